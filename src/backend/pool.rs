@@ -1,0 +1,75 @@
+//! Round-robin stream pool cursors (c10's per-device, per-priority atomic
+//! counters).
+//!
+//! A [`PoolCursors`] hands out pool stream *ids* (see
+//! [Note \[StreamId encoding\]](crate::core::Stream)); the backend creates
+//! the native stream behind an id lazily, the first time the id is used,
+//! and never destroys it. Request `k` on a (device, level) pool gets stream
+//! `k % 32`, so the 33rd request returns the 1st stream again.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::core::{MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, StreamId, pool_stream_id};
+use crate::error::{Error, Result};
+
+/// One device's cursors, one per priority level.
+#[derive(Debug)]
+pub struct PoolCursors {
+    levels: usize,
+    next: [AtomicUsize; MAX_PRIORITY_LEVELS],
+}
+
+impl PoolCursors {
+    /// Cursors for a pool with `levels` priority levels (clamped to
+    /// `2..=MAX_PRIORITY_LEVELS`: every pool has normal and high).
+    pub const fn new(levels: usize) -> Self {
+        let levels = if levels < 2 {
+            2
+        } else if levels > MAX_PRIORITY_LEVELS {
+            MAX_PRIORITY_LEVELS
+        } else {
+            levels
+        };
+        PoolCursors {
+            levels,
+            next: [const { AtomicUsize::new(0) }; MAX_PRIORITY_LEVELS],
+        }
+    }
+
+    /// How many priority levels this pool has.
+    pub const fn levels(&self) -> usize {
+        self.levels
+    }
+
+    /// The level for c10's `isHighPriority`: the highest level when true,
+    /// level 0 (normal) otherwise.
+    pub const fn level_for_high_priority(&self, high_priority: bool) -> usize {
+        if high_priority { self.levels - 1 } else { 0 }
+    }
+
+    /// The level for a CUDA-style priority (0 is normal, negative is more
+    /// urgent): `-priority`, clamped to the levels this pool has. Positive
+    /// priorities are an error (CUDA has no "less urgent than normal").
+    pub fn level_for_priority(&self, priority: i32) -> Result<usize> {
+        if priority > 0 {
+            return Err(Error::invalid(format!(
+                "stream priority must be 0 (normal) or negative (more urgent, down to -{}), found {priority}",
+                self.levels - 1
+            )));
+        }
+        let wanted = usize::try_from(priority.unsigned_abs()).unwrap_or(usize::MAX);
+        Ok(wanted.min(self.levels - 1))
+    }
+
+    /// The next stream id at `level`, round-robin over 32 streams.
+    pub fn next_id(&self, level: usize) -> Result<StreamId> {
+        if level >= self.levels {
+            return Err(Error::invalid(format!(
+                "priority level {level} out of range: this pool has levels 0..{}",
+                self.levels
+            )));
+        }
+        let k = self.next[level].fetch_add(1, Ordering::Relaxed) % STREAMS_PER_POOL;
+        pool_stream_id(level, k).ok_or_else(|| Error::invalid("pool stream id out of range"))
+    }
+}

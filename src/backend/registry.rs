@@ -1,0 +1,134 @@
+//! The backend registry: one slot per [`DeviceType`].
+//!
+//! A slot holds a `&'static dyn DeviceGuardImpl` and optionally a
+//! `&'static dyn DeviceRuntime`. Lookup is one atomic acquire load
+//! (`OnceLock::get`), no lock. A slot is filled once per process:
+//!
+//! - a built-in backend (CPU always; Vulkan, wgpu, CUDA when their cargo
+//!   feature is on) fills its slot on the first lookup that finds it empty;
+//! - [`register`] fills an empty slot at run time; that is how a third
+//!   party plugs a backend into [`DeviceType::PrivateUse1`], and how tests
+//!   put the fake backend in a slot. Registering before the first use of a
+//!   type wins over the built-in backend of that type.
+//!
+//! Slots are never emptied or replaced: the references they hand out are
+//! `'static`, and guards and events keep them.
+//!
+//! A lookup of an empty slot fails with "keel is not built with support for
+//! <type> devices (<how to get it>)".
+
+use std::sync::OnceLock;
+
+use super::{DeviceGuardImpl, DeviceRuntime};
+use crate::core::DeviceType;
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy)]
+struct Entry {
+    guard: &'static dyn DeviceGuardImpl,
+    runtime: Option<&'static dyn DeviceRuntime>,
+}
+
+static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] =
+    [const { OnceLock::new() }; DeviceType::COUNT];
+
+/// The built-in backend for `ty`, if this build has one.
+fn builtin(ty: DeviceType) -> Option<Entry> {
+    match ty {
+        DeviceType::Cpu => Some(Entry {
+            guard: &super::cpu::CpuGuardImpl,
+            runtime: Some(&super::cpu::CpuGuardImpl),
+        }),
+        _ => None,
+    }
+}
+
+#[inline]
+fn entry(ty: DeviceType) -> Result<Entry> {
+    let slot = &SLOTS[usize::from(ty.code())];
+    if let Some(e) = slot.get() {
+        return Ok(*e);
+    }
+    entry_slow(ty, slot)
+}
+
+#[cold]
+fn entry_slow(ty: DeviceType, slot: &OnceLock<Entry>) -> Result<Entry> {
+    match builtin(ty) {
+        Some(b) => Ok(*slot.get_or_init(|| b)),
+        None => Err(not_built(ty)),
+    }
+}
+
+fn not_built(ty: DeviceType) -> Error {
+    let hint = match ty.cargo_feature() {
+        Some(feature) => format!("build keel with the cargo feature `{feature}`"),
+        None => "no backend is registered for it: call keel::backend::register(DeviceType::PrivateUse1, ...) first".to_owned(),
+    };
+    Error::NotBuilt {
+        device_type: ty,
+        hint,
+    }
+}
+
+/// Registers a backend in `ty`'s slot.
+///
+/// `guard` must serve `ty` (`guard.device_type() == ty`). Fails if the slot
+/// is already filled (by an earlier registration, or by the built-in
+/// backend after a lookup), naming what is there.
+pub fn register(
+    ty: DeviceType,
+    guard: &'static dyn DeviceGuardImpl,
+    runtime: Option<&'static dyn DeviceRuntime>,
+) -> Result<()> {
+    if guard.device_type() != ty {
+        return Err(Error::invalid(format!(
+            "register: the guard implementation serves {} devices, but was given for the {ty} slot",
+            guard.device_type()
+        )));
+    }
+    let slot = &SLOTS[usize::from(ty.code())];
+    let mut placed = false;
+    slot.get_or_init(|| {
+        placed = true;
+        Entry { guard, runtime }
+    });
+    if placed {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "register: a backend is already registered for {ty} devices; a slot is filled once per process (register before the first use of {ty})"
+        )))
+    }
+}
+
+/// Whether `ty`'s slot holds a backend (or a built-in one can fill it).
+pub fn is_registered(ty: DeviceType) -> bool {
+    entry(ty).is_ok()
+}
+
+/// The guard implementation for `ty`. The error says why there is none.
+#[inline]
+pub fn guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
+    entry(ty).map(|e| e.guard)
+}
+
+/// The runtime (properties, buffers, copies, kernels) for `ty`.
+pub fn runtime(ty: DeviceType) -> Result<&'static dyn DeviceRuntime> {
+    let e = entry(ty)?;
+    e.runtime
+        .ok_or_else(|| Error::unsupported(ty, "buffers, copies and kernels (it registered no runtime)"))
+}
+
+/// The guard implementation for `ty`, checked to be usable: a backend that
+/// is registered but cannot run reports "<backend> unavailable: <reason>".
+pub fn available_guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
+    let g = guard_impl(ty)?;
+    match g.unavailable_reason() {
+        None => Ok(g),
+        Some(reason) => Err(Error::Unavailable {
+            backend: ty.backend_name().to_owned(),
+            reason,
+        }),
+    }
+}

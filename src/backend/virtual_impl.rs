@@ -1,0 +1,129 @@
+//! [`VirtualGuardImpl`]: dynamic dispatch through the registry.
+
+use std::fmt;
+
+use super::{BufferHandle, DeviceGuardImpl, EventHandle, StaticGuardImpl, registry};
+use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
+use crate::error::Result;
+
+/// Forwards every call to the implementation registered for a device type
+/// (c10's `VirtualGuardImpl`). [`DeviceGuard`](crate::DeviceGuard) is
+/// [`InlineDeviceGuard`](crate::InlineDeviceGuard) over this type.
+#[derive(Clone, Copy)]
+pub struct VirtualGuardImpl {
+    inner: &'static dyn DeviceGuardImpl,
+}
+
+impl VirtualGuardImpl {
+    /// The registered implementation for `ty`.
+    pub fn new(ty: DeviceType) -> Result<Self> {
+        Ok(VirtualGuardImpl {
+            inner: registry::available_guard_impl(ty)?,
+        })
+    }
+
+    /// Wraps a given implementation (c10's `DeviceGuard(device, impl)`),
+    /// bypassing the registry.
+    pub fn from_static(inner: &'static dyn DeviceGuardImpl) -> Self {
+        VirtualGuardImpl { inner }
+    }
+
+    /// The implementation this forwards to.
+    pub fn inner(&self) -> &'static dyn DeviceGuardImpl {
+        self.inner
+    }
+}
+
+impl fmt::Debug for VirtualGuardImpl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VirtualGuardImpl({})", self.inner.device_type())
+    }
+}
+
+impl StaticGuardImpl for VirtualGuardImpl {
+    fn for_device_type(ty: DeviceType) -> Result<Self> {
+        VirtualGuardImpl::new(ty)
+    }
+}
+
+impl DeviceGuardImpl for VirtualGuardImpl {
+    fn device_type(&self) -> DeviceType {
+        self.inner.device_type()
+    }
+    #[inline]
+    fn exchange_device(&self, device: Device) -> Result<Device> {
+        self.inner.exchange_device(device)
+    }
+    fn get_device(&self) -> Result<Device> {
+        self.inner.get_device()
+    }
+    fn set_device(&self, device: Device) -> Result<()> {
+        self.inner.set_device(device)
+    }
+    #[inline]
+    fn unchecked_set_device(&self, device: Device) {
+        self.inner.unchecked_set_device(device)
+    }
+    fn get_stream(&self, device: Device) -> Result<Stream> {
+        self.inner.get_stream(device)
+    }
+    fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
+        self.inner.exchange_stream(stream)
+    }
+    fn device_count(&self) -> DeviceIndex {
+        self.inner.device_count()
+    }
+    fn unavailable_reason(&self) -> Option<String> {
+        self.inner.unavailable_reason()
+    }
+    fn get_default_stream(&self, device: Device) -> Result<Stream> {
+        self.inner.get_default_stream(device)
+    }
+    fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
+        self.inner.get_stream_from_global_pool(device, high_priority)
+    }
+    fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
+        self.inner.get_new_stream(device, priority)
+    }
+    fn record(
+        &self,
+        event: &mut Option<EventHandle>,
+        stream: &Stream,
+        device_index: DeviceIndex,
+        flag: EventFlag,
+    ) -> Result<()> {
+        self.inner.record(event, stream, device_index, flag)
+    }
+    fn block(&self, event: &EventHandle, stream: &Stream) -> Result<()> {
+        self.inner.block(event, stream)
+    }
+    fn query_event(&self, event: &EventHandle) -> Result<bool> {
+        self.inner.query_event(event)
+    }
+    fn query_stream(&self, stream: &Stream) -> Result<bool> {
+        self.inner.query_stream(stream)
+    }
+    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
+        self.inner.synchronize_stream(stream)
+    }
+    fn synchronize_event(&self, event: &EventHandle) -> Result<()> {
+        self.inner.synchronize_event(event)
+    }
+    fn synchronize_device(&self, device_index: DeviceIndex) -> Result<()> {
+        self.inner.synchronize_device(device_index)
+    }
+    fn elapsed_time(
+        &self,
+        start: &EventHandle,
+        end: &EventHandle,
+        device_index: DeviceIndex,
+    ) -> Result<f64> {
+        self.inner.elapsed_time(start, end, device_index)
+    }
+    fn destroy_event(&self, event: EventHandle, device_index: DeviceIndex) {
+        self.inner.destroy_event(event, device_index)
+    }
+    fn record_buffer_on_stream(&self, buffer: &BufferHandle, stream: &Stream) -> Result<()> {
+        self.inner.record_buffer_on_stream(buffer, stream)
+    }
+}

@@ -1,0 +1,238 @@
+//! [`Buffer`]: device memory, and the copies and launches that use it.
+//!
+//! A buffer lives on one device and is freed when dropped; backends keep
+//! the memory alive until work already enqueued on it has run. Every
+//! operation is enqueued on a stream that must be on the buffer's device:
+//! mixing devices is an error ("expected all buffers to be on the same
+//! device, but found at least two devices, cuda:0 and cpu:0"), and moving
+//! data between devices is explicit, with [`Buffer::to`].
+
+use std::fmt;
+
+use bytemuck::Pod;
+
+use crate::api::resolve;
+use crate::backend::{BufferHandle, DeviceRuntime, Readback, registry};
+use crate::core::{Device, Stream};
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::ops;
+
+/// Memory on a device; see the [module docs](self).
+pub struct Buffer {
+    device: Device,
+    len: usize,
+    handle: BufferHandle,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Buffer({} bytes on {})", self.len, self.device)
+    }
+}
+
+fn same_device(first: Device, second: Device) -> Result<()> {
+    if first == second {
+        Ok(())
+    } else {
+        Err(Error::DeviceMismatch { first, second })
+    }
+}
+
+fn check_range(what: &str, size: usize, offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "{what} out of bounds: expected offset + length <= {size} (the buffer's size), found {offset} + {len}"
+        ))),
+    }
+}
+
+/// The runtime of `stream`'s backend and the stream with a concrete device.
+fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
+    registry::available_guard_impl(stream.device_type())?;
+    let rt = registry::runtime(stream.device_type())?;
+    Ok((rt, Stream::new(resolve(stream.device())?, stream.id())))
+}
+
+impl Buffer {
+    /// `len` zeroed bytes on `device` (index `-1`: the current device).
+    pub fn new(device: Device, len: usize) -> Result<Buffer> {
+        let device = resolve(device)?;
+        let rt = registry::runtime(device.device_type())?;
+        let handle = rt.alloc(device, len)?;
+        Ok(Buffer {
+            device,
+            len,
+            handle,
+        })
+    }
+
+    /// A buffer on `stream`'s device holding `data`, uploaded on `stream`.
+    pub fn from_slice<T: Pod>(stream: &Stream, data: &[T]) -> Result<Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = Buffer::new(stream.device(), bytes.len())?;
+        buf.write(stream, 0, data)?;
+        Ok(buf)
+    }
+
+    /// The device the buffer lives on (a concrete index).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The backend's allocation (for backends and the profiler).
+    pub fn handle(&self) -> &BufferHandle {
+        &self.handle
+    }
+
+    /// Host to device: enqueues writing `data` at byte `offset`. The data is
+    /// copied before this returns, so the caller may reuse it.
+    pub fn write<T: Pod>(&self, stream: &Stream, offset: usize, data: &[T]) -> Result<()> {
+        let (rt, stream) = stream_runtime(stream)?;
+        same_device(self.device, stream.device())?;
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        check_range("write", self.len, offset, bytes.len())?;
+        ops::enqueue(&stream, || rt.write(&stream, &self.handle, offset, bytes.to_vec()))
+    }
+
+    /// Device to host: enqueues reading `len` bytes at `offset`; the result
+    /// arrives when the stream reaches the read.
+    pub fn read_async(&self, stream: &Stream, offset: usize, len: usize) -> Result<PendingRead> {
+        let (rt, stream) = stream_runtime(stream)?;
+        same_device(self.device, stream.device())?;
+        check_range("read", self.len, offset, len)?;
+        let inner = ops::enqueue(&stream, || rt.read(&stream, &self.handle, offset, len))?;
+        Ok(PendingRead { inner })
+    }
+
+    /// The whole buffer, read on `stream` (waits for the stream to reach
+    /// the read).
+    pub fn read(&self, stream: &Stream) -> Result<Vec<u8>> {
+        self.read_async(stream, 0, self.len)?.wait()
+    }
+
+    /// The whole buffer as `T`s. Its size must be a multiple of `T`'s.
+    pub fn read_as<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || !self.len.is_multiple_of(size) {
+            return Err(Error::invalid(format!(
+                "read_as: expected a buffer size that is a multiple of {size} bytes, found {} bytes",
+                self.len
+            )));
+        }
+        Ok(bytemuck::pod_collect_to_vec(&self.read(stream)?))
+    }
+
+    /// Device to device: enqueues copying `len` bytes from `src` at
+    /// `src_offset` into `self` at `dst_offset`. Both buffers must be on
+    /// the stream's device, or the backend must reach `src` from it (peer
+    /// access); use [`Buffer::to`] to move data between other devices.
+    pub fn copy_from(
+        &self,
+        stream: &Stream,
+        src: &Buffer,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let (rt, stream) = stream_runtime(stream)?;
+        same_device(self.device, stream.device())?;
+        if src.device != self.device && !rt.can_copy_between(src.device, self.device) {
+            return Err(Error::DeviceMismatch {
+                first: self.device,
+                second: src.device,
+            });
+        }
+        check_range("copy source", src.len, src_offset, len)?;
+        check_range("copy destination", self.len, dst_offset, len)?;
+        ops::enqueue(&stream, || {
+            rt.copy(&stream, &src.handle, src_offset, &self.handle, dst_offset, len)
+        })
+    }
+
+    /// A copy of this buffer on `device`, enqueued on `stream` (which must
+    /// be on `device`), like PyTorch's `x.to('cuda:1')`.
+    ///
+    /// Within a device, or between devices the backend connects (peer
+    /// access), the copy is direct. Otherwise the data goes through host
+    /// memory: it is read on the *current stream of this buffer's device*
+    /// (waiting for it), then written on `stream`. Any two devices of any
+    /// backends exchange data this way.
+    pub fn to(&self, device: Device, stream: &Stream) -> Result<Buffer> {
+        let device = resolve(device)?;
+        let (rt, stream) = stream_runtime(stream)?;
+        same_device(device, stream.device())?;
+        let out = Buffer::new(device, self.len)?;
+        let direct = device.device_type() == self.device.device_type()
+            && (device == self.device || rt.can_copy_between(self.device, device));
+        if direct {
+            out.copy_from(&stream, self, 0, 0, self.len)?;
+        } else {
+            let src_stream = crate::api::current_stream(self.device)?;
+            let bytes = self.read(&src_stream)?;
+            out.write(&stream, 0, &bytes)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Enqueues a kernel launch after checking its bindings; see
+/// [`Stream::launch`].
+pub(crate) fn launch(
+    stream: &Stream,
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: &[&Buffer],
+    params: &[u8],
+) -> Result<()> {
+    let (rt, stream) = stream_runtime(stream)?;
+    if buffers.len() != kernel.bindings {
+        return Err(Error::Kernel {
+            kernel: kernel.name.to_owned(),
+            message: format!(
+                "expected {} buffers, found {}",
+                kernel.bindings,
+                buffers.len()
+            ),
+        });
+    }
+    for b in buffers {
+        same_device(stream.device(), b.device)?;
+    }
+    let handles: Vec<&BufferHandle> = buffers.iter().map(|b| &b.handle).collect();
+    ops::enqueue(&stream, || rt.launch(&stream, kernel, grid, &handles, params))
+}
+
+/// Data on its way from a device to the host; see [`Buffer::read_async`].
+pub struct PendingRead {
+    inner: Box<dyn Readback>,
+}
+
+impl fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PendingRead(..)")
+    }
+}
+
+impl PendingRead {
+    /// Whether the data has arrived. Never blocks.
+    pub fn is_ready(&self) -> Result<bool> {
+        self.inner.is_ready()
+    }
+
+    /// Waits for the data.
+    pub fn wait(self) -> Result<Vec<u8>> {
+        self.inner.wait()
+    }
+}

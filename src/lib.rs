@@ -1,0 +1,131 @@
+//! # Keel: one device model, many GPU backends
+//!
+//! Keel is PyTorch's `c10` device layer in Rust: devices, streams, events
+//! and RAII device/stream guards, with c10's exact semantics, over real
+//! backends, plus a registry that lets a third party plug in its own
+//! device (c10's PrivateUse1). This essay is the map; `ARCHITECTURE.md`
+//! says where each piece lives.
+//!
+//! ## The model
+//!
+//! A [`Device`] is a [`DeviceType`] and an index (`cuda:1`, `vulkan:0`,
+//! `cpu`); index `-1` means "the current device of that type". Each thread
+//! has a current device per type and, per device, a current [`Stream`]:
+//! an in-order queue of work, named by a [`StreamId`] (0 is the device's
+//! default stream; pool ids encode priority and position, see
+//! [Note \[StreamId encoding\]](crate::core::Stream)). Work on one stream runs
+//! in order; work on different streams may overlap. An [`Event`] marks a
+//! point in a stream: other streams can [`wait`](Stream::wait) for it, the
+//! host can [`query`](Event::query) or [`synchronize`](Event::synchronize)
+//! on it, and two timed events give [`elapsed_time`](Event::elapsed_time).
+//!
+//! Guards ([`DeviceGuard`], [`StreamGuard`], [`MultiStreamGuard`] and their
+//! optional and inline forms) change the current device or stream for a
+//! scope and restore it when dropped, including during a panic.
+//!
+//! ```
+//! use keel::{Device, DeviceGuard, Event, Buffer, kernels};
+//!
+//! # fn main() -> keel::Result<()> {
+//! let cpu: Device = "cpu".parse()?;
+//! let s1 = keel::get_stream_from_pool(cpu, false)?; // a worker thread
+//! let s2 = keel::get_stream_from_pool(cpu, false)?; // another one
+//! let a = Buffer::from_slice(&s1, &[1.0f32, 2.0, 3.0])?;
+//! let b = Buffer::from_slice(&s1, &[10.0f32, 20.0, 30.0])?;
+//! let mut ready = Event::new(cpu.device_type());
+//! ready.record(&s1)?;
+//! s2.wait(&ready)?; // s2 runs after s1's uploads, without blocking the host
+//! let c = Buffer::new(cpu, 12)?;
+//! let k = kernels::VECTOR_ADD;
+//! s2.launch(&k, k.grid_for(3), &[&a, &b, &c], &3u32.to_le_bytes())?;
+//! assert_eq!(c.read_as::<f32>(&s2)?, [11.0, 22.0, 33.0]);
+//! # let _g = DeviceGuard::new(cpu)?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Layers (each calls only the ones below it)
+//!
+//! 1. **Core values** ([`core`]): device types, devices, stream ids,
+//!    streams as values, event flags. Checked constructors, no behaviour
+//!    that reaches a backend, no `unsafe`.
+//! 2. **Backend interface** ([`backend`]): [`DeviceGuardImpl`] is c10's
+//!    `DeviceGuardImplInterface` (current device and stream, stream pool,
+//!    events); [`DeviceRuntime`] is what c10 leaves to ATen (properties,
+//!    buffers, copies, kernels). The [registry](backend::registry) holds one
+//!    `&'static` implementation of each per device type; lookup is one
+//!    atomic load.
+//! 3. **Backends** (`backend::<name>`): the CPU backend is always built;
+//!    GPU backends sit behind cargo features of their own name. Each
+//!    backend's module doc has a table of how c10's concepts map onto its
+//!    native API. Shared building blocks: [`backend::tls`] (per-thread
+//!    current device and streams), [`backend::pool`] (round-robin pool
+//!    cursors), [`backend::host`] (host-thread streams, events, memory).
+//! 4. **Runtime objects** built once on the interface, for every backend:
+//!    guards ([`guard`]), [`Event`], [`Buffer`], kernels ([`Kernel`]), the
+//!    `torch.cuda`-style free functions, and the stream-operation path
+//!    (`ops`), where `KEEL_LAUNCH_BLOCKING` and the profiler apply to every
+//!    backend at once.
+//!
+//! ## What is checked where
+//!
+//! Public entry points check everything a user can get wrong (device
+//! strings, indices, device types of streams and events, buffer ranges,
+//! devices of buffers) and return an [`Error`] whose message says what was
+//! expected and what was found; c10's wording is kept where c10 has one.
+//! Backends receive only well-formed requests on concrete devices. Panics
+//! are reserved for bugs in Keel itself; a panic inside a user's host
+//! kernel is caught and reported as that stream's error.
+//!
+//! ## What differs from c10 (on purpose)
+//!
+//! - Device indices are always checked (c10 checks only in debug builds);
+//!   indices above 511 are an error.
+//! - The CPU has real asynchronous pool streams and events.
+//! - `Stream::hash_u64` masks the index, so `-1` cannot clobber the type.
+//! - [`MultiStreamGuard`] restores in reverse order.
+//! - Registry slots are filled once (first registration wins) so the
+//!   references handed out stay valid without reference counting.
+//!
+//! ## Unsafe code
+//!
+//! The core, the registry, the guards and the CPU backend contain no
+//! `unsafe`. Backends that call C APIs keep `unsafe` at that edge, each
+//! block with a `// SAFETY:` comment.
+
+pub mod api;
+pub mod backend;
+mod buffer;
+pub mod core;
+mod error;
+mod event;
+pub mod guard;
+pub mod kernel;
+mod ops;
+
+#[cfg(feature = "testing")]
+pub mod testing {
+    //! The fake backend for tests (c10's `FakeGuardImpl`); see
+    //! [`backend::fake`](crate::backend::fake).
+    pub use crate::backend::fake::{FAKE_DEVICE_COUNT, FakeGuardImpl};
+}
+
+pub use api::{
+    availability, current_device, current_stream, default_stream, device_count, devices,
+    get_stream_from_pool, get_stream_with_priority, is_available, properties, set_current_stream,
+    set_device, synchronize,
+};
+pub use backend::{DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, StaticGuardImpl};
+pub use buffer::{Buffer, PendingRead};
+pub use core::{
+    Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId, privateuse1_backend_name,
+    register_privateuse1_backend,
+};
+pub use error::{Error, Result};
+pub use event::Event;
+pub use guard::{
+    DeviceGuard, InlineDeviceGuard, InlineMultiStreamGuard, InlineOptionalDeviceGuard,
+    InlineOptionalStreamGuard, InlineStreamGuard, MultiStreamGuard, OptionalDeviceGuard,
+    OptionalStreamGuard, StreamGuard,
+};
+pub use kernel::{Kernel, kernels};
+pub use ops::{launch_blocking, set_launch_blocking};

@@ -1,0 +1,132 @@
+//! The stream-operation path: every operation that enqueues work on a
+//! stream, or waits for it, passes through one function here.
+//!
+//! This is the single place where cross-cutting behaviour is applied to
+//! every backend at once, rather than in each backend:
+//!
+//! - `KEEL_LAUNCH_BLOCKING=1` (or [`set_launch_blocking`]) makes every
+//!   stream operation synchronous: after enqueueing, the stream is
+//!   synchronized, so an asynchronous failure surfaces at the call that
+//!   caused it (like `CUDA_LAUNCH_BLOCKING`).
+//! - The profiler records here (host spans, and device spans from the
+//!   backend's timestamps); backends never record themselves.
+//!
+//! Functions here take already-checked arguments: the public types
+//! ([`Event`](crate::Event), [`Buffer`](crate::Buffer), [`Stream`]) check
+//! before calling.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::backend::{DeviceGuardImpl, EventHandle, registry};
+use crate::core::{DeviceIndex, DeviceType, EventFlag, Stream};
+use crate::error::Result;
+use crate::kernel::Kernel;
+
+/// 0: not read yet; 1: off; 2: on.
+static LAUNCH_BLOCKING: AtomicU8 = AtomicU8::new(0);
+
+/// Whether every stream operation runs synchronously. Initially taken from
+/// the environment variable `KEEL_LAUNCH_BLOCKING` (`1` means on).
+pub fn launch_blocking() -> bool {
+    match LAUNCH_BLOCKING.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("KEEL_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1");
+            // Keep a value set by `set_launch_blocking` in the meantime.
+            let _ = LAUNCH_BLOCKING.compare_exchange(
+                0,
+                if on { 2 } else { 1 },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            LAUNCH_BLOCKING.load(Ordering::Relaxed) == 2
+        }
+        v => v == 2,
+    }
+}
+
+/// Turns launch blocking on or off for the whole process, overriding
+/// `KEEL_LAUNCH_BLOCKING`.
+pub fn set_launch_blocking(on: bool) {
+    LAUNCH_BLOCKING.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// After enqueueing on `stream`: wait for it when launch blocking is on.
+fn after_enqueue(backend: &dyn DeviceGuardImpl, stream: &Stream) -> Result<()> {
+    if launch_blocking() {
+        backend.synchronize_stream(stream)?;
+    }
+    Ok(())
+}
+
+fn guard_for(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
+    registry::available_guard_impl(ty)
+}
+
+pub(crate) fn record_event(
+    backend: &dyn DeviceGuardImpl,
+    handle: &mut Option<EventHandle>,
+    stream: &Stream,
+    device_index: DeviceIndex,
+    flag: EventFlag,
+) -> Result<()> {
+    backend.record(handle, stream, device_index, flag)?;
+    after_enqueue(backend, stream)
+}
+
+pub(crate) fn block_on_event(
+    backend: &dyn DeviceGuardImpl,
+    handle: &EventHandle,
+    stream: &Stream,
+    _event_device: DeviceIndex,
+) -> Result<()> {
+    backend.block(handle, stream)?;
+    after_enqueue(backend, stream)
+}
+
+pub(crate) fn synchronize_event(
+    backend: &dyn DeviceGuardImpl,
+    handle: &EventHandle,
+    _ty: DeviceType,
+    _device_index: DeviceIndex,
+) -> Result<()> {
+    backend.synchronize_event(handle)
+}
+
+pub(crate) fn synchronize_device(ty: DeviceType, index: DeviceIndex) -> Result<()> {
+    guard_for(ty)?.synchronize_device(index)
+}
+
+/// Runs `enqueue` (a runtime operation on `stream`), then applies the
+/// cross-cutting rules above.
+pub(crate) fn enqueue<T>(stream: &Stream, enqueue: impl FnOnce() -> Result<T>) -> Result<T> {
+    let value = enqueue()?;
+    after_enqueue(guard_for(stream.device_type())?, stream)?;
+    Ok(value)
+}
+
+impl Stream {
+    /// Whether all work enqueued on this stream has completed. Never
+    /// blocks. Reports an error a failed operation left on the stream.
+    pub fn query(&self) -> Result<bool> {
+        guard_for(self.device_type())?.query_stream(self)
+    }
+
+    /// Waits until all work enqueued on this stream has completed; returns
+    /// the error of a failed operation, if one failed.
+    pub fn synchronize(&self) -> Result<()> {
+        guard_for(self.device_type())?.synchronize_stream(self)
+    }
+
+    /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in
+    /// order and `params` as its parameter block. Every buffer must be on
+    /// this stream's device.
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[&crate::Buffer],
+        params: &[u8],
+    ) -> Result<()> {
+        crate::buffer::launch(self, kernel, grid, buffers, params)
+    }
+}
