@@ -103,7 +103,9 @@ impl Buffer {
         same_device(self.device, stream.device())?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         check_range("write", self.len, offset, bytes.len())?;
-        ops::enqueue(&stream, || rt.write(&stream, &self.handle, offset, bytes.to_vec()))
+        ops::enqueue(&stream, || {
+            rt.write(&stream, &self.handle, offset, bytes.to_vec())
+        })
     }
 
     /// Device to host: enqueues reading `len` bytes at `offset`; the result
@@ -157,7 +159,14 @@ impl Buffer {
         check_range("copy source", src.len, src_offset, len)?;
         check_range("copy destination", self.len, dst_offset, len)?;
         ops::enqueue(&stream, || {
-            rt.copy(&stream, &src.handle, src_offset, &self.handle, dst_offset, len)
+            rt.copy(
+                &stream,
+                &src.handle,
+                src_offset,
+                &self.handle,
+                dst_offset,
+                len,
+            )
         })
     }
 
@@ -211,7 +220,9 @@ pub(crate) fn launch(
         same_device(stream.device(), b.device)?;
     }
     let handles: Vec<&BufferHandle> = buffers.iter().map(|b| &b.handle).collect();
-    ops::enqueue(&stream, || rt.launch(&stream, kernel, grid, &handles, params))
+    ops::enqueue(&stream, || {
+        rt.launch(&stream, kernel, grid, &handles, params)
+    })
 }
 
 /// Data on its way from a device to the host; see [`Buffer::read_async`].

@@ -117,7 +117,13 @@ impl Event {
             )));
         }
         let backend = self.backend()?;
-        ops::record_event(backend, &mut self.handle, stream, self.device_index, self.flag)?;
+        ops::record_event(
+            backend,
+            &mut self.handle,
+            stream,
+            self.device_index,
+            self.flag,
+        )?;
         self.was_marked_for_recording = true;
         self.device_index = stream.device_index();
         Ok(())

@@ -252,7 +252,8 @@ impl<I: StaticGuardImpl> InlineStreamGuard<I> {
     pub fn new(stream: Stream) -> Result<Self> {
         let device_guard = InlineDeviceGuard::<I>::new(stream.device())?;
         let impl_ = device_guard.impl_ref();
-        let original_stream_of_original_device = impl_.get_stream(device_guard.original_device())?;
+        let original_stream_of_original_device =
+            impl_.get_stream(device_guard.original_device())?;
         let original_stream_of_current_device = impl_.exchange_stream(stream)?;
         Ok(InlineStreamGuard {
             device_guard,

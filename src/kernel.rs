@@ -62,8 +62,12 @@ impl CpuInvocation<'_> {
 /// Views a bound buffer as `f32`s; an error names the binding when its
 /// size is not a whole number of `f32`s.
 pub fn as_f32s(binding: usize, bytes: &[u8]) -> Result<&[f32], String> {
-    bytemuck::try_cast_slice(bytes)
-        .map_err(|e| format!("binding {binding}: expected f32 data, found {} bytes ({e:?})", bytes.len()))
+    bytemuck::try_cast_slice(bytes).map_err(|e| {
+        format!(
+            "binding {binding}: expected f32 data, found {} bytes ({e:?})",
+            bytes.len()
+        )
+    })
 }
 
 /// Mutable form of [`as_f32s`].

@@ -10,9 +10,7 @@
 //! a real backend of that type would store.
 
 use super::pool::PoolCursors;
-use super::{
-    DeviceGuardImpl, EventHandle, StaticGuardImpl, check_device_index, registry, tls,
-};
+use super::{DeviceGuardImpl, EventHandle, StaticGuardImpl, check_device_index, registry, tls};
 use crate::core::{
     DEFAULT_STREAM_ID, Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId,
 };
@@ -57,9 +55,7 @@ impl FakeGuardImpl {
         match registry::register(ty, fake, None) {
             Ok(()) => Ok(fake),
             Err(e) => match registry::guard_impl(ty) {
-                Ok(existing)
-                    if std::ptr::addr_eq(existing as *const dyn DeviceGuardImpl, fake) =>
-                {
+                Ok(existing) if std::ptr::addr_eq(existing as *const dyn DeviceGuardImpl, fake) => {
                     Ok(fake)
                 }
                 _ => Err(e),
@@ -139,7 +135,10 @@ impl DeviceGuardImpl for FakeGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         self.check(device)?;
-        Ok(Stream::new(device, tls::current_stream_id(self.ty, device.index())))
+        Ok(Stream::new(
+            device,
+            tls::current_stream_id(self.ty, device.index()),
+        ))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         self.check(stream.device())?;
@@ -155,11 +154,17 @@ impl DeviceGuardImpl for FakeGuardImpl {
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         let c = self.cursors(device)?;
-        Ok(Stream::new(device, c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         let c = self.cursors(device)?;
-        Ok(Stream::new(device, c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,

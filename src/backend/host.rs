@@ -52,7 +52,9 @@ fn run_task(task: Task) -> Result<()> {
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic payload".to_owned());
-            Err(Error::invalid(format!("a task panicked on a host stream: {msg}")))
+            Err(Error::invalid(format!(
+                "a task panicked on a host stream: {msg}"
+            )))
         }
     }
 }
@@ -106,7 +108,9 @@ impl HostStream {
         std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || worker_loop(&worker))
-            .map_err(|e| Error::invalid(format!("could not start host stream thread {name}: {e}")))?;
+            .map_err(|e| {
+                Error::invalid(format!("could not start host stream thread {name}: {e}"))
+            })?;
         Ok(HostStream {
             shared,
             inline: false,
@@ -319,14 +323,10 @@ impl HostDevice {
     pub fn stream(&self, id: StreamId) -> Result<&HostStream> {
         let (slot, name) = match stream_kind(id) {
             StreamKind::Default => (&self.default, "default".to_owned()),
-            StreamKind::Pool { level, index }
-                if usize::from(level) < self.cursors.levels() =>
-            {
-                (
-                    &self.pool[usize::from(level)][usize::from(index)],
-                    format!("p{level}.{index}"),
-                )
-            }
+            StreamKind::Pool { level, index } if usize::from(level) < self.cursors.levels() => (
+                &self.pool[usize::from(level)][usize::from(index)],
+                format!("p{level}.{index}"),
+            ),
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown stream id {id} on {}:{}: expected 0 (default) or a pool stream id",
@@ -350,7 +350,10 @@ impl HostDevice {
     pub fn synchronize(&self) -> Result<()> {
         let mut first = None;
         let streams = std::iter::once(&self.default).chain(self.pool.iter().flatten());
-        for s in streams.filter_map(|s| s.get()).filter_map(|r| r.as_ref().ok()) {
+        for s in streams
+            .filter_map(|s| s.get())
+            .filter_map(|r| r.as_ref().ok())
+        {
             if let Err(e) = s.synchronize() {
                 first.get_or_insert(e);
             }

@@ -180,13 +180,19 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
     /// Waits until all work on `stream` has completed.
     fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
         let _ = stream;
-        Err(Error::unsupported(self.device_type(), "synchronizing streams"))
+        Err(Error::unsupported(
+            self.device_type(),
+            "synchronizing streams",
+        ))
     }
 
     /// Waits until `event` has completed.
     fn synchronize_event(&self, event: &EventHandle) -> Result<()> {
         let _ = event;
-        Err(Error::unsupported(self.device_type(), "synchronizing events"))
+        Err(Error::unsupported(
+            self.device_type(),
+            "synchronizing events",
+        ))
     }
 
     /// Waits until all work on every stream of the device has completed.

@@ -29,8 +29,7 @@ struct Entry {
     runtime: Option<&'static dyn DeviceRuntime>,
 }
 
-static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] =
-    [const { OnceLock::new() }; DeviceType::COUNT];
+static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] = [const { OnceLock::new() }; DeviceType::COUNT];
 
 /// The built-in backend for `ty`, if this build has one.
 fn builtin(ty: DeviceType) -> Option<Entry> {
@@ -116,8 +115,9 @@ pub fn guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
 /// The runtime (properties, buffers, copies, kernels) for `ty`.
 pub fn runtime(ty: DeviceType) -> Result<&'static dyn DeviceRuntime> {
     let e = entry(ty)?;
-    e.runtime
-        .ok_or_else(|| Error::unsupported(ty, "buffers, copies and kernels (it registered no runtime)"))
+    e.runtime.ok_or_else(|| {
+        Error::unsupported(ty, "buffers, copies and kernels (it registered no runtime)")
+    })
 }
 
 /// The guard implementation for `ty`, checked to be usable: a backend that

@@ -68,8 +68,13 @@ pub trait DeviceRuntime: Send + Sync + 'static {
     fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle>;
 
     /// Host to device: enqueues writing `data` at `offset` of `dst`.
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>)
-    -> Result<()>;
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()>;
 
     /// Device to host: enqueues reading `len` bytes at `offset` of `src`.
     fn read(

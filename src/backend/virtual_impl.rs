@@ -80,7 +80,8 @@ impl DeviceGuardImpl for VirtualGuardImpl {
         self.inner.get_default_stream(device)
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        self.inner.get_stream_from_global_pool(device, high_priority)
+        self.inner
+            .get_stream_from_global_pool(device, high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         self.inner.get_new_stream(device, priority)

@@ -139,9 +139,8 @@ impl FromStr for Device {
             }
         };
         let ty = DeviceType::from_name(name)?;
-        validate(ty, index).map_err(|e| {
-            Error::InvalidDeviceIndex(format!("{e} (in device string '{s}')"))
-        })?;
+        validate(ty, index)
+            .map_err(|e| Error::InvalidDeviceIndex(format!("{e} (in device string '{s}')")))?;
         // `validate` bounded the index to -1..=511, so it fits.
         let index = DeviceIndex::try_from(index).map_err(|_| invalid())?;
         Ok(Device { ty, index })

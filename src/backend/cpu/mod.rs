@@ -62,7 +62,9 @@ fn host_stream(stream: &Stream) -> Result<&'static host::HostStream> {
 }
 
 fn host_event(event: &EventHandle) -> Result<&HostEvent> {
-    event.downcast_ref::<HostEvent>().ok_or_else(|| foreign_event(TY))
+    event
+        .downcast_ref::<HostEvent>()
+        .ok_or_else(|| foreign_event(TY))
 }
 
 /// The CPU backend's guard implementation and runtime (zero-sized: all
@@ -118,12 +120,18 @@ impl DeviceGuardImpl for CpuGuardImpl {
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         check(device)?;
         let c = DEVICE.cursors();
-        Ok(Stream::new(cpu0(), c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            cpu0(),
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         check(device)?;
         let c = DEVICE.cursors();
-        Ok(Stream::new(cpu0(), c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            cpu0(),
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,
@@ -166,7 +174,9 @@ impl DeviceGuardImpl for CpuGuardImpl {
     ) -> Result<f64> {
         host_event(start)?
             .elapsed_ms(host_event(end)?)
-            .ok_or_else(|| Error::invalid("Both events must be completed before calculating elapsed time."))
+            .ok_or_else(|| {
+                Error::invalid("Both events must be completed before calculating elapsed time.")
+            })
     }
 }
 
@@ -183,8 +193,19 @@ impl DeviceRuntime for CpuGuardImpl {
         })?;
         Ok(BufferHandle::new(mem))
     }
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>) -> Result<()> {
-        host::enqueue_write(host_stream(stream)?, host::host_memory(TY, dst)?, offset, data)
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        host::enqueue_write(
+            host_stream(stream)?,
+            host::host_memory(TY, dst)?,
+            offset,
+            data,
+        )
     }
     fn read(
         &self,
@@ -193,7 +214,12 @@ impl DeviceRuntime for CpuGuardImpl {
         offset: usize,
         len: usize,
     ) -> Result<Box<dyn Readback>> {
-        host::enqueue_read(host_stream(stream)?, host::host_memory(TY, src)?, offset, len)
+        host::enqueue_read(
+            host_stream(stream)?,
+            host::host_memory(TY, src)?,
+            offset,
+            len,
+        )
     }
     fn copy(
         &self,
@@ -255,7 +281,13 @@ fn cpu_properties() -> DeviceProperties {
         period_ns: 1.0,
         valid_bits: 64,
     });
-    p.extra.push(("stream priority levels".to_owned(), CPU_PRIORITY_LEVELS.to_string()));
-    p.extra.push(("default stream".to_owned(), "inline (submitting thread)".to_owned()));
+    p.extra.push((
+        "stream priority levels".to_owned(),
+        CPU_PRIORITY_LEVELS.to_string(),
+    ));
+    p.extra.push((
+        "default stream".to_owned(),
+        "inline (submitting thread)".to_owned(),
+    ));
     p
 }
