@@ -27,7 +27,8 @@
 //!   `index < 32` ([`STREAMS_PER_POOL`]) and `level < 4`
 //!   ([`MAX_PRIORITY_LEVELS`]); level 0 is normal priority, higher levels
 //!   are higher priority.
-//! - even and non-zero: a backend-defined stream (c10 stores external
+//! - any other id (an odd id with bits above bit 9 or a level of 4 or
+//!   more, or an even non-zero id): a backend-defined stream (c10 stores external
 //!   `cudaStream_t` pointers this way).
 //!
 //! A pool id never depends on creation order, so `pack3`/`unpack3` round
@@ -67,7 +68,8 @@ pub enum StreamKind {
         /// Position in the level's pool, `0..32`.
         index: u8,
     },
-    /// An even, non-zero id: the backend decides its meaning.
+    /// Any other id (even ids are c10's external streams): the backend
+    /// decides its meaning.
     Other,
 }
 
@@ -84,7 +86,10 @@ pub const fn pool_stream_id(level: usize, index: usize) -> Option<StreamId> {
 pub const fn stream_kind(id: StreamId) -> StreamKind {
     if id == DEFAULT_STREAM_ID {
         StreamKind::Default
-    } else if id & 1 == 1 {
+    } else if id & 1 == 1
+        && id >> 10 == 0
+        && ((id >> 1) & 0xF) < MAX_PRIORITY_LEVELS as StreamId
+    {
         StreamKind::Pool {
             level: ((id >> 1) & 0xF) as u8,
             index: ((id >> 5) & 0x1F) as u8,
