@@ -1,0 +1,74 @@
+//! `KEEL_LAUNCH_BLOCKING=1` and `set_launch_blocking` make every stream
+//! operation synchronous. The setting is process-wide, so this file is its
+//! own test binary, and the environment variable is tested in a child
+//! process (the variable is read once, on first use).
+
+mod common;
+
+use std::process::Command;
+
+use common::{SLEEP, gate_params};
+use keel::{Buffer, Device, DeviceType, Event};
+
+const PROBE: &str = "probe_env_launch_blocking";
+
+/// Runs in the child: with the variable set, an enqueued operation has
+/// finished by the time the call returns.
+#[test]
+#[ignore = "run by `environment_variable_turns_launch_blocking_on` in a child process"]
+fn probe_env_launch_blocking() {
+    assert_eq!(
+        std::env::var("KEEL_LAUNCH_BLOCKING").as_deref(),
+        Ok("1"),
+        "the parent sets the variable"
+    );
+    assert!(keel::launch_blocking());
+    let s = keel::get_stream_from_pool(Device::cpu(), false).expect("pool");
+    s.launch(&SLEEP, [1, 1, 1], &[], &30u32.to_le_bytes())
+        .expect("launch");
+    assert_eq!(s.query(), Ok(true), "the launch returned after the kernel ran");
+}
+
+#[test]
+fn environment_variable_turns_launch_blocking_on() {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(exe)
+        .args([PROBE, "--exact", "--ignored", "--nocapture"])
+        .env("KEEL_LAUNCH_BLOCKING", "1")
+        .output()
+        .expect("child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "the probe ran: {stdout}");
+}
+
+#[test]
+fn set_launch_blocking_makes_errors_surface_at_the_call() {
+    let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu:0");
+    let s = keel::get_stream_from_pool(cpu, false).expect("pool");
+    keel::set_launch_blocking(true);
+    assert!(keel::launch_blocking());
+    // A failing kernel reports its error from `launch` itself.
+    let buf = Buffer::new(cpu, 4).expect("alloc");
+    let err = s
+        .launch(&common::GATED_FILL, [1, 1, 1], &[&buf], &gate_params(99, 1.0))
+        .expect_err("gate 99 does not exist");
+    assert_eq!(err.to_string(), "kernel 'gated_fill': no gate 99");
+    // Event records and waits are synchronous too.
+    s.launch(&SLEEP, [1, 1, 1], &[], &20u32.to_le_bytes())
+        .expect("launch");
+    assert_eq!(s.query(), Ok(true));
+    let mut e = Event::new(DeviceType::Cpu);
+    e.record(&s).expect("record");
+    assert_eq!(e.query(), Ok(true));
+    keel::set_launch_blocking(false);
+    assert!(!keel::launch_blocking());
+    s.launch(&SLEEP, [1, 1, 1], &[], &50u32.to_le_bytes())
+        .expect("launch");
+    assert_eq!(s.query(), Ok(false), "asynchronous again");
+    s.synchronize().expect("sync");
+}
