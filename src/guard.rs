@@ -70,14 +70,21 @@ pub type DeviceGuard = InlineDeviceGuard<VirtualGuardImpl>;
 
 impl<I: StaticGuardImpl> InlineDeviceGuard<I> {
     /// Makes `device` current (index `-1` changes nothing).
+    #[inline]
     pub fn new(device: Device) -> Result<Self> {
-        Self::with_impl(I::for_device_type(device.device_type())?, device)
+        Self::start(I::for_device_type(device.device_type())?, device)
     }
 
     /// Like [`new`](Self::new) with a given implementation, which must
     /// serve `device`'s type.
     pub fn with_impl(impl_: I, device: Device) -> Result<Self> {
         check_type(&impl_, device)?;
+        Self::start(impl_, device)
+    }
+
+    /// `impl_` serves `device`'s type.
+    #[inline]
+    fn start(impl_: I, device: Device) -> Result<Self> {
         let (original_device, current_device) = if device.has_index() {
             (impl_.exchange_device(device)?, device)
         } else {

@@ -6,9 +6,7 @@ mod common;
 use std::time::Instant;
 
 use common::{GATED_FILL, PANICS, SLEEP, gate_params, open, pattern};
-use keel::{
-    Buffer, Device, DeviceGuard, DeviceType, Error, Event, Stream, StreamGuard, kernels,
-};
+use keel::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Stream, StreamGuard, kernels};
 
 fn cpu() -> Device {
     Device::new(DeviceType::Cpu, 0).expect("cpu:0")
@@ -30,7 +28,10 @@ fn one_device_with_properties() {
     assert_eq!(p.device, cpu());
     assert!(!p.name.is_empty());
     assert!(p.compute_units.is_some_and(|n| n >= 1));
-    assert!(p.total_memory.is_some_and(|m| m > 0), "Linux reports MemTotal");
+    assert!(
+        p.total_memory.is_some_and(|m| m > 0),
+        "Linux reports MemTotal"
+    );
     assert_eq!(p.kind, keel::DeviceKind::Cpu);
     assert!(p.timestamps.is_some());
 }
@@ -92,11 +93,19 @@ fn wait_orders_work_across_streams() {
         .expect("consumer");
     let result = y.read_async(&consumer, 0, y.len()).expect("read");
     std::thread::sleep(std::time::Duration::from_millis(20));
-    assert_eq!(consumer.query(), Ok(false), "the consumer waits for the producer");
+    assert_eq!(
+        consumer.query(),
+        Ok(false),
+        "the consumer waits for the producer"
+    );
     assert_eq!(result.is_ready(), Ok(false));
     open(2);
     let y: Vec<f32> = bytemuck::pod_collect_to_vec(&result.wait().expect("data"));
-    assert!(y.iter().all(|&v| v == 7.0), "1 + 2 * 3 everywhere: {:?}", &y[..4]);
+    assert!(
+        y.iter().all(|&v| v == 7.0),
+        "1 + 2 * 3 everywhere: {:?}",
+        &y[..4]
+    );
 }
 
 #[test]
@@ -166,13 +175,19 @@ fn stream_pool_round_robin() {
         last = keel::get_stream_from_pool(cpu(), true).expect("pool");
     }
     assert_eq!(last, first, "the 33rd request returns the 1st");
-    assert!(high.iter().all(|s| matches!(s.kind(), keel::core::StreamKind::Pool { level: 1, .. })));
+    assert!(
+        high.iter()
+            .all(|s| matches!(s.kind(), keel::core::StreamKind::Pool { level: 1, .. }))
+    );
 }
 
 #[test]
 fn copies_round_trip_byte_exact() {
     let s = pool();
-    for (i, len) in [0usize, 1, 4097, 16 * 1024 * 1024 + 3].into_iter().enumerate() {
+    for (i, len) in [0usize, 1, 4097, 16 * 1024 * 1024 + 3]
+        .into_iter()
+        .enumerate()
+    {
         let data = pattern(len, i as u32);
         let a = Buffer::from_slice(&s, &data).expect("upload");
         let b = a.to(cpu(), &s).expect("device to device");
@@ -193,10 +208,18 @@ fn vector_add_is_correct() {
         );
         let dc = Buffer::new(cpu(), 4 * n).expect("c");
         let k = kernels::VECTOR_ADD;
-        s.launch(&k, k.grid_for(n as u64), &[&da, &db, &dc], &(n as u32).to_le_bytes())
-            .expect("launch");
+        s.launch(
+            &k,
+            k.grid_for(n as u64),
+            &[&da, &db, &dc],
+            &(n as u32).to_le_bytes(),
+        )
+        .expect("launch");
         let c = dc.read_as::<f32>(&s).expect("read");
-        assert!(c.iter().enumerate().all(|(i, &v)| v == a[i] + b[i]), "n = {n}");
+        assert!(
+            c.iter().enumerate().all(|(i, &v)| v == a[i] + b[i]),
+            "n = {n}"
+        );
     }
 }
 
@@ -209,19 +232,32 @@ fn bad_requests_are_clear_errors() {
         e.to_string(),
         "write out of bounds: expected offset + length <= 16 (the buffer's size), found 12 + 8"
     );
-    let e = b.read_async(&s, usize::MAX, 2).expect_err("overflowing range");
+    let e = b
+        .read_async(&s, usize::MAX, 2)
+        .expect_err("overflowing range");
     assert!(e.to_string().starts_with("read out of bounds"), "{e}");
     let k = kernels::VECTOR_ADD;
-    let e = s.launch(&k, [1, 1, 1], &[&b, &b], &[]).expect_err("two of three");
-    assert_eq!(e.to_string(), "kernel 'vector_add': expected 3 buffers, found 2");
+    let e = s
+        .launch(&k, [1, 1, 1], &[&b, &b], &[])
+        .expect_err("two of three");
+    assert_eq!(
+        e.to_string(),
+        "kernel 'vector_add': expected 3 buffers, found 2"
+    );
     let e = s
         .launch(&k, [1, 1, 1], &[&b, &b, &b], &4u32.to_le_bytes())
         .expect_err("aliasing");
-    assert!(e.to_string().contains("same buffer is bound at bindings 0 and 1"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("same buffer is bound at bindings 0 and 1"),
+        "{e}"
+    );
     let e = Buffer::new(cpu(), usize::MAX).expect_err("too big");
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
     assert!(e.to_string().starts_with("out of memory on cpu:0"), "{e}");
-    let e = b.read_as::<[u8; 3]>(&s).expect_err("16 is not a multiple of 3");
+    let e = b
+        .read_as::<[u8; 3]>(&s)
+        .expect_err("16 is not a multiple of 3");
     assert!(e.to_string().contains("multiple of 3 bytes"), "{e}");
     let bogus = Stream::new(cpu(), 2);
     let e = bogus.query().expect_err("even ids are not CPU streams");
@@ -234,8 +270,13 @@ fn asynchronous_failures_are_reported_once_by_synchronize() {
     let short = Buffer::new(cpu(), 8).expect("alloc");
     let k = kernels::SAXPY;
     let params = [100u32.to_le_bytes(), 1.0f32.to_le_bytes()].concat();
-    s.launch(&k, k.grid_for(100), &[&short, &short.to(cpu(), &s).expect("copy")], &params)
-        .expect("enqueued; fails when it runs");
+    s.launch(
+        &k,
+        k.grid_for(100),
+        &[&short, &short.to(cpu(), &s).expect("copy")],
+        &params,
+    )
+    .expect("enqueued; fails when it runs");
     let e = s.synchronize().expect_err("kernel failed");
     assert_eq!(
         e.to_string(),

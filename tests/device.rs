@@ -32,8 +32,23 @@ fn basic_construction_valid_strings() {
 #[test]
 fn basic_construction_invalid_strings() {
     let invalid = [
-        "cpu:x", "cpu:foo", "cuda:cuda", "cuda:", "cpu:0:0", "cpu:0:", "cpu:-1", "::", ":",
-        "cpu:00", "cpu:01", " cpu", "cpu ", "cuda: 1", "cuda:+1", "cu da", "cuda:1x",
+        "cpu:x",
+        "cpu:foo",
+        "cuda:cuda",
+        "cuda:",
+        "cpu:0:0",
+        "cpu:0:",
+        "cpu:-1",
+        "::",
+        ":",
+        "cpu:00",
+        "cpu:01",
+        " cpu",
+        "cpu ",
+        "cuda: 1",
+        "cuda:+1",
+        "cu da",
+        "cuda:1x",
     ];
     for s in invalid {
         let err = s.parse::<Device>().expect_err(s);
@@ -55,7 +70,9 @@ fn unknown_type_names_are_listed() {
         err.to_string(),
         "Expected one of cpu, cuda, vulkan, wgpu, privateuseone device type at start of device string: CUDA"
     );
-    let err = "npu".parse::<Device>().expect_err("not registered in this process");
+    let err = "npu"
+        .parse::<Device>()
+        .expect_err("not registered in this process");
     assert!(matches!(err, Error::UnknownDeviceType { ref found, .. } if found == "npu"));
 }
 
@@ -65,7 +82,10 @@ fn index_range_and_cpu_rule_are_always_checked() {
     let e = Device::new(DeviceType::Cuda, 512).expect_err("too big");
     assert_eq!(e.to_string(), "Device index must be at most 511, got 512");
     let e = Device::new(DeviceType::Cuda, -2).expect_err("negative");
-    assert_eq!(e.to_string(), "Device index must be -1 or non-negative, got -2");
+    assert_eq!(
+        e.to_string(),
+        "Device index must be -1 or non-negative, got -2"
+    );
     let e = Device::new(DeviceType::Cpu, 1).expect_err("cpu:1");
     assert_eq!(e.to_string(), "CPU device index must be -1 or zero, got 1");
     let e = "cpu:1".parse::<Device>().expect_err("cpu:1");
@@ -73,8 +93,14 @@ fn index_range_and_cpu_rule_are_always_checked() {
         e.to_string(),
         "CPU device index must be -1 or zero, got 1 (in device string 'cpu:1')"
     );
-    let e = "cuda:99999999999999999999999".parse::<Device>().expect_err("overflow");
-    assert!(e.to_string().starts_with("Device index must be at most 511"), "{e}");
+    let e = "cuda:99999999999999999999999"
+        .parse::<Device>()
+        .expect_err("overflow");
+    assert!(
+        e.to_string()
+            .starts_with("Device index must be at most 511"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -91,7 +117,10 @@ fn device_type_names() {
         assert_eq!(ty.name(false), upper);
         assert_eq!(ty.to_string(), lower);
         assert_eq!(lower.parse::<DeviceType>(), Ok(ty));
-        assert!(upper.parse::<DeviceType>().is_err(), "{upper} must not parse");
+        assert!(
+            upper.parse::<DeviceType>().is_err(),
+            "{upper} must not parse"
+        );
         assert_eq!(DeviceType::from_code(i64::from(ty.code())), Some(ty));
     }
     assert_eq!(DeviceType::from_code(5), None);
@@ -106,7 +135,11 @@ fn devices_hash_and_compare_by_value() {
         .map(|s| s.parse().expect("valid"))
         .collect();
     assert_eq!(set.len(), 4);
-    assert_ne!(Device::cpu(), dev(DeviceType::Cpu, 0), "index -1 differs from 0");
+    assert_ne!(
+        Device::cpu(),
+        dev(DeviceType::Cpu, 0),
+        "index -1 differs from 0"
+    );
     assert_eq!(Device::from(DeviceType::Vulkan).to_string(), "vulkan");
 }
 
@@ -116,7 +149,10 @@ fn stream_display_and_default() {
     assert_eq!(s.to_string(), "stream 0 on device cuda:0");
     assert!(s.is_default());
     assert_eq!(s.kind(), StreamKind::Default);
-    let p = Stream::new(dev(DeviceType::Vulkan, 2), pool_stream_id(1, 3).expect("in range"));
+    let p = Stream::new(
+        dev(DeviceType::Vulkan, 2),
+        pool_stream_id(1, 3).expect("in range"),
+    );
     assert_eq!(p.to_string(), "stream 99 on device vulkan:2");
 }
 
@@ -148,9 +184,15 @@ fn pack3_unpack3_and_hash() {
     let s = Stream::new(dev(DeviceType::Vulkan, 3), 99);
     let p = s.pack3();
     assert_eq!((p.stream_id, p.device_index, p.device_type), (99, 3, 2));
-    assert_eq!(Stream::unpack3(p.stream_id, p.device_index, p.device_type), Ok(s));
+    assert_eq!(
+        Stream::unpack3(p.stream_id, p.device_index, p.device_type),
+        Ok(s)
+    );
     let e = Stream::unpack3(1, 0, 42).expect_err("bad type code");
-    assert_eq!(e.to_string(), "unpack3: expected a device type code in 0..5, found 42");
+    assert_eq!(
+        e.to_string(),
+        "unpack3: expected a device type code in 0..5, found 42"
+    );
     assert!(Stream::unpack3(1, 600, 1).is_err(), "bad index");
     assert_eq!(s.hash_u64(), (2u64 << 56) | (3u64 << 48) | 99);
     // Index -1 no longer clobbers the type bits (c10 sign-extends it).
@@ -160,9 +202,8 @@ fn pack3_unpack3_and_hash() {
 }
 
 fn device_strategy() -> impl Strategy<Value = Device> {
-    (0usize..5, -1i16..=511).prop_filter_map("cpu rule", |(t, i)| {
-        Device::new(DeviceType::ALL[t], i).ok()
-    })
+    (0usize..5, -1i16..=511)
+        .prop_filter_map("cpu rule", |(t, i)| Device::new(DeviceType::ALL[t], i).ok())
 }
 
 proptest! {

@@ -100,9 +100,8 @@ fn stream_guard_across_device_types() {
 fn multi_stream_guard_through_registry() {
     setup();
     {
-        let _g =
-            MultiStreamGuard::new(&[Stream::new(dev(A, 0), 3), Stream::new(dev(A, 2), 9)])
-                .expect("guard");
+        let _g = MultiStreamGuard::new(&[Stream::new(dev(A, 0), 3), Stream::new(dev(A, 2), 9)])
+            .expect("guard");
         assert_eq!(keel::current_stream(dev(A, 0)).expect("stream").id(), 3);
         assert_eq!(keel::current_stream(dev(A, 2)).expect("stream").id(), 9);
         assert_eq!(index(A), 0);
@@ -125,7 +124,11 @@ fn missing_backends_say_why() {
             "keel is not built with support for wgpu devices (build keel with the cargo feature `wgpu`)"
         );
     }
-    assert_eq!(keel::device_count(DeviceType::PrivateUse1), 0, "never fails");
+    assert_eq!(
+        keel::device_count(DeviceType::PrivateUse1),
+        0,
+        "never fails"
+    );
 }
 
 #[test]
@@ -138,7 +141,10 @@ fn registry_slots_are_filled_once_and_checked() {
     );
     let e = registry::register(A, FakeGuardImpl::global(A), None).expect_err("filled");
     assert!(e.to_string().contains("already registered for cuda"), "{e}");
-    assert!(FakeGuardImpl::register(A).is_ok(), "same fake again is fine");
+    assert!(
+        FakeGuardImpl::register(A).is_ok(),
+        "same fake again is fine"
+    );
     // The built-in CPU backend fills its slot on first use; after that the
     // slot is taken.
     assert_eq!(keel::device_count(DeviceType::Cpu), 1);
@@ -157,7 +163,11 @@ fn free_functions_follow_torch_cuda() {
     assert_eq!(keel::current_device(A), Ok(dev(A, 0)));
     keel::set_device(dev(A, 3)).expect("set");
     assert_eq!(keel::current_device(A), Ok(dev(A, 3)));
-    assert_eq!(keel::current_device(B), Ok(dev(B, 0)), "types are independent");
+    assert_eq!(
+        keel::current_device(B),
+        Ok(dev(B, 0)),
+        "types are independent"
+    );
     let e = keel::set_device(dev(A, 8)).expect_err("out of range");
     assert_eq!(
         e.to_string(),
@@ -171,8 +181,16 @@ fn free_functions_follow_torch_cuda() {
     assert_eq!(keel::current_device(A), Ok(dev(A, 3)));
     assert_eq!(keel::current_stream(dev(A, 5)).expect("stream").id(), 33);
     // Index -1 resolves to the current device.
-    assert_eq!(keel::current_stream(Device::current(A)).expect("stream").device(), dev(A, 3));
-    assert_eq!(keel::default_stream(dev(A, 5)), Ok(Stream::default_for(dev(A, 5))));
+    assert_eq!(
+        keel::current_stream(Device::current(A))
+            .expect("stream")
+            .device(),
+        dev(A, 3)
+    );
+    assert_eq!(
+        keel::default_stream(dev(A, 5)),
+        Ok(Stream::default_for(dev(A, 5)))
+    );
     keel::synchronize(dev(A, 5)).expect("sync");
     keel::set_device(dev(A, 0)).expect("set");
 }
@@ -186,7 +204,11 @@ fn stream_pool_round_robin() {
         .collect();
     let distinct: std::collections::HashSet<_> = first.iter().copied().collect();
     assert_eq!(distinct.len(), 32, "32 distinct streams per level");
-    assert_eq!(keel::get_stream_from_pool(d, false).expect("pool"), first[0], "33rd is the 1st");
+    assert_eq!(
+        keel::get_stream_from_pool(d, false).expect("pool"),
+        first[0],
+        "33rd is the 1st"
+    );
     let high = keel::get_stream_from_pool(d, true).expect("pool");
     assert!(!distinct.contains(&high), "high priority is another pool");
     assert_eq!(
@@ -194,7 +216,10 @@ fn stream_pool_round_robin() {
         keel::core::StreamKind::Pool { level: 1, index: 0 }
     );
     let same_level = keel::get_stream_with_priority(d, -5).expect("clamped to the top level");
-    assert_eq!(same_level.kind(), keel::core::StreamKind::Pool { level: 1, index: 1 });
+    assert_eq!(
+        same_level.kind(),
+        keel::core::StreamKind::Pool { level: 1, index: 1 }
+    );
     let e = keel::get_stream_with_priority(d, 1).expect_err("positive priority");
     assert!(e.to_string().contains("found 1"), "{e}");
 }

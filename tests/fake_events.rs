@@ -39,7 +39,10 @@ fn record_checks_device_type_and_index() {
         err.to_string(),
         "Event device type CUDA does not match recording stream's device type VULKAN."
     );
-    assert!(!e.was_marked_for_recording(), "a failed record records nothing");
+    assert!(
+        !e.was_marked_for_recording(),
+        "a failed record records nothing"
+    );
     e.record(&stream(A, 2)).expect("record");
     assert_eq!(e.device_index(), 2);
     assert!(e.was_marked_for_recording());
@@ -61,7 +64,8 @@ fn record_once_records_only_the_first_time() {
     setup();
     let mut e = Event::new(A);
     e.record_once(&stream(A, 4)).expect("record");
-    e.record_once(&stream(A, 5)).expect("ignored: already recorded");
+    e.record_once(&stream(A, 5))
+        .expect("ignored: already recorded");
     assert_eq!(e.device_index(), 4);
 }
 

@@ -27,8 +27,8 @@ fn eight_threads_hammering_guards() {
                         let _s = StreamGuard::new(Stream::new(mine, id)).expect("stream guard");
                         assert_eq!(fake.current_stream_id(t), id);
                         let other = Device::new(TY, (t + 1) % 8).expect("valid");
-                        let _m = MultiStreamGuard::new(&[Stream::new(other, id + 1)])
-                            .expect("multi");
+                        let _m =
+                            MultiStreamGuard::new(&[Stream::new(other, id + 1)]).expect("multi");
                         assert_eq!(fake.current_stream_id((t + 1) % 8), id + 1);
                         assert_eq!(keel::current_device(TY), Ok(mine));
                         std::thread::yield_now();

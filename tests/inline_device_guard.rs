@@ -47,7 +47,10 @@ fn constructor() {
 fn constructor_error() {
     let e = TestGuard::with_impl(fake(), Device::new(DeviceType::Vulkan, 1).expect("valid"))
         .expect_err("type mismatch");
-    assert_eq!(e.to_string(), "device guard for cuda devices was given vulkan:1");
+    assert_eq!(
+        e.to_string(),
+        "device guard for cuda devices was given vulkan:1"
+    );
     let e = TestGuard::new(dev(8)).expect_err("fake has 8 devices");
     assert!(e.to_string().contains("expected an index in 0..8"), "{e}");
     assert_eq!(fake().device_index(), 0, "a failed guard changes nothing");
@@ -66,7 +69,10 @@ fn set_device() {
     }
     g.set_device(dev(-1)).expect("-1 is a no-op");
     assert_eq!(fake().device_index(), 2);
-    assert!(g.set_device(Device::new(DeviceType::Vulkan, 0).expect("valid")).is_err());
+    assert!(
+        g.set_device(Device::new(DeviceType::Vulkan, 0).expect("valid"))
+            .is_err()
+    );
     drop(g);
     assert_eq!(fake().device_index(), init_i);
 }
@@ -120,7 +126,10 @@ fn optional_constructor() {
 fn optional_nullary_constructor() {
     let init_i = 0;
     fake().set_device_index(init_i);
-    for g in [MaybeTestGuard::new(), MaybeTestGuard::with_device(None).expect("empty")] {
+    for g in [
+        MaybeTestGuard::new(),
+        MaybeTestGuard::with_device(None).expect("empty"),
+    ] {
         assert_eq!(g.original_device(), None);
         assert_eq!(g.current_device(), None);
         assert_eq!(fake().device_index(), init_i);

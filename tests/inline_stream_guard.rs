@@ -192,7 +192,11 @@ fn multi_constructor() {
     assert_all_restored();
     {
         let _g = MultiTestGuard::new(&[stream(1, 3)]).expect("guard");
-        assert_eq!(fake().device_index(), 0, "the current device does not change");
+        assert_eq!(
+            fake().device_index(),
+            0,
+            "the current device does not change"
+        );
         assert_eq!(sid(0), 0);
         assert_eq!(sid(1), 3);
     }

@@ -26,7 +26,11 @@ fn probe_env_launch_blocking() {
     let s = keel::get_stream_from_pool(Device::cpu(), false).expect("pool");
     s.launch(&SLEEP, [1, 1, 1], &[], &30u32.to_le_bytes())
         .expect("launch");
-    assert_eq!(s.query(), Ok(true), "the launch returned after the kernel ran");
+    assert_eq!(
+        s.query(),
+        Ok(true),
+        "the launch returned after the kernel ran"
+    );
 }
 
 #[test]
@@ -55,7 +59,12 @@ fn set_launch_blocking_makes_errors_surface_at_the_call() {
     // A failing kernel reports its error from `launch` itself.
     let buf = Buffer::new(cpu, 4).expect("alloc");
     let err = s
-        .launch(&common::GATED_FILL, [1, 1, 1], &[&buf], &gate_params(99, 1.0))
+        .launch(
+            &common::GATED_FILL,
+            [1, 1, 1],
+            &[&buf],
+            &gate_params(99, 1.0),
+        )
         .expect_err("gate 99 does not exist");
     assert_eq!(err.to_string(), "kernel 'gated_fill': no gate 99");
     // Event records and waits are synchronous too.

@@ -7,9 +7,7 @@ mod npu;
 mod common;
 
 use common::{GATED_FILL, gate_params, open, pattern};
-use keel::{
-    Buffer, Device, DeviceGuard, DeviceType, Error, Event, Stream, StreamGuard, kernels,
-};
+use keel::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Stream, StreamGuard, kernels};
 
 fn npu(index: i16) -> Device {
     npu::install().expect("npu backend");
@@ -46,11 +44,24 @@ fn npu_devices_parse_and_print() {
     let d = npu(1);
     assert_eq!("npu:1".parse::<Device>(), Ok(d));
     assert_eq!(d.to_string(), "npu:1");
-    assert_eq!("privateuseone:1".parse::<Device>().map(|d| d.to_string()), Ok("npu:1".into()));
-    assert_eq!("npu".parse::<Device>(), Ok(Device::current(DeviceType::PrivateUse1)));
+    assert_eq!(
+        "privateuseone:1".parse::<Device>().map(|d| d.to_string()),
+        Ok("npu:1".into())
+    );
+    assert_eq!(
+        "npu".parse::<Device>(),
+        Ok(Device::current(DeviceType::PrivateUse1))
+    );
     let e = "cuda_x:0".parse::<Device>().expect_err("unknown");
-    assert!(e.to_string().starts_with("Expected one of cpu, cuda, vulkan, wgpu, privateuseone, npu device type"), "{e}");
-    assert_eq!(Stream::default_for(d).to_string(), "stream 0 on device npu:1");
+    assert!(
+        e.to_string()
+            .starts_with("Expected one of cpu, cuda, vulkan, wgpu, privateuseone, npu device type"),
+        "{e}"
+    );
+    assert_eq!(
+        Stream::default_for(d).to_string(),
+        "stream 0 on device npu:1"
+    );
 }
 
 #[test]
@@ -63,7 +74,10 @@ fn guards_and_streams_on_a_third_party_backend() {
         let _g = DeviceGuard::new(d1).expect("guard");
         assert_eq!(keel::current_device(DeviceType::PrivateUse1), Ok(d1));
         let _sg = StreamGuard::new(s).expect("stream guard");
-        assert_eq!(keel::current_stream(Device::current(DeviceType::PrivateUse1)), Ok(s));
+        assert_eq!(
+            keel::current_stream(Device::current(DeviceType::PrivateUse1)),
+            Ok(s)
+        );
     }
     assert_eq!(keel::current_device(DeviceType::PrivateUse1), Ok(d0));
     assert_eq!(keel::current_stream(d1), Ok(Stream::default_for(d1)));
@@ -80,7 +94,11 @@ fn default_stream_is_asynchronous_and_events_order_it() {
     default
         .launch(&GATED_FILL, [1, 1, 1], &[&buf], &gate_params(10, 4.0))
         .expect("launch");
-    assert_eq!(default.query(), Ok(false), "an accelerator's default stream is async");
+    assert_eq!(
+        default.query(),
+        Ok(false),
+        "an accelerator's default stream is async"
+    );
     let mut done = Event::timed(DeviceType::PrivateUse1);
     done.record(&default).expect("record");
     other.wait(&done).expect("wait");
@@ -112,7 +130,9 @@ fn buffers_on_different_devices_do_not_mix() {
         "expected all buffers to be on the same device, but found at least two devices, npu:0 and npu:1"
     );
     let cpu_stream = keel::current_stream(Device::cpu()).expect("cpu");
-    let e = a.write(&cpu_stream, 0, &[1u8]).expect_err("stream on another device");
+    let e = a
+        .write(&cpu_stream, 0, &[1u8])
+        .expect_err("stream on another device");
     assert!(e.to_string().ends_with("npu:0 and cpu:0"), "{e}");
 }
 
@@ -136,7 +156,10 @@ fn data_moves_between_any_devices() {
     keel::set_current_stream(s1).expect("current");
     let back = on_npu1.to(cpu, &sc).expect("npu:1 -> cpu");
     assert_eq!(back.device(), cpu);
-    assert!(back.read(&sc).expect("read") == data, "byte-exact after three moves");
+    assert!(
+        back.read(&sc).expect("read") == data,
+        "byte-exact after three moves"
+    );
 }
 
 #[test]
@@ -158,7 +181,11 @@ fn kernels_and_timing_on_npu() {
     keel::synchronize(d).expect("device sync");
     assert!(start.elapsed_time(&end).expect("elapsed") >= 0.0);
     let y = dy.read_as::<f32>(&s).expect("read");
-    assert!(y.iter().enumerate().all(|(i, &v)| v == 1.0 + 3.0 * i as f32));
+    assert!(
+        y.iter()
+            .enumerate()
+            .all(|(i, &v)| v == 1.0 + 3.0 * i as f32)
+    );
     let p = keel::properties(d).expect("properties");
     assert_eq!(p.name, "Keel simulated NPU");
 }

@@ -17,7 +17,10 @@ fn main() -> keel::Result<()> {
 
     let npu1: Device = "npu:1".parse()?;
     let _guard = DeviceGuard::new(npu1)?;
-    println!("current device: {}", keel::current_device(DeviceType::PrivateUse1)?);
+    println!(
+        "current device: {}",
+        keel::current_device(DeviceType::PrivateUse1)?
+    );
     let p = keel::properties(npu1)?;
     println!("{npu1}: {} ({}, {})", p.name, p.kind, p.native_backend);
 
@@ -28,7 +31,10 @@ fn main() -> keel::Result<()> {
     let n = 1 << 20;
     let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
-    let (da, db) = (Buffer::from_slice(&upload, &a)?, Buffer::from_slice(&upload, &b)?);
+    let (da, db) = (
+        Buffer::from_slice(&upload, &a)?,
+        Buffer::from_slice(&upload, &b)?,
+    );
     let dc = Buffer::new(npu1, 4 * n)?;
     let mut uploaded = Event::new(DeviceType::PrivateUse1);
     uploaded.record(&upload)?;
@@ -38,10 +44,18 @@ fn main() -> keel::Result<()> {
     let mut end = Event::timed(DeviceType::PrivateUse1);
     start.record(&compute)?;
     let k = kernels::VECTOR_ADD;
-    compute.launch(&k, k.grid_for(n as u64), &[&da, &db, &dc], &(n as u32).to_le_bytes())?;
+    compute.launch(
+        &k,
+        k.grid_for(n as u64),
+        &[&da, &db, &dc],
+        &(n as u32).to_le_bytes(),
+    )?;
     end.record(&compute)?;
     end.synchronize()?;
-    println!("vector_add of {n} elements: {:.3} ms", start.elapsed_time(&end)?);
+    println!(
+        "vector_add of {n} elements: {:.3} ms",
+        start.elapsed_time(&end)?
+    );
 
     // Explicit moves: npu:1 -> npu:0 (peer copy) -> cpu (through the host).
     let npu0: Device = "npu:0".parse()?;
@@ -51,7 +65,9 @@ fn main() -> keel::Result<()> {
     let ok = c.iter().enumerate().all(|(i, &v)| v == a[i] + b[i]);
     println!("moved npu:1 -> npu:0 -> cpu; result correct: {ok}");
     if !ok {
-        return Err(keel::Error::invalid("vector_add on npu gave a wrong result"));
+        return Err(keel::Error::invalid(
+            "vector_add on npu gave a wrong result",
+        ));
     }
     Ok(())
 }

@@ -70,7 +70,9 @@ impl Npu {
     }
 
     fn event<'e>(&self, event: &'e EventHandle) -> Result<&'e HostEvent> {
-        event.downcast_ref::<HostEvent>().ok_or_else(|| foreign_event(TY))
+        event
+            .downcast_ref::<HostEvent>()
+            .ok_or_else(|| foreign_event(TY))
     }
 
     fn at(index: DeviceIndex) -> Result<Device> {
@@ -97,7 +99,10 @@ impl DeviceGuardImpl for Npu {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         self.device(device)?;
-        Ok(Stream::new(device, tls::current_stream_id(TY, device.index())))
+        Ok(Stream::new(
+            device,
+            tls::current_stream_id(TY, device.index()),
+        ))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         self.stream(&stream)?;
@@ -113,11 +118,17 @@ impl DeviceGuardImpl for Npu {
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         let c = self.device(device)?.cursors();
-        Ok(Stream::new(device, c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         let c = self.device(device)?.cursors();
-        Ok(Stream::new(device, c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,
@@ -152,7 +163,9 @@ impl DeviceGuardImpl for Npu {
     fn elapsed_time(&self, start: &EventHandle, end: &EventHandle, _: DeviceIndex) -> Result<f64> {
         self.event(start)?
             .elapsed_ms(self.event(end)?)
-            .ok_or_else(|| Error::invalid("Both events must be completed before calculating elapsed time."))
+            .ok_or_else(|| {
+                Error::invalid("Both events must be completed before calculating elapsed time.")
+            })
     }
 }
 
@@ -168,7 +181,8 @@ impl DeviceRuntime for Npu {
             period_ns: 1.0,
             valid_bits: 64,
         });
-        p.extra.push(("peer access".to_owned(), "all npu devices".to_owned()));
+        p.extra
+            .push(("peer access".to_owned(), "all npu devices".to_owned()));
         Ok(p)
     }
     fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle> {
@@ -179,8 +193,19 @@ impl DeviceRuntime for Npu {
         })?;
         Ok(BufferHandle::new(mem))
     }
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>) -> Result<()> {
-        host::enqueue_write(self.stream(stream)?, host::host_memory(TY, dst)?, offset, data)
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        host::enqueue_write(
+            self.stream(stream)?,
+            host::host_memory(TY, dst)?,
+            offset,
+            data,
+        )
     }
     fn read(
         &self,
@@ -189,7 +214,12 @@ impl DeviceRuntime for Npu {
         offset: usize,
         len: usize,
     ) -> Result<Box<dyn Readback>> {
-        host::enqueue_read(self.stream(stream)?, host::host_memory(TY, src)?, offset, len)
+        host::enqueue_read(
+            self.stream(stream)?,
+            host::host_memory(TY, src)?,
+            offset,
+            len,
+        )
     }
     fn copy(
         &self,

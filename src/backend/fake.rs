@@ -88,6 +88,7 @@ impl FakeGuardImpl {
         }
     }
 
+    #[inline]
     fn check(&self, device: Device) -> Result<()> {
         if device.device_type() != self.ty {
             return Err(Error::invalid(format!(
@@ -106,6 +107,7 @@ impl FakeGuardImpl {
 }
 
 impl StaticGuardImpl for FakeGuardImpl {
+    #[inline]
     fn for_device_type(ty: DeviceType) -> Result<Self> {
         Ok(FakeGuardImpl::new(ty))
     }

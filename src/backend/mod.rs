@@ -245,14 +245,20 @@ pub trait StaticGuardImpl: DeviceGuardImpl + Sized {
 
 /// Checks that `device` has a concrete index below `count`, for backends'
 /// `exchange_device`/`set_device`.
+#[inline]
 pub fn check_device_index(device: Device, count: DeviceIndex) -> Result<()> {
     if device.index() < 0 || device.index() >= count {
-        let ty = device.device_type();
-        return Err(Error::InvalidDeviceIndex(format!(
-            "Invalid device {device}: expected an index in 0..{count} ({count} {ty} device{} available), found {}",
-            if count == 1 { "" } else { "s" },
-            device.index()
-        )));
+        return Err(index_error(device, count));
     }
     Ok(())
+}
+
+#[cold]
+fn index_error(device: Device, count: DeviceIndex) -> Error {
+    let ty = device.device_type();
+    Error::InvalidDeviceIndex(format!(
+        "Invalid device {device}: expected an index in 0..{count} ({count} {ty} device{} available), found {}",
+        if count == 1 { "" } else { "s" },
+        device.index()
+    ))
 }

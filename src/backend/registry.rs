@@ -18,6 +18,7 @@
 //! <type> devices (<how to get it>)".
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::{DeviceGuardImpl, DeviceRuntime};
 use crate::core::DeviceType;
@@ -45,10 +46,10 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
 #[inline]
 fn entry(ty: DeviceType) -> Result<Entry> {
     let slot = &SLOTS[usize::from(ty.code())];
-    if let Some(e) = slot.get() {
-        return Ok(*e);
+    match slot.get() {
+        Some(e) => Ok(*e),
+        None => entry_slow(ty, slot),
     }
-    entry_slow(ty, slot)
 }
 
 #[cold]
@@ -109,7 +110,10 @@ pub fn is_registered(ty: DeviceType) -> bool {
 /// The guard implementation for `ty`. The error says why there is none.
 #[inline]
 pub fn guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
-    entry(ty).map(|e| e.guard)
+    match SLOTS[usize::from(ty.code())].get() {
+        Some(e) => Ok(e.guard),
+        None => entry(ty).map(|e| e.guard),
+    }
 }
 
 /// The runtime (properties, buffers, copies, kernels) for `ty`.
@@ -120,15 +124,42 @@ pub fn runtime(ty: DeviceType) -> Result<&'static dyn DeviceRuntime> {
     })
 }
 
+/// Per slot: 0 = not asked yet, 1 = the backend can run, 2 = it cannot
+/// (the reason is in `UNAVAILABLE`). Backends decide availability once
+/// (loading a driver), so guards pay one relaxed load for this check, not a
+/// call into the backend.
+static AVAILABLE: [AtomicU8; DeviceType::COUNT] = [const { AtomicU8::new(0) }; DeviceType::COUNT];
+static UNAVAILABLE: [OnceLock<Option<String>>; DeviceType::COUNT] =
+    [const { OnceLock::new() }; DeviceType::COUNT];
+
 /// The guard implementation for `ty`, checked to be usable: a backend that
 /// is registered but cannot run reports "<backend> unavailable: <reason>".
+#[inline]
 pub fn available_guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
     let g = guard_impl(ty)?;
-    match g.unavailable_reason() {
-        None => Ok(g),
-        Some(reason) => Err(Error::Unavailable {
-            backend: ty.backend_name().to_owned(),
-            reason,
-        }),
+    if AVAILABLE[usize::from(ty.code())].load(Ordering::Relaxed) == 1 {
+        return Ok(g);
+    }
+    check_available(ty, g)
+}
+
+#[cold]
+fn check_available(
+    ty: DeviceType,
+    g: &'static dyn DeviceGuardImpl,
+) -> Result<&'static dyn DeviceGuardImpl> {
+    let i = usize::from(ty.code());
+    match UNAVAILABLE[i].get_or_init(|| g.unavailable_reason()) {
+        None => {
+            AVAILABLE[i].store(1, Ordering::Relaxed);
+            Ok(g)
+        }
+        Some(reason) => {
+            AVAILABLE[i].store(2, Ordering::Relaxed);
+            Err(Error::Unavailable {
+                backend: ty.backend_name().to_owned(),
+                reason: reason.clone(),
+            })
+        }
     }
 }

@@ -16,6 +16,7 @@ pub struct VirtualGuardImpl {
 
 impl VirtualGuardImpl {
     /// The registered implementation for `ty`.
+    #[inline]
     pub fn new(ty: DeviceType) -> Result<Self> {
         Ok(VirtualGuardImpl {
             inner: registry::available_guard_impl(ty)?,
@@ -41,6 +42,7 @@ impl fmt::Debug for VirtualGuardImpl {
 }
 
 impl StaticGuardImpl for VirtualGuardImpl {
+    #[inline]
     fn for_device_type(ty: DeviceType) -> Result<Self> {
         VirtualGuardImpl::new(ty)
     }

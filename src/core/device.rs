@@ -31,6 +31,7 @@ pub struct Device {
 impl Device {
     /// A device of type `ty` with `index`, checked: `index` must be `-1` or
     /// in `0..=511`, and a CPU device's index must be `-1` or `0`.
+    #[inline]
     pub fn new(ty: DeviceType, index: DeviceIndex) -> Result<Device> {
         validate(ty, i64::from(index))?;
         Ok(Device { ty, index })
@@ -72,7 +73,17 @@ impl Device {
     }
 }
 
+#[inline]
 fn validate(ty: DeviceType, index: i64) -> Result<()> {
+    let cpu_ok = ty != DeviceType::Cpu || index <= 0;
+    if (-1..=i64::from(MAX_DEVICE_INDEX)).contains(&index) && cpu_ok {
+        return Ok(());
+    }
+    invalid_index(ty, index)
+}
+
+#[cold]
+fn invalid_index(ty: DeviceType, index: i64) -> Result<()> {
     if index < -1 {
         return Err(Error::InvalidDeviceIndex(format!(
             "Device index must be -1 or non-negative, got {index}"

@@ -86,10 +86,7 @@ pub const fn pool_stream_id(level: usize, index: usize) -> Option<StreamId> {
 pub const fn stream_kind(id: StreamId) -> StreamKind {
     if id == DEFAULT_STREAM_ID {
         StreamKind::Default
-    } else if id & 1 == 1
-        && id >> 10 == 0
-        && ((id >> 1) & 0xF) < MAX_PRIORITY_LEVELS as StreamId
-    {
+    } else if id & 1 == 1 && id >> 10 == 0 && ((id >> 1) & 0xF) < MAX_PRIORITY_LEVELS as StreamId {
         StreamKind::Pool {
             level: ((id >> 1) & 0xF) as u8,
             index: ((id >> 5) & 0x1F) as u8,
