@@ -28,7 +28,13 @@
 //! # Note [Guards are not Send]
 //! The current device and stream are per thread; a guard moved to another
 //! thread would restore that thread's state with this thread's values. Every
-//! guard is therefore `!Send` (and `!Sync`).
+//! guard is therefore `!Send` (and `!Sync`):
+//!
+//! ```compile_fail
+//! fn send<T: Send>(_: T) {}
+//! let guard = keel::DeviceGuard::new(keel::Device::cpu()).expect("cpu");
+//! send(guard); // error: a guard cannot move to another thread
+//! ```
 //!
 //! Destructors cannot report errors: restoring uses
 //! `unchecked_set_device`, and a failing `exchange_stream` on drop is
