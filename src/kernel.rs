@@ -117,32 +117,71 @@ impl fmt::Debug for Kernel {
 }
 
 pub mod kernels {
-    //! The demo kernels. Each has a host reference here; the GPU backends
-    //! add WGSL and PTX sources from `shaders/`.
+    //! The demo kernels: WGSL sources in `shaders/` (run by Vulkan and
+    //! wgpu) and a host implementation here (run by the CPU backend, and
+    //! the reference the GPU results are checked against).
 
     use super::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
 
     /// `c[i] = a[i] + b[i]` for `i < n`. Bindings: `a`, `b`, `c` (f32).
-    /// Parameters: `n: u32`.
+    /// Parameters: `n: u32`. Source: `shaders/vector_add.wgsl`.
     pub const VECTOR_ADD: Kernel = Kernel {
         name: "vector_add",
         workgroup_size: [256, 1, 1],
         bindings: 3,
-        wgsl: None,
+        wgsl: Some(include_str!("../shaders/vector_add.wgsl")),
         ptx: None,
         cpu: Some(vector_add_cpu),
     };
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`. Bindings: `x`, `y` (f32).
-    /// Parameters: `n: u32`, `alpha: f32`.
+    /// Parameters: `n: u32`, `alpha: f32`. Source: `shaders/saxpy.wgsl`.
     pub const SAXPY: Kernel = Kernel {
         name: "saxpy",
         workgroup_size: [256, 1, 1],
         bindings: 2,
-        wgsl: None,
+        wgsl: Some(include_str!("../shaders/saxpy.wgsl")),
         ptx: None,
         cpu: Some(saxpy_cpu),
     };
+
+    /// Deliberately slow: `out[i]` = `iters` steps of `x <- x * 0.999 + 1`
+    /// from `x = i`, for `i < n`. Bindings: `out` (f32). Parameters:
+    /// `n: u32`, `iters: u32`. Source: `shaders/spin.wgsl`. Makes work
+    /// that takes a while, for overlap demos and completion checks.
+    pub const SPIN: Kernel = Kernel {
+        name: "spin",
+        workgroup_size: [64, 1, 1],
+        bindings: 1,
+        wgsl: Some(include_str!("../shaders/spin.wgsl")),
+        ptx: None,
+        cpu: Some(spin_cpu),
+    };
+
+    /// The value [`SPIN`] stores for invocation `i`.
+    pub fn spin_reference(i: u32, iters: u32) -> f32 {
+        let mut x = i as f32;
+        for _ in 0..iters {
+            x = x * 0.999 + 1.0;
+        }
+        x
+    }
+
+    fn spin_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+        let (n, iters, global) = (inv.param_u32(0)?, inv.param_u32(4)?, inv.global_size());
+        let [out] = &mut inv.buffers[..] else {
+            return Err(format!("expected 1 buffer, found {}", inv.buffers.len()));
+        };
+        let out = as_f32s_mut(0, out)?;
+        let n = count(n, global, &[out.len()])?;
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            *o = spin_reference(i as u32, iters);
+        }
+        Ok(())
+    }
+
+    /// Every demo kernel.
+    pub const ALL: [Kernel; 3] = [VECTOR_ADD, SAXPY, SPIN];
 
     /// The element count a launch covers: the `n` parameter, bounded by
     /// the grid, and checked against every binding's length.

@@ -27,6 +27,8 @@ pub mod registry;
 mod runtime;
 pub mod tls;
 mod virtual_impl;
+#[cfg(feature = "vulkan")]
+pub mod vulkan;
 
 use std::any::Any;
 use std::fmt;

@@ -39,6 +39,11 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
             guard: &super::cpu::CpuGuardImpl,
             runtime: Some(&super::cpu::CpuGuardImpl),
         }),
+        #[cfg(feature = "vulkan")]
+        DeviceType::Vulkan => Some(Entry {
+            guard: &super::vulkan::VulkanGuardImpl,
+            runtime: Some(&super::vulkan::VulkanGuardImpl),
+        }),
         _ => None,
     }
 }

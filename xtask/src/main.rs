@@ -1,18 +1,27 @@
 //! `cargo xtask <task>`: the project's scripted jobs.
 //!
 //! - `cargo xtask test`: everything CI checks, in order, stopping at the
-//!   first failure: rustfmt, clippy with `-D warnings` on every target and
-//!   feature, then every test of the workspace (unit, integration, doc,
-//!   and examples built).
+//!   first failure:
+//!   1. system packages the tests need (software Vulkan: Mesa's lavapipe,
+//!      the Vulkan loader, the Khronos validation layer), installed with
+//!      apt-get when missing and running as root;
+//!   2. rustfmt;
+//!   3. clippy with `-D warnings` on every target and feature;
+//!   4. every test of the workspace, with the Khronos validation layer
+//!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
+//!      fails the test that caused it.
+//!
+//! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
+//! instead of skipping when that backend is unavailable.
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
-fn run(step: &str, program: &str, args: &[&str]) -> Result<(), String> {
-    eprintln!("xtask: {step}: {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
+fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: {step}: {cmd:?}");
+    let status = cmd
         .status()
-        .map_err(|e| format!("{step}: could not start {program}: {e}"))?;
+        .map_err(|e| format!("{step}: could not start {:?}: {e}", cmd.get_program()))?;
     if status.success() {
         Ok(())
     } else {
@@ -20,13 +29,75 @@ fn run(step: &str, program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Files whose presence means a Debian package is installed.
+const PACKAGES: &[(&str, &[&str])] = &[
+    (
+        "libvulkan1",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+            "/usr/lib/aarch64-linux-gnu/libvulkan.so.1",
+        ],
+    ),
+    (
+        "mesa-vulkan-drivers",
+        &[
+            "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
+            "/usr/share/vulkan/icd.d/lvp_icd.aarch64.json",
+        ],
+    ),
+    (
+        "vulkan-validationlayers",
+        &["/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"],
+    ),
+];
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn install_system_packages() -> Result<(), String> {
+    if !cfg!(target_os = "linux") || !Path::new("/usr/bin/apt-get").exists() {
+        eprintln!("xtask: not a Debian-like system: install a Vulkan driver and the validation layer yourself");
+        return Ok(());
+    }
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(_, files)| !files.iter().any(|f| Path::new(f).exists()))
+        .map(|(name, _)| *name)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        eprintln!(
+            "xtask: missing packages {missing:?}, and not root: install them with `sudo apt-get install {}`",
+            missing.join(" ")
+        );
+        return Ok(());
+    }
+    run("apt-get update", Command::new("apt-get").args(["update", "-q"]))?;
+    run(
+        "apt-get install",
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing),
+    )
+}
+
 fn test() -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    run("rustfmt", &cargo, &["fmt", "--all", "--", "--check"])?;
+    install_system_packages()?;
+    run(
+        "rustfmt",
+        Command::new(&cargo).args(["fmt", "--all", "--", "--check"]),
+    )?;
     run(
         "clippy",
-        &cargo,
-        &[
+        Command::new(&cargo).args([
             "clippy",
             "--workspace",
             "--all-targets",
@@ -34,10 +105,24 @@ fn test() -> Result<(), String> {
             "--",
             "-D",
             "warnings",
-        ],
+        ]),
     )?;
-    run("tests", &cargo, &["test", "--workspace", "--all-features"])?;
-    Ok(())
+    // Mesa warns on stderr when XDG_RUNTIME_DIR is unset; give it one.
+    let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
+    std::fs::create_dir_all(&runtime_dir).map_err(|e| format!("creating {runtime_dir:?}: {e}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let mut tests = Command::new(&cargo);
+    tests
+        .args(["test", "--workspace", "--all-features", "--no-fail-fast"])
+        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation");
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        tests.env("XDG_RUNTIME_DIR", &runtime_dir);
+    }
+    run("tests", &mut tests)
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,243 @@
+//! WGSL kernels on Vulkan: naga compiles each kernel's WGSL to SPIR-V once
+//! per process; each device caches one compute pipeline per kernel.
+//!
+//! Binding model (shared with the wgpu backend): the kernel's buffers are
+//! storage buffers at `@group(0) @binding(0..n)`, and its parameter block
+//! is a uniform buffer at `@binding(n)`, padded with zeros to a multiple of
+//! 16 bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use ash::vk;
+
+use super::TY;
+use super::device::{Ctx, lock, vk_error};
+use super::memory::VkBuffer;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+/// Identifies a kernel's source: (address, length) of its WGSL text, which
+/// is `'static`, so two kernels with one name but different code differ.
+fn source_key(wgsl: &'static str) -> (usize, usize) {
+    (wgsl.as_ptr() as usize, wgsl.len())
+}
+
+type Spirv = Result<Arc<Vec<u32>>, String>;
+static SPIRV: LazyLock<Mutex<HashMap<(usize, usize), Spirv>>> = LazyLock::new(Default::default);
+
+/// `kernel`'s WGSL compiled to SPIR-V (cached).
+pub fn spirv(kernel: &Kernel) -> Result<Arc<Vec<u32>>> {
+    let wgsl = wgsl_of(kernel)?;
+    let mut cache = lock(&SPIRV);
+    let entry = cache
+        .entry(source_key(wgsl))
+        .or_insert_with(|| compile(wgsl, kernel.name).map(Arc::new));
+    entry.clone().map_err(|message| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message,
+    })
+}
+
+fn wgsl_of(kernel: &Kernel) -> Result<&'static str> {
+    kernel.wgsl.ok_or_else(|| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: "has no WGSL source, which the Vulkan backend runs".to_owned(),
+    })
+}
+
+fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
+    let module = naga::front::wgsl::parse_str(wgsl)
+        .map_err(|e| format!("WGSL parse error: {}", e.emit_to_string(wgsl)))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::empty(),
+    )
+    .validate(&module)
+    .map_err(|e| format!("WGSL validation error: {}", e.emit_to_string(wgsl)))?;
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: entry.to_owned(),
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .map_err(|e| format!("SPIR-V generation failed: {e}"))
+}
+
+/// A compute pipeline with its layouts.
+pub(super) struct Pipeline {
+    pub set_layout: vk::DescriptorSetLayout,
+    pub layout: vk::PipelineLayout,
+    pub pipeline: vk::Pipeline,
+    pub storage_bindings: u32,
+}
+
+/// The pipeline for `kernel` on `ctx` (cached per device and kernel).
+pub(super) fn pipeline(ctx: &'static Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
+    let key = source_key(wgsl_of(kernel)?);
+    if let Some(p) = lock(&ctx.pipelines).get(&key) {
+        return Ok(Arc::clone(p));
+    }
+    let code = spirv(kernel)?;
+    let p = Arc::new(create(ctx, kernel, &code)?);
+    // Two threads may race to create it; either result is a valid pipeline.
+    Ok(Arc::clone(lock(&ctx.pipelines).entry(key).or_insert(p)))
+}
+
+fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
+    let device = &ctx.device;
+    let n = u32::try_from(kernel.bindings).map_err(|_| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: format!("too many bindings: {}", kernel.bindings),
+    })?;
+    let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = (0..=n)
+        .map(|i| {
+            vk::DescriptorSetLayoutBinding::default()
+                .binding(i)
+                .descriptor_type(if i < n {
+                    vk::DescriptorType::STORAGE_BUFFER
+                } else {
+                    vk::DescriptorType::UNIFORM_BUFFER
+                })
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+        })
+        .collect();
+    let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+    // SAFETY: object creation on a live device; pipelines are cached for
+    // the life of the device (the process).
+    let set_layout = unsafe { device.create_descriptor_set_layout(&set_info, None) }
+        .map_err(|e| vk_error("vkCreateDescriptorSetLayout", e))?;
+    let set_layouts = [set_layout];
+    let layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+    // SAFETY: as above.
+    let layout = unsafe { device.create_pipeline_layout(&layout_info, None) }
+        .map_err(|e| vk_error("vkCreatePipelineLayout", e))?;
+    let module_info = vk::ShaderModuleCreateInfo::default().code(code);
+    // SAFETY: `code` is SPIR-V produced and validated by naga.
+    let module = unsafe { device.create_shader_module(&module_info, None) }
+        .map_err(|e| vk_error("vkCreateShaderModule", e))?;
+    let entry = std::ffi::CString::new(kernel.name).map_err(|_| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: "the kernel name contains a NUL byte".to_owned(),
+    })?;
+    let stage = vk::PipelineShaderStageCreateInfo::default()
+        .stage(vk::ShaderStageFlags::COMPUTE)
+        .module(module)
+        .name(&entry);
+    let info = [vk::ComputePipelineCreateInfo::default()
+        .stage(stage)
+        .layout(layout)];
+    // SAFETY: the module, layout and entry name are alive for the call.
+    let result =
+        unsafe { device.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
+    // SAFETY: the module is no longer needed once the pipeline exists.
+    unsafe { device.destroy_shader_module(module, None) };
+    let pipeline = result
+        .map_err(|(_, e)| vk_error("vkCreateComputePipelines", e))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::backend(TY, "vkCreateComputePipelines returned no pipeline"))?;
+    Ok(Pipeline {
+        set_layout,
+        layout,
+        pipeline,
+        storage_bindings: n,
+    })
+}
+
+/// A descriptor pool holding one launch's set; destroyed when the launch
+/// has run.
+pub(super) struct Descriptors {
+    ctx: &'static Ctx,
+    pool: vk::DescriptorPool,
+    pub set: vk::DescriptorSet,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: the pool is no longer used by any submission (it is
+        // dropped after the launch that used it completed).
+        unsafe { self.ctx.device.destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+/// A descriptor set binding `buffers` as storage and `params` as uniform.
+pub(super) fn descriptors(
+    ctx: &'static Ctx,
+    p: &Pipeline,
+    buffers: &[&VkBuffer],
+    params: &VkBuffer,
+) -> Result<Descriptors> {
+    let device = &ctx.device;
+    let mut sizes = vec![vk::DescriptorPoolSize::default()
+        .ty(vk::DescriptorType::UNIFORM_BUFFER)
+        .descriptor_count(1)];
+    if p.storage_bindings > 0 {
+        sizes.push(
+            vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(p.storage_bindings),
+        );
+    }
+    let info = vk::DescriptorPoolCreateInfo::default()
+        .max_sets(1)
+        .pool_sizes(&sizes);
+    // SAFETY: object creation on a live device; destroyed by `Descriptors`.
+    let pool = unsafe { device.create_descriptor_pool(&info, None) }
+        .map_err(|e| vk_error("vkCreateDescriptorPool", e))?;
+    let layouts = [p.set_layout];
+    let alloc = vk::DescriptorSetAllocateInfo::default()
+        .descriptor_pool(pool)
+        .set_layouts(&layouts);
+    // SAFETY: the pool has room for exactly this set.
+    let set = match unsafe { device.allocate_descriptor_sets(&alloc) } {
+        Ok(sets) => sets[0],
+        Err(e) => {
+            // SAFETY: the pool is unused.
+            unsafe { device.destroy_descriptor_pool(pool, None) };
+            return Err(vk_error("vkAllocateDescriptorSets", e));
+        }
+    };
+    let d = Descriptors { ctx, pool, set };
+    let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+        .iter()
+        .chain(std::iter::once(&params))
+        .map(|b| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE)]
+        })
+        .collect();
+    let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(d.set)
+                .dst_binding(i as u32)
+                .descriptor_type(if i < buffers.len() {
+                    vk::DescriptorType::STORAGE_BUFFER
+                } else {
+                    vk::DescriptorType::UNIFORM_BUFFER
+                })
+                .buffer_info(info)
+        })
+        .collect();
+    // SAFETY: every buffer is alive and non-null (callers bind no
+    // zero-sized buffers), and the set is not in use yet.
+    unsafe { device.update_descriptor_sets(&writes, &[]) };
+    Ok(d)
+}
+
+/// The parameter block padded to a multiple of 16 bytes (at least 16).
+pub(super) fn padded_params(params: &[u8]) -> Vec<u8> {
+    let len = params.len().max(1).div_ceil(16) * 16;
+    let mut v = params.to_vec();
+    v.resize(len, 0);
+    v
+}

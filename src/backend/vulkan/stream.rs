@@ -1,0 +1,232 @@
+//! A Vulkan stream: a timeline semaphore, a queue, and a command pool.
+//!
+//! Every submission on a stream waits for the stream's previous value and
+//! signals the next one, so the stream is in order even when several
+//! streams share a queue (Vulkan does not order submissions on a queue by
+//! itself). Waits on events recorded elsewhere are attached to the stream's
+//! next submission. Objects a submission uses (command buffer, staging
+//! memory, descriptor pools, the buffers it touches) are kept until the
+//! semaphore passes the submission's value, then released.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use ash::vk;
+
+use super::device::{Ctx, lock, vk_error};
+use crate::error::Result;
+
+/// Something a submission must keep alive until it has run.
+pub(super) type Keep = Box<dyn Any + Send + Sync>;
+
+struct InFlight {
+    value: u64,
+    cb: vk::CommandBuffer,
+    _keep: Vec<Keep>,
+}
+
+struct State {
+    pool: vk::CommandPool,
+    free: Vec<vk::CommandBuffer>,
+    in_flight: VecDeque<InFlight>,
+    /// The value the last submission signals (0: nothing submitted).
+    last: u64,
+    /// Event waits for the next submission.
+    pending: Vec<(vk::Semaphore, u64)>,
+}
+
+/// One stream of one device; see the module docs.
+pub(super) struct VkStream {
+    ctx: &'static Ctx,
+    queue: usize,
+    pub semaphore: vk::Semaphore,
+    state: Mutex<State>,
+}
+
+impl VkStream {
+    pub fn new(ctx: &'static Ctx, queue: usize) -> Result<VkStream> {
+        let mut timeline = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut timeline);
+        // SAFETY: object creation on a live device; streams (and so their
+        // semaphores and pools) live for the process.
+        let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }
+            .map_err(|e| vk_error("vkCreateSemaphore", e))?;
+        let pool_info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(ctx.adapter.family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: as above.
+        let pool = unsafe { ctx.device.create_command_pool(&pool_info, None) }
+            .map_err(|e| vk_error("vkCreateCommandPool", e))?;
+        Ok(VkStream {
+            ctx,
+            queue,
+            semaphore,
+            state: Mutex::new(State {
+                pool,
+                free: Vec::new(),
+                in_flight: VecDeque::new(),
+                last: 0,
+                pending: Vec::new(),
+            }),
+        })
+    }
+
+    /// The semaphore's current value.
+    pub fn completed(&self) -> Result<u64> {
+        // SAFETY: the semaphore belongs to this device and is alive.
+        unsafe { self.ctx.device.get_semaphore_counter_value(self.semaphore) }
+            .map_err(|e| vk_error("vkGetSemaphoreCounterValue", e))
+    }
+
+    /// The value the last submission signals.
+    pub fn last_value(&self) -> u64 {
+        lock(&self.state).last
+    }
+
+    /// Whether the stream has waits queued for its next submission.
+    pub fn has_pending_waits(&self) -> bool {
+        !lock(&self.state).pending.is_empty()
+    }
+
+    /// Releases what completed submissions kept.
+    fn retire(&self, state: &mut State) -> Result<()> {
+        let done = self.completed()?;
+        while state.in_flight.front().is_some_and(|f| f.value <= done) {
+            if let Some(f) = state.in_flight.pop_front() {
+                state.free.push(f.cb);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the next submission wait for `(semaphore, value)`.
+    pub fn add_wait(&self, semaphore: vk::Semaphore, value: u64) {
+        if semaphore == self.semaphore || value == 0 {
+            return; // already ordered, or nothing to wait for
+        }
+        lock(&self.state).pending.push((semaphore, value));
+    }
+
+    /// Records commands with `record` into a fresh command buffer and
+    /// submits it, ordered after the stream's previous work and any pending
+    /// waits. Returns the value the submission signals.
+    pub fn submit(
+        &self,
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer),
+        keep: Vec<Keep>,
+    ) -> Result<u64> {
+        let device = &self.ctx.device;
+        let mut state = lock(&self.state);
+        self.retire(&mut state)?;
+        let cb = match state.free.pop() {
+            Some(cb) => cb,
+            None => {
+                let info = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(state.pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                // SAFETY: the pool belongs to this stream and is only used
+                // under the stream's lock.
+                let cbs = unsafe { device.allocate_command_buffers(&info) }
+                    .map_err(|e| vk_error("vkAllocateCommandBuffers", e))?;
+                cbs[0]
+            }
+        };
+        let begin =
+            vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: `cb` is not in flight (new, or retired after its
+        // submission completed), and its pool is used under our lock.
+        let recorded = unsafe {
+            device
+                .reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
+                .and_then(|()| device.begin_command_buffer(cb, &begin))
+                .map(|()| record(device, cb))
+                .and_then(|()| device.end_command_buffer(cb))
+        };
+        if let Err(e) = recorded {
+            state.free.push(cb);
+            return Err(vk_error("recording a command buffer", e));
+        }
+
+        let value = state.last + 1;
+        let mut waits: Vec<vk::SemaphoreSubmitInfo<'_>> = state
+            .pending
+            .iter()
+            .map(|&(sem, v)| {
+                vk::SemaphoreSubmitInfo::default()
+                    .semaphore(sem)
+                    .value(v)
+                    .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+            })
+            .collect();
+        if state.last > 0 {
+            waits.push(
+                vk::SemaphoreSubmitInfo::default()
+                    .semaphore(self.semaphore)
+                    .value(state.last)
+                    .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS),
+            );
+        }
+        let signal = [vk::SemaphoreSubmitInfo::default()
+            .semaphore(self.semaphore)
+            .value(value)
+            .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
+        let cbs = [vk::CommandBufferSubmitInfo::default().command_buffer(cb)];
+        let submit = [vk::SubmitInfo2::default()
+            .wait_semaphore_infos(&waits)
+            .command_buffer_infos(&cbs)
+            .signal_semaphore_infos(&signal)];
+        let queue = lock(&self.ctx.queues[self.queue]);
+        // SAFETY: the queue is externally synchronised by its mutex; every
+        // handle in `submit` is alive, and the command buffer stays alive
+        // (in `in_flight`) until the semaphore reaches `value`.
+        let result = unsafe { device.queue_submit2(*queue, &submit, vk::Fence::null()) };
+        drop(queue);
+        if let Err(e) = result {
+            state.free.push(cb);
+            return Err(vk_error("vkQueueSubmit2", e));
+        }
+        state.pending.clear();
+        state.last = value;
+        state.in_flight.push_back(InFlight {
+            value,
+            cb,
+            _keep: keep,
+        });
+        Ok(value)
+    }
+
+    /// Waits on the host until the semaphore reaches `value`.
+    pub fn wait_value(&self, value: u64) -> Result<()> {
+        wait_semaphore(&self.ctx.device, self.semaphore, value)
+    }
+
+    /// Waits for everything submitted so far and releases what it kept.
+    pub fn synchronize(&self) -> Result<()> {
+        let last = self.last_value();
+        self.wait_value(last)?;
+        self.retire(&mut lock(&self.state))
+    }
+
+    /// Whether everything submitted so far has completed.
+    pub fn query(&self) -> Result<bool> {
+        Ok(self.completed()? >= self.last_value())
+    }
+}
+
+/// Waits on the host until `semaphore` reaches `value`.
+pub(super) fn wait_semaphore(device: &ash::Device, semaphore: vk::Semaphore, value: u64) -> Result<()> {
+    if value == 0 {
+        return Ok(());
+    }
+    let sems = [semaphore];
+    let values = [value];
+    let info = vk::SemaphoreWaitInfo::default()
+        .semaphores(&sems)
+        .values(&values);
+    // SAFETY: the semaphore is a live timeline semaphore of `device`.
+    unsafe { device.wait_semaphores(&info, u64::MAX) }.map_err(|e| vk_error("vkWaitSemaphores", e))
+}

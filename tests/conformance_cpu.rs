@@ -1,0 +1,14 @@
+//! The backend conformance suite on the CPU backend.
+
+mod common;
+mod conformance;
+
+use keel::DeviceType;
+
+conformance_suite!(
+    DeviceType::Cpu,
+    conformance::Config {
+        slow_spin: (64, 400_000),
+        after: || {},
+    }
+);
