@@ -1,0 +1,163 @@
+//! Vulkan-specific behaviour beyond the conformance suite: properties and
+//! device order, kernel errors, moves between backends, timestamp slot
+//! reuse, and the unavailable path (in a child process with no driver).
+
+mod common;
+mod conformance;
+
+use std::process::Command;
+
+use keel::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Kernel, kernels};
+
+const TY: DeviceType = DeviceType::Vulkan;
+
+fn no_validation_errors() {
+    assert_eq!(
+        keel::backend::vulkan::validation_error_count(),
+        0,
+        "{:#?}",
+        keel::backend::vulkan::validation_messages()
+    );
+}
+
+#[test]
+fn properties_and_documented_order() {
+    let Some(d) = conformance::device(TY) else { return };
+    let p = keel::properties(d).expect("properties");
+    assert!(!p.name.is_empty());
+    assert!(p.native_backend.starts_with("Vulkan 1."), "{}", p.native_backend);
+    assert!(!p.driver.is_empty());
+    assert!(p.timestamps.is_some_and(|t| t.period_ns > 0.0 && t.valid_bits > 0));
+    assert!(p.max_workgroup_size.is_some_and(|s| s[0] >= 128));
+    assert!(p.max_workgroup_count.is_some_and(|c| c[0] >= 65535));
+    assert!(p.subgroup_size.is_some());
+    assert!(p.total_memory.is_some_and(|m| m > 0));
+    assert!(p.extra.iter().any(|(k, _)| k == "compute queue family"));
+    let kinds: Vec<_> = keel::devices(TY)
+        .into_iter()
+        .map(|d| keel::properties(d).expect("properties"))
+        .map(|p| (p.kind, p.name))
+        .collect();
+    let mut sorted = kinds.clone();
+    sorted.sort();
+    assert_eq!(kinds, sorted, "discrete, integrated, virtual, CPU, other; then by name");
+    no_validation_errors();
+}
+
+#[test]
+fn kernel_errors_are_clear() {
+    let Some(d) = conformance::device(TY) else { return };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let b = Buffer::new(d, 16).expect("alloc");
+    let host_only = Kernel {
+        wgsl: None,
+        ..kernels::SAXPY
+    };
+    let e = s.launch(&host_only, [1, 1, 1], &[&b, &b], &[]).expect_err("no WGSL");
+    assert_eq!(
+        e.to_string(),
+        "kernel 'saxpy': has no WGSL source, which the Vulkan backend runs"
+    );
+    let broken = Kernel {
+        name: "broken",
+        wgsl: Some("@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }"),
+        ..kernels::SPIN
+    };
+    let e = s.launch(&broken, [1, 1, 1], &[&b], &[]).expect_err("bad WGSL");
+    assert!(e.to_string().starts_with("kernel 'broken': WGSL"), "{e}");
+    let k = kernels::SPIN;
+    let e = s.launch(&k, [u32::MAX, 1, 1], &[&b], &[]).expect_err("grid too big");
+    assert!(e.to_string().contains("exceeds the device's maximum workgroup count"), "{e}");
+    let empty = Buffer::new(d, 0).expect("empty buffers exist");
+    let e = s.launch(&k, [1, 1, 1], &[&empty], &[]).expect_err("empty binding");
+    assert!(e.to_string().contains("binding 0 is an empty buffer"), "{e}");
+    // The stream still works after refused launches.
+    s.launch(&k, [1, 1, 1], &[&b], &[4u32.to_le_bytes(), 3u32.to_le_bytes()].concat())
+        .expect("spin");
+    let got = b.read_as::<f32>(&s).expect("read");
+    assert!((got[3] - kernels::spin_reference(3, 3)).abs() < 1e-5);
+    no_validation_errors();
+}
+
+#[test]
+fn data_moves_between_vulkan_and_cpu() {
+    let Some(d) = conformance::device(TY) else { return };
+    let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu");
+    let data = common::pattern(1 << 20, 3);
+    let sc = keel::current_stream(cpu).expect("cpu stream");
+    let sv = keel::get_stream_from_pool(d, false).expect("vulkan stream");
+    let on_cpu = Buffer::from_slice(&sc, &data).expect("cpu");
+    let on_gpu = on_cpu.to(d, &sv).expect("cpu -> vulkan");
+    sv.synchronize().expect("sync");
+    let _g = keel::StreamGuard::new(sv).expect("make sv current for the host path");
+    let back = on_gpu.to(cpu, &sc).expect("vulkan -> cpu");
+    assert!(back.read(&sc).expect("read") == data);
+    let e = on_gpu.write(&sc, 0, &[1u8]).expect_err("cpu stream, vulkan buffer");
+    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    no_validation_errors();
+}
+
+#[test]
+fn timed_events_recycle_their_query_slots() {
+    let Some(d) = conformance::device(TY) else { return };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let other = keel::get_stream_from_pool(d, false).expect("pool");
+    // Far more timed events than the device has query slots.
+    for i in 0..5_000 {
+        let mut e = Event::timed(TY);
+        e.record(&s).expect("record");
+        if i % 1000 == 0 {
+            s.synchronize().expect("sync");
+        }
+    }
+    s.synchronize().expect("sync");
+    // Timestamps of two streams of one device share a clock.
+    let mut a = Event::timed(TY);
+    let mut b = Event::timed(TY);
+    a.record(&s).expect("record");
+    s.synchronize().expect("sync");
+    b.record(&other).expect("record");
+    b.synchronize().expect("sync");
+    assert!(a.elapsed_time(&b).expect("elapsed") >= 0.0);
+    no_validation_errors();
+}
+
+const PROBE: &str = "probe_vulkan_unavailable";
+
+/// Runs in a child process whose Vulkan loader finds no driver.
+#[test]
+#[ignore = "run by `unavailable_vulkan_is_a_clean_error` in a child process"]
+fn probe_vulkan_unavailable() {
+    assert_eq!(keel::device_count(TY), 0);
+    let reason = keel::availability(TY).expect_err("no driver");
+    assert!(reason.to_string().starts_with("Vulkan unavailable: "), "{reason}");
+    let d = Device::new(TY, 0).expect("vulkan:0 parses");
+    let e = DeviceGuard::new(d).expect_err("guard");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e}");
+    let e = Buffer::new(d, 4).expect_err("alloc");
+    assert!(e.to_string().starts_with("Vulkan unavailable: "), "{e}");
+    assert!(keel::current_device(TY).is_err());
+    assert!(keel::get_stream_from_pool(d, false).is_err());
+    // Other backends keep working in the same process.
+    let cpu = keel::current_stream(Device::cpu()).expect("cpu");
+    assert_eq!(Buffer::from_slice(&cpu, &[5u8]).expect("cpu").read(&cpu).expect("read"), [5]);
+    println!("probe ok: {reason}");
+}
+
+#[test]
+fn unavailable_vulkan_is_a_clean_error() {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(exe)
+        .args([PROBE, "--exact", "--ignored", "--nocapture"])
+        .env("VK_ICD_FILENAMES", "/nonexistent/keel_no_driver.json")
+        .env("VK_DRIVER_FILES", "/nonexistent/keel_no_driver.json")
+        .output()
+        .expect("child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("probe ok: Vulkan unavailable"), "{stdout}");
+}
