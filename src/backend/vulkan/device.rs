@@ -10,6 +10,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::instance::{Adapter, vk};
 use super::kernel::Pipeline;
+use super::memory::VkBuffer;
 use super::stream::VkStream;
 use super::{TY, unavailable};
 use crate::backend::pool::PoolCursors;
@@ -54,6 +55,12 @@ pub(super) struct Ctx {
     default_stream: OnceLock<Result<VkStream>>,
     pool: [[OnceLock<Result<VkStream>>; STREAMS_PER_POOL]; MAX_PRIORITY_LEVELS],
     pub pipelines: Mutex<HashMap<(usize, usize), Arc<Pipeline>>>,
+    /// `VK_KHR_push_descriptor`, where the driver has it: launches push
+    /// their bindings into the command buffer instead of allocating a
+    /// descriptor set each.
+    pub push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    /// Idle parameter (uniform) buffers, reused across launches.
+    pub param_buffers: Mutex<Vec<VkBuffer>>,
 }
 
 static CTXS: LazyLock<Vec<OnceLock<Result<Ctx>>>> = LazyLock::new(|| {
@@ -114,6 +121,19 @@ impl Ctx {
             });
         }
 
+        // SAFETY: the physical device belongs to the instance.
+        let extensions =
+            unsafe { v.instance.enumerate_device_extension_properties(adapter.physical) }
+                .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
+        let has_push = extensions.iter().any(|e| {
+            e.extension_name_as_c_str()
+                .is_ok_and(|n| n == ash::khr::push_descriptor::NAME)
+        });
+        let enabled: Vec<*const std::ffi::c_char> = if has_push {
+            vec![ash::khr::push_descriptor::NAME.as_ptr()]
+        } else {
+            Vec::new()
+        };
         let priorities = vec![1.0f32; adapter.queue_count as usize];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(adapter.family)
@@ -124,6 +144,7 @@ impl Ctx {
         let mut e13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
+            .enabled_extension_names(&enabled)
             .push_next(&mut e12)
             .push_next(&mut e13);
         // SAFETY: the features requested were checked above; `info` and its
@@ -151,6 +172,8 @@ impl Ctx {
             .map_err(|e| vk_error("vkCreateQueryPool", e))?;
         // SAFETY: host query reset is enabled; no query is in use yet.
         unsafe { device.reset_query_pool(query_pool, 0, QUERY_SLOTS) };
+        let push_descriptor =
+            has_push.then(|| ash::khr::push_descriptor::Device::new(&v.instance, &device));
         Ok(Ctx {
             index,
             adapter,
@@ -167,6 +190,8 @@ impl Ctx {
             default_stream: OnceLock::new(),
             pool: [const { [const { OnceLock::new() }; STREAMS_PER_POOL] }; MAX_PRIORITY_LEVELS],
             pipelines: Mutex::new(HashMap::new()),
+            push_descriptor,
+            param_buffers: Mutex::new(Vec::new()),
         })
     }
 

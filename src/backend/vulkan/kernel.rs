@@ -106,7 +106,14 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
                 .stage_flags(vk::ShaderStageFlags::COMPUTE)
         })
         .collect();
-    let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+    let flags = if ctx.push_descriptor.is_some() {
+        vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
+    } else {
+        vk::DescriptorSetLayoutCreateFlags::empty()
+    };
+    let set_info = vk::DescriptorSetLayoutCreateInfo::default()
+        .flags(flags)
+        .bindings(&bindings);
     // SAFETY: object creation on a live device; pipelines are cached for
     // the life of the device (the process).
     let set_layout = unsafe { device.create_descriptor_set_layout(&set_info, None) }
@@ -165,7 +172,46 @@ impl Drop for Descriptors {
     }
 }
 
-/// A descriptor set binding `buffers` as storage and `params` as uniform.
+/// Buffer infos for `buffers` (storage) then `params` (uniform).
+pub(super) fn buffer_infos(buffers: &[&VkBuffer], params: &VkBuffer) -> Vec<[vk::DescriptorBufferInfo; 1]> {
+    buffers
+        .iter()
+        .chain(std::iter::once(&params))
+        .map(|b| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE)]
+        })
+        .collect()
+}
+
+/// Descriptor writes for `infos` (the last one is the uniform) into `set`
+/// (null for push descriptors).
+pub(super) fn writes(
+    set: vk::DescriptorSet,
+    infos: &[[vk::DescriptorBufferInfo; 1]],
+) -> Vec<vk::WriteDescriptorSet<'_>> {
+    let uniform = infos.len() - 1;
+    infos
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(i as u32)
+                .descriptor_type(if i < uniform {
+                    vk::DescriptorType::STORAGE_BUFFER
+                } else {
+                    vk::DescriptorType::UNIFORM_BUFFER
+                })
+                .buffer_info(info)
+        })
+        .collect()
+}
+
+/// A descriptor set binding `buffers` as storage and `params` as uniform
+/// (for drivers without push descriptors).
 pub(super) fn descriptors(
     ctx: &'static Ctx,
     p: &Pipeline,
@@ -203,35 +249,68 @@ pub(super) fn descriptors(
         }
     };
     let d = Descriptors { ctx, pool, set };
-    let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
-        .iter()
-        .chain(std::iter::once(&params))
-        .map(|b| {
-            [vk::DescriptorBufferInfo::default()
-                .buffer(b.buffer)
-                .offset(0)
-                .range(vk::WHOLE_SIZE)]
-        })
-        .collect();
-    let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
-        .iter()
-        .enumerate()
-        .map(|(i, info)| {
-            vk::WriteDescriptorSet::default()
-                .dst_set(d.set)
-                .dst_binding(i as u32)
-                .descriptor_type(if i < buffers.len() {
-                    vk::DescriptorType::STORAGE_BUFFER
-                } else {
-                    vk::DescriptorType::UNIFORM_BUFFER
-                })
-                .buffer_info(info)
-        })
-        .collect();
+    let infos = buffer_infos(buffers, params);
     // SAFETY: every buffer is alive and non-null (callers bind no
     // zero-sized buffers), and the set is not in use yet.
-    unsafe { device.update_descriptor_sets(&writes, &[]) };
+    unsafe { device.update_descriptor_sets(&writes(d.set, &infos), &[]) };
     Ok(d)
+}
+
+/// Bytes of every reusable parameter buffer: parameter blocks up to this
+/// size reuse buffers; larger ones get their own.
+pub(super) const PARAM_BUFFER_SIZE: usize = 256;
+
+/// A parameter buffer that goes back to its device's free list when the
+/// launch that used it has run.
+pub(super) struct ParamBuffer {
+    buffer: Option<VkBuffer>,
+    reusable: bool,
+}
+
+impl ParamBuffer {
+    /// A uniform buffer holding `params` (padded), reused when possible.
+    pub fn new(ctx: &'static Ctx, params: &[u8]) -> Result<ParamBuffer> {
+        let padded = padded_params(params);
+        if padded.len() > PARAM_BUFFER_SIZE {
+            let b = VkBuffer::upload(ctx, &padded, vk::BufferUsageFlags::UNIFORM_BUFFER)?;
+            return Ok(ParamBuffer {
+                buffer: Some(b),
+                reusable: false,
+            });
+        }
+        let recycled = lock(&ctx.param_buffers).pop();
+        let b = match recycled {
+            Some(b) => b,
+            None => VkBuffer::upload(
+                ctx,
+                &[0u8; PARAM_BUFFER_SIZE],
+                vk::BufferUsageFlags::UNIFORM_BUFFER,
+            )?,
+        };
+        b.with_mapped(|m| {
+            m[..padded.len()].copy_from_slice(&padded);
+            m[padded.len()..].fill(0);
+        })?;
+        Ok(ParamBuffer {
+            buffer: Some(b),
+            reusable: true,
+        })
+    }
+
+    pub fn buffer(&self) -> Option<&VkBuffer> {
+        self.buffer.as_ref()
+    }
+}
+
+impl Drop for ParamBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take()
+            && self.reusable
+        {
+            let ctx = b.ctx;
+            lock(&ctx.param_buffers).push(b);
+        }
+    }
 }
 
 /// The parameter block padded to a multiple of 16 bytes (at least 16).

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use ash::vk;
 
 pub use device::PRIORITY_LEVELS;
+pub use kernel::spirv;
 pub use instance::{validation_error_count, validation_messages};
 
 use self::device::{Ctx, ctx, vk_error};
@@ -504,39 +505,69 @@ impl DeviceRuntime for VulkanGuardImpl {
             });
         }
         let p = kernel::pipeline(c, kernel)?;
-        let uniform = Arc::new(VkBuffer::upload(
-            c,
-            &kernel::padded_params(params),
-            vk::BufferUsageFlags::UNIFORM_BUFFER,
-        )?);
+        let params = kernel::ParamBuffer::new(c, params)?;
+        let uniform = params
+            .buffer()
+            .ok_or_else(|| Error::backend(TY, "a parameter buffer went missing"))?;
         let refs: Vec<&VkBuffer> = bufs.iter().map(|b| &**b).collect();
-        let sets = kernel::descriptors(c, &p, &refs, &uniform)?;
-        let (pipeline, layout, set) = (p.pipeline, p.layout, sets.set);
-        let mut keep: Vec<Keep> = vec![Box::new(sets), Box::new(uniform), Box::new(p)];
-        keep.extend(bufs.into_iter().map(|b| Box::new(b) as Keep));
+        let (pipeline, layout) = (p.pipeline, p.layout);
         if grid.contains(&0) {
             return Ok(()); // nothing to run
         }
-        s.submit(
-            |d, cb| {
-                // SAFETY: pipeline, layout and set are alive (kept until
-                // the dispatch ran) and match each other; the grid is
-                // within the device's limits.
-                unsafe {
-                    d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline);
-                    d.cmd_bind_descriptor_sets(
-                        cb,
-                        vk::PipelineBindPoint::COMPUTE,
-                        layout,
-                        0,
-                        &[set],
-                        &[],
-                    );
-                    d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
-                }
-            },
-            keep,
-        )?;
+        match &c.push_descriptor {
+            Some(push) => {
+                let infos = kernel::buffer_infos(&refs, uniform);
+                let writes = kernel::writes(vk::DescriptorSet::null(), &infos);
+                let mut keep: Vec<Keep> = vec![Box::new(params), Box::new(Arc::clone(&p))];
+                keep.extend(bufs.into_iter().map(|b| Box::new(b) as Keep));
+                s.submit(
+                    |d, cb| {
+                        // SAFETY: pipeline and layout match; every buffer in
+                        // `writes` is alive (kept until the dispatch ran) and
+                        // non-empty; the grid is within the device's limits.
+                        unsafe {
+                            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline);
+                            push.cmd_push_descriptor_set(
+                                cb,
+                                vk::PipelineBindPoint::COMPUTE,
+                                layout,
+                                0,
+                                &writes,
+                            );
+                            d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
+                        }
+                    },
+                    keep,
+                )?;
+            }
+            None => {
+                let sets = kernel::descriptors(c, &p, &refs, uniform)?;
+                let set = sets.set;
+                let mut keep: Vec<Keep> =
+                    vec![Box::new(sets), Box::new(params), Box::new(Arc::clone(&p))];
+                keep.extend(bufs.into_iter().map(|b| Box::new(b) as Keep));
+                s.submit(
+                    |d, cb| {
+                        // SAFETY: pipeline, layout and set are alive (kept
+                        // until the dispatch ran) and match each other; the
+                        // grid is within the device's limits.
+                        unsafe {
+                            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline);
+                            d.cmd_bind_descriptor_sets(
+                                cb,
+                                vk::PipelineBindPoint::COMPUTE,
+                                layout,
+                                0,
+                                &[set],
+                                &[],
+                            );
+                            d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
+                        }
+                    },
+                    keep,
+                )?;
+            }
+        }
         Ok(())
     }
 }

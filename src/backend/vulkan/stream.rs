@@ -17,6 +17,9 @@ use ash::vk;
 use super::device::{Ctx, lock, vk_error};
 use crate::error::Result;
 
+/// Command buffers allocated at a time when a stream runs out.
+const CB_BATCH: u32 = 16;
+
 /// Something a submission must keep alive until it has run.
 pub(super) type Keep = Box<dyn Any + Send + Sync>;
 
@@ -120,29 +123,35 @@ impl VkStream {
     ) -> Result<u64> {
         let device = &self.ctx.device;
         let mut state = lock(&self.state);
-        self.retire(&mut state)?;
-        let cb = match state.free.pop() {
-            Some(cb) => cb,
-            None => {
-                let info = vk::CommandBufferAllocateInfo::default()
-                    .command_pool(state.pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1);
-                // SAFETY: the pool belongs to this stream and is only used
-                // under the stream's lock.
-                let cbs = unsafe { device.allocate_command_buffers(&info) }
-                    .map_err(|e| vk_error("vkAllocateCommandBuffers", e))?;
-                cbs[0]
-            }
+        // Retire only when a command buffer is needed: asking the driver for
+        // the semaphore's value on every submission costs more than the
+        // submission itself on some drivers.
+        if state.free.is_empty() {
+            self.retire(&mut state)?;
+        }
+        if state.free.is_empty() {
+            let info = vk::CommandBufferAllocateInfo::default()
+                .command_pool(state.pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(CB_BATCH);
+            // SAFETY: the pool belongs to this stream and is only used
+            // under the stream's lock.
+            let cbs = unsafe { device.allocate_command_buffers(&info) }
+                .map_err(|e| vk_error("vkAllocateCommandBuffers", e))?;
+            state.free.extend(cbs);
+        }
+        let Some(cb) = state.free.pop() else {
+            return Err(vk_error("vkAllocateCommandBuffers", vk::Result::ERROR_UNKNOWN));
         };
         let begin =
             vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: `cb` is not in flight (new, or retired after its
         // submission completed), and its pool is used under our lock.
+        // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
+        // it implicitly.
         let recorded = unsafe {
             device
-                .reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
-                .and_then(|()| device.begin_command_buffer(cb, &begin))
+                .begin_command_buffer(cb, &begin)
                 .map(|()| record(device, cb))
                 .and_then(|()| device.end_command_buffer(cb))
         };
