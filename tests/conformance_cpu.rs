@@ -6,9 +6,10 @@ mod conformance;
 use keel::DeviceType;
 
 conformance_suite!(
-    DeviceType::Cpu,
+    || conformance::device(DeviceType::Cpu),
     conformance::Config {
         slow_spin: (64, 400_000),
         after: || {},
+        blocking_submit: false,
     }
 );

@@ -17,9 +17,10 @@ fn no_validation_errors() {
 }
 
 conformance_suite!(
-    DeviceType::Vulkan,
+    || conformance::device(DeviceType::Vulkan),
     conformance::Config {
         slow_spin: (4096, 200_000),
         after: no_validation_errors,
+        blocking_submit: false,
     }
 );

@@ -29,6 +29,8 @@ pub mod tls;
 mod virtual_impl;
 #[cfg(feature = "vulkan")]
 pub mod vulkan;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::any::Any;
 use std::fmt;
@@ -36,7 +38,7 @@ use std::fmt;
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
 
-pub use properties::{DeviceKind, DeviceProperties, TimestampSupport};
+pub use properties::{DeviceKind, DeviceProperties, TimestampSupport, vendor_name};
 pub use registry::{guard_impl, register, runtime};
 pub use runtime::{BufferHandle, DeviceRuntime, Readback};
 pub use virtual_impl::VirtualGuardImpl;

@@ -111,3 +111,19 @@ impl DeviceProperties {
         }
     }
 }
+
+/// The vendor's name for a PCI (or Khronos) vendor id, as Vulkan and wgpu
+/// report them.
+pub fn vendor_name(id: u32) -> &'static str {
+    match id {
+        0x1002 => "AMD",
+        0x1010 => "ImgTec",
+        0x10DE => "NVIDIA",
+        0x13B5 => "ARM",
+        0x5143 => "Qualcomm",
+        0x8086 => "Intel",
+        0x106B => "Apple",
+        0x10005 => "Mesa",
+        _ => "unknown vendor",
+    }
+}

@@ -44,6 +44,11 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
             guard: &super::vulkan::VulkanGuardImpl,
             runtime: Some(&super::vulkan::VulkanGuardImpl),
         }),
+        #[cfg(feature = "wgpu")]
+        DeviceType::Wgpu => Some(Entry {
+            guard: &super::wgpu::WgpuGuardImpl,
+            runtime: Some(&super::wgpu::WgpuGuardImpl),
+        }),
         _ => None,
     }
 }

@@ -235,18 +235,3 @@ fn enumerate(instance: &ash::Instance) -> Result<Vec<Adapter>, String> {
     adapters.sort_by(|a, b| a.kind.cmp(&b.kind).then_with(|| a.name.cmp(&b.name)));
     Ok(adapters)
 }
-
-/// The vendor's name for a PCI (or Khronos) vendor id.
-pub(super) fn vendor_name(id: u32) -> &'static str {
-    match id {
-        0x1002 => "AMD",
-        0x1010 => "ImgTec",
-        0x10DE => "NVIDIA",
-        0x13B5 => "ARM",
-        0x5143 => "Qualcomm",
-        0x8086 => "Intel",
-        0x106B => "Apple",
-        0x10005 => "Mesa",
-        _ => "unknown vendor",
-    }
-}

@@ -322,7 +322,7 @@ impl DeviceRuntime for VulkanGuardImpl {
         let a = &v.adapters[device.index() as usize];
         let l = &a.props.limits;
         let mut p = DeviceProperties::new(device, a.name.clone(), a.kind);
-        p.vendor = instance::vendor_name(a.props.vendor_id).to_owned();
+        p.vendor = super::vendor_name(a.props.vendor_id).to_owned();
         p.vendor_id = Some(a.props.vendor_id);
         p.device_id = Some(a.props.device_id);
         let api = a.props.api_version;
