@@ -3,8 +3,9 @@
 //! - `cargo xtask test`: everything CI checks, in order, stopping at the
 //!   first failure:
 //!   1. system packages the tests need (software Vulkan: Mesa's lavapipe,
-//!      the Vulkan loader, the Khronos validation layer), installed with
-//!      apt-get when missing and running as root;
+//!      the Vulkan loader, the Khronos validation layer; headless EGL/GL on
+//!      Mesa for wgpu's GL backend), installed with apt-get when missing
+//!      and running as root;
 //!   2. rustfmt;
 //!   3. clippy with `-D warnings` on every target and feature;
 //!   4. every test of the workspace, with the Khronos validation layer
@@ -48,6 +49,35 @@ const PACKAGES: &[(&str, &[&str])] = &[
     (
         "vulkan-validationlayers",
         &["/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"],
+    ),
+    // wgpu's GL backend: headless EGL on Mesa's software rasteriser.
+    (
+        "libegl1",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libEGL.so.1",
+            "/usr/lib/aarch64-linux-gnu/libEGL.so.1",
+        ],
+    ),
+    (
+        "libegl-mesa0",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libEGL_mesa.so.0",
+            "/usr/lib/aarch64-linux-gnu/libEGL_mesa.so.0",
+        ],
+    ),
+    (
+        "libgl1-mesa-dri",
+        &[
+            "/usr/lib/x86_64-linux-gnu/dri/swrast_dri.so",
+            "/usr/lib/aarch64-linux-gnu/dri/swrast_dri.so",
+        ],
+    ),
+    (
+        "libgles2",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libGLESv2.so.2",
+            "/usr/lib/aarch64-linux-gnu/libGLESv2.so.2",
+        ],
     ),
 ];
 
