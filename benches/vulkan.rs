@@ -53,7 +53,10 @@ impl Raw {
             let entry = ash::Entry::load().expect("loader");
             let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
             let instance = entry
-                .create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)
+                .create_instance(
+                    &vk::InstanceCreateInfo::default().application_info(&app),
+                    None,
+                )
                 .expect("instance");
             let physical = instance.enumerate_physical_devices().expect("devices")[0];
             let family = instance
@@ -82,7 +85,10 @@ impl Raw {
             let mut memories = Vec::new();
             let mut buffer = |size: u64, usage: vk::BufferUsageFlags, host: bool| {
                 let b = device
-                    .create_buffer(&vk::BufferCreateInfo::default().size(size).usage(usage), None)
+                    .create_buffer(
+                        &vk::BufferCreateInfo::default().size(size).usage(usage),
+                        None,
+                    )
                     .expect("buffer");
                 let req = device.get_buffer_memory_requirements(b);
                 let want = if host {
@@ -93,7 +99,9 @@ impl Raw {
                 let ty = (0..mem_props.memory_type_count)
                     .find(|&i| {
                         req.memory_type_bits & (1 << i) != 0
-                            && mem_props.memory_types[i as usize].property_flags.contains(want)
+                            && mem_props.memory_types[i as usize]
+                                .property_flags
+                                .contains(want)
                     })
                     .expect("memory type");
                 let m = device
@@ -153,7 +161,9 @@ impl Raw {
             let pipeline = device
                 .create_compute_pipelines(
                     vk::PipelineCache::null(),
-                    &[vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)],
+                    &[vk::ComputePipelineCreateInfo::default()
+                        .stage(stage)
+                        .layout(layout)],
                     None,
                 )
                 .expect("pipeline")[0];
@@ -167,7 +177,9 @@ impl Raw {
             ];
             let pool = device
                 .create_descriptor_pool(
-                    &vk::DescriptorPoolCreateInfo::default().max_sets(1).pool_sizes(&sizes),
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(1)
+                        .pool_sizes(&sizes),
                     None,
                 )
                 .expect("pool");
@@ -181,7 +193,11 @@ impl Raw {
             let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
                 .iter()
                 .chain([&params])
-                .map(|&b| [vk::DescriptorBufferInfo::default().buffer(b).range(vk::WHOLE_SIZE)])
+                .map(|&b| {
+                    [vk::DescriptorBufferInfo::default()
+                        .buffer(b)
+                        .range(vk::WHOLE_SIZE)]
+                })
                 .collect();
             let writes: Vec<_> = infos
                 .iter()
@@ -199,10 +215,13 @@ impl Raw {
                 })
                 .collect();
             device.update_descriptor_sets(&writes, &[]);
-            let mut timeline = vk::SemaphoreTypeCreateInfo::default()
-                .semaphore_type(vk::SemaphoreType::TIMELINE);
+            let mut timeline =
+                vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
             let semaphore = device
-                .create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut timeline), None)
+                .create_semaphore(
+                    &vk::SemaphoreCreateInfo::default().push_next(&mut timeline),
+                    None,
+                )
                 .expect("semaphore");
             let cmd_pool = device
                 .create_command_pool(
@@ -274,7 +293,9 @@ impl Raw {
             let sems = [self.semaphore];
             let values = [self.value];
             d.wait_semaphores(
-                &vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values),
+                &vk::SemaphoreWaitInfo::default()
+                    .semaphores(&sems)
+                    .values(&values),
                 u64::MAX,
             )
             .expect("wait");
@@ -285,7 +306,9 @@ impl Raw {
 fn dispatches(c: &mut Criterion) {
     let Some(d) = device() else { return };
     let s = keel::get_stream_from_pool(d, false).expect("stream");
-    let bufs: Vec<Buffer> = (0..3).map(|_| Buffer::new(d, 4 * N as usize).expect("buffer")).collect();
+    let bufs: Vec<Buffer> = (0..3)
+        .map(|_| Buffer::new(d, 4 * N as usize).expect("buffer"))
+        .collect();
     let k = kernels::VECTOR_ADD;
     let params = N.to_le_bytes();
     let mut raw = Raw::new();
@@ -296,8 +319,13 @@ fn dispatches(c: &mut Criterion) {
     g.bench_function("keel", |b| {
         b.iter(|| {
             for _ in 0..DISPATCHES {
-                s.launch(&k, k.grid_for(u64::from(N)), &[&bufs[0], &bufs[1], &bufs[2]], &params)
-                    .expect("launch");
+                s.launch(
+                    &k,
+                    k.grid_for(u64::from(N)),
+                    &[&bufs[0], &bufs[1], &bufs[2]],
+                    &params,
+                )
+                .expect("launch");
             }
             s.synchronize().expect("sync");
         })

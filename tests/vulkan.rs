@@ -22,12 +22,21 @@ fn no_validation_errors() {
 
 #[test]
 fn properties_and_documented_order() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let p = keel::properties(d).expect("properties");
     assert!(!p.name.is_empty());
-    assert!(p.native_backend.starts_with("Vulkan 1."), "{}", p.native_backend);
+    assert!(
+        p.native_backend.starts_with("Vulkan 1."),
+        "{}",
+        p.native_backend
+    );
     assert!(!p.driver.is_empty());
-    assert!(p.timestamps.is_some_and(|t| t.period_ns > 0.0 && t.valid_bits > 0));
+    assert!(
+        p.timestamps
+            .is_some_and(|t| t.period_ns > 0.0 && t.valid_bits > 0)
+    );
     assert!(p.max_workgroup_size.is_some_and(|s| s[0] >= 128));
     assert!(p.max_workgroup_count.is_some_and(|c| c[0] >= 65535));
     assert!(p.subgroup_size.is_some());
@@ -40,20 +49,27 @@ fn properties_and_documented_order() {
         .collect();
     let mut sorted = kinds.clone();
     sorted.sort();
-    assert_eq!(kinds, sorted, "discrete, integrated, virtual, CPU, other; then by name");
+    assert_eq!(
+        kinds, sorted,
+        "discrete, integrated, virtual, CPU, other; then by name"
+    );
     no_validation_errors();
 }
 
 #[test]
 fn kernel_errors_are_clear() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let b = Buffer::new(d, 16).expect("alloc");
     let host_only = Kernel {
         wgsl: None,
         ..kernels::SAXPY
     };
-    let e = s.launch(&host_only, [1, 1, 1], &[&b, &b], &[]).expect_err("no WGSL");
+    let e = s
+        .launch(&host_only, [1, 1, 1], &[&b, &b], &[])
+        .expect_err("no WGSL");
     assert_eq!(
         e.to_string(),
         "kernel 'saxpy': has no WGSL source, which the Vulkan backend runs"
@@ -63,17 +79,35 @@ fn kernel_errors_are_clear() {
         wgsl: Some("@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }"),
         ..kernels::SPIN
     };
-    let e = s.launch(&broken, [1, 1, 1], &[&b], &[]).expect_err("bad WGSL");
+    let e = s
+        .launch(&broken, [1, 1, 1], &[&b], &[])
+        .expect_err("bad WGSL");
     assert!(e.to_string().starts_with("kernel 'broken': WGSL"), "{e}");
     let k = kernels::SPIN;
-    let e = s.launch(&k, [u32::MAX, 1, 1], &[&b], &[]).expect_err("grid too big");
-    assert!(e.to_string().contains("exceeds the device's maximum workgroup count"), "{e}");
+    let e = s
+        .launch(&k, [u32::MAX, 1, 1], &[&b], &[])
+        .expect_err("grid too big");
+    assert!(
+        e.to_string()
+            .contains("exceeds the device's maximum workgroup count"),
+        "{e}"
+    );
     let empty = Buffer::new(d, 0).expect("empty buffers exist");
-    let e = s.launch(&k, [1, 1, 1], &[&empty], &[]).expect_err("empty binding");
-    assert!(e.to_string().contains("binding 0 is an empty buffer"), "{e}");
+    let e = s
+        .launch(&k, [1, 1, 1], &[&empty], &[])
+        .expect_err("empty binding");
+    assert!(
+        e.to_string().contains("binding 0 is an empty buffer"),
+        "{e}"
+    );
     // The stream still works after refused launches.
-    s.launch(&k, [1, 1, 1], &[&b], &[4u32.to_le_bytes(), 3u32.to_le_bytes()].concat())
-        .expect("spin");
+    s.launch(
+        &k,
+        [1, 1, 1],
+        &[&b],
+        &[4u32.to_le_bytes(), 3u32.to_le_bytes()].concat(),
+    )
+    .expect("spin");
     let got = b.read_as::<f32>(&s).expect("read");
     assert!((got[3] - kernels::spin_reference(3, 3)).abs() < 1e-5);
     no_validation_errors();
@@ -81,7 +115,9 @@ fn kernel_errors_are_clear() {
 
 #[test]
 fn data_moves_between_vulkan_and_cpu() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu");
     let data = common::pattern(1 << 20, 3);
     let sc = keel::current_stream(cpu).expect("cpu stream");
@@ -92,14 +128,18 @@ fn data_moves_between_vulkan_and_cpu() {
     let _g = keel::StreamGuard::new(sv).expect("make sv current for the host path");
     let back = on_gpu.to(cpu, &sc).expect("vulkan -> cpu");
     assert!(back.read(&sc).expect("read") == data);
-    let e = on_gpu.write(&sc, 0, &[1u8]).expect_err("cpu stream, vulkan buffer");
+    let e = on_gpu
+        .write(&sc, 0, &[1u8])
+        .expect_err("cpu stream, vulkan buffer");
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
     no_validation_errors();
 }
 
 #[test]
 fn timed_events_recycle_their_query_slots() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let other = keel::get_stream_from_pool(d, false).expect("pool");
     // Far more timed events than the device has query slots.
@@ -130,7 +170,10 @@ const PROBE: &str = "probe_vulkan_unavailable";
 fn probe_vulkan_unavailable() {
     assert_eq!(keel::device_count(TY), 0);
     let reason = keel::availability(TY).expect_err("no driver");
-    assert!(reason.to_string().starts_with("Vulkan unavailable: "), "{reason}");
+    assert!(
+        reason.to_string().starts_with("Vulkan unavailable: "),
+        "{reason}"
+    );
     let d = Device::new(TY, 0).expect("vulkan:0 parses");
     let e = DeviceGuard::new(d).expect_err("guard");
     assert!(matches!(e, Error::Unavailable { .. }), "{e}");
@@ -140,7 +183,13 @@ fn probe_vulkan_unavailable() {
     assert!(keel::get_stream_from_pool(d, false).is_err());
     // Other backends keep working in the same process.
     let cpu = keel::current_stream(Device::cpu()).expect("cpu");
-    assert_eq!(Buffer::from_slice(&cpu, &[5u8]).expect("cpu").read(&cpu).expect("read"), [5]);
+    assert_eq!(
+        Buffer::from_slice(&cpu, &[5u8])
+            .expect("cpu")
+            .read(&cpu)
+            .expect("read"),
+        [5]
+    );
     println!("probe ok: {reason}");
 }
 

@@ -23,8 +23,14 @@ fn api(d: Device) -> String {
 
 #[test]
 fn adapters_are_in_the_documented_order() {
-    let Some(_) = conformance::device(TY) else { return };
-    let rank = |a: &str| ["Vulkan", "Metal", "DX12", "GL"].iter().position(|x| *x == a);
+    let Some(_) = conformance::device(TY) else {
+        return;
+    };
+    let rank = |a: &str| {
+        ["Vulkan", "Metal", "DX12", "GL"]
+            .iter()
+            .position(|x| *x == a)
+    };
     let keys: Vec<_> = keel::devices(TY)
         .into_iter()
         .map(|d| {
@@ -36,13 +42,19 @@ fn adapters_are_in_the_documented_order() {
     sorted.sort();
     assert_eq!(keys, sorted, "native API, then kind, then name");
     let p = keel::properties(Device::new(TY, 0).expect("wgpu:0")).expect("properties");
-    assert!(p.native_backend.starts_with("wgpu/"), "{}", p.native_backend);
+    assert!(
+        p.native_backend.starts_with("wgpu/"),
+        "{}",
+        p.native_backend
+    );
     assert!(p.max_workgroup_size.is_some() && p.max_workgroup_count.is_some());
 }
 
 #[test]
 fn kernel_errors_do_not_panic() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let b = Buffer::new(d, 64).expect("alloc");
     let broken = Kernel {
@@ -50,28 +62,46 @@ fn kernel_errors_do_not_panic() {
         wgsl: Some("@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }"),
         ..kernels::SPIN
     };
-    let e = s.launch(&broken, [1, 1, 1], &[&b], &[]).expect_err("bad WGSL");
-    assert!(e.to_string().starts_with("kernel 'broken': WGSL rejected by wgpu"), "{e}");
+    let e = s
+        .launch(&broken, [1, 1, 1], &[&b], &[])
+        .expect_err("bad WGSL");
+    assert!(
+        e.to_string()
+            .starts_with("kernel 'broken': WGSL rejected by wgpu"),
+        "{e}"
+    );
     let host_only = Kernel {
         wgsl: None,
         ..kernels::SPIN
     };
-    let e = s.launch(&host_only, [1, 1, 1], &[&b], &[]).expect_err("no WGSL");
-    assert_eq!(e.to_string(), "kernel 'spin': has no WGSL source, which the wgpu backend runs");
+    let e = s
+        .launch(&host_only, [1, 1, 1], &[&b], &[])
+        .expect_err("no WGSL");
+    assert_eq!(
+        e.to_string(),
+        "kernel 'spin': has no WGSL source, which the wgpu backend runs"
+    );
     let e = s
         .launch(&kernels::SPIN, [u32::MAX, 1, 1], &[&b], &[])
         .expect_err("grid");
-    assert!(e.to_string().contains("exceeds the device's maximum workgroup count"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("exceeds the device's maximum workgroup count"),
+        "{e}"
+    );
     // The device still works.
     let params = [16u32.to_le_bytes(), 10u32.to_le_bytes()].concat();
-    s.launch(&kernels::SPIN, [1, 1, 1], &[&b], &params).expect("spin");
+    s.launch(&kernels::SPIN, [1, 1, 1], &[&b], &params)
+        .expect("spin");
     let got = b.read_as::<f32>(&s).expect("read");
     assert!((got[15] - kernels::spin_reference(15, 10)).abs() < 1e-4);
 }
 
 #[test]
 fn unaligned_copies_and_moves_across_backends() {
-    let Some(d) = conformance::device(TY) else { return };
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let data = common::pattern(10_007, 11);
     let a = Buffer::from_slice(&s, &data).expect("upload");
@@ -79,12 +109,17 @@ fn unaligned_copies_and_moves_across_backends() {
     // Every phase of source and destination offsets.
     for (so, dof, len) in [(1, 2, 1001), (3, 0, 4), (0, 3, 17), (5, 5, 9000), (2, 1, 1)] {
         b.copy_from(&s, &a, so, dof, len).expect("copy");
-        let got = b.read_async(&s, dof, len).expect("read").wait().expect("wait");
+        let got = b
+            .read_async(&s, dof, len)
+            .expect("read")
+            .wait()
+            .expect("wait");
         assert!(got == data[so..so + len], "copy {so} -> {dof} of {len}");
     }
     let e = a.copy_from(&s, &a, 0, 10, 20).expect_err("overlap");
     assert!(e.to_string().contains("non-overlapping"), "{e}");
-    a.copy_from(&s, &a, 0, 5001, 3001).expect("same buffer, disjoint");
+    a.copy_from(&s, &a, 0, 5001, 3001)
+        .expect("same buffer, disjoint");
     let whole = a.read(&s).expect("read");
     assert!(whole[5001..8002] == data[0..3001]);
     // wgpu -> CPU -> Vulkan (when present) -> wgpu.
@@ -118,7 +153,11 @@ fn probe_wgpu_environment() {
         "none" => {
             assert_eq!(keel::device_count(TY), 0);
             let e = keel::availability(TY).expect_err("no adapter");
-            assert!(e.to_string().starts_with("wgpu unavailable: no wgpu adapter found"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("wgpu unavailable: no wgpu adapter found"),
+                "{e}"
+            );
             let e = Buffer::new(Device::new(TY, 0).expect("wgpu:0"), 4).expect_err("alloc");
             assert!(e.to_string().starts_with("wgpu unavailable"), "{e}");
             assert!(keel::is_available(DeviceType::Cpu));
@@ -139,7 +178,12 @@ fn environment_selects_adapters() {
         ("WGPU_ADAPTER_NAME", "no-such-adapter-keel", "none"),
     ] {
         let out = Command::new(&exe)
-            .args(["probe_wgpu_environment", "--exact", "--ignored", "--nocapture"])
+            .args([
+                "probe_wgpu_environment",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
             .env(var, value)
             .env("KEEL_PROBE_EXPECT", expect)
             .output()

@@ -84,7 +84,11 @@ pub fn in_order_within_a_stream(d: Device, _cfg: &Config) {
     for i in 0..200u32 {
         b.write(&s, 0, &[i]).expect("write");
     }
-    assert_eq!(b.read_as::<u32>(&s).expect("read"), [199], "writes ran in order");
+    assert_eq!(
+        b.read_as::<u32>(&s).expect("read"),
+        [199],
+        "writes ran in order"
+    );
     // Kernels too: ten saxpy launches accumulate in order with the copies
     // between them.
     let n = 1000u32;
@@ -98,13 +102,22 @@ pub fn in_order_within_a_stream(d: Device, _cfg: &Config) {
         }
     }
     let y = y.read_as::<f32>(&s).expect("read");
-    assert!(y.iter().all(|&v| v == 105.0), "100 + 5 launches after the write: {}", y[0]);
+    assert!(
+        y.iter().all(|&v| v == 105.0),
+        "100 + 5 launches after the write: {}",
+        y[0]
+    );
 }
 
 #[allow(non_snake_case)]
 fn SAXPY_LAUNCH(s: &Stream, x: &Buffer, y: &Buffer, n: u32, alpha: f32) {
-    s.launch(&SAXPY, SAXPY.grid_for(u64::from(n)), &[x, y], &saxpy_params(n, alpha))
-        .expect("saxpy");
+    s.launch(
+        &SAXPY,
+        SAXPY.grid_for(u64::from(n)),
+        &[x, y],
+        &saxpy_params(n, alpha),
+    )
+    .expect("saxpy");
 }
 
 pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
@@ -115,7 +128,12 @@ pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
     let y = Buffer::from_slice(&consumer, &vec![1.0f32; n as usize]).expect("y");
     consumer.synchronize().expect("upload");
     producer
-        .launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&out], &spin_params(n, iters))
+        .launch(
+            &SPIN,
+            SPIN.grid_for(u64::from(n)),
+            &[&out],
+            &spin_params(n, iters),
+        )
         .expect("producer");
     let mut produced = Event::new(d.device_type());
     produced.record(&producer).expect("record");
@@ -124,7 +142,11 @@ pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
     let y = y.read_as::<f32>(&consumer).expect("read");
     for i in (0..n).step_by((n as usize / 16).max(1)) {
         let want = 1.0 + 2.0 * spin_reference(i, iters);
-        assert!(close(y[i as usize], want), "y[{i}] = {}, want {want}", y[i as usize]);
+        assert!(
+            close(y[i as usize], want),
+            "y[{i}] = {}, want {want}",
+            y[i as usize]
+        );
     }
 }
 
@@ -133,11 +155,20 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
     let (n, iters) = cfg.slow_spin;
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let mut done = Event::new(d.device_type());
-    s.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&out], &spin_params(n, iters))
-        .expect("spin");
+    s.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &spin_params(n, iters),
+    )
+    .expect("spin");
     done.record(&s).expect("record");
     if cfg.blocking_submit {
-        assert_eq!(done.query(), Ok(true), "submission blocks: already complete");
+        assert_eq!(
+            done.query(),
+            Ok(true),
+            "submission blocks: already complete"
+        );
     } else {
         assert_eq!(done.query(), Ok(false), "the slow kernel is still running");
         assert_eq!(s.query(), Ok(false));
@@ -157,13 +188,23 @@ pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
         Buffer::new(d, 4 * n as usize).expect("b"),
     );
     for (s, buf) in [(s1, &a), (s2, &b)] {
-        s.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[buf], &spin_params(n, iters / 4))
-            .expect("spin");
+        s.launch(
+            &SPIN,
+            SPIN.grid_for(u64::from(n)),
+            &[buf],
+            &spin_params(n, iters / 4),
+        )
+        .expect("spin");
     }
     keel::synchronize(d).expect("device synchronize");
     assert_eq!((s1.query(), s2.query()), (Ok(true), Ok(true)));
-    s1.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&a], &spin_params(n, iters / 4))
-        .expect("spin");
+    s1.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&a],
+        &spin_params(n, iters / 4),
+    )
+    .expect("spin");
     s1.synchronize().expect("stream synchronize");
     assert_eq!(s1.query(), Ok(true));
 }
@@ -177,26 +218,43 @@ pub fn elapsed_time_matches_host_time(d: Device, cfg: &Config) {
     s.synchronize().expect("idle");
     let t0 = Instant::now();
     start.record(&s).expect("record");
-    s.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&out], &spin_params(n, iters))
-        .expect("spin");
+    s.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &spin_params(n, iters),
+    )
+    .expect("spin");
     end.record(&s).expect("record");
     end.synchronize().expect("sync");
     let host_ms = t0.elapsed().as_secs_f64() * 1e3;
     let ms = start.elapsed_time(&end).expect("elapsed");
     assert!(ms > 0.0, "positive: {ms}");
-    assert!(ms <= host_ms * 1.01 + 0.05, "device {ms} ms within host {host_ms} ms");
-    assert!(ms >= host_ms * 0.05, "device {ms} ms is most of host {host_ms} ms");
+    assert!(
+        ms <= host_ms * 1.01 + 0.05,
+        "device {ms} ms within host {host_ms} ms"
+    );
+    assert!(
+        ms >= host_ms * 0.05,
+        "device {ms} ms is most of host {host_ms} ms"
+    );
     // A second pair on the same events (re-record) measures again.
     start.record(&s).expect("re-record");
     end.record(&s).expect("re-record");
     end.synchronize().expect("sync");
     let empty = start.elapsed_time(&end).expect("elapsed");
-    assert!(empty >= 0.0 && empty < ms, "an empty interval {empty} < {ms}");
+    assert!(
+        empty >= 0.0 && empty < ms,
+        "an empty interval {empty} < {ms}"
+    );
 }
 
 pub fn copies_round_trip(d: Device, _cfg: &Config) {
     let s = pool(d);
-    for (seed, len) in [0usize, 1, 4097, 16 * 1024 * 1024 + 3].into_iter().enumerate() {
+    for (seed, len) in [0usize, 1, 4097, 16 * 1024 * 1024 + 3]
+        .into_iter()
+        .enumerate()
+    {
         let data = crate::common::pattern(len, seed as u32);
         let a = Buffer::from_slice(&s, &data).expect("upload");
         let b = Buffer::new(d, len).expect("alloc");
@@ -242,7 +300,11 @@ pub fn stream_pool_round_robin(d: Device, _cfg: &Config) {
         .map(|_| keel::get_stream_from_pool(d, true).expect("pool"))
         .collect();
     let distinct: HashSet<Stream> = many.iter().copied().collect();
-    assert_eq!(distinct.len(), 32, "200 requests reuse the 32 streams of a level");
+    assert_eq!(
+        distinct.len(),
+        32,
+        "200 requests reuse the 32 streams of a level"
+    );
     let first = keel::get_stream_from_pool(d, true).expect("pool");
     let mut last = first;
     for _ in 0..32 {
@@ -250,7 +312,10 @@ pub fn stream_pool_round_robin(d: Device, _cfg: &Config) {
     }
     assert_eq!(last, first, "the 33rd request returns the 1st");
     let normal = keel::get_stream_from_pool(d, false).expect("pool");
-    assert!(!distinct.contains(&normal), "normal and high priority are separate pools");
+    assert!(
+        !distinct.contains(&normal),
+        "normal and high priority are separate pools"
+    );
     // Every pool stream works.
     for s in distinct.iter().take(4) {
         let b = Buffer::from_slice(s, &[s.id() as u32]).expect("upload");

@@ -90,7 +90,9 @@ fn is_root() -> bool {
 
 fn install_system_packages() -> Result<(), String> {
     if !cfg!(target_os = "linux") || !Path::new("/usr/bin/apt-get").exists() {
-        eprintln!("xtask: not a Debian-like system: install a Vulkan driver and the validation layer yourself");
+        eprintln!(
+            "xtask: not a Debian-like system: install a Vulkan driver and the validation layer yourself"
+        );
         return Ok(());
     }
     let missing: Vec<&str> = PACKAGES
@@ -108,7 +110,10 @@ fn install_system_packages() -> Result<(), String> {
         );
         return Ok(());
     }
-    run("apt-get update", Command::new("apt-get").args(["update", "-q"]))?;
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-q"]),
+    )?;
     run(
         "apt-get install",
         Command::new("apt-get")

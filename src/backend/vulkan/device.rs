@@ -84,7 +84,9 @@ pub(super) fn ctx(device: Device) -> Result<&'static Ctx> {
 
 /// Every logical device created so far.
 pub(super) fn created() -> impl Iterator<Item = &'static Ctx> {
-    CTXS.iter().filter_map(|s| s.get()).filter_map(|r| r.as_ref().ok())
+    CTXS.iter()
+        .filter_map(|s| s.get())
+        .filter_map(|r| r.as_ref().ok())
 }
 
 impl Ctx {
@@ -122,9 +124,11 @@ impl Ctx {
         }
 
         // SAFETY: the physical device belongs to the instance.
-        let extensions =
-            unsafe { v.instance.enumerate_device_extension_properties(adapter.physical) }
-                .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
+        let extensions = unsafe {
+            v.instance
+                .enumerate_device_extension_properties(adapter.physical)
+        }
+        .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
         let has_push = extensions.iter().any(|e| {
             e.extension_name_as_c_str()
                 .is_ok_and(|n| n == ash::khr::push_descriptor::NAME)

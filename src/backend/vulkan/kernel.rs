@@ -139,8 +139,7 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
         .stage(stage)
         .layout(layout)];
     // SAFETY: the module, layout and entry name are alive for the call.
-    let result =
-        unsafe { device.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
+    let result = unsafe { device.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
     // SAFETY: the module is no longer needed once the pipeline exists.
     unsafe { device.destroy_shader_module(module, None) };
     let pipeline = result
@@ -173,7 +172,10 @@ impl Drop for Descriptors {
 }
 
 /// Buffer infos for `buffers` (storage) then `params` (uniform).
-pub(super) fn buffer_infos(buffers: &[&VkBuffer], params: &VkBuffer) -> Vec<[vk::DescriptorBufferInfo; 1]> {
+pub(super) fn buffer_infos(
+    buffers: &[&VkBuffer],
+    params: &VkBuffer,
+) -> Vec<[vk::DescriptorBufferInfo; 1]> {
     buffers
         .iter()
         .chain(std::iter::once(&params))
@@ -219,9 +221,11 @@ pub(super) fn descriptors(
     params: &VkBuffer,
 ) -> Result<Descriptors> {
     let device = &ctx.device;
-    let mut sizes = vec![vk::DescriptorPoolSize::default()
-        .ty(vk::DescriptorType::UNIFORM_BUFFER)
-        .descriptor_count(1)];
+    let mut sizes = vec![
+        vk::DescriptorPoolSize::default()
+            .ty(vk::DescriptorType::UNIFORM_BUFFER)
+            .descriptor_count(1),
+    ];
     if p.storage_bindings > 0 {
         sizes.push(
             vk::DescriptorPoolSize::default()

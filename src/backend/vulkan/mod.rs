@@ -37,8 +37,8 @@ use std::sync::Arc;
 use ash::vk;
 
 pub use device::PRIORITY_LEVELS;
-pub use kernel::spirv;
 pub use instance::{validation_error_count, validation_messages};
+pub use kernel::spirv;
 
 use self::device::{Ctx, ctx, vk_error};
 use self::memory::{VkBuffer, VkReadback};
@@ -122,12 +122,16 @@ impl VkEvent {
 }
 
 fn vk_event(event: &EventHandle) -> Result<&VkEvent> {
-    event.downcast_ref::<VkEvent>().ok_or_else(|| foreign_event(TY))
+    event
+        .downcast_ref::<VkEvent>()
+        .ok_or_else(|| foreign_event(TY))
 }
 
 fn vk_buffer(handle: &BufferHandle) -> Result<Arc<VkBuffer>> {
     handle.downcast_arc::<VkBuffer>().ok_or_else(|| {
-        Error::invalid("expected a buffer allocated by the Vulkan backend, found another backend's buffer")
+        Error::invalid(
+            "expected a buffer allocated by the Vulkan backend, found another backend's buffer",
+        )
     })
 }
 
@@ -170,7 +174,10 @@ impl DeviceGuardImpl for VulkanGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(device, tls::current_stream_id(TY, device.index())))
+        Ok(Stream::new(
+            device,
+            tls::current_stream_id(TY, device.index()),
+        ))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         vk_stream(&stream)?;
@@ -196,12 +203,18 @@ impl DeviceGuardImpl for VulkanGuardImpl {
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         check(device)?;
         let c = &ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         check(device)?;
         let c = &ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,
@@ -295,7 +308,11 @@ impl DeviceGuardImpl for VulkanGuardImpl {
     fn elapsed_time(&self, start: &EventHandle, end: &EventHandle, _: DeviceIndex) -> Result<f64> {
         let (a, b) = (vk_event(start)?, vk_event(end)?);
         let bits = a.ctx.adapter.timestamp_valid_bits;
-        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
         let (t0, t1) = (a.timestamp()? & mask, b.timestamp()? & mask);
         let ticks = t1.wrapping_sub(t0) & mask;
         // A start later than the end reads as a negative interval.
@@ -344,8 +361,10 @@ impl DeviceRuntime for VulkanGuardImpl {
             period_ns: f64::from(l.timestamp_period),
             valid_bits: a.timestamp_valid_bits,
         });
-        p.extra.push(("compute queue family".to_owned(), a.family.to_string()));
-        p.extra.push(("compute queues".to_owned(), a.queue_count.to_string()));
+        p.extra
+            .push(("compute queue family".to_owned(), a.family.to_string()));
+        p.extra
+            .push(("compute queues".to_owned(), a.queue_count.to_string()));
         for (i, f) in a.families.iter().enumerate() {
             p.extra.push((
                 format!("queue family {i}"),
@@ -364,16 +383,29 @@ impl DeviceRuntime for VulkanGuardImpl {
 
     fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle> {
         check(device)?;
-        Ok(BufferHandle::new(VkBuffer::device_local(ctx(device)?, len as u64)?))
+        Ok(BufferHandle::new(VkBuffer::device_local(
+            ctx(device)?,
+            len as u64,
+        )?))
     }
 
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>) -> Result<()> {
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
         let (c, s) = vk_stream(stream)?;
         let dst = vk_buffer(dst)?;
-        let staging = Arc::new(VkBuffer::upload(c, &data, vk::BufferUsageFlags::TRANSFER_SRC)?);
+        let staging = Arc::new(VkBuffer::upload(
+            c,
+            &data,
+            vk::BufferUsageFlags::TRANSFER_SRC,
+        )?);
         let region = [vk::BufferCopy::default()
             .src_offset(0)
             .dst_offset(offset as u64)
@@ -497,7 +529,10 @@ impl DeviceRuntime for VulkanGuardImpl {
                 ),
             });
         }
-        let bufs = buffers.iter().map(|b| vk_buffer(b)).collect::<Result<Vec<_>>>()?;
+        let bufs = buffers
+            .iter()
+            .map(|b| vk_buffer(b))
+            .collect::<Result<Vec<_>>>()?;
         if let Some(i) = bufs.iter().position(|b| b.size == 0) {
             return Err(Error::Kernel {
                 kernel: kernel.name.to_owned(),

@@ -141,10 +141,13 @@ impl VkStream {
             state.free.extend(cbs);
         }
         let Some(cb) = state.free.pop() else {
-            return Err(vk_error("vkAllocateCommandBuffers", vk::Result::ERROR_UNKNOWN));
+            return Err(vk_error(
+                "vkAllocateCommandBuffers",
+                vk::Result::ERROR_UNKNOWN,
+            ));
         };
-        let begin =
-            vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: `cb` is not in flight (new, or retired after its
         // submission completed), and its pool is used under our lock.
         // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
@@ -227,7 +230,11 @@ impl VkStream {
 }
 
 /// Waits on the host until `semaphore` reaches `value`.
-pub(super) fn wait_semaphore(device: &ash::Device, semaphore: vk::Semaphore, value: u64) -> Result<()> {
+pub(super) fn wait_semaphore(
+    device: &ash::Device,
+    semaphore: vk::Semaphore,
+    value: u64,
+) -> Result<()> {
     if value == 0 {
         return Ok(());
     }

@@ -73,8 +73,9 @@ fn load() -> Result<Wg, String> {
     }
     .with_env();
     let backends = desc.backends;
-    let instance = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wgpu::Instance::new(desc)))
-        .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
+    let instance =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wgpu::Instance::new(desc)))
+            .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
     let mut adapters: Vec<Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
         .into_iter()
         .filter(|a| a.get_info().backend != wgpu::Backend::Noop)
@@ -170,7 +171,9 @@ pub(super) fn ctx(device: Device) -> Result<&'static Ctx> {
 
 /// Every device created so far.
 pub(super) fn created() -> impl Iterator<Item = &'static Ctx> {
-    CTXS.iter().filter_map(|s| s.get()).filter_map(|r| r.as_ref().ok())
+    CTXS.iter()
+        .filter_map(|s| s.get())
+        .filter_map(|r| r.as_ref().ok())
 }
 
 impl Ctx {
@@ -186,8 +189,13 @@ impl Ctx {
             required_limits: limits.clone(),
             ..Default::default()
         };
-        let (device, queue) = pollster::block_on(adapter.adapter.request_device(&desc))
-            .map_err(|e| Error::backend(TY, format!("requesting a device from {}: {e}", adapter.info.name)))?;
+        let (device, queue) =
+            pollster::block_on(adapter.adapter.request_device(&desc)).map_err(|e| {
+                Error::backend(
+                    TY,
+                    format!("requesting a device from {}: {e}", adapter.info.name),
+                )
+            })?;
         let uncaptured = Arc::new(Uncaptured::default());
         let sink = Arc::clone(&uncaptured);
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {

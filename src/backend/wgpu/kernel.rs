@@ -73,7 +73,12 @@ pub(super) fn params_buffer(ctx: &Ctx, params: &[u8]) -> Result<wgpu::Buffer> {
     });
     b.slice(..)
         .get_mapped_range_mut()
-        .map_err(|e| Error::backend(crate::DeviceType::Wgpu, format!("mapping a parameter buffer: {e}")))?
+        .map_err(|e| {
+            Error::backend(
+                crate::DeviceType::Wgpu,
+                format!("mapping a parameter buffer: {e}"),
+            )
+        })?
         .copy_from_slice(&data);
     b.unmap();
     Ok(b)

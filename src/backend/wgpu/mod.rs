@@ -86,7 +86,9 @@ struct WgBuffer {
 
 fn wg_buffer(handle: &BufferHandle) -> Result<Arc<WgBuffer>> {
     handle.downcast_arc::<WgBuffer>().ok_or_else(|| {
-        Error::invalid("expected a buffer allocated by the wgpu backend, found another backend's buffer")
+        Error::invalid(
+            "expected a buffer allocated by the wgpu backend, found another backend's buffer",
+        )
     })
 }
 
@@ -102,7 +104,9 @@ struct WgEvent {
 }
 
 fn wg_event(event: &EventHandle) -> Result<&WgEvent> {
-    event.downcast_ref::<WgEvent>().ok_or_else(|| foreign_event(TY))
+    event
+        .downcast_ref::<WgEvent>()
+        .ok_or_else(|| foreign_event(TY))
 }
 
 fn encoder(c: &Ctx) -> wgpu::CommandEncoder {
@@ -191,7 +195,14 @@ fn record_copy(
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
-    kernel::record_dispatch(c, enc, &pipeline, [x as u32, y as u32, 1], &[src, dst], &params)
+    kernel::record_dispatch(
+        c,
+        enc,
+        &pipeline,
+        [x as u32, y as u32, 1],
+        &[src, dst],
+        &params,
+    )
 }
 
 /// The wgpu backend's guard implementation and runtime.
@@ -232,7 +243,10 @@ impl DeviceGuardImpl for WgpuGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(device, tls::current_stream_id(TY, device.index())))
+        Ok(Stream::new(
+            device,
+            tls::current_stream_id(TY, device.index()),
+        ))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         lane(&stream)?;
@@ -259,12 +273,18 @@ impl DeviceGuardImpl for WgpuGuardImpl {
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         check(device)?;
         let c = &ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         check(device)?;
         let c = &ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,
@@ -475,12 +495,14 @@ impl DeviceRuntime for WgpuGuardImpl {
             period_ns: f64::from(c.queue.get_timestamp_period()),
             valid_bits: 64,
         });
-        p.extra.push(("native API".to_owned(), api_name(info.backend).to_owned()));
+        p.extra
+            .push(("native API".to_owned(), api_name(info.backend).to_owned()));
         p.extra.push((
             "subgroup sizes".to_owned(),
             format!("{}..={}", info.subgroup_min_size, info.subgroup_max_size),
         ));
-        p.extra.push(("max buffer size".to_owned(), l.max_buffer_size.to_string()));
+        p.extra
+            .push(("max buffer size".to_owned(), l.max_buffer_size.to_string()));
         p.extra.push((
             "max storage binding size".to_owned(),
             l.max_storage_buffer_binding_size.to_string(),
@@ -509,7 +531,13 @@ impl DeviceRuntime for WgpuGuardImpl {
         }))
     }
 
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>) -> Result<()> {
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -646,7 +674,10 @@ impl DeviceRuntime for WgpuGuardImpl {
     ) -> Result<()> {
         let (c, l) = lane(stream)?;
         kernel::check_grid(c, kernel, grid)?;
-        let bufs = buffers.iter().map(|b| wg_buffer(b)).collect::<Result<Vec<_>>>()?;
+        let bufs = buffers
+            .iter()
+            .map(|b| wg_buffer(b))
+            .collect::<Result<Vec<_>>>()?;
         for (i, a) in bufs.iter().enumerate() {
             if let Some(j) = bufs[..i].iter().position(|b| Arc::ptr_eq(a, b)) {
                 return Err(Error::Kernel {
@@ -663,16 +694,13 @@ impl DeviceRuntime for WgpuGuardImpl {
         }
         let raw: Vec<&wgpu::Buffer> = bufs.iter().map(|b| &b.buffer).collect();
         let mut enc = encoder(c);
-        let scope = c.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let recorded = kernel::record_dispatch(c, &mut enc, &pipeline, grid, &raw, params);
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Kernel {
-                kernel: kernel.name.to_owned(),
-                message: format!("wgpu rejected the launch: {e}"),
-            });
-        }
-        recorded?;
-        c.submit(l, enc)?;
+        kernel::record_dispatch(c, &mut enc, &pipeline, grid, &raw, params)?;
+        // A binding the shader does not accept is a wgpu validation error,
+        // reported by `submit` (through the uncaptured-error handler).
+        c.submit(l, enc).map_err(|e| Error::Kernel {
+            kernel: kernel.name.to_owned(),
+            message: format!("wgpu rejected the launch: {e}"),
+        })?;
         Ok(())
     }
 }

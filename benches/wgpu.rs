@@ -1,0 +1,205 @@
+//! wgpu: 10,000 small dispatches through Keel vs the same with raw wgpu in
+//! the same process; copy bandwidth; event record + query. On every
+//! adapter found (Vulkan and GL here).
+//!
+//! "The same" dispatches: `vector_add` on 1,024 elements, each in its own
+//! submission (what a stream operation is). The raw baseline creates the
+//! pipeline, bind group and parameters once and records one compute pass
+//! per submission.
+//!
+//! Run: `cargo bench --bench wgpu`. Results in docs/BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use keel::{Buffer, Device, DeviceType, Event, kernels};
+
+const DISPATCHES: usize = 10_000;
+const N: u32 = 1024;
+
+fn api(d: Device) -> String {
+    keel::properties(d)
+        .ok()
+        .and_then(|p| p.extra.into_iter().find(|(k, _)| k == "native API"))
+        .map_or_else(|| "?".to_owned(), |(_, v)| v)
+}
+
+fn devices() -> Vec<Device> {
+    if let Err(e) = keel::availability(DeviceType::Wgpu) {
+        eprintln!("skipping wgpu benchmarks: {e}");
+    }
+    keel::devices(DeviceType::Wgpu)
+}
+
+/// The raw-wgpu program: a device of its own on the same adapter.
+struct Raw {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pipeline: wgpu::ComputePipeline,
+    group: wgpu::BindGroup,
+}
+
+impl Raw {
+    fn new(backend: wgpu::Backends) -> Raw {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: backend,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = pollster::block_on(instance.enumerate_adapters(backend))
+            .into_iter()
+            .next()
+            .expect("adapter");
+        let (device, queue) =
+            pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default()))
+                .expect("device");
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(kernels::VECTOR_ADD.wgsl.expect("wgsl").into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &module,
+            entry_point: Some("vector_add"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let storage = |_: usize| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: u64::from(N) * 4,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let bufs: Vec<wgpu::Buffer> = (0..3).map(storage).collect();
+        let params = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 16,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(
+            &params,
+            0,
+            &[N.to_le_bytes(), [0; 4], [0; 4], [0; 4]].concat(),
+        );
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
+            .iter()
+            .chain([&params])
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        Raw {
+            device,
+            queue,
+            pipeline,
+            group,
+        }
+    }
+
+    fn run(&self) {
+        let mut last = None;
+        for _ in 0..DISPATCHES {
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                pass.set_pipeline(&self.pipeline);
+                pass.set_bind_group(0, &self.group, &[]);
+                pass.dispatch_workgroups(N.div_ceil(256), 1, 1);
+            }
+            last = Some(self.queue.submit([enc.finish()]));
+        }
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: last,
+                timeout: None,
+            })
+            .expect("poll");
+    }
+}
+
+fn dispatches(c: &mut Criterion) {
+    for d in devices() {
+        let api = api(d);
+        let backend = match api.as_str() {
+            "Vulkan" => wgpu::Backends::VULKAN,
+            "GL" => wgpu::Backends::GL,
+            _ => continue,
+        };
+        let s = keel::get_stream_from_pool(d, false).expect("stream");
+        let bufs: Vec<Buffer> = (0..3)
+            .map(|_| Buffer::new(d, 4 * N as usize).expect("buffer"))
+            .collect();
+        let k = kernels::VECTOR_ADD;
+        let params = N.to_le_bytes();
+        let raw = Raw::new(backend);
+        let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches"));
+        g.sample_size(10).measurement_time(Duration::from_secs(15));
+        g.throughput(Throughput::Elements(DISPATCHES as u64));
+        g.bench_function("raw_wgpu", |b| b.iter(|| raw.run()));
+        g.bench_function("keel", |b| {
+            b.iter(|| {
+                for _ in 0..DISPATCHES {
+                    s.launch(
+                        &k,
+                        k.grid_for(u64::from(N)),
+                        &[&bufs[0], &bufs[1], &bufs[2]],
+                        &params,
+                    )
+                    .expect("launch");
+                }
+                s.synchronize().expect("sync");
+            })
+        });
+        g.finish();
+    }
+}
+
+fn bandwidth_and_events(c: &mut Criterion) {
+    for d in devices() {
+        let api = api(d);
+        let s = keel::get_stream_from_pool(d, false).expect("stream");
+        let mut g = c.benchmark_group(format!("wgpu_{api}_copy"));
+        g.sample_size(10);
+        let len = 16usize << 20;
+        let data = vec![7u8; len];
+        let buf = Buffer::new(d, len).expect("buffer");
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_with_input(BenchmarkId::new("host_to_device", 16), &len, |b, _| {
+            b.iter(|| {
+                buf.write(&s, 0, &data).expect("write");
+                s.synchronize().expect("sync");
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("device_to_host", 16), &len, |b, _| {
+            b.iter(|| black_box(buf.read(&s).expect("read")))
+        });
+        let mut dst = vec![0u8; len];
+        g.bench_with_input(BenchmarkId::new("host_memcpy", 16), &len, |b, _| {
+            b.iter(|| dst.copy_from_slice(black_box(&data)))
+        });
+        g.finish();
+        let mut e = Event::new(DeviceType::Wgpu);
+        c.bench_function(&format!("wgpu_{api}_event_record_query"), |b| {
+            b.iter(|| {
+                e.record(&s).expect("record");
+                e.query().expect("query")
+            })
+        });
+    }
+}
+
+criterion_group!(benches, dispatches, bandwidth_and_events);
+criterion_main!(benches);
