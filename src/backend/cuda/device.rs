@@ -223,7 +223,9 @@ impl Ctx {
     pub fn mark(&self, stream: RawStream) -> Result<RawEvent> {
         let e = self.take_event(false)?;
         // SAFETY: both handles belong to this (current) context.
-        if let Err(err) = call("cuEventRecord", || unsafe { sys::cuEventRecord(e.0, stream.0) }) {
+        if let Err(err) = call("cuEventRecord", || unsafe {
+            sys::cuEventRecord(e.0, stream.0)
+        }) {
             self.give_event(false, e);
             return Err(err);
         }
@@ -238,7 +240,9 @@ pub(super) fn poisoned() -> Error {
 fn enter(raw: RawCtx) -> Result<Scope> {
     let mut cur: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: writes one context handle (null when none is current).
-    call("cuCtxGetCurrent", || unsafe { sys::cuCtxGetCurrent(&mut cur) })?;
+    call("cuCtxGetCurrent", || unsafe {
+        sys::cuCtxGetCurrent(&mut cur)
+    })?;
     if cur == raw.0 {
         return Ok(Scope { previous: None });
     }

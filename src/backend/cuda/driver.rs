@@ -129,11 +129,16 @@ fn load() -> std::result::Result<Driver, String> {
     call("cuInit", || unsafe { sys::cuInit(0) }).map_err(reason)?;
     let mut version: c_int = 0;
     // SAFETY: writes one int.
-    call("cuDriverGetVersion", || unsafe { sys::cuDriverGetVersion(&mut version) })
-        .map_err(reason)?;
+    call("cuDriverGetVersion", || unsafe {
+        sys::cuDriverGetVersion(&mut version)
+    })
+    .map_err(reason)?;
     let mut n: c_int = 0;
     // SAFETY: writes one int.
-    call("cuDeviceGetCount", || unsafe { sys::cuDeviceGetCount(&mut n) }).map_err(reason)?;
+    call("cuDeviceGetCount", || unsafe {
+        sys::cuDeviceGetCount(&mut n)
+    })
+    .map_err(reason)?;
     if n <= 0 {
         return Err("the CUDA driver reports no CUDA device".to_owned());
     }
@@ -155,7 +160,9 @@ fn attr(dev: sys::CUdevice, a: A) -> Result<i32> {
 fn device_info(ordinal: c_int) -> Result<DeviceInfo> {
     let mut dev: sys::CUdevice = 0;
     // SAFETY: writes one device handle; the ordinal is below the count.
-    call("cuDeviceGet", || unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
+    call("cuDeviceGet", || unsafe {
+        sys::cuDeviceGet(&mut dev, ordinal)
+    })?;
     let mut name = [0 as c_char; 256];
     // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
     call("cuDeviceGetName", || unsafe {
@@ -168,7 +175,9 @@ fn device_info(ordinal: c_int) -> Result<DeviceInfo> {
         .into_owned();
     let mut total: usize = 0;
     // SAFETY: writes one size.
-    call("cuDeviceTotalMem", || unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
+    call("cuDeviceTotalMem", || unsafe {
+        sys::cuDeviceTotalMem_v2(&mut total, dev)
+    })?;
     let a = |x| attr(dev, x);
     Ok(DeviceInfo {
         dev,

@@ -120,7 +120,11 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
                 "PTX failed to load on cuda:{}: {}{}",
                 c.index,
                 super::driver::describe(r),
-                if jit.is_empty() { String::new() } else { format!(": {jit}") }
+                if jit.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {jit}")
+                }
             ),
         ));
     }
@@ -145,7 +149,7 @@ pub(super) fn launch(
     params: &[u8],
 ) -> Result<()> {
     let f = function(c, kernel)?;
-    if params.len() % 4 != 0 {
+    if !params.len().is_multiple_of(4) {
         return Err(kernel_error(
             kernel,
             format!(
@@ -239,7 +243,11 @@ mod tests {
 
     #[test]
     fn entry_params_of_the_demo_kernels() {
-        for (k, n) in [(kernels::VECTOR_ADD, 4), (kernels::SAXPY, 4), (kernels::SPIN, 3)] {
+        for (k, n) in [
+            (kernels::VECTOR_ADD, 4),
+            (kernels::SAXPY, 4),
+            (kernels::SPIN, 3),
+        ] {
             let ptx = k.ptx.expect("demo kernels have PTX");
             assert_eq!(entry_param_count(ptx, k.name), Some(n), "{}", k.name);
             assert_eq!(k.bindings + (n - k.bindings), n);

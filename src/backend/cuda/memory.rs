@@ -81,15 +81,25 @@ fn take_pinned(c: &Ctx, len: usize) -> Result<Pinned> {
 /// Returns pinned memory to the device's pool, busy until `busy` (if
 /// any) completes. Frees idle memory beyond [`KEEP_IDLE_PINNED`].
 fn give_pinned(c: &Ctx, p: Pinned, busy: Option<RawEvent>) {
-    let Ok(mut pool) = c.pinned.lock() else { return };
+    let Ok(mut pool) = c.pinned.lock() else {
+        return;
+    };
     pool.push((p, busy));
-    let mut idle: usize = pool.iter().filter(|(_, b)| b.is_none()).map(|(p, _)| p.cap).sum();
+    let mut idle: usize = pool
+        .iter()
+        .filter(|(_, b)| b.is_none())
+        .map(|(p, _)| p.cap)
+        .sum();
     while idle > KEEP_IDLE_PINNED {
-        let Some(i) = pool.iter().position(|(_, b)| b.is_none()) else { break };
+        let Some(i) = pool.iter().position(|(_, b)| b.is_none()) else {
+            break;
+        };
         let (p, _) = pool.swap_remove(i);
         idle -= p.cap;
         // SAFETY: no copy uses `p` (it is idle); it came from cuMemHostAlloc.
-        let _ = call("cuMemFreeHost", || unsafe { sys::cuMemFreeHost(p.ptr.cast()) });
+        let _ = call("cuMemFreeHost", || unsafe {
+            sys::cuMemFreeHost(p.ptr.cast())
+        });
     }
 }
 
@@ -105,7 +115,11 @@ pub(super) struct CudaBuffer {
 
 impl std::fmt::Debug for CudaBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaBuffer({} bytes on cuda:{})", self.len, self.ctx.index)
+        write!(
+            f,
+            "CudaBuffer({} bytes on cuda:{})",
+            self.len, self.ctx.index
+        )
     }
 }
 
@@ -134,7 +148,9 @@ impl CudaBuffer {
             ("cuMemAllocAsync", r)
         } else {
             // SAFETY: writes one device pointer; a context is current.
-            let r = status("cuMemAlloc", || unsafe { sys::cuMemAlloc_v2(&mut ptr, len) })?;
+            let r = status("cuMemAlloc", || unsafe {
+                sys::cuMemAlloc_v2(&mut ptr, len)
+            })?;
             ("cuMemAlloc", r)
         };
         match r {
@@ -154,14 +170,19 @@ impl CudaBuffer {
             sys::cuMemsetD8Async(buf.ptr, 0, len, side.0)
         })?;
         // SAFETY: the side stream is a live stream of this context.
-        call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(side.0) })?;
+        call("cuStreamSynchronize", || unsafe {
+            sys::cuStreamSynchronize(side.0)
+        })?;
         Ok(buf)
     }
 
     /// Notes that work on `stream` (of `c`) uses this buffer.
     pub fn used_on(&self, c: &'static Ctx, stream: RawStream) -> Result<()> {
         let mut used = self.used.lock().map_err(|_| poisoned())?;
-        if !used.iter().any(|(uc, s)| std::ptr::eq(*uc, c) && *s == stream) {
+        if !used
+            .iter()
+            .any(|(uc, s)| std::ptr::eq(*uc, c) && *s == stream)
+        {
             used.push((c, stream));
         }
         Ok(())
@@ -186,17 +207,23 @@ impl CudaBuffer {
                     // A peer copy's stream on another device: wait on the host.
                     let _other = uc.scope()?;
                     // SAFETY: a live stream of `uc`, whose context is current.
-                    call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(s.0) })?;
+                    call("cuStreamSynchronize", || unsafe {
+                        sys::cuStreamSynchronize(s.0)
+                    })?;
                 }
             }
             // SAFETY: `ptr` came from cuMemAllocAsync; the free is ordered
             // after every use recorded above.
-            call("cuMemFreeAsync", || unsafe { sys::cuMemFreeAsync(ptr, c.side.0) })
+            call("cuMemFreeAsync", || unsafe {
+                sys::cuMemFreeAsync(ptr, c.side.0)
+            })
         } else {
             for (uc, s) in used {
                 let _other = uc.scope()?;
                 // SAFETY: a live stream of `uc`, whose context is current.
-                call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(s.0) })?;
+                call("cuStreamSynchronize", || unsafe {
+                    sys::cuStreamSynchronize(s.0)
+                })?;
             }
             // SAFETY: `ptr` came from cuMemAlloc; no work uses it any more.
             call("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) })
@@ -241,7 +268,9 @@ pub(super) fn write(
         Err(e) => {
             // Cannot tell when the copy ends: wait for it before reuse.
             // SAFETY: a live stream of the current context.
-            let _ = call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(stream.0) });
+            let _ = call("cuStreamSynchronize", || unsafe {
+                sys::cuStreamSynchronize(stream.0)
+            });
             give_pinned(c, p, None);
             return Err(e);
         }
@@ -282,7 +311,9 @@ pub(super) fn read(
         Ok(e) => e,
         Err(e) => {
             // SAFETY: a live stream of the current context.
-            let _ = call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(stream.0) });
+            let _ = call("cuStreamSynchronize", || unsafe {
+                sys::cuStreamSynchronize(stream.0)
+            });
             give_pinned(c, p, None);
             return Err(e);
         }
@@ -318,7 +349,9 @@ impl Readback for CudaReadback {
         let c = self.ctx;
         let _scope = c.scope()?;
         // SAFETY: a live event of this context.
-        if let Err(err) = call("cuEventSynchronize", || unsafe { sys::cuEventSynchronize(e.0) }) {
+        if let Err(err) = call("cuEventSynchronize", || unsafe {
+            sys::cuEventSynchronize(e.0)
+        }) {
             give_pinned(c, p, Some(e));
             return Err(err);
         }
@@ -369,7 +402,9 @@ pub(super) fn copy(
         // SAFETY: both ranges are inside their buffers (checked by
         // `Buffer::copy_from`) and do not overlap; the stream is this
         // context's.
-        call("cuMemcpyDtoDAsync", || unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, len, stream.0) })
+        call("cuMemcpyDtoDAsync", || unsafe {
+            sys::cuMemcpyDtoDAsync_v2(d, s, len, stream.0)
+        })
     } else {
         let (dc, sc) = (dst.ctx.raw.0, src.ctx.raw.0);
         // SAFETY: as above, across two live contexts (peer access enabled

@@ -38,8 +38,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUresult};
 
-pub use self::driver::NO_LIBRARY;
 use self::device::{Ctx, RawEvent, RawStream, ctx, make_current};
+pub use self::driver::NO_LIBRARY;
 use self::driver::{call, count, ready};
 use self::memory::CudaBuffer;
 use super::{
@@ -123,7 +123,10 @@ pub fn can_device_access_peer(a: Device, b: Device) -> Result<bool> {
         return Ok(false);
     }
     let d = driver::driver().map_err(unavailable)?;
-    let (da, db) = (d.devices[a.index() as usize].dev, d.devices[b.index() as usize].dev);
+    let (da, db) = (
+        d.devices[a.index() as usize].dev,
+        d.devices[b.index() as usize].dev,
+    );
     let mut can = 0;
     // SAFETY: writes one int; both handles came from cuDeviceGet.
     call("cuDeviceCanAccessPeer", || unsafe {
@@ -142,7 +145,12 @@ pub fn enable_peer_access(a: Device, b: Device) -> Result<()> {
         )));
     }
     let (ca, cb) = (ctx(a)?, ctx(b)?);
-    if ca.peers.lock().map_err(|_| device::poisoned())?.contains(&b.index()) {
+    if ca
+        .peers
+        .lock()
+        .map_err(|_| device::poisoned())?
+        .contains(&b.index())
+    {
         return Ok(());
     }
     let _scope = ca.scope()?;
@@ -153,7 +161,10 @@ pub fn enable_peer_access(a: Device, b: Device) -> Result<()> {
     })?;
     match r {
         CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
-            ca.peers.lock().map_err(|_| device::poisoned())?.push(b.index());
+            ca.peers
+                .lock()
+                .map_err(|_| device::poisoned())?
+                .push(b.index());
             Ok(())
         }
         r => Err(driver::cuda_error("cuCtxEnablePeerAccess", r)),
@@ -203,7 +214,10 @@ impl DeviceGuardImpl for CudaGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(device, tls::current_stream_id(TY, device.index())))
+        Ok(Stream::new(
+            device,
+            tls::current_stream_id(TY, device.index()),
+        ))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         cuda_stream(&stream)?;
@@ -222,11 +236,17 @@ impl DeviceGuardImpl for CudaGuardImpl {
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         let c = &checked_ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_high_priority(high_priority))?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_high_priority(high_priority))?,
+        ))
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         let c = &checked_ctx(device)?.cursors;
-        Ok(Stream::new(device, c.next_id(c.level_for_priority(priority)?)?))
+        Ok(Stream::new(
+            device,
+            c.next_id(c.level_for_priority(priority)?)?,
+        ))
     }
     fn record(
         &self,
@@ -247,12 +267,16 @@ impl DeviceGuardImpl for CudaGuardImpl {
             }
             let raw = e.event;
             // SAFETY: event and stream belong to the current context.
-            return call("cuEventRecord", || unsafe { sys::cuEventRecord(raw.0, s.0) });
+            return call("cuEventRecord", || unsafe {
+                sys::cuEventRecord(raw.0, s.0)
+            });
         }
         let timing = flag.timing();
         let raw = c.take_event(timing)?;
         // SAFETY: event and stream belong to the current context.
-        if let Err(e) = call("cuEventRecord", || unsafe { sys::cuEventRecord(raw.0, s.0) }) {
+        if let Err(e) = call("cuEventRecord", || unsafe {
+            sys::cuEventRecord(raw.0, s.0)
+        }) {
             c.give_event(timing, raw);
             return Err(e);
         }
@@ -289,13 +313,17 @@ impl DeviceGuardImpl for CudaGuardImpl {
         let (c, s) = cuda_stream(stream)?;
         let _scope = c.scope()?;
         // SAFETY: a live stream of the current context.
-        call("cuStreamSynchronize", || unsafe { sys::cuStreamSynchronize(s.0) })
+        call("cuStreamSynchronize", || unsafe {
+            sys::cuStreamSynchronize(s.0)
+        })
     }
     fn synchronize_event(&self, event: &EventHandle) -> Result<()> {
         let e = cuda_event(event)?;
         let _scope = e.ctx.scope()?;
         // SAFETY: a live event of the current context.
-        call("cuEventSynchronize", || unsafe { sys::cuEventSynchronize(e.event.0) })
+        call("cuEventSynchronize", || unsafe {
+            sys::cuEventSynchronize(e.event.0)
+        })
     }
     fn synchronize_device(&self, device_index: DeviceIndex) -> Result<()> {
         let c = checked_ctx(Device::new(TY, device_index)?)?;
@@ -365,7 +393,10 @@ impl DeviceRuntime for CudaGuardImpl {
             ("memory clock rate (kHz)", i.memory_clock_khz.to_string()),
             ("memory bus width (bits)", i.bus_width.to_string()),
             ("L2 cache size (bytes)", i.l2_bytes.to_string()),
-            ("memory pools", if i.memory_pools { "yes" } else { "no" }.to_owned()),
+            (
+                "memory pools",
+                if i.memory_pools { "yes" } else { "no" }.to_owned(),
+            ),
             (
                 "unified addressing",
                 if i.unified_addressing { "yes" } else { "no" }.to_owned(),
@@ -385,7 +416,13 @@ impl DeviceRuntime for CudaGuardImpl {
         Ok(BufferHandle::new(CudaBuffer::new(c, len)?))
     }
 
-    fn write(&self, stream: &Stream, dst: &BufferHandle, offset: usize, data: Vec<u8>) -> Result<()> {
+    fn write(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
         let (c, s) = cuda_stream(stream)?;
         let dst = cuda_buffer(dst)?;
         if data.is_empty() {
