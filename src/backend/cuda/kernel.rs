@@ -252,6 +252,24 @@ mod tests {
             assert_eq!(entry_param_count(ptx, k.name), Some(n), "{}", k.name);
             assert_eq!(k.bindings + (n - k.bindings), n);
         }
+        for k in kernels::ALL {
+            let ptx = k.ptx.expect("demo kernels have PTX");
+            for header in [".version 7.0", ".target sm_50", ".address_size 64"] {
+                assert!(ptx.contains(header), "{}: {header}", k.name);
+            }
+            assert!(
+                ptx.contains(&format!(".visible .entry {}(", k.name)),
+                "{}",
+                k.name
+            );
+            // Separately rounded, never fused: results match the host
+            // reference exactly.
+            assert!(
+                !ptx.contains("fma") && !ptx.contains("mad.f32"),
+                "{}",
+                k.name
+            );
+        }
         assert_eq!(entry_param_count(".entry foo(.param .u32 a)", "fo"), None);
         assert_eq!(entry_param_count(".entry foo()", "foo"), Some(0));
     }

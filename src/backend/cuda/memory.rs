@@ -367,6 +367,9 @@ impl Drop for CudaReadback {
     fn drop(&mut self) {
         // Dropped unread: the pinned memory stays busy until the copy ends.
         if let Some(p) = self.pinned.take() {
+            // The scope lets the pool free idle memory; without it the
+            // memory is only kept longer.
+            let _scope = self.ctx.scope();
             give_pinned(self.ctx, p, self.done.take());
         }
     }
