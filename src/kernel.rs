@@ -118,43 +118,47 @@ impl fmt::Debug for Kernel {
 
 pub mod kernels {
     //! The demo kernels: WGSL sources in `shaders/` (run by Vulkan and
-    //! wgpu) and a host implementation here (run by the CPU backend, and
+    //! wgpu), hand-written PTX beside them (run by CUDA) and a host
+    //! implementation here (run by the CPU backend, and
     //! the reference the GPU results are checked against).
 
     use super::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
 
     /// `c[i] = a[i] + b[i]` for `i < n`. Bindings: `a`, `b`, `c` (f32).
-    /// Parameters: `n: u32`. Source: `shaders/vector_add.wgsl`.
+    /// Parameters: `n: u32`. Sources: `shaders/vector_add.wgsl`,
+    /// `shaders/vector_add.ptx`.
     pub const VECTOR_ADD: Kernel = Kernel {
         name: "vector_add",
         workgroup_size: [256, 1, 1],
         bindings: 3,
         wgsl: Some(include_str!("../shaders/vector_add.wgsl")),
-        ptx: None,
+        ptx: Some(include_str!("../shaders/vector_add.ptx")),
         cpu: Some(vector_add_cpu),
     };
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`. Bindings: `x`, `y` (f32).
-    /// Parameters: `n: u32`, `alpha: f32`. Source: `shaders/saxpy.wgsl`.
+    /// Parameters: `n: u32`, `alpha: f32`. Sources: `shaders/saxpy.wgsl`,
+    /// `shaders/saxpy.ptx`.
     pub const SAXPY: Kernel = Kernel {
         name: "saxpy",
         workgroup_size: [256, 1, 1],
         bindings: 2,
         wgsl: Some(include_str!("../shaders/saxpy.wgsl")),
-        ptx: None,
+        ptx: Some(include_str!("../shaders/saxpy.ptx")),
         cpu: Some(saxpy_cpu),
     };
 
     /// Deliberately slow: `out[i]` = `iters` steps of `x <- x * 0.999 + 1`
     /// from `x = i`, for `i < n`. Bindings: `out` (f32). Parameters:
-    /// `n: u32`, `iters: u32`. Source: `shaders/spin.wgsl`. Makes work
+    /// `n: u32`, `iters: u32`. Sources: `shaders/spin.wgsl`,
+    /// `shaders/spin.ptx`. Makes work
     /// that takes a while, for overlap demos and completion checks.
     pub const SPIN: Kernel = Kernel {
         name: "spin",
         workgroup_size: [64, 1, 1],
         bindings: 1,
         wgsl: Some(include_str!("../shaders/spin.wgsl")),
-        ptx: None,
+        ptx: Some(include_str!("../shaders/spin.ptx")),
         cpu: Some(spin_cpu),
     };
 

@@ -18,6 +18,8 @@
 //! and by the custom-backend example).
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(feature = "testing")]
 pub mod fake;
 pub mod host;

@@ -39,6 +39,11 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
             guard: &super::cpu::CpuGuardImpl,
             runtime: Some(&super::cpu::CpuGuardImpl),
         }),
+        #[cfg(feature = "cuda")]
+        DeviceType::Cuda => Some(Entry {
+            guard: &super::cuda::CudaGuardImpl,
+            runtime: Some(&super::cuda::CudaGuardImpl),
+        }),
         #[cfg(feature = "vulkan")]
         DeviceType::Vulkan => Some(Entry {
             guard: &super::vulkan::VulkanGuardImpl,

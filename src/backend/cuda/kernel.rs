@@ -1,0 +1,276 @@
+//! PTX kernels: loading modules, checking and launching.
+//!
+//! # Parameter convention
+//!
+//! A kernel's PTX entry point (named [`Kernel::name`]) takes, in order:
+//!
+//! 1. each bound buffer as a 64-bit device pointer (`.param .u64`), in
+//!    binding order;
+//! 2. the launch's parameter block split into 32-bit values (`.param .u32`
+//!    or `.param .f32`), in order: `n` then `alpha` for `saxpy`, `n` then
+//!    `iters` for `spin`, `n` for `vector_add`.
+//!
+//! The block is [`Kernel::workgroup_size`] threads, the grid the launch's
+//! grid. A launch whose buffer and parameter count does not match the entry
+//! point's parameter list is refused with an error, never run.
+//!
+//! Modules are loaded with `cuModuleLoadDataEx` (the driver JIT-compiles
+//! the PTX for the device) once per (device, kernel), kept for the process,
+//! and the JIT's error log goes into the error when loading fails.
+
+use std::ffi::{CString, c_uint, c_void};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUjit_option};
+
+use super::device::{Ctx, RawStream, poisoned};
+use super::driver::{call, status};
+use super::memory::CudaBuffer;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+/// A loaded kernel.
+pub(super) struct Function {
+    func: sys::CUfunction,
+    /// Parameters of the PTX entry point.
+    params: usize,
+}
+// SAFETY: module functions are driver objects usable from any thread; the
+// module they belong to is never unloaded.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+fn kernel_error(kernel: &Kernel, message: impl Into<String>) -> Error {
+    Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// How many `.param` entries the PTX entry point `name` declares, or
+/// `None` when the source has no such `.entry`.
+pub fn entry_param_count(ptx: &str, name: &str) -> Option<usize> {
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry") {
+        let after = &rest[at + ".entry".len()..];
+        let trimmed = after.trim_start();
+        let ident_len = trimmed
+            .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '$'))
+            .unwrap_or(trimmed.len());
+        if &trimmed[..ident_len] == name {
+            let sig = trimmed[ident_len..].trim_start();
+            if !sig.starts_with('(') {
+                return Some(0);
+            }
+            let close = sig.find(')')?;
+            return Some(sig[..close].matches(".param").count());
+        }
+        rest = after;
+    }
+    None
+}
+
+/// The kernel's function on `c`, loading its module on first use.
+fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
+    let ptx = kernel
+        .ptx
+        .ok_or_else(|| kernel_error(kernel, "has no PTX source, which the CUDA backend runs"))?;
+    let key = (kernel.name, ptx.as_ptr() as usize);
+    let mut cache = c.functions.lock().map_err(|_| poisoned())?;
+    if let Some(f) = cache.get(&key) {
+        return Ok(Arc::clone(f));
+    }
+    let params = entry_param_count(ptx, kernel.name).ok_or_else(|| {
+        kernel_error(
+            kernel,
+            format!("the PTX source has no `.entry {}`", kernel.name),
+        )
+    })?;
+    let image = CString::new(ptx)
+        .map_err(|_| kernel_error(kernel, "the PTX source contains a NUL byte"))?;
+    let name = CString::new(kernel.name)
+        .map_err(|_| kernel_error(kernel, "the kernel name contains a NUL byte"))?;
+    let _scope = c.scope()?;
+    let mut log = vec![0u8; 8192];
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` is NUL-terminated PTX; the options point to a log
+    // buffer of the size given (passed by value, as the driver expects);
+    // a context is current.
+    let r = status("cuModuleLoadDataEx", || unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr().cast(),
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    })?;
+    if r != sys::CUresult::CUDA_SUCCESS {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let jit = String::from_utf8_lossy(&log[..end]).trim().to_owned();
+        return Err(kernel_error(
+            kernel,
+            format!(
+                "PTX failed to load on cuda:{}: {}{}",
+                c.index,
+                super::driver::describe(r),
+                if jit.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {jit}")
+                }
+            ),
+        ));
+    }
+    let mut func: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: `module` was just loaded; `name` is NUL-terminated.
+    call("cuModuleGetFunction", || unsafe {
+        sys::cuModuleGetFunction(&mut func, module, name.as_ptr())
+    })
+    .map_err(|e| kernel_error(kernel, format!("no entry point: {e}")))?;
+    let f = Arc::new(Function { func, params });
+    cache.insert(key, Arc::clone(&f));
+    Ok(f)
+}
+
+/// Enqueues `kernel` on `stream` of `c`.
+pub(super) fn launch(
+    c: &'static Ctx,
+    stream: RawStream,
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: &[&CudaBuffer],
+    params: &[u8],
+) -> Result<()> {
+    let f = function(c, kernel)?;
+    if !params.len().is_multiple_of(4) {
+        return Err(kernel_error(
+            kernel,
+            format!(
+                "expected a parameter block of 32-bit values (a multiple of 4 bytes), found {} bytes",
+                params.len()
+            ),
+        ));
+    }
+    let words = params.len() / 4;
+    if buffers.len() + words != f.params {
+        return Err(kernel_error(
+            kernel,
+            format!(
+                "the PTX entry point takes {} parameters, found {} buffers and {words} 32-bit values",
+                f.params,
+                buffers.len()
+            ),
+        ));
+    }
+    let info = c.info;
+    for i in 0..3 {
+        if i64::from(grid[i]) > i64::from(info.max_grid[i]) {
+            return Err(kernel_error(
+                kernel,
+                format!(
+                    "grid {grid:?} exceeds the device's maximum grid {:?}",
+                    info.max_grid
+                ),
+            ));
+        }
+    }
+    let block = kernel.workgroup_size;
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    if threads == 0
+        || threads > u64::try_from(info.max_threads_per_block).unwrap_or(0)
+        || (0..3).any(|i| i64::from(block[i]) > i64::from(info.max_block[i]))
+    {
+        return Err(kernel_error(
+            kernel,
+            format!(
+                "workgroup size {block:?} is not a valid CUDA block on this device (at most {:?} and {} threads)",
+                info.max_block, info.max_threads_per_block
+            ),
+        ));
+    }
+    if grid.contains(&0) {
+        return Ok(()); // nothing to run
+    }
+    let _scope = c.scope()?;
+    for b in buffers {
+        b.used_on(c, stream)?;
+    }
+    let mut pointers: Vec<sys::CUdeviceptr> = buffers.iter().map(|b| b.ptr).collect();
+    let mut values: Vec<u32> = params
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let mut args: Vec<*mut c_void> = pointers
+        .iter_mut()
+        .map(|p| (p as *mut sys::CUdeviceptr).cast())
+        .chain(values.iter_mut().map(|v| (v as *mut u32).cast()))
+        .collect();
+    let func = f.func;
+    // SAFETY: `args` holds one pointer per entry-point parameter (checked
+    // above), each to a live value of the parameter's size (8-byte device
+    // pointers, then 32-bit values); the driver copies them before
+    // returning. Grid and block are within the device's limits; every
+    // buffer stays alive until its work is done (freed stream-ordered).
+    call("cuLaunchKernel", || unsafe {
+        sys::cuLaunchKernel(
+            func,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            0,
+            stream.0,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+    .map_err(|e| kernel_error(kernel, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_param_count;
+    use crate::kernels;
+
+    #[test]
+    fn entry_params_of_the_demo_kernels() {
+        for (k, n) in [
+            (kernels::VECTOR_ADD, 4),
+            (kernels::SAXPY, 4),
+            (kernels::SPIN, 3),
+        ] {
+            let ptx = k.ptx.expect("demo kernels have PTX");
+            assert_eq!(entry_param_count(ptx, k.name), Some(n), "{}", k.name);
+            assert_eq!(k.bindings + (n - k.bindings), n);
+        }
+        for k in kernels::ALL {
+            let ptx = k.ptx.expect("demo kernels have PTX");
+            for header in [".version 7.0", ".target sm_50", ".address_size 64"] {
+                assert!(ptx.contains(header), "{}: {header}", k.name);
+            }
+            assert!(
+                ptx.contains(&format!(".visible .entry {}(", k.name)),
+                "{}",
+                k.name
+            );
+            // Separately rounded, never fused: results match the host
+            // reference exactly.
+            assert!(
+                !ptx.contains("fma") && !ptx.contains("mad.f32"),
+                "{}",
+                k.name
+            );
+        }
+        assert_eq!(entry_param_count(".entry foo(.param .u32 a)", "fo"), None);
+        assert_eq!(entry_param_count(".entry foo()", "foo"), Some(0));
+    }
+}
