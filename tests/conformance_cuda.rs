@@ -8,11 +8,12 @@ mod conformance;
 use keel::DeviceType;
 
 conformance_suite!(
-    DeviceType::Cuda,
+    || conformance::device(DeviceType::Cuda),
     conformance::Config {
         // Tens of milliseconds on a current GPU: 1024 blocks of 64 threads,
         // each running a 2,000,000-step dependent chain.
         slow_spin: (1 << 16, 2_000_000),
         after: || {},
+        blocking_submit: false,
     }
 );
