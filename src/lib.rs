@@ -101,6 +101,7 @@ mod event;
 pub mod guard;
 pub mod kernel;
 mod ops;
+pub mod profiler;
 
 #[cfg(feature = "testing")]
 pub mod testing {

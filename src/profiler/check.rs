@@ -1,0 +1,1 @@
+//! Trace well-formedness checks (`Trace::check`).

@@ -1,0 +1,1 @@
+//! Chrome Trace Event JSON export and import.

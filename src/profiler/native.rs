@@ -1,0 +1,1 @@
+//! The native binary trace format.

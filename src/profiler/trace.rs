@@ -1,0 +1,251 @@
+//! The trace model: the contract between the runtime and every viewer.
+//!
+//! A [`Trace`] is plain data: devices, lanes (one per device stream and one
+//! per host thread), spans on lanes, instants, flows between spans, and
+//! counters. Every timestamp is in nanoseconds on the *host* clock, counted
+//! from the trace's epoch (the session start); device timestamps have
+//! already been mapped onto it through calibration (see
+//! [`Calibration`]). Nothing here refers to live runtime objects, so a
+//! trace can be saved, loaded, sent over a socket and compared.
+//!
+//! Invariants a well-formed trace keeps (checked by [`Trace::check`]):
+//! - every span, instant and flow end names an existing lane;
+//! - spans on one lane nest: two spans either do not overlap or one
+//!   contains the other;
+//! - every flow end lies inside a span of its lane (so viewers can bind it).
+
+use std::fmt;
+
+/// The version of this model, carried by both file formats.
+pub const TRACE_VERSION: u32 = 1;
+
+/// A device that appears in the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceDevice {
+    /// The device string (`vulkan:0`).
+    pub device: String,
+    /// The device's name.
+    pub name: String,
+    /// Properties as (name, value) pairs, in a stable order.
+    pub properties: Vec<(String, String)>,
+}
+
+/// What a lane is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneKind {
+    /// A stream of a device: index into [`Trace::devices`] and stream id.
+    Stream {
+        /// Index of the device in [`Trace::devices`].
+        device: u32,
+        /// The stream id.
+        stream: i64,
+    },
+    /// A host thread.
+    Host {
+        /// A process-unique thread number.
+        thread: u64,
+    },
+}
+
+/// A row of the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lane {
+    /// What the lane shows.
+    pub kind: LaneKind,
+    /// Its display name (`stream 33`, `main`).
+    pub name: String,
+}
+
+/// What a span is, for colouring and statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SpanKind {
+    /// A kernel running (device) or being launched (host).
+    Kernel,
+    /// A copy between host and device or between buffers.
+    Copy,
+    /// A buffer allocation.
+    Alloc,
+    /// A buffer being freed.
+    Free,
+    /// An event being recorded.
+    EventRecord,
+    /// A stream waiting for an event.
+    Wait,
+    /// The host waiting (event, stream or device synchronize).
+    Sync,
+    /// A user annotation (named host range).
+    Annotation,
+}
+
+impl SpanKind {
+    /// Every kind, in a stable order.
+    pub const ALL: [SpanKind; 8] = [
+        SpanKind::Kernel,
+        SpanKind::Copy,
+        SpanKind::Alloc,
+        SpanKind::Free,
+        SpanKind::EventRecord,
+        SpanKind::Wait,
+        SpanKind::Sync,
+        SpanKind::Annotation,
+    ];
+
+    /// A short lower-case name (`kernel`, `copy`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            SpanKind::Kernel => "kernel",
+            SpanKind::Copy => "copy",
+            SpanKind::Alloc => "alloc",
+            SpanKind::Free => "free",
+            SpanKind::EventRecord => "event_record",
+            SpanKind::Wait => "wait",
+            SpanKind::Sync => "sync",
+            SpanKind::Annotation => "annotation",
+        }
+    }
+
+    /// The kind with this [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<SpanKind> {
+        SpanKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for SpanKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Something that took time on a lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// Index into [`Trace::lanes`].
+    pub lane: u32,
+    /// What it was (kernel name, `copy host->device`, ...).
+    pub name: String,
+    /// Its kind.
+    pub kind: SpanKind,
+    /// Start, ns from the epoch.
+    pub start_ns: u64,
+    /// Duration in ns.
+    pub dur_ns: u64,
+    /// The operation it belongs to: the host span and the device span of
+    /// one stream operation share it (0: none).
+    pub op: u64,
+    /// Details as (name, value) pairs.
+    pub args: Vec<(String, String)>,
+}
+
+impl Span {
+    /// End, ns from the epoch.
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.dur_ns
+    }
+}
+
+/// A point in time on a lane (a user marker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstantEvent {
+    /// Index into [`Trace::lanes`].
+    pub lane: u32,
+    /// Its name.
+    pub name: String,
+    /// When, ns from the epoch.
+    pub ts_ns: u64,
+    /// Details.
+    pub args: Vec<(String, String)>,
+}
+
+/// What a flow connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowKind {
+    /// A host call that launched work -> the work on the device.
+    Launch,
+    /// An event record -> the stream wait that consumed it.
+    EventWait,
+}
+
+impl FlowKind {
+    /// A short name (`launch`, `event_wait`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FlowKind::Launch => "launch",
+            FlowKind::EventWait => "event_wait",
+        }
+    }
+
+    /// The kind with this [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<FlowKind> {
+        [FlowKind::Launch, FlowKind::EventWait]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
+/// One end of a flow: a lane and a time inside a span on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowEnd {
+    /// Index into [`Trace::lanes`].
+    pub lane: u32,
+    /// ns from the epoch.
+    pub ts_ns: u64,
+}
+
+/// An arrow from one span to another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    /// Unique within the trace.
+    pub id: u64,
+    /// What it connects.
+    pub kind: FlowKind,
+    /// Where it starts.
+    pub from: FlowEnd,
+    /// Where it ends.
+    pub to: FlowEnd,
+}
+
+/// A value over time for one device (memory in use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// Index into [`Trace::devices`].
+    pub device: u32,
+    /// What is counted (`memory in use (bytes)`).
+    pub name: String,
+    /// (ns from the epoch, value), in time order.
+    pub points: Vec<(u64, i64)>,
+}
+
+/// How one device's clock was mapped onto the host clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calibration {
+    /// Index into [`Trace::devices`].
+    pub device: u32,
+    /// How the pair was taken (`paired sampling`, `host clock`).
+    pub method: String,
+    /// Half the width of the host interval the device timestamp was known
+    /// to lie in: device spans are placed within +/- this many ns.
+    pub error_bound_ns: u64,
+}
+
+/// A recorded profile; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trace {
+    /// [`TRACE_VERSION`] of the producer.
+    pub version: u32,
+    /// Devices, referenced by index.
+    pub devices: Vec<TraceDevice>,
+    /// Lanes, referenced by index.
+    pub lanes: Vec<Lane>,
+    /// Spans (any order).
+    pub spans: Vec<Span>,
+    /// Instants.
+    pub instants: Vec<InstantEvent>,
+    /// Flows.
+    pub flows: Vec<Flow>,
+    /// Counters.
+    pub counters: Vec<Counter>,
+    /// One per device with device spans.
+    pub calibrations: Vec<Calibration>,
+    /// Records lost because a recording buffer was full (never silent).
+    pub dropped: u64,
+}
