@@ -7,6 +7,7 @@
 //! device, but found at least two devices, cuda:0 and cpu:0"), and moving
 //! data between devices is explicit, with [`Buffer::to`].
 
+use std::borrow::Cow;
 use std::fmt;
 
 use bytemuck::Pod;
@@ -17,12 +18,23 @@ use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::ops;
+use crate::profiler::SpanKind;
+use crate::profiler::record::Detail;
 
 /// Memory on a device; see the [module docs](self).
 pub struct Buffer {
     device: Device,
     len: usize,
     handle: BufferHandle,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if crate::profiler::enabled() {
+            let bytes = i64::try_from(self.len).unwrap_or(i64::MAX);
+            let _ = ops::memory(self.device, -bytes, || Ok(()));
+        }
+    }
 }
 
 impl fmt::Debug for Buffer {
@@ -60,7 +72,8 @@ impl Buffer {
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
         let device = resolve(device)?;
         let rt = registry::runtime(device.device_type())?;
-        let handle = rt.alloc(device, len)?;
+        let bytes = i64::try_from(len).unwrap_or(i64::MAX);
+        let handle = ops::memory(device, bytes, || rt.alloc(device, len))?;
         Ok(Buffer {
             device,
             len,
@@ -103,9 +116,13 @@ impl Buffer {
         same_device(self.device, stream.device())?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         check_range("write", self.len, offset, bytes.len())?;
-        ops::enqueue(&stream, || {
-            rt.write(&stream, &self.handle, offset, bytes.to_vec())
-        })
+        ops::enqueue(
+            &stream,
+            SpanKind::Copy,
+            || Cow::Borrowed("copy host->device"),
+            Detail::Bytes(bytes.len() as u64),
+            || rt.write(&stream, &self.handle, offset, bytes.to_vec()),
+        )
     }
 
     /// Device to host: enqueues reading `len` bytes at `offset`; the result
@@ -114,7 +131,13 @@ impl Buffer {
         let (rt, stream) = stream_runtime(stream)?;
         same_device(self.device, stream.device())?;
         check_range("read", self.len, offset, len)?;
-        let inner = ops::enqueue(&stream, || rt.read(&stream, &self.handle, offset, len))?;
+        let inner = ops::enqueue(
+            &stream,
+            SpanKind::Copy,
+            || Cow::Borrowed("copy device->host"),
+            Detail::Bytes(len as u64),
+            || rt.read(&stream, &self.handle, offset, len),
+        )?;
         Ok(PendingRead { inner })
     }
 
@@ -158,16 +181,22 @@ impl Buffer {
         }
         check_range("copy source", src.len, src_offset, len)?;
         check_range("copy destination", self.len, dst_offset, len)?;
-        ops::enqueue(&stream, || {
-            rt.copy(
-                &stream,
-                &src.handle,
-                src_offset,
-                &self.handle,
-                dst_offset,
-                len,
-            )
-        })
+        ops::enqueue(
+            &stream,
+            SpanKind::Copy,
+            || Cow::Borrowed("copy device->device"),
+            Detail::Bytes(len as u64),
+            || {
+                rt.copy(
+                    &stream,
+                    &src.handle,
+                    src_offset,
+                    &self.handle,
+                    dst_offset,
+                    len,
+                )
+            },
+        )
     }
 
     /// A copy of this buffer on `device`, enqueued on `stream` (which must
@@ -220,9 +249,13 @@ pub(crate) fn launch(
         same_device(stream.device(), b.device)?;
     }
     let handles: Vec<&BufferHandle> = buffers.iter().map(|b| &b.handle).collect();
-    ops::enqueue(&stream, || {
-        rt.launch(&stream, kernel, grid, &handles, params)
-    })
+    ops::enqueue(
+        &stream,
+        SpanKind::Kernel,
+        || Cow::Borrowed(kernel.name),
+        Detail::Grid(grid),
+        || rt.launch(&stream, kernel, grid, &handles, params),
+    )
 }
 
 /// Data on its way from a device to the host; see [`Buffer::read_async`].

@@ -21,6 +21,7 @@ use crate::ops;
 
 /// A marker in a stream; see the [module docs](self).
 pub struct Event {
+    id: u64,
     device_type: DeviceType,
     device_index: DeviceIndex,
     flag: EventFlag,
@@ -53,7 +54,9 @@ impl Event {
 
     /// An event with an explicit flag.
     pub fn with_flag(device_type: DeviceType, flag: EventFlag) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Event {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             device_type,
             device_index: -1,
             flag,
@@ -61,6 +64,11 @@ impl Event {
             backend: None,
             handle: None,
         }
+    }
+
+    /// A process-unique id (the profiler links records and waits by it).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The device type.
@@ -102,6 +110,39 @@ impl Event {
     /// Records the event on `stream`: it completes when the work enqueued on
     /// `stream` so far completes.
     pub fn record(&mut self, stream: &Stream) -> Result<()> {
+        let backend = self.check_record(stream)?;
+        ops::record_event(
+            backend,
+            self.id,
+            &mut self.handle,
+            stream,
+            self.device_index,
+            self.flag,
+        )?;
+        self.was_marked_for_recording = true;
+        self.device_index = stream.device_index();
+        Ok(())
+    }
+
+    /// Like [`record`](Self::record), bypassing the profiler (the profiler
+    /// records its own timing events this way).
+    pub(crate) fn record_untraced(&mut self, stream: &Stream) -> Result<()> {
+        let backend = self.check_record(stream)?;
+        backend.record(&mut self.handle, stream, self.device_index, self.flag)?;
+        self.was_marked_for_recording = true;
+        self.device_index = stream.device_index();
+        Ok(())
+    }
+
+    /// Waits for the event, bypassing the profiler.
+    pub(crate) fn synchronize_untraced(&self) -> Result<()> {
+        match (self.backend, &self.handle) {
+            (Some(backend), Some(handle)) => backend.synchronize_event(handle),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_record(&mut self, stream: &Stream) -> Result<&'static dyn DeviceGuardImpl> {
         if stream.device_type() != self.device_type {
             return Err(Error::invalid(format!(
                 "Event device type {} does not match recording stream's device type {}.",
@@ -116,17 +157,7 @@ impl Event {
                 stream.device_index()
             )));
         }
-        let backend = self.backend()?;
-        ops::record_event(
-            backend,
-            &mut self.handle,
-            stream,
-            self.device_index,
-            self.flag,
-        )?;
-        self.was_marked_for_recording = true;
-        self.device_index = stream.device_index();
-        Ok(())
+        self.backend()
     }
 
     /// Records the event on `stream` unless it was recorded before.
@@ -150,7 +181,7 @@ impl Event {
                 stream.device_type().name_upper()
             )));
         }
-        ops::block_on_event(backend, handle, stream, self.device_index)
+        ops::block_on_event(backend, self.id, handle, stream)
     }
 
     /// Whether the work before the event has completed. Never blocks; true
@@ -166,9 +197,7 @@ impl Event {
     /// never-recorded event.
     pub fn synchronize(&self) -> Result<()> {
         match (self.backend, &self.handle) {
-            (Some(backend), Some(handle)) => {
-                ops::synchronize_event(backend, handle, self.device_type, self.device_index)
-            }
+            (Some(backend), Some(handle)) => ops::synchronize_event(backend, handle),
             _ => Ok(()),
         }
     }

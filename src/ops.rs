@@ -8,8 +8,9 @@
 //!   stream operation synchronous: after enqueueing, the stream is
 //!   synchronized, so an asynchronous failure surfaces at the call that
 //!   caused it (like `CUDA_LAUNCH_BLOCKING`).
-//! - The profiler records here (host spans, and device spans from the
-//!   backend's timestamps); backends never record themselves.
+//! - The profiler records here (host spans, and device spans from timed
+//!   events around each operation); backends never record themselves. With
+//!   no session recording this costs one relaxed load per operation.
 //!
 //! Functions here take already-checked arguments: the public types
 //! ([`Event`](crate::Event), [`Buffer`](crate::Buffer), [`Stream`]) check
@@ -17,10 +18,14 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use std::borrow::Cow;
+
 use crate::backend::{DeviceGuardImpl, EventHandle, registry};
 use crate::core::{DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::profiler::SpanKind;
+use crate::profiler::record::{self, Detail};
 
 /// 0: not read yet; 1: off; 2: on.
 static LAUNCH_BLOCKING: AtomicU8 = AtomicU8::new(0);
@@ -64,43 +69,115 @@ fn guard_for(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
 
 pub(crate) fn record_event(
     backend: &dyn DeviceGuardImpl,
+    event: u64,
     handle: &mut Option<EventHandle>,
     stream: &Stream,
     device_index: DeviceIndex,
     flag: EventFlag,
 ) -> Result<()> {
-    backend.record(handle, stream, device_index, flag)?;
-    after_enqueue(backend, stream)
+    if !record::enabled() {
+        backend.record(handle, stream, device_index, flag)?;
+        return after_enqueue(backend, stream);
+    }
+    record::stream_op(
+        SpanKind::EventRecord,
+        Cow::Borrowed("event record"),
+        Some(stream),
+        Detail::Event(event),
+        || {
+            backend.record(handle, stream, device_index, flag)?;
+            after_enqueue(backend, stream)
+        },
+    )?;
+    Ok(())
 }
 
 pub(crate) fn block_on_event(
     backend: &dyn DeviceGuardImpl,
+    event: u64,
     handle: &EventHandle,
     stream: &Stream,
-    _event_device: DeviceIndex,
 ) -> Result<()> {
-    backend.block(handle, stream)?;
-    after_enqueue(backend, stream)
+    if !record::enabled() {
+        backend.block(handle, stream)?;
+        return after_enqueue(backend, stream);
+    }
+    let op = std::cell::Cell::new(0);
+    record::stream_op(
+        SpanKind::Wait,
+        Cow::Borrowed("stream wait"),
+        Some(stream),
+        Detail::Event(event),
+        || {
+            backend.block(handle, stream)?;
+            after_enqueue(backend, stream)
+        },
+    )
+    .inspect(|()| op.set(record::last_op()))?;
+    record::event_waited(event, op.get());
+    Ok(())
 }
 
-pub(crate) fn synchronize_event(
-    backend: &dyn DeviceGuardImpl,
-    handle: &EventHandle,
-    _ty: DeviceType,
-    _device_index: DeviceIndex,
-) -> Result<()> {
-    backend.synchronize_event(handle)
+pub(crate) fn synchronize_event(backend: &dyn DeviceGuardImpl, handle: &EventHandle) -> Result<()> {
+    traced_sync("event synchronize", || backend.synchronize_event(handle))
 }
 
 pub(crate) fn synchronize_device(ty: DeviceType, index: DeviceIndex) -> Result<()> {
-    guard_for(ty)?.synchronize_device(index)
+    traced_sync("device synchronize", || {
+        guard_for(ty)?.synchronize_device(index)
+    })
+}
+
+fn traced_sync(name: &'static str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    if !record::enabled() {
+        return f();
+    }
+    record::stream_op(SpanKind::Sync, Cow::Borrowed(name), None, Detail::None, f)
 }
 
 /// Runs `enqueue` (a runtime operation on `stream`), then applies the
-/// cross-cutting rules above.
-pub(crate) fn enqueue<T>(stream: &Stream, enqueue: impl FnOnce() -> Result<T>) -> Result<T> {
-    let value = enqueue()?;
-    after_enqueue(guard_for(stream.device_type())?, stream)?;
+/// cross-cutting rules above; `kind`, `name` and `detail` describe it to the
+/// profiler.
+pub(crate) fn enqueue<T>(
+    stream: &Stream,
+    kind: SpanKind,
+    name: impl FnOnce() -> Cow<'static, str>,
+    detail: Detail,
+    enqueue: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let run = || {
+        let value = enqueue()?;
+        after_enqueue(guard_for(stream.device_type())?, stream)?;
+        Ok(value)
+    };
+    if !record::enabled() {
+        return run();
+    }
+    record::stream_op(kind, name(), Some(stream), detail, run)
+}
+
+/// Records a buffer allocation or free (not a stream operation).
+pub(crate) fn memory<T>(
+    device: crate::core::Device,
+    bytes: i64,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if !record::enabled() {
+        return f();
+    }
+    let (kind, name) = if bytes >= 0 {
+        (SpanKind::Alloc, "alloc")
+    } else {
+        (SpanKind::Free, "free")
+    };
+    let value = record::stream_op(
+        kind,
+        Cow::Borrowed(name),
+        None,
+        Detail::Bytes(bytes.unsigned_abs()),
+        f,
+    )?;
+    record::memory(device, bytes);
     Ok(value)
 }
 
@@ -114,7 +191,8 @@ impl Stream {
     /// Waits until all work enqueued on this stream has completed; returns
     /// the error of a failed operation, if one failed.
     pub fn synchronize(&self) -> Result<()> {
-        guard_for(self.device_type())?.synchronize_stream(self)
+        let backend = guard_for(self.device_type())?;
+        traced_sync("stream synchronize", || backend.synchronize_stream(self))
     }
 
     /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in

@@ -1,0 +1,683 @@
+//! Recording: the hooks the stream-operation path calls, the per-thread
+//! buffers, device spans from timed events, and calibration.
+//!
+//! # Cost
+//! With no session, a hook is one relaxed atomic load ([`enabled`]). With a
+//! session, a stream operation appends one record to its thread's buffer
+//! (two host clock reads, an uncontended lock, a push; measured in
+//! `benches/profiler.rs`), and brackets the operation on its stream with
+//! two timed events so its device span can be placed. Buffers are bounded
+//! ([`MAX_RECORDS_PER_THREAD`]); what does not fit is counted in
+//! [`Trace::dropped`](super::Trace::dropped), never lost silently.
+//!
+//! # Device time
+//! Device spans come from timed events, the one timing mechanism every
+//! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
+//! clock on CPU). Per device, the first operation of a session records a
+//! *reference* event; every device span is stored as an offset from it
+//! (`elapsed_time`). At the end of the session the device is synchronized,
+//! a calibration event is recorded on an idle stream and waited for, and
+//! the host interval `[t0, t1]` around that wait pins the calibration
+//! event's device time: its midpoint maps device time onto the host clock,
+//! and half its width is the error bound stored in the trace. Backends
+//! whose events cannot time produce host spans only.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use super::trace::{
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
+    TRACE_VERSION, Trace, TraceDevice,
+};
+use crate::core::{Device, Stream};
+use crate::error::{Error, Result};
+use crate::event::Event;
+
+/// Records a thread keeps before it counts drops instead.
+pub const MAX_RECORDS_PER_THREAD: usize = 1 << 20;
+
+/// Device spans waiting for their events before they are resolved in a
+/// batch (keeps the number of live timed events bounded).
+const RESOLVE_BATCH: usize = 256;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static NEXT_OP: AtomicU64 = AtomicU64::new(1);
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether a session is recording. The only cost an instrumented operation
+/// pays when none is: one relaxed load.
+#[inline]
+pub fn enabled() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// What a host record carries beyond its kind and name, kept compact until
+/// the trace is built.
+#[derive(Debug, Clone)]
+pub(crate) enum Detail {
+    None,
+    Bytes(u64),
+    Grid([u32; 3]),
+    Event(u64),
+}
+
+#[derive(Debug)]
+enum Record {
+    Span {
+        op: u64,
+        kind: SpanKind,
+        name: Cow<'static, str>,
+        start: Instant,
+        end: Instant,
+        stream: Option<Stream>,
+        detail: Detail,
+    },
+    Mark {
+        name: String,
+        at: Instant,
+    },
+}
+
+struct ThreadBuf {
+    thread: u64,
+    name: String,
+    generation: AtomicU64,
+    records: Mutex<Vec<Record>>,
+}
+
+static THREADS: Mutex<Vec<Arc<ThreadBuf>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static LOCAL: RefCell<Option<Arc<ThreadBuf>>> = const { RefCell::new(None) };
+}
+
+fn push(record: Record) {
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        let buf = local.get_or_insert_with(|| {
+            let t = std::thread::current();
+            let thread = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+            let buf = Arc::new(ThreadBuf {
+                thread,
+                name: t
+                    .name()
+                    .map_or_else(|| format!("thread {thread}"), str::to_owned),
+                generation: AtomicU64::new(GENERATION.load(Ordering::Relaxed)),
+                records: Mutex::new(Vec::new()),
+            });
+            lock(&THREADS).push(Arc::clone(&buf));
+            buf
+        });
+        let mut records = lock(&buf.records);
+        // Records of a previous session left behind are discarded.
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if buf.generation.swap(generation, Ordering::Relaxed) != generation {
+            records.clear();
+        }
+        if records.len() < MAX_RECORDS_PER_THREAD {
+            records.push(record);
+        } else {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// A device span waiting for its two events.
+struct PendingDevice {
+    op: u64,
+    stream: Stream,
+    kind: SpanKind,
+    name: Cow<'static, str>,
+    start: Event,
+    end: Event,
+    detail: Detail,
+}
+
+/// A device span resolved to offsets (ns) from its device's reference event.
+struct DeviceSpan {
+    op: u64,
+    stream: Stream,
+    kind: SpanKind,
+    name: Cow<'static, str>,
+    start_off: i64,
+    end_off: i64,
+    detail: Detail,
+}
+
+struct DeviceClock {
+    reference: Event,
+    stream: Stream,
+}
+
+struct SessionState {
+    epoch: Instant,
+    clocks: HashMap<Device, Option<DeviceClock>>,
+    pending: Vec<PendingDevice>,
+    resolved: Vec<DeviceSpan>,
+    /// event id -> op that last recorded it
+    event_ops: HashMap<u64, u64>,
+    /// (record op, wait op) pairs
+    waits: Vec<(u64, u64)>,
+    /// (device, time, +/- bytes)
+    memory: Vec<(Device, Instant, i64)>,
+}
+
+static SESSION: Mutex<Option<SessionState>> = Mutex::new(None);
+
+fn ms_to_ns(ms: f64) -> i64 {
+    (ms * 1e6).round() as i64
+}
+
+impl SessionState {
+    /// The clock of `stream`'s device, created on first use. `None` when the
+    /// device's events cannot time.
+    fn clock(&mut self, stream: &Stream) -> Option<&DeviceClock> {
+        self.clocks
+            .entry(stream.device())
+            .or_insert_with(|| {
+                let mut reference = Event::timed(stream.device_type());
+                reference.record_untraced(stream).ok()?;
+                Some(DeviceClock {
+                    reference,
+                    stream: *stream,
+                })
+            })
+            .as_ref()
+    }
+
+    /// Resolves pending spans whose events have completed (all of them when
+    /// `wait` is true).
+    fn resolve(&mut self, wait: bool) {
+        let pending = std::mem::take(&mut self.pending);
+        for p in pending {
+            if wait {
+                let _ = p.end.synchronize_untraced();
+            }
+            if !wait && !matches!(p.end.query(), Ok(true)) {
+                self.pending.push(p);
+                continue;
+            }
+            let Some(Some(clock)) = self.clocks.get(&p.stream.device()) else {
+                continue;
+            };
+            let (Ok(a), Ok(b)) = (
+                clock.reference.elapsed_time(&p.start),
+                clock.reference.elapsed_time(&p.end),
+            ) else {
+                continue;
+            };
+            self.resolved.push(DeviceSpan {
+                op: p.op,
+                stream: p.stream,
+                kind: p.kind,
+                name: p.name,
+                start_off: ms_to_ns(a),
+                end_off: ms_to_ns(b),
+                detail: p.detail,
+            });
+        }
+    }
+}
+
+/// Starts recording. Fails if a session is already recording.
+pub(super) fn begin() -> Result<Instant> {
+    let mut session = lock(&SESSION);
+    if session.is_some() || ACTIVE.load(Ordering::Acquire) {
+        return Err(Error::invalid(
+            "a profiler session is already recording; stop it before starting another",
+        ));
+    }
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+    DROPPED.store(0, Ordering::Relaxed);
+    for t in lock(&THREADS).iter() {
+        lock(&t.records).clear();
+    }
+    let epoch = Instant::now();
+    *session = Some(SessionState {
+        epoch,
+        clocks: HashMap::new(),
+        pending: Vec::new(),
+        resolved: Vec::new(),
+        event_ops: HashMap::new(),
+        waits: Vec::new(),
+        memory: Vec::new(),
+    });
+    ACTIVE.store(true, Ordering::Release);
+    Ok(epoch)
+}
+
+thread_local! {
+    static LAST_OP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A new operation id.
+pub(crate) fn next_op() -> u64 {
+    let op = NEXT_OP.fetch_add(1, Ordering::Relaxed);
+    LAST_OP.with(|l| l.set(op));
+    op
+}
+
+/// The id of the last operation this thread recorded.
+pub(crate) fn last_op() -> u64 {
+    LAST_OP.with(std::cell::Cell::get)
+}
+
+/// Records a host span (and, for stream work, brackets it with timed
+/// events for its device span). Returns what `f` returns.
+pub(crate) fn stream_op<T>(
+    kind: SpanKind,
+    name: Cow<'static, str>,
+    stream: Option<&Stream>,
+    detail: Detail,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let op = next_op();
+    if let (SpanKind::EventRecord, Detail::Event(e)) = (kind, &detail) {
+        event_recorded(*e, op);
+    }
+    let device_events = stream.and_then(start_device_span);
+    let start = Instant::now();
+    let result = f();
+    let end = Instant::now();
+    if let (Some(s), Some(start_event)) = (stream, device_events) {
+        finish_device_span(op, *s, kind, name.clone(), start_event, detail.clone());
+    }
+    push(Record::Span {
+        op,
+        kind,
+        name,
+        start,
+        end,
+        stream: stream.copied(),
+        detail,
+    });
+    result
+}
+
+fn start_device_span(stream: &Stream) -> Option<Event> {
+    let mut session = lock(&SESSION);
+    let state = session.as_mut()?;
+    state.clock(stream)?;
+    drop(session);
+    let mut e = Event::timed(stream.device_type());
+    e.record_untraced(stream).ok()?;
+    Some(e)
+}
+
+fn finish_device_span(
+    op: u64,
+    stream: Stream,
+    kind: SpanKind,
+    name: Cow<'static, str>,
+    start: Event,
+    detail: Detail,
+) {
+    let mut end = Event::timed(stream.device_type());
+    if end.record_untraced(&stream).is_err() {
+        return;
+    }
+    let mut session = lock(&SESSION);
+    let Some(state) = session.as_mut() else {
+        return;
+    };
+    state.pending.push(PendingDevice {
+        op,
+        stream,
+        kind,
+        name,
+        start,
+        end,
+        detail,
+    });
+    if state.pending.len() >= RESOLVE_BATCH {
+        state.resolve(false);
+    }
+}
+
+/// Notes that operation `op` recorded event `event`.
+pub(crate) fn event_recorded(event: u64, op: u64) {
+    if let Some(state) = lock(&SESSION).as_mut() {
+        state.event_ops.insert(event, op);
+    }
+}
+
+/// Notes that operation `op` waited for event `event`.
+pub(crate) fn event_waited(event: u64, op: u64) {
+    if let Some(state) = lock(&SESSION).as_mut()
+        && let Some(&record) = state.event_ops.get(&event)
+    {
+        state.waits.push((record, op));
+    }
+}
+
+/// Notes `bytes` allocated (positive) or freed (negative) on `device`.
+pub(crate) fn memory(device: Device, bytes: i64) {
+    if let Some(state) = lock(&SESSION).as_mut() {
+        state.memory.push((device, Instant::now(), bytes));
+    }
+}
+
+/// Records a user marker.
+pub(super) fn mark(name: String) {
+    push(Record::Mark {
+        name,
+        at: Instant::now(),
+    });
+}
+
+/// Records a finished user range.
+pub(super) fn range(name: Cow<'static, str>, start: Instant) {
+    push(Record::Span {
+        op: 0,
+        kind: SpanKind::Annotation,
+        name,
+        start,
+        end: Instant::now(),
+        stream: None,
+        detail: Detail::None,
+    });
+}
+
+fn ns_since(epoch: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(epoch).as_nanos() as u64
+}
+
+fn detail_args(detail: &Detail) -> Vec<(String, String)> {
+    match detail {
+        Detail::None => Vec::new(),
+        Detail::Bytes(b) => vec![("bytes".to_owned(), b.to_string())],
+        Detail::Grid(g) => vec![("grid".to_owned(), format!("{}x{}x{}", g[0], g[1], g[2]))],
+        Detail::Event(e) => vec![("event".to_owned(), e.to_string())],
+    }
+}
+
+/// Calibrates one device's clock: see the module docs. Returns the host
+/// time (ns from the epoch) of its reference event and the error bound.
+fn calibrate(epoch: Instant, clock: &DeviceClock) -> Option<(i64, u64)> {
+    crate::api::synchronize(clock.stream.device()).ok()?;
+    let mut cal = Event::timed(clock.stream.device_type());
+    let t0 = Instant::now();
+    cal.record_untraced(&clock.stream).ok()?;
+    cal.synchronize_untraced().ok()?;
+    let t1 = Instant::now();
+    let offset = ms_to_ns(clock.reference.elapsed_time(&cal).ok()?);
+    let (h0, h1) = (ns_since(epoch, t0) as i64, ns_since(epoch, t1) as i64);
+    let mid = h0 + (h1 - h0) / 2;
+    Some((mid - offset, ((h1 - h0) / 2) as u64))
+}
+
+/// Stops recording and builds the trace.
+pub(super) fn end() -> Trace {
+    ACTIVE.store(false, Ordering::Release);
+    let Some(mut state) = lock(&SESSION).take() else {
+        return Trace {
+            version: TRACE_VERSION,
+            ..Trace::default()
+        };
+    };
+    state.resolve(true);
+    let epoch = state.epoch;
+    let mut b = Builder::new(epoch);
+
+    // Devices, clocks.
+    let mut clock_base: HashMap<Device, i64> = HashMap::new();
+    let mut devices: Vec<Device> = state.clocks.keys().copied().collect();
+    devices.extend(state.memory.iter().map(|m| m.0));
+    devices.sort();
+    devices.dedup();
+    for &d in &devices {
+        let di = b.device(d);
+        if let Some(Some(clock)) = state.clocks.get(&d)
+            && let Some((base, bound)) = calibrate(epoch, clock)
+        {
+            clock_base.insert(d, base);
+            b.trace.calibrations.push(Calibration {
+                device: di,
+                method: if d.is_cpu() {
+                    "host clock (paired sampling)".to_owned()
+                } else {
+                    "paired sampling".to_owned()
+                },
+                error_bound_ns: bound,
+            });
+        }
+    }
+
+    // Host spans and marks from every thread's buffer.
+    let mut host_of_op: HashMap<u64, (u32, u64)> = HashMap::new();
+    let threads: Vec<Arc<ThreadBuf>> = lock(&THREADS).clone();
+    let generation = GENERATION.load(Ordering::Relaxed);
+    for t in threads {
+        if t.generation.load(Ordering::Relaxed) != generation {
+            continue;
+        }
+        let records = std::mem::take(&mut *lock(&t.records));
+        if records.is_empty() {
+            continue;
+        }
+        let lane = b.lane(LaneKind::Host { thread: t.thread }, t.name.clone());
+        for r in records {
+            match r {
+                Record::Span {
+                    op,
+                    kind,
+                    name,
+                    start,
+                    end,
+                    stream,
+                    detail,
+                } => {
+                    let s = ns_since(epoch, start);
+                    let e = ns_since(epoch, end).max(s);
+                    let mut args = detail_args(&detail);
+                    if let Some(st) = stream {
+                        args.push(("stream".to_owned(), st.to_string()));
+                    }
+                    if op != 0 {
+                        host_of_op.insert(op, (lane, s));
+                    }
+                    b.trace.spans.push(Span {
+                        lane,
+                        name: name.into_owned(),
+                        kind,
+                        start_ns: s,
+                        dur_ns: e - s,
+                        op,
+                        args,
+                    });
+                }
+                Record::Mark { name, at } => b.trace.instants.push(InstantEvent {
+                    lane,
+                    name,
+                    ts_ns: ns_since(epoch, at),
+                    args: Vec::new(),
+                }),
+            }
+        }
+    }
+
+    // Device spans, on their stream lanes, and launch flows.
+    let mut device_of_op: HashMap<u64, (u32, u64, u64)> = HashMap::new();
+    let mut next_flow = 1u64;
+    state
+        .resolved
+        .sort_by_key(|s| (s.stream, s.start_off, s.op));
+    let mut last_end: HashMap<Stream, u64> = HashMap::new();
+    for s in state.resolved {
+        let Some(&base) = clock_base.get(&s.stream.device()) else {
+            continue;
+        };
+        let di = b.device(s.stream.device());
+        let lane = b.lane(
+            LaneKind::Stream {
+                device: di,
+                stream: s.stream.id(),
+            },
+            format!("stream {}", s.stream.id()),
+        );
+        let mut start = (base + s.start_off).max(0) as u64;
+        let end = ((base + s.end_off).max(0) as u64).max(start);
+        // A stream runs in order: clamp rounding so spans never overlap.
+        if let Some(&prev) = last_end.get(&s.stream) {
+            start = start.max(prev);
+        }
+        let end = end.max(start);
+        last_end.insert(s.stream, end);
+        device_of_op.insert(s.op, (lane, start, end));
+        b.trace.spans.push(Span {
+            lane,
+            name: s.name.into_owned(),
+            kind: s.kind,
+            start_ns: start,
+            dur_ns: end - start,
+            op: s.op,
+            args: detail_args(&s.detail),
+        });
+        if let Some(&(host_lane, host_start)) = host_of_op.get(&s.op) {
+            b.trace.flows.push(Flow {
+                id: next_flow,
+                kind: FlowKind::Launch,
+                from: FlowEnd {
+                    lane: host_lane,
+                    ts_ns: host_start,
+                },
+                to: FlowEnd { lane, ts_ns: start },
+            });
+            next_flow += 1;
+        }
+    }
+
+    // Event record -> wait flows (device spans where there are, else host).
+    for (record, wait) in state.waits {
+        let end_of = |op: u64, at_end: bool| {
+            device_of_op
+                .get(&op)
+                .map(|&(lane, s, e)| FlowEnd {
+                    lane,
+                    ts_ns: if at_end { e } else { s },
+                })
+                .or_else(|| {
+                    host_of_op
+                        .get(&op)
+                        .map(|&(lane, s)| FlowEnd { lane, ts_ns: s })
+                })
+        };
+        if let (Some(from), Some(to)) = (end_of(record, true), end_of(wait, false)) {
+            b.trace.flows.push(Flow {
+                id: next_flow,
+                kind: FlowKind::EventWait,
+                from,
+                to,
+            });
+            next_flow += 1;
+        }
+    }
+
+    // Memory in use per device.
+    state.memory.sort_by_key(|m| m.1);
+    let mut counters: HashMap<Device, (u32, i64, Vec<(u64, i64)>)> = HashMap::new();
+    for (d, at, delta) in state.memory {
+        let di = b.device(d);
+        let c = counters.entry(d).or_insert((di, 0, Vec::new()));
+        c.1 += delta;
+        c.2.push((ns_since(epoch, at), c.1));
+    }
+    let mut counters: Vec<_> = counters.into_values().collect();
+    counters.sort_by_key(|c| c.0);
+    for (device, _, points) in counters {
+        b.trace.counters.push(Counter {
+            device,
+            name: "memory in use (bytes)".to_owned(),
+            points,
+        });
+    }
+
+    b.trace.dropped = DROPPED.swap(0, Ordering::Relaxed);
+    b.trace
+}
+
+/// Builds the trace's device and lane tables.
+struct Builder {
+    trace: Trace,
+    devices: HashMap<Device, u32>,
+    lanes: HashMap<LaneKind, u32>,
+}
+
+impl std::hash::Hash for LaneKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            LaneKind::Stream { device, stream } => (0u8, *device, *stream).hash(state),
+            LaneKind::Host { thread } => (1u8, *thread).hash(state),
+        }
+    }
+}
+
+impl Builder {
+    fn new(_epoch: Instant) -> Self {
+        Builder {
+            trace: Trace {
+                version: TRACE_VERSION,
+                ..Trace::default()
+            },
+            devices: HashMap::new(),
+            lanes: HashMap::new(),
+        }
+    }
+
+    fn device(&mut self, d: Device) -> u32 {
+        if let Some(&i) = self.devices.get(&d) {
+            return i;
+        }
+        let i = self.trace.devices.len() as u32;
+        let (name, properties) = match crate::api::properties(d) {
+            Ok(p) => {
+                let mut props = vec![
+                    ("kind".to_owned(), p.kind.to_string()),
+                    ("native backend".to_owned(), p.native_backend.clone()),
+                    ("driver".to_owned(), p.driver.clone()),
+                ];
+                if let Some(m) = p.total_memory {
+                    props.push(("total memory".to_owned(), m.to_string()));
+                }
+                if let Some(t) = p.timestamps {
+                    props.push(("timestamp period (ns)".to_owned(), t.period_ns.to_string()));
+                }
+                (p.name, props)
+            }
+            Err(e) => (
+                d.to_string(),
+                vec![("properties".to_owned(), e.to_string())],
+            ),
+        };
+        self.trace.devices.push(TraceDevice {
+            device: d.to_string(),
+            name,
+            properties,
+        });
+        self.devices.insert(d, i);
+        i
+    }
+
+    fn lane(&mut self, kind: LaneKind, name: String) -> u32 {
+        if let Some(&i) = self.lanes.get(&kind) {
+            return i;
+        }
+        let i = self.trace.lanes.len() as u32;
+        self.trace.lanes.push(Lane {
+            kind: kind.clone(),
+            name,
+        });
+        self.lanes.insert(kind, i);
+        i
+    }
+}
