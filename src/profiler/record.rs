@@ -585,7 +585,9 @@ pub(super) fn end() -> Trace {
 
     // Memory in use per device.
     state.memory.sort_by_key(|m| m.1);
-    let mut counters: HashMap<Device, (u32, i64, Vec<(u64, i64)>)> = HashMap::new();
+    // Per device: (trace index, running total, points).
+    type Running = (u32, i64, Vec<(u64, i64)>);
+    let mut counters: HashMap<Device, Running> = HashMap::new();
     for (d, at, delta) in state.memory {
         let di = b.device(d);
         let c = counters.entry(d).or_insert((di, 0, Vec::new()));
