@@ -170,6 +170,16 @@ struct SessionState {
     waits: Vec<(u64, u64)>,
     /// (device, time, +/- bytes)
     memory: Vec<(Device, Instant, i64)>,
+    /// Per device: (host ns of its reference event, error bound).
+    bases: HashMap<Device, (i64, u64)>,
+    /// op -> (host lane, its name, start ns) of its host span.
+    host_of_op: HashMap<u64, (LaneKind, String, u64)>,
+    /// op -> (stream, start ns, end ns) of its device span.
+    device_of_op: HashMap<u64, (Stream, u64, u64)>,
+    /// Per stream: the end of its last placed device span.
+    last_end: HashMap<Stream, u64>,
+    memory_total: HashMap<Device, i64>,
+    next_flow: u64,
 }
 
 static SESSION: Mutex<Option<SessionState>> = Mutex::new(None);
@@ -251,6 +261,12 @@ pub(super) fn begin() -> Result<Instant> {
         event_ops: HashMap::new(),
         waits: Vec::new(),
         memory: Vec::new(),
+        bases: HashMap::new(),
+        host_of_op: HashMap::new(),
+        device_of_op: HashMap::new(),
+        last_end: HashMap::new(),
+        memory_total: HashMap::new(),
+        next_flow: 1,
     });
     ACTIVE.store(true, Ordering::Release);
     Ok(epoch)
@@ -306,7 +322,11 @@ pub(crate) fn stream_op<T>(
 
 fn start_device_span(stream: &Stream) -> Option<Event> {
     let mut session = lock(&SESSION);
-    let state = session.as_mut()?;
+    let Some(state) = session.as_mut() else {
+        // A live drain is calibrating a device right now.
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
     state.clock(stream)?;
     drop(session);
     let mut e = Event::timed(stream.device_type());
@@ -401,17 +421,40 @@ fn detail_args(detail: &Detail) -> Vec<(String, String)> {
     }
 }
 
-/// Calibrates one device's clock: see the module docs. Returns the host
-/// time (ns from the epoch) of its reference event and the error bound.
-fn calibrate(epoch: Instant, clock: &DeviceClock) -> Option<(i64, u64)> {
-    crate::api::synchronize(clock.stream.device()).ok()?;
+/// Calibrates one device's clock without blocking any stream: records a
+/// calibration event and polls it; the device time of its timestamp lies
+/// between the record call and the first poll that saw it complete. Returns the host time (ns from the epoch) of the device's
+/// reference event and the error bound (half that interval).
+fn calibrate(epoch: Instant, clock: &DeviceClock, idle_first: bool) -> Option<(i64, u64)> {
+    if idle_first {
+        // At the end of a session the device may be made idle first, which
+        // tightens the pair (the event then completes as soon as it runs).
+        crate::api::synchronize(clock.stream.device()).ok()?;
+    }
     let mut cal = Event::timed(clock.stream.device_type());
-    let t0 = Instant::now();
+    // The event's device timestamp is written after this instant...
+    let before = Instant::now();
     cal.record_untraced(&clock.stream).ok()?;
-    cal.synchronize_untraced().ok()?;
-    let t1 = Instant::now();
+    let mut polls = 0u32;
+    // ...and before the first poll that sees it complete. (Polls that see
+    // it incomplete prove nothing: completion is signalled after the
+    // timestamp is written, sometimes milliseconds later.)
+    let after = loop {
+        if cal.query().ok()? {
+            break Instant::now();
+        }
+        polls += 1;
+        if polls > 2_000 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
+        }
+    };
     let offset = ms_to_ns(clock.reference.elapsed_time(&cal).ok()?);
-    let (h0, h1) = (ns_since(epoch, t0) as i64, ns_since(epoch, t1) as i64);
+    let (h0, h1) = (
+        ns_since(epoch, before) as i64,
+        ns_since(epoch, after) as i64,
+    );
     let mid = h0 + (h1 - h0) / 2;
     Some((mid - offset, ((h1 - h0) / 2) as u64))
 }
@@ -425,36 +468,78 @@ pub(super) fn end() -> Trace {
             ..Trace::default()
         };
     };
-    state.resolve(true);
+    collect(&mut state, true)
+}
+
+/// Takes what was recorded since the last call as a self-contained trace
+/// fragment (its own device and lane tables), without stopping the
+/// session. Device spans appear once their events completed. `None` when
+/// no session records.
+pub(super) fn drain() -> Option<Trace> {
+    // Calibrating a new device polls an event; do it with the state out of
+    // the lock so recording threads never wait for it. Operations recorded
+    // in that window (once per device per session) lose their device span,
+    // which is counted as dropped.
+    let needs_calibration = lock(&SESSION).as_ref().is_some_and(|st| {
+        st.clocks
+            .iter()
+            .any(|(d, c)| c.is_some() && !st.bases.contains_key(d))
+    });
+    if needs_calibration {
+        let mut state = lock(&SESSION).take()?;
+        calibrate_new(&mut state, false);
+        let mut slot = lock(&SESSION);
+        if slot.is_none() && ACTIVE.load(Ordering::Acquire) {
+            *slot = Some(state);
+        }
+    }
+    let mut session = lock(&SESSION);
+    let state = session.as_mut()?;
+    Some(collect(state, false))
+}
+
+fn calibrate_new(state: &mut SessionState, idle_first: bool) {
+    let uncalibrated: Vec<Device> = state
+        .clocks
+        .iter()
+        .filter(|(d, c)| c.is_some() && !state.bases.contains_key(*d))
+        .map(|(d, _)| *d)
+        .collect();
+    for d in uncalibrated {
+        if let Some(Some(clock)) = state.clocks.get(&d)
+            && let Some(pair) = calibrate(state.epoch, clock, idle_first)
+        {
+            state.bases.insert(d, pair);
+        }
+    }
+}
+
+/// Builds a trace from what `state` holds; `last` resolves everything.
+fn collect(state: &mut SessionState, last: bool) -> Trace {
+    state.resolve(last);
     let epoch = state.epoch;
     let mut b = Builder::new(epoch);
 
-    // Devices, clocks.
-    let mut clock_base: HashMap<Device, i64> = HashMap::new();
-    let mut devices: Vec<Device> = state.clocks.keys().copied().collect();
-    devices.extend(state.memory.iter().map(|m| m.0));
-    devices.sort();
-    devices.dedup();
-    for &d in &devices {
+    if last {
+        calibrate_new(state, true);
+    }
+    let mut calibrated: Vec<(Device, (i64, u64))> =
+        state.bases.iter().map(|(d, p)| (*d, *p)).collect();
+    calibrated.sort();
+    for (d, (_, bound)) in calibrated {
         let di = b.device(d);
-        if let Some(Some(clock)) = state.clocks.get(&d)
-            && let Some((base, bound)) = calibrate(epoch, clock)
-        {
-            clock_base.insert(d, base);
-            b.trace.calibrations.push(Calibration {
-                device: di,
-                method: if d.is_cpu() {
-                    "host clock (paired sampling)".to_owned()
-                } else {
-                    "paired sampling".to_owned()
-                },
-                error_bound_ns: bound,
-            });
-        }
+        b.trace.calibrations.push(Calibration {
+            device: di,
+            method: if d.is_cpu() {
+                "host clock, paired sampling".to_owned()
+            } else {
+                "paired sampling".to_owned()
+            },
+            error_bound_ns: bound,
+        });
     }
 
     // Host spans and marks from every thread's buffer.
-    let mut host_of_op: HashMap<u64, (u32, u64)> = HashMap::new();
     let threads: Vec<Arc<ThreadBuf>> = lock(&THREADS).clone();
     let generation = GENERATION.load(Ordering::Relaxed);
     for t in threads {
@@ -465,12 +550,13 @@ pub(super) fn end() -> Trace {
         if records.is_empty() {
             continue;
         }
-        let lane = b.lane(LaneKind::Host { thread: t.thread }, t.name.clone());
+        let kind = LaneKind::Host { thread: t.thread };
+        let lane = b.lane(kind.clone(), t.name.clone());
         for r in records {
             match r {
                 Record::Span {
                     op,
-                    kind,
+                    kind: span_kind,
                     name,
                     start,
                     end,
@@ -484,12 +570,14 @@ pub(super) fn end() -> Trace {
                         args.push(("stream".to_owned(), st.to_string()));
                     }
                     if op != 0 {
-                        host_of_op.insert(op, (lane, s));
+                        state
+                            .host_of_op
+                            .insert(op, (kind.clone(), t.name.clone(), s));
                     }
                     b.trace.spans.push(Span {
                         lane,
                         name: name.into_owned(),
-                        kind,
+                        kind: span_kind,
                         start_ns: s,
                         dur_ns: e - s,
                         op,
@@ -506,34 +594,30 @@ pub(super) fn end() -> Trace {
         }
     }
 
-    // Device spans, on their stream lanes, and launch flows.
-    let mut device_of_op: HashMap<u64, (u32, u64, u64)> = HashMap::new();
-    let mut next_flow = 1u64;
-    state
-        .resolved
-        .sort_by_key(|s| (s.stream, s.start_off, s.op));
-    let mut last_end: HashMap<Stream, u64> = HashMap::new();
-    for s in state.resolved {
-        let Some(&base) = clock_base.get(&s.stream.device()) else {
+    // Device spans on their stream lanes, and launch flows.
+    let mut resolved = std::mem::take(&mut state.resolved);
+    resolved.sort_by_key(|s| (s.stream, s.start_off, s.op));
+    for s in resolved {
+        let Some(&(base, _)) = state.bases.get(&s.stream.device()) else {
+            if !last {
+                state.resolved.push(s); // placed once the device is calibrated
+            }
             continue;
         };
         let di = b.device(s.stream.device());
-        let lane = b.lane(
-            LaneKind::Stream {
-                device: di,
-                stream: s.stream.id(),
-            },
-            format!("stream {}", s.stream.id()),
-        );
+        let lane_kind = LaneKind::Stream {
+            device: di,
+            stream: s.stream.id(),
+        };
+        let lane = b.lane(lane_kind, format!("stream {}", s.stream.id()));
         let mut start = (base + s.start_off).max(0) as u64;
-        let end = ((base + s.end_off).max(0) as u64).max(start);
         // A stream runs in order: clamp rounding so spans never overlap.
-        if let Some(&prev) = last_end.get(&s.stream) {
+        if let Some(&prev) = state.last_end.get(&s.stream) {
             start = start.max(prev);
         }
-        let end = end.max(start);
-        last_end.insert(s.stream, end);
-        device_of_op.insert(s.op, (lane, start, end));
+        let end = ((base + s.end_off).max(0) as u64).max(start);
+        state.last_end.insert(s.stream, end);
+        state.device_of_op.insert(s.op, (s.stream, start, end));
         b.trace.spans.push(Span {
             lane,
             name: s.name.into_owned(),
@@ -543,9 +627,12 @@ pub(super) fn end() -> Trace {
             op: s.op,
             args: detail_args(&s.detail),
         });
-        if let Some(&(host_lane, host_start)) = host_of_op.get(&s.op) {
+        if let Some((host_kind, host_name, host_start)) = state.host_of_op.get(&s.op).cloned() {
+            let host_lane = b.lane(host_kind, host_name);
+            let id = state.next_flow;
+            state.next_flow += 1;
             b.trace.flows.push(Flow {
-                id: next_flow,
+                id,
                 kind: FlowKind::Launch,
                 from: FlowEnd {
                     lane: host_lane,
@@ -553,50 +640,47 @@ pub(super) fn end() -> Trace {
                 },
                 to: FlowEnd { lane, ts_ns: start },
             });
-            next_flow += 1;
         }
     }
 
-    // Event record -> wait flows (device spans where there are, else host).
-    for (record, wait) in state.waits {
-        let end_of = |op: u64, at_end: bool| {
-            device_of_op
-                .get(&op)
-                .map(|&(lane, s, e)| FlowEnd {
-                    lane,
-                    ts_ns: if at_end { e } else { s },
-                })
-                .or_else(|| {
-                    host_of_op
-                        .get(&op)
-                        .map(|&(lane, s)| FlowEnd { lane, ts_ns: s })
-                })
-        };
-        if let (Some(from), Some(to)) = (end_of(record, true), end_of(wait, false)) {
-            b.trace.flows.push(Flow {
-                id: next_flow,
-                kind: FlowKind::EventWait,
-                from,
-                to,
-            });
-            next_flow += 1;
+    // Event record -> wait flows, once both ends are placed (device spans
+    // where there are, host spans otherwise).
+    let waits = std::mem::take(&mut state.waits);
+    for (record, wait) in waits {
+        let from = end_of(state, &mut b, record, true);
+        let to = end_of(state, &mut b, wait, false);
+        match (from, to) {
+            (Some(from), Some(to)) => {
+                let id = state.next_flow;
+                state.next_flow += 1;
+                b.trace.flows.push(Flow {
+                    id,
+                    kind: FlowKind::EventWait,
+                    from,
+                    to,
+                });
+            }
+            _ if !last => state.waits.push((record, wait)),
+            _ => {}
         }
     }
 
     // Memory in use per device.
-    state.memory.sort_by_key(|m| m.1);
-    // Per device: (trace index, running total, points).
-    type Running = (u32, i64, Vec<(u64, i64)>);
-    let mut counters: HashMap<Device, Running> = HashMap::new();
-    for (d, at, delta) in state.memory {
-        let di = b.device(d);
-        let c = counters.entry(d).or_insert((di, 0, Vec::new()));
-        c.1 += delta;
-        c.2.push((ns_since(epoch, at), c.1));
+    let mut memory = std::mem::take(&mut state.memory);
+    memory.sort_by_key(|m| m.1);
+    let mut counters: HashMap<Device, Vec<(u64, i64)>> = HashMap::new();
+    for (d, at, delta) in memory {
+        let total = state.memory_total.entry(d).or_insert(0);
+        *total += delta;
+        counters
+            .entry(d)
+            .or_default()
+            .push((ns_since(epoch, at), *total));
     }
-    let mut counters: Vec<_> = counters.into_values().collect();
+    let mut counters: Vec<(Device, Vec<(u64, i64)>)> = counters.into_iter().collect();
     counters.sort_by_key(|c| c.0);
-    for (device, _, points) in counters {
+    for (d, points) in counters {
+        let device = b.device(d);
         b.trace.counters.push(Counter {
             device,
             name: "memory in use (bytes)".to_owned(),
@@ -606,6 +690,28 @@ pub(super) fn end() -> Trace {
 
     b.trace.dropped = DROPPED.swap(0, Ordering::Relaxed);
     b.trace
+}
+
+/// Where a flow attaches to operation `op`: its device span (start, or end
+/// when `at_end`), else its host span's start.
+fn end_of(state: &SessionState, b: &mut Builder, op: u64, at_end: bool) -> Option<FlowEnd> {
+    if let Some(&(stream, s, e)) = state.device_of_op.get(&op) {
+        let device = b.device(stream.device());
+        let lane = b.lane(
+            LaneKind::Stream {
+                device,
+                stream: stream.id(),
+            },
+            format!("stream {}", stream.id()),
+        );
+        return Some(FlowEnd {
+            lane,
+            ts_ns: if at_end { e } else { s },
+        });
+    }
+    let (kind, name, s) = state.host_of_op.get(&op).cloned()?;
+    let lane = b.lane(kind, name);
+    Some(FlowEnd { lane, ts_ns: s })
 }
 
 /// Builds the trace's device and lane tables.
