@@ -15,11 +15,16 @@
 //! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
 //! clock on CPU). Per device, the first operation of a session records a
 //! *reference* event; every device span is stored as an offset from it
-//! (`elapsed_time`). At the end of the session the device is synchronized,
-//! a calibration event is recorded on an idle stream and waited for, and
-//! the host interval `[t0, t1]` around that wait pins the calibration
-//! event's device time: its midpoint maps device time onto the host clock,
-//! and half its width is the error bound stored in the trace. Backends
+//! (`elapsed_time`). To place the reference on the host clock, a
+//! calibration event is recorded and polled: its device timestamp lies
+//! between the host instant of the record call and the first poll that sees
+//! it complete. The midpoint of that host interval maps device time onto
+//! the host clock; half its width is the error bound stored in the trace
+//! ([`Calibration`]). A live session calibrates each device on its first
+//! drain without waiting for the device; a session that stops first makes
+//! the device idle, which keeps the interval short (tens of microseconds on
+//! the software drivers here). Clock drift during a session is not
+//! corrected. Backends
 //! whose events cannot time produce host spans only.
 
 use std::borrow::Cow;
