@@ -6,3 +6,4 @@ pub mod native;
 pub mod trace;
 
 pub use trace::*;
+pub use native::{load_trace, save_trace};
