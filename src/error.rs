@@ -109,6 +109,11 @@ pub enum Error {
         /// The native error, as the driver described it.
         message: String,
     },
+
+    /// A trace file (JSON or native) could not be read: what was expected,
+    /// what was found, and where (byte offset or JSON path).
+    #[error("trace format error: {0}")]
+    TraceFormat(String),
 }
 
 impl Error {

@@ -28,6 +28,7 @@
 
 mod check;
 pub mod json;
+pub mod live;
 pub mod native;
 pub mod record;
 pub mod trace;
@@ -37,6 +38,7 @@ use std::time::Instant;
 
 pub use record::enabled;
 pub use trace::*;
+pub use native::{load_trace, save_trace};
 
 use crate::error::Result;
 

@@ -1,1 +1,817 @@
-//! The native binary trace format.
+//! Keel's native trace format (`.keeltrace`): compact, versioned, binary.
+//!
+//! # Byte layout (version 1)
+//!
+//! All fixed-width integers are little-endian. `varint` is unsigned LEB128
+//! (7 bits per byte, low bits first, high bit set on every byte but the
+//! last, at most 10 bytes for a u64); `svarint` is a zigzag-encoded signed
+//! value (`(v << 1) ^ (v >> 63)`) written as a varint; `str` is a varint
+//! index into the string table; `u8` is one byte.
+//!
+//! ```text
+//! header:   "KEELTRC\0"            8 bytes, the magic
+//!           version                u32 (1)
+//! sections: one after the other, each
+//!           tag                    u8
+//!           length                 varint, bytes of the body that follows
+//!           body                   `length` bytes
+//! ```
+//!
+//! A version 1 file has exactly these sections, in this order; each body
+//! must be consumed exactly:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 1   | header       | trace version varint, dropped varint                     |
+//! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
+//! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
+//! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint), name str |
+//! | 5   | spans        | count, then per span: lane varint, name str, kind u8 ([`SpanKind::ALL`] index), start svarint (delta from the previous span's start, first from 0), dur varint, op svarint (delta from the previous span's op), arg count varint, (name str, value str) per arg |
+//! | 6   | instants     | count, then per instant: lane varint, name str, ts varint, arg count, args as for spans |
+//! | 7   | flows        | count, then per flow: id varint, kind u8 (0 launch, 1 event wait), from lane varint, from ts varint, to lane varint, to ts varint |
+//! | 8   | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
+//! | 9   | calibrations | count, then per calibration: device varint, method str, error bound varint |
+//!
+//! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
+//! The reader checks every bound: a truncated file, a wrong magic, a newer
+//! version, a string index out of range, an unknown tag and a count larger
+//! than the bytes left could hold are all [`Error::TraceFormat`] errors
+//! with the byte offset; nothing is allocated from an unchecked count.
+//!
+//! [`save_trace`] and [`load_trace`] pick the format of a file: by
+//! extension when saving, by the magic when loading.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use super::json;
+use super::trace::{
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
+    Trace, TraceDevice,
+};
+use crate::error::{Error, Result};
+
+/// The first 8 bytes of every native trace file.
+pub const MAGIC: &[u8; 8] = b"KEELTRC\0";
+
+/// The native format version this module writes and reads.
+pub const NATIVE_VERSION: u32 = 1;
+
+/// The file extension of native traces.
+pub const EXTENSION: &str = "keeltrace";
+
+mod tag {
+    pub const HEADER: u8 = 1;
+    pub const STRINGS: u8 = 2;
+    pub const DEVICES: u8 = 3;
+    pub const LANES: u8 = 4;
+    pub const SPANS: u8 = 5;
+    pub const INSTANTS: u8 = 6;
+    pub const FLOWS: u8 = 7;
+    pub const COUNTERS: u8 = 8;
+    pub const CALIBRATIONS: u8 = 9;
+    pub const NAMES: [&str; 10] = [
+        "",
+        "header",
+        "strings",
+        "devices",
+        "lanes",
+        "spans",
+        "instants",
+        "flows",
+        "counters",
+        "calibrations",
+    ];
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn span_kind_tag(kind: SpanKind) -> u8 {
+    SpanKind::ALL
+        .iter()
+        .position(|&k| k == kind)
+        .map_or(0, |i| i as u8)
+}
+
+fn flow_kind_tag(kind: FlowKind) -> u8 {
+    match kind {
+        FlowKind::Launch => 0,
+        FlowKind::EventWait => 1,
+    }
+}
+
+/// The string table being built: every distinct string once.
+struct Strings<'t> {
+    index: HashMap<&'t str, u32>,
+    list: Vec<&'t str>,
+}
+
+impl<'t> Strings<'t> {
+    fn add(&mut self, s: &'t str) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.index.entry(s) {
+            slot.insert(self.list.len() as u32);
+            self.list.push(s);
+        }
+    }
+
+    fn get(&self, s: &str) -> u32 {
+        self.index.get(s).copied().unwrap_or(0)
+    }
+}
+
+/// A section body being written.
+struct Body<'s, 't> {
+    buf: Vec<u8>,
+    strings: &'s Strings<'t>,
+}
+
+impl Body<'_, '_> {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    fn svarint(&mut self, v: i64) {
+        self.varint(zigzag(v));
+    }
+
+    fn len(&mut self, n: usize) {
+        self.varint(n as u64);
+    }
+
+    fn str(&mut self, s: &str) {
+        let i = self.strings.get(s);
+        self.varint(i.into());
+    }
+
+    fn pairs(&mut self, pairs: &[(String, String)]) {
+        self.len(pairs.len());
+        for (k, v) in pairs {
+            self.str(k);
+            self.str(v);
+        }
+    }
+
+    /// Writes the section (tag, length, body) and clears the body.
+    fn section(&mut self, tag: u8, out: &mut impl Write) -> Result<()> {
+        let mut head = Vec::with_capacity(11);
+        head.push(tag);
+        let mut n = self.buf.len() as u64;
+        while n >= 0x80 {
+            head.push(n as u8 | 0x80);
+            n >>= 7;
+        }
+        head.push(n as u8);
+        write(out, &head)?;
+        write(out, &self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+fn write(out: &mut impl Write, bytes: &[u8]) -> Result<()> {
+    out.write_all(bytes)
+        .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
+}
+
+/// Writes `trace` in the native format (see the module docs).
+pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
+    let mut strings = Strings {
+        index: HashMap::new(),
+        list: Vec::new(),
+    };
+    for d in &trace.devices {
+        strings.add(&d.device);
+        strings.add(&d.name);
+        for (k, v) in &d.properties {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for l in &trace.lanes {
+        strings.add(&l.name);
+    }
+    for s in &trace.spans {
+        strings.add(&s.name);
+        for (k, v) in &s.args {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for i in &trace.instants {
+        strings.add(&i.name);
+        for (k, v) in &i.args {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for c in &trace.counters {
+        strings.add(&c.name);
+    }
+    for c in &trace.calibrations {
+        strings.add(&c.method);
+    }
+
+    let mut header = Vec::with_capacity(12);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&NATIVE_VERSION.to_le_bytes());
+    write(out, &header)?;
+
+    let mut b = Body {
+        buf: Vec::with_capacity(1 << 16),
+        strings: &strings,
+    };
+    b.varint(trace.version.into());
+    b.varint(trace.dropped);
+    b.section(tag::HEADER, out)?;
+
+    b.len(strings.list.len());
+    for s in &strings.list {
+        b.len(s.len());
+        b.buf.extend_from_slice(s.as_bytes());
+    }
+    b.section(tag::STRINGS, out)?;
+
+    b.len(trace.devices.len());
+    for d in &trace.devices {
+        b.str(&d.device);
+        b.str(&d.name);
+        b.pairs(&d.properties);
+    }
+    b.section(tag::DEVICES, out)?;
+
+    b.len(trace.lanes.len());
+    for l in &trace.lanes {
+        match l.kind {
+            LaneKind::Stream { device, stream } => {
+                b.buf.push(0);
+                b.varint(device.into());
+                b.svarint(stream);
+            }
+            LaneKind::Host { thread } => {
+                b.buf.push(1);
+                b.varint(thread);
+            }
+        }
+        b.str(&l.name);
+    }
+    b.section(tag::LANES, out)?;
+
+    b.buf.reserve(trace.spans.len() * 12);
+    b.len(trace.spans.len());
+    let (mut start, mut op) = (0u64, 0u64);
+    for s in &trace.spans {
+        b.varint(s.lane.into());
+        b.str(&s.name);
+        b.buf.push(span_kind_tag(s.kind));
+        b.svarint(s.start_ns.wrapping_sub(start) as i64);
+        b.varint(s.dur_ns);
+        b.svarint(s.op.wrapping_sub(op) as i64);
+        b.pairs(&s.args);
+        (start, op) = (s.start_ns, s.op);
+    }
+    b.section(tag::SPANS, out)?;
+
+    b.len(trace.instants.len());
+    for i in &trace.instants {
+        b.varint(i.lane.into());
+        b.str(&i.name);
+        b.varint(i.ts_ns);
+        b.pairs(&i.args);
+    }
+    b.section(tag::INSTANTS, out)?;
+
+    b.len(trace.flows.len());
+    for f in &trace.flows {
+        b.varint(f.id);
+        b.buf.push(flow_kind_tag(f.kind));
+        for end in [f.from, f.to] {
+            b.varint(end.lane.into());
+            b.varint(end.ts_ns);
+        }
+    }
+    b.section(tag::FLOWS, out)?;
+
+    b.len(trace.counters.len());
+    for c in &trace.counters {
+        b.varint(c.device.into());
+        b.str(&c.name);
+        b.len(c.points.len());
+        let mut ts = 0u64;
+        for &(t, v) in &c.points {
+            b.svarint(t.wrapping_sub(ts) as i64);
+            b.svarint(v);
+            ts = t;
+        }
+    }
+    b.section(tag::COUNTERS, out)?;
+
+    b.len(trace.calibrations.len());
+    for c in &trace.calibrations {
+        b.varint(c.device.into());
+        b.str(&c.method);
+        b.varint(c.error_bound_ns);
+    }
+    b.section(tag::CALIBRATIONS, out)?;
+    out.flush()
+        .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
+}
+
+/// [`write_native`] into a `Vec`.
+pub fn to_native_bytes(trace: &Trace) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(256 + 12 * trace.spans.len());
+    write_native(trace, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// A bounds-checked cursor over the file.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// End of the current section.
+    end: usize,
+    /// What is being read, for errors.
+    what: &'static str,
+    strings: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn fail(&self, at: usize, message: impl std::fmt::Display) -> Error {
+        Error::TraceFormat(format!(
+            "native trace, {} at byte offset {at}: {message}",
+            self.what
+        ))
+    }
+
+    fn truncated(&self, need: &str) -> Error {
+        if self.end < self.bytes.len() {
+            self.fail(
+                self.pos,
+                format!(
+                    "expected {need}, found the end of the section (it is {} bytes long)",
+                    self.end.saturating_sub(self.pos)
+                ),
+            )
+        } else {
+            self.fail(
+                self.pos,
+                format!("expected {need}, found the end of the file (truncated?)"),
+            )
+        }
+    }
+
+    fn u8(&mut self, need: &str) -> Result<u8> {
+        if self.pos >= self.end {
+            return Err(self.truncated(need));
+        }
+        let b = self.bytes[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self, need: &str) -> Result<u64> {
+        let at = self.pos;
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(need)?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(self.fail(at, format!("expected {need}, found a varint over 64 bits")));
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.fail(at, format!("expected {need}, found a varint longer than 10 bytes")))
+    }
+
+    fn svarint(&mut self, need: &str) -> Result<i64> {
+        self.varint(need).map(unzigzag)
+    }
+
+    fn u32(&mut self, need: &str) -> Result<u32> {
+        let at = self.pos;
+        let v = self.varint(need)?;
+        u32::try_from(v).map_err(|_| self.fail(at, format!("expected {need} below 2^32, found {v}")))
+    }
+
+    /// A count of items each at least `min_bytes` long: refused when the
+    /// rest of the section could not hold them.
+    fn count(&mut self, items: &str, min_bytes: usize) -> Result<usize> {
+        let at = self.pos;
+        let n = self.varint(&format!("a count of {items}"))?;
+        let left = self.end - self.pos;
+        if n > (left / min_bytes.max(1)) as u64 {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected a count of {items} that fits in the {left} bytes left, found {n}"
+                ),
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    fn str(&mut self, need: &str) -> Result<String> {
+        let at = self.pos;
+        let i = self.varint(need)?;
+        match self.strings.get(i as usize).filter(|_| i <= usize::MAX as u64) {
+            Some(s) => Ok(s.clone()),
+            None => Err(self.fail(
+                at,
+                format!(
+                    "expected {need} (a string index below {}), found index {i}",
+                    self.strings.len()
+                ),
+            )),
+        }
+    }
+
+    fn pairs(&mut self, of: &str) -> Result<Vec<(String, String)>> {
+        let n = self.count(of, 2)?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.str("a name")?;
+            let v = self.str("a value")?;
+            pairs.push((k, v));
+        }
+        Ok(pairs)
+    }
+
+    /// Enters the section with `tag`.
+    fn section(&mut self, tag: u8) -> Result<()> {
+        self.what = "section header";
+        self.end = self.bytes.len();
+        let at = self.pos;
+        let name = tag::NAMES[usize::from(tag)];
+        let found = self.u8(&format!("the {name} section"))?;
+        if found != tag {
+            return Err(self.fail(
+                at,
+                format!("expected the {name} section (tag {tag}), found tag {found}"),
+            ));
+        }
+        let len = self.varint("a section length")?;
+        let left = self.bytes.len() - self.pos;
+        if len > left as u64 {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected a {name} section of {len} bytes, found only {left} bytes left (truncated?)"
+                ),
+            ));
+        }
+        self.end = self.pos + len as usize;
+        self.what = name;
+        Ok(())
+    }
+
+    /// Leaves the section, which must have been read to its end.
+    fn done(&mut self) -> Result<()> {
+        if self.pos != self.end {
+            return Err(self.fail(
+                self.pos,
+                format!(
+                    "expected the end of the section, found {} more bytes",
+                    self.end - self.pos
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lane(&mut self, lanes: usize) -> Result<u32> {
+        let at = self.pos;
+        let lane = self.u32("a lane index")?;
+        if lane as usize >= lanes {
+            return Err(self.fail(
+                at,
+                format!("expected a lane index below {lanes}, found {lane}"),
+            ));
+        }
+        Ok(lane)
+    }
+
+    fn device(&mut self, devices: usize) -> Result<u32> {
+        let at = self.pos;
+        let device = self.u32("a device index")?;
+        if device as usize >= devices {
+            return Err(self.fail(
+                at,
+                format!("expected a device index below {devices}, found {device}"),
+            ));
+        }
+        Ok(device)
+    }
+}
+
+/// Reads a native trace (see the module docs for the checks).
+pub fn read_native(bytes: &[u8]) -> Result<Trace> {
+    let mut r = Reader {
+        bytes,
+        pos: 0,
+        end: bytes.len(),
+        what: "header",
+        strings: Vec::new(),
+    };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        let shown = &bytes[..bytes.len().min(MAGIC.len())];
+        return Err(r.fail(
+            0,
+            format!(
+                "expected the magic \"KEELTRC\\0\", found {:?}",
+                String::from_utf8_lossy(shown)
+            ),
+        ));
+    }
+    r.pos = MAGIC.len();
+    let Some(version) = bytes.get(8..12) else {
+        return Err(r.truncated("a u32 format version"));
+    };
+    let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
+    if version != NATIVE_VERSION {
+        return Err(r.fail(
+            8,
+            format!(
+                "expected format version {NATIVE_VERSION}, found version {version}{}",
+                if version > NATIVE_VERSION {
+                    " (written by a newer Keel)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    r.pos = 12;
+
+    r.section(tag::HEADER)?;
+    let mut trace = Trace {
+        version: r.u32("the trace version")?,
+        dropped: r.varint("the dropped count")?,
+        ..Trace::default()
+    };
+    r.done()?;
+
+    r.section(tag::STRINGS)?;
+    let n = r.count("strings", 1)?;
+    let mut strings = Vec::with_capacity(n);
+    for _ in 0..n {
+        let at = r.pos;
+        let len = r.varint("a string length")?;
+        let left = r.end - r.pos;
+        if len > left as u64 {
+            return Err(r.fail(
+                at,
+                format!("expected a string of {len} bytes, found only {left} bytes left"),
+            ));
+        }
+        let raw = &bytes[r.pos..r.pos + len as usize];
+        let s = std::str::from_utf8(raw).map_err(|e| {
+            r.fail(
+                r.pos + e.valid_up_to(),
+                "expected UTF-8 in a string, found invalid UTF-8",
+            )
+        })?;
+        strings.push(s.to_owned());
+        r.pos += len as usize;
+    }
+    r.strings = strings;
+    r.done()?;
+
+    r.section(tag::DEVICES)?;
+    let n = r.count("devices", 3)?;
+    trace.devices.reserve(n);
+    for _ in 0..n {
+        let device = r.str("a device string")?;
+        let name = r.str("a device name")?;
+        let properties = r.pairs("device properties")?;
+        trace.devices.push(TraceDevice {
+            device,
+            name,
+            properties,
+        });
+    }
+    r.done()?;
+    let devices = trace.devices.len();
+
+    r.section(tag::LANES)?;
+    let n = r.count("lanes", 3)?;
+    trace.lanes.reserve(n);
+    for _ in 0..n {
+        let at = r.pos;
+        let kind = match r.u8("a lane kind")? {
+            0 => LaneKind::Stream {
+                device: r.device(devices)?,
+                stream: r.svarint("a stream id")?,
+            },
+            1 => LaneKind::Host {
+                thread: r.varint("a thread number")?,
+            },
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected a lane kind (0 stream, 1 host), found {other}"),
+                ));
+            }
+        };
+        let name = r.str("a lane name")?;
+        trace.lanes.push(Lane { kind, name });
+    }
+    r.done()?;
+    let lanes = trace.lanes.len();
+
+    r.section(tag::SPANS)?;
+    let n = r.count("spans", 7)?;
+    trace.spans.reserve(n);
+    let (mut start, mut op) = (0u64, 0u64);
+    for _ in 0..n {
+        let lane = r.lane(lanes)?;
+        let name = r.str("a span name")?;
+        let at = r.pos;
+        let kind = r.u8("a span kind")?;
+        let kind = *SpanKind::ALL.get(usize::from(kind)).ok_or_else(|| {
+            r.fail(
+                at,
+                format!("expected a span kind below {}, found {kind}", SpanKind::ALL.len()),
+            )
+        })?;
+        start = start.wrapping_add(r.svarint("a span start")? as u64);
+        let dur_ns = r.varint("a span duration")?;
+        op = op.wrapping_add(r.svarint("a span op")? as u64);
+        let args = r.pairs("span args")?;
+        trace.spans.push(Span {
+            lane,
+            name,
+            kind,
+            start_ns: start,
+            dur_ns,
+            op,
+            args,
+        });
+    }
+    r.done()?;
+
+    r.section(tag::INSTANTS)?;
+    let n = r.count("instants", 4)?;
+    trace.instants.reserve(n);
+    for _ in 0..n {
+        let lane = r.lane(lanes)?;
+        let name = r.str("an instant name")?;
+        let ts_ns = r.varint("an instant time")?;
+        let args = r.pairs("instant args")?;
+        trace.instants.push(InstantEvent {
+            lane,
+            name,
+            ts_ns,
+            args,
+        });
+    }
+    r.done()?;
+
+    r.section(tag::FLOWS)?;
+    let n = r.count("flows", 6)?;
+    trace.flows.reserve(n);
+    for _ in 0..n {
+        let id = r.varint("a flow id")?;
+        let at = r.pos;
+        let kind = match r.u8("a flow kind")? {
+            0 => FlowKind::Launch,
+            1 => FlowKind::EventWait,
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected a flow kind (0 launch, 1 event wait), found {other}"),
+                ));
+            }
+        };
+        let from = FlowEnd {
+            lane: r.lane(lanes)?,
+            ts_ns: r.varint("a flow time")?,
+        };
+        let to = FlowEnd {
+            lane: r.lane(lanes)?,
+            ts_ns: r.varint("a flow time")?,
+        };
+        trace.flows.push(Flow { id, kind, from, to });
+    }
+    r.done()?;
+
+    r.section(tag::COUNTERS)?;
+    let n = r.count("counters", 3)?;
+    trace.counters.reserve(n);
+    for _ in 0..n {
+        let device = r.device(devices)?;
+        let name = r.str("a counter name")?;
+        let points = r.count("counter points", 2)?;
+        let mut counter = Counter {
+            device,
+            name,
+            points: Vec::with_capacity(points),
+        };
+        let mut ts = 0u64;
+        for _ in 0..points {
+            ts = ts.wrapping_add(r.svarint("a counter time")? as u64);
+            let value = r.svarint("a counter value")?;
+            counter.points.push((ts, value));
+        }
+        trace.counters.push(counter);
+    }
+    r.done()?;
+
+    r.section(tag::CALIBRATIONS)?;
+    let n = r.count("calibrations", 3)?;
+    trace.calibrations.reserve(n);
+    for _ in 0..n {
+        let device = r.device(devices)?;
+        let method = r.str("a calibration method")?;
+        let error_bound_ns = r.varint("an error bound")?;
+        trace.calibrations.push(Calibration {
+            device,
+            method,
+            error_bound_ns,
+        });
+    }
+    r.done()?;
+
+    if r.pos != bytes.len() {
+        r.what = "end of file";
+        return Err(r.fail(
+            r.pos,
+            format!(
+                "expected the end of the file after the last section, found {} more bytes",
+                bytes.len() - r.pos
+            ),
+        ));
+    }
+    Ok(trace)
+}
+
+/// The format of a trace file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFileFormat {
+    /// Chrome Trace Event JSON ([`json`]), extension `.json`.
+    Json,
+    /// This module's format, extension `.keeltrace`.
+    Native,
+}
+
+impl TraceFileFormat {
+    /// The format for a file name: `.json` (including `.trace.json`) or
+    /// `.keeltrace`.
+    pub fn from_path(path: &Path) -> Result<TraceFileFormat> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("json") => Ok(TraceFileFormat::Json),
+            Some(e) if e.eq_ignore_ascii_case(EXTENSION) => Ok(TraceFileFormat::Native),
+            other => Err(Error::TraceFormat(format!(
+                "{}: expected a trace file name ending in .json or .{EXTENSION}, found {}",
+                path.display(),
+                match other {
+                    Some(e) => format!("extension .{e}"),
+                    None => "no extension".to_owned(),
+                }
+            ))),
+        }
+    }
+}
+
+/// Saves `trace` to `path`, as JSON for `.json` and in the native format
+/// for `.keeltrace` (any other extension is an error).
+pub fn save_trace(trace: &Trace, path: &Path) -> Result<()> {
+    let format = TraceFileFormat::from_path(path)?;
+    let bytes = match format {
+        TraceFileFormat::Json => {
+            let mut bytes = Vec::with_capacity(256 + 110 * trace.spans.len());
+            json::write_json(trace, &mut bytes)?;
+            bytes
+        }
+        TraceFileFormat::Native => to_native_bytes(trace)?,
+    };
+    std::fs::write(path, bytes).map_err(|e| {
+        Error::TraceFormat(format!("could not write trace file {}: {e}", path.display()))
+    })
+}
+
+/// Loads a trace saved by [`save_trace`] (or a JSON trace of another
+/// tool): native when the file starts with [`MAGIC`], JSON otherwise,
+/// whatever the extension.
+pub fn load_trace(path: &Path) -> Result<Trace> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::TraceFormat(format!("could not read trace file {}: {e}", path.display()))
+    })?;
+    if bytes.starts_with(MAGIC) {
+        read_native(&bytes)
+    } else {
+        json::read_json_bytes(&bytes)
+    }
+}
