@@ -141,6 +141,21 @@ fn records_every_backend_with_flows_and_counters() {
     for &d in &devices() {
         check_trace(&trace, d);
     }
+    // Every slice nests within its lane and every flow binds at both ends.
+    if let Err(problems) = trace.check() {
+        panic!("recorded trace is not well formed: {problems:#?}");
+    }
+    // Both file formats carry the recorded trace exactly.
+    let json = keel::profiler::json::to_json_string(&trace).expect("json");
+    assert_eq!(
+        keel::profiler::json::read_json(&json).expect("import"),
+        trace
+    );
+    let bytes = keel::profiler::native::to_native_bytes(&trace).expect("native");
+    assert_eq!(
+        keel::profiler::native::read_native(&bytes).expect("read"),
+        trace
+    );
 }
 
 #[test]

@@ -245,8 +245,13 @@ fn collect_loop(shared: &Shared, interval: Duration) {
         if empty {
             continue;
         }
-        let Ok(bytes) = native::to_native_bytes(&fragment) else {
-            continue;
+        let bytes = match native::to_native_bytes(&fragment) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("keel live: dropping a fragment that cannot be encoded: {e}");
+                shared.dropped_total.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
         };
         let message = Arc::new(chunk(KIND_FRAGMENT, &bytes));
         let mut viewers = lock(&shared.viewers);
@@ -330,14 +335,14 @@ fn serve_viewer(mut stream: TcpStream, shared: &Shared, queue: usize) -> Result<
     let (tx, rx) = sync_channel::<Arc<Vec<u8>>>(queue);
     let dropped = Arc::new(AtomicU64::new(0));
     let tables = native::to_native_bytes(&lock(&shared.tables))?;
-    stream
-        .write_all(&chunk(KIND_FRAGMENT, &tables))
-        .map_err(|e| io("sending the tables", e))?;
+    shared.viewers_served.fetch_add(1, Ordering::Relaxed);
     lock(&shared.viewers).push(Viewer {
         tx,
         dropped: Arc::clone(&dropped),
     });
-    shared.viewers_served.fetch_add(1, Ordering::Relaxed);
+    stream
+        .write_all(&chunk(KIND_FRAGMENT, &tables))
+        .map_err(|e| io("sending the tables", e))?;
     write_loop(stream, &rx, &dropped, shared)
 }
 
@@ -509,9 +514,10 @@ pub fn merge(into: &mut Trace, fragment: Trace) -> Result<()> {
         device_map.push(i as u32);
     }
     let dev = |i: u32| {
-        device_map.get(i as usize).copied().ok_or_else(|| {
-            protocol(format!("fragment: device index {i} out of range"))
-        })
+        device_map
+            .get(i as usize)
+            .copied()
+            .ok_or_else(|| protocol(format!("fragment: device index {i} out of range")))
     };
     let mut lane_map = Vec::with_capacity(fragment.lanes.len());
     let mut existing: HashMap<(u8, u64, i64), usize> = into

@@ -36,9 +36,9 @@ pub mod trace;
 use std::borrow::Cow;
 use std::time::Instant;
 
+pub use native::{load_trace, save_trace};
 pub use record::enabled;
 pub use trace::*;
-pub use native::{load_trace, save_trace};
 
 use crate::error::Result;
 
