@@ -104,11 +104,12 @@ fn invalid_index(ty: DeviceType, index: i64) -> Result<()> {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.ty.name_lower())?;
-        if self.index != -1 {
-            write!(f, ":{}", self.index)?;
+        if self.index == -1 {
+            f.pad(self.ty.name_lower())
+        } else {
+            // Through `pad`, so width and alignment work (`{d:>10}`).
+            f.pad(&format!("{}:{}", self.ty.name_lower(), self.index))
         }
-        Ok(())
     }
 }
 

@@ -126,7 +126,8 @@ fn push(record: Record) {
         let mut records = lock(&buf.records);
         // Records of a previous session left behind are discarded.
         let generation = GENERATION.load(Ordering::Relaxed);
-        if buf.generation.swap(generation, Ordering::Relaxed) != generation {
+        if buf.generation.load(Ordering::Relaxed) != generation {
+            buf.generation.store(generation, Ordering::Relaxed);
             records.clear();
         }
         if records.len() < MAX_RECORDS_PER_THREAD {

@@ -1,0 +1,62 @@
+//! What recording costs an operation: with no session (goal: about one
+//! relaxed load, < 1 ns) and with one (goal: < 20 ns of host-side
+//! recording). Baselines in the same process: an empty iteration and the
+//! same operation with no session.
+//!
+//! Run: `cargo bench --bench profiler`. Results in docs/BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use keel::Device;
+
+/// Runs `f` `iters` times inside sessions restarted every 100,000 calls
+/// (so buffers never fill), timing only the calls.
+fn with_session(iters: u64, mut f: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let batch = left.min(100_000);
+        let session = keel::profiler::start().expect("start");
+        let t = Instant::now();
+        for _ in 0..batch {
+            f();
+        }
+        total += t.elapsed();
+        black_box(session.stop());
+        left -= batch;
+    }
+    total
+}
+
+fn costs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("profiler");
+    g.bench_function("baseline_empty", |b| b.iter(|| black_box(1u32)));
+    // Any timestamped record reads the clock twice: the floor.
+    g.bench_function("baseline_two_clock_reads", |b| {
+        b.iter(|| (black_box(Instant::now()), black_box(Instant::now())))
+    });
+    g.bench_function("hook_no_session", |b| {
+        b.iter(|| black_box(keel::profiler::enabled()))
+    });
+    g.bench_function("range_no_session", |b| {
+        b.iter(|| drop(black_box(keel::profiler::range("r"))))
+    });
+    g.bench_function("range_with_session", |b| {
+        b.iter_custom(|iters| with_session(iters, || drop(black_box(keel::profiler::range("r")))))
+    });
+    // A host-only operation: synchronizing the CPU's (inline, idle) default
+    // stream, with and without a session.
+    let s = keel::default_stream(Device::cpu()).expect("stream");
+    g.bench_function("stream_sync_no_session", |b| {
+        b.iter(|| s.synchronize().expect("sync"))
+    });
+    g.bench_function("stream_sync_with_session", |b| {
+        b.iter_custom(|iters| with_session(iters, || s.synchronize().expect("sync")))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, costs);
+criterion_main!(benches);
