@@ -181,7 +181,7 @@ fn only_loopback_by_default() {
         "a refused serve starts no session"
     );
     let e = live::serve("127.0.0.1:0").and_then(|s| {
-        let second = keel::profiler::start().map(|s2| drop(s2));
+        let second = keel::profiler::start().map(drop);
         s.stop();
         second
     });
