@@ -98,7 +98,15 @@ fn sample() -> Trace {
         ],
         spans: vec![
             // Host: nested annotations and the calls inside them.
-            span(0, "step \"1\"", Annotation, 1_000, 100_000, 0, &[("step", "1")]),
+            span(
+                0,
+                "step \"1\"",
+                Annotation,
+                1_000,
+                100_000,
+                0,
+                &[("step", "1")],
+            ),
             span(0, "forward\\pass", Annotation, 2_000, 50_000, 0, &[]),
             span(
                 0,
@@ -141,16 +149,16 @@ fn sample() -> Trace {
             span(2, "wait event", Wait, 30_000, 10, 4, &[]),
             span(2, "mul_kernel", Kernel, 30_100, 7_001, 7, &[]),
             // Device 1: a long kernel far from the epoch, one inside it.
+            span(3, "relu", Kernel, 123_456_789_012, 1_234_567, u64::MAX, &[]),
             span(
                 3,
-                "relu",
-                Kernel,
-                123_456_789_012,
-                1_234_567,
-                u64::MAX,
+                "annotation on a stream",
+                Annotation,
+                123_456_789_013,
+                1,
+                8,
                 &[],
             ),
-            span(3, "annotation on a stream", Annotation, 123_456_789_013, 1, 8, &[]),
         ],
         instants: vec![
             InstantEvent {
@@ -208,7 +216,12 @@ fn sample() -> Trace {
             Counter {
                 device: 0,
                 name: s("memory in use (bytes)"),
-                points: vec![(12_000, 4096), (13_000, 0), (13_000, -5), (14_000, i64::MAX)],
+                points: vec![
+                    (12_000, 4096),
+                    (13_000, 0),
+                    (13_000, -5),
+                    (14_000, i64::MAX),
+                ],
             },
             Counter {
                 device: 1,
@@ -253,7 +266,15 @@ fn sample_passes_check() {
 fn check_reports_problems() {
     let mut t = sample();
     // Overlaps "add_kernel" [20000, 25000] without nesting.
-    t.spans.push(span(1, "overlapper", SpanKind::Kernel, 24_000, 2_000, 0, &[]));
+    t.spans.push(span(
+        1,
+        "overlapper",
+        SpanKind::Kernel,
+        24_000,
+        2_000,
+        0,
+        &[],
+    ));
     t.flows.push(Flow {
         id: 99,
         kind: FlowKind::Launch,
@@ -278,7 +299,8 @@ fn check_reports_problems() {
             ts_ns: 20_000,
         },
     });
-    t.spans.push(span(42, "lost", SpanKind::Kernel, 0, 1, 0, &[]));
+    t.spans
+        .push(span(42, "lost", SpanKind::Kernel, 0, 1, 0, &[]));
     t.instants.push(InstantEvent {
         lane: 17,
         name: s("nowhere"),
@@ -302,7 +324,15 @@ fn check_reports_problems() {
         method: s("m"),
         error_bound_ns: 0,
     });
-    t.spans.push(span(0, "dup args", SpanKind::Annotation, 200_000, 1, 0, &[("a", "1"), ("a", "2")]));
+    t.spans.push(span(
+        0,
+        "dup args",
+        SpanKind::Annotation,
+        200_000,
+        1,
+        0,
+        &[("a", "1"), ("a", "2")],
+    ));
     let problems = t.check().expect_err("a broken trace");
     let all = problems.join("\n");
     for expected in [
@@ -325,8 +355,17 @@ fn check_reports_problems() {
 #[test]
 fn check_accepts_touching_and_equal_spans() {
     let mut t = sample();
-    t.spans.push(span(2, "touching", SpanKind::Kernel, 37_101, 10, 0, &[]));
-    t.spans.push(span(2, "same as mul", SpanKind::Kernel, 30_100, 7_001, 0, &[]));
+    t.spans
+        .push(span(2, "touching", SpanKind::Kernel, 37_101, 10, 0, &[]));
+    t.spans.push(span(
+        2,
+        "same as mul",
+        SpanKind::Kernel,
+        30_100,
+        7_001,
+        0,
+        &[],
+    ));
     assert_eq!(t.check(), Ok(()));
 }
 
@@ -344,8 +383,14 @@ fn native_round_trip() {
     let t = sample();
     let bytes = to_native_bytes(&t).expect("export");
     assert_eq!(read_native(&bytes).expect("import"), t);
-    assert_eq!(read_native(&to_native_bytes(&Trace::default()).expect("empty")), Ok(Trace::default()));
-    assert_eq!(read_json(&to_json_string(&Trace::default()).expect("empty")), Ok(Trace::default()));
+    assert_eq!(
+        read_native(&to_native_bytes(&Trace::default()).expect("empty")),
+        Ok(Trace::default())
+    );
+    assert_eq!(
+        read_json(&to_json_string(&Trace::default()).expect("empty")),
+        Ok(Trace::default())
+    );
 }
 
 #[test]
@@ -400,17 +445,29 @@ fn golden_json() {
 
 #[test]
 fn golden_native() {
-    golden("sample.keeltrace", &to_native_bytes(&sample()).expect("export"));
+    golden(
+        "sample.keeltrace",
+        &to_native_bytes(&sample()).expect("export"),
+    );
 }
 
 #[test]
 fn committed_golden_files_still_load() {
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        return; // being rewritten by the golden_* tests
+    }
     let json = std::fs::read(data_dir().join("sample.trace.json")).expect("golden JSON");
     assert_eq!(read_json_bytes(&json).expect("golden JSON loads"), sample());
     let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
     assert_eq!(read_native(&native).expect("golden native loads"), sample());
-    assert_eq!(load_trace(&data_dir().join("sample.trace.json")), Ok(sample()));
-    assert_eq!(load_trace(&data_dir().join("sample.keeltrace")), Ok(sample()));
+    assert_eq!(
+        load_trace(&data_dir().join("sample.trace.json")),
+        Ok(sample())
+    );
+    assert_eq!(
+        load_trace(&data_dir().join("sample.keeltrace")),
+        Ok(sample())
+    );
 }
 
 #[test]
@@ -422,7 +479,11 @@ fn save_and_load_pick_the_format() {
     let native = dir.join("a.keeltrace");
     save_trace(&t, &json).expect("save json");
     save_trace(&t, &native).expect("save native");
-    assert!(std::fs::read(&json).expect("read").starts_with(b"{\"traceEvents\""));
+    assert!(
+        std::fs::read(&json)
+            .expect("read")
+            .starts_with(b"{\"traceEvents\"")
+    );
     assert!(std::fs::read(&native).expect("read").starts_with(MAGIC));
     assert_eq!(load_trace(&json), Ok(t.clone()));
     assert_eq!(load_trace(&native), Ok(t.clone()));
@@ -431,7 +492,12 @@ fn save_and_load_pick_the_format() {
     std::fs::copy(&native, &renamed).expect("copy");
     assert_eq!(load_trace(&renamed), Ok(t.clone()));
     let message = format_error(save_trace(&t, &dir.join("a.txt")).map(|()| Trace::default()));
-    assert!(message.contains("expected a trace file name ending in .json or .keeltrace, found extension .txt"), "{message}");
+    assert!(
+        message.contains(
+            "expected a trace file name ending in .json or .keeltrace, found extension .txt"
+        ),
+        "{message}"
+    );
     let message = format_error(load_trace(&dir.join("missing.keeltrace")));
     assert!(message.contains("could not read trace file"), "{message}");
     std::fs::remove_dir_all(&dir).expect("clean up");
@@ -446,31 +512,52 @@ fn native_errors_are_clear() {
     assert!(message.contains("byte offset"), "{message}");
 
     let message = format_error(read_native(&bytes[..10]));
-    assert!(message.contains("at byte offset 8: expected a u32 format version, found the end of the file"), "{message}");
+    assert!(
+        message
+            .contains("at byte offset 8: expected a u32 format version, found the end of the file"),
+        "{message}"
+    );
 
     let mut bad = bytes.clone();
     bad[0] = b'X';
     let message = format_error(read_native(&bad));
-    assert!(message.contains("at byte offset 0: expected the magic \"KEELTRC\\0\", found \"XEELTRC\\0\""), "{message}");
+    assert!(
+        message
+            .contains("at byte offset 0: expected the magic \"KEELTRC\\0\", found \"XEELTRC\\0\""),
+        "{message}"
+    );
     assert!(format_error(read_native(b"")).contains("expected the magic"));
 
     let mut future = bytes.clone();
     future[8..12].copy_from_slice(&2u32.to_le_bytes());
     let message = format_error(read_native(&future));
-    assert!(message.contains("at byte offset 8: expected format version 1, found version 2 (written by a newer Keel)"), "{message}");
+    assert!(
+        message.contains(
+            "at byte offset 8: expected format version 1, found version 2 (written by a newer Keel)"
+        ),
+        "{message}"
+    );
 
     let mut trailing = bytes.clone();
     trailing.push(0);
     let message = format_error(read_native(&trailing));
-    assert!(message.contains("expected the end of the file after the last section, found 1 more bytes"), "{message}");
+    assert!(
+        message.contains("expected the end of the file after the last section, found 1 more bytes"),
+        "{message}"
+    );
 
     // A huge string count in a tiny file is refused, not allocated.
     let mut huge = Vec::from(&MAGIC[..]);
     huge.extend_from_slice(&1u32.to_le_bytes());
     huge.extend_from_slice(&[1, 2, 1, 0]); // header: version 1, dropped 0
-    huge.extend_from_slice(&[2, 10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0]);
+    huge.extend_from_slice(&[
+        2, 10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0,
+    ]);
     let message = format_error(read_native(&huge));
-    assert!(message.contains("strings at byte offset 18: expected a count of strings that fits in the"), "{message}");
+    assert!(
+        message.contains("strings at byte offset 18: expected a count of strings that fits in the"),
+        "{message}"
+    );
 
     // A string index out of range and an unknown span kind.
     let mut t = Trace::default();
@@ -486,11 +573,17 @@ fn native_errors_are_clear() {
     bad_index[lane_name] = 7;
     let message = format_error(read_native(&bad_index));
     assert!(message.contains("lanes at byte offset"), "{message}");
-    assert!(message.contains("expected a lane name (a string index below 1), found index 7"), "{message}");
+    assert!(
+        message.contains("expected a lane name (a string index below 1), found index 7"),
+        "{message}"
+    );
     let mut bad_kind = good.clone();
     bad_kind[lane_name - 2] = 9;
     let message = format_error(read_native(&bad_kind));
-    assert!(message.contains("expected a lane kind (0 stream, 1 host), found 9"), "{message}");
+    assert!(
+        message.contains("expected a lane kind (0 stream, 1 host), found 9"),
+        "{message}"
+    );
 }
 
 /// Removes the first event line containing `needle` (events are one per
@@ -519,9 +612,18 @@ fn json_errors_are_clear() {
     let cases: Vec<(String, &str)> = vec![
         (s("not json"), "expected a JSON trace, found invalid JSON"),
         (s("[1, 2"), "found invalid JSON"),
-        (s("42"), "expected a JSON object with \"traceEvents\", found a number"),
-        (s("{\"events\":[]}"), "expected a top-level field \"traceEvents\", found none"),
-        (s("{\"traceEvents\":{}}"), "traceEvents: expected an array, found an object"),
+        (
+            s("42"),
+            "expected a JSON object with \"traceEvents\", found a number",
+        ),
+        (
+            s("{\"events\":[]}"),
+            "expected a top-level field \"traceEvents\", found none",
+        ),
+        (
+            s("{\"traceEvents\":{}}"),
+            "traceEvents: expected an array, found an object",
+        ),
         (
             json.replacen("\"ts\":1.000,", "", 1),
             ": expected a field \"ts\", found none",
@@ -534,10 +636,7 @@ fn json_errors_are_clear() {
             json.replacen("\"ts\":1.000,", "\"ts\":1.0001,", 1),
             ".ts: expected a non-negative number of microseconds with at most 3 decimals below 2^64 ns, found 1.0001",
         ),
-        (
-            json.replacen("\"ts\":1.000,", "\"ts\":-1,", 1),
-            "found -1",
-        ),
+        (json.replacen("\"ts\":1.000,", "\"ts\":-1,", 1), "found -1"),
         (
             without_event(&json, "\"ph\":\"f\""),
             "expected an \"f\" event ending flow id 1, found none",
@@ -547,7 +646,11 @@ fn json_errors_are_clear() {
             "expected an \"s\" event before this \"f\" of flow id 1, found none",
         ),
         (
-            json.replacen("\"pid\":1,\"tid\":2,\"ts\"", "\"pid\":1,\"tid\":9,\"ts\"", 1),
+            json.replacen(
+                "\"pid\":1,\"tid\":2,\"ts\"",
+                "\"pid\":1,\"tid\":9,\"ts\"",
+                1,
+            ),
             "found unknown lane pid 1 tid 9",
         ),
         (
@@ -563,16 +666,25 @@ fn json_errors_are_clear() {
             "args.keel_kind: expected one of kernel, copy, alloc, free, event_record, wait, sync, annotation, found \"teleport\"",
         ),
         (
-            without_event(&json, "\"name\":\"thread_name\",\"args\":{\"name\":\"stream 34\""),
+            without_event(
+                &json,
+                "\"name\":\"thread_name\",\"args\":{\"name\":\"stream 34\"",
+            ),
             "expected a thread_name event for every lane, found none for lane 2 (tid 3)",
         ),
     ];
     for (input, expected) in cases {
         let message = format_error(read_json(&input));
-        assert!(message.contains(expected), "expected {expected:?} in {message:?}");
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
     }
     let message = format_error(read_json_bytes(b"{\"traceEvents\":[\xff]}"));
-    assert!(message.contains("expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset 16"), "{message}");
+    assert!(
+        message.contains("expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset 16"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -615,7 +727,8 @@ fn foreign_traces_import_what_they_can() {
     assert_eq!(t.counters.len(), 1);
     assert_eq!(t.check(), Ok(()));
     // The array form of the format.
-    let t = read_json(r#"[{"ph":"X","name":"a","pid":1,"tid":2,"ts":1,"dur":1}]"#).expect("array form");
+    let t =
+        read_json(r#"[{"ph":"X","name":"a","pid":1,"tid":2,"ts":1,"dur":1}]"#).expect("array form");
     assert_eq!(t.spans.len(), 1);
 }
 
@@ -637,18 +750,33 @@ fn exported_json_nests_and_pairs_flows() {
     let mut starts = HashMap::new();
     let mut finishes = HashMap::new();
     for e in events {
-        let key = || (e["pid"].as_u64().expect("pid"), e["tid"].as_u64().expect("tid"));
+        let key = || {
+            (
+                e["pid"].as_u64().expect("pid"),
+                e["tid"].as_u64().expect("tid"),
+            )
+        };
         match e["ph"].as_str().expect("ph") {
             "X" => {
                 let ts = ns(&e["ts"]);
-                slices.entry(key()).or_default().push((ts, ts + ns(&e["dur"])));
+                slices
+                    .entry(key())
+                    .or_default()
+                    .push((ts, ts + ns(&e["dur"])));
                 assert!(e["cat"].is_string() && e["name"].is_string());
             }
             ph @ ("s" | "f") => {
                 assert_eq!(e["bp"], "e");
                 let v = (key(), ns(&e["ts"]), e["cat"].clone(), e["name"].clone());
-                let map = if ph == "s" { &mut starts } else { &mut finishes };
-                assert!(map.insert(e["id"].as_u64().expect("id"), v).is_none(), "duplicate id");
+                let map = if ph == "s" {
+                    &mut starts
+                } else {
+                    &mut finishes
+                };
+                assert!(
+                    map.insert(e["id"].as_u64().expect("id"), v).is_none(),
+                    "duplicate id"
+                );
             }
             _ => {}
         }
@@ -661,23 +789,39 @@ fn exported_json_nests_and_pairs_flows() {
                 open.pop();
             }
             if let Some(top) = open.last() {
-                assert!(end <= top.1, "slices on {lane:?} overlap: {top:?} and {:?}", (start, end));
+                assert!(
+                    end <= top.1,
+                    "slices on {lane:?} overlap: {top:?} and {:?}",
+                    (start, end)
+                );
             }
             open.push((start, end));
         }
     }
     assert_eq!(starts.len(), sample().flows.len());
-    let enclosed = |lane: &(u64, u64), ts: u64| {
-        slices[lane].iter().any(|&(a, b)| a <= ts && ts <= b)
-    };
+    let enclosed =
+        |lane: &(u64, u64), ts: u64| slices[lane].iter().any(|&(a, b)| a <= ts && ts <= b);
     for (id, s) in &starts {
         let f = finishes.get(id).expect("every s has an f");
         assert_eq!((&s.2, &s.3), (&f.2, &f.3), "cat and name match");
-        assert!(enclosed(&s.0, s.1) && enclosed(&f.0, f.1), "flow {id} binds to a slice");
+        assert!(
+            enclosed(&s.0, s.1) && enclosed(&f.0, f.1),
+            "flow {id} binds to a slice"
+        );
     }
     assert_eq!(starts.len(), finishes.len());
     let cats: HashSet<&str> = events.iter().filter_map(|e| e["cat"].as_str()).collect();
-    for cat in ["cuda_runtime", "cuda_sync", "user_annotation", "kernel", "gpu_memcpy", "gpu_memory", "cuda_event", "ac2g", "event_wait"] {
+    for cat in [
+        "cuda_runtime",
+        "cuda_sync",
+        "user_annotation",
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memory",
+        "cuda_event",
+        "ac2g",
+        "event_wait",
+    ] {
         assert!(cats.contains(cat), "{cat}");
     }
 }

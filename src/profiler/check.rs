@@ -79,11 +79,7 @@ impl Trace {
 
         let mut sorted = Vec::with_capacity(lanes);
         for (lane, mut spans) in per_lane.into_iter().enumerate() {
-            spans.sort_by(|a, b| {
-                a.start_ns
-                    .cmp(&b.start_ns)
-                    .then(b.dur_ns.cmp(&a.dur_ns))
-            });
+            spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(b.dur_ns.cmp(&a.dur_ns)));
             // A stack of open spans: each one contains the next.
             let mut open: Vec<&Span> = Vec::new();
             for span in &spans {

@@ -5,5 +5,5 @@ pub mod json;
 pub mod native;
 pub mod trace;
 
-pub use trace::*;
 pub use native::{load_trace, save_trace};
+pub use trace::*;

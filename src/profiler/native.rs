@@ -393,7 +393,10 @@ impl Reader<'_> {
                 return Ok(v);
             }
         }
-        Err(self.fail(at, format!("expected {need}, found a varint longer than 10 bytes")))
+        Err(self.fail(
+            at,
+            format!("expected {need}, found a varint longer than 10 bytes"),
+        ))
     }
 
     fn svarint(&mut self, need: &str) -> Result<i64> {
@@ -403,7 +406,8 @@ impl Reader<'_> {
     fn u32(&mut self, need: &str) -> Result<u32> {
         let at = self.pos;
         let v = self.varint(need)?;
-        u32::try_from(v).map_err(|_| self.fail(at, format!("expected {need} below 2^32, found {v}")))
+        u32::try_from(v)
+            .map_err(|_| self.fail(at, format!("expected {need} below 2^32, found {v}")))
     }
 
     /// A count of items each at least `min_bytes` long: refused when the
@@ -426,7 +430,11 @@ impl Reader<'_> {
     fn str(&mut self, need: &str) -> Result<String> {
         let at = self.pos;
         let i = self.varint(need)?;
-        match self.strings.get(i as usize).filter(|_| i <= usize::MAX as u64) {
+        match self
+            .strings
+            .get(i as usize)
+            .filter(|_| i <= usize::MAX as u64)
+        {
             Some(s) => Ok(s.clone()),
             None => Err(self.fail(
                 at,
@@ -643,7 +651,10 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         let kind = *SpanKind::ALL.get(usize::from(kind)).ok_or_else(|| {
             r.fail(
                 at,
-                format!("expected a span kind below {}, found {kind}", SpanKind::ALL.len()),
+                format!(
+                    "expected a span kind below {}, found {kind}",
+                    SpanKind::ALL.len()
+                ),
             )
         })?;
         start = start.wrapping_add(r.svarint("a span start")? as u64);
@@ -798,7 +809,10 @@ pub fn save_trace(trace: &Trace, path: &Path) -> Result<()> {
         TraceFileFormat::Native => to_native_bytes(trace)?,
     };
     std::fs::write(path, bytes).map_err(|e| {
-        Error::TraceFormat(format!("could not write trace file {}: {e}", path.display()))
+        Error::TraceFormat(format!(
+            "could not write trace file {}: {e}",
+            path.display()
+        ))
     })
 }
 
