@@ -23,8 +23,9 @@
 //!   (event record, wait), `cuda_sync`. `args` holds `keel_kind` (the
 //!   [`SpanKind`] name; left out when the category already implies it, see
 //!   [`kind_for_category`]), `keel_op` (left out when 0) and the span's args
-//!   as strings. A user argument whose name starts with `keel_` is written
-//!   as `keel_arg_<name>` so it cannot be taken for Keel's own.
+//!   as strings; an empty `args` is left out. A user argument whose name
+//!   starts with `keel_` is written as `keel_arg_<name>` so it cannot be
+//!   taken for Keel's own.
 //! - Instants are `"ph":"i","s":"t"` events. Counters are `C` events on
 //!   the device's pid with `args:{"value":v}`, one per point; the `keel`
 //!   object lists the counters so that empty ones survive a round trip.
@@ -315,30 +316,27 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(cat);
         w.raw("\",\"name\":");
         w.str(&span.name);
-        let mut sep = "{";
-        let mut args = false;
-        w.raw(",\"args\":");
+        // `args` is left out when empty.
+        let mut sep = ",\"args\":{";
         if kind_for_category(cat, host) != Some(span.kind) {
-            w.raw("{\"keel_kind\":\"");
+            w.raw(sep);
+            w.raw("\"keel_kind\":\"");
             w.raw(span.kind.name());
             w.raw("\"");
             sep = ",";
-            args = true;
         }
         if span.op != 0 {
             w.raw(sep);
             w.raw("\"keel_op\":");
             w.u64(span.op);
             sep = ",";
-            args = true;
         }
         for (k, v) in &span.args {
             w.raw(sep);
             w.user_arg(k, v);
             sep = ",";
-            args = true;
         }
-        w.raw(if args { "}}" } else { "{}}" });
+        w.raw(if sep == "," { "}}" } else { "}" });
     }
 
     for instant in &trace.instants {

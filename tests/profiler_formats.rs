@@ -1,0 +1,897 @@
+//! The profiler's trace formats: `Trace::check`, Chrome JSON and the native
+//! binary format (round trips, golden files, malformed input).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use keel::Error;
+use keel::profiler::json::{read_json, read_json_bytes, to_json_string};
+use keel::profiler::native::{MAGIC, read_native, to_native_bytes};
+use keel::profiler::{
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
+    TRACE_VERSION, Trace, TraceDevice, load_trace, save_trace,
+};
+use proptest::prelude::*;
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| (s(k), s(v))).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn span(
+    lane: u32,
+    name: &str,
+    kind: SpanKind,
+    start_ns: u64,
+    dur_ns: u64,
+    op: u64,
+    args: &[(&str, &str)],
+) -> Span {
+    Span {
+        lane,
+        name: s(name),
+        kind,
+        start_ns,
+        dur_ns,
+        op,
+        args: pairs(args),
+    }
+}
+
+/// A deterministic trace using every part of the model.
+fn sample() -> Trace {
+    use SpanKind::*;
+    let tricky = "quote \" backslash \\ newline \n tab \t cr \r bell \u{7} del \u{7f} \
+                  unicode ünïcødé ✓ \u{1F600} ls \u{2028} nul \u{0} end";
+    Trace {
+        version: TRACE_VERSION,
+        devices: vec![
+            TraceDevice {
+                device: s("vulkan:0"),
+                name: s("llvmpipe (LLVM 19.1.7, 256 bits)"),
+                properties: pairs(&[
+                    ("api", "Vulkan 1.3"),
+                    ("memory", "\"8 GiB\""),
+                    ("api", "duplicate keys are kept"),
+                ]),
+            },
+            TraceDevice {
+                device: s("cuda:1"),
+                name: s("NVIDIA H100 \"SXM\" \\ 80GB"),
+                properties: vec![],
+            },
+        ],
+        lanes: vec![
+            Lane {
+                kind: LaneKind::Host { thread: 7 },
+                name: s("main"),
+            },
+            Lane {
+                kind: LaneKind::Stream {
+                    device: 0,
+                    stream: 33,
+                },
+                name: s("stream 33"),
+            },
+            Lane {
+                kind: LaneKind::Stream {
+                    device: 0,
+                    stream: 34,
+                },
+                name: s("stream 34"),
+            },
+            Lane {
+                kind: LaneKind::Stream {
+                    device: 1,
+                    stream: -2,
+                },
+                name: s("stream -2 \"ext\""),
+            },
+            Lane {
+                kind: LaneKind::Host { thread: u64::MAX },
+                name: s("idle thread"),
+            },
+        ],
+        spans: vec![
+            // Host: nested annotations and the calls inside them.
+            span(
+                0,
+                "step \"1\"",
+                Annotation,
+                1_000,
+                100_000,
+                0,
+                &[("step", "1")],
+            ),
+            span(0, "forward\\pass", Annotation, 2_000, 50_000, 0, &[]),
+            span(
+                0,
+                "launch add",
+                Kernel,
+                3_000,
+                2_000,
+                1,
+                &[("grid", "[4, 1, 1]")],
+            ),
+            span(0, "copy host->device", Copy, 6_000, 1_500, 2, &[]),
+            span(0, "record event", EventRecord, 8_000, 500, 3, &[]),
+            span(0, "wait event", Wait, 9_000, 400, 4, &[]),
+            span(0, "alloc", Alloc, 10_000, 300, 5, &[("bytes", "4096")]),
+            span(0, "free", Free, 11_000, 200, 6, &[]),
+            span(0, "launch mul", Kernel, 11_500, 100, 7, &[]),
+            span(0, "synchronize", Sync, 60_000, 20_000, 0, &[]),
+            span(0, "zero length", Annotation, 60_000, 0, 0, &[]),
+            // Device 0, stream 33.
+            span(
+                1,
+                "add_kernel",
+                Kernel,
+                20_000,
+                5_000,
+                1,
+                &[
+                    ("note", tricky),
+                    (tricky, "tricky key"),
+                    ("keel_kind", "a user arg named like keel's own"),
+                    ("keel_arg_x", "and one named like the escape"),
+                ],
+            ),
+            span(1, "copy host->device", Copy, 26_000, 3_000, 2, &[]),
+            span(1, "record event", EventRecord, 29_000, 10, 3, &[]),
+            span(1, "alloc", Alloc, 12_000, 100, 5, &[]),
+            span(1, "free", Free, 13_000, 100, 6, &[]),
+            span(1, "sync on device", Sync, 40_000, 7, 0, &[]),
+            // Device 0, stream 34.
+            span(2, "wait event", Wait, 30_000, 10, 4, &[]),
+            span(2, "mul_kernel", Kernel, 30_100, 7_001, 7, &[]),
+            // Device 1: a long kernel far from the epoch, one inside it.
+            span(3, "relu", Kernel, 123_456_789_012, 1_234_567, u64::MAX, &[]),
+            span(
+                3,
+                "annotation on a stream",
+                Annotation,
+                123_456_789_013,
+                1,
+                8,
+                &[],
+            ),
+        ],
+        instants: vec![
+            InstantEvent {
+                lane: 0,
+                name: s("marker \"A\""),
+                ts_ns: 5_001,
+                args: pairs(&[("keel_op", "user value"), ("k", "v\nw")]),
+            },
+            InstantEvent {
+                lane: 1,
+                name: s("device marker"),
+                ts_ns: 0,
+                args: vec![],
+            },
+        ],
+        flows: vec![
+            Flow {
+                id: 1,
+                kind: FlowKind::Launch,
+                from: FlowEnd {
+                    lane: 0,
+                    ts_ns: 3_000,
+                },
+                to: FlowEnd {
+                    lane: 1,
+                    ts_ns: 20_000,
+                },
+            },
+            Flow {
+                id: 2,
+                kind: FlowKind::EventWait,
+                from: FlowEnd {
+                    lane: 1,
+                    ts_ns: 29_010,
+                },
+                to: FlowEnd {
+                    lane: 2,
+                    ts_ns: 30_000,
+                },
+            },
+            Flow {
+                id: 1 << 60,
+                kind: FlowKind::Launch,
+                from: FlowEnd {
+                    lane: 0,
+                    ts_ns: 11_550,
+                },
+                to: FlowEnd {
+                    lane: 2,
+                    ts_ns: 30_100,
+                },
+            },
+        ],
+        counters: vec![
+            Counter {
+                device: 0,
+                name: s("memory in use (bytes)"),
+                points: vec![
+                    (12_000, 4096),
+                    (13_000, 0),
+                    (13_000, -5),
+                    (14_000, i64::MAX),
+                ],
+            },
+            Counter {
+                device: 1,
+                name: s("empty counter"),
+                points: vec![],
+            },
+        ],
+        calibrations: vec![
+            Calibration {
+                device: 0,
+                method: s("paired sampling"),
+                error_bound_ns: 250,
+            },
+            Calibration {
+                device: 1,
+                method: s("host clock"),
+                error_bound_ns: 0,
+            },
+        ],
+        dropped: 3,
+    }
+}
+
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+fn format_error(result: keel::Result<Trace>) -> String {
+    match result {
+        Err(Error::TraceFormat(message)) => message,
+        Err(other) => panic!("expected a TraceFormat error, got {other:?}"),
+        Ok(_) => panic!("expected an error, got a trace"),
+    }
+}
+
+#[test]
+fn sample_passes_check() {
+    assert_eq!(sample().check(), Ok(()));
+}
+
+#[test]
+fn check_reports_problems() {
+    let mut t = sample();
+    // Overlaps "add_kernel" [20000, 25000] without nesting.
+    t.spans.push(span(
+        1,
+        "overlapper",
+        SpanKind::Kernel,
+        24_000,
+        2_000,
+        0,
+        &[],
+    ));
+    t.flows.push(Flow {
+        id: 99,
+        kind: FlowKind::Launch,
+        from: FlowEnd {
+            lane: 0,
+            ts_ns: 500,
+        },
+        to: FlowEnd {
+            lane: 1,
+            ts_ns: 20_000,
+        },
+    });
+    t.flows.push(Flow {
+        id: 2,
+        kind: FlowKind::Launch,
+        from: FlowEnd {
+            lane: 0,
+            ts_ns: 3_000,
+        },
+        to: FlowEnd {
+            lane: 1,
+            ts_ns: 20_000,
+        },
+    });
+    t.spans
+        .push(span(42, "lost", SpanKind::Kernel, 0, 1, 0, &[]));
+    t.instants.push(InstantEvent {
+        lane: 17,
+        name: s("nowhere"),
+        ts_ns: 0,
+        args: vec![],
+    });
+    t.lanes.push(Lane {
+        kind: LaneKind::Stream {
+            device: 5,
+            stream: 0,
+        },
+        name: s("orphan"),
+    });
+    t.counters.push(Counter {
+        device: 9,
+        name: s("c"),
+        points: vec![(5, 1), (4, 1)],
+    });
+    t.calibrations.push(Calibration {
+        device: 2,
+        method: s("m"),
+        error_bound_ns: 0,
+    });
+    t.spans.push(span(
+        0,
+        "dup args",
+        SpanKind::Annotation,
+        200_000,
+        1,
+        0,
+        &[("a", "1"), ("a", "2")],
+    ));
+    let problems = t.check().expect_err("a broken trace");
+    let all = problems.join("\n");
+    for expected in [
+        "overlap without nesting: 'add_kernel' [20000, 25000] ns and 'overlapper' [24000, 26000] ns",
+        "flow 3 (id 99): its start at 500 ns on lane 0 lies inside no span of that lane",
+        "flow 4 reuses flow id 2",
+        "span 22 ('lost') is on lane 42, but the trace has 6 lane(s)",
+        "instant 2 ('nowhere') is on lane 17",
+        "lane 5 ('orphan') is a stream of device 5, but the trace has 2 device(s)",
+        "counter 2 ('c') is for device 9",
+        "counter 2 ('c') is not in time order",
+        "calibration 2 is for device 2",
+        "has two arguments named 'a'",
+    ] {
+        assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
+    }
+    assert_eq!(problems.len(), 10, "{all}");
+}
+
+#[test]
+fn check_accepts_touching_and_equal_spans() {
+    let mut t = sample();
+    t.spans
+        .push(span(2, "touching", SpanKind::Kernel, 37_101, 10, 0, &[]));
+    t.spans.push(span(
+        2,
+        "same as mul",
+        SpanKind::Kernel,
+        30_100,
+        7_001,
+        0,
+        &[],
+    ));
+    assert_eq!(t.check(), Ok(()));
+}
+
+#[test]
+fn json_round_trip() {
+    let t = sample();
+    let text = to_json_string(&t).expect("export");
+    let back = read_json(&text).expect("import");
+    assert_eq!(back, t);
+    assert_eq!(to_json_string(&back).expect("export again"), text);
+}
+
+#[test]
+fn native_round_trip() {
+    let t = sample();
+    let bytes = to_native_bytes(&t).expect("export");
+    assert_eq!(read_native(&bytes).expect("import"), t);
+    assert_eq!(
+        read_native(&to_native_bytes(&Trace::default()).expect("empty")),
+        Ok(Trace::default())
+    );
+    assert_eq!(
+        read_json(&to_json_string(&Trace::default()).expect("empty")),
+        Ok(Trace::default())
+    );
+}
+
+#[test]
+fn json_micros_are_exact() {
+    let mut t = sample();
+    for (i, ns) in [0, 1, 999, 1_000, 1_001, 123_456_789, u64::MAX - 1, u64::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        t.instants.push(InstantEvent {
+            lane: 4,
+            name: format!("t{i}"),
+            ts_ns: ns,
+            args: vec![],
+        });
+    }
+    let text = to_json_string(&t).expect("export");
+    assert!(text.contains("\"ts\":18446744073709551.615"), "u64::MAX ns");
+    assert!(text.contains("\"ts\":0.001,"));
+    assert_eq!(read_json(&text).expect("import"), t);
+}
+
+/// Compares `bytes` with the golden file `name`, or rewrites it when
+/// `UPDATE_GOLDEN=1`.
+fn golden(name: &str, bytes: &[u8]) {
+    let path = data_dir().join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(data_dir()).expect("create tests/data");
+        std::fs::write(&path, bytes).expect("write golden file");
+        return;
+    }
+    let pinned = std::fs::read(&path).unwrap_or_default();
+    assert!(
+        pinned == bytes,
+        "{} differs from the current output ({} bytes pinned, {} now). If the format \
+         change is intended, regenerate with: UPDATE_GOLDEN=1 cargo test \
+         --no-default-features --features cpu --test profiler_formats (and check that \
+         old files still load)",
+        path.display(),
+        pinned.len(),
+        bytes.len()
+    );
+}
+
+#[test]
+fn golden_json() {
+    golden(
+        "sample.trace.json",
+        to_json_string(&sample()).expect("export").as_bytes(),
+    );
+}
+
+#[test]
+fn golden_native() {
+    golden(
+        "sample.keeltrace",
+        &to_native_bytes(&sample()).expect("export"),
+    );
+}
+
+#[test]
+fn committed_golden_files_still_load() {
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        return; // being rewritten by the golden_* tests
+    }
+    let json = std::fs::read(data_dir().join("sample.trace.json")).expect("golden JSON");
+    assert_eq!(read_json_bytes(&json).expect("golden JSON loads"), sample());
+    let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
+    assert_eq!(read_native(&native).expect("golden native loads"), sample());
+    assert_eq!(
+        load_trace(&data_dir().join("sample.trace.json")),
+        Ok(sample())
+    );
+    assert_eq!(
+        load_trace(&data_dir().join("sample.keeltrace")),
+        Ok(sample())
+    );
+}
+
+#[test]
+fn save_and_load_pick_the_format() {
+    let dir = std::env::temp_dir().join(format!("keel-formats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let t = sample();
+    let json = dir.join("a.trace.json");
+    let native = dir.join("a.keeltrace");
+    save_trace(&t, &json).expect("save json");
+    save_trace(&t, &native).expect("save native");
+    assert!(
+        std::fs::read(&json)
+            .expect("read")
+            .starts_with(b"{\"traceEvents\"")
+    );
+    assert!(std::fs::read(&native).expect("read").starts_with(MAGIC));
+    assert_eq!(load_trace(&json), Ok(t.clone()));
+    assert_eq!(load_trace(&native), Ok(t.clone()));
+    // Sniffing, not the extension, decides on load.
+    let renamed = dir.join("native-named.json");
+    std::fs::copy(&native, &renamed).expect("copy");
+    assert_eq!(load_trace(&renamed), Ok(t.clone()));
+    let message = format_error(save_trace(&t, &dir.join("a.txt")).map(|()| Trace::default()));
+    assert!(
+        message.contains(
+            "expected a trace file name ending in .json or .keeltrace, found extension .txt"
+        ),
+        "{message}"
+    );
+    let message = format_error(load_trace(&dir.join("missing.keeltrace")));
+    assert!(message.contains("could not read trace file"), "{message}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[test]
+fn native_errors_are_clear() {
+    let bytes = to_native_bytes(&sample()).expect("export");
+
+    let message = format_error(read_native(&bytes[..bytes.len() - 5]));
+    assert!(message.contains("truncated"), "{message}");
+    assert!(message.contains("byte offset"), "{message}");
+
+    let message = format_error(read_native(&bytes[..10]));
+    assert!(
+        message
+            .contains("at byte offset 8: expected a u32 format version, found the end of the file"),
+        "{message}"
+    );
+
+    let mut bad = bytes.clone();
+    bad[0] = b'X';
+    let message = format_error(read_native(&bad));
+    assert!(
+        message
+            .contains("at byte offset 0: expected the magic \"KEELTRC\\0\", found \"XEELTRC\\0\""),
+        "{message}"
+    );
+    assert!(format_error(read_native(b"")).contains("expected the magic"));
+
+    let mut future = bytes.clone();
+    future[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let message = format_error(read_native(&future));
+    assert!(
+        message.contains(
+            "at byte offset 8: expected format version 1, found version 2 (written by a newer Keel)"
+        ),
+        "{message}"
+    );
+
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    let message = format_error(read_native(&trailing));
+    assert!(
+        message.contains("expected the end of the file after the last section, found 1 more bytes"),
+        "{message}"
+    );
+
+    // A huge string count in a tiny file is refused, not allocated.
+    let mut huge = Vec::from(&MAGIC[..]);
+    huge.extend_from_slice(&1u32.to_le_bytes());
+    huge.extend_from_slice(&[1, 2, 1, 0]); // header: version 1, dropped 0
+    huge.extend_from_slice(&[
+        2, 10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0,
+    ]);
+    let message = format_error(read_native(&huge));
+    assert!(
+        message.contains("strings at byte offset 18: expected a count of strings that fits in the"),
+        "{message}"
+    );
+
+    // A string index out of range and an unknown span kind.
+    let mut t = Trace::default();
+    t.lanes.push(Lane {
+        kind: LaneKind::Host { thread: 1 },
+        name: s("a"),
+    });
+    let good = to_native_bytes(&t).expect("export");
+    let mut bad_index = good.clone();
+    // The lanes section [4, 4, 1, 1, 1, 0] is followed by 5 empty sections.
+    let lane_name = good.len() - 16;
+    assert_eq!(&good[lane_name - 5..lane_name + 1], &[4, 4, 1, 1, 1, 0]);
+    bad_index[lane_name] = 7;
+    let message = format_error(read_native(&bad_index));
+    assert!(message.contains("lanes at byte offset"), "{message}");
+    assert!(
+        message.contains("expected a lane name (a string index below 1), found index 7"),
+        "{message}"
+    );
+    let mut bad_kind = good.clone();
+    bad_kind[lane_name - 2] = 9;
+    let message = format_error(read_native(&bad_kind));
+    assert!(
+        message.contains("expected a lane kind (0 stream, 1 host), found 9"),
+        "{message}"
+    );
+}
+
+/// Removes the first event line containing `needle` (events are one per
+/// line).
+fn without_event(json: &str, needle: &str) -> String {
+    let lines: Vec<&str> = json.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(needle))
+        .expect("the event to remove");
+    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    out.remove(at);
+    // Keep the list valid: the line before may now end with a comma.
+    if out[at].starts_with(']') {
+        let prev = &mut out[at - 1];
+        if prev.ends_with(',') {
+            prev.pop();
+        }
+    }
+    out.join("\n")
+}
+
+#[test]
+fn json_errors_are_clear() {
+    let json = to_json_string(&sample()).expect("export");
+    let cases: Vec<(String, &str)> = vec![
+        (s("not json"), "expected a JSON trace, found invalid JSON"),
+        (s("[1, 2"), "found invalid JSON"),
+        (
+            s("42"),
+            "expected a JSON object with \"traceEvents\", found a number",
+        ),
+        (
+            s("{\"events\":[]}"),
+            "expected a top-level field \"traceEvents\", found none",
+        ),
+        (
+            s("{\"traceEvents\":{}}"),
+            "traceEvents: expected an array, found an object",
+        ),
+        (
+            json.replacen("\"ts\":1.000,", "", 1),
+            ": expected a field \"ts\", found none",
+        ),
+        (
+            json.replacen("\"ts\":1.000,", "\"ts\":\"1\",", 1),
+            ".ts: expected a number of microseconds, found a string",
+        ),
+        (
+            json.replacen("\"ts\":1.000,", "\"ts\":1.0001,", 1),
+            ".ts: expected a non-negative number of microseconds with at most 3 decimals below 2^64 ns, found 1.0001",
+        ),
+        (json.replacen("\"ts\":1.000,", "\"ts\":-1,", 1), "found -1"),
+        (
+            without_event(&json, "\"ph\":\"f\""),
+            "expected an \"f\" event ending flow id 1, found none",
+        ),
+        (
+            without_event(&json, "\"ph\":\"s\""),
+            "expected an \"s\" event before this \"f\" of flow id 1, found none",
+        ),
+        (
+            json.replacen(
+                "\"pid\":1,\"tid\":2,\"ts\"",
+                "\"pid\":1,\"tid\":9,\"ts\"",
+                1,
+            ),
+            "found unknown lane pid 1 tid 9",
+        ),
+        (
+            json.replacen("\"version\":1,", "\"version\":7,", 1),
+            "keel.version: expected a trace version up to 1, found 7 (written by a newer Keel)",
+        ),
+        (
+            json.replacen("\"dropped\":3", "\"dropped\":\"3\"", 1),
+            "keel.dropped: expected an unsigned integer, found a string",
+        ),
+        (
+            json.replacen("\"keel_kind\":\"copy\"", "\"keel_kind\":\"teleport\"", 1),
+            "args.keel_kind: expected one of kernel, copy, alloc, free, event_record, wait, sync, annotation, found \"teleport\"",
+        ),
+        (
+            without_event(
+                &json,
+                "\"name\":\"thread_name\",\"args\":{\"name\":\"stream 34\"",
+            ),
+            "expected a thread_name event for every lane, found none for lane 2 (tid 3)",
+        ),
+    ];
+    for (input, expected) in cases {
+        let message = format_error(read_json(&input));
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+    let message = format_error(read_json_bytes(b"{\"traceEvents\":[\xff]}"));
+    assert!(
+        message.contains("expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset 16"),
+        "{message}"
+    );
+}
+
+#[test]
+fn foreign_traces_import_what_they_can() {
+    let kineto = r#"{"schemaVersion": 1, "traceEvents": [
+      {"ph": "M", "name": "process_name", "pid": 4242, "args": {"name": "python3"}},
+      {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+      {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 4242, "tid": 4242, "ts": 10.5, "dur": 20.25, "args": {"External id": 3, "Input Dims": [[2], [2]]}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": 12, "dur": 5, "args": {"correlation": 9}},
+      {"ph": "X", "cat": "kernel", "name": "add_kernel", "pid": 0, "tid": 7, "ts": 1.5e1, "dur": 2.0001, "args": {"correlation": 9}},
+      {"ph": "s", "id": 9, "pid": 4242, "tid": 4242, "ts": 12, "cat": "ac2g", "name": "ac2g"},
+      {"ph": "f", "id": 9, "pid": 0, "tid": 7, "ts": 15, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+      {"ph": "B", "name": "ignored", "pid": 1, "tid": 1, "ts": 0},
+      {"ph": "X", "name": "no timestamp is skipped", "pid": 1, "tid": 1},
+      {"ph": "C", "name": "mem", "pid": 0, "ts": 1, "args": {"value": 5}}
+    ]}"#;
+    let t = read_json(kineto).expect("foreign import");
+    assert_eq!(t.devices.len(), 1);
+    assert_eq!(t.devices[0].device, "cuda:0");
+    assert_eq!(t.spans.len(), 3, "{:#?}", t.spans);
+    assert_eq!(t.spans[0].kind, SpanKind::Annotation);
+    assert_eq!(t.spans[0].start_ns, 10_500);
+    assert_eq!(t.spans[0].dur_ns, 20_250);
+    assert_eq!(t.spans[1].kind, SpanKind::Kernel);
+    assert_eq!(t.spans[2].start_ns, 15_000);
+    assert_eq!(t.spans[2].dur_ns, 2_000);
+    assert!(t.spans[0].args.contains(&(s("Input Dims"), s("[[2],[2]]"))));
+    let device_lane = &t.lanes[t.spans[2].lane as usize];
+    assert_eq!(
+        device_lane.kind,
+        LaneKind::Stream {
+            device: 0,
+            stream: 7
+        }
+    );
+    assert_eq!(device_lane.name, "stream 7");
+    assert_eq!(t.flows.len(), 1);
+    assert_eq!(t.flows[0].kind, FlowKind::Launch);
+    assert_eq!(t.counters.len(), 1);
+    assert_eq!(t.check(), Ok(()));
+    // The array form of the format.
+    let t =
+        read_json(r#"[{"ph":"X","name":"a","pid":1,"tid":2,"ts":1,"dur":1}]"#).expect("array form");
+    assert_eq!(t.spans.len(), 1);
+}
+
+/// Exact ns from a JSON number of microseconds (test-side, independent).
+fn ns(v: &serde_json::Value) -> u64 {
+    let text = v.to_string();
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let frac = format!("{frac:0<3}");
+    int.parse::<u64>().expect("integer part") * 1000 + frac.parse::<u64>().expect("fraction")
+}
+
+#[test]
+fn exported_json_nests_and_pairs_flows() {
+    let text = to_json_string(&sample()).expect("export");
+    let root: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(root["displayTimeUnit"], "ns");
+    let events = root["traceEvents"].as_array().expect("traceEvents");
+    let mut slices: HashMap<(u64, u64), Vec<(u64, u64)>> = HashMap::new();
+    let mut starts = HashMap::new();
+    let mut finishes = HashMap::new();
+    for e in events {
+        let key = || {
+            (
+                e["pid"].as_u64().expect("pid"),
+                e["tid"].as_u64().expect("tid"),
+            )
+        };
+        match e["ph"].as_str().expect("ph") {
+            "X" => {
+                let ts = ns(&e["ts"]);
+                slices
+                    .entry(key())
+                    .or_default()
+                    .push((ts, ts + ns(&e["dur"])));
+                assert!(e["cat"].is_string() && e["name"].is_string());
+            }
+            ph @ ("s" | "f") => {
+                assert_eq!(e["bp"], "e");
+                let v = (key(), ns(&e["ts"]), e["cat"].clone(), e["name"].clone());
+                let map = if ph == "s" {
+                    &mut starts
+                } else {
+                    &mut finishes
+                };
+                assert!(
+                    map.insert(e["id"].as_u64().expect("id"), v).is_none(),
+                    "duplicate id"
+                );
+            }
+            _ => {}
+        }
+    }
+    for (lane, list) in &mut slices {
+        list.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut open: Vec<(u64, u64)> = Vec::new();
+        for &(start, end) in list.iter() {
+            while open.last().is_some_and(|top| top.1 <= start) {
+                open.pop();
+            }
+            if let Some(top) = open.last() {
+                assert!(
+                    end <= top.1,
+                    "slices on {lane:?} overlap: {top:?} and {:?}",
+                    (start, end)
+                );
+            }
+            open.push((start, end));
+        }
+    }
+    assert_eq!(starts.len(), sample().flows.len());
+    let enclosed =
+        |lane: &(u64, u64), ts: u64| slices[lane].iter().any(|&(a, b)| a <= ts && ts <= b);
+    for (id, s) in &starts {
+        let f = finishes.get(id).expect("every s has an f");
+        assert_eq!((&s.2, &s.3), (&f.2, &f.3), "cat and name match");
+        assert!(
+            enclosed(&s.0, s.1) && enclosed(&f.0, f.1),
+            "flow {id} binds to a slice"
+        );
+    }
+    assert_eq!(starts.len(), finishes.len());
+    let cats: HashSet<&str> = events.iter().filter_map(|e| e["cat"].as_str()).collect();
+    for cat in [
+        "cuda_runtime",
+        "cuda_sync",
+        "user_annotation",
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memory",
+        "cuda_event",
+        "ac2g",
+        "event_wait",
+    ] {
+        assert!(cats.contains(cat), "{cat}");
+    }
+}
+
+fn golden_native_bytes() -> Vec<u8> {
+    to_native_bytes(&sample()).expect("export")
+}
+
+fn golden_json_text() -> String {
+    to_json_string(&sample()).expect("export")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn native_reader_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = read_native(&bytes);
+        let mut with_magic = Vec::from(&MAGIC[..]);
+        with_magic.extend_from_slice(&1u32.to_le_bytes());
+        with_magic.extend_from_slice(&bytes);
+        let _ = read_native(&with_magic);
+    }
+
+    #[test]
+    fn native_reader_never_panics_on_mutations(
+        cut in any::<prop::sample::Index>(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+    ) {
+        let golden = golden_native_bytes();
+        let mut bytes = golden.clone();
+        for (at, x) in &flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= x;
+        }
+        let _ = read_native(&bytes);
+        let _ = read_native(&bytes[..cut.index(bytes.len() + 1)]);
+        let _ = read_native(&golden[..cut.index(golden.len())]).expect_err("a truncated file fails");
+    }
+
+    #[test]
+    fn json_reader_never_panics_on_strings(text in ".{0,200}") {
+        let _ = read_json(&text);
+        let _ = read_json(&format!("{{\"traceEvents\":[{text}]}}"));
+        let _ = read_json(&format!("{{\"traceEvents\":[{text}],\"keel\":{{}}}}"));
+    }
+
+    #[test]
+    fn json_reader_never_panics_on_mutations(
+        cut in any::<prop::sample::Index>(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        line in any::<prop::sample::Index>(),
+        replacement in prop::sample::select(vec![
+            "", "{}", "null", "{\"ph\":\"X\"}", "{\"ph\":\"f\",\"id\":1,\"pid\":0,\"tid\":1,\"ts\":1}",
+            "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":18446744073709551615,\"args\":{\"name\":\"x\",\"keel_lane\":\"host\",\"thread\":1}}",
+            "{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"ts\":1e400,\"dur\":-0.0,\"name\":\"x\"}",
+            "{\"ph\":\"C\",\"pid\":1,\"ts\":1,\"name\":\"memory in use (bytes)\",\"args\":{\"value\":1.5}}",
+        ]),
+    ) {
+        let golden = golden_json_text();
+        let mut bytes = golden.clone().into_bytes();
+        for (at, x) in &flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= x;
+        }
+        let _ = read_json_bytes(&bytes);
+        let _ = read_json_bytes(&bytes[..cut.index(bytes.len() + 1)]);
+        let mut lines: Vec<&str> = golden.lines().collect();
+        let i = line.index(lines.len());
+        lines[i] = replacement;
+        let _ = read_json(&lines.join("\n"));
+    }
+}
