@@ -59,9 +59,16 @@ fn run_task(task: Task) -> Result<()> {
     }
 }
 
+enum Item {
+    Work(Task),
+    /// Completes a marker in the same critical section that counts it, so
+    /// whoever sees the marker complete also sees the stream's count.
+    Marker(Arc<Marker>),
+}
+
 #[derive(Default)]
 struct StreamState {
-    queue: VecDeque<Task>,
+    queue: VecDeque<Item>,
     submitted: u64,
     completed: u64,
     error: Option<Error>,
@@ -128,12 +135,26 @@ impl HostStream {
         if self.inline {
             return run_task(task);
         }
+        self.push(Item::Work(task));
+        Ok(())
+    }
+
+    fn push(&self, item: Item) {
         let mut s = lock(&self.shared.state);
-        s.queue.push_back(task);
+        s.queue.push_back(item);
         s.submitted += 1;
         drop(s);
         self.shared.work.notify_one();
-        Ok(())
+    }
+
+    /// Enqueues a marker: it completes (with the host time) when the
+    /// stream reaches it.
+    fn submit_marker(&self, marker: Arc<Marker>) {
+        if self.inline {
+            marker.complete();
+        } else {
+            self.push(Item::Marker(marker));
+        }
     }
 
     /// Whether every submitted task has finished. Never blocks. Reports
@@ -167,7 +188,7 @@ impl HostStream {
 
 fn worker_loop(shared: &StreamShared) {
     loop {
-        let task = {
+        let item = {
             let mut s = lock(&shared.state);
             loop {
                 if let Some(t) = s.queue.pop_front() {
@@ -176,13 +197,21 @@ fn worker_loop(shared: &StreamShared) {
                 s = shared.work.wait(s).unwrap_or_else(PoisonError::into_inner);
             }
         };
-        let result = run_task(task);
-        let mut s = lock(&shared.state);
-        s.completed += 1;
-        if let Err(e) = result {
-            s.error.get_or_insert(e);
+        match item {
+            Item::Work(task) => {
+                let result = run_task(task);
+                let mut s = lock(&shared.state);
+                s.completed += 1;
+                if let Err(e) = result {
+                    s.error.get_or_insert(e);
+                }
+            }
+            Item::Marker(marker) => {
+                let mut s = lock(&shared.state);
+                s.completed += 1;
+                marker.complete();
+            }
         }
-        drop(s);
         shared.idle.notify_all();
     }
 }
@@ -226,11 +255,7 @@ impl HostEvent {
     /// submitted so far has run.
     pub fn record(stream: &HostStream, device_index: DeviceIndex) -> Result<Self> {
         let marker = Arc::new(Marker::default());
-        let m = Arc::clone(&marker);
-        stream.submit(Box::new(move || {
-            m.complete();
-            Ok(())
-        }))?;
+        stream.submit_marker(Arc::clone(&marker));
         Ok(HostEvent {
             marker,
             device_index,
