@@ -253,6 +253,14 @@ fn collect_loop(shared: &Shared, interval: Duration) {
                 continue;
             }
         };
+        if bytes.len() > MAX_CHUNK {
+            eprintln!(
+                "keel live: dropping a {}-byte fragment (over the {MAX_CHUNK}-byte chunk limit)",
+                bytes.len()
+            );
+            shared.dropped_total.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         let message = Arc::new(chunk(KIND_FRAGMENT, &bytes));
         let mut viewers = lock(&shared.viewers);
         viewers.retain(|v| match v.tx.try_send(Arc::clone(&message)) {
