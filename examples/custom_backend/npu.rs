@@ -86,10 +86,10 @@ impl DeviceGuardImpl for Npu {
     }
     fn exchange_device(&self, device: Device) -> Result<Device> {
         self.device(device)?;
-        Npu::at(tls::exchange_device_index(TY, device.index()))
+        tls::exchange_device(device)
     }
     fn get_device(&self) -> Result<Device> {
-        Npu::at(tls::current_device_index(TY))
+        tls::current_device(TY)
     }
     fn set_device(&self, device: Device) -> Result<()> {
         self.exchange_device(device).map(drop)
@@ -99,15 +99,11 @@ impl DeviceGuardImpl for Npu {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         self.device(device)?;
-        Ok(Stream::new(
-            device,
-            tls::current_stream_id(TY, device.index()),
-        ))
+        Ok(tls::current_stream(device))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         self.stream(&stream)?;
-        let old = tls::exchange_stream_id(TY, stream.device_index(), stream.id());
-        Ok(Stream::new(stream.device(), old))
+        Ok(tls::exchange_stream(stream))
     }
     fn device_count(&self) -> DeviceIndex {
         DEVICES
@@ -117,18 +113,14 @@ impl DeviceGuardImpl for Npu {
         Ok(Stream::default_for(device))
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        let c = self.device(device)?.cursors();
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_high_priority(high_priority))?,
-        ))
+        self.device(device)?
+            .cursors()
+            .pool_stream(device, high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
-        let c = self.device(device)?.cursors();
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_priority(priority)?)?,
-        ))
+        self.device(device)?
+            .cursors()
+            .priority_stream(device, priority)
     }
     fn record(
         &self,

@@ -120,11 +120,10 @@ impl DeviceGuardImpl for FakeGuardImpl {
     #[inline]
     fn exchange_device(&self, device: Device) -> Result<Device> {
         self.check(device)?;
-        let old = tls::exchange_device_index(self.ty, device.index());
-        Device::new(self.ty, old)
+        tls::exchange_device(device)
     }
     fn get_device(&self) -> Result<Device> {
-        Device::new(self.ty, tls::current_device_index(self.ty))
+        tls::current_device(self.ty)
     }
     fn set_device(&self, device: Device) -> Result<()> {
         self.check(device)?;
@@ -137,15 +136,11 @@ impl DeviceGuardImpl for FakeGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         self.check(device)?;
-        Ok(Stream::new(
-            device,
-            tls::current_stream_id(self.ty, device.index()),
-        ))
+        Ok(tls::current_stream(device))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         self.check(stream.device())?;
-        let old = tls::exchange_stream_id(self.ty, stream.device_index(), stream.id());
-        Ok(Stream::new(stream.device(), old))
+        Ok(tls::exchange_stream(stream))
     }
     fn device_count(&self) -> DeviceIndex {
         FAKE_DEVICE_COUNT
@@ -155,18 +150,10 @@ impl DeviceGuardImpl for FakeGuardImpl {
         Ok(Stream::default_for(device))
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        let c = self.cursors(device)?;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_high_priority(high_priority))?,
-        ))
+        self.cursors(device)?.pool_stream(device, high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
-        let c = self.cursors(device)?;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_priority(priority)?)?,
-        ))
+        self.cursors(device)?.priority_stream(device, priority)
     }
     fn record(
         &self,

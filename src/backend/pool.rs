@@ -9,7 +9,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::core::{MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, StreamId, pool_stream_id};
+use crate::core::{
+    Device, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, Stream, StreamId, pool_stream_id,
+};
 use crate::error::{Error, Result};
 
 /// One device's cursors, one per priority level.
@@ -59,6 +61,22 @@ impl PoolCursors {
         }
         let wanted = usize::try_from(priority.unsigned_abs()).unwrap_or(usize::MAX);
         Ok(wanted.min(self.levels - 1))
+    }
+
+    /// The next pool stream of `device` for c10's `isHighPriority`.
+    pub fn pool_stream(&self, device: Device, high_priority: bool) -> Result<Stream> {
+        Ok(Stream::new(
+            device,
+            self.next_id(self.level_for_high_priority(high_priority))?,
+        ))
+    }
+
+    /// The next pool stream of `device` for a CUDA-style priority.
+    pub fn priority_stream(&self, device: Device, priority: i32) -> Result<Stream> {
+        Ok(Stream::new(
+            device,
+            self.next_id(self.level_for_priority(priority)?)?,
+        ))
     }
 
     /// The next stream id at `level`, round-robin over 32 streams.

@@ -14,7 +14,8 @@
 
 use std::cell::{Cell, RefCell};
 
-use crate::core::{DEFAULT_STREAM_ID, DeviceIndex, DeviceType, StreamId};
+use crate::core::{DEFAULT_STREAM_ID, Device, DeviceIndex, DeviceType, Stream, StreamId};
+use crate::error::Result;
 
 thread_local! {
     static CURRENT_DEVICE: [Cell<DeviceIndex>; DeviceType::COUNT] =
@@ -66,4 +67,46 @@ pub fn exchange_stream_id(ty: DeviceType, index: DeviceIndex, id: StreamId) -> S
         }
         std::mem::replace(&mut v[i], id)
     })
+}
+
+// The thread-local bookkeeping every backend's guard implementation does
+// once it has checked the device, written once.
+
+/// Makes `device` (checked by the caller) current; returns the previous
+/// current device of its type.
+#[inline]
+pub fn exchange_device(device: Device) -> Result<Device> {
+    let ty = device.device_type();
+    Device::new(ty, exchange_device_index(ty, device.index()))
+}
+
+/// The thread's current device of `ty`.
+#[inline]
+pub fn current_device(ty: DeviceType) -> Result<Device> {
+    Device::new(ty, current_device_index(ty))
+}
+
+/// Restores a device a guard recorded (never fails; index `-1` is ignored).
+#[inline]
+pub fn restore_device(device: Device) {
+    if device.has_index() {
+        exchange_device_index(device.device_type(), device.index());
+    }
+}
+
+/// The thread's current stream on `device` (a checked, concrete device).
+#[inline]
+pub fn current_stream(device: Device) -> Stream {
+    Stream::new(
+        device,
+        current_stream_id(device.device_type(), device.index()),
+    )
+}
+
+/// Makes `stream` (checked by the caller) current on its device; returns
+/// the stream it replaced.
+#[inline]
+pub fn exchange_stream(stream: Stream) -> Stream {
+    let old = exchange_stream_id(stream.device_type(), stream.device_index(), stream.id());
+    Stream::new(stream.device(), old)
 }

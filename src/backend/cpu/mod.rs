@@ -103,12 +103,11 @@ impl DeviceGuardImpl for CpuGuardImpl {
     fn unchecked_set_device(&self, _device: Device) {}
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(cpu0(), tls::current_stream_id(TY, 0)))
+        Ok(tls::current_stream(cpu0()))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         host_stream(&stream)?;
-        let old = tls::exchange_stream_id(TY, 0, stream.id());
-        Ok(Stream::new(cpu0(), old))
+        Ok(tls::exchange_stream(Stream::new(cpu0(), stream.id())))
     }
     fn device_count(&self) -> DeviceIndex {
         1
@@ -119,19 +118,11 @@ impl DeviceGuardImpl for CpuGuardImpl {
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         check(device)?;
-        let c = DEVICE.cursors();
-        Ok(Stream::new(
-            cpu0(),
-            c.next_id(c.level_for_high_priority(high_priority))?,
-        ))
+        DEVICE.cursors().pool_stream(cpu0(), high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         check(device)?;
-        let c = DEVICE.cursors();
-        Ok(Stream::new(
-            cpu0(),
-            c.next_id(c.level_for_priority(priority)?)?,
-        ))
+        DEVICE.cursors().priority_stream(cpu0(), priority)
     }
     fn record(
         &self,

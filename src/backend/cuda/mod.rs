@@ -195,11 +195,11 @@ impl DeviceGuardImpl for CudaGuardImpl {
     fn exchange_device(&self, device: Device) -> Result<Device> {
         let c = checked_ctx(device)?;
         make_current(c.raw)?;
-        Device::new(TY, tls::exchange_device_index(TY, device.index()))
+        tls::exchange_device(device)
     }
     fn get_device(&self) -> Result<Device> {
         driver::driver().map_err(unavailable)?;
-        Device::new(TY, tls::current_device_index(TY))
+        tls::current_device(TY)
     }
     fn set_device(&self, device: Device) -> Result<()> {
         self.exchange_device(device).map(drop)
@@ -214,15 +214,11 @@ impl DeviceGuardImpl for CudaGuardImpl {
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(
-            device,
-            tls::current_stream_id(TY, device.index()),
-        ))
+        Ok(tls::current_stream(device))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         cuda_stream(&stream)?;
-        let old = tls::exchange_stream_id(TY, stream.device_index(), stream.id());
-        Ok(Stream::new(stream.device(), old))
+        Ok(tls::exchange_stream(stream))
     }
     fn device_count(&self) -> DeviceIndex {
         count()
@@ -235,18 +231,14 @@ impl DeviceGuardImpl for CudaGuardImpl {
         Ok(Stream::default_for(device))
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        let c = &checked_ctx(device)?.cursors;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_high_priority(high_priority))?,
-        ))
+        checked_ctx(device)?
+            .cursors
+            .pool_stream(device, high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
-        let c = &checked_ctx(device)?.cursors;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_priority(priority)?)?,
-        ))
+        checked_ctx(device)?
+            .cursors
+            .priority_stream(device, priority)
     }
     fn record(
         &self,

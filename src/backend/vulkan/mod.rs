@@ -158,31 +158,25 @@ impl DeviceGuardImpl for VulkanGuardImpl {
     }
     fn exchange_device(&self, device: Device) -> Result<Device> {
         check(device)?;
-        Device::new(TY, tls::exchange_device_index(TY, device.index()))
+        tls::exchange_device(device)
     }
     fn get_device(&self) -> Result<Device> {
         instance::vk().map_err(unavailable)?;
-        Device::new(TY, tls::current_device_index(TY))
+        tls::current_device(TY)
     }
     fn set_device(&self, device: Device) -> Result<()> {
         self.exchange_device(device).map(drop)
     }
     fn unchecked_set_device(&self, device: Device) {
-        if device.index() >= 0 {
-            tls::exchange_device_index(TY, device.index());
-        }
+        tls::restore_device(device);
     }
     fn get_stream(&self, device: Device) -> Result<Stream> {
         check(device)?;
-        Ok(Stream::new(
-            device,
-            tls::current_stream_id(TY, device.index()),
-        ))
+        Ok(tls::current_stream(device))
     }
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
         vk_stream(&stream)?;
-        let old = tls::exchange_stream_id(TY, stream.device_index(), stream.id());
-        Ok(Stream::new(stream.device(), old))
+        Ok(tls::exchange_stream(stream))
     }
     fn device_count(&self) -> DeviceIndex {
         count()
@@ -202,19 +196,11 @@ impl DeviceGuardImpl for VulkanGuardImpl {
     }
     fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
         check(device)?;
-        let c = &ctx(device)?.cursors;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_high_priority(high_priority))?,
-        ))
+        ctx(device)?.cursors.pool_stream(device, high_priority)
     }
     fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
         check(device)?;
-        let c = &ctx(device)?.cursors;
-        Ok(Stream::new(
-            device,
-            c.next_id(c.level_for_priority(priority)?)?,
-        ))
+        ctx(device)?.cursors.priority_stream(device, priority)
     }
     fn record(
         &self,
