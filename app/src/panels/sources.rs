@@ -106,8 +106,9 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
     ui.separator();
     ui.heading("Live");
     ui.horizontal(|ui| {
-        ui.label("address");
-        ui.add(egui::TextEdit::singleline(&mut state.address).desired_width(140.0));
+        let label = ui.label("address");
+        ui.add(egui::TextEdit::singleline(&mut state.address).desired_width(140.0))
+            .labelled_by(label.id);
     });
     if let Some(status) = &state.live {
         ui.label(status);
@@ -120,7 +121,9 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
 
     ui.separator();
     ui.heading("File");
-    ui.add(egui::TextEdit::singleline(&mut state.path).desired_width(f32::INFINITY));
+    let label = ui.label("trace file");
+    ui.add(egui::TextEdit::singleline(&mut state.path).desired_width(f32::INFINITY))
+        .labelled_by(label.id);
     ui.horizontal(|ui| {
         if ui.button("Open").clicked() {
             commands.push(Command::Open(PathBuf::from(state.path.trim())));

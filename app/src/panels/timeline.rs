@@ -48,7 +48,7 @@ fn flow_color(kind: FlowKind) -> Color32 {
 
 /// Where the last frame put things (for hit tests and for tests that click
 /// a span).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Layout {
     /// The span area (right of the labels, below the ruler).
     pub area: Rect,
@@ -71,6 +71,15 @@ pub struct TimelineState {
     pub layout: Layout,
     /// Spans drawn last frame (merged blocks count once).
     pub drawn: usize,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout {
+            area: Rect::NOTHING,
+            lane_tops: Vec::new(),
+        }
+    }
 }
 
 impl Default for TimelineState {
