@@ -116,10 +116,15 @@ pub fn property_rows(p: &DeviceProperties) -> Vec<(String, String)> {
         ("kind".to_owned(), p.kind.to_string()),
         ("vendor".to_owned(), p.vendor.clone()),
         ("native backend".to_owned(), p.native_backend.clone()),
-        ("driver".to_owned(), format!("{} {}", p.driver, p.driver_info)),
+        (
+            "driver".to_owned(),
+            format!("{} {}", p.driver, p.driver_info),
+        ),
         (
             "memory".to_owned(),
-            opt(p.total_memory.map(|m| format!("{:.1} MiB", m as f64 / (1u64 << 20) as f64))),
+            opt(p
+                .total_memory
+                .map(|m| format!("{:.1} MiB", m as f64 / (1u64 << 20) as f64))),
         ),
         (
             "compute units".to_owned(),
@@ -127,7 +132,9 @@ pub fn property_rows(p: &DeviceProperties) -> Vec<(String, String)> {
         ),
         (
             "max workgroup size".to_owned(),
-            opt(p.max_workgroup_size.map(|w| format!("{}x{}x{}", w[0], w[1], w[2]))),
+            opt(p
+                .max_workgroup_size
+                .map(|w| format!("{}x{}x{}", w[0], w[1], w[2]))),
         ),
         (
             "max workgroup invocations".to_owned(),

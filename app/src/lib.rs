@@ -209,7 +209,11 @@ impl App {
     }
 
     /// Starts workloads on a background thread; `ctx` is woken on progress.
-    pub fn run_workloads(&mut self, jobs: Vec<(workloads::Workload, keel::Device)>, ctx: Option<egui::Context>) {
+    pub fn run_workloads(
+        &mut self,
+        jobs: Vec<(workloads::Workload, keel::Device)>,
+        ctx: Option<egui::Context>,
+    ) {
         if self.run.is_some() {
             self.fail("a workload is already running".to_owned());
             return;
@@ -314,7 +318,8 @@ impl App {
                 self.sources.progress = None;
                 match r {
                     Ok(t) => {
-                        self.sources.say(format!("recorded {} spans", t.spans.len()));
+                        self.sources
+                            .say(format!("recorded {} spans", t.spans.len()));
                         self.set_trace(t, "built-in workloads");
                     }
                     Err(e) => self.fail(e),
@@ -338,7 +343,11 @@ impl App {
         if !fragments.is_empty() {
             let (mut trace, source, keep) = match self.view.take() {
                 Some(v) if v.source.starts_with("live ") => (v.trace, v.source, true),
-                _ => (Trace::default(), format!("live {}", self.sources.address), false),
+                _ => (
+                    Trace::default(),
+                    format!("live {}", self.sources.address),
+                    false,
+                ),
             };
             for f in fragments {
                 self.live_chunks += 1;
@@ -440,7 +449,9 @@ impl App {
             .default_size(240.0)
             .show(ui, |ui| {
                 egui::ScrollArea::vertical()
-                    .show(ui, |ui| panels::sources::show(ui, &mut self.sources, has_trace))
+                    .show(ui, |ui| {
+                        panels::sources::show(ui, &mut self.sources, has_trace)
+                    })
                     .inner
             })
             .inner;
@@ -474,13 +485,16 @@ impl App {
             Tab::Timeline => match &self.view {
                 Some(view) => {
                     let live = self.live_rx.is_some();
-                    let out = panels::timeline::show(ui, &mut self.timeline, view, self.selected, live);
+                    let out =
+                        panels::timeline::show(ui, &mut self.timeline, view, self.selected, live);
                     if let Some(c) = out.clicked {
                         self.select(c);
                     }
                 }
                 None => {
-                    ui.label("No trace yet: run a workload, connect to a live process, or open a file.");
+                    ui.label(
+                        "No trace yet: run a workload, connect to a live process, or open a file.",
+                    );
                 }
             },
             Tab::Stats => match &self.view {

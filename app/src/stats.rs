@@ -126,7 +126,7 @@ impl Stats {
                 });
             }
         }
-        kernels.sort_by(|a, b| b.summary.total.cmp(&a.summary.total));
+        kernels.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
 
         let mut lanes = Vec::new();
         let mut event_pairs = Vec::new();
@@ -199,7 +199,10 @@ mod tests {
     fn summary_numbers() {
         let mut d: Vec<u64> = (1..=100).collect();
         let s = Summary::of(&mut d).expect("non-empty");
-        assert_eq!((s.count, s.total, s.median, s.p99, s.min, s.max), (100, 5050, 50, 99, 1, 100));
+        assert_eq!(
+            (s.count, s.total, s.median, s.p99, s.min, s.max),
+            (100, 5050, 50, 99, 1, 100)
+        );
         assert!(Summary::of(&mut []).is_none());
         let h = histogram(&d, 10);
         assert_eq!(h.iter().map(|b| b.2).sum::<usize>(), 100);

@@ -61,7 +61,10 @@ impl Workload {
                     &n.to_le_bytes(),
                 )?;
                 let out = z.read_as::<f32>(&s)?;
-                Ok(format!("z[0] = {}", out.first().copied().unwrap_or(f32::NAN)))
+                Ok(format!(
+                    "z[0] = {}",
+                    out.first().copied().unwrap_or(f32::NAN)
+                ))
             }
             Workload::Saxpy => {
                 let s = keel::get_stream_from_pool(device, false)?;
@@ -77,7 +80,10 @@ impl Workload {
                     )?;
                 }
                 let out = y.read_as::<f32>(&s)?;
-                Ok(format!("y[0] = {}", out.first().copied().unwrap_or(f32::NAN)))
+                Ok(format!(
+                    "y[0] = {}",
+                    out.first().copied().unwrap_or(f32::NAN)
+                ))
             }
             Workload::TwoStreamOverlap => {
                 let a = keel::get_stream_from_pool(device, false)?;
@@ -86,8 +92,18 @@ impl Workload {
                 let xb = Buffer::new(device, 4 * n as usize)?;
                 let spin = [n.to_le_bytes(), 300u32.to_le_bytes()].concat();
                 for _ in 0..3 {
-                    a.launch(&kernels::SPIN, kernels::SPIN.grid_for(u64::from(n)), &[&xa], &spin)?;
-                    b.launch(&kernels::SPIN, kernels::SPIN.grid_for(u64::from(n)), &[&xb], &spin)?;
+                    a.launch(
+                        &kernels::SPIN,
+                        kernels::SPIN.grid_for(u64::from(n)),
+                        &[&xa],
+                        &spin,
+                    )?;
+                    b.launch(
+                        &kernels::SPIN,
+                        kernels::SPIN.grid_for(u64::from(n)),
+                        &[&xb],
+                        &spin,
+                    )?;
                 }
                 a.synchronize()?;
                 b.synchronize()?;
@@ -99,7 +115,12 @@ impl Workload {
                 let (mut start, mut end) = (Event::timed(ty), Event::timed(ty));
                 start.record(&s)?;
                 let spin = [n.to_le_bytes(), 500u32.to_le_bytes()].concat();
-                s.launch(&kernels::SPIN, kernels::SPIN.grid_for(u64::from(n)), &[&x], &spin)?;
+                s.launch(
+                    &kernels::SPIN,
+                    kernels::SPIN.grid_for(u64::from(n)),
+                    &[&x],
+                    &spin,
+                )?;
                 end.record(&s)?;
                 end.synchronize()?;
                 let ms = start.elapsed_time(&end)?;
@@ -111,7 +132,12 @@ impl Workload {
                 let x = Buffer::new(device, 4 * n as usize)?;
                 let y = Buffer::from_slice(&consumer, &vec![1.0f32; n as usize])?;
                 let spin = [n.to_le_bytes(), 400u32.to_le_bytes()].concat();
-                producer.launch(&kernels::SPIN, kernels::SPIN.grid_for(u64::from(n)), &[&x], &spin)?;
+                producer.launch(
+                    &kernels::SPIN,
+                    kernels::SPIN.grid_for(u64::from(n)),
+                    &[&x],
+                    &spin,
+                )?;
                 let mut produced = Event::new(ty);
                 produced.record(&producer)?;
                 consumer.wait(&produced)?;
@@ -123,7 +149,10 @@ impl Workload {
                     &params,
                 )?;
                 let out = y.read_as::<f32>(&consumer)?;
-                Ok(format!("y[1] = {}", out.get(1).copied().unwrap_or(f32::NAN)))
+                Ok(format!(
+                    "y[1] = {}",
+                    out.get(1).copied().unwrap_or(f32::NAN)
+                ))
             }
         }
     }

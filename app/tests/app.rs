@@ -47,7 +47,10 @@ fn wait_for_workloads(h: &mut Harness<'_, App>) {
     let deadline = Instant::now() + Duration::from_secs(120);
     h.step();
     while h.state().is_running() {
-        assert!(Instant::now() < deadline, "workloads did not finish in 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "workloads did not finish in 120 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
         h.step();
     }
@@ -95,7 +98,11 @@ fn running_a_workload_fills_lanes_and_selecting_a_span_shows_details() {
     assert!(view.lanes.iter().any(|l| !l.device), "a host lane");
     assert!(view.lanes.iter().all(|l| l.span_count > 0));
     for l in &view.lanes {
-        assert!(h.query_by_label(&l.label).is_some(), "lane {} shown", l.label);
+        assert!(
+            h.query_by_label(&l.label).is_some(),
+            "lane {} shown",
+            l.label
+        );
     }
     // The widest span on screen: click it.
     let app = h.state();
@@ -108,7 +115,10 @@ fn running_a_workload_fills_lanes_and_selecting_a_span_shows_details() {
     click(&mut h, rect.center());
     assert_eq!(h.state().selected, Some(span));
     assert!(h.query_by_label("Selected span").is_some());
-    assert!(h.query_all_by_label(&name).count() >= 1, "details show {name}");
+    assert!(
+        h.query_all_by_label(&name).count() >= 1,
+        "details show {name}"
+    );
     // Statistics of the recorded kernels.
     h.state_mut().tab = Tab::Stats;
     h.run_steps(2);
@@ -175,8 +185,17 @@ fn bad_input_shows_an_error_not_a_panic() {
     };
     let mut h = harness(App::new(&options));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while h.state().sources.log.iter().all(|l| !l.contains("connecting")) {
-        assert!(Instant::now() < deadline, "the bad address was not reported");
+    while h
+        .state()
+        .sources
+        .log
+        .iter()
+        .all(|l| !l.contains("connecting"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the bad address was not reported"
+        );
         std::thread::sleep(Duration::from_millis(20));
         h.step();
     }
@@ -187,7 +206,9 @@ fn bad_input_shows_an_error_not_a_panic() {
 fn synthetic_app() -> App {
     let mut app = App::new(&Options::default());
     let mut t = synthetic_trace(3_000);
-    t.spans[7].args.push(("grid".to_owned(), "64x1x1".to_owned()));
+    t.spans[7]
+        .args
+        .push(("grid".to_owned(), "64x1x1".to_owned()));
     app.set_trace(t, "synthetic");
     app
 }

@@ -23,11 +23,20 @@ fn display() -> Result<(String, Option<Xvfb>), String> {
     }
     let n = 100 + std::process::id() % 400;
     let child = Command::new("Xvfb")
-        .args([format!(":{n}").as_str(), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"])
+        .args([
+            format!(":{n}").as_str(),
+            "-screen",
+            "0",
+            "1600x1000x24",
+            "-nolisten",
+            "tcp",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("no DISPLAY and Xvfb could not start ({e}); install the `xvfb` package"))?;
+        .map_err(|e| {
+            format!("no DISPLAY and Xvfb could not start ({e}); install the `xvfb` package")
+        })?;
     let xvfb = Xvfb(child);
     let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -76,6 +85,10 @@ fn screenshot_of_a_real_window() {
     let first = img.get_pixel(0, 0);
     assert!(img.pixels().any(|p| p != first), "not a single flat colour");
     let colours: std::collections::HashSet<[u8; 4]> = img.pixels().map(|p| p.0).collect();
-    assert!(colours.len() > 20, "a real picture: {} colours", colours.len());
+    assert!(
+        colours.len() > 20,
+        "a real picture: {} colours",
+        colours.len()
+    );
     let _ = std::fs::remove_file(&out);
 }

@@ -43,7 +43,11 @@ pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option
             if let Some(o) = view.trace.spans.get(r as usize) {
                 let lane = view.lane_index(o.lane).map_or("?", |l| l.label.as_str());
                 if ui
-                    .link(format!("{} on {lane} ({})", o.name, format_ns(o.dur_ns as f64)))
+                    .link(format!(
+                        "{} on {lane} ({})",
+                        o.name,
+                        format_ns(o.dur_ns as f64)
+                    ))
                     .clicked()
                 {
                     jump = Some(r);

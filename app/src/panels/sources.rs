@@ -74,7 +74,9 @@ impl SourcesState {
 pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Command> {
     let mut commands = Vec::new();
     ui.heading("Workloads");
-    let device_label = state.device.map_or_else(|| "no device".to_owned(), |d| d.to_string());
+    let device_label = state
+        .device
+        .map_or_else(|| "no device".to_owned(), |d| d.to_string());
     egui::ComboBox::from_label("device")
         .selected_text(device_label)
         .show_ui(ui, |ui| {
@@ -91,7 +93,9 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
                 }
             }
             if ui.button("Run all").clicked() {
-                commands.push(Command::Run(Workload::ALL.iter().map(|&w| (w, d)).collect()));
+                commands.push(Command::Run(
+                    Workload::ALL.iter().map(|&w| (w, d)).collect(),
+                ));
             }
         }
     });
@@ -128,7 +132,10 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
         if ui.button("Open").clicked() {
             commands.push(Command::Open(PathBuf::from(state.path.trim())));
         }
-        if ui.add_enabled(has_trace, egui::Button::new("Save")).clicked() {
+        if ui
+            .add_enabled(has_trace, egui::Button::new("Save"))
+            .clicked()
+        {
             commands.push(Command::Save(PathBuf::from(state.path.trim())));
         }
     });

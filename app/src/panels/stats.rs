@@ -15,26 +15,31 @@ pub struct StatsState {
 }
 
 fn table(ui: &mut Ui, id: &str, rows: &[StatRow], mut on_click: impl FnMut(usize)) {
-    egui::Grid::new(id).striped(true).num_columns(8).show(ui, |ui| {
-        for h in ["name", "count", "total", "mean", "median", "p99", "min", "max"] {
-            ui.strong(h);
-        }
-        ui.end_row();
-        for (i, r) in rows.iter().enumerate() {
-            if ui.link(&r.name).clicked() {
-                on_click(i);
+    egui::Grid::new(id)
+        .striped(true)
+        .num_columns(8)
+        .show(ui, |ui| {
+            for h in [
+                "name", "count", "total", "mean", "median", "p99", "min", "max",
+            ] {
+                ui.strong(h);
             }
-            let s = &r.summary;
-            ui.label(s.count.to_string());
-            ui.label(format_ns(s.total as f64));
-            ui.label(format_ns(s.mean));
-            ui.label(format_ns(s.median as f64));
-            ui.label(format_ns(s.p99 as f64));
-            ui.label(format_ns(s.min as f64));
-            ui.label(format_ns(s.max as f64));
             ui.end_row();
-        }
-    });
+            for (i, r) in rows.iter().enumerate() {
+                if ui.link(&r.name).clicked() {
+                    on_click(i);
+                }
+                let s = &r.summary;
+                ui.label(s.count.to_string());
+                ui.label(format_ns(s.total as f64));
+                ui.label(format_ns(s.mean));
+                ui.label(format_ns(s.median as f64));
+                ui.label(format_ns(s.p99 as f64));
+                ui.label(format_ns(s.min as f64));
+                ui.label(format_ns(s.max as f64));
+                ui.end_row();
+            }
+        });
 }
 
 /// Shows the statistics of `view` (computed in `stats`).
@@ -46,9 +51,18 @@ pub fn show(ui: &mut Ui, state: &mut StatsState, view: &TraceView, stats: &Stats
             if stats.kernels.is_empty() {
                 ui.label("No kernels in this trace.");
             }
-            table(ui, "kernel stats", &stats.kernels, |i| state.histogram_of = i);
-            if let Some(r) = stats.kernels.get(state.histogram_of.min(stats.kernels.len().saturating_sub(1))) {
-                ui.label(format!("Duration histogram: {} (click a name to change)", r.name));
+            table(ui, "kernel stats", &stats.kernels, |i| {
+                state.histogram_of = i
+            });
+            if let Some(r) = stats.kernels.get(
+                state
+                    .histogram_of
+                    .min(stats.kernels.len().saturating_sub(1)),
+            ) {
+                ui.label(format!(
+                    "Duration histogram: {} (click a name to change)",
+                    r.name
+                ));
                 let bars: Vec<Bar> = histogram(&r.durations, 30)
                     .into_iter()
                     .map(|(x, w, c)| Bar::new((x + w / 2.0) / 1e3, c as f64).width(w / 1e3))
@@ -68,19 +82,22 @@ pub fn show(ui: &mut Ui, state: &mut StatsState, view: &TraceView, stats: &Stats
             if stats.event_pairs.is_empty() {
                 ui.label("No event records on device streams.");
             }
-            egui::Grid::new("event pairs").striped(true).num_columns(4).show(ui, |ui| {
-                for h in ["stream", "from", "to", "elapsed"] {
-                    ui.strong(h);
-                }
-                ui.end_row();
-                for p in stats.event_pairs.iter().take(500) {
-                    ui.label(&p.lane);
-                    ui.label(&p.from);
-                    ui.label(&p.to);
-                    ui.label(format!("{:.3} ms", p.elapsed_ms));
+            egui::Grid::new("event pairs")
+                .striped(true)
+                .num_columns(4)
+                .show(ui, |ui| {
+                    for h in ["stream", "from", "to", "elapsed"] {
+                        ui.strong(h);
+                    }
                     ui.end_row();
-                }
-            });
+                    for p in stats.event_pairs.iter().take(500) {
+                        ui.label(&p.lane);
+                        ui.label(&p.from);
+                        ui.label(&p.to);
+                        ui.label(format!("{:.3} ms", p.elapsed_ms));
+                        ui.end_row();
+                    }
+                });
             ui.separator();
             ui.heading("Memory in use");
             if view.trace.counters.is_empty() {

@@ -128,7 +128,10 @@ impl TimelineState {
         let x0 = self.x_of(area, s.start_ns as f64).max(area.left());
         let x1 = self.x_of(area, s.end_ns() as f64).min(area.right());
         (x1 > x0).then(|| {
-            Rect::from_min_max(pos2(x0, top + d * ROW_H), pos2(x1, top + (d + 1.0) * ROW_H - 1.0))
+            Rect::from_min_max(
+                pos2(x0, top + d * ROW_H),
+                pos2(x1, top + (d + 1.0) * ROW_H - 1.0),
+            )
         })
     }
 
@@ -203,16 +206,28 @@ fn draw_row(
         let x1 = state.x_of(area, s.end_ns() as f64);
         if x1 - x0 >= 2.0 {
             flush(&mut block, &mut drawn);
-            let r = Rect::from_min_max(pos2(x0.max(area.left() - 1.0), y0), pos2(x1.min(area.right() + 1.0), y1));
+            let r = Rect::from_min_max(
+                pos2(x0.max(area.left() - 1.0), y0),
+                pos2(x1.min(area.right() + 1.0), y1),
+            );
             painter.rect_filled(r, CornerRadius::same(2), kind_color(s.kind));
             if selected == Some(row.spans[i]) {
-                painter.rect_stroke(r, 2.0, Stroke::new(2.0, Color32::WHITE), egui::StrokeKind::Inside);
+                painter.rect_stroke(
+                    r,
+                    2.0,
+                    Stroke::new(2.0, Color32::WHITE),
+                    egui::StrokeKind::Inside,
+                );
             }
             if r.width() > 30.0 {
                 let text_rect = r.shrink2(vec2(3.0, 0.0));
                 let galley = painter.layout_no_wrap(s.name.clone(), font.clone(), Color32::BLACK);
                 let clipped = painter.with_clip_rect(text_rect.intersect(area));
-                clipped.galley(pos2(text_rect.left(), r.center().y - galley.size().y / 2.0), galley, Color32::BLACK);
+                clipped.galley(
+                    pos2(text_rect.left(), r.center().y - galley.size().y / 2.0),
+                    galley,
+                    Color32::BLACK,
+                );
             }
             drawn += 1;
             i += 1;
@@ -226,7 +241,9 @@ fn draw_row(
             let count = next - i;
             let bx1 = x1.max(col + 1.0);
             block = match block {
-                Some((bx0, px1, n, k)) if col <= px1 + 0.5 => Some((bx0, bx1.max(px1), n + count, k)),
+                Some((bx0, px1, n, k)) if col <= px1 + 0.5 => {
+                    Some((bx0, bx1.max(px1), n + count, k))
+                }
                 mut other => {
                     flush(&mut other, &mut drawn);
                     Some((col, bx1, count, s.kind))
@@ -259,7 +276,10 @@ pub fn show(
         if ui.button("Fit to view").clicked() {
             state.fit_pending = true;
         }
-        ui.add_enabled(live, egui::Checkbox::new(&mut state.follow_live, "Follow live"));
+        ui.add_enabled(
+            live,
+            egui::Checkbox::new(&mut state.follow_live, "Follow live"),
+        );
         ui.label(format!(
             "{} lanes, {} spans, {} flows | window {} | drawn {}",
             view.lanes.len(),
@@ -316,12 +336,16 @@ pub fn show(
         let h = lane.rows.len().max(1) as f32 * ROW_H;
         if li % 2 == 1 {
             painter.rect_filled(
-                Rect::from_min_max(pos2(rect.left(), y - LANE_GAP / 2.0), pos2(rect.right(), y + h + LANE_GAP / 2.0)),
+                Rect::from_min_max(
+                    pos2(rect.left(), y - LANE_GAP / 2.0),
+                    pos2(rect.right(), y + h + LANE_GAP / 2.0),
+                ),
                 0.0,
                 ui.visuals().faint_bg_color,
             );
         }
-        let label_rect = Rect::from_min_size(pos2(rect.left() + 4.0, y), vec2(LABEL_W - 8.0, ROW_H));
+        let label_rect =
+            Rect::from_min_size(pos2(rect.left() + 4.0, y), vec2(LABEL_W - 8.0, ROW_H));
         ui.put(
             label_rect,
             egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
@@ -342,10 +366,16 @@ pub fn show(
     if let Some(pos) = response.hover_pos()
         && let Some(span) = state.hit(view, pos)
     {
-        response.clone().on_hover_ui_at_pointer(|ui| span_tooltip(ui, view, span));
+        response
+            .clone()
+            .on_hover_ui_at_pointer(|ui| span_tooltip(ui, view, span));
     }
     if response.clicked() {
-        out.clicked = Some(response.interact_pointer_pos().and_then(|p| state.hit(view, p)));
+        out.clicked = Some(
+            response
+                .interact_pointer_pos()
+                .and_then(|p| state.hit(view, p)),
+        );
     }
     out
 }
@@ -373,7 +403,10 @@ fn handle_input(ui: &Ui, state: &mut TimelineState, response: &Response, area: R
 
 fn draw_ruler(ui: &Ui, state: &TimelineState, rect: Rect, area: Rect) {
     let painter = ui.painter_at(rect);
-    let ruler = Rect::from_min_max(pos2(area.left(), rect.top()), pos2(rect.right(), area.top()));
+    let ruler = Rect::from_min_max(
+        pos2(area.left(), rect.top()),
+        pos2(rect.right(), area.top()),
+    );
     painter.rect_filled(ruler, 0.0, ui.visuals().panel_fill);
     let step = nice_step(state.width_ns / f64::from((area.width() / 90.0).max(1.0)));
     let mut t = (state.start_ns / step).floor() * step;
@@ -383,8 +416,14 @@ fn draw_ruler(ui: &Ui, state: &TimelineState, rect: Rect, area: Rect) {
     while t <= end {
         let x = state.x_of(area, t);
         if x >= area.left() {
-            painter.line_segment([pos2(x, ruler.bottom() - 6.0), pos2(x, ruler.bottom())], Stroke::new(1.0, text));
-            painter.line_segment([pos2(x, area.top()), pos2(x, rect.bottom())], Stroke::new(1.0, grid.gamma_multiply(0.4)));
+            painter.line_segment(
+                [pos2(x, ruler.bottom() - 6.0), pos2(x, ruler.bottom())],
+                Stroke::new(1.0, text),
+            );
+            painter.line_segment(
+                [pos2(x, area.top()), pos2(x, rect.bottom())],
+                Stroke::new(1.0, grid.gamma_multiply(0.4)),
+            );
             painter.text(
                 pos2(x + 3.0, ruler.top() + 2.0),
                 Align2::LEFT_TOP,
@@ -415,7 +454,12 @@ fn draw_instants(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
         };
         let c = pos2(x, top + 4.0);
         painter.add(egui::Shape::convex_polygon(
-            vec![c + vec2(0.0, -4.0), c + vec2(4.0, 0.0), c + vec2(0.0, 4.0), c + vec2(-4.0, 0.0)],
+            vec![
+                c + vec2(0.0, -4.0),
+                c + vec2(4.0, 0.0),
+                c + vec2(0.0, 4.0),
+                c + vec2(-4.0, 0.0),
+            ],
             Color32::from_rgb(255, 235, 59),
             Stroke::new(1.0, Color32::BLACK),
         ));
