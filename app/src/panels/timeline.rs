@@ -54,6 +54,9 @@ pub struct Layout {
     pub area: Rect,
     /// Top of every display lane.
     pub lane_tops: Vec<f32>,
+    /// Height of one depth row (shrinks from [`ROW_H`] when lanes would
+    /// not fit).
+    pub row_h: f32,
 }
 
 /// The timeline's view state.
@@ -78,6 +81,7 @@ impl Default for Layout {
         Layout {
             area: Rect::NOTHING,
             lane_tops: Vec::new(),
+            row_h: ROW_H,
         }
     }
 }
@@ -127,12 +131,9 @@ impl TimelineState {
         let area = self.layout.area;
         let x0 = self.x_of(area, s.start_ns as f64).max(area.left());
         let x1 = self.x_of(area, s.end_ns() as f64).min(area.right());
-        (x1 > x0).then(|| {
-            Rect::from_min_max(
-                pos2(x0, top + d * ROW_H),
-                pos2(x1, top + (d + 1.0) * ROW_H - 1.0),
-            )
-        })
+        let h = self.layout.row_h;
+        (x1 > x0)
+            .then(|| Rect::from_min_max(pos2(x0, top + d * h), pos2(x1, top + (d + 1.0) * h - 1.0)))
     }
 
     /// The span under `pos` (with one pixel of slack), from the last layout.
@@ -147,7 +148,7 @@ impl TimelineState {
             .iter()
             .rposition(|&top| top <= pos.y)?;
         let top = self.layout.lane_tops[lane];
-        let row = ((pos.y - top) / ROW_H) as usize;
+        let row = ((pos.y - top) / self.layout.row_h) as usize;
         let r = view.lanes.get(lane)?.rows.get(row)?;
         let px = self.width_ns / f64::from(area.width().max(1.0));
         let t = self.t_of(area, pos.x);
@@ -182,7 +183,7 @@ fn draw_row(
     let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
     let range = row.visible(t0, t1);
     let ns_per_px = state.width_ns / f64::from(area.width().max(1.0));
-    let y1 = y0 + ROW_H - 1.0;
+    let y1 = y0 + state.layout.row_h - 1.0;
     let font = FontId::proportional(11.0);
     let mut drawn = 0;
     let mut i = range.start;
@@ -303,12 +304,12 @@ pub fn show(
         }
     });
 
-    let lanes_h: f32 = view
-        .lanes
-        .iter()
-        .map(|l| l.rows.len().max(1) as f32 * ROW_H + LANE_GAP)
-        .sum();
+    let rows: usize = view.lanes.iter().map(|l| l.rows.len().max(1)).sum();
     let avail = ui.available_size();
+    // Shrink rows (down to 8 points) so that every lane fits.
+    let room = avail.y - RULER_H - LANE_GAP * view.lanes.len() as f32;
+    let row_h = (room / rows.max(1) as f32).clamp(8.0, ROW_H);
+    let lanes_h = rows as f32 * row_h + LANE_GAP * view.lanes.len() as f32;
     let height = (RULER_H + lanes_h).max(avail.y);
     let (rect, response) = ui.allocate_exact_size(vec2(avail.x, height), Sense::click_and_drag());
     let area = Rect::from_min_max(
@@ -327,13 +328,14 @@ pub fn show(
     painter.rect_filled(rect, 0.0, ui.visuals().extreme_bg_color);
     draw_ruler(ui, state, rect, area);
 
+    state.layout.row_h = row_h;
     // Lanes.
     let mut y = area.top();
     let mut tops = Vec::with_capacity(view.lanes.len());
     let mut drawn = 0;
     for (li, lane) in view.lanes.iter().enumerate() {
         tops.push(y);
-        let h = lane.rows.len().max(1) as f32 * ROW_H;
+        let h = lane.rows.len().max(1) as f32 * row_h;
         if li % 2 == 1 {
             painter.rect_filled(
                 Rect::from_min_max(
@@ -345,19 +347,20 @@ pub fn show(
             );
         }
         let label_rect =
-            Rect::from_min_size(pos2(rect.left() + 4.0, y), vec2(LABEL_W - 8.0, ROW_H));
+            Rect::from_min_size(pos2(rect.left() + 4.0, y), vec2(LABEL_W - 8.0, row_h));
         ui.put(
             label_rect,
             egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
         );
         for (d, row) in lane.rows.iter().enumerate() {
-            drawn += draw_row(ui, state, view, row, area, y + d as f32 * ROW_H, selected);
+            drawn += draw_row(ui, state, view, row, area, y + d as f32 * row_h, selected);
         }
         y += h + LANE_GAP;
     }
     state.layout = Layout {
         area,
         lane_tops: tops,
+        row_h,
     };
     state.drawn = drawn;
     draw_instants(ui, state, view, area);
@@ -484,7 +487,7 @@ fn draw_flows(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
     let painter = ui.painter_at(area);
     let y_of = |lane: u32| -> Option<f32> {
         let pos = *view.lane_pos.get(lane as usize)?;
-        Some(*state.layout.lane_tops.get(pos)? + ROW_H / 2.0)
+        Some(*state.layout.lane_tops.get(pos)? + state.layout.row_h / 2.0)
     };
     for &fi in &view.flows_by_time[a..b] {
         let f = &view.trace.flows[fi as usize];
@@ -497,7 +500,18 @@ fn draw_flows(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
             continue;
         }
         let c = flow_color(f.kind);
-        painter.arrow(pa, pb - pa, Stroke::new(1.2, c));
+        let stroke = Stroke::new(1.2, c);
+        painter.line_segment([pa, pb], stroke);
+        let dir = (pb - pa).normalized();
+        if dir.is_finite() && dir != egui::Vec2::ZERO {
+            let back = pb - dir * 6.0;
+            let side = dir.rot90() * 3.0;
+            painter.add(egui::Shape::convex_polygon(
+                vec![pb, back + side, back - side],
+                c,
+                Stroke::NONE,
+            ));
+        }
     }
 }
 
