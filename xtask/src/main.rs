@@ -183,18 +183,27 @@ fn start_xvfb() -> Option<(String, std::process::Child)> {
         eprintln!("xtask: no DISPLAY and no Xvfb: the window test will skip");
         return None;
     }
-    let display = ":99";
-    let socket = Path::new("/tmp/.X11-unix/X99");
-    if socket.exists() {
-        // One is already running there (a previous run or another user).
-        eprintln!("xtask: using the X server already on {display}");
-        return Command::new("true")
-            .spawn()
-            .ok()
-            .map(|c| (display.to_owned(), c));
-    }
+    // The first display from :99 with neither a lock nor a socket (a
+    // killed server can leave a stale socket behind).
+    let Some(n) = (99..140).find(|n| {
+        !Path::new(&format!("/tmp/.X{n}-lock")).exists()
+            && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+    }) else {
+        eprintln!("xtask: no free X display in :99..:139: the window test will skip");
+        return None;
+    };
+    let display = format!(":{n}");
+    let socket = format!("/tmp/.X11-unix/X{n}");
+    let socket = Path::new(&socket);
     let child = Command::new(xvfb)
-        .args([display, "-screen", "0", "1600x1000x24", "-nolisten", "tcp"])
+        .args([
+            display.as_str(),
+            "-screen",
+            "0",
+            "1600x1000x24",
+            "-nolisten",
+            "tcp",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
@@ -208,7 +217,7 @@ fn start_xvfb() -> Option<(String, std::process::Child)> {
     for _ in 0..100 {
         if socket.exists() {
             eprintln!("xtask: started Xvfb on {display}");
-            return Some((display.to_owned(), child));
+            return Some((display, child));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
