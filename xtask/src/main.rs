@@ -10,7 +10,8 @@
 //!   3. clippy with `-D warnings` on every target and feature;
 //!   4. every test of the workspace, with the Khronos validation layer
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
-//!      fails the test that caused it.
+//!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
+//!      is started for the run (the profiler app's real-window test).
 //!
 //! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
 //! instead of skipping when that backend is unavailable.
@@ -72,6 +73,8 @@ const PACKAGES: &[(&str, &[&str])] = &[
             "/usr/lib/aarch64-linux-gnu/dri/swrast_dri.so",
         ],
     ),
+    // The app's real-window test (keel-profiler --screenshot) runs on Xvfb.
+    ("xvfb", &["/usr/bin/Xvfb"]),
     (
         "libgles2",
         &[
@@ -157,7 +160,71 @@ fn test() -> Result<(), String> {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         tests.env("XDG_RUNTIME_DIR", &runtime_dir);
     }
-    run("tests", &mut tests)
+    let xvfb = start_xvfb();
+    if let Some((display, _)) = &xvfb {
+        tests.env("DISPLAY", display);
+    }
+    let result = run("tests", &mut tests);
+    if let Some((_, mut child)) = xvfb {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    result
+}
+
+/// Starts `Xvfb :99` when there is no `DISPLAY` (and Xvfb is installed), so
+/// the app's window test has an X server. Returns the display and process.
+fn start_xvfb() -> Option<(String, std::process::Child)> {
+    if std::env::var_os("DISPLAY").is_some_and(|d| !d.is_empty()) {
+        return None;
+    }
+    let xvfb = Path::new("/usr/bin/Xvfb");
+    if !xvfb.exists() {
+        eprintln!("xtask: no DISPLAY and no Xvfb: the window test will skip");
+        return None;
+    }
+    // The first display from :99 with neither a lock nor a socket (a
+    // killed server can leave a stale socket behind).
+    let Some(n) = (99..140).find(|n| {
+        !Path::new(&format!("/tmp/.X{n}-lock")).exists()
+            && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+    }) else {
+        eprintln!("xtask: no free X display in :99..:139: the window test will skip");
+        return None;
+    };
+    let display = format!(":{n}");
+    let socket = format!("/tmp/.X11-unix/X{n}");
+    let socket = Path::new(&socket);
+    let child = Command::new(xvfb)
+        .args([
+            display.as_str(),
+            "-screen",
+            "0",
+            "1600x1000x24",
+            "-nolisten",
+            "tcp",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xtask: could not start Xvfb: {e}");
+            return None;
+        }
+    };
+    for _ in 0..100 {
+        if socket.exists() {
+            eprintln!("xtask: started Xvfb on {display}");
+            return Some((display, child));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!("xtask: Xvfb did not come up on {display}");
+    let mut child = child;
+    let _ = child.kill();
+    None
 }
 
 fn main() -> ExitCode {

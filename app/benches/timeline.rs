@@ -1,0 +1,81 @@
+//! The timeline's cost per frame on a synthetic 1,000,000-span trace,
+//! run headless (`egui::Context::run_ui` with a fixed screen, no renderer),
+//! and the time to open (construct + index) a 10,000,000-span trace.
+//!
+//! Run: `cargo bench -p keel-profiler --bench timeline`
+//! (`KEEL_BENCH_10M=0` skips the 10M open).
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use criterion::Criterion;
+use keel_profiler::model::{TraceView, synthetic_trace};
+use keel_profiler::panels::timeline::{self, TimelineState};
+
+fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
+    let input = egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1920.0, 1080.0),
+        )),
+        ..Default::default()
+    };
+    let out = ctx.run_ui(input, |ui| {
+        egui::CentralPanel::default().show(ui, |ui| {
+            timeline::show(ui, state, view, None, false);
+        });
+    });
+    black_box(out.shapes.len());
+}
+
+fn frames(c: &mut Criterion) {
+    let view = TraceView::new(synthetic_trace(1_000_000), "synthetic");
+    let ctx = egui::Context::default();
+    let mut g = c.benchmark_group("timeline 1M spans");
+    let mut fit = TimelineState::default();
+    g.bench_function("frame, whole trace visible", |b| {
+        b.iter(|| frame(&ctx, &mut fit, &view))
+    });
+    let mut zoomed = TimelineState {
+        fit_pending: false,
+        ..TimelineState::default()
+    };
+    zoomed.fit(&view);
+    zoomed.start_ns += zoomed.width_ns * 0.5;
+    zoomed.width_ns = 2e6;
+    g.bench_function("frame, 2 ms window", |b| {
+        b.iter(|| frame(&ctx, &mut zoomed, &view))
+    });
+    g.finish();
+}
+
+fn open_10m() {
+    let t = Instant::now();
+    let trace = synthetic_trace(10_000_000);
+    let built = t.elapsed();
+    let t = Instant::now();
+    let view = TraceView::new(trace, "synthetic");
+    let indexed = t.elapsed();
+    let ctx = egui::Context::default();
+    let mut state = TimelineState::default();
+    let t = Instant::now();
+    for _ in 0..10 {
+        frame(&ctx, &mut state, &view);
+    }
+    let per_frame = t.elapsed() / 10;
+    println!(
+        "open 10,000,000 spans: construct {:.2} s, index {:.2} s; frame (whole trace) {:.2} ms",
+        built.as_secs_f64(),
+        indexed.as_secs_f64(),
+        per_frame.as_secs_f64() * 1e3
+    );
+}
+
+fn main() {
+    if std::env::var("KEEL_BENCH_10M").map_or(true, |v| v != "0") {
+        open_10m();
+    }
+    let mut c = Criterion::default().configure_from_args();
+    frames(&mut c);
+    c.final_summary();
+}

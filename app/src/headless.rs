@@ -1,0 +1,103 @@
+//! `--headless`: the profiler without a window. Prints the device table,
+//! runs the demo workloads, prints per-kernel statistics and writes the
+//! trace to a file.
+
+use std::path::PathBuf;
+
+use keel::Device;
+
+use crate::cli::Options;
+use crate::model::{TraceView, format_ns};
+use crate::stats::Stats;
+use crate::workloads::{RunMessage, Workload, run_jobs};
+
+/// The demo jobs: every workload on `device`, or on every device found.
+pub fn demo_jobs(device: Option<Device>) -> Vec<(Workload, Device)> {
+    let devices: Vec<Device> = match device {
+        Some(d) => vec![d],
+        None => keel::DeviceType::ALL
+            .into_iter()
+            .flat_map(keel::devices)
+            .collect(),
+    };
+    devices
+        .into_iter()
+        .flat_map(|d| Workload::ALL.into_iter().map(move |w| (w, d)))
+        .collect()
+}
+
+/// Runs `jobs` on this thread; returns the trace (printing progress when
+/// `print` is set).
+pub fn record(jobs: &[(Workload, Device)], print: bool) -> Result<keel::profiler::Trace, String> {
+    let result = std::cell::RefCell::new(None);
+    run_jobs(jobs, &|m| match m {
+        RunMessage::Progress { done, total, line } => {
+            if print {
+                println!("[{done}/{total}] {line}");
+            }
+        }
+        RunMessage::Finished(r) => *result.borrow_mut() = Some(r),
+    });
+    result
+        .into_inner()
+        .unwrap_or_else(|| Err("the workloads ended without a trace".to_owned()))
+}
+
+/// The per-kernel statistics table as text.
+pub fn kernel_table(stats: &Stats) -> String {
+    let mut out = format!(
+        "{:<32} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+        "kernel", "count", "total", "mean", "median", "p99", "min", "max"
+    );
+    for r in &stats.kernels {
+        let s = &r.summary;
+        out.push_str(&format!(
+            "{:<32} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+            r.name,
+            s.count,
+            format_ns(s.total as f64),
+            format_ns(s.mean),
+            format_ns(s.median as f64),
+            format_ns(s.p99 as f64),
+            format_ns(s.min as f64),
+            format_ns(s.max as f64)
+        ));
+    }
+    out
+}
+
+/// Runs headless; returns the path of the written trace.
+pub fn run(options: &Options) -> Result<PathBuf, String> {
+    println!("Devices:");
+    print!("{}", crate::devices::table(&crate::devices::probe()));
+    let device = match &options.device {
+        Some(s) => Some(
+            s.parse::<Device>()
+                .map_err(|e| format!("--device {s}: {e}"))?,
+        ),
+        None => None,
+    };
+    let trace = match &options.open {
+        Some(path) => keel::profiler::load_trace(path)
+            .map_err(|e| format!("could not open {}: {e}", path.display()))?,
+        None => {
+            println!("Running the demo workloads:");
+            record(&demo_jobs(device), true)?
+        }
+    };
+    let view = TraceView::new(trace, "headless");
+    let stats = Stats::new(&view);
+    println!(
+        "Trace: {} lanes, {} spans, {} flows",
+        view.lanes.len(),
+        view.trace.spans.len(),
+        view.trace.flows.len()
+    );
+    println!("Per-kernel statistics:");
+    print!("{}", kernel_table(&stats));
+    let path = std::env::temp_dir().join(format!("keel-profiler-{}.json", std::process::id()));
+    keel::profiler::save_trace(&view.trace, &path)
+        .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    println!("Wrote trace: {}", path.display());
+    Ok(path)
+}

@@ -1,0 +1,511 @@
+//! `keel-profiler`: the desktop profiler of Keel.
+//!
+//! The app reads everything through Keel's public API: devices and their
+//! properties (`keel::devices`, `keel::properties`), and traces through
+//! the profiler's trace model (an in-process `keel::profiler::start()`
+//! session, the live TCP client, or a trace file). It never reaches into
+//! runtime internals.
+//!
+//! Layout of this crate (after egui_demo_app: `main.rs` only parses
+//! arguments; everything else lives here so tests and benchmarks can build
+//! the real app):
+//! - [`cli`]: command-line options;
+//! - [`model`]: the per-lane index that makes a frame's work depend on what
+//!   is visible, not on the trace size;
+//! - [`stats`]: statistics computed once per trace;
+//! - [`devices`]: probing backends and capability checks;
+//! - [`workloads`]: built-in workloads run on a background thread;
+//! - [`panels`]: the panels (devices, timeline, statistics, sources,
+//!   details); each returns what the user asked for and the [`App`] acts;
+//! - [`headless`]: `--headless`; [`window`]: eframe, `--screenshot`.
+
+pub mod cli;
+pub mod devices;
+pub mod headless;
+pub mod model;
+pub mod panels;
+pub mod stats;
+pub mod window;
+pub mod workloads;
+
+use std::path::Path;
+use std::sync::mpsc;
+
+use egui::{Color32, Ui};
+use keel::profiler::{Trace, live};
+
+use crate::devices::BackendInfo;
+use crate::model::TraceView;
+use crate::panels::sources::{Command, SourcesState};
+use crate::panels::stats::StatsState;
+use crate::panels::timeline::TimelineState;
+use crate::stats::Stats;
+use crate::workloads::RunMessage;
+
+/// The central view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// Devices and their properties.
+    Devices,
+    /// The timeline.
+    Timeline,
+    /// Events and statistics.
+    Stats,
+}
+
+/// What a live connection thread reports.
+#[derive(Debug)]
+enum LiveMessage {
+    Connected(String),
+    Chunk(live::Chunk),
+    Failed(String),
+}
+
+/// The application: all state of the profiler UI.
+pub struct App {
+    /// Backends and devices, probed once at start.
+    pub backends: Vec<BackendInfo>,
+    /// The shown trace, indexed.
+    pub view: Option<TraceView>,
+    /// Statistics of [`Self::view`], computed when first shown.
+    pub stats: Option<Stats>,
+    /// The central view.
+    pub tab: Tab,
+    /// Timeline view state.
+    pub timeline: TimelineState,
+    /// Statistics panel state.
+    pub stats_state: StatsState,
+    /// Sources panel state.
+    pub sources: SourcesState,
+    /// The selected span.
+    pub selected: Option<u32>,
+    /// Spans sharing the selected span's operation.
+    pub related: Vec<u32>,
+    /// The last error, shown until dismissed.
+    pub error: Option<String>,
+    run: Option<mpsc::Receiver<RunMessage>>,
+    live_rx: Option<mpsc::Receiver<LiveMessage>>,
+    live_stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    live_dropped: u64,
+    live_chunks: u64,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("tab", &self.tab)
+            .field("spans", &self.view.as_ref().map(|v| v.trace.spans.len()))
+            .field("selected", &self.selected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Builds the app: probes devices and applies the options (`--open`
+    /// loads a file, `--connect` connects, `--device` picks the workload
+    /// device). Problems are shown in the UI, never panics.
+    pub fn new(options: &cli::Options) -> App {
+        let backends = devices::probe();
+        let all: Vec<keel::Device> = backends
+            .iter()
+            .flat_map(|b| b.devices.iter().map(|(d, _)| *d))
+            .collect();
+        let mut error = None;
+        let device = match &options.device {
+            Some(s) => match s.parse::<keel::Device>() {
+                Ok(d) if all.contains(&d) => Some(d),
+                Ok(d) => {
+                    error = Some(format!("--device {d}: no such device here"));
+                    None
+                }
+                Err(e) => {
+                    error = Some(format!("--device {s}: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut app = App {
+            backends,
+            view: None,
+            stats: None,
+            tab: Tab::Devices,
+            timeline: TimelineState::default(),
+            stats_state: StatsState::default(),
+            sources: SourcesState::new(all, device),
+            selected: None,
+            related: Vec::new(),
+            error,
+            run: None,
+            live_rx: None,
+            live_stop: None,
+            live_dropped: 0,
+            live_chunks: 0,
+        };
+        if let Some(path) = &options.open {
+            app.sources.path = path.display().to_string();
+            app.open(path);
+        }
+        if let Some(addr) = &options.connect {
+            app.sources.address = addr.clone();
+            app.connect(addr.clone(), None);
+        }
+        app
+    }
+
+    /// Shows `trace` (from `source`): indexes it and fits the timeline.
+    pub fn set_trace(&mut self, trace: Trace, source: impl Into<String>) {
+        self.view = Some(TraceView::new(trace, source));
+        self.stats = None;
+        self.selected = None;
+        self.related.clear();
+        self.timeline.fit_pending = true;
+        self.tab = Tab::Timeline;
+    }
+
+    /// Loads a trace file (Chrome JSON or native); errors go to the UI.
+    pub fn open(&mut self, path: &Path) {
+        match keel::profiler::load_trace(path) {
+            Ok(t) => {
+                self.sources.say(format!(
+                    "opened {} ({} spans)",
+                    path.display(),
+                    t.spans.len()
+                ));
+                self.set_trace(t, path.display().to_string());
+            }
+            Err(e) => self.fail(format!("could not open {}: {e}", path.display())),
+        }
+    }
+
+    /// Loads a trace from dropped bytes (native by magic, else JSON).
+    pub fn open_bytes(&mut self, name: &str, bytes: &[u8]) {
+        let result = if bytes.starts_with(keel::profiler::native::MAGIC) {
+            keel::profiler::native::read_native(bytes)
+        } else {
+            keel::profiler::json::read_json_bytes(bytes)
+        };
+        match result {
+            Ok(t) => self.set_trace(t, name.to_owned()),
+            Err(e) => self.fail(format!("could not open {name}: {e}")),
+        }
+    }
+
+    /// Saves the shown trace; the format follows the extension.
+    pub fn save(&mut self, path: &Path) {
+        let Some(view) = &self.view else {
+            self.fail("nothing to save: no trace is shown".to_owned());
+            return;
+        };
+        match keel::profiler::save_trace(&view.trace, path) {
+            Ok(()) => self.sources.say(format!("saved {}", path.display())),
+            Err(e) => self.fail(format!("could not save {}: {e}", path.display())),
+        }
+    }
+
+    fn fail(&mut self, message: String) {
+        self.sources.say(format!("error: {message}"));
+        self.error = Some(message);
+    }
+
+    /// Starts workloads on a background thread; `ctx` is woken on progress.
+    pub fn run_workloads(
+        &mut self,
+        jobs: Vec<(workloads::Workload, keel::Device)>,
+        ctx: Option<egui::Context>,
+    ) {
+        if self.run.is_some() {
+            self.fail("a workload is already running".to_owned());
+            return;
+        }
+        self.sources.progress = Some((0, jobs.len()));
+        self.run = Some(workloads::spawn(jobs, move || {
+            if let Some(c) = &ctx {
+                c.request_repaint();
+            }
+        }));
+    }
+
+    /// Whether workloads are running.
+    pub fn is_running(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Connects to a live server on a background thread.
+    pub fn connect(&mut self, addr: String, ctx: Option<egui::Context>) {
+        self.disconnect();
+        if addr.is_empty() {
+            self.fail("connect: enter an address such as 127.0.0.1:7878".to_owned());
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keel-live-client".to_owned())
+            .spawn(move || {
+                let wake = || {
+                    if let Some(c) = &ctx {
+                        c.request_repaint();
+                    }
+                };
+                let mut client = match live::Client::connect(addr.as_str()) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.send(LiveMessage::Failed(format!("connecting to {addr}: {e}")));
+                        wake();
+                        return;
+                    }
+                };
+                let _ = tx.send(LiveMessage::Connected(client.addr().to_string()));
+                wake();
+                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                    match client.next_chunk_reconnecting(3) {
+                        Ok(c) => {
+                            if tx.send(LiveMessage::Chunk(c)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(LiveMessage::Failed(format!("live connection: {e}")));
+                            wake();
+                            return;
+                        }
+                    }
+                    wake();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                self.live_rx = Some(rx);
+                self.live_stop = Some(stop);
+                self.live_chunks = 0;
+                self.live_dropped = 0;
+                self.sources.live = Some(format!("connecting to {}", self.sources.address));
+            }
+            Err(e) => self.fail(format!("could not start a thread: {e}")),
+        }
+    }
+
+    /// Drops the live connection (the thread ends after its next chunk).
+    pub fn disconnect(&mut self) {
+        if let Some(stop) = self.live_stop.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.live_rx = None;
+        self.sources.live = None;
+    }
+
+    /// Takes in what background threads reported.
+    pub fn poll(&mut self) {
+        if let Some(rx) = &self.run {
+            let mut finished = None;
+            let mut lines = Vec::new();
+            while let Ok(m) = rx.try_recv() {
+                match m {
+                    RunMessage::Progress { done, total, line } => {
+                        self.sources.progress = Some((done, total));
+                        lines.push(line);
+                    }
+                    RunMessage::Finished(r) => finished = Some(r),
+                }
+            }
+            for l in lines {
+                self.sources.say(l);
+            }
+            if let Some(r) = finished {
+                self.run = None;
+                self.sources.progress = None;
+                match r {
+                    Ok(t) => {
+                        self.sources
+                            .say(format!("recorded {} spans", t.spans.len()));
+                        self.set_trace(t, "built-in workloads");
+                    }
+                    Err(e) => self.fail(e),
+                }
+            }
+        }
+        let mut fragments = Vec::new();
+        let mut failed = None;
+        if let Some(rx) = &self.live_rx {
+            while let Ok(m) = rx.try_recv() {
+                match m {
+                    LiveMessage::Connected(a) => {
+                        self.sources.live = Some(format!("connected to {a}"));
+                    }
+                    LiveMessage::Chunk(live::Chunk::Fragment(t)) => fragments.push(t),
+                    LiveMessage::Chunk(live::Chunk::Dropped(n)) => self.live_dropped = n,
+                    LiveMessage::Failed(e) => failed = Some(e),
+                }
+            }
+        }
+        if !fragments.is_empty() {
+            let (mut trace, source, keep) = match self.view.take() {
+                Some(v) if v.source.starts_with("live ") => (v.trace, v.source, true),
+                _ => (
+                    Trace::default(),
+                    format!("live {}", self.sources.address),
+                    false,
+                ),
+            };
+            for f in fragments {
+                self.live_chunks += 1;
+                if let Err(e) = live::merge(&mut trace, f) {
+                    self.fail(format!("live fragment rejected: {e}"));
+                }
+            }
+            let fit = self.timeline.fit_pending || !keep;
+            let selected = self.selected;
+            self.view = Some(TraceView::new(trace, source));
+            self.stats = None;
+            if keep {
+                self.selected = selected;
+            } else {
+                self.selected = None;
+                self.tab = Tab::Timeline;
+            }
+            self.timeline.fit_pending = fit;
+            self.sources.live = Some(format!(
+                "{} chunks received, {} dropped by the server",
+                self.live_chunks, self.live_dropped
+            ));
+        }
+        if let Some(e) = failed {
+            self.disconnect();
+            self.fail(e);
+        }
+    }
+
+    fn select(&mut self, span: Option<u32>) {
+        self.selected = span;
+        self.related.clear();
+        if let (Some(s), Some(v)) = (span, &self.view)
+            && let Some(sp) = v.trace.spans.get(s as usize)
+            && sp.op != 0
+        {
+            let op = sp.op;
+            self.related = v
+                .trace
+                .spans
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| o.op == op && *i != s as usize)
+                .map(|(i, _)| i as u32)
+                .take(32)
+                .collect();
+        }
+    }
+
+    /// Draws one frame of the whole app into `ui`.
+    pub fn ui(&mut self, ui: &mut Ui) {
+        self.poll();
+        let ctx = ui.ctx().clone();
+        // Drag and drop.
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        for f in dropped {
+            let path = f.path().to_path_buf();
+            if path.as_os_str().is_empty() {
+                match f.bytes() {
+                    Ok(b) => self.open_bytes("dropped file", &b),
+                    Err(e) => self.fail(format!("could not read the dropped file: {e}")),
+                }
+            } else {
+                self.sources.path = path.display().to_string();
+                self.open(&path);
+            }
+        }
+        if self.run.is_some() || self.live_rx.is_some() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+
+        egui::Panel::top("tabs").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.strong("Keel profiler");
+                ui.separator();
+                ui.selectable_value(&mut self.tab, Tab::Devices, "Devices");
+                ui.selectable_value(&mut self.tab, Tab::Timeline, "Timeline");
+                ui.selectable_value(&mut self.tab, Tab::Stats, "Events & stats");
+                ui.separator();
+                match &self.view {
+                    Some(v) => ui.label(format!("trace: {}", v.source)),
+                    None => ui.weak("no trace: run a workload, connect, or open a file"),
+                };
+            });
+        });
+        if let Some(e) = self.error.clone() {
+            egui::Panel::bottom("error").show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    ui.colored_label(Color32::from_rgb(240, 100, 90), format!("Error: {e}"));
+                    if ui.button("Dismiss").clicked() {
+                        self.error = None;
+                    }
+                });
+            });
+        }
+        let has_trace = self.view.is_some();
+        let commands = egui::Panel::left("sources")
+            .resizable(true)
+            .default_size(240.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .show(ui, |ui| {
+                        panels::sources::show(ui, &mut self.sources, has_trace)
+                    })
+                    .inner
+            })
+            .inner;
+        for c in commands {
+            match c {
+                Command::Run(jobs) => self.run_workloads(jobs, Some(ctx.clone())),
+                Command::Connect(a) => self.connect(a, Some(ctx.clone())),
+                Command::Disconnect => self.disconnect(),
+                Command::Open(p) => self.open(&p),
+                Command::Save(p) => self.save(&p),
+            }
+        }
+        if let (Some(sel), Some(view)) = (self.selected, &self.view) {
+            let jump = egui::Panel::right("details")
+                .resizable(true)
+                .default_size(260.0)
+                .show(ui, |ui| {
+                    let j = panels::details::show(ui, view, sel, &self.related);
+                    if ui.button("Clear selection").clicked() {
+                        return Some(None);
+                    }
+                    j.map(Some)
+                })
+                .inner;
+            if let Some(j) = jump {
+                self.select(j);
+            }
+        }
+        egui::CentralPanel::default().show(ui, |ui| match self.tab {
+            Tab::Devices => panels::devices::show(ui, &self.backends),
+            Tab::Timeline => match &self.view {
+                Some(view) => {
+                    let live = self.live_rx.is_some();
+                    let out =
+                        panels::timeline::show(ui, &mut self.timeline, view, self.selected, live);
+                    if let Some(c) = out.clicked {
+                        self.select(c);
+                    }
+                }
+                None => {
+                    ui.label(
+                        "No trace yet: run a workload, connect to a live process, or open a file.",
+                    );
+                }
+            },
+            Tab::Stats => match &self.view {
+                Some(view) => {
+                    let stats = self.stats.get_or_insert_with(|| Stats::new(view));
+                    panels::stats::show(ui, &mut self.stats_state, view, stats);
+                }
+                None => {
+                    ui.label("No trace yet.");
+                }
+            },
+        });
+    }
+}

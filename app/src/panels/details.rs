@@ -1,0 +1,59 @@
+//! The details side panel: everything about the selected span.
+
+use egui::Ui;
+
+use crate::model::{TraceView, format_ns};
+
+/// Shows span `span` of `view` and the spans of the same operation (the
+/// host call and its device work). Returns a span to select instead, if
+/// the user clicked one of those.
+pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option<u32> {
+    let s = view.trace.spans.get(span as usize)?;
+    let mut jump = None;
+    ui.heading("Selected span");
+    egui::Grid::new("span details")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            let lane = view.lane_index(s.lane).map_or("?", |l| l.label.as_str());
+            let rows: Vec<(&str, String)> = vec![
+                ("name", s.name.clone()),
+                ("kind", s.kind.to_string()),
+                ("lane", lane.to_owned()),
+                ("start", format_ns(s.start_ns as f64)),
+                ("duration", format_ns(s.dur_ns as f64)),
+                ("end", format_ns(s.end_ns() as f64)),
+                ("op", s.op.to_string()),
+            ];
+            for (k, v) in rows {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            }
+            for (k, v) in &s.args {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            }
+        });
+    if !related.is_empty() {
+        ui.separator();
+        ui.label("Same operation:");
+        for &r in related {
+            if let Some(o) = view.trace.spans.get(r as usize) {
+                let lane = view.lane_index(o.lane).map_or("?", |l| l.label.as_str());
+                if ui
+                    .link(format!(
+                        "{} on {lane} ({})",
+                        o.name,
+                        format_ns(o.dur_ns as f64)
+                    ))
+                    .clicked()
+                {
+                    jump = Some(r);
+                }
+            }
+        }
+    }
+    jump
+}
