@@ -82,7 +82,9 @@ fn devices_panel_lists_cpu_vulkan_and_wgpu() {
     // are the test). The timeline and statistics snapshots below use a
     // synthetic trace and must match everywhere.
     if let Err(e) = h.try_snapshot("devices") {
-        eprintln!("devices snapshot differs on this machine (expected: machine-specific text): {e}");
+        eprintln!(
+            "devices snapshot differs on this machine (expected: machine-specific text): {e}"
+        );
     }
 }
 
