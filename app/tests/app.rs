@@ -249,3 +249,48 @@ fn snapshots_of_the_timeline_and_statistics() {
     h.run_steps(3);
     h.snapshot("stats");
 }
+
+#[test]
+fn a_live_connection_shows_the_served_workload() {
+    let _r = recording();
+    let options = keel::profiler::live::LiveOptions {
+        interval: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let server = keel::profiler::live::serve_with("127.0.0.1:0", options).expect("serve");
+    let app = App::new(&Options {
+        connect: Some(server.addr().to_string()),
+        ..Options::default()
+    });
+    let mut h = harness(app);
+    let cpu = keel::Device::new(keel::DeviceType::Cpu, 0).expect("cpu");
+    let s = keel::get_stream_from_pool(cpu, false).expect("stream");
+    let out = keel::Buffer::new(cpu, 4 * 256).expect("buffer");
+    let params = [256u32.to_le_bytes(), 100u32.to_le_bytes()].concat();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kernels_shown = |h: &Harness<'_, App>| {
+        h.state().view.as_ref().map_or(0, |v| {
+            v.trace.spans.iter().filter(|sp| sp.name == "spin").count()
+        })
+    };
+    while kernels_shown(&h) < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no live kernels arrived in 60 s (error: {:?})",
+            h.state().error
+        );
+        s.launch(
+            &keel::kernels::SPIN,
+            keel::kernels::SPIN.grid_for(256),
+            &[&out],
+            &params,
+        )
+        .expect("spin");
+        s.synchronize().expect("sync");
+        std::thread::sleep(Duration::from_millis(20));
+        h.step();
+    }
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(server.viewers_served() >= 1);
+    server.stop();
+}
