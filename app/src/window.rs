@@ -118,10 +118,24 @@ pub fn run(options: &Options) -> Result<(), WindowError> {
         ..Default::default()
     };
     let screenshot = shot.is_some();
+    // With nothing to open or connect to, a newcomer sees something at once:
+    // the built-in workloads start on the selected (or every) device and the
+    // timeline fills in as they finish.
+    let autostart = options.open.is_none() && options.connect.is_none() && !screenshot;
+    let device = app.sources.device.filter(|_| options.device.is_some());
     eframe::run_native(
         "keel-profiler",
         native,
-        Box::new(move |_cc| Ok(Box::new(WindowApp { app, shot }))),
+        Box::new(move |cc| {
+            if autostart {
+                app.tab = crate::Tab::Timeline;
+                app.run_workloads(
+                    crate::headless::demo_jobs(device),
+                    Some(cc.egui_ctx.clone()),
+                );
+            }
+            Ok(Box::new(WindowApp { app, shot }))
+        }),
     )
     .map_err(|e| WindowError::NoDisplay(e.to_string()))?;
     if screenshot {
