@@ -124,6 +124,12 @@ fn devices() -> Vec<Device> {
         if keel::is_available(ty) {
             v.extend(keel::devices(ty));
         } else {
+            let required = std::env::var("KEEL_REQUIRE_BACKENDS").unwrap_or_default();
+            assert!(
+                !required.split(',').any(|r| r.trim() == ty.name(true)),
+                "KEEL_REQUIRE_BACKENDS requires {ty}: {:?}",
+                keel::availability(ty)
+            );
             eprintln!("skipping {ty}: {:?}", keel::availability(ty));
         }
     }
