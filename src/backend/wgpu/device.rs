@@ -146,7 +146,7 @@ pub(super) struct Ctx {
     pub cursors: PoolCursors,
     default_lane: Lane,
     pool: [[OnceLock<Lane>; STREAMS_PER_POOL]; MAX_PRIORITY_LEVELS],
-    pub pipelines: Mutex<HashMap<(usize, usize), Arc<wgpu::ComputePipeline>>>,
+    pub pipelines: Mutex<HashMap<(usize, usize), Arc<super::kernel::Pipeline>>>,
     pub query_slots: Mutex<QuerySlots>,
     pub uncaptured: Arc<Uncaptured>,
 }

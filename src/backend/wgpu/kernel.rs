@@ -15,8 +15,14 @@ fn source_key(wgsl: &'static str) -> (usize, usize) {
     (wgsl.as_ptr() as usize, wgsl.len())
 }
 
+/// A compute pipeline and the layout of its bind group 0 (asked for once).
+pub(super) struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
 /// The pipeline for `kernel` on `ctx` (cached).
-pub(super) fn pipeline(ctx: &Ctx, kernel: &Kernel) -> Result<Arc<wgpu::ComputePipeline>> {
+pub(super) fn pipeline(ctx: &Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     let wgsl = kernel.wgsl.ok_or_else(|| Error::Kernel {
         kernel: kernel.name.to_owned(),
         message: "has no WGSL source, which the wgpu backend runs".to_owned(),
@@ -50,7 +56,8 @@ pub(super) fn pipeline(ctx: &Ctx, kernel: &Kernel) -> Result<Arc<wgpu::ComputePi
             message: format!("WGSL rejected by wgpu: {e}"),
         });
     }
-    let p = Arc::new(pipeline);
+    let layout = pipeline.get_bind_group_layout(0);
+    let p = Arc::new(Pipeline { pipeline, layout });
     Ok(Arc::clone(lock(&ctx.pipelines).entry(key).or_insert(p)))
 }
 
@@ -84,39 +91,52 @@ pub(super) fn params_buffer(ctx: &Ctx, params: &[u8]) -> Result<wgpu::Buffer> {
     Ok(b)
 }
 
-/// Records a dispatch of `pipeline` over `grid` with `buffers` and
-/// `params` bound, into `encoder`.
-pub(super) fn record_dispatch(
+/// Records a dispatch of `pipeline` over `grid` with `buffers` bound and
+/// `uniform` as the parameter block, into `encoder`.
+pub(super) fn record_dispatch_with(
     ctx: &Ctx,
     encoder: &mut wgpu::CommandEncoder,
-    pipeline: &wgpu::ComputePipeline,
+    pipeline: &Pipeline,
     grid: [u32; 3],
     buffers: &[&wgpu::Buffer],
-    params: &[u8],
-) -> Result<()> {
-    let uniform = params_buffer(ctx, params)?;
+    uniform: &wgpu::Buffer,
+) {
     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
         .iter()
-        .chain(std::iter::once(&&uniform))
+        .copied()
+        .chain(std::iter::once(uniform))
         .enumerate()
         .map(|(i, b)| wgpu::BindGroupEntry {
             binding: i as u32,
             resource: b.as_entire_binding(),
         })
         .collect();
-    let layout = pipeline.get_bind_group_layout(0);
     let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
-        layout: &layout,
+        layout: &pipeline.layout,
         entries: &entries,
     });
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: None,
         timestamp_writes: None,
     });
-    pass.set_pipeline(pipeline);
+    pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+}
+
+/// Records a dispatch with a parameter buffer of its own (for work that is
+/// recorded before the submission lock is taken).
+pub(super) fn record_dispatch(
+    ctx: &Ctx,
+    encoder: &mut wgpu::CommandEncoder,
+    pipeline: &Pipeline,
+    grid: [u32; 3],
+    buffers: &[&wgpu::Buffer],
+    params: &[u8],
+) -> Result<()> {
+    let uniform = params_buffer(ctx, params)?;
+    record_dispatch_with(ctx, encoder, pipeline, grid, buffers, &uniform);
     Ok(())
 }
 

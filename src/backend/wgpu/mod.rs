@@ -679,6 +679,10 @@ impl DeviceRuntime for WgpuGuardImpl {
             return Ok(());
         }
         let raw: Vec<&wgpu::Buffer> = bufs.iter().map(|b| &b.buffer).collect();
+        // Each launch gets its own parameter buffer. (A single shared one
+        // rewritten with `queue.write_buffer` before each submission made
+        // the conformance suite flaky here, as if a running launch saw a
+        // later launch's parameters; not worth the risk for the gain.)
         let mut enc = encoder(c);
         kernel::record_dispatch(c, &mut enc, &pipeline, grid, &raw, params)?;
         // A binding the shader does not accept is a wgpu validation error,
