@@ -11,5 +11,6 @@ conformance_suite!(
         slow_spin: (64, 400_000),
         after: || {},
         blocking_submit: false,
+        serial: false,
     }
 );

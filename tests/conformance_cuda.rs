@@ -15,5 +15,6 @@ conformance_suite!(
         slow_spin: (1 << 16, 2_000_000),
         after: || {},
         blocking_submit: false,
+        serial: false,
     }
 );

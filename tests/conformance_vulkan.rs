@@ -22,5 +22,6 @@ conformance_suite!(
         slow_spin: (4096, 200_000),
         after: no_validation_errors,
         blocking_submit: false,
+        serial: false,
     }
 );

@@ -20,6 +20,7 @@ mod vulkan_adapter {
             slow_spin: (4096, 200_000),
             after: || {},
             blocking_submit: false,
+            serial: true,
         }
     );
 }
@@ -32,6 +33,7 @@ mod gl_adapter {
             slow_spin: (4096, 200_000),
             after: || {},
             blocking_submit: true,
+            serial: true,
         }
     );
 }

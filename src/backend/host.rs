@@ -432,12 +432,9 @@ impl HostMemory {
 
 /// The host memory behind a buffer handle, or an error naming the backend.
 pub fn host_memory(ty: DeviceType, handle: &BufferHandle) -> Result<Arc<HostMemory>> {
-    handle.downcast_arc::<HostMemory>().ok_or_else(|| {
-        Error::invalid(format!(
-            "expected a buffer allocated by the {} backend, found another backend's buffer",
-            ty.backend_name()
-        ))
-    })
+    handle
+        .downcast_arc::<HostMemory>()
+        .ok_or_else(|| super::foreign_buffer(ty))
 }
 
 /// Enqueues a host-to-device write.

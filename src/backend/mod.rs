@@ -77,6 +77,26 @@ impl fmt::Debug for EventHandle {
     }
 }
 
+/// The error a backend returns for a buffer handle that is not its own.
+pub fn foreign_buffer(ty: DeviceType) -> Error {
+    Error::invalid(format!(
+        "expected a buffer allocated by the {} backend, found another backend's buffer",
+        ty.backend_name()
+    ))
+}
+
+/// For a single-type [`StaticGuardImpl`]: `Ok` when `asked` is the type the
+/// implementation `name` serves, a clear error otherwise.
+pub fn check_static_type(name: &str, serves: DeviceType, asked: DeviceType) -> Result<()> {
+    if asked == serves {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{name} guards {serves} devices only, found a {asked} device"
+        )))
+    }
+}
+
 /// The error a backend returns for an event handle that is not its own.
 pub fn foreign_event(ty: DeviceType) -> Error {
     Error::invalid(format!(

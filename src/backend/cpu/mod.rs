@@ -25,7 +25,8 @@ use std::sync::LazyLock;
 use super::host::{self, HostDevice, HostEvent, HostMemory};
 use super::{
     BufferHandle, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, StaticGuardImpl, TimestampSupport, check_device_index, foreign_event, tls,
+    Readback, StaticGuardImpl, TimestampSupport, check_device_index, check_static_type,
+    foreign_event, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
@@ -74,13 +75,7 @@ pub struct CpuGuardImpl;
 
 impl StaticGuardImpl for CpuGuardImpl {
     fn for_device_type(ty: DeviceType) -> Result<Self> {
-        if ty == TY {
-            Ok(CpuGuardImpl)
-        } else {
-            Err(Error::invalid(format!(
-                "CpuGuardImpl guards cpu devices only, found a {ty} device"
-            )))
-        }
+        check_static_type("CpuGuardImpl", TY, ty).map(|()| CpuGuardImpl)
     }
 }
 

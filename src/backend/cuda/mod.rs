@@ -44,7 +44,8 @@ use self::driver::{call, count, ready};
 use self::memory::CudaBuffer;
 use super::{
     BufferHandle, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, StaticGuardImpl, TimestampSupport, check_device_index, foreign_event, tls,
+    Readback, StaticGuardImpl, TimestampSupport, check_device_index, check_static_type,
+    foreign_buffer, foreign_event, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
@@ -81,11 +82,9 @@ fn cuda_stream(stream: &Stream) -> Result<(&'static Ctx, RawStream)> {
 }
 
 fn cuda_buffer(handle: &BufferHandle) -> Result<Arc<CudaBuffer>> {
-    handle.downcast_arc::<CudaBuffer>().ok_or_else(|| {
-        Error::invalid(
-            "expected a buffer allocated by the CUDA backend, found another backend's buffer",
-        )
-    })
+    handle
+        .downcast_arc::<CudaBuffer>()
+        .ok_or_else(|| foreign_buffer(TY))
 }
 
 /// Capability checks on a compute capability `major.minor`: the `extra`
@@ -178,13 +177,7 @@ pub struct CudaGuardImpl;
 
 impl StaticGuardImpl for CudaGuardImpl {
     fn for_device_type(ty: DeviceType) -> Result<Self> {
-        if ty == TY {
-            Ok(CudaGuardImpl)
-        } else {
-            Err(Error::invalid(format!(
-                "CudaGuardImpl guards cuda devices only, found a {ty} device"
-            )))
-        }
+        check_static_type("CudaGuardImpl", TY, ty).map(|()| CudaGuardImpl)
     }
 }
 

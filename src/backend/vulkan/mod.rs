@@ -45,7 +45,8 @@ use self::memory::{VkBuffer, VkReadback};
 use self::stream::{Keep, VkStream};
 use super::{
     BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, Readback,
-    StaticGuardImpl, TimestampSupport, check_device_index, foreign_event, tls,
+    StaticGuardImpl, TimestampSupport, check_device_index, check_static_type, foreign_buffer,
+    foreign_event, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
@@ -128,11 +129,9 @@ fn vk_event(event: &EventHandle) -> Result<&VkEvent> {
 }
 
 fn vk_buffer(handle: &BufferHandle) -> Result<Arc<VkBuffer>> {
-    handle.downcast_arc::<VkBuffer>().ok_or_else(|| {
-        Error::invalid(
-            "expected a buffer allocated by the Vulkan backend, found another backend's buffer",
-        )
-    })
+    handle
+        .downcast_arc::<VkBuffer>()
+        .ok_or_else(|| foreign_buffer(TY))
 }
 
 /// The Vulkan backend's guard implementation and runtime (zero-sized: the
@@ -142,13 +141,7 @@ pub struct VulkanGuardImpl;
 
 impl StaticGuardImpl for VulkanGuardImpl {
     fn for_device_type(ty: DeviceType) -> Result<Self> {
-        if ty == TY {
-            Ok(VulkanGuardImpl)
-        } else {
-            Err(Error::invalid(format!(
-                "VulkanGuardImpl guards vulkan devices only, found a {ty} device"
-            )))
-        }
+        check_static_type("VulkanGuardImpl", TY, ty).map(|()| VulkanGuardImpl)
     }
 }
 

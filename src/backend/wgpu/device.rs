@@ -262,20 +262,33 @@ impl Ctx {
         Ok(this)
     }
 
-    /// Whether submission `seq` has completed. Never blocks.
-    pub fn is_done(&self, seq: u64) -> Result<bool> {
+    /// Whether submission `seq` (wgpu's `index`) has completed. Never
+    /// blocks: asks wgpu about that very submission (a wait with a zero
+    /// timeout), so the answer never depends on when completion callbacks
+    /// of other submissions ran.
+    pub fn is_done(&self, seq: u64, index: Option<&wgpu::SubmissionIndex>) -> Result<bool> {
         if seq == 0 || self.completed.load(Ordering::Acquire) >= seq {
             return Ok(true);
         }
-        self.device
-            .poll(wgpu::PollType::Poll)
-            .map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
-        Ok(self.completed.load(Ordering::Acquire) >= seq)
+        let Some(index) = index else {
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
+            return Ok(self.completed.load(Ordering::Acquire) >= seq);
+        };
+        match self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index.clone()),
+            timeout: Some(std::time::Duration::ZERO),
+        }) {
+            Ok(_) => Ok(true),
+            Err(wgpu::PollError::Timeout) => Ok(false),
+            Err(e) => Err(Error::backend(TY, format!("polling the device: {e}"))),
+        }
     }
 
     /// Waits until submission `seq` (with wgpu's `index`) has completed.
     pub fn wait(&self, seq: u64, index: Option<&wgpu::SubmissionIndex>) -> Result<()> {
-        while !self.is_done(seq)? {
+        while !self.is_done(seq, index)? {
             self.device
                 .poll(wgpu::PollType::Wait {
                     submission_index: index.cloned(),

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use self::device::{Ctx, Lane, ctx, lock};
 use super::{
     BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, Readback,
-    StaticGuardImpl, TimestampSupport, check_device_index, foreign_event, tls, vendor_name,
+    StaticGuardImpl, TimestampSupport, check_device_index, check_static_type, foreign_buffer,
+    foreign_event, tls, vendor_name,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
@@ -85,11 +86,9 @@ struct WgBuffer {
 }
 
 fn wg_buffer(handle: &BufferHandle) -> Result<Arc<WgBuffer>> {
-    handle.downcast_arc::<WgBuffer>().ok_or_else(|| {
-        Error::invalid(
-            "expected a buffer allocated by the wgpu backend, found another backend's buffer",
-        )
-    })
+    handle
+        .downcast_arc::<WgBuffer>()
+        .ok_or_else(|| foreign_buffer(TY))
 }
 
 fn round4(n: u64) -> u64 {
@@ -211,13 +210,7 @@ pub struct WgpuGuardImpl;
 
 impl StaticGuardImpl for WgpuGuardImpl {
     fn for_device_type(ty: DeviceType) -> Result<Self> {
-        if ty == TY {
-            Ok(WgpuGuardImpl)
-        } else {
-            Err(Error::invalid(format!(
-                "WgpuGuardImpl guards wgpu devices only, found a {ty} device"
-            )))
-        }
+        check_static_type("WgpuGuardImpl", TY, ty).map(|()| WgpuGuardImpl)
     }
 }
 
@@ -328,12 +321,15 @@ impl DeviceGuardImpl for WgpuGuardImpl {
     }
     fn query_event(&self, event: &EventHandle) -> Result<bool> {
         let e = wg_event(event)?;
-        e.ctx.is_done(e.seq)
+        e.ctx.is_done(e.seq, e.index.as_ref())
     }
     fn query_stream(&self, stream: &Stream) -> Result<bool> {
         let (c, l) = lane(stream)?;
-        let seq = lock(&l.last).as_ref().map_or(0, |(s, _)| *s);
-        c.is_done(seq)
+        let last = lock(&l.last).clone();
+        match last {
+            Some((seq, index)) => c.is_done(seq, Some(&index)),
+            None => Ok(true),
+        }
     }
     fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
         let (c, l) = lane(stream)?;
@@ -379,7 +375,7 @@ impl DeviceGuardImpl for WgpuGuardImpl {
         enc.copy_buffer_to_buffer(&resolve, align, &read, 8, 8);
         let index = c.queue.submit([enc.finish()]);
         c.uncaptured.take()?;
-        let bytes = map_read(c, &read, index)?;
+        let bytes = map_read(c, &read, Some(index))?;
         let t0 = u64::from_le_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
         let t1 = u64::from_le_bytes(bytes[8..16].try_into().unwrap_or([0; 8]));
         let ticks = if t1 >= t0 {
@@ -399,14 +395,18 @@ impl DeviceGuardImpl for WgpuGuardImpl {
 }
 
 /// Maps `buffer` for reading after submission `index` and copies it out.
-fn map_read(c: &Ctx, buffer: &wgpu::Buffer, index: wgpu::SubmissionIndex) -> Result<Vec<u8>> {
+fn map_read(
+    c: &Ctx,
+    buffer: &wgpu::Buffer,
+    index: Option<wgpu::SubmissionIndex>,
+) -> Result<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel();
     buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
     c.device
         .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
+            submission_index: index,
             timeout: None,
         })
         .map_err(|e| Error::backend(TY, format!("waiting for a readback: {e}")))?;
@@ -442,15 +442,16 @@ struct WgReadback {
 
 impl Readback for WgReadback {
     fn is_ready(&self) -> Result<bool> {
-        self.ctx.is_done(self.seq)
+        self.ctx.is_done(self.seq, self.index.as_ref())
     }
     fn wait(self: Box<Self>) -> Result<Vec<u8>> {
         let Some(buffer) = &self.buffer else {
             return Ok(Vec::new());
         };
         self.ctx.wait(self.seq, self.index.as_ref())?;
-        let index = self.ctx.queue.submit([]);
-        let bytes = map_read(self.ctx, buffer, index)?;
+        // No extra (empty) submission here: the readback's own submission
+        // is what the mapping waits for.
+        let bytes = map_read(self.ctx, buffer, self.index.clone())?;
         Ok(bytes[self.skip..self.skip + self.len].to_vec())
     }
 }
