@@ -1,4 +1,5 @@
-//! [`Buffer`]: device memory, and the copies and launches that use it.
+//! [`Buffer`]: device memory, and the copies that use it (launches are
+//! [`Stream::launch`]).
 //!
 //! A buffer lives on one device and is freed when dropped; backends keep
 //! the memory alive until work already enqueued on it has run. Every
@@ -6,6 +7,13 @@
 //! mixing devices is an error ("expected all buffers to be on the same
 //! device, but found at least two devices, cuda:0 and cpu:0"), and moving
 //! data between devices is explicit, with [`Buffer::to`].
+//!
+//! A copy within one buffer ([`Buffer::copy_from`] with `src` the buffer
+//! itself) must not overlap: on every backend, overlapping source and
+//! destination ranges are an error ("copy within one buffer: expected
+//! non-overlapping ranges, found 0..16 and 8..24"), checked here once, so
+//! no backend ever sees such a copy. Disjoint ranges within one buffer, and
+//! any ranges of two buffers, copy as asked.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,7 +24,6 @@ use crate::api::resolve;
 use crate::backend::{BufferHandle, DeviceRuntime, Readback, registry};
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
 use crate::ops;
 use crate::profiler::SpanKind;
 use crate::profiler::record::Detail;
@@ -43,7 +50,7 @@ impl fmt::Debug for Buffer {
     }
 }
 
-fn same_device(first: Device, second: Device) -> Result<()> {
+pub(crate) fn same_device(first: Device, second: Device) -> Result<()> {
     if first == second {
         Ok(())
     } else {
@@ -61,7 +68,7 @@ fn check_range(what: &str, size: usize, offset: usize, len: usize) -> Result<()>
 }
 
 /// The runtime of `stream`'s backend and the stream with a concrete device.
-fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
+pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
     registry::available_guard_impl(stream.device_type())?;
     let rt = registry::runtime(stream.device_type())?;
     Ok((rt, Stream::new(resolve(stream.device())?, stream.id())))
@@ -104,7 +111,14 @@ impl Buffer {
         self.len == 0
     }
 
-    /// The backend's allocation (for backends and the profiler).
+    /// Whether `other` is this very buffer. A `Buffer` owns its allocation
+    /// (it is not `Clone`, and no two buffers share one), so identity of
+    /// the objects is identity of the memory.
+    fn is(&self, other: &Buffer) -> bool {
+        std::ptr::eq(self, other)
+    }
+
+    /// The backend's allocation (for backends and kernel launches).
     pub fn handle(&self) -> &BufferHandle {
         &self.handle
     }
@@ -163,6 +177,10 @@ impl Buffer {
     /// `src_offset` into `self` at `dst_offset`. Both buffers must be on
     /// the stream's device, or the backend must reach `src` from it (peer
     /// access); use [`Buffer::to`] to move data between other devices.
+    ///
+    /// `src` may be `self` when the two ranges do not overlap; overlapping
+    /// ranges within one buffer are an error on every backend (no backend
+    /// promises memmove semantics), and nothing is enqueued.
     pub fn copy_from(
         &self,
         stream: &Stream,
@@ -181,6 +199,13 @@ impl Buffer {
         }
         check_range("copy source", src.len, src_offset, len)?;
         check_range("copy destination", self.len, dst_offset, len)?;
+        if self.is(src) && src_offset < dst_offset + len && dst_offset < src_offset + len {
+            return Err(Error::invalid(format!(
+                "copy within one buffer: expected non-overlapping ranges, found {src_offset}..{} and {dst_offset}..{}",
+                src_offset + len,
+                dst_offset + len
+            )));
+        }
         ops::enqueue(
             &stream,
             SpanKind::Copy,
@@ -223,39 +248,6 @@ impl Buffer {
         }
         Ok(out)
     }
-}
-
-/// Enqueues a kernel launch after checking its bindings; see
-/// [`Stream::launch`].
-pub(crate) fn launch(
-    stream: &Stream,
-    kernel: &Kernel,
-    grid: [u32; 3],
-    buffers: &[&Buffer],
-    params: &[u8],
-) -> Result<()> {
-    let (rt, stream) = stream_runtime(stream)?;
-    if buffers.len() != kernel.bindings {
-        return Err(Error::Kernel {
-            kernel: kernel.name.to_owned(),
-            message: format!(
-                "expected {} buffers, found {}",
-                kernel.bindings,
-                buffers.len()
-            ),
-        });
-    }
-    for b in buffers {
-        same_device(stream.device(), b.device)?;
-    }
-    let handles: Vec<&BufferHandle> = buffers.iter().map(|b| &b.handle).collect();
-    ops::enqueue(
-        &stream,
-        SpanKind::Kernel,
-        || Cow::Borrowed(kernel.name),
-        Detail::Grid(grid),
-        || rt.launch(&stream, kernel, grid, &handles, params),
-    )
 }
 
 /// Data on its way from a device to the host; see [`Buffer::read_async`].

@@ -91,7 +91,7 @@ impl Event {
         self.was_marked_for_recording
     }
 
-    /// The backend's event, once recorded (for backends and the profiler).
+    /// The backend's event, once recorded (for backends).
     pub fn handle(&self) -> Option<&EventHandle> {
         self.handle.as_ref()
     }
@@ -122,24 +122,6 @@ impl Event {
         self.was_marked_for_recording = true;
         self.device_index = stream.device_index();
         Ok(())
-    }
-
-    /// Like [`record`](Self::record), bypassing the profiler (the profiler
-    /// records its own timing events this way).
-    pub(crate) fn record_untraced(&mut self, stream: &Stream) -> Result<()> {
-        let backend = self.check_record(stream)?;
-        backend.record(&mut self.handle, stream, self.device_index, self.flag)?;
-        self.was_marked_for_recording = true;
-        self.device_index = stream.device_index();
-        Ok(())
-    }
-
-    /// Waits for the event, bypassing the profiler.
-    pub(crate) fn synchronize_untraced(&self) -> Result<()> {
-        match (self.backend, &self.handle) {
-            (Some(backend), Some(handle)) => backend.synchronize_event(handle),
-            _ => Ok(()),
-        }
     }
 
     fn check_record(&mut self, stream: &Stream) -> Result<&'static dyn DeviceGuardImpl> {
@@ -246,13 +228,5 @@ impl Drop for Event {
         if let (Some(backend), Some(handle)) = (self.backend, self.handle.take()) {
             backend.destroy_event(handle, self.device_index);
         }
-    }
-}
-
-impl Stream {
-    /// Makes future work on this stream wait for `event` (c10's
-    /// `stream.wait(event)`, which is `event.block(stream)`).
-    pub fn wait(&self, event: &Event) -> Result<()> {
-        event.block(self)
     }
 }

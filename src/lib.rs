@@ -57,14 +57,37 @@
 //! 3. **Backends** (`backend::<name>`): the CPU backend is always built;
 //!    GPU backends sit behind cargo features of their own name. Each
 //!    backend's module doc has a table of how c10's concepts map onto its
-//!    native API. Shared building blocks: [`backend::tls`] (per-thread
-//!    current device and streams), [`backend::pool`] (round-robin pool
-//!    cursors), [`backend::host`] (host-thread streams, events, memory).
-//! 4. **Runtime objects** built once on the interface, for every backend:
-//!    guards ([`guard`]), [`Event`], [`Buffer`], kernels ([`Kernel`]), the
-//!    `torch.cuda`-style free functions, and the stream-operation path
-//!    (`ops`), where `KEEL_LAUNCH_BLOCKING` and the profiler apply to every
-//!    backend at once.
+//!    native API. Every backend has the same skeleton: it implements
+//!    [`backend::typed::Backend`] with its own device, stream, event and
+//!    buffer types, in the same files (`mod.rs`, `device.rs`, `stream.rs`,
+//!    `event.rs`, `memory.rs`, `kernel.rs`, and `loader.rs` where a library
+//!    is loaded), and [`backend::typed::Typed`] turns it into the two trait
+//!    objects, doing once the checks, the thread's current device and
+//!    streams ([`backend::tls`]), the stream pool ([`backend::pool`], with
+//!    [`backend::slots`] for what is created on first use) and
+//!    the handle types. The host-thread building blocks are the CPU
+//!    backend's ([`backend::cpu`]), public for other host backends.
+//! 4. **Profiler** ([`profiler`]): recording hooks, device clocks through
+//!    the backend interface, trace assembly, the trace model, its file
+//!    formats and the live server. It uses only the core values, the
+//!    backend interface and [`Error`], never the runtime objects above it.
+//! 5. **Runtime objects** built once on the interface, for every backend:
+//!    guards ([`guard`]), [`Event`], [`Buffer`], a [`Stream`]'s runtime
+//!    methods (`stream.rs`: query, synchronize, wait, launch), kernels
+//!    ([`Kernel`]), the `torch.cuda`-style free functions, and the
+//!    stream-operation path (`ops`), where `KEEL_LAUNCH_BLOCKING` and the
+//!    profiler's hooks apply to every backend at once.
+//!
+//! No two files use each other, directly or through others (`cargo xtask
+//! layers` checks it; `ARCHITECTURE.md` says which file may use which).
+//!
+//! ## Testing a backend
+//!
+//! The `testing` feature adds the `testing` module: the fake backend,
+//! host test kernels, and the conformance suite, which states once what
+//! every backend must do and runs on any backend, in-tree or third-party,
+//! from one line (`keel::conformance_suite!`). Per-backend differences are
+//! declared in the suite's `Config`, never in copies of its tests.
 //!
 //! ## What is checked where
 //!
@@ -102,13 +125,10 @@ pub mod guard;
 pub mod kernel;
 mod ops;
 pub mod profiler;
+mod stream;
 
 #[cfg(feature = "testing")]
-pub mod testing {
-    //! The fake backend for tests (c10's `FakeGuardImpl`); see
-    //! [`backend::fake`](crate::backend::fake).
-    pub use crate::backend::fake::{FAKE_DEVICE_COUNT, FakeGuardImpl};
-}
+pub mod testing;
 
 pub use api::{
     availability, current_device, current_stream, default_stream, device_count, devices,

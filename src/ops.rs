@@ -12,18 +12,19 @@
 //!   events around each operation); backends never record themselves. With
 //!   no session recording this costs one relaxed load per operation.
 //!
-//! Functions here take already-checked arguments: the public types
-//! ([`Event`](crate::Event), [`Buffer`](crate::Buffer), [`Stream`]) check
-//! before calling.
+//! Functions here take already-checked arguments and backend handles: the
+//! public types ([`Event`](crate::Event), [`Buffer`](crate::Buffer), a
+//! stream's methods in `stream.rs`) check before calling. This module
+//! knows nothing of them (it uses only the backend interface and the
+//! profiler's hooks), so they can all build on it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use std::borrow::Cow;
 
 use crate::backend::{DeviceGuardImpl, EventHandle, registry};
-use crate::core::{DeviceIndex, DeviceType, EventFlag, Stream};
+use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::Result;
-use crate::kernel::Kernel;
 use crate::profiler::SpanKind;
 use crate::profiler::record::{self, Detail};
 
@@ -128,6 +129,10 @@ pub(crate) fn synchronize_device(ty: DeviceType, index: DeviceIndex) -> Result<(
     })
 }
 
+pub(crate) fn synchronize_stream(backend: &dyn DeviceGuardImpl, stream: &Stream) -> Result<()> {
+    traced_sync("stream synchronize", || backend.synchronize_stream(stream))
+}
+
 fn traced_sync(name: &'static str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     if !record::enabled() {
         return f();
@@ -157,11 +162,7 @@ pub(crate) fn enqueue<T>(
 }
 
 /// Records a buffer allocation or free (not a stream operation).
-pub(crate) fn memory<T>(
-    device: crate::core::Device,
-    bytes: i64,
-    f: impl FnOnce() -> Result<T>,
-) -> Result<T> {
+pub(crate) fn memory<T>(device: Device, bytes: i64, f: impl FnOnce() -> Result<T>) -> Result<T> {
     if !record::enabled() {
         return f();
     }
@@ -179,32 +180,4 @@ pub(crate) fn memory<T>(
     )?;
     record::memory(device, bytes);
     Ok(value)
-}
-
-impl Stream {
-    /// Whether all work enqueued on this stream has completed. Never
-    /// blocks. Reports an error a failed operation left on the stream.
-    pub fn query(&self) -> Result<bool> {
-        guard_for(self.device_type())?.query_stream(self)
-    }
-
-    /// Waits until all work enqueued on this stream has completed; returns
-    /// the error of a failed operation, if one failed.
-    pub fn synchronize(&self) -> Result<()> {
-        let backend = guard_for(self.device_type())?;
-        traced_sync("stream synchronize", || backend.synchronize_stream(self))
-    }
-
-    /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in
-    /// order and `params` as its parameter block. Every buffer must be on
-    /// this stream's device.
-    pub fn launch(
-        &self,
-        kernel: &Kernel,
-        grid: [u32; 3],
-        buffers: &[&crate::Buffer],
-        params: &[u8],
-    ) -> Result<()> {
-        crate::buffer::launch(self, kernel, grid, buffers, params)
-    }
 }

@@ -1,16 +1,6 @@
 //! The backend conformance suite on the CPU backend.
 
-mod common;
-mod conformance;
-
 use keel::DeviceType;
+use keel::testing::conformance::{Config, device};
 
-conformance_suite!(
-    || conformance::device(DeviceType::Cpu),
-    conformance::Config {
-        slow_spin: (64, 400_000),
-        after: || {},
-        blocking_submit: false,
-        serial: false,
-    }
-);
+keel::conformance_suite!(|| device(DeviceType::Cpu), Config::default());

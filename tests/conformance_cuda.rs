@@ -2,19 +2,16 @@
 //! or GPU is present every test prints why it skips (and fails instead
 //! when `KEEL_REQUIRE_BACKENDS` names `cuda`).
 
-mod common;
-mod conformance;
-
 use keel::DeviceType;
+use keel::testing::conformance::{Config, KernelSource, device};
 
-conformance_suite!(
-    || conformance::device(DeviceType::Cuda),
-    conformance::Config {
+keel::conformance_suite!(
+    || device(DeviceType::Cuda),
+    Config {
+        kernel_source: KernelSource::Ptx,
         // Tens of milliseconds on a current GPU: 1024 blocks of 64 threads,
         // each running a 2,000,000-step dependent chain.
         slow_spin: (1 << 16, 2_000_000),
-        after: || {},
-        blocking_submit: false,
-        serial: false,
+        ..Config::default()
     }
 );

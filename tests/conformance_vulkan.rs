@@ -1,10 +1,8 @@
 //! The backend conformance suite on the Vulkan backend (lavapipe here and in
 //! CI), with every validation error failing the test that caused it.
 
-mod common;
-mod conformance;
-
 use keel::DeviceType;
+use keel::testing::conformance::{Config, KernelSource, device};
 
 fn no_validation_errors() {
     let n = keel::backend::vulkan::validation_error_count();
@@ -16,12 +14,12 @@ fn no_validation_errors() {
     );
 }
 
-conformance_suite!(
-    || conformance::device(DeviceType::Vulkan),
-    conformance::Config {
+keel::conformance_suite!(
+    || device(DeviceType::Vulkan),
+    Config {
+        kernel_source: KernelSource::Wgsl,
         slow_spin: (4096, 200_000),
         after: no_validation_errors,
-        blocking_submit: false,
-        serial: false,
+        ..Config::default()
     }
 );

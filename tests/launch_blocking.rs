@@ -3,11 +3,9 @@
 //! own test binary, and the environment variable is tested in a child
 //! process (the variable is read once, on first use).
 
-mod common;
-
 use std::process::Command;
 
-use common::{SLEEP, gate_params};
+use keel::testing::{GATED_FILL, SLEEP};
 use keel::{Buffer, Device, DeviceType, Event};
 
 const PROBE: &str = "probe_env_launch_blocking";
@@ -58,15 +56,14 @@ fn set_launch_blocking_makes_errors_surface_at_the_call() {
     assert!(keel::launch_blocking());
     // A failing kernel reports its error from `launch` itself.
     let buf = Buffer::new(cpu, 4).expect("alloc");
+    let no_gate = [u32::MAX.to_le_bytes(), 1.0f32.to_le_bytes()].concat();
     let err = s
-        .launch(
-            &common::GATED_FILL,
-            [1, 1, 1],
-            &[&buf],
-            &gate_params(99, 1.0),
-        )
-        .expect_err("gate 99 does not exist");
-    assert_eq!(err.to_string(), "kernel 'gated_fill': no gate 99");
+        .launch(&GATED_FILL, [1, 1, 1], &[&buf], &no_gate)
+        .expect_err("no such gate");
+    assert_eq!(
+        err.to_string(),
+        "kernel 'gated_fill': expected the id of a Gate, found 4294967295"
+    );
     // Event records and waits are synchronous too.
     s.launch(&SLEEP, [1, 1, 1], &[], &20u32.to_le_bytes())
         .expect("launch");

@@ -1,13 +1,12 @@
-//! PrivateUse1: c10's registration rules, and a third-party backend (the
-//! `npu` of `examples/custom_backend`) used through the ordinary API.
+//! PrivateUse1: c10's registration rules, and what is particular to the
+//! `npu` of `examples/custom_backend` (two devices, an asynchronous default
+//! stream). The conformance suite runs on it too (`tests/conformance_npu.rs`).
 
 #[path = "../examples/custom_backend/npu.rs"]
 mod npu;
 
-mod common;
-
-use common::{GATED_FILL, gate_params, open, pattern};
-use keel::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Stream, StreamGuard, kernels};
+use keel::testing::{GATED_FILL, Gate};
+use keel::{Buffer, Device, DeviceGuard, DeviceType, Event, Stream, StreamGuard};
 
 fn npu(index: i16) -> Device {
     npu::install().expect("npu backend");
@@ -62,6 +61,8 @@ fn npu_devices_parse_and_print() {
         Stream::default_for(d).to_string(),
         "stream 0 on device npu:1"
     );
+    let p = keel::properties(d).expect("properties");
+    assert_eq!(p.name, "Keel simulated NPU");
 }
 
 #[test]
@@ -91,8 +92,9 @@ fn default_stream_is_asynchronous_and_events_order_it() {
     let default = keel::default_stream(d).expect("default");
     let other = keel::get_stream_from_pool(d, false).expect("pool");
     let buf = Buffer::new(d, 4).expect("alloc");
+    let gate = Gate::new();
     default
-        .launch(&GATED_FILL, [1, 1, 1], &[&buf], &gate_params(10, 4.0))
+        .launch(&GATED_FILL, [1, 1, 1], &[&buf], &gate.params(4.0))
         .expect("launch");
     assert_eq!(
         default.query(),
@@ -103,89 +105,6 @@ fn default_stream_is_asynchronous_and_events_order_it() {
     done.record(&default).expect("record");
     other.wait(&done).expect("wait");
     let out = buf.to(d, &other).expect("copy after the wait");
-    open(10);
+    gate.open();
     assert_eq!(out.read_as::<f32>(&other).expect("read"), [4.0]);
-}
-
-#[test]
-fn buffers_on_different_devices_do_not_mix() {
-    let (d0, d1) = (npu(0), npu(1));
-    let s0 = keel::current_stream(d0).expect("stream");
-    let a = Buffer::new(d0, 16).expect("a");
-    let b = Buffer::new(d1, 16).expect("b");
-    let c = Buffer::new(d0, 16).expect("c");
-    let k = kernels::VECTOR_ADD;
-    let e = s0
-        .launch(&k, [1, 1, 1], &[&a, &b, &c], &4u32.to_le_bytes())
-        .expect_err("mixed devices");
-    assert_eq!(
-        e,
-        Error::DeviceMismatch {
-            first: d0,
-            second: d1
-        }
-    );
-    assert_eq!(
-        e.to_string(),
-        "expected all buffers to be on the same device, but found at least two devices, npu:0 and npu:1"
-    );
-    let cpu_stream = keel::current_stream(Device::cpu()).expect("cpu");
-    let e = a
-        .write(&cpu_stream, 0, &[1u8])
-        .expect_err("stream on another device");
-    assert!(e.to_string().ends_with("npu:0 and cpu:0"), "{e}");
-}
-
-#[test]
-fn data_moves_between_any_devices() {
-    let (d0, d1) = (npu(0), npu(1));
-    let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu");
-    let data = pattern(100_003, 7);
-    let s0 = keel::get_stream_from_pool(d0, false).expect("s0");
-    let s1 = keel::get_stream_from_pool(d1, false).expect("s1");
-    let sc = keel::get_stream_from_pool(cpu, false).expect("sc");
-    let on_cpu = Buffer::from_slice(&sc, &data).expect("upload");
-    sc.synchronize().expect("sync");
-    keel::set_current_stream(sc).expect("reads of cpu buffers use the current stream");
-    let on_npu0 = on_cpu.to(d0, &s0).expect("cpu -> npu:0");
-    s0.synchronize().expect("sync");
-    keel::set_current_stream(s0).expect("current");
-    let on_npu1 = on_npu0.to(d1, &s1).expect("npu:0 -> npu:1, peer");
-    // The host path reads on the source device's current stream: make it
-    // the stream the data was written on, as in PyTorch.
-    keel::set_current_stream(s1).expect("current");
-    let back = on_npu1.to(cpu, &sc).expect("npu:1 -> cpu");
-    assert_eq!(back.device(), cpu);
-    assert!(
-        back.read(&sc).expect("read") == data,
-        "byte-exact after three moves"
-    );
-}
-
-#[test]
-fn kernels_and_timing_on_npu() {
-    let d = npu(1);
-    let s = keel::get_stream_from_pool(d, false).expect("pool");
-    let n = 1000usize;
-    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let dx = Buffer::from_slice(&s, &x).expect("x");
-    let dy = Buffer::from_slice(&s, &vec![1.0f32; n]).expect("y");
-    let mut start = Event::timed(DeviceType::PrivateUse1);
-    let mut end = Event::timed(DeviceType::PrivateUse1);
-    start.record(&s).expect("record");
-    let params = [(n as u32).to_le_bytes(), 3.0f32.to_le_bytes()].concat();
-    let k = kernels::SAXPY;
-    s.launch(&k, k.grid_for(n as u64), &[&dx, &dy], &params)
-        .expect("saxpy");
-    end.record(&s).expect("record");
-    keel::synchronize(d).expect("device sync");
-    assert!(start.elapsed_time(&end).expect("elapsed") >= 0.0);
-    let y = dy.read_as::<f32>(&s).expect("read");
-    assert!(
-        y.iter()
-            .enumerate()
-            .all(|(i, &v)| v == 1.0 + 3.0 * i as f32)
-    );
-    let p = keel::properties(d).expect("properties");
-    assert_eq!(p.name, "Keel simulated NPU");
 }

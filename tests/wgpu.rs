@@ -1,13 +1,12 @@
-//! wgpu-specific behaviour: adapter order and selection by environment
-//! (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME`, in child processes), properties,
-//! kernel errors without panics, and moves between wgpu, Vulkan and CPU.
-
-mod common;
-mod conformance;
+//! wgpu-specific behaviour beyond the conformance suite
+//! (`tests/conformance_wgpu.rs`): adapter order and properties, and
+//! selection by environment (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME`, in child
+//! processes).
 
 use std::process::Command;
 
-use keel::{Buffer, Device, DeviceType, Kernel, kernels};
+use keel::testing::conformance;
+use keel::{Buffer, Device, DeviceType};
 
 const TY: DeviceType = DeviceType::Wgpu;
 
@@ -48,95 +47,6 @@ fn adapters_are_in_the_documented_order() {
         p.native_backend
     );
     assert!(p.max_workgroup_size.is_some() && p.max_workgroup_count.is_some());
-}
-
-#[test]
-fn kernel_errors_do_not_panic() {
-    let Some(d) = conformance::device(TY) else {
-        return;
-    };
-    let s = keel::get_stream_from_pool(d, false).expect("pool");
-    let b = Buffer::new(d, 64).expect("alloc");
-    let broken = Kernel {
-        name: "broken",
-        wgsl: Some("@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }"),
-        ..kernels::SPIN
-    };
-    let e = s
-        .launch(&broken, [1, 1, 1], &[&b], &[])
-        .expect_err("bad WGSL");
-    assert!(
-        e.to_string()
-            .starts_with("kernel 'broken': WGSL rejected by wgpu"),
-        "{e}"
-    );
-    let host_only = Kernel {
-        wgsl: None,
-        ..kernels::SPIN
-    };
-    let e = s
-        .launch(&host_only, [1, 1, 1], &[&b], &[])
-        .expect_err("no WGSL");
-    assert_eq!(
-        e.to_string(),
-        "kernel 'spin': has no WGSL source, which the wgpu backend runs"
-    );
-    let e = s
-        .launch(&kernels::SPIN, [u32::MAX, 1, 1], &[&b], &[])
-        .expect_err("grid");
-    assert!(
-        e.to_string()
-            .contains("exceeds the device's maximum workgroup count"),
-        "{e}"
-    );
-    // The device still works.
-    let params = [16u32.to_le_bytes(), 10u32.to_le_bytes()].concat();
-    s.launch(&kernels::SPIN, [1, 1, 1], &[&b], &params)
-        .expect("spin");
-    let got = b.read_as::<f32>(&s).expect("read");
-    assert!((got[15] - kernels::spin_reference(15, 10)).abs() < 1e-4);
-}
-
-#[test]
-fn unaligned_copies_and_moves_across_backends() {
-    let Some(d) = conformance::device(TY) else {
-        return;
-    };
-    let s = keel::get_stream_from_pool(d, false).expect("pool");
-    let data = common::pattern(10_007, 11);
-    let a = Buffer::from_slice(&s, &data).expect("upload");
-    let b = Buffer::new(d, 10_007).expect("alloc");
-    // Every phase of source and destination offsets.
-    for (so, dof, len) in [(1, 2, 1001), (3, 0, 4), (0, 3, 17), (5, 5, 9000), (2, 1, 1)] {
-        b.copy_from(&s, &a, so, dof, len).expect("copy");
-        let got = b
-            .read_async(&s, dof, len)
-            .expect("read")
-            .wait()
-            .expect("wait");
-        assert!(got == data[so..so + len], "copy {so} -> {dof} of {len}");
-    }
-    let e = a.copy_from(&s, &a, 0, 10, 20).expect_err("overlap");
-    assert!(e.to_string().contains("non-overlapping"), "{e}");
-    a.copy_from(&s, &a, 0, 5001, 3001)
-        .expect("same buffer, disjoint");
-    let whole = a.read(&s).expect("read");
-    assert!(whole[5001..8002] == data[0..3001]);
-    // wgpu -> CPU -> Vulkan (when present) -> wgpu.
-    let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu");
-    let sc = keel::current_stream(cpu).expect("cpu stream");
-    let _g = keel::StreamGuard::new(s).expect("host path reads on s");
-    let on_cpu = a.to(cpu, &sc).expect("wgpu -> cpu");
-    let back = if keel::is_available(DeviceType::Vulkan) {
-        let v = Device::new(DeviceType::Vulkan, 0).expect("vulkan:0");
-        let sv = keel::current_stream(v).expect("vulkan stream");
-        let on_vk = on_cpu.to(v, &sv).expect("cpu -> vulkan");
-        sv.synchronize().expect("sync");
-        on_vk.to(d, &s).expect("vulkan -> wgpu")
-    } else {
-        on_cpu.to(d, &s).expect("cpu -> wgpu")
-    };
-    assert!(back.read(&s).expect("read") == whole);
 }
 
 /// Runs in a child process with the environment the parent chose.

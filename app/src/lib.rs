@@ -178,14 +178,10 @@ impl App {
         }
     }
 
-    /// Loads a trace from dropped bytes (native by magic, else JSON).
+    /// Loads a trace from dropped bytes (the library picks the format by
+    /// content).
     pub fn open_bytes(&mut self, name: &str, bytes: &[u8]) {
-        let result = if bytes.starts_with(keel::profiler::native::MAGIC) {
-            keel::profiler::native::read_native(bytes)
-        } else {
-            keel::profiler::json::read_json_bytes(bytes)
-        };
-        match result {
+        match keel::profiler::file::from_bytes(bytes) {
             Ok(t) => self.set_trace(t, name.to_owned()),
             Err(e) => self.fail(format!("could not open {name}: {e}")),
         }
@@ -351,7 +347,7 @@ impl App {
             };
             for f in fragments {
                 self.live_chunks += 1;
-                if let Err(e) = live::merge(&mut trace, f) {
+                if let Err(e) = trace.merge(f) {
                     self.fail(format!("live fragment rejected: {e}"));
                 }
             }

@@ -3,24 +3,28 @@
 //!
 //! The "NPU" is a simulated accelerator with two devices. Each device runs
 //! its work on host threads, using Keel's host building blocks
-//! (`keel::backend::host`); unlike Keel's CPU, its default stream is
+//! (`keel::backend::cpu`); unlike Keel's CPU, its default stream is
 //! asynchronous too, like a real accelerator's default queue, and the two
 //! devices can copy each other's memory directly (simulated peer access).
 //!
-//! Everything a backend provides is here: the guard implementation (current
-//! device and stream, stream pool, events) and the runtime (properties,
-//! memory, copies, kernels). After [`install`], users reach it through the
-//! ordinary API: `"npu:1".parse::<Device>()`, `DeviceGuard`,
+//! Everything a backend provides is here, written against Keel's backend
+//! skeleton ([`keel::backend::typed::Backend`]): its devices, streams and
+//! properties; being a host-thread device, it takes Keel's host events,
+//! memory, copies and kernels by implementing
+//! [`keel::backend::cpu::HostBackend`] (a GPU backend implements the
+//! skeleton's `Events`, `Memory` and `Kernels` itself). The skeleton does
+//! the rest (checks, the thread's current device and streams, the stream
+//! pool, handle types), exactly as for Keel's own backends. After
+//! [`install`], users reach it through the ordinary API: `"npu:1".parse::<Device>()`, `DeviceGuard`,
 //! `get_stream_from_pool`, `Event`, `Buffer`, `Stream::launch`.
 
 use std::sync::{LazyLock, OnceLock};
 
-use keel::backend::host::{self, HostDevice, HostEvent, HostMemory, HostStream};
-use keel::backend::{
-    BufferHandle, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, TimestampSupport, check_device_index, foreign_event, tls,
-};
-use keel::{Device, DeviceIndex, DeviceType, Error, EventFlag, Kernel, Result, Stream};
+use keel::backend::cpu::{HostBackend, HostDevice, HostStream};
+use keel::backend::pool::PoolCursors;
+use keel::backend::typed::{Backend, Typed};
+use keel::backend::{DeviceKind, DeviceProperties, TimestampSupport};
+use keel::{Device, DeviceIndex, DeviceType, Error, Result, StreamId};
 
 /// The name users write in device strings.
 pub const NAME: &str = "npu";
@@ -30,16 +34,17 @@ const TY: DeviceType = DeviceType::PrivateUse1;
 /// Priority levels of each device's stream pool.
 const LEVELS: usize = 3;
 
-/// The backend: one host-thread device per NPU.
-pub struct Npu {
-    devices: Vec<HostDevice>,
-}
-
-static NPU: LazyLock<Npu> = LazyLock::new(|| Npu {
-    devices: (0..DEVICES)
+static STATE: LazyLock<Vec<HostDevice>> = LazyLock::new(|| {
+    (0..DEVICES)
         .map(|i| HostDevice::new(TY, i, LEVELS, false))
-        .collect(),
+        .collect()
 });
+
+/// The backend: one host-thread device per NPU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Npu;
+
+static NPU: Typed<Npu> = Typed::new(Npu);
 
 /// Names the PrivateUse1 slot `npu` and registers the backend in it. Safe
 /// to call more than once; every call returns the first call's result.
@@ -48,123 +53,46 @@ pub fn install() -> Result<()> {
     INSTALLED
         .get_or_init(|| {
             keel::register_privateuse1_backend(NAME)?;
-            let npu: &'static Npu = &NPU;
-            keel::backend::register(TY, npu, Some(npu))
+            keel::backend::register(TY, &NPU, Some(&NPU))
         })
         .clone()
 }
 
-impl Npu {
-    fn device(&self, device: Device) -> Result<&HostDevice> {
-        if device.device_type() != TY {
-            return Err(Error::invalid(format!(
-                "the {NAME} backend serves {NAME} devices, found {device}"
-            )));
-        }
-        check_device_index(device, DEVICES)?;
-        Ok(&self.devices[device.index() as usize])
-    }
+impl Backend for Npu {
+    const TYPE: DeviceType = TY;
+    type Device = HostDevice;
+    type Stream = &'static HostStream;
 
-    fn stream(&self, stream: &Stream) -> Result<&HostStream> {
-        self.device(stream.device())?.stream(stream.id())
-    }
-
-    fn event<'e>(&self, event: &'e EventHandle) -> Result<&'e HostEvent> {
-        event
-            .downcast_ref::<HostEvent>()
-            .ok_or_else(|| foreign_event(TY))
-    }
-
-    fn at(index: DeviceIndex) -> Result<Device> {
-        Device::new(TY, index)
-    }
-}
-
-impl DeviceGuardImpl for Npu {
-    fn device_type(&self) -> DeviceType {
-        TY
-    }
-    fn exchange_device(&self, device: Device) -> Result<Device> {
-        self.device(device)?;
-        tls::exchange_device(device)
-    }
-    fn get_device(&self) -> Result<Device> {
-        tls::current_device(TY)
-    }
-    fn set_device(&self, device: Device) -> Result<()> {
-        self.exchange_device(device).map(drop)
-    }
-    fn unchecked_set_device(&self, device: Device) {
-        let _ = self.exchange_device(device);
-    }
-    fn get_stream(&self, device: Device) -> Result<Stream> {
-        self.device(device)?;
-        Ok(tls::current_stream(device))
-    }
-    fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
-        self.stream(&stream)?;
-        Ok(tls::exchange_stream(stream))
+    fn loaded(&self) -> std::result::Result<(), &str> {
+        Ok(())
     }
     fn device_count(&self) -> DeviceIndex {
         DEVICES
     }
-    fn get_default_stream(&self, device: Device) -> Result<Stream> {
-        self.device(device)?;
-        Ok(Stream::default_for(device))
+    fn device(&self, index: DeviceIndex) -> Result<&'static HostDevice> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| STATE.get(i))
+            .ok_or_else(|| Error::invalid(format!("no {NAME} device {index}")))
     }
-    fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        self.device(device)?
-            .cursors()
-            .pool_stream(device, high_priority)
+    fn cursors<'d>(&self, device: &'d HostDevice) -> &'d PoolCursors {
+        device.cursors()
     }
-    fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
-        self.device(device)?
-            .cursors()
-            .priority_stream(device, priority)
+    fn stream(&self, device: &'static HostDevice, id: StreamId) -> Result<&'static HostStream> {
+        device.stream(id)
     }
-    fn record(
-        &self,
-        event: &mut Option<EventHandle>,
-        stream: &Stream,
-        _device_index: DeviceIndex,
-        _flag: EventFlag,
-    ) -> Result<()> {
-        let recorded = HostEvent::record(self.stream(stream)?, stream.device_index())?;
-        *event = Some(EventHandle::new(recorded));
-        Ok(())
+    fn query_stream(&self, stream: &'static HostStream) -> Result<bool> {
+        stream.query()
     }
-    fn block(&self, event: &EventHandle, stream: &Stream) -> Result<()> {
-        self.event(event)?.block(self.stream(stream)?)
+    fn synchronize_stream(&self, stream: &'static HostStream) -> Result<()> {
+        stream.synchronize()
     }
-    fn query_event(&self, event: &EventHandle) -> Result<bool> {
-        Ok(self.event(event)?.query())
+    fn synchronize_device(&self, device: &'static HostDevice) -> Result<()> {
+        device.synchronize()
     }
-    fn query_stream(&self, stream: &Stream) -> Result<bool> {
-        self.stream(stream)?.query()
-    }
-    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
-        self.stream(stream)?.synchronize()
-    }
-    fn synchronize_event(&self, event: &EventHandle) -> Result<()> {
-        self.event(event)?.synchronize();
-        Ok(())
-    }
-    fn synchronize_device(&self, device_index: DeviceIndex) -> Result<()> {
-        self.device(Npu::at(device_index)?)?.synchronize()
-    }
-    fn elapsed_time(&self, start: &EventHandle, end: &EventHandle, _: DeviceIndex) -> Result<f64> {
-        self.event(start)?
-            .elapsed_ms(self.event(end)?)
-            .ok_or_else(|| {
-                Error::invalid("Both events must be completed before calculating elapsed time.")
-            })
-    }
-}
 
-impl DeviceRuntime for Npu {
-    fn properties(&self, device: Device) -> Result<DeviceProperties> {
-        self.device(device)?;
-        let mut p = DeviceProperties::new(device, "Keel simulated NPU", DeviceKind::Other);
+    fn describe(&self, _device: &'static HostDevice, at: Device) -> Result<DeviceProperties> {
+        let mut p = DeviceProperties::new(at, "Keel simulated NPU", DeviceKind::Other);
         p.vendor = "keel examples".to_owned();
         p.native_backend = "host threads (PrivateUse1)".to_owned();
         p.driver = "examples/custom_backend".to_owned();
@@ -177,69 +105,12 @@ impl DeviceRuntime for Npu {
             .push(("peer access".to_owned(), "all npu devices".to_owned()));
         Ok(p)
     }
-    fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle> {
-        self.device(device)?;
-        let mem = HostMemory::alloc(len).ok_or(Error::OutOfMemory {
-            device,
-            requested: len as u64,
-        })?;
-        Ok(BufferHandle::new(mem))
-    }
-    fn write(
-        &self,
-        stream: &Stream,
-        dst: &BufferHandle,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
-        host::enqueue_write(
-            self.stream(stream)?,
-            host::host_memory(TY, dst)?,
-            offset,
-            data,
-        )
-    }
-    fn read(
-        &self,
-        stream: &Stream,
-        src: &BufferHandle,
-        offset: usize,
-        len: usize,
-    ) -> Result<Box<dyn Readback>> {
-        host::enqueue_read(
-            self.stream(stream)?,
-            host::host_memory(TY, src)?,
-            offset,
-            len,
-        )
-    }
-    fn copy(
-        &self,
-        stream: &Stream,
-        src: &BufferHandle,
-        src_offset: usize,
-        dst: &BufferHandle,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        let (src, dst) = (host::host_memory(TY, src)?, host::host_memory(TY, dst)?);
-        host::enqueue_copy(self.stream(stream)?, src, src_offset, dst, dst_offset, len)
-    }
-    fn launch(
-        &self,
-        stream: &Stream,
-        kernel: &Kernel,
-        grid: [u32; 3],
-        buffers: &[&BufferHandle],
-        params: &[u8],
-    ) -> Result<()> {
-        let mems = buffers
-            .iter()
-            .map(|b| host::host_memory(TY, b))
-            .collect::<Result<Vec<_>>>()?;
-        host::enqueue_kernel(TY, self.stream(stream)?, kernel, grid, mems, params)
-    }
-    fn can_copy_between(&self, src: Device, dst: Device) -> bool {
+}
+
+/// Events, memory, copies and kernels are Keel's host ones (the CPU's);
+/// the two devices read each other's memory directly.
+impl HostBackend for Npu {
+    fn host_peer_copy(&self, src: Device, dst: Device) -> bool {
         src.device_type() == TY && dst.device_type() == TY
     }
 }

@@ -12,22 +12,25 @@
 //! type. Built-in backends fill their slot lazily on first lookup; a third
 //! party fills the PrivateUse1 slot (or any empty one) at run time.
 //!
-//! Building blocks shared by backends: [`tls`] (the thread's current device
-//! and streams), [`pool`] (round-robin stream pool cursors), [`host`]
-//! (in-order host worker streams and host events, used by the CPU backend
-//! and by the custom-backend example).
+//! Every backend is written against [`typed::Backend`] (its own device,
+//! stream, event and buffer types); [`typed::Typed`] turns it into the two
+//! trait objects, doing once what every backend would otherwise repeat:
+//! checks, the thread's current device and streams ([`tls`]), the stream
+//! pool ([`pool`]) and the handles' types. See ARCHITECTURE.md for the
+//! files every backend folder has.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "testing")]
 pub mod fake;
-pub mod host;
 pub mod pool;
 mod properties;
 pub mod registry;
 mod runtime;
+pub mod slots;
 pub mod tls;
+pub mod typed;
 mod virtual_impl;
 #[cfg(feature = "vulkan")]
 pub mod vulkan;
@@ -75,34 +78,6 @@ impl fmt::Debug for EventHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("EventHandle(..)")
     }
-}
-
-/// The error a backend returns for a buffer handle that is not its own.
-pub fn foreign_buffer(ty: DeviceType) -> Error {
-    Error::invalid(format!(
-        "expected a buffer allocated by the {} backend, found another backend's buffer",
-        ty.backend_name()
-    ))
-}
-
-/// For a single-type [`StaticGuardImpl`]: `Ok` when `asked` is the type the
-/// implementation `name` serves, a clear error otherwise.
-pub fn check_static_type(name: &str, serves: DeviceType, asked: DeviceType) -> Result<()> {
-    if asked == serves {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "{name} guards {serves} devices only, found a {asked} device"
-        )))
-    }
-}
-
-/// The error a backend returns for an event handle that is not its own.
-pub fn foreign_event(ty: DeviceType) -> Error {
-    Error::invalid(format!(
-        "expected an event created by the {} backend, found one from another backend",
-        ty.backend_name()
-    ))
 }
 
 /// c10's `DeviceGuardImplInterface`: what guards, streams and events need

@@ -6,11 +6,18 @@
 //! the native stream behind an id lazily, the first time the id is used,
 //! and never destroys it. Request `k` on a (device, level) pool gets stream
 //! `k % 32`, so the 33rd request returns the 1st stream again.
+//!
+//! [`Streams`] is one device's table of native streams (the default stream
+//! and the pool's) together with its cursors, for backends whose streams
+//! are objects they create.
 
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::slots::Slots;
 use crate::core::{
-    Device, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, Stream, StreamId, pool_stream_id,
+    Device, DeviceIndex, DeviceType, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, Stream, StreamId,
+    StreamKind, pool_stream_id, stream_kind,
 };
 use crate::error::{Error, Result};
 
@@ -89,5 +96,81 @@ impl PoolCursors {
         }
         let k = self.next[level].fetch_add(1, Ordering::Relaxed) % STREAMS_PER_POOL;
         pool_stream_id(level, k).ok_or_else(|| Error::invalid("pool stream id out of range"))
+    }
+}
+
+/// One device's native streams, each created on first use and kept for the
+/// process (see [`Slots`]), and the pool's cursors.
+pub struct Streams<S> {
+    ty: DeviceType,
+    index: DeviceIndex,
+    cursors: PoolCursors,
+    /// Slot 0 is the default stream; pool stream `(level, index)` is slot
+    /// `1 + level * STREAMS_PER_POOL + index`.
+    slots: Slots<S>,
+}
+
+impl<S> fmt::Debug for Streams<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streams")
+            .field("device", &format_args!("{}:{}", self.ty, self.index))
+            .field("levels", &self.cursors.levels())
+            .field("created", &self.slots.created().count())
+            .finish()
+    }
+}
+
+impl<S> Streams<S> {
+    /// The streams of device `index` of `ty`, with `levels` priority levels
+    /// (clamped as [`PoolCursors::new`] does).
+    pub fn new(ty: DeviceType, index: DeviceIndex, levels: usize) -> Self {
+        Streams {
+            ty,
+            index,
+            cursors: PoolCursors::new(levels),
+            slots: Slots::new(1 + MAX_PRIORITY_LEVELS * STREAMS_PER_POOL),
+        }
+    }
+
+    /// The pool's cursors (priority levels, round robin).
+    pub fn cursors(&self) -> &PoolCursors {
+        &self.cursors
+    }
+
+    /// The native stream behind `id`, created on first use by `create`,
+    /// which is given the id's kind ([`StreamKind::Default`] or
+    /// [`StreamKind::Pool`]). Any other id is an error.
+    pub fn get_or_create(
+        &self,
+        id: StreamId,
+        create: impl FnOnce(StreamKind) -> Result<S>,
+    ) -> Result<&S> {
+        let kind = stream_kind(id);
+        let slot = match kind {
+            StreamKind::Default => 0,
+            StreamKind::Pool { level, index } if usize::from(level) < self.cursors.levels() => {
+                1 + usize::from(level) * STREAMS_PER_POOL + usize::from(index)
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "unknown stream id {id} on {}:{}: expected 0 (default) or a pool stream id (levels 0..{})",
+                    self.ty,
+                    self.index,
+                    self.cursors.levels()
+                )));
+            }
+        };
+        self.slots.get_or_create(slot, || create(kind))
+    }
+
+    /// The streams created so far, default first.
+    pub fn created(&self) -> impl Iterator<Item = &S> {
+        self.slots.created()
+    }
+
+    /// Runs `f` on every stream created so far, even after a failure;
+    /// returns the first error (for synchronising a device).
+    pub fn try_for_each_created(&self, f: impl FnMut(&S) -> Result<()>) -> Result<()> {
+        self.slots.try_for_each_created(f)
     }
 }

@@ -36,23 +36,23 @@ static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] = [const { OnceLock::new() };
 fn builtin(ty: DeviceType) -> Option<Entry> {
     match ty {
         DeviceType::Cpu => Some(Entry {
-            guard: &super::cpu::CpuGuardImpl,
-            runtime: Some(&super::cpu::CpuGuardImpl),
+            guard: &super::cpu::CPU,
+            runtime: Some(&super::cpu::CPU),
         }),
         #[cfg(feature = "cuda")]
         DeviceType::Cuda => Some(Entry {
-            guard: &super::cuda::CudaGuardImpl,
-            runtime: Some(&super::cuda::CudaGuardImpl),
+            guard: &super::cuda::CUDA,
+            runtime: Some(&super::cuda::CUDA),
         }),
         #[cfg(feature = "vulkan")]
         DeviceType::Vulkan => Some(Entry {
-            guard: &super::vulkan::VulkanGuardImpl,
-            runtime: Some(&super::vulkan::VulkanGuardImpl),
+            guard: &super::vulkan::VULKAN,
+            runtime: Some(&super::vulkan::VULKAN),
         }),
         #[cfg(feature = "wgpu")]
         DeviceType::Wgpu => Some(Entry {
-            guard: &super::wgpu::WgpuGuardImpl,
-            runtime: Some(&super::wgpu::WgpuGuardImpl),
+            guard: &super::wgpu::WGPU,
+            runtime: Some(&super::wgpu::WGPU),
         }),
         _ => None,
     }

@@ -36,11 +36,6 @@ impl BufferHandle {
     pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         Arc::clone(&self.0).downcast().ok()
     }
-
-    /// Whether two handles are the same allocation.
-    pub fn same_allocation(&self, other: &BufferHandle) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
 }
 
 impl fmt::Debug for BufferHandle {

@@ -15,13 +15,14 @@
 //!      and lane tables). The first fragment after the handshake carries
 //!      every device and lane seen so far; later ones carry what was
 //!      recorded since the previous one. Viewers merge fragments with
-//!      [`merge`].
+//!      [`Trace::merge`].
 //!    - kind 2, *dropped*: `u64` total chunks this viewer has missed
 //!      because it read too slowly.
 //!
 //! # Never blocking the profiled program
-//! A collector thread drains the recording buffers every `interval` and
-//! hands each fragment to every viewer's bounded queue. A full queue drops
+//! The server's session emits its fragments to a sink that hands each one
+//! to every viewer's bounded queue; a collector thread makes the session
+//! emit every `interval`. A full queue drops
 //! the fragment for that viewer and counts it; only the viewer's own writer
 //! thread ever waits on its socket.
 //!
@@ -29,7 +30,6 @@
 //! [`serve`] binds loopback addresses only; listening on another address
 //! needs [`LiveOptions::allow_remote`].
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,8 +38,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::trace::{LaneKind, TRACE_VERSION, Trace};
-use super::{native, record};
+use super::collect::{self, Sink};
+use super::native;
+use super::trace::{TRACE_VERSION, Trace};
 use crate::error::{Error, Result};
 
 /// The live protocol's version.
@@ -145,7 +146,6 @@ pub fn serve_with(addr: impl ToSocketAddrs, options: LiveOptions) -> Result<Live
     listener
         .set_nonblocking(true)
         .map_err(|e| io("configuring the listener", e))?;
-    record::begin()?;
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         viewers: Mutex::new(Vec::new()),
@@ -156,27 +156,48 @@ pub fn serve_with(addr: impl ToSocketAddrs, options: LiveOptions) -> Result<Live
         dropped_total: AtomicU64::new(0),
         viewers_served: AtomicU64::new(0),
     });
+    collect::begin(Box::new(LiveSink {
+        shared: Arc::clone(&shared),
+    }))?;
+    let threads = start_threads(&shared, listener, &options).inspect_err(|_| {
+        shared.stop.store(true, Ordering::Relaxed);
+        drop(collect::end());
+    })?;
+    Ok(LiveServer {
+        addr: local,
+        shared,
+        threads,
+    })
+}
+
+/// The collector and accept threads.
+fn start_threads(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    options: &LiveOptions,
+) -> Result<Vec<JoinHandle<()>>> {
     let collector = {
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         let interval = options.interval;
         std::thread::Builder::new()
             .name("keel-live-collector".to_owned())
-            .spawn(move || collect_loop(&shared, interval))
+            .spawn(move || {
+                while !shared.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(interval);
+                    collect::flush();
+                }
+            })
             .map_err(|e| io("starting the collector thread", e))?
     };
     let acceptor = {
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         let queue = options.queue_chunks.max(1);
         std::thread::Builder::new()
             .name("keel-live-accept".to_owned())
             .spawn(move || accept_loop(&listener, &shared, queue))
             .map_err(|e| io("starting the accept thread", e))?
     };
-    Ok(LiveServer {
-        addr: local,
-        shared,
-        threads: vec![collector, acceptor],
-    })
+    Ok(vec![collector, acceptor])
 }
 
 impl LiveServer {
@@ -206,7 +227,7 @@ impl LiveServer {
             let _ = t.join();
         }
         lock(&self.shared.viewers).clear();
-        let _ = record::end();
+        let _ = collect::end();
     }
 }
 
@@ -230,12 +251,17 @@ fn chunk(kind: u8, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-fn collect_loop(shared: &Shared, interval: Duration) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        std::thread::sleep(interval);
-        let Some(fragment) = record::drain() else {
-            continue;
-        };
+/// The live server's sink: each fragment goes to every viewer's queue.
+struct LiveSink {
+    shared: Arc<Shared>,
+}
+
+impl Sink for LiveSink {
+    fn emit(&mut self, fragment: Trace) {
+        let shared = &*self.shared;
+        if shared.stop.load(Ordering::Relaxed) {
+            return; // the server is closing: no viewer is left to send to
+        }
         remember_tables(shared, &fragment);
         let empty = fragment.spans.is_empty()
             && fragment.instants.is_empty()
@@ -243,14 +269,14 @@ fn collect_loop(shared: &Shared, interval: Duration) {
             && fragment.counters.is_empty()
             && fragment.dropped == 0;
         if empty {
-            continue;
+            return;
         }
         let bytes = match native::to_native_bytes(&fragment) {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("keel live: dropping a fragment that cannot be encoded: {e}");
                 shared.dropped_total.fetch_add(1, Ordering::Relaxed);
-                continue;
+                return;
             }
         };
         if bytes.len() > MAX_CHUNK {
@@ -259,7 +285,7 @@ fn collect_loop(shared: &Shared, interval: Duration) {
                 bytes.len()
             );
             shared.dropped_total.fetch_add(1, Ordering::Relaxed);
-            continue;
+            return;
         }
         let message = Arc::new(chunk(KIND_FRAGMENT, &bytes));
         let mut viewers = lock(&shared.viewers);
@@ -273,24 +299,20 @@ fn collect_loop(shared: &Shared, interval: Duration) {
             Err(TrySendError::Disconnected(_)) => false,
         });
     }
+
+    /// The server's session returns no trace: its fragments went out live.
+    fn finish(self: Box<Self>) -> Trace {
+        Trace {
+            version: TRACE_VERSION,
+            ..Trace::default()
+        }
+    }
 }
 
 /// Keeps the union of devices and lanes seen, for new viewers.
 fn remember_tables(shared: &Shared, fragment: &Trace) {
     let mut tables = lock(&shared.tables);
-    let _ = merge(&mut tables, fragment.tables_only());
-}
-
-impl Trace {
-    /// The device and lane tables of this trace, with no events.
-    pub fn tables_only(&self) -> Trace {
-        Trace {
-            version: self.version,
-            devices: self.devices.clone(),
-            lanes: self.lanes.clone(),
-            ..Trace::default()
-        }
-    }
+    let _ = tables.merge(fragment.tables_only());
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, queue: usize) {
@@ -382,7 +404,7 @@ fn write_loop(
 /// What a [`Client`] receives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chunk {
-    /// A trace fragment (merge it with [`merge`]).
+    /// A trace fragment (merge it with [`Trace::merge`]).
     Fragment(Trace),
     /// The total number of fragments this viewer has missed so far.
     Dropped(u64),
@@ -503,91 +525,5 @@ fn read_chunk(s: &mut TcpStream) -> Result<Chunk> {
         k => Err(protocol(format!(
             "chunk header: expected kind 1 (fragment) or 2 (dropped), found {k}"
         ))),
-    }
-}
-
-/// Merges `fragment` into `into`: devices and lanes are matched by identity
-/// (device string; lane kind and device), events are appended with their
-/// indices remapped.
-pub fn merge(into: &mut Trace, fragment: Trace) -> Result<()> {
-    let mut device_map = Vec::with_capacity(fragment.devices.len());
-    for d in fragment.devices {
-        let i = match into.devices.iter().position(|x| x.device == d.device) {
-            Some(i) => i,
-            None => {
-                into.devices.push(d);
-                into.devices.len() - 1
-            }
-        };
-        device_map.push(i as u32);
-    }
-    let dev = |i: u32| {
-        device_map
-            .get(i as usize)
-            .copied()
-            .ok_or_else(|| protocol(format!("fragment: device index {i} out of range")))
-    };
-    let mut lane_map = Vec::with_capacity(fragment.lanes.len());
-    let mut existing: HashMap<(u8, u64, i64), usize> = into
-        .lanes
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (lane_key(&l.kind), i))
-        .collect();
-    for mut l in fragment.lanes {
-        if let LaneKind::Stream { device, .. } = &mut l.kind {
-            *device = dev(*device)?;
-        }
-        let key = lane_key(&l.kind);
-        let i = *existing.entry(key).or_insert_with(|| {
-            into.lanes.push(l);
-            into.lanes.len() - 1
-        });
-        lane_map.push(i as u32);
-    }
-    let lane = |i: u32| {
-        lane_map
-            .get(i as usize)
-            .copied()
-            .ok_or_else(|| protocol(format!("fragment: lane index {i} out of range")))
-    };
-    for mut s in fragment.spans {
-        s.lane = lane(s.lane)?;
-        into.spans.push(s);
-    }
-    for mut i in fragment.instants {
-        i.lane = lane(i.lane)?;
-        into.instants.push(i);
-    }
-    for mut f in fragment.flows {
-        f.from.lane = lane(f.from.lane)?;
-        f.to.lane = lane(f.to.lane)?;
-        into.flows.push(f);
-    }
-    for mut c in fragment.counters {
-        c.device = dev(c.device)?;
-        match into
-            .counters
-            .iter_mut()
-            .find(|x| x.device == c.device && x.name == c.name)
-        {
-            Some(x) => x.points.extend(c.points),
-            None => into.counters.push(c),
-        }
-    }
-    for mut c in fragment.calibrations {
-        c.device = dev(c.device)?;
-        if !into.calibrations.iter().any(|x| x.device == c.device) {
-            into.calibrations.push(c);
-        }
-    }
-    into.dropped += fragment.dropped;
-    Ok(())
-}
-
-fn lane_key(kind: &LaneKind) -> (u8, u64, i64) {
-    match kind {
-        LaneKind::Stream { device, stream } => (0, u64::from(*device), *stream),
-        LaneKind::Host { thread } => (1, *thread, 0),
     }
 }

@@ -18,15 +18,36 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - Recording happens once, in the core's stream-operation path
-//!   (`src/ops.rs`), never in a backend: see [`record`] for what is
-//!   recorded, what it costs, and how device time is calibrated.
-//! - The [trace model](trace) is the contract with viewers (the app reads
-//!   nothing else).
-//! - Sinks: the in-memory [`Trace`] a session returns, files ([`json`],
-//!   [`native`]), and the live server.
+//! Recording happens once, in the core's stream-operation path
+//! (`src/ops.rs`), never in a backend. The profiler sits below the runtime
+//! objects: it uses only the core values, the backend interface (events,
+//! synchronisation and properties through the registry) and the error
+//! type; `cargo xtask layers` checks this.
+//!
+//! # Layout
+//! Recording, from the hooks to a finished trace:
+//! - [`record`]: the hooks `ops.rs` calls, per-thread buffers, the shared
+//!   state of device spans, event links and memory; what recording costs.
+//! - `clock`: timed backend events, one reference per device, and the
+//!   calibration that maps device time onto the host clock.
+//! - `assemble`: plain collected data in, a [`Trace`] (fragment) out; no
+//!   clock, device or global touched.
+//! - `collect`: a session's lifecycle (begin, flush, end) and the one path
+//!   from what was recorded to the session's sink: the in-memory trace a
+//!   [`Session`] returns, or the [live server](live).
+//!
+//! Traces, whoever made them:
+//! - [`trace`]: the model, the contract with viewers (the app reads nothing
+//!   else), with its own operations (check, merge).
+//! - [`json`] (Chrome Trace Event JSON: writer, reader of Keel's own files,
+//!   importer of other tools'), [`native`] (Keel's binary format), and
+//!   [`file`](mod@file) (choosing a format, saving, loading).
+//! - [`live`]: the TCP server and client.
 
-mod check;
+mod assemble;
+mod clock;
+mod collect;
+pub mod file;
 pub mod json;
 pub mod live;
 pub mod native;
@@ -36,7 +57,7 @@ pub mod trace;
 use std::borrow::Cow;
 use std::time::Instant;
 
-pub use native::{load_trace, save_trace};
+pub use file::{load_trace, save_trace};
 pub use record::enabled;
 pub use trace::*;
 
@@ -54,7 +75,7 @@ pub struct Session {
 /// Starts recording every stream operation of every backend. Only one
 /// session records at a time.
 pub fn start() -> Result<Session> {
-    let epoch = record::begin()?;
+    let epoch = collect::begin(Box::new(collect::TraceSink::default()))?;
     Ok(Session {
         stopped: false,
         epoch,
@@ -72,14 +93,14 @@ impl Session {
     /// counters. Waits for the devices used to finish the recorded work.
     pub fn stop(mut self) -> Trace {
         self.stopped = true;
-        record::end()
+        collect::end()
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         if !self.stopped {
-            let _ = record::end();
+            let _ = collect::end();
         }
     }
 }

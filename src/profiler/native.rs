@@ -38,14 +38,12 @@
 //! than the bytes left could hold are all [`Error::TraceFormat`] errors
 //! with the byte offset; nothing is allocated from an unchecked count.
 //!
-//! [`save_trace`] and [`load_trace`] pick the format of a file: by
-//! extension when saving, by the magic when loading.
+//! Choosing between this format and JSON for a file is [`file`](super::file)'s
+//! job.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 
-use super::json;
 use super::trace::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
     Trace, TraceDevice,
@@ -766,66 +764,4 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         ));
     }
     Ok(trace)
-}
-
-/// The format of a trace file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TraceFileFormat {
-    /// Chrome Trace Event JSON ([`json`]), extension `.json`.
-    Json,
-    /// This module's format, extension `.keeltrace`.
-    Native,
-}
-
-impl TraceFileFormat {
-    /// The format for a file name: `.json` (including `.trace.json`) or
-    /// `.keeltrace`.
-    pub fn from_path(path: &Path) -> Result<TraceFileFormat> {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some(e) if e.eq_ignore_ascii_case("json") => Ok(TraceFileFormat::Json),
-            Some(e) if e.eq_ignore_ascii_case(EXTENSION) => Ok(TraceFileFormat::Native),
-            other => Err(Error::TraceFormat(format!(
-                "{}: expected a trace file name ending in .json or .{EXTENSION}, found {}",
-                path.display(),
-                match other {
-                    Some(e) => format!("extension .{e}"),
-                    None => "no extension".to_owned(),
-                }
-            ))),
-        }
-    }
-}
-
-/// Saves `trace` to `path`, as JSON for `.json` and in the native format
-/// for `.keeltrace` (any other extension is an error).
-pub fn save_trace(trace: &Trace, path: &Path) -> Result<()> {
-    let format = TraceFileFormat::from_path(path)?;
-    let bytes = match format {
-        TraceFileFormat::Json => {
-            let mut bytes = Vec::with_capacity(256 + 110 * trace.spans.len());
-            json::write_json(trace, &mut bytes)?;
-            bytes
-        }
-        TraceFileFormat::Native => to_native_bytes(trace)?,
-    };
-    std::fs::write(path, bytes).map_err(|e| {
-        Error::TraceFormat(format!(
-            "could not write trace file {}: {e}",
-            path.display()
-        ))
-    })
-}
-
-/// Loads a trace saved by [`save_trace`] (or a JSON trace of another
-/// tool): native when the file starts with [`MAGIC`], JSON otherwise,
-/// whatever the extension.
-pub fn load_trace(path: &Path) -> Result<Trace> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        Error::TraceFormat(format!("could not read trace file {}: {e}", path.display()))
-    })?;
-    if bytes.starts_with(MAGIC) {
-        read_native(&bytes)
-    } else {
-        json::read_json_bytes(&bytes)
-    }
 }

@@ -7,17 +7,31 @@
 //!      Mesa for wgpu's GL backend), installed with apt-get when missing
 //!      and running as root;
 //!   2. rustfmt;
-//!   3. clippy with `-D warnings` on every target and feature;
-//!   4. every test of the workspace, with the Khronos validation layer
+//!   3. `layers`: no import cycle between the files of `src/`, and the
+//!      profiler uses only the core values, the backend interface and the
+//!      error type (see `layers.rs`);
+//!   4. clippy with `-D warnings` on every target and feature, and the
+//!      library built with no default features (only the CPU backend);
+//!   5. every test of the workspace, with the Khronos validation layer
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
 //!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
 //!      is started for the run (the profiler app's real-window test).
 //!
+//! - `cargo xtask layers`: step 3 alone, printing every file's layer and
+//!   dependencies.
+//!
 //! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
 //! instead of skipping when that backend is unavailable.
 
-use std::path::Path;
+mod layers;
+
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+/// The workspace's `src/` (the `keel` crate's sources).
+fn keel_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")
+}
 
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: {step}: {cmd:?}");
@@ -133,6 +147,8 @@ fn test() -> Result<(), String> {
         "rustfmt",
         Command::new(&cargo).args(["fmt", "--all", "--", "--check"]),
     )?;
+    eprintln!("xtask: layers: {}", keel_src().display());
+    layers::check(&keel_src(), false)?;
     run(
         "clippy",
         Command::new(&cargo).args([
@@ -144,6 +160,10 @@ fn test() -> Result<(), String> {
             "-D",
             "warnings",
         ]),
+    )?;
+    run(
+        "no default features",
+        Command::new(&cargo).args(["check", "-p", "keel", "--no-default-features", "--lib"]),
     )?;
     // Mesa warns on stderr when XDG_RUNTIME_DIR is unset; give it one.
     let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
@@ -231,8 +251,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
+        Some("layers") => layers::check(&keel_src(), true),
         other => Err(format!(
-            "expected a task (test), found {}",
+            "expected a task (test, layers), found {}",
             other.map_or("nothing".to_owned(), |o| format!("'{o}'"))
         )),
     };

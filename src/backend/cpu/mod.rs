@@ -18,19 +18,27 @@
 //!
 //! Unlike c10's CPU (a no-op guard with no events), Keel's CPU has real
 //! asynchronous streams and events, so code written for a GPU runs and
-//! overlaps on the CPU too. See [`host`](super::host) for the error rules.
+//! overlaps on the CPU too. The host building blocks (streams, events,
+//! memory, kernels) are public so that other host-thread backends (the
+//! `npu` example) are built from them; [`stream`] states the error rules.
+
+mod device;
+mod event;
+mod kernel;
+mod memory;
+pub mod stream;
 
 use std::sync::LazyLock;
 
-use super::host::{self, HostDevice, HostEvent, HostMemory};
-use super::{
-    BufferHandle, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, StaticGuardImpl, TimestampSupport, check_device_index, check_static_type,
-    foreign_event, tls,
-};
-use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
-use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+pub use self::device::HostDevice;
+pub use self::event::HostEvent;
+pub use self::kernel::enqueue_kernel;
+pub use self::memory::{HostMemory, enqueue_copy, enqueue_read, enqueue_write};
+pub use self::stream::{HostStream, Task};
+use super::typed::{Backend, Typed};
+use super::{DeviceProperties, pool::PoolCursors};
+use crate::core::{Device, DeviceIndex, DeviceType, StreamId};
+use crate::error::Result;
 
 const TY: DeviceType = DeviceType::Cpu;
 
@@ -40,240 +48,63 @@ pub const CPU_PRIORITY_LEVELS: usize = 2;
 static DEVICE: LazyLock<HostDevice> =
     LazyLock::new(|| HostDevice::new(TY, 0, CPU_PRIORITY_LEVELS, true));
 
-fn cpu0() -> Device {
-    Device::current(TY).with_index(0).unwrap_or(Device::cpu())
-}
-
-/// Checks a device is the CPU (`cpu` or `cpu:0`).
-fn check(device: Device) -> Result<()> {
-    if device.device_type() != TY {
-        return Err(Error::invalid(format!(
-            "the CPU backend serves cpu devices, found {device}"
-        )));
+/// A backend whose devices run their work on host threads, built from the
+/// CPU backend's blocks ([`HostDevice`], [`HostStream`], [`HostEvent`],
+/// [`HostMemory`]): implementing [`Backend`] with those types and this
+/// trait gives it Keel's host events, memory, copies and kernels (the
+/// `Events`, `Memory` and `Kernels` roles of the skeleton) as the CPU has
+/// them. The CPU and the `npu` example backend are two.
+pub trait HostBackend: Backend<Device = HostDevice, Stream = &'static HostStream> {
+    /// Whether a copy running on `dst` can read `src`'s memory directly
+    /// (simulated peer access). Default: the same device only.
+    fn host_peer_copy(&self, src: Device, dst: Device) -> bool {
+        src == dst
     }
-    if device.has_index() {
-        check_device_index(device, 1)?;
-    }
-    Ok(())
 }
 
-fn host_stream(stream: &Stream) -> Result<&'static host::HostStream> {
-    check(stream.device())?;
-    DEVICE.stream(stream.id())
-}
-
-fn host_event(event: &EventHandle) -> Result<&HostEvent> {
-    event
-        .downcast_ref::<HostEvent>()
-        .ok_or_else(|| foreign_event(TY))
-}
-
-/// The CPU backend's guard implementation and runtime (zero-sized: all
-/// state is in a process-wide static and in thread-locals).
+/// The CPU backend (zero-sized: its one device is a process-wide static).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CpuGuardImpl;
+pub struct Cpu;
 
-impl StaticGuardImpl for CpuGuardImpl {
-    fn for_device_type(ty: DeviceType) -> Result<Self> {
-        check_static_type("CpuGuardImpl", TY, ty).map(|()| CpuGuardImpl)
-    }
-}
+/// The CPU backend's guard implementation and runtime.
+pub type CpuGuardImpl = Typed<Cpu>;
 
-impl DeviceGuardImpl for CpuGuardImpl {
-    fn device_type(&self) -> DeviceType {
-        TY
-    }
-    #[inline]
-    fn exchange_device(&self, device: Device) -> Result<Device> {
-        check(device)?;
-        Ok(cpu0())
-    }
-    fn get_device(&self) -> Result<Device> {
-        Ok(cpu0())
-    }
-    fn set_device(&self, device: Device) -> Result<()> {
-        check(device)
-    }
-    #[inline]
-    fn unchecked_set_device(&self, _device: Device) {}
-    fn get_stream(&self, device: Device) -> Result<Stream> {
-        check(device)?;
-        Ok(tls::current_stream(cpu0()))
-    }
-    fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
-        host_stream(&stream)?;
-        Ok(tls::exchange_stream(Stream::new(cpu0(), stream.id())))
+/// The registered CPU backend.
+pub static CPU: CpuGuardImpl = Typed::new(Cpu);
+
+impl Backend for Cpu {
+    const TYPE: DeviceType = TY;
+    type Device = HostDevice;
+    type Stream = &'static HostStream;
+
+    fn loaded(&self) -> std::result::Result<(), &str> {
+        Ok(())
     }
     fn device_count(&self) -> DeviceIndex {
         1
     }
-    fn get_default_stream(&self, device: Device) -> Result<Stream> {
-        check(device)?;
-        Ok(Stream::default_for(cpu0()))
+    fn device(&self, _index: DeviceIndex) -> Result<&'static HostDevice> {
+        Ok(&DEVICE)
     }
-    fn get_stream_from_global_pool(&self, device: Device, high_priority: bool) -> Result<Stream> {
-        check(device)?;
-        DEVICE.cursors().pool_stream(cpu0(), high_priority)
+    fn cursors<'d>(&self, device: &'d HostDevice) -> &'d PoolCursors {
+        device.cursors()
     }
-    fn get_new_stream(&self, device: Device, priority: i32) -> Result<Stream> {
-        check(device)?;
-        DEVICE.cursors().priority_stream(cpu0(), priority)
+    fn stream(&self, device: &'static HostDevice, id: StreamId) -> Result<&'static HostStream> {
+        device.stream(id)
     }
-    fn record(
-        &self,
-        event: &mut Option<EventHandle>,
-        stream: &Stream,
-        _device_index: DeviceIndex,
-        _flag: EventFlag,
-    ) -> Result<()> {
-        let recorded = HostEvent::record(host_stream(stream)?, 0)?;
-        *event = Some(EventHandle::new(recorded));
-        Ok(())
+    fn query_stream(&self, stream: &'static HostStream) -> Result<bool> {
+        stream.query()
     }
-    fn block(&self, event: &EventHandle, stream: &Stream) -> Result<()> {
-        host_event(event)?.block(host_stream(stream)?)
+    fn synchronize_stream(&self, stream: &'static HostStream) -> Result<()> {
+        stream.synchronize()
     }
-    fn query_event(&self, event: &EventHandle) -> Result<bool> {
-        Ok(host_event(event)?.query())
+    fn synchronize_device(&self, device: &'static HostDevice) -> Result<()> {
+        device.synchronize()
     }
-    fn query_stream(&self, stream: &Stream) -> Result<bool> {
-        host_stream(stream)?.query()
-    }
-    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
-        host_stream(stream)?.synchronize()
-    }
-    fn synchronize_event(&self, event: &EventHandle) -> Result<()> {
-        host_event(event)?.synchronize();
-        Ok(())
-    }
-    fn synchronize_device(&self, device_index: DeviceIndex) -> Result<()> {
-        if device_index > 0 {
-            check_device_index(cpu0().with_index(device_index)?, 1)?;
-        }
-        DEVICE.synchronize()
-    }
-    fn elapsed_time(
-        &self,
-        start: &EventHandle,
-        end: &EventHandle,
-        _device_index: DeviceIndex,
-    ) -> Result<f64> {
-        host_event(start)?
-            .elapsed_ms(host_event(end)?)
-            .ok_or_else(|| {
-                Error::invalid("Both events must be completed before calculating elapsed time.")
-            })
+
+    fn describe(&self, _device: &'static HostDevice, at: Device) -> Result<DeviceProperties> {
+        Ok(device::cpu_properties(at, CPU_PRIORITY_LEVELS))
     }
 }
 
-impl DeviceRuntime for CpuGuardImpl {
-    fn properties(&self, device: Device) -> Result<DeviceProperties> {
-        check(device)?;
-        Ok(cpu_properties())
-    }
-    fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle> {
-        check(device)?;
-        let mem = HostMemory::alloc(len).ok_or(Error::OutOfMemory {
-            device: cpu0(),
-            requested: len as u64,
-        })?;
-        Ok(BufferHandle::new(mem))
-    }
-    fn write(
-        &self,
-        stream: &Stream,
-        dst: &BufferHandle,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
-        host::enqueue_write(
-            host_stream(stream)?,
-            host::host_memory(TY, dst)?,
-            offset,
-            data,
-        )
-    }
-    fn read(
-        &self,
-        stream: &Stream,
-        src: &BufferHandle,
-        offset: usize,
-        len: usize,
-    ) -> Result<Box<dyn Readback>> {
-        host::enqueue_read(
-            host_stream(stream)?,
-            host::host_memory(TY, src)?,
-            offset,
-            len,
-        )
-    }
-    fn copy(
-        &self,
-        stream: &Stream,
-        src: &BufferHandle,
-        src_offset: usize,
-        dst: &BufferHandle,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        host::enqueue_copy(
-            host_stream(stream)?,
-            host::host_memory(TY, src)?,
-            src_offset,
-            host::host_memory(TY, dst)?,
-            dst_offset,
-            len,
-        )
-    }
-    fn launch(
-        &self,
-        stream: &Stream,
-        kernel: &Kernel,
-        grid: [u32; 3],
-        buffers: &[&BufferHandle],
-        params: &[u8],
-    ) -> Result<()> {
-        let mems = buffers
-            .iter()
-            .map(|b| host::host_memory(TY, b))
-            .collect::<Result<Vec<_>>>()?;
-        host::enqueue_kernel(TY, host_stream(stream)?, kernel, grid, mems, params)
-    }
-}
-
-/// Reads a `key : value` field from a `/proc` file, if the OS has one.
-fn proc_field(file: &str, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(file).ok()?;
-    text.lines().find_map(|line| {
-        let (k, v) = line.split_once(':')?;
-        (k.trim() == key).then(|| v.trim().to_owned())
-    })
-}
-
-fn cpu_properties() -> DeviceProperties {
-    let name = proc_field("/proc/cpuinfo", "model name").unwrap_or_else(|| "host CPU".to_owned());
-    let mut p = DeviceProperties::new(cpu0(), name, DeviceKind::Cpu);
-    p.vendor = proc_field("/proc/cpuinfo", "vendor_id").unwrap_or_default();
-    p.native_backend = "host threads".to_owned();
-    p.driver = "keel host streams".to_owned();
-    p.driver_info = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
-    p.total_memory = proc_field("/proc/meminfo", "MemTotal")
-        .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024);
-    p.compute_units = std::thread::available_parallelism()
-        .ok()
-        .and_then(|n| u32::try_from(n.get()).ok());
-    p.timestamps = Some(TimestampSupport {
-        period_ns: 1.0,
-        valid_bits: 64,
-    });
-    p.extra.push((
-        "stream priority levels".to_owned(),
-        CPU_PRIORITY_LEVELS.to_string(),
-    ));
-    p.extra.push((
-        "default stream".to_owned(),
-        "inline (submitting thread)".to_owned(),
-    ));
-    p
-}
+impl HostBackend for Cpu {}

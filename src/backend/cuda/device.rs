@@ -1,25 +1,31 @@
-//! One CUDA device: its primary context, its stream pool, its event pools.
+//! One CUDA device: its primary context, its streams, its event and
+//! staging pools, its loaded kernels and peers; and what it reports about
+//! itself.
 //!
 //! A [`Ctx`] is created on first use of a device index and lives for the
 //! process. Driver calls that need a context run inside a [`Scope`], which
 //! makes the device's primary context current on the calling thread and
 //! restores the thread's previous context afterwards (c10's CUDA code does
 //! the same with a device guard), so backend calls never change the
-//! thread's current device behind the user's back.
+//! thread's current device behind the user's back. Only
+//! [`Ctx::make_current`] (what guards call) changes it for good.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex};
 
-use cudarc::driver::sys::{self, CUevent_flags, CUstream_flags};
+use cudarc::driver::sys::{self, CUresult};
 
-use super::driver::{self, DeviceInfo, call};
+use super::TY;
+use super::event::{EventPool, RawEvent};
 use super::kernel::Function;
+use super::loader::{DeviceInfo, call, cuda_error, driver, status};
 use super::memory::Pinned;
-use super::unavailable;
-use crate::backend::pool::PoolCursors;
-use crate::core::{
-    Device, DeviceIndex, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, StreamId, StreamKind, stream_kind,
-};
+use super::stream::{CudaStream, RawStream};
+use crate::backend::pool::Streams;
+use crate::backend::slots::Slots;
+use crate::backend::{DeviceKind, DeviceProperties, TimestampSupport};
+use crate::core::{Device, DeviceIndex, MAX_PRIORITY_LEVELS, StreamId, StreamKind};
 use crate::error::{Error, Result};
 
 /// A CUDA context handle.
@@ -30,23 +36,6 @@ pub(super) struct RawCtx(pub sys::CUcontext);
 unsafe impl Send for RawCtx {}
 // SAFETY: as above.
 unsafe impl Sync for RawCtx {}
-
-/// A CUDA stream handle (null is the legacy default stream).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RawStream(pub sys::CUstream);
-// SAFETY: CUDA streams are driver objects usable from any thread; the
-// driver synchronises work submitted to them.
-unsafe impl Send for RawStream {}
-// SAFETY: as above.
-unsafe impl Sync for RawStream {}
-
-/// A CUDA event handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RawEvent(pub sys::CUevent);
-// SAFETY: CUDA events are driver objects usable from any thread.
-unsafe impl Send for RawEvent {}
-// SAFETY: as above.
-unsafe impl Sync for RawEvent {}
 
 /// The device's primary context made current on this thread until drop.
 pub(super) struct Scope {
@@ -64,55 +53,40 @@ impl Drop for Scope {
 }
 
 /// One device's state, for the life of the process.
-pub(super) struct Ctx {
-    pub index: DeviceIndex,
-    pub info: &'static DeviceInfo,
-    pub raw: RawCtx,
+pub struct Ctx {
+    pub(super) index: DeviceIndex,
+    pub(super) info: &'static DeviceInfo,
+    raw: RawCtx,
     /// Stream priority range (`least` is 0, `greatest` is negative).
-    pub greatest_priority: i32,
-    pub cursors: PoolCursors,
-    streams: Vec<OnceLock<RawStream>>,
-    create_lock: Mutex<()>,
+    greatest_priority: i32,
+    streams: Streams<RawStream>,
     /// Internal non-blocking stream for zeroing new memory and for frees.
-    pub side: RawStream,
-    /// Free events, per flag: [no timing, timing].
-    events: [Mutex<Vec<RawEvent>>; 2],
+    pub(super) side: RawStream,
+    pub(super) events: EventPool,
     /// Pinned host buffers for copies, each free or busy until an event.
-    pub pinned: Mutex<Vec<(Pinned, Option<RawEvent>)>>,
+    pub(super) pinned: Mutex<Vec<(Pinned, Option<RawEvent>)>>,
     /// Loaded kernels, per (kernel name, PTX source address).
-    pub functions: Mutex<HashMap<(&'static str, usize), Arc<Function>>>,
+    pub(super) functions: Mutex<HashMap<(&'static str, usize), Arc<Function>>>,
     /// Peers whose memory this context can access (enabled lazily).
-    pub peers: Mutex<Vec<DeviceIndex>>,
+    peers: Mutex<Vec<DeviceIndex>>,
 }
 
-impl std::fmt::Debug for Ctx {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Ctx(cuda:{})", self.index)
     }
 }
 
-static CTXS: OnceLock<Vec<OnceLock<std::result::Result<Ctx, Error>>>> = OnceLock::new();
+static DEVICES: LazyLock<Slots<Ctx>> =
+    LazyLock::new(|| Slots::new(driver().map_or(0, |d| d.devices.len())));
 
-/// The context of `device` (a checked CUDA device), created on first use.
-pub(super) fn ctx(device: Device) -> Result<&'static Ctx> {
-    let d = driver::driver().map_err(unavailable)?;
-    let slots = CTXS.get_or_init(|| d.devices.iter().map(|_| OnceLock::new()).collect());
-    let i = usize::try_from(device.index())
-        .ok()
-        .filter(|&i| i < slots.len())
-        .ok_or_else(|| Error::invalid(format!("no CUDA device {device}")))?;
-    slots[i]
-        .get_or_init(|| Ctx::new(device.index(), &d.devices[i]))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-/// Every context created so far.
-pub(super) fn created() -> impl Iterator<Item = &'static Ctx> {
-    CTXS.get()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.get().and_then(|r| r.as_ref().ok()))
+/// Device `index` (in range), its context created on first use.
+pub(super) fn device(index: DeviceIndex) -> Result<&'static Ctx> {
+    let i = usize::try_from(index).unwrap_or(usize::MAX);
+    DEVICES.get_or_create(i, || {
+        let d = driver().map_err(|reason| Error::backend(TY, reason))?;
+        Ctx::new(index, &d.devices[i])
+    })
 }
 
 impl Ctx {
@@ -131,19 +105,14 @@ impl Ctx {
             sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
         })?;
         let range = usize::try_from(least.saturating_sub(greatest).saturating_add(1)).unwrap_or(1);
-        let side = create_stream(0)?;
         Ok(Ctx {
             index,
             info,
             raw,
             greatest_priority: greatest,
-            cursors: PoolCursors::new(range.min(MAX_PRIORITY_LEVELS)),
-            streams: (0..MAX_PRIORITY_LEVELS * STREAMS_PER_POOL)
-                .map(|_| OnceLock::new())
-                .collect(),
-            create_lock: Mutex::new(()),
-            side,
-            events: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
+            streams: Streams::new(TY, index, range.min(MAX_PRIORITY_LEVELS)),
+            side: RawStream::create(0)?,
+            events: EventPool::default(),
             pinned: Mutex::new(Vec::new()),
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
@@ -151,90 +120,89 @@ impl Ctx {
     }
 
     /// Makes this device's primary context current until the scope drops.
-    pub fn scope(&self) -> Result<Scope> {
+    pub(super) fn scope(&self) -> Result<Scope> {
         enter(self.raw)
     }
 
-    /// The native stream behind `id`: 0 is the legacy default stream; pool
-    /// ids are created on first use (non-blocking, with the level's
-    /// priority) and never destroyed.
-    pub fn stream(&self, id: StreamId) -> Result<RawStream> {
-        let (level, index) = match stream_kind(id) {
-            StreamKind::Default => return Ok(RawStream(std::ptr::null_mut())),
-            StreamKind::Pool { level, index } if usize::from(level) < self.cursors.levels() => {
-                (usize::from(level), usize::from(index))
+    /// The primary context's handle.
+    pub(super) fn raw(&self) -> sys::CUcontext {
+        self.raw.0
+    }
+
+    /// Makes this device's primary context the thread's current context
+    /// (no restore): what guards do.
+    pub(super) fn make_current(&self) -> Result<()> {
+        let raw = self.raw.0;
+        // SAFETY: `raw` is a retained primary context, never released.
+        call("cuCtxSetCurrent", || unsafe { sys::cuCtxSetCurrent(raw) })
+    }
+
+    /// The device's streams and the pool's cursors.
+    pub(super) fn streams(&self) -> &Streams<RawStream> {
+        &self.streams
+    }
+
+    /// The stream behind `id`: 0 is the legacy default stream; pool ids
+    /// are created on first use (non-blocking, with the level's priority).
+    pub(super) fn stream(&'static self, id: StreamId) -> Result<CudaStream> {
+        let raw = *self.streams.get_or_create(id, |kind| match kind {
+            StreamKind::Pool { level, .. } => {
+                let _scope = self.scope()?;
+                // c10: level p gets priority -p, clamped to the range.
+                RawStream::create((-i32::from(level)).max(self.greatest_priority))
             }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "expected the default stream (0) or a pool stream id of cuda:{} (levels 0..{}), found {id}",
-                    self.index,
-                    self.cursors.levels()
-                )));
-            }
-        };
-        let slot = &self.streams[level * STREAMS_PER_POOL + index];
-        if let Some(s) = slot.get() {
-            return Ok(*s);
+            _ => Ok(RawStream::LEGACY),
+        })?;
+        Ok(CudaStream { ctx: self, raw })
+    }
+
+    /// Waits for all work on the device (`cuCtxSynchronize`).
+    pub(super) fn synchronize(&self) -> Result<()> {
+        let _scope = self.scope()?;
+        // SAFETY: a context is current.
+        call("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() })
+    }
+
+    /// Whether this device can access `peer`'s memory directly
+    /// (`cuDeviceCanAccessPeer`; false for itself).
+    pub(super) fn can_access(&self, peer: &Ctx) -> Result<bool> {
+        if std::ptr::eq(self, peer) {
+            return Ok(false);
         }
-        let _lock = self.create_lock.lock().map_err(|_| poisoned())?;
-        if let Some(s) = slot.get() {
-            return Ok(*s);
+        let (a, b) = (self.info.dev, peer.info.dev);
+        let mut can = 0;
+        // SAFETY: writes one int; both handles came from cuDeviceGet.
+        call("cuDeviceCanAccessPeer", || unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, a, b)
+        })?;
+        Ok(can != 0)
+    }
+
+    /// Lets this device access `peer`'s memory (`cuCtxEnablePeerAccess`);
+    /// `peer` must be one it can access.
+    pub(super) fn enable_peer(&self, peer: &Ctx) -> Result<()> {
+        let mut peers = self.peers.lock().map_err(|_| poisoned())?;
+        if peers.contains(&peer.index) {
+            return Ok(());
         }
         let _scope = self.scope()?;
-        // c10: level p gets priority -p, clamped to the device's range.
-        let priority = (-(level as i32)).max(self.greatest_priority);
-        let s = create_stream(priority)?;
-        let _ = slot.set(s);
-        Ok(s)
-    }
-
-    /// An event from the pool (or a new one); call inside a scope.
-    pub fn take_event(&self, timing: bool) -> Result<RawEvent> {
-        if let Some(e) = self.events[usize::from(timing)]
-            .lock()
-            .map_err(|_| poisoned())?
-            .pop()
-        {
-            return Ok(e);
-        }
-        let flags = if timing {
-            CUevent_flags::CU_EVENT_DEFAULT
-        } else {
-            CUevent_flags::CU_EVENT_DISABLE_TIMING
-        };
-        let mut e: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: writes one event handle; a context is current.
-        call("cuEventCreate", || unsafe {
-            sys::cuEventCreate(&mut e, flags as u32)
+        let raw = peer.raw.0;
+        // SAFETY: `raw` is a live primary context; this device's is current.
+        let r = status("cuCtxEnablePeerAccess", || unsafe {
+            sys::cuCtxEnablePeerAccess(raw, 0)
         })?;
-        Ok(RawEvent(e))
-    }
-
-    /// Returns an event to the pool. Re-recording a pooled event is safe:
-    /// waits already enqueued on it captured its state when enqueued.
-    pub fn give_event(&self, timing: bool, e: RawEvent) {
-        if let Ok(mut pool) = self.events[usize::from(timing)].lock() {
-            pool.push(e);
+        match r {
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                peers.push(peer.index);
+                Ok(())
+            }
+            r => Err(cuda_error("cuCtxEnablePeerAccess", r)),
         }
-    }
-
-    /// Records a fresh no-timing event on `stream`; returns it (the caller
-    /// gives it back to the pool when done with it).
-    pub fn mark(&self, stream: RawStream) -> Result<RawEvent> {
-        let e = self.take_event(false)?;
-        // SAFETY: both handles belong to this (current) context.
-        if let Err(err) = call("cuEventRecord", || unsafe {
-            sys::cuEventRecord(e.0, stream.0)
-        }) {
-            self.give_event(false, e);
-            return Err(err);
-        }
-        Ok(e)
     }
 }
 
 pub(super) fn poisoned() -> Error {
-    Error::backend(super::TY, "internal lock poisoned by an earlier panic")
+    Error::backend(TY, "internal lock poisoned by an earlier panic")
 }
 
 fn enter(raw: RawCtx) -> Result<Scope> {
@@ -253,21 +221,49 @@ fn enter(raw: RawCtx) -> Result<Scope> {
     })
 }
 
-/// Makes `raw` the thread's current context (no restore): what guards do.
-pub(super) fn make_current(raw: RawCtx) -> Result<()> {
-    // SAFETY: `raw` is a retained primary context, never released.
-    call("cuCtxSetCurrent", || unsafe { sys::cuCtxSetCurrent(raw.0) })
-}
-
-fn create_stream(priority: i32) -> Result<RawStream> {
-    let mut s: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: writes one stream handle; a context is current.
-    call("cuStreamCreateWithPriority", || unsafe {
-        sys::cuStreamCreateWithPriority(
-            &mut s,
-            CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            priority,
-        )
-    })?;
-    Ok(RawStream(s))
+/// What device `at` (described by `i`) reports.
+pub(super) fn describe(i: &DeviceInfo, at: Device) -> Result<DeviceProperties> {
+    let d = driver().map_err(|reason| Error::backend(TY, reason))?;
+    let kind = if i.integrated {
+        DeviceKind::IntegratedGpu
+    } else {
+        DeviceKind::DiscreteGpu
+    };
+    let u = |v: i32| u32::try_from(v).ok();
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
+    let mut p = DeviceProperties::new(at, i.name.clone(), kind);
+    p.vendor = "NVIDIA".to_owned();
+    p.vendor_id = Some(0x10de);
+    p.native_backend = format!("CUDA {}.{}", d.version / 1000, (d.version % 1000) / 10);
+    p.driver = "libcuda".to_owned();
+    p.driver_info = format!("CUDA driver API version {}", d.version);
+    p.total_memory = Some(i.total_memory);
+    p.compute_units = u(i.sm_count);
+    p.max_workgroup_invocations = u(i.max_threads_per_block);
+    p.max_workgroup_size = i.max_block.map(|v| u32::try_from(v).unwrap_or(0)).into();
+    p.max_workgroup_count = i.max_grid.map(|v| u32::try_from(v).unwrap_or(0)).into();
+    p.shared_memory_per_workgroup = u64::try_from(i.shared_per_block).ok();
+    p.subgroup_size = u(i.warp_size);
+    // cuEventElapsedTime: milliseconds with a resolution of about half a
+    // microsecond (CUDA driver API documentation).
+    p.timestamps = Some(TimestampSupport {
+        period_ns: 500.0,
+        valid_bits: 64,
+    });
+    p.extra.extend(super::capabilities(i.major, i.minor));
+    let extra = [
+        ("clock rate (kHz)", i.clock_khz.to_string()),
+        ("memory clock rate (kHz)", i.memory_clock_khz.to_string()),
+        ("memory bus width (bits)", i.bus_width.to_string()),
+        ("L2 cache size (bytes)", i.l2_bytes.to_string()),
+        ("memory pools", yes(i.memory_pools)),
+        ("unified addressing", yes(i.unified_addressing)),
+        (
+            "PCI location",
+            format!("{:04x}:{:02x}:{:02x}", i.pci.0, i.pci.1, i.pci.2),
+        ),
+    ];
+    p.extra
+        .extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    Ok(p)
 }

@@ -23,9 +23,12 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUjit_option};
 
-use super::device::{Ctx, RawStream, poisoned};
-use super::driver::{call, status};
+use super::Cuda;
+use super::device::{Ctx, poisoned};
+use super::loader::{call, describe, status};
 use super::memory::CudaBuffer;
+use super::stream::CudaStream;
+use crate::backend::typed::Kernels;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -119,7 +122,7 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
             format!(
                 "PTX failed to load on cuda:{}: {}{}",
                 c.index,
-                super::driver::describe(r),
+                describe(r),
                 if jit.is_empty() {
                     String::new()
                 } else {
@@ -139,101 +142,104 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
     Ok(f)
 }
 
-/// Enqueues `kernel` on `stream` of `c`.
-pub(super) fn launch(
-    c: &'static Ctx,
-    stream: RawStream,
-    kernel: &Kernel,
-    grid: [u32; 3],
-    buffers: &[&CudaBuffer],
-    params: &[u8],
-) -> Result<()> {
-    let f = function(c, kernel)?;
-    if !params.len().is_multiple_of(4) {
-        return Err(kernel_error(
-            kernel,
-            format!(
-                "expected a parameter block of 32-bit values (a multiple of 4 bytes), found {} bytes",
-                params.len()
-            ),
-        ));
-    }
-    let words = params.len() / 4;
-    if buffers.len() + words != f.params {
-        return Err(kernel_error(
-            kernel,
-            format!(
-                "the PTX entry point takes {} parameters, found {} buffers and {words} 32-bit values",
-                f.params,
-                buffers.len()
-            ),
-        ));
-    }
-    let info = c.info;
-    for i in 0..3 {
-        if i64::from(grid[i]) > i64::from(info.max_grid[i]) {
+impl Kernels for Cuda {
+    /// `cuLaunchKernel`, with the parameter convention of the module docs.
+    fn enqueue_kernel(
+        &self,
+        stream: CudaStream,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[Arc<CudaBuffer>],
+        params: &[u8],
+    ) -> Result<()> {
+        let c = stream.ctx;
+        let f = function(c, kernel)?;
+        if !params.len().is_multiple_of(4) {
             return Err(kernel_error(
                 kernel,
                 format!(
-                    "grid {grid:?} exceeds the device's maximum grid {:?}",
-                    info.max_grid
+                    "expected a parameter block of 32-bit values (a multiple of 4 bytes), found {} bytes",
+                    params.len()
                 ),
             ));
         }
+        let words = params.len() / 4;
+        if buffers.len() + words != f.params {
+            return Err(kernel_error(
+                kernel,
+                format!(
+                    "the PTX entry point takes {} parameters, found {} buffers and {words} 32-bit values",
+                    f.params,
+                    buffers.len()
+                ),
+            ));
+        }
+        let info = c.info;
+        for i in 0..3 {
+            if i64::from(grid[i]) > i64::from(info.max_grid[i]) {
+                return Err(kernel_error(
+                    kernel,
+                    format!(
+                        "grid {grid:?} exceeds the device's maximum grid {:?}",
+                        info.max_grid
+                    ),
+                ));
+            }
+        }
+        let block = kernel.workgroup_size;
+        let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+        if threads == 0
+            || threads > u64::try_from(info.max_threads_per_block).unwrap_or(0)
+            || (0..3).any(|i| i64::from(block[i]) > i64::from(info.max_block[i]))
+        {
+            return Err(kernel_error(
+                kernel,
+                format!(
+                    "workgroup size {block:?} is not a valid CUDA block on this device (at most {:?} and {} threads)",
+                    info.max_block, info.max_threads_per_block
+                ),
+            ));
+        }
+        if grid.contains(&0) {
+            return Ok(()); // nothing to run
+        }
+        let _scope = c.scope()?;
+        for b in buffers {
+            b.used_on(stream)?;
+        }
+        let mut pointers: Vec<sys::CUdeviceptr> = buffers.iter().map(|b| b.ptr).collect();
+        let mut values: Vec<u32> = params
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
+        let mut args: Vec<*mut c_void> = pointers
+            .iter_mut()
+            .map(|p| (p as *mut sys::CUdeviceptr).cast())
+            .chain(values.iter_mut().map(|v| (v as *mut u32).cast()))
+            .collect();
+        let (func, raw) = (f.func, stream.raw.0);
+        // SAFETY: `args` holds one pointer per entry-point parameter (checked
+        // above), each to a live value of the parameter's size (8-byte device
+        // pointers, then 32-bit values); the driver copies them before
+        // returning. Grid and block are within the device's limits; every
+        // buffer stays alive until its work is done (freed stream-ordered).
+        call("cuLaunchKernel", || unsafe {
+            sys::cuLaunchKernel(
+                func,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                0,
+                raw,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+        .map_err(|e| kernel_error(kernel, e.to_string()))
     }
-    let block = kernel.workgroup_size;
-    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
-    if threads == 0
-        || threads > u64::try_from(info.max_threads_per_block).unwrap_or(0)
-        || (0..3).any(|i| i64::from(block[i]) > i64::from(info.max_block[i]))
-    {
-        return Err(kernel_error(
-            kernel,
-            format!(
-                "workgroup size {block:?} is not a valid CUDA block on this device (at most {:?} and {} threads)",
-                info.max_block, info.max_threads_per_block
-            ),
-        ));
-    }
-    if grid.contains(&0) {
-        return Ok(()); // nothing to run
-    }
-    let _scope = c.scope()?;
-    for b in buffers {
-        b.used_on(c, stream)?;
-    }
-    let mut pointers: Vec<sys::CUdeviceptr> = buffers.iter().map(|b| b.ptr).collect();
-    let mut values: Vec<u32> = params
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
-    let mut args: Vec<*mut c_void> = pointers
-        .iter_mut()
-        .map(|p| (p as *mut sys::CUdeviceptr).cast())
-        .chain(values.iter_mut().map(|v| (v as *mut u32).cast()))
-        .collect();
-    let func = f.func;
-    // SAFETY: `args` holds one pointer per entry-point parameter (checked
-    // above), each to a live value of the parameter's size (8-byte device
-    // pointers, then 32-bit values); the driver copies them before
-    // returning. Grid and block are within the device's limits; every
-    // buffer stays alive until its work is done (freed stream-ordered).
-    call("cuLaunchKernel", || unsafe {
-        sys::cuLaunchKernel(
-            func,
-            grid[0],
-            grid[1],
-            grid[2],
-            block[0],
-            block[1],
-            block[2],
-            0,
-            stream.0,
-            args.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
-    .map_err(|e| kernel_error(kernel, e.to_string()))
 }
 
 #[cfg(test)]

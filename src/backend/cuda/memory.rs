@@ -1,4 +1,4 @@
-//! Device buffers, pinned host staging, and readbacks.
+//! Device buffers, pinned host staging, copies and readbacks.
 //!
 //! - Device memory comes from the device's memory pool, stream-ordered
 //!   (`cuMemAllocAsync` on the context's side stream), where the device
@@ -13,14 +13,20 @@
 //!   reserved until an event recorded after the copy completes; device to
 //!   host copies land in pinned memory and a [`CudaReadback`] waits on an
 //!   event recorded after the copy.
+//! - Device to device copies run on the destination's stream, within a
+//!   device or from a peer (`cuMemcpyPeerAsync`).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUresult};
 
-use super::device::{Ctx, RawEvent, RawStream, poisoned};
-use super::driver::{call, ready, status};
+use super::device::{Ctx, poisoned};
+use super::event::RawEvent;
+use super::loader::{call, cuda_error, status};
+use super::stream::{CudaStream, RawStream};
+use super::{Cuda, TY, enable_peer_access};
 use crate::backend::Readback;
+use crate::backend::typed::Memory;
 use crate::core::Device;
 use crate::error::{Error, Result};
 
@@ -40,12 +46,11 @@ const KEEP_IDLE_PINNED: usize = 256 << 20;
 fn take_pinned(c: &Ctx, len: usize) -> Result<Pinned> {
     let mut pool = c.pinned.lock().map_err(|_| poisoned())?;
     for (_, busy) in pool.iter_mut() {
-        if let Some(e) = *busy {
-            // SAFETY: `e` is a live event of this device.
-            if ready("cuEventQuery", || unsafe { sys::cuEventQuery(e.0) })? {
-                c.give_event(false, e);
-                *busy = None;
-            }
+        if let Some(e) = *busy
+            && e.query()?
+        {
+            c.events.give(false, e);
+            *busy = None;
         }
     }
     let best = pool
@@ -74,7 +79,7 @@ fn take_pinned(c: &Ctx, len: usize) -> Result<Pinned> {
             device: Device::cpu(),
             requested: cap as u64,
         }),
-        r => Err(super::driver::cuda_error("cuMemHostAlloc", r)),
+        r => Err(cuda_error("cuMemHostAlloc", r)),
     }
 }
 
@@ -104,13 +109,13 @@ fn give_pinned(c: &Ctx, p: Pinned, busy: Option<RawEvent>) {
 }
 
 /// Device memory of one CUDA device.
-pub(super) struct CudaBuffer {
-    pub ctx: &'static Ctx,
-    pub ptr: sys::CUdeviceptr,
-    pub len: usize,
+pub struct CudaBuffer {
+    ctx: &'static Ctx,
+    pub(super) ptr: sys::CUdeviceptr,
+    len: usize,
     stream_ordered: bool,
-    /// Streams that used this buffer, with their contexts.
-    used: Mutex<Vec<(&'static Ctx, RawStream)>>,
+    /// Streams that used this buffer.
+    used: Mutex<Vec<CudaStream>>,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -124,8 +129,132 @@ impl std::fmt::Debug for CudaBuffer {
 }
 
 impl CudaBuffer {
-    /// `len` zeroed bytes on `c`'s device.
-    pub fn new(c: &'static Ctx, len: usize) -> Result<CudaBuffer> {
+    /// Notes that work on `stream` uses this buffer (c10's
+    /// `recordDataPtrOnStream`).
+    pub(super) fn used_on(&self, stream: CudaStream) -> Result<()> {
+        let mut used = self.used.lock().map_err(|_| poisoned())?;
+        if !used
+            .iter()
+            .any(|u| std::ptr::eq(u.ctx, stream.ctx) && u.raw == stream.raw)
+        {
+            used.push(stream);
+        }
+        Ok(())
+    }
+
+    fn free(&mut self) -> Result<()> {
+        let c = self.ctx;
+        let _scope = c.scope()?;
+        let used = std::mem::take(&mut *self.used.lock().map_err(|_| poisoned())?);
+        for s in used {
+            if self.stream_ordered && std::ptr::eq(s.ctx, c) {
+                // The side stream waits for the stream's work, then frees.
+                let e = c.events.mark(s.raw)?;
+                let r = c.side.wait(e);
+                c.events.give(false, e);
+                r?;
+            } else {
+                // Plain memory, or a peer copy's stream on another
+                // device: wait on the host.
+                s.synchronize()?;
+            }
+        }
+        let ptr = self.ptr;
+        if self.stream_ordered {
+            // SAFETY: `ptr` came from cuMemAllocAsync; the free is ordered
+            // after every use recorded above.
+            call("cuMemFreeAsync", || unsafe {
+                sys::cuMemFreeAsync(ptr, c.side.0)
+            })
+        } else {
+            // SAFETY: `ptr` came from cuMemAlloc; no work uses it any more.
+            call("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) })
+        }
+    }
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // Nothing can report an error from a destructor.
+            let _ = self.free();
+        }
+    }
+}
+
+/// Runs `copy`, which enqueues a copy on `stream` through `p`, and
+/// returns `p` with an event marking the copy's end. On failure `p` goes
+/// back to the pool, once the copy (if enqueued) has run.
+fn staged(
+    c: &Ctx,
+    stream: RawStream,
+    p: Pinned,
+    copy: impl FnOnce(&Pinned) -> Result<()>,
+) -> Result<(Pinned, RawEvent)> {
+    let done = copy(&p).and_then(|()| {
+        c.events.mark(stream).inspect_err(|_| {
+            // Cannot tell when the copy ends: wait for it before reuse.
+            let _ = stream.synchronize();
+        })
+    });
+    match done {
+        Ok(e) => Ok((p, e)),
+        Err(e) => {
+            give_pinned(c, p, None);
+            Err(e)
+        }
+    }
+}
+
+/// A device to host copy in flight: pinned memory and the event after it.
+pub(super) struct CudaReadback {
+    ctx: &'static Ctx,
+    pinned: Option<Pinned>,
+    done: Option<RawEvent>,
+    len: usize,
+}
+
+impl Readback for CudaReadback {
+    fn is_ready(&self) -> Result<bool> {
+        let Some(e) = self.done else { return Ok(true) };
+        let _scope = self.ctx.scope()?;
+        e.query()
+    }
+
+    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+        let (Some(p), Some(e)) = (self.pinned.take(), self.done.take()) else {
+            return Ok(Vec::new());
+        };
+        let c = self.ctx;
+        let _scope = c.scope()?;
+        if let Err(err) = e.synchronize() {
+            give_pinned(c, p, Some(e));
+            return Err(err);
+        }
+        // SAFETY: the copy into `p` has completed; `p` holds `len` bytes.
+        let out = unsafe { std::slice::from_raw_parts(p.ptr, self.len) }.to_vec();
+        c.events.give(false, e);
+        give_pinned(c, p, None);
+        Ok(out)
+    }
+}
+
+impl Drop for CudaReadback {
+    fn drop(&mut self) {
+        // Dropped unread: the pinned memory stays busy until the copy ends.
+        if let Some(p) = self.pinned.take() {
+            // The scope lets the pool free idle memory; without it the
+            // memory is only kept longer.
+            let _scope = self.ctx.scope();
+            give_pinned(self.ctx, p, self.done.take());
+        }
+    }
+}
+
+impl Memory for Cuda {
+    type Buffer = CudaBuffer;
+
+    fn allocate(&self, c: &'static Ctx, _at: Device, len: usize) -> Result<CudaBuffer> {
         let mut buf = CudaBuffer {
             ctx: c,
             ptr: 0,
@@ -157,11 +286,11 @@ impl CudaBuffer {
             CUresult::CUDA_SUCCESS => buf.ptr = ptr,
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 return Err(Error::OutOfMemory {
-                    device: Device::new(super::TY, c.index)?,
+                    device: Device::new(TY, c.index)?,
                     requested: len as u64,
                 });
             }
-            r => return Err(super::driver::cuda_error(what, r)),
+            r => return Err(cuda_error(what, r)),
         }
         // From here on `buf` owns the memory; dropping it frees it.
         // SAFETY: `ptr` holds `len` bytes, ordered after its allocation on
@@ -169,251 +298,124 @@ impl CudaBuffer {
         call("cuMemsetD8Async", || unsafe {
             sys::cuMemsetD8Async(buf.ptr, 0, len, side.0)
         })?;
-        // SAFETY: the side stream is a live stream of this context.
-        call("cuStreamSynchronize", || unsafe {
-            sys::cuStreamSynchronize(side.0)
-        })?;
+        side.synchronize()?;
         Ok(buf)
     }
 
-    /// Notes that work on `stream` (of `c`) uses this buffer.
-    pub fn used_on(&self, c: &'static Ctx, stream: RawStream) -> Result<()> {
-        let mut used = self.used.lock().map_err(|_| poisoned())?;
-        if !used
-            .iter()
-            .any(|(uc, s)| std::ptr::eq(*uc, c) && *s == stream)
-        {
-            used.push((c, stream));
+    /// Host to device, through pinned staging memory.
+    fn enqueue_write(
+        &self,
+        stream: CudaStream,
+        dst: &Arc<CudaBuffer>,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
         }
+        let c = stream.ctx;
+        let _scope = c.scope()?;
+        let p = take_pinned(c, data.len())?;
+        // SAFETY: `p` holds at least `data.len()` bytes and nothing else uses
+        // it (taken from the pool, not busy).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.ptr, data.len()) };
+        dst.used_on(stream)?;
+        let (to, len, s) = (dst.ptr + offset as u64, data.len(), stream.raw);
+        let (p, done) = staged(c, s, p, |p| {
+            // SAFETY: the range is inside `dst` (checked by `Buffer::write`);
+            // `p` stays reserved until the event marking the copy's end.
+            call("cuMemcpyHtoDAsync", || unsafe {
+                sys::cuMemcpyHtoDAsync_v2(to, p.ptr.cast(), len, s.0)
+            })
+        })?;
+        give_pinned(c, p, Some(done));
         Ok(())
     }
 
-    fn free(&mut self) -> Result<()> {
-        let c = self.ctx;
+    /// Device to host, into pinned memory the readback owns.
+    fn enqueue_read(
+        &self,
+        stream: CudaStream,
+        src: &Arc<CudaBuffer>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Box<dyn Readback>> {
+        let c = stream.ctx;
+        if len == 0 {
+            return Ok(Box::new(CudaReadback {
+                ctx: c,
+                pinned: None,
+                done: None,
+                len: 0,
+            }));
+        }
         let _scope = c.scope()?;
-        let used = std::mem::take(&mut *self.used.lock().map_err(|_| poisoned())?);
-        let ptr = self.ptr;
-        if self.stream_ordered {
-            for (uc, s) in used {
-                if std::ptr::eq(uc, c) {
-                    let e = c.mark(s)?;
-                    // SAFETY: the side stream and `e` belong to this context.
-                    let r = call("cuStreamWaitEvent", || unsafe {
-                        sys::cuStreamWaitEvent(c.side.0, e.0, 0)
-                    });
-                    c.give_event(false, e);
-                    r?;
-                } else {
-                    // A peer copy's stream on another device: wait on the host.
-                    let _other = uc.scope()?;
-                    // SAFETY: a live stream of `uc`, whose context is current.
-                    call("cuStreamSynchronize", || unsafe {
-                        sys::cuStreamSynchronize(s.0)
-                    })?;
-                }
-            }
-            // SAFETY: `ptr` came from cuMemAllocAsync; the free is ordered
-            // after every use recorded above.
-            call("cuMemFreeAsync", || unsafe {
-                sys::cuMemFreeAsync(ptr, c.side.0)
+        let p = take_pinned(c, len)?;
+        src.used_on(stream)?;
+        let (from, s) = (src.ptr + offset as u64, stream.raw);
+        let (p, done) = staged(c, s, p, |p| {
+            // SAFETY: the range is inside `src` (checked by
+            // `Buffer::read_async`); `p` holds at least `len` bytes and is owned
+            // by the readback until the event marking the copy's end.
+            call("cuMemcpyDtoHAsync", || unsafe {
+                sys::cuMemcpyDtoHAsync_v2(p.ptr.cast(), from, len, s.0)
+            })
+        })?;
+        Ok(Box::new(CudaReadback {
+            ctx: c,
+            pinned: Some(p),
+            done: Some(done),
+            len,
+        }))
+    }
+
+    /// On `stream` (of the destination's device): within a device, or from
+    /// a peer device.
+    fn enqueue_copy(
+        &self,
+        stream: CudaStream,
+        (src, src_offset): (&Arc<CudaBuffer>, usize),
+        (dst, dst_offset): (&Arc<CudaBuffer>, usize),
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let _scope = stream.ctx.scope()?;
+        src.used_on(stream)?;
+        dst.used_on(stream)?;
+        let (s, d, raw) = (
+            src.ptr + src_offset as u64,
+            dst.ptr + dst_offset as u64,
+            stream.raw.0,
+        );
+        if std::ptr::eq(src.ctx, dst.ctx) {
+            // SAFETY: both ranges are inside their buffers and, within one
+            // buffer, do not overlap (checked by `Buffer::copy_from`); the
+            // stream is this context's.
+            call("cuMemcpyDtoDAsync", || unsafe {
+                sys::cuMemcpyDtoDAsync_v2(d, s, len, raw)
             })
         } else {
-            for (uc, s) in used {
-                let _other = uc.scope()?;
-                // SAFETY: a live stream of `uc`, whose context is current.
-                call("cuStreamSynchronize", || unsafe {
-                    sys::cuStreamSynchronize(s.0)
-                })?;
-            }
-            // SAFETY: `ptr` came from cuMemAlloc; no work uses it any more.
-            call("cuMemFree", || unsafe { sys::cuMemFree_v2(ptr) })
+            let (dc, sc) = (dst.ctx.raw(), src.ctx.raw());
+            // SAFETY: as above, across two live contexts (peer access enabled
+            // by `peer_copy`; the driver stages through the host if not).
+            call("cuMemcpyPeerAsync", || unsafe {
+                sys::cuMemcpyPeerAsync(d, dc, s, sc, len, raw)
+            })
         }
     }
-}
 
-impl Drop for CudaBuffer {
-    fn drop(&mut self) {
-        if self.ptr != 0 {
-            // Nothing can report an error from a destructor.
-            let _ = self.free();
-        }
-    }
-}
-
-/// Host to device: enqueues copying `data` to `dst + offset` on `stream`.
-pub(super) fn write(
-    c: &'static Ctx,
-    stream: RawStream,
-    dst: &CudaBuffer,
-    offset: usize,
-    data: &[u8],
-) -> Result<()> {
-    let _scope = c.scope()?;
-    let p = take_pinned(c, data.len())?;
-    // SAFETY: `p` holds at least `data.len()` bytes and nothing else uses
-    // it (taken from the pool, not busy).
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.ptr, data.len()) };
-    dst.used_on(c, stream)?;
-    // SAFETY: the range is inside `dst` (checked by `Buffer::write`); `p`
-    // stays reserved until the event recorded below completes.
-    let copied = call("cuMemcpyHtoDAsync", || unsafe {
-        sys::cuMemcpyHtoDAsync_v2(dst.ptr + offset as u64, p.ptr.cast(), data.len(), stream.0)
-    });
-    if let Err(e) = copied {
-        give_pinned(c, p, None);
-        return Err(e);
-    }
-    match c.mark(stream) {
-        Ok(done) => give_pinned(c, p, Some(done)),
-        Err(e) => {
-            // Cannot tell when the copy ends: wait for it before reuse.
-            // SAFETY: a live stream of the current context.
-            let _ = call("cuStreamSynchronize", || unsafe {
-                sys::cuStreamSynchronize(stream.0)
-            });
-            give_pinned(c, p, None);
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// Device to host: enqueues copying `len` bytes at `src + offset`.
-pub(super) fn read(
-    c: &'static Ctx,
-    stream: RawStream,
-    src: &CudaBuffer,
-    offset: usize,
-    len: usize,
-) -> Result<Box<dyn Readback>> {
-    if len == 0 {
-        return Ok(Box::new(CudaReadback {
-            ctx: c,
-            pinned: None,
-            done: None,
-            len: 0,
-        }));
-    }
-    let _scope = c.scope()?;
-    let p = take_pinned(c, len)?;
-    src.used_on(c, stream)?;
-    // SAFETY: the range is inside `src` (checked by `Buffer::read_async`);
-    // `p` holds at least `len` bytes and is owned by the readback until the
-    // event recorded below completes.
-    let copied = call("cuMemcpyDtoHAsync", || unsafe {
-        sys::cuMemcpyDtoHAsync_v2(p.ptr.cast(), src.ptr + offset as u64, len, stream.0)
-    });
-    if let Err(e) = copied {
-        give_pinned(c, p, None);
-        return Err(e);
-    }
-    let done = match c.mark(stream) {
-        Ok(e) => e,
-        Err(e) => {
-            // SAFETY: a live stream of the current context.
-            let _ = call("cuStreamSynchronize", || unsafe {
-                sys::cuStreamSynchronize(stream.0)
-            });
-            give_pinned(c, p, None);
-            return Err(e);
-        }
-    };
-    Ok(Box::new(CudaReadback {
-        ctx: c,
-        pinned: Some(p),
-        done: Some(done),
-        len,
-    }))
-}
-
-/// A device to host copy in flight: pinned memory and the event after it.
-pub(super) struct CudaReadback {
-    ctx: &'static Ctx,
-    pinned: Option<Pinned>,
-    done: Option<RawEvent>,
-    len: usize,
-}
-
-impl Readback for CudaReadback {
-    fn is_ready(&self) -> Result<bool> {
-        let Some(e) = self.done else { return Ok(true) };
-        let _scope = self.ctx.scope()?;
-        // SAFETY: a live event of this context.
-        ready("cuEventQuery", || unsafe { sys::cuEventQuery(e.0) })
+    /// Within a device, or between two CUDA devices once peer access is
+    /// enabled (enabled here where they can be peers).
+    fn peer_copy(&self, src: Device, dst: Device) -> bool {
+        src == dst
+            || (src.device_type() == TY
+                && dst.device_type() == TY
+                && enable_peer_access(dst, src).is_ok())
     }
 
-    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
-        let (Some(p), Some(e)) = (self.pinned.take(), self.done.take()) else {
-            return Ok(Vec::new());
-        };
-        let c = self.ctx;
-        let _scope = c.scope()?;
-        // SAFETY: a live event of this context.
-        if let Err(err) = call("cuEventSynchronize", || unsafe {
-            sys::cuEventSynchronize(e.0)
-        }) {
-            give_pinned(c, p, Some(e));
-            return Err(err);
-        }
-        // SAFETY: the copy into `p` has completed; `p` holds `len` bytes.
-        let out = unsafe { std::slice::from_raw_parts(p.ptr, self.len) }.to_vec();
-        c.give_event(false, e);
-        give_pinned(c, p, None);
-        Ok(out)
-    }
-}
-
-impl Drop for CudaReadback {
-    fn drop(&mut self) {
-        // Dropped unread: the pinned memory stays busy until the copy ends.
-        if let Some(p) = self.pinned.take() {
-            // The scope lets the pool free idle memory; without it the
-            // memory is only kept longer.
-            let _scope = self.ctx.scope();
-            give_pinned(self.ctx, p, self.done.take());
-        }
-    }
-}
-
-/// Device to device on `stream` (of `c`, the destination's device):
-/// within a device, or from a peer device.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn copy(
-    c: &'static Ctx,
-    stream: RawStream,
-    src: &CudaBuffer,
-    src_offset: usize,
-    dst: &CudaBuffer,
-    dst_offset: usize,
-    len: usize,
-) -> Result<()> {
-    if std::ptr::eq(src, dst) {
-        let (a, b) = (src_offset, dst_offset);
-        if a < b + len && b < a + len {
-            return Err(Error::invalid(format!(
-                "copy within one buffer: expected non-overlapping ranges, found {a}..{} and {b}..{}",
-                a + len,
-                b + len
-            )));
-        }
-    }
-    let _scope = c.scope()?;
-    src.used_on(c, stream)?;
-    dst.used_on(c, stream)?;
-    let (s, d) = (src.ptr + src_offset as u64, dst.ptr + dst_offset as u64);
-    if std::ptr::eq(src.ctx, dst.ctx) {
-        // SAFETY: both ranges are inside their buffers (checked by
-        // `Buffer::copy_from`) and do not overlap; the stream is this
-        // context's.
-        call("cuMemcpyDtoDAsync", || unsafe {
-            sys::cuMemcpyDtoDAsync_v2(d, s, len, stream.0)
-        })
-    } else {
-        let (dc, sc) = (dst.ctx.raw.0, src.ctx.raw.0);
-        // SAFETY: as above, across two live contexts (peer access enabled
-        // by `can_copy_between`; the driver stages through the host if not).
-        call("cuMemcpyPeerAsync", || unsafe {
-            sys::cuMemcpyPeerAsync(d, dc, s, sc, len, stream.0)
-        })
+    fn buffer_used_on(&self, buffer: &Arc<CudaBuffer>, stream: CudaStream) -> Result<()> {
+        buffer.used_on(stream)
     }
 }

@@ -1,29 +1,28 @@
 //! A logical device per adapter, created on first use: its queues, memory
-//! allocator, timestamp query pool, streams and pipeline cache.
+//! allocator, timestamps, streams and pipeline cache; and what an adapter
+//! reports about itself.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
-use super::instance::{Adapter, vk};
+use super::TY;
+use super::event::Timestamps;
 use super::kernel::Pipeline;
+use super::loader::{Adapter, Vk, vk};
 use super::memory::VkBuffer;
 use super::stream::VkStream;
-use super::{TY, unavailable};
-use crate::backend::pool::PoolCursors;
-use crate::core::{
-    Device, DeviceIndex, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, StreamId, StreamKind, stream_kind,
-};
+use crate::backend::pool::Streams;
+use crate::backend::slots::Slots;
+use crate::backend::{DeviceProperties, TimestampSupport, vendor_name};
+use crate::core::{Device, DeviceIndex, StreamId};
 use crate::error::{Error, Result};
 
 /// Priority levels of each Vulkan device's stream pool.
 pub const PRIORITY_LEVELS: usize = 2;
-
-/// Timestamp queries per device (two per timed event pair).
-const QUERY_SLOTS: u32 = 4096;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -33,65 +32,45 @@ pub(super) fn vk_error(what: &str, e: vk::Result) -> Error {
     Error::backend(TY, format!("{what} failed: {e}"))
 }
 
-/// Free timestamp query slots, and slots of destroyed events that may still
-/// be written by work in flight (reused once that work completes).
-#[derive(Default)]
-struct QuerySlots {
-    free: Vec<u32>,
-    retiring: Vec<(u32, vk::Semaphore, u64)>,
-}
-
 /// One logical device.
-pub(super) struct Ctx {
-    pub index: DeviceIndex,
-    pub adapter: &'static Adapter,
-    pub device: ash::Device,
-    pub queues: Vec<Mutex<vk::Queue>>,
+pub struct Ctx {
+    pub(super) index: DeviceIndex,
+    pub(super) adapter: &'static Adapter,
+    pub(super) device: ash::Device,
+    pub(super) queues: Vec<Mutex<vk::Queue>>,
     next_queue: AtomicUsize,
-    pub allocator: Mutex<Allocator>,
-    pub query_pool: vk::QueryPool,
-    query_slots: Mutex<QuerySlots>,
-    pub cursors: PoolCursors,
-    default_stream: OnceLock<Result<VkStream>>,
-    pool: [[OnceLock<Result<VkStream>>; STREAMS_PER_POOL]; MAX_PRIORITY_LEVELS],
-    pub pipelines: Mutex<HashMap<(usize, usize), Arc<Pipeline>>>,
+    pub(super) allocator: Mutex<Allocator>,
+    pub(super) timestamps: Timestamps,
+    streams: Streams<VkStream>,
+    pub(super) pipelines: Mutex<HashMap<(usize, usize), Arc<Pipeline>>>,
     /// `VK_KHR_push_descriptor`, where the driver has it: launches push
     /// their bindings into the command buffer instead of allocating a
     /// descriptor set each.
-    pub push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    pub(super) push_descriptor: Option<ash::khr::push_descriptor::Device>,
     /// Idle parameter (uniform) buffers, reused across launches.
-    pub param_buffers: Mutex<Vec<VkBuffer>>,
+    pub(super) param_buffers: Mutex<Vec<VkBuffer>>,
 }
 
-static CTXS: LazyLock<Vec<OnceLock<Result<Ctx>>>> = LazyLock::new(|| {
-    let n = vk().map_or(0, |v| v.adapters.len());
-    (0..n).map(|_| OnceLock::new()).collect()
-});
-
-/// The logical device for `device` (a Vulkan device with a valid index),
-/// created on first use.
-pub(super) fn ctx(device: Device) -> Result<&'static Ctx> {
-    let v = vk().map_err(unavailable)?;
-    crate::backend::check_device_index(device, v.adapters.len() as DeviceIndex)?;
-    let i = device.index() as usize;
-    let (Some(slot), Some(adapter)) = (CTXS.get(i), v.adapters.get(i)) else {
-        return Err(Error::invalid(format!("no Vulkan device {device}")));
-    };
-    slot.get_or_init(|| Ctx::create(device.index(), adapter))
-        .as_ref()
-        .map_err(Clone::clone)
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ctx(vulkan:{}, {})", self.index, self.adapter.name)
+    }
 }
 
-/// Every logical device created so far.
-pub(super) fn created() -> impl Iterator<Item = &'static Ctx> {
-    CTXS.iter()
-        .filter_map(|s| s.get())
-        .filter_map(|r| r.as_ref().ok())
+static DEVICES: LazyLock<Slots<Ctx>> =
+    LazyLock::new(|| Slots::new(vk().map_or(0, |v| v.adapters.len())));
+
+/// Logical device `index` (in range), created on first use.
+pub(super) fn device(index: DeviceIndex) -> Result<&'static Ctx> {
+    let i = usize::try_from(index).unwrap_or(usize::MAX);
+    DEVICES.get_or_create(i, || {
+        let v = vk().map_err(|reason| Error::backend(TY, reason))?;
+        Ctx::create(index, v, &v.adapters[i])
+    })
 }
 
 impl Ctx {
-    fn create(index: DeviceIndex, adapter: &'static Adapter) -> Result<Ctx> {
-        let v = vk().map_err(unavailable)?;
+    fn create(index: DeviceIndex, v: &'static Vk, adapter: &'static Adapter) -> Result<Ctx> {
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
         let mut supported = vk::PhysicalDeviceFeatures2::default()
@@ -168,14 +147,7 @@ impl Ctx {
             allocation_sizes: Default::default(),
         })
         .map_err(|e| Error::backend(TY, format!("creating the memory allocator failed: {e}")))?;
-        let pool_info = vk::QueryPoolCreateInfo::default()
-            .query_type(vk::QueryType::TIMESTAMP)
-            .query_count(QUERY_SLOTS);
-        // SAFETY: a plain object creation on a live device.
-        let query_pool = unsafe { device.create_query_pool(&pool_info, None) }
-            .map_err(|e| vk_error("vkCreateQueryPool", e))?;
-        // SAFETY: host query reset is enabled; no query is in use yet.
-        unsafe { device.reset_query_pool(query_pool, 0, QUERY_SLOTS) };
+        let timestamps = Timestamps::new(&device)?;
         let push_descriptor =
             has_push.then(|| ash::khr::push_descriptor::Device::new(&v.instance, &device));
         Ok(Ctx {
@@ -185,14 +157,8 @@ impl Ctx {
             queues,
             next_queue: AtomicUsize::new(0),
             allocator: Mutex::new(allocator),
-            query_pool,
-            query_slots: Mutex::new(QuerySlots {
-                free: (0..QUERY_SLOTS).rev().collect(),
-                retiring: Vec::new(),
-            }),
-            cursors: PoolCursors::new(PRIORITY_LEVELS),
-            default_stream: OnceLock::new(),
-            pool: [const { [const { OnceLock::new() }; STREAMS_PER_POOL] }; MAX_PRIORITY_LEVELS],
+            timestamps,
+            streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Mutex::new(HashMap::new()),
             push_descriptor,
             param_buffers: Mutex::new(Vec::new()),
@@ -201,67 +167,61 @@ impl Ctx {
 
     /// The stream behind `id`, created on first use. Streams are spread
     /// round-robin over the family's queues.
-    pub fn stream(&'static self, id: StreamId) -> Result<&'static VkStream> {
-        let slot = match stream_kind(id) {
-            StreamKind::Default => &self.default_stream,
-            StreamKind::Pool { level, index } if usize::from(level) < self.cursors.levels() => {
-                &self.pool[usize::from(level)][usize::from(index)]
-            }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "unknown stream id {id} on vulkan:{}: expected 0 (default) or a pool stream id",
-                    self.index
-                )));
-            }
-        };
-        slot.get_or_init(|| {
+    pub(super) fn stream(&'static self, id: StreamId) -> Result<&'static VkStream> {
+        self.streams.get_or_create(id, |_| {
             let q = self.next_queue.fetch_add(1, Ordering::Relaxed) % self.queues.len();
             VkStream::new(self, q)
         })
-        .as_ref()
-        .map_err(Clone::clone)
     }
 
-    /// Every stream created so far.
-    pub fn streams(&self) -> impl Iterator<Item = &VkStream> {
-        std::iter::once(&self.default_stream)
-            .chain(self.pool.iter().flatten())
-            .filter_map(|s| s.get())
-            .filter_map(|r| r.as_ref().ok())
+    /// The device's streams and the pool's cursors.
+    pub(super) fn streams(&self) -> &Streams<VkStream> {
+        &self.streams
     }
+}
 
-    /// A timestamp query slot for a timed event.
-    pub fn take_query_slot(&self) -> Result<u32> {
-        let mut slots = lock(&self.query_slots);
-        let device = &self.device;
-        let mut i = 0;
-        while i < slots.retiring.len() {
-            let (slot, sem, value) = slots.retiring[i];
-            // SAFETY: the semaphore belongs to this device and is never
-            // destroyed (streams live for the process).
-            let done = unsafe { device.get_semaphore_counter_value(sem) }.is_ok_and(|v| v >= value);
-            if done {
-                slots.retiring.swap_remove(i);
-                slots.free.push(slot);
-            } else {
-                i += 1;
-            }
-        }
-        slots.free.pop().ok_or_else(|| {
-            Error::backend(
-                TY,
-                format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
-            )
-        })
+/// What adapter `a` reports, as device `at`.
+pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
+    let l = &a.props.limits;
+    let mut p = DeviceProperties::new(at, a.name.clone(), a.kind);
+    p.vendor = vendor_name(a.props.vendor_id).to_owned();
+    p.vendor_id = Some(a.props.vendor_id);
+    p.device_id = Some(a.props.device_id);
+    let api = a.props.api_version;
+    p.native_backend = format!(
+        "Vulkan {}.{}.{}",
+        vk::api_version_major(api),
+        vk::api_version_minor(api),
+        vk::api_version_patch(api)
+    );
+    p.driver = a.driver_name.clone();
+    p.driver_info = a.driver_info.clone();
+    p.total_memory = Some(a.device_local_memory);
+    p.max_workgroup_size = Some(l.max_compute_work_group_size);
+    p.max_workgroup_invocations = Some(l.max_compute_work_group_invocations);
+    p.max_workgroup_count = Some(l.max_compute_work_group_count);
+    p.shared_memory_per_workgroup = Some(u64::from(l.max_compute_shared_memory_size));
+    p.subgroup_size = (a.subgroup_size > 0).then_some(a.subgroup_size);
+    p.timestamps = (a.timestamp_valid_bits > 0).then(|| TimestampSupport {
+        period_ns: f64::from(l.timestamp_period),
+        valid_bits: a.timestamp_valid_bits,
+    });
+    p.extra
+        .push(("compute queue family".to_owned(), a.family.to_string()));
+    p.extra
+        .push(("compute queues".to_owned(), a.queue_count.to_string()));
+    for (i, f) in a.families.iter().enumerate() {
+        p.extra.push((
+            format!("queue family {i}"),
+            format!(
+                "{:?} x{}, timestamp bits {}",
+                f.queue_flags, f.queue_count, f.timestamp_valid_bits
+            ),
+        ));
     }
-
-    /// Gives a slot back once `(sem, value)` has been reached.
-    pub fn release_query_slot(&self, slot: u32, sem: vk::Semaphore, value: u64) {
-        lock(&self.query_slots).retiring.push((slot, sem, value));
-    }
-
-    /// Nanoseconds per timestamp tick.
-    pub fn timestamp_period(&self) -> f64 {
-        f64::from(self.adapter.props.limits.timestamp_period)
-    }
+    p.extra.push((
+        "max storage buffer range".to_owned(),
+        l.max_storage_buffer_range.to_string(),
+    ));
+    p
 }

@@ -1,5 +1,7 @@
 //! WGSL kernels on Vulkan: naga compiles each kernel's WGSL to SPIR-V once
-//! per process; each device caches one compute pipeline per kernel.
+//! per process; each device caches one compute pipeline per kernel; a
+//! launch binds its buffers with push descriptors where the driver has
+//! them, or a descriptor set of its own.
 //!
 //! Binding model (shared with the wgpu backend): the kernel's buffers are
 //! storage buffers at `@group(0) @binding(0..n)`, and its parameter block
@@ -11,9 +13,11 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use ash::vk;
 
-use super::TY;
 use super::device::{Ctx, lock, vk_error};
 use super::memory::VkBuffer;
+use super::stream::{Keep, VkStream};
+use super::{TY, Vulkan};
+use crate::backend::typed::Kernels;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -69,14 +73,14 @@ fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
 
 /// A compute pipeline with its layouts.
 pub(super) struct Pipeline {
-    pub set_layout: vk::DescriptorSetLayout,
-    pub layout: vk::PipelineLayout,
-    pub pipeline: vk::Pipeline,
-    pub storage_bindings: u32,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    storage_bindings: u32,
 }
 
 /// The pipeline for `kernel` on `ctx` (cached per device and kernel).
-pub(super) fn pipeline(ctx: &'static Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
+fn pipeline(ctx: &'static Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     let key = source_key(wgsl_of(kernel)?);
     if let Some(p) = lock(&ctx.pipelines).get(&key) {
         return Ok(Arc::clone(p));
@@ -157,10 +161,10 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
 
 /// A descriptor pool holding one launch's set; destroyed when the launch
 /// has run.
-pub(super) struct Descriptors {
+struct Descriptors {
     ctx: &'static Ctx,
     pool: vk::DescriptorPool,
-    pub set: vk::DescriptorSet,
+    set: vk::DescriptorSet,
 }
 
 impl Drop for Descriptors {
@@ -172,10 +176,7 @@ impl Drop for Descriptors {
 }
 
 /// Buffer infos for `buffers` (storage) then `params` (uniform).
-pub(super) fn buffer_infos(
-    buffers: &[&VkBuffer],
-    params: &VkBuffer,
-) -> Vec<[vk::DescriptorBufferInfo; 1]> {
+fn buffer_infos(buffers: &[&VkBuffer], params: &VkBuffer) -> Vec<[vk::DescriptorBufferInfo; 1]> {
     buffers
         .iter()
         .chain(std::iter::once(&params))
@@ -190,7 +191,7 @@ pub(super) fn buffer_infos(
 
 /// Descriptor writes for `infos` (the last one is the uniform) into `set`
 /// (null for push descriptors).
-pub(super) fn writes(
+fn writes(
     set: vk::DescriptorSet,
     infos: &[[vk::DescriptorBufferInfo; 1]],
 ) -> Vec<vk::WriteDescriptorSet<'_>> {
@@ -212,13 +213,12 @@ pub(super) fn writes(
         .collect()
 }
 
-/// A descriptor set binding `buffers` as storage and `params` as uniform
-/// (for drivers without push descriptors).
-pub(super) fn descriptors(
+/// A descriptor set binding `infos` (storage buffers, then the uniform),
+/// for drivers without push descriptors.
+fn descriptors(
     ctx: &'static Ctx,
     p: &Pipeline,
-    buffers: &[&VkBuffer],
-    params: &VkBuffer,
+    infos: &[[vk::DescriptorBufferInfo; 1]],
 ) -> Result<Descriptors> {
     let device = &ctx.device;
     let mut sizes = vec![
@@ -253,20 +253,19 @@ pub(super) fn descriptors(
         }
     };
     let d = Descriptors { ctx, pool, set };
-    let infos = buffer_infos(buffers, params);
     // SAFETY: every buffer is alive and non-null (callers bind no
     // zero-sized buffers), and the set is not in use yet.
-    unsafe { device.update_descriptor_sets(&writes(d.set, &infos), &[]) };
+    unsafe { device.update_descriptor_sets(&writes(d.set, infos), &[]) };
     Ok(d)
 }
 
 /// Bytes of every reusable parameter buffer: parameter blocks up to this
 /// size reuse buffers; larger ones get their own.
-pub(super) const PARAM_BUFFER_SIZE: usize = 256;
+const PARAM_BUFFER_SIZE: usize = 256;
 
 /// A parameter buffer that goes back to its device's free list when the
 /// launch that used it has run.
-pub(super) struct ParamBuffer {
+struct ParamBuffer {
     buffer: Option<VkBuffer>,
     reusable: bool,
 }
@@ -300,10 +299,6 @@ impl ParamBuffer {
             reusable: true,
         })
     }
-
-    pub fn buffer(&self) -> Option<&VkBuffer> {
-        self.buffer.as_ref()
-    }
 }
 
 impl Drop for ParamBuffer {
@@ -318,9 +313,80 @@ impl Drop for ParamBuffer {
 }
 
 /// The parameter block padded to a multiple of 16 bytes (at least 16).
-pub(super) fn padded_params(params: &[u8]) -> Vec<u8> {
+fn padded_params(params: &[u8]) -> Vec<u8> {
     let len = params.len().max(1).div_ceil(16) * 16;
     let mut v = params.to_vec();
     v.resize(len, 0);
     v
+}
+
+impl Kernels for Vulkan {
+    /// Buffers bound in order as storage buffers, `params` as the uniform
+    /// block.
+    fn enqueue_kernel(
+        &self,
+        stream: &'static VkStream,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[Arc<VkBuffer>],
+        params: &[u8],
+    ) -> Result<()> {
+        let c = stream.ctx;
+        let limits = c.adapter.props.limits.max_compute_work_group_count;
+        if (0..3).any(|i| grid[i] > limits[i]) {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!(
+                    "grid {grid:?} exceeds the device's maximum workgroup count {limits:?}"
+                ),
+            });
+        }
+        if let Some(i) = buffers.iter().position(|b| b.size == 0) {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!("binding {i} is an empty buffer, which Vulkan cannot bind"),
+            });
+        }
+        let p = pipeline(c, kernel)?;
+        let params = ParamBuffer::new(c, params)?;
+        if grid.contains(&0) {
+            return Ok(()); // nothing to run
+        }
+        let uniform = params
+            .buffer
+            .as_ref()
+            .ok_or_else(|| Error::backend(TY, "a parameter buffer went missing"))?;
+        let refs: Vec<&VkBuffer> = buffers.iter().map(|b| &**b).collect();
+        let infos = buffer_infos(&refs, uniform);
+        let sets = match c.push_descriptor {
+            Some(_) => None,
+            None => Some(descriptors(c, &p, &infos)?),
+        };
+        let set = sets.as_ref().map(|s| s.set);
+        let writes = writes(vk::DescriptorSet::null(), &infos);
+        let (pipeline, layout) = (p.pipeline, p.layout);
+        let mut keep: Vec<Keep> = vec![Box::new(params), Box::new(p)];
+        keep.extend(sets.map(|s| Box::new(s) as Keep));
+        keep.extend(buffers.iter().map(|b| Box::new(Arc::clone(b)) as Keep));
+        let compute = vk::PipelineBindPoint::COMPUTE;
+        stream.submit(
+            |d, cb| {
+                // SAFETY: pipeline, layout and the bindings (descriptor set or
+                // pushed buffers) are alive (kept until the dispatch ran) and
+                // match each other; every bound buffer is non-empty; the grid is
+                // within the device's limits.
+                unsafe {
+                    d.cmd_bind_pipeline(cb, compute, pipeline);
+                    if let Some(set) = set {
+                        d.cmd_bind_descriptor_sets(cb, compute, layout, 0, &[set], &[]);
+                    } else if let Some(push) = &c.push_descriptor {
+                        push.cmd_push_descriptor_set(cb, compute, layout, 0, &writes);
+                    }
+                    d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
+                }
+            },
+            keep,
+        )?;
+        Ok(())
+    }
 }

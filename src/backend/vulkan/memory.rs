@@ -1,4 +1,5 @@
-//! Device buffers and host-visible staging buffers, from gpu-allocator.
+//! Device buffers and host-visible staging buffers, from gpu-allocator;
+//! the copies between them and readbacks.
 //!
 //! A [`VkBuffer`] frees its memory when the last reference goes: the
 //! user's `Buffer` holds one, and every submission that uses the buffer
@@ -11,24 +12,35 @@ use ash::vk;
 use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 
-use super::TY;
 use super::device::{Ctx, lock, vk_error};
-use super::stream::wait_semaphore;
+use super::stream::{Keep, Point, VkStream};
+use super::{TY, Vulkan};
 use crate::backend::Readback;
+use crate::backend::typed::Memory;
 use crate::core::Device;
 use crate::error::{Error, Result};
 
 /// A Vulkan buffer and its memory.
-pub(super) struct VkBuffer {
-    pub ctx: &'static Ctx,
-    pub buffer: vk::Buffer,
-    pub size: u64,
+pub struct VkBuffer {
+    pub(super) ctx: &'static Ctx,
+    pub(super) buffer: vk::Buffer,
+    pub(super) size: u64,
     allocation: Mutex<Option<Allocation>>,
+}
+
+impl std::fmt::Debug for VkBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VkBuffer({} bytes on vulkan:{})",
+            self.size, self.ctx.index
+        )
+    }
 }
 
 impl VkBuffer {
     /// A buffer of `size` bytes at `location`, for `usage`.
-    pub fn new(
+    pub(super) fn new(
         ctx: &'static Ctx,
         size: u64,
         usage: vk::BufferUsageFlags,
@@ -96,22 +108,12 @@ impl VkBuffer {
         })
     }
 
-    /// A device-local buffer usable as storage and as a copy source and
-    /// destination.
-    pub fn device_local(ctx: &'static Ctx, size: u64) -> Result<VkBuffer> {
-        VkBuffer::new(
-            ctx,
-            size,
-            vk::BufferUsageFlags::STORAGE_BUFFER
-                | vk::BufferUsageFlags::TRANSFER_SRC
-                | vk::BufferUsageFlags::TRANSFER_DST,
-            MemoryLocation::GpuOnly,
-            "keel buffer",
-        )
-    }
-
     /// A host-visible buffer holding `data` (uploads, kernel parameters).
-    pub fn upload(ctx: &'static Ctx, data: &[u8], usage: vk::BufferUsageFlags) -> Result<VkBuffer> {
+    pub(super) fn upload(
+        ctx: &'static Ctx,
+        data: &[u8],
+        usage: vk::BufferUsageFlags,
+    ) -> Result<VkBuffer> {
         let b = VkBuffer::new(
             ctx,
             data.len() as u64,
@@ -124,7 +126,7 @@ impl VkBuffer {
     }
 
     /// A host-visible buffer to copy device data into.
-    pub fn readback(ctx: &'static Ctx, size: u64) -> Result<VkBuffer> {
+    pub(super) fn readback(ctx: &'static Ctx, size: u64) -> Result<VkBuffer> {
         VkBuffer::new(
             ctx,
             size,
@@ -137,7 +139,7 @@ impl VkBuffer {
     /// Runs `f` on the mapped bytes of a host-visible buffer, making host
     /// writes visible to the device and device writes visible to the host
     /// where the memory is not coherent.
-    pub fn with_mapped<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    pub(super) fn with_mapped<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         let mut guard = lock(&self.allocation);
         let Some(allocation) = guard.as_mut() else {
             return Ok(f(&mut []));
@@ -189,24 +191,126 @@ impl Drop for VkBuffer {
     }
 }
 
+/// Enqueues copying `len` bytes from `(src, src_offset)` to `(dst,
+/// dst_offset)`, keeping both buffers alive until the copy has run. With
+/// `to_host`, the copy's writes are made visible to host reads. Returns the
+/// value the submission signals.
+fn submit_copy(
+    stream: &VkStream,
+    (src, src_offset): (Arc<VkBuffer>, usize),
+    (dst, dst_offset): (Arc<VkBuffer>, usize),
+    len: usize,
+    to_host: bool,
+) -> Result<u64> {
+    let region = [vk::BufferCopy::default()
+        .src_offset(src_offset as u64)
+        .dst_offset(dst_offset as u64)
+        .size(len as u64)];
+    let (src_b, dst_b) = (src.buffer, dst.buffer);
+    let keep: Vec<Keep> = vec![Box::new(src), Box::new(dst)];
+    stream.submit(
+        |d, cb| {
+            // SAFETY: both buffers are alive (kept until the copy ran), the
+            // regions are in bounds (checked by `Buffer`) and, within one
+            // buffer, do not overlap (checked by `Buffer::copy_from`).
+            unsafe { d.cmd_copy_buffer(cb, src_b, dst_b, &region) };
+            if to_host {
+                let barrier = [vk::MemoryBarrier2::default()
+                    .src_stage_mask(vk::PipelineStageFlags2::COPY)
+                    .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
+                    .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+                    .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+                let dep = vk::DependencyInfo::default().memory_barriers(&barrier);
+                // SAFETY: `cb` is recording; a barrier references nothing.
+                unsafe { d.cmd_pipeline_barrier2(cb, &dep) };
+            }
+        },
+        keep,
+    )
+}
+
 /// Data copied into a host-visible buffer by a submission.
-pub(super) struct VkReadback {
-    pub ctx: &'static Ctx,
-    pub semaphore: vk::Semaphore,
-    pub value: u64,
-    pub staging: Arc<VkBuffer>,
+struct VkReadback {
+    done: Point,
+    staging: Arc<VkBuffer>,
 }
 
 impl Readback for VkReadback {
     fn is_ready(&self) -> Result<bool> {
-        // SAFETY: the semaphore is a live timeline semaphore of this device.
-        let now = unsafe { self.ctx.device.get_semaphore_counter_value(self.semaphore) }
-            .map_err(|e| vk_error("vkGetSemaphoreCounterValue", e))?;
-        Ok(now >= self.value)
+        self.done.reached()
     }
 
     fn wait(self: Box<Self>) -> Result<Vec<u8>> {
-        wait_semaphore(&self.ctx.device, self.semaphore, self.value)?;
+        self.done.wait()?;
         self.staging.with_mapped(|m| m.to_vec())
+    }
+}
+
+impl Memory for Vulkan {
+    type Buffer = VkBuffer;
+
+    /// A device-local buffer usable as storage and as a copy source and
+    /// destination.
+    fn allocate(&self, device: &'static Ctx, _at: Device, len: usize) -> Result<VkBuffer> {
+        VkBuffer::new(
+            device,
+            len as u64,
+            vk::BufferUsageFlags::STORAGE_BUFFER
+                | vk::BufferUsageFlags::TRANSFER_SRC
+                | vk::BufferUsageFlags::TRANSFER_DST,
+            MemoryLocation::GpuOnly,
+            "keel buffer",
+        )
+    }
+
+    /// Host to device, through a staging buffer.
+    fn enqueue_write(
+        &self,
+        stream: &'static VkStream,
+        dst: &Arc<VkBuffer>,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let staging = VkBuffer::upload(stream.ctx, &data, vk::BufferUsageFlags::TRANSFER_SRC)?;
+        let src = (Arc::new(staging), 0);
+        submit_copy(stream, src, (Arc::clone(dst), offset), data.len(), false).map(drop)
+    }
+
+    /// Device to host, into a host-visible buffer.
+    fn enqueue_read(
+        &self,
+        stream: &'static VkStream,
+        src: &Arc<VkBuffer>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Box<dyn Readback>> {
+        let staging = Arc::new(VkBuffer::readback(stream.ctx, len as u64)?);
+        let value = if len == 0 {
+            0
+        } else {
+            let dst = (Arc::clone(&staging), 0);
+            submit_copy(stream, (Arc::clone(src), offset), dst, len, true)?
+        };
+        Ok(Box::new(VkReadback {
+            done: stream.point(value),
+            staging,
+        }))
+    }
+
+    fn enqueue_copy(
+        &self,
+        stream: &'static VkStream,
+        (src, src_offset): (&Arc<VkBuffer>, usize),
+        (dst, dst_offset): (&Arc<VkBuffer>, usize),
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (src, dst) = ((Arc::clone(src), src_offset), (Arc::clone(dst), dst_offset));
+        submit_copy(stream, src, dst, len, false).map(drop)
     }
 }

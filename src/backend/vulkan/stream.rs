@@ -3,8 +3,10 @@
 //! Every submission on a stream waits for the stream's previous value and
 //! signals the next one, so the stream is in order even when several
 //! streams share a queue (Vulkan does not order submissions on a queue by
-//! itself). Waits on events recorded elsewhere are attached to the stream's
-//! next submission. Objects a submission uses (command buffer, staging
+//! itself). A [`Point`] on a stream's timeline (what events and readbacks
+//! wait for) is reached when the submission that signals it has run.
+//! Waits on events recorded elsewhere are attached to the stream's next
+//! submission. Objects a submission uses (command buffer, staging
 //! memory, descriptor pools, the buffers it touches) are kept until the
 //! semaphore passes the submission's value, then released.
 
@@ -39,16 +41,68 @@ struct State {
     pending: Vec<(vk::Semaphore, u64)>,
 }
 
+/// A value of a stream's timeline semaphore; value 0 is reached from the
+/// start.
+#[derive(Clone, Copy)]
+pub(super) struct Point {
+    pub(super) ctx: &'static Ctx,
+    pub(super) semaphore: vk::Semaphore,
+    pub(super) value: u64,
+}
+
+impl Point {
+    /// Whether the semaphore has reached the value. Never blocks.
+    pub(super) fn reached(&self) -> Result<bool> {
+        if self.value == 0 {
+            return Ok(true);
+        }
+        Ok(counter(&self.ctx.device, self.semaphore)? >= self.value)
+    }
+
+    /// Waits on the host until the semaphore reaches the value.
+    pub(super) fn wait(&self) -> Result<()> {
+        if self.value == 0 {
+            return Ok(());
+        }
+        let sems = [self.semaphore];
+        let values = [self.value];
+        let info = vk::SemaphoreWaitInfo::default()
+            .semaphores(&sems)
+            .values(&values);
+        // SAFETY: the semaphore is a live timeline semaphore of the device
+        // (streams, and so their semaphores, live for the process).
+        unsafe { self.ctx.device.wait_semaphores(&info, u64::MAX) }
+            .map_err(|e| vk_error("vkWaitSemaphores", e))
+    }
+}
+
+/// A timeline semaphore's current value.
+fn counter(device: &ash::Device, semaphore: vk::Semaphore) -> Result<u64> {
+    // SAFETY: callers pass a live timeline semaphore of `device`.
+    unsafe { device.get_semaphore_counter_value(semaphore) }
+        .map_err(|e| vk_error("vkGetSemaphoreCounterValue", e))
+}
+
 /// One stream of one device; see the module docs.
-pub(super) struct VkStream {
-    ctx: &'static Ctx,
+pub struct VkStream {
+    pub(super) ctx: &'static Ctx,
     queue: usize,
-    pub semaphore: vk::Semaphore,
+    pub(super) semaphore: vk::Semaphore,
     state: Mutex<State>,
 }
 
+impl std::fmt::Debug for VkStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VkStream")
+            .field("device", &self.ctx.index)
+            .field("queue", &self.queue)
+            .field("last", &self.last_value())
+            .finish()
+    }
+}
+
 impl VkStream {
-    pub fn new(ctx: &'static Ctx, queue: usize) -> Result<VkStream> {
+    pub(super) fn new(ctx: &'static Ctx, queue: usize) -> Result<VkStream> {
         let mut timeline = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
@@ -77,26 +131,28 @@ impl VkStream {
         })
     }
 
-    /// The semaphore's current value.
-    pub fn completed(&self) -> Result<u64> {
-        // SAFETY: the semaphore belongs to this device and is alive.
-        unsafe { self.ctx.device.get_semaphore_counter_value(self.semaphore) }
-            .map_err(|e| vk_error("vkGetSemaphoreCounterValue", e))
+    /// The point `value` of this stream's timeline.
+    pub(super) fn point(&self, value: u64) -> Point {
+        Point {
+            ctx: self.ctx,
+            semaphore: self.semaphore,
+            value,
+        }
     }
 
     /// The value the last submission signals.
-    pub fn last_value(&self) -> u64 {
+    pub(super) fn last_value(&self) -> u64 {
         lock(&self.state).last
     }
 
     /// Whether the stream has waits queued for its next submission.
-    pub fn has_pending_waits(&self) -> bool {
+    pub(super) fn has_pending_waits(&self) -> bool {
         !lock(&self.state).pending.is_empty()
     }
 
     /// Releases what completed submissions kept.
     fn retire(&self, state: &mut State) -> Result<()> {
-        let done = self.completed()?;
+        let done = counter(&self.ctx.device, self.semaphore)?;
         while state.in_flight.front().is_some_and(|f| f.value <= done) {
             if let Some(f) = state.in_flight.pop_front() {
                 state.free.push(f.cb);
@@ -105,18 +161,20 @@ impl VkStream {
         Ok(())
     }
 
-    /// Makes the next submission wait for `(semaphore, value)`.
-    pub fn add_wait(&self, semaphore: vk::Semaphore, value: u64) {
-        if semaphore == self.semaphore || value == 0 {
+    /// Makes the next submission wait for `point` (of this device).
+    pub(super) fn add_wait(&self, point: Point) {
+        if point.semaphore == self.semaphore || point.value == 0 {
             return; // already ordered, or nothing to wait for
         }
-        lock(&self.state).pending.push((semaphore, value));
+        lock(&self.state)
+            .pending
+            .push((point.semaphore, point.value));
     }
 
     /// Records commands with `record` into a fresh command buffer and
     /// submits it, ordered after the stream's previous work and any pending
     /// waits. Returns the value the submission signals.
-    pub fn submit(
+    pub(super) fn submit(
         &self,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
         keep: Vec<Keep>,
@@ -211,38 +269,14 @@ impl VkStream {
         Ok(value)
     }
 
-    /// Waits on the host until the semaphore reaches `value`.
-    pub fn wait_value(&self, value: u64) -> Result<()> {
-        wait_semaphore(&self.ctx.device, self.semaphore, value)
-    }
-
     /// Waits for everything submitted so far and releases what it kept.
-    pub fn synchronize(&self) -> Result<()> {
-        let last = self.last_value();
-        self.wait_value(last)?;
+    pub(super) fn synchronize(&self) -> Result<()> {
+        self.point(self.last_value()).wait()?;
         self.retire(&mut lock(&self.state))
     }
 
     /// Whether everything submitted so far has completed.
-    pub fn query(&self) -> Result<bool> {
-        Ok(self.completed()? >= self.last_value())
+    pub(super) fn query(&self) -> Result<bool> {
+        self.point(self.last_value()).reached()
     }
-}
-
-/// Waits on the host until `semaphore` reaches `value`.
-pub(super) fn wait_semaphore(
-    device: &ash::Device,
-    semaphore: vk::Semaphore,
-    value: u64,
-) -> Result<()> {
-    if value == 0 {
-        return Ok(());
-    }
-    let sems = [semaphore];
-    let values = [value];
-    let info = vk::SemaphoreWaitInfo::default()
-        .semaphores(&sems)
-        .values(&values);
-    // SAFETY: the semaphore is a live timeline semaphore of `device`.
-    unsafe { device.wait_semaphores(&info, u64::MAX) }.map_err(|e| vk_error("vkWaitSemaphores", e))
 }

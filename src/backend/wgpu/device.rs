@@ -1,45 +1,62 @@
-//! Adapters (in Keel's order) and the device + queue per adapter, created
-//! on first use; submission bookkeeping shared by every stream.
+//! Adapters (in Keel's order, narrowed by the environment) and the device
+//! and queue of each adapter, created on first use; what a device reports
+//! about itself; the sink for wgpu's uncaptured errors.
+//!
+//! Nothing here submits work: submissions go through [`stream`](super::stream).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::backend::DeviceKind;
-use crate::backend::pool::PoolCursors;
-use crate::core::{
-    Device, DeviceIndex, MAX_PRIORITY_LEVELS, STREAMS_PER_POOL, StreamId, StreamKind, stream_kind,
-};
+use super::event::QuerySlots;
+use super::kernel::Pipelines;
+use super::stream::{QueueStream, SubmissionOrder};
+use super::{PRIORITY_LEVELS, TY};
+use crate::backend::pool::Streams;
+use crate::backend::{DeviceKind, DeviceProperties, TimestampSupport, vendor_name};
+use crate::core::{Device, DeviceIndex};
 use crate::error::{Error, Result};
 
-use super::TY;
-
-/// Priority levels of each wgpu device's stream pool.
-pub const PRIORITY_LEVELS: usize = 2;
-
-/// Timestamp queries per device.
-pub(super) const QUERY_SLOTS: u32 = 1024;
-
+/// Locks a mutex, ignoring poisoning: every critical section here leaves
+/// its data consistent.
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One wgpu adapter.
+/// One wgpu adapter, and its device once created.
 pub(super) struct Adapter {
-    pub adapter: wgpu::Adapter,
-    pub info: wgpu::AdapterInfo,
-    pub kind: DeviceKind,
+    adapter: wgpu::Adapter,
+    pub(super) info: wgpu::AdapterInfo,
+    kind: DeviceKind,
+    device: OnceLock<Result<WgpuDevice>>,
 }
 
-pub(super) struct Wg {
-    pub adapters: Vec<Adapter>,
-    pub backends: wgpu::Backends,
+/// What wgpu found: the adapters in Keel's order.
+pub(super) struct Adapters {
+    list: Vec<Adapter>,
+    /// The native APIs searched (after `WGPU_BACKEND`).
+    backends: wgpu::Backends,
 }
 
-static WG: LazyLock<Result<Wg, String>> = LazyLock::new(load);
+static ADAPTERS: LazyLock<Result<Adapters, String>> = LazyLock::new(load);
 
-pub(super) fn wg() -> Result<&'static Wg, &'static str> {
-    WG.as_ref().map_err(String::as_str)
+/// The adapters, or why wgpu cannot run.
+pub(super) fn adapters() -> Result<&'static Adapters, &'static str> {
+    ADAPTERS.as_ref().map_err(String::as_str)
+}
+
+impl Adapters {
+    /// How many adapters there are.
+    pub(super) fn len(&self) -> DeviceIndex {
+        DeviceIndex::try_from(self.list.len()).unwrap_or(DeviceIndex::MAX)
+    }
+
+    /// Why there is no adapter.
+    pub(super) fn none_reason(&self) -> String {
+        format!(
+            "no wgpu adapter found (backends searched: {:?})",
+            self.backends
+        )
+    }
 }
 
 fn backend_rank(b: wgpu::Backend) -> u8 {
@@ -49,6 +66,18 @@ fn backend_rank(b: wgpu::Backend) -> u8 {
         wgpu::Backend::Dx12 => 2,
         wgpu::Backend::Gl => 3,
         _ => 4,
+    }
+}
+
+/// The native API an adapter runs on, as people write it.
+fn api_name(b: wgpu::Backend) -> &'static str {
+    match b {
+        wgpu::Backend::Vulkan => "Vulkan",
+        wgpu::Backend::Metal => "Metal",
+        wgpu::Backend::Dx12 => "DX12",
+        wgpu::Backend::Gl => "GL",
+        wgpu::Backend::BrowserWebGpu => "WebGPU",
+        wgpu::Backend::Noop => "noop",
     }
 }
 
@@ -66,7 +95,7 @@ fn kind_of(t: wgpu::DeviceType) -> DeviceKind {
 /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME`, ordered by native API (Vulkan,
 /// Metal, DX12, GL), then kind (discrete, integrated, virtual, CPU,
 /// other), then name.
-fn load() -> Result<Wg, String> {
+fn load() -> Result<Adapters, String> {
     let desc = wgpu::InstanceDescriptor {
         backends: wgpu::Backends::all(),
         ..wgpu::InstanceDescriptor::new_without_display_handle()
@@ -76,7 +105,7 @@ fn load() -> Result<Wg, String> {
     let instance =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wgpu::Instance::new(desc)))
             .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
-    let mut adapters: Vec<Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
+    let mut list: Vec<Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
         .into_iter()
         .filter(|a| a.get_info().backend != wgpu::Backend::Noop)
         .map(|adapter| {
@@ -85,21 +114,22 @@ fn load() -> Result<Wg, String> {
                 kind: kind_of(info.device_type),
                 info,
                 adapter,
+                device: OnceLock::new(),
             }
         })
         .collect();
     if let Ok(wanted) = std::env::var("WGPU_ADAPTER_NAME") {
         let wanted = wanted.to_lowercase();
-        adapters.retain(|a| a.info.name.to_lowercase().contains(&wanted));
+        list.retain(|a| a.info.name.to_lowercase().contains(&wanted));
     }
-    adapters.sort_by(|a, b| {
+    list.sort_by(|a, b| {
         (backend_rank(a.info.backend), a.kind, &a.info.name).cmp(&(
             backend_rank(b.info.backend),
             b.kind,
             &b.info.name,
         ))
     });
-    Ok(Wg { adapters, backends })
+    Ok(Adapters { list, backends })
 }
 
 /// A wgpu error reported outside an error scope, kept for the next
@@ -109,7 +139,7 @@ pub(super) struct Uncaptured(Mutex<Vec<String>>);
 
 impl Uncaptured {
     /// Takes the first uncaptured error, if one happened.
-    pub fn take(&self) -> Result<()> {
+    pub(super) fn take(&self) -> Result<()> {
         let mut errors = lock(&self.0);
         if errors.is_empty() {
             return Ok(());
@@ -120,64 +150,49 @@ impl Uncaptured {
     }
 }
 
-/// Free timestamp slots, and `(slot, seq)` of destroyed events whose
-/// submission may still be running.
-pub(super) type QuerySlots = (Vec<u32>, Vec<(u32, u64)>);
-
-/// One lane of the device's single queue.
-#[derive(Default)]
-pub(super) struct Lane {
-    /// The sequence number of the lane's last submission (0: none).
-    pub last: Mutex<Option<(u64, wgpu::SubmissionIndex)>>,
+/// The device and queue of one adapter, with what Keel keeps per device:
+/// its logical streams, submission order, pipelines and timestamp slots.
+pub struct WgpuDevice {
+    pub(super) index: DeviceIndex,
+    pub(super) adapter: &'static Adapter,
+    pub(super) device: wgpu::Device,
+    pub(super) queue: wgpu::Queue,
+    pub(super) limits: wgpu::Limits,
+    /// Where the adapter offers timestamps inside encoders.
+    pub(super) timestamps: Option<wgpu::QuerySet>,
+    pub(super) order: SubmissionOrder,
+    pub(super) streams: Streams<QueueStream>,
+    pub(super) pipelines: Pipelines,
+    pub(super) query_slots: QuerySlots,
+    pub(super) uncaptured: Arc<Uncaptured>,
 }
 
-/// The device and queue of one adapter.
-pub(super) struct Ctx {
-    pub index: DeviceIndex,
-    pub adapter: &'static Adapter,
-    pub device: wgpu::Device,
-    pub queue: wgpu::Queue,
-    pub limits: wgpu::Limits,
-    pub timestamps: Option<wgpu::QuerySet>,
-    /// Submission order: the sequence number of the last submission.
-    submit_lock: Mutex<u64>,
-    /// The highest sequence number known complete.
-    pub completed: Arc<AtomicU64>,
-    pub cursors: PoolCursors,
-    default_lane: Lane,
-    pool: [[OnceLock<Lane>; STREAMS_PER_POOL]; MAX_PRIORITY_LEVELS],
-    pub pipelines: Mutex<HashMap<(usize, usize), Arc<super::kernel::Pipeline>>>,
-    pub query_slots: Mutex<QuerySlots>,
-    pub uncaptured: Arc<Uncaptured>,
+impl fmt::Debug for WgpuDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WgpuDevice")
+            .field("index", &self.index)
+            .field("adapter", &self.adapter.info.name)
+            .field("api", &api_name(self.adapter.info.backend))
+            .field("timestamps", &self.timestamps.is_some())
+            .finish()
+    }
 }
 
-static CTXS: LazyLock<Vec<OnceLock<Result<Ctx>>>> = LazyLock::new(|| {
-    let n = wg().map_or(0, |w| w.adapters.len());
-    (0..n).map(|_| OnceLock::new()).collect()
-});
-
-/// The device for `device` (an existing wgpu index), created on first use.
-pub(super) fn ctx(device: Device) -> Result<&'static Ctx> {
-    let w = wg().map_err(super::unavailable)?;
-    crate::backend::check_device_index(device, w.adapters.len() as DeviceIndex)?;
-    let i = device.index() as usize;
-    let (Some(slot), Some(adapter)) = (CTXS.get(i), w.adapters.get(i)) else {
-        return Err(Error::invalid(format!("no wgpu device {device}")));
-    };
-    slot.get_or_init(|| Ctx::create(device.index(), adapter))
+/// Device `index` (in range), created on first use.
+pub(super) fn device(index: DeviceIndex) -> Result<&'static WgpuDevice> {
+    let adapter = adapters()
+        .ok()
+        .and_then(|a| a.list.get(usize::try_from(index).ok()?))
+        .ok_or_else(|| Error::invalid(format!("no wgpu device {index}")))?;
+    adapter
+        .device
+        .get_or_init(|| WgpuDevice::create(index, adapter))
         .as_ref()
         .map_err(Clone::clone)
 }
 
-/// Every device created so far.
-pub(super) fn created() -> impl Iterator<Item = &'static Ctx> {
-    CTXS.iter()
-        .filter_map(|s| s.get())
-        .filter_map(|r| r.as_ref().ok())
-}
-
-impl Ctx {
-    fn create(index: DeviceIndex, adapter: &'static Adapter) -> Result<Ctx> {
+impl WgpuDevice {
+    fn create(index: DeviceIndex, adapter: &'static Adapter) -> Result<WgpuDevice> {
         let offered = adapter.adapter.features();
         let wanted =
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
@@ -201,131 +216,71 @@ impl Ctx {
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             lock(&sink.0).push(e.to_string());
         }));
-        let timestamps = required_features.contains(wanted).then(|| {
-            device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("keel timestamps"),
-                ty: wgpu::QueryType::Timestamp,
-                count: QUERY_SLOTS,
-            })
-        });
-        Ok(Ctx {
+        let order = SubmissionOrder::start(&device, index)?;
+        let timestamps = required_features
+            .contains(wanted)
+            .then(|| QuerySlots::query_set(&device));
+        Ok(WgpuDevice {
             index,
             adapter,
             device,
             queue,
             limits,
             timestamps,
-            submit_lock: Mutex::new(0),
-            completed: Arc::new(AtomicU64::new(0)),
-            cursors: PoolCursors::new(PRIORITY_LEVELS),
-            default_lane: Lane::default(),
-            pool: [const { [const { OnceLock::new() }; STREAMS_PER_POOL] }; MAX_PRIORITY_LEVELS],
-            pipelines: Mutex::new(HashMap::new()),
-            query_slots: Mutex::new(((0..QUERY_SLOTS).rev().collect(), Vec::new())),
+            order,
+            streams: Streams::new(TY, index, PRIORITY_LEVELS),
+            pipelines: Pipelines::default(),
+            query_slots: QuerySlots::new(),
             uncaptured,
         })
     }
 
-    /// The lane behind `id`.
-    pub fn lane(&self, id: StreamId) -> Result<&Lane> {
-        match stream_kind(id) {
-            StreamKind::Default => Ok(&self.default_lane),
-            StreamKind::Pool { level, index } if usize::from(level) < self.cursors.levels() => {
-                Ok(self.pool[usize::from(level)][usize::from(index)].get_or_init(Lane::default))
-            }
-            _ => Err(Error::invalid(format!(
-                "unknown stream id {id} on wgpu:{}: expected 0 (default) or a pool stream id",
-                self.index
-            ))),
-        }
+    /// A command encoder on this device.
+    pub(super) fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
     }
 
-    /// Every lane used so far.
-    pub fn lanes(&self) -> impl Iterator<Item = &Lane> {
-        std::iter::once(&self.default_lane)
-            .chain(self.pool.iter().flatten().filter_map(|l| l.get()))
-    }
-
-    /// Submits `encoder` on `lane`; returns the submission's sequence number.
-    pub fn submit(&self, lane: &Lane, encoder: wgpu::CommandEncoder) -> Result<u64> {
-        let mut seq = lock(&self.submit_lock);
-        let index = self.queue.submit([encoder.finish()]);
-        *seq += 1;
-        let this = *seq;
-        let completed = Arc::clone(&self.completed);
-        self.queue.on_submitted_work_done(move || {
-            completed.fetch_max(this, Ordering::AcqRel);
+    /// What the device is and can do, as device `at`.
+    pub(super) fn describe(&self, at: Device) -> DeviceProperties {
+        let info = &self.adapter.info;
+        let l = &self.limits;
+        let mut p = DeviceProperties::new(at, info.name.clone(), self.adapter.kind);
+        p.vendor = vendor_name(info.vendor).to_owned();
+        p.vendor_id = Some(info.vendor);
+        p.device_id = Some(info.device);
+        p.native_backend = format!("wgpu/{}", api_name(info.backend));
+        p.driver = info.driver.clone();
+        p.driver_info = info.driver_info.clone();
+        p.max_workgroup_size = Some([
+            l.max_compute_workgroup_size_x,
+            l.max_compute_workgroup_size_y,
+            l.max_compute_workgroup_size_z,
+        ]);
+        p.max_workgroup_invocations = Some(l.max_compute_invocations_per_workgroup);
+        p.max_workgroup_count = Some([l.max_compute_workgroups_per_dimension; 3]);
+        p.shared_memory_per_workgroup = Some(u64::from(l.max_compute_workgroup_storage_size));
+        p.subgroup_size = (info.subgroup_min_size > 0).then_some(info.subgroup_min_size);
+        p.timestamps = self.timestamps.as_ref().map(|_| TimestampSupport {
+            period_ns: f64::from(self.queue.get_timestamp_period()),
+            valid_bits: 64,
         });
-        *lock(&lane.last) = Some((this, index));
-        drop(seq);
-        self.uncaptured.take()?;
-        Ok(this)
-    }
-
-    /// Whether submission `seq` (wgpu's `index`) has completed. Never
-    /// blocks: asks wgpu about that very submission (a wait with a zero
-    /// timeout), so the answer never depends on when completion callbacks
-    /// of other submissions ran.
-    pub fn is_done(&self, seq: u64, index: Option<&wgpu::SubmissionIndex>) -> Result<bool> {
-        if seq == 0 || self.completed.load(Ordering::Acquire) >= seq {
-            return Ok(true);
-        }
-        let Some(index) = index else {
-            self.device
-                .poll(wgpu::PollType::Poll)
-                .map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
-            return Ok(self.completed.load(Ordering::Acquire) >= seq);
-        };
-        match self.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(index.clone()),
-            timeout: Some(std::time::Duration::ZERO),
-        }) {
-            Ok(_) => Ok(true),
-            Err(wgpu::PollError::Timeout) => Ok(false),
-            Err(e) => Err(Error::backend(TY, format!("polling the device: {e}"))),
-        }
-    }
-
-    /// Waits until submission `seq` (with wgpu's `index`) has completed.
-    pub fn wait(&self, seq: u64, index: Option<&wgpu::SubmissionIndex>) -> Result<()> {
-        while !self.is_done(seq, index)? {
-            self.device
-                .poll(wgpu::PollType::Wait {
-                    submission_index: index.cloned(),
-                    timeout: None,
-                })
-                .map_err(|e| Error::backend(TY, format!("waiting for the device: {e}")))?;
-        }
-        self.uncaptured.take()
-    }
-
-    /// Waits for everything submitted on `lane`.
-    pub fn wait_lane(&self, lane: &Lane) -> Result<()> {
-        let last = lock(&lane.last).clone();
-        match last {
-            Some((seq, index)) => self.wait(seq, Some(&index)),
-            None => self.uncaptured.take(),
-        }
-    }
-
-    /// A timestamp slot, recycling those of destroyed events once the
-    /// submission that wrote them completed.
-    pub fn take_query_slot(&self) -> Result<u32> {
-        let mut slots = lock(&self.query_slots);
-        let completed = self.completed.load(Ordering::Acquire);
-        let (free, retiring) = &mut *slots;
-        retiring.retain(|&(slot, seq)| {
-            let done = seq <= completed;
-            if done {
-                free.push(slot);
-            }
-            !done
-        });
-        free.pop().ok_or_else(|| {
-            Error::backend(
-                TY,
-                format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
-            )
-        })
+        p.extra
+            .push(("native API".to_owned(), api_name(info.backend).to_owned()));
+        p.extra.push((
+            "subgroup sizes".to_owned(),
+            format!("{}..={}", info.subgroup_min_size, info.subgroup_max_size),
+        ));
+        p.extra
+            .push(("max buffer size".to_owned(), l.max_buffer_size.to_string()));
+        p.extra.push((
+            "max storage binding size".to_owned(),
+            l.max_storage_buffer_binding_size.to_string(),
+        ));
+        p.extra.push((
+            "features".to_owned(),
+            format!("{:?}", self.adapter.adapter.features()),
+        ));
+        p
     }
 }

@@ -4,10 +4,20 @@
 //! the parameter block a uniform at binding `n`, padded with zeros to a
 //! multiple of 16 bytes. Every declared binding must be used by the shader
 //! (wgpu drops unused ones from derived layouts).
+//!
+//! Each launch gets its own parameter buffer. (A single shared one
+//! rewritten with `queue.write_buffer` before each submission made the
+//! conformance suite flaky, as if a running launch saw a later launch's
+//! parameters; not worth the risk for the gain.)
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use super::device::{Ctx, lock};
+use super::device::{WgpuDevice, lock};
+use super::memory::WgpuBuffer;
+use super::stream::QueueStream;
+use super::{TY, Wgpu};
+use crate::backend::typed::{Kernels, check_distinct_buffers};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -15,32 +25,34 @@ fn source_key(wgsl: &'static str) -> (usize, usize) {
     (wgsl.as_ptr() as usize, wgsl.len())
 }
 
+/// A device's pipelines, by WGSL source (address and length).
+#[derive(Default)]
+pub(super) struct Pipelines(Mutex<HashMap<(usize, usize), Arc<Pipeline>>>);
+
 /// A compute pipeline and the layout of its bind group 0 (asked for once).
 pub(super) struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
 }
 
-/// The pipeline for `kernel` on `ctx` (cached).
-pub(super) fn pipeline(ctx: &Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
+/// The pipeline for `kernel` on `d` (cached).
+pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     let wgsl = kernel.wgsl.ok_or_else(|| Error::Kernel {
         kernel: kernel.name.to_owned(),
         message: "has no WGSL source, which the wgpu backend runs".to_owned(),
     })?;
     let key = source_key(wgsl);
-    if let Some(p) = lock(&ctx.pipelines).get(&key) {
+    if let Some(p) = lock(&d.pipelines.0).get(&key) {
         return Ok(Arc::clone(p));
     }
     // Validate first with naga-style errors from wgpu's own front end,
     // inside an error scope so a bad kernel is an error, not a panic.
-    let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = ctx
-        .device
-        .create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(kernel.name),
-            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-        });
-    let pipeline = ctx
+    let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(kernel.name),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let pipeline = d
         .device
         .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(kernel.name),
@@ -58,11 +70,11 @@ pub(super) fn pipeline(ctx: &Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     }
     let layout = pipeline.get_bind_group_layout(0);
     let p = Arc::new(Pipeline { pipeline, layout });
-    Ok(Arc::clone(lock(&ctx.pipelines).entry(key).or_insert(p)))
+    Ok(Arc::clone(lock(&d.pipelines.0).entry(key).or_insert(p)))
 }
 
 /// The parameter block padded to a multiple of 16 bytes (at least 16).
-pub(super) fn padded_params(params: &[u8]) -> Vec<u8> {
+fn padded_params(params: &[u8]) -> Vec<u8> {
     let len = params.len().max(1).div_ceil(16) * 16;
     let mut v = params.to_vec();
     v.resize(len, 0);
@@ -70,9 +82,9 @@ pub(super) fn padded_params(params: &[u8]) -> Vec<u8> {
 }
 
 /// A uniform buffer holding `params`.
-pub(super) fn params_buffer(ctx: &Ctx, params: &[u8]) -> Result<wgpu::Buffer> {
+fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
     let data = padded_params(params);
-    let b = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+    let b = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel params"),
         size: data.len() as u64,
         usage: wgpu::BufferUsages::UNIFORM,
@@ -80,38 +92,35 @@ pub(super) fn params_buffer(ctx: &Ctx, params: &[u8]) -> Result<wgpu::Buffer> {
     });
     b.slice(..)
         .get_mapped_range_mut()
-        .map_err(|e| {
-            Error::backend(
-                crate::DeviceType::Wgpu,
-                format!("mapping a parameter buffer: {e}"),
-            )
-        })?
+        .map_err(|e| Error::backend(TY, format!("mapping a parameter buffer: {e}")))?
         .copy_from_slice(&data);
     b.unmap();
     Ok(b)
 }
 
-/// Records a dispatch of `pipeline` over `grid` with `buffers` bound and
-/// `uniform` as the parameter block, into `encoder`.
-pub(super) fn record_dispatch_with(
-    ctx: &Ctx,
+/// Records into `encoder` a dispatch of `pipeline` over `grid`, with
+/// `buffers` bound in order and a parameter buffer of its own holding
+/// `params`.
+pub(super) fn record_dispatch(
+    d: &WgpuDevice,
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &Pipeline,
     grid: [u32; 3],
     buffers: &[&wgpu::Buffer],
-    uniform: &wgpu::Buffer,
-) {
+    params: &[u8],
+) -> Result<()> {
+    let uniform = params_buffer(d, params)?;
     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
         .iter()
         .copied()
-        .chain(std::iter::once(uniform))
+        .chain(std::iter::once(&uniform))
         .enumerate()
         .map(|(i, b)| wgpu::BindGroupEntry {
             binding: i as u32,
             resource: b.as_entire_binding(),
         })
         .collect();
-    let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+    let group = d.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.layout,
         entries: &entries,
@@ -123,26 +132,12 @@ pub(super) fn record_dispatch_with(
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-}
-
-/// Records a dispatch with a parameter buffer of its own (for work that is
-/// recorded before the submission lock is taken).
-pub(super) fn record_dispatch(
-    ctx: &Ctx,
-    encoder: &mut wgpu::CommandEncoder,
-    pipeline: &Pipeline,
-    grid: [u32; 3],
-    buffers: &[&wgpu::Buffer],
-    params: &[u8],
-) -> Result<()> {
-    let uniform = params_buffer(ctx, params)?;
-    record_dispatch_with(ctx, encoder, pipeline, grid, buffers, &uniform);
     Ok(())
 }
 
 /// Checks a grid against the device's limit per dimension.
-pub(super) fn check_grid(ctx: &Ctx, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
-    let max = ctx.limits.max_compute_workgroups_per_dimension;
+fn check_grid(d: &WgpuDevice, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
+    let max = d.limits.max_compute_workgroups_per_dimension;
     if grid.iter().any(|&g| g > max) {
         return Err(Error::Kernel {
             kernel: kernel.name.to_owned(),
@@ -154,13 +149,32 @@ pub(super) fn check_grid(ctx: &Ctx, kernel: &Kernel, grid: [u32; 3]) -> Result<(
     Ok(())
 }
 
-/// The byte-copy kernel (`shaders/copy_bytes.wgsl`) for copies whose
-/// offsets or size are not multiples of 4.
-pub(super) const COPY_BYTES: Kernel = Kernel {
-    name: "copy_bytes",
-    workgroup_size: [64, 1, 1],
-    bindings: 2,
-    wgsl: Some(include_str!("../../../shaders/copy_bytes.wgsl")),
-    ptx: None,
-    cpu: None,
-};
+impl Kernels for Wgpu {
+    /// `buffers` must be distinct allocations (checked here).
+    fn enqueue_kernel(
+        &self,
+        stream: &'static QueueStream,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[Arc<WgpuBuffer>],
+        params: &[u8],
+    ) -> Result<()> {
+        let d = stream.device();
+        check_grid(d, kernel, grid)?;
+        check_distinct_buffers(kernel, buffers, "wgpu needs distinct buffers")?;
+        let pipeline = pipeline(d, kernel)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let raw: Vec<&wgpu::Buffer> = buffers.iter().map(|b| b.raw()).collect();
+        let mut enc = d.encoder();
+        record_dispatch(d, &mut enc, &pipeline, grid, &raw, params)?;
+        // A binding the shader does not accept is a wgpu validation error,
+        // reported by `submit` (through the uncaptured-error handler).
+        stream.submit(enc).map_err(|e| Error::Kernel {
+            kernel: kernel.name.to_owned(),
+            message: format!("wgpu rejected the launch: {e}"),
+        })?;
+        Ok(())
+    }
+}

@@ -14,7 +14,6 @@ use std::sync::OnceLock;
 use cudarc::driver::sys::{self, CUdevice_attribute as A, CUresult};
 
 use super::TY;
-use crate::core::DeviceIndex;
 use crate::error::{Error, Result};
 
 /// The reason reported when libcuda cannot be loaded.
@@ -107,11 +106,6 @@ static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
 /// The driver, loaded on first use; the error is why CUDA cannot run.
 pub(super) fn driver() -> std::result::Result<&'static Driver, &'static str> {
     DRIVER.get_or_init(load).as_ref().map_err(String::as_str)
-}
-
-/// How many devices the driver reports (0 when it cannot run).
-pub(super) fn count() -> DeviceIndex {
-    driver().map_or(0, |d| DeviceIndex::try_from(d.devices.len()).unwrap_or(0))
 }
 
 fn load() -> std::result::Result<Driver, String> {

@@ -13,6 +13,15 @@
 //! - spans on one lane nest: two spans either do not overlap or one
 //!   contains the other;
 //! - every flow end lies inside a span of its lane (so viewers can bind it).
+//!
+//! Operations on traces live beside the model, whoever produced the trace
+//! (a session, a file, a live server): `check.rs` ([`Trace::check`]) and
+//! `merge.rs` ([`Trace::merge`], which joins live fragments, and
+//! [`Trace::tables_only`]). Nothing here records, reads files or talks to a
+//! socket.
+
+mod check;
+mod merge;
 
 use std::fmt;
 
@@ -31,7 +40,7 @@ pub struct TraceDevice {
 }
 
 /// What a lane is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LaneKind {
     /// A stream of a device: index into [`Trace::devices`] and stream id.
     Stream {

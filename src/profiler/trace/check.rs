@@ -1,9 +1,8 @@
-//! [`Trace::check`]: the invariants of the module docs of
-//! [`trace`](super::trace), checked.
+//! [`Trace::check`]: the invariants of the [trace model](super), checked.
 
 use std::collections::{HashMap, HashSet};
 
-use super::trace::{FlowEnd, LaneKind, Span, Trace};
+use super::{FlowEnd, LaneKind, Span, Trace};
 
 /// The spans of one lane, sorted for nesting and containment queries.
 struct LaneSpans<'a> {

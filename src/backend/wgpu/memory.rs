@@ -1,0 +1,322 @@
+//! Buffers (`wgpu::Buffer`, sized up to a multiple of 4), uploads, copies
+//! and readbacks.
+//!
+//! wgpu copies whole 4-byte words only: a copy whose offsets or size are
+//! not multiples of 4 runs the `copy_bytes` kernel
+//! (`shaders/copy_bytes.wgsl`) instead of `copy_buffer_to_buffer`. A copy
+//! within one buffer goes through a temporary buffer (wgpu cannot read and
+//! write one buffer in one copy). Readbacks copy whole words into a
+//! mappable buffer and cut the requested bytes out.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::device::WgpuDevice;
+use super::kernel::{pipeline, record_dispatch};
+use super::stream::{Point, QueueStream};
+use super::{TY, Wgpu};
+use crate::backend::Readback;
+use crate::backend::typed::Memory;
+use crate::core::Device;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+/// A wgpu buffer; `size` is the user's size, the wgpu buffer is rounded
+/// up to a multiple of 4 (at least 4).
+pub struct WgpuBuffer {
+    buffer: wgpu::Buffer,
+    size: u64,
+}
+
+impl fmt::Debug for WgpuBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WgpuBuffer({} bytes)", self.size)
+    }
+}
+
+impl WgpuBuffer {
+    /// The wgpu buffer.
+    pub(super) fn raw(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+fn round4(n: u64) -> u64 {
+    n.div_ceil(4) * 4
+}
+
+/// A wgpu buffer of at least `size` bytes (rounded up to a multiple of 4);
+/// running out of memory is [`Error::OutOfMemory`].
+pub(super) fn new_buffer(
+    d: &WgpuDevice,
+    size: u64,
+    usage: wgpu::BufferUsages,
+    mapped: bool,
+) -> Result<wgpu::Buffer> {
+    let padded = round4(size).max(4);
+    let oom = || {
+        Device::new(TY, d.index).map_or_else(
+            |e| e,
+            |device| Error::OutOfMemory {
+                device,
+                requested: size,
+            },
+        )
+    };
+    if padded > d.limits.max_buffer_size {
+        return Err(oom());
+    }
+    let scope = d.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let buffer = d.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("keel"),
+        size: padded,
+        usage,
+        mapped_at_creation: mapped,
+    });
+    if pollster::block_on(scope.pop()).is_some() {
+        return Err(oom());
+    }
+    Ok(buffer)
+}
+
+const DEVICE_BUFFER: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// A host-visible source buffer holding `data` at byte `phase` (so that it
+/// lines up with an unaligned destination offset).
+fn staging_from(d: &WgpuDevice, data: &[u8], phase: usize) -> Result<wgpu::Buffer> {
+    let b = new_buffer(
+        d,
+        (phase + data.len()) as u64,
+        wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::STORAGE,
+        true,
+    )?;
+    let mut bytes = vec![0u8; b.size() as usize];
+    bytes[phase..phase + data.len()].copy_from_slice(data);
+    b.slice(..)
+        .get_mapped_range_mut()
+        .map_err(|e| Error::backend(TY, format!("mapping a staging buffer: {e}")))?
+        .copy_from_slice(&bytes);
+    b.unmap();
+    Ok(b)
+}
+
+/// The byte-copy kernel (`shaders/copy_bytes.wgsl`) for copies whose
+/// offsets or size are not multiples of 4.
+const COPY_BYTES: Kernel = Kernel {
+    name: "copy_bytes",
+    workgroup_size: [64, 1, 1],
+    bindings: 2,
+    wgsl: Some(include_str!("../../../shaders/copy_bytes.wgsl")),
+    ptx: None,
+    cpu: None,
+};
+
+/// Records a copy of `len` bytes from `(src, src_offset)` to `(dst,
+/// dst_offset)`, aligned or not. `src` and `dst` are different wgpu
+/// buffers; `dst_size` is the user's size of `dst`.
+fn record_copy(
+    d: &WgpuDevice,
+    enc: &mut wgpu::CommandEncoder,
+    (src, src_offset): (&wgpu::Buffer, u64),
+    (dst, dst_offset): (&wgpu::Buffer, u64),
+    len: u64,
+    dst_size: u64,
+) -> Result<()> {
+    let len4 = round4(len);
+    // The rounded-up tail may only clobber the destination's padding.
+    let aligned = src_offset.is_multiple_of(4)
+        && dst_offset.is_multiple_of(4)
+        && (len.is_multiple_of(4) || dst_offset + len == dst_size)
+        && src_offset + len4 <= src.size()
+        && dst_offset + len4 <= dst.size();
+    if aligned {
+        enc.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, len4);
+        return Ok(());
+    }
+    let pipeline = pipeline(d, &COPY_BYTES)?;
+    let words = (round4(dst_offset + len) - (dst_offset / 4) * 4) / 4;
+    let groups = words.div_ceil(64);
+    let max = u64::from(d.limits.max_compute_workgroups_per_dimension);
+    let (x, y) = if groups <= max {
+        (groups, 1)
+    } else {
+        (max, groups.div_ceil(max))
+    };
+    let row_words = (x * 64) as u32;
+    let params: Vec<u8> = [src_offset as u32, dst_offset as u32, len as u32, row_words]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    record_dispatch(
+        d,
+        enc,
+        &pipeline,
+        [x as u32, y as u32, 1],
+        &[src, dst],
+        &params,
+    )
+}
+
+/// Maps `buffer` for reading after the submission that made point `at`
+/// and copies it out. (Blocking waits, with no timeout: see Note [wgpu
+/// completion tracking] in `stream.rs`.)
+pub(super) fn map_read(at: &Point, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+    let d = at.device();
+    let (tx, rx) = std::sync::mpsc::channel();
+    buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    let wait = |index| {
+        d.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: index,
+                timeout: None,
+            })
+            .map_err(|e| Error::backend(TY, format!("waiting for a readback: {e}")))
+    };
+    wait(at.index().cloned())?;
+    loop {
+        if let Ok(r) = rx.try_recv() {
+            r.map_err(|e| Error::backend(TY, format!("mapping a readback buffer: {e}")))?;
+            break;
+        }
+        wait(None)?;
+    }
+    let bytes = buffer
+        .slice(..)
+        .get_mapped_range()
+        .map_err(|e| Error::backend(TY, format!("reading a mapped buffer: {e}")))?
+        .to_vec();
+    buffer.unmap();
+    Ok(bytes)
+}
+
+/// A readback: the words around the requested bytes, copied into a
+/// mappable buffer by submission `at` (nothing for an empty read).
+struct WgpuReadback {
+    pending: Option<(Point, wgpu::Buffer)>,
+    skip: usize,
+    len: usize,
+}
+
+impl Readback for WgpuReadback {
+    fn is_ready(&self) -> Result<bool> {
+        self.pending
+            .as_ref()
+            .map_or(Ok(true), |(at, _)| Ok(at.is_done()))
+    }
+    fn wait(self: Box<Self>) -> Result<Vec<u8>> {
+        let Some((at, buffer)) = &self.pending else {
+            return Ok(Vec::new());
+        };
+        at.wait()?;
+        // No extra (empty) submission here: the readback's own submission
+        // is what the mapping waits for.
+        let bytes = map_read(at, buffer)?;
+        Ok(bytes[self.skip..self.skip + self.len].to_vec())
+    }
+}
+
+impl Memory for Wgpu {
+    type Buffer = WgpuBuffer;
+
+    fn allocate(&self, device: &'static WgpuDevice, _at: Device, len: usize) -> Result<WgpuBuffer> {
+        Ok(WgpuBuffer {
+            buffer: new_buffer(device, len as u64, DEVICE_BUFFER, false)?,
+            size: len as u64,
+        })
+    }
+
+    fn enqueue_write(
+        &self,
+        stream: &'static QueueStream,
+        dst: &Arc<WgpuBuffer>,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let d = stream.device();
+        let phase = offset % 4;
+        let staging = staging_from(d, &data, phase)?;
+        let mut enc = d.encoder();
+        record_copy(
+            d,
+            &mut enc,
+            (&staging, phase as u64),
+            (&dst.buffer, offset as u64),
+            data.len() as u64,
+            dst.size,
+        )?;
+        stream.submit(enc)?;
+        Ok(())
+    }
+
+    /// Copies the words around the bytes into a mappable buffer.
+    fn enqueue_read(
+        &self,
+        stream: &'static QueueStream,
+        src: &Arc<WgpuBuffer>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Box<dyn Readback>> {
+        if len == 0 {
+            return Ok(Box::new(WgpuReadback {
+                pending: None,
+                skip: 0,
+                len: 0,
+            }));
+        }
+        let d = stream.device();
+        let start = (offset as u64 / 4) * 4;
+        let end = round4((offset + len) as u64);
+        let buffer = new_buffer(
+            d,
+            end - start,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            false,
+        )?;
+        let mut enc = d.encoder();
+        enc.copy_buffer_to_buffer(&src.buffer, start, &buffer, 0, end - start);
+        let at = stream.submit(enc)?;
+        Ok(Box::new(WgpuReadback {
+            pending: Some((at, buffer)),
+            skip: (offset as u64 - start) as usize,
+            len,
+        }))
+    }
+
+    /// A copy within one buffer goes through a temporary buffer.
+    fn enqueue_copy(
+        &self,
+        stream: &'static QueueStream,
+        (src, src_offset): (&Arc<WgpuBuffer>, usize),
+        (dst, dst_offset): (&Arc<WgpuBuffer>, usize),
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let d = stream.device();
+        let mut enc = d.encoder();
+        let to = (&dst.buffer, dst_offset as u64);
+        if Arc::ptr_eq(src, dst) {
+            // wgpu cannot read and write one buffer in one copy: go through a
+            // temporary buffer.
+            let start = (src_offset as u64 / 4) * 4;
+            let end = round4((src_offset + len) as u64);
+            let tmp = new_buffer(d, end - start, DEVICE_BUFFER, false)?;
+            enc.copy_buffer_to_buffer(&src.buffer, start, &tmp, 0, end - start);
+            let from = (&tmp, src_offset as u64 - start);
+            record_copy(d, &mut enc, from, to, len as u64, dst.size)?;
+        } else {
+            let from = (&src.buffer, src_offset as u64);
+            record_copy(d, &mut enc, from, to, len as u64, dst.size)?;
+        }
+        stream.submit(enc)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,397 @@
+//! Logical streams over a device's single queue, and every submission to
+//! that queue: sequence numbers and completion.
+//!
+//! wgpu gives a device one queue. Each Keel stream of a wgpu device (the
+//! default stream and every pool stream) is a [`QueueStream`], a logical
+//! stream that submits to that queue: it keeps its own order and every
+//! stream semantic, but logical streams never run concurrently.
+//!
+//! All submission tracking is in this file:
+//!
+//! - A submission takes the device's [`SubmissionOrder`] lock, submits,
+//!   takes the next sequence number (1, 2, ...), hands the submission to
+//!   the device's poll thread and becomes its stream's last submission
+//!   before the lock is released, so sequence numbers follow the queue's
+//!   order.
+//! - A [`Point`] is "everything submitted up to sequence number `seq`"
+//!   (0: before any submission): what a stream's query and synchronize,
+//!   an event and a readback wait for. Asking whether a point is done is
+//!   an atomic load; waiting for it waits on a condition variable.
+//! - Work that belongs to no stream (resolving timestamps for
+//!   `elapsed_time`) goes through [`submit_outside_streams`], under the
+//!   same lock.
+//!
+//! # Note [wgpu completion tracking]
+//!
+//! Every Keel submission gets a sequence number `seq` (1, 2, ...) in the
+//! order it reached the queue; a logical stream remembers the `seq` of its
+//! last submission and an event the `seq` it follows. "Is `seq` complete?"
+//! is answered from [`Completion`] alone, an atomic load: queries
+//! (`stream.query()`, `event.query()`, `Readback::is_ready`) never call
+//! into wgpu. One thread per device (`keel-wgpu-N`, see [`poll_thread`])
+//! waits for the outstanding submissions in order, with
+//! `device.poll(Wait { submission_index, timeout: None })`, and advances
+//! `completed`; `synchronize` waits on a condition variable for it. After
+//! each submission, [`SubmissionOrder::submit`] also polls once without
+//! waiting (`PollType::Poll`) and, when wgpu reports its queue empty,
+//! marks every submission so far complete. On GL, where the commands have
+//! run by the time `queue.submit` returns, it instead waits (no timeout)
+//! for that submission's fence, which for a submission writing a
+//! timestamp can signal a little later (llvmpipe: about 1 time in 6), and
+//! marks it complete: work there is complete as soon as it is enqueued.
+//!
+//! Why not ask wgpu in the query itself (as Keel did before): a wgpu poll
+//! of any kind, even `PollType::Poll` or a `Wait` with a zero timeout,
+//! can block, and a bounded `Wait` can panic.
+//!
+//! - wgpu-core holds its device-wide submission lock (`command_indices`,
+//!   written by `Queue::submit` from allocating the index until the
+//!   submission is tracked) across the driver's `vkQueueSubmit`, and every
+//!   poll takes that lock (shared) after reading the fence. lavapipe's
+//!   `vkQueueSubmit` does not return until the previous submission has
+//!   been executed (wgpu chains submissions with binary semaphores, and
+//!   lavapipe's queue thread runs a submission to the end before the next
+//!   one's wait is satisfied). So while one thread submitted behind a slow
+//!   kernel, every other thread's poll, and so every query, blocked until
+//!   that kernel finished, and then reported "complete". The same happened
+//!   to `launch` itself: Keel registered `Queue::on_submitted_work_done`
+//!   after each submission, and that call first flushes wgpu's pending
+//!   writes (the uploads of parameter and staging buffers that other
+//!   threads created meanwhile) as a submission of its own, which waited
+//!   in `vkQueueSubmit` until the kernel just launched had run. `launch`
+//!   then returned with its own kernel finished. Both made the conformance
+//!   suite, run concurrently, see "complete" right after launching a slow
+//!   kernel (about 1 run in 10), though no answer was ever wrong: the
+//!   answers came late.
+//! - `Wait { submission_index, timeout: Some(..) }` reads the fence value,
+//!   then wgpu-core checks whether its list of active submissions is empty
+//!   and asserts that the fence reached the index if so. When another
+//!   thread's poll retires the submission in between (with a newer fence
+//!   value), the list is empty, the stale value is lower, and the
+//!   assertion panics ("If the queue is empty, the current submission
+//!   index ... should be at least the wait submission index ...").
+//!   `tests/stream_stress.rs` hit it in about half its runs. Waits without
+//!   a timeout cannot: their fence value is read after the wait succeeded.
+//!
+//! Completion order can be trusted: wgpu signals one fence (a timeline
+//! semaphore on Vulkan) per submission index, indices grow in submission
+//! order, and wgpu-hal chains each submission after the previous one, so
+//! submission `i` complete means every earlier one is. Keel takes `seq`
+//! and hands `(seq, index)` to the poll thread under one lock around
+//! `queue.submit` ([`SubmissionOrder::submit`]), so `seq` order is wgpu's
+//! index order, a logical stream's last `seq` only grows, and tracking
+//! each stream's last submission is enough. Nothing Keel submits bypasses
+//! that lock (the timestamp resolve of `elapsed_time` included), so no
+//! Keel thread holds wgpu's submission lock while another Keel thread is
+//! inside `submit`; `launch` still waits in lavapipe's `vkQueueSubmit` for
+//! the *previous* submission, never for its own.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+use super::TY;
+use super::device::{WgpuDevice, lock};
+use crate::core::DeviceIndex;
+use crate::error::{Error, Result};
+
+/// Which submissions have completed (Note [wgpu completion tracking]).
+#[derive(Default)]
+struct Completion {
+    /// Submissions not yet known complete, in submission order:
+    /// `(seq, wgpu's index)`.
+    pending: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
+    /// Signalled when `pending` gains a submission (the poll thread waits).
+    added: Condvar,
+    /// Signalled when `completed` grows (synchronizing threads wait).
+    advanced: Condvar,
+    /// The highest sequence number known complete; every lower one is
+    /// complete too.
+    completed: AtomicU64,
+}
+
+impl Completion {
+    /// The highest sequence number known complete.
+    fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// Whether submission `seq` is known complete (0: no submission).
+    fn is_done(&self, seq: u64) -> bool {
+        seq == 0 || self.completed() >= seq
+    }
+
+    fn push(&self, seq: u64, index: wgpu::SubmissionIndex) {
+        lock(&self.pending).push_back((seq, index));
+        self.added.notify_one();
+    }
+
+    /// Marks every submission up to `seq` complete.
+    fn complete_through(&self, seq: u64) {
+        let mut pending = lock(&self.pending);
+        self.completed.fetch_max(seq, Ordering::AcqRel);
+        while pending.front().is_some_and(|&(s, _)| s <= seq) {
+            pending.pop_front();
+        }
+        drop(pending);
+        self.advanced.notify_all();
+    }
+
+    /// Blocks until submission `seq` is complete.
+    fn wait(&self, seq: u64) {
+        let mut pending = lock(&self.pending);
+        while !self.is_done(seq) {
+            pending = self
+                .advanced
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Blocks until a submission is pending; returns the oldest one and
+    /// the sequence number of the newest.
+    fn next(&self) -> ((u64, wgpu::SubmissionIndex), u64) {
+        let mut pending = lock(&self.pending);
+        loop {
+            if let (Some(oldest), Some(&(newest, _))) = (pending.front(), pending.back()) {
+                return (oldest.clone(), newest);
+            }
+            pending = self
+                .added
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// The body of a device's poll thread: waits for the oldest pending
+/// submission (no timeout, see Note [wgpu completion tracking]) and marks
+/// it complete, forever. wgpu runs completion and mapping callbacks on
+/// this thread too.
+fn poll_thread(device: wgpu::Device, completion: Arc<Completion>) {
+    loop {
+        let ((seq, index), newest) = completion.next();
+        match device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        }) {
+            // Everything submitted before this poll has completed.
+            Ok(wgpu::PollStatus::QueueEmpty) => completion.complete_through(newest),
+            Ok(_) => completion.complete_through(seq),
+            // wgpu's GL backend caps a wait at about 4 s: wait again.
+            Err(wgpu::PollError::Timeout) => {}
+            // A submission wgpu rejected (a validation error, reported by
+            // `submit`): nothing of it runs.
+            Err(wgpu::PollError::WrongSubmissionIndex(..)) => completion.complete_through(seq),
+        }
+    }
+}
+
+/// Waits, without a timeout (Note [wgpu completion tracking]), for wgpu
+/// submission `index` of `d`.
+fn wait_for(d: &WgpuDevice, index: &wgpu::SubmissionIndex) {
+    loop {
+        match d.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index.clone()),
+            timeout: None,
+        }) {
+            // wgpu's GL backend caps a wait at about 4 s: wait again.
+            Err(wgpu::PollError::Timeout) => {}
+            // Done, or rejected by wgpu (nothing of it runs).
+            Ok(_) | Err(wgpu::PollError::WrongSubmissionIndex(..)) => return,
+        }
+    }
+}
+
+/// A device's submission order: the sequence number of the last
+/// submission (held around every `queue.submit`), and which submissions
+/// have completed, tracked by the device's poll thread (Note [wgpu
+/// completion tracking]).
+pub(super) struct SubmissionOrder {
+    last: Mutex<u64>,
+    completion: Arc<Completion>,
+}
+
+impl SubmissionOrder {
+    /// The submission order of wgpu device `device` (Keel's `wgpu:index`),
+    /// with its poll thread started.
+    pub(super) fn start(device: &wgpu::Device, index: DeviceIndex) -> Result<Self> {
+        let completion = Arc::new(Completion::default());
+        let (poll_device, poll_completion) = (device.clone(), Arc::clone(&completion));
+        std::thread::Builder::new()
+            .name(format!("keel-wgpu-{index}"))
+            .spawn(move || poll_thread(poll_device, poll_completion))
+            .map_err(|e| {
+                Error::backend(
+                    TY,
+                    format!("starting the completion thread of wgpu:{index}: {e}"),
+                )
+            })?;
+        Ok(SubmissionOrder {
+            last: Mutex::new(0),
+            completion,
+        })
+    }
+
+    /// The highest sequence number known complete (0: none yet).
+    pub(super) fn completed(&self) -> u64 {
+        self.completion.completed()
+    }
+
+    /// Submits `encoder` on `stream` (or on none, for Keel's own work):
+    /// the one place Keel calls `queue.submit` (Note [wgpu completion
+    /// tracking]). Returns the point right after the submission; reports a
+    /// wgpu error the submission raised.
+    fn submit(
+        &self,
+        d: &'static WgpuDevice,
+        stream: Option<&QueueStream>,
+        encoder: wgpu::CommandEncoder,
+    ) -> Result<Point> {
+        let mut last = lock(&self.last);
+        let index = d.queue.submit([encoder.finish()]);
+        *last += 1;
+        let seq = *last;
+        self.completion.push(seq, index.clone());
+        if let Some(stream) = stream {
+            stream.last.store(seq, Ordering::Release);
+        }
+        if d.adapter.info.backend == wgpu::Backend::Gl {
+            // GL has run the commands by now, but the fence of a submission
+            // that writes a timestamp can signal a little later (llvmpipe):
+            // wait for it, so that the work is complete when `submit`
+            // returns.
+            wait_for(d, &index);
+            self.completion.complete_through(seq);
+        } else {
+            // Reap without waiting: whatever is already done is complete.
+            let status = d
+                .device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
+            if matches!(status, wgpu::PollStatus::QueueEmpty) {
+                self.completion.complete_through(seq);
+            }
+        }
+        drop(last);
+        d.uncaptured.take()?;
+        Ok(Point {
+            device: d,
+            seq,
+            index: Some(index),
+        })
+    }
+}
+
+/// One logical stream of a device's queue; see the module docs.
+pub struct QueueStream {
+    device: &'static WgpuDevice,
+    /// The sequence number of the stream's last submission (0: none); only
+    /// written under the submission lock, so it only grows.
+    last: AtomicU64,
+}
+
+impl fmt::Debug for QueueStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueStream")
+            .field("device", &self.device.index)
+            .field("last", &self.last.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl QueueStream {
+    /// A logical stream of `device` with nothing submitted yet.
+    pub(super) fn new(device: &'static WgpuDevice) -> Self {
+        QueueStream {
+            device,
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// The stream's device.
+    pub(super) fn device(&self) -> &'static WgpuDevice {
+        self.device
+    }
+
+    /// Submits `encoder`'s commands on this stream; returns the point right
+    /// after them. Reports a wgpu error the submission raised.
+    pub(super) fn submit(&self, encoder: wgpu::CommandEncoder) -> Result<Point> {
+        self.device.order.submit(self.device, Some(self), encoder)
+    }
+
+    /// The point after everything submitted on this stream so far.
+    pub(super) fn point(&self) -> Point {
+        Point {
+            device: self.device,
+            seq: self.last.load(Ordering::Acquire),
+            index: None,
+        }
+    }
+
+    /// Whether everything submitted on this stream has completed. Never
+    /// blocks and never calls into wgpu.
+    pub(super) fn query(&self) -> Result<bool> {
+        Ok(self.point().is_done())
+    }
+
+    /// Waits for everything submitted on this stream.
+    pub(super) fn synchronize(&self) -> Result<()> {
+        self.point().wait()
+    }
+}
+
+/// Everything submitted to one device's queue up to sequence number `seq`
+/// (0: nothing); see the module docs.
+#[derive(Clone)]
+pub(super) struct Point {
+    device: &'static WgpuDevice,
+    seq: u64,
+    /// wgpu's index of submission `seq`, where the point was made by that
+    /// submission.
+    index: Option<wgpu::SubmissionIndex>,
+}
+
+impl Point {
+    /// The device whose queue this is a point of.
+    pub(super) fn device(&self) -> &'static WgpuDevice {
+        self.device
+    }
+
+    /// The sequence number (0: before any submission).
+    pub(super) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// wgpu's index of the submission, where this point was returned by a
+    /// submission.
+    pub(super) fn index(&self) -> Option<&wgpu::SubmissionIndex> {
+        self.index.as_ref()
+    }
+
+    /// Whether the submission has completed. Never blocks and never calls
+    /// into wgpu (Note [wgpu completion tracking]).
+    pub(super) fn is_done(&self) -> bool {
+        self.device.order.completion.is_done(self.seq)
+    }
+
+    /// Waits until the submission has completed (for the device's poll
+    /// thread to see it complete); reports a wgpu error the device raised
+    /// meanwhile.
+    pub(super) fn wait(&self) -> Result<()> {
+        self.device.order.completion.wait(self.seq);
+        self.device.uncaptured.take()
+    }
+}
+
+/// Submits `encoder`'s commands outside every logical stream (no stream
+/// waits for them), under the same lock and with a sequence number like
+/// every submission (Note [wgpu completion tracking]); returns the point
+/// right after them.
+pub(super) fn submit_outside_streams(
+    device: &'static WgpuDevice,
+    encoder: wgpu::CommandEncoder,
+) -> Result<Point> {
+    device.order.submit(device, None, encoder)
+}

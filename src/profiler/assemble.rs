@@ -1,0 +1,626 @@
+//! Assembling: what a session collected, as plain data, in; a [`Trace`]
+//! (or a fragment of one) out.
+//!
+//! Nothing here reads a clock, touches a device or a global: the recorder
+//! ([`record`](super::record)) and the device clocks
+//! ([`clock`](super::clock)) produce the values defined here, the collector
+//! ([`collect`](super::collect)) hands them over in a [`Collected`] batch,
+//! and an [`Assembler`] turns each batch into a self-contained fragment
+//! (its own device and lane tables). A session assembles once, when it
+//! stops; a live server assembles every interval. Either way the same
+//! function runs; only where the fragment goes differs (a sink).
+//!
+//! What one batch cannot place yet is carried to the next: a device span
+//! whose device has no calibration yet, an event wait whose ends are not
+//! both known. The last batch (`Collected::last`) carries nothing over.
+//!
+//! Times: host records carry [`Instant`]s, turned into ns from the
+//! session's epoch; device spans carry ns offsets from their device's
+//! reference event, placed on the host clock with that device's
+//! [`ClockBase`].
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::trace::{
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
+    TRACE_VERSION, Trace, TraceDevice,
+};
+use crate::core::{Device, Stream};
+
+/// What a record carries beyond its kind and name, kept compact until the
+/// trace is assembled.
+#[derive(Debug, Clone)]
+pub(crate) enum Detail {
+    None,
+    Bytes(u64),
+    Grid([u32; 3]),
+    Event(u64),
+}
+
+/// One entry of a thread's recording buffer.
+#[derive(Debug)]
+pub(super) enum HostRecord {
+    /// A stream operation (`op` > 0) or a user range (`op` 0).
+    Span {
+        op: u64,
+        kind: SpanKind,
+        name: Cow<'static, str>,
+        start: Instant,
+        end: Instant,
+        stream: Option<Stream>,
+        detail: Detail,
+    },
+    /// A user marker.
+    Mark { name: String, at: Instant },
+}
+
+/// The records one host thread made since the previous batch.
+#[derive(Debug)]
+pub(super) struct HostThread {
+    /// Process-unique thread number (the lane's identity).
+    pub thread: u64,
+    /// The lane's name.
+    pub name: String,
+    /// Drained by the assembler, which leaves the capacity for reuse.
+    pub records: Vec<HostRecord>,
+}
+
+/// A device span, as offsets (ns) from its device's reference event.
+#[derive(Debug)]
+pub(super) struct DeviceSpan {
+    pub op: u64,
+    pub stream: Stream,
+    pub kind: SpanKind,
+    pub name: Cow<'static, str>,
+    pub start_off: i64,
+    pub end_off: i64,
+    pub detail: Detail,
+}
+
+/// Where a device's reference event lies on the host clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct ClockBase {
+    /// Host time (ns from the epoch) of the reference event.
+    pub reference_ns: i64,
+    /// Half the width of the host interval the pair was taken in.
+    pub error_bound_ns: u64,
+}
+
+/// A device's entry in the trace's device table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DeviceInfo {
+    pub name: String,
+    pub properties: Vec<(String, String)>,
+}
+
+/// Everything collected since the previous batch.
+#[derive(Debug, Default)]
+pub(super) struct Collected {
+    /// Host records, per thread.
+    pub host: Vec<HostThread>,
+    /// Device spans whose events completed.
+    pub device_spans: Vec<DeviceSpan>,
+    /// Devices seen for the first time: how the trace names them.
+    pub devices: Vec<(Device, DeviceInfo)>,
+    /// Devices calibrated for the first time.
+    pub bases: Vec<(Device, ClockBase)>,
+    /// (record op, wait op): a stream waited for an event an op recorded.
+    pub waits: Vec<(u64, u64)>,
+    /// (device, when, bytes allocated (+) or freed (-)).
+    pub memory: Vec<(Device, Instant, i64)>,
+    /// Records lost since the previous batch.
+    pub dropped: u64,
+    /// The session's last batch: nothing is carried over.
+    pub last: bool,
+}
+
+/// Assembles the batches of one session; keeps what links them.
+#[derive(Debug)]
+pub(super) struct Assembler {
+    epoch: Instant,
+    devices: HashMap<Device, DeviceInfo>,
+    bases: HashMap<Device, ClockBase>,
+    /// Device spans waiting for their device's calibration.
+    held_spans: Vec<DeviceSpan>,
+    /// Waits whose ends are not both placed yet.
+    held_waits: Vec<(u64, u64)>,
+    /// op -> (host lane, its name, start ns) of its host span.
+    host_of_op: HashMap<u64, (LaneKind, String, u64)>,
+    /// op -> (stream, start ns, end ns) of its device span.
+    device_of_op: HashMap<u64, (Stream, u64, u64)>,
+    /// Per stream: the end of its last placed device span.
+    last_end: HashMap<Stream, u64>,
+    memory_total: HashMap<Device, i64>,
+    next_flow: u64,
+}
+
+fn ns_since(epoch: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(epoch).as_nanos() as u64
+}
+
+fn detail_args(detail: &Detail) -> Vec<(String, String)> {
+    match detail {
+        Detail::None => Vec::new(),
+        Detail::Bytes(b) => vec![("bytes".to_owned(), b.to_string())],
+        Detail::Grid(g) => vec![("grid".to_owned(), format!("{}x{}x{}", g[0], g[1], g[2]))],
+        Detail::Event(e) => vec![("event".to_owned(), e.to_string())],
+    }
+}
+
+impl Assembler {
+    /// An assembler for a session whose host times count from `epoch`.
+    pub(super) fn new(epoch: Instant) -> Self {
+        Assembler {
+            epoch,
+            devices: HashMap::new(),
+            bases: HashMap::new(),
+            held_spans: Vec::new(),
+            held_waits: Vec::new(),
+            host_of_op: HashMap::new(),
+            device_of_op: HashMap::new(),
+            last_end: HashMap::new(),
+            memory_total: HashMap::new(),
+            next_flow: 1,
+        }
+    }
+
+    /// Turns `batch` into a fragment. Host record buffers are drained, not
+    /// dropped, so their capacity can be reused.
+    pub(super) fn assemble(&mut self, batch: &mut Collected) -> Trace {
+        let epoch = self.epoch;
+        self.devices.extend(batch.devices.drain(..));
+        self.bases.extend(batch.bases.drain(..));
+        let mut b = Builder::new(&self.devices);
+
+        let mut calibrated: Vec<(Device, ClockBase)> =
+            self.bases.iter().map(|(d, p)| (*d, *p)).collect();
+        calibrated.sort();
+        for (d, base) in calibrated {
+            let device = b.device(d);
+            b.trace.calibrations.push(Calibration {
+                device,
+                method: if d.is_cpu() {
+                    "host clock, paired sampling".to_owned()
+                } else {
+                    "paired sampling".to_owned()
+                },
+                error_bound_ns: base.error_bound_ns,
+            });
+        }
+
+        // Host spans and marks from every thread's buffer.
+        for t in &mut batch.host {
+            if t.records.is_empty() {
+                continue;
+            }
+            let kind = LaneKind::Host { thread: t.thread };
+            let lane = b.lane(kind.clone(), t.name.clone());
+            for r in t.records.drain(..) {
+                match r {
+                    HostRecord::Span {
+                        op,
+                        kind: span_kind,
+                        name,
+                        start,
+                        end,
+                        stream,
+                        detail,
+                    } => {
+                        let s = ns_since(epoch, start);
+                        let e = ns_since(epoch, end).max(s);
+                        let mut args = detail_args(&detail);
+                        if let Some(st) = stream {
+                            args.push(("stream".to_owned(), st.to_string()));
+                        }
+                        if op != 0 {
+                            self.host_of_op
+                                .insert(op, (kind.clone(), t.name.clone(), s));
+                        }
+                        b.trace.spans.push(Span {
+                            lane,
+                            name: name.into_owned(),
+                            kind: span_kind,
+                            start_ns: s,
+                            dur_ns: e - s,
+                            op,
+                            args,
+                        });
+                    }
+                    HostRecord::Mark { name, at } => b.trace.instants.push(InstantEvent {
+                        lane,
+                        name,
+                        ts_ns: ns_since(epoch, at),
+                        args: Vec::new(),
+                    }),
+                }
+            }
+        }
+
+        // Device spans on their stream lanes, and launch flows.
+        let mut spans = std::mem::take(&mut self.held_spans);
+        spans.append(&mut batch.device_spans);
+        spans.sort_by_key(|s| (s.stream, s.start_off, s.op));
+        for s in spans {
+            let Some(base) = self.bases.get(&s.stream.device()) else {
+                if !batch.last {
+                    self.held_spans.push(s); // placed once the device is calibrated
+                }
+                continue;
+            };
+            let base = base.reference_ns;
+            let device = b.device(s.stream.device());
+            let lane_kind = LaneKind::Stream {
+                device,
+                stream: s.stream.id(),
+            };
+            let lane = b.lane(lane_kind, format!("stream {}", s.stream.id()));
+            let mut start = (base + s.start_off).max(0) as u64;
+            // A stream runs in order: clamp rounding so spans never overlap.
+            if let Some(&prev) = self.last_end.get(&s.stream) {
+                start = start.max(prev);
+            }
+            let end = ((base + s.end_off).max(0) as u64).max(start);
+            self.last_end.insert(s.stream, end);
+            self.device_of_op.insert(s.op, (s.stream, start, end));
+            b.trace.spans.push(Span {
+                lane,
+                name: s.name.into_owned(),
+                kind: s.kind,
+                start_ns: start,
+                dur_ns: end - start,
+                op: s.op,
+                args: detail_args(&s.detail),
+            });
+            if let Some((host_kind, host_name, host_start)) = self.host_of_op.get(&s.op).cloned() {
+                let host_lane = b.lane(host_kind, host_name);
+                let id = self.next_flow;
+                self.next_flow += 1;
+                b.trace.flows.push(Flow {
+                    id,
+                    kind: FlowKind::Launch,
+                    from: FlowEnd {
+                        lane: host_lane,
+                        ts_ns: host_start,
+                    },
+                    to: FlowEnd { lane, ts_ns: start },
+                });
+            }
+        }
+
+        // Event record -> wait flows, once both ends are placed (device spans
+        // where there are, host spans otherwise).
+        let mut waits = std::mem::take(&mut self.held_waits);
+        waits.append(&mut batch.waits);
+        for (record, wait) in waits {
+            let from = self.end_of(&mut b, record, true);
+            let to = self.end_of(&mut b, wait, false);
+            match (from, to) {
+                (Some(from), Some(to)) => {
+                    let id = self.next_flow;
+                    self.next_flow += 1;
+                    b.trace.flows.push(Flow {
+                        id,
+                        kind: FlowKind::EventWait,
+                        from,
+                        to,
+                    });
+                }
+                _ if !batch.last => self.held_waits.push((record, wait)),
+                _ => {}
+            }
+        }
+
+        // Memory in use per device.
+        let mut memory = std::mem::take(&mut batch.memory);
+        memory.sort_by_key(|m| m.1);
+        let mut counters: HashMap<Device, Vec<(u64, i64)>> = HashMap::new();
+        for (d, at, delta) in memory {
+            let total = self.memory_total.entry(d).or_insert(0);
+            *total += delta;
+            counters
+                .entry(d)
+                .or_default()
+                .push((ns_since(epoch, at), *total));
+        }
+        let mut counters: Vec<(Device, Vec<(u64, i64)>)> = counters.into_iter().collect();
+        counters.sort_by_key(|c| c.0);
+        for (d, points) in counters {
+            let device = b.device(d);
+            b.trace.counters.push(Counter {
+                device,
+                name: "memory in use (bytes)".to_owned(),
+                points,
+            });
+        }
+
+        b.trace.dropped = batch.dropped;
+        b.trace
+    }
+
+    /// Where a flow attaches to operation `op`: its device span (start, or
+    /// end when `at_end`), else its host span's start.
+    fn end_of(&self, b: &mut Builder<'_>, op: u64, at_end: bool) -> Option<FlowEnd> {
+        if let Some(&(stream, s, e)) = self.device_of_op.get(&op) {
+            let device = b.device(stream.device());
+            let lane = b.lane(
+                LaneKind::Stream {
+                    device,
+                    stream: stream.id(),
+                },
+                format!("stream {}", stream.id()),
+            );
+            return Some(FlowEnd {
+                lane,
+                ts_ns: if at_end { e } else { s },
+            });
+        }
+        let (kind, name, s) = self.host_of_op.get(&op).cloned()?;
+        let lane = b.lane(kind, name);
+        Some(FlowEnd { lane, ts_ns: s })
+    }
+}
+
+/// Builds one fragment's device and lane tables as they are referenced.
+struct Builder<'a> {
+    trace: Trace,
+    infos: &'a HashMap<Device, DeviceInfo>,
+    devices: HashMap<Device, u32>,
+    lanes: HashMap<LaneKind, u32>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(infos: &'a HashMap<Device, DeviceInfo>) -> Self {
+        Builder {
+            trace: Trace {
+                version: TRACE_VERSION,
+                ..Trace::default()
+            },
+            infos,
+            devices: HashMap::new(),
+            lanes: HashMap::new(),
+        }
+    }
+
+    fn device(&mut self, d: Device) -> u32 {
+        if let Some(&i) = self.devices.get(&d) {
+            return i;
+        }
+        let i = self.trace.devices.len() as u32;
+        let (name, properties) = match self.infos.get(&d) {
+            Some(info) => (info.name.clone(), info.properties.clone()),
+            None => (d.to_string(), Vec::new()),
+        };
+        self.trace.devices.push(TraceDevice {
+            device: d.to_string(),
+            name,
+            properties,
+        });
+        self.devices.insert(d, i);
+        i
+    }
+
+    fn lane(&mut self, kind: LaneKind, name: String) -> u32 {
+        if let Some(&i) = self.lanes.get(&kind) {
+            return i;
+        }
+        let i = self.trace.lanes.len() as u32;
+        self.trace.lanes.push(Lane {
+            kind: kind.clone(),
+            name,
+        });
+        self.lanes.insert(kind, i);
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::DeviceType;
+
+    fn at(epoch: Instant, ns: u64) -> Instant {
+        epoch + Duration::from_nanos(ns)
+    }
+
+    fn vulkan() -> Device {
+        Device::new(DeviceType::Vulkan, 0).expect("vulkan:0")
+    }
+
+    fn info(name: &str) -> DeviceInfo {
+        DeviceInfo {
+            name: name.to_owned(),
+            properties: vec![("driver".to_owned(), "test".to_owned())],
+        }
+    }
+
+    fn host_span(
+        epoch: Instant,
+        op: u64,
+        kind: SpanKind,
+        name: &'static str,
+        s: u64,
+        e: u64,
+    ) -> HostRecord {
+        HostRecord::Span {
+            op,
+            kind,
+            name: Cow::Borrowed(name),
+            start: at(epoch, s),
+            end: at(epoch, e),
+            stream: None,
+            detail: Detail::None,
+        }
+    }
+
+    fn device_span(stream: Stream, op: u64, kind: SpanKind, s: i64, e: i64) -> DeviceSpan {
+        DeviceSpan {
+            op,
+            stream,
+            kind,
+            name: Cow::Borrowed("k"),
+            start_off: s,
+            end_off: e,
+            detail: Detail::Grid([4, 1, 1]),
+        }
+    }
+
+    #[test]
+    fn a_launch_becomes_a_host_span_a_device_span_and_a_flow() {
+        let epoch = Instant::now();
+        let d = vulkan();
+        let stream = Stream::new(d, 3);
+        let mut a = Assembler::new(epoch);
+        let mut batch = Collected {
+            host: vec![HostThread {
+                thread: 7,
+                name: "main".to_owned(),
+                records: vec![
+                    host_span(epoch, 1, SpanKind::Kernel, "k", 100, 200),
+                    HostRecord::Mark {
+                        name: "here".to_owned(),
+                        at: at(epoch, 250),
+                    },
+                ],
+            }],
+            device_spans: vec![device_span(stream, 1, SpanKind::Kernel, 50, 80)],
+            devices: vec![(d, info("llvmpipe"))],
+            bases: vec![(
+                d,
+                ClockBase {
+                    reference_ns: 1000,
+                    error_bound_ns: 5,
+                },
+            )],
+            memory: vec![(d, at(epoch, 10), 64), (d, at(epoch, 300), -64)],
+            dropped: 2,
+            last: true,
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut batch);
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(t.version, TRACE_VERSION);
+        assert_eq!(t.devices.len(), 1);
+        assert_eq!(t.devices[0].device, "vulkan:0");
+        assert_eq!(t.devices[0].name, "llvmpipe");
+        assert_eq!(t.calibrations[0].error_bound_ns, 5);
+        assert_eq!(t.calibrations[0].method, "paired sampling");
+        assert_eq!(
+            t.lanes.iter().map(|l| l.kind.clone()).collect::<Vec<_>>(),
+            [
+                LaneKind::Host { thread: 7 },
+                LaneKind::Stream {
+                    device: 0,
+                    stream: 3
+                }
+            ]
+        );
+        let device = t.spans.iter().find(|s| s.lane == 1).expect("device span");
+        assert_eq!((device.start_ns, device.dur_ns), (1050, 30));
+        assert_eq!(device.args, [("grid".to_owned(), "4x1x1".to_owned())]);
+        assert_eq!(t.flows.len(), 1);
+        assert_eq!(t.flows[0].kind, FlowKind::Launch);
+        assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));
+        assert_eq!(t.instants[0].ts_ns, 250);
+        assert_eq!(t.counters[0].points, [(10, 64), (300, 0)]);
+        assert_eq!(t.dropped, 2);
+        // The buffer was drained, its capacity kept for reuse.
+        assert!(batch.host[0].records.is_empty());
+        assert!(batch.host[0].records.capacity() >= 2);
+    }
+
+    #[test]
+    fn what_cannot_be_placed_waits_for_a_later_batch() {
+        let epoch = Instant::now();
+        let d = vulkan();
+        let s1 = Stream::new(d, 1);
+        let s2 = Stream::new(d, 2);
+        let mut a = Assembler::new(epoch);
+        // Op 1 records an event on s1, op 2 makes s2 wait for it; the
+        // device is not calibrated yet.
+        let mut first = Collected {
+            device_spans: vec![
+                device_span(s1, 1, SpanKind::EventRecord, 10, 20),
+                device_span(s2, 2, SpanKind::Wait, 30, 40),
+            ],
+            devices: vec![(d, info("gpu"))],
+            waits: vec![(1, 2)],
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut first);
+        assert!(t.spans.is_empty() && t.flows.is_empty() && t.devices.is_empty());
+        let mut second = Collected {
+            bases: vec![(
+                d,
+                ClockBase {
+                    reference_ns: 100,
+                    error_bound_ns: 1,
+                },
+            )],
+            memory: vec![(d, at(epoch, 5), 8)],
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut second);
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(t.spans.len(), 2);
+        let wait = t.flows.iter().find(|f| f.kind == FlowKind::EventWait);
+        let wait = wait.expect("the wait flow");
+        // From the end of the record to the start of the wait.
+        assert_eq!((wait.from.ts_ns, wait.to.ts_ns), (120, 130));
+        // Calibrations and totals are carried from batch to batch.
+        let mut third = Collected {
+            memory: vec![(d, at(epoch, 50), 8)],
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut third);
+        assert_eq!(t.calibrations.len(), 1);
+        assert_eq!(t.counters[0].points, [(50, 16)]);
+        assert_eq!(t.check(), Ok(()));
+    }
+
+    #[test]
+    fn the_last_batch_drops_what_it_cannot_place() {
+        let epoch = Instant::now();
+        let stream = Stream::new(vulkan(), 1);
+        let mut a = Assembler::new(epoch);
+        let mut batch = Collected {
+            device_spans: vec![device_span(stream, 1, SpanKind::Kernel, 0, 10)],
+            waits: vec![(5, 6)],
+            last: true,
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut batch);
+        assert!(t.spans.is_empty() && t.flows.is_empty());
+        assert!(a.held_spans.is_empty() && a.held_waits.is_empty());
+    }
+
+    #[test]
+    fn device_spans_on_one_stream_never_overlap() {
+        let epoch = Instant::now();
+        let d = vulkan();
+        let stream = Stream::new(d, 1);
+        let mut a = Assembler::new(epoch);
+        let mut batch = Collected {
+            device_spans: vec![
+                device_span(stream, 2, SpanKind::Kernel, 95, 200),
+                device_span(stream, 1, SpanKind::Kernel, 0, 100),
+            ],
+            bases: vec![(
+                d,
+                ClockBase {
+                    reference_ns: 0,
+                    error_bound_ns: 0,
+                },
+            )],
+            last: true,
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut batch);
+        let starts: Vec<(u64, u64)> = t.spans.iter().map(|s| (s.start_ns, s.end_ns())).collect();
+        assert_eq!(starts, [(0, 100), (100, 200)]);
+        assert_eq!(t.check(), Ok(()));
+    }
+}

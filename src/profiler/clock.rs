@@ -1,0 +1,216 @@
+//! Device clocks: timed events through the backend interface, one
+//! reference event per device, device spans as offsets from it, and the
+//! calibration that places the reference on the host clock.
+//!
+//! # Device time
+//! Device spans come from timed events, the one timing mechanism every
+//! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
+//! clock on CPU). Per device, the first operation of a session records a
+//! *reference* event; every device span is stored as an offset from it
+//! (`elapsed_time`). To place the reference on the host clock, a
+//! calibration event is recorded and polled: its device timestamp lies
+//! between the host instant of the record call and the first poll that sees
+//! it complete. The midpoint of that host interval maps device time onto
+//! the host clock; half its width is the error bound stored in the trace
+//! ([`Calibration`](super::Calibration)). A device is calibrated at the
+//! first collection after its first operation: a live server's periodic
+//! collections do not wait for the device; the last collection of a
+//! session first makes the device idle, which keeps the interval short
+//! (tens of microseconds on the software drivers here). Clock drift during
+//! a session is not corrected. Backends whose events cannot time produce
+//! host spans only.
+//!
+//! The profiler's own events go straight to the backend
+//! ([`DeviceGuardImpl`]): they are not stream operations of the program, so
+//! they are neither recorded nor subject to launch blocking.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::assemble::{ClockBase, Detail, DeviceSpan};
+use super::trace::SpanKind;
+use crate::backend::{DeviceGuardImpl, EventHandle, registry};
+use crate::core::{Device, DeviceIndex, EventFlag, Stream};
+
+/// A timed backend event, recorded once, destroyed when dropped.
+pub(super) struct TimedEvent {
+    backend: &'static dyn DeviceGuardImpl,
+    /// Always `Some` outside `record` and `drop`.
+    handle: Option<EventHandle>,
+    device_index: DeviceIndex,
+}
+
+impl TimedEvent {
+    /// Records a timed event on `stream`. `None` when the backend cannot
+    /// (no backend, no timing).
+    pub(super) fn record(stream: &Stream) -> Option<TimedEvent> {
+        let backend = registry::available_guard_impl(stream.device_type()).ok()?;
+        let mut event = TimedEvent {
+            backend,
+            handle: None,
+            device_index: stream.device_index(),
+        };
+        // A new event has no device yet: index -1 (c10's convention).
+        backend
+            .record(&mut event.handle, stream, -1, EventFlag::Timing)
+            .ok()?;
+        event.handle.is_some().then_some(event)
+    }
+
+    fn handle(&self) -> Option<&EventHandle> {
+        self.handle.as_ref()
+    }
+
+    /// Whether the work before the event has completed. Never blocks.
+    pub(super) fn query(&self) -> bool {
+        self.handle()
+            .is_some_and(|h| matches!(self.backend.query_event(h), Ok(true)))
+    }
+
+    /// Waits for the event (errors are ignored: the span is then dropped
+    /// when its time cannot be read).
+    fn synchronize(&self) {
+        if let Some(h) = self.handle() {
+            let _ = self.backend.synchronize_event(h);
+        }
+    }
+
+    /// Nanoseconds from `self` to `end`, when both have completed.
+    fn ns_until(&self, end: &TimedEvent) -> Option<i64> {
+        if !(self.query() && end.query()) {
+            return None;
+        }
+        let ms = self
+            .backend
+            .elapsed_time(self.handle()?, end.handle()?, self.device_index)
+            .ok()?;
+        Some(ms_to_ns(ms))
+    }
+}
+
+impl Drop for TimedEvent {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.backend.destroy_event(handle, self.device_index);
+        }
+    }
+}
+
+fn ms_to_ns(ms: f64) -> i64 {
+    (ms * 1e6).round() as i64
+}
+
+fn ns_since(epoch: Instant, t: Instant) -> i64 {
+    t.saturating_duration_since(epoch).as_nanos() as i64
+}
+
+/// A device's time base: its reference event and the stream it was
+/// recorded on (where calibration events go).
+pub(super) struct DeviceClock {
+    reference: TimedEvent,
+    stream: Stream,
+}
+
+/// Per device, its clock once one was made; `None` when the device's
+/// events cannot time (its operations then have host spans only).
+pub(super) type Clocks = HashMap<Device, Option<Arc<DeviceClock>>>;
+
+impl DeviceClock {
+    /// Records the reference event of `stream`'s device.
+    pub(super) fn new(stream: &Stream) -> Option<DeviceClock> {
+        Some(DeviceClock {
+            reference: TimedEvent::record(stream)?,
+            stream: *stream,
+        })
+    }
+
+    /// Calibrates the clock without blocking any stream: records a
+    /// calibration event and polls it; the device time of its timestamp
+    /// lies between the record call and the first poll that saw it
+    /// complete. With `idle_first`, the device is synchronized first,
+    /// which tightens the pair (the event then completes as soon as it
+    /// runs). `epoch` is the session's.
+    pub(super) fn calibrate(&self, epoch: Instant, idle_first: bool) -> Option<ClockBase> {
+        if idle_first {
+            self.reference
+                .backend
+                .synchronize_device(self.stream.device_index())
+                .ok()?;
+        }
+        // The event's device timestamp is written after this instant...
+        let before = Instant::now();
+        let cal = TimedEvent::record(&self.stream)?;
+        let mut polls = 0u32;
+        // ...and before the first poll that sees it complete. (Polls that
+        // see it incomplete prove nothing: completion is signalled after
+        // the timestamp is written, sometimes milliseconds later.)
+        let after = loop {
+            if cal.backend.query_event(cal.handle()?).ok()? {
+                break Instant::now();
+            }
+            polls += 1;
+            if polls > 2_000 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        let offset = self.reference.ns_until(&cal)?;
+        let (h0, h1) = (ns_since(epoch, before), ns_since(epoch, after));
+        let mid = h0 + (h1 - h0) / 2;
+        Some(ClockBase {
+            reference_ns: mid - offset,
+            error_bound_ns: ((h1 - h0) / 2) as u64,
+        })
+    }
+}
+
+/// A device span waiting for its two events.
+pub(super) struct PendingSpan {
+    pub op: u64,
+    pub stream: Stream,
+    pub kind: SpanKind,
+    pub name: Cow<'static, str>,
+    pub start: TimedEvent,
+    pub end: TimedEvent,
+    pub detail: Detail,
+}
+
+/// Moves the spans of `pending` whose events have completed (all of them,
+/// waiting, when `wait`) into `out` as offsets from their device's
+/// reference event. A span whose times cannot be read is dropped.
+pub(super) fn resolve(
+    pending: &mut Vec<PendingSpan>,
+    clocks: &Clocks,
+    wait: bool,
+    out: &mut Vec<DeviceSpan>,
+) {
+    for p in std::mem::take(pending) {
+        if wait {
+            p.end.synchronize();
+        } else if !p.end.query() {
+            pending.push(p);
+            continue;
+        }
+        let Some(Some(clock)) = clocks.get(&p.stream.device()) else {
+            continue;
+        };
+        let (Some(start_off), Some(end_off)) = (
+            clock.reference.ns_until(&p.start),
+            clock.reference.ns_until(&p.end),
+        ) else {
+            continue;
+        };
+        out.push(DeviceSpan {
+            op: p.op,
+            stream: p.stream,
+            kind: p.kind,
+            name: p.name,
+            start_off,
+            end_off,
+            detail: p.detail,
+        });
+    }
+}

@@ -1,0 +1,495 @@
+//! What the reader of Keel's own files and the importer of other tools'
+//! share: field access with JSON paths in the errors, exact microseconds,
+//! user arguments, and the walk over `traceEvents` that both drive with
+//! their own [`Tables`] (how events find their lane and counter, and how
+//! strict to be).
+
+use std::collections::{HashMap, hash_map::Entry};
+
+use serde_json::{Map, Value};
+
+use super::kind_for_category;
+use crate::error::{Error, Result};
+use crate::profiler::trace::{
+    Flow, FlowEnd, FlowKind, InstantEvent, LaneKind, Span, SpanKind, Trace,
+};
+
+pub(super) fn err(message: String) -> Error {
+    Error::TraceFormat(message)
+}
+
+pub(super) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Field access with JSON paths in the errors.
+pub(super) struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    /// Where the object is (`traceEvents[3]`), for errors.
+    pub path: &'a str,
+}
+
+impl<'a> Obj<'a> {
+    pub(super) fn new(value: &'a Value, path: &'a str) -> Result<Self> {
+        match value {
+            Value::Object(map) => Ok(Obj { map, path }),
+            other => Err(err(format!(
+                "{path}: expected an object, found {}",
+                type_name(other)
+            ))),
+        }
+    }
+
+    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
+    }
+
+    pub(super) fn req(&self, key: &str) -> Result<&'a Value> {
+        self.map.get(key).ok_or_else(|| {
+            err(format!(
+                "{}: expected a field \"{key}\", found none",
+                self.path
+            ))
+        })
+    }
+
+    pub(super) fn str(&self, key: &str) -> Result<&'a str> {
+        match self.req(key)? {
+            Value::String(s) => Ok(s),
+            other => Err(err(format!(
+                "{}.{key}: expected a string, found {}",
+                self.path,
+                type_name(other)
+            ))),
+        }
+    }
+
+    pub(super) fn u64(&self, key: &str) -> Result<u64> {
+        let v = self.req(key)?;
+        v.as_u64().ok_or_else(|| {
+            err(format!(
+                "{}.{key}: expected an unsigned integer, found {}",
+                self.path,
+                describe(v)
+            ))
+        })
+    }
+
+    pub(super) fn u32(&self, key: &str) -> Result<u32> {
+        let v = self.u64(key)?;
+        u32::try_from(v).map_err(|_| {
+            err(format!(
+                "{}.{key}: expected an integer below 2^32, found {v}",
+                self.path
+            ))
+        })
+    }
+
+    pub(super) fn i64(&self, key: &str) -> Result<i64> {
+        let v = self.req(key)?;
+        v.as_i64().ok_or_else(|| {
+            err(format!(
+                "{}.{key}: expected an integer, found {}",
+                self.path,
+                describe(v)
+            ))
+        })
+    }
+
+    pub(super) fn array(&self, key: &str) -> Result<&'a [Value]> {
+        match self.req(key)? {
+            Value::Array(a) => Ok(a),
+            other => Err(err(format!(
+                "{}.{key}: expected an array, found {}",
+                self.path,
+                type_name(other)
+            ))),
+        }
+    }
+
+    /// Microseconds (a JSON number) as exact ns.
+    pub(super) fn micros(&self, key: &str, exact: bool) -> Result<u64> {
+        let v = self.req(key)?;
+        let Value::Number(n) = v else {
+            return Err(err(format!(
+                "{}.{key}: expected a number of microseconds, found {}",
+                self.path,
+                type_name(v)
+            )));
+        };
+        parse_micros(n.as_str(), exact).ok_or_else(|| {
+            err(format!(
+                "{}.{key}: expected a non-negative number of microseconds{} below 2^64 ns, found {}",
+                self.path,
+                if exact { " with at most 3 decimals" } else { "" },
+                n.as_str()
+            ))
+        })
+    }
+}
+
+/// A short description of a value for error messages.
+pub(super) fn describe(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.as_str().to_owned(),
+        other => type_name(other).to_owned(),
+    }
+}
+
+/// Parses a decimal number of microseconds into ns without floating point.
+/// With `exact`, more than three decimals (or an exponent) is refused;
+/// without, the value is rounded to the nearest ns.
+fn parse_micros(text: &str, exact: bool) -> Option<u64> {
+    let (int, frac) = match text.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (text, ""),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(int) && (frac.is_empty() || digits(frac)) && (frac.len() <= 3 || !exact) {
+        let mut ns: u64 = int.parse::<u64>().ok()?.checked_mul(1000)?;
+        let mut scale = 100;
+        for b in frac.bytes().take(3) {
+            ns = ns.checked_add(u64::from(b - b'0') * scale)?;
+            scale /= 10;
+        }
+        if frac.as_bytes().get(3).is_some_and(|&b| b >= b'5') {
+            ns = ns.checked_add(1)?;
+        }
+        return Some(ns);
+    }
+    if exact {
+        return None;
+    }
+    // Exponents and the like, from other tools: floating point is fine.
+    let us: f64 = text.parse().ok()?;
+    let ns = (us * 1000.0).round();
+    (ns.is_finite() && (0.0..1.8e19).contains(&ns)).then_some(ns as u64)
+}
+
+/// The user arguments of an event: keel's own are skipped, `keel_arg_`
+/// names restored, values other than strings (other tools') kept as JSON.
+fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
+    let Some(args) = args else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(args.len());
+    for (k, v) in args {
+        let key = if let Some(rest) = k.strip_prefix("keel_arg_") {
+            rest.to_owned()
+        } else if k.starts_with("keel_") {
+            continue;
+        } else {
+            k.clone()
+        };
+        let value = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push((key, value));
+    }
+    out
+}
+
+pub(super) fn event_path(i: usize) -> String {
+    format!("traceEvents[{i}]")
+}
+
+/// How events find their lanes and counters, and how strict to be: what
+/// differs between Keel's own files and other tools'.
+pub(super) trait Tables {
+    /// Keel's own files are read strictly (every problem is an error, times
+    /// have at most three decimals); other tools' leniently (what cannot be
+    /// used is skipped).
+    const STRICT: bool;
+
+    /// The lane of event `ev`; `None` skips the event.
+    fn lane(&mut self, trace: &mut Trace, ev: &Obj<'_>) -> Result<Option<u32>>;
+
+    /// The device of counter event `ev`, whose pid is `pid`; `None` skips
+    /// the event.
+    fn counter_device(&mut self, trace: &Trace, ev: &Obj<'_>, pid: u64) -> Result<Option<u32>>;
+
+    /// The index in `trace.counters` of the counter `name` of `device`.
+    fn counter(
+        &mut self,
+        trace: &mut Trace,
+        ev: &Obj<'_>,
+        device: u32,
+        name: &str,
+    ) -> Result<usize>;
+}
+
+/// Reads every event of `events` into `trace`, whose tables `tables` knows.
+pub(super) fn walk<T: Tables>(tables: T, trace: Trace, events: &[Value]) -> Result<Trace> {
+    Walk { tables, trace }.run(events)
+}
+
+struct Walk<T> {
+    tables: T,
+    trace: Trace,
+}
+
+impl<T: Tables> Walk<T> {
+    fn is_host(&self, lane: u32) -> bool {
+        self.trace
+            .lanes
+            .get(lane as usize)
+            .is_some_and(|l| matches!(l.kind, LaneKind::Host { .. }))
+    }
+
+    /// An event's `args` object, if any.
+    fn args<'a>(&self, ev: &Obj<'a>) -> Result<Option<&'a Map<String, Value>>> {
+        match ev.get("args") {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(other) if T::STRICT => Err(err(format!(
+                "{}.args: expected an object, found {}",
+                ev.path,
+                type_name(other)
+            ))),
+            Some(_) => Ok(None),
+        }
+    }
+
+    fn run(mut self, events: &[Value]) -> Result<Trace> {
+        // Flow id -> index in `pending`.
+        let mut ids: HashMap<u64, usize> = HashMap::new();
+        let mut pending: Vec<PendingFlow> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let path = event_path(i);
+            let ev = match Obj::new(e, &path) {
+                Ok(ev) => ev,
+                Err(e) if T::STRICT => return Err(e),
+                Err(_) => continue,
+            };
+            let ph = match ev.get("ph") {
+                Some(Value::String(ph)) => ph.as_str(),
+                Some(other) if T::STRICT => {
+                    return Err(err(format!(
+                        "{path}.ph: expected a string, found {}",
+                        type_name(other)
+                    )));
+                }
+                _ if T::STRICT => {
+                    return Err(err(format!("{path}: expected a field \"ph\", found none")));
+                }
+                _ => continue,
+            };
+            let result = match ph {
+                "X" => self.span(&ev),
+                "i" | "I" => self.instant(&ev),
+                "C" => self.counter(&ev),
+                "s" | "f" => self.flow_end(&ev, ph == "s", i, &mut ids, &mut pending),
+                _ => Ok(()),
+            };
+            match result {
+                Ok(()) => {}
+                Err(e) if T::STRICT => return Err(e),
+                Err(_) => {}
+            }
+        }
+        for flow in pending {
+            match flow.to {
+                Some(to) => self.trace.flows.push(Flow {
+                    id: flow.id,
+                    kind: flow.kind,
+                    from: flow.from,
+                    to,
+                }),
+                None if T::STRICT => {
+                    return Err(err(format!(
+                        "{}: expected an \"f\" event ending flow id {}, found none",
+                        event_path(flow.event),
+                        flow.id
+                    )));
+                }
+                None => {}
+            }
+        }
+        Ok(self.trace)
+    }
+
+    fn span(&mut self, ev: &Obj<'_>) -> Result<()> {
+        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
+            return Ok(());
+        };
+        let host = self.is_host(lane);
+        let start_ns = ev.micros("ts", T::STRICT)?;
+        let dur_ns = ev.micros("dur", T::STRICT)?;
+        let name = ev.str("name")?.to_owned();
+        let cat = match ev.get("cat") {
+            Some(Value::String(c)) => c.as_str(),
+            _ => "",
+        };
+        let args = self.args(ev)?;
+        let kind = match args.and_then(|a| a.get("keel_kind")) {
+            Some(Value::String(k)) => SpanKind::from_name(k).ok_or_else(|| {
+                err(format!(
+                    "{}.args.keel_kind: expected one of {}, found \"{k}\"",
+                    ev.path,
+                    SpanKind::ALL.map(SpanKind::name).join(", ")
+                ))
+            })?,
+            Some(other) => {
+                return Err(err(format!(
+                    "{}.args.keel_kind: expected a string, found {}",
+                    ev.path,
+                    type_name(other)
+                )));
+            }
+            None => match kind_for_category(cat, host) {
+                Some(kind) => kind,
+                None if T::STRICT => {
+                    return Err(err(format!(
+                        "{}: expected \"args.keel_kind\" or a known \"cat\", found cat \"{cat}\"",
+                        ev.path
+                    )));
+                }
+                None if host => SpanKind::Annotation,
+                None => SpanKind::Kernel,
+            },
+        };
+        let op = match args.and_then(|a| a.get("keel_op")) {
+            None => 0,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                err(format!(
+                    "{}.args.keel_op: expected an unsigned integer, found {}",
+                    ev.path,
+                    describe(v)
+                ))
+            })?,
+        };
+        self.trace.spans.push(Span {
+            lane,
+            name,
+            kind,
+            start_ns,
+            dur_ns,
+            op,
+            args: user_args(args),
+        });
+        Ok(())
+    }
+
+    fn instant(&mut self, ev: &Obj<'_>) -> Result<()> {
+        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
+            return Ok(());
+        };
+        let ts_ns = ev.micros("ts", T::STRICT)?;
+        let name = ev.str("name")?.to_owned();
+        let args = user_args(self.args(ev)?);
+        self.trace.instants.push(InstantEvent {
+            lane,
+            name,
+            ts_ns,
+            args,
+        });
+        Ok(())
+    }
+
+    fn counter(&mut self, ev: &Obj<'_>) -> Result<()> {
+        let pid = ev.u64("pid")?;
+        let Some(device) = self.tables.counter_device(&self.trace, ev, pid)? else {
+            return Ok(());
+        };
+        let ts = ev.micros("ts", T::STRICT)?;
+        let name = ev.str("name")?;
+        let args_path = format!("{}.args", ev.path);
+        let args = Obj::new(ev.req("args")?, &args_path)?;
+        let value = args.i64("value")?;
+        let index = self.tables.counter(&mut self.trace, ev, device, name)?;
+        if let Some(counter) = self.trace.counters.get_mut(index) {
+            counter.points.push((ts, value));
+        }
+        Ok(())
+    }
+
+    fn flow_end(
+        &mut self,
+        ev: &Obj<'_>,
+        start: bool,
+        index: usize,
+        ids: &mut HashMap<u64, usize>,
+        pending: &mut Vec<PendingFlow>,
+    ) -> Result<()> {
+        let id = ev.u64("id")?;
+        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
+            return Ok(());
+        };
+        let end = FlowEnd {
+            lane,
+            ts_ns: ev.micros("ts", T::STRICT)?,
+        };
+        let name = ev.get("name").and_then(Value::as_str).unwrap_or("");
+        let cat = ev.get("cat").and_then(Value::as_str).unwrap_or("");
+        let kind = match FlowKind::from_name(name) {
+            Some(kind) => kind,
+            None if cat == "ac2g" => FlowKind::Launch,
+            None => {
+                return Err(err(format!(
+                    "{}.name: expected a flow kind (\"launch\" or \"event_wait\"), found \"{name}\"",
+                    ev.path
+                )));
+            }
+        };
+        if start {
+            match ids.entry(id) {
+                Entry::Occupied(_) => Err(err(format!(
+                    "{}: expected one \"s\" event per flow id, found a second one for id {id}",
+                    ev.path
+                ))),
+                Entry::Vacant(slot) => {
+                    slot.insert(pending.len());
+                    pending.push(PendingFlow {
+                        id,
+                        kind,
+                        from: end,
+                        to: None,
+                        event: index,
+                    });
+                    Ok(())
+                }
+            }
+        } else {
+            let Some(flow) = ids.get(&id).and_then(|&i| pending.get_mut(i)) else {
+                return Err(err(format!(
+                    "{}: expected an \"s\" event before this \"f\" of flow id {id}, found none",
+                    ev.path
+                )));
+            };
+            if flow.to.is_some() {
+                return Err(err(format!(
+                    "{}: expected one \"f\" event per flow id, found a second one for id {id}",
+                    ev.path
+                )));
+            }
+            if flow.kind != kind {
+                return Err(err(format!(
+                    "{}: expected a \"{}\" flow like its \"s\" event, found \"{}\"",
+                    ev.path,
+                    flow.kind.name(),
+                    kind.name()
+                )));
+            }
+            flow.to = Some(end);
+            Ok(())
+        }
+    }
+}
+
+/// A flow whose `s` event was read.
+struct PendingFlow {
+    id: u64,
+    kind: FlowKind,
+    from: FlowEnd,
+    to: Option<FlowEnd>,
+    /// Index of the `s` event, for errors.
+    event: usize,
+}

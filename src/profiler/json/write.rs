@@ -1,0 +1,353 @@
+//! The writer: a [`Trace`] as Chrome Trace Event JSON (the format is in
+//! the [module docs](super)).
+
+use std::io::Write;
+
+use super::{category, flow_category, kind_for_category, lane_pid};
+use crate::error::{Error, Result};
+use crate::profiler::trace::{LaneKind, Trace};
+
+/// Bytes gathered before each `write_all` on the output.
+const CHUNK: usize = 1 << 16;
+
+/// A buffer of output bytes with the small JSON writers the exporter needs.
+struct Out<'w, W: Write> {
+    buf: Vec<u8>,
+    out: &'w mut W,
+}
+
+impl<W: Write> Out<'_, W> {
+    fn raw(&mut self, s: &str) {
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    fn u64(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.buf.extend_from_slice(&digits[i..]);
+    }
+
+    fn i64(&mut self, v: i64) {
+        if v < 0 {
+            self.buf.push(b'-');
+        }
+        self.u64(v.unsigned_abs());
+    }
+
+    /// ns as microseconds with exactly three decimals.
+    fn micros(&mut self, ns: u64) {
+        self.u64(ns / 1000);
+        let frac = ns % 1000;
+        self.buf.extend_from_slice(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+        ]);
+    }
+
+    /// A JSON string literal.
+    fn str(&mut self, s: &str) {
+        self.buf.push(b'"');
+        self.str_body(s);
+        self.buf.push(b'"');
+    }
+
+    /// The inside of a JSON string literal: `s` escaped.
+    fn str_body(&mut self, s: &str) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            let escape: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0..=0x1f => &[],
+                _ => continue,
+            };
+            self.buf.extend_from_slice(&bytes[start..i]);
+            if escape.is_empty() {
+                self.buf.extend_from_slice(b"\\u00");
+                self.buf.push(HEX[usize::from(b >> 4)]);
+                self.buf.push(HEX[usize::from(b & 0xf)]);
+            } else {
+                self.buf.extend_from_slice(escape);
+            }
+            start = i + 1;
+        }
+        self.buf.extend_from_slice(&bytes[start..]);
+    }
+
+    /// `"key":"value"` for a user argument (see the module docs).
+    fn user_arg(&mut self, key: &str, value: &str) {
+        self.buf.push(b'"');
+        if key.starts_with("keel_") {
+            self.raw("keel_arg_");
+        }
+        self.str_body(key);
+        self.raw("\":");
+        self.str(value);
+    }
+
+    fn pairs(&mut self, pairs: &[(String, String)]) {
+        self.buf.push(b'[');
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            self.buf.push(b'[');
+            self.str(k);
+            self.buf.push(b',');
+            self.str(v);
+            self.buf.push(b']');
+        }
+        self.buf.push(b']');
+    }
+
+    /// Starts an event: `{"ph":"<ph>","pid":<pid>,"tid":<tid>` (with the
+    /// separator from the previous event).
+    fn event(&mut self, first: &mut bool, ph: &str, pid: u64, tid: Option<u64>) -> Result<()> {
+        if !*first {
+            self.raw(",\n");
+        }
+        *first = false;
+        self.raw("{\"ph\":\"");
+        self.raw(ph);
+        self.raw("\",\"pid\":");
+        self.u64(pid);
+        if let Some(tid) = tid {
+            self.raw(",\"tid\":");
+            self.u64(tid);
+        }
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.out
+            .write_all(&self.buf)
+            .map_err(|e| Error::TraceFormat(format!("could not write the JSON trace: {e}")))?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Writes `trace` as Chrome Trace Event JSON (see the module docs).
+///
+/// Output is gathered in 64 KiB chunks, so `out` needs no `BufWriter`.
+pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
+    let mut w = Out {
+        buf: Vec::with_capacity(CHUNK + 4096),
+        out,
+    };
+    let mut first = true;
+    w.raw("{\"traceEvents\":[\n");
+
+    // Metadata: processes, then threads.
+    let mut host = trace
+        .lanes
+        .iter()
+        .any(|l| matches!(l.kind, LaneKind::Host { .. }));
+    host |= trace.lanes.is_empty() && trace.devices.is_empty();
+    if host {
+        w.event(&mut first, "M", 0, None)?;
+        w.raw(",\"name\":\"process_name\",\"args\":{\"name\":\"host\"}}");
+        w.event(&mut first, "M", 0, None)?;
+        w.raw(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":0}}");
+    }
+    for (i, device) in trace.devices.iter().enumerate() {
+        let pid = i as u64 + 1;
+        w.event(&mut first, "M", pid, None)?;
+        w.raw(",\"name\":\"process_name\",\"args\":{\"name\":");
+        w.str(&format!("{} {}", device.device, device.name));
+        w.raw("}}");
+        w.event(&mut first, "M", pid, None)?;
+        w.raw(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+        w.u64(pid);
+        w.raw("}}");
+    }
+    for (i, lane) in trace.lanes.iter().enumerate() {
+        let (pid, tid) = (lane_pid(lane), i as u64 + 1);
+        w.event(&mut first, "M", pid, Some(tid))?;
+        w.raw(",\"name\":\"thread_name\",\"args\":{\"name\":");
+        w.str(&lane.name);
+        match lane.kind {
+            LaneKind::Stream { device, stream } => {
+                w.raw(",\"keel_lane\":\"stream\",\"device\":");
+                w.u64(device.into());
+                w.raw(",\"stream\":");
+                w.i64(stream);
+            }
+            LaneKind::Host { thread } => {
+                w.raw(",\"keel_lane\":\"host\",\"thread\":");
+                w.u64(thread);
+            }
+        }
+        w.raw("}}");
+        w.event(&mut first, "M", pid, Some(tid))?;
+        w.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+        w.u64(i as u64);
+        w.raw("}}");
+    }
+
+    // Where each lane lives; an unknown lane (a broken trace) is written as
+    // host pid 0 with its tid so that the problem shows on import.
+    let place = |lane: u32| -> (u64, bool) {
+        match trace.lanes.get(lane as usize) {
+            Some(l) => (lane_pid(l), matches!(l.kind, LaneKind::Host { .. })),
+            None => (0, true),
+        }
+    };
+
+    for span in &trace.spans {
+        let (pid, host) = place(span.lane);
+        let cat = category(span.kind, host);
+        w.event(&mut first, "X", pid, Some(u64::from(span.lane) + 1))?;
+        w.raw(",\"ts\":");
+        w.micros(span.start_ns);
+        w.raw(",\"dur\":");
+        w.micros(span.dur_ns);
+        w.raw(",\"cat\":\"");
+        w.raw(cat);
+        w.raw("\",\"name\":");
+        w.str(&span.name);
+        // `args` is left out when empty.
+        let mut sep = ",\"args\":{";
+        if kind_for_category(cat, host) != Some(span.kind) {
+            w.raw(sep);
+            w.raw("\"keel_kind\":\"");
+            w.raw(span.kind.name());
+            w.raw("\"");
+            sep = ",";
+        }
+        if span.op != 0 {
+            w.raw(sep);
+            w.raw("\"keel_op\":");
+            w.u64(span.op);
+            sep = ",";
+        }
+        for (k, v) in &span.args {
+            w.raw(sep);
+            w.user_arg(k, v);
+            sep = ",";
+        }
+        w.raw(if sep == "," { "}}" } else { "}" });
+    }
+
+    for instant in &trace.instants {
+        let (pid, _) = place(instant.lane);
+        w.event(&mut first, "i", pid, Some(u64::from(instant.lane) + 1))?;
+        w.raw(",\"s\":\"t\",\"ts\":");
+        w.micros(instant.ts_ns);
+        w.raw(",\"name\":");
+        w.str(&instant.name);
+        w.raw(",\"args\":{");
+        for (i, (k, v)) in instant.args.iter().enumerate() {
+            if i > 0 {
+                w.raw(",");
+            }
+            w.user_arg(k, v);
+        }
+        w.raw("}}");
+    }
+
+    for counter in &trace.counters {
+        let pid = u64::from(counter.device) + 1;
+        for &(ts, value) in &counter.points {
+            w.event(&mut first, "C", pid, None)?;
+            w.raw(",\"ts\":");
+            w.micros(ts);
+            w.raw(",\"name\":");
+            w.str(&counter.name);
+            w.raw(",\"args\":{\"value\":");
+            w.i64(value);
+            w.raw("}}");
+        }
+    }
+
+    for flow in &trace.flows {
+        for (ph, end) in [("s", flow.from), ("f", flow.to)] {
+            let (pid, _) = place(end.lane);
+            w.event(&mut first, ph, pid, Some(u64::from(end.lane) + 1))?;
+            w.raw(",\"ts\":");
+            w.micros(end.ts_ns);
+            w.raw(",\"id\":");
+            w.u64(flow.id);
+            w.raw(",\"cat\":\"");
+            w.raw(flow_category(flow.kind));
+            w.raw("\",\"name\":\"");
+            w.raw(flow.kind.name());
+            w.raw("\",\"bp\":\"e\"}");
+        }
+    }
+
+    w.raw("\n],\n\"displayTimeUnit\":\"ns\",\n\"keel\":{\"version\":");
+    w.u64(trace.version.into());
+    w.raw(",\"dropped\":");
+    w.u64(trace.dropped);
+    w.raw(",\"devices\":[");
+    for (i, device) in trace.devices.iter().enumerate() {
+        if i > 0 {
+            w.raw(",");
+        }
+        w.raw("{\"device\":");
+        w.str(&device.device);
+        w.raw(",\"name\":");
+        w.str(&device.name);
+        w.raw(",\"properties\":");
+        w.pairs(&device.properties);
+        w.raw("}");
+    }
+    w.raw("],\"counters\":[");
+    for (i, counter) in trace.counters.iter().enumerate() {
+        if i > 0 {
+            w.raw(",");
+        }
+        w.raw("{\"device\":");
+        w.u64(counter.device.into());
+        w.raw(",\"name\":");
+        w.str(&counter.name);
+        w.raw("}");
+    }
+    w.raw("],\"calibrations\":[");
+    for (i, c) in trace.calibrations.iter().enumerate() {
+        if i > 0 {
+            w.raw(",");
+        }
+        w.raw("{\"device\":");
+        w.u64(c.device.into());
+        w.raw(",\"method\":");
+        w.str(&c.method);
+        w.raw(",\"error_bound_ns\":");
+        w.u64(c.error_bound_ns);
+        w.raw("}");
+    }
+    w.raw("]}}\n");
+    w.flush()?;
+    w.out
+        .flush()
+        .map_err(|e| Error::TraceFormat(format!("could not write the JSON trace: {e}")))
+}
+
+/// [`write_json`] into a `String`.
+pub fn to_json_string(trace: &Trace) -> Result<String> {
+    let mut bytes = Vec::with_capacity(200 + 110 * trace.spans.len());
+    write_json(trace, &mut bytes)?;
+    String::from_utf8(bytes)
+        .map_err(|e| Error::TraceFormat(format!("the JSON writer produced invalid UTF-8: {e}")))
+}

@@ -1,0 +1,74 @@
+//! A stream's runtime operations: [`Stream::query`],
+//! [`Stream::synchronize`], [`Stream::wait`] and [`Stream::launch`].
+//!
+//! [`Stream`] itself is a core value (`crate::core`): a device and an id,
+//! with no behaviour that reaches a backend. What a stream *does* is here,
+//! in one place, built on the backend interface and the stream-operation
+//! path (`ops`), so that launch blocking and the profiler apply to it as to
+//! every other operation.
+
+use std::borrow::Cow;
+
+use crate::backend::{BufferHandle, registry};
+use crate::buffer::{Buffer, same_device, stream_runtime};
+use crate::core::Stream;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::kernel::Kernel;
+use crate::ops;
+use crate::profiler::SpanKind;
+use crate::profiler::record::Detail;
+
+impl Stream {
+    /// Whether all work enqueued on this stream has completed. Never
+    /// blocks. Reports an error a failed operation left on the stream.
+    pub fn query(&self) -> Result<bool> {
+        registry::available_guard_impl(self.device_type())?.query_stream(self)
+    }
+
+    /// Waits until all work enqueued on this stream has completed; returns
+    /// the error of a failed operation, if one failed.
+    pub fn synchronize(&self) -> Result<()> {
+        ops::synchronize_stream(registry::available_guard_impl(self.device_type())?, self)
+    }
+
+    /// Makes future work on this stream wait for `event` (c10's
+    /// `stream.wait(event)`, which is `event.block(stream)`).
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        event.block(self)
+    }
+
+    /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in
+    /// order and `params` as its parameter block. Every buffer must be on
+    /// this stream's device.
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[&Buffer],
+        params: &[u8],
+    ) -> Result<()> {
+        let (rt, stream) = stream_runtime(self)?;
+        if buffers.len() != kernel.bindings {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!(
+                    "expected {} buffers, found {}",
+                    kernel.bindings,
+                    buffers.len()
+                ),
+            });
+        }
+        for b in buffers {
+            same_device(stream.device(), b.device())?;
+        }
+        let handles: Vec<&BufferHandle> = buffers.iter().map(|b| b.handle()).collect();
+        ops::enqueue(
+            &stream,
+            SpanKind::Kernel,
+            || Cow::Borrowed(kernel.name),
+            Detail::Grid(grid),
+            || rt.launch(&stream, kernel, grid, &handles, params),
+        )
+    }
+}

@@ -1,0 +1,982 @@
+//! The suite's tests, one function each, run on one device `d` under the
+//! instance's [`Config`]. Each asserts (panics) where the backend does not
+//! conform; [`run`](super::run) applies the instance's expectations.
+//!
+//! The list the macro instantiates is in
+//! [`conformance_suite!`](crate::conformance_suite); a new test is a `pub
+//! fn` here plus its name there (in `exclusive:` if it starts a profiler
+//! session or leaves errors on streams on purpose).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::{Config, KernelSource};
+use crate::core::StreamKind;
+use crate::kernels::{SAXPY, SPIN, VECTOR_ADD, spin_reference};
+use crate::profiler::{FlowKind, LaneKind, SpanKind, Trace};
+use crate::testing::{GATED_FILL, Gate, PANICS, SLEEP, pattern};
+use crate::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Kernel, Stream, StreamGuard};
+
+fn pool(d: Device) -> Stream {
+    crate::get_stream_from_pool(d, false).expect("pool stream")
+}
+
+fn spin_params(n: u32, iters: u32) -> Vec<u8> {
+    [n.to_le_bytes(), iters.to_le_bytes()].concat()
+}
+
+fn saxpy_params(n: u32, alpha: f32) -> Vec<u8> {
+    [n.to_le_bytes(), alpha.to_le_bytes()].concat()
+}
+
+fn saxpy(s: &Stream, x: &Buffer, y: &Buffer, n: u32, alpha: f32) {
+    s.launch(
+        &SAXPY,
+        SAXPY.grid_for(u64::from(n)),
+        &[x, y],
+        &saxpy_params(n, alpha),
+    )
+    .expect("saxpy");
+}
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= 1e-4 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Every device present, other than `d`: the other devices of its type and
+/// the first device of every other available type.
+fn other_devices(d: Device) -> Vec<Device> {
+    let ty = d.device_type();
+    let mut v: Vec<Device> = crate::devices(ty).into_iter().filter(|&o| o != d).collect();
+    for other in DeviceType::ALL {
+        if other != ty && crate::is_available(other) {
+            v.extend(crate::devices(other).into_iter().take(1));
+        }
+    }
+    v
+}
+
+/// What a [`Busy`] gated fill writes.
+const GATE_VALUE: f32 = 3.0;
+
+/// Work that keeps a stream busy until released, writing `out` (`4 * n`
+/// bytes, `n = cfg.slow_spin.0`). On host backends with asynchronous
+/// streams it is a [`GATED_FILL`] held by a [`Gate`], so "not yet
+/// complete" is certain; elsewhere it is the slow [`SPIN`], released by
+/// time.
+struct Busy {
+    gate: Option<Gate>,
+    iters: u32,
+}
+
+impl Busy {
+    fn launch(s: &Stream, cfg: &Config, out: &Buffer, iters: u32) -> Busy {
+        let n = cfg.slow_spin.0;
+        if cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit {
+            let gate = Gate::new();
+            s.launch(&GATED_FILL, [1, 1, 1], &[out], &gate.params(GATE_VALUE))
+                .expect("gated fill");
+            Busy {
+                gate: Some(gate),
+                iters,
+            }
+        } else {
+            s.launch(
+                &SPIN,
+                SPIN.grid_for(u64::from(n)),
+                &[out],
+                &spin_params(n, iters),
+            )
+            .expect("spin");
+            Busy { gate: None, iters }
+        }
+    }
+
+    /// The value the work leaves in `out[i]`.
+    fn value(&self, i: u32) -> f32 {
+        match self.gate {
+            Some(_) => GATE_VALUE,
+            None => spin_reference(i, self.iters),
+        }
+    }
+
+    /// Lets the work finish (a spin finishes by itself).
+    fn release(&self) {
+        if let Some(g) = &self.gate {
+            g.open();
+        }
+    }
+}
+
+/// The device reports itself: properties name it, it is listed and
+/// available, timestamps (where offered) have a period.
+pub fn properties_describe_the_device(d: Device, _cfg: &Config) {
+    let ty = d.device_type();
+    let p = crate::properties(d).expect("properties");
+    assert_eq!(p.device, d);
+    assert!(!p.name.is_empty(), "a name");
+    assert!(!p.native_backend.is_empty(), "a native backend");
+    assert!(crate::devices(ty).contains(&d), "{d} is listed");
+    assert_eq!(crate::availability(ty), Ok(()));
+    if let Some(t) = p.timestamps {
+        assert!(t.period_ns > 0.0 && t.valid_bits > 0, "{t:?}");
+    }
+}
+
+/// Copies and kernels on one stream run in submission order.
+pub fn in_order_within_a_stream(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    let b = Buffer::new(d, 4).expect("alloc");
+    for i in 0..200u32 {
+        b.write(&s, 0, &[i]).expect("write");
+    }
+    let c = Buffer::new(d, 4).expect("alloc");
+    c.copy_from(&s, &b, 0, 0, 4).expect("copy");
+    assert_eq!(
+        c.read_as::<u32>(&s).expect("read"),
+        [199],
+        "writes ran in order"
+    );
+    // Kernels too: ten saxpy launches accumulate in order with the copies
+    // between them.
+    let n = 1000u32;
+    let x = Buffer::from_slice(&s, &vec![1.0f32; n as usize]).expect("x");
+    let y = Buffer::from_slice(&s, &vec![0.0f32; n as usize]).expect("y");
+    for k in 0..10 {
+        saxpy(&s, &x, &y, n, 1.0);
+        if k == 4 {
+            // Overwrite y midway: later launches must see the new value.
+            y.write(&s, 0, &vec![100.0f32; n as usize]).expect("write");
+        }
+    }
+    let y = y.read_as::<f32>(&s).expect("read");
+    assert!(
+        y.iter().all(|&v| v == 105.0),
+        "100 + 5 launches after the write: {}",
+        y[0]
+    );
+}
+
+/// `stream.wait(event)` orders a consumer after a producer on another
+/// stream, without blocking the host.
+pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
+    let (producer, consumer) = (pool(d), pool(d));
+    assert_ne!(producer, consumer);
+    let (n, iters) = cfg.slow_spin;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    let y = Buffer::from_slice(&consumer, &vec![1.0f32; n as usize]).expect("y");
+    consumer.synchronize().expect("upload");
+    let busy = Busy::launch(&producer, cfg, &out, iters);
+    let mut produced = Event::new(d.device_type());
+    produced.record(&producer).expect("record");
+    consumer.wait(&produced).expect("wait");
+    saxpy(&consumer, &out, &y, n, 2.0);
+    let result = y.read_async(&consumer, 0, y.len()).expect("read");
+    if cfg.submit_waits_for_previous {
+        // The producer may have finished while these were submitted, and
+        // may finish at any moment; the answers must agree: the read is
+        // the consumer's last work, so a ready read means a done consumer.
+        let ready = result.is_ready().expect("is_ready");
+        let done = consumer.query().expect("query");
+        assert!(!ready || done, "the read is ready, so its stream is done");
+    } else if !cfg.blocking_submit {
+        assert_eq!(
+            consumer.query(),
+            Ok(false),
+            "the consumer waits for the producer"
+        );
+        assert_eq!(result.is_ready(), Ok(false), "the read waits too");
+    }
+    busy.release();
+    let y: Vec<f32> = bytemuck::pod_collect_to_vec(&result.wait().expect("data"));
+    for i in (0..n).step_by((n as usize / 16).max(1)) {
+        let want = 1.0 + 2.0 * busy.value(i);
+        assert!(
+            close(y[i as usize], want),
+            "y[{i}] = {}, want {want}",
+            y[i as usize]
+        );
+    }
+}
+
+/// Streams and events report "not yet complete" while work runs (where
+/// submission does not block), and complete after `synchronize`.
+pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
+    let ty = d.device_type();
+    let s = pool(d);
+    let (n, iters) = cfg.slow_spin;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    let mut start = Event::timed(ty);
+    let mut done = Event::timed(ty);
+    start.record(&s).expect("record");
+    let busy = Busy::launch(&s, cfg, &out, iters);
+    done.record(&s).expect("record");
+    if cfg.blocking_submit {
+        assert_eq!(
+            done.query(),
+            Ok(true),
+            "submission blocks: already complete"
+        );
+    } else if cfg.submit_waits_for_previous {
+        // Recording `done` (a submission) may have waited for the slow
+        // kernel, and the work may finish at any moment: whatever the
+        // answers, they must agree (`done` is the stream's last work).
+        let before = done.query().expect("query");
+        let stream = s.query().expect("query");
+        let after = done.query().expect("query");
+        assert!(!before || stream, "the event is complete, so is its stream");
+        assert!(
+            !stream || after,
+            "the stream is complete, so is its last event"
+        );
+        match start.elapsed_time(&done) {
+            Ok(ms) => assert!(ms >= 0.0),
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "Both events must be completed before calculating elapsed time."
+            ),
+        }
+    } else {
+        assert_eq!(done.query(), Ok(false), "the work is still running");
+        assert_eq!(s.query(), Ok(false));
+        let e = start.elapsed_time(&done).expect_err("not complete");
+        assert_eq!(
+            e.to_string(),
+            "Both events must be completed before calculating elapsed time."
+        );
+    }
+    busy.release();
+    done.synchronize().expect("event sync");
+    assert_eq!(done.query(), Ok(true));
+    assert_eq!(s.query(), Ok(true));
+    assert!(start.elapsed_time(&done).expect("elapsed") >= 0.0);
+    let got = out.read_as::<f32>(&s).expect("read");
+    assert!(close(got[n as usize - 1], busy.value(n - 1)));
+}
+
+/// `synchronize(device)` waits for every stream of the device.
+pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
+    let (s1, s2) = (pool(d), pool(d));
+    let (n, iters) = cfg.slow_spin;
+    let (a, b) = (
+        Buffer::new(d, 4 * n as usize).expect("a"),
+        Buffer::new(d, 4 * n as usize).expect("b"),
+    );
+    let busy = [(s1, &a), (s2, &b)].map(|(s, buf)| Busy::launch(&s, cfg, buf, iters / 4));
+    let want: Vec<f32> = busy.iter().map(|b| b.value(n - 1)).collect();
+    // Gated work opens a little later, from another thread.
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        busy.iter().for_each(Busy::release);
+    });
+    crate::synchronize(d).expect("device synchronize");
+    assert_eq!((s1.query(), s2.query()), (Ok(true), Ok(true)));
+    opener.join().expect("opener");
+    for (buf, want) in [&a, &b].into_iter().zip(want) {
+        let got = buf.read_as::<f32>(&s1).expect("read");
+        assert!(
+            close(got[n as usize - 1], want),
+            "{} != {want}",
+            got[n as usize - 1]
+        );
+    }
+    s1.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&a],
+        &spin_params(n, iters / 4),
+    )
+    .expect("spin");
+    s1.synchronize().expect("stream synchronize");
+    assert_eq!(s1.query(), Ok(true));
+}
+
+/// Timed events measure device time: within the host's time around it and
+/// most of it (host backends: at least the time a kernel slept).
+pub fn elapsed_time_matches_host_time(d: Device, cfg: &Config) {
+    let ty = d.device_type();
+    let s = pool(d);
+    let (n, iters) = cfg.slow_spin;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    let mut start = Event::timed(ty);
+    let mut end = Event::timed(ty);
+    s.synchronize().expect("idle");
+    let t0 = Instant::now();
+    start.record(&s).expect("record");
+    let host_kernel = cfg.kernel_source == KernelSource::Host;
+    if host_kernel {
+        s.launch(&SLEEP, [1, 1, 1], &[], &20u32.to_le_bytes())
+            .expect("sleep");
+    } else {
+        s.launch(
+            &SPIN,
+            SPIN.grid_for(u64::from(n)),
+            &[&out],
+            &spin_params(n, iters),
+        )
+        .expect("spin");
+    }
+    end.record(&s).expect("record");
+    end.synchronize().expect("sync");
+    let host_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let ms = start.elapsed_time(&end).expect("elapsed");
+    assert!(ms > 0.0, "positive: {ms}");
+    assert!(
+        ms <= host_ms * 1.01 + 0.05,
+        "device {ms} ms within host {host_ms} ms"
+    );
+    if host_kernel {
+        assert!(ms >= 19.0, "the stream slept 20 ms, measured {ms}");
+    } else {
+        assert!(
+            ms >= host_ms * 0.05,
+            "device {ms} ms is most of host {host_ms} ms"
+        );
+    }
+    // A second pair on the same events (re-record) measures again.
+    start.record(&s).expect("re-record");
+    end.record(&s).expect("re-record");
+    end.synchronize().expect("sync");
+    let empty = start.elapsed_time(&end).expect("elapsed");
+    assert!(
+        empty >= 0.0 && empty < ms,
+        "an empty interval {empty} < {ms}"
+    );
+}
+
+/// c10's event rules, on this backend: never-recorded events are complete,
+/// and misuse is an error with c10's message.
+pub fn event_misuse_is_a_clear_error(d: Device, _cfg: &Config) {
+    let ty = d.device_type();
+    let s = pool(d);
+    let never = Event::new(ty);
+    assert_eq!(never.query(), Ok(true), "never recorded: complete");
+    assert_eq!(never.synchronize(), Ok(()));
+    assert_eq!(never.block(&s), Ok(()));
+    let other = if ty == DeviceType::Cpu {
+        DeviceType::Cuda
+    } else {
+        DeviceType::Cpu
+    };
+    let mut e = Event::new(ty);
+    let foreign = Stream::default_for(Device::new(other, 0).expect("valid"));
+    let err = e.record(&foreign).expect_err("another device type");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Event device type {} does not match recording stream's device type {}.",
+            ty.name_upper(),
+            other.name_upper()
+        )
+    );
+    let (a, b) = (Event::timed(ty), Event::timed(ty));
+    let err = a.elapsed_time(&b).expect_err("never recorded");
+    assert_eq!(
+        err.to_string(),
+        "Both events must be recorded before calculating elapsed time."
+    );
+    let mut untimed = Event::new(ty);
+    untimed.record(&s).expect("record");
+    let mut timed = Event::timed(ty);
+    timed.record(&s).expect("record");
+    timed.synchronize().expect("sync");
+    let err = untimed.elapsed_time(&timed).expect_err("flags");
+    assert_eq!(
+        err.to_string(),
+        "Both events must be created with argument 'enable_timing=True'."
+    );
+    // An event stays on the device it was first recorded on.
+    if let Some(&d2) = other_devices(d).iter().find(|o| o.device_type() == ty) {
+        let err = untimed.record(&pool(d2)).expect_err("another device");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "Event device index {} does not match recording stream's device index {}.",
+                d.index(),
+                d2.index()
+            )
+        );
+    }
+}
+
+/// Device-to-device copies are byte-exact, at any size and at every phase
+/// of source and destination offsets (backends that copy in words handle
+/// the rest themselves).
+pub fn copies_round_trip(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    for (seed, len) in [0usize, 1, 4097, 16 * 1024 * 1024 + 3]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, seed as u32);
+        let a = Buffer::from_slice(&s, &data).expect("upload");
+        let b = Buffer::new(d, len).expect("alloc");
+        b.copy_from(&s, &a, 0, 0, len).expect("device to device");
+        let back = b.read(&s).expect("download");
+        assert!(back == data, "{len} bytes round trip byte-exact");
+    }
+    let data = pattern(10_007, 11);
+    let a = Buffer::from_slice(&s, &data).expect("upload");
+    let b = Buffer::new(d, 10_007).expect("alloc");
+    for (so, dof, len) in [(1, 2, 1001), (3, 0, 4), (0, 3, 17), (5, 5, 9000), (2, 1, 1)] {
+        b.copy_from(&s, &a, so, dof, len).expect("copy");
+        let got = b
+            .read_async(&s, dof, len)
+            .expect("read")
+            .wait()
+            .expect("wait");
+        assert!(got == data[so..so + len], "copy {so} -> {dof} of {len}");
+    }
+    // Writes land at their offset; reads of a part.
+    let a = Buffer::from_slice(&s, &[1u8, 2, 3, 4, 5, 6, 7, 8]).expect("a");
+    let b = Buffer::from_slice(&s, &[0u8; 8]).expect("b");
+    b.copy_from(&s, &a, 2, 5, 3).expect("copy");
+    b.write(&s, 0, &[9u8]).expect("write");
+    assert_eq!(b.read(&s).expect("read"), [9, 0, 0, 0, 0, 3, 4, 5]);
+    let part = a.read_async(&s, 6, 2).expect("read").wait().expect("wait");
+    assert_eq!(part, [7, 8]);
+}
+
+/// A copy within one buffer whose ranges overlap is an error on every
+/// backend (and enqueues nothing); disjoint ranges within one buffer, and
+/// any ranges across two buffers, copy.
+pub fn copies_within_one_buffer(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    let data = pattern(64, 5);
+    let a = Buffer::from_slice(&s, &data).expect("upload");
+    for (so, dof, len) in [(0, 8, 16), (8, 0, 16), (4, 4, 1), (0, 0, 64), (10, 13, 7)] {
+        let e = a
+            .copy_from(&s, &a, so, dof, len)
+            .expect_err("overlapping ranges within one buffer");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "copy within one buffer: expected non-overlapping ranges, found {so}..{} and {dof}..{}",
+                so + len,
+                dof + len
+            )
+        );
+    }
+    assert!(
+        a.read(&s).expect("read") == data,
+        "refused copies changed nothing"
+    );
+    // Disjoint, touching and unaligned ranges within one buffer; an empty
+    // copy overlaps nothing.
+    let mut want = data.clone();
+    for (so, dof, len) in [(0, 32, 32), (33, 1, 7), (40, 41, 0)] {
+        a.copy_from(&s, &a, so, dof, len).expect("disjoint ranges");
+        want.copy_within(so..so + len, dof);
+    }
+    assert!(
+        a.read(&s).expect("read") == want,
+        "disjoint copies within one buffer"
+    );
+    // Two buffers: the same ranges are no overlap.
+    let other = pattern(64, 6);
+    let b = Buffer::from_slice(&s, &other).expect("upload");
+    b.copy_from(&s, &a, 0, 8, 16).expect("two buffers");
+    let mut want_b = other.clone();
+    want_b[8..24].copy_from_slice(&want[0..16]);
+    assert!(
+        b.read(&s).expect("read") == want_b,
+        "copy between two buffers"
+    );
+}
+
+/// `Buffer::to` moves data within the device, to every other device
+/// present (of this backend, directly or through the host; of every other
+/// backend) and back, byte-exact. Mixing devices in one call is an error.
+pub fn moves_between_devices(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    let data = pattern((1 << 20) + 3, 3);
+    let a = Buffer::from_slice(&s, &data).expect("upload");
+    let same = a.to(d, &s).expect("within the device");
+    assert_eq!(same.device(), d);
+    assert!(same.read(&s).expect("read") == data, "{d} -> {d}");
+    // The host path reads on the source device's current stream: make it
+    // the stream the data was written on, as in PyTorch.
+    let _current = StreamGuard::new(s).expect("s current");
+    let others = other_devices(d);
+    for &o in &others {
+        let so = pool(o);
+        let there = a.to(o, &so).expect("move there");
+        assert_eq!((there.device(), there.len()), (o, data.len()));
+        // A direct (peer) copy back runs on `s`, which does not wait for
+        // `so` by itself.
+        so.synchronize().expect("moved there");
+        let _there_current = StreamGuard::new(so).expect("so current");
+        let back = there.to(d, &s).expect("move back");
+        assert!(back.read(&s).expect("read") == data, "{d} -> {o} -> {d}");
+    }
+    if let Some(&o) = others.first() {
+        let e = a
+            .write(&pool(o), 0, &[1u8])
+            .expect_err("a stream of another device");
+        assert_eq!(
+            e,
+            Error::DeviceMismatch {
+                first: d,
+                second: o
+            }
+        );
+        let e = a.to(d, &pool(o)).expect_err("a stream of another device");
+        assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    }
+}
+
+/// The vector add kernel is exact at sizes around its workgroup size.
+pub fn vector_add_is_correct(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    for n in [1usize, 1000, 1_000_003] {
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..n).map(|i| 0.25 * i as f32 - 3.0).collect();
+        let (da, db) = (
+            Buffer::from_slice(&s, &a).expect("a"),
+            Buffer::from_slice(&s, &b).expect("b"),
+        );
+        let dc = Buffer::new(d, 4 * n).expect("c");
+        s.launch(
+            &VECTOR_ADD,
+            VECTOR_ADD.grid_for(n as u64),
+            &[&da, &db, &dc],
+            &(n as u32).to_le_bytes(),
+        )
+        .expect("launch");
+        let c = dc.read_as::<f32>(&s).expect("read");
+        let wrong = (0..n).find(|&i| c[i] != a[i] + b[i]);
+        assert_eq!(wrong, None, "n = {n}: first wrong element");
+    }
+}
+
+/// 32 pool streams per priority level, handed out round-robin; every one
+/// works.
+pub fn stream_pool_round_robin(d: Device, _cfg: &Config) {
+    let many: Vec<Stream> = (0..200)
+        .map(|_| crate::get_stream_from_pool(d, true).expect("pool"))
+        .collect();
+    let distinct: HashSet<Stream> = many.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        32,
+        "200 requests reuse the 32 streams of a level"
+    );
+    assert!(
+        many.iter()
+            .all(|s| matches!(s.kind(), StreamKind::Pool { .. })),
+        "pool streams"
+    );
+    let first = crate::get_stream_from_pool(d, true).expect("pool");
+    let mut last = first;
+    for _ in 0..32 {
+        last = crate::get_stream_from_pool(d, true).expect("pool");
+    }
+    assert_eq!(last, first, "the 33rd request returns the 1st");
+    let normal = crate::get_stream_from_pool(d, false).expect("pool");
+    assert!(
+        !distinct.contains(&normal),
+        "normal and high priority are separate pools"
+    );
+    for s in distinct.iter().take(4) {
+        let b = Buffer::from_slice(s, &[s.id() as u32]).expect("upload");
+        assert_eq!(b.read_as::<u32>(s).expect("read"), [s.id() as u32]);
+    }
+}
+
+/// Guards and `set_current_stream` change the current device and stream,
+/// and work follows them; guards restore on drop.
+pub fn guards_switch_device_and_stream(d: Device, _cfg: &Config) {
+    let ty = d.device_type();
+    let s = pool(d);
+    let before_device = crate::current_device(ty).expect("current");
+    let before_stream = crate::current_stream(d).expect("current");
+    {
+        let _g = DeviceGuard::new(d).expect("device guard");
+        assert_eq!(crate::current_device(ty), Ok(d));
+        let sg = StreamGuard::new(s).expect("stream guard");
+        assert_eq!(crate::current_stream(Device::current(ty)), Ok(s));
+        assert_eq!(sg.original_stream().device().device_type(), ty);
+        // Work on the current stream goes where the guard says.
+        let cur = crate::current_stream(Device::current(ty)).expect("current");
+        let b = Buffer::from_slice(&cur, &[42u32]).expect("upload");
+        assert_eq!(b.read_as::<u32>(&s).expect("read"), [42]);
+    }
+    assert_eq!(crate::current_device(ty), Ok(before_device));
+    assert_eq!(crate::current_stream(d), Ok(before_stream));
+    crate::set_current_stream(s).expect("set");
+    assert_eq!(crate::current_stream(d), Ok(s));
+    crate::set_current_stream(before_stream).expect("restore");
+    assert_eq!(crate::current_stream(d), Ok(before_stream));
+    let count = crate::device_count(ty);
+    // One past the last device: an error from the constructor (CPU) or
+    // from the guard (every other backend).
+    let e = Device::new(ty, count as i16)
+        .and_then(DeviceGuard::new)
+        .expect_err("no such device");
+    assert!(e.to_string().contains("index"), "{e}");
+}
+
+/// What the public objects check before a backend sees a request: ranges,
+/// binding counts, element sizes, devices.
+pub fn bad_requests_are_clear_errors(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    let b = Buffer::new(d, 16).expect("alloc");
+    let e = b.write(&s, 12, &[0u32, 0]).expect_err("overflow");
+    assert_eq!(
+        e.to_string(),
+        "write out of bounds: expected offset + length <= 16 (the buffer's size), found 12 + 8"
+    );
+    let e = b
+        .read_async(&s, usize::MAX, 2)
+        .expect_err("overflowing range");
+    assert!(e.to_string().starts_with("read out of bounds"), "{e}");
+    let c = Buffer::new(d, 8).expect("alloc");
+    let e = c.copy_from(&s, &b, 4, 0, 16).expect_err("source range");
+    assert!(
+        e.to_string().starts_with("copy source out of bounds"),
+        "{e}"
+    );
+    let e = c.copy_from(&s, &b, 0, 4, 8).expect_err("destination range");
+    assert!(
+        e.to_string().starts_with("copy destination out of bounds"),
+        "{e}"
+    );
+    let e = s
+        .launch(&VECTOR_ADD, [1, 1, 1], &[&b, &c], &[])
+        .expect_err("two of three");
+    assert_eq!(
+        e.to_string(),
+        "kernel 'vector_add': expected 3 buffers, found 2"
+    );
+    let e = b
+        .read_as::<[u8; 3]>(&s)
+        .expect_err("16 is not a multiple of 3");
+    assert!(e.to_string().contains("multiple of 3 bytes"), "{e}");
+    if let Some(&o) = other_devices(d).first() {
+        let elsewhere = Buffer::new(o, 16).expect("alloc");
+        let e = s
+            .launch(
+                &VECTOR_ADD,
+                [1, 1, 1],
+                &[&b, &elsewhere, &b],
+                &4u32.to_le_bytes(),
+            )
+            .expect_err("mixed devices");
+        assert_eq!(
+            e,
+            Error::DeviceMismatch {
+                first: d,
+                second: o
+            }
+        );
+    }
+    // The stream still works.
+    b.write(&s, 0, &[7u32]).expect("write");
+    assert_eq!(b.read_as::<u32>(&s).expect("read")[0], 7);
+}
+
+/// Kernel errors say what is wrong, when the kernel source allows it
+/// (see [`KernelSource`]): a missing source, a grid beyond the device's
+/// maximum, a broken source; host kernels' failures (an `Err`, a binding
+/// too short, a panic) are reported once by the next `synchronize`. The
+/// stream works afterwards. Exclusive: it leaves errors on pool streams.
+pub fn kernel_errors_are_clear(d: Device, cfg: &Config) {
+    let ty = d.device_type();
+    let s = pool(d);
+    let b = Buffer::new(d, 64).expect("alloc");
+    let without_own_source = match cfg.kernel_source {
+        KernelSource::Wgsl => Kernel {
+            wgsl: None,
+            ..SAXPY
+        },
+        KernelSource::Ptx => Kernel { ptx: None, ..SAXPY },
+        KernelSource::Host => Kernel { cpu: None, ..SAXPY },
+    };
+    let c = Buffer::new(d, 64).expect("alloc");
+    let e = s
+        .launch(
+            &without_own_source,
+            [1, 1, 1],
+            &[&b, &c],
+            &saxpy_params(1, 1.0),
+        )
+        .expect_err("no source for this backend");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "kernel 'saxpy': has no {}, which the {} backend runs",
+            cfg.kernel_source.missing(),
+            ty.backend_name()
+        )
+    );
+    let props = crate::properties(d).expect("properties");
+    if let Some(max) = props.max_workgroup_count
+        && max[0] < u32::MAX
+    {
+        let e = s
+            .launch(&SPIN, [max[0] + 1, 1, 1], &[&b], &spin_params(4, 3))
+            .expect_err("grid too big");
+        assert!(
+            e.to_string().contains("exceeds the device's maximum"),
+            "{e}"
+        );
+    }
+    match cfg.kernel_source {
+        KernelSource::Wgsl => {
+            let broken = Kernel {
+                name: "broken",
+                wgsl: Some("@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }"),
+                ..SPIN
+            };
+            let e = s
+                .launch(&broken, [1, 1, 1], &[&b], &[])
+                .expect_err("bad WGSL");
+            assert!(e.to_string().starts_with("kernel 'broken': WGSL"), "{e}");
+        }
+        KernelSource::Ptx => {
+            let broken = Kernel {
+                name: "broken",
+                ptx: Some(
+                    ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry broken(.param .u64 p) { bogus; }",
+                ),
+                ..SPIN
+            };
+            let e = s
+                .launch(&broken, [1, 1, 1], &[&b], &spin_params(4, 3))
+                .expect_err("bad PTX");
+            assert!(
+                e.to_string()
+                    .starts_with("kernel 'broken': PTX failed to load"),
+                "{e}"
+            );
+        }
+        KernelSource::Host => host_kernel_failures(d, &s, &b),
+    }
+    // The stream still works after refused or failed launches.
+    s.launch(&SPIN, [1, 1, 1], &[&b], &spin_params(4, 3))
+        .expect("spin");
+    let got = b.read_as::<f32>(&s).expect("read");
+    assert!(close(got[3], spin_reference(3, 3)), "{}", got[3]);
+    s.synchronize().expect("no error left");
+}
+
+fn host_kernel_failures(d: Device, s: &Stream, b: &Buffer) {
+    let broken = Kernel {
+        name: "broken",
+        cpu: Some(|_| Err("broken on purpose".to_owned())),
+        wgsl: None,
+        ptx: None,
+        ..SPIN
+    };
+    s.launch(&broken, [1, 1, 1], &[b], &[])
+        .expect("enqueued; fails when it runs");
+    let e = s.synchronize().expect_err("the kernel failed");
+    assert_eq!(e.to_string(), "kernel 'broken': broken on purpose");
+    assert_eq!(s.synchronize(), Ok(()), "reported once");
+    let (short, other) = (
+        Buffer::new(d, 8).expect("alloc"),
+        Buffer::new(d, 8).expect("alloc"),
+    );
+    s.launch(
+        &SAXPY,
+        SAXPY.grid_for(100),
+        &[&short, &other],
+        &saxpy_params(100, 1.0),
+    )
+    .expect("enqueued; fails when it runs");
+    let e = s.synchronize().expect_err("binding too short");
+    assert_eq!(
+        e.to_string(),
+        "kernel 'saxpy': binding 0: expected at least 100 elements, found 2"
+    );
+    s.launch(&PANICS, [1, 1, 1], &[], &[]).expect("enqueued");
+    let e = crate::synchronize(d).expect_err("the panic is reported");
+    assert!(e.to_string().contains("kernel bug"), "{e}");
+    // Host kernels get distinct buffers, so binding one twice is refused.
+    let e = s
+        .launch(&VECTOR_ADD, [1, 1, 1], &[b, b, b], &4u32.to_le_bytes())
+        .expect_err("aliasing");
+    assert!(
+        e.to_string()
+            .contains("same buffer is bound at bindings 0 and 1"),
+        "{e}"
+    );
+}
+
+/// A two-stream workload with a cross-stream event wait on `d`; returns
+/// its two streams.
+fn profiled_workload(d: Device) -> (Stream, Stream) {
+    let ty = d.device_type();
+    let (s1, s2) = (pool(d), pool(d));
+    let n = 4096u32;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    let y = Buffer::from_slice(&s2, &vec![1.0f32; n as usize]).expect("y");
+    s1.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &spin_params(n, 2000),
+    )
+    .expect("spin");
+    let mut produced = Event::new(ty);
+    produced.record(&s1).expect("record");
+    s2.wait(&produced).expect("wait");
+    saxpy(&s2, &out, &y, n, 2.0);
+    let got = y.read_as::<f32>(&s2).expect("read");
+    assert!(close(got[7], 1.0 + 2.0 * spin_reference(7, 2000)));
+    (s1, s2)
+}
+
+/// The index of `d` in the trace's device table.
+fn trace_device(trace: &Trace, d: Device) -> u32 {
+    let i = trace
+        .devices
+        .iter()
+        .position(|x| x.device == d.to_string())
+        .expect("the device is in the trace");
+    u32::try_from(i).expect("a small device table")
+}
+
+/// The profiler records this backend's stream operations: host spans,
+/// device spans on stream lanes (where events can time), launch and event
+/// wait flows, calibration, memory counters; the trace is well formed and
+/// survives both file formats. Exclusive: a session records every thread.
+pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
+    let timed = crate::properties(d)
+        .expect("properties")
+        .timestamps
+        .is_some();
+    let session = crate::profiler::start().expect("start");
+    let (s1, s2) = profiled_workload(d);
+    let trace = session.stop();
+    let dev = trace_device(&trace, d);
+    let lane_of = |s: Stream| {
+        trace.lanes.iter().position(|l| {
+            l.kind
+                == LaneKind::Stream {
+                    device: dev,
+                    stream: s.id(),
+                }
+        })
+    };
+    let stream_lanes: Vec<u32> = [s1, s2]
+        .into_iter()
+        .filter_map(lane_of)
+        .map(|i| i as u32)
+        .collect();
+    assert!(
+        trace
+            .spans
+            .iter()
+            .any(|s| s.kind == SpanKind::Alloc && !stream_lanes.contains(&s.lane)),
+        "host span of an allocation"
+    );
+    let launches = trace
+        .flows
+        .iter()
+        .filter(|f| f.kind == FlowKind::Launch)
+        .count();
+    assert!(launches >= 4, "launch flows, found {launches}");
+    assert!(
+        trace
+            .counters
+            .iter()
+            .any(|c| c.device == dev && !c.points.is_empty()),
+        "a memory counter of {d}"
+    );
+    if timed {
+        assert_eq!(
+            stream_lanes.len(),
+            2,
+            "both stream lanes: {:?}",
+            trace.lanes
+        );
+        let on_device = |kind: SpanKind, name: &str| {
+            trace
+                .spans
+                .iter()
+                .any(|s| stream_lanes.contains(&s.lane) && s.kind == kind && s.name == name)
+        };
+        assert!(on_device(SpanKind::Kernel, "spin"), "device span of spin");
+        assert!(on_device(SpanKind::Kernel, "saxpy"), "device span of saxpy");
+        assert!(on_device(SpanKind::Copy, "copy device->host"));
+        assert!(on_device(SpanKind::Wait, "stream wait"));
+        assert!(
+            trace.flows.iter().any(|f| f.kind == FlowKind::EventWait
+                && f.from.lane != f.to.lane
+                && stream_lanes.contains(&f.to.lane)),
+            "an event record -> wait flow across streams"
+        );
+        assert!(
+            trace.calibrations.iter().any(|c| c.device == dev),
+            "{d} is calibrated"
+        );
+    }
+    assert_eq!(trace.dropped, 0);
+    if let Err(problems) = trace.check() {
+        panic!("recorded trace is not well formed: {problems:#?}");
+    }
+    let json = crate::profiler::json::to_json_string(&trace).expect("json");
+    assert_eq!(
+        crate::profiler::json::read_json(&json).expect("import"),
+        trace
+    );
+    let bytes = crate::profiler::native::to_native_bytes(&trace).expect("native");
+    assert_eq!(
+        crate::profiler::native::read_native(&bytes).expect("read"),
+        trace
+    );
+}
+
+/// After calibration, a kernel's device span lies within the host
+/// interval around its launch and synchronize (up to the stated error
+/// bound). Exclusive: a session records every thread.
+pub fn profiler_places_device_spans_within_host_time(d: Device, _cfg: &Config) {
+    if crate::properties(d)
+        .expect("properties")
+        .timestamps
+        .is_none()
+    {
+        eprintln!("{d} has no timestamps: the profiler records host spans only");
+        return;
+    }
+    let session = crate::profiler::start().expect("start");
+    let s = pool(d);
+    let n = 4096u32;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    s.synchronize().expect("idle");
+    let before = session.now_ns();
+    s.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &spin_params(n, 20_000),
+    )
+    .expect("spin");
+    s.synchronize().expect("sync");
+    let after = session.now_ns();
+    let trace = session.stop();
+    let dev = trace_device(&trace, d);
+    let bound = trace
+        .calibrations
+        .iter()
+        .find(|c| c.device == dev)
+        .expect("calibrated")
+        .error_bound_ns;
+    let lane = LaneKind::Stream {
+        device: dev,
+        stream: s.id(),
+    };
+    let span = trace
+        .spans
+        .iter()
+        .find(|sp| sp.name == "spin" && trace.lanes[sp.lane as usize].kind == lane)
+        .expect("device span of the kernel");
+    assert!(
+        span.start_ns + bound >= before && span.end_ns() <= after + bound,
+        "{d}: device span {}..{} outside host interval {before}..{after} (+/- {bound} ns)",
+        span.start_ns,
+        span.end_ns()
+    );
+    assert!(span.dur_ns > 0, "{d}: the kernel took time");
+}
