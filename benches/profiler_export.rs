@@ -42,6 +42,7 @@ fn synthetic() -> Trace {
                     thread: u64::from(lane) + 1,
                 },
                 name: format!("thread {}", lane + 1),
+                group: String::new(),
             },
             _ => Lane {
                 kind: LaneKind::Stream {
@@ -49,6 +50,7 @@ fn synthetic() -> Trace {
                     stream: i64::from(lane),
                 },
                 name: format!("stream {lane}"),
+                group: String::new(),
             },
         });
     }

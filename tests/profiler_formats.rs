@@ -69,6 +69,7 @@ fn sample() -> Trace {
             Lane {
                 kind: LaneKind::Host { thread: 7 },
                 name: s("main"),
+                group: String::new(),
             },
             Lane {
                 kind: LaneKind::Stream {
@@ -76,6 +77,7 @@ fn sample() -> Trace {
                     stream: 33,
                 },
                 name: s("stream 33"),
+                group: String::new(),
             },
             Lane {
                 kind: LaneKind::Stream {
@@ -83,6 +85,7 @@ fn sample() -> Trace {
                     stream: 34,
                 },
                 name: s("stream 34"),
+                group: String::new(),
             },
             Lane {
                 kind: LaneKind::Stream {
@@ -90,10 +93,12 @@ fn sample() -> Trace {
                     stream: -2,
                 },
                 name: s("stream -2 \"ext\""),
+                group: String::new(),
             },
             Lane {
                 kind: LaneKind::Host { thread: u64::MAX },
                 name: s("idle thread"),
+                group: String::new(),
             },
         ],
         spans: vec![
@@ -313,6 +318,7 @@ fn check_reports_problems() {
             stream: 0,
         },
         name: s("orphan"),
+        group: String::new(),
     });
     t.counters.push(Counter {
         device: 9,
@@ -564,6 +570,7 @@ fn native_errors_are_clear() {
     t.lanes.push(Lane {
         kind: LaneKind::Host { thread: 1 },
         name: s("a"),
+        group: String::new(),
     });
     let good = to_native_bytes(&t).expect("export");
     let mut bad_index = good.clone();

@@ -261,12 +261,14 @@ pub fn synthetic_trace(spans: usize) -> Trace {
                 stream: s,
             },
             name: format!("stream {s}"),
+            group: String::new(),
         });
     }
     for h in 0..2 {
         t.lanes.push(Lane {
             kind: LaneKind::Host { thread: h },
             name: format!("thread {h}"),
+            group: String::new(),
         });
     }
     const NAMES: [&str; 4] = ["vector_add", "saxpy", "spin", "copy host->device"];

@@ -409,6 +409,7 @@ impl<'a> Builder<'a> {
         self.trace.lanes.push(Lane {
             kind: kind.clone(),
             name,
+            group: String::new(),
         });
         self.lanes.insert(kind, i);
         i

@@ -233,6 +233,7 @@ mod tests {
             lanes: vec![Lane {
                 kind: LaneKind::Host { thread },
                 name: format!("thread {thread}"),
+                group: String::new(),
             }],
             dropped,
             ..Trace::default()

@@ -632,7 +632,11 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
             }
         };
         let name = r.str("a lane name")?;
-        trace.lanes.push(Lane { kind, name });
+        trace.lanes.push(Lane {
+            kind,
+            name,
+            group: String::new(),
+        });
     }
     r.done()?;
     let lanes = trace.lanes.len();

@@ -102,7 +102,11 @@ impl ForeignTables {
             LaneKind::Host { .. } => format!("thread {tid}"),
         });
         let index = trace.lanes.len() as u32;
-        trace.lanes.push(Lane { kind, name });
+        trace.lanes.push(Lane {
+            kind,
+            name,
+            group: String::new(),
+        });
         self.lanes.insert((pid, tid), index);
         index
     }

@@ -139,6 +139,7 @@ impl KeelTables {
             let lane = Lane {
                 kind,
                 name: args.str("name")?.to_owned(),
+                group: String::new(),
             };
             let want_pid = lane_pid(&lane);
             if pid != want_pid {

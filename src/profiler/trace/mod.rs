@@ -63,6 +63,12 @@ pub struct Lane {
     pub kind: LaneKind,
     /// Its display name (`stream 33`, `main`).
     pub name: String,
+    /// The group a viewer shows the lane under when it is not a device's
+    /// stream: the process (and, for several files opened together, the
+    /// file or rank) of a host thread, as `rank 1 · python3.10 (pid 42)`.
+    /// Empty for Keel's own recordings (one process) and device lanes,
+    /// which group by [`LaneKind::Stream::device`].
+    pub group: String,
 }
 
 /// What a span is, for colouring and statistics.
@@ -236,6 +242,20 @@ pub struct Calibration {
     pub error_bound_ns: u64,
 }
 
+/// What reading another tool's file kept and what it dropped: every event
+/// of the file is either imported or counted here with a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImportReport {
+    /// The format read (`Chrome trace (PyTorch/Kineto)`, `Chrome trace`).
+    pub format: String,
+    /// Events in the file.
+    pub events: u64,
+    /// Events imported.
+    pub imported: u64,
+    /// Events skipped, as (reason, count), most frequent first.
+    pub skipped: Vec<(String, u64)>,
+}
+
 /// A recorded profile; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Trace {
@@ -257,4 +277,6 @@ pub struct Trace {
     pub calibrations: Vec<Calibration>,
     /// Records lost because a recording buffer was full (never silent).
     pub dropped: u64,
+    /// Set when the trace was imported from another tool's file.
+    pub import: Option<ImportReport>,
 }
