@@ -247,6 +247,7 @@ fn sample() -> Trace {
             },
         ],
         dropped: 3,
+        import: None,
     }
 }
 

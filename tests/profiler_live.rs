@@ -53,7 +53,7 @@ fn a_viewer_receives_the_running_workload() {
     while kernels_seen < 5 && Instant::now() < deadline {
         work(3);
         match client.next_chunk().expect("chunk") {
-            Chunk::Fragment(f) => merged.merge(f).expect("merge"),
+            Chunk::Fragment(f) => merged.merge(*f).expect("merge"),
             Chunk::Dropped(n) => panic!("a fast viewer dropped {n} chunks"),
         }
         kernels_seen = merged

@@ -36,7 +36,7 @@ pub fn record(jobs: &[(Workload, Device)], print: bool) -> Result<keel::profiler
                 println!("[{done}/{total}] {line}");
             }
         }
-        RunMessage::Finished(r) => *result.borrow_mut() = Some(r),
+        RunMessage::Finished(r) => *result.borrow_mut() = Some(r.map(|t| *t)),
     });
     result
         .into_inner()

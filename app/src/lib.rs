@@ -303,7 +303,7 @@ impl App {
                         self.sources.progress = Some((done, total));
                         lines.push(line);
                     }
-                    RunMessage::Finished(r) => finished = Some(r),
+                    RunMessage::Finished(r) => finished = Some(r.map(|t| *t)),
                 }
             }
             for l in lines {
@@ -330,7 +330,7 @@ impl App {
                     LiveMessage::Connected(a) => {
                         self.sources.live = Some(format!("connected to {a}"));
                     }
-                    LiveMessage::Chunk(live::Chunk::Fragment(t)) => fragments.push(t),
+                    LiveMessage::Chunk(live::Chunk::Fragment(t)) => fragments.push(*t),
                     LiveMessage::Chunk(live::Chunk::Dropped(n)) => self.live_dropped = n,
                     LiveMessage::Failed(e) => failed = Some(e),
                 }

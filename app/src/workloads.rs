@@ -171,7 +171,7 @@ pub enum RunMessage {
         line: String,
     },
     /// The session's trace, or why there is none.
-    Finished(Result<keel::profiler::Trace, String>),
+    Finished(Result<Box<keel::profiler::Trace>, String>),
 }
 
 /// Runs `jobs` inside one profiler session, passing progress and the
@@ -198,7 +198,7 @@ pub fn run_jobs(jobs: &[(Workload, Device)], report: &dyn Fn(RunMessage)) {
             line,
         });
     }
-    report(RunMessage::Finished(Ok(session.stop())));
+    report(RunMessage::Finished(Ok(Box::new(session.stop()))));
 }
 
 /// Starts [`run_jobs`] on a background thread; `wake` is called after

@@ -405,7 +405,7 @@ fn write_loop(
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chunk {
     /// A trace fragment (merge it with [`Trace::merge`]).
-    Fragment(Trace),
+    Fragment(Box<Trace>),
     /// The total number of fragments this viewer has missed so far.
     Dropped(u64),
 }
@@ -513,7 +513,7 @@ fn read_chunk(s: &mut TcpStream) -> Result<Chunk> {
     s.read_exact(&mut payload)
         .map_err(|e| io(&format!("reading a {len}-byte chunk"), e))?;
     match head[4] {
-        KIND_FRAGMENT => Ok(Chunk::Fragment(native::read_native(&payload)?)),
+        KIND_FRAGMENT => Ok(Chunk::Fragment(Box::new(native::read_native(&payload)?))),
         KIND_DROPPED => {
             let bytes: [u8; 8] = payload.as_slice().try_into().map_err(|_| {
                 protocol(format!(
