@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::event::QuerySlots;
 use super::kernel::Pipelines;
+use super::memory::ReadbackPool;
 use super::stream::{QueueStream, SubmissionOrder};
 use super::{PRIORITY_LEVELS, TY};
 use crate::backend::pool::Streams;
@@ -164,6 +165,7 @@ pub struct WgpuDevice {
     pub(super) streams: Streams<QueueStream>,
     pub(super) pipelines: Pipelines,
     pub(super) query_slots: QuerySlots,
+    pub(super) readbacks: ReadbackPool,
     pub(super) uncaptured: Arc<Uncaptured>,
 }
 
@@ -231,6 +233,7 @@ impl WgpuDevice {
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Pipelines::default(),
             query_slots: QuerySlots::new(),
+            readbacks: ReadbackPool::default(),
             uncaptured,
         })
     }

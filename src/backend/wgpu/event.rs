@@ -181,12 +181,7 @@ fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, a: u32, b: u32) -> Resul
         wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         false,
     )?;
-    let read = new_buffer(
-        d,
-        16,
-        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        false,
-    )?;
+    let read = d.readbacks.take(d, 16)?;
     let mut enc = d.encoder();
     enc.resolve_query_set(qs, a..a + 1, &resolve, 0);
     enc.resolve_query_set(qs, b..b + 1, &resolve, align);
@@ -195,7 +190,8 @@ fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, a: u32, b: u32) -> Resul
     // Through the submission lock like every submission (Note [wgpu
     // completion tracking]).
     let at = submit_outside_streams(d, enc)?;
-    let bytes = map_read(&at, &read)?;
+    let bytes = map_read(&at, &read, 0, 16)?;
+    d.readbacks.give(read);
     let t0 = u64::from_le_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
     let t1 = u64::from_le_bytes(bytes[8..16].try_into().unwrap_or([0; 8]));
     Ok((t0, t1))

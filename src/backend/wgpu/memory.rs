@@ -6,12 +6,13 @@
 //! (`shaders/copy_bytes.wgsl`) instead of `copy_buffer_to_buffer`. A copy
 //! within one buffer goes through a temporary buffer (wgpu cannot read and
 //! write one buffer in one copy). Readbacks copy whole words into a
-//! mappable buffer and cut the requested bytes out.
+//! mappable buffer and copy the requested bytes out of its mapping once;
+//! the mappable buffers are kept for the next readback ([`ReadbackPool`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::device::WgpuDevice;
+use super::device::{WgpuDevice, lock};
 use super::kernel::{pipeline, record_dispatch};
 use super::stream::{Point, QueueStream};
 use super::{TY, Wgpu};
@@ -159,13 +160,70 @@ fn record_copy(
     )
 }
 
-/// Maps `buffer` for reading after the submission that made point `at`
-/// and copies it out. (Blocking waits, with no timeout: see Note [wgpu
-/// completion tracking] in `stream.rs`.)
-pub(super) fn map_read(at: &Point, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+/// Mappable buffers kept between readbacks, per device: creating one
+/// costs about as much as the copy it serves (a 16 MiB buffer took 7 ms
+/// on llvmpipe's GL, the copy into it 1 ms). Sizes are powers of two (at
+/// least [`ReadbackPool::MIN`]) so a buffer serves any read that needs
+/// more than half of it; at most [`ReadbackPool::KEEP`] bytes are kept.
+#[derive(Debug, Default)]
+pub(super) struct ReadbackPool {
+    free: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl ReadbackPool {
+    /// The smallest buffer made.
+    const MIN: u64 = 4 << 10;
+    /// The most bytes kept unused.
+    const KEEP: u64 = 64 << 20;
+
+    /// A mappable buffer of at least `size` bytes, unmapped.
+    pub(super) fn take(&self, d: &WgpuDevice, size: u64) -> Result<wgpu::Buffer> {
+        let class = size.max(Self::MIN).next_power_of_two();
+        {
+            let mut free = lock(&self.free);
+            if let Some(i) = free.iter().position(|b| b.size() == class) {
+                return Ok(free.swap_remove(i));
+            }
+        }
+        // A size past the device's limit as a power of two is made exact.
+        let size = if class > d.limits.max_buffer_size {
+            size
+        } else {
+            class
+        };
+        new_buffer(
+            d,
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            false,
+        )
+    }
+
+    /// Keeps `buffer` (unmapped, with no work pending on it) for a later
+    /// readback, or drops it when the pool is full.
+    pub(super) fn give(&self, buffer: wgpu::Buffer) {
+        let mut free = lock(&self.free);
+        let kept: u64 = free.iter().map(wgpu::Buffer::size).sum();
+        if buffer.size().is_power_of_two() && kept + buffer.size() <= Self::KEEP {
+            free.push(buffer);
+        }
+    }
+}
+
+/// Maps the first `skip + len` bytes of `buffer` for reading after the
+/// submission that made point `at` and copies bytes `skip..skip + len`
+/// out. (Blocking waits, with no timeout: see Note [wgpu completion
+/// tracking] in `stream.rs`.)
+pub(super) fn map_read(
+    at: &Point,
+    buffer: &wgpu::Buffer,
+    skip: usize,
+    len: usize,
+) -> Result<Vec<u8>> {
     let d = at.device();
     let (tx, rx) = std::sync::mpsc::channel();
-    buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+    let slice = buffer.slice(..round4((skip + len) as u64).max(4));
+    slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
     let wait = |index| {
@@ -184,10 +242,10 @@ pub(super) fn map_read(at: &Point, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         }
         wait(None)?;
     }
-    let bytes = buffer
-        .slice(..)
+    let bytes = slice
         .get_mapped_range()
         .map_err(|e| Error::backend(TY, format!("reading a mapped buffer: {e}")))?
+        [skip..skip + len]
         .to_vec();
     buffer.unmap();
     Ok(bytes)
@@ -208,14 +266,16 @@ impl Readback for WgpuReadback {
             .map_or(Ok(true), |(at, _)| Ok(at.is_done()))
     }
     fn wait(self: Box<Self>) -> Result<Vec<u8>> {
-        let Some((at, buffer)) = &self.pending else {
+        let this = *self;
+        let Some((at, buffer)) = this.pending else {
             return Ok(Vec::new());
         };
         at.wait()?;
         // No extra (empty) submission here: the readback's own submission
         // is what the mapping waits for.
-        let bytes = map_read(at, buffer)?;
-        Ok(bytes[self.skip..self.skip + self.len].to_vec())
+        let bytes = map_read(&at, &buffer, this.skip, this.len)?;
+        at.device().readbacks.give(buffer);
+        Ok(bytes)
     }
 }
 
@@ -273,12 +333,7 @@ impl Memory for Wgpu {
         let d = stream.device();
         let start = (offset as u64 / 4) * 4;
         let end = round4((offset + len) as u64);
-        let buffer = new_buffer(
-            d,
-            end - start,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            false,
-        )?;
+        let buffer = d.readbacks.take(d, end - start)?;
         let mut enc = d.encoder();
         enc.copy_buffer_to_buffer(&src.buffer, start, &buffer, 0, end - start);
         let at = stream.submit(enc)?;
