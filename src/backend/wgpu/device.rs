@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::event::QuerySlots;
 use super::kernel::Pipelines;
-use super::memory::ReadbackPool;
+use super::memory::{ReadbackPool, UploadPool};
 use super::stream::{QueueStream, SubmissionOrder};
 use super::{PRIORITY_LEVELS, TY};
 use crate::backend::pool::Streams;
@@ -166,6 +166,7 @@ pub struct WgpuDevice {
     pub(super) pipelines: Pipelines,
     pub(super) query_slots: QuerySlots,
     pub(super) readbacks: ReadbackPool,
+    pub(super) uploads: UploadPool,
     pub(super) uncaptured: Arc<Uncaptured>,
 }
 
@@ -234,6 +235,7 @@ impl WgpuDevice {
             pipelines: Pipelines::default(),
             query_slots: QuerySlots::new(),
             readbacks: ReadbackPool::default(),
+            uploads: UploadPool::default(),
             uncaptured,
         })
     }

@@ -85,7 +85,8 @@ const DEVICE_BUFFER: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 /// A host-visible source buffer holding `data` at byte `phase` (so that it
-/// lines up with an unaligned destination offset).
+/// lines up with an unaligned destination offset), bindable to the
+/// `copy_bytes` kernel.
 fn staging_from(d: &WgpuDevice, data: &[u8], phase: usize) -> Result<wgpu::Buffer> {
     let b = new_buffer(
         d,
@@ -93,14 +94,73 @@ fn staging_from(d: &WgpuDevice, data: &[u8], phase: usize) -> Result<wgpu::Buffe
         wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::STORAGE,
         true,
     )?;
-    let mut bytes = vec![0u8; b.size() as usize];
-    bytes[phase..phase + data.len()].copy_from_slice(data);
+    // Mapped at creation, so zeroed around the data.
     b.slice(..)
         .get_mapped_range_mut()
         .map_err(|e| Error::backend(TY, format!("mapping a staging buffer: {e}")))?
-        .copy_from_slice(&bytes);
+        .slice(phase..phase + data.len())
+        .copy_from_slice(data);
     b.unmap();
     Ok(b)
+}
+
+/// Upload buffers kept between aligned uploads, per device, each mapped
+/// for writing again as soon as the copy out of it has run: creating and
+/// first touching a 16 MiB mappable buffer costs several times the copy
+/// it serves. Sizes are powers of two (at least [`StagingPool::MIN`]); at
+/// most [`StagingPool::KEEP`] bytes wait mapped. (WebGPU lets a
+/// `MAP_WRITE` buffer only be a copy source, so unaligned uploads, which
+/// bind their source to the `copy_bytes` kernel, use [`staging_from`].)
+#[derive(Debug, Default)]
+pub(super) struct UploadPool {
+    /// Buffers mapped for writing, ready for an upload.
+    ready: Arc<Mutex<Vec<wgpu::Buffer>>>,
+}
+
+impl UploadPool {
+    /// A buffer of at least `size` bytes, mapped for writing.
+    fn take(&self, d: &WgpuDevice, size: u64) -> Result<wgpu::Buffer> {
+        let class = size.max(StagingPool::MIN).next_power_of_two();
+        {
+            let mut ready = lock(&self.ready);
+            if let Some(i) = ready.iter().position(|b| b.size() == class) {
+                return Ok(ready.swap_remove(i));
+            }
+        }
+        let size = if class > d.limits.max_buffer_size {
+            size
+        } else {
+            class
+        };
+        new_buffer(
+            d,
+            size,
+            wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            true,
+        )
+    }
+
+    /// Maps `buffer` (unmapped, just submitted as a copy source) for
+    /// writing again; wgpu does so once that submission has completed,
+    /// at a later poll (the poll thread's, or the next GL submission's),
+    /// and the buffer joins the ready ones while they hold less than
+    /// [`StagingPool::KEEP`] bytes.
+    fn recycle(&self, buffer: wgpu::Buffer) {
+        if !buffer.size().is_power_of_two() {
+            return;
+        }
+        let ready = Arc::clone(&self.ready);
+        let kept = buffer.clone();
+        buffer.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            if r.is_ok() {
+                let mut ready = lock(&ready);
+                let bytes: u64 = ready.iter().map(wgpu::Buffer::size).sum();
+                if bytes + kept.size() <= StagingPool::KEEP {
+                    ready.push(kept);
+                }
+            }
+        });
+    }
 }
 
 /// The byte-copy kernel (`shaders/copy_bytes.wgsl`) for copies whose
@@ -160,25 +220,30 @@ fn record_copy(
     )
 }
 
+/// The sizes of the buffers kept by [`ReadbackPool`] and [`UploadPool`].
+struct StagingPool;
+
+impl StagingPool {
+    /// The smallest buffer made.
+    const MIN: u64 = 4 << 10;
+    /// The most bytes each pool keeps unused, per device.
+    const KEEP: u64 = 64 << 20;
+}
+
 /// Mappable buffers kept between readbacks, per device: creating one
 /// costs about as much as the copy it serves (a 16 MiB buffer took 7 ms
 /// on llvmpipe's GL, the copy into it 1 ms). Sizes are powers of two (at
-/// least [`ReadbackPool::MIN`]) so a buffer serves any read that needs
-/// more than half of it; at most [`ReadbackPool::KEEP`] bytes are kept.
+/// least [`StagingPool::MIN`]) so a buffer serves any read that needs
+/// more than half of it; at most [`StagingPool::KEEP`] bytes are kept.
 #[derive(Debug, Default)]
 pub(super) struct ReadbackPool {
     free: Mutex<Vec<wgpu::Buffer>>,
 }
 
 impl ReadbackPool {
-    /// The smallest buffer made.
-    const MIN: u64 = 4 << 10;
-    /// The most bytes kept unused.
-    const KEEP: u64 = 64 << 20;
-
     /// A mappable buffer of at least `size` bytes, unmapped.
     pub(super) fn take(&self, d: &WgpuDevice, size: u64) -> Result<wgpu::Buffer> {
-        let class = size.max(Self::MIN).next_power_of_two();
+        let class = size.max(StagingPool::MIN).next_power_of_two();
         {
             let mut free = lock(&self.free);
             if let Some(i) = free.iter().position(|b| b.size() == class) {
@@ -204,7 +269,7 @@ impl ReadbackPool {
     pub(super) fn give(&self, buffer: wgpu::Buffer) {
         let mut free = lock(&self.free);
         let kept: u64 = free.iter().map(wgpu::Buffer::size).sum();
-        if buffer.size().is_power_of_two() && kept + buffer.size() <= Self::KEEP {
+        if buffer.size().is_power_of_two() && kept + buffer.size() <= StagingPool::KEEP {
             free.push(buffer);
         }
     }
@@ -300,6 +365,23 @@ impl Memory for Wgpu {
             return Ok(());
         }
         let d = stream.device();
+        let len = data.len() as u64;
+        if offset.is_multiple_of(4) && (len.is_multiple_of(4) || offset as u64 + len == dst.size) {
+            // Whole words (the last one may end in the buffer's padding).
+            let staging = d.uploads.take(d, round4(len))?;
+            staging
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::backend(TY, format!("mapping an upload buffer: {e}")))?
+                .slice(..data.len())
+                .copy_from_slice(&data);
+            staging.unmap();
+            let mut enc = d.encoder();
+            enc.copy_buffer_to_buffer(&staging, 0, &dst.buffer, offset as u64, round4(len));
+            stream.submit(enc)?;
+            d.uploads.recycle(staging);
+            return Ok(());
+        }
         let phase = offset % 4;
         let staging = staging_from(d, &data, phase)?;
         let mut enc = d.encoder();

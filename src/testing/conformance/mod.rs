@@ -181,6 +181,7 @@ macro_rules! conformance_suite {
                 elapsed_time_matches_host_time,
                 event_misuse_is_a_clear_error,
                 copies_round_trip,
+                transfers_in_flight_keep_their_data,
                 copies_within_one_buffer,
                 moves_between_devices,
                 vector_add_is_correct,

@@ -437,6 +437,41 @@ pub fn copies_round_trip(d: Device, _cfg: &Config) {
     assert_eq!(part, [7, 8]);
 }
 
+/// Transfers enqueued back to back, without waiting in between, keep their
+/// own data even where a backend reuses staging memory between transfers
+/// (wgpu keeps its mappable buffers): each read sees exactly the writes
+/// enqueued before it on the stream.
+pub fn transfers_in_flight_keep_their_data(d: Device, _cfg: &Config) {
+    let s = pool(d);
+    let mut mirror = vec![0u8; 8192];
+    let b = Buffer::from_slice(&s, &mirror).expect("alloc");
+    let mut reads = Vec::new();
+    let writes = [
+        (0, 8192),
+        (0, 100),
+        (4, 4000),
+        (3, 7),
+        (8, 3000),
+        (4096, 4096),
+        (0, 5000),
+        (12, 4),
+    ];
+    for (i, (offset, len)) in writes.into_iter().enumerate() {
+        let data = pattern(len, 100 + i as u32);
+        b.write(&s, offset, &data).expect("write");
+        mirror[offset..offset + len].copy_from_slice(&data);
+        let read = b.read_async(&s, 0, mirror.len()).expect("read");
+        reads.push((read, mirror.clone()));
+    }
+    for (i, (read, want)) in reads.into_iter().enumerate() {
+        let got = read.wait().expect("wait");
+        assert!(
+            got == want,
+            "read {i} sees the writes enqueued before it, and only those"
+        );
+    }
+}
+
 /// A copy within one buffer whose ranges overlap is an error on every
 /// backend (and enqueues nothing); disjoint ranges within one buffer, and
 /// any ranges across two buffers, copy.
