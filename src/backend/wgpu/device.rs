@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::event::QuerySlots;
 use super::kernel::Pipelines;
-use super::memory::{ReadbackPool, UploadPool};
+use super::memory::StagingPool;
 use super::stream::{QueueStream, SubmissionOrder};
 use super::{PRIORITY_LEVELS, TY};
 use crate::backend::pool::Streams;
@@ -165,8 +165,8 @@ pub struct WgpuDevice {
     pub(super) streams: Streams<QueueStream>,
     pub(super) pipelines: Pipelines,
     pub(super) query_slots: QuerySlots,
-    pub(super) readbacks: ReadbackPool,
-    pub(super) uploads: UploadPool,
+    pub(super) readbacks: StagingPool,
+    pub(super) uploads: StagingPool,
     pub(super) uncaptured: Arc<Uncaptured>,
 }
 
@@ -234,8 +234,8 @@ impl WgpuDevice {
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Pipelines::default(),
             query_slots: QuerySlots::new(),
-            readbacks: ReadbackPool::default(),
-            uploads: UploadPool::default(),
+            readbacks: StagingPool::readbacks(),
+            uploads: StagingPool::uploads(),
             uncaptured,
         })
     }

@@ -6,8 +6,8 @@
 //! (`shaders/copy_bytes.wgsl`) instead of `copy_buffer_to_buffer`. A copy
 //! within one buffer goes through a temporary buffer (wgpu cannot read and
 //! write one buffer in one copy). Readbacks copy whole words into a
-//! mappable buffer and copy the requested bytes out of its mapping once;
-//! the mappable buffers are kept for the next readback ([`ReadbackPool`]).
+//! mappable buffer and copy the requested bytes out of its mapping once.
+//! Mappable buffers are kept for the next transfer ([`StagingPool`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -104,65 +104,6 @@ fn staging_from(d: &WgpuDevice, data: &[u8], phase: usize) -> Result<wgpu::Buffe
     Ok(b)
 }
 
-/// Upload buffers kept between aligned uploads, per device, each mapped
-/// for writing again as soon as the copy out of it has run: creating and
-/// first touching a 16 MiB mappable buffer costs several times the copy
-/// it serves. Sizes are powers of two (at least [`StagingPool::MIN`]); at
-/// most [`StagingPool::KEEP`] bytes wait mapped. (WebGPU lets a
-/// `MAP_WRITE` buffer only be a copy source, so unaligned uploads, which
-/// bind their source to the `copy_bytes` kernel, use [`staging_from`].)
-#[derive(Debug, Default)]
-pub(super) struct UploadPool {
-    /// Buffers mapped for writing, ready for an upload.
-    ready: Arc<Mutex<Vec<wgpu::Buffer>>>,
-}
-
-impl UploadPool {
-    /// A buffer of at least `size` bytes, mapped for writing.
-    fn take(&self, d: &WgpuDevice, size: u64) -> Result<wgpu::Buffer> {
-        let class = size.max(StagingPool::MIN).next_power_of_two();
-        {
-            let mut ready = lock(&self.ready);
-            if let Some(i) = ready.iter().position(|b| b.size() == class) {
-                return Ok(ready.swap_remove(i));
-            }
-        }
-        let size = if class > d.limits.max_buffer_size {
-            size
-        } else {
-            class
-        };
-        new_buffer(
-            d,
-            size,
-            wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-            true,
-        )
-    }
-
-    /// Maps `buffer` (unmapped, just submitted as a copy source) for
-    /// writing again; wgpu does so once that submission has completed,
-    /// at a later poll (the poll thread's, or the next GL submission's),
-    /// and the buffer joins the ready ones while they hold less than
-    /// [`StagingPool::KEEP`] bytes.
-    fn recycle(&self, buffer: wgpu::Buffer) {
-        if !buffer.size().is_power_of_two() {
-            return;
-        }
-        let ready = Arc::clone(&self.ready);
-        let kept = buffer.clone();
-        buffer.slice(..).map_async(wgpu::MapMode::Write, move |r| {
-            if r.is_ok() {
-                let mut ready = lock(&ready);
-                let bytes: u64 = ready.iter().map(wgpu::Buffer::size).sum();
-                if bytes + kept.size() <= StagingPool::KEEP {
-                    ready.push(kept);
-                }
-            }
-        });
-    }
-}
-
 /// The byte-copy kernel (`shaders/copy_bytes.wgsl`) for copies whose
 /// offsets or size are not multiples of 4.
 const COPY_BYTES: Kernel = Kernel {
@@ -220,58 +161,101 @@ fn record_copy(
     )
 }
 
-/// The sizes of the buffers kept by [`ReadbackPool`] and [`UploadPool`].
-struct StagingPool;
+/// Mappable buffers kept between transfers, per device and direction:
+/// creating and first touching a 16 MiB mappable buffer cost several times
+/// the copy it served (7 ms on llvmpipe's GL, the copy 1 ms). Sizes are
+/// powers of two (at least [`StagingPool::MIN`]), so a buffer serves any
+/// transfer that needs more than half of it; at most [`StagingPool::KEEP`]
+/// bytes wait in a pool.
+///
+/// - Readbacks ([`StagingPool::readbacks`]) take an unmapped buffer, copy
+///   into it, map it, and give it back unmapped ([`StagingPool::give`]).
+/// - Uploads ([`StagingPool::uploads`]) take a buffer mapped for writing,
+///   fill and unmap it, copy out of it, and hand it back right after the
+///   submission ([`StagingPool::recycle`]): wgpu maps it again once that
+///   submission has completed, at a later poll (the poll thread's, or the
+///   next GL submission's), and only then is it ready. WebGPU lets a
+///   `MAP_WRITE` buffer only be a copy source, so unaligned uploads, which
+///   bind their source to the `copy_bytes` kernel, use [`staging_from`].
+#[derive(Debug)]
+pub(super) struct StagingPool {
+    /// Buffers ready for a transfer (mapped for writing, for uploads).
+    ready: Arc<Mutex<Vec<wgpu::Buffer>>>,
+    usage: wgpu::BufferUsages,
+    /// Whether a ready buffer is mapped (for writing).
+    mapped: bool,
+}
 
 impl StagingPool {
     /// The smallest buffer made.
     const MIN: u64 = 4 << 10;
-    /// The most bytes each pool keeps unused, per device.
+    /// The most bytes a pool keeps ready.
     const KEEP: u64 = 64 << 20;
-}
 
-/// Mappable buffers kept between readbacks, per device: creating one
-/// costs about as much as the copy it serves (a 16 MiB buffer took 7 ms
-/// on llvmpipe's GL, the copy into it 1 ms). Sizes are powers of two (at
-/// least [`StagingPool::MIN`]) so a buffer serves any read that needs
-/// more than half of it; at most [`StagingPool::KEEP`] bytes are kept.
-#[derive(Debug, Default)]
-pub(super) struct ReadbackPool {
-    free: Mutex<Vec<wgpu::Buffer>>,
-}
+    /// The pool of readback buffers.
+    pub(super) fn readbacks() -> Self {
+        StagingPool {
+            ready: Arc::default(),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped: false,
+        }
+    }
 
-impl ReadbackPool {
-    /// A mappable buffer of at least `size` bytes, unmapped.
+    /// The pool of upload buffers.
+    pub(super) fn uploads() -> Self {
+        StagingPool {
+            ready: Arc::default(),
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped: true,
+        }
+    }
+
+    /// A ready buffer of at least `size` bytes.
     pub(super) fn take(&self, d: &WgpuDevice, size: u64) -> Result<wgpu::Buffer> {
-        let class = size.max(StagingPool::MIN).next_power_of_two();
+        let class = size.max(Self::MIN).next_power_of_two();
         {
-            let mut free = lock(&self.free);
-            if let Some(i) = free.iter().position(|b| b.size() == class) {
-                return Ok(free.swap_remove(i));
+            let mut ready = lock(&self.ready);
+            if let Some(i) = ready.iter().position(|b| b.size() == class) {
+                return Ok(ready.swap_remove(i));
             }
         }
-        // A size past the device's limit as a power of two is made exact.
+        // A size past the device's limit as a power of two is made exact
+        // (and not kept).
         let size = if class > d.limits.max_buffer_size {
             size
         } else {
             class
         };
-        new_buffer(
-            d,
-            size,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            false,
-        )
+        new_buffer(d, size, self.usage, self.mapped)
     }
 
-    /// Keeps `buffer` (unmapped, with no work pending on it) for a later
-    /// readback, or drops it when the pool is full.
-    pub(super) fn give(&self, buffer: wgpu::Buffer) {
-        let mut free = lock(&self.free);
-        let kept: u64 = free.iter().map(wgpu::Buffer::size).sum();
-        if buffer.size().is_power_of_two() && kept + buffer.size() <= StagingPool::KEEP {
-            free.push(buffer);
+    /// Keeps `buffer`, ready, unless the pool is full.
+    fn keep(ready: &Mutex<Vec<wgpu::Buffer>>, buffer: wgpu::Buffer) {
+        let mut ready = lock(ready);
+        let bytes: u64 = ready.iter().map(wgpu::Buffer::size).sum();
+        if buffer.size().is_power_of_two() && bytes + buffer.size() <= Self::KEEP {
+            ready.push(buffer);
         }
+    }
+
+    /// Gives back a readback buffer: unmapped, with no work pending on it.
+    pub(super) fn give(&self, buffer: wgpu::Buffer) {
+        Self::keep(&self.ready, buffer);
+    }
+
+    /// Hands back an upload buffer just submitted as a copy source: it is
+    /// mapped for writing again once that copy has run, then kept.
+    fn recycle(&self, buffer: wgpu::Buffer) {
+        if !buffer.size().is_power_of_two() {
+            return;
+        }
+        let ready = Arc::clone(&self.ready);
+        let kept = buffer.clone();
+        buffer.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            if r.is_ok() {
+                Self::keep(&ready, kept);
+            }
+        });
     }
 }
 
