@@ -22,7 +22,7 @@ fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
     };
     let out = ctx.run_ui(input, |ui| {
         egui::CentralPanel::default().show(ui, |ui| {
-            timeline::show(ui, state, view, None, false);
+            timeline::show(ui, state, view, timeline::Highlight::default(), false);
         });
     });
     black_box(out.shapes.len());

@@ -20,9 +20,16 @@ pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option
                 ("name", s.name.clone()),
                 ("kind", s.kind.to_string()),
                 ("lane", lane.to_owned()),
-                ("start", format_ns(s.start_ns as f64)),
+                // Times count from the trace's start, as on the ruler.
+                (
+                    "start",
+                    format_ns(s.start_ns.saturating_sub(view.bounds.0) as f64),
+                ),
                 ("duration", format_ns(s.dur_ns as f64)),
-                ("end", format_ns(s.end_ns() as f64)),
+                (
+                    "end",
+                    format_ns(s.end_ns().saturating_sub(view.bounds.0) as f64),
+                ),
                 ("op", s.op.to_string()),
             ];
             for (k, v) in rows {
