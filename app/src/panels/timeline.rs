@@ -91,6 +91,8 @@ pub struct SearchState {
     pub stale: bool,
     /// Move the keyboard focus to the search box on the next frame.
     focus: bool,
+    /// Whether the search box had the keyboard focus last frame.
+    box_focused: bool,
 }
 
 impl SearchState {
@@ -453,10 +455,15 @@ fn search_bar(ui: &mut Ui, state: &mut TimelineState, view: &TraceView, out: &mu
                 i.key_pressed(Key::Escape),
             )
         });
-        if (resp.has_focus() || resp.lost_focus()) && enter {
+        // Enter moves between matches while the box has (or had, until
+        // this Enter took it away) the keyboard focus, or when no text
+        // field has it.
+        let typing_elsewhere = ui.ctx().text_edit_focused() && !resp.has_focus();
+        if enter && (search.box_focused || resp.has_focus() || !typing_elsewhere) {
             moved = search.step(!shift);
             resp.request_focus();
         }
+        search.box_focused = resp.has_focus();
         if ui.button("Previous").clicked() {
             moved = search.step(false);
         }
@@ -644,16 +651,36 @@ pub fn show(
                 0.0,
                 ui.visuals().widgets.noninteractive.bg_fill,
             );
+            // A triangle: pointing right when collapsed, down when open.
+            let c = pos2(rect.left() + 8.0, top + GROUP_H / 2.0);
+            let tri = if collapsed {
+                vec![
+                    c + vec2(-3.0, -4.0),
+                    c + vec2(3.0, 0.0),
+                    c + vec2(-3.0, 4.0),
+                ]
+            } else {
+                vec![
+                    c + vec2(-4.0, -3.0),
+                    c + vec2(4.0, -3.0),
+                    c + vec2(0.0, 3.0),
+                ]
+            };
+            lane_painter.add(egui::Shape::convex_polygon(
+                tri,
+                ui.visuals().text_color(),
+                Stroke::NONE,
+            ));
             let header =
-                Rect::from_min_size(pos2(rect.left() + 2.0, top), vec2(LABEL_W - 4.0, GROUP_H));
+                Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
             let text = format!(
-                "{} {} ({} lane{})",
-                if collapsed { "▶" } else { "▼" },
+                "{} ({} lane{})",
                 g.label,
                 g.lanes.len(),
                 if g.lanes.len() == 1 { "" } else { "s" }
             );
-            let b = ui.put(
+            let b = put_left(
+                ui,
                 header,
                 egui::Button::new(egui::RichText::new(text).small().strong())
                     .frame(false)
@@ -688,7 +715,8 @@ pub fn show(
             if y >= area.top() {
                 let label_rect =
                     Rect::from_min_size(pos2(rect.left() + 12.0, y), vec2(LABEL_W - 16.0, row_h));
-                ui.put(
+                put_left(
+                    ui,
                     label_rect,
                     egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
                 );
@@ -741,6 +769,17 @@ pub fn show(
     out
 }
 
+/// Adds `widget` in `rect`, left-aligned and vertically centred.
+fn put_left(ui: &mut Ui, rect: Rect, widget: impl egui::Widget) -> Response {
+    ui.scope_builder(
+        egui::UiBuilder::new()
+            .max_rect(rect)
+            .layout(egui::Layout::left_to_right(egui::Align::Center)),
+        |ui| ui.add(widget),
+    )
+    .inner
+}
+
 /// Zoom factor of one W or S press.
 pub const KEY_ZOOM: f64 = 1.25;
 /// Fraction of the view one A or D press pans.
@@ -781,7 +820,7 @@ fn handle_input(
         }
     }
     // W/A/S/D as in Perfetto and chrome://tracing (not while typing).
-    if !ui.ctx().egui_wants_keyboard_input() {
+    if !ui.ctx().text_edit_focused() {
         let keys = ui.input(|i| {
             [Key::W, Key::S, Key::A, Key::D, Key::PageUp, Key::PageDown].map(|k| i.num_presses(k))
         });
