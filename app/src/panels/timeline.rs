@@ -165,6 +165,8 @@ pub struct TimelineState {
     pub scroll_y: f32,
     /// Collapsed groups, by label.
     pub collapsed: std::collections::BTreeSet<String>,
+    /// Whether flow arrows are drawn.
+    pub show_flows: bool,
     /// Search.
     pub search: SearchState,
     /// A span to bring into view on the next frame (a search match).
@@ -199,6 +201,7 @@ impl Default for TimelineState {
             fit_pending: true,
             scroll_y: 0.0,
             collapsed: Default::default(),
+            show_flows: true,
             search: SearchState::default(),
             reveal: None,
             layout: Layout::default(),
@@ -510,6 +513,7 @@ pub fn show(
             live,
             egui::Checkbox::new(&mut state.follow_live, "Follow live"),
         );
+        ui.checkbox(&mut state.show_flows, "Flows");
         if !state.search.open && ui.button("Search (Ctrl+F)").clicked() {
             state.search.open = true;
             state.search.focus = true;
@@ -738,7 +742,11 @@ pub fn show(
     draw_ruler(ui, state, view, rect, area);
     state.drawn = drawn;
     draw_instants(ui, state, view, area);
-    state.flows_drawn = draw_flows(ui, state, view, area, hl);
+    state.flows_drawn = if state.show_flows {
+        draw_flows(ui, state, view, area, hl)
+    } else {
+        0
+    };
     state.matches_drawn = draw_marks(ui, state, view, area, hl);
     if content_h > area.height() {
         // Where the scrolled window lies.
