@@ -387,7 +387,7 @@ impl App {
             }
             self.stats = None;
             self.analysis = None;
-            self.timeline.search.stale = true;
+            self.timeline.search.stale = !self.timeline.search.query.is_empty();
             self.sources.live = Some(format!(
                 "{} chunks received, {} dropped by the server",
                 self.live_chunks, self.live_dropped
@@ -499,7 +499,7 @@ impl App {
                 .resizable(true)
                 .default_size(260.0)
                 .show(ui, |ui| {
-                    let j = panels::details::show(ui, view, sel, &self.related);
+                    let j = panels::details::show(ui, view, sel, &self.related, &self.chain);
                     if ui.button("Clear selection").clicked() {
                         return Some(None);
                     }

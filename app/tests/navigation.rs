@@ -180,6 +180,11 @@ fn selecting_a_launch_highlights_its_whole_flow_chain() {
     // flow, so the chain from the launch is the launch and the kernel.
     assert_eq!(app.chain, vec![0, 1]);
     assert_eq!(app.chain_flows, vec![0]);
+    assert!(h.query_by_label("Flow chain (1 more spans):").is_some());
+    assert!(
+        h.query_by_label("gemm_kernel on GPU 0 · stream 7")
+            .is_some()
+    );
     // From the wait: the record that it waited for, both directions.
     let rect = {
         let view = app.view.as_ref().expect("trace");
@@ -194,9 +199,11 @@ fn selecting_a_launch_highlights_its_whole_flow_chain() {
         h.state().timeline.flows_drawn >= 3,
         "flows and the chain drawn"
     );
-    // Clicking empty space clears the chain.
+    // Clicking empty space clears the chain (once the side panel has
+    // settled its width).
+    h.run_steps(3);
     let area = h.state().timeline.layout.area;
-    click(&mut h, Pos2::new(area.right() - 3.0, area.bottom() - 3.0));
+    click(&mut h, Pos2::new(area.center().x, area.bottom() - 10.0));
     assert_eq!(h.state().selected, None);
     assert!(h.state().chain.is_empty());
 }

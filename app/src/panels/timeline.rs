@@ -1014,6 +1014,8 @@ fn draw_flows(
 
 /// The outline of the selection's flow chain.
 pub const CHAIN: Color32 = Color32::from_rgb(255, 214, 0);
+/// The most search matches looked at per frame to outline them.
+pub const MAX_MARKS_SCANNED: usize = 200_000;
 /// The outline of search matches.
 pub const MATCH: Color32 = Color32::from_rgb(255, 64, 160);
 
@@ -1036,7 +1038,23 @@ fn draw_marks(
         let a = search.starts.partition_point(|&t| t < t0);
         let b = search.starts.partition_point(|&t| t <= t1);
         let mut seen = std::collections::HashSet::new();
-        for &m in &search.matches[a..b] {
+        if b - a > MAX_MARKS_SCANNED {
+            // Outlining costs a look at every match in the window: past
+            // this many, say so instead of slowing every frame down.
+            painter.text(
+                area.right_top() + vec2(-6.0, 4.0),
+                Align2::RIGHT_TOP,
+                format!("{} matches in view: zoom in to see them outlined", b - a),
+                FontId::proportional(11.0),
+                MATCH,
+            );
+        }
+        let scanned = if b - a > MAX_MARKS_SCANNED {
+            &[][..]
+        } else {
+            &search.matches[a..b]
+        };
+        for &m in scanned {
             let Some(r) = state.span_rect(view, m) else {
                 continue;
             };
