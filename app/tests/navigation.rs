@@ -1,4 +1,5 @@
-//! The timeline's navigation driven by egui_kittest on the real app:
+//! The timeline's navigation driven by egui_kittest on the real app
+//! (snapshots `analysis` and `search` in `tests/snapshots/`):
 //! search (Ctrl+F, Enter / Shift+Enter), W/A/S/D, collapsible groups,
 //! flow-chain highlighting, the import report, what a PyTorch trace
 //! shows first (GPU stream labels, times from the trace's start).
@@ -233,6 +234,7 @@ fn the_import_report_is_shown() {
         h.query_by_label_contains("2 launches (host launch start -> device start): p50 100.00 us")
             .is_some()
     );
+    h.snapshot("analysis");
 }
 
 #[test]
@@ -317,6 +319,7 @@ fn search_highlights_matches_and_moves_between_them() {
         h.state().timeline.matches_drawn > 0,
         "matches outlined on the timeline"
     );
+    h.snapshot("search");
     // Enter: the first match, selected and centred.
     h.key_press(Key::Enter);
     h.run_steps(2);
