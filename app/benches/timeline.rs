@@ -22,7 +22,7 @@ fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
     };
     let out = ctx.run_ui(input, |ui| {
         egui::CentralPanel::default().show(ui, |ui| {
-            timeline::show(ui, state, view, None, false);
+            timeline::show(ui, state, view, timeline::Highlight::default(), false);
         });
     });
     black_box(out.shapes.len());
@@ -36,6 +36,15 @@ fn frames(c: &mut Criterion) {
     g.bench_function("frame, whole trace visible", |b| {
         b.iter(|| frame(&ctx, &mut fit, &view))
     });
+    // Baseline for the flows: the same frame with flow arrows off (the
+    // trace has 62,500 flows, all in view, merged per pixel when drawn).
+    let mut no_flows = TimelineState {
+        show_flows: false,
+        ..TimelineState::default()
+    };
+    g.bench_function("frame, whole trace visible, flows off", |b| {
+        b.iter(|| frame(&ctx, &mut no_flows, &view))
+    });
     let mut zoomed = TimelineState {
         fit_pending: false,
         ..TimelineState::default()
@@ -45,6 +54,43 @@ fn frames(c: &mut Criterion) {
     zoomed.width_ns = 2e6;
     g.bench_function("frame, 2 ms window", |b| {
         b.iter(|| frame(&ctx, &mut zoomed, &view))
+    });
+    g.finish();
+}
+
+/// A live view growing by 1,000-span fragments: appending a fragment to
+/// the index, against re-indexing the whole trace (what the app did).
+fn live(c: &mut Criterion) {
+    let whole = synthetic_trace(1_001_000);
+    let mut head = whole.clone();
+    head.spans.truncate(1_000_000);
+    head.flows.retain(|f| f.id < 1_000_000);
+    let mut fragment = whole.clone();
+    fragment.spans = whole.spans[1_000_000..].to_vec();
+    fragment.flows.retain(|f| f.id >= 1_000_000);
+    let base = TraceView::new(head.clone(), "live");
+    let mut g = c.benchmark_group("live fragment of 1,000 spans on 1,000,000");
+    g.sample_size(10);
+    g.bench_function("append to the index", |b| {
+        b.iter_batched(
+            || (base.clone(), fragment.clone()),
+            // The view is returned: criterion drops it outside the timing.
+            |(mut v, f)| {
+                v.append(f).expect("merged");
+                v
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("re-index the merged trace (baseline)", |b| {
+        b.iter_batched(
+            || (head.clone(), fragment.clone()),
+            |(mut t, f)| {
+                t.merge(f).expect("merged");
+                TraceView::new(t, "live")
+            },
+            criterion::BatchSize::LargeInput,
+        )
     });
     g.finish();
 }
@@ -77,5 +123,6 @@ fn main() {
     }
     let mut c = Criterion::default().configure_from_args();
     frames(&mut c);
+    live(&mut c);
     c.final_summary();
 }

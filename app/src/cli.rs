@@ -1,66 +1,65 @@
-//! Command-line options of `keel-profiler`.
+//! Command-line options of `keel-profiler`, parsed by `clap` (derive):
+//! `--help`, `--version` and errors for bad arguments come from clap.
 
 use std::path::PathBuf;
 
-/// Parsed command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use clap::Parser;
+
+/// Keel's desktop profiler: devices, live workloads, timeline, statistics,
+/// and trace files from Keel, PyTorch (Kineto) and Chrome.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Parser)]
+#[command(name = "keel-profiler", version, about, long_about = None)]
 pub struct Options {
-    /// `--open FILE`: a trace file to show.
+    /// Show a trace file (Chrome/PyTorch JSON, optionally gzip or zstd
+    /// compressed, or .keeltrace).
+    #[arg(long, value_name = "FILE")]
     pub open: Option<PathBuf>,
-    /// `--connect ADDR`: a live server to connect to.
+    /// Connect to a live profiler server (host:port).
+    #[arg(long, value_name = "ADDR", value_parser = non_empty)]
     pub connect: Option<String>,
-    /// `--device DEV`: the device workloads run on.
+    /// Device for the built-in workloads (cpu:0, vulkan:0, ...).
+    #[arg(long, value_name = "DEV", value_parser = device_string)]
     pub device: Option<String>,
-    /// `--headless`: no window.
+    /// No window. With --open: print the import report, the trace summary
+    /// and the analysis tables of the file (no devices probed, no workloads
+    /// run). Without: print devices, run the demo workloads, print
+    /// per-kernel statistics, write a trace file.
+    #[arg(long)]
     pub headless: bool,
-    /// `--screenshot PATH`: render a few frames, save a PNG, quit.
+    /// Open a window, render a few frames, save a PNG, quit.
+    #[arg(long, value_name = "PATH")]
     pub screenshot: Option<PathBuf>,
-    /// `--help`.
-    pub help: bool,
 }
 
-/// The usage text.
-pub const USAGE: &str = "\
-keel-profiler: Keel's desktop profiler
+/// Checks the device string's syntax (`type[:index]`); whether the device
+/// exists is checked once devices are probed.
+fn device_string(s: &str) -> Result<String, String> {
+    s.parse::<keel::Device>()
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("expected a device such as cpu:0 or vulkan:0 ({e})"))
+}
 
-USAGE: keel-profiler [OPTIONS]
-
-  --open FILE         show a trace file (.json Chrome trace or .keeltrace)
-  --connect ADDR      connect to a live profiler server (host:port)
-  --device DEV        device for the built-in workloads (cpu:0, vulkan:0, ...)
-  --headless          no window: print devices, run the demo workloads,
-                      print per-kernel statistics, write a trace file
-  --screenshot PATH   open a window, render a few frames, save a PNG, quit
-  --help              this text
-";
-
-/// Parses `args` (without the program name).
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .ok_or_else(|| format!("{name} expects a value (see --help)"))
-        };
-        match a.as_str() {
-            "--open" => o.open = Some(PathBuf::from(value("--open")?)),
-            "--connect" => o.connect = Some(value("--connect")?),
-            "--device" => o.device = Some(value("--device")?),
-            "--screenshot" => o.screenshot = Some(PathBuf::from(value("--screenshot")?)),
-            "--headless" => o.headless = true,
-            "--help" | "-h" => o.help = true,
-            other => return Err(format!("unknown argument '{other}' (see --help)")),
-        }
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("expected an address such as 127.0.0.1:7878, found an empty string".to_owned())
+    } else {
+        Ok(s.to_owned())
     }
-    Ok(o)
+}
+
+/// Parses `args` (without the program name). `--help` and `--version`
+/// come back as errors of kind `DisplayHelp` / `DisplayVersion` whose
+/// text is the help or version (as `clap::Error::exit` prints it).
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, clap::Error> {
+    Options::try_parse_from(std::iter::once("keel-profiler".to_owned()).chain(args))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::error::ErrorKind;
 
-    fn p(a: &[&str]) -> Result<Options, String> {
+    fn p(a: &[&str]) -> Result<Options, clap::Error> {
         parse(a.iter().map(|s| (*s).to_owned()))
     }
 
@@ -70,7 +69,52 @@ mod tests {
         assert_eq!(o.open, Some(PathBuf::from("t.json")));
         assert_eq!(o.device.as_deref(), Some("cpu:0"));
         assert!(o.headless);
-        assert!(p(&["--open"]).is_err());
-        assert!(p(&["--bogus"]).is_err());
+        assert_eq!(o.connect, None);
+        let o = p(&["--open=t.json.gz", "--connect", "127.0.0.1:7878"]).expect("valid");
+        assert_eq!(o.open, Some(PathBuf::from("t.json.gz")));
+        assert_eq!(o.connect.as_deref(), Some("127.0.0.1:7878"));
+        assert_eq!(p(&[]).expect("no arguments"), Options::default());
+
+        let e = p(&["--open"]).expect_err("missing value");
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        let e = p(&["--bogus"]).expect_err("unknown flag");
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--bogus"), "{e}");
+        let e = p(&["--device", "gpu zero"]).expect_err("bad device");
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("expected a device"), "{e}");
+        let e = p(&["--connect", " "]).expect_err("empty address");
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        let e = p(&["--headless", "--headless"]).expect_err("repeated flag");
+        assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn help_and_version() {
+        let e = p(&["--version"]).expect_err("version is not an options set");
+        assert_eq!(e.kind(), ErrorKind::DisplayVersion);
+        assert!(
+            e.to_string().contains(env!("CARGO_PKG_VERSION")),
+            "{}",
+            e.to_string()
+        );
+        let e = p(&["--help"]).expect_err("help");
+        assert_eq!(e.kind(), ErrorKind::DisplayHelp);
+        let help = e.to_string();
+        for flag in [
+            "--open",
+            "--connect",
+            "--device",
+            "--headless",
+            "--screenshot",
+        ] {
+            assert!(help.contains(flag), "{flag} in the help: {help}");
+        }
+    }
+
+    #[test]
+    fn definition_is_consistent() {
+        use clap::CommandFactory;
+        Options::command().debug_assert();
     }
 }

@@ -1,4 +1,6 @@
-//! `--headless`: the profiler without a window. Prints the device table,
+//! `--headless`: the profiler without a window. With `--open FILE` it
+//! prints the file's import report, summary and analysis (HTA-style
+//! tables) without probing devices; otherwise it prints the device table,
 //! runs the demo workloads, prints per-kernel statistics and writes the
 //! trace to a file.
 
@@ -66,8 +68,39 @@ pub fn kernel_table(stats: &Stats) -> String {
     out
 }
 
-/// Runs headless; returns the path of the written trace.
-pub fn run(options: &Options) -> Result<PathBuf, String> {
+/// What `--headless --open FILE` prints: the import report, the one-line
+/// summary scripts read (`Trace: N lanes, M spans, K flows`), the analysis
+/// tables and the per-kernel statistics. Probes no device, runs nothing.
+pub fn report(view: &TraceView) -> String {
+    let mut out = crate::analysis::import_text(view.trace.import.as_ref());
+    out.push_str(&summary_line(view));
+    out.push_str(&crate::analysis::Analysis::new(view).text());
+    out.push_str("Per-kernel statistics:\n");
+    out.push_str(&kernel_table(&Stats::new(view)));
+    out
+}
+
+fn summary_line(view: &TraceView) -> String {
+    format!(
+        "Trace: {} lanes, {} spans, {} flows\n",
+        view.lanes.len(),
+        view.trace.spans.len(),
+        view.trace.flows.len()
+    )
+}
+
+/// Runs headless. With `--open FILE`: prints [`report`] of the file and
+/// returns `None`. Without: prints the devices, runs the demo workloads,
+/// prints the summary and per-kernel statistics, writes the trace to a
+/// temporary file and returns its path.
+pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
+    if let Some(path) = &options.open {
+        let trace = keel::profiler::load_trace(path)
+            .map_err(|e| format!("could not open {}: {e}", path.display()))?;
+        let view = TraceView::new(trace, path.display().to_string());
+        print!("{}", report(&view));
+        return Ok(None);
+    }
     println!("Devices:");
     print!("{}", crate::devices::table(&crate::devices::probe()));
     let device = match &options.device {
@@ -77,27 +110,16 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
         ),
         None => None,
     };
-    let trace = match &options.open {
-        Some(path) => keel::profiler::load_trace(path)
-            .map_err(|e| format!("could not open {}: {e}", path.display()))?,
-        None => {
-            println!("Running the demo workloads:");
-            record(&demo_jobs(device), true)?
-        }
-    };
+    println!("Running the demo workloads:");
+    let trace = record(&demo_jobs(device), true)?;
     let view = TraceView::new(trace, "headless");
     let stats = Stats::new(&view);
-    println!(
-        "Trace: {} lanes, {} spans, {} flows",
-        view.lanes.len(),
-        view.trace.spans.len(),
-        view.trace.flows.len()
-    );
+    print!("{}", summary_line(&view));
     println!("Per-kernel statistics:");
     print!("{}", kernel_table(&stats));
     let path = std::env::temp_dir().join(format!("keel-profiler-{}.json", std::process::id()));
     keel::profiler::save_trace(&view.trace, &path)
         .map_err(|e| format!("could not write {}: {e}", path.display()))?;
     println!("Wrote trace: {}", path.display());
-    Ok(path)
+    Ok(Some(path))
 }

@@ -9,16 +9,19 @@
 //! Layout of this crate (after egui_demo_app: `main.rs` only parses
 //! arguments; everything else lives here so tests and benchmarks can build
 //! the real app):
-//! - [`cli`]: command-line options;
+//! - [`cli`]: command-line options (clap);
 //! - [`model`]: the per-lane index that makes a frame's work depend on what
-//!   is visible, not on the trace size;
+//!   is visible, not on the trace size, lane groups, flow binding, search;
 //! - [`stats`]: statistics computed once per trace;
+//! - [`analysis`]: HolisticTraceAnalysis-style tables (GPU time per stream,
+//!   top kernels, launch delays), computed once per trace;
 //! - [`devices`]: probing backends and capability checks;
 //! - [`workloads`]: built-in workloads run on a background thread;
 //! - [`panels`]: the panels (devices, timeline, statistics, sources,
 //!   details); each returns what the user asked for and the [`App`] acts;
 //! - [`headless`]: `--headless`; [`window`]: eframe, `--screenshot`.
 
+pub mod analysis;
 pub mod cli;
 pub mod devices;
 pub mod headless;
@@ -38,7 +41,7 @@ use crate::devices::BackendInfo;
 use crate::model::TraceView;
 use crate::panels::sources::{Command, SourcesState};
 use crate::panels::stats::StatsState;
-use crate::panels::timeline::TimelineState;
+use crate::panels::timeline::{Highlight, TimelineState};
 use crate::stats::Stats;
 use crate::workloads::RunMessage;
 
@@ -51,6 +54,8 @@ pub enum Tab {
     Timeline,
     /// Events and statistics.
     Stats,
+    /// Import report and HTA-style analysis.
+    Analysis,
 }
 
 /// What a live connection thread reports.
@@ -69,6 +74,8 @@ pub struct App {
     pub view: Option<TraceView>,
     /// Statistics of [`Self::view`], computed when first shown.
     pub stats: Option<Stats>,
+    /// Analysis of [`Self::view`], computed when first shown.
+    pub analysis: Option<analysis::Analysis>,
     /// The central view.
     pub tab: Tab,
     /// Timeline view state.
@@ -81,6 +88,11 @@ pub struct App {
     pub selected: Option<u32>,
     /// Spans sharing the selected span's operation.
     pub related: Vec<u32>,
+    /// The selected span's flow chain (spans reachable through flows in
+    /// either direction, the selected one included), sorted.
+    pub chain: Vec<u32>,
+    /// The flows of [`Self::chain`], sorted.
+    pub chain_flows: Vec<u32>,
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
@@ -129,12 +141,15 @@ impl App {
             backends,
             view: None,
             stats: None,
+            analysis: None,
             tab: Tab::Devices,
             timeline: TimelineState::default(),
             stats_state: StatsState::default(),
             sources: SourcesState::new(all, device),
             selected: None,
             related: Vec::new(),
+            chain: Vec::new(),
+            chain_flows: Vec::new(),
             error,
             run: None,
             live_rx: None,
@@ -154,12 +169,16 @@ impl App {
     }
 
     /// Shows `trace` (from `source`): indexes it and fits the timeline.
+    /// Following live data is off (a file or a finished recording does not
+    /// grow); a live connection turns it on.
     pub fn set_trace(&mut self, trace: Trace, source: impl Into<String>) {
         self.view = Some(TraceView::new(trace, source));
         self.stats = None;
-        self.selected = None;
-        self.related.clear();
+        self.analysis = None;
+        self.select(None);
         self.timeline.fit_pending = true;
+        self.timeline.follow_live = false;
+        self.timeline.search.reset();
         self.tab = Tab::Timeline;
     }
 
@@ -337,31 +356,38 @@ impl App {
             }
         }
         if !fragments.is_empty() {
-            let (mut trace, source, keep) = match self.view.take() {
-                Some(v) if v.source.starts_with("live ") => (v.trace, v.source, true),
-                _ => (
+            // Fragments are appended to the shown live view's index; only
+            // the first one starts a new view.
+            let keep = self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.source.starts_with("live "));
+            if !keep {
+                self.view = Some(TraceView::new(
                     Trace::default(),
                     format!("live {}", self.sources.address),
-                    false,
-                ),
-            };
-            for f in fragments {
-                self.live_chunks += 1;
-                if let Err(e) = trace.merge(f) {
-                    self.fail(format!("live fragment rejected: {e}"));
+                ));
+                self.select(None);
+                self.timeline.search.reset();
+                self.tab = Tab::Timeline;
+                self.timeline.fit_pending = true;
+                self.timeline.follow_live = true;
+            }
+            let mut errors = Vec::new();
+            if let Some(view) = &mut self.view {
+                for f in fragments {
+                    self.live_chunks += 1;
+                    if let Err(e) = view.append(f) {
+                        errors.push(format!("live fragment rejected: {e}"));
+                    }
                 }
             }
-            let fit = self.timeline.fit_pending || !keep;
-            let selected = self.selected;
-            self.view = Some(TraceView::new(trace, source));
-            self.stats = None;
-            if keep {
-                self.selected = selected;
-            } else {
-                self.selected = None;
-                self.tab = Tab::Timeline;
+            for e in errors {
+                self.fail(e);
             }
-            self.timeline.fit_pending = fit;
+            self.stats = None;
+            self.analysis = None;
+            self.timeline.search.stale = !self.timeline.search.query.is_empty();
             self.sources.live = Some(format!(
                 "{} chunks received, {} dropped by the server",
                 self.live_chunks, self.live_dropped
@@ -373,9 +399,16 @@ impl App {
         }
     }
 
-    fn select(&mut self, span: Option<u32>) {
+    /// Selects `span` (or nothing): its details, the spans of its
+    /// operation and its flow chain.
+    pub fn select(&mut self, span: Option<u32>) {
         self.selected = span;
         self.related.clear();
+        self.chain.clear();
+        self.chain_flows.clear();
+        if let (Some(s), Some(v)) = (span, &self.view) {
+            (self.chain, self.chain_flows) = v.flow_chain(s, 10_000);
+        }
         if let (Some(s), Some(v)) = (span, &self.view)
             && let Some(sp) = v.trace.spans.get(s as usize)
             && sp.op != 0
@@ -422,6 +455,7 @@ impl App {
                 ui.selectable_value(&mut self.tab, Tab::Devices, "Devices");
                 ui.selectable_value(&mut self.tab, Tab::Timeline, "Timeline");
                 ui.selectable_value(&mut self.tab, Tab::Stats, "Events & stats");
+                ui.selectable_value(&mut self.tab, Tab::Analysis, "Analysis");
                 ui.separator();
                 match &self.view {
                     Some(v) => ui.label(format!("trace: {}", v.source)),
@@ -465,7 +499,7 @@ impl App {
                 .resizable(true)
                 .default_size(260.0)
                 .show(ui, |ui| {
-                    let j = panels::details::show(ui, view, sel, &self.related);
+                    let j = panels::details::show(ui, view, sel, &self.related, &self.chain);
                     if ui.button("Clear selection").clicked() {
                         return Some(None);
                     }
@@ -481,8 +515,15 @@ impl App {
             Tab::Timeline => match &self.view {
                 Some(view) => {
                     let live = self.live_rx.is_some();
-                    let out =
-                        panels::timeline::show(ui, &mut self.timeline, view, self.selected, live);
+                    let highlight = Highlight {
+                        selected: self.selected,
+                        chain: &self.chain,
+                        chain_flows: &self.chain_flows,
+                    };
+                    let out = panels::timeline::show(ui, &mut self.timeline, view, highlight, live);
+                    if out.show_import_report {
+                        self.tab = Tab::Analysis;
+                    }
                     if let Some(c) = out.clicked {
                         self.select(c);
                     }
@@ -497,6 +538,17 @@ impl App {
                 Some(view) => {
                     let stats = self.stats.get_or_insert_with(|| Stats::new(view));
                     panels::stats::show(ui, &mut self.stats_state, view, stats);
+                }
+                None => {
+                    ui.label("No trace yet.");
+                }
+            },
+            Tab::Analysis => match &self.view {
+                Some(view) => {
+                    let a = self
+                        .analysis
+                        .get_or_insert_with(|| analysis::Analysis::new(view));
+                    panels::analysis::show(ui, view, a);
                 }
                 None => {
                     ui.label("No trace yet.");

@@ -17,17 +17,12 @@ fn headless(options: &cli::Options) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Help and version print and exit 0; bad arguments print clap's error
+    // and exit 2.
     let options = match cli::parse(std::env::args().skip(1)) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("keel-profiler: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => e.exit(),
     };
-    if options.help {
-        print!("{}", cli::USAGE);
-        return ExitCode::SUCCESS;
-    }
     if options.headless {
         return headless(&options);
     }

@@ -7,7 +7,13 @@ use crate::model::{TraceView, format_ns};
 /// Shows span `span` of `view` and the spans of the same operation (the
 /// host call and its device work). Returns a span to select instead, if
 /// the user clicked one of those.
-pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option<u32> {
+pub fn show(
+    ui: &mut Ui,
+    view: &TraceView,
+    span: u32,
+    related: &[u32],
+    chain: &[u32],
+) -> Option<u32> {
     let s = view.trace.spans.get(span as usize)?;
     let mut jump = None;
     ui.heading("Selected span");
@@ -20,9 +26,16 @@ pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option
                 ("name", s.name.clone()),
                 ("kind", s.kind.to_string()),
                 ("lane", lane.to_owned()),
-                ("start", format_ns(s.start_ns as f64)),
+                // Times count from the trace's start, as on the ruler.
+                (
+                    "start",
+                    format_ns(s.start_ns.saturating_sub(view.bounds.0) as f64),
+                ),
                 ("duration", format_ns(s.dur_ns as f64)),
-                ("end", format_ns(s.end_ns() as f64)),
+                (
+                    "end",
+                    format_ns(s.end_ns().saturating_sub(view.bounds.0) as f64),
+                ),
                 ("op", s.op.to_string()),
             ];
             for (k, v) in rows {
@@ -36,6 +49,19 @@ pub fn show(ui: &mut Ui, view: &TraceView, span: u32, related: &[u32]) -> Option
                 ui.end_row();
             }
         });
+    let linked: Vec<u32> = chain.iter().copied().filter(|&c| c != span).collect();
+    if !linked.is_empty() {
+        ui.separator();
+        ui.label(format!("Flow chain ({} more spans):", linked.len()));
+        for &c in linked.iter().take(32) {
+            if let Some(o) = view.trace.spans.get(c as usize) {
+                let lane = view.lane_index(o.lane).map_or("?", |l| l.label.as_str());
+                if ui.link(format!("{} on {lane}", o.name)).clicked() {
+                    jump = Some(c);
+                }
+            }
+        }
+    }
     if !related.is_empty() {
         ui.separator();
         ui.label("Same operation:");

@@ -120,7 +120,8 @@ pub fn show(ui: &mut Ui, state: &mut StatsState, view: &TraceView, stats: &Stats
                             let mut pts = Vec::with_capacity(c.points.len() * 2);
                             let mut last: Option<f64> = None;
                             for &(t, v) in &c.points {
-                                let x = t as f64 / 1e6;
+                                // From the trace's start, as on the ruler.
+                                let x = t.saturating_sub(view.bounds.0) as f64 / 1e6;
                                 if let Some(prev) = last {
                                     pts.push([x, prev]);
                                 }

@@ -1,14 +1,18 @@
-//! The timeline: one lane per device stream and per host thread, spans
-//! coloured by kind, flow arrows, a time ruler, zoom (wheel), pan (drag),
-//! hover tooltips and selection.
+//! The timeline: lanes grouped by device and process (collapsible), one
+//! lane per device stream and per host thread, spans coloured by kind, flow
+//! arrows, a time ruler counting from the trace's start, zoom and pan
+//! (W/A/S/D, Ctrl+wheel, drag), vertical scrolling, search (Ctrl+F), hover
+//! tooltips, selection with its flow chain highlighted.
 //!
 //! Per frame the work depends on what is visible: every depth row is cut
-//! to the visible time window by binary search ([`Row::visible`]), and a
-//! run of spans thinner than a pixel is drawn as one block per pixel column
-//! by jumping over it with one more binary search.
+//! to the visible time window by binary search ([`Row::visible`]), a run
+//! of spans thinner than a pixel is drawn as one block per pixel column by
+//! jumping over it with one more binary search, and flows and search
+//! matches are merged per pixel.
 
 use egui::{
-    Align2, Color32, CornerRadius, FontId, Pos2, Rect, Response, Sense, Stroke, Ui, pos2, vec2,
+    Align2, Color32, CornerRadius, FontId, Key, Modifiers, Pos2, Rect, Response, Sense, Stroke, Ui,
+    pos2, vec2,
 };
 use keel::profiler::{FlowKind, SpanKind};
 
@@ -22,8 +26,10 @@ pub const LANE_GAP: f32 = 6.0;
 pub const LABEL_W: f32 = 170.0;
 /// Height of the time ruler, points.
 pub const RULER_H: f32 = 22.0;
-/// The most flows drawn in one frame (more: "zoom in to see flows").
-pub const MAX_FLOWS: usize = 4_000;
+/// The smallest row height before lanes scroll, points.
+pub const MIN_ROW_H: f32 = 8.0;
+/// Height of a group header (a device, a process), points.
+pub const GROUP_H: f32 = 18.0;
 
 /// The colour of a span kind.
 pub fn kind_color(kind: SpanKind) -> Color32 {
@@ -50,13 +56,97 @@ fn flow_color(kind: FlowKind) -> Color32 {
 /// a span).
 #[derive(Debug, Clone)]
 pub struct Layout {
-    /// The span area (right of the labels, below the ruler).
+    /// The span area (right of the labels, below the ruler), as visible.
     pub area: Rect,
-    /// Top of every display lane.
-    pub lane_tops: Vec<f32>,
+    /// Top of every display lane on screen (`None`: its group is
+    /// collapsed); may lie outside [`Self::area`] when scrolled away.
+    pub lane_tops: Vec<Option<f32>>,
     /// Height of one depth row (shrinks from [`ROW_H`] when lanes would
-    /// not fit).
+    /// not fit, down to [`MIN_ROW_H`]; past that the lanes scroll).
     pub row_h: f32,
+    /// Height of all groups and lanes (what scrolls), points.
+    pub content_h: f32,
+}
+
+/// Search over span names (Ctrl+F).
+#[derive(Debug, Clone, Default)]
+pub struct SearchState {
+    /// Whether the search bar is shown.
+    pub open: bool,
+    /// The query.
+    pub query: String,
+    /// The query [`Self::matches`] were computed for.
+    searched: String,
+    /// The matching spans, by start time.
+    pub matches: Vec<u32>,
+    /// [`Self::matches`] sorted by span index (for membership tests).
+    sorted: Vec<u32>,
+    /// The longest matching span, ns (to find those reaching into view).
+    max_dur: u64,
+    /// Starts of [`Self::matches`].
+    starts: Vec<u64>,
+    /// The match the user moved to (index into [`Self::matches`]).
+    pub current: Option<usize>,
+    /// Recompute on the next frame (the trace grew).
+    pub stale: bool,
+    /// Move the keyboard focus to the search box on the next frame.
+    focus: bool,
+    /// Whether the search box had the keyboard focus last frame.
+    box_focused: bool,
+}
+
+impl SearchState {
+    /// Forgets the matches (a new trace).
+    pub fn reset(&mut self) {
+        self.searched.clear();
+        self.matches.clear();
+        self.sorted.clear();
+        self.starts.clear();
+        self.current = None;
+        self.stale = !self.query.is_empty();
+    }
+
+    /// Recomputes the matches of [`Self::query`] in `view`.
+    pub fn update(&mut self, view: &TraceView) {
+        self.matches = view.search(&self.query);
+        self.starts = self
+            .matches
+            .iter()
+            .map(|&i| view.trace.spans[i as usize].start_ns)
+            .collect();
+        self.max_dur = self
+            .matches
+            .iter()
+            .map(|&i| view.trace.spans[i as usize].dur_ns)
+            .max()
+            .unwrap_or(0);
+        self.sorted = self.matches.clone();
+        self.sorted.sort_unstable();
+        self.searched = self.query.clone();
+        self.current = None;
+        self.stale = false;
+    }
+
+    /// Whether span `span` matches.
+    pub fn is_match(&self, span: u32) -> bool {
+        self.sorted.binary_search(&span).is_ok()
+    }
+
+    /// Moves to the next (`forward`) or previous match; returns it.
+    pub fn step(&mut self, forward: bool) -> Option<u32> {
+        let n = self.matches.len();
+        if n == 0 {
+            return None;
+        }
+        let k = match (self.current, forward) {
+            (None, true) => 0,
+            (None, false) => n - 1,
+            (Some(k), true) => (k + 1) % n,
+            (Some(k), false) => (k + n - 1) % n,
+        };
+        self.current = Some(k);
+        Some(self.matches[k])
+    }
 }
 
 /// The timeline's view state.
@@ -66,14 +156,29 @@ pub struct TimelineState {
     pub start_ns: f64,
     /// Visible duration, ns.
     pub width_ns: f64,
-    /// Keep the newest data in view while a live connection streams.
+    /// Keep the newest data in view while a live connection streams (on
+    /// when a live connection starts, off for files).
     pub follow_live: bool,
     /// Fit the whole trace on the next frame.
     pub fit_pending: bool,
+    /// Vertical scroll of the lanes, points.
+    pub scroll_y: f32,
+    /// Collapsed groups, by label.
+    pub collapsed: std::collections::BTreeSet<String>,
+    /// Whether flow arrows are drawn.
+    pub show_flows: bool,
+    /// Search.
+    pub search: SearchState,
+    /// A span to bring into view on the next frame (a search match).
+    pub reveal: Option<u32>,
     /// The last frame's layout.
     pub layout: Layout,
     /// Spans drawn last frame (merged blocks count once).
     pub drawn: usize,
+    /// Flow lines drawn last frame (flows merged per pixel count once).
+    pub flows_drawn: usize,
+    /// Search matches outlined last frame (merged per pixel).
+    pub matches_drawn: usize,
 }
 
 impl Default for Layout {
@@ -82,6 +187,7 @@ impl Default for Layout {
             area: Rect::NOTHING,
             lane_tops: Vec::new(),
             row_h: ROW_H,
+            content_h: 0.0,
         }
     }
 }
@@ -91,12 +197,30 @@ impl Default for TimelineState {
         TimelineState {
             start_ns: 0.0,
             width_ns: 1e6,
-            follow_live: true,
+            follow_live: false,
             fit_pending: true,
+            scroll_y: 0.0,
+            collapsed: Default::default(),
+            show_flows: true,
+            search: SearchState::default(),
+            reveal: None,
             layout: Layout::default(),
             drawn: 0,
+            flows_drawn: 0,
+            matches_drawn: 0,
         }
     }
+}
+
+/// What the timeline highlights besides search matches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Highlight<'a> {
+    /// The selected span.
+    pub selected: Option<u32>,
+    /// Its flow chain (sorted span indices).
+    pub chain: &'a [u32],
+    /// The chain's flows (sorted flow indices).
+    pub chain_flows: &'a [u32],
 }
 
 impl TimelineState {
@@ -114,6 +238,31 @@ impl TimelineState {
         self.start_ns = hi - self.width_ns * 0.95;
     }
 
+    /// Zooms by `factor` (> 1: in) keeping time `at` where it is.
+    pub fn zoom(&mut self, factor: f64, at: f64) {
+        let w = (self.width_ns / factor).clamp(10.0, 1e13);
+        self.start_ns = at - (at - self.start_ns) * (w / self.width_ns);
+        self.width_ns = w;
+    }
+
+    /// Pans by `fraction` of the visible width (> 0: later).
+    pub fn pan(&mut self, fraction: f64) {
+        self.start_ns += fraction * self.width_ns;
+    }
+
+    /// Centres span `span` (zooming out when it is wider than the view).
+    pub fn center_on(&mut self, view: &TraceView, span: u32) {
+        let Some(s) = view.trace.spans.get(span as usize) else {
+            return;
+        };
+        if s.dur_ns as f64 > self.width_ns * 0.8 {
+            self.width_ns = (s.dur_ns as f64 * 1.25).max(1_000.0);
+        }
+        let mid = s.start_ns as f64 + s.dur_ns as f64 / 2.0;
+        self.start_ns = mid - self.width_ns / 2.0;
+        self.reveal = Some(span);
+    }
+
     fn x_of(&self, area: Rect, t: f64) -> f32 {
         area.left() + ((t - self.start_ns) / self.width_ns) as f32 * area.width()
     }
@@ -122,18 +271,24 @@ impl TimelineState {
         self.start_ns + f64::from((x - area.left()) / area.width()) * self.width_ns
     }
 
+    fn row_top(&self, view: &TraceView, lane: u32, depth: u16) -> Option<f32> {
+        let pos = *view.lane_pos.get(lane as usize)?;
+        let top = (*self.layout.lane_tops.get(pos)?)?;
+        Some(top + f32::from(depth) * self.layout.row_h)
+    }
+
     /// The screen rectangle of span `span` in the last frame, if visible.
     pub fn span_rect(&self, view: &TraceView, span: u32) -> Option<Rect> {
         let s = view.trace.spans.get(span as usize)?;
-        let pos = *view.lane_pos.get(s.lane as usize)?;
-        let top = *self.layout.lane_tops.get(pos)?;
-        let d = f32::from(*view.depth.get(span as usize)?);
+        let y = self.row_top(view, s.lane, *view.depth.get(span as usize)?)?;
         let area = self.layout.area;
+        let h = self.layout.row_h;
+        if y + h <= area.top() || y >= area.bottom() {
+            return None;
+        }
         let x0 = self.x_of(area, s.start_ns as f64).max(area.left());
         let x1 = self.x_of(area, s.end_ns() as f64).min(area.right());
-        let h = self.layout.row_h;
-        (x1 > x0)
-            .then(|| Rect::from_min_max(pos2(x0, top + d * h), pos2(x1, top + (d + 1.0) * h - 1.0)))
+        (x1 > x0).then(|| Rect::from_min_max(pos2(x0, y), pos2(x1, y + h - 1.0)))
     }
 
     /// The span under `pos` (with one pixel of slack), from the last layout.
@@ -142,13 +297,18 @@ impl TimelineState {
         if !area.contains(pos) {
             return None;
         }
-        let lane = self
+        let h = self.layout.row_h;
+        let (lane, top) = self
             .layout
             .lane_tops
             .iter()
-            .rposition(|&top| top <= pos.y)?;
-        let top = self.layout.lane_tops[lane];
-        let row = ((pos.y - top) / self.layout.row_h) as usize;
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .find(|&(i, top)| {
+                let rows = view.lanes.get(i).map_or(1, |l| l.rows.len().max(1));
+                pos.y >= top && pos.y < top + rows as f32 * h
+            })?;
+        let row = ((pos.y - top) / h) as usize;
         let r = view.lanes.get(lane)?.rows.get(row)?;
         let px = self.width_ns / f64::from(area.width().max(1.0));
         let t = self.t_of(area, pos.x);
@@ -169,6 +329,7 @@ fn nice_step(min_ns: f64) -> f64 {
 }
 
 /// Draws one depth row; returns how many shapes it drew.
+#[allow(clippy::too_many_arguments)]
 fn draw_row(
     ui: &Ui,
     state: &TimelineState,
@@ -176,7 +337,7 @@ fn draw_row(
     row: &Row,
     area: Rect,
     y0: f32,
-    selected: Option<u32>,
+    hl: Highlight<'_>,
 ) -> usize {
     let painter = ui.painter_at(area);
     let t0 = state.start_ns.max(0.0) as u64;
@@ -202,7 +363,8 @@ fn draw_row(
         }
     };
     while i < end {
-        let s = &view.trace.spans[row.spans[i] as usize];
+        let id = row.spans[i];
+        let s = &view.trace.spans[id as usize];
         let x0 = state.x_of(area, s.start_ns as f64);
         let x1 = state.x_of(area, s.end_ns() as f64);
         if x1 - x0 >= 2.0 {
@@ -211,15 +373,14 @@ fn draw_row(
                 pos2(x0.max(area.left() - 1.0), y0),
                 pos2(x1.min(area.right() + 1.0), y1),
             );
-            painter.rect_filled(r, CornerRadius::same(2), kind_color(s.kind));
-            if selected == Some(row.spans[i]) {
-                painter.rect_stroke(
-                    r,
-                    2.0,
-                    Stroke::new(2.0, Color32::WHITE),
-                    egui::StrokeKind::Inside,
-                );
-            }
+            let in_chain = hl.chain.binary_search(&id).is_ok();
+            let fill = if hl.selected.is_some() && !in_chain {
+                // Dim what is not part of the selection's chain.
+                kind_color(s.kind).gamma_multiply(0.55)
+            } else {
+                kind_color(s.kind)
+            };
+            painter.rect_filled(r, CornerRadius::same(2), fill);
             if r.width() > 30.0 {
                 let text_rect = r.shrink2(vec2(3.0, 0.0));
                 let galley = painter.layout_no_wrap(s.name.clone(), font.clone(), Color32::BLACK);
@@ -260,8 +421,75 @@ fn draw_row(
 /// What the timeline reports back to the app.
 #[derive(Debug, Default)]
 pub struct TimelineOutput {
-    /// A span was clicked (Some) or empty space was clicked (Some(None)).
+    /// A span was clicked or a search match moved to (Some(Some)), or
+    /// empty space was clicked (Some(None)).
     pub clicked: Option<Option<u32>>,
+    /// The user asked for the import report.
+    pub show_import_report: bool,
+}
+
+/// The id of the search box (tests focus it).
+pub fn search_box_id() -> egui::Id {
+    egui::Id::unique("keel timeline search")
+}
+
+fn search_bar(ui: &mut Ui, state: &mut TimelineState, view: &TraceView, out: &mut TimelineOutput) {
+    let search = &mut state.search;
+    let mut moved = None;
+    ui.horizontal(|ui| {
+        ui.label("Search:");
+        let resp = ui.add(
+            egui::TextEdit::singleline(&mut search.query)
+                .id(search_box_id())
+                .hint_text("span name (Enter: next, Shift+Enter: previous)")
+                .desired_width(260.0),
+        );
+        if search.focus {
+            resp.request_focus();
+            search.focus = false;
+        }
+        if search.stale || search.searched != search.query {
+            search.update(view);
+        }
+        let (enter, shift, escape) = ui.input(|i| {
+            (
+                i.key_pressed(Key::Enter),
+                i.modifiers.shift,
+                i.key_pressed(Key::Escape),
+            )
+        });
+        // Enter moves between matches while the box has (or had, until
+        // this Enter took it away) the keyboard focus, or when no text
+        // field has it.
+        let typing_elsewhere = ui.ctx().text_edit_focused() && !resp.has_focus();
+        if enter && (search.box_focused || resp.has_focus() || !typing_elsewhere) {
+            moved = search.step(!shift);
+            resp.request_focus();
+        }
+        search.box_focused = resp.has_focus();
+        if ui.button("Previous").clicked() {
+            moved = search.step(false);
+        }
+        if ui.button("Next").clicked() {
+            moved = search.step(true);
+        }
+        let n = search.matches.len();
+        let count = match (search.current, n) {
+            (_, 0) if search.query.trim().is_empty() => String::new(),
+            (_, 0) => "no matches".to_owned(),
+            (Some(k), _) => format!("{} of {n} matches", k + 1),
+            (None, 1) => "1 match".to_owned(),
+            (None, _) => format!("{n} matches"),
+        };
+        ui.label(count);
+        if ui.button("Close").clicked() || (escape && resp.has_focus()) {
+            search.open = false;
+        }
+    });
+    if let Some(m) = moved {
+        state.center_on(view, m);
+        out.clicked = Some(Some(m));
+    }
 }
 
 /// Shows the timeline of `view`.
@@ -269,10 +497,14 @@ pub fn show(
     ui: &mut Ui,
     state: &mut TimelineState,
     view: &TraceView,
-    selected: Option<u32>,
+    hl: Highlight<'_>,
     live: bool,
 ) -> TimelineOutput {
     let mut out = TimelineOutput::default();
+    if ui.input_mut(|i| i.consume_key(Modifiers::COMMAND, Key::F)) {
+        state.search.open = true;
+        state.search.focus = true;
+    }
     ui.horizontal(|ui| {
         if ui.button("Fit to view").clicked() {
             state.fit_pending = true;
@@ -281,6 +513,11 @@ pub fn show(
             live,
             egui::Checkbox::new(&mut state.follow_live, "Follow live"),
         );
+        ui.checkbox(&mut state.show_flows, "Flows");
+        if !state.search.open && ui.button("Search (Ctrl+F)").clicked() {
+            state.search.open = true;
+            state.search.focus = true;
+        }
         ui.label(format!(
             "{} lanes, {} spans, {} flows | window {} | drawn {}",
             view.lanes.len(),
@@ -295,23 +532,38 @@ pub fn show(
                 format!("{} records dropped", view.trace.dropped),
             );
         }
+        if let Some(r) = &view.trace.import {
+            let skipped: u64 = r.skipped.iter().map(|(_, n)| n).sum();
+            let text = format!("imported {} of {} events", r.imported, r.events);
+            let b = if skipped > 0 {
+                ui.button(
+                    egui::RichText::new(format!("{text}, {skipped} skipped"))
+                        .color(Color32::YELLOW),
+                )
+            } else {
+                ui.button(text)
+            };
+            if b.on_hover_text("Show the import report").clicked() {
+                out.show_import_report = true;
+            }
+        }
     });
+    if state.search.open {
+        search_bar(ui, state, view, &mut out);
+    } else if state.search.stale {
+        state.search.update(view);
+    }
     ui.horizontal_wrapped(|ui| {
         for k in SpanKind::ALL {
             let (r, _) = ui.allocate_exact_size(vec2(10.0, 10.0), Sense::hover());
             ui.painter().rect_filled(r, 2.0, kind_color(k));
             ui.label(k.name());
         }
+        ui.weak("| W/S zoom, A/D pan, wheel scrolls, Ctrl+wheel zooms, drag pans");
     });
 
-    let rows: usize = view.lanes.iter().map(|l| l.rows.len().max(1)).sum();
     let avail = ui.available_size();
-    // Shrink rows (down to 8 points) so that every lane fits.
-    let room = avail.y - RULER_H - LANE_GAP * view.lanes.len() as f32;
-    let row_h = (room / rows.max(1) as f32).clamp(8.0, ROW_H);
-    let lanes_h = rows as f32 * row_h + LANE_GAP * view.lanes.len() as f32;
-    let height = (RULER_H + lanes_h).max(avail.y);
-    let (rect, response) = ui.allocate_exact_size(vec2(avail.x, height), Sense::click_and_drag());
+    let (rect, response) = ui.allocate_exact_size(avail, Sense::click_and_drag());
     let area = Rect::from_min_max(
         pos2(rect.left() + LABEL_W, rect.top() + RULER_H),
         rect.right_bottom(),
@@ -322,49 +574,191 @@ pub fn show(
     } else if live && state.follow_live {
         state.follow(view);
     }
-    handle_input(ui, state, &response, area);
+    // A match in a collapsed group: open the group.
+    if let Some(span) = state.reveal
+        && let Some(s) = view.trace.spans.get(span as usize)
+        && let Some(&pos) = view.lane_pos.get(s.lane as usize)
+        && let Some(g) = view.groups.iter().find(|g| g.lanes.contains(&pos))
+    {
+        state.collapsed.remove(&g.label);
+    }
+
+    // Vertical layout: a header per group, then its lanes unless collapsed.
+    let shown_rows: usize = view
+        .groups
+        .iter()
+        .filter(|g| !state.collapsed.contains(&g.label))
+        .flat_map(|g| view.lanes[g.lanes.clone()].iter())
+        .map(|l| l.rows.len().max(1))
+        .sum();
+    let shown_lanes: usize = view
+        .groups
+        .iter()
+        .filter(|g| !state.collapsed.contains(&g.label))
+        .map(|g| g.lanes.len())
+        .sum();
+    let fixed = view.groups.len() as f32 * GROUP_H + LANE_GAP * shown_lanes as f32;
+    let row_h = ((area.height() - fixed) / shown_rows.max(1) as f32).clamp(MIN_ROW_H, ROW_H);
+    let content_h = fixed + shown_rows as f32 * row_h;
+    handle_input(ui, state, &response, area, content_h);
+
+    // Offsets from the top of the content.
+    let mut offsets: Vec<Option<f32>> = vec![None; view.lanes.len()];
+    let mut headers = Vec::with_capacity(view.groups.len());
+    let mut y = 0.0;
+    for g in &view.groups {
+        headers.push(y);
+        y += GROUP_H;
+        if state.collapsed.contains(&g.label) {
+            continue;
+        }
+        for pos in g.lanes.clone() {
+            offsets[pos] = Some(y);
+            y += view.lanes[pos].rows.len().max(1) as f32 * row_h + LANE_GAP;
+        }
+    }
+    if let Some(span) = state.reveal.take()
+        && let Some(s) = view.trace.spans.get(span as usize)
+        && let Some(&pos) = view.lane_pos.get(s.lane as usize)
+        && let Some(Some(off)) = offsets.get(pos)
+    {
+        let d = f32::from(view.depth.get(span as usize).copied().unwrap_or(0));
+        let y = off + d * row_h;
+        if y < state.scroll_y || y + row_h > state.scroll_y + area.height() {
+            state.scroll_y = y - area.height() / 3.0;
+        }
+    }
+    state.scroll_y = state
+        .scroll_y
+        .clamp(0.0, (content_h - area.height()).max(0.0));
+    let base = area.top() - state.scroll_y;
 
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 0.0, ui.visuals().extreme_bg_color);
-    draw_ruler(ui, state, rect, area);
+    let lanes_clip = Rect::from_min_max(pos2(rect.left(), area.top()), rect.right_bottom());
+    let lane_painter = ui.painter_at(lanes_clip);
 
-    state.layout.row_h = row_h;
-    // Lanes.
-    let mut y = area.top();
-    let mut tops = Vec::with_capacity(view.lanes.len());
-    let mut drawn = 0;
-    for (li, lane) in view.lanes.iter().enumerate() {
-        tops.push(y);
-        let h = lane.rows.len().max(1) as f32 * row_h;
-        if li % 2 == 1 {
-            painter.rect_filled(
-                Rect::from_min_max(
-                    pos2(rect.left(), y - LANE_GAP / 2.0),
-                    pos2(rect.right(), y + h + LANE_GAP / 2.0),
-                ),
-                0.0,
-                ui.visuals().faint_bg_color,
-            );
-        }
-        let label_rect =
-            Rect::from_min_size(pos2(rect.left() + 4.0, y), vec2(LABEL_W - 8.0, row_h));
-        ui.put(
-            label_rect,
-            egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
-        );
-        for (d, row) in lane.rows.iter().enumerate() {
-            drawn += draw_row(ui, state, view, row, area, y + d as f32 * row_h, selected);
-        }
-        y += h + LANE_GAP;
-    }
     state.layout = Layout {
         area,
-        lane_tops: tops,
+        lane_tops: offsets.iter().map(|o| o.map(|o| base + o)).collect(),
         row_h,
+        content_h,
     };
+    let mut drawn = 0;
+    let mut toggled = None;
+    for (gi, g) in view.groups.iter().enumerate() {
+        let top = base + headers[gi];
+        let collapsed = state.collapsed.contains(&g.label);
+        if top + GROUP_H > area.top() && top < area.bottom() {
+            lane_painter.rect_filled(
+                Rect::from_min_max(pos2(rect.left(), top), pos2(rect.right(), top + GROUP_H)),
+                0.0,
+                ui.visuals().widgets.noninteractive.bg_fill,
+            );
+            // A triangle: pointing right when collapsed, down when open.
+            let c = pos2(rect.left() + 8.0, top + GROUP_H / 2.0);
+            let tri = if collapsed {
+                vec![
+                    c + vec2(-3.0, -4.0),
+                    c + vec2(3.0, 0.0),
+                    c + vec2(-3.0, 4.0),
+                ]
+            } else {
+                vec![
+                    c + vec2(-4.0, -3.0),
+                    c + vec2(4.0, -3.0),
+                    c + vec2(0.0, 3.0),
+                ]
+            };
+            lane_painter.add(egui::Shape::convex_polygon(
+                tri,
+                ui.visuals().text_color(),
+                Stroke::NONE,
+            ));
+            let header =
+                Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
+            let text = format!(
+                "{} ({} lane{})",
+                g.label,
+                g.lanes.len(),
+                if g.lanes.len() == 1 { "" } else { "s" }
+            );
+            let b = put_left(
+                ui,
+                header,
+                egui::Button::new(egui::RichText::new(text).small().strong())
+                    .frame(false)
+                    .truncate(),
+            );
+            if b.on_hover_text(&g.label).clicked() {
+                toggled = Some(g.label.clone());
+            }
+        }
+        if collapsed {
+            continue;
+        }
+        for pos in g.lanes.clone() {
+            let lane = &view.lanes[pos];
+            let Some(y) = state.layout.lane_tops[pos] else {
+                continue;
+            };
+            let h = lane.rows.len().max(1) as f32 * row_h;
+            if y + h < area.top() || y > area.bottom() {
+                continue;
+            }
+            if pos % 2 == 1 {
+                lane_painter.rect_filled(
+                    Rect::from_min_max(
+                        pos2(rect.left(), y - LANE_GAP / 2.0),
+                        pos2(rect.right(), y + h + LANE_GAP / 2.0),
+                    ),
+                    0.0,
+                    ui.visuals().faint_bg_color,
+                );
+            }
+            if y >= area.top() {
+                let label_rect =
+                    Rect::from_min_size(pos2(rect.left() + 12.0, y), vec2(LABEL_W - 16.0, row_h));
+                put_left(
+                    ui,
+                    label_rect,
+                    egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
+                );
+            }
+            for (d, row) in lane.rows.iter().enumerate() {
+                let ry = y + d as f32 * row_h;
+                if ry + row_h < area.top() || ry > area.bottom() {
+                    continue;
+                }
+                drawn += draw_row(ui, state, view, row, area, ry, hl);
+            }
+        }
+    }
+    if let Some(label) = toggled
+        && !state.collapsed.remove(&label)
+    {
+        state.collapsed.insert(label);
+    }
+    draw_ruler(ui, state, view, rect, area);
     state.drawn = drawn;
     draw_instants(ui, state, view, area);
-    draw_flows(ui, state, view, area);
+    state.flows_drawn = if state.show_flows {
+        draw_flows(ui, state, view, area, hl)
+    } else {
+        0
+    };
+    state.matches_drawn = draw_marks(ui, state, view, area, hl);
+    if content_h > area.height() {
+        // Where the scrolled window lies.
+        let frac = area.height() / content_h;
+        let h = (area.height() * frac).max(12.0);
+        let top = area.top() + (area.height() - h) * (state.scroll_y / (content_h - area.height()));
+        painter.rect_filled(
+            Rect::from_min_size(pos2(rect.right() - 5.0, top), vec2(4.0, h)),
+            2.0,
+            ui.visuals().weak_text_color().gamma_multiply(0.6),
+        );
+    }
 
     if let Some(pos) = response.hover_pos()
         && let Some(span) = state.hit(view, pos)
@@ -383,41 +777,95 @@ pub fn show(
     out
 }
 
-fn handle_input(ui: &Ui, state: &mut TimelineState, response: &Response, area: Rect) {
+/// Adds `widget` in `rect`, left-aligned and vertically centred.
+fn put_left(ui: &mut Ui, rect: Rect, widget: impl egui::Widget) -> Response {
+    ui.scope_builder(
+        egui::UiBuilder::new()
+            .max_rect(rect)
+            .layout(egui::Layout::left_to_right(egui::Align::Center)),
+        |ui| ui.add(widget),
+    )
+    .inner
+}
+
+/// Zoom factor of one W or S press.
+pub const KEY_ZOOM: f64 = 1.25;
+/// Fraction of the view one A or D press pans.
+pub const KEY_PAN: f64 = 0.1;
+
+fn handle_input(
+    ui: &Ui,
+    state: &mut TimelineState,
+    response: &Response,
+    area: Rect,
+    content_h: f32,
+) {
     if response.dragged() {
-        let dx = response.drag_delta().x;
-        state.start_ns -= f64::from(dx / area.width().max(1.0)) * state.width_ns;
+        let d = response.drag_delta();
+        state.start_ns -= f64::from(d.x / area.width().max(1.0)) * state.width_ns;
+        state.scroll_y -= d.y;
         state.follow_live = false;
     }
-    if let Some(pos) = response.hover_pos() {
+    let hover = response.hover_pos();
+    let at = hover.map_or(state.start_ns + state.width_ns / 2.0, |p| {
+        state.t_of(area, p.x.max(area.left()))
+    });
+    if hover.is_some() {
         let (scroll, zoom) = ui.input(|i| (i.smooth_scroll_delta(), i.zoom_delta()));
-        let factor = f64::from(zoom) * (f64::from(scroll.y) * 0.003).exp();
-        if (factor - 1.0).abs() > 1e-6 {
-            let t = state.t_of(area, pos.x.max(area.left()));
-            let w = (state.width_ns / factor).clamp(10.0, 1e13);
-            state.start_ns = t - (t - state.start_ns) * (w / state.width_ns);
-            state.width_ns = w;
+        if (f64::from(zoom) - 1.0).abs() > 1e-6 {
+            state.zoom(f64::from(zoom), at);
         }
         if scroll.x != 0.0 {
             state.start_ns -= f64::from(scroll.x / area.width().max(1.0)) * state.width_ns;
         }
+        if scroll.y != 0.0 {
+            if content_h > area.height() {
+                state.scroll_y -= scroll.y;
+            } else {
+                // Nothing to scroll: the wheel zooms.
+                state.zoom((f64::from(scroll.y) * 0.003).exp(), at);
+            }
+        }
+    }
+    // W/A/S/D as in Perfetto and chrome://tracing (not while typing).
+    if !ui.ctx().text_edit_focused() {
+        let keys = ui.input(|i| {
+            [Key::W, Key::S, Key::A, Key::D, Key::PageUp, Key::PageDown].map(|k| i.num_presses(k))
+        });
+        let [w, s, a, d, up, down] = keys.map(|n| n as i32);
+        if w != s {
+            state.zoom(KEY_ZOOM.powi(w - s), at);
+        }
+        if a != d {
+            state.pan(KEY_PAN * f64::from(d - a));
+            state.follow_live = false;
+        }
+        if up != down {
+            state.scroll_y += (down - up) as f32 * area.height() * 0.8;
+        }
     }
 }
 
-fn draw_ruler(ui: &Ui, state: &TimelineState, rect: Rect, area: Rect) {
+fn draw_ruler(ui: &Ui, state: &TimelineState, view: &TraceView, rect: Rect, area: Rect) {
     let painter = ui.painter_at(rect);
     let ruler = Rect::from_min_max(
         pos2(area.left(), rect.top()),
         pos2(rect.right(), area.top()),
     );
-    painter.rect_filled(ruler, 0.0, ui.visuals().panel_fill);
+    painter.rect_filled(
+        Rect::from_min_max(rect.left_top(), ruler.right_bottom()),
+        0.0,
+        ui.visuals().panel_fill,
+    );
+    // Times count from the trace's start.
+    let origin = view.bounds.0 as f64;
     let step = nice_step(state.width_ns / f64::from((area.width() / 90.0).max(1.0)));
-    let mut t = (state.start_ns / step).floor() * step;
-    let end = state.start_ns + state.width_ns;
+    let mut t = ((state.start_ns - origin) / step).floor() * step;
+    let end = state.start_ns + state.width_ns - origin;
     let text = ui.visuals().text_color();
     let grid = ui.visuals().widgets.noninteractive.bg_stroke.color;
     while t <= end {
-        let x = state.x_of(area, t);
+        let x = state.x_of(area, origin + t);
         if x >= area.left() {
             painter.line_segment(
                 [pos2(x, ruler.bottom() - 6.0), pos2(x, ruler.bottom())],
@@ -449,10 +897,7 @@ fn draw_instants(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
         if x < area.left() || x > area.right() {
             continue;
         }
-        let Some(&pos) = view.lane_pos.get(m.lane as usize) else {
-            continue;
-        };
-        let Some(&top) = state.layout.lane_tops.get(pos) else {
+        let Some(top) = state.row_top(view, m.lane, 0) else {
             continue;
         };
         let c = pos2(x, top + 4.0);
@@ -469,50 +914,181 @@ fn draw_instants(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
     }
 }
 
-fn draw_flows(ui: &Ui, state: &TimelineState, view: &TraceView, area: Rect) {
+/// The screen position of flow `fi`'s two ends (at the middle of the row
+/// of the span each end binds to).
+fn flow_points(
+    state: &TimelineState,
+    view: &TraceView,
+    area: Rect,
+    fi: u32,
+) -> Option<(Pos2, Pos2)> {
+    let f = view.trace.flows.get(fi as usize)?;
+    let (sa, sb) = view
+        .flow_spans
+        .get(fi as usize)
+        .copied()
+        .unwrap_or((None, None));
+    let depth = |s: Option<u32>| {
+        s.and_then(|s| view.depth.get(s as usize).copied())
+            .unwrap_or(0)
+    };
+    let h = state.layout.row_h / 2.0;
+    let ya = state.row_top(view, f.from.lane, depth(sa))? + h;
+    let yb = state.row_top(view, f.to.lane, depth(sb))? + h;
+    Some((
+        pos2(state.x_of(area, f.from.ts_ns as f64), ya),
+        pos2(state.x_of(area, f.to.ts_ns as f64), yb),
+    ))
+}
+
+fn arrow(painter: &egui::Painter, pa: Pos2, pb: Pos2, stroke: Stroke) {
+    painter.line_segment([pa, pb], stroke);
+    let v = pb - pa;
+    if v.length() < 8.0 {
+        return;
+    }
+    let dir = v.normalized();
+    let back = pb - dir * 6.0;
+    let side = dir.rot90() * 3.0;
+    painter.add(egui::Shape::convex_polygon(
+        vec![pb, back + side, back - side],
+        stroke.color,
+        Stroke::NONE,
+    ));
+}
+
+/// Draws the flows reaching into the window, merged per pixel: flows whose
+/// ends fall on the same pixels are one line, so the drawing cost is
+/// bounded by the screen, not by the flow count. The selection's chain is
+/// drawn on top, thicker. Returns the lines drawn.
+fn draw_flows(
+    ui: &Ui,
+    state: &TimelineState,
+    view: &TraceView,
+    area: Rect,
+    hl: Highlight<'_>,
+) -> usize {
     let t0 = (state.start_ns - view.max_flow_len as f64).max(0.0) as u64;
     let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
     let a = view.flow_times.partition_point(|&t| t < t0);
     let b = view.flow_times.partition_point(|&t| t <= t1);
-    if b.saturating_sub(a) > MAX_FLOWS {
-        ui.painter().text(
-            area.right_top() + vec2(-6.0, 4.0),
-            Align2::RIGHT_TOP,
-            "zoom in to see flows",
-            FontId::proportional(11.0),
-            ui.visuals().weak_text_color(),
-        );
-        return;
-    }
     let painter = ui.painter_at(area);
-    let y_of = |lane: u32| -> Option<f32> {
-        let pos = *view.lane_pos.get(lane as usize)?;
-        Some(*state.layout.lane_tops.get(pos)? + state.layout.row_h / 2.0)
-    };
+    let mut seen: std::collections::HashSet<(i32, i32, i32, i32, bool)> =
+        std::collections::HashSet::new();
+    let mut drawn = 0;
+    let dim = hl.selected.is_some();
     for &fi in &view.flows_by_time[a..b] {
-        let f = &view.trace.flows[fi as usize];
-        let (Some(ya), Some(yb)) = (y_of(f.from.lane), y_of(f.to.lane)) else {
+        let Some((pa, pb)) = flow_points(state, view, area, fi) else {
             continue;
         };
-        let pa = pos2(state.x_of(area, f.from.ts_ns as f64), ya);
-        let pb = pos2(state.x_of(area, f.to.ts_ns as f64), yb);
         if pa.x.max(pb.x) < area.left() || pa.x.min(pb.x) > area.right() {
             continue;
         }
-        let c = flow_color(f.kind);
-        let stroke = Stroke::new(1.2, c);
-        painter.line_segment([pa, pb], stroke);
-        let dir = (pb - pa).normalized();
-        if dir.is_finite() && dir != egui::Vec2::ZERO {
-            let back = pb - dir * 6.0;
-            let side = dir.rot90() * 3.0;
-            painter.add(egui::Shape::convex_polygon(
-                vec![pb, back + side, back - side],
-                c,
-                Stroke::NONE,
-            ));
+        if pa.y.max(pb.y) < area.top() || pa.y.min(pb.y) > area.bottom() {
+            continue;
+        }
+        let kind = view.trace.flows[fi as usize].kind;
+        let key = (
+            pa.x as i32,
+            pa.y as i32,
+            pb.x as i32,
+            pb.y as i32,
+            kind == FlowKind::Launch,
+        );
+        if !seen.insert(key) {
+            continue;
+        }
+        let c = flow_color(kind);
+        let c = if dim { c.gamma_multiply(0.35) } else { c };
+        arrow(&painter, pa, pb, Stroke::new(1.2, c));
+        drawn += 1;
+    }
+    for &fi in hl.chain_flows {
+        if let Some((pa, pb)) = flow_points(state, view, area, fi) {
+            arrow(&painter, pa, pb, Stroke::new(2.5, CHAIN));
+            drawn += 1;
         }
     }
+    drawn
+}
+
+/// The outline of the selection's flow chain.
+pub const CHAIN: Color32 = Color32::from_rgb(255, 214, 0);
+/// The most search matches looked at per frame to outline them.
+pub const MAX_MARKS_SCANNED: usize = 200_000;
+/// The outline of search matches.
+pub const MATCH: Color32 = Color32::from_rgb(255, 64, 160);
+
+/// Outlines search matches in the window (merged per pixel column and
+/// row), the selection's chain and the selection. Returns the match
+/// outlines drawn.
+fn draw_marks(
+    ui: &Ui,
+    state: &TimelineState,
+    view: &TraceView,
+    area: Rect,
+    hl: Highlight<'_>,
+) -> usize {
+    let painter = ui.painter_at(area);
+    let mut drawn = 0;
+    let search = &state.search;
+    if !search.matches.is_empty() {
+        let t0 = (state.start_ns - search.max_dur as f64).max(0.0) as u64;
+        let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
+        let a = search.starts.partition_point(|&t| t < t0);
+        let b = search.starts.partition_point(|&t| t <= t1);
+        let mut seen = std::collections::HashSet::new();
+        if b - a > MAX_MARKS_SCANNED {
+            // Outlining costs a look at every match in the window: past
+            // this many, say so instead of slowing every frame down.
+            painter.text(
+                area.right_top() + vec2(-6.0, 4.0),
+                Align2::RIGHT_TOP,
+                format!("{} matches in view: zoom in to see them outlined", b - a),
+                FontId::proportional(11.0),
+                MATCH,
+            );
+        }
+        let scanned = if b - a > MAX_MARKS_SCANNED {
+            &[][..]
+        } else {
+            &search.matches[a..b]
+        };
+        for &m in scanned {
+            let Some(r) = state.span_rect(view, m) else {
+                continue;
+            };
+            if !seen.insert((r.left() as i32, r.top() as i32)) {
+                continue;
+            }
+            let r = if r.width() < 3.0 {
+                Rect::from_center_size(r.center(), vec2(3.0, r.height()))
+            } else {
+                r
+            };
+            painter.rect_stroke(r, 2.0, Stroke::new(1.5, MATCH), egui::StrokeKind::Outside);
+            drawn += 1;
+        }
+    }
+    for &c in hl.chain {
+        if Some(c) == hl.selected {
+            continue;
+        }
+        if let Some(r) = state.span_rect(view, c) {
+            painter.rect_stroke(r, 2.0, Stroke::new(2.0, CHAIN), egui::StrokeKind::Inside);
+        }
+    }
+    if let Some(sel) = hl.selected
+        && let Some(r) = state.span_rect(view, sel)
+    {
+        painter.rect_stroke(
+            r,
+            2.0,
+            Stroke::new(2.0, Color32::WHITE),
+            egui::StrokeKind::Inside,
+        );
+    }
+    drawn
 }
 
 /// The hover tooltip of a span.
@@ -522,7 +1098,10 @@ pub fn span_tooltip(ui: &mut Ui, view: &TraceView, span: u32) {
     };
     ui.strong(&s.name);
     ui.label(format!("{} | {}", s.kind, format_ns(s.dur_ns as f64)));
-    ui.label(format!("start {}", format_ns(s.start_ns as f64)));
+    ui.label(format!(
+        "start {} (from the trace's start)",
+        format_ns(s.start_ns.saturating_sub(view.bounds.0) as f64)
+    ));
     for (k, v) in &s.args {
         ui.label(format!("{k}: {v}"));
     }
