@@ -465,6 +465,14 @@ fn committed_golden_files_still_load() {
     }
     let json = std::fs::read(data_dir().join("sample.trace.json")).expect("golden JSON");
     assert_eq!(read_json_bytes(&json).expect("golden JSON loads"), sample());
+    // Written before Kineto's fields (device, stream, correlation, grid,
+    // the cudaLaunchKernel slices) were added for PyTorch's tools.
+    let old = std::fs::read(data_dir().join("sample.before-kineto-fields.trace.json"))
+        .expect("older golden JSON");
+    assert_eq!(
+        read_json_bytes(&old).expect("older golden JSON loads"),
+        sample()
+    );
     let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
     assert_eq!(read_native(&native).expect("golden native loads"), sample());
     assert_eq!(
@@ -489,7 +497,7 @@ fn save_and_load_pick_the_format() {
     assert!(
         std::fs::read(&json)
             .expect("read")
-            .starts_with(b"{\"traceEvents\"")
+            .starts_with(b"{\"schemaVersion\": 1,")
     );
     assert!(std::fs::read(&native).expect("read").starts_with(MAGIC));
     assert_eq!(load_trace(&json), Ok(t.clone()));
@@ -618,19 +626,26 @@ fn without_event(json: &str, needle: &str) -> String {
 fn json_errors_are_clear() {
     let json = to_json_string(&sample()).expect("export");
     let cases: Vec<(String, &str)> = vec![
-        (s("not json"), "expected a JSON trace, found invalid JSON"),
-        (s("[1, 2"), "found invalid JSON"),
+        (
+            s("not json"),
+            "expected a JSON trace (an object with \"traceEvents\" or an array of events), found 'n' at byte offset 0",
+        ),
         (
             s("42"),
-            "expected a JSON object with \"traceEvents\", found a number",
+            "expected a JSON trace (an object with \"traceEvents\" or an array of events), found '4'",
         ),
         (
             s("{\"events\":[]}"),
-            "expected a top-level field \"traceEvents\", found none",
+            "expected a top-level field \"traceEvents\" holding an array, found none",
         ),
         (
             s("{\"traceEvents\":{}}"),
-            "traceEvents: expected an array, found an object",
+            "expected a top-level field \"traceEvents\" holding an array, found none",
+        ),
+        (s(""), "expected a JSON trace, found an empty file"),
+        (
+            s("{\"traceEvents\" []}"),
+            "expected ':' after field \"traceEvents\", found '['",
         ),
         (
             json.replacen("\"ts\":1.000,", "", 1),
@@ -667,7 +682,7 @@ fn json_errors_are_clear() {
         ),
         (
             json.replacen("\"dropped\":3", "\"dropped\":\"3\"", 1),
-            "keel.dropped: expected an unsigned integer, found a string",
+            "keel.dropped: expected an unsigned integer, found the string \"3\"",
         ),
         (
             json.replacen("\"keel_kind\":\"copy\"", "\"keel_kind\":\"teleport\"", 1),
@@ -682,17 +697,32 @@ fn json_errors_are_clear() {
         ),
     ];
     for (input, expected) in cases {
-        let message = format_error(read_json(&input));
+        let result = read_json(&input);
+        assert!(result.is_err(), "expected an error with {expected:?}");
+        let message = format_error(result);
         assert!(
             message.contains(expected),
             "expected {expected:?} in {message:?}"
         );
     }
-    let message = format_error(read_json_bytes(b"{\"traceEvents\":[\xff]}"));
+    // Keel's own files are read exactly: invalid UTF-8 is an error...
+    let mut bytes = json.clone().into_bytes();
+    let at = json.find("\"main\"").expect("a lane name") + 1;
+    bytes[at] = 0xff;
+    let message = format_error(read_json_bytes(&bytes));
     assert!(
-        message.contains("expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset 16"),
+        message.contains(&format!(
+            "expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset {at}"
+        )),
         "{message}"
     );
+    // ...while in another tool's file it costs the one event.
+    let t = read_json_bytes(b"{\"traceEvents\":[\xff, {\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":0,\"dur\":1,\"name\":\"a\"}]}")
+        .expect("partial import");
+    assert_eq!(t.spans.len(), 1);
+    let report = t.import.expect("import report");
+    assert_eq!((report.events, report.imported), (2, 1));
+    assert_eq!(report.skipped, vec![(s("not a JSON object"), 1)]);
 }
 
 #[test]

@@ -341,6 +341,24 @@ struct Reader<'a> {
     /// What is being read, for errors.
     what: &'static str,
     strings: Vec<String>,
+    /// Bytes the strings copied so far take (see [`string_budget`]).
+    decoded: u64,
+    budget: u64,
+}
+
+/// The most bytes of strings a file of `len` bytes may decode to.
+///
+/// The model holds a `String` per reference (span names, argument names
+/// and values), while the file stores each distinct string once and a
+/// reference in one or two bytes; so a small file could otherwise ask for
+/// gigabytes (one 64 KiB string referenced by every device property). Each
+/// copy is charged its length plus 24 bytes (what a `String` and its
+/// allocation cost besides the text); a file may decode to 128 times its
+/// size plus 16 MiB, far above what traces need (a span's long C++ kernel
+/// name costs about 10 times the span's bytes), and memory stays bounded
+/// by the input's size, for files and live fragments alike.
+pub fn string_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(128).saturating_add(16 << 20)
 }
 
 impl Reader<'_> {
@@ -433,7 +451,21 @@ impl Reader<'_> {
             .get(i as usize)
             .filter(|_| i <= usize::MAX as u64)
         {
-            Some(s) => Ok(s.clone()),
+            Some(s) => {
+                self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
+                if self.decoded > self.budget {
+                    return Err(self.fail(
+                        at,
+                        format!(
+                            "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
+                            self.budget,
+                            self.bytes.len(),
+                            s.len()
+                        ),
+                    ));
+                }
+                Ok(s.clone())
+            }
             None => Err(self.fail(
                 at,
                 format!(
@@ -530,6 +562,8 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         end: bytes.len(),
         what: "header",
         strings: Vec::new(),
+        decoded: 0,
+        budget: string_budget(bytes.len()),
     };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         let shown = &bytes[..bytes.len().min(MAGIC.len())];

@@ -57,6 +57,7 @@
 mod decode;
 mod import;
 mod read;
+mod stream;
 mod write;
 
 use serde_json::Value;
@@ -65,6 +66,7 @@ use super::trace::{FlowKind, Lane, LaneKind, SpanKind, Trace};
 use crate::error::{Error, Result};
 use decode::{err, type_name};
 
+pub use decode::short;
 pub use write::{to_json_string, write_json};
 
 /// The Kineto-style category of a span of `kind` on a host or stream lane.
@@ -72,7 +74,7 @@ pub fn category(kind: SpanKind, host: bool) -> &'static str {
     match (kind, host) {
         (SpanKind::Sync, _) => "cuda_sync",
         (SpanKind::Annotation, true) => "user_annotation",
-        (_, true) => "cuda_runtime",
+        (_, true) => "cpu_op",
         (SpanKind::Kernel, false) => "kernel",
         (SpanKind::Copy, false) => "gpu_memcpy",
         (SpanKind::Alloc | SpanKind::Free, false) => "gpu_memory",
@@ -110,22 +112,76 @@ fn lane_pid(lane: &Lane) -> u64 {
     }
 }
 
-/// [`read_json`] from bytes, reporting invalid UTF-8 with its byte offset.
+/// How many leading bytes [`read_json_bytes`] looks at to tell a Keel
+/// file (whose `thread_name` metadata comes first and carries
+/// `"keel_lane"`) from another tool's.
+const SNIFF: usize = 64 << 10;
+
+/// Whether `head`, the start of a JSON trace, looks like Keel's own (a
+/// guess that only saves time: an import that meets a `keel` object reads
+/// the file exactly after all).
+pub(crate) fn looks_like_keel(head: &[u8]) -> bool {
+    let head = &head[..head.len().min(SNIFF)];
+    head.windows(12).any(|w| w == b"\"keel_lane\":")
+}
+
+/// [`read_json`] from bytes: Keel's own files are read exactly (invalid
+/// UTF-8 is reported with its byte offset), other tools' imported as they
+/// stream by.
 pub fn read_json_bytes(input: &[u8]) -> Result<Trace> {
+    read_json_bytes_as(input, None)
+}
+
+/// [`read_json_bytes`] of bytes that were compressed with `compression`
+/// (for the import report).
+pub(crate) fn read_json_bytes_as(input: &[u8], compression: Option<&str>) -> Result<Trace> {
+    if !looks_like_keel(input) {
+        let imported = import::import(input, compression)?;
+        if !imported.keel {
+            return Ok(imported.trace);
+        }
+    }
     let text = std::str::from_utf8(input).map_err(|e| {
         Error::TraceFormat(format!(
             "expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset {}",
             e.valid_up_to()
         ))
     })?;
-    read_json(text)
+    match read_keel(text)? {
+        Some(trace) => Ok(trace),
+        // Keel-like metadata but no `keel` object: someone else's.
+        None => Ok(import::import(input, compression)?.trace),
+    }
 }
 
 /// Reads Chrome Trace Event JSON: the exact [`Trace`] for a file written by
 /// [`write_json`], or what can be imported from another tool's trace (see
-/// the module docs). Malformed input is an [`Error::TraceFormat`] naming
-/// the JSON path of the problem; no input panics.
+/// `import.rs`: every event imported or counted as skipped with a reason in
+/// [`Trace::import`]). Malformed input is an [`Error::TraceFormat`] naming
+/// the JSON path or byte offset of the problem; no input panics.
 pub fn read_json(input: &str) -> Result<Trace> {
+    read_json_bytes(input.as_bytes())
+}
+
+/// Imports another tool's JSON trace from a reader, streaming (the file is
+/// never held whole). Returns the trace, or `None` when the input turned
+/// out to be a Keel file (with a `keel` object), which the caller reads
+/// exactly with [`read_json_bytes`]; also `distributedInfo.rank`.
+pub(crate) fn import_reader(
+    input: impl std::io::Read,
+    compression: Option<&str>,
+) -> Result<(Option<Trace>, Option<i64>)> {
+    let imported = import::import(input, compression)?;
+    Ok(if imported.keel {
+        (None, imported.rank)
+    } else {
+        (Some(imported.trace), imported.rank)
+    })
+}
+
+/// Reads a Keel file exactly (with the whole JSON tree: Keel's own files
+/// are what Keel wrote from memory).
+fn read_keel(input: &str) -> Result<Option<Trace>> {
     let root: Value = serde_json::from_str(input).map_err(|e| {
         err(format!(
             "expected a JSON trace, found invalid JSON: {e} (line {}, column {})",
@@ -160,7 +216,7 @@ pub fn read_json(input: &str) -> Result<Trace> {
         }
     };
     match keel {
-        Some(keel) => read::keel(events, keel),
-        None => import::foreign(events),
+        Some(keel) => read::keel(events, keel).map(Some),
+        None => Ok(None),
     }
 }

@@ -132,7 +132,8 @@ impl KeelTables {
                 },
                 other => {
                     return Err(err(format!(
-                        "{args_path}.keel_lane: expected \"stream\" or \"host\", found \"{other}\""
+                        "{args_path}.keel_lane: expected \"stream\" or \"host\", found \"{}\"",
+                        super::decode::short(other)
                     )));
                 }
             };
@@ -214,8 +215,9 @@ impl Tables for KeelTables {
         match self.counters.get(&(device, name.to_owned())) {
             Some(&index) => Ok(index),
             None => Err(err(format!(
-                "{}: expected a counter listed in keel.counters, found \"{name}\" of device {device}",
-                ev.path
+                "{}: expected a counter listed in keel.counters, found \"{}\" of device {device}",
+                ev.path,
+                super::decode::short(name)
             ))),
         }
     }
