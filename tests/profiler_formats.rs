@@ -933,3 +933,71 @@ proptest! {
         let _ = read_json(&lines.join("\n"));
     }
 }
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn section(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+    out.push(tag);
+    varint(out, body.len() as u64);
+    out.extend_from_slice(body);
+}
+
+/// One 64 KiB string referenced by 4,096 device properties: a 74 KB file
+/// that would decode to 512 MiB of copies. The reader refuses it once the
+/// copies pass its budget (128 times the file's size plus 16 MiB).
+#[test]
+fn native_strings_are_bounded_by_the_input_size() {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    section(&mut bytes, 1, &[1, 0]);
+    let mut strings = Vec::new();
+    varint(&mut strings, 1);
+    varint(&mut strings, 64 << 10);
+    strings.extend(std::iter::repeat_n(b'x', 64 << 10));
+    section(&mut bytes, 2, &strings);
+    let mut devices = vec![1, 0, 0];
+    varint(&mut devices, 4096);
+    for _ in 0..4096 {
+        devices.extend_from_slice(&[0, 0]);
+    }
+    section(&mut bytes, 3, &devices);
+    for tag in 4..=9 {
+        section(&mut bytes, tag, &[0]);
+    }
+    assert!(bytes.len() < 80_000, "{} bytes", bytes.len());
+    assert_eq!(
+        keel::profiler::native::string_budget(bytes.len()),
+        128 * bytes.len() as u64 + (16 << 20)
+    );
+    let message = format_error(read_native(&bytes));
+    assert!(
+        message.contains("a string of 65536 bytes referenced too often"),
+        "{message}"
+    );
+    // The same file with few references loads.
+    let mut small = MAGIC.to_vec();
+    small.extend_from_slice(&1u32.to_le_bytes());
+    section(&mut small, 1, &[1, 0]);
+    section(&mut small, 2, &strings);
+    let mut devices = vec![1, 0, 0];
+    varint(&mut devices, 64);
+    for _ in 0..64 {
+        devices.extend_from_slice(&[0, 0]);
+    }
+    section(&mut small, 3, &devices);
+    for tag in 4..=9 {
+        section(&mut small, tag, &[0]);
+    }
+    let t = read_native(&small).expect("64 references fit the budget");
+    assert_eq!(t.devices[0].properties.len(), 64);
+}

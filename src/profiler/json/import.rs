@@ -283,6 +283,9 @@ struct Process {
     order: usize,
 }
 
+/// Where a lane goes: host or device, process order, thread order, as met.
+type LaneOrder = (u8, i64, usize, i64, usize);
+
 /// A lane before lanes are decided.
 struct RawLane {
     pid: Key,
@@ -415,7 +418,7 @@ impl Sink for Importer {
                 self.rank = info
                     .as_ref()
                     .and_then(|i| i.get("rank"))
-                    .and_then(|r| Key::of(r))
+                    .and_then(Key::of)
                     .and_then(|k| match k {
                         Key::Num(n) => Some(n),
                         Key::Str(_) => None,
@@ -651,17 +654,20 @@ impl Importer {
             return;
         };
         let open = stack.remove(at);
-        let Some(span) = self.trace.spans.get_mut(open.span) else {
-            return;
-        };
-        let start = span.start_ns as i64;
-        if ts < start {
-            // Counted as a B without an E at the end.
+        let start = self.trace.spans.get(open.span).map(|s| s.start_ns as i64);
+        let Some(dur) = start
+            .and_then(|start| ts.checked_sub(start))
+            .filter(|d| *d >= 0)
+        else {
+            // The B stays open (and is counted as such at the end).
             self.open_b.entry(lane).or_default().insert(at, open);
             self.skip("E event before its B".to_owned());
             return;
-        }
-        span.dur_ns = (ts - start) as u64;
+        };
+        let Some(span) = self.trace.spans.get_mut(open.span) else {
+            return;
+        };
+        span.dur_ns = dur as u64;
         for (k, v) in args_of(ev.args) {
             if !span.args.iter().any(|(j, _)| *j == k) {
                 span.args.push((k, v));
@@ -799,10 +805,7 @@ impl Importer {
                     "process_name" if name.is_some() => p.name = name,
                     "process_labels" if labels.is_some() => p.labels = labels,
                     "process_sort_index" if sort.is_some() => p.sort = sort,
-                    _ => {
-                        self.skip(format!("{meta} metadata without its value"));
-                        return;
-                    }
+                    _ => self.skip(format!("{meta} metadata without its value")),
                 }
             }
             "thread_name" | "thread_sort_index" => {
@@ -814,10 +817,7 @@ impl Importer {
                 match meta {
                     "thread_name" if name.is_some() => t.name = name,
                     "thread_sort_index" if sort.is_some() => t.sort = sort,
-                    _ => {
-                        self.skip(format!("{meta} metadata without its value"));
-                        return;
-                    }
+                    _ => self.skip(format!("{meta} metadata without its value")),
                 }
             }
             other => self.skip(format!("metadata \"{}\" not used", short(other))),
@@ -902,7 +902,10 @@ impl Importer {
             .iter()
             .rposition(|o| o.name == name)
             .or(stack.len().checked_sub(1));
-        let Some(at) = at.filter(|&at| stack[at].ts <= ts) else {
+        let Some((at, dur)) = at.and_then(|at| {
+            let dur = ts.checked_sub(stack.get(at)?.ts).filter(|d| *d >= 0)?;
+            Some((at, dur))
+        }) else {
             self.skip("async e event without a matching b".to_owned());
             return;
         };
@@ -922,7 +925,7 @@ impl Importer {
             name: open.name,
             kind: span_kind(&open.cat, ""),
             start_ns: open.ts as u64,
-            dur_ns: (ts - open.ts) as u64,
+            dur_ns: dur as u64,
             op: 0,
             args,
         });
@@ -1027,7 +1030,7 @@ impl Importer {
 
         // Lanes: decided, then ordered.
         let mut used_threads = std::collections::HashSet::new();
-        let mut lanes: Vec<(Lane, (u8, i64, usize, i64, usize))> = Vec::new();
+        let mut lanes: Vec<(Lane, LaneOrder)> = Vec::new();
         for (i, raw) in self.lanes.iter().enumerate() {
             let process = self.processes.get(&raw.pid);
             let thread = self.threads.get(&(raw.pid.clone(), raw.tid.clone()));
@@ -1037,7 +1040,9 @@ impl Importer {
                 Key::Num(n) => n,
                 Key::Str(_) => i64::MAX,
             });
-            let name = thread.and_then(|t| t.name.clone());
+            let name = thread
+                .and_then(|t| t.name.as_deref())
+                .map(|n| n.trim().to_owned());
             let lane = match (device_of.get(&raw.pid), raw.async_name.is_none()) {
                 (Some(&device), true) => {
                     let stream = match raw.tid {
