@@ -32,13 +32,6 @@ fn skipped(t: &Trace) -> Vec<(&str, u64)> {
         .collect()
 }
 
-fn lane_named<'t>(t: &'t Trace, name: &str) -> u32 {
-    t.lanes
-        .iter()
-        .position(|l| l.name == name)
-        .unwrap_or_else(|| panic!("no lane named {name:?} in {:#?}", t.lanes)) as u32
-}
-
 fn span<'t>(t: &'t Trace, name: &str) -> &'t keel::profiler::Span {
     t.spans
         .iter()
