@@ -45,6 +45,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::decode::short;
 use super::stream::{self, Ending, Sink};
@@ -82,30 +83,174 @@ struct RawEvent<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     cat: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pid: Option<Value>,
-    #[serde(default)]
-    tid: Option<Value>,
-    #[serde(default)]
-    ts: Option<Value>,
-    #[serde(default)]
-    dur: Option<Value>,
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    id2: Option<Value>,
-    #[serde(default)]
-    bind_id: Option<Value>,
-    #[serde(default)]
-    flow_in: Option<Value>,
-    #[serde(default)]
-    flow_out: Option<Value>,
+    #[serde(borrow, default)]
+    pid: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    tid: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    ts: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    dur: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    id: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    id2: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    bind_id: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    flow_in: Option<Lite<'a>>,
+    #[serde(borrow, default)]
+    flow_out: Option<Lite<'a>>,
     #[serde(borrow, default)]
     bp: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     s: Option<Cow<'a, str>>,
-    #[serde(default)]
-    args: Option<serde_json::Map<String, Value>>,
+    #[serde(borrow, default)]
+    args: Option<Args<'a>>,
+}
+
+/// A JSON value as the file has it, borrowed: numbers keep their text
+/// (exact microseconds), strings are unescaped only when they hold an
+/// escape, arrays and objects stay text.
+#[derive(Debug, Clone)]
+enum Lite<'a> {
+    Num(&'a str),
+    Str(Cow<'a, str>),
+    Bool(bool),
+    Null,
+    /// An array or object, as written.
+    Other(&'a str),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Lite<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let raw: &'a RawValue = Deserialize::deserialize(d)?;
+        let text = raw.get();
+        Ok(match text.as_bytes().first() {
+            Some(b'"') => {
+                let inner = &text[1..text.len() - 1];
+                if inner.contains('\\') {
+                    Lite::Str(Cow::Owned(
+                        serde_json::from_str(text).map_err(serde::de::Error::custom)?,
+                    ))
+                } else {
+                    Lite::Str(Cow::Borrowed(inner))
+                }
+            }
+            Some(b't') => Lite::Bool(true),
+            Some(b'f') => Lite::Bool(false),
+            Some(b'n') => Lite::Null,
+            Some(b'[' | b'{') => Lite::Other(text),
+            _ => Lite::Num(text),
+        })
+    }
+}
+
+impl Lite<'_> {
+    fn as_i64(&self) -> Option<i64> {
+        match self {
+            Lite::Num(n) => n.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// A number, or a string holding one.
+    fn as_f64(&self) -> Option<f64> {
+        match self {
+            Lite::Num(n) => n.parse().ok(),
+            Lite::Str(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as an argument's text: strings as they are, anything else
+    /// as compact JSON.
+    fn into_text(self) -> String {
+        match self {
+            Lite::Str(s) => s.into_owned(),
+            Lite::Num(n) => n.to_owned(),
+            Lite::Bool(b) => b.to_string(),
+            Lite::Null => "null".to_owned(),
+            Lite::Other(text) => compact(text),
+        }
+    }
+}
+
+/// JSON text without the whitespace outside its strings.
+fn compact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escape) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            if escape {
+                escape = false;
+            } else if c == '\\' {
+                escape = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if c.is_ascii_whitespace() {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// An event's `args`, in file order, borrowed where possible.
+struct Args<'a>(Vec<(Cow<'a, str>, Lite<'a>)>);
+
+impl<'a> Args<'a> {
+    fn get(&self, key: &str) -> Option<&Lite<'a>> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+/// A map key, borrowed when it has no escapes.
+struct KeyStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for KeyStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = KeyStr<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<KeyStr<'a>, E> {
+                Ok(KeyStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<KeyStr<'a>, E> {
+                Ok(KeyStr(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Args<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Args<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> std::result::Result<Args<'a>, M::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<KeyStr<'a>, Lite<'a>>()? {
+                    out.push((k.0, v));
+                }
+                Ok(Args(out))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }
 
 /// A pid, tid or id: numbers and strings both occur.
@@ -116,14 +261,15 @@ enum Key {
 }
 
 impl Key {
-    fn of(v: &Value) -> Option<Key> {
+    fn of(v: &Lite<'_>) -> Option<Key> {
         match v {
-            Value::Number(n) => n.as_i64().map(Key::Num).or_else(|| {
-                n.as_u64()
-                    .map(|u| Key::Num(u as i64))
-                    .or_else(|| Some(Key::Str(n.as_str().into())))
-            }),
-            Value::String(s) => {
+            Lite::Num(n) => n
+                .parse::<i64>()
+                .ok()
+                .or_else(|| n.parse::<u64>().ok().map(|u| u as i64))
+                .map(Key::Num)
+                .or_else(|| Some(Key::Str(short(n).into()))),
+            Lite::Str(s) => {
                 let t = s.trim();
                 if let Ok(n) = t.parse::<i64>() {
                     Some(Key::Num(n))
@@ -135,7 +281,7 @@ impl Key {
                     Some(Key::Str(short(s).into()))
                 }
             }
-            Value::Bool(b) => Some(Key::Num(i64::from(*b))),
+            Lite::Bool(b) => Some(Key::Num(i64::from(*b))),
             _ => None,
         }
     }
@@ -145,7 +291,10 @@ impl Key {
         if let Some(id) = ev.id.as_ref().and_then(Key::of) {
             return Some(id);
         }
-        let id2 = ev.id2.as_ref()?;
+        let Some(Lite::Other(id2)) = ev.id2.as_ref() else {
+            return None;
+        };
+        let id2: Args<'_> = serde_json::from_str(id2).ok()?;
         id2.get("global")
             .or_else(|| id2.get("local"))
             .and_then(Key::of)
@@ -162,10 +311,10 @@ impl std::fmt::Display for Key {
 }
 
 /// Microseconds (a number or a numeric string) as signed ns.
-fn ns_of(v: &Value) -> Option<i64> {
+fn ns_of(v: &Lite<'_>) -> Option<i64> {
     let text = match v {
-        Value::Number(n) => n.as_str(),
-        Value::String(s) => s.trim(),
+        Lite::Num(n) => n,
+        Lite::Str(s) => s.trim(),
         _ => return None,
     };
     parse_ns(text)
@@ -414,7 +563,7 @@ impl Sink for Importer {
                 self.device_properties = value.and_then(|v| serde_json::from_slice(v).ok());
             }
             "distributedInfo" => {
-                let info: Option<Value> = value.and_then(|v| serde_json::from_slice(v).ok());
+                let info: Option<Args<'_>> = value.and_then(|v| serde_json::from_slice(v).ok());
                 self.rank = info
                     .as_ref()
                     .and_then(|i| i.get("rank"))
@@ -430,18 +579,13 @@ impl Sink for Importer {
 }
 
 /// The user arguments of an event, values other than strings as JSON.
-fn args_of(args: Option<serde_json::Map<String, Value>>) -> Vec<(String, String)> {
+fn args_of(args: Option<Args<'_>>) -> Vec<(String, String)> {
     let Some(args) = args else {
         return Vec::new();
     };
-    args.into_iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            (k, v)
-        })
+    args.0
+        .into_iter()
+        .map(|(k, v)| (k.into_owned(), v.into_text()))
         .collect()
 }
 
@@ -575,7 +719,7 @@ impl Importer {
                 .args
                 .as_ref()
                 .and_then(|a| a.get("device"))
-                .and_then(Value::as_i64);
+                .and_then(Lite::as_i64);
             let p = self.process(&pid);
             p.device_events = true;
             if p.device_arg.is_none() {
@@ -596,7 +740,7 @@ impl Importer {
         let span = self.trace.spans.len();
         // Flows v2: the slice itself is an end.
         if let Some(bind) = ev.bind_id.as_ref().and_then(Key::of) {
-            let truthy = |v: &Option<Value>| matches!(v, Some(Value::Bool(true)));
+            let truthy = |v: &Option<Lite<'_>>| matches!(v, Some(Lite::Bool(true)));
             for (on, phase) in [(truthy(&ev.flow_out), 0), (truthy(&ev.flow_in), 2)] {
                 if on {
                     let group = self.flows_v2.entry(bind.clone()).or_default();
@@ -736,19 +880,13 @@ impl Importer {
         };
         let name = ev.name.as_deref().unwrap_or("");
         let mut points = 0;
-        for (key, value) in ev.args.into_iter().flatten() {
-            let v =
-                match &value {
-                    Value::Number(n) => n.as_i64().or_else(|| {
-                        n.as_f64()
-                            .filter(|f| f.is_finite() && f.abs() < 9.2e18)
-                            .map(|f| f.round() as i64)
-                    }),
-                    Value::String(s) => s.trim().parse::<f64>().ok().and_then(|f| {
-                        (f.is_finite() && f.abs() < 9.2e18).then_some(f.round() as i64)
-                    }),
-                    _ => None,
-                };
+        for (key, value) in ev.args.map(|a| a.0).into_iter().flatten() {
+            let v = value.as_i64().or_else(|| {
+                value
+                    .as_f64()
+                    .filter(|f| f.is_finite() && f.abs() < 9.2e18)
+                    .map(|f| f.round() as i64)
+            });
             let Some(v) = v else { continue };
             let series = if key == "value" {
                 name.to_owned()
@@ -788,36 +926,52 @@ impl Importer {
             return;
         };
         let arg = |key: &str| ev.args.as_ref().and_then(|a| a.get(key));
-        let text = |v: Option<&Value>| {
-            v.map(|v| match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-        };
+        let text = |v: Option<&Lite<'_>>| v.map(|v| v.clone().into_text());
         let meta = ev.name.as_deref().unwrap_or("");
         match meta {
             "process_name" | "process_labels" | "process_sort_index" => {
                 let name = text(arg("name"));
                 let labels = text(arg("labels"));
-                let sort = arg("sort_index").and_then(Value::as_i64);
+                let sort = arg("sort_index").and_then(Lite::as_i64);
                 let p = self.process(&pid);
-                match meta {
-                    "process_name" if name.is_some() => p.name = name,
-                    "process_labels" if labels.is_some() => p.labels = labels,
-                    "process_sort_index" if sort.is_some() => p.sort = sort,
-                    _ => self.skip(format!("{meta} metadata without its value")),
+                let used = match meta {
+                    "process_name" if name.is_some() => {
+                        p.name = name;
+                        true
+                    }
+                    "process_labels" if labels.is_some() => {
+                        p.labels = labels;
+                        true
+                    }
+                    "process_sort_index" if sort.is_some() => {
+                        p.sort = sort;
+                        true
+                    }
+                    _ => false,
+                };
+                if !used {
+                    self.skip(format!("{meta} metadata without its value"));
                 }
             }
             "thread_name" | "thread_sort_index" => {
                 let tid = ev.tid.as_ref().and_then(Key::of).unwrap_or(Key::Num(0));
                 let name = text(arg("name"));
-                let sort = arg("sort_index").and_then(Value::as_i64);
+                let sort = arg("sort_index").and_then(Lite::as_i64);
                 self.process(&pid);
                 let t = self.threads.entry((pid, tid)).or_default();
-                match meta {
-                    "thread_name" if name.is_some() => t.name = name,
-                    "thread_sort_index" if sort.is_some() => t.sort = sort,
-                    _ => self.skip(format!("{meta} metadata without its value")),
+                let used = match meta {
+                    "thread_name" if name.is_some() => {
+                        t.name = name;
+                        true
+                    }
+                    "thread_sort_index" if sort.is_some() => {
+                        t.sort = sort;
+                        true
+                    }
+                    _ => false,
+                };
+                if !used {
+                    self.skip(format!("{meta} metadata without its value"));
                 }
             }
             other => self.skip(format!("metadata \"{}\" not used", short(other))),
