@@ -41,7 +41,7 @@
 //! without nesting are kept (viewers stack them in extra rows).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map::Entry};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -504,6 +504,8 @@ struct Importer {
     open_async: HashMap<(Key, String, Key), Vec<OpenAsync>>,
     flows: HashMap<(String, String, Key), FlowGroup>,
     flows_v2: HashMap<Key, FlowGroup>,
+    /// Flows paired as they were read: (from, to, kind).
+    paired_flows: Vec<(FlowPoint, FlowPoint, FlowKind)>,
     /// Counter series: (pid, name) -> index in `trace.counters` (the
     /// counter's device is the pid's order until the end).
     counters: HashMap<(Key, String), usize>,
@@ -1009,14 +1011,37 @@ impl Importer {
             "t" => 1,
             _ => 2,
         };
-        let group = self.flows.entry((cat, name, id)).or_default();
-        group.kind = Some(kind);
-        group.points.push(FlowPoint {
+        let point = FlowPoint {
             phase,
             lane,
             ts,
             next_slice: phase != 0 && ev.bp.as_deref() != Some("e"),
-        });
+        };
+        let ac2g = cat == "ac2g";
+        match self.flows.entry((cat, name, id)) {
+            Entry::Vacant(slot) => {
+                slot.insert(FlowGroup {
+                    kind: Some(kind),
+                    points: vec![point],
+                    v2: false,
+                });
+            }
+            Entry::Occupied(mut group) => {
+                group.get_mut().points.push(point);
+                // Kineto's launch flows (ids are correlation ids, one s and
+                // one f each, no steps) are paired as soon as both ends are
+                // read, so a big trace never holds them all unpaired.
+                if ac2g
+                    && let [a, b] = group.get().points[..]
+                    && a.phase + b.phase == 2
+                    && a.phase != 1
+                {
+                    group.remove();
+                    let (from, to) = if a.phase == 0 { (a, b) } else { (b, a) };
+                    self.paired_flows.push((from, to, kind));
+                }
+            }
+        }
     }
 
     fn async_event(&mut self, ev: RawEvent<'_>) {
@@ -1285,7 +1310,10 @@ impl Importer {
         let mut groups: Vec<FlowGroup> = std::mem::take(&mut self.flows).into_values().collect();
         groups.extend(std::mem::take(&mut self.flows_v2).into_values());
         let mut unpaired = 0u64;
-        let mut flows: Vec<(FlowEnd, FlowEnd, FlowKind)> = Vec::new();
+        let mut flows: Vec<(FlowEnd, FlowEnd, FlowKind)> = std::mem::take(&mut self.paired_flows)
+            .iter()
+            .map(|(a, b, kind)| (end_of(a), end_of(b), *kind))
+            .collect();
         for mut g in groups {
             let kind = g.kind.unwrap_or(FlowKind::Launch);
             let total = g.points.len() as u64;
