@@ -65,7 +65,11 @@ pub fn write_kineto(out: impl Write, target_bytes: u64, rank: u32) -> io::Result
         (pid, "process_labels", "{\"labels\": \"CPU\"}".to_owned()),
         (0, "process_name", "{\"name\": \"python3.10\"}".to_owned()),
         (0, "process_labels", "{\"labels\": \"GPU 0\"}".to_owned()),
-        (0, "process_sort_index", "{\"sort_index\": 5000000}".to_owned()),
+        (
+            0,
+            "process_sort_index",
+            "{\"sort_index\": 5000000}".to_owned(),
+        ),
     ] {
         writeln!(
             w,
