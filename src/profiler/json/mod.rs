@@ -1,10 +1,14 @@
 //! Chrome Trace Event JSON, shaped like a PyTorch profiler (Kineto) trace.
 //!
-//! The file opens in Perfetto (ui.perfetto.dev) and `chrome://tracing`:
+//! The file opens in Perfetto (ui.perfetto.dev) and `chrome://tracing`, and
+//! PyTorch's trace analysis (HolisticTraceAnalysis) analyses it:
 //!
 //! ```text
-//! {"traceEvents":[ ...events... ],
+//! {"schemaVersion": 1,
+//! "distributedInfo": {"backend": "none", "rank": 0, "world_size": 1},
+//! "traceEvents":[ ...events... ],
 //! "displayTimeUnit":"ns",
+//! "deviceProperties":[{"id":0,"name":"llvmpipe","device":"vulkan:0", ...properties}],
 //! "keel":{"version":1,"dropped":0,"devices":[...],"counters":[...],"calibrations":[...]}}
 //! ```
 //!
@@ -17,15 +21,25 @@
 //!   "device":0,"stream":33` or `"keel_lane":"host","thread":7`).
 //! - Spans are `X` events; `ts` and `dur` are microseconds printed with
 //!   exactly three decimals from the integer ns (no float rounding). `cat`
-//!   follows Kineto: on host lanes `cuda_runtime` (kernel, copy, alloc, free,
+//!   follows Kineto: on host lanes `cpu_op` (kernel, copy, alloc, free,
 //!   event record, wait), `cuda_sync`, `user_annotation`; on stream lanes
 //!   `kernel`, `gpu_memcpy`, `gpu_memory` (alloc, free), `cuda_event`
 //!   (event record, wait), `cuda_sync`. `args` holds `keel_kind` (the
 //!   [`SpanKind`] name; left out when the category already implies it, see
 //!   [`kind_for_category`]), `keel_op` (left out when 0) and the span's args
 //!   as strings; an empty `args` is left out. A user argument whose name
-//!   starts with `keel_` is written as `keel_arg_<name>` so it cannot be
-//!   taken for Keel's own.
+//!   starts with `keel_` or is one of Kineto's (below) is written as
+//!   `keel_arg_<name>` so it cannot be taken for Keel's own or Kineto's.
+//! - For PyTorch's tools, as Kineto writes them: device spans also carry
+//!   `device` (the device index), `stream` (the lane's tid, always
+//!   positive), `correlation` and `External id` (the op), and kernels
+//!   `grid` as an array; a host launch or copy with an op holds a
+//!   `cuda_runtime` slice `cudaLaunchKernel` / `cudaMemcpyAsync` over the
+//!   same interval with the same `correlation` (marked `keel_extra`, which
+//!   Keel's reader skips; it also skips every non-string argument, which
+//!   only these fields are). [`step`](super::step) ranges are
+//!   `ProfilerStep#N` annotations. Block sizes are not known to Keel and
+//!   are not written.
 //! - Instants are `"ph":"i","s":"t"` events. Counters are `C` events on
 //!   the device's pid with `args:{"value":v}`, one per point; the `keel`
 //!   object lists the counters so that empty ones survive a round trip.
@@ -34,11 +48,9 @@
 //!   `"bp":"e"`, and the `ts`, pid and tid of each end: both bind to the
 //!   slice enclosing that time.
 //!
-//! [`read_json`] rebuilds the exact [`Trace`] from a file written here. A
-//! trace without the `keel` object (another tool's) is imported as far as
-//! possible: devices from `process_name` metadata that names a device
-//! (`cuda:0 ...`, `GPU 0`), other processes as host threads, unknown events
-//! skipped.
+//! [`read_json`] rebuilds the exact [`Trace`] from a file written here
+//! (files written before the Kineto fields too). A trace without the
+//! `keel` object (another tool's) is imported: see `import.rs`.
 //!
 //! # Layout
 //! - this file: the format (above), the category mapping every side
@@ -46,12 +58,15 @@
 //! - `write.rs`: the writer ([`write_json`]);
 //! - `read.rs`: the reader of Keel's own files (strict, an exact round
 //!   trip): tables from the `keel` object and `thread_name` metadata;
-//! - `import.rs`: the importer of other tools' files (lenient): devices
-//!   from process names, lanes as met;
-//! - `decode.rs`: what both readers share: field access with JSON paths in
-//!   errors, exact microseconds, arguments, and the walk over the events.
+//! - `stream.rs`: the byte scanner an import reads through (one event at a
+//!   time, from any reader);
+//! - `import.rs`: the importer of other tools' files (lenient, nothing lost
+//!   silently: the import report);
+//! - `decode.rs`: field access with JSON paths in errors, exact
+//!   microseconds, arguments, and the walk over the events of a Keel file;
+//!   [`short`] for quoting bad values.
 //!
-//! Choosing between JSON and the native format for a file is
+//! Choosing between JSON and the native format, and decompressing, is
 //! [`file`](super::file)'s job.
 
 mod decode;
