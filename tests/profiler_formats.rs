@@ -1001,3 +1001,85 @@ fn native_strings_are_bounded_by_the_input_size() {
     let t = read_native(&small).expect("64 references fit the budget");
     assert_eq!(t.devices[0].properties.len(), 64);
 }
+
+/// What PyTorch's tools read (HolisticTraceAnalysis): Kineto's fields on
+/// device work, a `cudaLaunchKernel` slice with the same correlation on the
+/// host, the rank in `distributedInfo`; Keel's reader still gets the exact
+/// trace back.
+#[test]
+fn export_carries_kinetos_fields_and_round_trips() {
+    use SpanKind::*;
+    let grid = &[("grid", "4x2x1"), ("stream", "user's own")];
+    let t = Trace {
+        version: TRACE_VERSION,
+        devices: vec![TraceDevice {
+            device: s("cuda:0"),
+            name: s("GPU"),
+            properties: pairs(&[("memory", "80 GiB")]),
+        }],
+        lanes: vec![
+            Lane {
+                kind: LaneKind::Host { thread: 1 },
+                name: s("main"),
+                group: String::new(),
+            },
+            Lane {
+                kind: LaneKind::Stream {
+                    device: 0,
+                    stream: 0,
+                },
+                name: s("stream 0"),
+                group: String::new(),
+            },
+        ],
+        spans: vec![
+            span(0, "saxpy", Kernel, 1_000, 500, 5, grid),
+            span(1, "saxpy", Kernel, 2_000, 700, 5, grid),
+        ],
+        flows: vec![Flow {
+            id: 1,
+            kind: FlowKind::Launch,
+            from: FlowEnd {
+                lane: 0,
+                ts_ns: 1_000,
+            },
+            to: FlowEnd {
+                lane: 1,
+                ts_ns: 2_000,
+            },
+        }],
+        ..Trace::default()
+    };
+    let text = to_json_string(&t).expect("export");
+    assert!(text.contains("\"rank\": 0"), "HTA's rank pattern");
+    let root: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(root["deviceProperties"][0]["name"], "GPU");
+    assert_eq!(root["deviceProperties"][0]["memory"], "80 GiB");
+    let events = root["traceEvents"].as_array().expect("events");
+    let kernel = events
+        .iter()
+        .find(|e| e["cat"] == "kernel")
+        .expect("device kernel");
+    assert_eq!(kernel["args"]["device"], 0);
+    assert_eq!(kernel["args"]["stream"], 2, "the lane's tid, positive");
+    assert_eq!(kernel["args"]["correlation"], 5);
+    assert_eq!(kernel["args"]["grid"], serde_json::json!([4, 2, 1]));
+    assert_eq!(kernel["args"]["keel_arg_stream"], "user's own");
+    let launch = events
+        .iter()
+        .find(|e| e["name"] == "cudaLaunchKernel")
+        .expect("runtime slice");
+    assert_eq!(launch["cat"], "cuda_runtime");
+    assert_eq!(launch["args"]["correlation"], 5);
+    assert_eq!(
+        (launch["ts"].to_string(), launch["dur"].to_string()),
+        (s("1.000"), s("0.500")),
+        "the host span's interval"
+    );
+    let host = events
+        .iter()
+        .find(|e| e["cat"] == "cpu_op")
+        .expect("host span");
+    assert_eq!(host["name"], "saxpy");
+    assert_eq!(read_json(&text), Ok(t));
+}
