@@ -100,7 +100,7 @@ impl Compression {
     }
 
     /// A reader of the decompressed bytes of `input`.
-    fn decoder<'r>(self, input: impl Read + 'r) -> Result<Box<dyn Read + 'r>> {
+    fn decoder<'r>(self, input: impl Read + Send + 'r) -> Result<Box<dyn Read + Send + 'r>> {
         Ok(match self {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
             Compression::Zstd => {
@@ -155,7 +155,7 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Trace> {
 
 /// Imports compressed JSON from the input `open` gives (twice for a Keel
 /// file: the import finds out, then the file is read exactly).
-fn import_compressed<R: Read>(
+fn import_compressed<R: Read + Send>(
     open: impl Fn() -> Result<R>,
     c: Compression,
 ) -> Result<(Trace, Option<i64>)> {

@@ -68,10 +68,86 @@ pub(crate) struct Imported {
 
 /// Imports another tool's JSON trace read from `input`; `compression`
 /// names how it was compressed, for the report (`None`: plain).
-pub(crate) fn import(input: impl std::io::Read, compression: Option<&str>) -> Result<Imported> {
-    let mut im = Importer::default();
-    let ending = stream::scan(input, &mut im)?;
-    Ok(im.finish(ending, compression))
+///
+/// The input is read (and decompressed) on a thread of its own, a few
+/// blocks ahead of the parse, so decompression and parsing overlap.
+pub(crate) fn import(
+    input: impl std::io::Read + Send,
+    compression: Option<&str>,
+) -> Result<Imported> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        scope.spawn(move || read_ahead(input, &tx));
+        let mut im = Importer::default();
+        let ending = stream::scan(
+            BlockReader {
+                blocks: rx,
+                block: Vec::new(),
+                pos: 0,
+            },
+            &mut im,
+        )?;
+        Ok(im.finish(ending, compression))
+    })
+}
+
+/// Bytes read ahead at a time.
+const READ_AHEAD: usize = 1 << 20;
+
+/// Reads `input` in blocks into `tx` until its end, an error, or the
+/// receiver going away (the parse stopped).
+fn read_ahead(
+    mut input: impl std::io::Read,
+    tx: &std::sync::mpsc::SyncSender<std::io::Result<Vec<u8>>>,
+) {
+    loop {
+        let mut block = vec![0; READ_AHEAD];
+        let mut n = 0;
+        while n < block.len() {
+            match input.read(&mut block[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        block.truncate(n);
+        if tx.send(Ok(block)).is_err() {
+            return;
+        }
+    }
+}
+
+/// The blocks [`read_ahead`] sends, as a reader.
+struct BlockReader {
+    blocks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    block: Vec<u8>,
+    pos: usize,
+}
+
+impl std::io::Read for BlockReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.block.len() {
+            match self.blocks.recv() {
+                Ok(block) => {
+                    self.block = block?;
+                    self.pos = 0;
+                }
+                // The reader is done.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.block.len() - self.pos);
+        buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
 }
 
 /// One event as the file has it; fields other tools add are ignored.

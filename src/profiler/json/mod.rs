@@ -183,7 +183,7 @@ pub fn read_json(input: &str) -> Result<Trace> {
 /// out to be a Keel file (with a `keel` object), which the caller reads
 /// exactly with [`read_json_bytes`]; also `distributedInfo.rank`.
 pub(crate) fn import_reader(
-    input: impl std::io::Read,
+    input: impl std::io::Read + Send,
     compression: Option<&str>,
 ) -> Result<(Option<Trace>, Option<i64>)> {
     let imported = import::import(input, compression)?;
