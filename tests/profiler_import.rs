@@ -560,3 +560,32 @@ fn error_messages_quote_a_short_prefix() {
         format!("{}... (1048576 bytes)", "x".repeat(64))
     );
 }
+
+/// An imported trace saved by Keel (JSON or native) loads back exactly,
+/// with its lane groups and import report.
+#[test]
+fn imported_traces_save_and_load_exactly() {
+    let dir = std::env::temp_dir().join(format!("keel-resave-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for fixture in ["kineto.json", "chrome_misc.json"] {
+        let t = load_trace(&data(fixture)).expect("import");
+        for name in ["again.json", "again.keeltrace"] {
+            let path = dir.join(name);
+            keel::profiler::save_trace(&t, &path).expect("save");
+            let back = load_trace(&path).expect("load");
+            assert_eq!(back, t, "{fixture} through {name}");
+        }
+    }
+    // Keel's own recordings keep their exact bytes: no origin section.
+    let own = keel::profiler::native::to_native_bytes(&Trace {
+        version: keel::profiler::TRACE_VERSION,
+        ..Trace::default()
+    })
+    .expect("native");
+    assert_eq!(
+        own[own.len() - 3..],
+        [9, 1, 0],
+        "ends with the calibrations"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -100,8 +100,11 @@ fn read_ahead(
     mut input: impl std::io::Read,
     tx: &std::sync::mpsc::SyncSender<std::io::Result<Vec<u8>>>,
 ) {
+    // Small first blocks, so small inputs cost little.
+    let mut size = 64 << 10;
     loop {
-        let mut block = vec![0; READ_AHEAD];
+        let mut block = vec![0; size];
+        size = (size * 2).min(READ_AHEAD);
         let mut n = 0;
         while n < block.len() {
             match input.read(&mut block[n..]) {

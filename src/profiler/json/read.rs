@@ -12,7 +12,7 @@ use super::decode::{Obj, Tables, describe, err, event_path, walk};
 use super::lane_pid;
 use crate::error::Result;
 use crate::profiler::trace::{
-    Calibration, Counter, Lane, LaneKind, TRACE_VERSION, Trace, TraceDevice,
+    Calibration, Counter, ImportReport, Lane, LaneKind, TRACE_VERSION, Trace, TraceDevice,
 };
 
 /// Reads a Keel file: `events` are its `traceEvents`, `keel` its `keel`
@@ -105,6 +105,30 @@ impl KeelTables {
             });
         }
 
+        if k.get("import").is_some() {
+            let i = Obj::new(k.req("import")?, "keel.import")?;
+            let mut skipped = Vec::new();
+            for (j, p) in i.array("skipped")?.iter().enumerate() {
+                match p.as_array().map(Vec::as_slice) {
+                    Some([Value::String(reason), n]) if n.as_u64().is_some() => {
+                        skipped.push((reason.clone(), n.as_u64().unwrap_or(0)));
+                    }
+                    _ => {
+                        return Err(err(format!(
+                            "keel.import.skipped[{j}]: expected a [reason, count] pair, found {}",
+                            describe(p)
+                        )));
+                    }
+                }
+            }
+            trace.import = Some(ImportReport {
+                format: i.str("format")?.to_owned(),
+                events: i.u64("events")?,
+                imported: i.u64("imported")?,
+                skipped,
+            });
+        }
+
         // Lanes: every thread_name event with "keel_lane" args.
         let mut slots: Vec<Option<Lane>> = Vec::new();
         let mut lanes = HashMap::new();
@@ -137,10 +161,14 @@ impl KeelTables {
                     )));
                 }
             };
+            let group = match args.get("keel_group") {
+                None => String::new(),
+                Some(_) => args.str("keel_group")?.to_owned(),
+            };
             let lane = Lane {
                 kind,
                 name: args.str("name")?.to_owned(),
-                group: String::new(),
+                group,
             };
             let want_pid = lane_pid(&lane);
             if pid != want_pid {

@@ -234,6 +234,10 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
                 w.u64(thread);
             }
         }
+        if !lane.group.is_empty() {
+            w.raw(",\"keel_group\":");
+            w.str(&lane.group);
+        }
         w.raw("}}");
         w.event(&mut first, "M", pid, Some(tid))?;
         w.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
@@ -449,7 +453,28 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.u64(c.error_bound_ns);
         w.raw("}");
     }
-    w.raw("]}}\n");
+    w.raw("]");
+    if let Some(r) = &trace.import {
+        w.raw(",\"import\":{\"format\":");
+        w.str(&r.format);
+        w.raw(",\"events\":");
+        w.u64(r.events);
+        w.raw(",\"imported\":");
+        w.u64(r.imported);
+        w.raw(",\"skipped\":[");
+        for (i, (reason, n)) in r.skipped.iter().enumerate() {
+            if i > 0 {
+                w.raw(",");
+            }
+            w.raw("[");
+            w.str(reason);
+            w.raw(",");
+            w.u64(*n);
+            w.raw("]");
+        }
+        w.raw("]}");
+    }
+    w.raw("}}\n");
     w.flush()?;
     w.out
         .flush()
