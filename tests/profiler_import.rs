@@ -225,6 +225,15 @@ fn compressed_traces_are_recognised_by_their_bytes() {
         &load_trace(&path).expect("zstd file"),
         "Chrome trace (PyTorch/Kineto), zstd",
     );
+    // A compressed native trace too.
+    let sample =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample.keeltrace"))
+            .expect("golden native");
+    let zipped = zstd::encode_all(&sample[..], 3).expect("zstd");
+    assert_eq!(
+        from_bytes(&zipped).expect("compressed native"),
+        from_bytes(&sample).expect("native")
+    );
     // A damaged stream is a clear error.
     let mut bad = read("kineto.json.gz");
     let n = bad.len();
@@ -588,4 +597,29 @@ fn imported_traces_save_and_load_exactly() {
         "ends with the calibrations"
     );
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Many unmatched begins followed by ends of other names stay linear (an
+/// end looks only near the top of the open events).
+#[test]
+fn unmatched_begins_do_not_make_the_import_quadratic() {
+    let n = 100_000;
+    let mut text = String::from("[");
+    for i in 0..n {
+        text.push_str(&format!(
+            "{{\"ph\":\"B\",\"name\":\"b{i}\",\"pid\":1,\"tid\":1,\"ts\":{i}}},"
+        ));
+    }
+    for i in 0..n {
+        text.push_str(&format!(
+            "{{\"ph\":\"E\",\"name\":\"other\",\"pid\":1,\"tid\":1,\"ts\":{}}},",
+            n + i
+        ));
+    }
+    text.push(']');
+    let start = std::time::Instant::now();
+    let t = from_bytes(text.as_bytes()).expect("import");
+    consistent(&t);
+    assert_eq!(t.spans.len(), n);
+    assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
 }

@@ -20,7 +20,7 @@
 //! This is the one place that decides; viewers (the app) call it rather
 //! than looking at names or bytes themselves.
 
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::native::{self, EXTENSION, MAGIC};
@@ -159,7 +159,17 @@ fn import_compressed<R: Read + Send>(
     open: impl Fn() -> Result<R>,
     c: Compression,
 ) -> Result<(Trace, Option<i64>)> {
-    let (trace, rank) = json::import_reader(c.decoder(open()?)?, Some(c.name()))?;
+    let mut decoded = BufReader::with_capacity(1 << 16, c.decoder(open()?)?);
+    let head = decoded.fill_buf().map_err(|e| {
+        Error::TraceFormat(format!(
+            "expected a valid {} stream, found a damaged one: {e}",
+            c.name()
+        ))
+    })?;
+    if head.starts_with(MAGIC) {
+        return Ok((native::read_native(&read_all(decoded, c)?)?, None));
+    }
+    let (trace, rank) = json::import_reader(decoded, Some(c.name()))?;
     match trace {
         Some(trace) => Ok((trace, rank)),
         None => {

@@ -868,10 +868,7 @@ impl Importer {
         let stack = self.open_b.entry(lane).or_default();
         // The innermost open B (of the same name, when the E has one).
         let at = match ev.name.as_deref() {
-            Some(name) if !name.is_empty() => stack
-                .iter()
-                .rposition(|b| b.name == name)
-                .or(stack.len().checked_sub(1)),
+            Some(name) if !name.is_empty() => innermost(stack, |b| b.name == name),
             _ => stack.len().checked_sub(1),
         };
         let Some(at) = at else {
@@ -1156,10 +1153,7 @@ impl Importer {
             return;
         }
         let stack = self.open_async.entry(key).or_default();
-        let at = stack
-            .iter()
-            .rposition(|o| o.name == name)
-            .or(stack.len().checked_sub(1));
+        let at = innermost(stack, |o| o.name == name);
         let Some((at, dur)) = at.and_then(|at| {
             let dur = ts.checked_sub(stack.get(at)?.ts).filter(|d| *d >= 0)?;
             Some((at, dur))
@@ -1492,6 +1486,22 @@ impl Importer {
                 .collect(),
         )
     }
+}
+
+/// How deep into a stack of open events an end looks for its begin's name:
+/// bounded, so that a file of unmatched begins cannot make the import
+/// quadratic.
+const MATCH_DEPTH: usize = 64;
+
+/// The index of the innermost open event that `matches` (within
+/// [`MATCH_DEPTH`] of the top), else the top's.
+fn innermost<T>(stack: &[T], matches: impl Fn(&T) -> bool) -> Option<usize> {
+    let from = stack.len().saturating_sub(MATCH_DEPTH);
+    stack[from..]
+        .iter()
+        .rposition(matches)
+        .map(|i| from + i)
+        .or(stack.len().checked_sub(1))
 }
 
 /// The GPU index in Kineto's `process_labels` (`GPU 0`, `GPU 1,...`).
