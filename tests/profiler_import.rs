@@ -544,6 +544,12 @@ fn an_unterminated_string_costs_its_event_not_unbounded_memory() {
         skipped(&t),
         [("the last event, cut by the end of the file", 1)]
     );
+    // A byte order mark is fine.
+    let t = from_bytes(
+        b"\xef\xbb\xbf[{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1,\"name\":\"a\"}]",
+    )
+    .expect("BOM");
+    assert_eq!(t.spans.len(), 1);
     // An event larger than the limit is skipped without being kept.
     let mut big = b"[{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1,\"name\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'x', 17 << 20));

@@ -76,6 +76,10 @@ pub(super) fn scan(input: impl Read, sink: &mut impl Sink) -> Result<Ending> {
         kept: Vec::new(),
         overflow: false,
     };
+    // A UTF-8 byte order mark, as some editors write.
+    if s.peek()? == Some(0xef) && s.buf[s.pos..s.end].starts_with(&[0xef, 0xbb, 0xbf]) {
+        s.pos += 3;
+    }
     s.skip_ws()?;
     match s.peek()? {
         Some(b'[') => {
