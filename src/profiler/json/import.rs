@@ -594,8 +594,6 @@ struct Importer {
     rank: Option<i64>,
     kineto: bool,
     keel: bool,
-    /// The last event was cut by the end of the input.
-    truncated: bool,
 }
 
 impl Sink for Importer {
@@ -624,7 +622,6 @@ impl Sink for Importer {
 
     fn truncated_event(&mut self) {
         self.events += 1;
-        self.truncated = true;
         self.skip("the last event, cut by the end of the file".to_owned());
     }
 
