@@ -32,6 +32,14 @@
 //! | 8   | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
 //! | 9   | calibrations | count, then per calibration: device varint, method str, error bound varint |
 //!
+//! One optional section may follow, only in traces that have what it holds
+//! (imported ones); files without it are the same bytes as before it
+//! existed, and readers without it stop at the calibrations:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
+//!
 //! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
 //! The reader checks every bound: a truncated file, a wrong magic, a newer
 //! version, a string index out of range, an unknown tag and a count larger
@@ -69,7 +77,8 @@ mod tag {
     pub const FLOWS: u8 = 7;
     pub const COUNTERS: u8 = 8;
     pub const CALIBRATIONS: u8 = 9;
-    pub const NAMES: [&str; 10] = [
+    pub const ORIGIN: u8 = 10;
+    pub const NAMES: [&str; 11] = [
         "",
         "header",
         "strings",
@@ -80,6 +89,7 @@ mod tag {
         "flows",
         "counters",
         "calibrations",
+        "origin",
     ];
 }
 
@@ -219,6 +229,18 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     for c in &trace.calibrations {
         strings.add(&c.method);
     }
+    let origin = trace.import.is_some() || trace.lanes.iter().any(|l| !l.group.is_empty());
+    if origin {
+        for l in &trace.lanes {
+            strings.add(&l.group);
+        }
+        if let Some(r) = &trace.import {
+            strings.add(&r.format);
+            for (reason, _) in &r.skipped {
+                strings.add(reason);
+            }
+        }
+    }
 
     let mut header = Vec::with_capacity(12);
     header.extend_from_slice(MAGIC);
@@ -321,6 +343,28 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.varint(c.error_bound_ns);
     }
     b.section(tag::CALIBRATIONS, out)?;
+
+    if origin {
+        b.len(trace.lanes.len());
+        for l in &trace.lanes {
+            b.str(&l.group);
+        }
+        match &trace.import {
+            None => b.buf.push(0),
+            Some(r) => {
+                b.buf.push(1);
+                b.str(&r.format);
+                b.varint(r.events);
+                b.varint(r.imported);
+                b.len(r.skipped.len());
+                for (reason, n) in &r.skipped {
+                    b.str(reason);
+                    b.varint(*n);
+                }
+            }
+        }
+        b.section(tag::ORIGIN, out)?;
+    }
     out.flush()
         .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
 }
@@ -341,6 +385,24 @@ struct Reader<'a> {
     /// What is being read, for errors.
     what: &'static str,
     strings: Vec<String>,
+    /// Bytes the strings copied so far take (see [`string_budget`]).
+    decoded: u64,
+    budget: u64,
+}
+
+/// The most bytes of strings a file of `len` bytes may decode to.
+///
+/// The model holds a `String` per reference (span names, argument names
+/// and values), while the file stores each distinct string once and a
+/// reference in one or two bytes; so a small file could otherwise ask for
+/// gigabytes (one 64 KiB string referenced by every device property). Each
+/// copy is charged its length plus 24 bytes (what a `String` and its
+/// allocation cost besides the text); a file may decode to 128 times its
+/// size plus 16 MiB, far above what traces need (a span's long C++ kernel
+/// name costs about 10 times the span's bytes), and memory stays bounded
+/// by the input's size, for files and live fragments alike.
+pub fn string_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(128).saturating_add(16 << 20)
 }
 
 impl Reader<'_> {
@@ -433,7 +495,21 @@ impl Reader<'_> {
             .get(i as usize)
             .filter(|_| i <= usize::MAX as u64)
         {
-            Some(s) => Ok(s.clone()),
+            Some(s) => {
+                self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
+                if self.decoded > self.budget {
+                    return Err(self.fail(
+                        at,
+                        format!(
+                            "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
+                            self.budget,
+                            self.bytes.len(),
+                            s.len()
+                        ),
+                    ));
+                }
+                Ok(s.clone())
+            }
             None => Err(self.fail(
                 at,
                 format!(
@@ -530,6 +606,8 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         end: bytes.len(),
         what: "header",
         strings: Vec::new(),
+        decoded: 0,
+        budget: string_budget(bytes.len()),
     };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         let shown = &bytes[..bytes.len().min(MAGIC.len())];
@@ -756,6 +834,49 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         });
     }
     r.done()?;
+
+    if r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN {
+        r.section(tag::ORIGIN)?;
+        let at = r.pos;
+        let n = r.count("lane groups", 1)?;
+        if n != lanes {
+            return Err(r.fail(
+                at,
+                format!("expected a group for each of the {lanes} lanes, found {n}"),
+            ));
+        }
+        for lane in &mut trace.lanes {
+            lane.group = r.str("a lane group")?;
+        }
+        let at = r.pos;
+        match r.u8("an import report flag")? {
+            0 => {}
+            1 => {
+                let format = r.str("an import format")?;
+                let events = r.varint("an event count")?;
+                let imported = r.varint("an imported count")?;
+                let n = r.count("skip reasons", 2)?;
+                let mut skipped = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let reason = r.str("a skip reason")?;
+                    skipped.push((reason, r.varint("a skip count")?));
+                }
+                trace.import = Some(crate::profiler::trace::ImportReport {
+                    format,
+                    events,
+                    imported,
+                    skipped,
+                });
+            }
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected an import report flag (0 or 1), found {other}"),
+                ));
+            }
+        }
+        r.done()?;
+    }
 
     if r.pos != bytes.len() {
         r.what = "end of file";
