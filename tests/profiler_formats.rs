@@ -9,7 +9,7 @@ use keel::profiler::json::{read_json, read_json_bytes, to_json_string};
 use keel::profiler::native::{MAGIC, read_native, to_native_bytes};
 use keel::profiler::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Trace, TraceDevice, load_trace, save_trace,
+    TRACE_VERSION, Text, Trace, TraceDevice, load_trace, save_trace,
 };
 use proptest::prelude::*;
 
@@ -19,6 +19,10 @@ fn s(v: &str) -> String {
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(k, v)| (s(k), s(v))).collect()
+}
+
+fn text_pairs(list: &[(&str, &str)]) -> Vec<(Text, Text)> {
+    list.iter().map(|&(k, v)| (k.into(), v.into())).collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -33,12 +37,12 @@ fn span(
 ) -> Span {
     Span {
         lane,
-        name: s(name),
+        name: name.into(),
         kind,
         start_ns,
         dur_ns,
         op,
-        args: pairs(args),
+        args: text_pairs(args),
     }
 }
 
@@ -750,7 +754,11 @@ fn foreign_traces_import_what_they_can() {
     assert_eq!(t.spans[1].kind, SpanKind::Kernel);
     assert_eq!(t.spans[2].start_ns, 15_000);
     assert_eq!(t.spans[2].dur_ns, 2_000);
-    assert!(t.spans[0].args.contains(&(s("Input Dims"), s("[[2],[2]]"))));
+    assert!(
+        t.spans[0]
+            .args
+            .contains(&("Input Dims".into(), "[[2],[2]]".into()))
+    );
     let device_lane = &t.lanes[t.spans[2].lane as usize];
     assert_eq!(
         device_lane.kind,

@@ -39,8 +39,10 @@ fn span<'t>(t: &'t Trace, name: &str) -> &'t keel::profiler::Span {
         .unwrap_or_else(|| panic!("no span named {name:?}"))
 }
 
-fn arg<'a>(args: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    args.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+fn arg<'a, K: AsRef<str>, V: AsRef<str>>(args: &'a [(K, V)], key: &str) -> Option<&'a str> {
+    args.iter()
+        .find(|(k, _)| k.as_ref() == key)
+        .map(|(_, v)| v.as_ref())
 }
 
 /// What every import must keep: the report adds up, and everything refers

@@ -54,7 +54,7 @@ use std::io::Write;
 
 use super::trace::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    Trace, TraceDevice,
+    Text, Trace, TraceDevice,
 };
 use crate::error::{Error, Result};
 
@@ -162,11 +162,11 @@ impl Body<'_, '_> {
         self.varint(i.into());
     }
 
-    fn pairs(&mut self, pairs: &[(String, String)]) {
+    fn pairs<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: &[(K, V)]) {
         self.len(pairs.len());
         for (k, v) in pairs {
-            self.str(k);
-            self.str(v);
+            self.str(k.as_ref());
+            self.str(v.as_ref());
         }
     }
 
@@ -384,7 +384,7 @@ struct Reader<'a> {
     end: usize,
     /// What is being read, for errors.
     what: &'static str,
-    strings: Vec<String>,
+    strings: Vec<Text>,
     /// Bytes the strings copied so far take (see [`string_budget`]).
     decoded: u64,
     budget: u64,
@@ -508,7 +508,7 @@ impl Reader<'_> {
                         ),
                     ));
                 }
-                Ok(s.clone())
+                Ok(s.to_string())
             }
             None => Err(self.fail(
                 at,
@@ -518,6 +518,36 @@ impl Reader<'_> {
                 ),
             )),
         }
+    }
+
+    /// A string shared with the file's string table: span names and
+    /// arguments, which repeat across spans. Nothing is copied, so nothing
+    /// is charged to the budget (a reference costs the pointer).
+    fn text(&mut self, need: &str) -> Result<Text> {
+        let at = self.pos;
+        let i = self.varint(need)?;
+        match usize::try_from(i).ok().and_then(|i| self.strings.get(i)) {
+            Some(s) => Ok(Text::clone(s)),
+            None => Err(self.fail(
+                at,
+                format!(
+                    "expected {need} (a string index below {}), found index {i}",
+                    self.strings.len()
+                ),
+            )),
+        }
+    }
+
+    /// (name, value) pairs of shared strings.
+    fn text_pairs(&mut self, of: &str) -> Result<Vec<(Text, Text)>> {
+        let n = self.count(of, 2)?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.text("a name")?;
+            let v = self.text("a value")?;
+            pairs.push((k, v));
+        }
+        Ok(pairs)
     }
 
     fn pairs(&mut self, of: &str) -> Result<Vec<(String, String)>> {
@@ -667,7 +697,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
                 "expected UTF-8 in a string, found invalid UTF-8",
             )
         })?;
-        strings.push(s.to_owned());
+        strings.push(Text::from(s));
         r.pos += len as usize;
     }
     r.strings = strings;
@@ -725,7 +755,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     let (mut start, mut op) = (0u64, 0u64);
     for _ in 0..n {
         let lane = r.lane(lanes)?;
-        let name = r.str("a span name")?;
+        let name = r.text("a span name")?;
         let at = r.pos;
         let kind = r.u8("a span kind")?;
         let kind = *SpanKind::ALL.get(usize::from(kind)).ok_or_else(|| {
@@ -740,7 +770,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         start = start.wrapping_add(r.svarint("a span start")? as u64);
         let dur_ns = r.varint("a span duration")?;
         op = op.wrapping_add(r.svarint("a span op")? as u64);
-        let args = r.pairs("span args")?;
+        let args = r.text_pairs("span args")?;
         trace.spans.push(Span {
             lane,
             name,

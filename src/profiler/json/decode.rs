@@ -388,12 +388,15 @@ impl<T: Tables> Walk<T> {
         };
         self.trace.spans.push(Span {
             lane,
-            name,
+            name: name.into(),
             kind,
             start_ns,
             dur_ns,
             op,
-            args: user_args(args),
+            args: user_args(args)
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
         });
         Ok(())
     }

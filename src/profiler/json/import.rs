@@ -51,8 +51,8 @@ use super::decode::short;
 use super::stream::{self, Ending, Sink};
 use crate::error::Result;
 use crate::profiler::trace::{
-    Counter, Flow, FlowEnd, FlowKind, ImportReport, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Trace, TraceDevice,
+    Counter, Flow, FlowEnd, FlowKind, ImportReport, InstantEvent, Interner, Lane, LaneKind, Span,
+    SpanKind, TRACE_VERSION, Text, Trace, TraceDevice,
 };
 
 /// What one import produced.
@@ -225,7 +225,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lite<'a> {
     }
 }
 
-impl Lite<'_> {
+impl<'a> Lite<'a> {
     fn as_i64(&self) -> Option<i64> {
         match self {
             Lite::Num(n) => n.parse().ok(),
@@ -245,12 +245,18 @@ impl Lite<'_> {
     /// The value as an argument's text: strings as they are, anything else
     /// as compact JSON.
     fn into_text(self) -> String {
+        self.text().into_owned()
+    }
+
+    /// [`into_text`](Self::into_text), borrowed where it can be.
+    fn text(self) -> Cow<'a, str> {
         match self {
-            Lite::Str(s) => s.into_owned(),
-            Lite::Num(n) => n.to_owned(),
-            Lite::Bool(b) => b.to_string(),
-            Lite::Null => "null".to_owned(),
-            Lite::Other(text) => compact(text),
+            Lite::Str(s) => s,
+            Lite::Num(n) => Cow::Borrowed(n),
+            Lite::Bool(true) => Cow::Borrowed("true"),
+            Lite::Bool(false) => Cow::Borrowed("false"),
+            Lite::Null => Cow::Borrowed("null"),
+            Lite::Other(text) => Cow::Owned(compact(text)),
         }
     }
 }
@@ -569,6 +575,11 @@ const MAX_REASONS: usize = 64;
 #[derive(Default)]
 struct Importer {
     trace: Trace,
+    /// Span names and argument names, shared across spans.
+    names: Interner,
+    /// Argument values, shared where they repeat (the table fills with
+    /// the first distinct values: ids that never repeat stop it growing).
+    values: ValueInterner,
     events: u64,
     skipped: HashMap<String, u64>,
     /// Span start, instant and flow times are kept as wrapped `i64` ns
@@ -656,6 +667,16 @@ impl Sink for Importer {
     }
 }
 
+/// An [`Interner`] for argument values, remembering fewer of them.
+#[derive(Debug)]
+struct ValueInterner(Interner);
+
+impl Default for ValueInterner {
+    fn default() -> Self {
+        ValueInterner(Interner::new(1 << 16))
+    }
+}
+
 /// The user arguments of an event, values other than strings as JSON.
 fn args_of(args: Option<Args<'_>>) -> Vec<(String, String)> {
     let Some(args) = args else {
@@ -668,6 +689,19 @@ fn args_of(args: Option<Args<'_>>) -> Vec<(String, String)> {
 }
 
 impl Importer {
+    /// A span's arguments (user arguments, values other than strings as
+    /// JSON), their texts shared with earlier spans'.
+    fn span_args(&mut self, args: Option<Args<'_>>, extra: usize) -> Vec<(Text, Text)> {
+        let Some(args) = args else {
+            return Vec::with_capacity(extra);
+        };
+        let mut out = Vec::with_capacity(args.0.len() + extra);
+        for (k, v) in args.0 {
+            out.push((self.names.intern(&k), self.values.0.intern(&v.text())));
+        }
+        out
+    }
+
     fn skip(&mut self, reason: String) {
         if self.skipped.len() >= MAX_REASONS && !self.skipped.contains_key(&reason) {
             *self.skipped.entry("other reasons".to_owned()).or_default() += 1;
@@ -811,9 +845,10 @@ impl Importer {
             return;
         }
         let kind = span_kind(cat, name);
-        let mut args = args_of(ev.args);
-        if !is_known_category(cat) {
-            args.push(("cat".to_owned(), cat.to_owned()));
+        let known = is_known_category(cat);
+        let mut args = self.span_args(ev.args, usize::from(!known));
+        if !known {
+            args.push((self.names.intern("cat"), self.values.0.intern(cat)));
         }
         let span = self.trace.spans.len();
         // Flows v2: the slice itself is an end.
@@ -834,7 +869,7 @@ impl Importer {
         }
         self.trace.spans.push(Span {
             lane,
-            name: name.to_owned(),
+            name: self.names.intern(name),
             kind,
             start_ns: ts as u64,
             dur_ns: dur as u64,
@@ -888,8 +923,9 @@ impl Importer {
         };
         span.dur_ns = dur as u64;
         for (k, v) in args_of(ev.args) {
-            if !span.args.iter().any(|(j, _)| *j == k) {
-                span.args.push((k, v));
+            if !span.args.iter().any(|(j, _)| **j == *k) {
+                span.args
+                    .push((self.names.intern(&k), self.values.0.intern(&v)));
             }
         }
         self.see_ts(ts);
@@ -1168,10 +1204,14 @@ impl Importer {
         if !is_known_category(&open.cat) {
             args.push(("cat".to_owned(), open.cat.clone()));
         }
+        let args = args
+            .iter()
+            .map(|(k, v)| (self.names.intern(k), self.values.0.intern(v)))
+            .collect();
         self.see_ts(ts);
         self.trace.spans.push(Span {
             lane: open.lane,
-            name: open.name,
+            name: self.names.intern(&open.name),
             kind: span_kind(&open.cat, ""),
             start_ns: open.ts as u64,
             dur_ns: dur as u64,
