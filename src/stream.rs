@@ -67,7 +67,10 @@ impl Stream {
             &stream,
             SpanKind::Kernel,
             || Cow::Borrowed(kernel.name),
-            Detail::Grid(grid),
+            Detail::Launch {
+                grid,
+                block: kernel.workgroup_size,
+            },
             || rt.launch(&stream, kernel, grid, &handles, params),
         )
     }

@@ -156,7 +156,15 @@ fn sample() -> Trace {
             span(1, "sync on device", Sync, 40_000, 7, 0, &[]),
             // Device 0, stream 34.
             span(2, "wait event", Wait, 30_000, 10, 4, &[]),
-            span(2, "mul_kernel", Kernel, 30_100, 7_001, 7, &[]),
+            span(
+                2,
+                "mul_kernel",
+                Kernel,
+                30_100,
+                7_001,
+                7,
+                &[("grid", "2x1x1"), ("block", "64x1x1")],
+            ),
             // Device 1: a long kernel far from the epoch, one inside it.
             span(3, "relu", Kernel, 123_456_789_012, 1_234_567, u64::MAX, &[]),
             span(
@@ -470,12 +478,19 @@ fn committed_golden_files_still_load() {
     let json = std::fs::read(data_dir().join("sample.trace.json")).expect("golden JSON");
     assert_eq!(read_json_bytes(&json).expect("golden JSON loads"), sample());
     // Written before Kineto's fields (device, stream, correlation, grid,
-    // the cudaLaunchKernel slices) were added for PyTorch's tools.
+    // the cudaLaunchKernel slices) were added for PyTorch's tools, and
+    // before the sample's device kernel had a grid and a block.
     let old = std::fs::read(data_dir().join("sample.before-kineto-fields.trace.json"))
         .expect("older golden JSON");
+    let mut expected = sample();
+    for span in &mut expected.spans {
+        if &*span.name == "mul_kernel" {
+            span.args.clear();
+        }
+    }
     assert_eq!(
         read_json_bytes(&old).expect("older golden JSON loads"),
-        sample()
+        expected
     );
     let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
     assert_eq!(read_native(&native).expect("golden native loads"), sample());
@@ -1010,6 +1025,38 @@ fn native_strings_are_bounded_by_the_input_size() {
     assert_eq!(t.devices[0].properties.len(), 64);
 }
 
+/// A Kineto trace imported and exported again: its kernels' `grid` and
+/// `block` (imported as the strings `[1,2,3]`) are arrays again.
+#[test]
+fn an_imported_kineto_trace_exports_grid_and_block_as_arrays() {
+    let t = load_trace(&data_dir().join("import/kineto.json")).expect("fixture");
+    let text = to_json_string(&t).expect("export");
+    let root: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let events = root["traceEvents"].as_array().expect("events");
+    let dims: Vec<(&str, &serde_json::Value, &serde_json::Value)> = events
+        .iter()
+        .filter(|e| e["cat"] == "kernel")
+        .map(|e| {
+            (
+                e["name"].as_str().expect("a name"),
+                &e["args"]["grid"],
+                &e["args"]["block"],
+            )
+        })
+        .collect();
+    let conv = "void conv_kernel<float>(float const*, float*)";
+    let (one, two, three, four) = (
+        serde_json::json!([1, 2, 3]),
+        serde_json::json!([128, 1, 1]),
+        serde_json::json!([4, 1, 1]),
+        serde_json::json!([256, 1, 1]),
+    );
+    assert_eq!(
+        dims,
+        [(conv, &one, &two), ("elementwise_kernel", &three, &four)]
+    );
+}
+
 /// What PyTorch's tools read (HolisticTraceAnalysis): Kineto's fields on
 /// device work, a `cudaLaunchKernel` slice with the same correlation on the
 /// host, the rank in `distributedInfo`; Keel's reader still gets the exact
@@ -1017,7 +1064,11 @@ fn native_strings_are_bounded_by_the_input_size() {
 #[test]
 fn export_carries_kinetos_fields_and_round_trips() {
     use SpanKind::*;
-    let grid = &[("grid", "4x2x1"), ("stream", "user's own")];
+    let grid = &[
+        ("grid", "4x2x1"),
+        ("block", "256x1x1"),
+        ("stream", "user's own"),
+    ];
     let t = Trace {
         version: TRACE_VERSION,
         devices: vec![TraceDevice {
@@ -1072,6 +1123,9 @@ fn export_carries_kinetos_fields_and_round_trips() {
     assert_eq!(kernel["args"]["stream"], 2, "the lane's tid, positive");
     assert_eq!(kernel["args"]["correlation"], 5);
     assert_eq!(kernel["args"]["grid"], serde_json::json!([4, 2, 1]));
+    assert_eq!(kernel["args"]["block"], serde_json::json!([256, 1, 1]));
+    // The user's arguments survive too, as Keel's own strings.
+    assert_eq!(kernel["args"]["keel_arg_block"], "256x1x1");
     assert_eq!(kernel["args"]["keel_arg_stream"], "user's own");
     let launch = events
         .iter()

@@ -10,19 +10,21 @@ use clap::Parser;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Parser)]
 #[command(name = "keel-profiler", version, about, long_about = None)]
 pub struct Options {
-    /// Show a trace file (Chrome/PyTorch JSON, optionally gzip or zstd
-    /// compressed, or .keeltrace).
-    #[arg(long, value_name = "FILE")]
-    pub open: Option<PathBuf>,
+    /// Show trace files (Chrome/PyTorch JSON, optionally gzip or zstd
+    /// compressed, or .keeltrace). Several files (one per rank of a
+    /// distributed job) open as one trace: one group of lanes per file,
+    /// each aligned on its own start.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub open: Vec<PathBuf>,
     /// Connect to a live profiler server (host:port).
     #[arg(long, value_name = "ADDR", value_parser = non_empty)]
     pub connect: Option<String>,
     /// Device for the built-in workloads (cpu:0, vulkan:0, ...).
     #[arg(long, value_name = "DEV", value_parser = device_string)]
     pub device: Option<String>,
-    /// No window. With --open: print the import report, the trace summary
-    /// and the analysis tables of the file (no devices probed, no workloads
-    /// run). Without: print devices, run the demo workloads, print
+    /// No window. With --open: print the import report, the trace summary,
+    /// the lane groups and the analysis tables of the files (no devices
+    /// probed, no workloads run). Without: print devices, run the demo workloads, print
     /// per-kernel statistics, write a trace file.
     #[arg(long)]
     pub headless: bool,
@@ -66,13 +68,22 @@ mod tests {
     #[test]
     fn parses_and_rejects() {
         let o = p(&["--open", "t.json", "--device", "cpu:0", "--headless"]).expect("valid");
-        assert_eq!(o.open, Some(PathBuf::from("t.json")));
+        assert_eq!(o.open, [PathBuf::from("t.json")]);
         assert_eq!(o.device.as_deref(), Some("cpu:0"));
         assert!(o.headless);
         assert_eq!(o.connect, None);
         let o = p(&["--open=t.json.gz", "--connect", "127.0.0.1:7878"]).expect("valid");
-        assert_eq!(o.open, Some(PathBuf::from("t.json.gz")));
+        assert_eq!(o.open, [PathBuf::from("t.json.gz")]);
         assert_eq!(o.connect.as_deref(), Some("127.0.0.1:7878"));
+        // Several files: after one --open, or one --open each.
+        let o = p(&["--open", "r0.json", "r1.json.gz", "--headless"]).expect("valid");
+        assert_eq!(
+            o.open,
+            [PathBuf::from("r0.json"), PathBuf::from("r1.json.gz")]
+        );
+        assert!(o.headless);
+        let o = p(&["--open", "r0.json", "--open", "r1.json"]).expect("valid");
+        assert_eq!(o.open, [PathBuf::from("r0.json"), PathBuf::from("r1.json")]);
         assert_eq!(p(&[]).expect("no arguments"), Options::default());
 
         let e = p(&["--open"]).expect_err("missing value");

@@ -1,6 +1,7 @@
-//! `--headless`: the profiler without a window. With `--open FILE` it
-//! prints the file's import report, summary and analysis (HTA-style
-//! tables) without probing devices; otherwise it prints the device table,
+//! `--headless`: the profiler without a window. With `--open FILE...` it
+//! prints the files' import report, summary and analysis (HTA-style
+//! tables; several files are one trace, one group of lanes per file)
+//! without probing devices; otherwise it prints the device table,
 //! runs the demo workloads, prints per-kernel statistics and writes the
 //! trace to a file.
 
@@ -68,15 +69,32 @@ pub fn kernel_table(stats: &Stats) -> String {
     out
 }
 
-/// What `--headless --open FILE` prints: the import report, the one-line
-/// summary scripts read (`Trace: N lanes, M spans, K flows`), the analysis
-/// tables and the per-kernel statistics. Probes no device, runs nothing.
+/// What `--headless --open FILE...` prints: the import report (added up
+/// over the files), the one-line summary scripts read (`Trace: N lanes, M
+/// spans, K flows`), the lane groups, the analysis tables and the
+/// per-kernel statistics. Probes no device, runs nothing.
 pub fn report(view: &TraceView) -> String {
     let mut out = crate::analysis::import_text(view.trace.import.as_ref());
     out.push_str(&summary_line(view));
+    out.push_str(&groups_text(view));
     out.push_str(&crate::analysis::Analysis::new(view).text());
     out.push_str("Per-kernel statistics:\n");
     out.push_str(&kernel_table(&Stats::new(view)));
+    out
+}
+
+/// The lane groups in display order, with their lane counts (several
+/// files opened together have one group per file and device or process).
+fn groups_text(view: &TraceView) -> String {
+    let mut out = format!("Lane groups: {}\n", view.groups.len());
+    for g in &view.groups {
+        let n = g.lanes.len();
+        out.push_str(&format!(
+            "  {} ({n} lane{})\n",
+            g.label,
+            if n == 1 { "" } else { "s" }
+        ));
+    }
     out
 }
 
@@ -89,15 +107,17 @@ fn summary_line(view: &TraceView) -> String {
     )
 }
 
-/// Runs headless. With `--open FILE`: prints [`report`] of the file and
-/// returns `None`. Without: prints the devices, runs the demo workloads,
+/// Runs headless. With `--open FILE...`: prints [`report`] of the files
+/// (opened as one trace, see [`keel::profiler::load_traces`]) and returns
+/// `None`. Without: prints the devices, runs the demo workloads,
 /// prints the summary and per-kernel statistics, writes the trace to a
 /// temporary file and returns its path.
 pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
-    if let Some(path) = &options.open {
-        let trace = keel::profiler::load_trace(path)
-            .map_err(|e| format!("could not open {}: {e}", path.display()))?;
-        let view = TraceView::new(trace, path.display().to_string());
+    if !options.open.is_empty() {
+        let source = crate::files_label(&options.open);
+        let trace = keel::profiler::load_traces(&options.open)
+            .map_err(|e| format!("could not open {source}: {e}"))?;
+        let view = TraceView::new(trace, source);
         print!("{}", report(&view));
         return Ok(None);
     }

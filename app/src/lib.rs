@@ -31,7 +31,7 @@ pub mod stats;
 pub mod window;
 pub mod workloads;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use egui::{Color32, Ui};
@@ -157,9 +157,9 @@ impl App {
             live_dropped: 0,
             live_chunks: 0,
         };
-        if let Some(path) = &options.open {
-            app.sources.path = path.display().to_string();
-            app.open(path);
+        if !options.open.is_empty() {
+            app.sources.path = panels::sources::path_text(&options.open);
+            app.open_files(&options.open);
         }
         if let Some(addr) = &options.connect {
             app.sources.address = addr.clone();
@@ -184,16 +184,26 @@ impl App {
 
     /// Loads a trace file (Chrome JSON or native); errors go to the UI.
     pub fn open(&mut self, path: &Path) {
-        match keel::profiler::load_trace(path) {
+        self.open_files(&[path.to_path_buf()]);
+    }
+
+    /// Loads trace files as one trace: one file as it is, several (the
+    /// ranks of a distributed job) with one group of lanes per file, each
+    /// aligned on its own start ([`keel::profiler::load_traces`]). Errors
+    /// go to the UI.
+    pub fn open_files(&mut self, paths: &[PathBuf]) {
+        let source = files_label(paths);
+        if paths.is_empty() {
+            self.fail("nothing to open: expected a trace file name, found none".to_owned());
+            return;
+        }
+        match keel::profiler::load_traces(paths) {
             Ok(t) => {
-                self.sources.say(format!(
-                    "opened {} ({} spans)",
-                    path.display(),
-                    t.spans.len()
-                ));
-                self.set_trace(t, path.display().to_string());
+                self.sources
+                    .say(format!("opened {source} ({} spans)", t.spans.len()));
+                self.set_trace(t, source);
             }
-            Err(e) => self.fail(format!("could not open {}: {e}", path.display())),
+            Err(e) => self.fail(format!("could not open {source}: {e}")),
         }
     }
 
@@ -203,6 +213,47 @@ impl App {
         match keel::profiler::file::from_bytes(bytes) {
             Ok(t) => self.set_trace(t, name.to_owned()),
             Err(e) => self.fail(format!("could not open {name}: {e}")),
+        }
+    }
+
+    /// Opens files dropped on the window together: those with a path as
+    /// [`Self::open_files`]; those with only their bytes (no local path)
+    /// each by content, several merged with one group per file.
+    pub fn open_dropped(&mut self, files: &[egui::DroppedFileHandle]) {
+        let mut paths = Vec::new();
+        let mut loaded = Vec::new();
+        for f in files {
+            let path = f.path().to_path_buf();
+            let local = path.is_absolute() || path.exists();
+            if local && !path.as_os_str().is_empty() {
+                paths.push(path);
+                continue;
+            }
+            let name = path.file_name().map_or_else(
+                || "dropped file".to_owned(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            match f.bytes() {
+                Ok(b) => match keel::profiler::file::from_bytes(&b) {
+                    Ok(t) => loaded.push((name, t)),
+                    Err(e) => return self.fail(format!("could not open {name}: {e}")),
+                },
+                Err(e) => return self.fail(format!("could not read the dropped file {name}: {e}")),
+            }
+        }
+        if !paths.is_empty() {
+            self.sources.path = panels::sources::path_text(&paths);
+            self.open_files(&paths);
+        } else if loaded.len() == 1 {
+            let (name, t) = loaded.remove(0);
+            self.set_trace(t, name);
+        } else if !loaded.is_empty() {
+            let source = loaded
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            self.set_trace(keel::profiler::file::merge_files(loaded), source);
         }
     }
 
@@ -432,17 +483,8 @@ impl App {
         let ctx = ui.ctx().clone();
         // Drag and drop.
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
-        for f in dropped {
-            let path = f.path().to_path_buf();
-            if path.as_os_str().is_empty() {
-                match f.bytes() {
-                    Ok(b) => self.open_bytes("dropped file", &b),
-                    Err(e) => self.fail(format!("could not read the dropped file: {e}")),
-                }
-            } else {
-                self.sources.path = path.display().to_string();
-                self.open(&path);
-            }
+        if !dropped.is_empty() {
+            self.open_dropped(&dropped);
         }
         if self.run.is_some() || self.live_rx.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
@@ -490,7 +532,7 @@ impl App {
                 Command::Run(jobs) => self.run_workloads(jobs, Some(ctx.clone())),
                 Command::Connect(a) => self.connect(a, Some(ctx.clone())),
                 Command::Disconnect => self.disconnect(),
-                Command::Open(p) => self.open(&p),
+                Command::Open(p) => self.open_files(&p),
                 Command::Save(p) => self.save(&p),
             }
         }
@@ -556,4 +598,14 @@ impl App {
             },
         });
     }
+}
+
+/// How trace files are named in the UI and in messages: the path of one
+/// file, the paths of several separated by commas.
+pub fn files_label(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

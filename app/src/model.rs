@@ -120,11 +120,21 @@ pub struct TraceView {
 }
 
 /// The short name of a trace device: `GPU N` for `cuda:N` (what PyTorch
-/// users know their GPUs by), the device string otherwise.
+/// users know their GPUs by), the device string otherwise. A device of one
+/// of several files opened together keeps its file's label (`rank 1 ·
+/// cuda:0` is `rank 1 · GPU 0`, see `keel::profiler::load_traces`).
 pub fn device_label(device: &str) -> String {
-    match device.strip_prefix("cuda:") {
+    let (file, device) = match device.rsplit_once(" \u{b7} ") {
+        Some((file, device)) => (Some(file), device),
+        None => (None, device),
+    };
+    let short = match device.strip_prefix("cuda:") {
         Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => format!("GPU {n}"),
         _ => device.to_owned(),
+    };
+    match file {
+        Some(file) => format!("{file} \u{b7} {short}"),
+        None => short,
     }
 }
 
@@ -816,6 +826,46 @@ mod tests {
         assert_eq!(device_label("cuda:12"), "GPU 12");
         assert_eq!(device_label("vulkan:0"), "vulkan:0");
         assert_eq!(device_label("cuda:"), "cuda:");
+        assert_eq!(device_label("rank 3 · cuda:1"), "rank 3 · GPU 1");
+        assert_eq!(device_label("a.json · vulkan:0"), "a.json · vulkan:0");
+    }
+
+    /// Two ranks' files opened together: each file's devices and processes
+    /// are groups of their own, labelled with the rank, GPUs named as
+    /// PyTorch users know them.
+    #[test]
+    fn groups_show_per_rank() {
+        let dir = std::env::temp_dir().join(format!("keel-profiler-ranks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/import");
+        let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");
+        let rank1 = dir.join("rank1.json");
+        std::fs::write(&rank1, text.replace("\"rank\": 0", "\"rank\": 1")).expect("write");
+        let trace =
+            keel::profiler::load_traces(&[data.join("kineto.json.gz"), rank1]).expect("two ranks");
+        let v = TraceView::new(trace, "ranks");
+        let groups: Vec<(&str, bool, usize)> = v
+            .groups
+            .iter()
+            .map(|g| (g.label.as_str(), g.device, g.lanes.len()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
+                ("rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
+                ("rank 0 · pid Spans", false, 1),
+                ("rank 0 · pid Traces", false, 1),
+                ("rank 0 · python3.10 (pid 4242)", false, 3),
+                ("rank 1 · pid Spans", false, 1),
+                ("rank 1 · pid Traces", false, 1),
+                ("rank 1 · python3.10 (pid 4242)", false, 3),
+            ]
+        );
+        assert_eq!(v.lanes.len(), 14);
+        assert_eq!(v.lanes[0].label, "rank 0 · GPU 0 · stream 7");
+        assert_eq!(v.lanes[2].label, "rank 1 · GPU 0 · stream 7");
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
     /// A host launch -> kernel, the kernel's event record -> a wait on

@@ -153,7 +153,7 @@ fn opening_a_saved_trace_shows_the_same_lanes() {
         let path = dir.join(name);
         keel::profiler::save_trace(&trace, &path).expect("saved");
         let options = Options {
-            open: Some(path.clone()),
+            open: vec![path.clone()],
             ..Options::default()
         };
         let mut h = harness(App::new(&options));
@@ -178,7 +178,7 @@ fn bad_input_shows_an_error_not_a_panic() {
     std::fs::write(&garbage, b"{ not a trace").expect("written");
     for path in [dir.join("missing.keeltrace"), garbage] {
         let options = Options {
-            open: Some(path),
+            open: vec![path],
             ..Options::default()
         };
         let mut h = harness(App::new(&options));
@@ -291,4 +291,108 @@ fn a_live_connection_shows_the_served_workload() {
     assert!(h.state().error.is_none(), "{:?}", h.state().error);
     assert!(server.viewers_served() >= 1);
     server.stop();
+}
+
+/// A file dropped on the window (egui gets these from the windowing
+/// integration): its path, and its bytes read from that path.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// Two ranks of a distributed job, opened together from the command line,
+/// from the File panel (one path per line) and by dropping both files on
+/// the window: one trace whose lane groups show per rank.
+#[test]
+fn several_files_open_as_one_trace_grouped_per_rank() {
+    use egui_kittest::kittest::NodeT;
+
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/import");
+    let dir = std::env::temp_dir().join(format!("keel-profiler-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");
+    let rank1 = dir.join("rank1.json");
+    std::fs::write(&rank1, text.replace("\"rank\": 0", "\"rank\": 1")).expect("write");
+    let rank0 = data.join("kineto.json.gz");
+    let groups = [
+        "rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)",
+        "rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)",
+        "rank 0 · pid Spans (1 lane)",
+        "rank 0 · pid Traces (1 lane)",
+        "rank 0 · python3.10 (pid 4242) (3 lanes)",
+        "rank 1 · pid Spans (1 lane)",
+        "rank 1 · pid Traces (1 lane)",
+        "rank 1 · python3.10 (pid 4242) (3 lanes)",
+    ];
+    let shows_both_ranks = |h: &Harness<'_, App>, how: &str| {
+        let app = h.state();
+        assert!(app.error.is_none(), "{how}: {:?}", app.error);
+        assert_eq!(app.tab, Tab::Timeline, "{how}");
+        let view = app.view.as_ref().expect("opened");
+        assert_eq!(
+            (
+                view.lanes.len(),
+                view.trace.spans.len(),
+                view.trace.flows.len()
+            ),
+            (14, 32, 8),
+            "{how}"
+        );
+        assert_eq!(view.groups.len(), groups.len(), "{how}");
+        for g in groups {
+            assert!(h.query_by_label(g).is_some(), "{how}: group {g} shown");
+        }
+        assert!(
+            h.query_by_label("rank 1 · GPU 0 · stream 7").is_some(),
+            "{how}: a stream lane named with its rank"
+        );
+    };
+
+    // The command line.
+    let mut h = harness(App::new(&Options {
+        open: vec![rank0.clone(), rank1.clone()],
+        ..Options::default()
+    }));
+    h.run_steps(3);
+    shows_both_ranks(&h, "--open A B");
+    // The File panel lists what was opened, one per line; Save, which
+    // writes one file, is off.
+    assert_eq!(
+        h.state().sources.path,
+        format!("{}\n{}", rank0.display(), rank1.display())
+    );
+    assert!(h.get_by_label("Save").accesskit_node().is_disabled());
+
+    // The File panel: both paths typed one per line, then Open.
+    let mut h = harness(App::new(&Options::default()));
+    h.run_steps(2);
+    assert!(h.state().view.is_none());
+    h.get_by_role_and_label(
+        egui::accesskit::Role::MultilineTextInput,
+        "trace files (one per line)",
+    )
+    .set_text_value_accesskit(&format!("{}\n\n  {}  \n", rank0.display(), rank1.display()));
+    h.run_steps(2);
+    h.get_by_label("Open").click();
+    h.run_steps(3);
+    shows_both_ranks(&h, "the File panel");
+
+    // Both files dropped on the window at once.
+    let mut h = harness(App::new(&Options::default()));
+    h.run_steps(2);
+    h.input_mut().dropped_files = vec![
+        std::sync::Arc::new(Dropped(rank0.clone())),
+        std::sync::Arc::new(Dropped(rank1.clone())),
+    ];
+    h.run_steps(3);
+    shows_both_ranks(&h, "dropped");
+    let _ = std::fs::remove_dir_all(&dir);
 }

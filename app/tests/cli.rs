@@ -1,6 +1,7 @@
 //! The `keel-profiler` binary's command line: `--version`, errors for bad
-//! arguments, and `--headless --open FILE` (import report, summary line,
-//! analysis tables; no devices probed, no workloads run).
+//! arguments, and `--headless --open FILE...` (import report, summary line,
+//! lane groups, analysis tables; no devices probed, no workloads run; several
+//! files as one trace).
 
 use std::process::Command;
 
@@ -132,5 +133,84 @@ fn headless_open_prints_the_analysis_without_probing_devices() {
     let (code, _, err) = run(&["--headless", "--open", "/nonexistent/t.json"]);
     assert_eq!(code, 1);
     assert!(err.contains("could not open /nonexistent/t.json"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two ranks of a distributed job (a gzipped Kineto file and the same
+/// trace as rank 1): one trace, one group of lanes per rank and device or
+/// process, each rank aligned on its own start.
+#[test]
+fn headless_open_of_several_files_groups_them_per_rank() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/import");
+    let dir = std::env::temp_dir().join(format!("keel-profiler-cli-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");
+    let rank1 = dir.join("rank1.json");
+    std::fs::write(&rank1, text.replace("\"rank\": 0", "\"rank\": 1")).expect("write");
+    let rank0 = data.join("kineto.json.gz");
+    let (r0, r1) = (
+        rank0.to_str().expect("utf-8 path"),
+        rank1.to_str().expect("utf-8 path"),
+    );
+
+    // One file: 7 lanes, 16 spans, 4 flows.
+    let (code, one, err) = run(&["--headless", "--open", r0]);
+    assert_eq!(code, 0, "{one}\n{err}");
+    assert!(
+        one.contains("\nTrace: 7 lanes, 16 spans, 4 flows\n"),
+        "{one}"
+    );
+    assert!(one.contains("\nLane groups: 4\n"), "{one}");
+
+    // Both, after one --open: twice as much, in twice as many groups.
+    let (code, out, err) = run(&["--headless", "--open", r0, r1]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.starts_with(
+            "Import: Chrome trace (PyTorch/Kineto), gzip: 70 events, 68 imported, 2 skipped\n"
+        ),
+        "the reports added up: {out}"
+    );
+    assert!(
+        out.contains("\nTrace: 14 lanes, 32 spans, 8 flows\n"),
+        "{out}"
+    );
+    let groups = "Lane groups: 8\n\
+        \x20 rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)\n\
+        \x20 rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)\n\
+        \x20 rank 0 · pid Spans (1 lane)\n\
+        \x20 rank 0 · pid Traces (1 lane)\n\
+        \x20 rank 0 · python3.10 (pid 4242) (3 lanes)\n\
+        \x20 rank 1 · pid Spans (1 lane)\n\
+        \x20 rank 1 · pid Traces (1 lane)\n\
+        \x20 rank 1 · python3.10 (pid 4242) (3 lanes)\n";
+    assert!(out.contains(groups), "{out}");
+    // The analysis per rank's streams, the ranks' kernels together.
+    for rank in ["rank 0", "rank 1"] {
+        assert!(
+            out.contains(&format!("  {rank} · GPU 0 · stream 7 ")),
+            "{rank}: {out}"
+        );
+    }
+    assert!(
+        out.contains("6 launches: p50 10.00 us"),
+        "launch delays of both ranks: {out}"
+    );
+    // The same with one --open per file.
+    let (code, again, _) = run(&["--headless", "--open", r0, "--open", r1]);
+    assert_eq!(code, 0);
+    assert_eq!(again, out);
+
+    // A bad file among several: the error names it.
+    let garbage = dir.join("garbage.json");
+    std::fs::write(&garbage, b"{ not a trace").expect("write");
+    let g = garbage.to_str().expect("utf-8 path");
+    let (code, _, err) = run(&["--headless", "--open", r0, g]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("could not open {r0}, {g}:")), "{err}");
+    assert!(
+        err.contains(&format!("trace format error: {g}: ")),
+        "names the bad file: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,7 +35,12 @@ use crate::core::{Device, Stream};
 pub(crate) enum Detail {
     None,
     Bytes(u64),
-    Grid([u32; 3]),
+    /// A kernel launch: the grid (workgroups) and the block (invocations
+    /// per workgroup, the kernel's `workgroup_size`).
+    Launch {
+        grid: [u32; 3],
+        block: [u32; 3],
+    },
     Event(u64),
 }
 
@@ -144,7 +149,10 @@ fn detail_args(detail: &Detail) -> Vec<(Text, Text)> {
     match detail {
         Detail::None => Vec::new(),
         Detail::Bytes(b) => vec![("bytes".into(), b.to_string().into())],
-        Detail::Grid(g) => vec![("grid".into(), format!("{}x{}x{}", g[0], g[1], g[2]).into())],
+        Detail::Launch { grid: g, block: b } => vec![
+            ("grid".into(), format!("{}x{}x{}", g[0], g[1], g[2]).into()),
+            ("block".into(), format!("{}x{}x{}", b[0], b[1], b[2]).into()),
+        ],
         Detail::Event(e) => vec![("event".into(), e.to_string().into())],
     }
 }
@@ -465,7 +473,10 @@ mod tests {
             name: Cow::Borrowed("k"),
             start_off: s,
             end_off: e,
-            detail: Detail::Grid([4, 1, 1]),
+            detail: Detail::Launch {
+                grid: [4, 1, 1],
+                block: [64, 1, 1],
+            },
         }
     }
 
@@ -521,7 +532,13 @@ mod tests {
         );
         let device = t.spans.iter().find(|s| s.lane == 1).expect("device span");
         assert_eq!((device.start_ns, device.dur_ns), (1050, 30));
-        assert_eq!(device.args, [("grid".into(), "4x1x1".into())]);
+        assert_eq!(
+            device.args,
+            [
+                ("grid".into(), "4x1x1".into()),
+                ("block".into(), "64x1x1".into())
+            ]
+        );
         assert_eq!(t.flows.len(), 1);
         assert_eq!(t.flows[0].kind, FlowKind::Launch);
         assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));

@@ -241,12 +241,14 @@ fn load(path: &Path) -> Result<(Trace, Option<i64>)> {
 /// at 0; Keel's files already count from their session's start), so steps
 /// of different ranks line up even when their hosts' clocks differ, as
 /// HolisticTraceAnalysis compares ranks. The import report adds up the
-/// files' reports. One file is the same as [`load_trace`].
+/// files' reports. One file is the same as [`load_trace`]; with several,
+/// an error names the file it comes from.
 pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
+    let several = paths.len() > 1;
     let mut loaded = Vec::with_capacity(paths.len());
     for path in paths {
         let path = path.as_ref();
-        let (trace, rank) = load(path)?;
+        let (trace, rank) = load(path).map_err(|e| if several { naming(path, e) } else { e })?;
         let label = match rank {
             Some(rank) => format!("rank {rank}"),
             None => path
@@ -260,6 +262,17 @@ pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
         return Ok(loaded.remove(0).1);
     }
     Ok(merge_files(loaded))
+}
+
+/// `e`, an error of file `path` among several, naming the file (errors
+/// reading it name it already, those of its content do not).
+fn naming(path: &Path, e: Error) -> Error {
+    let shown = path.display().to_string();
+    match e {
+        Error::TraceFormat(m) if m.contains(&shown) => Error::TraceFormat(m),
+        Error::TraceFormat(m) => Error::TraceFormat(format!("{shown}: {m}")),
+        other => Error::TraceFormat(format!("{shown}: {other}")),
+    }
 }
 
 /// Several files' traces as one: see [`load_traces`].

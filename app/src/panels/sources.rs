@@ -18,8 +18,8 @@ pub enum Command {
     Connect(String),
     /// Drop the live connection.
     Disconnect,
-    /// Open a trace file.
-    Open(PathBuf),
+    /// Open trace files (several: one trace, one group of lanes per file).
+    Open(Vec<PathBuf>),
     /// Save the shown trace.
     Save(PathBuf),
 }
@@ -33,7 +33,7 @@ pub struct SourcesState {
     pub device: Option<Device>,
     /// Live server address.
     pub address: String,
-    /// Trace file path.
+    /// Trace file paths, one per line (see [`paths`]).
     pub path: String,
     /// (done, total) of a running workload batch.
     pub progress: Option<(usize, usize)>,
@@ -68,6 +68,25 @@ impl SourcesState {
             self.log.remove(0);
         }
     }
+}
+
+/// The paths listed in the file field: one per line, blank lines and
+/// surrounding spaces ignored.
+pub fn paths(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// The file field's text for `paths`: one per line.
+pub fn path_text(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Shows the panel; returns what to do.
@@ -125,21 +144,34 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
 
     ui.separator();
     ui.heading("File");
-    let label = ui.label("trace file");
-    ui.add(egui::TextEdit::singleline(&mut state.path).desired_width(f32::INFINITY))
-        .labelled_by(label.id);
+    let label = ui.label("trace files (one per line)");
+    ui.add(
+        egui::TextEdit::multiline(&mut state.path)
+            .desired_rows(2)
+            .desired_width(f32::INFINITY),
+    )
+    .labelled_by(label.id);
+    let listed = paths(&state.path);
     ui.horizontal(|ui| {
-        if ui.button("Open").clicked() {
-            commands.push(Command::Open(PathBuf::from(state.path.trim())));
-        }
         if ui
-            .add_enabled(has_trace, egui::Button::new("Save"))
+            .add_enabled(!listed.is_empty(), egui::Button::new("Open"))
             .clicked()
         {
-            commands.push(Command::Save(PathBuf::from(state.path.trim())));
+            commands.push(Command::Open(listed.clone()));
+        }
+        let save = ui
+            .add_enabled(has_trace && listed.len() == 1, egui::Button::new("Save"))
+            .on_disabled_hover_text("Save writes one file: list exactly one path");
+        if save.clicked()
+            && let Some(p) = listed.first()
+        {
+            commands.push(Command::Save(p.clone()));
         }
     });
-    ui.small(".json: Chrome trace (Perfetto); .keeltrace: native. Or drop a file on the window.");
+    ui.small(
+        ".json (.gz, .zst): Chrome or PyTorch trace; .keeltrace: native. Several files \
+         (one per rank) open as one trace. Or drop files on the window.",
+    );
 
     ui.separator();
     ui.heading("Log");
@@ -157,4 +189,23 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
             }
         });
     commands
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_path_per_line() {
+        assert_eq!(
+            paths("  /t/rank0.json \n\n/t/rank 1.json.gz\r\n  "),
+            [
+                PathBuf::from("/t/rank0.json"),
+                PathBuf::from("/t/rank 1.json.gz")
+            ]
+        );
+        assert!(paths(" \n ").is_empty());
+        let listed = [PathBuf::from("/a.json"), PathBuf::from("/b.json")];
+        assert_eq!(paths(&path_text(&listed)), listed);
+    }
 }

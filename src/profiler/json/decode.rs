@@ -187,7 +187,8 @@ fn parse_micros(text: &str, exact: bool) -> Option<u64> {
 /// The user arguments of an event in a Keel file: keel's own are skipped,
 /// `keel_arg_` names restored. Keel writes every user argument as a string;
 /// other values are the fields Keel adds for PyTorch's tools (`device`,
-/// `stream`, `correlation`, `grid`: see `write.rs`) and are skipped.
+/// `stream`, `correlation`, `grid`, `block`: see `write.rs`) and are
+/// skipped.
 fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
     let Some(args) = args else {
         return Vec::new();

@@ -36,13 +36,15 @@
 //! - For PyTorch's tools, as Kineto writes them: device spans also carry
 //!   `device` (the device index), `stream` (the lane's tid, always
 //!   positive), `correlation` and `External id` (the op), and kernels
-//!   `grid` as an array; a host launch or copy with an op holds a
+//!   `grid` and `block` as arrays (from the span's `grid` and `block`
+//!   arguments: `4x1x1` as Keel records a launch's grid and its kernel's
+//!   workgroup size, which is CUDA's block, or `[4, 1, 1]` as imported
+//!   from Kineto); a host launch or copy with an op holds a
 //!   `cuda_runtime` slice `cudaLaunchKernel` / `cudaMemcpyAsync` over the
 //!   same interval with the same `correlation` (marked `keel_extra`, which
 //!   Keel's reader skips; it also skips every non-string argument, which
 //!   only these fields are). [`step`](super::step) ranges are
-//!   `ProfilerStep#N` annotations. Block sizes are not known to Keel and
-//!   are not written.
+//!   `ProfilerStep#N` annotations.
 //! - Instants are `"ph":"i","s":"t"` events. Counters are `C` events on
 //!   the device's pid with `args:{"value":v}`, one per point; the `keel`
 //!   object lists the counters so that empty ones survive a round trip.

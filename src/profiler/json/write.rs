@@ -10,19 +10,26 @@ use crate::profiler::trace::{LaneKind, Span, SpanKind, Trace};
 /// Argument names Kineto gives meaning to, which Keel writes itself (as
 /// numbers or arrays) for PyTorch's tools; a user argument of that name is
 /// written as `keel_arg_<name>`.
-const KINETO_ARGS: [&str; 6] = [
+const KINETO_ARGS: [&str; 7] = [
     "device",
     "stream",
     "correlation",
     "External id",
     "grid",
+    "block",
     "cbid",
 ];
 
-/// A `grid` argument (`4x1x1`) as its three numbers.
-fn grid_of(span: &Span) -> Option<[u64; 3]> {
-    let (_, v) = span.args.iter().find(|(k, _)| k == "grid")?;
-    let mut parts = v.split('x').map(|p| p.trim().parse::<u64>());
+/// A `grid` or `block` argument as its three numbers: `4x1x1` as Keel
+/// records a launch, or `[4, 1, 1]` as an imported Kineto trace has it.
+fn dims_of(span: &Span, key: &str) -> Option<[u64; 3]> {
+    let (_, v) = span.args.iter().find(|(k, _)| k == key)?;
+    let v = v.trim();
+    let (body, sep) = match v.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        Some(inner) => (inner, ','),
+        None => (v, 'x'),
+    };
+    let mut parts = body.split(sep).map(|p| p.trim().parse::<u64>());
     let g = [
         parts.next()?.ok()?,
         parts.next()?.ok()?,
@@ -283,7 +290,8 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
             sep = ",";
         }
         // Kineto's fields on device work: its device, stream (the lane's
-        // tid, always positive), correlation with the host call, grid.
+        // tid, always positive), correlation with the host call, grid and
+        // block.
         if let Some(LaneKind::Stream { device, .. }) =
             trace.lanes.get(span.lane as usize).map(|l| &l.kind)
         {
@@ -299,16 +307,20 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
                 w.raw(",\"External id\":");
                 w.u64(span.op);
             }
-            if span.kind == SpanKind::Kernel
-                && let Some(g) = grid_of(span)
-            {
-                w.raw(",\"grid\":[");
-                w.u64(g[0]);
-                w.raw(",");
-                w.u64(g[1]);
-                w.raw(",");
-                w.u64(g[2]);
-                w.raw("]");
+            if span.kind == SpanKind::Kernel {
+                for key in ["grid", "block"] {
+                    if let Some(d) = dims_of(span, key) {
+                        w.raw(",\"");
+                        w.raw(key);
+                        w.raw("\":[");
+                        w.u64(d[0]);
+                        w.raw(",");
+                        w.u64(d[1]);
+                        w.raw(",");
+                        w.u64(d[2]);
+                        w.raw("]");
+                    }
+                }
             }
         }
         for (k, v) in &span.args {

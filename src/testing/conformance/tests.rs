@@ -913,6 +913,23 @@ pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
             .any(|s| s.kind == SpanKind::Alloc && !stream_lanes.contains(&s.lane)),
         "host span of an allocation"
     );
+    // A launch records its grid and its kernel's workgroup size (the block
+    // Keel's JSON export writes as Kineto does).
+    let wg = SAXPY.workgroup_size;
+    let block = format!("{}x{}x{}", wg[0], wg[1], wg[2]);
+    let arg = |s: &crate::profiler::Span, key: &str| {
+        s.args
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| v.to_string())
+    };
+    assert!(
+        trace.spans.iter().any(|s| s.kind == SpanKind::Kernel
+            && &*s.name == "saxpy"
+            && arg(s, "block").as_deref() == Some(block.as_str())
+            && arg(s, "grid").is_some()),
+        "a saxpy launch with its grid and block {block}"
+    );
     let launches = trace
         .flows
         .iter()
