@@ -1,6 +1,6 @@
 //! Vulkan-specific behaviour beyond the conformance suite
 //! (`tests/conformance_vulkan.rs`): properties and device order, empty
-//! bindings, timestamp slot reuse, and the unavailable path (in a child
+//! bindings, timestamp slot reuse, pooled staging buffers, and the unavailable path (in a child
 //! process with no driver).
 
 use std::process::Command;
@@ -96,6 +96,53 @@ fn timed_events_recycle_their_query_slots() {
     b.record(&other).expect("record");
     b.synchronize().expect("sync");
     assert!(a.elapsed_time(&b).expect("elapsed") >= 0.0);
+    no_validation_errors();
+}
+
+/// Staging buffers are pooled and reused: copies in flight never share
+/// one, whatever the sizes (small, one size class, past the largest class)
+/// and however many are queued before anything completes.
+#[test]
+fn pooled_staging_buffers_never_serve_two_copies_in_flight() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let other = keel::get_stream_from_pool(d, true).expect("pool");
+    for len in [1usize, 100 << 10, 3 << 20] {
+        let bufs: Vec<Buffer> = (0..6)
+            .map(|_| Buffer::new(d, len).expect("buffer"))
+            .collect();
+        for round in 0u8..4 {
+            let fill = |i: usize| -> Vec<u8> {
+                (0..len)
+                    .map(|j| (j as u8).wrapping_mul(31) ^ (i as u8 * 17 + round))
+                    .collect()
+            };
+            // Every write queued before any completes, across two streams.
+            for (i, b) in bufs.iter().enumerate() {
+                let stream = if i % 2 == 0 { &s } else { &other };
+                b.write(stream, 0, &fill(i)).expect("write");
+            }
+            let reads: Vec<_> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let stream = if i % 2 == 0 { &s } else { &other };
+                    b.read_async(stream, 0, len).expect("read")
+                })
+                .collect();
+            for (i, r) in reads.into_iter().enumerate() {
+                assert_eq!(r.wait().expect("wait"), fill(i), "len {len}, buffer {i}");
+            }
+        }
+    }
+    // A copy larger than the largest pooled size gets a buffer of its own.
+    let big = 300 << 20;
+    let b = Buffer::new(d, big).expect("buffer");
+    b.write(&s, big - 4, &[1u8, 2, 3, 4]).expect("write");
+    let tail = b.read_async(&s, big - 8, 8).expect("read").wait().expect("wait");
+    assert_eq!(tail, [0, 0, 0, 0, 1, 2, 3, 4]);
     no_validation_errors();
 }
 

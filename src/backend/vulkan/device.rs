@@ -13,7 +13,7 @@ use super::TY;
 use super::event::Timestamps;
 use super::kernel::Pipeline;
 use super::loader::{Adapter, Vk, vk};
-use super::memory::VkBuffer;
+use super::memory::{StagingPool, VkBuffer};
 use super::stream::VkStream;
 use crate::backend::pool::Streams;
 use crate::backend::slots::Slots;
@@ -49,6 +49,8 @@ pub struct Ctx {
     pub(super) push_descriptor: Option<ash::khr::push_descriptor::Device>,
     /// Idle parameter (uniform) buffers, reused across launches.
     pub(super) param_buffers: Mutex<Vec<VkBuffer>>,
+    /// Host-visible buffers for uploads and readbacks, reused.
+    pub(super) staging: StagingPool,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -162,6 +164,7 @@ impl Ctx {
             pipelines: Mutex::new(HashMap::new()),
             push_descriptor,
             param_buffers: Mutex::new(Vec::new()),
+            staging: StagingPool::default(),
         })
     }
 
