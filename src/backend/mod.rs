@@ -222,6 +222,25 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         let _ = (event, device_index);
     }
 
+    /// Starts timing, inside its own submissions, the device work that the
+    /// calling thread enqueues on `stream` until
+    /// [`end_timed_work`](Self::end_timed_work) (the profiler's device
+    /// spans). Returns false when the backend cannot; the profiler then
+    /// records timed events around the work instead.
+    fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
+        let _ = stream;
+        Ok(false)
+    }
+
+    /// Ends what [`begin_timed_work`](Self::begin_timed_work) started: two
+    /// timed events, usable like recorded ones (`query_event`,
+    /// `elapsed_time`, `destroy_event`), whose timestamps bracket the work
+    /// enqueued in between. `None` when no timing was started.
+    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
+        let _ = stream;
+        Ok(None)
+    }
+
     /// c10's `recordDataPtrOnStream`: `buffer` is in use on `stream`, so
     /// its memory must not be reused until the stream's current work is
     /// done. Default: nothing (backends whose buffers keep themselves

@@ -134,6 +134,21 @@ pub trait Events: Backend {
     fn release_event(&self, event: Self::Event) {
         drop(event);
     }
+
+    /// Starts timing the device work the calling thread enqueues on
+    /// `stream` inside its own submissions (see
+    /// [`DeviceGuardImpl::begin_timed_work`]). Default: cannot.
+    fn begin_timed_work(&self, stream: Self::Stream) -> Result<bool> {
+        let _ = stream;
+        Ok(false)
+    }
+
+    /// The two timed events bracketing the work since
+    /// [`begin_timed_work`](Self::begin_timed_work).
+    fn end_timed_work(&self, stream: Self::Stream) -> Result<Option<(Self::Event, Self::Event)>> {
+        let _ = stream;
+        Ok(None)
+    }
 }
 
 /// A backend's memory, copies and readbacks (implemented in its
@@ -446,6 +461,15 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
         {
             self.0.release_event(e);
         }
+    }
+
+    fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
+        self.0.begin_timed_work(self.stream(stream)?)
+    }
+
+    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
+        let pair = self.0.end_timed_work(self.stream(stream)?)?;
+        Ok(pair.map(|(start, end)| (EventHandle::new(Some(start)), EventHandle::new(Some(end)))))
     }
 
     fn record_buffer_on_stream(&self, buffer: &BufferHandle, stream: &Stream) -> Result<()> {

@@ -5,7 +5,11 @@
 //! # Device time
 //! Device spans come from timed events, the one timing mechanism every
 //! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
-//! clock on CPU). Per device, the first operation of a session records a
+//! clock on CPU). Where the backend can, the two events of an operation's
+//! span are written inside the operation's own submissions
+//! ([`DeviceGuardImpl::begin_timed_work`]; Vulkan: timestamps in its
+//! command buffers), so profiling adds no submissions; elsewhere a timed
+//! event is recorded before and after it ([`SpanTiming`]). Per device, the first operation of a session records a
 //! *reference* event; every device span is stored as an offset from it
 //! (`elapsed_time`). To place the reference on the host clock, a
 //! calibration event is recorded and polled: its device timestamp lies
@@ -57,6 +61,19 @@ impl TimedEvent {
             .record(&mut event.handle, stream, -1, EventFlag::Timing)
             .ok()?;
         event.handle.is_some().then_some(event)
+    }
+
+    /// An event the backend made (one of a timed-work pair).
+    fn made(
+        backend: &'static dyn DeviceGuardImpl,
+        handle: EventHandle,
+        device_index: DeviceIndex,
+    ) -> TimedEvent {
+        TimedEvent {
+            backend,
+            handle: Some(handle),
+            device_index,
+        }
     }
 
     fn handle(&self) -> Option<&EventHandle> {
@@ -164,6 +181,43 @@ impl DeviceClock {
             reference_ns: mid - offset,
             error_bound_ns: ((h1 - h0) / 2) as u64,
         })
+    }
+}
+
+/// How a stream operation's device span is being timed.
+pub(super) enum SpanTiming {
+    /// The backend writes the timestamps into the operation's own
+    /// submissions ([`DeviceGuardImpl::begin_timed_work`]).
+    InWork(&'static dyn DeviceGuardImpl),
+    /// A timed event recorded before the operation; another is recorded
+    /// after it.
+    Around(TimedEvent),
+}
+
+impl SpanTiming {
+    /// Starts timing the operation the calling thread enqueues next on
+    /// `stream`. `None` when the backend cannot time it.
+    pub(super) fn begin(stream: &Stream) -> Option<SpanTiming> {
+        let backend = registry::available_guard_impl(stream.device_type()).ok()?;
+        match backend.begin_timed_work(stream) {
+            Ok(true) => Some(SpanTiming::InWork(backend)),
+            _ => TimedEvent::record(stream).map(SpanTiming::Around),
+        }
+    }
+
+    /// The operation's start and end events.
+    pub(super) fn finish(self, stream: &Stream) -> Option<(TimedEvent, TimedEvent)> {
+        match self {
+            SpanTiming::InWork(backend) => {
+                let (start, end) = backend.end_timed_work(stream).ok()??;
+                let index = stream.device_index();
+                Some((
+                    TimedEvent::made(backend, start, index),
+                    TimedEvent::made(backend, end, index),
+                ))
+            }
+            SpanTiming::Around(start) => Some((start, TimedEvent::record(stream)?)),
+        }
     }
 }
 

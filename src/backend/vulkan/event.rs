@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use ash::vk;
 
 use super::device::{Ctx, lock, vk_error};
-use super::stream::{Point, VkStream};
+use super::stream::{self, Bracket, Point, VkStream};
 use super::{TY, Vulkan};
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
@@ -225,4 +225,96 @@ impl Events for Vulkan {
             event.point.ctx.timestamps.release(slot, event.point);
         }
     }
+
+    /// Takes two query slots and arms them for the thread's next
+    /// submissions on `stream`: the work's own command buffers write the
+    /// timestamps (no submission of their own).
+    fn begin_timed_work(&self, stream: &'static VkStream) -> Result<bool> {
+        let c = stream.ctx;
+        if c.adapter.timestamp_valid_bits == 0 {
+            return Ok(false);
+        }
+        // A bracket left armed (its span's work failed before it ended)
+        // gives its slots back.
+        if let Some(old) = stream::disarm() {
+            abandon(c, old);
+        }
+        let start = c.timestamps.take()?;
+        let end = match c.timestamps.take() {
+            Ok(slot) => slot,
+            Err(e) => {
+                c.timestamps.release(start, stream.point(0));
+                return Err(e);
+            }
+        };
+        stream::arm(Bracket {
+            stream,
+            pool: c.timestamps.pool,
+            start,
+            end,
+            first: None,
+            last: None,
+        });
+        Ok(true)
+    }
+
+    /// The events of the bracketed submissions. Work that submitted
+    /// nothing (a wait queued for later, an untimed event) gets one
+    /// submission writing both timestamps.
+    fn end_timed_work(&self, stream: &'static VkStream) -> Result<Option<(VkEvent, VkEvent)>> {
+        let c = stream.ctx;
+        let Some(b) = stream::disarm() else {
+            return Ok(None);
+        };
+        if !std::ptr::eq(b.stream, stream) {
+            abandon(c, b);
+            return Ok(None);
+        }
+        let (first, last) = match (b.first, b.last) {
+            (Some(first), Some(last)) => (first, last),
+            _ => {
+                let (pool, start, end) = (b.pool, b.start, b.end);
+                let submitted = stream.submit(
+                    |d, cb| {
+                        // SAFETY: `cb` is recording; both slots belong to
+                        // this bracket and are reset before they are
+                        // written, in order.
+                        unsafe {
+                            d.cmd_reset_query_pool(cb, pool, start, 1);
+                            d.cmd_reset_query_pool(cb, pool, end, 1);
+                            let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                            d.cmd_write_timestamp2(cb, all, pool, start);
+                            d.cmd_write_timestamp2(cb, all, pool, end);
+                        }
+                    },
+                    Vec::new(),
+                );
+                match submitted {
+                    Ok(v) => (v, v),
+                    Err(e) => {
+                        abandon(c, b);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(Some((
+            VkEvent {
+                point: stream.point(first),
+                query: Some(b.start),
+            },
+            VkEvent {
+                point: stream.point(last),
+                query: Some(b.end),
+            },
+        )))
+    }
+}
+
+/// Gives back the slots of a bracket that produced no events, once the
+/// work that may still write them has run.
+fn abandon(c: &Ctx, b: Bracket) {
+    let point = b.stream.point(b.last.unwrap_or(0));
+    c.timestamps.release(b.start, point);
+    c.timestamps.release(b.end, point);
 }

@@ -41,6 +41,36 @@ struct State {
     pending: Vec<(vk::Semaphore, u64)>,
 }
 
+/// Timestamps the calling thread has asked for around its next
+/// submissions on one stream (the profiler's device spans, see
+/// `event.rs`): `start` is written at the beginning of the first
+/// submission, `end` at the end of every one (the last one's stays).
+#[derive(Clone, Copy)]
+pub(super) struct Bracket {
+    /// Brackets are per thread and stream.
+    pub(super) stream: &'static VkStream,
+    pub(super) pool: vk::QueryPool,
+    pub(super) start: u32,
+    pub(super) end: u32,
+    /// Values of the first and last bracketed submissions.
+    pub(super) first: Option<u64>,
+    pub(super) last: Option<u64>,
+}
+
+thread_local! {
+    static BRACKET: std::cell::Cell<Option<Bracket>> = const { std::cell::Cell::new(None) };
+}
+
+/// Arms `bracket` for this thread, returning the one it replaces.
+pub(super) fn arm(bracket: Bracket) -> Option<Bracket> {
+    BRACKET.with(|b| b.replace(Some(bracket)))
+}
+
+/// Disarms and returns this thread's bracket.
+pub(super) fn disarm() -> Option<Bracket> {
+    BRACKET.with(std::cell::Cell::take)
+}
+
 /// A value of a stream's timeline semaphore; value 0 is reached from the
 /// start.
 #[derive(Clone, Copy)]
@@ -210,11 +240,29 @@ impl VkStream {
         // submission completed), and its pool is used under our lock.
         // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
         // it implicitly.
+        let bracket = BRACKET
+            .with(std::cell::Cell::get)
+            .filter(|b| std::ptr::eq(b.stream, self));
+        // SAFETY (timestamps): the bracket's slots belong to the calling
+        // thread's profiler span on this stream; each is reset before it is
+        // written, in this command buffer, in stream order.
         let recorded = unsafe {
-            device
-                .begin_command_buffer(cb, &begin)
-                .map(|()| record(device, cb))
-                .and_then(|()| device.end_command_buffer(cb))
+            device.begin_command_buffer(cb, &begin).map(|()| {
+                if let Some(b) = bracket {
+                    let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                    if b.first.is_none() {
+                        device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
+                        device.cmd_write_timestamp2(cb, all, b.pool, b.start);
+                    }
+                    device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
+                }
+                record(device, cb);
+                if let Some(b) = bracket {
+                    let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                    device.cmd_write_timestamp2(cb, all, b.pool, b.end);
+                }
+            })
+            .and_then(|()| device.end_command_buffer(cb))
         };
         if let Err(e) = recorded {
             state.free.push(cb);
@@ -258,6 +306,11 @@ impl VkStream {
         if let Err(e) = result {
             state.free.push(cb);
             return Err(vk_error("vkQueueSubmit2", e));
+        }
+        if let Some(mut b) = bracket {
+            b.first = b.first.or(Some(value));
+            b.last = Some(value);
+            BRACKET.with(|cell| cell.set(Some(b)));
         }
         state.pending.clear();
         state.last = value;
