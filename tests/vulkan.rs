@@ -141,8 +141,45 @@ fn pooled_staging_buffers_never_serve_two_copies_in_flight() {
     let big = 300 << 20;
     let b = Buffer::new(d, big).expect("buffer");
     b.write(&s, big - 4, &[1u8, 2, 3, 4]).expect("write");
-    let tail = b.read_async(&s, big - 8, 8).expect("read").wait().expect("wait");
+    let tail = b
+        .read_async(&s, big - 8, 8)
+        .expect("read")
+        .wait()
+        .expect("wait");
     assert_eq!(tail, [0, 0, 0, 0, 1, 2, 3, 4]);
+    no_validation_errors();
+}
+
+/// `read_into` copies straight into the caller's memory (Vulkan's mapped
+/// staging path, the CPU backend's default path); a destination of the
+/// wrong length is refused before anything is read.
+#[test]
+fn read_into_fills_the_callers_memory() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    for d in [d, Device::cpu()] {
+        let s = keel::get_stream_from_pool(d, false).expect("pool");
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let b = Buffer::new(d, data.len()).expect("buffer");
+        b.write(&s, 0, &data).expect("write");
+        let mut out = vec![0u8; 1000];
+        b.read_into(&s, 5000, &mut out).expect("read_into");
+        assert_eq!(out, data[5000..6000], "{d}");
+        let e = b
+            .read_async(&s, 0, 16)
+            .expect("read")
+            .wait_into(&mut [0u8; 8])
+            .expect_err("wrong length");
+        assert_eq!(
+            e.to_string(),
+            "wait_into: expected a destination of 16 bytes (the read's length), found 8 bytes",
+        );
+        let e = b
+            .read_into(&s, data.len() - 4, &mut [0u8; 8])
+            .expect_err("out of range");
+        assert!(e.to_string().contains("read"), "{e}");
+    }
     no_validation_errors();
 }
 

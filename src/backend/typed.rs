@@ -175,6 +175,18 @@ pub trait Memory: Backend {
         data: Vec<u8>,
     ) -> Result<()>;
 
+    /// Enqueues writing borrowed `data` (copied before returning).
+    /// Default: an owned copy through [`enqueue_write`](Self::enqueue_write).
+    fn enqueue_write_slice(
+        &self,
+        stream: Self::Stream,
+        dst: &Arc<Self::Buffer>,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        self.enqueue_write(stream, dst, offset, data.to_vec())
+    }
+
     /// Enqueues reading `len` bytes at `offset` of `src`.
     fn enqueue_read(
         &self,
@@ -498,6 +510,18 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     ) -> Result<()> {
         let s = self.stream(stream)?;
         self.0.enqueue_write(s, &self.buffer(dst)?, offset, data)
+    }
+
+    fn write_slice(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        let s = self.stream(stream)?;
+        self.0
+            .enqueue_write_slice(s, &self.buffer(dst)?, offset, data)
     }
 
     fn read(

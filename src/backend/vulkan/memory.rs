@@ -427,6 +427,17 @@ impl Readback for VkReadback {
         let len = self.len;
         staging.buffer()?.with_mapped(|m| m[..len].to_vec())
     }
+
+    /// Straight from the mapped staging memory into `dst`.
+    fn wait_into(self: Box<Self>, dst: &mut [u8]) -> Result<()> {
+        self.done.wait()?;
+        let Some(staging) = &self.staging else {
+            return Ok(());
+        };
+        staging
+            .buffer()?
+            .with_mapped(|m| dst.copy_from_slice(&m[..dst.len()]))
+    }
 }
 
 impl Memory for Vulkan {
@@ -446,13 +457,23 @@ impl Memory for Vulkan {
         )
     }
 
-    /// Host to device, through a pooled staging buffer.
     fn enqueue_write(
         &self,
         stream: &'static VkStream,
         dst: &Arc<VkBuffer>,
         offset: usize,
         data: Vec<u8>,
+    ) -> Result<()> {
+        self.enqueue_write_slice(stream, dst, offset, &data)
+    }
+
+    /// Host to device, copied once into a pooled staging buffer.
+    fn enqueue_write_slice(
+        &self,
+        stream: &'static VkStream,
+        dst: &Arc<VkBuffer>,
+        offset: usize,
+        data: &[u8],
     ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
@@ -462,8 +483,14 @@ impl Memory for Vulkan {
             .staging
             .take(ctx, Direction::Upload, data.len() as u64)?;
         let src = Arc::clone(staging.buffer()?);
-        src.with_mapped(|m| m[..data.len()].copy_from_slice(&data))?;
-        let value = submit_copy(stream, (src, 0), (Arc::clone(dst), offset), data.len(), false)?;
+        src.with_mapped(|m| m[..data.len()].copy_from_slice(data))?;
+        let value = submit_copy(
+            stream,
+            (src, 0),
+            (Arc::clone(dst), offset),
+            data.len(),
+            false,
+        )?;
         staging.free_at = Some(stream.point(value));
         Ok(())
     }

@@ -247,22 +247,24 @@ impl VkStream {
         // thread's profiler span on this stream; each is reset before it is
         // written, in this command buffer, in stream order.
         let recorded = unsafe {
-            device.begin_command_buffer(cb, &begin).map(|()| {
-                if let Some(b) = bracket {
-                    let all = vk::PipelineStageFlags2::ALL_COMMANDS;
-                    if b.first.is_none() {
-                        device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
-                        device.cmd_write_timestamp2(cb, all, b.pool, b.start);
+            device
+                .begin_command_buffer(cb, &begin)
+                .map(|()| {
+                    if let Some(b) = bracket {
+                        let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                        if b.first.is_none() {
+                            device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
+                            device.cmd_write_timestamp2(cb, all, b.pool, b.start);
+                        }
+                        device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
                     }
-                    device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
-                }
-                record(device, cb);
-                if let Some(b) = bracket {
-                    let all = vk::PipelineStageFlags2::ALL_COMMANDS;
-                    device.cmd_write_timestamp2(cb, all, b.pool, b.end);
-                }
-            })
-            .and_then(|()| device.end_command_buffer(cb))
+                    record(device, cb);
+                    if let Some(b) = bracket {
+                        let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                        device.cmd_write_timestamp2(cb, all, b.pool, b.end);
+                    }
+                })
+                .and_then(|()| device.end_command_buffer(cb))
         };
         if let Err(e) = recorded {
             state.free.push(cb);
