@@ -183,6 +183,76 @@ fn read_into_fills_the_callers_memory() {
     no_validation_errors();
 }
 
+/// Vulkan calibrates its clock with calibrated timestamps where the device
+/// has them (lavapipe does): the stated bound is under 5 us, and a timed
+/// kernel's device span lies inside the host interval around its launch
+/// and completion, within that bound.
+#[test]
+fn calibrated_device_spans_lie_inside_their_host_interval() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let n = 4096u32;
+    let out = Buffer::new(d, 4 * n as usize).expect("buffer");
+    let params: Vec<u8> = [n, 20_000].iter().flat_map(|v| v.to_le_bytes()).collect();
+    // Warm up the pipeline, so the recorded launch is only the dispatch.
+    s.launch(
+        &kernels::SPIN,
+        kernels::SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &params,
+    )
+    .expect("spin");
+    s.synchronize().expect("sync");
+    let session = keel::profiler::start().expect("session");
+    let before = session.now_ns();
+    s.launch(
+        &kernels::SPIN,
+        kernels::SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &params,
+    )
+    .expect("spin");
+    s.synchronize().expect("sync");
+    let after = session.now_ns();
+    let trace = session.stop();
+    let cal = trace.calibrations.first().expect("a calibration");
+    if !cal.method.starts_with("calibrated timestamps") {
+        eprintln!(
+            "this device has no calibrated timestamps ({}); skipped",
+            cal.method
+        );
+        return;
+    }
+    eprintln!("{}: +/- {} ns", cal.method, cal.error_bound_ns);
+    assert!(
+        cal.error_bound_ns < 5_000,
+        "bound {} ns",
+        cal.error_bound_ns
+    );
+    let device_lane = |lane: u32| {
+        matches!(
+            trace.lanes[lane as usize].kind,
+            keel::profiler::LaneKind::Stream { .. }
+        )
+    };
+    let span = trace
+        .spans
+        .iter()
+        .find(|sp| sp.name == "spin" && device_lane(sp.lane))
+        .expect("the kernel's device span");
+    let bound = cal.error_bound_ns;
+    assert!(
+        span.start_ns + bound >= before && span.end_ns() <= after + bound,
+        "device span {}..{} outside host interval {before}..{after} (+/- {bound} ns)",
+        span.start_ns,
+        span.end_ns()
+    );
+    assert!(span.dur_ns > 0);
+    no_validation_errors();
+}
+
 const PROBE: &str = "probe_vulkan_unavailable";
 
 /// Runs in a child process whose Vulkan loader finds no driver.

@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{
-    BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, Readback,
-    StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
+    BufferHandle, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle,
+    Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
@@ -141,6 +141,20 @@ pub trait Events: Backend {
     fn begin_timed_work(&self, stream: Self::Stream) -> Result<bool> {
         let _ = stream;
         Ok(false)
+    }
+
+    /// Reads the device's timestamp clock between two host instants (see
+    /// [`DeviceGuardImpl::sample_clock`]). Default: cannot.
+    fn sample_clock(&self, device: &'static Self::Device) -> Result<Option<ClockSample>> {
+        let _ = device;
+        Ok(None)
+    }
+
+    /// A completed timed event's timestamp on the clock
+    /// [`sample_clock`](Self::sample_clock) reads, in nanoseconds.
+    fn event_time_ns(&self, event: &Self::Event) -> Result<Option<i64>> {
+        let _ = event;
+        Ok(None)
     }
 
     /// The two timed events bracketing the work since
@@ -477,6 +491,15 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
 
     fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
         self.0.begin_timed_work(self.stream(stream)?)
+    }
+
+    fn sample_clock(&self, device_index: DeviceIndex) -> Result<Option<ClockSample>> {
+        let d = self.device(Device::new(B::TYPE, device_index)?)?;
+        self.0.sample_clock(d)
+    }
+
+    fn event_time_ns(&self, event: &EventHandle) -> Result<Option<i64>> {
+        self.0.event_time_ns(self.event(event)?)
     }
 
     fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {

@@ -20,9 +20,13 @@
 //! first collection after its first operation: a live server's periodic
 //! collections do not wait for the device; the last collection of a
 //! session first makes the device idle, which keeps the interval short
-//! (tens of microseconds on the software drivers here). Clock drift during
-//! a session is not corrected. Backends whose events cannot time produce
-//! host spans only.
+//! (tens of microseconds on the software drivers here). Where the backend
+//! reads its device clock directly (Vulkan's calibrated timestamps), that
+//! reading replaces the event pair: a microsecond-wide host interval and
+//! no wait for the device. Drift: a device is calibrated again at
+//! collections at least [`RECALIBRATE_EVERY`] apart (direct readings only,
+//! and at the session's end), and the assembler interpolates between its
+//! samples. Backends whose events cannot time produce host spans only.
 //!
 //! The profiler's own events go straight to the backend
 //! ([`DeviceGuardImpl`]): they are not stream operations of the program, so
@@ -33,10 +37,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::assemble::{ClockBase, Detail, DeviceSpan};
+use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
 use super::trace::SpanKind;
-use crate::backend::{DeviceGuardImpl, EventHandle, registry};
+use crate::backend::{ClockSample, DeviceGuardImpl, EventHandle, registry};
 use crate::core::{Device, DeviceIndex, EventFlag, Stream};
+
+/// The least time between two calibrations of one device.
+pub(super) const RECALIBRATE_EVERY: Duration = Duration::from_secs(10);
 
 /// A timed backend event, recorded once, destroyed when dropped.
 pub(super) struct TimedEvent {
@@ -149,7 +156,24 @@ impl DeviceClock {
     /// complete. With `idle_first`, the device is synchronized first,
     /// which tightens the pair (the event then completes as soon as it
     /// runs). `epoch` is the session's.
-    pub(super) fn calibrate(&self, epoch: Instant, idle_first: bool) -> Option<ClockBase> {
+    ///
+    /// Where the backend reads its device clock directly
+    /// ([`DeviceGuardImpl::sample_clock`]), that reading is used instead:
+    /// no event, no wait for the device, and a much tighter bound. With
+    /// `direct_only`, a device without one is not calibrated (periodic
+    /// re-calibration must not wait for a busy device).
+    pub(super) fn calibrate(
+        &self,
+        epoch: Instant,
+        idle_first: bool,
+        direct_only: bool,
+    ) -> Option<ClockBase> {
+        match self.calibrate_direct(epoch, idle_first) {
+            Direct::Done(base) => return Some(base),
+            Direct::NotYet => return None,
+            Direct::Unsupported if direct_only => return None,
+            Direct::Unsupported => {}
+        }
         if idle_first {
             self.reference
                 .backend
@@ -180,8 +204,76 @@ impl DeviceClock {
         Some(ClockBase {
             reference_ns: mid - offset,
             error_bound_ns: ((h1 - h0) / 2) as u64,
+            at_off: offset,
+            method: ClockMethod::PairedSampling,
         })
     }
+
+    /// Calibrates from a direct reading of the device clock, taken between
+    /// two host instants; the bound is half their distance plus the
+    /// driver's stated deviation.
+    fn calibrate_direct(&self, epoch: Instant, idle_first: bool) -> Direct {
+        let backend = self.reference.backend;
+        let index = self.stream.device_index();
+        let Some(reference) = self.reference.handle() else {
+            return Direct::Unsupported;
+        };
+        // The tightest of a few readings: one may be stretched by the
+        // thread being preempted between its host instants.
+        let width = |s: &ClockSample| {
+            s.host_after
+                .saturating_duration_since(s.host_before)
+                .as_nanos() as u64
+                + 2 * s.max_deviation_ns
+        };
+        let mut best: Option<ClockSample> = None;
+        for _ in 0..DIRECT_SAMPLES {
+            match backend.sample_clock(index) {
+                Ok(Some(sample)) => {
+                    if best.is_none_or(|b| width(&sample) < width(&b)) {
+                        best = Some(sample);
+                    }
+                }
+                Ok(None) | Err(_) => return Direct::Unsupported,
+            }
+        }
+        let Some(sample) = best else {
+            return Direct::Unsupported;
+        };
+        if !self.reference.query() {
+            if !idle_first {
+                return Direct::NotYet;
+            }
+            self.reference.synchronize();
+        }
+        let Ok(Some(reference_device_ns)) = backend.event_time_ns(reference) else {
+            return Direct::Unsupported;
+        };
+        let (h0, h1) = (
+            ns_since(epoch, sample.host_before),
+            ns_since(epoch, sample.host_after),
+        );
+        let mid = h0 + (h1 - h0) / 2;
+        let offset = sample.device_ns - reference_device_ns;
+        Direct::Done(ClockBase {
+            reference_ns: mid - offset,
+            error_bound_ns: ((h1 - h0) / 2) as u64 + sample.max_deviation_ns,
+            at_off: offset,
+            method: ClockMethod::Calibrated,
+        })
+    }
+}
+
+/// Direct clock readings per calibration (the tightest is kept).
+const DIRECT_SAMPLES: usize = 16;
+
+/// The outcome of a direct calibration.
+enum Direct {
+    Done(ClockBase),
+    /// The reference event has not completed yet.
+    NotYet,
+    /// The backend cannot read its clock directly.
+    Unsupported,
 }
 
 /// How a stream operation's device span is being timed.

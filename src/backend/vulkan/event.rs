@@ -7,12 +7,14 @@
 //! that may still write it has run.
 
 use std::sync::Mutex;
+use std::time::Instant;
 
 use ash::vk;
 
 use super::device::{Ctx, lock, vk_error};
 use super::stream::{self, Bracket, Point, VkStream};
 use super::{TY, Vulkan};
+use crate::backend::ClockSample;
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
@@ -121,8 +123,48 @@ impl VkEvent {
     }
 }
 
+/// Ticks masked to the adapter's valid timestamp bits.
+fn masked(c: &Ctx, ticks: u64) -> u64 {
+    let bits = c.adapter.timestamp_valid_bits;
+    if bits >= 64 {
+        ticks
+    } else {
+        ticks & ((1u64 << bits) - 1)
+    }
+}
+
+/// Ticks in nanoseconds.
+fn ticks_ns(c: &Ctx, ticks: u64) -> i64 {
+    (masked(c, ticks) as f64 * f64::from(c.adapter.props.limits.timestamp_period)).round() as i64
+}
+
 impl Events for Vulkan {
     type Event = VkEvent;
+
+    /// `vkGetCalibratedTimestamps` on the DEVICE domain, between two host
+    /// instants.
+    fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
+        let Some(calibrated) = &device.calibrated else {
+            return Ok(None);
+        };
+        let host_before = Instant::now();
+        let (ticks, deviation) = calibrated.device_ticks()?;
+        let host_after = Instant::now();
+        Ok(Some(ClockSample {
+            device_ns: ticks_ns(device, ticks),
+            host_before,
+            host_after,
+            max_deviation_ns: deviation,
+        }))
+    }
+
+    fn event_time_ns(&self, event: &VkEvent) -> Result<Option<i64>> {
+        let c = event.point.ctx;
+        if c.calibrated.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ticks_ns(c, event.timestamp()?)))
+    }
 
     /// Records an event on `stream`; a timed event keeps the query slot of
     /// its previous record.
