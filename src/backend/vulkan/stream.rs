@@ -236,14 +236,13 @@ impl VkStream {
         };
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: `cb` is not in flight (new, or retired after its
-        // submission completed), and its pool is used under our lock.
-        // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
-        // it implicitly.
         let bracket = BRACKET
             .with(std::cell::Cell::get)
             .filter(|b| std::ptr::eq(b.stream, self));
-        // SAFETY (timestamps): the bracket's slots belong to the calling
+        // SAFETY: `cb` is not in flight (new, or retired after its
+        // submission completed), and its pool is used under our lock.
+        // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
+        // it implicitly. The bracket's query slots belong to the calling
         // thread's profiler span on this stream; each is reset before it is
         // written, in this command buffer, in stream order.
         let recorded = unsafe {
