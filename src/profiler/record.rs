@@ -114,6 +114,8 @@ pub(super) struct Gathered {
     pub clocks: Clocks,
     /// Device spans whose events may not have completed.
     pub pending: Vec<PendingSpan>,
+    /// How many pending spans trigger the next resolution.
+    pub resolve_at: usize,
     /// Device spans resolved to offsets, not yet collected.
     pub resolved: Vec<DeviceSpan>,
     /// event id -> op that last recorded it
@@ -296,8 +298,11 @@ fn finish_device_span(
         end,
         detail,
     });
-    if state.pending.len() >= RESOLVE_BATCH {
+    // Resolve again only after another batch arrived: spans whose work is
+    // still queued would otherwise be looked at on every operation.
+    if state.pending.len() >= state.resolve_at.max(RESOLVE_BATCH) {
         state.resolve(false);
+        state.resolve_at = state.pending.len() + RESOLVE_BATCH;
     }
 }
 

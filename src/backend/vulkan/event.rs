@@ -56,13 +56,27 @@ impl Timestamps {
         })
     }
 
-    /// A slot for a timed event.
+    /// A slot for a timed event. Retiring slots are looked at only when no
+    /// slot is free, with one semaphore read per stream (not per slot).
     fn take(&self) -> Result<u32> {
         let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.free.pop() {
+            return Ok(slot);
+        }
+        let mut reached: Vec<(vk::Semaphore, u64)> = Vec::new();
         let mut i = 0;
         while i < slots.retiring.len() {
             let (slot, point) = slots.retiring[i];
-            if point.reached().unwrap_or(false) {
+            let counter = match reached.iter().find(|(s, _)| *s == point.semaphore) {
+                _ if point.value == 0 => 0,
+                Some(&(_, v)) => v,
+                None => {
+                    let v = point.counter().unwrap_or(0);
+                    reached.push((point.semaphore, v));
+                    v
+                }
+            };
+            if point.value <= counter {
                 slots.retiring.swap_remove(i);
                 slots.free.push(slot);
             } else {

@@ -89,6 +89,14 @@ impl Point {
         Ok(counter(&self.ctx.device, self.semaphore)? >= self.value)
     }
 
+    /// The semaphore's current value (0 for a point of value 0).
+    pub(super) fn counter(&self) -> Result<u64> {
+        if self.value == 0 {
+            return Ok(0);
+        }
+        counter(&self.ctx.device, self.semaphore)
+    }
+
     /// Waits on the host until the semaphore reaches the value.
     pub(super) fn wait(&self) -> Result<()> {
         if self.value == 0 {
