@@ -79,11 +79,11 @@ fn timed_events_recycle_their_query_slots() {
     };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let other = keel::get_stream_from_pool(d, false).expect("pool");
-    // Far more timed events than the device has query slots.
-    for i in 0..5_000 {
+    // More timed events than the device has query slots (32,768).
+    for i in 0..40_000 {
         let mut e = Event::timed(TY);
         e.record(&s).expect("record");
-        if i % 1000 == 0 {
+        if i % 4000 == 0 {
             s.synchronize().expect("sync");
         }
     }

@@ -333,10 +333,17 @@ pub(super) fn resolve(
     wait: bool,
     out: &mut Vec<DeviceSpan>,
 ) {
+    // A stream's work completes in order: after one of its spans is found
+    // incomplete, its later spans are not asked (which would cost a driver
+    // call each while a long queue drains).
+    let mut blocked: Vec<Stream> = Vec::new();
     for p in std::mem::take(pending) {
         if wait {
             p.end.synchronize();
-        } else if !p.end.query() {
+        } else if blocked.contains(&p.stream) || !p.end.query() {
+            if !blocked.contains(&p.stream) {
+                blocked.push(p.stream);
+            }
             pending.push(p);
             continue;
         }

@@ -18,8 +18,9 @@ use crate::backend::ClockSample;
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
-/// Timestamp queries per device (two per timed event pair).
-const QUERY_SLOTS: u32 = 4096;
+/// Timestamp queries per device (two per timed event pair, or per
+/// profiled operation whose work is still queued): 256 KiB of results.
+const QUERY_SLOTS: u32 = 32768;
 
 /// Free timestamp query slots, and slots of destroyed events that may still
 /// be written by work in flight (reused once that work completes).
