@@ -34,7 +34,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
@@ -135,6 +135,9 @@ fn ns_since(epoch: Instant, t: Instant) -> i64 {
 pub(super) struct DeviceClock {
     reference: TimedEvent,
     stream: Stream,
+    /// Once the reference has completed: its timestamp on the device
+    /// clock, where the backend reads those (`event_time_ns`), else `None`.
+    reference_time: OnceLock<Option<i64>>,
 }
 
 /// Per device, its clock once one was made; `None` when the device's
@@ -147,7 +150,39 @@ impl DeviceClock {
         Some(DeviceClock {
             reference: TimedEvent::record(stream)?,
             stream: *stream,
+            reference_time: OnceLock::new(),
         })
+    }
+
+    /// Nanoseconds from the reference to `event`, which has completed.
+    /// Where the backend reads event times directly, one read of the
+    /// event's timestamp (the reference's is read once); otherwise
+    /// `elapsed_time`.
+    fn offset_of(&self, event: &TimedEvent) -> Option<i64> {
+        let reference_time = match self.reference_time.get() {
+            Some(t) => *t,
+            None if self.reference.query() => {
+                let handle = self.reference.handle()?;
+                let t = self.reference.backend.event_time_ns(handle).ok().flatten();
+                *self.reference_time.get_or_init(|| t)
+            }
+            None => return None,
+        };
+        if let Some(r) = reference_time
+            && let Ok(Some(t)) = event.backend.event_time_ns(event.handle()?)
+        {
+            return Some(t - r);
+        }
+        let ms = self
+            .reference
+            .backend
+            .elapsed_time(
+                self.reference.handle()?,
+                event.handle()?,
+                event.device_index,
+            )
+            .ok()?;
+        Some(ms_to_ns(ms))
     }
 
     /// Calibrates the clock without blocking any stream: records a
@@ -350,10 +385,10 @@ pub(super) fn resolve(
         let Some(Some(clock)) = clocks.get(&p.stream.device()) else {
             continue;
         };
-        let (Some(start_off), Some(end_off)) = (
-            clock.reference.ns_until(&p.start),
-            clock.reference.ns_until(&p.end),
-        ) else {
+        // The end has completed, and with it the start (earlier on the
+        // same stream).
+        let (Some(start_off), Some(end_off)) = (clock.offset_of(&p.start), clock.offset_of(&p.end))
+        else {
             continue;
         };
         out.push(DeviceSpan {
