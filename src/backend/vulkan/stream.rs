@@ -258,10 +258,14 @@ impl VkStream {
                 .begin_command_buffer(cb, &begin)
                 .map(|()| {
                     if let Some(b) = bracket {
-                        let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                        // The start needs no wait for earlier commands:
+                        // the whole submission already waits for the
+                        // stream's previous one (ALL_COMMANDS), and a
+                        // top-of-pipe timestamp spares drivers a flush.
+                        let top = vk::PipelineStageFlags2::TOP_OF_PIPE;
                         if b.first.is_none() {
                             device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
-                            device.cmd_write_timestamp2(cb, all, b.pool, b.start);
+                            device.cmd_write_timestamp2(cb, top, b.pool, b.start);
                         }
                         device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
                     }
