@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use keel::backend::cpu::CpuGuardImpl;
 use keel::testing::FakeGuardImpl;
 use keel::{Device, DeviceGuard, DeviceType, Event, InlineDeviceGuard};
 
@@ -36,6 +37,20 @@ fn guards(c: &mut Criterion) {
     g.bench_function("registry_fake", |b| {
         b.iter(|| {
             let guard = DeviceGuard::new(black_box(dev));
+            black_box(&guard);
+        })
+    });
+    // A built-in backend, statically and through the registry.
+    let cpu = Device::new(DeviceType::Cpu, 0).expect("cpu:0");
+    g.bench_function("inline_cpu", |b| {
+        b.iter(|| {
+            let guard = InlineDeviceGuard::<CpuGuardImpl>::new(black_box(cpu));
+            black_box(&guard);
+        })
+    });
+    g.bench_function("registry_cpu", |b| {
+        b.iter(|| {
+            let guard = DeviceGuard::new(black_box(cpu));
             black_box(&guard);
         })
     });

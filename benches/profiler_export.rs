@@ -69,13 +69,13 @@ fn synthetic() -> Trace {
         let dur = 1_000 + (i as u64 * 37) % 20_000;
         clock[lane as usize] = start + dur;
         let args = if i % 16 == 0 {
-            vec![("grid".to_owned(), "[128, 1, 1]".to_owned())]
+            vec![("grid".into(), "[128, 1, 1]".into())]
         } else {
             Vec::new()
         };
         trace.spans.push(Span {
             lane,
-            name: names[i % NAMES].clone(),
+            name: names[i % NAMES].as_str().into(),
             kind,
             start_ns: start,
             dur_ns: dur,

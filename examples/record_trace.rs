@@ -4,7 +4,10 @@
 //!
 //! Per device: two streams with a cross-stream event wait (a producer
 //! kernel, then a consumer that waits for it), timed events around the
-//! consumer, and copies both ways.
+//! consumer, and copies both ways. Each device's workload is one training
+//! step (`keel::profiler::step()`, shown as `ProfilerStep#N` as PyTorch's
+//! profiler writes it), so PyTorch's trace analysis (HolisticTraceAnalysis)
+//! can break the JSON trace down by step.
 //!
 //! Run: `cargo run --release --example record_trace [-- OUT_DIR]`
 
@@ -52,6 +55,7 @@ fn main() -> keel::Result<()> {
     let session = keel::profiler::start()?;
     for ty in DeviceType::ALL {
         for d in keel::devices(ty) {
+            keel::profiler::step();
             match workload(d) {
                 Ok(ms) => println!("{d:>10}: consumer kernel took {ms:.3} ms (timed events)"),
                 Err(e) => println!("{d:>10}: skipped: {e}"),

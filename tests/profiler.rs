@@ -66,3 +66,46 @@ fn full_buffers_count_drops() {
         keel::profiler::record::MAX_RECORDS_PER_THREAD
     );
 }
+
+#[test]
+fn steps_are_profiler_step_ranges_end_to_end() {
+    let _s = serial();
+    // Without a session, nothing (and no step is left open).
+    keel::profiler::step();
+    let session = keel::profiler::start().expect("start");
+    for i in 0..3 {
+        keel::profiler::step();
+        let _work = keel::profiler::range(format!("work {i}"));
+    }
+    let trace = session.stop();
+    let mut steps: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|s| s.name.starts_with("ProfilerStep#"))
+        .collect();
+    steps.sort_by_key(|s| s.start_ns);
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    );
+    // Each step ends where the next starts; the last ends at stop.
+    for pair in steps.windows(2) {
+        assert_eq!(pair[0].end_ns(), pair[1].start_ns);
+    }
+    for (i, step) in steps.iter().enumerate() {
+        let work = trace
+            .spans
+            .iter()
+            .find(|s| s.name == format!("work {i}"))
+            .expect("work");
+        assert!(step.start_ns <= work.start_ns && work.end_ns() <= step.end_ns());
+        assert_eq!(step.kind, SpanKind::Annotation);
+    }
+    assert_eq!(trace.check(), Ok(()));
+    // A new session counts from 0 again.
+    let session = keel::profiler::start().expect("start");
+    keel::profiler::step();
+    let trace = session.stop();
+    assert!(trace.spans.iter().any(|s| s.name == "ProfilerStep#0"));
+}

@@ -9,7 +9,7 @@ use keel::profiler::json::{read_json, read_json_bytes, to_json_string};
 use keel::profiler::native::{MAGIC, read_native, to_native_bytes};
 use keel::profiler::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Trace, TraceDevice, load_trace, save_trace,
+    TRACE_VERSION, Text, Trace, TraceDevice, load_trace, save_trace,
 };
 use proptest::prelude::*;
 
@@ -19,6 +19,10 @@ fn s(v: &str) -> String {
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(k, v)| (s(k), s(v))).collect()
+}
+
+fn text_pairs(list: &[(&str, &str)]) -> Vec<(Text, Text)> {
+    list.iter().map(|&(k, v)| (k.into(), v.into())).collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -33,12 +37,12 @@ fn span(
 ) -> Span {
     Span {
         lane,
-        name: s(name),
+        name: name.into(),
         kind,
         start_ns,
         dur_ns,
         op,
-        args: pairs(args),
+        args: text_pairs(args),
     }
 }
 
@@ -465,6 +469,14 @@ fn committed_golden_files_still_load() {
     }
     let json = std::fs::read(data_dir().join("sample.trace.json")).expect("golden JSON");
     assert_eq!(read_json_bytes(&json).expect("golden JSON loads"), sample());
+    // Written before Kineto's fields (device, stream, correlation, grid,
+    // the cudaLaunchKernel slices) were added for PyTorch's tools.
+    let old = std::fs::read(data_dir().join("sample.before-kineto-fields.trace.json"))
+        .expect("older golden JSON");
+    assert_eq!(
+        read_json_bytes(&old).expect("older golden JSON loads"),
+        sample()
+    );
     let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
     assert_eq!(read_native(&native).expect("golden native loads"), sample());
     assert_eq!(
@@ -489,7 +501,7 @@ fn save_and_load_pick_the_format() {
     assert!(
         std::fs::read(&json)
             .expect("read")
-            .starts_with(b"{\"traceEvents\"")
+            .starts_with(b"{\"schemaVersion\": 1,")
     );
     assert!(std::fs::read(&native).expect("read").starts_with(MAGIC));
     assert_eq!(load_trace(&json), Ok(t.clone()));
@@ -618,19 +630,26 @@ fn without_event(json: &str, needle: &str) -> String {
 fn json_errors_are_clear() {
     let json = to_json_string(&sample()).expect("export");
     let cases: Vec<(String, &str)> = vec![
-        (s("not json"), "expected a JSON trace, found invalid JSON"),
-        (s("[1, 2"), "found invalid JSON"),
+        (
+            s("not json"),
+            "expected a JSON trace (an object with \"traceEvents\" or an array of events), found 'n' at byte offset 0",
+        ),
         (
             s("42"),
-            "expected a JSON object with \"traceEvents\", found a number",
+            "expected a JSON trace (an object with \"traceEvents\" or an array of events), found '4'",
         ),
         (
             s("{\"events\":[]}"),
-            "expected a top-level field \"traceEvents\", found none",
+            "expected a top-level field \"traceEvents\" holding an array, found none",
         ),
         (
             s("{\"traceEvents\":{}}"),
-            "traceEvents: expected an array, found an object",
+            "expected a top-level field \"traceEvents\" holding an array, found none",
+        ),
+        (s(""), "expected a JSON trace, found an empty file"),
+        (
+            s("{\"traceEvents\" []}"),
+            "expected ':' after field \"traceEvents\", found '['",
         ),
         (
             json.replacen("\"ts\":1.000,", "", 1),
@@ -667,7 +686,7 @@ fn json_errors_are_clear() {
         ),
         (
             json.replacen("\"dropped\":3", "\"dropped\":\"3\"", 1),
-            "keel.dropped: expected an unsigned integer, found a string",
+            "keel.dropped: expected an unsigned integer, found the string \"3\"",
         ),
         (
             json.replacen("\"keel_kind\":\"copy\"", "\"keel_kind\":\"teleport\"", 1),
@@ -682,17 +701,32 @@ fn json_errors_are_clear() {
         ),
     ];
     for (input, expected) in cases {
-        let message = format_error(read_json(&input));
+        let result = read_json(&input);
+        assert!(result.is_err(), "expected an error with {expected:?}");
+        let message = format_error(result);
         assert!(
             message.contains(expected),
             "expected {expected:?} in {message:?}"
         );
     }
-    let message = format_error(read_json_bytes(b"{\"traceEvents\":[\xff]}"));
+    // Keel's own files are read exactly: invalid UTF-8 is an error...
+    let mut bytes = json.clone().into_bytes();
+    let at = json.find("\"main\"").expect("a lane name") + 1;
+    bytes[at] = 0xff;
+    let message = format_error(read_json_bytes(&bytes));
     assert!(
-        message.contains("expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset 16"),
+        message.contains(&format!(
+            "expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset {at}"
+        )),
         "{message}"
     );
+    // ...while in another tool's file it costs the one event.
+    let t = read_json_bytes(b"{\"traceEvents\":[\xff, {\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":0,\"dur\":1,\"name\":\"a\"}]}")
+        .expect("partial import");
+    assert_eq!(t.spans.len(), 1);
+    let report = t.import.expect("import report");
+    assert_eq!((report.events, report.imported), (2, 1));
+    assert_eq!(report.skipped, vec![(s("not a JSON object"), 1)]);
 }
 
 #[test]
@@ -720,7 +754,11 @@ fn foreign_traces_import_what_they_can() {
     assert_eq!(t.spans[1].kind, SpanKind::Kernel);
     assert_eq!(t.spans[2].start_ns, 15_000);
     assert_eq!(t.spans[2].dur_ns, 2_000);
-    assert!(t.spans[0].args.contains(&(s("Input Dims"), s("[[2],[2]]"))));
+    assert!(
+        t.spans[0]
+            .args
+            .contains(&("Input Dims".into(), "[[2],[2]]".into()))
+    );
     let device_lane = &t.lanes[t.spans[2].lane as usize];
     assert_eq!(
         device_lane.kind,
@@ -902,4 +940,154 @@ proptest! {
         lines[i] = replacement;
         let _ = read_json(&lines.join("\n"));
     }
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn section(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+    out.push(tag);
+    varint(out, body.len() as u64);
+    out.extend_from_slice(body);
+}
+
+/// One 64 KiB string referenced by 4,096 device properties: a 74 KB file
+/// that would decode to 512 MiB of copies. The reader refuses it once the
+/// copies pass its budget (128 times the file's size plus 16 MiB).
+#[test]
+fn native_strings_are_bounded_by_the_input_size() {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    section(&mut bytes, 1, &[1, 0]);
+    let mut strings = Vec::new();
+    varint(&mut strings, 1);
+    varint(&mut strings, 64 << 10);
+    strings.extend(std::iter::repeat_n(b'x', 64 << 10));
+    section(&mut bytes, 2, &strings);
+    let mut devices = vec![1, 0, 0];
+    varint(&mut devices, 4096);
+    for _ in 0..4096 {
+        devices.extend_from_slice(&[0, 0]);
+    }
+    section(&mut bytes, 3, &devices);
+    for tag in 4..=9 {
+        section(&mut bytes, tag, &[0]);
+    }
+    assert!(bytes.len() < 80_000, "{} bytes", bytes.len());
+    assert_eq!(
+        keel::profiler::native::string_budget(bytes.len()),
+        128 * bytes.len() as u64 + (16 << 20)
+    );
+    let message = format_error(read_native(&bytes));
+    assert!(
+        message.contains("a string of 65536 bytes referenced too often"),
+        "{message}"
+    );
+    // The same file with few references loads.
+    let mut small = MAGIC.to_vec();
+    small.extend_from_slice(&1u32.to_le_bytes());
+    section(&mut small, 1, &[1, 0]);
+    section(&mut small, 2, &strings);
+    let mut devices = vec![1, 0, 0];
+    varint(&mut devices, 64);
+    for _ in 0..64 {
+        devices.extend_from_slice(&[0, 0]);
+    }
+    section(&mut small, 3, &devices);
+    for tag in 4..=9 {
+        section(&mut small, tag, &[0]);
+    }
+    let t = read_native(&small).expect("64 references fit the budget");
+    assert_eq!(t.devices[0].properties.len(), 64);
+}
+
+/// What PyTorch's tools read (HolisticTraceAnalysis): Kineto's fields on
+/// device work, a `cudaLaunchKernel` slice with the same correlation on the
+/// host, the rank in `distributedInfo`; Keel's reader still gets the exact
+/// trace back.
+#[test]
+fn export_carries_kinetos_fields_and_round_trips() {
+    use SpanKind::*;
+    let grid = &[("grid", "4x2x1"), ("stream", "user's own")];
+    let t = Trace {
+        version: TRACE_VERSION,
+        devices: vec![TraceDevice {
+            device: s("cuda:0"),
+            name: s("GPU"),
+            properties: pairs(&[("memory", "80 GiB")]),
+        }],
+        lanes: vec![
+            Lane {
+                kind: LaneKind::Host { thread: 1 },
+                name: s("main"),
+                group: String::new(),
+            },
+            Lane {
+                kind: LaneKind::Stream {
+                    device: 0,
+                    stream: 0,
+                },
+                name: s("stream 0"),
+                group: String::new(),
+            },
+        ],
+        spans: vec![
+            span(0, "saxpy", Kernel, 1_000, 500, 5, grid),
+            span(1, "saxpy", Kernel, 2_000, 700, 5, grid),
+        ],
+        flows: vec![Flow {
+            id: 1,
+            kind: FlowKind::Launch,
+            from: FlowEnd {
+                lane: 0,
+                ts_ns: 1_000,
+            },
+            to: FlowEnd {
+                lane: 1,
+                ts_ns: 2_000,
+            },
+        }],
+        ..Trace::default()
+    };
+    let text = to_json_string(&t).expect("export");
+    assert!(text.contains("\"rank\": 0"), "HTA's rank pattern");
+    let root: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(root["deviceProperties"][0]["name"], "GPU");
+    assert_eq!(root["deviceProperties"][0]["memory"], "80 GiB");
+    let events = root["traceEvents"].as_array().expect("events");
+    let kernel = events
+        .iter()
+        .find(|e| e["cat"] == "kernel")
+        .expect("device kernel");
+    assert_eq!(kernel["args"]["device"], 0);
+    assert_eq!(kernel["args"]["stream"], 2, "the lane's tid, positive");
+    assert_eq!(kernel["args"]["correlation"], 5);
+    assert_eq!(kernel["args"]["grid"], serde_json::json!([4, 2, 1]));
+    assert_eq!(kernel["args"]["keel_arg_stream"], "user's own");
+    let launch = events
+        .iter()
+        .find(|e| e["name"] == "cudaLaunchKernel")
+        .expect("runtime slice");
+    assert_eq!(launch["cat"], "cuda_runtime");
+    assert_eq!(launch["args"]["correlation"], 5);
+    assert_eq!(
+        (launch["ts"].to_string(), launch["dur"].to_string()),
+        (s("1.000"), s("0.500")),
+        "the host span's interval"
+    );
+    let host = events
+        .iter()
+        .find(|e| e["cat"] == "cpu_op")
+        .expect("host span");
+    assert_eq!(host["name"], "saxpy");
+    assert_eq!(read_json(&text), Ok(t));
 }

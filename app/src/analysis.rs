@@ -193,7 +193,7 @@ pub fn top_kernels(view: &TraceView, top: usize) -> Vec<KernelRow> {
         }
         all += s.dur_ns;
         let r = by_name.entry(s.name.as_str()).or_insert_with(|| KernelRow {
-            name: s.name.clone(),
+            name: s.name.to_string(),
             count: 0,
             total_ns: 0,
             mean_ns: 0.0,
@@ -435,7 +435,7 @@ mod tests {
     fn span(lane: u32, name: &str, kind: SpanKind, start: u64, dur: u64) -> Span {
         Span {
             lane,
-            name: name.to_owned(),
+            name: name.into(),
             kind,
             start_ns: start,
             dur_ns: dur,
@@ -484,7 +484,7 @@ mod tests {
         t.spans
             .push(span(0, "Memcpy HtoD", SpanKind::Copy, 150, 110));
         let mut ms = span(0, "fill", SpanKind::Kernel, 300, 20);
-        ms.args.push(("cat".to_owned(), "gpu_memset".to_owned()));
+        ms.args.push(("cat".into(), "gpu_memset".into()));
         t.spans.push(ms);
         t.spans.push(span(0, "B", SpanKind::Kernel, 400, 100));
         t.spans.push(span(0, "wait", SpanKind::Wait, 500, 1_000));

@@ -624,7 +624,7 @@ pub fn synthetic_trace(spans: usize) -> Trace {
         };
         t.spans.push(Span {
             lane: lane as u32,
-            name: NAMES[(x >> 33) as usize % NAMES.len()].to_owned(),
+            name: NAMES[(x >> 33) as usize % NAMES.len()].into(),
             kind,
             start_ns: start,
             dur_ns: dur,
@@ -681,7 +681,7 @@ mod tests {
     fn span(lane: u32, name: &str, start: u64, dur: u64) -> keel::profiler::Span {
         keel::profiler::Span {
             lane,
-            name: name.to_owned(),
+            name: name.into(),
             kind: SpanKind::Kernel,
             start_ns: start,
             dur_ns: dur,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use keel::profiler::{SpanKind, Trace};
+use keel::profiler::{SpanKind, Text, Trace};
 
 use crate::model::TraceView;
 
@@ -84,7 +84,7 @@ pub struct Stats {
     pub event_pairs: Vec<EventPair>,
 }
 
-fn event_name(args: &[(String, String)], fallback: &str) -> String {
+fn event_name(args: &[(Text, Text)], fallback: &str) -> String {
     args.iter()
         .find(|(k, _)| k == "event")
         .map_or_else(|| fallback.to_owned(), |(_, v)| format!("event {v}"))

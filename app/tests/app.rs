@@ -215,9 +215,7 @@ fn bad_input_shows_an_error_not_a_panic() {
 fn synthetic_app() -> App {
     let mut app = App::new(&Options::default());
     let mut t = synthetic_trace(3_000);
-    t.spans[7]
-        .args
-        .push(("grid".to_owned(), "64x1x1".to_owned()));
+    t.spans[7].args.push(("grid".into(), "64x1x1".into()));
     app.set_trace(t, "synthetic");
     app
 }

@@ -57,7 +57,7 @@ fn lane(kind: LaneKind, name: &str) -> Lane {
 fn span(lane: u32, name: &str, kind: SpanKind, start: u64, dur: u64) -> Span {
     Span {
         lane,
-        name: name.to_owned(),
+        name: name.into(),
         kind,
         start_ns: start,
         dur_ns: dur,

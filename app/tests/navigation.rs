@@ -47,7 +47,7 @@ const EPOCH: u64 = 1_695_835_545_000_000_000;
 fn span(lane: u32, name: &str, kind: SpanKind, start: u64, dur: u64) -> Span {
     Span {
         lane,
-        name: name.to_owned(),
+        name: name.into(),
         kind,
         start_ns: EPOCH + start,
         dur_ns: dur,

@@ -28,6 +28,23 @@ use crate::error::{Error, Result};
 struct Entry {
     guard: &'static dyn DeviceGuardImpl,
     runtime: Option<&'static dyn DeviceRuntime>,
+    /// Set for a built-in backend, which guards call directly.
+    builtin: Option<Builtin>,
+}
+
+/// A built-in backend in its slot: guards through the registry reach it
+/// by a `match`, without a `dyn` call, so its guard code inlines
+/// ([`VirtualGuardImpl`](super::VirtualGuardImpl)); third-party backends
+/// are called through `dyn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Builtin {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda,
+    #[cfg(feature = "vulkan")]
+    Vulkan,
+    #[cfg(feature = "wgpu")]
+    Wgpu,
 }
 
 static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] = [const { OnceLock::new() }; DeviceType::COUNT];
@@ -38,21 +55,25 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
         DeviceType::Cpu => Some(Entry {
             guard: &super::cpu::CPU,
             runtime: Some(&super::cpu::CPU),
+            builtin: Some(Builtin::Cpu),
         }),
         #[cfg(feature = "cuda")]
         DeviceType::Cuda => Some(Entry {
             guard: &super::cuda::CUDA,
             runtime: Some(&super::cuda::CUDA),
+            builtin: Some(Builtin::Cuda),
         }),
         #[cfg(feature = "vulkan")]
         DeviceType::Vulkan => Some(Entry {
             guard: &super::vulkan::VULKAN,
             runtime: Some(&super::vulkan::VULKAN),
+            builtin: Some(Builtin::Vulkan),
         }),
         #[cfg(feature = "wgpu")]
         DeviceType::Wgpu => Some(Entry {
             guard: &super::wgpu::WGPU,
             runtime: Some(&super::wgpu::WGPU),
+            builtin: Some(Builtin::Wgpu),
         }),
         _ => None,
     }
@@ -106,7 +127,11 @@ pub fn register(
     let mut placed = false;
     slot.get_or_init(|| {
         placed = true;
-        Entry { guard, runtime }
+        Entry {
+            guard,
+            runtime,
+            builtin: None,
+        }
     });
     if placed {
         Ok(())
@@ -151,11 +176,19 @@ static UNAVAILABLE: [OnceLock<Option<String>>; DeviceType::COUNT] =
 /// is registered but cannot run reports "<backend> unavailable: <reason>".
 #[inline]
 pub fn available_guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
-    let g = guard_impl(ty)?;
+    available_target(ty).map(|(g, _)| g)
+}
+
+/// [`available_guard_impl`], and which built-in backend it is, if one.
+#[inline]
+pub(crate) fn available_target(
+    ty: DeviceType,
+) -> Result<(&'static dyn DeviceGuardImpl, Option<Builtin>)> {
+    let e = entry(ty)?;
     if AVAILABLE[usize::from(ty.code())].load(Ordering::Relaxed) == 1 {
-        return Ok(g);
+        return Ok((e.guard, e.builtin));
     }
-    check_available(ty, g)
+    check_available(ty, e.guard).map(|g| (g, e.builtin))
 }
 
 #[cold]

@@ -2,31 +2,71 @@
 
 use std::fmt;
 
-use super::{BufferHandle, DeviceGuardImpl, EventHandle, StaticGuardImpl, registry};
+use super::registry::{self, Builtin};
+use super::{BufferHandle, DeviceGuardImpl, EventHandle, StaticGuardImpl};
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::Result;
 
 /// Forwards every call to the implementation registered for a device type
 /// (c10's `VirtualGuardImpl`). [`DeviceGuard`](crate::DeviceGuard) is
 /// [`InlineDeviceGuard`](crate::InlineDeviceGuard) over this type.
+///
+/// The calls a guard makes (device and stream get/set/exchange) reach a
+/// built-in backend by a `match` on [`Builtin`] rather than through `dyn`,
+/// so they inline; every other call, and every call to a third-party
+/// backend, goes through `dyn`.
 #[derive(Clone, Copy)]
 pub struct VirtualGuardImpl {
     inner: &'static dyn DeviceGuardImpl,
+    builtin: Option<Builtin>,
+}
+
+/// Calls `$call` on the built-in backend `$self` names, or through `dyn`.
+macro_rules! guard_call {
+    ($self:ident, $g:ident => $call:expr) => {
+        match $self.builtin {
+            Some(Builtin::Cpu) => {
+                let $g = &crate::backend::cpu::CPU;
+                $call
+            }
+            #[cfg(feature = "cuda")]
+            Some(Builtin::Cuda) => {
+                let $g = &crate::backend::cuda::CUDA;
+                $call
+            }
+            #[cfg(feature = "vulkan")]
+            Some(Builtin::Vulkan) => {
+                let $g = &crate::backend::vulkan::VULKAN;
+                $call
+            }
+            #[cfg(feature = "wgpu")]
+            Some(Builtin::Wgpu) => {
+                let $g = &crate::backend::wgpu::WGPU;
+                $call
+            }
+            None => {
+                let $g = $self.inner;
+                $call
+            }
+        }
+    };
 }
 
 impl VirtualGuardImpl {
     /// The registered implementation for `ty`.
     #[inline]
     pub fn new(ty: DeviceType) -> Result<Self> {
-        Ok(VirtualGuardImpl {
-            inner: registry::available_guard_impl(ty)?,
-        })
+        let (inner, builtin) = registry::available_target(ty)?;
+        Ok(VirtualGuardImpl { inner, builtin })
     }
 
     /// Wraps a given implementation (c10's `DeviceGuard(device, impl)`),
     /// bypassing the registry.
     pub fn from_static(inner: &'static dyn DeviceGuardImpl) -> Self {
-        VirtualGuardImpl { inner }
+        VirtualGuardImpl {
+            inner,
+            builtin: None,
+        }
     }
 
     /// The implementation this forwards to.
@@ -54,23 +94,27 @@ impl DeviceGuardImpl for VirtualGuardImpl {
     }
     #[inline]
     fn exchange_device(&self, device: Device) -> Result<Device> {
-        self.inner.exchange_device(device)
+        guard_call!(self, g => g.exchange_device(device))
     }
+    #[inline]
     fn get_device(&self) -> Result<Device> {
-        self.inner.get_device()
+        guard_call!(self, g => g.get_device())
     }
+    #[inline]
     fn set_device(&self, device: Device) -> Result<()> {
-        self.inner.set_device(device)
+        guard_call!(self, g => g.set_device(device))
     }
     #[inline]
     fn unchecked_set_device(&self, device: Device) {
-        self.inner.unchecked_set_device(device)
+        guard_call!(self, g => g.unchecked_set_device(device))
     }
+    #[inline]
     fn get_stream(&self, device: Device) -> Result<Stream> {
-        self.inner.get_stream(device)
+        guard_call!(self, g => g.get_stream(device))
     }
+    #[inline]
     fn exchange_stream(&self, stream: Stream) -> Result<Stream> {
-        self.inner.exchange_stream(stream)
+        guard_call!(self, g => g.exchange_stream(stream))
     }
     fn device_count(&self) -> DeviceIndex {
         self.inner.device_count()

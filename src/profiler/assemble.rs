@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use super::trace::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Trace, TraceDevice,
+    TRACE_VERSION, Text, Trace, TraceDevice,
 };
 use crate::core::{Device, Stream};
 
@@ -180,12 +180,12 @@ fn ns_since(epoch: Instant, t: Instant) -> u64 {
     t.saturating_duration_since(epoch).as_nanos() as u64
 }
 
-fn detail_args(detail: &Detail) -> Vec<(String, String)> {
+fn detail_args(detail: &Detail) -> Vec<(Text, Text)> {
     match detail {
         Detail::None => Vec::new(),
-        Detail::Bytes(b) => vec![("bytes".to_owned(), b.to_string())],
-        Detail::Grid(g) => vec![("grid".to_owned(), format!("{}x{}x{}", g[0], g[1], g[2]))],
-        Detail::Event(e) => vec![("event".to_owned(), e.to_string())],
+        Detail::Bytes(b) => vec![("bytes".into(), b.to_string().into())],
+        Detail::Grid(g) => vec![("grid".into(), format!("{}x{}x{}", g[0], g[1], g[2]).into())],
+        Detail::Event(e) => vec![("event".into(), e.to_string().into())],
     }
 }
 
@@ -261,7 +261,7 @@ impl Assembler {
                         let e = ns_since(epoch, end).max(s);
                         let mut args = detail_args(&detail);
                         if let Some(st) = stream {
-                            args.push(("stream".to_owned(), st.to_string()));
+                            args.push(("stream".into(), st.to_string().into()));
                         }
                         if op != 0 {
                             self.host_of_op
@@ -269,7 +269,7 @@ impl Assembler {
                         }
                         b.trace.spans.push(Span {
                             lane,
-                            name: name.into_owned(),
+                            name: name.into(),
                             kind: span_kind,
                             start_ns: s,
                             dur_ns: e - s,
@@ -314,7 +314,7 @@ impl Assembler {
             self.device_of_op.insert(s.op, (s.stream, start, end));
             b.trace.spans.push(Span {
                 lane,
-                name: s.name.into_owned(),
+                name: s.name.into(),
                 kind: s.kind,
                 start_ns: start,
                 dur_ns: end - start,
@@ -570,7 +570,7 @@ mod tests {
         );
         let device = t.spans.iter().find(|s| s.lane == 1).expect("device span");
         assert_eq!((device.start_ns, device.dur_ns), (1050, 30));
-        assert_eq!(device.args, [("grid".to_owned(), "4x1x1".to_owned())]);
+        assert_eq!(device.args, [("grid".into(), "4x1x1".into())]);
         assert_eq!(t.flows.len(), 1);
         assert_eq!(t.flows[0].kind, FlowKind::Launch);
         assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));

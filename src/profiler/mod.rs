@@ -55,9 +55,10 @@ pub mod record;
 pub mod trace;
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::time::Instant;
 
-pub use file::{load_trace, save_trace};
+pub use file::{load_trace, load_traces, save_trace};
 pub use record::enabled;
 pub use trace::*;
 
@@ -76,6 +77,7 @@ pub struct Session {
 /// session records at a time.
 pub fn start() -> Result<Session> {
     let epoch = collect::begin(Box::new(collect::TraceSink::default()))?;
+    *lock_step() = StepState::default();
     Ok(Session {
         stopped: false,
         epoch,
@@ -93,6 +95,7 @@ impl Session {
     /// counters. Waits for the devices used to finish the recorded work.
     pub fn stop(mut self) -> Trace {
         self.stopped = true;
+        end_step();
         collect::end()
     }
 }
@@ -136,5 +139,54 @@ impl Drop for Range {
 pub fn mark(name: impl Into<String>) {
     if enabled() {
         record::mark(name.into());
+    }
+}
+
+/// The training step being recorded (see [`step`]).
+#[derive(Default)]
+struct StepState {
+    /// The next step's number.
+    next: u64,
+    /// The step in progress: its number and start.
+    open: Option<(u64, Instant)>,
+}
+
+static STEP: Mutex<StepState> = Mutex::new(StepState {
+    next: 0,
+    open: None,
+});
+
+fn lock_step() -> std::sync::MutexGuard<'static, StepState> {
+    STEP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Marks a step boundary, as PyTorch's `profiler.step()` does: ends the
+/// step in progress, recording it as a host range named `ProfilerStep#N`
+/// (N counts from 0 in each session) on this thread, and starts the next.
+/// [`Session::stop`] ends the last one. Tools that analyse training steps
+/// (HolisticTraceAnalysis's temporal breakdown, for one) place work in
+/// steps by these ranges. With no session recording this is one relaxed
+/// load.
+pub fn step() {
+    if !enabled() {
+        return;
+    }
+    let now = Instant::now();
+    let mut state = lock_step();
+    if let Some((n, start)) = state.open.take() {
+        record::range_between(Cow::Owned(format!("ProfilerStep#{n}")), start, now);
+    }
+    let n = state.next;
+    state.next += 1;
+    state.open = Some((n, now));
+}
+
+/// Ends the step in progress, if any (at [`Session::stop`]).
+fn end_step() {
+    let open = lock_step().open.take();
+    if let Some((n, start)) = open
+        && enabled()
+    {
+        record::range(Cow::Owned(format!("ProfilerStep#{n}")), start);
     }
 }

@@ -32,6 +32,14 @@
 //! | 8   | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
 //! | 9   | calibrations | count, then per calibration: device varint, method str, error bound varint |
 //!
+//! One optional section may follow, only in traces that have what it holds
+//! (imported ones); files without it are the same bytes as before it
+//! existed, and readers without it stop at the calibrations:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
+//!
 //! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
 //! The reader checks every bound: a truncated file, a wrong magic, a newer
 //! version, a string index out of range, an unknown tag and a count larger
@@ -46,7 +54,7 @@ use std::io::Write;
 
 use super::trace::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    Trace, TraceDevice,
+    Text, Trace, TraceDevice,
 };
 use crate::error::{Error, Result};
 
@@ -69,7 +77,8 @@ mod tag {
     pub const FLOWS: u8 = 7;
     pub const COUNTERS: u8 = 8;
     pub const CALIBRATIONS: u8 = 9;
-    pub const NAMES: [&str; 10] = [
+    pub const ORIGIN: u8 = 10;
+    pub const NAMES: [&str; 11] = [
         "",
         "header",
         "strings",
@@ -80,6 +89,7 @@ mod tag {
         "flows",
         "counters",
         "calibrations",
+        "origin",
     ];
 }
 
@@ -152,11 +162,11 @@ impl Body<'_, '_> {
         self.varint(i.into());
     }
 
-    fn pairs(&mut self, pairs: &[(String, String)]) {
+    fn pairs<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: &[(K, V)]) {
         self.len(pairs.len());
         for (k, v) in pairs {
-            self.str(k);
-            self.str(v);
+            self.str(k.as_ref());
+            self.str(v.as_ref());
         }
     }
 
@@ -218,6 +228,18 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     }
     for c in &trace.calibrations {
         strings.add(&c.method);
+    }
+    let origin = trace.import.is_some() || trace.lanes.iter().any(|l| !l.group.is_empty());
+    if origin {
+        for l in &trace.lanes {
+            strings.add(&l.group);
+        }
+        if let Some(r) = &trace.import {
+            strings.add(&r.format);
+            for (reason, _) in &r.skipped {
+                strings.add(reason);
+            }
+        }
     }
 
     let mut header = Vec::with_capacity(12);
@@ -321,6 +343,28 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.varint(c.error_bound_ns);
     }
     b.section(tag::CALIBRATIONS, out)?;
+
+    if origin {
+        b.len(trace.lanes.len());
+        for l in &trace.lanes {
+            b.str(&l.group);
+        }
+        match &trace.import {
+            None => b.buf.push(0),
+            Some(r) => {
+                b.buf.push(1);
+                b.str(&r.format);
+                b.varint(r.events);
+                b.varint(r.imported);
+                b.len(r.skipped.len());
+                for (reason, n) in &r.skipped {
+                    b.str(reason);
+                    b.varint(*n);
+                }
+            }
+        }
+        b.section(tag::ORIGIN, out)?;
+    }
     out.flush()
         .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
 }
@@ -340,7 +384,25 @@ struct Reader<'a> {
     end: usize,
     /// What is being read, for errors.
     what: &'static str,
-    strings: Vec<String>,
+    strings: Vec<Text>,
+    /// Bytes the strings copied so far take (see [`string_budget`]).
+    decoded: u64,
+    budget: u64,
+}
+
+/// The most bytes of strings a file of `len` bytes may decode to.
+///
+/// The model holds a `String` per reference (span names, argument names
+/// and values), while the file stores each distinct string once and a
+/// reference in one or two bytes; so a small file could otherwise ask for
+/// gigabytes (one 64 KiB string referenced by every device property). Each
+/// copy is charged its length plus 24 bytes (what a `String` and its
+/// allocation cost besides the text); a file may decode to 128 times its
+/// size plus 16 MiB, far above what traces need (a span's long C++ kernel
+/// name costs about 10 times the span's bytes), and memory stays bounded
+/// by the input's size, for files and live fragments alike.
+pub fn string_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(128).saturating_add(16 << 20)
 }
 
 impl Reader<'_> {
@@ -433,7 +495,21 @@ impl Reader<'_> {
             .get(i as usize)
             .filter(|_| i <= usize::MAX as u64)
         {
-            Some(s) => Ok(s.clone()),
+            Some(s) => {
+                self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
+                if self.decoded > self.budget {
+                    return Err(self.fail(
+                        at,
+                        format!(
+                            "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
+                            self.budget,
+                            self.bytes.len(),
+                            s.len()
+                        ),
+                    ));
+                }
+                Ok(s.to_string())
+            }
             None => Err(self.fail(
                 at,
                 format!(
@@ -442,6 +518,36 @@ impl Reader<'_> {
                 ),
             )),
         }
+    }
+
+    /// A string shared with the file's string table: span names and
+    /// arguments, which repeat across spans. Nothing is copied, so nothing
+    /// is charged to the budget (a reference costs the pointer).
+    fn text(&mut self, need: &str) -> Result<Text> {
+        let at = self.pos;
+        let i = self.varint(need)?;
+        match usize::try_from(i).ok().and_then(|i| self.strings.get(i)) {
+            Some(s) => Ok(Text::clone(s)),
+            None => Err(self.fail(
+                at,
+                format!(
+                    "expected {need} (a string index below {}), found index {i}",
+                    self.strings.len()
+                ),
+            )),
+        }
+    }
+
+    /// (name, value) pairs of shared strings.
+    fn text_pairs(&mut self, of: &str) -> Result<Vec<(Text, Text)>> {
+        let n = self.count(of, 2)?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.text("a name")?;
+            let v = self.text("a value")?;
+            pairs.push((k, v));
+        }
+        Ok(pairs)
     }
 
     fn pairs(&mut self, of: &str) -> Result<Vec<(String, String)>> {
@@ -530,6 +636,8 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         end: bytes.len(),
         what: "header",
         strings: Vec::new(),
+        decoded: 0,
+        budget: string_budget(bytes.len()),
     };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         let shown = &bytes[..bytes.len().min(MAGIC.len())];
@@ -589,7 +697,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
                 "expected UTF-8 in a string, found invalid UTF-8",
             )
         })?;
-        strings.push(s.to_owned());
+        strings.push(Text::from(s));
         r.pos += len as usize;
     }
     r.strings = strings;
@@ -647,7 +755,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     let (mut start, mut op) = (0u64, 0u64);
     for _ in 0..n {
         let lane = r.lane(lanes)?;
-        let name = r.str("a span name")?;
+        let name = r.text("a span name")?;
         let at = r.pos;
         let kind = r.u8("a span kind")?;
         let kind = *SpanKind::ALL.get(usize::from(kind)).ok_or_else(|| {
@@ -662,7 +770,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         start = start.wrapping_add(r.svarint("a span start")? as u64);
         let dur_ns = r.varint("a span duration")?;
         op = op.wrapping_add(r.svarint("a span op")? as u64);
-        let args = r.pairs("span args")?;
+        let args = r.text_pairs("span args")?;
         trace.spans.push(Span {
             lane,
             name,
@@ -756,6 +864,49 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         });
     }
     r.done()?;
+
+    if r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN {
+        r.section(tag::ORIGIN)?;
+        let at = r.pos;
+        let n = r.count("lane groups", 1)?;
+        if n != lanes {
+            return Err(r.fail(
+                at,
+                format!("expected a group for each of the {lanes} lanes, found {n}"),
+            ));
+        }
+        for lane in &mut trace.lanes {
+            lane.group = r.str("a lane group")?;
+        }
+        let at = r.pos;
+        match r.u8("an import report flag")? {
+            0 => {}
+            1 => {
+                let format = r.str("an import format")?;
+                let events = r.varint("an event count")?;
+                let imported = r.varint("an imported count")?;
+                let n = r.count("skip reasons", 2)?;
+                let mut skipped = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let reason = r.str("a skip reason")?;
+                    skipped.push((reason, r.varint("a skip count")?));
+                }
+                trace.import = Some(crate::profiler::trace::ImportReport {
+                    format,
+                    events,
+                    imported,
+                    skipped,
+                });
+            }
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected an import report flag (0 or 1), found {other}"),
+                ));
+            }
+        }
+        r.done()?;
+    }
 
     if r.pos != bytes.len() {
         r.what = "end of file";

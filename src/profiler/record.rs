@@ -339,12 +339,17 @@ pub(super) fn mark(name: String) {
 
 /// Records a finished user range.
 pub(super) fn range(name: Cow<'static, str>, start: Instant) {
+    range_between(name, start, Instant::now());
+}
+
+/// Records a user range with both ends given.
+pub(super) fn range_between(name: Cow<'static, str>, start: Instant, end: Instant) {
     push(HostRecord::Span {
         op: 0,
         kind: SpanKind::Annotation,
         name,
         start,
-        end: Instant::now(),
+        end,
         stream: None,
         detail: Detail::None,
     });

@@ -15,10 +15,17 @@
 //!   5. every test of the workspace, with the Khronos validation layer
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
 //!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
-//!      is started for the run (the profiler app's real-window test).
+//!      is started for the run (the profiler app's real-window test);
+//!   6. `hta`: PyTorch's trace analysis (HolisticTraceAnalysis, pinned in
+//!      [`HTA_PACKAGES`]) on a trace that `examples/record_trace` writes:
+//!      `xtask/hta_check.py` runs its GPU kernel breakdown, temporal
+//!      breakdown, idle time breakdown and kernel launch statistics and
+//!      fails on an empty result. The virtual environment is created once
+//!      in `target/hta-venv` (needs `python3` with `venv` and PyPI).
 //!
 //! - `cargo xtask layers`: step 3 alone, printing every file's layer and
 //!   dependencies.
+//! - `cargo xtask hta`: step 6 alone.
 //!
 //! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
 //! instead of skipping when that backend is unavailable.
@@ -43,6 +50,64 @@ fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     } else {
         Err(format!("{step} failed ({status})"))
     }
+}
+
+/// What the HTA check installs in its virtual environment: HTA 0.5.0 fails
+/// under pandas 3 (it assigns row indices into a column it downcast to
+/// int8), so pandas stays on 2.x.
+const HTA_PACKAGES: &[&str] = &["HolisticTraceAnalysis==0.5.0", "pandas>=2.2,<3"];
+
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Step 6: HolisticTraceAnalysis on a trace Keel exported.
+fn hta_check(cargo: &str, runtime_dir: &Path) -> Result<(), String> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let venv = target.join("hta-venv");
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        run(
+            "hta: virtual environment",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    let marker = venv.join(format!(
+        "keel-installed-{}",
+        HTA_PACKAGES.join("-").replace(['<', '>', '=', ','], "_")
+    ));
+    if !marker.exists() {
+        run(
+            "hta: pip install",
+            Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+                .args(HTA_PACKAGES),
+        )?;
+        std::fs::write(&marker, "").map_err(|e| format!("writing {marker:?}: {e}"))?;
+    }
+    let dir = std::env::temp_dir().join(format!("keel-hta-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
+    let mut record = Command::new(cargo);
+    record
+        .current_dir(root())
+        .args(["run", "-q", "--example", "record_trace", "--"])
+        .arg(&dir);
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        record.env("XDG_RUNTIME_DIR", runtime_dir);
+    }
+    run("hta: record a trace", &mut record)?;
+    // HTA reads every .json in the folder; record_trace writes one.
+    let result = run(
+        "hta: analyses",
+        Command::new(&python)
+            .arg(root().join("xtask").join("hta_check.py"))
+            .arg(&dir),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// Files whose presence means a Debian package is installed.
@@ -189,7 +254,8 @@ fn test() -> Result<(), String> {
         let _ = child.kill();
         let _ = child.wait();
     }
-    result
+    result?;
+    hta_check(&cargo, &runtime_dir)
 }
 
 /// Starts `Xvfb :99` when there is no `DISPLAY` (and Xvfb is installed), so
@@ -252,8 +318,12 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("layers") => layers::check(&keel_src(), true),
+        Some("hta") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            hta_check(&cargo, &std::env::temp_dir().join("keel-xdg-runtime"))
+        }
         other => Err(format!(
-            "expected a task (test, layers), found {}",
+            "expected a task (test, layers, hta), found {}",
             other.map_or("nothing".to_owned(), |o| format!("'{o}'"))
         )),
     };

@@ -23,7 +23,7 @@ pub fn show(
         .show(ui, |ui| {
             let lane = view.lane_index(s.lane).map_or("?", |l| l.label.as_str());
             let rows: Vec<(&str, String)> = vec![
-                ("name", s.name.clone()),
+                ("name", s.name.to_string()),
                 ("kind", s.kind.to_string()),
                 ("lane", lane.to_owned()),
                 // Times count from the trace's start, as on the ruler.
@@ -44,8 +44,8 @@ pub fn show(
                 ui.end_row();
             }
             for (k, v) in &s.args {
-                ui.label(k);
-                ui.label(v);
+                ui.label(k.as_str());
+                ui.label(v.as_str());
                 ui.end_row();
             }
         });

@@ -383,7 +383,8 @@ fn draw_row(
             painter.rect_filled(r, CornerRadius::same(2), fill);
             if r.width() > 30.0 {
                 let text_rect = r.shrink2(vec2(3.0, 0.0));
-                let galley = painter.layout_no_wrap(s.name.clone(), font.clone(), Color32::BLACK);
+                let galley =
+                    painter.layout_no_wrap(s.name.to_string(), font.clone(), Color32::BLACK);
                 let clipped = painter.with_clip_rect(text_rect.intersect(area));
                 clipped.galley(
                     pos2(text_rect.left(), r.center().y - galley.size().y / 2.0),
@@ -1096,7 +1097,7 @@ pub fn span_tooltip(ui: &mut Ui, view: &TraceView, span: u32) {
     let Some(s) = view.trace.spans.get(span as usize) else {
         return;
     };
-    ui.strong(&s.name);
+    ui.strong(s.name.as_str());
     ui.label(format!("{} | {}", s.kind, format_ns(s.dur_ns as f64)));
     ui.label(format!(
         "start {} (from the trace's start)",

@@ -1,27 +1,47 @@
 //! Host events: complete when their stream reaches the point of the last
-//! record, and keep the host time of that moment for `elapsed_time`.
+//! record; timed ones keep the host time of that moment for
+//! `elapsed_time`.
 
 use std::sync::Arc;
 
 use super::HostBackend;
-use super::stream::{HostStream, Marker};
+use super::stream::{HostStream, Marker, Position};
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
 /// An event on host streams: completes when its stream reaches the point
-/// of the last `record`, and remembers the host time of that moment.
+/// of the last `record`. A timed record also remembers the host time of
+/// that moment (a marker in the stream's queue); an untimed one is only a
+/// position in the stream's order, recorded and queried without a lock
+/// or an allocation.
 #[derive(Debug, Clone)]
 pub struct HostEvent {
-    marker: Arc<Marker>,
+    point: Point,
+}
+
+#[derive(Debug, Clone)]
+enum Point {
+    /// Recorded where everything before had already run, untimed.
+    Reached,
+    /// Untimed: the stream's position at the record.
+    Position(Position),
+    /// Timed: a marker the stream completes with the host time.
+    Marker(Arc<Marker>),
 }
 
 impl HostEvent {
     /// Records on `stream`: the event completes when the stream's work
-    /// submitted so far has run.
-    pub fn record(stream: &HostStream) -> Self {
-        let marker = Arc::new(Marker::default());
-        stream.submit_marker(Arc::clone(&marker));
-        HostEvent { marker }
+    /// submitted so far has run; with `timing`, it keeps the host time of
+    /// that moment.
+    pub fn record(stream: &HostStream, timing: bool) -> Self {
+        let point = if timing {
+            let marker = Arc::new(Marker::default());
+            stream.submit_marker(Arc::clone(&marker));
+            Point::Marker(marker)
+        } else {
+            stream.position().map_or(Point::Reached, Point::Position)
+        };
+        HostEvent { point }
     }
 
     /// Makes later work on `stream` wait for this event.
@@ -29,27 +49,41 @@ impl HostEvent {
         if self.query() {
             return Ok(());
         }
-        let m = Arc::clone(&self.marker);
+        let this = self.clone();
         stream.submit(Box::new(move || {
-            m.wait();
+            this.synchronize();
             Ok(())
         }))
     }
 
     /// Whether the event has completed. Never blocks.
     pub fn query(&self) -> bool {
-        self.marker.time().is_some()
+        match &self.point {
+            Point::Reached => true,
+            Point::Position(p) => p.reached(),
+            Point::Marker(m) => m.time().is_some(),
+        }
     }
 
     /// Waits for the event.
     pub fn synchronize(&self) {
-        self.marker.wait();
+        match &self.point {
+            Point::Reached => {}
+            Point::Position(p) => p.wait(),
+            Point::Marker(m) => {
+                m.wait();
+            }
+        }
     }
 
     /// Milliseconds from `self` to `end` (negative if `end` came first).
-    /// `None` while either has not completed.
+    /// `None` while either has not completed or was recorded untimed.
     pub fn elapsed_ms(&self, end: &HostEvent) -> Option<f64> {
-        let (a, b) = (self.marker.time()?, end.marker.time()?);
+        let time = |e: &HostEvent| match &e.point {
+            Point::Marker(m) => m.time(),
+            Point::Reached | Point::Position(_) => None,
+        };
+        let (a, b) = (time(self)?, time(end)?);
         Some(if b >= a {
             (b - a).as_secs_f64() * 1e3
         } else {
@@ -65,9 +99,9 @@ impl<B: HostBackend> Events for B {
         &self,
         stream: &'static HostStream,
         event: &mut Option<HostEvent>,
-        _timing: bool,
+        timing: bool,
     ) -> Result<()> {
-        *event = Some(HostEvent::record(stream));
+        *event = Some(HostEvent::record(stream, timing));
         Ok(())
     }
     fn wait_event(&self, event: &HostEvent, stream: &'static HostStream) -> Result<()> {

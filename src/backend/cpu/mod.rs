@@ -9,8 +9,8 @@
 //! | default stream (id 0) | runs work inline, on the submitting thread |
 //! | pool stream | a worker thread running its queue in order, started on first use |
 //! | priority levels | 2 (normal, high); separate pools, same OS priority |
-//! | event record | a marker task; completes when the stream reaches it, with the host time |
-//! | `stream.wait(event)` | a task that waits for the marker |
+//! | event record | untimed: the stream's position (items submitted so far), complete once its completed count reaches it; timed: a marker task that takes the host time when the stream reaches it |
+//! | `stream.wait(event)` | a task that waits for the position or marker |
 //! | query / synchronize | queue counters / condition variables |
 //! | `elapsed_time` | host `Instant` difference, in ms |
 //! | memory | zeroed host allocations, 8-byte aligned |

@@ -9,12 +9,17 @@
 //!   reported by the stream's next `query`/`synchronize` (the first error
 //!   wins; `synchronize` reports it once). A panic inside a task is caught
 //!   and reported the same way. Nothing is lost silently.
-//! - Event markers complete in the same critical section that counts them,
-//!   so whoever sees a marker complete also sees the stream's count.
+//! - Every item a worker runs is counted, in order: item `n` (1, 2, ...)
+//!   is complete when the count reaches `n`, which one atomic load tells
+//!   (as a timeline semaphore's value does). Untimed events are such a
+//!   position ([`Position`]); timed events are markers in the queue that
+//!   take the host time when reached, in the same critical section that
+//!   counts them, so whoever sees a marker complete also sees the count.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -61,10 +66,60 @@ struct StreamState {
 }
 
 #[derive(Default)]
-struct StreamShared {
+pub(super) struct StreamShared {
     state: Mutex<StreamState>,
     work: Condvar,
     idle: Condvar,
+    /// `state.submitted`, readable without the lock (written under it).
+    submitted: AtomicU64,
+    /// `state.completed`, readable without the lock (written under it,
+    /// after the item's effects).
+    completed: AtomicU64,
+}
+
+impl StreamShared {
+    /// Counts one finished item (under the state lock).
+    fn count_completed(&self, s: &mut StreamState) {
+        s.completed += 1;
+        self.completed.store(s.completed, Ordering::Release);
+    }
+}
+
+/// A point in a worker stream's order: complete once the stream has
+/// finished `seq` items.
+#[derive(Clone)]
+pub(super) struct Position {
+    stream: Arc<StreamShared>,
+    seq: u64,
+}
+
+impl fmt::Debug for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Position({})", self.seq)
+    }
+}
+
+impl Position {
+    /// Whether the stream has finished everything up to this point. One
+    /// atomic load.
+    pub(super) fn reached(&self) -> bool {
+        self.stream.completed.load(Ordering::Acquire) >= self.seq
+    }
+
+    /// Waits until the stream reaches this point.
+    pub(super) fn wait(&self) {
+        if self.reached() {
+            return;
+        }
+        let mut s = lock(&self.stream.state);
+        while s.completed < self.seq {
+            s = self
+                .stream
+                .idle
+                .wait(s)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 /// An in-order queue of host work; see the module docs.
@@ -129,8 +184,24 @@ impl HostStream {
         let mut s = lock(&self.shared.state);
         s.queue.push_back(item);
         s.submitted += 1;
+        self.shared.submitted.store(s.submitted, Ordering::Release);
         drop(s);
         self.shared.work.notify_one();
+    }
+
+    /// The point after everything submitted so far, or `None` where that
+    /// has already run (an inline stream, or a worker with nothing
+    /// pending). Takes no lock and allocates nothing.
+    pub(super) fn position(&self) -> Option<Position> {
+        if self.inline {
+            return None;
+        }
+        let seq = self.shared.submitted.load(Ordering::Acquire);
+        let position = Position {
+            stream: Arc::clone(&self.shared),
+            seq,
+        };
+        (!position.reached()).then_some(position)
     }
 
     /// Enqueues a marker: it completes (with the host time) when the
@@ -187,14 +258,14 @@ fn worker_loop(shared: &StreamShared) {
             Item::Work(task) => {
                 let result = run_task(task);
                 let mut s = lock(&shared.state);
-                s.completed += 1;
                 if let Err(e) = result {
                     s.error.get_or_insert(e);
                 }
+                shared.count_completed(&mut s);
             }
             Item::Marker(marker) => {
                 let mut s = lock(&shared.state);
-                s.completed += 1;
+                shared.count_completed(&mut s);
                 marker.complete();
             }
         }

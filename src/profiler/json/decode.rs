@@ -18,6 +18,16 @@ pub(super) fn err(message: String) -> Error {
     Error::TraceFormat(message)
 }
 
+/// At most the first 64 characters of `s`, for quoting a bad value in an
+/// error message (with the full length when it was cut).
+pub fn short(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
 pub(super) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -129,7 +139,7 @@ impl<'a> Obj<'a> {
                 "{}.{key}: expected a non-negative number of microseconds{} below 2^64 ns, found {}",
                 self.path,
                 if exact { " with at most 3 decimals" } else { "" },
-                n.as_str()
+                short(n.as_str())
             ))
         })
     }
@@ -138,7 +148,8 @@ impl<'a> Obj<'a> {
 /// A short description of a value for error messages.
 pub(super) fn describe(v: &Value) -> String {
     match v {
-        Value::Number(n) => n.as_str().to_owned(),
+        Value::Number(n) => short(n.as_str()),
+        Value::String(s) => format!("the string \"{}\"", short(s)),
         other => type_name(other).to_owned(),
     }
 }
@@ -173,8 +184,10 @@ fn parse_micros(text: &str, exact: bool) -> Option<u64> {
     (ns.is_finite() && (0.0..1.8e19).contains(&ns)).then_some(ns as u64)
 }
 
-/// The user arguments of an event: keel's own are skipped, `keel_arg_`
-/// names restored, values other than strings (other tools') kept as JSON.
+/// The user arguments of an event in a Keel file: keel's own are skipped,
+/// `keel_arg_` names restored. Keel writes every user argument as a string;
+/// other values are the fields Keel adds for PyTorch's tools (`device`,
+/// `stream`, `correlation`, `grid`: see `write.rs`) and are skipped.
 fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
     let Some(args) = args else {
         return Vec::new();
@@ -188,11 +201,10 @@ fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
         } else {
             k.clone()
         };
-        let value = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+        let Value::String(value) = v else {
+            continue;
         };
-        out.push((key, value));
+        out.push((key, value.clone()));
     }
     out
 }
@@ -317,6 +329,12 @@ impl<T: Tables> Walk<T> {
     }
 
     fn span(&mut self, ev: &Obj<'_>) -> Result<()> {
+        // The runtime-call slices Keel adds for PyTorch's tools.
+        if let Some(Value::Object(args)) = ev.get("args")
+            && args.contains_key("keel_extra")
+        {
+            return Ok(());
+        }
         let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
             return Ok(());
         };
@@ -332,9 +350,10 @@ impl<T: Tables> Walk<T> {
         let kind = match args.and_then(|a| a.get("keel_kind")) {
             Some(Value::String(k)) => SpanKind::from_name(k).ok_or_else(|| {
                 err(format!(
-                    "{}.args.keel_kind: expected one of {}, found \"{k}\"",
+                    "{}.args.keel_kind: expected one of {}, found \"{}\"",
                     ev.path,
-                    SpanKind::ALL.map(SpanKind::name).join(", ")
+                    SpanKind::ALL.map(SpanKind::name).join(", "),
+                    short(k)
                 ))
             })?,
             Some(other) => {
@@ -348,8 +367,9 @@ impl<T: Tables> Walk<T> {
                 Some(kind) => kind,
                 None if T::STRICT => {
                     return Err(err(format!(
-                        "{}: expected \"args.keel_kind\" or a known \"cat\", found cat \"{cat}\"",
-                        ev.path
+                        "{}: expected \"args.keel_kind\" or a known \"cat\", found cat \"{}\"",
+                        ev.path,
+                        short(cat)
                     )));
                 }
                 None if host => SpanKind::Annotation,
@@ -368,12 +388,15 @@ impl<T: Tables> Walk<T> {
         };
         self.trace.spans.push(Span {
             lane,
-            name,
+            name: name.into(),
             kind,
             start_ns,
             dur_ns,
             op,
-            args: user_args(args),
+            args: user_args(args)
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
         });
         Ok(())
     }
@@ -434,8 +457,9 @@ impl<T: Tables> Walk<T> {
             None if cat == "ac2g" => FlowKind::Launch,
             None => {
                 return Err(err(format!(
-                    "{}.name: expected a flow kind (\"launch\" or \"event_wait\"), found \"{name}\"",
-                    ev.path
+                    "{}.name: expected a flow kind (\"launch\" or \"event_wait\"), found \"{}\"",
+                    ev.path,
+                    short(name)
                 )));
             }
         };

@@ -12,7 +12,7 @@ use super::decode::{Obj, Tables, describe, err, event_path, walk};
 use super::lane_pid;
 use crate::error::Result;
 use crate::profiler::trace::{
-    Calibration, Counter, Lane, LaneKind, TRACE_VERSION, Trace, TraceDevice,
+    Calibration, Counter, ImportReport, Lane, LaneKind, TRACE_VERSION, Trace, TraceDevice,
 };
 
 /// Reads a Keel file: `events` are its `traceEvents`, `keel` its `keel`
@@ -105,6 +105,30 @@ impl KeelTables {
             });
         }
 
+        if k.get("import").is_some() {
+            let i = Obj::new(k.req("import")?, "keel.import")?;
+            let mut skipped = Vec::new();
+            for (j, p) in i.array("skipped")?.iter().enumerate() {
+                match p.as_array().map(Vec::as_slice) {
+                    Some([Value::String(reason), n]) if n.as_u64().is_some() => {
+                        skipped.push((reason.clone(), n.as_u64().unwrap_or(0)));
+                    }
+                    _ => {
+                        return Err(err(format!(
+                            "keel.import.skipped[{j}]: expected a [reason, count] pair, found {}",
+                            describe(p)
+                        )));
+                    }
+                }
+            }
+            trace.import = Some(ImportReport {
+                format: i.str("format")?.to_owned(),
+                events: i.u64("events")?,
+                imported: i.u64("imported")?,
+                skipped,
+            });
+        }
+
         // Lanes: every thread_name event with "keel_lane" args.
         let mut slots: Vec<Option<Lane>> = Vec::new();
         let mut lanes = HashMap::new();
@@ -132,14 +156,19 @@ impl KeelTables {
                 },
                 other => {
                     return Err(err(format!(
-                        "{args_path}.keel_lane: expected \"stream\" or \"host\", found \"{other}\""
+                        "{args_path}.keel_lane: expected \"stream\" or \"host\", found \"{}\"",
+                        super::decode::short(other)
                     )));
                 }
+            };
+            let group = match args.get("keel_group") {
+                None => String::new(),
+                Some(_) => args.str("keel_group")?.to_owned(),
             };
             let lane = Lane {
                 kind,
                 name: args.str("name")?.to_owned(),
-                group: String::new(),
+                group,
             };
             let want_pid = lane_pid(&lane);
             if pid != want_pid {
@@ -214,8 +243,9 @@ impl Tables for KeelTables {
         match self.counters.get(&(device, name.to_owned())) {
             Some(&index) => Ok(index),
             None => Err(err(format!(
-                "{}: expected a counter listed in keel.counters, found \"{name}\" of device {device}",
-                ev.path
+                "{}: expected a counter listed in keel.counters, found \"{}\" of device {device}",
+                ev.path,
+                super::decode::short(name)
             ))),
         }
     }

@@ -5,7 +5,41 @@ use std::io::Write;
 
 use super::{category, flow_category, kind_for_category, lane_pid};
 use crate::error::{Error, Result};
-use crate::profiler::trace::{LaneKind, Trace};
+use crate::profiler::trace::{LaneKind, Span, SpanKind, Trace};
+
+/// Argument names Kineto gives meaning to, which Keel writes itself (as
+/// numbers or arrays) for PyTorch's tools; a user argument of that name is
+/// written as `keel_arg_<name>`.
+const KINETO_ARGS: [&str; 6] = [
+    "device",
+    "stream",
+    "correlation",
+    "External id",
+    "grid",
+    "cbid",
+];
+
+/// A `grid` argument (`4x1x1`) as its three numbers.
+fn grid_of(span: &Span) -> Option<[u64; 3]> {
+    let (_, v) = span.args.iter().find(|(k, _)| k == "grid")?;
+    let mut parts = v.split('x').map(|p| p.trim().parse::<u64>());
+    let g = [
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+    ];
+    parts.next().is_none().then_some(g)
+}
+
+/// The CUDA runtime call (name, Kineto's callback id) a host span of this
+/// kind stands for, for the `cuda_runtime` slice written inside it.
+fn runtime_call(kind: SpanKind) -> Option<(&'static str, u64)> {
+    match kind {
+        SpanKind::Kernel => Some(("cudaLaunchKernel", 211)),
+        SpanKind::Copy => Some(("cudaMemcpyAsync", 41)),
+        _ => None,
+    }
+}
 
 /// Bytes gathered before each `write_all` on the output.
 const CHUNK: usize = 1 << 16;
@@ -94,7 +128,7 @@ impl<W: Write> Out<'_, W> {
     /// `"key":"value"` for a user argument (see the module docs).
     fn user_arg(&mut self, key: &str, value: &str) {
         self.buf.push(b'"');
-        if key.starts_with("keel_") {
+        if key.starts_with("keel_") || KINETO_ARGS.contains(&key) {
             self.raw("keel_arg_");
         }
         self.str_body(key);
@@ -156,7 +190,9 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         out,
     };
     let mut first = true;
-    w.raw("{\"traceEvents\":[\n");
+    // What Kineto writes first; HolisticTraceAnalysis finds the rank with
+    // a pattern that wants the space after the colon.
+    w.raw("{\"schemaVersion\": 1,\n\"distributedInfo\": {\"backend\": \"none\", \"rank\": 0, \"world_size\": 1},\n\"traceEvents\":[\n");
 
     // Metadata: processes, then threads.
     let mut host = trace
@@ -198,6 +234,10 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
                 w.u64(thread);
             }
         }
+        if !lane.group.is_empty() {
+            w.raw(",\"keel_group\":");
+            w.str(&lane.group);
+        }
         w.raw("}}");
         w.event(&mut first, "M", pid, Some(tid))?;
         w.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
@@ -216,8 +256,9 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
 
     for span in &trace.spans {
         let (pid, host) = place(span.lane);
+        let tid = u64::from(span.lane) + 1;
         let cat = category(span.kind, host);
-        w.event(&mut first, "X", pid, Some(u64::from(span.lane) + 1))?;
+        w.event(&mut first, "X", pid, Some(tid))?;
         w.raw(",\"ts\":");
         w.micros(span.start_ns);
         w.raw(",\"dur\":");
@@ -241,12 +282,63 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
             w.u64(span.op);
             sep = ",";
         }
+        // Kineto's fields on device work: its device, stream (the lane's
+        // tid, always positive), correlation with the host call, grid.
+        if let Some(LaneKind::Stream { device, .. }) =
+            trace.lanes.get(span.lane as usize).map(|l| &l.kind)
+        {
+            w.raw(sep);
+            w.raw("\"device\":");
+            w.u64(u64::from(*device));
+            w.raw(",\"stream\":");
+            w.u64(tid);
+            sep = ",";
+            if span.op != 0 {
+                w.raw(",\"correlation\":");
+                w.u64(span.op);
+                w.raw(",\"External id\":");
+                w.u64(span.op);
+            }
+            if span.kind == SpanKind::Kernel
+                && let Some(g) = grid_of(span)
+            {
+                w.raw(",\"grid\":[");
+                w.u64(g[0]);
+                w.raw(",");
+                w.u64(g[1]);
+                w.raw(",");
+                w.u64(g[2]);
+                w.raw("]");
+            }
+        }
         for (k, v) in &span.args {
             w.raw(sep);
             w.user_arg(k, v);
             sep = ",";
         }
         w.raw(if sep == "," { "}}" } else { "}" });
+        // The runtime call inside a host launch or copy, as Kineto has it
+        // (`cudaLaunchKernel` with the correlation of the device work);
+        // Keel's reader skips it (`keel_extra`).
+        if host
+            && span.op != 0
+            && let Some((call, cbid)) = runtime_call(span.kind)
+        {
+            w.event(&mut first, "X", pid, Some(tid))?;
+            w.raw(",\"ts\":");
+            w.micros(span.start_ns);
+            w.raw(",\"dur\":");
+            w.micros(span.dur_ns);
+            w.raw(",\"cat\":\"cuda_runtime\",\"name\":\"");
+            w.raw(call);
+            w.raw("\",\"args\":{\"keel_extra\":1,\"correlation\":");
+            w.u64(span.op);
+            w.raw(",\"External id\":");
+            w.u64(span.op);
+            w.raw(",\"cbid\":");
+            w.u64(cbid);
+            w.raw("}}");
+        }
     }
 
     for instant in &trace.instants {
@@ -296,7 +388,31 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         }
     }
 
-    w.raw("\n],\n\"displayTimeUnit\":\"ns\",\n\"keel\":{\"version\":");
+    w.raw("\n],\n\"displayTimeUnit\":\"ns\",\n\"deviceProperties\":[");
+    // Kineto's device table: `id` is the device's index (its events'
+    // `device` argument).
+    for (i, device) in trace.devices.iter().enumerate() {
+        if i > 0 {
+            w.raw(",");
+        }
+        w.raw("{\"id\":");
+        w.u64(i as u64);
+        w.raw(",\"name\":");
+        w.str(&device.name);
+        w.raw(",\"device\":");
+        w.str(&device.device);
+        for (k, v) in &device.properties {
+            if matches!(k.as_str(), "id" | "name" | "device") {
+                continue;
+            }
+            w.raw(",");
+            w.str(k);
+            w.raw(":");
+            w.str(v);
+        }
+        w.raw("}");
+    }
+    w.raw("],\n\"keel\":{\"version\":");
     w.u64(trace.version.into());
     w.raw(",\"dropped\":");
     w.u64(trace.dropped);
@@ -337,7 +453,28 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.u64(c.error_bound_ns);
         w.raw("}");
     }
-    w.raw("]}}\n");
+    w.raw("]");
+    if let Some(r) = &trace.import {
+        w.raw(",\"import\":{\"format\":");
+        w.str(&r.format);
+        w.raw(",\"events\":");
+        w.u64(r.events);
+        w.raw(",\"imported\":");
+        w.u64(r.imported);
+        w.raw(",\"skipped\":[");
+        for (i, (reason, n)) in r.skipped.iter().enumerate() {
+            if i > 0 {
+                w.raw(",");
+            }
+            w.raw("[");
+            w.str(reason);
+            w.raw(",");
+            w.u64(*n);
+            w.raw("]");
+        }
+        w.raw("]}");
+    }
+    w.raw("}}\n");
     w.flush()?;
     w.out
         .flush()

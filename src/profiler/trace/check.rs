@@ -200,7 +200,7 @@ fn check_flow_end(
 }
 
 /// The first argument name that appears twice.
-fn duplicate_key(args: &[(String, String)]) -> Option<&str> {
+fn duplicate_key<K: AsRef<str>, V>(args: &[(K, V)]) -> Option<&str> {
     if args.len() < 2 {
         return None;
     }
@@ -208,11 +208,11 @@ fn duplicate_key(args: &[(String, String)]) -> Option<&str> {
         return args
             .iter()
             .enumerate()
-            .find(|(i, (k, _))| args[..*i].iter().any(|(j, _)| j == k))
-            .map(|(_, (k, _))| k.as_str());
+            .find(|(i, (k, _))| args[..*i].iter().any(|(j, _)| j.as_ref() == k.as_ref()))
+            .map(|(_, (k, _))| k.as_ref());
     }
     let mut seen = HashMap::with_capacity(args.len());
     args.iter()
-        .find(|(k, _)| seen.insert(k.as_str(), ()).is_some())
-        .map(|(k, _)| k.as_str())
+        .find(|(k, _)| seen.insert(k.as_ref(), ()).is_some())
+        .map(|(k, _)| k.as_ref())
 }

@@ -137,7 +137,7 @@ pub struct Span {
     /// Index into [`Trace::lanes`].
     pub lane: u32,
     /// What it was (kernel name, `copy host->device`, ...).
-    pub name: String,
+    pub name: Text,
     /// Its kind.
     pub kind: SpanKind,
     /// Start, ns from the epoch.
@@ -148,7 +148,158 @@ pub struct Span {
     /// one stream operation share it (0: none).
     pub op: u64,
     /// Details as (name, value) pairs.
-    pub args: Vec<(String, String)>,
+    pub args: Vec<(Text, Text)>,
+}
+
+/// Shared, immutable text for the strings a trace repeats across millions
+/// of spans (kernel names, argument names and common values): readers
+/// intern them ([`Interner`]), so a name costs its bytes once, not once per
+/// span. It reads as a `&str` (`Deref`), prints as one, and compares with
+/// `&str` and `String` (`span.name == "spin"`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Text(std::sync::Arc<str>);
+
+impl Text {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Text::from("")
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Text {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Text {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Self {
+        Text(s.into())
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Self {
+        Text(s.into())
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for Text {
+    fn from(s: std::borrow::Cow<'_, str>) -> Self {
+        Text(s.into())
+    }
+}
+
+impl From<Text> for String {
+    fn from(t: Text) -> Self {
+        t.0.as_ref().to_owned()
+    }
+}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Text {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Text> for str {
+    fn eq(&self, other: &Text) -> bool {
+        *self == *other.0
+    }
+}
+
+impl PartialEq<Text> for &str {
+    fn eq(&self, other: &Text) -> bool {
+        **self == *other.0
+    }
+}
+
+impl PartialEq<Text> for String {
+    fn eq(&self, other: &Text) -> bool {
+        **self == *other.0
+    }
+}
+
+/// Shares equal [`Text`]s while a trace is read: the first occurrence is
+/// allocated, later ones are a reference count. At most `cap` distinct
+/// texts are remembered (a file of unique values must not grow the table
+/// without end); past that, new texts are allocated each time.
+#[derive(Debug)]
+pub struct Interner {
+    set: std::collections::HashSet<Text>,
+    cap: usize,
+}
+
+impl Interner {
+    /// An interner remembering at most `cap` distinct texts.
+    pub fn new(cap: usize) -> Self {
+        Interner {
+            set: std::collections::HashSet::new(),
+            cap,
+        }
+    }
+
+    /// `text`, shared with every earlier equal one.
+    pub fn intern(&mut self, text: &str) -> Text {
+        if let Some(t) = self.set.get(text) {
+            return Text::clone(t);
+        }
+        let t = Text::from(text);
+        if self.set.len() < self.cap {
+            self.set.insert(Text::clone(&t));
+        }
+        t
+    }
+}
+
+impl Default for Interner {
+    /// Names and argument names: up to a million distinct.
+    fn default() -> Self {
+        Interner::new(1 << 20)
+    }
 }
 
 impl Span {
@@ -279,4 +430,43 @@ pub struct Trace {
     pub dropped: u64,
     /// Set when the trace was imported from another tool's file.
     pub import: Option<ImportReport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Interner, Text};
+
+    #[test]
+    fn interned_texts_share_their_bytes_up_to_the_cap() {
+        let mut names = Interner::new(2);
+        let a = names.intern("vector_add");
+        let b = names.intern(&String::from("vector_add"));
+        assert!(std::ptr::eq(a.as_str(), b.as_str()), "one allocation");
+        assert_eq!(a, "vector_add");
+        let _ = names.intern("saxpy");
+        // The table is full: a third text is made fresh each time.
+        let c = names.intern("spin");
+        let d = names.intern("spin");
+        assert_eq!(c, d);
+        assert!(!std::ptr::eq(c.as_str(), d.as_str()), "not remembered");
+        // Earlier texts are still shared.
+        assert!(std::ptr::eq(
+            names.intern("saxpy").as_str(),
+            names.intern("saxpy").as_str()
+        ));
+    }
+
+    #[test]
+    fn text_reads_and_compares_as_str() {
+        let t = Text::from("copy host->device");
+        assert_eq!(t, "copy host->device");
+        assert_eq!(t, String::from("copy host->device"));
+        assert!("copy host->device" == t);
+        assert!(t.starts_with("copy"));
+        assert_eq!(
+            format!("{t} / {t:?}"),
+            "copy host->device / \"copy host->device\""
+        );
+        assert_eq!(Text::default(), "");
+    }
 }

@@ -208,9 +208,13 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let mut start = Event::timed(ty);
     let mut done = Event::timed(ty);
+    // An untimed event too: backends may track it differently (the host
+    // streams as a position in the stream's order).
+    let mut untimed = Event::new(ty);
     start.record(&s).expect("record");
     let busy = Busy::launch(&s, cfg, &out, iters);
     done.record(&s).expect("record");
+    untimed.record(&s).expect("record");
     if cfg.blocking_submit {
         assert_eq!(
             done.query(),
@@ -238,6 +242,7 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
         }
     } else {
         assert_eq!(done.query(), Ok(false), "the work is still running");
+        assert_eq!(untimed.query(), Ok(false), "the work is still running");
         assert_eq!(s.query(), Ok(false));
         let e = start.elapsed_time(&done).expect_err("not complete");
         assert_eq!(
@@ -246,6 +251,8 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
         );
     }
     busy.release();
+    untimed.synchronize().expect("event sync");
+    assert_eq!(untimed.query(), Ok(true));
     done.synchronize().expect("event sync");
     assert_eq!(done.query(), Ok(true));
     assert_eq!(s.query(), Ok(true));
