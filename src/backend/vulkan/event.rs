@@ -6,14 +6,12 @@
 //! event the same way); a destroyed event's slot is reused once the work
 //! that may still write it has run.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use ash::vk;
-use gpu_allocator::MemoryLocation;
 
 use super::device::{Ctx, lock, vk_error};
-use super::memory::VkBuffer;
 use super::stream::{self, Bracket, Point, VkStream};
 use super::{TY, Vulkan};
 use crate::backend::ClockSample;
@@ -36,9 +34,6 @@ struct QuerySlots {
 pub(super) struct Timestamps {
     pool: vk::QueryPool,
     slots: Mutex<QuerySlots>,
-    /// Where profiled work copies its timestamps (made on first use;
-    /// `None` if it could not be).
-    results: OnceLock<Option<VkBuffer>>,
 }
 
 impl Timestamps {
@@ -59,27 +54,7 @@ impl Timestamps {
                 free: (0..QUERY_SLOTS).rev().collect(),
                 retiring: Vec::new(),
             }),
-            results: OnceLock::new(),
         })
-    }
-
-    /// The host-visible buffer holding one 64-bit timestamp per slot,
-    /// made on first use. Reading a timestamp there costs a memory read;
-    /// `vkGetQueryPoolResults` costs a driver call (and on lavapipe waits
-    /// for the whole device to go idle).
-    fn results(&self, ctx: &'static Ctx) -> Option<&VkBuffer> {
-        self.results
-            .get_or_init(|| {
-                VkBuffer::new(
-                    ctx,
-                    u64::from(QUERY_SLOTS) * 8,
-                    vk::BufferUsageFlags::TRANSFER_DST,
-                    MemoryLocation::GpuToCpu,
-                    "keel timestamps",
-                )
-                .ok()
-            })
-            .as_ref()
     }
 
     /// A slot for a timed event. Retiring slots are looked at only when no
@@ -128,9 +103,6 @@ pub struct VkEvent {
     point: Point,
     /// The timestamp query slot, for timed events.
     query: Option<u32>,
-    /// Whether the slot's timestamp is copied into the device's results
-    /// buffer by the submission.
-    copied: bool,
 }
 
 impl std::fmt::Debug for VkEvent {
@@ -149,17 +121,7 @@ impl VkEvent {
         let slot = self
             .query
             .ok_or_else(|| Error::invalid("the event was recorded without timing"))?;
-        let c: &'static Ctx = self.point.ctx;
-        if self.copied
-            && let Some(results) = c.timestamps.results(c)
-        {
-            let at = slot as usize * 8;
-            return results.with_mapped(|m| {
-                let mut bytes = [0u8; 8];
-                bytes.copy_from_slice(&m[at..at + 8]);
-                u64::from_ne_bytes(bytes)
-            });
-        }
+        let c: &Ctx = self.point.ctx;
         let mut data = [0u64; 1];
         // SAFETY: the slot was written by a completed submission (callers
         // check completion first); `data` holds one 64-bit result.
@@ -211,10 +173,12 @@ impl Events for Vulkan {
         }))
     }
 
-    /// The timestamp in ns, whether or not the device can sample its
-    /// clock directly (differences of these are what spans need).
     fn event_time_ns(&self, event: &VkEvent) -> Result<Option<i64>> {
-        Ok(Some(ticks_ns(event.point.ctx, event.timestamp()?)))
+        let c = event.point.ctx;
+        if c.calibrated.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ticks_ns(c, event.timestamp()?)))
     }
 
     /// Records an event on `stream`; a timed event keeps the query slot of
@@ -269,7 +233,6 @@ impl Events for Vulkan {
         *event = Some(VkEvent {
             point: stream.point(value),
             query,
-            copied: false,
         });
         Ok(())
     }
@@ -341,14 +304,9 @@ impl Events for Vulkan {
                 return Err(e);
             }
         };
-        let results = c
-            .timestamps
-            .results(c)
-            .map_or(vk::Buffer::null(), |b| b.buffer);
         stream::arm(Bracket {
             stream,
             pool: c.timestamps.pool,
-            results,
             start,
             end,
             first: None,
@@ -385,7 +343,6 @@ impl Events for Vulkan {
                             d.cmd_write_timestamp2(cb, all, pool, start);
                             d.cmd_write_timestamp2(cb, all, pool, end);
                         }
-                        stream::copy_results(d, cb, &b, &[start, end]);
                     },
                     Vec::new(),
                 );
@@ -398,17 +355,14 @@ impl Events for Vulkan {
                 }
             }
         };
-        let copied = b.results != vk::Buffer::null();
         Ok(Some((
             VkEvent {
                 point: stream.point(first),
                 query: Some(b.start),
-                copied,
             },
             VkEvent {
                 point: stream.point(last),
                 query: Some(b.end),
-                copied,
             },
         )))
     }

@@ -50,9 +50,6 @@ pub(super) struct Bracket {
     /// Brackets are per thread and stream.
     pub(super) stream: &'static VkStream,
     pub(super) pool: vk::QueryPool,
-    /// A host-visible buffer the timestamps are copied into (slot `i` at
-    /// byte `8 i`), so reading them needs no driver call; null if none.
-    pub(super) results: vk::Buffer,
     pub(super) start: u32,
     pub(super) end: u32,
     /// Values of the first and last bracketed submissions.
@@ -72,46 +69,6 @@ pub(super) fn arm(bracket: Bracket) -> Option<Bracket> {
 /// Disarms and returns this thread's bracket.
 pub(super) fn disarm() -> Option<Bracket> {
     BRACKET.with(std::cell::Cell::take)
-}
-
-/// Records, into `cb` (recording, after the timestamps of `slots` were
-/// written in it or earlier on the stream), copies of those timestamps
-/// into the bracket's results buffer, made visible to host reads.
-pub(super) fn copy_results(
-    device: &ash::Device,
-    cb: vk::CommandBuffer,
-    b: &Bracket,
-    slots: &[u32],
-) {
-    if b.results == vk::Buffer::null() {
-        return;
-    }
-    let flags = vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT;
-    let barrier = [vk::MemoryBarrier2::default()
-        .src_stage_mask(vk::PipelineStageFlags2::COPY)
-        .src_access_mask(vk::AccessFlags2::TRANSFER_WRITE)
-        .dst_stage_mask(vk::PipelineStageFlags2::HOST)
-        .dst_access_mask(vk::AccessFlags2::HOST_READ)];
-    let dep = vk::DependencyInfo::default().memory_barriers(&barrier);
-    // SAFETY: `cb` is recording (callers' contract); the query pool and the
-    // results buffer live for the process, each slot's 8 bytes lie inside
-    // the buffer (it has room for every slot), and WAIT makes each copy
-    // wait for its timestamp.
-    unsafe {
-        for &slot in slots {
-            device.cmd_copy_query_pool_results(
-                cb,
-                b.pool,
-                slot,
-                1,
-                b.results,
-                u64::from(slot) * 8,
-                8,
-                flags,
-            );
-        }
-        device.cmd_pipeline_barrier2(cb, &dep);
-    }
 }
 
 /// A value of a stream's timeline semaphore; value 0 is reached from the
@@ -316,11 +273,6 @@ impl VkStream {
                     if let Some(b) = bracket {
                         let all = vk::PipelineStageFlags2::ALL_COMMANDS;
                         device.cmd_write_timestamp2(cb, all, b.pool, b.end);
-                        if b.first.is_none() {
-                            copy_results(device, cb, &b, &[b.start, b.end]);
-                        } else {
-                            copy_results(device, cb, &b, &[b.end]);
-                        }
                     }
                 })
                 .and_then(|()| device.end_command_buffer(cb))
