@@ -1,5 +1,7 @@
 //! Vulkan: 10,000 small dispatches through Keel vs the same dispatches with
-//! raw ash in the same process; copy bandwidth; event record + query.
+//! raw ash in the same process; the same Keel dispatches with a profiling
+//! session recording and without; copy bandwidth (next to a host memcpy);
+//! event record + query.
 //!
 //! "The same" means the same observable work: every dispatch is its own
 //! submission, ordered after the previous one by a timeline semaphore (what
@@ -11,7 +13,7 @@
 //! Run: `cargo bench --bench vulkan`. Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ash::vk;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -311,23 +313,103 @@ fn dispatches(c: &mut Criterion) {
         .collect();
     let k = kernels::VECTOR_ADD;
     let params = N.to_le_bytes();
-    let mut raw = Raw::new();
+    let raw = Raw::new();
     let mut g = c.benchmark_group("vulkan_10k_dispatches");
-    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.sample_size(10).measurement_time(Duration::from_secs(40));
     g.throughput(Throughput::Elements(DISPATCHES as u64));
-    g.bench_function("raw_ash", |b| b.iter(|| raw.run()));
+    let keel = || {
+        let start = Instant::now();
+        for _ in 0..DISPATCHES {
+            s.launch(
+                &k,
+                k.grid_for(u64::from(N)),
+                &[&bufs[0], &bufs[1], &bufs[2]],
+                &params,
+            )
+            .expect("launch");
+        }
+        s.synchronize().expect("sync");
+        start.elapsed()
+    };
+    let raw = std::cell::RefCell::new(raw);
+    let raw_run = || {
+        let start = Instant::now();
+        raw.borrow_mut().run();
+        start.elapsed()
+    };
+    // Each iteration runs both back to back and counts only its own (see
+    // `vulkan_10k_dispatches_profiled`).
+    g.bench_function("raw_ash", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    keel();
+                    raw_run()
+                })
+                .sum()
+        })
+    });
     g.bench_function("keel", |b| {
-        b.iter(|| {
-            for _ in 0..DISPATCHES {
-                s.launch(
-                    &k,
-                    k.grid_for(u64::from(N)),
-                    &[&bufs[0], &bufs[1], &bufs[2]],
-                    &params,
-                )
-                .expect("launch");
-            }
-            s.synchronize().expect("sync");
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    raw_run();
+                    keel()
+                })
+                .sum()
+        })
+    });
+    g.finish();
+
+    // The same Keel dispatches with and without a profiling session
+    // recording, each timed from the first launch to the synchronize (the
+    // session's start and its trace's assembly are outside the timing).
+    let mut g = c.benchmark_group("vulkan_10k_dispatches_profiled");
+    g.sample_size(10).measurement_time(Duration::from_secs(40));
+    g.throughput(Throughput::Elements(DISPATCHES as u64));
+    let run = || {
+        let start = Instant::now();
+        for _ in 0..DISPATCHES {
+            s.launch(
+                &k,
+                k.grid_for(u64::from(N)),
+                &[&bufs[0], &bufs[1], &bufs[2]],
+                &params,
+            )
+            .expect("launch");
+        }
+        s.synchronize().expect("sync");
+        start.elapsed()
+    };
+    let profiled = || {
+        let session = keel::profiler::start().expect("session");
+        let t = run();
+        let trace = session.stop();
+        assert!(trace.spans.len() >= 2 * DISPATCHES, "host and device spans");
+        t
+    };
+    // This VM's speed drifts by tens of percent within a minute (shared
+    // cores), so each iteration runs both variants back to back and counts
+    // only its own: both see the same conditions.
+    g.bench_function("no_session", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let t = run();
+                    profiled();
+                    t
+                })
+                .sum()
+        })
+    });
+    g.bench_function("session_recording", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    run();
+                    profiled()
+                })
+                .sum()
         })
     });
     g.finish();
@@ -352,8 +434,15 @@ fn bandwidth(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("device_to_host", mib), &len, |b, _| {
             b.iter(|| black_box(buf.read(&s).expect("read")))
         });
-        // Baseline in the same process: a plain host memcpy of the same size.
+        // Into memory the caller keeps: no allocation (and no page faults
+        // on a fresh vector) per read.
         let mut dst = vec![0u8; len];
+        g.bench_with_input(
+            BenchmarkId::new("device_to_host_into", mib),
+            &len,
+            |b, _| b.iter(|| buf.read_into(&s, 0, black_box(&mut dst)).expect("read")),
+        );
+        // Baseline in the same process: a plain host memcpy of the same size.
         g.bench_with_input(BenchmarkId::new("host_memcpy", mib), &len, |b, _| {
             b.iter(|| dst.copy_from_slice(black_box(&data)))
         });

@@ -135,7 +135,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy host->device"),
             Detail::Bytes(bytes.len() as u64),
-            || rt.write(&stream, &self.handle, offset, bytes.to_vec()),
+            || rt.write_slice(&stream, &self.handle, offset, bytes),
         )
     }
 
@@ -152,7 +152,14 @@ impl Buffer {
             Detail::Bytes(len as u64),
             || rt.read(&stream, &self.handle, offset, len),
         )?;
-        Ok(PendingRead { inner })
+        Ok(PendingRead { inner, len })
+    }
+
+    /// Device to host into `dst`: reads `dst.len()` bytes at `offset` on
+    /// `stream` and waits for them. Unlike [`read`](Self::read) it
+    /// allocates nothing, and the data is copied once on the host.
+    pub fn read_into(&self, stream: &Stream, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.read_async(stream, offset, dst.len())?.wait_into(dst)
     }
 
     /// The whole buffer, read on `stream` (waits for the stream to reach
@@ -253,6 +260,7 @@ impl Buffer {
 /// Data on its way from a device to the host; see [`Buffer::read_async`].
 pub struct PendingRead {
     inner: Box<dyn Readback>,
+    len: usize,
 }
 
 impl fmt::Debug for PendingRead {
@@ -270,5 +278,18 @@ impl PendingRead {
     /// Waits for the data.
     pub fn wait(self) -> Result<Vec<u8>> {
         self.inner.wait()
+    }
+
+    /// Waits for the data and copies it into `dst`, which must be as long
+    /// as the read.
+    pub fn wait_into(self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::invalid(format!(
+                "wait_into: expected a destination of {} bytes (the read's length), found {} bytes",
+                self.len,
+                dst.len()
+            )));
+        }
+        self.inner.wait_into(dst)
     }
 }

@@ -1,6 +1,6 @@
 //! Vulkan-specific behaviour beyond the conformance suite
 //! (`tests/conformance_vulkan.rs`): properties and device order, empty
-//! bindings, timestamp slot reuse, and the unavailable path (in a child
+//! bindings, timestamp slot reuse, pooled staging buffers, and the unavailable path (in a child
 //! process with no driver).
 
 use std::process::Command;
@@ -79,11 +79,11 @@ fn timed_events_recycle_their_query_slots() {
     };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let other = keel::get_stream_from_pool(d, false).expect("pool");
-    // Far more timed events than the device has query slots.
-    for i in 0..5_000 {
+    // More timed events than the device has query slots (32,768).
+    for i in 0..40_000 {
         let mut e = Event::timed(TY);
         e.record(&s).expect("record");
-        if i % 1000 == 0 {
+        if i % 4000 == 0 {
             s.synchronize().expect("sync");
         }
     }
@@ -96,6 +96,160 @@ fn timed_events_recycle_their_query_slots() {
     b.record(&other).expect("record");
     b.synchronize().expect("sync");
     assert!(a.elapsed_time(&b).expect("elapsed") >= 0.0);
+    no_validation_errors();
+}
+
+/// Staging buffers are pooled and reused: copies in flight never share
+/// one, whatever the sizes (small, one size class, past the largest class)
+/// and however many are queued before anything completes.
+#[test]
+fn pooled_staging_buffers_never_serve_two_copies_in_flight() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let other = keel::get_stream_from_pool(d, true).expect("pool");
+    for len in [1usize, 100 << 10, 3 << 20] {
+        let bufs: Vec<Buffer> = (0..6)
+            .map(|_| Buffer::new(d, len).expect("buffer"))
+            .collect();
+        for round in 0u8..4 {
+            let fill = |i: usize| -> Vec<u8> {
+                (0..len)
+                    .map(|j| (j as u8).wrapping_mul(31) ^ (i as u8 * 17 + round))
+                    .collect()
+            };
+            // Every write queued before any completes, across two streams.
+            for (i, b) in bufs.iter().enumerate() {
+                let stream = if i % 2 == 0 { &s } else { &other };
+                b.write(stream, 0, &fill(i)).expect("write");
+            }
+            let reads: Vec<_> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let stream = if i % 2 == 0 { &s } else { &other };
+                    b.read_async(stream, 0, len).expect("read")
+                })
+                .collect();
+            for (i, r) in reads.into_iter().enumerate() {
+                assert_eq!(r.wait().expect("wait"), fill(i), "len {len}, buffer {i}");
+            }
+        }
+    }
+    // A copy larger than the largest pooled size gets a buffer of its own.
+    let big = 300 << 20;
+    let b = Buffer::new(d, big).expect("buffer");
+    b.write(&s, big - 4, &[1u8, 2, 3, 4]).expect("write");
+    let tail = b
+        .read_async(&s, big - 8, 8)
+        .expect("read")
+        .wait()
+        .expect("wait");
+    assert_eq!(tail, [0, 0, 0, 0, 1, 2, 3, 4]);
+    no_validation_errors();
+}
+
+/// `read_into` copies straight into the caller's memory (Vulkan's mapped
+/// staging path, the CPU backend's default path); a destination of the
+/// wrong length is refused before anything is read.
+#[test]
+fn read_into_fills_the_callers_memory() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    for d in [d, Device::cpu()] {
+        let s = keel::get_stream_from_pool(d, false).expect("pool");
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let b = Buffer::new(d, data.len()).expect("buffer");
+        b.write(&s, 0, &data).expect("write");
+        let mut out = vec![0u8; 1000];
+        b.read_into(&s, 5000, &mut out).expect("read_into");
+        assert_eq!(out, data[5000..6000], "{d}");
+        let e = b
+            .read_async(&s, 0, 16)
+            .expect("read")
+            .wait_into(&mut [0u8; 8])
+            .expect_err("wrong length");
+        assert_eq!(
+            e.to_string(),
+            "wait_into: expected a destination of 16 bytes (the read's length), found 8 bytes",
+        );
+        let e = b
+            .read_into(&s, data.len() - 4, &mut [0u8; 8])
+            .expect_err("out of range");
+        assert!(e.to_string().contains("read"), "{e}");
+    }
+    no_validation_errors();
+}
+
+/// Vulkan calibrates its clock with calibrated timestamps where the device
+/// has them (lavapipe does): the stated bound is under 5 us, and a timed
+/// kernel's device span lies inside the host interval around its launch
+/// and completion, within that bound.
+#[test]
+fn calibrated_device_spans_lie_inside_their_host_interval() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let n = 4096u32;
+    let out = Buffer::new(d, 4 * n as usize).expect("buffer");
+    let params: Vec<u8> = [n, 20_000].iter().flat_map(|v| v.to_le_bytes()).collect();
+    // Warm up the pipeline, so the recorded launch is only the dispatch.
+    s.launch(
+        &kernels::SPIN,
+        kernels::SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &params,
+    )
+    .expect("spin");
+    s.synchronize().expect("sync");
+    let session = keel::profiler::start().expect("session");
+    let before = session.now_ns();
+    s.launch(
+        &kernels::SPIN,
+        kernels::SPIN.grid_for(u64::from(n)),
+        &[&out],
+        &params,
+    )
+    .expect("spin");
+    s.synchronize().expect("sync");
+    let after = session.now_ns();
+    let trace = session.stop();
+    let cal = trace.calibrations.first().expect("a calibration");
+    if !cal.method.starts_with("calibrated timestamps") {
+        eprintln!(
+            "this device has no calibrated timestamps ({}); skipped",
+            cal.method
+        );
+        return;
+    }
+    eprintln!("{}: +/- {} ns", cal.method, cal.error_bound_ns);
+    assert!(
+        cal.error_bound_ns < 5_000,
+        "bound {} ns",
+        cal.error_bound_ns
+    );
+    let device_lane = |lane: u32| {
+        matches!(
+            trace.lanes[lane as usize].kind,
+            keel::profiler::LaneKind::Stream { .. }
+        )
+    };
+    let span = trace
+        .spans
+        .iter()
+        .find(|sp| sp.name == "spin" && device_lane(sp.lane))
+        .expect("the kernel's device span");
+    let bound = cal.error_bound_ns;
+    assert!(
+        span.start_ns + bound >= before && span.end_ns() <= after + bound,
+        "device span {}..{} outside host interval {before}..{after} (+/- {bound} ns)",
+        span.start_ns,
+        span.end_ns()
+    );
+    assert!(span.dur_ns > 0);
     no_validation_errors();
 }
 

@@ -222,6 +222,41 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         let _ = (event, device_index);
     }
 
+    /// Starts timing, inside its own submissions, the device work that the
+    /// calling thread enqueues on `stream` until
+    /// [`end_timed_work`](Self::end_timed_work) (the profiler's device
+    /// spans). Returns false when the backend cannot; the profiler then
+    /// records timed events around the work instead.
+    fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
+        let _ = stream;
+        Ok(false)
+    }
+
+    /// Ends what [`begin_timed_work`](Self::begin_timed_work) started: two
+    /// timed events, usable like recorded ones (`query_event`,
+    /// `elapsed_time`, `destroy_event`), whose timestamps bracket the work
+    /// enqueued in between. `None` when no timing was started.
+    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
+        let _ = stream;
+        Ok(None)
+    }
+
+    /// Reads device `device_index`'s timestamp clock directly (Vulkan's
+    /// calibrated timestamps), between two host instants. `None` where the
+    /// backend cannot; the profiler then calibrates by paired sampling.
+    fn sample_clock(&self, device_index: DeviceIndex) -> Result<Option<ClockSample>> {
+        let _ = device_index;
+        Ok(None)
+    }
+
+    /// A completed timed event's timestamp in nanoseconds of the clock
+    /// [`sample_clock`](Self::sample_clock) reads. `None` where the backend
+    /// has no such clock.
+    fn event_time_ns(&self, event: &EventHandle) -> Result<Option<i64>> {
+        let _ = event;
+        Ok(None)
+    }
+
     /// c10's `recordDataPtrOnStream`: `buffer` is in use on `stream`, so
     /// its memory must not be reused until the stream's current work is
     /// done. Default: nothing (backends whose buffers keep themselves
@@ -230,6 +265,19 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         let _ = (buffer, stream);
         Ok(())
     }
+}
+
+/// A device clock reading ([`DeviceGuardImpl::sample_clock`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClockSample {
+    /// The device's timestamp clock, in nanoseconds.
+    pub device_ns: i64,
+    /// A host instant before the reading was taken.
+    pub host_before: std::time::Instant,
+    /// A host instant after it.
+    pub host_after: std::time::Instant,
+    /// What the driver says the reading may deviate by, in nanoseconds.
+    pub max_deviation_ns: u64,
 }
 
 /// A [`DeviceGuardImpl`] that a guard can hold by value and build from a

@@ -50,6 +50,16 @@ pub trait Readback: Send {
     fn is_ready(&self) -> Result<bool>;
     /// Waits for the data and returns it.
     fn wait(self: Box<Self>) -> Result<Vec<u8>>;
+
+    /// Waits for the data and copies it into `dst`, whose length the
+    /// caller has checked against the read's. Default: through
+    /// [`wait`](Self::wait); backends with mapped staging memory copy
+    /// straight from it.
+    fn wait_into(self: Box<Self>, dst: &mut [u8]) -> Result<()> {
+        let data = self.wait()?;
+        dst.copy_from_slice(&data);
+        Ok(())
+    }
 }
 
 /// A backend's memory, copy and kernel operations. Every operation that
@@ -70,6 +80,19 @@ pub trait DeviceRuntime: Send + Sync + 'static {
         offset: usize,
         data: Vec<u8>,
     ) -> Result<()>;
+
+    /// Host to device from borrowed bytes (copied before returning).
+    /// Default: an owned copy through [`write`](Self::write); backends
+    /// that stage through mapped memory copy straight into it.
+    fn write_slice(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        self.write(stream, dst, offset, data.to_vec())
+    }
 
     /// Device to host: enqueues reading `len` bytes at `offset` of `src`.
     fn read(

@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{
-    BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, Readback,
-    StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
+    BufferHandle, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle,
+    Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
@@ -134,6 +134,35 @@ pub trait Events: Backend {
     fn release_event(&self, event: Self::Event) {
         drop(event);
     }
+
+    /// Starts timing the device work the calling thread enqueues on
+    /// `stream` inside its own submissions (see
+    /// [`DeviceGuardImpl::begin_timed_work`]). Default: cannot.
+    fn begin_timed_work(&self, stream: Self::Stream) -> Result<bool> {
+        let _ = stream;
+        Ok(false)
+    }
+
+    /// Reads the device's timestamp clock between two host instants (see
+    /// [`DeviceGuardImpl::sample_clock`]). Default: cannot.
+    fn sample_clock(&self, device: &'static Self::Device) -> Result<Option<ClockSample>> {
+        let _ = device;
+        Ok(None)
+    }
+
+    /// A completed timed event's timestamp on the clock
+    /// [`sample_clock`](Self::sample_clock) reads, in nanoseconds.
+    fn event_time_ns(&self, event: &Self::Event) -> Result<Option<i64>> {
+        let _ = event;
+        Ok(None)
+    }
+
+    /// The two timed events bracketing the work since
+    /// [`begin_timed_work`](Self::begin_timed_work).
+    fn end_timed_work(&self, stream: Self::Stream) -> Result<Option<(Self::Event, Self::Event)>> {
+        let _ = stream;
+        Ok(None)
+    }
 }
 
 /// A backend's memory, copies and readbacks (implemented in its
@@ -159,6 +188,18 @@ pub trait Memory: Backend {
         offset: usize,
         data: Vec<u8>,
     ) -> Result<()>;
+
+    /// Enqueues writing borrowed `data` (copied before returning).
+    /// Default: an owned copy through [`enqueue_write`](Self::enqueue_write).
+    fn enqueue_write_slice(
+        &self,
+        stream: Self::Stream,
+        dst: &Arc<Self::Buffer>,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        self.enqueue_write(stream, dst, offset, data.to_vec())
+    }
 
     /// Enqueues reading `len` bytes at `offset` of `src`.
     fn enqueue_read(
@@ -448,6 +489,24 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
         }
     }
 
+    fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
+        self.0.begin_timed_work(self.stream(stream)?)
+    }
+
+    fn sample_clock(&self, device_index: DeviceIndex) -> Result<Option<ClockSample>> {
+        let d = self.device(Device::new(B::TYPE, device_index)?)?;
+        self.0.sample_clock(d)
+    }
+
+    fn event_time_ns(&self, event: &EventHandle) -> Result<Option<i64>> {
+        self.0.event_time_ns(self.event(event)?)
+    }
+
+    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
+        let pair = self.0.end_timed_work(self.stream(stream)?)?;
+        Ok(pair.map(|(start, end)| (EventHandle::new(Some(start)), EventHandle::new(Some(end)))))
+    }
+
     fn record_buffer_on_stream(&self, buffer: &BufferHandle, stream: &Stream) -> Result<()> {
         let b = self.buffer(buffer)?;
         self.0.buffer_used_on(&b, self.stream(stream)?)
@@ -474,6 +533,18 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     ) -> Result<()> {
         let s = self.stream(stream)?;
         self.0.enqueue_write(s, &self.buffer(dst)?, offset, data)
+    }
+
+    fn write_slice(
+        &self,
+        stream: &Stream,
+        dst: &BufferHandle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        let s = self.stream(stream)?;
+        self.0
+            .enqueue_write_slice(s, &self.buffer(dst)?, offset, data)
     }
 
     fn read(

@@ -84,13 +84,53 @@ pub(super) struct DeviceSpan {
     pub detail: Detail,
 }
 
-/// Where a device's reference event lies on the host clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// How a device clock sample was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub(super) enum ClockMethod {
+    /// A timed event recorded and polled: its timestamp lies between the
+    /// record call and the first poll that saw it complete.
+    #[default]
+    PairedSampling,
+    /// The device clock read directly between two host instants (Vulkan's
+    /// calibrated timestamps).
+    Calibrated,
+}
+
+/// One calibration sample: where a device's reference event lies on the
+/// host clock, as measured at device offset `at_off`. A device calibrated
+/// several times (long recordings) has its spans placed by interpolating
+/// between its samples, which follows the drift between the two clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub(super) struct ClockBase {
     /// Host time (ns from the epoch) of the reference event.
     pub reference_ns: i64,
-    /// Half the width of the host interval the pair was taken in.
+    /// Half the width of the host interval the sample was taken in (plus
+    /// the driver's stated deviation, for calibrated timestamps).
     pub error_bound_ns: u64,
+    /// The device offset (ns from the reference event) of the sample.
+    pub at_off: i64,
+    pub method: ClockMethod,
+}
+
+/// Host time (ns from the epoch) of device offset `off`, from a device's
+/// samples sorted by `at_off` (at least one): between two samples the
+/// reference's host time is interpolated linearly, outside them it follows
+/// the nearest pair's slope; with one sample it is constant.
+pub(super) fn place(samples: &[ClockBase], off: i64) -> i64 {
+    let [first, .., last] = samples else {
+        return samples.first().map_or(off, |b| b.reference_ns + off);
+    };
+    let i = samples
+        .partition_point(|b| b.at_off <= off)
+        .clamp(1, samples.len() - 1);
+    let (a, b) = (&samples[i - 1], &samples[i]);
+    let width = (b.at_off - a.at_off) as f64;
+    if width <= 0.0 {
+        return last.reference_ns.max(first.reference_ns) + off;
+    }
+    let slope = (b.reference_ns - a.reference_ns) as f64 / width;
+    let reference = a.reference_ns as f64 + slope * (off - a.at_off) as f64;
+    off + reference.round() as i64
 }
 
 /// A device's entry in the trace's device table.
@@ -126,7 +166,7 @@ pub(super) struct Collected {
 pub(super) struct Assembler {
     epoch: Instant,
     devices: HashMap<Device, DeviceInfo>,
-    bases: HashMap<Device, ClockBase>,
+    bases: HashMap<Device, Vec<ClockBase>>,
     /// Device spans waiting for their device's calibration.
     held_spans: Vec<DeviceSpan>,
     /// Waits whose ends are not both placed yet.
@@ -179,22 +219,31 @@ impl Assembler {
     pub(super) fn assemble(&mut self, batch: &mut Collected) -> Trace {
         let epoch = self.epoch;
         self.devices.extend(batch.devices.drain(..));
-        self.bases.extend(batch.bases.drain(..));
+        for (d, base) in batch.bases.drain(..) {
+            let samples = self.bases.entry(d).or_default();
+            samples.push(base);
+            samples.sort_by_key(|b| b.at_off);
+        }
         let mut b = Builder::new(&self.devices);
 
-        let mut calibrated: Vec<(Device, ClockBase)> =
-            self.bases.iter().map(|(d, p)| (*d, *p)).collect();
+        let mut calibrated: Vec<(&Device, &Vec<ClockBase>)> = self.bases.iter().collect();
         calibrated.sort();
-        for (d, base) in calibrated {
-            let device = b.device(d);
+        for (d, samples) in calibrated {
+            let device = b.device(*d);
+            let method = match samples.last().map(|s| s.method).unwrap_or_default() {
+                ClockMethod::Calibrated => "calibrated timestamps",
+                ClockMethod::PairedSampling if d.is_cpu() => "host clock, paired sampling",
+                ClockMethod::PairedSampling => "paired sampling",
+            };
+            let method = if samples.len() > 1 {
+                format!("{method}, {} samples interpolated", samples.len())
+            } else {
+                method.to_owned()
+            };
             b.trace.calibrations.push(Calibration {
                 device,
-                method: if d.is_cpu() {
-                    "host clock, paired sampling".to_owned()
-                } else {
-                    "paired sampling".to_owned()
-                },
-                error_bound_ns: base.error_bound_ns,
+                method,
+                error_bound_ns: samples.iter().map(|s| s.error_bound_ns).max().unwrap_or(0),
             });
         }
 
@@ -251,25 +300,24 @@ impl Assembler {
         spans.append(&mut batch.device_spans);
         spans.sort_by_key(|s| (s.stream, s.start_off, s.op));
         for s in spans {
-            let Some(base) = self.bases.get(&s.stream.device()) else {
+            let Some(samples) = self.bases.get(&s.stream.device()).filter(|v| !v.is_empty()) else {
                 if !batch.last {
                     self.held_spans.push(s); // placed once the device is calibrated
                 }
                 continue;
             };
-            let base = base.reference_ns;
             let device = b.device(s.stream.device());
             let lane_kind = LaneKind::Stream {
                 device,
                 stream: s.stream.id(),
             };
             let lane = b.lane(lane_kind, format!("stream {}", s.stream.id()));
-            let mut start = (base + s.start_off).max(0) as u64;
+            let mut start = place(samples, s.start_off).max(0) as u64;
             // A stream runs in order: clamp rounding so spans never overlap.
             if let Some(&prev) = self.last_end.get(&s.stream) {
                 start = start.max(prev);
             }
-            let end = ((base + s.end_off).max(0) as u64).max(start);
+            let end = (place(samples, s.end_off).max(0) as u64).max(start);
             self.last_end.insert(s.stream, end);
             self.device_of_op.insert(s.op, (s.stream, start, end));
             b.trace.spans.push(Span {
@@ -505,6 +553,7 @@ mod tests {
                 ClockBase {
                     reference_ns: 1000,
                     error_bound_ns: 5,
+                    ..ClockBase::default()
                 },
             )],
             memory: vec![(d, at(epoch, 10), 64), (d, at(epoch, 300), -64)],
@@ -576,6 +625,7 @@ mod tests {
                 ClockBase {
                     reference_ns: 100,
                     error_bound_ns: 1,
+                    ..ClockBase::default()
                 },
             )],
             memory: vec![(d, at(epoch, 5), 8)],
@@ -631,6 +681,7 @@ mod tests {
                 ClockBase {
                     reference_ns: 0,
                     error_bound_ns: 0,
+                    ..ClockBase::default()
                 },
             )],
             last: true,
@@ -640,5 +691,52 @@ mod tests {
         let starts: Vec<(u64, u64)> = t.spans.iter().map(|s| (s.start_ns, s.end_ns())).collect();
         assert_eq!(starts, [(0, 100), (100, 200)]);
         assert_eq!(t.check(), Ok(()));
+    }
+
+    /// A device clock running 1% fast (an injected skew): calibrated at
+    /// offsets 0 and 10 ms, its spans are placed on the host clock by
+    /// interpolating between the two samples, and past the last sample
+    /// along the same slope.
+    #[test]
+    fn drift_between_samples_is_interpolated() {
+        let epoch = Instant::now();
+        let d = vulkan();
+        let stream = Stream::new(d, 1);
+        let mut a = Assembler::new(epoch);
+        // Device offset x is host time 1_000 + x / 1.01; written as the
+        // reference's host time at each sample: host - offset.
+        let host = |off: i64| 1_000 + (off as f64 / 1.01).round() as i64;
+        let sample = |off: i64| ClockBase {
+            reference_ns: host(off) - off,
+            error_bound_ns: 3,
+            at_off: off,
+            method: ClockMethod::Calibrated,
+        };
+        let mut first = Collected {
+            bases: vec![(d, sample(0))],
+            devices: vec![(d, info("gpu"))],
+            ..Collected::default()
+        };
+        a.assemble(&mut first);
+        let mut second = Collected {
+            device_spans: vec![
+                device_span(stream, 1, SpanKind::Kernel, 5_050_000, 5_151_000),
+                device_span(stream, 2, SpanKind::Kernel, 20_200_000, 20_301_000),
+            ],
+            bases: vec![(d, sample(10_100_000))],
+            last: true,
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut second);
+        assert_eq!(t.check(), Ok(()));
+        let placed: Vec<(u64, u64)> = t.spans.iter().map(|s| (s.start_ns, s.end_ns())).collect();
+        // Without the second sample the spans would sit 1% late (at
+        // 5_051_000 and 20_201_000).
+        assert_eq!(placed, [(5_001_000, 5_101_000), (20_001_000, 20_101_000)]);
+        assert_eq!(
+            t.calibrations[0].method,
+            "calibrated timestamps, 2 samples interpolated"
+        );
+        assert_eq!(t.calibrations[0].error_bound_ns, 3);
     }
 }

@@ -5,7 +5,11 @@
 //! # Device time
 //! Device spans come from timed events, the one timing mechanism every
 //! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
-//! clock on CPU). Per device, the first operation of a session records a
+//! clock on CPU). Where the backend can, the two events of an operation's
+//! span are written inside the operation's own submissions
+//! ([`DeviceGuardImpl::begin_timed_work`]; Vulkan: timestamps in its
+//! command buffers), so profiling adds no submissions; elsewhere a timed
+//! event is recorded before and after it ([`SpanTiming`]). Per device, the first operation of a session records a
 //! *reference* event; every device span is stored as an offset from it
 //! (`elapsed_time`). To place the reference on the host clock, a
 //! calibration event is recorded and polled: its device timestamp lies
@@ -16,9 +20,13 @@
 //! first collection after its first operation: a live server's periodic
 //! collections do not wait for the device; the last collection of a
 //! session first makes the device idle, which keeps the interval short
-//! (tens of microseconds on the software drivers here). Clock drift during
-//! a session is not corrected. Backends whose events cannot time produce
-//! host spans only.
+//! (tens of microseconds on the software drivers here). Where the backend
+//! reads its device clock directly (Vulkan's calibrated timestamps), that
+//! reading replaces the event pair: a microsecond-wide host interval and
+//! no wait for the device. Drift: a device is calibrated again at
+//! collections at least [`RECALIBRATE_EVERY`] apart (direct readings only,
+//! and at the session's end), and the assembler interpolates between its
+//! samples. Backends whose events cannot time produce host spans only.
 //!
 //! The profiler's own events go straight to the backend
 //! ([`DeviceGuardImpl`]): they are not stream operations of the program, so
@@ -26,13 +34,16 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::assemble::{ClockBase, Detail, DeviceSpan};
+use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
 use super::trace::SpanKind;
-use crate::backend::{DeviceGuardImpl, EventHandle, registry};
+use crate::backend::{ClockSample, DeviceGuardImpl, EventHandle, registry};
 use crate::core::{Device, DeviceIndex, EventFlag, Stream};
+
+/// The least time between two calibrations of one device.
+pub(super) const RECALIBRATE_EVERY: Duration = Duration::from_secs(10);
 
 /// A timed backend event, recorded once, destroyed when dropped.
 pub(super) struct TimedEvent {
@@ -57,6 +68,19 @@ impl TimedEvent {
             .record(&mut event.handle, stream, -1, EventFlag::Timing)
             .ok()?;
         event.handle.is_some().then_some(event)
+    }
+
+    /// An event the backend made (one of a timed-work pair).
+    fn made(
+        backend: &'static dyn DeviceGuardImpl,
+        handle: EventHandle,
+        device_index: DeviceIndex,
+    ) -> TimedEvent {
+        TimedEvent {
+            backend,
+            handle: Some(handle),
+            device_index,
+        }
     }
 
     fn handle(&self) -> Option<&EventHandle> {
@@ -111,6 +135,9 @@ fn ns_since(epoch: Instant, t: Instant) -> i64 {
 pub(super) struct DeviceClock {
     reference: TimedEvent,
     stream: Stream,
+    /// Once the reference has completed: its timestamp on the device
+    /// clock, where the backend reads those (`event_time_ns`), else `None`.
+    reference_time: OnceLock<Option<i64>>,
 }
 
 /// Per device, its clock once one was made; `None` when the device's
@@ -123,7 +150,39 @@ impl DeviceClock {
         Some(DeviceClock {
             reference: TimedEvent::record(stream)?,
             stream: *stream,
+            reference_time: OnceLock::new(),
         })
+    }
+
+    /// Nanoseconds from the reference to `event`, which has completed.
+    /// Where the backend reads event times directly, one read of the
+    /// event's timestamp (the reference's is read once); otherwise
+    /// `elapsed_time`.
+    fn offset_of(&self, event: &TimedEvent) -> Option<i64> {
+        let reference_time = match self.reference_time.get() {
+            Some(t) => *t,
+            None if self.reference.query() => {
+                let handle = self.reference.handle()?;
+                let t = self.reference.backend.event_time_ns(handle).ok().flatten();
+                *self.reference_time.get_or_init(|| t)
+            }
+            None => return None,
+        };
+        if let Some(r) = reference_time
+            && let Ok(Some(t)) = event.backend.event_time_ns(event.handle()?)
+        {
+            return Some(t - r);
+        }
+        let ms = self
+            .reference
+            .backend
+            .elapsed_time(
+                self.reference.handle()?,
+                event.handle()?,
+                event.device_index,
+            )
+            .ok()?;
+        Some(ms_to_ns(ms))
     }
 
     /// Calibrates the clock without blocking any stream: records a
@@ -132,7 +191,24 @@ impl DeviceClock {
     /// complete. With `idle_first`, the device is synchronized first,
     /// which tightens the pair (the event then completes as soon as it
     /// runs). `epoch` is the session's.
-    pub(super) fn calibrate(&self, epoch: Instant, idle_first: bool) -> Option<ClockBase> {
+    ///
+    /// Where the backend reads its device clock directly
+    /// ([`DeviceGuardImpl::sample_clock`]), that reading is used instead:
+    /// no event, no wait for the device, and a much tighter bound. With
+    /// `direct_only`, a device without one is not calibrated (periodic
+    /// re-calibration must not wait for a busy device).
+    pub(super) fn calibrate(
+        &self,
+        epoch: Instant,
+        idle_first: bool,
+        direct_only: bool,
+    ) -> Option<ClockBase> {
+        match self.calibrate_direct(epoch, idle_first) {
+            Direct::Done(base) => return Some(base),
+            Direct::NotYet => return None,
+            Direct::Unsupported if direct_only => return None,
+            Direct::Unsupported => {}
+        }
         if idle_first {
             self.reference
                 .backend
@@ -163,7 +239,112 @@ impl DeviceClock {
         Some(ClockBase {
             reference_ns: mid - offset,
             error_bound_ns: ((h1 - h0) / 2) as u64,
+            at_off: offset,
+            method: ClockMethod::PairedSampling,
         })
+    }
+
+    /// Calibrates from a direct reading of the device clock, taken between
+    /// two host instants; the bound is half their distance plus the
+    /// driver's stated deviation.
+    fn calibrate_direct(&self, epoch: Instant, idle_first: bool) -> Direct {
+        let backend = self.reference.backend;
+        let index = self.stream.device_index();
+        let Some(reference) = self.reference.handle() else {
+            return Direct::Unsupported;
+        };
+        // The tightest of a few readings: one may be stretched by the
+        // thread being preempted between its host instants.
+        let width = |s: &ClockSample| {
+            s.host_after
+                .saturating_duration_since(s.host_before)
+                .as_nanos() as u64
+                + 2 * s.max_deviation_ns
+        };
+        let mut best: Option<ClockSample> = None;
+        for _ in 0..DIRECT_SAMPLES {
+            match backend.sample_clock(index) {
+                Ok(Some(sample)) => {
+                    if best.is_none_or(|b| width(&sample) < width(&b)) {
+                        best = Some(sample);
+                    }
+                }
+                Ok(None) | Err(_) => return Direct::Unsupported,
+            }
+        }
+        let Some(sample) = best else {
+            return Direct::Unsupported;
+        };
+        if !self.reference.query() {
+            if !idle_first {
+                return Direct::NotYet;
+            }
+            self.reference.synchronize();
+        }
+        let Ok(Some(reference_device_ns)) = backend.event_time_ns(reference) else {
+            return Direct::Unsupported;
+        };
+        let (h0, h1) = (
+            ns_since(epoch, sample.host_before),
+            ns_since(epoch, sample.host_after),
+        );
+        let mid = h0 + (h1 - h0) / 2;
+        let offset = sample.device_ns - reference_device_ns;
+        Direct::Done(ClockBase {
+            reference_ns: mid - offset,
+            error_bound_ns: ((h1 - h0) / 2) as u64 + sample.max_deviation_ns,
+            at_off: offset,
+            method: ClockMethod::Calibrated,
+        })
+    }
+}
+
+/// Direct clock readings per calibration (the tightest is kept).
+const DIRECT_SAMPLES: usize = 16;
+
+/// The outcome of a direct calibration.
+enum Direct {
+    Done(ClockBase),
+    /// The reference event has not completed yet.
+    NotYet,
+    /// The backend cannot read its clock directly.
+    Unsupported,
+}
+
+/// How a stream operation's device span is being timed.
+pub(super) enum SpanTiming {
+    /// The backend writes the timestamps into the operation's own
+    /// submissions ([`DeviceGuardImpl::begin_timed_work`]).
+    InWork(&'static dyn DeviceGuardImpl),
+    /// A timed event recorded before the operation; another is recorded
+    /// after it.
+    Around(TimedEvent),
+}
+
+impl SpanTiming {
+    /// Starts timing the operation the calling thread enqueues next on
+    /// `stream`. `None` when the backend cannot time it.
+    pub(super) fn begin(stream: &Stream) -> Option<SpanTiming> {
+        let backend = registry::available_guard_impl(stream.device_type()).ok()?;
+        match backend.begin_timed_work(stream) {
+            Ok(true) => Some(SpanTiming::InWork(backend)),
+            _ => TimedEvent::record(stream).map(SpanTiming::Around),
+        }
+    }
+
+    /// The operation's start and end events.
+    pub(super) fn finish(self, stream: &Stream) -> Option<(TimedEvent, TimedEvent)> {
+        match self {
+            SpanTiming::InWork(backend) => {
+                let (start, end) = backend.end_timed_work(stream).ok()??;
+                let index = stream.device_index();
+                Some((
+                    TimedEvent::made(backend, start, index),
+                    TimedEvent::made(backend, end, index),
+                ))
+            }
+            SpanTiming::Around(start) => Some((start, TimedEvent::record(stream)?)),
+        }
     }
 }
 
@@ -187,20 +368,27 @@ pub(super) fn resolve(
     wait: bool,
     out: &mut Vec<DeviceSpan>,
 ) {
+    // A stream's work completes in order: after one of its spans is found
+    // incomplete, its later spans are not asked (which would cost a driver
+    // call each while a long queue drains).
+    let mut blocked: Vec<Stream> = Vec::new();
     for p in std::mem::take(pending) {
         if wait {
             p.end.synchronize();
-        } else if !p.end.query() {
+        } else if blocked.contains(&p.stream) || !p.end.query() {
+            if !blocked.contains(&p.stream) {
+                blocked.push(p.stream);
+            }
             pending.push(p);
             continue;
         }
         let Some(Some(clock)) = clocks.get(&p.stream.device()) else {
             continue;
         };
-        let (Some(start_off), Some(end_off)) = (
-            clock.reference.ns_until(&p.start),
-            clock.reference.ns_until(&p.end),
-        ) else {
+        // The end has completed, and with it the start (earlier on the
+        // same stream).
+        let (Some(start_off), Some(end_off)) = (clock.offset_of(&p.start), clock.offset_of(&p.end))
+        else {
             continue;
         };
         out.push(DeviceSpan {

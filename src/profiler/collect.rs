@@ -22,12 +22,12 @@
 //! its viewers. A session is collected once, when it stops; a live server
 //! also every interval.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::assemble::{Assembler, Collected, DeviceInfo, DeviceSpan};
-use super::clock::DeviceClock;
+use super::clock::{DeviceClock, RECALIBRATE_EVERY};
 use super::record::{self, Gathered, lock};
 use super::trace::{TRACE_VERSION, Trace};
 use crate::backend::registry;
@@ -81,7 +81,8 @@ struct Collector {
     sink: Box<dyn Sink>,
     assembler: Assembler,
     described: HashSet<Device>,
-    calibrated: HashSet<Device>,
+    /// Per device: when it was last calibrated, and the best bound so far.
+    calibrated: HashMap<Device, (Instant, u64)>,
 }
 
 static COLLECTOR: Mutex<Option<Collector>> = Mutex::new(None);
@@ -101,7 +102,7 @@ pub(super) fn begin(sink: Box<dyn Sink>) -> Result<Instant> {
         sink,
         assembler: Assembler::new(epoch),
         described: HashSet::new(),
-        calibrated: HashSet::new(),
+        calibrated: HashMap::new(),
     });
     Ok(epoch)
 }
@@ -177,12 +178,26 @@ impl Collector {
             if self.described.insert(*d) {
                 batch.devices.push((*d, describe(*d)));
             }
-            if let Some(clock) = clock
-                && !self.calibrated.contains(d)
-                && let Some(base) = clock.calibrate(self.epoch, last)
-            {
-                self.calibrated.insert(*d);
-                batch.bases.push((*d, base));
+            let Some(clock) = clock else { continue };
+            // First calibration, or a later one for drift.
+            let previous = self.calibrated.get(d).copied();
+            let due = previous.is_none_or(|(at, _)| at.elapsed() >= RECALIBRATE_EVERY);
+            if !due {
+                continue;
+            }
+            let direct_only = previous.is_some() && !last;
+            if let Some(base) = clock.calibrate(self.epoch, last, direct_only) {
+                // A later sample much looser than the best one would bend
+                // the interpolation more than drift does: keep it out.
+                let accept = previous.is_none_or(|(_, best)| {
+                    base.error_bound_ns <= best.saturating_mul(4).saturating_add(10_000)
+                });
+                let best =
+                    previous.map_or(base.error_bound_ns, |(_, b)| b.min(base.error_bound_ns));
+                self.calibrated.insert(*d, (Instant::now(), best));
+                if accept {
+                    batch.bases.push((*d, base));
+                }
             }
         }
         let (bufs, host) = record::take_host();

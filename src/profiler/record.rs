@@ -11,8 +11,9 @@
 //! With no session, a hook is one relaxed atomic load ([`enabled`]). With a
 //! session, a stream operation appends one record to its thread's buffer
 //! (two host clock reads, an uncontended lock, a push; measured in
-//! `benches/profiler.rs`), and brackets the operation on its stream with
-//! two timed events so its device span can be placed. Buffers are bounded
+//! `benches/profiler.rs`), and times the operation's device span: inside
+//! the operation's own submissions where the backend can (Vulkan), with
+//! two timed events around it elsewhere (`clock.rs`). Buffers are bounded
 //! ([`MAX_RECORDS_PER_THREAD`]); what does not fit is counted in
 //! [`Trace::dropped`](super::Trace::dropped), never lost silently.
 
@@ -25,7 +26,7 @@ use std::time::Instant;
 
 pub(crate) use super::assemble::Detail;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
-use super::clock::{self, Clocks, DeviceClock, PendingSpan, TimedEvent};
+use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
 use super::trace::SpanKind;
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
@@ -113,6 +114,8 @@ pub(super) struct Gathered {
     pub clocks: Clocks,
     /// Device spans whose events may not have completed.
     pub pending: Vec<PendingSpan>,
+    /// How many pending spans trigger the next resolution.
+    pub resolve_at: usize,
     /// Device spans resolved to offsets, not yet collected.
     pub resolved: Vec<DeviceSpan>,
     /// event id -> op that last recorded it
@@ -243,8 +246,8 @@ pub(crate) fn stream_op<T>(
     let start = Instant::now();
     let result = f();
     let end = Instant::now();
-    if let (Some(s), Some(start_event)) = (stream, device_events) {
-        finish_device_span(op, *s, kind, name.clone(), start_event, detail.clone());
+    if let (Some(s), Some(timing)) = (stream, device_events) {
+        finish_device_span(op, *s, kind, name.clone(), timing, detail.clone());
     }
     push(HostRecord::Span {
         op,
@@ -258,7 +261,7 @@ pub(crate) fn stream_op<T>(
     result
 }
 
-fn start_device_span(stream: &Stream) -> Option<TimedEvent> {
+fn start_device_span(stream: &Stream) -> Option<SpanTiming> {
     let mut gathered = lock(&GATHERED);
     // `None`: the session is ending.
     gathered
@@ -268,7 +271,7 @@ fn start_device_span(stream: &Stream) -> Option<TimedEvent> {
         .or_insert_with(|| DeviceClock::new(stream).map(Arc::new))
         .as_ref()?;
     drop(gathered);
-    TimedEvent::record(stream)
+    SpanTiming::begin(stream)
 }
 
 fn finish_device_span(
@@ -276,10 +279,10 @@ fn finish_device_span(
     stream: Stream,
     kind: SpanKind,
     name: Cow<'static, str>,
-    start: TimedEvent,
+    timing: SpanTiming,
     detail: Detail,
 ) {
-    let Some(end) = TimedEvent::record(&stream) else {
+    let Some((start, end)) = timing.finish(&stream) else {
         return;
     };
     let mut gathered = lock(&GATHERED);
@@ -295,8 +298,11 @@ fn finish_device_span(
         end,
         detail,
     });
-    if state.pending.len() >= RESOLVE_BATCH {
+    // Resolve again only after another batch arrived: spans whose work is
+    // still queued would otherwise be looked at on every operation.
+    if state.pending.len() >= state.resolve_at.max(RESOLVE_BATCH) {
         state.resolve(false);
+        state.resolve_at = state.pending.len() + RESOLVE_BATCH;
     }
 }
 

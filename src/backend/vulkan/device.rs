@@ -13,7 +13,7 @@ use super::TY;
 use super::event::Timestamps;
 use super::kernel::Pipeline;
 use super::loader::{Adapter, Vk, vk};
-use super::memory::VkBuffer;
+use super::memory::{StagingPool, VkBuffer};
 use super::stream::VkStream;
 use crate::backend::pool::Streams;
 use crate::backend::slots::Slots;
@@ -49,6 +49,69 @@ pub struct Ctx {
     pub(super) push_descriptor: Option<ash::khr::push_descriptor::Device>,
     /// Idle parameter (uniform) buffers, reused across launches.
     pub(super) param_buffers: Mutex<Vec<VkBuffer>>,
+    /// Host-visible buffers for uploads and readbacks, reused.
+    pub(super) staging: StagingPool,
+    /// `VK_KHR_calibrated_timestamps` (or the EXT form), where the device
+    /// can read its timestamp clock directly.
+    pub(super) calibrated: Option<Calibrated>,
+}
+
+/// Which calibrated-timestamps extension a device has.
+#[derive(Clone, Copy)]
+enum CalibrationExt {
+    Khr,
+    Ext,
+}
+
+impl CalibrationExt {
+    /// Whether the device's own timestamp clock is one of the domains the
+    /// extension can read.
+    fn has_device_domain(self, v: &Vk, physical: vk::PhysicalDevice) -> bool {
+        // SAFETY: the physical device belongs to the instance, which was
+        // created from `entry`.
+        let domains = unsafe {
+            match self {
+                CalibrationExt::Khr => {
+                    ash::khr::calibrated_timestamps::Instance::new(&v.entry, &v.instance)
+                        .get_physical_device_calibrateable_time_domains(physical)
+                }
+                CalibrationExt::Ext => {
+                    ash::ext::calibrated_timestamps::Instance::new(&v.entry, &v.instance)
+                        .get_physical_device_calibrateable_time_domains(physical)
+                }
+            }
+        };
+        domains.is_ok_and(|d| d.contains(&vk::TimeDomainKHR::DEVICE))
+    }
+}
+
+/// A device's calibrated-timestamps functions.
+pub(super) enum Calibrated {
+    Khr(ash::khr::calibrated_timestamps::Device),
+    Ext(ash::ext::calibrated_timestamps::Device),
+}
+
+impl Calibrated {
+    /// The device's timestamp clock in ticks, and the driver's maximum
+    /// deviation in nanoseconds.
+    pub(super) fn device_ticks(&self) -> Result<(u64, u64)> {
+        let info =
+            [vk::CalibratedTimestampInfoKHR::default().time_domain(vk::TimeDomainKHR::DEVICE)];
+        // SAFETY: the extension is enabled on the device and the DEVICE
+        // domain is one it reported.
+        let read = unsafe {
+            match self {
+                Calibrated::Khr(d) => d.get_calibrated_timestamps(&info),
+                Calibrated::Ext(d) => d.get_calibrated_timestamps(&info),
+            }
+        };
+        let (ticks, deviation) = read.map_err(|e| vk_error("vkGetCalibratedTimestamps", e))?;
+        let first = ticks
+            .first()
+            .copied()
+            .ok_or_else(|| Error::backend(TY, "vkGetCalibratedTimestamps returned nothing"))?;
+        Ok((first, deviation))
+    }
 }
 
 impl std::fmt::Debug for Ctx {
@@ -112,11 +175,32 @@ impl Ctx {
             e.extension_name_as_c_str()
                 .is_ok_and(|n| n == ash::khr::push_descriptor::NAME)
         });
-        let enabled: Vec<*const std::ffi::c_char> = if has_push {
-            vec![ash::khr::push_descriptor::NAME.as_ptr()]
-        } else {
-            Vec::new()
+        let has = |name: &std::ffi::CStr| {
+            extensions
+                .iter()
+                .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
         };
+        let mut enabled: Vec<*const std::ffi::c_char> = Vec::new();
+        if has_push {
+            enabled.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
+        let calibration = if has(ash::khr::calibrated_timestamps::NAME) {
+            Some(CalibrationExt::Khr)
+        } else if has(ash::ext::calibrated_timestamps::NAME) {
+            Some(CalibrationExt::Ext)
+        } else {
+            None
+        }
+        .filter(|ext| ext.has_device_domain(v, adapter.physical));
+        match calibration {
+            Some(CalibrationExt::Khr) => {
+                enabled.push(ash::khr::calibrated_timestamps::NAME.as_ptr())
+            }
+            Some(CalibrationExt::Ext) => {
+                enabled.push(ash::ext::calibrated_timestamps::NAME.as_ptr())
+            }
+            None => {}
+        }
         let priorities = vec![1.0f32; adapter.queue_count as usize];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(adapter.family)
@@ -150,6 +234,15 @@ impl Ctx {
         let timestamps = Timestamps::new(&device)?;
         let push_descriptor =
             has_push.then(|| ash::khr::push_descriptor::Device::new(&v.instance, &device));
+        let calibrated =
+            calibration.map(|ext| match ext {
+                CalibrationExt::Khr => Calibrated::Khr(
+                    ash::khr::calibrated_timestamps::Device::new(&v.instance, &device),
+                ),
+                CalibrationExt::Ext => Calibrated::Ext(
+                    ash::ext::calibrated_timestamps::Device::new(&v.instance, &device),
+                ),
+            });
         Ok(Ctx {
             index,
             adapter,
@@ -162,6 +255,8 @@ impl Ctx {
             pipelines: Mutex::new(HashMap::new()),
             push_descriptor,
             param_buffers: Mutex::new(Vec::new()),
+            staging: StagingPool::default(),
+            calibrated,
         })
     }
 

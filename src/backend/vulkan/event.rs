@@ -7,17 +7,20 @@
 //! that may still write it has run.
 
 use std::sync::Mutex;
+use std::time::Instant;
 
 use ash::vk;
 
 use super::device::{Ctx, lock, vk_error};
-use super::stream::{Point, VkStream};
+use super::stream::{self, Bracket, Point, VkStream};
 use super::{TY, Vulkan};
+use crate::backend::ClockSample;
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
-/// Timestamp queries per device (two per timed event pair).
-const QUERY_SLOTS: u32 = 4096;
+/// Timestamp queries per device (two per timed event pair, or per
+/// profiled operation whose work is still queued): 256 KiB of results.
+const QUERY_SLOTS: u32 = 32768;
 
 /// Free timestamp query slots, and slots of destroyed events that may still
 /// be written by work in flight (reused once that work completes).
@@ -54,13 +57,27 @@ impl Timestamps {
         })
     }
 
-    /// A slot for a timed event.
+    /// A slot for a timed event. Retiring slots are looked at only when no
+    /// slot is free, with one semaphore read per stream (not per slot).
     fn take(&self) -> Result<u32> {
         let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.free.pop() {
+            return Ok(slot);
+        }
+        let mut reached: Vec<(vk::Semaphore, u64)> = Vec::new();
         let mut i = 0;
         while i < slots.retiring.len() {
             let (slot, point) = slots.retiring[i];
-            if point.reached().unwrap_or(false) {
+            let counter = match reached.iter().find(|(s, _)| *s == point.semaphore) {
+                _ if point.value == 0 => 0,
+                Some(&(_, v)) => v,
+                None => {
+                    let v = point.counter().unwrap_or(0);
+                    reached.push((point.semaphore, v));
+                    v
+                }
+            };
+            if point.value <= counter {
                 slots.retiring.swap_remove(i);
                 slots.free.push(slot);
             } else {
@@ -121,8 +138,48 @@ impl VkEvent {
     }
 }
 
+/// Ticks masked to the adapter's valid timestamp bits.
+fn masked(c: &Ctx, ticks: u64) -> u64 {
+    let bits = c.adapter.timestamp_valid_bits;
+    if bits >= 64 {
+        ticks
+    } else {
+        ticks & ((1u64 << bits) - 1)
+    }
+}
+
+/// Ticks in nanoseconds.
+fn ticks_ns(c: &Ctx, ticks: u64) -> i64 {
+    (masked(c, ticks) as f64 * f64::from(c.adapter.props.limits.timestamp_period)).round() as i64
+}
+
 impl Events for Vulkan {
     type Event = VkEvent;
+
+    /// `vkGetCalibratedTimestamps` on the DEVICE domain, between two host
+    /// instants.
+    fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
+        let Some(calibrated) = &device.calibrated else {
+            return Ok(None);
+        };
+        let host_before = Instant::now();
+        let (ticks, deviation) = calibrated.device_ticks()?;
+        let host_after = Instant::now();
+        Ok(Some(ClockSample {
+            device_ns: ticks_ns(device, ticks),
+            host_before,
+            host_after,
+            max_deviation_ns: deviation,
+        }))
+    }
+
+    fn event_time_ns(&self, event: &VkEvent) -> Result<Option<i64>> {
+        let c = event.point.ctx;
+        if c.calibrated.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ticks_ns(c, event.timestamp()?)))
+    }
 
     /// Records an event on `stream`; a timed event keeps the query slot of
     /// its previous record.
@@ -225,4 +282,96 @@ impl Events for Vulkan {
             event.point.ctx.timestamps.release(slot, event.point);
         }
     }
+
+    /// Takes two query slots and arms them for the thread's next
+    /// submissions on `stream`: the work's own command buffers write the
+    /// timestamps (no submission of their own).
+    fn begin_timed_work(&self, stream: &'static VkStream) -> Result<bool> {
+        let c = stream.ctx;
+        if c.adapter.timestamp_valid_bits == 0 {
+            return Ok(false);
+        }
+        // A bracket left armed (its span's work failed before it ended)
+        // gives its slots back.
+        if let Some(old) = stream::disarm() {
+            abandon(c, old);
+        }
+        let start = c.timestamps.take()?;
+        let end = match c.timestamps.take() {
+            Ok(slot) => slot,
+            Err(e) => {
+                c.timestamps.release(start, stream.point(0));
+                return Err(e);
+            }
+        };
+        stream::arm(Bracket {
+            stream,
+            pool: c.timestamps.pool,
+            start,
+            end,
+            first: None,
+            last: None,
+        });
+        Ok(true)
+    }
+
+    /// The events of the bracketed submissions. Work that submitted
+    /// nothing (a wait queued for later, an untimed event) gets one
+    /// submission writing both timestamps.
+    fn end_timed_work(&self, stream: &'static VkStream) -> Result<Option<(VkEvent, VkEvent)>> {
+        let c = stream.ctx;
+        let Some(b) = stream::disarm() else {
+            return Ok(None);
+        };
+        if !std::ptr::eq(b.stream, stream) {
+            abandon(c, b);
+            return Ok(None);
+        }
+        let (first, last) = match (b.first, b.last) {
+            (Some(first), Some(last)) => (first, last),
+            _ => {
+                let (pool, start, end) = (b.pool, b.start, b.end);
+                let submitted = stream.submit(
+                    |d, cb| {
+                        // SAFETY: `cb` is recording; both slots belong to
+                        // this bracket and are reset before they are
+                        // written, in order.
+                        unsafe {
+                            d.cmd_reset_query_pool(cb, pool, start, 1);
+                            d.cmd_reset_query_pool(cb, pool, end, 1);
+                            let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                            d.cmd_write_timestamp2(cb, all, pool, start);
+                            d.cmd_write_timestamp2(cb, all, pool, end);
+                        }
+                    },
+                    Vec::new(),
+                );
+                match submitted {
+                    Ok(v) => (v, v),
+                    Err(e) => {
+                        abandon(c, b);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(Some((
+            VkEvent {
+                point: stream.point(first),
+                query: Some(b.start),
+            },
+            VkEvent {
+                point: stream.point(last),
+                query: Some(b.end),
+            },
+        )))
+    }
+}
+
+/// Gives back the slots of a bracket that produced no events, once the
+/// work that may still write them has run.
+fn abandon(c: &Ctx, b: Bracket) {
+    let point = b.stream.point(b.last.unwrap_or(0));
+    c.timestamps.release(b.start, point);
+    c.timestamps.release(b.end, point);
 }

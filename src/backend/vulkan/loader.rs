@@ -35,7 +35,7 @@ pub(super) struct Adapter {
 /// The loaded library, the instance and the adapters.
 pub(super) struct Vk {
     // Keeps the loader library loaded for as long as the instance lives.
-    _entry: ash::Entry,
+    pub entry: ash::Entry,
     pub instance: ash::Instance,
     pub adapters: Vec<Adapter>,
     // Kept so the messenger lives as long as the instance (the process).
@@ -150,7 +150,7 @@ fn load() -> Result<Vk, String> {
 
     let adapters = enumerate(&instance)?;
     Ok(Vk {
-        _entry: entry,
+        entry,
         instance,
         adapters,
         _messenger: messenger,

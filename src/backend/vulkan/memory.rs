@@ -5,6 +5,10 @@
 //! user's `Buffer` holds one, and every submission that uses the buffer
 //! keeps another until it has run, so memory is never freed under work in
 //! flight. Zero-sized buffers have no Vulkan object at all.
+//!
+//! Staging buffers (uploads and readbacks) come from a per-device
+//! [`StagingPool`]: allocating and mapping fresh host-visible memory for
+//! every copy made large copies several times slower than the copy itself.
 
 use std::sync::{Arc, Mutex};
 
@@ -125,17 +129,6 @@ impl VkBuffer {
         Ok(b)
     }
 
-    /// A host-visible buffer to copy device data into.
-    pub(super) fn readback(ctx: &'static Ctx, size: u64) -> Result<VkBuffer> {
-        VkBuffer::new(
-            ctx,
-            size,
-            vk::BufferUsageFlags::TRANSFER_DST,
-            MemoryLocation::GpuToCpu,
-            "keel readback",
-        )
-    }
-
     /// Runs `f` on the mapped bytes of a host-visible buffer, making host
     /// writes visible to the device and device writes visible to the host
     /// where the memory is not coherent.
@@ -191,6 +184,188 @@ impl Drop for VkBuffer {
     }
 }
 
+/// Which way a staging buffer carries data.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Direction {
+    /// Host to device: the host writes, a copy reads.
+    Upload,
+    /// Device to host: a copy writes, the host reads.
+    Readback,
+}
+
+impl Direction {
+    fn usage(self) -> vk::BufferUsageFlags {
+        match self {
+            Direction::Upload => vk::BufferUsageFlags::TRANSFER_SRC,
+            Direction::Readback => vk::BufferUsageFlags::TRANSFER_DST,
+        }
+    }
+    fn location(self) -> MemoryLocation {
+        match self {
+            Direction::Upload => MemoryLocation::CpuToGpu,
+            Direction::Readback => MemoryLocation::GpuToCpu,
+        }
+    }
+}
+
+/// An idle pooled staging buffer and the point after which no submission
+/// uses it any more.
+struct Idle {
+    buffer: Arc<VkBuffer>,
+    direction: Direction,
+    free_at: Option<Point>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: Vec<Idle>,
+    /// Bytes of every pooled buffer, idle or handed out.
+    total: u64,
+}
+
+/// Host-visible staging buffers kept per device for later copies.
+///
+/// Sizes are powers of two (at least [`StagingPool::MIN`]), so a buffer
+/// serves any copy needing more than half of it. A buffer handed out
+/// ([`Staging`]) comes back when dropped, marked with the stream point of
+/// the submission that used it; it is handed out again only once that
+/// point is reached (one semaphore counter read, never a wait). Pooled
+/// bytes are bounded by [`StagingPool::MAX_TOTAL`]: past it, idle buffers
+/// of other sizes are freed, and a copy that still does not fit gets a
+/// buffer of its own, freed after use.
+#[derive(Default)]
+pub(super) struct StagingPool {
+    state: Mutex<PoolState>,
+}
+
+impl StagingPool {
+    /// The smallest pooled size.
+    pub(super) const MIN: u64 = 64 << 10;
+    /// The largest pooled size; larger copies get a buffer of their own.
+    pub(super) const MAX_ONE: u64 = 256 << 20;
+    /// The most bytes the pool keeps, idle and in use together.
+    pub(super) const MAX_TOTAL: u64 = 512 << 20;
+
+    /// The size class of a copy of `len` bytes.
+    pub(super) fn class(len: u64) -> u64 {
+        len.max(Self::MIN).next_power_of_two()
+    }
+
+    /// A staging buffer of at least `len` (> 0) bytes for `direction`.
+    pub(super) fn take(
+        &self,
+        ctx: &'static Ctx,
+        direction: Direction,
+        len: u64,
+    ) -> Result<Staging> {
+        let class = Self::class(len);
+        if class > Self::MAX_ONE {
+            return Staging::unpooled(ctx, direction, len);
+        }
+        let mut state = lock(&self.state);
+        let found = state.idle.iter().position(|i| {
+            i.direction == direction
+                && i.buffer.size == class
+                && i.free_at.is_none_or(|p| p.reached().unwrap_or(false))
+        });
+        if let Some(at) = found {
+            let idle = state.idle.swap_remove(at);
+            return Ok(Staging {
+                buffer: Some(idle.buffer),
+                direction,
+                pooled: true,
+                free_at: None,
+            });
+        }
+        // Make room: free idle buffers of other sizes or directions that
+        // no submission uses any more.
+        while state.total + class > Self::MAX_TOTAL {
+            let free = state
+                .idle
+                .iter()
+                .position(|i| i.free_at.is_none_or(|p| p.reached().unwrap_or(false)));
+            let Some(at) = free else { break };
+            let idle = state.idle.swap_remove(at);
+            state.total -= idle.buffer.size;
+        }
+        if state.total + class > Self::MAX_TOTAL {
+            drop(state);
+            return Staging::unpooled(ctx, direction, len);
+        }
+        state.total += class;
+        drop(state);
+        match VkBuffer::new(
+            ctx,
+            class,
+            direction.usage(),
+            direction.location(),
+            "keel staging",
+        ) {
+            Ok(b) => Ok(Staging {
+                buffer: Some(Arc::new(b)),
+                direction,
+                pooled: true,
+                free_at: None,
+            }),
+            Err(e) => {
+                lock(&self.state).total -= class;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A staging buffer handed out by a device's [`StagingPool`]; it goes back
+/// when dropped, usable once [`Staging::free_at`] is reached.
+pub(super) struct Staging {
+    buffer: Option<Arc<VkBuffer>>,
+    direction: Direction,
+    pooled: bool,
+    /// The point of the last submission using the buffer.
+    pub(super) free_at: Option<Point>,
+}
+
+impl Staging {
+    fn unpooled(ctx: &'static Ctx, direction: Direction, len: u64) -> Result<Staging> {
+        let b = VkBuffer::new(
+            ctx,
+            len,
+            direction.usage(),
+            direction.location(),
+            "keel staging",
+        )?;
+        Ok(Staging {
+            buffer: Some(Arc::new(b)),
+            direction,
+            pooled: false,
+            free_at: None,
+        })
+    }
+
+    /// The buffer (a clone of the reference, for a submission to keep).
+    pub(super) fn buffer(&self) -> Result<&Arc<VkBuffer>> {
+        self.buffer
+            .as_ref()
+            .ok_or_else(|| Error::backend(TY, "a staging buffer went missing"))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let Some(buffer) = self.buffer.take() else {
+            return;
+        };
+        if self.pooled {
+            let ctx = buffer.ctx;
+            lock(&ctx.staging.state).idle.push(Idle {
+                buffer,
+                direction: self.direction,
+                free_at: self.free_at,
+            });
+        }
+    }
+}
+
 /// Enqueues copying `len` bytes from `(src, src_offset)` to `(dst,
 /// dst_offset)`, keeping both buffers alive until the copy has run. With
 /// `to_host`, the copy's writes are made visible to host reads. Returns the
@@ -232,7 +407,9 @@ fn submit_copy(
 /// Data copied into a host-visible buffer by a submission.
 struct VkReadback {
     done: Point,
-    staging: Arc<VkBuffer>,
+    /// `None` for an empty read.
+    staging: Option<Staging>,
+    len: usize,
 }
 
 impl Readback for VkReadback {
@@ -240,9 +417,26 @@ impl Readback for VkReadback {
         self.done.reached()
     }
 
+    /// One host copy, from the mapped staging memory straight into the
+    /// returned vector (no zero-filling first).
     fn wait(self: Box<Self>) -> Result<Vec<u8>> {
         self.done.wait()?;
-        self.staging.with_mapped(|m| m.to_vec())
+        let Some(staging) = &self.staging else {
+            return Ok(Vec::new());
+        };
+        let len = self.len;
+        staging.buffer()?.with_mapped(|m| m[..len].to_vec())
+    }
+
+    /// Straight from the mapped staging memory into `dst`.
+    fn wait_into(self: Box<Self>, dst: &mut [u8]) -> Result<()> {
+        self.done.wait()?;
+        let Some(staging) = &self.staging else {
+            return Ok(());
+        };
+        staging
+            .buffer()?
+            .with_mapped(|m| dst.copy_from_slice(&m[..dst.len()]))
     }
 }
 
@@ -263,7 +457,6 @@ impl Memory for Vulkan {
         )
     }
 
-    /// Host to device, through a staging buffer.
     fn enqueue_write(
         &self,
         stream: &'static VkStream,
@@ -271,15 +464,38 @@ impl Memory for Vulkan {
         offset: usize,
         data: Vec<u8>,
     ) -> Result<()> {
+        self.enqueue_write_slice(stream, dst, offset, &data)
+    }
+
+    /// Host to device, copied once into a pooled staging buffer.
+    fn enqueue_write_slice(
+        &self,
+        stream: &'static VkStream,
+        dst: &Arc<VkBuffer>,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
-        let staging = VkBuffer::upload(stream.ctx, &data, vk::BufferUsageFlags::TRANSFER_SRC)?;
-        let src = (Arc::new(staging), 0);
-        submit_copy(stream, src, (Arc::clone(dst), offset), data.len(), false).map(drop)
+        let ctx = stream.ctx;
+        let mut staging = ctx
+            .staging
+            .take(ctx, Direction::Upload, data.len() as u64)?;
+        let src = Arc::clone(staging.buffer()?);
+        src.with_mapped(|m| m[..data.len()].copy_from_slice(data))?;
+        let value = submit_copy(
+            stream,
+            (src, 0),
+            (Arc::clone(dst), offset),
+            data.len(),
+            false,
+        )?;
+        staging.free_at = Some(stream.point(value));
+        Ok(())
     }
 
-    /// Device to host, into a host-visible buffer.
+    /// Device to host, into a pooled host-visible buffer.
     fn enqueue_read(
         &self,
         stream: &'static VkStream,
@@ -287,16 +503,23 @@ impl Memory for Vulkan {
         offset: usize,
         len: usize,
     ) -> Result<Box<dyn Readback>> {
-        let staging = Arc::new(VkBuffer::readback(stream.ctx, len as u64)?);
-        let value = if len == 0 {
-            0
-        } else {
-            let dst = (Arc::clone(&staging), 0);
-            submit_copy(stream, (Arc::clone(src), offset), dst, len, true)?
-        };
+        if len == 0 {
+            return Ok(Box::new(VkReadback {
+                done: stream.point(0),
+                staging: None,
+                len,
+            }));
+        }
+        let ctx = stream.ctx;
+        let mut staging = ctx.staging.take(ctx, Direction::Readback, len as u64)?;
+        let dst = (Arc::clone(staging.buffer()?), 0);
+        let value = submit_copy(stream, (Arc::clone(src), offset), dst, len, true)?;
+        let done = stream.point(value);
+        staging.free_at = Some(done);
         Ok(Box::new(VkReadback {
-            done: stream.point(value),
-            staging,
+            done,
+            staging: Some(staging),
+            len,
         }))
     }
 

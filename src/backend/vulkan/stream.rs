@@ -41,6 +41,36 @@ struct State {
     pending: Vec<(vk::Semaphore, u64)>,
 }
 
+/// Timestamps the calling thread has asked for around its next
+/// submissions on one stream (the profiler's device spans, see
+/// `event.rs`): `start` is written at the beginning of the first
+/// submission, `end` at the end of every one (the last one's stays).
+#[derive(Clone, Copy)]
+pub(super) struct Bracket {
+    /// Brackets are per thread and stream.
+    pub(super) stream: &'static VkStream,
+    pub(super) pool: vk::QueryPool,
+    pub(super) start: u32,
+    pub(super) end: u32,
+    /// Values of the first and last bracketed submissions.
+    pub(super) first: Option<u64>,
+    pub(super) last: Option<u64>,
+}
+
+thread_local! {
+    static BRACKET: std::cell::Cell<Option<Bracket>> = const { std::cell::Cell::new(None) };
+}
+
+/// Arms `bracket` for this thread, returning the one it replaces.
+pub(super) fn arm(bracket: Bracket) -> Option<Bracket> {
+    BRACKET.with(|b| b.replace(Some(bracket)))
+}
+
+/// Disarms and returns this thread's bracket.
+pub(super) fn disarm() -> Option<Bracket> {
+    BRACKET.with(std::cell::Cell::take)
+}
+
 /// A value of a stream's timeline semaphore; value 0 is reached from the
 /// start.
 #[derive(Clone, Copy)]
@@ -57,6 +87,14 @@ impl Point {
             return Ok(true);
         }
         Ok(counter(&self.ctx.device, self.semaphore)? >= self.value)
+    }
+
+    /// The semaphore's current value (0 for a point of value 0).
+    pub(super) fn counter(&self) -> Result<u64> {
+        if self.value == 0 {
+            return Ok(0);
+        }
+        counter(&self.ctx.device, self.semaphore)
     }
 
     /// Waits on the host until the semaphore reaches the value.
@@ -206,14 +244,37 @@ impl VkStream {
         };
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let bracket = BRACKET
+            .with(std::cell::Cell::get)
+            .filter(|b| std::ptr::eq(b.stream, self));
         // SAFETY: `cb` is not in flight (new, or retired after its
         // submission completed), and its pool is used under our lock.
         // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
-        // it implicitly.
+        // it implicitly. The bracket's query slots belong to the calling
+        // thread's profiler span on this stream; each is reset before it is
+        // written, in this command buffer, in stream order.
         let recorded = unsafe {
             device
                 .begin_command_buffer(cb, &begin)
-                .map(|()| record(device, cb))
+                .map(|()| {
+                    if let Some(b) = bracket {
+                        // The start needs no wait for earlier commands:
+                        // the whole submission already waits for the
+                        // stream's previous one (ALL_COMMANDS), and a
+                        // top-of-pipe timestamp spares drivers a flush.
+                        let top = vk::PipelineStageFlags2::TOP_OF_PIPE;
+                        if b.first.is_none() {
+                            device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
+                            device.cmd_write_timestamp2(cb, top, b.pool, b.start);
+                        }
+                        device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
+                    }
+                    record(device, cb);
+                    if let Some(b) = bracket {
+                        let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                        device.cmd_write_timestamp2(cb, all, b.pool, b.end);
+                    }
+                })
                 .and_then(|()| device.end_command_buffer(cb))
         };
         if let Err(e) = recorded {
@@ -258,6 +319,11 @@ impl VkStream {
         if let Err(e) = result {
             state.free.push(cb);
             return Err(vk_error("vkQueueSubmit2", e));
+        }
+        if let Some(mut b) = bracket {
+            b.first = b.first.or(Some(value));
+            b.last = Some(value);
+            BRACKET.with(|cell| cell.set(Some(b)));
         }
         state.pending.clear();
         state.last = value;
