@@ -487,37 +487,24 @@ impl Reader<'_> {
         Ok(n as usize)
     }
 
+    /// A string copied out of the file's string table (device, lane and
+    /// instant texts), charged to the budget (see [`string_budget`]).
     fn str(&mut self, need: &str) -> Result<String> {
         let at = self.pos;
-        let i = self.varint(need)?;
-        match self
-            .strings
-            .get(i as usize)
-            .filter(|_| i <= usize::MAX as u64)
-        {
-            Some(s) => {
-                self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
-                if self.decoded > self.budget {
-                    return Err(self.fail(
-                        at,
-                        format!(
-                            "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
-                            self.budget,
-                            self.bytes.len(),
-                            s.len()
-                        ),
-                    ));
-                }
-                Ok(s.to_string())
-            }
-            None => Err(self.fail(
+        let s = self.text(need)?;
+        self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
+        if self.decoded > self.budget {
+            return Err(self.fail(
                 at,
                 format!(
-                    "expected {need} (a string index below {}), found index {i}",
-                    self.strings.len()
+                    "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
+                    self.budget,
+                    self.bytes.len(),
+                    s.len()
                 ),
-            )),
+            ));
         }
+        Ok(s.to_string())
     }
 
     /// A string shared with the file's string table: span names and
@@ -538,27 +525,25 @@ impl Reader<'_> {
         }
     }
 
-    /// (name, value) pairs of shared strings.
-    fn text_pairs(&mut self, of: &str) -> Result<Vec<(Text, Text)>> {
+    /// (name, value) pairs, each string read by `read` ([`Reader::str`]
+    /// or [`Reader::text`]).
+    fn pairs_with<T>(
+        &mut self,
+        of: &str,
+        read: fn(&mut Self, &str) -> Result<T>,
+    ) -> Result<Vec<(T, T)>> {
         let n = self.count(of, 2)?;
         let mut pairs = Vec::with_capacity(n);
         for _ in 0..n {
-            let k = self.text("a name")?;
-            let v = self.text("a value")?;
+            let k = read(self, "a name")?;
+            let v = read(self, "a value")?;
             pairs.push((k, v));
         }
         Ok(pairs)
     }
 
     fn pairs(&mut self, of: &str) -> Result<Vec<(String, String)>> {
-        let n = self.count(of, 2)?;
-        let mut pairs = Vec::with_capacity(n);
-        for _ in 0..n {
-            let k = self.str("a name")?;
-            let v = self.str("a value")?;
-            pairs.push((k, v));
-        }
-        Ok(pairs)
+        self.pairs_with(of, Self::str)
     }
 
     /// Enters the section with `tag`.
@@ -770,7 +755,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         start = start.wrapping_add(r.svarint("a span start")? as u64);
         let dur_ns = r.varint("a span duration")?;
         op = op.wrapping_add(r.svarint("a span op")? as u64);
-        let args = r.text_pairs("span args")?;
+        let args = r.pairs_with("span args", Reader::text)?;
         trace.spans.push(Span {
             lane,
             name,
