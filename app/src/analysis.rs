@@ -254,21 +254,7 @@ impl LaunchDelays {
     /// `bins` equal buckets from the smallest to the largest delay, as
     /// (bucket start, bucket width, count), ns.
     pub fn histogram(&self, bins: usize) -> Vec<(f64, f64, usize)> {
-        let (Some(&lo), Some(&hi)) = (self.sorted_ns.first(), self.sorted_ns.last()) else {
-            return Vec::new();
-        };
-        let bins = bins.max(1);
-        let width = ((hi - lo) as f64 / bins as f64).max(1.0);
-        let mut counts = vec![0usize; bins];
-        for &d in &self.sorted_ns {
-            let b = (((d - lo) as f64 / width) as usize).min(bins - 1);
-            counts[b] += 1;
-        }
-        counts
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| (lo as f64 + i as f64 * width, width, c))
-            .collect()
+        crate::stats::histogram(&self.sorted_ns, bins, |d| d as f64)
     }
 }
 

@@ -171,23 +171,24 @@ impl Stats {
     }
 }
 
-/// Fixed-width histogram bins over sorted durations: (bin start ns, bin
-/// width ns, count).
-pub fn histogram(sorted: &[u64], bins: usize) -> Vec<(f64, f64, usize)> {
+/// Fixed-width histogram bins over sorted values (durations, delays) in
+/// ns, each read as `f64` by `ns`: (bin start ns, bin width ns, count).
+pub fn histogram<T: Copy>(sorted: &[T], bins: usize, ns: fn(T) -> f64) -> Vec<(f64, f64, usize)> {
     let (Some(&lo), Some(&hi)) = (sorted.first(), sorted.last()) else {
         return Vec::new();
     };
+    let (lo, hi) = (ns(lo), ns(hi));
     let bins = bins.max(1);
-    let width = ((hi - lo) as f64 / bins as f64).max(1.0);
+    let width = ((hi - lo) / bins as f64).max(1.0);
     let mut counts = vec![0usize; bins];
     for &d in sorted {
-        let b = (((d - lo) as f64 / width) as usize).min(bins - 1);
+        let b = (((ns(d) - lo) / width) as usize).min(bins - 1);
         counts[b] += 1;
     }
     counts
         .into_iter()
         .enumerate()
-        .map(|(i, c)| (lo as f64 + i as f64 * width, width, c))
+        .map(|(i, c)| (lo + i as f64 * width, width, c))
         .collect()
 }
 
@@ -204,7 +205,7 @@ mod tests {
             (100, 5050, 50, 99, 1, 100)
         );
         assert!(Summary::of(&mut []).is_none());
-        let h = histogram(&d, 10);
+        let h = histogram(&d, 10, |d| d as f64);
         assert_eq!(h.iter().map(|b| b.2).sum::<usize>(), 100);
     }
 }

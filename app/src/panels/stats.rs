@@ -63,7 +63,7 @@ pub fn show(ui: &mut Ui, state: &mut StatsState, view: &TraceView, stats: &Stats
                     "Duration histogram: {} (click a name to change)",
                     r.name
                 ));
-                let bars: Vec<Bar> = histogram(&r.durations, 30)
+                let bars: Vec<Bar> = histogram(&r.durations, 30, |d| d as f64)
                     .into_iter()
                     .map(|(x, w, c)| Bar::new((x + w / 2.0) / 1e3, c as f64).width(w / 1e3))
                     .collect();
