@@ -23,7 +23,6 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::stamp::{Stamp, StampMap};
 use super::trace::{
     Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
     TRACE_VERSION, Text, Trace, TraceDevice,
@@ -57,12 +56,6 @@ pub(super) enum HostRecord {
         end: Instant,
         stream: Option<Stream>,
         detail: Detail,
-    },
-    /// A user range, stamped with counter ticks ([`Stamp`]).
-    Range {
-        name: Cow<'static, str>,
-        start: Stamp,
-        end: Stamp,
     },
     /// A user marker.
     Mark { name: String, at: Instant },
@@ -172,8 +165,6 @@ pub(super) struct Collected {
 #[derive(Debug)]
 pub(super) struct Assembler {
     epoch: Instant,
-    /// Turns user ranges' counter ticks into host time.
-    stamps: StampMap,
     devices: HashMap<Device, DeviceInfo>,
     bases: HashMap<Device, Vec<ClockBase>>,
     /// Device spans waiting for their device's calibration.
@@ -211,7 +202,6 @@ impl Assembler {
     pub(super) fn new(epoch: Instant) -> Self {
         Assembler {
             epoch,
-            stamps: StampMap::new(),
             devices: HashMap::new(),
             bases: HashMap::new(),
             held_spans: Vec::new(),
@@ -258,8 +248,6 @@ impl Assembler {
         }
 
         // Host spans and marks from every thread's buffer.
-        self.stamps.refresh();
-        let stamps = self.stamps;
         for t in &mut batch.host {
             if t.records.is_empty() {
                 continue;
@@ -295,19 +283,6 @@ impl Assembler {
                             dur_ns: e - s,
                             op,
                             args,
-                        });
-                    }
-                    HostRecord::Range { name, start, end } => {
-                        let s = ns_since(epoch, stamps.instant(start));
-                        let e = ns_since(epoch, stamps.instant(end)).max(s);
-                        b.trace.spans.push(Span {
-                            lane,
-                            name: name.into(),
-                            kind: SpanKind::Annotation,
-                            start_ns: s,
-                            dur_ns: e - s,
-                            op: 0,
-                            args: Vec::new(),
                         });
                     }
                     HostRecord::Mark { name, at } => b.trace.instants.push(InstantEvent {

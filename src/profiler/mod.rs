@@ -52,14 +52,11 @@ pub mod json;
 pub mod live;
 pub mod native;
 pub mod record;
-mod stamp;
 pub mod trace;
 
 use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::Instant;
-
-use self::stamp::Stamp;
 
 pub use file::{load_trace, load_traces, save_trace};
 pub use record::enabled;
@@ -115,7 +112,7 @@ impl Drop for Session {
 #[must_use = "the range ends when this guard drops"]
 #[derive(Debug)]
 pub struct Range {
-    started: Option<(Cow<'static, str>, Stamp)>,
+    started: Option<(Cow<'static, str>, Instant)>,
 }
 
 /// Starts a named host range (a user annotation) on this thread; it ends
@@ -124,7 +121,7 @@ pub struct Range {
 #[inline]
 pub fn range(name: impl Into<Cow<'static, str>>) -> Range {
     Range {
-        started: enabled().then(|| (name.into(), Stamp::now())),
+        started: enabled().then(|| (name.into(), Instant::now())),
     }
 }
 
@@ -190,10 +187,6 @@ fn end_step() {
     if let Some((n, start)) = open
         && enabled()
     {
-        record::range_between(
-            Cow::Owned(format!("ProfilerStep#{n}")),
-            start,
-            Instant::now(),
-        );
+        record::range(Cow::Owned(format!("ProfilerStep#{n}")), start);
     }
 }

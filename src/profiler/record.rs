@@ -24,8 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use super::stamp::Stamp;
-
 pub(crate) use super::assemble::Detail;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
@@ -339,14 +337,9 @@ pub(super) fn mark(name: String) {
     });
 }
 
-/// Records a finished user range (stamped with counter ticks: see
-/// `stamp.rs`).
-pub(super) fn range(name: Cow<'static, str>, start: Stamp) {
-    push(HostRecord::Range {
-        name,
-        start,
-        end: Stamp::now(),
-    });
+/// Records a finished user range.
+pub(super) fn range(name: Cow<'static, str>, start: Instant) {
+    range_between(name, start, Instant::now());
 }
 
 /// Records a user range with both ends given.
