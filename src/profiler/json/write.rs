@@ -62,6 +62,16 @@ impl<W: Write> Out<'_, W> {
         self.buf.extend_from_slice(s.as_bytes());
     }
 
+    /// Writes `items` one after another, separated by commas.
+    fn list<T>(&mut self, items: impl IntoIterator<Item = T>, mut each: impl FnMut(&mut Self, T)) {
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.raw(",");
+            }
+            each(self, item);
+        }
+    }
+
     fn u64(&mut self, mut v: u64) {
         let mut digits = [0u8; 20];
         let mut i = digits.len();
@@ -145,16 +155,13 @@ impl<W: Write> Out<'_, W> {
 
     fn pairs(&mut self, pairs: &[(String, String)]) {
         self.buf.push(b'[');
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            if i > 0 {
-                self.buf.push(b',');
-            }
-            self.buf.push(b'[');
-            self.str(k);
-            self.buf.push(b',');
-            self.str(v);
-            self.buf.push(b']');
-        }
+        self.list(pairs, |o, (k, v)| {
+            o.buf.push(b'[');
+            o.str(k);
+            o.buf.push(b',');
+            o.str(v);
+            o.buf.push(b']');
+        });
         self.buf.push(b']');
     }
 
@@ -361,12 +368,9 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(",\"name\":");
         w.str(&instant.name);
         w.raw(",\"args\":{");
-        for (i, (k, v)) in instant.args.iter().enumerate() {
-            if i > 0 {
-                w.raw(",");
-            }
+        w.list(&instant.args, |w, (k, v)| {
             w.user_arg(k, v);
-        }
+        });
         w.raw("}}");
     }
 
@@ -403,10 +407,7 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
     w.raw("\n],\n\"displayTimeUnit\":\"ns\",\n\"deviceProperties\":[");
     // Kineto's device table: `id` is the device's index (its events'
     // `device` argument).
-    for (i, device) in trace.devices.iter().enumerate() {
-        if i > 0 {
-            w.raw(",");
-        }
+    w.list(trace.devices.iter().enumerate(), |w, (i, device)| {
         w.raw("{\"id\":");
         w.u64(i as u64);
         w.raw(",\"name\":");
@@ -423,16 +424,13 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
             w.str(v);
         }
         w.raw("}");
-    }
+    });
     w.raw("],\n\"keel\":{\"version\":");
     w.u64(trace.version.into());
     w.raw(",\"dropped\":");
     w.u64(trace.dropped);
     w.raw(",\"devices\":[");
-    for (i, device) in trace.devices.iter().enumerate() {
-        if i > 0 {
-            w.raw(",");
-        }
+    w.list(&trace.devices, |w, device| {
         w.raw("{\"device\":");
         w.str(&device.device);
         w.raw(",\"name\":");
@@ -440,23 +438,17 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(",\"properties\":");
         w.pairs(&device.properties);
         w.raw("}");
-    }
+    });
     w.raw("],\"counters\":[");
-    for (i, counter) in trace.counters.iter().enumerate() {
-        if i > 0 {
-            w.raw(",");
-        }
+    w.list(&trace.counters, |w, counter| {
         w.raw("{\"device\":");
         w.u64(counter.device.into());
         w.raw(",\"name\":");
         w.str(&counter.name);
         w.raw("}");
-    }
+    });
     w.raw("],\"calibrations\":[");
-    for (i, c) in trace.calibrations.iter().enumerate() {
-        if i > 0 {
-            w.raw(",");
-        }
+    w.list(&trace.calibrations, |w, c| {
         w.raw("{\"device\":");
         w.u64(c.device.into());
         w.raw(",\"method\":");
@@ -464,7 +456,7 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(",\"error_bound_ns\":");
         w.u64(c.error_bound_ns);
         w.raw("}");
-    }
+    });
     w.raw("]");
     if let Some(r) = &trace.import {
         w.raw(",\"import\":{\"format\":");
@@ -474,16 +466,13 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(",\"imported\":");
         w.u64(r.imported);
         w.raw(",\"skipped\":[");
-        for (i, (reason, n)) in r.skipped.iter().enumerate() {
-            if i > 0 {
-                w.raw(",");
-            }
+        w.list(&r.skipped, |w, (reason, n)| {
             w.raw("[");
             w.str(reason);
             w.raw(",");
             w.u64(*n);
             w.raw("]");
-        }
+        });
         w.raw("]}");
     }
     w.raw("}}\n");
