@@ -116,15 +116,19 @@
 //! block with a `// SAFETY:` comment.
 
 pub mod api;
+pub mod autocast;
 pub mod backend;
 mod buffer;
 pub mod core;
 mod error;
 mod event;
+pub mod generator;
 pub mod guard;
 pub mod kernel;
 mod ops;
+pub mod precision;
 pub mod profiler;
+pub mod random;
 mod stream;
 
 #[cfg(feature = "testing")]

@@ -21,21 +21,24 @@ use crate::backend::typed::Kernels;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
-/// Identifies a kernel's source: (address, length) of its WGSL text, which
-/// is `'static`, so two kernels with one name but different code differ.
-fn source_key(wgsl: &'static str) -> (usize, usize) {
-    (wgsl.as_ptr() as usize, wgsl.len())
+/// Identifies a kernel's SPIR-V: (address, length) of its WGSL text, which
+/// is `'static`, so two kernels with one name but different code differ,
+/// and its entry point, so two entry points of one WGSL source differ too
+/// (the SPIR-V holds only the entry point it was written for).
+fn source_key(wgsl: &'static str, entry: &'static str) -> (usize, usize, &'static str) {
+    (wgsl.as_ptr() as usize, wgsl.len(), entry)
 }
 
 type Spirv = Result<Arc<Vec<u32>>, String>;
-static SPIRV: LazyLock<Mutex<HashMap<(usize, usize), Spirv>>> = LazyLock::new(Default::default);
+type SpirvKey = (usize, usize, &'static str);
+static SPIRV: LazyLock<Mutex<HashMap<SpirvKey, Spirv>>> = LazyLock::new(Default::default);
 
 /// `kernel`'s WGSL compiled to SPIR-V (cached).
 pub fn spirv(kernel: &Kernel) -> Result<Arc<Vec<u32>>> {
     let wgsl = wgsl_of(kernel)?;
     let mut cache = lock(&SPIRV);
     let entry = cache
-        .entry(source_key(wgsl))
+        .entry(source_key(wgsl, kernel.name))
         .or_insert_with(|| compile(wgsl, kernel.name).map(Arc::new));
     entry.clone().map_err(|message| Error::Kernel {
         kernel: kernel.name.to_owned(),
@@ -81,7 +84,7 @@ pub(super) struct Pipeline {
 
 /// The pipeline for `kernel` on `ctx` (cached per device and kernel).
 fn pipeline(ctx: &'static Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
-    let key = source_key(wgsl_of(kernel)?);
+    let key = source_key(wgsl_of(kernel)?, kernel.name);
     if let Some(p) = lock(&ctx.pipelines).get(&key) {
         return Ok(Arc::clone(p));
     }

@@ -21,13 +21,14 @@ use crate::backend::typed::{Kernels, check_distinct_buffers};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
-fn source_key(wgsl: &'static str) -> (usize, usize) {
-    (wgsl.as_ptr() as usize, wgsl.len())
+fn source_key(wgsl: &'static str, entry: &'static str) -> (usize, usize, &'static str) {
+    (wgsl.as_ptr() as usize, wgsl.len(), entry)
 }
 
-/// A device's pipelines, by WGSL source (address and length).
+/// A device's pipelines, by WGSL source (address and length) and entry
+/// point (one source may hold several).
 #[derive(Default)]
-pub(super) struct Pipelines(Mutex<HashMap<(usize, usize), Arc<Pipeline>>>);
+pub(super) struct Pipelines(Mutex<HashMap<(usize, usize, &'static str), Arc<Pipeline>>>);
 
 /// A compute pipeline and the layout of its bind group 0 (asked for once).
 pub(super) struct Pipeline {
@@ -41,7 +42,7 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         kernel: kernel.name.to_owned(),
         message: "has no WGSL source, which the wgpu backend runs".to_owned(),
     })?;
-    let key = source_key(wgsl);
+    let key = source_key(wgsl, kernel.name);
     if let Some(p) = lock(&d.pipelines.0).get(&key) {
         return Ok(Arc::clone(p));
     }
