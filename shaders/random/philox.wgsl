@@ -131,8 +131,8 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
             }
             if op == 4u {
                 let mean = bitcast<f32>(params.a);
-                let std = bitcast<f32>(params.b);
-                let scaled = std * z;
+                let sd = bitcast<f32>(params.b);
+                let scaled = sd * z;
                 z = mean + scaled;
             }
             return bitcast<u32>(z);
