@@ -53,7 +53,8 @@ pub fn install() -> Result<()> {
     INSTALLED
         .get_or_init(|| {
             keel::register_privateuse1_backend(NAME)?;
-            keel::backend::register(TY, &NPU, Some(&NPU))
+            keel::backend::register(TY, &NPU, Some(&NPU))?;
+            register_numerics()
         })
         .clone()
 }
@@ -113,4 +114,63 @@ impl HostBackend for Npu {
     fn host_peer_copy(&self, src: Device, dst: Device) -> bool {
         src.device_type() == TY && dst.device_type() == TY
     }
+}
+
+// ---- Numerics: the NPU's generator and autocast dtypes ----
+
+/// The NPU's random generator, registered for PrivateUse1 (c10's
+/// `REGISTER_GENERATOR_PRIVATEUSE1`): Keel's Philox engine, so Keel's
+/// random kernels run on it, with its state bytes tagged `NPU0` so that a
+/// state saved from another device type's generator is refused.
+#[derive(Debug)]
+pub struct NpuGenerator(keel::generator::Philox);
+
+/// The tag in front of an [`NpuGenerator`]'s state.
+pub const NPU_STATE_TAG: &[u8; 4] = b"NPU0";
+
+impl keel::generator::GeneratorImpl for NpuGenerator {
+    fn device(&self) -> Device {
+        self.0.device()
+    }
+    fn set_current_seed(&mut self, seed: u64) {
+        self.0.set_current_seed(seed);
+    }
+    fn current_seed(&self) -> u64 {
+        self.0.current_seed()
+    }
+    fn offset(&self) -> u64 {
+        self.0.offset()
+    }
+    fn set_offset(&mut self, offset: u64) -> Result<()> {
+        self.0.set_offset(offset)
+    }
+    fn reserve(&mut self, words: u64) -> Result<keel::generator::PhiloxState> {
+        self.0.reserve(words)
+    }
+    fn get_state(&self) -> Vec<u8> {
+        [NPU_STATE_TAG.as_slice(), &self.0.get_state()].concat()
+    }
+    fn set_state(&mut self, state: &[u8]) -> Result<()> {
+        match state.strip_prefix(NPU_STATE_TAG.as_slice()) {
+            Some(rest) => self.0.set_state(rest),
+            None => Err(Error::invalid(format!(
+                "expected an {NAME} generator state starting with \"NPU0\", found {:02x?}",
+                &state[..state.len().min(4)]
+            ))),
+        }
+    }
+}
+
+fn npu_generator(device: Device) -> Result<Box<dyn keel::generator::GeneratorImpl>> {
+    Ok(Box::new(NpuGenerator(keel::generator::Philox::new(
+        device,
+        keel::generator::DEFAULT_SEED,
+    ))))
+}
+
+/// Registers the generator factory and the autocast dtypes (the NPU, like
+/// many accelerators, runs lower-precision work in `f16` only).
+fn register_numerics() -> Result<()> {
+    keel::generator::register_generator(TY, npu_generator)?;
+    keel::autocast::register_amp_supported_dtypes(TY, &[keel::autocast::AutocastDtype::F16])
 }
