@@ -53,7 +53,8 @@ pub enum AutocastDtype {
 
 impl AutocastDtype {
     /// Every dtype.
-    pub const ALL: [AutocastDtype; 3] = [AutocastDtype::F32, AutocastDtype::F16, AutocastDtype::Bf16];
+    pub const ALL: [AutocastDtype; 3] =
+        [AutocastDtype::F32, AutocastDtype::F16, AutocastDtype::Bf16];
 
     /// PyTorch's name (`torch.float16` is `"float16"`).
     pub fn as_str(self) -> &'static str {
@@ -67,7 +68,11 @@ impl AutocastDtype {
     /// The type that holds every value of `self` and `other` (PyTorch's
     /// promotion: `f16` with `bf16` is `f32`, neither holding the other).
     pub fn promote(self, other: AutocastDtype) -> AutocastDtype {
-        if self == other { self } else { AutocastDtype::F32 }
+        if self == other {
+            self
+        } else {
+            AutocastDtype::F32
+        }
     }
 }
 
@@ -140,16 +145,55 @@ struct Registry {
 }
 
 const LOWER: &[&str] = &[
-    "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d",
-    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu", "chain_matmul",
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "addbmm",
+    "baddbmm",
+    "linear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "prelu",
+    "chain_matmul",
     "scaled_dot_product_attention",
 ];
 const FP32: &[&str] = &[
-    "sum", "softmax", "log_softmax", "exp", "log", "pow", "cumsum", "cumprod", "prod", "norm",
-    "layer_norm", "group_norm", "mse_loss", "cross_entropy", "nll_loss", "binary_cross_entropy_with_logits",
-    "softplus", "mean", "var", "std",
+    "sum",
+    "softmax",
+    "log_softmax",
+    "exp",
+    "log",
+    "pow",
+    "cumsum",
+    "cumprod",
+    "prod",
+    "norm",
+    "layer_norm",
+    "group_norm",
+    "mse_loss",
+    "cross_entropy",
+    "nll_loss",
+    "binary_cross_entropy_with_logits",
+    "softplus",
+    "mean",
+    "var",
+    "std",
 ];
-const PROMOTE: &[&str] = &["cat", "stack", "add", "sub", "mul", "addcmul", "addcdiv", "index_put"];
+const PROMOTE: &[&str] = &[
+    "cat",
+    "stack",
+    "add",
+    "sub",
+    "mul",
+    "addcmul",
+    "addcdiv",
+    "index_put",
+];
 
 static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(|| {
     let mut common = HashMap::new();

@@ -67,7 +67,10 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     let mut k = key;
     for round in 0..PHILOX_ROUNDS {
         if round > 0 {
-            k = [k[0].wrapping_add(PHILOX_W[0]), k[1].wrapping_add(PHILOX_W[1])];
+            k = [
+                k[0].wrapping_add(PHILOX_W[0]),
+                k[1].wrapping_add(PHILOX_W[1]),
+            ];
         }
         let p0 = u64::from(PHILOX_M[0]) * u64::from(c[0]);
         let p1 = u64::from(PHILOX_M[1]) * u64::from(c[2]);
@@ -189,7 +192,7 @@ impl Philox {
 }
 
 fn check_offset(offset: u64) -> Result<()> {
-    if offset % 4 != 0 {
+    if !offset.is_multiple_of(4) {
         return Err(Error::invalid(format!(
             "a Philox offset must be a multiple of 4 (each Philox block gives 4 words), found {offset}"
         )));

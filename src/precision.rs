@@ -721,13 +721,15 @@ impl Scope {
 
     /// Overrides `allow_fp16_reduced_precision_reduction` of `ty`.
     pub fn allow_fp16_reduced_precision_reduction(mut self, ty: DeviceType, allow: bool) -> Scope {
-        self.entries.push((Key::Fp16Reduction(ty), Value::Flag(allow)));
+        self.entries
+            .push((Key::Fp16Reduction(ty), Value::Flag(allow)));
         self
     }
 
     /// Overrides `allow_bf16_reduced_precision_reduction` of `ty`.
     pub fn allow_bf16_reduced_precision_reduction(mut self, ty: DeviceType, allow: bool) -> Scope {
-        self.entries.push((Key::Bf16Reduction(ty), Value::Flag(allow)));
+        self.entries
+            .push((Key::Bf16Reduction(ty), Value::Flag(allow)));
         self
     }
 

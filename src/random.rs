@@ -203,7 +203,9 @@ pub fn block_count(n: usize, offset: u64) -> u64 {
 /// invocation per Philox block, at most [`MAX_GRID`] workgroups.
 pub fn grid_for(kernel: &Kernel, n: usize, offset: u64) -> [u32; 3] {
     let wg = u64::from(kernel.workgroup_size[0].max(1));
-    let groups = block_count(n, offset).div_ceil(wg).clamp(1, u64::from(MAX_GRID));
+    let groups = block_count(n, offset)
+        .div_ceil(wg)
+        .clamp(1, u64::from(MAX_GRID));
     [groups as u32, 1, 1]
 }
 
@@ -355,7 +357,14 @@ pub fn randint(
     low: i32,
     high: i32,
 ) -> Result<()> {
-    launch(stream, RandomOp::Randint { low, high }, out, n, seed, offset)
+    launch(
+        stream,
+        RandomOp::Randint { low, high },
+        out,
+        n,
+        seed,
+        offset,
+    )
 }
 
 /// `[0, 1)` from a word: the low 24 bits times 2^-24.

@@ -59,7 +59,11 @@ fn philox_matches_random123_known_answers() {
         ),
     ];
     for (ctr, key, want) in kat {
-        assert_eq!(philox4x32_10(ctr, key), want, "counter {ctr:08x?} key {key:08x?}");
+        assert_eq!(
+            philox4x32_10(ctr, key),
+            want,
+            "counter {ctr:08x?} key {key:08x?}"
+        );
     }
     // The stream of seed 0 starts with the all-zero block.
     assert_eq!(stream_word(0, 0), 0x6627_e8d5);
@@ -78,7 +82,13 @@ fn seeding_offsets_and_reservations() {
     let mut expect = 0;
     for (words, step) in [(1, 4), (4, 4), (5, 8), (0, 0), (1031, 1032)] {
         let at = g.reserve(words).expect("reserve");
-        assert_eq!(at, PhiloxState { seed: 42, offset: expect });
+        assert_eq!(
+            at,
+            PhiloxState {
+                seed: 42,
+                offset: expect
+            }
+        );
         expect += step;
         assert_eq!(g.offset(), expect, "after reserving {words}");
     }
@@ -118,9 +128,17 @@ fn get_state_and_set_state_replay_exactly() {
         random::launch_from(&g, &s, op, &out, 100).expect("launch");
         out.read_as(&s).expect("read")
     };
-    let first = [draw(RandomOp::Rand), draw(RandomOp::Randn), draw(RandomOp::U32)];
+    let first = [
+        draw(RandomOp::Rand),
+        draw(RandomOp::Randn),
+        draw(RandomOp::U32),
+    ];
     g.set_state(&state).expect("set_state");
-    let again = [draw(RandomOp::Rand), draw(RandomOp::Randn), draw(RandomOp::U32)];
+    let again = [
+        draw(RandomOp::Rand),
+        draw(RandomOp::Randn),
+        draw(RandomOp::U32),
+    ];
     assert_eq!(first, again);
     assert_ne!(first[0], first[2]);
     // A state moves between generators.
@@ -154,7 +172,11 @@ fn malformed_states_are_clear_errors_and_change_nothing() {
     for (state, text) in cases {
         let err = g.set_state(state).expect_err("malformed");
         assert!(err.to_string().contains(text), "{err}");
-        assert_eq!((g.initial_seed(), g.offset()), (5, 8), "a failed set_state changed the state");
+        assert_eq!(
+            (g.initial_seed(), g.offset()),
+            (5, 8),
+            "a failed set_state changed the state"
+        );
     }
 }
 
@@ -187,7 +209,11 @@ fn forks_are_independent_streams() {
     let ub: Vec<f64> = b.iter().map(|&w| f64::from(random::to_unit(w))).collect();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (ma, mb) = (mean(&ua), mean(&ub));
-    let cov: f64 = ua.iter().zip(&ub).map(|(x, y)| (x - ma) * (y - mb)).sum::<f64>();
+    let cov: f64 = ua
+        .iter()
+        .zip(&ub)
+        .map(|(x, y)| (x - ma) * (y - mb))
+        .sum::<f64>();
     let var = |v: &[f64], m: f64| v.iter().map(|x| (x - m) * (x - m)).sum::<f64>();
     let r = cov / (var(&ua, ma) * var(&ub, mb)).sqrt();
     // 4 standard errors of a correlation of independent samples.
@@ -205,7 +231,11 @@ fn default_generators_are_shared_per_device_and_seeded_together() {
     generator::manual_seed(77);
     assert_eq!((a.initial_seed(), a.offset()), (77, 0));
     assert_eq!(b.initial_seed(), 77);
-    assert_eq!(own.initial_seed(), generator::DEFAULT_SEED, "a user generator is not a default one");
+    assert_eq!(
+        own.initial_seed(),
+        generator::DEFAULT_SEED,
+        "a user generator is not a default one"
+    );
     // Index -1 is the current device.
     let current = generator::default_generator(Device::new(DeviceType::Cpu, -1).expect("cpu"))
         .expect("default");
@@ -245,7 +275,11 @@ fn threads_drawing_from_one_generator_get_disjoint_ranges() {
     let mut sorted = ranges.clone();
     sorted.sort_unstable();
     for w in sorted.windows(2) {
-        assert_eq!(w[0].1, w[1].0, "ranges overlap or leave a gap: {:?} {:?}", w[0], w[1]);
+        assert_eq!(
+            w[0].1, w[1].0,
+            "ranges overlap or leave a gap: {:?} {:?}",
+            w[0], w[1]
+        );
     }
     assert_eq!(sorted[0].0, 0);
     assert_eq!(sorted.last().map(|r| r.1), Some(g.offset()));
@@ -267,11 +301,18 @@ fn a_third_party_backend_registers_its_generator() {
     assert_eq!(g.device(), d);
     g.manual_seed(31);
     let state = g.get_state();
-    assert_eq!(&state[..4], npu::NPU_STATE_TAG, "the npu's own generator made it");
+    assert_eq!(
+        &state[..4],
+        npu::NPU_STATE_TAG,
+        "the npu's own generator made it"
+    );
     // A CPU generator's state is refused by the npu's generator.
     let cpu_state = Generator::new(cpu()).expect("cpu").get_state();
     let err = g.set_state(&cpu_state).expect_err("a cpu state");
-    assert!(err.to_string().contains("expected an npu generator state"), "{err}");
+    assert!(
+        err.to_string().contains("expected an npu generator state"),
+        "{err}"
+    );
     // Registered once only.
     let err = generator::register_generator(DeviceType::PrivateUse1, |d| {
         Ok(Box::new(Philox::new(d, 0)) as Box<dyn generator::GeneratorImpl>)
@@ -284,7 +325,10 @@ fn a_third_party_backend_registers_its_generator() {
     let out = Buffer::new(d, 4 * 1001).expect("buffer");
     let at = random::launch_from(&g, &s, RandomOp::Rand, &out, 1001).expect("launch");
     let got: Vec<u32> = out.read_as(&s).expect("read");
-    assert_eq!(got, random::reference(RandomOp::Rand, 1001, 31, at.offset).expect("reference"));
+    assert_eq!(
+        got,
+        random::reference(RandomOp::Rand, 1001, 31, at.offset).expect("reference")
+    );
     // Its default generator and its autocast dtypes come from the backend.
     let def = generator::default_generator(d).expect("default");
     assert_eq!(&def.get_state()[..4], npu::NPU_STATE_TAG);
@@ -294,7 +338,10 @@ fn a_third_party_backend_registers_its_generator() {
     );
     let err = autocast::set_autocast_dtype(DeviceType::PrivateUse1, AutocastDtype::Bf16)
         .expect_err("bf16 on npu");
-    assert_eq!(err.to_string(), "autocast on npu supports float16, found bfloat16");
+    assert_eq!(
+        err.to_string(),
+        "autocast on npu supports float16, found bfloat16"
+    );
 }
 
 // ---- Precision policy ----
@@ -306,8 +353,14 @@ fn precision_defaults_are_pytorchs() {
     for ty in DeviceType::ALL {
         assert_eq!(precision::global_fp32_precision(), Fp32Precision::Ieee);
         assert_eq!(precision::backend_fp32_precision(ty), Fp32Precision::None);
-        assert_eq!(precision::fp32_precision(ty, MATMUL).expect("matmul"), Fp32Precision::None);
-        assert_eq!(precision::effective(ty, MATMUL).expect("matmul"), Fp32Precision::Ieee);
+        assert_eq!(
+            precision::fp32_precision(ty, MATMUL).expect("matmul"),
+            Fp32Precision::None
+        );
+        assert_eq!(
+            precision::effective(ty, MATMUL).expect("matmul"),
+            Fp32Precision::Ieee
+        );
         assert!(!precision::allow_tf32(ty));
         assert!(precision::allow_fp16_reduced_precision_reduction(ty));
         assert!(precision::allow_bf16_reduced_precision_reduction(ty));
@@ -325,21 +378,45 @@ fn the_hierarchy_resolves_family_then_backend_then_global() {
     precision::reset_to_defaults();
     let (cuda, vk) = (DeviceType::Cuda, DeviceType::Vulkan);
     precision::set_global_fp32_precision("tf32").expect("global");
-    assert_eq!(precision::effective(vk, "conv").expect("conv"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::effective(vk, "conv").expect("conv"),
+        Fp32Precision::Tf32
+    );
     precision::set_backend_fp32_precision(cuda, "bf16").expect("backend");
-    assert_eq!(precision::effective(cuda, MATMUL).expect("m"), Fp32Precision::Bf16);
-    assert_eq!(precision::effective(vk, MATMUL).expect("m"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::effective(cuda, MATMUL).expect("m"),
+        Fp32Precision::Bf16
+    );
+    assert_eq!(
+        precision::effective(vk, MATMUL).expect("m"),
+        Fp32Precision::Tf32
+    );
     precision::set_fp32_precision(cuda, MATMUL, Fp32Precision::Ieee).expect("family");
-    assert_eq!(precision::effective(cuda, MATMUL).expect("m"), Fp32Precision::Ieee);
+    assert_eq!(
+        precision::effective(cuda, MATMUL).expect("m"),
+        Fp32Precision::Ieee
+    );
     // A later family inherits like any other, with no registration.
-    assert_eq!(precision::effective(cuda, "conv").expect("conv"), Fp32Precision::Bf16);
+    assert_eq!(
+        precision::effective(cuda, "conv").expect("conv"),
+        Fp32Precision::Bf16
+    );
     precision::set_fp32_precision(cuda, "conv", "tf32").expect("conv");
-    assert_eq!(precision::effective(cuda, "conv").expect("conv"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::effective(cuda, "conv").expect("conv"),
+        Fp32Precision::Tf32
+    );
     // "none" goes back to inheriting.
     precision::set_fp32_precision(cuda, MATMUL, "none").expect("none");
-    assert_eq!(precision::effective(cuda, MATMUL).expect("m"), Fp32Precision::Bf16);
+    assert_eq!(
+        precision::effective(cuda, MATMUL).expect("m"),
+        Fp32Precision::Bf16
+    );
     precision::set_backend_fp32_precision(cuda, "none").expect("none");
-    assert_eq!(precision::effective(cuda, MATMUL).expect("m"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::effective(cuda, MATMUL).expect("m"),
+        Fp32Precision::Tf32
+    );
     // The mode a kernel takes follows.
     let mode = precision::matmul_mode(cuda);
     assert_eq!(mode.plan(MatmulInput::F32).input_rounding, Rounding::Tf32);
@@ -354,7 +431,10 @@ fn legacy_switches_map_onto_the_hierarchy() {
     precision::set_allow_tf32(cuda, true);
     assert!(precision::allow_tf32(cuda));
     assert!(!precision::allow_tf32(cpu));
-    assert_eq!(precision::fp32_precision(cuda, MATMUL).expect("m"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::fp32_precision(cuda, MATMUL).expect("m"),
+        Fp32Precision::Tf32
+    );
     // Backends disagree now: the legacy getter has no one answer.
     let err = precision::float32_matmul_precision().expect_err("mixed");
     assert!(
@@ -364,17 +444,35 @@ fn legacy_switches_map_onto_the_hierarchy() {
         "{err}"
     );
     precision::set_allow_tf32(cuda, false);
-    assert_eq!(precision::fp32_precision(cuda, MATMUL).expect("m"), Fp32Precision::Ieee);
+    assert_eq!(
+        precision::fp32_precision(cuda, MATMUL).expect("m"),
+        Fp32Precision::Ieee
+    );
     for (name, p, legacy) in [
         ("high", Fp32Precision::Tf32, Float32MatmulPrecision::High),
-        ("medium", Fp32Precision::Bf16, Float32MatmulPrecision::Medium),
-        ("highest", Fp32Precision::Ieee, Float32MatmulPrecision::Highest),
+        (
+            "medium",
+            Fp32Precision::Bf16,
+            Float32MatmulPrecision::Medium,
+        ),
+        (
+            "highest",
+            Fp32Precision::Ieee,
+            Float32MatmulPrecision::Highest,
+        ),
     ] {
         precision::set_float32_matmul_precision(name).expect("legacy");
         for ty in DeviceType::ALL {
-            assert_eq!(precision::effective(ty, MATMUL).expect("m"), p, "{name} on {ty:?}");
+            assert_eq!(
+                precision::effective(ty, MATMUL).expect("m"),
+                p,
+                "{name} on {ty:?}"
+            );
         }
-        assert_eq!(precision::float32_matmul_precision().expect("uniform"), legacy);
+        assert_eq!(
+            precision::float32_matmul_precision().expect("uniform"),
+            legacy
+        );
         assert_eq!(precision::allow_tf32(cuda), p == Fp32Precision::Tf32);
     }
     // The reduced-precision switches, per backend.
@@ -390,7 +488,11 @@ fn legacy_switches_map_onto_the_hierarchy() {
     assert_eq!(c.plan(MatmulInput::Bf16).partial_rounding, Rounding::None);
     assert!(!c.plan(MatmulInput::F16).accumulate_in_f16);
     assert_eq!(c.plan(MatmulInput::F16).partial_rounding, Rounding::F16);
-    assert!(m.describe().contains("allow_fp16_accumulation=true"), "{}", m.describe());
+    assert!(
+        m.describe().contains("allow_fp16_accumulation=true"),
+        "{}",
+        m.describe()
+    );
     precision::reset_to_defaults();
 }
 
@@ -404,19 +506,35 @@ fn invalid_values_are_errors_listing_the_valid_ones() {
         "invalid fp32_precision \"TF32\": expected one of \"ieee\", \"tf32\", \"bf16\", \"none\""
     );
     let err = precision::set_global_fp32_precision("none").expect_err("global none");
-    assert!(err.to_string().contains("expected one of \"ieee\", \"tf32\", \"bf16\""), "{err}");
+    assert!(
+        err.to_string()
+            .contains("expected one of \"ieee\", \"tf32\", \"bf16\""),
+        "{err}"
+    );
     let err = precision::set_float32_matmul_precision("low").expect_err("legacy");
     assert_eq!(
         err.to_string(),
         "invalid float32 matmul precision \"low\": expected one of \"highest\", \"high\", \"medium\""
     );
     let long = "x".repeat(500);
-    let err = precision::set_fp32_precision(DeviceType::Cpu, MATMUL, long.as_str()).expect_err("long");
-    assert!(err.to_string().len() < 140, "quotes at most a prefix: {err}");
-    let err = precision::set_fp32_precision(DeviceType::Cpu, "Mat Mul", "ieee").expect_err("family");
-    assert!(err.to_string().starts_with("invalid operator family \"Mat Mul\""), "{err}");
+    let err =
+        precision::set_fp32_precision(DeviceType::Cpu, MATMUL, long.as_str()).expect_err("long");
+    assert!(
+        err.to_string().len() < 140,
+        "quotes at most a prefix: {err}"
+    );
+    let err =
+        precision::set_fp32_precision(DeviceType::Cpu, "Mat Mul", "ieee").expect_err("family");
+    assert!(
+        err.to_string()
+            .starts_with("invalid operator family \"Mat Mul\""),
+        "{err}"
+    );
     // Nothing changed.
-    assert_eq!(precision::backend_fp32_precision(DeviceType::Cuda), Fp32Precision::None);
+    assert_eq!(
+        precision::backend_fp32_precision(DeviceType::Cuda),
+        Fp32Precision::None
+    );
     assert_eq!(precision::global_fp32_precision(), Fp32Precision::Ieee);
 }
 
@@ -431,7 +549,10 @@ fn scopes_override_this_thread_only_and_restore() {
             .expect("global")
             .allow_fp16_accumulation(ty, true)
             .enter();
-        assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Bf16);
+        assert_eq!(
+            precision::effective(ty, MATMUL).expect("m"),
+            Fp32Precision::Bf16
+        );
         {
             let _inner = Scope::new().allow_tf32(ty, true).enter();
             assert!(precision::allow_tf32(ty));
@@ -439,14 +560,20 @@ fn scopes_override_this_thread_only_and_restore() {
             // Another thread sees the process-wide settings.
             thread::scope(|s| {
                 s.spawn(|| {
-                    assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Ieee);
+                    assert_eq!(
+                        precision::effective(ty, MATMUL).expect("m"),
+                        Fp32Precision::Ieee
+                    );
                     assert!(!precision::allow_fp16_accumulation(ty));
                     // ...and its own scopes, which this thread does not see.
                     let _g = Scope::new()
                         .fp32_precision(ty, MATMUL, "bf16")
                         .expect("scope")
                         .enter();
-                    assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Bf16);
+                    assert_eq!(
+                        precision::effective(ty, MATMUL).expect("m"),
+                        Fp32Precision::Bf16
+                    );
                 })
                 .join()
                 .expect("thread");
@@ -454,15 +581,26 @@ fn scopes_override_this_thread_only_and_restore() {
             assert!(precision::allow_tf32(ty));
         }
         assert!(!precision::allow_tf32(ty));
-        assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Bf16);
+        assert_eq!(
+            precision::effective(ty, MATMUL).expect("m"),
+            Fp32Precision::Bf16
+        );
         // A process-wide change under a scope: the scope still wins here.
         precision::set_global_fp32_precision("tf32").expect("global");
-        assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Bf16);
+        assert_eq!(
+            precision::effective(ty, MATMUL).expect("m"),
+            Fp32Precision::Bf16
+        );
     }
     // The scope ended: the process-wide value shows again.
-    assert_eq!(precision::effective(ty, MATMUL).expect("m"), Fp32Precision::Tf32);
+    assert_eq!(
+        precision::effective(ty, MATMUL).expect("m"),
+        Fp32Precision::Tf32
+    );
     assert!(!precision::allow_fp16_accumulation(ty));
-    let err = Scope::new().fp32_precision(ty, MATMUL, "fp8").expect_err("bad");
+    let err = Scope::new()
+        .fp32_precision(ty, MATMUL, "fp8")
+        .expect_err("bad");
     assert!(err.to_string().contains("expected one of"), "{err}");
     precision::reset_to_defaults();
 }
@@ -471,7 +609,11 @@ fn scopes_override_this_thread_only_and_restore() {
 fn many_threads_with_their_own_scopes() {
     let _s = settings();
     precision::reset_to_defaults();
-    let modes = [Fp32Precision::Ieee, Fp32Precision::Tf32, Fp32Precision::Bf16];
+    let modes = [
+        Fp32Precision::Ieee,
+        Fp32Precision::Tf32,
+        Fp32Precision::Bf16,
+    ];
     thread::scope(|s| {
         for t in 0..8 {
             s.spawn(move || {
@@ -500,28 +642,44 @@ fn autocast_defaults_and_per_thread_state() {
         assert!(!autocast::is_autocast_enabled(ty));
         assert_eq!(autocast::get_autocast_dtype(ty), AutocastDtype::F16);
     }
-    assert_eq!(autocast::get_autocast_dtype(DeviceType::Cpu), AutocastDtype::Bf16);
+    assert_eq!(
+        autocast::get_autocast_dtype(DeviceType::Cpu),
+        AutocastDtype::Bf16
+    );
     autocast::set_autocast_enabled(DeviceType::Vulkan, true).expect("enable");
     autocast::set_autocast_dtype(DeviceType::Vulkan, AutocastDtype::Bf16).expect("bf16");
     thread::scope(|s| {
         s.spawn(|| {
             assert!(!autocast::is_autocast_enabled(DeviceType::Vulkan));
-            assert_eq!(autocast::get_autocast_dtype(DeviceType::Vulkan), AutocastDtype::F16);
+            assert_eq!(
+                autocast::get_autocast_dtype(DeviceType::Vulkan),
+                AutocastDtype::F16
+            );
         })
         .join()
         .expect("thread");
     });
     assert!(autocast::is_autocast_enabled(DeviceType::Vulkan));
-    assert_eq!(autocast::get_autocast_dtype(DeviceType::Vulkan), AutocastDtype::Bf16);
-    let err = autocast::set_autocast_dtype(DeviceType::Vulkan, AutocastDtype::F32).expect_err("f32");
+    assert_eq!(
+        autocast::get_autocast_dtype(DeviceType::Vulkan),
+        AutocastDtype::Bf16
+    );
+    let err =
+        autocast::set_autocast_dtype(DeviceType::Vulkan, AutocastDtype::F32).expect_err("f32");
     assert_eq!(
         err.to_string(),
         "autocast on vulkan supports float16, bfloat16, found float32"
     );
-    assert_eq!(autocast::get_autocast_dtype(DeviceType::Vulkan), AutocastDtype::Bf16);
+    assert_eq!(
+        autocast::get_autocast_dtype(DeviceType::Vulkan),
+        AutocastDtype::Bf16
+    );
     autocast::set_autocast_enabled(DeviceType::Vulkan, false).expect("disable");
     let err = "fp8".parse::<AutocastDtype>().expect_err("fp8");
-    assert!(err.to_string().contains("expected one of \"float32\", \"float16\", \"bfloat16\""));
+    assert!(
+        err.to_string()
+            .contains("expected one of \"float32\", \"float16\", \"bfloat16\"")
+    );
 }
 
 #[test]
@@ -529,23 +687,41 @@ fn autocast_changes_the_dtype_of_a_matmul_and_nothing_else() {
     let ty = DeviceType::Cuda;
     let f32s = [AutocastDtype::F32, AutocastDtype::F32];
     let ops = ["matmul", "sum", "softmax", "cat", "relu"];
-    let off: Vec<_> = ops.iter().map(|op| autocast::cast_dtype(ty, op, &f32s)).collect();
+    let off: Vec<_> = ops
+        .iter()
+        .map(|op| autocast::cast_dtype(ty, op, &f32s))
+        .collect();
     assert!(off.iter().all(|d| *d == Some(AutocastDtype::F32)));
     let on: Vec<_> = {
         let _g = autocast::autocast(ty, true, None).expect("autocast");
         assert!(autocast::is_autocast_enabled(ty));
-        ops.iter().map(|op| autocast::cast_dtype(ty, op, &f32s)).collect()
+        ops.iter()
+            .map(|op| autocast::cast_dtype(ty, op, &f32s))
+            .collect()
     };
     assert!(!autocast::is_autocast_enabled(ty), "the guard restored");
-    assert_eq!(on[0], Some(AutocastDtype::F16), "matmul runs in the autocast dtype");
+    assert_eq!(
+        on[0],
+        Some(AutocastDtype::F16),
+        "matmul runs in the autocast dtype"
+    );
     assert_eq!(&on[1..], &off[1..], "nothing else changed");
     // Under autocast, f32-policy ops lift lower-precision inputs to f32,
     // promote-policy ops take the widest input (f16 with bf16 is f32).
     let _g = autocast::autocast(ty, true, Some(AutocastDtype::Bf16)).expect("autocast");
     let halves = [AutocastDtype::F16];
-    assert_eq!(autocast::cast_dtype(ty, "softmax", &halves), Some(AutocastDtype::F32));
-    assert_eq!(autocast::cast_dtype(ty, "matmul", &halves), Some(AutocastDtype::F16));
-    assert_eq!(autocast::cast_dtype(ty, "matmul", &f32s), Some(AutocastDtype::Bf16));
+    assert_eq!(
+        autocast::cast_dtype(ty, "softmax", &halves),
+        Some(AutocastDtype::F32)
+    );
+    assert_eq!(
+        autocast::cast_dtype(ty, "matmul", &halves),
+        Some(AutocastDtype::F16)
+    );
+    assert_eq!(
+        autocast::cast_dtype(ty, "matmul", &f32s),
+        Some(AutocastDtype::Bf16)
+    );
     assert_eq!(
         autocast::cast_dtype(ty, "cat", &[AutocastDtype::F16, AutocastDtype::Bf16]),
         Some(AutocastDtype::F32)
@@ -567,23 +743,49 @@ fn autocast_guards_nest_and_refuse_unsupported_dtypes() {
         assert!(autocast::is_autocast_enabled(ty));
         assert_eq!(autocast::get_autocast_dtype(ty), AutocastDtype::Bf16);
         let err = autocast::autocast(ty, true, Some(AutocastDtype::F32)).expect_err("f32");
-        assert!(err.to_string().contains("supports bfloat16, float16, found float32"), "{err}");
-        assert!(autocast::is_autocast_enabled(ty), "a refused guard changed nothing");
+        assert!(
+            err.to_string()
+                .contains("supports bfloat16, float16, found float32"),
+            "{err}"
+        );
+        assert!(
+            autocast::is_autocast_enabled(ty),
+            "a refused guard changed nothing"
+        );
     }
     assert!(!autocast::is_autocast_enabled(ty));
 }
 
 #[test]
 fn autocast_policy_registry() {
-    assert_eq!(autocast::op_policy(DeviceType::Cpu, "matmul"), CastPolicy::LowerPrecision);
-    assert_eq!(autocast::op_policy(DeviceType::Cpu, "sum"), CastPolicy::Fp32);
-    assert_eq!(autocast::op_policy(DeviceType::Cpu, "my_op"), CastPolicy::Unchanged);
+    assert_eq!(
+        autocast::op_policy(DeviceType::Cpu, "matmul"),
+        CastPolicy::LowerPrecision
+    );
+    assert_eq!(
+        autocast::op_policy(DeviceType::Cpu, "sum"),
+        CastPolicy::Fp32
+    );
+    assert_eq!(
+        autocast::op_policy(DeviceType::Cpu, "my_op"),
+        CastPolicy::Unchanged
+    );
     autocast::register_op_policy(None, "my_gemm", CastPolicy::LowerPrecision).expect("common");
-    autocast::register_op_policy(Some(DeviceType::Wgpu), "my_gemm", CastPolicy::Fp32).expect("wgpu");
-    assert_eq!(autocast::op_policy(DeviceType::Cpu, "my_gemm"), CastPolicy::LowerPrecision);
-    assert_eq!(autocast::op_policy(DeviceType::Wgpu, "my_gemm"), CastPolicy::Fp32);
+    autocast::register_op_policy(Some(DeviceType::Wgpu), "my_gemm", CastPolicy::Fp32)
+        .expect("wgpu");
+    assert_eq!(
+        autocast::op_policy(DeviceType::Cpu, "my_gemm"),
+        CastPolicy::LowerPrecision
+    );
+    assert_eq!(
+        autocast::op_policy(DeviceType::Wgpu, "my_gemm"),
+        CastPolicy::Fp32
+    );
     let err = autocast::register_op_policy(None, "", CastPolicy::Fp32).expect_err("empty");
-    assert!(err.to_string().starts_with("invalid operator name"), "{err}");
+    assert!(
+        err.to_string().starts_with("invalid operator name"),
+        "{err}"
+    );
     let err = autocast::register_amp_supported_dtypes(DeviceType::Cuda, &[AutocastDtype::F16])
         .expect_err("cuda");
     assert!(err.to_string().contains("only the PrivateUse1"), "{err}");

@@ -107,10 +107,7 @@ fn grids(kernel: &Kernel, n: usize, offset: u64) -> Vec<Option<[u32; 3]>> {
 #[test]
 fn words_and_rand_are_bit_identical_on_every_backend_and_geometry() {
     let kernels: [(RandomOp, [Kernel; 2]); 2] = [
-        (
-            RandomOp::U32,
-            [random::PHILOX_U32, random::PHILOX_U32_WG64],
-        ),
+        (RandomOp::U32, [random::PHILOX_U32, random::PHILOX_U32_WG64]),
         (
             RandomOp::Rand,
             [random::PHILOX_RAND, random::PHILOX_RAND_WG64],
@@ -123,8 +120,11 @@ fn words_and_rand_are_bit_identical_on_every_backend_and_geometry() {
             // (seed, offset) pair and each (offset, length) pair occurs.
             for (j, &n) in LENGTHS.iter().enumerate() {
                 let offs = offsets(n);
-                for &offset in [offs[(i + j) % offs.len()], offs[(i + 2 * j + 3) % offs.len()]]
-                    .iter()
+                for &offset in [
+                    offs[(i + j) % offs.len()],
+                    offs[(i + 2 * j + 3) % offs.len()],
+                ]
+                .iter()
                 {
                     for (op, ks) in &kernels {
                         let want = random::reference(*op, n, seed, offset).expect("reference");
@@ -160,7 +160,7 @@ fn reference_words_are_stream_positions() {
             for (i, &w) in got.iter().enumerate() {
                 let p = offset + i as u64;
                 let block = keel::generator::philox4x32_10(
-                    [(p / 4) as u32, (p / 4 >> 32) as u32, 0, 0],
+                    [(p / 4) as u32, ((p / 4) >> 32) as u32, 0, 0],
                     [seed as u32, (seed >> 32) as u32],
                 );
                 assert_eq!(w, block[(p % 4) as usize], "seed {seed:#x} position {p}");
@@ -232,7 +232,10 @@ fn uniform_stays_below_hi_and_randint_in_range() {
         .iter()
         .filter(|&&w| random::to_unit(w) * (hi - lo) + lo >= hi)
         .count();
-    assert!(unclamped > n / 3, "the case this test is about: {unclamped}");
+    assert!(
+        unclamped > n / 3,
+        "the case this test is about: {unclamped}"
+    );
     for (label, d) in backends() {
         let got = run(
             d,
@@ -275,7 +278,8 @@ fn normal_cdf(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * z.abs());
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erf_abs = 1.0 - poly * (-z * z).exp();
     let erf = if z >= 0.0 { erf_abs } else { -erf_abs };
     0.5 * (1.0 + erf)
@@ -309,11 +313,17 @@ fn kolmogorov_smirnov_on_a_million_samples() {
     let critical = ks_critical(0.01, N);
     for (label, d) in backends() {
         for (op, cdf) in [
-            (RandomOp::Rand, (|x: f64| x.clamp(0.0, 1.0)) as fn(f64) -> f64),
+            (
+                RandomOp::Rand,
+                (|x: f64| x.clamp(0.0, 1.0)) as fn(f64) -> f64,
+            ),
             (RandomOp::Randn, normal_cdf as fn(f64) -> f64),
         ] {
             let words = run(d, &op.kernel(), None, op, N, 2024, 0);
-            let mut xs: Vec<f64> = words.iter().map(|&b| f64::from(f32::from_bits(b))).collect();
+            let mut xs: Vec<f64> = words
+                .iter()
+                .map(|&b| f64::from(f32::from_bits(b)))
+                .collect();
             let stat = ks_statistic(&mut xs, cdf);
             println!("{label}: {op:?} KS D = {stat:.6} (critical {critical:.6} at 1%)");
             assert!(
@@ -340,7 +350,13 @@ fn launches_from_a_generator_reserve_and_replay() {
         let out = Buffer::new(d, 4 * 10).expect("buffer");
         let before = g.get_state();
         let first = random::launch_from(&g, &s, RandomOp::Rand, &out, 10).expect("launch");
-        assert_eq!(first, PhiloxState { seed: 99, offset: 0 });
+        assert_eq!(
+            first,
+            PhiloxState {
+                seed: 99,
+                offset: 0
+            }
+        );
         let a: Vec<u32> = out.read_as(&s).expect("read");
         // 10 words reserve 12: offsets stay multiples of 4.
         assert_eq!(g.offset(), 12, "{label}");
@@ -348,7 +364,10 @@ fn launches_from_a_generator_reserve_and_replay() {
         assert_eq!(second.offset, 12);
         let b: Vec<u32> = out.read_as(&s).expect("read");
         assert_ne!(a, b, "{label}: two draws gave the same numbers");
-        assert_eq!(b, random::reference(RandomOp::Rand, 10, 99, 12).expect("reference"));
+        assert_eq!(
+            b,
+            random::reference(RandomOp::Rand, 10, 99, 12).expect("reference")
+        );
         g.set_state(&before).expect("set_state");
         random::launch_from(&g, &s, RandomOp::Rand, &out, 10).expect("launch");
         let replay: Vec<u32> = out.read_as(&s).expect("read");
@@ -395,8 +414,12 @@ fn bad_arguments_are_clear_errors() {
         let err = random::launch(&s, op, &out, 4, 0, 0).expect_err("bad op");
         assert!(err.to_string().contains(text), "{err}");
     }
-    let err = random::launch(&s, RandomOp::Rand, &out, 4, 0, u64::MAX - 1).expect_err("past the end");
-    assert!(err.to_string().contains("passes the end of the stream"), "{err}");
+    let err =
+        random::launch(&s, RandomOp::Rand, &out, 4, 0, u64::MAX - 1).expect_err("past the end");
+    assert!(
+        err.to_string().contains("passes the end of the stream"),
+        "{err}"
+    );
     let err = random::launch_with_grid(
         &s,
         &random::PHILOX_RANDN,

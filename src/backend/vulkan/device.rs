@@ -42,7 +42,7 @@ pub struct Ctx {
     pub(super) allocator: Mutex<Allocator>,
     pub(super) timestamps: Timestamps,
     streams: Streams<VkStream>,
-    pub(super) pipelines: Mutex<HashMap<(usize, usize, &'static str), Arc<Pipeline>>>,
+    pub(super) pipelines: Mutex<HashMap<super::kernel::SpirvKey, Arc<Pipeline>>>,
     /// `VK_KHR_push_descriptor`, where the driver has it: launches push
     /// their bindings into the command buffer instead of allocating a
     /// descriptor set each.

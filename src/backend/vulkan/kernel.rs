@@ -25,12 +25,13 @@ use crate::kernel::Kernel;
 /// is `'static`, so two kernels with one name but different code differ,
 /// and its entry point, so two entry points of one WGSL source differ too
 /// (the SPIR-V holds only the entry point it was written for).
-fn source_key(wgsl: &'static str, entry: &'static str) -> (usize, usize, &'static str) {
+fn source_key(wgsl: &'static str, entry: &'static str) -> SpirvKey {
     (wgsl.as_ptr() as usize, wgsl.len(), entry)
 }
 
 type Spirv = Result<Arc<Vec<u32>>, String>;
-type SpirvKey = (usize, usize, &'static str);
+/// A kernel's WGSL source (address, length) and entry point.
+pub(super) type SpirvKey = (usize, usize, &'static str);
 static SPIRV: LazyLock<Mutex<HashMap<SpirvKey, Spirv>>> = LazyLock::new(Default::default);
 
 /// `kernel`'s WGSL compiled to SPIR-V (cached).

@@ -21,14 +21,17 @@ use crate::backend::typed::{Kernels, check_distinct_buffers};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
-fn source_key(wgsl: &'static str, entry: &'static str) -> (usize, usize, &'static str) {
+/// A kernel's WGSL source (address, length) and entry point.
+type SourceKey = (usize, usize, &'static str);
+
+fn source_key(wgsl: &'static str, entry: &'static str) -> SourceKey {
     (wgsl.as_ptr() as usize, wgsl.len(), entry)
 }
 
 /// A device's pipelines, by WGSL source (address and length) and entry
 /// point (one source may hold several).
 #[derive(Default)]
-pub(super) struct Pipelines(Mutex<HashMap<(usize, usize, &'static str), Arc<Pipeline>>>);
+pub(super) struct Pipelines(Mutex<HashMap<SourceKey, Arc<Pipeline>>>);
 
 /// A compute pipeline and the layout of its bind group 0 (asked for once).
 pub(super) struct Pipeline {
