@@ -433,3 +433,34 @@ fn bad_arguments_are_clear_errors() {
     .expect_err("wrong kernel");
     assert!(err.to_string().contains("does not compute Rand"), "{err}");
 }
+
+/// What each `Kernel` says matches its sources: the WGSL entry point with
+/// the same workgroup size, and a PTX entry point taking the buffer and
+/// the eight parameter words (CUDA cannot run here; `ptxas` checks the
+/// PTX assembles).
+#[test]
+fn kernel_metadata_matches_the_sources() {
+    let words = random::params(1, PhiloxState { seed: 0, offset: 0 }, 0, 0).len() / 4;
+    for k in random::ALL {
+        let wgsl = k.wgsl.expect("wgsl");
+        let decl = format!(
+            "@compute @workgroup_size({})\nfn {}(",
+            k.workgroup_size[0], k.name
+        );
+        assert!(wgsl.contains(&decl), "{}: no `{decl}` in the WGSL", k.name);
+        let ptx = k.ptx.expect("ptx");
+        let entry = format!(".visible .entry {}(", k.name);
+        let at = ptx
+            .find(&entry)
+            .unwrap_or_else(|| panic!("{}: no PTX entry", k.name));
+        let sig = &ptx[at..];
+        let sig = &sig[..sig.find(')').expect("signature")];
+        assert_eq!(
+            sig.matches(".param").count(),
+            k.bindings + words,
+            "{}: PTX parameters",
+            k.name
+        );
+        assert!(k.cpu.is_some());
+    }
+}
