@@ -81,6 +81,19 @@
 //! No two files use each other, directly or through others (`cargo xtask
 //! layers` checks it; `ARCHITECTURE.md` says which file may use which).
 //!
+//! ## Numerics
+//!
+//! [`precision`] (how much an operator may round `f32` work, per backend and
+//! operator family, with PyTorch's legacy switches and thread-local scopes)
+//! and [`autocast`] (the dtype operators run in under mixed precision, per
+//! device type and thread) are plain policy: they launch nothing, and an
+//! operator reads them on the calling thread before it launches.
+//! [`generator`] holds Philox4x32-10 generators ((seed, offset) states, a
+//! default per device, a third-party backend's own through a factory), and
+//! [`random`] their kernels, which give bit-identical raw words and `rand`
+//! values on every backend and for any launch geometry (Note [Random values
+//! do not depend on the launch]). `docs/NUMERICS.md` has the details.
+//!
 //! ## Testing a backend
 //!
 //! The `testing` feature adds the `testing` module: the fake backend,

@@ -1,7 +1,7 @@
 //! Random kernels: Buffer-level launches of Philox4x32-10 on every backend
 //! (WGSL for Vulkan and wgpu in `shaders/random/philox.wgsl`, hand-written
 //! PTX for CUDA in `shaders/random/philox.ptx`, Rust for the CPU and host
-//! backends, which is also [`reference`]).
+//! backends, which is also [`reference()`]).
 //!
 //! # The guarantee (Note [Random values do not depend on the launch])
 //!
