@@ -291,7 +291,8 @@ fn kernel_code(k: &Kernel) -> Option<u32> {
 }
 
 /// Launches `op` with the next `n` words of `generator` (reserved, Note
-/// [Philox offsets]); returns where they started.
+/// [Philox offsets]); returns where they started. The generator must be
+/// one of the stream's device type (as in PyTorch).
 pub fn launch_from(
     generator: &Generator,
     stream: &Stream,
@@ -300,6 +301,14 @@ pub fn launch_from(
     n: usize,
 ) -> Result<PhiloxState> {
     // Check before reserving, so a refused launch leaves the generator.
+    let (want, found) = (stream.device_type(), generator.device().device_type());
+    if want != found {
+        return Err(Error::invalid(format!(
+            "Expected a '{}' device type for generator but found '{}'",
+            want.name_lower(),
+            found.name_lower()
+        )));
+    }
     prepare(op, out, n, PhiloxState { seed: 0, offset: 0 })?;
     let at = generator.reserve(n as u64)?;
     launch(stream, op, out, n, at.seed, at.offset)?;

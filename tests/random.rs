@@ -378,6 +378,21 @@ fn launches_from_a_generator_reserve_and_replay() {
             .expect_err("a buffer too small");
         assert!(err.to_string().contains("must hold 10"), "{err}");
         assert_eq!(g.offset(), 12);
+        // A generator of another device type is refused.
+        if d.device_type() != DeviceType::Cpu {
+            let cpu_gen = Generator::new(Device::new(DeviceType::Cpu, 0).expect("cpu"))
+                .expect("cpu generator");
+            let err = random::launch_from(&cpu_gen, &s, RandomOp::Rand, &out, 10)
+                .expect_err("a cpu generator");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "Expected a '{}' device type for generator but found 'cpu'",
+                    d.device_type().name_lower()
+                )
+            );
+            assert_eq!(cpu_gen.offset(), 0);
+        }
     }
 }
 
