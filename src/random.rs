@@ -235,6 +235,7 @@ fn prepare(op: RandomOp, out: &Buffer, n: usize, at: PhiloxState) -> Result<Vec<
 
 /// Launches `op` on `stream`: `n` elements into `out` (4 bytes each) from
 /// stream `seed` starting at position `offset` (any value, odd ones too).
+/// With `n` = 0 it checks the arguments and enqueues nothing.
 pub fn launch(
     stream: &Stream,
     op: RandomOp,
@@ -245,6 +246,10 @@ pub fn launch(
 ) -> Result<()> {
     let at = PhiloxState { seed, offset };
     let p = prepare(op, out, n, at)?;
+    if n == 0 {
+        // Nothing to write; an empty buffer cannot be bound on every API.
+        return Ok(());
+    }
     let kernel = op.kernel();
     stream.launch(&kernel, grid_for(&kernel, n, offset), &[out], &p)
 }

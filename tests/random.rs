@@ -429,6 +429,12 @@ fn bad_arguments_are_clear_errors() {
         let err = random::launch(&s, op, &out, 4, 0, 0).expect_err("bad op");
         assert!(err.to_string().contains(text), "{err}");
     }
+    // Zero elements: checked, nothing written, no generator words used.
+    random::launch(&s, RandomOp::Rand, &out, 0, 0, 5).expect("n = 0");
+    assert!(random::launch(&s, RandomOp::Randint { low: 1, high: 0 }, &out, 0, 0, 0).is_err());
+    let g = Generator::new(d).expect("generator");
+    random::launch_from(&g, &s, RandomOp::Randn, &out, 0).expect("n = 0");
+    assert_eq!(g.offset(), 0);
     let err =
         random::launch(&s, RandomOp::Rand, &out, 4, 0, u64::MAX - 1).expect_err("past the end");
     assert!(
