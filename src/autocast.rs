@@ -22,7 +22,8 @@
 //! autocast dtype; [`CastPolicy::Fp32`] operators (`sum`, `softmax`,
 //! `log_softmax`, `exp`, `log`, the norms and losses...) run in `f32`;
 //! [`CastPolicy::Promote`] operators (`cat`, `stack`, `add`...) run in the
-//! widest of their inputs' types; anything else runs as it is called
+//! autocast dtype promoted with their inputs' types (PyTorch's
+//! `promote_type`); anything else runs as it is called
 //! ([`CastPolicy::Unchanged`]). [`cast_dtype`] is what an operator asks
 //! before it runs.
 //!
@@ -366,9 +367,14 @@ fn check_supported(ty: DeviceType, dtype: AutocastDtype) -> Result<()> {
     }))
 }
 
-/// The type operator `op` runs in on `ty` for inputs of `inputs` types,
-/// under this thread's autocast state: unchanged when autocast is off.
-/// With one input type, the result is that type unless the policy moves it.
+/// The type operator `op` runs in on `ty` for floating inputs of `inputs`
+/// types, under this thread's autocast state (`None` for no inputs). With
+/// autocast off, or for an operator it leaves alone, the inputs' common
+/// type. Otherwise as PyTorch's autocast casts floating inputs:
+/// lower-precision operators run in the autocast dtype whatever their
+/// inputs, `f32` operators in `f32`, promote operators in the autocast
+/// dtype promoted with every input's type (so `f16` inputs under a `bf16`
+/// autocast run in `f32`).
 pub fn cast_dtype(ty: DeviceType, op: &str, inputs: &[AutocastDtype]) -> Option<AutocastDtype> {
     let widest = inputs.iter().copied().reduce(AutocastDtype::promote)?;
     let st = state(ty);
@@ -376,15 +382,10 @@ pub fn cast_dtype(ty: DeviceType, op: &str, inputs: &[AutocastDtype]) -> Option<
         return Some(widest);
     }
     Some(match op_policy(ty, op) {
-        CastPolicy::LowerPrecision => {
-            if widest == AutocastDtype::F32 {
-                st.dtype
-            } else {
-                widest
-            }
-        }
+        CastPolicy::LowerPrecision => st.dtype,
         CastPolicy::Fp32 => AutocastDtype::F32,
-        CastPolicy::Promote | CastPolicy::Unchanged => widest,
+        CastPolicy::Promote => widest.promote(st.dtype),
+        CastPolicy::Unchanged => widest,
     })
 }
 

@@ -706,26 +706,20 @@ fn autocast_changes_the_dtype_of_a_matmul_and_nothing_else() {
         "matmul runs in the autocast dtype"
     );
     assert_eq!(&on[1..], &off[1..], "nothing else changed");
-    // Under autocast, f32-policy ops lift lower-precision inputs to f32,
-    // promote-policy ops take the widest input (f16 with bf16 is f32).
+    // Under autocast (PyTorch's casts): f32-policy ops lift lower-precision
+    // inputs to f32, lower-precision ops cast every floating input to the
+    // autocast dtype, promote ops promote the autocast dtype with each
+    // input (f16 with bf16 is f32).
     let _g = autocast::autocast(ty, true, Some(AutocastDtype::Bf16)).expect("autocast");
-    let halves = [AutocastDtype::F16];
-    assert_eq!(
-        autocast::cast_dtype(ty, "softmax", &halves),
-        Some(AutocastDtype::F32)
-    );
-    assert_eq!(
-        autocast::cast_dtype(ty, "matmul", &halves),
-        Some(AutocastDtype::F16)
-    );
-    assert_eq!(
-        autocast::cast_dtype(ty, "matmul", &f32s),
-        Some(AutocastDtype::Bf16)
-    );
-    assert_eq!(
-        autocast::cast_dtype(ty, "cat", &[AutocastDtype::F16, AutocastDtype::Bf16]),
-        Some(AutocastDtype::F32)
-    );
+    let (halves, bf16s) = ([AutocastDtype::F16], [AutocastDtype::Bf16]);
+    let cast = |op: &str, inputs: &[AutocastDtype]| autocast::cast_dtype(ty, op, inputs);
+    assert_eq!(cast("softmax", &halves), Some(AutocastDtype::F32));
+    assert_eq!(cast("matmul", &halves), Some(AutocastDtype::Bf16));
+    assert_eq!(cast("matmul", &f32s), Some(AutocastDtype::Bf16));
+    assert_eq!(cast("cat", &bf16s), Some(AutocastDtype::Bf16));
+    assert_eq!(cast("cat", &halves), Some(AutocastDtype::F32));
+    assert_eq!(cast("cat", &f32s), Some(AutocastDtype::F32));
+    assert_eq!(cast("relu", &halves), Some(AutocastDtype::F16));
     assert_eq!(autocast::cast_dtype(ty, "matmul", &[]), None);
 }
 
