@@ -23,9 +23,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::record::MemoryRecord;
 use super::trace::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Text, Trace, TraceDevice,
+    ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
+    MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace, TraceDevice,
 };
 use crate::core::{Device, Stream};
 
@@ -153,8 +154,8 @@ pub(super) struct Collected {
     pub bases: Vec<(Device, ClockBase)>,
     /// (record op, wait op): a stream waited for an event an op recorded.
     pub waits: Vec<(u64, u64)>,
-    /// (device, when, bytes allocated (+) or freed (-)).
-    pub memory: Vec<(Device, Instant, i64)>,
+    /// Allocator events and when they happened.
+    pub memory: Vec<(Instant, MemoryRecord)>,
     /// Records lost since the previous batch.
     pub dropped: u64,
     /// The session's last batch: nothing is carried over.
@@ -177,8 +178,13 @@ pub(super) struct Assembler {
     device_of_op: HashMap<u64, (Stream, u64, u64)>,
     /// Per stream: the end of its last placed device span.
     last_end: HashMap<Stream, u64>,
-    memory_total: HashMap<Device, i64>,
+    /// Per device: the last (allocated, reserved) put on its curves.
+    memory_last: HashMap<Device, (u64, u64)>,
     next_flow: u64,
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 fn ns_since(epoch: Instant, t: Instant) -> u64 {
@@ -209,7 +215,7 @@ impl Assembler {
             host_of_op: HashMap::new(),
             device_of_op: HashMap::new(),
             last_end: HashMap::new(),
-            memory_total: HashMap::new(),
+            memory_last: HashMap::new(),
             next_flow: 1,
         }
     }
@@ -368,27 +374,50 @@ impl Assembler {
             }
         }
 
-        // Memory in use per device.
+        // Allocator events, and the allocated and reserved curves per
+        // device (a point where a total changed).
         let mut memory = std::mem::take(&mut batch.memory);
-        memory.sort_by_key(|m| m.1);
-        let mut counters: HashMap<Device, Vec<(u64, i64)>> = HashMap::new();
-        for (d, at, delta) in memory {
-            let total = self.memory_total.entry(d).or_insert(0);
-            *total += delta;
-            counters
-                .entry(d)
-                .or_default()
-                .push((ns_since(epoch, at), *total));
-        }
-        let mut counters: Vec<(Device, Vec<(u64, i64)>)> = counters.into_iter().collect();
-        counters.sort_by_key(|c| c.0);
-        for (d, points) in counters {
-            let device = b.device(d);
-            b.trace.counters.push(Counter {
+        memory.sort_by_key(|m| m.0);
+        let mut curves: HashMap<Device, [Vec<(u64, i64)>; 2]> = HashMap::new();
+        b.trace.memory.reserve(memory.len());
+        for (at, r) in memory {
+            let ts_ns = ns_since(epoch, at);
+            let device = b.device(r.device);
+            b.trace.memory.push(MemoryEvent {
+                ts_ns,
                 device,
-                name: "memory in use (bytes)".to_owned(),
-                points,
+                action: r.action,
+                addr: r.addr,
+                segment: r.segment,
+                bytes: r.bytes,
+                stream: r.stream.map(|s| s.id()),
+                small_pool: r.small_pool,
+                allocated: r.allocated,
+                reserved: r.reserved,
             });
+            let last = self.memory_last.get(&r.device).copied();
+            let [allocated, reserved] = curves.entry(r.device).or_default();
+            if last.is_none_or(|l| l.0 != r.allocated) {
+                allocated.push((ts_ns, clamp_i64(r.allocated)));
+            }
+            if last.is_none_or(|l| l.1 != r.reserved) {
+                reserved.push((ts_ns, clamp_i64(r.reserved)));
+            }
+            self.memory_last.insert(r.device, (r.allocated, r.reserved));
+        }
+        let mut curves: Vec<(Device, [Vec<(u64, i64)>; 2])> = curves.into_iter().collect();
+        curves.sort_by_key(|c| c.0);
+        for (d, [allocated, reserved]) in curves {
+            let device = b.device(d);
+            for (name, points) in [(ALLOCATED_COUNTER, allocated), (RESERVED_COUNTER, reserved)] {
+                if !points.is_empty() {
+                    b.trace.counters.push(Counter {
+                        device,
+                        name: name.to_owned(),
+                        points,
+                    });
+                }
+            }
         }
 
         b.trace.dropped = batch.dropped;

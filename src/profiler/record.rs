@@ -3,7 +3,8 @@
 //!
 //! Hooks only gather: host records go to the calling thread's buffer;
 //! device spans (bracketed by timed events, see `clock.rs`), event links
-//! and memory changes go to one shared, locked state. The collector
+//! and the caching allocator's events ([`memory_event`]) go to one shared,
+//! locked state. The collector
 //! (`collect.rs`) takes both away and hands them to the assembler
 //! (`assemble.rs`); nothing here builds a trace.
 //!
@@ -28,11 +29,16 @@ pub(crate) use super::assemble::Detail;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
 use super::trace::SpanKind;
+pub use super::trace::MemoryAction;
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
 
 /// Records a thread keeps before it counts drops instead.
 pub const MAX_RECORDS_PER_THREAD: usize = 1 << 20;
+
+/// Allocator events kept between two collections before further ones are
+/// counted as drops.
+pub const MAX_MEMORY_RECORDS: usize = 1 << 20;
 
 /// Device spans waiting for their events before they are resolved in a
 /// batch (keeps the number of live timed events bounded).
@@ -122,8 +128,8 @@ pub(super) struct Gathered {
     pub event_ops: HashMap<u64, u64>,
     /// (record op, wait op) pairs
     pub waits: Vec<(u64, u64)>,
-    /// (device, time, +/- bytes)
-    pub memory: Vec<(Device, Instant, i64)>,
+    /// Allocator events with their host times, in time order.
+    pub memory: Vec<(Instant, MemoryRecord)>,
 }
 
 impl Gathered {
@@ -322,10 +328,45 @@ pub(crate) fn event_waited(event: u64, op: u64) {
     }
 }
 
-/// Notes `bytes` allocated (positive) or freed (negative) on `device`.
-pub(crate) fn memory(device: Device, bytes: i64) {
-    if let Some(state) = lock(&GATHERED).as_mut() {
-        state.memory.push((device, Instant::now(), bytes));
+/// One caching-allocator action, with the device's totals after it; the
+/// allocator hands it to [`memory_event`] while a session records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRecord {
+    /// The device whose allocator acted.
+    pub device: Device,
+    /// What it did.
+    pub action: MemoryAction,
+    /// Block address (`Alloc`/`Free`) or segment base
+    /// (`SegmentAlloc`/`SegmentFree`); for `Oom`, 0.
+    pub addr: u64,
+    /// Base of the segment the block is in (= `addr` for segment actions).
+    pub segment: u64,
+    /// Bytes of the block or segment (for `Oom`: the request).
+    pub bytes: u64,
+    /// Stream the block belongs to (`None` for segment actions and `Oom`).
+    pub stream: Option<Stream>,
+    /// From the small-block pool.
+    pub small_pool: bool,
+    /// Bytes allocated on the device after this action.
+    pub allocated: u64,
+    /// Bytes reserved on the device after this action.
+    pub reserved: u64,
+}
+
+/// Records an allocator action, stamped with the host clock now. The
+/// caller checks [`enabled`] first; without a session this does nothing.
+/// The clock is read under the recorder's lock, so records are kept in
+/// time order. Past [`MAX_MEMORY_RECORDS`] between two collections,
+/// records are counted as dropped.
+pub(crate) fn memory_event(record: MemoryRecord) {
+    let mut gathered = lock(&GATHERED);
+    let Some(state) = gathered.as_mut() else {
+        return;
+    };
+    if state.memory.len() < MAX_MEMORY_RECORDS {
+        state.memory.push((Instant::now(), record));
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
