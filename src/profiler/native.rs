@@ -40,6 +40,14 @@
 //! |-----|--------------|----------------------------------------------------------|
 //! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
 //!
+//! And one more after it (or after the calibrations), only in traces with
+//! allocator events; files without them are the same bytes as before it
+//! existed:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 11  | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
+//!
 //! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
 //! The reader checks every bound: a truncated file, a wrong magic, a newer
 //! version, a string index out of range, an unknown tag and a count larger
@@ -53,8 +61,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use super::trace::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    Text, Trace, TraceDevice,
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, MemoryAction,
+    MemoryEvent, Span, SpanKind, Text, Trace, TraceDevice,
 };
 use crate::error::{Error, Result};
 
@@ -78,7 +86,8 @@ mod tag {
     pub const COUNTERS: u8 = 8;
     pub const CALIBRATIONS: u8 = 9;
     pub const ORIGIN: u8 = 10;
-    pub const NAMES: [&str; 11] = [
+    pub const MEMORY: u8 = 11;
+    pub const NAMES: [&str; 12] = [
         "",
         "header",
         "strings",
@@ -90,7 +99,11 @@ mod tag {
         "counters",
         "calibrations",
         "origin",
+        "memory",
     ];
+
+    /// The version of the memory section's body this module writes.
+    pub const MEMORY_VERSION: u8 = 1;
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -105,6 +118,13 @@ fn span_kind_tag(kind: SpanKind) -> u8 {
     SpanKind::ALL
         .iter()
         .position(|&k| k == kind)
+        .map_or(0, |i| i as u8)
+}
+
+fn memory_action_tag(action: MemoryAction) -> u8 {
+    MemoryAction::ALL
+        .iter()
+        .position(|&a| a == action)
         .map_or(0, |i| i as u8)
 }
 
@@ -364,6 +384,30 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             }
         }
         b.section(tag::ORIGIN, out)?;
+    }
+
+    if !trace.memory.is_empty() {
+        b.buf.reserve(trace.memory.len() * 12);
+        b.buf.push(tag::MEMORY_VERSION);
+        b.len(trace.memory.len());
+        let mut ts = 0u64;
+        for m in &trace.memory {
+            b.svarint(m.ts_ns.wrapping_sub(ts) as i64);
+            ts = m.ts_ns;
+            b.varint(m.device.into());
+            b.buf.push(memory_action_tag(m.action));
+            b.buf
+                .push(u8::from(m.small_pool) | (u8::from(m.stream.is_some()) << 1));
+            b.varint(m.addr);
+            b.varint(m.addr.wrapping_sub(m.segment));
+            b.varint(m.bytes);
+            if let Some(stream) = m.stream {
+                b.svarint(stream);
+            }
+            b.varint(m.allocated);
+            b.varint(m.reserved);
+        }
+        b.section(tag::MEMORY, out)?;
     }
     out.flush()
         .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
@@ -889,6 +933,73 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
                     format!("expected an import report flag (0 or 1), found {other}"),
                 ));
             }
+        }
+        r.done()?;
+    }
+
+    if r.pos < bytes.len() && bytes[r.pos] == tag::MEMORY {
+        r.section(tag::MEMORY)?;
+        let at = r.pos;
+        let version = r.u8("the memory section's version")?;
+        if version != tag::MEMORY_VERSION {
+            return Err(r.fail(
+                at,
+                format!(
+                    "expected memory section version {}, found version {version}{}",
+                    tag::MEMORY_VERSION,
+                    if version > tag::MEMORY_VERSION {
+                        " (written by a newer Keel)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let n = r.count("memory events", 9)?;
+        trace.memory.reserve(n);
+        let mut ts = 0u64;
+        for _ in 0..n {
+            ts = ts.wrapping_add(r.svarint("a memory event time")? as u64);
+            let device = r.device(devices)?;
+            let at = r.pos;
+            let action = r.u8("a memory action")?;
+            let action = *MemoryAction::ALL.get(usize::from(action)).ok_or_else(|| {
+                r.fail(
+                    at,
+                    format!(
+                        "expected a memory action below {}, found {action}",
+                        MemoryAction::ALL.len()
+                    ),
+                )
+            })?;
+            let at = r.pos;
+            let flags = r.u8("memory event flags")?;
+            if flags > 3 {
+                return Err(r.fail(
+                    at,
+                    format!("expected memory event flags below 4, found {flags}"),
+                ));
+            }
+            let addr = r.varint("an address")?;
+            let segment = addr.wrapping_sub(r.varint("a segment offset")?);
+            let bytes = r.varint("a byte count")?;
+            let stream = if flags & 2 != 0 {
+                Some(r.svarint("a stream id")?)
+            } else {
+                None
+            };
+            trace.memory.push(MemoryEvent {
+                ts_ns: ts,
+                device,
+                action,
+                addr,
+                segment,
+                bytes,
+                stream,
+                small_pool: flags & 1 != 0,
+                allocated: r.varint("the allocated total")?,
+                reserved: r.varint("the reserved total")?,
+            });
         }
         r.done()?;
     }
