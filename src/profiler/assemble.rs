@@ -507,6 +507,7 @@ mod tests {
 
     use super::*;
     use crate::core::DeviceType;
+    use crate::profiler::record::MemoryAction;
 
     fn at(epoch: Instant, ns: u64) -> Instant {
         epoch + Duration::from_nanos(ns)
@@ -520,6 +521,21 @@ mod tests {
         DeviceInfo {
             name: name.to_owned(),
             properties: vec![("driver".to_owned(), "test".to_owned())],
+        }
+    }
+
+    /// A block event on stream 2 of `d` with the totals after it.
+    fn block(d: Device, action: MemoryAction, allocated: u64, bytes: u64) -> MemoryRecord {
+        MemoryRecord {
+            device: d,
+            action,
+            addr: 0x1000,
+            segment: 0x1000,
+            bytes,
+            stream: Some(Stream::new(d, 2)),
+            small_pool: true,
+            allocated,
+            reserved: 4096,
         }
     }
 
@@ -585,7 +601,10 @@ mod tests {
                     ..ClockBase::default()
                 },
             )],
-            memory: vec![(d, at(epoch, 10), 64), (d, at(epoch, 300), -64)],
+            memory: vec![
+                (at(epoch, 10), block(d, MemoryAction::Alloc, 64, 64)),
+                (at(epoch, 300), block(d, MemoryAction::Free, 0, 64)),
+            ],
             dropped: 2,
             last: true,
             ..Collected::default()
@@ -621,7 +640,17 @@ mod tests {
         assert_eq!(t.flows[0].kind, FlowKind::Launch);
         assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));
         assert_eq!(t.instants[0].ts_ns, 250);
+        assert_eq!(t.counters[0].name, ALLOCATED_COUNTER);
         assert_eq!(t.counters[0].points, [(10, 64), (300, 0)]);
+        // Reserved did not change: one point.
+        assert_eq!(t.counters[1].name, RESERVED_COUNTER);
+        assert_eq!(t.counters[1].points, [(10, 4096)]);
+        assert_eq!(t.memory.len(), 2);
+        assert_eq!(
+            (t.memory[0].ts_ns, t.memory[0].device, t.memory[0].stream),
+            (10, 0, Some(2))
+        );
+        assert_eq!(t.memory[1].action, MemoryAction::Free);
         assert_eq!(t.dropped, 2);
         // The buffer was drained, its capacity kept for reuse.
         assert!(batch.host[0].records.is_empty());
@@ -657,7 +686,7 @@ mod tests {
                     ..ClockBase::default()
                 },
             )],
-            memory: vec![(d, at(epoch, 5), 8)],
+            memory: vec![(at(epoch, 5), block(d, MemoryAction::Alloc, 8, 8))],
             ..Collected::default()
         };
         let t = a.assemble(&mut second);
@@ -669,12 +698,17 @@ mod tests {
         assert_eq!((wait.from.ts_ns, wait.to.ts_ns), (120, 130));
         // Calibrations and totals are carried from batch to batch.
         let mut third = Collected {
-            memory: vec![(d, at(epoch, 50), 8)],
+            memory: vec![
+                (at(epoch, 50), block(d, MemoryAction::Alloc, 16, 8)),
+                (at(epoch, 60), block(d, MemoryAction::Alloc, 24, 8)),
+            ],
             ..Collected::default()
         };
         let t = a.assemble(&mut third);
         assert_eq!(t.calibrations.len(), 1);
-        assert_eq!(t.counters[0].points, [(50, 16)]);
+        // Only what changed since the previous batch makes a point.
+        assert_eq!(t.counters.len(), 1);
+        assert_eq!(t.counters[0].points, [(50, 16), (60, 24)]);
         assert_eq!(t.check(), Ok(()));
     }
 

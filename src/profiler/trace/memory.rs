@@ -311,3 +311,169 @@ impl MemoryMap {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEG: u64 = 0x10_0000;
+
+    #[allow(clippy::too_many_arguments)]
+    fn ev(
+        ts_ns: u64,
+        device: u32,
+        action: MemoryAction,
+        addr: u64,
+        segment: u64,
+        bytes: u64,
+        stream: Option<i64>,
+        allocated: u64,
+        reserved: u64,
+    ) -> MemoryEvent {
+        MemoryEvent {
+            ts_ns,
+            device,
+            action,
+            addr,
+            segment,
+            bytes,
+            stream,
+            small_pool: true,
+            allocated,
+            reserved,
+        }
+    }
+
+    /// A 2 MiB segment on device 0: two blocks on streams 1 and 2, the
+    /// first freed, a third block reusing the start of its range; device 1
+    /// acts in between.
+    fn events() -> Vec<MemoryEvent> {
+        use MemoryAction::*;
+        vec![
+            ev(10, 0, SegmentAlloc, SEG, SEG, 2 << 20, None, 0, 2 << 20),
+            ev(20, 0, Alloc, SEG, SEG, 1024, Some(1), 1024, 2 << 20),
+            ev(30, 0, Alloc, SEG + 1024, SEG, 512, Some(2), 1536, 2 << 20),
+            ev(35, 1, Alloc, 0x500, 0x500, 64, None, 64, 0),
+            ev(40, 0, Free, SEG, SEG, 1024, Some(1), 512, 2 << 20),
+            ev(50, 0, Alloc, SEG, SEG, 256, Some(2), 768, 2 << 20),
+            ev(60, 0, Oom, 0, 0, 1 << 40, None, 768, 2 << 20),
+            ev(70, 0, Free, SEG, SEG, 256, Some(2), 512, 2 << 20),
+            ev(70, 0, Free, SEG + 1024, SEG, 512, Some(2), 0, 2 << 20),
+            ev(80, 0, SegmentFree, SEG, SEG, 2 << 20, None, 0, 0),
+        ]
+    }
+
+    fn shape(map: &MemoryMap) -> Vec<Vec<(u64, u64, BlockState, Option<i64>, u64)>> {
+        map.rows()
+            .iter()
+            .map(|r| {
+                r.blocks
+                    .iter()
+                    .map(|b| (b.addr - r.base, b.bytes, b.state, b.stream, b.since_ns))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn trace() -> Trace {
+        Trace {
+            memory: events(),
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn blocks_at_several_times() {
+        use BlockState::*;
+        let t = trace();
+        let end = (2 << 20) - 1536;
+        assert!(MemoryMap::at(&t, 0, 5).rows().is_empty());
+        assert_eq!(shape(&MemoryMap::at(&t, 0, 10)), [[(0, 2 << 20, Free, None, 10)]]);
+        let at_30 = MemoryMap::at(&t, 0, 30);
+        assert_eq!(
+            shape(&at_30),
+            [[
+                (0, 1024, Active, Some(1), 20),
+                (1024, 512, Active, Some(2), 30),
+                (1536, end, Free, None, 10),
+            ]]
+        );
+        assert_eq!((at_30.allocated(), at_30.reserved()), (1536, 2 << 20));
+        // The freed block is a cached range, dated by its free, with the
+        // stream it was used on.
+        assert_eq!(
+            shape(&MemoryMap::at(&t, 0, 45)),
+            [[
+                (0, 1024, Free, Some(1), 40),
+                (1024, 512, Active, Some(2), 30),
+                (1536, end, Free, None, 10),
+            ]]
+        );
+        // Part of it handed out again: the rest stays free.
+        let at_60 = MemoryMap::at(&t, 0, 60);
+        assert_eq!(
+            shape(&at_60),
+            [[
+                (0, 256, Active, Some(2), 50),
+                (256, 768, Free, None, 10),
+                (1024, 512, Active, Some(2), 30),
+                (1536, end, Free, None, 10),
+            ]]
+        );
+        assert_eq!(at_60.last_oom().map(|e| e.bytes), Some(1 << 40));
+        assert_eq!(shape(&MemoryMap::at(&t, 0, 75)), [[(0, 2 << 20, Free, Some(2), 70)]]);
+        let at_80 = MemoryMap::at(&t, 0, 80);
+        assert!(at_80.rows().is_empty());
+        assert_eq!((at_80.allocated(), at_80.reserved()), (0, 0));
+        // Device 1's block, whose segment was never seen reserved, is a
+        // row of its own.
+        let other = MemoryMap::at(&t, 1, 100).rows();
+        assert_eq!(other.len(), 1);
+        assert_eq!((other[0].base, other[0].bytes, other[0].known), (0x500, 64, false));
+    }
+
+    #[test]
+    fn seeking_forward_and_back_matches_a_fresh_map() {
+        let t = trace();
+        let mut map = MemoryMap::new(0);
+        for ts in [0, 30, 45, 45, 75, 20, 60, 100, 10] {
+            map.seek(&t.memory, ts);
+            assert_eq!(map.rows(), MemoryMap::at(&t, 0, ts).rows(), "at {ts}");
+            assert_eq!(map.time_ns(), ts);
+        }
+        // A live trace grows: what arrives later is applied.
+        let mut live = events()[..3].to_vec();
+        let mut map = MemoryMap::new(0);
+        map.seek(&live, u64::MAX);
+        assert_eq!(map.rows()[0].blocks.len(), 3);
+        live.extend_from_slice(&events()[3..5]);
+        map.seek(&live, u64::MAX);
+        assert_eq!(map.rows(), MemoryMap::at(&t, 0, 45).rows());
+    }
+
+    #[test]
+    fn blocks_of_unseen_segments_are_rows_until_freed() {
+        use MemoryAction::*;
+        // What an import gives: each block its own segment.
+        let t = Trace {
+            memory: vec![
+                ev(1, 0, Alloc, 0x100, 0x100, 64, None, 64, 1024),
+                ev(2, 0, Alloc, 0x200, 0x200, 32, None, 96, 1024),
+                ev(3, 0, Free, 0x100, 0x100, 64, None, 32, 1024),
+                // A free of a block allocated before the recording.
+                ev(4, 0, Free, 0x900, 0x900, 8, None, 24, 1024),
+            ],
+            ..Trace::default()
+        };
+        let rows = |ts| -> Vec<(u64, u64)> {
+            MemoryMap::at(&t, 0, ts)
+                .rows()
+                .iter()
+                .map(|r| (r.base, r.bytes))
+                .collect()
+        };
+        assert_eq!(rows(2), [(0x100, 64), (0x200, 32)]);
+        assert_eq!(rows(4), [(0x200, 32)]);
+        assert_eq!(MemoryMap::at(&t, 0, 4).allocated(), 24);
+    }
+}
