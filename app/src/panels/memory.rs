@@ -202,9 +202,8 @@ pub fn show(
     update_map(state, view, device);
 
     ui.horizontal(|ui| {
-        ui.label("Segment map of");
         let mut chosen = device;
-        egui::ComboBox::from_id_salt("memory device")
+        egui::ComboBox::from_label("Segment map of this device")
             .selected_text(device_label(view, device))
             .show_ui(ui, |ui| {
                 for &d in &devices {
