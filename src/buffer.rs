@@ -61,7 +61,14 @@ mod direct {
     /// Bytes live per device, counted while sessions record.
     static TOTALS: Mutex<Option<HashMap<Device, u64>>> = Mutex::new(None);
 
-    fn record(device: Device, action: MemoryAction, addr: u64, bytes: u64, total: u64, reserved: u64) {
+    fn record(
+        device: Device,
+        action: MemoryAction,
+        addr: u64,
+        bytes: u64,
+        total: u64,
+        reserved: u64,
+    ) {
         memory_event(MemoryRecord {
             device,
             action,
@@ -80,10 +87,20 @@ mod direct {
         let bytes = len as u64;
         let addr = NEXT.fetch_add(bytes.div_ceil(512).max(1) * 512, Ordering::Relaxed);
         let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
-        let total = totals.get_or_insert_with(HashMap::new).entry(device).or_default();
+        let total = totals
+            .get_or_insert_with(HashMap::new)
+            .entry(device)
+            .or_default();
         *total += bytes;
         let t = *total;
-        record(device, MemoryAction::SegmentAlloc, addr, bytes, t - bytes, t);
+        record(
+            device,
+            MemoryAction::SegmentAlloc,
+            addr,
+            bytes,
+            t - bytes,
+            t,
+        );
         record(device, MemoryAction::Alloc, addr, bytes, t, t);
         addr
     }
@@ -92,7 +109,10 @@ mod direct {
     pub(super) fn freed(device: Device, addr: u64, len: usize) {
         let bytes = len as u64;
         let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
-        let total = totals.get_or_insert_with(HashMap::new).entry(device).or_default();
+        let total = totals
+            .get_or_insert_with(HashMap::new)
+            .entry(device)
+            .or_default();
         *total = total.saturating_sub(bytes);
         let t = *total;
         record(device, MemoryAction::Free, addr, bytes, t, t + bytes);

@@ -143,10 +143,11 @@ fn allocations_are_allocator_events_with_both_curves() {
     assert!(alloc.allocated >= alloc.bytes && alloc.reserved >= alloc.allocated);
     // While it lived, the segment map held it as an active block.
     let map = MemoryMap::at(&trace, cpu, alloc.ts_ns);
-    assert!(map.rows().iter().any(|r| r
-        .blocks
-        .iter()
-        .any(|b| b.addr == alloc.addr && b.bytes == alloc.bytes)));
+    assert!(map.rows().iter().any(|r| {
+        r.blocks
+            .iter()
+            .any(|b| b.addr == alloc.addr && b.bytes == alloc.bytes)
+    }));
     for name in [ALLOCATED_COUNTER, RESERVED_COUNTER] {
         let curve = trace
             .counters

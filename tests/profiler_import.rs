@@ -676,7 +676,11 @@ fn kineto_memory_events_become_allocator_events_and_curves() {
             (7000, 1, MemoryAction::Free, 4096, 0),
         ]
     );
-    assert!(t.memory.iter().all(|m| m.segment == m.addr && m.stream.is_none()));
+    assert!(
+        t.memory
+            .iter()
+            .all(|m| m.segment == m.addr && m.stream.is_none())
+    );
     assert_eq!(t.memory[5].addr, 0);
     let curve = |device: u32, name: &str| {
         t.counters

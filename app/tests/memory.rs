@@ -238,21 +238,24 @@ fn the_segment_map_follows_the_pointer_and_shows_blocks() {
     h.run_steps(8);
     assert!(h.query_by_label("active block").is_some());
     assert!(
-        h.query_by_label(&format!("address {:#x}", 0x7f00_0020_0000_u64 + (256 << 10)))
-            .is_some()
+        h.query_by_label(&format!(
+            "address {:#x}",
+            0x7f00_0020_0000_u64 + (256 << 10)
+        ))
+        .is_some()
     );
     assert!(h.query_by_label("size 512.00 KiB (524288 bytes)").is_some());
     assert!(h.query_by_label("stream 9").is_some());
-    assert!(h.query_by_label("since 300.00 us (from the trace's start)").is_some());
+    assert!(
+        h.query_by_label("since 300.00 us (from the trace's start)")
+            .is_some()
+    );
     h.snapshot("memory");
 
     // The device picker shows the other device's map.
     h.state_mut().memory.device = Some(1);
     h.run_steps(2);
-    assert_eq!(
-        h.state().memory.rows,
-        MemoryMap::at(&t, 1, cursor).rows()
-    );
+    assert_eq!(h.state().memory.rows, MemoryMap::at(&t, 1, cursor).rows());
 }
 
 #[test]
@@ -262,7 +265,10 @@ fn the_memory_view_shares_the_timelines_keys() {
     h.key_press(Key::W);
     h.run_steps(2);
     let w1 = h.state().timeline.width_ns;
-    assert!((w1 - w0 / 1.25).abs() < 1e-6 * w0, "W zooms in: {w0} -> {w1}");
+    assert!(
+        (w1 - w0 / 1.25).abs() < 1e-6 * w0,
+        "W zooms in: {w0} -> {w1}"
+    );
     let s1 = h.state().timeline.start_ns;
     h.key_press(Key::D);
     h.run_steps(2);
@@ -285,7 +291,10 @@ fn a_live_trace_grows_the_map() {
     };
     let mut h = memory_app(first);
     let before = h.state().memory.rows.clone();
-    assert_eq!(before, MemoryMap::at(&t, 0, t.memory[half - 1].ts_ns).rows());
+    assert_eq!(
+        before,
+        MemoryMap::at(&t, 0, t.memory[half - 1].ts_ns).rows()
+    );
     let rest = Trace {
         memory: t.memory[half..].to_vec(),
         counters: Vec::new(),

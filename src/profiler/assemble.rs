@@ -23,10 +23,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::record::MemoryRecord;
 use super::trace::{
     ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
-    MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace, TraceDevice,
+    MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace,
+    TraceDevice,
 };
 use crate::core::{Device, Stream};
 
@@ -43,6 +43,31 @@ pub(crate) enum Detail {
         block: [u32; 3],
     },
     Event(u64),
+}
+
+/// One caching-allocator action, with the device's totals after it; the
+/// allocator hands it to `record::memory_event` while a session records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRecord {
+    /// The device whose allocator acted.
+    pub device: Device,
+    /// What it did.
+    pub action: MemoryAction,
+    /// Block address (`Alloc`/`Free`) or segment base
+    /// (`SegmentAlloc`/`SegmentFree`); for `Oom`, 0.
+    pub addr: u64,
+    /// Base of the segment the block is in (= `addr` for segment actions).
+    pub segment: u64,
+    /// Bytes of the block or segment (for `Oom`: the request).
+    pub bytes: u64,
+    /// Stream the block belongs to (`None` for segment actions and `Oom`).
+    pub stream: Option<Stream>,
+    /// From the small-block pool.
+    pub small_pool: bool,
+    /// Bytes allocated on the device after this action.
+    pub allocated: u64,
+    /// Bytes reserved on the device after this action.
+    pub reserved: u64,
 }
 
 /// One entry of a thread's recording buffer.
@@ -182,6 +207,9 @@ pub(super) struct Assembler {
     memory_last: HashMap<Device, (u64, u64)>,
     next_flow: u64,
 }
+
+/// A counter's points: (ns from the epoch, value).
+type Curve = Vec<(u64, i64)>;
 
 fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -378,7 +406,7 @@ impl Assembler {
         // device (a point where a total changed).
         let mut memory = std::mem::take(&mut batch.memory);
         memory.sort_by_key(|m| m.0);
-        let mut curves: HashMap<Device, [Vec<(u64, i64)>; 2]> = HashMap::new();
+        let mut curves: HashMap<Device, [Curve; 2]> = HashMap::new();
         b.trace.memory.reserve(memory.len());
         for (at, r) in memory {
             let ts_ns = ns_since(epoch, at);
@@ -405,7 +433,7 @@ impl Assembler {
             }
             self.memory_last.insert(r.device, (r.allocated, r.reserved));
         }
-        let mut curves: Vec<(Device, [Vec<(u64, i64)>; 2])> = curves.into_iter().collect();
+        let mut curves: Vec<(Device, [Curve; 2])> = curves.into_iter().collect();
         curves.sort_by_key(|c| c.0);
         for (d, [allocated, reserved]) in curves {
             let device = b.device(d);
@@ -507,7 +535,6 @@ mod tests {
 
     use super::*;
     use crate::core::DeviceType;
-    use crate::profiler::record::MemoryAction;
 
     fn at(epoch: Instant, ns: u64) -> Instant {
         epoch + Duration::from_nanos(ns)

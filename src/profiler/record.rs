@@ -26,11 +26,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 pub(crate) use super::assemble::Detail;
+pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
-use super::trace::SpanKind;
 pub use super::trace::MemoryAction;
-use crate::core::{Device, Stream};
+use super::trace::SpanKind;
+use crate::core::Stream;
 use crate::error::{Error, Result};
 
 /// Records a thread keeps before it counts drops instead.
@@ -326,31 +327,6 @@ pub(crate) fn event_waited(event: u64, op: u64) {
     {
         state.waits.push((record, op));
     }
-}
-
-/// One caching-allocator action, with the device's totals after it; the
-/// allocator hands it to [`memory_event`] while a session records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemoryRecord {
-    /// The device whose allocator acted.
-    pub device: Device,
-    /// What it did.
-    pub action: MemoryAction,
-    /// Block address (`Alloc`/`Free`) or segment base
-    /// (`SegmentAlloc`/`SegmentFree`); for `Oom`, 0.
-    pub addr: u64,
-    /// Base of the segment the block is in (= `addr` for segment actions).
-    pub segment: u64,
-    /// Bytes of the block or segment (for `Oom`: the request).
-    pub bytes: u64,
-    /// Stream the block belongs to (`None` for segment actions and `Oom`).
-    pub stream: Option<Stream>,
-    /// From the small-block pool.
-    pub small_pool: bool,
-    /// Bytes allocated on the device after this action.
-    pub allocated: u64,
-    /// Bytes reserved on the device after this action.
-    pub reserved: u64,
 }
 
 /// Records an allocator action, stamped with the host clock now. The

@@ -165,9 +165,7 @@ fn device_label(view: &TraceView, device: u32) -> String {
 /// to date.
 fn update_map(state: &mut MemoryState, view: &TraceView, device: u32) {
     let t = state.cursor_ns.unwrap_or(u64::MAX);
-    let map = state
-        .map
-        .get_or_insert_with(|| MemoryMap::new(device));
+    let map = state.map.get_or_insert_with(|| MemoryMap::new(device));
     if map.device() != device {
         *map = MemoryMap::new(device);
     }
@@ -274,7 +272,9 @@ pub fn show(
         timeline.follow(view);
     }
     handle_input(ui, timeline, &response, area, 0.0);
-    let t_of = |x: f32| timeline.start_ns + f64::from((x - area.left()) / area.width()) * timeline.width_ns;
+    let t_of = |x: f32| {
+        timeline.start_ns + f64::from((x - area.left()) / area.width()) * timeline.width_ns
+    };
     if let Some(p) = response.hover_pos()
         && !state.pinned
         && p.x >= area.left()
@@ -331,7 +331,8 @@ pub fn show(
         }
     }
     if let Some(t) = state.cursor_ns {
-        let x = area.left() + ((t as f64 - timeline.start_ns) / timeline.width_ns) as f32 * area.width();
+        let x = area.left()
+            + ((t as f64 - timeline.start_ns) / timeline.width_ns) as f32 * area.width();
         if x >= area.left() && x <= area.right() {
             painter.line_segment(
                 [pos2(x, rect.top()), pos2(x, rect.bottom())],
@@ -426,10 +427,8 @@ fn draw_map(ui: &mut Ui, state: &mut MemoryState, view: &TraceView) {
         .show_rows(ui, SEGMENT_H, rows.len(), |ui, range| {
             for ri in range {
                 let row = &rows[ri];
-                let (rect, response) = ui.allocate_exact_size(
-                    vec2(ui.available_width(), SEGMENT_H),
-                    Sense::hover(),
-                );
+                let (rect, response) =
+                    ui.allocate_exact_size(vec2(ui.available_width(), SEGMENT_H), Sense::hover());
                 let painter = ui.painter_at(rect);
                 painter.text(
                     pos2(rect.left() + 8.0, rect.center().y),
@@ -496,7 +495,11 @@ pub fn block_tooltip(ui: &mut Ui, view: &TraceView, row: &SegmentRow, block: usi
         BlockState::Free => "free (cached)",
     });
     ui.label(format!("address {:#x}", b.addr));
-    ui.label(format!("size {} ({} bytes)", format_bytes(b.bytes), b.bytes));
+    ui.label(format!(
+        "size {} ({} bytes)",
+        format_bytes(b.bytes),
+        b.bytes
+    ));
     match b.stream {
         Some(s) if b.state == BlockState::Active => ui.label(format!("stream {s}")),
         Some(s) => ui.label(format!("last used on stream {s}")),

@@ -578,6 +578,9 @@ struct FlowGroup {
     v2: bool,
 }
 
+/// A counter's points: (ns, value).
+type Curve = Vec<(u64, i64)>;
+
 /// A PyTorch allocator event, its device not decided yet.
 struct RawMemory {
     ts: i64,
@@ -1390,7 +1393,7 @@ impl Importer {
                 reserved: m.reserved,
             });
         }
-        let mut curves: Vec<(u32, [Vec<(u64, i64)>; 2])> = Vec::new();
+        let mut curves: Vec<(u32, [Curve; 2])> = Vec::new();
         for m in &self.trace.memory {
             let i = match curves.iter().position(|c| c.0 == m.device) {
                 Some(i) => i,
@@ -1681,7 +1684,12 @@ fn memory_device_name(ty: i64, index: i64) -> (String, String) {
         12 => "xpu",
         13 => "mps",
         20 => "privateuseone",
-        _ => return (format!("device type {ty}:{index}"), format!("device type {ty} {index}")),
+        _ => {
+            return (
+                format!("device type {ty}:{index}"),
+                format!("device type {ty} {index}"),
+            );
+        }
     };
     let name = if ty == 1 {
         format!("GPU {index}")

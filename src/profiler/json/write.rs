@@ -389,7 +389,10 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
     }
 
     for m in &trace.memory {
-        let device = trace.devices.get(m.device as usize).map(|d| d.device.as_str());
+        let device = trace
+            .devices
+            .get(m.device as usize)
+            .map(|d| d.device.as_str());
         memory_event(&mut w, &mut first, m, device.unwrap_or(""))?;
     }
 

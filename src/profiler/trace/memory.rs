@@ -190,10 +190,8 @@ impl MemoryMap {
         self.reserved = e.reserved;
         match e.action {
             MemoryAction::SegmentAlloc => {
-                self.segments.insert(
-                    e.addr,
-                    Segment::new(e.bytes, true, e.small_pool, e.ts_ns),
-                );
+                self.segments
+                    .insert(e.addr, Segment::new(e.bytes, true, e.small_pool, e.ts_ns));
             }
             MemoryAction::SegmentFree => {
                 self.segments.remove(&e.addr);
@@ -235,10 +233,8 @@ impl MemoryMap {
                     self.segments.remove(&e.segment);
                     return;
                 }
-                seg.freed.insert(
-                    e.addr,
-                    (e.addr.saturating_add(e.bytes), e.ts_ns, stream),
-                );
+                seg.freed
+                    .insert(e.addr, (e.addr.saturating_add(e.bytes), e.ts_ns, stream));
             }
             MemoryAction::Oom => self.last_oom = Some(*e),
         }
@@ -363,7 +359,10 @@ mod tests {
         ]
     }
 
-    fn shape(map: &MemoryMap) -> Vec<Vec<(u64, u64, BlockState, Option<i64>, u64)>> {
+    /// (offset in the segment, bytes, state, stream, since).
+    type Shape = (u64, u64, BlockState, Option<i64>, u64);
+
+    fn shape(map: &MemoryMap) -> Vec<Vec<Shape>> {
         map.rows()
             .iter()
             .map(|r| {
@@ -388,7 +387,10 @@ mod tests {
         let t = trace();
         let end = (2 << 20) - 1536;
         assert!(MemoryMap::at(&t, 0, 5).rows().is_empty());
-        assert_eq!(shape(&MemoryMap::at(&t, 0, 10)), [[(0, 2 << 20, Free, None, 10)]]);
+        assert_eq!(
+            shape(&MemoryMap::at(&t, 0, 10)),
+            [[(0, 2 << 20, Free, None, 10)]]
+        );
         let at_30 = MemoryMap::at(&t, 0, 30);
         assert_eq!(
             shape(&at_30),
@@ -421,7 +423,10 @@ mod tests {
             ]]
         );
         assert_eq!(at_60.last_oom().map(|e| e.bytes), Some(1 << 40));
-        assert_eq!(shape(&MemoryMap::at(&t, 0, 75)), [[(0, 2 << 20, Free, Some(2), 70)]]);
+        assert_eq!(
+            shape(&MemoryMap::at(&t, 0, 75)),
+            [[(0, 2 << 20, Free, Some(2), 70)]]
+        );
         let at_80 = MemoryMap::at(&t, 0, 80);
         assert!(at_80.rows().is_empty());
         assert_eq!((at_80.allocated(), at_80.reserved()), (0, 0));
@@ -429,7 +434,10 @@ mod tests {
         // row of its own.
         let other = MemoryMap::at(&t, 1, 100).rows();
         assert_eq!(other.len(), 1);
-        assert_eq!((other[0].base, other[0].bytes, other[0].known), (0x500, 64, false));
+        assert_eq!(
+            (other[0].base, other[0].bytes, other[0].known),
+            (0x500, 64, false)
+        );
     }
 
     #[test]
