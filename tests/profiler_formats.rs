@@ -1346,11 +1346,23 @@ fn memory_event_problems_are_reported() {
         message.contains("keel_action: expected one of alloc, free, segment_alloc, segment_free, oom, found \"leak\""),
         "{message}"
     );
-    let mut bytes = to_native_bytes(&sample()).expect("export");
-    let at = bytes.len() - 1;
-    bytes.truncate(at);
-    let message = format_error(read_native(&bytes));
-    assert!(message.contains("memory"), "{message}");
+    // Every cut of a file fails, the one before its memory section too
+    // (its header says one follows: the cut is not an older file).
+    let bytes = to_native_bytes(&sample()).expect("export");
+    for cut in 0..bytes.len() {
+        assert!(read_native(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let without = to_native_bytes(&Trace {
+        memory: Vec::new(),
+        ..sample()
+    })
+    .expect("export");
+    // One byte more: the header's flags.
+    let message = format_error(read_native(&bytes[..without.len() + 1]));
+    assert!(
+        message.contains("expected the memory section, found the end of the file"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -22,7 +22,7 @@
 //!
 //! | tag | section      | body                                                     |
 //! |-----|--------------|----------------------------------------------------------|
-//! | 1   | header       | trace version varint, dropped varint                     |
+//! | 1   | header       | trace version varint, dropped varint; in files with a memory section, then which optional sections follow varint (bit 0 origin, bit 1 memory), so a file cut before them is an error, not an older file |
 //! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
 //! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
 //! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint), name str |
@@ -273,6 +273,9 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     };
     b.varint(trace.version.into());
     b.varint(trace.dropped);
+    if !trace.memory.is_empty() {
+        b.varint(u64::from(origin) | 2);
+    }
     b.section(tag::HEADER, out)?;
 
     b.len(strings.list.len());
@@ -704,6 +707,21 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         dropped: r.varint("the dropped count")?,
         ..Trace::default()
     };
+    // Which optional sections follow (files before the memory section, and
+    // files without one, do not say).
+    let follows = if r.pos < r.end {
+        let at = r.pos;
+        let flags = r.varint("the optional sections that follow")?;
+        if flags > 3 {
+            return Err(r.fail(
+                at,
+                format!("expected optional section flags below 4, found {flags}"),
+            ));
+        }
+        Some(flags)
+    } else {
+        None
+    };
     r.done()?;
 
     r.section(tag::STRINGS)?;
@@ -894,7 +912,10 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    if r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN {
+    let origin_follows = follows.map(|f| f & 1 != 0);
+    if origin_follows == Some(true)
+        || (origin_follows.is_none() && r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN)
+    {
         r.section(tag::ORIGIN)?;
         let at = r.pos;
         let n = r.count("lane groups", 1)?;
@@ -937,7 +958,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         r.done()?;
     }
 
-    if r.pos < bytes.len() && bytes[r.pos] == tag::MEMORY {
+    if follows.is_some_and(|f| f & 2 != 0) {
         r.section(tag::MEMORY)?;
         let at = r.pos;
         let version = r.u8("the memory section's version")?;
