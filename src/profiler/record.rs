@@ -371,3 +371,64 @@ pub(super) fn range_between(name: Cow<'static, str>, start: Instant, end: Instan
         detail: Detail::None,
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Device;
+    use crate::profiler::trace::{ALLOCATED_COUNTER, RESERVED_COUNTER};
+
+    /// Allocator records past the bound are counted as drops; what was
+    /// kept becomes events and curves. (The only test of the library's
+    /// unit tests that starts a session.)
+    #[test]
+    fn memory_records_are_bounded_and_drops_counted() {
+        assert!(!enabled());
+        memory_event(MemoryRecord {
+            device: Device::cpu(),
+            action: MemoryAction::Alloc,
+            addr: 1,
+            segment: 1,
+            bytes: 1,
+            stream: None,
+            small_pool: true,
+            allocated: 1,
+            reserved: 1,
+        }); // no session: nothing kept
+        let session = crate::profiler::start().expect("start");
+        let extra = 7;
+        let stream = Stream::new(Device::cpu(), 0);
+        for i in 0..(MAX_MEMORY_RECORDS + extra) as u64 {
+            memory_event(MemoryRecord {
+                device: Device::cpu(),
+                action: if i % 2 == 0 {
+                    MemoryAction::Alloc
+                } else {
+                    MemoryAction::Free
+                },
+                addr: 4096,
+                segment: 0,
+                bytes: 512,
+                stream: Some(stream),
+                small_pool: true,
+                allocated: u64::from(i % 2 == 0) * 512,
+                reserved: 2 << 20,
+            });
+        }
+        let trace = session.stop();
+        assert_eq!(trace.dropped, extra as u64);
+        assert_eq!(trace.memory.len(), MAX_MEMORY_RECORDS);
+        assert!(trace.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+        assert_eq!(trace.memory[0].stream, Some(0));
+        let curve = |name: &str| {
+            trace
+                .counters
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.points.len())
+        };
+        // Allocated changes at every record, reserved never after the first.
+        assert_eq!(curve(ALLOCATED_COUNTER), Some(MAX_MEMORY_RECORDS));
+        assert_eq!(curve(RESERVED_COUNTER), Some(1));
+    }
+}

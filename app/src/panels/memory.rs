@@ -101,6 +101,10 @@ pub struct MemoryState {
     rows_key: Option<(u32, u64, usize)>,
     /// The curves' area in the last frame.
     pub curves_area: Rect,
+    /// Devices with memory and each one's largest curve value, with the
+    /// (memory events, counter points) they were computed for (a live
+    /// trace grows).
+    devices: (usize, usize, Vec<(u32, i64)>),
     /// Blocks drawn in the last frame.
     pub drawn: Vec<DrawnBlock>,
 }
@@ -115,6 +119,7 @@ impl Default for MemoryState {
             rows: Vec::new(),
             rows_key: None,
             curves_area: Rect::NOTHING,
+            devices: (usize::MAX, 0, Vec::new()),
             drawn: Vec::new(),
         }
     }
@@ -125,6 +130,31 @@ impl MemoryState {
     pub fn reset(&mut self) {
         *self = MemoryState::default();
     }
+}
+
+/// Devices with allocator events or memory curves, in device order, with
+/// the largest value of their curves (the strip's scale); recomputed only
+/// when the trace grew.
+fn devices_and_scales(state: &mut MemoryState, view: &TraceView) -> Vec<(u32, i64)> {
+    let points: usize = view.trace.counters.iter().map(|c| c.points.len()).sum();
+    let key = (view.trace.memory.len(), points);
+    if (state.devices.0, state.devices.1) != key {
+        let list = memory_devices(view)
+            .into_iter()
+            .map(|d| {
+                let max = [ALLOCATED_COUNTER, RESERVED_COUNTER]
+                    .into_iter()
+                    .filter_map(|n| curve(view, d, n))
+                    .flat_map(|c| c.points.iter().map(|p| p.1))
+                    .max()
+                    .unwrap_or(0)
+                    .max(1);
+                (d, max)
+            })
+            .collect();
+        state.devices = (key.0, key.1, list);
+    }
+    state.devices.2.clone()
 }
 
 /// Devices with allocator events or memory curves, in device order.
@@ -185,7 +215,8 @@ pub fn show(
     view: &TraceView,
     live: bool,
 ) {
-    let devices = memory_devices(view);
+    let scales = devices_and_scales(state, view);
+    let devices: Vec<u32> = scales.iter().map(|d| d.0).collect();
     if devices.is_empty() {
         ui.label(
             "No allocator events in this trace: Keel records them for every buffer; PyTorch traces have them with profile_memory=True.",
@@ -291,7 +322,7 @@ pub fn show(
     }
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 0.0, ui.visuals().extreme_bg_color);
-    for (i, &d) in devices.iter().enumerate() {
+    for (i, &(d, max)) in scales.iter().enumerate() {
         let top = rect.top() + i as f32 * CURVE_H + 2.0;
         let strip = Rect::from_min_max(
             pos2(area.left(), top + 4.0),
@@ -299,13 +330,6 @@ pub fn show(
         );
         let allocated = curve(view, d, ALLOCATED_COUNTER);
         let reserved = curve(view, d, RESERVED_COUNTER);
-        let max = [allocated, reserved]
-            .into_iter()
-            .flatten()
-            .flat_map(|c| c.points.iter().map(|p| p.1))
-            .max()
-            .unwrap_or(0)
-            .max(1);
         painter.text(
             pos2(rect.left() + 8.0, top + 4.0),
             Align2::LEFT_TOP,

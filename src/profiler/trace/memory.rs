@@ -169,7 +169,7 @@ impl MemoryMap {
 
     /// Moves the map to `ts_ns` over `events` (a trace's
     /// [`memory`](Trace::memory), in time order; a live trace may have
-    /// grown since the last call). Forward, only the events in between are
+    /// grown at its end since the last call). Forward, only the events in between are
     /// applied; backward, the map is rebuilt.
     pub fn seek(&mut self, events: &[MemoryEvent], ts_ns: u64) {
         let end = events.partition_point(|e| e.ts_ns <= ts_ns);
