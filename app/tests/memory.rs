@@ -2,7 +2,8 @@
 //! `memory` in `tests/snapshots/`, also the README's
 //! `assets/keel-profiler-memory.png`): the allocated and reserved curves
 //! per device, the segment map following the pointer (and pinned by a
-//! click), block tooltips, the timeline's keys, and a live trace growing.
+//! click), block tooltips, the timeline's keys, a live trace growing, and
+//! allocations streamed from a live server.
 
 use egui::{Key, Modifiers, Pos2};
 use egui_kittest::Harness;
@@ -319,4 +320,64 @@ fn a_trace_without_allocator_events_says_so() {
     t.counters.clear();
     let h = memory_app(t);
     assert!(h.query_by_label_contains("No allocator events").is_some());
+}
+
+/// End to end: a live server streams a program's allocations; the app
+/// appends them and its Memory tab shows the newest map of the device.
+#[test]
+fn live_allocations_reach_the_memory_view() {
+    use std::time::{Duration, Instant};
+    let options = keel::profiler::live::LiveOptions {
+        interval: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let server = keel::profiler::live::serve_with("127.0.0.1:0", options).expect("serve");
+    let app = App::new(&Options {
+        connect: Some(server.addr().to_string()),
+        ..Options::default()
+    });
+    let mut h = harness(app);
+    let cpu = keel::Device::cpu();
+    let mut kept = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let events = |h: &Harness<'_, App>| h.state().view.as_ref().map_or(0, |v| v.trace.memory.len());
+    while events(&h) < 8 {
+        assert!(
+            Instant::now() < deadline,
+            "no live allocator events arrived in 60 s (error: {:?})",
+            h.state().error
+        );
+        kept.push(keel::Buffer::new(cpu, 3 << 10).expect("buffer"));
+        drop(keel::Buffer::new(cpu, 1 << 10).expect("buffer"));
+        std::thread::sleep(Duration::from_millis(20));
+        h.step();
+    }
+    h.state_mut().tab = Tab::Memory;
+    h.run_steps(2);
+    let app = h.state();
+    assert!(app.error.is_none(), "{:?}", app.error);
+    let view = app.view.as_ref().expect("a live view");
+    let device = app.memory.device.expect("a device shown");
+    assert_eq!(view.trace.devices[device as usize].device, "cpu:0");
+    assert_eq!(
+        app.memory.rows,
+        MemoryMap::at(&view.trace, device, u64::MAX).rows()
+    );
+    // The buffers still alive are active blocks of the map.
+    let active = app
+        .memory
+        .rows
+        .iter()
+        .flat_map(|r| &r.blocks)
+        .filter(|b| b.state == BlockState::Active)
+        .count();
+    assert!(active >= 1, "{:?}", app.memory.rows);
+    assert!(
+        view.trace
+            .counters
+            .iter()
+            .any(|c| c.name == ALLOCATED_COUNTER)
+    );
+    server.stop();
+    drop(kept);
 }
