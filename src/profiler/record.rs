@@ -3,7 +3,7 @@
 //!
 //! Hooks only gather: host records go to the calling thread's buffer;
 //! device spans (bracketed by timed events, see `clock.rs`), event links
-//! and the caching allocator's events ([`memory_event`]) go to one shared,
+//! and the caching allocator's events (`memory_event`) go to one shared,
 //! locked state. The collector
 //! (`collect.rs`) takes both away and hands them to the assembler
 //! (`assemble.rs`); nothing here builds a trace.

@@ -130,9 +130,17 @@ impl Segment {
 }
 
 /// One device's segments and blocks at a time, rebuilt from the trace's
-/// [`MemoryEvent`]s; see the [module docs](self). Moving forward in time
-/// applies only the events in between ([`MemoryMap::seek`]), so a viewer
-/// following a cursor or a live trace pays for what is new.
+/// [`MemoryEvent`]s. Moving forward in time applies only the events in
+/// between ([`MemoryMap::seek`]), so a viewer following a cursor or a live
+/// trace pays for what is new.
+///
+/// Segments come from `SegmentAlloc`/`SegmentFree` events. A block whose
+/// segment was never seen reserved (reserved before the recording began,
+/// or an imported trace, whose blocks are their own segments) makes a row
+/// of its own that spans the blocks seen in it and goes when its last
+/// block is freed. Inside a segment, what no live block covers is free
+/// (cached): a free range is dated by the latest free seen in it, else by
+/// when the segment was reserved.
 #[derive(Debug, Clone)]
 pub struct MemoryMap {
     device: u32,
