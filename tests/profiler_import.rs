@@ -511,6 +511,7 @@ fn mutated_and_garbage_inputs_never_panic() {
         read("kineto.json"),
         read("chrome_misc.json"),
         read("kineto.json.gz"),
+        read("kineto_memory.json"),
         keel_json.into_bytes(),
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample.trace.json"))
             .expect("golden"),
@@ -532,6 +533,10 @@ fn mutated_and_garbage_inputs_never_panic() {
                 && t.import.is_some()
             {
                 consistent(&t);
+                assert!(
+                    t.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
+                    "memory events in time order"
+                );
                 imported += 1;
             }
         }
