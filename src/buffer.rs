@@ -33,14 +33,90 @@ pub struct Buffer {
     device: Device,
     len: usize,
     handle: BufferHandle,
+    /// The address the profiler was told of (0: none; see `direct`).
+    reported: u64,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if crate::profiler::enabled() {
-            let bytes = i64::try_from(self.len).unwrap_or(i64::MAX);
-            let _ = ops::memory(self.device, -bytes, || Ok(()));
+        if self.reported != 0 && crate::profiler::enabled() {
+            direct::freed(self.device, self.reported, self.len);
         }
+    }
+}
+
+/// What the profiler hears of buffers until the caching allocator (issue
+/// 11) reports its own actions: each buffer is a segment of its own,
+/// reserved and allocated together (PyTorch's allocator with caching off),
+/// with totals counted while a session records.
+mod direct {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, PoisonError};
+
+    use crate::core::Device;
+    use crate::profiler::record::{MemoryAction, MemoryRecord, memory_event};
+
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 20);
+    /// Bytes live per device, counted while sessions record.
+    static TOTALS: Mutex<Option<HashMap<Device, u64>>> = Mutex::new(None);
+
+    fn record(
+        device: Device,
+        action: MemoryAction,
+        addr: u64,
+        bytes: u64,
+        total: u64,
+        reserved: u64,
+    ) {
+        memory_event(MemoryRecord {
+            device,
+            action,
+            addr,
+            segment: addr,
+            bytes,
+            stream: None,
+            small_pool: false,
+            allocated: total,
+            reserved,
+        });
+    }
+
+    /// Reports a new buffer of `len` bytes; returns its address.
+    pub(super) fn allocated(device: Device, len: usize) -> u64 {
+        let bytes = len as u64;
+        let addr = NEXT.fetch_add(bytes.div_ceil(512).max(1) * 512, Ordering::Relaxed);
+        let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
+        let total = totals
+            .get_or_insert_with(HashMap::new)
+            .entry(device)
+            .or_default();
+        *total += bytes;
+        let t = *total;
+        record(
+            device,
+            MemoryAction::SegmentAlloc,
+            addr,
+            bytes,
+            t - bytes,
+            t,
+        );
+        record(device, MemoryAction::Alloc, addr, bytes, t, t);
+        addr
+    }
+
+    /// Reports the buffer at `addr` freed.
+    pub(super) fn freed(device: Device, addr: u64, len: usize) {
+        let bytes = len as u64;
+        let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
+        let total = totals
+            .get_or_insert_with(HashMap::new)
+            .entry(device)
+            .or_default();
+        *total = total.saturating_sub(bytes);
+        let t = *total;
+        record(device, MemoryAction::Free, addr, bytes, t, t + bytes);
+        record(device, MemoryAction::SegmentFree, addr, bytes, t, t);
     }
 }
 
@@ -79,12 +155,17 @@ impl Buffer {
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
         let device = resolve(device)?;
         let rt = registry::runtime(device.device_type())?;
-        let bytes = i64::try_from(len).unwrap_or(i64::MAX);
-        let handle = ops::memory(device, bytes, || rt.alloc(device, len))?;
+        let handle = rt.alloc(device, len)?;
+        let reported = if crate::profiler::enabled() {
+            direct::allocated(device, len)
+        } else {
+            0
+        };
         Ok(Buffer {
             device,
             len,
             handle,
+            reported,
         })
     }
 

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::borrow::Cow;
 
 use crate::backend::{DeviceGuardImpl, EventHandle, registry};
-use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
+use crate::core::{DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::Result;
 use crate::profiler::SpanKind;
 use crate::profiler::record::{self, Detail};
@@ -159,25 +159,4 @@ pub(crate) fn enqueue<T>(
         return run();
     }
     record::stream_op(kind, name(), Some(stream), detail, run)
-}
-
-/// Records a buffer allocation or free (not a stream operation).
-pub(crate) fn memory<T>(device: Device, bytes: i64, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    if !record::enabled() {
-        return f();
-    }
-    let (kind, name) = if bytes >= 0 {
-        (SpanKind::Alloc, "alloc")
-    } else {
-        (SpanKind::Free, "free")
-    };
-    let value = record::stream_op(
-        kind,
-        Cow::Borrowed(name),
-        None,
-        Detail::Bytes(bytes.unsigned_abs()),
-        f,
-    )?;
-    record::memory(device, bytes);
-    Ok(value)
 }

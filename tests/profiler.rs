@@ -1,6 +1,6 @@
 //! The profiler's own rules: annotations and markers, one session at a
 //! time, bounded buffers. What it records of each backend's stream
-//! operations (device spans, flows, calibration, counters) is part of the
+//! operations (device spans, flows, calibration, allocator events) is part of the
 //! conformance suite (`keel::testing::conformance`), run on every backend.
 
 use std::sync::Mutex;
@@ -108,4 +108,63 @@ fn steps_are_profiler_step_ranges_end_to_end() {
     keel::profiler::step();
     let trace = session.stop();
     assert!(trace.spans.iter().any(|s| s.name == "ProfilerStep#0"));
+}
+
+/// A buffer allocated and freed under a session: allocator events of its
+/// device, and the allocated and reserved curves, whose values are the
+/// events' totals at every event.
+#[test]
+fn allocations_are_allocator_events_with_both_curves() {
+    use keel::profiler::{ALLOCATED_COUNTER, MemoryAction, MemoryMap, RESERVED_COUNTER};
+    let _s = serial();
+    let session = keel::profiler::start().expect("start");
+    let len = 3000;
+    let buffer = keel::Buffer::new(keel::Device::cpu(), len).expect("buffer");
+    drop(buffer);
+    let trace = session.stop();
+    assert_eq!(trace.check(), Ok(()));
+    let cpu = trace
+        .devices
+        .iter()
+        .position(|d| d.device == "cpu:0")
+        .expect("cpu:0 in the trace") as u32;
+    let alloc = trace
+        .memory
+        .iter()
+        .find(|m| m.device == cpu && m.action == MemoryAction::Alloc)
+        .expect("an allocation");
+    assert!(alloc.bytes >= len as u64, "{alloc:?}");
+    let free = trace
+        .memory
+        .iter()
+        .find(|m| m.action == MemoryAction::Free && m.addr == alloc.addr)
+        .expect("its free");
+    assert!(free.ts_ns >= alloc.ts_ns);
+    assert!(alloc.allocated >= alloc.bytes && alloc.reserved >= alloc.allocated);
+    // While it lived, the segment map held it as an active block.
+    let map = MemoryMap::at(&trace, cpu, alloc.ts_ns);
+    assert!(map.rows().iter().any(|r| {
+        r.blocks
+            .iter()
+            .any(|b| b.addr == alloc.addr && b.bytes == alloc.bytes)
+    }));
+    for name in [ALLOCATED_COUNTER, RESERVED_COUNTER] {
+        let curve = trace
+            .counters
+            .iter()
+            .find(|c| c.device == cpu && c.name == name)
+            .unwrap_or_else(|| panic!("the {name} curve"));
+        for m in trace.memory.iter().filter(|m| m.device == cpu) {
+            let i = curve.points.partition_point(|p| p.0 <= m.ts_ns);
+            let total = if name == ALLOCATED_COUNTER {
+                m.allocated
+            } else {
+                m.reserved
+            };
+            assert_eq!(curve.points[i - 1].1 as u64, total, "{name} at {m:?}");
+        }
+    }
+    // Both formats keep them.
+    let json = keel::profiler::json::to_json_string(&trace).expect("json");
+    assert_eq!(keel::profiler::json::read_json(&json).expect("read"), trace);
 }

@@ -8,8 +8,8 @@ use keel::Error;
 use keel::profiler::json::{read_json, read_json_bytes, to_json_string};
 use keel::profiler::native::{MAGIC, read_native, to_native_bytes};
 use keel::profiler::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Text, Trace, TraceDevice, load_trace, save_trace,
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, MemoryAction,
+    MemoryEvent, Span, SpanKind, TRACE_VERSION, Text, Trace, TraceDevice, load_trace, save_trace,
 };
 use proptest::prelude::*;
 
@@ -258,9 +258,119 @@ fn sample() -> Trace {
                 error_bound_ns: 0,
             },
         ],
+        memory: sample_memory(),
         dropped: 3,
         import: None,
     }
+}
+
+/// Allocator events using every action, with and without a stream, both
+/// pools and extreme values.
+fn sample_memory() -> Vec<MemoryEvent> {
+    use MemoryAction::*;
+    let base = 0x7f00_0000_0000;
+    let event =
+        |ts_ns, device, action, addr, segment, bytes, stream, small_pool, allocated, reserved| {
+            MemoryEvent {
+                ts_ns,
+                device,
+                action,
+                addr,
+                segment,
+                bytes,
+                stream,
+                small_pool,
+                allocated,
+                reserved,
+            }
+        };
+    vec![
+        event(
+            11_000,
+            0,
+            SegmentAlloc,
+            base,
+            base,
+            2 << 20,
+            None,
+            true,
+            0,
+            2 << 20,
+        ),
+        event(
+            11_500,
+            0,
+            Alloc,
+            base,
+            base,
+            512,
+            Some(7),
+            true,
+            512,
+            2 << 20,
+        ),
+        event(
+            11_500,
+            0,
+            Alloc,
+            base + 512,
+            base,
+            1024,
+            Some(-3),
+            true,
+            1536,
+            2 << 20,
+        ),
+        event(
+            12_000,
+            1,
+            Alloc,
+            u64::MAX - 4096,
+            1 << 40,
+            4096,
+            Some(0),
+            false,
+            4096,
+            u64::MAX,
+        ),
+        event(
+            12_500,
+            0,
+            Free,
+            base,
+            base,
+            512,
+            Some(7),
+            true,
+            1024,
+            2 << 20,
+        ),
+        event(13_000, 0, Oom, 0, 0, u64::MAX, None, false, 1024, 2 << 20),
+        event(
+            14_000,
+            0,
+            Free,
+            base + 512,
+            base,
+            1024,
+            Some(-3),
+            true,
+            0,
+            2 << 20,
+        ),
+        event(
+            14_000,
+            0,
+            SegmentFree,
+            base,
+            base,
+            2 << 20,
+            None,
+            true,
+            0,
+            0,
+        ),
+    ]
 }
 
 fn data_dir() -> PathBuf {
@@ -482,7 +592,10 @@ fn committed_golden_files_still_load() {
     // before the sample's device kernel had a grid and a block.
     let old = std::fs::read(data_dir().join("sample.before-kineto-fields.trace.json"))
         .expect("older golden JSON");
-    let mut expected = sample();
+    let mut expected = Trace {
+        memory: Vec::new(),
+        ..sample()
+    };
     for span in &mut expected.spans {
         if &*span.name == "mul_kernel" {
             span.args.clear();
@@ -494,6 +607,23 @@ fn committed_golden_files_still_load() {
     );
     let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
     assert_eq!(read_native(&native).expect("golden native loads"), sample());
+    // Written before allocator events existed: the same trace without them.
+    let without_memory = Trace {
+        memory: Vec::new(),
+        ..sample()
+    };
+    let old = std::fs::read(data_dir().join("sample.before-memory.keeltrace"))
+        .expect("older golden native");
+    assert_eq!(
+        read_native(&old).expect("older golden native loads"),
+        without_memory
+    );
+    let old = std::fs::read(data_dir().join("sample.before-memory.trace.json"))
+        .expect("older golden JSON");
+    assert_eq!(
+        read_json_bytes(&old).expect("older golden JSON loads"),
+        without_memory
+    );
     assert_eq!(
         load_trace(&data_dir().join("sample.trace.json")),
         Ok(sample())
@@ -1144,4 +1274,108 @@ fn export_carries_kinetos_fields_and_round_trips() {
         .expect("host span");
     assert_eq!(host["name"], "saxpy");
     assert_eq!(read_json(&text), Ok(t));
+}
+
+#[test]
+fn memory_events_export_as_pytorch_writes_them() {
+    let text = to_json_string(&sample()).expect("export");
+    let root: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let events = root["traceEvents"].as_array().expect("traceEvents");
+    let memory: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "cpu_instant_event")
+        .collect();
+    assert_eq!(memory.len(), sample_memory().len());
+    let names: Vec<&str> = memory
+        .iter()
+        .map(|e| e["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "[memory segment]",
+            "[memory]",
+            "[memory]",
+            "[memory]",
+            "[memory]",
+            "[OutOfMemory]",
+            "[memory]",
+            "[memory segment]"
+        ]
+    );
+    for e in &memory {
+        assert_eq!((&e["ph"], &e["s"]), (&"i".into(), &"t".into()));
+    }
+    // The first block on vulkan:0 (c10's Vulkan is 10), then its free
+    // (negative bytes), and a block on cuda:1.
+    let alloc = &memory[1]["args"];
+    assert_eq!(alloc["Device Type"], 10);
+    assert_eq!(alloc["Device Id"], 0);
+    assert_eq!(alloc["Addr"], 0x7f00_0000_0000_u64);
+    assert_eq!(alloc["Bytes"], 512);
+    assert_eq!(alloc["Total Allocated"], 512);
+    assert_eq!(alloc["Total Reserved"], 2 << 20);
+    assert_eq!(alloc["keel_action"], "alloc");
+    assert_eq!(alloc["keel_stream"], 7);
+    assert_eq!(memory[4]["args"]["Bytes"], -512);
+    assert_eq!(memory[3]["args"]["Device Type"], 1);
+    assert_eq!(memory[3]["args"]["Device Id"], 1);
+    assert_eq!(ns(&memory[3]["ts"]), 12_000);
+    // Read back exactly.
+    assert_eq!(read_json(&text).expect("read").memory, sample_memory());
+}
+
+#[test]
+fn memory_event_problems_are_reported() {
+    let mut t = sample();
+    t.memory[3].device = 9;
+    t.memory.swap(4, 5);
+    let problems = t.check().expect_err("problems");
+    assert_eq!(
+        problems,
+        [
+            "memory event 3 (alloc) is for device 9, but the trace has 2 device(s)",
+            "memory events are not in time order: event 5 at 12500 ns comes after 13000 ns",
+        ]
+    );
+    // Malformed input is a clear error in both formats.
+    let text = to_json_string(&sample()).expect("export");
+    let bad = text.replacen("\"keel_action\":\"free\"", "\"keel_action\":\"leak\"", 1);
+    let message = format_error(read_json(&bad));
+    assert!(
+        message.contains("keel_action: expected one of alloc, free, segment_alloc, segment_free, oom, found \"leak\""),
+        "{message}"
+    );
+    // Every cut of a file fails, the one before its memory section too
+    // (its header says one follows: the cut is not an older file).
+    let bytes = to_native_bytes(&sample()).expect("export");
+    for cut in 0..bytes.len() {
+        assert!(read_native(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let without = to_native_bytes(&Trace {
+        memory: Vec::new(),
+        ..sample()
+    })
+    .expect("export");
+    // One byte more: the header's flags.
+    let message = format_error(read_native(&bytes[..without.len() + 1]));
+    assert!(
+        message.contains("expected the memory section, found the end of the file"),
+        "{message}"
+    );
+}
+
+#[test]
+fn merged_fragments_keep_memory_events_in_time_order() {
+    let mut whole = Trace {
+        memory: sample_memory()[4..].to_vec(),
+        ..sample().tables_only()
+    };
+    let earlier = Trace {
+        memory: sample_memory()[..4].to_vec(),
+        ..sample().tables_only()
+    };
+    whole.merge(earlier).expect("merge");
+    assert_eq!(whole.memory, sample_memory());
+    assert_eq!(whole.check(), Ok(()));
 }

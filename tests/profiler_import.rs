@@ -8,7 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use keel::profiler::file::{from_bytes, load_traces};
-use keel::profiler::{FlowKind, ImportReport, LaneKind, SpanKind, Trace, load_trace};
+use keel::profiler::{
+    ALLOCATED_COUNTER, BlockState, FlowKind, ImportReport, LaneKind, MemoryAction, MemoryMap,
+    RESERVED_COUNTER, SpanKind, Trace, load_trace,
+};
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -65,6 +68,7 @@ fn consistent(t: &Trace) {
     );
     let devices = t.devices.len() as u32;
     assert!(t.counters.iter().all(|c| c.device < devices));
+    assert!(t.memory.iter().all(|m| m.device < devices));
     assert!(t.lanes.iter().all(|l| match l.kind {
         LaneKind::Stream { device, .. } => device < devices,
         LaneKind::Host { .. } => true,
@@ -82,8 +86,15 @@ fn check_kineto(t: &Trace, format: &str) {
     );
     assert_eq!(t.spans.len(), 16);
     assert_eq!(t.flows.len(), 4);
-    assert_eq!(t.instants.len(), 2);
-    assert_eq!(t.counters.len(), 0);
+    // The `[memory]` instant is an allocator event of GPU 0 (no `Device
+    // Type`, as older PyTorch wrote it) with its two curves.
+    assert_eq!(t.instants.len(), 1);
+    assert_eq!(t.memory.len(), 1);
+    assert_eq!(
+        (t.memory[0].action, t.memory[0].bytes, t.memory[0].device),
+        (MemoryAction::Alloc, 512, 0)
+    );
+    assert_eq!(t.counters.len(), 2);
 
     // The GPU: named "python3.10" with "GPU 0" in its labels, described by
     // deviceProperties.
@@ -500,6 +511,7 @@ fn mutated_and_garbage_inputs_never_panic() {
         read("kineto.json"),
         read("chrome_misc.json"),
         read("kineto.json.gz"),
+        read("kineto_memory.json"),
         keel_json.into_bytes(),
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample.trace.json"))
             .expect("golden"),
@@ -521,6 +533,10 @@ fn mutated_and_garbage_inputs_never_panic() {
                 && t.import.is_some()
             {
                 consistent(&t);
+                assert!(
+                    t.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
+                    "memory events in time order"
+                );
                 imported += 1;
             }
         }
@@ -630,4 +646,93 @@ fn unmatched_begins_do_not_make_the_import_quadratic() {
     consistent(&t);
     assert_eq!(t.spans.len(), n);
     assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
+}
+
+/// PyTorch's allocator events (`profile_memory=True`): blocks on two GPUs
+/// and the CPU, a free, an out-of-memory; each becomes a memory event of
+/// its device, with the allocated and reserved curves, and the segment map
+/// shows each block as a row of its own.
+#[test]
+fn kineto_memory_events_become_allocator_events_and_curves() {
+    let t = load_trace(&data("kineto_memory.json")).expect("import");
+    consistent(&t);
+    assert_eq!(t.check(), Ok(()));
+    let r = report(&t);
+    assert_eq!((r.events, r.imported), (11, 11));
+    assert_eq!(t.spans.len(), 2);
+    assert_eq!(t.instants.len(), 0);
+    let devices: Vec<&str> = t.devices.iter().map(|d| d.device.as_str()).collect();
+    assert_eq!(devices, ["cuda:0", "cpu", "cuda:1"]);
+    assert_eq!(t.devices[0].name, "NVIDIA H100 80GB HBM3");
+    let memory: Vec<(u64, u32, MemoryAction, u64, u64)> = t
+        .memory
+        .iter()
+        .map(|m| (m.ts_ns, m.device, m.action, m.bytes, m.allocated))
+        .collect();
+    assert_eq!(
+        memory,
+        [
+            (1500, 0, MemoryAction::Alloc, 512, 512),
+            (2000, 0, MemoryAction::Alloc, 1024, 1536),
+            (3000, 1, MemoryAction::Alloc, 4096, 4096),
+            (4000, 0, MemoryAction::Free, 512, 1024),
+            (5000, 2, MemoryAction::Alloc, 20 << 20, 20 << 20),
+            (6000, 0, MemoryAction::Oom, 90_000_000_000, 1024),
+            (7000, 1, MemoryAction::Free, 4096, 0),
+        ]
+    );
+    assert!(
+        t.memory
+            .iter()
+            .all(|m| m.segment == m.addr && m.stream.is_none())
+    );
+    assert_eq!(t.memory[5].addr, 0);
+    let curve = |device: u32, name: &str| {
+        t.counters
+            .iter()
+            .find(|c| c.device == device && c.name == name)
+            .map(|c| c.points.clone())
+            .unwrap_or_else(|| panic!("no {name} of device {device}"))
+    };
+    assert_eq!(t.counters.len(), 6);
+    assert_eq!(
+        curve(0, ALLOCATED_COUNTER),
+        [(1500, 512), (2000, 1536), (4000, 1024)]
+    );
+    assert_eq!(curve(0, RESERVED_COUNTER), [(1500, 2 << 20)]);
+    assert_eq!(curve(1, ALLOCATED_COUNTER), [(3000, 4096), (7000, 0)]);
+    assert_eq!(curve(1, RESERVED_COUNTER), [(3000, 0)]);
+    assert_eq!(curve(2, RESERVED_COUNTER), [(5000, 20 << 20)]);
+    // The curves' values are the events' totals.
+    for m in &t.memory {
+        let at = |name: &str| {
+            let points = curve(m.device, name);
+            let i = points.partition_point(|p| p.0 <= m.ts_ns);
+            points[i - 1].1 as u64
+        };
+        assert_eq!(at(ALLOCATED_COUNTER), m.allocated, "{m:?}");
+        assert_eq!(at(RESERVED_COUNTER), m.reserved, "{m:?}");
+    }
+    // GPU 0: two live blocks, then the second alone.
+    let rows = |ts| -> Vec<(u64, u64, BlockState)> {
+        MemoryMap::at(&t, 0, ts)
+            .rows()
+            .iter()
+            .flat_map(|r| r.blocks.iter().map(|b| (b.addr, b.bytes, b.state)))
+            .collect()
+    };
+    assert_eq!(
+        rows(2000),
+        [
+            (139_800_000_000_000, 512, BlockState::Active),
+            (139_800_000_000_512, 1024, BlockState::Active)
+        ]
+    );
+    assert_eq!(
+        rows(4000),
+        [(139_800_000_000_512, 1024, BlockState::Active)]
+    );
+    // Exported and read back as Keel's own: the same trace.
+    let json = keel::profiler::json::to_json_string(&t).expect("export");
+    assert_eq!(keel::profiler::json::read_json(&json).expect("read"), t);
 }

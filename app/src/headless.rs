@@ -71,12 +71,13 @@ pub fn kernel_table(stats: &Stats) -> String {
 
 /// What `--headless --open FILE...` prints: the import report (added up
 /// over the files), the one-line summary scripts read (`Trace: N lanes, M
-/// spans, K flows`), the lane groups, the analysis tables and the
-/// per-kernel statistics. Probes no device, runs nothing.
+/// spans, K flows`), the lane groups, the allocator events per device, the
+/// analysis tables and the per-kernel statistics. Probes no device, runs nothing.
 pub fn report(view: &TraceView) -> String {
     let mut out = crate::analysis::import_text(view.trace.import.as_ref());
     out.push_str(&summary_line(view));
     out.push_str(&groups_text(view));
+    out.push_str(&memory_text(view));
     out.push_str(&crate::analysis::Analysis::new(view).text());
     out.push_str("Per-kernel statistics:\n");
     out.push_str(&kernel_table(&Stats::new(view)));
@@ -93,6 +94,38 @@ fn groups_text(view: &TraceView) -> String {
             "  {} ({n} lane{})\n",
             g.label,
             if n == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}
+
+/// The allocator events per device: how many, the peaks of the allocated
+/// and reserved curves, out-of-memory events (nothing without events).
+pub fn memory_text(view: &TraceView) -> String {
+    use keel::profiler::MemoryAction;
+    let memory = &view.trace.memory;
+    if memory.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("Memory: {} allocator events\n", memory.len());
+    let mut devices: Vec<u32> = memory.iter().map(|m| m.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    for d in devices {
+        let of = || memory.iter().filter(move |m| m.device == d);
+        let name = view
+            .trace
+            .devices
+            .get(d as usize)
+            .map_or_else(|| format!("device {d}"), |x| x.device.clone());
+        let peak_allocated = of().map(|m| m.allocated).max().unwrap_or(0);
+        let peak_reserved = of().map(|m| m.reserved).max().unwrap_or(0);
+        let ooms = of().filter(|m| m.action == MemoryAction::Oom).count();
+        out.push_str(&format!(
+            "  {name}: {} events, peak allocated {}, peak reserved {}, {ooms} out of memory\n",
+            of().count(),
+            crate::panels::memory::format_bytes(peak_allocated),
+            crate::panels::memory::format_bytes(peak_reserved),
         ));
     }
     out

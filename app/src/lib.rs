@@ -17,8 +17,9 @@
 //!   top kernels, launch delays), computed once per trace;
 //! - [`devices`]: probing backends and capability checks;
 //! - [`workloads`]: built-in workloads run on a background thread;
-//! - [`panels`]: the panels (devices, timeline, statistics, sources,
-//!   details); each returns what the user asked for and the [`App`] acts;
+//! - [`panels`]: the panels (devices, timeline, statistics, analysis,
+//!   memory, sources, details); each returns what the user asked for and
+//!   the [`App`] acts;
 //! - [`headless`]: `--headless`; [`window`]: eframe, `--screenshot`.
 
 pub mod analysis;
@@ -39,6 +40,7 @@ use keel::profiler::{Trace, live};
 
 use crate::devices::BackendInfo;
 use crate::model::TraceView;
+use crate::panels::memory::MemoryState;
 use crate::panels::sources::{Command, SourcesState};
 use crate::panels::stats::StatsState;
 use crate::panels::timeline::{Highlight, TimelineState};
@@ -56,6 +58,8 @@ pub enum Tab {
     Stats,
     /// Import report and HTA-style analysis.
     Analysis,
+    /// Allocator curves and the segment map.
+    Memory,
 }
 
 /// What a live connection thread reports.
@@ -82,6 +86,8 @@ pub struct App {
     pub timeline: TimelineState,
     /// Statistics panel state.
     pub stats_state: StatsState,
+    /// Memory view state.
+    pub memory: MemoryState,
     /// Sources panel state.
     pub sources: SourcesState,
     /// The selected span.
@@ -145,6 +151,7 @@ impl App {
             tab: Tab::Devices,
             timeline: TimelineState::default(),
             stats_state: StatsState::default(),
+            memory: MemoryState::default(),
             sources: SourcesState::new(all, device),
             selected: None,
             related: Vec::new(),
@@ -175,6 +182,7 @@ impl App {
         self.view = Some(TraceView::new(trace, source));
         self.stats = None;
         self.analysis = None;
+        self.memory.reset();
         self.select(None);
         self.timeline.fit_pending = true;
         self.timeline.follow_live = false;
@@ -419,6 +427,7 @@ impl App {
                     format!("live {}", self.sources.address),
                 ));
                 self.select(None);
+                self.memory.reset();
                 self.timeline.search.reset();
                 self.tab = Tab::Timeline;
                 self.timeline.fit_pending = true;
@@ -498,6 +507,7 @@ impl App {
                 ui.selectable_value(&mut self.tab, Tab::Timeline, "Timeline");
                 ui.selectable_value(&mut self.tab, Tab::Stats, "Events & stats");
                 ui.selectable_value(&mut self.tab, Tab::Analysis, "Analysis");
+                ui.selectable_value(&mut self.tab, Tab::Memory, "Memory");
                 ui.separator();
                 match &self.view {
                     Some(v) => ui.label(format!("trace: {}", v.source)),
@@ -580,6 +590,15 @@ impl App {
                 Some(view) => {
                     let stats = self.stats.get_or_insert_with(|| Stats::new(view));
                     panels::stats::show(ui, &mut self.stats_state, view, stats);
+                }
+                None => {
+                    ui.label("No trace yet.");
+                }
+            },
+            Tab::Memory => match &self.view {
+                Some(view) => {
+                    let live = self.live_rx.is_some();
+                    panels::memory::show(ui, &mut self.memory, &mut self.timeline, view, live);
                 }
                 None => {
                     ui.label("No trace yet.");

@@ -421,12 +421,17 @@ impl TraceView {
             hi = hi.max(i.ts_ns);
         }
         self.extent = (lo, hi);
-        // Counters are few points; a live merge may extend any of them.
+        // Counters' points and memory events are in time order; a live
+        // merge may extend any of them.
         for c in &self.trace.counters {
-            for &(t, _) in &c.points {
-                lo = lo.min(t);
-                hi = hi.max(t);
+            if let (Some(first), Some(last)) = (c.points.first(), c.points.last()) {
+                lo = lo.min(first.0);
+                hi = hi.max(last.0);
             }
+        }
+        if let (Some(first), Some(last)) = (self.trace.memory.first(), self.trace.memory.last()) {
+            lo = lo.min(first.ts_ns);
+            hi = hi.max(last.ts_ns);
         }
         if lo > hi {
             (lo, hi) = (0, 1_000);

@@ -214,3 +214,18 @@ fn headless_open_of_several_files_groups_them_per_rank() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--headless --open` of a PyTorch trace with allocator events
+/// (`profile_memory=True`): their count and each device's peaks.
+#[test]
+fn headless_open_prints_the_memory_peaks() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/import/kineto_memory.json");
+    let (code, out, err) = run(&["--headless", "--open", file.to_str().expect("utf-8 path")]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let memory = "Memory: 7 allocator events\n\
+        \x20 cuda:0: 4 events, peak allocated 1.50 KiB, peak reserved 2.00 MiB, 1 out of memory\n\
+        \x20 cpu: 2 events, peak allocated 4.00 KiB, peak reserved 0 B, 0 out of memory\n\
+        \x20 cuda:1: 1 events, peak allocated 20.00 MiB, peak reserved 20.00 MiB, 0 out of memory\n";
+    assert!(out.contains(memory), "{out}");
+}

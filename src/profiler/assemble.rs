@@ -24,8 +24,9 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::trace::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    TRACE_VERSION, Text, Trace, TraceDevice,
+    ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
+    MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace,
+    TraceDevice,
 };
 use crate::core::{Device, Stream};
 
@@ -42,6 +43,31 @@ pub(crate) enum Detail {
         block: [u32; 3],
     },
     Event(u64),
+}
+
+/// One caching-allocator action, with the device's totals after it; the
+/// allocator hands it to `record::memory_event` while a session records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRecord {
+    /// The device whose allocator acted.
+    pub device: Device,
+    /// What it did.
+    pub action: MemoryAction,
+    /// Block address (`Alloc`/`Free`) or segment base
+    /// (`SegmentAlloc`/`SegmentFree`); for `Oom`, 0.
+    pub addr: u64,
+    /// Base of the segment the block is in (= `addr` for segment actions).
+    pub segment: u64,
+    /// Bytes of the block or segment (for `Oom`: the request).
+    pub bytes: u64,
+    /// Stream the block belongs to (`None` for segment actions and `Oom`).
+    pub stream: Option<Stream>,
+    /// From the small-block pool.
+    pub small_pool: bool,
+    /// Bytes allocated on the device after this action.
+    pub allocated: u64,
+    /// Bytes reserved on the device after this action.
+    pub reserved: u64,
 }
 
 /// One entry of a thread's recording buffer.
@@ -153,8 +179,8 @@ pub(super) struct Collected {
     pub bases: Vec<(Device, ClockBase)>,
     /// (record op, wait op): a stream waited for an event an op recorded.
     pub waits: Vec<(u64, u64)>,
-    /// (device, when, bytes allocated (+) or freed (-)).
-    pub memory: Vec<(Device, Instant, i64)>,
+    /// Allocator events and when they happened.
+    pub memory: Vec<(Instant, MemoryRecord)>,
     /// Records lost since the previous batch.
     pub dropped: u64,
     /// The session's last batch: nothing is carried over.
@@ -177,8 +203,16 @@ pub(super) struct Assembler {
     device_of_op: HashMap<u64, (Stream, u64, u64)>,
     /// Per stream: the end of its last placed device span.
     last_end: HashMap<Stream, u64>,
-    memory_total: HashMap<Device, i64>,
+    /// Per device: the last (allocated, reserved) put on its curves.
+    memory_last: HashMap<Device, (u64, u64)>,
     next_flow: u64,
+}
+
+/// A counter's points: (ns from the epoch, value).
+type Curve = Vec<(u64, i64)>;
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 fn ns_since(epoch: Instant, t: Instant) -> u64 {
@@ -209,7 +243,7 @@ impl Assembler {
             host_of_op: HashMap::new(),
             device_of_op: HashMap::new(),
             last_end: HashMap::new(),
-            memory_total: HashMap::new(),
+            memory_last: HashMap::new(),
             next_flow: 1,
         }
     }
@@ -368,27 +402,50 @@ impl Assembler {
             }
         }
 
-        // Memory in use per device.
+        // Allocator events, and the allocated and reserved curves per
+        // device (a point where a total changed).
         let mut memory = std::mem::take(&mut batch.memory);
-        memory.sort_by_key(|m| m.1);
-        let mut counters: HashMap<Device, Vec<(u64, i64)>> = HashMap::new();
-        for (d, at, delta) in memory {
-            let total = self.memory_total.entry(d).or_insert(0);
-            *total += delta;
-            counters
-                .entry(d)
-                .or_default()
-                .push((ns_since(epoch, at), *total));
-        }
-        let mut counters: Vec<(Device, Vec<(u64, i64)>)> = counters.into_iter().collect();
-        counters.sort_by_key(|c| c.0);
-        for (d, points) in counters {
-            let device = b.device(d);
-            b.trace.counters.push(Counter {
+        memory.sort_by_key(|m| m.0);
+        let mut curves: HashMap<Device, [Curve; 2]> = HashMap::new();
+        b.trace.memory.reserve(memory.len());
+        for (at, r) in memory {
+            let ts_ns = ns_since(epoch, at);
+            let device = b.device(r.device);
+            b.trace.memory.push(MemoryEvent {
+                ts_ns,
                 device,
-                name: "memory in use (bytes)".to_owned(),
-                points,
+                action: r.action,
+                addr: r.addr,
+                segment: r.segment,
+                bytes: r.bytes,
+                stream: r.stream.map(|s| s.id()),
+                small_pool: r.small_pool,
+                allocated: r.allocated,
+                reserved: r.reserved,
             });
+            let last = self.memory_last.get(&r.device).copied();
+            let [allocated, reserved] = curves.entry(r.device).or_default();
+            if last.is_none_or(|l| l.0 != r.allocated) {
+                allocated.push((ts_ns, clamp_i64(r.allocated)));
+            }
+            if last.is_none_or(|l| l.1 != r.reserved) {
+                reserved.push((ts_ns, clamp_i64(r.reserved)));
+            }
+            self.memory_last.insert(r.device, (r.allocated, r.reserved));
+        }
+        let mut curves: Vec<(Device, [Curve; 2])> = curves.into_iter().collect();
+        curves.sort_by_key(|c| c.0);
+        for (d, [allocated, reserved]) in curves {
+            let device = b.device(d);
+            for (name, points) in [(ALLOCATED_COUNTER, allocated), (RESERVED_COUNTER, reserved)] {
+                if !points.is_empty() {
+                    b.trace.counters.push(Counter {
+                        device,
+                        name: name.to_owned(),
+                        points,
+                    });
+                }
+            }
         }
 
         b.trace.dropped = batch.dropped;
@@ -494,6 +551,21 @@ mod tests {
         }
     }
 
+    /// A block event on stream 2 of `d` with the totals after it.
+    fn block(d: Device, action: MemoryAction, allocated: u64, bytes: u64) -> MemoryRecord {
+        MemoryRecord {
+            device: d,
+            action,
+            addr: 0x1000,
+            segment: 0x1000,
+            bytes,
+            stream: Some(Stream::new(d, 2)),
+            small_pool: true,
+            allocated,
+            reserved: 4096,
+        }
+    }
+
     fn host_span(
         epoch: Instant,
         op: u64,
@@ -556,7 +628,10 @@ mod tests {
                     ..ClockBase::default()
                 },
             )],
-            memory: vec![(d, at(epoch, 10), 64), (d, at(epoch, 300), -64)],
+            memory: vec![
+                (at(epoch, 10), block(d, MemoryAction::Alloc, 64, 64)),
+                (at(epoch, 300), block(d, MemoryAction::Free, 0, 64)),
+            ],
             dropped: 2,
             last: true,
             ..Collected::default()
@@ -592,7 +667,17 @@ mod tests {
         assert_eq!(t.flows[0].kind, FlowKind::Launch);
         assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));
         assert_eq!(t.instants[0].ts_ns, 250);
+        assert_eq!(t.counters[0].name, ALLOCATED_COUNTER);
         assert_eq!(t.counters[0].points, [(10, 64), (300, 0)]);
+        // Reserved did not change: one point.
+        assert_eq!(t.counters[1].name, RESERVED_COUNTER);
+        assert_eq!(t.counters[1].points, [(10, 4096)]);
+        assert_eq!(t.memory.len(), 2);
+        assert_eq!(
+            (t.memory[0].ts_ns, t.memory[0].device, t.memory[0].stream),
+            (10, 0, Some(2))
+        );
+        assert_eq!(t.memory[1].action, MemoryAction::Free);
         assert_eq!(t.dropped, 2);
         // The buffer was drained, its capacity kept for reuse.
         assert!(batch.host[0].records.is_empty());
@@ -628,7 +713,7 @@ mod tests {
                     ..ClockBase::default()
                 },
             )],
-            memory: vec![(d, at(epoch, 5), 8)],
+            memory: vec![(at(epoch, 5), block(d, MemoryAction::Alloc, 8, 8))],
             ..Collected::default()
         };
         let t = a.assemble(&mut second);
@@ -640,12 +725,17 @@ mod tests {
         assert_eq!((wait.from.ts_ns, wait.to.ts_ns), (120, 130));
         // Calibrations and totals are carried from batch to batch.
         let mut third = Collected {
-            memory: vec![(d, at(epoch, 50), 8)],
+            memory: vec![
+                (at(epoch, 50), block(d, MemoryAction::Alloc, 16, 8)),
+                (at(epoch, 60), block(d, MemoryAction::Alloc, 24, 8)),
+            ],
             ..Collected::default()
         };
         let t = a.assemble(&mut third);
         assert_eq!(t.calibrations.len(), 1);
-        assert_eq!(t.counters[0].points, [(50, 16)]);
+        // Only what changed since the previous batch makes a point.
+        assert_eq!(t.counters.len(), 1);
+        assert_eq!(t.counters[0].points, [(50, 16), (60, 24)]);
         assert_eq!(t.check(), Ok(()));
     }
 

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use super::assemble::{Assembler, Collected, DeviceInfo, DeviceSpan};
 use super::clock::{DeviceClock, RECALIBRATE_EVERY};
-use super::record::{self, Gathered, lock};
+use super::record::{self, Gathered, MemoryRecord, lock};
 use super::trace::{TRACE_VERSION, Trace};
 use crate::backend::registry;
 use crate::core::Device;
@@ -139,7 +139,7 @@ pub(super) fn end() -> Trace {
 struct Taken {
     device_spans: Vec<DeviceSpan>,
     waits: Vec<(u64, u64)>,
-    memory: Vec<(Device, Instant, i64)>,
+    memory: Vec<(Instant, MemoryRecord)>,
     /// Every device seen so far, with its clock if it has one.
     devices: Vec<(Device, Option<Arc<DeviceClock>>)>,
 }
@@ -149,9 +149,9 @@ impl Taken {
         g.resolve(last);
         let mut devices: Vec<(Device, Option<Arc<DeviceClock>>)> =
             g.clocks.iter().map(|(d, c)| (*d, c.clone())).collect();
-        for (d, _, _) in &g.memory {
-            if !g.clocks.contains_key(d) {
-                devices.push((*d, None));
+        for (_, r) in &g.memory {
+            if !g.clocks.contains_key(&r.device) {
+                devices.push((r.device, None));
             }
         }
         devices.sort_by_key(|(d, _)| *d);

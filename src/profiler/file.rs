@@ -235,7 +235,7 @@ fn load(path: &Path) -> Result<(Trace, Option<i64>)> {
 /// distributed job: each file's host lanes are grouped under a prefix
 /// (`rank N · ` from the file's `distributedInfo.rank`, else the file
 /// name), its devices are its own (`rank N · cuda:0`), and its flows and
-/// counters follow it.
+/// counters and memory events follow it.
 ///
 /// Clocks: every file is aligned on its own earliest event (imports start
 /// at 0; Keel's files already count from their session's start), so steps
@@ -324,6 +324,10 @@ pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
             c.device += device_base;
             c
         }));
+        out.memory.extend(t.memory.into_iter().map(|mut m| {
+            m.device += device_base;
+            m
+        }));
         out.calibrations
             .extend(t.calibrations.into_iter().map(|mut c| {
                 c.device += device_base;
@@ -346,6 +350,8 @@ pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
             }
         }
     }
+    // Each file's events are in time order; together they are sorted.
+    out.memory.sort_by_key(|m| m.ts_ns);
     if let Some(r) = &mut report {
         r.skipped
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

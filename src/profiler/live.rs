@@ -267,6 +267,7 @@ impl Sink for LiveSink {
             && fragment.instants.is_empty()
             && fragment.flows.is_empty()
             && fragment.counters.is_empty()
+            && fragment.memory.is_empty()
             && fragment.dropped == 0;
         if empty {
             return;

@@ -27,7 +27,8 @@
 //! # Layout
 //! Recording, from the hooks to a finished trace:
 //! - [`record`]: the hooks `ops.rs` calls, per-thread buffers, the shared
-//!   state of device spans, event links and memory; what recording costs.
+//!   state of device spans and event links, and the caching allocator's
+//!   hook (`memory_event`); what recording costs.
 //! - `clock`: timed backend events, one reference per device, and the
 //!   calibration that maps device time onto the host clock.
 //! - `assemble`: plain collected data in, a [`Trace`] (fragment) out; no
@@ -38,7 +39,8 @@
 //!
 //! Traces, whoever made them:
 //! - [`trace`]: the model, the contract with viewers (the app reads nothing
-//!   else), with its own operations (check, merge).
+//!   else), with its own operations (check, merge, and [`MemoryMap`]: a
+//!   device's segments and blocks at any time, from the allocator events).
 //! - [`json`] (Chrome Trace Event JSON: writer, reader of Keel's own files,
 //!   importer of other tools'), [`native`] (Keel's binary format), and
 //!   [`file`](mod@file) (choosing a format, saving, loading).

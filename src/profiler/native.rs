@@ -22,7 +22,7 @@
 //!
 //! | tag | section      | body                                                     |
 //! |-----|--------------|----------------------------------------------------------|
-//! | 1   | header       | trace version varint, dropped varint                     |
+//! | 1   | header       | trace version varint, dropped varint; in files with a memory section, then which optional sections follow varint (bit 0 origin, bit 1 memory), so a file cut before them is an error, not an older file |
 //! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
 //! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
 //! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint), name str |
@@ -40,6 +40,14 @@
 //! |-----|--------------|----------------------------------------------------------|
 //! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
 //!
+//! And one more after it (or after the calibrations), only in traces with
+//! allocator events; files without them are the same bytes as before it
+//! existed:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 11  | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
+//!
 //! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
 //! The reader checks every bound: a truncated file, a wrong magic, a newer
 //! version, a string index out of range, an unknown tag and a count larger
@@ -53,8 +61,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use super::trace::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, Span, SpanKind,
-    Text, Trace, TraceDevice,
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, MemoryAction,
+    MemoryEvent, Span, SpanKind, Text, Trace, TraceDevice,
 };
 use crate::error::{Error, Result};
 
@@ -78,7 +86,8 @@ mod tag {
     pub const COUNTERS: u8 = 8;
     pub const CALIBRATIONS: u8 = 9;
     pub const ORIGIN: u8 = 10;
-    pub const NAMES: [&str; 11] = [
+    pub const MEMORY: u8 = 11;
+    pub const NAMES: [&str; 12] = [
         "",
         "header",
         "strings",
@@ -90,7 +99,11 @@ mod tag {
         "counters",
         "calibrations",
         "origin",
+        "memory",
     ];
+
+    /// The version of the memory section's body this module writes.
+    pub const MEMORY_VERSION: u8 = 1;
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -105,6 +118,13 @@ fn span_kind_tag(kind: SpanKind) -> u8 {
     SpanKind::ALL
         .iter()
         .position(|&k| k == kind)
+        .map_or(0, |i| i as u8)
+}
+
+fn memory_action_tag(action: MemoryAction) -> u8 {
+    MemoryAction::ALL
+        .iter()
+        .position(|&a| a == action)
         .map_or(0, |i| i as u8)
 }
 
@@ -253,6 +273,9 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     };
     b.varint(trace.version.into());
     b.varint(trace.dropped);
+    if !trace.memory.is_empty() {
+        b.varint(u64::from(origin) | 2);
+    }
     b.section(tag::HEADER, out)?;
 
     b.len(strings.list.len());
@@ -364,6 +387,30 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             }
         }
         b.section(tag::ORIGIN, out)?;
+    }
+
+    if !trace.memory.is_empty() {
+        b.buf.reserve(trace.memory.len() * 12);
+        b.buf.push(tag::MEMORY_VERSION);
+        b.len(trace.memory.len());
+        let mut ts = 0u64;
+        for m in &trace.memory {
+            b.svarint(m.ts_ns.wrapping_sub(ts) as i64);
+            ts = m.ts_ns;
+            b.varint(m.device.into());
+            b.buf.push(memory_action_tag(m.action));
+            b.buf
+                .push(u8::from(m.small_pool) | (u8::from(m.stream.is_some()) << 1));
+            b.varint(m.addr);
+            b.varint(m.addr.wrapping_sub(m.segment));
+            b.varint(m.bytes);
+            if let Some(stream) = m.stream {
+                b.svarint(stream);
+            }
+            b.varint(m.allocated);
+            b.varint(m.reserved);
+        }
+        b.section(tag::MEMORY, out)?;
     }
     out.flush()
         .map_err(|e| Error::TraceFormat(format!("could not write the native trace: {e}")))
@@ -660,6 +707,21 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         dropped: r.varint("the dropped count")?,
         ..Trace::default()
     };
+    // Which optional sections follow (files before the memory section, and
+    // files without one, do not say).
+    let follows = if r.pos < r.end {
+        let at = r.pos;
+        let flags = r.varint("the optional sections that follow")?;
+        if flags > 3 {
+            return Err(r.fail(
+                at,
+                format!("expected optional section flags below 4, found {flags}"),
+            ));
+        }
+        Some(flags)
+    } else {
+        None
+    };
     r.done()?;
 
     r.section(tag::STRINGS)?;
@@ -850,7 +912,10 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    if r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN {
+    let origin_follows = follows.map(|f| f & 1 != 0);
+    if origin_follows == Some(true)
+        || (origin_follows.is_none() && r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN)
+    {
         r.section(tag::ORIGIN)?;
         let at = r.pos;
         let n = r.count("lane groups", 1)?;
@@ -889,6 +954,73 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
                     format!("expected an import report flag (0 or 1), found {other}"),
                 ));
             }
+        }
+        r.done()?;
+    }
+
+    if follows.is_some_and(|f| f & 2 != 0) {
+        r.section(tag::MEMORY)?;
+        let at = r.pos;
+        let version = r.u8("the memory section's version")?;
+        if version != tag::MEMORY_VERSION {
+            return Err(r.fail(
+                at,
+                format!(
+                    "expected memory section version {}, found version {version}{}",
+                    tag::MEMORY_VERSION,
+                    if version > tag::MEMORY_VERSION {
+                        " (written by a newer Keel)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let n = r.count("memory events", 9)?;
+        trace.memory.reserve(n);
+        let mut ts = 0u64;
+        for _ in 0..n {
+            ts = ts.wrapping_add(r.svarint("a memory event time")? as u64);
+            let device = r.device(devices)?;
+            let at = r.pos;
+            let action = r.u8("a memory action")?;
+            let action = *MemoryAction::ALL.get(usize::from(action)).ok_or_else(|| {
+                r.fail(
+                    at,
+                    format!(
+                        "expected a memory action below {}, found {action}",
+                        MemoryAction::ALL.len()
+                    ),
+                )
+            })?;
+            let at = r.pos;
+            let flags = r.u8("memory event flags")?;
+            if flags > 3 {
+                return Err(r.fail(
+                    at,
+                    format!("expected memory event flags below 4, found {flags}"),
+                ));
+            }
+            let addr = r.varint("an address")?;
+            let segment = addr.wrapping_sub(r.varint("a segment offset")?);
+            let bytes = r.varint("a byte count")?;
+            let stream = if flags & 2 != 0 {
+                Some(r.svarint("a stream id")?)
+            } else {
+                None
+            };
+            trace.memory.push(MemoryEvent {
+                ts_ns: ts,
+                device,
+                action,
+                addr,
+                segment,
+                bytes,
+                stream,
+                small_pool: flags & 1 != 0,
+                allocated: r.varint("the allocated total")?,
+                reserved: r.varint("the reserved total")?,
+            });
         }
         r.done()?;
     }

@@ -3,7 +3,8 @@
 //!
 //! Hooks only gather: host records go to the calling thread's buffer;
 //! device spans (bracketed by timed events, see `clock.rs`), event links
-//! and memory changes go to one shared, locked state. The collector
+//! and the caching allocator's events (`memory_event`) go to one shared,
+//! locked state. The collector
 //! (`collect.rs`) takes both away and hands them to the assembler
 //! (`assemble.rs`); nothing here builds a trace.
 //!
@@ -25,14 +26,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 pub(crate) use super::assemble::Detail;
+pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
+pub use super::trace::MemoryAction;
 use super::trace::SpanKind;
-use crate::core::{Device, Stream};
+use crate::core::Stream;
 use crate::error::{Error, Result};
 
 /// Records a thread keeps before it counts drops instead.
 pub const MAX_RECORDS_PER_THREAD: usize = 1 << 20;
+
+/// Allocator events kept between two collections before further ones are
+/// counted as drops.
+pub const MAX_MEMORY_RECORDS: usize = 1 << 20;
 
 /// Device spans waiting for their events before they are resolved in a
 /// batch (keeps the number of live timed events bounded).
@@ -122,8 +129,8 @@ pub(super) struct Gathered {
     pub event_ops: HashMap<u64, u64>,
     /// (record op, wait op) pairs
     pub waits: Vec<(u64, u64)>,
-    /// (device, time, +/- bytes)
-    pub memory: Vec<(Device, Instant, i64)>,
+    /// Allocator events with their host times, in time order.
+    pub memory: Vec<(Instant, MemoryRecord)>,
 }
 
 impl Gathered {
@@ -322,10 +329,20 @@ pub(crate) fn event_waited(event: u64, op: u64) {
     }
 }
 
-/// Notes `bytes` allocated (positive) or freed (negative) on `device`.
-pub(crate) fn memory(device: Device, bytes: i64) {
-    if let Some(state) = lock(&GATHERED).as_mut() {
-        state.memory.push((device, Instant::now(), bytes));
+/// Records an allocator action, stamped with the host clock now. The
+/// caller checks [`enabled`] first; without a session this does nothing.
+/// The clock is read under the recorder's lock, so records are kept in
+/// time order. Past [`MAX_MEMORY_RECORDS`] between two collections,
+/// records are counted as dropped.
+pub(crate) fn memory_event(record: MemoryRecord) {
+    let mut gathered = lock(&GATHERED);
+    let Some(state) = gathered.as_mut() else {
+        return;
+    };
+    if state.memory.len() < MAX_MEMORY_RECORDS {
+        state.memory.push((Instant::now(), record));
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -353,4 +370,65 @@ pub(super) fn range_between(name: Cow<'static, str>, start: Instant, end: Instan
         stream: None,
         detail: Detail::None,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Device;
+    use crate::profiler::trace::{ALLOCATED_COUNTER, RESERVED_COUNTER};
+
+    /// Allocator records past the bound are counted as drops; what was
+    /// kept becomes events and curves. (The only test of the library's
+    /// unit tests that starts a session.)
+    #[test]
+    fn memory_records_are_bounded_and_drops_counted() {
+        assert!(!enabled());
+        memory_event(MemoryRecord {
+            device: Device::cpu(),
+            action: MemoryAction::Alloc,
+            addr: 1,
+            segment: 1,
+            bytes: 1,
+            stream: None,
+            small_pool: true,
+            allocated: 1,
+            reserved: 1,
+        }); // no session: nothing kept
+        let session = crate::profiler::start().expect("start");
+        let extra = 7;
+        let stream = Stream::new(Device::cpu(), 0);
+        for i in 0..(MAX_MEMORY_RECORDS + extra) as u64 {
+            memory_event(MemoryRecord {
+                device: Device::cpu(),
+                action: if i % 2 == 0 {
+                    MemoryAction::Alloc
+                } else {
+                    MemoryAction::Free
+                },
+                addr: 4096,
+                segment: 0,
+                bytes: 512,
+                stream: Some(stream),
+                small_pool: true,
+                allocated: u64::from(i % 2 == 0) * 512,
+                reserved: 2 << 20,
+            });
+        }
+        let trace = session.stop();
+        assert_eq!(trace.dropped, extra as u64);
+        assert_eq!(trace.memory.len(), MAX_MEMORY_RECORDS);
+        assert!(trace.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+        assert_eq!(trace.memory[0].stream, Some(0));
+        let curve = |name: &str| {
+            trace
+                .counters
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.points.len())
+        };
+        // Allocated changes at every record, reserved never after the first.
+        assert_eq!(curve(ALLOCATED_COUNTER), Some(MAX_MEMORY_RECORDS));
+        assert_eq!(curve(RESERVED_COUNTER), Some(1));
+    }
 }

@@ -4,6 +4,7 @@
 pub mod analysis;
 pub mod details;
 pub mod devices;
+pub mod memory;
 pub mod sources;
 pub mod stats;
 pub mod timeline;

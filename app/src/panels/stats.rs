@@ -1,5 +1,6 @@
 //! Events and statistics: per-kernel and per-lane tables, a duration
-//! histogram, timed event pairs and memory in use over time.
+//! histogram, timed event pairs and every counter over time (the memory
+//! curves have their own view, [`memory`](super::memory)).
 
 use egui::Ui;
 use egui_plot::{Bar, BarChart, Legend, Line, Plot};
@@ -99,9 +100,9 @@ pub fn show(ui: &mut Ui, state: &mut StatsState, view: &TraceView, stats: &Stats
                     }
                 });
             ui.separator();
-            ui.heading("Memory in use");
+            ui.heading("Counters");
             if view.trace.counters.is_empty() {
-                ui.label("No memory counters in this trace.");
+                ui.label("No counters in this trace.");
             } else {
                 Plot::new("memory")
                     .height(180.0)

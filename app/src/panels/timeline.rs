@@ -794,7 +794,9 @@ pub const KEY_ZOOM: f64 = 1.25;
 /// Fraction of the view one A or D press pans.
 pub const KEY_PAN: f64 = 0.1;
 
-fn handle_input(
+/// Zoom, pan and scroll from the keyboard and mouse (shared with the
+/// memory view, which shows the same time window).
+pub(crate) fn handle_input(
     ui: &Ui,
     state: &mut TimelineState,
     response: &Response,

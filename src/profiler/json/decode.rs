@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 use super::kind_for_category;
 use crate::error::{Error, Result};
 use crate::profiler::trace::{
-    Flow, FlowEnd, FlowKind, InstantEvent, LaneKind, Span, SpanKind, Trace,
+    Flow, FlowEnd, FlowKind, InstantEvent, LaneKind, MemoryAction, MemoryEvent, Span, SpanKind,
+    Trace,
 };
 
 pub(super) fn err(message: String) -> Error {
@@ -210,6 +211,13 @@ fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
     out
 }
 
+/// Whether an instant is an allocator event Keel wrote: its `args` carry
+/// `keel_action` (a user argument of that name is written as
+/// `keel_arg_keel_action`, so nothing else has it).
+fn is_memory_event(ev: &Obj<'_>) -> bool {
+    matches!(ev.get("args"), Some(Value::Object(args)) if args.contains_key("keel_action"))
+}
+
 pub(super) fn event_path(i: usize) -> String {
     format!("traceEvents[{i}]")
 }
@@ -297,6 +305,7 @@ impl<T: Tables> Walk<T> {
             };
             let result = match ph {
                 "X" => self.span(&ev),
+                "i" | "I" if is_memory_event(&ev) => self.memory(&ev),
                 "i" | "I" => self.instant(&ev),
                 "C" => self.counter(&ev),
                 "s" | "f" => self.flow_end(&ev, ph == "s", i, &mut ids, &mut pending),
@@ -414,6 +423,52 @@ impl<T: Tables> Walk<T> {
             name,
             ts_ns,
             args,
+        });
+        Ok(())
+    }
+
+    /// An allocator event (see [`is_memory_event`]).
+    fn memory(&mut self, ev: &Obj<'_>) -> Result<()> {
+        let pid = ev.u64("pid")?;
+        let Some(device) = self.tables.counter_device(&self.trace, ev, pid)? else {
+            return Ok(());
+        };
+        let ts_ns = ev.micros("ts", T::STRICT)?;
+        let args_path = format!("{}.args", ev.path);
+        let args = Obj::new(ev.req("args")?, &args_path)?;
+        let action = args.str("keel_action")?;
+        let action = MemoryAction::from_name(action).ok_or_else(|| {
+            err(format!(
+                "{args_path}.keel_action: expected one of {}, found \"{}\"",
+                MemoryAction::ALL.map(MemoryAction::name).join(", "),
+                short(action)
+            ))
+        })?;
+        let stream = match args.get("keel_stream") {
+            None => None,
+            Some(_) => Some(args.i64("keel_stream")?),
+        };
+        let small_pool = match args.get("keel_small_pool") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(err(format!(
+                    "{args_path}.keel_small_pool: expected a boolean, found {}",
+                    describe(other)
+                )));
+            }
+        };
+        self.trace.memory.push(MemoryEvent {
+            ts_ns,
+            device,
+            action,
+            addr: args.u64("Addr")?,
+            segment: args.u64("keel_segment")?,
+            bytes: args.u64("keel_bytes")?,
+            stream,
+            small_pool,
+            allocated: args.u64("Total Allocated")?,
+            reserved: args.u64("Total Reserved")?,
         });
         Ok(())
     }

@@ -36,6 +36,15 @@
 //! [`FlowKind::Launch`] except for event waits and Kineto's `fwdbwd`
 //! (forward -> backward), which are dependencies ([`FlowKind::EventWait`]).
 //!
+//! PyTorch's allocator events (`[memory]` and `[OutOfMemory]` instants,
+//! written with `profile_memory=True`: `Device Type`, `Device Id`, `Addr`,
+//! `Bytes` (negative for a free), `Total Allocated`, `Total Reserved`)
+//! become [`MemoryEvent`]s of their device (c10's device type numbers:
+//! `cuda:N` is the GPU process of index N, `cpu` the host) with the
+//! allocated and reserved curves. PyTorch's traces have no segments: each
+//! block is its own segment ([`MemoryEvent::segment`] = `Addr`) and no
+//! stream is known.
+//!
 //! Every element of `traceEvents` is counted either imported or skipped
 //! with a reason in [`Trace::import`]. Spans that overlap on one lane
 //! without nesting are kept (viewers stack them in extra rows).
@@ -51,8 +60,9 @@ use super::decode::short;
 use super::stream::{self, Ending, Sink};
 use crate::error::Result;
 use crate::profiler::trace::{
-    Counter, Flow, FlowEnd, FlowKind, ImportReport, InstantEvent, Interner, Lane, LaneKind, Span,
-    SpanKind, TRACE_VERSION, Text, Trace, TraceDevice,
+    ALLOCATED_COUNTER, Counter, Flow, FlowEnd, FlowKind, ImportReport, InstantEvent, Interner,
+    Lane, LaneKind, MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION,
+    Text, Trace, TraceDevice,
 };
 
 /// What one import produced.
@@ -568,6 +578,21 @@ struct FlowGroup {
     v2: bool,
 }
 
+/// A counter's points: (ns, value).
+type Curve = Vec<(u64, i64)>;
+
+/// A PyTorch allocator event, its device not decided yet.
+struct RawMemory {
+    ts: i64,
+    /// c10's device type number and the device index.
+    device: (i64, i64),
+    action: MemoryAction,
+    addr: u64,
+    bytes: u64,
+    allocated: u64,
+    reserved: u64,
+}
+
 /// The longest list of distinct skip reasons kept; more are counted under
 /// one "other" reason.
 const MAX_REASONS: usize = 64;
@@ -600,6 +625,8 @@ struct Importer {
     /// counter's device is the pid's order until the end).
     counters: HashMap<(Key, String), usize>,
     counter_pids: Vec<Key>,
+    /// PyTorch's allocator events, in file order.
+    memory: Vec<RawMemory>,
     /// Top-level fields.
     device_properties: Option<Value>,
     rank: Option<i64>,
@@ -945,6 +972,13 @@ impl Importer {
             return;
         };
         let name = ev.name.as_deref().unwrap_or("").to_owned();
+        if ph != "n"
+            && let Some(m) = pytorch_memory(&name, ev.args.as_ref(), ts)
+        {
+            self.see_ts(ts);
+            self.memory.push(m);
+            return;
+        }
         let lane = if ph == "n" {
             let cat = ev.cat.as_deref().unwrap_or("").to_owned();
             match Key::id(&ev).and_then(|id| {
@@ -1317,6 +1351,75 @@ impl Importer {
             }
         }
 
+        // PyTorch's allocator events: their devices, then the curves.
+        let mut memory_devices: HashMap<(i64, i64), u32> = HashMap::new();
+        let mut memory = std::mem::take(&mut self.memory);
+        memory.sort_by_key(|m| m.ts);
+        let min_ts = self.min_ts.unwrap_or(0);
+        for m in memory {
+            let device = match memory_devices.get(&m.device) {
+                Some(&d) => d,
+                None => {
+                    let (ty, index) = m.device;
+                    let gpu = (ty == 1)
+                        .then(|| devices.iter().position(|(_, i)| *i == Some(index)))
+                        .flatten();
+                    let d = match gpu {
+                        Some(d) => d as u32,
+                        None => {
+                            let (device, name) = memory_device_name(ty, index);
+                            self.trace.devices.push(TraceDevice {
+                                device,
+                                name,
+                                properties: Vec::new(),
+                            });
+                            (self.trace.devices.len() - 1) as u32
+                        }
+                    };
+                    memory_devices.insert(m.device, d);
+                    d
+                }
+            };
+            self.trace.memory.push(MemoryEvent {
+                ts_ns: m.ts.wrapping_sub(min_ts) as u64,
+                device,
+                action: m.action,
+                addr: m.addr,
+                segment: m.addr,
+                bytes: m.bytes,
+                stream: None,
+                small_pool: false,
+                allocated: m.allocated,
+                reserved: m.reserved,
+            });
+        }
+        let mut curves: Vec<(u32, [Curve; 2])> = Vec::new();
+        for m in &self.trace.memory {
+            let i = match curves.iter().position(|c| c.0 == m.device) {
+                Some(i) => i,
+                None => {
+                    curves.push((m.device, [Vec::new(), Vec::new()]));
+                    curves.len() - 1
+                }
+            };
+            let [allocated, reserved] = &mut curves[i].1;
+            for (points, v) in [(allocated, m.allocated), (reserved, m.reserved)] {
+                let v = i64::try_from(v).unwrap_or(i64::MAX);
+                if points.last().is_none_or(|p| p.1 != v) {
+                    points.push((m.ts_ns, v));
+                }
+            }
+        }
+        for (device, [allocated, reserved]) in curves {
+            for (name, points) in [(ALLOCATED_COUNTER, allocated), (RESERVED_COUNTER, reserved)] {
+                self.trace.counters.push(Counter {
+                    device,
+                    name: name.to_owned(),
+                    points,
+                });
+            }
+        }
+
         // Lanes: decided, then ordered.
         let mut used_threads = std::collections::HashSet::new();
         let mut lanes: Vec<(Lane, LaneOrder)> = Vec::new();
@@ -1387,7 +1490,9 @@ impl Importer {
             instant.lane = remap(instant.lane);
             instant.ts_ns = rebase(instant.ts_ns);
         }
-        for counter in &mut self.trace.counters {
+        // (The memory curves, after the C events' counters, are placed.)
+        let from_c_events = self.counter_pids.len();
+        for counter in &mut self.trace.counters[..from_c_events] {
             for p in &mut counter.points {
                 p.0 = rebase(p.0);
             }
@@ -1523,6 +1628,75 @@ impl Importer {
                 .collect(),
         )
     }
+}
+
+/// A PyTorch allocator event: a `[memory]` (block allocated, `Bytes` > 0,
+/// or freed, `Bytes` < 0) or `[OutOfMemory]` instant with numeric `Bytes`
+/// (missing totals and addresses read as 0).
+fn pytorch_memory(name: &str, args: Option<&Args<'_>>, ts: i64) -> Option<RawMemory> {
+    if name != "[memory]" && name != "[OutOfMemory]" {
+        return None;
+    }
+    let args = args?;
+    let int = |key: &str| {
+        args.get(key).and_then(|v| {
+            v.as_i64().or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.is_finite() && f.abs() < 9.2e18)
+                    .map(|f| f.round() as i64)
+            })
+        })
+    };
+    let bytes = int("Bytes")?;
+    let action = match (name, bytes < 0) {
+        ("[OutOfMemory]", _) => MemoryAction::Oom,
+        (_, false) => MemoryAction::Alloc,
+        (_, true) => MemoryAction::Free,
+    };
+    let unsigned = |key: &str| int(key).map_or(0, |v| v.max(0) as u64);
+    // Older traces have no `Device Type`: a device index is a GPU's, -1
+    // the CPU's.
+    let index = int("Device Id").unwrap_or(-1);
+    let ty = int("Device Type").unwrap_or(if index >= 0 { 1 } else { 0 });
+    Some(RawMemory {
+        ts,
+        device: (ty, index),
+        action,
+        addr: if action == MemoryAction::Oom {
+            0
+        } else {
+            unsigned("Addr")
+        },
+        bytes: bytes.unsigned_abs(),
+        allocated: unsigned("Total Allocated"),
+        reserved: unsigned("Total Reserved"),
+    })
+}
+
+/// The device string and name of a device only PyTorch's allocator events
+/// name (c10's device type number, index): `cpu`, `cuda:1`, ...
+fn memory_device_name(ty: i64, index: i64) -> (String, String) {
+    let kind = match ty {
+        0 => return ("cpu".to_owned(), "CPU".to_owned()),
+        1 => "cuda",
+        6 => "hip",
+        10 => "vulkan",
+        12 => "xpu",
+        13 => "mps",
+        20 => "privateuseone",
+        _ => {
+            return (
+                format!("device type {ty}:{index}"),
+                format!("device type {ty} {index}"),
+            );
+        }
+    };
+    let name = if ty == 1 {
+        format!("GPU {index}")
+    } else {
+        format!("{kind} {index}")
+    };
+    (format!("{kind}:{index}"), name)
 }
 
 /// How deep into a stack of open events an end looks for its begin's name:

@@ -48,6 +48,19 @@
 //! - Instants are `"ph":"i","s":"t"` events. Counters are `C` events on
 //!   the device's pid with `args:{"value":v}`, one per point; the `keel`
 //!   object lists the counters so that empty ones survive a round trip.
+//! - Allocator events ([`Trace::memory`]) are written as PyTorch's
+//!   profiler writes them with `profile_memory=True`: `"ph":"i","s":"t"`,
+//!   `cat` `cpu_instant_event`, name `[memory]` (a block allocated or
+//!   freed), `[OutOfMemory]`, or `[memory segment]` (segments, which
+//!   PyTorch's traces lack, named apart so its tools do not count them as
+//!   blocks), on the device's pid and thread 0, with `args` `Device Type`
+//!   (c10's number: cpu 0, cuda 1, vulkan 10; wgpu and third-party
+//!   backends 20, PrivateUse1), `Device Id`, `Addr`, `Bytes` (negative for
+//!   frees), `Total Allocated`, `Total Reserved`, and Keel's `keel_action`
+//!   (the [`MemoryAction`](super::trace::MemoryAction) name),
+//!   `keel_bytes`, `keel_segment`, `keel_stream` (when known) and
+//!   `keel_small_pool` (when true). The allocated and reserved curves are
+//!   counters like any other.
 //! - Flows are an `s` and an `f` event with the flow's `id`, `cat` `ac2g`
 //!   (launch, Kineto's name) or `event_wait`, `name` the [`FlowKind`] name,
 //!   `"bp":"e"`, and the `ts`, pid and tid of each end: both bind to the

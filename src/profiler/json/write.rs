@@ -5,7 +5,7 @@ use std::io::Write;
 
 use super::{category, flow_category, kind_for_category, lane_pid};
 use crate::error::{Error, Result};
-use crate::profiler::trace::{LaneKind, Span, SpanKind, Trace};
+use crate::profiler::trace::{LaneKind, MemoryAction, MemoryEvent, Span, SpanKind, Trace};
 
 /// Argument names Kineto gives meaning to, which Keel writes itself (as
 /// numbers or arrays) for PyTorch's tools; a user argument of that name is
@@ -388,6 +388,14 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         }
     }
 
+    for m in &trace.memory {
+        let device = trace
+            .devices
+            .get(m.device as usize)
+            .map(|d| d.device.as_str());
+        memory_event(&mut w, &mut first, m, device.unwrap_or(""))?;
+    }
+
     for flow in &trace.flows {
         for (ph, end) in [("s", flow.from), ("f", flow.to)] {
             let (pid, _) = place(end.lane);
@@ -480,6 +488,83 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
     w.out
         .flush()
         .map_err(|e| Error::TraceFormat(format!("could not write the JSON trace: {e}")))
+}
+
+/// c10's `DeviceType` number and the device index of a device string
+/// (`cuda:1` -> (1, 1); the last word of `rank 0 · vulkan:0`), as
+/// PyTorch's `[memory]` events carry them. wgpu, which c10 has no number
+/// for, is written as PrivateUse1 (20), like any third-party backend.
+pub(super) fn c10_device(device: &str) -> (i64, i64) {
+    let device = device.rsplit(' ').next().unwrap_or(device);
+    let (ty, index) = device.split_once(':').unwrap_or((device, "0"));
+    let ty = match ty.to_ascii_lowercase().as_str() {
+        "cpu" => 0,
+        "cuda" => 1,
+        "hip" => 6,
+        "vulkan" => 10,
+        "xpu" => 12,
+        "mps" => 13,
+        _ => 20,
+    };
+    (ty, index.parse().unwrap_or(0))
+}
+
+/// The event name PyTorch's profiler gives an allocator action: blocks are
+/// `[memory]` (what PyTorch's tools add up), out-of-memory is
+/// `[OutOfMemory]`; segments, which PyTorch's traces do not have, are
+/// `[memory segment]`, so that those tools do not count them as blocks.
+pub(super) fn memory_event_name(action: MemoryAction) -> &'static str {
+    match action {
+        MemoryAction::Alloc | MemoryAction::Free => "[memory]",
+        MemoryAction::SegmentAlloc | MemoryAction::SegmentFree => "[memory segment]",
+        MemoryAction::Oom => "[OutOfMemory]",
+    }
+}
+
+/// One allocator event, as PyTorch's profiler writes it with
+/// `profile_memory=True` (on the device's pid, thread 0), plus Keel's
+/// fields.
+fn memory_event<W: Write>(
+    w: &mut Out<'_, W>,
+    first: &mut bool,
+    m: &MemoryEvent,
+    device: &str,
+) -> Result<()> {
+    w.event(first, "i", u64::from(m.device) + 1, Some(0))?;
+    w.raw(",\"s\":\"t\",\"ts\":");
+    w.micros(m.ts_ns);
+    w.raw(",\"cat\":\"cpu_instant_event\",\"name\":\"");
+    w.raw(memory_event_name(m.action));
+    let (ty, index) = c10_device(device);
+    w.raw("\",\"args\":{\"Device Type\":");
+    w.i64(ty);
+    w.raw(",\"Device Id\":");
+    w.i64(index);
+    w.raw(",\"Addr\":");
+    w.u64(m.addr);
+    w.raw(",\"Bytes\":");
+    let bytes = i64::try_from(m.bytes).unwrap_or(i64::MAX);
+    let freed = matches!(m.action, MemoryAction::Free | MemoryAction::SegmentFree);
+    w.i64(if freed { -bytes } else { bytes });
+    w.raw(",\"Total Allocated\":");
+    w.u64(m.allocated);
+    w.raw(",\"Total Reserved\":");
+    w.u64(m.reserved);
+    w.raw(",\"keel_action\":\"");
+    w.raw(m.action.name());
+    w.raw("\",\"keel_bytes\":");
+    w.u64(m.bytes);
+    w.raw(",\"keel_segment\":");
+    w.u64(m.segment);
+    if let Some(stream) = m.stream {
+        w.raw(",\"keel_stream\":");
+        w.i64(stream);
+    }
+    if m.small_pool {
+        w.raw(",\"keel_small_pool\":true");
+    }
+    w.raw("}}");
+    Ok(())
 }
 
 /// [`write_json`] into a `String`.

@@ -31,6 +31,7 @@ impl Trace {
     /// - flow ids are unique;
     /// - counters are unique per (device, name) and their points are in
     ///   time order;
+    /// - memory events name an existing device and are in time order;
     /// - the arguments of one span or instant have distinct names (the JSON
     ///   format stores them as an object).
     ///
@@ -158,6 +159,23 @@ impl Trace {
                     counter.points[w].0
                 ));
             }
+        }
+
+        for (i, m) in self.memory.iter().enumerate() {
+            if m.device as usize >= devices {
+                problems.push(format!(
+                    "memory event {i} ({}) is for device {}, but the trace has {devices} device(s)",
+                    m.action, m.device
+                ));
+            }
+        }
+        if let Some(w) = self.memory.windows(2).position(|w| w[1].ts_ns < w[0].ts_ns) {
+            problems.push(format!(
+                "memory events are not in time order: event {} at {} ns comes after {} ns",
+                w + 1,
+                self.memory[w + 1].ts_ns,
+                self.memory[w].ts_ns
+            ));
         }
 
         for (i, calibration) in self.calibrations.iter().enumerate() {

@@ -20,7 +20,7 @@ impl Trace {
     /// Merges `fragment` into `self`: devices and lanes are matched by
     /// identity (device string; lane kind and device), events are appended
     /// with their indices remapped, counters of one device and name are
-    /// joined, the first calibration of a device is kept and drop counts
+    /// joined, memory events stay in time order, the first calibration of a device is kept and drop counts
     /// add up; `self.version` stays. A fragment that names a device or lane
     /// outside its own tables is an error (what was merged before it
     /// stays).
@@ -88,6 +88,18 @@ impl Trace {
                 Some(x) => x.points.extend(c.points),
                 None => self.counters.push(c),
             }
+        }
+        let in_order = match (self.memory.last(), fragment.memory.first()) {
+            (Some(last), Some(first)) => last.ts_ns <= first.ts_ns,
+            _ => true,
+        };
+        self.memory.reserve(fragment.memory.len());
+        for mut m in fragment.memory {
+            m.device = dev(m.device)?;
+            self.memory.push(m);
+        }
+        if !in_order {
+            self.memory.sort_by_key(|m| m.ts_ns);
         }
         for mut c in fragment.calibrations {
             c.device = dev(c.device)?;

@@ -21,7 +21,10 @@
 //! socket.
 
 mod check;
+mod memory;
 mod merge;
+
+pub use memory::{Block, BlockState, MemoryMap, SegmentRow};
 
 use std::fmt;
 
@@ -370,15 +373,105 @@ pub struct Flow {
     pub to: FlowEnd,
 }
 
-/// A value over time for one device (memory in use).
+/// A value over time for one device (the memory curves, or any counter an
+/// imported trace has).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
     /// Index into [`Trace::devices`].
     pub device: u32,
-    /// What is counted (`memory in use (bytes)`).
+    /// What is counted (`allocated (bytes)`).
     pub name: String,
     /// (ns from the epoch, value), in time order.
     pub points: Vec<(u64, i64)>,
+}
+
+/// What a caching allocator did (the kinds of [`MemoryEvent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemoryAction {
+    /// A block handed out (`addr` is the block).
+    Alloc,
+    /// A block given back to the cache (it stays reserved).
+    Free,
+    /// A segment reserved from the backend (`addr` is its base).
+    SegmentAlloc,
+    /// A segment released to the backend.
+    SegmentFree,
+    /// A request that could not be met (`bytes` is the request).
+    Oom,
+}
+
+impl MemoryAction {
+    /// Every action, in a stable order (the native format's codes).
+    pub const ALL: [MemoryAction; 5] = [
+        MemoryAction::Alloc,
+        MemoryAction::Free,
+        MemoryAction::SegmentAlloc,
+        MemoryAction::SegmentFree,
+        MemoryAction::Oom,
+    ];
+
+    /// A short lower-case name (`alloc`, `free`, `segment_alloc`,
+    /// `segment_free`, `oom`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryAction::Alloc => "alloc",
+            MemoryAction::Free => "free",
+            MemoryAction::SegmentAlloc => "segment_alloc",
+            MemoryAction::SegmentFree => "segment_free",
+            MemoryAction::Oom => "oom",
+        }
+    }
+
+    /// The action with this [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<MemoryAction> {
+        MemoryAction::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+impl fmt::Display for MemoryAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The names of the two memory curves every device with allocator events
+/// has in [`Trace::counters`]: bytes handed out in blocks, and bytes the
+/// cache holds from the backend (blocks in use, cached free blocks and
+/// what splitting left over).
+pub const ALLOCATED_COUNTER: &str = "allocated (bytes)";
+/// See [`ALLOCATED_COUNTER`].
+pub const RESERVED_COUNTER: &str = "reserved (bytes)";
+
+/// One thing a device's caching allocator did, with the device's totals
+/// after it (PyTorch's profiler writes the same as `[memory]` events).
+/// A trace keeps them in time order; [`MemoryMap`] rebuilds the segments
+/// and blocks at any time from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryEvent {
+    /// When, ns from the epoch.
+    pub ts_ns: u64,
+    /// Index into [`Trace::devices`].
+    pub device: u32,
+    /// What happened.
+    pub action: MemoryAction,
+    /// The block's address (alloc, free) or the segment's base (segment
+    /// actions); 0 for out-of-memory.
+    pub addr: u64,
+    /// The base of the segment the block lies in (`addr` for segment
+    /// actions). Imported traces, which do not know segments, give each
+    /// block its own (`addr`).
+    pub segment: u64,
+    /// Bytes of the block or segment; for out-of-memory, the request.
+    pub bytes: u64,
+    /// The id of the stream (on `device`) the block belongs to; `None` for
+    /// segment actions, out-of-memory and imported traces.
+    pub stream: Option<i64>,
+    /// From the small-block pool (PyTorch's: requests up to 1 MiB).
+    pub small_pool: bool,
+    /// Bytes allocated on the device after this action.
+    pub allocated: u64,
+    /// Bytes reserved on the device after this action.
+    pub reserved: u64,
 }
 
 /// How one device's clock was mapped onto the host clock.
@@ -424,6 +517,9 @@ pub struct Trace {
     pub flows: Vec<Flow>,
     /// Counters.
     pub counters: Vec<Counter>,
+    /// Caching-allocator events, in time order (the curves they make are
+    /// the [`ALLOCATED_COUNTER`] and [`RESERVED_COUNTER`] counters).
+    pub memory: Vec<MemoryEvent>,
     /// One per device with device spans.
     pub calibrations: Vec<Calibration>,
     /// Records lost because a recording buffer was full (never silent).

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::{Config, KernelSource};
 use crate::core::StreamKind;
 use crate::kernels::{SAXPY, SPIN, VECTOR_ADD, spin_reference};
-use crate::profiler::{FlowKind, LaneKind, SpanKind, Trace};
+use crate::profiler::{ALLOCATED_COUNTER, FlowKind, LaneKind, MemoryAction, SpanKind, Trace};
 use crate::testing::{GATED_FILL, Gate, PANICS, SLEEP, pattern};
 use crate::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, Kernel, Stream, StreamGuard};
 
@@ -881,7 +881,7 @@ fn trace_device(trace: &Trace, d: Device) -> u32 {
 
 /// The profiler records this backend's stream operations: host spans,
 /// device spans on stream lanes (where events can time), launch and event
-/// wait flows, calibration, memory counters; the trace is well formed and
+/// wait flows, calibration, allocator events and curves; the trace is well formed and
 /// survives both file formats. Exclusive: a session records every thread.
 pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
     let timed = crate::properties(d)
@@ -908,10 +908,10 @@ pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
         .collect();
     assert!(
         trace
-            .spans
+            .memory
             .iter()
-            .any(|s| s.kind == SpanKind::Alloc && !stream_lanes.contains(&s.lane)),
-        "host span of an allocation"
+            .any(|m| m.device == dev && m.action == MemoryAction::Alloc),
+        "an allocator event of {d}"
     );
     // A launch records its grid and its kernel's workgroup size (the block
     // Keel's JSON export writes as Kineto does).
@@ -940,8 +940,8 @@ pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
         trace
             .counters
             .iter()
-            .any(|c| c.device == dev && !c.points.is_empty()),
-        "a memory counter of {d}"
+            .any(|c| c.device == dev && c.name == ALLOCATED_COUNTER && !c.points.is_empty()),
+        "the allocated curve of {d}"
     );
     if timed {
         assert_eq!(
