@@ -119,6 +119,7 @@ pub mod api;
 pub mod backend;
 mod buffer;
 pub mod core;
+pub mod dispatch;
 mod error;
 mod event;
 pub mod guard;
@@ -126,6 +127,7 @@ pub mod kernel;
 mod ops;
 pub mod profiler;
 mod stream;
+mod tensor;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -149,4 +151,5 @@ pub use guard::{
     OptionalStreamGuard, StreamGuard,
 };
 pub use kernel::{Kernel, kernels};
+pub use tensor::{DType, Element, Tensor};
 pub use ops::{launch_blocking, set_launch_blocking};
