@@ -119,6 +119,7 @@ pub mod api;
 pub mod backend;
 mod buffer;
 pub mod core;
+pub mod device_module;
 pub mod dispatch;
 mod error;
 mod event;
@@ -126,6 +127,7 @@ pub mod guard;
 pub mod kernel;
 mod ops;
 pub mod profiler;
+mod serialize;
 mod stream;
 mod tensor;
 
@@ -151,5 +153,7 @@ pub use guard::{
     OptionalStreamGuard, StreamGuard,
 };
 pub use kernel::{Kernel, kernels};
+pub use device_module::{device_module, register_device_module};
+pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};
 pub use tensor::{DType, Element, Tensor};
 pub use ops::{launch_blocking, set_launch_blocking};
