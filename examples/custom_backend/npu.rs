@@ -205,6 +205,12 @@ fn add_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         (Ok(n), Ok(_)) => n,
         (Err(d), _) | (_, Err(d)) => return Ok(d),
     };
+    // The kernel binds distinct buffers: `x + x` reads a copy of `x`.
+    let b = if std::sync::Arc::ptr_eq(a.buffer(), b.buffer()) {
+        b.to(call.device, &call.stream)?
+    } else {
+        b.clone()
+    };
     let out = Tensor::empty(a.shape(), DType::F32, call.device)?;
     call.stream.launch(
         &NPU_ADD,
