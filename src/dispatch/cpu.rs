@@ -306,16 +306,27 @@ fn softmax_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     })
 }
 
-/// Host kernels of the built-in operators (names as the profiler shows
-/// them).
-pub(crate) const ADD: Kernel = host_kernel("add_cpu", 3, add_cpu);
-pub(crate) const MUL: Kernel = host_kernel("mul_cpu", 3, mul_cpu);
+/// The CPU's `add` kernel: `out = a + b`. Bindings: `a`, `b`, `out`.
+/// Parameters (32-bit words): the dtype code (`f32` 0, `f16` 1, `bf16` 2,
+/// `i32` 3, `u32` 4, `u8` 5), then the element count as a u64 (low word
+/// first). Launched over one workgroup (it loops itself).
+pub const ADD: Kernel = host_kernel("add_cpu", 3, add_cpu);
+/// The CPU's `mul` kernel; as [`ADD`].
+pub const MUL: Kernel = host_kernel("mul_cpu", 3, mul_cpu);
 pub(crate) const ADD_SCALAR: Kernel = host_kernel("add_scalar_cpu", 2, add_scalar_cpu);
 pub(crate) const MUL_SCALAR: Kernel = host_kernel("mul_scalar_cpu", 2, mul_scalar_cpu);
-pub(crate) const FILL: Kernel = host_kernel("fill_cpu", 1, fill_cpu);
-pub(crate) const MATMUL: Kernel = host_kernel("matmul_cpu", 3, matmul_cpu);
-pub(crate) const SUM: Kernel = host_kernel("sum_cpu", 2, sum_cpu);
-pub(crate) const SOFTMAX: Kernel = host_kernel("softmax_cpu", 2, softmax_cpu);
+/// The CPU's `fill_` kernel: binding `out`; parameters: dtype code, count
+/// (u64), value (f64 bits, low word first).
+pub const FILL: Kernel = host_kernel("fill_cpu", 1, fill_cpu);
+/// The CPU's `matmul` kernel: bindings `a`, `b`, `out`; parameters: dtype
+/// code, m, k, n (each a u64).
+pub const MATMUL: Kernel = host_kernel("matmul_cpu", 3, matmul_cpu);
+/// The CPU's `sum` kernel: bindings `x`, `out` (one element); parameters:
+/// dtype code, count (u64).
+pub const SUM: Kernel = host_kernel("sum_cpu", 2, sum_cpu);
+/// The CPU's `softmax` kernel (last dimension): bindings `x`, `out`;
+/// parameters: dtype code, rows, cols (each a u64).
+pub const SOFTMAX: Kernel = host_kernel("softmax_cpu", 2, softmax_cpu);
 
 // --- shape checks shared by every device's kernels ---------------------
 

@@ -58,6 +58,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 pub use call::{Arg, ArgKind, Fallback, KernelOutcome, OpCall, OpKernel, OpSchema};
+pub use cpu::{
+    ADD as CPU_ADD, FILL as CPU_FILL, MATMUL as CPU_MATMUL, MUL as CPU_MUL,
+    SOFTMAX as CPU_SOFTMAX, SUM as CPU_SUM,
+};
 pub use fallback::cpu_fallback;
 pub use gpu::{
     ADD_F32, ADD_SCALAR_F32, FILL_F32, GPU_KERNELS, GpuKernelFn, MUL_F32, MUL_SCALAR_F32,
