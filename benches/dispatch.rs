@@ -43,10 +43,19 @@ fn bench(c: &mut Criterion) {
             })
         });
         let (kernel, grid, params) = if d.is_cpu() {
-            let p = [0u32.to_le_bytes(), (N as u32).to_le_bytes(), 0u32.to_le_bytes()].concat();
+            let p = [
+                0u32.to_le_bytes(),
+                (N as u32).to_le_bytes(),
+                0u32.to_le_bytes(),
+            ]
+            .concat();
             (CPU_ADD, [1, 1, 1], p)
         } else {
-            (ADD_F32, elementwise_grid(N as u64), (N as u32).to_le_bytes().to_vec())
+            (
+                ADD_F32,
+                elementwise_grid(N as u64),
+                (N as u32).to_le_bytes().to_vec(),
+            )
         };
         g.bench_function(format!("{d} direct launch x{BATCH}"), |bench| {
             bench.iter(|| {

@@ -8,8 +8,12 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 const N: usize = 1024;
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
-    let a = (0..N * N).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
-    let b = (0..N * N).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+    let a = (0..N * N)
+        .map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6)
+        .collect();
+    let b = (0..N * N)
+        .map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5)
+        .collect();
     (a, b)
 }
 

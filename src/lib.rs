@@ -145,6 +145,7 @@ pub use core::{
     Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId, privateuse1_backend_name,
     register_privateuse1_backend,
 };
+pub use device_module::{device_module, register_device_module};
 pub use error::{Error, Result};
 pub use event::Event;
 pub use guard::{
@@ -153,7 +154,6 @@ pub use guard::{
     OptionalStreamGuard, StreamGuard,
 };
 pub use kernel::{Kernel, kernels};
-pub use device_module::{device_module, register_device_module};
+pub use ops::{launch_blocking, set_launch_blocking};
 pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};
 pub use tensor::{DType, Element, Tensor};
-pub use ops::{launch_blocking, set_launch_blocking};

@@ -139,9 +139,8 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
                 .map_err(|e| Error::Serialization(format!("tensor '{}': {e}", short(name))))
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize_to_file(views, Some(metadata), path).map_err(|e| {
-        Error::Serialization(format!("writing {}: {e}", path.display()))
-    })
+    safetensors::serialize_to_file(views, Some(metadata), path)
+        .map_err(|e| Error::Serialization(format!("writing {}: {e}", path.display())))
 }
 
 /// Reads every tensor of the safetensors file at `path` onto `device`
@@ -152,11 +151,10 @@ pub fn load(path: impl AsRef<Path>, device: Device) -> Result<Vec<(String, Tenso
     let path = path.as_ref();
     let bytes = std::fs::read(path)
         .map_err(|e| Error::Serialization(format!("reading {}: {e}", path.display())))?;
-    load_bytes(&bytes, device)
-        .map_err(|e| match e {
-            Error::Serialization(m) => Error::Serialization(format!("{}: {m}", path.display())),
-            other => other,
-        })
+    load_bytes(&bytes, device).map_err(|e| match e {
+        Error::Serialization(m) => Error::Serialization(format!("{}: {m}", path.display())),
+        other => other,
+    })
 }
 
 /// [`load`] from bytes in memory.

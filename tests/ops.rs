@@ -81,21 +81,50 @@ fn elementwise_on_every_device() {
             let c = ta.add(&tb).expect("add");
             assert_eq!(c.device(), d);
             assert_eq!(c.shape(), &[n]);
-            assert_close(&what("add"), &c.to_vec::<f32>().expect("read"), &sum, rel(1e-6));
+            assert_close(
+                &what("add"),
+                &c.to_vec::<f32>().expect("read"),
+                &sum,
+                rel(1e-6),
+            );
             let c = ta.mul(&tb).expect("mul");
-            assert_close(&what("mul"), &c.to_vec::<f32>().expect("read"), &prod, rel(1e-6));
+            assert_close(
+                &what("mul"),
+                &c.to_vec::<f32>().expect("read"),
+                &prod,
+                rel(1e-6),
+            );
             let c = ta.add_scalar(0.25).expect("add.Scalar");
-            assert_close(&what("add.Scalar"), &c.to_vec::<f32>().expect("r"), &plus, rel(1e-6));
+            assert_close(
+                &what("add.Scalar"),
+                &c.to_vec::<f32>().expect("r"),
+                &plus,
+                rel(1e-6),
+            );
             let c = ta.mul_scalar(-3.0).expect("mul.Scalar");
-            assert_close(&what("mul.Scalar"), &c.to_vec::<f32>().expect("r"), &times, rel(1e-6));
+            assert_close(
+                &what("mul.Scalar"),
+                &c.to_vec::<f32>().expect("r"),
+                &times,
+                rel(1e-6),
+            );
             // The same tensor twice: bound once, copied for the second.
             let c = ta.add(&ta).expect("x + x");
             let twice: Vec<f64> = a.iter().map(|x| f64::from(x + x)).collect();
-            assert_close(&what("x + x"), &c.to_vec::<f32>().expect("r"), &twice, rel(1e-6));
+            assert_close(
+                &what("x + x"),
+                &c.to_vec::<f32>().expect("r"),
+                &twice,
+                rel(1e-6),
+            );
             // In place: every clone sees it.
             let alias = ta.clone();
             let r = ta.fill_(1.5).expect("fill_");
-            assert_eq!(alias.to_vec::<f32>().expect("r"), vec![1.5; n], "fill_ on {d}");
+            assert_eq!(
+                alias.to_vec::<f32>().expect("r"),
+                vec![1.5; n],
+                "fill_ on {d}"
+            );
             assert_eq!(r.to_vec::<f32>().expect("r"), vec![1.5; n]);
             ta.copy_(&tb).expect("copy_");
             assert_eq!(alias.to_vec::<f32>().expect("r"), b, "copy_ on {d}");
@@ -181,7 +210,9 @@ fn sum_and_softmax_on_every_device() {
             let mut want = Vec::new();
             for r in 0..rows {
                 let row = &x[r * cols..(r + 1) * cols];
-                let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+                let max = row
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
                 let e: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
                 let total: f64 = e.iter().sum();
                 want.extend(e.iter().map(|v| v / total));
@@ -216,13 +247,29 @@ fn dtype_suite<T: Element>(d: Device, tol: f64) {
         }
     };
     let add: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.add(*y).to_f64()).collect();
-    close(ta.add(&tb).expect("add").to_vec::<T>().expect("r"), add, "add");
+    close(
+        ta.add(&tb).expect("add").to_vec::<T>().expect("r"),
+        add,
+        "add",
+    );
     let mul: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.mul(*y).to_f64()).collect();
-    close(ta.mul(&tb).expect("mul").to_vec::<T>().expect("r"), mul, "mul");
+    close(
+        ta.mul(&tb).expect("mul").to_vec::<T>().expect("r"),
+        mul,
+        "mul",
+    );
     let sum: f64 = a.iter().map(|v| v.to_f64()).sum();
-    close(ta.sum().expect("sum").to_vec::<T>().expect("r"), vec![sum], "sum");
+    close(
+        ta.sum().expect("sum").to_vec::<T>().expect("r"),
+        vec![sum],
+        "sum",
+    );
     let plus: Vec<f64> = a.iter().map(|x| x.add(T::from_f64(2.0)).to_f64()).collect();
-    close(ta.add_scalar(2.0).expect("add.S").to_vec::<T>().expect("r"), plus, "add.Scalar");
+    close(
+        ta.add_scalar(2.0).expect("add.S").to_vec::<T>().expect("r"),
+        plus,
+        "add.Scalar",
+    );
     // (37 x 1) @ (1 x 37): every product once.
     let col = Tensor::from_slice(&a, &[n, 1], d).expect("col");
     let row = Tensor::from_slice(&b, &[1, n], d).expect("row");
@@ -230,7 +277,11 @@ fn dtype_suite<T: Element>(d: Device, tol: f64) {
         .iter()
         .flat_map(|x| b.iter().map(move |y| x.mul(*y).to_f64()))
         .collect();
-    close(col.matmul(&row).expect("matmul").to_vec::<T>().expect("r"), outer, "matmul");
+    close(
+        col.matmul(&row).expect("matmul").to_vec::<T>().expect("r"),
+        outer,
+        "matmul",
+    );
     ta.fill_(3.0).expect("fill_");
     close(ta.to_vec::<T>().expect("r"), vec![3.0; n], "fill_");
 }
@@ -247,10 +298,16 @@ fn every_dtype_on_every_device() {
     }
     // Integers wrap, as PyTorch's do.
     let t = Tensor::from_slice(&[200u8, 100], &[2], Device::cpu()).expect("u8");
-    assert_eq!(t.add(&t).expect("add").to_vec::<u8>().expect("r"), vec![144, 200]);
+    assert_eq!(
+        t.add(&t).expect("add").to_vec::<u8>().expect("r"),
+        vec![144, 200]
+    );
     // softmax is for floating dtypes.
     let e = t.softmax().expect_err("u8 softmax");
-    assert!(e.to_string().contains("expected a floating-point dtype"), "{e}");
+    assert!(
+        e.to_string().contains("expected a floating-point dtype"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -258,7 +315,10 @@ fn constructors_and_typed_reads() {
     for d in devices() {
         let z = Tensor::zeros(&[2, 3], DType::I32, d).expect("zeros");
         assert_eq!(z.to_vec::<i32>().expect("r"), vec![0; 6]);
-        assert_eq!((z.shape(), z.numel(), z.dtype()), (&[2, 3][..], 6, DType::I32));
+        assert_eq!(
+            (z.shape(), z.numel(), z.dtype()),
+            (&[2, 3][..], 6, DType::I32)
+        );
         let o = Tensor::ones(&[4], DType::BF16, d).expect("ones");
         assert_eq!(o.to_vec::<bf16>().expect("r"), vec![bf16::ONE; 4]);
         let f = Tensor::full(&[3], 2.5, DType::F16, d).expect("full");
@@ -322,7 +382,11 @@ fn dispatcher_errors_name_what_was_expected() {
         "add: expected every tensor to have dtype f32, found i32"
     );
     let e = dispatch::call("no_such_op", &[a.clone().into()]).expect_err("unknown");
-    assert!(e.to_string().starts_with("unknown operator 'no_such_op': expected one of "), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("unknown operator 'no_such_op': expected one of "),
+        "{e}"
+    );
     let e = dispatch::call("add", &[a.clone().into(), Arg::Scalar(1.0)]).expect_err("kinds");
     assert_eq!(
         e.to_string(),
@@ -332,7 +396,13 @@ fn dispatcher_errors_name_what_was_expected() {
     // An operator with no kernel for a device type and no fallback there.
     dispatch::define_op(OpSchema::new("npu_only", &[("self", ArgKind::Tensor)])).expect("define");
     let e = dispatch::call("npu_only", &[a.into()]).expect_err("no kernel");
-    assert!(matches!(e, Error::NoKernel { device_type: DeviceType::Cpu, .. }));
+    assert!(matches!(
+        e,
+        Error::NoKernel {
+            device_type: DeviceType::Cpu,
+            ..
+        }
+    ));
     assert!(
         e.to_string().starts_with(
             "could not run 'npu_only' on cpu devices: it has no cpu kernel and cpu has no fallback"
@@ -348,7 +418,11 @@ fn third_party_operators_take_scalars_and_ints() {
     // `axpb(x, a, times)`: a*x + 1, `times` times; registered at run time.
     let schema = OpSchema::new(
         "axpb_test",
-        &[("self", ArgKind::Tensor), ("a", ArgKind::Scalar), ("times", ArgKind::Int)],
+        &[
+            ("self", ArgKind::Tensor),
+            ("a", ArgKind::Scalar),
+            ("times", ArgKind::Int),
+        ],
     );
     dispatch::define_op(schema).expect("define");
     dispatch::register_kernel("axpb_test", DeviceType::Cpu, |call| {
@@ -360,7 +434,8 @@ fn third_party_operators_take_scalars_and_ints() {
     })
     .expect("register");
     let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::cpu()).expect("x");
-    let out = dispatch::call("axpb_test", &[x.into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
+    let out =
+        dispatch::call("axpb_test", &[x.into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
     // 1 -> 3 -> 7 -> 15; 2 -> 5 -> 11 -> 23
     assert_eq!(out[0].to_vec::<f32>().expect("r"), vec![15.0, 23.0]);
 }
@@ -374,12 +449,18 @@ fn declined_calls_and_missing_kernels_take_the_fallback() {
         let c = a.add(&a).expect("f16 add");
         assert_eq!(c.device(), d);
         assert_eq!(c.to_vec::<f16>().expect("r"), vec![f16::from_f32(3.0); 5]);
-        assert!(dispatch::fallback_count("add") > before, "add f16 on {d}: not counted");
+        assert!(
+            dispatch::fallback_count("add") > before,
+            "add f16 on {d}: not counted"
+        );
         // fill_ in place through the fallback: written back.
         let before = dispatch::fallback_count("fill_");
         a.fill_(-2.0).expect("fill_");
         assert_eq!(a.to_vec::<f16>().expect("r"), vec![f16::from_f32(-2.0); 5]);
-        assert!(dispatch::fallback_count("fill_") > before, "fill_ f16 on {d}");
+        assert!(
+            dispatch::fallback_count("fill_") > before,
+            "fill_ f16 on {d}"
+        );
     }
     // The npu has no kernel for matmul (and never will in this example).
     let npu1 = Device::new(DeviceType::PrivateUse1, 1).expect("npu");
@@ -409,8 +490,14 @@ fn save_and_load_across_devices() {
             assert!(loaded.iter().all(|(_, t)| t.device() == to));
             assert_eq!(loaded[0].1.shape(), &[2, 3]);
             assert_eq!(loaded[0].1.to_vec::<f32>().expect("r"), x, "{from} -> {to}");
-            assert_eq!(loaded[1].1.to_vec::<u8>().expect("r"), (0..7).collect::<Vec<u8>>());
-            assert_eq!(loaded[2].1.to_vec::<bf16>().expect("r"), vec![bf16::from_f32(0.5); 3]);
+            assert_eq!(
+                loaded[1].1.to_vec::<u8>().expect("r"),
+                (0..7).collect::<Vec<u8>>()
+            );
+            assert_eq!(
+                loaded[2].1.to_vec::<bf16>().expect("r"),
+                vec![bf16::from_f32(0.5); 3]
+            );
             if from.device_type() == DeviceType::PrivateUse1 {
                 // The npu's hook read back its metadata for each tensor.
                 let now = npu::META_LOADS.load(std::sync::atomic::Ordering::Relaxed);
@@ -425,7 +512,8 @@ fn save_and_load_across_devices() {
 fn malformed_files_are_clear_errors() {
     let cpu = Device::cpu();
     let t = Tensor::ones(&[4], DType::F32, cpu).expect("t");
-    let path = std::env::temp_dir().join(format!("keel-ops-bad-{}.safetensors", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("keel-ops-bad-{}.safetensors", std::process::id()));
     keel::save(&path, &[("t", &t)]).expect("save");
     let good = std::fs::read(&path).expect("read");
     std::fs::remove_file(&path).ok();
@@ -435,7 +523,11 @@ fn malformed_files_are_clear_errors() {
         assert!(matches!(e, Error::Serialization(_)), "{len}: {e}");
     }
     let e = keel::load_bytes(b"not a safetensors file at all", cpu).expect_err("garbage");
-    assert!(e.to_string().starts_with("safetensors error: expected a safetensors file"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("safetensors error: expected a safetensors file"),
+        "{e}"
+    );
     // A dtype Keel does not have.
     let header = br#"{"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}"#;
     let mut file = (header.len() as u64).to_le_bytes().to_vec();
@@ -452,9 +544,17 @@ fn malformed_files_are_clear_errors() {
     file.extend_from_slice(header);
     file.push(7);
     let e = keel::load_bytes(&file, cpu).expect_err("bad device");
-    assert!(e.to_string().contains("expected a device in keel.x.device, found 'gpu:zero'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("expected a device in keel.x.device, found 'gpu:zero'"),
+        "{e}"
+    );
     let e = keel::load("/nonexistent/keel.safetensors", cpu).expect_err("missing");
-    assert!(e.to_string().starts_with("safetensors error: reading /nonexistent/keel.safetensors"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("safetensors error: reading /nonexistent/keel.safetensors"),
+        "{e}"
+    );
     let e = keel::save(&path, &[("t", &t), ("t", &t)]).expect_err("twice");
     assert_eq!(
         e.to_string(),
@@ -469,13 +569,21 @@ fn device_modules_are_typed() {
     assert_eq!(m.device_count(), 2);
     assert_eq!(m.native_ops(), &npu::NPU_OPS);
     let e = keel::device_module::<String>("npu").expect_err("wrong type");
-    assert!(e.to_string().starts_with("device module of 'npu': expected type alloc::string::String, found "), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("device module of 'npu': expected type alloc::string::String, found "),
+        "{e}"
+    );
     let e = keel::device_module::<npu::NpuModule>("vulkan").expect_err("none");
     assert_eq!(e.to_string(), "no device module is registered for 'vulkan'");
     let e = keel::device_module::<npu::NpuModule>("tpu").expect_err("unknown");
     assert!(e.to_string().contains("device type"), "{e}");
     let e = keel::register_device_module("npu", 5u32).expect_err("twice");
-    assert!(e.to_string().starts_with("The runtime module of 'npu' has already been registered with '"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("The runtime module of 'npu' has already been registered with '"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -510,12 +618,16 @@ fn operators_are_profiled_spans_with_their_kernels() {
         let flow = trace
             .flows
             .iter()
-            .find(|f| f.kind == FlowKind::Launch && f.from.lane == op.lane && f.from.ts_ns == op.start_ns)
+            .find(|f| {
+                f.kind == FlowKind::Launch && f.from.lane == op.lane && f.from.ts_ns == op.start_ns
+            })
             .unwrap_or_else(|| panic!("no flow from operator span at {}", op.start_ns));
         let kernel = trace
             .spans
             .iter()
-            .find(|s| s.lane == flow.to.lane && s.start_ns == flow.to.ts_ns && s.kind == SpanKind::Kernel)
+            .find(|s| {
+                s.lane == flow.to.lane && s.start_ns == flow.to.ts_ns && s.kind == SpanKind::Kernel
+            })
             .expect("the kernel at the flow's end");
         kernels.insert(kernel.name.to_string());
         // The launch it made lies inside the operator span (host lane).
@@ -538,5 +650,21 @@ fn operators_are_profiled_spans_with_their_kernels() {
     let mut json = Vec::new();
     keel::profiler::json::write_json(&trace, &mut json).expect("json");
     let json = String::from_utf8(json).expect("utf8");
-    assert!(json.contains("\"cat\":\"cpu_op\",\"name\":\"add\""), "no cpu_op span");
+    assert!(
+        json.contains("\"cat\":\"cpu_op\",\"name\":\"add\""),
+        "no cpu_op span"
+    );
+    assert!(
+        json.contains("\"Input Dims\":\"[[300], [300]]\""),
+        "no Input Dims"
+    );
+    // Keel reads its own file back exactly: operators stay operators.
+    let back = keel::profiler::json::read_json(&json).expect("read back");
+    let count = |t: &keel::profiler::Trace| {
+        t.spans
+            .iter()
+            .filter(|s| s.kind == SpanKind::Operator)
+            .count()
+    };
+    assert_eq!(count(&back), count(&trace));
 }

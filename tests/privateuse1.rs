@@ -154,7 +154,10 @@ fn npu_operators_fallback_serialization_and_device_module() {
     let loaded = keel::load(&path, Device::cpu()).expect("load");
     std::fs::remove_file(&path).ok();
     assert_eq!(npu::META_LOADS.load(Ordering::Relaxed), before + 1);
-    assert_eq!(loaded[0].1.to_vec::<f32>().expect("read"), vec![1.0, -2.0, 3.0]);
+    assert_eq!(
+        loaded[0].1.to_vec::<f32>().expect("read"),
+        vec![1.0, -2.0, 3.0]
+    );
     assert_eq!(npu::NPU_FORMAT, "ND");
     module.synchronize(0).expect("synchronize");
 }

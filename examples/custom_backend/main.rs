@@ -91,8 +91,14 @@ fn operators(npu1: Device) -> keel::Result<()> {
     // (with a warning, once per operator).
     let w = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2], npu1)?;
     let p = z.matmul(&w)?.softmax()?;
-    println!("add + mul.Scalar on npu (own kernels): {:?}", z.to_vec::<f32>()?);
-    println!("matmul + softmax on npu (CPU fallback): {:?}", p.to_vec::<f32>()?);
+    println!(
+        "add + mul.Scalar on npu (own kernels): {:?}",
+        z.to_vec::<f32>()?
+    );
+    println!(
+        "matmul + softmax on npu (CPU fallback): {:?}",
+        p.to_vec::<f32>()?
+    );
     for op in ["add", "mul.Scalar", "matmul", "softmax"] {
         println!(
             "  {op}: {} fallback call(s)",

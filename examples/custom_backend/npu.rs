@@ -230,8 +230,12 @@ fn mul_scalar_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     };
     let out = Tensor::empty(x.shape(), DType::F32, call.device)?;
     let params = [n.to_le_bytes(), s.to_le_bytes()].concat();
-    call.stream
-        .launch(&NPU_MUL_SCALAR, [1, 1, 1], &[x.buffer(), out.buffer()], &params)?;
+    call.stream.launch(
+        &NPU_MUL_SCALAR,
+        [1, 1, 1],
+        &[x.buffer(), out.buffer()],
+        &params,
+    )?;
     Ok(KernelOutcome::Done(vec![out]))
 }
 

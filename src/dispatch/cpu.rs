@@ -95,11 +95,7 @@ fn view_mut<T: Element>(binding: usize, bytes: &mut [u8], n: usize) -> Result<&m
         .ok_or_else(|| format!("binding {binding}: expected at least {n} elements, found {len}"))
 }
 
-const fn host_kernel(
-    name: &'static str,
-    bindings: usize,
-    f: crate::kernel::CpuKernelFn,
-) -> Kernel {
+const fn host_kernel(name: &'static str, bindings: usize, f: crate::kernel::CpuKernelFn) -> Kernel {
     Kernel {
         name,
         workgroup_size: [1, 1, 1],
@@ -385,7 +381,13 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(a.numel() as u64);
-    launch(&call.stream, &k, ONE, &[a.buffer(), b.buffer(), out.buffer()], &p)?;
+    launch(
+        &call.stream,
+        &k,
+        ONE,
+        &[a.buffer(), b.buffer(), out.buffer()],
+        &p,
+    )?;
     done(out)
 }
 
@@ -454,7 +456,13 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         .u64(m as u64)
         .u64(k as u64)
         .u64(n as u64);
-    launch(&call.stream, &MATMUL, ONE, &[a.buffer(), b.buffer(), out.buffer()], &p)?;
+    launch(
+        &call.stream,
+        &MATMUL,
+        ONE,
+        &[a.buffer(), b.buffer(), out.buffer()],
+        &p,
+    )?;
     done(out)
 }
 

@@ -59,8 +59,8 @@ use std::sync::atomic::Ordering;
 
 pub use call::{Arg, ArgKind, Fallback, KernelOutcome, OpCall, OpKernel, OpSchema};
 pub use cpu::{
-    ADD as CPU_ADD, FILL as CPU_FILL, MATMUL as CPU_MATMUL, MUL as CPU_MUL,
-    SOFTMAX as CPU_SOFTMAX, SUM as CPU_SUM,
+    ADD as CPU_ADD, FILL as CPU_FILL, MATMUL as CPU_MATMUL, MUL as CPU_MUL, SOFTMAX as CPU_SOFTMAX,
+    SUM as CPU_SUM,
 };
 pub use fallback::cpu_fallback;
 pub use gpu::{
@@ -153,7 +153,10 @@ fn input_args(args: &[Arg]) -> Vec<(Text, Text)> {
     }
     vec![
         ("Input Dims".into(), format!("[{}]", dims.join(", ")).into()),
-        ("Input type".into(), format!("[{}]", types.join(", ")).into()),
+        (
+            "Input type".into(),
+            format!("[{}]", types.join(", ")).into(),
+        ),
     ]
 }
 

@@ -121,9 +121,9 @@ impl Tensor {
     /// buffers) tensor on `device`; for kernels about to write every
     /// element.
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let bytes = numel_of(shape)?.checked_mul(dtype.size()).ok_or_else(|| {
-            Error::invalid(format!("tensor shape {shape:?}: too many bytes"))
-        })?;
+        let bytes = numel_of(shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::invalid(format!("tensor shape {shape:?}: too many bytes")))?;
         let buffer = Buffer::new(device, bytes)?;
         Ok(Tensor {
             buffer: Arc::new(buffer),
