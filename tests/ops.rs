@@ -668,3 +668,26 @@ fn operators_are_profiled_spans_with_their_kernels() {
     };
     assert_eq!(count(&back), count(&trace));
 }
+
+#[test]
+fn empty_tensors_on_every_device() {
+    for d in devices() {
+        let e = Tensor::zeros(&[0], DType::F32, d).expect("empty");
+        assert_eq!(e.numel(), 0);
+        assert_eq!(
+            e.add(&e).expect("add").to_vec::<f32>().expect("r"),
+            Vec::<f32>::new()
+        );
+        assert_eq!(
+            e.sum().expect("sum").to_vec::<f32>().expect("r"),
+            vec![0.0],
+            "{d}"
+        );
+        e.fill_(2.0).expect("fill_");
+        // (2 x 0) @ (0 x 3): zeros.
+        let a = Tensor::zeros(&[2, 0], DType::F32, d).expect("a");
+        let b = Tensor::zeros(&[0, 3], DType::F32, d).expect("b");
+        let c = a.matmul(&b).expect("matmul");
+        assert_eq!(c.to_vec::<f32>().expect("r"), vec![0.0; 6], "{d}");
+    }
+}
