@@ -381,13 +381,13 @@ fn dispatcher_errors_name_what_was_expected() {
         e.to_string(),
         "add: expected every tensor to have dtype f32, found i32"
     );
-    let e = dispatch::call("no_such_op", &[a.clone().into()]).expect_err("unknown");
+    let e = dispatch::call("no_such_op", &[(&a).into()]).expect_err("unknown");
     assert!(
         e.to_string()
             .starts_with("unknown operator 'no_such_op': expected one of "),
         "{e}"
     );
-    let e = dispatch::call("add", &[a.clone().into(), Arg::Scalar(1.0)]).expect_err("kinds");
+    let e = dispatch::call("add", &[(&a).into(), Arg::Scalar(1.0)]).expect_err("kinds");
     assert_eq!(
         e.to_string(),
         "add: expected arguments add(Tensor self, Tensor other), found (Tensor, Scalar)"
@@ -395,7 +395,7 @@ fn dispatcher_errors_name_what_was_expected() {
 
     // An operator with no kernel for a device type and no fallback there.
     dispatch::define_op(OpSchema::new("npu_only", &[("self", ArgKind::Tensor)])).expect("define");
-    let e = dispatch::call("npu_only", &[a.into()]).expect_err("no kernel");
+    let e = dispatch::call("npu_only", &[(&a).into()]).expect_err("no kernel");
     assert!(matches!(
         e,
         Error::NoKernel {
@@ -435,7 +435,7 @@ fn third_party_operators_take_scalars_and_ints() {
     .expect("register");
     let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::cpu()).expect("x");
     let out =
-        dispatch::call("axpb_test", &[x.into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
+        dispatch::call("axpb_test", &[(&x).into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
     // 1 -> 3 -> 7 -> 15; 2 -> 5 -> 11 -> 23
     assert_eq!(out[0].to_vec::<f32>().expect("r"), vec![15.0, 23.0]);
 }

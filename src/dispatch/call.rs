@@ -9,10 +9,10 @@ use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// One argument of an operator call.
-#[derive(Debug, Clone)]
-pub enum Arg {
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
     /// A tensor.
-    Tensor(Tensor),
+    Tensor(&'a Tensor),
     /// A floating-point scalar (`Scalar` in a schema: `alpha`, a fill
     /// value, `low`/`high` of a random operator).
     Scalar(f64),
@@ -20,26 +20,20 @@ pub enum Arg {
     Int(i64),
 }
 
-impl From<Tensor> for Arg {
-    fn from(t: Tensor) -> Arg {
+impl<'a> From<&'a Tensor> for Arg<'a> {
+    fn from(t: &'a Tensor) -> Arg<'a> {
         Arg::Tensor(t)
     }
 }
 
-impl From<&Tensor> for Arg {
-    fn from(t: &Tensor) -> Arg {
-        Arg::Tensor(t.clone())
-    }
-}
-
-impl From<f64> for Arg {
-    fn from(v: f64) -> Arg {
+impl From<f64> for Arg<'_> {
+    fn from(v: f64) -> Self {
         Arg::Scalar(v)
     }
 }
 
-impl From<i64> for Arg {
-    fn from(v: i64) -> Arg {
+impl From<i64> for Arg<'_> {
+    fn from(v: i64) -> Self {
         Arg::Int(v)
     }
 }
@@ -56,7 +50,7 @@ pub enum ArgKind {
 }
 
 impl ArgKind {
-    fn of(arg: &Arg) -> ArgKind {
+    fn of(arg: &Arg<'_>) -> ArgKind {
         match arg {
             Arg::Tensor(_) => ArgKind::Tensor,
             Arg::Scalar(_) => ArgKind::Scalar,
@@ -113,11 +107,14 @@ impl OpSchema {
     }
 
     /// Checks `args` against the schema.
-    pub(crate) fn check(&self, args: &[Arg]) -> Result<()> {
-        let found: Vec<ArgKind> = args.iter().map(ArgKind::of).collect();
-        let expected: Vec<ArgKind> = self.args.iter().map(|a| a.1).collect();
-        if found != expected {
-            let names: Vec<&str> = found.iter().map(|k| k.name()).collect();
+    pub(crate) fn check(&self, args: &[Arg<'_>]) -> Result<()> {
+        let same = args.len() == self.args.len()
+            && args
+                .iter()
+                .zip(&self.args)
+                .all(|(a, s)| ArgKind::of(a) == s.1);
+        if !same {
+            let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
             return Err(Error::invalid(format!(
                 "{}: expected arguments {self}, found ({})",
                 self.name,
@@ -149,7 +146,7 @@ pub struct OpCall<'a> {
     /// The operator's schema.
     pub schema: &'a OpSchema,
     /// The arguments, checked against the schema.
-    pub args: &'a [Arg],
+    pub args: &'a [Arg<'a>],
     /// The device the call dispatched on (the tensors' device; for
     /// `copy_`, the destination's).
     pub device: Device,
@@ -157,14 +154,14 @@ pub struct OpCall<'a> {
     pub stream: Stream,
 }
 
-impl OpCall<'_> {
+impl<'a> OpCall<'a> {
     /// The operator's name.
     pub fn op(&self) -> &str {
         &self.schema.name
     }
 
     /// Argument `i` as a tensor (an error names the operator otherwise).
-    pub fn tensor(&self, i: usize) -> Result<&Tensor> {
+    pub fn tensor(&self, i: usize) -> Result<&'a Tensor> {
         match self.args.get(i) {
             Some(Arg::Tensor(t)) => Ok(t),
             _ => Err(self.bad_arg(i, "a tensor")),
@@ -198,7 +195,12 @@ impl OpCall<'_> {
 
     /// A call of the same operator with other arguments on another
     /// device (what a fallback makes).
-    pub fn with_args<'b>(&'b self, args: &'b [Arg], device: Device, stream: Stream) -> OpCall<'b> {
+    pub fn with_args<'b>(
+        &'b self,
+        args: &'b [Arg<'b>],
+        device: Device,
+        stream: Stream,
+    ) -> OpCall<'b> {
         OpCall {
             schema: self.schema,
             args,

@@ -42,14 +42,21 @@ pub fn cpu_fallback(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     warn_once(call.op(), ty);
     let cpu = Device::cpu();
     let cpu_stream = current_stream(cpu)?;
-    let args: Vec<Arg> = call
+    // Tensors not on the CPU, copied there; then the arguments over them.
+    let copies: Vec<Option<Tensor>> = call
         .args
         .iter()
         .map(|a| match a {
-            Arg::Tensor(t) if t.device() != cpu => Ok(Arg::Tensor(t.to(cpu, &cpu_stream)?)),
-            other => Ok(other.clone()),
+            Arg::Tensor(t) if t.device() != cpu => t.to(cpu, &cpu_stream).map(Some),
+            _ => Ok(None),
         })
         .collect::<Result<_>>()?;
+    let args: Vec<Arg<'_>> = call
+        .args
+        .iter()
+        .zip(&copies)
+        .map(|(a, c)| c.as_ref().map_or(*a, Arg::Tensor))
+        .collect();
     let kernel = registry::kernel(call.op(), DeviceType::Cpu).ok_or_else(|| {
         Error::invalid(format!(
             "the CPU fallback of '{}' found no CPU kernel for it",

@@ -8,13 +8,26 @@ use crate::core::Stream;
 use crate::error::Result;
 use crate::kernel::Kernel;
 
-/// A kernel's parameter block, built little-endian in 32-bit words.
+/// Buffers an operator kernel binds without an allocation.
+const MAX_BINDINGS: usize = 4;
+
+/// The most parameter bytes an operator kernel takes.
+const MAX_PARAMS: usize = 32;
+
+/// A kernel's parameter block, built little-endian in 32-bit words (on
+/// the stack: a dispatch allocates nothing for it).
 #[derive(Debug, Default)]
-pub(crate) struct Params(Vec<u8>);
+pub(crate) struct Params {
+    bytes: [u8; MAX_PARAMS],
+    len: usize,
+}
 
 impl Params {
     pub(crate) fn u32(mut self, v: u32) -> Params {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        // Operator kernels take at most 8 words; more is a bug here.
+        let end = (self.len + 4).min(MAX_PARAMS);
+        self.bytes[self.len..end].copy_from_slice(&v.to_le_bytes()[..end - self.len]);
+        self.len = end;
         self
     }
 
@@ -33,7 +46,7 @@ impl Params {
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes[..self.len]
     }
 }
 
@@ -46,13 +59,24 @@ pub(crate) fn launch(
     buffers: &[&Arc<Buffer>],
     params: &Params,
 ) -> Result<()> {
-    let mut copies: Vec<(usize, Buffer)> = Vec::new();
-    for (i, b) in buffers.iter().enumerate() {
-        if buffers[..i].iter().any(|p| Arc::ptr_eq(p, b)) {
-            let copy = Buffer::new(b.device(), b.len())?;
-            copy.copy_from(stream, b, 0, 0, b.len())?;
-            copies.push((i, copy));
+    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
+    if let Some(first) = buffers.first()
+        && !(0..buffers.len()).any(twice)
+        && buffers.len() <= MAX_BINDINGS
+    {
+        // The usual case: no allocation.
+        let mut bound: [&Buffer; MAX_BINDINGS] = [first.as_ref(); MAX_BINDINGS];
+        for (slot, b) in bound.iter_mut().zip(buffers) {
+            *slot = b.as_ref();
         }
+        return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
+    }
+    let mut copies: Vec<(usize, Buffer)> = Vec::new();
+    for i in (0..buffers.len()).filter(|&i| twice(i)) {
+        let b = buffers[i];
+        let copy = Buffer::new(b.device(), b.len())?;
+        copy.copy_from(stream, b, 0, 0, b.len())?;
+        copies.push((i, copy));
     }
     let bound: Vec<&Buffer> = buffers
         .iter()

@@ -116,7 +116,7 @@ pub fn schemas() -> Result<Vec<OpSchema>> {
 }
 
 /// The device a call dispatches on: its first tensor's.
-fn call_device(op: &str, args: &[Arg]) -> Result<Device> {
+fn call_device(op: &str, args: &[Arg<'_>]) -> Result<Device> {
     args.iter()
         .find_map(|a| match a {
             Arg::Tensor(t) => Some(t.device()),
@@ -131,7 +131,7 @@ fn call_device(op: &str, args: &[Arg]) -> Result<Device> {
 }
 
 /// PyTorch's "Input Dims" and "Input type" of a call.
-fn input_args(args: &[Arg]) -> Vec<(Text, Text)> {
+fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
     let mut dims = Vec::with_capacity(args.len());
     let mut types = Vec::with_capacity(args.len());
     for a in args {
@@ -163,7 +163,7 @@ fn input_args(args: &[Arg]) -> Vec<(Text, Text)> {
 /// Calls operator `op` with `args`: the general entry point (the typed
 /// functions below call it). Returns the operator's results (an in-place
 /// operator returns the tensor it wrote).
-pub fn call(op: &str, args: &[Arg]) -> Result<Vec<Tensor>> {
+pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
     let ty = device.device_type();
@@ -220,7 +220,7 @@ pub fn call(op: &str, args: &[Arg]) -> Result<Vec<Tensor>> {
 }
 
 /// The single result of a call.
-fn one(op: &str, args: &[Arg]) -> Result<Tensor> {
+fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
     let mut outs = call(op, args)?;
     if outs.len() != 1 {
         return Err(Error::invalid(format!(
