@@ -1,8 +1,13 @@
 //! The operator table: schemas by name, a kernel per (operator, device
 //! type), a fallback per device type, and per-operator fallback counts.
 //! Nothing here runs a kernel; `mod.rs` dispatches.
+//!
+//! Dispatch reads one prepared [`Resolved`] per (operator, device type),
+//! rebuilt whenever a registration changes it, so a call costs one read
+//! lock, one short hash and one reference count.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -10,15 +15,62 @@ use super::call::{Fallback, OpKernel, OpSchema};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
 
+/// FNV-1a: operator names are short, and SipHash's setup is most of a
+/// lookup's cost.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// What dispatching one operator on one device type needs.
+pub(crate) struct Resolved {
+    pub schema: Arc<OpSchema>,
+    pub kernel: Option<OpKernel>,
+    pub fallback: Option<Fallback>,
+    pub fallbacks: Arc<AtomicU64>,
+}
+
 struct Entry {
     schema: Arc<OpSchema>,
     kernels: [Option<OpKernel>; DeviceType::COUNT],
     fallbacks: Arc<AtomicU64>,
+    /// Per device type, what a call needs (rebuilt on registration).
+    resolved: [Arc<Resolved>; DeviceType::COUNT],
+}
+
+impl Entry {
+    fn rebuild(&mut self, fallbacks: &[Option<Fallback>; DeviceType::COUNT]) {
+        for (slot, r) in self.resolved.iter_mut().enumerate() {
+            *r = Arc::new(Resolved {
+                schema: Arc::clone(&self.schema),
+                kernel: self.kernels[slot].clone(),
+                fallback: fallbacks[slot].clone(),
+                fallbacks: Arc::clone(&self.fallbacks),
+            });
+        }
+    }
 }
 
 #[derive(Default)]
 struct Table {
-    index: HashMap<String, usize>,
+    index: HashMap<String, usize, BuildHasherDefault<Fnv>>,
     ops: Vec<Entry>,
     fallbacks: [Option<Fallback>; DeviceType::COUNT],
 }
@@ -61,12 +113,25 @@ pub(crate) fn define(schema: OpSchema) -> Result<()> {
                 schema.name
             )));
         }
-        t.index.insert(schema.name.clone(), t.ops.len());
-        t.ops.push(Entry {
-            schema: Arc::new(schema),
+        let schema = Arc::new(schema);
+        let fallbacks = Arc::new(AtomicU64::new(0));
+        let empty = || {
+            Arc::new(Resolved {
+                schema: Arc::clone(&schema),
+                kernel: None,
+                fallback: None,
+                fallbacks: Arc::clone(&fallbacks),
+            })
+        };
+        let mut entry = Entry {
+            resolved: std::array::from_fn(|_| empty()),
+            schema: Arc::clone(&schema),
             kernels: Default::default(),
-            fallbacks: Arc::new(AtomicU64::new(0)),
-        });
+            fallbacks,
+        };
+        entry.rebuild(&t.fallbacks);
+        t.index.insert(schema.name.clone(), t.ops.len());
+        t.ops.push(entry);
         Ok(())
     })
 }
@@ -75,7 +140,9 @@ pub(crate) fn define(schema: OpSchema) -> Result<()> {
 pub(crate) fn set_kernel(op: &str, ty: DeviceType, kernel: OpKernel) -> Result<()> {
     write(|t| match t.index.get(op) {
         Some(&i) => {
-            t.ops[i].kernels[usize::from(ty.code())] = Some(kernel);
+            let entry = &mut t.ops[i];
+            entry.kernels[usize::from(ty.code())] = Some(kernel);
+            entry.rebuild(&t.fallbacks);
             Ok(())
         }
         None => Err(unknown(op, Some(t))),
@@ -84,33 +151,23 @@ pub(crate) fn set_kernel(op: &str, ty: DeviceType, kernel: OpKernel) -> Result<(
 
 /// Sets (or replaces) the fallback of `ty`.
 pub(crate) fn set_fallback(ty: DeviceType, fallback: Fallback) {
-    write(|t| t.fallbacks[usize::from(ty.code())] = Some(fallback));
-}
-
-/// What dispatching `op` on `ty` needs.
-pub(crate) struct Resolved {
-    pub schema: Arc<OpSchema>,
-    pub kernel: Option<OpKernel>,
-    pub fallback: Option<Fallback>,
-    pub fallbacks: Arc<AtomicU64>,
+    write(|t| {
+        t.fallbacks[usize::from(ty.code())] = Some(fallback);
+        for entry in &mut t.ops {
+            entry.rebuild(&t.fallbacks);
+        }
+    });
 }
 
 /// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
-pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Resolved> {
+pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Arc<Resolved>> {
     read(|t| {
         let table = t.ok_or_else(|| unknown(op, None))?;
-        let entry = table
+        let &i = table
             .index
             .get(op)
-            .map(|&i| &table.ops[i])
             .ok_or_else(|| unknown(op, Some(table)))?;
-        let slot = usize::from(ty.code());
-        Ok(Resolved {
-            schema: Arc::clone(&entry.schema),
-            kernel: entry.kernels[slot].clone(),
-            fallback: table.fallbacks[slot].clone(),
-            fallbacks: Arc::clone(&entry.fallbacks),
-        })
+        Ok(Arc::clone(&table.ops[i].resolved[usize::from(ty.code())]))
     })
 }
 

@@ -34,13 +34,43 @@ use crate::buffer::Buffer;
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
 
+/// Dimensions a shape keeps inline (no allocation).
+const INLINE_DIMS: usize = 4;
+
+/// A shape: up to [`INLINE_DIMS`] dimensions inline, more on the heap
+/// (creating a tensor is on every operator's path).
+#[derive(Clone)]
+enum Shape {
+    Inline([usize; INLINE_DIMS], u8),
+    Heap(Box<[usize]>),
+}
+
+impl Shape {
+    fn new(dims: &[usize]) -> Shape {
+        if dims.len() <= INLINE_DIMS {
+            let mut a = [0; INLINE_DIMS];
+            a[..dims.len()].copy_from_slice(dims);
+            Shape::Inline(a, dims.len() as u8)
+        } else {
+            Shape::Heap(dims.into())
+        }
+    }
+
+    fn dims(&self) -> &[usize] {
+        match self {
+            Shape::Inline(a, n) => &a[..usize::from(*n)],
+            Shape::Heap(b) => b,
+        }
+    }
+}
+
 /// A contiguous, row-major array of one dtype on one device; see the
 /// [module docs](self).
 #[derive(Clone)]
 pub struct Tensor {
     buffer: Arc<Buffer>,
     dtype: DType,
-    shape: Vec<usize>,
+    shape: Shape,
 }
 
 impl fmt::Debug for Tensor {
@@ -48,7 +78,7 @@ impl fmt::Debug for Tensor {
         write!(
             f,
             "Tensor({:?}, {}, {})",
-            self.shape,
+            self.shape(),
             self.dtype,
             self.buffer.device()
         )
@@ -113,7 +143,7 @@ impl Tensor {
         Ok(Tensor {
             buffer,
             dtype,
-            shape: shape.to_vec(),
+            shape: Shape::new(shape),
         })
     }
 
@@ -128,7 +158,7 @@ impl Tensor {
         Ok(Tensor {
             buffer: Arc::new(buffer),
             dtype,
-            shape: shape.to_vec(),
+            shape: Shape::new(shape),
         })
     }
 
@@ -221,7 +251,7 @@ impl Tensor {
 
     /// The shape (empty for a scalar).
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.shape.dims()
     }
 
     /// Elements (the product of the shape; 1 for a scalar).
