@@ -25,10 +25,12 @@ use keel::dispatch::{self, Arg, ArgKind, KernelOutcome, OpSchema};
 use keel::testing::conformance::{device, wgpu_adapter};
 use keel::{DType, Device, DeviceType, Element, Error, Tensor};
 
-/// Every device to test on (each absent one printed as skipped).
+/// Every device to test on (each absent one printed as skipped; CUDA
+/// only where a GPU and its driver are present).
 fn devices() -> Vec<Device> {
     npu::install_ops().expect("npu");
     let mut out = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
+    out.extend(device(DeviceType::Cuda));
     out.extend(device(DeviceType::Vulkan));
     out.extend(wgpu_adapter("Vulkan"));
     out.extend(wgpu_adapter("GL"));

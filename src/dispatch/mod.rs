@@ -36,7 +36,11 @@
 //! registers its own at run time, for any device type
 //! ([`register_kernel`], [`register_fallback`], [`define_op`] for new
 //! operators; a schema takes tensors, scalars and integers, so a random
-//! operator's seed and bounds fit).
+//! operator's seed and bounds fit). A call dispatches on its tensors, so
+//! an operator that makes values from nothing takes the tensor it fills,
+//! in place, as PyTorch's `uniform_(self, from, to, generator)` does:
+//! `OpSchema::new("uniform_", &[("self", Tensor), ("low", Scalar),
+//! ("high", Scalar), ("seed", Int), ("offset", Int)]).in_place(0)`.
 //!
 //! # Profiling
 //! With a profiler session recording, each call is one host span (kind
