@@ -25,7 +25,7 @@
 //! 3. With no kernel, or a declined call, the device type's fallback runs
 //!    (counted per operator: [`fallback_count`]); with none, the call
 //!    fails naming the operator and the device type
-//!    ([`Error::NoKernel`](crate::Error::NoKernel)). [`cpu_fallback`]
+//!    ([`crate::Error::NoKernel`]). [`cpu_fallback`]
 //!    copies the inputs to the CPU, runs the CPU kernel and copies the
 //!    results back, warning once per operator.
 //!

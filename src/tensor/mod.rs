@@ -64,8 +64,11 @@ impl Shape {
     }
 }
 
-/// A contiguous, row-major array of one dtype on one device; see the
-/// [module docs](self).
+/// A contiguous, row-major array of one dtype on one device: a shared
+/// [`Buffer`], a [`DType`] and a shape. Clones share the buffer, so an
+/// in-place operator's writes show in every clone. Constructors upload on
+/// the current stream of the target device; [`to_vec`](Tensor::to_vec)
+/// reads on the current stream of the tensor's device.
 #[derive(Clone)]
 pub struct Tensor {
     buffer: Arc<Buffer>,
