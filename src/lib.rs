@@ -77,6 +77,14 @@
 //!    ([`Kernel`]), the `torch.cuda`-style free functions, and the
 //!    stream-operation path (`ops`), where `KEEL_LAUNCH_BLOCKING` and the
 //!    profiler's hooks apply to every backend at once.
+//! 6. **Tensors and operators**: a minimal [`Tensor`] (a shared
+//!    [`Buffer`], a [`DType`], a shape) and the operator [`dispatch`]er,
+//!    which picks a kernel by the device type of its tensors, lets a
+//!    kernel decline a call, and falls back to the CPU where a device type
+//!    has no kernel (the PrivateUse1 article's fallback); [`save`] and
+//!    [`load`] in the safetensors format with per-device-type
+//!    [`BackendMeta`] hooks; device modules ([`device_module`]). Built on
+//!    the runtime objects; each operator call is one span in the profiler.
 //!
 //! No two files use each other, directly or through others (`cargo xtask
 //! layers` checks it; `ARCHITECTURE.md` says which file may use which).
