@@ -83,7 +83,7 @@
 //!    kernel decline a call, and falls back to the CPU where a device type
 //!    has no kernel (the PrivateUse1 article's fallback); [`save`] and
 //!    [`load`] in the safetensors format with per-device-type
-//!    [`BackendMeta`] hooks; device modules ([`device_module`]). Built on
+//!    [`BackendMeta`] hooks; device modules ([`device_module()`]). Built on
 //!    the runtime objects; each operator call is one span in the profiler.
 //!
 //! No two files use each other, directly or through others (`cargo xtask
