@@ -669,6 +669,13 @@ fn operators_are_profiled_spans_with_their_kernels() {
             .count()
     };
     assert_eq!(count(&back), count(&trace));
+    // And from its native format.
+    use keel::profiler::file::{TraceFileFormat, from_bytes, to_bytes};
+    let native = to_bytes(&trace, TraceFileFormat::Native).expect("native");
+    assert_eq!(
+        count(&from_bytes(&native).expect("read native")),
+        count(&trace)
+    );
 }
 
 #[test]
@@ -692,4 +699,23 @@ fn empty_tensors_on_every_device() {
         let c = a.matmul(&b).expect("matmul");
         assert_eq!(c.to_vec::<f32>().expect("r"), vec![0.0; 6], "{d}");
     }
+}
+
+#[test]
+fn threads_dispatch_at_once() {
+    let devs = devices();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let devs = &devs;
+            scope.spawn(move || {
+                for i in 0..50 {
+                    let d = devs[(t + i) % devs.len()];
+                    let x = Tensor::full(&[33], t as f64, DType::F32, d).expect("x");
+                    let y = x.add_scalar(1.0).expect("add").mul(&x).expect("mul");
+                    let want = (t as f32 + 1.0) * t as f32;
+                    assert_eq!(y.to_vec::<f32>().expect("r"), vec![want; 33], "{d}");
+                }
+            });
+        }
+    });
 }
