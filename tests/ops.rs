@@ -356,7 +356,19 @@ fn mixed_devices_are_pytorchs_error() {
         "Expected all tensors to be on the same device, but found at least two devices, npu:1 and cpu:0!"
     );
     assert!(matches!(e, Error::TensorDeviceMismatch { .. }));
-    // copy_ takes its source from anywhere.
+    // copy_ takes its source from anywhere, and converts dtypes (on the
+    // CPU: the npu's and GPUs' copy_ declines, the fallback converts).
+    let ints = Tensor::from_slice(&[7i32, -3], &[2], Device::cpu()).expect("ints");
+    a.copy_(&ints).expect("copy_ i32 -> f32 onto the npu");
+    assert_eq!(a.to_vec::<f32>().expect("r"), vec![7.0, -3.0]);
+    let halves = Tensor::zeros(&[2], DType::F16, Device::cpu()).expect("f16");
+    halves
+        .copy_(&a)
+        .expect("copy_ f32 on the npu -> f16 on the cpu");
+    assert_eq!(
+        halves.to_vec::<f16>().expect("r"),
+        vec![f16::from_f32(7.0), f16::from_f32(-3.0)]
+    );
     let b = Tensor::from_slice(&[4.0f32, 5.0], &[2], Device::cpu()).expect("b");
     a.copy_(&b).expect("copy_ across devices");
     assert_eq!(a.to_vec::<f32>().expect("r"), vec![4.0, 5.0]);
@@ -603,6 +615,12 @@ fn operators_are_profiled_spans_with_their_kernels() {
         .spans
         .iter()
         .filter(|s| s.kind == SpanKind::Operator && &*s.name == "add")
+        // Other tests run at the same time: only this test's calls.
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "Input Dims" && &**v == "[[300], [300]]")
+        })
         .collect();
     assert!(ops.len() >= devs.len(), "operator spans: {}", ops.len());
     let mut kernels = std::collections::BTreeSet::new();

@@ -168,6 +168,24 @@ fn fill_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     })
 }
 
+/// `out[i] = x[i]` converted from one dtype to another (as
+/// [`Element::from_f64`] converts).
+fn cast_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let (from, to, n) = (inv.param_u32(0)?, inv.param_u32(4)?, param_usize(inv, 8)?);
+    let [x, out] = &mut inv.buffers[..] else {
+        return Err("expected 2 buffers".to_owned());
+    };
+    with_type!(from, S => {
+        let x = view::<S>(0, x, n)?;
+        with_type!(to, D => {
+            for (o, v) in view_mut::<D>(1, out, n)?.iter_mut().zip(x) {
+                *o = D::from_f64(v.to_f64());
+            }
+            Ok(())
+        })
+    })
+}
+
 // --- matmul, sum, softmax ----------------------------------------------
 
 /// `out[m x n] = a[m x k] * b[k x n]` in f32 (row-major).
@@ -311,6 +329,7 @@ pub const ADD: Kernel = host_kernel("add_cpu", 3, add_cpu);
 pub const MUL: Kernel = host_kernel("mul_cpu", 3, mul_cpu);
 pub(crate) const ADD_SCALAR: Kernel = host_kernel("add_scalar_cpu", 2, add_scalar_cpu);
 pub(crate) const MUL_SCALAR: Kernel = host_kernel("mul_scalar_cpu", 2, mul_scalar_cpu);
+pub(crate) const CAST: Kernel = host_kernel("cast_cpu", 2, cast_cpu);
 /// The CPU's `fill_` kernel: binding `out`; parameters: dtype code, count
 /// (u64), value (f64 bits, low word first).
 pub const FILL: Kernel = host_kernel("fill_cpu", 1, fill_cpu);
@@ -417,21 +436,43 @@ pub(crate) fn fill_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     done(x.clone())
 }
 
-/// `copy_(self, src)`: same dtype and number of elements; `src` may be on
-/// any device (a direct copy on one device, through the host otherwise).
-/// Works for every device type (buffer copies only).
+/// `copy_(self, src)`: the same number of elements, `src` on any device
+/// (a direct copy on one device, through the host otherwise). Between
+/// dtypes, values are converted on the CPU: a call on another device
+/// declines, so the fallback runs it. Between equal dtypes it works for
+/// every device type (buffer copies only).
 pub(crate) fn copy_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let (dst, src) = (call.tensor(0)?, call.tensor(1)?);
-    if dst.dtype() != src.dtype() || dst.numel() != src.numel() {
+    if dst.numel() != src.numel() {
         return Err(Error::invalid(format!(
-            "copy_: expected a source of dtype {} with {} elements, found dtype {} with {}",
-            dst.dtype(),
+            "copy_: expected a source of {} elements, found {}",
             dst.numel(),
-            src.dtype(),
             src.numel()
         )));
     }
     let len = dst.buffer().len();
+    if dst.dtype() != src.dtype() {
+        if !call.device.is_cpu() {
+            return Ok(KernelOutcome::Declined(format!(
+                "copy_ from {} to {} converts on the CPU",
+                src.dtype(),
+                dst.dtype()
+            )));
+        }
+        let on_cpu;
+        let src = if src.device() == call.device {
+            src
+        } else {
+            on_cpu = src.to(call.device, &call.stream)?;
+            &on_cpu
+        };
+        let p = Params::default()
+            .u32(dtype_code(src.dtype()))
+            .u32(dtype_code(dst.dtype()))
+            .u64(dst.numel() as u64);
+        launch(&call.stream, &CAST, ONE, &[src.buffer(), dst.buffer()], &p)?;
+        return done(dst.clone());
+    }
     if len == 0 || Arc::ptr_eq(dst.buffer(), src.buffer()) {
         return done(dst.clone());
     }

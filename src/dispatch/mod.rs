@@ -31,7 +31,8 @@
 //!
 //! Built in: CPU kernels for every operator; GPU kernels (CUDA, Vulkan,
 //! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar` and `fill_`, and
-//! `copy_` by buffer copies; the CPU fallback for CUDA, Vulkan and wgpu
+//! `copy_` by buffer copies (between dtypes it declines: the CPU converts);
+//! the CPU fallback for CUDA, Vulkan and wgpu
 //! (so `matmul`, `sum` and `softmax` run on the CPU there). A third party
 //! registers its own at run time, for any device type
 //! ([`register_kernel`], [`register_fallback`], [`define_op`] for new
@@ -276,8 +277,8 @@ pub fn fill_(x: &Tensor, value: f64) -> Result<Tensor> {
     one("fill_", &[x.into(), value.into()])
 }
 
-/// Copies `src` (same dtype and number of elements, any device) into
-/// `dst`, in place; returns `dst`.
+/// Copies `src` (the same number of elements, any device, any dtype:
+/// values are converted, on the CPU) into `dst`, in place; returns `dst`.
 pub fn copy_(dst: &Tensor, src: &Tensor) -> Result<Tensor> {
     one("copy_", &[dst.into(), src.into()])
 }
