@@ -114,6 +114,35 @@ pub enum Error {
     /// what was found, and where (byte offset or JSON path).
     #[error("trace format error: {0}")]
     TraceFormat(String),
+
+    /// Tensors of one operator call on different devices (PyTorch's
+    /// message).
+    #[error(
+        "Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
+    )]
+    TensorDeviceMismatch {
+        /// The first device seen.
+        first: Device,
+        /// A different device.
+        second: Device,
+    },
+
+    /// An operator with no kernel and no fallback for a device type (or a
+    /// kernel that declined the call and no fallback).
+    #[error("could not run '{op}' on {device_type} devices: {reason}")]
+    NoKernel {
+        /// The operator.
+        op: String,
+        /// The device type it was dispatched on.
+        device_type: DeviceType,
+        /// Why, and what to register.
+        reason: String,
+    },
+
+    /// A file written by [`save`](crate::save) (safetensors) could not be
+    /// written or read back: what was expected and what was found.
+    #[error("safetensors error: {0}")]
+    Serialization(String),
 }
 
 impl Error {

@@ -77,6 +77,14 @@
 //!    ([`Kernel`]), the `torch.cuda`-style free functions, and the
 //!    stream-operation path (`ops`), where `KEEL_LAUNCH_BLOCKING` and the
 //!    profiler's hooks apply to every backend at once.
+//! 6. **Tensors and operators**: a minimal [`Tensor`] (a shared
+//!    [`Buffer`], a [`DType`], a shape) and the operator [`dispatch`]er,
+//!    which picks a kernel by the device type of its tensors, lets a
+//!    kernel decline a call, and falls back to the CPU where a device type
+//!    has no kernel (the PrivateUse1 article's fallback); [`save`] and
+//!    [`load`] in the safetensors format with per-device-type
+//!    [`BackendMeta`] hooks; device modules ([`device_module()`]). Built on
+//!    the runtime objects; each operator call is one span in the profiler.
 //!
 //! No two files use each other, directly or through others (`cargo xtask
 //! layers` checks it; `ARCHITECTURE.md` says which file may use which).
@@ -133,6 +141,8 @@ pub mod autocast;
 pub mod backend;
 mod buffer;
 pub mod core;
+pub mod device_module;
+pub mod dispatch;
 mod error;
 mod event;
 pub mod generator;
@@ -142,7 +152,9 @@ mod ops;
 pub mod precision;
 pub mod profiler;
 pub mod random;
+mod serialize;
 mod stream;
+mod tensor;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -158,6 +170,7 @@ pub use core::{
     Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId, privateuse1_backend_name,
     register_privateuse1_backend,
 };
+pub use device_module::{device_module, register_device_module};
 pub use error::{Error, Result};
 pub use event::Event;
 pub use guard::{
@@ -167,3 +180,5 @@ pub use guard::{
 };
 pub use kernel::{Kernel, kernels};
 pub use ops::{launch_blocking, set_launch_blocking};
+pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};
+pub use tensor::{DType, Element, Tensor};

@@ -70,6 +70,7 @@ impl Stream {
             Detail::Launch {
                 grid,
                 block: kernel.workgroup_size,
+                operator: 0,
             },
             || rt.launch(&stream, kernel, grid, &handles, params),
         )

@@ -108,3 +108,56 @@ fn default_stream_is_asynchronous_and_events_order_it() {
     gate.open();
     assert_eq!(out.read_as::<f32>(&other).expect("read"), [4.0]);
 }
+
+/// PrivateUse1 parity through the public API: the npu's own kernels for
+/// some operators, the CPU fallback for the rest (counted), save/load
+/// with its metadata hook, its device module. This process runs no other
+/// operator, so the fallback counts are exact.
+#[test]
+fn npu_operators_fallback_serialization_and_device_module() {
+    use keel::dispatch::fallback_count;
+    use keel::{DType, Tensor};
+    use std::sync::atomic::Ordering;
+
+    npu::install_ops().expect("npu ops");
+    let d = npu(0);
+    let module = keel::device_module::<npu::NpuModule>(npu::NAME).expect("module");
+    assert_eq!(module.device_count(), npu::DEVICES as usize);
+    assert_eq!(module.native_ops(), &npu::NPU_OPS);
+
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0], &[1, 3], d).expect("x");
+    // Own kernels: no fallback.
+    let y = x.add(&x).expect("add").mul_scalar(0.5).expect("mul.Scalar");
+    assert_eq!(y.to_vec::<f32>().expect("read"), vec![1.0, -2.0, 3.0]);
+    assert_eq!(fallback_count("add"), 0);
+    assert_eq!(fallback_count("mul.Scalar"), 0);
+    // No npu kernel: the CPU fallback, results back on the npu.
+    let w = Tensor::ones(&[3, 2], DType::F32, d).expect("w");
+    let s = y.matmul(&w).expect("matmul").softmax().expect("softmax");
+    assert_eq!(s.device(), d);
+    assert_eq!(s.to_vec::<f32>().expect("read"), vec![0.5, 0.5]);
+    let total = y.sum().expect("sum");
+    assert_eq!(total.to_vec::<f32>().expect("read"), vec![2.0]);
+    assert_eq!(fallback_count("matmul"), 1);
+    assert_eq!(fallback_count("softmax"), 1);
+    assert_eq!(fallback_count("sum"), 1);
+    // An npu kernel that declines (f16) falls back too.
+    let h = Tensor::ones(&[2], DType::F16, d).expect("h");
+    h.add(&h).expect("f16 add");
+    assert_eq!(fallback_count("add"), 1);
+
+    // Saved from the npu with its metadata; loaded on the CPU, the hook
+    // reads it back.
+    let path = std::env::temp_dir().join(format!("keel-pu1-{}.safetensors", std::process::id()));
+    keel::save(&path, &[("y", &y)]).expect("save");
+    let before = npu::META_LOADS.load(Ordering::Relaxed);
+    let loaded = keel::load(&path, Device::cpu()).expect("load");
+    std::fs::remove_file(&path).ok();
+    assert_eq!(npu::META_LOADS.load(Ordering::Relaxed), before + 1);
+    assert_eq!(
+        loaded[0].1.to_vec::<f32>().expect("read"),
+        vec![1.0, -2.0, 3.0]
+    );
+    assert_eq!(npu::NPU_FORMAT, "ND");
+    module.synchronize(0).expect("synchronize");
+}

@@ -835,7 +835,7 @@ fn json_errors_are_clear() {
         ),
         (
             json.replacen("\"keel_kind\":\"copy\"", "\"keel_kind\":\"teleport\"", 1),
-            "args.keel_kind: expected one of kernel, copy, alloc, free, event_record, wait, sync, annotation, found \"teleport\"",
+            "args.keel_kind: expected one of kernel, copy, alloc, free, event_record, wait, sync, annotation, operator, found \"teleport\"",
         ),
         (
             without_event(

@@ -5,7 +5,7 @@
 
 mod npu;
 
-use keel::{Buffer, Device, DeviceGuard, DeviceType, Event, kernels};
+use keel::{Buffer, DType, Device, DeviceGuard, DeviceType, Event, Tensor, kernels};
 
 fn main() -> keel::Result<()> {
     npu::install()?;
@@ -69,5 +69,51 @@ fn main() -> keel::Result<()> {
             "vector_add on npu gave a wrong result",
         ));
     }
+    operators(npu1)
+}
+
+/// PrivateUse1 parity: the NPU's own kernels, the CPU fallback for the
+/// rest, save/load with the NPU's metadata, and its device module.
+fn operators(npu1: Device) -> keel::Result<()> {
+    npu::install_ops()?;
+    let module = keel::device_module::<npu::NpuModule>("npu")?;
+    println!(
+        "device module 'npu': {} devices, native kernels for {:?}",
+        module.device_count(),
+        module.native_ops()
+    );
+
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], npu1)?;
+    let y = Tensor::full(&[2, 3], 0.5, DType::F32, npu1)?;
+    // `add` and `mul.Scalar` run the NPU's kernels...
+    let z = x.add(&y)?.mul_scalar(2.0)?;
+    // ...`matmul` and `softmax` have none: the CPU fallback runs them
+    // (with a warning, once per operator).
+    let w = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2], npu1)?;
+    let p = z.matmul(&w)?.softmax()?;
+    println!(
+        "add + mul.Scalar on npu (own kernels): {:?}",
+        z.to_vec::<f32>()?
+    );
+    println!(
+        "matmul + softmax on npu (CPU fallback): {:?}",
+        p.to_vec::<f32>()?
+    );
+    for op in ["add", "mul.Scalar", "matmul", "softmax"] {
+        println!(
+            "  {op}: {} fallback call(s)",
+            keel::dispatch::fallback_count(op)
+        );
+    }
+
+    // Saved from the NPU (with its metadata), loaded on the CPU.
+    let path = std::env::temp_dir().join(format!("keel-npu-{}.safetensors", std::process::id()));
+    keel::save(&path, &[("z", &z), ("p", &p)])?;
+    let loaded = keel::load(&path, Device::cpu())?;
+    std::fs::remove_file(&path).ok();
+    for (name, t) in &loaded {
+        println!("loaded '{name}' on {}: {:?}", t.device(), t.shape());
+    }
+    module.synchronize(npu1.index())?;
     Ok(())
 }

@@ -116,6 +116,197 @@ impl HostBackend for Npu {
     }
 }
 
+// --- Operators, serialization, device module (PrivateUse1 parity) -------
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keel::dispatch::{KernelOutcome, OpCall};
+use keel::kernel::{CpuInvocation, as_f32s, as_f32s_mut};
+use keel::{BackendMeta, DType, Kernel, Tensor};
+
+/// The operators the NPU has its own kernels for; the rest take the CPU
+/// fallback.
+pub const NPU_OPS: [&str; 2] = ["add", "mul.Scalar"];
+
+/// The memory layout the NPU's serialization hook records (a stand-in for
+/// a real accelerator's private formats, such as Ascend's `npu_format`).
+pub const NPU_FORMAT: &str = "ND";
+
+/// How many tensors saved from an NPU had their metadata read back by the
+/// hook (for tests).
+pub static META_LOADS: AtomicU64 = AtomicU64::new(0);
+
+fn npu_add(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let n = inv.param_u32(0)? as usize;
+    let [a, b, out] = &mut inv.buffers[..] else {
+        return Err("expected 3 buffers".to_owned());
+    };
+    let (a, b, out) = (as_f32s(0, a)?, as_f32s(1, b)?, as_f32s_mut(2, out)?);
+    for i in 0..n.min(out.len()) {
+        out[i] = a[i] + b[i];
+    }
+    Ok(())
+}
+
+fn npu_mul_scalar(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let (n, s) = (inv.param_u32(0)? as usize, inv.param_f32(4)?);
+    let [x, out] = &mut inv.buffers[..] else {
+        return Err("expected 2 buffers".to_owned());
+    };
+    let (x, out) = (as_f32s(0, x)?, as_f32s_mut(1, out)?);
+    for i in 0..n.min(out.len()) {
+        out[i] = x[i] * s;
+    }
+    Ok(())
+}
+
+/// The NPU's own `add` kernel (f32; runs on the device's stream threads).
+pub const NPU_ADD: Kernel = Kernel {
+    name: "npu_add_f32",
+    workgroup_size: [1, 1, 1],
+    bindings: 3,
+    wgsl: None,
+    ptx: None,
+    cpu: Some(npu_add),
+};
+
+/// The NPU's own `mul.Scalar` kernel (f32).
+pub const NPU_MUL_SCALAR: Kernel = Kernel {
+    name: "npu_mul_scalar_f32",
+    workgroup_size: [1, 1, 1],
+    bindings: 2,
+    wgsl: None,
+    ptx: None,
+    cpu: Some(npu_mul_scalar),
+};
+
+/// The element count of an f32 tensor, or a declined call.
+fn f32_count(call: &OpCall<'_>, t: &Tensor) -> std::result::Result<u32, KernelOutcome> {
+    match (t.dtype(), u32::try_from(t.numel())) {
+        (DType::F32, Ok(n)) => Ok(n),
+        (d, _) => Err(KernelOutcome::Declined(format!(
+            "the npu kernel of '{}' takes f32 tensors of at most u32::MAX elements, found {d} x {}",
+            call.op(),
+            t.numel()
+        ))),
+    }
+}
+
+fn add_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let (a, b) = (call.tensor(0)?, call.tensor(1)?);
+    if a.shape() != b.shape() {
+        return Err(Error::invalid(format!(
+            "add: expected tensors of the same shape, found {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let n = match (f32_count(call, a), f32_count(call, b)) {
+        (Ok(n), Ok(_)) => n,
+        (Err(d), _) | (_, Err(d)) => return Ok(d),
+    };
+    // The kernel binds distinct buffers: `x + x` reads a copy of `x`.
+    let b = if std::sync::Arc::ptr_eq(a.buffer(), b.buffer()) {
+        b.to(call.device, &call.stream)?
+    } else {
+        b.clone()
+    };
+    let out = Tensor::empty(a.shape(), DType::F32, call.device)?;
+    call.stream.launch(
+        &NPU_ADD,
+        [1, 1, 1],
+        &[a.buffer(), b.buffer(), out.buffer()],
+        &n.to_le_bytes(),
+    )?;
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
+fn mul_scalar_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let x = call.tensor(0)?;
+    let s = call.scalar(1)? as f32;
+    let n = match f32_count(call, x) {
+        Ok(n) => n,
+        Err(d) => return Ok(d),
+    };
+    let out = Tensor::empty(x.shape(), DType::F32, call.device)?;
+    let params = [n.to_le_bytes(), s.to_le_bytes()].concat();
+    call.stream.launch(
+        &NPU_MUL_SCALAR,
+        [1, 1, 1],
+        &[x.buffer(), out.buffer()],
+        &params,
+    )?;
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
+/// The NPU's serialization hooks (c10's `BackendMeta`): it records the
+/// device index and memory format of each tensor it saves, and checks the
+/// format when such a tensor is loaded (wherever it is loaded).
+#[derive(Debug)]
+pub struct NpuMeta;
+
+impl BackendMeta for NpuMeta {
+    fn save(&self, _name: &str, tensor: &Tensor) -> Result<BTreeMap<String, String>> {
+        Ok(BTreeMap::from([
+            ("format".to_owned(), NPU_FORMAT.to_owned()),
+            ("index".to_owned(), tensor.device().index().to_string()),
+        ]))
+    }
+
+    fn load(&self, name: &str, _tensor: &Tensor, meta: &BTreeMap<String, String>) -> Result<()> {
+        match meta.get("format").map(String::as_str) {
+            Some(NPU_FORMAT) => {
+                META_LOADS.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            other => Err(Error::invalid(format!(
+                "npu tensor '{name}': expected format {NPU_FORMAT}, found {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What `keel::device_module::<NpuModule>("npu")` returns: the backend's
+/// own functions, like `torch.npu.*`.
+#[derive(Debug)]
+pub struct NpuModule;
+
+impl NpuModule {
+    /// Devices the NPU has.
+    pub fn device_count(&self) -> usize {
+        keel::device_count(TY)
+    }
+
+    /// Waits for everything enqueued on NPU `index`.
+    pub fn synchronize(&self, index: DeviceIndex) -> Result<()> {
+        keel::synchronize(Device::new(TY, index)?)
+    }
+
+    /// The operators with NPU kernels (the rest take the CPU fallback).
+    pub fn native_ops(&self) -> &'static [&'static str] {
+        &NPU_OPS
+    }
+}
+
+/// [`install`], then the NPU's operator kernels ([`NPU_OPS`]), the CPU
+/// fallback for every other operator, its serialization hooks
+/// ([`NpuMeta`]) and its device module ([`NpuModule`]). Safe to call more
+/// than once.
+pub fn install_ops() -> Result<()> {
+    static INSTALLED: OnceLock<Result<()>> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            install()?;
+            keel::dispatch::register_kernel("add", TY, add_kernel)?;
+            keel::dispatch::register_kernel("mul.Scalar", TY, mul_scalar_kernel)?;
+            keel::dispatch::register_fallback(TY, keel::dispatch::cpu_fallback)?;
+            keel::register_backend_meta(TY, NpuMeta);
+            keel::register_device_module(NAME, NpuModule)
+        })
+        .clone()
+}
+
 // ---- Numerics: the NPU's generator and autocast dtypes ----
 
 /// The NPU's random generator, registered for PrivateUse1 (c10's

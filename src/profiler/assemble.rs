@@ -41,8 +41,13 @@ pub(crate) enum Detail {
     Launch {
         grid: [u32; 3],
         block: [u32; 3],
+        /// The op id of the dispatched operator that made the launch (0:
+        /// none); set by the recorder.
+        operator: u64,
     },
     Event(u64),
+    /// Arguments as they are (an operator's input shapes and dtypes).
+    Args(Vec<(Text, Text)>),
 }
 
 /// One caching-allocator action, with the device's totals after it; the
@@ -223,7 +228,10 @@ fn detail_args(detail: &Detail) -> Vec<(Text, Text)> {
     match detail {
         Detail::None => Vec::new(),
         Detail::Bytes(b) => vec![("bytes".into(), b.to_string().into())],
-        Detail::Launch { grid: g, block: b } => vec![
+        Detail::Args(args) => args.clone(),
+        Detail::Launch {
+            grid: g, block: b, ..
+        } => vec![
             ("grid".into(), format!("{}x{}x{}", g[0], g[1], g[2]).into()),
             ("block".into(), format!("{}x{}x{}", b[0], b[1], b[2]).into()),
         ],
@@ -364,6 +372,26 @@ impl Assembler {
                 args: detail_args(&s.detail),
             });
             if let Some((host_kind, host_name, host_start)) = self.host_of_op.get(&s.op).cloned() {
+                let host_lane = b.lane(host_kind, host_name);
+                let id = self.next_flow;
+                self.next_flow += 1;
+                b.trace.flows.push(Flow {
+                    id,
+                    kind: FlowKind::Launch,
+                    from: FlowEnd {
+                        lane: host_lane,
+                        ts_ns: host_start,
+                    },
+                    to: FlowEnd { lane, ts_ns: start },
+                });
+            }
+            // A kernel a dispatched operator launched: a flow from the
+            // operator's span too.
+            if let Detail::Launch { operator, .. } = s.detail
+                && operator != 0
+                && let Some((host_kind, host_name, host_start)) =
+                    self.host_of_op.get(&operator).cloned()
+            {
                 let host_lane = b.lane(host_kind, host_name);
                 let id = self.next_flow;
                 self.next_flow += 1;
@@ -596,6 +624,7 @@ mod tests {
             detail: Detail::Launch {
                 grid: [4, 1, 1],
                 block: [64, 1, 1],
+                operator: 0,
             },
         }
     }

@@ -30,7 +30,7 @@ pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
 pub use super::trace::MemoryAction;
-use super::trace::SpanKind;
+use super::trace::{SpanKind, Text};
 use crate::core::Stream;
 use crate::error::{Error, Result};
 
@@ -236,6 +236,38 @@ pub(crate) fn last_op() -> u64 {
     LAST_OP.with(Cell::get)
 }
 
+thread_local! {
+    /// The op id of the dispatched operator running on this thread (0:
+    /// none): its launches are linked to it.
+    static OPERATOR: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Records a dispatched operator's host span (kind
+/// [`SpanKind::Operator`]) around `f`, with `args` (its input shapes and
+/// dtypes); kernels launched inside get a flow from it.
+pub(crate) fn operator<T>(
+    name: Cow<'static, str>,
+    args: Vec<(Text, Text)>,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let op = next_op();
+    let outer = OPERATOR.with(|o| o.replace(op));
+    let start = Instant::now();
+    let result = f();
+    let end = Instant::now();
+    OPERATOR.with(|o| o.set(outer));
+    push(HostRecord::Span {
+        op,
+        kind: SpanKind::Operator,
+        name,
+        start,
+        end,
+        stream: None,
+        detail: Detail::Args(args),
+    });
+    result
+}
+
 /// Records a host span (and, for stream work, brackets it with timed
 /// events for its device span). Returns what `f` returns.
 pub(crate) fn stream_op<T>(
@@ -246,6 +278,10 @@ pub(crate) fn stream_op<T>(
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let op = next_op();
+    let mut detail = detail;
+    if let Detail::Launch { operator, .. } = &mut detail {
+        *operator = OPERATOR.with(Cell::get);
+    }
     if let (SpanKind::EventRecord, Detail::Event(e)) = (kind, &detail) {
         event_recorded(*e, op);
     }

@@ -42,6 +42,7 @@ pub fn kind_color(kind: SpanKind) -> Color32 {
         SpanKind::Wait => Color32::from_rgb(234, 67, 53),
         SpanKind::Sync => Color32::from_rgb(255, 112, 67),
         SpanKind::Annotation => Color32::from_rgb(0, 172, 193),
+        SpanKind::Operator => Color32::from_rgb(255, 167, 38),
     }
 }
 

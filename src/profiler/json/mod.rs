@@ -113,6 +113,7 @@ pub fn category(kind: SpanKind, host: bool) -> &'static str {
         (SpanKind::Alloc | SpanKind::Free, false) => "gpu_memory",
         (SpanKind::EventRecord | SpanKind::Wait, false) => "cuda_event",
         (SpanKind::Annotation, false) => "user_annotation",
+        (SpanKind::Operator, false) => "cpu_op",
     }
 }
 

@@ -93,11 +93,14 @@ pub enum SpanKind {
     Sync,
     /// A user annotation (named host range).
     Annotation,
+    /// A dispatched operator (host): encloses the launches and copies it
+    /// made; exported with category `cpu_op`, as PyTorch's profiler does.
+    Operator,
 }
 
 impl SpanKind {
     /// Every kind, in a stable order.
-    pub const ALL: [SpanKind; 8] = [
+    pub const ALL: [SpanKind; 9] = [
         SpanKind::Kernel,
         SpanKind::Copy,
         SpanKind::Alloc,
@@ -106,6 +109,7 @@ impl SpanKind {
         SpanKind::Wait,
         SpanKind::Sync,
         SpanKind::Annotation,
+        SpanKind::Operator,
     ];
 
     /// A short lower-case name (`kernel`, `copy`, ...).
@@ -119,6 +123,7 @@ impl SpanKind {
             SpanKind::Wait => "wait",
             SpanKind::Sync => "sync",
             SpanKind::Annotation => "annotation",
+            SpanKind::Operator => "operator",
         }
     }
 

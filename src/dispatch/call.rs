@@ -1,0 +1,253 @@
+//! What a kernel receives and returns: [`Arg`], [`OpCall`],
+//! [`KernelOutcome`], and operator schemas ([`OpSchema`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::core::{Device, Stream};
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// One argument of an operator call.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A tensor.
+    Tensor(&'a Tensor),
+    /// A floating-point scalar (`Scalar` in a schema: `alpha`, a fill
+    /// value, `low`/`high` of a random operator).
+    Scalar(f64),
+    /// An integer (`int` in a schema: a dimension, a seed, an offset).
+    Int(i64),
+}
+
+impl<'a> From<&'a Tensor> for Arg<'a> {
+    fn from(t: &'a Tensor) -> Arg<'a> {
+        Arg::Tensor(t)
+    }
+}
+
+impl From<f64> for Arg<'_> {
+    fn from(v: f64) -> Self {
+        Arg::Scalar(v)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(v: i64) -> Self {
+        Arg::Int(v)
+    }
+}
+
+/// The kind of one schema argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// A tensor (`Tensor`).
+    Tensor,
+    /// A floating-point scalar (`Scalar`).
+    Scalar,
+    /// An integer (`int`).
+    Int,
+}
+
+impl ArgKind {
+    fn of(arg: &Arg<'_>) -> ArgKind {
+        match arg {
+            Arg::Tensor(_) => ArgKind::Tensor,
+            Arg::Scalar(_) => ArgKind::Scalar,
+            Arg::Int(_) => ArgKind::Int,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ArgKind::Tensor => "Tensor",
+            ArgKind::Scalar => "Scalar",
+            ArgKind::Int => "int",
+        }
+    }
+}
+
+/// An operator's signature: its arguments, which one it writes in place
+/// (`fill_`, `copy_`), and whether its tensors must share one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpSchema {
+    /// The operator's name (`add`, `fill_`, ...).
+    pub name: String,
+    /// The arguments, by name and kind, in order.
+    pub args: Vec<(String, ArgKind)>,
+    /// The argument an in-place operator writes (and returns); `None` for
+    /// an operator that returns new tensors.
+    pub mutates: Option<usize>,
+    /// Whether every tensor argument must be on one device (true but for
+    /// `copy_`, whose source may be anywhere).
+    pub same_device: bool,
+}
+
+impl OpSchema {
+    /// A functional operator whose tensors share one device.
+    pub fn new(name: &str, args: &[(&str, ArgKind)]) -> OpSchema {
+        OpSchema {
+            name: name.to_owned(),
+            args: args.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect(),
+            mutates: None,
+            same_device: true,
+        }
+    }
+
+    /// The same schema, writing argument `index` in place.
+    pub fn in_place(mut self, index: usize) -> OpSchema {
+        self.mutates = Some(index);
+        self
+    }
+
+    /// The same schema, allowing tensors on different devices.
+    pub fn any_device(mut self) -> OpSchema {
+        self.same_device = false;
+        self
+    }
+
+    /// Checks `args` against the schema.
+    pub(crate) fn check(&self, args: &[Arg<'_>]) -> Result<()> {
+        let same = args.len() == self.args.len()
+            && args
+                .iter()
+                .zip(&self.args)
+                .all(|(a, s)| ArgKind::of(a) == s.1);
+        if !same {
+            let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
+            return Err(Error::invalid(format!(
+                "{}: expected arguments {self}, found ({})",
+                self.name,
+                names.join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for OpSchema {
+    /// PyTorch's schema notation: `add(Tensor self, Tensor other)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(", self.name)?;
+        for (i, (name, kind)) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            let mark = if self.mutates == Some(i) { "(a!)" } else { "" };
+            write!(f, "{}{mark} {name}", kind.name())?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// One call of an operator, as a kernel sees it.
+#[derive(Debug)]
+pub struct OpCall<'a> {
+    /// The operator's schema.
+    pub schema: &'a OpSchema,
+    /// The arguments, checked against the schema.
+    pub args: &'a [Arg<'a>],
+    /// The device the call dispatched on (the tensors' device; for
+    /// `copy_`, the destination's).
+    pub device: Device,
+    /// The current stream of `device`: where a kernel enqueues its work.
+    pub stream: Stream,
+}
+
+impl<'a> OpCall<'a> {
+    /// The operator's name.
+    pub fn op(&self) -> &str {
+        &self.schema.name
+    }
+
+    /// Argument `i` as a tensor (an error names the operator otherwise).
+    pub fn tensor(&self, i: usize) -> Result<&'a Tensor> {
+        match self.args.get(i) {
+            Some(Arg::Tensor(t)) => Ok(t),
+            _ => Err(self.bad_arg(i, "a tensor")),
+        }
+    }
+
+    /// Argument `i` as a scalar (an `int` argument converts).
+    pub fn scalar(&self, i: usize) -> Result<f64> {
+        match self.args.get(i) {
+            Some(Arg::Scalar(v)) => Ok(*v),
+            Some(Arg::Int(v)) => Ok(*v as f64),
+            _ => Err(self.bad_arg(i, "a scalar")),
+        }
+    }
+
+    /// Argument `i` as an integer.
+    pub fn int(&self, i: usize) -> Result<i64> {
+        match self.args.get(i) {
+            Some(Arg::Int(v)) => Ok(*v),
+            _ => Err(self.bad_arg(i, "an int")),
+        }
+    }
+
+    fn bad_arg(&self, i: usize, what: &str) -> Error {
+        Error::invalid(format!(
+            "{}: expected argument {i} to be {what} (schema {})",
+            self.op(),
+            self.schema
+        ))
+    }
+
+    /// A call of the same operator with other arguments on another
+    /// device (what a fallback makes).
+    pub fn with_args<'b>(
+        &'b self,
+        args: &'b [Arg<'b>],
+        device: Device,
+        stream: Stream,
+    ) -> OpCall<'b> {
+        OpCall {
+            schema: self.schema,
+            args,
+            device,
+            stream,
+        }
+    }
+}
+
+/// What a kernel did.
+#[derive(Debug)]
+pub enum KernelOutcome {
+    /// It enqueued the work; these are the operator's results (for an
+    /// in-place operator, the tensor it wrote).
+    Done(Vec<Tensor>),
+    /// It does not handle these arguments (a dtype it has no code for:
+    /// Keel's GPU kernels are `f32`-only); the device type's fallback runs
+    /// instead, or the call fails with this reason when there is none.
+    Declined(String),
+}
+
+/// A kernel for one operator on one device type.
+pub type OpKernel = Arc<dyn Fn(&OpCall<'_>) -> Result<KernelOutcome> + Send + Sync>;
+
+/// A fallback for one device type: runs any operator that has no kernel
+/// there (or whose kernel declined). [`cpu_fallback`](super::cpu_fallback)
+/// is the usual one.
+pub type Fallback = Arc<dyn Fn(&OpCall<'_>) -> Result<Vec<Tensor>> + Send + Sync>;
+
+/// Checks that every tensor argument has dtype `dtype`-compatible
+/// siblings: all tensors of a call share one dtype.
+pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
+    let mut dtype = None;
+    for a in call.args {
+        if let Arg::Tensor(t) = a {
+            match dtype {
+                None => dtype = Some(t.dtype()),
+                Some(d) if d == t.dtype() => {}
+                Some(d) => {
+                    return Err(Error::invalid(format!(
+                        "{}: expected every tensor to have dtype {d}, found {}",
+                        call.op(),
+                        t.dtype()
+                    )));
+                }
+            }
+        }
+    }
+    dtype.ok_or_else(|| Error::invalid(format!("{}: expected a tensor argument", call.op())))
+}

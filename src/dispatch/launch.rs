@@ -1,0 +1,92 @@
+//! Launching a kernel for an operator: parameter blocks, and buffers bound
+//! twice (`add(x, x)`), which backends refuse, made distinct first.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::core::Stream;
+use crate::error::Result;
+use crate::kernel::Kernel;
+
+/// Buffers an operator kernel binds without an allocation.
+const MAX_BINDINGS: usize = 4;
+
+/// The most parameter bytes an operator kernel takes.
+const MAX_PARAMS: usize = 32;
+
+/// A kernel's parameter block, built little-endian in 32-bit words (on
+/// the stack: a dispatch allocates nothing for it).
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    bytes: [u8; MAX_PARAMS],
+    len: usize,
+}
+
+impl Params {
+    pub(crate) fn u32(mut self, v: u32) -> Params {
+        // Operator kernels take at most 8 words; more is a bug here.
+        let end = (self.len + 4).min(MAX_PARAMS);
+        self.bytes[self.len..end].copy_from_slice(&v.to_le_bytes()[..end - self.len]);
+        self.len = end;
+        self
+    }
+
+    pub(crate) fn f32(self, v: f32) -> Params {
+        self.u32(v.to_bits())
+    }
+
+    /// Two words, low first.
+    pub(crate) fn u64(self, v: u64) -> Params {
+        self.u32(v as u32).u32((v >> 32) as u32)
+    }
+
+    /// Two words, low first.
+    pub(crate) fn f64(self, v: f64) -> Params {
+        self.u64(v.to_bits())
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Launches `kernel` on `stream` over `buffers`; a buffer bound a second
+/// time is replaced by a copy of it (made on `stream`).
+pub(crate) fn launch(
+    stream: &Stream,
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: &[&Arc<Buffer>],
+    params: &Params,
+) -> Result<()> {
+    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
+    if let Some(first) = buffers.first()
+        && !(0..buffers.len()).any(twice)
+        && buffers.len() <= MAX_BINDINGS
+    {
+        // The usual case: no allocation.
+        let mut bound: [&Buffer; MAX_BINDINGS] = [first.as_ref(); MAX_BINDINGS];
+        for (slot, b) in bound.iter_mut().zip(buffers) {
+            *slot = b.as_ref();
+        }
+        return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
+    }
+    let mut copies: Vec<(usize, Buffer)> = Vec::new();
+    for i in (0..buffers.len()).filter(|&i| twice(i)) {
+        let b = buffers[i];
+        let copy = Buffer::new(b.device(), b.len())?;
+        copy.copy_from(stream, b, 0, 0, b.len())?;
+        copies.push((i, copy));
+    }
+    let bound: Vec<&Buffer> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            copies
+                .iter()
+                .find(|(j, _)| *j == i)
+                .map_or(b.as_ref(), |(_, c)| c)
+        })
+        .collect();
+    stream.launch(kernel, grid, &bound, params.bytes())
+}

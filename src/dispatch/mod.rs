@@ -1,0 +1,331 @@
+//! The operator dispatcher: operators registered by name with a schema,
+//! a kernel per (operator, device type), a fallback per device type; the
+//! PrivateUse1 article's dispatch keys, reduced to device types.
+//!
+//! ```
+//! # fn main() -> keel::Result<()> {
+//! use keel::{DType, Device, Tensor};
+//! let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::cpu())?;
+//! let b = Tensor::full(&[3], 10.0, DType::F32, Device::cpu())?;
+//! let c = keel::dispatch::add(&a, &b)?; // or a.add(&b)?
+//! assert_eq!(c.to_vec::<f32>()?, vec![11.0, 12.0, 13.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! # How a call is dispatched
+//! 1. The device is the first tensor argument's; every other tensor must be
+//!    on it (`copy_`'s source excepted), or the call fails with PyTorch's
+//!    message ("Expected all tensors to be on the same device, but found at
+//!    least two devices, cuda:0 and cpu!"). The arguments are checked
+//!    against the operator's [`OpSchema`].
+//! 2. The kernel registered for the device's type runs on the current
+//!    stream of the device. A kernel may *decline* a call
+//!    ([`KernelOutcome::Declined`]): Keel's GPU kernels are `f32`-only and
+//!    decline other dtypes.
+//! 3. With no kernel, or a declined call, the device type's fallback runs
+//!    (counted per operator: [`fallback_count`]); with none, the call
+//!    fails naming the operator and the device type
+//!    ([`crate::Error::NoKernel`]). [`cpu_fallback`]
+//!    copies the inputs to the CPU, runs the CPU kernel and copies the
+//!    results back, warning once per operator.
+//!
+//! Built in: CPU kernels for every operator; GPU kernels (CUDA, Vulkan,
+//! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar` and `fill_`, and
+//! `copy_` by buffer copies (between dtypes it declines: the CPU converts);
+//! the CPU fallback for CUDA, Vulkan and wgpu
+//! (so `matmul`, `sum` and `softmax` run on the CPU there). A third party
+//! registers its own at run time, for any device type
+//! ([`register_kernel`], [`register_fallback`], [`define_op`] for new
+//! operators; a schema takes tensors, scalars and integers, so a random
+//! operator's seed and bounds fit). A call dispatches on its tensors, so
+//! an operator that makes values from nothing takes the tensor it fills,
+//! in place, as PyTorch's `uniform_(self, from, to, generator)` does:
+//! `OpSchema::new("uniform_", &[("self", Tensor), ("low", Scalar),
+//! ("high", Scalar), ("seed", Int), ("offset", Int)]).in_place(0)`.
+//!
+//! # Profiling
+//! With a profiler session recording, each call is one host span (kind
+//! `Operator`, category `cpu_op` in JSON) named after the operator, with
+//! PyTorch's "Input Dims" and "Input type" arguments; the copies and
+//! launches it made are inside it, and every kernel it launched has a flow
+//! from it.
+
+mod builtin;
+mod call;
+mod cpu;
+mod fallback;
+mod gpu;
+mod launch;
+mod registry;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub use call::{Arg, ArgKind, Fallback, KernelOutcome, OpCall, OpKernel, OpSchema};
+pub use cpu::{
+    ADD as CPU_ADD, FILL as CPU_FILL, MATMUL as CPU_MATMUL, MUL as CPU_MUL, SOFTMAX as CPU_SOFTMAX,
+    SUM as CPU_SUM,
+};
+pub use fallback::cpu_fallback;
+pub use gpu::{
+    ADD_F32, ADD_SCALAR_F32, FILL_F32, GPU_KERNELS, GpuKernelFn, MUL_F32, MUL_SCALAR_F32,
+    elementwise_grid,
+};
+
+use crate::api::current_stream;
+use crate::core::{Device, DeviceType};
+use crate::error::{Error, Result};
+use crate::profiler::Text;
+use crate::profiler::record;
+use crate::tensor::Tensor;
+
+/// Defines a new operator (the same schema again is fine).
+pub fn define_op(schema: OpSchema) -> Result<()> {
+    builtin::ensure()?;
+    registry::define(schema)
+}
+
+/// Registers (or replaces) the kernel of `op` for device type `ty`.
+pub fn register_kernel(
+    op: &str,
+    ty: DeviceType,
+    kernel: impl Fn(&OpCall<'_>) -> Result<KernelOutcome> + Send + Sync + 'static,
+) -> Result<()> {
+    builtin::ensure()?;
+    registry::set_kernel(op, ty, Arc::new(kernel))
+}
+
+/// Registers (or replaces) the fallback of device type `ty`: what runs an
+/// operator that has no kernel for `ty`, or whose kernel declined.
+/// [`cpu_fallback`] is the usual one.
+pub fn register_fallback(
+    ty: DeviceType,
+    fallback: impl Fn(&OpCall<'_>) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+) -> Result<()> {
+    builtin::ensure()?;
+    registry::set_fallback(ty, Arc::new(fallback));
+    Ok(())
+}
+
+/// How many calls of `op` ran through a fallback in this process (0 for
+/// an unknown operator).
+pub fn fallback_count(op: &str) -> u64 {
+    registry::fallback_count(op)
+}
+
+/// Every operator's schema, in definition order.
+pub fn schemas() -> Result<Vec<OpSchema>> {
+    builtin::ensure()?;
+    Ok(registry::schemas().iter().map(|s| (**s).clone()).collect())
+}
+
+/// The device a call dispatches on: its first tensor's.
+fn call_device(op: &str, args: &[Arg<'_>]) -> Result<Device> {
+    args.iter()
+        .find_map(|a| match a {
+            Arg::Tensor(t) => Some(t.device()),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            let op: String = op.chars().take(40).collect();
+            Error::invalid(format!(
+                "{op}: expected at least one tensor argument, found none"
+            ))
+        })
+}
+
+/// PyTorch's "Input Dims" and "Input type" of a call.
+fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
+    let mut dims = Vec::with_capacity(args.len());
+    let mut types = Vec::with_capacity(args.len());
+    for a in args {
+        match a {
+            Arg::Tensor(t) => {
+                let d: Vec<String> = t.shape().iter().map(usize::to_string).collect();
+                dims.push(format!("[{}]", d.join(", ")));
+                types.push(format!("\"{}\"", t.dtype().torch_name()));
+            }
+            Arg::Scalar(_) => {
+                dims.push("[]".to_owned());
+                types.push("\"Scalar\"".to_owned());
+            }
+            Arg::Int(_) => {
+                dims.push("[]".to_owned());
+                types.push("\"Int\"".to_owned());
+            }
+        }
+    }
+    vec![
+        ("Input Dims".into(), format!("[{}]", dims.join(", ")).into()),
+        (
+            "Input type".into(),
+            format!("[{}]", types.join(", ")).into(),
+        ),
+    ]
+}
+
+/// Calls operator `op` with `args`: the general entry point (the typed
+/// functions below call it). Returns the operator's results (an in-place
+/// operator returns the tensor it wrote).
+pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
+    builtin::ensure()?;
+    let device = call_device(op, args)?;
+    let ty = device.device_type();
+    let r = registry::resolve(op, ty)?;
+    r.schema.check(args)?;
+    if r.schema.same_device {
+        for a in args {
+            if let Arg::Tensor(t) = a
+                && t.device() != device
+            {
+                return Err(Error::TensorDeviceMismatch {
+                    first: device,
+                    second: t.device(),
+                });
+            }
+        }
+    }
+    let run = || {
+        let call = OpCall {
+            schema: &r.schema,
+            args,
+            device,
+            stream: current_stream(device)?,
+        };
+        let declined = match &r.kernel {
+            Some(kernel) => match kernel(&call)? {
+                KernelOutcome::Done(outs) => return Ok(outs),
+                KernelOutcome::Declined(reason) => Some(reason),
+            },
+            None => None,
+        };
+        let Some(fallback) = &r.fallback else {
+            let reason = match declined {
+                Some(reason) => format!("its kernel declined ({reason}) and {ty} has no fallback"),
+                None => format!(
+                    "it has no {ty} kernel and {ty} has no fallback; register one with \
+                     keel::dispatch::register_kernel(\"{op}\", DeviceType::{ty:?}, ..) or \
+                     keel::dispatch::register_fallback(DeviceType::{ty:?}, keel::dispatch::cpu_fallback)"
+                ),
+            };
+            return Err(Error::NoKernel {
+                op: r.schema.name.clone(),
+                device_type: ty,
+                reason,
+            });
+        };
+        r.fallbacks.fetch_add(1, Ordering::Relaxed);
+        fallback(&call)
+    };
+    if !record::enabled() {
+        return run();
+    }
+    record::operator(Cow::Owned(r.schema.name.clone()), input_args(args), run)
+}
+
+/// The single result of a call.
+fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
+    let mut outs = call(op, args)?;
+    if outs.len() != 1 {
+        return Err(Error::invalid(format!(
+            "{op}: expected 1 result from its kernel, found {}",
+            outs.len()
+        )));
+    }
+    Ok(outs.remove(0))
+}
+
+/// `a + b`, elementwise (same shape and dtype).
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    one("add", &[a.into(), b.into()])
+}
+
+/// `a * b`, elementwise (same shape and dtype).
+pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    one("mul", &[a.into(), b.into()])
+}
+
+/// `x + s` for every element (`s` converted to the dtype).
+pub fn add_scalar(x: &Tensor, s: f64) -> Result<Tensor> {
+    one("add.Scalar", &[x.into(), s.into()])
+}
+
+/// `x * s` for every element (`s` converted to the dtype).
+pub fn mul_scalar(x: &Tensor, s: f64) -> Result<Tensor> {
+    one("mul.Scalar", &[x.into(), s.into()])
+}
+
+/// The matrix product of 2-D `a` (m x k) and `b` (k x n).
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    one("matmul", &[a.into(), b.into()])
+}
+
+/// The sum of every element, as a 0-dimensional tensor of the same dtype
+/// (integers wrap; floats accumulate in f64 on the CPU).
+pub fn sum(x: &Tensor) -> Result<Tensor> {
+    one("sum", &[x.into()])
+}
+
+/// Softmax over the last dimension (numerically stable; floating dtypes).
+pub fn softmax(x: &Tensor) -> Result<Tensor> {
+    one("softmax", &[x.into()])
+}
+
+/// Sets every element of `x` to `value`, in place; returns `x`.
+pub fn fill_(x: &Tensor, value: f64) -> Result<Tensor> {
+    one("fill_", &[x.into(), value.into()])
+}
+
+/// Copies `src` (the same number of elements, any device, any dtype:
+/// values are converted, on the CPU) into `dst`, in place; returns `dst`.
+pub fn copy_(dst: &Tensor, src: &Tensor) -> Result<Tensor> {
+    one("copy_", &[dst.into(), src.into()])
+}
+
+impl Tensor {
+    /// [`dispatch::add`](add).
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        add(self, other)
+    }
+
+    /// [`dispatch::mul`](mul).
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        mul(self, other)
+    }
+
+    /// [`dispatch::add_scalar`](add_scalar).
+    pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
+        add_scalar(self, s)
+    }
+
+    /// [`dispatch::mul_scalar`](mul_scalar).
+    pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
+        mul_scalar(self, s)
+    }
+
+    /// [`dispatch::matmul`](matmul).
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        matmul(self, other)
+    }
+
+    /// [`dispatch::sum`](sum).
+    pub fn sum(&self) -> Result<Tensor> {
+        sum(self)
+    }
+
+    /// [`dispatch::softmax`](softmax).
+    pub fn softmax(&self) -> Result<Tensor> {
+        softmax(self)
+    }
+
+    /// [`dispatch::fill_`](fill_).
+    pub fn fill_(&self, value: f64) -> Result<Tensor> {
+        fill_(self, value)
+    }
+
+    /// [`dispatch::copy_`](copy_).
+    pub fn copy_(&self, src: &Tensor) -> Result<Tensor> {
+        copy_(self, src)
+    }
+}

@@ -1,0 +1,197 @@
+//! The operator table: schemas by name, a kernel per (operator, device
+//! type), a fallback per device type, and per-operator fallback counts.
+//! Nothing here runs a kernel; `mod.rs` dispatches.
+//!
+//! Dispatch reads one prepared [`Resolved`] per (operator, device type),
+//! rebuilt whenever a registration changes it, so a call costs one read
+//! lock, one short hash and one reference count.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::call::{Fallback, OpKernel, OpSchema};
+use crate::core::DeviceType;
+use crate::error::{Error, Result};
+
+/// FNV-1a: operator names are short, and SipHash's setup is most of a
+/// lookup's cost.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// What dispatching one operator on one device type needs.
+pub(crate) struct Resolved {
+    pub schema: Arc<OpSchema>,
+    pub kernel: Option<OpKernel>,
+    pub fallback: Option<Fallback>,
+    pub fallbacks: Arc<AtomicU64>,
+}
+
+struct Entry {
+    schema: Arc<OpSchema>,
+    kernels: [Option<OpKernel>; DeviceType::COUNT],
+    fallbacks: Arc<AtomicU64>,
+    /// Per device type, what a call needs (rebuilt on registration).
+    resolved: [Arc<Resolved>; DeviceType::COUNT],
+}
+
+impl Entry {
+    fn rebuild(&mut self, fallbacks: &[Option<Fallback>; DeviceType::COUNT]) {
+        for (slot, r) in self.resolved.iter_mut().enumerate() {
+            *r = Arc::new(Resolved {
+                schema: Arc::clone(&self.schema),
+                kernel: self.kernels[slot].clone(),
+                fallback: fallbacks[slot].clone(),
+                fallbacks: Arc::clone(&self.fallbacks),
+            });
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    index: HashMap<String, usize, BuildHasherDefault<Fnv>>,
+    ops: Vec<Entry>,
+    fallbacks: [Option<Fallback>; DeviceType::COUNT],
+}
+
+static TABLE: RwLock<Option<Table>> = RwLock::new(None);
+
+fn write<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    let mut guard = TABLE.write().unwrap_or_else(PoisonError::into_inner);
+    f(guard.get_or_insert_with(Table::default))
+}
+
+fn read<R>(f: impl FnOnce(Option<&Table>) -> R) -> R {
+    let guard = TABLE.read().unwrap_or_else(PoisonError::into_inner);
+    f(guard.as_ref())
+}
+
+fn unknown(op: &str, table: Option<&Table>) -> Error {
+    let mut known: Vec<&str> = table
+        .map(|t| t.ops.iter().map(|e| e.schema.name.as_str()).collect())
+        .unwrap_or_default();
+    known.sort_unstable();
+    let op: String = op.chars().take(40).collect();
+    Error::invalid(format!(
+        "unknown operator '{op}': expected one of {}",
+        known.join(", ")
+    ))
+}
+
+/// Adds an operator; the same schema again is fine, another one under the
+/// same name is an error.
+pub(crate) fn define(schema: OpSchema) -> Result<()> {
+    write(|t| {
+        if let Some(&i) = t.index.get(&schema.name) {
+            let old = &t.ops[i].schema;
+            if **old == schema {
+                return Ok(());
+            }
+            return Err(Error::invalid(format!(
+                "operator '{}' is already defined as {old}; found another schema {schema}",
+                schema.name
+            )));
+        }
+        let schema = Arc::new(schema);
+        let fallbacks = Arc::new(AtomicU64::new(0));
+        let empty = || {
+            Arc::new(Resolved {
+                schema: Arc::clone(&schema),
+                kernel: None,
+                fallback: None,
+                fallbacks: Arc::clone(&fallbacks),
+            })
+        };
+        let mut entry = Entry {
+            resolved: std::array::from_fn(|_| empty()),
+            schema: Arc::clone(&schema),
+            kernels: Default::default(),
+            fallbacks,
+        };
+        entry.rebuild(&t.fallbacks);
+        t.index.insert(schema.name.clone(), t.ops.len());
+        t.ops.push(entry);
+        Ok(())
+    })
+}
+
+/// Sets (or replaces) the kernel of `op` for `ty`.
+pub(crate) fn set_kernel(op: &str, ty: DeviceType, kernel: OpKernel) -> Result<()> {
+    write(|t| match t.index.get(op) {
+        Some(&i) => {
+            let entry = &mut t.ops[i];
+            entry.kernels[usize::from(ty.code())] = Some(kernel);
+            entry.rebuild(&t.fallbacks);
+            Ok(())
+        }
+        None => Err(unknown(op, Some(t))),
+    })
+}
+
+/// Sets (or replaces) the fallback of `ty`.
+pub(crate) fn set_fallback(ty: DeviceType, fallback: Fallback) {
+    write(|t| {
+        t.fallbacks[usize::from(ty.code())] = Some(fallback);
+        for entry in &mut t.ops {
+            entry.rebuild(&t.fallbacks);
+        }
+    });
+}
+
+/// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
+pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Arc<Resolved>> {
+    read(|t| {
+        let table = t.ok_or_else(|| unknown(op, None))?;
+        let &i = table
+            .index
+            .get(op)
+            .ok_or_else(|| unknown(op, Some(table)))?;
+        Ok(Arc::clone(&table.ops[i].resolved[usize::from(ty.code())]))
+    })
+}
+
+/// The kernel of `op` for `ty`, if any.
+pub(crate) fn kernel(op: &str, ty: DeviceType) -> Option<OpKernel> {
+    read(|t| {
+        let t = t?;
+        let &i = t.index.get(op)?;
+        t.ops[i].kernels[usize::from(ty.code())].clone()
+    })
+}
+
+/// How many times `op` ran through a fallback (0 for an unknown op).
+pub(crate) fn fallback_count(op: &str) -> u64 {
+    read(|t| {
+        t.and_then(|t| t.index.get(op).map(|&i| &t.ops[i]))
+            .map_or(0, |e| e.fallbacks.load(Ordering::Relaxed))
+    })
+}
+
+/// Every operator's schema, in definition order.
+pub(crate) fn schemas() -> Vec<Arc<OpSchema>> {
+    read(|t| {
+        t.map(|t| t.ops.iter().map(|e| Arc::clone(&e.schema)).collect())
+            .unwrap_or_default()
+    })
+}

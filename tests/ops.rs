@@ -1,0 +1,739 @@
+//! Operators through the dispatcher: every operator against a Rust
+//! reference (computed in f64) on every backend that runs here (CPU,
+//! Vulkan, wgpu's Vulkan and GL adapters, the `npu` example backend),
+//! with shapes of 1, primes and sizes that are not multiples of 16 or
+//! 256; the dtypes of the CPU kernels; the dispatcher's errors; the
+//! fallback path (counted); operator spans in the profiler.
+//!
+//! Tolerances: elementwise `f32` results within 1e-6 relative (one
+//! rounding); `matmul` within 1e-5 * k absolute on inputs in [-1, 1];
+//! `sum` within 1e-5 * n absolute; `softmax` within 1e-6 absolute.
+//! `f16`/`bf16` within their precision (2^-10, 2^-7 relative, plus the
+//! accumulation for matmul). Integers exact (wrapping).
+//!
+//! A backend that cannot run here skips with the reason printed unless
+//! `KEEL_REQUIRE_BACKENDS` names it. Results hold whether or not a device
+//! type has its own kernel for `matmul`, `sum` and `softmax`; fallbacks are
+//! only counted for calls that have no kernel (an f16 call on a GPU).
+
+#[path = "../examples/custom_backend/npu.rs"]
+#[allow(dead_code, reason = "the tests use the operators, not every item")]
+mod npu;
+
+use half::{bf16, f16};
+use keel::dispatch::{self, Arg, ArgKind, KernelOutcome, OpSchema};
+use keel::testing::conformance::{device, wgpu_adapter};
+use keel::{DType, Device, DeviceType, Element, Error, Tensor};
+
+/// Every device to test on (each absent one printed as skipped; CUDA
+/// only where a GPU and its driver are present).
+fn devices() -> Vec<Device> {
+    npu::install_ops().expect("npu");
+    let mut out = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
+    out.extend(device(DeviceType::Cuda));
+    out.extend(device(DeviceType::Vulkan));
+    out.extend(wgpu_adapter("Vulkan"));
+    out.extend(wgpu_adapter("GL"));
+    out.push(Device::new(DeviceType::PrivateUse1, 1).expect("npu:1"));
+    out
+}
+
+/// Deterministic values in [-1, 1].
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(f64) -> f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let t = tol(w);
+        assert!(
+            (f64::from(g) - w).abs() <= t,
+            "{what}: element {i}: expected {w} (within {t}), found {g}"
+        );
+    }
+}
+
+fn rel(r: f64) -> impl Fn(f64) -> f64 {
+    move |w: f64| r * w.abs().max(1.0)
+}
+
+const LENGTHS: [usize; 6] = [1, 7, 16, 257, 1000, 4099];
+
+#[test]
+fn elementwise_on_every_device() {
+    for d in devices() {
+        for (k, &n) in LENGTHS.iter().enumerate() {
+            let (a, b) = (values(n, 1 + k as u64), values(n, 100 + k as u64));
+            let ta = Tensor::from_slice(&a, &[n], d).expect("a");
+            let tb = Tensor::from_slice(&b, &[n], d).expect("b");
+            let what = |op: &str| format!("{op} of {n} on {d}");
+            let sum: Vec<f64> = a.iter().zip(&b).map(|(x, y)| f64::from(x + y)).collect();
+            let prod: Vec<f64> = a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).collect();
+            let plus: Vec<f64> = a.iter().map(|x| f64::from(x + 0.25)).collect();
+            let times: Vec<f64> = a.iter().map(|x| f64::from(x * -3.0)).collect();
+            let c = ta.add(&tb).expect("add");
+            assert_eq!(c.device(), d);
+            assert_eq!(c.shape(), &[n]);
+            assert_close(
+                &what("add"),
+                &c.to_vec::<f32>().expect("read"),
+                &sum,
+                rel(1e-6),
+            );
+            let c = ta.mul(&tb).expect("mul");
+            assert_close(
+                &what("mul"),
+                &c.to_vec::<f32>().expect("read"),
+                &prod,
+                rel(1e-6),
+            );
+            let c = ta.add_scalar(0.25).expect("add.Scalar");
+            assert_close(
+                &what("add.Scalar"),
+                &c.to_vec::<f32>().expect("r"),
+                &plus,
+                rel(1e-6),
+            );
+            let c = ta.mul_scalar(-3.0).expect("mul.Scalar");
+            assert_close(
+                &what("mul.Scalar"),
+                &c.to_vec::<f32>().expect("r"),
+                &times,
+                rel(1e-6),
+            );
+            // The same tensor twice: bound once, copied for the second.
+            let c = ta.add(&ta).expect("x + x");
+            let twice: Vec<f64> = a.iter().map(|x| f64::from(x + x)).collect();
+            assert_close(
+                &what("x + x"),
+                &c.to_vec::<f32>().expect("r"),
+                &twice,
+                rel(1e-6),
+            );
+            // In place: every clone sees it.
+            let alias = ta.clone();
+            let r = ta.fill_(1.5).expect("fill_");
+            assert_eq!(
+                alias.to_vec::<f32>().expect("r"),
+                vec![1.5; n],
+                "fill_ on {d}"
+            );
+            assert_eq!(r.to_vec::<f32>().expect("r"), vec![1.5; n]);
+            ta.copy_(&tb).expect("copy_");
+            assert_eq!(alias.to_vec::<f32>().expect("r"), b, "copy_ on {d}");
+        }
+    }
+}
+
+fn matmul_reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k)
+                .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                .sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_on_every_device() {
+    let shapes = [
+        (1, 1, 1),
+        (1, 7, 1),
+        (3, 1, 2),
+        (7, 13, 5),
+        (17, 33, 19),
+        (16, 16, 16),
+        (65, 31, 129),
+        (100, 257, 3),
+    ];
+    for d in devices() {
+        for (s, &(m, k, n)) in shapes.iter().enumerate() {
+            let a = values(m * k, 7 + s as u64);
+            let b = values(k * n, 70 + s as u64);
+            let ta = Tensor::from_slice(&a, &[m, k], d).expect("a");
+            let tb = Tensor::from_slice(&b, &[k, n], d).expect("b");
+            let c = ta.matmul(&tb).expect("matmul");
+            assert_eq!(c.shape(), &[m, n]);
+            assert_eq!(c.device(), d);
+            let want = matmul_reference(&a, &b, m, k, n);
+            let tol = 1e-5 * k as f64;
+            assert_close(
+                &format!("matmul {m}x{k}x{n} on {d}"),
+                &c.to_vec::<f32>().expect("read"),
+                &want,
+                |_| tol,
+            );
+        }
+    }
+}
+
+#[test]
+fn sum_and_softmax_on_every_device() {
+    for d in devices() {
+        for (k, &n) in LENGTHS.iter().enumerate() {
+            let x = values(n, 300 + k as u64);
+            let t = Tensor::from_slice(&x, &[n], d).expect("x");
+            let s = t.sum().expect("sum");
+            assert_eq!(s.shape(), &[] as &[usize]);
+            assert_eq!(s.numel(), 1);
+            let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+            assert_close(
+                &format!("sum of {n} on {d}"),
+                &s.to_vec::<f32>().expect("read"),
+                &[want],
+                |_| 1e-5 * n as f64,
+            );
+        }
+        for (k, &(rows, cols)) in [(1, 1), (1, 7), (3, 17), (5, 257), (2, 1000)]
+            .iter()
+            .enumerate()
+        {
+            // Large values: a softmax that does not subtract the maximum
+            // overflows exp().
+            let x: Vec<f32> = values(rows * cols, 500 + k as u64)
+                .iter()
+                .map(|v| v * 100.0 + 50.0)
+                .collect();
+            let t = Tensor::from_slice(&x, &[rows, cols], d).expect("x");
+            let p = t.softmax().expect("softmax");
+            assert_eq!(p.shape(), &[rows, cols]);
+            let mut want = Vec::new();
+            for r in 0..rows {
+                let row = &x[r * cols..(r + 1) * cols];
+                let max = row
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+                let e: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
+                let total: f64 = e.iter().sum();
+                want.extend(e.iter().map(|v| v / total));
+            }
+            assert_close(
+                &format!("softmax {rows}x{cols} on {d}"),
+                &p.to_vec::<f32>().expect("read"),
+                &want,
+                |_| 1e-6,
+            );
+        }
+    }
+}
+
+/// `add`, `mul`, `sum`, `matmul`, `fill_` for dtype `T` on `d`, against
+/// references computed with `T`'s own arithmetic (or f64 for floats).
+fn dtype_suite<T: Element>(d: Device, tol: f64) {
+    let n = 37;
+    let a: Vec<T> = (0..n).map(|i| T::from_f64((i % 11) as f64)).collect();
+    let b: Vec<T> = (0..n).map(|i| T::from_f64((i % 5) as f64 + 1.0)).collect();
+    let ta = Tensor::from_slice(&a, &[n], d).expect("a");
+    let tb = Tensor::from_slice(&b, &[n], d).expect("b");
+    let what = format!("{:?} on {d}", T::DTYPE);
+    assert_eq!(ta.dtype(), T::DTYPE);
+    let close = |got: Vec<T>, want: Vec<f64>, op: &str| {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = g.to_f64();
+            assert!(
+                (g - w).abs() <= tol * w.abs().max(1.0),
+                "{op} {what}: element {i}: expected {w}, found {g}"
+            );
+        }
+    };
+    let add: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.add(*y).to_f64()).collect();
+    close(
+        ta.add(&tb).expect("add").to_vec::<T>().expect("r"),
+        add,
+        "add",
+    );
+    let mul: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.mul(*y).to_f64()).collect();
+    close(
+        ta.mul(&tb).expect("mul").to_vec::<T>().expect("r"),
+        mul,
+        "mul",
+    );
+    let sum: f64 = a.iter().map(|v| v.to_f64()).sum();
+    close(
+        ta.sum().expect("sum").to_vec::<T>().expect("r"),
+        vec![sum],
+        "sum",
+    );
+    let plus: Vec<f64> = a.iter().map(|x| x.add(T::from_f64(2.0)).to_f64()).collect();
+    close(
+        ta.add_scalar(2.0).expect("add.S").to_vec::<T>().expect("r"),
+        plus,
+        "add.Scalar",
+    );
+    // (37 x 1) @ (1 x 37): every product once.
+    let col = Tensor::from_slice(&a, &[n, 1], d).expect("col");
+    let row = Tensor::from_slice(&b, &[1, n], d).expect("row");
+    let outer: Vec<f64> = a
+        .iter()
+        .flat_map(|x| b.iter().map(move |y| x.mul(*y).to_f64()))
+        .collect();
+    close(
+        col.matmul(&row).expect("matmul").to_vec::<T>().expect("r"),
+        outer,
+        "matmul",
+    );
+    ta.fill_(3.0).expect("fill_");
+    close(ta.to_vec::<T>().expect("r"), vec![3.0; n], "fill_");
+}
+
+#[test]
+fn every_dtype_on_every_device() {
+    for d in devices() {
+        dtype_suite::<f32>(d, 1e-6);
+        dtype_suite::<f16>(d, 1e-3);
+        dtype_suite::<bf16>(d, 8e-3);
+        dtype_suite::<i32>(d, 0.0);
+        dtype_suite::<u32>(d, 0.0);
+        dtype_suite::<u8>(d, 0.0);
+    }
+    // Integers wrap, as PyTorch's do.
+    let t = Tensor::from_slice(&[200u8, 100], &[2], Device::cpu()).expect("u8");
+    assert_eq!(
+        t.add(&t).expect("add").to_vec::<u8>().expect("r"),
+        vec![144, 200]
+    );
+    // softmax is for floating dtypes.
+    let e = t.softmax().expect_err("u8 softmax");
+    assert!(
+        e.to_string().contains("expected a floating-point dtype"),
+        "{e}"
+    );
+}
+
+#[test]
+fn constructors_and_typed_reads() {
+    for d in devices() {
+        let z = Tensor::zeros(&[2, 3], DType::I32, d).expect("zeros");
+        assert_eq!(z.to_vec::<i32>().expect("r"), vec![0; 6]);
+        assert_eq!(
+            (z.shape(), z.numel(), z.dtype()),
+            (&[2, 3][..], 6, DType::I32)
+        );
+        let o = Tensor::ones(&[4], DType::BF16, d).expect("ones");
+        assert_eq!(o.to_vec::<bf16>().expect("r"), vec![bf16::ONE; 4]);
+        let f = Tensor::full(&[3], 2.5, DType::F16, d).expect("full");
+        assert_eq!(f.to_vec::<f16>().expect("r"), vec![f16::from_f32(2.5); 3]);
+        let r = Tensor::arange(5, DType::U32, d).expect("arange");
+        assert_eq!(r.to_vec::<u32>().expect("r"), vec![0, 1, 2, 3, 4]);
+        let e = r.to_vec::<f32>().expect_err("wrong type");
+        assert_eq!(
+            e.to_string(),
+            "to_vec: expected the element type of the tensor's dtype u32, found f32"
+        );
+        // Moved to the CPU and back.
+        let cpu_stream = keel::current_stream(Device::cpu()).expect("s");
+        let back = r.to(Device::cpu(), &cpu_stream).expect("to cpu");
+        assert!(back.device().is_cpu());
+        assert_eq!(back.to_vec::<u32>().expect("r"), vec![0, 1, 2, 3, 4]);
+    }
+    let e = Tensor::from_slice(&[1.0f32, 2.0], &[3], Device::cpu()).expect_err("count");
+    assert_eq!(
+        e.to_string(),
+        "from_slice: expected 3 elements for shape [3], found 2"
+    );
+}
+
+#[test]
+fn mixed_devices_are_pytorchs_error() {
+    let npu1 = devices().pop().expect("npu");
+    let a = Tensor::ones(&[2], DType::F32, npu1).expect("a");
+    let b = Tensor::ones(&[2], DType::F32, Device::cpu()).expect("b");
+    let e = a.add(&b).expect_err("mixed");
+    assert_eq!(
+        e.to_string(),
+        "Expected all tensors to be on the same device, but found at least two devices, npu:1 and cpu:0!"
+    );
+    assert!(matches!(e, Error::TensorDeviceMismatch { .. }));
+    // copy_ takes its source from anywhere, and converts dtypes (on the
+    // CPU: the npu's and GPUs' copy_ declines, the fallback converts).
+    let ints = Tensor::from_slice(&[7i32, -3], &[2], Device::cpu()).expect("ints");
+    a.copy_(&ints).expect("copy_ i32 -> f32 onto the npu");
+    assert_eq!(a.to_vec::<f32>().expect("r"), vec![7.0, -3.0]);
+    let halves = Tensor::zeros(&[2], DType::F16, Device::cpu()).expect("f16");
+    halves
+        .copy_(&a)
+        .expect("copy_ f32 on the npu -> f16 on the cpu");
+    assert_eq!(
+        halves.to_vec::<f16>().expect("r"),
+        vec![f16::from_f32(7.0), f16::from_f32(-3.0)]
+    );
+    let b = Tensor::from_slice(&[4.0f32, 5.0], &[2], Device::cpu()).expect("b");
+    a.copy_(&b).expect("copy_ across devices");
+    assert_eq!(a.to_vec::<f32>().expect("r"), vec![4.0, 5.0]);
+}
+
+#[test]
+fn dispatcher_errors_name_what_was_expected() {
+    let cpu = Device::cpu();
+    let a = Tensor::ones(&[2, 3], DType::F32, cpu).expect("a");
+    let b = Tensor::ones(&[3], DType::F32, cpu).expect("b");
+    let e = a.add(&b).expect_err("shapes");
+    assert_eq!(
+        e.to_string(),
+        "add: expected tensors of the same shape, found [2, 3] and [3]"
+    );
+    let e = a.matmul(&a).expect_err("inner dims");
+    assert_eq!(
+        e.to_string(),
+        "mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)"
+    );
+    let i = Tensor::ones(&[2, 3], DType::I32, cpu).expect("i");
+    let e = a.add(&i).expect_err("dtypes");
+    assert_eq!(
+        e.to_string(),
+        "add: expected every tensor to have dtype f32, found i32"
+    );
+    let e = dispatch::call("no_such_op", &[(&a).into()]).expect_err("unknown");
+    assert!(
+        e.to_string()
+            .starts_with("unknown operator 'no_such_op': expected one of "),
+        "{e}"
+    );
+    let e = dispatch::call("add", &[(&a).into(), Arg::Scalar(1.0)]).expect_err("kinds");
+    assert_eq!(
+        e.to_string(),
+        "add: expected arguments add(Tensor self, Tensor other), found (Tensor, Scalar)"
+    );
+
+    // An operator with no kernel for a device type and no fallback there.
+    dispatch::define_op(OpSchema::new("npu_only", &[("self", ArgKind::Tensor)])).expect("define");
+    let e = dispatch::call("npu_only", &[(&a).into()]).expect_err("no kernel");
+    assert!(matches!(
+        e,
+        Error::NoKernel {
+            device_type: DeviceType::Cpu,
+            ..
+        }
+    ));
+    assert!(
+        e.to_string().starts_with(
+            "could not run 'npu_only' on cpu devices: it has no cpu kernel and cpu has no fallback"
+        ),
+        "{e}"
+    );
+    let e = dispatch::define_op(OpSchema::new("npu_only", &[])).expect_err("redefined");
+    assert!(e.to_string().contains("already defined"), "{e}");
+}
+
+#[test]
+fn third_party_operators_take_scalars_and_ints() {
+    // `axpb(x, a, times)`: a*x + 1, `times` times; registered at run time.
+    let schema = OpSchema::new(
+        "axpb_test",
+        &[
+            ("self", ArgKind::Tensor),
+            ("a", ArgKind::Scalar),
+            ("times", ArgKind::Int),
+        ],
+    );
+    dispatch::define_op(schema).expect("define");
+    dispatch::register_kernel("axpb_test", DeviceType::Cpu, |call| {
+        let mut x = call.tensor(0)?.clone();
+        for _ in 0..call.int(2)? {
+            x = x.mul_scalar(call.scalar(1)?)?.add_scalar(1.0)?;
+        }
+        Ok(KernelOutcome::Done(vec![x]))
+    })
+    .expect("register");
+    let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::cpu()).expect("x");
+    let out =
+        dispatch::call("axpb_test", &[(&x).into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
+    // 1 -> 3 -> 7 -> 15; 2 -> 5 -> 11 -> 23
+    assert_eq!(out[0].to_vec::<f32>().expect("r"), vec![15.0, 23.0]);
+}
+
+#[test]
+fn declined_calls_and_missing_kernels_take_the_fallback() {
+    for d in devices().into_iter().filter(|d| !d.is_cpu()) {
+        // f16 has no GPU (or npu) kernel: every GPU kernel declines it.
+        let before = dispatch::fallback_count("add");
+        let a = Tensor::full(&[5], 1.5, DType::F16, d).expect("a");
+        let c = a.add(&a).expect("f16 add");
+        assert_eq!(c.device(), d);
+        assert_eq!(c.to_vec::<f16>().expect("r"), vec![f16::from_f32(3.0); 5]);
+        assert!(
+            dispatch::fallback_count("add") > before,
+            "add f16 on {d}: not counted"
+        );
+        // fill_ in place through the fallback: written back.
+        let before = dispatch::fallback_count("fill_");
+        a.fill_(-2.0).expect("fill_");
+        assert_eq!(a.to_vec::<f16>().expect("r"), vec![f16::from_f32(-2.0); 5]);
+        assert!(
+            dispatch::fallback_count("fill_") > before,
+            "fill_ f16 on {d}"
+        );
+    }
+    // The npu has no kernel for matmul (and never will in this example).
+    let npu1 = Device::new(DeviceType::PrivateUse1, 1).expect("npu");
+    let before = dispatch::fallback_count("matmul");
+    let a = Tensor::ones(&[2, 2], DType::F32, npu1).expect("a");
+    a.matmul(&a).expect("matmul");
+    assert!(dispatch::fallback_count("matmul") > before);
+}
+
+#[test]
+fn save_and_load_across_devices() {
+    let dir = std::env::temp_dir().join(format!("keel-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let devs = devices();
+    let x = values(6, 9);
+    for (i, &from) in devs.iter().enumerate() {
+        let path = dir.join(format!("t{i}.safetensors"));
+        let a = Tensor::from_slice(&x, &[2, 3], from).expect("a");
+        let b = Tensor::arange(7, DType::U8, from).expect("b");
+        let h = Tensor::full(&[3], 0.5, DType::BF16, from).expect("h");
+        keel::save(&path, &[("a", &a), ("b", &b), ("h", &h)]).expect("save");
+        for &to in &devs {
+            let loads = npu::META_LOADS.load(std::sync::atomic::Ordering::Relaxed);
+            let loaded = keel::load(&path, to).expect("load");
+            let names: Vec<&str> = loaded.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["a", "b", "h"]);
+            assert!(loaded.iter().all(|(_, t)| t.device() == to));
+            assert_eq!(loaded[0].1.shape(), &[2, 3]);
+            assert_eq!(loaded[0].1.to_vec::<f32>().expect("r"), x, "{from} -> {to}");
+            assert_eq!(
+                loaded[1].1.to_vec::<u8>().expect("r"),
+                (0..7).collect::<Vec<u8>>()
+            );
+            assert_eq!(
+                loaded[2].1.to_vec::<bf16>().expect("r"),
+                vec![bf16::from_f32(0.5); 3]
+            );
+            if from.device_type() == DeviceType::PrivateUse1 {
+                // The npu's hook read back its metadata for each tensor.
+                let now = npu::META_LOADS.load(std::sync::atomic::Ordering::Relaxed);
+                assert!(now >= loads + 3, "npu metadata not read back");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn malformed_files_are_clear_errors() {
+    let cpu = Device::cpu();
+    let t = Tensor::ones(&[4], DType::F32, cpu).expect("t");
+    let path =
+        std::env::temp_dir().join(format!("keel-ops-bad-{}.safetensors", std::process::id()));
+    keel::save(&path, &[("t", &t)]).expect("save");
+    let good = std::fs::read(&path).expect("read");
+    std::fs::remove_file(&path).ok();
+    // Every truncation, and garbage: an error, never a panic.
+    for len in 0..good.len() {
+        let e = keel::load_bytes(&good[..len], cpu).expect_err("truncated");
+        assert!(matches!(e, Error::Serialization(_)), "{len}: {e}");
+    }
+    let e = keel::load_bytes(b"not a safetensors file at all", cpu).expect_err("garbage");
+    assert!(
+        e.to_string()
+            .starts_with("safetensors error: expected a safetensors file"),
+        "{e}"
+    );
+    // A dtype Keel does not have.
+    let header = br#"{"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&[0; 8]);
+    let e = keel::load_bytes(&file, cpu).expect_err("f64");
+    assert_eq!(
+        e.to_string(),
+        "safetensors error: tensor 'x': expected a dtype Keel has (F32, F16, BF16, I32, U32, U8), found F64"
+    );
+    // Keel's device entry holding no device.
+    let header = br#"{"__metadata__":{"keel.x.device":"gpu:zero"},"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.push(7);
+    let e = keel::load_bytes(&file, cpu).expect_err("bad device");
+    assert!(
+        e.to_string()
+            .contains("expected a device in keel.x.device, found 'gpu:zero'"),
+        "{e}"
+    );
+    let e = keel::load("/nonexistent/keel.safetensors", cpu).expect_err("missing");
+    assert!(
+        e.to_string()
+            .starts_with("safetensors error: reading /nonexistent/keel.safetensors"),
+        "{e}"
+    );
+    let e = keel::save(&path, &[("t", &t), ("t", &t)]).expect_err("twice");
+    assert_eq!(
+        e.to_string(),
+        "safetensors error: expected distinct tensor names, found 't' twice"
+    );
+}
+
+#[test]
+fn device_modules_are_typed() {
+    npu::install_ops().expect("npu");
+    let m = keel::device_module::<npu::NpuModule>("npu").expect("module");
+    assert_eq!(m.device_count(), 2);
+    assert_eq!(m.native_ops(), &npu::NPU_OPS);
+    let e = keel::device_module::<String>("npu").expect_err("wrong type");
+    assert!(
+        e.to_string()
+            .starts_with("device module of 'npu': expected type alloc::string::String, found "),
+        "{e}"
+    );
+    let e = keel::device_module::<npu::NpuModule>("vulkan").expect_err("none");
+    assert_eq!(e.to_string(), "no device module is registered for 'vulkan'");
+    let e = keel::device_module::<npu::NpuModule>("tpu").expect_err("unknown");
+    assert!(e.to_string().contains("device type"), "{e}");
+    let e = keel::register_device_module("npu", 5u32).expect_err("twice");
+    assert!(
+        e.to_string()
+            .starts_with("The runtime module of 'npu' has already been registered with '"),
+        "{e}"
+    );
+}
+
+#[test]
+fn operators_are_profiled_spans_with_their_kernels() {
+    let devs = devices();
+    let session = keel::profiler::start().expect("start");
+    for &d in &devs {
+        let a = Tensor::from_slice(&values(300, 3), &[300], d).expect("a");
+        let c = a.add(&a).expect("add");
+        c.to_vec::<f32>().expect("read");
+    }
+    let trace = session.stop();
+    use keel::profiler::{FlowKind, SpanKind};
+    let ops: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Operator && &*s.name == "add")
+        // Other tests run at the same time: only this test's calls.
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "Input Dims" && &**v == "[[300], [300]]")
+        })
+        .collect();
+    assert!(ops.len() >= devs.len(), "operator spans: {}", ops.len());
+    let mut kernels = std::collections::BTreeSet::new();
+    for op in &ops {
+        let arg = |k: &str| {
+            op.args
+                .iter()
+                .find(|(n, _)| &**n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        assert_eq!(arg("Input Dims").as_deref(), Some("[[300], [300]]"));
+        assert_eq!(arg("Input type").as_deref(), Some("[\"float\", \"float\"]"));
+        // A flow from the operator to a kernel it launched, which lies on
+        // a stream lane.
+        let flow = trace
+            .flows
+            .iter()
+            .find(|f| {
+                f.kind == FlowKind::Launch && f.from.lane == op.lane && f.from.ts_ns == op.start_ns
+            })
+            .unwrap_or_else(|| panic!("no flow from operator span at {}", op.start_ns));
+        let kernel = trace
+            .spans
+            .iter()
+            .find(|s| {
+                s.lane == flow.to.lane && s.start_ns == flow.to.ts_ns && s.kind == SpanKind::Kernel
+            })
+            .expect("the kernel at the flow's end");
+        kernels.insert(kernel.name.to_string());
+        // The launch it made lies inside the operator span (host lane).
+        assert!(trace.spans.iter().any(|s| s.lane == op.lane
+            && s.kind == SpanKind::Kernel
+            && s.start_ns >= op.start_ns
+            && s.start_ns + s.dur_ns <= op.start_ns + op.dur_ns));
+    }
+    // Each device ran its own kernel: the CPU's, the GPUs' f32 kernel (no
+    // fallback), the npu's.
+    for d in &devs {
+        let want = match d.device_type() {
+            DeviceType::Cpu => "add_cpu",
+            DeviceType::PrivateUse1 => "npu_add_f32",
+            _ => "add_f32",
+        };
+        assert!(kernels.contains(want), "{d}: no {want} in {kernels:?}");
+    }
+    // Exported as PyTorch's profiler writes operators.
+    let mut json = Vec::new();
+    keel::profiler::json::write_json(&trace, &mut json).expect("json");
+    let json = String::from_utf8(json).expect("utf8");
+    assert!(
+        json.contains("\"cat\":\"cpu_op\",\"name\":\"add\""),
+        "no cpu_op span"
+    );
+    assert!(
+        json.contains("\"Input Dims\":\"[[300], [300]]\""),
+        "no Input Dims"
+    );
+    // Keel reads its own file back exactly: operators stay operators.
+    let back = keel::profiler::json::read_json(&json).expect("read back");
+    let count = |t: &keel::profiler::Trace| {
+        t.spans
+            .iter()
+            .filter(|s| s.kind == SpanKind::Operator)
+            .count()
+    };
+    assert_eq!(count(&back), count(&trace));
+    // And from its native format.
+    use keel::profiler::file::{TraceFileFormat, from_bytes, to_bytes};
+    let native = to_bytes(&trace, TraceFileFormat::Native).expect("native");
+    assert_eq!(
+        count(&from_bytes(&native).expect("read native")),
+        count(&trace)
+    );
+}
+
+#[test]
+fn empty_tensors_on_every_device() {
+    for d in devices() {
+        let e = Tensor::zeros(&[0], DType::F32, d).expect("empty");
+        assert_eq!(e.numel(), 0);
+        assert_eq!(
+            e.add(&e).expect("add").to_vec::<f32>().expect("r"),
+            Vec::<f32>::new()
+        );
+        assert_eq!(
+            e.sum().expect("sum").to_vec::<f32>().expect("r"),
+            vec![0.0],
+            "{d}"
+        );
+        e.fill_(2.0).expect("fill_");
+        // (2 x 0) @ (0 x 3): zeros.
+        let a = Tensor::zeros(&[2, 0], DType::F32, d).expect("a");
+        let b = Tensor::zeros(&[0, 3], DType::F32, d).expect("b");
+        let c = a.matmul(&b).expect("matmul");
+        assert_eq!(c.to_vec::<f32>().expect("r"), vec![0.0; 6], "{d}");
+    }
+}
+
+#[test]
+fn threads_dispatch_at_once() {
+    let devs = devices();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let devs = &devs;
+            scope.spawn(move || {
+                for i in 0..50 {
+                    let d = devs[(t + i) % devs.len()];
+                    let x = Tensor::full(&[33], t as f64, DType::F32, d).expect("x");
+                    let y = x.add_scalar(1.0).expect("add").mul(&x).expect("mul");
+                    let want = (t as f32 + 1.0) * t as f32;
+                    assert_eq!(y.to_vec::<f32>().expect("r"), vec![want; 33], "{d}");
+                }
+            });
+        }
+    });
+}
