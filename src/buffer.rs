@@ -1,8 +1,12 @@
 //! [`Buffer`]: device memory, and the copies that use it (launches are
 //! [`Stream::launch`]).
 //!
-//! A buffer lives on one device and is freed when dropped; backends keep
-//! the memory alive until work already enqueued on it has run. Every
+//! A buffer lives on one device. Its memory is a block of the device's
+//! caching allocator ([`crate::memory`]): `len` bytes at an offset of a
+//! backend allocation. Dropping the buffer gives the block back to the
+//! allocator, which reuses it at once for buffers on the same stream and,
+//! for other streams' uses declared with [`Buffer::record_stream`], only
+//! after that work has completed. Every
 //! operation is enqueued on a stream that must be on the buffer's device:
 //! mixing devices is an error ("expected all buffers to be on the same
 //! device, but found at least two devices, cuda:0 and cpu:0"), and moving
@@ -21,9 +25,10 @@ use std::fmt;
 use bytemuck::Pod;
 
 use crate::api::resolve;
-use crate::backend::{BufferHandle, DeviceRuntime, Readback, registry};
+use crate::backend::{BufferHandle, BufferView, DeviceRuntime, Readback, registry};
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
+use crate::memory::{self, DeviceAllocator};
 use crate::ops;
 use crate::profiler::SpanKind;
 use crate::profiler::record::Detail;
@@ -33,13 +38,15 @@ pub struct Buffer {
     device: Device,
     len: usize,
     handle: BufferHandle,
+    offset: usize,
+    /// The allocator's block (none for empty buffers).
+    block: Option<(&'static DeviceAllocator, memory::Block)>,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if crate::profiler::enabled() {
-            let bytes = i64::try_from(self.len).unwrap_or(i64::MAX);
-            let _ = ops::memory(self.device, -bytes, || Ok(()));
+        if let Some((allocator, block)) = &self.block {
+            allocator.free(block);
         }
     }
 }
@@ -75,25 +82,110 @@ pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRunt
 }
 
 impl Buffer {
-    /// `len` zeroed bytes on `device` (index `-1`: the current device).
+    /// `len` zeroed bytes on `device` (index `-1`: the current device),
+    /// from the device's caching allocator; the block belongs to the
+    /// device's current stream (see [`crate::memory`]). A reused block is
+    /// zeroed by a write enqueued on that stream.
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
         let device = resolve(device)?;
-        let rt = registry::runtime(device.device_type())?;
-        let bytes = i64::try_from(len).unwrap_or(i64::MAX);
-        let handle = ops::memory(device, bytes, || rt.alloc(device, len))?;
-        Ok(Buffer {
-            device,
-            len,
-            handle,
-        })
+        let allocator = memory::allocator(device)?;
+        let stream = allocator.current_stream()?;
+        Buffer::alloc(allocator, device, len, stream, true)
     }
 
-    /// A buffer on `stream`'s device holding `data`, uploaded on `stream`.
+    /// `len` bytes on `device` whose contents are unspecified (like
+    /// `torch.empty`): a cached block is handed out as it is, with no work
+    /// enqueued. The block belongs to the device's current stream.
+    pub fn empty(device: Device, len: usize) -> Result<Buffer> {
+        let device = resolve(device)?;
+        let allocator = memory::allocator(device)?;
+        let stream = allocator.current_stream()?;
+        Buffer::alloc(allocator, device, len, stream, false)
+    }
+
+    /// [`Buffer::empty`] for use on `stream`: the block belongs to
+    /// `stream` rather than to the device's current stream.
+    pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
+        let (_, stream) = stream_runtime(stream)?;
+        let device = stream.device();
+        Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
+    }
+
+    /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
+    /// `stream`.
+    pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
+        let (_, stream) = stream_runtime(stream)?;
+        let device = stream.device();
+        Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
+    }
+
+    fn alloc(
+        allocator: &'static DeviceAllocator,
+        device: Device,
+        len: usize,
+        stream: Stream,
+        zeroed: bool,
+    ) -> Result<Buffer> {
+        if len == 0 {
+            return Ok(Buffer {
+                device,
+                len,
+                handle: allocator.empty_handle()?,
+                offset: 0,
+                block: None,
+            });
+        }
+        let block = allocator.allocate(len, stream)?;
+        let fresh = block.zeroed;
+        let buf = Buffer {
+            device,
+            len,
+            handle: block.handle.clone(),
+            offset: block.offset,
+            block: Some((allocator, block)),
+        };
+        if zeroed && !fresh {
+            buf.write(&stream, 0, &vec![0u8; len])?;
+        }
+        Ok(buf)
+    }
+
+    /// A buffer on `stream`'s device holding `data`, uploaded on `stream`
+    /// (its block belongs to `stream`).
     pub fn from_slice<T: Pod>(stream: &Stream, data: &[T]) -> Result<Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let buf = Buffer::new(stream.device(), bytes.len())?;
+        let buf = Buffer::empty_on(stream, bytes.len())?;
         buf.write(stream, 0, data)?;
         Ok(buf)
+    }
+
+    /// Tells the caching allocator that work on `stream` uses this buffer
+    /// (PyTorch's `Tensor.record_stream`): when the buffer is dropped, its
+    /// block is not reused before the work enqueued on `stream` until then
+    /// has completed. Needed only for streams other than the one the
+    /// buffer was allocated on; see [`crate::memory`].
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        let (_, stream) = stream_runtime(stream)?;
+        same_device(self.device, stream.device())?;
+        match &self.block {
+            Some((allocator, block)) => allocator.record_stream(block, stream),
+            None => Ok(()),
+        }
+    }
+
+    /// Where this buffer starts in its backend allocation
+    /// ([`handle`](Self::handle)), in bytes: a multiple of 512.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The range a kernel binds for this buffer.
+    pub(crate) fn view(&self) -> BufferView<'_> {
+        BufferView {
+            handle: &self.handle,
+            offset: self.offset,
+            len: self.len,
+        }
     }
 
     /// The device the buffer lives on (a concrete index).
@@ -118,7 +210,9 @@ impl Buffer {
         std::ptr::eq(self, other)
     }
 
-    /// The backend's allocation (for backends and kernel launches).
+    /// The backend's allocation holding this buffer (a caching allocator
+    /// segment; the buffer is [`len`](Self::len) bytes at
+    /// [`offset`](Self::offset) of it).
     pub fn handle(&self) -> &BufferHandle {
         &self.handle
     }
@@ -135,7 +229,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy host->device"),
             Detail::Bytes(bytes.len() as u64),
-            || rt.write_slice(&stream, &self.handle, offset, bytes),
+            || rt.write_slice(&stream, &self.handle, self.offset + offset, bytes),
         )
     }
 
@@ -150,7 +244,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy device->host"),
             Detail::Bytes(len as u64),
-            || rt.read(&stream, &self.handle, offset, len),
+            || rt.read(&stream, &self.handle, self.offset + offset, len),
         )?;
         Ok(PendingRead { inner, len })
     }
@@ -222,9 +316,9 @@ impl Buffer {
                 rt.copy(
                     &stream,
                     &src.handle,
-                    src_offset,
+                    src.offset + src_offset,
                     &self.handle,
-                    dst_offset,
+                    self.offset + dst_offset,
                     len,
                 )
             },
@@ -243,7 +337,7 @@ impl Buffer {
         let device = resolve(device)?;
         let (rt, stream) = stream_runtime(stream)?;
         same_device(device, stream.device())?;
-        let out = Buffer::new(device, self.len)?;
+        let out = Buffer::empty_on(&stream, self.len)?;
         let direct = device.device_type() == self.device.device_type()
             && (device == self.device || rt.can_copy_between(self.device, device));
         if direct {

@@ -123,6 +123,7 @@ mod error;
 mod event;
 pub mod guard;
 pub mod kernel;
+pub mod memory;
 mod ops;
 pub mod profiler;
 mod stream;

@@ -44,6 +44,21 @@ impl fmt::Debug for BufferHandle {
     }
 }
 
+/// A byte range of a backend allocation, as a kernel binds it: a
+/// [`Buffer`](crate::Buffer) is a block of a larger allocation (the caching
+/// allocator's segment), so launches bind `len` bytes at `offset` of
+/// `handle`. Offsets are multiples of 512 bytes, which covers every
+/// device's storage buffer offset alignment Keel accepts.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferView<'a> {
+    /// The backend's allocation.
+    pub handle: &'a BufferHandle,
+    /// Where the range starts, in bytes.
+    pub offset: usize,
+    /// Its length in bytes (may be 0).
+    pub len: usize,
+}
+
 /// Data being copied from a device to the host.
 pub trait Readback: Send {
     /// Whether the data has arrived. Never blocks.
@@ -117,14 +132,16 @@ pub trait DeviceRuntime: Send + Sync + 'static {
         len: usize,
     ) -> Result<()>;
 
-    /// Enqueues `kernel` over `grid` workgroups, with `buffers` bound in
-    /// order and `params` as its small parameter block.
+    /// Enqueues `kernel` over `grid` workgroups, with the ranges `buffers`
+    /// bound in order and `params` as its small parameter block. Two
+    /// bindings may be ranges of one allocation; a backend that cannot bind
+    /// overlapping ranges refuses them.
     fn launch(
         &self,
         stream: &Stream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[&BufferHandle],
+        buffers: &[BufferView<'_>],
         params: &[u8],
     ) -> Result<()>;
 

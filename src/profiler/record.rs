@@ -323,6 +323,7 @@ pub(crate) fn event_waited(event: u64, op: u64) {
 }
 
 /// Notes `bytes` allocated (positive) or freed (negative) on `device`.
+#[allow(dead_code)] // replaced by `memory_event`
 pub(crate) fn memory(device: Device, bytes: i64) {
     if let Some(state) = lock(&GATHERED).as_mut() {
         state.memory.push((device, Instant::now(), bytes));
@@ -353,4 +354,36 @@ pub(super) fn range_between(name: Cow<'static, str>, start: Instant, end: Instan
         stream: None,
         detail: Detail::None,
     });
+}
+
+/// What the caching allocator did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryAction {
+    Alloc,
+    Free,
+    SegmentAlloc,
+    SegmentFree,
+    Oom,
+}
+/// One allocator action, with the device's totals after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRecord {
+    pub device: Device,
+    pub action: MemoryAction,
+    /// Block address (Alloc/Free) or segment base (SegmentAlloc/SegmentFree); for Oom, 0.
+    pub addr: u64,
+    /// Base of the segment the block is in (= addr for segment actions).
+    pub segment: u64,
+    /// Bytes of the block/segment (for Oom: the request).
+    pub bytes: u64,
+    /// Stream the block belongs to (None for segment actions and Oom).
+    pub stream: Option<crate::core::Stream>,
+    pub small_pool: bool,
+    /// Device totals after this action.
+    pub allocated: u64,
+    pub reserved: u64,
+}
+pub(crate) fn memory_event(record: MemoryRecord) {
+    /* stub */
+    let _ = record;
 }

@@ -17,7 +17,7 @@ use super::device::{WgpuDevice, lock};
 use super::memory::WgpuBuffer;
 use super::stream::QueueStream;
 use super::{TY, Wgpu};
-use crate::backend::typed::{Kernels, check_distinct_buffers};
+use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -99,25 +99,38 @@ fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
 }
 
 /// Records into `encoder` a dispatch of `pipeline` over `grid`, with
-/// `buffers` bound in order and a parameter buffer of its own holding
-/// `params`.
+/// the ranges `buffers` (buffer, offset, length) bound in order and a
+/// parameter buffer of its own holding `params`. A range's length is
+/// rounded up to 4 bytes (wgpu's storage binding granularity) within its
+/// buffer; a whole buffer is bound as such.
 pub(super) fn record_dispatch(
     d: &WgpuDevice,
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &Pipeline,
     grid: [u32; 3],
-    buffers: &[&wgpu::Buffer],
+    buffers: &[(&wgpu::Buffer, u64, u64)],
     params: &[u8],
 ) -> Result<()> {
     let uniform = params_buffer(d, params)?;
     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
         .iter()
-        .copied()
-        .chain(std::iter::once(&uniform))
+        .map(|&(b, offset, len)| {
+            let size = len.next_multiple_of(4).min(b.size() - offset);
+            if offset == 0 && size == b.size() {
+                b.as_entire_binding()
+            } else {
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: b,
+                    offset,
+                    size: wgpu::BufferSize::new(size),
+                })
+            }
+        })
+        .chain(std::iter::once(uniform.as_entire_binding()))
         .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
+        .map(|(i, resource)| wgpu::BindGroupEntry {
             binding: i as u32,
-            resource: b.as_entire_binding(),
+            resource,
         })
         .collect();
     let group = d.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -150,23 +163,40 @@ fn check_grid(d: &WgpuDevice, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
 }
 
 impl Kernels for Wgpu {
-    /// `buffers` must be distinct allocations (checked here).
+    /// `buffers` must not overlap (checked here); offsets must meet the
+    /// device's `min_storage_buffer_offset_alignment` (checked here too).
     fn enqueue_kernel(
         &self,
         stream: &'static QueueStream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<WgpuBuffer>],
+        buffers: &[Binding<WgpuBuffer>],
         params: &[u8],
     ) -> Result<()> {
         let d = stream.device();
         check_grid(d, kernel, grid)?;
-        check_distinct_buffers(kernel, buffers, "wgpu needs distinct buffers")?;
+        check_disjoint_bindings(kernel, buffers, "wgpu needs disjoint bindings")?;
+        let align = u64::from(d.limits.min_storage_buffer_offset_alignment.max(1));
+        if let Some(b) = buffers
+            .iter()
+            .find(|b| !(b.offset as u64).is_multiple_of(align))
+        {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!(
+                    "a binding at offset {} is not aligned to the device's min_storage_buffer_offset_alignment ({align} bytes)",
+                    b.offset
+                ),
+            });
+        }
         let pipeline = pipeline(d, kernel)?;
         if grid.contains(&0) {
             return Ok(());
         }
-        let raw: Vec<&wgpu::Buffer> = buffers.iter().map(|b| b.raw()).collect();
+        let raw: Vec<(&wgpu::Buffer, u64, u64)> = buffers
+            .iter()
+            .map(|b| (b.buffer.raw(), b.offset as u64, b.len as u64))
+            .collect();
         let mut enc = d.encoder();
         record_dispatch(d, &mut enc, &pipeline, grid, &raw, params)?;
         // A binding the shader does not accept is a wgpu validation error,
