@@ -35,6 +35,46 @@ pub(super) struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
 }
 
+/// `wgsl` with every storage variable declared `read_write`
+/// (`var<storage>` and `var<storage, read>` included). wgpu tracks usage
+/// per buffer, not per range: a read-only binding and a read-write one of
+/// two buffers in one allocator segment conflict ("conflicting usages"),
+/// while read-write bindings of disjoint ranges do not. A kernel that only
+/// reads a variable is unaffected by its declared access.
+fn storage_read_write(wgsl: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = String::with_capacity(wgsl.len() + 64);
+    let mut rest = wgsl;
+    let mut changed = false;
+    while let Some(i) = rest.find("var") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        rest = tail;
+        let after = tail.trim_start();
+        let ident_before = head[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if ident_before || !after.starts_with('<') {
+            continue;
+        }
+        let Some(close) = after.find('>') else {
+            continue;
+        };
+        let inner = &after[1..close];
+        if inner.split(',').next().map(str::trim) == Some("storage") {
+            out.push_str("<storage, read_write>");
+            rest = &after[close + 1..];
+            changed = true;
+        }
+    }
+    out.push_str(rest);
+    if changed {
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Borrowed(wgsl)
+    }
+}
+
 /// The pipeline for `kernel` on `d` (cached).
 pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     let wgsl = kernel.wgsl.ok_or_else(|| Error::Kernel {
@@ -50,13 +90,52 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
-        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        source: wgpu::ShaderSource::Wgsl(storage_read_write(wgsl)),
     });
+    // An explicit layout with every storage binding read-write (the source
+    // declares them so, see `storage_read_write`).
+    let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only: false },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let n = u32::try_from(kernel.bindings).unwrap_or(u32::MAX);
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n)
+        .map(storage)
+        .chain(std::iter::once(wgpu::BindGroupLayoutEntry {
+            binding: n,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }))
+        .collect();
+    let layout = d
+        .device
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(kernel.name),
+            entries: &entries,
+        });
+    let pipeline_layout = d
+        .device
+        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
     let pipeline = d
         .device
         .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(kernel.name),
-            layout: None,
+            layout: Some(&pipeline_layout),
             module: &module,
             entry_point: Some(kernel.name),
             compilation_options: Default::default(),
@@ -68,7 +147,6 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             message: format!("WGSL rejected by wgpu: {e}"),
         });
     }
-    let layout = pipeline.get_bind_group_layout(0);
     let p = Arc::new(Pipeline { pipeline, layout });
     Ok(Arc::clone(lock(&d.pipelines.0).entry(key).or_insert(p)))
 }
@@ -146,6 +224,22 @@ pub(super) fn record_dispatch(
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn storage_variables_become_read_write() {
+        let src = "@group(0) @binding(0) var<storage, read> a: array<f32>;\n\
+                   @group(0) @binding(1) var <storage> b: array<f32>;\n\
+                   @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
+                   @group(0) @binding(3) var<uniform> p: P;\n\
+                   fn f() { var x = 1; var<function> y: i32; let avar = 2; }";
+        let out = super::storage_read_write(src);
+        assert_eq!(out.matches("var<storage, read_write>").count(), 3, "{out}");
+        assert!(out.contains("var<uniform> p"), "{out}");
+        assert!(out.contains("var<function> y") && out.contains("var x = 1"), "{out}");
+    }
 }
 
 /// Checks a grid against the device's limit per dimension.
