@@ -85,7 +85,9 @@ impl Buffer {
     /// `len` zeroed bytes on `device` (index `-1`: the current device),
     /// from the device's caching allocator; the block belongs to the
     /// device's current stream (see [`crate::memory`]). A reused block is
-    /// zeroed by a write enqueued on that stream.
+    /// zeroed by a write on that stream, which this waits for (so the
+    /// zeros are there for work on any stream); [`Buffer::empty`] skips
+    /// it.
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
         let device = resolve(device)?;
         let allocator = memory::allocator(device)?;
@@ -145,7 +147,13 @@ impl Buffer {
             block: Some((allocator, block)),
         };
         if zeroed && !fresh {
+            // A reused block: zero it on its stream, after its previous
+            // owner's work, and wait, so that the buffer is zero for work
+            // on any stream (as a fresh allocation is).
             buf.write(&stream, 0, &vec![0u8; len])?;
+            let mut done = crate::event::Event::new(device.device_type());
+            done.record(&stream)?;
+            done.synchronize()?;
         }
         Ok(buf)
     }

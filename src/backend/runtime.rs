@@ -31,6 +31,11 @@ impl BufferHandle {
         self.0.downcast_ref()
     }
 
+    /// Whether `other` is a handle to the same allocation.
+    pub fn ptr_eq(&self, other: &BufferHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// A shared handle to the backend's allocation, if it is a `T` (to keep
     /// it alive in work that runs later).
     pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
