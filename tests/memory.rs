@@ -40,7 +40,10 @@ fn probe_malformed_conf() {
 
 #[test]
 fn malformed_conf_is_an_error_naming_the_key() {
-    child("probe_malformed_conf", "backend:native,max_split_size_mb:lots");
+    child(
+        "probe_malformed_conf",
+        "backend:native,max_split_size_mb:lots",
+    );
 }
 
 #[test]
@@ -55,9 +58,16 @@ fn probe_direct_conf() {
     assert!(!a.handle().ptr_eq(b.handle()), "one allocation per buffer");
     assert_eq!(memory::memory_reserved(d).expect("reserved"), 1024);
     drop((a, b));
-    assert_eq!(memory::memory_reserved(d).expect("reserved"), 0, "nothing cached");
+    assert_eq!(
+        memory::memory_reserved(d).expect("reserved"),
+        0,
+        "nothing cached"
+    );
     let e = Buffer::new(d, 65 << 20).expect_err("over the budget");
-    assert!(e.to_string().contains("a memory budget of 64.00 MiB"), "{e}");
+    assert!(
+        e.to_string().contains("a memory budget of 64.00 MiB"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -86,7 +96,10 @@ fn training_step_fragmentation_is_bounded() {
         reserved / 1048576.0,
         allocated / 1048576.0
     );
-    assert!(allocated > 50.0 * 1048576.0, "the trace allocates: {allocated}");
+    assert!(
+        allocated > 50.0 * 1048576.0,
+        "the trace allocates: {allocated}"
+    );
     assert!(ratio <= 1.3, "fragmentation: {ratio:.3}");
     // Everything was freed; the cache holds it until emptied.
     assert_eq!(memory::memory_allocated(d).expect("allocated"), 0);

@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{
-    BufferHandle, BufferView, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
+    BufferHandle, BufferView, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime,
+    EventHandle, Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};

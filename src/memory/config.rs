@@ -136,7 +136,10 @@ mod tests {
         assert_eq!(c.max_split_size, Some(64 << 20));
         assert_eq!(c.garbage_collection_threshold, Some(0.6));
         assert_eq!(c.memory_budget, Some(8 << 20));
-        assert_eq!(AllocConfig::parse("").expect("empty"), AllocConfig::default());
+        assert_eq!(
+            AllocConfig::parse("").expect("empty"),
+            AllocConfig::default()
+        );
     }
 
     #[test]
@@ -166,7 +169,10 @@ mod tests {
                 "expandable_segments:True",
                 "KEEL_ALLOC_CONF: unknown key 'expandable_segments' (expected backend, max_split_size_mb, garbage_collection_threshold or memory_budget_mb)",
             ),
-            ("backend", "KEEL_ALLOC_CONF: expected key:value, found 'backend'"),
+            (
+                "backend",
+                "KEEL_ALLOC_CONF: expected key:value, found 'backend'",
+            ),
             (
                 "memory_budget_mb:99999999999999999999999999999",
                 "KEEL_ALLOC_CONF: memory_budget_mb: expected a whole number of MiB of at least 0, found '999999999999999999999999...'",

@@ -123,11 +123,8 @@ pub(crate) fn allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let ty = device.device_type();
     let guard = registry::available_guard_impl(ty)?;
     let slot = DeviceType::ALL.iter().position(|t| *t == ty).unwrap_or(0);
-    let table = tables()[slot].get_or_init(|| {
-        (0..guard.device_count())
-            .map(|_| OnceLock::new())
-            .collect()
-    });
+    let table =
+        tables()[slot].get_or_init(|| (0..guard.device_count()).map(|_| OnceLock::new()).collect());
     let cell = usize::try_from(device.index())
         .ok()
         .and_then(|i| table.get(i))
@@ -184,7 +181,14 @@ fn mib(bytes: u64) -> String {
 }
 
 impl DeviceAllocator {
-    fn emit(&self, state: &State, action: MemoryAction, a: (u64, u64, u64), stream: Option<Stream>, small: bool) {
+    fn emit(
+        &self,
+        state: &State,
+        action: MemoryAction,
+        a: (u64, u64, u64),
+        stream: Option<Stream>,
+        small: bool,
+    ) {
         let s = state.pools.stats();
         memory_event(MemoryRecord {
             device: self.device,
@@ -201,7 +205,13 @@ impl DeviceAllocator {
 
     fn emit_alloc(&self, state: &State, a: &Allocation, stream: Stream, action: MemoryAction) {
         if crate::profiler::enabled() {
-            self.emit(state, action, (a.addr, a.segment_base, a.size), Some(stream), a.small);
+            self.emit(
+                state,
+                action,
+                (a.addr, a.segment_base, a.size),
+                Some(stream),
+                a.small,
+            );
         }
     }
 
@@ -210,7 +220,13 @@ impl DeviceAllocator {
         let on = crate::profiler::enabled();
         for r in released {
             if on {
-                self.emit(state, MemoryAction::SegmentFree, (r.base, r.base, r.size), None, r.small);
+                self.emit(
+                    state,
+                    MemoryAction::SegmentFree,
+                    (r.base, r.base, r.size),
+                    None,
+                    r.small,
+                );
             }
             drop(r.handle);
         }
@@ -263,7 +279,13 @@ impl DeviceAllocator {
         let sid = state.pools.add_segment(handle, seg, stream, small);
         if crate::profiler::enabled() {
             let base = state.pools.segment_base(sid);
-            self.emit(&state, MemoryAction::SegmentAlloc, (base, base, seg), None, small);
+            self.emit(
+                &state,
+                MemoryAction::SegmentAlloc,
+                (base, base, seg),
+                None,
+                small,
+            );
         }
         let a = state.pools.alloc_in(sid, len64);
         self.emit_alloc(&state, &a, stream, MemoryAction::Alloc);
@@ -290,9 +312,9 @@ impl DeviceAllocator {
             return;
         };
         let limit = (capacity as f64 * t) as i64;
-        let released = state.pools.release_free_segments(|s| {
-            s.reserved_bytes.all.current + seg as i64 > limit
-        });
+        let released = state
+            .pools
+            .release_free_segments(|s| s.reserved_bytes.all.current + seg as i64 > limit);
         self.released(state, released);
     }
 
@@ -335,7 +357,13 @@ impl DeviceAllocator {
         }
         state.pools.count_oom();
         if crate::profiler::enabled() {
-            self.emit(state, MemoryAction::Oom, (0, 0, len), None, allocator::is_small(len));
+            self.emit(
+                state,
+                MemoryAction::Oom,
+                (0, 0, len),
+                None,
+                allocator::is_small(len),
+            );
         }
         Err(self.oom(state, len))
     }
@@ -400,7 +428,13 @@ impl DeviceAllocator {
         let freed = state.pools.free(block.id);
         if let Some((stream, base, size, small)) = info {
             let addr = base + block.offset as u64;
-            self.emit(&state, MemoryAction::Free, (addr, base, size), Some(stream), small);
+            self.emit(
+                &state,
+                MemoryAction::Free,
+                (addr, base, size),
+                Some(stream),
+                small,
+            );
         }
         match freed {
             None => {

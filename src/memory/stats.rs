@@ -109,7 +109,10 @@ pub fn memory_summary_of(device: Device, stats: &Stats) -> String {
         out,
         "|{:^37}|{:^37}|",
         format!("Out of memory errors: {}", stats.num_ooms),
-        format!("Retries after freeing the cache: {}", stats.num_alloc_retries)
+        format!(
+            "Retries after freeing the cache: {}",
+            stats.num_alloc_retries
+        )
     );
     out.push_str(&rule('='));
     let _ = writeln!(

@@ -103,7 +103,10 @@ fn check(pools: &Pools<()>, live: &[Live], pending: &[(Allocation, u64)]) {
         assert_eq!(b.state, BlockState::Pending);
     }
     // No two live blocks overlap (their ranges in the address space).
-    let mut ranges: Vec<(u64, u64)> = live.iter().map(|l| (l.a.addr, l.a.addr + l.a.size)).collect();
+    let mut ranges: Vec<(u64, u64)> = live
+        .iter()
+        .map(|l| (l.a.addr, l.a.addr + l.a.size))
+        .collect();
     ranges.sort_unstable();
     for w in ranges.windows(2) {
         assert!(w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
@@ -124,8 +127,14 @@ fn check(pools: &Pools<()>, live: &[Live], pending: &[(Allocation, u64)]) {
                 .sum()
         })
     };
-    assert_eq!(current(&st.allocated_bytes), of_state(&|b| b == BlockState::Active));
-    assert_eq!(current(&st.active_bytes), of_state(&|b| b != BlockState::Free));
+    assert_eq!(
+        current(&st.allocated_bytes),
+        of_state(&|b| b == BlockState::Active)
+    );
+    assert_eq!(
+        current(&st.active_bytes),
+        of_state(&|b| b != BlockState::Free)
+    );
     assert_eq!(current(&st.reserved_bytes), sums(&snap, |s| s.size as i64));
     assert_eq!(current(&st.segment), sums(&snap, |_| 1));
     assert_eq!(
@@ -296,7 +305,7 @@ fn oversize_blocks_are_never_split() {
     p.free(big.block);
     let d = alloc(&mut p, 9 << 20, stream(0));
     assert_eq!(d.addr, a.addr, "best fit among the oversize blocks");
-    assert!(40 << 20 >= (9 << 20) + LARGE_BUFFER);
+    const { assert!(40 << 20 >= (9 << 20) + LARGE_BUFFER) };
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //! they are made, an input batch and gradient buckets on a second stream,
 //! frees in mixed order.
 
+use crate::Buffer;
 use crate::core::Stream;
 use crate::error::Result;
-use crate::Buffer;
 
 /// One step of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

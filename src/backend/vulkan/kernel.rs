@@ -185,7 +185,9 @@ fn buffer_infos(
         .iter()
         .map(|b| {
             let offset = b.offset as u64;
-            let range = (b.len as u64).next_multiple_of(4).min(b.buffer.size - offset);
+            let range = (b.len as u64)
+                .next_multiple_of(4)
+                .min(b.buffer.size - offset);
             [vk::DescriptorBufferInfo::default()
                 .buffer(b.buffer.buffer)
                 .offset(offset)
@@ -365,8 +367,16 @@ impl Kernels for Vulkan {
             .buffer
             .as_ref()
             .ok_or_else(|| Error::backend(TY, "a parameter buffer went missing"))?;
-        let align = c.adapter.props.limits.min_storage_buffer_offset_alignment.max(1);
-        if let Some(b) = buffers.iter().find(|b| !(b.offset as u64).is_multiple_of(align)) {
+        let align = c
+            .adapter
+            .props
+            .limits
+            .min_storage_buffer_offset_alignment
+            .max(1);
+        if let Some(b) = buffers
+            .iter()
+            .find(|b| !(b.offset as u64).is_multiple_of(align))
+        {
             return Err(Error::Kernel {
                 kernel: kernel.name.to_owned(),
                 message: format!(

@@ -226,22 +226,6 @@ pub(super) fn record_dispatch(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn storage_variables_become_read_write() {
-        let src = "@group(0) @binding(0) var<storage, read> a: array<f32>;\n\
-                   @group(0) @binding(1) var <storage> b: array<f32>;\n\
-                   @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
-                   @group(0) @binding(3) var<uniform> p: P;\n\
-                   fn f() { var x = 1; var<function> y: i32; let avar = 2; }";
-        let out = super::storage_read_write(src);
-        assert_eq!(out.matches("var<storage, read_write>").count(), 3, "{out}");
-        assert!(out.contains("var<uniform> p"), "{out}");
-        assert!(out.contains("var<function> y") && out.contains("var x = 1"), "{out}");
-    }
-}
-
 /// Checks a grid against the device's limit per dimension.
 fn check_grid(d: &WgpuDevice, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
     let max = d.limits.max_compute_workgroups_per_dimension;
@@ -300,5 +284,24 @@ impl Kernels for Wgpu {
             message: format!("wgpu rejected the launch: {e}"),
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn storage_variables_become_read_write() {
+        let src = "@group(0) @binding(0) var<storage, read> a: array<f32>;\n\
+                   @group(0) @binding(1) var <storage> b: array<f32>;\n\
+                   @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
+                   @group(0) @binding(3) var<uniform> p: P;\n\
+                   fn f() { var x = 1; var<function> y: i32; let avar = 2; }";
+        let out = super::storage_read_write(src);
+        assert_eq!(out.matches("var<storage, read_write>").count(), 3, "{out}");
+        assert!(out.contains("var<uniform> p"), "{out}");
+        assert!(
+            out.contains("var<function> y") && out.contains("var x = 1"),
+            "{out}"
+        );
     }
 }

@@ -1042,7 +1042,6 @@ fn two_streams(d: Device) -> (Stream, Stream) {
     (s1, s2)
 }
 
-
 /// The hazard of the stream section of PyTorch's CUDA semantics: a buffer
 /// allocated on `s1` is read by work on `s2` that has not run yet, and is
 /// dropped. Without `record_stream` the block is handed out again at once
@@ -1128,9 +1127,7 @@ pub fn suballocated_buffers_bind_together(d: Device, _cfg: &Config) {
         da.handle().ptr_eq(db.handle()) && db.handle().ptr_eq(dc.handle()),
         "three small buffers on one stream share a segment"
     );
-    assert!(
-        da.offset() != db.offset() && db.offset() != dc.offset() && da.offset() != dc.offset()
-    );
+    assert!(da.offset() != db.offset() && db.offset() != dc.offset() && da.offset() != dc.offset());
     assert!([&da, &db, &dc].iter().all(|b| b.offset() % 512 == 0));
     s.launch(
         &VECTOR_ADD,
@@ -1140,12 +1137,17 @@ pub fn suballocated_buffers_bind_together(d: Device, _cfg: &Config) {
     )
     .expect("launch");
     let c = dc.read_as::<f32>(&s).expect("read");
-    assert_eq!((0..n).find(|&i| c[i] != a[i] + b[i]), None, "first wrong element");
+    assert_eq!(
+        (0..n).find(|&i| c[i] != a[i] + b[i]),
+        None,
+        "first wrong element"
+    );
     // The neighbours are untouched, and copies between blocks of one
     // segment work.
     assert_eq!(da.read_as::<f32>(&s).expect("a"), a);
     assert_eq!(db.read_as::<f32>(&s).expect("b"), b);
-    da.copy_from(&s, &db, 8, 4, 400).expect("copy within a segment");
+    da.copy_from(&s, &db, 8, 4, 400)
+        .expect("copy within a segment");
     let got = da.read_as::<f32>(&s).expect("a after copy");
     assert_eq!(got[1..101], b[2..102]);
     assert_eq!(got[0], a[0]);
@@ -1177,8 +1179,12 @@ pub fn memory_statistics_follow_buffers(d: Device, _cfg: &Config) {
         memory::memory_allocated(d).expect("allocated") as i64,
         key(&m, "allocated_bytes.all.current")
     );
-    assert!(memory::max_memory_allocated(d).expect("peak") >= memory::memory_allocated(d).expect("cur"));
-    assert!(memory::memory_reserved(d).expect("reserved") >= memory::memory_allocated(d).expect("cur"));
+    assert!(
+        memory::max_memory_allocated(d).expect("peak") >= memory::memory_allocated(d).expect("cur")
+    );
+    assert!(
+        memory::memory_reserved(d).expect("reserved") >= memory::memory_allocated(d).expect("cur")
+    );
     let snap = memory::memory_snapshot(d).expect("snapshot");
     let seg = snap
         .iter()
@@ -1297,7 +1303,10 @@ pub fn direct_mode_goes_to_the_backend(d: Device, _cfg: &Config) {
         drop((a, b));
         let st2 = memory::stats(d).expect("stats");
         assert_eq!(st2.num_device_free, st0.num_device_free + 2);
-        assert_eq!(st2.reserved_bytes.all.current, st0.reserved_bytes.all.current);
+        assert_eq!(
+            st2.reserved_bytes.all.current,
+            st0.reserved_bytes.all.current
+        );
     };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
     memory::set_config(d, saved).expect("restore");
