@@ -196,7 +196,8 @@ macro_rules! conformance_suite {
                 suballocated_buffers_bind_together,
                 memory_statistics_follow_buffers,
                 out_of_memory_retries_then_reports,
-                direct_mode_goes_to_the_backend
+                direct_mode_goes_to_the_backend,
+                garbage_collection_releases_before_growing
         );
     };
 }

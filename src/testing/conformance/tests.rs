@@ -1314,3 +1314,43 @@ pub fn direct_mode_goes_to_the_backend(d: Device, _cfg: &Config) {
         std::panic::resume_unwind(p);
     }
 }
+
+/// `garbage_collection_threshold`: before reserving a new segment, free
+/// cached segments are released while the reserved memory would exceed the
+/// threshold's share of the capacity (here the budget), with no
+/// out-of-memory retry.
+pub fn garbage_collection_releases_before_growing(d: Device, _cfg: &Config) {
+    use crate::memory;
+    let s = pool(d);
+    let saved = memory::config(d).expect("config");
+    memory::empty_cache(d).expect("empty_cache");
+    let base = memory::memory_reserved(d).expect("reserved");
+    memory::set_config(
+        d,
+        memory::AllocConfig {
+            garbage_collection_threshold: Some(0.5),
+            memory_budget: Some(base + (8 << 20)),
+            ..saved
+        },
+    )
+    .expect("config");
+    let run = || {
+        drop(Buffer::empty_on(&s, 3 << 20).expect("a 4 MiB segment"));
+        let st0 = memory::stats(d).expect("stats");
+        assert_eq!(memory::memory_reserved(d).expect("reserved"), base + (4 << 20));
+        let _small = Buffer::empty_on(&s, 1000).expect("a 2 MiB segment");
+        let st1 = memory::stats(d).expect("stats");
+        assert_eq!(
+            memory::memory_reserved(d).expect("reserved"),
+            base + (2 << 20),
+            "the free 4 MiB segment was released first"
+        );
+        assert_eq!(st1.num_device_free, st0.num_device_free + 1);
+        assert_eq!(st1.num_alloc_retries, st0.num_alloc_retries, "no retry");
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+    memory::set_config(d, saved).expect("restore");
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
