@@ -108,16 +108,16 @@ impl Buffer {
     /// [`Buffer::empty`] for use on `stream`: the block belongs to
     /// `stream` rather than to the device's current stream.
     pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
-        let (_, stream) = stream_runtime(stream)?;
-        let device = stream.device();
+        let device = resolve(stream.device())?;
+        let stream = Stream::new(device, stream.id());
         Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
     }
 
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
     /// `stream`.
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
-        let (_, stream) = stream_runtime(stream)?;
-        let device = stream.device();
+        let device = resolve(stream.device())?;
+        let stream = Stream::new(device, stream.id());
         Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
     }
 
@@ -137,12 +137,12 @@ impl Buffer {
                 block: None,
             });
         }
-        let block = allocator.allocate(len, stream)?;
+        let (handle, block) = allocator.allocate(len, stream)?;
         let fresh = block.zeroed;
         let buf = Buffer {
             device,
             len,
-            handle: block.handle.clone(),
+            handle,
             offset: block.offset,
             block: Some((allocator, block)),
         };
@@ -176,7 +176,7 @@ impl Buffer {
         let (_, stream) = stream_runtime(stream)?;
         same_device(self.device, stream.device())?;
         match &self.block {
-            Some((allocator, block)) => allocator.record_stream(block, stream),
+            Some((allocator, block)) => allocator.record_stream(&self.handle, block, stream),
             None => Ok(()),
         }
     }

@@ -26,7 +26,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::core::Stream;
+use crate::core::{Stream, StreamId};
 
 /// Every block's size and offset is a multiple of this.
 pub const MIN_BLOCK: u64 = 512;
@@ -260,9 +260,10 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-/// Free-list key: stream, size, address, block (best fit = the first key
-/// at or after `(stream, size)`).
-type FreeKey = (Stream, u64, u64, BlockId);
+/// Free-list key: stream id (every stream of one allocator is on its
+/// device), size, address, block (best fit = the first key at or after
+/// `(stream, size)`).
+type FreeKey = (StreamId, u64, u64, BlockId);
 
 /// The bookkeeping of one device's caching allocator; see the
 /// [module docs](self).
@@ -412,7 +413,7 @@ impl<H> Pools<H> {
         let whole = b.offset == 0 && b.size == s.size;
         (
             pool(s.small),
-            (s.stream, b.size, s.base + b.offset, id),
+            (s.stream.id(), b.size, s.base + b.offset, id),
             whole,
         )
     }
@@ -441,10 +442,11 @@ impl<H> Pools<H> {
         let size = round_size(len.max(1));
         let small = is_small(size);
         let max_split = self.policy.max_split_size;
+        let sid = stream.id();
         let (_, _, _, id) = *self.free[pool(small)]
-            .range((stream, size, 0, BlockId(0))..)
+            .range((sid, size, 0, BlockId(0))..)
             .next()
-            .filter(|k| k.0 == stream)?;
+            .filter(|k| k.0 == sid)?;
         let found = self.block(id).size;
         if size < max_split && found >= max_split {
             return None;

@@ -61,12 +61,10 @@ use crate::error::{Error, Result};
 use crate::profiler::record::{MemoryAction, MemoryRecord, memory_event};
 use allocator::{Allocation, BlockId, Policy, Pools, Released};
 
-/// A block handed to a buffer.
+/// A block handed to a buffer (which holds the segment's handle).
 #[derive(Debug)]
 pub(crate) struct Block {
-    /// The segment's backend allocation.
-    pub handle: BufferHandle,
-    /// The block's offset in it.
+    /// The block's offset in its segment.
     pub offset: usize,
     /// Whether the block's bytes are known to be zero (a fresh segment's
     /// first block).
@@ -118,11 +116,30 @@ fn tables() -> &'static [OnceLock<Table>; DeviceType::COUNT] {
     &TABLES
 }
 
+fn type_slot(ty: DeviceType) -> usize {
+    DeviceType::ALL.iter().position(|t| *t == ty).unwrap_or(0)
+}
+
 /// The allocator of `device` (a concrete index), created on first use.
+#[inline]
 pub(crate) fn allocator(device: Device) -> Result<&'static DeviceAllocator> {
+    // Fast path: an allocator exists only for a device whose backend was
+    // available when it was created.
+    let existing = tables()[type_slot(device.device_type())]
+        .get()
+        .and_then(|t| t.get(usize::try_from(device.index()).ok()?))
+        .and_then(OnceLock::get);
+    match existing {
+        Some(a) => Ok(a),
+        None => create_allocator(device),
+    }
+}
+
+#[cold]
+fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let ty = device.device_type();
     let guard = registry::available_guard_impl(ty)?;
-    let slot = DeviceType::ALL.iter().position(|t| *t == ty).unwrap_or(0);
+    let slot = type_slot(ty);
     let table =
         tables()[slot].get_or_init(|| (0..guard.device_count()).map(|_| OnceLock::new()).collect());
     let cell = usize::try_from(device.index())
@@ -248,8 +265,9 @@ impl DeviceAllocator {
         Ok(h)
     }
 
-    /// A block of at least `len` (> 0) bytes for `stream` (on this device).
-    pub(crate) fn allocate(&self, len: usize, stream: Stream) -> Result<Block> {
+    /// A block of at least `len` (> 0) bytes for `stream` (on this device),
+    /// with its segment's handle.
+    pub(crate) fn allocate(&self, len: usize, stream: Stream) -> Result<(BufferHandle, Block)> {
         let mut state = lock(&self.state);
         if let Some(why) = &state.unusable {
             return Err(Error::invalid(why.clone()));
@@ -292,13 +310,15 @@ impl DeviceAllocator {
         Ok(self.block(&state, a, true))
     }
 
-    fn block(&self, state: &State, a: Allocation, zeroed: bool) -> Block {
-        Block {
-            handle: state.pools.handle(a.segment).clone(),
-            offset: a.offset as usize,
-            zeroed: zeroed && a.offset == 0,
-            id: a.block,
-        }
+    fn block(&self, state: &State, a: Allocation, zeroed: bool) -> (BufferHandle, Block) {
+        (
+            state.pools.handle(a.segment).clone(),
+            Block {
+                offset: a.offset as usize,
+                zeroed: zeroed && a.offset == 0,
+                id: a.block,
+            },
+        )
     }
 
     /// The garbage collection threshold: before reserving `seg` more
@@ -400,14 +420,20 @@ impl DeviceAllocator {
         }
     }
 
-    /// Notes that `stream` uses the block (PyTorch's `recordStream`).
-    pub(crate) fn record_stream(&self, block: &Block, stream: Stream) -> Result<()> {
+    /// Notes that `stream` uses the block (PyTorch's `recordStream`);
+    /// `handle` is its segment's.
+    pub(crate) fn record_stream(
+        &self,
+        handle: &BufferHandle,
+        block: &Block,
+        stream: Stream,
+    ) -> Result<()> {
         let mut state = lock(&self.state);
         if state.config.backend == AllocBackend::Direct {
             drop(state);
             // No cache to protect: the backend keeps memory alive for work
             // in flight; stream-ordered backends (CUDA) want to know.
-            return self.guard.record_buffer_on_stream(&block.handle, &stream);
+            return self.guard.record_buffer_on_stream(handle, &stream);
         }
         state.pools.record_use(block.id, stream);
         Ok(())

@@ -1337,7 +1337,10 @@ pub fn garbage_collection_releases_before_growing(d: Device, _cfg: &Config) {
     let run = || {
         drop(Buffer::empty_on(&s, 3 << 20).expect("a 4 MiB segment"));
         let st0 = memory::stats(d).expect("stats");
-        assert_eq!(memory::memory_reserved(d).expect("reserved"), base + (4 << 20));
+        assert_eq!(
+            memory::memory_reserved(d).expect("reserved"),
+            base + (4 << 20)
+        );
         let _small = Buffer::empty_on(&s, 1000).expect("a 2 MiB segment");
         let st1 = memory::stats(d).expect("stats");
         assert_eq!(
