@@ -232,20 +232,31 @@ impl DeviceAllocator {
         }
     }
 
-    /// Drops released segments' handles, telling the profiler.
+    /// Drops released segments' handles, telling the profiler (each
+    /// record with the device's totals right after that segment went).
     fn released(&self, state: &State, released: Vec<Released<BufferHandle>>) {
         let on = crate::profiler::enabled();
+        let s = state.pools.stats();
+        let allocated = s.allocated_bytes.all.current.max(0) as u64;
+        let mut reserved = s.reserved_bytes.all.current.max(0) as u64
+            + released.iter().map(|r| r.size).sum::<u64>();
         for r in released {
-            if on {
-                self.emit(
-                    state,
-                    MemoryAction::SegmentFree,
-                    (r.base, r.base, r.size),
-                    None,
-                    r.small,
-                );
-            }
             drop(r.handle);
+            reserved -= r.size;
+            if !on {
+                continue;
+            }
+            memory_event(MemoryRecord {
+                device: self.device,
+                action: MemoryAction::SegmentFree,
+                addr: r.base,
+                segment: r.base,
+                bytes: r.size,
+                stream: None,
+                small_pool: r.small,
+                allocated,
+                reserved,
+            });
         }
     }
 
