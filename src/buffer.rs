@@ -74,6 +74,18 @@ fn check_range(what: &str, size: usize, offset: usize, len: usize) -> Result<()>
     }
 }
 
+/// `device` with a concrete index (the current device for `-1`). A
+/// concrete index is checked where the device's allocator is found
+/// (`memory::allocator`), so it is not looked up twice.
+#[inline]
+fn concrete(device: Device) -> Result<Device> {
+    if device.has_index() {
+        Ok(device)
+    } else {
+        resolve(device)
+    }
+}
+
 /// The runtime of `stream`'s backend and the stream with a concrete device.
 pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
     registry::available_guard_impl(stream.device_type())?;
@@ -89,7 +101,7 @@ impl Buffer {
     /// zeros are there for work on any stream); [`Buffer::empty`] skips
     /// it.
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
-        let device = resolve(device)?;
+        let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
         Buffer::alloc(allocator, device, len, stream, true)
@@ -99,7 +111,7 @@ impl Buffer {
     /// `torch.empty`): a cached block is handed out as it is, with no work
     /// enqueued. The block belongs to the device's current stream.
     pub fn empty(device: Device, len: usize) -> Result<Buffer> {
-        let device = resolve(device)?;
+        let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
         Buffer::alloc(allocator, device, len, stream, false)
@@ -108,7 +120,7 @@ impl Buffer {
     /// [`Buffer::empty`] for use on `stream`: the block belongs to
     /// `stream` rather than to the device's current stream.
     pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
-        let device = resolve(stream.device())?;
+        let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
         Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
     }
@@ -116,7 +128,7 @@ impl Buffer {
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
     /// `stream`.
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
-        let device = resolve(stream.device())?;
+        let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
         Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
     }

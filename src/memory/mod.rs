@@ -142,14 +142,13 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let slot = type_slot(ty);
     let table =
         tables()[slot].get_or_init(|| (0..guard.device_count()).map(|_| OnceLock::new()).collect());
+    crate::backend::check_device_index(device, guard.device_count())?;
     let cell = usize::try_from(device.index())
         .ok()
         .and_then(|i| table.get(i))
         .ok_or_else(|| {
             Error::invalid(format!(
-                "device index {} is out of range: {} has {} devices",
-                device.index(),
-                ty.backend_name(),
+                "{device}: the backend reported more devices than when its first buffer was made ({})",
                 table.len()
             ))
         })?;
