@@ -1071,6 +1071,18 @@ pub fn freed_blocks_wait_for_recorded_streams(d: Device, cfg: &Config) {
         }
         let a_block = (a.handle().clone(), a.offset());
         drop(a);
+        if record && gated {
+            // The snapshot shows the block waiting for s2.
+            let snapshot = crate::memory::memory_snapshot(d).expect("snapshot");
+            let pending: Vec<_> = snapshot
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .filter(|b| b.state == crate::memory::BlockState::Pending)
+                .collect();
+            assert_eq!(pending.len(), 1, "{snapshot:?}");
+            assert_eq!(pending[0].stream_uses, [s2]);
+            assert_eq!(pending[0].requested_size, LEN as u64);
+        }
         let b = Buffer::empty_on(&s1, LEN).expect("b");
         let reused = b.handle().ptr_eq(&a_block.0) && b.offset() == a_block.1;
         let s2_done = s2.query().expect("query");
