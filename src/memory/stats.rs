@@ -124,11 +124,11 @@ pub fn memory_summary_of(device: Device, stats: &Stats) -> String {
         ("Allocated memory", &stats.allocated_bytes, true),
         ("Active memory", &stats.active_bytes, true),
         ("Requested memory", &stats.requested_bytes, true),
-        ("GPU reserved memory", &stats.reserved_bytes, true),
+        ("Reserved memory", &stats.reserved_bytes, true),
         ("Non-releasable memory", &stats.inactive_split_bytes, true),
         ("Allocations", &stats.allocation, false),
         ("Active allocs", &stats.active, false),
-        ("GPU reserved segments", &stats.segment, false),
+        ("Reserved segments", &stats.segment, false),
     ];
     for (name, a, bytes) in rows {
         out.push_str(&rule('-'));
@@ -169,7 +169,7 @@ pub fn memory_summary_of(device: Device, stats: &Stats) -> String {
     let _ = writeln!(
         out,
         "| {:<21} | {:>10} | {:>10} | {:>10} | {:>10} |",
-        "Oversize GPU segments",
+        "Oversize segments",
         format_count(stats.oversize_segments.current),
         format_count(stats.oversize_segments.peak),
         format_count(i64::try_from(stats.oversize_segments.allocated).unwrap_or(i64::MAX)),

@@ -323,3 +323,28 @@ fn pending_blocks_wait_for_release() {
     let c = alloc(&mut p, 1000, stream(0));
     assert_eq!(c.addr, a.addr);
 }
+
+#[test]
+fn summary_table_lines_up() {
+    let mut p: Pools<()> = Pools::new(Policy::default());
+    let a = alloc(&mut p, 1000, stream(0));
+    let _b = alloc(&mut p, 5 << 20, stream(0));
+    p.free(a.block);
+    let table = super::stats::memory_summary_of(Device::cpu(), p.stats());
+    let widths: Vec<usize> = table.lines().map(|l| l.chars().count()).collect();
+    assert!(widths.iter().all(|&w| w == 77), "{table}");
+    assert!(
+        table.contains("| Allocated memory      |   6.00 MiB |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| Reserved segments     |         2  |"),
+        "{table}"
+    );
+    let m = super::stats::memory_stats_of(p.stats());
+    assert_eq!(m["allocated_bytes.all.current"], 6 << 20);
+    assert_eq!(m["allocated_bytes.all.peak"], (6 << 20) + 1024);
+    assert_eq!(m["reserved_bytes.small_pool.current"], 2 << 20);
+    assert_eq!(m["num_sync_all_streams"], 0);
+    assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 5);
+}
