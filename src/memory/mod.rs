@@ -197,6 +197,9 @@ fn mib(bytes: u64) -> String {
 }
 
 impl DeviceAllocator {
+    /// Reports an action to the profiler. Called with the device's lock
+    /// held, so that records arrive in the order of the totals they carry;
+    /// `memory_event` must not call back into this module.
     fn emit(
         &self,
         state: &State,
