@@ -1,14 +1,4 @@
-//! `KEEL_ALLOC_CONF`: the caching allocator's configuration, in the form of
-//! `PYTORCH_CUDA_ALLOC_CONF` (`key:value` pairs separated by commas).
-//!
-//! | key | value | meaning |
-//! |---|---|---|
-//! | `backend` | `native` (default) or `direct` | `direct`: every buffer straight from the backend and back to it when dropped, no caching (for debugging) |
-//! | `max_split_size_mb` | a whole number of MiB, at least 1 | blocks at or above this size are never split |
-//! | `garbage_collection_threshold` | a fraction in (0, 1) | before reserving a new segment, release free cached segments while the reserved memory is above this fraction of the device's capacity (its budget, or its total memory) |
-//! | `memory_budget_mb` | a whole number of MiB | the most memory the allocator reserves on each device; beyond it, allocations fail as out of memory |
-//!
-//! A malformed value or an unknown key is an error naming the key.
+//! `KEEL_ALLOC_CONF`: the keys and their parsing ([`AllocConfig`]).
 
 use crate::error::{Error, Result};
 
@@ -22,7 +12,17 @@ pub enum AllocBackend {
     Direct,
 }
 
-/// A device allocator's configuration; see the [module docs](self).
+/// `KEEL_ALLOC_CONF`: the caching allocator's configuration, in the form of
+/// `PYTORCH_CUDA_ALLOC_CONF` (`key:value` pairs separated by commas).
+///
+/// | key | value | meaning |
+/// |---|---|---|
+/// | `backend` | `native` (default) or `direct` | `direct`: every buffer straight from the backend and back to it when dropped, no caching (for debugging) |
+/// | `max_split_size_mb` | a whole number of MiB, at least 1 | blocks at or above this size are never split |
+/// | `garbage_collection_threshold` | a fraction in (0, 1) | before reserving a new segment, release free cached segments while the reserved memory would be above this fraction of the device's capacity (its budget, or its total memory) |
+/// | `memory_budget_mb` | a whole number of MiB | the most memory the allocator reserves on each device; beyond it, allocations fail as out of memory |
+///
+/// A malformed value or an unknown key is an error naming the key.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct AllocConfig {
     /// Caching or direct.
