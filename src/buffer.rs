@@ -1,8 +1,12 @@
 //! [`Buffer`]: device memory, and the copies that use it (launches are
 //! [`Stream::launch`]).
 //!
-//! A buffer lives on one device and is freed when dropped; backends keep
-//! the memory alive until work already enqueued on it has run. Every
+//! A buffer lives on one device. Its memory is a block of the device's
+//! caching allocator ([`crate::memory`]): `len` bytes at an offset of a
+//! backend allocation. Dropping the buffer gives the block back to the
+//! allocator, which reuses it at once for buffers on the same stream and,
+//! for other streams' uses declared with [`Buffer::record_stream`], only
+//! after that work has completed. Every
 //! operation is enqueued on a stream that must be on the buffer's device:
 //! mixing devices is an error ("expected all buffers to be on the same
 //! device, but found at least two devices, cuda:0 and cpu:0"), and moving
@@ -21,9 +25,10 @@ use std::fmt;
 use bytemuck::Pod;
 
 use crate::api::resolve;
-use crate::backend::{BufferHandle, DeviceRuntime, Readback, registry};
+use crate::backend::{BufferHandle, BufferView, DeviceRuntime, Readback, registry};
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
+use crate::memory::{self, DeviceAllocator};
 use crate::ops;
 use crate::profiler::SpanKind;
 use crate::profiler::record::Detail;
@@ -33,90 +38,16 @@ pub struct Buffer {
     device: Device,
     len: usize,
     handle: BufferHandle,
-    /// The address the profiler was told of (0: none; see `direct`).
-    reported: u64,
+    offset: usize,
+    /// The allocator's block (none for empty buffers).
+    block: Option<(&'static DeviceAllocator, memory::Block)>,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if self.reported != 0 && crate::profiler::enabled() {
-            direct::freed(self.device, self.reported, self.len);
+        if let Some((allocator, block)) = &self.block {
+            allocator.free(block);
         }
-    }
-}
-
-/// What the profiler hears of buffers until the caching allocator (issue
-/// 11) reports its own actions: each buffer is a segment of its own,
-/// reserved and allocated together (PyTorch's allocator with caching off),
-/// with totals counted while a session records.
-mod direct {
-    use std::collections::HashMap;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Mutex, PoisonError};
-
-    use crate::core::Device;
-    use crate::profiler::record::{MemoryAction, MemoryRecord, memory_event};
-
-    static NEXT: AtomicU64 = AtomicU64::new(1 << 20);
-    /// Bytes live per device, counted while sessions record.
-    static TOTALS: Mutex<Option<HashMap<Device, u64>>> = Mutex::new(None);
-
-    fn record(
-        device: Device,
-        action: MemoryAction,
-        addr: u64,
-        bytes: u64,
-        total: u64,
-        reserved: u64,
-    ) {
-        memory_event(MemoryRecord {
-            device,
-            action,
-            addr,
-            segment: addr,
-            bytes,
-            stream: None,
-            small_pool: false,
-            allocated: total,
-            reserved,
-        });
-    }
-
-    /// Reports a new buffer of `len` bytes; returns its address.
-    pub(super) fn allocated(device: Device, len: usize) -> u64 {
-        let bytes = len as u64;
-        let addr = NEXT.fetch_add(bytes.div_ceil(512).max(1) * 512, Ordering::Relaxed);
-        let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
-        let total = totals
-            .get_or_insert_with(HashMap::new)
-            .entry(device)
-            .or_default();
-        *total += bytes;
-        let t = *total;
-        record(
-            device,
-            MemoryAction::SegmentAlloc,
-            addr,
-            bytes,
-            t - bytes,
-            t,
-        );
-        record(device, MemoryAction::Alloc, addr, bytes, t, t);
-        addr
-    }
-
-    /// Reports the buffer at `addr` freed.
-    pub(super) fn freed(device: Device, addr: u64, len: usize) {
-        let bytes = len as u64;
-        let mut totals = TOTALS.lock().unwrap_or_else(PoisonError::into_inner);
-        let total = totals
-            .get_or_insert_with(HashMap::new)
-            .entry(device)
-            .or_default();
-        *total = total.saturating_sub(bytes);
-        let t = *total;
-        record(device, MemoryAction::Free, addr, bytes, t, t + bytes);
-        record(device, MemoryAction::SegmentFree, addr, bytes, t, t);
     }
 }
 
@@ -143,6 +74,18 @@ fn check_range(what: &str, size: usize, offset: usize, len: usize) -> Result<()>
     }
 }
 
+/// `device` with a concrete index (the current device for `-1`). A
+/// concrete index is checked where the device's allocator is found
+/// (`memory::allocator`), so it is not looked up twice.
+#[inline]
+fn concrete(device: Device) -> Result<Device> {
+    if device.has_index() {
+        Ok(device)
+    } else {
+        resolve(device)
+    }
+}
+
 /// The runtime of `stream`'s backend and the stream with a concrete device.
 pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
     registry::available_guard_impl(stream.device_type())?;
@@ -151,30 +94,118 @@ pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRunt
 }
 
 impl Buffer {
-    /// `len` zeroed bytes on `device` (index `-1`: the current device).
+    /// `len` zeroed bytes on `device` (index `-1`: the current device),
+    /// from the device's caching allocator; the block belongs to the
+    /// device's current stream (see [`crate::memory`]). A reused block is
+    /// zeroed by a write on that stream, which this waits for (so the
+    /// zeros are there for work on any stream); [`Buffer::empty`] skips
+    /// it.
     pub fn new(device: Device, len: usize) -> Result<Buffer> {
-        let device = resolve(device)?;
-        let rt = registry::runtime(device.device_type())?;
-        let handle = rt.alloc(device, len)?;
-        let reported = if crate::profiler::enabled() {
-            direct::allocated(device, len)
-        } else {
-            0
-        };
-        Ok(Buffer {
+        let device = concrete(device)?;
+        let allocator = memory::allocator(device)?;
+        let stream = allocator.current_stream()?;
+        Buffer::alloc(allocator, device, len, stream, true)
+    }
+
+    /// `len` bytes on `device` whose contents are unspecified (like
+    /// `torch.empty`): a cached block is handed out as it is, with no work
+    /// enqueued. The block belongs to the device's current stream.
+    pub fn empty(device: Device, len: usize) -> Result<Buffer> {
+        let device = concrete(device)?;
+        let allocator = memory::allocator(device)?;
+        let stream = allocator.current_stream()?;
+        Buffer::alloc(allocator, device, len, stream, false)
+    }
+
+    /// [`Buffer::empty`] for use on `stream`: the block belongs to
+    /// `stream` rather than to the device's current stream.
+    pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
+        let device = concrete(stream.device())?;
+        let stream = Stream::new(device, stream.id());
+        Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
+    }
+
+    /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
+    /// `stream`.
+    pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
+        let device = concrete(stream.device())?;
+        let stream = Stream::new(device, stream.id());
+        Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
+    }
+
+    fn alloc(
+        allocator: &'static DeviceAllocator,
+        device: Device,
+        len: usize,
+        stream: Stream,
+        zeroed: bool,
+    ) -> Result<Buffer> {
+        if len == 0 {
+            return Ok(Buffer {
+                device,
+                len,
+                handle: allocator.empty_handle()?,
+                offset: 0,
+                block: None,
+            });
+        }
+        let (handle, block) = allocator.allocate(len, stream)?;
+        let fresh = block.zeroed;
+        let buf = Buffer {
             device,
             len,
             handle,
-            reported,
-        })
+            offset: block.offset,
+            block: Some((allocator, block)),
+        };
+        if zeroed && !fresh {
+            // A reused block: zero it on its stream, after its previous
+            // owner's work, and wait, so that the buffer is zero for work
+            // on any stream (as a fresh allocation is).
+            buf.write(&stream, 0, &vec![0u8; len])?;
+            let mut done = crate::event::Event::new(device.device_type());
+            done.record(&stream)?;
+            done.synchronize()?;
+        }
+        Ok(buf)
     }
 
-    /// A buffer on `stream`'s device holding `data`, uploaded on `stream`.
+    /// A buffer on `stream`'s device holding `data`, uploaded on `stream`
+    /// (its block belongs to `stream`).
     pub fn from_slice<T: Pod>(stream: &Stream, data: &[T]) -> Result<Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let buf = Buffer::new(stream.device(), bytes.len())?;
+        let buf = Buffer::empty_on(stream, bytes.len())?;
         buf.write(stream, 0, data)?;
         Ok(buf)
+    }
+
+    /// Tells the caching allocator that work on `stream` uses this buffer
+    /// (PyTorch's `Tensor.record_stream`): when the buffer is dropped, its
+    /// block is not reused before the work enqueued on `stream` until then
+    /// has completed. Needed only for streams other than the one the
+    /// buffer was allocated on; see [`crate::memory`].
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        let (_, stream) = stream_runtime(stream)?;
+        same_device(self.device, stream.device())?;
+        match &self.block {
+            Some((allocator, block)) => allocator.record_stream(&self.handle, block, stream),
+            None => Ok(()),
+        }
+    }
+
+    /// Where this buffer starts in its backend allocation
+    /// ([`handle`](Self::handle)), in bytes: a multiple of 512.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The range a kernel binds for this buffer.
+    pub(crate) fn view(&self) -> BufferView<'_> {
+        BufferView {
+            handle: &self.handle,
+            offset: self.offset,
+            len: self.len,
+        }
     }
 
     /// The device the buffer lives on (a concrete index).
@@ -199,7 +230,9 @@ impl Buffer {
         std::ptr::eq(self, other)
     }
 
-    /// The backend's allocation (for backends and kernel launches).
+    /// The backend's allocation holding this buffer (a caching allocator
+    /// segment; the buffer is [`len`](Self::len) bytes at
+    /// [`offset`](Self::offset) of it).
     pub fn handle(&self) -> &BufferHandle {
         &self.handle
     }
@@ -216,7 +249,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy host->device"),
             Detail::Bytes(bytes.len() as u64),
-            || rt.write_slice(&stream, &self.handle, offset, bytes),
+            || rt.write_slice(&stream, &self.handle, self.offset + offset, bytes),
         )
     }
 
@@ -231,7 +264,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy device->host"),
             Detail::Bytes(len as u64),
-            || rt.read(&stream, &self.handle, offset, len),
+            || rt.read(&stream, &self.handle, self.offset + offset, len),
         )?;
         Ok(PendingRead { inner, len })
     }
@@ -303,9 +336,9 @@ impl Buffer {
                 rt.copy(
                     &stream,
                     &src.handle,
-                    src_offset,
+                    src.offset + src_offset,
                     &self.handle,
-                    dst_offset,
+                    self.offset + dst_offset,
                     len,
                 )
             },
@@ -324,7 +357,7 @@ impl Buffer {
         let device = resolve(device)?;
         let (rt, stream) = stream_runtime(stream)?;
         same_device(device, stream.device())?;
-        let out = Buffer::new(device, self.len)?;
+        let out = Buffer::empty_on(&stream, self.len)?;
         let direct = device.device_type() == self.device.device_type()
             && (device == self.device || rt.can_copy_between(self.device, device));
         if direct {

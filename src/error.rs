@@ -83,12 +83,15 @@ pub enum Error {
     PrivateUse1(String),
 
     /// Device memory ran out.
-    #[error("out of memory on {device}: tried to allocate {requested} bytes")]
+    #[error("out of memory on {device}: tried to allocate {requested} bytes{detail}")]
     OutOfMemory {
         /// Where the allocation was attempted.
         device: Device,
         /// Bytes requested.
         requested: u64,
+        /// What the device holds, as the caching allocator saw it (empty
+        /// from a backend; the allocator's error starts with "; ").
+        detail: String,
     },
 
     /// A kernel cannot run as asked (no source for this backend, wrong

@@ -71,9 +71,14 @@
 //!    the backend interface, trace assembly, the trace model, its file
 //!    formats and the live server. It uses only the core values, the
 //!    backend interface and [`Error`], never the runtime objects above it.
-//! 5. **Runtime objects** built once on the interface, for every backend:
+//! 5. **Memory** ([`memory`]): a caching allocator per device between the
+//!    backend interface and [`Buffer`] (PyTorch's `CUDACachingAllocator`:
+//!    a buffer is a block of a backend allocation, reused stream-ordered,
+//!    with `record_stream`), and the `torch.cuda.memory` functions.
+//! 6. **Runtime objects** built once on the interface, for every backend:
 //!    guards ([`guard`]), [`Event`], [`Buffer`], a [`Stream`]'s runtime
-//!    methods (`stream.rs`: query, synchronize, wait, launch), kernels
+//!    methods (`stream.rs`: query, synchronize, wait, launch,
+//!    `wait_stream`, `record_event`), kernels
 //!    ([`Kernel`]), the `torch.cuda`-style free functions, and the
 //!    stream-operation path (`ops`), where `KEEL_LAUNCH_BLOCKING` and the
 //!    profiler's hooks apply to every backend at once.
@@ -148,6 +153,7 @@ mod event;
 pub mod generator;
 pub mod guard;
 pub mod kernel;
+pub mod memory;
 mod ops;
 pub mod precision;
 pub mod profiler;

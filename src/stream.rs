@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use crate::backend::{BufferHandle, registry};
+use crate::backend::{BufferView, registry};
 use crate::buffer::{Buffer, same_device, stream_runtime};
 use crate::core::Stream;
 use crate::error::{Error, Result};
@@ -38,6 +38,23 @@ impl Stream {
         event.block(self)
     }
 
+    /// An event recorded on this stream now (`torch.cuda.Stream.record_event`).
+    pub fn record_event(&self) -> Result<Event> {
+        let mut e = Event::new(self.device_type());
+        e.record(self)?;
+        Ok(e)
+    }
+
+    /// Makes future work on this stream wait for all work enqueued on
+    /// `other` so far (`torch.cuda.Stream.wait_stream`): an event recorded
+    /// on `other`, waited for here. Waiting for itself does nothing.
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        if other == self {
+            return Ok(());
+        }
+        self.wait(&other.record_event()?)
+    }
+
     /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in
     /// order and `params` as its parameter block. Every buffer must be on
     /// this stream's device.
@@ -62,7 +79,7 @@ impl Stream {
         for b in buffers {
             same_device(stream.device(), b.device())?;
         }
-        let handles: Vec<&BufferHandle> = buffers.iter().map(|b| b.handle()).collect();
+        let views: Vec<BufferView<'_>> = buffers.iter().map(|b| b.view()).collect();
         ops::enqueue(
             &stream,
             SpanKind::Kernel,
@@ -72,7 +89,7 @@ impl Stream {
                 block: kernel.workgroup_size,
                 operator: 0,
             },
-            || rt.launch(&stream, kernel, grid, &handles, params),
+            || rt.launch(&stream, kernel, grid, &views, params),
         )
     }
 }

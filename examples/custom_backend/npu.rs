@@ -14,7 +14,11 @@
 //! [`keel::backend::cpu::HostBackend`] (a GPU backend implements the
 //! skeleton's `Events`, `Memory` and `Kernels` itself). The skeleton does
 //! the rest (checks, the thread's current device and streams, the stream
-//! pool, handle types), exactly as for Keel's own backends. After
+//! pool, handle types), exactly as for Keel's own backends. Its buffers
+//! come from Keel's caching allocator (`keel::memory`) like every
+//! backend's: the backend allocates segments, and its kernels bind ranges
+//! of them (`keel::backend::typed::Binding`; the host kernels split one
+//! allocation into disjoint slices). After
 //! [`install`], users reach it through the ordinary API: `"npu:1".parse::<Device>()`, `DeviceGuard`,
 //! `get_stream_from_pool`, `Event`, `Buffer`, `Stream::launch`.
 

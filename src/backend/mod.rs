@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 
 pub use properties::{DeviceKind, DeviceProperties, TimestampSupport, vendor_name};
 pub use registry::{guard_impl, register, runtime};
-pub use runtime::{BufferHandle, DeviceRuntime, Readback};
+pub use runtime::{BufferHandle, BufferView, DeviceRuntime, Readback};
 pub use virtual_impl::VirtualGuardImpl;
 
 /// A backend's native event, owned by an [`Event`](crate::Event).

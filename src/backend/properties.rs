@@ -80,6 +80,11 @@ pub struct DeviceProperties {
     pub subgroup_size: Option<u32>,
     /// Device timestamps, if the device has them.
     pub timestamps: Option<TimestampSupport>,
+    /// The alignment a storage buffer binding's offset needs, in bytes
+    /// (Vulkan's `minStorageBufferOffsetAlignment`, wgpu's
+    /// `min_storage_buffer_offset_alignment`); the caching allocator
+    /// checks it against its 512-byte blocks.
+    pub storage_offset_alignment: Option<u64>,
     /// Everything else the native API reports, as (name, value) pairs in a
     /// stable order.
     pub extra: Vec<(String, String)>,
@@ -107,6 +112,7 @@ impl DeviceProperties {
             shared_memory_per_workgroup: None,
             subgroup_size: None,
             timestamps: None,
+            storage_offset_alignment: None,
             extra: Vec::new(),
         }
     }

@@ -31,6 +31,11 @@ impl BufferHandle {
         self.0.downcast_ref()
     }
 
+    /// Whether `other` is a handle to the same allocation.
+    pub fn ptr_eq(&self, other: &BufferHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// A shared handle to the backend's allocation, if it is a `T` (to keep
     /// it alive in work that runs later).
     pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
@@ -42,6 +47,21 @@ impl fmt::Debug for BufferHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("BufferHandle(..)")
     }
+}
+
+/// A byte range of a backend allocation, as a kernel binds it: a
+/// [`Buffer`](crate::Buffer) is a block of a larger allocation (the caching
+/// allocator's segment), so launches bind `len` bytes at `offset` of
+/// `handle`. Offsets are multiples of 512 bytes, which covers every
+/// device's storage buffer offset alignment Keel accepts.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferView<'a> {
+    /// The backend's allocation.
+    pub handle: &'a BufferHandle,
+    /// Where the range starts, in bytes.
+    pub offset: usize,
+    /// Its length in bytes (may be 0).
+    pub len: usize,
 }
 
 /// Data being copied from a device to the host.
@@ -117,14 +137,16 @@ pub trait DeviceRuntime: Send + Sync + 'static {
         len: usize,
     ) -> Result<()>;
 
-    /// Enqueues `kernel` over `grid` workgroups, with `buffers` bound in
-    /// order and `params` as its small parameter block.
+    /// Enqueues `kernel` over `grid` workgroups, with the ranges `buffers`
+    /// bound in order and `params` as its small parameter block. Two
+    /// bindings may be ranges of one allocation; a backend that cannot bind
+    /// overlapping ranges refuses them.
     fn launch(
         &self,
         stream: &Stream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[&BufferHandle],
+        buffers: &[BufferView<'_>],
         params: &[u8],
     ) -> Result<()>;
 

@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{
-    BufferHandle, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle,
-    Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
+    BufferHandle, BufferView, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime,
+    EventHandle, Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
@@ -234,16 +234,39 @@ pub trait Memory: Backend {
     }
 }
 
+/// A kernel binding: `len` bytes at `offset` of a backend allocation (a
+/// typed [`BufferView`]). The range is in bounds, and `offset` is a
+/// multiple of 512 bytes.
+#[derive(Debug)]
+pub struct Binding<T> {
+    /// The allocation.
+    pub buffer: Arc<T>,
+    /// Where the bound range starts, in bytes.
+    pub offset: usize,
+    /// The bound range's length in bytes (may be 0).
+    pub len: usize,
+}
+
+impl<T> Clone for Binding<T> {
+    fn clone(&self) -> Self {
+        Binding {
+            buffer: Arc::clone(&self.buffer),
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
 /// A backend's kernel launches (implemented in its `kernel.rs`).
 pub trait Kernels: Memory {
-    /// Enqueues `kernel` over `grid` workgroups with `buffers` bound in
-    /// order and `params` as its parameter block.
+    /// Enqueues `kernel` over `grid` workgroups with the ranges `buffers`
+    /// bound in order and `params` as its parameter block.
     fn enqueue_kernel(
         &self,
         stream: Self::Stream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<Self::Buffer>],
+        buffers: &[Binding<Self::Buffer>],
         params: &[u8],
     ) -> Result<()>;
 }
@@ -578,13 +601,19 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         stream: &Stream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[&BufferHandle],
+        buffers: &[BufferView<'_>],
         params: &[u8],
     ) -> Result<()> {
         let s = self.stream(stream)?;
         let bufs = buffers
             .iter()
-            .map(|b| self.buffer(b))
+            .map(|v| {
+                Ok(Binding {
+                    buffer: self.buffer(v.handle)?,
+                    offset: v.offset,
+                    len: v.len,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         self.0.enqueue_kernel(s, kernel, grid, &bufs, params)
     }
@@ -594,15 +623,39 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     }
 }
 
-/// For backends that cannot bind one allocation twice in a launch: an
-/// error naming the first two bindings that share a buffer, ending with
-/// `needs` ("host kernels need distinct buffers").
-pub fn check_distinct_buffers<T>(kernel: &Kernel, buffers: &[Arc<T>], needs: &str) -> Result<()> {
+/// For backends that cannot bind overlapping ranges of one allocation in
+/// a launch: an error naming the first two bindings whose ranges overlap,
+/// ending with `needs` ("host kernels need disjoint bindings"). Empty
+/// ranges overlap nothing.
+pub fn check_disjoint_bindings<T>(
+    kernel: &Kernel,
+    buffers: &[Binding<T>],
+    needs: &str,
+) -> Result<()> {
     for (i, a) in buffers.iter().enumerate() {
-        if let Some(j) = buffers[..i].iter().position(|b| Arc::ptr_eq(a, b)) {
+        let overlaps = |b: &Binding<T>| {
+            Arc::ptr_eq(&a.buffer, &b.buffer)
+                && a.len > 0
+                && b.len > 0
+                && a.offset < b.offset + b.len
+                && b.offset < a.offset + a.len
+        };
+        if let Some(j) = buffers[..i].iter().position(overlaps) {
+            let b = &buffers[j];
+            let message = if a.offset == b.offset && a.len == b.len {
+                format!("the same buffer is bound at bindings {j} and {i}; {needs}")
+            } else {
+                format!(
+                    "bindings {j} and {i} overlap (bytes {}..{} and {}..{} of one allocation); {needs}",
+                    b.offset,
+                    b.offset + b.len,
+                    a.offset,
+                    a.offset + a.len
+                )
+            };
             return Err(Error::Kernel {
                 kernel: kernel.name.to_owned(),
-                message: format!("the same buffer is bound at bindings {j} and {i}; {needs}"),
+                message,
             });
         }
     }

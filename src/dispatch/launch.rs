@@ -74,7 +74,7 @@ pub(crate) fn launch(
     let mut copies: Vec<(usize, Buffer)> = Vec::new();
     for i in (0..buffers.len()).filter(|&i| twice(i)) {
         let b = buffers[i];
-        let copy = Buffer::new(b.device(), b.len())?;
+        let copy = Buffer::empty(b.device(), b.len())?;
         copy.copy_from(stream, b, 0, 0, b.len())?;
         copies.push((i, copy));
     }

@@ -150,14 +150,14 @@ impl Tensor {
         })
     }
 
-    /// An uninitialised-looking (in fact zeroed: every backend zeroes new
-    /// buffers) tensor on `device`; for kernels about to write every
+    /// An uninitialised tensor on `device` (like `torch.empty`: its bytes
+    /// are whatever its block last held), for kernels about to write every
     /// element.
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let bytes = numel_of(shape)?
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::invalid(format!("tensor shape {shape:?}: too many bytes")))?;
-        let buffer = Buffer::new(device, bytes)?;
+        let buffer = Buffer::empty(device, bytes)?;
         Ok(Tensor {
             buffer: Arc::new(buffer),
             dtype,

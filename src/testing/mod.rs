@@ -7,12 +7,15 @@
 //!   [`PANICS`]) that make "not yet complete" observable without timing
 //!   races on backends that run host kernels.
 //! - [`pattern`]: deterministic test bytes.
+//! - [`alloc_trace`]: an allocation trace shaped like a training step (the
+//!   caching allocator's fragmentation test and benchmark).
 //! - [`conformance`]: the backend conformance suite, written once and
 //!   instantiated for a backend in one line with
 //!   [`conformance_suite!`](crate::conformance_suite).
 //!
 //! Nothing here is used by Keel's runtime; it exists only for tests.
 
+pub mod alloc_trace;
 pub mod conformance;
 pub mod kernels;
 

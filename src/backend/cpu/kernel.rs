@@ -6,20 +6,20 @@ use std::sync::{Arc, MutexGuard};
 use super::HostBackend;
 use super::memory::HostMemory;
 use super::stream::{HostStream, lock};
-use crate::backend::typed::Kernels;
-use crate::backend::typed::check_distinct_buffers;
+use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel};
 
-/// Enqueues `kernel`'s host implementation over `buffers` (distinct
-/// allocations, checked here).
+/// Enqueues `kernel`'s host implementation over `buffers`: ranges of host
+/// allocations that must not overlap (checked here). Ranges of one
+/// allocation are handed to the kernel as disjoint slices of it.
 pub fn enqueue_kernel(
     ty: DeviceType,
     stream: &HostStream,
     kernel: &Kernel,
     grid: [u32; 3],
-    buffers: &[Arc<HostMemory>],
+    buffers: &[Binding<HostMemory>],
     params: &[u8],
 ) -> Result<()> {
     let f = kernel.cpu.ok_or_else(|| Error::Kernel {
@@ -29,28 +29,46 @@ pub fn enqueue_kernel(
             ty.backend_name()
         ),
     })?;
-    check_distinct_buffers(kernel, buffers, "host kernels need distinct buffers")?;
+    check_disjoint_bindings(kernel, buffers, "host kernels need disjoint bindings")?;
     let name = kernel.name;
     let workgroup_size = kernel.workgroup_size;
     let params = params.to_vec();
     let buffers = buffers.to_vec();
     stream.submit(Box::new(move || {
-        // Lock in address order so two streams sharing buffers cannot
-        // deadlock, then hand the kernel its buffers in binding order.
-        let mut order: Vec<usize> = (0..buffers.len()).collect();
-        order.sort_by_key(|&i| Arc::as_ptr(&buffers[i]) as usize);
-        let mut guards: Vec<(usize, MutexGuard<'_, Vec<u64>>)> = order
-            .iter()
-            .map(|&i| (i, lock(&buffers[i].words)))
+        // Lock each allocation once, in address order so two streams
+        // sharing allocations cannot deadlock.
+        let mut allocs: Vec<&Arc<HostMemory>> = Vec::new();
+        for b in &buffers {
+            if !allocs.iter().any(|a| Arc::ptr_eq(a, &b.buffer)) {
+                allocs.push(&b.buffer);
+            }
+        }
+        allocs.sort_by_key(|a| Arc::as_ptr(a) as usize);
+        let mut guards: Vec<MutexGuard<'_, Vec<u64>>> =
+            allocs.iter().map(|a| lock(&a.words)).collect();
+        // Split each allocation into its bindings' disjoint ranges.
+        // Zero-length bindings stay empty, but 8-byte aligned (an empty
+        // `[u64]`), so kernels can view them as any element type.
+        let mut views: Vec<&mut [u8]> = (0..buffers.len())
+            .map(|_| bytemuck::cast_slice_mut::<u64, u8>(&mut []))
             .collect();
-        guards.sort_by_key(|(i, _)| *i);
-        let views: Vec<&mut [u8]> = guards
-            .iter_mut()
-            .map(|(i, g)| {
-                let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut g[..]);
-                &mut bytes[..buffers[*i].len()]
-            })
-            .collect();
+        for (g, alloc) in guards.iter_mut().zip(&allocs) {
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut g[..]);
+            let mut rest = &mut bytes[..alloc.len()];
+            let mut at = 0;
+            let mut mine: Vec<usize> = (0..buffers.len())
+                .filter(|&i| Arc::ptr_eq(&buffers[i].buffer, alloc) && buffers[i].len > 0)
+                .collect();
+            mine.sort_by_key(|&i| buffers[i].offset);
+            for i in mine {
+                let b = &buffers[i];
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(b.offset - at);
+                let (view, tail) = tail.split_at_mut(b.len);
+                views[i] = view;
+                rest = tail;
+                at = b.offset + b.len;
+            }
+        }
         let mut inv = CpuInvocation {
             grid,
             workgroup_size,
@@ -70,7 +88,7 @@ impl<B: HostBackend> Kernels for B {
         stream: &'static HostStream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<HostMemory>],
+        buffers: &[Binding<HostMemory>],
         params: &[u8],
     ) -> Result<()> {
         enqueue_kernel(B::TYPE, stream, kernel, grid, buffers, params)

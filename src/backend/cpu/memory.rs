@@ -144,6 +144,7 @@ impl<B: HostBackend> Memory for B {
         HostMemory::alloc(len).ok_or(Error::OutOfMemory {
             device: at,
             requested: len as u64,
+            detail: String::new(),
         })
     }
     fn enqueue_write(

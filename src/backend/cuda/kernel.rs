@@ -28,7 +28,7 @@ use super::device::{Ctx, poisoned};
 use super::loader::{call, describe, status};
 use super::memory::CudaBuffer;
 use super::stream::CudaStream;
-use crate::backend::typed::Kernels;
+use crate::backend::typed::{Binding, Kernels};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -149,7 +149,7 @@ impl Kernels for Cuda {
         stream: CudaStream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<CudaBuffer>],
+        buffers: &[Binding<CudaBuffer>],
         params: &[u8],
     ) -> Result<()> {
         let c = stream.ctx;
@@ -205,9 +205,14 @@ impl Kernels for Cuda {
         }
         let _scope = c.scope()?;
         for b in buffers {
-            b.used_on(stream)?;
+            b.buffer.used_on(stream)?;
         }
-        let mut pointers: Vec<sys::CUdeviceptr> = buffers.iter().map(|b| b.ptr).collect();
+        // A binding is a range of an allocation: its device pointer is the
+        // allocation's plus the offset.
+        let mut pointers: Vec<sys::CUdeviceptr> = buffers
+            .iter()
+            .map(|b| b.buffer.ptr + b.offset as sys::CUdeviceptr)
+            .collect();
         let mut values: Vec<u32> = params
             .chunks_exact(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))

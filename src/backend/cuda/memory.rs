@@ -78,6 +78,7 @@ fn take_pinned(c: &Ctx, len: usize) -> Result<Pinned> {
         CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
             device: Device::cpu(),
             requested: cap as u64,
+            detail: String::new(),
         }),
         r => Err(cuda_error("cuMemHostAlloc", r)),
     }
@@ -288,6 +289,7 @@ impl Memory for Cuda {
                 return Err(Error::OutOfMemory {
                     device: Device::new(TY, c.index)?,
                     requested: len as u64,
+                    detail: String::new(),
                 });
             }
             r => return Err(cuda_error(what, r)),

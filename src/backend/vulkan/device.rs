@@ -301,6 +301,7 @@ pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
         period_ns: f64::from(l.timestamp_period),
         valid_bits: a.timestamp_valid_bits,
     });
+    p.storage_offset_alignment = Some(l.min_storage_buffer_offset_alignment);
     p.extra
         .push(("compute queue family".to_owned(), a.family.to_string()));
     p.extra

@@ -17,7 +17,7 @@ use super::device::{Ctx, lock, vk_error};
 use super::memory::VkBuffer;
 use super::stream::{Keep, VkStream};
 use super::{TY, Vulkan};
-use crate::backend::typed::Kernels;
+use crate::backend::typed::{Binding, Kernels};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -179,17 +179,28 @@ impl Drop for Descriptors {
     }
 }
 
-/// Buffer infos for `buffers` (storage) then `params` (uniform).
-fn buffer_infos(buffers: &[&VkBuffer], params: &VkBuffer) -> Vec<[vk::DescriptorBufferInfo; 1]> {
+/// Buffer infos for `buffers` (storage ranges: the binding's bytes, rounded
+/// up to 4 within the allocation) then `params` (uniform, whole).
+fn buffer_infos(
+    buffers: &[Binding<VkBuffer>],
+    params: &VkBuffer,
+) -> Vec<[vk::DescriptorBufferInfo; 1]> {
     buffers
         .iter()
-        .chain(std::iter::once(&params))
         .map(|b| {
+            let offset = b.offset as u64;
+            let range = (b.len as u64)
+                .next_multiple_of(4)
+                .min(b.buffer.size - offset);
             [vk::DescriptorBufferInfo::default()
-                .buffer(b.buffer)
-                .offset(0)
-                .range(vk::WHOLE_SIZE)]
+                .buffer(b.buffer.buffer)
+                .offset(offset)
+                .range(range)]
         })
+        .chain(std::iter::once([vk::DescriptorBufferInfo::default()
+            .buffer(params.buffer)
+            .offset(0)
+            .range(vk::WHOLE_SIZE)]))
         .collect()
 }
 
@@ -332,7 +343,7 @@ impl Kernels for Vulkan {
         stream: &'static VkStream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<VkBuffer>],
+        buffers: &[Binding<VkBuffer>],
         params: &[u8],
     ) -> Result<()> {
         let c = stream.ctx;
@@ -345,7 +356,7 @@ impl Kernels for Vulkan {
                 ),
             });
         }
-        if let Some(i) = buffers.iter().position(|b| b.size == 0) {
+        if let Some(i) = buffers.iter().position(|b| b.len == 0) {
             return Err(Error::Kernel {
                 kernel: kernel.name.to_owned(),
                 message: format!("binding {i} is an empty buffer, which Vulkan cannot bind"),
@@ -360,8 +371,25 @@ impl Kernels for Vulkan {
             .buffer
             .as_ref()
             .ok_or_else(|| Error::backend(TY, "a parameter buffer went missing"))?;
-        let refs: Vec<&VkBuffer> = buffers.iter().map(|b| &**b).collect();
-        let infos = buffer_infos(&refs, uniform);
+        let align = c
+            .adapter
+            .props
+            .limits
+            .min_storage_buffer_offset_alignment
+            .max(1);
+        if let Some(b) = buffers
+            .iter()
+            .find(|b| !(b.offset as u64).is_multiple_of(align))
+        {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!(
+                    "a binding at offset {} is not aligned to the device's minStorageBufferOffsetAlignment ({align} bytes)",
+                    b.offset
+                ),
+            });
+        }
+        let infos = buffer_infos(buffers, uniform);
         let sets = match c.push_descriptor {
             Some(_) => None,
             None => Some(descriptors(c, &p, &infos)?),
@@ -371,7 +399,11 @@ impl Kernels for Vulkan {
         let (pipeline, layout) = (p.pipeline, p.layout);
         let mut keep: Vec<Keep> = vec![Box::new(params), Box::new(p)];
         keep.extend(sets.map(|s| Box::new(s) as Keep));
-        keep.extend(buffers.iter().map(|b| Box::new(Arc::clone(b)) as Keep));
+        keep.extend(
+            buffers
+                .iter()
+                .map(|b| Box::new(Arc::clone(&b.buffer)) as Keep),
+        );
         let compute = vk::PipelineBindPoint::COMPUTE;
         stream.submit(
             |d, cb| {

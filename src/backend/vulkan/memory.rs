@@ -62,6 +62,7 @@ impl VkBuffer {
         let oom = || Error::OutOfMemory {
             device: Device::new(TY, ctx.index).unwrap_or(Device::current(TY)),
             requested: size,
+            detail: String::new(),
         };
         let info = vk::BufferCreateInfo::default()
             .size(size)

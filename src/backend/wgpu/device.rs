@@ -270,6 +270,7 @@ impl WgpuDevice {
             period_ns: f64::from(self.queue.get_timestamp_period()),
             valid_bits: 64,
         });
+        p.storage_offset_alignment = Some(u64::from(l.min_storage_buffer_offset_alignment));
         p.extra
             .push(("native API".to_owned(), api_name(info.backend).to_owned()));
         p.extra.push((

@@ -17,7 +17,7 @@ use super::device::{WgpuDevice, lock};
 use super::memory::WgpuBuffer;
 use super::stream::QueueStream;
 use super::{TY, Wgpu};
-use crate::backend::typed::{Kernels, check_distinct_buffers};
+use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
@@ -39,6 +39,46 @@ pub(super) struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
 }
 
+/// `wgsl` with every storage variable declared `read_write`
+/// (`var<storage>` and `var<storage, read>` included). wgpu tracks usage
+/// per buffer, not per range: a read-only binding and a read-write one of
+/// two buffers in one allocator segment conflict ("conflicting usages"),
+/// while read-write bindings of disjoint ranges do not. A kernel that only
+/// reads a variable is unaffected by its declared access.
+fn storage_read_write(wgsl: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = String::with_capacity(wgsl.len() + 64);
+    let mut rest = wgsl;
+    let mut changed = false;
+    while let Some(i) = rest.find("var") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        rest = tail;
+        let after = tail.trim_start();
+        let ident_before = head[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if ident_before || !after.starts_with('<') {
+            continue;
+        }
+        let Some(close) = after.find('>') else {
+            continue;
+        };
+        let inner = &after[1..close];
+        if inner.split(',').next().map(str::trim) == Some("storage") {
+            out.push_str("<storage, read_write>");
+            rest = &after[close + 1..];
+            changed = true;
+        }
+    }
+    out.push_str(rest);
+    if changed {
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Borrowed(wgsl)
+    }
+}
+
 /// The pipeline for `kernel` on `d` (cached).
 pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>> {
     let wgsl = kernel.wgsl.ok_or_else(|| Error::Kernel {
@@ -54,13 +94,52 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
-        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        source: wgpu::ShaderSource::Wgsl(storage_read_write(wgsl)),
     });
+    // An explicit layout with every storage binding read-write (the source
+    // declares them so, see `storage_read_write`).
+    let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only: false },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let n = u32::try_from(kernel.bindings).unwrap_or(u32::MAX);
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n)
+        .map(storage)
+        .chain(std::iter::once(wgpu::BindGroupLayoutEntry {
+            binding: n,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }))
+        .collect();
+    let layout = d
+        .device
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(kernel.name),
+            entries: &entries,
+        });
+    let pipeline_layout = d
+        .device
+        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
     let pipeline = d
         .device
         .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(kernel.name),
-            layout: None,
+            layout: Some(&pipeline_layout),
             module: &module,
             entry_point: Some(kernel.name),
             compilation_options: Default::default(),
@@ -72,7 +151,6 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             message: format!("WGSL rejected by wgpu: {e}"),
         });
     }
-    let layout = pipeline.get_bind_group_layout(0);
     let p = Arc::new(Pipeline { pipeline, layout });
     Ok(Arc::clone(lock(&d.pipelines.0).entry(key).or_insert(p)))
 }
@@ -103,25 +181,38 @@ fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
 }
 
 /// Records into `encoder` a dispatch of `pipeline` over `grid`, with
-/// `buffers` bound in order and a parameter buffer of its own holding
-/// `params`.
+/// the ranges `buffers` (buffer, offset, length) bound in order and a
+/// parameter buffer of its own holding `params`. A range's length is
+/// rounded up to 4 bytes (wgpu's storage binding granularity) within its
+/// buffer; a whole buffer is bound as such.
 pub(super) fn record_dispatch(
     d: &WgpuDevice,
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &Pipeline,
     grid: [u32; 3],
-    buffers: &[&wgpu::Buffer],
+    buffers: &[(&wgpu::Buffer, u64, u64)],
     params: &[u8],
 ) -> Result<()> {
     let uniform = params_buffer(d, params)?;
     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
         .iter()
-        .copied()
-        .chain(std::iter::once(&uniform))
+        .map(|&(b, offset, len)| {
+            let size = len.next_multiple_of(4).min(b.size() - offset);
+            if offset == 0 && size == b.size() {
+                b.as_entire_binding()
+            } else {
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: b,
+                    offset,
+                    size: wgpu::BufferSize::new(size),
+                })
+            }
+        })
+        .chain(std::iter::once(uniform.as_entire_binding()))
         .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
+        .map(|(i, resource)| wgpu::BindGroupEntry {
             binding: i as u32,
-            resource: b.as_entire_binding(),
+            resource,
         })
         .collect();
     let group = d.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -154,23 +245,40 @@ fn check_grid(d: &WgpuDevice, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
 }
 
 impl Kernels for Wgpu {
-    /// `buffers` must be distinct allocations (checked here).
+    /// `buffers` must not overlap (checked here); offsets must meet the
+    /// device's `min_storage_buffer_offset_alignment` (checked here too).
     fn enqueue_kernel(
         &self,
         stream: &'static QueueStream,
         kernel: &Kernel,
         grid: [u32; 3],
-        buffers: &[Arc<WgpuBuffer>],
+        buffers: &[Binding<WgpuBuffer>],
         params: &[u8],
     ) -> Result<()> {
         let d = stream.device();
         check_grid(d, kernel, grid)?;
-        check_distinct_buffers(kernel, buffers, "wgpu needs distinct buffers")?;
+        check_disjoint_bindings(kernel, buffers, "wgpu needs disjoint bindings")?;
+        let align = u64::from(d.limits.min_storage_buffer_offset_alignment.max(1));
+        if let Some(b) = buffers
+            .iter()
+            .find(|b| !(b.offset as u64).is_multiple_of(align))
+        {
+            return Err(Error::Kernel {
+                kernel: kernel.name.to_owned(),
+                message: format!(
+                    "a binding at offset {} is not aligned to the device's min_storage_buffer_offset_alignment ({align} bytes)",
+                    b.offset
+                ),
+            });
+        }
         let pipeline = pipeline(d, kernel)?;
         if grid.contains(&0) {
             return Ok(());
         }
-        let raw: Vec<&wgpu::Buffer> = buffers.iter().map(|b| b.raw()).collect();
+        let raw: Vec<(&wgpu::Buffer, u64, u64)> = buffers
+            .iter()
+            .map(|b| (b.buffer.raw(), b.offset as u64, b.len as u64))
+            .collect();
         let mut enc = d.encoder();
         record_dispatch(d, &mut enc, &pipeline, grid, &raw, params)?;
         // A binding the shader does not accept is a wgpu validation error,
@@ -180,5 +288,24 @@ impl Kernels for Wgpu {
             message: format!("wgpu rejected the launch: {e}"),
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn storage_variables_become_read_write() {
+        let src = "@group(0) @binding(0) var<storage, read> a: array<f32>;\n\
+                   @group(0) @binding(1) var <storage> b: array<f32>;\n\
+                   @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
+                   @group(0) @binding(3) var<uniform> p: P;\n\
+                   fn f() { var x = 1; var<function> y: i32; let avar = 2; }";
+        let out = super::storage_read_write(src);
+        assert_eq!(out.matches("var<storage, read_write>").count(), 3, "{out}");
+        assert!(out.contains("var<uniform> p"), "{out}");
+        assert!(
+            out.contains("var<function> y") && out.contains("var x = 1"),
+            "{out}"
+        );
     }
 }

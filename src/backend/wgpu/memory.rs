@@ -61,6 +61,7 @@ pub(super) fn new_buffer(
             |device| Error::OutOfMemory {
                 device,
                 requested: size,
+                detail: String::new(),
             },
         )
     };
@@ -156,7 +157,7 @@ fn record_copy(
         enc,
         &pipeline,
         [x as u32, y as u32, 1],
-        &[src, dst],
+        &[(src, 0, src.size()), (dst, 0, dst.size())],
         &params,
     )
 }

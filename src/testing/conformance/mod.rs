@@ -191,7 +191,13 @@ macro_rules! conformance_suite {
             exclusive:
                 kernel_errors_are_clear,
                 profiler_records_this_backend,
-                profiler_places_device_spans_within_host_time
+                profiler_places_device_spans_within_host_time,
+                freed_blocks_wait_for_recorded_streams,
+                suballocated_buffers_bind_together,
+                memory_statistics_follow_buffers,
+                out_of_memory_retries_then_reports,
+                direct_mode_goes_to_the_backend,
+                garbage_collection_releases_before_growing
         );
     };
 }

@@ -1,0 +1,101 @@
+//! The caching allocator: a cached allocation + free of 4 KiB and 64 MiB
+//! against the backend's raw allocation (`backend:direct`: every buffer
+//! straight to the backend and back), on the CPU, Vulkan and every wgpu
+//! adapter, in one run; then a replayed training step
+//! (`keel::testing::alloc_trace`), timed, with its peak reserved / peak
+//! allocated printed per device.
+//!
+//! Buffers are `Buffer::empty_on` (no zeroing, like `torch.empty`), on a
+//! pool stream of each device.
+//!
+//! Run: `cargo bench --bench allocator --features testing -- --warm-up-time 1
+//! --measurement-time 3`. Results in docs/BENCHMARKS.md.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use keel::memory::{self, AllocBackend, AllocConfig};
+use keel::testing::alloc_trace::{replay, training_steps};
+use keel::{Buffer, Device, DeviceType};
+
+fn label(d: Device) -> String {
+    let api = keel::properties(d)
+        .ok()
+        .and_then(|p| p.extra.into_iter().find(|(k, _)| k == "native API"))
+        .map(|(_, v)| format!("/{v}"))
+        .unwrap_or_default();
+    format!("{d}{api}")
+}
+
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
+    for ty in [DeviceType::Vulkan, DeviceType::Wgpu] {
+        match keel::availability(ty) {
+            Ok(()) => v.extend(keel::devices(ty)),
+            Err(e) => eprintln!("skipping {}: {e}", ty.backend_name()),
+        }
+    }
+    v
+}
+
+fn pairs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("alloc_free");
+    for d in devices() {
+        let s = keel::get_stream_from_pool(d, false).expect("pool");
+        let native = memory::config(d).expect("config");
+        let direct = AllocConfig {
+            backend: AllocBackend::Direct,
+            ..native
+        };
+        for (name, len) in [("4KiB", 4usize << 10), ("64MiB", 64 << 20)] {
+            memory::set_config(d, native).expect("native");
+            // Warm the cache: the block is reserved once.
+            drop(Buffer::empty_on(&s, len).expect("alloc"));
+            g.bench_function(BenchmarkId::new(format!("cached/{name}"), label(d)), |b| {
+                b.iter(|| drop(black_box(Buffer::empty_on(&s, len).expect("alloc"))))
+            });
+            memory::set_config(d, direct).expect("direct");
+            g.bench_function(BenchmarkId::new(format!("direct/{name}"), label(d)), |b| {
+                b.iter(|| {
+                    drop(black_box(Buffer::empty_on(&s, len).expect("alloc")));
+                })
+            });
+            memory::set_config(d, native).expect("native");
+        }
+        // Let the backend finish freeing what the direct runs released.
+        s.synchronize().expect("sync");
+    }
+    g.finish();
+}
+
+fn training_step(c: &mut Criterion) {
+    let trace = training_steps(3);
+    let mut g = c.benchmark_group("training_trace");
+    g.sample_size(10);
+    for d in devices() {
+        let streams = [
+            keel::get_stream_from_pool(d, false).expect("s0"),
+            keel::get_stream_from_pool(d, true).expect("s1"),
+        ];
+        memory::empty_cache(d).expect("empty_cache");
+        memory::reset_peak_memory_stats(d).expect("reset");
+        replay(streams, &trace).expect("replay");
+        let reserved = memory::max_memory_reserved(d).expect("reserved") as f64;
+        let allocated = memory::max_memory_allocated(d).expect("allocated") as f64;
+        println!(
+            "training trace on {}: peak reserved {:.1} MiB / peak allocated {:.1} MiB = {:.3}",
+            label(d),
+            reserved / 1048576.0,
+            allocated / 1048576.0,
+            reserved / allocated
+        );
+        g.bench_function(BenchmarkId::new("replay_3_steps", label(d)), |b| {
+            b.iter(|| replay(streams, black_box(&trace)).expect("replay"))
+        });
+        memory::empty_cache(d).expect("empty_cache");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, pairs, training_step);
+criterion_main!(benches);

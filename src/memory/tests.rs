@@ -1,0 +1,350 @@
+//! The allocator's bookkeeping under random allocation sequences
+//! (proptest), with no device: blocks tile their segments, live blocks never
+//! overlap, free neighbours are always merged, the statistics equal the sum
+//! of the blocks, and releasing the cache returns every free segment.
+
+use proptest::prelude::*;
+
+use super::allocator::{
+    Allocation, BlockState, LARGE_BUFFER, MIN_BLOCK, Policy, Pools, SMALL_SEGMENT, SMALL_SIZE,
+    SegmentSnapshot, StatArray, round_size, segment_size,
+};
+use crate::core::{Device, Stream};
+
+fn stream(i: u8) -> Stream {
+    Stream::new(Device::cpu(), i64::from(i) * 2 + 1)
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { len: u64, stream: u8 },
+    Free(usize),
+    Use(usize, u8),
+    Complete(usize),
+    EmptyCache,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1u64..=4096, 0u8..2).prop_map(|(len, stream)| Op::Alloc { len, stream }),
+        4 => (4097u64..=SMALL_SIZE, 0u8..2).prop_map(|(len, stream)| Op::Alloc { len, stream }),
+        2 => (SMALL_SIZE + 1..=40 << 20, 0u8..2).prop_map(|(len, stream)| Op::Alloc { len, stream }),
+        8 => any::<usize>().prop_map(Op::Free),
+        2 => (any::<usize>(), 0u8..3).prop_map(|(i, s)| Op::Use(i, s)),
+        2 => any::<usize>().prop_map(Op::Complete),
+        1 => Just(Op::EmptyCache),
+    ]
+}
+
+struct Live {
+    a: Allocation,
+    len: u64,
+    stream: Stream,
+}
+
+/// Sums over the snapshot, per pool: (all, small, large).
+fn sums(snap: &[SegmentSnapshot], f: impl Fn(&SegmentSnapshot) -> i64) -> [i64; 3] {
+    let small: i64 = snap.iter().filter(|s| s.small_pool).map(&f).sum();
+    let large: i64 = snap.iter().filter(|s| !s.small_pool).map(&f).sum();
+    [small + large, small, large]
+}
+
+fn current(a: &StatArray) -> [i64; 3] {
+    [a.all.current, a.small_pool.current, a.large_pool.current]
+}
+
+fn check(pools: &Pools<()>, live: &[Live], pending: &[(Allocation, u64)]) {
+    let snap = pools.snapshot();
+    for s in &snap {
+        // Blocks tile the segment, in order, 512-byte aligned.
+        let mut at = 0;
+        for b in &s.blocks {
+            assert_eq!(b.offset, at, "blocks tile {s:?}");
+            assert_eq!(b.address, s.address + b.offset);
+            assert!(b.size > 0 && b.size.is_multiple_of(MIN_BLOCK));
+            at += b.size;
+        }
+        assert_eq!(at, s.size, "blocks cover {s:?}");
+        // Free neighbours are merged.
+        for w in s.blocks.windows(2) {
+            assert!(
+                !(w[0].state == BlockState::Free && w[1].state == BlockState::Free),
+                "adjacent free blocks in {s:?}"
+            );
+        }
+        if s.small_pool {
+            assert_eq!(s.size, SMALL_SEGMENT);
+        }
+    }
+    // Segments do not overlap in the address space.
+    for w in snap.windows(2) {
+        assert!(w[0].address + w[0].size <= w[1].address);
+    }
+    // Every live allocation is an active block of its stream, big enough.
+    let blocks: Vec<(&SegmentSnapshot, &super::allocator::BlockSnapshot)> = snap
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(move |b| (s, b)))
+        .collect();
+    for l in live {
+        let (s, b) = blocks
+            .iter()
+            .find(|(_, b)| b.address == l.a.addr)
+            .expect("live block present");
+        assert_eq!(b.state, BlockState::Active);
+        assert_eq!(b.size, l.a.size);
+        assert!(b.size >= l.len && b.requested_size == l.len);
+        assert_eq!(s.stream, l.stream, "a block serves its segment's stream");
+    }
+    for (p, _) in pending {
+        let (_, b) = blocks
+            .iter()
+            .find(|(_, b)| b.address == p.addr)
+            .expect("pending block present");
+        assert_eq!(b.state, BlockState::Pending);
+    }
+    // No two live blocks overlap (their ranges in the address space).
+    let mut ranges: Vec<(u64, u64)> = live
+        .iter()
+        .map(|l| (l.a.addr, l.a.addr + l.a.size))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
+    }
+    let active_count = blocks
+        .iter()
+        .filter(|(_, b)| b.state == BlockState::Active)
+        .count();
+    assert_eq!(active_count, live.len());
+    // Statistics equal the sums of the blocks.
+    let st = pools.stats();
+    let of_state = |pred: &dyn Fn(BlockState) -> bool| {
+        sums(&snap, |s| {
+            s.blocks
+                .iter()
+                .filter(|b| pred(b.state))
+                .map(|b| b.size as i64)
+                .sum()
+        })
+    };
+    assert_eq!(
+        current(&st.allocated_bytes),
+        of_state(&|b| b == BlockState::Active)
+    );
+    assert_eq!(
+        current(&st.active_bytes),
+        of_state(&|b| b != BlockState::Free)
+    );
+    assert_eq!(current(&st.reserved_bytes), sums(&snap, |s| s.size as i64));
+    assert_eq!(current(&st.segment), sums(&snap, |_| 1));
+    assert_eq!(
+        current(&st.allocation),
+        sums(&snap, |s| s
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Active)
+            .count() as i64)
+    );
+    assert_eq!(
+        current(&st.requested_bytes),
+        sums(&snap, |s| s
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Active)
+            .map(|b| b.requested_size as i64)
+            .sum())
+    );
+    assert_eq!(
+        current(&st.inactive_split_bytes),
+        sums(&snap, |s| {
+            if s.blocks.len() > 1 {
+                s.blocks
+                    .iter()
+                    .filter(|b| b.state == BlockState::Free)
+                    .map(|b| b.size as i64)
+                    .sum()
+            } else {
+                0
+            }
+        })
+    );
+    for a in [&st.allocated_bytes, &st.reserved_bytes, &st.active_bytes] {
+        assert!(a.all.peak >= a.all.current);
+        assert_eq!(a.all.current, a.small_pool.current + a.large_pool.current);
+    }
+}
+
+fn alloc(pools: &mut Pools<()>, len: u64, s: Stream) -> Allocation {
+    if let Some(a) = pools.alloc_cached(len, s) {
+        return a;
+    }
+    let size = round_size(len);
+    let sid = pools.add_segment((), segment_size(size), s, size <= SMALL_SIZE);
+    pools.alloc_in(sid, len)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_sequences_keep_the_invariants(
+        ops in proptest::collection::vec(op(), 1..120),
+        split_limit in prop_oneof![Just(None), (2u64..=32).prop_map(Some)],
+    ) {
+        let policy = Policy { max_split_size: split_limit.map_or(u64::MAX, |m| m << 20) };
+        let mut pools: Pools<()> = Pools::new(policy);
+        let mut live: Vec<Live> = Vec::new();
+        let mut pending: Vec<(Allocation, u64)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc { len, stream: s } => {
+                    let a = alloc(&mut pools, len, stream(s));
+                    live.push(Live { a, len, stream: stream(s) });
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let l = live.swap_remove(i % live.len());
+                    if pools.free(l.a.block).is_some() {
+                        pending.push((l.a, l.len));
+                    }
+                }
+                Op::Use(i, s) if !live.is_empty() => {
+                    let l = &live[i % live.len()];
+                    pools.record_use(l.a.block, stream(s));
+                }
+                Op::Complete(i) if !pending.is_empty() => {
+                    let (a, _) = pending.swap_remove(i % pending.len());
+                    pools.release_pending(a.block);
+                }
+                Op::EmptyCache => {
+                    let before = pools.stats().reserved_bytes.all.current;
+                    let released = pools.release_free_segments(|_| true);
+                    let freed: u64 = released.iter().map(|r| r.size).sum();
+                    prop_assert_eq!(before - freed as i64, pools.stats().reserved_bytes.all.current);
+                    // Every free segment went back.
+                    for s in pools.snapshot() {
+                        prop_assert!(
+                            !(s.blocks.len() == 1 && s.blocks[0].state == BlockState::Free),
+                            "a free segment stayed cached: {:?}", s
+                        );
+                    }
+                }
+                _ => {}
+            }
+            check(&pools, &live, &pending);
+        }
+        // Freeing everything, completing the pending uses and emptying the
+        // cache returns every byte.
+        for l in live.drain(..) {
+            if pools.free(l.a.block).is_some() {
+                pending.push((l.a, l.len));
+            }
+        }
+        for (a, _) in pending.drain(..) {
+            pools.release_pending(a.block);
+        }
+        check(&pools, &live, &pending);
+        pools.release_free_segments(|_| true);
+        prop_assert!(pools.snapshot().is_empty());
+        let st = pools.stats();
+        prop_assert_eq!(st.reserved_bytes.all.current, 0);
+        prop_assert_eq!(st.allocated_bytes.all.current, 0);
+        prop_assert_eq!(st.num_device_alloc, st.num_device_free);
+    }
+}
+
+#[test]
+fn small_requests_share_a_segment_and_reuse_freed_blocks() {
+    let mut p: Pools<()> = Pools::new(Policy::default());
+    let s = stream(0);
+    let a = alloc(&mut p, 100, s);
+    let b = alloc(&mut p, 4096, s);
+    assert_eq!(a.segment, b.segment, "one 2 MiB segment");
+    assert_eq!((a.offset, a.size), (0, 512));
+    assert_eq!((b.offset, b.size), (512, 4096));
+    assert_eq!(p.stats().reserved_bytes.all.current, SMALL_SEGMENT as i64);
+    assert_eq!(p.free(a.block), None);
+    // Best fit: the 512-byte hole, not the big tail.
+    let c = alloc(&mut p, 300, s);
+    assert_eq!(c.addr, a.addr);
+    // Another stream gets its own segment.
+    let d = alloc(&mut p, 300, stream(1));
+    assert_ne!(d.segment, a.segment);
+}
+
+#[test]
+fn large_requests_get_their_own_rounded_segment() {
+    let mut p: Pools<()> = Pools::new(Policy::default());
+    let a = alloc(&mut p, (3 << 20) + 1, stream(0));
+    assert!(!a.small);
+    assert_eq!(p.stats().reserved_bytes.large_pool.current, 4 << 20);
+    assert_eq!(p.free(a.block), None);
+    // A 1.5 MiB request reuses it: the 2.5 MiB rest is split off.
+    let b = alloc(&mut p, 3 << 19, stream(0));
+    assert_eq!(b.addr, a.addr);
+    assert_eq!(p.stats().segment.all.current, 1);
+    assert_eq!(p.snapshot()[0].blocks.len(), 2);
+}
+
+#[test]
+fn oversize_blocks_are_never_split() {
+    let mut p: Pools<()> = Pools::new(Policy {
+        max_split_size: 8 << 20,
+    });
+    let a = alloc(&mut p, 10 << 20, stream(0));
+    p.free(a.block);
+    // A smaller (non-oversize) request does not take the oversize block.
+    let b = alloc(&mut p, 2 << 20, stream(0));
+    assert_ne!(b.segment, a.segment);
+    // An oversize request takes it whole, unsplit.
+    let c = alloc(&mut p, 9 << 20, stream(0));
+    assert_eq!((c.addr, c.size), (a.addr, 10 << 20));
+    assert_eq!(p.stats().oversize_allocations.current, 1);
+    p.free(c.block);
+    // Far bigger blocks than an oversize request are left alone.
+    let big = alloc(&mut p, 40 << 20, stream(0));
+    p.free(big.block);
+    let d = alloc(&mut p, 9 << 20, stream(0));
+    assert_eq!(d.addr, a.addr, "best fit among the oversize blocks");
+    const { assert!(40 << 20 >= (9 << 20) + LARGE_BUFFER) };
+}
+
+#[test]
+fn pending_blocks_wait_for_release() {
+    let mut p: Pools<()> = Pools::new(Policy::default());
+    let a = alloc(&mut p, 1000, stream(0));
+    p.record_use(a.block, stream(0)); // its own stream: ignored
+    p.record_use(a.block, stream(1));
+    assert_eq!(p.free(a.block), Some(vec![stream(1)]));
+    let b = alloc(&mut p, 1000, stream(0));
+    assert_ne!(b.addr, a.addr, "a pending block is not reused");
+    assert_eq!(p.stats().allocated_bytes.all.current, 1024);
+    assert_eq!(p.stats().active_bytes.all.current, 2048);
+    p.release_pending(a.block);
+    let c = alloc(&mut p, 1000, stream(0));
+    assert_eq!(c.addr, a.addr);
+}
+
+#[test]
+fn summary_table_lines_up() {
+    let mut p: Pools<()> = Pools::new(Policy::default());
+    let a = alloc(&mut p, 1000, stream(0));
+    let _b = alloc(&mut p, 5 << 20, stream(0));
+    p.free(a.block);
+    let table = super::stats::memory_summary_of(Device::cpu(), p.stats());
+    let widths: Vec<usize> = table.lines().map(|l| l.chars().count()).collect();
+    assert!(widths.iter().all(|&w| w == 77), "{table}");
+    assert!(
+        table.contains("| Allocated memory      |   6.00 MiB |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| Reserved segments     |         2  |"),
+        "{table}"
+    );
+    let m = super::stats::memory_stats_of(p.stats());
+    assert_eq!(m["allocated_bytes.all.current"], 6 << 20);
+    assert_eq!(m["allocated_bytes.all.peak"], (6 << 20) + 1024);
+    assert_eq!(m["reserved_bytes.small_pool.current"], 2 << 20);
+    assert_eq!(m["num_sync_all_streams"], 0);
+    assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 5);
+}
