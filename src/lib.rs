@@ -118,6 +118,7 @@
 pub mod api;
 pub mod backend;
 mod buffer;
+pub mod compute;
 pub mod core;
 mod error;
 mod event;
