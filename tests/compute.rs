@@ -43,6 +43,18 @@ fn backends() -> Vec<(&'static str, Device)> {
     v
 }
 
+/// No Vulkan validation error so far (the tests run with the Khronos
+/// validation layer in CI).
+fn no_validation_errors() {
+    #[cfg(feature = "vulkan")]
+    assert_eq!(
+        keel::backend::vulkan::validation_error_count(),
+        0,
+        "{:#?}",
+        keel::backend::vulkan::validation_messages()
+    );
+}
+
 /// A deterministic generator (xorshift64*), uniform in [-1, 1) and normal.
 struct Rng(u64);
 
@@ -140,6 +152,7 @@ fn matmul_matches_the_f64_reference_on_every_backend() {
             }
         }
     }
+    no_validation_errors();
 }
 
 #[test]
@@ -153,12 +166,24 @@ fn matmul_checks_its_arguments() {
     let e = err(compute::matmul(&stream, &a, &b, &c, 2, 0, 2, &opts));
     assert!(e.contains("k = 0"), "{e}");
     let e = err(compute::matmul(&stream, &a, &b, &c, 2, 4, 2, &opts));
-    assert!(e.contains("`a`") && e.contains("32 bytes") && e.contains("found 24"), "{e}");
+    assert!(
+        e.contains("`a`") && e.contains("32 bytes") && e.contains("found 24"),
+        "{e}"
+    );
     let e = err(compute::matmul(&stream, &a, &b, &c, 3, 2, 3, &opts));
     assert!(e.contains("`out`") && e.contains("9 f32s"), "{e}");
     let e = err(compute::matmul(&stream, &a, &b, &a, 2, 2, 2, &opts));
     assert!(e.contains("also `a`"), "{e}");
-    let e = err(compute::matmul(&stream, &a, &b, &c, 1 << 20, 1 << 13, 1, &opts));
+    let e = err(compute::matmul(
+        &stream,
+        &a,
+        &b,
+        &c,
+        1 << 20,
+        1 << 13,
+        1,
+        &opts,
+    ));
     assert!(e.contains("indices are u32"), "{e}");
     let e = err(compute::softmax_rows(&stream, &a, &c, 0, 3));
     assert!(e.contains("rows = 0"), "{e}");
@@ -205,14 +230,23 @@ fn sum_matches_the_f64_reference_with_both_variants() {
             }
         }
     }
+    no_validation_errors();
 }
 
 #[test]
 fn softmax_rows_is_stable_and_matches_the_reference() {
-    let shapes: &[(usize, usize)] = &[(1, 1), (1, 7), (3, 256), (5, 257), (2, 1000), (70_001, 2)];
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
-        for &(rows, cols) in shapes {
+        let mut shapes = vec![(1, 1), (1, 7), (3, 256), (5, 257), (2, 1000)];
+        // More rows than one grid dimension holds (65535 workgroups), so
+        // rows continue in the grid's y. Not on wgpu's GL adapter: the
+        // launch runs for seconds on llvmpipe, and wgpu's GL backend
+        // panics in any other thread that waits over a second for its
+        // context lock (wgpu-hal 30, "Could not lock adapter context").
+        if label != "wgpu/GL" {
+            shapes.push((65_537, 2));
+        }
+        for &(rows, cols) in &shapes {
             let mut rng = Rng((rows * 7 + cols) as u64);
             // Large values: exp without the max subtracted would overflow.
             let x: Vec<f32> = (0..rows * cols)
@@ -236,6 +270,7 @@ fn softmax_rows_is_stable_and_matches_the_reference() {
             }
         }
     }
+    no_validation_errors();
 }
 
 /// The relative Frobenius error of a matmul in `precision` on `stream`.
@@ -292,7 +327,10 @@ fn precision_modes_order_their_errors_alike_on_every_backend() {
             .iter()
             .map(|(_, p)| mode_error(&stream, &a, &b, (m, k, n), &want, *p))
             .collect();
-        eprintln!("{label}: {:?}", modes.iter().map(|m| m.0).zip(&errors).collect::<Vec<_>>());
+        eprintln!(
+            "{label}: {:?}",
+            modes.iter().map(|m| m.0).zip(&errors).collect::<Vec<_>>()
+        );
         let [ieee, tf32, bf16, f16, f16_red, f16_acc] = errors[..] else {
             unreachable!()
         };
@@ -300,7 +338,10 @@ fn precision_modes_order_their_errors_alike_on_every_backend() {
         assert!(ieee < tf32 && tf32 < bf16, "{label}: {errors:?}");
         // A 10-bit mantissa: tf32 and f16 inputs err alike; bf16's 7 bits
         // err about 8 times more.
-        assert!(tf32 > 1e-4 && tf32 < 2e-3 && bf16 > 4.0 * tf32, "{label}: {errors:?}");
+        assert!(
+            tf32 > 1e-4 && tf32 < 2e-3 && bf16 > 4.0 * tf32,
+            "{label}: {errors:?}"
+        );
         assert!(f16 < f16_red && f16_red < f16_acc, "{label}: {errors:?}");
         match &first {
             None => first = Some((label, errors)),
@@ -315,4 +356,58 @@ fn precision_modes_order_their_errors_alike_on_every_backend() {
             }
         }
     }
+    no_validation_errors();
+}
+
+#[test]
+fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
+    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
+    // Ties, values just off ties, f16's subnormals and overflow threshold,
+    // signs, zero, and ordinary values: A is this column, B = [1], so
+    // c_i = round(a_i) * 1.
+    let p = |e: i32| 2f32.powi(e);
+    let a = [
+        1.0 + p(-11),
+        1.0 + 3.0 * p(-11),
+        1.0 + p(-11) + p(-20),
+        1.0 + p(-8),
+        1.0 + 3.0 * p(-8),
+        -(1.0 + 3.0 * p(-8)),
+        p(-25),
+        3.0 * p(-25),
+        p(-15) + p(-24) + p(-25),
+        65519.0,
+        65520.0,
+        -70000.0,
+        0.0,
+        0.1,
+        -1.0 / 3.0,
+        12345.678,
+    ];
+    let modes: [(InputRounding, fn(f32) -> f32); 3] = [
+        (InputRounding::Tf32, round_tf32),
+        (InputRounding::Bf16, round_bf16),
+        (InputRounding::F16, round_f16),
+    ];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for (mode, round) in modes {
+            for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision: MatmulPrecision::inputs(mode),
+                };
+                let got = run_matmul(&stream, &a, &[1.0], a.len(), 1, 1, &opts);
+                for (x, g) in a.iter().zip(&got) {
+                    assert_eq!(
+                        g.to_bits(),
+                        round(*x).to_bits(),
+                        "{label} {mode:?} {algorithm:?}: round({x:e}) = {g:e}, expected {:e}",
+                        round(*x)
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
 }

@@ -5,7 +5,9 @@
 // Bindings: 0 x (read), 1 out (read_write), 2 params (uniform).
 // Launch: workgroups of 256, a grid of `groups` x 1 x 1.
 
-enable subgroups;
+// No `enable subgroups;`: naga 30 rejects the directive ("not yet
+// supported") and accepts the subgroup built-ins without it, under its
+// SUBGROUP capability (wgpu: `Features::SUBGROUP`).
 
 struct Params {
     n: u32,

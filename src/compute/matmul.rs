@@ -109,7 +109,13 @@ pub fn matmul(
         stream,
         grid,
         &[a, b, out],
-        &[u(m), u(k), u(n), Param::U32(p.mode()), Param::U32(p.chunk())],
+        &[
+            u(m),
+            u(k),
+            u(n),
+            Param::U32(p.mode()),
+            Param::U32(p.chunk()),
+        ],
     )
 }
 

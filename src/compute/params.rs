@@ -57,10 +57,7 @@ impl Launch {
         if found != self.params {
             return Err(Error::Kernel {
                 kernel: self.kernel.name.to_owned(),
-                message: format!(
-                    "expected parameters {:?}, found {found:?}",
-                    self.params
-                ),
+                message: format!("expected parameters {:?}, found {found:?}", self.params),
             });
         }
         Ok(values
@@ -218,6 +215,9 @@ mod tests {
         let b = SAXPY.block(&[Param::U32(3), Param::F32(2.0)]).unwrap();
         assert_eq!(b, [3, 0, 0, 0, 0, 0, 0, 64]);
         let e = SAXPY.block(&[Param::U32(3)]).unwrap_err().to_string();
-        assert!(e.contains("saxpy") && e.contains("expected parameters"), "{e}");
+        assert!(
+            e.contains("saxpy") && e.contains("expected parameters"),
+            "{e}"
+        );
     }
 }

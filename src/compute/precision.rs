@@ -177,10 +177,15 @@ mod tests {
             round_tf32(1.0 + 3.0 * 2f32.powi(-11)),
             1.0 + 2.0 * 2f32.powi(-10)
         );
-        assert_eq!(round_tf32(1.0 + 2f32.powi(-11) + 2f32.powi(-20)), 1.0 + 2f32.powi(-10));
+        assert_eq!(
+            round_tf32(1.0 + 2f32.powi(-11) + 2f32.powi(-20)),
+            1.0 + 2f32.powi(-10)
+        );
         assert_eq!(round_bf16(1.0 + 2f32.powi(-8)), 1.0);
         assert_eq!(round_bf16(1.0 + 3.0 * 2f32.powi(-8)), 1.0 + 2f32.powi(-6));
-        assert_eq!(round_bf16(-3.0e38), -2.998_559e38);
+        // f32::MAX is past bf16's largest value, 3.3895e38, by more than half a step.
+        assert_eq!(round_bf16(-f32::MAX), f32::NEG_INFINITY);
+        assert_eq!(round_bf16(3.3895e38).to_bits(), 0x7f7f_0000);
         assert!(round_bf16(f32::NAN).is_nan());
         assert_eq!(round_bf16(f32::INFINITY), f32::INFINITY);
     }

@@ -194,11 +194,7 @@ fn sum_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     let mut lanes = vec![0.0f32; wg];
     for (g, o) in out[..grid].iter_mut().enumerate() {
         for (t, lane) in lanes.iter_mut().enumerate() {
-            *lane = x[..n]
-                .iter()
-                .skip(g * wg + t)
-                .step_by(stride.max(1))
-                .sum();
+            *lane = x[..n].iter().skip(g * wg + t).step_by(stride.max(1)).sum();
         }
         let mut s = wg / 2;
         while s > 0 {
