@@ -1,12 +1,15 @@
 // C = A * B with workgroup-memory tiles. A is m x k, B is k x n, C is
 // m x n, f32, row-major; any m, k, n >= 1.
 // Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform).
-// Launch: workgroups of 16 x 16 invocations, each workgroup computing a
-// 32 x 32 tile of C (each invocation 2 x 2 outputs, rows ly and ly + 16,
-// columns lx and lx + 16); a grid of ceil(n / 32) x ceil(m / 32).
-// Each step stages a 32 x 16 tile of A and a 16 x 32 tile of B in
-// workgroup memory (zeros outside the matrices), so every element loaded
-// from memory is used 32 times.
+// Launch: workgroups of 8 x 8 invocations, each workgroup computing a
+// 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
+// 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
+// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 16 tile of A
+// (transposed, four rows to a vec4) and a 16 x 64 tile of B (four columns
+// to a vec4) in workgroup memory, zeros outside the matrices. One step of
+// k is then four vec4 loads from workgroup memory and 64 multiply-adds per
+// invocation (naive: two loads per multiply-add), and every element
+// loaded from memory is used 64 times.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
@@ -27,19 +30,36 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 
-const TILE: u32 = 32u;
+const TILE: u32 = 64u;
 const BK: u32 = 16u;
 
-var<workgroup> tile_a: array<f32, 512>; // [row][k]: 32 x 16
-var<workgroup> tile_b: array<f32, 512>; // [k][col]: 16 x 32
+// tile_a[kk * 16 + r4]: rows 4 r4 .. 4 r4 + 3 of the A tile at step kk.
+var<workgroup> tile_a: array<vec4<f32>, 256>;
+// tile_b[kk * 16 + c4]: columns 4 c4 .. 4 c4 + 3 of the B tile at step kk.
+var<workgroup> tile_b: array<vec4<f32>, 256>;
 
-fn store(row: u32, col: u32, v: f32) {
-    if row < params.m && col < params.n {
-        c[row * params.n + col] = v;
+fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
+    return vec4<f32>(
+        keel_round_to(v.x, format),
+        keel_round_to(v.y, format),
+        keel_round_to(v.z, format),
+        keel_round_to(v.w, format),
+    );
+}
+
+fn store4(row: u32, col: u32, v: vec4<f32>) {
+    let n = params.n;
+    if row >= params.m {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if col + j < n {
+            c[row * n + col + j] = v[j];
+        }
     }
 }
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(8, 8)
 fn matmul_tiled(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_id) lid: vec3<u32>,
@@ -56,82 +76,78 @@ fn matmul_tiled(
     let f_red = (params.mode >> 8u) & 15u;
     let tiles = (k + BK - 1u) / BK;
     let chunk = select(params.chunk, tiles * BK, params.chunk == 0u);
-    // Partial sums (the chunk's) and totals of the 2 x 2 outputs.
-    var p00 = 0.0;
-    var p01 = 0.0;
-    var p10 = 0.0;
-    var p11 = 0.0;
-    var t00 = 0.0;
-    var t01 = 0.0;
-    var t10 = 0.0;
-    var t11 = 0.0;
+    // acc[2 r + h]: the chunk's partial sums of row r, columns 4 h .. 4 h + 3
+    // of this invocation's block; tot: the totals.
+    var acc: array<vec4<f32>, 16>;
+    var tot: array<vec4<f32>, 16>;
     for (var t = 0u; t < tiles; t++) {
         let k0 = t * BK;
-        for (var s = 0u; s < 2u; s++) {
-            let idx = li + 256u * s;
-            // A: row idx / 16, column idx % 16 of the tile.
-            let ar = row0 + idx / BK;
-            let ak = k0 + idx % BK;
+        for (var s = 0u; s < 16u; s++) {
+            let idx = li + 64u * s;
+            // A: row idx / 16, step idx % 16 of the tile.
+            let ar = idx / BK;
+            let ak = idx % BK;
             var va = 0.0;
-            if ar < m && ak < k {
-                va = keel_round_to(a[ar * k + ak], f_in);
+            if row0 + ar < m && k0 + ak < k {
+                va = a[(row0 + ar) * k + k0 + ak];
             }
-            tile_a[idx] = va;
-            // B: row idx / 32, column idx % 32 of the tile.
-            let bk = k0 + idx / TILE;
-            let bc = col0 + idx % TILE;
+            // B: step idx / 64, column idx % 64 of the tile.
+            let bk = idx / TILE;
+            let bc = idx % TILE;
             var vb = 0.0;
-            if bk < k && bc < n {
-                vb = keel_round_to(b[bk * n + bc], f_in);
+            if k0 + bk < k && col0 + bc < n {
+                vb = b[(k0 + bk) * n + col0 + bc];
             }
-            tile_b[idx] = vb;
+            if f_in != 0u {
+                va = keel_round_to(va, f_in);
+                vb = keel_round_to(vb, f_in);
+            }
+            tile_a[ak * 16u + ar / 4u][ar % 4u] = va;
+            tile_b[bk * 16u + bc / 4u][bc % 4u] = vb;
         }
         workgroupBarrier();
         if plain {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a[lid.y * BK + i];
-                let a1 = tile_a[(lid.y + 16u) * BK + i];
-                let b0 = tile_b[i * TILE + lid.x];
-                let b1 = tile_b[i * TILE + lid.x + 16u];
-                p00 += a0 * b0;
-                p01 += a0 * b1;
-                p10 += a1 * b0;
-                p11 += a1 * b1;
+                let a0 = tile_a[i * 16u + 2u * lid.y];
+                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                let b0 = tile_b[i * 16u + 2u * lid.x];
+                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                for (var r = 0u; r < 4u; r++) {
+                    acc[2u * r] += a0[r] * b0;
+                    acc[2u * r + 1u] += a0[r] * b1;
+                    acc[2u * r + 8u] += a1[r] * b0;
+                    acc[2u * r + 9u] += a1[r] * b1;
+                }
             }
         } else {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a[lid.y * BK + i];
-                let a1 = tile_a[(lid.y + 16u) * BK + i];
-                let b0 = tile_b[i * TILE + lid.x];
-                let b1 = tile_b[i * TILE + lid.x + 16u];
-                p00 = keel_round_to(p00 + a0 * b0, f_acc);
-                p01 = keel_round_to(p01 + a0 * b1, f_acc);
-                p10 = keel_round_to(p10 + a1 * b0, f_acc);
-                p11 = keel_round_to(p11 + a1 * b1, f_acc);
+                let a0 = tile_a[i * 16u + 2u * lid.y];
+                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                let b0 = tile_b[i * 16u + 2u * lid.x];
+                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                for (var r = 0u; r < 4u; r++) {
+                    acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
+                    acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
+                    acc[2u * r + 8u] = keel_round4(acc[2u * r + 8u] + a1[r] * b0, f_acc);
+                    acc[2u * r + 9u] = keel_round4(acc[2u * r + 9u] + a1[r] * b1, f_acc);
+                }
             }
             if (k0 + BK) % chunk == 0u || t + 1u == tiles {
-                t00 = keel_round_to(t00 + keel_round_to(p00, f_red), f_red);
-                t01 = keel_round_to(t01 + keel_round_to(p01, f_red), f_red);
-                t10 = keel_round_to(t10 + keel_round_to(p10, f_red), f_red);
-                t11 = keel_round_to(t11 + keel_round_to(p11, f_red), f_red);
-                p00 = 0.0;
-                p01 = 0.0;
-                p10 = 0.0;
-                p11 = 0.0;
+                for (var j = 0u; j < 16u; j++) {
+                    tot[j] = keel_round4(tot[j] + keel_round4(acc[j], f_red), f_red);
+                    acc[j] = vec4<f32>(0.0);
+                }
             }
         }
         workgroupBarrier();
     }
     if plain {
-        t00 = p00;
-        t01 = p01;
-        t10 = p10;
-        t11 = p11;
+        tot = acc;
     }
-    let r = row0 + lid.y;
-    let cl = col0 + lid.x;
-    store(r, cl, t00);
-    store(r, cl + 16u, t01);
-    store(r + 16u, cl, t10);
-    store(r + 16u, cl + 16u, t11);
+    let r0 = row0 + 8u * lid.y;
+    let c0 = col0 + 8u * lid.x;
+    for (var r = 0u; r < 8u; r++) {
+        store4(r0 + r, c0, tot[2u * r]);
+        store4(r0 + r, c0 + 4u, tot[2u * r + 1u]);
+    }
 }

@@ -12,7 +12,7 @@ use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
 /// Which matmul kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulAlgorithm {
-    /// 32 x 32 output tiles staged through workgroup memory, 2 x 2 outputs
+    /// 64 x 64 output tiles staged through workgroup memory, 8 x 8 outputs
     /// per invocation.
     #[default]
     Tiled,
@@ -30,8 +30,8 @@ pub struct MatmulOptions {
     pub precision: MatmulPrecision,
 }
 
-/// Output tile edge of the tiled kernel.
-const TILE: u32 = 32;
+/// Output tile of the tiled kernel: rows, columns.
+const TILE: (u32, u32) = (64, 64);
 /// Workgroup edge of the naive kernel.
 const NAIVE_WG: u32 = 16;
 
@@ -42,7 +42,7 @@ const MATMUL_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 pub const MATMUL_TILED: Launch = Launch {
     kernel: Kernel {
         name: "matmul_tiled",
-        workgroup_size: [16, 16, 1],
+        workgroup_size: [8, 8, 1],
         bindings: 3,
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/rounding.wgsl"),
@@ -98,11 +98,11 @@ pub fn matmul(
     check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
-    let (launch, edge) = match opts.algorithm {
+    let (launch, (rows, cols)) = match opts.algorithm {
         MatmulAlgorithm::Tiled => (&MATMUL_TILED, TILE),
-        MatmulAlgorithm::Naive => (&MATMUL_NAIVE, NAIVE_WG),
+        MatmulAlgorithm::Naive => (&MATMUL_NAIVE, (NAIVE_WG, NAIVE_WG)),
     };
-    let grid = [groups(what, n, edge)?, groups(what, m, edge)?, 1];
+    let grid = [groups(what, n, cols)?, groups(what, m, rows)?, 1];
     let p = &opts.precision;
     let u = |v: usize| Param::U32(v as u32); // checked by check_size
     launch.launch(
