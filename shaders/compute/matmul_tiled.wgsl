@@ -5,11 +5,11 @@
 // 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
 // 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
 // ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 16 tile of A
-// (transposed, four rows to a vec4) and a 16 x 64 tile of B (four columns
-// to a vec4) in workgroup memory, zeros outside the matrices. One step of
-// k is then four vec4 loads from workgroup memory and 64 multiply-adds per
-// invocation (naive: two loads per multiply-add), and every element
-// loaded from memory is used 64 times.
+// (transposed: step major) and a 16 x 64 tile of B in workgroup memory,
+// zeros outside the matrices (loaded branch-free: a clamped index, then a
+// select). One step of k is then 16 loads from workgroup memory and 64
+// multiply-adds per invocation (naive: two loads from storage per
+// multiply-add), and every element loaded from storage is used 64 times.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
@@ -33,10 +33,18 @@ struct Params {
 const TILE: u32 = 64u;
 const BK: u32 = 16u;
 
-// tile_a[kk * 16 + r4]: rows 4 r4 .. 4 r4 + 3 of the A tile at step kk.
-var<workgroup> tile_a: array<vec4<f32>, 256>;
-// tile_b[kk * 16 + c4]: columns 4 c4 .. 4 c4 + 3 of the B tile at step kk.
-var<workgroup> tile_b: array<vec4<f32>, 256>;
+// tile_a[64 kk + r]: row r of the A tile at step kk.
+var<workgroup> tile_a: array<f32, 1024>;
+// tile_b[64 kk + c]: column c of the B tile at step kk.
+var<workgroup> tile_b: array<f32, 1024>;
+
+fn tile_a4(at: u32) -> vec4<f32> {
+    return vec4<f32>(tile_a[at], tile_a[at + 1u], tile_a[at + 2u], tile_a[at + 3u]);
+}
+
+fn tile_b4(at: u32) -> vec4<f32> {
+    return vec4<f32>(tile_b[at], tile_b[at + 1u], tile_b[at + 2u], tile_b[at + 3u]);
+}
 
 fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
     return vec4<f32>(
@@ -87,31 +95,30 @@ fn matmul_tiled(
             // A: row idx / 16, step idx % 16 of the tile.
             let ar = idx / BK;
             let ak = idx % BK;
-            var va = 0.0;
-            if row0 + ar < m && k0 + ak < k {
-                va = a[(row0 + ar) * k + k0 + ak];
-            }
+            // Branch-free: a clamped index, then zero outside the matrix.
+            let a_in = (row0 + ar < m) & (k0 + ak < k);
+            let a_at = min(row0 + ar, m - 1u) * k + min(k0 + ak, k - 1u);
+            var va = select(0.0, a[a_at], a_in);
             // B: step idx / 64, column idx % 64 of the tile.
             let bk = idx / TILE;
             let bc = idx % TILE;
-            var vb = 0.0;
-            if k0 + bk < k && col0 + bc < n {
-                vb = b[(k0 + bk) * n + col0 + bc];
-            }
+            let b_in = (k0 + bk < k) & (col0 + bc < n);
+            let b_at = min(k0 + bk, k - 1u) * n + min(col0 + bc, n - 1u);
+            var vb = select(0.0, b[b_at], b_in);
             if f_in != 0u {
                 va = keel_round_to(va, f_in);
                 vb = keel_round_to(vb, f_in);
             }
-            tile_a[ak * 16u + ar / 4u][ar % 4u] = va;
-            tile_b[bk * 16u + bc / 4u][bc % 4u] = vb;
+            tile_a[ak * TILE + ar] = va;
+            tile_b[idx] = vb;
         }
         workgroupBarrier();
         if plain {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a[i * 16u + 2u * lid.y];
-                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
-                let b0 = tile_b[i * 16u + 2u * lid.x];
-                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                let a0 = tile_a4(i * TILE + 8u * lid.y);
+                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
+                let b0 = tile_b4(i * TILE + 8u * lid.x);
+                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
                 for (var r = 0u; r < 4u; r++) {
                     acc[2u * r] += a0[r] * b0;
                     acc[2u * r + 1u] += a0[r] * b1;
@@ -121,10 +128,10 @@ fn matmul_tiled(
             }
         } else {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a[i * 16u + 2u * lid.y];
-                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
-                let b0 = tile_b[i * 16u + 2u * lid.x];
-                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                let a0 = tile_a4(i * TILE + 8u * lid.y);
+                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
+                let b0 = tile_b4(i * TILE + 8u * lid.x);
+                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
                 for (var r = 0u; r < 4u; r++) {
                     acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
                     acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
