@@ -419,7 +419,8 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
         -1.0 / 3.0,
         12345.678,
     ];
-    let modes: [(InputRounding, fn(f32) -> f32); 3] = [
+    type Round = fn(f32) -> f32;
+    let modes: [(InputRounding, Round); 3] = [
         (InputRounding::Tf32, round_tf32),
         (InputRounding::Bf16, round_bf16),
         (InputRounding::F16, round_f16),

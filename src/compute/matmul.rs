@@ -1,9 +1,9 @@
 //! `matmul`: C = A * B (f32, row-major), tiled in workgroup memory or one
 //! invocation per output, with the numerics of [`MatmulPrecision`].
 
+use super::check::{check_buffer, check_distinct, check_size, groups};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
-use super::{check_buffer, check_distinct, check_size, groups};
 use crate::buffer::Buffer;
 use crate::core::Stream;
 use crate::error::{Error, Result};

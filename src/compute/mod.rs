@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod check;
 mod matmul;
 pub mod params;
 pub mod precision;
@@ -41,53 +42,32 @@ pub use reduce::{
     sum_with,
 };
 
-use crate::buffer::Buffer;
-use crate::error::{Error, Result};
+/// Every kernel Keel launches, with the parameter layout its launch code
+/// passes: the demo kernels and this module's. A unit test compares each
+/// with its PTX entry point; a new kernel (such as an operator's) is added
+/// here.
+pub const KERNELS: &[params::Launch] = &[
+    params::VECTOR_ADD,
+    params::SAXPY,
+    params::SPIN,
+    MATMUL_TILED,
+    MATMUL_NAIVE,
+    SUM_SHARED,
+    SUM_SUBGROUP,
+    SOFTMAX_ROWS,
+];
 
-/// The element count of a matrix with `dims`, checked to fit the kernels'
-/// `u32` indices.
-fn check_size(what: &str, name: &str, dims: &[usize]) -> Result<usize> {
-    let len = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|&l| l <= u32::MAX as usize - 256);
-    len.ok_or_else(|| {
-        Error::invalid(format!(
-            "{what}: `{name}` has {dims:?} elements; expected at most {} (indices are u32)",
-            u32::MAX - 256
-        ))
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// `buffer` must hold at least `elems` f32s.
-fn check_buffer(what: &str, name: &str, buffer: &Buffer, elems: usize) -> Result<()> {
-    let need = elems * 4;
-    if buffer.len() < need {
-        return Err(Error::invalid(format!(
-            "{what}: expected `{name}` to hold at least {elems} f32s ({need} bytes), found {} bytes",
-            buffer.len()
-        )));
+    #[test]
+    fn every_ptx_entry_matches_its_launch_layout() {
+        let errors: Vec<String> = KERNELS
+            .iter()
+            .filter_map(|l| params::check_ptx(l).err())
+            .collect();
+        assert!(errors.is_empty(), "{}", errors.join("\n"));
+        assert!(KERNELS.iter().all(|l| l.kernel.ptx.is_some()));
     }
-    Ok(())
-}
-
-/// `out` must not be one of `inputs`.
-fn check_distinct(what: &str, out: &Buffer, inputs: &[(&str, &Buffer)]) -> Result<()> {
-    match inputs.iter().find(|(_, b)| std::ptr::eq(*b, out)) {
-        Some((name, _)) => Err(Error::invalid(format!(
-            "{what}: expected `out` to be a buffer of its own, found it is also `{name}`"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Workgroups covering `len` in steps of `edge`, within one grid
-/// dimension's 65535.
-fn groups(what: &str, len: usize, edge: u32) -> Result<u32> {
-    let g = len.div_ceil(edge as usize);
-    u32::try_from(g).ok().filter(|&g| g <= 65535).ok_or_else(|| {
-        Error::invalid(format!(
-            "{what}: a dimension of {len} needs {g} workgroups of {edge}; expected at most 65535"
-        ))
-    })
 }

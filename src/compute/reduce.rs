@@ -2,8 +2,8 @@
 //! has them) and `softmax_rows` (numerically stable, one workgroup per
 //! row).
 
+use super::check::{check_buffer, check_distinct, check_size};
 use super::params::{Launch, Param, ParamType::U32};
-use super::{check_buffer, check_distinct, check_size};
 use crate::buffer::Buffer;
 use crate::core::{DeviceType, Stream};
 use crate::error::{Error, Result};
