@@ -1,11 +1,11 @@
-//! Compute kernels on [`Buffer`]s: tiled [`matmul`] (with reduced-precision
+//! Compute kernels on [`Buffer`](crate::Buffer)s: tiled [`matmul`] (with reduced-precision
 //! modes), a two-level [`sum`] (subgroup operations where the device has
 //! them) and a numerically stable [`softmax_rows`].
 //!
 //! Each is a launch function over f32, row-major, contiguous buffers that
 //! checks its arguments (sizes at least 1, buffers at least as large as
 //! their matrices, the output not an input, indices within `u32`) and
-//! launches [`Kernel`](crate::Kernel)s through [`Stream::launch`]: WGSL
+//! launches [`Kernel`](crate::Kernel)s through [`Stream::launch`](crate::Stream::launch): WGSL
 //! for Vulkan (through naga) and wgpu, hand-written PTX for CUDA, and a
 //! Rust function for the CPU backend and other host backends, which is
 //! also the reference the tests check the GPUs against. The sources are
