@@ -3,9 +3,12 @@
 //! row).
 
 use super::check::{check_buffer, check_distinct, check_size};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use super::params::{Launch, Param, ParamType::U32};
 use crate::buffer::Buffer;
-use crate::core::{DeviceType, Stream};
+use crate::core::{Device, DeviceType, Stream};
 use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
 
@@ -77,17 +80,28 @@ pub enum SumVariant {
 /// always (warp shuffles); Vulkan and wgpu where the device reports the
 /// property `"subgroup operations"` as `"arithmetic"` (Vulkan: subgroup
 /// arithmetic in compute shaders; wgpu: `Features::SUBGROUP` enabled).
+/// Read once per device (properties do not change), so a launch does not
+/// rebuild them.
 pub fn subgroups_supported(stream: &Stream) -> Result<bool> {
-    match stream.device_type() {
-        DeviceType::Cuda => Ok(true),
-        DeviceType::Vulkan | DeviceType::Wgpu => {
-            let p = crate::api::properties(stream.device())?;
-            Ok(p.extra
-                .iter()
-                .any(|(k, v)| k == "subgroup operations" && v.contains("arithmetic")))
-        }
-        _ => Ok(false),
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    let device = crate::api::resolve(stream.device())?;
+    let known =
+        |k: &Mutex<HashMap<Device, bool>>| k.lock().map_or(None, |m| m.get(&device).copied());
+    if let Some(yes) = known(&KNOWN) {
+        return Ok(yes);
     }
+    let yes = match device.device_type() {
+        DeviceType::Cuda => true,
+        DeviceType::Vulkan | DeviceType::Wgpu => crate::api::properties(device)?
+            .extra
+            .iter()
+            .any(|(k, v)| k == "subgroup operations" && v.contains("arithmetic")),
+        _ => false,
+    };
+    if let Ok(mut m) = KNOWN.lock() {
+        m.insert(device, yes);
+    }
+    Ok(yes)
 }
 
 /// `out[0] = x[0] + ... + x[n - 1]` (f32): per-workgroup partial sums into
