@@ -2,10 +2,10 @@
 //! has them) and `softmax_rows` (numerically stable, one workgroup per
 //! row).
 
-use super::check::{check_buffer, check_distinct, check_size};
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
+use super::check::{check_buffer, check_distinct, check_size};
 use super::params::{Launch, Param, ParamType::U32};
 use crate::buffer::Buffer;
 use crate::core::{Device, DeviceType, Stream};
