@@ -145,6 +145,7 @@ pub mod api;
 pub mod autocast;
 pub mod backend;
 mod buffer;
+pub mod compute;
 pub mod core;
 pub mod device_module;
 pub mod dispatch;

@@ -12,11 +12,19 @@
 //!      error type (see `layers.rs`);
 //!   4. clippy with `-D warnings` on every target and feature, and the
 //!      library built with no default features (only the CPU backend);
-//!   5. every test of the workspace, with the Khronos validation layer
+//!   5. `ptx`: every `shaders/**/*.ptx` assembled by NVIDIA's `ptxas` for
+//!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]); a file that does not
+//!      assemble fails the step with ptxas's message. No GPU or CUDA
+//!      toolkit is needed: `ptxas` comes from the PyPI wheel
+//!      `nvidia-cuda-nvcc-cu12` ([`PTXAS_WHEEL`], downloaded once with
+//!      `pip download --no-deps` into `target/ptxas/` and unpacked there).
+//!      That each PTX entry takes the parameters its launch code passes is
+//!      a unit test of the library (`compute::params`);
+//!   6. every test of the workspace, with the Khronos validation layer
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
 //!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
 //!      is started for the run (the profiler app's real-window test);
-//!   6. `hta`: PyTorch's trace analysis (HolisticTraceAnalysis, pinned in
+//!   7. `hta`: PyTorch's trace analysis (HolisticTraceAnalysis, pinned in
 //!      [`HTA_PACKAGES`]) on a trace that `examples/record_trace` writes:
 //!      `xtask/hta_check.py` runs its GPU kernel breakdown, temporal
 //!      breakdown, idle time breakdown and kernel launch statistics and
@@ -25,7 +33,8 @@
 //!
 //! - `cargo xtask layers`: step 3 alone, printing every file's layer and
 //!   dependencies.
-//! - `cargo xtask hta`: step 6 alone.
+//! - `cargo xtask ptx`: step 5 alone.
+//! - `cargo xtask hta`: step 7 alone.
 //!
 //! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
 //! instead of skipping when that backend is unavailable.
@@ -62,11 +71,116 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Step 6: HolisticTraceAnalysis on a trace Keel exported.
+/// The wheel `ptxas` comes from (pinned, so every run checks with the
+/// same assembler).
+const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc-cu12==12.9.86";
+
+/// The GPU architectures every PTX file must assemble for: Volta, Ampere
+/// (the first with TF32 `mma`) and Hopper.
+const PTX_ARCHS: &[&str] = &["sm_70", "sm_80", "sm_90"];
+
+/// The build directory (`CARGO_TARGET_DIR` or `target/`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// `ptxas`, downloaded and unpacked into `target/ptxas/` on first use.
+fn ptxas() -> Result<PathBuf, String> {
+    let dir = target_dir().join("ptxas");
+    let exe = dir.join("nvidia/cuda_nvcc/bin/ptxas");
+    if exe.exists() {
+        return Ok(exe);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
+    run(
+        "ptx: pip download",
+        Command::new("python3")
+            .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
+            .args(["--no-deps", "--only-binary=:all:", "-d"])
+            .arg(&dir)
+            .arg(PTXAS_WHEEL),
+    )?;
+    let wheel = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {dir:?}: {e}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("ptx: no wheel in {dir:?} after pip download"))?;
+    // A wheel is a zip file; Python (which pip needs anyway) unpacks it.
+    run(
+        "ptx: unpack ptxas",
+        Command::new("python3")
+            .arg("-c")
+            .arg("import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('nvidia/cuda_nvcc/bin/ptxas', sys.argv[2])")
+            .arg(&wheel)
+            .arg(&dir),
+    )?;
+    // Only ptxas is kept (the wheel is 40 MB).
+    let _ = std::fs::remove_file(&wheel);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("chmod {exe:?}: {e}"))?;
+    }
+    Ok(exe)
+}
+
+/// Every `.ptx` file under `dir`, sorted.
+fn ptx_files(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {dir:?}: {e}"))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("reading {dir:?}: {e}"))?.path();
+        if path.is_dir() {
+            ptx_files(&path, found)?;
+        } else if path.extension().is_some_and(|x| x == "ptx") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(())
+}
+
+/// Step 5: every PTX file assembled for every architecture of
+/// [`PTX_ARCHS`]; all failures are reported, with ptxas's messages.
+fn ptx_check() -> Result<(), String> {
+    let ptxas = ptxas()?;
+    let mut files = Vec::new();
+    ptx_files(&root().join("shaders"), &mut files)?;
+    let mut failures = Vec::new();
+    for file in &files {
+        for arch in PTX_ARCHS {
+            let out = Command::new(&ptxas)
+                .arg(format!("-arch={arch}"))
+                .arg(file)
+                .args(["-o", "/dev/null"])
+                .output()
+                .map_err(|e| format!("ptx: could not start {ptxas:?}: {e}"))?;
+            if !out.status.success() {
+                failures.push(format!(
+                    "{} ({arch}): {}{}",
+                    file.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "xtask: ptx: {} files x {} architectures assembled, {} failed",
+        files.len(),
+        PTX_ARCHS.len(),
+        failures.len()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("ptxas failed:\n{}", failures.join("\n")))
+    }
+}
+
+/// Step 7: HolisticTraceAnalysis on a trace Keel exported.
 fn hta_check(cargo: &str, runtime_dir: &Path) -> Result<(), String> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let venv = target.join("hta-venv");
+    let venv = target_dir().join("hta-venv");
     let python = venv.join("bin").join("python");
     if !python.exists() {
         run(
@@ -230,6 +344,7 @@ fn test() -> Result<(), String> {
         "no default features",
         Command::new(&cargo).args(["check", "-p", "keel", "--no-default-features", "--lib"]),
     )?;
+    ptx_check()?;
     // Mesa warns on stderr when XDG_RUNTIME_DIR is unset; give it one.
     let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
     std::fs::create_dir_all(&runtime_dir).map_err(|e| format!("creating {runtime_dir:?}: {e}"))?;
@@ -318,12 +433,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("layers") => layers::check(&keel_src(), true),
+        Some("ptx") => ptx_check(),
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             hta_check(&cargo, &std::env::temp_dir().join("keel-xdg-runtime"))
         }
         other => Err(format!(
-            "expected a task (test, layers, hta), found {}",
+            "expected a task (test, layers, ptx, hta), found {}",
             other.map_or("nothing".to_owned(), |o| format!("'{o}'"))
         )),
     };

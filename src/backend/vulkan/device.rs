@@ -302,6 +302,13 @@ pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
         valid_bits: a.timestamp_valid_bits,
     });
     p.storage_offset_alignment = Some(l.min_storage_buffer_offset_alignment);
+    if !a.subgroup_operations.is_empty() {
+        // Read by `keel::compute::subgroups_supported`.
+        p.extra.push((
+            "subgroup operations".to_owned(),
+            format!("{:?}", a.subgroup_operations).to_lowercase(),
+        ));
+    }
     p.extra
         .push(("compute queue family".to_owned(), a.family.to_string()));
     p.extra

@@ -57,9 +57,12 @@ fn wgsl_of(kernel: &Kernel) -> Result<&'static str> {
 fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| format!("WGSL parse error: {}", e.emit_to_string(wgsl)))?;
+    // Subgroup operations are allowed in any kernel; a launch function
+    // picks a kernel that uses them only where the device reports them
+    // (`keel::compute::subgroups_supported`).
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::empty(),
+        naga::valid::Capabilities::SUBGROUP,
     )
     .validate(&module)
     .map_err(|e| format!("WGSL validation error: {}", e.emit_to_string(wgsl)))?;

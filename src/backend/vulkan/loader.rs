@@ -29,6 +29,9 @@ pub(super) struct Adapter {
     pub driver_name: String,
     pub driver_info: String,
     pub subgroup_size: u32,
+    /// Subgroup operations compute shaders can use (empty when the
+    /// compute stage has none).
+    pub subgroup_operations: vk::SubgroupFeatureFlags,
     pub device_local_memory: u64,
 }
 
@@ -229,6 +232,14 @@ fn enumerate(instance: &ash::Instance) -> Result<Vec<Adapter>, String> {
             driver_name: c_chars(&driver.driver_name),
             driver_info: c_chars(&driver.driver_info),
             subgroup_size: subgroup.subgroup_size,
+            subgroup_operations: if subgroup
+                .supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE)
+            {
+                subgroup.supported_operations
+            } else {
+                vk::SubgroupFeatureFlags::empty()
+            },
             device_local_memory,
         });
     }

@@ -199,7 +199,9 @@ impl WgpuDevice {
         let offered = adapter.adapter.features();
         let wanted =
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
-        let required_features = offered & wanted;
+        // Subgroup operations in WGSL (`enable subgroups;`), where offered:
+        // `keel::compute::sum` uses them.
+        let required_features = offered & (wanted | wgpu::Features::SUBGROUP);
         let limits = adapter.adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("keel"),
@@ -273,6 +275,12 @@ impl WgpuDevice {
         p.storage_offset_alignment = Some(u64::from(l.min_storage_buffer_offset_alignment));
         p.extra
             .push(("native API".to_owned(), api_name(info.backend).to_owned()));
+        if self.device.features().contains(wgpu::Features::SUBGROUP) {
+            p.extra.push((
+                "subgroup operations".to_owned(),
+                "basic, vote, ballot, shuffle, arithmetic, quad (Features::SUBGROUP)".to_owned(),
+            ));
+        }
         p.extra.push((
             "subgroup sizes".to_owned(),
             format!("{}..={}", info.subgroup_min_size, info.subgroup_max_size),

@@ -1,0 +1,154 @@
+//! matmul 1024 x 1024 x 1024 (f32): `keel::compute::matmul`'s tiled and
+//! naive kernels on every backend present (CPU: the Rust kernel; Vulkan;
+//! each wgpu adapter), and `matrixmultiply::sgemm` on the host as the CPU
+//! crate baseline, all in one run. Throughput is in FLOP (2 n^3 per
+//! product), so criterion's "elem/s" reads as FLOP/s.
+//!
+//! The naive kernel on the CPU backend is left out: a scalar loop with a
+//! strided B takes seconds per product.
+//!
+//! Run: `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
+//! Results in docs/BENCHMARKS.md.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group};
+use keel::compute::{MatmulAlgorithm, MatmulOptions, matmul};
+use keel::{Buffer, Device, DeviceType, Stream};
+
+const N: usize = 1024;
+
+fn label(d: Device) -> String {
+    let api = keel::properties(d)
+        .ok()
+        .and_then(|p| p.extra.into_iter().find(|(k, _)| k == "native API"))
+        .map(|(_, v)| format!("/{v}"));
+    format!("{d}{}", api.unwrap_or_default())
+}
+
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::cpu()];
+    for ty in [DeviceType::Vulkan, DeviceType::Wgpu] {
+        match keel::availability(ty) {
+            Ok(()) => v.extend(keel::devices(ty)),
+            Err(e) => eprintln!("skipping {ty}: {e}"),
+        }
+    }
+    v
+}
+
+fn inputs() -> (Vec<f32>, Vec<f32>) {
+    let f = |i: usize| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5;
+    (
+        (0..N * N).map(f).collect(),
+        (0..N * N).map(|i| f(i + 1)).collect(),
+    )
+}
+
+fn bench(c: &mut Criterion) {
+    let (a, b) = inputs();
+    let mut g = c.benchmark_group("matmul_1024");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(2 * (N as u64).pow(3)));
+    for d in devices() {
+        let stream: Stream = keel::default_stream(d).expect("stream");
+        let ab = Buffer::from_slice(&stream, &a).expect("a");
+        let bb = Buffer::from_slice(&stream, &b).expect("b");
+        let cb = Buffer::new(d, N * N * 4).expect("c");
+        let mut algorithms = vec![MatmulAlgorithm::Tiled];
+        if d.device_type() != DeviceType::Cpu {
+            algorithms.push(MatmulAlgorithm::Naive);
+        }
+        for algorithm in algorithms {
+            let opts = MatmulOptions {
+                algorithm,
+                ..Default::default()
+            };
+            let name = format!("{}/{algorithm:?}", label(d)).to_lowercase();
+            g.bench_function(name, |bench| {
+                bench.iter(|| {
+                    matmul(&stream, &ab, &bb, &cb, N, N, N, &opts).expect("matmul");
+                    stream.synchronize().expect("synchronize");
+                })
+            });
+        }
+    }
+    let mut out = vec![0.0f32; N * N];
+    g.bench_function("host/matrixmultiply_sgemm", |bench| {
+        bench.iter(|| {
+            // SAFETY: a, b and out hold N x N f32s, row-major (row stride
+            // N, column stride 1), and out does not alias the inputs.
+            unsafe {
+                matrixmultiply::sgemm(
+                    N,
+                    N,
+                    N,
+                    1.0,
+                    a.as_ptr(),
+                    N as isize,
+                    1,
+                    b.as_ptr(),
+                    N as isize,
+                    1,
+                    0.0,
+                    out.as_mut_ptr(),
+                    N as isize,
+                    1,
+                );
+            }
+            black_box(&out);
+        })
+    });
+    g.finish();
+}
+
+/// `KEEL_MATMUL_QUICK=<device>` (a device string such as `vulkan:0`):
+/// instead of criterion, the tiled and naive kernels alternate five times
+/// on that device and the fastest run of each is printed. The fastest of
+/// interleaved runs is the least disturbed by other load on a shared
+/// machine, for a quick A/B while changing a kernel.
+fn quick(device: &str) {
+    let d: Device = device.parse().expect("a device string");
+    let stream = keel::default_stream(d).expect("stream");
+    let (a, b) = inputs();
+    let ab = Buffer::from_slice(&stream, &a).expect("a");
+    let bb = Buffer::from_slice(&stream, &b).expect("b");
+    let cb = Buffer::new(d, N * N * 4).expect("c");
+    let mut best = [f64::MAX; 2];
+    for _ in 0..5 {
+        for (i, algorithm) in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive]
+            .into_iter()
+            .enumerate()
+        {
+            let opts = MatmulOptions {
+                algorithm,
+                ..Default::default()
+            };
+            let t = std::time::Instant::now();
+            matmul(&stream, &ab, &bb, &cb, N, N, N, &opts).expect("matmul");
+            stream.synchronize().expect("synchronize");
+            best[i] = best[i].min(t.elapsed().as_secs_f64());
+        }
+    }
+    let gflops = |s: f64| 2.0 * (N as f64).powi(3) / s / 1e9;
+    println!(
+        "{d}: tiled {:.3} s ({:.2} GFLOP/s), naive {:.3} s ({:.2} GFLOP/s), ratio {:.2}",
+        best[0],
+        gflops(best[0]),
+        best[1],
+        gflops(best[1]),
+        best[1] / best[0]
+    );
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    match std::env::var("KEEL_MATMUL_QUICK") {
+        Ok(device) => quick(&device),
+        Err(_) => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

@@ -1,0 +1,160 @@
+// C = A * B with workgroup-memory tiles. A is m x k, B is k x n, C is
+// m x n, f32, row-major; any m, k, n >= 1.
+// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform).
+// Launch: workgroups of 8 x 8 invocations, each workgroup computing a
+// 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
+// 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
+// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 16 tile of A
+// (transposed: step major) and a 16 x 64 tile of B in workgroup memory,
+// zeros outside the matrices (loaded branch-free: a clamped index, then a
+// select). One step of k is then 16 loads from workgroup memory and 64
+// multiply-adds per invocation (naive: two loads from storage per
+// multiply-add), and every element loaded from storage is used 64 times.
+//
+// Precision: `mode` packs three format codes (see rounding.wgsl): bits
+// 0-3 round the inputs, bits 4-7 round the accumulator after every add,
+// bits 8-11 round the split-K partial sums: the running sum over k is
+// cut every `chunk` (a multiple of 16; 0 = k) steps, and the chunks'
+// sums are added, rounded, into the result. Mode 0 is plain f32.
+
+struct Params {
+    m: u32,
+    k: u32,
+    n: u32,
+    mode: u32,
+    chunk: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+
+const TILE: u32 = 64u;
+const BK: u32 = 16u;
+
+// tile_a[64 kk + r]: row r of the A tile at step kk.
+var<workgroup> tile_a: array<f32, 1024>;
+// tile_b[64 kk + c]: column c of the B tile at step kk.
+var<workgroup> tile_b: array<f32, 1024>;
+
+fn tile_a4(at: u32) -> vec4<f32> {
+    return vec4<f32>(tile_a[at], tile_a[at + 1u], tile_a[at + 2u], tile_a[at + 3u]);
+}
+
+fn tile_b4(at: u32) -> vec4<f32> {
+    return vec4<f32>(tile_b[at], tile_b[at + 1u], tile_b[at + 2u], tile_b[at + 3u]);
+}
+
+fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
+    return vec4<f32>(
+        keel_round_to(v.x, format),
+        keel_round_to(v.y, format),
+        keel_round_to(v.z, format),
+        keel_round_to(v.w, format),
+    );
+}
+
+fn store4(row: u32, col: u32, v: vec4<f32>) {
+    let n = params.n;
+    if row >= params.m {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if col + j < n {
+            c[row * n + col + j] = v[j];
+        }
+    }
+}
+
+@compute @workgroup_size(8, 8)
+fn matmul_tiled(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let m = params.m;
+    let k = params.k;
+    let n = params.n;
+    let row0 = wg.y * TILE;
+    let col0 = wg.x * TILE;
+    let plain = params.mode == 0u;
+    let f_in = params.mode & 15u;
+    let f_acc = (params.mode >> 4u) & 15u;
+    let f_red = (params.mode >> 8u) & 15u;
+    let tiles = (k + BK - 1u) / BK;
+    let chunk = select(params.chunk, tiles * BK, params.chunk == 0u);
+    // acc[2 r + h]: the chunk's partial sums of row r, columns 4 h .. 4 h + 3
+    // of this invocation's block; tot: the totals.
+    var acc: array<vec4<f32>, 16>;
+    var tot: array<vec4<f32>, 16>;
+    for (var t = 0u; t < tiles; t++) {
+        let k0 = t * BK;
+        for (var s = 0u; s < 16u; s++) {
+            let idx = li + 64u * s;
+            // A: row idx / 16, step idx % 16 of the tile.
+            let ar = idx / BK;
+            let ak = idx % BK;
+            // Branch-free: a clamped index, then zero outside the matrix.
+            let a_in = (row0 + ar < m) & (k0 + ak < k);
+            let a_at = min(row0 + ar, m - 1u) * k + min(k0 + ak, k - 1u);
+            var va = select(0.0, a[a_at], a_in);
+            // B: step idx / 64, column idx % 64 of the tile.
+            let bk = idx / TILE;
+            let bc = idx % TILE;
+            let b_in = (k0 + bk < k) & (col0 + bc < n);
+            let b_at = min(k0 + bk, k - 1u) * n + min(col0 + bc, n - 1u);
+            var vb = select(0.0, b[b_at], b_in);
+            if f_in != 0u {
+                va = keel_round_to(va, f_in);
+                vb = keel_round_to(vb, f_in);
+            }
+            tile_a[ak * TILE + ar] = va;
+            tile_b[idx] = vb;
+        }
+        workgroupBarrier();
+        if plain {
+            for (var i = 0u; i < BK; i++) {
+                let a0 = tile_a4(i * TILE + 8u * lid.y);
+                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
+                let b0 = tile_b4(i * TILE + 8u * lid.x);
+                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
+                for (var r = 0u; r < 4u; r++) {
+                    acc[2u * r] += a0[r] * b0;
+                    acc[2u * r + 1u] += a0[r] * b1;
+                    acc[2u * r + 8u] += a1[r] * b0;
+                    acc[2u * r + 9u] += a1[r] * b1;
+                }
+            }
+        } else {
+            for (var i = 0u; i < BK; i++) {
+                let a0 = tile_a4(i * TILE + 8u * lid.y);
+                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
+                let b0 = tile_b4(i * TILE + 8u * lid.x);
+                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
+                for (var r = 0u; r < 4u; r++) {
+                    acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
+                    acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
+                    acc[2u * r + 8u] = keel_round4(acc[2u * r + 8u] + a1[r] * b0, f_acc);
+                    acc[2u * r + 9u] = keel_round4(acc[2u * r + 9u] + a1[r] * b1, f_acc);
+                }
+            }
+            if (k0 + BK) % chunk == 0u || t + 1u == tiles {
+                for (var j = 0u; j < 16u; j++) {
+                    tot[j] = keel_round4(tot[j] + keel_round4(acc[j], f_red), f_red);
+                    acc[j] = vec4<f32>(0.0);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    if plain {
+        tot = acc;
+    }
+    let r0 = row0 + 8u * lid.y;
+    let c0 = col0 + 8u * lid.x;
+    for (var r = 0u; r < 8u; r++) {
+        store4(r0 + r, c0, tot[2u * r]);
+        store4(r0 + r, c0 + 4u, tot[2u * r + 1u]);
+    }
+}

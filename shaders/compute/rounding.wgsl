@@ -1,0 +1,49 @@
+// Rounding an f32 to a narrower format and back, as bit operations, with
+// round to nearest, ties to even: the same numerics as the Rust reference
+// (`src/compute/precision.rs`) and the PTX kernels. Format codes:
+// 0 none (f32 as is), 1 tf32 (10-bit mantissa), 2 bf16 (7-bit mantissa),
+// 3 f16 (10-bit mantissa, 5-bit exponent: subnormals below 2^-14,
+// infinity from 65520 on).
+// Not a kernel: prepended to the matmul kernels' WGSL (`concat!`).
+
+// `x` with its low `drop` mantissa bits rounded away (1 <= drop <= 23);
+// infinities and NaNs are returned as they are.
+fn keel_round_mantissa(x: f32, drop: u32) -> f32 {
+    let bits = bitcast<u32>(x);
+    if (bits & 0x7f800000u) == 0x7f800000u {
+        return x;
+    }
+    let lsb = (bits >> drop) & 1u;
+    let half_minus_one = (1u << (drop - 1u)) - 1u;
+    let mask = ~((1u << drop) - 1u);
+    return bitcast<f32>((bits + half_minus_one + lsb) & mask);
+}
+
+fn keel_round_f16(x: f32) -> f32 {
+    if abs(x) < 6.103515625e-05 {
+        // f16 subnormals: multiples of 2^-24 (both scalings are exact).
+        return round(x * 16777216.0) * 5.9604644775390625e-08;
+    }
+    let r = keel_round_mantissa(x, 13u);
+    if abs(r) > 65504.0 {
+        return bitcast<f32>((bitcast<u32>(r) & 0x80000000u) | 0x7f800000u);
+    }
+    return r;
+}
+
+fn keel_round_to(x: f32, format: u32) -> f32 {
+    switch format {
+        case 1u: {
+            return keel_round_mantissa(x, 13u);
+        }
+        case 2u: {
+            return keel_round_mantissa(x, 16u);
+        }
+        case 3u: {
+            return keel_round_f16(x);
+        }
+        default: {
+            return x;
+        }
+    }
+}

@@ -1,0 +1,60 @@
+// out[r][j] = exp(x[r][j] - max_r) / sum_j' exp(x[r][j'] - max_r): a
+// numerically stable softmax of each row of a rows x cols f32 matrix.
+// One workgroup per row: its invocations stride over the columns, and the
+// row's maximum and sum are reduced in a tree in workgroup memory.
+// Bindings: 0 x (read), 1 out (read_write), 2 params (uniform).
+// Launch: workgroups of 256; row r is workgroup (r % 65535, r / 65535).
+
+struct Params {
+    rows: u32,
+    cols: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+var<workgroup> scratch: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn softmax_rows(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let row = wg.x + wg.y * 65535u;
+    if row >= params.rows {
+        return;
+    }
+    let cols = params.cols;
+    let base = row * cols;
+    var m = -3.4028235e38;
+    for (var j = t; j < cols; j += 256u) {
+        m = max(m, x[base + j]);
+    }
+    scratch[t] = m;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if t < s {
+            scratch[t] = max(scratch[t], scratch[t + s]);
+        }
+        workgroupBarrier();
+    }
+    let row_max = scratch[0];
+    workgroupBarrier();
+    var acc = 0.0;
+    for (var j = t; j < cols; j += 256u) {
+        acc += exp(x[base + j] - row_max);
+    }
+    scratch[t] = acc;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if t < s {
+            scratch[t] += scratch[t + s];
+        }
+        workgroupBarrier();
+    }
+    let total = scratch[0];
+    for (var j = t; j < cols; j += 256u) {
+        out[base + j] = exp(x[base + j] - row_max) / total;
+    }
+}

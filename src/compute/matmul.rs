@@ -1,0 +1,234 @@
+//! `matmul`: C = A * B (f32, row-major), tiled in workgroup memory or one
+//! invocation per output, with the numerics of [`MatmulPrecision`].
+
+use super::check::{check_buffer, check_distinct, check_size, groups};
+use super::params::{Launch, Param, ParamType::U32};
+use super::precision::{MatmulPrecision, round_to};
+use crate::buffer::Buffer;
+use crate::core::Stream;
+use crate::error::{Error, Result};
+use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+
+/// Which matmul kernel runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulAlgorithm {
+    /// 64 x 64 output tiles staged through workgroup memory, 8 x 8 outputs
+    /// per invocation.
+    #[default]
+    Tiled,
+    /// One invocation per output, reading A and B from memory (the
+    /// baseline of the benchmark).
+    Naive,
+}
+
+/// How [`matmul`] runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MatmulOptions {
+    /// The kernel.
+    pub algorithm: MatmulAlgorithm,
+    /// The numerics (plain f32 by default).
+    pub precision: MatmulPrecision,
+}
+
+/// Output tile of the tiled kernel: rows, columns.
+const TILE: (u32, u32) = (64, 64);
+/// Workgroup edge of the naive kernel.
+const NAIVE_WG: u32 = 16;
+
+const MATMUL_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
+
+/// The tiled kernel: bindings `a`, `b`, `c`; parameters `m`, `k`, `n`,
+/// `mode`, `chunk`. Sources: `shaders/compute/matmul_tiled.{wgsl,ptx}`.
+pub const MATMUL_TILED: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_tiled",
+        workgroup_size: [8, 8, 1],
+        bindings: 3,
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_tiled.wgsl")
+        )),
+        ptx: Some(include_str!("../../shaders/compute/matmul_tiled.ptx")),
+        cpu: Some(matmul_rows_cpu),
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// The naive kernel: as [`MATMUL_TILED`]. Sources:
+/// `shaders/compute/matmul_naive.{wgsl,ptx}`.
+pub const MATMUL_NAIVE: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_naive",
+        workgroup_size: [NAIVE_WG, NAIVE_WG, 1],
+        bindings: 3,
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_naive.wgsl")
+        )),
+        ptx: Some(include_str!("../../shaders/compute/matmul_naive.ptx")),
+        cpu: Some(matmul_naive_cpu),
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// `out = a * b` for an `m` x `k` matrix `a` and a `k` x `n` matrix `b`
+/// (f32, row-major, contiguous), on `stream`; `out` is `m` x `n`. Every
+/// size must be at least 1, the buffers hold at least their matrices,
+/// `out` is not an input, and indices fit in `u32`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    stream: &Stream,
+    a: &Buffer,
+    b: &Buffer,
+    out: &Buffer,
+    m: usize,
+    k: usize,
+    n: usize,
+    opts: &MatmulOptions,
+) -> Result<()> {
+    let what = "matmul";
+    for (name, v) in [("m", m), ("k", k), ("n", n)] {
+        if v == 0 {
+            return Err(Error::invalid(format!(
+                "{what}: expected sizes of at least 1, found {name} = 0 (m = {m}, k = {k}, n = {n})"
+            )));
+        }
+    }
+    check_buffer(what, "a", a, check_size(what, "a", &[m, k])?)?;
+    check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
+    check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
+    check_distinct(what, out, &[("a", a), ("b", b)])?;
+    let (launch, (rows, cols)) = match opts.algorithm {
+        MatmulAlgorithm::Tiled => (&MATMUL_TILED, TILE),
+        MatmulAlgorithm::Naive => (&MATMUL_NAIVE, (NAIVE_WG, NAIVE_WG)),
+    };
+    let grid = [groups(what, n, cols)?, groups(what, m, rows)?, 1];
+    let p = &opts.precision;
+    let u = |v: usize| Param::U32(v as u32); // checked by check_size
+    launch.launch(
+        stream,
+        grid,
+        &[a, b, out],
+        &[
+            u(m),
+            u(k),
+            u(n),
+            Param::U32(p.mode()),
+            Param::U32(p.chunk()),
+        ],
+    )
+}
+
+/// The matmul parameters and buffers of a host launch.
+struct Host<'a> {
+    m: usize,
+    k: usize,
+    n: usize,
+    mode: u32,
+    chunk: usize,
+    a: &'a [f32],
+    b: &'a [f32],
+    c: &'a mut [f32],
+}
+
+fn host<'a>(inv: &'a mut CpuInvocation<'_>) -> Result<Host<'a>, String> {
+    let p = |i: usize| inv.param_u32(4 * i).map(|v| v as usize);
+    let (m, k, n, mode, chunk) = (p(0)?, p(1)?, p(2)?, p(3)? as u32, p(4)?);
+    let found = inv.buffers.len();
+    let [a, b, c] = &mut inv.buffers[..] else {
+        return Err(format!("expected 3 buffers, found {found}"));
+    };
+    let (a, b, c) = (as_f32s(0, a)?, as_f32s(1, b)?, as_f32s_mut(2, c)?);
+    for (i, (len, need)) in [(a.len(), m * k), (b.len(), k * n), (c.len(), m * n)]
+        .into_iter()
+        .enumerate()
+    {
+        if len < need {
+            return Err(format!(
+                "binding {i}: expected at least {need} f32s, found {len}"
+            ));
+        }
+    }
+    let chunk = if chunk == 0 { k.max(1) } else { chunk };
+    Ok(Host {
+        m,
+        k,
+        n,
+        mode,
+        chunk,
+        a,
+        b,
+        c,
+    })
+}
+
+/// The formats packed in `mode`: inputs, accumulator, reduction.
+fn formats(mode: u32) -> (u32, u32, u32) {
+    (mode & 15, (mode >> 4) & 15, (mode >> 8) & 15)
+}
+
+/// One output at a time, k in order: the numerics every kernel has.
+fn matmul_naive_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let h = host(inv)?;
+    let (f_in, f_acc, f_red) = formats(h.mode);
+    for i in 0..h.m {
+        for j in 0..h.n {
+            let (mut part, mut total) = (0.0f32, 0.0f32);
+            for kk in 0..h.k {
+                let p = round_to(h.a[i * h.k + kk], f_in) * round_to(h.b[kk * h.n + j], f_in);
+                if h.mode == 0 {
+                    total += p;
+                    continue;
+                }
+                part = round_to(part + p, f_acc);
+                if (kk + 1) % h.chunk == 0 || kk + 1 == h.k {
+                    total = round_to(total + round_to(part, f_red), f_red);
+                    part = 0.0;
+                }
+            }
+            h.c[i * h.n + j] = total;
+        }
+    }
+    Ok(())
+}
+
+/// A row of outputs at a time (k outer, j inner, so the compiler
+/// vectorises over j), with the same numerics per output as
+/// [`matmul_naive_cpu`]: each output still adds its products in k order.
+fn matmul_rows_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let h = host(inv)?;
+    let (f_in, f_acc, f_red) = formats(h.mode);
+    let (m, k, n) = (h.m, h.k, h.n);
+    let rounded = |x: &[f32]| -> Vec<f32> { x.iter().map(|&v| round_to(v, f_in)).collect() };
+    let (a, b) = if f_in == 0 {
+        (h.a[..m * k].to_vec(), h.b[..k * n].to_vec())
+    } else {
+        (rounded(&h.a[..m * k]), rounded(&h.b[..k * n]))
+    };
+    let mut part = vec![0.0f32; n];
+    for i in 0..m {
+        let total = &mut h.c[i * n..(i + 1) * n];
+        total.fill(0.0);
+        part.fill(0.0);
+        for kk in 0..k {
+            let av = a[i * k + kk];
+            let brow = &b[kk * n..(kk + 1) * n];
+            if h.mode == 0 {
+                for (t, &bv) in total.iter_mut().zip(brow) {
+                    *t += av * bv;
+                }
+                continue;
+            }
+            for (p, &bv) in part.iter_mut().zip(brow) {
+                *p = round_to(*p + av * bv, f_acc);
+            }
+            if (kk + 1) % h.chunk == 0 || kk + 1 == k {
+                for (t, p) in total.iter_mut().zip(part.iter_mut()) {
+                    *t = round_to(*t + round_to(*p, f_red), f_red);
+                    *p = 0.0;
+                }
+            }
+        }
+    }
+    Ok(())
+}

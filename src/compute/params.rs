@@ -1,0 +1,208 @@
+//! Parameter blocks: each launch function declares its kernel's parameter
+//! layout once ([`Launch`]), builds the block from it, and a test checks
+//! every layout in [`KERNELS`](super::KERNELS) against its PTX entry
+//! point, so the three cannot drift.
+//!
+//! Keel's convention: a kernel binds its buffers in order, then a
+//! parameter block of 32-bit values. WGSL reads the block as a uniform
+//! struct at `@binding(bindings)`; PTX takes the buffers as `.u64` device
+//! pointers and then one `.u32`/`.f32` parameter per value; a Rust kernel
+//! reads it with [`CpuInvocation::param_u32`](crate::kernel::CpuInvocation::param_u32).
+
+use crate::buffer::Buffer;
+use crate::core::Stream;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, kernels};
+
+/// The type of one 32-bit value of a parameter block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    /// An unsigned 32-bit integer (PTX `.u32`, `.b32` or `.s32`).
+    U32,
+    /// A 32-bit float (PTX `.f32`).
+    F32,
+}
+
+/// One value of a parameter block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Param {
+    /// A `u32`.
+    U32(u32),
+    /// An `f32`.
+    F32(f32),
+}
+
+impl Param {
+    fn ty(self) -> ParamType {
+        match self {
+            Param::U32(_) => ParamType::U32,
+            Param::F32(_) => ParamType::F32,
+        }
+    }
+}
+
+/// A kernel with the parameter layout its launch code passes.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Its parameter block, value by value.
+    pub params: &'static [ParamType],
+}
+
+impl Launch {
+    /// The parameter block for `values`, which must match
+    /// [`params`](Self::params) in number and type.
+    pub fn block(&self, values: &[Param]) -> Result<Vec<u8>> {
+        let found: Vec<ParamType> = values.iter().map(|v| v.ty()).collect();
+        if found != self.params {
+            return Err(Error::Kernel {
+                kernel: self.kernel.name.to_owned(),
+                message: format!("expected parameters {:?}, found {found:?}", self.params),
+            });
+        }
+        Ok(values
+            .iter()
+            .flat_map(|v| match *v {
+                Param::U32(u) => u.to_le_bytes(),
+                Param::F32(f) => f.to_le_bytes(),
+            })
+            .collect())
+    }
+
+    /// Launches the kernel on `stream` over `grid` with `buffers` and the
+    /// block built from `values`.
+    pub fn launch(
+        &self,
+        stream: &Stream,
+        grid: [u32; 3],
+        buffers: &[&Buffer],
+        values: &[Param],
+    ) -> Result<()> {
+        let block = self.block(values)?;
+        stream.launch(&self.kernel, grid, buffers, &block)
+    }
+}
+
+use ParamType::{F32, U32};
+
+/// [`kernels::VECTOR_ADD`]: `n`.
+pub const VECTOR_ADD: Launch = Launch {
+    kernel: kernels::VECTOR_ADD,
+    params: &[U32],
+};
+/// [`kernels::SAXPY`]: `n`, `alpha`.
+pub const SAXPY: Launch = Launch {
+    kernel: kernels::SAXPY,
+    params: &[U32, F32],
+};
+/// [`kernels::SPIN`]: `n`, `iters`.
+pub const SPIN: Launch = Launch {
+    kernel: kernels::SPIN,
+    params: &[U32, U32],
+};
+
+/// The parameter types of PTX entry `name` in `ptx`, as written
+/// (`"u64"`, `"u32"`, `"f32"`, ...), in order.
+pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {
+    let mut rest = ptx;
+    let body = loop {
+        let at = rest
+            .find(".entry")
+            .ok_or_else(|| format!("no `.entry {name}` in the PTX"))?;
+        let after = &rest[at + ".entry".len()..];
+        let trimmed = after.trim_start();
+        if let Some(tail) = trimmed.strip_prefix(name)
+            && tail.trim_start().starts_with('(')
+        {
+            break tail;
+        }
+        rest = after;
+    };
+    let open = body.find('(').ok_or("no parameter list")?;
+    let close = body.find(')').ok_or("an unclosed parameter list")?;
+    body[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            // `.param .u64 name` (optionally with `.align N` or `.ptr`).
+            p.split_whitespace()
+                .filter(|w| w.starts_with('.') && *w != ".param" && *w != ".align")
+                .find(|w| !w.starts_with(".ptr"))
+                .map(|w| w.trim_start_matches('.').to_owned())
+                .ok_or_else(|| format!("a parameter without a type: `{p}`"))
+        })
+        .collect()
+}
+
+/// Checks `launch` against its PTX: the buffers as `.u64`, then one
+/// 32-bit parameter of the declared type per value.
+pub fn check_ptx(launch: &Launch) -> Result<(), String> {
+    let k = &launch.kernel;
+    let Some(ptx) = k.ptx else {
+        return Ok(());
+    };
+    let found = ptx_entry_params(ptx, k.name)?;
+    let expected: Vec<&[&str]> = std::iter::repeat_n(&["u64"][..], k.bindings)
+        .chain(launch.params.iter().map(|t| match t {
+            U32 => &["u32", "b32", "s32"][..],
+            F32 => &["f32", "b32"][..],
+        }))
+        .collect();
+    let ok = found.len() == expected.len()
+        && found
+            .iter()
+            .zip(&expected)
+            .all(|(f, e)| e.contains(&f.as_str()));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "kernel '{}': the launch code passes {} buffers (.u64) and {:?}, but the PTX entry takes {found:?}",
+            k.name, k.bindings, launch.params
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drifted_layout_is_reported() {
+        let mut wrong = SAXPY;
+        wrong.params = &[U32, U32, F32];
+        let e = check_ptx(&wrong).expect_err("a drifted layout");
+        assert!(e.contains("saxpy") && e.contains("\"f32\""), "{e}");
+        wrong.params = &[F32, F32];
+        assert!(check_ptx(&wrong).is_err());
+        let mut fewer_buffers = SAXPY;
+        fewer_buffers.kernel.bindings = 1;
+        assert!(check_ptx(&fewer_buffers).is_err());
+    }
+
+    #[test]
+    fn the_parser_reads_entry_parameters() {
+        let ptx = ".visible .entry other(.param .u32 a)\n{}\n.visible .entry k(\n\t.param .u64 k_0,\n\t.param .align 4 .f32 k_1\n)\n{}";
+        assert_eq!(ptx_entry_params(ptx, "k").expect("k"), ["u64", "f32"]);
+        assert_eq!(ptx_entry_params(ptx, "other").expect("other"), ["u32"]);
+        assert!(ptx_entry_params(ptx, "missing").is_err());
+    }
+
+    #[test]
+    fn a_block_must_match_its_layout() {
+        let b = SAXPY
+            .block(&[Param::U32(3), Param::F32(2.0)])
+            .expect("block");
+        assert_eq!(b, [3, 0, 0, 0, 0, 0, 0, 64]);
+        let e = SAXPY
+            .block(&[Param::U32(3)])
+            .expect_err("too few")
+            .to_string();
+        assert!(
+            e.contains("saxpy") && e.contains("expected parameters"),
+            "{e}"
+        );
+    }
+}

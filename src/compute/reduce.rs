@@ -1,0 +1,251 @@
+//! `sum` (a two-level reduction, with subgroup operations where the device
+//! has them) and `softmax_rows` (numerically stable, one workgroup per
+//! row).
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use super::check::{check_buffer, check_distinct, check_size};
+use super::params::{Launch, Param, ParamType::U32};
+use crate::buffer::Buffer;
+use crate::core::{Device, DeviceType, Stream};
+use crate::error::{Error, Result};
+use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+
+/// Invocations per workgroup of the reduction kernels.
+const WG: u32 = 256;
+/// Elements per workgroup the first level aims for.
+const PER_GROUP: usize = 2048;
+/// Most workgroups of the first level (the second level is one workgroup
+/// over their partial sums).
+const MAX_GROUPS: usize = 1024;
+
+/// One level of a sum, in workgroup memory: bindings `x`, `out`;
+/// parameters `n`, `groups`. Sources: `shaders/compute/sum.wgsl`,
+/// `shaders/compute/sum_shared.ptx`.
+pub const SUM_SHARED: Launch = Launch {
+    kernel: Kernel {
+        name: "sum_shared",
+        workgroup_size: [WG, 1, 1],
+        bindings: 2,
+        wgsl: Some(include_str!("../../shaders/compute/sum.wgsl")),
+        ptx: Some(include_str!("../../shaders/compute/sum_shared.ptx")),
+        cpu: Some(sum_cpu),
+    },
+    params: &[U32, U32],
+};
+
+/// [`SUM_SHARED`] with subgroup adds (`subgroupAdd`; warp shuffles in
+/// PTX). Sources: `shaders/compute/sum_subgroup.{wgsl,ptx}`.
+pub const SUM_SUBGROUP: Launch = Launch {
+    kernel: Kernel {
+        name: "sum_subgroup",
+        workgroup_size: [WG, 1, 1],
+        bindings: 2,
+        wgsl: Some(include_str!("../../shaders/compute/sum_subgroup.wgsl")),
+        ptx: Some(include_str!("../../shaders/compute/sum_subgroup.ptx")),
+        cpu: Some(sum_cpu),
+    },
+    params: &[U32, U32],
+};
+
+/// Row softmax: bindings `x`, `out`; parameters `rows`, `cols`. Sources:
+/// `shaders/compute/softmax_rows.{wgsl,ptx}`.
+pub const SOFTMAX_ROWS: Launch = Launch {
+    kernel: Kernel {
+        name: "softmax_rows",
+        workgroup_size: [WG, 1, 1],
+        bindings: 2,
+        wgsl: Some(include_str!("../../shaders/compute/softmax_rows.wgsl")),
+        ptx: Some(include_str!("../../shaders/compute/softmax_rows.ptx")),
+        cpu: Some(softmax_cpu),
+    },
+    params: &[U32, U32],
+};
+
+/// Which sum kernel runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SumVariant {
+    /// Subgroup operations where the device reports them
+    /// ([`subgroups_supported`]), workgroup memory otherwise.
+    #[default]
+    Auto,
+    /// Subgroup operations; an error where the device has none.
+    Subgroup,
+    /// Workgroup memory only (the fallback).
+    Shared,
+}
+
+/// Whether `sum` can use subgroup operations on the stream's device: CUDA
+/// always (warp shuffles); Vulkan and wgpu where the device reports the
+/// property `"subgroup operations"` as `"arithmetic"` (Vulkan: subgroup
+/// arithmetic in compute shaders; wgpu: `Features::SUBGROUP` enabled).
+/// Read once per device (properties do not change), so a launch does not
+/// rebuild them.
+pub fn subgroups_supported(stream: &Stream) -> Result<bool> {
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    let device = crate::api::resolve(stream.device())?;
+    let known =
+        |k: &Mutex<HashMap<Device, bool>>| k.lock().map_or(None, |m| m.get(&device).copied());
+    if let Some(yes) = known(&KNOWN) {
+        return Ok(yes);
+    }
+    let yes = match device.device_type() {
+        DeviceType::Cuda => true,
+        DeviceType::Vulkan | DeviceType::Wgpu => crate::api::properties(device)?
+            .extra
+            .iter()
+            .any(|(k, v)| k == "subgroup operations" && v.contains("arithmetic")),
+        _ => false,
+    };
+    if let Ok(mut m) = KNOWN.lock() {
+        m.insert(device, yes);
+    }
+    Ok(yes)
+}
+
+/// `out[0] = x[0] + ... + x[n - 1]` (f32): per-workgroup partial sums into
+/// a scratch buffer, then one workgroup over them (one level when one
+/// workgroup covers `x`). `out` holds at least one f32.
+pub fn sum(stream: &Stream, x: &Buffer, n: usize, out: &Buffer) -> Result<()> {
+    sum_with(stream, x, n, out, SumVariant::Auto)
+}
+
+/// [`sum`] with a chosen kernel.
+pub fn sum_with(
+    stream: &Stream,
+    x: &Buffer,
+    n: usize,
+    out: &Buffer,
+    variant: SumVariant,
+) -> Result<()> {
+    let what = "sum";
+    if n == 0 {
+        return Err(Error::invalid(format!(
+            "{what}: expected at least 1 element, found n = 0"
+        )));
+    }
+    check_buffer(what, "x", x, check_size(what, "x", &[n])?)?;
+    check_buffer(what, "out", out, 1)?;
+    check_distinct(what, out, &[("x", x)])?;
+    let launch = match variant {
+        SumVariant::Shared => &SUM_SHARED,
+        SumVariant::Subgroup if !subgroups_supported(stream)? => {
+            return Err(Error::invalid(format!(
+                "{what}: the subgroup variant needs subgroup operations, which {} does not report",
+                stream.device()
+            )));
+        }
+        SumVariant::Subgroup => &SUM_SUBGROUP,
+        SumVariant::Auto if subgroups_supported(stream)? => &SUM_SUBGROUP,
+        SumVariant::Auto => &SUM_SHARED,
+    };
+    let groups = n.div_ceil(PER_GROUP).min(MAX_GROUPS);
+    let u = |v: usize| Param::U32(v as u32); // n checked, groups <= 1024
+    if groups == 1 {
+        return launch.launch(stream, [1, 1, 1], &[x, out], &[u(n), u(1)]);
+    }
+    let partials = Buffer::new(stream.device(), groups * 4)?;
+    launch.launch(
+        stream,
+        [groups as u32, 1, 1],
+        &[x, &partials],
+        &[u(n), u(groups)],
+    )?;
+    launch.launch(stream, [1, 1, 1], &[&partials, out], &[u(groups), u(1)])
+}
+
+/// Rows per grid column (the most workgroups of one grid dimension).
+const ROWS_PER_COLUMN: usize = 65535;
+
+/// `out[r][j] = exp(x[r][j] - max_r) / sum_j exp(x[r][j] - max_r)` for a
+/// `rows` x `cols` f32 matrix (row-major); sizes at least 1.
+pub fn softmax_rows(
+    stream: &Stream,
+    x: &Buffer,
+    out: &Buffer,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    let what = "softmax_rows";
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(format!(
+            "{what}: expected sizes of at least 1, found rows = {rows}, cols = {cols}"
+        )));
+    }
+    let len = check_size(what, "x", &[rows, cols])?;
+    check_buffer(what, "x", x, len)?;
+    check_buffer(what, "out", out, len)?;
+    check_distinct(what, out, &[("x", x)])?;
+    let grid = [
+        rows.min(ROWS_PER_COLUMN) as u32,
+        rows.div_ceil(ROWS_PER_COLUMN) as u32,
+        1,
+    ];
+    let u = |v: usize| Param::U32(v as u32);
+    SOFTMAX_ROWS.launch(stream, grid, &[x, out], &[u(rows), u(cols)])
+}
+
+/// The kernels' sum, workgroup by workgroup: invocation t of workgroup g
+/// adds x[256 g + t + 256 G j], then the workgroup adds its 256 sums in a
+/// tree (the order of the shared-memory kernel).
+fn sum_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let (n, groups) = (inv.param_u32(0)? as usize, inv.param_u32(4)? as usize);
+    let grid = inv.grid[0] as usize;
+    let [x, out] = &mut inv.buffers[..] else {
+        return Err(format!("expected 2 buffers, found {}", inv.buffers.len()));
+    };
+    let (x, out) = (as_f32s(0, x)?, as_f32s_mut(1, out)?);
+    if x.len() < n || out.len() < grid {
+        return Err(format!(
+            "expected at least {n} inputs and {grid} outputs, found {} and {}",
+            x.len(),
+            out.len()
+        ));
+    }
+    let wg = WG as usize;
+    let stride = groups * wg;
+    let mut lanes = vec![0.0f32; wg];
+    for (g, o) in out[..grid].iter_mut().enumerate() {
+        for (t, lane) in lanes.iter_mut().enumerate() {
+            *lane = x[..n].iter().skip(g * wg + t).step_by(stride.max(1)).sum();
+        }
+        let mut s = wg / 2;
+        while s > 0 {
+            for t in 0..s {
+                lanes[t] += lanes[t + s];
+            }
+            s /= 2;
+        }
+        *o = lanes[0];
+    }
+    Ok(())
+}
+
+fn softmax_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let (rows, cols) = (inv.param_u32(0)? as usize, inv.param_u32(4)? as usize);
+    let [x, out] = &mut inv.buffers[..] else {
+        return Err(format!("expected 2 buffers, found {}", inv.buffers.len()));
+    };
+    let (x, out) = (as_f32s(0, x)?, as_f32s_mut(1, out)?);
+    let len = rows * cols;
+    if x.len() < len || out.len() < len {
+        return Err(format!(
+            "expected at least {len} f32s in and out, found {} and {}",
+            x.len(),
+            out.len()
+        ));
+    }
+    for (xr, or) in x[..len].chunks(cols).zip(out[..len].chunks_mut(cols)) {
+        let max = xr.iter().fold(f32::MIN, |m, &v| m.max(v));
+        let mut total = 0.0f32;
+        for (o, &v) in or.iter_mut().zip(xr) {
+            *o = (v - max).exp();
+            total += *o;
+        }
+        for o in or.iter_mut() {
+            *o /= total;
+        }
+    }
+    Ok(())
+}

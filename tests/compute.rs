@@ -1,0 +1,449 @@
+//! `keel::compute` on every available backend: matmul (tiled and naive),
+//! sum (both variants) and softmax_rows against f64 references, over
+//! shapes including 1, primes and non-multiples of the tile and workgroup
+//! sizes; the precision modes' error ordering; argument errors.
+//!
+//! Tolerances, as multiples of f32's unit roundoff u = 2^-24 (at most 2u
+//! per rounded operation, so the bounds hold with fused or unfused
+//! multiply-adds and any summation order the kernels use):
+//! - matmul: |c - ref| <= 2 (k + 2) u * sum_k |a_ik b_kj|;
+//! - sum: |s - ref| <= 2 (n / 256 + 40) u * sum |x_i| (each invocation adds
+//!   at most n / 256 elements, then two trees of 8 and 10 levels);
+//! - softmax: |o - ref| <= (2 (cols + 40) u + 1e-6) * ref + 1e-9 (the row
+//!   sum, plus exp's error: `ex2.approx` on CUDA, the driver's `exp`).
+//!
+//! CUDA is not in this list: its kernels are checked by `ptxas`
+//! (`cargo xtask ptx`) and the parameter-layout unit test, and run in the
+//! CUDA suite where a GPU is present.
+
+use keel::compute::{
+    self, Accumulation, InputRounding, MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction,
+    SumVariant,
+};
+use keel::testing::conformance;
+use keel::{Buffer, Device, DeviceType, Stream};
+
+const U: f64 = 1.0 / 16_777_216.0;
+
+/// Compiles every compute kernel on wgpu's GL adapter, once per process,
+/// before any test uses the adapter. wgpu's GL backend holds its context
+/// lock while llvmpipe compiles a shader (seconds for the tiled matmul on
+/// a loaded machine), and another thread that waits over a second for
+/// that lock panics (wgpu-hal 30, "Could not lock adapter context"); the
+/// other tests' threads wait on this `Once` instead.
+fn warm_gl(device: Device) {
+    static WARM: std::sync::Once = std::sync::Once::new();
+    WARM.call_once(|| {
+        let stream = keel::default_stream(device).expect("stream");
+        let x = upload(&stream, &[1.0; 4]);
+        let y = upload(&stream, &[1.0; 4]);
+        let out = output(&stream, 4);
+        for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+            let opts = MatmulOptions {
+                algorithm,
+                ..Default::default()
+            };
+            compute::matmul(&stream, &x, &y, &out, 2, 2, 2, &opts).expect("matmul");
+        }
+        compute::sum_with(&stream, &x, 4, &out, SumVariant::Shared).expect("sum");
+        compute::softmax_rows(&stream, &x, &out, 2, 2).expect("softmax");
+        stream.synchronize().expect("synchronize");
+    });
+}
+
+/// Every backend these tests run on, with a label.
+fn backends() -> Vec<(&'static str, Device)> {
+    let mut v = Vec::new();
+    if let Some(d) = conformance::device(DeviceType::Cpu) {
+        v.push(("cpu", d));
+    }
+    if let Some(d) = conformance::device(DeviceType::Vulkan) {
+        v.push(("vulkan", d));
+    }
+    if let Some(d) = conformance::wgpu_adapter("Vulkan") {
+        v.push(("wgpu/Vulkan", d));
+    }
+    if let Some(d) = conformance::wgpu_adapter("GL") {
+        warm_gl(d);
+        v.push(("wgpu/GL", d));
+    }
+    v
+}
+
+/// No Vulkan validation error so far (the tests run with the Khronos
+/// validation layer in CI).
+fn no_validation_errors() {
+    #[cfg(feature = "vulkan")]
+    assert_eq!(
+        keel::backend::vulkan::validation_error_count(),
+        0,
+        "{:#?}",
+        keel::backend::vulkan::validation_messages()
+    );
+}
+
+/// A deterministic generator (xorshift64*), uniform in [-1, 1) and normal.
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+        (r as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn normal(&mut self) -> f32 {
+        let u1 = (self.uniform() as f64 + 1.0) / 2.0 + 1e-12;
+        let u2 = (self.uniform() as f64 + 1.0) / 2.0;
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+fn upload(stream: &Stream, data: &[f32]) -> Buffer {
+    Buffer::from_slice(stream, data).expect("upload")
+}
+
+fn output(stream: &Stream, elems: usize) -> Buffer {
+    Buffer::new(stream.device(), elems * 4).expect("output buffer")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_matmul(
+    stream: &Stream,
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    opts: &MatmulOptions,
+) -> Vec<f32> {
+    let (ab, bb, cb) = (upload(stream, a), upload(stream, b), output(stream, m * n));
+    compute::matmul(stream, &ab, &bb, &cb, m, k, n, opts).expect("matmul");
+    cb.read_as::<f32>(stream).expect("read")
+}
+
+/// The f64 product and, per output, sum_k |a_ik b_kj|.
+fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut c = vec![0.0; m * n];
+    let mut mag = vec![0.0; m * n];
+    for i in 0..m {
+        for kk in 0..k {
+            let av = a[i * k + kk] as f64;
+            for j in 0..n {
+                let p = av * b[kk * n + j] as f64;
+                c[i * n + j] += p;
+                mag[i * n + j] += p.abs();
+            }
+        }
+    }
+    (c, mag)
+}
+
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (1, 7, 1),
+    (3, 5, 7),
+    (2, 1, 3),
+    (17, 31, 13),
+    (32, 32, 32),
+    (33, 16, 65),
+    (64, 97, 31),
+    (41, 300, 37),
+];
+
+#[test]
+fn matmul_matches_the_f64_reference_on_every_backend() {
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for &(m, k, n) in SHAPES {
+            let mut rng = Rng(0x9e37_79b9 ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let (want, mag) = reference(&a, &b, m, k, n);
+            for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+                let opts = MatmulOptions {
+                    algorithm,
+                    ..Default::default()
+                };
+                let got = run_matmul(&stream, &a, &b, m, k, n, &opts);
+                for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                    let tol = 2.0 * (k as f64 + 2.0) * U * s;
+                    assert!(
+                        (*g as f64 - w).abs() <= tol,
+                        "{label} {algorithm:?} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
+#[test]
+fn matmul_checks_its_arguments() {
+    let stream = keel::default_stream(Device::cpu()).expect("stream");
+    let a = output(&stream, 6);
+    let b = output(&stream, 6);
+    let c = output(&stream, 4);
+    let opts = MatmulOptions::default();
+    let err = |r: keel::Result<()>| r.expect_err("an error").to_string();
+    let e = err(compute::matmul(&stream, &a, &b, &c, 2, 0, 2, &opts));
+    assert!(e.contains("k = 0"), "{e}");
+    let e = err(compute::matmul(&stream, &a, &b, &c, 2, 4, 2, &opts));
+    assert!(
+        e.contains("`a`") && e.contains("32 bytes") && e.contains("found 24"),
+        "{e}"
+    );
+    let e = err(compute::matmul(&stream, &a, &b, &c, 3, 2, 3, &opts));
+    assert!(e.contains("`out`") && e.contains("9 f32s"), "{e}");
+    let e = err(compute::matmul(&stream, &a, &b, &a, 2, 2, 2, &opts));
+    assert!(e.contains("also `a`"), "{e}");
+    let e = err(compute::matmul(
+        &stream,
+        &a,
+        &b,
+        &c,
+        1 << 20,
+        1 << 13,
+        1,
+        &opts,
+    ));
+    assert!(e.contains("indices are u32"), "{e}");
+    let e = err(compute::softmax_rows(&stream, &a, &c, 0, 3));
+    assert!(e.contains("rows = 0"), "{e}");
+    let e = err(compute::sum(&stream, &a, 7, &c));
+    assert!(e.contains("`x`") && e.contains("7 f32s"), "{e}");
+    let e = err(compute::sum(&stream, &a, 0, &c));
+    assert!(e.contains("n = 0"), "{e}");
+    let e = err(compute::sum_with(&stream, &a, 6, &c, SumVariant::Subgroup));
+    assert!(e.contains("subgroup"), "{e}");
+    // A buffer on another device.
+    if let Some(d) = conformance::device(DeviceType::Vulkan) {
+        let vs = keel::default_stream(d).expect("stream");
+        let va = output(&vs, 6);
+        let e = err(compute::sum(&stream, &va, 6, &c));
+        assert!(e.contains("vulkan:0") && e.contains("cpu"), "{e}");
+    }
+}
+
+#[test]
+fn sum_matches_the_f64_reference_with_both_variants() {
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let subgroups = compute::subgroups_supported(&stream).expect("query");
+        let mut variants = vec![SumVariant::Shared, SumVariant::Auto];
+        if subgroups {
+            variants.push(SumVariant::Subgroup);
+        } else {
+            eprintln!("{label}: no subgroup operations; the subgroup variant is not tested here");
+        }
+        let mut sizes = vec![1usize, 2, 255, 256, 257, 2047, 2049, 100_003];
+        // Past 1024 workgroups of 2048 (the first level's cap, so each
+        // invocation strides over several elements). Not on wgpu's GL
+        // adapter: see `softmax_rows_is_stable_and_matches_the_reference`.
+        if label != "wgpu/GL" {
+            sizes.push(3_000_017);
+        }
+        for n in sizes {
+            let x = Rng(n as u64 + 7).vec(n);
+            let want: f64 = x.iter().map(|&v| v as f64).sum();
+            let mag: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
+            let tol = 2.0 * (n as f64 / 256.0 + 40.0) * U * mag;
+            let xb = upload(&stream, &x);
+            for &variant in &variants {
+                let out = output(&stream, 1);
+                compute::sum_with(&stream, &xb, n, &out, variant).expect("sum");
+                let got = out.read_as::<f32>(&stream).expect("read")[0] as f64;
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{label} {variant:?} n = {n}: {got}, expected {want} (tolerance {tol:e})"
+                );
+            }
+        }
+    }
+    no_validation_errors();
+}
+
+#[test]
+fn softmax_rows_is_stable_and_matches_the_reference() {
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let mut shapes = vec![(1, 1), (1, 7), (3, 256), (5, 257), (2, 1000)];
+        // More rows than one grid dimension holds (65535 workgroups), so
+        // rows continue in the grid's y. Not on wgpu's GL adapter: the
+        // launch runs for seconds on llvmpipe, and wgpu's GL backend holds
+        // its context lock while it waits for work, so another test's
+        // thread that waits over a second for the lock panics (wgpu-hal 30,
+        // "Could not lock adapter context"). GL work here stays small.
+        if label != "wgpu/GL" {
+            shapes.push((65_537, 2));
+        }
+        for &(rows, cols) in &shapes {
+            let mut rng = Rng((rows * 7 + cols) as u64);
+            // Large values: exp without the max subtracted would overflow.
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| 1000.0 * ((i / cols) % 3) as f32 + 20.0 * rng.uniform())
+                .collect();
+            let (xb, ob) = (upload(&stream, &x), output(&stream, rows * cols));
+            compute::softmax_rows(&stream, &xb, &ob, rows, cols).expect("softmax");
+            let got = ob.read_as::<f32>(&stream).expect("read");
+            for (r, (xr, gr)) in x.chunks(cols).zip(got.chunks(cols)).enumerate() {
+                let max = xr.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
+                let e: Vec<f64> = xr.iter().map(|&v| (v as f64 - max).exp()).collect();
+                let total: f64 = e.iter().sum();
+                for (j, (g, e)) in gr.iter().zip(&e).enumerate() {
+                    let want = e / total;
+                    let tol = (2.0 * (cols as f64 + 40.0) * U + 1e-6) * want + 1e-9;
+                    assert!(
+                        (*g as f64 - want).abs() <= tol,
+                        "{label} {rows}x{cols}: out[{r}][{j}] = {g}, expected {want} (tolerance {tol:e})"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
+/// The relative Frobenius error of a matmul in `precision` on `stream`.
+fn mode_error(
+    stream: &Stream,
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    want: &[f64],
+    precision: MatmulPrecision,
+) -> f64 {
+    let opts = MatmulOptions {
+        precision,
+        ..Default::default()
+    };
+    let got = run_matmul(stream, a, b, m, k, n, &opts);
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (err / norm).sqrt()
+}
+
+#[test]
+fn precision_modes_order_their_errors_alike_on_every_backend() {
+    let (m, k, n) = (24, 1024, 20);
+    let mut rng = Rng(42);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
+    let (want, _) = reference(&a, &b, m, k, n);
+    let f16_in = MatmulPrecision::inputs(InputRounding::F16);
+    let f16_acc = MatmulPrecision {
+        accumulation: Accumulation::F16,
+        ..f16_in
+    };
+    let f16_red = MatmulPrecision {
+        reduction: Reduction::F16,
+        ..f16_in
+    };
+    let modes = [
+        ("ieee", MatmulPrecision::IEEE),
+        ("tf32", MatmulPrecision::TF32),
+        ("bf16", MatmulPrecision::BF16),
+        ("f16 inputs", f16_in),
+        ("f16 inputs, f16 split-K reduction", f16_red),
+        ("f16 inputs, f16 accumulation", f16_acc),
+    ];
+    let mut first: Option<(&str, Vec<f64>)> = None;
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let errors: Vec<f64> = modes
+            .iter()
+            .map(|(_, p)| mode_error(&stream, &a, &b, (m, k, n), &want, *p))
+            .collect();
+        eprintln!(
+            "{label}: {:?}",
+            modes.iter().map(|m| m.0).zip(&errors).collect::<Vec<_>>()
+        );
+        let [ieee, tf32, bf16, f16, f16_red, f16_acc] = errors[..] else {
+            unreachable!()
+        };
+        assert!(ieee < 1e-6, "{label}: ieee error {ieee:e}");
+        assert!(ieee < tf32 && tf32 < bf16, "{label}: {errors:?}");
+        // A 10-bit mantissa: tf32 and f16 inputs err alike; bf16's 7 bits
+        // err about 8 times more.
+        assert!(
+            tf32 > 1e-4 && tf32 < 2e-3 && bf16 > 4.0 * tf32,
+            "{label}: {errors:?}"
+        );
+        assert!(f16 < f16_red && f16_red < f16_acc, "{label}: {errors:?}");
+        match &first {
+            None => first = Some((label, errors)),
+            Some((l0, e0)) => {
+                for ((name, _), (e, e0)) in modes.iter().zip(errors.iter().zip(e0)) {
+                    let ratio = e / e0;
+                    assert!(
+                        (0.8..1.25).contains(&ratio) || (*e < 1e-6 && *e0 < 1e-6),
+                        "{name}: {label} error {e:e} vs {l0} {e0:e}"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
+#[test]
+fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
+    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
+    // Ties, values just off ties, f16's subnormals and overflow threshold,
+    // signs, zero, and ordinary values: A is this column, B = [1], so
+    // c_i = round(a_i) * 1.
+    let p = |e: i32| 2f32.powi(e);
+    let a = [
+        1.0 + p(-11),
+        1.0 + 3.0 * p(-11),
+        1.0 + p(-11) + p(-20),
+        1.0 + p(-8),
+        1.0 + 3.0 * p(-8),
+        -(1.0 + 3.0 * p(-8)),
+        p(-25),
+        3.0 * p(-25),
+        p(-15) + p(-24) + p(-25),
+        65519.0,
+        65520.0,
+        -70000.0,
+        0.0,
+        0.1,
+        -1.0 / 3.0,
+        12345.678,
+    ];
+    type Round = fn(f32) -> f32;
+    let modes: [(InputRounding, Round); 3] = [
+        (InputRounding::Tf32, round_tf32),
+        (InputRounding::Bf16, round_bf16),
+        (InputRounding::F16, round_f16),
+    ];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for (mode, round) in modes {
+            for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision: MatmulPrecision::inputs(mode),
+                };
+                let got = run_matmul(&stream, &a, &[1.0], a.len(), 1, 1, &opts);
+                for (x, g) in a.iter().zip(&got) {
+                    assert_eq!(
+                        g.to_bits(),
+                        round(*x).to_bits(),
+                        "{label} {mode:?} {algorithm:?}: round({x:e}) = {g:e}, expected {:e}",
+                        round(*x)
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
