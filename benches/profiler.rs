@@ -37,6 +37,12 @@ fn costs(c: &mut Criterion) {
     g.bench_function("baseline_two_clock_reads", |b| {
         b.iter(|| (black_box(Instant::now()), black_box(Instant::now())))
     });
+    // What host records read instead (`profiler/stamp.rs`): the CPU's
+    // counter, twice.
+    let counter = quanta::Clock::new();
+    g.bench_function("baseline_two_counter_reads", |b| {
+        b.iter(|| (black_box(counter.raw()), black_box(counter.raw())))
+    });
     g.bench_function("hook_no_session", |b| {
         b.iter(|| black_box(keel::profiler::enabled()))
     });

@@ -1,5 +1,6 @@
 //! wgpu: 10,000 small dispatches through Keel vs the same with raw wgpu in
-//! the same process; copy bandwidth; event record + query. On every
+//! the same process; the same Keel dispatches with a profiling session
+//! recording and without; copy bandwidth; event record + query. On every
 //! adapter found (Vulkan and GL here).
 //!
 //! "The same" dispatches: `vector_add` on 1,024 elements, each in its own
@@ -10,9 +11,11 @@
 //! Run: `cargo bench --bench wgpu`. Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 use keel::{Buffer, Device, DeviceType, Event, kernels};
 
 const DISPATCHES: usize = 10_000;
@@ -161,6 +164,58 @@ fn dispatches(c: &mut Criterion) {
                     .expect("launch");
                 }
                 s.synchronize().expect("sync");
+            })
+        });
+        g.finish();
+
+        // With a profiling session recording and without, each iteration
+        // running both back to back and counting only its own (the
+        // session's start and its trace's assembly are outside the
+        // timing). Flat sampling: a profiled iteration takes seconds.
+        let run = || {
+            let start = Instant::now();
+            for _ in 0..DISPATCHES {
+                s.launch(
+                    &k,
+                    k.grid_for(u64::from(N)),
+                    &[&bufs[0], &bufs[1], &bufs[2]],
+                    &params,
+                )
+                .expect("launch");
+            }
+            s.synchronize().expect("sync");
+            start.elapsed()
+        };
+        let profiled = || {
+            let session = keel::profiler::start().expect("session");
+            let t = run();
+            black_box(session.stop());
+            t
+        };
+        let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches_profiled"));
+        g.sample_size(10)
+            .sampling_mode(SamplingMode::Flat)
+            .measurement_time(Duration::from_secs(10));
+        g.throughput(Throughput::Elements(DISPATCHES as u64));
+        g.bench_function("no_session", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let t = run();
+                        profiled();
+                        t
+                    })
+                    .sum()
+            })
+        });
+        g.bench_function("session_recording", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        run();
+                        profiled()
+                    })
+                    .sum()
             })
         });
         g.finish();

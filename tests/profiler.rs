@@ -168,3 +168,53 @@ fn allocations_are_allocator_events_with_both_curves() {
     let json = keel::profiler::json::to_json_string(&trace).expect("json");
     assert_eq!(keel::profiler::json::read_json(&json).expect("read"), trace);
 }
+
+/// Ranges, stream operations and allocator events recorded back to back on
+/// one thread share one tick source (`profiler/stamp.rs`): a range drawn
+/// tightly around a stream operation contains it, and the trace's nesting
+/// check holds over thousands of records.
+#[test]
+fn host_records_share_one_clock_and_nest() {
+    let _s = serial();
+    let s = keel::get_stream_from_pool(keel::Device::cpu(), false).expect("stream");
+    let session = keel::profiler::start().expect("start");
+    for i in 0..2000 {
+        let _outer = keel::profiler::range("outer");
+        {
+            let _inner = keel::profiler::range("inner");
+            s.synchronize().expect("sync");
+        }
+        if i % 10 == 0 {
+            let b = keel::Buffer::from_slice(&s, &[i as u32; 4]).expect("buffer");
+            keel::profiler::mark("allocated");
+            drop(b);
+        }
+    }
+    let trace = session.stop();
+    assert_eq!(trace.check(), Ok(()));
+    let inner: Vec<_> = trace.spans.iter().filter(|x| x.name == "inner").collect();
+    let outer: Vec<_> = trace.spans.iter().filter(|x| x.name == "outer").collect();
+    assert_eq!((inner.len(), outer.len()), (2000, 2000));
+    let lane = inner[0].lane;
+    let mut syncs: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|x| x.lane == lane && x.op != 0 && x.name.contains("synchronize"))
+        .collect();
+    syncs.sort_by_key(|x| x.start_ns);
+    let mut inner = inner;
+    inner.sort_by_key(|x| x.start_ns);
+    assert_eq!(syncs.len(), 2000, "one synchronize span per iteration");
+    for (r, op) in inner.iter().zip(&syncs) {
+        assert!(
+            r.start_ns <= op.start_ns && op.end_ns() <= r.end_ns(),
+            "{r:?} does not contain {op:?}"
+        );
+    }
+    // Host times run forward: the allocator events are in order and lie
+    // inside the session.
+    let last_end = trace.spans.iter().map(|x| x.end_ns()).max().unwrap_or(0);
+    assert!(!trace.memory.is_empty());
+    assert!(trace.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+    assert!(trace.memory.iter().all(|m| m.ts_ns <= last_end + 1_000_000));
+}

@@ -1,7 +1,8 @@
 //! Vulkan-specific behaviour beyond the conformance suite
 //! (`tests/conformance_vulkan.rs`): properties and device order, empty
-//! bindings, timestamp slot reuse, pooled staging buffers, and the unavailable path (in a child
-//! process with no driver).
+//! bindings, timestamp slot reuse, pooled staging buffers, launches through
+//! cached descriptor sets and the parameter ring, and the unavailable path
+//! (in a child process with no driver).
 
 use std::process::Command;
 
@@ -187,6 +188,69 @@ fn read_into_fills_the_callers_memory() {
 /// has them (lavapipe does): the stated bound is under 5 us, and a timed
 /// kernel's device span lies inside the host interval around its launch
 /// and completion, within that bound.
+/// Launches with the same bindings share one cached descriptor set and
+/// take their parameters from the stream's ring of slots: more launches
+/// than the ring has slots, each with its own `alpha`, interleaved with
+/// parameter blocks too large for a slot (a buffer and set of their own)
+/// and with launches on freshly allocated buffers (new sets), must each
+/// see their own parameters.
+#[test]
+fn cached_sets_and_the_parameter_ring_keep_each_launchs_parameters() {
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    const N: u32 = 300;
+    const LAUNCHES: u32 = 1200; // more than the ring's 512 slots, twice over
+    let k = kernels::SAXPY;
+    let params = |alpha: f32, large: bool| {
+        let mut p = [N.to_le_bytes(), alpha.to_le_bytes()].concat();
+        if large {
+            p.resize(1024, 0); // past a 256-byte slot
+        }
+        p
+    };
+    let ones = vec![1.0f32; N as usize];
+    let x = Buffer::from_slice(&s, &ones).expect("x");
+    let y = Buffer::from_slice(&s, &vec![0.0f32; N as usize]).expect("y");
+    let mut expected = 0.0f32;
+    for i in 1..=LAUNCHES {
+        let alpha = i as f32;
+        s.launch(
+            &k,
+            k.grid_for(u64::from(N)),
+            &[&x, &y],
+            &params(alpha, i % 7 == 0),
+        )
+        .expect("saxpy");
+        expected += alpha;
+        if i % 100 == 0 {
+            // Fresh buffers (the old ones freed): a new set, while the
+            // old one may still be in flight.
+            let fresh = Buffer::from_slice(&s, &ones).expect("fresh");
+            let z = Buffer::from_slice(&s, &vec![0.0f32; N as usize]).expect("z");
+            s.launch(
+                &k,
+                k.grid_for(u64::from(N)),
+                &[&fresh, &z],
+                &params(2.0 * alpha, false),
+            )
+            .expect("saxpy");
+            let z = z.read_as::<f32>(&s).expect("read");
+            assert!(
+                z.iter().all(|&v| v == 2.0 * alpha),
+                "launch {i}: {:?}",
+                &z[..4]
+            );
+        }
+    }
+    let y = y.read_as::<f32>(&s).expect("read");
+    // Integers below 2^24: every partial sum is exact in f32.
+    assert_eq!(expected, (LAUNCHES * (LAUNCHES + 1) / 2) as f32);
+    assert!(y.iter().all(|&v| v == expected), "{:?}", &y[..4]);
+    no_validation_errors();
+}
+
 #[test]
 fn calibrated_device_spans_lie_inside_their_host_interval() {
     let Some(d) = conformance::device(TY) else {

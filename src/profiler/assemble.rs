@@ -75,32 +75,60 @@ pub struct MemoryRecord {
     pub reserved: u64,
 }
 
-/// One entry of a thread's recording buffer.
+/// One entry of a thread's recording buffer, with times of type `T`:
+/// counter ticks while recording (`stamp.rs`), host [`Instant`]s once
+/// the collector has converted them.
 #[derive(Debug)]
-pub(super) enum HostRecord {
+pub(super) enum HostRecord<T = Instant> {
     /// A stream operation (`op` > 0) or a user range (`op` 0).
     Span {
         op: u64,
         kind: SpanKind,
         name: Cow<'static, str>,
-        start: Instant,
-        end: Instant,
+        start: T,
+        end: T,
         stream: Option<Stream>,
         detail: Detail,
     },
     /// A user marker.
-    Mark { name: String, at: Instant },
+    Mark { name: String, at: T },
+}
+
+impl<T> HostRecord<T> {
+    /// The same record with its times converted by `f`.
+    pub(super) fn map_time<U>(self, f: impl Fn(T) -> U) -> HostRecord<U> {
+        match self {
+            HostRecord::Span {
+                op,
+                kind,
+                name,
+                start,
+                end,
+                stream,
+                detail,
+            } => HostRecord::Span {
+                op,
+                kind,
+                name,
+                start: f(start),
+                end: f(end),
+                stream,
+                detail,
+            },
+            HostRecord::Mark { name, at } => HostRecord::Mark { name, at: f(at) },
+        }
+    }
 }
 
 /// The records one host thread made since the previous batch.
 #[derive(Debug)]
-pub(super) struct HostThread {
+pub(super) struct HostThread<T = Instant> {
     /// Process-unique thread number (the lane's identity).
     pub thread: u64,
     /// The lane's name.
     pub name: String,
     /// Drained by the assembler, which leaves the capacity for reuse.
-    pub records: Vec<HostRecord>,
+    pub records: Vec<HostRecord<T>>,
 }
 
 /// A device span, as offsets (ns) from its device's reference event.

@@ -26,9 +26,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::assemble::{Assembler, Collected, DeviceInfo, DeviceSpan};
+use super::assemble::{Assembler, Collected, DeviceInfo, DeviceSpan, HostThread};
 use super::clock::{DeviceClock, RECALIBRATE_EVERY};
 use super::record::{self, Gathered, MemoryRecord, lock};
+use super::stamp::{Stamp, StampMap};
 use super::trace::{TRACE_VERSION, Trace};
 use crate::backend::registry;
 use crate::core::Device;
@@ -83,6 +84,8 @@ struct Collector {
     described: HashSet<Device>,
     /// Per device: when it was last calibrated, and the best bound so far.
     calibrated: HashMap<Device, (Instant, u64)>,
+    /// Turns the host records' counter ticks into host time.
+    stamps: StampMap,
 }
 
 static COLLECTOR: Mutex<Option<Collector>> = Mutex::new(None);
@@ -96,8 +99,11 @@ pub(super) fn begin(sink: Box<dyn Sink>) -> Result<Instant> {
             "a profiler session is already recording; stop it before starting another",
         ));
     }
+    // Before recording starts: every record is stamped after the origin.
+    let stamps = StampMap::new();
     let epoch = record::open()?;
     *slot = Some(Collector {
+        stamps,
         epoch,
         sink,
         assembler: Assembler::new(epoch),
@@ -139,7 +145,7 @@ pub(super) fn end() -> Trace {
 struct Taken {
     device_spans: Vec<DeviceSpan>,
     waits: Vec<(u64, u64)>,
-    memory: Vec<(Instant, MemoryRecord)>,
+    memory: Vec<(Stamp, MemoryRecord)>,
     /// Every device seen so far, with its clock if it has one.
     devices: Vec<(Device, Option<Arc<DeviceClock>>)>,
 }
@@ -167,10 +173,18 @@ impl Taken {
 
 impl Collector {
     fn collect(&mut self, taken: Taken, last: bool) {
+        // Every host time recorded so far converts by the tick rate
+        // measured up to now.
+        self.stamps.refresh();
+        let stamps = self.stamps;
         let mut batch = Collected {
             device_spans: taken.device_spans,
             waits: taken.waits,
-            memory: taken.memory,
+            memory: taken
+                .memory
+                .into_iter()
+                .map(|(at, r)| (stamps.instant(at), r))
+                .collect(),
             last,
             ..Collected::default()
         };
@@ -200,11 +214,22 @@ impl Collector {
                 }
             }
         }
-        let (bufs, host) = record::take_host();
-        batch.host = host;
+        let (bufs, mut host) = record::take_host();
+        batch.host = host
+            .iter_mut()
+            .map(|t| HostThread {
+                thread: t.thread,
+                name: t.name.clone(),
+                records: t
+                    .records
+                    .drain(..)
+                    .map(|r| r.map_time(|at| stamps.instant(at)))
+                    .collect(),
+            })
+            .collect();
         batch.dropped = record::take_dropped();
         let fragment = self.assembler.assemble(&mut batch);
-        record::give_back(bufs, batch.host);
+        record::give_back(bufs, host);
         self.sink.emit(fragment);
     }
 }

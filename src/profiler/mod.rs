@@ -54,11 +54,14 @@ pub mod json;
 pub mod live;
 pub mod native;
 pub mod record;
+mod stamp;
 pub mod trace;
 
 use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::Instant;
+
+use self::stamp::Stamp;
 
 pub use file::{load_trace, load_traces, save_trace};
 pub use record::enabled;
@@ -114,7 +117,7 @@ impl Drop for Session {
 #[must_use = "the range ends when this guard drops"]
 #[derive(Debug)]
 pub struct Range {
-    started: Option<(Cow<'static, str>, Instant)>,
+    started: Option<(Cow<'static, str>, Stamp)>,
 }
 
 /// Starts a named host range (a user annotation) on this thread; it ends
@@ -123,7 +126,7 @@ pub struct Range {
 #[inline]
 pub fn range(name: impl Into<Cow<'static, str>>) -> Range {
     Range {
-        started: enabled().then(|| (name.into(), Instant::now())),
+        started: enabled().then(|| (name.into(), Stamp::now())),
     }
 }
 
@@ -150,7 +153,7 @@ struct StepState {
     /// The next step's number.
     next: u64,
     /// The step in progress: its number and start.
-    open: Option<(u64, Instant)>,
+    open: Option<(u64, Stamp)>,
 }
 
 static STEP: Mutex<StepState> = Mutex::new(StepState {
@@ -173,7 +176,7 @@ pub fn step() {
     if !enabled() {
         return;
     }
-    let now = Instant::now();
+    let now = Stamp::now();
     let mut state = lock_step();
     if let Some((n, start)) = state.open.take() {
         record::range_between(Cow::Owned(format!("ProfilerStep#{n}")), start, now);

@@ -11,7 +11,8 @@
 //! # Cost
 //! With no session, a hook is one relaxed atomic load ([`enabled`]). With a
 //! session, a stream operation appends one record to its thread's buffer
-//! (two host clock reads, an uncontended lock, a push; measured in
+//! (two reads of the CPU's counter, `stamp.rs`, an uncontended lock, a
+//! push; measured in
 //! `benches/profiler.rs`), and times the operation's device span: inside
 //! the operation's own submissions where the backend can (Vulkan), with
 //! two timed events around it elsewhere (`clock.rs`). Buffers are bounded
@@ -23,12 +24,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
 pub(crate) use super::assemble::Detail;
 pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
+use super::stamp::Stamp;
 pub use super::trace::MemoryAction;
 use super::trace::{SpanKind, Text};
 use crate::core::Stream;
@@ -68,11 +69,11 @@ pub(super) struct ThreadBuf {
     thread: u64,
     name: String,
     generation: AtomicU64,
-    records: Mutex<Vec<HostRecord>>,
+    records: Mutex<Vec<HostRecord<Stamp>>>,
     /// An empty buffer with the capacity of earlier ones: the collector
     /// swaps it in, so a recording thread keeps writing into memory that is
     /// already mapped (no reallocation or page faults in steady state).
-    spare: Mutex<Vec<HostRecord>>,
+    spare: Mutex<Vec<HostRecord<Stamp>>>,
 }
 
 static THREADS: Mutex<Vec<Arc<ThreadBuf>>> = Mutex::new(Vec::new());
@@ -81,7 +82,7 @@ thread_local! {
     static LOCAL: RefCell<Option<Arc<ThreadBuf>>> = const { RefCell::new(None) };
 }
 
-fn push(record: HostRecord) {
+fn push(record: HostRecord<Stamp>) {
     LOCAL.with(|local| {
         let mut local = local.borrow_mut();
         let buf = local.get_or_insert_with(|| {
@@ -129,8 +130,9 @@ pub(super) struct Gathered {
     pub event_ops: HashMap<u64, u64>,
     /// (record op, wait op) pairs
     pub waits: Vec<(u64, u64)>,
-    /// Allocator events with their host times, in time order.
-    pub memory: Vec<(Instant, MemoryRecord)>,
+    /// Allocator events with their host times (counter ticks), in time
+    /// order.
+    pub memory: Vec<(Stamp, MemoryRecord)>,
 }
 
 impl Gathered {
@@ -145,7 +147,7 @@ static GATHERED: Mutex<Option<Gathered>> = Mutex::new(None);
 
 /// Starts recording: clears what an earlier session left and switches the
 /// hooks on. Returns the session's epoch. Fails if recording already.
-pub(super) fn open() -> Result<Instant> {
+pub(super) fn open() -> Result<std::time::Instant> {
     let mut gathered = lock(&GATHERED);
     if gathered.is_some() || ACTIVE.load(Ordering::Acquire) {
         return Err(Error::invalid(
@@ -157,7 +159,7 @@ pub(super) fn open() -> Result<Instant> {
     for t in lock(&THREADS).iter() {
         lock(&t.records).clear();
     }
-    let epoch = Instant::now();
+    let epoch = std::time::Instant::now();
     *gathered = Some(Gathered::default());
     ACTIVE.store(true, Ordering::Release);
     Ok(epoch)
@@ -183,7 +185,7 @@ pub(super) struct TakenHost {
 
 /// Takes the records every thread made in this session since the last
 /// call (swapping in each thread's spare buffer).
-pub(super) fn take_host() -> (TakenHost, Vec<HostThread>) {
+pub(super) fn take_host() -> (TakenHost, Vec<HostThread<Stamp>>) {
     let bufs: Vec<Arc<ThreadBuf>> = lock(&THREADS).clone();
     let generation = GENERATION.load(Ordering::Relaxed);
     let mut taken = TakenHost {
@@ -207,7 +209,7 @@ pub(super) fn take_host() -> (TakenHost, Vec<HostThread>) {
 }
 
 /// Returns drained buffers to their threads as spares.
-pub(super) fn give_back(taken: TakenHost, host: Vec<HostThread>) {
+pub(super) fn give_back(taken: TakenHost, host: Vec<HostThread<Stamp>>) {
     for (t, h) in taken.bufs.into_iter().zip(host) {
         let mut records = h.records;
         records.clear();
@@ -252,9 +254,9 @@ pub(crate) fn operator<T>(
 ) -> Result<T> {
     let op = next_op();
     let outer = OPERATOR.with(|o| o.replace(op));
-    let start = Instant::now();
+    let start = Stamp::now();
     let result = f();
-    let end = Instant::now();
+    let end = Stamp::now();
     OPERATOR.with(|o| o.set(outer));
     push(HostRecord::Span {
         op,
@@ -286,9 +288,9 @@ pub(crate) fn stream_op<T>(
         event_recorded(*e, op);
     }
     let device_events = stream.and_then(start_device_span);
-    let start = Instant::now();
+    let start = Stamp::now();
     let result = f();
-    let end = Instant::now();
+    let end = Stamp::now();
     if let (Some(s), Some(timing)) = (stream, device_events) {
         finish_device_span(op, *s, kind, name.clone(), timing, detail.clone());
     }
@@ -376,7 +378,7 @@ pub(crate) fn memory_event(record: MemoryRecord) {
         return;
     };
     if state.memory.len() < MAX_MEMORY_RECORDS {
-        state.memory.push((Instant::now(), record));
+        state.memory.push((Stamp::now(), record));
     } else {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
@@ -386,17 +388,17 @@ pub(crate) fn memory_event(record: MemoryRecord) {
 pub(super) fn mark(name: String) {
     push(HostRecord::Mark {
         name,
-        at: Instant::now(),
+        at: Stamp::now(),
     });
 }
 
 /// Records a finished user range.
-pub(super) fn range(name: Cow<'static, str>, start: Instant) {
-    range_between(name, start, Instant::now());
+pub(super) fn range(name: Cow<'static, str>, start: Stamp) {
+    range_between(name, start, Stamp::now());
 }
 
 /// Records a user range with both ends given.
-pub(super) fn range_between(name: Cow<'static, str>, start: Instant, end: Instant) {
+pub(super) fn range_between(name: Cow<'static, str>, start: Stamp, end: Stamp) {
     push(HostRecord::Span {
         op: 0,
         kind: SpanKind::Annotation,

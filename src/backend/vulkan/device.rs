@@ -13,7 +13,7 @@ use super::TY;
 use super::event::Timestamps;
 use super::kernel::Pipeline;
 use super::loader::{Adapter, Vk, vk};
-use super::memory::{StagingPool, VkBuffer};
+use super::memory::StagingPool;
 use super::stream::VkStream;
 use crate::backend::pool::Streams;
 use crate::backend::slots::Slots;
@@ -43,12 +43,9 @@ pub struct Ctx {
     pub(super) timestamps: Timestamps,
     streams: Streams<VkStream>,
     pub(super) pipelines: Mutex<HashMap<super::kernel::SpirvKey, Arc<Pipeline>>>,
-    /// `VK_KHR_push_descriptor`, where the driver has it: launches push
-    /// their bindings into the command buffer instead of allocating a
-    /// descriptor set each.
-    pub(super) push_descriptor: Option<ash::khr::push_descriptor::Device>,
-    /// Idle parameter (uniform) buffers, reused across launches.
-    pub(super) param_buffers: Mutex<Vec<VkBuffer>>,
+    /// Descriptor sets of earlier launches, reused by launches that bind
+    /// the same ranges.
+    pub(super) sets: Mutex<super::kernel::SetCache>,
     /// Host-visible buffers for uploads and readbacks, reused.
     pub(super) staging: StagingPool,
     /// `VK_KHR_calibrated_timestamps` (or the EXT form), where the device
@@ -171,19 +168,12 @@ impl Ctx {
                 .enumerate_device_extension_properties(adapter.physical)
         }
         .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
-        let has_push = extensions.iter().any(|e| {
-            e.extension_name_as_c_str()
-                .is_ok_and(|n| n == ash::khr::push_descriptor::NAME)
-        });
         let has = |name: &std::ffi::CStr| {
             extensions
                 .iter()
                 .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
         };
         let mut enabled: Vec<*const std::ffi::c_char> = Vec::new();
-        if has_push {
-            enabled.push(ash::khr::push_descriptor::NAME.as_ptr());
-        }
         let calibration = if has(ash::khr::calibrated_timestamps::NAME) {
             Some(CalibrationExt::Khr)
         } else if has(ash::ext::calibrated_timestamps::NAME) {
@@ -232,8 +222,6 @@ impl Ctx {
         })
         .map_err(|e| Error::backend(TY, format!("creating the memory allocator failed: {e}")))?;
         let timestamps = Timestamps::new(&device)?;
-        let push_descriptor =
-            has_push.then(|| ash::khr::push_descriptor::Device::new(&v.instance, &device));
         let calibrated =
             calibration.map(|ext| match ext {
                 CalibrationExt::Khr => Calibrated::Khr(
@@ -253,8 +241,7 @@ impl Ctx {
             timestamps,
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Mutex::new(HashMap::new()),
-            push_descriptor,
-            param_buffers: Mutex::new(Vec::new()),
+            sets: Mutex::default(),
             staging: StagingPool::default(),
             calibrated,
         })

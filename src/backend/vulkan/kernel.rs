@@ -1,21 +1,24 @@
 //! WGSL kernels on Vulkan: naga compiles each kernel's WGSL to SPIR-V once
-//! per process; each device caches one compute pipeline per kernel; a
-//! launch binds its buffers with push descriptors where the driver has
-//! them, or a descriptor set of its own.
+//! per process; each device caches one compute pipeline per kernel and a
+//! descriptor set per (pipeline, bound ranges, parameter ring), so a
+//! launch that binds what an earlier one bound creates no Vulkan object:
+//! it writes its parameters into a slot of the stream's ring (see
+//! `stream.rs`) and binds the cached set at that slot's dynamic offset,
+//! as a hand-written Vulkan program would.
 //!
 //! Binding model (shared with the wgpu backend): the kernel's buffers are
 //! storage buffers at `@group(0) @binding(0..n)`, and its parameter block
 //! is a uniform buffer at `@binding(n)`, padded with zeros to a multiple of
-//! 16 bytes.
+//! 16 bytes (a dynamic uniform buffer in the set layout).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use ash::vk;
 
 use super::device::{Ctx, lock, vk_error};
 use super::memory::VkBuffer;
-use super::stream::{Keep, VkStream};
+use super::stream::{Keep, PARAM_SLOT, VkStream};
 use super::{TY, Vulkan};
 use crate::backend::typed::{Binding, Kernels};
 use crate::error::{Error, Result};
@@ -111,20 +114,13 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
                 .descriptor_type(if i < n {
                     vk::DescriptorType::STORAGE_BUFFER
                 } else {
-                    vk::DescriptorType::UNIFORM_BUFFER
+                    vk::DescriptorType::UNIFORM_BUFFER_DYNAMIC
                 })
                 .descriptor_count(1)
                 .stage_flags(vk::ShaderStageFlags::COMPUTE)
         })
         .collect();
-    let flags = if ctx.push_descriptor.is_some() {
-        vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
-    } else {
-        vk::DescriptorSetLayoutCreateFlags::empty()
-    };
-    let set_info = vk::DescriptorSetLayoutCreateInfo::default()
-        .flags(flags)
-        .bindings(&bindings);
+    let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
     // SAFETY: object creation on a live device; pipelines are cached for
     // the life of the device (the process).
     let set_layout = unsafe { device.create_descriptor_set_layout(&set_info, None) }
@@ -166,8 +162,8 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
     })
 }
 
-/// A descriptor pool holding one launch's set; destroyed when the launch
-/// has run.
+/// A descriptor set in a pool of its own; the pool is destroyed when the
+/// last holder (the cache, launches in flight) lets go.
 struct Descriptors {
     ctx: &'static Ctx,
     pool: vk::DescriptorPool,
@@ -176,17 +172,19 @@ struct Descriptors {
 
 impl Drop for Descriptors {
     fn drop(&mut self) {
-        // SAFETY: the pool is no longer used by any submission (it is
-        // dropped after the launch that used it completed).
+        // SAFETY: no submission uses the set any more: every launch that
+        // bound it holds a reference until it has run.
         unsafe { self.ctx.device.destroy_descriptor_pool(self.pool, None) };
     }
 }
 
 /// Buffer infos for `buffers` (storage ranges: the binding's bytes, rounded
-/// up to 4 within the allocation) then `params` (uniform, whole).
+/// up to 4 within the allocation) then the parameter block (`uniform`,
+/// `range` bytes from its start; the launch adds a dynamic offset).
 fn buffer_infos(
     buffers: &[Binding<VkBuffer>],
-    params: &VkBuffer,
+    uniform: vk::Buffer,
+    range: u64,
 ) -> Vec<[vk::DescriptorBufferInfo; 1]> {
     buffers
         .iter()
@@ -201,38 +199,14 @@ fn buffer_infos(
                 .range(range)]
         })
         .chain(std::iter::once([vk::DescriptorBufferInfo::default()
-            .buffer(params.buffer)
+            .buffer(uniform)
             .offset(0)
-            .range(vk::WHOLE_SIZE)]))
+            .range(range)]))
         .collect()
 }
 
-/// Descriptor writes for `infos` (the last one is the uniform) into `set`
-/// (null for push descriptors).
-fn writes(
-    set: vk::DescriptorSet,
-    infos: &[[vk::DescriptorBufferInfo; 1]],
-) -> Vec<vk::WriteDescriptorSet<'_>> {
-    let uniform = infos.len() - 1;
-    infos
-        .iter()
-        .enumerate()
-        .map(|(i, info)| {
-            vk::WriteDescriptorSet::default()
-                .dst_set(set)
-                .dst_binding(i as u32)
-                .descriptor_type(if i < uniform {
-                    vk::DescriptorType::STORAGE_BUFFER
-                } else {
-                    vk::DescriptorType::UNIFORM_BUFFER
-                })
-                .buffer_info(info)
-        })
-        .collect()
-}
-
-/// A descriptor set binding `infos` (storage buffers, then the uniform),
-/// for drivers without push descriptors.
+/// A descriptor set of `p`'s layout binding `infos` (storage buffers, then
+/// the dynamic uniform).
 fn descriptors(
     ctx: &'static Ctx,
     p: &Pipeline,
@@ -241,7 +215,7 @@ fn descriptors(
     let device = &ctx.device;
     let mut sizes = vec![
         vk::DescriptorPoolSize::default()
-            .ty(vk::DescriptorType::UNIFORM_BUFFER)
+            .ty(vk::DescriptorType::UNIFORM_BUFFER_DYNAMIC)
             .descriptor_count(1),
     ];
     if p.storage_bindings > 0 {
@@ -271,63 +245,97 @@ fn descriptors(
         }
     };
     let d = Descriptors { ctx, pool, set };
+    let uniform = infos.len() - 1;
+    let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(d.set)
+                .dst_binding(i as u32)
+                .descriptor_type(if i < uniform {
+                    vk::DescriptorType::STORAGE_BUFFER
+                } else {
+                    vk::DescriptorType::UNIFORM_BUFFER_DYNAMIC
+                })
+                .buffer_info(info)
+        })
+        .collect();
     // SAFETY: every buffer is alive and non-null (callers bind no
-    // zero-sized buffers), and the set is not in use yet.
-    unsafe { device.update_descriptor_sets(&writes(d.set, infos), &[]) };
+    // zero-sized buffers), and the set is not in use yet (nor ever
+    // updated again).
+    unsafe { device.update_descriptor_sets(&writes, &[]) };
     Ok(d)
 }
 
-/// Bytes of every reusable parameter buffer: parameter blocks up to this
-/// size reuse buffers; larger ones get their own.
-const PARAM_BUFFER_SIZE: usize = 256;
+/// Cached descriptor sets a device keeps at most; beyond it the least
+/// recently used goes (launches in flight keep theirs alive).
+const CACHED_SETS: usize = 256;
 
-/// A parameter buffer that goes back to its device's free list when the
-/// launch that used it has run.
-struct ParamBuffer {
-    buffer: Option<VkBuffer>,
-    reusable: bool,
+/// What a cached set binds: the pipeline, each storage range (buffer
+/// object address, offset, range) and the parameter ring.
+type SetKey = (usize, Vec<(usize, u64, u64)>, vk::Buffer);
+
+struct CachedSet {
+    set: Arc<Descriptors>,
+    /// The bound buffers, held weakly: a cached set never keeps memory
+    /// alive. While these exist no other buffer can have their addresses,
+    /// so a key that matches a live binding names the same buffers.
+    buffers: Vec<Weak<VkBuffer>>,
+    last_used: u64,
 }
 
-impl ParamBuffer {
-    /// A uniform buffer holding `params` (padded), reused when possible.
-    pub fn new(ctx: &'static Ctx, params: &[u8]) -> Result<ParamBuffer> {
-        let padded = padded_params(params);
-        if padded.len() > PARAM_BUFFER_SIZE {
-            let b = VkBuffer::upload(ctx, &padded, vk::BufferUsageFlags::UNIFORM_BUFFER)?;
-            return Ok(ParamBuffer {
-                buffer: Some(b),
-                reusable: false,
-            });
-        }
-        let recycled = lock(&ctx.param_buffers).pop();
-        let b = match recycled {
-            Some(b) => b,
-            None => VkBuffer::upload(
-                ctx,
-                &[0u8; PARAM_BUFFER_SIZE],
-                vk::BufferUsageFlags::UNIFORM_BUFFER,
-            )?,
-        };
-        b.with_mapped(|m| {
-            m[..padded.len()].copy_from_slice(&padded);
-            m[padded.len()..].fill(0);
-        })?;
-        Ok(ParamBuffer {
-            buffer: Some(b),
-            reusable: true,
-        })
+/// A device's descriptor sets, cached per [`SetKey`].
+#[derive(Default)]
+pub(super) struct SetCache {
+    sets: HashMap<SetKey, CachedSet>,
+    clock: u64,
+}
+
+impl SetCache {
+    /// The cached set for `key`, marked used.
+    fn get(&mut self, key: &SetKey) -> Option<Arc<Descriptors>> {
+        self.clock += 1;
+        let clock = self.clock;
+        let entry = self.sets.get_mut(key)?;
+        entry.last_used = clock;
+        Some(Arc::clone(&entry.set))
     }
-}
 
-impl Drop for ParamBuffer {
-    fn drop(&mut self) {
-        if let Some(b) = self.buffer.take()
-            && self.reusable
+    /// Caches `set` for `key`, dropping the sets of freed buffers and, when
+    /// full, the least recently used.
+    fn insert(&mut self, key: SetKey, set: Arc<Descriptors>, buffers: &[Binding<VkBuffer>]) {
+        if self.sets.len() >= CACHED_SETS {
+            self.sets
+                .retain(|_, e| e.buffers.iter().all(|b| b.strong_count() > 0));
+        }
+        if self.sets.len() >= CACHED_SETS
+            && let Some(oldest) = self
+                .sets
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
         {
-            let ctx = b.ctx;
-            lock(&ctx.param_buffers).push(b);
+            self.sets.remove(&oldest);
         }
+        self.sets.insert(
+            key,
+            CachedSet {
+                set,
+                buffers: buffers.iter().map(|b| Arc::downgrade(&b.buffer)).collect(),
+                last_used: self.clock,
+            },
+        );
     }
+}
+
+/// What a launch keeps alive until it has run.
+struct LaunchKeep {
+    _pipeline: Arc<Pipeline>,
+    _set: Arc<Descriptors>,
+    _buffers: Vec<Arc<VkBuffer>>,
+    /// A parameter block too large for a ring slot.
+    _params: Option<VkBuffer>,
 }
 
 /// The parameter block padded to a multiple of 16 bytes (at least 16).
@@ -366,14 +374,9 @@ impl Kernels for Vulkan {
             });
         }
         let p = pipeline(c, kernel)?;
-        let params = ParamBuffer::new(c, params)?;
         if grid.contains(&0) {
             return Ok(()); // nothing to run
         }
-        let uniform = params
-            .buffer
-            .as_ref()
-            .ok_or_else(|| Error::backend(TY, "a parameter buffer went missing"))?;
         let align = c
             .adapter
             .props
@@ -392,39 +395,70 @@ impl Kernels for Vulkan {
                 ),
             });
         }
-        let infos = buffer_infos(buffers, uniform);
-        let sets = match c.push_descriptor {
-            Some(_) => None,
-            None => Some(descriptors(c, &p, &infos)?),
+        let padded = params.len().max(1).div_ceil(16) * 16;
+        let (set, own_params) = if padded <= PARAM_SLOT {
+            // The usual case: a cached set over the stream's ring.
+            let ring = stream.param_ring()?;
+            let key: SetKey = (
+                Arc::as_ptr(&p) as usize,
+                buffers
+                    .iter()
+                    .map(|b| {
+                        (
+                            Arc::as_ptr(&b.buffer) as usize,
+                            b.offset as u64,
+                            b.len as u64,
+                        )
+                    })
+                    .collect(),
+                ring,
+            );
+            let cached = lock(&c.sets).get(&key);
+            let set = match cached {
+                Some(set) => set,
+                None => {
+                    let infos = buffer_infos(buffers, ring, PARAM_SLOT as u64);
+                    let set = Arc::new(descriptors(c, &p, &infos)?);
+                    lock(&c.sets).insert(key, Arc::clone(&set), buffers);
+                    set
+                }
+            };
+            (set, None)
+        } else {
+            // A large parameter block: a buffer and a set of its own.
+            let block = VkBuffer::upload(
+                c,
+                &padded_params(params),
+                vk::BufferUsageFlags::UNIFORM_BUFFER,
+            )?;
+            let infos = buffer_infos(buffers, block.buffer, vk::WHOLE_SIZE);
+            (Arc::new(descriptors(c, &p, &infos)?), Some(block))
         };
-        let set = sets.as_ref().map(|s| s.set);
-        let writes = writes(vk::DescriptorSet::null(), &infos);
-        let (pipeline, layout) = (p.pipeline, p.layout);
-        let mut keep: Vec<Keep> = vec![Box::new(params), Box::new(p)];
-        keep.extend(sets.map(|s| Box::new(s) as Keep));
-        keep.extend(
-            buffers
-                .iter()
-                .map(|b| Box::new(Arc::clone(&b.buffer)) as Keep),
-        );
+        let (pipeline, layout, vk_set) = (p.pipeline, p.layout, set.set);
+        let in_ring = own_params.is_none();
+        let keep: Keep = Box::new(LaunchKeep {
+            _pipeline: p,
+            _set: set,
+            _buffers: buffers.iter().map(|b| Arc::clone(&b.buffer)).collect(),
+            _params: own_params,
+        });
         let compute = vk::PipelineBindPoint::COMPUTE;
-        stream.submit(
-            |d, cb| {
-                // SAFETY: pipeline, layout and the bindings (descriptor set or
-                // pushed buffers) are alive (kept until the dispatch ran) and
-                // match each other; every bound buffer is non-empty; the grid is
-                // within the device's limits.
+        stream.submit_with_params(
+            in_ring.then_some(params),
+            |d, cb, offset| {
+                // SAFETY: pipeline, layout and descriptor set are alive
+                // (kept until the dispatch ran) and match each other; the
+                // dynamic offset is a ring slot's (aligned to
+                // minUniformBufferOffsetAlignment, a slot's bytes within
+                // the ring) or 0 for a block of its own; every bound buffer
+                // is non-empty; the grid is within the device's limits.
                 unsafe {
                     d.cmd_bind_pipeline(cb, compute, pipeline);
-                    if let Some(set) = set {
-                        d.cmd_bind_descriptor_sets(cb, compute, layout, 0, &[set], &[]);
-                    } else if let Some(push) = &c.push_descriptor {
-                        push.cmd_push_descriptor_set(cb, compute, layout, 0, &writes);
-                    }
+                    d.cmd_bind_descriptor_sets(cb, compute, layout, 0, &[vk_set], &[offset]);
                     d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
                 }
             },
-            keep,
+            vec![keep],
         )?;
         Ok(())
     }

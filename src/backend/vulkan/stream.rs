@@ -7,8 +7,14 @@
 //! wait for) is reached when the submission that signals it has run.
 //! Waits on events recorded elsewhere are attached to the stream's next
 //! submission. Objects a submission uses (command buffer, staging
-//! memory, descriptor pools, the buffers it touches) are kept until the
+//! memory, descriptor sets, the buffers it touches) are kept until the
 //! semaphore passes the submission's value, then released.
+//!
+//! Kernel parameters go into a ring of host-visible uniform slots per
+//! stream ([`ParamRing`]): a launch writes its block into the next slot
+//! and binds it with a dynamic offset, so a launch allocates no buffer and
+//! its descriptor set can be cached. A slot is reused once the submission
+//! that read it has run (stream order makes that the oldest one).
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -16,7 +22,10 @@ use std::sync::Mutex;
 
 use ash::vk;
 
+use gpu_allocator::MemoryLocation;
+
 use super::device::{Ctx, lock, vk_error};
+use super::memory::VkBuffer;
 use crate::error::Result;
 
 /// Command buffers allocated at a time when a stream runs out.
@@ -31,8 +40,31 @@ struct InFlight {
     _keep: Vec<Keep>,
 }
 
+/// Bytes of one parameter slot: parameter blocks up to this size go
+/// through the ring, larger ones get a buffer of their own.
+pub(super) const PARAM_SLOT: usize = 256;
+
+/// Slots in each stream's parameter ring.
+const PARAM_SLOTS: usize = 512;
+
+/// A stream's ring of parameter slots (see the module docs).
+pub(super) struct ParamRing {
+    pub(super) buffer: VkBuffer,
+    /// Bytes between slots: [`PARAM_SLOT`] rounded up to the device's
+    /// `minUniformBufferOffsetAlignment`.
+    stride: usize,
+    /// The next slot to use.
+    next: usize,
+    /// The submission value that last read each slot (0: none).
+    used: Vec<u64>,
+}
+
 struct State {
     pool: vk::CommandPool,
+    /// The semaphore's value when last read (what has surely completed).
+    done: u64,
+    /// Parameter slots, made on the first launch.
+    params: Option<ParamRing>,
     free: Vec<vk::CommandBuffer>,
     in_flight: VecDeque<InFlight>,
     /// The value the last submission signals (0: nothing submitted).
@@ -161,6 +193,8 @@ impl VkStream {
             semaphore,
             state: Mutex::new(State {
                 pool,
+                done: 0,
+                params: None,
                 free: Vec::new(),
                 in_flight: VecDeque::new(),
                 last: 0,
@@ -191,12 +225,79 @@ impl VkStream {
     /// Releases what completed submissions kept.
     fn retire(&self, state: &mut State) -> Result<()> {
         let done = counter(&self.ctx.device, self.semaphore)?;
+        state.done = done;
         while state.in_flight.front().is_some_and(|f| f.value <= done) {
             if let Some(f) = state.in_flight.pop_front() {
                 state.free.push(f.cb);
             }
         }
         Ok(())
+    }
+
+    /// The stream's parameter ring buffer and the bytes each slot binds,
+    /// made on first use.
+    pub(super) fn param_ring(&self) -> Result<vk::Buffer> {
+        let mut state = lock(&self.state);
+        if let Some(r) = &state.params {
+            return Ok(r.buffer.buffer);
+        }
+        let align = self
+            .ctx
+            .adapter
+            .props
+            .limits
+            .min_uniform_buffer_offset_alignment
+            .max(1) as usize;
+        let stride = PARAM_SLOT.next_multiple_of(align);
+        let buffer = VkBuffer::new(
+            self.ctx,
+            (stride * PARAM_SLOTS) as u64,
+            vk::BufferUsageFlags::UNIFORM_BUFFER,
+            MemoryLocation::CpuToGpu,
+            "keel parameters",
+        )?;
+        let handle = buffer.buffer;
+        state.params = Some(ParamRing {
+            buffer,
+            stride,
+            next: 0,
+            used: vec![0; PARAM_SLOTS],
+        });
+        Ok(handle)
+    }
+
+    /// Writes `params` (at most [`PARAM_SLOT`] bytes) into the next free
+    /// slot of the ring, returning the slot's index and byte offset. Waits
+    /// for the submission that last read the slot if it has not run.
+    fn param_slot(&self, state: &mut State, params: &[u8]) -> Result<(usize, u32)> {
+        let done = state.done;
+        let ring = state.params.as_ref().ok_or_else(|| {
+            crate::error::Error::backend(
+                super::TY,
+                "a launch used a stream's parameter ring before it was made",
+            )
+        })?;
+        let slot = ring.next;
+        let last_use = ring.used[slot];
+        let mut now_done = done;
+        if last_use > done {
+            now_done = counter(&self.ctx.device, self.semaphore)?;
+            if last_use > now_done {
+                self.point(last_use).wait()?;
+                now_done = last_use;
+            }
+        }
+        let offset = slot * ring.stride;
+        ring.buffer.with_mapped(|m| {
+            let dst = &mut m[offset..offset + PARAM_SLOT];
+            dst[..params.len()].copy_from_slice(params);
+            dst[params.len()..].fill(0);
+        })?;
+        let offset = u32::try_from(offset).map_err(|_| {
+            crate::error::Error::backend(super::TY, "a parameter slot's offset overflowed")
+        })?;
+        state.done = now_done;
+        Ok((slot, offset))
     }
 
     /// Makes the next submission wait for `point` (of this device).
@@ -217,8 +318,25 @@ impl VkStream {
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
         keep: Vec<Keep>,
     ) -> Result<u64> {
+        self.submit_with_params(None, |d, cb, _| record(d, cb), keep)
+    }
+
+    /// [`submit`](Self::submit) for a launch: `params` (at most
+    /// [`PARAM_SLOT`] bytes; the ring must exist, see
+    /// [`param_ring`](Self::param_ring)) is written into a slot of the
+    /// stream's parameter ring, whose byte offset `record` gets.
+    pub(super) fn submit_with_params(
+        &self,
+        params: Option<&[u8]>,
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer, u32),
+        keep: Vec<Keep>,
+    ) -> Result<u64> {
         let device = &self.ctx.device;
         let mut state = lock(&self.state);
+        let slot = match params {
+            Some(p) => Some(self.param_slot(&mut state, p)?),
+            None => None,
+        };
         // Retire only when a command buffer is needed: asking the driver for
         // the semaphore's value on every submission costs more than the
         // submission itself on some drivers.
@@ -269,7 +387,7 @@ impl VkStream {
                         }
                         device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
                     }
-                    record(device, cb);
+                    record(device, cb, slot.map_or(0, |(_, offset)| offset));
                     if let Some(b) = bracket {
                         let all = vk::PipelineStageFlags2::ALL_COMMANDS;
                         device.cmd_write_timestamp2(cb, all, b.pool, b.end);
@@ -324,6 +442,10 @@ impl VkStream {
             b.first = b.first.or(Some(value));
             b.last = Some(value);
             BRACKET.with(|cell| cell.set(Some(b)));
+        }
+        if let (Some((i, _)), Some(ring)) = (slot, state.params.as_mut()) {
+            ring.used[i] = value;
+            ring.next = (i + 1) % ring.used.len();
         }
         state.pending.clear();
         state.last = value;
