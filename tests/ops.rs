@@ -608,8 +608,22 @@ fn operators_are_profiled_spans_with_their_kernels() {
         let a = Tensor::from_slice(&values(300, 3), &[300], d).expect("a");
         let c = a.add(&a).expect("add");
         c.to_vec::<f32>().expect("read");
+        // matmul, sum and softmax (shapes no other test uses), the matmul
+        // once more under a tf32 scope.
+        let x = Tensor::from_slice(&values(37 * 41, 4), &[37, 41], d).expect("x");
+        let y = Tensor::from_slice(&values(41 * 23, 5), &[41, 23], d).expect("y");
+        x.matmul(&y).expect("matmul").to_vec::<f32>().expect("read");
+        {
+            let _tf32 = keel::precision::Scope::new()
+                .allow_tf32(d.device_type(), true)
+                .enter();
+            x.matmul(&y).expect("matmul").to_vec::<f32>().expect("read");
+        }
+        x.sum().expect("sum").to_vec::<f32>().expect("read");
+        x.softmax().expect("softmax").to_vec::<f32>().expect("read");
     }
     let trace = session.stop();
+    reduction_ops_ran_their_own_kernels(&trace, &devs);
     use keel::profiler::{FlowKind, SpanKind};
     let ops: Vec<_> = trace
         .spans
@@ -694,6 +708,97 @@ fn operators_are_profiled_spans_with_their_kernels() {
         count(&from_bytes(&native).expect("read native")),
         count(&trace)
     );
+}
+
+/// The operator spans of `op` whose "Input Dims" are `dims`.
+fn op_spans<'t>(
+    trace: &'t keel::profiler::Trace,
+    op: &str,
+    dims: &str,
+) -> Vec<&'t keel::profiler::Span> {
+    use keel::profiler::SpanKind;
+    trace
+        .spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Operator && &*s.name == op)
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "Input Dims" && &**v == dims)
+        })
+        .collect()
+}
+
+/// The names of the kernels an operator span launched (through its flows).
+fn launched(trace: &keel::profiler::Trace, op: &keel::profiler::Span) -> Vec<String> {
+    use keel::profiler::{FlowKind, SpanKind};
+    trace
+        .flows
+        .iter()
+        .filter(|f| {
+            f.kind == FlowKind::Launch
+                && f.from.lane == op.lane
+                && f.from.ts_ns >= op.start_ns
+                && f.from.ts_ns <= op.start_ns + op.dur_ns
+        })
+        .filter_map(|f| {
+            trace.spans.iter().find(|s| {
+                s.lane == f.to.lane && s.start_ns == f.to.ts_ns && s.kind == SpanKind::Kernel
+            })
+        })
+        .map(|s| s.name.to_string())
+        .collect()
+}
+
+/// `matmul`, `sum` and `softmax` (f32) ran their device's own kernels on
+/// every GPU (the compute kernels; a fallback would launch the CPU's
+/// `matmul_cpu`, `sum_cpu`, `softmax_cpu`), and each matmul span says
+/// which precision it ran with. Fallback counts are process-wide and other
+/// tests run f16 matmuls through the fallback at the same time, so the
+/// trace, which is this test's own, is what shows no fallback ran.
+fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[Device]) {
+    let gpus = devs
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.device_type(),
+                DeviceType::Vulkan | DeviceType::Wgpu | DeviceType::Cuda
+            )
+        })
+        .count();
+    let cases = [
+        ("matmul", "[[37, 41], [41, 23]]", "matmul_tiled"),
+        ("sum", "[[37, 41]]", "sum_s"),
+        ("softmax", "[[37, 41]]", "softmax_rows"),
+    ];
+    for (op, dims, gpu_kernel) in cases {
+        let spans = op_spans(trace, op, dims);
+        let names: Vec<Vec<String>> = spans.iter().map(|s| launched(trace, s)).collect();
+        let on_gpu = names
+            .iter()
+            .filter(|k| !k.is_empty() && k.iter().all(|n| n.starts_with(gpu_kernel)))
+            .count();
+        // Each GPU's matmul ran twice (ieee, tf32); the CPU's tf32 matmul
+        // runs the compute kernel's host twin, `matmul_tiled`, too.
+        let want = if op == "matmul" { 2 * gpus + 1 } else { gpus };
+        assert!(
+            on_gpu >= want,
+            "{op}: expected {want} spans that launched only {gpu_kernel}*, found {on_gpu}: {names:?}"
+        );
+    }
+    // The precision each matmul ran with, in its span.
+    let precisions: Vec<String> = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
+        .iter()
+        .filter_map(|s| {
+            s.args
+                .iter()
+                .find(|(k, _)| &**k == "precision")
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    let count = |p: &str| precisions.iter().filter(|v| *v == p).count();
+    assert!(count("ieee") >= devs.len(), "{precisions:?}");
+    assert!(count("tf32") >= devs.len(), "{precisions:?}");
 }
 
 #[test]

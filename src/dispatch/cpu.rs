@@ -4,7 +4,9 @@
 //! as a kernel under its operator.
 //!
 //! `matmul` on `f32` calls `matrixmultiply::sgemm` (chosen over `gemm` by
-//! `benches/matmul_cpu.rs`, see docs/BENCHMARKS.md); `f16`/`bf16` go
+//! `benches/matmul_cpu.rs`, see docs/BENCHMARKS.md) under the `ieee`
+//! precision; a reduced mode (`tf32`, `bf16`) runs the compute kernel's
+//! host function (`crate::compute::matmul`), the GPUs' numerics; `f16`/`bf16` go
 //! through `f32`; integers use a plain loop with wrapping arithmetic.
 //! Floating-point `sum` accumulates in `f64`; `softmax` (over the last
 //! dimension) subtracts each row's maximum before `exp`, so large inputs
@@ -15,7 +17,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::call::{KernelOutcome, OpCall, common_dtype};
-use super::launch::{Params, launch};
+use super::launch::{Params, compute_matmul, launch};
+use crate::compute::MatmulPrecision;
 use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel};
 use crate::tensor::{DType, Element, Tensor};
@@ -492,6 +495,22 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     let (m, k, n) = matmul_dims(a, b)?;
     let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    if dtype == DType::F32 && m > 0 && k > 0 && n > 0 {
+        // `ieee` keeps matrixmultiply; a reduced mode runs the compute
+        // kernel's host twin, whose numerics are the GPUs'.
+        let (precision, _) = super::matmul_precision(call.device.device_type(), dtype);
+        if precision != MatmulPrecision::IEEE {
+            compute_matmul(
+                &call.stream,
+                a.buffer(),
+                b.buffer(),
+                out.buffer(),
+                (m, k, n),
+                precision,
+            )?;
+            return done(out);
+        }
+    }
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(m as u64)

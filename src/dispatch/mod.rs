@@ -74,11 +74,13 @@ pub use gpu::{
 };
 
 use crate::api::current_stream;
+use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
 use crate::error::{Error, Result};
 use crate::profiler::Text;
 use crate::profiler::record;
-use crate::tensor::Tensor;
+use crate::precision;
+use crate::tensor::{DType, Tensor};
 
 /// Defines a new operator (the same schema again is fine).
 pub fn define_op(schema: OpSchema) -> Result<()> {
@@ -118,6 +120,61 @@ pub fn fallback_count(op: &str) -> u64 {
 pub fn schemas() -> Result<Vec<OpSchema>> {
     builtin::ensure()?;
     Ok(registry::schemas().iter().map(|s| (**s).clone()).collect())
+}
+
+/// The matmul numerics the thread's precision policy gives device type
+/// `ty` for inputs of `dtype` ([`precision::matmul_mode`] and its
+/// [`MatmulPlan`](precision::MatmulPlan)), as the compute kernels take
+/// them, with a short label for the operator's profiler span (`"ieee"`,
+/// `"tf32"`, `"bf16"`, `"f16"`, plus `"+f16acc"` for f16 accumulation and
+/// `"+splitk-f16"`/`"+splitk-bf16"` for a narrow split-K reduction).
+/// Integer dtypes have no policy: plain.
+pub fn matmul_precision(ty: DeviceType, dtype: DType) -> (MatmulPrecision, String) {
+    use precision::{MatmulInput, Rounding};
+    let input = match dtype {
+        DType::F32 => MatmulInput::F32,
+        DType::F16 => MatmulInput::F16,
+        DType::BF16 => MatmulInput::Bf16,
+        _ => return (MatmulPrecision::IEEE, "ieee".to_owned()),
+    };
+    let plan = precision::matmul_mode(ty).plan(input);
+    let inputs = match plan.input_rounding {
+        Rounding::None => InputRounding::Ieee,
+        Rounding::Tf32 => InputRounding::Tf32,
+        Rounding::Bf16 => InputRounding::Bf16,
+        Rounding::F16 => InputRounding::F16,
+    };
+    let accumulation = if plan.accumulate_in_f16 {
+        Accumulation::F16
+    } else {
+        Accumulation::F32
+    };
+    let reduction = match plan.partial_rounding {
+        Rounding::F16 => Reduction::F16,
+        Rounding::Bf16 => Reduction::Bf16,
+        Rounding::None | Rounding::Tf32 => Reduction::F32,
+    };
+    let mut label = match inputs {
+        InputRounding::Ieee => "ieee",
+        InputRounding::Tf32 => "tf32",
+        InputRounding::Bf16 => "bf16",
+        InputRounding::F16 => "f16",
+    }
+    .to_owned();
+    if accumulation == Accumulation::F16 {
+        label.push_str("+f16acc");
+    }
+    match reduction {
+        Reduction::F16 => label.push_str("+splitk-f16"),
+        Reduction::Bf16 => label.push_str("+splitk-bf16"),
+        Reduction::F32 => {}
+    }
+    let p = MatmulPrecision {
+        inputs,
+        accumulation,
+        reduction,
+    };
+    (p, label)
 }
 
 /// The device a call dispatches on: its first tensor's.
@@ -221,7 +278,15 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
     if !record::enabled() {
         return run();
     }
-    record::operator(Cow::Owned(r.schema.name.clone()), input_args(args), run)
+    let mut span_args = input_args(args);
+    if op == "matmul"
+        && let Some(Arg::Tensor(t)) = args.first()
+    {
+        // What the kernels resolve the same way on this thread.
+        let (_, label) = matmul_precision(ty, t.dtype());
+        span_args.push(("precision".into(), label.into()));
+    }
+    record::operator(Cow::Owned(r.schema.name.clone()), span_args, run)
 }
 
 /// The single result of a call.
