@@ -842,3 +842,103 @@ fn threads_dispatch_at_once() {
         }
     });
 }
+
+/// The bits of an f32 tensor.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .expect("read")
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+#[test]
+fn random_operators_give_the_same_bits_on_every_device() {
+    use keel::generator::Generator;
+    use keel::random::{RandomOp, reference};
+    let devs = devices();
+    for seed in [0u64, 42, u64::MAX - 5] {
+        for n in [1usize, 7, 1000, 4099] {
+            let rand_want = reference(RandomOp::Rand, n, seed, 0).expect("ref");
+            let int_want = reference(RandomOp::Randint { low: -5, high: 17 }, n, seed, 4100)
+                .expect("ref");
+            let uni = RandomOp::Uniform { lo: -2.0, hi: 3.0 };
+            let uni_want = reference(uni, n, seed, 8200).expect("ref");
+            let randn_want = reference(RandomOp::Randn, n, seed, 12300).expect("ref");
+            for &d in &devs {
+                let what = format!("seed {seed}, n {n}, {d}");
+                let g = Generator::new(d).expect("generator");
+                g.manual_seed(seed);
+                let r = dispatch::rand(&[n], d, Some(&g)).expect("rand");
+                assert_eq!((r.device(), r.dtype()), (d, DType::F32));
+                assert_eq!(bits(&r), rand_want, "rand: {what}");
+                // The generator advanced by n rounded up to 4.
+                assert_eq!(g.offset(), (n as u64).next_multiple_of(4), "{what}");
+                g.set_offset(4100).expect("offset");
+                let i = dispatch::randint(-5, 17, &[n], d, Some(&g)).expect("randint");
+                let got: Vec<u32> = i
+                    .to_vec::<i32>()
+                    .expect("read")
+                    .iter()
+                    .map(|&v| v as u32)
+                    .collect();
+                assert_eq!(got, int_want, "randint: {what}");
+                g.set_offset(8200).expect("offset");
+                let u = Tensor::zeros(&[n], DType::F32, d).expect("u");
+                let same = u.uniform_(-2.0, 3.0, Some(&g)).expect("uniform_");
+                assert!(std::sync::Arc::ptr_eq(same.buffer(), u.buffer()));
+                assert_eq!(bits(&u), uni_want, "uniform_: {what}");
+                g.set_offset(12300).expect("offset");
+                let z = dispatch::randn(&[n], d, Some(&g)).expect("randn");
+                for (k, (&gz, &wz)) in bits(&z).iter().zip(&randn_want).enumerate() {
+                    let (gz, wz) = (f32::from_bits(gz), f32::from_bits(wz));
+                    assert!(
+                        (gz - wz).abs() <= 1e-5 * wz.abs().max(1.0),
+                        "randn {what}: element {k}: {gz} vs {wz}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn random_operators_replay_from_a_generator_state() {
+    use keel::generator::{Generator, default_generator};
+    for d in devices() {
+        let g = Generator::new(d).expect("generator");
+        g.manual_seed(1234);
+        let state = g.get_state();
+        let draw = || {
+            let a = dispatch::randn(&[33, 3], d, Some(&g)).expect("randn");
+            let x = Tensor::zeros(&[10], DType::F32, d).expect("x");
+            x.normal_(2.0, 0.5, Some(&g)).expect("normal_");
+            let r = dispatch::rand(&[5], d, Some(&g)).expect("rand");
+            (bits(&a), bits(&x), bits(&r))
+        };
+        let first = draw();
+        let second = draw();
+        assert_ne!(first, second, "{d}: a second draw repeated the first");
+        g.set_state(&state).expect("set_state");
+        assert_eq!(draw(), first, "{d}: the state did not replay");
+        // The default generator of the device serves calls without one
+        // (other tests may draw from it too: it advanced at least by 8).
+        let def = default_generator(d).expect("default");
+        let before = def.offset();
+        dispatch::rand(&[5], d, None).expect("rand");
+        assert!(def.offset() >= before + 8, "{d}: default generator");
+        // A generator of another device type is PyTorch's error.
+        let other = if d.is_cpu() {
+            Device::new(DeviceType::PrivateUse1, 0).expect("npu")
+        } else {
+            Device::cpu()
+        };
+        let wrong = Generator::new(other).expect("other generator");
+        let e = dispatch::rand(&[5], d, Some(&wrong)).expect_err("wrong generator");
+        assert!(
+            e.to_string().contains("device type for generator"),
+            "{e}"
+        );
+        assert_eq!(wrong.offset(), 0, "a refused call reserved words");
+    }
+}

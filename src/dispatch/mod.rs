@@ -56,6 +56,7 @@ mod cpu;
 mod fallback;
 mod gpu;
 mod launch;
+mod random;
 mod registry;
 
 use std::borrow::Cow;
@@ -68,6 +69,7 @@ pub use cpu::{
     SUM as CPU_SUM,
 };
 pub use fallback::cpu_fallback;
+pub use random::{OPS as RANDOM_OPS, random_kernel};
 pub use gpu::{
     ADD_F32, ADD_SCALAR_F32, FILL_F32, GPU_KERNELS, GpuKernelFn, MUL_F32, MUL_SCALAR_F32,
     elementwise_grid,
@@ -79,6 +81,7 @@ use crate::core::{Device, DeviceType};
 use crate::error::{Error, Result};
 use crate::profiler::Text;
 use crate::profiler::record;
+use crate::generator::{Generator, default_generator};
 use crate::precision;
 use crate::tensor::{DType, Tensor};
 
@@ -348,7 +351,113 @@ pub fn copy_(dst: &Tensor, src: &Tensor) -> Result<Tensor> {
     one("copy_", &[dst.into(), src.into()])
 }
 
+// --- random operators ---------------------------------------------------
+
+/// The generator a random operator on `device` draws from: `generator`
+/// (which must serve `device`'s type, as in PyTorch), or the device's
+/// default generator.
+fn generator_for(device: Device, generator: Option<&Generator>) -> Result<Generator> {
+    match generator {
+        Some(g) => {
+            let (want, found) = (device.device_type(), g.device().device_type());
+            if want != found {
+                return Err(Error::invalid(format!(
+                    "Expected a '{}' device type for generator but found '{}'",
+                    want.name_lower(),
+                    found.name_lower()
+                )));
+            }
+            Ok(g.clone())
+        }
+        None => default_generator(device),
+    }
+}
+
+/// Reserves `x.numel()` words of the generator and calls random operator
+/// `op` on `x` with `params` then the reserved seed and offset.
+fn random_call(
+    op: &str,
+    x: &Tensor,
+    params: &[Arg<'_>],
+    generator: Option<&Generator>,
+) -> Result<Tensor> {
+    let g = generator_for(x.device(), generator)?;
+    let at = g.reserve(x.numel() as u64)?;
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(params.len() + 3);
+    args.push(Arg::Tensor(x));
+    args.extend_from_slice(params);
+    // The u64 seed and offset travel as the bits of i64s.
+    args.push(Arg::Int(at.seed as i64));
+    args.push(Arg::Int(at.offset as i64));
+    one(op, &args)
+}
+
+/// `torch.rand(shape, generator=, device=)`: uniform `f32` in `[0, 1)`
+/// from `generator` (or the device's default generator), which advances
+/// by the number of elements (rounded up to a multiple of 4). The same
+/// seed and offset give bit-identical tensors on every device.
+pub fn rand(shape: &[usize], device: Device, generator: Option<&Generator>) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::F32, crate::api::resolve(device)?)?;
+    random_call("rand", &x, &[], generator)
+}
+
+/// `torch.randn`: standard normal `f32` (Box-Muller), as [`rand`].
+pub fn randn(shape: &[usize], device: Device, generator: Option<&Generator>) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::F32, crate::api::resolve(device)?)?;
+    random_call("randn", &x, &[], generator)
+}
+
+/// `torch.randint(low, high, shape)`: uniform `i32` in `[low, high)`, as
+/// [`rand`].
+pub fn randint(
+    low: i32,
+    high: i32,
+    shape: &[usize],
+    device: Device,
+    generator: Option<&Generator>,
+) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::I32, crate::api::resolve(device)?)?;
+    random_call(
+        "randint",
+        &x,
+        &[Arg::Int(low.into()), Arg::Int(high.into())],
+        generator,
+    )
+}
+
+/// `x.uniform_(from, to, generator=)`: fills the `f32` tensor `x` with
+/// uniform values in `[from, to)`, in place; returns `x`.
+pub fn uniform_(x: &Tensor, from: f64, to: f64, generator: Option<&Generator>) -> Result<Tensor> {
+    random_call(
+        "uniform_",
+        x,
+        &[Arg::Scalar(from), Arg::Scalar(to)],
+        generator,
+    )
+}
+
+/// `x.normal_(mean, std, generator=)`: fills the `f32` tensor `x` with
+/// normal values, in place; returns `x`.
+pub fn normal_(x: &Tensor, mean: f64, std: f64, generator: Option<&Generator>) -> Result<Tensor> {
+    random_call(
+        "normal_",
+        x,
+        &[Arg::Scalar(mean), Arg::Scalar(std)],
+        generator,
+    )
+}
+
 impl Tensor {
+    /// [`dispatch::uniform_`](uniform_).
+    pub fn uniform_(&self, from: f64, to: f64, generator: Option<&Generator>) -> Result<Tensor> {
+        uniform_(self, from, to, generator)
+    }
+
+    /// [`dispatch::normal_`](normal_).
+    pub fn normal_(&self, mean: f64, std: f64, generator: Option<&Generator>) -> Result<Tensor> {
+        normal_(self, mean, std, generator)
+    }
+
     /// [`dispatch::add`](add).
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         add(self, other)
