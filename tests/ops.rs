@@ -621,6 +621,9 @@ fn operators_are_profiled_spans_with_their_kernels() {
         }
         x.sum().expect("sum").to_vec::<f32>().expect("read");
         x.softmax().expect("softmax").to_vec::<f32>().expect("read");
+        // Under autocast: the matmul runs in f16 (bf16 on the CPU).
+        let _autocast = keel::autocast::autocast(d.device_type(), true, None).expect("autocast");
+        x.matmul(&y).expect("autocast matmul");
     }
     let trace = session.stop();
     reduction_ops_ran_their_own_kernels(&trace, &devs);
@@ -741,8 +744,10 @@ fn launched(trace: &keel::profiler::Trace, op: &keel::profiler::Span) -> Vec<Str
                 && f.from.ts_ns >= op.start_ns
                 && f.from.ts_ns <= op.start_ns + op.dur_ns
         })
-        .filter_map(|f| {
-            trace.spans.iter().find(|s| {
+        // Every kernel span where the flow ends (device clocks can be
+        // coarse: two kernels may start at one timestamp).
+        .flat_map(|f| {
+            trace.spans.iter().filter(move |s| {
                 s.lane == f.to.lane && s.start_ns == f.to.ts_ns && s.kind == SpanKind::Kernel
             })
         })
@@ -776,14 +781,16 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
         let names: Vec<Vec<String>> = spans.iter().map(|s| launched(trace, s)).collect();
         let on_gpu = names
             .iter()
-            .filter(|k| !k.is_empty() && k.iter().all(|n| n.starts_with(gpu_kernel)))
+            .filter(|k| {
+                k.iter().any(|n| n.starts_with(gpu_kernel)) && !k.iter().any(|n| n.ends_with("_cpu"))
+            })
             .count();
         // Each GPU's matmul ran twice (ieee, tf32); the CPU's tf32 matmul
         // runs the compute kernel's host twin, `matmul_tiled`, too.
         let want = if op == "matmul" { 2 * gpus + 1 } else { gpus };
         assert!(
             on_gpu >= want,
-            "{op}: expected {want} spans that launched only {gpu_kernel}*, found {on_gpu}: {names:?}"
+            "{op}: expected {want} spans that launched {gpu_kernel}* and no CPU kernel, found {on_gpu}: {names:?}"
         );
     }
     // The precision each matmul ran with, in its span.
@@ -799,6 +806,22 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
     let count = |p: &str| precisions.iter().filter(|v| *v == p).count();
     assert!(count("ieee") >= devs.len(), "{precisions:?}");
     assert!(count("tf32") >= devs.len(), "{precisions:?}");
+    // Autocast's f16 matmuls ran on the GPUs: inputs converted by the
+    // conversion kernel, the compute kernel, the result converted back;
+    // the span says f16 (with the default split-K reduction in f16).
+    let half = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
+        .into_iter()
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "precision" && v.starts_with("f16"))
+        })
+        .filter(|s| {
+            let k = launched(trace, s);
+            k.iter().any(|n| n == "matmul_tiled") && k.iter().any(|n| n == "cast_f32_half")
+        })
+        .count();
+    assert!(half >= gpus, "autocast f16 matmuls on GPUs: {half} of {gpus}");
 }
 
 #[test]
@@ -940,5 +963,119 @@ fn random_operators_replay_from_a_generator_state() {
             "{e}"
         );
         assert_eq!(wrong.offset(), 0, "a refused call reserved words");
+    }
+}
+
+#[test]
+fn autocast_changes_the_dtype_a_matmul_runs_in_and_nothing_else() {
+    use keel::autocast;
+    let (m, k, n) = (33, 64, 17);
+    let (av, bv) = (values(m * k, 901), values(k * n, 902));
+    let want = matmul_reference(&av, &bv, m, k, n);
+    // sum_k |a_ik b_kj|, for the error bound.
+    let mut mag = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            mag[i * n + j] = (0..k)
+                .map(|p| f64::from(av[i * k + p] * bv[p * n + j]).abs())
+                .sum();
+        }
+    }
+    for d in devices() {
+        let ty = d.device_type();
+        let a = Tensor::from_slice(&av, &[m, k], d).expect("a");
+        let b = Tensor::from_slice(&bv, &[k, n], d).expect("b");
+        let x = Tensor::from_slice(&values(257, 903), &[257], d).expect("x");
+        let off = (
+            a.matmul(&b).expect("matmul"),
+            bits(&x.sum().expect("sum")),
+            bits(&a.softmax().expect("softmax")),
+            bits(&x.add(&x).expect("add")),
+        );
+        assert_eq!(off.0.dtype(), DType::F32);
+        let dtype = {
+            let _on = autocast::autocast(ty, true, None).expect("autocast");
+            let dtype = DType::from(autocast::get_autocast_dtype(ty));
+            let c = a.matmul(&b).expect("autocast matmul");
+            assert_eq!((c.dtype(), c.device(), c.shape()), (dtype, d, &[m, n][..]));
+            // Within the dtype's precision: each input rounded (2 eps per
+            // product), the output rounded (eps).
+            let (eps, got): (f64, Vec<f64>) = match dtype {
+                DType::F16 => (
+                    2f64.powi(-11),
+                    c.to_vec::<f16>().expect("r").iter().map(|v| v.to_f64()).collect(),
+                ),
+                DType::BF16 => (
+                    2f64.powi(-8),
+                    c.to_vec::<bf16>().expect("r").iter().map(|v| v.to_f64()).collect(),
+                ),
+                other => panic!("{d}: autocast dtype {other}"),
+            };
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let tol = 3.0 * eps * mag[i] + eps * w.abs() + 1e-6;
+                assert!(
+                    (g - w).abs() <= tol,
+                    "{d}: autocast matmul element {i}: {g} vs {w} (within {tol})"
+                );
+            }
+            // sum and softmax run in f32: the same bits as without
+            // autocast; add is left in f32 (promote of f32).
+            let s = x.sum().expect("sum");
+            assert_eq!((s.dtype(), bits(&s)), (DType::F32, off.1.clone()), "{d}");
+            assert_eq!(bits(&a.softmax().expect("softmax")), off.2, "{d}");
+            assert_eq!(bits(&x.add(&x).expect("add")), off.3, "{d}");
+            // A half input to sum runs in f32 under autocast.
+            let h = c.sum().expect("sum of a half tensor");
+            assert_eq!(h.dtype(), DType::F32, "{d}");
+            dtype
+        };
+        // Off again: f32, the same bits as before.
+        let again = a.matmul(&b).expect("matmul");
+        assert_eq!(again.dtype(), DType::F32, "{d}");
+        assert_eq!(bits(&again), bits(&off.0), "{d} (autocast was {dtype})");
+    }
+}
+
+#[test]
+fn half_conversions_and_matmul_on_every_device() {
+    // copy_ between f32 and f16/bf16 (the GPUs' conversion kernel; odd
+    // lengths, subnormals, overflow, ties), against the half crate.
+    let mut xs = values(1001, 904);
+    xs.extend([
+        0.0,
+        -0.0,
+        65504.0,
+        65520.0,
+        -1.0e6,
+        6.0e-8,
+        3.0e-5,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        1.0 + 2f32.powi(-8),
+        3.3895e38,
+    ]);
+    let n = xs.len();
+    for d in devices() {
+        let x = Tensor::from_slice(&xs, &[n], d).expect("x");
+        let h = Tensor::empty(&[n], DType::F16, d).expect("h");
+        h.copy_(&x).expect("to f16");
+        let want: Vec<f16> = xs.iter().map(|&v| f16::from_f32(v)).collect();
+        let got = h.to_vec::<f16>().expect("r");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{d}: f16 of {}", xs[i]);
+        }
+        let bf = Tensor::empty(&[n], DType::BF16, d).expect("bf");
+        bf.copy_(&x).expect("to bf16");
+        let want: Vec<u16> = xs.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        let got: Vec<u16> = bf.to_vec::<bf16>().expect("r").iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "{d}: bf16");
+        // And back, exactly.
+        let back = Tensor::empty(&[n], DType::F32, d).expect("back");
+        back.copy_(&h).expect("from f16");
+        let want: Vec<f32> = h.to_vec::<f16>().expect("r").iter().map(|v| v.to_f32()).collect();
+        assert_eq!(bits(&back), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{d}");
+        back.copy_(&bf).expect("from bf16");
+        let want: Vec<f32> = bf.to_vec::<bf16>().expect("r").iter().map(|v| v.to_f32()).collect();
+        assert_eq!(bits(&back), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{d}");
     }
 }

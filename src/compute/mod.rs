@@ -61,6 +61,7 @@ pub const KERNELS: &[params::Launch] = &[
     params::OP_ADD_SCALAR_F32,
     params::OP_MUL_SCALAR_F32,
     params::OP_FILL_F32,
+    params::OP_CAST,
 ];
 
 #[cfg(test)]

@@ -171,6 +171,24 @@ pub const OP_FILL_F32: Launch = Launch {
     params: &[U32, F32],
 };
 
+/// The dispatcher's conversions between f32 and f16/bf16 (`copy_`
+/// between dtypes; the f16/bf16 matmul): bindings `x`, `out`; `n`,
+/// `mode` (0 f16 -> f32, 1 bf16 -> f32, 2 f32 -> f16, 3 f32 -> bf16).
+/// WGSL holds 16-bit values packed two to a word (one invocation per
+/// pair); PTX converts one element per thread.
+pub const OP_CAST: Launch = Launch {
+    kernel: op_kernel(
+        "cast_f32_half",
+        2,
+        concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/ops/cast.wgsl")
+        ),
+        include_str!("../../shaders/ops/cast.ptx"),
+    ),
+    params: &[U32, U32],
+};
+
 /// The parameter types of PTX entry `name` in `ptx`, as written
 /// (`"u64"`, `"u32"`, `"f32"`, ...), in order.
 pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {

@@ -96,7 +96,6 @@ fn install() -> Result<()> {
         for (op, f) in gpu::GPU_KERNELS {
             registry::set_kernel(op, ty, Arc::new(f))?;
         }
-        registry::set_kernel("copy_", ty, Arc::new(cpu::copy_kernel))?;
         registry::set_fallback(ty, Arc::new(fallback::cpu_fallback));
     }
     Ok(())

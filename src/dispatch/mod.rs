@@ -76,6 +76,7 @@ pub use gpu::{
 };
 
 use crate::api::current_stream;
+use crate::autocast::{self, AutocastDtype};
 use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
 use crate::error::{Error, Result};
@@ -225,9 +226,58 @@ fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
     ]
 }
 
+/// Autocast (Note [Autocast in the dispatcher]): with autocast on for
+/// `ty` on this thread, a functional operator's floating tensors are
+/// converted (by `copy_`, on their device) to the dtype
+/// [`autocast::cast_dtype`] gives for the operator's policy: `matmul`
+/// runs in the autocast dtype, `sum`/`softmax` in f32, `add`/`mul` in the
+/// promoted type. `None` when nothing needs converting (always the case
+/// with autocast off, and for in-place operators, which autocast leaves
+/// alone as PyTorch does).
+fn autocast_inputs(
+    schema: &OpSchema,
+    ty: DeviceType,
+    args: &[Arg<'_>],
+) -> Result<Option<Vec<Option<Tensor>>>> {
+    if schema.mutates.is_some() || !autocast::is_autocast_enabled(ty) {
+        return Ok(None);
+    }
+    let floats: Vec<AutocastDtype> = args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Tensor(t) => t.dtype().autocast(),
+            _ => None,
+        })
+        .collect();
+    let Some(target) = autocast::cast_dtype(ty, &schema.name, &floats) else {
+        return Ok(None);
+    };
+    let target = DType::from(target);
+    let needs = |t: &Tensor| t.dtype().autocast().is_some() && t.dtype() != target;
+    if !args
+        .iter()
+        .any(|a| matches!(a, Arg::Tensor(t) if needs(t)))
+    {
+        return Ok(None);
+    }
+    let cast = args
+        .iter()
+        .map(|a| match a {
+            Arg::Tensor(t) if needs(t) => {
+                let to = Tensor::empty(t.shape(), target, t.device())?;
+                copy_(&to, t).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(cast))
+}
+
 /// Calls operator `op` with `args`: the general entry point (the typed
 /// functions below call it). Returns the operator's results (an in-place
-/// operator returns the tensor it wrote).
+/// operator returns the tensor it wrote). Under autocast, floating inputs
+/// are converted first as the operator's policy says (see
+/// [`crate::autocast`]).
 pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
@@ -245,6 +295,16 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
                 });
             }
         }
+    }
+    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
+        let args: Vec<Arg<'_>> = args
+            .iter()
+            .zip(&cast)
+            .map(|(a, c)| c.as_ref().map_or(*a, Arg::Tensor))
+            .collect();
+        // The converted call needs no conversion: its span is the
+        // operator's, in the dtype it ran in.
+        return call(op, &args);
     }
     let run = || {
         let call = OpCall {

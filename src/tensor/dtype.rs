@@ -6,6 +6,8 @@ use std::fmt;
 use bytemuck::Pod;
 use half::{bf16, f16};
 
+use crate::autocast::AutocastDtype;
+
 /// The element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -70,6 +72,30 @@ impl DType {
             DType::I32 => "int",
             DType::U32 => "unsigned int",
             DType::U8 => "unsigned char",
+        }
+    }
+}
+
+impl DType {
+    /// The autocast dtype this is (`f32`, `f16`, `bf16`); `None` for the
+    /// integer dtypes, which autocast leaves alone.
+    pub const fn autocast(self) -> Option<AutocastDtype> {
+        match self {
+            DType::F32 => Some(AutocastDtype::F32),
+            DType::F16 => Some(AutocastDtype::F16),
+            DType::BF16 => Some(AutocastDtype::Bf16),
+            _ => None,
+        }
+    }
+}
+
+impl From<AutocastDtype> for DType {
+    /// The tensor dtype of an autocast dtype.
+    fn from(d: AutocastDtype) -> DType {
+        match d {
+            AutocastDtype::F32 => DType::F32,
+            AutocastDtype::F16 => DType::F16,
+            AutocastDtype::Bf16 => DType::BF16,
         }
     }
 }
