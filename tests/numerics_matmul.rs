@@ -95,7 +95,10 @@ fn reference(a: &[f32], b: &[f32]) -> Vec<f64> {
         .map(|i| f64::from(b[(i % K) * N + i / K]))
         .collect();
     for i in 0..M {
-        let row: Vec<f64> = a[i * K..(i + 1) * K].iter().map(|&v| f64::from(v)).collect();
+        let row: Vec<f64> = a[i * K..(i + 1) * K]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
         for j in 0..N {
             let col = &bt[j * K..(j + 1) * K];
             c[i * N + j] = row.iter().zip(col).map(|(x, y)| x * y).sum();
@@ -146,10 +149,7 @@ fn matmul_error_per_mode_and_backend() {
     let a = keel::dispatch::randn(&[M, K], Device::cpu(), Some(&g)).expect("a");
     let b = keel::dispatch::randn(&[K, N], Device::cpu(), Some(&g)).expect("b");
     assert_eq!(a.dtype(), DType::F32);
-    let (av, bv) = (
-        a.to_vec::<f32>().expect("a"),
-        b.to_vec::<f32>().expect("b"),
-    );
+    let (av, bv) = (a.to_vec::<f32>().expect("a"), b.to_vec::<f32>().expect("b"));
     let want = reference(&av, &bv);
     let modes = modes();
     let mut table: Vec<(&str, Vec<f64>)> = Vec::new();
@@ -172,12 +172,7 @@ fn matmul_error_per_mode_and_backend() {
         table.push((label, errors));
     }
     assert!(!table.is_empty());
-    let idx = |name: &str| {
-        modes
-            .iter()
-            .position(|(n, _, _)| *n == name)
-            .expect("mode")
-    };
+    let idx = |name: &str| modes.iter().position(|(n, _, _)| *n == name).expect("mode");
     for (label, errors) in &table {
         // Each mode within its stated bound.
         for ((name, _, bound), &e) in modes.iter().zip(errors) {

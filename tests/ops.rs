@@ -782,7 +782,8 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
         let on_gpu = names
             .iter()
             .filter(|k| {
-                k.iter().any(|n| n.starts_with(gpu_kernel)) && !k.iter().any(|n| n.ends_with("_cpu"))
+                k.iter().any(|n| n.starts_with(gpu_kernel))
+                    && !k.iter().any(|n| n.ends_with("_cpu"))
             })
             .count();
         // Each GPU's matmul ran twice (ieee, tf32); the CPU's tf32 matmul
@@ -821,7 +822,10 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
             k.iter().any(|n| n == "matmul_tiled") && k.iter().any(|n| n == "cast_f32_half")
         })
         .count();
-    assert!(half >= gpus, "autocast f16 matmuls on GPUs: {half} of {gpus}");
+    assert!(
+        half >= gpus,
+        "autocast f16 matmuls on GPUs: {half} of {gpus}"
+    );
 }
 
 #[test]
@@ -883,8 +887,8 @@ fn random_operators_give_the_same_bits_on_every_device() {
     for seed in [0u64, 42, u64::MAX - 5] {
         for n in [1usize, 7, 1000, 4099] {
             let rand_want = reference(RandomOp::Rand, n, seed, 0).expect("ref");
-            let int_want = reference(RandomOp::Randint { low: -5, high: 17 }, n, seed, 4100)
-                .expect("ref");
+            let int_want =
+                reference(RandomOp::Randint { low: -5, high: 17 }, n, seed, 4100).expect("ref");
             let uni = RandomOp::Uniform { lo: -2.0, hi: 3.0 };
             let uni_want = reference(uni, n, seed, 8200).expect("ref");
             let randn_want = reference(RandomOp::Randn, n, seed, 12300).expect("ref");
@@ -958,10 +962,7 @@ fn random_operators_replay_from_a_generator_state() {
         };
         let wrong = Generator::new(other).expect("other generator");
         let e = dispatch::rand(&[5], d, Some(&wrong)).expect_err("wrong generator");
-        assert!(
-            e.to_string().contains("device type for generator"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("device type for generator"), "{e}");
         assert_eq!(wrong.offset(), 0, "a refused call reserved words");
     }
 }
@@ -1003,11 +1004,19 @@ fn autocast_changes_the_dtype_a_matmul_runs_in_and_nothing_else() {
             let (eps, got): (f64, Vec<f64>) = match dtype {
                 DType::F16 => (
                     2f64.powi(-11),
-                    c.to_vec::<f16>().expect("r").iter().map(|v| v.to_f64()).collect(),
+                    c.to_vec::<f16>()
+                        .expect("r")
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .collect(),
                 ),
                 DType::BF16 => (
                     2f64.powi(-8),
-                    c.to_vec::<bf16>().expect("r").iter().map(|v| v.to_f64()).collect(),
+                    c.to_vec::<bf16>()
+                        .expect("r")
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .collect(),
                 ),
                 other => panic!("{d}: autocast dtype {other}"),
             };
@@ -1067,15 +1076,38 @@ fn half_conversions_and_matmul_on_every_device() {
         let bf = Tensor::empty(&[n], DType::BF16, d).expect("bf");
         bf.copy_(&x).expect("to bf16");
         let want: Vec<u16> = xs.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
-        let got: Vec<u16> = bf.to_vec::<bf16>().expect("r").iter().map(|v| v.to_bits()).collect();
+        let got: Vec<u16> = bf
+            .to_vec::<bf16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
         assert_eq!(got, want, "{d}: bf16");
         // And back, exactly.
         let back = Tensor::empty(&[n], DType::F32, d).expect("back");
         back.copy_(&h).expect("from f16");
-        let want: Vec<f32> = h.to_vec::<f16>().expect("r").iter().map(|v| v.to_f32()).collect();
-        assert_eq!(bits(&back), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{d}");
+        let want: Vec<f32> = h
+            .to_vec::<f16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(
+            bits(&back),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{d}"
+        );
         back.copy_(&bf).expect("from bf16");
-        let want: Vec<f32> = bf.to_vec::<bf16>().expect("r").iter().map(|v| v.to_f32()).collect();
-        assert_eq!(bits(&back), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{d}");
+        let want: Vec<f32> = bf
+            .to_vec::<bf16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(
+            bits(&back),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{d}"
+        );
     }
 }

@@ -30,10 +30,12 @@
 //!    results back, warning once per operator.
 //!
 //! Built in: CPU kernels for every operator; GPU kernels (CUDA, Vulkan,
-//! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar` and `fill_`, and
-//! `copy_` by buffer copies (between dtypes it declines: the CPU converts);
-//! the CPU fallback for CUDA, Vulkan and wgpu
-//! (so `matmul`, `sum` and `softmax` run on the CPU there). A third party
+//! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar`, `fill_`, `matmul`,
+//! `sum` and `softmax` (`f32`; `matmul` also `f16`/`bf16`), and `copy_`
+//! by buffer copies or the f32 <-> f16/bf16 conversion kernel (other
+//! conversions decline: the CPU converts); the random operators' kernel
+//! on every built-in device type; the CPU fallback for CUDA, Vulkan and
+//! wgpu (what their kernels decline runs on the CPU). A third party
 //! registers its own at run time, for any device type
 //! ([`register_kernel`], [`register_fallback`], [`define_op`] for new
 //! operators; a schema takes tensors, scalars and integers, so a random
@@ -43,12 +45,29 @@
 //! `OpSchema::new("uniform_", &[("self", Tensor), ("low", Scalar),
 //! ("high", Scalar), ("seed", Int), ("offset", Int)]).in_place(0)`.
 //!
+//! # Numerics
+//! `matmul` resolves the thread's precision policy for the device type
+//! and the inputs' dtype ([`matmul_precision`]) and runs with it on every
+//! backend. With autocast on for the device type (on the calling thread),
+//! a functional operator's floating inputs are converted first, by
+//! `copy_` on their device, to the dtype its autocast policy gives
+//! ([`crate::autocast::cast_dtype`]): `matmul` runs in the autocast dtype,
+//! `sum` and `softmax` in `f32`.
+//!
+//! The random operators ([`rand`], [`randn`], [`randint`], [`uniform_`],
+//! [`normal_`]) take an optional [`Generator`] (default: the device's),
+//! reserve the words they use from it, and dispatch with the seed and
+//! offset as `int` arguments, so a kernel, a fallback and every backend
+//! compute the same values.
+//!
 //! # Profiling
 //! With a profiler session recording, each call is one host span (kind
 //! `Operator`, category `cpu_op` in JSON) named after the operator, with
 //! PyTorch's "Input Dims" and "Input type" arguments; the copies and
 //! launches it made are inside it, and every kernel it launched has a flow
-//! from it.
+//! from it. A `matmul` span also has a `precision` argument: the mode it
+//! ran with (`"ieee"`, `"tf32"`, `"bf16"`, `"f16"`, with `"+f16acc"` and
+//! `"+splitk-f16"`/`"+splitk-bf16"` as they apply).
 
 mod builtin;
 mod call;
@@ -69,21 +88,21 @@ pub use cpu::{
     SUM as CPU_SUM,
 };
 pub use fallback::cpu_fallback;
-pub use random::{OPS as RANDOM_OPS, random_kernel};
 pub use gpu::{
     ADD_F32, ADD_SCALAR_F32, FILL_F32, GPU_KERNELS, GpuKernelFn, MUL_F32, MUL_SCALAR_F32,
     elementwise_grid,
 };
+pub use random::{OPS as RANDOM_OPS, random_kernel};
 
 use crate::api::current_stream;
 use crate::autocast::{self, AutocastDtype};
 use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
 use crate::error::{Error, Result};
-use crate::profiler::Text;
-use crate::profiler::record;
 use crate::generator::{Generator, default_generator};
 use crate::precision;
+use crate::profiler::Text;
+use crate::profiler::record;
 use crate::tensor::{DType, Tensor};
 
 /// Defines a new operator (the same schema again is fine).
@@ -254,10 +273,7 @@ fn autocast_inputs(
     };
     let target = DType::from(target);
     let needs = |t: &Tensor| t.dtype().autocast().is_some() && t.dtype() != target;
-    if !args
-        .iter()
-        .any(|a| matches!(a, Arg::Tensor(t) if needs(t)))
-    {
+    if !args.iter().any(|a| matches!(a, Arg::Tensor(t) if needs(t))) {
         return Ok(None);
     }
     let cast = args
