@@ -964,6 +964,17 @@ fn random_operators_replay_from_a_generator_state() {
         let e = dispatch::rand(&[5], d, Some(&wrong)).expect_err("wrong generator");
         assert!(e.to_string().contains("device type for generator"), "{e}");
         assert_eq!(wrong.offset(), 0, "a refused call reserved words");
+        // Bad bounds and dtypes are clear errors that reserve nothing.
+        let at = g.offset();
+        let x = Tensor::zeros(&[4], DType::F32, d).expect("x");
+        let e = x.uniform_(3.0, -2.0, Some(&g)).expect_err("lo > hi");
+        assert!(e.to_string().contains("lo < hi"), "{e}");
+        let e = dispatch::randint(5, 5, &[4], d, Some(&g)).expect_err("empty range");
+        assert!(e.to_string().contains("low < high"), "{e}");
+        let i = Tensor::zeros(&[4], DType::I32, d).expect("i");
+        let e = i.normal_(0.0, 1.0, Some(&g)).expect_err("i32 normal_");
+        assert!(e.to_string().contains("expected a f32 tensor"), "{e}");
+        assert_eq!(g.offset(), at, "{d}: a refused call reserved words");
     }
 }
 

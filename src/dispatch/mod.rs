@@ -458,10 +458,12 @@ fn random_call(
     generator: Option<&Generator>,
 ) -> Result<Tensor> {
     let g = generator_for(x.device(), generator)?;
-    let at = g.reserve(x.numel() as u64)?;
     let mut args: Vec<Arg<'_>> = Vec::with_capacity(params.len() + 3);
     args.push(Arg::Tensor(x));
     args.extend_from_slice(params);
+    // Checked before reserving: a refused call leaves the generator.
+    random::check(op, &args)?;
+    let at = g.reserve(x.numel() as u64)?;
     // The u64 seed and offset travel as the bits of i64s.
     args.push(Arg::Int(at.seed as i64));
     args.push(Arg::Int(at.offset as i64));
