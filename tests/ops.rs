@@ -1122,3 +1122,50 @@ fn half_conversions_and_matmul_on_every_device() {
         );
     }
 }
+
+#[test]
+fn half_matmul_has_the_same_numerics_on_every_device() {
+    // k = 600: three split-K chunks, rounded to the dtype (the default
+    // reduced-precision reduction) on every backend.
+    let (m, k, n) = (20, 600, 9);
+    let (av, bv) = (values(m * k, 905), values(k * n, 906));
+    for dtype in [DType::F16, DType::BF16] {
+        let mut cpu: Option<Vec<f32>> = None;
+        for d in devices() {
+            let a32 = Tensor::from_slice(&av, &[m, k], d).expect("a");
+            let b32 = Tensor::from_slice(&bv, &[k, n], d).expect("b");
+            let (a, b) = (
+                Tensor::empty(&[m, k], dtype, d).expect("a"),
+                Tensor::empty(&[k, n], dtype, d).expect("b"),
+            );
+            a.copy_(&a32).expect("a");
+            b.copy_(&b32).expect("b");
+            let c = a.matmul(&b).expect("matmul");
+            assert_eq!(c.dtype(), dtype);
+            let c32 = Tensor::empty(&[m, n], DType::F32, d).expect("c32");
+            c32.copy_(&c).expect("widen");
+            let got = c32.to_vec::<f32>().expect("read");
+            match &cpu {
+                None => cpu = Some(got),
+                Some(want) => {
+                    let worst = got
+                        .iter()
+                        .zip(want)
+                        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+                        .fold(0.0f32, f32::max);
+                    println!("{dtype} matmul on {d}: worst difference from the CPU {worst:e}");
+                    // One unit in the last place of the dtype at most.
+                    let ulp = if dtype == DType::F16 {
+                        2f32.powi(-10)
+                    } else {
+                        2f32.powi(-7)
+                    };
+                    assert!(
+                        worst <= ulp,
+                        "{dtype} matmul on {d}: {worst:e} from the CPU's"
+                    );
+                }
+            }
+        }
+    }
+}

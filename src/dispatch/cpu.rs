@@ -6,8 +6,8 @@
 //! `matmul` on `f32` calls `matrixmultiply::sgemm` (chosen over `gemm` by
 //! `benches/matmul_cpu.rs`, see docs/BENCHMARKS.md) under the `ieee`
 //! precision; a reduced mode (`tf32`, `bf16`) runs the compute kernel's
-//! host function (`crate::compute::matmul`), the GPUs' numerics; `f16`/`bf16` go
-//! through `f32`; integers use a plain loop with wrapping arithmetic.
+//! host function (`crate::compute::matmul`), the GPUs' numerics, and so
+//! do `f16`/`bf16` (widened, the dtype's plan, rounded back); integers use a plain loop with wrapping arithmetic.
 //! Floating-point `sum` accumulates in `f64`; `softmax` (over the last
 //! dimension) subtracts each row's maximum before `exp`, so large inputs
 //! do not overflow.
@@ -495,6 +495,36 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     let (m, k, n) = matmul_dims(a, b)?;
     let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    if matches!(dtype, DType::F16 | DType::BF16) && m > 0 && k > 0 && n > 0 {
+        // As the GPUs do: widened exactly, the compute kernel (host twin)
+        // with the dtype's plan, the result rounded to the dtype.
+        let (precision, _) = super::matmul_precision(call.device.device_type(), dtype);
+        let widen = |t: &Tensor, to: DType| -> Result<Tensor> {
+            let out = Tensor::empty(t.shape(), to, call.device)?;
+            let p = Params::default()
+                .u32(dtype_code(t.dtype()))
+                .u32(dtype_code(to))
+                .u64(t.numel() as u64);
+            launch(&call.stream, &CAST, ONE, &[t.buffer(), out.buffer()], &p)?;
+            Ok(out)
+        };
+        let (a32, b32) = (widen(a, DType::F32)?, widen(b, DType::F32)?);
+        let c32 = Tensor::empty(&[m, n], DType::F32, call.device)?;
+        compute_matmul(
+            &call.stream,
+            a32.buffer(),
+            b32.buffer(),
+            c32.buffer(),
+            (m, k, n),
+            precision,
+        )?;
+        let p = Params::default()
+            .u32(dtype_code(DType::F32))
+            .u32(dtype_code(dtype))
+            .u64((m * n) as u64);
+        launch(&call.stream, &CAST, ONE, &[c32.buffer(), out.buffer()], &p)?;
+        return done(out);
+    }
     if dtype == DType::F32 && m > 0 && k > 0 && n > 0 {
         // `ieee` keeps matrixmultiply; a reduced mode runs the compute
         // kernel's host twin, whose numerics are the GPUs'.
