@@ -144,7 +144,7 @@ fn scalar_op(inv: &mut CpuInvocation<'_>, mul: bool) -> Result<(), String> {
     with_type!(code, T => {
         let x = view::<T>(0, x, n)?;
         let out = view_mut::<T>(1, out, n)?;
-        let s = T::from_f64(s);
+        let s = <T as Element>::from_f64(s);
         for (o, &v) in out.iter_mut().zip(x) {
             *o = if mul { v.mul(s) } else { v.add(s) };
         }
@@ -166,7 +166,7 @@ fn fill_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         return Err("expected 1 buffer".to_owned());
     };
     with_type!(code, T => {
-        view_mut::<T>(0, out, n)?.fill(T::from_f64(v));
+        view_mut::<T>(0, out, n)?.fill(<T as Element>::from_f64(v));
         Ok(())
     })
 }
@@ -182,7 +182,7 @@ fn cast_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         let x = view::<S>(0, x, n)?;
         with_type!(to, D => {
             for (o, v) in view_mut::<D>(1, out, n)?.iter_mut().zip(x) {
-                *o = D::from_f64(v.to_f64());
+                *o = <D as Element>::from_f64(v.to_f64());
             }
             Ok(())
         })
@@ -245,7 +245,7 @@ fn matmul_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             let mut c = vec![0f32; m * n];
             sgemm(&a, &b, &mut c, m, k, n);
             for (o, v) in view_mut::<T>(2, out, m * n)?.iter_mut().zip(c) {
-                *o = T::from_f64(f64::from(v));
+                *o = <T as Element>::from_f64(f64::from(v));
             }
             Ok(())
         }),
@@ -254,7 +254,7 @@ fn matmul_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             let out = view_mut::<T>(2, out, m * n)?;
             for i in 0..m {
                 for j in 0..n {
-                    let mut acc = T::from_f64(0.0);
+                    let mut acc = <T as Element>::from_f64(0.0);
                     for p in 0..k {
                         acc = acc.add(a[i * k + p].mul(b[p * n + j]));
                     }
@@ -274,9 +274,9 @@ fn sum_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     with_type!(code, T => {
         let x = view::<T>(0, x, n)?;
         let total = if T::DTYPE.is_float() {
-            T::from_f64(x.iter().map(|v| v.to_f64()).sum())
+            <T as Element>::from_f64(x.iter().map(|v| v.to_f64()).sum())
         } else {
-            x.iter().fold(T::from_f64(0.0), |acc, &v| acc.add(v))
+            x.iter().fold(<T as Element>::from_f64(0.0), |acc, &v| acc.add(v))
         };
         view_mut::<T>(1, out, 1)?[0] = total;
         Ok(())
@@ -316,7 +316,7 @@ fn softmax_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             }
             softmax_row(&row, &mut res);
             for (d, &s) in out[r * cols..(r + 1) * cols].iter_mut().zip(&res) {
-                *d = T::from_f64(s);
+                *d = <T as Element>::from_f64(s);
             }
         }
         Ok(())
