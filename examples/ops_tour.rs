@@ -5,36 +5,34 @@
 //! shows each operator as a `cpu_op` span with the kernels it launched
 //! beneath it, linked by flows.
 //!
-//! On GPUs, `matmul`, `sum` and `softmax` currently take the CPU fallback
-//! (a warning says so, once per operator); `add`/`mul` run GPU kernels.
+//! The inputs come from `randn` with a generator seeded the same on each
+//! device: the same numbers everywhere (bit-identical words; Box-Muller's
+//! `log`/`cos`/`sin` may differ in the last bit between backends). On
+//! GPUs every operator here runs the device's own kernels (`matmul`,
+//! `sum` and `softmax` are the compute kernels), with the matmul's
+//! precision mode in its span's arguments.
 //!
 //! Run: `cargo run --example ops_tour [-- OUT_DIR]`
 
 use std::path::PathBuf;
 
+use keel::generator::Generator;
 use keel::{DType, Device, DeviceType, Tensor};
 
 const M: usize = 64;
 const K: usize = 96;
 const N: usize = 48;
 
-/// Deterministic "random" values in [-1, 1] (a hash of the index).
-fn input(n: usize, seed: u32) -> Vec<f32> {
-    (0..n as u32)
-        .map(|i| {
-            let h = (i ^ seed).wrapping_mul(0x9E37_79B9).rotate_left(13) ^ seed;
-            (h.wrapping_mul(0x85EB_CA6B) >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-/// The program: softmax(a @ b * 0.5 + 1) and its sum (which is M: each
-/// row sums to 1).
+/// The program: softmax(a @ b * 0.1 + 1) with `a`, `b` from `randn`
+/// (seed 2026 on `d`'s own generator), and its sum (which is M: each row
+/// sums to 1).
 fn program(d: Device) -> keel::Result<(Vec<f32>, f32)> {
     let _range = keel::profiler::range(format!("ops on {d}"));
-    let a = Tensor::from_slice(&input(M * K, 1), &[M, K], d)?;
-    let b = Tensor::from_slice(&input(K * N, 2), &[K, N], d)?;
-    let logits = a.matmul(&b)?.mul_scalar(0.5)?;
+    let g = Generator::new(d)?;
+    g.manual_seed(2026);
+    let a = keel::dispatch::randn(&[M, K], d, Some(&g))?;
+    let b = keel::dispatch::randn(&[K, N], d, Some(&g))?;
+    let logits = a.matmul(&b)?.mul_scalar(0.1)?;
     let ones = Tensor::ones(&[M, N], DType::F32, d)?;
     let p = logits.add(&ones)?.softmax()?;
     let total = p.sum()?;

@@ -608,8 +608,25 @@ fn operators_are_profiled_spans_with_their_kernels() {
         let a = Tensor::from_slice(&values(300, 3), &[300], d).expect("a");
         let c = a.add(&a).expect("add");
         c.to_vec::<f32>().expect("read");
+        // matmul, sum and softmax (shapes no other test uses), the matmul
+        // once more under a tf32 scope.
+        let x = Tensor::from_slice(&values(37 * 41, 4), &[37, 41], d).expect("x");
+        let y = Tensor::from_slice(&values(41 * 23, 5), &[41, 23], d).expect("y");
+        x.matmul(&y).expect("matmul").to_vec::<f32>().expect("read");
+        {
+            let _tf32 = keel::precision::Scope::new()
+                .allow_tf32(d.device_type(), true)
+                .enter();
+            x.matmul(&y).expect("matmul").to_vec::<f32>().expect("read");
+        }
+        x.sum().expect("sum").to_vec::<f32>().expect("read");
+        x.softmax().expect("softmax").to_vec::<f32>().expect("read");
+        // Under autocast: the matmul runs in f16 (bf16 on the CPU).
+        let _autocast = keel::autocast::autocast(d.device_type(), true, None).expect("autocast");
+        x.matmul(&y).expect("autocast matmul");
     }
     let trace = session.stop();
+    reduction_ops_ran_their_own_kernels(&trace, &devs);
     use keel::profiler::{FlowKind, SpanKind};
     let ops: Vec<_> = trace
         .spans
@@ -696,6 +713,121 @@ fn operators_are_profiled_spans_with_their_kernels() {
     );
 }
 
+/// The operator spans of `op` whose "Input Dims" are `dims`.
+fn op_spans<'t>(
+    trace: &'t keel::profiler::Trace,
+    op: &str,
+    dims: &str,
+) -> Vec<&'t keel::profiler::Span> {
+    use keel::profiler::SpanKind;
+    trace
+        .spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Operator && &*s.name == op)
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "Input Dims" && &**v == dims)
+        })
+        .collect()
+}
+
+/// The names of the kernels an operator span launched (through its flows).
+fn launched(trace: &keel::profiler::Trace, op: &keel::profiler::Span) -> Vec<String> {
+    use keel::profiler::{FlowKind, SpanKind};
+    trace
+        .flows
+        .iter()
+        .filter(|f| {
+            f.kind == FlowKind::Launch
+                && f.from.lane == op.lane
+                && f.from.ts_ns >= op.start_ns
+                && f.from.ts_ns <= op.start_ns + op.dur_ns
+        })
+        // Every kernel span where the flow ends (device clocks can be
+        // coarse: two kernels may start at one timestamp).
+        .flat_map(|f| {
+            trace.spans.iter().filter(move |s| {
+                s.lane == f.to.lane && s.start_ns == f.to.ts_ns && s.kind == SpanKind::Kernel
+            })
+        })
+        .map(|s| s.name.to_string())
+        .collect()
+}
+
+/// `matmul`, `sum` and `softmax` (f32) ran their device's own kernels on
+/// every GPU (the compute kernels; a fallback would launch the CPU's
+/// `matmul_cpu`, `sum_cpu`, `softmax_cpu`), and each matmul span says
+/// which precision it ran with. Fallback counts are process-wide and other
+/// tests run f16 matmuls through the fallback at the same time, so the
+/// trace, which is this test's own, is what shows no fallback ran.
+fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[Device]) {
+    let gpus = devs
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.device_type(),
+                DeviceType::Vulkan | DeviceType::Wgpu | DeviceType::Cuda
+            )
+        })
+        .count();
+    let cases = [
+        ("matmul", "[[37, 41], [41, 23]]", "matmul_tiled"),
+        ("sum", "[[37, 41]]", "sum_s"),
+        ("softmax", "[[37, 41]]", "softmax_rows"),
+    ];
+    for (op, dims, gpu_kernel) in cases {
+        let spans = op_spans(trace, op, dims);
+        let names: Vec<Vec<String>> = spans.iter().map(|s| launched(trace, s)).collect();
+        let on_gpu = names
+            .iter()
+            .filter(|k| {
+                k.iter().any(|n| n.starts_with(gpu_kernel))
+                    && !k.iter().any(|n| n.ends_with("_cpu"))
+            })
+            .count();
+        // Each GPU's matmul ran twice (ieee, tf32); the CPU's tf32 matmul
+        // runs the compute kernel's host twin, `matmul_tiled`, too.
+        let want = if op == "matmul" { 2 * gpus + 1 } else { gpus };
+        assert!(
+            on_gpu >= want,
+            "{op}: expected {want} spans that launched {gpu_kernel}* and no CPU kernel, found {on_gpu}: {names:?}"
+        );
+    }
+    // The precision each matmul ran with, in its span.
+    let precisions: Vec<String> = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
+        .iter()
+        .filter_map(|s| {
+            s.args
+                .iter()
+                .find(|(k, _)| &**k == "precision")
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    let count = |p: &str| precisions.iter().filter(|v| *v == p).count();
+    assert!(count("ieee") >= devs.len(), "{precisions:?}");
+    assert!(count("tf32") >= devs.len(), "{precisions:?}");
+    // Autocast's f16 matmuls ran on the GPUs: inputs converted by the
+    // conversion kernel, the compute kernel, the result converted back;
+    // the span says f16 (with the default split-K reduction in f16).
+    let half = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
+        .into_iter()
+        .filter(|s| {
+            s.args
+                .iter()
+                .any(|(k, v)| &**k == "precision" && v.starts_with("f16"))
+        })
+        .filter(|s| {
+            let k = launched(trace, s);
+            k.iter().any(|n| n == "matmul_tiled") && k.iter().any(|n| n == "cast_f32_half")
+        })
+        .count();
+    assert!(
+        half >= gpus,
+        "autocast f16 matmuls on GPUs: {half} of {gpus}"
+    );
+}
+
 #[test]
 fn empty_tensors_on_every_device() {
     for d in devices() {
@@ -736,4 +868,301 @@ fn threads_dispatch_at_once() {
             });
         }
     });
+}
+
+/// The bits of an f32 tensor.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .expect("read")
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+#[test]
+fn random_operators_give_the_same_bits_on_every_device() {
+    use keel::generator::Generator;
+    use keel::random::{RandomOp, reference};
+    let devs = devices();
+    for seed in [0u64, 42, u64::MAX - 5] {
+        for n in [1usize, 7, 1000, 4099] {
+            let rand_want = reference(RandomOp::Rand, n, seed, 0).expect("ref");
+            let int_want =
+                reference(RandomOp::Randint { low: -5, high: 17 }, n, seed, 4100).expect("ref");
+            let uni = RandomOp::Uniform { lo: -2.0, hi: 3.0 };
+            let uni_want = reference(uni, n, seed, 8200).expect("ref");
+            let randn_want = reference(RandomOp::Randn, n, seed, 12300).expect("ref");
+            for &d in &devs {
+                let what = format!("seed {seed}, n {n}, {d}");
+                let g = Generator::new(d).expect("generator");
+                g.manual_seed(seed);
+                let r = dispatch::rand(&[n], d, Some(&g)).expect("rand");
+                assert_eq!((r.device(), r.dtype()), (d, DType::F32));
+                assert_eq!(bits(&r), rand_want, "rand: {what}");
+                // The generator advanced by n rounded up to 4.
+                assert_eq!(g.offset(), (n as u64).next_multiple_of(4), "{what}");
+                g.set_offset(4100).expect("offset");
+                let i = dispatch::randint(-5, 17, &[n], d, Some(&g)).expect("randint");
+                let got: Vec<u32> = i
+                    .to_vec::<i32>()
+                    .expect("read")
+                    .iter()
+                    .map(|&v| v as u32)
+                    .collect();
+                assert_eq!(got, int_want, "randint: {what}");
+                g.set_offset(8200).expect("offset");
+                let u = Tensor::zeros(&[n], DType::F32, d).expect("u");
+                let same = u.uniform_(-2.0, 3.0, Some(&g)).expect("uniform_");
+                assert!(std::sync::Arc::ptr_eq(same.buffer(), u.buffer()));
+                assert_eq!(bits(&u), uni_want, "uniform_: {what}");
+                g.set_offset(12300).expect("offset");
+                let z = dispatch::randn(&[n], d, Some(&g)).expect("randn");
+                for (k, (&gz, &wz)) in bits(&z).iter().zip(&randn_want).enumerate() {
+                    let (gz, wz) = (f32::from_bits(gz), f32::from_bits(wz));
+                    assert!(
+                        (gz - wz).abs() <= 1e-5 * wz.abs().max(1.0),
+                        "randn {what}: element {k}: {gz} vs {wz}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn random_operators_replay_from_a_generator_state() {
+    use keel::generator::{Generator, default_generator};
+    for d in devices() {
+        let g = Generator::new(d).expect("generator");
+        g.manual_seed(1234);
+        let state = g.get_state();
+        let draw = || {
+            let a = dispatch::randn(&[33, 3], d, Some(&g)).expect("randn");
+            let x = Tensor::zeros(&[10], DType::F32, d).expect("x");
+            x.normal_(2.0, 0.5, Some(&g)).expect("normal_");
+            let r = dispatch::rand(&[5], d, Some(&g)).expect("rand");
+            (bits(&a), bits(&x), bits(&r))
+        };
+        let first = draw();
+        let second = draw();
+        assert_ne!(first, second, "{d}: a second draw repeated the first");
+        g.set_state(&state).expect("set_state");
+        assert_eq!(draw(), first, "{d}: the state did not replay");
+        // The default generator of the device serves calls without one
+        // (other tests may draw from it too: it advanced at least by 8).
+        let def = default_generator(d).expect("default");
+        let before = def.offset();
+        dispatch::rand(&[5], d, None).expect("rand");
+        assert!(def.offset() >= before + 8, "{d}: default generator");
+        // A generator of another device type is PyTorch's error.
+        let other = if d.is_cpu() {
+            Device::new(DeviceType::PrivateUse1, 0).expect("npu")
+        } else {
+            Device::cpu()
+        };
+        let wrong = Generator::new(other).expect("other generator");
+        let e = dispatch::rand(&[5], d, Some(&wrong)).expect_err("wrong generator");
+        assert!(e.to_string().contains("device type for generator"), "{e}");
+        assert_eq!(wrong.offset(), 0, "a refused call reserved words");
+        // Bad bounds and dtypes are clear errors that reserve nothing.
+        let at = g.offset();
+        let x = Tensor::zeros(&[4], DType::F32, d).expect("x");
+        let e = x.uniform_(3.0, -2.0, Some(&g)).expect_err("lo > hi");
+        assert!(e.to_string().contains("lo < hi"), "{e}");
+        let e = dispatch::randint(5, 5, &[4], d, Some(&g)).expect_err("empty range");
+        assert!(e.to_string().contains("low < high"), "{e}");
+        let i = Tensor::zeros(&[4], DType::I32, d).expect("i");
+        let e = i.normal_(0.0, 1.0, Some(&g)).expect_err("i32 normal_");
+        assert!(e.to_string().contains("expected a f32 tensor"), "{e}");
+        assert_eq!(g.offset(), at, "{d}: a refused call reserved words");
+    }
+}
+
+#[test]
+fn autocast_changes_the_dtype_a_matmul_runs_in_and_nothing_else() {
+    use keel::autocast;
+    let (m, k, n) = (33, 64, 17);
+    let (av, bv) = (values(m * k, 901), values(k * n, 902));
+    let want = matmul_reference(&av, &bv, m, k, n);
+    // sum_k |a_ik b_kj|, for the error bound.
+    let mut mag = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            mag[i * n + j] = (0..k)
+                .map(|p| f64::from(av[i * k + p] * bv[p * n + j]).abs())
+                .sum();
+        }
+    }
+    for d in devices() {
+        let ty = d.device_type();
+        let a = Tensor::from_slice(&av, &[m, k], d).expect("a");
+        let b = Tensor::from_slice(&bv, &[k, n], d).expect("b");
+        let x = Tensor::from_slice(&values(257, 903), &[257], d).expect("x");
+        let off = (
+            a.matmul(&b).expect("matmul"),
+            bits(&x.sum().expect("sum")),
+            bits(&a.softmax().expect("softmax")),
+            bits(&x.add(&x).expect("add")),
+        );
+        assert_eq!(off.0.dtype(), DType::F32);
+        let dtype = {
+            let _on = autocast::autocast(ty, true, None).expect("autocast");
+            let dtype = DType::from(autocast::get_autocast_dtype(ty));
+            let c = a.matmul(&b).expect("autocast matmul");
+            assert_eq!((c.dtype(), c.device(), c.shape()), (dtype, d, &[m, n][..]));
+            // Within the dtype's precision: each input rounded (2 eps per
+            // product), the output rounded (eps).
+            let (eps, got): (f64, Vec<f64>) = match dtype {
+                DType::F16 => (
+                    2f64.powi(-11),
+                    c.to_vec::<f16>()
+                        .expect("r")
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .collect(),
+                ),
+                DType::BF16 => (
+                    2f64.powi(-8),
+                    c.to_vec::<bf16>()
+                        .expect("r")
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .collect(),
+                ),
+                other => panic!("{d}: autocast dtype {other}"),
+            };
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let tol = 3.0 * eps * mag[i] + eps * w.abs() + 1e-6;
+                assert!(
+                    (g - w).abs() <= tol,
+                    "{d}: autocast matmul element {i}: {g} vs {w} (within {tol})"
+                );
+            }
+            // sum and softmax run in f32: the same bits as without
+            // autocast; add is left in f32 (promote of f32).
+            let s = x.sum().expect("sum");
+            assert_eq!((s.dtype(), bits(&s)), (DType::F32, off.1.clone()), "{d}");
+            assert_eq!(bits(&a.softmax().expect("softmax")), off.2, "{d}");
+            assert_eq!(bits(&x.add(&x).expect("add")), off.3, "{d}");
+            // A half input to sum runs in f32 under autocast.
+            let h = c.sum().expect("sum of a half tensor");
+            assert_eq!(h.dtype(), DType::F32, "{d}");
+            dtype
+        };
+        // Off again: f32, the same bits as before.
+        let again = a.matmul(&b).expect("matmul");
+        assert_eq!(again.dtype(), DType::F32, "{d}");
+        assert_eq!(bits(&again), bits(&off.0), "{d} (autocast was {dtype})");
+    }
+}
+
+#[test]
+fn half_conversions_and_matmul_on_every_device() {
+    // copy_ between f32 and f16/bf16 (the GPUs' conversion kernel; odd
+    // lengths, subnormals, overflow, ties), against the half crate's
+    // from_f32 (-0.90820336: a value half's bf16::from_f64 rounded wrong).
+    let mut xs = values(1001, 904);
+    xs.extend([
+        0.0,
+        -0.0,
+        65504.0,
+        65520.0,
+        -1.0e6,
+        6.0e-8,
+        3.0e-5,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        1.0 + 2f32.powi(-8),
+        3.3895e38,
+        -0.908_203_36,
+    ]);
+    let n = xs.len();
+    for d in devices() {
+        let x = Tensor::from_slice(&xs, &[n], d).expect("x");
+        let h = Tensor::empty(&[n], DType::F16, d).expect("h");
+        h.copy_(&x).expect("to f16");
+        let want: Vec<f16> = xs.iter().map(|&v| f16::from_f32(v)).collect();
+        let got = h.to_vec::<f16>().expect("r");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{d}: f16 of {}", xs[i]);
+        }
+        let bf = Tensor::empty(&[n], DType::BF16, d).expect("bf");
+        bf.copy_(&x).expect("to bf16");
+        let want: Vec<u16> = xs.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        let got: Vec<u16> = bf
+            .to_vec::<bf16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, want, "{d}: bf16");
+        // And back, exactly.
+        let back = Tensor::empty(&[n], DType::F32, d).expect("back");
+        back.copy_(&h).expect("from f16");
+        let want: Vec<f32> = h
+            .to_vec::<f16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(
+            bits(&back),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{d}"
+        );
+        back.copy_(&bf).expect("from bf16");
+        let want: Vec<f32> = bf
+            .to_vec::<bf16>()
+            .expect("r")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(
+            bits(&back),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{d}"
+        );
+    }
+}
+
+#[test]
+fn half_matmul_has_the_same_numerics_on_every_device() {
+    // k = 600: three split-K chunks, rounded to the dtype (the default
+    // reduced-precision reduction) on every backend.
+    let (m, k, n) = (20, 600, 9);
+    let (av, bv) = (values(m * k, 905), values(k * n, 906));
+    for dtype in [DType::F16, DType::BF16] {
+        let mut cpu: Option<Vec<f32>> = None;
+        for d in devices() {
+            let a32 = Tensor::from_slice(&av, &[m, k], d).expect("a");
+            let b32 = Tensor::from_slice(&bv, &[k, n], d).expect("b");
+            let (a, b) = (
+                Tensor::empty(&[m, k], dtype, d).expect("a"),
+                Tensor::empty(&[k, n], dtype, d).expect("b"),
+            );
+            a.copy_(&a32).expect("a");
+            b.copy_(&b32).expect("b");
+            let c = a.matmul(&b).expect("matmul");
+            assert_eq!(c.dtype(), dtype);
+            let c32 = Tensor::empty(&[m, n], DType::F32, d).expect("c32");
+            c32.copy_(&c).expect("widen");
+            let got = c32.to_vec::<f32>().expect("read");
+            match &cpu {
+                None => cpu = Some(got),
+                Some(want) => {
+                    let worst = got
+                        .iter()
+                        .zip(want)
+                        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+                        .fold(0.0f32, f32::max);
+                    println!("{dtype} matmul on {d}: worst difference from the CPU {worst:e}");
+                    // The same kernels, the same numbers: bit-identical.
+                    assert_eq!(
+                        worst, 0.0,
+                        "{dtype} matmul on {d}: {worst:e} from the CPU's"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -131,7 +131,15 @@ use keel::{BackendMeta, DType, Kernel, Tensor};
 
 /// The operators the NPU has its own kernels for; the rest take the CPU
 /// fallback.
-pub const NPU_OPS: [&str; 2] = ["add", "mul.Scalar"];
+pub const NPU_OPS: [&str; 7] = [
+    "add",
+    "mul.Scalar",
+    "rand",
+    "randn",
+    "uniform_",
+    "normal_",
+    "randint",
+];
 
 /// The memory layout the NPU's serialization hook records (a stand-in for
 /// a real accelerator's private formats, such as Ascend's `npu_format`).
@@ -304,6 +312,12 @@ pub fn install_ops() -> Result<()> {
             install()?;
             keel::dispatch::register_kernel("add", TY, add_kernel)?;
             keel::dispatch::register_kernel("mul.Scalar", TY, mul_scalar_kernel)?;
+            // The random operators: Keel's Philox kernels run on the NPU's
+            // host streams; seed and offset come from the NPU's own
+            // generator (`NpuGenerator`), reserved by the public functions.
+            for op in keel::dispatch::RANDOM_OPS {
+                keel::dispatch::register_kernel(op, TY, keel::dispatch::random_kernel)?;
+            }
             keel::dispatch::register_fallback(TY, keel::dispatch::cpu_fallback)?;
             keel::register_backend_meta(TY, NpuMeta);
             keel::register_device_module(NAME, NpuModule)

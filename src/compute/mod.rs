@@ -43,7 +43,8 @@ pub use reduce::{
 };
 
 /// Every kernel Keel launches, with the parameter layout its launch code
-/// passes: the demo kernels and this module's. A unit test compares each
+/// passes: the demo kernels, this module's and the dispatcher's
+/// elementwise kernels (`shaders/ops/`, defined in [`params`]). A unit test compares each
 /// with its PTX entry point; a new kernel (such as an operator's) is added
 /// here.
 pub const KERNELS: &[params::Launch] = &[
@@ -55,6 +56,12 @@ pub const KERNELS: &[params::Launch] = &[
     SUM_SHARED,
     SUM_SUBGROUP,
     SOFTMAX_ROWS,
+    params::OP_ADD_F32,
+    params::OP_MUL_F32,
+    params::OP_ADD_SCALAR_F32,
+    params::OP_MUL_SCALAR_F32,
+    params::OP_FILL_F32,
+    params::OP_CAST,
 ];
 
 #[cfg(test)]

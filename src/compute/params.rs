@@ -102,6 +102,93 @@ pub const SPIN: Launch = Launch {
     params: &[U32, U32],
 };
 
+/// A dispatcher elementwise kernel (`shaders/ops/`): 256-wide workgroups,
+/// WGSL and PTX, no host function (the CPU has its own kernels).
+const fn op_kernel(
+    name: &'static str,
+    bindings: usize,
+    wgsl: &'static str,
+    ptx: &'static str,
+) -> Kernel {
+    Kernel {
+        name,
+        workgroup_size: [256, 1, 1],
+        bindings,
+        wgsl: Some(wgsl),
+        ptx: Some(ptx),
+        cpu: None,
+    }
+}
+
+/// The dispatcher's `add` (f32): bindings `a`, `b`, `out`; `n`.
+pub const OP_ADD_F32: Launch = Launch {
+    kernel: op_kernel(
+        "add_f32",
+        3,
+        include_str!("../../shaders/ops/add.wgsl"),
+        include_str!("../../shaders/ops/add.ptx"),
+    ),
+    params: &[U32],
+};
+/// The dispatcher's `mul` (f32): bindings `a`, `b`, `out`; `n`.
+pub const OP_MUL_F32: Launch = Launch {
+    kernel: op_kernel(
+        "mul_f32",
+        3,
+        include_str!("../../shaders/ops/mul.wgsl"),
+        include_str!("../../shaders/ops/mul.ptx"),
+    ),
+    params: &[U32],
+};
+/// The dispatcher's `add.Scalar` (f32): bindings `x`, `out`; `n`, `s`.
+pub const OP_ADD_SCALAR_F32: Launch = Launch {
+    kernel: op_kernel(
+        "add_scalar_f32",
+        2,
+        include_str!("../../shaders/ops/add_scalar.wgsl"),
+        include_str!("../../shaders/ops/add_scalar.ptx"),
+    ),
+    params: &[U32, F32],
+};
+/// The dispatcher's `mul.Scalar` (f32): bindings `x`, `out`; `n`, `s`.
+pub const OP_MUL_SCALAR_F32: Launch = Launch {
+    kernel: op_kernel(
+        "mul_scalar_f32",
+        2,
+        include_str!("../../shaders/ops/mul_scalar.wgsl"),
+        include_str!("../../shaders/ops/mul_scalar.ptx"),
+    ),
+    params: &[U32, F32],
+};
+/// The dispatcher's `fill_` (f32): binding `x`; `n`, `value`.
+pub const OP_FILL_F32: Launch = Launch {
+    kernel: op_kernel(
+        "fill_f32",
+        1,
+        include_str!("../../shaders/ops/fill.wgsl"),
+        include_str!("../../shaders/ops/fill.ptx"),
+    ),
+    params: &[U32, F32],
+};
+
+/// The dispatcher's conversions between f32 and f16/bf16 (`copy_`
+/// between dtypes; the f16/bf16 matmul): bindings `x`, `out`; `n`,
+/// `mode` (0 f16 -> f32, 1 bf16 -> f32, 2 f32 -> f16, 3 f32 -> bf16).
+/// WGSL holds 16-bit values packed two to a word (one invocation per
+/// pair); PTX converts one element per thread.
+pub const OP_CAST: Launch = Launch {
+    kernel: op_kernel(
+        "cast_f32_half",
+        2,
+        concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/ops/cast.wgsl")
+        ),
+        include_str!("../../shaders/ops/cast.ptx"),
+    ),
+    params: &[U32, U32],
+};
+
 /// The parameter types of PTX entry `name` in `ptx`, as written
 /// (`"u64"`, `"u32"`, `"f32"`, ...), in order.
 pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {

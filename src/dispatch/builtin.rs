@@ -5,13 +5,13 @@
 use std::sync::{Arc, OnceLock};
 
 use super::call::{ArgKind, OpKernel, OpSchema};
-use super::{cpu, fallback, gpu, registry};
+use super::{cpu, fallback, gpu, random, registry};
 use crate::core::DeviceType;
 use crate::error::Result;
 
 /// The schemas of the built-in operators.
 pub(crate) fn schemas() -> Vec<OpSchema> {
-    use ArgKind::{Scalar, Tensor};
+    use ArgKind::{Int, Scalar, Tensor};
     vec![
         OpSchema::new("add", &[("self", Tensor), ("other", Tensor)]),
         OpSchema::new("mul", &[("self", Tensor), ("other", Tensor)]),
@@ -24,6 +24,43 @@ pub(crate) fn schemas() -> Vec<OpSchema> {
         OpSchema::new("copy_", &[("self", Tensor), ("src", Tensor)])
             .in_place(0)
             .any_device(),
+        // The random operators write their first argument; seed and
+        // offset come from a generator, reserved before the call.
+        OpSchema::new("rand", &[("self", Tensor), ("seed", Int), ("offset", Int)]).in_place(0),
+        OpSchema::new("randn", &[("self", Tensor), ("seed", Int), ("offset", Int)]).in_place(0),
+        OpSchema::new(
+            "uniform_",
+            &[
+                ("self", Tensor),
+                ("from", Scalar),
+                ("to", Scalar),
+                ("seed", Int),
+                ("offset", Int),
+            ],
+        )
+        .in_place(0),
+        OpSchema::new(
+            "normal_",
+            &[
+                ("self", Tensor),
+                ("mean", Scalar),
+                ("std", Scalar),
+                ("seed", Int),
+                ("offset", Int),
+            ],
+        )
+        .in_place(0),
+        OpSchema::new(
+            "randint",
+            &[
+                ("self", Tensor),
+                ("low", Int),
+                ("high", Int),
+                ("seed", Int),
+                ("offset", Int),
+            ],
+        )
+        .in_place(0),
     ]
 }
 
@@ -45,11 +82,20 @@ fn install() -> Result<()> {
     for (op, k) in cpu_kernels {
         registry::set_kernel(op, DeviceType::Cpu, k)?;
     }
+    for ty in [
+        DeviceType::Cpu,
+        DeviceType::Cuda,
+        DeviceType::Vulkan,
+        DeviceType::Wgpu,
+    ] {
+        for op in random::OPS {
+            registry::set_kernel(op, ty, Arc::new(random::random_kernel))?;
+        }
+    }
     for ty in [DeviceType::Cuda, DeviceType::Vulkan, DeviceType::Wgpu] {
         for (op, f) in gpu::GPU_KERNELS {
             registry::set_kernel(op, ty, Arc::new(f))?;
         }
-        registry::set_kernel("copy_", ty, Arc::new(cpu::copy_kernel))?;
         registry::set_fallback(ty, Arc::new(fallback::cpu_fallback));
     }
     Ok(())

@@ -4,8 +4,10 @@
 //! as a kernel under its operator.
 //!
 //! `matmul` on `f32` calls `matrixmultiply::sgemm` (chosen over `gemm` by
-//! `benches/matmul_cpu.rs`, see docs/BENCHMARKS.md); `f16`/`bf16` go
-//! through `f32`; integers use a plain loop with wrapping arithmetic.
+//! `benches/matmul_cpu.rs`, see docs/BENCHMARKS.md) under the `ieee`
+//! precision; a reduced mode (`tf32`, `bf16`) runs the compute kernel's
+//! host function (`crate::compute::matmul`), the GPUs' numerics, and so
+//! do `f16`/`bf16` (widened, the dtype's plan, rounded back); integers use a plain loop with wrapping arithmetic.
 //! Floating-point `sum` accumulates in `f64`; `softmax` (over the last
 //! dimension) subtracts each row's maximum before `exp`, so large inputs
 //! do not overflow.
@@ -15,7 +17,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::call::{KernelOutcome, OpCall, common_dtype};
-use super::launch::{Params, launch};
+use super::launch::{Params, compute_matmul, launch};
+use crate::compute::MatmulPrecision;
 use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel};
 use crate::tensor::{DType, Element, Tensor};
@@ -141,7 +144,7 @@ fn scalar_op(inv: &mut CpuInvocation<'_>, mul: bool) -> Result<(), String> {
     with_type!(code, T => {
         let x = view::<T>(0, x, n)?;
         let out = view_mut::<T>(1, out, n)?;
-        let s = T::from_f64(s);
+        let s = <T as Element>::from_f64(s);
         for (o, &v) in out.iter_mut().zip(x) {
             *o = if mul { v.mul(s) } else { v.add(s) };
         }
@@ -163,7 +166,7 @@ fn fill_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         return Err("expected 1 buffer".to_owned());
     };
     with_type!(code, T => {
-        view_mut::<T>(0, out, n)?.fill(T::from_f64(v));
+        view_mut::<T>(0, out, n)?.fill(<T as Element>::from_f64(v));
         Ok(())
     })
 }
@@ -179,7 +182,7 @@ fn cast_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         let x = view::<S>(0, x, n)?;
         with_type!(to, D => {
             for (o, v) in view_mut::<D>(1, out, n)?.iter_mut().zip(x) {
-                *o = D::from_f64(v.to_f64());
+                *o = <D as Element>::from_f64(v.to_f64());
             }
             Ok(())
         })
@@ -242,7 +245,7 @@ fn matmul_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             let mut c = vec![0f32; m * n];
             sgemm(&a, &b, &mut c, m, k, n);
             for (o, v) in view_mut::<T>(2, out, m * n)?.iter_mut().zip(c) {
-                *o = T::from_f64(f64::from(v));
+                *o = <T as Element>::from_f64(f64::from(v));
             }
             Ok(())
         }),
@@ -251,7 +254,7 @@ fn matmul_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             let out = view_mut::<T>(2, out, m * n)?;
             for i in 0..m {
                 for j in 0..n {
-                    let mut acc = T::from_f64(0.0);
+                    let mut acc = <T as Element>::from_f64(0.0);
                     for p in 0..k {
                         acc = acc.add(a[i * k + p].mul(b[p * n + j]));
                     }
@@ -271,9 +274,9 @@ fn sum_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     with_type!(code, T => {
         let x = view::<T>(0, x, n)?;
         let total = if T::DTYPE.is_float() {
-            T::from_f64(x.iter().map(|v| v.to_f64()).sum())
+            <T as Element>::from_f64(x.iter().map(|v| v.to_f64()).sum())
         } else {
-            x.iter().fold(T::from_f64(0.0), |acc, &v| acc.add(v))
+            x.iter().fold(<T as Element>::from_f64(0.0), |acc, &v| acc.add(v))
         };
         view_mut::<T>(1, out, 1)?[0] = total;
         Ok(())
@@ -313,7 +316,7 @@ fn softmax_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
             }
             softmax_row(&row, &mut res);
             for (d, &s) in out[r * cols..(r + 1) * cols].iter_mut().zip(&res) {
-                *d = T::from_f64(s);
+                *d = <T as Element>::from_f64(s);
             }
         }
         Ok(())
@@ -492,6 +495,52 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     let (m, k, n) = matmul_dims(a, b)?;
     let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    if matches!(dtype, DType::F16 | DType::BF16) && m > 0 && k > 0 && n > 0 {
+        // As the GPUs do: widened exactly, the compute kernel (host twin)
+        // with the dtype's plan, the result rounded to the dtype.
+        let (precision, _) = super::matmul_precision(call.device.device_type(), dtype);
+        let widen = |t: &Tensor, to: DType| -> Result<Tensor> {
+            let out = Tensor::empty(t.shape(), to, call.device)?;
+            let p = Params::default()
+                .u32(dtype_code(t.dtype()))
+                .u32(dtype_code(to))
+                .u64(t.numel() as u64);
+            launch(&call.stream, &CAST, ONE, &[t.buffer(), out.buffer()], &p)?;
+            Ok(out)
+        };
+        let (a32, b32) = (widen(a, DType::F32)?, widen(b, DType::F32)?);
+        let c32 = Tensor::empty(&[m, n], DType::F32, call.device)?;
+        compute_matmul(
+            &call.stream,
+            a32.buffer(),
+            b32.buffer(),
+            c32.buffer(),
+            (m, k, n),
+            precision,
+        )?;
+        let p = Params::default()
+            .u32(dtype_code(DType::F32))
+            .u32(dtype_code(dtype))
+            .u64((m * n) as u64);
+        launch(&call.stream, &CAST, ONE, &[c32.buffer(), out.buffer()], &p)?;
+        return done(out);
+    }
+    if dtype == DType::F32 && m > 0 && k > 0 && n > 0 {
+        // `ieee` keeps matrixmultiply; a reduced mode runs the compute
+        // kernel's host twin, whose numerics are the GPUs'.
+        let (precision, _) = super::matmul_precision(call.device.device_type(), dtype);
+        if precision != MatmulPrecision::IEEE {
+            compute_matmul(
+                &call.stream,
+                a.buffer(),
+                b.buffer(),
+                out.buffer(),
+                (m, k, n),
+                precision,
+            )?;
+            return done(out);
+        }
+    }
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(m as u64)

@@ -1,71 +1,35 @@
 //! GPU kernels of the elementwise operators (`add`, `mul`, each also with
 //! a scalar, and `fill_`): WGSL in `shaders/ops/` (Vulkan through naga,
-//! and wgpu) and hand-written PTX beside it (CUDA). `f32` only: a call
-//! with another dtype is declined, so the device's fallback (the CPU)
-//! runs it. `copy_` needs no kernel (buffer copies), and `matmul`, `sum`
-//! and `softmax` have no GPU kernel here: they take the fallback.
+//! and wgpu) and hand-written PTX beside it (CUDA); and `matmul`, `sum`
+//! and `softmax`, which call the compute kernels (`crate::compute`) after
+//! handling empty tensors and zero sizes (which compute refuses). `f32`
+//! only: a call with another dtype is declined, so the device's fallback
+//! (the CPU) runs it. `copy_` needs no kernel (buffer copies).
 //!
 //! Adding a GPU kernel for an operator is one entry of [`GPU_KERNELS`]
 //! (operator name, function), registered for every GPU device type.
 
 use super::call::{KernelOutcome, OpCall};
-use super::cpu::check_same_shape;
-use super::launch::{Params, launch};
-use crate::error::Result;
+use super::cpu::{check_same_shape, copy_kernel, matmul_dims, softmax_dims};
+use super::launch::{Params, compute_matmul, launch};
+use super::matmul_precision;
+use crate::compute::params::{self, Param};
+use crate::compute::{self};
+use crate::core::DeviceType;
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
 
-const fn gpu_kernel(
-    name: &'static str,
-    bindings: usize,
-    wgsl: &'static str,
-    ptx: &'static str,
-) -> Kernel {
-    Kernel {
-        name,
-        workgroup_size: [256, 1, 1],
-        bindings,
-        wgsl: Some(wgsl),
-        ptx: Some(ptx),
-        cpu: None,
-    }
-}
-
 /// `out = a + b` (f32).
-pub const ADD_F32: Kernel = gpu_kernel(
-    "add_f32",
-    3,
-    include_str!("../../shaders/ops/add.wgsl"),
-    include_str!("../../shaders/ops/add.ptx"),
-);
+pub const ADD_F32: Kernel = params::OP_ADD_F32.kernel;
 /// `out = a * b` (f32).
-pub const MUL_F32: Kernel = gpu_kernel(
-    "mul_f32",
-    3,
-    include_str!("../../shaders/ops/mul.wgsl"),
-    include_str!("../../shaders/ops/mul.ptx"),
-);
+pub const MUL_F32: Kernel = params::OP_MUL_F32.kernel;
 /// `out = x + s` (f32).
-pub const ADD_SCALAR_F32: Kernel = gpu_kernel(
-    "add_scalar_f32",
-    2,
-    include_str!("../../shaders/ops/add_scalar.wgsl"),
-    include_str!("../../shaders/ops/add_scalar.ptx"),
-);
+pub const ADD_SCALAR_F32: Kernel = params::OP_ADD_SCALAR_F32.kernel;
 /// `out = x * s` (f32).
-pub const MUL_SCALAR_F32: Kernel = gpu_kernel(
-    "mul_scalar_f32",
-    2,
-    include_str!("../../shaders/ops/mul_scalar.wgsl"),
-    include_str!("../../shaders/ops/mul_scalar.ptx"),
-);
+pub const MUL_SCALAR_F32: Kernel = params::OP_MUL_SCALAR_F32.kernel;
 /// `out = value` (f32).
-pub const FILL_F32: Kernel = gpu_kernel(
-    "fill_f32",
-    1,
-    include_str!("../../shaders/ops/fill.wgsl"),
-    include_str!("../../shaders/ops/fill.ptx"),
-);
+pub const FILL_F32: Kernel = params::OP_FILL_F32.kernel;
 
 /// The largest number of workgroups in one grid dimension every backend
 /// accepts (Vulkan's guaranteed `maxComputeWorkGroupCount`).
@@ -179,15 +143,191 @@ fn fill(call: &OpCall<'_>) -> Result<KernelOutcome> {
     Ok(KernelOutcome::Done(vec![x.clone()]))
 }
 
+/// Sets the first `n` f32s of `t` to `v` (nothing for `n` = 0).
+fn fill_n(call: &OpCall<'_>, t: &Tensor, n: u32, v: f32) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    launch(
+        &call.stream,
+        &FILL_F32,
+        elementwise_grid(u64::from(n)),
+        &[t.buffer()],
+        &Params::default().u32(n).f32(v),
+    )
+}
+
+/// `matmul` (f32) through [`compute::matmul`](crate::compute::matmul)'s
+/// tiled kernel, with the numerics of the thread's precision policy
+/// ([`matmul_precision`]); zero sizes handled here (compute refuses them).
+fn matmul(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let (a, b) = (call.tensor(0)?, call.tensor(1)?);
+    if matches!(a.dtype(), DType::F16 | DType::BF16)
+        && a.numel() <= u32::MAX as usize
+        && b.numel() <= u32::MAX as usize
+    {
+        return matmul_half(call, a, b);
+    }
+    let (m, k, n) = matmul_dims(a, b)?;
+    or_decline!(count(call, a));
+    or_decline!(count(call, b));
+    let out = Tensor::empty(&[m, n], DType::F32, call.device)?;
+    let outs = or_decline!(count(call, &out));
+    if m == 0 || n == 0 {
+        return Ok(KernelOutcome::Done(vec![out]));
+    }
+    if k == 0 {
+        fill_n(call, &out, outs, 0.0)?;
+        return Ok(KernelOutcome::Done(vec![out]));
+    }
+    let (precision, _) = matmul_precision(call.device.device_type(), DType::F32);
+    compute_matmul(
+        &call.stream,
+        a.buffer(),
+        b.buffer(),
+        out.buffer(),
+        (m, k, n),
+        precision,
+    )?;
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
+/// `sum` (f32) through [`compute::sum`](crate::compute::sum) (a two-level
+/// reduction; subgroup adds where the device has them); 0 for no elements.
+fn sum(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let x = call.tensor(0)?;
+    let n = or_decline!(count(call, x));
+    let out = Tensor::empty(&[], DType::F32, call.device)?;
+    if n == 0 {
+        fill_n(call, &out, 1, 0.0)?;
+    } else {
+        compute::sum(&call.stream, x.buffer(), n as usize, out.buffer())?;
+    }
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
+/// `softmax` over the last dimension (f32) through
+/// [`compute::softmax_rows`](crate::compute::softmax_rows).
+fn softmax(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let x = call.tensor(0)?;
+    or_decline!(count(call, x));
+    let (rows, cols) = softmax_dims(x)?;
+    let out = Tensor::empty(x.shape(), DType::F32, call.device)?;
+    if rows > 0 && cols > 0 {
+        compute::softmax_rows(&call.stream, x.buffer(), out.buffer(), rows, cols)?;
+    }
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
+/// `out` = `x` converted, on the GPU, for the pairs f32 <-> f16/bf16
+/// (`OP_CAST`); `None` for another pair. Both on `call.device`, the same
+/// number of elements.
+fn cast(call: &OpCall<'_>, x: &Tensor, out: &Tensor) -> Result<Option<()>> {
+    let mode = match (x.dtype(), out.dtype()) {
+        (DType::F16, DType::F32) => 0,
+        (DType::BF16, DType::F32) => 1,
+        (DType::F32, DType::F16) => 2,
+        (DType::F32, DType::BF16) => 3,
+        _ => return Ok(None),
+    };
+    let Ok(n) = u32::try_from(x.numel()) else {
+        return Ok(None);
+    };
+    if n == 0 {
+        return Ok(Some(()));
+    }
+    // CUDA converts an element per thread, WGSL a pair per invocation.
+    let threads = if call.device.device_type() == DeviceType::Cuda {
+        u64::from(n)
+    } else {
+        u64::from(n).div_ceil(2)
+    };
+    params::OP_CAST.launch(
+        &call.stream,
+        elementwise_grid(threads),
+        &[x.buffer(), out.buffer()],
+        &[Param::U32(n), Param::U32(mode)],
+    )?;
+    Ok(Some(()))
+}
+
+/// `x` as a new tensor of `dtype` on the GPU (see [`cast`]); `None` for a
+/// pair it does not convert.
+fn cast_to(call: &OpCall<'_>, x: &Tensor, dtype: DType) -> Result<Option<Tensor>> {
+    let out = Tensor::empty(x.shape(), dtype, call.device)?;
+    Ok(cast(call, x, &out)?.map(|()| out))
+}
+
+/// `copy_` on a GPU: equal dtypes by buffer copies; f32 <-> f16/bf16 on
+/// one device by the conversion kernel; other conversions decline (the
+/// CPU converts them).
+fn copy(call: &OpCall<'_>) -> Result<KernelOutcome> {
+    let (dst, src) = (call.tensor(0)?, call.tensor(1)?);
+    if dst.dtype() == src.dtype() || src.device() != call.device {
+        return copy_kernel(call);
+    }
+    if dst.numel() != src.numel() {
+        return copy_kernel(call); // its error
+    }
+    match cast(call, src, dst)? {
+        Some(()) => Ok(KernelOutcome::Done(vec![dst.clone()])),
+        None => copy_kernel(call),
+    }
+}
+
+/// `matmul` of f16/bf16 tensors on a GPU: the inputs widened to f32 by the
+/// conversion kernel (exact), the compute kernel with the numerics of the
+/// dtype's plan (inputs rounded to the dtype, which changes nothing;
+/// accumulation and split-K per the policy), the result rounded to the
+/// dtype. The storage stays 16-bit (packed words, no `shader-f16`).
+fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcome> {
+    let dtype = a.dtype();
+    if b.dtype() != dtype {
+        return Err(Error::invalid(format!(
+            "matmul: expected both tensors to have dtype {dtype}, found {}",
+            b.dtype()
+        )));
+    }
+    let (m, k, n) = matmul_dims(a, b)?;
+    let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    if m == 0 || n == 0 {
+        return Ok(KernelOutcome::Done(vec![out]));
+    }
+    let wide = Tensor::empty(&[m, n], DType::F32, call.device)?;
+    if k == 0 {
+        fill_n(call, &wide, (m * n) as u32, 0.0)?;
+    } else {
+        let (Some(a32), Some(b32)) = (cast_to(call, a, DType::F32)?, cast_to(call, b, DType::F32)?)
+        else {
+            return Ok(KernelOutcome::Declined(format!("matmul of {dtype}")));
+        };
+        let (precision, _) = matmul_precision(call.device.device_type(), dtype);
+        compute_matmul(
+            &call.stream,
+            a32.buffer(),
+            b32.buffer(),
+            wide.buffer(),
+            (m, k, n),
+            precision,
+        )?;
+    }
+    cast(call, &wide, &out)?;
+    Ok(KernelOutcome::Done(vec![out]))
+}
+
 /// A GPU kernel of an operator: what [`GPU_KERNELS`] lists.
 pub type GpuKernelFn = fn(&OpCall<'_>) -> Result<KernelOutcome>;
 
 /// The operators with GPU kernels, registered for CUDA, Vulkan and wgpu
 /// when the dispatcher starts. One line per operator.
-pub const GPU_KERNELS: [(&str, GpuKernelFn); 5] = [
+pub const GPU_KERNELS: [(&str, GpuKernelFn); 9] = [
     ("add", add),
     ("mul", mul),
     ("add.Scalar", add_scalar),
     ("mul.Scalar", mul_scalar),
     ("fill_", fill),
+    ("matmul", matmul),
+    ("sum", sum),
+    ("softmax", softmax),
+    ("copy_", copy),
 ];

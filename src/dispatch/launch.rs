@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::buffer::Buffer;
+use crate::compute::{self, MatmulAlgorithm, MatmulOptions, MatmulPrecision};
 use crate::core::Stream;
 use crate::error::Result;
 use crate::kernel::Kernel;
@@ -89,4 +90,31 @@ pub(crate) fn launch(
         })
         .collect();
     stream.launch(kernel, grid, &bound, params.bytes())
+}
+
+/// `out = a @ b` through [`compute::matmul`]'s tiled kernel with
+/// `precision` (sizes at least 1, checked by the caller); `a @ a` binds a
+/// copy of `b`, since backends bind distinct buffers.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn compute_matmul(
+    stream: &Stream,
+    a: &Arc<Buffer>,
+    b: &Arc<Buffer>,
+    out: &Buffer,
+    (m, k, n): (usize, usize, usize),
+    precision: MatmulPrecision,
+) -> Result<()> {
+    let copy;
+    let b: &Buffer = if Arc::ptr_eq(a, b) {
+        copy = Buffer::empty(b.device(), b.len())?;
+        copy.copy_from(stream, b, 0, 0, b.len())?;
+        &copy
+    } else {
+        b
+    };
+    let opts = MatmulOptions {
+        algorithm: MatmulAlgorithm::Tiled,
+        precision,
+    };
+    compute::matmul(stream, a, b, out, m, k, n, &opts)
 }

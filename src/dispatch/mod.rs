@@ -30,10 +30,12 @@
 //!    results back, warning once per operator.
 //!
 //! Built in: CPU kernels for every operator; GPU kernels (CUDA, Vulkan,
-//! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar` and `fill_`, and
-//! `copy_` by buffer copies (between dtypes it declines: the CPU converts);
-//! the CPU fallback for CUDA, Vulkan and wgpu
-//! (so `matmul`, `sum` and `softmax` run on the CPU there). A third party
+//! wgpu) for `add`, `mul`, `add.Scalar`, `mul.Scalar`, `fill_`, `matmul`,
+//! `sum` and `softmax` (`f32`; `matmul` also `f16`/`bf16`), and `copy_`
+//! by buffer copies or the f32 <-> f16/bf16 conversion kernel (other
+//! conversions decline: the CPU converts); the random operators' kernel
+//! on every built-in device type; the CPU fallback for CUDA, Vulkan and
+//! wgpu (what their kernels decline runs on the CPU). A third party
 //! registers its own at run time, for any device type
 //! ([`register_kernel`], [`register_fallback`], [`define_op`] for new
 //! operators; a schema takes tensors, scalars and integers, so a random
@@ -43,12 +45,29 @@
 //! `OpSchema::new("uniform_", &[("self", Tensor), ("low", Scalar),
 //! ("high", Scalar), ("seed", Int), ("offset", Int)]).in_place(0)`.
 //!
+//! # Numerics
+//! `matmul` resolves the thread's precision policy for the device type
+//! and the inputs' dtype ([`matmul_precision`]) and runs with it on every
+//! backend. With autocast on for the device type (on the calling thread),
+//! a functional operator's floating inputs are converted first, by
+//! `copy_` on their device, to the dtype its autocast policy gives
+//! ([`crate::autocast::cast_dtype`]): `matmul` runs in the autocast dtype,
+//! `sum` and `softmax` in `f32`.
+//!
+//! The random operators ([`rand`], [`randn`], [`randint`], [`uniform_`],
+//! [`normal_`]) take an optional [`Generator`] (default: the device's),
+//! reserve the words they use from it, and dispatch with the seed and
+//! offset as `int` arguments, so a kernel, a fallback and every backend
+//! compute the same values.
+//!
 //! # Profiling
 //! With a profiler session recording, each call is one host span (kind
 //! `Operator`, category `cpu_op` in JSON) named after the operator, with
 //! PyTorch's "Input Dims" and "Input type" arguments; the copies and
 //! launches it made are inside it, and every kernel it launched has a flow
-//! from it.
+//! from it. A `matmul` span also has a `precision` argument: the mode it
+//! ran with (`"ieee"`, `"tf32"`, `"bf16"`, `"f16"`, with `"+f16acc"` and
+//! `"+splitk-f16"`/`"+splitk-bf16"` as they apply).
 
 mod builtin;
 mod call;
@@ -56,6 +75,7 @@ mod cpu;
 mod fallback;
 mod gpu;
 mod launch;
+mod random;
 mod registry;
 
 use std::borrow::Cow;
@@ -72,13 +92,18 @@ pub use gpu::{
     ADD_F32, ADD_SCALAR_F32, FILL_F32, GPU_KERNELS, GpuKernelFn, MUL_F32, MUL_SCALAR_F32,
     elementwise_grid,
 };
+pub use random::{OPS as RANDOM_OPS, random_kernel};
 
 use crate::api::current_stream;
+use crate::autocast::{self, AutocastDtype};
+use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
 use crate::error::{Error, Result};
+use crate::generator::{Generator, default_generator};
+use crate::precision;
 use crate::profiler::Text;
 use crate::profiler::record;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// Defines a new operator (the same schema again is fine).
 pub fn define_op(schema: OpSchema) -> Result<()> {
@@ -118,6 +143,61 @@ pub fn fallback_count(op: &str) -> u64 {
 pub fn schemas() -> Result<Vec<OpSchema>> {
     builtin::ensure()?;
     Ok(registry::schemas().iter().map(|s| (**s).clone()).collect())
+}
+
+/// The matmul numerics the thread's precision policy gives device type
+/// `ty` for inputs of `dtype` ([`precision::matmul_mode`] and its
+/// [`MatmulPlan`](precision::MatmulPlan)), as the compute kernels take
+/// them, with a short label for the operator's profiler span (`"ieee"`,
+/// `"tf32"`, `"bf16"`, `"f16"`, plus `"+f16acc"` for f16 accumulation and
+/// `"+splitk-f16"`/`"+splitk-bf16"` for a narrow split-K reduction).
+/// Integer dtypes have no policy: plain.
+pub fn matmul_precision(ty: DeviceType, dtype: DType) -> (MatmulPrecision, String) {
+    use precision::{MatmulInput, Rounding};
+    let input = match dtype {
+        DType::F32 => MatmulInput::F32,
+        DType::F16 => MatmulInput::F16,
+        DType::BF16 => MatmulInput::Bf16,
+        _ => return (MatmulPrecision::IEEE, "ieee".to_owned()),
+    };
+    let plan = precision::matmul_mode(ty).plan(input);
+    let inputs = match plan.input_rounding {
+        Rounding::None => InputRounding::Ieee,
+        Rounding::Tf32 => InputRounding::Tf32,
+        Rounding::Bf16 => InputRounding::Bf16,
+        Rounding::F16 => InputRounding::F16,
+    };
+    let accumulation = if plan.accumulate_in_f16 {
+        Accumulation::F16
+    } else {
+        Accumulation::F32
+    };
+    let reduction = match plan.partial_rounding {
+        Rounding::F16 => Reduction::F16,
+        Rounding::Bf16 => Reduction::Bf16,
+        Rounding::None | Rounding::Tf32 => Reduction::F32,
+    };
+    let mut label = match inputs {
+        InputRounding::Ieee => "ieee",
+        InputRounding::Tf32 => "tf32",
+        InputRounding::Bf16 => "bf16",
+        InputRounding::F16 => "f16",
+    }
+    .to_owned();
+    if accumulation == Accumulation::F16 {
+        label.push_str("+f16acc");
+    }
+    match reduction {
+        Reduction::F16 => label.push_str("+splitk-f16"),
+        Reduction::Bf16 => label.push_str("+splitk-bf16"),
+        Reduction::F32 => {}
+    }
+    let p = MatmulPrecision {
+        inputs,
+        accumulation,
+        reduction,
+    };
+    (p, label)
 }
 
 /// The device a call dispatches on: its first tensor's.
@@ -165,9 +245,55 @@ fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
     ]
 }
 
+/// Autocast (Note [Autocast in the dispatcher]): with autocast on for
+/// `ty` on this thread, a functional operator's floating tensors are
+/// converted (by `copy_`, on their device) to the dtype
+/// [`autocast::cast_dtype`] gives for the operator's policy: `matmul`
+/// runs in the autocast dtype, `sum`/`softmax` in f32, `add`/`mul` in the
+/// promoted type. `None` when nothing needs converting (always the case
+/// with autocast off, and for in-place operators, which autocast leaves
+/// alone as PyTorch does).
+fn autocast_inputs(
+    schema: &OpSchema,
+    ty: DeviceType,
+    args: &[Arg<'_>],
+) -> Result<Option<Vec<Option<Tensor>>>> {
+    if schema.mutates.is_some() || !autocast::is_autocast_enabled(ty) {
+        return Ok(None);
+    }
+    let floats: Vec<AutocastDtype> = args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Tensor(t) => t.dtype().autocast(),
+            _ => None,
+        })
+        .collect();
+    let Some(target) = autocast::cast_dtype(ty, &schema.name, &floats) else {
+        return Ok(None);
+    };
+    let target = DType::from(target);
+    let needs = |t: &Tensor| t.dtype().autocast().is_some() && t.dtype() != target;
+    if !args.iter().any(|a| matches!(a, Arg::Tensor(t) if needs(t))) {
+        return Ok(None);
+    }
+    let cast = args
+        .iter()
+        .map(|a| match a {
+            Arg::Tensor(t) if needs(t) => {
+                let to = Tensor::empty(t.shape(), target, t.device())?;
+                copy_(&to, t).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(cast))
+}
+
 /// Calls operator `op` with `args`: the general entry point (the typed
 /// functions below call it). Returns the operator's results (an in-place
-/// operator returns the tensor it wrote).
+/// operator returns the tensor it wrote). Under autocast, floating inputs
+/// are converted first as the operator's policy says (see
+/// [`crate::autocast`]).
 pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
@@ -185,6 +311,16 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
                 });
             }
         }
+    }
+    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
+        let args: Vec<Arg<'_>> = args
+            .iter()
+            .zip(&cast)
+            .map(|(a, c)| c.as_ref().map_or(*a, Arg::Tensor))
+            .collect();
+        // The converted call needs no conversion: its span is the
+        // operator's, in the dtype it ran in.
+        return call(op, &args);
     }
     let run = || {
         let call = OpCall {
@@ -221,7 +357,15 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
     if !record::enabled() {
         return run();
     }
-    record::operator(Cow::Owned(r.schema.name.clone()), input_args(args), run)
+    let mut span_args = input_args(args);
+    if op == "matmul"
+        && let Some(Arg::Tensor(t)) = args.first()
+    {
+        // What the kernels resolve the same way on this thread.
+        let (_, label) = matmul_precision(ty, t.dtype());
+        span_args.push(("precision".into(), label.into()));
+    }
+    record::operator(Cow::Owned(r.schema.name.clone()), span_args, run)
 }
 
 /// The single result of a call.
@@ -283,7 +427,115 @@ pub fn copy_(dst: &Tensor, src: &Tensor) -> Result<Tensor> {
     one("copy_", &[dst.into(), src.into()])
 }
 
+// --- random operators ---------------------------------------------------
+
+/// The generator a random operator on `device` draws from: `generator`
+/// (which must serve `device`'s type, as in PyTorch), or the device's
+/// default generator.
+fn generator_for(device: Device, generator: Option<&Generator>) -> Result<Generator> {
+    match generator {
+        Some(g) => {
+            let (want, found) = (device.device_type(), g.device().device_type());
+            if want != found {
+                return Err(Error::invalid(format!(
+                    "Expected a '{}' device type for generator but found '{}'",
+                    want.name_lower(),
+                    found.name_lower()
+                )));
+            }
+            Ok(g.clone())
+        }
+        None => default_generator(device),
+    }
+}
+
+/// Reserves `x.numel()` words of the generator and calls random operator
+/// `op` on `x` with `params` then the reserved seed and offset.
+fn random_call(
+    op: &str,
+    x: &Tensor,
+    params: &[Arg<'_>],
+    generator: Option<&Generator>,
+) -> Result<Tensor> {
+    let g = generator_for(x.device(), generator)?;
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(params.len() + 3);
+    args.push(Arg::Tensor(x));
+    args.extend_from_slice(params);
+    // Checked before reserving: a refused call leaves the generator.
+    random::check(op, &args)?;
+    let at = g.reserve(x.numel() as u64)?;
+    // The u64 seed and offset travel as the bits of i64s.
+    args.push(Arg::Int(at.seed as i64));
+    args.push(Arg::Int(at.offset as i64));
+    one(op, &args)
+}
+
+/// `torch.rand(shape, generator=, device=)`: uniform `f32` in `[0, 1)`
+/// from `generator` (or the device's default generator), which advances
+/// by the number of elements (rounded up to a multiple of 4). The same
+/// seed and offset give bit-identical tensors on every device.
+pub fn rand(shape: &[usize], device: Device, generator: Option<&Generator>) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::F32, crate::api::resolve(device)?)?;
+    random_call("rand", &x, &[], generator)
+}
+
+/// `torch.randn`: standard normal `f32` (Box-Muller), as [`rand`].
+pub fn randn(shape: &[usize], device: Device, generator: Option<&Generator>) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::F32, crate::api::resolve(device)?)?;
+    random_call("randn", &x, &[], generator)
+}
+
+/// `torch.randint(low, high, shape)`: uniform `i32` in `[low, high)`, as
+/// [`rand`].
+pub fn randint(
+    low: i32,
+    high: i32,
+    shape: &[usize],
+    device: Device,
+    generator: Option<&Generator>,
+) -> Result<Tensor> {
+    let x = Tensor::empty(shape, DType::I32, crate::api::resolve(device)?)?;
+    random_call(
+        "randint",
+        &x,
+        &[Arg::Int(low.into()), Arg::Int(high.into())],
+        generator,
+    )
+}
+
+/// `x.uniform_(from, to, generator=)`: fills the `f32` tensor `x` with
+/// uniform values in `[from, to)`, in place; returns `x`.
+pub fn uniform_(x: &Tensor, from: f64, to: f64, generator: Option<&Generator>) -> Result<Tensor> {
+    random_call(
+        "uniform_",
+        x,
+        &[Arg::Scalar(from), Arg::Scalar(to)],
+        generator,
+    )
+}
+
+/// `x.normal_(mean, std, generator=)`: fills the `f32` tensor `x` with
+/// normal values, in place; returns `x`.
+pub fn normal_(x: &Tensor, mean: f64, std: f64, generator: Option<&Generator>) -> Result<Tensor> {
+    random_call(
+        "normal_",
+        x,
+        &[Arg::Scalar(mean), Arg::Scalar(std)],
+        generator,
+    )
+}
+
 impl Tensor {
+    /// [`dispatch::uniform_`](uniform_).
+    pub fn uniform_(&self, from: f64, to: f64, generator: Option<&Generator>) -> Result<Tensor> {
+        uniform_(self, from, to, generator)
+    }
+
+    /// [`dispatch::normal_`](normal_).
+    pub fn normal_(&self, mean: f64, std: f64, generator: Option<&Generator>) -> Result<Tensor> {
+        normal_(self, mean, std, generator)
+    }
+
     /// [`dispatch::add`](add).
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         add(self, other)

@@ -6,6 +6,8 @@ use std::fmt;
 use bytemuck::Pod;
 use half::{bf16, f16};
 
+use crate::autocast::AutocastDtype;
+
 /// The element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -70,6 +72,30 @@ impl DType {
             DType::I32 => "int",
             DType::U32 => "unsigned int",
             DType::U8 => "unsigned char",
+        }
+    }
+}
+
+impl DType {
+    /// The autocast dtype this is (`f32`, `f16`, `bf16`); `None` for the
+    /// integer dtypes, which autocast leaves alone.
+    pub const fn autocast(self) -> Option<AutocastDtype> {
+        match self {
+            DType::F32 => Some(AutocastDtype::F32),
+            DType::F16 => Some(AutocastDtype::F16),
+            DType::BF16 => Some(AutocastDtype::Bf16),
+            _ => None,
+        }
+    }
+}
+
+impl From<AutocastDtype> for DType {
+    /// The tensor dtype of an autocast dtype.
+    fn from(d: AutocastDtype) -> DType {
+        match d {
+            AutocastDtype::F32 => DType::F32,
+            AutocastDtype::F16 => DType::F16,
+            AutocastDtype::Bf16 => DType::BF16,
         }
     }
 }
@@ -177,7 +203,29 @@ impl Element for f32 {
     }
 }
 float_element!(f16, DType::F16, f16::to_f64, f16::from_f64);
-float_element!(bf16, DType::BF16, bf16::to_f64, bf16::from_f64);
+float_element!(bf16, DType::BF16, bf16::to_f64, bf16_from_f64);
+
+/// `v` rounded to bf16, to nearest even. `half`'s `bf16::from_f64` is off
+/// by one unit for some values (found by the GPU conversion kernels'
+/// tests: -0.90820336 became -0.90625, not -0.91015625), so: to f32
+/// rounding to odd (an inexact result keeps a sticky last bit, so the
+/// second rounding cannot meet a false tie), then `bf16::from_f32`.
+/// (Call it as `<bf16 as Element>::from_f64`: `half`'s inherent method of
+/// the same name wins over the trait's in `bf16::from_f64(..)`.)
+fn bf16_from_f64(v: f64) -> bf16 {
+    let f = v as f32;
+    if f.is_finite() && f64::from(f) != v {
+        let bits = f.to_bits();
+        // The neighbour toward zero, then its last bit set.
+        let toward_zero = if f64::from(f).abs() > v.abs() {
+            bits - 1
+        } else {
+            bits
+        };
+        return bf16::from_f32(f32::from_bits(toward_zero | 1));
+    }
+    bf16::from_f32(f)
+}
 int_element!(i32, DType::I32);
 int_element!(u32, DType::U32);
 int_element!(u8, DType::U8);

@@ -103,7 +103,7 @@ fn numel_of(shape: &[usize]) -> Result<usize> {
 /// `count` copies of `value` (as `dtype`), as little-endian bytes.
 fn filled_bytes(dtype: DType, count: usize, value: f64) -> Vec<u8> {
     fn rep<T: Element>(count: usize, value: f64) -> Vec<u8> {
-        bytemuck::cast_slice(&vec![T::from_f64(value); count]).to_vec()
+        bytemuck::cast_slice(&vec![<T as Element>::from_f64(value); count]).to_vec()
     }
     match dtype {
         DType::F32 => rep::<f32>(count, value),
@@ -117,7 +117,7 @@ fn filled_bytes(dtype: DType, count: usize, value: f64) -> Vec<u8> {
 
 fn arange_bytes(dtype: DType, n: usize) -> Vec<u8> {
     fn seq<T: Element>(n: usize) -> Vec<u8> {
-        let v: Vec<T> = (0..n).map(|i| T::from_f64(i as f64)).collect();
+        let v: Vec<T> = (0..n).map(|i| <T as Element>::from_f64(i as f64)).collect();
         bytemuck::cast_slice(&v).to_vec()
     }
     match dtype {
