@@ -90,7 +90,9 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         return Ok(Arc::clone(p));
     }
     // Validate first with naga-style errors from wgpu's own front end,
-    // inside an error scope so a bad kernel is an error, not a panic.
+    // inside an error scope so a bad kernel is an error, not a panic. GL
+    // compiles here, holding its context (Note [GL context lock]).
+    let exclusive = d.gl.exclusive();
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
@@ -145,7 +147,9 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             compilation_options: Default::default(),
             cache: None,
         });
-    if let Some(e) = pollster::block_on(scope.pop()) {
+    let popped = pollster::block_on(scope.pop());
+    drop(exclusive);
+    if let Some(e) = popped {
         return Err(Error::Kernel {
             kernel: kernel.name.to_owned(),
             message: format!("WGSL rejected by wgpu: {e}"),
@@ -166,6 +170,7 @@ fn padded_params(params: &[u8]) -> Vec<u8> {
 /// A uniform buffer holding `params`.
 fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
     let data = padded_params(params);
+    let _shared = d.gl.shared();
     let b = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel params"),
         size: data.len() as u64,
