@@ -92,7 +92,15 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     // Validate first with naga-style errors from wgpu's own front end,
     // inside an error scope so a bad kernel is an error, not a panic. GL
     // compiles here, holding its context (Note [GL context lock]).
-    let exclusive = d.gl.exclusive();
+    // The guard lives to the end: a pipeline that loses the race to the
+    // cache, or that wgpu rejected, is freed under it.
+    let _exclusive = d.gl.exclusive();
+    if _exclusive.is_some()
+        && let Some(p) = lock(&d.pipelines.0).get(&key)
+    {
+        // Another thread compiled it while this one waited for the lock.
+        return Ok(Arc::clone(p));
+    }
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
@@ -147,9 +155,7 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             compilation_options: Default::default(),
             cache: None,
         });
-    let popped = pollster::block_on(scope.pop());
-    drop(exclusive);
-    if let Some(e) = popped {
+    if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(Error::Kernel {
             kernel: kernel.name.to_owned(),
             message: format!("WGSL rejected by wgpu: {e}"),

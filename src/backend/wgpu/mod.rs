@@ -36,7 +36,9 @@
 //! `RwLock` of Keel's (none on other APIs, so they pay one `Option` test):
 //!
 //! - **exclusive** around every call that may hold the context long:
-//!   pipeline creation (`kernel.rs`), every submission with its fence wait
+//!   pipeline creation (`kernel.rs`; a thread that waited looks in the
+//!   cache again, and a pipeline that loses the race to the cache is freed
+//!   under the lock), every submission with its fence wait
 //!   (`SubmissionOrder::submit` in `stream.rs`, taken before the
 //!   submission lock) and readback mapping (`memory::map_read`);
 //! - **shared** around every other call that takes the context: creating
