@@ -338,17 +338,32 @@ impl Readback for WgpuReadback {
             .as_ref()
             .map_or(Ok(true), |(at, _)| Ok(at.is_done()))
     }
-    fn wait(self: Box<Self>) -> Result<Vec<u8>> {
-        let this = *self;
-        let Some((at, buffer)) = this.pending else {
+    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+        let Some((at, buffer)) = self.pending.take() else {
             return Ok(Vec::new());
         };
-        at.wait()?;
+        let d = at.device();
         // No extra (empty) submission here: the readback's own submission
         // is what the mapping waits for.
-        let bytes = map_read(&at, &buffer, this.skip, this.len)?;
-        at.device().readbacks.give(at.device(), buffer);
-        Ok(bytes)
+        let bytes = at
+            .wait()
+            .and_then(|()| map_read(&at, &buffer, self.skip, self.len));
+        if bytes.is_ok() {
+            d.readbacks.give(d, buffer);
+        } else {
+            d.gl.release(buffer);
+        }
+        bytes
+    }
+}
+
+impl Drop for WgpuReadback {
+    /// A readback dropped unread frees its buffer under the shared GL
+    /// context lock (Note [GL context lock]).
+    fn drop(&mut self) {
+        if let Some((at, buffer)) = self.pending.take() {
+            at.device().gl.release(buffer);
+        }
     }
 }
 
