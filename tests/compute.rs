@@ -25,32 +25,6 @@ use keel::{Buffer, Device, DeviceType, Stream};
 
 const U: f64 = 1.0 / 16_777_216.0;
 
-/// Compiles every compute kernel on wgpu's GL adapter, once per process,
-/// before any test uses the adapter. wgpu's GL backend holds its context
-/// lock while llvmpipe compiles a shader (seconds for the tiled matmul on
-/// a loaded machine), and another thread that waits over a second for
-/// that lock panics (wgpu-hal 30, "Could not lock adapter context"); the
-/// other tests' threads wait on this `Once` instead.
-fn warm_gl(device: Device) {
-    static WARM: std::sync::Once = std::sync::Once::new();
-    WARM.call_once(|| {
-        let stream = keel::default_stream(device).expect("stream");
-        let x = upload(&stream, &[1.0; 4]);
-        let y = upload(&stream, &[1.0; 4]);
-        let out = output(&stream, 4);
-        for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
-            let opts = MatmulOptions {
-                algorithm,
-                ..Default::default()
-            };
-            compute::matmul(&stream, &x, &y, &out, 2, 2, 2, &opts).expect("matmul");
-        }
-        compute::sum_with(&stream, &x, 4, &out, SumVariant::Shared).expect("sum");
-        compute::softmax_rows(&stream, &x, &out, 2, 2).expect("softmax");
-        stream.synchronize().expect("synchronize");
-    });
-}
-
 /// Every backend these tests run on, with a label.
 fn backends() -> Vec<(&'static str, Device)> {
     let mut v = Vec::new();
@@ -64,7 +38,6 @@ fn backends() -> Vec<(&'static str, Device)> {
         v.push(("wgpu/Vulkan", d));
     }
     if let Some(d) = conformance::wgpu_adapter("GL") {
-        warm_gl(d);
         v.push(("wgpu/GL", d));
     }
     v
@@ -240,14 +213,9 @@ fn sum_matches_the_f64_reference_with_both_variants() {
         } else {
             eprintln!("{label}: no subgroup operations; the subgroup variant is not tested here");
         }
-        let mut sizes = vec![1usize, 2, 255, 256, 257, 2047, 2049, 100_003];
-        // Past 1024 workgroups of 2048 (the first level's cap, so each
-        // invocation strides over several elements). Not on wgpu's GL
-        // adapter: see `softmax_rows_is_stable_and_matches_the_reference`.
-        if label != "wgpu/GL" {
-            sizes.push(3_000_017);
-        }
-        for n in sizes {
+        // The last is past 1024 workgroups of 2048 (the first level's cap,
+        // so each invocation strides over several elements).
+        for n in [1usize, 2, 255, 256, 257, 2047, 2049, 100_003, 3_000_017] {
             let x = Rng(n as u64 + 7).vec(n);
             let want: f64 = x.iter().map(|&v| v as f64).sum();
             let mag: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
@@ -271,16 +239,9 @@ fn sum_matches_the_f64_reference_with_both_variants() {
 fn softmax_rows_is_stable_and_matches_the_reference() {
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
-        let mut shapes = vec![(1, 1), (1, 7), (3, 256), (5, 257), (2, 1000)];
-        // More rows than one grid dimension holds (65535 workgroups), so
-        // rows continue in the grid's y. Not on wgpu's GL adapter: the
-        // launch runs for seconds on llvmpipe, and wgpu's GL backend holds
-        // its context lock while it waits for work, so another test's
-        // thread that waits over a second for the lock panics (wgpu-hal 30,
-        // "Could not lock adapter context"). GL work here stays small.
-        if label != "wgpu/GL" {
-            shapes.push((65_537, 2));
-        }
+        // The last has more rows than one grid dimension holds (65535
+        // workgroups), so rows continue in the grid's y.
+        let shapes = [(1, 1), (1, 7), (3, 256), (5, 257), (2, 1000), (65_537, 2)];
         for &(rows, cols) in &shapes {
             let mut rng = Rng((rows * 7 + cols) as u64);
             // Large values: exp without the max subtracted would overflow.

@@ -5,7 +5,10 @@
 //! Nothing here submits work: submissions go through [`stream`](super::stream).
 
 use std::fmt;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{
+    Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
+};
 
 use super::event::QuerySlots;
 use super::kernel::Pipelines;
@@ -21,6 +24,42 @@ use crate::error::{Error, Result};
 /// its data consistent.
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keel's lock on a GL device's context (Note [GL context lock] in the
+/// module docs of the wgpu backend); nothing on other native APIs.
+pub(super) struct GlContextLock(Option<RwLock<()>>);
+
+impl GlContextLock {
+    /// The lock for a device on native API `api`: a lock on GL, none
+    /// elsewhere.
+    fn for_api(api: wgpu::Backend) -> Self {
+        GlContextLock((api == wgpu::Backend::Gl).then(RwLock::default))
+    }
+
+    /// Held around a wgpu call that may hold the GL context briefly (create,
+    /// map, unmap or free a buffer): `None` off GL.
+    pub(super) fn shared(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.0
+            .as_ref()
+            .map(|l| l.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Held around a wgpu call that may hold the GL context long (creating
+    /// a pipeline, submitting, waiting for work, mapping a readback):
+    /// `None` off GL.
+    pub(super) fn exclusive(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.0
+            .as_ref()
+            .map(|l| l.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Drops `value` (a wgpu object whose last reference may free a GL
+    /// object) under the shared lock.
+    pub(super) fn release<T>(&self, value: T) {
+        let _shared = self.shared();
+        drop(value);
+    }
 }
 
 /// One wgpu adapter, and its device once created.
@@ -168,6 +207,8 @@ pub struct WgpuDevice {
     pub(super) readbacks: StagingPool,
     pub(super) uploads: StagingPool,
     pub(super) uncaptured: Arc<Uncaptured>,
+    /// Note [GL context lock] (module docs of the wgpu backend).
+    pub(super) gl: GlContextLock,
 }
 
 impl fmt::Debug for WgpuDevice {
@@ -239,6 +280,7 @@ impl WgpuDevice {
             readbacks: StagingPool::readbacks(),
             uploads: StagingPool::uploads(),
             uncaptured,
+            gl: GlContextLock::for_api(adapter.info.backend),
         })
     }
 

@@ -191,7 +191,8 @@ fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, a: u32, b: u32) -> Resul
     // completion tracking]).
     let at = submit_outside_streams(d, enc)?;
     let bytes = map_read(&at, &read, 0, 16)?;
-    d.readbacks.give(read);
+    d.readbacks.give(d, read);
+    d.gl.release(resolve);
     let t0 = u64::from_le_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
     let t1 = u64::from_le_bytes(bytes[8..16].try_into().unwrap_or([0; 8]));
     Ok((t0, t1))

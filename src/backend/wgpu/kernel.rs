@@ -90,7 +90,17 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         return Ok(Arc::clone(p));
     }
     // Validate first with naga-style errors from wgpu's own front end,
-    // inside an error scope so a bad kernel is an error, not a panic.
+    // inside an error scope so a bad kernel is an error, not a panic. GL
+    // compiles here, holding its context (Note [GL context lock]).
+    // The guard lives to the end: a pipeline that loses the race to the
+    // cache, or that wgpu rejected, is freed under it.
+    let _exclusive = d.gl.exclusive();
+    if _exclusive.is_some()
+        && let Some(p) = lock(&d.pipelines.0).get(&key)
+    {
+        // Another thread compiled it while this one waited for the lock.
+        return Ok(Arc::clone(p));
+    }
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
@@ -166,6 +176,7 @@ fn padded_params(params: &[u8]) -> Vec<u8> {
 /// A uniform buffer holding `params`.
 fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
     let data = padded_params(params);
+    let _shared = d.gl.shared();
     let b = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel params"),
         size: data.len() as u64,

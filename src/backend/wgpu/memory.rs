@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use super::device::{WgpuDevice, lock};
+use super::device::{GlContextLock, WgpuDevice, lock};
 use super::kernel::{pipeline, record_dispatch};
 use super::stream::{Point, QueueStream};
 use super::{TY, Wgpu};
@@ -27,6 +27,18 @@ use crate::kernel::Kernel;
 pub struct WgpuBuffer {
     buffer: wgpu::Buffer,
     size: u64,
+    /// The device's GL context lock, to free the buffer under.
+    gl: &'static GlContextLock,
+}
+
+impl Drop for WgpuBuffer {
+    /// On GL, frees the buffer now (unless a submission still uses it)
+    /// under the shared GL context lock (Note [GL context lock]).
+    fn drop(&mut self) {
+        if let Some(_shared) = self.gl.shared() {
+            self.buffer.destroy();
+        }
+    }
 }
 
 impl fmt::Debug for WgpuBuffer {
@@ -69,12 +81,14 @@ pub(super) fn new_buffer(
         return Err(oom());
     }
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let shared = d.gl.shared();
     let buffer = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel"),
         size: padded,
         usage,
         mapped_at_creation: mapped,
     });
+    drop(shared);
     if pollster::block_on(scope.pop()).is_some() {
         return Err(oom());
     }
@@ -96,6 +110,7 @@ fn staging_from(d: &WgpuDevice, data: &[u8], phase: usize) -> Result<wgpu::Buffe
         true,
     )?;
     // Mapped at creation, so zeroed around the data.
+    let _shared = d.gl.shared();
     b.slice(..)
         .get_mapped_range_mut()
         .map_err(|e| Error::backend(TY, format!("mapping a staging buffer: {e}")))?
@@ -239,14 +254,19 @@ impl StagingPool {
         }
     }
 
-    /// Gives back a readback buffer: unmapped, with no work pending on it.
-    pub(super) fn give(&self, buffer: wgpu::Buffer) {
+    /// Gives back a readback buffer of `d`: unmapped, with no work pending
+    /// on it (freed under the shared GL context lock if not kept).
+    pub(super) fn give(&self, d: &WgpuDevice, buffer: wgpu::Buffer) {
+        let _shared = d.gl.shared();
         Self::keep(&self.ready, buffer);
     }
 
-    /// Hands back an upload buffer just submitted as a copy source: it is
-    /// mapped for writing again once that copy has run, then kept.
-    fn recycle(&self, buffer: wgpu::Buffer) {
+    /// Hands back an upload buffer of `d` just submitted as a copy source:
+    /// it is mapped for writing again once that copy has run, then kept.
+    /// (`keep` runs in wgpu's callback, inside a poll or submission that
+    /// holds the GL context lock exclusively: it must not take it.)
+    fn recycle(&self, d: &WgpuDevice, buffer: wgpu::Buffer) {
+        let _shared = d.gl.shared();
         if !buffer.size().is_power_of_two() {
             return;
         }
@@ -271,6 +291,9 @@ pub(super) fn map_read(
     len: usize,
 ) -> Result<Vec<u8>> {
     let d = at.device();
+    // Waiting for work and mapping (a copy on GL) can hold the GL context
+    // long: Note [GL context lock].
+    let _exclusive = d.gl.exclusive();
     let (tx, rx) = std::sync::mpsc::channel();
     let slice = buffer.slice(..round4((skip + len) as u64).max(4));
     slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -315,17 +338,32 @@ impl Readback for WgpuReadback {
             .as_ref()
             .map_or(Ok(true), |(at, _)| Ok(at.is_done()))
     }
-    fn wait(self: Box<Self>) -> Result<Vec<u8>> {
-        let this = *self;
-        let Some((at, buffer)) = this.pending else {
+    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+        let Some((at, buffer)) = self.pending.take() else {
             return Ok(Vec::new());
         };
-        at.wait()?;
+        let d = at.device();
         // No extra (empty) submission here: the readback's own submission
         // is what the mapping waits for.
-        let bytes = map_read(&at, &buffer, this.skip, this.len)?;
-        at.device().readbacks.give(buffer);
-        Ok(bytes)
+        let bytes = at
+            .wait()
+            .and_then(|()| map_read(&at, &buffer, self.skip, self.len));
+        if bytes.is_ok() {
+            d.readbacks.give(d, buffer);
+        } else {
+            d.gl.release(buffer);
+        }
+        bytes
+    }
+}
+
+impl Drop for WgpuReadback {
+    /// A readback dropped unread frees its buffer under the shared GL
+    /// context lock (Note [GL context lock]).
+    fn drop(&mut self) {
+        if let Some((at, buffer)) = self.pending.take() {
+            at.device().gl.release(buffer);
+        }
     }
 }
 
@@ -336,6 +374,7 @@ impl Memory for Wgpu {
         Ok(WgpuBuffer {
             buffer: new_buffer(device, len as u64, DEVICE_BUFFER, false)?,
             size: len as u64,
+            gl: &device.gl,
         })
     }
 
@@ -354,6 +393,7 @@ impl Memory for Wgpu {
         if offset.is_multiple_of(4) && (len.is_multiple_of(4) || offset as u64 + len == dst.size) {
             // Whole words (the last one may end in the buffer's padding).
             let staging = d.uploads.take(d, round4(len))?;
+            let shared = d.gl.shared();
             staging
                 .slice(..)
                 .get_mapped_range_mut()
@@ -361,10 +401,11 @@ impl Memory for Wgpu {
                 .slice(..data.len())
                 .copy_from_slice(&data);
             staging.unmap();
+            drop(shared);
             let mut enc = d.encoder();
             enc.copy_buffer_to_buffer(&staging, 0, &dst.buffer, offset as u64, round4(len));
             stream.submit(enc)?;
-            d.uploads.recycle(staging);
+            d.uploads.recycle(d, staging);
             return Ok(());
         }
         let phase = offset % 4;
@@ -379,6 +420,7 @@ impl Memory for Wgpu {
             dst.size,
         )?;
         stream.submit(enc)?;
+        d.gl.release(staging);
         Ok(())
     }
 
@@ -434,6 +476,9 @@ impl Memory for Wgpu {
             enc.copy_buffer_to_buffer(&src.buffer, start, &tmp, 0, end - start);
             let from = (&tmp, src_offset as u64 - start);
             record_copy(d, &mut enc, from, to, len as u64, dst.size)?;
+            stream.submit(enc)?;
+            d.gl.release(tmp);
+            return Ok(());
         } else {
             let from = (&src.buffer, src_offset as u64);
             record_copy(d, &mut enc, from, to, len as u64, dst.size)?;

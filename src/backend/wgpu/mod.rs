@@ -18,6 +18,46 @@
 //! On GL, wgpu finishes a submission's work before `submit` returns, so
 //! streams there are effectively synchronous.
 //!
+//! # Note [GL context lock]
+//!
+//! wgpu's GL backend has one GL context per device, guarded by a mutex
+//! that wgpu-hal waits for at most `CONTEXT_LOCK_TIMEOUT_SECS` (6 s with
+//! EGL, 1 s with WGL, in wgpu-hal 30's `gles/egl.rs` and `gles/wgl.rs`)
+//! before it panics ("Could not lock adapter context. This is most-likely
+//! a deadlock."). Some calls hold the context far longer on llvmpipe: a
+//! submission runs its commands, and the first dispatch of a pipeline is
+//! where llvmpipe compiles its shader with LLVM (the tiled matmul, cold:
+//! 30-45 s in a debug build under load); waiting for a long kernel's fence
+//! holds it up to about 4.3 s per wait; mapping a readback copies it out.
+//! Any other thread that needed the context meanwhile (to create, map,
+//! unmap or free a buffer) panicked.
+//!
+//! So on GL each device has a [`GlContextLock`](device::GlContextLock), an
+//! `RwLock` of Keel's (none on other APIs, so they pay one `Option` test):
+//!
+//! - **exclusive** around every call that may hold the context long:
+//!   pipeline creation (`kernel.rs`; a thread that waited looks in the
+//!   cache again, and a pipeline that loses the race to the cache is freed
+//!   under the lock), every submission with its fence wait
+//!   (`SubmissionOrder::submit` in `stream.rs`, taken before the
+//!   submission lock) and readback mapping (`memory::map_read`);
+//! - **shared** around every other call that takes the context: creating
+//!   a buffer (and writing and unmapping one mapped at creation), mapping
+//!   an upload buffer again, and freeing a buffer whose last reference
+//!   Keel holds (`WgpuBuffer`'s `Drop` destroys it under the lock; other
+//!   buffers go through `GlContextLock::release`).
+//!
+//! Other Keel threads then wait on Keel's lock, which has no timeout,
+//! instead of wgpu-hal's; shared holders still take wgpu-hal's mutex one
+//! at a time, but each briefly. Rules: never take the lock while holding
+//! it (nothing here nests: wgpu's callbacks, which run inside submissions
+//! and polls, never take it), and a wgpu object whose last reference a
+//! Keel thread drops outside a submission goes through `release`. wgpu's
+//! calls that do not touch the context (encoders, bind groups, layouts,
+//! shader modules) take nothing. `tests/wgpu.rs`
+//! (`gl_compile_does_not_starve_other_threads`) compiles the tiled matmul
+//! cold while other threads launch, read and allocate.
+//!
 //! No adapter (no driver) gives `device_count(Wgpu) == 0` and `wgpu
 //! unavailable: <reason>`. wgpu errors never panic here: an error handler
 //! keeps uncaptured errors for the next operation to report, and kernel

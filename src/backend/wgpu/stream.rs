@@ -253,6 +253,11 @@ impl SubmissionOrder {
         stream: Option<&QueueStream>,
         encoder: wgpu::CommandEncoder,
     ) -> Result<Point> {
+        // On GL, a submission runs its commands (and compiles a pipeline's
+        // shader at its first dispatch), then waits for them: Note [GL
+        // context lock]. Taken before the submission lock, like every
+        // other holder of both.
+        let exclusive = d.gl.exclusive();
         let mut last = lock(&self.last);
         let index = d.queue.submit([encoder.finish()]);
         *last += 1;
@@ -283,6 +288,7 @@ impl SubmissionOrder {
             }
         }
         drop(last);
+        drop(exclusive);
         d.uncaptured.take()?;
         Ok(Point {
             device: d,
