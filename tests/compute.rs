@@ -27,20 +27,7 @@ const U: f64 = 1.0 / 16_777_216.0;
 
 /// Every backend these tests run on, with a label.
 fn backends() -> Vec<(&'static str, Device)> {
-    let mut v = Vec::new();
-    if let Some(d) = conformance::device(DeviceType::Cpu) {
-        v.push(("cpu", d));
-    }
-    if let Some(d) = conformance::device(DeviceType::Vulkan) {
-        v.push(("vulkan", d));
-    }
-    if let Some(d) = conformance::wgpu_adapter("Vulkan") {
-        v.push(("wgpu/Vulkan", d));
-    }
-    if let Some(d) = conformance::wgpu_adapter("GL") {
-        v.push(("wgpu/GL", d));
-    }
-    v
+    keel::testing::conformance::builtin_devices()
 }
 
 /// No Vulkan validation error so far (the tests run with the Khronos

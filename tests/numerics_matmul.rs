@@ -18,8 +18,8 @@ use keel::compute::{
 };
 use keel::generator::Generator;
 use keel::precision::Scope;
-use keel::testing::conformance::{device, wgpu_adapter};
-use keel::{Buffer, DType, Device, DeviceType, Tensor};
+
+use keel::{Buffer, DType, Device, Tensor};
 
 const M: usize = 256;
 const K: usize = 4096;
@@ -27,16 +27,7 @@ const N: usize = 256;
 
 /// Every backend that runs here, with a label.
 fn backends() -> Vec<(&'static str, Device)> {
-    let all = [
-        ("cpu", device(DeviceType::Cpu)),
-        ("vulkan", device(DeviceType::Vulkan)),
-        ("wgpu Vulkan", wgpu_adapter("Vulkan")),
-        ("wgpu GL", wgpu_adapter("GL")),
-        ("cuda", device(DeviceType::Cuda)),
-    ];
-    all.into_iter()
-        .filter_map(|(label, d)| d.map(|d| (label, d)))
-        .collect()
+    keel::testing::conformance::builtin_devices()
 }
 
 /// How one mode runs.

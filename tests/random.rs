@@ -19,21 +19,12 @@
 
 use keel::generator::{Generator, PhiloxState};
 use keel::random::{self, RandomOp};
-use keel::testing::conformance::{device, wgpu_adapter};
+use keel::testing::conformance::device;
 use keel::{Buffer, Device, DeviceType, Kernel};
 
 /// Every backend that runs here, with a label.
 fn backends() -> Vec<(&'static str, Device)> {
-    let all = [
-        ("cpu", device(DeviceType::Cpu)),
-        ("vulkan", device(DeviceType::Vulkan)),
-        ("wgpu Vulkan", wgpu_adapter("Vulkan")),
-        ("wgpu GL", wgpu_adapter("GL")),
-        ("cuda", device(DeviceType::Cuda)),
-    ];
-    all.into_iter()
-        .filter_map(|(label, d)| d.map(|d| (label, d)))
-        .collect()
+    keel::testing::conformance::builtin_devices()
 }
 
 /// Runs `kernel` over `grid` (Keel's own grid when `None`) and reads the

@@ -23,6 +23,23 @@ pub fn wgpu_adapter(api: &'static str) -> Option<Device> {
     })
 }
 
+/// One device of each built-in backend that runs here, with a label
+/// (`cpu`, `cuda`, `vulkan`, `wgpu Vulkan`, `wgpu GL`), by the rules of
+/// [`device`] and [`wgpu_adapter`]: absent ones are printed as skipped, and
+/// a backend `KEEL_REQUIRE_BACKENDS` names must be present.
+pub fn builtin_devices() -> Vec<(&'static str, Device)> {
+    [
+        ("cpu", device(DeviceType::Cpu)),
+        ("cuda", device(DeviceType::Cuda)),
+        ("vulkan", device(DeviceType::Vulkan)),
+        ("wgpu Vulkan", wgpu_adapter("Vulkan")),
+        ("wgpu GL", wgpu_adapter("GL")),
+    ]
+    .into_iter()
+    .filter_map(|(label, d)| d.map(|d| (label, d)))
+    .collect()
+}
+
 /// The first device of `ty` whose properties satisfy `pick` (described by
 /// `what` in messages), with the rule of [`device`].
 pub fn device_where(
