@@ -307,7 +307,7 @@ struct FreeList {
 
 impl FreeList {
     /// Adds `key` (not in the list).
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, key: FreeKey) {
         if self.hidden == Some(key) {
             self.hidden = None;
@@ -319,7 +319,7 @@ impl FreeList {
     }
 
     /// Removes `key` (in the list).
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, key: FreeKey) {
         if self.added == Some(key) {
             self.added = None;
@@ -332,7 +332,7 @@ impl FreeList {
     }
 
     /// The smallest key at or after `lo`.
-    #[inline]
+    #[inline(always)]
     fn first_from(&self, lo: FreeKey) -> Option<FreeKey> {
         let hidden = self.hidden;
         let in_tree = self.tree.range(lo..).find(|k| Some(**k) != hidden).copied();
@@ -451,6 +451,7 @@ impl<H> Pools<H> {
         s.oversize_segments.peak = s.oversize_segments.current;
     }
 
+    #[inline(always)]
     fn block(&self, id: BlockId) -> &Block {
         match &self.blocks[id.0 as usize] {
             Some(b) => b,
@@ -458,6 +459,7 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn block_mut(&mut self, id: BlockId) -> &mut Block {
         match &mut self.blocks[id.0 as usize] {
             Some(b) => b,
@@ -465,6 +467,7 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn segment(&self, id: SegmentId) -> &Segment<H> {
         match &self.segments[id.0 as usize] {
             Some(s) => s,
@@ -482,6 +485,7 @@ impl<H> Pools<H> {
         self.segment(self.block(id).segment).stream
     }
 
+    #[inline]
     fn new_block(&mut self, block: Block) -> BlockId {
         match self.free_blocks.pop() {
             Some(i) => {
@@ -495,11 +499,13 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline]
     fn drop_block(&mut self, id: BlockId) {
         self.blocks[id.0 as usize] = None;
         self.free_blocks.push(id.0);
     }
 
+    #[inline(always)]
     fn free_key(&self, id: BlockId) -> (usize, FreeKey, bool) {
         let b = self.block(id);
         let s = self.segment(b.segment);
@@ -511,6 +517,7 @@ impl<H> Pools<H> {
         )
     }
 
+    #[inline(always)]
     fn insert_free(&mut self, id: BlockId) {
         let (p, key, whole) = self.free_key(id);
         self.free[p].insert(key);
@@ -520,6 +527,7 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn remove_free(&mut self, id: BlockId) {
         let (p, key, whole) = self.free_key(id);
         self.free[p].remove(key);
@@ -551,6 +559,7 @@ impl<H> Pools<H> {
 
     /// Marks free block `id` active for a `len`-byte request of (rounded)
     /// `size`, splitting off the rest when worth it.
+    #[inline]
     fn take(&mut self, id: BlockId, size: u64, len: u64, small: bool) -> Allocation {
         self.remove_free(id);
         let max_split = self.policy.max_split_size;
@@ -719,6 +728,7 @@ impl<H> Pools<H> {
     }
 
     /// Active or pending -> free: stats, merge, free list.
+    #[inline]
     fn release(&mut self, id: BlockId) {
         let (size, seg) = {
             let b = self.block(id);
@@ -743,6 +753,7 @@ impl<H> Pools<H> {
 
     /// Merges `id`'s free next neighbour into it, then puts it in the
     /// free list.
+    #[inline]
     fn finish_merge(&mut self, id: BlockId) {
         if let Some(n) = self.block(id).next
             && self.block(n).state == BlockState::Free
@@ -755,12 +766,14 @@ impl<H> Pools<H> {
 
     /// Free block `p` (in the free list) absorbs `id` (not in it); `p`
     /// leaves the free list (its key changes).
+    #[inline]
     fn merge_into_prev(&mut self, p: BlockId, id: BlockId) {
         self.remove_free(p);
         self.absorb_next(p, id);
     }
 
     /// `a` absorbs its next neighbour `b` (neither in the free list).
+    #[inline]
     fn absorb_next(&mut self, a: BlockId, b: BlockId) {
         let (bsize, bnext) = {
             let blk = self.block(b);
