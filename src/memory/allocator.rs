@@ -485,7 +485,7 @@ impl<H> Pools<H> {
         self.segment(self.block(id).segment).stream
     }
 
-    #[inline]
+    #[inline(always)]
     fn new_block(&mut self, block: Block) -> BlockId {
         match self.free_blocks.pop() {
             Some(i) => {
@@ -499,7 +499,7 @@ impl<H> Pools<H> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn drop_block(&mut self, id: BlockId) {
         self.blocks[id.0 as usize] = None;
         self.free_blocks.push(id.0);
@@ -539,6 +539,7 @@ impl<H> Pools<H> {
 
     /// Takes a cached free block for `len` bytes on `stream`, splitting it
     /// if the rest is worth keeping. `None` when the cache has none.
+    #[inline(always)]
     pub fn alloc_cached(&mut self, len: u64, stream: Stream) -> Option<Allocation> {
         let size = round_size(len.max(1));
         let small = is_small(size);
@@ -559,7 +560,7 @@ impl<H> Pools<H> {
 
     /// Marks free block `id` active for a `len`-byte request of (rounded)
     /// `size`, splitting off the rest when worth it.
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, id: BlockId, size: u64, len: u64, small: bool) -> Allocation {
         self.remove_free(id);
         let max_split = self.policy.max_split_size;
@@ -695,6 +696,7 @@ impl<H> Pools<H> {
     /// neighbours) and `None` is returned; otherwise it becomes
     /// [`BlockState::Pending`] and the streams to record events on are
     /// returned.
+    #[inline(always)]
     pub fn free(&mut self, id: BlockId) -> Option<Vec<Stream>> {
         let (size, requested, segment, uses) = {
             let b = self.block_mut(id);
@@ -728,7 +730,7 @@ impl<H> Pools<H> {
     }
 
     /// Active or pending -> free: stats, merge, free list.
-    #[inline]
+    #[inline(always)]
     fn release(&mut self, id: BlockId) {
         let (size, seg) = {
             let b = self.block(id);
@@ -753,7 +755,7 @@ impl<H> Pools<H> {
 
     /// Merges `id`'s free next neighbour into it, then puts it in the
     /// free list.
-    #[inline]
+    #[inline(always)]
     fn finish_merge(&mut self, id: BlockId) {
         if let Some(n) = self.block(id).next
             && self.block(n).state == BlockState::Free
@@ -773,7 +775,7 @@ impl<H> Pools<H> {
     }
 
     /// `a` absorbs its next neighbour `b` (neither in the free list).
-    #[inline]
+    #[inline(always)]
     fn absorb_next(&mut self, a: BlockId, b: BlockId) {
         let (bsize, bnext) = {
             let blk = self.block(b);
