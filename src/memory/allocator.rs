@@ -91,14 +91,21 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn add(&mut self, delta: i64) {
-        self.current += delta;
-        if delta >= 0 {
-            self.allocated += delta.unsigned_abs();
-        } else {
-            self.freed += delta.unsigned_abs();
+    /// Adds `d`: the total added, and the peak with one compare.
+    #[inline]
+    fn inc(&mut self, d: u64) {
+        self.current += d as i64;
+        self.allocated += d;
+        if self.current > self.peak {
+            self.peak = self.current;
         }
-        self.peak = self.peak.max(self.current);
+    }
+
+    /// Removes `d` (the peak, at least the current value, stays).
+    #[inline]
+    fn dec(&mut self, d: u64) {
+        self.current -= d as i64;
+        self.freed += d;
     }
 }
 
@@ -115,13 +122,27 @@ pub struct StatArray {
 }
 
 impl StatArray {
-    fn add(&mut self, small: bool, delta: i64) {
-        self.all.add(delta);
+    #[inline]
+    fn pool(&mut self, small: bool) -> &mut Stat {
         if small {
-            self.small_pool.add(delta);
+            &mut self.small_pool
         } else {
-            self.large_pool.add(delta);
+            &mut self.large_pool
         }
+    }
+
+    /// Adds `d` to `all` and to the pool's statistic.
+    #[inline]
+    fn inc(&mut self, small: bool, d: u64) {
+        self.all.inc(d);
+        self.pool(small).inc(d);
+    }
+
+    /// Removes `d` from `all` and from the pool's statistic.
+    #[inline]
+    fn dec(&mut self, small: bool, d: u64) {
+        self.all.dec(d);
+        self.pool(small).dec(d);
     }
 
     fn reset_peak(&mut self) {
@@ -265,6 +286,78 @@ pub struct SegmentSnapshot {
 /// `(stream, size)`).
 type FreeKey = (StreamId, u64, u64, BlockId);
 
+/// One pool's free list: a B-tree of [`FreeKey`]s with a one-key overlay
+/// that makes the common allocate-then-free pair cost no tree change.
+///
+/// Taking a block from a free block and giving it back replaces one key
+/// with another and then puts the first back: allocation removes the
+/// found block's key and inserts the split tail's; the free merges the
+/// tail back (removing its key) and inserts the merged block's, the key
+/// removed before. The overlay absorbs this: `hidden` is a key still in
+/// the tree but no longer in the list, `added` a key in the list but not
+/// in the tree. The list is `tree - hidden + added`; the best fit is the
+/// smaller of the tree's first key at or after the bound (skipping
+/// `hidden`) and `added`.
+#[derive(Debug, Default)]
+struct FreeList {
+    tree: BTreeSet<FreeKey>,
+    hidden: Option<FreeKey>,
+    added: Option<FreeKey>,
+}
+
+impl FreeList {
+    /// Adds `key` (not in the list).
+    #[inline(always)]
+    fn insert(&mut self, key: FreeKey) {
+        if self.hidden == Some(key) {
+            self.hidden = None;
+        } else if self.added.is_none() {
+            self.added = Some(key);
+        } else {
+            self.tree.insert(key);
+        }
+    }
+
+    /// Removes `key` (in the list).
+    #[inline(always)]
+    fn remove(&mut self, key: FreeKey) {
+        if self.added == Some(key) {
+            self.added = None;
+        } else if self.hidden.is_none() {
+            // In the list and not added: in the tree.
+            self.hidden = Some(key);
+        } else {
+            self.tree.remove(&key);
+        }
+    }
+
+    /// The smallest key at or after `lo`.
+    #[inline(always)]
+    fn first_from(&self, lo: FreeKey) -> Option<FreeKey> {
+        let hidden = self.hidden;
+        let in_tree = self.tree.range(lo..).find(|k| Some(**k) != hidden).copied();
+        let added = self.added.filter(|k| *k >= lo);
+        match (in_tree, added) {
+            (Some(t), Some(a)) => Some(t.min(a)),
+            (t, a) => t.or(a),
+        }
+    }
+
+    /// Every key in the list, in order (tests).
+    #[cfg(test)]
+    fn keys(&self) -> Vec<FreeKey> {
+        let mut v: Vec<FreeKey> = self
+            .tree
+            .iter()
+            .filter(|k| Some(**k) != self.hidden)
+            .copied()
+            .chain(self.added)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
 /// The bookkeeping of one device's caching allocator; see the
 /// [module docs](self).
 #[derive(Debug)]
@@ -275,7 +368,7 @@ pub struct Pools<H> {
     segments: Vec<Option<Segment<H>>>,
     free_segments: Vec<u32>,
     /// Free lists of the small and the large pool.
-    free: [BTreeSet<FreeKey>; 2],
+    free: [FreeList; 2],
     next_base: u64,
     stats: Stats,
 }
@@ -312,7 +405,7 @@ impl<H> Pools<H> {
             free_blocks: Vec::new(),
             segments: Vec::new(),
             free_segments: Vec::new(),
-            free: [BTreeSet::new(), BTreeSet::new()],
+            free: [FreeList::default(), FreeList::default()],
             next_base: LARGE_ROUND,
             stats: Stats::default(),
         }
@@ -358,6 +451,7 @@ impl<H> Pools<H> {
         s.oversize_segments.peak = s.oversize_segments.current;
     }
 
+    #[inline(always)]
     fn block(&self, id: BlockId) -> &Block {
         match &self.blocks[id.0 as usize] {
             Some(b) => b,
@@ -365,6 +459,7 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn block_mut(&mut self, id: BlockId) -> &mut Block {
         match &mut self.blocks[id.0 as usize] {
             Some(b) => b,
@@ -372,6 +467,7 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn segment(&self, id: SegmentId) -> &Segment<H> {
         match &self.segments[id.0 as usize] {
             Some(s) => s,
@@ -389,6 +485,7 @@ impl<H> Pools<H> {
         self.segment(self.block(id).segment).stream
     }
 
+    #[inline(always)]
     fn new_block(&mut self, block: Block) -> BlockId {
         match self.free_blocks.pop() {
             Some(i) => {
@@ -402,11 +499,13 @@ impl<H> Pools<H> {
         }
     }
 
+    #[inline(always)]
     fn drop_block(&mut self, id: BlockId) {
         self.blocks[id.0 as usize] = None;
         self.free_blocks.push(id.0);
     }
 
+    #[inline(always)]
     fn free_key(&self, id: BlockId) -> (usize, FreeKey, bool) {
         let b = self.block(id);
         let s = self.segment(b.segment);
@@ -418,34 +517,36 @@ impl<H> Pools<H> {
         )
     }
 
+    #[inline(always)]
     fn insert_free(&mut self, id: BlockId) {
         let (p, key, whole) = self.free_key(id);
         self.free[p].insert(key);
         if !whole {
-            self.stats.inactive_split.add(p == 0, 1);
-            self.stats.inactive_split_bytes.add(p == 0, key.1 as i64);
+            self.stats.inactive_split.inc(p == 0, 1);
+            self.stats.inactive_split_bytes.inc(p == 0, key.1);
         }
     }
 
+    #[inline(always)]
     fn remove_free(&mut self, id: BlockId) {
         let (p, key, whole) = self.free_key(id);
-        self.free[p].remove(&key);
+        self.free[p].remove(key);
         if !whole {
-            self.stats.inactive_split.add(p == 0, -1);
-            self.stats.inactive_split_bytes.add(p == 0, -(key.1 as i64));
+            self.stats.inactive_split.dec(p == 0, 1);
+            self.stats.inactive_split_bytes.dec(p == 0, key.1);
         }
     }
 
     /// Takes a cached free block for `len` bytes on `stream`, splitting it
     /// if the rest is worth keeping. `None` when the cache has none.
+    #[inline(always)]
     pub fn alloc_cached(&mut self, len: u64, stream: Stream) -> Option<Allocation> {
         let size = round_size(len.max(1));
         let small = is_small(size);
         let max_split = self.policy.max_split_size;
         let sid = stream.id();
-        let (_, _, _, id) = *self.free[pool(small)]
-            .range((sid, size, 0, BlockId(0))..)
-            .next()
+        let (_, _, _, id) = self.free[pool(small)]
+            .first_from((sid, size, 0, BlockId(0)))
             .filter(|k| k.0 == sid)?;
         let found = self.block(id).size;
         if size < max_split && found >= max_split {
@@ -459,6 +560,7 @@ impl<H> Pools<H> {
 
     /// Marks free block `id` active for a `len`-byte request of (rounded)
     /// `size`, splitting off the rest when worth it.
+    #[inline(always)]
     fn take(&mut self, id: BlockId, size: u64, len: u64, small: bool) -> Allocation {
         self.remove_free(id);
         let max_split = self.policy.max_split_size;
@@ -495,13 +597,13 @@ impl<H> Pools<H> {
         b.state = BlockState::Active;
         b.requested = len;
         let size = b.size;
-        self.stats.allocation.add(small, 1);
-        self.stats.allocated_bytes.add(small, size as i64);
-        self.stats.requested_bytes.add(small, len as i64);
-        self.stats.active.add(small, 1);
-        self.stats.active_bytes.add(small, size as i64);
+        self.stats.allocation.inc(small, 1);
+        self.stats.allocated_bytes.inc(small, size);
+        self.stats.requested_bytes.inc(small, len);
+        self.stats.active.inc(small, 1);
+        self.stats.active_bytes.inc(small, size);
         if size >= max_split {
-            self.stats.oversize_allocations.add(1);
+            self.stats.oversize_allocations.inc(1);
         }
         let s = self.segment(segment);
         Allocation {
@@ -546,11 +648,11 @@ impl<H> Pools<H> {
             small,
             first,
         });
-        self.stats.segment.add(small, 1);
-        self.stats.reserved_bytes.add(small, size as i64);
+        self.stats.segment.inc(small, 1);
+        self.stats.reserved_bytes.inc(small, size);
         self.stats.num_device_alloc += 1;
         if size >= self.policy.max_split_size {
-            self.stats.oversize_segments.add(1);
+            self.stats.oversize_segments.inc(1);
         }
         self.insert_free(first);
         sid
@@ -594,6 +696,7 @@ impl<H> Pools<H> {
     /// neighbours) and `None` is returned; otherwise it becomes
     /// [`BlockState::Pending`] and the streams to record events on are
     /// returned.
+    #[inline(always)]
     pub fn free(&mut self, id: BlockId) -> Option<Vec<Stream>> {
         let (size, requested, segment, uses) = {
             let b = self.block_mut(id);
@@ -601,11 +704,11 @@ impl<H> Pools<H> {
             (b.size, b.requested, b.segment, std::mem::take(&mut b.uses))
         };
         let small = self.segment(segment).small;
-        self.stats.allocation.add(small, -1);
-        self.stats.allocated_bytes.add(small, -(size as i64));
-        self.stats.requested_bytes.add(small, -(requested as i64));
+        self.stats.allocation.dec(small, 1);
+        self.stats.allocated_bytes.dec(small, size);
+        self.stats.requested_bytes.dec(small, requested);
         if size >= self.policy.max_split_size {
-            self.stats.oversize_allocations.add(-1);
+            self.stats.oversize_allocations.dec(1);
         }
         if uses.is_empty() {
             self.release(id);
@@ -627,14 +730,15 @@ impl<H> Pools<H> {
     }
 
     /// Active or pending -> free: stats, merge, free list.
+    #[inline(always)]
     fn release(&mut self, id: BlockId) {
         let (size, seg) = {
             let b = self.block(id);
             (b.size, b.segment)
         };
         let small = self.segment(seg).small;
-        self.stats.active.add(small, -1);
-        self.stats.active_bytes.add(small, -(size as i64));
+        self.stats.active.dec(small, 1);
+        self.stats.active_bytes.dec(small, size);
         {
             let b = self.block_mut(id);
             b.state = BlockState::Free;
@@ -651,6 +755,7 @@ impl<H> Pools<H> {
 
     /// Merges `id`'s free next neighbour into it, then puts it in the
     /// free list.
+    #[inline(always)]
     fn finish_merge(&mut self, id: BlockId) {
         if let Some(n) = self.block(id).next
             && self.block(n).state == BlockState::Free
@@ -663,12 +768,14 @@ impl<H> Pools<H> {
 
     /// Free block `p` (in the free list) absorbs `id` (not in it); `p`
     /// leaves the free list (its key changes).
+    #[inline]
     fn merge_into_prev(&mut self, p: BlockId, id: BlockId) {
         self.remove_free(p);
         self.absorb_next(p, id);
     }
 
     /// `a` absorbs its next neighbour `b` (neither in the free list).
+    #[inline(always)]
     fn absorb_next(&mut self, a: BlockId, b: BlockId) {
         let (bsize, bnext) = {
             let blk = self.block(b);
@@ -733,11 +840,11 @@ impl<H> Pools<H> {
             None => unreachable!("segment {sid:?} is gone"),
         };
         self.free_segments.push(sid.0);
-        self.stats.segment.add(seg.small, -1);
-        self.stats.reserved_bytes.add(seg.small, -(seg.size as i64));
+        self.stats.segment.dec(seg.small, 1);
+        self.stats.reserved_bytes.dec(seg.small, seg.size);
         self.stats.num_device_free += 1;
         if seg.size >= self.policy.max_split_size {
-            self.stats.oversize_segments.add(-1);
+            self.stats.oversize_segments.dec(1);
         }
         Released {
             handle: seg.handle,
@@ -745,6 +852,20 @@ impl<H> Pools<H> {
             size: seg.size,
             small: seg.small,
         }
+    }
+
+    /// The free lists' blocks as `(small pool, address, size)`, in order
+    /// (tests: they must be exactly the free blocks).
+    #[cfg(test)]
+    pub fn free_list(&self) -> Vec<(bool, u64, u64)> {
+        let mut v: Vec<(bool, u64, u64)> = self
+            .free
+            .iter()
+            .enumerate()
+            .flat_map(|(p, l)| l.keys().into_iter().map(move |k| (p == 0, k.2, k.1)))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The segment a live block is in.
@@ -793,5 +914,66 @@ impl<H> Pools<H> {
             .collect();
         out.sort_by_key(|s| s.address);
         out
+    }
+}
+
+#[cfg(test)]
+mod free_list_tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::{BlockId, FreeKey, FreeList};
+
+    fn key(k: (i64, u64, u64, u32)) -> FreeKey {
+        (k.0, k.1, k.2, BlockId(k.3))
+    }
+
+    proptest! {
+        /// Any sequence of inserts of absent keys and removes of present
+        /// ones leaves the list holding what a plain set holds, and the
+        /// best fit is the set's first key at or after the bound.
+        #[test]
+        fn the_overlay_is_a_set(ops in prop::collection::vec(
+            (any::<bool>(), 0i64..3, 0u64..6, 0u64..4, 0u32..3, 0i64..3, 0u64..7),
+            1..200,
+        )) {
+            let mut list = FreeList::default();
+            let mut model = BTreeSet::new();
+            for (insert, s, size, addr, id, lo_s, lo_size) in ops {
+                let k = key((s, size, addr, id));
+                if insert && !model.contains(&k) {
+                    list.insert(k);
+                    model.insert(k);
+                } else if !insert {
+                    // Remove a present key: `k` if present, else the first.
+                    let victim = if model.contains(&k) { Some(k) } else { model.first().copied() };
+                    if let Some(v) = victim {
+                        list.remove(v);
+                        model.remove(&v);
+                    }
+                }
+                prop_assert_eq!(list.keys(), model.iter().copied().collect::<Vec<_>>());
+                let lo = key((lo_s, lo_size, 0, 0));
+                prop_assert_eq!(list.first_from(lo), model.range(lo..).next().copied());
+            }
+        }
+    }
+
+    #[test]
+    fn an_allocate_free_pair_leaves_the_tree_alone() {
+        let whole = key((1, 4096, 0, 0));
+        let tail = key((1, 3584, 512, 1));
+        let mut list = FreeList::default();
+        list.insert(whole);
+        list.insert(key((1, 8192, 8192, 2)));
+        let tree = list.tree.clone();
+        list.remove(whole);
+        list.insert(tail);
+        assert_eq!(list.first_from(key((1, 512, 0, 0))), Some(tail));
+        list.remove(tail);
+        list.insert(whole);
+        assert_eq!(list.tree, tree);
+        assert_eq!(list.first_from(key((1, 512, 0, 0))), Some(whole));
     }
 }

@@ -116,8 +116,11 @@ fn tables() -> &'static [OnceLock<Table>; DeviceType::COUNT] {
     &TABLES
 }
 
+/// `ty`'s slot in the tables: its code (the codes are `0..COUNT`, in the
+/// order of [`DeviceType::ALL`]).
+#[inline]
 fn type_slot(ty: DeviceType) -> usize {
-    DeviceType::ALL.iter().position(|t| *t == ty).unwrap_or(0)
+    usize::from(ty.code())
 }
 
 /// The allocator of `device` (a concrete index), created on first use.

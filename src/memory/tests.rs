@@ -76,6 +76,18 @@ fn check(pools: &Pools<()>, live: &[Live], pending: &[(Allocation, u64)]) {
             assert_eq!(s.size, SMALL_SEGMENT);
         }
     }
+    // The free lists hold exactly the free blocks.
+    let mut free: Vec<(bool, u64, u64)> = snap
+        .iter()
+        .flat_map(|s| {
+            s.blocks
+                .iter()
+                .filter(|b| b.state == BlockState::Free)
+                .map(move |b| (s.small_pool, b.address, b.size))
+        })
+        .collect();
+    free.sort_unstable();
+    assert_eq!(pools.free_list(), free, "free lists");
     // Segments do not overlap in the address space.
     for w in snap.windows(2) {
         assert!(w[0].address + w[0].size <= w[1].address);
