@@ -38,8 +38,8 @@ mod reduce;
 pub use matmul::{MATMUL_NAIVE, MATMUL_TILED, MatmulAlgorithm, MatmulOptions, matmul};
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
-    SOFTMAX_ROWS, SUM_SHARED, SUM_SUBGROUP, SumVariant, softmax_rows, subgroups_supported, sum,
-    sum_with,
+    SOFTMAX_ROWS, SUM_SHARED, SUM_SUBGROUP, SumVariant, f16_storage, softmax_rows,
+    subgroups_supported, sum, sum_with,
 };
 
 /// Every kernel Keel launches, with the parameter layout its launch code
@@ -76,5 +76,58 @@ mod tests {
             .collect();
         assert!(errors.is_empty(), "{}", errors.join("\n"));
         assert!(KERNELS.iter().all(|l| l.kernel.ptx.is_some()));
+    }
+}
+
+/// The native f16 kernels are valid WGSL for naga with the f16 capability
+/// (whether or not a device here has it) and are rejected without it, so
+/// their selection by [`f16_storage`] is what keeps them off devices that
+/// lack it.
+#[cfg(all(test, feature = "vulkan"))]
+mod f16_tests {
+    use super::params::{OP_CAST_F16_NARROW, OP_CAST_F16_WIDEN};
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+    #[test]
+    fn native_f16_kernels_validate_with_the_f16_capability_only() {
+        for launch in [OP_CAST_F16_WIDEN, OP_CAST_F16_NARROW] {
+            let k = launch.kernel;
+            let wgsl = k.wgsl.expect("WGSL");
+            let module = naga::front::wgsl::parse_str(wgsl)
+                .unwrap_or_else(|e| panic!("{}: {}", k.name, e.emit_to_string(wgsl)));
+            let info = Validator::new(ValidationFlags::all(), Capabilities::SHADER_FLOAT16)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}: {}", k.name, e.emit_to_string(wgsl)));
+            assert!(
+                Validator::new(ValidationFlags::all(), Capabilities::empty())
+                    .validate(&module)
+                    .is_err(),
+                "{} validated without the f16 capability",
+                k.name
+            );
+            let pipeline = naga::back::spv::PipelineOptions {
+                shader_stage: naga::ShaderStage::Compute,
+                entry_point: k.name.to_owned(),
+            };
+            let options = naga::back::spv::Options {
+                lang_version: (1, 3),
+                use_storage_input_output_16: false,
+                ..Default::default()
+            };
+            let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+                .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            // OpCapability Float16 (9) and StorageBuffer16BitAccess (4433):
+            // what the Vulkan device enables where it reports them.
+            let caps: Vec<u32> = words
+                .windows(2)
+                .filter(|w| w[0] == (2 << 16) | 17)
+                .map(|w| w[1])
+                .collect();
+            assert!(
+                caps.contains(&9) && caps.contains(&4433),
+                "{}: {caps:?}",
+                k.name
+            );
+        }
     }
 }

@@ -189,6 +189,48 @@ pub const OP_CAST: Launch = Launch {
     params: &[U32, U32],
 };
 
+/// A WGSL-only dispatcher kernel: no PTX (CUDA converts with
+/// [`OP_CAST`]'s PTX), so it is not in [`KERNELS`](super::KERNELS)'s PTX
+/// check.
+const fn wgsl_op_kernel(name: &'static str, bindings: usize, wgsl: &'static str) -> Kernel {
+    Kernel {
+        name,
+        workgroup_size: [256, 1, 1],
+        bindings,
+        wgsl: Some(wgsl),
+        ptx: None,
+        cpu: None,
+    }
+}
+
+/// f16 -> f32 reading `array<f16>` natively (`enable f16;`): bindings
+/// `x`, `out`; `n`; one invocation per element. Bit for bit
+/// [`OP_CAST`]'s mode 0; runs only where
+/// [`f16_storage`](super::f16_storage) is true (WGSL on Vulkan and wgpu).
+pub const OP_CAST_F16_WIDEN: Launch = Launch {
+    kernel: wgsl_op_kernel(
+        "cast_f16_widen",
+        2,
+        include_str!("../../shaders/ops/cast_f16_widen.wgsl"),
+    ),
+    params: &[U32],
+};
+/// f32 -> f16 writing `array<f16>` natively: bindings `x`, `out`; `n`;
+/// one invocation per element. Bit for bit [`OP_CAST`]'s mode 2 (round
+/// to nearest even, overflow to infinity, subnormals kept, NaN 0x7e00);
+/// runs only where [`f16_storage`](super::f16_storage) is true.
+pub const OP_CAST_F16_NARROW: Launch = Launch {
+    kernel: wgsl_op_kernel(
+        "cast_f16_narrow",
+        2,
+        concat!(
+            include_str!("../../shaders/ops/cast_f16_narrow.wgsl"),
+            include_str!("../../shaders/compute/rounding.wgsl")
+        ),
+    ),
+    params: &[U32],
+};
+
 /// The parameter types of PTX entry `name` in `ptx`, as written
 /// (`"u64"`, `"u32"`, `"f32"`, ...), in order.
 pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {

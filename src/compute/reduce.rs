@@ -104,6 +104,35 @@ pub fn subgroups_supported(stream: &Stream) -> Result<bool> {
     Ok(yes)
 }
 
+/// Whether the stream's device stores f16 natively in shaders (WGSL
+/// `enable f16;`): Vulkan where the device reports the property
+/// `"f16 storage"` (`shaderFloat16` and 16-bit storage buffer access,
+/// enabled at device creation), wgpu where `Features::SHADER_F16` was
+/// enabled; false on CUDA (its PTX converts with `cvt`) and the CPU.
+/// Where true, the dispatcher converts f16 tensors with
+/// [`OP_CAST_F16_WIDEN`](super::params::OP_CAST_F16_WIDEN) and
+/// [`OP_CAST_F16_NARROW`](super::params::OP_CAST_F16_NARROW); elsewhere
+/// with the packed-word emulation [`OP_CAST`](super::params::OP_CAST)
+/// (bit-identical results). Read once per device.
+pub fn f16_storage(stream: &Stream) -> Result<bool> {
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    let device = crate::api::resolve(stream.device())?;
+    if let Some(yes) = KNOWN.lock().map_or(None, |m| m.get(&device).copied()) {
+        return Ok(yes);
+    }
+    let yes = match device.device_type() {
+        DeviceType::Vulkan | DeviceType::Wgpu => crate::api::properties(device)?
+            .extra
+            .iter()
+            .any(|(k, v)| k == "f16 storage" && v.starts_with("native")),
+        _ => false,
+    };
+    if let Ok(mut m) = KNOWN.lock() {
+        m.insert(device, yes);
+    }
+    Ok(yes)
+}
+
 /// `out[0] = x[0] + ... + x[n - 1]` (f32): per-workgroup partial sums into
 /// a scratch buffer, then one workgroup over them (one level when one
 /// workgroup covers `x`). `out` holds at least one f32.

@@ -236,6 +236,22 @@ fn cast(call: &OpCall<'_>, x: &Tensor, out: &Tensor) -> Result<Option<()>> {
     if n == 0 {
         return Ok(Some(()));
     }
+    // Native f16 storage where the device has it (bit-identical to the
+    // emulation below); bf16 and devices without it use the emulation.
+    if (mode == 0 || mode == 2) && compute::f16_storage(&call.stream)? {
+        let launch = if mode == 0 {
+            &params::OP_CAST_F16_WIDEN
+        } else {
+            &params::OP_CAST_F16_NARROW
+        };
+        launch.launch(
+            &call.stream,
+            elementwise_grid(u64::from(n)),
+            &[x.buffer(), out.buffer()],
+            &[Param::U32(n)],
+        )?;
+        return Ok(Some(()));
+    }
     // CUDA converts an element per thread, WGSL a pair per invocation.
     let threads = if call.device.device_type() == DeviceType::Cuda {
         u64::from(n)

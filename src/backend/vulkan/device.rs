@@ -195,13 +195,19 @@ impl Ctx {
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(adapter.family)
             .queue_priorities(&priorities)];
+        let f16 = adapter.f16_storage;
+        let mut e11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(f16)
+            .uniform_and_storage_buffer16_bit_access(f16);
         let mut e12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
-            .host_query_reset(true);
+            .host_query_reset(true)
+            .shader_float16(f16);
         let mut e13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
             .enabled_extension_names(&enabled)
+            .push_next(&mut e11)
             .push_next(&mut e12)
             .push_next(&mut e13);
         // SAFETY: the features requested were checked above; `info` and its
@@ -296,6 +302,15 @@ pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
             format!("{:?}", a.subgroup_operations).to_lowercase(),
         ));
     }
+    // Read by `keel::compute::f16_storage`.
+    p.extra.push((
+        "f16 storage".to_owned(),
+        if a.f16_storage {
+            "native (shaderFloat16, storageBuffer16BitAccess)".to_owned()
+        } else {
+            "emulated (packed u32 words)".to_owned()
+        },
+    ));
     p.extra
         .push(("compute queue family".to_owned(), a.family.to_string()));
     p.extra

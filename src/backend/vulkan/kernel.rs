@@ -60,17 +60,20 @@ fn wgsl_of(kernel: &Kernel) -> Result<&'static str> {
 fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| format!("WGSL parse error: {}", e.emit_to_string(wgsl)))?;
-    // Subgroup operations are allowed in any kernel; a launch function
-    // picks a kernel that uses them only where the device reports them
-    // (`keel::compute::subgroups_supported`).
+    // Subgroup operations and f16 are allowed in any kernel; a launch
+    // function picks a kernel that uses them only where the device reports
+    // them (`keel::compute::subgroups_supported`, `f16_storage`).
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::SUBGROUP,
+        naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_FLOAT16,
     )
     .validate(&module)
     .map_err(|e| format!("WGSL validation error: {}", e.emit_to_string(wgsl)))?;
     let options = naga::back::spv::Options {
         lang_version: (1, 3),
+        // Compute shaders have no 16-bit inputs or outputs; the capability
+        // would need `storageInputOutput16`, which Keel does not enable.
+        use_storage_input_output_16: false,
         ..Default::default()
     };
     let pipeline = naga::back::spv::PipelineOptions {

@@ -33,6 +33,11 @@ pub(super) struct Adapter {
     /// compute stage has none).
     pub subgroup_operations: vk::SubgroupFeatureFlags,
     pub device_local_memory: u64,
+    /// Native f16 in shaders: `shaderFloat16` with
+    /// `storageBuffer16BitAccess` and `uniformAndStorageBuffer16BitAccess`
+    /// (what naga's SPIR-V for `enable f16;` declares); enabled at device
+    /// creation when true.
+    pub f16_storage: bool,
 }
 
 /// The loaded library, the instance and the adapters.
@@ -212,6 +217,17 @@ fn enumerate(instance: &ash::Instance) -> Result<Vec<Adapter>, String> {
         // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
         // outlive the call.
         unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut features = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
+        // outlive the call.
+        unsafe { instance.get_physical_device_features2(physical, &mut features) };
+        let f16_storage = f12.shader_float16 == vk::TRUE
+            && f11.storage_buffer16_bit_access == vk::TRUE
+            && f11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
         // SAFETY: as above.
         let memory = unsafe { instance.get_physical_device_memory_properties(physical) };
         let device_local_memory = memory.memory_heaps[..memory.memory_heap_count as usize]
@@ -241,6 +257,7 @@ fn enumerate(instance: &ash::Instance) -> Result<Vec<Adapter>, String> {
                 vk::SubgroupFeatureFlags::empty()
             },
             device_local_memory,
+            f16_storage,
         });
     }
     adapters.sort_by(|a, b| a.kind.cmp(&b.kind).then_with(|| a.name.cmp(&b.name)));

@@ -242,7 +242,10 @@ impl WgpuDevice {
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         // Subgroup operations in WGSL (`enable subgroups;`), where offered:
         // `keel::compute::sum` uses them.
-        let required_features = offered & (wanted | wgpu::Features::SUBGROUP);
+        // Native f16 in WGSL (`enable f16;`), where offered: the f16
+        // conversions use it (`keel::compute::f16_storage`).
+        let required_features =
+            offered & (wanted | wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
         let limits = adapter.adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("keel"),
@@ -323,6 +326,15 @@ impl WgpuDevice {
                 "basic, vote, ballot, shuffle, arithmetic, quad (Features::SUBGROUP)".to_owned(),
             ));
         }
+        // Read by `keel::compute::f16_storage`.
+        p.extra.push((
+            "f16 storage".to_owned(),
+            if self.device.features().contains(wgpu::Features::SHADER_F16) {
+                "native (Features::SHADER_F16)".to_owned()
+            } else {
+                "emulated (packed u32 words)".to_owned()
+            },
+        ));
         p.extra.push((
             "subgroup sizes".to_owned(),
             format!("{}..={}", info.subgroup_min_size, info.subgroup_max_size),
