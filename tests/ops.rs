@@ -807,8 +807,8 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
     let count = |p: &str| precisions.iter().filter(|v| *v == p).count();
     assert!(count("ieee") >= devs.len(), "{precisions:?}");
     assert!(count("tf32") >= devs.len(), "{precisions:?}");
-    // Autocast's f16 matmuls ran on the GPUs: inputs converted by the
-    // conversion kernel, the compute kernel, the result converted back;
+    // Autocast's f16 matmuls ran on the GPUs: inputs converted by a
+    // conversion kernel (which one names the f16 path that ran), the compute kernel, the result converted back;
     // the span says f16 (with the default split-K reduction in f16).
     let half = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
         .into_iter()
@@ -819,7 +819,12 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
         })
         .filter(|s| {
             let k = launched(trace, s);
-            k.iter().any(|n| n == "matmul_tiled") && k.iter().any(|n| n == "cast_f32_half")
+            // The emulated conversion, or the native f16 pair where the
+            // device stores f16 (`compute::f16_storage`).
+            let emulated = k.iter().any(|n| n == "cast_f32_half");
+            let native = k.iter().any(|n| n == "cast_f16_widen")
+                && k.iter().any(|n| n == "cast_f16_narrow");
+            k.iter().any(|n| n == "matmul_tiled") && (emulated || native)
         })
         .count();
     assert!(
