@@ -528,3 +528,63 @@ fn native_f16_conversions_are_bit_identical_to_the_emulation() {
     println!("native f16 conversions checked on {ran} device(s)");
     no_validation_errors();
 }
+
+/// The tf32 mode picks the tensor-core kernel exactly on CUDA devices of
+/// compute capability 8.0 or later, the tiled kernel elsewhere; the naive
+/// algorithm is never replaced. (Here no CUDA device runs, so the
+/// tensor-core kernel itself is checked by `ptxas` and the layout test.)
+#[test]
+fn tf32_mode_picks_the_tensor_core_kernel_only_on_sm80_cuda() {
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let capability = keel::properties(device)
+            .expect("properties")
+            .extra
+            .iter()
+            .find(|(k, _)| k == "compute capability")
+            .and_then(|(_, v)| v.split('.').next()?.parse::<u32>().ok());
+        let mma = device.device_type() == DeviceType::Cuda && capability.is_some_and(|c| c >= 8);
+        assert_eq!(
+            compute::tf32_mma_supported(&stream).expect("query"),
+            mma,
+            "{label}"
+        );
+        let pick = |algorithm, precision| {
+            compute::matmul_kernel(
+                &stream,
+                &MatmulOptions {
+                    algorithm,
+                    precision,
+                },
+            )
+            .expect("kernel")
+            .kernel
+            .name
+        };
+        let tiled = if mma {
+            "matmul_tf32_mma"
+        } else {
+            "matmul_tiled"
+        };
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled, MatmulPrecision::TF32),
+            tiled,
+            "{label}"
+        );
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled, MatmulPrecision::IEEE),
+            "matmul_tiled",
+            "{label}"
+        );
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled, MatmulPrecision::BF16),
+            "matmul_tiled",
+            "{label}"
+        );
+        assert_eq!(
+            pick(MatmulAlgorithm::Naive, MatmulPrecision::TF32),
+            "matmul_naive",
+            "{label}"
+        );
+    }
+}

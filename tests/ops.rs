@@ -822,8 +822,8 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
             // The emulated conversion, or the native f16 pair where the
             // device stores f16 (`compute::f16_storage`).
             let emulated = k.iter().any(|n| n == "cast_f32_half");
-            let native = k.iter().any(|n| n == "cast_f16_widen")
-                && k.iter().any(|n| n == "cast_f16_narrow");
+            let native =
+                k.iter().any(|n| n == "cast_f16_widen") && k.iter().any(|n| n == "cast_f16_narrow");
             k.iter().any(|n| n == "matmul_tiled") && (emulated || native)
         })
         .count();

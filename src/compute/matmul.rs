@@ -5,9 +5,11 @@ use super::check::{check_buffer, check_distinct, check_size, groups};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
 use crate::buffer::Buffer;
-use crate::core::Stream;
+use crate::core::{Device, DeviceType, Stream};
 use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 
 /// Which matmul kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -71,6 +73,64 @@ pub const MATMUL_NAIVE: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
+/// The tensor-core kernel for the tf32 mode on CUDA devices of compute
+/// capability 8.0 or later (`mma.sync.aligned.m16n8k8 ... .tf32`): as
+/// [`MATMUL_TILED`]'s bindings and parameters (`mode` and `chunk` not
+/// read), one warp per 16 x 8 output tile. PTX only; [`matmul`] picks it
+/// (see [`matmul_kernel`]). Source: `shaders/compute/matmul_tf32_mma.ptx`.
+pub const MATMUL_TF32_MMA: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_tf32_mma",
+        workgroup_size: [32, 1, 1],
+        bindings: 3,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_tf32_mma.ptx")),
+        cpu: None,
+    },
+    params: MATMUL_PARAMS,
+};
+/// Output tile of one warp of [`MATMUL_TF32_MMA`]: rows, columns.
+const MMA_TILE: (u32, u32) = (16, 8);
+
+/// Whether the stream's device has tf32 tensor cores (`mma` with `.tf32`):
+/// a CUDA device whose property `"compute capability"` is 8.0 or later.
+/// Read once per device.
+pub fn tf32_mma_supported(stream: &Stream) -> Result<bool> {
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    let device = crate::api::resolve(stream.device())?;
+    if let Some(yes) = KNOWN.lock().map_or(None, |m| m.get(&device).copied()) {
+        return Ok(yes);
+    }
+    let yes = device.device_type() == DeviceType::Cuda
+        && crate::api::properties(device)?
+            .extra
+            .iter()
+            .find(|(k, _)| k == "compute capability")
+            .and_then(|(_, v)| v.split('.').next()?.trim().parse::<u32>().ok())
+            .is_some_and(|major| major >= 8);
+    if let Ok(mut m) = KNOWN.lock() {
+        m.insert(device, yes);
+    }
+    Ok(yes)
+}
+
+/// The kernel [`matmul`] launches for `opts` on `stream`:
+/// [`MATMUL_TF32_MMA`] for the tiled algorithm in the tf32 mode
+/// ([`MatmulPrecision::TF32`]) where [`tf32_mma_supported`];
+/// [`MATMUL_TILED`] or [`MATMUL_NAIVE`] as `opts.algorithm` says
+/// otherwise.
+pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
+    Ok(match opts.algorithm {
+        MatmulAlgorithm::Tiled
+            if opts.precision == MatmulPrecision::TF32 && tf32_mma_supported(stream)? =>
+        {
+            &MATMUL_TF32_MMA
+        }
+        MatmulAlgorithm::Tiled => &MATMUL_TILED,
+        MatmulAlgorithm::Naive => &MATMUL_NAIVE,
+    })
+}
+
 /// `out = a * b` for an `m` x `k` matrix `a` and a `k` x `n` matrix `b`
 /// (f32, row-major, contiguous), on `stream`; `out` is `m` x `n`. Every
 /// size must be at least 1, the buffers hold at least their matrices,
@@ -98,9 +158,13 @@ pub fn matmul(
     check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
-    let (launch, (rows, cols)) = match opts.algorithm {
-        MatmulAlgorithm::Tiled => (&MATMUL_TILED, TILE),
-        MatmulAlgorithm::Naive => (&MATMUL_NAIVE, (NAIVE_WG, NAIVE_WG)),
+    let launch = matmul_kernel(stream, opts)?;
+    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_TF32_MMA) {
+        MMA_TILE
+    } else if std::ptr::eq(launch, &MATMUL_NAIVE) {
+        (NAIVE_WG, NAIVE_WG)
+    } else {
+        TILE
     };
     let grid = [groups(what, n, cols)?, groups(what, m, rows)?, 1];
     let p = &opts.precision;

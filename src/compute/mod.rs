@@ -35,7 +35,10 @@ pub mod params;
 pub mod precision;
 mod reduce;
 
-pub use matmul::{MATMUL_NAIVE, MATMUL_TILED, MatmulAlgorithm, MatmulOptions, matmul};
+pub use matmul::{
+    MATMUL_NAIVE, MATMUL_TF32_MMA, MATMUL_TILED, MatmulAlgorithm, MatmulOptions, matmul,
+    matmul_kernel, tf32_mma_supported,
+};
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
     SOFTMAX_ROWS, SUM_SHARED, SUM_SUBGROUP, SumVariant, f16_storage, softmax_rows,
@@ -53,6 +56,7 @@ pub const KERNELS: &[params::Launch] = &[
     params::SPIN,
     MATMUL_TILED,
     MATMUL_NAIVE,
+    MATMUL_TF32_MMA,
     SUM_SHARED,
     SUM_SUBGROUP,
     SOFTMAX_ROWS,
