@@ -495,6 +495,8 @@ fn native_f16_conversions_are_bit_identical_to_the_emulation() {
                 "{label}: f16 {h:#06x} -> f32 {g:#010x}, emulation {e:#010x}"
             );
         }
+        let quieted = emu.iter().zip(&native).filter(|(e, g)| e != g).count();
+        println!("{label}: native f16 -> f32, {quieted} of 2046 NaN patterns differ (quieted)");
         // f32 -> f16.
         let n = wide.len() as u32;
         let x = upload(&stream, &wide);

@@ -831,6 +831,23 @@ fn reduction_ops_ran_their_own_kernels(trace: &keel::profiler::Trace, devs: &[De
         half >= gpus,
         "autocast f16 matmuls on GPUs: {half} of {gpus}"
     );
+    // The native f16 conversions ran exactly where the device has f16
+    // storage: the f16 matmuls' spans name the path.
+    let native_devices = devs
+        .iter()
+        .filter(|&&d| {
+            let stream = keel::default_stream(d).expect("stream");
+            keel::compute::f16_storage(&stream).expect("f16_storage")
+        })
+        .count();
+    let native = op_spans(trace, "matmul", "[[37, 41], [41, 23]]")
+        .into_iter()
+        .filter(|s| launched(trace, s).iter().any(|n| n == "cast_f16_narrow"))
+        .count();
+    assert_eq!(
+        native, native_devices,
+        "f16 matmuls with native conversions: {native}, devices with f16 storage: {native_devices}"
+    );
 }
 
 #[test]
