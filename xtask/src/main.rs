@@ -482,3 +482,24 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ptx_target_sets_the_oldest_architecture() {
+        assert_eq!(
+            ptx_target(".version 7.0\n.target sm_80\n.address_size 64\n"),
+            Some(80)
+        );
+        assert_eq!(ptx_target("  .target sm_90a, debug\n"), Some(90));
+        assert_eq!(ptx_target(".version 7.0\n"), None);
+        assert_eq!(arch_number("sm_70"), Some(70));
+        assert_eq!(arch_number("compute_70"), None);
+        // The repository's tensor-core kernel is not meant for sm_70.
+        let mma = std::fs::read_to_string(root().join("shaders/compute/matmul_tf32_mma.ptx"))
+            .expect("matmul_tf32_mma.ptx");
+        assert_eq!(ptx_target(&mma), Some(80));
+    }
+}
