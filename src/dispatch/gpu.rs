@@ -220,7 +220,8 @@ fn softmax(call: &OpCall<'_>) -> Result<KernelOutcome> {
 }
 
 /// `out` = `x` converted, on the GPU, for the pairs f32 <-> f16/bf16
-/// (`OP_CAST`); `None` for another pair. Both on `call.device`, the same
+/// (`OP_CAST`; f16 by `OP_CAST_F16_WIDEN`/`OP_CAST_F16_NARROW` where
+/// [`compute::f16_storage`]); `None` for another pair. Both on `call.device`, the same
 /// number of elements.
 fn cast(call: &OpCall<'_>, x: &Tensor, out: &Tensor) -> Result<Option<()>> {
     let mode = match (x.dtype(), out.dtype()) {
@@ -295,7 +296,8 @@ fn copy(call: &OpCall<'_>) -> Result<KernelOutcome> {
 /// conversion kernel (exact), the compute kernel with the numerics of the
 /// dtype's plan (inputs rounded to the dtype, which changes nothing;
 /// accumulation and split-K per the policy), the result rounded to the
-/// dtype. The storage stays 16-bit (packed words, no `shader-f16`).
+/// dtype. The storage stays 16-bit (native `array<f16>` where
+/// [`compute::f16_storage`], packed words otherwise).
 fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcome> {
     let dtype = a.dtype();
     if b.dtype() != dtype {
