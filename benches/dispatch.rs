@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("{d} direct launch x{BATCH}"), |bench| {
             bench.iter(|| {
                 for _ in 0..BATCH {
-                    let out = Buffer::new(d, 4 * N).expect("out");
+                    let out = Buffer::empty(d, 4 * N).expect("out");
                     stream
                         .launch(&kernel, grid, &[a.buffer(), b.buffer(), &out], &params)
                         .expect("launch");
