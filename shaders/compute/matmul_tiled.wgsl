@@ -33,17 +33,23 @@ struct Params {
 const TILE: u32 = 64u;
 const BK: u32 = 16u;
 
-// tile_a[64 kk + r]: row r of the A tile at step kk.
-var<workgroup> tile_a: array<f32, 1024>;
-// tile_b[64 kk + c]: column c of the B tile at step kk.
-var<workgroup> tile_b: array<f32, 1024>;
+// tile_a[16 kk + q]: rows 4 q .. 4 q + 3 of the A tile at step kk.
+var<workgroup> tile_a: array<vec4<f32>, 256>;
+// tile_b[16 kk + q]: columns 4 q .. 4 q + 3 of the B tile at step kk.
+var<workgroup> tile_b: array<vec4<f32>, 256>;
 
-fn tile_a4(at: u32) -> vec4<f32> {
-    return vec4<f32>(tile_a[at], tile_a[at + 1u], tile_a[at + 2u], tile_a[at + 3u]);
+fn load_a(row: u32, col: u32) -> f32 {
+    let m = params.m;
+    let k = params.k;
+    let inside = (row < m) & (col < k);
+    return select(0.0, a[min(row, m - 1u) * k + min(col, k - 1u)], inside);
 }
 
-fn tile_b4(at: u32) -> vec4<f32> {
-    return vec4<f32>(tile_b[at], tile_b[at + 1u], tile_b[at + 2u], tile_b[at + 3u]);
+fn load_b(row: u32, col: u32) -> f32 {
+    let k = params.k;
+    let n = params.n;
+    let inside = (row < k) & (col < n);
+    return select(0.0, b[min(row, k - 1u) * n + min(col, n - 1u)], inside);
 }
 
 fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
@@ -90,35 +96,37 @@ fn matmul_tiled(
     var tot: array<vec4<f32>, 16>;
     for (var t = 0u; t < tiles; t++) {
         let k0 = t * BK;
-        for (var s = 0u; s < 16u; s++) {
+        for (var s = 0u; s < 4u; s++) {
             let idx = li + 64u * s;
-            // A: row idx / 16, step idx % 16 of the tile.
-            let ar = idx / BK;
-            let ak = idx % BK;
-            // Branch-free: a clamped index, then zero outside the matrix.
-            let a_in = (row0 + ar < m) & (k0 + ak < k);
-            let a_at = min(row0 + ar, m - 1u) * k + min(k0 + ak, k - 1u);
-            var va = select(0.0, a[a_at], a_in);
-            // B: step idx / 64, column idx % 64 of the tile.
-            let bk = idx / TILE;
-            let bc = idx % TILE;
-            let b_in = (k0 + bk < k) & (col0 + bc < n);
-            let b_at = min(k0 + bk, k - 1u) * n + min(col0 + bc, n - 1u);
-            var vb = select(0.0, b[b_at], b_in);
+            let kk = idx / 16u;
+            let q = idx % 16u;
+            var va = vec4<f32>(
+                load_a(row0 + 4u * q, k0 + kk),
+                load_a(row0 + 4u * q + 1u, k0 + kk),
+                load_a(row0 + 4u * q + 2u, k0 + kk),
+                load_a(row0 + 4u * q + 3u, k0 + kk),
+            );
+            let bc = col0 + 4u * q;
+            var vb = vec4<f32>(
+                load_b(k0 + kk, bc),
+                load_b(k0 + kk, bc + 1u),
+                load_b(k0 + kk, bc + 2u),
+                load_b(k0 + kk, bc + 3u),
+            );
             if f_in != 0u {
-                va = keel_round_to(va, f_in);
-                vb = keel_round_to(vb, f_in);
+                va = keel_round4(va, f_in);
+                vb = keel_round4(vb, f_in);
             }
-            tile_a[ak * TILE + ar] = va;
+            tile_a[idx] = va;
             tile_b[idx] = vb;
         }
         workgroupBarrier();
         if plain {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a4(i * TILE + 8u * lid.y);
-                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
-                let b0 = tile_b4(i * TILE + 8u * lid.x);
-                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
+                let a0 = tile_a[i * 16u + 2u * lid.y];
+                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                let b0 = tile_b[i * 16u + 2u * lid.x];
+                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
                 for (var r = 0u; r < 4u; r++) {
                     acc[2u * r] += a0[r] * b0;
                     acc[2u * r + 1u] += a0[r] * b1;
@@ -128,10 +136,10 @@ fn matmul_tiled(
             }
         } else {
             for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a4(i * TILE + 8u * lid.y);
-                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
-                let b0 = tile_b4(i * TILE + 8u * lid.x);
-                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
+                let a0 = tile_a[i * 16u + 2u * lid.y];
+                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                let b0 = tile_b[i * 16u + 2u * lid.x];
+                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
                 for (var r = 0u; r < 4u; r++) {
                     acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
                     acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
