@@ -31,12 +31,12 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 
 const TILE: u32 = 64u;
-const BK: u32 = 16u;
+const BK: u32 = 32u;
 
 // tile_a[16 kk + q]: rows 4 q .. 4 q + 3 of the A tile at step kk.
-var<workgroup> tile_a: array<vec4<f32>, 256>;
+var<workgroup> tile_a: array<vec4<f32>, 512>;
 // tile_b[16 kk + q]: columns 4 q .. 4 q + 3 of the B tile at step kk.
-var<workgroup> tile_b: array<vec4<f32>, 256>;
+var<workgroup> tile_b: array<vec4<f32>, 512>;
 
 fn load_a(row: u32, col: u32) -> f32 {
     let m = params.m;
@@ -96,7 +96,7 @@ fn matmul_tiled(
     var tot: array<vec4<f32>, 16>;
     for (var t = 0u; t < tiles; t++) {
         let k0 = t * BK;
-        for (var s = 0u; s < 4u; s++) {
+        for (var s = 0u; s < 8u; s++) {
             let idx = li + 64u * s;
             let kk = idx / 16u;
             let q = idx % 16u;
@@ -135,7 +135,8 @@ fn matmul_tiled(
                 }
             }
         } else {
-            for (var i = 0u; i < BK; i++) {
+            for (var h = 0u; h < 2u; h++) {
+            for (var i = 16u * h; i < 16u * h + 16u; i++) {
                 let a0 = tile_a[i * 16u + 2u * lid.y];
                 let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
                 let b0 = tile_b[i * 16u + 2u * lid.x];
@@ -147,11 +148,13 @@ fn matmul_tiled(
                     acc[2u * r + 9u] = keel_round4(acc[2u * r + 9u] + a1[r] * b1, f_acc);
                 }
             }
-            if (k0 + BK) % chunk == 0u || t + 1u == tiles {
+            let end = k0 + 16u * h + 16u;
+            if end % chunk == 0u || (end >= k && end < k + 16u) {
                 for (var j = 0u; j < 16u; j++) {
                     tot[j] = keel_round4(tot[j] + keel_round4(acc[j], f_red), f_red);
                     acc[j] = vec4<f32>(0.0);
                 }
+            }
             }
         }
         workgroupBarrier();
