@@ -127,12 +127,22 @@ fn matmul_tiled(
                 let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
                 let b0 = tile_b[i * 16u + 2u * lid.x];
                 let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
-                for (var r = 0u; r < 4u; r++) {
-                    acc[2u * r] += a0[r] * b0;
-                    acc[2u * r + 1u] += a0[r] * b1;
-                    acc[2u * r + 8u] += a1[r] * b0;
-                    acc[2u * r + 9u] += a1[r] * b1;
-                }
+                acc[0] += a0.x * b0;
+                acc[1] += a0.x * b1;
+                acc[8] += a1.x * b0;
+                acc[9] += a1.x * b1;
+                acc[2] += a0.y * b0;
+                acc[3] += a0.y * b1;
+                acc[10] += a1.y * b0;
+                acc[11] += a1.y * b1;
+                acc[4] += a0.z * b0;
+                acc[5] += a0.z * b1;
+                acc[12] += a1.z * b0;
+                acc[13] += a1.z * b1;
+                acc[6] += a0.w * b0;
+                acc[7] += a0.w * b1;
+                acc[14] += a1.w * b0;
+                acc[15] += a1.w * b1;
             }
         } else {
             for (var h = 0u; h < 2u; h++) {
@@ -141,19 +151,42 @@ fn matmul_tiled(
                 let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
                 let b0 = tile_b[i * 16u + 2u * lid.x];
                 let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
-                for (var r = 0u; r < 4u; r++) {
-                    acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
-                    acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
-                    acc[2u * r + 8u] = keel_round4(acc[2u * r + 8u] + a1[r] * b0, f_acc);
-                    acc[2u * r + 9u] = keel_round4(acc[2u * r + 9u] + a1[r] * b1, f_acc);
-                }
+                acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
+                acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
+                acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
+                acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
+                acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
+                acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
+                acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
+                acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
+                acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
+                acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
+                acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
+                acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
+                acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
+                acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
+                acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
+                acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
             }
             let end = k0 + 16u * h + 16u;
             if end % chunk == 0u || (end >= k && end < k + 16u) {
-                for (var j = 0u; j < 16u; j++) {
-                    tot[j] = keel_round4(tot[j] + keel_round4(acc[j], f_red), f_red);
-                    acc[j] = vec4<f32>(0.0);
-                }
+                tot[0] = keel_round4(tot[0] + keel_round4(acc[0], f_red), f_red);
+                tot[1] = keel_round4(tot[1] + keel_round4(acc[1], f_red), f_red);
+                tot[2] = keel_round4(tot[2] + keel_round4(acc[2], f_red), f_red);
+                tot[3] = keel_round4(tot[3] + keel_round4(acc[3], f_red), f_red);
+                tot[4] = keel_round4(tot[4] + keel_round4(acc[4], f_red), f_red);
+                tot[5] = keel_round4(tot[5] + keel_round4(acc[5], f_red), f_red);
+                tot[6] = keel_round4(tot[6] + keel_round4(acc[6], f_red), f_red);
+                tot[7] = keel_round4(tot[7] + keel_round4(acc[7], f_red), f_red);
+                tot[8] = keel_round4(tot[8] + keel_round4(acc[8], f_red), f_red);
+                tot[9] = keel_round4(tot[9] + keel_round4(acc[9], f_red), f_red);
+                tot[10] = keel_round4(tot[10] + keel_round4(acc[10], f_red), f_red);
+                tot[11] = keel_round4(tot[11] + keel_round4(acc[11], f_red), f_red);
+                tot[12] = keel_round4(tot[12] + keel_round4(acc[12], f_red), f_red);
+                tot[13] = keel_round4(tot[13] + keel_round4(acc[13], f_red), f_red);
+                tot[14] = keel_round4(tot[14] + keel_round4(acc[14], f_red), f_red);
+                tot[15] = keel_round4(tot[15] + keel_round4(acc[15], f_red), f_red);
+                acc = array<vec4<f32>, 16>();
             }
             }
         }
@@ -164,8 +197,20 @@ fn matmul_tiled(
     }
     let r0 = row0 + 8u * lid.y;
     let c0 = col0 + 8u * lid.x;
-    for (var r = 0u; r < 8u; r++) {
-        store4(r0 + r, c0, tot[2u * r]);
-        store4(r0 + r, c0 + 4u, tot[2u * r + 1u]);
-    }
+    store4(r0 + 0u, c0, tot[0]);
+    store4(r0 + 0u, c0 + 4u, tot[1]);
+    store4(r0 + 1u, c0, tot[2]);
+    store4(r0 + 1u, c0 + 4u, tot[3]);
+    store4(r0 + 2u, c0, tot[4]);
+    store4(r0 + 2u, c0 + 4u, tot[5]);
+    store4(r0 + 3u, c0, tot[6]);
+    store4(r0 + 3u, c0 + 4u, tot[7]);
+    store4(r0 + 4u, c0, tot[8]);
+    store4(r0 + 4u, c0 + 4u, tot[9]);
+    store4(r0 + 5u, c0, tot[10]);
+    store4(r0 + 5u, c0 + 4u, tot[11]);
+    store4(r0 + 6u, c0, tot[12]);
+    store4(r0 + 6u, c0 + 4u, tot[13]);
+    store4(r0 + 7u, c0, tot[14]);
+    store4(r0 + 7u, c0 + 4u, tot[15]);
 }
