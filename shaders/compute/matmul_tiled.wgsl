@@ -4,17 +4,26 @@
 // Launch: workgroups of 8 x 8 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
 // 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
-// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 16 tile of A
-// (transposed: step major) and a 16 x 64 tile of B in workgroup memory,
-// zeros outside the matrices (loaded branch-free: a clamped index, then a
-// select). One step of k is then 16 loads from workgroup memory and 64
-// multiply-adds per invocation (naive: two loads from storage per
-// multiply-add), and every element loaded from storage is used 64 times.
+// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 32 tile of A
+// (transposed: step major) and a 32 x 64 tile of B in workgroup memory
+// as vec4s, zeros outside the matrices (loaded branch-free: a clamped
+// index, then a select). One step of k is then 4 vec4 loads from
+// workgroup memory and 64 multiply-adds per invocation (naive: two loads
+// from storage per multiply-add), and every element loaded from storage
+// is used 64 times.
+//
+// Written for lavapipe/llvmpipe (invocations are SIMD lanes; Mesa 22.3
+// loads and stores workgroup memory lane by lane, one loop per load
+// instruction whatever its width), as measured in docs/BENCHMARKS.md:
+// vec4 tiles (one lane loop per 4 values), 32 steps of k per barrier,
+// and only constant indices into the private accumulator arrays (every
+// loop over them written out): a dynamic index keeps the arrays in
+// memory, accessed lane by lane, and that alone cost 1.5x.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
 // bits 8-11 round the split-K partial sums: the running sum over k is
-// cut every `chunk` (a multiple of 16; 0 = k) steps, and the chunks'
+// cut every `chunk` (a multiple of 16; 0 = k) steps (checked every 16 steps), and the chunks'
 // sums are added, rounded, into the result. Mode 0 is plain f32.
 
 struct Params {
@@ -145,49 +154,51 @@ fn matmul_tiled(
                 acc[15] += a1.w * b1;
             }
         } else {
+            // Two halves of 16 steps: split-K cuts fall on multiples of 16.
             for (var h = 0u; h < 2u; h++) {
-            for (var i = 16u * h; i < 16u * h + 16u; i++) {
-                let a0 = tile_a[i * 16u + 2u * lid.y];
-                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
-                let b0 = tile_b[i * 16u + 2u * lid.x];
-                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
-                acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
-                acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
-                acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
-                acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
-                acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
-                acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
-                acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
-                acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
-                acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
-                acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
-                acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
-                acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
-                acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
-                acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
-                acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
-                acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
-            }
-            let end = k0 + 16u * h + 16u;
-            if end % chunk == 0u || (end >= k && end < k + 16u) {
-                tot[0] = keel_round4(tot[0] + keel_round4(acc[0], f_red), f_red);
-                tot[1] = keel_round4(tot[1] + keel_round4(acc[1], f_red), f_red);
-                tot[2] = keel_round4(tot[2] + keel_round4(acc[2], f_red), f_red);
-                tot[3] = keel_round4(tot[3] + keel_round4(acc[3], f_red), f_red);
-                tot[4] = keel_round4(tot[4] + keel_round4(acc[4], f_red), f_red);
-                tot[5] = keel_round4(tot[5] + keel_round4(acc[5], f_red), f_red);
-                tot[6] = keel_round4(tot[6] + keel_round4(acc[6], f_red), f_red);
-                tot[7] = keel_round4(tot[7] + keel_round4(acc[7], f_red), f_red);
-                tot[8] = keel_round4(tot[8] + keel_round4(acc[8], f_red), f_red);
-                tot[9] = keel_round4(tot[9] + keel_round4(acc[9], f_red), f_red);
-                tot[10] = keel_round4(tot[10] + keel_round4(acc[10], f_red), f_red);
-                tot[11] = keel_round4(tot[11] + keel_round4(acc[11], f_red), f_red);
-                tot[12] = keel_round4(tot[12] + keel_round4(acc[12], f_red), f_red);
-                tot[13] = keel_round4(tot[13] + keel_round4(acc[13], f_red), f_red);
-                tot[14] = keel_round4(tot[14] + keel_round4(acc[14], f_red), f_red);
-                tot[15] = keel_round4(tot[15] + keel_round4(acc[15], f_red), f_red);
-                acc = array<vec4<f32>, 16>();
-            }
+                for (var i = 16u * h; i < 16u * h + 16u; i++) {
+                    let a0 = tile_a[i * 16u + 2u * lid.y];
+                    let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                    let b0 = tile_b[i * 16u + 2u * lid.x];
+                    let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                    acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
+                    acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
+                    acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
+                    acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
+                    acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
+                    acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
+                    acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
+                    acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
+                    acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
+                    acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
+                    acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
+                    acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
+                    acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
+                    acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
+                    acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
+                    acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
+                }
+                // Cut at a chunk's end and after the half holding step k - 1.
+                let end = k0 + 16u * h + 16u;
+                if end % chunk == 0u || (end >= k && end < k + 16u) {
+                    tot[0] = keel_round4(tot[0] + keel_round4(acc[0], f_red), f_red);
+                    tot[1] = keel_round4(tot[1] + keel_round4(acc[1], f_red), f_red);
+                    tot[2] = keel_round4(tot[2] + keel_round4(acc[2], f_red), f_red);
+                    tot[3] = keel_round4(tot[3] + keel_round4(acc[3], f_red), f_red);
+                    tot[4] = keel_round4(tot[4] + keel_round4(acc[4], f_red), f_red);
+                    tot[5] = keel_round4(tot[5] + keel_round4(acc[5], f_red), f_red);
+                    tot[6] = keel_round4(tot[6] + keel_round4(acc[6], f_red), f_red);
+                    tot[7] = keel_round4(tot[7] + keel_round4(acc[7], f_red), f_red);
+                    tot[8] = keel_round4(tot[8] + keel_round4(acc[8], f_red), f_red);
+                    tot[9] = keel_round4(tot[9] + keel_round4(acc[9], f_red), f_red);
+                    tot[10] = keel_round4(tot[10] + keel_round4(acc[10], f_red), f_red);
+                    tot[11] = keel_round4(tot[11] + keel_round4(acc[11], f_red), f_red);
+                    tot[12] = keel_round4(tot[12] + keel_round4(acc[12], f_red), f_red);
+                    tot[13] = keel_round4(tot[13] + keel_round4(acc[13], f_red), f_red);
+                    tot[14] = keel_round4(tot[14] + keel_round4(acc[14], f_red), f_red);
+                    tot[15] = keel_round4(tot[15] + keel_round4(acc[15], f_red), f_red);
+                    acc = array<vec4<f32>, 16>();
+                }
             }
         }
         workgroupBarrier();
