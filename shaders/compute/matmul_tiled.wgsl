@@ -61,6 +61,35 @@ fn load_b(row: u32, col: u32) -> f32 {
     return select(0.0, b[min(row, k - 1u) * n + min(col, n - 1u)], inside);
 }
 
+// Stages step tile k0 .. k0 + 31 of A and B (rounded to f_in) for the
+// workgroup at (row0, col0); li: the invocation's index.
+fn stage(k0: u32, row0: u32, col0: u32, li: u32, f_in: u32) {
+    for (var s = 0u; s < 8u; s++) {
+        let idx = li + 64u * s;
+        let kk = idx / 16u;
+        let q = idx % 16u;
+        var va = vec4<f32>(
+            load_a(row0 + 4u * q, k0 + kk),
+            load_a(row0 + 4u * q + 1u, k0 + kk),
+            load_a(row0 + 4u * q + 2u, k0 + kk),
+            load_a(row0 + 4u * q + 3u, k0 + kk),
+        );
+        let bc = col0 + 4u * q;
+        var vb = vec4<f32>(
+            load_b(k0 + kk, bc),
+            load_b(k0 + kk, bc + 1u),
+            load_b(k0 + kk, bc + 2u),
+            load_b(k0 + kk, bc + 3u),
+        );
+        if f_in != 0u {
+            va = keel_round4(va, f_in);
+            vb = keel_round4(vb, f_in);
+        }
+        tile_a[idx] = va;
+        tile_b[idx] = vb;
+    }
+}
+
 fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
     return vec4<f32>(
         keel_round_to(v.x, format),
@@ -103,34 +132,12 @@ fn matmul_tiled(
     // of this invocation's block; tot: the totals.
     var acc: array<vec4<f32>, 16>;
     var tot: array<vec4<f32>, 16>;
-    for (var t = 0u; t < tiles; t++) {
-        let k0 = t * BK;
-        for (var s = 0u; s < 8u; s++) {
-            let idx = li + 64u * s;
-            let kk = idx / 16u;
-            let q = idx % 16u;
-            var va = vec4<f32>(
-                load_a(row0 + 4u * q, k0 + kk),
-                load_a(row0 + 4u * q + 1u, k0 + kk),
-                load_a(row0 + 4u * q + 2u, k0 + kk),
-                load_a(row0 + 4u * q + 3u, k0 + kk),
-            );
-            let bc = col0 + 4u * q;
-            var vb = vec4<f32>(
-                load_b(k0 + kk, bc),
-                load_b(k0 + kk, bc + 1u),
-                load_b(k0 + kk, bc + 2u),
-                load_b(k0 + kk, bc + 3u),
-            );
-            if f_in != 0u {
-                va = keel_round4(va, f_in);
-                vb = keel_round4(vb, f_in);
-            }
-            tile_a[idx] = va;
-            tile_b[idx] = vb;
-        }
-        workgroupBarrier();
-        if plain {
+    // Two loops rather than a branch inside one: llvmpipe runs both sides
+    // of a branch (masked), so the unused loop costs one masked pass only.
+    if plain {
+        for (var t = 0u; t < tiles; t++) {
+            stage(t * BK, row0, col0, li, 0u);
+            workgroupBarrier();
             for (var i = 0u; i < BK; i++) {
                 let a0 = tile_a[i * 16u + 2u * lid.y];
                 let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
@@ -153,7 +160,14 @@ fn matmul_tiled(
                 acc[14] += a1.w * b0;
                 acc[15] += a1.w * b1;
             }
-        } else {
+            workgroupBarrier();
+        }
+        tot = acc;
+    } else {
+        for (var t = 0u; t < tiles; t++) {
+            let k0 = t * BK;
+            stage(k0, row0, col0, li, f_in);
+            workgroupBarrier();
             // Two halves of 16 steps: split-K cuts fall on multiples of 16.
             for (var h = 0u; h < 2u; h++) {
                 for (var i = 16u * h; i < 16u * h + 16u; i++) {
@@ -200,11 +214,8 @@ fn matmul_tiled(
                     acc = array<vec4<f32>, 16>();
                 }
             }
+            workgroupBarrier();
         }
-        workgroupBarrier();
-    }
-    if plain {
-        tot = acc;
     }
     let r0 = row0 + 8u * lid.y;
     let c0 = col0 + 8u * lid.x;
