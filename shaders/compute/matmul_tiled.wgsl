@@ -4,17 +4,28 @@
 // Launch: workgroups of 8 x 8 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
 // 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
-// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 16 tile of A
-// (transposed: step major) and a 16 x 64 tile of B in workgroup memory,
-// zeros outside the matrices (loaded branch-free: a clamped index, then a
-// select). One step of k is then 16 loads from workgroup memory and 64
-// multiply-adds per invocation (naive: two loads from storage per
-// multiply-add), and every element loaded from storage is used 64 times.
+// ceil(n / 64) x ceil(m / 64). Each step stages a 64 x 32 tile of A
+// (transposed: step major) and a 32 x 64 tile of B in workgroup memory
+// as vec4s, zeros outside the matrices (loaded branch-free: a clamped
+// index, then a select). One step of k is then 4 vec4 loads from
+// workgroup memory and 64 multiply-adds per invocation (naive: two loads
+// from storage per multiply-add), and every element loaded from storage
+// is used 64 times.
+//
+// Written for lavapipe/llvmpipe (invocations are SIMD lanes; Mesa 22.3
+// loads and stores workgroup memory lane by lane, one loop per load
+// instruction whatever its width), as measured in docs/BENCHMARKS.md:
+// vec4 tiles (one lane loop per 4 values), 32 steps of k per barrier,
+// and only constant indices into the private accumulator arrays (every
+// loop over them written out): a dynamic index keeps the arrays in
+// memory, accessed lane by lane, and that alone cost 1.5x. A branch on
+// the mode inside the k loop cost plain f32 1.3x though never taken, so
+// plain f32 and the precision modes have a k loop each.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
 // bits 8-11 round the split-K partial sums: the running sum over k is
-// cut every `chunk` (a multiple of 16; 0 = k) steps, and the chunks'
+// cut every `chunk` (a multiple of 16; 0 = k) steps (checked every 16 steps), and the chunks'
 // sums are added, rounded, into the result. Mode 0 is plain f32.
 
 struct Params {
@@ -31,19 +42,54 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 
 const TILE: u32 = 64u;
-const BK: u32 = 16u;
+const BK: u32 = 32u;
 
-// tile_a[64 kk + r]: row r of the A tile at step kk.
-var<workgroup> tile_a: array<f32, 1024>;
-// tile_b[64 kk + c]: column c of the B tile at step kk.
-var<workgroup> tile_b: array<f32, 1024>;
+// tile_a[16 kk + q]: rows 4 q .. 4 q + 3 of the A tile at step kk.
+var<workgroup> tile_a: array<vec4<f32>, 512>;
+// tile_b[16 kk + q]: columns 4 q .. 4 q + 3 of the B tile at step kk.
+var<workgroup> tile_b: array<vec4<f32>, 512>;
 
-fn tile_a4(at: u32) -> vec4<f32> {
-    return vec4<f32>(tile_a[at], tile_a[at + 1u], tile_a[at + 2u], tile_a[at + 3u]);
+fn load_a(row: u32, col: u32) -> f32 {
+    let m = params.m;
+    let k = params.k;
+    let inside = (row < m) & (col < k);
+    return select(0.0, a[min(row, m - 1u) * k + min(col, k - 1u)], inside);
 }
 
-fn tile_b4(at: u32) -> vec4<f32> {
-    return vec4<f32>(tile_b[at], tile_b[at + 1u], tile_b[at + 2u], tile_b[at + 3u]);
+fn load_b(row: u32, col: u32) -> f32 {
+    let k = params.k;
+    let n = params.n;
+    let inside = (row < k) & (col < n);
+    return select(0.0, b[min(row, k - 1u) * n + min(col, n - 1u)], inside);
+}
+
+// Stages step tile k0 .. k0 + 31 of A and B (rounded to f_in) for the
+// workgroup at (row0, col0); li: the invocation's index.
+fn stage(k0: u32, row0: u32, col0: u32, li: u32, f_in: u32) {
+    for (var s = 0u; s < 8u; s++) {
+        let idx = li + 64u * s;
+        let kk = idx / 16u;
+        let q = idx % 16u;
+        var va = vec4<f32>(
+            load_a(row0 + 4u * q, k0 + kk),
+            load_a(row0 + 4u * q + 1u, k0 + kk),
+            load_a(row0 + 4u * q + 2u, k0 + kk),
+            load_a(row0 + 4u * q + 3u, k0 + kk),
+        );
+        let bc = col0 + 4u * q;
+        var vb = vec4<f32>(
+            load_b(k0 + kk, bc),
+            load_b(k0 + kk, bc + 1u),
+            load_b(k0 + kk, bc + 2u),
+            load_b(k0 + kk, bc + 3u),
+        );
+        if f_in != 0u {
+            va = keel_round4(va, f_in);
+            vb = keel_round4(vb, f_in);
+        }
+        tile_a[idx] = va;
+        tile_b[idx] = vb;
+    }
 }
 
 fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
@@ -88,73 +134,106 @@ fn matmul_tiled(
     // of this invocation's block; tot: the totals.
     var acc: array<vec4<f32>, 16>;
     var tot: array<vec4<f32>, 16>;
-    for (var t = 0u; t < tiles; t++) {
-        let k0 = t * BK;
-        for (var s = 0u; s < 16u; s++) {
-            let idx = li + 64u * s;
-            // A: row idx / 16, step idx % 16 of the tile.
-            let ar = idx / BK;
-            let ak = idx % BK;
-            // Branch-free: a clamped index, then zero outside the matrix.
-            let a_in = (row0 + ar < m) & (k0 + ak < k);
-            let a_at = min(row0 + ar, m - 1u) * k + min(k0 + ak, k - 1u);
-            var va = select(0.0, a[a_at], a_in);
-            // B: step idx / 64, column idx % 64 of the tile.
-            let bk = idx / TILE;
-            let bc = idx % TILE;
-            let b_in = (k0 + bk < k) & (col0 + bc < n);
-            let b_at = min(k0 + bk, k - 1u) * n + min(col0 + bc, n - 1u);
-            var vb = select(0.0, b[b_at], b_in);
-            if f_in != 0u {
-                va = keel_round_to(va, f_in);
-                vb = keel_round_to(vb, f_in);
-            }
-            tile_a[ak * TILE + ar] = va;
-            tile_b[idx] = vb;
-        }
-        workgroupBarrier();
-        if plain {
-            for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a4(i * TILE + 8u * lid.y);
-                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
-                let b0 = tile_b4(i * TILE + 8u * lid.x);
-                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
-                for (var r = 0u; r < 4u; r++) {
-                    acc[2u * r] += a0[r] * b0;
-                    acc[2u * r + 1u] += a0[r] * b1;
-                    acc[2u * r + 8u] += a1[r] * b0;
-                    acc[2u * r + 9u] += a1[r] * b1;
-                }
-            }
-        } else {
-            for (var i = 0u; i < BK; i++) {
-                let a0 = tile_a4(i * TILE + 8u * lid.y);
-                let a1 = tile_a4(i * TILE + 8u * lid.y + 4u);
-                let b0 = tile_b4(i * TILE + 8u * lid.x);
-                let b1 = tile_b4(i * TILE + 8u * lid.x + 4u);
-                for (var r = 0u; r < 4u; r++) {
-                    acc[2u * r] = keel_round4(acc[2u * r] + a0[r] * b0, f_acc);
-                    acc[2u * r + 1u] = keel_round4(acc[2u * r + 1u] + a0[r] * b1, f_acc);
-                    acc[2u * r + 8u] = keel_round4(acc[2u * r + 8u] + a1[r] * b0, f_acc);
-                    acc[2u * r + 9u] = keel_round4(acc[2u * r + 9u] + a1[r] * b1, f_acc);
-                }
-            }
-            if (k0 + BK) % chunk == 0u || t + 1u == tiles {
-                for (var j = 0u; j < 16u; j++) {
-                    tot[j] = keel_round4(tot[j] + keel_round4(acc[j], f_red), f_red);
-                    acc[j] = vec4<f32>(0.0);
-                }
-            }
-        }
-        workgroupBarrier();
-    }
+    // Two loops rather than a branch inside one (see the top).
     if plain {
+        for (var t = 0u; t < tiles; t++) {
+            stage(t * BK, row0, col0, li, 0u);
+            workgroupBarrier();
+            for (var i = 0u; i < BK; i++) {
+                let a0 = tile_a[i * 16u + 2u * lid.y];
+                let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                let b0 = tile_b[i * 16u + 2u * lid.x];
+                let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                acc[0] += a0.x * b0;
+                acc[1] += a0.x * b1;
+                acc[8] += a1.x * b0;
+                acc[9] += a1.x * b1;
+                acc[2] += a0.y * b0;
+                acc[3] += a0.y * b1;
+                acc[10] += a1.y * b0;
+                acc[11] += a1.y * b1;
+                acc[4] += a0.z * b0;
+                acc[5] += a0.z * b1;
+                acc[12] += a1.z * b0;
+                acc[13] += a1.z * b1;
+                acc[6] += a0.w * b0;
+                acc[7] += a0.w * b1;
+                acc[14] += a1.w * b0;
+                acc[15] += a1.w * b1;
+            }
+            workgroupBarrier();
+        }
         tot = acc;
+    } else {
+        for (var t = 0u; t < tiles; t++) {
+            let k0 = t * BK;
+            stage(k0, row0, col0, li, f_in);
+            workgroupBarrier();
+            // Two halves of 16 steps: split-K cuts fall on multiples of 16.
+            for (var h = 0u; h < 2u; h++) {
+                for (var i = 16u * h; i < 16u * h + 16u; i++) {
+                    let a0 = tile_a[i * 16u + 2u * lid.y];
+                    let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                    let b0 = tile_b[i * 16u + 2u * lid.x];
+                    let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                    acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
+                    acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
+                    acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
+                    acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
+                    acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
+                    acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
+                    acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
+                    acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
+                    acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
+                    acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
+                    acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
+                    acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
+                    acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
+                    acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
+                    acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
+                    acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
+                }
+                // Cut at a chunk's end and after the half holding step k - 1.
+                let end = k0 + 16u * h + 16u;
+                if end % chunk == 0u || (end >= k && end < k + 16u) {
+                    tot[0] = keel_round4(tot[0] + keel_round4(acc[0], f_red), f_red);
+                    tot[1] = keel_round4(tot[1] + keel_round4(acc[1], f_red), f_red);
+                    tot[2] = keel_round4(tot[2] + keel_round4(acc[2], f_red), f_red);
+                    tot[3] = keel_round4(tot[3] + keel_round4(acc[3], f_red), f_red);
+                    tot[4] = keel_round4(tot[4] + keel_round4(acc[4], f_red), f_red);
+                    tot[5] = keel_round4(tot[5] + keel_round4(acc[5], f_red), f_red);
+                    tot[6] = keel_round4(tot[6] + keel_round4(acc[6], f_red), f_red);
+                    tot[7] = keel_round4(tot[7] + keel_round4(acc[7], f_red), f_red);
+                    tot[8] = keel_round4(tot[8] + keel_round4(acc[8], f_red), f_red);
+                    tot[9] = keel_round4(tot[9] + keel_round4(acc[9], f_red), f_red);
+                    tot[10] = keel_round4(tot[10] + keel_round4(acc[10], f_red), f_red);
+                    tot[11] = keel_round4(tot[11] + keel_round4(acc[11], f_red), f_red);
+                    tot[12] = keel_round4(tot[12] + keel_round4(acc[12], f_red), f_red);
+                    tot[13] = keel_round4(tot[13] + keel_round4(acc[13], f_red), f_red);
+                    tot[14] = keel_round4(tot[14] + keel_round4(acc[14], f_red), f_red);
+                    tot[15] = keel_round4(tot[15] + keel_round4(acc[15], f_red), f_red);
+                    acc = array<vec4<f32>, 16>();
+                }
+            }
+            workgroupBarrier();
+        }
     }
     let r0 = row0 + 8u * lid.y;
     let c0 = col0 + 8u * lid.x;
-    for (var r = 0u; r < 8u; r++) {
-        store4(r0 + r, c0, tot[2u * r]);
-        store4(r0 + r, c0 + 4u, tot[2u * r + 1u]);
-    }
+    store4(r0 + 0u, c0, tot[0]);
+    store4(r0 + 0u, c0 + 4u, tot[1]);
+    store4(r0 + 1u, c0, tot[2]);
+    store4(r0 + 1u, c0 + 4u, tot[3]);
+    store4(r0 + 2u, c0, tot[4]);
+    store4(r0 + 2u, c0 + 4u, tot[5]);
+    store4(r0 + 3u, c0, tot[6]);
+    store4(r0 + 3u, c0 + 4u, tot[7]);
+    store4(r0 + 4u, c0, tot[8]);
+    store4(r0 + 4u, c0 + 4u, tot[9]);
+    store4(r0 + 5u, c0, tot[10]);
+    store4(r0 + 5u, c0 + 4u, tot[11]);
+    store4(r0 + 6u, c0, tot[12]);
+    store4(r0 + 6u, c0 + 4u, tot[13]);
+    store4(r0 + 7u, c0, tot[14]);
+    store4(r0 + 7u, c0 + 4u, tot[15]);
 }
