@@ -22,18 +22,14 @@ mod npu;
 
 use half::{bf16, f16};
 use keel::dispatch::{self, Arg, ArgKind, KernelOutcome, OpSchema};
-use keel::testing::conformance::{device, wgpu_adapter};
+use keel::testing::conformance::builtin_devices;
 use keel::{DType, Device, DeviceType, Element, Error, Tensor};
 
 /// Every device to test on (each absent one printed as skipped; CUDA
 /// only where a GPU and its driver are present).
 fn devices() -> Vec<Device> {
     npu::install_ops().expect("npu");
-    let mut out = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
-    out.extend(device(DeviceType::Cuda));
-    out.extend(device(DeviceType::Vulkan));
-    out.extend(wgpu_adapter("Vulkan"));
-    out.extend(wgpu_adapter("GL"));
+    let mut out: Vec<Device> = builtin_devices().into_iter().map(|(_, d)| d).collect();
     out.push(Device::new(DeviceType::PrivateUse1, 1).expect("npu:1"));
     out
 }
