@@ -1,6 +1,10 @@
 //! Argument checks shared by the launch functions.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use crate::buffer::Buffer;
+use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
 
 /// The element count of a matrix with `dims`, checked to fit the kernels'
@@ -49,4 +53,36 @@ pub(super) fn groups(what: &str, len: usize, edge: u32) -> Result<u32> {
             "{what}: a dimension of {len} needs {g} workgroups of {edge}; expected at most 65535"
         ))
     })
+}
+
+/// A per-device fact about what the device's shaders can do, computed by
+/// `find` from its properties once per device and then read from `cache`
+/// (the launch functions ask on every launch).
+pub(super) fn device_fact(
+    stream: &Stream,
+    cache: &Mutex<HashMap<Device, bool>>,
+    find: impl FnOnce(Device) -> Result<bool>,
+) -> Result<bool> {
+    let device = crate::api::resolve(stream.device())?;
+    if let Some(yes) = cache.lock().map_or(None, |m| m.get(&device).copied()) {
+        return Ok(yes);
+    }
+    let yes = find(device)?;
+    if let Ok(mut m) = cache.lock() {
+        m.insert(device, yes);
+    }
+    Ok(yes)
+}
+
+/// Whether `device`'s properties have an `extra` entry `key` whose value
+/// satisfies `value`.
+pub(super) fn has_property(
+    device: Device,
+    key: &str,
+    value: impl Fn(&str) -> bool,
+) -> Result<bool> {
+    Ok(crate::api::properties(device)?
+        .extra
+        .iter()
+        .any(|(k, v)| k == key && value(v)))
 }

@@ -1,7 +1,7 @@
 //! `matmul`: C = A * B (f32, row-major), tiled in workgroup memory or one
 //! invocation per output, with the numerics of [`MatmulPrecision`].
 
-use super::check::{check_buffer, check_distinct, check_size, groups};
+use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
 use crate::buffer::Buffer;
@@ -97,21 +97,17 @@ const MMA_TILE: (u32, u32) = (16, 8);
 /// Read once per device.
 pub fn tf32_mma_supported(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
-    let device = crate::api::resolve(stream.device())?;
-    if let Some(yes) = KNOWN.lock().map_or(None, |m| m.get(&device).copied()) {
-        return Ok(yes);
-    }
-    let yes = device.device_type() == DeviceType::Cuda
-        && crate::api::properties(device)?
-            .extra
-            .iter()
-            .find(|(k, _)| k == "compute capability")
-            .and_then(|(_, v)| v.split('.').next()?.trim().parse::<u32>().ok())
-            .is_some_and(|major| major >= 8);
-    if let Ok(mut m) = KNOWN.lock() {
-        m.insert(device, yes);
-    }
-    Ok(yes)
+    device_fact(stream, &KNOWN, |device| {
+        if device.device_type() != DeviceType::Cuda {
+            return Ok(false);
+        }
+        has_property(device, "compute capability", |v| {
+            v.split('.')
+                .next()
+                .and_then(|major| major.trim().parse::<u32>().ok())
+                .is_some_and(|major| major >= 8)
+        })
+    })
 }
 
 /// The kernel [`matmul`] launches for `opts` on `stream`:

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
-use super::check::{check_buffer, check_distinct, check_size};
+use super::check::{check_buffer, check_distinct, check_size, device_fact, has_property};
 use super::params::{Launch, Param, ParamType::U32};
 use crate::buffer::Buffer;
 use crate::core::{Device, DeviceType, Stream};
@@ -84,24 +84,13 @@ pub enum SumVariant {
 /// rebuild them.
 pub fn subgroups_supported(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
-    let device = crate::api::resolve(stream.device())?;
-    let known =
-        |k: &Mutex<HashMap<Device, bool>>| k.lock().map_or(None, |m| m.get(&device).copied());
-    if let Some(yes) = known(&KNOWN) {
-        return Ok(yes);
-    }
-    let yes = match device.device_type() {
-        DeviceType::Cuda => true,
-        DeviceType::Vulkan | DeviceType::Wgpu => crate::api::properties(device)?
-            .extra
-            .iter()
-            .any(|(k, v)| k == "subgroup operations" && v.contains("arithmetic")),
-        _ => false,
-    };
-    if let Ok(mut m) = KNOWN.lock() {
-        m.insert(device, yes);
-    }
-    Ok(yes)
+    device_fact(stream, &KNOWN, |device| match device.device_type() {
+        DeviceType::Cuda => Ok(true),
+        DeviceType::Vulkan | DeviceType::Wgpu => {
+            has_property(device, "subgroup operations", |v| v.contains("arithmetic"))
+        }
+        _ => Ok(false),
+    })
 }
 
 /// Whether the stream's device stores f16 natively in shaders (WGSL
@@ -116,21 +105,12 @@ pub fn subgroups_supported(stream: &Stream) -> Result<bool> {
 /// (bit-identical results). Read once per device.
 pub fn f16_storage(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
-    let device = crate::api::resolve(stream.device())?;
-    if let Some(yes) = KNOWN.lock().map_or(None, |m| m.get(&device).copied()) {
-        return Ok(yes);
-    }
-    let yes = match device.device_type() {
-        DeviceType::Vulkan | DeviceType::Wgpu => crate::api::properties(device)?
-            .extra
-            .iter()
-            .any(|(k, v)| k == "f16 storage" && v.starts_with("native")),
-        _ => false,
-    };
-    if let Ok(mut m) = KNOWN.lock() {
-        m.insert(device, yes);
-    }
-    Ok(yes)
+    device_fact(stream, &KNOWN, |device| match device.device_type() {
+        DeviceType::Vulkan | DeviceType::Wgpu => {
+            has_property(device, "f16 storage", |v| v.starts_with("native"))
+        }
+        _ => Ok(false),
+    })
 }
 
 /// `out[0] = x[0] + ... + x[n - 1]` (f32): per-workgroup partial sums into
