@@ -2,13 +2,15 @@
 //! tensors) through the dispatcher, against launching the same kernel
 //! directly with `Stream::launch` on a new output buffer (the same work:
 //! one allocation, one launch). Batches of 100, then a stream
-//! synchronize, both ways. On the CPU, Vulkan, and each wgpu adapter.
-//! Goal: dispatched / direct <= 1.15.
+//! synchronize, both ways, both in every iteration. On the CPU, Vulkan, and each wgpu adapter.
+//! Goal: dispatched / direct <= 1.15. Each device also prints the ratio
+//! from paired batches (`paired_ratio`).
 //!
 //! Run: `cargo bench --bench dispatch -- --warm-up-time 1 --measurement-time 3`.
 //! Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
+use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use keel::dispatch::{ADD_F32, CPU_ADD, elementwise_grid};
@@ -34,14 +36,14 @@ fn bench(c: &mut Criterion) {
         let stream = keel::current_stream(d).expect("stream");
         let a = Tensor::full(&[N], 1.0, DType::F32, d).expect("a");
         let b = Tensor::full(&[N], 2.0, DType::F32, d).expect("b");
-        g.bench_function(format!("{d} dispatched x{BATCH}"), |bench| {
-            bench.iter(|| {
-                for _ in 0..BATCH {
-                    black_box(a.add(&b).expect("add"));
-                }
-                stream.synchronize().expect("sync");
-            })
-        });
+        let dispatched = || {
+            let t = Instant::now();
+            for _ in 0..BATCH {
+                black_box(a.add(&b).expect("add"));
+            }
+            stream.synchronize().expect("sync");
+            t.elapsed()
+        };
         let (kernel, grid, params) = if d.is_cpu() {
             let p = [
                 0u32.to_le_bytes(),
@@ -57,20 +59,75 @@ fn bench(c: &mut Criterion) {
                 (N as u32).to_le_bytes().to_vec(),
             )
         };
-        g.bench_function(format!("{d} direct launch x{BATCH}"), |bench| {
-            bench.iter(|| {
-                for _ in 0..BATCH {
-                    let out = Buffer::empty(d, 4 * N).expect("out");
-                    stream
-                        .launch(&kernel, grid, &[a.buffer(), b.buffer(), &out], &params)
-                        .expect("launch");
-                    black_box(out);
-                }
-                stream.synchronize().expect("sync");
+        let direct = || {
+            let t = Instant::now();
+            for _ in 0..BATCH {
+                let out = Buffer::empty(d, 4 * N).expect("out");
+                stream
+                    .launch(&kernel, grid, &[a.buffer(), b.buffer(), &out], &params)
+                    .expect("launch");
+                black_box(out);
+            }
+            stream.synchronize().expect("sync");
+            t.elapsed()
+        };
+        // Both ways run in every iteration (each bench times one of
+        // them), so load on the machine falls on both alike.
+        g.bench_function(format!("{d} dispatched x{BATCH}"), |bench| {
+            bench.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        direct();
+                        dispatched()
+                    })
+                    .sum()
             })
         });
+        g.bench_function(format!("{d} direct launch x{BATCH}"), |bench| {
+            bench.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        dispatched();
+                        direct()
+                    })
+                    .sum()
+            })
+        });
+        paired_ratio(&d.to_string(), dispatched, direct);
     }
     g.finish();
+}
+
+/// Rounds of the paired measurement.
+const ROUNDS: usize = 400;
+
+/// The machine is shared: a batch is sometimes preempted, and criterion's
+/// two estimates come from different seconds. So, next to them, the ratio
+/// from pairs: `ROUNDS` rounds of one batch each way back to back, the
+/// median of the per-round ratios (robust to a preempted batch) and the
+/// ratio of the per-way minimums.
+fn paired_ratio(
+    device: &str,
+    a: impl Fn() -> std::time::Duration,
+    b: impl Fn() -> std::time::Duration,
+) {
+    let mut ratios = Vec::with_capacity(ROUNDS);
+    let (mut min_a, mut min_b) = (f64::MAX, f64::MAX);
+    for _ in 0..ROUNDS {
+        let ta = a().as_secs_f64();
+        let tb = b().as_secs_f64();
+        min_a = min_a.min(ta);
+        min_b = min_b.min(tb);
+        ratios.push(ta / tb);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "dispatch_add_256/{device}: paired over {ROUNDS} rounds: dispatched / direct = {:.3} (median), {:.3} (minimums: {:.1} us / {:.1} us per batch)",
+        ratios[ROUNDS / 2],
+        min_a / min_b,
+        min_a * 1e6,
+        min_b * 1e6
+    );
 }
 
 criterion_group!(benches, bench);

@@ -440,7 +440,7 @@ fn third_party_operators_take_scalars_and_ints() {
         for _ in 0..call.int(2)? {
             x = x.mul_scalar(call.scalar(1)?)?.add_scalar(1.0)?;
         }
-        Ok(KernelOutcome::Done(vec![x]))
+        Ok(KernelOutcome::one(x))
     })
     .expect("register");
     let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::cpu()).expect("x");
@@ -448,6 +448,51 @@ fn third_party_operators_take_scalars_and_ints() {
         dispatch::call("axpb_test", &[(&x).into(), Arg::Scalar(2.0), Arg::Int(3)]).expect("call");
     // 1 -> 3 -> 7 -> 15; 2 -> 5 -> 11 -> 23
     assert_eq!(out[0].to_vec::<f32>().expect("r"), vec![15.0, 23.0]);
+}
+
+/// A kernel registered on one thread is what the next call runs on every
+/// thread, although each thread keeps the entries it used last
+/// (Note [Per-thread dispatch cache]).
+#[test]
+fn a_new_kernel_reaches_threads_that_cached_the_old_one() {
+    use std::sync::mpsc;
+    let schema = OpSchema::new("cache_probe_test", &[("self", ArgKind::Tensor)]);
+    dispatch::define_op(schema).expect("define");
+    let register = |k: f64| {
+        dispatch::register_kernel("cache_probe_test", DeviceType::Cpu, move |call| {
+            Ok(KernelOutcome::one(call.tensor(0)?.add_scalar(k)?))
+        })
+        .expect("register")
+    };
+    register(1.0);
+    let (to_worker, requests) = mpsc::channel::<()>();
+    let (replies, from_worker) = mpsc::channel::<Vec<f32>>();
+    let worker = std::thread::spawn(move || {
+        let x = Tensor::from_slice(&[10.0f32], &[1], Device::cpu()).expect("x");
+        for () in requests {
+            // Twice per request: the second call is served from the cache.
+            for _ in 0..2 {
+                let out = dispatch::call("cache_probe_test", &[(&x).into()]).expect("call");
+                replies
+                    .send(out[0].to_vec::<f32>().expect("read"))
+                    .expect("reply");
+            }
+        }
+    });
+    let mut ask = || {
+        to_worker.send(()).expect("ask");
+        [
+            from_worker.recv().expect("first"),
+            from_worker.recv().expect("second"),
+        ]
+    };
+    assert_eq!(ask(), [vec![11.0], vec![11.0]]);
+    register(100.0);
+    assert_eq!(ask(), [vec![110.0], vec![110.0]]);
+    register(1000.0);
+    assert_eq!(ask(), [vec![1010.0], vec![1010.0]]);
+    drop(to_worker);
+    worker.join().expect("worker");
 }
 
 #[test]

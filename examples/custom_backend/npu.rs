@@ -231,7 +231,7 @@ fn add_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         &[a.buffer(), b.buffer(), out.buffer()],
         &n.to_le_bytes(),
     )?;
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 fn mul_scalar_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
@@ -249,7 +249,7 @@ fn mul_scalar_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         &[x.buffer(), out.buffer()],
         &params,
     )?;
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 /// The NPU's serialization hooks (c10's `BackendMeta`): it records the

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -185,6 +187,12 @@ impl<'a> OpCall<'a> {
         }
     }
 
+    /// A new, uninitialised output tensor for this call: on its device,
+    /// its block belonging to the call's stream ([`Tensor::empty_on`]).
+    pub fn empty(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::empty_on(shape, dtype, &self.stream)
+    }
+
     fn bad_arg(&self, i: usize, what: &str) -> Error {
         Error::invalid(format!(
             "{}: expected argument {i} to be {what} (schema {})",
@@ -210,16 +218,28 @@ impl<'a> OpCall<'a> {
     }
 }
 
+/// An operator's results: almost always one tensor, held inline (no
+/// allocation); `smallvec::SmallVec` derefs to a slice, and converts from
+/// a `Vec` (`outs.into()`).
+pub type Outputs = SmallVec<[Tensor; 1]>;
+
 /// What a kernel did.
 #[derive(Debug)]
 pub enum KernelOutcome {
     /// It enqueued the work; these are the operator's results (for an
     /// in-place operator, the tensor it wrote).
-    Done(Vec<Tensor>),
+    Done(Outputs),
     /// It does not handle these arguments (a dtype it has no code for:
     /// Keel's GPU kernels are `f32`-only); the device type's fallback runs
     /// instead, or the call fails with this reason when there is none.
     Declined(String),
+}
+
+impl KernelOutcome {
+    /// `Done` with one result, the usual case.
+    pub fn one(t: Tensor) -> KernelOutcome {
+        KernelOutcome::Done(smallvec::smallvec![t])
+    }
 }
 
 /// A kernel for one operator on one device type.
@@ -228,7 +248,7 @@ pub type OpKernel = Arc<dyn Fn(&OpCall<'_>) -> Result<KernelOutcome> + Send + Sy
 /// A fallback for one device type: runs any operator that has no kernel
 /// there (or whose kernel declined). [`cpu_fallback`](super::cpu_fallback)
 /// is the usual one.
-pub type Fallback = Arc<dyn Fn(&OpCall<'_>) -> Result<Vec<Tensor>> + Send + Sync>;
+pub type Fallback = Arc<dyn Fn(&OpCall<'_>) -> Result<Outputs> + Send + Sync>;
 
 /// Checks that every tensor argument has dtype `dtype`-compatible
 /// siblings: all tensors of a call share one dtype.

@@ -390,7 +390,7 @@ pub(crate) fn softmax_dims(x: &Tensor) -> Result<(usize, usize)> {
 // --- the dispatcher's CPU kernels ---------------------------------------
 
 fn done(t: Tensor) -> Result<KernelOutcome> {
-    Ok(KernelOutcome::Done(vec![t]))
+    Ok(KernelOutcome::one(t))
 }
 
 /// `add`/`mul` (tensor, tensor) on any host device.
@@ -398,7 +398,7 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let dtype = common_dtype(call)?;
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     check_same_shape(call.op(), a, b)?;
-    let out = Tensor::empty(a.shape(), dtype, call.device)?;
+    let out = call.empty(a.shape(), dtype)?;
     let k = if mul { MUL } else { ADD };
     let p = Params::default()
         .u32(dtype_code(dtype))
@@ -417,7 +417,7 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
 pub(crate) fn scalar_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     let s = call.scalar(1)?;
-    let out = Tensor::empty(x.shape(), x.dtype(), call.device)?;
+    let out = call.empty(x.shape(), x.dtype())?;
     let k = if mul { MUL_SCALAR } else { ADD_SCALAR };
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
@@ -494,13 +494,13 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let dtype = common_dtype(call)?;
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     let (m, k, n) = matmul_dims(a, b)?;
-    let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    let out = call.empty(&[m, n], dtype)?;
     if matches!(dtype, DType::F16 | DType::BF16) && m > 0 && k > 0 && n > 0 {
         // As the GPUs do: widened exactly, the compute kernel (host twin)
         // with the dtype's plan, the result rounded to the dtype.
         let (precision, _) = super::matmul_precision(call.device.device_type(), dtype);
         let widen = |t: &Tensor, to: DType| -> Result<Tensor> {
-            let out = Tensor::empty(t.shape(), to, call.device)?;
+            let out = call.empty(t.shape(), to)?;
             let p = Params::default()
                 .u32(dtype_code(t.dtype()))
                 .u32(dtype_code(to))
@@ -509,7 +509,7 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
             Ok(out)
         };
         let (a32, b32) = (widen(a, DType::F32)?, widen(b, DType::F32)?);
-        let c32 = Tensor::empty(&[m, n], DType::F32, call.device)?;
+        let c32 = call.empty(&[m, n], DType::F32)?;
         compute_matmul(
             &call.stream,
             a32.buffer(),
@@ -559,7 +559,7 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
 /// `sum(self)`: a 0-dimensional tensor of the same dtype.
 pub(crate) fn sum_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
-    let out = Tensor::empty(&[], x.dtype(), call.device)?;
+    let out = call.empty(&[], x.dtype())?;
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64);
@@ -577,7 +577,7 @@ pub(crate) fn softmax_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         )));
     }
     let (rows, cols) = softmax_dims(x)?;
-    let out = Tensor::empty(x.shape(), x.dtype(), call.device)?;
+    let out = call.empty(x.shape(), x.dtype())?;
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(rows as u64)

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
-use super::call::{Arg, KernelOutcome, OpCall};
+use super::call::{Arg, KernelOutcome, OpCall, Outputs};
 use super::registry;
 use crate::api::current_stream;
 use crate::core::{Device, DeviceType};
@@ -37,7 +37,7 @@ fn warn_once(op: &str, ty: DeviceType) {
 /// back into the original tensor's buffer. Warns once per operator and
 /// device type. Register it with
 /// [`register_fallback`](super::register_fallback) for a device type.
-pub fn cpu_fallback(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+pub fn cpu_fallback(call: &OpCall<'_>) -> Result<Outputs> {
     let ty = call.device.device_type();
     warn_once(call.op(), ty);
     let cpu = Device::cpu();
@@ -81,7 +81,7 @@ pub fn cpu_fallback(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 original.buffer().write(&call.stream, 0, &bytes)?;
             }
         }
-        return Ok(vec![original.clone()]);
+        return Ok(smallvec::smallvec![original.clone()]);
     }
     if call.device == cpu {
         return Ok(outs);

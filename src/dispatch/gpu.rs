@@ -80,7 +80,7 @@ fn binary(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     check_same_shape(call.op(), a, b)?;
     let n = or_decline!(count(call, a));
     or_decline!(count(call, b));
-    let out = Tensor::empty(a.shape(), DType::F32, call.device)?;
+    let out = call.empty(a.shape(), DType::F32)?;
     if n > 0 {
         let grid = elementwise_grid(u64::from(n));
         launch(
@@ -91,14 +91,14 @@ fn binary(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
             &Params::default().u32(n),
         )?;
     }
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 fn scalar(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     let s = call.scalar(1)? as f32;
     let n = or_decline!(count(call, x));
-    let out = Tensor::empty(x.shape(), DType::F32, call.device)?;
+    let out = call.empty(x.shape(), DType::F32)?;
     if n > 0 {
         launch(
             &call.stream,
@@ -108,7 +108,7 @@ fn scalar(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
             &Params::default().u32(n).f32(s),
         )?;
     }
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 fn add(call: &OpCall<'_>) -> Result<KernelOutcome> {
@@ -140,7 +140,7 @@ fn fill(call: &OpCall<'_>) -> Result<KernelOutcome> {
             &Params::default().u32(n).f32(v),
         )?;
     }
-    Ok(KernelOutcome::Done(vec![x.clone()]))
+    Ok(KernelOutcome::one(x.clone()))
 }
 
 /// Sets the first `n` f32s of `t` to `v` (nothing for `n` = 0).
@@ -171,14 +171,14 @@ fn matmul(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let (m, k, n) = matmul_dims(a, b)?;
     or_decline!(count(call, a));
     or_decline!(count(call, b));
-    let out = Tensor::empty(&[m, n], DType::F32, call.device)?;
+    let out = call.empty(&[m, n], DType::F32)?;
     let outs = or_decline!(count(call, &out));
     if m == 0 || n == 0 {
-        return Ok(KernelOutcome::Done(vec![out]));
+        return Ok(KernelOutcome::one(out));
     }
     if k == 0 {
         fill_n(call, &out, outs, 0.0)?;
-        return Ok(KernelOutcome::Done(vec![out]));
+        return Ok(KernelOutcome::one(out));
     }
     let (precision, _) = matmul_precision(call.device.device_type(), DType::F32);
     compute_matmul(
@@ -189,7 +189,7 @@ fn matmul(call: &OpCall<'_>) -> Result<KernelOutcome> {
         (m, k, n),
         precision,
     )?;
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 /// `sum` (f32) through [`compute::sum`](crate::compute::sum) (a two-level
@@ -197,13 +197,13 @@ fn matmul(call: &OpCall<'_>) -> Result<KernelOutcome> {
 fn sum(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     let n = or_decline!(count(call, x));
-    let out = Tensor::empty(&[], DType::F32, call.device)?;
+    let out = call.empty(&[], DType::F32)?;
     if n == 0 {
         fill_n(call, &out, 1, 0.0)?;
     } else {
         compute::sum(&call.stream, x.buffer(), n as usize, out.buffer())?;
     }
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 /// `softmax` over the last dimension (f32) through
@@ -212,11 +212,11 @@ fn softmax(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     or_decline!(count(call, x));
     let (rows, cols) = softmax_dims(x)?;
-    let out = Tensor::empty(x.shape(), DType::F32, call.device)?;
+    let out = call.empty(x.shape(), DType::F32)?;
     if rows > 0 && cols > 0 {
         compute::softmax_rows(&call.stream, x.buffer(), out.buffer(), rows, cols)?;
     }
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 /// `out` = `x` converted, on the GPU, for the pairs f32 <-> f16/bf16
@@ -271,7 +271,7 @@ fn cast(call: &OpCall<'_>, x: &Tensor, out: &Tensor) -> Result<Option<()>> {
 /// `x` as a new tensor of `dtype` on the GPU (see [`cast`]); `None` for a
 /// pair it does not convert.
 fn cast_to(call: &OpCall<'_>, x: &Tensor, dtype: DType) -> Result<Option<Tensor>> {
-    let out = Tensor::empty(x.shape(), dtype, call.device)?;
+    let out = call.empty(x.shape(), dtype)?;
     Ok(cast(call, x, &out)?.map(|()| out))
 }
 
@@ -287,7 +287,7 @@ fn copy(call: &OpCall<'_>) -> Result<KernelOutcome> {
         return copy_kernel(call); // its error
     }
     match cast(call, src, dst)? {
-        Some(()) => Ok(KernelOutcome::Done(vec![dst.clone()])),
+        Some(()) => Ok(KernelOutcome::one(dst.clone())),
         None => copy_kernel(call),
     }
 }
@@ -307,11 +307,11 @@ fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcom
         )));
     }
     let (m, k, n) = matmul_dims(a, b)?;
-    let out = Tensor::empty(&[m, n], dtype, call.device)?;
+    let out = call.empty(&[m, n], dtype)?;
     if m == 0 || n == 0 {
-        return Ok(KernelOutcome::Done(vec![out]));
+        return Ok(KernelOutcome::one(out));
     }
-    let wide = Tensor::empty(&[m, n], DType::F32, call.device)?;
+    let wide = call.empty(&[m, n], DType::F32)?;
     if k == 0 {
         fill_n(call, &wide, (m * n) as u32, 0.0)?;
     } else {
@@ -330,7 +330,7 @@ fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcom
         )?;
     }
     cast(call, &wide, &out)?;
-    Ok(KernelOutcome::Done(vec![out]))
+    Ok(KernelOutcome::one(out))
 }
 
 /// A GPU kernel of an operator: what [`GPU_KERNELS`] lists.

@@ -24,6 +24,7 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    #[inline]
     pub(crate) fn u32(mut self, v: u32) -> Params {
         // Operator kernels take at most 8 words; more is a bug here.
         let end = (self.len + 4).min(MAX_PARAMS);
@@ -32,20 +33,24 @@ impl Params {
         self
     }
 
+    #[inline]
     pub(crate) fn f32(self, v: f32) -> Params {
         self.u32(v.to_bits())
     }
 
     /// Two words, low first.
+    #[inline]
     pub(crate) fn u64(self, v: u64) -> Params {
         self.u32(v as u32).u32((v >> 32) as u32)
     }
 
     /// Two words, low first.
+    #[inline]
     pub(crate) fn f64(self, v: f64) -> Params {
         self.u64(v.to_bits())
     }
 
+    #[inline]
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }

@@ -82,7 +82,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-pub use call::{Arg, ArgKind, Fallback, KernelOutcome, OpCall, OpKernel, OpSchema};
+pub use call::{Arg, ArgKind, Fallback, KernelOutcome, OpCall, OpKernel, OpSchema, Outputs};
 pub use cpu::{
     ADD as CPU_ADD, FILL as CPU_FILL, MATMUL as CPU_MATMUL, MUL as CPU_MUL, SOFTMAX as CPU_SOFTMAX,
     SUM as CPU_SUM,
@@ -126,7 +126,7 @@ pub fn register_kernel(
 /// [`cpu_fallback`] is the usual one.
 pub fn register_fallback(
     ty: DeviceType,
-    fallback: impl Fn(&OpCall<'_>) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+    fallback: impl Fn(&OpCall<'_>) -> Result<Outputs> + Send + Sync + 'static,
 ) -> Result<()> {
     builtin::ensure()?;
     registry::set_fallback(ty, Arc::new(fallback));
@@ -294,7 +294,7 @@ fn autocast_inputs(
 /// operator returns the tensor it wrote). Under autocast, floating inputs
 /// are converted first as the operator's policy says (see
 /// [`crate::autocast`]).
-pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Vec<Tensor>> {
+pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
     let ty = device.device_type();

@@ -119,5 +119,5 @@ pub fn random_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     }
     let (seed, offset) = (word(call, at)?, word(call, at + 1)?);
     random::launch(&call.stream, op, out.buffer(), out.numel(), seed, offset)?;
-    Ok(KernelOutcome::Done(vec![out.clone()]))
+    Ok(KernelOutcome::one(out.clone()))
 }

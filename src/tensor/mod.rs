@@ -88,6 +88,13 @@ impl fmt::Debug for Tensor {
     }
 }
 
+/// The bytes a contiguous tensor of `shape` and `dtype` holds.
+fn bytes_of(shape: &[usize], dtype: DType) -> Result<usize> {
+    numel_of(shape)?
+        .checked_mul(dtype.size())
+        .ok_or_else(|| Error::invalid(format!("tensor shape {shape:?}: too many bytes")))
+}
+
 /// Elements in `shape`, or an error when the product overflows.
 fn numel_of(shape: &[usize]) -> Result<usize> {
     shape
@@ -154,10 +161,19 @@ impl Tensor {
     /// are whatever its block last held), for kernels about to write every
     /// element.
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let bytes = numel_of(shape)?
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::invalid(format!("tensor shape {shape:?}: too many bytes")))?;
-        let buffer = Buffer::empty(device, bytes)?;
+        let bytes = bytes_of(shape, dtype)?;
+        Tensor::over(Buffer::empty(device, bytes)?, dtype, shape)
+    }
+
+    /// [`Tensor::empty`] for use on `stream`: its block belongs to `stream`
+    /// (reused at once by later work there) rather than to the device's
+    /// current stream, and no current-stream lookup is made.
+    pub fn empty_on(shape: &[usize], dtype: DType, stream: &Stream) -> Result<Tensor> {
+        let bytes = bytes_of(shape, dtype)?;
+        Tensor::over(Buffer::empty_on(stream, bytes)?, dtype, shape)
+    }
+
+    fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         Ok(Tensor {
             buffer: Arc::new(buffer),
             dtype,
