@@ -43,6 +43,7 @@ impl Hasher for Fnv {
 }
 
 /// What dispatching one operator on one device type needs.
+#[derive(Clone)]
 pub(crate) struct Resolved {
     pub schema: Arc<OpSchema>,
     pub kernel: Option<OpKernel>,
@@ -192,9 +193,9 @@ fn resolve_shared(op: &str, ty: DeviceType) -> Result<(u64, Arc<Resolved>)> {
 // read. A registration bumps the generation under the write lock, after
 // changing the table; a cached entry is used only while the generation
 // it was read at is still current, so a kernel registered on one thread
-// is what the next call on every thread runs. Entries are `Rc`s: the call
-// holds its entry (a kernel may dispatch again, and evict it) without an
-// atomic reference count.
+// is what the next call on every thread runs. Entries are the thread's own
+// `Rc` copies: a call holds its entry (a kernel may dispatch again, and
+// evict it) without an atomic reference count.
 
 /// How many entries a thread keeps (an operator is a few per program).
 const CACHED: usize = 8;
@@ -202,7 +203,7 @@ const CACHED: usize = 8;
 struct Cached {
     generation: u64,
     ty: DeviceType,
-    entry: Rc<Arc<Resolved>>,
+    entry: Rc<Resolved>,
 }
 
 thread_local! {
@@ -211,7 +212,7 @@ thread_local! {
 }
 
 /// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
-pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Arc<Resolved>>> {
+pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let generation = GENERATION.load(Ordering::Acquire);
     let hit = CACHE.with(|c| {
         c.borrow().1.iter().flatten().find_map(|e| {
@@ -223,7 +224,8 @@ pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Arc<Resolved>>> {
         return Ok(entry);
     }
     let (generation, shared) = resolve_shared(op, ty)?;
-    let entry = Rc::new(shared);
+    // A thread's own copy: four reference counts, once per miss.
+    let entry = Rc::new(Resolved::clone(&shared));
     CACHE.with(|c| {
         let (next, slots) = &mut *c.borrow_mut();
         // An entry of an older generation is never used again.
