@@ -479,7 +479,7 @@ fn a_new_kernel_reaches_threads_that_cached_the_old_one() {
             }
         }
     });
-    let mut ask = || {
+    let ask = || {
         to_worker.send(()).expect("ask");
         [
             from_worker.recv().expect("first"),
