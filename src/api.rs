@@ -81,6 +81,12 @@ pub fn current_stream(device: Device) -> Result<Stream> {
     backend(device.device_type())?.get_stream(device)
 }
 
+/// [`current_stream`] of a device known to be concrete and checked (a
+/// tensor's): no second index check.
+pub(crate) fn current_stream_of_checked(device: Device) -> Result<Stream> {
+    backend(device.device_type())?.get_stream(device)
+}
+
 /// Makes `stream` the thread's current stream on its device. Does not
 /// change the current device.
 pub fn set_current_stream(stream: Stream) -> Result<()> {

@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use crate::core::DeviceType;
@@ -309,13 +310,28 @@ fn state(ty: DeviceType) -> State {
     STATE.with(|s| s.borrow()[slot(ty)])
 }
 
+/// How many (thread, device type) pairs have autocast on: while none do,
+/// every dispatch skips the thread-local read. A thread that exits with
+/// autocast on leaves its count behind, which only costs that read.
+static ENABLED_ANYWHERE: AtomicUsize = AtomicUsize::new(0);
+
 fn set_state(ty: DeviceType, st: State) {
-    STATE.with(|s| s.borrow_mut()[slot(ty)] = st);
+    let was = STATE.with(|s| std::mem::replace(&mut s.borrow_mut()[slot(ty)], st).enabled);
+    match (was, st.enabled) {
+        (false, true) => {
+            ENABLED_ANYWHERE.fetch_add(1, Ordering::Relaxed);
+        }
+        (true, false) => {
+            ENABLED_ANYWHERE.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
 }
 
 /// Whether autocast is on for `ty` on this thread (default off).
 pub fn is_autocast_enabled(ty: DeviceType) -> bool {
-    state(ty).enabled
+    // Relaxed suffices: this thread's own changes are in program order.
+    ENABLED_ANYWHERE.load(Ordering::Relaxed) != 0 && state(ty).enabled
 }
 
 /// Turns autocast on or off for `ty` on this thread. Turning it on is an

@@ -163,6 +163,7 @@ impl<'a> OpCall<'a> {
     }
 
     /// Argument `i` as a tensor (an error names the operator otherwise).
+    #[inline]
     pub fn tensor(&self, i: usize) -> Result<&'a Tensor> {
         match self.args.get(i) {
             Some(Arg::Tensor(t)) => Ok(t),
@@ -237,6 +238,7 @@ pub enum KernelOutcome {
 
 impl KernelOutcome {
     /// `Done` with one result, the usual case.
+    #[inline]
     pub fn one(t: Tensor) -> KernelOutcome {
         KernelOutcome::Done(smallvec::smallvec![t])
     }

@@ -94,7 +94,7 @@ pub use gpu::{
 };
 pub use random::{OPS as RANDOM_OPS, random_kernel};
 
-use crate::api::current_stream;
+use crate::api::current_stream_of_checked;
 use crate::autocast::{self, AutocastDtype};
 use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
@@ -327,7 +327,7 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
             schema: &r.schema,
             args,
             device,
-            stream: current_stream(device)?,
+            stream: current_stream_of_checked(device)?,
         };
         let declined = match &r.kernel {
             Some(kernel) => match kernel(&call)? {
