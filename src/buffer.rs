@@ -37,7 +37,9 @@ use crate::profiler::record::Detail;
 pub struct Buffer {
     device: Device,
     len: usize,
-    handle: BufferHandle,
+    /// The backend's allocation (always there; taken only by `drop`,
+    /// which hands it to the allocator with the block).
+    handle: Option<BufferHandle>,
     offset: usize,
     /// The allocator's block (none for empty buffers).
     block: Option<(&'static DeviceAllocator, memory::Block)>,
@@ -45,8 +47,10 @@ pub struct Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some((allocator, block)) = &self.block {
-            allocator.free(block);
+        if let Some((allocator, block)) = &self.block
+            && let Some(handle) = self.handle.take()
+        {
+            allocator.free(block, handle, self.len, self.offset);
         }
     }
 }
@@ -119,6 +123,7 @@ impl Buffer {
 
     /// [`Buffer::empty`] for use on `stream`: the block belongs to
     /// `stream` rather than to the device's current stream.
+    #[inline]
     pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
         let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
@@ -133,7 +138,35 @@ impl Buffer {
         Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
     }
 
+    /// A buffer from the thread's fast cache when it holds a block of
+    /// `len` bytes for `stream` (the buffer is built here, in place), else
+    /// from the allocator's pools.
+    #[inline(always)]
     fn alloc(
+        allocator: &'static DeviceAllocator,
+        device: Device,
+        len: usize,
+        stream: Stream,
+        zeroed: bool,
+    ) -> Result<Buffer> {
+        if let Some((handle, block, offset)) = allocator.take_fast(len, stream) {
+            let buf = Buffer {
+                device,
+                len,
+                handle: Some(handle),
+                offset,
+                block: Some((allocator, block)),
+            };
+            if zeroed {
+                return buf.zero_reused(&stream);
+            }
+            return Ok(buf);
+        }
+        Buffer::alloc_slow(allocator, device, len, stream, zeroed)
+    }
+
+    #[inline(never)]
+    fn alloc_slow(
         allocator: &'static DeviceAllocator,
         device: Device,
         len: usize,
@@ -144,30 +177,35 @@ impl Buffer {
             return Ok(Buffer {
                 device,
                 len,
-                handle: allocator.empty_handle()?,
+                handle: Some(allocator.empty_handle()?),
                 offset: 0,
                 block: None,
             });
         }
-        let (handle, block) = allocator.allocate(len, stream)?;
-        let fresh = block.zeroed;
+        let a = allocator.allocate(len, stream)?;
         let buf = Buffer {
             device,
             len,
-            handle,
-            offset: block.offset,
-            block: Some((allocator, block)),
+            handle: Some(a.handle),
+            offset: a.offset,
+            block: Some((allocator, a.block)),
         };
-        if zeroed && !fresh {
-            // A reused block: zero it on its stream, after its previous
-            // owner's work, and wait, so that the buffer is zero for work
-            // on any stream (as a fresh allocation is).
-            buf.write(&stream, 0, &vec![0u8; len])?;
-            let mut done = crate::event::Event::new(device.device_type());
-            done.record(&stream)?;
-            done.synchronize()?;
+        if zeroed && !a.zeroed {
+            return buf.zero_reused(&stream);
         }
         Ok(buf)
+    }
+
+    /// A reused block: zero it on its stream, after its previous owner's
+    /// work, and wait, so that the buffer is zero for work on any stream
+    /// (as a fresh allocation is).
+    #[inline(never)]
+    fn zero_reused(self, stream: &Stream) -> Result<Buffer> {
+        self.write(stream, 0, &vec![0u8; self.len])?;
+        let mut done = crate::event::Event::new(self.device.device_type());
+        done.record(stream)?;
+        done.synchronize()?;
+        Ok(self)
     }
 
     /// A buffer on `stream`'s device holding `data`, uploaded on `stream`
@@ -188,7 +226,7 @@ impl Buffer {
         let (_, stream) = stream_runtime(stream)?;
         same_device(self.device, stream.device())?;
         match &self.block {
-            Some((allocator, block)) => allocator.record_stream(&self.handle, block, stream),
+            Some((allocator, block)) => allocator.record_stream(self.handle(), block, stream),
             None => Ok(()),
         }
     }
@@ -202,7 +240,7 @@ impl Buffer {
     /// The range a kernel binds for this buffer.
     pub(crate) fn view(&self) -> BufferView<'_> {
         BufferView {
-            handle: &self.handle,
+            handle: self.handle(),
             offset: self.offset,
             len: self.len,
         }
@@ -234,7 +272,10 @@ impl Buffer {
     /// segment; the buffer is [`len`](Self::len) bytes at
     /// [`offset`](Self::offset) of it).
     pub fn handle(&self) -> &BufferHandle {
-        &self.handle
+        match &self.handle {
+            Some(h) => h,
+            None => unreachable!("a buffer's handle is taken only when it is dropped"),
+        }
     }
 
     /// Host to device: enqueues writing `data` at byte `offset`. The data is
@@ -249,7 +290,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy host->device"),
             Detail::Bytes(bytes.len() as u64),
-            || rt.write_slice(&stream, &self.handle, self.offset + offset, bytes),
+            || rt.write_slice(&stream, self.handle(), self.offset + offset, bytes),
         )
     }
 
@@ -264,7 +305,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy device->host"),
             Detail::Bytes(len as u64),
-            || rt.read(&stream, &self.handle, self.offset + offset, len),
+            || rt.read(&stream, self.handle(), self.offset + offset, len),
         )?;
         Ok(PendingRead { inner, len })
     }
@@ -335,9 +376,9 @@ impl Buffer {
             || {
                 rt.copy(
                     &stream,
-                    &src.handle,
+                    src.handle(),
                     src.offset + src_offset,
-                    &self.handle,
+                    self.handle(),
                     self.offset + dst_offset,
                     len,
                 )
