@@ -35,29 +35,31 @@ use crate::profiler::record::Detail;
 
 /// Memory on a device; see the [module docs](self).
 pub struct Buffer {
-    device: Device,
+    /// The device's allocator (which knows the device). Every field is a
+    /// whole word: no narrow stores for a copy of the buffer to stall on.
+    allocator: &'static DeviceAllocator,
     len: usize,
     /// The backend's allocation (always there; taken only by `drop`,
     /// which hands it to the allocator with the block).
     handle: Option<BufferHandle>,
     offset: usize,
-    /// The allocator's block (none for empty buffers).
-    block: Option<(&'static DeviceAllocator, memory::Block)>,
+    /// The allocator's block ([`memory::Block::none`] for empty buffers).
+    block: memory::Block,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some((allocator, block)) = &self.block
+        if !self.block.is_none()
             && let Some(handle) = self.handle.take()
         {
-            allocator.free(block, handle, self.len, self.offset);
+            self.allocator.free(&self.block, handle, self.len, self.offset);
         }
     }
 }
 
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Buffer({} bytes on {})", self.len, self.device)
+        write!(f, "Buffer({} bytes on {})", self.len, self.device())
     }
 }
 
@@ -108,7 +110,7 @@ impl Buffer {
         let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
-        Buffer::alloc(allocator, device, len, stream, true)
+        Buffer::alloc(allocator, len, stream, true)
     }
 
     /// `len` bytes on `device` whose contents are unspecified (like
@@ -118,7 +120,7 @@ impl Buffer {
         let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
-        Buffer::alloc(allocator, device, len, stream, false)
+        Buffer::alloc(allocator, len, stream, false)
     }
 
     /// [`Buffer::empty`] for use on `stream`: the block belongs to
@@ -127,7 +129,7 @@ impl Buffer {
     pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
         let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
-        Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
+        Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
@@ -135,7 +137,7 @@ impl Buffer {
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
         let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
-        Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
+        Buffer::alloc(memory::allocator(device)?, len, stream, true)
     }
 
     /// A buffer from the thread's fast cache when it holds a block of
@@ -144,51 +146,49 @@ impl Buffer {
     #[inline(always)]
     fn alloc(
         allocator: &'static DeviceAllocator,
-        device: Device,
         len: usize,
         stream: Stream,
         zeroed: bool,
     ) -> Result<Buffer> {
         if let Some((handle, block, offset)) = allocator.take_fast(len, stream) {
             let buf = Buffer {
-                device,
+                allocator,
                 len,
                 handle: Some(handle),
                 offset,
-                block: Some((allocator, block)),
+                block,
             };
             if zeroed {
                 return buf.zero_reused(&stream);
             }
             return Ok(buf);
         }
-        Buffer::alloc_slow(allocator, device, len, stream, zeroed)
+        Buffer::alloc_slow(allocator, len, stream, zeroed)
     }
 
     #[inline(never)]
     fn alloc_slow(
         allocator: &'static DeviceAllocator,
-        device: Device,
         len: usize,
         stream: Stream,
         zeroed: bool,
     ) -> Result<Buffer> {
         if len == 0 {
             return Ok(Buffer {
-                device,
+                allocator,
                 len,
                 handle: Some(allocator.empty_handle()?),
                 offset: 0,
-                block: None,
+                block: memory::Block::none(),
             });
         }
         let a = allocator.allocate(len, stream)?;
         let buf = Buffer {
-            device,
+            allocator,
             len,
             handle: Some(a.handle),
             offset: a.offset,
-            block: Some((allocator, a.block)),
+            block: a.block,
         };
         if zeroed && !a.zeroed {
             return buf.zero_reused(&stream);
@@ -202,7 +202,7 @@ impl Buffer {
     #[inline(never)]
     fn zero_reused(self, stream: &Stream) -> Result<Buffer> {
         self.write(stream, 0, &vec![0u8; self.len])?;
-        let mut done = crate::event::Event::new(self.device.device_type());
+        let mut done = crate::event::Event::new(self.device().device_type());
         done.record(stream)?;
         done.synchronize()?;
         Ok(self)
@@ -224,11 +224,12 @@ impl Buffer {
     /// buffer was allocated on; see [`crate::memory`].
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
         let (_, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
-        match &self.block {
-            Some((allocator, block)) => allocator.record_stream(self.handle(), block, stream),
-            None => Ok(()),
+        same_device(self.device(), stream.device())?;
+        if self.block.is_none() {
+            return Ok(());
         }
+        self.allocator
+            .record_stream(self.handle(), &self.block, stream)
     }
 
     /// Where this buffer starts in its backend allocation
@@ -248,7 +249,7 @@ impl Buffer {
 
     /// The device the buffer lives on (a concrete index).
     pub fn device(&self) -> Device {
-        self.device
+        self.allocator.device()
     }
 
     /// Size in bytes.
@@ -282,7 +283,7 @@ impl Buffer {
     /// copied before this returns, so the caller may reuse it.
     pub fn write<T: Pod>(&self, stream: &Stream, offset: usize, data: &[T]) -> Result<()> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
+        same_device(self.device(), stream.device())?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         check_range("write", self.len, offset, bytes.len())?;
         ops::enqueue(
@@ -298,7 +299,7 @@ impl Buffer {
     /// arrives when the stream reaches the read.
     pub fn read_async(&self, stream: &Stream, offset: usize, len: usize) -> Result<PendingRead> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
+        same_device(self.device(), stream.device())?;
         check_range("read", self.len, offset, len)?;
         let inner = ops::enqueue(
             &stream,
@@ -352,11 +353,11 @@ impl Buffer {
         len: usize,
     ) -> Result<()> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
-        if src.device != self.device && !rt.can_copy_between(src.device, self.device) {
+        same_device(self.device(), stream.device())?;
+        if src.device() != self.device() && !rt.can_copy_between(src.device(), self.device()) {
             return Err(Error::DeviceMismatch {
-                first: self.device,
-                second: src.device,
+                first: self.device(),
+                second: src.device(),
             });
         }
         check_range("copy source", src.len, src_offset, len)?;
@@ -399,12 +400,12 @@ impl Buffer {
         let (rt, stream) = stream_runtime(stream)?;
         same_device(device, stream.device())?;
         let out = Buffer::empty_on(&stream, self.len)?;
-        let direct = device.device_type() == self.device.device_type()
-            && (device == self.device || rt.can_copy_between(self.device, device));
+        let direct = device.device_type() == self.device().device_type()
+            && (device == self.device() || rt.can_copy_between(self.device(), device));
         if direct {
             out.copy_from(&stream, self, 0, 0, self.len)?;
         } else {
-            let src_stream = crate::api::current_stream(self.device)?;
+            let src_stream = crate::api::current_stream(self.device())?;
             let bytes = self.read(&src_stream)?;
             out.write(&stream, 0, &bytes)?;
         }

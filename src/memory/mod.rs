@@ -80,8 +80,26 @@ pub(crate) struct Block {
 }
 
 const RECORDED: u64 = 1 << 32;
+/// [`Block::none`]'s state: no block (an empty buffer).
+const NO_BLOCK: u64 = 1 << 33;
 
 impl Block {
+    /// No block (the state of an empty buffer, which holds the device's
+    /// shared zero-byte allocation).
+    pub(crate) fn none() -> Block {
+        Block {
+            state: AtomicU64::new(NO_BLOCK),
+            stream: 0,
+            size: 0,
+        }
+    }
+
+    /// Whether this is [`Block::none`].
+    #[inline(always)]
+    pub(crate) fn is_none(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & NO_BLOCK != 0
+    }
+
     #[inline(always)]
     fn new(id: BlockId, stream: StreamId, size: u64) -> Block {
         Block {
@@ -261,6 +279,12 @@ fn mib(bytes: u64) -> String {
 }
 
 impl DeviceAllocator {
+    /// The allocator's device.
+    #[inline(always)]
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+
     /// This allocator's key in the threads' fast caches (allocators live
     /// for the whole process).
     #[inline(always)]
