@@ -165,6 +165,10 @@ pub(crate) struct DeviceAllocator {
     fast: AtomicBool,
     /// Blocks at or above this size (`max_split_size`) are not cached.
     fast_limit: AtomicU64,
+    /// Whether the allocator reports to the profiler (false only for the
+    /// unit tests' private allocators, which must not disturb other tests'
+    /// sessions).
+    events: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -207,6 +211,35 @@ pub(crate) fn allocator(device: Device) -> Result<&'static DeviceAllocator> {
     }
 }
 
+/// An allocator for `device` outside the table (tests: a fresh allocator
+/// whose statistics no other test touches).
+#[cfg(test)]
+fn standalone(device: Device) -> &'static DeviceAllocator {
+    let ty = device.device_type();
+    let config = AllocConfig::default();
+    let props = registry::runtime(ty)
+        .and_then(|rt| rt.properties(device))
+        .expect("properties");
+    Box::leak(Box::new(DeviceAllocator {
+        device,
+        rt: registry::runtime(ty).expect("runtime"),
+        guard: registry::available_guard_impl(ty).expect("guard"),
+        fast: AtomicBool::new(true),
+        fast_limit: AtomicU64::new(u64::MAX),
+        events: false,
+        state: Mutex::new(State {
+            pools: Pools::new(policy(&config)),
+            config,
+            pending: Vec::new(),
+            empty: None,
+            total_memory: props.total_memory,
+            unusable: None,
+            caches: Vec::new(),
+            retired: [[0; 3]; 2],
+        }),
+    }))
+}
+
 #[cold]
 fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let ty = device.device_type();
@@ -245,6 +278,7 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
         guard,
         fast: AtomicBool::new(fast),
         fast_limit: AtomicU64::new(config.max_split_size.unwrap_or(u64::MAX)),
+        events: true,
         state: Mutex::new(State {
             pools: Pools::new(policy(&config)),
             config,
@@ -283,6 +317,12 @@ impl DeviceAllocator {
     #[inline(always)]
     pub(crate) fn device(&self) -> Device {
         self.device
+    }
+
+    /// Whether a profiler session wants this allocator's records.
+    #[inline(always)]
+    fn profiling(&self) -> bool {
+        self.events && crate::profiler::enabled()
     }
 
     /// This allocator's key in the threads' fast caches (allocators live
@@ -372,7 +412,7 @@ impl DeviceAllocator {
     }
 
     fn emit_alloc(&self, state: &State, a: &Allocation, stream: Stream, action: MemoryAction) {
-        if crate::profiler::enabled() {
+        if self.profiling() {
             self.emit(
                 state,
                 action,
@@ -386,7 +426,7 @@ impl DeviceAllocator {
     /// Drops released segments' handles, telling the profiler (each
     /// record with the device's totals right after that segment went).
     fn released(&self, state: &State, released: Vec<Released<BufferHandle>>) {
-        let on = crate::profiler::enabled();
+        let on = self.profiling();
         let s = state.pools.stats();
         let allocated = s.allocated_bytes.all.current.max(0) as u64;
         let mut reserved = s.reserved_bytes.all.current.max(0) as u64
@@ -432,7 +472,7 @@ impl DeviceAllocator {
     /// one (no lock; see `fast.rs`).
     #[inline(always)]
     pub(crate) fn take_fast(&self, len: usize, stream: Stream) -> Option<(BufferHandle, Block, usize)> {
-        if self.fast.load(Ordering::Relaxed) && !crate::profiler::enabled() {
+        if self.fast.load(Ordering::Relaxed) && !self.profiling() {
             fast::take(self.key(), stream.id(), len as u64)
         } else {
             None
@@ -471,7 +511,7 @@ impl DeviceAllocator {
         }
         let handle = self.reserve(&mut state, seg, len64)?;
         let sid = state.pools.add_segment(handle, seg, stream, small);
-        if crate::profiler::enabled() {
+        if self.profiling() {
             let base = state.pools.segment_base(sid);
             self.emit(
                 &state,
@@ -550,7 +590,7 @@ impl DeviceAllocator {
             return Err(e);
         }
         state.pools.count_oom();
-        if crate::profiler::enabled() {
+        if self.profiling() {
             self.emit(
                 state,
                 MemoryAction::Oom,
@@ -622,7 +662,7 @@ impl DeviceAllocator {
     #[inline(always)]
     pub(crate) fn free(&self, block: &Block, handle: BufferHandle, len: usize, offset: usize) {
         if self.fast.load(Ordering::Relaxed)
-            && !crate::profiler::enabled()
+            && !self.profiling()
             && !block.recorded()
             && block.size < self.fast_limit.load(Ordering::Relaxed)
         {
@@ -637,7 +677,7 @@ impl DeviceAllocator {
     #[inline(never)]
     fn free_locked(&self, block: &Block, handle: BufferHandle, offset: usize) {
         let mut state = lock(&self.state);
-        if crate::profiler::enabled() {
+        if self.profiling() {
             // The records carry the device's totals: make them true.
             self.flush(&mut state);
         }
@@ -652,7 +692,7 @@ impl DeviceAllocator {
     }
 
     fn free_block(&self, state: &mut State, id: BlockId, offset: usize) {
-        let info = crate::profiler::enabled().then(|| {
+        let info = self.profiling().then(|| {
             let sid = state.pools.segment_of(id);
             (
                 state.pools.stream_of(id),
