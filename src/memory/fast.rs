@@ -37,7 +37,7 @@
 //! [`SLOTS`] slots for the device are full.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Block;
@@ -59,6 +59,11 @@ pub(super) struct Shared {
     /// Fast allocations so far, per pool (small, large): count, rounded
     /// bytes and requested bytes. Written by the owner only.
     totals: [[AtomicU64; 3]; 2],
+    /// Handles the owner held when its thread exited, for the next flush
+    /// to drop: a thread's storage is being destroyed then, and dropping
+    /// the last handle of a backend allocation may need the backend's own
+    /// thread-local storage (wgpu's does), which may be gone already.
+    orphans: Mutex<Vec<BufferHandle>>,
 }
 
 impl Shared {
@@ -72,6 +77,11 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// The handles the owner left when its thread exited.
+    pub(super) fn take_orphans(&self) -> Vec<BufferHandle> {
+        std::mem::take(&mut *self.orphans.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The totals of fast allocations: per pool (small, large), count,
@@ -127,6 +137,23 @@ struct Local {
     allocator: usize,
     shared: Arc<Shared>,
     entries: [Entry; SLOTS],
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let held: Vec<BufferHandle> = self
+            .entries
+            .iter_mut()
+            .filter_map(|e| e.handle.take())
+            .collect();
+        if !held.is_empty() {
+            self.shared
+                .orphans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(held);
+        }
+    }
 }
 
 thread_local! {

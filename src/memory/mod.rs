@@ -342,6 +342,7 @@ impl DeviceAllocator {
         }
         let direct = state.config.backend == AllocBackend::Direct;
         let mut released = Vec::new();
+        let mut orphans = Vec::new();
         let State {
             caches,
             pools,
@@ -349,6 +350,11 @@ impl DeviceAllocator {
             ..
         } = state;
         caches.retain(|c| {
+            // Its thread has exited (orphans are left just before that).
+            let gone = Arc::strong_count(c) == 1;
+            if gone {
+                orphans.extend(c.take_orphans());
+            }
             c.take_all(|id| {
                 let sid = pools.segment_of(id);
                 if pools.free(id).is_some() {
@@ -360,19 +366,19 @@ impl DeviceAllocator {
                     released.push(r);
                 }
             });
-            let alive = Arc::strong_count(c) > 1;
-            if !alive {
+            if gone {
                 for (r, t) in retired.iter_mut().zip(c.totals()) {
                     for (r, t) in r.iter_mut().zip(t) {
                         *r += t;
                     }
                 }
             }
-            alive
+            !gone
         });
         if !released.is_empty() {
             self.released(state, released);
         }
+        drop(orphans);
         fast::drop_stale(self.key());
     }
 
