@@ -52,7 +52,8 @@ impl Drop for Buffer {
         if !self.block.is_none()
             && let Some(handle) = self.handle.take()
         {
-            self.allocator.free(&self.block, handle, self.len, self.offset);
+            self.allocator
+                .free(&self.block, handle, self.len, self.offset);
         }
     }
 }

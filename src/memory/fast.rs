@@ -37,8 +37,8 @@
 //! [`SLOTS`] slots for the device are full.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::Block;
 use super::allocator::{BlockId, SMALL_SIZE, Stats};

@@ -11,6 +11,25 @@
 //! large pools, best fit, splitting and merging, `max_split_size`) is in
 //! `allocator.rs`, which makes no backend calls.
 //!
+//! # The per-thread fast cache
+//!
+//! A buffer dropped on a thread leaves its block in that thread's small
+//! cache (`fast.rs`, up to 8 blocks per device), and the next buffer of
+//! the same length on the same stream from that thread takes it back
+//! without the device's lock: an allocation + free pair costs one atomic
+//! compare-exchange. Everything that looks at or needs the true state
+//! (statistics, snapshot, summary, [`empty_cache`], peak reset,
+//! configuration, and every allocation served by the pools, hence out of
+//! memory retries and garbage collection) first takes the cached blocks
+//! back into the pools, from any thread, so the statistics and the
+//! snapshot are exact whenever they are read. Blocks with other streams'
+//! uses, `backend:direct`, blocks at or above `max_split_size` and every
+//! allocation and free while the profiler records take the locked path.
+//! One limit: when another thread takes back a block this thread cached
+//! and releases its segment, the backend's memory is returned when this
+//! thread next allocates or frees on the device (or exits), since this
+//! thread still holds the segment's handle until then.
+//!
 //! # Streams
 //!
 //! A block belongs to the stream current on its device when its buffer
@@ -477,7 +496,11 @@ impl DeviceAllocator {
     /// cache, with its segment's handle and its offset, if the cache holds
     /// one (no lock; see `fast.rs`).
     #[inline(always)]
-    pub(crate) fn take_fast(&self, len: usize, stream: Stream) -> Option<(BufferHandle, Block, usize)> {
+    pub(crate) fn take_fast(
+        &self,
+        len: usize,
+        stream: Stream,
+    ) -> Option<(BufferHandle, Block, usize)> {
         if self.fast.load(Ordering::Relaxed) && !self.profiling() {
             fast::take(self.key(), stream.id(), len as u64)
         } else {
@@ -742,10 +765,7 @@ impl DeviceAllocator {
                         events.push(h);
                     }
                 }
-                state.pending.push(Pending {
-                    block: id,
-                    events,
-                });
+                state.pending.push(Pending { block: id, events });
                 if state.pending.last().is_some_and(|p| p.events.is_empty()) {
                     self.poll_pending(state);
                 }
@@ -821,10 +841,8 @@ impl DeviceAllocator {
             fast_allowed(&config, state.unusable.is_some()),
             Ordering::Relaxed,
         );
-        self.fast_limit.store(
-            config.max_split_size.unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.fast_limit
+            .store(config.max_split_size.unwrap_or(u64::MAX), Ordering::Relaxed);
         if config.backend == AllocBackend::Direct {
             self.poll_pending(&mut state);
             let released = state.pools.release_free_segments(|_| true);

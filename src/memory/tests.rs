@@ -469,7 +469,10 @@ mod fast_cache {
             }
         }
         for x in [&st.allocation, &st.allocated_bytes, &st.active_bytes] {
-            assert_eq!(x.all.allocated, x.small_pool.allocated + x.large_pool.allocated);
+            assert_eq!(
+                x.all.allocated,
+                x.small_pool.allocated + x.large_pool.allocated
+            );
             assert_eq!(x.all.freed, x.small_pool.freed + x.large_pool.freed);
             assert_eq!(x.all.current, x.small_pool.current + x.large_pool.current);
         }
@@ -611,7 +614,8 @@ mod fast_cache {
         let (h, _) = alloc(a, 4096, s1);
         free(a, h);
         let (h, _) = alloc(a, 4096, s1);
-        a.record_stream(&h.handle, &h.block, s2).expect("record_stream");
+        a.record_stream(&h.handle, &h.block, s2)
+            .expect("record_stream");
         free(a, h);
         let (h, fast) = alloc(a, 4096, s1);
         assert!(!fast, "a recorded block is not in the fast cache");
@@ -640,6 +644,9 @@ mod fast_cache {
         assert!(a.snapshot().is_empty());
         let st = a.stats();
         assert_eq!(st.reserved_bytes.all.current, 0);
-        assert_eq!(st.allocation.all.allocated, 5, "the exited thread's totals stay");
+        assert_eq!(
+            st.allocation.all.allocated, 5,
+            "the exited thread's totals stay"
+        );
     }
 }

@@ -1289,7 +1289,10 @@ pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
     drop(z);
     let st = memory::stats(d).expect("stats");
     let n = 1 + 1 + 20 + 1;
-    assert_eq!(st.allocation.all.allocated - before.allocation.all.allocated, n);
+    assert_eq!(
+        st.allocation.all.allocated - before.allocation.all.allocated,
+        n
+    );
     assert_eq!(st.allocation.all.freed - before.allocation.all.freed, n);
     assert_eq!(
         st.allocated_bytes.small_pool.allocated - before.allocated_bytes.small_pool.allocated,
@@ -1299,7 +1302,10 @@ pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
         st.requested_bytes.all.allocated - before.requested_bytes.all.allocated,
         n * LEN as u64
     );
-    assert_eq!(st.allocated_bytes.all.current, before.allocated_bytes.all.current);
+    assert_eq!(
+        st.allocated_bytes.all.current,
+        before.allocated_bytes.all.current
+    );
     assert_eq!(st.active_bytes.all.current, before.active_bytes.all.current);
     assert_eq!(
         st.allocated_bytes.all.peak,
@@ -1313,12 +1319,12 @@ pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
     let st = memory::stats(d).expect("stats");
     let blocks = || snap.iter().flat_map(|s| &s.blocks);
     let sum = |f: &dyn Fn(BlockState) -> bool| -> i64 {
-        blocks()
-            .filter(|b| f(b.state))
-            .map(|b| b.size as i64)
-            .sum()
+        blocks().filter(|b| f(b.state)).map(|b| b.size as i64).sum()
     };
-    assert_eq!(sum(&|b| b == BlockState::Active), st.allocated_bytes.all.current);
+    assert_eq!(
+        sum(&|b| b == BlockState::Active),
+        st.allocated_bytes.all.current
+    );
     assert_eq!(sum(&|b| b != BlockState::Free), st.active_bytes.all.current);
     assert_eq!(
         snap.iter().map(|s| s.size as i64).sum::<i64>(),
@@ -1336,7 +1342,10 @@ pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
         t.spawn(|| memory::empty_cache(d).expect("empty_cache"));
     });
     let st = memory::stats(d).expect("stats");
-    assert_eq!(st.allocated_bytes.all.current, before.allocated_bytes.all.current);
+    assert_eq!(
+        st.allocated_bytes.all.current,
+        before.allocated_bytes.all.current
+    );
     assert_eq!(
         st.reserved_bytes.all.current, before.reserved_bytes.all.current,
         "everything this thread cached was released"
@@ -1349,16 +1358,17 @@ pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
     let snap = memory::memory_snapshot(d).expect("snapshot");
     let recorded = blocks_of(&snap, LEN);
     assert!(
-        recorded
-            .iter()
-            .all(|b| b.state != BlockState::Active),
+        recorded.iter().all(|b| b.state != BlockState::Active),
         "{snap:?}"
     );
     s2.synchronize().expect("s2");
     memory::empty_cache(d).expect("empty_cache");
 }
 
-fn blocks_of(snap: &[crate::memory::SegmentSnapshot], len: usize) -> Vec<crate::memory::BlockSnapshot> {
+fn blocks_of(
+    snap: &[crate::memory::SegmentSnapshot],
+    len: usize,
+) -> Vec<crate::memory::BlockSnapshot> {
     snap.iter()
         .flat_map(|s| &s.blocks)
         .filter(|b| b.requested_size == len as u64)
