@@ -13,7 +13,7 @@
 //!
 //! The pools do not see these frees: to them a cached block is still
 //! active. Every operation that needs the true state first takes the
-//! blocks back ([`DeviceAllocator::flush`](super::DeviceAllocator)): it
+//! blocks back (`DeviceAllocator::flush` in `mod.rs`): it
 //! swaps each slot of every thread's cache to empty and frees the blocks
 //! it got in the pools (merging them), under the device's mutex. That is
 //! done before every statistic, snapshot and summary, `empty_cache`,
