@@ -35,25 +35,32 @@ use crate::profiler::record::Detail;
 
 /// Memory on a device; see the [module docs](self).
 pub struct Buffer {
-    device: Device,
+    /// The device's allocator (which knows the device). Every field is a
+    /// whole word: no narrow stores for a copy of the buffer to stall on.
+    allocator: &'static DeviceAllocator,
     len: usize,
-    handle: BufferHandle,
+    /// The backend's allocation (always there; taken only by `drop`,
+    /// which hands it to the allocator with the block).
+    handle: Option<BufferHandle>,
     offset: usize,
-    /// The allocator's block (none for empty buffers).
-    block: Option<(&'static DeviceAllocator, memory::Block)>,
+    /// The allocator's block ([`memory::Block::none`] for empty buffers).
+    block: memory::Block,
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some((allocator, block)) = &self.block {
-            allocator.free(block);
+        if !self.block.is_none()
+            && let Some(handle) = self.handle.take()
+        {
+            self.allocator
+                .free(&self.block, handle, self.len, self.offset);
         }
     }
 }
 
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Buffer({} bytes on {})", self.len, self.device)
+        write!(f, "Buffer({} bytes on {})", self.len, self.device())
     }
 }
 
@@ -104,7 +111,7 @@ impl Buffer {
         let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
-        Buffer::alloc(allocator, device, len, stream, true)
+        Buffer::alloc(allocator, len, stream, true)
     }
 
     /// `len` bytes on `device` whose contents are unspecified (like
@@ -114,15 +121,16 @@ impl Buffer {
         let device = concrete(device)?;
         let allocator = memory::allocator(device)?;
         let stream = allocator.current_stream()?;
-        Buffer::alloc(allocator, device, len, stream, false)
+        Buffer::alloc(allocator, len, stream, false)
     }
 
     /// [`Buffer::empty`] for use on `stream`: the block belongs to
     /// `stream` rather than to the device's current stream.
+    #[inline]
     pub fn empty_on(stream: &Stream, len: usize) -> Result<Buffer> {
         let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
-        Buffer::alloc(memory::allocator(device)?, device, len, stream, false)
+        Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
@@ -130,44 +138,75 @@ impl Buffer {
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {
         let device = concrete(stream.device())?;
         let stream = Stream::new(device, stream.id());
-        Buffer::alloc(memory::allocator(device)?, device, len, stream, true)
+        Buffer::alloc(memory::allocator(device)?, len, stream, true)
     }
 
+    /// A buffer from the thread's fast cache when it holds a block of
+    /// `len` bytes for `stream` (the buffer is built here, in place), else
+    /// from the allocator's pools.
+    #[inline(always)]
     fn alloc(
         allocator: &'static DeviceAllocator,
-        device: Device,
+        len: usize,
+        stream: Stream,
+        zeroed: bool,
+    ) -> Result<Buffer> {
+        if let Some((handle, block, offset)) = allocator.take_fast(len, stream) {
+            let buf = Buffer {
+                allocator,
+                len,
+                handle: Some(handle),
+                offset,
+                block,
+            };
+            if zeroed {
+                return buf.zero_reused(&stream);
+            }
+            return Ok(buf);
+        }
+        Buffer::alloc_slow(allocator, len, stream, zeroed)
+    }
+
+    #[inline(never)]
+    fn alloc_slow(
+        allocator: &'static DeviceAllocator,
         len: usize,
         stream: Stream,
         zeroed: bool,
     ) -> Result<Buffer> {
         if len == 0 {
             return Ok(Buffer {
-                device,
+                allocator,
                 len,
-                handle: allocator.empty_handle()?,
+                handle: Some(allocator.empty_handle()?),
                 offset: 0,
-                block: None,
+                block: memory::Block::none(),
             });
         }
-        let (handle, block) = allocator.allocate(len, stream)?;
-        let fresh = block.zeroed;
+        let a = allocator.allocate(len, stream)?;
         let buf = Buffer {
-            device,
+            allocator,
             len,
-            handle,
-            offset: block.offset,
-            block: Some((allocator, block)),
+            handle: Some(a.handle),
+            offset: a.offset,
+            block: a.block,
         };
-        if zeroed && !fresh {
-            // A reused block: zero it on its stream, after its previous
-            // owner's work, and wait, so that the buffer is zero for work
-            // on any stream (as a fresh allocation is).
-            buf.write(&stream, 0, &vec![0u8; len])?;
-            let mut done = crate::event::Event::new(device.device_type());
-            done.record(&stream)?;
-            done.synchronize()?;
+        if zeroed && !a.zeroed {
+            return buf.zero_reused(&stream);
         }
         Ok(buf)
+    }
+
+    /// A reused block: zero it on its stream, after its previous owner's
+    /// work, and wait, so that the buffer is zero for work on any stream
+    /// (as a fresh allocation is).
+    #[inline(never)]
+    fn zero_reused(self, stream: &Stream) -> Result<Buffer> {
+        self.write(stream, 0, &vec![0u8; self.len])?;
+        let mut done = crate::event::Event::new(self.device().device_type());
+        done.record(stream)?;
+        done.synchronize()?;
+        Ok(self)
     }
 
     /// A buffer on `stream`'s device holding `data`, uploaded on `stream`
@@ -186,11 +225,12 @@ impl Buffer {
     /// buffer was allocated on; see [`crate::memory`].
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
         let (_, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
-        match &self.block {
-            Some((allocator, block)) => allocator.record_stream(&self.handle, block, stream),
-            None => Ok(()),
+        same_device(self.device(), stream.device())?;
+        if self.block.is_none() {
+            return Ok(());
         }
+        self.allocator
+            .record_stream(self.handle(), &self.block, stream)
     }
 
     /// Where this buffer starts in its backend allocation
@@ -202,7 +242,7 @@ impl Buffer {
     /// The range a kernel binds for this buffer.
     pub(crate) fn view(&self) -> BufferView<'_> {
         BufferView {
-            handle: &self.handle,
+            handle: self.handle(),
             offset: self.offset,
             len: self.len,
         }
@@ -210,7 +250,7 @@ impl Buffer {
 
     /// The device the buffer lives on (a concrete index).
     pub fn device(&self) -> Device {
-        self.device
+        self.allocator.device()
     }
 
     /// Size in bytes.
@@ -234,14 +274,17 @@ impl Buffer {
     /// segment; the buffer is [`len`](Self::len) bytes at
     /// [`offset`](Self::offset) of it).
     pub fn handle(&self) -> &BufferHandle {
-        &self.handle
+        match &self.handle {
+            Some(h) => h,
+            None => unreachable!("a buffer's handle is taken only when it is dropped"),
+        }
     }
 
     /// Host to device: enqueues writing `data` at byte `offset`. The data is
     /// copied before this returns, so the caller may reuse it.
     pub fn write<T: Pod>(&self, stream: &Stream, offset: usize, data: &[T]) -> Result<()> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
+        same_device(self.device(), stream.device())?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         check_range("write", self.len, offset, bytes.len())?;
         ops::enqueue(
@@ -249,7 +292,7 @@ impl Buffer {
             SpanKind::Copy,
             || Cow::Borrowed("copy host->device"),
             Detail::Bytes(bytes.len() as u64),
-            || rt.write_slice(&stream, &self.handle, self.offset + offset, bytes),
+            || rt.write_slice(&stream, self.handle(), self.offset + offset, bytes),
         )
     }
 
@@ -257,14 +300,14 @@ impl Buffer {
     /// arrives when the stream reaches the read.
     pub fn read_async(&self, stream: &Stream, offset: usize, len: usize) -> Result<PendingRead> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
+        same_device(self.device(), stream.device())?;
         check_range("read", self.len, offset, len)?;
         let inner = ops::enqueue(
             &stream,
             SpanKind::Copy,
             || Cow::Borrowed("copy device->host"),
             Detail::Bytes(len as u64),
-            || rt.read(&stream, &self.handle, self.offset + offset, len),
+            || rt.read(&stream, self.handle(), self.offset + offset, len),
         )?;
         Ok(PendingRead { inner, len })
     }
@@ -311,11 +354,11 @@ impl Buffer {
         len: usize,
     ) -> Result<()> {
         let (rt, stream) = stream_runtime(stream)?;
-        same_device(self.device, stream.device())?;
-        if src.device != self.device && !rt.can_copy_between(src.device, self.device) {
+        same_device(self.device(), stream.device())?;
+        if src.device() != self.device() && !rt.can_copy_between(src.device(), self.device()) {
             return Err(Error::DeviceMismatch {
-                first: self.device,
-                second: src.device,
+                first: self.device(),
+                second: src.device(),
             });
         }
         check_range("copy source", src.len, src_offset, len)?;
@@ -335,9 +378,9 @@ impl Buffer {
             || {
                 rt.copy(
                     &stream,
-                    &src.handle,
+                    src.handle(),
                     src.offset + src_offset,
-                    &self.handle,
+                    self.handle(),
                     self.offset + dst_offset,
                     len,
                 )
@@ -358,12 +401,12 @@ impl Buffer {
         let (rt, stream) = stream_runtime(stream)?;
         same_device(device, stream.device())?;
         let out = Buffer::empty_on(&stream, self.len)?;
-        let direct = device.device_type() == self.device.device_type()
-            && (device == self.device || rt.can_copy_between(self.device, device));
+        let direct = device.device_type() == self.device().device_type()
+            && (device == self.device() || rt.can_copy_between(self.device(), device));
         if direct {
             out.copy_from(&stream, self, 0, 0, self.len)?;
         } else {
-            let src_stream = crate::api::current_stream(self.device)?;
+            let src_stream = crate::api::current_stream(self.device())?;
             let bytes = self.read(&src_stream)?;
             out.write(&stream, 0, &bytes)?;
         }

@@ -44,6 +44,20 @@ pub const LARGE_BUFFER: u64 = 20 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BlockId(u32);
 
+impl BlockId {
+    /// The block's index (its slot in [`Pools`]).
+    #[inline(always)]
+    pub fn index(self) -> u32 {
+        self.0
+    }
+
+    /// The block at index `i` (from [`index`](Self::index)).
+    #[inline(always)]
+    pub fn from_index(i: u32) -> Self {
+        BlockId(i)
+    }
+}
+
 /// A segment's index in [`Pools`]; valid until it is released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SegmentId(u32);

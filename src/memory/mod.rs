@@ -11,6 +11,25 @@
 //! large pools, best fit, splitting and merging, `max_split_size`) is in
 //! `allocator.rs`, which makes no backend calls.
 //!
+//! # The per-thread fast cache
+//!
+//! A buffer dropped on a thread leaves its block in that thread's small
+//! cache (`fast.rs`, up to 8 blocks per device), and the next buffer of
+//! the same length on the same stream from that thread takes it back
+//! without the device's lock: an allocation + free pair costs one atomic
+//! compare-exchange. Everything that looks at or needs the true state
+//! (statistics, snapshot, summary, [`empty_cache`], peak reset,
+//! configuration, and every allocation served by the pools, hence out of
+//! memory retries and garbage collection) first takes the cached blocks
+//! back into the pools, from any thread, so the statistics and the
+//! snapshot are exact whenever they are read. Blocks with other streams'
+//! uses, `backend:direct`, blocks at or above `max_split_size` and every
+//! allocation and free while the profiler records take the locked path.
+//! One limit: when another thread takes back a block this thread cached
+//! and releases its segment, the backend's memory is returned when this
+//! thread next allocates or frees on the device (or exits), since this
+//! thread still holds the segment's handle until then.
+//!
 //! # Streams
 //!
 //! A block belongs to the stream current on its device when its buffer
@@ -44,9 +63,11 @@
 
 mod allocator;
 mod config;
+mod fast;
 mod stats;
 
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub use allocator::{
     BlockSnapshot, BlockState, MIN_BLOCK, SMALL_SEGMENT, SMALL_SIZE, SegmentSnapshot, Stat,
@@ -56,20 +77,78 @@ pub use config::{AllocBackend, AllocConfig};
 pub use stats::{memory_stats_of, memory_summary_of};
 
 use crate::backend::{BufferHandle, DeviceGuardImpl, DeviceRuntime, EventHandle, registry};
-use crate::core::{Device, DeviceType, EventFlag, Stream};
+use crate::core::{Device, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
 use crate::profiler::record::{MemoryAction, MemoryRecord, memory_event};
 use allocator::{Allocation, BlockId, Policy, Pools, Released};
 
-/// A block handed to a buffer (which holds the segment's handle).
+/// A block handed to a buffer (which holds the segment's handle, the
+/// block's offset in it and its length). Three words, each written whole:
+/// the fast path builds and reads it without narrow stores that a wider
+/// copy would stall on.
 #[derive(Debug)]
 pub(crate) struct Block {
-    /// The block's offset in its segment.
+    /// The block's index in the pools (low 32 bits) and, in bit 32,
+    /// whether another stream's use was recorded (`record_stream`): its
+    /// free then needs events, never the fast cache.
+    state: AtomicU64,
+    /// The stream the block belongs to.
+    stream: StreamId,
+    /// The block's rounded size.
+    size: u64,
+}
+
+const RECORDED: u64 = 1 << 32;
+/// [`Block::none`]'s state: no block (an empty buffer).
+const NO_BLOCK: u64 = 1 << 33;
+
+impl Block {
+    /// No block (the state of an empty buffer, which holds the device's
+    /// shared zero-byte allocation).
+    pub(crate) fn none() -> Block {
+        Block {
+            state: AtomicU64::new(NO_BLOCK),
+            stream: 0,
+            size: 0,
+        }
+    }
+
+    /// Whether this is [`Block::none`].
+    #[inline(always)]
+    pub(crate) fn is_none(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & NO_BLOCK != 0
+    }
+
+    #[inline(always)]
+    fn new(id: BlockId, stream: StreamId, size: u64) -> Block {
+        Block {
+            state: AtomicU64::new(u64::from(id.index())),
+            stream,
+            size,
+        }
+    }
+
+    #[inline(always)]
+    fn id(&self) -> BlockId {
+        BlockId::from_index(self.state.load(Ordering::Relaxed) as u32)
+    }
+
+    #[inline(always)]
+    fn recorded(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & RECORDED != 0
+    }
+}
+
+/// A block from the pools for a new buffer.
+pub(crate) struct Allocated {
+    /// The segment's handle.
+    pub handle: BufferHandle,
+    pub block: Block,
+    /// The block's offset in the segment.
     pub offset: usize,
     /// Whether the block's bytes are known to be zero (a fresh segment's
     /// first block).
     pub zeroed: bool,
-    id: BlockId,
 }
 
 /// A block freed while other streams used it, with an event per stream.
@@ -88,6 +167,10 @@ struct State {
     total_memory: Option<u64>,
     /// Why blocks cannot be bound on this device, if they cannot.
     unusable: Option<String>,
+    /// The shared halves of the threads' fast caches for this device.
+    caches: Vec<Arc<fast::Shared>>,
+    /// Fast allocation totals of threads that have exited.
+    retired: [[u64; 3]; 2],
 }
 
 /// One device's caching allocator; see the [module docs](self).
@@ -96,6 +179,15 @@ pub(crate) struct DeviceAllocator {
     rt: &'static dyn DeviceRuntime,
     guard: &'static dyn DeviceGuardImpl,
     state: Mutex<State>,
+    /// Whether frees may go to the threads' fast caches (a native
+    /// allocator on a usable device); set under the lock.
+    fast: AtomicBool,
+    /// Blocks at or above this size (`max_split_size`) are not cached.
+    fast_limit: AtomicU64,
+    /// Whether the allocator reports to the profiler (false only for the
+    /// unit tests' private allocators, which must not disturb other tests'
+    /// sessions).
+    events: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,6 +230,35 @@ pub(crate) fn allocator(device: Device) -> Result<&'static DeviceAllocator> {
     }
 }
 
+/// An allocator for `device` outside the table (tests: a fresh allocator
+/// whose statistics no other test touches).
+#[cfg(test)]
+fn standalone(device: Device) -> &'static DeviceAllocator {
+    let ty = device.device_type();
+    let config = AllocConfig::default();
+    let props = registry::runtime(ty)
+        .and_then(|rt| rt.properties(device))
+        .expect("properties");
+    Box::leak(Box::new(DeviceAllocator {
+        device,
+        rt: registry::runtime(ty).expect("runtime"),
+        guard: registry::available_guard_impl(ty).expect("guard"),
+        fast: AtomicBool::new(true),
+        fast_limit: AtomicU64::new(u64::MAX),
+        events: false,
+        state: Mutex::new(State {
+            pools: Pools::new(policy(&config)),
+            config,
+            pending: Vec::new(),
+            empty: None,
+            total_memory: props.total_memory,
+            unusable: None,
+            caches: Vec::new(),
+            retired: [[0; 3]; 2],
+        }),
+    }))
+}
+
 #[cold]
 fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let ty = device.device_type();
@@ -169,10 +290,14 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
                 "{device} needs storage buffer offsets aligned to {a} bytes, more than the caching allocator's {MIN_BLOCK}-byte blocks give; set KEEL_ALLOC_CONF=backend:direct"
             )
         });
+    let fast = fast_allowed(&config, unusable.is_some());
     Ok(cell.get_or_init(|| DeviceAllocator {
         device,
         rt,
         guard,
+        fast: AtomicBool::new(fast),
+        fast_limit: AtomicU64::new(config.max_split_size.unwrap_or(u64::MAX)),
+        events: true,
         state: Mutex::new(State {
             pools: Pools::new(policy(&config)),
             config,
@@ -180,8 +305,15 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
             empty: None,
             total_memory: props.total_memory,
             unusable,
+            caches: Vec::new(),
+            retired: [[0; 3]; 2],
         }),
     }))
+}
+
+/// Whether the fast caches may hold blocks under `config`.
+fn fast_allowed(config: &AllocConfig, unusable: bool) -> bool {
+    config.backend == AllocBackend::Native && !unusable
 }
 
 fn mib(bytes: u64) -> String {
@@ -200,6 +332,85 @@ fn mib(bytes: u64) -> String {
 }
 
 impl DeviceAllocator {
+    /// The allocator's device.
+    #[inline(always)]
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Whether a profiler session wants this allocator's records.
+    #[inline(always)]
+    fn profiling(&self) -> bool {
+        self.events && crate::profiler::enabled()
+    }
+
+    /// This allocator's key in the threads' fast caches (allocators live
+    /// for the whole process).
+    #[inline(always)]
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Takes back every block in the threads' fast caches (see `fast.rs`):
+    /// frees them in the pools, so that the statistics, the free lists and
+    /// the snapshot are the true state. No profiler records: these frees
+    /// happened (and were not recorded) when the buffers were dropped.
+    fn flush(&self, state: &mut State) {
+        if state.caches.is_empty() {
+            return;
+        }
+        let direct = state.config.backend == AllocBackend::Direct;
+        let mut released = Vec::new();
+        let mut orphans = Vec::new();
+        let State {
+            caches,
+            pools,
+            retired,
+            ..
+        } = state;
+        caches.retain(|c| {
+            // Its thread has exited (orphans are left just before that).
+            let gone = Arc::strong_count(c) == 1;
+            if gone {
+                orphans.extend(c.take_orphans());
+            }
+            c.take_all(|id| {
+                let sid = pools.segment_of(id);
+                if pools.free(id).is_some() {
+                    // A cached block has no other stream's use; should one
+                    // appear, there is nothing to wait for.
+                    pools.release_pending(id);
+                }
+                if direct && let Some(r) = pools.release_if_free(sid) {
+                    released.push(r);
+                }
+            });
+            if gone {
+                for (r, t) in retired.iter_mut().zip(c.totals()) {
+                    for (r, t) in r.iter_mut().zip(t) {
+                        *r += t;
+                    }
+                }
+            }
+            !gone
+        });
+        if !released.is_empty() {
+            self.released(state, released);
+        }
+        drop(orphans);
+        fast::drop_stale(self.key());
+    }
+
+    /// The statistics, fast allocations' totals included (after a flush).
+    fn stats_locked(&self, state: &State) -> Stats {
+        let mut s = *state.pools.stats();
+        fast::add_totals(&mut s, state.retired);
+        for c in &state.caches {
+            fast::add_totals(&mut s, c.totals());
+        }
+        s
+    }
+
     /// Reports an action to the profiler. Called with the device's lock
     /// held, so that records arrive in the order of the totals they carry;
     /// `memory_event` must not call back into this module.
@@ -226,7 +437,7 @@ impl DeviceAllocator {
     }
 
     fn emit_alloc(&self, state: &State, a: &Allocation, stream: Stream, action: MemoryAction) {
-        if crate::profiler::enabled() {
+        if self.profiling() {
             self.emit(
                 state,
                 action,
@@ -240,7 +451,7 @@ impl DeviceAllocator {
     /// Drops released segments' handles, telling the profiler (each
     /// record with the device's totals right after that segment went).
     fn released(&self, state: &State, released: Vec<Released<BufferHandle>>) {
-        let on = crate::profiler::enabled();
+        let on = self.profiling();
         let s = state.pools.stats();
         let allocated = s.allocated_bytes.all.current.max(0) as u64;
         let mut reserved = s.reserved_bytes.all.current.max(0) as u64
@@ -281,13 +492,31 @@ impl DeviceAllocator {
         Ok(h)
     }
 
-    /// A block of at least `len` (> 0) bytes for `stream` (on this device),
-    /// with its segment's handle.
-    pub(crate) fn allocate(&self, len: usize, stream: Stream) -> Result<(BufferHandle, Block)> {
+    /// A block of exactly `len` bytes for `stream` from this thread's fast
+    /// cache, with its segment's handle and its offset, if the cache holds
+    /// one (no lock; see `fast.rs`).
+    #[inline(always)]
+    pub(crate) fn take_fast(
+        &self,
+        len: usize,
+        stream: Stream,
+    ) -> Option<(BufferHandle, Block, usize)> {
+        if self.fast.load(Ordering::Relaxed) && !self.profiling() {
+            fast::take(self.key(), stream.id(), len as u64)
+        } else {
+            None
+        }
+    }
+
+    /// A block of at least `len` (> 0) bytes for `stream` (on this device)
+    /// from the pools, with its segment's handle.
+    #[inline(never)]
+    pub(crate) fn allocate(&self, len: usize, stream: Stream) -> Result<Allocated> {
         let mut state = lock(&self.state);
         if let Some(why) = &state.unusable {
             return Err(Error::invalid(why.clone()));
         }
+        self.flush(&mut state);
         let len64 = len as u64;
         let direct = state.config.backend == AllocBackend::Direct;
         if !direct {
@@ -296,7 +525,7 @@ impl DeviceAllocator {
             }
             if let Some(a) = state.pools.alloc_cached(len64, stream) {
                 self.emit_alloc(&state, &a, stream, MemoryAction::Alloc);
-                return Ok(self.block(&state, a, false));
+                return Ok(self.block(&state, a, false, stream));
             }
         }
         let size = allocator::round_size(len64);
@@ -311,7 +540,7 @@ impl DeviceAllocator {
         }
         let handle = self.reserve(&mut state, seg, len64)?;
         let sid = state.pools.add_segment(handle, seg, stream, small);
-        if crate::profiler::enabled() {
+        if self.profiling() {
             let base = state.pools.segment_base(sid);
             self.emit(
                 &state,
@@ -323,18 +552,16 @@ impl DeviceAllocator {
         }
         let a = state.pools.alloc_in(sid, len64);
         self.emit_alloc(&state, &a, stream, MemoryAction::Alloc);
-        Ok(self.block(&state, a, true))
+        Ok(self.block(&state, a, true, stream))
     }
 
-    fn block(&self, state: &State, a: Allocation, zeroed: bool) -> (BufferHandle, Block) {
-        (
-            state.pools.handle(a.segment).clone(),
-            Block {
-                offset: a.offset as usize,
-                zeroed: zeroed && a.offset == 0,
-                id: a.block,
-            },
-        )
+    fn block(&self, state: &State, a: Allocation, zeroed: bool, stream: Stream) -> Allocated {
+        Allocated {
+            handle: state.pools.handle(a.segment).clone(),
+            block: Block::new(a.block, stream.id(), a.size),
+            offset: a.offset as usize,
+            zeroed: zeroed && a.offset == 0,
+        }
     }
 
     /// The garbage collection threshold: before reserving `seg` more
@@ -392,7 +619,7 @@ impl DeviceAllocator {
             return Err(e);
         }
         state.pools.count_oom();
-        if crate::profiler::enabled() {
+        if self.profiling() {
             self.emit(
                 state,
                 MemoryAction::Oom,
@@ -451,27 +678,63 @@ impl DeviceAllocator {
             // in flight; stream-ordered backends (CUDA) want to know.
             return self.guard.record_buffer_on_stream(handle, &stream);
         }
-        state.pools.record_use(block.id, stream);
+        state.pools.record_use(block.id(), stream);
+        if stream.id() != block.stream {
+            block.state.fetch_or(RECORDED, Ordering::Relaxed);
+        }
         Ok(())
     }
 
-    /// The buffer holding `block` is gone.
-    pub(crate) fn free(&self, block: &Block) {
+    /// The buffer holding `block` (with its segment's `handle`) is gone:
+    /// the block goes to this thread's fast cache when it may, else back
+    /// to the pools.
+    #[inline(always)]
+    pub(crate) fn free(&self, block: &Block, handle: BufferHandle, len: usize, offset: usize) {
+        if self.fast.load(Ordering::Relaxed)
+            && !self.profiling()
+            && !block.recorded()
+            && block.size < self.fast_limit.load(Ordering::Relaxed)
+        {
+            if let Err(handle) = fast::put(self.key(), handle, block, len as u64, offset) {
+                self.free_locked(block, handle, offset);
+            }
+            return;
+        }
+        self.free_locked(block, handle, offset);
+    }
+
+    #[inline(never)]
+    fn free_locked(&self, block: &Block, handle: BufferHandle, offset: usize) {
         let mut state = lock(&self.state);
-        let info = crate::profiler::enabled().then(|| {
-            let sid = state.pools.segment_of(block.id);
+        if self.profiling() {
+            // The records carry the device's totals: make them true.
+            self.flush(&mut state);
+        }
+        if self.fast.load(Ordering::Relaxed)
+            && let Some(shared) = fast::register(self.key())
+        {
+            state.caches.push(shared);
+        }
+        self.free_block(&mut state, block.id(), offset);
+        drop(state);
+        drop(handle);
+    }
+
+    fn free_block(&self, state: &mut State, id: BlockId, offset: usize) {
+        let info = self.profiling().then(|| {
+            let sid = state.pools.segment_of(id);
             (
-                state.pools.stream_of(block.id),
+                state.pools.stream_of(id),
                 state.pools.segment_base(sid),
-                state.pools.block_size(block.id),
+                state.pools.block_size(id),
                 state.pools.is_small(sid),
             )
         });
-        let freed = state.pools.free(block.id);
+        let freed = state.pools.free(id);
         if let Some((stream, base, size, small)) = info {
-            let addr = base + block.offset as u64;
+            let addr = base + offset as u64;
             self.emit(
-                &state,
+                state,
                 MemoryAction::Free,
                 (addr, base, size),
                 Some(stream),
@@ -481,9 +744,9 @@ impl DeviceAllocator {
         match freed {
             None => {
                 if state.config.backend == AllocBackend::Direct {
-                    let sid = state.pools.segment_of(block.id);
+                    let sid = state.pools.segment_of(id);
                     if let Some(r) = state.pools.release_if_free(sid) {
-                        self.released(&state, vec![r]);
+                        self.released(state, vec![r]);
                     }
                 }
             }
@@ -502,12 +765,9 @@ impl DeviceAllocator {
                         events.push(h);
                     }
                 }
-                state.pending.push(Pending {
-                    block: block.id,
-                    events,
-                });
+                state.pending.push(Pending { block: id, events });
                 if state.pending.last().is_some_and(|p| p.events.is_empty()) {
-                    self.poll_pending(&mut state);
+                    self.poll_pending(state);
                 }
             }
         }
@@ -542,6 +802,7 @@ impl DeviceAllocator {
 
     fn empty_cache(&self) {
         let mut state = lock(&self.state);
+        self.flush(&mut state);
         self.poll_pending(&mut state);
         let released = state.pools.release_free_segments(|_| true);
         self.released(&state, released);
@@ -549,14 +810,22 @@ impl DeviceAllocator {
 
     fn stats(&self) -> Stats {
         let mut state = lock(&self.state);
+        self.flush(&mut state);
         if !state.pending.is_empty() {
             self.poll_pending(&mut state);
         }
-        *state.pools.stats()
+        self.stats_locked(&state)
+    }
+
+    fn reset_peaks(&self) {
+        let mut state = lock(&self.state);
+        self.flush(&mut state);
+        state.pools.reset_peaks();
     }
 
     fn snapshot(&self) -> Vec<SegmentSnapshot> {
         let mut state = lock(&self.state);
+        self.flush(&mut state);
         if !state.pending.is_empty() {
             self.poll_pending(&mut state);
         }
@@ -565,8 +834,15 @@ impl DeviceAllocator {
 
     fn set_config(&self, config: AllocConfig) {
         let mut state = lock(&self.state);
+        self.flush(&mut state);
         state.config = config;
         state.pools.set_policy(policy(&config));
+        self.fast.store(
+            fast_allowed(&config, state.unusable.is_some()),
+            Ordering::Relaxed,
+        );
+        self.fast_limit
+            .store(config.max_split_size.unwrap_or(u64::MAX), Ordering::Relaxed);
         if config.backend == AllocBackend::Direct {
             self.poll_pending(&mut state);
             let released = state.pools.release_free_segments(|_| true);
@@ -614,8 +890,7 @@ pub fn max_memory_reserved(device: Device) -> Result<u64> {
 
 /// Resets every peak statistic of `device` to its current value.
 pub fn reset_peak_memory_stats(device: Device) -> Result<()> {
-    let a = resolved(device)?;
-    lock(&a.state).pools.reset_peaks();
+    resolved(device)?.reset_peaks();
     Ok(())
 }
 

@@ -360,3 +360,293 @@ fn summary_table_lines_up() {
     assert_eq!(m["num_sync_all_streams"], 0);
     assert_eq!(m.len(), 9 * 3 * 4 + 2 * 4 + 5);
 }
+
+/// The device allocator with its per-thread fast cache (`fast.rs`), on a
+/// real CPU device, under random sequences: same-length reuse takes the
+/// fast path between the checks (a check flushes the caches), and every
+/// check finds the statistics equal to a model of the buffers (current,
+/// peak and totals) and to the sums of the snapshot's blocks.
+mod fast_cache {
+    use proptest::prelude::*;
+
+    use super::super::{BlockState, DeviceAllocator, standalone};
+    use crate::backend::BufferHandle;
+    use crate::core::{Device, DeviceType, Stream};
+
+    fn cpu0() -> Device {
+        Device::new(DeviceType::Cpu, 0).expect("cpu:0")
+    }
+
+    struct Held {
+        handle: BufferHandle,
+        block: super::super::Block,
+        len: usize,
+        offset: usize,
+    }
+
+    fn streams() -> [Stream; 2] {
+        let d = cpu0();
+        let s1 = crate::api::get_stream_from_pool(d, false).expect("pool");
+        let s2 = (0..64)
+            .map(|_| crate::api::get_stream_from_pool(d, false).expect("pool"))
+            .find(|s| *s != s1)
+            .expect("a second pool stream");
+        [s1, s2]
+    }
+
+    /// As `Buffer::alloc`: the fast cache, else the pools.
+    fn alloc(a: &DeviceAllocator, len: usize, s: Stream) -> (Held, bool) {
+        if let Some((handle, block, offset)) = a.take_fast(len, s) {
+            return (
+                Held {
+                    handle,
+                    block,
+                    len,
+                    offset,
+                },
+                true,
+            );
+        }
+        let x = a.allocate(len, s).expect("allocate");
+        (
+            Held {
+                handle: x.handle,
+                block: x.block,
+                len,
+                offset: x.offset,
+            },
+            false,
+        )
+    }
+
+    fn free(a: &DeviceAllocator, h: Held) {
+        a.free(&h.block, h.handle, h.len, h.offset);
+    }
+
+    #[derive(Default)]
+    struct Model {
+        current: i64,
+        peak: i64,
+        requested: i64,
+        allocs: u64,
+        frees: u64,
+        requested_total: u64,
+    }
+
+    fn check(a: &DeviceAllocator, m: &Model) {
+        let snap = a.snapshot();
+        let st = a.stats();
+        let blocks = || snap.iter().flat_map(|s| &s.blocks);
+        let sum = |f: &dyn Fn(BlockState) -> bool| -> i64 {
+            blocks().filter(|b| f(b.state)).map(|b| b.size as i64).sum()
+        };
+        assert_eq!(st.allocated_bytes.all.current, m.current);
+        assert_eq!(st.allocated_bytes.all.peak, m.peak);
+        assert_eq!(st.requested_bytes.all.current, m.requested);
+        assert_eq!(st.allocation.all.allocated, m.allocs);
+        assert_eq!(st.allocation.all.freed, m.frees);
+        assert_eq!(st.active.all.allocated, m.allocs);
+        assert_eq!(st.requested_bytes.all.allocated, m.requested_total);
+        assert_eq!(sum(&|s| s == BlockState::Active), m.current);
+        assert_eq!(sum(&|s| s != BlockState::Free), st.active_bytes.all.current);
+        assert_eq!(
+            snap.iter().map(|s| s.size as i64).sum::<i64>(),
+            st.reserved_bytes.all.current
+        );
+        let split_free: Vec<_> = snap
+            .iter()
+            .filter(|s| s.blocks.len() > 1)
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == BlockState::Free)
+            .collect();
+        assert_eq!(split_free.len() as i64, st.inactive_split.all.current);
+        for s in &snap {
+            for w in s.blocks.windows(2) {
+                assert!(
+                    !(w[0].state == BlockState::Free && w[1].state == BlockState::Free),
+                    "cached blocks were merged back: {s:?}"
+                );
+            }
+        }
+        for x in [&st.allocation, &st.allocated_bytes, &st.active_bytes] {
+            assert_eq!(
+                x.all.allocated,
+                x.small_pool.allocated + x.large_pool.allocated
+            );
+            assert_eq!(x.all.freed, x.small_pool.freed + x.large_pool.freed);
+            assert_eq!(x.all.current, x.small_pool.current + x.large_pool.current);
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Alloc { len: usize, stream: u8 },
+        Free(usize),
+        Use(usize),
+        Check,
+        EmptyCache,
+        EmptyCacheElsewhere,
+        ResetPeaks,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (prop::sample::select(vec![512usize, 3000, 4096, 70_000, 3 << 20]), 0u8..2)
+                .prop_map(|(len, stream)| Op::Alloc { len, stream }),
+            8 => any::<usize>().prop_map(Op::Free),
+            1 => any::<usize>().prop_map(Op::Use),
+            2 => Just(Op::Check),
+            1 => Just(Op::EmptyCache),
+            1 => Just(Op::EmptyCacheElsewhere),
+            1 => Just(Op::ResetPeaks),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_fast_cache_keeps_the_statistics_exact(
+            ops in proptest::collection::vec(op(), 1..150),
+        ) {
+            let a = standalone(cpu0());
+            let ss = streams();
+            let mut live: Vec<Held> = Vec::new();
+            let mut m = Model::default();
+            for op in ops {
+                match op {
+                    Op::Alloc { len, stream } => {
+                        let (h, _) = alloc(a, len, ss[usize::from(stream)]);
+                        m.current += h.block.size as i64;
+                        m.peak = m.peak.max(m.current);
+                        m.requested += len as i64;
+                        m.allocs += 1;
+                        m.requested_total += len as u64;
+                        live.push(h);
+                    }
+                    Op::Free(i) if !live.is_empty() => {
+                        let h = live.swap_remove(i % live.len());
+                        m.current -= h.block.size as i64;
+                        m.requested -= h.len as i64;
+                        m.frees += 1;
+                        free(a, h);
+                    }
+                    Op::Use(i) if !live.is_empty() => {
+                        let h = &live[i % live.len()];
+                        let other = if h.block.stream == ss[0].id() { ss[1] } else { ss[0] };
+                        a.record_stream(&h.handle, &h.block, other).expect("record_stream");
+                    }
+                    Op::Check => check(a, &m),
+                    Op::EmptyCache => a.empty_cache(),
+                    Op::EmptyCacheElsewhere => {
+                        std::thread::scope(|t| {
+                            t.spawn(|| a.empty_cache());
+                        });
+                    }
+                    Op::ResetPeaks => {
+                        a.reset_peaks();
+                        m.peak = m.current;
+                    }
+                    _ => {}
+                }
+            }
+            check(a, &m);
+            for h in live.drain(..) {
+                m.current -= h.block.size as i64;
+                m.requested -= h.len as i64;
+                m.frees += 1;
+                free(a, h);
+            }
+            check(a, &m);
+            // Pending uses complete (nothing runs on the CPU streams).
+            for s in ss {
+                s.synchronize().expect("sync");
+            }
+            a.empty_cache();
+            prop_assert!(a.snapshot().is_empty(), "{:?}", a.snapshot());
+            let st = a.stats();
+            prop_assert_eq!(st.reserved_bytes.all.current, 0);
+            prop_assert_eq!(st.num_device_alloc, st.num_device_free);
+        }
+    }
+
+    /// A same-length pair takes the fast path: the same block comes back,
+    /// and the totals count every allocation and free.
+    #[test]
+    fn a_same_length_pair_reuses_the_block_without_the_pools() {
+        let a = standalone(cpu0());
+        let [s, _] = streams();
+        // The first free gives this thread its cache.
+        let (h, fast) = alloc(a, 3000, s);
+        assert!(!fast);
+        free(a, h);
+        let (h, fast) = alloc(a, 3000, s);
+        assert!(!fast, "a flushed block comes from the pools");
+        let at = (h.block.id(), h.offset);
+        free(a, h);
+        for _ in 0..50 {
+            let (h, fast) = alloc(a, 3000, s);
+            assert!(fast, "the freed block comes from the fast cache");
+            assert_eq!((h.block.id(), h.offset), at);
+            free(a, h);
+        }
+        // Another length or stream: the pools (which takes the cache back).
+        let (h, fast) = alloc(a, 3001, s);
+        assert!(!fast);
+        free(a, h);
+        let st = a.stats();
+        assert_eq!(st.allocation.all.allocated, 53);
+        assert_eq!(st.allocation.all.freed, 53);
+        assert_eq!(st.allocated_bytes.small_pool.allocated, 53 * 3072);
+        assert_eq!(st.requested_bytes.all.allocated, 52 * 3000 + 3001);
+        assert_eq!(st.allocated_bytes.all.current, 0);
+        assert_eq!(st.allocated_bytes.all.peak, 3072);
+        a.empty_cache();
+        assert_eq!(a.stats().reserved_bytes.all.current, 0);
+    }
+
+    /// A block with another stream's use recorded never takes the fast
+    /// path: it waits for that stream's event in the pools.
+    #[test]
+    fn recorded_blocks_skip_the_fast_cache() {
+        let a = standalone(cpu0());
+        let [s1, s2] = streams();
+        let (h, _) = alloc(a, 4096, s1);
+        free(a, h);
+        let (h, _) = alloc(a, 4096, s1);
+        a.record_stream(&h.handle, &h.block, s2)
+            .expect("record_stream");
+        free(a, h);
+        let (h, fast) = alloc(a, 4096, s1);
+        assert!(!fast, "a recorded block is not in the fast cache");
+        free(a, h);
+    }
+
+    /// Blocks cached by a thread that has exited come back to the pools
+    /// (and its totals stay counted).
+    #[test]
+    fn an_exited_threads_blocks_come_back() {
+        let a = standalone(cpu0());
+        let [s, _] = streams();
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                for _ in 0..5 {
+                    let (h, _) = alloc(a, 8192, s);
+                    free(a, h);
+                }
+            });
+        });
+        let st = a.stats();
+        assert_eq!(st.allocated_bytes.all.current, 0);
+        assert_eq!(st.allocation.all.allocated, 5);
+        assert_eq!(st.allocation.all.freed, 5);
+        a.empty_cache();
+        assert!(a.snapshot().is_empty());
+        let st = a.stats();
+        assert_eq!(st.reserved_bytes.all.current, 0);
+        assert_eq!(
+            st.allocation.all.allocated, 5,
+            "the exited thread's totals stay"
+        );
+    }
+}

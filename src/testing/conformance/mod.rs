@@ -195,6 +195,7 @@ macro_rules! conformance_suite {
                 freed_blocks_wait_for_recorded_streams,
                 suballocated_buffers_bind_together,
                 memory_statistics_follow_buffers,
+                fast_cache_keeps_the_statistics_exact,
                 out_of_memory_retries_then_reports,
                 direct_mode_goes_to_the_backend,
                 garbage_collection_releases_before_growing

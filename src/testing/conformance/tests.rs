@@ -1251,6 +1251,131 @@ pub fn memory_statistics_follow_buffers(d: Device, _cfg: &Config) {
     assert!(z.read(&s).expect("read").iter().all(|&x| x == 0), "zeroed");
 }
 
+/// The per-thread fast cache (`memory/fast.rs`): a buffer of the length
+/// and stream of one just dropped on this thread gets its block back
+/// without the allocator's lock. The statistics stay exact (every
+/// allocation and free counted, the current values and the peak), the
+/// snapshot shows the cached block free, a buffer made zeroed on it is
+/// zero, `empty_cache` on another thread takes back what this thread
+/// cached, and a recorded stream's block does not take the fast path.
+pub fn fast_cache_keeps_the_statistics_exact(d: Device, _cfg: &Config) {
+    use crate::memory::{self, AllocBackend, BlockState};
+    if memory::config(d).expect("config").backend == AllocBackend::Direct {
+        return;
+    }
+    const LEN: usize = 3000; // 3072 bytes rounded
+    let (s, s2) = two_streams(d);
+    memory::empty_cache(d).expect("empty_cache");
+    memory::reset_peak_memory_stats(d).expect("reset");
+    let before = memory::stats(d).expect("stats");
+    // The first free gives this thread its cache; the second buffer's
+    // block comes back from it from then on.
+    drop(Buffer::empty_on(&s, LEN).expect("warm"));
+    let b = Buffer::empty_on(&s, LEN).expect("b");
+    let at = (b.handle().clone(), b.offset());
+    b.write(&s, 0, &[0x5au8; LEN]).expect("dirty");
+    s.synchronize().expect("dirty");
+    drop(b);
+    for _ in 0..20 {
+        let b = Buffer::empty_on(&s, LEN).expect("again");
+        assert!(
+            b.handle().ptr_eq(&at.0) && b.offset() == at.1,
+            "the block just freed comes back"
+        );
+    }
+    let z = Buffer::new_on(&s, LEN).expect("zeroed");
+    assert!(z.handle().ptr_eq(&at.0) && z.offset() == at.1);
+    assert!(z.read(&s).expect("read").iter().all(|&x| x == 0), "zeroed");
+    drop(z);
+    let st = memory::stats(d).expect("stats");
+    let n = 1 + 1 + 20 + 1;
+    assert_eq!(
+        st.allocation.all.allocated - before.allocation.all.allocated,
+        n
+    );
+    assert_eq!(st.allocation.all.freed - before.allocation.all.freed, n);
+    assert_eq!(
+        st.allocated_bytes.small_pool.allocated - before.allocated_bytes.small_pool.allocated,
+        n * 3072
+    );
+    assert_eq!(
+        st.requested_bytes.all.allocated - before.requested_bytes.all.allocated,
+        n * LEN as u64
+    );
+    assert_eq!(
+        st.allocated_bytes.all.current,
+        before.allocated_bytes.all.current
+    );
+    assert_eq!(st.active_bytes.all.current, before.active_bytes.all.current);
+    assert_eq!(
+        st.allocated_bytes.all.peak,
+        before.allocated_bytes.all.current + 3072
+    );
+    // Hold one buffer and cache another: the snapshot's blocks add up to
+    // the statistics, and the cached one is free there.
+    let held = Buffer::empty_on(&s, LEN).expect("held");
+    drop(Buffer::empty_on(&s, 5000).expect("other"));
+    let snap = memory::memory_snapshot(d).expect("snapshot");
+    let st = memory::stats(d).expect("stats");
+    let blocks = || snap.iter().flat_map(|s| &s.blocks);
+    let sum = |f: &dyn Fn(BlockState) -> bool| -> i64 {
+        blocks().filter(|b| f(b.state)).map(|b| b.size as i64).sum()
+    };
+    assert_eq!(
+        sum(&|b| b == BlockState::Active),
+        st.allocated_bytes.all.current
+    );
+    assert_eq!(sum(&|b| b != BlockState::Free), st.active_bytes.all.current);
+    assert_eq!(
+        snap.iter().map(|s| s.size as i64).sum::<i64>(),
+        st.reserved_bytes.all.current
+    );
+    assert!(
+        blocks().all(|b| !(b.state == BlockState::Active && b.requested_size == 5000)),
+        "the cached block is free in the snapshot: {snap:?}"
+    );
+    assert!(blocks().any(|b| b.state == BlockState::Active && b.requested_size == LEN as u64));
+    // `empty_cache` on another thread takes back this thread's cached
+    // blocks and releases their segments.
+    drop(held);
+    std::thread::scope(|t| {
+        t.spawn(|| memory::empty_cache(d).expect("empty_cache"));
+    });
+    let st = memory::stats(d).expect("stats");
+    assert_eq!(
+        st.allocated_bytes.all.current,
+        before.allocated_bytes.all.current
+    );
+    assert_eq!(
+        st.reserved_bytes.all.current, before.reserved_bytes.all.current,
+        "everything this thread cached was released"
+    );
+    // A block another stream used (record_stream) waits in the pools.
+    drop(Buffer::empty_on(&s, LEN).expect("warm"));
+    let r = Buffer::empty_on(&s, LEN).expect("recorded");
+    r.record_stream(&s2).expect("record_stream");
+    drop(r);
+    let snap = memory::memory_snapshot(d).expect("snapshot");
+    let recorded = blocks_of(&snap, LEN);
+    assert!(
+        recorded.iter().all(|b| b.state != BlockState::Active),
+        "{snap:?}"
+    );
+    s2.synchronize().expect("s2");
+    memory::empty_cache(d).expect("empty_cache");
+}
+
+fn blocks_of(
+    snap: &[crate::memory::SegmentSnapshot],
+    len: usize,
+) -> Vec<crate::memory::BlockSnapshot> {
+    snap.iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.requested_size == len as u64)
+        .cloned()
+        .collect()
+}
+
 /// Out of memory under a small budget: the cache is freed and the
 /// allocation retried once (`num_alloc_retries`); then a clear error with
 /// what was asked and what is allocated and reserved (`num_ooms`).
