@@ -176,7 +176,8 @@ impl Raw {
                 enc.resolve_query_set(&qs, first..slot + 2, &resolve, 0);
                 enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
                 let index = self.queue.submit([enc.finish()]);
-                read.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+                read.slice(..)
+                    .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
                 self.device
                     .poll(wgpu::PollType::Wait {
                         submission_index: Some(index),

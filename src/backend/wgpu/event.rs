@@ -42,14 +42,23 @@ impl fmt::Debug for WgpuEvent {
     }
 }
 
-/// A device's timestamp slots.
+/// A device's timestamp slots, handed out in adjacent pairs (`2p`,
+/// `2p + 1`): a compute pass that writes timestamps at slots `a` and `b`
+/// makes wgpu-core reset every query from `min(a, b)` to `max(a, b)`
+/// first (wgpu-core 30, `command/compute.rs`), which would clear other
+/// events' timestamps lying in between. A timed event uses the first slot
+/// of its pair, a bracket both.
 pub(super) struct QuerySlots(Mutex<Slots>);
 
 struct Slots {
+    /// Free pairs.
     free: Vec<u32>,
-    /// `(slot, seq)` of destroyed events whose last submission (`seq`)
+    /// `(pair, seq)` of pairs given back whose last submission (`seq`)
     /// may still be running.
     retiring: Vec<(u32, u64)>,
+    /// Per pair: how many of its slots are still held, and the highest
+    /// submission that wrote one of those given back.
+    holders: Vec<(u8, u64)>,
     /// Per slot, what it holds.
     stamps: Vec<Stamp>,
 }
@@ -65,9 +74,11 @@ struct Stamp {
 impl QuerySlots {
     /// Every slot free.
     pub(super) fn new() -> Self {
+        let pairs = QUERY_SLOTS / 2;
         QuerySlots(Mutex::new(Slots {
-            free: (0..QUERY_SLOTS).rev().collect(),
+            free: (0..pairs).rev().collect(),
             retiring: Vec::new(),
+            holders: vec![(0, 0); pairs as usize],
             stamps: vec![Stamp::default(); QUERY_SLOTS as usize],
         }))
     }
@@ -82,35 +93,51 @@ impl QuerySlots {
         })
     }
 
-    /// A free slot. When none is, the slots of destroyed events whose
-    /// submission has completed (`completed`: the highest sequence number
-    /// known complete) are recycled first.
-    fn take(&self, completed: u64) -> Result<u32> {
+    /// A free pair, of which the caller holds `held` slots (1: the first,
+    /// 2: both); returns its first slot. When no pair is free, those given
+    /// back whose submissions have completed (`completed`: the highest
+    /// sequence number known complete) are recycled first.
+    fn take(&self, completed: u64, held: u8) -> Result<u32> {
         let mut slots = lock(&self.0);
-        if let Some(slot) = slots.free.pop() {
-            return Ok(slot);
+        let Slots {
+            free,
+            retiring,
+            holders,
+            ..
+        } = &mut *slots;
+        if free.is_empty() {
+            retiring.retain(|&(pair, seq)| {
+                let done = seq <= completed;
+                if done {
+                    free.push(pair);
+                }
+                !done
+            });
         }
-        let Slots { free, retiring, .. } = &mut *slots;
-        retiring.retain(|&(slot, seq)| {
-            let done = seq <= completed;
-            if done {
-                free.push(slot);
-            }
-            !done
-        });
-        free.pop().ok_or_else(|| {
+        let pair = free.pop().ok_or_else(|| {
             Error::backend(
                 TY,
                 format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
             )
-        })
+        })?;
+        holders[pair as usize] = (held, 0);
+        Ok(2 * pair)
     }
 
-    /// Gives back `slot`, free once submission `seq` has completed.
+    /// Gives back `slot`, last written by submission `seq`; its pair is
+    /// free once both its slots are given back and their submissions have
+    /// completed.
     fn give_back(&self, slot: u32, seq: u64) {
         let mut slots = lock(&self.0);
         slots.stamps[slot as usize] = Stamp::default();
-        slots.retiring.push((slot, seq));
+        let pair = slot / 2;
+        let (held, last) = &mut slots.holders[pair as usize];
+        *held = held.saturating_sub(1);
+        *last = (*last).max(seq);
+        if *held == 0 {
+            let last = *last;
+            slots.retiring.push((pair, last));
+        }
     }
 
     /// Notes that submission `seq` writes `slot` (each pair in `writes`).
@@ -167,7 +194,10 @@ fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> 
     d.query_slots.read(slot, at.seq()).ok_or_else(|| {
         Error::backend(
             TY,
-            format!("timestamp slot {slot} holds no value of submission {}", at.seq()),
+            format!(
+                "timestamp slot {slot} holds no value of submission {}",
+                at.seq()
+            ),
         )
     })
 }
@@ -205,7 +235,7 @@ impl Events for Wgpu {
                         ),
                     ));
                 }
-                Some(d.query_slots.take(d.order.completed())?)
+                Some(d.query_slots.take(d.order.completed(), 1)?)
             }
             None => None,
         };
@@ -291,18 +321,12 @@ impl Events for Wgpu {
         if let Some(old) = stream::disarm() {
             abandon(old);
         }
-        let start = d.query_slots.take(d.order.completed())?;
-        let end = match d.query_slots.take(d.order.completed()) {
-            Ok(slot) => slot,
-            Err(e) => {
-                d.query_slots.give_back(start, 0);
-                return Err(e);
-            }
-        };
+        // Adjacent slots (see `QuerySlots`).
+        let start = d.query_slots.take(d.order.completed(), 2)?;
         stream::arm(Bracket {
             stream,
             start,
-            end,
+            end: start + 1,
             first: None,
             last: None,
         });

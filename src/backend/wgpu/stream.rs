@@ -401,7 +401,10 @@ impl QueueStream {
     /// [`stamps`](Self::stamps) asked for (a kernel's compute pass), on
     /// this stream.
     pub(super) fn submit_stamped(&self, encoder: wgpu::CommandEncoder) -> Result<Point> {
-        let at = self.device.order.submit(self.device, Some(self), [encoder])?;
+        let at = self
+            .device
+            .order
+            .submit(self.device, Some(self), [encoder])?;
         self.bracketed(at.seq);
         Ok(at)
     }
