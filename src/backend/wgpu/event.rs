@@ -165,14 +165,17 @@ impl QuerySlots {
             .collect()
     }
 
-    /// Keeps the values read for `slots` (`ticks[i]`: slot `first + i`),
-    /// for those still holding what was read.
+    /// Keeps the values read for those of `slots` that `ticks` covers
+    /// (`ticks[i]`: slot `first + i`) and that still hold what was read.
     fn keep(&self, slots: &[(u32, u64)], first: u32, ticks: &[u64]) {
         let mut state = lock(&self.0);
         for &(slot, seq) in slots {
+            let Some(&t) = slot.checked_sub(first).and_then(|i| ticks.get(i as usize)) else {
+                continue;
+            };
             let s = &mut state.stamps[slot as usize];
             if s.seq == seq {
-                s.ticks = ticks.get((slot - first) as usize).copied();
+                s.ticks = Some(t);
             }
         }
     }
@@ -187,9 +190,10 @@ fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> 
     }
     at.wait()?;
     let unread = d.query_slots.unread(d.order.completed());
-    if let (Some(&(first, _)), Some(&(last, _))) = (unread.first(), unread.last()) {
-        let values = resolve(d, qs, first..last + 1)?;
-        d.query_slots.keep(&unread, first, &values);
+    let runs = runs(&unread);
+    let values = resolve(d, qs, &runs)?;
+    for (run, values) in runs.iter().zip(&values) {
+        d.query_slots.keep(&unread, run.start, values);
     }
     d.query_slots.read(slot, at.seq()).ok_or_else(|| {
         Error::backend(
@@ -387,10 +391,44 @@ fn abandon(b: Bracket) {
     d.query_slots.give_back(b.end, seq);
 }
 
-/// The timestamps in `slots` of `qs`, in ticks: one resolve into one
-/// buffer, one submission and one map.
-fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slots: Range<u32>) -> Result<Vec<u64>> {
-    let bytes = u64::from(slots.end - slots.start) * 8;
+/// Slots closer than this to the previous unread slot are resolved in the
+/// same range (the 256-byte alignment of each range's place in the
+/// resolve buffer is 32 slots).
+const RUN_GAP: u32 = 64;
+
+/// The ranges of slots to resolve for `unread` (in slot order): runs of
+/// slots less than [`RUN_GAP`] apart. Resolving one range from the lowest
+/// to the highest slot would make the driver read every slot between
+/// (up to the whole query set once slots are recycled).
+fn runs(unread: &[(u32, u64)]) -> Vec<Range<u32>> {
+    let mut runs: Vec<Range<u32>> = Vec::new();
+    for &(slot, _) in unread {
+        match runs.last_mut() {
+            Some(run) if slot < run.end + RUN_GAP => run.end = slot + 1,
+            _ => runs.push(slot..slot + 1),
+        }
+    }
+    runs
+}
+
+/// The timestamps in each range of `runs` of `qs`, in ticks: resolved
+/// into one buffer (each range at a 256-byte aligned offset), with one
+/// submission and one map.
+fn resolve(
+    d: &'static WgpuDevice,
+    qs: &wgpu::QuerySet,
+    runs: &[Range<u32>],
+) -> Result<Vec<Vec<u64>>> {
+    let align = wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+    let mut offsets = Vec::with_capacity(runs.len());
+    let mut bytes = 0u64;
+    for run in runs {
+        offsets.push(bytes);
+        bytes += (u64::from(run.end - run.start) * 8).next_multiple_of(align);
+    }
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
     let resolve = new_buffer(
         d,
         bytes,
@@ -399,8 +437,10 @@ fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slots: Range<u32>) -> Re
     )?;
     let read = d.readbacks.take(d, bytes)?;
     let mut enc = d.encoder();
-    // Slots never written resolve to zero (wgpu tracks which were).
-    enc.resolve_query_set(qs, slots, &resolve, 0);
+    for (run, &offset) in runs.iter().zip(&offsets) {
+        // Slots never written resolve to zero (wgpu tracks which were).
+        enc.resolve_query_set(qs, run.clone(), &resolve, offset);
+    }
     enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
     // Through the submission lock like every submission (Note [wgpu
     // completion tracking]).
@@ -408,8 +448,36 @@ fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slots: Range<u32>) -> Re
     let mapped = map_read(&at, &read, 0, bytes as usize)?;
     d.readbacks.give(d, read);
     d.gl.release(resolve);
-    Ok(mapped
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+    Ok(runs
+        .iter()
+        .zip(&offsets)
+        .map(|(run, &offset)| {
+            let at = offset as usize;
+            mapped[at..at + 8 * (run.end - run.start) as usize]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect()
+        })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RUN_GAP, runs};
+
+    #[test]
+    fn unread_slots_resolve_in_runs_of_near_slots() {
+        let unread = |slots: &[u32]| slots.iter().map(|&s| (s, 1)).collect::<Vec<_>>();
+        assert!(runs(&[]).is_empty());
+        assert_eq!(runs(&unread(&[0, 1, 2, 3])), [0..4]);
+        // A small gap stays in the run; a large one starts another (slots
+        // recycled from both ends of the query set are not resolved with
+        // everything between).
+        assert_eq!(runs(&unread(&[4, 5, 9])), [4..10]);
+        let far = 10 + RUN_GAP;
+        assert_eq!(
+            runs(&unread(&[4, 5, 9, far, 4094, 4095])),
+            [4..10, far..far + 1, 4094..4096]
+        );
+    }
 }
