@@ -4,9 +4,9 @@
 //! the bracketed work's own submissions (`begin_timed_work`).
 //!
 //! Reading timestamps is batched: the first read of a completed slot
-//! resolves every completed slot not read yet (one range of the query set,
-//! one submission and one map) and keeps their values, so the profiler's
-//! spans cost one read per batch instead of two per span.
+//! resolves every completed slot not read yet (runs of near slots into
+//! one buffer, one submission and one map) and keeps their values, so the
+//! profiler's spans cost one read per batch instead of two per span.
 //!
 //! Slots are recycled: a destroyed event's slot becomes free again once
 //! the submission that last wrote it has completed.
