@@ -53,9 +53,12 @@ impl Raw {
             .into_iter()
             .next()
             .expect("adapter");
-        let (device, queue) =
-            pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default()))
-                .expect("device");
+        // Timestamps where offered (`run_timed`); `run` writes none.
+        let desc = wgpu::DeviceDescriptor {
+            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).expect("device");
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(kernels::VECTOR_ADD.wgsl.expect("wgsl").into()),
@@ -108,6 +111,90 @@ impl Raw {
             pipeline,
             group,
         }
+    }
+
+    /// The same dispatches, each compute pass writing a timestamp at its
+    /// beginning and its end (`ComputePassDescriptor::timestamp_writes`,
+    /// two slots per dispatch, cycling over one query set), with every
+    /// 256 dispatches one resolve of the last 512 slots, one copy and one
+    /// map: the floor of what a profiler timing each dispatch on the
+    /// device costs through wgpu. `None` when the adapter has no
+    /// timestamps.
+    fn run_timed(&self) -> Option<()> {
+        if !self
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+        {
+            return None;
+        }
+        const SLOTS: u32 = 4096;
+        const BATCH: u32 = 256;
+        let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: None,
+            ty: wgpu::QueryType::Timestamp,
+            count: SLOTS,
+        });
+        let bytes = u64::from(2 * BATCH) * 8;
+        let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut last = None;
+        for i in 0..DISPATCHES as u32 {
+            let slot = (2 * i) % SLOTS;
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &qs,
+                        beginning_of_pass_write_index: Some(slot),
+                        end_of_pass_write_index: Some(slot + 1),
+                    }),
+                });
+                pass.set_pipeline(&self.pipeline);
+                pass.set_bind_group(0, &self.group, &[]);
+                pass.dispatch_workgroups(N.div_ceil(256), 1, 1);
+            }
+            last = Some(self.queue.submit([enc.finish()]));
+            if (i + 1) % BATCH == 0 {
+                let first = slot + 2 - 2 * BATCH;
+                let mut enc = self
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+                enc.resolve_query_set(&qs, first..slot + 2, &resolve, 0);
+                enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+                let index = self.queue.submit([enc.finish()]);
+                read.slice(..)
+                    .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+                self.device
+                    .poll(wgpu::PollType::Wait {
+                        submission_index: Some(index),
+                        timeout: None,
+                    })
+                    .expect("poll");
+                black_box(&read.slice(..).get_mapped_range().expect("mapped")[..8]);
+                read.unmap();
+            }
+        }
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: last,
+                timeout: None,
+            })
+            .expect("poll");
+        Some(())
     }
 
     fn run(&self) {
@@ -218,6 +305,41 @@ fn dispatches(c: &mut Criterion) {
                     .sum()
             })
         });
+        // The floor under the profiled Keel dispatches: raw wgpu without
+        // and with two pass timestamps per dispatch (and their batched
+        // reads), both in every iteration.
+        let timed = || {
+            let start = Instant::now();
+            raw.run_timed().map(|()| start.elapsed())
+        };
+        if timed().is_some() {
+            let plain = || {
+                let start = Instant::now();
+                raw.run();
+                start.elapsed()
+            };
+            g.bench_function("raw_wgpu", |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let t = plain();
+                            timed();
+                            t
+                        })
+                        .sum()
+                })
+            });
+            g.bench_function("raw_wgpu_pass_timestamps", |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            plain();
+                            timed().unwrap_or_default()
+                        })
+                        .sum()
+                })
+            });
+        }
         g.finish();
     }
 }

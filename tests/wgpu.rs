@@ -235,3 +235,155 @@ fn gl_compile_does_not_starve_other_threads() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A profiled wgpu stream operation times itself: its own submission
+/// writes its span's timestamps (the launch's compute pass, or the copy's
+/// encoder), and the spans' times are read in batches. On both adapters:
+///
+/// - each of a few launches, synchronized, has its device span inside the
+///   host interval around its launch and synchronize (within the
+///   calibration's stated bound);
+/// - many operations on one stream (more than the device's timestamp
+///   slots hold at once, so slots are recycled, and many read batches):
+///   every one has a device span, the stream's device spans do not
+///   overlap, and the kernels' spans come in launch order.
+///
+/// One test for both adapters: a session records every thread.
+#[test]
+fn profiled_operations_time_themselves_in_order() {
+    use keel::kernels::{SAXPY, SPIN};
+    use keel::profiler::{LaneKind, SpanKind};
+
+    for api_name in ["Vulkan", "GL"] {
+        let Some(d) = conformance::wgpu_adapter(api_name) else {
+            continue;
+        };
+        let s = keel::get_stream_from_pool(d, false).expect("stream");
+        let n = 256u32;
+        let out = Buffer::new(d, 4 * n as usize).expect("out");
+        let x = Buffer::from_slice(&s, &vec![1.0f32; n as usize]).expect("x");
+        let spin = |iters: u32| {
+            s.launch(
+                &SPIN,
+                SPIN.grid_for(u64::from(n)),
+                &[&out],
+                &[n.to_le_bytes(), iters.to_le_bytes()].concat(),
+            )
+            .expect("spin");
+        };
+        let saxpy = || {
+            s.launch(
+                &SAXPY,
+                SAXPY.grid_for(u64::from(n)),
+                &[&x, &out],
+                &[n.to_le_bytes(), 0.5f32.to_le_bytes()].concat(),
+            )
+            .expect("saxpy");
+        };
+        // Pipelines compiled outside the session.
+        spin(1);
+        saxpy();
+        s.synchronize().expect("sync");
+
+        let session = keel::profiler::start().expect("session");
+        let mut intervals = Vec::new();
+        for _ in 0..3 {
+            let before = session.now_ns();
+            spin(5_000);
+            s.synchronize().expect("sync");
+            intervals.push((before, session.now_ns()));
+        }
+        // 2,600 launches (more than the 2,048 slot pairs), a write every
+        // 100 and an untimed event every 250 (a span with no submission
+        // of its own).
+        const LAUNCHES: usize = 2600;
+        let mut kernels = Vec::new();
+        let mut event = keel::Event::new(TY);
+        for i in 0..LAUNCHES {
+            if i % 3 == 0 {
+                spin(1);
+                kernels.push("spin");
+            } else {
+                saxpy();
+                kernels.push("saxpy");
+            }
+            if i % 100 == 0 {
+                x.write(&s, 0, &1.0f32.to_le_bytes()).expect("write");
+            }
+            if i % 250 == 0 {
+                event.record(&s).expect("record");
+            }
+        }
+        s.synchronize().expect("sync");
+        let trace = session.stop();
+
+        let dev = trace
+            .devices
+            .iter()
+            .position(|x| x.device == d.to_string())
+            .expect("device in the trace") as u32;
+        let lane = trace
+            .lanes
+            .iter()
+            .position(|l| {
+                l.kind
+                    == LaneKind::Stream {
+                        device: dev,
+                        stream: s.id(),
+                    }
+            })
+            .expect("the stream's lane") as u32;
+        let mut spans: Vec<_> = trace.spans.iter().filter(|sp| sp.lane == lane).collect();
+        spans.sort_by_key(|sp| (sp.start_ns, sp.end_ns()));
+        let bound = trace
+            .calibrations
+            .iter()
+            .find(|c| c.device == dev)
+            .expect("calibrated")
+            .error_bound_ns;
+
+        let timed: Vec<_> = spans
+            .iter()
+            .filter(|sp| sp.kind == SpanKind::Kernel)
+            .collect();
+        assert_eq!(
+            timed.len(),
+            3 + LAUNCHES,
+            "{api_name}: one device span per launch"
+        );
+        for (i, (before, after)) in intervals.iter().enumerate() {
+            let sp = timed[i];
+            assert!(
+                sp.name == "spin" && sp.start_ns + bound >= *before && sp.end_ns() <= after + bound,
+                "{api_name}: launch {i}: device span {} {}..{} outside host interval \
+                 {before}..{after} (+/- {bound} ns)",
+                sp.name,
+                sp.start_ns,
+                sp.end_ns()
+            );
+            assert!(sp.dur_ns > 0, "{api_name}: the spin kernel took time");
+        }
+        let names: Vec<&str> = timed[3..].iter().map(|sp| &*sp.name).collect();
+        assert!(
+            names == kernels,
+            "{api_name}: kernel spans out of launch order"
+        );
+        assert!(
+            spans.iter().any(|sp| sp.kind == SpanKind::Copy),
+            "{api_name}: the writes' device spans"
+        );
+        for w in spans.windows(2) {
+            assert!(
+                w[1].start_ns >= w[0].end_ns(),
+                "{api_name}: device spans overlap on one stream: {} {}..{} and {} {}..{}",
+                w[0].name,
+                w[0].start_ns,
+                w[0].end_ns(),
+                w[1].name,
+                w[1].start_ns,
+                w[1].end_ns()
+            );
+        }
+        assert_eq!(trace.dropped, 0);
+    }
+}

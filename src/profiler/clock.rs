@@ -8,7 +8,8 @@
 //! clock on CPU). Where the backend can, the two events of an operation's
 //! span are written inside the operation's own submissions
 //! ([`DeviceGuardImpl::begin_timed_work`]; Vulkan: timestamps in its
-//! command buffers), so profiling adds no submissions; elsewhere a timed
+//! command buffers; wgpu: in the launch's compute pass or the operation's
+//! own `queue.submit`), so profiling adds no submissions; elsewhere a timed
 //! event is recorded before and after it ([`SpanTiming`]). Per device, the first operation of a session records a
 //! *reference* event; every device span is stored as an offset from it
 //! (`elapsed_time`). To place the reference on the host clock, a

@@ -1,22 +1,30 @@
 //! Events: a point in the device's submission order, and for timed events
 //! a timestamp slot of the device's query set, written by a submission of
-//! its own and resolved on demand by `elapsed_time`.
+//! its own; and the profiler's brackets, whose two slots are written by
+//! the bracketed work's own submissions (`begin_timed_work`).
+//!
+//! Reading timestamps is batched: the first read of a completed slot
+//! resolves every completed slot not read yet (runs of near slots into
+//! one buffer, one submission and one map) and keeps their values, so the
+//! profiler's spans cost one read per batch instead of two per span.
 //!
 //! Slots are recycled: a destroyed event's slot becomes free again once
 //! the submission that last wrote it has completed.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Mutex;
 
 use super::device::{WgpuDevice, lock};
 use super::memory::{map_read, new_buffer};
-use super::stream::{Point, QueueStream, submit_outside_streams};
+use super::stream::{self, Bracket, Point, QueueStream, submit_outside_streams};
 use super::{TY, Wgpu};
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
-/// Timestamp queries per device.
-const QUERY_SLOTS: u32 = 1024;
+/// Timestamp queries per device (wgpu's most per query set): two per
+/// profiled operation whose span is not resolved yet, one per timed event.
+const QUERY_SLOTS: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
 /// A recorded event; see the module docs.
 pub struct WgpuEvent {
@@ -34,22 +42,44 @@ impl fmt::Debug for WgpuEvent {
     }
 }
 
-/// A device's timestamp slots.
+/// A device's timestamp slots, handed out in adjacent pairs (`2p`,
+/// `2p + 1`): a compute pass that writes timestamps at slots `a` and `b`
+/// makes wgpu-core reset every query from `min(a, b)` to `max(a, b)`
+/// first (wgpu-core 30, `command/compute.rs`), which would clear other
+/// events' timestamps lying in between. A timed event uses the first slot
+/// of its pair, a bracket both.
 pub(super) struct QuerySlots(Mutex<Slots>);
 
 struct Slots {
+    /// Free pairs.
     free: Vec<u32>,
-    /// `(slot, seq)` of destroyed events whose last submission (`seq`)
+    /// `(pair, seq)` of pairs given back whose last submission (`seq`)
     /// may still be running.
     retiring: Vec<(u32, u64)>,
+    /// Per pair: how many of its slots are still held, and the highest
+    /// submission that wrote one of those given back.
+    holders: Vec<(u8, u64)>,
+    /// Per slot, what it holds.
+    stamps: Vec<Stamp>,
+}
+
+/// What a slot holds: the timestamp written by submission `seq` (0:
+/// nothing to read), and its value once read.
+#[derive(Clone, Copy, Default)]
+struct Stamp {
+    seq: u64,
+    ticks: Option<u64>,
 }
 
 impl QuerySlots {
     /// Every slot free.
     pub(super) fn new() -> Self {
+        let pairs = QUERY_SLOTS / 2;
         QuerySlots(Mutex::new(Slots {
-            free: (0..QUERY_SLOTS).rev().collect(),
+            free: (0..pairs).rev().collect(),
             retiring: Vec::new(),
+            holders: vec![(0, 0); pairs as usize],
+            stamps: vec![Stamp::default(); QUERY_SLOTS as usize],
         }))
     }
 
@@ -63,30 +93,126 @@ impl QuerySlots {
         })
     }
 
-    /// A free slot, recycling those of destroyed events whose submission
-    /// has completed (`completed`: the highest sequence number known
-    /// complete).
-    fn take(&self, completed: u64) -> Result<u32> {
+    /// A free pair, of which the caller holds `held` slots (1: the first,
+    /// 2: both); returns its first slot. When no pair is free, those given
+    /// back whose submissions have completed (`completed`: the highest
+    /// sequence number known complete) are recycled first.
+    fn take(&self, completed: u64, held: u8) -> Result<u32> {
         let mut slots = lock(&self.0);
-        let Slots { free, retiring } = &mut *slots;
-        retiring.retain(|&(slot, seq)| {
-            let done = seq <= completed;
-            if done {
-                free.push(slot);
-            }
-            !done
-        });
-        free.pop().ok_or_else(|| {
+        let Slots {
+            free,
+            retiring,
+            holders,
+            ..
+        } = &mut *slots;
+        if free.is_empty() {
+            retiring.retain(|&(pair, seq)| {
+                let done = seq <= completed;
+                if done {
+                    free.push(pair);
+                }
+                !done
+            });
+        }
+        let pair = free.pop().ok_or_else(|| {
             Error::backend(
                 TY,
                 format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
             )
-        })
+        })?;
+        holders[pair as usize] = (held, 0);
+        Ok(2 * pair)
     }
 
-    /// Gives back `slot`, free once submission `seq` has completed.
+    /// Gives back `slot`, last written by submission `seq`; its pair is
+    /// free once both its slots are given back and their submissions have
+    /// completed.
     fn give_back(&self, slot: u32, seq: u64) {
-        lock(&self.0).retiring.push((slot, seq));
+        let mut slots = lock(&self.0);
+        slots.stamps[slot as usize] = Stamp::default();
+        let pair = slot / 2;
+        let (held, last) = &mut slots.holders[pair as usize];
+        *held = held.saturating_sub(1);
+        *last = (*last).max(seq);
+        if *held == 0 {
+            let last = *last;
+            slots.retiring.push((pair, last));
+        }
+    }
+
+    /// Notes that submission `seq` writes `slot` (each pair in `writes`).
+    fn written(&self, writes: &[(u32, u64)]) {
+        let mut slots = lock(&self.0);
+        for &(slot, seq) in writes {
+            slots.stamps[slot as usize] = Stamp { seq, ticks: None };
+        }
+    }
+
+    /// The value submission `seq` wrote into `slot`, if read already.
+    fn read(&self, slot: u32, seq: u64) -> Option<u64> {
+        let s = lock(&self.0).stamps[slot as usize];
+        (s.seq == seq).then_some(s.ticks).flatten()
+    }
+
+    /// The slots written by completed submissions (through `completed`)
+    /// and not read yet, in slot order: `(slot, seq)`.
+    fn unread(&self, completed: u64) -> Vec<(u32, u64)> {
+        let slots = lock(&self.0);
+        (0..QUERY_SLOTS)
+            .zip(&slots.stamps)
+            .filter(|(_, s)| s.seq != 0 && s.seq <= completed && s.ticks.is_none())
+            .map(|(slot, s)| (slot, s.seq))
+            .collect()
+    }
+
+    /// Keeps the values read for those of `slots` that `ticks` covers
+    /// (`ticks[i]`: slot `first + i`) and that still hold what was read.
+    fn keep(&self, slots: &[(u32, u64)], first: u32, ticks: &[u64]) {
+        let mut state = lock(&self.0);
+        for &(slot, seq) in slots {
+            let Some(&t) = slot.checked_sub(first).and_then(|i| ticks.get(i as usize)) else {
+                continue;
+            };
+            let s = &mut state.stamps[slot as usize];
+            if s.seq == seq {
+                s.ticks = Some(t);
+            }
+        }
+    }
+}
+
+/// The timestamp submission `at` wrote into `slot`, in ticks: read from
+/// the device's values already read, or else every completed unread slot
+/// is resolved at once (one submission, one map).
+fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> Result<u64> {
+    if let Some(t) = d.query_slots.read(slot, at.seq()) {
+        return Ok(t);
+    }
+    at.wait()?;
+    let unread = d.query_slots.unread(d.order.completed());
+    let runs = runs(&unread);
+    let values = resolve(d, qs, &runs)?;
+    for (run, values) in runs.iter().zip(&values) {
+        d.query_slots.keep(&unread, run.start, values);
+    }
+    d.query_slots.read(slot, at.seq()).ok_or_else(|| {
+        Error::backend(
+            TY,
+            format!(
+                "timestamp slot {slot} holds no value of submission {}",
+                at.seq()
+            ),
+        )
+    })
+}
+
+/// Ticks to nanoseconds of the device's timestamp clock.
+fn ticks_ns(d: &WgpuDevice, ticks: u64) -> i64 {
+    let period = f64::from(d.queue.get_timestamp_period());
+    if period == 1.0 {
+        ticks as i64
+    } else {
+        (ticks as f64 * period).round() as i64
     }
 }
 
@@ -113,7 +239,7 @@ impl Events for Wgpu {
                         ),
                     ));
                 }
-                Some(d.query_slots.take(d.order.completed())?)
+                Some(d.query_slots.take(d.order.completed(), 1)?)
             }
             None => None,
         };
@@ -121,7 +247,9 @@ impl Events for Wgpu {
             (Some(slot), Some(qs)) => {
                 let mut enc = d.encoder();
                 enc.write_timestamp(qs, slot);
-                stream.submit(enc)?
+                let at = stream.submit(enc)?;
+                d.query_slots.written(&[(slot, at.seq())]);
+                at
             }
             _ => stream.point(),
         };
@@ -150,7 +278,8 @@ impl Events for Wgpu {
         let (Some(qa), Some(qb), Some(qs)) = (start.query, end.query, &d.timestamps) else {
             return Err(Error::invalid("the events were recorded without timing"));
         };
-        let (t0, t1) = resolve(d, qs, qa, qb)?;
+        let t0 = ticks(d, qs, qa, &start.at)?;
+        let t1 = ticks(d, qs, qb, &end.at)?;
         let ticks = if t1 >= t0 {
             (t1 - t0) as f64
         } else {
@@ -169,31 +298,191 @@ impl Events for Wgpu {
                 .give_back(slot, event.at.seq());
         }
     }
+
+    /// The event's timestamp in nanoseconds of the device's timestamp
+    /// clock (read in a batch with every other completed slot). wgpu reads
+    /// no host-correlated device clock, so the profiler calibrates it by
+    /// paired sampling.
+    fn event_time_ns(&self, event: &WgpuEvent) -> Result<Option<i64>> {
+        let d = event.at.device();
+        let (Some(slot), Some(qs)) = (event.query, &d.timestamps) else {
+            return Ok(None);
+        };
+        Ok(Some(ticks_ns(d, ticks(d, qs, slot, &event.at)?)))
+    }
+
+    /// Takes two slots and arms them for the thread's next submissions on
+    /// `stream`: the work's own submissions write the timestamps (a
+    /// kernel's compute pass, or `write_timestamp` in the same
+    /// `queue.submit`), so profiling adds no submission.
+    fn begin_timed_work(&self, stream: &'static QueueStream) -> Result<bool> {
+        let d = stream.device();
+        if d.timestamps.is_none() {
+            return Ok(false);
+        }
+        // A bracket left armed (its span's work failed before it ended)
+        // gives its slots back.
+        if let Some(old) = stream::disarm() {
+            abandon(old);
+        }
+        // Adjacent slots (see `QuerySlots`).
+        let start = d.query_slots.take(d.order.completed(), 2)?;
+        stream::arm(Bracket {
+            stream,
+            start,
+            end: start + 1,
+            first: None,
+            last: None,
+        });
+        Ok(true)
+    }
+
+    /// The events of the bracketed submissions. Work that submitted
+    /// nothing (a wait, an untimed event) gets one submission writing both
+    /// timestamps.
+    fn end_timed_work(
+        &self,
+        stream: &'static QueueStream,
+    ) -> Result<Option<(WgpuEvent, WgpuEvent)>> {
+        let d = stream.device();
+        let Some(b) = stream::disarm() else {
+            return Ok(None);
+        };
+        let (Some(qs), true) = (&d.timestamps, std::ptr::eq(b.stream, stream)) else {
+            abandon(b);
+            return Ok(None);
+        };
+        let (first, last) = match (b.first, b.last) {
+            (Some(first), Some(last)) => (stream.point_at(first), stream.point_at(last)),
+            _ => {
+                let mut enc = d.encoder();
+                enc.write_timestamp(qs, b.start);
+                enc.write_timestamp(qs, b.end);
+                match stream.submit(enc) {
+                    Ok(at) => (at.clone(), at),
+                    Err(e) => {
+                        abandon(b);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        d.query_slots
+            .written(&[(b.start, first.seq()), (b.end, last.seq())]);
+        Ok(Some((
+            WgpuEvent {
+                at: first,
+                query: Some(b.start),
+            },
+            WgpuEvent {
+                at: last,
+                query: Some(b.end),
+            },
+        )))
+    }
 }
 
-/// The timestamps in slots `a` and `b` of `qs`, in ticks.
-fn resolve(d: &'static WgpuDevice, qs: &wgpu::QuerySet, a: u32, b: u32) -> Result<(u64, u64)> {
-    // Each resolve target offset must be a multiple of 256.
+/// Gives back the slots of a bracket that produced no events, once the
+/// work that may still write them has run.
+fn abandon(b: Bracket) {
+    let d = b.stream.device();
+    let seq = b.last.unwrap_or(0);
+    d.query_slots.give_back(b.start, seq);
+    d.query_slots.give_back(b.end, seq);
+}
+
+/// Slots closer than this to the previous unread slot are resolved in the
+/// same range (the 256-byte alignment of each range's place in the
+/// resolve buffer is 32 slots).
+const RUN_GAP: u32 = 64;
+
+/// The ranges of slots to resolve for `unread` (in slot order): runs of
+/// slots less than [`RUN_GAP`] apart. Resolving one range from the lowest
+/// to the highest slot would make the driver read every slot between
+/// (up to the whole query set once slots are recycled).
+fn runs(unread: &[(u32, u64)]) -> Vec<Range<u32>> {
+    let mut runs: Vec<Range<u32>> = Vec::new();
+    for &(slot, _) in unread {
+        match runs.last_mut() {
+            Some(run) if slot < run.end + RUN_GAP => run.end = slot + 1,
+            _ => runs.push(slot..slot + 1),
+        }
+    }
+    runs
+}
+
+/// The timestamps in each range of `runs` of `qs`, in ticks: resolved
+/// into one buffer (each range at a 256-byte aligned offset), with one
+/// submission and one map.
+fn resolve(
+    d: &'static WgpuDevice,
+    qs: &wgpu::QuerySet,
+    runs: &[Range<u32>],
+) -> Result<Vec<Vec<u64>>> {
     let align = wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+    let mut offsets = Vec::with_capacity(runs.len());
+    let mut bytes = 0u64;
+    for run in runs {
+        offsets.push(bytes);
+        bytes += (u64::from(run.end - run.start) * 8).next_multiple_of(align);
+    }
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
     let resolve = new_buffer(
         d,
-        2 * align,
+        bytes,
         wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         false,
     )?;
-    let read = d.readbacks.take(d, 16)?;
+    let read = d.readbacks.take(d, bytes)?;
     let mut enc = d.encoder();
-    enc.resolve_query_set(qs, a..a + 1, &resolve, 0);
-    enc.resolve_query_set(qs, b..b + 1, &resolve, align);
-    enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, 8);
-    enc.copy_buffer_to_buffer(&resolve, align, &read, 8, 8);
+    for (run, &offset) in runs.iter().zip(&offsets) {
+        // Slots never written resolve to zero (wgpu tracks which were).
+        enc.resolve_query_set(qs, run.clone(), &resolve, offset);
+    }
+    enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
     // Through the submission lock like every submission (Note [wgpu
     // completion tracking]).
     let at = submit_outside_streams(d, enc)?;
-    let bytes = map_read(&at, &read, 0, 16)?;
+    let mapped = map_read(&at, &read, 0, bytes as usize)?;
     d.readbacks.give(d, read);
     d.gl.release(resolve);
-    let t0 = u64::from_le_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
-    let t1 = u64::from_le_bytes(bytes[8..16].try_into().unwrap_or([0; 8]));
-    Ok((t0, t1))
+    Ok(runs
+        .iter()
+        .zip(&offsets)
+        .map(|(run, &offset)| {
+            let at = offset as usize;
+            mapped[at..at + 8 * (run.end - run.start) as usize]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Range;
+
+    use super::{RUN_GAP, runs};
+
+    #[test]
+    fn unread_slots_resolve_in_runs_of_near_slots() {
+        let unread = |slots: &[u32]| slots.iter().map(|&s| (s, 1)).collect::<Vec<_>>();
+        assert!(runs(&[]).is_empty());
+        assert_eq!(
+            runs(&unread(&[0, 1, 2, 3])),
+            vec![Range { start: 0, end: 4 }]
+        );
+        // A small gap stays in the run; a large one starts another (slots
+        // recycled from both ends of the query set are not resolved with
+        // everything between).
+        assert_eq!(runs(&unread(&[4, 5, 9])), vec![Range { start: 4, end: 10 }]);
+        let far = 10 + RUN_GAP;
+        assert_eq!(
+            runs(&unread(&[4, 5, 9, far, 4094, 4095])),
+            [4..10, far..far + 1, 4094..4096]
+        );
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::device::{WgpuDevice, lock};
 use super::memory::WgpuBuffer;
-use super::stream::QueueStream;
+use super::stream::{QueueStream, Stamps};
 use super::{TY, Wgpu};
 use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::error::{Error, Result};
@@ -195,7 +195,8 @@ fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
 /// the ranges `buffers` (buffer, offset, length) bound in order and a
 /// parameter buffer of its own holding `params`. A range's length is
 /// rounded up to 4 bytes (wgpu's storage binding granularity) within its
-/// buffer; a whole buffer is bound as such.
+/// buffer; a whole buffer is bound as such. The compute pass writes
+/// `stamps` (a profiler bracket's timestamps), if given.
 pub(super) fn record_dispatch(
     d: &WgpuDevice,
     encoder: &mut wgpu::CommandEncoder,
@@ -203,6 +204,7 @@ pub(super) fn record_dispatch(
     grid: [u32; 3],
     buffers: &[(&wgpu::Buffer, u64, u64)],
     params: &[u8],
+    stamps: Option<&Stamps<'_>>,
 ) -> Result<()> {
     let uniform = params_buffer(d, params)?;
     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
@@ -233,7 +235,11 @@ pub(super) fn record_dispatch(
     });
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: None,
-        timestamp_writes: None,
+        timestamp_writes: stamps.map(|s| wgpu::ComputePassTimestampWrites {
+            query_set: s.query_set,
+            beginning_of_pass_write_index: s.start,
+            end_of_pass_write_index: Some(s.end),
+        }),
     });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &group, &[]);
@@ -291,10 +297,17 @@ impl Kernels for Wgpu {
             .map(|b| (b.buffer.raw(), b.offset as u64, b.len as u64))
             .collect();
         let mut enc = d.encoder();
-        record_dispatch(d, &mut enc, &pipeline, grid, &raw, params)?;
+        // A profiled launch's span: its own pass writes the timestamps.
+        let stamps = stream.stamps();
+        record_dispatch(d, &mut enc, &pipeline, grid, &raw, params, stamps.as_ref())?;
         // A binding the shader does not accept is a wgpu validation error,
         // reported by `submit` (through the uncaptured-error handler).
-        stream.submit(enc).map_err(|e| Error::Kernel {
+        let submitted = if stamps.is_some() {
+            stream.submit_stamped(enc)
+        } else {
+            stream.submit(enc)
+        };
+        submitted.map_err(|e| Error::Kernel {
             kernel: kernel.name.to_owned(),
             message: format!("wgpu rejected the launch: {e}"),
         })?;

@@ -174,6 +174,7 @@ fn record_copy(
         [x as u32, y as u32, 1],
         &[(src, 0, src.size()), (dst, 0, dst.size())],
         &params,
+        None,
     )
 }
 

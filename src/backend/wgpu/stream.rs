@@ -90,6 +90,7 @@
 //! inside `submit`; `launch` still waits in lavapipe's `vkQueueSubmit` for
 //! the *previous* submission, never for its own.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,7 +252,7 @@ impl SubmissionOrder {
         &self,
         d: &'static WgpuDevice,
         stream: Option<&QueueStream>,
-        encoder: wgpu::CommandEncoder,
+        encoders: impl IntoIterator<Item = wgpu::CommandEncoder>,
     ) -> Result<Point> {
         // On GL, a submission runs its commands (and compiles a pipeline's
         // shader at its first dispatch), then waits for them: Note [GL
@@ -259,7 +260,9 @@ impl SubmissionOrder {
         // other holder of both.
         let exclusive = d.gl.exclusive();
         let mut last = lock(&self.last);
-        let index = d.queue.submit([encoder.finish()]);
+        let index = d
+            .queue
+            .submit(encoders.into_iter().map(wgpu::CommandEncoder::finish));
         *last += 1;
         let seq = *last;
         if let Some(stream) = stream {
@@ -298,6 +301,46 @@ impl SubmissionOrder {
     }
 }
 
+/// Timestamps the calling thread has asked for around its next
+/// submissions on one stream (the profiler's device spans, see
+/// `begin_timed_work` in `event.rs`): `start` is written at the beginning
+/// of the first submission, `end` at the end of every one (the last one's
+/// stays). Both are written by the work's own submissions: a kernel's
+/// compute pass (`ComputePassDescriptor::timestamp_writes`), otherwise
+/// `write_timestamp` in the same `queue.submit`.
+#[derive(Clone, Copy)]
+pub(super) struct Bracket {
+    /// Brackets are per thread and stream.
+    pub(super) stream: &'static QueueStream,
+    pub(super) start: u32,
+    pub(super) end: u32,
+    /// Sequence numbers of the first and last bracketed submissions.
+    pub(super) first: Option<u64>,
+    pub(super) last: Option<u64>,
+}
+
+thread_local! {
+    static BRACKET: Cell<Option<Bracket>> = const { Cell::new(None) };
+}
+
+/// Arms `bracket` for this thread, returning the one it replaces.
+pub(super) fn arm(bracket: Bracket) -> Option<Bracket> {
+    BRACKET.with(|b| b.replace(Some(bracket)))
+}
+
+/// Disarms and returns this thread's bracket.
+pub(super) fn disarm() -> Option<Bracket> {
+    BRACKET.with(Cell::take)
+}
+
+/// What a bracketed submission writes ([`QueueStream::stamps`]).
+pub(super) struct Stamps<'a> {
+    pub(super) query_set: &'a wgpu::QuerySet,
+    /// The bracket's start, on its first submission.
+    pub(super) start: Option<u32>,
+    pub(super) end: u32,
+}
+
 /// One logical stream of a device's queue; see the module docs.
 pub struct QueueStream {
     device: &'static WgpuDevice,
@@ -331,8 +374,64 @@ impl QueueStream {
 
     /// Submits `encoder`'s commands on this stream; returns the point right
     /// after them. Reports a wgpu error the submission raised.
-    pub(super) fn submit(&self, encoder: wgpu::CommandEncoder) -> Result<Point> {
-        self.device.order.submit(self.device, Some(self), encoder)
+    ///
+    /// Where the calling thread has a [`Bracket`] armed on this stream, the
+    /// same submission writes its timestamps: the start (first bracketed
+    /// submission only) in an encoder of its own ahead of `encoder`, the
+    /// end at the end of `encoder`.
+    pub(super) fn submit(&self, mut encoder: wgpu::CommandEncoder) -> Result<Point> {
+        let d = self.device;
+        let Some(stamps) = self.stamps() else {
+            return d.order.submit(d, Some(self), [encoder]);
+        };
+        let start = stamps.start.map(|slot| {
+            let mut e = d.encoder();
+            e.write_timestamp(stamps.query_set, slot);
+            e
+        });
+        encoder.write_timestamp(stamps.query_set, stamps.end);
+        let at = d
+            .order
+            .submit(d, Some(self), start.into_iter().chain([encoder]))?;
+        self.bracketed(at.seq);
+        Ok(at)
+    }
+
+    /// Submits `encoder`, which already writes the timestamps
+    /// [`stamps`](Self::stamps) asked for (a kernel's compute pass), on
+    /// this stream.
+    pub(super) fn submit_stamped(&self, encoder: wgpu::CommandEncoder) -> Result<Point> {
+        let at = self
+            .device
+            .order
+            .submit(self.device, Some(self), [encoder])?;
+        self.bracketed(at.seq);
+        Ok(at)
+    }
+
+    /// The timestamps the calling thread's bracket on this stream wants
+    /// its next submission to write; `None` when it has none armed here.
+    pub(super) fn stamps(&self) -> Option<Stamps<'static>> {
+        let b = BRACKET
+            .with(Cell::get)
+            .filter(|b| std::ptr::eq(b.stream, self))?;
+        Some(Stamps {
+            query_set: self.device.timestamps.as_ref()?,
+            start: b.first.is_none().then_some(b.start),
+            end: b.end,
+        })
+    }
+
+    /// Notes that submission `seq` wrote the calling thread's bracket on
+    /// this stream.
+    fn bracketed(&self, seq: u64) {
+        BRACKET.with(|cell| {
+            if let Some(mut b) = cell.get().filter(|b| std::ptr::eq(b.stream, self)) {
+                b.first.get_or_insert(seq);
+                b.last = Some(seq);
+                cell.set(Some(b));
+            }
+        });
     }
 
     /// The point after everything submitted on this stream so far.
@@ -340,6 +439,15 @@ impl QueueStream {
         Point {
             device: self.device,
             seq: self.last.load(Ordering::Acquire),
+            index: None,
+        }
+    }
+
+    /// The point after submission `seq` of this stream's device.
+    pub(super) fn point_at(&self, seq: u64) -> Point {
+        Point {
+            device: self.device,
+            seq,
             index: None,
         }
     }
@@ -407,5 +515,5 @@ pub(super) fn submit_outside_streams(
     device: &'static WgpuDevice,
     encoder: wgpu::CommandEncoder,
 ) -> Result<Point> {
-    device.order.submit(device, None, encoder)
+    device.order.submit(device, None, [encoder])
 }
