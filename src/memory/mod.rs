@@ -173,6 +173,22 @@ struct State {
     retired: [[u64; 3]; 2],
 }
 
+impl State {
+    /// The state of a new allocator: nothing reserved, nothing cached.
+    fn new(config: AllocConfig, total_memory: Option<u64>, unusable: Option<String>) -> State {
+        State {
+            pools: Pools::new(policy(&config)),
+            config,
+            pending: Vec::new(),
+            empty: None,
+            total_memory,
+            unusable,
+            caches: Vec::new(),
+            retired: [[0; 3]; 2],
+        }
+    }
+}
+
 /// One device's caching allocator; see the [module docs](self).
 pub(crate) struct DeviceAllocator {
     device: Device,
@@ -246,16 +262,7 @@ fn standalone(device: Device) -> &'static DeviceAllocator {
         fast: AtomicBool::new(true),
         fast_limit: AtomicU64::new(u64::MAX),
         events: false,
-        state: Mutex::new(State {
-            pools: Pools::new(policy(&config)),
-            config,
-            pending: Vec::new(),
-            empty: None,
-            total_memory: props.total_memory,
-            unusable: None,
-            caches: Vec::new(),
-            retired: [[0; 3]; 2],
-        }),
+        state: Mutex::new(State::new(config, props.total_memory, None)),
     }))
 }
 
@@ -298,16 +305,7 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
         fast: AtomicBool::new(fast),
         fast_limit: AtomicU64::new(config.max_split_size.unwrap_or(u64::MAX)),
         events: true,
-        state: Mutex::new(State {
-            pools: Pools::new(policy(&config)),
-            config,
-            pending: Vec::new(),
-            empty: None,
-            total_memory: props.total_memory,
-            unusable,
-            caches: Vec::new(),
-            retired: [[0; 3]; 2],
-        }),
+        state: Mutex::new(State::new(config, props.total_memory, unusable)),
     }))
 }
 
