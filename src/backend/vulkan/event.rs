@@ -1,10 +1,22 @@
 //! Vulkan events: a point on a stream's timeline semaphore, and for timed
 //! events a timestamp query written by a submission of its own.
 //!
-//! Each device has one timestamp query pool. A timed event takes a slot on
-//! its first record and keeps it across records (c10 reuses one native
-//! event the same way); a destroyed event's slot is reused once the work
-//! that may still write it has run.
+//! Each device has one timestamp query pool. A slot is reset on the host
+//! (`vkResetQueryPool`, never inside a command buffer) and then written
+//! once, by one submission, before it is reset again. Slots are held by
+//! reference count: a timed event holds its slot (each record takes a
+//! fresh one and releases the previous record's), and a profiled
+//! operation's two events hold theirs, where one slot may be both the
+//! end of a span and the start of the next (`stream.rs`'s brackets: on a
+//! busy stream a profiled launch writes only its end timestamp). A slot
+//! nothing holds is recycled once the submission that writes it has run:
+//! released slots are reset in batches, one `vkResetQueryPool` per run of
+//! adjacent slots. Reads go in runs too: a completed slot is read together
+//! with the adjacent slots after it whose writers have completed, in one
+//! `vkGetQueryPoolResults` (lavapipe makes the whole device idle in every
+//! call), and the values are kept until the slot is reset; free slots are
+//! handed out lowest first, so a stream's consecutive spans sit side by
+//! side.
 
 use std::sync::Mutex;
 use std::time::Instant;
