@@ -155,7 +155,12 @@ impl Timestamps {
     pub(super) fn release(&self, device: &ash::Device, slot: u32) {
         let mut slots = lock(&self.slots);
         let s = &mut slots.table[slot as usize];
-        s.refs = s.refs.saturating_sub(1);
+        if s.refs == 0 {
+            // Not held: retiring it again would free it twice.
+            debug_assert!(false, "timestamp slot {slot} released more often than held");
+            return;
+        }
+        s.refs -= 1;
         if s.refs == 0 {
             slots.retiring.push(slot);
             if slots.retiring.len() >= slots.recycle_at {
