@@ -324,7 +324,9 @@ fn calibrated_device_spans_lie_inside_their_host_interval() {
 /// the timed event recorded inside a span lies within it. Spans whose
 /// first submission found the stream busy share the previous span's end
 /// as their start (one timestamp per launch); a span on an idle stream
-/// writes a start of its own, after the previous end.
+/// writes a start of its own, after the previous end, and so does a span
+/// after which another stream submitted to the same queue (its work may
+/// run in between).
 ///
 /// The bracketed work is made through the backend interface (timed event
 /// records, and spans with no submission of their own), not through
@@ -428,6 +430,49 @@ fn busy_stream_spans_share_timestamps_and_idle_spans_start_their_own() {
         "{shared} of {} spans after the first on the busy stream started at the previous end",
         idle - 1
     );
+
+    // Busy again, but another stream submits to the same queue between
+    // the spans: its work may run first, so no span shares a start.
+    let queues: usize = keel::properties(d)
+        .expect("properties")
+        .extra
+        .iter()
+        .find(|(k, _)| k == "compute queues")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("the compute queue count");
+    let other = (0..64)
+        .map(|_| keel::get_stream_from_pool(d, false).expect("pool"))
+        .find(|o| *o != s)
+        .expect("a second pool stream");
+    spin(200_000);
+    let mut interleaved: Vec<Span> = Vec::new();
+    for _ in 0..8 {
+        interleaved.push(bracket(false));
+        let mut e = None;
+        g.record(&mut e, &other, d.index(), EventFlag::Timing)
+            .expect("record on the other stream");
+        if let Some(h) = e {
+            g.destroy_event(h, d.index());
+        }
+    }
+    s.synchronize().expect("sync");
+    other.synchronize().expect("sync");
+    let times: Vec<(i64, i64)> = interleaved
+        .iter()
+        .map(|(a, b, _)| (time(a), time(b)))
+        .collect();
+    for (i, w) in times.windows(2).enumerate() {
+        assert!(w[0].0 <= w[0].1 && w[0].1 <= w[1].0, "span {i}: {w:?}");
+        if queues == 1 {
+            assert_ne!(
+                w[0].1,
+                w[1].0,
+                "span {} shared a start across another stream's work",
+                i + 1
+            );
+        }
+    }
+    spans.extend(interleaved);
     for (a, b, e) in spans {
         for h in [Some(a), Some(b), e].into_iter().flatten() {
             g.destroy_event(h, d.index());

@@ -71,9 +71,19 @@ struct State {
     last: u64,
     /// Event waits for the next submission.
     pending: Vec<(vk::Semaphore, u64)>,
-    /// The end query slot of the last bracketed submission and that
-    /// submission's value (a later one may start where it ends).
-    last_end: Option<(u32, u64)>,
+    /// The last bracketed submission's end (a later one may start there).
+    last_end: Option<LastEnd>,
+}
+
+/// A bracketed submission's end timestamp.
+#[derive(Clone, Copy)]
+struct LastEnd {
+    /// Its query slot.
+    slot: u32,
+    /// The submission's value.
+    value: u64,
+    /// Its queue's submission count right after it.
+    queued: u64,
 }
 
 /// Timestamps the calling thread has asked for around its next
@@ -469,11 +479,13 @@ impl VkStream {
             .wait_semaphore_infos(&waits)
             .command_buffer_infos(&cbs)
             .signal_semaphore_infos(&signal)];
-        let queue = lock(&self.ctx.queues[self.queue]);
+        let mut queue = lock(&self.ctx.queues[self.queue]);
         // SAFETY: the queue is externally synchronised by its mutex; every
         // handle in `submit` is alive, and the command buffer stays alive
         // (in `in_flight`) until the semaphore reaches `value`.
-        let result = unsafe { device.queue_submit2(*queue, &submit, vk::Fence::null()) };
+        let result = unsafe { device.queue_submit2(queue.handle, &submit, vk::Fence::null()) };
+        queue.submissions += 1;
+        let queued = queue.submissions;
         drop(queue);
         if let Err(e) = result {
             state.free.push(cb);
@@ -495,7 +507,11 @@ impl VkStream {
             b.first = b.first.or(Some(value));
             b.last = Some(value);
             BRACKET.with(|cell| cell.set(Some(b)));
-            state.last_end = Some((m.end, value));
+            state.last_end = Some(LastEnd {
+                slot: m.end,
+                value,
+                queued,
+            });
         }
         if let (Some((i, _)), Some(ring)) = (slot, state.params.as_mut()) {
             ring.used[i] = value;
@@ -552,29 +568,34 @@ impl VkStream {
 
     /// The start of a span whose first submission is about to be made:
     /// while the stream is busy with the previous bracketed submission
-    /// (the stream's last one, not yet completed, and no event waits
-    /// queued), the new work starts on the device when that one ends, so
-    /// its end timestamp is shared as this span's start (one timestamp
-    /// per launch instead of two). `None` when the stream is idle, or
-    /// when that slot was released meanwhile: the submission writes a
-    /// start of its own.
+    /// (the stream's last one, not yet completed, with no event waits
+    /// queued and no other stream's submission on the queue since), the
+    /// new work starts on the device when that one ends, so its end
+    /// timestamp is shared as this span's start (one timestamp per launch
+    /// instead of two). `None` otherwise, or when that slot was released
+    /// meanwhile: the submission writes a start of its own.
     ///
     /// "Busy" is read on the host just before submitting; if the previous
-    /// work completes in between, the span also counts the few
-    /// microseconds until this submission reaches the device.
+    /// work completes in between (or another stream's submission reaches
+    /// the queue in between), the span also counts the few microseconds
+    /// until this submission reaches the device (or that work).
     fn chained_start(&self, state: &mut State) -> Result<Option<u32>> {
-        let Some((slot, value)) = state.last_end else {
+        let Some(end) = state.last_end else {
             return Ok(None);
         };
-        if value != state.last || value <= state.done || !state.pending.is_empty() {
+        if end.value != state.last || end.value <= state.done || !state.pending.is_empty() {
+            return Ok(None);
+        }
+        // Another stream's work queued in between could run first.
+        if lock(&self.ctx.queues[self.queue]).submissions != end.queued {
             return Ok(None);
         }
         state.done = state.done.max(counter(&self.ctx.device, self.semaphore)?);
-        if value <= state.done {
+        if end.value <= state.done {
             return Ok(None);
         }
-        let shared = self.ctx.timestamps.share(slot, &self.point(value));
-        Ok(shared.then_some(slot))
+        let shared = self.ctx.timestamps.share(end.slot, &self.point(end.value));
+        Ok(shared.then_some(end.slot))
     }
 
     /// Waits for everything submitted so far and releases what it kept.
