@@ -53,7 +53,7 @@ struct Slot {
     value: Option<u64>,
 }
 
-/// Free slots (reset, ascending from the end), released slots waiting for
+/// Free slots (reset; popped from the end, lowest first), released slots waiting for
 /// the work that writes them, and every slot's state.
 struct QuerySlots {
     free: Vec<u32>,
