@@ -53,8 +53,8 @@ struct Slot {
     value: Option<u64>,
 }
 
-/// Free slots (reset; popped from the end, lowest first), released slots waiting for
-/// the work that writes them, and every slot's state.
+/// Free slots (reset; popped from the end, lowest first), released slots
+/// waiting for the work that writes them, and every slot's state.
 struct QuerySlots {
     free: Vec<u32>,
     retiring: Vec<u32>,
