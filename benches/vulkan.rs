@@ -10,7 +10,10 @@
 //! parameters made once, one pre-allocated command buffer per dispatch
 //! recorded and submitted, no allocation per dispatch. It runs twice:
 //! with all 10,000 submissions queued at once, and with at most 512 in
-//! flight, the bound Keel's per-stream parameter ring sets.
+//! flight, the bound Keel's per-stream parameter ring sets. With a
+//! profiling session, the raw loop also runs with one timestamp query per
+//! dispatch and without (what the driver alone costs for the timestamps a
+//! profiled launch writes).
 //!
 //! Run: `cargo bench --bench vulkan`. Results in docs/BENCHMARKS.md.
 
@@ -44,6 +47,8 @@ struct Raw {
     layout: vk::PipelineLayout,
     set: vk::DescriptorSet,
     cbs: Vec<vk::CommandBuffer>,
+    /// One timestamp slot per dispatch, plus one for a start.
+    queries: vk::QueryPool,
     _keep: (ash::Entry, ash::Instance, Vec<vk::DeviceMemory>),
 }
 
@@ -72,7 +77,9 @@ impl Raw {
             let qinfo = [vk::DeviceQueueCreateInfo::default()
                 .queue_family_index(family)
                 .queue_priorities(&prio)];
-            let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+            let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+                .timeline_semaphore(true)
+                .host_query_reset(true);
             let mut f13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
             let device = instance
                 .create_device(
@@ -242,6 +249,14 @@ impl Raw {
                         .command_buffer_count(DISPATCHES as u32),
                 )
                 .expect("command buffers");
+            let queries = device
+                .create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(DISPATCHES as u32 + 1),
+                    None,
+                )
+                .expect("query pool");
             Raw {
                 device,
                 queue,
@@ -251,6 +266,7 @@ impl Raw {
                 layout,
                 set,
                 cbs,
+                queries,
                 _keep: (entry, instance, memories),
             }
         }
@@ -261,14 +277,21 @@ impl Raw {
     /// Records and submits the dispatches. With `window`, at most that
     /// many are in flight (the host waits for the oldest before submitting
     /// more), as Keel's parameter ring bounds a stream's launches in
-    /// flight (512).
+    /// flight (512). With `timestamps`, what a profiled Keel launch on a
+    /// busy stream writes: an ALL_COMMANDS timestamp after each dispatch
+    /// (and a TOP_OF_PIPE start before the first), into slots reset on the
+    /// host before the run and read in one call after it.
     #[allow(clippy::undocumented_unsafe_blocks)]
-    fn run(&mut self, window: Option<u64>) {
+    fn run(&mut self, window: Option<u64>, timestamps: bool) {
         unsafe {
             let d = &self.device;
             let groups = N.div_ceil(256);
             let base = self.value;
-            for &cb in &self.cbs {
+            let slots = DISPATCHES as u32 + 1;
+            if timestamps {
+                d.reset_query_pool(self.queries, 0, slots);
+            }
+            for (i, &cb) in self.cbs.iter().enumerate() {
                 if let Some(w) = window
                     && self.value - base >= w
                 {
@@ -284,6 +307,10 @@ impl Raw {
                 }
                 d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
                     .expect("begin");
+                if timestamps && i == 0 {
+                    let top = vk::PipelineStageFlags2::TOP_OF_PIPE;
+                    d.cmd_write_timestamp2(cb, top, self.queries, DISPATCHES as u32);
+                }
                 d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
                 d.cmd_bind_descriptor_sets(
                     cb,
@@ -294,6 +321,10 @@ impl Raw {
                     &[],
                 );
                 d.cmd_dispatch(cb, groups, 1, 1);
+                if timestamps {
+                    let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                    d.cmd_write_timestamp2(cb, all, self.queries, i as u32);
+                }
                 d.end_command_buffer(cb).expect("end");
                 let wait = [vk::SemaphoreSubmitInfo::default()
                     .semaphore(self.semaphore)
@@ -321,6 +352,17 @@ impl Raw {
                 u64::MAX,
             )
             .expect("wait");
+            if timestamps {
+                let mut ticks = vec![0u64; slots as usize];
+                d.get_query_pool_results(
+                    self.queries,
+                    0,
+                    &mut ticks,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+                .expect("results");
+                black_box(ticks);
+            }
         }
     }
 }
@@ -354,12 +396,12 @@ fn dispatches(c: &mut Criterion) {
     let raw = std::cell::RefCell::new(raw);
     let raw_run = || {
         let start = Instant::now();
-        raw.borrow_mut().run(None);
+        raw.borrow_mut().run(None, false);
         start.elapsed()
     };
     let raw_window_run = || {
         let start = Instant::now();
-        raw.borrow_mut().run(Some(512));
+        raw.borrow_mut().run(Some(512), false);
         start.elapsed()
     };
     // Each iteration runs both back to back and counts only its own (see
@@ -445,6 +487,35 @@ fn dispatches(c: &mut Criterion) {
                 .map(|_| {
                     run();
                     profiled()
+                })
+                .sum()
+        })
+    });
+    // The driver's floor: the raw loop (512 in flight, as Keel) with and
+    // without the one timestamp per dispatch a profiled Keel launch on a
+    // busy stream writes, interleaved the same way.
+    let raw_floor = |timestamps: bool| {
+        let start = Instant::now();
+        raw.borrow_mut().run(Some(512), timestamps);
+        start.elapsed()
+    };
+    g.bench_function("raw_ash_no_timestamps", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let t = raw_floor(false);
+                    raw_floor(true);
+                    t
+                })
+                .sum()
+        })
+    });
+    g.bench_function("raw_ash_one_timestamp", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    raw_floor(false);
+                    raw_floor(true)
                 })
                 .sum()
         })

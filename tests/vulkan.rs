@@ -317,6 +317,170 @@ fn calibrated_device_spans_lie_inside_their_host_interval() {
     no_validation_errors();
 }
 
+/// The profiler's device spans as the Vulkan backend makes them
+/// (`begin_timed_work` / `end_timed_work`, what the profiler calls around
+/// each operation), on a stream kept busy by a long kernel: each span's
+/// start is at most its end, each ends no later than the next starts, and
+/// the timed event recorded inside a span lies within it. Spans whose
+/// first submission found the stream busy share the previous span's end
+/// as their start (one timestamp per launch); a span on an idle stream
+/// writes a start of its own, after the previous end, and so does a span
+/// after which another stream submitted to the same queue (its work may
+/// run in between).
+///
+/// The bracketed work is made through the backend interface (timed event
+/// records, and spans with no submission of their own), not through
+/// stream operations: a profiler session another test may have open does
+/// not bracket it, so this test needs no session (and no lock).
+#[test]
+fn busy_stream_spans_share_timestamps_and_idle_spans_start_their_own() {
+    use keel::backend::registry;
+    use keel::{EventFlag, backend::EventHandle};
+    let Some(d) = conformance::device(TY) else {
+        return;
+    };
+    if keel::properties(d)
+        .expect("properties")
+        .timestamps
+        .is_none()
+    {
+        eprintln!("{d} has no timestamps; skipped");
+        return;
+    }
+    let g = registry::available_guard_impl(TY).expect("vulkan");
+    let s = keel::get_stream_from_pool(d, false).expect("pool");
+    let n = 4096u32;
+    let out = Buffer::new(d, 4 * n as usize).expect("buffer");
+    let spin = |iters: u32| {
+        let params: Vec<u8> = [n, iters].iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.launch(
+            &kernels::SPIN,
+            kernels::SPIN.grid_for(u64::from(n)),
+            &[&out],
+            &params,
+        )
+        .expect("spin");
+    };
+    spin(1); // the pipeline, compiled before the stream is made busy
+    s.synchronize().expect("sync");
+
+    let time = |e: &EventHandle| {
+        g.event_time_ns(e)
+            .expect("event time")
+            .expect("a calibrated clock (lavapipe has one)")
+    };
+    // (start, end, timed event inside or None)
+    type Span = (EventHandle, EventHandle, Option<EventHandle>);
+    let bracket = |with_event: bool| -> Span {
+        assert!(g.begin_timed_work(&s).expect("begin"), "Vulkan times work");
+        let mut inside = None;
+        if with_event {
+            g.record(&mut inside, &s, d.index(), EventFlag::Timing)
+                .expect("record");
+        }
+        let (start, end) = g
+            .end_timed_work(&s)
+            .expect("end")
+            .expect("a bracketed span");
+        (start, end, inside)
+    };
+
+    // Busy: a kernel of many milliseconds, then spans queued behind it.
+    spin(200_000);
+    let mut spans: Vec<Span> = (0..64).map(|i| bracket(i % 5 != 3)).collect();
+    // Idle: everything has completed before the next span is made.
+    s.synchronize().expect("sync");
+    spans.push(bracket(true));
+    spans.push(bracket(false));
+    s.synchronize().expect("sync");
+
+    let times: Vec<(i64, i64, Option<i64>)> = spans
+        .iter()
+        .map(|(a, b, e)| (time(a), time(b), e.as_ref().map(time)))
+        .collect();
+    let mut shared = 0;
+    for (i, &(start, end, inside)) in times.iter().enumerate() {
+        assert!(start <= end, "span {i}: start {start} after end {end}");
+        if let Some(t) = inside {
+            assert!(
+                start <= t && t <= end,
+                "span {i}: event {t} outside {start}..{end}"
+            );
+        }
+        if i > 0 {
+            let prev_end = times[i - 1].1;
+            assert!(
+                prev_end <= start,
+                "span {i} starts at {start}, before the previous end {prev_end}"
+            );
+            if i < times.len() - 2 {
+                shared += usize::from(prev_end == start);
+            }
+        }
+    }
+    let idle = times.len() - 2;
+    assert!(
+        times[idle].0 > times[idle - 1].1,
+        "the span on an idle stream starts after the previous end: {:?}",
+        &times[idle - 1..=idle]
+    );
+    // The second span after the long kernel was submitted while it ran.
+    assert!(shared >= 1, "no busy span shared its start: {times:?}");
+    eprintln!(
+        "{shared} of {} spans after the first on the busy stream started at the previous end",
+        idle - 1
+    );
+
+    // Busy again, but another stream submits to the same queue between
+    // the spans: its work may run first, so no span shares a start.
+    let queues: usize = keel::properties(d)
+        .expect("properties")
+        .extra
+        .iter()
+        .find(|(k, _)| k == "compute queues")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("the compute queue count");
+    let other = (0..64)
+        .map(|_| keel::get_stream_from_pool(d, false).expect("pool"))
+        .find(|o| *o != s)
+        .expect("a second pool stream");
+    spin(200_000);
+    let mut interleaved: Vec<Span> = Vec::new();
+    for _ in 0..8 {
+        interleaved.push(bracket(false));
+        let mut e = None;
+        g.record(&mut e, &other, d.index(), EventFlag::Timing)
+            .expect("record on the other stream");
+        if let Some(h) = e {
+            g.destroy_event(h, d.index());
+        }
+    }
+    s.synchronize().expect("sync");
+    other.synchronize().expect("sync");
+    let times: Vec<(i64, i64)> = interleaved
+        .iter()
+        .map(|(a, b, _)| (time(a), time(b)))
+        .collect();
+    for (i, w) in times.windows(2).enumerate() {
+        assert!(w[0].0 <= w[0].1 && w[0].1 <= w[1].0, "span {i}: {w:?}");
+        if queues == 1 {
+            assert_ne!(
+                w[0].1,
+                w[1].0,
+                "span {} shared a start across another stream's work",
+                i + 1
+            );
+        }
+    }
+    spans.extend(interleaved);
+    for (a, b, e) in spans {
+        for h in [Some(a), Some(b), e].into_iter().flatten() {
+            g.destroy_event(h, d.index());
+        }
+    }
+    no_validation_errors();
+}
+
 const PROBE: &str = "probe_vulkan_unavailable";
 
 /// Runs in a child process whose Vulkan loader finds no driver.

@@ -33,11 +33,20 @@ pub(super) fn vk_error(what: &str, e: vk::Result) -> Error {
 }
 
 /// One logical device.
+/// A queue of the compute family, used under its mutex (Vulkan queues are
+/// externally synchronised), and how many submissions it has had (a
+/// stream tells from it whether another stream submitted to the queue
+/// since its own last submission, see `stream.rs`).
+pub(super) struct Queue {
+    pub(super) handle: vk::Queue,
+    pub(super) submissions: u64,
+}
+
 pub struct Ctx {
     pub(super) index: DeviceIndex,
     pub(super) adapter: &'static Adapter,
     pub(super) device: ash::Device,
-    pub(super) queues: Vec<Mutex<vk::Queue>>,
+    pub(super) queues: Vec<Mutex<Queue>>,
     next_queue: AtomicUsize,
     pub(super) allocator: Mutex<Allocator>,
     pub(super) timestamps: Timestamps,
@@ -215,8 +224,14 @@ impl Ctx {
         let device = unsafe { v.instance.create_device(adapter.physical, &info, None) }
             .map_err(|e| vk_error("vkCreateDevice", e))?;
         let queues = (0..adapter.queue_count)
-            // SAFETY: the family and indices were requested at creation.
-            .map(|q| Mutex::new(unsafe { device.get_device_queue(adapter.family, q) }))
+            .map(|q| {
+                Mutex::new(Queue {
+                    // SAFETY: the family and indices were requested at
+                    // creation.
+                    handle: unsafe { device.get_device_queue(adapter.family, q) },
+                    submissions: 0,
+                })
+            })
             .collect();
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: v.instance.clone(),

@@ -1,10 +1,22 @@
 //! Vulkan events: a point on a stream's timeline semaphore, and for timed
 //! events a timestamp query written by a submission of its own.
 //!
-//! Each device has one timestamp query pool. A timed event takes a slot on
-//! its first record and keeps it across records (c10 reuses one native
-//! event the same way); a destroyed event's slot is reused once the work
-//! that may still write it has run.
+//! Each device has one timestamp query pool. A slot is reset on the host
+//! (`vkResetQueryPool`, never inside a command buffer) and then written
+//! once, by one submission, before it is reset again. Slots are held by
+//! reference count: a timed event holds its slot (each record takes a
+//! fresh one and releases the previous record's), and a profiled
+//! operation's two events hold theirs, where one slot may be both the
+//! end of a span and the start of the next (`stream.rs`'s brackets: on a
+//! busy stream a profiled launch writes only its end timestamp). A slot
+//! nothing holds is recycled once the submission that writes it has run:
+//! released slots are reset in batches, one `vkResetQueryPool` per run of
+//! adjacent slots. Reads go in runs too: a completed slot is read together
+//! with the adjacent slots after it whose writers have completed, in one
+//! `vkGetQueryPoolResults` (lavapipe makes the whole device idle in every
+//! call), and the values are kept until the slot is reset; free slots are
+//! handed out lowest first, so a stream's consecutive spans sit side by
+//! side.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -18,22 +30,64 @@ use crate::backend::ClockSample;
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
-/// Timestamp queries per device (two per timed event pair, or per
-/// profiled operation whose work is still queued): 256 KiB of results.
+/// Timestamp queries per device: 256 KiB of results.
 const QUERY_SLOTS: u32 = 32768;
 
-/// Free timestamp query slots, and slots of destroyed events that may still
-/// be written by work in flight (reused once that work completes).
-#[derive(Default)]
-struct QuerySlots {
-    free: Vec<u32>,
-    retiring: Vec<(u32, Point)>,
+/// Released slots that trigger a recycling pass (at least this many since
+/// the last pass), so slots are reset on the host in batches.
+const RECYCLE_BATCH: usize = 1024;
+
+/// The most slots one `vkGetQueryPoolResults` call reads.
+const READ_RUN: usize = 4096;
+
+/// One timestamp query slot.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// Holders: events, and a bracket between its submissions. 0: free,
+    /// or released and waiting for its writer.
+    refs: u32,
+    /// The submission that writes the slot, once submitted. A slot is
+    /// written once between two (host) resets.
+    writer: Option<Point>,
+    /// The slot's timestamp, once read.
+    value: Option<u64>,
 }
 
-/// A device's timestamp query pool and its slots.
+/// Free slots (reset; popped from the end, lowest first), released slots
+/// waiting for the work that writes them, and every slot's state.
+struct QuerySlots {
+    free: Vec<u32>,
+    retiring: Vec<u32>,
+    /// `retiring`'s length that triggers the next recycling pass.
+    recycle_at: usize,
+    table: Vec<Slot>,
+}
+
+/// A device's timestamp query pool and its slots (see the module docs).
 pub(super) struct Timestamps {
-    pool: vk::QueryPool,
+    pub(super) pool: vk::QueryPool,
     slots: Mutex<QuerySlots>,
+}
+
+/// Whether `point` has been reached, reading each semaphore's counter at
+/// most once per call (`seen` caches them).
+fn reached(point: &Point, seen: &mut Vec<(vk::Semaphore, u64)>) -> bool {
+    if point.value == 0 {
+        return true;
+    }
+    let counter = match seen.iter().find(|(s, _)| *s == point.semaphore) {
+        Some(&(_, v)) => v,
+        None => {
+            let v = point.counter().unwrap_or(0);
+            seen.push((point.semaphore, v));
+            v
+        }
+    };
+    point.value <= counter
+}
+
+fn same_writer(a: Option<Point>, b: &Point) -> bool {
+    a.is_some_and(|a| a.semaphore == b.semaphore && a.value == b.value)
 }
 
 impl Timestamps {
@@ -53,48 +107,174 @@ impl Timestamps {
             slots: Mutex::new(QuerySlots {
                 free: (0..QUERY_SLOTS).rev().collect(),
                 retiring: Vec::new(),
+                recycle_at: RECYCLE_BATCH,
+                table: vec![Slot::default(); QUERY_SLOTS as usize],
             }),
         })
     }
 
-    /// A slot for a timed event. Retiring slots are looked at only when no
-    /// slot is free, with one semaphore read per stream (not per slot).
-    fn take(&self) -> Result<u32> {
+    /// A reset slot, held once by the caller. Recycles released slots
+    /// when none is free.
+    pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
         let mut slots = lock(&self.slots);
-        if let Some(slot) = slots.free.pop() {
-            return Ok(slot);
+        if slots.free.is_empty() {
+            self.recycle(device, &mut slots);
         }
-        let mut reached: Vec<(vk::Semaphore, u64)> = Vec::new();
-        let mut i = 0;
-        while i < slots.retiring.len() {
-            let (slot, point) = slots.retiring[i];
-            let counter = match reached.iter().find(|(s, _)| *s == point.semaphore) {
-                _ if point.value == 0 => 0,
-                Some(&(_, v)) => v,
-                None => {
-                    let v = point.counter().unwrap_or(0);
-                    reached.push((point.semaphore, v));
-                    v
-                }
-            };
-            if point.value <= counter {
-                slots.retiring.swap_remove(i);
-                slots.free.push(slot);
-            } else {
-                i += 1;
-            }
-        }
-        slots.free.pop().ok_or_else(|| {
+        let slot = slots.free.pop().ok_or_else(|| {
             Error::backend(
                 TY,
                 format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
             )
-        })
+        })?;
+        slots.table[slot as usize].refs = 1;
+        Ok(slot)
     }
 
-    /// Gives `slot` back once `point` has been reached.
-    fn release(&self, slot: u32, point: Point) {
-        lock(&self.slots).retiring.push((slot, point));
+    /// Holds `slot` once more, if it is still held and still written by
+    /// `writer` (a slot released meanwhile may already be recycled).
+    pub(super) fn share(&self, slot: u32, writer: &Point) -> bool {
+        let mut slots = lock(&self.slots);
+        let s = &mut slots.table[slot as usize];
+        let ok = s.refs > 0 && same_writer(s.writer, writer);
+        if ok {
+            s.refs += 1;
+        }
+        ok
+    }
+
+    /// Notes that the submission `writer` (submitted) writes `slots`.
+    pub(super) fn written(&self, slots: &[u32], writer: Point) {
+        let mut table = lock(&self.slots);
+        for &s in slots {
+            table.table[s as usize].writer = Some(writer);
+        }
+    }
+
+    /// Drops one hold of `slot`; the last one retires it: it is reset and
+    /// reused once its writer has run.
+    pub(super) fn release(&self, device: &ash::Device, slot: u32) {
+        let mut slots = lock(&self.slots);
+        let s = &mut slots.table[slot as usize];
+        if s.refs == 0 {
+            // Not held: retiring it again would free it twice.
+            debug_assert!(false, "timestamp slot {slot} released more often than held");
+            return;
+        }
+        s.refs -= 1;
+        if s.refs == 0 {
+            slots.retiring.push(slot);
+            if slots.retiring.len() >= slots.recycle_at {
+                self.recycle(device, &mut slots);
+            }
+        }
+    }
+
+    /// Resets, on the host, every retiring slot whose writer has run (one
+    /// `vkResetQueryPool` per run of adjacent slots) and frees them, lowest
+    /// first. One semaphore read per stream, not per slot.
+    fn recycle(&self, device: &ash::Device, slots: &mut QuerySlots) {
+        let QuerySlots {
+            free,
+            retiring,
+            recycle_at,
+            table,
+        } = slots;
+        let mut seen = Vec::new();
+        let mut ready = Vec::new();
+        retiring.retain(|&slot| {
+            let done = match &table[slot as usize].writer {
+                None => true,
+                Some(point) => reached(point, &mut seen),
+            };
+            if done {
+                ready.push(slot);
+            }
+            !done
+        });
+        ready.sort_unstable();
+        let mut i = 0;
+        while i < ready.len() {
+            let first = ready[i];
+            let mut count = 1;
+            while i + count < ready.len() && ready[i + count] == first + count as u32 {
+                count += 1;
+            }
+            // SAFETY: host query reset is enabled; the slots are held by
+            // nobody and the submissions that wrote them have completed,
+            // so no pending command uses them.
+            unsafe { device.reset_query_pool(self.pool, first, count as u32) };
+            i += count;
+        }
+        for &slot in &ready {
+            table[slot as usize] = Slot::default();
+        }
+        free.extend(ready.iter().rev());
+        *recycle_at = retiring.len() + RECYCLE_BATCH;
+    }
+
+    /// The timestamp in `slot`, whose writer has completed (the caller
+    /// checks). Reads it with the following slots whose writers have
+    /// completed too (a stream's spans take adjacent slots), in one
+    /// `vkGetQueryPoolResults`, and keeps the values.
+    fn read(&self, device: &ash::Device, slot: u32) -> Result<u64> {
+        let first = slot as usize;
+        let run = {
+            let mut slots = lock(&self.slots);
+            let s = &slots.table[first];
+            if let Some(v) = s.value {
+                return Ok(v);
+            }
+            if s.refs == 0 || s.writer.is_none() {
+                return Err(Error::backend(
+                    TY,
+                    "a timestamp query slot was read before it was written",
+                ));
+            }
+            let mut seen = Vec::new();
+            let mut run = 1;
+            while run < READ_RUN && first + run < slots.table.len() {
+                let next = &slots.table[first + run];
+                let readable = next.refs > 0
+                    && next.value.is_none()
+                    && next.writer.is_some_and(|p| reached(&p, &mut seen));
+                if !readable {
+                    break;
+                }
+                run += 1;
+            }
+            // Held while read without the lock, so none is recycled.
+            for s in &mut slots.table[first..first + run] {
+                s.refs += 1;
+            }
+            run
+        };
+        let mut data = vec![0u64; run];
+        // SAFETY: every slot read was written by a submission that has
+        // completed (the caller's, checked by the caller; the others
+        // checked above) and is held, so not reset meanwhile; `data` holds
+        // one 64-bit result per slot.
+        let result = unsafe {
+            device.get_query_pool_results(
+                self.pool,
+                slot,
+                &mut data,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        };
+        let mut slots = lock(&self.slots);
+        for (i, &v) in data.iter().enumerate() {
+            let s = &mut slots.table[first + i];
+            if result.is_ok() {
+                s.value = Some(v);
+            }
+            s.refs -= 1;
+            if s.refs == 0 {
+                let slot = (first + i) as u32;
+                slots.retiring.push(slot);
+            }
+        }
+        result.map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
+        Ok(data[0])
     }
 }
 
@@ -122,19 +302,7 @@ impl VkEvent {
             .query
             .ok_or_else(|| Error::invalid("the event was recorded without timing"))?;
         let c: &Ctx = self.point.ctx;
-        let mut data = [0u64; 1];
-        // SAFETY: the slot was written by a completed submission (callers
-        // check completion first); `data` holds one 64-bit result.
-        unsafe {
-            c.device.get_query_pool_results(
-                c.timestamps.pool,
-                slot,
-                &mut data,
-                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-            )
-        }
-        .map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
-        Ok(data[0])
+        c.timestamps.read(&c.device, slot)
     }
 }
 
@@ -181,8 +349,10 @@ impl Events for Vulkan {
         Ok(Some(ticks_ns(c, event.timestamp()?)))
     }
 
-    /// Records an event on `stream`; a timed event keeps the query slot of
-    /// its previous record.
+    /// Records an event on `stream`; an event recorded with timing once
+    /// stays timed. Each timed record writes a fresh query slot (a slot is
+    /// written once between host resets); the previous record's slot is
+    /// released.
     fn record_event(
         &self,
         stream: &'static VkStream,
@@ -190,30 +360,28 @@ impl Events for Vulkan {
         timing: bool,
     ) -> Result<()> {
         let c = stream.ctx;
-        let query = match event.as_ref().and_then(|p| p.query) {
-            Some(slot) => Some(slot),
-            None if timing => {
-                if c.adapter.timestamp_valid_bits == 0 {
-                    return Err(Error::unsupported(
-                        TY,
-                        format!(
-                            "timing events on {} (its queue family has no timestamps)",
-                            c.adapter.name
-                        ),
-                    ));
-                }
-                Some(c.timestamps.take()?)
+        let timed = timing || event.as_ref().is_some_and(|p| p.query.is_some());
+        let query = if timed {
+            if c.adapter.timestamp_valid_bits == 0 {
+                return Err(Error::unsupported(
+                    TY,
+                    format!(
+                        "timing events on {} (its queue family has no timestamps)",
+                        c.adapter.name
+                    ),
+                ));
             }
-            None => None,
+            Some(c.timestamps.take(&c.device)?)
+        } else {
+            None
         };
         let value = if let Some(slot) = query {
             let pool = c.timestamps.pool;
-            stream.submit(
+            let submitted = stream.submit(
                 |d, cb| {
-                    // SAFETY: `cb` is recording; the slot belongs to this
-                    // event and is reset before it is written, in order.
+                    // SAFETY: `cb` is recording; the slot was reset on the
+                    // host and is written only here.
                     unsafe {
-                        d.cmd_reset_query_pool(cb, pool, slot, 1);
                         d.cmd_write_timestamp2(
                             cb,
                             vk::PipelineStageFlags2::ALL_COMMANDS,
@@ -223,13 +391,26 @@ impl Events for Vulkan {
                     }
                 },
                 Vec::new(),
-            )?
+            );
+            match submitted {
+                Ok(v) => {
+                    c.timestamps.written(&[slot], stream.point(v));
+                    v
+                }
+                Err(e) => {
+                    c.timestamps.release(&c.device, slot);
+                    return Err(e);
+                }
+            }
         } else if stream.has_pending_waits() {
             // The event must come after the waits queued on the stream.
             stream.submit(|_, _| {}, Vec::new())?
         } else {
             stream.last_value()
         };
+        if let Some(slot) = event.as_ref().and_then(|p| p.query) {
+            c.timestamps.release(&c.device, slot);
+        }
         *event = Some(VkEvent {
             point: stream.point(value),
             query,
@@ -276,102 +457,73 @@ impl Events for Vulkan {
         Ok(signed * f64::from(c.adapter.props.limits.timestamp_period) / 1e6)
     }
 
-    /// Its query slot is reused once the event's work has run.
+    /// Its query slot is reused once nothing holds it and the work that
+    /// writes it has run.
     fn release_event(&self, event: VkEvent) {
         if let Some(slot) = event.query {
-            event.point.ctx.timestamps.release(slot, event.point);
+            let c = event.point.ctx;
+            c.timestamps.release(&c.device, slot);
         }
     }
 
-    /// Takes two query slots and arms them for the thread's next
-    /// submissions on `stream`: the work's own command buffers write the
-    /// timestamps (no submission of their own).
+    /// Arms a bracket for the thread's next submissions on `stream`: the
+    /// work's own command buffers write the timestamps (no submission of
+    /// their own), taking their query slots as they are recorded.
     fn begin_timed_work(&self, stream: &'static VkStream) -> Result<bool> {
-        let c = stream.ctx;
-        if c.adapter.timestamp_valid_bits == 0 {
+        if stream.ctx.adapter.timestamp_valid_bits == 0 {
             return Ok(false);
         }
         // A bracket left armed (its span's work failed before it ended)
         // gives its slots back.
-        if let Some(old) = stream::disarm() {
-            abandon(c, old);
+        if let Some(old) = stream::arm(Bracket::new(stream)) {
+            abandon(old);
         }
-        let start = c.timestamps.take()?;
-        let end = match c.timestamps.take() {
-            Ok(slot) => slot,
-            Err(e) => {
-                c.timestamps.release(start, stream.point(0));
-                return Err(e);
-            }
-        };
-        stream::arm(Bracket {
-            stream,
-            pool: c.timestamps.pool,
-            start,
-            end,
-            first: None,
-            last: None,
-        });
         Ok(true)
     }
 
     /// The events of the bracketed submissions. Work that submitted
-    /// nothing (a wait queued for later, an untimed event) gets one
-    /// submission writing both timestamps.
+    /// nothing (a wait queued for later, an untimed event) gets an empty
+    /// submission of its own, bracketed like any other.
     fn end_timed_work(&self, stream: &'static VkStream) -> Result<Option<(VkEvent, VkEvent)>> {
-        let c = stream.ctx;
-        let Some(b) = stream::disarm() else {
+        let Some(mut b) = stream::disarm() else {
             return Ok(None);
         };
         if !std::ptr::eq(b.stream, stream) {
-            abandon(c, b);
+            abandon(b);
             return Ok(None);
         }
-        let (first, last) = match (b.first, b.last) {
-            (Some(first), Some(last)) => (first, last),
-            _ => {
-                let (pool, start, end) = (b.pool, b.start, b.end);
-                let submitted = stream.submit(
-                    |d, cb| {
-                        // SAFETY: `cb` is recording; both slots belong to
-                        // this bracket and are reset before they are
-                        // written, in order.
-                        unsafe {
-                            d.cmd_reset_query_pool(cb, pool, start, 1);
-                            d.cmd_reset_query_pool(cb, pool, end, 1);
-                            let all = vk::PipelineStageFlags2::ALL_COMMANDS;
-                            d.cmd_write_timestamp2(cb, all, pool, start);
-                            d.cmd_write_timestamp2(cb, all, pool, end);
-                        }
-                    },
-                    Vec::new(),
-                );
-                match submitted {
-                    Ok(v) => (v, v),
-                    Err(e) => {
-                        abandon(c, b);
-                        return Err(e);
-                    }
-                }
+        if b.first.is_none() {
+            stream::arm(b);
+            let submitted = stream.submit(|_, _| {}, Vec::new());
+            b = stream::disarm().unwrap_or(b);
+            if let Err(e) = submitted {
+                abandon(b);
+                return Err(e);
             }
+        }
+        let (Some(first), Some(last), Some(start), Some(end)) = (b.first, b.last, b.start, b.end)
+        else {
+            abandon(b);
+            return Ok(None);
         };
         Ok(Some((
             VkEvent {
                 point: stream.point(first),
-                query: Some(b.start),
+                query: Some(start),
             },
             VkEvent {
                 point: stream.point(last),
-                query: Some(b.end),
+                query: Some(end),
             },
         )))
     }
 }
 
-/// Gives back the slots of a bracket that produced no events, once the
-/// work that may still write them has run.
-fn abandon(c: &Ctx, b: Bracket) {
-    let point = b.stream.point(b.last.unwrap_or(0));
-    c.timestamps.release(b.start, point);
-    c.timestamps.release(b.end, point);
+/// Gives back the slots a bracket holds (it produced no events); each is
+/// reused once the work that writes it has run.
+fn abandon(b: Bracket) {
+    let c = b.stream.ctx;
+    for slot in [b.start, b.end].into_iter().flatten() {
+        c.timestamps.release(&c.device, slot);
+    }
 }

@@ -15,7 +15,7 @@
 //! | query / synchronize | `vkGetSemaphoreCounterValue` / `vkWaitSemaphores` |
 //! | `elapsed_time` | timestamp ticks x `timestampPeriod`, masked to `timestampValidBits`; an error when the queue family has no timestamps |
 //! | memory | gpu-allocator: device-local buffers, host-visible staging buffers for copies pooled per device; out of memory is an error |
-//! | profiler device spans | timestamp queries written inside the operation's own command buffers; calibrated timestamps (KHR or EXT) for the clock where offered |
+//! | profiler device spans | timestamp queries written inside the operation's own command buffers (on a busy stream only the end: the start is the previous operation's end); calibrated timestamps (KHR or EXT) for the clock where offered |
 //! | kernel | WGSL -> SPIR-V by naga (cached per kernel), one compute pipeline per (device, kernel); buffers are storage bindings 0..n, parameters a uniform at binding n |
 //!
 //! Availability: when the loader is missing, the instance cannot be

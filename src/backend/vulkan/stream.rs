@@ -71,22 +71,64 @@ struct State {
     last: u64,
     /// Event waits for the next submission.
     pending: Vec<(vk::Semaphore, u64)>,
+    /// The last bracketed submission's end (a later one may start there).
+    last_end: Option<LastEnd>,
+}
+
+/// A bracketed submission's end timestamp.
+#[derive(Clone, Copy)]
+struct LastEnd {
+    /// Its query slot.
+    slot: u32,
+    /// The submission's value.
+    value: u64,
+    /// Its queue's submission count right after it.
+    queued: u64,
 }
 
 /// Timestamps the calling thread has asked for around its next
 /// submissions on one stream (the profiler's device spans, see
-/// `event.rs`): `start` is written at the beginning of the first
-/// submission, `end` at the end of every one (the last one's stays).
+/// `event.rs`). The first submission gets the start: a TOP_OF_PIPE
+/// timestamp of its own, or, when the stream is busy with the previous
+/// profiled submission (see [`VkStream::chained_start`]), that
+/// submission's end. Every submission writes an end timestamp into a slot
+/// of its own (slots are written once between host resets); the last
+/// one's is the span's end.
 #[derive(Clone, Copy)]
 pub(super) struct Bracket {
     /// Brackets are per thread and stream.
     pub(super) stream: &'static VkStream,
-    pub(super) pool: vk::QueryPool,
-    pub(super) start: u32,
-    pub(super) end: u32,
+    /// The start's query slot, once the first submission chose it (one
+    /// hold of it).
+    pub(super) start: Option<u32>,
+    /// The last submission's end slot (one hold of it).
+    pub(super) end: Option<u32>,
     /// Values of the first and last bracketed submissions.
     pub(super) first: Option<u64>,
     pub(super) last: Option<u64>,
+}
+
+impl Bracket {
+    /// A bracket on `stream` with nothing submitted yet.
+    pub(super) fn new(stream: &'static VkStream) -> Bracket {
+        Bracket {
+            stream,
+            start: None,
+            end: None,
+            first: None,
+            last: None,
+        }
+    }
+}
+
+/// The query slots one bracketed submission holds before it is submitted.
+struct Marks {
+    /// A slot its start is written into (the first submission on an idle
+    /// stream).
+    write_start: Option<u32>,
+    /// The start slot taken or shared by this submission.
+    new_start: Option<u32>,
+    end: u32,
 }
 
 thread_local! {
@@ -199,6 +241,7 @@ impl VkStream {
                 in_flight: VecDeque::new(),
                 last: 0,
                 pending: Vec::new(),
+                last_end: None,
             }),
         })
     }
@@ -365,38 +408,46 @@ impl VkStream {
         let bracket = BRACKET
             .with(std::cell::Cell::get)
             .filter(|b| std::ptr::eq(b.stream, self));
+        let marks = match bracket {
+            Some(b) => match self.marks(&mut state, &b) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    state.free.push(cb);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let pool = self.ctx.timestamps.pool;
         // SAFETY: `cb` is not in flight (new, or retired after its
         // submission completed), and its pool is used under our lock.
         // Beginning a command buffer from a RESET_COMMAND_BUFFER pool resets
-        // it implicitly. The bracket's query slots belong to the calling
-        // thread's profiler span on this stream; each is reset before it is
-        // written, in this command buffer, in stream order.
+        // it implicitly. The marks' query slots were reset on the host and
+        // are written by this command buffer only (a slot is written once
+        // between resets).
         let recorded = unsafe {
             device
                 .begin_command_buffer(cb, &begin)
                 .map(|()| {
-                    if let Some(b) = bracket {
+                    if let Some(slot) = marks.as_ref().and_then(|m| m.write_start) {
                         // The start needs no wait for earlier commands:
                         // the whole submission already waits for the
                         // stream's previous one (ALL_COMMANDS), and a
                         // top-of-pipe timestamp spares drivers a flush.
                         let top = vk::PipelineStageFlags2::TOP_OF_PIPE;
-                        if b.first.is_none() {
-                            device.cmd_reset_query_pool(cb, b.pool, b.start, 1);
-                            device.cmd_write_timestamp2(cb, top, b.pool, b.start);
-                        }
-                        device.cmd_reset_query_pool(cb, b.pool, b.end, 1);
+                        device.cmd_write_timestamp2(cb, top, pool, slot);
                     }
                     record(device, cb, slot.map_or(0, |(_, offset)| offset));
-                    if let Some(b) = bracket {
+                    if let Some(m) = &marks {
                         let all = vk::PipelineStageFlags2::ALL_COMMANDS;
-                        device.cmd_write_timestamp2(cb, all, b.pool, b.end);
+                        device.cmd_write_timestamp2(cb, all, pool, m.end);
                     }
                 })
                 .and_then(|()| device.end_command_buffer(cb))
         };
         if let Err(e) = recorded {
             state.free.push(cb);
+            self.unmark(marks);
             return Err(vk_error("recording a command buffer", e));
         }
 
@@ -428,20 +479,39 @@ impl VkStream {
             .wait_semaphore_infos(&waits)
             .command_buffer_infos(&cbs)
             .signal_semaphore_infos(&signal)];
-        let queue = lock(&self.ctx.queues[self.queue]);
+        let mut queue = lock(&self.ctx.queues[self.queue]);
         // SAFETY: the queue is externally synchronised by its mutex; every
         // handle in `submit` is alive, and the command buffer stays alive
         // (in `in_flight`) until the semaphore reaches `value`.
-        let result = unsafe { device.queue_submit2(*queue, &submit, vk::Fence::null()) };
+        let result = unsafe { device.queue_submit2(queue.handle, &submit, vk::Fence::null()) };
+        queue.submissions += 1;
+        let queued = queue.submissions;
         drop(queue);
         if let Err(e) = result {
             state.free.push(cb);
+            self.unmark(marks);
             return Err(vk_error("vkQueueSubmit2", e));
         }
-        if let Some(mut b) = bracket {
+        if let (Some(mut b), Some(m)) = (bracket, marks) {
+            let ts = &self.ctx.timestamps;
+            let point = self.point(value);
+            match m.write_start {
+                Some(start) => ts.written(&[start, m.end], point),
+                None => ts.written(&[m.end], point),
+            }
+            // The previous submission's end is not the span's end.
+            if let Some(old) = b.end.replace(m.end) {
+                ts.release(&self.ctx.device, old);
+            }
+            b.start = b.start.or(m.new_start);
             b.first = b.first.or(Some(value));
             b.last = Some(value);
             BRACKET.with(|cell| cell.set(Some(b)));
+            state.last_end = Some(LastEnd {
+                slot: m.end,
+                value,
+                queued,
+            });
         }
         if let (Some((i, _)), Some(ring)) = (slot, state.params.as_mut()) {
             ring.used[i] = value;
@@ -455,6 +525,77 @@ impl VkStream {
             _keep: keep,
         });
         Ok(value)
+    }
+
+    /// The query slots a submission of bracket `b` writes: an end slot,
+    /// and for the bracket's first submission its start (see
+    /// [`chained_start`](Self::chained_start)).
+    fn marks(&self, state: &mut State, b: &Bracket) -> Result<Marks> {
+        let ts = &self.ctx.timestamps;
+        let device = &self.ctx.device;
+        let (write_start, new_start) = if b.first.is_some() {
+            (None, None)
+        } else if let Some(slot) = self.chained_start(state)? {
+            (None, Some(slot))
+        } else {
+            let slot = ts.take(device)?;
+            (Some(slot), Some(slot))
+        };
+        match ts.take(device) {
+            Ok(end) => Ok(Marks {
+                write_start,
+                new_start,
+                end,
+            }),
+            Err(e) => {
+                if let Some(slot) = new_start {
+                    ts.release(device, slot);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives back the slots of a bracketed submission that failed.
+    fn unmark(&self, marks: Option<Marks>) {
+        if let Some(m) = marks {
+            let ts = &self.ctx.timestamps;
+            for slot in m.new_start.into_iter().chain([m.end]) {
+                ts.release(&self.ctx.device, slot);
+            }
+        }
+    }
+
+    /// The start of a span whose first submission is about to be made:
+    /// while the stream is busy with the previous bracketed submission
+    /// (the stream's last one, not yet completed, with no event waits
+    /// queued and no other stream's submission on the queue since), the
+    /// new work starts on the device when that one ends, so its end
+    /// timestamp is shared as this span's start (one timestamp per launch
+    /// instead of two). `None` otherwise, or when that slot was released
+    /// meanwhile: the submission writes a start of its own.
+    ///
+    /// "Busy" is read on the host just before submitting; if the previous
+    /// work completes in between (or another stream's submission reaches
+    /// the queue in between), the span also counts the few microseconds
+    /// until this submission reaches the device (or that work).
+    fn chained_start(&self, state: &mut State) -> Result<Option<u32>> {
+        let Some(end) = state.last_end else {
+            return Ok(None);
+        };
+        if end.value != state.last || end.value <= state.done || !state.pending.is_empty() {
+            return Ok(None);
+        }
+        // Another stream's work queued in between could run first.
+        if lock(&self.ctx.queues[self.queue]).submissions != end.queued {
+            return Ok(None);
+        }
+        state.done = state.done.max(counter(&self.ctx.device, self.semaphore)?);
+        if end.value <= state.done {
+            return Ok(None);
+        }
+        let shared = self.ctx.timestamps.share(end.slot, &self.point(end.value));
+        Ok(shared.then_some(end.slot))
     }
 
     /// Waits for everything submitted so far and releases what it kept.
