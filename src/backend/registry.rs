@@ -79,19 +79,22 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
     }
 }
 
+/// `ty`'s slot, filled with the built-in backend on first use. By
+/// reference: a copy of the entry through the stack costs a guard a
+/// store-forwarding stall (the copy is read back in narrower loads).
 #[inline]
-fn entry(ty: DeviceType) -> Result<Entry> {
+fn entry(ty: DeviceType) -> Result<&'static Entry> {
     let slot = &SLOTS[usize::from(ty.code())];
     match slot.get() {
-        Some(e) => Ok(*e),
+        Some(e) => Ok(e),
         None => entry_slow(ty, slot),
     }
 }
 
 #[cold]
-fn entry_slow(ty: DeviceType, slot: &OnceLock<Entry>) -> Result<Entry> {
+fn entry_slow(ty: DeviceType, slot: &'static OnceLock<Entry>) -> Result<&'static Entry> {
     match builtin(ty) {
-        Some(b) => Ok(*slot.get_or_init(|| b)),
+        Some(b) => Ok(slot.get_or_init(|| b)),
         None => Err(not_built(ty)),
     }
 }
