@@ -80,15 +80,22 @@ fn timed_events_recycle_their_query_slots() {
     };
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let other = keel::get_stream_from_pool(d, false).expect("pool");
-    // More timed events than the device has query slots (32,768).
+    // More timed records than the device has query slots (32,768), with
+    // no synchronize: the host may run ahead of the device, and then
+    // waits for the oldest record's work instead of running out of slots.
+    // Every record takes a slot; new events and a re-recorded one (whose
+    // previous slot retires) alternate.
+    let mut again = Event::timed(TY);
     for i in 0..40_000 {
-        let mut e = Event::timed(TY);
-        e.record(&s).expect("record");
-        if i % 4000 == 0 {
-            s.synchronize().expect("sync");
+        if i % 2 == 0 {
+            let mut e = Event::timed(TY);
+            e.record(&s).expect("record");
+        } else {
+            again.record(&s).expect("re-record");
         }
     }
     s.synchronize().expect("sync");
+    assert!(again.query().expect("query"));
     // Timestamps of two streams of one device share a clock.
     let mut a = Event::timed(TY);
     let mut b = Event::timed(TY);

@@ -114,20 +114,37 @@ impl Timestamps {
     }
 
     /// A reset slot, held once by the caller. Recycles released slots
-    /// when none is free.
+    /// when none is free; when every released slot is still to be written
+    /// by work in flight (a host that records timed events faster than
+    /// the device runs them), waits for the oldest of that work, as a
+    /// full ring would. An error only when live events hold every slot.
     pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
-        let mut slots = lock(&self.slots);
-        if slots.free.is_empty() {
-            self.recycle(device, &mut slots);
+        loop {
+            let mut slots = lock(&self.slots);
+            if slots.free.is_empty() {
+                self.recycle(device, &mut slots);
+            }
+            if let Some(slot) = slots.free.pop() {
+                slots.table[slot as usize].refs = 1;
+                return Ok(slot);
+            }
+            // Retiring slots left after recycling all have a writer that
+            // has not run; the first retired is the oldest.
+            let oldest = slots
+                .retiring
+                .iter()
+                .find_map(|&slot| slots.table[slot as usize].writer);
+            let Some(writer) = oldest else {
+                return Err(Error::backend(
+                    TY,
+                    format!(
+                        "all {QUERY_SLOTS} timestamp query slots are held by live timed events"
+                    ),
+                ));
+            };
+            drop(slots);
+            writer.wait()?;
         }
-        let slot = slots.free.pop().ok_or_else(|| {
-            Error::backend(
-                TY,
-                format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
-            )
-        })?;
-        slots.table[slot as usize].refs = 1;
-        Ok(slot)
     }
 
     /// Holds `slot` once more, if it is still held and still written by
