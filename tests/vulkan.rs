@@ -11,6 +11,19 @@ use keel::{Buffer, Device, DeviceGuard, DeviceType, Error, Event, kernels};
 
 const TY: DeviceType = DeviceType::Vulkan;
 
+/// Launches the `spin` kernel over `out`'s `n` elements, `iters`
+/// dependent steps each (work that keeps a stream busy for a while).
+fn spin(s: &keel::Stream, out: &Buffer, n: u32, iters: u32) {
+    let params: Vec<u8> = [n, iters].iter().flat_map(|v| v.to_le_bytes()).collect();
+    s.launch(
+        &kernels::SPIN,
+        kernels::SPIN.grid_for(u64::from(n)),
+        &[out],
+        &params,
+    )
+    .expect("spin");
+}
+
 fn no_validation_errors() {
     assert_eq!(
         keel::backend::vulkan::validation_error_count(),
@@ -266,25 +279,12 @@ fn calibrated_device_spans_lie_inside_their_host_interval() {
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let n = 4096u32;
     let out = Buffer::new(d, 4 * n as usize).expect("buffer");
-    let params: Vec<u8> = [n, 20_000].iter().flat_map(|v| v.to_le_bytes()).collect();
     // Warm up the pipeline, so the recorded launch is only the dispatch.
-    s.launch(
-        &kernels::SPIN,
-        kernels::SPIN.grid_for(u64::from(n)),
-        &[&out],
-        &params,
-    )
-    .expect("spin");
+    spin(&s, &out, n, 20_000);
     s.synchronize().expect("sync");
     let session = keel::profiler::start().expect("session");
     let before = session.now_ns();
-    s.launch(
-        &kernels::SPIN,
-        kernels::SPIN.grid_for(u64::from(n)),
-        &[&out],
-        &params,
-    )
-    .expect("spin");
+    spin(&s, &out, n, 20_000);
     s.synchronize().expect("sync");
     let after = session.now_ns();
     let trace = session.stop();
@@ -358,16 +358,7 @@ fn busy_stream_spans_share_timestamps_and_idle_spans_start_their_own() {
     let s = keel::get_stream_from_pool(d, false).expect("pool");
     let n = 4096u32;
     let out = Buffer::new(d, 4 * n as usize).expect("buffer");
-    let spin = |iters: u32| {
-        let params: Vec<u8> = [n, iters].iter().flat_map(|v| v.to_le_bytes()).collect();
-        s.launch(
-            &kernels::SPIN,
-            kernels::SPIN.grid_for(u64::from(n)),
-            &[&out],
-            &params,
-        )
-        .expect("spin");
-    };
+    let spin = |iters: u32| spin(&s, &out, n, iters);
     spin(1); // the pipeline, compiled before the stream is made busy
     s.synchronize().expect("sync");
 

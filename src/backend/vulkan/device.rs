@@ -32,7 +32,6 @@ pub(super) fn vk_error(what: &str, e: vk::Result) -> Error {
     Error::backend(TY, format!("{what} failed: {e}"))
 }
 
-/// One logical device.
 /// A queue of the compute family, used under its mutex (Vulkan queues are
 /// externally synchronised), and how many submissions it has had (a
 /// stream tells from it whether another stream submitted to the queue
@@ -42,6 +41,7 @@ pub(super) struct Queue {
     pub(super) submissions: u64,
 }
 
+/// One logical device.
 pub struct Ctx {
     pub(super) index: DeviceIndex,
     pub(super) adapter: &'static Adapter,
