@@ -6,7 +6,9 @@
 //! "The same" dispatches: `vector_add` on 1,024 elements, each in its own
 //! submission (what a stream operation is). The raw baseline creates the
 //! pipeline, bind group and parameters once and records one compute pass
-//! per submission.
+//! per submission. Raw and Keel loops alternate in every iteration (each
+//! side counts its own), and the group ends by printing the median ratio
+//! of paired rounds (`paired_ratio`).
 //!
 //! Run: `cargo bench --bench wgpu`. Results in docs/BENCHMARKS.md.
 
@@ -20,6 +22,8 @@ use keel::{Buffer, Device, DeviceType, Event, kernels};
 
 const DISPATCHES: usize = 10_000;
 const N: u32 = 1024;
+/// Paired rounds of raw wgpu and Keel for the printed ratio.
+const PAIRED_ROUNDS: usize = 15;
 
 fn api(d: Device) -> String {
     keel::properties(d)
@@ -235,31 +239,12 @@ fn dispatches(c: &mut Criterion) {
         let k = kernels::VECTOR_ADD;
         let params = N.to_le_bytes();
         let raw = Raw::new(backend);
-        let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches"));
-        g.sample_size(10).measurement_time(Duration::from_secs(15));
-        g.throughput(Throughput::Elements(DISPATCHES as u64));
-        g.bench_function("raw_wgpu", |b| b.iter(|| raw.run()));
-        g.bench_function("keel", |b| {
-            b.iter(|| {
-                for _ in 0..DISPATCHES {
-                    s.launch(
-                        &k,
-                        k.grid_for(u64::from(N)),
-                        &[&bufs[0], &bufs[1], &bufs[2]],
-                        &params,
-                    )
-                    .expect("launch");
-                }
-                s.synchronize().expect("sync");
-            })
-        });
-        g.finish();
-
-        // With a profiling session recording and without, each iteration
-        // running both back to back and counting only its own (the
-        // session's start and its trace's assembly are outside the
-        // timing). Flat sampling: a profiled iteration takes seconds.
-        let run = || {
+        let raw_run = || {
+            let start = Instant::now();
+            raw.run();
+            start.elapsed()
+        };
+        let keel_run = || {
             let start = Instant::now();
             for _ in 0..DISPATCHES {
                 s.launch(
@@ -273,9 +258,58 @@ fn dispatches(c: &mut Criterion) {
             s.synchronize().expect("sync");
             start.elapsed()
         };
+        // Both sides in every iteration, each counting only its own, so
+        // that a change in the machine's load falls on both.
+        let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches"));
+        g.sample_size(10)
+            .sampling_mode(SamplingMode::Flat)
+            .measurement_time(Duration::from_secs(15));
+        g.throughput(Throughput::Elements(DISPATCHES as u64));
+        g.bench_function("raw_wgpu", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let t = raw_run();
+                        keel_run();
+                        t
+                    })
+                    .sum()
+            })
+        });
+        g.bench_function("keel", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        raw_run();
+                        keel_run()
+                    })
+                    .sum()
+            })
+        });
+        g.finish();
+        // The ratio from paired rounds (each one raw loop, then one Keel
+        // loop): the median of the per-round ratios.
+        let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
+            .map(|_| {
+                let r = raw_run();
+                keel_run().as_secs_f64() / r.as_secs_f64()
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "wgpu_{api}_10k_dispatches paired_ratio keel/raw: median {:.3} (min {:.3}, max {:.3}, {PAIRED_ROUNDS} rounds)",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+
+        // With a profiling session recording and without, each iteration
+        // running both back to back and counting only its own (the
+        // session's start and its trace's assembly are outside the
+        // timing). Flat sampling: a profiled iteration takes seconds.
         let profiled = || {
             let session = keel::profiler::start().expect("session");
-            let t = run();
+            let t = keel_run();
             black_box(session.stop());
             t
         };
@@ -288,7 +322,7 @@ fn dispatches(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|_| {
-                        let t = run();
+                        let t = keel_run();
                         profiled();
                         t
                     })
@@ -299,7 +333,7 @@ fn dispatches(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|_| {
-                        run();
+                        keel_run();
                         profiled()
                     })
                     .sum()

@@ -107,6 +107,72 @@ fn environment_selects_adapters() {
     }
 }
 
+/// Launches whose bind groups cannot be reused (Note [wgpu parameter
+/// blocks] in `src/backend/wgpu/kernel.rs`): with `backend:direct` every
+/// buffer is a wgpu buffer of its own, destroyed when freed, and there are
+/// more of them than a pipeline keeps groups for. Each launch must bind
+/// its own buffers and its own parameters.
+#[test]
+fn launches_bind_their_own_buffers_and_parameters() {
+    if conformance::device(TY).is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(&exe)
+        .args([
+            "probe_fresh_buffers_each_launch",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("KEEL_ALLOC_CONF", "backend:direct")
+        .output()
+        .expect("child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("probe ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "run by `launches_bind_their_own_buffers_and_parameters` in a child process"]
+fn probe_fresh_buffers_each_launch() {
+    let k = keel::kernels::SAXPY;
+    for d in keel::devices(TY) {
+        let s = keel::default_stream(d).expect("stream");
+        // Some buffers stay alive a while, so live and freed ones mix.
+        let mut kept = std::collections::VecDeque::new();
+        for i in 0..300u32 {
+            let n = 1 + (i * 37) % 700;
+            let x: Vec<f32> = (0..n).map(|j| j as f32).collect();
+            let y = vec![i as f32; n as usize];
+            let bx = Buffer::from_slice(&s, &x).expect("x");
+            let by = Buffer::from_slice(&s, &y).expect("y");
+            let alpha = 0.5 + i as f32;
+            let params = [n.to_le_bytes(), alpha.to_le_bytes()].concat();
+            s.launch(&k, k.grid_for(u64::from(n)), &[&bx, &by], &params)
+                .expect("saxpy");
+            let got = by.read_as::<f32>(&s).expect("read");
+            for (j, g) in got.iter().enumerate() {
+                let want = alpha * j as f32 + i as f32;
+                assert!(
+                    (g - want).abs() <= want.abs() * 1e-6,
+                    "{d}, launch {i}, y[{j}] = {g}, expected {want}"
+                );
+            }
+            if i % 7 == 0 {
+                kept.push_back((bx, by));
+                if kept.len() > 5 {
+                    kept.pop_front();
+                }
+            }
+        }
+    }
+    println!("probe ok");
+}
+
 /// Runs in a child process (a cold Mesa shader cache: see
 /// `gl_compile_does_not_starve_other_threads`): one thread compiles the
 /// tiled matmul kernel on the GL adapter while others keep launching

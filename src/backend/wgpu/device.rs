@@ -244,8 +244,13 @@ impl WgpuDevice {
         // `keel::compute::sum` uses them.
         // Native f16 in WGSL (`enable f16;`), where offered: the f16
         // conversions use it (`keel::compute::f16_storage`).
-        let required_features =
-            offered & (wanted | wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
+        // Immediate data, where offered: kernels' parameter blocks (Note
+        // [wgpu parameter blocks] in `kernel.rs`).
+        let required_features = offered
+            & (wanted
+                | wgpu::Features::SUBGROUP
+                | wgpu::Features::SHADER_F16
+                | wgpu::Features::IMMEDIATES);
         let limits = adapter.adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("keel"),
@@ -326,6 +331,18 @@ impl WgpuDevice {
                 "basic, vote, ballot, shuffle, arithmetic, quad (Features::SUBGROUP)".to_owned(),
             ));
         }
+        // Note [wgpu parameter blocks] in `kernel.rs`.
+        p.extra.push((
+            "kernel parameters".to_owned(),
+            if self.device.features().contains(wgpu::Features::IMMEDIATES) {
+                format!(
+                    "immediate data, up to {} bytes (Features::IMMEDIATES); larger blocks in a uniform buffer",
+                    l.max_immediate_size
+                )
+            } else {
+                "a uniform buffer per launch".to_owned()
+            },
+        ));
         // Read by `keel::compute::f16_storage`.
         p.extra.push((
             "f16 storage".to_owned(),

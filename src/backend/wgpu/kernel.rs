@@ -1,17 +1,31 @@
-//! WGSL kernels on wgpu: one compute pipeline per (device, kernel), with
-//! the layout wgpu derives from the shader. The binding model is the one
-//! the Vulkan backend uses: buffers are storage bindings `0..n` of group 0,
-//! the parameter block a uniform at binding `n`, padded with zeros to a
-//! multiple of 16 bytes. Every declared binding must be used by the shader
-//! (wgpu drops unused ones from derived layouts).
+//! WGSL kernels on wgpu: one compute pipeline per (device, kernel). The
+//! binding model is the one the Vulkan backend uses: buffers are storage
+//! bindings `0..n` of group 0, the parameter block a uniform at binding
+//! `n`, padded with zeros. Every declared binding must be used by the
+//! shader.
 //!
-//! Each launch gets its own parameter buffer. (A single shared one
-//! rewritten with `queue.write_buffer` before each submission made the
-//! conformance suite flaky, as if a running launch saw a later launch's
-//! parameters; not worth the risk for the gain.)
+//! # Note [wgpu parameter blocks]
+//!
+//! Where the device offers immediate data (`Features::IMMEDIATES`: push
+//! constants on Vulkan, uniforms that wgpu sets itself on GL) and the
+//! block fits (`Limits::max_immediate_size`), the kernel's uniform is
+//! rewritten in naga's IR into an immediate (`var<immediate>`, no binding)
+//! and each launch records its parameters into its own compute pass
+//! (`set_immediates`). Nothing is shared between launches, so a running
+//! launch cannot see a later launch's parameters (a single uniform buffer
+//! rewritten with `queue.write_buffer` once made the conformance suite
+//! flaky that way). The bind group then holds only the storage ranges,
+//! and is cached per pipeline by those ranges ([`BindGroups`]): the
+//! caching allocator hands the same blocks out again, so a loop of
+//! launches creates its groups once. Elsewhere (no immediates, a block too
+//! large) each launch creates a uniform buffer of its own, and a group.
+//! On llvmpipe's GL, the buffer and the group were about a fifth of a
+//! small launch's host time (`docs/BENCHMARKS.md`, issue 15).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use smallvec::SmallVec;
 
 use super::device::{WgpuDevice, lock};
 use super::memory::WgpuBuffer;
@@ -33,50 +47,89 @@ fn source_key(wgsl: &'static str, entry: &'static str) -> SourceKey {
 #[derive(Default)]
 pub(super) struct Pipelines(Mutex<HashMap<SourceKey, Arc<Pipeline>>>);
 
-/// A compute pipeline and the layout of its bind group 0 (asked for once).
+/// A compute pipeline, the layout of its bind group 0 (asked for once),
+/// how its launches pass their parameters and its cached bind groups.
 pub(super) struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
+    params: Params,
+    groups: BindGroups,
 }
 
-/// `wgsl` with every storage variable declared `read_write`
-/// (`var<storage>` and `var<storage, read>` included). wgpu tracks usage
-/// per buffer, not per range: a read-only binding and a read-write one of
-/// two buffers in one allocator segment conflict ("conflicting usages"),
-/// while read-write bindings of disjoint ranges do not. A kernel that only
-/// reads a variable is unaffected by its declared access.
-fn storage_read_write(wgsl: &str) -> std::borrow::Cow<'_, str> {
-    let mut out = String::with_capacity(wgsl.len() + 64);
-    let mut rest = wgsl;
-    let mut changed = false;
-    while let Some(i) = rest.find("var") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        rest = tail;
-        let after = tail.trim_start();
-        let ident_before = head[..i]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_alphanumeric() || c == '_');
-        if ident_before || !after.starts_with('<') {
-            continue;
+/// How a pipeline's launches pass their parameter block (Note [wgpu
+/// parameter blocks]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Params {
+    /// Immediate data of this many bytes, a multiple of 4 (0: the kernel
+    /// declares no parameter block).
+    Immediate { size: u32 },
+    /// A uniform buffer of the launch's own at binding `n`.
+    UniformBuffer,
+}
+
+/// Whether `ty` can be immediate data on every backend: 32-bit scalars
+/// and vectors of them, and structs of those (the parameter blocks'
+/// shape). wgpu's GL backend sets each member with a `glUniform` call.
+fn immediate_compatible(module: &naga::Module, ty: naga::Handle<naga::Type>) -> bool {
+    match &module.types[ty].inner {
+        naga::TypeInner::Scalar(s) | naga::TypeInner::Vector { scalar: s, .. } => s.width == 4,
+        naga::TypeInner::Struct { members, .. } => {
+            members.iter().all(|m| immediate_compatible(module, m.ty))
         }
-        let Some(close) = after.find('>') else {
-            continue;
-        };
-        let inner = &after[1..close];
-        if inner.split(',').next().map(str::trim) == Some("storage") {
-            out.push_str("<storage, read_write>");
-            rest = &after[close + 1..];
-            changed = true;
+        _ => false,
+    }
+}
+
+/// `kernel`'s WGSL parsed into naga's IR and prepared for wgpu, with how
+/// its launches pass their parameters:
+///
+/// - every storage variable is made read-write (`var<storage>` and
+///   `var<storage, read>` included). wgpu tracks usage per buffer, not per
+///   range: a read-only binding and a read-write one of two buffers in one
+///   allocator segment conflict ("conflicting usages"), while read-write
+///   bindings of disjoint ranges do not. A kernel that only reads a
+///   variable is unaffected by its declared access;
+/// - the uniform at binding `n` (the parameter block) becomes immediate
+///   data where it fits in `max_immediate` bytes and its type allows
+///   (Note [wgpu parameter blocks]).
+fn prepare(kernel: &Kernel, wgsl: &str, max_immediate: u32) -> Result<(naga::Module, Params)> {
+    let mut module = naga::front::wgsl::parse_str(wgsl).map_err(|e| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: format!("WGSL rejected: {}", e.emit_to_string(wgsl)),
+    })?;
+    let n = u32::try_from(kernel.bindings).unwrap_or(u32::MAX);
+    let at_n = Some(naga::ResourceBinding {
+        group: 0,
+        binding: n,
+    });
+    let block = module
+        .global_variables
+        .iter()
+        .find(|(_, v)| v.space == naga::AddressSpace::Uniform && v.binding == at_n)
+        .map(|(h, v)| (h, v.ty));
+    let params = match block {
+        None => Params::Immediate { size: 0 },
+        Some((var, ty)) => {
+            let size = module.types[ty]
+                .inner
+                .size(module.to_ctx())
+                .next_multiple_of(4);
+            if size <= max_immediate && immediate_compatible(&module, ty) {
+                let v = &mut module.global_variables[var];
+                v.space = naga::AddressSpace::Immediate;
+                v.binding = None;
+                Params::Immediate { size }
+            } else {
+                Params::UniformBuffer
+            }
+        }
+    };
+    for (_, v) in module.global_variables.iter_mut() {
+        if let naga::AddressSpace::Storage { access } = &mut v.space {
+            *access = naga::StorageAccess::LOAD | naga::StorageAccess::STORE;
         }
     }
-    out.push_str(rest);
-    if changed {
-        std::borrow::Cow::Owned(out)
-    } else {
-        std::borrow::Cow::Borrowed(wgsl)
-    }
+    Ok((module, params))
 }
 
 /// The pipeline for `kernel` on `d` (cached).
@@ -89,11 +142,16 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     if let Some(p) = lock(&d.pipelines.0).get(&key) {
         return Ok(Arc::clone(p));
     }
-    // Validate first with naga-style errors from wgpu's own front end,
-    // inside an error scope so a bad kernel is an error, not a panic. GL
-    // compiles here, holding its context (Note [GL context lock]).
-    // The guard lives to the end: a pipeline that loses the race to the
-    // cache, or that wgpu rejected, is freed under it.
+    let max_immediate = if d.device.features().contains(wgpu::Features::IMMEDIATES) {
+        d.limits.max_immediate_size
+    } else {
+        0
+    };
+    let (module, params) = prepare(kernel, wgsl, max_immediate)?;
+    // Validate inside an error scope, so that a bad kernel is an error,
+    // not a panic. GL compiles here, holding its context (Note [GL context
+    // lock]). The guard lives to the end: a pipeline that loses the race
+    // to the cache, or that wgpu rejected, is freed under it.
     let _exclusive = d.gl.exclusive();
     if _exclusive.is_some()
         && let Some(p) = lock(&d.pipelines.0).get(&key)
@@ -104,34 +162,27 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(kernel.name),
-        source: wgpu::ShaderSource::Wgsl(storage_read_write(wgsl)),
+        source: wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)),
     });
-    // An explicit layout with every storage binding read-write (the source
-    // declares them so, see `storage_read_write`).
-    let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+    // An explicit layout: every storage binding read-write (the module
+    // declares them so, see `prepare`), then the parameter block's
+    // uniform where it is not immediate data.
+    let buffer = |binding: u32, ty: wgpu::BufferBindingType| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
         ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Storage { read_only: false },
+            ty,
             has_dynamic_offset: false,
             min_binding_size: None,
         },
         count: None,
     };
     let n = u32::try_from(kernel.bindings).unwrap_or(u32::MAX);
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n)
-        .map(storage)
-        .chain(std::iter::once(wgpu::BindGroupLayoutEntry {
-            binding: n,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        }))
-        .collect();
+    let storage = wgpu::BufferBindingType::Storage { read_only: false };
+    let uniform =
+        (params == Params::UniformBuffer).then(|| buffer(n, wgpu::BufferBindingType::Uniform));
+    let entries: Vec<wgpu::BindGroupLayoutEntry> =
+        (0..n).map(|i| buffer(i, storage)).chain(uniform).collect();
     let layout = d
         .device
         .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -143,7 +194,10 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(kernel.name),
             bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
+            immediate_size: match params {
+                Params::Immediate { size } => size,
+                Params::UniformBuffer => 0,
+            },
         });
     let pipeline = d
         .device
@@ -161,21 +215,69 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             message: format!("WGSL rejected by wgpu: {e}"),
         });
     }
-    let p = Arc::new(Pipeline { pipeline, layout });
+    let p = Arc::new(Pipeline {
+        pipeline,
+        layout,
+        params,
+        groups: BindGroups::default(),
+    });
     Ok(Arc::clone(lock(&d.pipelines.0).entry(key).or_insert(p)))
 }
 
-/// The parameter block padded to a multiple of 16 bytes (at least 16).
-fn padded_params(params: &[u8]) -> Vec<u8> {
-    let len = params.len().max(1).div_ceil(16) * 16;
-    let mut v = params.to_vec();
-    v.resize(len, 0);
-    v
+/// A bound storage range: the buffer, the offset, the size (`None`: to
+/// the buffer's end).
+type Range = (wgpu::Buffer, u64, Option<wgpu::BufferSize>);
+
+/// A pipeline's bind groups that hold storage ranges only, by those
+/// ranges (Note [wgpu parameter blocks]). A group keeps its buffers'
+/// wgpu objects alive, not their memory: Keel destroys a buffer's memory
+/// when it frees the buffer (`WgpuBuffer`'s `Drop`), and a freed buffer's
+/// groups are never looked up again (a new buffer is a new wgpu object).
+/// At most [`BindGroups::KEEP`] per pipeline; a full cache is emptied.
+#[derive(Default)]
+struct BindGroups(Mutex<HashMap<SmallVec<[Range; 4]>, wgpu::BindGroup>>);
+
+impl BindGroups {
+    const KEEP: usize = 256;
+
+    /// The group for `ranges`, created by `create` where none is cached.
+    fn get_or_create(
+        &self,
+        d: &WgpuDevice,
+        ranges: SmallVec<[Range; 4]>,
+        create: impl FnOnce(&[Range]) -> wgpu::BindGroup,
+    ) -> wgpu::BindGroup {
+        if let Some(g) = lock(&self.0).get(&ranges) {
+            return g.clone();
+        }
+        let group = create(&ranges);
+        let mut groups = lock(&self.0);
+        let evicted = (groups.len() >= Self::KEEP).then(|| std::mem::take(&mut *groups));
+        groups.insert(ranges, group.clone());
+        drop(groups);
+        // The evicted groups may hold the last references to buffers.
+        d.gl.release(evicted);
+        group
+    }
 }
 
-/// A uniform buffer holding `params`.
+/// The range `(b, offset, len)` as bound: its length rounded up to 4
+/// bytes (wgpu's storage binding granularity) within its buffer, a whole
+/// buffer as such.
+fn range(b: &wgpu::Buffer, offset: u64, len: u64) -> Range {
+    let size = len.next_multiple_of(4).min(b.size() - offset);
+    if offset == 0 && size == b.size() {
+        (b.clone(), 0, None)
+    } else {
+        (b.clone(), offset, wgpu::BufferSize::new(size))
+    }
+}
+
+/// A uniform buffer holding `params`, padded with zeros to a multiple of
+/// 16 bytes (at least 16).
 fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
-    let data = padded_params(params);
+    let mut data = params.to_vec();
+    data.resize(params.len().max(1).div_ceil(16) * 16, 0);
     let _shared = d.gl.shared();
     let b = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel params"),
@@ -191,12 +293,33 @@ fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
     Ok(b)
 }
 
+/// Binding `i` of a bind group: storage range `r`.
+fn entry((i, (buffer, offset, size)): (usize, &Range)) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry {
+        binding: i as u32,
+        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer,
+            offset: *offset,
+            size: *size,
+        }),
+    }
+}
+
+/// Whether [`record_dispatch`] may keep the launch's bind group for the
+/// same ranges later: only for buffers whose memory Keel destroys when
+/// it frees them (`WgpuBuffer`), not for transient ones (staging).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Group {
+    Cached,
+    Transient,
+}
+
 /// Records into `encoder` a dispatch of `pipeline` over `grid`, with
-/// the ranges `buffers` (buffer, offset, length) bound in order and a
-/// parameter buffer of its own holding `params`. A range's length is
-/// rounded up to 4 bytes (wgpu's storage binding granularity) within its
-/// buffer; a whole buffer is bound as such. The compute pass writes
-/// `stamps` (a profiler bracket's timestamps), if given.
+/// the ranges `buffers` (buffer, offset, length) bound in order (see
+/// [`range`]) and `params` as its parameter block (Note [wgpu parameter
+/// blocks]). The compute pass writes `stamps` (a profiler bracket's
+/// timestamps), if given.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn record_dispatch(
     d: &WgpuDevice,
     encoder: &mut wgpu::CommandEncoder,
@@ -205,34 +328,49 @@ pub(super) fn record_dispatch(
     buffers: &[(&wgpu::Buffer, u64, u64)],
     params: &[u8],
     stamps: Option<&Stamps<'_>>,
+    group: Group,
 ) -> Result<()> {
-    let uniform = params_buffer(d, params)?;
-    let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+    let ranges: SmallVec<[Range; 4]> = buffers
         .iter()
-        .map(|&(b, offset, len)| {
-            let size = len.next_multiple_of(4).min(b.size() - offset);
-            if offset == 0 && size == b.size() {
-                b.as_entire_binding()
-            } else {
-                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: b,
-                    offset,
-                    size: wgpu::BufferSize::new(size),
-                })
-            }
-        })
-        .chain(std::iter::once(uniform.as_entire_binding()))
-        .enumerate()
-        .map(|(i, resource)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource,
-        })
+        .map(|&(b, offset, len)| range(b, offset, len))
         .collect();
-    let group = d.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.layout,
-        entries: &entries,
-    });
+    let group = match pipeline.params {
+        Params::Immediate { .. } if group == Group::Cached => {
+            pipeline.groups.get_or_create(d, ranges, |ranges| {
+                let entries: Vec<_> = ranges.iter().enumerate().map(entry).collect();
+                d.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &pipeline.layout,
+                    entries: &entries,
+                })
+            })
+        }
+        Params::Immediate { .. } => {
+            let entries: Vec<_> = ranges.iter().enumerate().map(entry).collect();
+            d.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.layout,
+                entries: &entries,
+            })
+        }
+        Params::UniformBuffer => {
+            let uniform = params_buffer(d, params)?;
+            let entries: Vec<_> = ranges
+                .iter()
+                .enumerate()
+                .map(entry)
+                .chain(std::iter::once(wgpu::BindGroupEntry {
+                    binding: buffers.len() as u32,
+                    resource: uniform.as_entire_binding(),
+                }))
+                .collect();
+            d.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.layout,
+                entries: &entries,
+            })
+        }
+    };
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: None,
         timestamp_writes: stamps.map(|s| wgpu::ComputePassTimestampWrites {
@@ -243,6 +381,16 @@ pub(super) fn record_dispatch(
     });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &group, &[]);
+    if let Params::Immediate { size } = pipeline.params
+        && size > 0
+    {
+        // The block as the kernel declares it: zeros past what the
+        // caller gave, and nothing past its size (as a uniform reads it).
+        let mut block: SmallVec<[u8; 64]> = SmallVec::from_elem(0, size as usize);
+        let n = params.len().min(block.len());
+        block[..n].copy_from_slice(&params[..n]);
+        pass.set_immediates(0, &block);
+    }
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     Ok(())
 }
@@ -299,7 +447,16 @@ impl Kernels for Wgpu {
         let mut enc = d.encoder();
         // A profiled launch's span: its own pass writes the timestamps.
         let stamps = stream.stamps();
-        record_dispatch(d, &mut enc, &pipeline, grid, &raw, params, stamps.as_ref())?;
+        record_dispatch(
+            d,
+            &mut enc,
+            &pipeline,
+            grid,
+            &raw,
+            params,
+            stamps.as_ref(),
+            Group::Cached,
+        )?;
         // A binding the shader does not accept is a wgpu validation error,
         // reported by `submit` (through the uncaptured-error handler).
         let submitted = if stamps.is_some() {
@@ -317,19 +474,77 @@ impl Kernels for Wgpu {
 
 #[cfg(test)]
 mod tests {
+    use super::{Params, prepare};
+    use crate::kernel::Kernel;
+
+    const SRC: &str = "struct P { n: u32, alpha: f32, v: vec2<u32> }\n\
+                       @group(0) @binding(0) var<storage, read> a: array<f32>;\n\
+                       @group(0) @binding(1) var <storage> b: array<f32>;\n\
+                       @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
+                       @group(0) @binding(3) var<uniform> p: P;\n\
+                       @compute @workgroup_size(64) fn k(@builtin(global_invocation_id) g: vec3<u32>) {\n\
+                         if g.x < p.n { c[g.x] = a[g.x] + b[g.x] * p.alpha; }\n\
+                       }";
+
+    fn kernel(wgsl: &'static str) -> Kernel {
+        Kernel {
+            name: "k",
+            workgroup_size: [64, 1, 1],
+            bindings: 3,
+            wgsl: Some(wgsl),
+            ptx: None,
+            cpu: None,
+        }
+    }
+
+    fn spaces(m: &naga::Module) -> Vec<(naga::AddressSpace, Option<u32>)> {
+        m.global_variables
+            .iter()
+            .map(|(_, v)| (v.space, v.binding.as_ref().map(|b| b.binding)))
+            .collect()
+    }
+
     #[test]
-    fn storage_variables_become_read_write() {
-        let src = "@group(0) @binding(0) var<storage, read> a: array<f32>;\n\
-                   @group(0) @binding(1) var <storage> b: array<f32>;\n\
-                   @group(0) @binding(2) var<storage,read_write> c: array<f32>;\n\
-                   @group(0) @binding(3) var<uniform> p: P;\n\
-                   fn f() { var x = 1; var<function> y: i32; let avar = 2; }";
-        let out = super::storage_read_write(src);
-        assert_eq!(out.matches("var<storage, read_write>").count(), 3, "{out}");
-        assert!(out.contains("var<uniform> p"), "{out}");
-        assert!(
-            out.contains("var<function> y") && out.contains("var x = 1"),
-            "{out}"
+    fn storage_becomes_read_write_and_the_block_immediate_where_it_fits() {
+        let rw = naga::AddressSpace::Storage {
+            access: naga::StorageAccess::LOAD | naga::StorageAccess::STORE,
+        };
+        let (m, params) = prepare(&kernel(SRC), SRC, 128).expect("prepared");
+        assert_eq!(params, Params::Immediate { size: 16 });
+        assert_eq!(
+            spaces(&m),
+            [
+                (rw, Some(0)),
+                (rw, Some(1)),
+                (rw, Some(2)),
+                (naga::AddressSpace::Immediate, None)
+            ]
         );
+        // Too large for the device (or no immediates at all): a uniform
+        // buffer at binding 3, as declared.
+        let (m, params) = prepare(&kernel(SRC), SRC, 12).expect("prepared");
+        assert_eq!(params, Params::UniformBuffer);
+        assert_eq!(spaces(&m)[3], (naga::AddressSpace::Uniform, Some(3)));
+        assert_eq!(spaces(&m)[1], (rw, Some(1)));
+    }
+
+    #[test]
+    fn blocks_immediates_cannot_hold_stay_uniform_and_bad_wgsl_is_an_error() {
+        const ARRAY: &str = "struct P { v: array<vec4<u32>, 2> }\n\
+                             @group(0) @binding(0) var<storage> a: array<u32>;\n\
+                             @group(0) @binding(1) var<storage> b: array<u32>;\n\
+                             @group(0) @binding(2) var<storage> c: array<u32>;\n\
+                             @group(0) @binding(3) var<uniform> p: P;\n\
+                             @compute @workgroup_size(1) fn k() { c[0] = a[0] + b[0] + p.v[1].x; }";
+        let (_, params) = prepare(&kernel(ARRAY), ARRAY, 256).expect("prepared");
+        assert_eq!(params, Params::UniformBuffer);
+        // No block at binding 3: nothing to pass.
+        const NONE: &str = "@group(0) @binding(0) var<storage> a: array<u32>;\n\
+                            @compute @workgroup_size(1) fn k() { a[0] = 1u; }";
+        let (_, params) = prepare(&kernel(NONE), NONE, 256).expect("prepared");
+        assert_eq!(params, Params::Immediate { size: 0 });
+        const BAD: &str = "@compute @workgroup_size(1) fn k() { let x = ; }";
+        let e = prepare(&kernel(BAD), BAD, 256).expect_err("a syntax error");
+        assert!(e.to_string().contains("WGSL rejected"), "{e}");
     }
 }

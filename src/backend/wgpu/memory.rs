@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use super::device::{GlContextLock, WgpuDevice, lock};
-use super::kernel::{pipeline, record_dispatch};
+use super::kernel::{Group, pipeline, record_dispatch};
 use super::stream::{Point, QueueStream};
 use super::{TY, Wgpu};
 use crate::backend::Readback;
@@ -32,12 +32,13 @@ pub struct WgpuBuffer {
 }
 
 impl Drop for WgpuBuffer {
-    /// On GL, frees the buffer now (unless a submission still uses it)
-    /// under the shared GL context lock (Note [GL context lock]).
+    /// Frees the buffer's memory now (once no submission uses it), on GL
+    /// under the shared GL context lock (Note [GL context lock]); cached
+    /// bind groups may still hold the wgpu object (Note [wgpu parameter
+    /// blocks]).
     fn drop(&mut self) {
-        if let Some(_shared) = self.gl.shared() {
-            self.buffer.destroy();
-        }
+        let _shared = self.gl.shared();
+        self.buffer.destroy();
     }
 }
 
@@ -175,6 +176,7 @@ fn record_copy(
         &[(src, 0, src.size()), (dst, 0, dst.size())],
         &params,
         None,
+        Group::Transient,
     )
 }
 
