@@ -5,7 +5,7 @@
 //! |---|---|
 //! | device index | a wgpu adapter; order: native API (Vulkan, Metal, DX12, GL), then kind (discrete, integrated, virtual, CPU, other), then name. `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and `WGPU_ADAPTER_NAME` (a substring) narrow the list |
 //! | current device | thread-local index |
-//! | device + queue | created on first use, requesting `TIMESTAMP_QUERY` and `TIMESTAMP_QUERY_INSIDE_ENCODERS` where offered |
+//! | device + queue | created on first use, requesting `TIMESTAMP_QUERY`, `TIMESTAMP_QUERY_INSIDE_ENCODERS` and `IMMEDIATES` where offered |
 //! | default / pool stream | a *logical stream*: wgpu has one queue per device, so every logical stream submits to it. Logical streams keep their own order and all stream semantics (pool, current stream, guards, waits), but **wgpu streams never run concurrently** |
 //! | event record | the sequence number of the stream's last submission; with timing, a submission writing a timestamp |
 //! | `stream.wait(event)` | implied by the single queue (an event of another device is waited for on the host) |
@@ -14,7 +14,7 @@
 //! | profiled operations (`begin_timed_work`) | the operation's own submission writes its span's two timestamps: a launch's compute pass (`timestamp_writes`), otherwise `write_timestamp` in the same `queue.submit`; slots in adjacent pairs (`event.rs`) |
 //! | memory | `wgpu::Buffer` (storage, copy source and destination), sized up to a multiple of 4; readback through a mapped buffer |
 //! | copies | `copy_buffer_to_buffer` when offsets and size allow it (multiples of 4), otherwise the `copy_bytes` kernel |
-//! | kernel | the same WGSL as Vulkan, one pipeline per (device, kernel), layout derived from the shader |
+//! | kernel | the same WGSL as Vulkan, one pipeline per (device, kernel); the parameter block as immediate data where the device offers it and the block fits, else a uniform buffer per launch; bind groups cached by their buffer ranges (Note [wgpu parameter blocks] in `kernel.rs`) |
 //!
 //! On GL, wgpu finishes a submission's work before `submit` returns, so
 //! streams there are effectively synchronous.
@@ -70,7 +70,7 @@
 //! `event.rs` (events, timestamp slots:
 //! [`Events`](super::typed::Events)), `memory.rs` (buffers, copies,
 //! readbacks: [`Memory`](super::typed::Memory)), `kernel.rs` (pipelines,
-//! parameter buffers, dispatches: [`Kernels`](super::typed::Kernels)).
+//! parameter blocks, bind groups, dispatches: [`Kernels`](super::typed::Kernels)).
 //! This file implements [`Backend`].
 
 mod device;
