@@ -52,7 +52,8 @@ pub enum ArgKind {
 }
 
 impl ArgKind {
-    fn of(arg: &Arg<'_>) -> ArgKind {
+    #[inline]
+    pub(crate) fn of(arg: &Arg<'_>) -> ArgKind {
         match arg {
             Arg::Tensor(_) => ArgKind::Tensor,
             Arg::Scalar(_) => ArgKind::Scalar,
@@ -108,22 +109,15 @@ impl OpSchema {
         self
     }
 
-    /// Checks `args` against the schema.
-    pub(crate) fn check(&self, args: &[Arg<'_>]) -> Result<()> {
-        let same = args.len() == self.args.len()
-            && args
-                .iter()
-                .zip(&self.args)
-                .all(|(a, s)| ArgKind::of(a) == s.1);
-        if !same {
-            let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
-            return Err(Error::invalid(format!(
-                "{}: expected arguments {self}, found ({})",
-                self.name,
-                names.join(", ")
-            )));
-        }
-        Ok(())
+    /// The error for `args` that do not match the schema.
+    #[cold]
+    pub(crate) fn mismatch(&self, args: &[Arg<'_>]) -> Error {
+        let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
+        Error::invalid(format!(
+            "{}: expected arguments {self}, found ({})",
+            self.name,
+            names.join(", ")
+        ))
     }
 }
 

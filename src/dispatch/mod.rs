@@ -299,18 +299,29 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
     let device = call_device(op, args)?;
     let ty = device.device_type();
     let r = registry::resolve(op, ty)?;
-    r.schema.check(args)?;
-    if r.schema.same_device {
-        for a in args {
-            if let Arg::Tensor(t) = a
-                && t.device() != device
-            {
-                return Err(Error::TensorDeviceMismatch {
-                    first: device,
-                    second: t.device(),
-                });
-            }
+    // One pass: the kinds against the schema, and the first tensor on
+    // another device (reported only when the kinds are right).
+    let mut kinds = args.len() == r.schema.args.len();
+    let mut other = None;
+    for (a, s) in args.iter().zip(&r.schema.args) {
+        kinds &= ArgKind::of(a) == s.1;
+        if let Arg::Tensor(t) = a
+            && other.is_none()
+            && t.device() != device
+        {
+            other = Some(t.device());
         }
+    }
+    if !kinds {
+        return Err(r.schema.mismatch(args));
+    }
+    if r.schema.same_device
+        && let Some(second) = other
+    {
+        return Err(Error::TensorDeviceMismatch {
+            first: device,
+            second,
+        });
     }
     if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
         let args: Vec<Arg<'_>> = args
@@ -369,6 +380,7 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
 }
 
 /// The single result of a call.
+#[inline]
 fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
     let mut outs = call(op, args)?;
     if outs.len() != 1 {
