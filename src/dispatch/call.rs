@@ -188,6 +188,14 @@ impl<'a> OpCall<'a> {
         Tensor::empty_on(shape, dtype, &self.stream)
     }
 
+    /// A new, uninitialised output of `like`'s shape and dtype for this
+    /// call ([`OpCall::empty`] without recomputing the size).
+    #[inline]
+    pub fn empty_like(&self, like: &Tensor) -> Result<Tensor> {
+        Tensor::empty_like_on(like, &self.stream)
+    }
+
+    #[cold]
     fn bad_arg(&self, i: usize, what: &str) -> Error {
         Error::invalid(format!(
             "{}: expected argument {i} to be {what} (schema {})",
@@ -246,8 +254,9 @@ pub type OpKernel = Arc<dyn Fn(&OpCall<'_>) -> Result<KernelOutcome> + Send + Sy
 /// is the usual one.
 pub type Fallback = Arc<dyn Fn(&OpCall<'_>) -> Result<Outputs> + Send + Sync>;
 
-/// Checks that every tensor argument has dtype `dtype`-compatible
-/// siblings: all tensors of a call share one dtype.
+/// The dtype every tensor argument of `call` has (all tensors of such a
+/// call share one dtype), or an error naming the first that differs.
+#[inline]
 pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
     let mut dtype = None;
     for a in call.args {
@@ -255,15 +264,17 @@ pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
             match dtype {
                 None => dtype = Some(t.dtype()),
                 Some(d) if d == t.dtype() => {}
-                Some(d) => {
-                    return Err(Error::invalid(format!(
-                        "{}: expected every tensor to have dtype {d}, found {}",
-                        call.op(),
-                        t.dtype()
-                    )));
-                }
+                Some(d) => return Err(dtype_mismatch(call, d, t.dtype())),
             }
         }
     }
     dtype.ok_or_else(|| Error::invalid(format!("{}: expected a tensor argument", call.op())))
+}
+
+#[cold]
+fn dtype_mismatch(call: &OpCall<'_>, d: DType, found: DType) -> Error {
+    Error::invalid(format!(
+        "{}: expected every tensor to have dtype {d}, found {found}",
+        call.op()
+    ))
 }

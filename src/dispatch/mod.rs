@@ -383,13 +383,19 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
 #[inline]
 fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
     let mut outs = call(op, args)?;
-    if outs.len() != 1 {
-        return Err(Error::invalid(format!(
-            "{op}: expected 1 result from its kernel, found {}",
-            outs.len()
-        )));
+    if outs.len() == 1
+        && let Some(t) = outs.pop()
+    {
+        return Ok(t);
     }
-    Ok(outs.remove(0))
+    Err(not_one(op, outs.len()))
+}
+
+#[cold]
+fn not_one(op: &str, found: usize) -> Error {
+    Error::invalid(format!(
+        "{op}: expected 1 result from its kernel, found {found}"
+    ))
 }
 
 /// `a + b`, elementwise (same shape and dtype).
