@@ -242,7 +242,7 @@ impl KernelOutcome {
     /// `Done` with one result, the usual case.
     #[inline]
     pub fn one(t: Tensor) -> KernelOutcome {
-        KernelOutcome::Done(smallvec::smallvec![t])
+        KernelOutcome::Done(SmallVec::from_buf([t]))
     }
 }
 

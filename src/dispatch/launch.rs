@@ -58,6 +58,7 @@ impl Params {
 
 /// Launches `kernel` on `stream` over `buffers`; a buffer bound a second
 /// time is replaced by a copy of it (made on `stream`).
+#[inline]
 pub(crate) fn launch(
     stream: &Stream,
     kernel: &Kernel,
@@ -65,7 +66,6 @@ pub(crate) fn launch(
     buffers: &[&Arc<Buffer>],
     params: &Params,
 ) -> Result<()> {
-    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
     if let [first, rest @ ..] = buffers
         && rest.len() < MAX_BINDINGS
     {
@@ -83,6 +83,20 @@ pub(crate) fn launch(
             return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
         }
     }
+    launch_copies(stream, kernel, grid, buffers, params)
+}
+
+/// [`launch`] with a buffer bound twice: copies first.
+#[cold]
+#[inline(never)]
+fn launch_copies(
+    stream: &Stream,
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: &[&Arc<Buffer>],
+    params: &Params,
+) -> Result<()> {
+    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
     let mut copies: Vec<(usize, Buffer)> = Vec::new();
     for i in (0..buffers.len()).filter(|&i| twice(i)) {
         let b = buffers[i];

@@ -104,6 +104,7 @@ use crate::precision;
 use crate::profiler::Text;
 use crate::profiler::record;
 use crate::tensor::{DType, Tensor};
+use registry::Resolved;
 
 /// Defines a new operator (the same schema again is fine).
 pub fn define_op(schema: OpSchema) -> Result<()> {
@@ -323,7 +324,10 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
             second,
         });
     }
-    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
+    if r.schema.mutates.is_none()
+        && autocast::is_autocast_enabled(ty)
+        && let Some(cast) = autocast_inputs(&r.schema, ty, args)?
+    {
         let args: Vec<Arg<'_>> = args
             .iter()
             .zip(&cast)
@@ -333,62 +337,79 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
-    let run = || {
-        let call = OpCall {
-            schema: &r.schema,
-            args,
-            device,
-            stream: current_stream_of_checked(device)?,
-        };
-        let declined = match &r.kernel {
-            Some(kernel) => match kernel(&call)? {
-                KernelOutcome::Done(outs) => return Ok(outs),
-                KernelOutcome::Declined(reason) => Some(reason),
-            },
-            None => None,
-        };
-        let Some(fallback) = &r.fallback else {
-            let reason = match declined {
-                Some(reason) => format!("its kernel declined ({reason}) and {ty} has no fallback"),
-                None => format!(
-                    "it has no {ty} kernel and {ty} has no fallback; register one with \
-                     keel::dispatch::register_kernel(\"{op}\", DeviceType::{ty:?}, ..) or \
-                     keel::dispatch::register_fallback(DeviceType::{ty:?}, keel::dispatch::cpu_fallback)"
-                ),
-            };
-            return Err(Error::NoKernel {
-                op: r.schema.name.clone(),
-                device_type: ty,
-                reason,
-            });
-        };
-        r.fallbacks.fetch_add(1, Ordering::Relaxed);
-        fallback(&call)
-    };
-    if !record::enabled() {
-        return run();
+    if record::enabled() {
+        return run_profiled(&r, device, args);
     }
+    run(&r, device, args)
+}
+
+/// Runs a checked call: the kernel for the device type on the device's
+/// current stream, or the fallback.
+#[inline(always)]
+fn run(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+    let call = OpCall {
+        schema: &r.schema,
+        args,
+        device,
+        stream: current_stream_of_checked(device)?,
+    };
+    match &r.kernel {
+        Some(kernel) => match kernel(&call)? {
+            KernelOutcome::Done(outs) => Ok(outs),
+            KernelOutcome::Declined(reason) => fall_back(r, &call, Some(reason)),
+        },
+        None => fall_back(r, &call, None),
+    }
+}
+
+/// A call with no kernel, or whose kernel declined: the device type's
+/// fallback, or an error naming what to register.
+#[cold]
+#[inline(never)]
+fn fall_back(r: &Resolved, call: &OpCall<'_>, declined: Option<String>) -> Result<Outputs> {
+    let Some(fallback) = &r.fallback else {
+        let (op, ty) = (&r.schema.name, call.device.device_type());
+        let reason = match declined {
+            Some(reason) => format!("its kernel declined ({reason}) and {ty} has no fallback"),
+            None => format!(
+                "it has no {ty} kernel and {ty} has no fallback; register one with \
+                 keel::dispatch::register_kernel(\"{op}\", DeviceType::{ty:?}, ..) or \
+                 keel::dispatch::register_fallback(DeviceType::{ty:?}, keel::dispatch::cpu_fallback)"
+            ),
+        };
+        return Err(Error::NoKernel {
+            op: op.clone(),
+            device_type: ty,
+            reason,
+        });
+    };
+    r.fallbacks.fetch_add(1, Ordering::Relaxed);
+    fallback(call)
+}
+
+/// [`run`] inside the operator's profiler span, with its arguments.
+#[inline(never)]
+fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     let mut span_args = input_args(args);
-    if op == "matmul"
+    if r.schema.name == "matmul"
         && let Some(Arg::Tensor(t)) = args.first()
     {
         // What the kernels resolve the same way on this thread.
-        let (_, label) = matmul_precision(ty, t.dtype());
+        let (_, label) = matmul_precision(device.device_type(), t.dtype());
         span_args.push(("precision".into(), label.into()));
     }
-    record::operator(Cow::Owned(r.schema.name.clone()), span_args, run)
+    record::operator(Cow::Owned(r.schema.name.clone()), span_args, || {
+        run(r, device, args)
+    })
 }
 
 /// The single result of a call.
-#[inline]
+#[inline(always)]
 fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
-    let mut outs = call(op, args)?;
-    if outs.len() == 1
-        && let Some(t) = outs.pop()
-    {
-        return Ok(t);
+    match call(op, args)?.into_inner() {
+        Ok([t]) => Ok(t),
+        Err(outs) => Err(not_one(op, outs.len())),
     }
-    Err(not_one(op, outs.len()))
 }
 
 #[cold]
