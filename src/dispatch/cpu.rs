@@ -406,13 +406,13 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     check_same_shape(call.op(), a, b)?;
     let out = call.empty_like(a)?;
-    let k = if mul { MUL } else { ADD };
+    let k = if mul { &MUL } else { &ADD };
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(a.numel() as u64);
     launch(
         &call.stream,
-        &k,
+        k,
         ONE,
         &[a.buffer(), b.buffer(), out.buffer()],
         &p,
@@ -425,12 +425,12 @@ pub(crate) fn scalar_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let x = call.tensor(0)?;
     let s = call.scalar(1)?;
     let out = call.empty_like(x)?;
-    let k = if mul { MUL_SCALAR } else { ADD_SCALAR };
+    let k = if mul { &MUL_SCALAR } else { &ADD_SCALAR };
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64)
         .f64(s);
-    launch(&call.stream, &k, ONE, &[x.buffer(), out.buffer()], &p)?;
+    launch(&call.stream, k, ONE, &[x.buffer(), out.buffer()], &p)?;
     done(out)
 }
 

@@ -202,18 +202,22 @@ pub fn matmul_precision(ty: DeviceType, dtype: DType) -> (MatmulPrecision, Strin
 }
 
 /// The device a call dispatches on: its first tensor's.
+#[inline]
 fn call_device(op: &str, args: &[Arg<'_>]) -> Result<Device> {
-    args.iter()
-        .find_map(|a| match a {
-            Arg::Tensor(t) => Some(t.device()),
-            _ => None,
-        })
-        .ok_or_else(|| {
-            let op: String = op.chars().take(40).collect();
-            Error::invalid(format!(
-                "{op}: expected at least one tensor argument, found none"
-            ))
-        })
+    for a in args {
+        if let Arg::Tensor(t) = a {
+            return Ok(t.device());
+        }
+    }
+    Err(no_tensor(op))
+}
+
+#[cold]
+fn no_tensor(op: &str) -> Error {
+    let op: String = op.chars().take(40).collect();
+    Error::invalid(format!(
+        "{op}: expected at least one tensor argument, found none"
+    ))
 }
 
 /// PyTorch's "Input Dims" and "Input type" of a call.
