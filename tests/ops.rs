@@ -352,6 +352,13 @@ fn mixed_devices_are_pytorchs_error() {
         "Expected all tensors to be on the same device, but found at least two devices, npu:1 and cpu:0!"
     );
     assert!(matches!(e, Error::TensorDeviceMismatch { .. }));
+    // Wrong kinds are reported before mixed devices, wherever the
+    // mismatched tensor is.
+    let e = dispatch::call("add.Scalar", &[(&a).into(), (&b).into()]).expect_err("kinds first");
+    assert_eq!(
+        e.to_string(),
+        "add.Scalar: expected arguments add.Scalar(Tensor self, Scalar other), found (Tensor, Tensor)"
+    );
     // copy_ takes its source from anywhere, and converts dtypes (on the
     // CPU: the npu's and GPUs' copy_ declines, the fallback converts).
     let ints = Tensor::from_slice(&[7i32, -3], &[2], Device::cpu()).expect("ints");
@@ -380,6 +387,23 @@ fn dispatcher_errors_name_what_was_expected() {
         e.to_string(),
         "add: expected tensors of the same shape, found [2, 3] and [3]"
     );
+    // Shapes of more than 4 dimensions (held apart from the inline ones).
+    let five = Tensor::ones(&[1, 2, 1, 2, 3], DType::F32, cpu).expect("5-D");
+    let sum = five.add(&five).expect("5-D add");
+    assert_eq!(sum.shape(), &[1, 2, 1, 2, 3]);
+    assert_eq!(sum.to_vec::<f32>().expect("r"), vec![2.0; 12]);
+    let other = Tensor::ones(&[1, 2, 1, 3, 2], DType::F32, cpu).expect("5-D");
+    let e = five.add(&other).expect_err("5-D shapes");
+    assert_eq!(
+        e.to_string(),
+        "add: expected tensors of the same shape, found [1, 2, 1, 2, 3] and [1, 2, 1, 3, 2]"
+    );
+    let t = Tensor::ones(&[3, 2], DType::F32, cpu).expect("t");
+    let e = a.add(&t).expect_err("transposed shapes");
+    assert_eq!(
+        e.to_string(),
+        "add: expected tensors of the same shape, found [2, 3] and [3, 2]"
+    );
     let e = a.matmul(&a).expect_err("inner dims");
     assert_eq!(
         e.to_string(),
@@ -401,6 +425,16 @@ fn dispatcher_errors_name_what_was_expected() {
     assert_eq!(
         e.to_string(),
         "add: expected arguments add(Tensor self, Tensor other), found (Tensor, Scalar)"
+    );
+    let e = dispatch::call("add", &[(&a).into()]).expect_err("too few");
+    assert_eq!(
+        e.to_string(),
+        "add: expected arguments add(Tensor self, Tensor other), found (Tensor)"
+    );
+    let e = dispatch::call("add", &[Arg::Scalar(1.0)]).expect_err("no tensor");
+    assert_eq!(
+        e.to_string(),
+        "add: expected at least one tensor argument, found none"
     );
 
     // An operator with no kernel for a device type and no fallback there.

@@ -102,8 +102,12 @@ fn install() -> Result<()> {
 }
 
 /// Installs the built-in operators once; later calls return the first
-/// result.
+/// result (on every call: cloned only when it is an error).
+#[inline]
 pub(crate) fn ensure() -> Result<()> {
     static DONE: OnceLock<Result<()>> = OnceLock::new();
-    DONE.get_or_init(install).clone()
+    match DONE.get_or_init(install) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.clone()),
+    }
 }

@@ -52,7 +52,8 @@ pub enum ArgKind {
 }
 
 impl ArgKind {
-    fn of(arg: &Arg<'_>) -> ArgKind {
+    #[inline]
+    pub(crate) fn of(arg: &Arg<'_>) -> ArgKind {
         match arg {
             Arg::Tensor(_) => ArgKind::Tensor,
             Arg::Scalar(_) => ArgKind::Scalar,
@@ -108,22 +109,15 @@ impl OpSchema {
         self
     }
 
-    /// Checks `args` against the schema.
-    pub(crate) fn check(&self, args: &[Arg<'_>]) -> Result<()> {
-        let same = args.len() == self.args.len()
-            && args
-                .iter()
-                .zip(&self.args)
-                .all(|(a, s)| ArgKind::of(a) == s.1);
-        if !same {
-            let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
-            return Err(Error::invalid(format!(
-                "{}: expected arguments {self}, found ({})",
-                self.name,
-                names.join(", ")
-            )));
-        }
-        Ok(())
+    /// The error for `args` that do not match the schema.
+    #[cold]
+    pub(crate) fn mismatch(&self, args: &[Arg<'_>]) -> Error {
+        let names: Vec<&str> = args.iter().map(|a| ArgKind::of(a).name()).collect();
+        Error::invalid(format!(
+            "{}: expected arguments {self}, found ({})",
+            self.name,
+            names.join(", ")
+        ))
     }
 }
 
@@ -194,6 +188,14 @@ impl<'a> OpCall<'a> {
         Tensor::empty_on(shape, dtype, &self.stream)
     }
 
+    /// A new, uninitialised output of `like`'s shape and dtype for this
+    /// call ([`OpCall::empty`] without recomputing the size).
+    #[inline]
+    pub fn empty_like(&self, like: &Tensor) -> Result<Tensor> {
+        Tensor::empty_like_on(like, &self.stream)
+    }
+
+    #[cold]
     fn bad_arg(&self, i: usize, what: &str) -> Error {
         Error::invalid(format!(
             "{}: expected argument {i} to be {what} (schema {})",
@@ -240,7 +242,7 @@ impl KernelOutcome {
     /// `Done` with one result, the usual case.
     #[inline]
     pub fn one(t: Tensor) -> KernelOutcome {
-        KernelOutcome::Done(smallvec::smallvec![t])
+        KernelOutcome::Done(SmallVec::from_buf([t]))
     }
 }
 
@@ -252,8 +254,9 @@ pub type OpKernel = Arc<dyn Fn(&OpCall<'_>) -> Result<KernelOutcome> + Send + Sy
 /// is the usual one.
 pub type Fallback = Arc<dyn Fn(&OpCall<'_>) -> Result<Outputs> + Send + Sync>;
 
-/// Checks that every tensor argument has dtype `dtype`-compatible
-/// siblings: all tensors of a call share one dtype.
+/// The dtype every tensor argument of `call` has (all tensors of such a
+/// call share one dtype), or an error naming the first that differs.
+#[inline]
 pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
     let mut dtype = None;
     for a in call.args {
@@ -261,15 +264,17 @@ pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
             match dtype {
                 None => dtype = Some(t.dtype()),
                 Some(d) if d == t.dtype() => {}
-                Some(d) => {
-                    return Err(Error::invalid(format!(
-                        "{}: expected every tensor to have dtype {d}, found {}",
-                        call.op(),
-                        t.dtype()
-                    )));
-                }
+                Some(d) => return Err(dtype_mismatch(call, d, t.dtype())),
             }
         }
     }
     dtype.ok_or_else(|| Error::invalid(format!("{}: expected a tensor argument", call.op())))
+}
+
+#[cold]
+fn dtype_mismatch(call: &OpCall<'_>, d: DType, found: DType) -> Error {
+    Error::invalid(format!(
+        "{}: expected every tensor to have dtype {d}, found {found}",
+        call.op()
+    ))
 }

@@ -349,15 +349,22 @@ pub const SOFTMAX: Kernel = host_kernel("softmax_cpu", 2, softmax_cpu);
 // --- shape checks shared by every device's kernels ---------------------
 
 /// Checks the operands of an elementwise binary operator: same shape.
+#[inline]
 pub(crate) fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.shape() != b.shape() {
-        return Err(Error::invalid(format!(
-            "{op}: expected tensors of the same shape, found {:?} and {:?}",
-            a.shape(),
-            b.shape()
-        )));
+    if a.same_shape(b) {
+        Ok(())
+    } else {
+        Err(shape_mismatch(op, a, b))
     }
-    Ok(())
+}
+
+#[cold]
+fn shape_mismatch(op: &str, a: &Tensor, b: &Tensor) -> Error {
+    Error::invalid(format!(
+        "{op}: expected tensors of the same shape, found {:?} and {:?}",
+        a.shape(),
+        b.shape()
+    ))
 }
 
 /// (m, k, n) of `a @ b`, checked: 2-D, inner dimensions equal.
@@ -398,14 +405,14 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let dtype = common_dtype(call)?;
     let (a, b) = (call.tensor(0)?, call.tensor(1)?);
     check_same_shape(call.op(), a, b)?;
-    let out = call.empty(a.shape(), dtype)?;
-    let k = if mul { MUL } else { ADD };
+    let out = call.empty_like(a)?;
+    let k = if mul { &MUL } else { &ADD };
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(a.numel() as u64);
     launch(
         &call.stream,
-        &k,
+        k,
         ONE,
         &[a.buffer(), b.buffer(), out.buffer()],
         &p,
@@ -417,13 +424,13 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
 pub(crate) fn scalar_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     let s = call.scalar(1)?;
-    let out = call.empty(x.shape(), x.dtype())?;
-    let k = if mul { MUL_SCALAR } else { ADD_SCALAR };
+    let out = call.empty_like(x)?;
+    let k = if mul { &MUL_SCALAR } else { &ADD_SCALAR };
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64)
         .f64(s);
-    launch(&call.stream, &k, ONE, &[x.buffer(), out.buffer()], &p)?;
+    launch(&call.stream, k, ONE, &[x.buffer(), out.buffer()], &p)?;
     done(out)
 }
 
@@ -577,7 +584,7 @@ pub(crate) fn softmax_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         )));
     }
     let (rows, cols) = softmax_dims(x)?;
-    let out = call.empty(x.shape(), x.dtype())?;
+    let out = call.empty_like(x)?;
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(rows as u64)

@@ -80,7 +80,7 @@ fn binary(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     check_same_shape(call.op(), a, b)?;
     let n = or_decline!(count(call, a));
     or_decline!(count(call, b));
-    let out = call.empty(a.shape(), DType::F32)?;
+    let out = call.empty_like(a)?;
     if n > 0 {
         let grid = elementwise_grid(u64::from(n));
         launch(
@@ -98,7 +98,7 @@ fn scalar(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     let s = call.scalar(1)? as f32;
     let n = or_decline!(count(call, x));
-    let out = call.empty(x.shape(), DType::F32)?;
+    let out = call.empty_like(x)?;
     if n > 0 {
         launch(
             &call.stream,
@@ -212,7 +212,7 @@ fn softmax(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let x = call.tensor(0)?;
     or_decline!(count(call, x));
     let (rows, cols) = softmax_dims(x)?;
-    let out = call.empty(x.shape(), DType::F32)?;
+    let out = call.empty_like(x)?;
     if rows > 0 && cols > 0 {
         compute::softmax_rows(&call.stream, x.buffer(), out.buffer(), rows, cols)?;
     }

@@ -58,6 +58,7 @@ impl Params {
 
 /// Launches `kernel` on `stream` over `buffers`; a buffer bound a second
 /// time is replaced by a copy of it (made on `stream`).
+#[inline]
 pub(crate) fn launch(
     stream: &Stream,
     kernel: &Kernel,
@@ -65,18 +66,37 @@ pub(crate) fn launch(
     buffers: &[&Arc<Buffer>],
     params: &Params,
 ) -> Result<()> {
-    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
-    if let Some(first) = buffers.first()
-        && !(0..buffers.len()).any(twice)
-        && buffers.len() <= MAX_BINDINGS
+    if let [first, rest @ ..] = buffers
+        && rest.len() < MAX_BINDINGS
     {
-        // The usual case: no allocation.
+        // The usual case: distinct buffers, bound without an allocation.
         let mut bound: [&Buffer; MAX_BINDINGS] = [first.as_ref(); MAX_BINDINGS];
-        for (slot, b) in bound.iter_mut().zip(buffers) {
-            *slot = b.as_ref();
+        let mut distinct = true;
+        for (i, b) in rest.iter().enumerate() {
+            let b: &Buffer = b;
+            for p in &bound[..=i] {
+                distinct &= !std::ptr::eq(*p, b);
+            }
+            bound[i + 1] = b;
         }
-        return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
+        if distinct {
+            return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
+        }
     }
+    launch_copies(stream, kernel, grid, buffers, params)
+}
+
+/// [`launch`] with a buffer bound twice: copies first.
+#[cold]
+#[inline(never)]
+fn launch_copies(
+    stream: &Stream,
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: &[&Arc<Buffer>],
+    params: &Params,
+) -> Result<()> {
+    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
     let mut copies: Vec<(usize, Buffer)> = Vec::new();
     for i in (0..buffers.len()).filter(|&i| twice(i)) {
         let b = buffers[i];

@@ -104,6 +104,7 @@ use crate::precision;
 use crate::profiler::Text;
 use crate::profiler::record;
 use crate::tensor::{DType, Tensor};
+use registry::Resolved;
 
 /// Defines a new operator (the same schema again is fine).
 pub fn define_op(schema: OpSchema) -> Result<()> {
@@ -201,18 +202,22 @@ pub fn matmul_precision(ty: DeviceType, dtype: DType) -> (MatmulPrecision, Strin
 }
 
 /// The device a call dispatches on: its first tensor's.
+#[inline]
 fn call_device(op: &str, args: &[Arg<'_>]) -> Result<Device> {
-    args.iter()
-        .find_map(|a| match a {
-            Arg::Tensor(t) => Some(t.device()),
-            _ => None,
-        })
-        .ok_or_else(|| {
-            let op: String = op.chars().take(40).collect();
-            Error::invalid(format!(
-                "{op}: expected at least one tensor argument, found none"
-            ))
-        })
+    for a in args {
+        if let Arg::Tensor(t) = a {
+            return Ok(t.device());
+        }
+    }
+    Err(no_tensor(op))
+}
+
+#[cold]
+fn no_tensor(op: &str) -> Error {
+    let op: String = op.chars().take(40).collect();
+    Error::invalid(format!(
+        "{op}: expected at least one tensor argument, found none"
+    ))
 }
 
 /// PyTorch's "Input Dims" and "Input type" of a call.
@@ -299,20 +304,34 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
     let device = call_device(op, args)?;
     let ty = device.device_type();
     let r = registry::resolve(op, ty)?;
-    r.schema.check(args)?;
-    if r.schema.same_device {
-        for a in args {
-            if let Arg::Tensor(t) = a
-                && t.device() != device
-            {
-                return Err(Error::TensorDeviceMismatch {
-                    first: device,
-                    second: t.device(),
-                });
-            }
+    // One pass: the kinds against the schema, and the first tensor on
+    // another device (reported only when the kinds are right).
+    let mut kinds = args.len() == r.schema.args.len();
+    let mut other = None;
+    for (a, s) in args.iter().zip(&r.schema.args) {
+        kinds &= ArgKind::of(a) == s.1;
+        if let Arg::Tensor(t) = a
+            && other.is_none()
+            && t.device() != device
+        {
+            other = Some(t.device());
         }
     }
-    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
+    if !kinds {
+        return Err(r.schema.mismatch(args));
+    }
+    if r.schema.same_device
+        && let Some(second) = other
+    {
+        return Err(Error::TensorDeviceMismatch {
+            first: device,
+            second,
+        });
+    }
+    if r.schema.mutates.is_none()
+        && autocast::is_autocast_enabled(ty)
+        && let Some(cast) = autocast_inputs(&r.schema, ty, args)?
+    {
         let args: Vec<Arg<'_>> = args
             .iter()
             .zip(&cast)
@@ -322,62 +341,86 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
-    let run = || {
-        let call = OpCall {
-            schema: &r.schema,
-            args,
-            device,
-            stream: current_stream_of_checked(device)?,
-        };
-        let declined = match &r.kernel {
-            Some(kernel) => match kernel(&call)? {
-                KernelOutcome::Done(outs) => return Ok(outs),
-                KernelOutcome::Declined(reason) => Some(reason),
-            },
-            None => None,
-        };
-        let Some(fallback) = &r.fallback else {
-            let reason = match declined {
-                Some(reason) => format!("its kernel declined ({reason}) and {ty} has no fallback"),
-                None => format!(
-                    "it has no {ty} kernel and {ty} has no fallback; register one with \
-                     keel::dispatch::register_kernel(\"{op}\", DeviceType::{ty:?}, ..) or \
-                     keel::dispatch::register_fallback(DeviceType::{ty:?}, keel::dispatch::cpu_fallback)"
-                ),
-            };
-            return Err(Error::NoKernel {
-                op: r.schema.name.clone(),
-                device_type: ty,
-                reason,
-            });
-        };
-        r.fallbacks.fetch_add(1, Ordering::Relaxed);
-        fallback(&call)
-    };
-    if !record::enabled() {
-        return run();
+    if record::enabled() {
+        return run_profiled(&r, device, args);
     }
+    run(&r, device, args)
+}
+
+/// Runs a checked call: the kernel for the device type on the device's
+/// current stream, or the fallback.
+#[inline(always)]
+fn run(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+    let call = OpCall {
+        schema: &r.schema,
+        args,
+        device,
+        stream: current_stream_of_checked(device)?,
+    };
+    match &r.kernel {
+        Some(kernel) => match kernel(&call)? {
+            KernelOutcome::Done(outs) => Ok(outs),
+            KernelOutcome::Declined(reason) => fall_back(r, &call, Some(reason)),
+        },
+        None => fall_back(r, &call, None),
+    }
+}
+
+/// A call with no kernel, or whose kernel declined: the device type's
+/// fallback, or an error naming what to register.
+#[cold]
+#[inline(never)]
+fn fall_back(r: &Resolved, call: &OpCall<'_>, declined: Option<String>) -> Result<Outputs> {
+    let Some(fallback) = &r.fallback else {
+        let (op, ty) = (&r.schema.name, call.device.device_type());
+        let reason = match declined {
+            Some(reason) => format!("its kernel declined ({reason}) and {ty} has no fallback"),
+            None => format!(
+                "it has no {ty} kernel and {ty} has no fallback; register one with \
+                 keel::dispatch::register_kernel(\"{op}\", DeviceType::{ty:?}, ..) or \
+                 keel::dispatch::register_fallback(DeviceType::{ty:?}, keel::dispatch::cpu_fallback)"
+            ),
+        };
+        return Err(Error::NoKernel {
+            op: op.clone(),
+            device_type: ty,
+            reason,
+        });
+    };
+    r.fallbacks.fetch_add(1, Ordering::Relaxed);
+    fallback(call)
+}
+
+/// [`run`] inside the operator's profiler span, with its arguments.
+#[inline(never)]
+fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     let mut span_args = input_args(args);
-    if op == "matmul"
+    if r.schema.name == "matmul"
         && let Some(Arg::Tensor(t)) = args.first()
     {
         // What the kernels resolve the same way on this thread.
-        let (_, label) = matmul_precision(ty, t.dtype());
+        let (_, label) = matmul_precision(device.device_type(), t.dtype());
         span_args.push(("precision".into(), label.into()));
     }
-    record::operator(Cow::Owned(r.schema.name.clone()), span_args, run)
+    record::operator(Cow::Owned(r.schema.name.clone()), span_args, || {
+        run(r, device, args)
+    })
 }
 
 /// The single result of a call.
+#[inline(always)]
 fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
-    let mut outs = call(op, args)?;
-    if outs.len() != 1 {
-        return Err(Error::invalid(format!(
-            "{op}: expected 1 result from its kernel, found {}",
-            outs.len()
-        )));
+    match call(op, args)?.into_inner() {
+        Ok([t]) => Ok(t),
+        Err(outs) => Err(not_one(op, outs.len())),
     }
-    Ok(outs.remove(0))
+}
+
+#[cold]
+fn not_one(op: &str, found: usize) -> Error {
+    Error::invalid(format!(
+        "{op}: expected 1 result from its kernel, found {found}"
+    ))
 }
 
 /// `a + b`, elementwise (same shape and dtype).

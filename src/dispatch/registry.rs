@@ -208,7 +208,14 @@ struct Cached {
 
 thread_local! {
     static CACHE: RefCell<(usize, [Option<Cached>; CACHED])> =
-        RefCell::new((0, Default::default()));
+        const { RefCell::new((0, [const { None }; CACHED])) };
+}
+
+/// `a == b` for operator names, without a call to `memcmp` (names are a
+/// few bytes).
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 /// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
@@ -216,13 +223,19 @@ pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let generation = GENERATION.load(Ordering::Acquire);
     let hit = CACHE.with(|c| {
         c.borrow().1.iter().flatten().find_map(|e| {
-            (e.generation == generation && e.ty == ty && e.entry.schema.name == op)
+            (e.generation == generation && e.ty == ty && same_name(&e.entry.schema.name, op))
                 .then(|| Rc::clone(&e.entry))
         })
     });
-    if let Some(entry) = hit {
-        return Ok(entry);
+    match hit {
+        Some(entry) => Ok(entry),
+        None => resolve_miss(op, ty),
     }
+}
+
+/// [`resolve`] from the shared table, kept in the thread's cache.
+#[inline(never)]
+fn resolve_miss(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let (generation, shared) = resolve_shared(op, ty)?;
     // A thread's own copy: four reference counts, once per miss.
     let entry = Rc::new(Resolved::clone(&shared));

@@ -37,9 +37,10 @@ use crate::error::{Error, Result};
 /// Dimensions a shape keeps inline (no allocation).
 const INLINE_DIMS: usize = 4;
 
-/// A shape: up to [`INLINE_DIMS`] dimensions inline, more on the heap
-/// (creating a tensor is on every operator's path).
-#[derive(Clone)]
+/// A shape: up to [`INLINE_DIMS`] dimensions inline (the unused ones 0),
+/// more on the heap (creating a tensor is on every operator's path). One
+/// shape has one representation, so the derived equality is the dims'.
+#[derive(Clone, PartialEq, Eq)]
 enum Shape {
     Inline([usize; INLINE_DIMS], u8),
     Heap(Box<[usize]>),
@@ -173,6 +174,17 @@ impl Tensor {
         Tensor::over(Buffer::empty_on(stream, bytes)?, dtype, shape)
     }
 
+    /// A new, uninitialised tensor of `like`'s shape and dtype for use on
+    /// `stream` (an operator's output): [`Tensor::empty_on`] without
+    /// recomputing the size, which `like`'s buffer already has.
+    pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
+        Ok(Tensor {
+            buffer: Arc::new(Buffer::empty_on(stream, like.buffer.len())?),
+            dtype: like.dtype,
+            shape: like.shape.clone(),
+        })
+    }
+
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         Ok(Tensor {
             buffer: Arc::new(buffer),
@@ -271,6 +283,13 @@ impl Tensor {
     /// The shape (empty for a scalar).
     pub fn shape(&self) -> &[usize] {
         self.shape.dims()
+    }
+
+    /// Whether `other` has the same shape (cheaper than comparing
+    /// [`shape`](Tensor::shape)s).
+    #[inline]
+    pub fn same_shape(&self, other: &Tensor) -> bool {
+        self.shape == other.shape
     }
 
     /// Elements (the product of the shape; 1 for a scalar).
