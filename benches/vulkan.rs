@@ -24,6 +24,8 @@ use ash::vk;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use keel::{Buffer, Device, DeviceType, Event, kernels};
 
+mod common;
+
 const DISPATCHES: usize = 10_000;
 const N: u32 = 1024;
 
@@ -406,26 +408,7 @@ fn dispatches(c: &mut Criterion) {
     };
     // Each iteration runs both back to back and counts only its own (see
     // `vulkan_10k_dispatches_profiled`).
-    g.bench_function("raw_ash", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    keel();
-                    raw_run()
-                })
-                .sum()
-        })
-    });
-    g.bench_function("keel", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    raw_run();
-                    keel()
-                })
-                .sum()
-        })
-    });
+    common::interleaved(&mut g, ("raw_ash", &raw_run), ("keel", &keel));
     // The raw loop with Keel's bound on launches in flight: lavapipe runs
     // a shallow queue faster than 10,000 queued submissions.
     g.bench_function("raw_ash_512_in_flight", |b| {
@@ -446,51 +429,19 @@ fn dispatches(c: &mut Criterion) {
     let mut g = c.benchmark_group("vulkan_10k_dispatches_profiled");
     g.sample_size(10).measurement_time(Duration::from_secs(40));
     g.throughput(Throughput::Elements(DISPATCHES as u64));
-    let run = || {
-        let start = Instant::now();
-        for _ in 0..DISPATCHES {
-            s.launch(
-                &k,
-                k.grid_for(u64::from(N)),
-                &[&bufs[0], &bufs[1], &bufs[2]],
-                &params,
-            )
-            .expect("launch");
-        }
-        s.synchronize().expect("sync");
-        start.elapsed()
-    };
     let profiled = || {
         let session = keel::profiler::start().expect("session");
-        let t = run();
+        let t = keel();
         let trace = session.stop();
         assert!(trace.spans.len() >= 2 * DISPATCHES, "host and device spans");
         t
     };
-    // This VM's speed drifts by tens of percent within a minute (shared
-    // cores), so each iteration runs both variants back to back and counts
-    // only its own: both see the same conditions.
-    g.bench_function("no_session", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let t = run();
-                    profiled();
-                    t
-                })
-                .sum()
-        })
-    });
-    g.bench_function("session_recording", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    run();
-                    profiled()
-                })
-                .sum()
-        })
-    });
+    // Both in every iteration (`common::interleaved`).
+    common::interleaved(
+        &mut g,
+        ("no_session", &keel),
+        ("session_recording", &profiled),
+    );
     // The driver's floor: the raw loop (512 in flight, as Keel) with and
     // without the one timestamp per dispatch a profiled Keel launch on a
     // busy stream writes, interleaved the same way.
@@ -499,27 +450,12 @@ fn dispatches(c: &mut Criterion) {
         raw.borrow_mut().run(Some(512), timestamps);
         start.elapsed()
     };
-    g.bench_function("raw_ash_no_timestamps", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let t = raw_floor(false);
-                    raw_floor(true);
-                    t
-                })
-                .sum()
-        })
-    });
-    g.bench_function("raw_ash_one_timestamp", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    raw_floor(false);
-                    raw_floor(true)
-                })
-                .sum()
-        })
-    });
+    let (plain, stamped) = (|| raw_floor(false), || raw_floor(true));
+    common::interleaved(
+        &mut g,
+        ("raw_ash_no_timestamps", &plain),
+        ("raw_ash_one_timestamp", &stamped),
+    );
     g.finish();
 }
 

@@ -20,6 +20,8 @@ use criterion::{
 };
 use keel::{Buffer, Device, DeviceType, Event, kernels};
 
+mod common;
+
 const DISPATCHES: usize = 10_000;
 const N: u32 = 1024;
 /// Paired rounds of raw wgpu and Keel for the printed ratio.
@@ -258,34 +260,13 @@ fn dispatches(c: &mut Criterion) {
             s.synchronize().expect("sync");
             start.elapsed()
         };
-        // Both sides in every iteration, each counting only its own, so
-        // that a change in the machine's load falls on both.
+        // Both sides in every iteration (`common::interleaved`).
         let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches"));
         g.sample_size(10)
             .sampling_mode(SamplingMode::Flat)
             .measurement_time(Duration::from_secs(15));
         g.throughput(Throughput::Elements(DISPATCHES as u64));
-        g.bench_function("raw_wgpu", |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        let t = raw_run();
-                        keel_run();
-                        t
-                    })
-                    .sum()
-            })
-        });
-        g.bench_function("keel", |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        raw_run();
-                        keel_run()
-                    })
-                    .sum()
-            })
-        });
+        common::interleaved(&mut g, ("raw_wgpu", &raw_run), ("keel", &keel_run));
         g.finish();
         // The ratio from paired rounds (each one raw loop, then one Keel
         // loop): the median of the per-round ratios.
@@ -318,27 +299,11 @@ fn dispatches(c: &mut Criterion) {
             .sampling_mode(SamplingMode::Flat)
             .measurement_time(Duration::from_secs(10));
         g.throughput(Throughput::Elements(DISPATCHES as u64));
-        g.bench_function("no_session", |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        let t = keel_run();
-                        profiled();
-                        t
-                    })
-                    .sum()
-            })
-        });
-        g.bench_function("session_recording", |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        keel_run();
-                        profiled()
-                    })
-                    .sum()
-            })
-        });
+        common::interleaved(
+            &mut g,
+            ("no_session", &keel_run),
+            ("session_recording", &profiled),
+        );
         // The floor under the profiled Keel dispatches: raw wgpu without
         // and with two pass timestamps per dispatch (and their batched
         // reads), both in every iteration.
@@ -352,27 +317,12 @@ fn dispatches(c: &mut Criterion) {
                 raw.run();
                 start.elapsed()
             };
-            g.bench_function("raw_wgpu", |b| {
-                b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            let t = plain();
-                            timed();
-                            t
-                        })
-                        .sum()
-                })
-            });
-            g.bench_function("raw_wgpu_pass_timestamps", |b| {
-                b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            plain();
-                            timed().unwrap_or_default()
-                        })
-                        .sum()
-                })
-            });
+            let timed = || timed().unwrap_or_default();
+            common::interleaved(
+                &mut g,
+                ("raw_wgpu", &plain),
+                ("raw_wgpu_pass_timestamps", &timed),
+            );
         }
         g.finish();
     }
