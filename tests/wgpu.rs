@@ -20,6 +20,25 @@ fn api(d: Device) -> String {
         .unwrap_or_default()
 }
 
+/// Runs the ignored test `probe` of this binary in a child process with
+/// `env` set; asserts that it passed and printed "probe ok" (`context`
+/// heads the message otherwise). Returns its output.
+fn run_probe(probe: &str, env: &[(&str, &str)], context: &str) -> String {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(&exe)
+        .args([probe, "--exact", "--ignored", "--nocapture"])
+        .envs(env.iter().copied())
+        .output()
+        .expect("child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains("probe ok"),
+        "{context}{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn adapters_are_in_the_documented_order() {
     let Some(_) = conformance::device(TY) else {
@@ -82,27 +101,14 @@ fn environment_selects_adapters() {
     if conformance::device(TY).is_none() {
         return;
     }
-    let exe = std::env::current_exe().expect("test binary");
     for (var, value, expect) in [
         ("WGPU_BACKEND", "gl", "gl-only"),
         ("WGPU_ADAPTER_NAME", "no-such-adapter-keel", "none"),
     ] {
-        let out = Command::new(&exe)
-            .args([
-                "probe_wgpu_environment",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env(var, value)
-            .env("KEEL_PROBE_EXPECT", expect)
-            .output()
-            .expect("child runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("probe ok"),
-            "{var}={value}: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_probe(
+            "probe_wgpu_environment",
+            &[(var, value), ("KEEL_PROBE_EXPECT", expect)],
+            &format!("{var}={value}: "),
         );
     }
 }
@@ -117,22 +123,10 @@ fn launches_bind_their_own_buffers_and_parameters() {
     if conformance::device(TY).is_none() {
         return;
     }
-    let exe = std::env::current_exe().expect("test binary");
-    let out = Command::new(&exe)
-        .args([
-            "probe_fresh_buffers_each_launch",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("KEEL_ALLOC_CONF", "backend:direct")
-        .output()
-        .expect("child runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("probe ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_probe(
+        "probe_fresh_buffers_each_launch",
+        &[("KEEL_ALLOC_CONF", "backend:direct")],
+        "",
     );
 }
 
@@ -282,24 +276,12 @@ fn gl_compile_does_not_starve_other_threads() {
     if conformance::wgpu_adapter("GL").is_none() {
         return;
     }
-    let exe = std::env::current_exe().expect("test binary");
-    let out = Command::new(&exe)
-        .args([
-            "probe_gl_compile_contention",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("MESA_SHADER_CACHE_DISABLE", "true")
-        .output()
-        .expect("child runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains("probe ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_probe(
+        "probe_gl_compile_contention",
+        &[("MESA_SHADER_CACHE_DISABLE", "true")],
+        "",
     );
+    println!("{stdout}");
 }
 
 /// A profiled wgpu stream operation times itself: its own submission
