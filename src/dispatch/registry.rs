@@ -5,7 +5,8 @@
 //! Dispatch reads one prepared [`Resolved`] per (operator, device type),
 //! rebuilt whenever a registration changes it. Each thread keeps the few
 //! it used last (Note [Per-thread dispatch cache]), so a call usually
-//! costs one atomic load and a short string comparison, and takes no lock.
+//! costs one atomic load and a short string comparison (for a typed
+//! operator, a comparison of its name's address), and takes no lock.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
