@@ -271,6 +271,24 @@ pub(crate) fn common_dtype(call: &OpCall<'_>) -> Result<DType> {
     dtype.ok_or_else(|| Error::invalid(format!("{}: expected a tensor argument", call.op())))
 }
 
+/// The two tensors of a call that takes exactly two, and their dtype
+/// (both have it); otherwise [`common_dtype`]'s error, then
+/// [`OpCall::tensor`]'s, as a kernel checking them in that order reports.
+#[inline]
+pub(crate) fn two_tensors<'a>(call: &OpCall<'a>) -> Result<(&'a Tensor, &'a Tensor, DType)> {
+    match call.args {
+        [Arg::Tensor(a), Arg::Tensor(b)] if a.dtype() == b.dtype() => Ok((a, b, a.dtype())),
+        _ => two_tensors_slow(call),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn two_tensors_slow<'a>(call: &OpCall<'a>) -> Result<(&'a Tensor, &'a Tensor, DType)> {
+    let dtype = common_dtype(call)?;
+    Ok((call.tensor(0)?, call.tensor(1)?, dtype))
+}
+
 #[cold]
 fn dtype_mismatch(call: &OpCall<'_>, d: DType, found: DType) -> Error {
     Error::invalid(format!(

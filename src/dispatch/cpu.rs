@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use super::call::{KernelOutcome, OpCall, common_dtype};
+use super::call::{KernelOutcome, OpCall, common_dtype, two_tensors};
 use super::launch::{Params, compute_matmul, launch};
 use crate::compute::MatmulPrecision;
 use crate::error::{Error, Result};
@@ -402,8 +402,7 @@ fn done(t: Tensor) -> Result<KernelOutcome> {
 
 /// `add`/`mul` (tensor, tensor) on any host device.
 pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcome> {
-    let dtype = common_dtype(call)?;
-    let (a, b) = (call.tensor(0)?, call.tensor(1)?);
+    let (a, b, dtype) = two_tensors(call)?;
     check_same_shape(call.op(), a, b)?;
     let out = call.empty_like(a)?;
     let k = if mul { &MUL } else { &ADD };

@@ -79,6 +79,7 @@ mod random;
 mod registry;
 
 use std::borrow::Cow;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -300,38 +301,70 @@ fn autocast_inputs(
 /// are converted first as the operator's policy says (see
 /// [`crate::autocast`]).
 pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
+    dispatch(op, args, |ty| registry::resolve(op, ty))
+}
+
+/// [`call`]'s body, inlined into it and into [`one`] (so a typed
+/// operator's result is not moved through one more `Result`).
+/// `resolve` finds the operator's entry for a device type.
+#[inline(always)]
+fn dispatch(
+    op: &str,
+    args: &[Arg<'_>],
+    resolve: impl FnOnce(DeviceType) -> Result<Rc<Resolved>>,
+) -> Result<Outputs> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
     let ty = device.device_type();
-    let r = registry::resolve(op, ty)?;
-    // One pass: the kinds against the schema, and the first tensor on
-    // another device (reported only when the kinds are right).
+    let r = resolve(ty)?;
+    // One pass: the kinds against the schema, and whether every tensor is
+    // on the call's device (which one is not is found only for the error).
     let mut kinds = args.len() == r.schema.args.len();
-    let mut other = None;
+    let mut same = true;
     for (a, s) in args.iter().zip(&r.schema.args) {
         kinds &= ArgKind::of(a) == s.1;
-        if let Arg::Tensor(t) = a
-            && other.is_none()
-            && t.device() != device
-        {
-            other = Some(t.device());
+        if let Arg::Tensor(t) = a {
+            same &= t.device() == device;
         }
     }
     if !kinds {
         return Err(r.schema.mismatch(args));
     }
-    if r.schema.same_device
-        && let Some(second) = other
-    {
-        return Err(Error::TensorDeviceMismatch {
-            first: device,
-            second,
-        });
+    if !same && r.schema.same_device {
+        return Err(device_mismatch(device, args));
     }
-    if r.schema.mutates.is_none()
-        && autocast::is_autocast_enabled(ty)
-        && let Some(cast) = autocast_inputs(&r.schema, ty, args)?
-    {
+    if r.schema.mutates.is_none() && autocast::is_autocast_enabled(ty) {
+        return call_autocast(&r, op, ty, args);
+    }
+    if record::enabled() {
+        return run_profiled(&r, device, args);
+    }
+    run(&r, device, args)
+}
+
+/// PyTorch's error for a call whose tensors are not all on `device`: the
+/// first tensor on another device.
+#[cold]
+#[inline(never)]
+fn device_mismatch(device: Device, args: &[Arg<'_>]) -> Error {
+    let second = args
+        .iter()
+        .find_map(|a| match a {
+            Arg::Tensor(t) if t.device() != device => Some(t.device()),
+            _ => None,
+        })
+        .unwrap_or(device);
+    Error::TensorDeviceMismatch {
+        first: device,
+        second,
+    }
+}
+
+/// A call with autocast on for its device type: its floating inputs
+/// converted first when the operator's policy says so.
+#[inline(never)]
+fn call_autocast(r: &Resolved, op: &str, ty: DeviceType, args: &[Arg<'_>]) -> Result<Outputs> {
+    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
         let args: Vec<Arg<'_>> = args
             .iter()
             .zip(&cast)
@@ -341,10 +374,11 @@ pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
+    let device = call_device(op, args)?;
     if record::enabled() {
-        return run_profiled(&r, device, args);
+        return run_profiled(r, device, args);
     }
-    run(&r, device, args)
+    run(r, device, args)
 }
 
 /// Runs a checked call: the kernel for the device type on the device's
@@ -408,9 +442,9 @@ fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Output
 }
 
 /// The single result of a call.
-#[inline(always)]
-fn one(op: &str, args: &[Arg<'_>]) -> Result<Tensor> {
-    match call(op, args)?.into_inner() {
+#[inline(never)]
+fn one(op: &'static str, args: &[Arg<'_>]) -> Result<Tensor> {
+    match dispatch(op, args, |ty| registry::resolve_static(op, ty))?.into_inner() {
         Ok([t]) => Ok(t),
         Err(outs) => Err(not_one(op, outs.len())),
     }
@@ -495,7 +529,7 @@ fn generator_for(device: Device, generator: Option<&Generator>) -> Result<Genera
 /// Reserves `x.numel()` words of the generator and calls random operator
 /// `op` on `x` with `params` then the reserved seed and offset.
 fn random_call(
-    op: &str,
+    op: &'static str,
     x: &Tensor,
     params: &[Arg<'_>],
     generator: Option<&Generator>,

@@ -5,7 +5,8 @@
 //! Dispatch reads one prepared [`Resolved`] per (operator, device type),
 //! rebuilt whenever a registration changes it. Each thread keeps the few
 //! it used last (Note [Per-thread dispatch cache]), so a call usually
-//! costs one atomic load and a short string comparison, and takes no lock.
+//! costs one atomic load and a short string comparison (for a typed
+//! operator, a comparison of its name's address), and takes no lock.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -204,6 +205,10 @@ struct Cached {
     generation: u64,
     ty: DeviceType,
     entry: Rc<Resolved>,
+    /// The `'static` name a typed operator last found this entry by
+    /// ([`resolve_static`]): the same address and length are the same
+    /// name, so a hit compares two words, not the name's bytes.
+    alias: &'static str,
 }
 
 thread_local! {
@@ -219,6 +224,7 @@ fn same_name(a: &str, b: &str) -> bool {
 }
 
 /// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
+#[inline]
 pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let generation = GENERATION.load(Ordering::Acquire);
     let hit = CACHE.with(|c| {
@@ -231,6 +237,41 @@ pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
         Some(entry) => Ok(entry),
         None => resolve_miss(op, ty),
     }
+}
+
+/// [`resolve`] for a name that lives for the whole program (the typed
+/// operators' own): a cached entry is found by the name's address.
+#[inline]
+pub(crate) fn resolve_static(op: &'static str, ty: DeviceType) -> Result<Rc<Resolved>> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let hit = CACHE.with(|c| {
+        c.borrow().1.iter().flatten().find_map(|e| {
+            (std::ptr::eq(e.alias, op) && e.generation == generation && e.ty == ty)
+                .then(|| Rc::clone(&e.entry))
+        })
+    });
+    match hit {
+        Some(entry) => Ok(entry),
+        None => resolve_alias(op, ty),
+    }
+}
+
+/// [`resolve_static`] when no entry has `op`'s address yet: [`resolve`],
+/// then the entry found remembers the address.
+#[inline(never)]
+fn resolve_alias(op: &'static str, ty: DeviceType) -> Result<Rc<Resolved>> {
+    let entry = resolve(op, ty)?;
+    CACHE.with(|c| {
+        let slots = &mut c.borrow_mut().1;
+        if let Some(e) = slots
+            .iter_mut()
+            .flatten()
+            .find(|e| Rc::ptr_eq(&e.entry, &entry))
+        {
+            e.alias = op;
+        }
+    });
+    Ok(entry)
 }
 
 /// [`resolve`] from the shared table, kept in the thread's cache.
@@ -251,6 +292,7 @@ fn resolve_miss(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
             generation,
             ty,
             entry: Rc::clone(&entry),
+            alias: "",
         });
     });
     Ok(entry)

@@ -177,6 +177,7 @@ impl Tensor {
     /// A new, uninitialised tensor of `like`'s shape and dtype for use on
     /// `stream` (an operator's output): [`Tensor::empty_on`] without
     /// recomputing the size, which `like`'s buffer already has.
+    #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
         Ok(Tensor {
             buffer: Arc::new(Buffer::empty_on(stream, like.buffer.len())?),
