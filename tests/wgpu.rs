@@ -167,6 +167,55 @@ fn probe_fresh_buffers_each_launch() {
     println!("probe ok");
 }
 
+/// A parameter block that immediate data cannot hold (an array) goes in a
+/// uniform buffer of the launch's own (Note [wgpu parameter blocks]), on
+/// every adapter; each launch reads its own parameters, and a block
+/// shorter than the kernel declares reads zeros past its end, as immediate
+/// data does.
+#[test]
+fn parameter_blocks_immediates_cannot_hold_go_in_a_uniform_buffer() {
+    const WGSL: &str = "struct Params { n: u32, a: u32, b: u32, c: u32, v: array<vec4<u32>, 2> }\n\
+        @group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
+        @group(0) @binding(1) var<uniform> p: Params;\n\
+        @compute @workgroup_size(64)\n\
+        fn uniform_array(@builtin(global_invocation_id) g: vec3<u32>) {\n\
+            if g.x < p.n { out[g.x] = p.v[1].z * 1000u + p.v[0].y + p.v[1].w + g.x; }\n\
+        }";
+    const K: keel::Kernel = keel::Kernel {
+        name: "uniform_array",
+        workgroup_size: [64, 1, 1],
+        bindings: 1,
+        wgsl: Some(WGSL),
+        ptx: None,
+        cpu: None,
+    };
+    if conformance::device(TY).is_none() {
+        return;
+    }
+    for d in keel::devices(TY) {
+        let s = keel::default_stream(d).expect("stream");
+        // Three full blocks, then one of 28 of its 48 bytes (rounded up to
+        // 32, still short of the kernel's 48): v[1] reads as zeros.
+        for round in 0..4u32 {
+            let n = 100 + round;
+            let out = Buffer::new(d, 4 * n as usize).expect("out");
+            let full = [n, 0, 0, 0, 0, 7 + round, 0, 0, 0, 0, 5 * round, round];
+            let words = if round < 3 { &full[..] } else { &full[..7] };
+            let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            s.launch(&K, K.grid_for(u64::from(n)), &[&out], &params)
+                .expect("launch");
+            let got = out.read_as::<u32>(&s).expect("read");
+            let v1 = if round < 3 {
+                5 * round * 1000 + round
+            } else {
+                0
+            };
+            let want: Vec<u32> = (0..n).map(|i| v1 + 7 + round + i).collect();
+            assert_eq!(got, want, "{d}, round {round}");
+        }
+    }
+}
+
 /// Runs in a child process (a cold Mesa shader cache: see
 /// `gl_compile_does_not_starve_other_threads`): one thread compiles the
 /// tiled matmul kernel on the GL adapter while others keep launching

@@ -63,8 +63,9 @@ enum Params {
     /// Immediate data of this many bytes, a multiple of 4 (0: the kernel
     /// declares no parameter block).
     Immediate { size: u32 },
-    /// A uniform buffer of the launch's own at binding `n`.
-    UniformBuffer,
+    /// A uniform buffer of the launch's own at binding `n`, of at least
+    /// `size` bytes (the block as the kernel declares it).
+    UniformBuffer { size: u32 },
 }
 
 /// Whether `ty` can be immediate data on every backend: 32-bit scalars
@@ -120,7 +121,7 @@ fn prepare(kernel: &Kernel, wgsl: &str, max_immediate: u32) -> Result<(naga::Mod
                 v.binding = None;
                 Params::Immediate { size }
             } else {
-                Params::UniformBuffer
+                Params::UniformBuffer { size }
             }
         }
     };
@@ -179,8 +180,8 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
     };
     let n = u32::try_from(kernel.bindings).unwrap_or(u32::MAX);
     let storage = wgpu::BufferBindingType::Storage { read_only: false };
-    let uniform =
-        (params == Params::UniformBuffer).then(|| buffer(n, wgpu::BufferBindingType::Uniform));
+    let uniform = matches!(params, Params::UniformBuffer { .. })
+        .then(|| buffer(n, wgpu::BufferBindingType::Uniform));
     let entries: Vec<wgpu::BindGroupLayoutEntry> =
         (0..n).map(|i| buffer(i, storage)).chain(uniform).collect();
     let layout = d
@@ -196,7 +197,7 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
             bind_group_layouts: &[Some(&layout)],
             immediate_size: match params {
                 Params::Immediate { size } => size,
-                Params::UniformBuffer => 0,
+                Params::UniformBuffer { .. } => 0,
             },
         });
     let pipeline = d
@@ -273,11 +274,12 @@ fn range(b: &wgpu::Buffer, offset: u64, len: u64) -> Range {
     }
 }
 
-/// A uniform buffer holding `params`, padded with zeros to a multiple of
-/// 16 bytes (at least 16).
-fn params_buffer(d: &WgpuDevice, params: &[u8]) -> Result<wgpu::Buffer> {
+/// A uniform buffer holding `params`, padded with zeros to the kernel's
+/// `size` and then to a multiple of 16 bytes (at least 16).
+fn params_buffer(d: &WgpuDevice, params: &[u8], size: u32) -> Result<wgpu::Buffer> {
     let mut data = params.to_vec();
-    data.resize(params.len().max(1).div_ceil(16) * 16, 0);
+    let len = params.len().max(size as usize).max(1).div_ceil(16) * 16;
+    data.resize(len, 0);
     let _shared = d.gl.shared();
     let b = d.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("keel params"),
@@ -353,8 +355,8 @@ pub(super) fn record_dispatch(
                 entries: &entries,
             })
         }
-        Params::UniformBuffer => {
-            let uniform = params_buffer(d, params)?;
+        Params::UniformBuffer { size } => {
+            let uniform = params_buffer(d, params, size)?;
             let entries: Vec<_> = ranges
                 .iter()
                 .enumerate()
@@ -523,7 +525,7 @@ mod tests {
         // Too large for the device (or no immediates at all): a uniform
         // buffer at binding 3, as declared.
         let (m, params) = prepare(&kernel(SRC), SRC, 12).expect("prepared");
-        assert_eq!(params, Params::UniformBuffer);
+        assert_eq!(params, Params::UniformBuffer { size: 16 });
         assert_eq!(spaces(&m)[3], (naga::AddressSpace::Uniform, Some(3)));
         assert_eq!(spaces(&m)[1], (rw, Some(1)));
     }
@@ -537,7 +539,7 @@ mod tests {
                              @group(0) @binding(3) var<uniform> p: P;\n\
                              @compute @workgroup_size(1) fn k() { c[0] = a[0] + b[0] + p.v[1].x; }";
         let (_, params) = prepare(&kernel(ARRAY), ARRAY, 256).expect("prepared");
-        assert_eq!(params, Params::UniformBuffer);
+        assert_eq!(params, Params::UniformBuffer { size: 32 });
         // No block at binding 3: nothing to pass.
         const NONE: &str = "@group(0) @binding(0) var<storage> a: array<u32>;\n\
                             @compute @workgroup_size(1) fn k() { a[0] = 1u; }";
