@@ -16,6 +16,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use keel::dispatch::{ADD_F32, CPU_ADD, elementwise_grid};
 use keel::{Buffer, DType, Device, DeviceType, Tensor};
 
+mod common;
+
 const N: usize = 256;
 const BATCH: usize = 100;
 
@@ -71,28 +73,12 @@ fn bench(c: &mut Criterion) {
             stream.synchronize().expect("sync");
             t.elapsed()
         };
-        // Both ways run in every iteration (each bench times one of
-        // them), so load on the machine falls on both alike.
-        g.bench_function(format!("{d} dispatched x{BATCH}"), |bench| {
-            bench.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        direct();
-                        dispatched()
-                    })
-                    .sum()
-            })
-        });
-        g.bench_function(format!("{d} direct launch x{BATCH}"), |bench| {
-            bench.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        dispatched();
-                        direct()
-                    })
-                    .sum()
-            })
-        });
+        // Both ways in every iteration (`common::interleaved`).
+        common::interleaved(
+            &mut g,
+            (&format!("{d} dispatched x{BATCH}"), &dispatched),
+            (&format!("{d} direct launch x{BATCH}"), &direct),
+        );
         paired_ratio(&d.to_string(), dispatched, direct);
     }
     g.finish();
