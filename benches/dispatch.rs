@@ -97,22 +97,13 @@ fn paired_ratio(
     a: impl Fn() -> std::time::Duration,
     b: impl Fn() -> std::time::Duration,
 ) {
-    let mut ratios = Vec::with_capacity(ROUNDS);
-    let (mut min_a, mut min_b) = (f64::MAX, f64::MAX);
-    for _ in 0..ROUNDS {
-        let ta = a().as_secs_f64();
-        let tb = b().as_secs_f64();
-        min_a = min_a.min(ta);
-        min_b = min_b.min(tb);
-        ratios.push(ta / tb);
-    }
-    ratios.sort_by(f64::total_cmp);
+    let p = common::Paired::measure(ROUNDS, &a, &b);
     println!(
-        "dispatch_add_256/{device}: paired over {ROUNDS} rounds: dispatched / direct = {:.3} (median), {:.3} (minimums: {:.1} us / {:.1} us per batch)",
-        ratios[ROUNDS / 2],
-        min_a / min_b,
-        min_a * 1e6,
-        min_b * 1e6
+        "dispatch_add_256/{device}: paired over {ROUNDS} rounds (order alternating): dispatched / direct = {:.3} (median), {:.3} (minimums: {:.1} us / {:.1} us per batch)",
+        p.median(),
+        p.of_minimums(),
+        p.min_a.as_secs_f64() * 1e6,
+        p.min_b.as_secs_f64() * 1e6
     );
 }
 

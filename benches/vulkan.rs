@@ -411,12 +411,20 @@ fn dispatches(c: &mut Criterion) {
     common::interleaved(&mut g, ("raw_ash", &raw_run), ("keel", &keel));
     // The raw loop with Keel's bound on launches in flight: lavapipe runs
     // a shallow queue faster than 10,000 queued submissions.
+    // (With a Keel loop in every iteration too, the order alternating, as
+    // `common::interleaved` runs the two above.)
     g.bench_function("raw_ash_512_in_flight", |b| {
         b.iter_custom(|iters| {
             (0..iters)
-                .map(|_| {
-                    keel();
-                    raw_window_run()
+                .map(|i| {
+                    if i.is_multiple_of(2) {
+                        keel();
+                        raw_window_run()
+                    } else {
+                        let t = raw_window_run();
+                        keel();
+                        t
+                    }
                 })
                 .sum()
         })

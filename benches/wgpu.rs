@@ -25,7 +25,7 @@ mod common;
 const DISPATCHES: usize = 10_000;
 const N: u32 = 1024;
 /// Paired rounds of raw wgpu and Keel for the printed ratio.
-const PAIRED_ROUNDS: usize = 15;
+const PAIRED_ROUNDS: usize = 20;
 
 fn api(d: Device) -> String {
     keel::properties(d)
@@ -268,20 +268,14 @@ fn dispatches(c: &mut Criterion) {
         g.throughput(Throughput::Elements(DISPATCHES as u64));
         common::interleaved(&mut g, ("raw_wgpu", &raw_run), ("keel", &keel_run));
         g.finish();
-        // The ratio from paired rounds (each one raw loop, then one Keel
-        // loop): the median of the per-round ratios.
-        let mut ratios: Vec<f64> = (0..PAIRED_ROUNDS)
-            .map(|_| {
-                let r = raw_run();
-                keel_run().as_secs_f64() / r.as_secs_f64()
-            })
-            .collect();
-        ratios.sort_by(f64::total_cmp);
+        // The ratio from paired rounds (one raw loop and one Keel loop
+        // each, the order alternating): the median of the per-round ratios.
+        let p = common::Paired::measure(PAIRED_ROUNDS, &keel_run, &raw_run);
         println!(
-            "wgpu_{api}_10k_dispatches paired_ratio keel/raw: median {:.3} (min {:.3}, max {:.3}, {PAIRED_ROUNDS} rounds)",
-            ratios[ratios.len() / 2],
-            ratios[0],
-            ratios[ratios.len() - 1]
+            "wgpu_{api}_10k_dispatches paired_ratio keel/raw: median {:.3} (min {:.3}, max {:.3}, {PAIRED_ROUNDS} rounds, order alternating)",
+            p.median(),
+            p.ratios[0],
+            p.ratios[p.ratios.len() - 1]
         );
 
         // With a profiling session recording and without, each iteration
