@@ -256,17 +256,14 @@ fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
 /// converted (by `copy_`, on their device) to the dtype
 /// [`autocast::cast_dtype`] gives for the operator's policy: `matmul`
 /// runs in the autocast dtype, `sum`/`softmax` in f32, `add`/`mul` in the
-/// promoted type. `None` when nothing needs converting (always the case
-/// with autocast off, and for in-place operators, which autocast leaves
-/// alone as PyTorch does).
+/// promoted type. `None` when nothing needs converting. Called only with
+/// autocast on and for functional operators: in-place ones autocast leaves
+/// alone, as PyTorch does (the check is in `dispatch`).
 fn autocast_inputs(
     schema: &OpSchema,
     ty: DeviceType,
     args: &[Arg<'_>],
 ) -> Result<Option<Vec<Option<Tensor>>>> {
-    if schema.mutates.is_some() || !autocast::is_autocast_enabled(ty) {
-        return Ok(None);
-    }
     let floats: Vec<AutocastDtype> = args
         .iter()
         .filter_map(|a| match a {
@@ -334,12 +331,18 @@ fn dispatch(
         return Err(device_mismatch(device, args));
     }
     if r.schema.mutates.is_none() && autocast::is_autocast_enabled(ty) {
-        return call_autocast(&r, op, ty, args);
+        return call_autocast(&r, op, device, args);
     }
+    execute(&r, device, args)
+}
+
+/// Runs a checked call, inside its profiler span while recording.
+#[inline(always)]
+fn execute(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     if record::enabled() {
-        return run_profiled(&r, device, args);
+        return run_profiled(r, device, args);
     }
-    run(&r, device, args)
+    run(r, device, args)
 }
 
 /// PyTorch's error for a call whose tensors are not all on `device`: the
@@ -363,8 +366,8 @@ fn device_mismatch(device: Device, args: &[Arg<'_>]) -> Error {
 /// A call with autocast on for its device type: its floating inputs
 /// converted first when the operator's policy says so.
 #[inline(never)]
-fn call_autocast(r: &Resolved, op: &str, ty: DeviceType, args: &[Arg<'_>]) -> Result<Outputs> {
-    if let Some(cast) = autocast_inputs(&r.schema, ty, args)? {
+fn call_autocast(r: &Resolved, op: &str, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+    if let Some(cast) = autocast_inputs(&r.schema, device.device_type(), args)? {
         let args: Vec<Arg<'_>> = args
             .iter()
             .zip(&cast)
@@ -374,11 +377,7 @@ fn call_autocast(r: &Resolved, op: &str, ty: DeviceType, args: &[Arg<'_>]) -> Re
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
-    let device = call_device(op, args)?;
-    if record::enabled() {
-        return run_profiled(r, device, args);
-    }
-    run(r, device, args)
+    execute(r, device, args)
 }
 
 /// Runs a checked call: the kernel for the device type on the device's

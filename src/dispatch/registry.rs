@@ -223,17 +223,22 @@ fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
+/// The thread's cached entry of the current generation for `ty` that
+/// `is_op` accepts.
+#[inline(always)]
+fn cached(ty: DeviceType, is_op: impl Fn(&Cached) -> bool) -> Option<Rc<Resolved>> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    CACHE.with(|c| {
+        c.borrow().1.iter().flatten().find_map(|e| {
+            (is_op(e) && e.generation == generation && e.ty == ty).then(|| Rc::clone(&e.entry))
+        })
+    })
+}
+
 /// Looks up `op`'s schema, its kernel for `ty`, and `ty`'s fallback.
 #[inline]
 pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
-    let generation = GENERATION.load(Ordering::Acquire);
-    let hit = CACHE.with(|c| {
-        c.borrow().1.iter().flatten().find_map(|e| {
-            (e.generation == generation && e.ty == ty && same_name(&e.entry.schema.name, op))
-                .then(|| Rc::clone(&e.entry))
-        })
-    });
-    match hit {
+    match cached(ty, |e| same_name(&e.entry.schema.name, op)) {
         Some(entry) => Ok(entry),
         None => resolve_miss(op, ty),
     }
@@ -243,14 +248,7 @@ pub(crate) fn resolve(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
 /// operators' own): a cached entry is found by the name's address.
 #[inline]
 pub(crate) fn resolve_static(op: &'static str, ty: DeviceType) -> Result<Rc<Resolved>> {
-    let generation = GENERATION.load(Ordering::Acquire);
-    let hit = CACHE.with(|c| {
-        c.borrow().1.iter().flatten().find_map(|e| {
-            (std::ptr::eq(e.alias, op) && e.generation == generation && e.ty == ty)
-                .then(|| Rc::clone(&e.entry))
-        })
-    });
-    match hit {
+    match cached(ty, |e| std::ptr::eq(e.alias, op)) {
         Some(entry) => Ok(entry),
         None => resolve_alias(op, ty),
     }

@@ -310,7 +310,7 @@ fn entry((i, (buffer, offset, size)): (usize, &Range)) -> wgpu::BindGroupEntry<'
 /// Whether [`record_dispatch`] may keep the launch's bind group for the
 /// same ranges later: only for buffers whose memory Keel destroys when
 /// it frees them (`WgpuBuffer`), not for transient ones (staging).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(super) enum Group {
     Cached,
     Transient,
@@ -336,41 +336,32 @@ pub(super) fn record_dispatch(
         .iter()
         .map(|&(b, offset, len)| range(b, offset, len))
         .collect();
-    let group = match pipeline.params {
-        Params::Immediate { .. } if group == Group::Cached => {
-            pipeline.groups.get_or_create(d, ranges, |ranges| {
-                let entries: Vec<_> = ranges.iter().enumerate().map(entry).collect();
-                d.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &pipeline.layout,
-                    entries: &entries,
-                })
-            })
+    // The storage ranges, then the uniform block where there is one.
+    let create = |ranges: &[Range], uniform: Option<&wgpu::Buffer>| {
+        let entries: Vec<_> = ranges
+            .iter()
+            .enumerate()
+            .map(entry)
+            .chain(uniform.map(|u| wgpu::BindGroupEntry {
+                binding: ranges.len() as u32,
+                resource: u.as_entire_binding(),
+            }))
+            .collect();
+        d.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        })
+    };
+    let group = match (pipeline.params, group) {
+        (Params::Immediate { .. }, Group::Cached) => {
+            pipeline
+                .groups
+                .get_or_create(d, ranges, |ranges| create(ranges, None))
         }
-        Params::Immediate { .. } => {
-            let entries: Vec<_> = ranges.iter().enumerate().map(entry).collect();
-            d.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipeline.layout,
-                entries: &entries,
-            })
-        }
-        Params::UniformBuffer { size } => {
-            let uniform = params_buffer(d, params, size)?;
-            let entries: Vec<_> = ranges
-                .iter()
-                .enumerate()
-                .map(entry)
-                .chain(std::iter::once(wgpu::BindGroupEntry {
-                    binding: buffers.len() as u32,
-                    resource: uniform.as_entire_binding(),
-                }))
-                .collect();
-            d.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipeline.layout,
-                entries: &entries,
-            })
+        (Params::Immediate { .. }, Group::Transient) => create(&ranges, None),
+        (Params::UniformBuffer { size }, _) => {
+            create(&ranges, Some(&params_buffer(d, params, size)?))
         }
     };
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
