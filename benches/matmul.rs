@@ -28,7 +28,7 @@ fn label(d: Device) -> String {
 
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::cpu()];
-    for ty in [DeviceType::Vulkan, DeviceType::Wgpu] {
+    for ty in [DeviceType::Cuda, DeviceType::Vulkan, DeviceType::Wgpu] {
         match keel::availability(ty) {
             Ok(()) => v.extend(keel::devices(ty)),
             Err(e) => eprintln!("skipping {ty}: {e}"),
