@@ -25,6 +25,8 @@ use keel::memory::{self, AllocBackend, AllocConfig};
 use keel::testing::alloc_trace::{replay, training_steps};
 use keel::{Buffer, Device, DeviceType};
 
+mod common;
+
 fn label(d: Device) -> String {
     let api = keel::properties(d)
         .ok()
@@ -36,12 +38,7 @@ fn label(d: Device) -> String {
 
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
-    for ty in [DeviceType::Vulkan, DeviceType::Wgpu] {
-        match keel::availability(ty) {
-            Ok(()) => v.extend(keel::devices(ty)),
-            Err(e) => eprintln!("skipping {}: {e}", ty.backend_name()),
-        }
-    }
+    v.extend(common::devices_of(&[DeviceType::Vulkan, DeviceType::Wgpu]));
     v
 }
 

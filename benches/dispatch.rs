@@ -23,12 +23,11 @@ const BATCH: usize = 100;
 
 fn devices() -> Vec<Device> {
     let mut out = vec![Device::new(DeviceType::Cpu, 0).expect("cpu")];
-    for ty in [DeviceType::Cuda, DeviceType::Vulkan, DeviceType::Wgpu] {
-        match keel::availability(ty) {
-            Ok(()) => out.extend(keel::devices(ty)),
-            Err(e) => eprintln!("skipping {ty}: {e}"),
-        }
-    }
+    out.extend(common::devices_of(&[
+        DeviceType::Cuda,
+        DeviceType::Vulkan,
+        DeviceType::Wgpu,
+    ]));
     out
 }
 

@@ -16,6 +16,8 @@ use criterion::{Criterion, Throughput, criterion_group};
 use keel::compute::{MatmulAlgorithm, MatmulOptions, matmul};
 use keel::{Buffer, Device, DeviceType, Stream};
 
+mod common;
+
 const N: usize = 1024;
 
 fn label(d: Device) -> String {
@@ -28,12 +30,11 @@ fn label(d: Device) -> String {
 
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::cpu()];
-    for ty in [DeviceType::Cuda, DeviceType::Vulkan, DeviceType::Wgpu] {
-        match keel::availability(ty) {
-            Ok(()) => v.extend(keel::devices(ty)),
-            Err(e) => eprintln!("skipping {ty}: {e}"),
-        }
-    }
+    v.extend(common::devices_of(&[
+        DeviceType::Cuda,
+        DeviceType::Vulkan,
+        DeviceType::Wgpu,
+    ]));
     v
 }
 

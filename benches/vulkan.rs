@@ -369,6 +369,9 @@ impl Raw {
     }
 }
 
+/// Paired rounds for the printed ratios.
+const PAIRED_ROUNDS: usize = 20;
+
 fn dispatches(c: &mut Criterion) {
     let Some(d) = device() else { return };
     let s = keel::get_stream_from_pool(d, false).expect("stream");
@@ -406,6 +409,14 @@ fn dispatches(c: &mut Criterion) {
         raw.borrow_mut().run(Some(512), false);
         start.elapsed()
     };
+    // The ratio from paired rounds first (it is quick), then criterion.
+    common::print_paired(
+        "vulkan_10k_dispatches",
+        "keel/raw_ash",
+        PAIRED_ROUNDS,
+        &keel,
+        &raw_run,
+    );
     // Each iteration runs both back to back and counts only its own (see
     // `vulkan_10k_dispatches_profiled`).
     common::interleaved(&mut g, ("raw_ash", &raw_run), ("keel", &keel));
@@ -444,6 +455,13 @@ fn dispatches(c: &mut Criterion) {
         assert!(trace.spans.len() >= 2 * DISPATCHES, "host and device spans");
         t
     };
+    common::print_paired(
+        "vulkan_10k_dispatches_profiled",
+        "session_recording/no_session",
+        PAIRED_ROUNDS,
+        &profiled,
+        &keel,
+    );
     // Both in every iteration (`common::interleaved`).
     common::interleaved(
         &mut g,

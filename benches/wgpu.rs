@@ -35,10 +35,7 @@ fn api(d: Device) -> String {
 }
 
 fn devices() -> Vec<Device> {
-    if let Err(e) = keel::availability(DeviceType::Wgpu) {
-        eprintln!("skipping wgpu benchmarks: {e}");
-    }
-    keel::devices(DeviceType::Wgpu)
+    common::devices_of(&[DeviceType::Wgpu])
 }
 
 /// The raw-wgpu program: a device of its own on the same adapter.
@@ -270,12 +267,12 @@ fn dispatches(c: &mut Criterion) {
         g.finish();
         // The ratio from paired rounds (one raw loop and one Keel loop
         // each, the order alternating): the median of the per-round ratios.
-        let p = common::Paired::measure(PAIRED_ROUNDS, &keel_run, &raw_run);
-        println!(
-            "wgpu_{api}_10k_dispatches paired_ratio keel/raw: median {:.3} (min {:.3}, max {:.3}, {PAIRED_ROUNDS} rounds, order alternating)",
-            p.median(),
-            p.ratios[0],
-            p.ratios[p.ratios.len() - 1]
+        common::print_paired(
+            &format!("wgpu_{api}_10k_dispatches"),
+            "keel/raw",
+            PAIRED_ROUNDS,
+            &keel_run,
+            &raw_run,
         );
 
         // With a profiling session recording and without, each iteration

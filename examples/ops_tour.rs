@@ -43,9 +43,18 @@ fn main() -> keel::Result<()> {
     let out = std::env::args_os()
         .nth(1)
         .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    // Every device that opens; one that is listed but does not open (wgpu's
+    // GL adapter on NVIDIA's headless EGL, say) is reported and left out.
     let devices: Vec<Device> = DeviceType::ALL
         .into_iter()
         .flat_map(keel::devices)
+        .filter(|&d| match keel::properties(d) {
+            Ok(_) => true,
+            Err(e) => {
+                println!("{d:>8}: skipped, it does not open: {e}");
+                false
+            }
+        })
         .collect();
     let (reference, _) = program(Device::cpu())?;
     for &d in &devices {

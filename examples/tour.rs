@@ -16,7 +16,15 @@ fn main() -> keel::Result<()> {
         match keel::availability(ty) {
             Ok(()) => {
                 for d in keel::devices(ty) {
-                    let p = keel::properties(d)?;
+                    // Listed, but it may still fail to open (wgpu's GL
+                    // adapter on NVIDIA's headless EGL, say).
+                    let p = match keel::properties(d) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            println!("  {:<10} -- does not open: {e}", d.to_string());
+                            continue;
+                        }
+                    };
                     let mem = p.total_memory.map_or("?".to_owned(), |m| {
                         format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64)
                     });

@@ -716,6 +716,8 @@ fn operators_are_profiled_spans_with_their_kernels() {
         .collect();
     assert!(ops.len() >= devs.len(), "operator spans: {}", ops.len());
     let mut kernels = std::collections::BTreeSet::new();
+    // What each operator's flow reached, for a failure message.
+    let mut reached = Vec::new();
     for op in &ops {
         let arg = |k: &str| {
             op.args
@@ -742,6 +744,19 @@ fn operators_are_profiled_spans_with_their_kernels() {
             })
             .expect("the kernel at the flow's end");
         kernels.insert(kernel.name.to_string());
+        let at: Vec<_> = trace
+            .spans
+            .iter()
+            .filter(|s| s.lane == flow.to.lane && s.start_ns == flow.to.ts_ns)
+            .map(|s| format!("{} {:?} {} ns", s.name, s.kind, s.dur_ns))
+            .collect();
+        reached.push(format!(
+            "operator on {} at {} -> {} at {}: {at:?}",
+            trace.lanes[op.lane as usize].name,
+            op.start_ns,
+            trace.lanes[flow.to.lane as usize].name,
+            flow.to.ts_ns
+        ));
         // The launch it made lies inside the operator span (host lane).
         assert!(trace.spans.iter().any(|s| s.lane == op.lane
             && s.kind == SpanKind::Kernel
@@ -756,7 +771,11 @@ fn operators_are_profiled_spans_with_their_kernels() {
             DeviceType::PrivateUse1 => "npu_add_f32",
             _ => "add_f32",
         };
-        assert!(kernels.contains(want), "{d}: no {want} in {kernels:?}");
+        assert!(
+            kernels.contains(want),
+            "{d}: no {want} in {kernels:?}; the flows reached:\n{}",
+            reached.join("\n")
+        );
     }
     // Exported as PyTorch's profiler writes operators.
     let mut json = Vec::new();

@@ -77,3 +77,42 @@ impl Paired {
         self.min_a.as_secs_f64() / self.min_b.as_secs_f64()
     }
 }
+
+/// Measures `rounds` paired rounds of `a` and `b` and prints
+/// "`label` paired_ratio `names`: median, min and max of the per-round
+/// ratios a / b".
+pub fn print_paired(
+    label: &str,
+    names: &str,
+    rounds: usize,
+    a: &dyn Fn() -> Duration,
+    b: &dyn Fn() -> Duration,
+) {
+    let p = Paired::measure(rounds, a, b);
+    println!(
+        "{label} paired_ratio {names}: median {:.3} (min {:.3}, max {:.3}, {rounds} rounds, order alternating)",
+        p.median(),
+        p.ratios[0],
+        p.ratios[p.ratios.len() - 1]
+    );
+}
+
+/// The devices of `types` that run here, in order: a backend that is
+/// unavailable, and a device that is listed but does not open (wgpu's GL
+/// adapter on NVIDIA's headless EGL, say), are printed as skipped.
+pub fn devices_of(types: &[keel::DeviceType]) -> Vec<keel::Device> {
+    let mut out = Vec::new();
+    for &ty in types {
+        if let Err(e) = keel::availability(ty) {
+            eprintln!("skipping {ty}: {e}");
+            continue;
+        }
+        for d in keel::devices(ty) {
+            match keel::properties(d) {
+                Ok(_) => out.push(d),
+                Err(e) => eprintln!("skipping {d}: it does not open: {e}"),
+            }
+        }
+    }
+    out
+}

@@ -5,8 +5,9 @@
 // f16 values, overflow to infinity, subnormals kept) and only then
 // converted, which is exact; a NaN is replaced by the f32 quiet NaN
 // 0x7fc00000 with its sign before the conversion, which IEEE conversion
-// maps to the emulation's 0x7e00 (naga cannot bitcast integer bits to
-// f16; the test checks the result on each device). Needs `shaders/compute/rounding.wgsl` *after* it
+// maps to the emulation's 0x7e00, though a driver may return its own
+// canonical NaN (naga cannot bitcast integer bits to f16; the test checks
+// that a NaN stays a NaN on each device). Needs `shaders/compute/rounding.wgsl` *after* it
 // (`enable` must come first). Selected by `keel::compute::f16_storage`.
 // Bindings: 0 x (array<f32>), 1 out (array<f16>), 2 params (uniform).
 // Parameters: n (elements).

@@ -1,11 +1,11 @@
 // f16 -> f32 with native 16-bit storage (`enable f16;`, wgpu
 // `Features::SHADER_F16`, Vulkan `shaderFloat16` + 16-bit storage): the
 // hardware path of `cast.wgsl`'s mode 0, bit for bit the same for every
-// non-NaN (the conversion is exact). A NaN stays a NaN with its sign and
-// payload, but the hardware may quiet a signalling one (set the top
-// mantissa bit), which the emulation does not: naga cannot bitcast an
-// f16 to integer bits (`bitcast<u32>(vec2<f16>)` is typed as a vector),
-// so the kernel cannot tell. Selected by `keel::compute::f16_storage`.
+// non-NaN (the conversion is exact). A NaN stays a NaN, but its sign and
+// payload are the hardware's (lavapipe quiets a signalling one, NVIDIA
+// returns its canonical NaN), where the emulation keeps them: naga cannot
+// bitcast an f16 to integer bits (`bitcast<u32>(vec2<f16>)` is typed as a
+// vector), so the kernel cannot tell. Selected by `keel::compute::f16_storage`.
 // Bindings: 0 x (array<f16>), 1 out (array<f32>), 2 params (uniform).
 // Parameters: n (elements).
 // Launch: one invocation per element, 256 per workgroup, 2-D grid as

@@ -141,7 +141,13 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
             let lo = bitcast<f32>(params.a);
             let hi = bitcast<f32>(params.b);
             let width = hi - lo;
-            let scaled = to_unit(x) * width;
+            // Rounded after each step, as on every backend: a Vulkan
+            // driver may contract a multiply feeding an add into one fused
+            // multiply-add (NVIDIA's does; WGSL cannot forbid it), and
+            // lavapipe's `fma` is unfused, so neither form is portable. The
+            // `min` (a no-op: to_unit < 1, so the rounded product is at most
+            // width) stands between the two, and nothing is contracted.
+            let scaled = min(to_unit(x) * width, width);
             var v = scaled + lo;
             if v >= hi {
                 v = below(hi);

@@ -69,7 +69,9 @@ mod select;
 pub mod tests;
 
 pub use config::{Config, Expect, KernelSource, Outcome};
-pub use select::{builtin_devices, device, device_where, filtered_out, required, wgpu_adapter};
+pub use select::{
+    builtin_devices, device, device_where, filtered_out, required, usable_devices, wgpu_adapter,
+};
 
 /// Whether a suite test may run beside others (see the [module
 /// docs](self#concurrency)).

@@ -40,6 +40,23 @@ pub fn builtin_devices() -> Vec<(&'static str, Device)> {
     .collect()
 }
 
+/// The devices of `ty` that open here (their properties can be read), in
+/// order; each one that does not is printed as skipped with its error.
+/// (`keel::devices` lists every device the backend enumerates; one may
+/// still fail to open, as wgpu's GL adapter does on NVIDIA's headless EGL.)
+pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
+    crate::devices(ty)
+        .into_iter()
+        .filter(|&d| match crate::properties(d) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("skipping {d}: it does not open: {e}");
+                false
+            }
+        })
+        .collect()
+}
+
 /// The first device of `ty` whose properties satisfy `pick` (described by
 /// `what` in messages), with the rule of [`device`].
 pub fn device_where(
@@ -68,10 +85,27 @@ fn select(
 ) -> Option<Device> {
     let found = match crate::availability(ty) {
         Err(e) => Err(e.to_string()),
-        Ok(()) => crate::devices(ty)
-            .into_iter()
-            .find(|&d| crate::properties(d).is_ok_and(|p| pick(&p)))
-            .ok_or_else(|| "no such device".to_owned()),
+        Ok(()) => {
+            // A device that cannot be opened (wgpu's GL adapter on NVIDIA's
+            // headless EGL, say) is no match; its error is the reason.
+            let mut unopened = Vec::new();
+            crate::devices(ty)
+                .into_iter()
+                .find(|&d| match crate::properties(d) {
+                    Ok(p) => pick(&p),
+                    Err(e) => {
+                        unopened.push(format!("{d}: {e}"));
+                        false
+                    }
+                })
+                .ok_or_else(|| {
+                    if unopened.is_empty() {
+                        "no such device".to_owned()
+                    } else {
+                        format!("no such device opens ({})", unopened.join("; "))
+                    }
+                })
+        }
     };
     let reason = match found {
         Ok(d) => return Some(d),

@@ -47,10 +47,13 @@ fn close(a: f32, b: f32) -> bool {
 /// the first device of every other available type.
 fn other_devices(d: Device) -> Vec<Device> {
     let ty = d.device_type();
-    let mut v: Vec<Device> = crate::devices(ty).into_iter().filter(|&o| o != d).collect();
+    let mut v: Vec<Device> = super::usable_devices(ty)
+        .into_iter()
+        .filter(|&o| o != d)
+        .collect();
     for other in DeviceType::ALL {
         if other != ty && crate::is_available(other) {
-            v.extend(crate::devices(other).into_iter().take(1));
+            v.extend(super::usable_devices(other).into_iter().take(1));
         }
     }
     v
