@@ -104,9 +104,8 @@ use crate::error::{Error, Result};
 /// Which submissions have completed (Note [wgpu completion tracking]).
 #[derive(Default)]
 struct Completion {
-    /// Submissions not yet known complete, in submission order:
-    /// `(seq, wgpu's index)`.
-    pending: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
+    /// Submissions not yet known complete, and who sleeps on them.
+    pending: Mutex<Pending>,
     /// Signalled when `pending` gains a submission (the poll thread waits).
     added: Condvar,
     /// Signalled when `completed` grows (synchronizing threads wait).
@@ -114,6 +113,21 @@ struct Completion {
     /// The highest sequence number known complete; every lower one is
     /// complete too.
     completed: AtomicU64,
+}
+
+/// What [`Completion::pending`] guards. A condition variable is signalled
+/// only when someone sleeps on it: a notification is a system call even
+/// with no waiter, and a launch would otherwise pay one or two (one to
+/// hand its submission over, one when the queue is found empty).
+#[derive(Default)]
+struct Pending {
+    /// Submissions not yet known complete, in submission order:
+    /// `(seq, wgpu's index)`.
+    queue: VecDeque<(u64, wgpu::SubmissionIndex)>,
+    /// Whether the poll thread sleeps on `added`.
+    poll_thread_asleep: bool,
+    /// Threads sleeping on `advanced`.
+    waiters: usize,
 }
 
 impl Completion {
@@ -128,29 +142,42 @@ impl Completion {
     }
 
     fn push(&self, seq: u64, index: wgpu::SubmissionIndex) {
-        lock(&self.pending).push_back((seq, index));
-        self.added.notify_one();
+        let mut pending = lock(&self.pending);
+        pending.queue.push_back((seq, index));
+        let asleep = pending.poll_thread_asleep;
+        // Signalled after the unlock, so the woken thread does not block
+        // on the lock at once (it registered under the lock: no wakeup is
+        // lost).
+        drop(pending);
+        if asleep {
+            self.added.notify_one();
+        }
     }
 
     /// Marks every submission up to `seq` complete.
     fn complete_through(&self, seq: u64) {
         let mut pending = lock(&self.pending);
         self.completed.fetch_max(seq, Ordering::AcqRel);
-        while pending.front().is_some_and(|&(s, _)| s <= seq) {
-            pending.pop_front();
+        while pending.queue.front().is_some_and(|&(s, _)| s <= seq) {
+            pending.queue.pop_front();
         }
+        let waiters = pending.waiters;
         drop(pending);
-        self.advanced.notify_all();
+        if waiters > 0 {
+            self.advanced.notify_all();
+        }
     }
 
     /// Blocks until submission `seq` is complete.
     fn wait(&self, seq: u64) {
         let mut pending = lock(&self.pending);
         while !self.is_done(seq) {
+            pending.waiters += 1;
             pending = self
                 .advanced
                 .wait(pending)
                 .unwrap_or_else(PoisonError::into_inner);
+            pending.waiters -= 1;
         }
     }
 
@@ -159,13 +186,17 @@ impl Completion {
     fn next(&self) -> ((u64, wgpu::SubmissionIndex), u64) {
         let mut pending = lock(&self.pending);
         loop {
-            if let (Some(oldest), Some(&(newest, _))) = (pending.front(), pending.back()) {
+            if let (Some(oldest), Some(&(newest, _))) =
+                (pending.queue.front(), pending.queue.back())
+            {
                 return (oldest.clone(), newest);
             }
+            pending.poll_thread_asleep = true;
             pending = self
                 .added
                 .wait(pending)
                 .unwrap_or_else(PoisonError::into_inner);
+            pending.poll_thread_asleep = false;
         }
     }
 }
