@@ -727,8 +727,23 @@ fn operators_are_profiled_spans_with_their_kernels() {
         };
         assert_eq!(arg("Input Dims").as_deref(), Some("[[300], [300]]"));
         assert_eq!(arg("Input type").as_deref(), Some("[\"float\", \"float\"]"));
+        // The launches it made lie inside the operator span (host lane);
+        // a launch and the kernel it ran share an operation id.
+        let launched: Vec<u64> = trace
+            .spans
+            .iter()
+            .filter(|s| {
+                s.lane == op.lane
+                    && s.kind == SpanKind::Kernel
+                    && s.start_ns >= op.start_ns
+                    && s.start_ns + s.dur_ns <= op.start_ns + op.dur_ns
+            })
+            .map(|s| s.op)
+            .collect();
+        assert!(!launched.is_empty(), "no launch inside the operator span");
         // A flow from the operator to a kernel it launched, which lies on
-        // a stream lane.
+        // a stream lane. (Two spans of one lane can start at the same
+        // nanosecond: the operation id tells them apart.)
         let flow = trace
             .flows
             .iter()
@@ -740,9 +755,12 @@ fn operators_are_profiled_spans_with_their_kernels() {
             .spans
             .iter()
             .find(|s| {
-                s.lane == flow.to.lane && s.start_ns == flow.to.ts_ns && s.kind == SpanKind::Kernel
+                s.lane == flow.to.lane
+                    && s.start_ns == flow.to.ts_ns
+                    && s.kind == SpanKind::Kernel
+                    && launched.contains(&s.op)
             })
-            .expect("the kernel at the flow's end");
+            .expect("the kernel the operator launched, at the flow's end");
         kernels.insert(kernel.name.to_string());
         let at: Vec<_> = trace
             .spans
@@ -757,11 +775,6 @@ fn operators_are_profiled_spans_with_their_kernels() {
             trace.lanes[flow.to.lane as usize].name,
             flow.to.ts_ns
         ));
-        // The launch it made lies inside the operator span (host lane).
-        assert!(trace.spans.iter().any(|s| s.lane == op.lane
-            && s.kind == SpanKind::Kernel
-            && s.start_ns >= op.start_ns
-            && s.start_ns + s.dur_ns <= op.start_ns + op.dur_ns));
     }
     // Each device ran its own kernel: the CPU's, the GPUs' f32 kernel (no
     // fallback), the npu's.
