@@ -382,7 +382,7 @@ fn dispatches(c: &mut Criterion) {
     let params = N.to_le_bytes();
     let raw = Raw::new();
     let mut g = c.benchmark_group("vulkan_10k_dispatches");
-    g.sample_size(10).measurement_time(Duration::from_secs(40));
+    g.sample_size(10).measurement_time(Duration::from_secs(15));
     g.throughput(Throughput::Elements(DISPATCHES as u64));
     let keel = || {
         let start = Instant::now();
@@ -446,7 +446,7 @@ fn dispatches(c: &mut Criterion) {
     // recording, each timed from the first launch to the synchronize (the
     // session's start and its trace's assembly are outside the timing).
     let mut g = c.benchmark_group("vulkan_10k_dispatches_profiled");
-    g.sample_size(10).measurement_time(Duration::from_secs(40));
+    g.sample_size(10).measurement_time(Duration::from_secs(15));
     g.throughput(Throughput::Elements(DISPATCHES as u64));
     let profiled = || {
         let session = keel::profiler::start().expect("session");
