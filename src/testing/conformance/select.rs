@@ -41,7 +41,8 @@ pub fn builtin_devices() -> Vec<(&'static str, Device)> {
 }
 
 /// The devices of `ty` that open here (their properties can be read), in
-/// order; each one that does not is printed as skipped with its error.
+/// order; each one that does not is printed as skipped with its error, or
+/// fails the test where `KEEL_REQUIRE_BACKENDS` names `ty`.
 /// (`keel::devices` lists every device the backend enumerates; one may
 /// still fail to open, as wgpu's GL adapter does on NVIDIA's headless EGL.)
 pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
@@ -49,6 +50,9 @@ pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
         .into_iter()
         .filter(|&d| match crate::properties(d) {
             Ok(_) => true,
+            Err(e) if required(ty) => {
+                panic!("KEEL_REQUIRE_BACKENDS requires {ty}, but {d} does not open: {e}")
+            }
             Err(e) => {
                 eprintln!("skipping {d}: it does not open: {e}");
                 false

@@ -44,7 +44,7 @@ fn close(a: f32, b: f32) -> bool {
 }
 
 /// Every device present, other than `d`: the other devices of its type and
-/// the first device of every other available type.
+/// the first device that opens of every other available type.
 fn other_devices(d: Device) -> Vec<Device> {
     let ty = d.device_type();
     let mut v: Vec<Device> = super::usable_devices(ty)
@@ -53,7 +53,12 @@ fn other_devices(d: Device) -> Vec<Device> {
         .collect();
     for other in DeviceType::ALL {
         if other != ty && crate::is_available(other) {
-            v.extend(super::usable_devices(other).into_iter().take(1));
+            // The first that opens (opening the rest would be wasted).
+            v.extend(
+                crate::devices(other)
+                    .into_iter()
+                    .find(|&o| crate::properties(o).is_ok()),
+            );
         }
     }
     v
