@@ -9,6 +9,8 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+
 use crate::backend::{BufferView, registry};
 use crate::buffer::{Buffer, same_device, stream_runtime};
 use crate::core::Stream;
@@ -79,7 +81,7 @@ impl Stream {
         for b in buffers {
             same_device(stream.device(), b.device())?;
         }
-        let views: Vec<BufferView<'_>> = buffers.iter().map(|b| b.view()).collect();
+        let views: SmallVec<[BufferView<'_>; 4]> = buffers.iter().map(|b| b.view()).collect();
         ops::enqueue(
             &stream,
             SpanKind::Kernel,

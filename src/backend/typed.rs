@@ -35,6 +35,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::{
     BufferHandle, BufferView, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime,
     EventHandle, Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
@@ -614,7 +616,7 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
                     len: v.len,
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<SmallVec<[_; 4]>>>()?;
         self.0.enqueue_kernel(s, kernel, grid, &bufs, params)
     }
 

@@ -3,17 +3,26 @@
 
 use std::sync::{Arc, MutexGuard};
 
+use smallvec::SmallVec;
+
 use super::HostBackend;
 use super::memory::HostMemory;
 use super::stream::{HostStream, lock};
 use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
-use crate::kernel::{CpuInvocation, Kernel};
+use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel};
+
+/// Bindings a launch keeps on the stack.
+const BINDINGS: usize = 4;
 
 /// Enqueues `kernel`'s host implementation over `buffers`: ranges of host
 /// allocations that must not overlap (checked here). Ranges of one
 /// allocation are handed to the kernel as disjoint slices of it.
+///
+/// On an inline stream (the CPU default stream) the kernel runs now, over
+/// the caller's bindings and parameters: nothing is copied or boxed. A
+/// worker's stream gets a task that owns copies of both.
 pub fn enqueue_kernel(
     ty: DeviceType,
     stream: &HostStream,
@@ -30,36 +39,60 @@ pub fn enqueue_kernel(
         ),
     })?;
     check_disjoint_bindings(kernel, buffers, "host kernels need disjoint bindings")?;
-    let name = kernel.name;
-    let workgroup_size = kernel.workgroup_size;
+    let run = Run {
+        f,
+        name: kernel.name,
+        grid,
+        workgroup_size: kernel.workgroup_size,
+    };
+    if stream.is_inline() {
+        return stream.run_inline(|| run.over(buffers, params));
+    }
     let params = params.to_vec();
     let buffers = buffers.to_vec();
-    stream.submit(Box::new(move || {
+    stream.submit(Box::new(move || run.over(&buffers, &params)))
+}
+
+/// What a launch runs: the kernel's function, its name (for errors) and
+/// its sizes.
+#[derive(Clone, Copy)]
+struct Run {
+    f: CpuKernelFn,
+    name: &'static str,
+    grid: [u32; 3],
+    workgroup_size: [u32; 3],
+}
+
+impl Run {
+    /// Runs the kernel over `buffers` (disjoint ranges, checked at
+    /// enqueue) with `params`. A launch binds a few buffers: the
+    /// bookkeeping stays on the stack (`SmallVec`), and only the kernel's
+    /// own list of slices is a `Vec` (`CpuInvocation::buffers`).
+    fn over(self, buffers: &[Binding<HostMemory>], params: &[u8]) -> Result<()> {
         // Lock each allocation once, in address order so two streams
         // sharing allocations cannot deadlock.
-        let mut allocs: Vec<&Arc<HostMemory>> = Vec::new();
-        for b in &buffers {
+        let mut allocs: SmallVec<[&Arc<HostMemory>; BINDINGS]> = SmallVec::new();
+        for b in buffers {
             if !allocs.iter().any(|a| Arc::ptr_eq(a, &b.buffer)) {
                 allocs.push(&b.buffer);
             }
         }
-        allocs.sort_by_key(|a| Arc::as_ptr(a) as usize);
-        let mut guards: Vec<MutexGuard<'_, Vec<u64>>> =
+        allocs.sort_unstable_by_key(|a| Arc::as_ptr(a) as usize);
+        let mut guards: SmallVec<[MutexGuard<'_, Vec<u64>>; BINDINGS]> =
             allocs.iter().map(|a| lock(&a.words)).collect();
         // Split each allocation into its bindings' disjoint ranges.
         // Zero-length bindings stay empty, but 8-byte aligned (an empty
         // `[u64]`), so kernels can view them as any element type.
-        let mut views: Vec<&mut [u8]> = (0..buffers.len())
-            .map(|_| bytemuck::cast_slice_mut::<u64, u8>(&mut []))
-            .collect();
+        let mut views: Vec<&mut [u8]> = Vec::with_capacity(buffers.len());
+        views.extend((0..buffers.len()).map(|_| bytemuck::cast_slice_mut::<u64, u8>(&mut [])));
         for (g, alloc) in guards.iter_mut().zip(&allocs) {
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut g[..]);
             let mut rest = &mut bytes[..alloc.len()];
             let mut at = 0;
-            let mut mine: Vec<usize> = (0..buffers.len())
+            let mut mine: SmallVec<[usize; BINDINGS]> = (0..buffers.len())
                 .filter(|&i| Arc::ptr_eq(&buffers[i].buffer, alloc) && buffers[i].len > 0)
                 .collect();
-            mine.sort_by_key(|&i| buffers[i].offset);
+            mine.sort_unstable_by_key(|&i| buffers[i].offset);
             for i in mine {
                 let b = &buffers[i];
                 let (_, tail) = std::mem::take(&mut rest).split_at_mut(b.offset - at);
@@ -70,16 +103,16 @@ pub fn enqueue_kernel(
             }
         }
         let mut inv = CpuInvocation {
-            grid,
-            workgroup_size,
-            params: &params,
+            grid: self.grid,
+            workgroup_size: self.workgroup_size,
+            params,
             buffers: views,
         };
-        f(&mut inv).map_err(|message| Error::Kernel {
-            kernel: name.to_owned(),
+        (self.f)(&mut inv).map_err(|message| Error::Kernel {
+            kernel: self.name.to_owned(),
             message,
         })
-    }))
+    }
 }
 
 impl<B: HostBackend> Kernels for B {

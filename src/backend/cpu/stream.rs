@@ -34,7 +34,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn run_task(task: Task) -> Result<()> {
+fn run_task(task: impl FnOnce() -> Result<()>) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(task)) {
         Ok(r) => r,
         Err(payload) => {
@@ -178,6 +178,19 @@ impl HostStream {
         }
         self.push(Item::Work(task));
         Ok(())
+    }
+
+    /// Runs `task` now on the calling thread, as [`submit`](Self::submit)
+    /// does on an inline stream, without boxing it (a task that borrows
+    /// the caller's data). On a worker's stream this is an error: its work
+    /// must be submitted.
+    pub fn run_inline(&self, task: impl FnOnce() -> Result<()>) -> Result<()> {
+        if !self.inline {
+            return Err(Error::invalid(
+                "run_inline on a host stream with a worker thread (submit its work instead)",
+            ));
+        }
+        run_task(task)
     }
 
     fn push(&self, item: Item) {
