@@ -489,3 +489,100 @@ fn profiled_operations_time_themselves_in_order() {
         assert_eq!(trace.dropped, 0);
     }
 }
+
+/// With a session recording, an operation on a device whose timestamp
+/// slots are all held still runs, and its device span is counted with the
+/// trace's dropped records instead of vanishing; once the slots are given
+/// back, operations time themselves again (a take waits for the pairs
+/// given back whose submissions are still running). In a child process
+/// (`probe_timing_slots_used_up`): holding every slot of the device would
+/// take them from this file's other tests.
+#[test]
+fn a_device_span_that_cannot_be_timed_is_counted_as_dropped() {
+    if conformance::wgpu_adapter("Vulkan").is_none() {
+        return;
+    }
+    run_probe(
+        "probe_timing_slots_used_up",
+        &[],
+        "the probe holding every timestamp slot failed:\n",
+    );
+}
+
+#[test]
+#[ignore = "run in a child process by a_device_span_that_cannot_be_timed_is_counted_as_dropped"]
+fn probe_timing_slots_used_up() {
+    use keel::kernels::VECTOR_ADD;
+    use keel::profiler::{LaneKind, SpanKind};
+
+    let d = conformance::wgpu_adapter("Vulkan").expect("a wgpu Vulkan adapter");
+    let s = keel::get_stream_from_pool(d, false).expect("stream");
+    let n = 256u32;
+    let bufs: Vec<Buffer> = (0..3)
+        .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
+        .collect();
+    let add = || {
+        s.launch(
+            &VECTOR_ADD,
+            VECTOR_ADD.grid_for(u64::from(n)),
+            &[&bufs[0], &bufs[1], &bufs[2]],
+            &n.to_le_bytes(),
+        )
+    };
+    add().expect("launch before the session");
+    // Timed events until the device has no slot left (4,096 slots in
+    // pairs: 2,048 events), before the session, so that only events hold
+    // them.
+    let mut held = Vec::new();
+    let error = loop {
+        let mut e = keel::Event::timed(TY);
+        match e.record(&s) {
+            Ok(()) => held.push(e),
+            Err(e) => break e,
+        }
+        assert!(held.len() <= 2048, "more timed events than slot pairs");
+    };
+    assert!(
+        error.to_string().contains("timestamp query slots"),
+        "expected the slots to run out, found: {error}"
+    );
+    assert_eq!(held.len(), 2048, "every pair held by an event");
+    // One pair given back: the session's reference event takes it (waiting
+    // for the event's submission if it still runs); the launch's span finds
+    // none.
+    held.pop();
+    let session = keel::profiler::start().expect("session");
+    add().expect("a launch with every slot held still runs");
+    s.synchronize().expect("sync");
+    drop(held);
+    add().expect("a launch after the slots were given back");
+    s.synchronize().expect("sync");
+    let trace = session.stop();
+
+    // Kernel spans of `vector_add` on host lanes (launches) or on stream
+    // lanes (the kernels on the device).
+    let named = |on_device: bool| {
+        trace
+            .spans
+            .iter()
+            .filter(|sp| {
+                sp.kind == SpanKind::Kernel
+                    && sp.name.as_str() == VECTOR_ADD.name
+                    && matches!(trace.lanes[sp.lane as usize].kind, LaneKind::Stream { .. })
+                        == on_device
+            })
+            .count()
+    };
+    assert_eq!(named(false), 2, "two launches on the host");
+    assert_eq!(
+        named(true),
+        1,
+        "a device span for the launch after the slots were given back, none for the one before"
+    );
+    assert!(
+        trace.dropped >= 1,
+        "the launch's lost device span is counted as dropped, found {}",
+        trace.dropped
+    );
+    println!("probe ok");
+}

@@ -39,6 +39,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
+use super::record;
 use super::trace::SpanKind;
 use crate::backend::{ClockSample, DeviceGuardImpl, EventHandle, registry};
 use crate::core::{Device, DeviceIndex, EventFlag, Stream};
@@ -362,7 +363,8 @@ pub(super) struct PendingSpan {
 
 /// Moves the spans of `pending` whose events have completed (all of them,
 /// waiting, when `wait`) into `out` as offsets from their device's
-/// reference event. A span whose times cannot be read is dropped.
+/// reference event. A span whose times cannot be read is dropped, and
+/// counted with the session's dropped records.
 pub(super) fn resolve(
     pending: &mut Vec<PendingSpan>,
     clocks: &Clocks,
@@ -390,6 +392,7 @@ pub(super) fn resolve(
         // same stream).
         let (Some(start_off), Some(end_off)) = (clock.offset_of(&p.start), clock.offset_of(&p.end))
         else {
+            record::device_span_lost(1);
             continue;
         };
         out.push(DeviceSpan {

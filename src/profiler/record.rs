@@ -308,7 +308,8 @@ pub(crate) fn stream_op<T>(
 
 fn start_device_span(stream: &Stream) -> Option<SpanTiming> {
     let mut gathered = lock(&GATHERED);
-    // `None`: the session is ending.
+    // `None`: the session is ending, or the device's events cannot time
+    // (its operations have host spans only, by design).
     gathered
         .as_mut()?
         .clocks
@@ -316,7 +317,18 @@ fn start_device_span(stream: &Stream) -> Option<SpanTiming> {
         .or_insert_with(|| DeviceClock::new(stream).map(Arc::new))
         .as_ref()?;
     drop(gathered);
-    SpanTiming::begin(stream)
+    let timing = SpanTiming::begin(stream);
+    if timing.is_none() {
+        // A device that times could not time this operation (its timing
+        // resources are used up): the device span is lost, not silently.
+        device_span_lost(1);
+    }
+    timing
+}
+
+/// Counts `n` device spans lost with the session's dropped records.
+pub(super) fn device_span_lost(n: u64) {
+    DROPPED.fetch_add(n, Ordering::Relaxed);
 }
 
 fn finish_device_span(
@@ -328,6 +340,7 @@ fn finish_device_span(
     detail: Detail,
 ) {
     let Some((start, end)) = timing.finish(&stream) else {
+        device_span_lost(1);
         return;
     };
     let mut gathered = lock(&GATHERED);

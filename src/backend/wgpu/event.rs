@@ -9,7 +9,10 @@
 //! profiler's spans cost one read per batch instead of two per span.
 //!
 //! Slots are recycled: a destroyed event's slot becomes free again once
-//! the submission that last wrote it has completed.
+//! the submission that last wrote it has completed. A record that finds no
+//! slot free waits for the oldest one given back; only when live events
+//! and unread profiled spans hold every slot does it fail (and the
+//! profiler counts the span it could not time as dropped).
 
 use std::fmt;
 use std::ops::Range;
@@ -17,7 +20,7 @@ use std::sync::Mutex;
 
 use super::device::{WgpuDevice, lock};
 use super::memory::{map_read, new_buffer};
-use super::stream::{self, Bracket, Point, QueueStream, submit_outside_streams};
+use super::stream::{self, Bracket, Point, QueueStream, SubmissionOrder, submit_outside_streams};
 use super::{TY, Wgpu};
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
@@ -95,33 +98,46 @@ impl QuerySlots {
 
     /// A free pair, of which the caller holds `held` slots (1: the first,
     /// 2: both); returns its first slot. When no pair is free, those given
-    /// back whose submissions have completed (`completed`: the highest
-    /// sequence number known complete) are recycled first.
-    fn take(&self, completed: u64, held: u8) -> Result<u32> {
-        let mut slots = lock(&self.0);
-        let Slots {
-            free,
-            retiring,
-            holders,
-            ..
-        } = &mut *slots;
-        if free.is_empty() {
-            retiring.retain(|&(pair, seq)| {
-                let done = seq <= completed;
-                if done {
-                    free.push(pair);
-                }
-                !done
-            });
+    /// back whose submissions have completed are recycled first; when
+    /// every pair given back is still being written, this waits for the
+    /// oldest one's submission (as a full ring does). Only when every pair
+    /// is held (live timed events and profiled spans not read yet) is it
+    /// an error.
+    fn take(&self, order: &SubmissionOrder, held: u8) -> Result<u32> {
+        loop {
+            let mut slots = lock(&self.0);
+            let Slots {
+                free,
+                retiring,
+                holders,
+                ..
+            } = &mut *slots;
+            if free.is_empty() {
+                let completed = order.completed();
+                retiring.retain(|&(pair, seq)| {
+                    let done = seq <= completed;
+                    if done {
+                        free.push(pair);
+                    }
+                    !done
+                });
+            }
+            if let Some(pair) = free.pop() {
+                holders[pair as usize] = (held, 0);
+                return Ok(2 * pair);
+            }
+            let Some(oldest) = retiring.iter().map(|&(_, seq)| seq).min() else {
+                return Err(Error::backend(
+                    TY,
+                    format!(
+                        "all {QUERY_SLOTS} timestamp query slots are held by timed events \
+                         and profiled operations not read yet"
+                    ),
+                ));
+            };
+            drop(slots);
+            order.wait(oldest);
         }
-        let pair = free.pop().ok_or_else(|| {
-            Error::backend(
-                TY,
-                format!("all {QUERY_SLOTS} timestamp query slots are in use by timed events"),
-            )
-        })?;
-        holders[pair as usize] = (held, 0);
-        Ok(2 * pair)
     }
 
     /// Gives back `slot`, last written by submission `seq`; its pair is
@@ -239,7 +255,7 @@ impl Events for Wgpu {
                         ),
                     ));
                 }
-                Some(d.query_slots.take(d.order.completed(), 1)?)
+                Some(d.query_slots.take(&d.order, 1)?)
             }
             None => None,
         };
@@ -326,7 +342,7 @@ impl Events for Wgpu {
             abandon(old);
         }
         // Adjacent slots (see `QuerySlots`).
-        let start = d.query_slots.take(d.order.completed(), 2)?;
+        let start = d.query_slots.take(&d.order, 2)?;
         stream::arm(Bracket {
             stream,
             start,

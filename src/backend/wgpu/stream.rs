@@ -275,6 +275,11 @@ impl SubmissionOrder {
         self.completion.completed()
     }
 
+    /// Blocks until submission `seq` has completed.
+    pub(super) fn wait(&self, seq: u64) {
+        self.completion.wait(seq);
+    }
+
     /// Submits `encoder` on `stream` (or on none, for Keel's own work):
     /// the one place Keel calls `queue.submit` (Note [wgpu completion
     /// tracking]). Returns the point right after the submission; reports a

@@ -527,7 +527,9 @@ pub struct Trace {
     pub memory: Vec<MemoryEvent>,
     /// One per device with device spans.
     pub calibrations: Vec<Calibration>,
-    /// Records lost because a recording buffer was full (never silent).
+    /// Records lost (never silently): host records past a full recording
+    /// buffer, and device spans a device that times could not time (its
+    /// timing resources used up) or whose times could not be read.
     pub dropped: u64,
     /// Set when the trace was imported from another tool's file.
     pub import: Option<ImportReport>,
