@@ -39,7 +39,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
-use super::record;
 use super::trace::SpanKind;
 use crate::backend::{ClockSample, DeviceGuardImpl, EventHandle, registry};
 use crate::core::{Device, DeviceIndex, EventFlag, Stream};
@@ -363,14 +362,16 @@ pub(super) struct PendingSpan {
 
 /// Moves the spans of `pending` whose events have completed (all of them,
 /// waiting, when `wait`) into `out` as offsets from their device's
-/// reference event. A span whose times cannot be read is dropped, and
-/// counted with the session's dropped records.
+/// reference event. A span whose times cannot be read is dropped; returns
+/// how many were (the caller counts them with the session's dropped
+/// records).
 pub(super) fn resolve(
     pending: &mut Vec<PendingSpan>,
     clocks: &Clocks,
     wait: bool,
     out: &mut Vec<DeviceSpan>,
-) {
+) -> u64 {
+    let mut lost = 0;
     // A stream's work completes in order: after one of its spans is found
     // incomplete, its later spans are not asked (which would cost a driver
     // call each while a long queue drains).
@@ -392,7 +393,7 @@ pub(super) fn resolve(
         // same stream).
         let (Some(start_off), Some(end_off)) = (clock.offset_of(&p.start), clock.offset_of(&p.end))
         else {
-            record::device_span_lost(1);
+            lost += 1;
             continue;
         };
         out.push(DeviceSpan {
@@ -405,4 +406,5 @@ pub(super) fn resolve(
             detail: p.detail,
         });
     }
+    lost
 }

@@ -139,7 +139,8 @@ impl Gathered {
     /// Resolves the pending spans whose events completed (all, waiting for
     /// them, when `wait` is true).
     pub(super) fn resolve(&mut self, wait: bool) {
-        clock::resolve(&mut self.pending, &self.clocks, wait, &mut self.resolved);
+        let lost = clock::resolve(&mut self.pending, &self.clocks, wait, &mut self.resolved);
+        device_spans_lost(lost);
     }
 }
 
@@ -321,13 +322,13 @@ fn start_device_span(stream: &Stream) -> Option<SpanTiming> {
     if timing.is_none() {
         // A device that times could not time this operation (its timing
         // resources are used up): the device span is lost, not silently.
-        device_span_lost(1);
+        device_spans_lost(1);
     }
     timing
 }
 
 /// Counts `n` device spans lost with the session's dropped records.
-pub(super) fn device_span_lost(n: u64) {
+fn device_spans_lost(n: u64) {
     DROPPED.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -340,7 +341,7 @@ fn finish_device_span(
     detail: Detail,
 ) {
     let Some((start, end)) = timing.finish(&stream) else {
-        device_span_lost(1);
+        device_spans_lost(1);
         return;
     };
     let mut gathered = lock(&GATHERED);
