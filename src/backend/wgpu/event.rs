@@ -9,18 +9,20 @@
 //! profiler's spans cost one read per batch instead of two per span.
 //!
 //! Slots are recycled: a destroyed event's slot becomes free again once
-//! the submission that last wrote it has completed. A record that finds no
-//! slot free waits for the oldest one given back; only when live events
-//! and unread profiled spans hold every slot does it fail (and the
-//! profiler counts the span it could not time as dropped).
+//! the submission that last wrote it has completed. A device holds any
+//! number of timed events: when every slot is held, the values of those
+//! whose work completed are read and moved out of the slots (the events
+//! read them there), and the slots reused; a record waits only while more
+//! than the slots' worth of timestamps are in flight (`QuerySlots::take`).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Mutex;
 
 use super::device::{WgpuDevice, lock};
 use super::memory::{map_read, new_buffer};
-use super::stream::{self, Bracket, Point, QueueStream, SubmissionOrder, submit_outside_streams};
+use super::stream::{self, Bracket, Point, QueueStream, submit_outside_streams};
 use super::{TY, Wgpu};
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
@@ -64,6 +66,88 @@ struct Slots {
     holders: Vec<(u8, u64)>,
     /// Per slot, what it holds.
     stamps: Vec<Stamp>,
+    /// The values of slots whose pairs were reused while still held
+    /// (`take` with every pair held), by `(slot, seq)`: the holder reads
+    /// its value here, and its give-back removes it.
+    moved: HashMap<(u32, u64), u64>,
+}
+
+/// What `take` does when no pair is free or given back.
+enum Full {
+    /// Held pairs whose values are all read: moved out of the slots,
+    /// their pairs are free again.
+    Moved,
+    /// Held pairs whose values can be read (their submissions completed).
+    Read,
+    /// Wait for this submission: it writes the oldest held slot.
+    Wait(u64),
+    /// Every pair is held and not written yet.
+    Stuck,
+}
+
+impl Slots {
+    /// Frees the pairs given back whose submissions have completed
+    /// (through `completed`).
+    fn retire(&mut self, completed: u64) {
+        let Slots { free, retiring, .. } = self;
+        retiring.retain(|&(pair, seq)| {
+            let done = seq <= completed;
+            if done {
+                free.push(pair);
+            }
+            !done
+        });
+    }
+
+    /// With every pair held: moves the values of held pairs whose every
+    /// held slot was written by a completed submission (through
+    /// `completed`) and read into `moved`, and frees those pairs.
+    fn move_out(&mut self, completed: u64) -> Full {
+        let mut unread = false;
+        let mut oldest_in_flight: Option<u64> = None;
+        let mut moved_any = false;
+        for pair in 0..QUERY_SLOTS / 2 {
+            let (held, _) = self.holders[pair as usize];
+            let slots = [2 * pair, 2 * pair + 1];
+            // The pair's written slots (a slot with nothing written has
+            // sequence number 0), on the stack.
+            let stamps = slots.map(|s| self.stamps[s as usize]);
+            let written = stamps.iter().filter(|st| st.seq != 0);
+            // A slot held but not written yet (a bracket armed, an event
+            // between its take and its submission) keeps the pair.
+            if held == 0 || written.clone().count() != usize::from(held) {
+                continue;
+            }
+            if let Some(seq) = written
+                .clone()
+                .map(|st| st.seq)
+                .filter(|&q| q > completed)
+                .min()
+            {
+                oldest_in_flight = Some(oldest_in_flight.map_or(seq, |o| o.min(seq)));
+                continue;
+            }
+            if written.clone().any(|st| st.ticks.is_none()) {
+                unread = true;
+                continue;
+            }
+            for s in slots {
+                let st = std::mem::take(&mut self.stamps[s as usize]);
+                if let (true, Some(t)) = (st.seq != 0, st.ticks) {
+                    self.moved.insert((s, st.seq), t);
+                }
+            }
+            self.holders[pair as usize] = (0, 0);
+            self.free.push(pair);
+            moved_any = true;
+        }
+        match (moved_any, unread, oldest_in_flight) {
+            (true, _, _) => Full::Moved,
+            (false, true, _) => Full::Read,
+            (false, false, Some(seq)) => Full::Wait(seq),
+            (false, false, None) => Full::Stuck,
+        }
+    }
 }
 
 /// What a slot holds: the timestamp written by submission `seq` (0:
@@ -83,6 +167,7 @@ impl QuerySlots {
             retiring: Vec::new(),
             holders: vec![(0, 0); pairs as usize],
             stamps: vec![Stamp::default(); QUERY_SLOTS as usize],
+            moved: HashMap::new(),
         }))
     }
 
@@ -97,54 +182,71 @@ impl QuerySlots {
     }
 
     /// A free pair, of which the caller holds `held` slots (1: the first,
-    /// 2: both); returns its first slot. When no pair is free, those given
-    /// back whose submissions have completed are recycled first; when
-    /// every pair given back is still being written, this waits for the
-    /// oldest one's submission (as a full ring does). Only when every pair
-    /// is held (live timed events and profiled spans not read yet) is it
-    /// an error.
-    fn take(&self, order: &SubmissionOrder, held: u8) -> Result<u32> {
+    /// 2: both); returns its first slot. When no pair is free:
+    ///
+    /// - pairs given back whose submissions have completed are recycled,
+    ///   and when those given back are all still being written, this waits
+    ///   for the oldest one's submission (as a full ring does);
+    /// - when every pair is held (live timed events, profiled spans not
+    ///   read yet), those whose timestamps were all written by completed
+    ///   submissions are read, their values moved out of the slots
+    ///   (`Slots::moved`, where their holders find them) and the pairs
+    ///   reused; when none has completed, this waits for the oldest.
+    ///
+    /// So a device holds any number of timed events, and waits only while
+    /// more than its slots' worth of timestamps are in flight. It is an
+    /// error only when every pair is held and none written yet.
+    fn take(&self, d: &'static WgpuDevice, held: u8) -> Result<u32> {
         loop {
-            let mut slots = lock(&self.0);
-            let Slots {
-                free,
-                retiring,
-                holders,
-                ..
-            } = &mut *slots;
-            if free.is_empty() {
-                let completed = order.completed();
-                retiring.retain(|&(pair, seq)| {
-                    let done = seq <= completed;
-                    if done {
-                        free.push(pair);
-                    }
-                    !done
-                });
-            }
-            if let Some(pair) = free.pop() {
-                holders[pair as usize] = (held, 0);
-                return Ok(2 * pair);
-            }
-            let Some(oldest) = retiring.iter().map(|&(_, seq)| seq).min() else {
-                return Err(Error::backend(
-                    TY,
-                    format!(
-                        "all {QUERY_SLOTS} timestamp query slots are held by timed events \
-                         and profiled operations not read yet"
-                    ),
-                ));
+            let full = {
+                let mut slots = lock(&self.0);
+                if slots.free.is_empty() {
+                    slots.retire(d.order.completed());
+                }
+                let Slots {
+                    free,
+                    holders,
+                    retiring,
+                    ..
+                } = &mut *slots;
+                if let Some(pair) = free.pop() {
+                    holders[pair as usize] = (held, 0);
+                    return Ok(2 * pair);
+                }
+                match retiring.iter().map(|&(_, seq)| seq).min() {
+                    Some(oldest) => Full::Wait(oldest),
+                    None => slots.move_out(d.order.completed()),
+                }
             };
-            drop(slots);
-            order.wait(oldest);
+            match full {
+                Full::Moved => {}
+                Full::Read => {
+                    if let Some(qs) = &d.timestamps {
+                        read_completed(d, qs)?;
+                    }
+                }
+                Full::Wait(seq) => d.order.wait(seq),
+                Full::Stuck => {
+                    return Err(Error::backend(
+                        TY,
+                        format!(
+                            "all {QUERY_SLOTS} timestamp query slots are held by timed \
+                             work not submitted yet"
+                        ),
+                    ));
+                }
+            }
         }
     }
 
     /// Gives back `slot`, last written by submission `seq`; its pair is
     /// free once both its slots are given back and their submissions have
-    /// completed.
+    /// completed. A slot whose value was moved out only drops the value.
     fn give_back(&self, slot: u32, seq: u64) {
         let mut slots = lock(&self.0);
+        if slots.moved.remove(&(slot, seq)).is_some() {
+            return;
+        }
         slots.stamps[slot as usize] = Stamp::default();
         let pair = slot / 2;
         let (held, last) = &mut slots.holders[pair as usize];
@@ -154,6 +256,14 @@ impl QuerySlots {
             let last = *last;
             slots.retiring.push((pair, last));
         }
+    }
+
+    /// Whether `slot`, written by submission `seq`, is still its holder's
+    /// to write again (an event recorded again reuses its slot). `false`
+    /// when its value was moved out and the pair reused: the holder then
+    /// gives it back (dropping the value) and takes another.
+    fn still_held(&self, slot: u32, seq: u64) -> bool {
+        !lock(&self.0).moved.contains_key(&(slot, seq))
     }
 
     /// Notes that submission `seq` writes `slot` (each pair in `writes`).
@@ -166,8 +276,12 @@ impl QuerySlots {
 
     /// The value submission `seq` wrote into `slot`, if read already.
     fn read(&self, slot: u32, seq: u64) -> Option<u64> {
-        let s = lock(&self.0).stamps[slot as usize];
-        (s.seq == seq).then_some(s.ticks).flatten()
+        let slots = lock(&self.0);
+        let s = slots.stamps[slot as usize];
+        if s.seq == seq && s.ticks.is_some() {
+            return s.ticks;
+        }
+        slots.moved.get(&(slot, seq)).copied()
     }
 
     /// The slots written by completed submissions (through `completed`)
@@ -205,12 +319,7 @@ fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> 
         return Ok(t);
     }
     at.wait()?;
-    let unread = d.query_slots.unread(d.order.completed());
-    let runs = runs(&unread);
-    let values = resolve(d, qs, &runs)?;
-    for (run, values) in runs.iter().zip(&values) {
-        d.query_slots.keep(&unread, run.start, values);
-    }
+    read_completed(d, qs)?;
     d.query_slots.read(slot, at.seq()).ok_or_else(|| {
         Error::backend(
             TY,
@@ -220,6 +329,18 @@ fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> 
             ),
         )
     })
+}
+
+/// Reads every slot written by a completed submission and not read yet
+/// (one submission, one map) and keeps the values.
+fn read_completed(d: &'static WgpuDevice, qs: &wgpu::QuerySet) -> Result<()> {
+    let unread = d.query_slots.unread(d.order.completed());
+    let runs = runs(&unread);
+    let values = resolve(d, qs, &runs)?;
+    for (run, values) in runs.iter().zip(&values) {
+        d.query_slots.keep(&unread, run.start, values);
+    }
+    Ok(())
 }
 
 /// Ticks to nanoseconds of the device's timestamp clock.
@@ -243,8 +364,19 @@ impl Events for Wgpu {
         timing: bool,
     ) -> Result<()> {
         let d = stream.device();
-        let query = match event.as_ref().and_then(|e| e.query) {
-            Some(slot) => Some(slot),
+        let query = match event.as_ref().and_then(|e| Some((e.query?, e.at.seq()))) {
+            Some((slot, seq)) if d.query_slots.still_held(slot, seq) => Some(slot),
+            // Its value was moved out and the pair reused: another slot,
+            // the event's at once (so a failure below gives back the
+            // right one).
+            Some((slot, seq)) => {
+                let fresh = d.query_slots.take(d, 1)?;
+                d.query_slots.give_back(slot, seq);
+                if let Some(e) = event.as_mut() {
+                    e.query = Some(fresh);
+                }
+                Some(fresh)
+            }
             None if timing => {
                 if d.timestamps.is_none() {
                     return Err(Error::unsupported(
@@ -255,7 +387,7 @@ impl Events for Wgpu {
                         ),
                     ));
                 }
-                Some(d.query_slots.take(&d.order, 1)?)
+                Some(d.query_slots.take(d, 1)?)
             }
             None => None,
         };
@@ -342,7 +474,7 @@ impl Events for Wgpu {
             abandon(old);
         }
         // Adjacent slots (see `QuerySlots`).
-        let start = d.query_slots.take(&d.order, 2)?;
+        let start = d.query_slots.take(d, 2)?;
         stream::arm(Bracket {
             stream,
             start,

@@ -11,7 +11,7 @@
 //! | `stream.wait(event)` | implied by the single queue (an event of another device is waited for on the host) |
 //! | query / synchronize | never calls wgpu: an atomic load of the highest submission known complete / a wait for it to grow; one thread per device waits for the submissions in order with `device.poll(Wait { submission_index })` (Note [wgpu completion tracking] in `stream.rs`) |
 //! | `elapsed_time` | resolved timestamps x `queue.get_timestamp_period()`; an error where the adapter has no timestamps. Reads are batched: the first read of a completed slot resolves every completed unread slot (one submission, one map) |
-//! | profiled operations (`begin_timed_work`) | the operation's own submission writes its span's two timestamps: a launch's compute pass (`timestamp_writes`), otherwise `write_timestamp` in the same `queue.submit`; slots in adjacent pairs (`event.rs`) |
+//! | profiled operations (`begin_timed_work`) | the operation's own submission writes its span's two timestamps: a launch's compute pass (`timestamp_writes`), otherwise `write_timestamp` in the same `queue.submit`; slots in adjacent pairs (`event.rs`); when all are held, the values of completed ones move out and their slots are reused |
 //! | memory | `wgpu::Buffer` (storage, copy source and destination), sized up to a multiple of 4; readback through a mapped buffer |
 //! | copies | `copy_buffer_to_buffer` when offsets and size allow it (multiples of 4), otherwise the `copy_bytes` kernel |
 //! | kernel | the same WGSL as Vulkan, one pipeline per (device, kernel); the parameter block as immediate data where the device offers it and the block fits, else a uniform buffer per launch; bind groups cached by their buffer ranges (Note [wgpu parameter blocks] in `kernel.rs`) |
