@@ -594,3 +594,75 @@ fn probe_more_timed_events_than_slots() {
     assert_eq!(trace.dropped, 0, "nothing dropped");
     println!("probe ok");
 }
+
+/// Threads recording, recording again and dropping timed events on their
+/// own streams, more than the device's slots hold, with a session
+/// recording: every event keeps its own time (a slot being written again
+/// is never moved out from under its event), and no span is dropped. In a
+/// child process (`probe_timed_events_from_threads_past_the_slots`).
+#[test]
+fn timed_events_from_threads_past_the_slots_keep_their_times() {
+    if conformance::wgpu_adapter("Vulkan").is_none() {
+        return;
+    }
+    run_probe(
+        "probe_timed_events_from_threads_past_the_slots",
+        &[],
+        "the probe recording timed events from threads failed:\n",
+    );
+}
+
+#[test]
+#[ignore = "run in a child process by timed_events_from_threads_past_the_slots_keep_their_times"]
+fn probe_timed_events_from_threads_past_the_slots() {
+    use keel::kernels::VECTOR_ADD;
+
+    let d = conformance::wgpu_adapter("Vulkan").expect("a wgpu Vulkan adapter");
+    let session = keel::profiler::start().expect("session");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let s = keel::get_stream_from_pool(d, false).expect("stream");
+                let n = 256u32;
+                let bufs: Vec<Buffer> = (0..3)
+                    .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
+                    .collect();
+                // Up to 1,000 live events per thread: 4,000 in all, for
+                // 2,048 slot pairs.
+                let mut held: Vec<keel::Event> = Vec::new();
+                for i in 0..1500usize {
+                    if i % 7 == 0 {
+                        s.launch(
+                            &VECTOR_ADD,
+                            VECTOR_ADD.grid_for(u64::from(n)),
+                            &[&bufs[0], &bufs[1], &bufs[2]],
+                            &n.to_le_bytes(),
+                        )
+                        .expect("launch");
+                    }
+                    let mut e = keel::Event::timed(TY);
+                    e.record(&s).expect("record");
+                    if i % 2 == 0 && !held.is_empty() {
+                        let k = (i * 31) % held.len();
+                        held[k].record(&s).expect("record again");
+                    }
+                    held.push(e);
+                    if held.len() > 1000 {
+                        held.drain(..100);
+                    }
+                }
+                s.synchronize().expect("sync");
+                for w in held.windows(2) {
+                    w[0].elapsed_time(&w[1])
+                        .expect("both events keep their times");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a recording thread");
+    }
+    let trace = session.stop();
+    assert_eq!(trace.dropped, 0, "nothing dropped");
+    println!("probe ok");
+}

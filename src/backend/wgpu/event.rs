@@ -258,12 +258,19 @@ impl QuerySlots {
         }
     }
 
-    /// Whether `slot`, written by submission `seq`, is still its holder's
-    /// to write again (an event recorded again reuses its slot). `false`
-    /// when its value was moved out and the pair reused: the holder then
-    /// gives it back (dropping the value) and takes another.
-    fn still_held(&self, slot: u32, seq: u64) -> bool {
-        !lock(&self.0).moved.contains_key(&(slot, seq))
+    /// Takes `slot`, written by submission `seq`, back for its holder to
+    /// write again (an event recorded again reuses its slot): clears its
+    /// value, so that the pair is not moved out while it is being
+    /// rewritten. `false` when its value was already moved out and the
+    /// pair reused: the holder then gives it back (dropping the value) and
+    /// takes another.
+    fn rewrite(&self, slot: u32, seq: u64) -> bool {
+        let mut slots = lock(&self.0);
+        if slots.moved.contains_key(&(slot, seq)) {
+            return false;
+        }
+        slots.stamps[slot as usize] = Stamp::default();
+        true
     }
 
     /// Notes that submission `seq` writes `slot` (each pair in `writes`).
@@ -365,7 +372,7 @@ impl Events for Wgpu {
     ) -> Result<()> {
         let d = stream.device();
         let query = match event.as_ref().and_then(|e| Some((e.query?, e.at.seq()))) {
-            Some((slot, seq)) if d.query_slots.still_held(slot, seq) => Some(slot),
+            Some((slot, seq)) if d.query_slots.rewrite(slot, seq) => Some(slot),
             // Its value was moved out and the pair reused: another slot,
             // the event's at once (so a failure below gives back the
             // right one).
