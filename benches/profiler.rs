@@ -64,5 +64,62 @@ fn costs(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, costs);
+/// What building a session's trace costs, per operation: a session
+/// records 10,000 launches of a small kernel on the CPU's default stream,
+/// and `stop` assembles them (a host span, a device span and a flow each).
+/// Baseline: recording those launches, in the same iterations.
+fn collect(c: &mut Criterion) {
+    const LAUNCHES: usize = 10_000;
+    let cpu = Device::cpu();
+    let s = keel::default_stream(cpu).expect("stream");
+    let n = 256u32;
+    let bufs: Vec<keel::Buffer> = (0..3)
+        .map(|_| keel::Buffer::new(cpu, 4 * n as usize).expect("buffer"))
+        .collect();
+    let k = keel::kernels::VECTOR_ADD;
+    // One session: (time recording the launches, time of `stop`).
+    let session = || {
+        let session = keel::profiler::start().expect("start");
+        let t = Instant::now();
+        for _ in 0..LAUNCHES {
+            s.launch(
+                &k,
+                k.grid_for(u64::from(n)),
+                &[&bufs[0], &bufs[1], &bufs[2]],
+                &n.to_le_bytes(),
+            )
+            .expect("launch");
+        }
+        let recorded = t.elapsed();
+        let t = Instant::now();
+        let trace = session.stop();
+        let stopped = t.elapsed();
+        assert_eq!(trace.dropped, 0);
+        black_box(trace);
+        (recorded, stopped)
+    };
+    let mut g = c.benchmark_group("profiler_collect");
+    g.sample_size(20);
+    g.bench_function("record_10k_launches", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| session().0).sum())
+    });
+    g.bench_function("stop_after_10k_launches", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| session().1).sum())
+    });
+    g.finish();
+    // The ratio within each session, over a few sessions.
+    let mut ratios: Vec<f64> = (0..10)
+        .map(|_| {
+            let (r, s) = session();
+            s.as_secs_f64() / r.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "profiler_collect: stop / recording of {LAUNCHES} launches = {:.3} (median of 10 sessions)",
+        ratios[5]
+    );
+}
+
+criterion_group!(benches, costs, collect);
 criterion_main!(benches);

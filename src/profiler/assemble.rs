@@ -23,6 +23,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use super::trace::{
     ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
     MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace,
@@ -231,11 +233,13 @@ pub(super) struct Assembler {
     /// Waits whose ends are not both placed yet.
     held_waits: Vec<(u64, u64)>,
     /// op -> (host lane, its name, start ns) of its host span.
-    host_of_op: HashMap<u64, (LaneKind, String, u64)>,
+    host_of_op: FxHashMap<u64, (LaneKind, Text, u64)>,
     /// op -> (stream, start ns, end ns) of its device span.
-    device_of_op: HashMap<u64, (Stream, u64, u64)>,
+    device_of_op: FxHashMap<u64, (Stream, u64, u64)>,
     /// Per stream: the end of its last placed device span.
-    last_end: HashMap<Stream, u64>,
+    last_end: FxHashMap<Stream, u64>,
+    /// Texts repeated across spans, made once.
+    texts: Texts,
     /// Per device: the last (allocated, reserved) put on its curves.
     memory_last: HashMap<Device, (u64, u64)>,
     next_flow: u64,
@@ -252,18 +256,111 @@ fn ns_since(epoch: Instant, t: Instant) -> u64 {
     t.saturating_duration_since(epoch).as_nanos() as u64
 }
 
-fn detail_args(detail: &Detail) -> Vec<(Text, Text)> {
-    match detail {
-        Detail::None => Vec::new(),
-        Detail::Bytes(b) => vec![("bytes".into(), b.to_string().into())],
-        Detail::Args(args) => args.clone(),
-        Detail::Launch {
-            grid: g, block: b, ..
-        } => vec![
-            ("grid".into(), format!("{}x{}x{}", g[0], g[1], g[2]).into()),
-            ("block".into(), format!("{}x{}x{}", b[0], b[1], b[2]).into()),
-        ],
-        Detail::Event(e) => vec![("event".into(), e.to_string().into())],
+/// Texts the assembler repeats across spans (argument names and values,
+/// span names), each made once: a span's arguments cost a reference count
+/// each, not an allocation and a `format!`. Names and values come from the
+/// program itself, not from a file, so a fast hash does.
+#[derive(Debug)]
+struct Texts {
+    /// Span names and formatted values, up to [`Texts::CAP`] of them (past
+    /// that, made anew each time).
+    known: FxHashSet<Text>,
+    /// Grid and block sizes, formatted.
+    dims: FxHashMap<[u32; 3], Text>,
+    /// Streams, formatted.
+    streams: FxHashMap<Stream, Text>,
+    /// Scratch for formatting a value before it is looked up.
+    buf: String,
+    grid: Text,
+    block: Text,
+    bytes: Text,
+    event: Text,
+    stream: Text,
+}
+
+impl Texts {
+    /// The most texts of each kind remembered.
+    const CAP: usize = 1 << 16;
+
+    fn new() -> Self {
+        Texts {
+            known: FxHashSet::default(),
+            dims: FxHashMap::default(),
+            streams: FxHashMap::default(),
+            buf: String::new(),
+            grid: Text::from("grid"),
+            block: Text::from("block"),
+            bytes: Text::from("bytes"),
+            event: Text::from("event"),
+            stream: Text::from("stream"),
+        }
+    }
+
+    /// `text`, shared with every earlier equal one.
+    fn name(&mut self, text: &str) -> Text {
+        if let Some(t) = self.known.get(text) {
+            return t.clone();
+        }
+        let t = Text::from(text);
+        if self.known.len() < Self::CAP {
+            self.known.insert(t.clone());
+        }
+        t
+    }
+
+    /// `value` formatted, shared with every earlier equal one.
+    fn format(&mut self, value: std::fmt::Arguments<'_>) -> Text {
+        use std::fmt::Write;
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        // Writing into a `String` cannot fail.
+        let _ = buf.write_fmt(value);
+        let t = self.name(&buf);
+        self.buf = buf;
+        t
+    }
+
+    /// Grid or block sizes as `XxYxZ`.
+    fn dims(&mut self, d: [u32; 3]) -> Text {
+        if let Some(t) = self.dims.get(&d) {
+            return t.clone();
+        }
+        let t = Text::from(format!("{}x{}x{}", d[0], d[1], d[2]));
+        if self.dims.len() < Self::CAP {
+            self.dims.insert(d, t.clone());
+        }
+        t
+    }
+
+    /// A host span's `stream` argument.
+    fn stream_arg(&mut self, st: Stream) -> (Text, Text) {
+        let value = match self.streams.get(&st) {
+            Some(t) => t.clone(),
+            None => {
+                let t = Text::from(st.to_string());
+                if self.streams.len() < Self::CAP {
+                    self.streams.insert(st, t.clone());
+                }
+                t
+            }
+        };
+        (self.stream.clone(), value)
+    }
+
+    /// The (name, value) arguments of a span's detail.
+    fn args(&mut self, detail: &Detail) -> Vec<(Text, Text)> {
+        match detail {
+            Detail::None => Vec::new(),
+            Detail::Bytes(b) => vec![(self.bytes.clone(), self.format(format_args!("{b}")))],
+            Detail::Args(args) => args.clone(),
+            Detail::Launch {
+                grid: g, block: b, ..
+            } => vec![
+                (self.grid.clone(), self.dims(*g)),
+                (self.block.clone(), self.dims(*b)),
+            ],
+            Detail::Event(e) => vec![(self.event.clone(), self.format(format_args!("{e}")))],
+        }
     }
 }
 
@@ -276,9 +373,10 @@ impl Assembler {
             bases: HashMap::new(),
             held_spans: Vec::new(),
             held_waits: Vec::new(),
-            host_of_op: HashMap::new(),
-            device_of_op: HashMap::new(),
-            last_end: HashMap::new(),
+            host_of_op: FxHashMap::default(),
+            device_of_op: FxHashMap::default(),
+            last_end: FxHashMap::default(),
+            texts: Texts::new(),
             memory_last: HashMap::new(),
             next_flow: 1,
         }
@@ -323,7 +421,8 @@ impl Assembler {
                 continue;
             }
             let kind = LaneKind::Host { thread: t.thread };
-            let lane = b.lane(kind.clone(), t.name.clone());
+            let lane = b.lane(kind.clone(), || t.name.clone());
+            let lane_name = self.texts.name(&t.name);
             for r in t.records.drain(..) {
                 match r {
                     HostRecord::Span {
@@ -337,17 +436,17 @@ impl Assembler {
                     } => {
                         let s = ns_since(epoch, start);
                         let e = ns_since(epoch, end).max(s);
-                        let mut args = detail_args(&detail);
+                        let mut args = self.texts.args(&detail);
                         if let Some(st) = stream {
-                            args.push(("stream".into(), st.to_string().into()));
+                            args.push(self.texts.stream_arg(st));
                         }
                         if op != 0 {
                             self.host_of_op
-                                .insert(op, (kind.clone(), t.name.clone(), s));
+                                .insert(op, (kind.clone(), lane_name.clone(), s));
                         }
                         b.trace.spans.push(Span {
                             lane,
-                            name: name.into(),
+                            name: self.texts.name(&name),
                             kind: span_kind,
                             start_ns: s,
                             dur_ns: e - s,
@@ -381,7 +480,7 @@ impl Assembler {
                 device,
                 stream: s.stream.id(),
             };
-            let lane = b.lane(lane_kind, format!("stream {}", s.stream.id()));
+            let lane = b.lane(lane_kind, || format!("stream {}", s.stream.id()));
             let mut start = place(samples, s.start_off).max(0) as u64;
             // A stream runs in order: clamp rounding so spans never overlap.
             if let Some(&prev) = self.last_end.get(&s.stream) {
@@ -392,15 +491,15 @@ impl Assembler {
             self.device_of_op.insert(s.op, (s.stream, start, end));
             b.trace.spans.push(Span {
                 lane,
-                name: s.name.into(),
+                name: self.texts.name(&s.name),
                 kind: s.kind,
                 start_ns: start,
                 dur_ns: end - start,
                 op: s.op,
-                args: detail_args(&s.detail),
+                args: self.texts.args(&s.detail),
             });
             if let Some((host_kind, host_name, host_start)) = self.host_of_op.get(&s.op).cloned() {
-                let host_lane = b.lane(host_kind, host_name);
+                let host_lane = b.lane(host_kind, || host_name.to_string());
                 let id = self.next_flow;
                 self.next_flow += 1;
                 b.trace.flows.push(Flow {
@@ -420,7 +519,7 @@ impl Assembler {
                 && let Some((host_kind, host_name, host_start)) =
                     self.host_of_op.get(&operator).cloned()
             {
-                let host_lane = b.lane(host_kind, host_name);
+                let host_lane = b.lane(host_kind, || host_name.to_string());
                 let id = self.next_flow;
                 self.next_flow += 1;
                 b.trace.flows.push(Flow {
@@ -518,7 +617,7 @@ impl Assembler {
                     device,
                     stream: stream.id(),
                 },
-                format!("stream {}", stream.id()),
+                || format!("stream {}", stream.id()),
             );
             return Some(FlowEnd {
                 lane,
@@ -526,7 +625,7 @@ impl Assembler {
             });
         }
         let (kind, name, s) = self.host_of_op.get(&op).cloned()?;
-        let lane = b.lane(kind, name);
+        let lane = b.lane(kind, || name.to_string());
         Some(FlowEnd { lane, ts_ns: s })
     }
 }
@@ -536,7 +635,7 @@ struct Builder<'a> {
     trace: Trace,
     infos: &'a HashMap<Device, DeviceInfo>,
     devices: HashMap<Device, u32>,
-    lanes: HashMap<LaneKind, u32>,
+    lanes: FxHashMap<LaneKind, u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -548,7 +647,7 @@ impl<'a> Builder<'a> {
             },
             infos,
             devices: HashMap::new(),
-            lanes: HashMap::new(),
+            lanes: FxHashMap::default(),
         }
     }
 
@@ -570,14 +669,16 @@ impl<'a> Builder<'a> {
         i
     }
 
-    fn lane(&mut self, kind: LaneKind, name: String) -> u32 {
+    /// The lane of `kind` in this fragment; `name` names it when it is
+    /// new.
+    fn lane(&mut self, kind: LaneKind, name: impl FnOnce() -> String) -> u32 {
         if let Some(&i) = self.lanes.get(&kind) {
             return i;
         }
         let i = self.trace.lanes.len() as u32;
         self.trace.lanes.push(Lane {
             kind: kind.clone(),
-            name,
+            name: name(),
             group: String::new(),
         });
         self.lanes.insert(kind, i);
