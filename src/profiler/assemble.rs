@@ -231,11 +231,19 @@ pub(super) struct Assembler {
     /// Device spans waiting for their device's calibration.
     held_spans: Vec<DeviceSpan>,
     /// Waits whose ends are not both placed yet.
-    held_waits: Vec<(u64, u64)>,
-    /// op -> (host lane, its name, start ns) of its host span.
+    /// (record op, wait op, the newest time when first held).
+    held_waits: Vec<(u64, u64, u64)>,
+    /// op -> (host lane, its name, start ns) of its host span, while a
+    /// later span or flow may still refer to it (see [`Assembler::prune`]).
     host_of_op: FxHashMap<u64, (LaneKind, Text, u64)>,
-    /// op -> (stream, start ns, end ns) of its device span.
+    /// op -> (stream, start ns, end ns) of the device span of an event
+    /// record or wait (what event-wait flows start and end at).
     device_of_op: FxHashMap<u64, (Stream, u64, u64)>,
+    /// The latest time placed so far (ns from the epoch).
+    newest_ns: u64,
+    /// `host_of_op` and `device_of_op` entries that trigger the next
+    /// pruning pass.
+    prune_at: usize,
     /// Per stream: the end of its last placed device span.
     last_end: FxHashMap<Stream, u64>,
     /// Texts repeated across spans, made once.
@@ -244,6 +252,14 @@ pub(super) struct Assembler {
     memory_last: HashMap<Device, (u64, u64)>,
     next_flow: u64,
 }
+
+/// How long before the newest time placed a live recording keeps what it
+/// knows of an operation, for flows that arrive later (see
+/// `Assembler::prune`).
+const RETAIN_NS: u64 = 60_000_000_000;
+
+/// Entries of that bookkeeping below which it is never pruned.
+const PRUNE_MIN: usize = 1 << 16;
 
 /// A counter's points: (ns from the epoch, value).
 type Curve = Vec<(u64, i64)>;
@@ -375,6 +391,8 @@ impl Assembler {
             held_waits: Vec::new(),
             host_of_op: FxHashMap::default(),
             device_of_op: FxHashMap::default(),
+            newest_ns: 0,
+            prune_at: PRUNE_MIN,
             last_end: FxHashMap::default(),
             texts: Texts::new(),
             memory_last: HashMap::new(),
@@ -436,6 +454,7 @@ impl Assembler {
                     } => {
                         let s = ns_since(epoch, start);
                         let e = ns_since(epoch, end).max(s);
+                        self.newest_ns = self.newest_ns.max(e);
                         let mut args = self.texts.args(&detail);
                         if let Some(st) = stream {
                             args.push(self.texts.stream_arg(st));
@@ -487,8 +506,14 @@ impl Assembler {
                 start = start.max(prev);
             }
             let end = (place(samples, s.end_off).max(0) as u64).max(start);
+            self.newest_ns = self.newest_ns.max(end);
             self.last_end.insert(s.stream, end);
-            self.device_of_op.insert(s.op, (s.stream, start, end));
+            // Only event records and waits are looked up again (by the
+            // flows between them).
+            let waited = matches!(s.kind, SpanKind::EventRecord | SpanKind::Wait);
+            if waited {
+                self.device_of_op.insert(s.op, (s.stream, start, end));
+            }
             b.trace.spans.push(Span {
                 lane,
                 name: self.texts.name(&s.name),
@@ -498,7 +523,14 @@ impl Assembler {
                 op: s.op,
                 args: self.texts.args(&s.detail),
             });
-            if let Some((host_kind, host_name, host_start)) = self.host_of_op.get(&s.op).cloned() {
+            // The launch flow is the last use of the host span of an
+            // operation that is not an event record or wait.
+            let host = if waited {
+                self.host_of_op.get(&s.op).cloned()
+            } else {
+                self.host_of_op.remove(&s.op)
+            };
+            if let Some((host_kind, host_name, host_start)) = host {
                 let host_lane = b.lane(host_kind, || host_name.to_string());
                 let id = self.next_flow;
                 self.next_flow += 1;
@@ -537,8 +569,14 @@ impl Assembler {
         // Event record -> wait flows, once both ends are placed (device spans
         // where there are, host spans otherwise).
         let mut waits = std::mem::take(&mut self.held_waits);
-        waits.append(&mut batch.waits);
-        for (record, wait) in waits {
+        let now = self.newest_ns;
+        waits.extend(
+            batch
+                .waits
+                .drain(..)
+                .map(|(record, wait)| (record, wait, now)),
+        );
+        for (record, wait, since) in waits {
             let from = self.end_of(&mut b, record, true);
             let to = self.end_of(&mut b, wait, false);
             match (from, to) {
@@ -552,7 +590,11 @@ impl Assembler {
                         to,
                     });
                 }
-                _ if !batch.last => self.held_waits.push((record, wait)),
+                // Held until both ends are placed, for as long as the
+                // bookkeeping keeps operations (`prune`).
+                _ if !batch.last && now.saturating_sub(since) <= RETAIN_NS => {
+                    self.held_waits.push((record, wait, since));
+                }
                 _ => {}
             }
         }
@@ -604,7 +646,29 @@ impl Assembler {
         }
 
         b.trace.dropped = batch.dropped;
-        b.trace
+        let trace = b.trace;
+        self.prune();
+        trace
+    }
+
+    /// Bounds what a long (live) recording keeps about past operations:
+    /// once `host_of_op` and `device_of_op` hold [`PRUNE_MIN`] entries and
+    /// twice as many as after the previous pass, those older than
+    /// [`RETAIN_NS`] before the newest time placed are dropped. A flow to
+    /// an operation that old is then not drawn (a device span placed that
+    /// long after its launch, an event waited for that long after its
+    /// record). Each pass costs about what adding the entries since the
+    /// last one did.
+    fn prune(&mut self) {
+        let len = self.host_of_op.len() + self.device_of_op.len();
+        if len < self.prune_at {
+            return;
+        }
+        let horizon = self.newest_ns.saturating_sub(RETAIN_NS);
+        self.host_of_op.retain(|_, (_, _, start)| *start >= horizon);
+        self.device_of_op.retain(|_, (_, _, end)| *end >= horizon);
+        let kept = self.host_of_op.len() + self.device_of_op.len();
+        self.prune_at = (2 * kept).max(PRUNE_MIN);
     }
 
     /// Where a flow attaches to operation `op`: its device span (start, or
@@ -986,5 +1050,155 @@ mod tests {
             "calibrated timestamps, 2 samples interpolated"
         );
         assert_eq!(t.calibrations[0].error_bound_ns, 3);
+    }
+
+    /// A live recording of many minutes keeps bounded bookkeeping: a
+    /// launch's host span is forgotten once its device span and flow are
+    /// placed, and what is left (host-only operations, event records and
+    /// waits) is pruned past `RETAIN_NS`; flows within it are still drawn,
+    /// and a wait whose record was pruned is not held forever.
+    #[test]
+    fn a_long_live_recording_keeps_bounded_bookkeeping() {
+        let epoch = Instant::now();
+        let d = vulkan();
+        let stream = Stream::new(d, 3);
+        let mut a = Assembler::new(epoch);
+        const PER_BATCH: u64 = 5_000;
+        const STEP_NS: u64 = 10_000_000_000; // 10 s of recording per batch
+        let batches = 20u64;
+        let mut op = 0u64;
+        let mut flows = 0;
+        let mut merged = Trace::default();
+        for k in 0..batches {
+            let t0 = k * STEP_NS;
+            let mut records = Vec::new();
+            let mut device_spans = Vec::new();
+            let mut waits = Vec::new();
+            for i in 0..PER_BATCH {
+                let t = t0 + i * 1_000;
+                op += 1;
+                records.push(host_span(epoch, op, SpanKind::Kernel, "k", t, t + 10));
+                device_spans.push(device_span(
+                    stream,
+                    op,
+                    SpanKind::Kernel,
+                    t as i64,
+                    t as i64 + 5,
+                ));
+                op += 1;
+                records.push(host_span(epoch, op, SpanKind::Sync, "sync", t + 20, t + 30));
+            }
+            // An event recorded in this batch and waited for in the next
+            // (10 s later: drawn), and one recorded in the first batch and
+            // waited for in the last (190 s later: past the horizon).
+            op += 1;
+            let record = op;
+            records.push(host_span(
+                epoch,
+                record,
+                SpanKind::EventRecord,
+                "event record",
+                t0 + 900,
+                t0 + 910,
+            ));
+            op += 1;
+            let wait = op;
+            records.push(host_span(
+                epoch,
+                wait,
+                SpanKind::Wait,
+                "wait",
+                t0 + 920,
+                t0 + 930,
+            ));
+            if k > 0 {
+                waits.push((record - (2 * PER_BATCH + 2), wait));
+            }
+            if k == batches - 1 {
+                waits.push((2 * PER_BATCH + 1, wait));
+            }
+            let mut batch = Collected {
+                host: vec![HostThread {
+                    thread: 1,
+                    name: "main".to_owned(),
+                    records,
+                }],
+                device_spans,
+                devices: if k == 0 {
+                    vec![(d, info("llvmpipe"))]
+                } else {
+                    Vec::new()
+                },
+                bases: if k == 0 {
+                    vec![(d, ClockBase::default())]
+                } else {
+                    Vec::new()
+                },
+                waits,
+                ..Collected::default()
+            };
+            let t = a.assemble(&mut batch);
+            let launches = t
+                .flows
+                .iter()
+                .filter(|f| f.kind == FlowKind::Launch)
+                .count();
+            assert_eq!(launches as u64, PER_BATCH, "every launch flow drawn");
+            flows += t
+                .flows
+                .iter()
+                .filter(|f| f.kind == FlowKind::EventWait)
+                .count();
+            if k == 0 {
+                // The launches' host spans are gone; the syncs, the event
+                // record and the wait are kept.
+                assert_eq!(a.host_of_op.len() as u64, PER_BATCH + 2);
+                assert!(a.device_of_op.is_empty(), "no event spans on the device");
+            }
+            let kept = a.host_of_op.len() + a.device_of_op.len();
+            assert!(
+                kept <= PRUNE_MIN + PER_BATCH as usize + 2,
+                "batch {k}: {kept} entries kept"
+            );
+            assert!(
+                a.held_waits.len() <= 1,
+                "batch {k}: {} waits held",
+                a.held_waits.len()
+            );
+            merged.merge(t).expect("merge");
+        }
+        // Flows between fragments land on spans of earlier ones.
+        assert_eq!(merged.check(), Ok(()));
+        // 100,000 host-only operations recorded in all, most of them pruned.
+        assert!(op > 2 * PRUNE_MIN as u64);
+        assert_eq!(
+            flows as u64,
+            batches - 1,
+            "the waits within the horizon drawn, the other not"
+        );
+        // The wait whose record was pruned is held only for as long as the
+        // bookkeeping keeps operations: gone once the recording moves on.
+        assert_eq!(a.held_waits.len(), 1);
+        let later = batches * STEP_NS + RETAIN_NS;
+        let mut batch = Collected {
+            host: vec![HostThread {
+                thread: 1,
+                name: "main".to_owned(),
+                records: vec![host_span(
+                    epoch,
+                    op + 1,
+                    SpanKind::Sync,
+                    "sync",
+                    later,
+                    later + 10,
+                )],
+            }],
+            ..Collected::default()
+        };
+        a.assemble(&mut batch);
+        assert!(
+            a.held_waits.is_empty(),
+            "the wait past the horizon is not held"
+        );
     }
 }
