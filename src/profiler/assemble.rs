@@ -261,6 +261,10 @@ const RETAIN_NS: u64 = 60_000_000_000;
 /// Entries of that bookkeeping below which it is never pruned.
 const PRUNE_MIN: usize = 1 << 16;
 
+/// Device spans held for a device not calibrated yet, at most; past that
+/// (a device whose calibration keeps failing) they are counted as dropped.
+const HELD_MAX: usize = 1 << 18;
+
 /// A counter's points: (ns from the epoch, value).
 type Curve = Vec<(u64, i64)>;
 
@@ -487,10 +491,17 @@ impl Assembler {
         let mut spans = std::mem::take(&mut self.held_spans);
         spans.append(&mut batch.device_spans);
         spans.sort_by_key(|s| (s.stream, s.start_off, s.op));
+        // Device spans that cannot be placed: counted as dropped, never
+        // silently lost.
+        let mut unplaced = 0u64;
         for s in spans {
             let Some(samples) = self.bases.get(&s.stream.device()).filter(|v| !v.is_empty()) else {
-                if !batch.last {
-                    self.held_spans.push(s); // placed once the device is calibrated
+                // Placed once the device is calibrated; a device that never
+                // is (its calibration fails) holds at most `HELD_MAX`.
+                if !batch.last && self.held_spans.len() < HELD_MAX {
+                    self.held_spans.push(s);
+                } else {
+                    unplaced += 1;
                 }
                 continue;
             };
@@ -645,7 +656,7 @@ impl Assembler {
             }
         }
 
-        b.trace.dropped = batch.dropped;
+        b.trace.dropped = batch.dropped + unplaced;
         let trace = b.trace;
         self.prune();
         trace
@@ -1200,5 +1211,36 @@ mod tests {
             a.held_waits.is_empty(),
             "the wait past the horizon is not held"
         );
+    }
+
+    /// Device spans of a device that is never calibrated are held up to a
+    /// bound and counted as dropped past it, and when the session ends.
+    #[test]
+    fn device_spans_that_cannot_be_placed_are_counted_as_dropped() {
+        let epoch = Instant::now();
+        let stream = Stream::new(vulkan(), 3);
+        let mut a = Assembler::new(epoch);
+        let per_batch = HELD_MAX / 2 + 1;
+        let mut dropped = 0;
+        for k in 0..3 {
+            let mut batch = Collected {
+                device_spans: (0..per_batch)
+                    .map(|i| {
+                        let t = (k * per_batch + i) as i64;
+                        device_span(stream, t as u64 + 1, SpanKind::Kernel, t, t + 1)
+                    })
+                    .collect(),
+                last: k == 2,
+                ..Collected::default()
+            };
+            let t = a.assemble(&mut batch);
+            assert!(t.spans.is_empty(), "nothing placed without a calibration");
+            assert!(a.held_spans.len() <= HELD_MAX);
+            dropped += t.dropped;
+        }
+        // Held: the first batch and half of the second; the rest of the
+        // second dropped; at the end everything held or new is dropped.
+        assert_eq!(dropped as usize, 3 * per_batch);
+        assert!(a.held_spans.is_empty());
     }
 }
