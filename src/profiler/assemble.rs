@@ -379,7 +379,8 @@ impl Texts {
                 (self.grid.clone(), self.dims(*g)),
                 (self.block.clone(), self.dims(*b)),
             ],
-            Detail::Event(e) => vec![(self.event.clone(), self.format(format_args!("{e}")))],
+            // Event ids are mostly distinct: not remembered.
+            Detail::Event(e) => vec![(self.event.clone(), Text::from(e.to_string()))],
         }
     }
 }
