@@ -119,4 +119,27 @@ impl<B: HostBackend> Events for B {
             Error::invalid("Both events must be completed before calculating elapsed time.")
         })
     }
+
+    /// Times the operation inside its own tasks (`HostStream::begin_timed`):
+    /// no marker enters the stream's queue for it.
+    fn begin_timed_work(&self, stream: &'static HostStream) -> Result<bool> {
+        stream.begin_timed();
+        Ok(true)
+    }
+
+    fn end_timed_work(
+        &self,
+        stream: &'static HostStream,
+    ) -> Result<Option<(HostEvent, HostEvent)>> {
+        Ok(stream.end_timed().map(|(start, end)| {
+            (
+                HostEvent {
+                    point: Point::Marker(start),
+                },
+                HostEvent {
+                    point: Point::Marker(end),
+                },
+            )
+        }))
+    }
 }

@@ -15,6 +15,7 @@
 //! | `elapsed_time` | host `Instant` difference, in ms |
 //! | memory | zeroed host allocations, 8-byte aligned |
 //! | kernel | the kernel's Rust function, once per launch |
+//! | profiled operations (`begin_timed_work`) | timed inside the operation's own tasks: its span runs from its first task's start to its last task's end (`stream::TimedWork`); no marker enters the queue |
 //!
 //! Unlike c10's CPU (a no-op guard with no events), Keel's CPU has real
 //! asynchronous streams and events, so code written for a GPU runs and

@@ -16,6 +16,7 @@
 //!   take the host time when reached, in the same critical section that
 //!   counts them, so whoever sees a marker complete also sees the count.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -173,9 +174,14 @@ impl HostStream {
     /// Enqueues `task`. On an inline stream the task runs now and its error
     /// is returned directly.
     pub fn submit(&self, task: Task) -> Result<()> {
+        let timed = self.timed();
         if self.inline {
-            return run_task(task);
+            return run_timed(timed, task);
         }
+        let task = match timed {
+            Some(t) => Box::new(move || run_timed(Some(t), task)),
+            None => task,
+        };
         self.push(Item::Work(task));
         Ok(())
     }
@@ -190,7 +196,61 @@ impl HostStream {
                 "run_inline on a host stream with a worker thread (submit its work instead)",
             ));
         }
-        run_task(task)
+        run_timed(self.timed(), task)
+    }
+
+    /// Starts timing the work the calling thread submits to this stream
+    /// next, inside that work (the profiler's device spans, see
+    /// [`TimedWork`]); replaces a timing this thread left unfinished.
+    pub(super) fn begin_timed(&self) {
+        let work = Arc::new(TimedWork::default());
+        TIMED.with(|t| *t.borrow_mut() = Some((self.id(), work)));
+    }
+
+    /// Ends what [`begin_timed`](Self::begin_timed) started: markers that
+    /// complete when the first task submitted since starts and when the
+    /// last one ends. Work that submitted no task (a wait already
+    /// satisfied, an event record) gets one marker at its point in the
+    /// stream, for both. `None` when this thread is not timing this
+    /// stream.
+    pub(super) fn end_timed(&self) -> Option<(Arc<Marker>, Arc<Marker>)> {
+        let me = self.id();
+        let (_, work) = TIMED.with(|t| {
+            let mut t = t.borrow_mut();
+            t.as_ref()
+                .is_some_and(|(id, _)| *id == me)
+                .then(|| t.take())?
+        })?;
+        let mut count = lock(&work.count);
+        count.closed = true;
+        if count.submitted == 0 {
+            drop(count);
+            self.submit_marker(Arc::clone(&work.start));
+            return Some((Arc::clone(&work.start), Arc::clone(&work.start)));
+        }
+        if count.finished == count.submitted
+            && let Some(t) = count.last_end
+        {
+            work.end.complete_at(t);
+        }
+        drop(count);
+        Some((Arc::clone(&work.start), Arc::clone(&work.end)))
+    }
+
+    /// This stream's identity, for the calling thread's timing.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
+    /// The timing the calling thread has started on this stream, counting
+    /// one more task into it.
+    fn timed(&self) -> Option<Arc<TimedWork>> {
+        TIMED.with(|t| {
+            let t = t.borrow();
+            let (_, work) = t.as_ref().filter(|(id, _)| *id == self.id())?;
+            lock(&work.count).submitted += 1;
+            Some(Arc::clone(work))
+        })
     }
 
     fn push(&self, item: Item) {
@@ -286,6 +346,51 @@ fn worker_loop(shared: &StreamShared) {
     }
 }
 
+thread_local! {
+    /// The timing this thread has started on a stream: (stream id, work).
+    static TIMED: RefCell<Option<(usize, Arc<TimedWork>)>> = const { RefCell::new(None) };
+}
+
+/// The device span of one profiled operation on a host stream, timed
+/// inside its own tasks (as Vulkan and wgpu write the timestamps in the
+/// operation's own submission): `start` completes when the first task
+/// starts, `end` when the last one ends. No marker enters the stream's
+/// queue for it, so profiling adds no work to the stream.
+#[derive(Debug, Default)]
+pub(super) struct TimedWork {
+    start: Arc<Marker>,
+    end: Arc<Marker>,
+    count: Mutex<TimedCount>,
+}
+
+#[derive(Debug, Default)]
+struct TimedCount {
+    /// Tasks submitted, and finished (panicked ones included).
+    submitted: u32,
+    finished: u32,
+    /// No more tasks will come (the operation was enqueued).
+    closed: bool,
+    /// When the last finished task ended.
+    last_end: Option<Instant>,
+}
+
+/// Runs `task`, inside `timed`'s span when given.
+fn run_timed(timed: Option<Arc<TimedWork>>, task: impl FnOnce() -> Result<()>) -> Result<()> {
+    let Some(work) = timed else {
+        return run_task(task);
+    };
+    work.start.complete_once();
+    let result = run_task(task);
+    let end = Instant::now();
+    let mut count = lock(&work.count);
+    count.finished += 1;
+    count.last_end = Some(end);
+    if count.closed && count.finished == count.submitted {
+        work.end.complete_at(end);
+    }
+    result
+}
+
 /// The completion state of one record of a [`HostEvent`](super::HostEvent).
 #[derive(Debug, Default)]
 pub(super) struct Marker {
@@ -295,8 +400,21 @@ pub(super) struct Marker {
 
 impl Marker {
     pub(super) fn complete(&self) {
-        *lock(&self.at) = Some(Instant::now());
+        self.complete_at(Instant::now());
+    }
+    /// Completes the marker with the time `t`.
+    pub(super) fn complete_at(&self, t: Instant) {
+        *lock(&self.at) = Some(t);
         self.cv.notify_all();
+    }
+    /// Completes the marker now, unless it already is.
+    pub(super) fn complete_once(&self) {
+        let mut at = lock(&self.at);
+        if at.is_none() {
+            *at = Some(Instant::now());
+            drop(at);
+            self.cv.notify_all();
+        }
     }
     pub(super) fn time(&self) -> Option<Instant> {
         *lock(&self.at)
@@ -309,5 +427,85 @@ impl Marker {
             }
             at = self.cv.wait(at).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An operation timed inside its tasks puts nothing of its own in the
+    /// worker's queue: its span runs from its first task's start to its
+    /// last task's end, and completes only when that last task has run.
+    #[test]
+    fn work_timed_inside_its_tasks_adds_no_queue_items() {
+        let s = HostStream::spawn("keel-test-timed".to_owned()).expect("stream");
+        // The worker is held up, so the timed tasks queue behind it.
+        let (release, gate) = mpsc::channel::<()>();
+        s.submit(Box::new(move || {
+            let _ = gate.recv();
+            Ok(())
+        }))
+        .expect("blocker");
+        s.begin_timed();
+        for _ in 0..2 {
+            s.submit(Box::new(|| {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(())
+            }))
+            .expect("task");
+        }
+        let (start, end) = s.end_timed().expect("this thread timed the stream");
+        assert_eq!(
+            s.shared.submitted.load(Ordering::Acquire),
+            3,
+            "the blocker and the two tasks, no marker"
+        );
+        assert!(
+            start.time().is_none() && end.time().is_none(),
+            "not run yet"
+        );
+        release.send(()).expect("release");
+        let (t0, t1) = (start.wait(), end.wait());
+        assert!(
+            t1 - t0 >= Duration::from_millis(4),
+            "both tasks inside the span"
+        );
+        s.synchronize().expect("sync");
+        assert!(s.end_timed().is_none(), "the timing ended");
+    }
+
+    /// Work that submitted no task gets one marker at its point, for both
+    /// ends; an inline stream's span is complete when the work returns.
+    #[test]
+    fn timed_work_without_tasks_and_inline_work() {
+        let s = HostStream::spawn("keel-test-timed-empty".to_owned()).expect("stream");
+        s.begin_timed();
+        let (start, end) = s.end_timed().expect("timed");
+        assert!(Arc::ptr_eq(&start, &end), "one marker for both ends");
+        assert_eq!(s.shared.submitted.load(Ordering::Acquire), 1);
+        s.synchronize().expect("sync");
+        assert!(start.time().is_some());
+
+        let inline = HostStream::inline();
+        inline.begin_timed();
+        inline
+            .run_inline(|| {
+                std::thread::sleep(Duration::from_millis(1));
+                Ok(())
+            })
+            .expect("run");
+        let (start, end) = inline.end_timed().expect("timed");
+        let (t0, t1) = (start.time().expect("started"), end.time().expect("ended"));
+        assert!(t1 - t0 >= Duration::from_millis(1));
+        // Another stream's work is not timed by this one's bracket.
+        inline.begin_timed();
+        s.submit(Box::new(|| Ok(()))).expect("other stream");
+        assert!(s.end_timed().is_none());
+        let (start, end) = inline.end_timed().expect("timed, with no task");
+        assert!(Arc::ptr_eq(&start, &end) && start.time().is_some());
     }
 }
