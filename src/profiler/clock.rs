@@ -34,9 +34,11 @@
 //! they are neither recorded nor subject to launch blocking.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
 use super::trace::SpanKind;
@@ -360,51 +362,72 @@ pub(super) struct PendingSpan {
     pub detail: Detail,
 }
 
-/// Moves the spans of `pending` whose events have completed (all of them,
-/// waiting, when `wait`) into `out` as offsets from their device's
-/// reference event. A span whose times cannot be read is dropped; returns
-/// how many were (the caller counts them with the session's dropped
-/// records).
-pub(super) fn resolve(
-    pending: &mut Vec<PendingSpan>,
-    clocks: &Clocks,
-    wait: bool,
-    out: &mut Vec<DeviceSpan>,
-) -> u64 {
-    let mut lost = 0;
-    // A stream's work completes in order: after one of its spans is found
-    // incomplete, its later spans are not asked (which would cost a driver
-    // call each while a long queue drains).
-    let mut blocked: Vec<Stream> = Vec::new();
-    for p in std::mem::take(pending) {
-        if wait {
-            p.end.synchronize();
-        } else if blocked.contains(&p.stream) || !p.end.query() {
-            if !blocked.contains(&p.stream) {
-                blocked.push(p.stream);
-            }
-            pending.push(p);
-            continue;
-        }
-        let Some(Some(clock)) = clocks.get(&p.stream.device()) else {
-            continue;
-        };
-        // The end has completed, and with it the start (earlier on the
-        // same stream).
-        let (Some(start_off), Some(end_off)) = (clock.offset_of(&p.start), clock.offset_of(&p.end))
-        else {
-            lost += 1;
-            continue;
-        };
-        out.push(DeviceSpan {
-            op: p.op,
-            stream: p.stream,
-            kind: p.kind,
-            name: p.name,
-            start_off,
-            end_off,
-            detail: p.detail,
-        });
+/// Device spans waiting for their events, per stream in the order they
+/// were enqueued: a stream's work completes in order, so a resolution
+/// pass looks at each stream's oldest spans only, and stops at the first
+/// that has not completed (it costs what it resolves, not what waits).
+#[derive(Default)]
+pub(super) struct PendingSpans {
+    streams: FxHashMap<Stream, VecDeque<PendingSpan>>,
+    len: usize,
+}
+
+impl PendingSpans {
+    /// Adds `span` behind its stream's earlier ones.
+    pub(super) fn push(&mut self, span: PendingSpan) {
+        self.streams.entry(span.stream).or_default().push_back(span);
+        self.len += 1;
     }
-    lost
+
+    /// How many spans wait.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Moves the spans whose events have completed (all of them, waiting,
+    /// when `wait`) into `out` as offsets from their device's reference
+    /// event. A span whose times cannot be read is dropped; returns how
+    /// many were (the caller counts them with the session's dropped
+    /// records).
+    pub(super) fn resolve(
+        &mut self,
+        clocks: &Clocks,
+        wait: bool,
+        out: &mut Vec<DeviceSpan>,
+    ) -> u64 {
+        let mut lost = 0;
+        for queue in self.streams.values_mut() {
+            while let Some(p) = queue.front() {
+                if wait {
+                    p.end.synchronize();
+                } else if !p.end.query() {
+                    break;
+                }
+                let Some(p) = queue.pop_front() else { break };
+                self.len -= 1;
+                let Some(Some(clock)) = clocks.get(&p.stream.device()) else {
+                    continue;
+                };
+                // The end has completed, and with it the start (earlier on
+                // the same stream).
+                let (Some(start_off), Some(end_off)) =
+                    (clock.offset_of(&p.start), clock.offset_of(&p.end))
+                else {
+                    lost += 1;
+                    continue;
+                };
+                out.push(DeviceSpan {
+                    op: p.op,
+                    stream: p.stream,
+                    kind: p.kind,
+                    name: p.name,
+                    start_off,
+                    end_off,
+                    detail: p.detail,
+                });
+            }
+        }
+        self.streams.retain(|_, q| !q.is_empty());
+        lost
+    }
 }

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(crate) use super::assemble::Detail;
 pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
-use super::clock::{self, Clocks, DeviceClock, PendingSpan, SpanTiming};
+use super::clock::{Clocks, DeviceClock, PendingSpan, PendingSpans, SpanTiming};
 use super::stamp::Stamp;
 pub use super::trace::MemoryAction;
 use super::trace::{SpanKind, Text};
@@ -121,7 +121,7 @@ pub(super) struct Gathered {
     /// Per device, its clock (made by its first operation).
     pub clocks: Clocks,
     /// Device spans whose events may not have completed.
-    pub pending: Vec<PendingSpan>,
+    pub pending: PendingSpans,
     /// How many pending spans trigger the next resolution.
     pub resolve_at: usize,
     /// Device spans resolved to offsets, not yet collected.
@@ -139,7 +139,7 @@ impl Gathered {
     /// Resolves the pending spans whose events completed (all, waiting for
     /// them, when `wait` is true).
     pub(super) fn resolve(&mut self, wait: bool) {
-        let lost = clock::resolve(&mut self.pending, &self.clocks, wait, &mut self.resolved);
+        let lost = self.pending.resolve(&self.clocks, wait, &mut self.resolved);
         device_spans_lost(lost);
     }
 }
