@@ -490,6 +490,45 @@ fn profiled_operations_time_themselves_in_order() {
     }
 }
 
+/// Runs the ignored test `probe` in a child process where this machine
+/// has a wgpu Vulkan adapter (`what` names it in the failure).
+fn run_probe_on_vulkan_adapter(probe: &str, what: &str) {
+    if conformance::wgpu_adapter("Vulkan").is_some() {
+        run_probe(probe, &[], &format!("the probe {what} failed:\n"));
+    }
+}
+
+/// `vector_add` over 256 elements, launched on one stream over three
+/// buffers of its device.
+struct VectorAdds {
+    stream: keel::Stream,
+    bufs: Vec<Buffer>,
+}
+
+impl VectorAdds {
+    const N: u32 = 256;
+
+    fn on(stream: keel::Stream) -> Self {
+        let bufs = (0..3)
+            .map(|_| Buffer::new(stream.device(), 4 * Self::N as usize).expect("buffer"))
+            .collect();
+        VectorAdds { stream, bufs }
+    }
+
+    fn launch(&self) {
+        let k = keel::kernels::VECTOR_ADD;
+        let b = &self.bufs;
+        self.stream
+            .launch(
+                &k,
+                k.grid_for(u64::from(Self::N)),
+                &[&b[0], &b[1], &b[2]],
+                &Self::N.to_le_bytes(),
+            )
+            .expect("launch");
+    }
+}
+
 /// A wgpu device holds more timed events than it has timestamp slots
 /// (4,096, handed out in pairs): once every pair is held, the values of
 /// those whose work completed are read and moved out of the slots, which
@@ -499,13 +538,9 @@ fn profiled_operations_time_themselves_in_order() {
 /// it holds every slot of the device for a while.
 #[test]
 fn a_device_holds_more_timed_events_than_timestamp_slots() {
-    if conformance::wgpu_adapter("Vulkan").is_none() {
-        return;
-    }
-    run_probe(
+    run_probe_on_vulkan_adapter(
         "probe_more_timed_events_than_slots",
-        &[],
-        "the probe holding more timed events than slots failed:\n",
+        "holding more timed events than slots",
     );
 }
 
@@ -517,19 +552,8 @@ fn probe_more_timed_events_than_slots() {
 
     let d = conformance::wgpu_adapter("Vulkan").expect("a wgpu Vulkan adapter");
     let s = keel::get_stream_from_pool(d, false).expect("stream");
-    let n = 256u32;
-    let bufs: Vec<Buffer> = (0..3)
-        .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
-        .collect();
-    let add = || {
-        s.launch(
-            &VECTOR_ADD,
-            VECTOR_ADD.grid_for(u64::from(n)),
-            &[&bufs[0], &bufs[1], &bufs[2]],
-            &n.to_le_bytes(),
-        )
-        .expect("launch")
-    };
+    let adds = VectorAdds::on(s);
+    let add = || adds.launch();
     add();
     // 3,000 live timed events, a launch between every 500.
     let mut held = Vec::new();
@@ -602,43 +626,28 @@ fn probe_more_timed_events_than_slots() {
 /// child process (`probe_timed_events_from_threads_past_the_slots`).
 #[test]
 fn timed_events_from_threads_past_the_slots_keep_their_times() {
-    if conformance::wgpu_adapter("Vulkan").is_none() {
-        return;
-    }
-    run_probe(
+    run_probe_on_vulkan_adapter(
         "probe_timed_events_from_threads_past_the_slots",
-        &[],
-        "the probe recording timed events from threads failed:\n",
+        "recording timed events from threads",
     );
 }
 
 #[test]
 #[ignore = "run in a child process by timed_events_from_threads_past_the_slots_keep_their_times"]
 fn probe_timed_events_from_threads_past_the_slots() {
-    use keel::kernels::VECTOR_ADD;
-
     let d = conformance::wgpu_adapter("Vulkan").expect("a wgpu Vulkan adapter");
     let session = keel::profiler::start().expect("session");
     let threads: Vec<_> = (0..4)
         .map(|_| {
             std::thread::spawn(move || {
                 let s = keel::get_stream_from_pool(d, false).expect("stream");
-                let n = 256u32;
-                let bufs: Vec<Buffer> = (0..3)
-                    .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
-                    .collect();
+                let adds = VectorAdds::on(s);
                 // Up to 1,000 live events per thread: 4,000 in all, for
                 // 2,048 slot pairs.
                 let mut held: Vec<keel::Event> = Vec::new();
                 for i in 0..1500usize {
                     if i % 7 == 0 {
-                        s.launch(
-                            &VECTOR_ADD,
-                            VECTOR_ADD.grid_for(u64::from(n)),
-                            &[&bufs[0], &bufs[1], &bufs[2]],
-                            &n.to_le_bytes(),
-                        )
-                        .expect("launch");
+                        adds.launch();
                     }
                     let mut e = keel::Event::timed(TY);
                     e.record(&s).expect("record");
