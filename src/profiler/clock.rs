@@ -34,7 +34,7 @@
 //! they are neither recorded nor subject to launch blocking.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -145,7 +145,7 @@ pub(super) struct DeviceClock {
 
 /// Per device, its clock once one was made; `None` when the device's
 /// events cannot time (its operations then have host spans only).
-pub(super) type Clocks = HashMap<Device, Option<Arc<DeviceClock>>>;
+pub(super) type Clocks = FxHashMap<Device, Option<Arc<DeviceClock>>>;
 
 impl DeviceClock {
     /// Records the reference event of `stream`'s device.

@@ -21,9 +21,10 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rustc_hash::FxHashMap;
 
 pub(crate) use super::assemble::Detail;
 pub use super::assemble::MemoryRecord;
@@ -127,7 +128,7 @@ pub(super) struct Gathered {
     /// Device spans resolved to offsets, not yet collected.
     pub resolved: Vec<DeviceSpan>,
     /// event id -> op that last recorded it
-    pub event_ops: HashMap<u64, u64>,
+    pub event_ops: FxHashMap<u64, u64>,
     /// (record op, wait op) pairs
     pub waits: Vec<(u64, u64)>,
     /// Allocator events with their host times (counter ticks), in time
