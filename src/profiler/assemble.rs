@@ -23,12 +23,12 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::trace::{
-    ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
-    MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text, Trace,
-    TraceDevice,
+    ALLOCATED_COUNTER, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Interner, Lane,
+    LaneKind, MemoryAction, MemoryEvent, RESERVED_COUNTER, Span, SpanKind, TRACE_VERSION, Text,
+    Trace, TraceDevice,
 };
 use crate::core::{Device, Stream};
 
@@ -284,7 +284,7 @@ fn ns_since(epoch: Instant, t: Instant) -> u64 {
 struct Texts {
     /// Span names and formatted values, up to [`Texts::CAP`] of them (past
     /// that, made anew each time).
-    known: FxHashSet<Text>,
+    known: Interner<FxBuildHasher>,
     /// Grid and block sizes, formatted.
     dims: FxHashMap<[u32; 3], Text>,
     /// Streams, formatted.
@@ -304,7 +304,7 @@ impl Texts {
 
     fn new() -> Self {
         Texts {
-            known: FxHashSet::default(),
+            known: Interner::with_hasher(Self::CAP, FxBuildHasher),
             dims: FxHashMap::default(),
             streams: FxHashMap::default(),
             buf: String::new(),
@@ -318,14 +318,7 @@ impl Texts {
 
     /// `text`, shared with every earlier equal one.
     fn name(&mut self, text: &str) -> Text {
-        if let Some(t) = self.known.get(text) {
-            return t.clone();
-        }
-        let t = Text::from(text);
-        if self.known.len() < Self::CAP {
-            self.known.insert(t.clone());
-        }
-        t
+        self.known.intern(text)
     }
 
     /// `value` formatted, shared with every earlier equal one.
@@ -342,28 +335,12 @@ impl Texts {
 
     /// Grid or block sizes as `XxYxZ`.
     fn dims(&mut self, d: [u32; 3]) -> Text {
-        if let Some(t) = self.dims.get(&d) {
-            return t.clone();
-        }
-        let t = Text::from(format!("{}x{}x{}", d[0], d[1], d[2]));
-        if self.dims.len() < Self::CAP {
-            self.dims.insert(d, t.clone());
-        }
-        t
+        remembered(&mut self.dims, d, || format!("{}x{}x{}", d[0], d[1], d[2]))
     }
 
     /// A host span's `stream` argument.
     fn stream_arg(&mut self, st: Stream) -> (Text, Text) {
-        let value = match self.streams.get(&st) {
-            Some(t) => t.clone(),
-            None => {
-                let t = Text::from(st.to_string());
-                if self.streams.len() < Self::CAP {
-                    self.streams.insert(st, t.clone());
-                }
-                t
-            }
-        };
+        let value = remembered(&mut self.streams, st, || st.to_string());
         (self.stream.clone(), value)
     }
 
@@ -383,6 +360,23 @@ impl Texts {
             Detail::Event(e) => vec![(self.event.clone(), Text::from(e.to_string()))],
         }
     }
+}
+
+/// The text made of `key` (by `make`), made once: up to [`Texts::CAP`]
+/// keys are remembered.
+fn remembered<K: std::hash::Hash + Eq>(
+    map: &mut FxHashMap<K, Text>,
+    key: K,
+    make: impl FnOnce() -> String,
+) -> Text {
+    if let Some(t) = map.get(&key) {
+        return t.clone();
+    }
+    let t = Text::from(make());
+    if map.len() < Texts::CAP {
+        map.insert(key, t.clone());
+    }
+    t
 }
 
 impl Assembler {

@@ -275,17 +275,37 @@ impl PartialEq<Text> for String {
 /// allocated, later ones are a reference count. At most `cap` distinct
 /// texts are remembered (a file of unique values must not grow the table
 /// without end); past that, new texts are allocated each time.
-#[derive(Debug)]
-pub struct Interner {
-    set: std::collections::HashSet<Text>,
+///
+/// `S` hashes the texts: the default resists texts chosen to collide (a
+/// file's); a program's own texts can take a faster one
+/// ([`with_hasher`](Interner::with_hasher)).
+pub struct Interner<S = std::collections::hash_map::RandomState> {
+    set: std::collections::HashSet<Text, S>,
     cap: usize,
+}
+
+impl<S> std::fmt::Debug for Interner<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interner")
+            .field("texts", &self.set.len())
+            .field("cap", &self.cap)
+            .finish()
+    }
 }
 
 impl Interner {
     /// An interner remembering at most `cap` distinct texts.
     pub fn new(cap: usize) -> Self {
+        Interner::with_hasher(cap, Default::default())
+    }
+}
+
+impl<S: std::hash::BuildHasher> Interner<S> {
+    /// An interner remembering at most `cap` distinct texts, hashed with
+    /// `hasher`.
+    pub fn with_hasher(cap: usize, hasher: S) -> Self {
         Interner {
-            set: std::collections::HashSet::new(),
+            set: std::collections::HashSet::with_hasher(hasher),
             cap,
         }
     }
