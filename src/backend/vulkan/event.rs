@@ -17,7 +17,19 @@
 //! call), and the values are kept until the slot is reset; free slots are
 //! handed out lowest first, so a stream's consecutive spans sit side by
 //! side.
+//!
+//! A device holds any number of timed events (PyTorch's habit of keeping
+//! a start and an end event per iteration and reading them all at the
+//! end). When every slot is held, the slots of timed events whose
+//! timestamps were written by completed work are read, their values
+//! moved out of the pool (kept by the event's slot and writer, where the
+//! event finds it), and the slots reset and reused; when none has
+//! completed, taking a slot waits for the oldest such event's work. Only
+//! an event's own slot moves (it has one holder, and the event is the
+//! submission that wrote it); a profiled operation's slots are read and
+//! released within a batch.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -51,6 +63,27 @@ struct Slot {
     writer: Option<Point>,
     /// The slot's timestamp, once read.
     value: Option<u64>,
+    /// Held by one timed event only, which `writer` wrote: its value may
+    /// be moved out when every slot is held.
+    movable: bool,
+}
+
+/// A moved-out timestamp's key: its slot and the submission that wrote
+/// it (a semaphore and its value, unique per submission).
+type MovedKey = (u32, vk::Semaphore, u64);
+
+fn moved_key(slot: u32, writer: &Point) -> MovedKey {
+    (slot, writer.semaphore, writer.value)
+}
+
+/// What `take` does when every slot is held.
+enum Full {
+    /// Values were moved out: slots are free.
+    Moved,
+    /// Wait for this work: it writes a movable slot.
+    Wait(Point),
+    /// No held slot can ever be moved.
+    Stuck,
 }
 
 /// Free slots (reset; popped from the end, lowest first), released slots
@@ -61,6 +94,9 @@ struct QuerySlots {
     /// `retiring`'s length that triggers the next recycling pass.
     recycle_at: usize,
     table: Vec<Slot>,
+    /// The values of timed events whose slots were reused while the
+    /// events lived (see the module docs).
+    moved: HashMap<MovedKey, u64>,
 }
 
 /// A device's timestamp query pool and its slots (see the module docs).
@@ -114,6 +150,7 @@ impl Timestamps {
                 retiring: Vec::new(),
                 recycle_at: RECYCLE_BATCH,
                 table: vec![Slot::default(); slots as usize],
+                moved: HashMap::new(),
             }),
         })
     }
@@ -122,7 +159,10 @@ impl Timestamps {
     /// when none is free; when every released slot is still to be written
     /// by work in flight (a host that records timed events faster than
     /// the device runs them), waits for the oldest of that work, as a
-    /// full ring would. An error only when live events hold every slot.
+    /// full ring would. When live timed events hold every slot, moves the
+    /// values of those whose work has completed out of the pool, or waits
+    /// for the oldest one's work (see the module docs). An error only
+    /// when every slot is held by work not submitted yet.
     pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
         loop {
             let mut slots = lock(&self.slots);
@@ -139,18 +179,77 @@ impl Timestamps {
                 .retiring
                 .iter()
                 .find_map(|&slot| slots.table[slot as usize].writer);
-            let Some(writer) = oldest else {
-                return Err(Error::backend(
-                    TY,
-                    format!(
-                        "all {} timestamp query slots are held by live timed events",
-                        slots.table.len()
-                    ),
-                ));
+            let wait = match oldest {
+                Some(writer) => writer,
+                None => match self.move_out(device, &mut slots)? {
+                    Full::Moved => continue,
+                    Full::Wait(writer) => writer,
+                    Full::Stuck => {
+                        return Err(Error::backend(
+                            TY,
+                            format!(
+                                "all {} timestamp query slots are held by timed work not \
+                                 submitted yet",
+                                slots.table.len()
+                            ),
+                        ));
+                    }
+                },
             };
             drop(slots);
-            writer.wait()?;
+            wait.wait()?;
         }
+    }
+
+    /// With every slot held: reads the timestamps of the movable slots
+    /// (timed events') whose writers have completed, keeps them in
+    /// `moved`, and resets and frees those slots. Otherwise names the
+    /// work to wait for.
+    fn move_out(&self, device: &ash::Device, slots: &mut QuerySlots) -> Result<Full> {
+        let mut seen = Vec::new();
+        let mut done = Vec::new();
+        let mut in_flight = None;
+        for (slot, s) in slots.table.iter().enumerate() {
+            let Some(writer) = s.writer.filter(|_| s.movable && s.refs == 1) else {
+                continue;
+            };
+            if reached(&writer, &mut seen) {
+                done.push(slot as u32);
+            } else if in_flight.is_none() {
+                in_flight = Some(writer);
+            }
+        }
+        if done.is_empty() {
+            return Ok(in_flight.map_or(Full::Stuck, Full::Wait));
+        }
+        for run in adjacent_runs(&done) {
+            let mut data = vec![0u64; run.len()];
+            // SAFETY: every slot of the run was written by a submission
+            // that has completed (checked above) and is held (by its
+            // event), so not reset meanwhile: we hold the slots' lock.
+            // `data` holds one 64-bit result per slot.
+            unsafe {
+                device.get_query_pool_results(
+                    self.pool,
+                    run.start,
+                    &mut data,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+            }
+            .map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
+            // SAFETY: host query reset is enabled; the slots' values were
+            // just read and their writers have completed, so no pending
+            // command uses them; their holders now read `moved`.
+            unsafe { device.reset_query_pool(self.pool, run.start, run.len() as u32) };
+            for (slot, ticks) in run.zip(data) {
+                let s = std::mem::take(&mut slots.table[slot as usize]);
+                if let Some(writer) = s.writer {
+                    slots.moved.insert(moved_key(slot, &writer), ticks);
+                }
+            }
+        }
+        slots.free.extend(done.iter().rev());
+        Ok(Full::Moved)
     }
 
     /// Holds `slot` once more, if it is still held and still written by
@@ -171,6 +270,28 @@ impl Timestamps {
         for &s in slots {
             table.table[s as usize].writer = Some(writer);
         }
+    }
+
+    /// Notes that a timed event's own submission `writer` writes its
+    /// `slot`, held by the event alone: its value may move out of the
+    /// pool while the event lives.
+    fn written_by_event(&self, slot: u32, writer: Point) {
+        let mut slots = lock(&self.slots);
+        let s = &mut slots.table[slot as usize];
+        s.writer = Some(writer);
+        s.movable = true;
+    }
+
+    /// Releases a timed event's `slot`, written by `writer`: drops its
+    /// moved-out value, or releases the slot.
+    fn release_written(&self, device: &ash::Device, slot: u32, writer: &Point) {
+        {
+            let mut slots = lock(&self.slots);
+            if slots.moved.remove(&moved_key(slot, writer)).is_some() {
+                return;
+            }
+        }
+        self.release(device, slot);
     }
 
     /// Drops one hold of `slot`; the last one retires it: it is reset and
@@ -201,6 +322,7 @@ impl Timestamps {
             retiring,
             recycle_at,
             table,
+            ..
         } = slots;
         let mut seen = Vec::new();
         let mut ready = Vec::new();
@@ -215,18 +337,11 @@ impl Timestamps {
             !done
         });
         ready.sort_unstable();
-        let mut i = 0;
-        while i < ready.len() {
-            let first = ready[i];
-            let mut count = 1;
-            while i + count < ready.len() && ready[i + count] == first + count as u32 {
-                count += 1;
-            }
+        for run in adjacent_runs(&ready) {
             // SAFETY: host query reset is enabled; the slots are held by
             // nobody and the submissions that wrote them have completed,
             // so no pending command uses them.
-            unsafe { device.reset_query_pool(self.pool, first, count as u32) };
-            i += count;
+            unsafe { device.reset_query_pool(self.pool, run.start, run.len() as u32) };
         }
         for &slot in &ready {
             table[slot as usize] = Slot::default();
@@ -239,10 +354,16 @@ impl Timestamps {
     /// checks). Reads it with the following slots whose writers have
     /// completed too (a stream's spans take adjacent slots), in one
     /// `vkGetQueryPoolResults`, and keeps the values.
-    fn read(&self, device: &ash::Device, slot: u32) -> Result<u64> {
+    ///
+    /// `holder` is the point of the event holding the slot: a timed
+    /// event's value may have moved out of the pool.
+    fn read(&self, device: &ash::Device, slot: u32, holder: &Point) -> Result<u64> {
         let first = slot as usize;
         let run = {
             let mut slots = lock(&self.slots);
+            if let Some(&v) = slots.moved.get(&moved_key(slot, holder)) {
+                return Ok(v);
+            }
             let s = &slots.table[first];
             if let Some(v) = s.value {
                 return Ok(v);
@@ -301,6 +422,18 @@ impl Timestamps {
     }
 }
 
+/// The runs of adjacent slots in `sorted` (ascending), as ranges.
+fn adjacent_runs(sorted: &[u32]) -> Vec<std::ops::Range<u32>> {
+    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+    for &slot in sorted {
+        match runs.last_mut() {
+            Some(run) if run.end == slot => run.end = slot + 1,
+            _ => runs.push(slot..slot + 1),
+        }
+    }
+    runs
+}
+
 /// A recorded Vulkan event.
 pub struct VkEvent {
     point: Point,
@@ -325,7 +458,7 @@ impl VkEvent {
             .query
             .ok_or_else(|| Error::invalid("the event was recorded without timing"))?;
         let c: &Ctx = self.point.ctx;
-        c.timestamps.read(&c.device, slot)
+        c.timestamps.read(&c.device, slot, &self.point)
     }
 }
 
@@ -417,7 +550,7 @@ impl Events for Vulkan {
             );
             match submitted {
                 Ok(v) => {
-                    c.timestamps.written(&[slot], stream.point(v));
+                    c.timestamps.written_by_event(slot, stream.point(v));
                     v
                 }
                 Err(e) => {
@@ -431,8 +564,10 @@ impl Events for Vulkan {
         } else {
             stream.last_value()
         };
-        if let Some(slot) = event.as_ref().and_then(|p| p.query) {
-            c.timestamps.release(&c.device, slot);
+        if let Some(old) = event.as_ref()
+            && let Some(slot) = old.query
+        {
+            c.timestamps.release_written(&c.device, slot, &old.point);
         }
         *event = Some(VkEvent {
             point: stream.point(value),
@@ -485,7 +620,7 @@ impl Events for Vulkan {
     fn release_event(&self, event: VkEvent) {
         if let Some(slot) = event.query {
             let c = event.point.ctx;
-            c.timestamps.release(&c.device, slot);
+            c.timestamps.release_written(&c.device, slot, &event.point);
         }
     }
 
@@ -553,7 +688,9 @@ fn abandon(b: Bracket) {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
-    use super::Timestamps;
+    use ash::vk;
+
+    use super::{Timestamps, lock};
     use crate::backend::typed::Backend;
     use crate::backend::vulkan::Vulkan;
     use crate::kernel::kernels::SPIN;
@@ -599,6 +736,114 @@ mod tests {
         ts.take(&ctx.device)
             .expect("a slot, once the oldest writer has run");
         assert!(writer.reached().expect("counter"), "take waited for it");
+        // SAFETY: the pool is this test's own, and the work that wrote its
+        // slots has completed.
+        unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
+    }
+
+    /// Live timed events past the pool's size: the values of those whose
+    /// work completed move out of the pool and their slots are reused;
+    /// with every holder's work in flight, taking a slot waits for the
+    /// oldest; with every slot held by work never submitted, it fails.
+    /// Every event keeps its own value throughout (a pool of 4 slots
+    /// stands for the device's 32,768).
+    #[test]
+    fn live_timed_events_past_the_pool_keep_their_values() {
+        let Some(d) = conformance::device(DeviceType::Vulkan) else {
+            return;
+        };
+        let s = crate::get_stream_from_pool(d, false).expect("stream");
+        let ctx = Vulkan.device(d.index()).expect("device");
+        let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+        let ts = Timestamps::with_slots(&ctx.device, 4).expect("query pool");
+        // What `record_event` does for a timed event, on the test's pool.
+        let record = || {
+            let slot = ts.take(&ctx.device).expect("a slot");
+            let pool = ts.pool;
+            let value = vk
+                .submit(
+                    |dev, cb| {
+                        // SAFETY: `cb` is recording; the slot was reset
+                        // on the host and is written only here.
+                        unsafe {
+                            dev.cmd_write_timestamp2(
+                                cb,
+                                vk::PipelineStageFlags2::ALL_COMMANDS,
+                                pool,
+                                slot,
+                            );
+                        }
+                    },
+                    Vec::new(),
+                )
+                .expect("submit");
+            let point = vk.point(value);
+            ts.written_by_event(slot, point);
+            (slot, point)
+        };
+        let mut events: Vec<_> = (0..4).map(|_| record()).collect();
+        s.synchronize().expect("sync");
+        let first = ts
+            .read(&ctx.device, events[0].0, &events[0].1)
+            .expect("first value");
+        // Eight more while the first four live: their values move out.
+        events.extend((0..8).map(|_| record()));
+        s.synchronize().expect("sync");
+        let values: Vec<u64> = events
+            .iter()
+            .map(|(slot, point)| ts.read(&ctx.device, *slot, point).expect("value"))
+            .collect();
+        assert_eq!(values[0], first, "a moved value is the one written");
+        assert!(
+            values.windows(2).all(|w| w[0] <= w[1]),
+            "timestamps of one stream's events in record order: {values:?}"
+        );
+        assert!(
+            lock(&ts.slots).moved.len() >= 8,
+            "at least two rounds of four moved out"
+        );
+        for (slot, point) in &events {
+            ts.release_written(&ctx.device, *slot, point);
+        }
+        assert!(
+            lock(&ts.slots).moved.is_empty(),
+            "every release dropped its value"
+        );
+
+        // Every holder's work in flight: the next take waits for it.
+        let n = 4096u32;
+        let out = Buffer::new(d, 4 * n as usize).expect("buffer");
+        let params: Vec<u8> = [n, 200_000].iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&out], &params)
+            .expect("spin");
+        let held: Vec<_> = (0..4).map(|_| record()).collect();
+        let last = held[3].1;
+        assert!(
+            !held[0].1.reached().expect("counter"),
+            "the kernel ran before the pool filled: make it longer"
+        );
+        let slot = ts
+            .take(&ctx.device)
+            .expect("a slot once the oldest has run");
+        assert!(held[0].1.reached().expect("counter"), "take waited for it");
+        ts.release(&ctx.device, slot);
+        last.wait().expect("wait");
+        for (slot, point) in &held {
+            ts.release_written(&ctx.device, *slot, point);
+        }
+
+        // Every slot held by work never submitted: an error that says so.
+        let unwritten: Vec<u32> = (0..4)
+            .map(|_| ts.take(&ctx.device).expect("slot"))
+            .collect();
+        let err = ts
+            .take(&ctx.device)
+            .expect_err("nothing can move")
+            .to_string();
+        assert!(err.contains("not submitted yet"), "{err}");
+        for slot in unwritten {
+            ts.release(&ctx.device, slot);
+        }
         // SAFETY: the pool is this test's own, and the work that wrote its
         // slots has completed.
         unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
