@@ -287,7 +287,7 @@ impl Timestamps {
     fn release_written(&self, device: &ash::Device, slot: u32, writer: &Point) {
         {
             let mut slots = lock(&self.slots);
-            if slots.moved.remove(&moved_key(slot, writer)).is_some() {
+            if !slots.moved.is_empty() && slots.moved.remove(&moved_key(slot, writer)).is_some() {
                 return;
             }
         }
@@ -361,7 +361,9 @@ impl Timestamps {
         let first = slot as usize;
         let run = {
             let mut slots = lock(&self.slots);
-            if let Some(&v) = slots.moved.get(&moved_key(slot, holder)) {
+            if !slots.moved.is_empty()
+                && let Some(&v) = slots.moved.get(&moved_key(slot, holder))
+            {
                 return Ok(v);
             }
             let s = &slots.table[first];
