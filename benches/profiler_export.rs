@@ -48,6 +48,7 @@ fn synthetic() -> Trace {
                 kind: LaneKind::Stream {
                     device: lane % 2,
                     stream: i64::from(lane),
+                    thread: 0,
                 },
                 name: format!("stream {lane}"),
                 group: String::new(),

@@ -218,3 +218,99 @@ fn host_records_share_one_clock_and_nest() {
     assert!(trace.memory.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
     assert!(trace.memory.iter().all(|m| m.ts_ns <= last_end + 1_000_000));
 }
+
+/// Kernels that two threads run at once on the CPU's default stream run
+/// inline, each on its own thread, so they overlap in time. Each thread's
+/// kernels get a lane of the stream of their own, named after the
+/// thread, at the times they ran: a kernel's device span lies inside its
+/// launch on the host (a shared lane shifted the later one past the
+/// earlier's end, outside its own launch). Their buffers are large, each
+/// a segment of its own: a CPU kernel locks the host allocations it
+/// binds, and small buffers of one stream share them.
+#[test]
+fn inline_cpu_kernels_of_two_threads_get_a_lane_each() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use keel::kernels::SPIN;
+    use keel::profiler::LaneKind;
+
+    let _s = serial();
+    let cpu = keel::Device::cpu();
+    let spin = |out: &keel::Buffer, iters: u32| {
+        let s = keel::current_stream(cpu).expect("the default stream");
+        let params: Vec<u8> = [1u32, iters].iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.launch(&SPIN, SPIN.grid_for(1), &[out], &params)
+            .expect("spin");
+    };
+    let outs = [(); 2].map(|()| keel::Buffer::new(cpu, 2 << 20).expect("out"));
+    spin(&outs[0], 1);
+    let started = AtomicBool::new(false);
+    let session = keel::profiler::start().expect("start");
+    std::thread::scope(|scope| {
+        let named = |name: &str| std::thread::Builder::new().name(name.to_owned());
+        named("long")
+            .spawn_scoped(scope, || {
+                started.store(true, Ordering::Release);
+                spin(&outs[0], 20_000_000);
+            })
+            .expect("thread");
+        named("short")
+            .spawn_scoped(scope, || {
+                while !started.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                spin(&outs[1], 1_000_000);
+            })
+            .expect("thread");
+    });
+    let trace = session.stop();
+    assert_eq!(trace.check(), Ok(()));
+
+    let device = trace
+        .devices
+        .iter()
+        .position(|d| d.device == "cpu:0")
+        .expect("cpu:0 in the trace") as u32;
+    let bound = trace
+        .calibrations
+        .iter()
+        .find(|c| c.device == device)
+        .map_or(0, |c| c.error_bound_ns);
+    // The kernel on thread `name`'s lane of stream 0, and its launch.
+    let kernel = |name: &str| {
+        let lane = trace
+            .lanes
+            .iter()
+            .position(|l| {
+                matches!(l.kind, LaneKind::Stream { device: d, stream: 0, thread } if d == device && thread != 0)
+                    && l.name == format!("stream 0 · {name}")
+            })
+            .unwrap_or_else(|| panic!("a lane for {name}'s inline work: {:#?}", trace.lanes));
+        let k = trace
+            .spans
+            .iter()
+            .find(|s| s.lane as usize == lane && s.name == "spin")
+            .expect("the kernel on its lane");
+        let launch = trace
+            .spans
+            .iter()
+            .find(|s| {
+                s.op == k.op && matches!(trace.lanes[s.lane as usize].kind, LaneKind::Host { .. })
+            })
+            .expect("its launch on the host");
+        assert!(
+            launch.start_ns <= k.start_ns + bound && k.end_ns() <= launch.end_ns() + bound,
+            "{name}: kernel {}..{} outside its launch {}..{} (bound {bound} ns)",
+            k.start_ns,
+            k.end_ns(),
+            launch.start_ns,
+            launch.end_ns()
+        );
+        (k.start_ns, k.end_ns())
+    };
+    let (long, short) = (kernel("long"), kernel("short"));
+    assert!(
+        short.0 < long.1 && long.0 < short.1,
+        "the two kernels overlap in time: {long:?} {short:?}"
+    );
+}

@@ -79,6 +79,7 @@ fn sample() -> Trace {
                 kind: LaneKind::Stream {
                     device: 0,
                     stream: 33,
+                    thread: 0,
                 },
                 name: s("stream 33"),
                 group: String::new(),
@@ -87,6 +88,7 @@ fn sample() -> Trace {
                 kind: LaneKind::Stream {
                     device: 0,
                     stream: 34,
+                    thread: 0,
                 },
                 name: s("stream 34"),
                 group: String::new(),
@@ -95,6 +97,7 @@ fn sample() -> Trace {
                 kind: LaneKind::Stream {
                     device: 1,
                     stream: -2,
+                    thread: 0,
                 },
                 name: s("stream -2 \"ext\""),
                 group: String::new(),
@@ -439,6 +442,7 @@ fn check_reports_problems() {
         kind: LaneKind::Stream {
             device: 5,
             stream: 0,
+            thread: 0,
         },
         name: s("orphan"),
         group: String::new(),
@@ -746,7 +750,7 @@ fn native_errors_are_clear() {
     bad_kind[lane_name - 2] = 9;
     let message = format_error(read_native(&bad_kind));
     assert!(
-        message.contains("expected a lane kind (0 stream, 1 host), found 9"),
+        message.contains("expected a lane kind (0 stream, 1 host, 2 a stream's thread), found 9"),
         "{message}"
     );
 }
@@ -909,7 +913,8 @@ fn foreign_traces_import_what_they_can() {
         device_lane.kind,
         LaneKind::Stream {
             device: 0,
-            stream: 7
+            stream: 7,
+            thread: 0
         }
     );
     assert_eq!(device_lane.name, "stream 7");
@@ -1216,6 +1221,7 @@ fn export_carries_kinetos_fields_and_round_trips() {
                 kind: LaneKind::Stream {
                     device: 0,
                     stream: 0,
+                    thread: 0,
                 },
                 name: s("stream 0"),
                 group: String::new(),
@@ -1378,4 +1384,54 @@ fn merged_fragments_keep_memory_events_in_time_order() {
     whole.merge(earlier).expect("merge");
     assert_eq!(whole.memory, sample_memory());
     assert_eq!(whole.check(), Ok(()));
+}
+
+/// A stream's lanes for threads' inline work (the CPU's default stream)
+/// survive both formats: the stream's own lane and a thread's lane of the
+/// same stream stay two lanes. JSON writes the thread next to the stream;
+/// files without it (older ones, other tools') read as the stream's own
+/// lane.
+#[test]
+fn a_streams_thread_lanes_round_trip() {
+    let mut t = sample();
+    let device = 0;
+    t.lanes.push(Lane {
+        kind: LaneKind::Stream {
+            device,
+            stream: 33,
+            thread: 7,
+        },
+        name: s("stream 33 · main"),
+        group: String::new(),
+    });
+    let lane = t.lanes.len() as u32 - 1;
+    t.spans.push(Span {
+        lane,
+        name: s("inline kernel").into(),
+        kind: SpanKind::Kernel,
+        start_ns: 4_000,
+        dur_ns: 500,
+        op: 0,
+        args: Vec::new(),
+    });
+    assert_eq!(t.check(), Ok(()));
+    let json = to_json_string(&t).expect("export");
+    assert!(
+        json.contains("\"keel_lane\":\"stream\",\"device\":0,\"stream\":33,\"thread\":7"),
+        "the thread next to the stream"
+    );
+    assert_eq!(read_json_bytes(json.as_bytes()).expect("JSON loads"), t);
+    let native = to_native_bytes(&t).expect("export");
+    assert_eq!(read_native(&native).expect("native loads"), t);
+    // Without the thread: the stream's own lane.
+    let older = json.replace("\"stream\":33,\"thread\":7", "\"stream\":33");
+    let read = read_json_bytes(older.as_bytes()).expect("JSON without the thread loads");
+    assert_eq!(
+        read.lanes[lane as usize].kind,
+        LaneKind::Stream {
+            device,
+            stream: 33,
+            thread: 0
+        }
+    );
 }

@@ -135,14 +135,16 @@ fn check_kineto(t: &Trace, format: &str) {
         t.lanes[5].kind,
         LaneKind::Stream {
             device: 0,
-            stream: 7
+            stream: 7,
+            thread: 0
         }
     );
     assert_eq!(
         t.lanes[6].kind,
         LaneKind::Stream {
             device: 0,
-            stream: 20
+            stream: 20,
+            thread: 0
         }
     );
 

@@ -432,6 +432,7 @@ fn profiled_operations_time_themselves_in_order() {
                     == LaneKind::Stream {
                         device: dev,
                         stream: s.id(),
+                        thread: 0,
                     }
             })
             .expect("the stream's lane") as u32;

@@ -445,6 +445,7 @@ mod tests {
                 LaneKind::Stream {
                     device: 0,
                     stream: 7,
+                    thread: 0,
                 },
                 "stream 7",
             ),
@@ -452,6 +453,7 @@ mod tests {
                 LaneKind::Stream {
                     device: 0,
                     stream: 8,
+                    thread: 0,
                 },
                 "stream 8",
             ),

@@ -141,7 +141,7 @@ pub fn device_label(device: &str) -> String {
 fn lane_label(trace: &Trace, l: u32) -> (String, bool) {
     let lane = &trace.lanes[l as usize];
     match &lane.kind {
-        LaneKind::Stream { device, stream } => {
+        LaneKind::Stream { device, stream, .. } => {
             let dev = trace
                 .devices
                 .get(*device as usize)
@@ -157,12 +157,17 @@ fn lane_label(trace: &Trace, l: u32) -> (String, bool) {
     }
 }
 
-/// The display order key of a lane: devices by (device, stream), then
-/// host threads by (group, thread).
+/// The display order key of a lane: devices by (device, stream, the
+/// stream's thread lanes after its own), then host threads by (group,
+/// thread).
 fn order_key(trace: &Trace, l: u32) -> (u8, u64, &str, i64, u64) {
     let lane = &trace.lanes[l as usize];
     match &lane.kind {
-        LaneKind::Stream { device, stream } => (0, u64::from(*device), "", *stream, 0),
+        LaneKind::Stream {
+            device,
+            stream,
+            thread,
+        } => (0, u64::from(*device), "", *stream, *thread),
         LaneKind::Host { thread } => (1, 0, lane.group.as_str(), 0, *thread),
     }
 }
@@ -598,6 +603,7 @@ pub fn synthetic_trace(spans: usize) -> Trace {
             kind: LaneKind::Stream {
                 device: 0,
                 stream: s,
+                thread: 0,
             },
             name: format!("stream {s}"),
             group: String::new(),
@@ -739,6 +745,7 @@ mod tests {
                     LaneKind::Stream {
                         device: 0,
                         stream: 7,
+                        thread: 0,
                     },
                     "stream 7",
                     "",
@@ -881,6 +888,7 @@ mod tests {
             LaneKind::Stream {
                 device: 0,
                 stream: 8,
+                thread: 0,
             },
             "stream 8",
             "",

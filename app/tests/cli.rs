@@ -82,6 +82,7 @@ fn headless_open_prints_the_analysis_without_probing_devices() {
                 LaneKind::Stream {
                     device: 0,
                     stream: 7,
+                    thread: 0,
                 },
                 "stream 7",
             ),

@@ -79,6 +79,7 @@ fn pytorch_like() -> Trace {
         kind: LaneKind::Stream {
             device: 0,
             stream: s,
+            thread: 0,
         },
         name: format!("stream {s}"),
         group: String::new(),

@@ -241,6 +241,15 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether `stream`'s work runs inline on the thread that submits it,
+    /// as the CPU's default stream does. The profiler then shows its
+    /// device spans on a lane per submitting thread: work submitted from
+    /// several threads overlaps in time. Default: no.
+    fn runs_inline(&self, stream: &Stream) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Reads device `device_index`'s timestamp clock directly (Vulkan's
     /// calibrated timestamps), between two host instants. `None` where the
     /// backend cannot; the profiler then calibrates by paired sampling.

@@ -145,6 +145,13 @@ pub trait Events: Backend {
         Ok(false)
     }
 
+    /// Whether `stream`'s work runs inline on the submitting thread (see
+    /// [`DeviceGuardImpl::runs_inline`]). Default: no.
+    fn runs_inline(&self, stream: Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Reads the device's timestamp clock between two host instants (see
     /// [`DeviceGuardImpl::sample_clock`]). Default: cannot.
     fn sample_clock(&self, device: &'static Self::Device) -> Result<Option<ClockSample>> {
@@ -516,6 +523,10 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
 
     fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
         self.0.begin_timed_work(self.stream(stream)?)
+    }
+
+    fn runs_inline(&self, stream: &Stream) -> bool {
+        self.stream(stream).is_ok_and(|s| self.0.runs_inline(s))
     }
 
     fn sample_clock(&self, device_index: DeviceIndex) -> Result<Option<ClockSample>> {

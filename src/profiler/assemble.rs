@@ -138,6 +138,9 @@ pub(super) struct HostThread<T = Instant> {
 pub(super) struct DeviceSpan {
     pub op: u64,
     pub stream: Stream,
+    /// The thread that ran it, for a stream whose work runs inline on the
+    /// submitting threads (its lane is then the thread's); else 0.
+    pub thread: u64,
     pub kind: SpanKind,
     pub name: Cow<'static, str>,
     pub start_off: i64,
@@ -222,6 +225,10 @@ pub(super) struct Collected {
     pub last: bool,
 }
 
+/// A stream's lane: the stream, and for work run inline on the submitting
+/// threads, the thread (else 0; see [`LaneKind::Stream`]).
+type StreamLane = (Stream, u64);
+
 /// Assembles the batches of one session; keeps what links them.
 #[derive(Debug)]
 pub(super) struct Assembler {
@@ -236,16 +243,19 @@ pub(super) struct Assembler {
     /// op -> (host lane, its name, start ns) of its host span, while a
     /// later span or flow may still refer to it (see [`Assembler::prune`]).
     host_of_op: FxHashMap<u64, (LaneKind, Text, u64)>,
-    /// op -> (stream, start ns, end ns) of the device span of an event
-    /// record or wait (what event-wait flows start and end at).
-    device_of_op: FxHashMap<u64, (Stream, u64, u64)>,
+    /// op -> (stream lane, start ns, end ns) of the device span of an
+    /// event record or wait (what event-wait flows start and end at).
+    device_of_op: FxHashMap<u64, (StreamLane, u64, u64)>,
     /// The latest time placed so far (ns from the epoch).
     newest_ns: u64,
     /// `host_of_op` and `device_of_op` entries that trigger the next
     /// pruning pass.
     prune_at: usize,
-    /// Per stream: the end of its last placed device span.
-    last_end: FxHashMap<Stream, u64>,
+    /// Per stream lane: the end of its last placed device span.
+    last_end: FxHashMap<StreamLane, u64>,
+    /// Host thread number -> its name (what a stream's lane for the
+    /// thread's inline work is named after).
+    thread_names: FxHashMap<u64, Text>,
     /// Texts repeated across spans, made once.
     texts: Texts,
     /// Per device: the last (allocated, reserved) put on its curves.
@@ -393,6 +403,7 @@ impl Assembler {
             newest_ns: 0,
             prune_at: PRUNE_MIN,
             last_end: FxHashMap::default(),
+            thread_names: FxHashMap::default(),
             texts: Texts::new(),
             memory_last: HashMap::new(),
             next_flow: 1,
@@ -440,6 +451,9 @@ impl Assembler {
             let kind = LaneKind::Host { thread: t.thread };
             let lane = b.lane(kind.clone(), || t.name.clone());
             let lane_name = self.texts.name(&t.name);
+            self.thread_names
+                .entry(t.thread)
+                .or_insert_with(|| lane_name.clone());
             for r in t.records.drain(..) {
                 match r {
                     HostRecord::Span {
@@ -485,7 +499,7 @@ impl Assembler {
         // Device spans on their stream lanes, and launch flows.
         let mut spans = std::mem::take(&mut self.held_spans);
         spans.append(&mut batch.device_spans);
-        spans.sort_by_key(|s| (s.stream, s.start_off, s.op));
+        spans.sort_by_key(|s| (s.stream, s.thread, s.start_off, s.op));
         // Device spans that cannot be placed: counted as dropped, never
         // silently lost.
         let mut unplaced = 0u64;
@@ -500,25 +514,22 @@ impl Assembler {
                 }
                 continue;
             };
-            let device = b.device(s.stream.device());
-            let lane_kind = LaneKind::Stream {
-                device,
-                stream: s.stream.id(),
-            };
-            let lane = b.lane(lane_kind, || format!("stream {}", s.stream.id()));
+            let at = (s.stream, s.thread);
+            let lane = self.stream_lane(&mut b, at);
             let mut start = place(samples, s.start_off).max(0) as u64;
-            // A stream runs in order: clamp rounding so spans never overlap.
-            if let Some(&prev) = self.last_end.get(&s.stream) {
+            // A stream (or a thread's inline work on it) runs in order:
+            // clamp rounding so spans never overlap.
+            if let Some(&prev) = self.last_end.get(&at) {
                 start = start.max(prev);
             }
             let end = (place(samples, s.end_off).max(0) as u64).max(start);
             self.newest_ns = self.newest_ns.max(end);
-            self.last_end.insert(s.stream, end);
+            self.last_end.insert(at, end);
             // Only event records and waits are looked up again (by the
             // flows between them).
             let waited = matches!(s.kind, SpanKind::EventRecord | SpanKind::Wait);
             if waited {
-                self.device_of_op.insert(s.op, (s.stream, start, end));
+                self.device_of_op.insert(s.op, (at, start, end));
             }
             b.trace.spans.push(Span {
                 lane,
@@ -677,18 +688,27 @@ impl Assembler {
         self.prune_at = (2 * kept).max(PRUNE_MIN);
     }
 
+    /// The lane of stream `at.0`, or of thread `at.1`'s inline work on it:
+    /// `stream 0`, `stream 0 · main`.
+    fn stream_lane(&self, b: &mut Builder<'_>, (stream, thread): StreamLane) -> u32 {
+        let device = b.device(stream.device());
+        let kind = LaneKind::Stream {
+            device,
+            stream: stream.id(),
+            thread,
+        };
+        b.lane(kind, || match (thread, self.thread_names.get(&thread)) {
+            (0, _) => format!("stream {}", stream.id()),
+            (_, Some(name)) => format!("stream {} · {name}", stream.id()),
+            (_, None) => format!("stream {} · thread {thread}", stream.id()),
+        })
+    }
+
     /// Where a flow attaches to operation `op`: its device span (start, or
     /// end when `at_end`), else its host span's start.
     fn end_of(&self, b: &mut Builder<'_>, op: u64, at_end: bool) -> Option<FlowEnd> {
-        if let Some(&(stream, s, e)) = self.device_of_op.get(&op) {
-            let device = b.device(stream.device());
-            let lane = b.lane(
-                LaneKind::Stream {
-                    device,
-                    stream: stream.id(),
-                },
-                || format!("stream {}", stream.id()),
-            );
+        if let Some(&(at, s, e)) = self.device_of_op.get(&op) {
+            let lane = self.stream_lane(b, at);
             return Some(FlowEnd {
                 lane,
                 ts_ns: if at_end { e } else { s },
@@ -816,6 +836,7 @@ mod tests {
         DeviceSpan {
             op,
             stream,
+            thread: 0,
             kind,
             name: Cow::Borrowed("k"),
             start_off: s,
@@ -878,7 +899,8 @@ mod tests {
                 LaneKind::Host { thread: 7 },
                 LaneKind::Stream {
                     device: 0,
-                    stream: 3
+                    stream: 3,
+                    thread: 0
                 }
             ]
         );
@@ -1009,6 +1031,103 @@ mod tests {
         let starts: Vec<(u64, u64)> = t.spans.iter().map(|s| (s.start_ns, s.end_ns())).collect();
         assert_eq!(starts, [(0, 100), (100, 200)]);
         assert_eq!(t.check(), Ok(()));
+    }
+
+    /// Work run inline by the threads that submit it (the CPU's default
+    /// stream) overlaps in time across threads: each thread's spans go on
+    /// a lane of their own, named after the thread, at the times they
+    /// ran (none is shifted), and an event wait's flow reaches the lane of
+    /// the thread whose record it waited for. Each lane still runs in
+    /// order.
+    #[test]
+    fn inline_work_of_two_threads_gets_a_lane_per_thread() {
+        let epoch = Instant::now();
+        let d = Device::cpu();
+        let stream = Stream::new(d, 0);
+        let mut a = Assembler::new(epoch);
+        let inline = |thread: u64, op: u64, kind: SpanKind, s: i64, e: i64| DeviceSpan {
+            thread,
+            ..device_span(stream, op, kind, s, e)
+        };
+        let thread = |thread: u64, name: &str, records| HostThread {
+            thread,
+            name: name.to_owned(),
+            records,
+        };
+        let mut batch = Collected {
+            host: vec![
+                thread(
+                    1,
+                    "main",
+                    vec![
+                        host_span(epoch, 1, SpanKind::Kernel, "k", 0, 120),
+                        host_span(epoch, 3, SpanKind::EventRecord, "record", 130, 140),
+                    ],
+                ),
+                thread(
+                    2,
+                    "worker",
+                    vec![
+                        host_span(epoch, 2, SpanKind::Kernel, "k", 40, 210),
+                        host_span(epoch, 5, SpanKind::Wait, "wait", 215, 220),
+                    ],
+                ),
+            ],
+            device_spans: vec![
+                inline(1, 1, SpanKind::Kernel, 10, 110),
+                inline(2, 2, SpanKind::Kernel, 50, 200),
+                inline(1, 3, SpanKind::EventRecord, 132, 138),
+                // A second kernel of `main` rounded 1 ns into its record.
+                inline(1, 4, SpanKind::Kernel, 137, 150),
+                inline(2, 5, SpanKind::Wait, 216, 218),
+            ],
+            waits: vec![(3, 5)],
+            bases: vec![(
+                d,
+                ClockBase {
+                    reference_ns: 0,
+                    error_bound_ns: 0,
+                    ..ClockBase::default()
+                },
+            )],
+            last: true,
+            ..Collected::default()
+        };
+        let t = a.assemble(&mut batch);
+        assert_eq!(t.check(), Ok(()));
+        let lane = |thread: u64| {
+            t.lanes
+                .iter()
+                .position(|l| {
+                    l.kind
+                        == LaneKind::Stream {
+                            device: 0,
+                            stream: 0,
+                            thread,
+                        }
+                })
+                .expect("a lane for the thread") as u32
+        };
+        let (main, worker) = (lane(1), lane(2));
+        assert_eq!(t.lanes[main as usize].name, "stream 0 · main");
+        assert_eq!(t.lanes[worker as usize].name, "stream 0 · worker");
+        let on = |lane: u32| -> Vec<(u64, u64)> {
+            t.spans
+                .iter()
+                .filter(|s| s.lane == lane)
+                .map(|s| (s.start_ns, s.end_ns()))
+                .collect()
+        };
+        // Overlapping across threads, in order within each.
+        assert_eq!(on(main), [(10, 110), (132, 138), (138, 150)]);
+        assert_eq!(on(worker), [(50, 200), (216, 218)]);
+        let wait = t
+            .flows
+            .iter()
+            .find(|f| f.kind == FlowKind::EventWait)
+            .expect("the wait's flow");
+        assert_eq!((wait.from.lane, wait.from.ts_ns), (main, 138));
+        assert_eq!((wait.to.lane, wait.to.ts_ns), (worker, 216));
     }
 
     /// A device clock running 1% fast (an injected skew): calibrated at

@@ -335,6 +335,15 @@ impl SpanTiming {
         }
     }
 
+    /// Whether the operation ran inline on the calling thread
+    /// ([`DeviceGuardImpl::runs_inline`]).
+    pub(super) fn inline(&self, stream: &Stream) -> bool {
+        match self {
+            SpanTiming::InWork(backend) => backend.runs_inline(stream),
+            SpanTiming::Around(_) => false,
+        }
+    }
+
     /// The operation's start and end events.
     pub(super) fn finish(self, stream: &Stream) -> Option<(TimedEvent, TimedEvent)> {
         match self {
@@ -355,6 +364,8 @@ impl SpanTiming {
 pub(super) struct PendingSpan {
     pub op: u64,
     pub stream: Stream,
+    /// The thread that ran it, for work run inline (else 0).
+    pub thread: u64,
     pub kind: SpanKind,
     pub name: Cow<'static, str>,
     pub start: TimedEvent,
@@ -419,6 +430,7 @@ impl PendingSpans {
                 out.push(DeviceSpan {
                     op: p.op,
                     stream: p.stream,
+                    thread: p.thread,
                     kind: p.kind,
                     name: p.name,
                     start_off,

@@ -25,7 +25,7 @@
 //! | 1   | header       | trace version varint, dropped varint; in files with a memory section, then which optional sections follow varint (bit 0 origin, bit 1 memory), so a file cut before them is an error, not an older file |
 //! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
 //! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
-//! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint), name str |
+//! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint; 2 a thread's lane of a stream: device varint, stream svarint, thread varint), name str |
 //! | 5   | spans        | count, then per span: lane varint, name str, kind u8 ([`SpanKind::ALL`] index), start svarint (delta from the previous span's start, first from 0), dur varint, op svarint (delta from the previous span's op), arg count varint, (name str, value str) per arg |
 //! | 6   | instants     | count, then per instant: lane varint, name str, ts varint, arg count, args as for spans |
 //! | 7   | flows        | count, then per flow: id varint, kind u8 (0 launch, 1 event wait), from lane varint, from ts varint, to lane varint, to ts varint |
@@ -296,10 +296,24 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     b.len(trace.lanes.len());
     for l in &trace.lanes {
         match l.kind {
-            LaneKind::Stream { device, stream } => {
+            LaneKind::Stream {
+                device,
+                stream,
+                thread: 0,
+            } => {
                 b.buf.push(0);
                 b.varint(device.into());
                 b.svarint(stream);
+            }
+            LaneKind::Stream {
+                device,
+                stream,
+                thread,
+            } => {
+                b.buf.push(2);
+                b.varint(device.into());
+                b.svarint(stream);
+                b.varint(thread);
             }
             LaneKind::Host { thread } => {
                 b.buf.push(1);
@@ -775,14 +789,22 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
             0 => LaneKind::Stream {
                 device: r.device(devices)?,
                 stream: r.svarint("a stream id")?,
+                thread: 0,
             },
             1 => LaneKind::Host {
+                thread: r.varint("a thread number")?,
+            },
+            2 => LaneKind::Stream {
+                device: r.device(devices)?,
+                stream: r.svarint("a stream id")?,
                 thread: r.varint("a thread number")?,
             },
             other => {
                 return Err(r.fail(
                     at,
-                    format!("expected a lane kind (0 stream, 1 host), found {other}"),
+                    format!(
+                        "expected a lane kind (0 stream, 1 host, 2 a stream's thread), found {other}"
+                    ),
                 ));
             }
         };

@@ -83,24 +83,34 @@ thread_local! {
     static LOCAL: RefCell<Option<Arc<ThreadBuf>>> = const { RefCell::new(None) };
 }
 
+/// The calling thread's recording buffer, made on its first use.
+fn new_thread_buf() -> Arc<ThreadBuf> {
+    let t = std::thread::current();
+    let thread = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    let buf = Arc::new(ThreadBuf {
+        thread,
+        name: t
+            .name()
+            .map_or_else(|| format!("thread {thread}"), str::to_owned),
+        generation: AtomicU64::new(GENERATION.load(Ordering::Relaxed)),
+        records: Mutex::new(Vec::new()),
+        spare: Mutex::new(Vec::new()),
+    });
+    lock(&THREADS).push(Arc::clone(&buf));
+    buf
+}
+
+/// The calling thread's number (its host lane's, [`LaneKind::Host`]).
+///
+/// [`LaneKind::Host`]: super::trace::LaneKind::Host
+fn thread_number() -> u64 {
+    LOCAL.with(|local| local.borrow_mut().get_or_insert_with(new_thread_buf).thread)
+}
+
 fn push(record: HostRecord<Stamp>) {
     LOCAL.with(|local| {
         let mut local = local.borrow_mut();
-        let buf = local.get_or_insert_with(|| {
-            let t = std::thread::current();
-            let thread = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-            let buf = Arc::new(ThreadBuf {
-                thread,
-                name: t
-                    .name()
-                    .map_or_else(|| format!("thread {thread}"), str::to_owned),
-                generation: AtomicU64::new(GENERATION.load(Ordering::Relaxed)),
-                records: Mutex::new(Vec::new()),
-                spare: Mutex::new(Vec::new()),
-            });
-            lock(&THREADS).push(Arc::clone(&buf));
-            buf
-        });
+        let buf = local.get_or_insert_with(new_thread_buf);
         let mut records = lock(&buf.records);
         // Records of a previous session left behind are discarded.
         let generation = GENERATION.load(Ordering::Relaxed);
@@ -341,6 +351,12 @@ fn finish_device_span(
     timing: SpanTiming,
     detail: Detail,
 ) {
+    // Work run inline by this thread goes on its own lane of the stream.
+    let thread = if timing.inline(&stream) {
+        thread_number()
+    } else {
+        0
+    };
     let Some((start, end)) = timing.finish(&stream) else {
         device_spans_lost(1);
         return;
@@ -352,6 +368,7 @@ fn finish_device_span(
     state.pending.push(PendingSpan {
         op,
         stream,
+        thread,
         kind,
         name,
         start,

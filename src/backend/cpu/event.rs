@@ -127,6 +127,11 @@ impl<B: HostBackend> Events for B {
         Ok(true)
     }
 
+    /// The default stream runs its work on the submitting thread.
+    fn runs_inline(&self, stream: &'static HostStream) -> bool {
+        stream.is_inline()
+    }
+
     fn end_timed_work(
         &self,
         stream: &'static HostStream,

@@ -1442,7 +1442,11 @@ impl Importer {
                         Key::Str(_) => i as i64,
                     };
                     Lane {
-                        kind: LaneKind::Stream { device, stream },
+                        kind: LaneKind::Stream {
+                            device,
+                            stream,
+                            thread: 0,
+                        },
                         name: name.unwrap_or_else(|| format!("stream {}", raw.tid)),
                         group: String::new(),
                     }
@@ -1465,7 +1469,7 @@ impl Importer {
             };
             let key = match lane.kind {
                 LaneKind::Host { .. } => (0, p_sort, p_order, t_sort, i),
-                LaneKind::Stream { device, stream } => (1, i64::from(device), 0, stream, i),
+                LaneKind::Stream { device, stream, .. } => (1, i64::from(device), 0, stream, i),
             };
             lanes.push((lane, key));
         }

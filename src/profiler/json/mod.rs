@@ -18,7 +18,8 @@
 //!   its device (or 0 for host lanes). `M` events give `process_name`,
 //!   `process_sort_index`, `thread_name` and `thread_sort_index`; the
 //!   `thread_name` args also carry the lane's kind (`"keel_lane":"stream",
-//!   "device":0,"stream":33` or `"keel_lane":"host","thread":7`) and, when
+//!   "device":0,"stream":33`, with `"thread":7` for a thread's lane of a
+//!   stream that runs work inline, or `"keel_lane":"host","thread":7`) and, when
 //!   it has one, its [`Lane::group`] (`"keel_group"`). An imported trace's
 //!   [`Trace::import`] report is `keel.import` (`{"format", "events",
 //!   "imported", "skipped": [[reason, count], ...]}`).

@@ -150,6 +150,10 @@ impl KeelTables {
                 "stream" => LaneKind::Stream {
                     device: device_index(&args_path, args.u32("device")?)?,
                     stream: args.i64("stream")?,
+                    thread: match args.get("thread") {
+                        None => 0,
+                        Some(_) => args.u64("thread")?,
+                    },
                 },
                 "host" => LaneKind::Host {
                     thread: args.u64("thread")?,

@@ -237,11 +237,19 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
         w.raw(",\"name\":\"thread_name\",\"args\":{\"name\":");
         w.str(&lane.name);
         match lane.kind {
-            LaneKind::Stream { device, stream } => {
+            LaneKind::Stream {
+                device,
+                stream,
+                thread,
+            } => {
                 w.raw(",\"keel_lane\":\"stream\",\"device\":");
                 w.u64(device.into());
                 w.raw(",\"stream\":");
                 w.i64(stream);
+                if thread != 0 {
+                    w.raw(",\"thread\":");
+                    w.u64(thread);
+                }
             }
             LaneKind::Host { thread } => {
                 w.raw(",\"keel_lane\":\"host\",\"thread\":");

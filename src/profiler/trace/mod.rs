@@ -51,6 +51,11 @@ pub enum LaneKind {
         device: u32,
         /// The stream id.
         stream: i64,
+        /// 0 for the stream's lane. A stream whose work runs inline on
+        /// the threads that submit it (the CPU's default stream) has a
+        /// lane per such thread, since their work overlaps in time: the
+        /// thread's number, as in [`LaneKind::Host`].
+        thread: u64,
     },
     /// A host thread.
     Host {

@@ -906,6 +906,7 @@ pub fn profiler_records_this_backend(d: Device, _cfg: &Config) {
                 == LaneKind::Stream {
                     device: dev,
                     stream: s.id(),
+                    thread: 0,
                 }
         })
     };
@@ -1033,6 +1034,7 @@ pub fn profiler_places_device_spans_within_host_time(d: Device, _cfg: &Config) {
     let lane = LaneKind::Stream {
         device: dev,
         stream: s.id(),
+        thread: 0,
     };
     let span = trace
         .spans
