@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The GPU checks, prepared here and run in one call on a lent GPU machine
+# (see ../.library/device): the CUDA, Vulkan and wgpu tests on NVIDIA's
+# drivers, then the benchmarks that have GPU rows in docs/BENCHMARKS.md.
+#
+#   scripts/device-check.sh pack          here: builds the test and bench
+#                                         binaries and packs them into .gpu/
+#   scripts/device-check.sh run [tests|benches|all]
+#                                         there (a bare machine, no Rust):
+#                                         runs them; logs go to $OUT
+#
+# The device call: carry [".gl", ".gpu"], command
+# `bash scripts/device-check.sh run all`. `.gl/` holds the Debian loader
+# packages (libvulkan1, libegl1, ...) the device README says to bring;
+# both folders are in .git/info/exclude. The test binaries read their data
+# from the path they were built at, so `run` links the checkout there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The test binaries that exercise a GPU backend (the library's own unit
+# tests are `keel`), and the benches with GPU rows.
+GPU_TESTS="tests/keel tests/cuda tests/conformance_cuda tests/vulkan tests/conformance_vulkan
+tests/wgpu tests/conformance_wgpu tests/compute tests/ops tests/random tests/numerics
+tests/numerics_matmul tests/memory tests/stream_stress tests/profiler tests/launch_blocking"
+GPU_BENCHES="benches/dispatch benches/wgpu benches/vulkan benches/matmul"
+GPU_TESTS=$(echo $GPU_TESTS)
+
+pack() {
+    mkdir -p .gpu
+    rm -rf .gpu/bin
+    mkdir -p .gpu/bin/tests .gpu/bin/benches
+    # The executables cargo reports, by kind.
+    local list=.gpu/executables.txt
+    : >"$list"
+    cargo test -p keel --all-features --no-run --message-format=json \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print("tests", m["target"]["name"], m["executable"])' >>"$list"
+    cargo bench -p keel --features testing,cuda,vulkan,wgpu --no-run --message-format=json \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print("benches", m["target"]["name"], m["executable"])' >>"$list"
+    # Only what touches a GPU backend: the call carries at most 64 MiB.
+    local n=0
+    while read -r kind name exe; do
+        case " $GPU_TESTS $GPU_BENCHES " in
+            *" $kind/$name "*) ;;
+            *) continue ;;
+        esac
+        cp "$exe" ".gpu/bin/$kind/$name"
+        strip ".gpu/bin/$kind/$name"
+        n=$((n + 1))
+    done <"$list"
+    # Built at this path: the test binaries find tests/data through it.
+    pwd >.gpu/built-at
+    # A dictionary as large as the biggest binaries: they share most of
+    # their code, compressed once.
+    tar -C .gpu -cf - bin | xz -T1 --lzma2=preset=6,dict=384MiB >.gpu/bin.tar.xz
+    rm -rf .gpu/bin
+    ls -la .gpu
+    echo "packed $n executables; the call carries [\".gl\", \".gpu\"]"
+}
+
+setup() {
+    # The loaders go into / on the lent machine only (it is bare, and
+    # given back afterwards), never on a development machine.
+    if command -v nvidia-smi >/dev/null && compgen -G ".gl/*.deb" >/dev/null; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+    local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    local egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+    [ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="$egl"
+    local at
+    at=$(cat .gpu/built-at)
+    if [ "$at" != "$PWD" ] && [ ! -e "$at" ]; then
+        mkdir -p "$(dirname "$at")"
+        ln -s "$PWD" "$at"
+    fi
+    BIN=/tmp/keel-gpu
+    rm -rf "$BIN"
+    mkdir -p "$BIN"
+    # Python's lzma: the machine may have no xz.
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        .gpu/bin.tar.xz "$BIN"
+    OUT="${OUT:-/tmp/keel-gpu-out}"
+    mkdir -p "$OUT"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 \
+        | tee "$OUT/gpu.txt" || true
+}
+
+# Every test binary, CUDA and Vulkan required (a test that would skip for
+# want of either fails instead); one summary line each.
+run_tests() {
+    local log="$OUT/tests.log" one=/tmp/keel-gpu-test.log failed=0
+    : >"$log"
+    : >"$OUT/summary.txt"
+    for t in "$BIN"/bin/tests/*; do
+        local name status
+        name=$(basename "$t")
+        if KEEL_REQUIRE_BACKENDS=cuda,vulkan RUST_BACKTRACE=1 timeout 240 "$t" >"$one" 2>&1; then
+            status=ok
+        else
+            status="FAILED ($?)"
+            failed=1
+        fi
+        { echo "=== $name: $status"; cat "$one"; } >>"$log"
+        echo "test $name: $status $(grep -a '^test result' "$one" | tail -1)" | tee -a "$OUT/summary.txt"
+        grep -a -- '--- .* stdout ----\|panicked at' "$one" | head -20 | tee -a "$OUT/summary.txt"
+    done
+    return "$failed"
+}
+
+# The GPU rows of docs/BENCHMARKS.md, with short measurement times (the
+# paired ratios the benches print are the figures to report).
+run_benches() {
+    local log="$OUT/benches.log" b="$BIN/bin/benches"
+    : >"$log"
+    local quick=(--warm-up-time 1 --measurement-time 2)
+    local runs=(
+        "matmul|${quick[*]}"
+        "dispatch|${quick[*]} dispatch_add_256"
+        "wgpu|--warm-up-time 1 --measurement-time 4 10k_dispatches"
+        "vulkan|--warm-up-time 1 --measurement-time 4 10k_dispatches"
+    )
+    for r in "${runs[@]}"; do
+        local bench="${r%%|*}" args="${r#*|}"
+        [ -x "$b/$bench" ] || continue
+        echo "== $bench $args" | tee -a "$log"
+        # shellcheck disable=SC2086
+        timeout 200 "$b/$bench" --bench $args >>"$log" 2>&1 || echo "$bench: exit $?" | tee -a "$log"
+    done
+    grep -aE "paired|time:|^[a-zA-Z_0-9]+/" "$log" >"$OUT/bench-summary.txt" || true
+}
+
+case "${1:-}" in
+    pack) pack ;;
+    run)
+        setup
+        case "${2:-all}" in
+            tests) run_tests ;;
+            benches) run_benches ;;
+            all)
+                run_tests || true
+                run_benches
+                ;;
+            *) echo "run what? tests, benches or all" >&2; exit 2 ;;
+        esac
+        ;;
+    *)
+        echo "usage: $0 pack | run [tests|benches|all]" >&2
+        exit 2
+        ;;
+esac
