@@ -832,6 +832,17 @@ mod tests {
         }
     }
 
+    /// A calibration of `d` whose reference event is at the host epoch,
+    /// exactly.
+    fn exact_clock(d: Device) -> (Device, ClockBase) {
+        let base = ClockBase {
+            reference_ns: 0,
+            error_bound_ns: 0,
+            ..ClockBase::default()
+        };
+        (d, base)
+    }
+
     fn device_span(stream: Stream, op: u64, kind: SpanKind, s: i64, e: i64) -> DeviceSpan {
         DeviceSpan {
             op,
@@ -1016,14 +1027,7 @@ mod tests {
                 device_span(stream, 2, SpanKind::Kernel, 95, 200),
                 device_span(stream, 1, SpanKind::Kernel, 0, 100),
             ],
-            bases: vec![(
-                d,
-                ClockBase {
-                    reference_ns: 0,
-                    error_bound_ns: 0,
-                    ..ClockBase::default()
-                },
-            )],
+            bases: vec![exact_clock(d)],
             last: true,
             ..Collected::default()
         };
@@ -1082,14 +1086,7 @@ mod tests {
                 inline(2, 5, SpanKind::Wait, 216, 218),
             ],
             waits: vec![(3, 5)],
-            bases: vec![(
-                d,
-                ClockBase {
-                    reference_ns: 0,
-                    error_bound_ns: 0,
-                    ..ClockBase::default()
-                },
-            )],
+            bases: vec![exact_clock(d)],
             last: true,
             ..Collected::default()
         };
