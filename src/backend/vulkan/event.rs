@@ -162,7 +162,7 @@ impl Timestamps {
     /// full ring would. When live timed events hold every slot, moves the
     /// values of those whose work has completed out of the pool, or waits
     /// for the oldest one's work (see the module docs). An error only
-    /// when every slot is held by work not submitted yet.
+    /// when no held slot is a timed event's written one.
     pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
         loop {
             let mut slots = lock(&self.slots);
@@ -189,7 +189,7 @@ impl Timestamps {
                             TY,
                             format!(
                                 "all {} timestamp query slots are held by timed work not \
-                                 submitted yet",
+                                 submitted yet or by profiled operations",
                                 slots.table.len()
                             ),
                         ));
