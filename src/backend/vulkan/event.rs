@@ -30,7 +30,7 @@
 //! released within a batch.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use ash::vk;
@@ -82,6 +82,8 @@ enum Full {
     Moved,
     /// Wait for this work: it writes a movable slot.
     Wait(Point),
+    /// Wait for a read: it holds movable slots for a moment.
+    Reading,
     /// No held slot can ever be moved.
     Stuck,
 }
@@ -103,6 +105,9 @@ struct QuerySlots {
 pub(super) struct Timestamps {
     pub(super) pool: vk::QueryPool,
     slots: Mutex<QuerySlots>,
+    /// Signalled when a read gives back the holds it took on slots
+    /// (`take` waits for it when only a read keeps slots from moving out).
+    read_done: Condvar,
 }
 
 /// Whether `point` has been reached, reading each semaphore's counter at
@@ -152,6 +157,7 @@ impl Timestamps {
                 table: vec![Slot::default(); slots as usize],
                 moved: HashMap::new(),
             }),
+            read_done: Condvar::new(),
         })
     }
 
@@ -184,6 +190,14 @@ impl Timestamps {
                 None => match self.move_out(device, &mut slots)? {
                     Full::Moved => continue,
                     Full::Wait(writer) => writer,
+                    Full::Reading => {
+                        drop(
+                            self.read_done
+                                .wait(slots)
+                                .unwrap_or_else(PoisonError::into_inner),
+                        );
+                        continue;
+                    }
                     Full::Stuck => {
                         return Err(Error::backend(
                             TY,
@@ -209,10 +223,16 @@ impl Timestamps {
         let mut seen = Vec::new();
         let mut done = Vec::new();
         let mut in_flight = None;
+        let mut reading = false;
         for (slot, s) in slots.table.iter().enumerate() {
-            let Some(writer) = s.writer.filter(|_| s.movable && s.refs == 1) else {
+            let Some(writer) = s.writer.filter(|_| s.movable) else {
                 continue;
             };
+            // A read of adjacent slots holds it for a moment.
+            if s.refs > 1 {
+                reading = true;
+                continue;
+            }
             if reached(&writer, &mut seen) {
                 done.push(slot as u32);
             } else if in_flight.is_none() {
@@ -220,7 +240,11 @@ impl Timestamps {
             }
         }
         if done.is_empty() {
-            return Ok(in_flight.map_or(Full::Stuck, Full::Wait));
+            return Ok(match (in_flight, reading) {
+                (Some(writer), _) => Full::Wait(writer),
+                (None, true) => Full::Reading,
+                (None, false) => Full::Stuck,
+            });
         }
         for run in adjacent_runs(&done) {
             let mut data = vec![0u64; run.len()];
@@ -283,21 +307,25 @@ impl Timestamps {
     }
 
     /// Releases a timed event's `slot`, written by `writer`: drops its
-    /// moved-out value, or releases the slot.
+    /// moved-out value, or releases the slot, which is then no longer an
+    /// event's alone (a read of adjacent slots may still hold it, and its
+    /// hold must not look like the event's to `move_out`).
     fn release_written(&self, device: &ash::Device, slot: u32, writer: &Point) {
-        {
-            let mut slots = lock(&self.slots);
-            if !slots.moved.is_empty() && slots.moved.remove(&moved_key(slot, writer)).is_some() {
-                return;
-            }
+        let mut slots = lock(&self.slots);
+        if !slots.moved.is_empty() && slots.moved.remove(&moved_key(slot, writer)).is_some() {
+            return;
         }
-        self.release(device, slot);
+        slots.table[slot as usize].movable = false;
+        self.release_locked(device, &mut slots, slot);
     }
 
     /// Drops one hold of `slot`; the last one retires it: it is reset and
     /// reused once its writer has run.
     pub(super) fn release(&self, device: &ash::Device, slot: u32) {
-        let mut slots = lock(&self.slots);
+        self.release_locked(device, &mut lock(&self.slots), slot);
+    }
+
+    fn release_locked(&self, device: &ash::Device, slots: &mut QuerySlots, slot: u32) {
         let s = &mut slots.table[slot as usize];
         if s.refs == 0 {
             // Not held: retiring it again would free it twice.
@@ -308,7 +336,7 @@ impl Timestamps {
         if s.refs == 0 {
             slots.retiring.push(slot);
             if slots.retiring.len() >= slots.recycle_at {
-                self.recycle(device, &mut slots);
+                self.recycle(device, slots);
             }
         }
     }
@@ -419,6 +447,8 @@ impl Timestamps {
                 slots.retiring.push(slot);
             }
         }
+        drop(slots);
+        self.read_done.notify_all();
         result.map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
         Ok(data[0])
     }
@@ -848,6 +878,87 @@ mod tests {
         }
         // SAFETY: the pool is this test's own, and the work that wrote its
         // slots has completed.
+        unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
+    }
+
+    /// Four threads, each on its own stream, record timed events on a
+    /// pool of 8 slots while keeping their last five alive (20 live
+    /// events): slots move out under them all the time. Every event keeps
+    /// its own value (a stream's timestamps never go back), and once all
+    /// are released nothing is left moved out and every slot is free.
+    #[test]
+    fn threads_recording_past_the_pool_keep_their_values() {
+        let Some(d) = conformance::device(DeviceType::Vulkan) else {
+            return;
+        };
+        let ctx = Vulkan.device(d.index()).expect("device");
+        let ts = Timestamps::with_slots(&ctx.device, 8).expect("query pool");
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let s = crate::get_stream_from_pool(d, false).expect("stream");
+                    let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+                    let pool = ts.pool;
+                    let mut live = std::collections::VecDeque::new();
+                    let mut last = 0u64;
+                    for _ in 0..150 {
+                        let slot = ts.take(&ctx.device).expect("a slot");
+                        let value = vk
+                            .submit(
+                                |dev, cb| {
+                                    // SAFETY: `cb` is recording; the slot
+                                    // was reset on the host and is written
+                                    // only here.
+                                    unsafe {
+                                        dev.cmd_write_timestamp2(
+                                            cb,
+                                            vk::PipelineStageFlags2::ALL_COMMANDS,
+                                            pool,
+                                            slot,
+                                        );
+                                    }
+                                },
+                                Vec::new(),
+                            )
+                            .expect("submit");
+                        let point = vk.point(value);
+                        ts.written_by_event(slot, point);
+                        live.push_back((slot, point));
+                        if live.len() > 5
+                            && let Some((slot, point)) = live.pop_front()
+                        {
+                            point.wait().expect("wait");
+                            let v = ts.read(&ctx.device, slot, &point).expect("value");
+                            assert!(
+                                v >= last,
+                                "a stream's timestamps go forward: {last} then {v}"
+                            );
+                            last = v;
+                            ts.release_written(&ctx.device, slot, &point);
+                        }
+                    }
+                    for (slot, point) in live {
+                        point.wait().expect("wait");
+                        let v = ts.read(&ctx.device, slot, &point).expect("value");
+                        assert!(
+                            v >= last,
+                            "a stream's timestamps go forward: {last} then {v}"
+                        );
+                        last = v;
+                        ts.release_written(&ctx.device, slot, &point);
+                    }
+                });
+            }
+        });
+        assert!(lock(&ts.slots).moved.is_empty(), "every value released");
+        let all: Vec<u32> = (0..8)
+            .map(|_| ts.take(&ctx.device).expect("every slot free again"))
+            .collect();
+        for slot in all {
+            ts.release(&ctx.device, slot);
+        }
+        // SAFETY: the pool is this test's own, and the work that wrote its
+        // slots has completed (each thread waited for its events).
         unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
     }
 }
