@@ -842,6 +842,51 @@ mod tests {
         assert_eq!(device_label("a.json · vulkan:0"), "a.json · vulkan:0");
     }
 
+    /// A stream whose work ran inline on several threads (the CPU's
+    /// default stream): its lanes per thread sit right after the stream's
+    /// own, in thread order, under the device, labelled with the thread.
+    #[test]
+    fn a_streams_thread_lanes_follow_it_under_its_device() {
+        let stream = |stream: i64, thread: u64, name: &str| {
+            lane(
+                LaneKind::Stream {
+                    device: 0,
+                    stream,
+                    thread,
+                },
+                name,
+                "",
+            )
+        };
+        let t = Trace {
+            devices: vec![keel::profiler::TraceDevice {
+                device: "cpu:0".to_owned(),
+                name: "AMD EPYC".to_owned(),
+                properties: Vec::new(),
+            }],
+            lanes: vec![
+                stream(0, 4, "stream 0 · worker"),
+                stream(1, 0, "stream 1"),
+                stream(0, 2, "stream 0 · main"),
+                stream(0, 0, "stream 0"),
+            ],
+            ..Trace::default()
+        };
+        let v = TraceView::new(t, "test");
+        let labels: Vec<&str> = v.lanes.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "cpu:0 · stream 0",
+                "cpu:0 · stream 0 · main",
+                "cpu:0 · stream 0 · worker",
+                "cpu:0 · stream 1"
+            ]
+        );
+        assert_eq!(v.groups.len(), 1, "one device group");
+        assert!(v.groups[0].device);
+    }
+
     /// Two ranks' files opened together: each file's devices and processes
     /// are groups of their own, labelled with the rank, GPUs named as
     /// PyTorch users know them.
