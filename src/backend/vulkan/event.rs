@@ -722,7 +722,7 @@ fn abandon(b: Bracket) {
 mod tests {
     use ash::vk;
 
-    use super::{Timestamps, lock};
+    use super::{Ctx, Point, Timestamps, VkStream, lock};
     use crate::backend::typed::Backend;
     use crate::backend::vulkan::Vulkan;
     use crate::kernel::kernels::SPIN;
@@ -773,6 +773,33 @@ mod tests {
         unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
     }
 
+    /// What `record_event` does for a timed event, on the test's pool
+    /// `ts`: a slot taken and written by a submission of `vk`'s own.
+    fn record_timed(ts: &Timestamps, ctx: &'static Ctx, vk: &'static VkStream) -> (u32, Point) {
+        let slot = ts.take(&ctx.device).expect("a slot");
+        let pool = ts.pool;
+        let value = vk
+            .submit(
+                |dev, cb| {
+                    // SAFETY: `cb` is recording; the slot was reset on the
+                    // host and is written only here.
+                    unsafe {
+                        dev.cmd_write_timestamp2(
+                            cb,
+                            vk::PipelineStageFlags2::ALL_COMMANDS,
+                            pool,
+                            slot,
+                        );
+                    }
+                },
+                Vec::new(),
+            )
+            .expect("submit");
+        let point = vk.point(value);
+        ts.written_by_event(slot, point);
+        (slot, point)
+    }
+
     /// Live timed events past the pool's size: the values of those whose
     /// work completed move out of the pool and their slots are reused;
     /// with every holder's work in flight, taking a slot waits for the
@@ -788,31 +815,7 @@ mod tests {
         let ctx = Vulkan.device(d.index()).expect("device");
         let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
         let ts = Timestamps::with_slots(&ctx.device, 4).expect("query pool");
-        // What `record_event` does for a timed event, on the test's pool.
-        let record = || {
-            let slot = ts.take(&ctx.device).expect("a slot");
-            let pool = ts.pool;
-            let value = vk
-                .submit(
-                    |dev, cb| {
-                        // SAFETY: `cb` is recording; the slot was reset
-                        // on the host and is written only here.
-                        unsafe {
-                            dev.cmd_write_timestamp2(
-                                cb,
-                                vk::PipelineStageFlags2::ALL_COMMANDS,
-                                pool,
-                                slot,
-                            );
-                        }
-                    },
-                    Vec::new(),
-                )
-                .expect("submit");
-            let point = vk.point(value);
-            ts.written_by_event(slot, point);
-            (slot, point)
-        };
+        let record = || record_timed(&ts, ctx, vk);
         let mut events: Vec<_> = (0..4).map(|_| record()).collect();
         s.synchronize().expect("sync");
         let first = ts
@@ -898,32 +901,10 @@ mod tests {
                 scope.spawn(|| {
                     let s = crate::get_stream_from_pool(d, false).expect("stream");
                     let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
-                    let pool = ts.pool;
                     let mut live = std::collections::VecDeque::new();
                     let mut last = 0u64;
                     for _ in 0..150 {
-                        let slot = ts.take(&ctx.device).expect("a slot");
-                        let value = vk
-                            .submit(
-                                |dev, cb| {
-                                    // SAFETY: `cb` is recording; the slot
-                                    // was reset on the host and is written
-                                    // only here.
-                                    unsafe {
-                                        dev.cmd_write_timestamp2(
-                                            cb,
-                                            vk::PipelineStageFlags2::ALL_COMMANDS,
-                                            pool,
-                                            slot,
-                                        );
-                                    }
-                                },
-                                Vec::new(),
-                            )
-                            .expect("submit");
-                        let point = vk.point(value);
-                        ts.written_by_event(slot, point);
-                        live.push_back((slot, point));
+                        live.push_back(record_timed(&ts, ctx, vk));
                         if live.len() > 5
                             && let Some((slot, point)) = live.pop_front()
                         {
