@@ -564,23 +564,7 @@ impl Events for Vulkan {
             None
         };
         let value = if let Some(slot) = query {
-            let pool = c.timestamps.pool;
-            let submitted = stream.submit(
-                |d, cb| {
-                    // SAFETY: `cb` is recording; the slot was reset on the
-                    // host and is written only here.
-                    unsafe {
-                        d.cmd_write_timestamp2(
-                            cb,
-                            vk::PipelineStageFlags2::ALL_COMMANDS,
-                            pool,
-                            slot,
-                        );
-                    }
-                },
-                Vec::new(),
-            );
-            match submitted {
+            match submit_timestamp(stream, c.timestamps.pool, slot) {
                 Ok(v) => {
                     c.timestamps.written_by_event(slot, stream.point(v));
                     v
@@ -709,6 +693,21 @@ impl Events for Vulkan {
     }
 }
 
+/// A submission of `stream`'s own that writes timestamp `slot` of `pool`
+/// (reset on the host, written only here); its timeline value.
+fn submit_timestamp(stream: &VkStream, pool: vk::QueryPool, slot: u32) -> Result<u64> {
+    stream.submit(
+        |d, cb| {
+            // SAFETY: `cb` is recording; the slot was reset on the host and
+            // is written only by this command buffer.
+            unsafe {
+                d.cmd_write_timestamp2(cb, vk::PipelineStageFlags2::ALL_COMMANDS, pool, slot);
+            }
+        },
+        Vec::new(),
+    )
+}
+
 /// Gives back the slots a bracket holds (it produced no events); each is
 /// reused once the work that writes it has run.
 fn abandon(b: Bracket) {
@@ -720,8 +719,6 @@ fn abandon(b: Bracket) {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
-    use ash::vk;
-
     use super::{Ctx, Point, Timestamps, VkStream, lock};
     use crate::backend::typed::Backend;
     use crate::backend::vulkan::Vulkan;
@@ -777,24 +774,7 @@ mod tests {
     /// `ts`: a slot taken and written by a submission of `vk`'s own.
     fn record_timed(ts: &Timestamps, ctx: &'static Ctx, vk: &'static VkStream) -> (u32, Point) {
         let slot = ts.take(&ctx.device).expect("a slot");
-        let pool = ts.pool;
-        let value = vk
-            .submit(
-                |dev, cb| {
-                    // SAFETY: `cb` is recording; the slot was reset on the
-                    // host and is written only here.
-                    unsafe {
-                        dev.cmd_write_timestamp2(
-                            cb,
-                            vk::PipelineStageFlags2::ALL_COMMANDS,
-                            pool,
-                            slot,
-                        );
-                    }
-                },
-                Vec::new(),
-            )
-            .expect("submit");
+        let value = super::submit_timestamp(vk, ts.pool, slot).expect("submit");
         let point = vk.point(value);
         ts.written_by_event(slot, point);
         (slot, point)
