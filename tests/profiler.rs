@@ -16,6 +16,15 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `cpu:0`'s index in `trace`'s devices.
+fn cpu_index(trace: &keel::profiler::Trace) -> u32 {
+    trace
+        .devices
+        .iter()
+        .position(|d| d.device == "cpu:0")
+        .expect("cpu:0 in the trace") as u32
+}
+
 #[test]
 fn annotations_markers_and_one_session_at_a_time() {
     let _s = serial();
@@ -123,11 +132,7 @@ fn allocations_are_allocator_events_with_both_curves() {
     drop(buffer);
     let trace = session.stop();
     assert_eq!(trace.check(), Ok(()));
-    let cpu = trace
-        .devices
-        .iter()
-        .position(|d| d.device == "cpu:0")
-        .expect("cpu:0 in the trace") as u32;
+    let cpu = cpu_index(&trace);
     let alloc = trace
         .memory
         .iter()
@@ -266,11 +271,7 @@ fn inline_cpu_kernels_of_two_threads_get_a_lane_each() {
     let trace = session.stop();
     assert_eq!(trace.check(), Ok(()));
 
-    let device = trace
-        .devices
-        .iter()
-        .position(|d| d.device == "cpu:0")
-        .expect("cpu:0 in the trace") as u32;
+    let device = cpu_index(&trace);
     let bound = trace
         .calibrations
         .iter()

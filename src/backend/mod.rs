@@ -301,6 +301,24 @@ pub trait StaticGuardImpl: DeviceGuardImpl + Sized {
     fn for_device_type(ty: DeviceType) -> Result<Self>;
 }
 
+/// The runs of ascending `slots` (query slots, say) as ranges: a slot
+/// less than `gap` past the previous run's end joins it (1: adjacent
+/// slots only), so a range may cover a few slots between that are not
+/// in `slots`.
+pub(crate) fn slot_runs(
+    slots: impl IntoIterator<Item = u32>,
+    gap: u32,
+) -> Vec<std::ops::Range<u32>> {
+    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+    for slot in slots {
+        match runs.last_mut() {
+            Some(run) if slot < run.end + gap => run.end = slot + 1,
+            _ => runs.push(slot..slot + 1),
+        }
+    }
+    runs
+}
+
 /// Checks that `device` has a concrete index below `count`, for backends'
 /// `exchange_device`/`set_device`.
 #[inline]

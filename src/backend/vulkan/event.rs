@@ -38,8 +38,8 @@ use ash::vk;
 use super::device::{Ctx, lock, vk_error};
 use super::stream::{self, Bracket, Point, VkStream};
 use super::{TY, Vulkan};
-use crate::backend::ClockSample;
 use crate::backend::typed::Events;
+use crate::backend::{ClockSample, slot_runs};
 use crate::error::{Error, Result};
 
 /// Timestamp queries per device: 256 KiB of results.
@@ -456,14 +456,7 @@ impl Timestamps {
 
 /// The runs of adjacent slots in `sorted` (ascending), as ranges.
 fn adjacent_runs(sorted: &[u32]) -> Vec<std::ops::Range<u32>> {
-    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
-    for &slot in sorted {
-        match runs.last_mut() {
-            Some(run) if run.end == slot => run.end = slot + 1,
-            _ => runs.push(slot..slot + 1),
-        }
-    }
-    runs
+    slot_runs(sorted.iter().copied(), 1)
 }
 
 /// A recorded Vulkan event.

@@ -24,6 +24,7 @@ use super::device::{WgpuDevice, lock};
 use super::memory::{map_read, new_buffer};
 use super::stream::{self, Bracket, Point, QueueStream, submit_outside_streams};
 use super::{TY, Wgpu};
+use crate::backend::slot_runs;
 use crate::backend::typed::Events;
 use crate::error::{Error, Result};
 
@@ -556,14 +557,7 @@ const RUN_GAP: u32 = 64;
 /// to the highest slot would make the driver read every slot between
 /// (up to the whole query set once slots are recycled).
 fn runs(unread: &[(u32, u64)]) -> Vec<Range<u32>> {
-    let mut runs: Vec<Range<u32>> = Vec::new();
-    for &(slot, _) in unread {
-        match runs.last_mut() {
-            Some(run) if slot < run.end + RUN_GAP => run.end = slot + 1,
-            _ => runs.push(slot..slot + 1),
-        }
-    }
-    runs
+    slot_runs(unread.iter().map(|&(slot, _)| slot), RUN_GAP)
 }
 
 /// The timestamps in each range of `runs` of `qs`, in ticks: resolved
