@@ -63,3 +63,59 @@ fn cpu_specific_errors() {
     let e = keel::set_current_stream(Stream::new(cpu(), 1 << 20 | 1)).expect_err("bad id");
     assert!(e.to_string().contains("unknown stream id"), "{e}");
 }
+
+/// Kernels of two threads on small buffers of the inline default stream
+/// run at the same time. Each kernel waits (up to 10 s) until both have
+/// started. A host kernel holds the allocations it binds for its whole
+/// run, so the CPU gives every buffer an allocation of its own
+/// (`exclusive_allocations`); were the two buffers blocks of one shared
+/// segment, the second kernel could not start while the first waited.
+#[test]
+fn kernels_of_two_threads_on_small_buffers_run_at_once() {
+    use keel::kernel::{CpuInvocation, Kernel};
+    use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
+
+    static STARTED: (Mutex<u32>, Condvar) = (Mutex::new(0), Condvar::new());
+    fn rendezvous(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+        let (m, cv) = &STARTED;
+        let mut n = m.lock().map_err(|e| e.to_string())?;
+        *n += 1;
+        cv.notify_all();
+        let (_n, wait) = cv
+            .wait_timeout_while(n, Duration::from_secs(10), |n| *n < 2)
+            .map_err(|e| e.to_string())?;
+        if wait.timed_out() {
+            return Err("expected the other thread's kernel to start meanwhile, found it waiting".into());
+        }
+        inv.buffers[0].fill(7);
+        Ok(())
+    }
+    const RENDEZVOUS: Kernel = Kernel {
+        name: "rendezvous",
+        workgroup_size: [1, 1, 1],
+        bindings: 1,
+        wgsl: None,
+        ptx: None,
+        cpu: Some(rendezvous),
+    };
+    assert!(
+        keel::properties(cpu())
+            .expect("properties")
+            .exclusive_allocations
+    );
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(|| -> keel::Result<Vec<u8>> {
+                let s = keel::default_stream(cpu())?;
+                let b = Buffer::new(cpu(), 64)?;
+                s.launch(&RENDEZVOUS, [1, 1, 1], &[&b], &[])?;
+                b.read(&s)
+            })
+        })
+        .collect();
+    for t in threads {
+        let bytes = t.join().expect("thread").expect("kernel");
+        assert_eq!(bytes, [7u8; 64]);
+    }
+}

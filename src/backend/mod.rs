@@ -305,6 +305,7 @@ pub trait StaticGuardImpl: DeviceGuardImpl + Sized {
 /// less than `gap` past the previous run's end joins it (1: adjacent
 /// slots only), so a range may cover a few slots between that are not
 /// in `slots`.
+#[cfg(any(feature = "vulkan", feature = "wgpu"))]
 pub(crate) fn slot_runs(
     slots: impl IntoIterator<Item = u32>,
     gap: u32,

@@ -85,6 +85,14 @@ pub struct DeviceProperties {
     /// `min_storage_buffer_offset_alignment`); the caching allocator
     /// checks it against its 512-byte blocks.
     pub storage_offset_alignment: Option<u64>,
+    /// Whether a kernel holds every allocation it binds whole while it
+    /// runs (host memory: one lock per allocation, which safe Rust splits
+    /// into the bindings' slices). The caching allocator then gives every
+    /// buffer an allocation of its own, so that kernels on different
+    /// buffers run at the same time; elsewhere buffers are blocks carved
+    /// from shared segments. Set from the backend's memory role
+    /// ([`Memory::EXCLUSIVE_ALLOCATIONS`](crate::backend::typed::Memory::EXCLUSIVE_ALLOCATIONS)).
+    pub exclusive_allocations: bool,
     /// Everything else the native API reports, as (name, value) pairs in a
     /// stable order.
     pub extra: Vec<(String, String)>,
@@ -113,6 +121,7 @@ impl DeviceProperties {
             subgroup_size: None,
             timestamps: None,
             storage_offset_alignment: None,
+            exclusive_allocations: false,
             extra: Vec::new(),
         }
     }

@@ -180,6 +180,13 @@ pub trait Memory: Backend {
     /// A native allocation.
     type Buffer: Send + Sync + 'static;
 
+    /// Whether a kernel holds every allocation it binds whole while it
+    /// runs (host memory), so that buffers sharing one allocation would
+    /// run their kernels one at a time: the caching allocator then gives
+    /// each buffer an allocation of its own. Reported as
+    /// [`DeviceProperties::exclusive_allocations`].
+    const EXCLUSIVE_ALLOCATIONS: bool = false;
+
     /// `len` zeroed bytes on device `at` (with state `device`). Running out
     /// of memory is [`Error::OutOfMemory`].
     fn allocate(
@@ -552,7 +559,9 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
 impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     fn properties(&self, device: Device) -> Result<DeviceProperties> {
         let d = self.device(device)?;
-        self.0.describe(d, device)
+        let mut p = self.0.describe(d, device)?;
+        p.exclusive_allocations = B::EXCLUSIVE_ALLOCATIONS;
+        Ok(p)
     }
 
     fn alloc(&self, device: Device, len: usize) -> Result<BufferHandle> {

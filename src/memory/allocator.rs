@@ -16,7 +16,13 @@
 //! - a freed block merges with its free neighbours;
 //! - with a `max_split_size`, requests at or above it are never split, and
 //!   blocks at or above it serve only requests at or above it (and at most
-//!   [`LARGE_BUFFER`] bigger).
+//!   [`LARGE_BUFFER`] bigger);
+//! - with [`Policy::own_segments`] (devices whose kernels hold a whole
+//!   allocation while they run: host memory), every block is a segment of
+//!   its own, of the request's rounded size, never split; a free one
+//!   serves a request of at least half its size (best fit), and a request
+//!   no free block serves first releases its stream's free blocks that are
+//!   too small for it, up to its size ([`Pools::release_smaller`]).
 //!
 //! A block belongs to the stream of its segment (the stream current when
 //! the segment was reserved) and is reused only by requests on that
@@ -80,12 +86,18 @@ pub struct Policy {
     /// Blocks at or above this size are never split (`u64::MAX`: no
     /// limit).
     pub max_split_size: u64,
+    /// Every block a segment of its own (never split, never merged): for
+    /// a device whose kernels hold each allocation they bind whole while
+    /// they run, so that kernels on different buffers never wait for each
+    /// other.
+    pub own_segments: bool,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             max_split_size: u64::MAX,
+            own_segments: false,
         }
     }
 }
@@ -357,6 +369,17 @@ impl FreeList {
         }
     }
 
+    /// The keys in `lo..hi`, in no particular order.
+    fn in_range(&self, lo: FreeKey, hi: FreeKey) -> Vec<FreeKey> {
+        let hidden = self.hidden;
+        self.tree
+            .range(lo..hi)
+            .filter(|k| Some(**k) != hidden)
+            .copied()
+            .chain(self.added.filter(|k| (lo..hi).contains(k)))
+            .collect()
+    }
+
     /// Every key in the list, in order (tests).
     #[cfg(test)]
     fn keys(&self) -> Vec<FreeKey> {
@@ -428,6 +451,22 @@ impl<H> Pools<H> {
     /// Changes the policy (applies to later splits and searches).
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The segment to reserve for a (rounded) request under the policy:
+    /// [`segment_size`], or the request's own size with
+    /// [`Policy::own_segments`].
+    pub fn segment_size(&self, size: u64) -> u64 {
+        if self.policy.own_segments {
+            size
+        } else {
+            segment_size(size)
+        }
     }
 
     /// The statistics.
@@ -569,6 +608,9 @@ impl<H> Pools<H> {
         if size >= max_split && found >= size.saturating_add(LARGE_BUFFER) {
             return None;
         }
+        if self.policy.own_segments && found - size > size {
+            return None;
+        }
         Some(self.take(id, size, len, small))
     }
 
@@ -583,7 +625,9 @@ impl<H> Pools<H> {
             (b.size, b.offset, b.segment, b.next)
         };
         let rest = found - size;
-        let split = if small {
+        let split = if self.policy.own_segments {
+            false
+        } else if small {
             rest >= MIN_BLOCK
         } else {
             size < max_split && rest > SMALL_SIZE
@@ -866,6 +910,33 @@ impl<H> Pools<H> {
             size: seg.size,
             small: seg.small,
         }
+    }
+
+    /// With [`Policy::own_segments`], before a segment of `size` bytes is
+    /// reserved for `stream`: releases `stream`'s free segments too small
+    /// for the request, largest first, until they add up to `size`. The
+    /// cache trades sizes it holds for the size asked instead of growing
+    /// by it (without splitting, a small free block never serves a bigger
+    /// request).
+    pub fn release_smaller(&mut self, stream: Stream, size: u64) -> Vec<Released<H>> {
+        if !self.policy.own_segments {
+            return Vec::new();
+        }
+        let sid = stream.id();
+        let (lo, hi) = ((sid, 0, 0, BlockId(0)), (sid, size, 0, BlockId(0)));
+        let mut keys: Vec<FreeKey> = self.free.iter().flat_map(|f| f.in_range(lo, hi)).collect();
+        keys.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+        let mut out = Vec::new();
+        let mut freed = 0;
+        for (_, block_size, _, id) in keys {
+            if freed >= size {
+                break;
+            }
+            let segment = self.block(id).segment;
+            freed += block_size;
+            out.push(self.release_segment(segment));
+        }
+        out
     }
 
     /// The free lists' blocks as `(small pool, address, size)`, in order

@@ -76,7 +76,9 @@ pub use allocator::{
 pub use config::{AllocBackend, AllocConfig};
 pub use stats::{memory_stats_of, memory_summary_of};
 
-use crate::backend::{BufferHandle, DeviceGuardImpl, DeviceRuntime, EventHandle, registry};
+use crate::backend::{
+    BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, registry,
+};
 use crate::core::{Device, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
 use crate::profiler::record::{MemoryAction, MemoryRecord, memory_event};
@@ -160,6 +162,9 @@ struct Pending {
 struct State {
     pools: Pools<BufferHandle>,
     config: AllocConfig,
+    /// Every block a segment of its own: the device's kernels hold each
+    /// allocation they bind whole ([`DeviceProperties::exclusive_allocations`](crate::backend::DeviceProperties::exclusive_allocations)).
+    own_segments: bool,
     pending: Vec<Pending>,
     /// The backend's zero-byte allocation, shared by every empty buffer.
     empty: Option<BufferHandle>,
@@ -175,13 +180,15 @@ struct State {
 
 impl State {
     /// The state of a new allocator: nothing reserved, nothing cached.
-    fn new(config: AllocConfig, total_memory: Option<u64>, unusable: Option<String>) -> State {
+    fn new(config: AllocConfig, props: &DeviceProperties, unusable: Option<String>) -> State {
+        let own_segments = props.exclusive_allocations;
         State {
-            pools: Pools::new(policy(&config)),
+            pools: Pools::new(policy(&config, own_segments)),
             config,
+            own_segments,
             pending: Vec::new(),
             empty: None,
-            total_memory,
+            total_memory: props.total_memory,
             unusable,
             caches: Vec::new(),
             retired: [[0; 3]; 2],
@@ -210,9 +217,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn policy(c: &AllocConfig) -> Policy {
+/// The pools' policy under `c`, on a device whose kernels hold each
+/// allocation they bind whole (`own_segments`) or not.
+fn policy(c: &AllocConfig, own_segments: bool) -> Policy {
     Policy {
         max_split_size: c.max_split_size.unwrap_or(u64::MAX),
+        own_segments,
     }
 }
 
@@ -262,7 +272,7 @@ fn standalone(device: Device) -> &'static DeviceAllocator {
         fast: AtomicBool::new(true),
         fast_limit: AtomicU64::new(u64::MAX),
         events: false,
-        state: Mutex::new(State::new(config, props.total_memory, None)),
+        state: Mutex::new(State::new(config, &props, None)),
     }))
 }
 
@@ -305,7 +315,7 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
         fast: AtomicBool::new(fast),
         fast_limit: AtomicU64::new(config.max_split_size.unwrap_or(u64::MAX)),
         events: true,
-        state: Mutex::new(State::new(config, props.total_memory, unusable)),
+        state: Mutex::new(State::new(config, &props, unusable)),
     }))
 }
 
@@ -530,10 +540,14 @@ impl DeviceAllocator {
         let seg = if direct {
             size
         } else {
-            allocator::segment_size(size)
+            state.pools.segment_size(size)
         };
         let small = !direct && allocator::is_small(size);
         if !direct {
+            let released = state.pools.release_smaller(stream, size);
+            if !released.is_empty() {
+                self.released(&state, released);
+            }
             self.collect_garbage(&mut state, seg);
         }
         let handle = self.reserve(&mut state, seg, len64)?;
@@ -834,7 +848,8 @@ impl DeviceAllocator {
         let mut state = lock(&self.state);
         self.flush(&mut state);
         state.config = config;
-        state.pools.set_policy(policy(&config));
+        let own_segments = state.own_segments;
+        state.pools.set_policy(policy(&config, own_segments));
         self.fast.store(
             fast_allowed(&config, state.unusable.is_some()),
             Ordering::Relaxed,
@@ -851,6 +866,16 @@ impl DeviceAllocator {
 
 fn resolved(device: Device) -> Result<&'static DeviceAllocator> {
     allocator(crate::api::resolve(device)?)
+}
+
+/// The bytes a new segment for a `len`-byte buffer reserves on `device`
+/// under its allocator's policy (the conformance suite's expectations).
+#[cfg(feature = "testing")]
+pub(crate) fn segment_for(device: Device, len: usize) -> Result<u64> {
+    let state = lock(&resolved(device)?.state);
+    Ok(state
+        .pools
+        .segment_size(allocator::round_size((len as u64).max(1))))
 }
 
 /// Every statistic of `device`'s allocator (`torch.cuda.memory_stats`); see

@@ -139,6 +139,8 @@ pub fn enqueue_read(
 
 impl<B: HostBackend> Memory for B {
     type Buffer = HostMemory;
+    /// A kernel locks each host allocation it binds for its whole run.
+    const EXCLUSIVE_ALLOCATIONS: bool = true;
 
     fn allocate(&self, _device: &'static HostDevice, at: Device, len: usize) -> Result<HostMemory> {
         HostMemory::alloc(len).ok_or(Error::OutOfMemory {

@@ -1156,11 +1156,24 @@ pub fn suballocated_buffers_bind_together(d: Device, _cfg: &Config) {
     let da = Buffer::from_slice(&s, &a).expect("a");
     let db = Buffer::from_slice(&s, &b).expect("b");
     let dc = Buffer::empty_on(&s, 4 * n).expect("c");
-    assert!(
-        da.handle().ptr_eq(db.handle()) && db.handle().ptr_eq(dc.handle()),
-        "three small buffers on one stream share a segment"
-    );
-    assert!(da.offset() != db.offset() && db.offset() != dc.offset() && da.offset() != dc.offset());
+    if crate::api::properties(d)
+        .expect("properties")
+        .exclusive_allocations
+    {
+        // Kernels hold whole allocations here: a buffer each.
+        assert!(
+            !da.handle().ptr_eq(db.handle()) && !db.handle().ptr_eq(dc.handle()),
+            "small buffers of a device with exclusive allocations have their own"
+        );
+    } else {
+        assert!(
+            da.handle().ptr_eq(db.handle()) && db.handle().ptr_eq(dc.handle()),
+            "three small buffers on one stream share a segment"
+        );
+        assert!(
+            da.offset() != db.offset() && db.offset() != dc.offset() && da.offset() != dc.offset()
+        );
+    }
     assert!([&da, &db, &dc].iter().all(|b| b.offset() % 512 == 0));
     s.launch(
         &VECTOR_ADD,
@@ -1397,20 +1410,23 @@ pub fn out_of_memory_retries_then_reports(d: Device, _cfg: &Config) {
             let _ = crate::memory::set_config(self.0, self.1);
         }
     }
-    let s = pool(d);
+    let (s, s2) = two_streams(d);
     let _restore = Restore(d, memory::config(d).expect("config"));
     memory::empty_cache(d).expect("empty_cache");
     let base = memory::memory_reserved(d).expect("reserved");
-    memory::set_memory_budget(d, Some(base + (4 << 20))).expect("budget");
+    let big = memory::segment_for(d, 3 << 20).expect("segment size");
+    memory::set_memory_budget(d, Some(base + big)).expect("budget");
     let st0 = memory::stats(d).expect("stats");
-    // A 4 MiB segment, freed into the cache.
+    // A segment filling the budget (4 MiB, or 3 MiB where every buffer
+    // has its own), freed into the cache.
     drop(Buffer::empty_on(&s, 3 << 20).expect("fits the budget"));
-    // A small segment needs 2 MiB more: the cached segment is released and
-    // the allocation retried, successfully.
-    let small = Buffer::empty_on(&s, 1000).expect("fits after a retry");
+    // A small segment (on another stream) needs more: the cached segment
+    // is released and the allocation retried, successfully.
+    let small = Buffer::empty_on(&s2, 1000).expect("fits after a retry");
     let st1 = memory::stats(d).expect("stats");
     assert_eq!(st1.num_alloc_retries, st0.num_alloc_retries + 1);
     assert_eq!(st1.num_ooms, st0.num_ooms);
+    // Cached again; it is released for the next request's retry.
     drop(small);
     // 5 MiB never fits 4 MiB: retried, then out of memory.
     let e = Buffer::empty_on(&s, 5 << 20).expect_err("over the budget");
@@ -1483,28 +1499,31 @@ pub fn garbage_collection_releases_before_growing(d: Device, _cfg: &Config) {
     let saved = memory::config(d).expect("config");
     memory::empty_cache(d).expect("empty_cache");
     let base = memory::memory_reserved(d).expect("reserved");
+    // 4 MiB and 2 MiB segments, or 3 MiB and 1 KiB where every buffer has
+    // its own.
+    let (big, small) = (
+        memory::segment_for(d, 3 << 20).expect("segment size"),
+        memory::segment_for(d, 1000).expect("segment size"),
+    );
     memory::set_config(
         d,
         memory::AllocConfig {
             garbage_collection_threshold: Some(0.5),
-            memory_budget: Some(base + (8 << 20)),
+            memory_budget: Some(base + 2 * big),
             ..saved
         },
     )
     .expect("config");
     let run = || {
-        drop(Buffer::empty_on(&s, 3 << 20).expect("a 4 MiB segment"));
+        drop(Buffer::empty_on(&s, 3 << 20).expect("a big segment"));
         let st0 = memory::stats(d).expect("stats");
-        assert_eq!(
-            memory::memory_reserved(d).expect("reserved"),
-            base + (4 << 20)
-        );
-        let _small = Buffer::empty_on(&s, 1000).expect("a 2 MiB segment");
+        assert_eq!(memory::memory_reserved(d).expect("reserved"), base + big);
+        let _small = Buffer::empty_on(&s, 1000).expect("a small segment");
         let st1 = memory::stats(d).expect("stats");
         assert_eq!(
             memory::memory_reserved(d).expect("reserved"),
-            base + (2 << 20),
-            "the free 4 MiB segment was released first"
+            base + small,
+            "the free big segment was released first"
         );
         assert_eq!(st1.num_device_free, st0.num_device_free + 1);
         assert_eq!(st1.num_alloc_retries, st0.num_alloc_retries, "no retry");
