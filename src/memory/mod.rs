@@ -9,7 +9,11 @@
 //! the next buffer; [`empty_cache`] gives the segments that hold no buffer
 //! back to the backend. The block policy (512-byte rounding, small and
 //! large pools, best fit, splitting and merging, `max_split_size`) is in
-//! `allocator.rs`, which makes no backend calls.
+//! `allocator.rs`, which makes no backend calls. A device that reports
+//! [`exclusive_allocations`](crate::backend::DeviceProperties::exclusive_allocations)
+//! (host memory, locked whole by a kernel) gets a segment per block
+//! instead, so that kernels on different buffers never wait for each
+//! other.
 //!
 //! # The per-thread fast cache
 //!
