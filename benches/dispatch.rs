@@ -6,6 +6,12 @@
 //! Goal: dispatched / direct <= 1.15. Each device also prints the ratio
 //! from paired batches (`paired_ratio`).
 //!
+//! Then `cpu_threads`: two threads each running the same `add`s on their
+//! own small tensors of `cpu:0`'s inline default stream, against one
+//! thread running its share alone (both spawn their threads): the ratio
+//! is 1.0 where the threads' kernels run at the same time (on at least
+//! two free cores) and 2.0 or more where they wait for each other.
+//!
 //! Run: `cargo bench --bench dispatch -- --warm-up-time 1 --measurement-time 3`.
 //! Results in docs/BENCHMARKS.md.
 
@@ -83,6 +89,54 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// `n` chained `add`s of `elems`-element tensors on the calling thread
+/// (each result the next input; one output alive at a time).
+fn adds(elems: usize, n: usize) {
+    let d = Device::cpu();
+    let a = Tensor::full(&[elems], 1.0, DType::F32, d).expect("a");
+    let mut acc = a.add(&a).expect("add");
+    for _ in 0..n {
+        acc = acc.add(&a).expect("add");
+    }
+    black_box(acc);
+}
+
+/// `threads` threads, each running `adds(elems, n)`; the wall time.
+fn on_threads(threads: usize, elems: usize, n: usize) -> std::time::Duration {
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(move || adds(elems, n));
+        }
+    });
+    t.elapsed()
+}
+
+fn threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cpu_threads");
+    // 1 KiB, 64 KiB and 1 MiB tensors (all below the 1 MiB of the
+    // allocator's small pool), about 4 M additions per thread.
+    for elems in [256usize, 16 << 10, 256 << 10] {
+        let n = ((4 << 20) / elems).max(100);
+        let two = || on_threads(2, elems, n);
+        let one = || on_threads(1, elems, n);
+        common::interleaved(
+            &mut g,
+            (&format!("{elems} f32 x{n} adds, two threads"), &two),
+            (&format!("{elems} f32 x{n} adds, one thread"), &one),
+        );
+        let p = common::Paired::measure(40, &two, &one);
+        println!(
+            "cpu_threads/{elems}: paired over 40 rounds: two threads / one thread = {:.3} (median), {:.3} (minimums: {:.2} ms / {:.2} ms)",
+            p.median(),
+            p.of_minimums(),
+            p.min_a.as_secs_f64() * 1e3,
+            p.min_b.as_secs_f64() * 1e3
+        );
+    }
+    g.finish();
+}
+
 /// Rounds of the paired measurement.
 const ROUNDS: usize = 400;
 
@@ -106,5 +160,5 @@ fn paired_ratio(
     );
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, threads);
 criterion_main!(benches);

@@ -13,8 +13,8 @@
 //! | `stream.wait(event)` | a task that waits for the position or marker |
 //! | query / synchronize | queue counters / condition variables |
 //! | `elapsed_time` | host `Instant` difference, in ms |
-//! | memory | zeroed host allocations, 8-byte aligned |
-//! | kernel | the kernel's Rust function, once per launch |
+//! | memory | zeroed host allocations, 8-byte aligned, one per buffer (a kernel locks the allocations it binds, so buffers do not share them: `exclusive_allocations`) |
+//! | kernel | the kernel's Rust function, once per launch, over its buffers' slices |
 //! | profiled operations (`begin_timed_work`) | timed inside the operation's own tasks: its span runs from its first task's start to its last task's end (`stream::TimedWork`); no marker enters the queue |
 //!
 //! Unlike c10's CPU (a no-op guard with no events), Keel's CPU has real
