@@ -86,7 +86,9 @@ fn kernels_of_two_threads_on_small_buffers_run_at_once() {
             .wait_timeout_while(n, Duration::from_secs(10), |n| *n < 2)
             .map_err(|e| e.to_string())?;
         if wait.timed_out() {
-            return Err("expected the other thread's kernel to start meanwhile, found it waiting".into());
+            return Err(
+                "expected the other thread's kernel to start meanwhile, found it waiting".into(),
+            );
         }
         inv.buffers[0].fill(7);
         Ok(())

@@ -369,7 +369,11 @@ fn training_step_fragmentation_by_policy() {
         let mut live: Vec<Option<Allocation>> = Vec::new();
         for op in &trace {
             match *op {
-                TraceOp::Alloc { id, bytes, stream: s } => {
+                TraceOp::Alloc {
+                    id,
+                    bytes,
+                    stream: s,
+                } => {
                     if live.len() <= id {
                         live.resize(id + 1, None);
                     }
