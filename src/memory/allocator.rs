@@ -453,7 +453,8 @@ impl<H> Pools<H> {
         self.policy = policy;
     }
 
-    /// The policy.
+    /// The policy (tests).
+    #[cfg(test)]
     pub fn policy(&self) -> Policy {
         self.policy
     }

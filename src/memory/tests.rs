@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::allocator::{
     Allocation, BlockState, LARGE_BUFFER, MIN_BLOCK, Policy, Pools, SMALL_SEGMENT, SMALL_SIZE,
-    SegmentSnapshot, StatArray, round_size, segment_size,
+    SegmentSnapshot, StatArray, round_size,
 };
 use crate::core::{Device, Stream};
 
