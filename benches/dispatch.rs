@@ -84,7 +84,13 @@ fn bench(c: &mut Criterion) {
             (&format!("{d} dispatched x{BATCH}"), &dispatched),
             (&format!("{d} direct launch x{BATCH}"), &direct),
         );
-        paired_ratio(&d.to_string(), dispatched, direct);
+        paired_ratio(
+            &format!("dispatch_add_256/{d}"),
+            "dispatched / direct",
+            ROUNDS,
+            dispatched,
+            direct,
+        );
     }
     g.finish();
 }
@@ -125,13 +131,12 @@ fn threads(c: &mut Criterion) {
             (&format!("{elems} f32 x{n} adds, two threads"), &two),
             (&format!("{elems} f32 x{n} adds, one thread"), &one),
         );
-        let p = common::Paired::measure(40, &two, &one);
-        println!(
-            "cpu_threads/{elems}: paired over 40 rounds: two threads / one thread = {:.3} (median), {:.3} (minimums: {:.2} ms / {:.2} ms)",
-            p.median(),
-            p.of_minimums(),
-            p.min_a.as_secs_f64() * 1e3,
-            p.min_b.as_secs_f64() * 1e3
+        paired_ratio(
+            &format!("cpu_threads/{elems}"),
+            "two threads / one thread",
+            40,
+            two,
+            one,
         );
     }
     g.finish();
@@ -142,17 +147,19 @@ const ROUNDS: usize = 400;
 
 /// The machine is shared: a batch is sometimes preempted, and criterion's
 /// two estimates come from different seconds. So, next to them, the ratio
-/// from pairs: `ROUNDS` rounds of one batch each way back to back, the
+/// from pairs: `rounds` rounds of one batch each way back to back, the
 /// median of the per-round ratios (robust to a preempted batch) and the
 /// ratio of the per-way minimums.
 fn paired_ratio(
-    device: &str,
+    label: &str,
+    what: &str,
+    rounds: usize,
     a: impl Fn() -> std::time::Duration,
     b: impl Fn() -> std::time::Duration,
 ) {
-    let p = common::Paired::measure(ROUNDS, &a, &b);
+    let p = common::Paired::measure(rounds, &a, &b);
     println!(
-        "dispatch_add_256/{device}: paired over {ROUNDS} rounds (order alternating): dispatched / direct = {:.3} (median), {:.3} (minimums: {:.1} us / {:.1} us per batch)",
+        "{label}: paired over {rounds} rounds (order alternating): {what} = {:.3} (median), {:.3} (minimums: {:.1} us / {:.1} us per batch)",
         p.median(),
         p.of_minimums(),
         p.min_a.as_secs_f64() * 1e6,
