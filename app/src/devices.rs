@@ -144,6 +144,15 @@ pub fn property_rows(p: &DeviceProperties) -> Vec<(String, String)> {
             "shared memory per workgroup".to_owned(),
             opt(p.shared_memory_per_workgroup.map(|c| format!("{c} B"))),
         ),
+        (
+            "buffers".to_owned(),
+            if p.exclusive_allocations {
+                "an allocation each (a kernel holds the allocations it binds)"
+            } else {
+                "blocks of shared segments"
+            }
+            .to_owned(),
+        ),
     ];
     rows.extend(p.extra.iter().cloned());
     rows
@@ -184,4 +193,25 @@ pub fn table(backends: &[BackendInfo]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::property_rows;
+
+    /// The CPU's buffers are allocations of their own (its kernels lock
+    /// what they bind), which the devices view says next to the rest.
+    #[test]
+    fn the_cpu_row_says_buffers_are_allocations_of_their_own() {
+        let p = keel::properties(keel::Device::cpu()).expect("cpu properties");
+        let rows = property_rows(&p);
+        let buffers = rows
+            .iter()
+            .find(|(k, _)| k == "buffers")
+            .map(|(_, v)| v.as_str());
+        assert_eq!(
+            buffers,
+            Some("an allocation each (a kernel holds the allocations it binds)")
+        );
+    }
 }
