@@ -40,7 +40,7 @@ pub fn is_available(ty: DeviceType) -> bool {
 }
 
 /// `Ok` when devices of type `ty` can be used here; otherwise the reason
-/// ("keel is not built with support for ...", "<backend> unavailable: ...").
+/// (`keel is not built with support for ...`, `<backend> unavailable: ...`).
 pub fn availability(ty: DeviceType) -> Result<()> {
     let b = backend(ty)?;
     if b.device_count() == 0 {

@@ -33,7 +33,8 @@ use crate::ops;
 use crate::profiler::SpanKind;
 use crate::profiler::record::Detail;
 
-/// Memory on a device; see the [module docs](self).
+/// Memory on a device: a block of its caching allocator, with its length
+/// and the stream it belongs to.
 pub struct Buffer {
     /// The device's allocator (which knows the device). Every field is a
     /// whole word: no narrow stores for a copy of the buffer to stall on.

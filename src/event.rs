@@ -19,7 +19,8 @@ use crate::core::{DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
 use crate::ops;
 
-/// A marker in a stream; see the [module docs](self).
+/// A marker in a stream: recorded on a stream, waited on, queried, and
+/// (when timed) measured against another.
 pub struct Event {
     id: u64,
     device_type: DeviceType,

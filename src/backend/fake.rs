@@ -5,7 +5,7 @@
 //! (all starting at 0), for [`FAKE_DEVICE_COUNT`] devices. Events record
 //! nothing and are always complete; streams are always idle. It can sit in
 //! any [`DeviceType`] slot of the registry, so guard logic can be tested for
-//! every type without hardware. It shares [`tls`](super::tls) with the real
+//! every type without hardware. It shares [`tls`] with the real
 //! backends, so a test that pins the fake into a slot observes exactly what
 //! a real backend of that type would store.
 

@@ -8,7 +8,7 @@
 //! - [`DeviceRuntime`], what c10 leaves to ATen: device properties, buffers,
 //!   copies and kernel launches.
 //!
-//! [`register`] puts them in the [registry](registry), one slot per device
+//! [`register`] puts them in the [registry], one slot per device
 //! type. Built-in backends fill their slot lazily on first lookup; a third
 //! party fills the PrivateUse1 slot (or any empty one) at run time.
 //!
@@ -84,7 +84,7 @@ impl fmt::Debug for EventHandle {
 /// from a backend.
 ///
 /// Required operations mirror c10 exactly. The optional ones default to a
-/// clear "<backend> backend doesn't support <what>." error, as c10's do.
+/// clear `<backend> backend doesn't support <what>.` error, as c10's do.
 /// [`device_count`](Self::device_count) never fails: a driver error counts
 /// as zero devices.
 ///
@@ -120,7 +120,7 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
     fn device_count(&self) -> DeviceIndex;
 
     /// Why the backend cannot run, if it cannot (no driver, no device).
-    /// Keel's addition: lets lookups report "unavailable: <reason>".
+    /// Keel's addition: lets lookups report `unavailable: <reason>`.
     fn unavailable_reason(&self) -> Option<String> {
         None
     }

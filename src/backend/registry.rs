@@ -14,8 +14,8 @@
 //! Slots are never emptied or replaced: the references they hand out are
 //! `'static`, and guards and events keep them.
 //!
-//! A lookup of an empty slot fails with "keel is not built with support for
-//! <type> devices (<how to get it>)".
+//! A lookup of an empty slot fails with `keel is not built with support for
+//! <type> devices (<how to get it>)`.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -176,7 +176,7 @@ static UNAVAILABLE: [OnceLock<Option<String>>; DeviceType::COUNT] =
     [const { OnceLock::new() }; DeviceType::COUNT];
 
 /// The guard implementation for `ty`, checked to be usable: a backend that
-/// is registered but cannot run reports "<backend> unavailable: <reason>".
+/// is registered but cannot run reports `<backend> unavailable: <reason>`.
 #[inline]
 pub fn available_guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardImpl> {
     available_target(ty).map(|(g, _)| g)

@@ -5,10 +5,10 @@
 //! Everything every backend would otherwise repeat is written once here:
 //!
 //! - the checks a backend owes the user: the device type it serves, whether
-//!   it can run ("<backend> unavailable: <reason>"), device indices against
+//!   it can run (`<backend> unavailable: <reason>`), device indices against
 //!   its count;
 //! - the thread's current device and current stream per device
-//!   ([`tls`](super::tls)), with a hook ([`Backend::activate`]) for
+//!   ([`tls`]), with a hook ([`Backend::activate`]) for
 //!   backends whose driver keeps a current device of its own (CUDA);
 //! - the stream pool: priority levels and round-robin ids
 //!   ([`PoolCursors`]);

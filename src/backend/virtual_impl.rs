@@ -12,7 +12,7 @@ use crate::error::Result;
 /// [`InlineDeviceGuard`](crate::InlineDeviceGuard) over this type.
 ///
 /// The calls a guard makes (device and stream get/set/exchange) reach a
-/// built-in backend by a `match` on [`Builtin`] rather than through `dyn`,
+/// built-in backend by a `match` on `Builtin` rather than through `dyn`,
 /// so they inline; every other call, and every call to a third-party
 /// backend, goes through `dyn`.
 #[derive(Clone, Copy)]

@@ -40,8 +40,9 @@ use super::device::{Device, DeviceIndex};
 use super::device_type::DeviceType;
 use crate::error::{Error, Result};
 
-/// Identifies a stream among the streams of one device. See
-/// [Note \[StreamId encoding\]](self#note-streamid-encoding).
+/// Identifies a stream among the streams of one device: 0 is the default
+/// stream; the encoding of the others is the Note "StreamId encoding" in
+/// `core/stream.rs`.
 pub type StreamId = i64;
 
 /// The default stream's id.

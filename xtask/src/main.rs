@@ -10,8 +10,9 @@
 //!   3. `layers`: no import cycle between the files of `src/`, and the
 //!      profiler uses only the core values, the backend interface and the
 //!      error type (see `layers.rs`);
-//!   4. clippy with `-D warnings` on every target and feature, and the
-//!      library built with no default features (only the CPU backend);
+//!   4. clippy with `-D warnings` on every target and feature, the
+//!      library built with no default features (only the CPU backend),
+//!      and its documentation built with rustdoc's warnings as errors;
 //!   5. `ptx`: every `shaders/**/*.ptx` assembled by NVIDIA's `ptxas` for
 //!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]), from the architecture its
 //!      `.target` line names on (a `.target sm_80` file, such as the
@@ -374,6 +375,14 @@ fn test() -> Result<(), String> {
     run(
         "no default features",
         Command::new(&cargo).args(["check", "-p", "keel", "--no-default-features", "--lib"]),
+    )?;
+    // The library's documentation: no broken or private links, no stray
+    // HTML (`<backend>` in prose swallows text).
+    run(
+        "rustdoc",
+        Command::new(&cargo)
+            .args(["doc", "--no-deps", "-p", "keel", "--all-features"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     ptx_check()?;
     // Mesa warns on stderr when XDG_RUNTIME_DIR is unset; give it one.

@@ -12,7 +12,7 @@
 //! - Every item a worker runs is counted, in order: item `n` (1, 2, ...)
 //!   is complete when the count reaches `n`, which one atomic load tells
 //!   (as a timeline semaphore's value does). Untimed events are such a
-//!   position ([`Position`]); timed events are markers in the queue that
+//!   position (`Position`); timed events are markers in the queue that
 //!   take the host time when reached, in the same critical section that
 //!   counts them, so whoever sees a marker complete also sees the count.
 

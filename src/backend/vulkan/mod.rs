@@ -20,7 +20,7 @@
 //!
 //! Availability: when the loader is missing, the instance cannot be
 //! created, or no device qualifies, `device_count(Vulkan)` is 0 and every
-//! operation returns "Vulkan unavailable: <reason>". Nothing panics.
+//! operation returns `Vulkan unavailable: <reason>`. Nothing panics.
 //!
 //! Validation: Keel installs a debug messenger when `VK_EXT_debug_utils` is
 //! present. With `VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation` every

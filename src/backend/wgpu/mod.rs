@@ -33,7 +33,7 @@
 //! Any other thread that needed the context meanwhile (to create, map,
 //! unmap or free a buffer) panicked.
 //!
-//! So on GL each device has a [`GlContextLock`](device::GlContextLock), an
+//! So on GL each device has a `GlContextLock` (`device.rs`), an
 //! `RwLock` of Keel's (none on other APIs, so they pay one `Option` test):
 //!
 //! - **exclusive** around every call that may hold the context long:
