@@ -561,75 +561,9 @@ fn a_device_holds_more_timed_events_than_query_slots() {
 #[test]
 #[ignore = "run in a child process by a_device_holds_more_timed_events_than_query_slots"]
 fn probe_more_timed_events_than_query_slots() {
-    use keel::profiler::{LaneKind, SpanKind};
-
     let d = conformance::device(TY).expect("a Vulkan device");
-    let s = keel::get_stream_from_pool(d, false).expect("stream");
-    let n = 256u32;
-    let bufs: Vec<Buffer> = (0..3)
-        .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
-        .collect();
-    let add = || {
-        s.launch(
-            &kernels::VECTOR_ADD,
-            kernels::VECTOR_ADD.grid_for(u64::from(n)),
-            &[&bufs[0], &bufs[1], &bufs[2]],
-            &n.to_le_bytes(),
-        )
-        .expect("launch");
-    };
-    add();
-    // 33,000 live timed events, a launch between every 5,000.
-    const EVENTS: usize = 33_000;
-    let mut held = Vec::with_capacity(EVENTS);
-    for i in 0..EVENTS {
-        if i % 5000 == 0 {
-            add();
-        }
-        let mut e = Event::timed(TY);
-        e.record(&s).expect("a timed event past the slots' count");
-        held.push(e);
-    }
-    s.synchronize().expect("sync");
-    let ms = |a: &Event, b: &Event| a.elapsed_time(b).expect("elapsed time");
-    let last = EVENTS - 1;
-    assert!(
-        ms(&held[0], &held[last]) > 0.0,
-        "seven launches lie between the first and the last"
-    );
-    // In record order throughout, across the events whose values moved.
-    for w in (0..EVENTS).step_by(997).collect::<Vec<_>>().windows(2) {
-        assert!(ms(&held[w[0]], &held[w[1]]) >= 0.0, "events {w:?} in order");
-    }
-    // Recorded again: its time is after every other's.
-    add();
-    held[0].record(&s).expect("record again");
-    s.synchronize().expect("sync");
-    assert!(
-        ms(&held[last], &held[0]) > 0.0,
-        "the re-recorded event is the latest"
-    );
-    assert!(ms(&held[1], &held[2]) >= 0.0, "its old value did not leak");
-
-    // A session with the events still live: each operation is timed.
-    let session = keel::profiler::start().expect("session");
-    for _ in 0..3 {
-        add();
-    }
-    s.synchronize().expect("sync");
-    let trace = session.stop();
-    drop(held);
-    let on_device = trace
-        .spans
-        .iter()
-        .filter(|sp| {
-            sp.kind == SpanKind::Kernel
-                && sp.name.as_str() == kernels::VECTOR_ADD.name
-                && matches!(trace.lanes[sp.lane as usize].kind, LaneKind::Stream { .. })
-        })
-        .count();
-    assert_eq!(on_device, 3, "each launch timed on the device");
-    assert_eq!(trace.dropped, 0, "nothing dropped");
+    // More than the device's 32,768 query slots.
+    conformance::timed_events_past_the_slots(d, 33_000);
     no_validation_errors();
     println!("probe ok");
 }

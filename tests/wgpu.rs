@@ -548,75 +548,9 @@ fn a_device_holds_more_timed_events_than_timestamp_slots() {
 #[test]
 #[ignore = "run in a child process by a_device_holds_more_timed_events_than_timestamp_slots"]
 fn probe_more_timed_events_than_slots() {
-    use keel::kernels::VECTOR_ADD;
-    use keel::profiler::{LaneKind, SpanKind};
-
     let d = conformance::wgpu_adapter("Vulkan").expect("a wgpu Vulkan adapter");
-    let s = keel::get_stream_from_pool(d, false).expect("stream");
-    let adds = VectorAdds::on(s);
-    let add = || adds.launch();
-    add();
-    // 3,000 live timed events, a launch between every 500.
-    let mut held = Vec::new();
-    for i in 0..3000 {
-        if i % 500 == 0 {
-            add();
-        }
-        let mut e = keel::Event::timed(TY);
-        e.record(&s).expect("a timed event past the slots' count");
-        held.push(e);
-    }
-    s.synchronize().expect("sync");
-    let ms = |a: &keel::Event, b: &keel::Event| a.elapsed_time(b).expect("elapsed time");
-    // Events whose values were moved out, and the last ones, in order.
-    let (first, last) = (&held[0], &held[2999]);
-    assert!(
-        ms(first, last) > 0.0,
-        "six launches lie between the first and last"
-    );
-    assert!(ms(first, &held[1]) >= 0.0);
-    assert!(ms(&held[1500], last) >= 0.0);
-    // Recorded again: the first event's slot was reused by another, so it
-    // takes a new one; its time is after every other's.
-    add();
-    held[0].record(&s).expect("record again");
-    s.synchronize().expect("sync");
-    assert!(
-        ms(&held[2999], &held[0]) > 0.0,
-        "the re-recorded event is the latest"
-    );
-    assert!(
-        ms(&held[1], &held[2]) >= 0.0,
-        "its old slot's value did not leak"
-    );
-
-    // A session with every slot still held by the events: each operation
-    // is timed (pairs whose work completed are reused).
-    let session = keel::profiler::start().expect("session");
-    for _ in 0..3 {
-        add();
-    }
-    s.synchronize().expect("sync");
-    let trace = session.stop();
-    drop(held);
-
-    // Kernel spans of `vector_add` on host lanes (launches) or on stream
-    // lanes (the kernels on the device).
-    let named = |on_device: bool| {
-        trace
-            .spans
-            .iter()
-            .filter(|sp| {
-                sp.kind == SpanKind::Kernel
-                    && sp.name.as_str() == VECTOR_ADD.name
-                    && matches!(trace.lanes[sp.lane as usize].kind, LaneKind::Stream { .. })
-                        == on_device
-            })
-            .count()
-    };
-    assert_eq!(named(false), 3, "three launches on the host");
-    assert_eq!(named(true), 3, "each timed on the device");
-    assert_eq!(trace.dropped, 0, "nothing dropped");
+    // Two slots each: 6,000 of the device's 4,096 timestamp slots.
+    conformance::timed_events_past_the_slots(d, 3_000);
     println!("probe ok");
 }
 

@@ -453,8 +453,7 @@ impl<H> Pools<H> {
         self.policy = policy;
     }
 
-    /// The policy (tests).
-    #[cfg(test)]
+    /// The policy.
     pub fn policy(&self) -> Policy {
         self.policy
     }

@@ -166,9 +166,6 @@ struct Pending {
 struct State {
     pools: Pools<BufferHandle>,
     config: AllocConfig,
-    /// Every block a segment of its own: the device's kernels hold each
-    /// allocation they bind whole ([`DeviceProperties::exclusive_allocations`](crate::backend::DeviceProperties::exclusive_allocations)).
-    own_segments: bool,
     pending: Vec<Pending>,
     /// The backend's zero-byte allocation, shared by every empty buffer.
     empty: Option<BufferHandle>,
@@ -185,11 +182,9 @@ struct State {
 impl State {
     /// The state of a new allocator: nothing reserved, nothing cached.
     fn new(config: AllocConfig, props: &DeviceProperties, unusable: Option<String>) -> State {
-        let own_segments = props.exclusive_allocations;
         State {
-            pools: Pools::new(policy(&config, own_segments)),
+            pools: Pools::new(policy(&config, props.exclusive_allocations)),
             config,
-            own_segments,
             pending: Vec::new(),
             empty: None,
             total_memory: props.total_memory,
@@ -852,7 +847,7 @@ impl DeviceAllocator {
         let mut state = lock(&self.state);
         self.flush(&mut state);
         state.config = config;
-        let own_segments = state.own_segments;
+        let own_segments = state.pools.policy().own_segments;
         state.pools.set_policy(policy(&config, own_segments));
         self.fast.store(
             fast_allowed(&config, state.unusable.is_some()),

@@ -730,9 +730,7 @@ mod tests {
         let Some(d) = conformance::device(DeviceType::Vulkan) else {
             return;
         };
-        let s = crate::get_stream_from_pool(d, false).expect("stream");
-        let ctx = Vulkan.device(d.index()).expect("device");
-        let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+        let (s, ctx, vk) = pool_stream(d);
         let n = 4096u32;
         let out = Buffer::new(d, 4 * n as usize).expect("buffer");
         let spin = |iters: u32| {
@@ -763,6 +761,14 @@ mod tests {
         unsafe { ctx.device.destroy_query_pool(ts.pool, None) };
     }
 
+    /// A pool stream of `d`, its device's context and its native stream.
+    fn pool_stream(d: crate::Device) -> (crate::Stream, &'static Ctx, &'static VkStream) {
+        let s = crate::get_stream_from_pool(d, false).expect("stream");
+        let ctx = Vulkan.device(d.index()).expect("device");
+        let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+        (s, ctx, vk)
+    }
+
     /// What `record_event` does for a timed event, on the test's pool
     /// `ts`: a slot taken and written by a submission of `vk`'s own.
     fn record_timed(ts: &Timestamps, ctx: &'static Ctx, vk: &'static VkStream) -> (u32, Point) {
@@ -784,9 +790,7 @@ mod tests {
         let Some(d) = conformance::device(DeviceType::Vulkan) else {
             return;
         };
-        let s = crate::get_stream_from_pool(d, false).expect("stream");
-        let ctx = Vulkan.device(d.index()).expect("device");
-        let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+        let (s, ctx, vk) = pool_stream(d);
         let ts = Timestamps::with_slots(&ctx.device, 4).expect("query pool");
         let record = || record_timed(&ts, ctx, vk);
         let mut events: Vec<_> = (0..4).map(|_| record()).collect();
@@ -872,8 +876,7 @@ mod tests {
         std::thread::scope(|scope| {
             for _ in 0..4 {
                 scope.spawn(|| {
-                    let s = crate::get_stream_from_pool(d, false).expect("stream");
-                    let vk = Vulkan.stream(ctx, s.id()).expect("native stream");
+                    let (_s, _, vk) = pool_stream(d);
                     let mut live = std::collections::VecDeque::new();
                     let mut last = 0u64;
                     for _ in 0..150 {

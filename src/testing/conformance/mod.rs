@@ -65,10 +65,12 @@ use std::sync::{PoisonError, RwLock};
 use crate::core::Device;
 
 mod config;
+mod probes;
 mod select;
 pub mod tests;
 
 pub use config::{Config, Expect, KernelSource, Outcome};
+pub use probes::timed_events_past_the_slots;
 pub use select::{
     builtin_devices, device, device_where, filtered_out, required, usable_devices, wgpu_adapter,
 };
