@@ -879,22 +879,8 @@ mod tests {
                     let (_s, _, vk) = pool_stream(d);
                     let mut live = std::collections::VecDeque::new();
                     let mut last = 0u64;
-                    for _ in 0..150 {
-                        live.push_back(record_timed(&ts, ctx, vk));
-                        if live.len() > 5
-                            && let Some((slot, point)) = live.pop_front()
-                        {
-                            point.wait().expect("wait");
-                            let v = ts.read(&ctx.device, slot, &point).expect("value");
-                            assert!(
-                                v >= last,
-                                "a stream's timestamps go forward: {last} then {v}"
-                            );
-                            last = v;
-                            ts.release_written(&ctx.device, slot, &point);
-                        }
-                    }
-                    for (slot, point) in live {
+                    // The oldest live event: its value, in order, released.
+                    let mut retire = |(slot, point): (u32, Point)| {
                         point.wait().expect("wait");
                         let v = ts.read(&ctx.device, slot, &point).expect("value");
                         assert!(
@@ -903,7 +889,16 @@ mod tests {
                         );
                         last = v;
                         ts.release_written(&ctx.device, slot, &point);
+                    };
+                    for _ in 0..150 {
+                        live.push_back(record_timed(&ts, ctx, vk));
+                        if live.len() > 5
+                            && let Some(oldest) = live.pop_front()
+                        {
+                            retire(oldest);
+                        }
                     }
+                    live.into_iter().for_each(retire);
                 });
             }
         });
