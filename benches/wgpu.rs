@@ -50,6 +50,13 @@ impl Raw {
     fn new(backend: wgpu::Backends) -> Raw {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends: backend,
+            backend_options: wgpu::BackendOptions {
+                noop: wgpu::NoopBackendOptions {
+                    enable: backend == wgpu::Backends::NOOP,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             ..wgpu::InstanceDescriptor::new_without_display_handle()
         });
         let adapter = pollster::block_on(instance.enumerate_adapters(backend))
@@ -229,6 +236,7 @@ fn dispatches(c: &mut Criterion) {
         let backend = match api.as_str() {
             "Vulkan" => wgpu::Backends::VULKAN,
             "GL" => wgpu::Backends::GL,
+            "noop" => wgpu::Backends::NOOP,
             _ => continue,
         };
         let s = keel::get_stream_from_pool(d, false).expect("stream");

@@ -147,7 +147,6 @@ fn load() -> Result<Adapters, String> {
             .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
     let mut list: Vec<Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
         .into_iter()
-        .filter(|a| a.get_info().backend != wgpu::Backend::Noop)
         .map(|adapter| {
             let info = adapter.get_info();
             Adapter {

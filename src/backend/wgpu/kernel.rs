@@ -22,9 +22,9 @@
 //! On llvmpipe's GL, the buffer and the group were about a fifth of a
 //! small launch's host time (`docs/BENCHMARKS.md`, issue 15).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::device::{WgpuDevice, lock};
@@ -45,7 +45,7 @@ fn source_key(wgsl: &'static str, entry: &'static str) -> SourceKey {
 /// A device's pipelines, by WGSL source (address and length) and entry
 /// point (one source may hold several).
 #[derive(Default)]
-pub(super) struct Pipelines(Mutex<HashMap<SourceKey, Arc<Pipeline>>>);
+pub(super) struct Pipelines(Mutex<FxHashMap<SourceKey, Arc<Pipeline>>>);
 
 /// A compute pipeline, the layout of its bind group 0 (asked for once),
 /// how its launches pass their parameters and its cached bind groups.
@@ -236,7 +236,7 @@ type Range = (wgpu::Buffer, u64, Option<wgpu::BufferSize>);
 /// groups are never looked up again (a new buffer is a new wgpu object).
 /// At most [`BindGroups::KEEP`] per pipeline; a full cache is emptied.
 #[derive(Default)]
-struct BindGroups(Mutex<HashMap<SmallVec<[Range; 4]>, wgpu::BindGroup>>);
+struct BindGroups(Mutex<FxHashMap<SmallVec<[Range; 4]>, wgpu::BindGroup>>);
 
 impl BindGroups {
     const KEEP: usize = 256;
@@ -433,7 +433,7 @@ impl Kernels for Wgpu {
         if grid.contains(&0) {
             return Ok(());
         }
-        let raw: Vec<(&wgpu::Buffer, u64, u64)> = buffers
+        let raw: SmallVec<[(&wgpu::Buffer, u64, u64); 4]> = buffers
             .iter()
             .map(|b| (b.buffer.raw(), b.offset as u64, b.len as u64))
             .collect();

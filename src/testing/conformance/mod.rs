@@ -181,6 +181,7 @@ macro_rules! conformance_suite {
                 in_order_within_a_stream,
                 producer_consumer_across_streams,
                 query_before_and_after_completion,
+                queries_alone_see_completion,
                 synchronize_waits_for_everything,
                 elapsed_time_matches_host_time,
                 event_misuse_is_a_clear_error,

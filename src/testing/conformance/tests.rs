@@ -269,6 +269,45 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
     assert!(close(got[n as usize - 1], busy.value(n - 1)));
 }
 
+/// Polling alone reaches completion: an event's and a stream's `query`
+/// and a read's `is_ready`, asked in a loop while the work runs and after,
+/// report it complete without any thread synchronizing (c10's `while not
+/// stream.query(): ...`). A backend that learns of completion only when
+/// someone waits would spin here forever.
+pub fn queries_alone_see_completion(d: Device, cfg: &Config) {
+    let s = pool(d);
+    let (n, iters) = cfg.slow_spin;
+    let out = Buffer::new(d, 4 * n as usize).expect("out");
+    let busy = Busy::launch(&s, cfg, &out, iters / 4);
+    let mut done = Event::new(d.device_type());
+    done.record(&s).expect("record");
+    let read = out.read_async(&s, 0, out.len()).expect("read");
+    // Asked once before the work may finish, then until it has.
+    let early = done.query().expect("query");
+    busy.release();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let poll = |what: &str, ready: &dyn Fn() -> bool| {
+        while !ready() {
+            assert!(
+                Instant::now() < deadline,
+                "{what} did not report the work complete within 30 s of polling (first answer: {early})"
+            );
+            std::thread::yield_now();
+        }
+    };
+    poll("the event's query", &|| done.query().expect("query"));
+    poll("the read's is_ready", &|| read.is_ready().expect("is_ready"));
+    poll("the stream's query", &|| s.query().expect("query"));
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read.wait().expect("data"));
+    let last = n as usize - 1;
+    assert!(
+        close(got[last], busy.value(n - 1)),
+        "{} != {}",
+        got[last],
+        busy.value(n - 1)
+    );
+}
+
 /// `synchronize(device)` waits for every stream of the device.
 pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
     let (s1, s2) = (pool(d), pool(d));
