@@ -1,7 +1,7 @@
 //! wgpu-specific behaviour beyond the conformance suite
 //! (`tests/conformance_wgpu.rs`): adapter order and properties, and
-//! selection by environment (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME`, in child
-//! processes).
+//! selection by environment (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME`,
+//! `WGPU_NOOP_BACKEND`, in child processes).
 
 use std::process::Command;
 
@@ -91,6 +91,45 @@ fn probe_wgpu_environment() {
             assert!(e.to_string().starts_with("wgpu unavailable"), "{e}");
             assert!(keel::is_available(DeviceType::Cpu));
         }
+        "noop" => {
+            let devices = keel::devices(TY);
+            let apis: Vec<String> = devices.iter().map(|&d| api(d)).collect();
+            assert_eq!(apis, ["noop"], "only wgpu's noop adapter");
+            let d = devices[0];
+            let s = keel::get_stream_from_pool(d, false).expect("stream");
+            // Copies run on it: data round-trips.
+            let data: Vec<u32> = (0..1024).collect();
+            let a = Buffer::from_slice(&s, &data).expect("upload");
+            let b = Buffer::from_slice(&s, &data).expect("upload");
+            assert_eq!(b.read_as::<u32>(&s).expect("read"), data);
+            // Launches complete at once, as seen by queries alone and by
+            // a profiling session, which gets a device span for each.
+            let out = Buffer::new(d, 4096).expect("out");
+            let k = keel::kernels::VECTOR_ADD;
+            let session = keel::profiler::start().expect("session");
+            for _ in 0..1000 {
+                s.launch(&k, k.grid_for(1024), &[&a, &b, &out], &1024u32.to_le_bytes())
+                    .expect("launch");
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !s.query().expect("query") {
+                assert!(std::time::Instant::now() < deadline, "launches never completed");
+                std::thread::yield_now();
+            }
+            let trace = session.stop();
+            let kernels = trace
+                .spans
+                .iter()
+                .filter(|sp| {
+                    sp.kind == keel::profiler::SpanKind::Kernel
+                        && matches!(
+                            trace.lanes[sp.lane as usize].kind,
+                            keel::profiler::LaneKind::Stream { .. }
+                        )
+                })
+                .count();
+            assert_eq!(kernels, 1000, "one device span per launch");
+        }
         other => panic!("unknown expectation {other}"),
     }
     println!("probe ok");
@@ -106,13 +145,19 @@ fn environment_selects_adapters() {
     for (var, value, expect) in [
         ("WGPU_BACKEND", "gl", "gl-only"),
         ("WGPU_ADAPTER_NAME", "no-such-adapter-keel", "none"),
+        ("WGPU_NOOP_BACKEND", "1", "noop"),
     ] {
         if expect == "gl-only" && !gl {
             continue;
         }
+        let mut env = vec![(var, value), ("KEEL_PROBE_EXPECT", expect)];
+        if expect == "noop" {
+            // The noop adapter alone (wgpu lists it only where enabled).
+            env.push(("WGPU_BACKEND", "noop"));
+        }
         run_probe(
             "probe_wgpu_environment",
-            &[(var, value), ("KEEL_PROBE_EXPECT", expect)],
+            &env,
             &format!("{var}={value}: "),
         );
     }

@@ -3,7 +3,7 @@
 //!
 //! | c10 concept | wgpu |
 //! |---|---|
-//! | device index | a wgpu adapter; order: native API (Vulkan, Metal, DX12, GL), then kind (discrete, integrated, virtual, CPU, other), then name. `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and `WGPU_ADAPTER_NAME` (a substring) narrow the list |
+//! | device index | a wgpu adapter; order: native API (Vulkan, Metal, DX12, GL), then kind (discrete, integrated, virtual, CPU, other), then name. `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and `WGPU_ADAPTER_NAME` (a substring) narrow the list; `WGPU_NOOP_BACKEND=1` adds wgpu's noop adapter (completes all work at once without running it: the host's cost alone) |
 //! | current device | thread-local index |
 //! | device + queue | created on first use, requesting `TIMESTAMP_QUERY`, `TIMESTAMP_QUERY_INSIDE_ENCODERS` and `IMMEDIATES` where offered |
 //! | default / pool stream | a *logical stream*: wgpu has one queue per device, so every logical stream submits to it. Logical streams keep their own order and all stream semantics (pool, current stream, guards, waits), but **wgpu streams never run concurrently** |
