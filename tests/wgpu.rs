@@ -108,12 +108,20 @@ fn probe_wgpu_environment() {
             let k = keel::kernels::VECTOR_ADD;
             let session = keel::profiler::start().expect("session");
             for _ in 0..1000 {
-                s.launch(&k, k.grid_for(1024), &[&a, &b, &out], &1024u32.to_le_bytes())
-                    .expect("launch");
+                s.launch(
+                    &k,
+                    k.grid_for(1024),
+                    &[&a, &b, &out],
+                    &1024u32.to_le_bytes(),
+                )
+                .expect("launch");
             }
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while !s.query().expect("query") {
-                assert!(std::time::Instant::now() < deadline, "launches never completed");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "launches never completed"
+                );
                 std::thread::yield_now();
             }
             let trace = session.stop();
@@ -155,11 +163,7 @@ fn environment_selects_adapters() {
             // The noop adapter alone (wgpu lists it only where enabled).
             env.push(("WGPU_BACKEND", "noop"));
         }
-        run_probe(
-            "probe_wgpu_environment",
-            &env,
-            &format!("{var}={value}: "),
-        );
+        run_probe("probe_wgpu_environment", &env, &format!("{var}={value}: "));
     }
 }
 

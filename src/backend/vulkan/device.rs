@@ -2,12 +2,12 @@
 //! allocator, timestamps, streams and pipeline cache; and what an adapter
 //! reports about itself.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use rustc_hash::FxHashMap;
 
 use super::TY;
 use super::event::Timestamps;
@@ -51,7 +51,7 @@ pub struct Ctx {
     pub(super) allocator: Mutex<Allocator>,
     pub(super) timestamps: Timestamps,
     streams: Streams<VkStream>,
-    pub(super) pipelines: Mutex<HashMap<super::kernel::SpirvKey, Arc<Pipeline>>>,
+    pub(super) pipelines: Mutex<FxHashMap<super::kernel::SpirvKey, Arc<Pipeline>>>,
     /// Descriptor sets of earlier launches, reused by launches that bind
     /// the same ranges.
     pub(super) sets: Mutex<super::kernel::SetCache>,
@@ -261,7 +261,7 @@ impl Ctx {
             allocator: Mutex::new(allocator),
             timestamps,
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
-            pipelines: Mutex::new(HashMap::new()),
+            pipelines: Mutex::default(),
             sets: Mutex::default(),
             staging: StagingPool::default(),
             calibrated,

@@ -36,7 +36,7 @@ use std::time::Instant;
 use ash::vk;
 
 use super::device::{Ctx, lock, vk_error};
-use super::stream::{self, Bracket, Point, VkStream};
+use super::stream::{self, Bracket, Keeps, Point, VkStream};
 use super::{TY, Vulkan};
 use crate::backend::typed::Events;
 use crate::backend::{ClockSample, slot_runs};
@@ -569,7 +569,7 @@ impl Events for Vulkan {
             }
         } else if stream.has_pending_waits() {
             // The event must come after the waits queued on the stream.
-            stream.submit(|_, _| {}, Vec::new())?
+            stream.submit(|_, _| {}, Keeps::new())?
         } else {
             stream.last_value()
         };
@@ -661,7 +661,7 @@ impl Events for Vulkan {
         }
         if b.first.is_none() {
             stream::arm(b);
-            let submitted = stream.submit(|_, _| {}, Vec::new());
+            let submitted = stream.submit(|_, _| {}, Keeps::new());
             b = stream::disarm().unwrap_or(b);
             if let Err(e) = submitted {
                 abandon(b);
@@ -697,7 +697,7 @@ fn submit_timestamp(stream: &VkStream, pool: vk::QueryPool, slot: u32) -> Result
                 d.cmd_write_timestamp2(cb, vk::PipelineStageFlags2::ALL_COMMANDS, pool, slot);
             }
         },
-        Vec::new(),
+        Keeps::new(),
     )
 }
 

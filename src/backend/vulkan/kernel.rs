@@ -12,6 +12,9 @@
 //! 16 bytes (a dynamic uniform buffer in the set layout).
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use ash::vk;
@@ -277,7 +280,7 @@ const CACHED_SETS: usize = 256;
 
 /// What a cached set binds: the pipeline, each storage range (buffer
 /// object address, offset, range) and the parameter ring.
-type SetKey = (usize, Vec<(usize, u64, u64)>, vk::Buffer);
+type SetKey = (usize, SmallVec<[(usize, u64, u64); 4]>, vk::Buffer);
 
 struct CachedSet {
     set: Arc<Descriptors>,
@@ -291,7 +294,7 @@ struct CachedSet {
 /// A device's descriptor sets, cached per [`SetKey`].
 #[derive(Default)]
 pub(super) struct SetCache {
-    sets: HashMap<SetKey, CachedSet>,
+    sets: FxHashMap<SetKey, CachedSet>,
     clock: u64,
 }
 
@@ -336,7 +339,7 @@ impl SetCache {
 struct LaunchKeep {
     _pipeline: Arc<Pipeline>,
     _set: Arc<Descriptors>,
-    _buffers: Vec<Arc<VkBuffer>>,
+    _buffers: SmallVec<[Arc<VkBuffer>; 4]>,
     /// A parameter block too large for a ring slot.
     _params: Option<VkBuffer>,
 }
@@ -461,7 +464,7 @@ impl Kernels for Vulkan {
                     d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
                 }
             },
-            vec![keep],
+            smallvec::smallvec![keep],
         )?;
         Ok(())
     }

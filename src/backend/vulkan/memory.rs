@@ -17,7 +17,7 @@ use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 
 use super::device::{Ctx, lock, vk_error};
-use super::stream::{Keep, Point, VkStream};
+use super::stream::{Keep, Keeps, Point, VkStream};
 use super::{TY, Vulkan};
 use crate::backend::Readback;
 use crate::backend::typed::Memory;
@@ -383,7 +383,8 @@ fn submit_copy(
         .dst_offset(dst_offset as u64)
         .size(len as u64)];
     let (src_b, dst_b) = (src.buffer, dst.buffer);
-    let keep: Vec<Keep> = vec![Box::new(src), Box::new(dst)];
+    let (src, dst): (Keep, Keep) = (Box::new(src), Box::new(dst));
+    let keep: Keeps = smallvec::smallvec![src, dst];
     stream.submit(
         |d, cb| {
             // SAFETY: both buffers are alive (kept until the copy ran), the

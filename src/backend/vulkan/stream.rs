@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use ash::vk;
 
 use gpu_allocator::MemoryLocation;
+use smallvec::SmallVec;
 
 use super::device::{Ctx, lock, vk_error};
 use super::memory::VkBuffer;
@@ -34,10 +35,13 @@ const CB_BATCH: u32 = 16;
 /// Something a submission must keep alive until it has run.
 pub(super) type Keep = Box<dyn Any + Send + Sync>;
 
+/// What one submission keeps alive (a launch: one, a copy: two), inline.
+pub(super) type Keeps = SmallVec<[Keep; 2]>;
+
 struct InFlight {
     value: u64,
     cb: vk::CommandBuffer,
-    _keep: Vec<Keep>,
+    _keep: Keeps,
 }
 
 /// Bytes of one parameter slot: parameter blocks up to this size go
@@ -359,7 +363,7 @@ impl VkStream {
     pub(super) fn submit(
         &self,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
-        keep: Vec<Keep>,
+        keep: Keeps,
     ) -> Result<u64> {
         self.submit_with_params(None, |d, cb, _| record(d, cb), keep)
     }
@@ -372,7 +376,7 @@ impl VkStream {
         &self,
         params: Option<&[u8]>,
         record: impl FnOnce(&ash::Device, vk::CommandBuffer, u32),
-        keep: Vec<Keep>,
+        keep: Keeps,
     ) -> Result<u64> {
         let device = &self.ctx.device;
         let mut state = lock(&self.state);
@@ -452,7 +456,7 @@ impl VkStream {
         }
 
         let value = state.last + 1;
-        let mut waits: Vec<vk::SemaphoreSubmitInfo<'_>> = state
+        let mut waits: SmallVec<[vk::SemaphoreSubmitInfo<'_>; 4]> = state
             .pending
             .iter()
             .map(|&(sem, v)| {

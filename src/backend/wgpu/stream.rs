@@ -662,7 +662,11 @@ mod tests {
     #[test]
     fn a_full_backlog_is_retired_oldest_first_until_empty() {
         let n = BACKLOG as u64;
-        assert_eq!(pending(1..n).target(0, 0), None, "below the backlog: asleep");
+        assert_eq!(
+            pending(1..n).target(0, 0),
+            None,
+            "below the backlog: asleep"
+        );
         let mut p = pending(1..=n);
         assert_eq!(p.target(0, 0), Some((1, 10)));
         // The thread keeps retiring below the backlog, until the queue is
@@ -681,8 +685,14 @@ mod tests {
         assert!(p.wakes(0, 3), "asleep and a pending submission is wanted");
         assert!(!p.wakes(3, 3), "what is wanted is complete");
         assert!(!p.wakes(0, 0), "nobody wants anything, no backlog");
-        assert!(pending(1..=BACKLOG as u64).wakes_asleep(0, 0), "a full backlog");
-        assert!(!Pending::<u64>::default().wakes_asleep(0, 5), "nothing pending");
+        assert!(
+            pending(1..=BACKLOG as u64).wakes_asleep(0, 0),
+            "a full backlog"
+        );
+        assert!(
+            !Pending::<u64>::default().wakes_asleep(0, 5),
+            "nothing pending"
+        );
     }
 
     impl Pending<u64> {

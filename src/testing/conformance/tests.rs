@@ -296,7 +296,9 @@ pub fn queries_alone_see_completion(d: Device, cfg: &Config) {
         }
     };
     poll("the event's query", &|| done.query().expect("query"));
-    poll("the read's is_ready", &|| read.is_ready().expect("is_ready"));
+    poll("the read's is_ready", &|| {
+        read.is_ready().expect("is_ready")
+    });
     poll("the stream's query", &|| s.query().expect("query"));
     let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read.wait().expect("data"));
     let last = n as usize - 1;
