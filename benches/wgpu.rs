@@ -10,6 +10,11 @@
 //! side counts its own), and the group ends by printing the median ratio
 //! of paired rounds (`paired_ratio`).
 //!
+//! With `WGPU_NOOP_BACKEND=1` the same groups run on wgpu's noop adapter
+//! too (`wgpu_noop_*`; `WGPU_BACKEND=noop` for it alone): a device that
+//! completes every submission at once without running it, where what is
+//! left is each side's host cost, the regime of a fast GPU.
+//!
 //! Run: `cargo bench --bench wgpu`. Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
