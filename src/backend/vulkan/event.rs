@@ -29,7 +29,7 @@
 //! submission that wrote it); a profiled operation's slots are read and
 //! released within a batch.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -98,7 +98,7 @@ struct QuerySlots {
     table: Vec<Slot>,
     /// The values of timed events whose slots were reused while the
     /// events lived (see the module docs).
-    moved: HashMap<MovedKey, u64>,
+    moved: FxHashMap<MovedKey, u64>,
 }
 
 /// A device's timestamp query pool and its slots (see the module docs).
@@ -155,7 +155,7 @@ impl Timestamps {
                 retiring: Vec::new(),
                 recycle_at: RECYCLE_BATCH,
                 table: vec![Slot::default(); slots as usize],
-                moved: HashMap::new(),
+                moved: FxHashMap::default(),
             }),
             read_done: Condvar::new(),
         })

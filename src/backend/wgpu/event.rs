@@ -15,7 +15,7 @@
 //! read them there), and the slots reused; a record waits only while more
 //! than the slots' worth of timestamps are in flight (`QuerySlots::take`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Mutex;
@@ -70,7 +70,7 @@ struct Slots {
     /// The values of slots whose pairs were reused while still held
     /// (`take` with every pair held), by `(slot, seq)`: the holder reads
     /// its value here, and its give-back removes it.
-    moved: HashMap<(u32, u64), u64>,
+    moved: FxHashMap<(u32, u64), u64>,
 }
 
 /// What `take` does when no pair is free or given back.
@@ -168,7 +168,7 @@ impl QuerySlots {
             retiring: Vec::new(),
             holders: vec![(0, 0); pairs as usize],
             stamps: vec![Stamp::default(); QUERY_SLOTS as usize],
-            moved: HashMap::new(),
+            moved: FxHashMap::default(),
         }))
     }
 
