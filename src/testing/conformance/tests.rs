@@ -273,7 +273,7 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
 /// and a read's `is_ready`, asked in a loop while the work runs and after,
 /// report it complete without any thread synchronizing (c10's `while not
 /// stream.query(): ...`). A backend that learns of completion only when
-/// someone waits would spin here forever.
+/// someone waits fails here.
 pub fn queries_alone_see_completion(d: Device, cfg: &Config) {
     let s = pool(d);
     let (n, iters) = cfg.slow_spin;
