@@ -203,7 +203,11 @@ impl Completion {
         if seq == 0 || self.completed() >= seq {
             return true;
         }
-        if self.wanted.fetch_max(seq, Ordering::AcqRel) < seq {
+        // A plain load first: a thread polling in a loop does not write
+        // the shared line on every call.
+        if self.wanted.load(Ordering::Acquire) < seq
+            && self.wanted.fetch_max(seq, Ordering::AcqRel) < seq
+        {
             let pending = lock(&self.pending);
             let wake = pending.wakes(self.completed(), seq);
             drop(pending);
