@@ -95,6 +95,9 @@ fn probe_wgpu_environment() {
             let devices = keel::devices(TY);
             let apis: Vec<String> = devices.iter().map(|&d| api(d)).collect();
             assert_eq!(apis, ["noop"], "only wgpu's noop adapter");
+            // It runs no kernels: the test pickers never choose it.
+            assert_eq!(conformance::usable_devices(TY), Vec::<Device>::new());
+            assert_eq!(conformance::device(TY), None);
             let d = devices[0];
             let s = keel::get_stream_from_pool(d, false).expect("stream");
             // Copies run on it: data round-trips.

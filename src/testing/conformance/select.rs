@@ -42,13 +42,18 @@ pub fn builtin_devices() -> Vec<(&'static str, Device)> {
 
 /// The devices of `ty` that open here (their properties can be read), in
 /// order; each one that does not is printed as skipped with its error, or
-/// fails the test where `KEEL_REQUIRE_BACKENDS` names `ty`.
+/// fails the test where `KEEL_REQUIRE_BACKENDS` names `ty`. wgpu's noop
+/// adapter, which runs no work, is skipped too.
 /// (`keel::devices` lists every device the backend enumerates; one may
 /// still fail to open, as wgpu's GL adapter does on NVIDIA's headless EGL.)
 pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
     crate::devices(ty)
         .into_iter()
         .filter(|&d| match crate::properties(d) {
+            Ok(p) if runs_no_work(&p) => {
+                eprintln!("skipping {d}: {RUNS_NO_WORK}");
+                false
+            }
             Ok(_) => true,
             Err(e) if required(ty) => {
                 panic!("KEEL_REQUIRE_BACKENDS requires {ty}, but {d} does not open: {e}")
@@ -69,6 +74,19 @@ pub fn device_where(
     pick: impl Fn(&DeviceProperties) -> bool,
 ) -> Option<Device> {
     select(ty, None, what, pick)
+}
+
+/// Why a device that runs no work is never tested.
+const RUNS_NO_WORK: &str =
+    "wgpu's noop adapter (WGPU_NOOP_BACKEND=1) completes work without running it";
+
+/// Whether `p` describes wgpu's noop adapter: it accepts every command and
+/// runs none, so no test of results can pass on it (it is there to
+/// measure Keel's host side).
+fn runs_no_work(p: &DeviceProperties) -> bool {
+    p.extra
+        .iter()
+        .any(|(k, v)| k == "native API" && v == "noop")
 }
 
 /// Whether `KEEL_REQUIRE_BACKENDS` (a comma list of device type names, such
@@ -96,6 +114,10 @@ fn select(
             crate::devices(ty)
                 .into_iter()
                 .find(|&d| match crate::properties(d) {
+                    Ok(p) if runs_no_work(&p) => {
+                        unopened.push(format!("{d}: {RUNS_NO_WORK}"));
+                        false
+                    }
                     Ok(p) => pick(&p),
                     Err(e) => {
                         unopened.push(format!("{d}: {e}"));
