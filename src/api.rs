@@ -82,9 +82,17 @@ pub fn current_stream(device: Device) -> Result<Stream> {
 }
 
 /// [`current_stream`] of a device known to be concrete and checked (a
-/// tensor's): no second index check.
+/// tensor's): no second index check. A built-in backend keeps its current
+/// streams in Keel's thread-local table, read here inline; a third-party
+/// backend is asked. Inline because the dispatcher calls it per operator:
+/// a `Result<Stream>` returned through the stack is read back in wider
+/// loads than it was written, a store-forwarding stall (`perf annotate`).
+#[inline(always)]
 pub(crate) fn current_stream_of_checked(device: Device) -> Result<Stream> {
-    backend(device.device_type())?.get_stream(device)
+    match registry::available_target(device.device_type())? {
+        (_, Some(_)) => Ok(crate::backend::tls::current_stream(device)),
+        (third_party, None) => third_party.get_stream(device),
+    }
 }
 
 /// Makes `stream` the thread's current stream on its device. Does not

@@ -38,6 +38,7 @@ impl BufferHandle {
 
     /// A shared handle to the backend's allocation, if it is a `T` (to keep
     /// it alive in work that runs later).
+    #[inline]
     pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         Arc::clone(&self.0).downcast().ok()
     }

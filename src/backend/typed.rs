@@ -368,6 +368,7 @@ impl<B: Events + Memory> Typed<B> {
             .ok_or_else(|| foreign(B::TYPE, "an event"))
     }
 
+    #[inline]
     fn buffer(&self, buffer: &BufferHandle) -> Result<Arc<B::Buffer>> {
         buffer
             .downcast_arc::<B::Buffer>()
@@ -627,16 +628,18 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         params: &[u8],
     ) -> Result<()> {
         let s = self.stream(stream)?;
-        let bufs = buffers
-            .iter()
-            .map(|v| {
-                Ok(Binding {
-                    buffer: self.buffer(v.handle)?,
-                    offset: v.offset,
-                    len: v.len,
-                })
-            })
-            .collect::<Result<SmallVec<[_; 4]>>>()?;
+        // A plain loop: every launch runs it, and `collect` into a
+        // `Result` went through two adapters that were inlined or not
+        // depending on the crate's codegen partition (150 instructions per
+        // launch apart between builds of unchanged code).
+        let mut bufs: SmallVec<[_; 4]> = SmallVec::new();
+        for v in buffers {
+            bufs.push(Binding {
+                buffer: self.buffer(v.handle)?,
+                offset: v.offset,
+                len: v.len,
+            });
+        }
         self.0.enqueue_kernel(s, kernel, grid, &bufs, params)
     }
 
