@@ -207,7 +207,9 @@ pub struct WgpuDevice {
     pub(super) uploads: StagingPool,
     pub(super) uncaptured: Arc<Uncaptured>,
     /// Note [GL context lock] (module docs of the wgpu backend).
-    pub(super) gl: GlContextLock,
+    /// Shared with the device's poll thread, which waits for GL work
+    /// under it.
+    pub(super) gl: Arc<GlContextLock>,
 }
 
 impl fmt::Debug for WgpuDevice {
@@ -269,7 +271,8 @@ impl WgpuDevice {
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             lock(&sink.0).push(e.to_string());
         }));
-        let order = SubmissionOrder::start(&device, index)?;
+        let gl = Arc::new(GlContextLock::for_api(adapter.info.backend));
+        let order = SubmissionOrder::start(&device, index, Arc::clone(&gl))?;
         let timestamps = required_features
             .contains(wanted)
             .then(|| QuerySlots::query_set(&device));
@@ -287,7 +290,7 @@ impl WgpuDevice {
             readbacks: StagingPool::readbacks(),
             uploads: StagingPool::uploads(),
             uncaptured,
-            gl: GlContextLock::for_api(adapter.info.backend),
+            gl,
         })
     }
 

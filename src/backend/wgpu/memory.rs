@@ -407,8 +407,9 @@ impl Memory for Wgpu {
             drop(shared);
             let mut enc = d.encoder();
             enc.copy_buffer_to_buffer(&staging, 0, &dst.buffer, offset as u64, round4(len));
-            stream.submit(enc)?;
+            let at = stream.submit(enc)?;
             d.uploads.recycle(d, staging);
+            d.order.reap_gl(d, &at);
             return Ok(());
         }
         let phase = offset % 4;
@@ -422,8 +423,9 @@ impl Memory for Wgpu {
             data.len() as u64,
             dst.size,
         )?;
-        stream.submit(enc)?;
+        let at = stream.submit(enc)?;
         d.gl.release(staging);
+        d.order.reap_gl(d, &at);
         Ok(())
     }
 

@@ -16,8 +16,9 @@
 //! | copies | `copy_buffer_to_buffer` when offsets and size allow it (multiples of 4), otherwise the `copy_bytes` kernel |
 //! | kernel | the same WGSL as Vulkan, one pipeline per (device, kernel); the parameter block as immediate data where the device offers it and the block fits, else a uniform buffer per launch; bind groups cached by their buffer ranges (Note [wgpu parameter blocks] in `kernel.rs`) |
 //!
-//! On GL, wgpu finishes a submission's work before `submit` returns, so
-//! streams there are effectively synchronous.
+//! On GL, wgpu runs a submission's work before `submit` returns, so
+//! streams there are effectively synchronous; queries notice the
+//! completion on demand, as on other native APIs.
 //!
 //! # Note [GL context lock]
 //!
@@ -39,9 +40,10 @@
 //! - **exclusive** around every call that may hold the context long:
 //!   pipeline creation (`kernel.rs`; a thread that waited looks in the
 //!   cache again, and a pipeline that loses the race to the cache is freed
-//!   under the lock), every submission with its fence wait
-//!   (`SubmissionOrder::submit` in `stream.rs`, taken before the
-//!   submission lock) and readback mapping (`memory::map_read`);
+//!   under the lock), every submission (`SubmissionOrder::submit` in
+//!   `stream.rs`, taken before the submission lock), every wait and poll
+//!   for completion (the device's poll thread, `SubmissionOrder::reap_gl`)
+//!   and readback mapping (`memory::map_read`);
 //! - **shared** around every other call that takes the context: creating
 //!   a buffer (and writing and unmapping one mapped at creation), mapping
 //!   an upload buffer again, and freeing a buffer whose last reference

@@ -48,15 +48,18 @@
 //! before this change; not re-measured). A query that finds its
 //! submission incomplete therefore answers "not yet" once more after the
 //! work finished, while the poll thread catches up; it never answers
-//! "complete" early. On GL, where the commands have
-//! run by the time `queue.submit` returns, it instead waits (no timeout)
-//! for that submission's fence, which for a submission writing a
-//! timestamp can signal a little later (llvmpipe: about 1 time in 6), and
-//! marks it complete: work there is complete as soon as it is enqueued,
-//! and the poll thread, never handed a GL submission, stays idle (each
-//! wgpu call on GL makes the device's one GL context current on the
-//! calling thread, and bouncing it between two threads per submission was
-//! the most expensive part of a launch).
+//! "complete" early. On GL, where the commands have run by the time
+//! `queue.submit` returns (its fences may still signal a little later),
+//! the submitting thread does not poll at all: every wgpu call on GL makes
+//! the device's one GL context current on the calling thread, and the
+//! poll thread, working on demand, takes it rarely (under the GL context
+//! lock, Note [GL context lock]). Until 2026-11-26 a GL submission waited
+//! for its own fence before returning, which cost 3-5% of a small launch;
+//! before that, every GL submission went to the poll thread, and moving
+//! the context to it and back each time cost more than the launch itself.
+//! A copy from host memory on GL polls once without waiting
+//! ([`SubmissionOrder::reap_gl`]), so that its staging buffer is ready
+//! again for the next one.
 //!
 //! Why not ask wgpu in the query itself (as Keel did before): a wgpu poll
 //! of any kind, even `PollType::Poll` or a `Wait` with a zero timeout,
@@ -111,7 +114,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use super::TY;
-use super::device::{WgpuDevice, lock};
+use super::device::{GlContextLock, WgpuDevice, lock};
 use crate::core::DeviceIndex;
 use crate::error::{Error, Result};
 
@@ -289,14 +292,18 @@ impl Completion {
 /// The body of a device's poll thread: waits for the submission
 /// [`Completion::next`] names (no timeout, see Note [wgpu completion
 /// tracking]) and marks it complete, forever. wgpu runs completion and
-/// mapping callbacks on this thread too.
-fn poll_thread(device: wgpu::Device, completion: Arc<Completion>) {
+/// mapping callbacks on this thread too. On GL it waits under the context
+/// lock held exclusively, as every wait does (Note [GL context lock]).
+fn poll_thread(device: wgpu::Device, completion: Arc<Completion>, gl: Arc<GlContextLock>) {
     loop {
         let ((seq, index), newest) = completion.next();
-        match device.poll(wgpu::PollType::Wait {
+        let exclusive = gl.exclusive();
+        let status = device.poll(wgpu::PollType::Wait {
             submission_index: Some(index),
             timeout: None,
-        }) {
+        });
+        drop(exclusive);
+        match status {
             // Everything submitted before this poll has completed.
             Ok(wgpu::PollStatus::QueueEmpty) => completion.complete_through(newest),
             Ok(_) => completion.complete_through(seq),
@@ -305,22 +312,6 @@ fn poll_thread(device: wgpu::Device, completion: Arc<Completion>) {
             // A submission wgpu rejected (a validation error, reported by
             // `submit`): nothing of it runs.
             Err(wgpu::PollError::WrongSubmissionIndex(..)) => completion.complete_through(seq),
-        }
-    }
-}
-
-/// Waits, without a timeout (Note [wgpu completion tracking]), for wgpu
-/// submission `index` of `d`.
-fn wait_for(d: &WgpuDevice, index: &wgpu::SubmissionIndex) {
-    loop {
-        match d.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(index.clone()),
-            timeout: None,
-        }) {
-            // wgpu's GL backend caps a wait at about 4 s: wait again.
-            Err(wgpu::PollError::Timeout) => {}
-            // Done, or rejected by wgpu (nothing of it runs).
-            Ok(_) | Err(wgpu::PollError::WrongSubmissionIndex(..)) => return,
         }
     }
 }
@@ -337,12 +328,16 @@ pub(super) struct SubmissionOrder {
 impl SubmissionOrder {
     /// The submission order of wgpu device `device` (Keel's `wgpu:index`),
     /// with its poll thread started.
-    pub(super) fn start(device: &wgpu::Device, index: DeviceIndex) -> Result<Self> {
+    pub(super) fn start(
+        device: &wgpu::Device,
+        index: DeviceIndex,
+        gl: Arc<GlContextLock>,
+    ) -> Result<Self> {
         let completion = Arc::new(Completion::default());
         let (poll_device, poll_completion) = (device.clone(), Arc::clone(&completion));
         std::thread::Builder::new()
             .name(format!("keel-wgpu-{index}"))
-            .spawn(move || poll_thread(poll_device, poll_completion))
+            .spawn(move || poll_thread(poll_device, poll_completion, gl))
             .map_err(|e| {
                 Error::backend(
                     TY,
@@ -363,6 +358,22 @@ impl SubmissionOrder {
     /// Blocks until submission `seq` has completed.
     pub(super) fn wait(&self, seq: u64) {
         self.completion.wait(seq);
+    }
+
+    /// On GL, reaps work that completed, without waiting: a submission
+    /// that staged host memory has its staging buffer back (mapped again)
+    /// and is known complete when wgpu's queue is empty, instead of
+    /// waiting for a later poll while every upload meanwhile makes a new
+    /// staging buffer. Nothing elsewhere: the poll thread reaps there.
+    pub(super) fn reap_gl(&self, d: &WgpuDevice, at: &Point) {
+        let Some(exclusive) = d.gl.exclusive() else {
+            return;
+        };
+        let status = d.device.poll(wgpu::PollType::Poll);
+        drop(exclusive);
+        if matches!(status, Ok(wgpu::PollStatus::QueueEmpty)) {
+            self.completion.complete_through(at.seq());
+        }
     }
 
     /// Submits `encoder` on `stream` (or on none, for Keel's own work):
@@ -390,16 +401,14 @@ impl SubmissionOrder {
             stream.last.store(seq, Ordering::Release);
         }
         if d.adapter.info.backend == wgpu::Backend::Gl {
-            // GL has run the commands by now, but the fence of a submission
-            // that writes a timestamp can signal a little later (llvmpipe):
-            // wait for it here, so that the work is complete when `submit`
-            // returns. The poll thread is not told: every wgpu call on GL
-            // makes the one GL context current on the calling thread, and
-            // moving it between this thread and the poll thread at every
-            // submission cost more than the launch itself (10,000
-            // launches: 1.33-2.0x raw wgpu's time with, 1.20-1.26x without).
-            wait_for(d, &index);
-            self.completion.complete_through(seq);
+            // GL has run the commands by now (its fences can still signal
+            // a little later): hand the submission to the poll thread,
+            // which finds it complete when someone asks or a backlog has
+            // gathered, with no poll here. Polling here, even without
+            // waiting, cost 3-5% of a small launch (docs/BENCHMARKS.md),
+            // and each wait of the poll thread moves the one GL context to
+            // it and back, which on demand happens rarely.
+            self.completion.push(seq, index.clone());
         } else {
             // Reap without waiting: when wgpu's queue is empty, this
             // submission and every earlier one are complete, and the poll

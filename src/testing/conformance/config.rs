@@ -101,9 +101,10 @@ pub struct Config {
     /// held by a [`Gate`](crate::testing::Gate) instead, and use it only
     /// for its `n`.
     pub slow_spin: (u32, u32),
-    /// The backend finishes work before a submission returns (wgpu on GL),
-    /// so "not yet complete" can never be observed; the suite checks the
-    /// opposite there.
+    /// The backend runs work before a submission returns (wgpu on GL), so
+    /// "still running" can never be observed. Queries may still answer
+    /// "not yet" until the backend notices the completion; the suite
+    /// checks that they notice without any thread synchronizing.
     pub blocking_submit: bool,
     /// A submission may not return until the work submitted before it on
     /// the device has run (lavapipe's `vkQueueSubmit` under wgpu, which
