@@ -210,6 +210,9 @@ pub struct WgpuDevice {
     /// Shared with the device's poll thread, which waits for GL work
     /// under it.
     pub(super) gl: Arc<GlContextLock>,
+    /// Nanoseconds per timestamp tick (`queue.get_timestamp_period()`,
+    /// fixed for a device; asked once, not per timestamp read).
+    pub(super) timestamp_period: f64,
 }
 
 impl fmt::Debug for WgpuDevice {
@@ -272,6 +275,7 @@ impl WgpuDevice {
             lock(&sink.0).push(e.to_string());
         }));
         let gl = Arc::new(GlContextLock::for_api(adapter.info.backend));
+        let timestamp_period = f64::from(queue.get_timestamp_period());
         let order = SubmissionOrder::start(&device, index, Arc::clone(&gl))?;
         let timestamps = required_features
             .contains(wanted)
@@ -291,6 +295,7 @@ impl WgpuDevice {
             uploads: StagingPool::uploads(),
             uncaptured,
             gl,
+            timestamp_period,
         })
     }
 
@@ -321,7 +326,7 @@ impl WgpuDevice {
         p.shared_memory_per_workgroup = Some(u64::from(l.max_compute_workgroup_storage_size));
         p.subgroup_size = (info.subgroup_min_size > 0).then_some(info.subgroup_min_size);
         p.timestamps = self.timestamps.as_ref().map(|_| TimestampSupport {
-            period_ns: f64::from(self.queue.get_timestamp_period()),
+            period_ns: self.timestamp_period,
             valid_bits: 64,
         });
         p.storage_offset_alignment = Some(u64::from(l.min_storage_buffer_offset_alignment));

@@ -353,7 +353,7 @@ fn read_completed(d: &'static WgpuDevice, qs: &wgpu::QuerySet) -> Result<()> {
 
 /// Ticks to nanoseconds of the device's timestamp clock.
 fn ticks_ns(d: &WgpuDevice, ticks: u64) -> i64 {
-    let period = f64::from(d.queue.get_timestamp_period());
+    let period = d.timestamp_period;
     if period == 1.0 {
         ticks as i64
     } else {
@@ -441,7 +441,7 @@ impl Events for Wgpu {
         } else {
             -((t0 - t1) as f64)
         };
-        Ok(ticks * f64::from(d.queue.get_timestamp_period()) / 1e6)
+        Ok(ticks * d.timestamp_period / 1e6)
     }
 
     /// Gives the event's timestamp slot back to its device.
