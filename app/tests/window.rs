@@ -10,8 +10,17 @@ use std::time::{Duration, Instant};
 struct Xvfb(Child);
 
 impl Drop for Xvfb {
+    /// SIGTERM, so that the server removes its lock file and socket
+    /// (`Child::kill` sends SIGKILL, which leaves both behind); SIGKILL
+    /// only if that fails.
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let terminated = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !terminated {
+            let _ = self.0.kill();
+        }
         let _ = self.0.wait();
     }
 }

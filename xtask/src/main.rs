@@ -406,11 +406,38 @@ fn test() -> Result<(), String> {
     }
     let result = run("tests", &mut tests);
     if let Some((_, mut child)) = xvfb {
-        let _ = child.kill();
-        let _ = child.wait();
+        stop_xvfb(&mut child);
     }
     result?;
     hta_check(&cargo, &runtime_dir)
+}
+
+/// Whether X display `:n` is held by a running server: its lock file names
+/// a live process, or it has a socket and no lock.
+fn display_in_use(n: u32) -> bool {
+    let socket = Path::new(&format!("/tmp/.X11-unix/X{n}")).exists();
+    match std::fs::read_to_string(format!("/tmp/.X{n}-lock")) {
+        Ok(lock) => match lock.trim().parse::<u32>() {
+            Ok(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+            // A lock being written, or one we cannot read: held.
+            Err(_) => true,
+        },
+        Err(_) => socket,
+    }
+}
+
+/// Stops an Xvfb started here with SIGTERM, so that it removes its lock
+/// file and socket (`Child::kill` sends SIGKILL, which leaves both
+/// behind); SIGKILL only if that fails.
+fn stop_xvfb(child: &mut std::process::Child) {
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !terminated {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
 }
 
 /// Starts `Xvfb :99` when there is no `DISPLAY` (and Xvfb is installed), so
@@ -424,13 +451,12 @@ fn start_xvfb() -> Option<(String, std::process::Child)> {
         eprintln!("xtask: no DISPLAY and no Xvfb: the window test will skip");
         return None;
     }
-    // The first display from :99 with neither a lock nor a socket (a
-    // killed server can leave a stale socket behind).
-    let Some(n) = (99..140).find(|n| {
-        !Path::new(&format!("/tmp/.X{n}-lock")).exists()
-            && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-    }) else {
-        eprintln!("xtask: no free X display in :99..:139: the window test will skip");
+    // The first display from :99 that no live server holds: a server
+    // killed without the chance to clean up leaves its lock file (holding
+    // its pid) and socket behind, and Xvfb replaces both when that pid is
+    // gone.
+    let Some(n) = (99..140).find(|&n| !display_in_use(n)) else {
+        eprintln!("xtask: no free X display in :99..:139: the window test starts its own Xvfb");
         return None;
     };
     let display = format!(":{n}");
@@ -464,7 +490,7 @@ fn start_xvfb() -> Option<(String, std::process::Child)> {
     }
     eprintln!("xtask: Xvfb did not come up on {display}");
     let mut child = child;
-    let _ = child.kill();
+    stop_xvfb(&mut child);
     None
 }
 
