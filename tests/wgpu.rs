@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use keel::testing::conformance;
+use keel::testing::{VectorAdds, conformance};
 use keel::{Buffer, Device, DeviceType};
 
 const TY: DeviceType = DeviceType::Wgpu;
@@ -548,37 +548,6 @@ fn profiled_operations_time_themselves_in_order() {
 fn run_probe_on_vulkan_adapter(probe: &str, what: &str) {
     if conformance::wgpu_adapter("Vulkan").is_some() {
         run_probe(probe, &[], &format!("the probe {what} failed:\n"));
-    }
-}
-
-/// `vector_add` over 256 elements, launched on one stream over three
-/// buffers of its device.
-struct VectorAdds {
-    stream: keel::Stream,
-    bufs: Vec<Buffer>,
-}
-
-impl VectorAdds {
-    const N: u32 = 256;
-
-    fn on(stream: keel::Stream) -> Self {
-        let bufs = (0..3)
-            .map(|_| Buffer::new(stream.device(), 4 * Self::N as usize).expect("buffer"))
-            .collect();
-        VectorAdds { stream, bufs }
-    }
-
-    fn launch(&self) {
-        let k = keel::kernels::VECTOR_ADD;
-        let b = &self.bufs;
-        self.stream
-            .launch(
-                &k,
-                k.grid_for(u64::from(Self::N)),
-                &[&b[0], &b[1], &b[2]],
-                &Self::N.to_le_bytes(),
-            )
-            .expect("launch");
     }
 }
 

@@ -7,6 +7,8 @@
 //!   [`PANICS`]) that make "not yet complete" observable without timing
 //!   races on backends that run host kernels.
 //! - [`pattern`]: deterministic test bytes.
+//! - [`VectorAdds`]: one small kernel launch, again and again, on any
+//!   device (tests that need work on a stream, not its result).
 //! - [`alloc_trace`]: an allocation trace shaped like a training step (the
 //!   caching allocator's fragmentation test and benchmark).
 //! - [`conformance`]: the backend conformance suite, written once and
@@ -21,6 +23,44 @@ pub mod kernels;
 
 pub use crate::backend::fake::{FAKE_DEVICE_COUNT, FakeGuardImpl};
 pub use kernels::{GATED_FILL, Gate, PANICS, SLEEP};
+
+use crate::kernels::VECTOR_ADD;
+use crate::{Buffer, Stream};
+
+/// `vector_add` of 256 `f32` on three buffers of its own, launched on one
+/// stream as often as a test likes (every backend has the kernel).
+#[derive(Debug)]
+pub struct VectorAdds {
+    stream: Stream,
+    bufs: [Buffer; 3],
+}
+
+impl VectorAdds {
+    const N: u32 = 256;
+
+    /// Buffers for the launches on `stream`'s device. Panics if they cannot
+    /// be made (a test helper).
+    pub fn on(stream: Stream) -> Self {
+        let buffer = || Buffer::new(stream.device(), 4 * Self::N as usize).expect("buffer");
+        VectorAdds {
+            stream,
+            bufs: [buffer(), buffer(), buffer()],
+        }
+    }
+
+    /// One launch. Panics if it fails (a test helper).
+    pub fn launch(&self) {
+        let [a, b, c] = &self.bufs;
+        self.stream
+            .launch(
+                &VECTOR_ADD,
+                VECTOR_ADD.grid_for(u64::from(Self::N)),
+                &[a, b, c],
+                &Self::N.to_le_bytes(),
+            )
+            .expect("launch");
+    }
+}
 
 /// `len` deterministic pseudo-random bytes (xorshift from `seed`): the same
 /// arguments give the same bytes on every run and platform.

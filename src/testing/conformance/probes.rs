@@ -4,7 +4,8 @@
 
 use crate::kernels::VECTOR_ADD;
 use crate::profiler::{LaneKind, SpanKind};
-use crate::{Buffer, Device, Event};
+use crate::testing::VectorAdds;
+use crate::{Device, Event};
 
 /// `events` live timed events on a pool stream of `d` (more than the
 /// device's timestamp slots hold), with six launches spread between them:
@@ -13,19 +14,8 @@ use crate::{Buffer, Device, Event};
 /// meanwhile times every launch on the device and drops nothing.
 pub fn timed_events_past_the_slots(d: Device, events: usize) {
     let s = crate::get_stream_from_pool(d, false).expect("stream");
-    let n = 256u32;
-    let bufs: Vec<Buffer> = (0..3)
-        .map(|_| Buffer::new(d, 4 * n as usize).expect("buffer"))
-        .collect();
-    let add = || {
-        s.launch(
-            &VECTOR_ADD,
-            VECTOR_ADD.grid_for(u64::from(n)),
-            &[&bufs[0], &bufs[1], &bufs[2]],
-            &n.to_le_bytes(),
-        )
-        .expect("launch");
-    };
+    let adds = VectorAdds::on(s);
+    let add = || adds.launch();
     add();
     let every = events.div_ceil(6).max(1);
     let mut held = Vec::with_capacity(events);
