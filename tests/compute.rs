@@ -21,7 +21,7 @@ use keel::compute::{
     SumVariant,
 };
 use keel::testing::conformance;
-use keel::{Buffer, Device, DeviceType, Stream};
+use keel::{Buffer, Device, DeviceKind, DeviceType, Stream};
 
 const U: f64 = 1.0 / 16_777_216.0;
 
@@ -113,6 +113,7 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (33, 16, 65),
     (64, 97, 31),
     (41, 300, 37),
+    (129, 45, 67),
 ];
 
 #[test]
@@ -123,7 +124,12 @@ fn matmul_matches_the_f64_reference_on_every_backend() {
             let mut rng = Rng(0x9e37_79b9 ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
             let (want, mag) = reference(&a, &b, m, k, n);
-            for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+            for algorithm in [
+                MatmulAlgorithm::Tiled,
+                MatmulAlgorithm::Tiled8x8,
+                MatmulAlgorithm::Tiled4x4,
+                MatmulAlgorithm::Naive,
+            ] {
                 let opts = MatmulOptions {
                     algorithm,
                     ..Default::default()
@@ -575,11 +581,48 @@ fn tf32_mode_picks_the_tensor_core_kernel_only_on_sm80_cuda() {
             tiled,
             "{label}"
         );
+        // Plain f32: the GPU-shaped kernel on a GPU, the lane-shaped one
+        // on a CPU (lavapipe, llvmpipe, the CPU backend).
+        let kind = keel::properties(device).expect("properties").kind;
+        let gpu = matches!(
+            kind,
+            DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
+        );
         assert_eq!(
             pick(MatmulAlgorithm::Tiled, MatmulPrecision::IEEE),
+            if gpu {
+                "matmul_tiled_4x4"
+            } else {
+                "matmul_tiled"
+            },
+            "{label} ({kind})"
+        );
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled8x8, MatmulPrecision::IEEE),
             "matmul_tiled",
             "{label}"
         );
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled4x4, MatmulPrecision::IEEE),
+            "matmul_tiled_4x4",
+            "{label}"
+        );
+        assert_eq!(
+            pick(MatmulAlgorithm::Tiled8x8, MatmulPrecision::TF32),
+            "matmul_tiled",
+            "{label}"
+        );
+        // The 4x4 kernel has no precision modes: asking for one is an
+        // error that says so.
+        let err = compute::matmul_kernel(
+            &stream,
+            &MatmulOptions {
+                algorithm: MatmulAlgorithm::Tiled4x4,
+                precision: MatmulPrecision::BF16,
+            },
+        )
+        .expect_err("Tiled4x4 in bf16");
+        assert!(err.to_string().contains("plain f32 only"), "{label}: {err}");
         assert_eq!(
             pick(MatmulAlgorithm::Tiled, MatmulPrecision::BF16),
             "matmul_tiled",

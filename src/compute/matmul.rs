@@ -4,6 +4,7 @@
 use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
+use crate::backend::DeviceKind;
 use crate::buffer::Buffer;
 use crate::core::{Device, DeviceType, Stream};
 use crate::error::{Error, Result};
@@ -14,10 +15,21 @@ use std::sync::{LazyLock, Mutex};
 /// Which matmul kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulAlgorithm {
-    /// 64 x 64 output tiles staged through workgroup memory, 8 x 8 outputs
-    /// per invocation.
+    /// The tiled kernel suited to the device and the numerics (see
+    /// [`matmul_kernel`]): [`Tiled4x4`](Self::Tiled4x4) for plain f32 on
+    /// a GPU, [`Tiled8x8`](Self::Tiled8x8) otherwise, and the tensor-core
+    /// kernel for tf32 where the device has one.
     #[default]
     Tiled,
+    /// 64 x 64 output tiles staged through workgroup memory, 64
+    /// invocations of 8 x 8 outputs each ([`MATMUL_TILED`]): shaped for
+    /// devices whose invocations are SIMD lanes of a CPU (lavapipe), and
+    /// the tiled kernel of every precision mode.
+    Tiled8x8,
+    /// 64 x 64 output tiles, 256 invocations of 4 x 4 outputs each
+    /// ([`MATMUL_TILED_4X4`]): shaped for GPUs, which hide load latency
+    /// behind more warps. Plain f32 only.
+    Tiled4x4,
     /// One invocation per output, reading A and B from memory (the
     /// baseline of the benchmark).
     Naive,
@@ -51,6 +63,21 @@ pub const MATMUL_TILED: Launch = Launch {
             include_str!("../../shaders/compute/matmul_tiled.wgsl")
         )),
         ptx: Some(include_str!("../../shaders/compute/matmul_tiled.ptx")),
+        cpu: Some(matmul_rows_cpu),
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// The GPU-shaped tiled kernel, plain f32 only: bindings and parameters
+/// as [`MATMUL_TILED`] (`mode` and `chunk` not read). Sources:
+/// `shaders/compute/matmul_tiled_4x4.{wgsl,ptx}`.
+pub const MATMUL_TILED_4X4: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_tiled_4x4",
+        workgroup_size: [16, 16, 1],
+        bindings: 3,
+        wgsl: Some(include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")),
+        ptx: Some(include_str!("../../shaders/compute/matmul_tiled_4x4.ptx")),
         cpu: Some(matmul_rows_cpu),
     },
     params: MATMUL_PARAMS,
@@ -110,19 +137,44 @@ pub fn tf32_mma_supported(stream: &Stream) -> Result<bool> {
     })
 }
 
-/// The kernel [`matmul`] launches for `opts` on `stream`:
-/// [`MATMUL_TF32_MMA`] for the tiled algorithm in the tf32 mode
-/// ([`MatmulPrecision::TF32`]) where [`tf32_mma_supported`];
-/// [`MATMUL_TILED`] or [`MATMUL_NAIVE`] as `opts.algorithm` says
-/// otherwise.
+/// Whether the stream's device is a GPU (its [`DeviceKind`] a discrete,
+/// integrated or virtual GPU), which [`MatmulAlgorithm::Tiled`] serves
+/// with [`MATMUL_TILED_4X4`]. Read once per device.
+fn is_gpu(stream: &Stream) -> Result<bool> {
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    device_fact(stream, &KNOWN, |device| {
+        Ok(matches!(
+            crate::api::properties(device)?.kind,
+            DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
+        ))
+    })
+}
+
+/// The kernel [`matmul`] launches for `opts` on `stream`. For
+/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_TF32_MMA`] in the tf32 mode
+/// ([`MatmulPrecision::TF32`]) where [`tf32_mma_supported`],
+/// [`MATMUL_TILED_4X4`] for plain f32 on a GPU, [`MATMUL_TILED`]
+/// otherwise. The other algorithms name their kernel; asking
+/// [`MatmulAlgorithm::Tiled4x4`] for a precision mode other than plain f32
+/// is an error.
 pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
+    let plain = opts.precision.mode() == 0;
     Ok(match opts.algorithm {
         MatmulAlgorithm::Tiled
             if opts.precision == MatmulPrecision::TF32 && tf32_mma_supported(stream)? =>
         {
             &MATMUL_TF32_MMA
         }
-        MatmulAlgorithm::Tiled => &MATMUL_TILED,
+        MatmulAlgorithm::Tiled if plain && is_gpu(stream)? => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
+        MatmulAlgorithm::Tiled4x4 if plain => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled4x4 => {
+            return Err(Error::invalid(format!(
+                "matmul: the Tiled4x4 kernel computes plain f32 only, found the precision {:?}; \
+                 use MatmulAlgorithm::Tiled or Tiled8x8 for it",
+                opts.precision
+            )));
+        }
         MatmulAlgorithm::Naive => &MATMUL_NAIVE,
     })
 }

@@ -36,8 +36,8 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_NAIVE, MATMUL_TF32_MMA, MATMUL_TILED, MatmulAlgorithm, MatmulOptions, matmul,
-    matmul_kernel, tf32_mma_supported,
+    MATMUL_NAIVE, MATMUL_TF32_MMA, MATMUL_TILED, MATMUL_TILED_4X4, MatmulAlgorithm, MatmulOptions,
+    matmul, matmul_kernel, tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
@@ -55,6 +55,7 @@ pub const KERNELS: &[params::Launch] = &[
     params::SAXPY,
     params::SPIN,
     MATMUL_TILED,
+    MATMUL_TILED_4X4,
     MATMUL_NAIVE,
     MATMUL_TF32_MMA,
     SUM_SHARED,
