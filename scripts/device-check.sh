@@ -24,11 +24,25 @@ cd "$(dirname "$0")/.."
 
 # The test binaries that exercise a GPU backend (the library's own unit
 # tests are `keel`), and the benches with GPU rows.
-GPU_TESTS="tests/keel tests/cuda tests/conformance_cuda tests/vulkan tests/conformance_vulkan
+# (GPU_TESTS and GPU_BENCHES in the environment replace them, for a quick
+# re-check: `GPU_TESTS=tests/compute GPU_BENCHES=benches/matmul ... pack`
+# builds and packs only those.)
+ALL_GPU_TESTS="tests/keel tests/cuda tests/conformance_cuda tests/vulkan tests/conformance_vulkan
 tests/wgpu tests/conformance_wgpu tests/compute tests/ops tests/random tests/numerics
 tests/numerics_matmul tests/memory tests/stream_stress tests/profiler tests/launch_blocking"
-GPU_BENCHES="benches/dispatch benches/wgpu benches/vulkan benches/matmul"
-GPU_TESTS=$(echo $GPU_TESTS)
+ALL_GPU_BENCHES="benches/dispatch benches/wgpu benches/vulkan benches/matmul"
+GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
+GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
+
+# Cargo's target selection for a list of kind/name: all of a kind when the
+# list is the full one (the library's unit tests among them).
+targets() {
+    local list=$1 all=$2 flag=$3 t
+    [ "$list" = "$(echo $all)" ] && return
+    for t in $list; do
+        if [ "$t" = tests/keel ]; then printf -- '--lib '; else printf -- '--%s %s ' "$flag" "${t#*/}"; fi
+    done
+}
 
 pack() {
     mkdir -p .gpu
@@ -37,14 +51,18 @@ pack() {
     # The executables cargo reports, by kind.
     local list=.gpu/executables.txt
     : >"$list"
+    # shellcheck disable=SC2046
     cargo test -p keel --all-features --no-run --message-format=json \
+        $(targets "$GPU_TESTS" "$ALL_GPU_TESTS" test) \
         | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print("tests", m["target"]["name"], m["executable"])' >>"$list"
+    # shellcheck disable=SC2046
     cargo bench -p keel --features testing,cuda,vulkan,wgpu --no-run --message-format=json \
+        $(targets "$GPU_BENCHES" "$ALL_GPU_BENCHES" bench) \
         | python3 -c '
 import json, sys
 for line in sys.stdin:

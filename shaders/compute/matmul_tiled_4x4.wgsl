@@ -70,42 +70,155 @@ fn matmul_tiled_4x4(
     let n = params.n;
     let row0 = wg.y * 64u;
     let col0 = wg.x * 64u;
-    // Staging: A's element s of this invocation is row (li / 16) + 16 s,
-    // step li % 16 of the tile; B's is step (li / 64) + 4 s, column li % 64.
+    // Staging, everything but k0 fixed per invocation: A's element s is
+    // row (li / 16) + 16 s, step li % 16 of the tile; B's is step
+    // (li / 64) + 4 s, column li % 64. Indices are clamped into the
+    // matrices and the value selected to zero outside.
     let a_step = li % 16u;
     let a_row = row0 + li / 16u;
+    let a_ok0 = a_row < m;
+    let a_ok1 = a_row + 16u < m;
+    let a_ok2 = a_row + 32u < m;
+    let a_ok3 = a_row + 48u < m;
+    let a_at0 = min(a_row, m - 1u) * k;
+    let a_at1 = min(a_row + 16u, m - 1u) * k;
+    let a_at2 = min(a_row + 32u, m - 1u) * k;
+    let a_at3 = min(a_row + 48u, m - 1u) * k;
     let b_step = li / 64u;
     let b_col = col0 + li % 64u;
+    let b_ok = b_col < n;
+    let b_at = min(b_col, n - 1u);
+    // Where they go: A's row r of step st is component r % 4 of vec4
+    // 17 st + r / 4; B's column j of step st, component j % 4 of 16 st + j / 4.
+    let ta = 17u * a_step + li / 64u;
+    let tc = (li / 16u) % 4u;
+    let tb = 16u * b_step + (li % 64u) / 4u;
+    let bc = li % 4u;
     var acc0 = vec4<f32>();
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
+    // The steps of a tile, and the staging, written out: a loop bound by
+    // a constant is unrolled by some compilers and not others (naga may
+    // add a counter to it).
     for (var k0 = 0u; k0 < k; k0 += 16u) {
-        var va: array<f32, 4>;
-        var vb: array<f32, 4>;
-        for (var s = 0u; s < 4u; s++) {
-            let row = a_row + 16u * s;
-            let ka = k0 + a_step;
-            va[s] = select(0.0, a[min(row, m - 1u) * k + min(ka, k - 1u)], row < m && ka < k);
-            let kb = k0 + b_step + 4u * s;
-            vb[s] = select(0.0, b[min(kb, k - 1u) * n + min(b_col, n - 1u)], kb < k && b_col < n);
-        }
-        for (var s = 0u; s < 4u; s++) {
-            // A: row (li / 16) + 16 s of the tile is vec4 (li / 64) + 4 s,
-            // component (li / 16) % 4, of step a_step.
-            tile_a[17u * a_step + li / 64u + 4u * s][(li / 16u) % 4u] = va[s];
-            // B: step b_step + 4 s, column li % 64.
-            tile_b[16u * (b_step + 4u * s) + (li % 64u) / 4u][li % 4u] = vb[s];
-        }
+        let ka = k0 + a_step;
+        let ka_ok = ka < k;
+        let kac = min(ka, k - 1u);
+        let va0 = select(0.0, a[a_at0 + kac], a_ok0 && ka_ok);
+        let va1 = select(0.0, a[a_at1 + kac], a_ok1 && ka_ok);
+        let va2 = select(0.0, a[a_at2 + kac], a_ok2 && ka_ok);
+        let va3 = select(0.0, a[a_at3 + kac], a_ok3 && ka_ok);
+        let kb = k0 + b_step;
+        let vb0 = select(0.0, b[min(kb, k - 1u) * n + b_at], b_ok && kb < k);
+        let vb1 = select(0.0, b[min(kb + 4u, k - 1u) * n + b_at], b_ok && kb + 4u < k);
+        let vb2 = select(0.0, b[min(kb + 8u, k - 1u) * n + b_at], b_ok && kb + 8u < k);
+        let vb3 = select(0.0, b[min(kb + 12u, k - 1u) * n + b_at], b_ok && kb + 12u < k);
+        tile_a[ta][tc] = va0;
+        tile_a[ta + 4u][tc] = va1;
+        tile_a[ta + 8u][tc] = va2;
+        tile_a[ta + 12u][tc] = va3;
+        tile_b[tb][bc] = vb0;
+        tile_b[tb + 64u][bc] = vb1;
+        tile_b[tb + 128u][bc] = vb2;
+        tile_b[tb + 192u][bc] = vb3;
         workgroupBarrier();
-        for (var i = 0u; i < 16u; i++) {
-            let av = tile_a[17u * i + lid.y];
-            let bv = tile_b[16u * i + lid.x];
-            acc0 += av.x * bv;
-            acc1 += av.y * bv;
-            acc2 += av.z * bv;
-            acc3 += av.w * bv;
-        }
+        let a0 = tile_a[0u + lid.y];
+        let b0 = tile_b[0u + lid.x];
+        acc0 += a0.x * b0;
+        acc1 += a0.y * b0;
+        acc2 += a0.z * b0;
+        acc3 += a0.w * b0;
+        let a1 = tile_a[17u + lid.y];
+        let b1 = tile_b[16u + lid.x];
+        acc0 += a1.x * b1;
+        acc1 += a1.y * b1;
+        acc2 += a1.z * b1;
+        acc3 += a1.w * b1;
+        let a2 = tile_a[34u + lid.y];
+        let b2 = tile_b[32u + lid.x];
+        acc0 += a2.x * b2;
+        acc1 += a2.y * b2;
+        acc2 += a2.z * b2;
+        acc3 += a2.w * b2;
+        let a3 = tile_a[51u + lid.y];
+        let b3 = tile_b[48u + lid.x];
+        acc0 += a3.x * b3;
+        acc1 += a3.y * b3;
+        acc2 += a3.z * b3;
+        acc3 += a3.w * b3;
+        let a4 = tile_a[68u + lid.y];
+        let b4 = tile_b[64u + lid.x];
+        acc0 += a4.x * b4;
+        acc1 += a4.y * b4;
+        acc2 += a4.z * b4;
+        acc3 += a4.w * b4;
+        let a5 = tile_a[85u + lid.y];
+        let b5 = tile_b[80u + lid.x];
+        acc0 += a5.x * b5;
+        acc1 += a5.y * b5;
+        acc2 += a5.z * b5;
+        acc3 += a5.w * b5;
+        let a6 = tile_a[102u + lid.y];
+        let b6 = tile_b[96u + lid.x];
+        acc0 += a6.x * b6;
+        acc1 += a6.y * b6;
+        acc2 += a6.z * b6;
+        acc3 += a6.w * b6;
+        let a7 = tile_a[119u + lid.y];
+        let b7 = tile_b[112u + lid.x];
+        acc0 += a7.x * b7;
+        acc1 += a7.y * b7;
+        acc2 += a7.z * b7;
+        acc3 += a7.w * b7;
+        let a8 = tile_a[136u + lid.y];
+        let b8 = tile_b[128u + lid.x];
+        acc0 += a8.x * b8;
+        acc1 += a8.y * b8;
+        acc2 += a8.z * b8;
+        acc3 += a8.w * b8;
+        let a9 = tile_a[153u + lid.y];
+        let b9 = tile_b[144u + lid.x];
+        acc0 += a9.x * b9;
+        acc1 += a9.y * b9;
+        acc2 += a9.z * b9;
+        acc3 += a9.w * b9;
+        let a10 = tile_a[170u + lid.y];
+        let b10 = tile_b[160u + lid.x];
+        acc0 += a10.x * b10;
+        acc1 += a10.y * b10;
+        acc2 += a10.z * b10;
+        acc3 += a10.w * b10;
+        let a11 = tile_a[187u + lid.y];
+        let b11 = tile_b[176u + lid.x];
+        acc0 += a11.x * b11;
+        acc1 += a11.y * b11;
+        acc2 += a11.z * b11;
+        acc3 += a11.w * b11;
+        let a12 = tile_a[204u + lid.y];
+        let b12 = tile_b[192u + lid.x];
+        acc0 += a12.x * b12;
+        acc1 += a12.y * b12;
+        acc2 += a12.z * b12;
+        acc3 += a12.w * b12;
+        let a13 = tile_a[221u + lid.y];
+        let b13 = tile_b[208u + lid.x];
+        acc0 += a13.x * b13;
+        acc1 += a13.y * b13;
+        acc2 += a13.z * b13;
+        acc3 += a13.w * b13;
+        let a14 = tile_a[238u + lid.y];
+        let b14 = tile_b[224u + lid.x];
+        acc0 += a14.x * b14;
+        acc1 += a14.y * b14;
+        acc2 += a14.z * b14;
+        acc3 += a14.w * b14;
+        let a15 = tile_a[255u + lid.y];
+        let b15 = tile_b[240u + lid.x];
+        acc0 += a15.x * b15;
+        acc1 += a15.y * b15;
+        acc2 += a15.z * b15;
+        acc3 += a15.w * b15;
         workgroupBarrier();
     }
     let r0 = row0 + 4u * lid.y;
