@@ -298,6 +298,15 @@ fn dispatches(c: &mut Criterion) {
             black_box(session.stop());
             t
         };
+        // Paired rounds first, as above: criterion's two estimates come
+        // from different seconds, which on a fast GPU spread 1.5x.
+        common::print_paired(
+            &format!("wgpu_{api}_10k_dispatches_profiled"),
+            "session_recording/no_session",
+            PAIRED_ROUNDS,
+            &profiled,
+            &keel_run,
+        );
         let mut g = c.benchmark_group(format!("wgpu_{api}_10k_dispatches_profiled"));
         g.sample_size(10)
             .sampling_mode(SamplingMode::Flat)
@@ -322,6 +331,13 @@ fn dispatches(c: &mut Criterion) {
                 start.elapsed()
             };
             let timed = || timed().unwrap_or_default();
+            common::print_paired(
+                &format!("wgpu_{api}_10k_dispatches_profiled"),
+                "raw_wgpu_pass_timestamps/raw_wgpu",
+                PAIRED_ROUNDS,
+                &timed,
+                &plain,
+            );
             common::interleaved(
                 &mut g,
                 ("raw_wgpu", &plain),
