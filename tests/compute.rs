@@ -544,7 +544,7 @@ fn native_f16_conversions_are_bit_identical_to_the_emulation() {
 /// algorithm is never replaced. (Here no CUDA device runs, so the
 /// tensor-core kernel itself is checked by `ptxas` and the layout test.)
 #[test]
-fn tf32_mode_picks_the_tensor_core_kernel_only_on_sm80_cuda() {
+fn matmul_picks_its_kernel_by_device_kind_and_precision() {
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
         let capability = keel::properties(device)
@@ -571,67 +571,52 @@ fn tf32_mode_picks_the_tensor_core_kernel_only_on_sm80_cuda() {
             .kernel
             .name
         };
-        let tiled = if mma {
-            "matmul_tf32_mma"
-        } else {
-            "matmul_tiled"
-        };
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled, MatmulPrecision::TF32),
-            tiled,
-            "{label}"
-        );
-        // Plain f32: the GPU-shaped kernel on a GPU, the lane-shaped one
-        // on a CPU (lavapipe, llvmpipe, the CPU backend).
+        // Plain f32 under `Tiled`: the GPU-shaped kernel on a GPU, the
+        // lane-shaped one on a CPU (lavapipe, llvmpipe, the CPU backend).
         let kind = keel::properties(device).expect("properties").kind;
         let gpu = matches!(
             kind,
             DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
         );
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled, MatmulPrecision::IEEE),
+        let (tiled, mma_or_tiled) = (
             if gpu {
                 "matmul_tiled_4x4"
             } else {
                 "matmul_tiled"
             },
-            "{label} ({kind})"
+            if mma {
+                "matmul_tf32_mma"
+            } else {
+                "matmul_tiled"
+            },
         );
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled8x8, MatmulPrecision::IEEE),
-            "matmul_tiled",
-            "{label}"
-        );
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled4x4, MatmulPrecision::IEEE),
-            "matmul_tiled_4x4",
-            "{label}"
-        );
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled8x8, MatmulPrecision::TF32),
-            "matmul_tiled",
-            "{label}"
-        );
+        use MatmulAlgorithm::{Naive, Tiled, Tiled4x4, Tiled8x8};
+        use MatmulPrecision as P;
+        for (algorithm, precision, want) in [
+            (Tiled, P::TF32, mma_or_tiled),
+            (Tiled, P::IEEE, tiled),
+            (Tiled, P::BF16, "matmul_tiled"),
+            (Tiled8x8, P::IEEE, "matmul_tiled"),
+            (Tiled8x8, P::TF32, "matmul_tiled"),
+            (Tiled4x4, P::IEEE, "matmul_tiled_4x4"),
+            (Naive, P::TF32, "matmul_naive"),
+        ] {
+            assert_eq!(
+                pick(algorithm, precision),
+                want,
+                "{label} ({kind}): {algorithm:?} in {precision:?}"
+            );
+        }
         // The 4x4 kernel has no precision modes: asking for one is an
         // error that says so.
         let err = compute::matmul_kernel(
             &stream,
             &MatmulOptions {
-                algorithm: MatmulAlgorithm::Tiled4x4,
-                precision: MatmulPrecision::BF16,
+                algorithm: Tiled4x4,
+                precision: P::BF16,
             },
         )
         .expect_err("Tiled4x4 in bf16");
         assert!(err.to_string().contains("plain f32 only"), "{label}: {err}");
-        assert_eq!(
-            pick(MatmulAlgorithm::Tiled, MatmulPrecision::BF16),
-            "matmul_tiled",
-            "{label}"
-        );
-        assert_eq!(
-            pick(MatmulAlgorithm::Naive, MatmulPrecision::TF32),
-            "matmul_naive",
-            "{label}"
-        );
     }
 }

@@ -1,21 +1,9 @@
 // C = A * B, one invocation per output (the baseline the tiled kernel is
 // measured against). A is m x k, B is k x n, C is m x n, f32, row-major.
-// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform).
+// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform),
+// declared in matmul_bindings.wgsl, which the launch code prepends.
 // Launch: workgroups of 16 x 16, a grid of ceil(n / 16) x ceil(m / 16).
 // Precision (`mode`, `chunk`): see matmul_tiled.wgsl; the same numerics.
-
-struct Params {
-    m: u32,
-    k: u32,
-    n: u32,
-    mode: u32,
-    chunk: u32,
-}
-
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> c: array<f32>;
-@group(0) @binding(3) var<uniform> params: Params;
 
 @compute @workgroup_size(16, 16)
 fn matmul_naive(@builtin(global_invocation_id) gid: vec3<u32>) {

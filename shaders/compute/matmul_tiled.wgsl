@@ -1,6 +1,7 @@
 // C = A * B with workgroup-memory tiles. A is m x k, B is k x n, C is
 // m x n, f32, row-major; any m, k, n >= 1.
-// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform).
+// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform),
+// declared in matmul_bindings.wgsl, which the launch code prepends.
 // Launch: workgroups of 8 x 8 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation an 8 x 8 block of it (rows
 // 8 ly .. 8 ly + 7, columns 8 lx .. 8 lx + 7) in registers; a grid of
@@ -27,19 +28,6 @@
 // bits 8-11 round the split-K partial sums: the running sum over k is
 // cut every `chunk` (a multiple of 16; 0 = k) steps (checked every 16 steps), and the chunks'
 // sums are added, rounded, into the result. Mode 0 is plain f32.
-
-struct Params {
-    m: u32,
-    k: u32,
-    n: u32,
-    mode: u32,
-    chunk: u32,
-}
-
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> c: array<f32>;
-@group(0) @binding(3) var<uniform> params: Params;
 
 const TILE: u32 = 64u;
 const BK: u32 = 32u;

@@ -1,7 +1,8 @@
 // C = A * B, plain f32, for GPUs. A is m x k, B is k x n, C is m x n,
 // f32, row-major; any m, k, n >= 1.
 // Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform;
-// `mode` and `chunk` are not read: the launch code passes plain f32 only).
+// `mode` and `chunk` are not read: the launch code passes plain f32 only),
+// declared in matmul_bindings.wgsl, which the launch code prepends.
 // Launch: workgroups of 16 x 16 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation a 4 x 4 block of it (rows
 // 4 ly .. 4 ly + 3, columns 4 lx .. 4 lx + 3); a grid of ceil(n / 64) x
@@ -19,19 +20,6 @@
 // addresses. One step of k is then two vec4 loads and 16 multiply-adds.
 // The twin of matmul_tiled_4x4.ptx; plain f32 summed over k in order, as
 // every matmul kernel of Keel's.
-
-struct Params {
-    m: u32,
-    k: u32,
-    n: u32,
-    mode: u32,
-    chunk: u32,
-}
-
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> c: array<f32>;
-@group(0) @binding(3) var<uniform> params: Params;
 
 // tile_a[17 step + q]: rows 4 q .. 4 q + 3 of the A tile at that step
 // (q = 16 is padding).

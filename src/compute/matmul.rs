@@ -60,6 +60,7 @@ pub const MATMUL_TILED: Launch = Launch {
         bindings: 3,
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_tiled.wgsl")
         )),
         ptx: Some(include_str!("../../shaders/compute/matmul_tiled.ptx")),
@@ -76,7 +77,10 @@ pub const MATMUL_TILED_4X4: Launch = Launch {
         name: "matmul_tiled_4x4",
         workgroup_size: [16, 16, 1],
         bindings: 3,
-        wgsl: Some(include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")),
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+            include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")
+        )),
         ptx: Some(include_str!("../../shaders/compute/matmul_tiled_4x4.ptx")),
         cpu: Some(matmul_rows_cpu),
     },
@@ -92,6 +96,7 @@ pub const MATMUL_NAIVE: Launch = Launch {
         bindings: 3,
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_naive.wgsl")
         )),
         ptx: Some(include_str!("../../shaders/compute/matmul_naive.ptx")),
