@@ -21,7 +21,7 @@ use keel::compute::{
     SumVariant,
 };
 use keel::testing::conformance;
-use keel::{Buffer, Device, DeviceKind, DeviceType, Stream};
+use keel::{Buffer, Device, DeviceType, Stream};
 
 const U: f64 = 1.0 / 16_777_216.0;
 
@@ -574,12 +574,8 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         // Plain f32 under `Tiled`: the GPU-shaped kernel on a GPU, the
         // lane-shaped one on a CPU (lavapipe, llvmpipe, the CPU backend).
         let kind = keel::properties(device).expect("properties").kind;
-        let gpu = matches!(
-            kind,
-            DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
-        );
         let (tiled, mma_or_tiled) = (
-            if gpu {
+            if kind.is_gpu() {
                 "matmul_tiled_4x4"
             } else {
                 "matmul_tiled"

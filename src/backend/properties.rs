@@ -19,6 +19,16 @@ pub enum DeviceKind {
     Other,
 }
 
+impl DeviceKind {
+    /// Whether this is a GPU: discrete, integrated or virtual.
+    pub fn is_gpu(self) -> bool {
+        matches!(
+            self,
+            DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
+        )
+    }
+}
+
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -4,7 +4,6 @@
 use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
-use crate::backend::DeviceKind;
 use crate::buffer::Buffer;
 use crate::core::{Device, DeviceType, Stream};
 use crate::error::{Error, Result};
@@ -142,16 +141,13 @@ pub fn tf32_mma_supported(stream: &Stream) -> Result<bool> {
     })
 }
 
-/// Whether the stream's device is a GPU (its [`DeviceKind`] a discrete,
-/// integrated or virtual GPU), which [`MatmulAlgorithm::Tiled`] serves
-/// with [`MATMUL_TILED_4X4`]. Read once per device.
+/// Whether the stream's device is a GPU ([`crate::DeviceKind::is_gpu`]), which
+/// [`MatmulAlgorithm::Tiled`] serves with [`MATMUL_TILED_4X4`]. Read once
+/// per device.
 fn is_gpu(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
     device_fact(stream, &KNOWN, |device| {
-        Ok(matches!(
-            crate::api::properties(device)?.kind,
-            DeviceKind::DiscreteGpu | DeviceKind::IntegratedGpu | DeviceKind::VirtualGpu
-        ))
+        Ok(crate::api::properties(device)?.kind.is_gpu())
     })
 }
 

@@ -369,11 +369,21 @@ impl SubmissionOrder {
         let Some(exclusive) = d.gl.exclusive() else {
             return;
         };
-        let status = d.device.poll(wgpu::PollType::Poll);
+        let _ = self.reap(d, at.seq());
         drop(exclusive);
-        if matches!(status, Ok(wgpu::PollStatus::QueueEmpty)) {
-            self.completion.complete_through(at.seq());
+    }
+
+    /// Polls `d` without waiting; when wgpu's queue is empty, marks
+    /// submission `seq` and every earlier one complete. Returns whether it
+    /// did, or wgpu's error.
+    fn reap(&self, d: &WgpuDevice, seq: u64) -> Result<bool> {
+        let status = d.device.poll(wgpu::PollType::Poll);
+        let empty = matches!(status, Ok(wgpu::PollStatus::QueueEmpty));
+        if empty {
+            self.completion.complete_through(seq);
         }
+        status.map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
+        Ok(empty)
     }
 
     /// Submits `encoder` on `stream` (or on none, for Keel's own work):
@@ -413,13 +423,11 @@ impl SubmissionOrder {
             // Reap without waiting: when wgpu's queue is empty, this
             // submission and every earlier one are complete, and the poll
             // thread is not needed.
-            let status = d.device.poll(wgpu::PollType::Poll);
-            if matches!(status, Ok(wgpu::PollStatus::QueueEmpty)) {
-                self.completion.complete_through(seq);
-            } else {
+            let reaped = self.reap(d, seq);
+            if !matches!(reaped, Ok(true)) {
                 self.completion.push(seq, index.clone());
             }
-            status.map_err(|e| Error::backend(TY, format!("polling the device: {e}")))?;
+            reaped?;
         }
         drop(last);
         drop(exclusive);
