@@ -181,7 +181,7 @@ pub fn load_bytes(bytes: &[u8], device: Device) -> Result<Vec<(String, Tensor)>>
         if !data.is_empty() {
             buffer.write(&stream, 0, data)?;
         }
-        let tensor = Tensor::from_buffer(Arc::new(buffer), dtype, view.shape())?;
+        let tensor = Tensor::from_buffer(buffer, dtype, view.shape())?;
         let saved_from = meta.get(&format!("{PREFIX}{name}.device"));
         if let Some(from) = saved_from {
             let from: Device = from.parse().map_err(|e| {

@@ -219,7 +219,7 @@ fn add_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         (Err(d), _) | (_, Err(d)) => return Ok(d),
     };
     // The kernel binds distinct buffers: `x + x` reads a copy of `x`.
-    let b = if std::sync::Arc::ptr_eq(a.buffer(), b.buffer()) {
+    let b = if std::ptr::eq(a.buffer(), b.buffer()) {
         b.to(call.device, &call.stream)?
     } else {
         b.clone()

@@ -1,7 +1,6 @@
 //! Launching a kernel for an operator: parameter blocks, and buffers bound
 //! twice (`add(x, x)`), which backends refuse, made distinct first.
 
-use std::sync::Arc;
 
 use crate::buffer::Buffer;
 use crate::compute::{self, MatmulAlgorithm, MatmulOptions, MatmulPrecision};
@@ -63,14 +62,14 @@ pub(crate) fn launch(
     stream: &Stream,
     kernel: &Kernel,
     grid: [u32; 3],
-    buffers: &[&Arc<Buffer>],
+    buffers: &[&Buffer],
     params: &Params,
 ) -> Result<()> {
     if let [first, rest @ ..] = buffers
         && rest.len() < MAX_BINDINGS
     {
         // The usual case: distinct buffers, bound without an allocation.
-        let mut bound: [&Buffer; MAX_BINDINGS] = [first.as_ref(); MAX_BINDINGS];
+        let mut bound: [&Buffer; MAX_BINDINGS] = [*first; MAX_BINDINGS];
         let mut distinct = true;
         for (i, b) in rest.iter().enumerate() {
             let b: &Buffer = b;
@@ -93,10 +92,10 @@ fn launch_copies(
     stream: &Stream,
     kernel: &Kernel,
     grid: [u32; 3],
-    buffers: &[&Arc<Buffer>],
+    buffers: &[&Buffer],
     params: &Params,
 ) -> Result<()> {
-    let twice = |i: usize| buffers[..i].iter().any(|p| Arc::ptr_eq(p, buffers[i]));
+    let twice = |i: usize| buffers[..i].iter().any(|p| std::ptr::eq(*p, buffers[i]));
     let mut copies: Vec<(usize, Buffer)> = Vec::new();
     for i in (0..buffers.len()).filter(|&i| twice(i)) {
         let b = buffers[i];
@@ -111,7 +110,7 @@ fn launch_copies(
             copies
                 .iter()
                 .find(|(j, _)| *j == i)
-                .map_or(b.as_ref(), |(_, c)| c)
+                .map_or(*b, |(_, c)| c)
         })
         .collect();
     stream.launch(kernel, grid, &bound, params.bytes())
@@ -123,14 +122,14 @@ fn launch_copies(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn compute_matmul(
     stream: &Stream,
-    a: &Arc<Buffer>,
-    b: &Arc<Buffer>,
+    a: &Buffer,
+    b: &Buffer,
     out: &Buffer,
     (m, k, n): (usize, usize, usize),
     precision: MatmulPrecision,
 ) -> Result<()> {
     let copy;
-    let b: &Buffer = if Arc::ptr_eq(a, b) {
+    let b: &Buffer = if std::ptr::eq(a, b) {
         copy = Buffer::empty(b.device(), b.len())?;
         copy.copy_from(stream, b, 0, 0, b.len())?;
         &copy

@@ -71,8 +71,14 @@ impl Shape {
 /// the current stream of the target device; [`to_vec`](Tensor::to_vec)
 /// reads on the current stream of the tensor's device.
 #[derive(Clone)]
-pub struct Tensor {
-    buffer: Arc<Buffer>,
+pub struct Tensor(Arc<TensorImpl>);
+
+/// What a [`Tensor`] handle points to (c10's `TensorImpl`): the buffer
+/// itself, not a pointer to one, so making a tensor is one allocation, and
+/// a tensor is one pointer wide: an operator's `Result<Tensor>` and its
+/// kernel's outputs move as one word (Note [One word per tensor]).
+struct TensorImpl {
+    buffer: Buffer,
     dtype: DType,
     shape: Shape,
 }
@@ -83,8 +89,8 @@ impl fmt::Debug for Tensor {
             f,
             "Tensor({:?}, {}, {})",
             self.shape(),
-            self.dtype,
-            self.buffer.device()
+            self.0.dtype,
+            self.0.buffer.device()
         )
     }
 }
@@ -142,7 +148,7 @@ impl Tensor {
     /// A tensor of `shape` and `dtype` over `buffer`, which must hold
     /// exactly `numel * dtype.size()` bytes. For kernels that made their
     /// output buffer themselves.
-    pub fn from_buffer(buffer: Arc<Buffer>, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    pub fn from_buffer(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         let bytes = numel_of(shape)?.checked_mul(dtype.size());
         if bytes != Some(buffer.len()) {
             return Err(Error::invalid(format!(
@@ -151,11 +157,16 @@ impl Tensor {
                 buffer.len()
             )));
         }
-        Ok(Tensor {
+        Ok(Tensor::new(buffer, dtype, Shape::new(shape)))
+    }
+
+    #[inline(always)]
+    fn new(buffer: Buffer, dtype: DType, shape: Shape) -> Tensor {
+        Tensor(Arc::new(TensorImpl {
             buffer,
             dtype,
-            shape: Shape::new(shape),
-        })
+            shape,
+        }))
     }
 
     /// An uninitialised tensor on `device` (like `torch.empty`: its bytes
@@ -179,19 +190,12 @@ impl Tensor {
     /// recomputing the size, which `like`'s buffer already has.
     #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
-        Ok(Tensor {
-            buffer: Arc::new(Buffer::empty_on(stream, like.buffer.len())?),
-            dtype: like.dtype,
-            shape: like.shape.clone(),
-        })
+        let buffer = Buffer::empty_on(stream, like.0.buffer.len())?;
+        Ok(Tensor::new(buffer, like.0.dtype, like.0.shape.clone()))
     }
 
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        Ok(Tensor {
-            buffer: Arc::new(buffer),
-            dtype,
-            shape: Shape::new(shape),
-        })
+        Ok(Tensor::new(buffer, dtype, Shape::new(shape)))
     }
 
     fn from_bytes(bytes: &[u8], dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
@@ -199,7 +203,7 @@ impl Tensor {
         let stream = current_stream(device)?;
         let t = Tensor::empty(shape, dtype, device)?;
         if !bytes.is_empty() {
-            t.buffer.write(&stream, 0, bytes)?;
+            t.0.buffer.write(&stream, 0, bytes)?;
         }
         Ok(t)
     }
@@ -241,20 +245,17 @@ impl Tensor {
     /// A copy on `device`, enqueued on `stream` (which must be on
     /// `device`); see [`Buffer::to`].
     pub fn to(&self, device: Device, stream: &Stream) -> Result<Tensor> {
-        Ok(Tensor {
-            buffer: Arc::new(self.buffer.to(device, stream)?),
-            dtype: self.dtype,
-            shape: self.shape.clone(),
-        })
+        let buffer = self.0.buffer.to(device, stream)?;
+        Ok(Tensor::new(buffer, self.0.dtype, self.0.shape.clone()))
     }
 
     /// The elements, read on the current stream of the tensor's device.
     /// `T` must be the tensor's dtype (`f32` for [`DType::F32`], ...).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype {
+        if T::DTYPE != self.0.dtype {
             return Err(Error::invalid(format!(
                 "to_vec: expected the element type of the tensor's dtype {}, found {}",
-                self.dtype,
+                self.0.dtype,
                 T::DTYPE
             )));
         }
@@ -265,41 +266,41 @@ impl Tensor {
     /// The raw little-endian bytes, read on the current stream of the
     /// tensor's device.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        if self.buffer.is_empty() {
+        if self.0.buffer.is_empty() {
             return Ok(Vec::new());
         }
-        self.buffer.read(&current_stream(self.device())?)
+        self.0.buffer.read(&current_stream(self.device())?)
     }
 
     /// The device the tensor lives on.
     pub fn device(&self) -> Device {
-        self.buffer.device()
+        self.0.buffer.device()
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.0.dtype
     }
 
     /// The shape (empty for a scalar).
     pub fn shape(&self) -> &[usize] {
-        self.shape.dims()
+        self.0.shape.dims()
     }
 
     /// Whether `other` has the same shape (cheaper than comparing
     /// [`shape`](Tensor::shape)s).
     #[inline]
     pub fn same_shape(&self, other: &Tensor) -> bool {
-        self.shape == other.shape
+        self.0.shape == other.0.shape
     }
 
     /// Elements (the product of the shape; 1 for a scalar).
     pub fn numel(&self) -> usize {
-        self.buffer.len() / self.dtype.size()
+        self.0.buffer.len() / self.0.dtype.size()
     }
 
     /// The buffer holding the elements (shared by clones).
-    pub fn buffer(&self) -> &Arc<Buffer> {
-        &self.buffer
+    pub fn buffer(&self) -> &Buffer {
+        &self.0.buffer
     }
 }
