@@ -12,7 +12,6 @@
 //! dimension) subtracts each row's maximum before `exp`, so large inputs
 //! do not overflow.
 
-
 use half::{bf16, f16};
 
 use super::call::{KernelOutcome, OpCall, common_dtype, two_tensors};

@@ -1,7 +1,6 @@
 //! Launching a kernel for an operator: parameter blocks, and buffers bound
 //! twice (`add(x, x)`), which backends refuse, made distinct first.
 
-
 use crate::buffer::Buffer;
 use crate::compute::{self, MatmulAlgorithm, MatmulOptions, MatmulPrecision};
 use crate::core::Stream;
@@ -106,12 +105,7 @@ fn launch_copies(
     let bound: Vec<&Buffer> = buffers
         .iter()
         .enumerate()
-        .map(|(i, b)| {
-            copies
-                .iter()
-                .find(|(j, _)| *j == i)
-                .map_or(*b, |(_, c)| c)
-        })
+        .map(|(i, b)| copies.iter().find(|(j, _)| *j == i).map_or(*b, |(_, c)| c))
         .collect();
     stream.launch(kernel, grid, &bound, params.bytes())
 }

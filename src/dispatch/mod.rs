@@ -443,9 +443,12 @@ fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Output
 /// The single result of a call.
 #[inline(never)]
 fn one(op: &'static str, args: &[Arg<'_>]) -> Result<Tensor> {
-    match dispatch(op, args, |ty| registry::resolve_static(op, ty))?.into_inner() {
-        Ok([t]) => Ok(t),
-        Err(outs) => Err(not_one(op, outs.len())),
+    let mut outs = dispatch(op, args, |ty| registry::resolve_static(op, ty))?;
+    // Taken by `pop` (the one word of a tensor, and the length), not by
+    // moving the whole vector out.
+    match (outs.len(), outs.pop()) {
+        (1, Some(t)) => Ok(t),
+        (n, _) => Err(not_one(op, n)),
     }
 }
 
