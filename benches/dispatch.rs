@@ -4,7 +4,10 @@
 //! one allocation, one launch). Batches of 100, then a stream
 //! synchronize, both ways, both in every iteration. On the CPU, Vulkan, and each wgpu adapter.
 //! Goal: dispatched / direct <= 1.15. Each device also prints the ratio
-//! from paired batches (`paired_ratio`).
+//! from paired batches (`paired_ratio`), and the paired ratio against the
+//! same launch into a new `Tensor` (`Tensor::empty_on`): what the
+//! dispatcher's own work (lookup, checks, current stream, the kernel
+//! call) costs beyond making its output.
 //!
 //! Then `cpu_threads`: two threads each running the same `add`s on their
 //! own small tensors of `cpu:0`'s inline default stream, against one
@@ -78,6 +81,25 @@ fn bench(c: &mut Criterion) {
             stream.synchronize().expect("sync");
             t.elapsed()
         };
+        // The same launch, into a new tensor: the dispatcher's own work
+        // is what a dispatched call costs over this.
+        let direct_tensor = || {
+            let t = Instant::now();
+            for _ in 0..BATCH {
+                let out = Tensor::empty_on(&[N], DType::F32, &stream).expect("out");
+                stream
+                    .launch(
+                        &kernel,
+                        grid,
+                        &[a.buffer(), b.buffer(), out.buffer()],
+                        &params,
+                    )
+                    .expect("launch");
+                black_box(out);
+            }
+            stream.synchronize().expect("sync");
+            t.elapsed()
+        };
         // Both ways in every iteration (`common::interleaved`).
         common::interleaved(
             &mut g,
@@ -90,6 +112,13 @@ fn bench(c: &mut Criterion) {
             ROUNDS,
             dispatched,
             direct,
+        );
+        paired_ratio(
+            &format!("dispatch_add_256/{d}"),
+            "dispatched / direct into a tensor",
+            ROUNDS,
+            dispatched,
+            direct_tensor,
         );
     }
     g.finish();

@@ -95,6 +95,10 @@ fn concrete(device: Device) -> Result<Device> {
 }
 
 /// The runtime of `stream`'s backend and the stream with a concrete device.
+/// Inline: returned through the stack, the pair was read back in wider
+/// loads than it was written (a store-forwarding stall on every launch,
+/// seen in `Stream::launch`'s code).
+#[inline(always)]
 pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
     registry::available_guard_impl(stream.device_type())?;
     let rt = registry::runtime(stream.device_type())?;

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
-use crate::backend::{BufferView, registry};
+use crate::backend::{BufferView, DeviceRuntime, registry};
 use crate::buffer::{Buffer, same_device, stream_runtime};
 use crate::core::Stream;
 use crate::error::{Error, Result};
@@ -68,6 +68,22 @@ impl Stream {
         params: &[u8],
     ) -> Result<()> {
         let (rt, stream) = stream_runtime(self)?;
+        stream.launch_on(rt, kernel, grid, buffers, params)
+    }
+
+    /// [`Stream::launch`] on a stream whose backend is `rt` and whose
+    /// device is concrete, both resolved by the caller (the dispatcher,
+    /// once per call: Note [Resolved once per call] in `dispatch/call.rs`).
+    /// The buffers are still checked against the stream's device.
+    #[inline(always)]
+    pub(crate) fn launch_on(
+        &self,
+        rt: &'static dyn DeviceRuntime,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[&Buffer],
+        params: &[u8],
+    ) -> Result<()> {
         if buffers.len() != kernel.bindings {
             return Err(Error::Kernel {
                 kernel: kernel.name.to_owned(),
@@ -79,11 +95,11 @@ impl Stream {
             });
         }
         for b in buffers {
-            same_device(stream.device(), b.device())?;
+            same_device(self.device(), b.device())?;
         }
         let views: SmallVec<[BufferView<'_>; 4]> = buffers.iter().map(|b| b.view()).collect();
         ops::enqueue(
-            &stream,
+            self,
             SpanKind::Kernel,
             || Cow::Borrowed(kernel.name),
             Detail::Launch {
@@ -91,7 +107,7 @@ impl Stream {
                 block: kernel.workgroup_size,
                 operator: 0,
             },
-            || rt.launch(&stream, kernel, grid, &views, params),
+            || rt.launch(self, kernel, grid, &views, params),
         )
     }
 }

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::backend::DeviceRuntime;
+use crate::buffer::Buffer;
 use crate::core::{Device, Stream};
 use crate::error::{Error, Result};
+use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
 
 /// One argument of an operator call.
@@ -137,7 +140,6 @@ impl fmt::Display for OpSchema {
 }
 
 /// One call of an operator, as a kernel sees it.
-#[derive(Debug)]
 pub struct OpCall<'a> {
     /// The operator's schema.
     pub schema: &'a OpSchema,
@@ -148,6 +150,36 @@ pub struct OpCall<'a> {
     pub device: Device,
     /// The current stream of `device`: where a kernel enqueues its work.
     pub stream: Stream,
+    /// `stream`'s backend, when the dispatcher resolved it (a built-in
+    /// backend's current stream): Keel's kernels launch through it without
+    /// resolving the stream again (Note [Resolved once per call]).
+    pub(crate) runtime: Option<&'static dyn DeviceRuntime>,
+}
+
+// Note [Resolved once per call]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A call is dispatched on a tensor's device, which is concrete, and the
+// dispatcher has already found that device type's backend built in and
+// available, to read its current stream. A public `Stream::launch` cannot
+// know that, so it resolves the stream again: the backend's entry, its
+// availability, its runtime, the device index against the device count
+// (a virtual call). The built-in kernels launch through the runtime the
+// dispatcher found instead (`Stream::launch_on`, via
+// `dispatch::launch::launch`); every buffer is still checked against the
+// stream's device. A call made by a third party (`OpCall::with_args`, a
+// fallback's call) or dispatched to a third-party backend carries no
+// runtime, and its kernels launch through the public path.
+
+impl fmt::Debug for OpCall<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpCall")
+            .field("schema", &self.schema)
+            .field("args", &self.args)
+            .field("device", &self.device)
+            .field("stream", &self.stream)
+            .field("runtime_resolved", &self.runtime.is_some())
+            .finish()
+    }
 }
 
 impl<'a> OpCall<'a> {
@@ -204,6 +236,22 @@ impl<'a> OpCall<'a> {
         ))
     }
 
+    /// Launches `kernel` on the call's stream: through the runtime the
+    /// dispatcher resolved, when it did (Note [Resolved once per call]).
+    #[inline]
+    pub(crate) fn launch_kernel(
+        &self,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        buffers: &[&Buffer],
+        params: &[u8],
+    ) -> Result<()> {
+        match self.runtime {
+            Some(rt) => self.stream.launch_on(rt, kernel, grid, buffers, params),
+            None => self.stream.launch(kernel, grid, buffers, params),
+        }
+    }
+
     /// A call of the same operator with other arguments on another
     /// device (what a fallback makes).
     pub fn with_args<'b>(
@@ -217,6 +265,7 @@ impl<'a> OpCall<'a> {
             args,
             device,
             stream,
+            runtime: None,
         }
     }
 }

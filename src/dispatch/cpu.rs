@@ -407,13 +407,7 @@ pub(crate) fn binary_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
     let p = Params::default()
         .u32(dtype_code(dtype))
         .u64(a.numel() as u64);
-    launch(
-        &call.stream,
-        k,
-        ONE,
-        &[a.buffer(), b.buffer(), out.buffer()],
-        &p,
-    )?;
+    launch(call, k, ONE, &[a.buffer(), b.buffer(), out.buffer()], &p)?;
     done(out)
 }
 
@@ -427,7 +421,7 @@ pub(crate) fn scalar_kernel(call: &OpCall<'_>, mul: bool) -> Result<KernelOutcom
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64)
         .f64(s);
-    launch(&call.stream, k, ONE, &[x.buffer(), out.buffer()], &p)?;
+    launch(call, k, ONE, &[x.buffer(), out.buffer()], &p)?;
     done(out)
 }
 
@@ -439,7 +433,7 @@ pub(crate) fn fill_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64)
         .f64(v);
-    launch(&call.stream, &FILL, ONE, &[x.buffer()], &p)?;
+    launch(call, &FILL, ONE, &[x.buffer()], &p)?;
     done(x.clone())
 }
 
@@ -477,7 +471,7 @@ pub(crate) fn copy_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
             .u32(dtype_code(src.dtype()))
             .u32(dtype_code(dst.dtype()))
             .u64(dst.numel() as u64);
-        launch(&call.stream, &CAST, ONE, &[src.buffer(), dst.buffer()], &p)?;
+        launch(call, &CAST, ONE, &[src.buffer(), dst.buffer()], &p)?;
         return done(dst.clone());
     }
     if len == 0 || std::ptr::eq(dst.buffer(), src.buffer()) {
@@ -509,7 +503,7 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
                 .u32(dtype_code(t.dtype()))
                 .u32(dtype_code(to))
                 .u64(t.numel() as u64);
-            launch(&call.stream, &CAST, ONE, &[t.buffer(), out.buffer()], &p)?;
+            launch(call, &CAST, ONE, &[t.buffer(), out.buffer()], &p)?;
             Ok(out)
         };
         let (a32, b32) = (widen(a, DType::F32)?, widen(b, DType::F32)?);
@@ -526,7 +520,7 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
             .u32(dtype_code(DType::F32))
             .u32(dtype_code(dtype))
             .u64((m * n) as u64);
-        launch(&call.stream, &CAST, ONE, &[c32.buffer(), out.buffer()], &p)?;
+        launch(call, &CAST, ONE, &[c32.buffer(), out.buffer()], &p)?;
         return done(out);
     }
     if dtype == DType::F32 && m > 0 && k > 0 && n > 0 {
@@ -551,7 +545,7 @@ pub(crate) fn matmul_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         .u64(k as u64)
         .u64(n as u64);
     launch(
-        &call.stream,
+        call,
         &MATMUL,
         ONE,
         &[a.buffer(), b.buffer(), out.buffer()],
@@ -567,7 +561,7 @@ pub(crate) fn sum_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let p = Params::default()
         .u32(dtype_code(x.dtype()))
         .u64(x.numel() as u64);
-    launch(&call.stream, &SUM, ONE, &[x.buffer(), out.buffer()], &p)?;
+    launch(call, &SUM, ONE, &[x.buffer(), out.buffer()], &p)?;
     done(out)
 }
 
@@ -586,6 +580,6 @@ pub(crate) fn softmax_kernel(call: &OpCall<'_>) -> Result<KernelOutcome> {
         .u32(dtype_code(x.dtype()))
         .u64(rows as u64)
         .u64(cols as u64);
-    launch(&call.stream, &SOFTMAX, ONE, &[x.buffer(), out.buffer()], &p)?;
+    launch(call, &SOFTMAX, ONE, &[x.buffer(), out.buffer()], &p)?;
     done(out)
 }

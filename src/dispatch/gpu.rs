@@ -84,7 +84,7 @@ fn binary(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     if n > 0 {
         let grid = elementwise_grid(u64::from(n));
         launch(
-            &call.stream,
+            call,
             kernel,
             grid,
             &[a.buffer(), b.buffer(), out.buffer()],
@@ -101,7 +101,7 @@ fn scalar(call: &OpCall<'_>, kernel: &Kernel) -> Result<KernelOutcome> {
     let out = call.empty_like(x)?;
     if n > 0 {
         launch(
-            &call.stream,
+            call,
             kernel,
             elementwise_grid(u64::from(n)),
             &[x.buffer(), out.buffer()],
@@ -133,7 +133,7 @@ fn fill(call: &OpCall<'_>) -> Result<KernelOutcome> {
     let n = or_decline!(count(call, x));
     if n > 0 {
         launch(
-            &call.stream,
+            call,
             &FILL_F32,
             elementwise_grid(u64::from(n)),
             &[x.buffer()],
@@ -149,7 +149,7 @@ fn fill_n(call: &OpCall<'_>, t: &Tensor, n: u32, v: f32) -> Result<()> {
         return Ok(());
     }
     launch(
-        &call.stream,
+        call,
         &FILL_F32,
         elementwise_grid(u64::from(n)),
         &[t.buffer()],

@@ -7,6 +7,8 @@ use crate::core::Stream;
 use crate::error::Result;
 use crate::kernel::Kernel;
 
+use super::OpCall;
+
 /// Buffers an operator kernel binds without an allocation.
 const MAX_BINDINGS: usize = 4;
 
@@ -54,11 +56,11 @@ impl Params {
     }
 }
 
-/// Launches `kernel` on `stream` over `buffers`; a buffer bound a second
-/// time is replaced by a copy of it (made on `stream`).
+/// Launches `kernel` on the call's stream over `buffers`; a buffer bound
+/// a second time is replaced by a copy of it (made on that stream).
 #[inline]
 pub(crate) fn launch(
-    stream: &Stream,
+    call: &OpCall<'_>,
     kernel: &Kernel,
     grid: [u32; 3],
     buffers: &[&Buffer],
@@ -78,10 +80,10 @@ pub(crate) fn launch(
             bound[i + 1] = b;
         }
         if distinct {
-            return stream.launch(kernel, grid, &bound[..buffers.len()], params.bytes());
+            return call.launch_kernel(kernel, grid, &bound[..buffers.len()], params.bytes());
         }
     }
-    launch_copies(stream, kernel, grid, buffers, params)
+    launch_copies(&call.stream, kernel, grid, buffers, params)
 }
 
 /// [`launch`] with a buffer bound twice: copies first.

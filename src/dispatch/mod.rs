@@ -298,18 +298,26 @@ fn autocast_inputs(
 /// are converted first as the operator's policy says (see
 /// [`crate::autocast`]).
 pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
-    dispatch(op, args, |ty| registry::resolve(op, ty))
+    dispatch(
+        op,
+        args,
+        |ty| registry::resolve(op, ty),
+        |outs| Ok(std::mem::take(outs)),
+    )
 }
 
 /// [`call`]'s body, inlined into it and into [`one`] (so a typed
 /// operator's result is not moved through one more `Result`).
-/// `resolve` finds the operator's entry for a device type.
+/// `resolve` finds the operator's entry for a device type; `take` makes
+/// the result from the outputs, where the kernel left them (Note [Outputs
+/// taken in place]).
 #[inline(always)]
-fn dispatch(
+fn dispatch<T>(
     op: &str,
     args: &[Arg<'_>],
     resolve: impl FnOnce(DeviceType) -> Result<Rc<Resolved>>,
-) -> Result<Outputs> {
+    take: impl FnOnce(&mut Outputs) -> Result<T>,
+) -> Result<T> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
     let ty = device.device_type();
@@ -331,18 +339,23 @@ fn dispatch(
         return Err(device_mismatch(device, args));
     }
     if r.schema.mutates.is_none() && autocast::is_autocast_enabled(ty) {
-        return call_autocast(&r, op, device, args);
+        return call_autocast(&r, op, device, args).and_then(|mut outs| take(&mut outs));
     }
-    execute(&r, device, args)
+    execute(&r, device, args, take)
 }
 
 /// Runs a checked call, inside its profiler span while recording.
 #[inline(always)]
-fn execute(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+fn execute<T>(
+    r: &Resolved,
+    device: Device,
+    args: &[Arg<'_>],
+    take: impl FnOnce(&mut Outputs) -> Result<T>,
+) -> Result<T> {
     if record::enabled() {
-        return run_profiled(r, device, args);
+        return run_profiled(r, device, args, take);
     }
-    run(r, device, args)
+    run(r, device, args, take)
 }
 
 /// PyTorch's error for a call whose tensors are not all on `device`: the
@@ -377,25 +390,57 @@ fn call_autocast(r: &Resolved, op: &str, device: Device, args: &[Arg<'_>]) -> Re
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
-    execute(r, device, args)
+    execute(r, device, args, |outs| Ok(std::mem::take(outs)))
 }
 
 /// Runs a checked call: the kernel for the device type on the device's
-/// current stream, or the fallback.
+/// current stream, or the fallback; `take` makes the result from the
+/// outputs.
 #[inline(always)]
-fn run(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+fn run<T>(
+    r: &Resolved,
+    device: Device,
+    args: &[Arg<'_>],
+    take: impl FnOnce(&mut Outputs) -> Result<T>,
+) -> Result<T> {
+    // The device is a tensor's, so concrete; for a built-in backend, its
+    // runtime goes with the call (Note [Resolved once per call]).
+    let (stream, runtime) = current_stream_of_checked(device)?;
     let call = OpCall {
         schema: &r.schema,
         args,
         device,
-        stream: current_stream_of_checked(device)?,
+        stream,
+        runtime,
     };
-    match &r.kernel {
-        Some(kernel) => match kernel(&call)? {
-            KernelOutcome::Done(outs) => Ok(outs),
-            KernelOutcome::Declined(reason) => fall_back(r, &call, Some(reason)),
-        },
-        None => fall_back(r, &call, None),
+    let Some(kernel) = &r.kernel else {
+        return fall_back(r, &call, None).and_then(|mut outs| take(&mut outs));
+    };
+    let mut outcome = kernel(&call);
+    if let Ok(KernelOutcome::Done(outs)) = &mut outcome {
+        return take(outs);
+    }
+    not_done(r, &call, outcome).and_then(|mut outs| take(&mut outs))
+}
+
+// Note [Outputs taken in place]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A kernel returns its `Result<KernelOutcome>` through the stack, written
+// in words. Matching it by value copied the outputs out of it in 16-byte
+// loads, which cannot be forwarded from those stores: the stall took a
+// seventh of a typed operator's own time (`perf annotate` of `one`). So
+// the outcome is matched where the kernel wrote it, and the caller's
+// `take` reads what it needs from there: `one` pops its single tensor (a
+// word and the length), `call` takes the vector.
+
+/// A kernel's outcome other than `Done`: its error, or the fallback when
+/// it declined.
+#[cold]
+#[inline(never)]
+fn not_done(r: &Resolved, call: &OpCall<'_>, outcome: Result<KernelOutcome>) -> Result<Outputs> {
+    match outcome? {
+        KernelOutcome::Done(outs) => Ok(outs),
+        KernelOutcome::Declined(reason) => fall_back(r, call, Some(reason)),
     }
 }
 
@@ -426,7 +471,12 @@ fn fall_back(r: &Resolved, call: &OpCall<'_>, declined: Option<String>) -> Resul
 
 /// [`run`] inside the operator's profiler span, with its arguments.
 #[inline(never)]
-fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
+fn run_profiled<T>(
+    r: &Resolved,
+    device: Device,
+    args: &[Arg<'_>],
+    take: impl FnOnce(&mut Outputs) -> Result<T>,
+) -> Result<T> {
     let mut span_args = input_args(args);
     if r.schema.name == "matmul"
         && let Some(Arg::Tensor(t)) = args.first()
@@ -436,20 +486,24 @@ fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Output
         span_args.push(("precision".into(), label.into()));
     }
     record::operator(Cow::Owned(r.schema.name.clone()), span_args, || {
-        run(r, device, args)
+        run(r, device, args, take)
     })
 }
 
 /// The single result of a call.
 #[inline(never)]
 fn one(op: &'static str, args: &[Arg<'_>]) -> Result<Tensor> {
-    let mut outs = dispatch(op, args, |ty| registry::resolve_static(op, ty))?;
-    // Taken by `pop` (the one word of a tensor, and the length), not by
-    // moving the whole vector out.
-    match (outs.len(), outs.pop()) {
-        (1, Some(t)) => Ok(t),
-        (n, _) => Err(not_one(op, n)),
-    }
+    // Taken by `pop` (the one word of a tensor, and the length), where
+    // the kernel left it (Note [Outputs taken in place]).
+    dispatch(
+        op,
+        args,
+        |ty| registry::resolve_static(op, ty),
+        |outs| match (outs.len(), outs.pop()) {
+            (1, Some(t)) => Ok(t),
+            (n, _) => Err(not_one(op, n)),
+        },
+    )
 }
 
 #[cold]
