@@ -138,6 +138,42 @@ impl Buffer {
         Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
+    /// [`Buffer::empty_on`] when the thread's fast cache holds a block of
+    /// `len` bytes for `stream` (on a concrete device); `None`, with
+    /// nothing done, otherwise. Inline, and apart from the slow path, so
+    /// that a tensor's cell can be filled with the buffer's fields
+    /// directly (Note [A tensor built in its cell]).
+    #[inline(always)]
+    pub(crate) fn cached_on(stream: &Stream, len: usize) -> Option<Buffer> {
+        let device = stream.device();
+        if !device.has_index() {
+            return None;
+        }
+        let allocator = memory::allocator(device).ok()?;
+        let stream = Stream::new(device, stream.id());
+        let (handle, block, offset) = allocator.take_fast(len, stream)?;
+        Some(Buffer {
+            allocator,
+            len,
+            handle: Some(handle),
+            offset,
+            block,
+        })
+    }
+
+    /// A buffer of no bytes and no block, on `like`'s allocator. Dropping
+    /// it does nothing.
+    #[inline(always)]
+    pub(crate) fn vacant(like: &Buffer) -> Buffer {
+        Buffer {
+            allocator: like.allocator,
+            len: 0,
+            handle: None,
+            offset: 0,
+            block: memory::Block::none(),
+        }
+    }
+
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
     /// `stream`.
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {

@@ -81,6 +81,18 @@ impl Shape {
 // buffer needs no reference count of its own. Measured in
 // docs/BENCHMARKS.md ("The CPU dispatcher at its goal").
 
+// Note [A tensor built in its cell]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `Arc::new(value)` builds the value on the stack, allocates, then copies
+// it into the allocation: for an operator's output, its buffer's fields
+// were stored in words and read back at once in 16-byte loads, which
+// stall (store-to-load forwarding fails on them). An output
+// (`empty_like_on`) is built the other way round: `Arc::new_cyclic`
+// allocates first and then runs the closure that takes the block from
+// the thread's cache (`Buffer::cached_on`), so the fields are written
+// once, into the cell. When the cache has no block, the cell (holding a
+// vacant buffer) is dropped and the output is made the usual way.
+
 /// A contiguous, row-major array of one dtype on one device: a shared
 /// [`Buffer`], a [`DType`] and a shape. Clones share the buffer, so an
 /// in-place operator's writes show in every clone. Constructors upload on
@@ -206,8 +218,26 @@ impl Tensor {
     /// recomputing the size, which `like`'s buffer already has.
     #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
-        let buffer = Buffer::empty_on(stream, like.0.buffer.len())?;
-        Ok(Tensor::new(buffer, like.0.dtype, like.0.shape.clone()))
+        let len = like.0.buffer.len();
+        let mut missed = false;
+        // The cell first, then its contents (Note [A tensor built in its
+        // cell]).
+        let cell = Arc::new_cyclic(|_| {
+            let buffer = Buffer::cached_on(stream, len).unwrap_or_else(|| {
+                missed = true;
+                Buffer::vacant(&like.0.buffer)
+            });
+            TensorImpl {
+                buffer,
+                dtype: like.0.dtype,
+                shape: like.0.shape.clone(),
+            }
+        });
+        if missed {
+            let buffer = Buffer::empty_on(stream, len)?;
+            return Ok(Tensor::new(buffer, like.0.dtype, like.0.shape.clone()));
+        }
+        Ok(Tensor(cell))
     }
 
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
