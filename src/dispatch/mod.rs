@@ -427,8 +427,8 @@ fn run<T>(
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A kernel returns its `Result<KernelOutcome>` through the stack, written
 // in words. Matching it by value copied the outputs out of it in 16-byte
-// loads, which cannot be forwarded from those stores: the stall took a
-// seventh of a typed operator's own time (`perf annotate` of `one`). So
+// loads, which cannot be forwarded from those stores: `perf annotate` of
+// `one` put a quarter of its samples on those loads. So
 // the outcome is matched where the kernel wrote it, and the caller's
 // `take` reads what it needs from there: `one` pops its single tensor (a
 // word and the length), `call` takes the vector.
