@@ -79,7 +79,7 @@ impl Shape {
 // word, and a tensor is still one allocation. Buffers are not shared
 // between tensors of different shapes (there are no views), so the
 // buffer needs no reference count of its own. Measured in
-// docs/BENCHMARKS.md ("The CPU dispatcher at its goal").
+// docs/BENCHMARKS.md ("The CPU dispatcher: one word per tensor, ...").
 
 // Note [A tensor built in its cell]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -188,6 +188,7 @@ impl Tensor {
         Ok(Tensor::new(buffer, dtype, Shape::new(shape)))
     }
 
+    /// A tensor over `buffer` in a new cell.
     #[inline(always)]
     fn new(buffer: Buffer, dtype: DType, shape: Shape) -> Tensor {
         Tensor(Arc::new(TensorImpl {
