@@ -150,7 +150,17 @@ impl Buffer {
             return None;
         }
         let allocator = memory::allocator(device).ok()?;
-        let stream = Stream::new(device, stream.id());
+        Buffer::from_cache(allocator, len, Stream::new(device, stream.id()))
+    }
+
+    /// A buffer built in place from the thread's fast cache when it holds
+    /// a block of `len` bytes for `stream`.
+    #[inline(always)]
+    fn from_cache(
+        allocator: &'static DeviceAllocator,
+        len: usize,
+        stream: Stream,
+    ) -> Option<Buffer> {
         let (handle, block, offset) = allocator.take_fast(len, stream)?;
         Some(Buffer {
             allocator,
@@ -192,14 +202,7 @@ impl Buffer {
         stream: Stream,
         zeroed: bool,
     ) -> Result<Buffer> {
-        if let Some((handle, block, offset)) = allocator.take_fast(len, stream) {
-            let buf = Buffer {
-                allocator,
-                len,
-                handle: Some(handle),
-                offset,
-                block,
-            };
+        if let Some(buf) = Buffer::from_cache(allocator, len, stream) {
             if zeroed {
                 return buf.zero_reused(&stream);
             }
