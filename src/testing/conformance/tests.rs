@@ -7,7 +7,8 @@
 //! fn` here plus its name there (in `exclusive:` if it starts a profiler
 //! session or leaves errors on streams on purpose).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Config, KernelSource};
@@ -23,6 +24,60 @@ fn pool(d: Device) -> Stream {
 
 fn spin_params(n: u32, iters: u32) -> Vec<u8> {
     [n.to_le_bytes(), iters.to_le_bytes()].concat()
+}
+
+/// The least time one slow [`SPIN`] launch must take on the device under
+/// test: long enough that the submissions a test makes after it (an
+/// event, a wait, a launch, a read with its staging memory), on a host
+/// busy with every other test, all come before it ends.
+const SLOW_SPIN_AT_LEAST: Duration = Duration::from_millis(200);
+
+/// `(n, iters)` of a slow [`SPIN`] on `d`: the instance's
+/// [`slow_spin`](Config::slow_spin), with its iterations scaled up until
+/// one launch takes at least [`SLOW_SPIN_AT_LEAST`] on this device.
+///
+/// A fixed count is a guess at the device's speed, and a fast GPU beats
+/// it: on an H200, Vulkan's `(4096, 200_000)` ran in about a millisecond,
+/// so "the consumer still waits" failed whenever the host was slow to
+/// make its next few submissions. The count is measured once per device
+/// and configuration (a warm-up launch loads the kernel, then one launch
+/// of the configured size is timed from the host, which can only
+/// overstate it) and never scaled down.
+fn slow_spin(d: Device, cfg: &Config) -> (u32, u32) {
+    static MEASURED: Mutex<Option<HashMap<(Device, (u32, u32)), u32>>> = Mutex::new(None);
+    let (n, iters) = cfg.slow_spin;
+    if cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit {
+        // Busy work is gated there, and timed tests sleep: no spin to size.
+        return (n, iters);
+    }
+    // Held while measuring: one thread measures, the others wait for it.
+    let mut measured = MEASURED.lock().unwrap_or_else(PoisonError::into_inner);
+    let known = measured.get_or_insert_with(HashMap::new);
+    if let Some(&scaled) = known.get(&(d, cfg.slow_spin)) {
+        return (n, scaled);
+    }
+    let s = pool(d);
+    let out = Buffer::new(d, 4 * n as usize).expect("spin out");
+    let spin = |iters: u32| {
+        s.launch(
+            &SPIN,
+            SPIN.grid_for(u64::from(n)),
+            &[&out],
+            &spin_params(n, iters),
+        )
+        .expect("spin");
+        s.synchronize().expect("spin sync");
+    };
+    spin(1);
+    let t0 = Instant::now();
+    spin(iters);
+    let took = t0.elapsed().max(Duration::from_micros(1));
+    let factor = SLOW_SPIN_AT_LEAST.as_secs_f64() / took.as_secs_f64();
+    // `as` saturates: u32::MAX iterations at most.
+    let scaled = (f64::from(iters) * factor.max(1.0)) as u32;
+    println!("{d}: a spin of {iters} iterations took {took:?}; using {scaled}");
+    known.insert((d, cfg.slow_spin), scaled);
+    (n, scaled)
 }
 
 fn saxpy_params(n: u32, alpha: f32) -> Vec<u8> {
@@ -170,7 +225,7 @@ pub fn in_order_within_a_stream(d: Device, _cfg: &Config) {
 pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
     let (producer, consumer) = (pool(d), pool(d));
     assert_ne!(producer, consumer);
-    let (n, iters) = cfg.slow_spin;
+    let (n, iters) = slow_spin(d, cfg);
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let y = Buffer::from_slice(&consumer, &vec![1.0f32; n as usize]).expect("y");
     consumer.synchronize().expect("upload");
@@ -212,7 +267,7 @@ pub fn producer_consumer_across_streams(d: Device, cfg: &Config) {
 pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
     let ty = d.device_type();
     let s = pool(d);
-    let (n, iters) = cfg.slow_spin;
+    let (n, iters) = slow_spin(d, cfg);
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let mut start = Event::timed(ty);
     let mut done = Event::timed(ty);
@@ -285,7 +340,7 @@ pub fn query_before_and_after_completion(d: Device, cfg: &Config) {
 /// someone waits fails here.
 pub fn queries_alone_see_completion(d: Device, cfg: &Config) {
     let s = pool(d);
-    let (n, iters) = cfg.slow_spin;
+    let (n, iters) = slow_spin(d, cfg);
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let busy = Busy::launch(&s, cfg, &out, iters / 4);
     let mut done = Event::new(d.device_type());
@@ -322,7 +377,7 @@ pub fn queries_alone_see_completion(d: Device, cfg: &Config) {
 /// `synchronize(device)` waits for every stream of the device.
 pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
     let (s1, s2) = (pool(d), pool(d));
-    let (n, iters) = cfg.slow_spin;
+    let (n, iters) = slow_spin(d, cfg);
     let (a, b) = (
         Buffer::new(d, 4 * n as usize).expect("a"),
         Buffer::new(d, 4 * n as usize).expect("b"),
@@ -361,7 +416,7 @@ pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
 pub fn elapsed_time_matches_host_time(d: Device, cfg: &Config) {
     let ty = d.device_type();
     let s = pool(d);
-    let (n, iters) = cfg.slow_spin;
+    let (n, iters) = slow_spin(d, cfg);
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let mut start = Event::timed(ty);
     let mut end = Event::timed(ty);
@@ -1125,17 +1180,19 @@ pub fn freed_blocks_wait_for_recorded_streams(d: Device, cfg: &Config) {
     const LEN: usize = 3 << 20; // large pool: a segment of its own
     let n = LEN / 4;
     let (s1, s2) = two_streams(d);
+    // Sized before the cache is emptied: sizing allocates.
+    let (n_spin, iters) = slow_spin(d, cfg);
     crate::memory::empty_cache(d).expect("empty_cache");
     let original: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let newer = vec![-1.0f32; n];
     let gated = cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit;
     for record in [false, true] {
-        let hold = Buffer::new_on(&s2, 4 * cfg.slow_spin.0 as usize).expect("hold");
+        let hold = Buffer::new_on(&s2, 4 * n_spin as usize).expect("hold");
         let out = Buffer::empty_on(&s2, LEN).expect("out");
         let a = Buffer::from_slice(&s1, &original).expect("a");
         s1.synchronize().expect("upload");
         // s2: busy, then reads `a`.
-        let busy = Busy::launch(&s2, cfg, &hold, cfg.slow_spin.1);
+        let busy = Busy::launch(&s2, cfg, &hold, iters);
         out.copy_from(&s2, &a, 0, 0, LEN).expect("copy on s2");
         if record {
             a.record_stream(&s2).expect("record_stream");
