@@ -44,7 +44,9 @@ const SLOW_SPIN_AT_LEAST: Duration = Duration::from_millis(200);
 /// of the configured size is timed from the host, which can only
 /// overstate it) and never scaled down.
 fn slow_spin(d: Device, cfg: &Config) -> (u32, u32) {
-    static MEASURED: Mutex<Option<HashMap<(Device, (u32, u32)), u32>>> = Mutex::new(None);
+    /// Per device and configured `(n, iters)`: the iterations to use.
+    type Sized = HashMap<(Device, (u32, u32)), u32>;
+    static MEASURED: Mutex<Option<Sized>> = Mutex::new(None);
     let (n, iters) = cfg.slow_spin;
     if cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit {
         // Busy work is gated there, and timed tests sleep: no spin to size.
