@@ -97,7 +97,10 @@ pub struct Config {
     pub kernel_source: KernelSource,
     /// `(n, iters)` for a [`SPIN`](crate::kernels::SPIN) launch that takes
     /// tens of milliseconds or more on this backend (long enough to observe
-    /// "not yet complete"). Host backends with asynchronous streams are
+    /// "not yet complete"). The suite measures it once per device and
+    /// scales `iters` up until a launch takes at least 200 ms, so a device
+    /// faster than the one it was chosen on still holds the work back
+    /// long enough. Host backends with asynchronous streams are
     /// held by a [`Gate`](crate::testing::Gate) instead, and use it only
     /// for its `n`.
     pub slow_spin: (u32, u32),

@@ -36,10 +36,11 @@ const SLOW_SPIN_AT_LEAST: Duration = Duration::from_millis(200);
 /// [`slow_spin`](Config::slow_spin), with its iterations scaled up until
 /// one launch takes at least [`SLOW_SPIN_AT_LEAST`] on this device.
 ///
-/// A fixed count is a guess at the device's speed, and a fast GPU beats
-/// it: on an H200, Vulkan's `(4096, 200_000)` ran in about a millisecond,
-/// so "the consumer still waits" failed whenever the host was slow to
-/// make its next few submissions. The count is measured once per device
+/// A fixed count is a guess at the device's speed, made where it was
+/// written (lavapipe runs Vulkan's `(4096, 200_000)` in 150-240 ms); a
+/// fast GPU runs it in far less, and on an H200 "the consumer still
+/// waits" failed when the host's next few submissions came after the
+/// spin had ended. The count is measured once per device
 /// and configuration (a warm-up launch loads the kernel, then one launch
 /// of the configured size is timed from the host, which can only
 /// overstate it) and never scaled down.
