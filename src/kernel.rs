@@ -163,8 +163,8 @@ pub mod kernels {
     };
 
     /// The value [`SPIN`] stores for invocation `i`, without running the
-    /// steps left once the chain reaches a fixed point (it does within
-    /// some thousands of steps, near 1000): a check of a long spin costs
+    /// steps left once the chain stops changing (within some tens of
+    /// thousands of steps, near 1000): a check of a long spin costs
     /// little.
     pub fn spin_reference(i: u32, iters: u32) -> f32 {
         let mut x = i as f32;
