@@ -135,10 +135,10 @@ left() {
 run_one_test() {
     local t=$1 name status secs one
     name=$(basename "$t")
-    one="$OUT/test-$name.log"
+    one="$LOGS/test-$name.log"
     secs=$(left 240)
     if [ "$secs" -lt 20 ]; then
-        echo "test $name: not run (the budget is spent)" >"$OUT/test-$name.sum"
+        echo "test $name: not run (the budget is spent)" >"$LOGS/test-$name.sum"
         return 1
     fi
     if KEEL_REQUIRE_BACKENDS=cuda,vulkan RUST_BACKTRACE=1 timeout "$secs" "$t" >"$one" 2>&1; then
@@ -149,16 +149,25 @@ run_one_test() {
     {
         echo "test $name: $status $(grep -a '^test result' "$one" | tail -1)"
         grep -a -- '--- .* stdout ----\|panicked at' "$one" | head -20
-    } >"$OUT/test-$name.sum"
+    } >"$LOGS/test-$name.sum"
     [ "$status" = ok ]
 }
 
+# Each binary's log goes to $LOGS, then all of them into one file under
+# $OUT: only 8 files come back from the device machine.
 run_tests() {
-    local failed=0
+    local failed=0 f
+    LOGS=/tmp/keel-gpu-logs
+    rm -rf "$LOGS"
+    mkdir -p "$LOGS"
     export -f run_one_test left
-    export OUT DEADLINE
+    export OUT LOGS DEADLINE
     ls "$BIN"/bin/tests/* | xargs -P "${TEST_JOBS:-4}" -I{} bash -c 'run_one_test "$1"' _ {} || failed=1
-    cat "$OUT"/test-*.sum | tee "$OUT/summary.txt"
+    cat "$LOGS"/test-*.sum | tee "$OUT/summary.txt"
+    for f in "$LOGS"/test-*.log; do
+        echo "==== $(basename "$f")"
+        cat "$f"
+    done >"$OUT/tests.log"
     return "$failed"
 }
 

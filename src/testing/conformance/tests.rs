@@ -22,6 +22,18 @@ fn pool(d: Device) -> Stream {
     crate::get_stream_from_pool(d, false).expect("pool stream")
 }
 
+/// Launches [`SPIN`] on `s` over the first `n` elements of `out`, `iters`
+/// steps each.
+fn launch_spin(s: &Stream, out: &Buffer, n: u32, iters: u32) {
+    s.launch(
+        &SPIN,
+        SPIN.grid_for(u64::from(n)),
+        &[out],
+        &spin_params(n, iters),
+    )
+    .expect("spin");
+}
+
 fn spin_params(n: u32, iters: u32) -> Vec<u8> {
     [n.to_le_bytes(), iters.to_le_bytes()].concat()
 }
@@ -49,7 +61,7 @@ fn slow_spin(d: Device, cfg: &Config) -> (u32, u32) {
     type Sized = HashMap<(Device, (u32, u32)), u32>;
     static MEASURED: Mutex<Option<Sized>> = Mutex::new(None);
     let (n, iters) = cfg.slow_spin;
-    if cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit {
+    if gated(cfg) {
         // Busy work is gated there, and timed tests sleep: no spin to size.
         return (n, iters);
     }
@@ -62,13 +74,7 @@ fn slow_spin(d: Device, cfg: &Config) -> (u32, u32) {
     let s = pool(d);
     let out = Buffer::new(d, 4 * n as usize).expect("spin out");
     let spin = |iters: u32| {
-        s.launch(
-            &SPIN,
-            SPIN.grid_for(u64::from(n)),
-            &[&out],
-            &spin_params(n, iters),
-        )
-        .expect("spin");
+        launch_spin(&s, &out, n, iters);
         s.synchronize().expect("spin sync");
     };
     spin(1);
@@ -122,6 +128,12 @@ fn other_devices(d: Device) -> Vec<Device> {
     v
 }
 
+/// Whether [`Busy`] work is held by a [`Gate`] on this backend (host
+/// kernels on asynchronous streams) rather than by a slow [`SPIN`].
+fn gated(cfg: &Config) -> bool {
+    cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit
+}
+
 /// What a [`Busy`] gated fill writes.
 const GATE_VALUE: f32 = 3.0;
 
@@ -138,7 +150,7 @@ struct Busy {
 impl Busy {
     fn launch(s: &Stream, cfg: &Config, out: &Buffer, iters: u32) -> Busy {
         let n = cfg.slow_spin.0;
-        if cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit {
+        if gated(cfg) {
             let gate = Gate::new();
             s.launch(&GATED_FILL, [1, 1, 1], &[out], &gate.params(GATE_VALUE))
                 .expect("gated fill");
@@ -147,13 +159,7 @@ impl Busy {
                 iters,
             }
         } else {
-            s.launch(
-                &SPIN,
-                SPIN.grid_for(u64::from(n)),
-                &[out],
-                &spin_params(n, iters),
-            )
-            .expect("spin");
+            launch_spin(s, out, n, iters);
             Busy { gate: None, iters }
         }
     }
@@ -403,13 +409,7 @@ pub fn synchronize_waits_for_everything(d: Device, cfg: &Config) {
             got[n as usize - 1]
         );
     }
-    s1.launch(
-        &SPIN,
-        SPIN.grid_for(u64::from(n)),
-        &[&a],
-        &spin_params(n, iters / 4),
-    )
-    .expect("spin");
+    launch_spin(&s1, &a, n, iters / 4);
     s1.synchronize().expect("stream synchronize");
     assert_eq!(s1.query(), Ok(true));
 }
@@ -431,13 +431,7 @@ pub fn elapsed_time_matches_host_time(d: Device, cfg: &Config) {
         s.launch(&SLEEP, [1, 1, 1], &[], &20u32.to_le_bytes())
             .expect("sleep");
     } else {
-        s.launch(
-            &SPIN,
-            SPIN.grid_for(u64::from(n)),
-            &[&out],
-            &spin_params(n, iters),
-        )
-        .expect("spin");
+        launch_spin(&s, &out, n, iters);
     }
     end.record(&s).expect("record");
     end.synchronize().expect("sync");
@@ -969,13 +963,7 @@ fn profiled_workload(d: Device) -> (Stream, Stream) {
     let n = 4096u32;
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     let y = Buffer::from_slice(&s2, &vec![1.0f32; n as usize]).expect("y");
-    s1.launch(
-        &SPIN,
-        SPIN.grid_for(u64::from(n)),
-        &[&out],
-        &spin_params(n, 2000),
-    )
-    .expect("spin");
+    launch_spin(&s1, &out, n, 2000);
     let mut produced = Event::new(ty);
     produced.record(&s1).expect("record");
     s2.wait(&produced).expect("wait");
@@ -1122,13 +1110,7 @@ pub fn profiler_places_device_spans_within_host_time(d: Device, _cfg: &Config) {
     let out = Buffer::new(d, 4 * n as usize).expect("out");
     s.synchronize().expect("idle");
     let before = session.now_ns();
-    s.launch(
-        &SPIN,
-        SPIN.grid_for(u64::from(n)),
-        &[&out],
-        &spin_params(n, 20_000),
-    )
-    .expect("spin");
+    launch_spin(&s, &out, n, 20_000);
     s.synchronize().expect("sync");
     let after = session.now_ns();
     let trace = session.stop();
@@ -1188,7 +1170,7 @@ pub fn freed_blocks_wait_for_recorded_streams(d: Device, cfg: &Config) {
     crate::memory::empty_cache(d).expect("empty_cache");
     let original: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let newer = vec![-1.0f32; n];
-    let gated = cfg.kernel_source == KernelSource::Host && !cfg.blocking_submit;
+    let gated = gated(cfg);
     for record in [false, true] {
         let hold = Buffer::new_on(&s2, 4 * n_spin as usize).expect("hold");
         let out = Buffer::empty_on(&s2, LEN).expect("out");
