@@ -138,32 +138,19 @@ impl Buffer {
         Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
-    /// Makes this [vacant](Buffer::vacant) buffer [`Buffer::empty_on`]'s
-    /// when the thread's fast cache holds a block of `len` bytes for
-    /// `stream` (on a concrete device), and says whether it did; nothing
-    /// is done otherwise. The cache writes the fields where this buffer
-    /// is, in a tensor's cell (Note [A tensor built in its cell]).
+    /// [`Buffer::empty_on`] when the thread's fast cache holds a block of
+    /// `len` bytes for `stream` (on a concrete device); `None`, with
+    /// nothing done, otherwise. Inline, and apart from the slow path, so
+    /// that a tensor's cell can be filled with the buffer's fields
+    /// directly (Note [A tensor built in its cell]).
     #[inline(always)]
-    pub(crate) fn fill_from_cache(&mut self, stream: &Stream, len: usize) -> bool {
+    pub(crate) fn cached_on(stream: &Stream, len: usize) -> Option<Buffer> {
         let device = stream.device();
         if !device.has_index() {
-            return false;
+            return None;
         }
-        let Ok(allocator) = memory::allocator(device) else {
-            return false;
-        };
-        let stream = Stream::new(device, stream.id());
-        allocator
-            .take_fast(len, stream, |handle, block, offset| {
-                *self = Buffer {
-                    allocator,
-                    len,
-                    handle: Some(handle),
-                    offset,
-                    block,
-                };
-            })
-            .is_some()
+        let allocator = memory::allocator(device).ok()?;
+        Buffer::from_cache(allocator, len, Stream::new(device, stream.id()))
     }
 
     /// A buffer built in place from the thread's fast cache when it holds
@@ -174,7 +161,7 @@ impl Buffer {
         len: usize,
         stream: Stream,
     ) -> Option<Buffer> {
-        let (handle, block, offset) = allocator.take_fast(len, stream, |h, b, o| (h, b, o))?;
+        let (handle, block, offset) = allocator.take_fast(len, stream)?;
         Some(Buffer {
             allocator,
             len,

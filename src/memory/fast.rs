@@ -175,16 +175,13 @@ fn with_local<R>(allocator: usize, f: impl FnOnce(&mut Local) -> Option<R>) -> O
 }
 
 /// A cached block of exactly `len` bytes for `stream` from this thread's
-/// cache for `allocator`: `put` receives it with its handle and offset,
-/// where the cache is read (so a buffer's fields are written once, where
-/// the buffer lives, rather than returned through the stack).
+/// cache for `allocator`, with its handle.
 #[inline(always)]
-pub(super) fn take_with<R>(
+pub(super) fn take(
     allocator: usize,
     stream: StreamId,
     len: u64,
-    put: impl FnOnce(BufferHandle, Block, usize) -> R,
-) -> Option<R> {
+) -> Option<(BufferHandle, Block, usize)> {
     with_local(allocator, |local| {
         for (e, slot) in local.entries.iter_mut().zip(&local.shared.slots) {
             if e.handle.is_none() || e.stream != stream || e.len != len {
@@ -203,7 +200,7 @@ pub(super) fn take_with<R>(
             for (t, d) in totals.iter().zip([1, e.size, len]) {
                 t.store(t.load(Ordering::Relaxed) + d, Ordering::Release);
             }
-            return Some(put(
+            return Some((
                 handle,
                 Block::new(BlockId::from_index(e.id), stream, e.size),
                 e.offset,

@@ -500,17 +500,16 @@ impl DeviceAllocator {
     }
 
     /// A block of exactly `len` bytes for `stream` from this thread's fast
-    /// cache, if the cache holds one (no lock; see `fast.rs`): `put`
-    /// receives it with its segment's handle and its offset.
+    /// cache, with its segment's handle and its offset, if the cache holds
+    /// one (no lock; see `fast.rs`).
     #[inline(always)]
-    pub(crate) fn take_fast<R>(
+    pub(crate) fn take_fast(
         &self,
         len: usize,
         stream: Stream,
-        put: impl FnOnce(BufferHandle, Block, usize) -> R,
-    ) -> Option<R> {
+    ) -> Option<(BufferHandle, Block, usize)> {
         if self.fast.load(Ordering::Relaxed) && !self.profiling() {
-            fast::take_with(self.key(), stream.id(), len as u64, put)
+            fast::take(self.key(), stream.id(), len as u64)
         } else {
             None
         }

@@ -24,8 +24,7 @@
 mod dtype;
 
 use std::fmt;
-
-use triomphe::{Arc, UniqueArc};
+use std::sync::Arc;
 
 pub use dtype::{DType, Element};
 use half::{bf16, f16};
@@ -84,20 +83,15 @@ impl Shape {
 
 // Note [A tensor built in its cell]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A value made by a call that returns it through the stack, then moved
-// into a heap cell, is stored in words and read back at once in 16-byte
-// loads, which stall (store-to-load forwarding fails on them). An
-// operator's output (`empty_like_on`) had two such moves: the thread's
-// block cache returned its block through the stack, and the finished
-// `TensorImpl` was copied into its `Arc`. Now the cell comes first, as a
-// `triomphe::UniqueArc` (mutable without an atomic while it is known to be
-// unique), holding a vacant buffer; the cache writes the block's fields
-// into that buffer where it lies (`Buffer::fill_from_cache`, which hands
-// the cache a closure instead of taking a tuple back); then the cell is
-// shared. A miss puts a buffer from the pools there instead. The cell is a
-// `triomphe::Arc`, which has no weak count: dropping a tensor is one
-// atomic decrement, not two. Measured in docs/BENCHMARKS.md ("The CPU
-// dispatcher: the output filled in its cell").
+// `Arc::new(value)` builds the value on the stack, allocates, then copies
+// it into the allocation: for an operator's output, its buffer's fields
+// were stored in words and read back at once in 16-byte loads, which
+// stall (store-to-load forwarding fails on them). An output
+// (`empty_like_on`) is built the other way round: `Arc::new_cyclic`
+// allocates first and then runs the closure that takes the block from
+// the thread's cache (`Buffer::cached_on`), so the fields are written
+// once, into the cell. When the cache has no block, the cell (holding a
+// vacant buffer) is dropped and the output is made the usual way.
 
 /// A contiguous, row-major array of one dtype on one device: a shared
 /// [`Buffer`], a [`DType`] and a shape. Clones share the buffer, so an
@@ -226,17 +220,25 @@ impl Tensor {
     #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
         let len = like.0.buffer.len();
-        // The cell first, then its buffer, written where it lies (Note [A
-        // tensor built in its cell]).
-        let mut cell = UniqueArc::new(TensorImpl {
-            buffer: Buffer::vacant(&like.0.buffer),
-            dtype: like.0.dtype,
-            shape: like.0.shape.clone(),
+        let mut missed = false;
+        // The cell first, then its contents (Note [A tensor built in its
+        // cell]).
+        let cell = Arc::new_cyclic(|_| {
+            let buffer = Buffer::cached_on(stream, len).unwrap_or_else(|| {
+                missed = true;
+                Buffer::vacant(&like.0.buffer)
+            });
+            TensorImpl {
+                buffer,
+                dtype: like.0.dtype,
+                shape: like.0.shape.clone(),
+            }
         });
-        if !cell.buffer.fill_from_cache(stream, len) {
-            cell.buffer = Buffer::empty_on(stream, len)?;
+        if missed {
+            let buffer = Buffer::empty_on(stream, len)?;
+            return Ok(Tensor::new(buffer, like.0.dtype, like.0.shape.clone()));
         }
-        Ok(Tensor(cell.shareable()))
+        Ok(Tensor(cell))
     }
 
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
