@@ -138,19 +138,32 @@ impl Buffer {
         Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
-    /// [`Buffer::empty_on`] when the thread's fast cache holds a block of
-    /// `len` bytes for `stream` (on a concrete device); `None`, with
-    /// nothing done, otherwise. Inline, and apart from the slow path, so
-    /// that a tensor's cell can be filled with the buffer's fields
-    /// directly (Note [A tensor built in its cell]).
+    /// Makes this [vacant](Buffer::vacant) buffer [`Buffer::empty_on`]'s
+    /// when the thread's fast cache holds a block of `len` bytes for
+    /// `stream` (on a concrete device), and says whether it did; nothing
+    /// is done otherwise. The cache writes the fields where this buffer
+    /// is, in a tensor's cell (Note [A tensor built in its cell]).
     #[inline(always)]
-    pub(crate) fn cached_on(stream: &Stream, len: usize) -> Option<Buffer> {
+    pub(crate) fn fill_from_cache(&mut self, stream: &Stream, len: usize) -> bool {
         let device = stream.device();
         if !device.has_index() {
-            return None;
+            return false;
         }
-        let allocator = memory::allocator(device).ok()?;
-        Buffer::from_cache(allocator, len, Stream::new(device, stream.id()))
+        let Ok(allocator) = memory::allocator(device) else {
+            return false;
+        };
+        let stream = Stream::new(device, stream.id());
+        allocator
+            .take_fast(len, stream, |handle, block, offset| {
+                *self = Buffer {
+                    allocator,
+                    len,
+                    handle: Some(handle),
+                    offset,
+                    block,
+                };
+            })
+            .is_some()
     }
 
     /// A buffer built in place from the thread's fast cache when it holds
@@ -161,7 +174,7 @@ impl Buffer {
         len: usize,
         stream: Stream,
     ) -> Option<Buffer> {
-        let (handle, block, offset) = allocator.take_fast(len, stream)?;
+        let (handle, block, offset) = allocator.take_fast(len, stream, |h, b, o| (h, b, o))?;
         Some(Buffer {
             allocator,
             len,

@@ -168,7 +168,11 @@ pub struct OpCall<'a> {
 // `dispatch::launch::launch`); every buffer is still checked against the
 // stream's device. A call made by a third party (`OpCall::with_args`, a
 // fallback's call) or dispatched to a third-party backend carries no
-// runtime, and its kernels launch through the public path.
+// runtime, and its kernels launch through the public path. Which backend
+// fills a device type's slot, and whether it is available, are settled
+// once and never change: a thread's cached entry for an operator on a
+// device type (`registry::Resolved`) keeps the runtime it found, so a
+// call reads only the thread's current stream id.
 
 impl fmt::Debug for OpCall<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

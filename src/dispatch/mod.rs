@@ -405,7 +405,10 @@ fn run<T>(
 ) -> Result<T> {
     // The device is a tensor's, so concrete; for a built-in backend, its
     // runtime goes with the call (Note [Resolved once per call]).
-    let (stream, runtime) = current_stream_of_checked(device)?;
+    let (stream, runtime) = match r.runtime {
+        Some(rt) => (crate::backend::tls::current_stream(device), Some(rt)),
+        None => current_stream_of_checked(device)?,
+    };
     let call = OpCall {
         schema: &r.schema,
         args,

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::call::{Fallback, OpKernel, OpSchema};
+use crate::backend::{self, DeviceRuntime};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
 
@@ -50,6 +51,10 @@ pub(crate) struct Resolved {
     pub kernel: Option<OpKernel>,
     pub fallback: Option<Fallback>,
     pub fallbacks: Arc<AtomicU64>,
+    /// The device type's built-in runtime, when its backend is built in
+    /// and available: set in a thread's own copy only (Note [Resolved
+    /// once per call]).
+    pub runtime: Option<&'static dyn DeviceRuntime>,
 }
 
 struct Entry {
@@ -68,6 +73,7 @@ impl Entry {
                 kernel: self.kernels[slot].clone(),
                 fallback: fallbacks[slot].clone(),
                 fallbacks: Arc::clone(&self.fallbacks),
+                runtime: None,
             });
         }
     }
@@ -132,6 +138,7 @@ pub(crate) fn define(schema: OpSchema) -> Result<()> {
                 kernel: None,
                 fallback: None,
                 fallbacks: Arc::clone(&fallbacks),
+                runtime: None,
             })
         };
         let mut entry = Entry {
@@ -276,8 +283,15 @@ fn resolve_alias(op: &'static str, ty: DeviceType) -> Result<Rc<Resolved>> {
 #[inline(never)]
 fn resolve_miss(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let (generation, shared) = resolve_shared(op, ty)?;
-    // A thread's own copy: four reference counts, once per miss.
-    let entry = Rc::new(Resolved::clone(&shared));
+    // A thread's own copy: four reference counts, once per miss. A
+    // backend's slot and availability, once known, never change, so the
+    // copy keeps the runtime a call on a built-in backend launches on.
+    let mut own = Resolved::clone(&shared);
+    own.runtime = match backend::registry::available_target(ty) {
+        Ok((_, Some(_))) => backend::registry::runtime(ty).ok(),
+        _ => None,
+    };
+    let entry = Rc::new(own);
     CACHE.with(|c| {
         let (next, slots) = &mut *c.borrow_mut();
         // An entry of an older generation is never used again.

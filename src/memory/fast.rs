@@ -175,13 +175,16 @@ fn with_local<R>(allocator: usize, f: impl FnOnce(&mut Local) -> Option<R>) -> O
 }
 
 /// A cached block of exactly `len` bytes for `stream` from this thread's
-/// cache for `allocator`, with its handle.
+/// cache for `allocator`: `put` receives it with its handle and offset,
+/// where the cache is read (so a buffer's fields are written once, where
+/// the buffer lives, rather than returned through the stack).
 #[inline(always)]
-pub(super) fn take(
+pub(super) fn take_with<R>(
     allocator: usize,
     stream: StreamId,
     len: u64,
-) -> Option<(BufferHandle, Block, usize)> {
+    put: impl FnOnce(BufferHandle, Block, usize) -> R,
+) -> Option<R> {
     with_local(allocator, |local| {
         for (e, slot) in local.entries.iter_mut().zip(&local.shared.slots) {
             if e.handle.is_none() || e.stream != stream || e.len != len {
@@ -200,7 +203,7 @@ pub(super) fn take(
             for (t, d) in totals.iter().zip([1, e.size, len]) {
                 t.store(t.load(Ordering::Relaxed) + d, Ordering::Release);
             }
-            return Some((
+            return Some(put(
                 handle,
                 Block::new(BlockId::from_index(e.id), stream, e.size),
                 e.offset,

@@ -500,16 +500,17 @@ impl DeviceAllocator {
     }
 
     /// A block of exactly `len` bytes for `stream` from this thread's fast
-    /// cache, with its segment's handle and its offset, if the cache holds
-    /// one (no lock; see `fast.rs`).
+    /// cache, if the cache holds one (no lock; see `fast.rs`): `put`
+    /// receives it with its segment's handle and its offset.
     #[inline(always)]
-    pub(crate) fn take_fast(
+    pub(crate) fn take_fast<R>(
         &self,
         len: usize,
         stream: Stream,
-    ) -> Option<(BufferHandle, Block, usize)> {
+        put: impl FnOnce(BufferHandle, Block, usize) -> R,
+    ) -> Option<R> {
         if self.fast.load(Ordering::Relaxed) && !self.profiling() {
-            fast::take(self.key(), stream.id(), len as u64)
+            fast::take_with(self.key(), stream.id(), len as u64, put)
         } else {
             None
         }

@@ -514,7 +514,7 @@ mod fast_cache {
 
     /// As `Buffer::alloc`: the fast cache, else the pools.
     fn alloc(a: &DeviceAllocator, len: usize, s: Stream) -> (Held, bool) {
-        if let Some((handle, block, offset)) = a.take_fast(len, s) {
+        if let Some((handle, block, offset)) = a.take_fast(len, s, |h, b, o| (h, b, o)) {
             return (
                 Held {
                     handle,

@@ -21,10 +21,12 @@
 //! # Ok(()) }
 //! ```
 
+mod cells;
 mod dtype;
 
 use std::fmt;
-use std::sync::Arc;
+
+use triomphe::{Arc, UniqueArc};
 
 pub use dtype::{DType, Element};
 use half::{bf16, f16};
@@ -83,15 +85,22 @@ impl Shape {
 
 // Note [A tensor built in its cell]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// `Arc::new(value)` builds the value on the stack, allocates, then copies
-// it into the allocation: for an operator's output, its buffer's fields
-// were stored in words and read back at once in 16-byte loads, which
-// stall (store-to-load forwarding fails on them). An output
-// (`empty_like_on`) is built the other way round: `Arc::new_cyclic`
-// allocates first and then runs the closure that takes the block from
-// the thread's cache (`Buffer::cached_on`), so the fields are written
-// once, into the cell. When the cache has no block, the cell (holding a
-// vacant buffer) is dropped and the output is made the usual way.
+// A value made by a call that returns it through the stack, then moved
+// into a heap cell, is stored in words and read back at once in 16-byte
+// loads, which stall (store-to-load forwarding fails on them). An
+// operator's output (`empty_like_on`) had two such moves: the thread's
+// block cache returned its block through the stack, and the finished
+// `TensorImpl` was copied into its `Arc`. Now the cell comes first: one of
+// the thread's spare cells (Note [Spare cells], in `cells.rs`), or a new
+// `triomphe::UniqueArc` (mutable without an atomic while it is known to
+// be unique) holding a vacant buffer. Its dtype and shape are assigned in
+// place, and the cache writes the block's fields into the buffer where it
+// lies (`Buffer::fill_from_cache`, which hands the cache a closure instead
+// of taking a tuple back); then the cell is shared. A miss puts a buffer
+// from the pools there instead. The cell is a `triomphe::Arc`, which has
+// no weak count, so whether a handle is the last one is a plain load.
+// Measured in docs/BENCHMARKS.md ("The CPU dispatcher over shuffled
+// layouts").
 
 /// A contiguous, row-major array of one dtype on one device: a shared
 /// [`Buffer`], a [`DType`] and a shape. Clones share the buffer, so an
@@ -99,10 +108,24 @@ impl Shape {
 /// the current stream of the target device; [`to_vec`](Tensor::to_vec)
 /// reads on the current stream of the tensor's device.
 #[derive(Clone)]
-pub struct Tensor(Arc<TensorImpl>);
+pub struct Tensor(
+    // Always `Some`: only `drop` takes the cell, to keep it as a spare
+    // (Note [Spare cells]).
+    Option<Arc<TensorImpl>>,
+);
+
+impl Drop for Tensor {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(cell) = self.0.take() {
+            cells::release(cell);
+        }
+    }
+}
 
 /// What a [`Tensor`] handle points to (c10's `TensorImpl`): the buffer
-/// itself, not a pointer to one, so making a tensor is one allocation, and
+/// itself, not a pointer to one, so making a tensor is at most one
+/// allocation (none when the thread has a spare cell), and
 /// a tensor is one pointer wide: an operator's `Result<Tensor>` and its
 /// kernel's outputs move as one word (Note [One word per tensor]).
 struct TensorImpl {
@@ -117,8 +140,8 @@ impl fmt::Debug for Tensor {
             f,
             "Tensor({:?}, {}, {})",
             self.shape(),
-            self.0.dtype,
-            self.0.buffer.device()
+            self.imp().dtype,
+            self.imp().buffer.device()
         )
     }
 }
@@ -188,14 +211,32 @@ impl Tensor {
         Ok(Tensor::new(buffer, dtype, Shape::new(shape)))
     }
 
-    /// A tensor over `buffer` in a new cell.
+    /// A tensor over `buffer` in a cell (a spare one of this thread's, or
+    /// a new one).
     #[inline(always)]
     fn new(buffer: Buffer, dtype: DType, shape: Shape) -> Tensor {
-        Tensor(Arc::new(TensorImpl {
-            buffer,
-            dtype,
-            shape,
-        }))
+        let cell = match cells::take() {
+            Some(mut cell) => {
+                cell.buffer = buffer;
+                cell.dtype = dtype;
+                cell.shape = shape;
+                cell
+            }
+            None => UniqueArc::new(TensorImpl {
+                buffer,
+                dtype,
+                shape,
+            }),
+        };
+        Tensor(Some(cell.shareable()))
+    }
+
+    /// The tensor's cell (always there: only `drop` takes it).
+    #[inline(always)]
+    fn imp(&self) -> &TensorImpl {
+        self.0
+            .as_deref()
+            .expect("a tensor's cell is taken only when it is dropped")
     }
 
     /// An uninitialised tensor on `device` (like `torch.empty`: its bytes
@@ -219,26 +260,26 @@ impl Tensor {
     /// recomputing the size, which `like`'s buffer already has.
     #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
-        let len = like.0.buffer.len();
-        let mut missed = false;
-        // The cell first, then its contents (Note [A tensor built in its
-        // cell]).
-        let cell = Arc::new_cyclic(|_| {
-            let buffer = Buffer::cached_on(stream, len).unwrap_or_else(|| {
-                missed = true;
-                Buffer::vacant(&like.0.buffer)
-            });
-            TensorImpl {
-                buffer,
-                dtype: like.0.dtype,
-                shape: like.0.shape.clone(),
+        let like = like.imp();
+        let len = like.buffer.len();
+        // The cell first, then its buffer, written where it lies (Note [A
+        // tensor built in its cell]).
+        let mut cell = match cells::take() {
+            Some(mut cell) => {
+                cell.dtype = like.dtype;
+                cell.shape = like.shape.clone();
+                cell
             }
-        });
-        if missed {
-            let buffer = Buffer::empty_on(stream, len)?;
-            return Ok(Tensor::new(buffer, like.0.dtype, like.0.shape.clone()));
+            None => UniqueArc::new(TensorImpl {
+                buffer: Buffer::vacant(&like.buffer),
+                dtype: like.dtype,
+                shape: like.shape.clone(),
+            }),
+        };
+        if !cell.buffer.fill_from_cache(stream, len) {
+            cell.buffer = Buffer::empty_on(stream, len)?;
         }
-        Ok(Tensor(cell))
+        Ok(Tensor(Some(cell.shareable())))
     }
 
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -250,7 +291,7 @@ impl Tensor {
         let stream = current_stream(device)?;
         let t = Tensor::empty(shape, dtype, device)?;
         if !bytes.is_empty() {
-            t.0.buffer.write(&stream, 0, bytes)?;
+            t.imp().buffer.write(&stream, 0, bytes)?;
         }
         Ok(t)
     }
@@ -292,17 +333,21 @@ impl Tensor {
     /// A copy on `device`, enqueued on `stream` (which must be on
     /// `device`); see [`Buffer::to`].
     pub fn to(&self, device: Device, stream: &Stream) -> Result<Tensor> {
-        let buffer = self.0.buffer.to(device, stream)?;
-        Ok(Tensor::new(buffer, self.0.dtype, self.0.shape.clone()))
+        let buffer = self.imp().buffer.to(device, stream)?;
+        Ok(Tensor::new(
+            buffer,
+            self.imp().dtype,
+            self.imp().shape.clone(),
+        ))
     }
 
     /// The elements, read on the current stream of the tensor's device.
     /// `T` must be the tensor's dtype (`f32` for [`DType::F32`], ...).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.0.dtype {
+        if T::DTYPE != self.imp().dtype {
             return Err(Error::invalid(format!(
                 "to_vec: expected the element type of the tensor's dtype {}, found {}",
-                self.0.dtype,
+                self.imp().dtype,
                 T::DTYPE
             )));
         }
@@ -313,41 +358,41 @@ impl Tensor {
     /// The raw little-endian bytes, read on the current stream of the
     /// tensor's device.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        if self.0.buffer.is_empty() {
+        if self.imp().buffer.is_empty() {
             return Ok(Vec::new());
         }
-        self.0.buffer.read(&current_stream(self.device())?)
+        self.imp().buffer.read(&current_stream(self.device())?)
     }
 
     /// The device the tensor lives on.
     pub fn device(&self) -> Device {
-        self.0.buffer.device()
+        self.imp().buffer.device()
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.0.dtype
+        self.imp().dtype
     }
 
     /// The shape (empty for a scalar).
     pub fn shape(&self) -> &[usize] {
-        self.0.shape.dims()
+        self.imp().shape.dims()
     }
 
     /// Whether `other` has the same shape (cheaper than comparing
     /// [`shape`](Tensor::shape)s).
     #[inline]
     pub fn same_shape(&self, other: &Tensor) -> bool {
-        self.0.shape == other.0.shape
+        self.imp().shape == other.imp().shape
     }
 
     /// Elements (the product of the shape; 1 for a scalar).
     pub fn numel(&self) -> usize {
-        self.0.buffer.len() / self.0.dtype.size()
+        self.imp().buffer.len() / self.imp().dtype.size()
     }
 
     /// The buffer holding the elements (shared by clones).
     pub fn buffer(&self) -> &Buffer {
-        &self.0.buffer
+        &self.imp().buffer
     }
 }
