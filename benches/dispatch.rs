@@ -31,7 +31,10 @@ const N: usize = 256;
 const BATCH: usize = 100;
 
 fn devices() -> Vec<Device> {
-    let mut out = vec![Device::new(DeviceType::Cpu, 0).expect("cpu")];
+    let mut out = Vec::new();
+    if common::wanted(DeviceType::Cpu) {
+        out.push(Device::new(DeviceType::Cpu, 0).expect("cpu"));
+    }
     out.extend(common::devices_of(&[
         DeviceType::Cuda,
         DeviceType::Vulkan,

@@ -97,12 +97,26 @@ pub fn print_paired(
     );
 }
 
+/// Whether to measure devices of `ty`: every type, unless
+/// `KEEL_BENCH_DEVICES` lists the ones to measure (lowercase names, comma
+/// separated: `KEEL_BENCH_DEVICES=cpu,vulkan`).
+pub fn wanted(ty: keel::DeviceType) -> bool {
+    match std::env::var("KEEL_BENCH_DEVICES") {
+        Ok(list) => list.split(',').any(|n| n.trim() == ty.name_lower()),
+        Err(_) => true,
+    }
+}
+
 /// The devices of `types` that run here, in order: a backend that is
 /// unavailable, and a device that is listed but does not open (wgpu's GL
 /// adapter on NVIDIA's headless EGL, say), are printed as skipped.
 pub fn devices_of(types: &[keel::DeviceType]) -> Vec<keel::Device> {
     let mut out = Vec::new();
     for &ty in types {
+        if !wanted(ty) {
+            eprintln!("skipping {ty}: not in KEEL_BENCH_DEVICES");
+            continue;
+        }
         if let Err(e) = keel::availability(ty) {
             eprintln!("skipping {ty}: {e}");
             continue;
