@@ -37,7 +37,10 @@ fn label(d: Device) -> String {
 }
 
 fn devices() -> Vec<Device> {
-    let mut v = vec![Device::new(DeviceType::Cpu, 0).expect("cpu:0")];
+    let mut v = Vec::new();
+    if common::wanted(DeviceType::Cpu) {
+        v.push(Device::new(DeviceType::Cpu, 0).expect("cpu:0"));
+    }
     v.extend(common::devices_of(&[DeviceType::Vulkan, DeviceType::Wgpu]));
     v
 }

@@ -29,7 +29,10 @@ fn label(d: Device) -> String {
 }
 
 fn devices() -> Vec<Device> {
-    let mut v = vec![Device::cpu()];
+    let mut v = Vec::new();
+    if common::wanted(DeviceType::Cpu) {
+        v.push(Device::cpu());
+    }
     v.extend(common::devices_of(&[
         DeviceType::Cuda,
         DeviceType::Vulkan,
