@@ -3,8 +3,8 @@
 // Note [Spare cells]
 // ~~~~~~~~~~~~~~~~~~
 // Every operator makes its output's cell and every dropped result frees
-// one: a `malloc`, a `free` and an atomic decrement per call, a fifth of
-// what the dispatcher adds to a small CPU kernel. A thread keeps up to
+// one: a `malloc`, a `free` and atomic decrements per call, about a fifth
+// of what the dispatcher added to a small CPU kernel. A thread keeps up to
 // `SPARES` cells instead. When the last handle of a tensor is dropped
 // (one acquire load says so: a `triomphe::Arc` has no weak count), its
 // buffer is dropped at once, giving the block back to the allocator as

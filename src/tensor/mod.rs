@@ -125,9 +125,9 @@ impl Drop for Tensor {
 
 /// What a [`Tensor`] handle points to (c10's `TensorImpl`): the buffer
 /// itself, not a pointer to one, so making a tensor is at most one
-/// allocation (none when the thread has a spare cell), and
-/// a tensor is one pointer wide: an operator's `Result<Tensor>` and its
-/// kernel's outputs move as one word (Note [One word per tensor]).
+/// allocation (none when the thread has a spare cell), and a tensor is
+/// one pointer wide: an operator's `Result<Tensor>` and its kernel's
+/// outputs move as one word (Note [One word per tensor]).
 struct TensorImpl {
     buffer: Buffer,
     dtype: DType,
