@@ -4,9 +4,7 @@
 //! Every function returns an error (never panics) when the type has no
 //! backend or the backend cannot run; [`device_count`] alone never fails.
 
-use crate::backend::{
-    DeviceGuardImpl, DeviceProperties, DeviceRuntime, check_device_index, registry,
-};
+use crate::backend::{DeviceGuardImpl, DeviceProperties, check_device_index, registry};
 use crate::core::{Device, DeviceIndex, DeviceType, Stream};
 use crate::error::Result;
 use crate::ops;
@@ -84,24 +82,16 @@ pub fn current_stream(device: Device) -> Result<Stream> {
 }
 
 /// [`current_stream`] of a device known to be concrete and checked (a
-/// tensor's), with the stream's runtime when the backend is built in: no
-/// second index check. A built-in backend keeps its current streams in
-/// Keel's thread-local table, read here inline; a third-party backend is
-/// asked (and no runtime is returned: its launches take the public path,
-/// Note [Resolved once per call]). Inline because the dispatcher calls it
-/// per operator: a result returned through the stack is read back in
-/// wider loads than it was written, a store-forwarding stall (`perf
-/// annotate`).
+/// tensor's): no second index check. A built-in backend keeps its current
+/// streams in Keel's thread-local table, read here inline; a third-party
+/// backend is asked. Inline because the dispatcher calls it per operator:
+/// a `Result<Stream>` returned through the stack is read back in wider
+/// loads than it was written, a store-forwarding stall (`perf annotate`).
 #[inline(always)]
-pub(crate) fn current_stream_of_checked(
-    device: Device,
-) -> Result<(Stream, Option<&'static dyn DeviceRuntime>)> {
+pub(crate) fn current_stream_of_checked(device: Device) -> Result<Stream> {
     match registry::available_target(device.device_type())? {
-        (_, Some(_)) => Ok((
-            crate::backend::tls::current_stream(device),
-            registry::runtime(device.device_type()).ok(),
-        )),
-        (third_party, None) => Ok((third_party.get_stream(device)?, None)),
+        (_, Some(_)) => Ok(crate::backend::tls::current_stream(device)),
+        (third_party, None) => third_party.get_stream(device),
     }
 }
 

@@ -403,10 +403,11 @@ fn run<T>(
     args: &[Arg<'_>],
     take: impl FnOnce(&mut Outputs) -> Result<T>,
 ) -> Result<T> {
-    // The device is a tensor's, so concrete; for a built-in backend, its
-    // runtime goes with the call (Note [Resolved once per call]).
-    let (stream, runtime) = match r.runtime {
-        Some(rt) => (crate::backend::tls::current_stream(device), Some(rt)),
+    // The device is a tensor's, so concrete; a built-in backend's runtime,
+    // known available, goes with the call, and its current stream is the
+    // thread's (Note [Resolved once per call]).
+    let stream = match r.runtime {
+        Some(_) => crate::backend::tls::current_stream(device),
         None => current_stream_of_checked(device)?,
     };
     let call = OpCall {
@@ -414,7 +415,7 @@ fn run<T>(
         args,
         device,
         stream,
-        runtime,
+        runtime: r.runtime,
     };
     let Some(kernel) = &r.kernel else {
         return fall_back(r, &call, None).and_then(|mut outs| take(&mut outs));

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 
 use triomphe::{Arc, UniqueArc};
 
-use super::TensorImpl;
+use super::{DType, Shape, TensorImpl};
 use crate::buffer::Buffer;
 
 /// The most cells a thread keeps. An operator chain holds a few outputs at
@@ -30,13 +30,27 @@ thread_local! {
     static CELLS: RefCell<Vec<UniqueArc<TensorImpl>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One of this thread's spare cells (its buffer vacant), if it has one.
+/// A cell holding `dtype`, `shape` and a vacant buffer (on `like`'s
+/// allocator when the cell is new), for the caller to fill: one of this
+/// thread's spare cells, or a new one.
 #[inline(always)]
-pub(super) fn take() -> Option<UniqueArc<TensorImpl>> {
-    CELLS
+pub(super) fn cell(dtype: DType, shape: Shape, like: &Buffer) -> UniqueArc<TensorImpl> {
+    let spare = CELLS
         .try_with(|c| c.try_borrow_mut().ok()?.pop())
         .ok()
-        .flatten()
+        .flatten();
+    match spare {
+        Some(mut cell) => {
+            cell.dtype = dtype;
+            cell.shape = shape;
+            cell
+        }
+        None => UniqueArc::new(TensorImpl {
+            buffer: Buffer::vacant(like),
+            dtype,
+            shape,
+        }),
+    }
 }
 
 /// Drops a tensor's handle to `cell`. The last handle gives the buffer's

@@ -26,7 +26,7 @@ mod dtype;
 
 use std::fmt;
 
-use triomphe::{Arc, UniqueArc};
+use triomphe::Arc;
 
 pub use dtype::{DType, Element};
 use half::{bf16, f16};
@@ -215,19 +215,8 @@ impl Tensor {
     /// a new one).
     #[inline(always)]
     fn new(buffer: Buffer, dtype: DType, shape: Shape) -> Tensor {
-        let cell = match cells::take() {
-            Some(mut cell) => {
-                cell.buffer = buffer;
-                cell.dtype = dtype;
-                cell.shape = shape;
-                cell
-            }
-            None => UniqueArc::new(TensorImpl {
-                buffer,
-                dtype,
-                shape,
-            }),
-        };
+        let mut cell = cells::cell(dtype, shape, &buffer);
+        cell.buffer = buffer;
         Tensor(Some(cell.shareable()))
     }
 
@@ -264,18 +253,7 @@ impl Tensor {
         let len = like.buffer.len();
         // The cell first, then its buffer, written where it lies (Note [A
         // tensor built in its cell]).
-        let mut cell = match cells::take() {
-            Some(mut cell) => {
-                cell.dtype = like.dtype;
-                cell.shape = like.shape.clone();
-                cell
-            }
-            None => UniqueArc::new(TensorImpl {
-                buffer: Buffer::vacant(&like.buffer),
-                dtype: like.dtype,
-                shape: like.shape.clone(),
-            }),
-        };
+        let mut cell = cells::cell(like.dtype, like.shape.clone(), &like.buffer);
         if !cell.buffer.fill_from_cache(stream, len) {
             cell.buffer = Buffer::empty_on(stream, len)?;
         }
