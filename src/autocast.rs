@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use crate::core::DeviceType;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The floating types autocast chooses between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::core::DeviceType;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 struct Module {
     value: Arc<dyn Any + Send + Sync>,

@@ -46,7 +46,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::api::resolve;
 use crate::core::{Device, DeviceType};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The multipliers of Philox4x32 (Random123's `PHILOX_M4x32_0/1`).
 pub const PHILOX_M: [u32; 2] = [0xD251_1F53, 0xCD9E_8D57];

@@ -3,8 +3,12 @@
 //! Keel is PyTorch's `c10` device layer in Rust: devices, streams, events
 //! and RAII device/stream guards, with c10's exact semantics, over real
 //! backends, plus a registry that lets a third party plug in its own
-//! device (c10's PrivateUse1). This essay is the map; `ARCHITECTURE.md`
-//! says where each piece lives.
+//! device (c10's PrivateUse1), and on top a minimal tensor and an operator
+//! dispatcher with kernels on every backend. This crate is the operator
+//! layer; the device layer is `keel-device` and the trace model
+//! `keel-trace`, both re-exported here, so `keel::Device`,
+//! `keel::profiler::Trace` and the rest keep one path. `ARCHITECTURE.md` is
+//! the one map of crates, layers and files.
 //!
 //! ## The model
 //!
@@ -43,58 +47,25 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## Layers (each calls only the ones below it)
+//! ## Layers
 //!
-//! 1. **Core values** ([`core`]): device types, devices, stream ids,
-//!    streams as values, event flags. Checked constructors, no behaviour
-//!    that reaches a backend, no `unsafe`.
-//! 2. **Backend interface** ([`backend`]): [`DeviceGuardImpl`] is c10's
-//!    `DeviceGuardImplInterface` (current device and stream, stream pool,
-//!    events); [`DeviceRuntime`] is what c10 leaves to ATen (properties,
-//!    buffers, copies, kernels). The [registry](backend::registry) holds one
-//!    `&'static` implementation of each per device type; lookup is one
-//!    atomic load.
-//! 3. **Backends** (`backend::<name>`): the CPU backend is always built;
-//!    GPU backends sit behind cargo features of their own name. Each
-//!    backend's module doc has a table of how c10's concepts map onto its
-//!    native API. Every backend has the same skeleton: it implements
-//!    [`backend::typed::Backend`] with its own device, stream, event and
-//!    buffer types, in the same files (`mod.rs`, `device.rs`, `stream.rs`,
-//!    `event.rs`, `memory.rs`, `kernel.rs`, and `loader.rs` where a library
-//!    is loaded), and [`backend::typed::Typed`] turns it into the two trait
-//!    objects, doing once the checks, the thread's current device and
-//!    streams ([`backend::tls`]), the stream pool ([`backend::pool`], with
-//!    [`backend::slots`] for what is created on first use) and
-//!    the handle types. The host-thread building blocks are the CPU
-//!    backend's ([`backend::cpu`]), public for other host backends.
-//! 4. **Profiler** ([`profiler`]): recording hooks, device clocks through
-//!    the backend interface, trace assembly, the trace model, its file
-//!    formats and the live server. It uses only the core values, the
-//!    backend interface and [`Error`], never the runtime objects above it.
-//! 5. **Memory** ([`memory`]): a caching allocator per device between the
-//!    backend interface and [`Buffer`] (PyTorch's `CUDACachingAllocator`:
-//!    a buffer is a block of a backend allocation, reused stream-ordered,
-//!    with `record_stream`), and the `torch.cuda.memory` functions.
-//! 6. **Runtime objects** built once on the interface, for every backend:
-//!    guards ([`guard`]), [`Event`], [`Buffer`], a [`Stream`]'s runtime
-//!    methods (`stream.rs`: query, synchronize, wait, launch,
-//!    `wait_stream`, `record_event`), kernels
-//!    ([`Kernel`]), the `torch.cuda`-style free functions, and the
-//!    stream-operation path (`ops`), where `KEEL_LAUNCH_BLOCKING` and the
-//!    profiler's hooks apply to every backend at once.
-//! 6. **Tensors and operators**: a minimal [`Tensor`] (a shared
+//! `ARCHITECTURE.md`'s table numbers the layers bottom-up across the
+//! workspace: 0 the trace model (`keel-trace`), 1 to 6 the device layer
+//! (`keel-device`: core values, backend interface, backends, profiler
+//! recording, memory, runtime objects), 7 this crate, 8 the app.
+//!
+//! 7. **Tensors and operators**: a minimal [`Tensor`] (a shared
 //!    [`Buffer`], a [`DType`], a shape) and the operator [`dispatch`]er,
 //!    which picks a kernel by the device type of its tensors, lets a
 //!    kernel decline a call, and falls back to the CPU where a device type
-//!    has no kernel (the PrivateUse1 article's fallback); [`save`] and
-//!    [`load`] in the safetensors format with per-device-type
-//!    [`BackendMeta`] hooks; device modules ([`device_module()`]). Built on
-//!    the runtime objects; each operator call is one span in the profiler.
-//!
-//! No two files use each other, directly or through others (`cargo xtask
-//! layers` checks it; `ARCHITECTURE.md` says which file may use which).
+//!    has no kernel (the PrivateUse1 article's fallback); the kernels
+//!    ([`compute`], [`random`]); [`save`] and [`load`] in the safetensors
+//!    format with per-device-type [`BackendMeta`] hooks; device modules
+//!    ([`device_module()`]). Built on the runtime objects; each operator
+//!    call is one span in the profiler.
 //!
 //! ## Numerics
+
 //!
 //! [`precision`] (how much an operator may round `f32` work, per backend and
 //! operator family, with PyTorch's legacy switches and thread-local scopes)
@@ -141,51 +112,31 @@
 //! `unsafe`. Backends that call C APIs keep `unsafe` at that edge, each
 //! block with a `// SAFETY:` comment.
 
-pub mod api;
 pub mod autocast;
-pub mod backend;
-mod buffer;
 pub mod compute;
-pub mod core;
 pub mod device_module;
 pub mod dispatch;
-mod error;
-mod event;
 pub mod generator;
-pub mod guard;
-pub mod kernel;
-pub mod memory;
-mod ops;
 pub mod precision;
-pub mod profiler;
 pub mod random;
 mod serialize;
-mod stream;
 mod tensor;
 
-#[cfg(feature = "testing")]
-pub mod testing;
-
-pub use api::{
-    availability, current_device, current_stream, default_stream, device_count, devices,
-    get_stream_from_pool, get_stream_with_priority, is_available, properties, set_current_stream,
-    set_device, synchronize,
-};
-pub use backend::{DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, StaticGuardImpl};
-pub use buffer::{Buffer, PendingRead};
-pub use core::{
-    Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId, privateuse1_backend_name,
-    register_privateuse1_backend,
-};
 pub use device_module::{device_module, register_device_module};
-pub use error::{Error, Result};
-pub use event::Event;
-pub use guard::{
-    DeviceGuard, InlineDeviceGuard, InlineMultiStreamGuard, InlineOptionalDeviceGuard,
-    InlineOptionalStreamGuard, InlineStreamGuard, MultiStreamGuard, OptionalDeviceGuard,
-    OptionalStreamGuard, StreamGuard,
+#[cfg(feature = "testing")]
+pub use keel_device::conformance_suite;
+#[cfg(feature = "testing")]
+pub use keel_device::testing;
+pub use keel_device::{
+    Buffer, DeviceGuard, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, Error,
+    Event, InlineDeviceGuard, InlineMultiStreamGuard, InlineOptionalDeviceGuard,
+    InlineOptionalStreamGuard, InlineStreamGuard, Kernel, MultiStreamGuard, OptionalDeviceGuard,
+    OptionalStreamGuard, PendingRead, Result, StaticGuardImpl, StreamGuard, api, availability,
+    backend, core, current_device, current_stream, default_stream, device_count, devices,
+    get_stream_from_pool, get_stream_with_priority, guard, is_available, kernel, kernels,
+    launch_blocking, memory, privateuse1_backend_name, profiler, properties,
+    register_privateuse1_backend, set_current_stream, set_device, set_launch_blocking, synchronize,
 };
-pub use kernel::{Kernel, kernels};
-pub use ops::{launch_blocking, set_launch_blocking};
+pub use keel_device::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};
 pub use tensor::{DType, Element, Tensor};

@@ -69,7 +69,7 @@ use std::str::FromStr;
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use crate::core::DeviceType;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The operator family of matrix multiplications (`mm`, `bmm`, `linear`,
 /// `matmul`).

@@ -34,11 +34,11 @@
 //! One element uses one stream position, so an operation on `n` elements
 //! reserves `n` words of its generator ([`launch_from`]).
 
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::Stream;
-use crate::error::{Error, Result};
 use crate::generator::{Generator, PhiloxState, stream_block};
 use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel};
+use crate::{Error, Result};
 
 /// What a random launch computes.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -32,11 +32,11 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use safetensors::tensor::{Dtype, TensorView};
 
+use crate::Buffer;
 use crate::api::{current_stream, resolve};
-use crate::buffer::Buffer;
 use crate::core::{Device, DeviceType};
-use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
 
 /// A device type's serialization hooks: what it writes about its tensors
 /// into a file, and what it does with that when a file is loaded (c10's

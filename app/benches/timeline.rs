@@ -9,8 +9,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::Criterion;
-use keel_profiler::model::{TraceView, synthetic_trace};
 use keel_profiler::panels::timeline::{self, TimelineState};
+use keel_profiler::view::{TraceView, synthetic_trace};
 
 fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
     let input = egui::RawInput {

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use keel::Device;
 
 use crate::cli::Options;
-use crate::model::{TraceView, format_ns};
 use crate::stats::Stats;
+use crate::view::{TraceView, format_ns};
 use crate::workloads::{RunMessage, Workload, run_jobs};
 
 /// The demo jobs: every workload on `device`, or on every device found.

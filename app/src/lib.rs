@@ -10,11 +10,10 @@
 //! arguments; everything else lives here so tests and benchmarks can build
 //! the real app):
 //! - [`cli`]: command-line options (clap);
-//! - [`model`]: the per-lane index that makes a frame's work depend on what
-//!   is visible, not on the trace size, lane groups, flow binding, search;
-//! - [`stats`]: statistics computed once per trace;
-//! - [`analysis`]: HolisticTraceAnalysis-style tables (GPU time per stream,
-//!   top kernels, launch delays), computed once per trace;
+//! - [`view`], [`stats`], [`analysis`] (from `keel-trace`, which holds all
+//!   trace processing that needs no egui): the per-lane index that makes a
+//!   frame's work depend on what is visible, statistics and
+//!   HolisticTraceAnalysis-style tables, computed once per trace;
 //! - [`devices`]: probing backends and capability checks;
 //! - [`workloads`]: built-in workloads run on a background thread;
 //! - [`panels`]: the panels (devices, timeline, statistics, analysis,
@@ -22,15 +21,14 @@
 //!   the [`App`] acts;
 //! - [`headless`]: `--headless`; [`window`]: eframe, `--screenshot`.
 
-pub mod analysis;
 pub mod cli;
 pub mod devices;
 pub mod headless;
-pub mod model;
 pub mod panels;
-pub mod stats;
 pub mod window;
 pub mod workloads;
+
+pub use keel_trace::{analysis, stats, view};
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -39,12 +37,12 @@ use egui::{Color32, Ui};
 use keel::profiler::{Trace, live};
 
 use crate::devices::BackendInfo;
-use crate::model::TraceView;
 use crate::panels::memory::MemoryState;
 use crate::panels::sources::{Command, SourcesState};
 use crate::panels::stats::StatsState;
 use crate::panels::timeline::{Highlight, TimelineState};
 use crate::stats::Stats;
+use crate::view::TraceView;
 use crate::workloads::RunMessage;
 
 /// The central view.

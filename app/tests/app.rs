@@ -8,7 +8,7 @@ use egui::{Pos2, Rect};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use keel_profiler::cli::Options;
-use keel_profiler::model::{TraceView, synthetic_trace};
+use keel_profiler::view::{TraceView, synthetic_trace};
 use keel_profiler::{App, Tab};
 
 /// One profiler session records at a time: tests that record take this.
@@ -315,7 +315,8 @@ impl egui::DroppedFile for Dropped {
 fn several_files_open_as_one_trace_grouped_per_rank() {
     use egui_kittest::kittest::NodeT;
 
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/import");
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/keel-trace/tests/data/import");
     let dir = std::env::temp_dir().join(format!("keel-profiler-ranks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");

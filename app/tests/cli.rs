@@ -142,7 +142,8 @@ fn headless_open_prints_the_analysis_without_probing_devices() {
 /// process, each rank aligned on its own start.
 #[test]
 fn headless_open_of_several_files_groups_them_per_rank() {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/import");
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/keel-trace/tests/data/import");
     let dir = std::env::temp_dir().join(format!("keel-profiler-cli-ranks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");
@@ -221,7 +222,7 @@ fn headless_open_of_several_files_groups_them_per_rank() {
 #[test]
 fn headless_open_prints_the_memory_peaks() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/import/kineto_memory.json");
+        .join("../crates/keel-trace/tests/data/import/kineto_memory.json");
     let (code, out, err) = run(&["--headless", "--open", file.to_str().expect("utf-8 path")]);
     assert_eq!(code, 0, "{out}\n{err}");
     let memory = "Memory: 7 allocator events\n\

@@ -11,7 +11,7 @@ use keel::profiler::{
     Flow, FlowEnd, FlowKind, ImportReport, Lane, LaneKind, Span, SpanKind, Trace, TraceDevice,
 };
 use keel_profiler::cli::Options;
-use keel_profiler::model::synthetic_trace;
+use keel_profiler::view::synthetic_trace;
 use keel_profiler::{App, Tab};
 
 fn harness(app: App) -> Harness<'static, App> {

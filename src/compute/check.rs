@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::{Device, Stream};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The element count of a matrix with `dims`, checked to fit the kernels'
 /// `u32` indices.

@@ -4,10 +4,10 @@
 use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
 use super::precision::{MatmulPrecision, round_to};
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
-use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 

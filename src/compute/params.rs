@@ -9,10 +9,10 @@
 //! pointers and then one `.u32`/`.f32` parameter per value; a Rust kernel
 //! reads it with [`CpuInvocation::param_u32`](crate::kernel::CpuInvocation::param_u32).
 
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::Stream;
-use crate::error::{Error, Result};
 use crate::kernel::{Kernel, kernels};
+use crate::{Error, Result};
 
 /// The type of one 32-bit value of a parameter block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

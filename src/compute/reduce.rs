@@ -7,10 +7,10 @@ use std::sync::{LazyLock, Mutex};
 
 use super::check::{check_buffer, check_distinct, check_size, device_fact, has_property};
 use super::params::{Launch, Param, ParamType::U32};
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
-use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+use crate::{Error, Result};
 
 /// Invocations per workgroup of the reduction kernels.
 const WG: u32 = 256;

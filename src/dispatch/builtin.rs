@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use super::call::{ArgKind, OpKernel, OpSchema};
 use super::{cpu, fallback, gpu, random, registry};
+use crate::Result;
 use crate::core::DeviceType;
-use crate::error::Result;
 
 /// The schemas of the built-in operators.
 pub(crate) fn schemas() -> Vec<OpSchema> {

@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::backend::DeviceRuntime;
-use crate::buffer::Buffer;
+use crate::Buffer;
 use crate::core::{Device, Stream};
-use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
 
 /// One argument of an operator call.
 #[derive(Debug, Clone, Copy)]
@@ -150,29 +149,7 @@ pub struct OpCall<'a> {
     pub device: Device,
     /// The current stream of `device`: where a kernel enqueues its work.
     pub stream: Stream,
-    /// `stream`'s backend, when the dispatcher resolved it (a built-in
-    /// backend's current stream): Keel's kernels launch through it without
-    /// resolving the stream again (Note [Resolved once per call]).
-    pub(crate) runtime: Option<&'static dyn DeviceRuntime>,
 }
-
-// Note [Resolved once per call]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A call is dispatched on a tensor's device, which is concrete, and the
-// dispatcher has already found that device type's backend built in and
-// available, to read its current stream. A public `Stream::launch` cannot
-// know that, so it resolves the stream again: the backend's entry, its
-// availability, its runtime, the device index against the device count
-// (a virtual call). The built-in kernels launch through the runtime the
-// dispatcher found instead (`Stream::launch_on`, via
-// `dispatch::launch::launch`); every buffer is still checked against the
-// stream's device. A call made by a third party (`OpCall::with_args`, a
-// fallback's call) or dispatched to a third-party backend carries no
-// runtime, and its kernels launch through the public path. Which backend
-// fills a device type's slot, and whether it is available, are settled
-// once and never change: a thread's cached entry for an operator on a
-// device type (`registry::Resolved`) keeps the runtime it found, so a
-// call reads only the thread's current stream id.
 
 impl fmt::Debug for OpCall<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -181,7 +158,6 @@ impl fmt::Debug for OpCall<'_> {
             .field("args", &self.args)
             .field("device", &self.device)
             .field("stream", &self.stream)
-            .field("runtime_resolved", &self.runtime.is_some())
             .finish()
     }
 }
@@ -240,9 +216,7 @@ impl<'a> OpCall<'a> {
         ))
     }
 
-    /// Launches `kernel` on the call's stream: through the runtime the
-    /// dispatcher resolved, when it did (Note [Resolved once per call]).
-    #[inline]
+    /// Launches `kernel` on the call's stream.
     pub(crate) fn launch_kernel(
         &self,
         kernel: &Kernel,
@@ -250,10 +224,7 @@ impl<'a> OpCall<'a> {
         buffers: &[&Buffer],
         params: &[u8],
     ) -> Result<()> {
-        match self.runtime {
-            Some(rt) => self.stream.launch_on(rt, kernel, grid, buffers, params),
-            None => self.stream.launch(kernel, grid, buffers, params),
-        }
+        self.stream.launch(kernel, grid, buffers, params)
     }
 
     /// A call of the same operator with other arguments on another
@@ -269,7 +240,6 @@ impl<'a> OpCall<'a> {
             args,
             device,
             stream,
-            runtime: None,
         }
     }
 }

@@ -17,9 +17,9 @@ use half::{bf16, f16};
 use super::call::{KernelOutcome, OpCall, common_dtype, two_tensors};
 use super::launch::{Params, compute_matmul, launch};
 use crate::compute::MatmulPrecision;
-use crate::error::{Error, Result};
 use crate::kernel::{CpuInvocation, Kernel};
 use crate::tensor::{DType, Element, Tensor};
+use crate::{Error, Result};
 
 fn dtype_code(d: DType) -> u32 {
     match d {

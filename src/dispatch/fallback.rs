@@ -9,8 +9,8 @@ use super::call::{Arg, KernelOutcome, OpCall, Outputs};
 use super::registry;
 use crate::api::current_stream;
 use crate::core::{Device, DeviceType};
-use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::{Error, Result};
 
 static WARNED: Mutex<Option<HashSet<(String, DeviceType)>>> = Mutex::new(None);
 

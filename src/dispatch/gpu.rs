@@ -16,9 +16,9 @@ use super::matmul_precision;
 use crate::compute::params::{self, Param};
 use crate::compute::{self};
 use crate::core::DeviceType;
-use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
 
 /// `out = a + b` (f32).
 pub const ADD_F32: Kernel = params::OP_ADD_F32.kernel;

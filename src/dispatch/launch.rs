@@ -1,10 +1,10 @@
 //! Launching a kernel for an operator: parameter blocks, and buffers bound
 //! twice (`add(x, x)`), which backends refuse, made distinct first.
 
-use crate::buffer::Buffer;
+use crate::Buffer;
+use crate::Result;
 use crate::compute::{self, MatmulAlgorithm, MatmulOptions, MatmulPrecision};
 use crate::core::Stream;
-use crate::error::Result;
 use crate::kernel::Kernel;
 
 use super::OpCall;

@@ -95,16 +95,16 @@ pub use gpu::{
 };
 pub use random::{OPS as RANDOM_OPS, random_kernel};
 
-use crate::api::current_stream_of_checked;
+use crate::api::current_stream;
 use crate::autocast::{self, AutocastDtype};
 use crate::compute::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 use crate::core::{Device, DeviceType};
-use crate::error::{Error, Result};
 use crate::generator::{Generator, default_generator};
 use crate::precision;
 use crate::profiler::Text;
 use crate::profiler::record;
 use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
 use registry::Resolved;
 
 /// Defines a new operator (the same schema again is fine).
@@ -298,26 +298,18 @@ fn autocast_inputs(
 /// are converted first as the operator's policy says (see
 /// [`crate::autocast`]).
 pub fn call(op: &str, args: &[Arg<'_>]) -> Result<Outputs> {
-    dispatch(
-        op,
-        args,
-        |ty| registry::resolve(op, ty),
-        |outs| Ok(std::mem::take(outs)),
-    )
+    dispatch(op, args, |ty| registry::resolve(op, ty))
 }
 
-/// [`call`]'s body, inlined into it and into [`one`] (so a typed
-/// operator's result is not moved through one more `Result`).
-/// `resolve` finds the operator's entry for a device type; `take` makes
-/// the result from the outputs, where the kernel left them (Note [Outputs
-/// taken in place]).
+/// [`call`]'s body, shared with [`one`]: `resolve` finds the operator's
+/// entry for a device type (by name, or through a typed operator's static
+/// handle).
 #[inline(always)]
-fn dispatch<T>(
+fn dispatch(
     op: &str,
     args: &[Arg<'_>],
     resolve: impl FnOnce(DeviceType) -> Result<Rc<Resolved>>,
-    take: impl FnOnce(&mut Outputs) -> Result<T>,
-) -> Result<T> {
+) -> Result<Outputs> {
     builtin::ensure()?;
     let device = call_device(op, args)?;
     let ty = device.device_type();
@@ -339,23 +331,18 @@ fn dispatch<T>(
         return Err(device_mismatch(device, args));
     }
     if r.schema.mutates.is_none() && autocast::is_autocast_enabled(ty) {
-        return call_autocast(&r, op, device, args).and_then(|mut outs| take(&mut outs));
+        return call_autocast(&r, op, device, args);
     }
-    execute(&r, device, args, take)
+    execute(&r, device, args)
 }
 
 /// Runs a checked call, inside its profiler span while recording.
 #[inline(always)]
-fn execute<T>(
-    r: &Resolved,
-    device: Device,
-    args: &[Arg<'_>],
-    take: impl FnOnce(&mut Outputs) -> Result<T>,
-) -> Result<T> {
+fn execute(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     if record::enabled() {
-        return run_profiled(r, device, args, take);
+        return run_profiled(r, device, args);
     }
-    run(r, device, args, take)
+    run(r, device, args)
 }
 
 /// PyTorch's error for a call whose tensors are not all on `device`: the
@@ -390,52 +377,27 @@ fn call_autocast(r: &Resolved, op: &str, device: Device, args: &[Arg<'_>]) -> Re
         // operator's, in the dtype it ran in.
         return call(op, &args);
     }
-    execute(r, device, args, |outs| Ok(std::mem::take(outs)))
+    execute(r, device, args)
 }
 
 /// Runs a checked call: the kernel for the device type on the device's
-/// current stream, or the fallback; `take` makes the result from the
-/// outputs.
+/// current stream, or the fallback.
 #[inline(always)]
-fn run<T>(
-    r: &Resolved,
-    device: Device,
-    args: &[Arg<'_>],
-    take: impl FnOnce(&mut Outputs) -> Result<T>,
-) -> Result<T> {
-    // The device is a tensor's, so concrete; a built-in backend's runtime,
-    // known available, goes with the call, and its current stream is the
-    // thread's (Note [Resolved once per call]).
-    let stream = match r.runtime {
-        Some(_) => crate::backend::tls::current_stream(device),
-        None => current_stream_of_checked(device)?,
-    };
+fn run(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     let call = OpCall {
         schema: &r.schema,
         args,
         device,
-        stream,
-        runtime: r.runtime,
+        stream: current_stream(device)?,
     };
     let Some(kernel) = &r.kernel else {
-        return fall_back(r, &call, None).and_then(|mut outs| take(&mut outs));
+        return fall_back(r, &call, None);
     };
-    let mut outcome = kernel(&call);
-    if let Ok(KernelOutcome::Done(outs)) = &mut outcome {
-        return take(outs);
+    match kernel(&call) {
+        Ok(KernelOutcome::Done(outs)) => Ok(outs),
+        outcome => not_done(r, &call, outcome),
     }
-    not_done(r, &call, outcome).and_then(|mut outs| take(&mut outs))
 }
-
-// Note [Outputs taken in place]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A kernel returns its `Result<KernelOutcome>` through the stack, written
-// in words. Matching it by value copied the outputs out of it in 16-byte
-// loads, which cannot be forwarded from those stores: `perf annotate` of
-// `one` put a quarter of its samples on those loads. So
-// the outcome is matched where the kernel wrote it, and the caller's
-// `take` reads what it needs from there: `one` pops its single tensor (a
-// word and the length), `call` takes the vector.
 
 /// A kernel's outcome other than `Done`: its error, or the fallback when
 /// it declined.
@@ -475,12 +437,7 @@ fn fall_back(r: &Resolved, call: &OpCall<'_>, declined: Option<String>) -> Resul
 
 /// [`run`] inside the operator's profiler span, with its arguments.
 #[inline(never)]
-fn run_profiled<T>(
-    r: &Resolved,
-    device: Device,
-    args: &[Arg<'_>],
-    take: impl FnOnce(&mut Outputs) -> Result<T>,
-) -> Result<T> {
+fn run_profiled(r: &Resolved, device: Device, args: &[Arg<'_>]) -> Result<Outputs> {
     let mut span_args = input_args(args);
     if r.schema.name == "matmul"
         && let Some(Arg::Tensor(t)) = args.first()
@@ -490,24 +447,17 @@ fn run_profiled<T>(
         span_args.push(("precision".into(), label.into()));
     }
     record::operator(Cow::Owned(r.schema.name.clone()), span_args, || {
-        run(r, device, args, take)
+        run(r, device, args)
     })
 }
 
 /// The single result of a call.
-#[inline(never)]
 fn one(op: &'static str, args: &[Arg<'_>]) -> Result<Tensor> {
-    // Taken by `pop` (the one word of a tensor, and the length), where
-    // the kernel left it (Note [Outputs taken in place]).
-    dispatch(
-        op,
-        args,
-        |ty| registry::resolve_static(op, ty),
-        |outs| match (outs.len(), outs.pop()) {
-            (1, Some(t)) => Ok(t),
-            (n, _) => Err(not_one(op, n)),
-        },
-    )
+    let mut outs = dispatch(op, args, |ty| registry::resolve_static(op, ty))?;
+    match (outs.len(), outs.pop()) {
+        (1, Some(t)) => Ok(t),
+        (n, _) => Err(not_one(op, n)),
+    }
 }
 
 #[cold]

@@ -11,9 +11,9 @@
 //! as a device's own kernel.
 
 use super::call::{Arg, KernelOutcome, OpCall};
-use crate::error::{Error, Result};
 use crate::random::{self, RandomOp};
 use crate::tensor::DType;
+use crate::{Error, Result};
 
 /// The random operators.
 pub const OPS: [&str; 5] = ["rand", "randn", "uniform_", "normal_", "randint"];

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::call::{Fallback, OpKernel, OpSchema};
-use crate::backend::{self, DeviceRuntime};
+
 use crate::core::DeviceType;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// FNV-1a: operator names are short, and SipHash's setup is most of a
 /// lookup's cost.
@@ -51,10 +51,6 @@ pub(crate) struct Resolved {
     pub kernel: Option<OpKernel>,
     pub fallback: Option<Fallback>,
     pub fallbacks: Arc<AtomicU64>,
-    /// The device type's built-in runtime, when its backend is built in
-    /// and available: set in a thread's own copy only (Note [Resolved
-    /// once per call]).
-    pub runtime: Option<&'static dyn DeviceRuntime>,
 }
 
 struct Entry {
@@ -73,7 +69,6 @@ impl Entry {
                 kernel: self.kernels[slot].clone(),
                 fallback: fallbacks[slot].clone(),
                 fallbacks: Arc::clone(&self.fallbacks),
-                runtime: None,
             });
         }
     }
@@ -138,7 +133,6 @@ pub(crate) fn define(schema: OpSchema) -> Result<()> {
                 kernel: None,
                 fallback: None,
                 fallbacks: Arc::clone(&fallbacks),
-                runtime: None,
             })
         };
         let mut entry = Entry {
@@ -283,15 +277,8 @@ fn resolve_alias(op: &'static str, ty: DeviceType) -> Result<Rc<Resolved>> {
 #[inline(never)]
 fn resolve_miss(op: &str, ty: DeviceType) -> Result<Rc<Resolved>> {
     let (generation, shared) = resolve_shared(op, ty)?;
-    // A thread's own copy: four reference counts, once per miss. A
-    // backend's slot and availability, once known, never change, so the
-    // copy keeps the runtime a call on a built-in backend launches on.
-    let mut own = Resolved::clone(&shared);
-    own.runtime = match backend::registry::available_target(ty) {
-        Ok((_, Some(_))) => backend::registry::runtime(ty).ok(),
-        _ => None,
-    };
-    let entry = Rc::new(own);
+    // A thread's own copy: four reference counts, once per miss.
+    let entry = Rc::new(Resolved::clone(&shared));
     CACHE.with(|c| {
         let (next, slots) = &mut *c.borrow_mut();
         // An entry of an older generation is never used again.

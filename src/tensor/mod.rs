@@ -21,20 +21,19 @@
 //! # Ok(()) }
 //! ```
 
-mod cells;
 mod dtype;
 
 use std::fmt;
 
-use triomphe::Arc;
+use std::sync::Arc;
 
 pub use dtype::{DType, Element};
 use half::{bf16, f16};
 
+use crate::Buffer;
 use crate::api::{current_stream, resolve};
-use crate::buffer::Buffer;
 use crate::core::{Device, Stream};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// Dimensions a shape keeps inline (no allocation).
 const INLINE_DIMS: usize = 4;
@@ -69,38 +68,14 @@ impl Shape {
 
 // Note [One word per tensor]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A tensor used to be its shape, dtype and an `Arc<Buffer>` side by side:
-// 56 bytes, moved whole at every step of an operator's return (the output
-// made by `empty_like`, the kernel's `KernelOutcome`, the dispatcher's
-// `Outputs`, the caller's `Result<Tensor>`). Each move read back with
-// 16-byte loads what the step before had just written with narrower
-// stores, and `perf annotate` put a third of the dispatcher's own samples
-// on those loads (store-to-load forwarding fails on them). Now a tensor
-// is one `Arc` of a `TensorImpl` that holds the buffer itself (c10's
-// layout: a `Tensor` is a pointer to its `TensorImpl`): every move is one
-// word, and a tensor is still one allocation. Buffers are not shared
-// between tensors of different shapes (there are no views), so the
-// buffer needs no reference count of its own. Measured in
-// docs/BENCHMARKS.md ("The CPU dispatcher: one word per tensor, ...").
-
-// Note [A tensor built in its cell]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A value made by a call that returns it through the stack, then moved
-// into a heap cell, is stored in words and read back at once in 16-byte
-// loads, which stall (store-to-load forwarding fails on them). An
-// operator's output (`empty_like_on`) had two such moves: the thread's
-// block cache returned its block through the stack, and the finished
-// `TensorImpl` was copied into its `Arc`. Now the cell comes first: one of
-// the thread's spare cells (Note [Spare cells], in `cells.rs`), or a new
-// `triomphe::UniqueArc` (mutable without an atomic while it is known to
-// be unique) holding a vacant buffer. Its dtype and shape are assigned in
-// place, and the cache writes the block's fields into the buffer where it
-// lies (`Buffer::fill_from_cache`, which hands the cache a closure instead
-// of taking a tuple back); then the cell is shared. A miss puts a buffer
-// from the pools there instead. The cell is a `triomphe::Arc`, which has
-// no weak count, so whether a handle is the last one is a plain load.
-// Measured in docs/BENCHMARKS.md ("The CPU dispatcher over shuffled
-// layouts").
+// A tensor is one `Arc` of a `TensorImpl` that holds the buffer itself
+// (c10's layout: a `Tensor` is a pointer to its `TensorImpl`). An
+// operator's output moves through several returns (the output made by
+// `empty_like`, the kernel's outcome, the dispatcher's `Outputs`, the
+// caller's `Result<Tensor>`), and a one-word tensor makes each of them a
+// register move; a tensor is still one allocation. Buffers are not shared
+// between tensors of different shapes (there are no views), so the buffer
+// needs no reference count of its own.
 
 /// A contiguous, row-major array of one dtype on one device: a shared
 /// [`Buffer`], a [`DType`] and a shape. Clones share the buffer, so an
@@ -108,25 +83,11 @@ impl Shape {
 /// the current stream of the target device; [`to_vec`](Tensor::to_vec)
 /// reads on the current stream of the tensor's device.
 #[derive(Clone)]
-pub struct Tensor(
-    // Always `Some`: only `drop` takes the cell, to keep it as a spare
-    // (Note [Spare cells]).
-    Option<Arc<TensorImpl>>,
-);
-
-impl Drop for Tensor {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(cell) = self.0.take() {
-            cells::release(cell);
-        }
-    }
-}
+pub struct Tensor(Arc<TensorImpl>);
 
 /// What a [`Tensor`] handle points to (c10's `TensorImpl`): the buffer
-/// itself, not a pointer to one, so making a tensor is at most one
-/// allocation (none when the thread has a spare cell), and a tensor is
-/// one pointer wide: an operator's `Result<Tensor>` and its kernel's
+/// itself, not a pointer to one, so making a tensor is one allocation,
+/// and a tensor is one pointer wide: an operator's `Result<Tensor>` and its kernel's
 /// outputs move as one word (Note [One word per tensor]).
 struct TensorImpl {
     buffer: Buffer,
@@ -211,21 +172,16 @@ impl Tensor {
         Ok(Tensor::new(buffer, dtype, Shape::new(shape)))
     }
 
-    /// A tensor over `buffer` in a cell (a spare one of this thread's, or
-    /// a new one).
-    #[inline(always)]
     fn new(buffer: Buffer, dtype: DType, shape: Shape) -> Tensor {
-        let mut cell = cells::cell(dtype, shape, &buffer);
-        cell.buffer = buffer;
-        Tensor(Some(cell.shareable()))
+        Tensor(Arc::new(TensorImpl {
+            buffer,
+            dtype,
+            shape,
+        }))
     }
 
-    /// The tensor's cell (always there: only `drop` takes it).
-    #[inline(always)]
     fn imp(&self) -> &TensorImpl {
-        self.0
-            .as_deref()
-            .expect("a tensor's cell is taken only when it is dropped")
+        &self.0
     }
 
     /// An uninitialised tensor on `device` (like `torch.empty`: its bytes
@@ -247,17 +203,10 @@ impl Tensor {
     /// A new, uninitialised tensor of `like`'s shape and dtype for use on
     /// `stream` (an operator's output): [`Tensor::empty_on`] without
     /// recomputing the size, which `like`'s buffer already has.
-    #[inline]
     pub(crate) fn empty_like_on(like: &Tensor, stream: &Stream) -> Result<Tensor> {
         let like = like.imp();
-        let len = like.buffer.len();
-        // The cell first, then its buffer, written where it lies (Note [A
-        // tensor built in its cell]).
-        let mut cell = cells::cell(like.dtype, like.shape.clone(), &like.buffer);
-        if !cell.buffer.fill_from_cache(stream, len) {
-            cell.buffer = Buffer::empty_on(stream, len)?;
-        }
-        Ok(Tensor(Some(cell.shareable())))
+        let buffer = Buffer::empty_on(stream, like.buffer.len())?;
+        Ok(Tensor::new(buffer, like.dtype, like.shape.clone()))
     }
 
     fn over(buffer: Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {

@@ -7,13 +7,18 @@
 //!      Mesa for wgpu's GL backend), installed with apt-get when missing
 //!      and running as root;
 //!   2. rustfmt;
-//!   3. `layers`: no import cycle between the files of `src/`, and the
-//!      profiler uses only the core values, the backend interface and the
-//!      error type (see `layers.rs`);
+//!   3. `layers`: no import cycle between the files of any crate's
+//!      `src/`, the device layer's profiler uses only the core values,
+//!      the backend interface and the error type (see `layers.rs`), and
+//!      the crates' dependencies keep the layers apart ([`FORBIDDEN_DEPS`],
+//!      read from `cargo tree`: the device layer compiles no trace
+//!      importer, compression or tensor-file crate; the trace crate no GPU
+//!      API);
 //!   4. clippy with `-D warnings` on every target and feature, the
-//!      library built with no default features (only the CPU backend),
-//!      and its documentation built with rustdoc's warnings as errors;
-//!   5. `ptx`: every `shaders/**/*.ptx` assembled by NVIDIA's `ptxas` for
+//!      libraries built with no default features (only the CPU backend,
+//!      no trace import), and their documentation built with rustdoc's
+//!      warnings as errors;
+//!   5. `ptx`: every `*.ptx` under [`PTX_DIRS`] assembled by NVIDIA's `ptxas` for
 //!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]), from the architecture its
 //!      `.target` line names on (a `.target sm_80` file, such as the
 //!      tensor-core matmul, is not assembled for sm_70); a file that does not
@@ -47,9 +52,95 @@ mod layers;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// The workspace's `src/` (the `keel` crate's sources).
-fn keel_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")
+/// Every crate's `src/`, bottom-up: the trace model, the device layer,
+/// the operators, the app.
+const CRATE_SRCS: &[&str] = &[
+    "crates/keel-trace/src",
+    "crates/keel-device/src",
+    "src",
+    "app/src",
+];
+
+/// Per crate, the crates its normal dependencies (with its default
+/// features) must not pull in, whatever the path: what keeps the layers
+/// apart at the crate level (cargo itself forbids cycles between crates).
+const FORBIDDEN_DEPS: &[(&str, &[&str])] = &[
+    (
+        "keel-device",
+        &[
+            "serde_json",
+            "flate2",
+            "zstd",
+            "safetensors",
+            "matrixmultiply",
+            "keel",
+        ],
+    ),
+    (
+        "keel-trace",
+        &[
+            "wgpu",
+            "ash",
+            "cudarc",
+            "naga",
+            "gpu-allocator",
+            "keel-device",
+            "keel",
+        ],
+    ),
+];
+
+/// The directories whose `*.ptx` files the PTX check assembles.
+const PTX_DIRS: &[&str] = &["crates/keel-device/shaders", "shaders"];
+
+/// Step 3: the file graph of every crate, then the crate graph.
+fn layers_check(cargo: &str, verbose: bool) -> Result<(), String> {
+    for src in CRATE_SRCS {
+        eprintln!("xtask: layers: {src}");
+        layers::check(&root().join(src), verbose)?;
+    }
+    deps_check(cargo)
+}
+
+/// [`FORBIDDEN_DEPS`], from `cargo tree`'s list of each crate's normal
+/// dependencies.
+fn deps_check(cargo: &str) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for (krate, forbidden) in FORBIDDEN_DEPS {
+        let out = Command::new(cargo)
+            .current_dir(root())
+            .args([
+                "tree", "-q", "-p", krate, "-e", "normal", "--prefix", "none",
+            ])
+            .args(["--format", "{p}"])
+            .output()
+            .map_err(|e| format!("layers: could not run cargo tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "layers: cargo tree -p {krate} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let names: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        eprintln!(
+            "xtask: layers: {krate} depends on {} crates",
+            names.len() - 1
+        );
+        for f in *forbidden {
+            if names.contains(f) {
+                problems.push(format!("{krate} depends on {f} (forbidden: {forbidden:?})"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("layers: {}", problems.join("; ")))
+    }
 }
 
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
@@ -148,7 +239,9 @@ fn ptx_files(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), String> {
 fn ptx_check() -> Result<(), String> {
     let ptxas = ptxas()?;
     let mut files = Vec::new();
-    ptx_files(&root().join("shaders"), &mut files)?;
+    for dir in PTX_DIRS {
+        ptx_files(&root().join(dir), &mut files)?;
+    }
     let mut failures = Vec::new();
     let mut runs = 0;
     for file in &files {
@@ -358,8 +451,7 @@ fn test() -> Result<(), String> {
         "rustfmt",
         Command::new(&cargo).args(["fmt", "--all", "--", "--check"]),
     )?;
-    eprintln!("xtask: layers: {}", keel_src().display());
-    layers::check(&keel_src(), false)?;
+    layers_check(&cargo, false)?;
     run(
         "clippy",
         Command::new(&cargo).args([
@@ -374,14 +466,25 @@ fn test() -> Result<(), String> {
     )?;
     run(
         "no default features",
-        Command::new(&cargo).args(["check", "-p", "keel", "--no-default-features", "--lib"]),
+        Command::new(&cargo).args([
+            "check",
+            "-p",
+            "keel-trace",
+            "-p",
+            "keel-device",
+            "-p",
+            "keel",
+            "--no-default-features",
+            "--lib",
+        ]),
     )?;
     // The library's documentation: no broken or private links, no stray
     // HTML (`<backend>` in prose swallows text).
     run(
         "rustdoc",
         Command::new(&cargo)
-            .args(["doc", "--no-deps", "-p", "keel", "--all-features"])
+            .args(["doc", "--no-deps", "--all-features"])
+            .args(["-p", "keel-trace", "-p", "keel-device", "-p", "keel"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     ptx_check()?;
@@ -498,7 +601,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
-        Some("layers") => layers::check(&keel_src(), true),
+        Some("layers") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            layers_check(&cargo, true)
+        }
         Some("ptx") => ptx_check(),
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());

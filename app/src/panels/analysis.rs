@@ -6,7 +6,7 @@ use egui::Ui;
 use egui_plot::{Bar, BarChart, Plot};
 
 use crate::analysis::Analysis;
-use crate::model::{TraceView, format_ns};
+use crate::view::{TraceView, format_ns};
 
 /// Shows the import report of `view`'s trace (nothing for Keel's own).
 pub fn import_report(ui: &mut Ui, view: &TraceView) {

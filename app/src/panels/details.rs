@@ -2,7 +2,7 @@
 
 use egui::Ui;
 
-use crate::model::{TraceView, format_ns};
+use crate::view::{TraceView, format_ns};
 
 /// Shows span `span` of `view` and the spans of the same operation (the
 /// host call and its device work). Returns a span to select instead, if

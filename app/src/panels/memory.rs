@@ -22,8 +22,8 @@ use keel::profiler::{
     ALLOCATED_COUNTER, BlockState, Counter, MemoryMap, RESERVED_COUNTER, SegmentRow,
 };
 
-use crate::model::{TraceView, format_ns};
 use crate::panels::timeline::{LABEL_W, TimelineState, handle_input};
+use crate::view::{TraceView, format_ns};
 
 /// Height of one device's curve strip, points.
 pub const CURVE_H: f32 = 80.0;

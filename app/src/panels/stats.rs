@@ -5,8 +5,8 @@
 use egui::Ui;
 use egui_plot::{Bar, BarChart, Legend, Line, Plot};
 
-use crate::model::{TraceView, format_ns};
 use crate::stats::{StatRow, Stats, histogram};
+use crate::view::{TraceView, format_ns};
 
 /// The panel's own state.
 #[derive(Debug, Clone, Default)]

@@ -16,7 +16,7 @@ use egui::{
 };
 use keel::profiler::{FlowKind, SpanKind};
 
-use crate::model::{Row, TraceView, format_ns};
+use crate::view::{Row, TraceView, format_ns};
 
 /// Height of one depth row, points.
 pub const ROW_H: f32 = 18.0;

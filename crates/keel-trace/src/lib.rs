@@ -1,0 +1,48 @@
+//! # keel-trace: the trace model and trace processing
+//!
+//! What Keel's profiler records and what its viewer shows, apart from both:
+//! a [`Trace`] is plain data (devices, lanes, spans, flows, counters,
+//! memory events, all on one host clock in nanoseconds), and this crate
+//! holds everything that works on traces and needs no device:
+//!
+//! - the model ([`model`], re-exported at the root), its invariants
+//!   ([`Trace::check`]) and fragment merging ([`Trace::merge`]);
+//! - Chrome Trace Event JSON ([`json`]): Keel's writer, and (feature
+//!   `import`, on by default) a streaming reader for Keel's own files and
+//!   for other tools' (PyTorch's Kineto traces, Chrome traces), with an
+//!   import report of what was skipped and why;
+//! - Keel's native binary format ([`native`]) and files by extension and
+//!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
+//! - the viewer's index ([`view`]), statistics ([`stats`]) and
+//!   HolisticTraceAnalysis-style analyses ([`analysis`]).
+//!
+//! The device layer (`keel-device`) depends on this crate without the
+//! `import` feature, so a program that only records compiles no JSON
+//! parser and no compression crate; the desktop viewer (`keel-profiler`)
+//! depends on it with the feature. Nothing here depends on a GPU API.
+//!
+//! ```
+//! use keel_trace::{Trace, json};
+//!
+//! # fn main() -> keel_trace::Result<()> {
+//! let trace = Trace::default();
+//! let text = json::to_json_string(&trace)?;
+//! # #[cfg(feature = "import")]
+//! assert_eq!(json::read_json(&text)?, trace);
+//! # Ok(()) }
+//! ```
+
+pub mod analysis;
+mod error;
+#[cfg(feature = "import")]
+pub mod file;
+pub mod json;
+pub mod model;
+pub mod native;
+pub mod stats;
+pub mod view;
+
+pub use error::{Error, Result};
+#[cfg(feature = "import")]
+pub use file::{load_trace, load_traces, save_trace};
+pub use model::*;

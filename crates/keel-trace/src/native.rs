@@ -1,0 +1,1061 @@
+//! Keel's native trace format (`.keeltrace`): compact, versioned, binary.
+//!
+//! # Byte layout (version 1)
+//!
+//! All fixed-width integers are little-endian. `varint` is unsigned LEB128
+//! (7 bits per byte, low bits first, high bit set on every byte but the
+//! last, at most 10 bytes for a u64); `svarint` is a zigzag-encoded signed
+//! value (`(v << 1) ^ (v >> 63)`) written as a varint; `str` is a varint
+//! index into the string table; `u8` is one byte.
+//!
+//! ```text
+//! header:   "KEELTRC\0"            8 bytes, the magic
+//!           version                u32 (1)
+//! sections: one after the other, each
+//!           tag                    u8
+//!           length                 varint, bytes of the body that follows
+//!           body                   `length` bytes
+//! ```
+//!
+//! A version 1 file has exactly these sections, in this order; each body
+//! must be consumed exactly:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 1   | header       | trace version varint, dropped varint; in files with a memory section, then which optional sections follow varint (bit 0 origin, bit 1 memory), so a file cut before them is an error, not an older file |
+//! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
+//! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
+//! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint; 2 a thread's lane of a stream: device varint, stream svarint, thread varint), name str |
+//! | 5   | spans        | count, then per span: lane varint, name str, kind u8 ([`SpanKind::ALL`] index), start svarint (delta from the previous span's start, first from 0), dur varint, op svarint (delta from the previous span's op), arg count varint, (name str, value str) per arg |
+//! | 6   | instants     | count, then per instant: lane varint, name str, ts varint, arg count, args as for spans |
+//! | 7   | flows        | count, then per flow: id varint, kind u8 (0 launch, 1 event wait), from lane varint, from ts varint, to lane varint, to ts varint |
+//! | 8   | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
+//! | 9   | calibrations | count, then per calibration: device varint, method str, error bound varint |
+//!
+//! One optional section may follow, only in traces that have what it holds
+//! (imported ones); files without it are the same bytes as before it
+//! existed, and readers without it stop at the calibrations:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
+//!
+//! And one more after it (or after the calibrations), only in traces with
+//! allocator events; files without them are the same bytes as before it
+//! existed:
+//!
+//! | tag | section      | body                                                     |
+//! |-----|--------------|----------------------------------------------------------|
+//! | 11  | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
+//!
+//! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
+//! The reader checks every bound: a truncated file, a wrong magic, a newer
+//! version, a string index out of range, an unknown tag and a count larger
+//! than the bytes left could hold are all [`Error::Format`] errors
+//! with the byte offset; nothing is allocated from an unchecked count.
+//!
+//! Choosing between this format and JSON for a file is [`file`](crate::file)'s
+//! job.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use crate::error::{Error, Result};
+use crate::model::{
+    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, MemoryAction,
+    MemoryEvent, Span, SpanKind, Text, Trace, TraceDevice,
+};
+
+/// The first 8 bytes of every native trace file.
+pub const MAGIC: &[u8; 8] = b"KEELTRC\0";
+
+/// The native format version this module writes and reads.
+pub const NATIVE_VERSION: u32 = 1;
+
+/// The file extension of native traces.
+pub const EXTENSION: &str = "keeltrace";
+
+mod tag {
+    pub const HEADER: u8 = 1;
+    pub const STRINGS: u8 = 2;
+    pub const DEVICES: u8 = 3;
+    pub const LANES: u8 = 4;
+    pub const SPANS: u8 = 5;
+    pub const INSTANTS: u8 = 6;
+    pub const FLOWS: u8 = 7;
+    pub const COUNTERS: u8 = 8;
+    pub const CALIBRATIONS: u8 = 9;
+    pub const ORIGIN: u8 = 10;
+    pub const MEMORY: u8 = 11;
+    pub const NAMES: [&str; 12] = [
+        "",
+        "header",
+        "strings",
+        "devices",
+        "lanes",
+        "spans",
+        "instants",
+        "flows",
+        "counters",
+        "calibrations",
+        "origin",
+        "memory",
+    ];
+
+    /// The version of the memory section's body this module writes.
+    pub const MEMORY_VERSION: u8 = 1;
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn span_kind_tag(kind: SpanKind) -> u8 {
+    SpanKind::ALL
+        .iter()
+        .position(|&k| k == kind)
+        .map_or(0, |i| i as u8)
+}
+
+fn memory_action_tag(action: MemoryAction) -> u8 {
+    MemoryAction::ALL
+        .iter()
+        .position(|&a| a == action)
+        .map_or(0, |i| i as u8)
+}
+
+fn flow_kind_tag(kind: FlowKind) -> u8 {
+    match kind {
+        FlowKind::Launch => 0,
+        FlowKind::EventWait => 1,
+    }
+}
+
+/// The string table being built: every distinct string once.
+struct Strings<'t> {
+    index: HashMap<&'t str, u32>,
+    list: Vec<&'t str>,
+}
+
+impl<'t> Strings<'t> {
+    fn add(&mut self, s: &'t str) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.index.entry(s) {
+            slot.insert(self.list.len() as u32);
+            self.list.push(s);
+        }
+    }
+
+    fn get(&self, s: &str) -> u32 {
+        self.index.get(s).copied().unwrap_or(0)
+    }
+}
+
+/// A section body being written.
+struct Body<'s, 't> {
+    buf: Vec<u8>,
+    strings: &'s Strings<'t>,
+}
+
+impl Body<'_, '_> {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    fn svarint(&mut self, v: i64) {
+        self.varint(zigzag(v));
+    }
+
+    fn len(&mut self, n: usize) {
+        self.varint(n as u64);
+    }
+
+    fn str(&mut self, s: &str) {
+        let i = self.strings.get(s);
+        self.varint(i.into());
+    }
+
+    fn pairs<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: &[(K, V)]) {
+        self.len(pairs.len());
+        for (k, v) in pairs {
+            self.str(k.as_ref());
+            self.str(v.as_ref());
+        }
+    }
+
+    /// Writes the section (tag, length, body) and clears the body.
+    fn section(&mut self, tag: u8, out: &mut impl Write) -> Result<()> {
+        let mut head = Vec::with_capacity(11);
+        head.push(tag);
+        let mut n = self.buf.len() as u64;
+        while n >= 0x80 {
+            head.push(n as u8 | 0x80);
+            n >>= 7;
+        }
+        head.push(n as u8);
+        write(out, &head)?;
+        write(out, &self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+fn write(out: &mut impl Write, bytes: &[u8]) -> Result<()> {
+    out.write_all(bytes)
+        .map_err(|e| Error::Format(format!("could not write the native trace: {e}")))
+}
+
+/// Writes `trace` in the native format (see the module docs).
+pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
+    let mut strings = Strings {
+        index: HashMap::new(),
+        list: Vec::new(),
+    };
+    for d in &trace.devices {
+        strings.add(&d.device);
+        strings.add(&d.name);
+        for (k, v) in &d.properties {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for l in &trace.lanes {
+        strings.add(&l.name);
+    }
+    for s in &trace.spans {
+        strings.add(&s.name);
+        for (k, v) in &s.args {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for i in &trace.instants {
+        strings.add(&i.name);
+        for (k, v) in &i.args {
+            strings.add(k);
+            strings.add(v);
+        }
+    }
+    for c in &trace.counters {
+        strings.add(&c.name);
+    }
+    for c in &trace.calibrations {
+        strings.add(&c.method);
+    }
+    let origin = trace.import.is_some() || trace.lanes.iter().any(|l| !l.group.is_empty());
+    if origin {
+        for l in &trace.lanes {
+            strings.add(&l.group);
+        }
+        if let Some(r) = &trace.import {
+            strings.add(&r.format);
+            for (reason, _) in &r.skipped {
+                strings.add(reason);
+            }
+        }
+    }
+
+    let mut header = Vec::with_capacity(12);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&NATIVE_VERSION.to_le_bytes());
+    write(out, &header)?;
+
+    let mut b = Body {
+        buf: Vec::with_capacity(1 << 16),
+        strings: &strings,
+    };
+    b.varint(trace.version.into());
+    b.varint(trace.dropped);
+    if !trace.memory.is_empty() {
+        b.varint(u64::from(origin) | 2);
+    }
+    b.section(tag::HEADER, out)?;
+
+    b.len(strings.list.len());
+    for s in &strings.list {
+        b.len(s.len());
+        b.buf.extend_from_slice(s.as_bytes());
+    }
+    b.section(tag::STRINGS, out)?;
+
+    b.len(trace.devices.len());
+    for d in &trace.devices {
+        b.str(&d.device);
+        b.str(&d.name);
+        b.pairs(&d.properties);
+    }
+    b.section(tag::DEVICES, out)?;
+
+    b.len(trace.lanes.len());
+    for l in &trace.lanes {
+        match l.kind {
+            LaneKind::Stream {
+                device,
+                stream,
+                thread: 0,
+            } => {
+                b.buf.push(0);
+                b.varint(device.into());
+                b.svarint(stream);
+            }
+            LaneKind::Stream {
+                device,
+                stream,
+                thread,
+            } => {
+                b.buf.push(2);
+                b.varint(device.into());
+                b.svarint(stream);
+                b.varint(thread);
+            }
+            LaneKind::Host { thread } => {
+                b.buf.push(1);
+                b.varint(thread);
+            }
+        }
+        b.str(&l.name);
+    }
+    b.section(tag::LANES, out)?;
+
+    b.buf.reserve(trace.spans.len() * 12);
+    b.len(trace.spans.len());
+    let (mut start, mut op) = (0u64, 0u64);
+    for s in &trace.spans {
+        b.varint(s.lane.into());
+        b.str(&s.name);
+        b.buf.push(span_kind_tag(s.kind));
+        b.svarint(s.start_ns.wrapping_sub(start) as i64);
+        b.varint(s.dur_ns);
+        b.svarint(s.op.wrapping_sub(op) as i64);
+        b.pairs(&s.args);
+        (start, op) = (s.start_ns, s.op);
+    }
+    b.section(tag::SPANS, out)?;
+
+    b.len(trace.instants.len());
+    for i in &trace.instants {
+        b.varint(i.lane.into());
+        b.str(&i.name);
+        b.varint(i.ts_ns);
+        b.pairs(&i.args);
+    }
+    b.section(tag::INSTANTS, out)?;
+
+    b.len(trace.flows.len());
+    for f in &trace.flows {
+        b.varint(f.id);
+        b.buf.push(flow_kind_tag(f.kind));
+        for end in [f.from, f.to] {
+            b.varint(end.lane.into());
+            b.varint(end.ts_ns);
+        }
+    }
+    b.section(tag::FLOWS, out)?;
+
+    b.len(trace.counters.len());
+    for c in &trace.counters {
+        b.varint(c.device.into());
+        b.str(&c.name);
+        b.len(c.points.len());
+        let mut ts = 0u64;
+        for &(t, v) in &c.points {
+            b.svarint(t.wrapping_sub(ts) as i64);
+            b.svarint(v);
+            ts = t;
+        }
+    }
+    b.section(tag::COUNTERS, out)?;
+
+    b.len(trace.calibrations.len());
+    for c in &trace.calibrations {
+        b.varint(c.device.into());
+        b.str(&c.method);
+        b.varint(c.error_bound_ns);
+    }
+    b.section(tag::CALIBRATIONS, out)?;
+
+    if origin {
+        b.len(trace.lanes.len());
+        for l in &trace.lanes {
+            b.str(&l.group);
+        }
+        match &trace.import {
+            None => b.buf.push(0),
+            Some(r) => {
+                b.buf.push(1);
+                b.str(&r.format);
+                b.varint(r.events);
+                b.varint(r.imported);
+                b.len(r.skipped.len());
+                for (reason, n) in &r.skipped {
+                    b.str(reason);
+                    b.varint(*n);
+                }
+            }
+        }
+        b.section(tag::ORIGIN, out)?;
+    }
+
+    if !trace.memory.is_empty() {
+        b.buf.reserve(trace.memory.len() * 12);
+        b.buf.push(tag::MEMORY_VERSION);
+        b.len(trace.memory.len());
+        let mut ts = 0u64;
+        for m in &trace.memory {
+            b.svarint(m.ts_ns.wrapping_sub(ts) as i64);
+            ts = m.ts_ns;
+            b.varint(m.device.into());
+            b.buf.push(memory_action_tag(m.action));
+            b.buf
+                .push(u8::from(m.small_pool) | (u8::from(m.stream.is_some()) << 1));
+            b.varint(m.addr);
+            b.varint(m.addr.wrapping_sub(m.segment));
+            b.varint(m.bytes);
+            if let Some(stream) = m.stream {
+                b.svarint(stream);
+            }
+            b.varint(m.allocated);
+            b.varint(m.reserved);
+        }
+        b.section(tag::MEMORY, out)?;
+    }
+    out.flush()
+        .map_err(|e| Error::Format(format!("could not write the native trace: {e}")))
+}
+
+/// [`write_native`] into a `Vec`.
+pub fn to_native_bytes(trace: &Trace) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(256 + 12 * trace.spans.len());
+    write_native(trace, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// A bounds-checked cursor over the file.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// End of the current section.
+    end: usize,
+    /// What is being read, for errors.
+    what: &'static str,
+    strings: Vec<Text>,
+    /// Bytes the strings copied so far take (see [`string_budget`]).
+    decoded: u64,
+    budget: u64,
+}
+
+/// The most bytes of strings a file of `len` bytes may decode to.
+///
+/// The model holds a `String` per reference (span names, argument names
+/// and values), while the file stores each distinct string once and a
+/// reference in one or two bytes; so a small file could otherwise ask for
+/// gigabytes (one 64 KiB string referenced by every device property). Each
+/// copy is charged its length plus 24 bytes (what a `String` and its
+/// allocation cost besides the text); a file may decode to 128 times its
+/// size plus 16 MiB, far above what traces need (a span's long C++ kernel
+/// name costs about 10 times the span's bytes), and memory stays bounded
+/// by the input's size, for files and live fragments alike.
+pub fn string_budget(len: usize) -> u64 {
+    (len as u64).saturating_mul(128).saturating_add(16 << 20)
+}
+
+impl Reader<'_> {
+    fn fail(&self, at: usize, message: impl std::fmt::Display) -> Error {
+        Error::Format(format!(
+            "native trace, {} at byte offset {at}: {message}",
+            self.what
+        ))
+    }
+
+    fn truncated(&self, need: &str) -> Error {
+        if self.end < self.bytes.len() {
+            self.fail(
+                self.pos,
+                format!(
+                    "expected {need}, found the end of the section (it is {} bytes long)",
+                    self.end.saturating_sub(self.pos)
+                ),
+            )
+        } else {
+            self.fail(
+                self.pos,
+                format!("expected {need}, found the end of the file (truncated?)"),
+            )
+        }
+    }
+
+    fn u8(&mut self, need: &str) -> Result<u8> {
+        if self.pos >= self.end {
+            return Err(self.truncated(need));
+        }
+        let b = self.bytes[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self, need: &str) -> Result<u64> {
+        let at = self.pos;
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(need)?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(self.fail(at, format!("expected {need}, found a varint over 64 bits")));
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.fail(
+            at,
+            format!("expected {need}, found a varint longer than 10 bytes"),
+        ))
+    }
+
+    fn svarint(&mut self, need: &str) -> Result<i64> {
+        self.varint(need).map(unzigzag)
+    }
+
+    fn u32(&mut self, need: &str) -> Result<u32> {
+        let at = self.pos;
+        let v = self.varint(need)?;
+        u32::try_from(v)
+            .map_err(|_| self.fail(at, format!("expected {need} below 2^32, found {v}")))
+    }
+
+    /// A count of items each at least `min_bytes` long: refused when the
+    /// rest of the section could not hold them.
+    fn count(&mut self, items: &str, min_bytes: usize) -> Result<usize> {
+        let at = self.pos;
+        let n = self.varint(&format!("a count of {items}"))?;
+        let left = self.end - self.pos;
+        if n > (left / min_bytes.max(1)) as u64 {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected a count of {items} that fits in the {left} bytes left, found {n}"
+                ),
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    /// A string copied out of the file's string table (device, lane and
+    /// instant texts), charged to the budget (see [`string_budget`]).
+    fn str(&mut self, need: &str) -> Result<String> {
+        let at = self.pos;
+        let s = self.text(need)?;
+        self.decoded = self.decoded.saturating_add(s.len() as u64 + 24);
+        if self.decoded > self.budget {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected strings that decode to at most {} bytes for a file of {} bytes, found more (a string of {} bytes referenced too often)",
+                    self.budget,
+                    self.bytes.len(),
+                    s.len()
+                ),
+            ));
+        }
+        Ok(s.to_string())
+    }
+
+    /// A string shared with the file's string table: span names and
+    /// arguments, which repeat across spans. Nothing is copied, so nothing
+    /// is charged to the budget (a reference costs the pointer).
+    fn text(&mut self, need: &str) -> Result<Text> {
+        let at = self.pos;
+        let i = self.varint(need)?;
+        match usize::try_from(i).ok().and_then(|i| self.strings.get(i)) {
+            Some(s) => Ok(Text::clone(s)),
+            None => Err(self.fail(
+                at,
+                format!(
+                    "expected {need} (a string index below {}), found index {i}",
+                    self.strings.len()
+                ),
+            )),
+        }
+    }
+
+    /// (name, value) pairs, each string read by `read` ([`Reader::str`]
+    /// or [`Reader::text`]).
+    fn pairs_with<T>(
+        &mut self,
+        of: &str,
+        read: fn(&mut Self, &str) -> Result<T>,
+    ) -> Result<Vec<(T, T)>> {
+        let n = self.count(of, 2)?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = read(self, "a name")?;
+            let v = read(self, "a value")?;
+            pairs.push((k, v));
+        }
+        Ok(pairs)
+    }
+
+    fn pairs(&mut self, of: &str) -> Result<Vec<(String, String)>> {
+        self.pairs_with(of, Self::str)
+    }
+
+    /// Enters the section with `tag`.
+    fn section(&mut self, tag: u8) -> Result<()> {
+        self.what = "section header";
+        self.end = self.bytes.len();
+        let at = self.pos;
+        let name = tag::NAMES[usize::from(tag)];
+        let found = self.u8(&format!("the {name} section"))?;
+        if found != tag {
+            return Err(self.fail(
+                at,
+                format!("expected the {name} section (tag {tag}), found tag {found}"),
+            ));
+        }
+        let len = self.varint("a section length")?;
+        let left = self.bytes.len() - self.pos;
+        if len > left as u64 {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected a {name} section of {len} bytes, found only {left} bytes left (truncated?)"
+                ),
+            ));
+        }
+        self.end = self.pos + len as usize;
+        self.what = name;
+        Ok(())
+    }
+
+    /// Leaves the section, which must have been read to its end.
+    fn done(&mut self) -> Result<()> {
+        if self.pos != self.end {
+            return Err(self.fail(
+                self.pos,
+                format!(
+                    "expected the end of the section, found {} more bytes",
+                    self.end - self.pos
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lane(&mut self, lanes: usize) -> Result<u32> {
+        let at = self.pos;
+        let lane = self.u32("a lane index")?;
+        if lane as usize >= lanes {
+            return Err(self.fail(
+                at,
+                format!("expected a lane index below {lanes}, found {lane}"),
+            ));
+        }
+        Ok(lane)
+    }
+
+    fn device(&mut self, devices: usize) -> Result<u32> {
+        let at = self.pos;
+        let device = self.u32("a device index")?;
+        if device as usize >= devices {
+            return Err(self.fail(
+                at,
+                format!("expected a device index below {devices}, found {device}"),
+            ));
+        }
+        Ok(device)
+    }
+}
+
+/// Reads a native trace (see the module docs for the checks).
+pub fn read_native(bytes: &[u8]) -> Result<Trace> {
+    let mut r = Reader {
+        bytes,
+        pos: 0,
+        end: bytes.len(),
+        what: "header",
+        strings: Vec::new(),
+        decoded: 0,
+        budget: string_budget(bytes.len()),
+    };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        let shown = &bytes[..bytes.len().min(MAGIC.len())];
+        return Err(r.fail(
+            0,
+            format!(
+                "expected the magic \"KEELTRC\\0\", found {:?}",
+                String::from_utf8_lossy(shown)
+            ),
+        ));
+    }
+    r.pos = MAGIC.len();
+    let Some(version) = bytes.get(8..12) else {
+        return Err(r.truncated("a u32 format version"));
+    };
+    let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
+    if version != NATIVE_VERSION {
+        return Err(r.fail(
+            8,
+            format!(
+                "expected format version {NATIVE_VERSION}, found version {version}{}",
+                if version > NATIVE_VERSION {
+                    " (written by a newer Keel)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    r.pos = 12;
+
+    r.section(tag::HEADER)?;
+    let mut trace = Trace {
+        version: r.u32("the trace version")?,
+        dropped: r.varint("the dropped count")?,
+        ..Trace::default()
+    };
+    // Which optional sections follow (files before the memory section, and
+    // files without one, do not say).
+    let follows = if r.pos < r.end {
+        let at = r.pos;
+        let flags = r.varint("the optional sections that follow")?;
+        if flags > 3 {
+            return Err(r.fail(
+                at,
+                format!("expected optional section flags below 4, found {flags}"),
+            ));
+        }
+        Some(flags)
+    } else {
+        None
+    };
+    r.done()?;
+
+    r.section(tag::STRINGS)?;
+    let n = r.count("strings", 1)?;
+    let mut strings = Vec::with_capacity(n);
+    for _ in 0..n {
+        let at = r.pos;
+        let len = r.varint("a string length")?;
+        let left = r.end - r.pos;
+        if len > left as u64 {
+            return Err(r.fail(
+                at,
+                format!("expected a string of {len} bytes, found only {left} bytes left"),
+            ));
+        }
+        let raw = &bytes[r.pos..r.pos + len as usize];
+        let s = std::str::from_utf8(raw).map_err(|e| {
+            r.fail(
+                r.pos + e.valid_up_to(),
+                "expected UTF-8 in a string, found invalid UTF-8",
+            )
+        })?;
+        strings.push(Text::from(s));
+        r.pos += len as usize;
+    }
+    r.strings = strings;
+    r.done()?;
+
+    r.section(tag::DEVICES)?;
+    let n = r.count("devices", 3)?;
+    trace.devices.reserve(n);
+    for _ in 0..n {
+        let device = r.str("a device string")?;
+        let name = r.str("a device name")?;
+        let properties = r.pairs("device properties")?;
+        trace.devices.push(TraceDevice {
+            device,
+            name,
+            properties,
+        });
+    }
+    r.done()?;
+    let devices = trace.devices.len();
+
+    r.section(tag::LANES)?;
+    let n = r.count("lanes", 3)?;
+    trace.lanes.reserve(n);
+    for _ in 0..n {
+        let at = r.pos;
+        let kind = match r.u8("a lane kind")? {
+            0 => LaneKind::Stream {
+                device: r.device(devices)?,
+                stream: r.svarint("a stream id")?,
+                thread: 0,
+            },
+            1 => LaneKind::Host {
+                thread: r.varint("a thread number")?,
+            },
+            2 => LaneKind::Stream {
+                device: r.device(devices)?,
+                stream: r.svarint("a stream id")?,
+                thread: r.varint("a thread number")?,
+            },
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!(
+                        "expected a lane kind (0 stream, 1 host, 2 a stream's thread), found {other}"
+                    ),
+                ));
+            }
+        };
+        let name = r.str("a lane name")?;
+        trace.lanes.push(Lane {
+            kind,
+            name,
+            group: String::new(),
+        });
+    }
+    r.done()?;
+    let lanes = trace.lanes.len();
+
+    r.section(tag::SPANS)?;
+    let n = r.count("spans", 7)?;
+    trace.spans.reserve(n);
+    let (mut start, mut op) = (0u64, 0u64);
+    for _ in 0..n {
+        let lane = r.lane(lanes)?;
+        let name = r.text("a span name")?;
+        let at = r.pos;
+        let kind = r.u8("a span kind")?;
+        let kind = *SpanKind::ALL.get(usize::from(kind)).ok_or_else(|| {
+            r.fail(
+                at,
+                format!(
+                    "expected a span kind below {}, found {kind}",
+                    SpanKind::ALL.len()
+                ),
+            )
+        })?;
+        start = start.wrapping_add(r.svarint("a span start")? as u64);
+        let dur_ns = r.varint("a span duration")?;
+        op = op.wrapping_add(r.svarint("a span op")? as u64);
+        let args = r.pairs_with("span args", Reader::text)?;
+        trace.spans.push(Span {
+            lane,
+            name,
+            kind,
+            start_ns: start,
+            dur_ns,
+            op,
+            args,
+        });
+    }
+    r.done()?;
+
+    r.section(tag::INSTANTS)?;
+    let n = r.count("instants", 4)?;
+    trace.instants.reserve(n);
+    for _ in 0..n {
+        let lane = r.lane(lanes)?;
+        let name = r.str("an instant name")?;
+        let ts_ns = r.varint("an instant time")?;
+        let args = r.pairs("instant args")?;
+        trace.instants.push(InstantEvent {
+            lane,
+            name,
+            ts_ns,
+            args,
+        });
+    }
+    r.done()?;
+
+    r.section(tag::FLOWS)?;
+    let n = r.count("flows", 6)?;
+    trace.flows.reserve(n);
+    for _ in 0..n {
+        let id = r.varint("a flow id")?;
+        let at = r.pos;
+        let kind = match r.u8("a flow kind")? {
+            0 => FlowKind::Launch,
+            1 => FlowKind::EventWait,
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected a flow kind (0 launch, 1 event wait), found {other}"),
+                ));
+            }
+        };
+        let from = FlowEnd {
+            lane: r.lane(lanes)?,
+            ts_ns: r.varint("a flow time")?,
+        };
+        let to = FlowEnd {
+            lane: r.lane(lanes)?,
+            ts_ns: r.varint("a flow time")?,
+        };
+        trace.flows.push(Flow { id, kind, from, to });
+    }
+    r.done()?;
+
+    r.section(tag::COUNTERS)?;
+    let n = r.count("counters", 3)?;
+    trace.counters.reserve(n);
+    for _ in 0..n {
+        let device = r.device(devices)?;
+        let name = r.str("a counter name")?;
+        let points = r.count("counter points", 2)?;
+        let mut counter = Counter {
+            device,
+            name,
+            points: Vec::with_capacity(points),
+        };
+        let mut ts = 0u64;
+        for _ in 0..points {
+            ts = ts.wrapping_add(r.svarint("a counter time")? as u64);
+            let value = r.svarint("a counter value")?;
+            counter.points.push((ts, value));
+        }
+        trace.counters.push(counter);
+    }
+    r.done()?;
+
+    r.section(tag::CALIBRATIONS)?;
+    let n = r.count("calibrations", 3)?;
+    trace.calibrations.reserve(n);
+    for _ in 0..n {
+        let device = r.device(devices)?;
+        let method = r.str("a calibration method")?;
+        let error_bound_ns = r.varint("an error bound")?;
+        trace.calibrations.push(Calibration {
+            device,
+            method,
+            error_bound_ns,
+        });
+    }
+    r.done()?;
+
+    let origin_follows = follows.map(|f| f & 1 != 0);
+    if origin_follows == Some(true)
+        || (origin_follows.is_none() && r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN)
+    {
+        r.section(tag::ORIGIN)?;
+        let at = r.pos;
+        let n = r.count("lane groups", 1)?;
+        if n != lanes {
+            return Err(r.fail(
+                at,
+                format!("expected a group for each of the {lanes} lanes, found {n}"),
+            ));
+        }
+        for lane in &mut trace.lanes {
+            lane.group = r.str("a lane group")?;
+        }
+        let at = r.pos;
+        match r.u8("an import report flag")? {
+            0 => {}
+            1 => {
+                let format = r.str("an import format")?;
+                let events = r.varint("an event count")?;
+                let imported = r.varint("an imported count")?;
+                let n = r.count("skip reasons", 2)?;
+                let mut skipped = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let reason = r.str("a skip reason")?;
+                    skipped.push((reason, r.varint("a skip count")?));
+                }
+                trace.import = Some(crate::model::ImportReport {
+                    format,
+                    events,
+                    imported,
+                    skipped,
+                });
+            }
+            other => {
+                return Err(r.fail(
+                    at,
+                    format!("expected an import report flag (0 or 1), found {other}"),
+                ));
+            }
+        }
+        r.done()?;
+    }
+
+    if follows.is_some_and(|f| f & 2 != 0) {
+        r.section(tag::MEMORY)?;
+        let at = r.pos;
+        let version = r.u8("the memory section's version")?;
+        if version != tag::MEMORY_VERSION {
+            return Err(r.fail(
+                at,
+                format!(
+                    "expected memory section version {}, found version {version}{}",
+                    tag::MEMORY_VERSION,
+                    if version > tag::MEMORY_VERSION {
+                        " (written by a newer Keel)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let n = r.count("memory events", 9)?;
+        trace.memory.reserve(n);
+        let mut ts = 0u64;
+        for _ in 0..n {
+            ts = ts.wrapping_add(r.svarint("a memory event time")? as u64);
+            let device = r.device(devices)?;
+            let at = r.pos;
+            let action = r.u8("a memory action")?;
+            let action = *MemoryAction::ALL.get(usize::from(action)).ok_or_else(|| {
+                r.fail(
+                    at,
+                    format!(
+                        "expected a memory action below {}, found {action}",
+                        MemoryAction::ALL.len()
+                    ),
+                )
+            })?;
+            let at = r.pos;
+            let flags = r.u8("memory event flags")?;
+            if flags > 3 {
+                return Err(r.fail(
+                    at,
+                    format!("expected memory event flags below 4, found {flags}"),
+                ));
+            }
+            let addr = r.varint("an address")?;
+            let segment = addr.wrapping_sub(r.varint("a segment offset")?);
+            let bytes = r.varint("a byte count")?;
+            let stream = if flags & 2 != 0 {
+                Some(r.svarint("a stream id")?)
+            } else {
+                None
+            };
+            trace.memory.push(MemoryEvent {
+                ts_ns: ts,
+                device,
+                action,
+                addr,
+                segment,
+                bytes,
+                stream,
+                small_pool: flags & 1 != 0,
+                allocated: r.varint("the allocated total")?,
+                reserved: r.varint("the reserved total")?,
+            });
+        }
+        r.done()?;
+    }
+
+    if r.pos != bytes.len() {
+        r.what = "end of file";
+        return Err(r.fail(
+            r.pos,
+            format!(
+                "expected the end of the file after the last section, found {} more bytes",
+                bytes.len() - r.pos
+            ),
+        ));
+    }
+    Ok(trace)
+}

@@ -1,0 +1,1058 @@
+//! The viewer's index over a [`Trace`]: what the timeline needs to draw a
+//! frame in time proportional to what is visible, not to the trace size.
+//!
+//! For every lane, spans are split into depth rows: a span nested in
+//! another goes below it, and spans that overlap without nesting (imported
+//! traces have them) go to extra rows, so inside one row spans never
+//! overlap and, sorted by start, they are also sorted by end: the
+//! first visible span is one binary search on the end, the last one a
+//! binary search on the start, and a run of sub-pixel spans is skipped with
+//! one more binary search per pixel column. This module never touches egui.
+
+use crate::{LaneKind, SpanKind, Trace};
+
+/// One depth row of a lane: span indices sorted by start (and by end).
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    /// Indices into [`Trace::spans`].
+    pub spans: Vec<u32>,
+    /// `starts[i]` is the start of `spans[i]` (kept apart for cache-friendly
+    /// binary searches).
+    pub starts: Vec<u64>,
+    /// `ends[i]` is the end of `spans[i]`.
+    pub ends: Vec<u64>,
+}
+
+impl Row {
+    /// The index range of spans that overlap `[t0, t1]`.
+    pub fn visible(&self, t0: u64, t1: u64) -> std::ops::Range<usize> {
+        let first = self.ends.partition_point(|&e| e < t0);
+        let last = self.starts.partition_point(|&s| s <= t1);
+        first..last.max(first)
+    }
+
+    /// The first index in `from..to` whose span ends after `t`.
+    pub fn first_ending_after(&self, from: usize, to: usize, t: u64) -> usize {
+        from + self.ends[from..to].partition_point(|&e| e <= t)
+    }
+
+    /// The span (trace index) at time `t`, if one covers it.
+    pub fn at(&self, t0: u64, t1: u64) -> Option<u32> {
+        let r = self.visible(t0, t1);
+        // Prefer the span that covers the middle of the window.
+        let mid = t0 / 2 + t1 / 2;
+        r.clone()
+            .find(|&i| self.starts[i] <= mid && self.ends[i] >= mid)
+            .or_else(|| r.clone().next())
+            .map(|i| self.spans[i])
+    }
+}
+
+/// A lane of the timeline, in display order.
+#[derive(Debug, Clone)]
+pub struct LaneIndex {
+    /// Index into [`Trace::lanes`].
+    pub lane: u32,
+    /// The label shown left of the lane (`vulkan:0 · stream 3`,
+    /// `GPU 0 · stream 7`, `host main`).
+    pub label: String,
+    /// Whether it is a device stream.
+    pub device: bool,
+    /// Depth rows, outermost first.
+    pub rows: Vec<Row>,
+    /// Number of spans on the lane.
+    pub span_count: usize,
+    /// The spans still open at the latest start placed (end, row), for
+    /// appending spans that start later without re-indexing the lane.
+    open: Vec<(u64, u16)>,
+    /// The latest start placed on the lane.
+    last_start: u64,
+}
+
+/// A group of consecutive display lanes: one device's streams, or one
+/// process's host threads (by [`crate::Lane::group`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The header (`GPU 0 · NVIDIA A100`, `host`, `python3.10 (pid 42)`).
+    pub label: String,
+    /// Whether it holds device streams.
+    pub device: bool,
+    /// Its lanes: positions in [`TraceView::lanes`].
+    pub lanes: std::ops::Range<usize>,
+}
+
+/// A [`Trace`] and the index the views need.
+#[derive(Debug, Clone)]
+pub struct TraceView {
+    /// The trace itself.
+    pub trace: Trace,
+    /// Lanes in display order: device streams (by device, stream), then host
+    /// threads (by group, thread).
+    pub lanes: Vec<LaneIndex>,
+    /// Groups of [`Self::lanes`], in display order, covering every lane.
+    pub groups: Vec<Group>,
+    /// For every lane of the trace, its position in [`Self::lanes`].
+    pub lane_pos: Vec<usize>,
+    /// For every span, its depth row on its lane.
+    pub depth: Vec<u16>,
+    /// Flow indices sorted by the earlier end's time, and those times.
+    pub flows_by_time: Vec<u32>,
+    /// `flow_times[i]` is the earlier end of `flows_by_time[i]`.
+    pub flow_times: Vec<u64>,
+    /// Latest flow duration (later end minus earlier end).
+    pub max_flow_len: u64,
+    /// For every flow, the spans its two ends bind to (the deepest span of
+    /// the end's lane that contains the end's time), if any.
+    pub flow_spans: Vec<(Option<u32>, Option<u32>)>,
+    /// (span, flow) for both bound ends of every flow, sorted: the flows
+    /// touching a span are one binary search away.
+    span_flows: Vec<(u32, u32)>,
+    /// Flows with an end bound to no span yet (retried when live data
+    /// adds spans).
+    unbound_flows: Vec<u32>,
+    /// Earliest start and latest end over every span, instant and counter.
+    pub bounds: (u64, u64),
+    /// Earliest start and latest end over spans and instants (`(MAX, 0)`
+    /// when there are none), kept for appending.
+    extent: (u64, u64),
+    /// Where the trace came from (file path, workload, address).
+    pub source: String,
+}
+
+/// The short name of a trace device: `GPU N` for `cuda:N` (what PyTorch
+/// users know their GPUs by), the device string otherwise. A device of one
+/// of several files opened together keeps its file's label (`rank 1 ·
+/// cuda:0` is `rank 1 · GPU 0`, see `crate::load_traces`).
+pub fn device_label(device: &str) -> String {
+    let (file, device) = match device.rsplit_once(" \u{b7} ") {
+        Some((file, device)) => (Some(file), device),
+        None => (None, device),
+    };
+    let short = match device.strip_prefix("cuda:") {
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => format!("GPU {n}"),
+        _ => device.to_owned(),
+    };
+    match file {
+        Some(file) => format!("{file} \u{b7} {short}"),
+        None => short,
+    }
+}
+
+fn lane_label(trace: &Trace, l: u32) -> (String, bool) {
+    let lane = &trace.lanes[l as usize];
+    match &lane.kind {
+        LaneKind::Stream { device, stream, .. } => {
+            let dev = trace
+                .devices
+                .get(*device as usize)
+                .map_or_else(|| format!("device {device}"), |d| device_label(&d.device));
+            let name = if lane.name.is_empty() {
+                format!("stream {stream}")
+            } else {
+                lane.name.clone()
+            };
+            (format!("{dev} · {name}"), true)
+        }
+        LaneKind::Host { .. } => (format!("host {}", lane.name), false),
+    }
+}
+
+/// The display order key of a lane: devices by (device, stream, the
+/// stream's thread lanes after its own), then host threads by (group,
+/// thread).
+fn order_key(trace: &Trace, l: u32) -> (u8, u64, &str, i64, u64) {
+    let lane = &trace.lanes[l as usize];
+    match &lane.kind {
+        LaneKind::Stream {
+            device,
+            stream,
+            thread,
+        } => (0, u64::from(*device), "", *stream, *thread),
+        LaneKind::Host { thread } => (1, 0, lane.group.as_str(), 0, *thread),
+    }
+}
+
+fn group_of(trace: &Trace, l: u32) -> (String, bool) {
+    let lane = &trace.lanes[l as usize];
+    match &lane.kind {
+        LaneKind::Stream { device, .. } => {
+            let label = match trace.devices.get(*device as usize) {
+                Some(d) if !d.name.is_empty() && d.name != d.device => {
+                    format!("{} · {}", device_label(&d.device), d.name)
+                }
+                Some(d) => device_label(&d.device),
+                None => format!("device {device}"),
+            };
+            (label, true)
+        }
+        LaneKind::Host { .. } if lane.group.is_empty() => ("host".to_owned(), false),
+        LaneKind::Host { .. } => (lane.group.clone(), false),
+    }
+}
+
+impl LaneIndex {
+    fn new(trace: &Trace, l: u32) -> LaneIndex {
+        let (label, device) = lane_label(trace, l);
+        LaneIndex {
+            lane: l,
+            label,
+            device,
+            rows: Vec::new(),
+            span_count: 0,
+            open: Vec::new(),
+            last_start: 0,
+        }
+    }
+
+    /// Places span `i` (`[start, end]`), which starts no earlier than every
+    /// span placed before; returns its row. A span inside the innermost
+    /// open span goes one row below it; one that overlaps an open span
+    /// without nesting in it (imported traces have them: kernels on one
+    /// stream can overlap) goes to the first row below that is free at its
+    /// start, so no row holds overlapping spans and nothing is dropped.
+    fn place(&mut self, i: u32, start: u64, end: u64) -> u16 {
+        while self.open.last().is_some_and(|&(e, _)| e <= start) {
+            self.open.pop();
+        }
+        let min_row = self.open.last().map_or(0, |&(_, r)| usize::from(r) + 1);
+        let mut d = min_row;
+        while self
+            .rows
+            .get(d)
+            .is_some_and(|r| r.ends.last().is_some_and(|&e| e > start))
+        {
+            d += 1;
+        }
+        // Past u16::MAX rows (pathological input) spans share the last row;
+        // its order by start is kept, only its disjointness is not.
+        let d16 = u16::try_from(d).unwrap_or(u16::MAX);
+        let d = usize::from(d16);
+        if self.rows.len() <= d {
+            self.rows.resize_with(d + 1, Row::default);
+        }
+        let row = &mut self.rows[d];
+        row.spans.push(i);
+        row.starts.push(start);
+        row.ends
+            .push(end.max(row.ends.last().copied().unwrap_or(0)));
+        self.open.push((end, d16));
+        self.last_start = start;
+        self.span_count += 1;
+        d16
+    }
+
+    /// Re-indexes the lane from `ids` (all of its spans).
+    fn rebuild(&mut self, trace: &Trace, mut ids: Vec<u32>, depth: &mut [u16]) {
+        let spans = &trace.spans;
+        ids.sort_unstable_by_key(|&i| {
+            let s = &spans[i as usize];
+            (s.start_ns, std::cmp::Reverse(s.dur_ns))
+        });
+        self.rows.clear();
+        self.open.clear();
+        self.span_count = 0;
+        self.last_start = 0;
+        for i in ids {
+            let s = &spans[i as usize];
+            depth[i as usize] = self.place(i, s.start_ns, s.end_ns());
+        }
+    }
+
+    /// The deepest span of this lane containing `t` (preferring one that
+    /// starts at or before `t` and ends after it).
+    pub fn span_at(&self, t: u64) -> Option<u32> {
+        let mut touching = None;
+        for row in self.rows.iter().rev() {
+            let k = row.starts.partition_point(|&s| s <= t);
+            if k == 0 {
+                continue;
+            }
+            let i = k - 1;
+            let s = row.starts[i];
+            // `ends` is kept non-decreasing; the span's own end is not
+            // smaller than its start, so compare the running end.
+            let e = row.ends[i];
+            if s <= t && t < e {
+                return Some(row.spans[i]);
+            }
+            if e == t && touching.is_none() {
+                touching = Some(row.spans[i]);
+            }
+        }
+        touching
+    }
+}
+
+impl TraceView {
+    /// Indexes `trace`. Spans naming a missing lane are ignored (the trace
+    /// checker reports them); spans that overlap without nesting get extra
+    /// rows of their lane.
+    pub fn new(trace: Trace, source: impl Into<String>) -> TraceView {
+        let mut v = TraceView {
+            trace,
+            lanes: Vec::new(),
+            groups: Vec::new(),
+            lane_pos: Vec::new(),
+            depth: Vec::new(),
+            flows_by_time: Vec::new(),
+            flow_times: Vec::new(),
+            max_flow_len: 0,
+            flow_spans: Vec::new(),
+            span_flows: Vec::new(),
+            unbound_flows: Vec::new(),
+            bounds: (0, 1_000),
+            extent: (u64::MAX, 0),
+            source: source.into(),
+        };
+        v.index_lanes(Vec::new());
+        let n = v.trace.spans.len();
+        v.depth = vec![0; n];
+        let mut per_lane: Vec<Vec<u32>> = vec![Vec::new(); v.trace.lanes.len()];
+        for (i, s) in v.trace.spans.iter().enumerate() {
+            if let Some(l) = per_lane.get_mut(s.lane as usize) {
+                l.push(i as u32);
+            }
+        }
+        for (l, ids) in per_lane.into_iter().enumerate() {
+            let pos = v.lane_pos[l];
+            v.lanes[pos].rebuild(&v.trace, ids, &mut v.depth);
+        }
+        v.index_flows(0);
+        v.extend_bounds(0, 0);
+        v
+    }
+
+    /// Orders the lanes (keeping the indexes in `old`, by trace lane) and
+    /// builds the groups.
+    fn index_lanes(&mut self, old: Vec<LaneIndex>) {
+        let trace = &self.trace;
+        let n = trace.lanes.len();
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by(|&a, &b| order_key(trace, a).cmp(&order_key(trace, b)));
+        let mut by_lane: Vec<Option<LaneIndex>> = (0..n).map(|_| None).collect();
+        for li in old {
+            let l = li.lane as usize;
+            if l < n {
+                by_lane[l] = Some(li);
+            }
+        }
+        self.lane_pos = vec![usize::MAX; n];
+        self.lanes = Vec::with_capacity(n);
+        self.groups.clear();
+        for (pos, &l) in order.iter().enumerate() {
+            self.lane_pos[l as usize] = pos;
+            let li = by_lane[l as usize]
+                .take()
+                .unwrap_or_else(|| LaneIndex::new(trace, l));
+            self.lanes.push(li);
+            let (label, device) = group_of(trace, l);
+            match self.groups.last_mut() {
+                Some(g) if g.label == label && g.device == device => g.lanes.end = pos + 1,
+                _ => self.groups.push(Group {
+                    label,
+                    device,
+                    lanes: pos..pos + 1,
+                }),
+            }
+        }
+    }
+
+    /// Indexes flows `from..`: their order by time and the spans they bind.
+    fn index_flows(&mut self, from: usize) {
+        let first = |f: &crate::Flow| f.from.ts_ns.min(f.to.ts_ns);
+        let flows = &self.trace.flows;
+        let bind = |e: &crate::FlowEnd| {
+            self.lane_pos
+                .get(e.lane as usize)
+                .and_then(|&p| self.lanes.get(p))
+                .and_then(|l| l.span_at(e.ts_ns))
+        };
+        // Flows that bound to nothing may bind to spans that just arrived.
+        let mut still = Vec::new();
+        for &i in &self.unbound_flows {
+            let f = &flows[i as usize];
+            let mut ends = self.flow_spans[i as usize];
+            if ends.0.is_none() {
+                ends.0 = bind(&f.from);
+                if let Some(s) = ends.0 {
+                    self.span_flows.push((s, i));
+                }
+            }
+            if ends.1.is_none() {
+                ends.1 = bind(&f.to);
+                if let Some(s) = ends.1 {
+                    self.span_flows.push((s, i));
+                }
+            }
+            if ends.0.is_none() || ends.1.is_none() {
+                still.push(i);
+            }
+            self.flow_spans[i as usize] = ends;
+        }
+        for (i, f) in flows.iter().enumerate().skip(from) {
+            self.flows_by_time.push(i as u32);
+            self.max_flow_len = self.max_flow_len.max(f.from.ts_ns.abs_diff(f.to.ts_ns));
+            let ends = (bind(&f.from), bind(&f.to));
+            for s in [ends.0, ends.1].into_iter().flatten() {
+                self.span_flows.push((s, i as u32));
+            }
+            if ends.0.is_none() || ends.1.is_none() {
+                still.push(i as u32);
+            }
+            self.flow_spans.push(ends);
+        }
+        self.unbound_flows = still;
+        // A stable sort finds the sorted run of earlier flows: appending
+        // costs about the new flows, not a full sort.
+        self.flows_by_time
+            .sort_by_key(|&i| first(&self.trace.flows[i as usize]));
+        self.flow_times = self
+            .flows_by_time
+            .iter()
+            .map(|&i| first(&self.trace.flows[i as usize]))
+            .collect();
+        // Mostly sorted already when appending.
+        self.span_flows.sort_unstable();
+    }
+
+    fn extend_bounds(&mut self, spans: usize, instants: usize) {
+        let (mut lo, mut hi) = self.extent;
+        for s in &self.trace.spans[spans..] {
+            lo = lo.min(s.start_ns);
+            hi = hi.max(s.end_ns());
+        }
+        for i in &self.trace.instants[instants..] {
+            lo = lo.min(i.ts_ns);
+            hi = hi.max(i.ts_ns);
+        }
+        self.extent = (lo, hi);
+        // Counters' points and memory events are in time order; a live
+        // merge may extend any of them.
+        for c in &self.trace.counters {
+            if let (Some(first), Some(last)) = (c.points.first(), c.points.last()) {
+                lo = lo.min(first.0);
+                hi = hi.max(last.0);
+            }
+        }
+        if let (Some(first), Some(last)) = (self.trace.memory.first(), self.trace.memory.last()) {
+            lo = lo.min(first.ts_ns);
+            hi = hi.max(last.ts_ns);
+        }
+        if lo > hi {
+            (lo, hi) = (0, 1_000);
+        }
+        self.bounds = (lo, hi.max(lo + 1));
+    }
+
+    /// Appends a live fragment: merges it into the trace and indexes only
+    /// what it added (a lane is re-indexed only when a new span starts
+    /// before the latest one already placed on it). What merged before an
+    /// error stays shown.
+    pub fn append(&mut self, fragment: Trace) -> crate::Result<()> {
+        let (spans, instants, flows, lanes) = (
+            self.trace.spans.len(),
+            self.trace.instants.len(),
+            self.trace.flows.len(),
+            self.trace.lanes.len(),
+        );
+        let merged = self.trace.merge(fragment);
+        if self.trace.lanes.len() != lanes {
+            let old = std::mem::take(&mut self.lanes);
+            self.index_lanes(old);
+        }
+        self.depth.resize(self.trace.spans.len(), 0);
+        let mut new: Vec<u32> = (spans as u32..self.trace.spans.len() as u32).collect();
+        {
+            let all = &self.trace.spans;
+            new.sort_unstable_by_key(|&i| {
+                let s = &all[i as usize];
+                (s.start_ns, std::cmp::Reverse(s.dur_ns))
+            });
+        }
+        let mut redo = vec![false; self.lanes.len()];
+        for &i in &new {
+            let s = &self.trace.spans[i as usize];
+            let Some(&pos) = self.lane_pos.get(s.lane as usize) else {
+                continue;
+            };
+            let li = &mut self.lanes[pos];
+            if redo[pos] || (li.span_count > 0 && s.start_ns < li.last_start) {
+                redo[pos] = true;
+                continue;
+            }
+            self.depth[i as usize] = li.place(i, s.start_ns, s.end_ns());
+        }
+        for (pos, r) in redo.into_iter().enumerate() {
+            if r {
+                let lane = self.lanes[pos].lane;
+                let ids: Vec<u32> = (0..self.trace.spans.len() as u32)
+                    .filter(|&i| self.trace.spans[i as usize].lane == lane)
+                    .collect();
+                self.lanes[pos].rebuild(&self.trace, ids, &mut self.depth);
+            }
+        }
+        self.index_flows(flows);
+        self.extend_bounds(spans, instants);
+        merged
+    }
+
+    /// The display lane of trace lane `lane`.
+    pub fn lane_index(&self, lane: u32) -> Option<&LaneIndex> {
+        self.lanes.get(*self.lane_pos.get(lane as usize)?)
+    }
+
+    /// The flows with an end bound to span `span`.
+    pub fn flows_of(&self, span: u32) -> impl Iterator<Item = u32> + '_ {
+        let a = self.span_flows.partition_point(|&(s, _)| s < span);
+        self.span_flows[a..]
+            .iter()
+            .take_while(move |&&(s, _)| s == span)
+            .map(|&(_, f)| f)
+    }
+
+    /// The flow chain of `span`: every span reachable from it through flows
+    /// in either direction (a host launch, its kernel, the event recorded
+    /// after it and the wait on another stream that consumed it, ...), and
+    /// the flows walked, both sorted; at most `limit` spans.
+    pub fn flow_chain(&self, span: u32, limit: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut spans = vec![span];
+        let mut flows = Vec::new();
+        let mut seen_spans = std::collections::HashSet::from([span]);
+        let mut seen_flows = std::collections::HashSet::new();
+        let mut next = 0;
+        while next < spans.len() && spans.len() < limit.max(1) {
+            let s = spans[next];
+            next += 1;
+            for f in self.flows_of(s) {
+                if !seen_flows.insert(f) {
+                    continue;
+                }
+                flows.push(f);
+                let (a, b) = self.flow_spans[f as usize];
+                for o in [a, b].into_iter().flatten() {
+                    if seen_spans.insert(o) {
+                        spans.push(o);
+                    }
+                }
+            }
+        }
+        spans.sort_unstable();
+        flows.sort_unstable();
+        (spans, flows)
+    }
+
+    /// Spans whose name contains `query` (ignoring ASCII case), sorted by
+    /// start time; empty for an empty query.
+    pub fn search(&self, query: &str) -> Vec<u32> {
+        let q = query.trim().to_ascii_lowercase();
+        if q.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<u32> = self
+            .trace
+            .spans
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| contains_ignore_case(&s.name, &q))
+            .map(|(i, _)| i as u32)
+            .collect();
+        out.sort_by_key(|&i| (self.trace.spans[i as usize].start_ns, i));
+        out
+    }
+}
+
+/// Whether `hay` contains `needle_lower` (already ASCII lower case),
+/// ignoring ASCII case, without allocating.
+fn contains_ignore_case(hay: &str, needle_lower: &str) -> bool {
+    let (h, n) = (hay.as_bytes(), needle_lower.as_bytes());
+    n.len() <= h.len()
+        && h.windows(n.len())
+            .any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_lowercase() == *b))
+}
+
+/// Formats a duration or time in ns with a fitting unit (ns, us, ms, s).
+pub fn format_ns(ns: f64) -> String {
+    let a = ns.abs();
+    if a < 1e3 {
+        format!("{ns:.0} ns")
+    } else if a < 1e6 {
+        format!("{:.2} us", ns / 1e3)
+    } else if a < 1e9 {
+        format!("{:.3} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+/// A synthetic trace for benchmarks and tests: `spans` spans spread over
+/// 4 device streams and 2 host threads, kernels nested under annotations on
+/// the host, with a launch flow every 16 spans.
+pub fn synthetic_trace(spans: usize) -> Trace {
+    use crate::{Flow, FlowEnd, FlowKind, Lane, Span, TraceDevice};
+    let mut t = Trace {
+        version: crate::TRACE_VERSION,
+        devices: vec![TraceDevice {
+            device: "vulkan:0".to_owned(),
+            name: "synthetic".to_owned(),
+            properties: Vec::new(),
+        }],
+        ..Trace::default()
+    };
+    for s in 0..4 {
+        t.lanes.push(Lane {
+            kind: LaneKind::Stream {
+                device: 0,
+                stream: s,
+                thread: 0,
+            },
+            name: format!("stream {s}"),
+            group: String::new(),
+        });
+    }
+    for h in 0..2 {
+        t.lanes.push(Lane {
+            kind: LaneKind::Host { thread: h },
+            name: format!("thread {h}"),
+            group: String::new(),
+        });
+    }
+    const NAMES: [&str; 4] = ["vector_add", "saxpy", "spin", "copy host->device"];
+    const KINDS: [SpanKind; 6] = [
+        SpanKind::Kernel,
+        SpanKind::Kernel,
+        SpanKind::Kernel,
+        SpanKind::Copy,
+        SpanKind::EventRecord,
+        SpanKind::Wait,
+    ];
+    let lanes = t.lanes.len();
+    t.spans.reserve(spans);
+    let mut clock = vec![0u64; lanes];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..spans {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let lane = i % lanes;
+        let dur = 200 + x % 5_000;
+        let gap = 50 + (x >> 20) % 1_000;
+        let start = clock[lane] + gap;
+        clock[lane] = start + dur;
+        let kind = if lane >= 4 {
+            SpanKind::Annotation
+        } else {
+            KINDS[(x >> 40) as usize % KINDS.len()]
+        };
+        t.spans.push(Span {
+            lane: lane as u32,
+            name: NAMES[(x >> 33) as usize % NAMES.len()].into(),
+            kind,
+            start_ns: start,
+            dur_ns: dur,
+            op: i as u64 + 1,
+            args: Vec::new(),
+        });
+        if i % 16 == 0 && lane < 4 {
+            t.flows.push(Flow {
+                id: i as u64,
+                kind: FlowKind::Launch,
+                from: FlowEnd {
+                    lane: 4,
+                    ts_ns: start.saturating_sub(gap),
+                },
+                to: FlowEnd {
+                    lane: lane as u32,
+                    ts_ns: start + dur / 2,
+                },
+            });
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_sorted_and_disjoint() {
+        let v = TraceView::new(synthetic_trace(10_000), "synthetic");
+        let mut total = 0;
+        for l in &v.lanes {
+            for r in &l.rows {
+                total += r.spans.len();
+                assert!(r.starts.windows(2).all(|w| w[0] <= w[1]));
+                assert!(r.ends.windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+        assert_eq!(total, 10_000);
+        let r = &v.lanes[0].rows[0];
+        let (a, b) = (r.starts[10], r.ends[20]);
+        assert_eq!(r.visible(a, b), 10..21);
+    }
+
+    fn lane(kind: LaneKind, name: &str, group: &str) -> crate::Lane {
+        crate::Lane {
+            kind,
+            name: name.to_owned(),
+            group: group.to_owned(),
+        }
+    }
+
+    fn span(lane: u32, name: &str, start: u64, dur: u64) -> crate::Span {
+        crate::Span {
+            lane,
+            name: name.into(),
+            kind: SpanKind::Kernel,
+            start_ns: start,
+            dur_ns: dur,
+            op: 0,
+            args: Vec::new(),
+        }
+    }
+
+    fn flow(id: u64, from: (u32, u64), to: (u32, u64)) -> crate::Flow {
+        use crate::{Flow, FlowEnd, FlowKind};
+        Flow {
+            id,
+            kind: FlowKind::Launch,
+            from: FlowEnd {
+                lane: from.0,
+                ts_ns: from.1,
+            },
+            to: FlowEnd {
+                lane: to.0,
+                ts_ns: to.1,
+            },
+        }
+    }
+
+    /// cuda:0 stream 7, a host thread of process A, one of process B.
+    fn small() -> Trace {
+        Trace {
+            devices: vec![crate::TraceDevice {
+                device: "cuda:0".to_owned(),
+                name: "NVIDIA A100".to_owned(),
+                properties: Vec::new(),
+            }],
+            lanes: vec![
+                lane(
+                    LaneKind::Host { thread: 5 },
+                    "thread 5",
+                    "python3.10 (pid 42)",
+                ),
+                lane(
+                    LaneKind::Stream {
+                        device: 0,
+                        stream: 7,
+                        thread: 0,
+                    },
+                    "stream 7",
+                    "",
+                ),
+                lane(
+                    LaneKind::Host { thread: 1 },
+                    "thread 1",
+                    "python3.10 (pid 42)",
+                ),
+                lane(LaneKind::Host { thread: 9 }, "main", ""),
+            ],
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn overlapping_spans_get_extra_rows_and_nested_ones_go_below() {
+        let mut t = small();
+        // On the stream: A [0, 100) with B [10, 20) nested; C [50, 150)
+        // overlaps A without nesting; D [60, 70) nests in both; E [160,
+        // 170) after everything.
+        for (n, s, d) in [
+            ("A", 0, 100),
+            ("B", 10, 10),
+            ("C", 50, 100),
+            ("D", 60, 10),
+            ("E", 160, 10),
+        ] {
+            t.spans.push(span(1, n, s, d));
+        }
+        let v = TraceView::new(t, "test");
+        let l = v.lane_index(1).expect("stream lane");
+        assert_eq!(l.span_count, 5);
+        // Nothing is dropped; every row is disjoint and sorted.
+        let placed: usize = l.rows.iter().map(|r| r.spans.len()).sum();
+        assert_eq!(placed, 5);
+        for r in &l.rows {
+            for w in r.spans.windows(2) {
+                let (a, b) = (&v.trace.spans[w[0] as usize], &v.trace.spans[w[1] as usize]);
+                assert!(
+                    a.end_ns() <= b.start_ns,
+                    "{} and {} overlap",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+        // A row 0, B below A (1), C overlaps A: first free row below A is
+        // 1 (B ended), D below C (2), E back on row 0.
+        assert_eq!(v.depth, vec![0, 1, 1, 2, 0]);
+        assert_eq!(l.span_at(65), Some(3));
+        assert_eq!(l.span_at(15), Some(1));
+        assert_eq!(l.span_at(120), Some(2));
+        assert_eq!(l.span_at(155), None);
+    }
+
+    #[test]
+    fn labels_and_groups() {
+        let v = TraceView::new(small(), "test");
+        let labels: Vec<&str> = v.lanes.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "GPU 0 · stream 7",
+                "host main",
+                "host thread 1",
+                "host thread 5"
+            ]
+        );
+        assert_eq!(
+            v.groups,
+            vec![
+                Group {
+                    label: "GPU 0 · NVIDIA A100".to_owned(),
+                    device: true,
+                    lanes: 0..1
+                },
+                Group {
+                    label: "host".to_owned(),
+                    device: false,
+                    lanes: 1..2
+                },
+                Group {
+                    label: "python3.10 (pid 42)".to_owned(),
+                    device: false,
+                    lanes: 2..4
+                },
+            ]
+        );
+        assert_eq!(device_label("cuda:12"), "GPU 12");
+        assert_eq!(device_label("vulkan:0"), "vulkan:0");
+        assert_eq!(device_label("cuda:"), "cuda:");
+        assert_eq!(device_label("rank 3 · cuda:1"), "rank 3 · GPU 1");
+        assert_eq!(device_label("a.json · vulkan:0"), "a.json · vulkan:0");
+    }
+
+    /// A stream whose work ran inline on several threads (the CPU's
+    /// default stream): its lanes per thread sit right after the stream's
+    /// own, in thread order, under the device, labelled with the thread.
+    #[test]
+    fn a_streams_thread_lanes_follow_it_under_its_device() {
+        let stream = |stream: i64, thread: u64, name: &str| {
+            lane(
+                LaneKind::Stream {
+                    device: 0,
+                    stream,
+                    thread,
+                },
+                name,
+                "",
+            )
+        };
+        let t = Trace {
+            devices: vec![crate::TraceDevice {
+                device: "cpu:0".to_owned(),
+                name: "AMD EPYC".to_owned(),
+                properties: Vec::new(),
+            }],
+            lanes: vec![
+                stream(0, 4, "stream 0 · worker"),
+                stream(1, 0, "stream 1"),
+                stream(0, 2, "stream 0 · main"),
+                stream(0, 0, "stream 0"),
+            ],
+            ..Trace::default()
+        };
+        let v = TraceView::new(t, "test");
+        let labels: Vec<&str> = v.lanes.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "cpu:0 · stream 0",
+                "cpu:0 · stream 0 · main",
+                "cpu:0 · stream 0 · worker",
+                "cpu:0 · stream 1"
+            ]
+        );
+        assert_eq!(v.groups.len(), 1, "one device group");
+        assert!(v.groups[0].device);
+    }
+
+    /// Two ranks' files opened together: each file's devices and processes
+    /// are groups of their own, labelled with the rank, GPUs named as
+    /// PyTorch users know them.
+    #[test]
+    fn groups_show_per_rank() {
+        let dir = std::env::temp_dir().join(format!("keel-profiler-ranks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/import");
+        let text = std::fs::read_to_string(data.join("kineto.json")).expect("fixture");
+        let rank1 = dir.join("rank1.json");
+        std::fs::write(&rank1, text.replace("\"rank\": 0", "\"rank\": 1")).expect("write");
+        let trace = crate::load_traces(&[data.join("kineto.json.gz"), rank1]).expect("two ranks");
+        let v = TraceView::new(trace, "ranks");
+        let groups: Vec<(&str, bool, usize)> = v
+            .groups
+            .iter()
+            .map(|g| (g.label.as_str(), g.device, g.lanes.len()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
+                ("rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
+                ("rank 0 · pid Spans", false, 1),
+                ("rank 0 · pid Traces", false, 1),
+                ("rank 0 · python3.10 (pid 4242)", false, 3),
+                ("rank 1 · pid Spans", false, 1),
+                ("rank 1 · pid Traces", false, 1),
+                ("rank 1 · python3.10 (pid 4242)", false, 3),
+            ]
+        );
+        assert_eq!(v.lanes.len(), 14);
+        assert_eq!(v.lanes[0].label, "rank 0 · GPU 0 · stream 7");
+        assert_eq!(v.lanes[2].label, "rank 1 · GPU 0 · stream 7");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// A host launch -> kernel, the kernel's event record -> a wait on
+    /// another stream, and an unrelated launch.
+    fn chained() -> Trace {
+        let mut t = small();
+        t.lanes.push(lane(
+            LaneKind::Stream {
+                device: 0,
+                stream: 8,
+                thread: 0,
+            },
+            "stream 8",
+            "",
+        ));
+        t.spans.push(span(0, "launch", 0, 10)); // 0
+        t.spans.push(span(1, "kernel", 20, 50)); // 1
+        t.spans.push(span(1, "record", 70, 5)); // 2
+        t.spans.push(span(4, "wait", 80, 10)); // 3
+        t.spans.push(span(0, "launch", 100, 10)); // 4
+        t.spans.push(span(1, "other", 120, 10)); // 5
+        t.flows.push(flow(1, (0, 2), (1, 20)));
+        t.flows.push(flow(2, (1, 72), (4, 85)));
+        t.flows.push(flow(3, (0, 100), (1, 120)));
+        t
+    }
+
+    #[test]
+    fn flow_chains_follow_both_directions() {
+        let v = TraceView::new(chained(), "test");
+        assert_eq!(v.flow_spans[0], (Some(0), Some(1)));
+        assert_eq!(v.flow_spans[1], (Some(2), Some(3)));
+        let (spans, flows) = v.flow_chain(0, 100);
+        assert_eq!((spans, flows), (vec![0, 1], vec![0]));
+        // From the wait back to the record only: the kernel and the record
+        // are different spans.
+        let (spans, flows) = v.flow_chain(3, 100);
+        assert_eq!((spans, flows), (vec![2, 3], vec![1]));
+        let (spans, _) = v.flow_chain(5, 100);
+        assert_eq!(spans, vec![4, 5]);
+    }
+
+    #[test]
+    fn transitive_chain() {
+        let mut t = chained();
+        // The kernel itself records: a flow from inside the kernel.
+        t.flows.push(flow(4, (1, 60), (4, 85)));
+        let v = TraceView::new(t, "test");
+        let (spans, flows) = v.flow_chain(0, 100);
+        assert_eq!(
+            spans,
+            vec![0, 1, 2, 3],
+            "launch -> kernel -> wait <- record"
+        );
+        assert_eq!(flows, vec![0, 1, 3]);
+        let (spans, flows) = v.flow_chain(0, 2);
+        assert_eq!(
+            (spans, flows),
+            (vec![0, 1], vec![0]),
+            "the limit stops the walk"
+        );
+    }
+
+    #[test]
+    fn search_is_case_insensitive_and_by_time() {
+        let v = TraceView::new(chained(), "test");
+        assert_eq!(v.search("LAUNCH"), vec![0, 4]);
+        assert_eq!(v.search("er"), vec![1, 5], "kernel, other");
+        assert!(v.search("  ").is_empty());
+        assert!(v.search("nothing").is_empty());
+    }
+
+    #[test]
+    fn appending_equals_indexing_at_once() {
+        let whole = synthetic_trace(4_000);
+        let at_once = TraceView::new(whole.clone(), "at once");
+        let mut v = TraceView::new(Trace::default(), "live");
+        // Fragments in time order, each with its own tables, as a live
+        // server sends them; the third one goes back in time.
+        let mut chunks: Vec<Trace> = Vec::new();
+        for k in 0..4 {
+            let mut f = whole.clone();
+            f.spans = whole.spans[k * 1_000..(k + 1) * 1_000].to_vec();
+            f.flows = whole
+                .flows
+                .iter()
+                .filter(|fl| {
+                    let i = fl.id as usize;
+                    i >= k * 1_000 && i < (k + 1) * 1_000
+                })
+                .cloned()
+                .collect();
+            chunks.push(f);
+        }
+        chunks.swap(2, 3);
+        for c in chunks {
+            v.append(c).expect("merged");
+        }
+        assert_eq!(v.trace.spans.len(), 4_000);
+        assert_eq!(v.bounds, at_once.bounds);
+        assert_eq!(v.flow_times, at_once.flow_times);
+        let labels = |v: &TraceView| v.lanes.iter().map(|l| l.label.clone()).collect::<Vec<_>>();
+        assert_eq!(labels(&v), labels(&at_once));
+        for (a, b) in v.lanes.iter().zip(&at_once.lanes) {
+            assert_eq!(a.span_count, b.span_count);
+            assert_eq!(a.rows.len(), b.rows.len());
+            for (ra, rb) in a.rows.iter().zip(&b.rows) {
+                let names = |r: &Row, t: &Trace| -> Vec<(u64, u64)> {
+                    r.spans
+                        .iter()
+                        .map(|&i| (t.spans[i as usize].start_ns, t.spans[i as usize].dur_ns))
+                        .collect()
+                };
+                assert_eq!(names(ra, &v.trace), names(rb, &at_once.trace));
+            }
+        }
+        // Every flow binds as when indexed at once.
+        let bound = |v: &TraceView| {
+            v.flow_spans
+                .iter()
+                .filter(|f| f.0.is_some() && f.1.is_some())
+                .count()
+        };
+        assert_eq!(bound(&v), bound(&at_once));
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(format_ns(12.0), "12 ns");
+        assert_eq!(format_ns(1_500.0), "1.50 us");
+        assert_eq!(format_ns(2_000_000.0), "2.000 ms");
+        assert_eq!(format_ns(3e9), "3.000 s");
+    }
+}
