@@ -8,7 +8,8 @@ use super::{LaneKind, Trace};
 use crate::error::{Error, Result};
 
 /// The error of a fragment that names a device or lane it does not have.
-/// (Worded as it was when merging lived in the live client.)
+/// Worded as the live client's errors are (`profiler live`, `live.rs`), so
+/// a viewer reports every bad fragment alike.
 fn malformed(message: String) -> Error {
     Error::Backend {
         backend: "profiler live".to_owned(),
