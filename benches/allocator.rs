@@ -128,7 +128,7 @@ fn batch(s: &keel::Stream, len: usize, n: u32) -> f64 {
 }
 
 /// [`batch`] with each buffer moved out of its `Result` and through
-/// `black_box` (the bench's form before run 5), to show the caller's copy.
+/// `black_box`: the caller's copy included, to show what it costs.
 fn batch_moved(s: &keel::Stream, len: usize, n: u32) -> f64 {
     let t = std::time::Instant::now();
     for _ in 0..n {

@@ -2,10 +2,12 @@
 //! tensors) through the dispatcher, against launching the same kernel
 //! directly with `Stream::launch` on a new output buffer (the same work:
 //! one allocation, one launch). Batches of 100, then a stream
-//! synchronize, both ways, both in every iteration. On the CPU, Vulkan, and each wgpu adapter.
-//! Goal: dispatched / direct <= 1.15. Each device also prints the ratio
-//! from paired batches (`paired_ratio`), and the paired ratio against the
-//! same launch into a new `Tensor` (`Tensor::empty_on`): what the
+//! synchronize, both ways, both in every iteration. On the CPU, CUDA,
+//! Vulkan, and each wgpu adapter. Goal: dispatched / direct <= 1.15 on
+//! CUDA, Vulkan and wgpu; the CPU row has none (docs/BENCHMARKS.md,
+//! 2026-11-28). Each device also prints the ratio from paired batches
+//! (`paired_ratio`), and the paired ratio against the same launch into a
+//! new `Tensor` (`Tensor::empty_on`): what the
 //! dispatcher's own work (lookup, checks, current stream, the kernel
 //! call) costs beyond making its output.
 //!

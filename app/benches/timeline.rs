@@ -59,7 +59,8 @@ fn frames(c: &mut Criterion) {
 }
 
 /// A live view growing by 1,000-span fragments: appending a fragment to
-/// the index, against re-indexing the whole trace (what the app did).
+/// the index, against merging it and re-indexing the whole trace (the
+/// baseline: what appending saves).
 fn live(c: &mut Criterion) {
     let whole = synthetic_trace(1_001_000);
     let mut head = whole.clone();

@@ -1,10 +1,11 @@
 //! What several benches share: two variants measured in the same
-//! iterations. This VM's speed drifts by tens of percent within a minute
-//! (shared cores, llvmpipe's worker threads), so each iteration runs both
-//! variants back to back and each bench counts only its own: both see the
-//! same conditions. The order alternates from one iteration to the next:
-//! the second run of a pair is not timed like the first (on llvmpipe the
-//! one run second was 5-15% slower, measured with the wgpu loops).
+//! iterations. A shared machine's speed drifts by tens of percent within
+//! a minute (shared cores, llvmpipe's worker threads), so each iteration
+//! runs both variants back to back and each bench counts only its own:
+//! both see the same conditions. The order alternates from one iteration
+//! to the next: the second run of a pair is not timed like the first (on
+//! llvmpipe whichever wgpu loop runs second is 5-15% slower:
+//! docs/BENCHMARKS.md, 2026-11-26, "Order bias in paired measurements").
 
 #![allow(dead_code, reason = "each bench uses a part of this module")]
 

@@ -251,6 +251,20 @@ fn input_args(args: &[Arg<'_>]) -> Vec<(Text, Text)> {
     ]
 }
 
+// Note [Autocast in the dispatcher]
+// Autocast converts a functional operator's floating inputs in the
+// dispatcher, once the call is checked and before a kernel or fallback
+// runs, as PyTorch's Autocast dispatch key sits in front of the backend
+// keys: every kernel, built in or a third party's, sees its inputs in
+// the dtype the policy gives and needs no autocast code of its own. The
+// converted call is dispatched again, so its span is the operator's, in
+// the dtype it ran in. In-place operators are left alone, as PyTorch
+// leaves them: what they write is an input, whose dtype a conversion
+// cannot change. A call with autocast off pays one relaxed load
+// (`autocast::is_autocast_enabled` reads the thread's state only while
+// some thread has autocast on), and the conversion is out of line
+// (`call_autocast`).
+
 /// Autocast (Note [Autocast in the dispatcher]): with autocast on for
 /// `ty` on this thread, a functional operator's floating tensors are
 /// converted (by `copy_`, on their device) to the dtype

@@ -94,9 +94,10 @@ fn concrete(device: Device) -> Result<Device> {
 }
 
 /// The runtime of `stream`'s backend and the stream with a concrete device.
-/// Inline: returned through the stack, the pair was read back in wider
-/// loads than it was written (a store-forwarding stall on every launch,
-/// seen in `Stream::launch`'s code).
+/// Inline because every launch calls it: returned through the stack, the
+/// pair would be read back in wider loads than it was written, a
+/// store-forwarding stall on every launch (`perf annotate` of
+/// `Stream::launch`).
 #[inline(always)]
 pub(crate) fn stream_runtime(stream: &Stream) -> Result<(&'static dyn DeviceRuntime, Stream)> {
     registry::available_guard_impl(stream.device_type())?;

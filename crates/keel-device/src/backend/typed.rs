@@ -629,9 +629,10 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     ) -> Result<()> {
         let s = self.stream(stream)?;
         // A plain loop: every launch runs it, and `collect` into a
-        // `Result` went through two adapters that were inlined or not
-        // depending on the crate's codegen partition (150 instructions per
-        // launch apart between builds of unchanged code).
+        // `Result` goes through two iterator adapters that the compiler
+        // inlines in some builds and not in others, so this path's cost
+        // would move between builds of unchanged code (docs/BENCHMARKS.md,
+        // 2026-11-26, 11:20).
         let mut bufs: SmallVec<[_; 4]> = SmallVec::new();
         for v in buffers {
             bufs.push(Binding {

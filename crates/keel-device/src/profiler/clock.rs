@@ -6,11 +6,13 @@
 //! Device spans come from timed events, the one timing mechanism every
 //! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
 //! clock on CPU). Where the backend can, the two events of an operation's
-//! span are written inside the operation's own submissions
+//! span are written inside the operation's own work
 //! ([`DeviceGuardImpl::begin_timed_work`]; Vulkan: timestamps in its
 //! command buffers; wgpu: in the launch's compute pass or the operation's
-//! own `queue.submit`), so profiling adds no submissions; elsewhere a timed
-//! event is recorded before and after it ([`SpanTiming`]). Per device, the first operation of a session records a
+//! own `queue.submit`; host streams: the start of the operation's first
+//! task and the end of its last), so profiling adds no submissions and no
+//! queue items; elsewhere a timed event is recorded before and after it
+//! ([`SpanTiming`]). Per device, the first operation of a session records a
 //! *reference* event; every device span is stored as an offset from it
 //! (`elapsed_time`). To place the reference on the host clock, a
 //! calibration event is recorded and polled: its device timestamp lies

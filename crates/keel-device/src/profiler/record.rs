@@ -14,8 +14,9 @@
 //! (two reads of the CPU's counter, `stamp.rs`, an uncontended lock, a
 //! push; measured in
 //! `benches/profiler.rs`), and times the operation's device span: inside
-//! the operation's own submissions where the backend can (Vulkan), with
-//! two timed events around it elsewhere (`clock.rs`). Buffers are bounded
+//! the operation's own work where the backend can (Vulkan and wgpu: its
+//! own submissions; host streams: its own tasks), with two timed events
+//! around it elsewhere (`clock.rs`). Buffers are bounded
 //! ([`MAX_RECORDS_PER_THREAD`]); what does not fit is counted in
 //! [`Trace::dropped`](super::Trace::dropped), never lost silently.
 

@@ -1,15 +1,17 @@
 //! Host timestamps at the CPU counter's cost, for every host record.
 //!
-//! `Instant::now` is a `clock_gettime` call (about 24 ns on this VM); a
-//! user range takes two. Every host record of the profiler (user ranges,
-//! marks, steps, stream operations, operators, allocator events) is
-//! stamped with [`Stamp::now`] instead, which reads the CPU's time-stamp counter
-//! through `quanta` (where the CPU's counter is invariant; `quanta` falls
-//! back to the OS clock elsewhere) and keeps the raw ticks. A session turns
-//! ticks into host time when it builds the trace ([`StampMap`]): from a pair
-//! (`Instant`, ticks) taken when the session opened and a pair taken at
-//! each collection, so the tick rate is measured over the recording itself
-//! and the mapping needs no separate calibration.
+//! `Instant::now` is a `clock_gettime` call (tens of nanoseconds where the
+//! OS clock is not read from the TSC, as on the development VM:
+//! docs/BENCHMARKS.md); a user range takes two. Every host record of the
+//! profiler (user ranges, marks, steps, stream operations, operators,
+//! allocator events) is stamped with [`Stamp::now`] instead, which reads
+//! the CPU's time-stamp counter through `quanta` (where the CPU's counter
+//! is invariant; `quanta` falls back to the OS clock elsewhere) and keeps
+//! the raw ticks. A session turns ticks into host time when it builds the
+//! trace ([`StampMap`]): from a pair (`Instant`, ticks) taken when the
+//! session opened and a pair taken at each collection, so the tick rate is
+//! measured over the recording itself and the mapping needs no separate
+//! calibration.
 //!
 //! One tick source for all host records matters: records on one thread
 //! nest (a range around a launch), and the trace checks that they do. Two

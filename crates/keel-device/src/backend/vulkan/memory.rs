@@ -8,7 +8,8 @@
 //!
 //! Staging buffers (uploads and readbacks) come from a per-device
 //! [`StagingPool`]: allocating and mapping fresh host-visible memory for
-//! every copy made large copies several times slower than the copy itself.
+//! every copy would make a large copy several times slower than the copy
+//! itself (first touches of fresh pages).
 
 use std::sync::{Arc, Mutex};
 

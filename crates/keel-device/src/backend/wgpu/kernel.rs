@@ -12,15 +12,16 @@
 //! rewritten in naga's IR into an immediate (`var<immediate>`, no binding)
 //! and each launch records its parameters into its own compute pass
 //! (`set_immediates`). Nothing is shared between launches, so a running
-//! launch cannot see a later launch's parameters (a single uniform buffer
-//! rewritten with `queue.write_buffer` once made the conformance suite
-//! flaky that way). The bind group then holds only the storage ranges,
-//! and is cached per pipeline by those ranges ([`BindGroups`]): the
-//! caching allocator hands the same blocks out again, so a loop of
-//! launches creates its groups once. Elsewhere (no immediates, a block too
-//! large) each launch creates a uniform buffer of its own, and a group.
-//! On llvmpipe's GL, the buffer and the group were about a fifth of a
-//! small launch's host time (`docs/BENCHMARKS.md`, issue 15).
+//! launch cannot see a later launch's parameters, as it can when one
+//! uniform buffer is rewritten with `queue.write_buffer` for every launch
+//! (the conformance suite's results turn flaky). The bind group then
+//! holds only the storage ranges, and is cached per pipeline by those
+//! ranges ([`BindGroups`]): the caching allocator hands the same blocks
+//! out again, so a loop of launches creates its groups once. Elsewhere
+//! (no immediates, a block too large) each launch creates a uniform
+//! buffer of its own, and a group: on llvmpipe's GL those two are about a
+//! fifth of a small launch's host time, which is why immediates come
+//! first (docs/BENCHMARKS.md, 2026-11-25 and 2026-11-26, issue 15).
 
 use std::sync::{Arc, Mutex};
 

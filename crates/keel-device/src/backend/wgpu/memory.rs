@@ -181,8 +181,9 @@ fn record_copy(
 }
 
 /// Mappable buffers kept between transfers, per device and direction:
-/// creating and first touching a 16 MiB mappable buffer cost several times
-/// the copy it served (7 ms on llvmpipe's GL, the copy 1 ms). Sizes are
+/// creating and first touching a 16 MiB mappable buffer costs several
+/// times the copy it serves (on llvmpipe's GL about seven times:
+/// docs/BENCHMARKS.md, "Re-run after the backend skeleton"). Sizes are
 /// powers of two (at least [`StagingPool::MIN`]), so a buffer serves any
 /// transfer that needs more than half of it; at most [`StagingPool::KEEP`]
 /// bytes wait in a pool.

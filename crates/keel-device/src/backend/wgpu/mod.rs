@@ -29,10 +29,11 @@
 //! a deadlock."). Some calls hold the context far longer on llvmpipe: a
 //! submission runs its commands, and the first dispatch of a pipeline is
 //! where llvmpipe compiles its shader with LLVM (the tiled matmul, cold:
-//! 30-45 s in a debug build under load); waiting for a long kernel's fence
-//! holds it up to about 4.3 s per wait; mapping a readback copies it out.
-//! Any other thread that needed the context meanwhile (to create, map,
-//! unmap or free a buffer) panicked.
+//! tens of seconds in a debug build); waiting for a long kernel's fence
+//! holds it for seconds; mapping a readback copies it out
+//! (docs/BENCHMARKS.md, "wgpu GL context lock"). Any other thread that
+//! needs the context meanwhile (to create, map, unmap or free a buffer)
+//! would panic.
 //!
 //! So on GL each device has a `GlContextLock` (`device.rs`), an
 //! `RwLock` of Keel's (none on other APIs, so they pay one `Option` test):

@@ -39,31 +39,32 @@
 //! The poll thread works only on demand: for the newest submission that a
 //! query found incomplete or a thread waits for, and to retire a backlog
 //! of [`BACKLOG`] submissions nobody asked about (so the queue stays
-//! bounded while the device keeps up). Waking it for every submission, as
-//! Keel did before, cost a futex wake and two context switches per
-//! launch, and its polls took wgpu's locks next to the launching thread's
-//! `submit`: on wgpu's noop backend (a device that completes work at
-//! once, where only the host's cost is left) 10,000 launches took 1.8x
-//! raw wgpu's time, 1.3x without the wakes (an H200 measured 1.24x
-//! before this change; not re-measured). A query that finds its
-//! submission incomplete therefore answers "not yet" once more after the
-//! work finished, while the poll thread catches up; it never answers
-//! "complete" early. On GL, where the commands have run by the time
-//! `queue.submit` returns (its fences may still signal a little later),
-//! the submitting thread does not poll at all: every wgpu call on GL makes
-//! the device's one GL context current on the calling thread, and the
-//! poll thread, working on demand, takes it rarely (under the GL context
-//! lock, Note [GL context lock]). Until 2026-11-26 a GL submission waited
-//! for its own fence before returning, which cost 3-5% of a small launch;
-//! before that, every GL submission went to the poll thread, and moving
-//! the context to it and back each time cost more than the launch itself.
-//! A copy from host memory on GL polls once without waiting
-//! ([`SubmissionOrder::reap_gl`]), so that its staging buffer is ready
-//! again for the next one.
+//! bounded while the device keeps up). Waking it for every submission
+//! would cost a futex wake and two context switches per launch, and its
+//! polls would take wgpu's locks next to the launching thread's `submit`:
+//! on a device that keeps up (wgpu's noop adapter, where only the host's
+//! cost is left) that is a large part of a launch (docs/BENCHMARKS.md,
+//! 2026-11-26, "Launch overhead on a device with no driver time"). A
+//! query that finds its submission incomplete therefore answers "not yet"
+//! once more after the work finished, while the poll thread catches up;
+//! it never answers "complete" early.
 //!
-//! Why not ask wgpu in the query itself (as Keel did before): a wgpu poll
-//! of any kind, even `PollType::Poll` or a `Wait` with a zero timeout,
-//! can block, and a bounded `Wait` can panic.
+//! On GL, where the commands have run by the time `queue.submit` returns
+//! (its fences may still signal a little later), the submitting thread
+//! neither polls nor waits for the submission's fence: every wgpu call on
+//! GL makes the device's one GL context current on the calling thread,
+//! and the poll thread, working on demand, takes it rarely (under the GL
+//! context lock, Note [GL context lock]). Waiting for the fence in
+//! `submit` would cost a few percent of a small launch, and handing every
+//! GL submission to a poll thread that waits for it at once would move
+//! the context to that thread and back each time, which costs more than
+//! the launch itself. A copy from host memory on GL polls once without
+//! waiting ([`SubmissionOrder::reap_gl`]), so that its staging buffer is
+//! ready again for the next one.
+//!
+//! Why a query does not ask wgpu itself: a wgpu poll of any kind, even
+//! `PollType::Poll` or a `Wait` with a zero timeout, can block, and a
+//! bounded `Wait` can panic.
 //!
 //! - wgpu-core holds its device-wide submission lock (`command_indices`,
 //!   written by `Queue::submit` from allocating the index until the
@@ -72,18 +73,17 @@
 //!   `vkQueueSubmit` does not return until the previous submission has
 //!   been executed (wgpu chains submissions with binary semaphores, and
 //!   lavapipe's queue thread runs a submission to the end before the next
-//!   one's wait is satisfied). So while one thread submitted behind a slow
-//!   kernel, every other thread's poll, and so every query, blocked until
-//!   that kernel finished, and then reported "complete". The same happened
-//!   to `launch` itself: Keel registered `Queue::on_submitted_work_done`
-//!   after each submission, and that call first flushes wgpu's pending
-//!   writes (the uploads of parameter and staging buffers that other
-//!   threads created meanwhile) as a submission of its own, which waited
-//!   in `vkQueueSubmit` until the kernel just launched had run. `launch`
-//!   then returned with its own kernel finished. Both made the conformance
-//!   suite, run concurrently, see "complete" right after launching a slow
-//!   kernel (about 1 run in 10), though no answer was ever wrong: the
-//!   answers came late.
+//!   one's wait is satisfied). So while one thread submits behind a slow
+//!   kernel, every other thread's poll, and so a query that polled, blocks
+//!   until that kernel has finished, and then reports "complete". The same
+//!   holds for `Queue::on_submitted_work_done` registered after each
+//!   submission: that call first flushes wgpu's pending writes (the
+//!   uploads of parameter and staging buffers that other threads created
+//!   meanwhile) as a submission of its own, which waits in
+//!   `vkQueueSubmit` until the kernel just launched has run, so `launch`
+//!   would return with its own kernel finished. Either way a concurrent
+//!   conformance suite sees "complete" right after launching a slow
+//!   kernel: never a wrong answer, but a late one.
 //! - `Wait { submission_index, timeout: Some(..) }` reads the fence value,
 //!   then wgpu-core checks whether its list of active submissions is empty
 //!   and asserts that the fence reached the index if so. When another
@@ -91,8 +91,8 @@
 //!   value), the list is empty, the stale value is lower, and the
 //!   assertion panics ("If the queue is empty, the current submission
 //!   index ... should be at least the wait submission index ...").
-//!   `tests/stream_stress.rs` hit it in about half its runs. Waits without
-//!   a timeout cannot: their fence value is read after the wait succeeded.
+//!   `tests/stream_stress.rs` exercises that race. Waits without a timeout
+//!   cannot hit it: their fence value is read after the wait succeeded.
 //!
 //! Completion order can be trusted: wgpu signals one fence (a timeline
 //! semaphore on Vulkan) per submission index, indices grow in submission
@@ -415,9 +415,10 @@ impl SubmissionOrder {
             // a little later): hand the submission to the poll thread,
             // which finds it complete when someone asks or a backlog has
             // gathered, with no poll here. Polling here, even without
-            // waiting, cost 3-5% of a small launch (docs/BENCHMARKS.md),
-            // and each wait of the poll thread moves the one GL context to
-            // it and back, which on demand happens rarely.
+            // waiting, costs a few percent of a small launch, and each
+            // wait of the poll thread moves the one GL context to it and
+            // back, which on demand happens rarely (Note [wgpu completion
+            // tracking]).
             self.completion.push(seq, index.clone());
         } else {
             // Reap without waiting: when wgpu's queue is empty, this

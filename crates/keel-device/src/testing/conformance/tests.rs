@@ -48,11 +48,12 @@ const SLOW_SPIN_AT_LEAST: Duration = Duration::from_millis(200);
 /// [`slow_spin`](Config::slow_spin), with its iterations scaled up until
 /// one launch takes at least [`SLOW_SPIN_AT_LEAST`] on this device.
 ///
-/// A fixed count is a guess at the device's speed, made where it was
-/// written (lavapipe runs Vulkan's `(4096, 200_000)` in 150-240 ms); a
-/// fast GPU runs it in far less, and on an H200 "the consumer still
-/// waits" failed when the host's next few submissions came after the
-/// spin had ended. The count is measured once per device
+/// A fixed count is a guess at one device's speed (lavapipe runs
+/// Vulkan's `(4096, 200_000)` in 150-240 ms); a fast GPU runs it in far
+/// less, and a check that work queued behind the spin is still waiting
+/// ("the consumer still waits") then fails whenever the host's next few
+/// submissions come after the spin has ended (as on an H200:
+/// docs/BENCHMARKS.md, 2026-11-26). The count is measured once per device
 /// and configuration (a warm-up launch loads the kernel, then one launch
 /// of the configured size is timed from the host, which can only
 /// overstate it) and never scaled down.
