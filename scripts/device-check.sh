@@ -22,15 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The test binaries that exercise a GPU backend (the library's own unit
-# tests are `keel`), and the benches with GPU rows.
+# The test binaries that exercise a GPU backend (the libraries' own unit
+# tests are `keel` and `keel_device`), and the benches with GPU rows.
 # (GPU_TESTS and GPU_BENCHES in the environment replace them, for a quick
-# re-check: `GPU_TESTS=tests/compute GPU_BENCHES=benches/matmul ... pack`
+# re-check: `GPU_TESTS=tests/ops GPU_BENCHES=benches/matmul ... pack`
 # builds and packs only those.)
-ALL_GPU_TESTS="tests/keel tests/cuda tests/conformance_cuda tests/vulkan tests/conformance_vulkan
-tests/wgpu tests/conformance_wgpu tests/compute tests/ops tests/random tests/numerics
-tests/numerics_matmul tests/memory tests/stream_stress tests/profiler tests/launch_blocking"
-ALL_GPU_BENCHES="benches/dispatch benches/wgpu benches/vulkan benches/matmul"
+ALL_GPU_TESTS="tests/keel tests/keel_device tests/backends tests/conformance tests/profiler
+tests/allocator tests/launch_blocking tests/ops tests/numerics"
+ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul"
 GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
 GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
 
@@ -40,7 +39,11 @@ targets() {
     local list=$1 all=$2 flag=$3 t
     [ "$list" = "$(echo $all)" ] && return
     for t in $list; do
-        if [ "$t" = tests/keel ]; then printf -- '--lib '; else printf -- '--%s %s ' "$flag" "${t#*/}"; fi
+        case "$t" in
+            tests/keel) printf -- '--lib ' ;;
+            tests/keel_device) ;;
+            *) printf -- '--%s %s ' "$flag" "${t#*/}" ;;
+        esac
     done
 }
 
@@ -52,7 +55,7 @@ pack() {
     local list=.gpu/executables.txt
     : >"$list"
     # shellcheck disable=SC2046
-    cargo test -p keel --all-features --no-run --message-format=json \
+    cargo test -p keel -p keel-device --all-features --no-run --message-format=json \
         $(targets "$GPU_TESTS" "$ALL_GPU_TESTS" test) \
         | python3 -c '
 import json, sys
@@ -178,6 +181,7 @@ run_benches() {
     : >"$log"
     local quick=(--warm-up-time 1 --measurement-time 2)
     local runs=(
+        "mlp|"
         "matmul|${quick[*]}"
         "wgpu|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "vulkan|--warm-up-time 1 --measurement-time 4 10k_dispatches"

@@ -11,6 +11,9 @@
 //!   device (tests that need work on a stream, not its result).
 //! - [`alloc_trace`]: an allocation trace shaped like a training step (the
 //!   caching allocator's fragmentation test and benchmark).
+//! - [`child`]: running one of a test binary's own tests in a child
+//!   process (environment read once per process, missing drivers, whole
+//!   device resources).
 //! - [`conformance`]: the backend conformance suite, written once and
 //!   instantiated for a backend in one line with
 //!   [`conformance_suite!`](crate::conformance_suite).
@@ -18,6 +21,7 @@
 //! Nothing here is used by Keel's runtime; it exists only for tests.
 
 pub mod alloc_trace;
+pub mod child;
 pub mod conformance;
 pub mod kernels;
 
