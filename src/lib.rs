@@ -51,9 +51,10 @@
 //! 2. **Backend interface** ([`backend`]): [`DeviceGuardImpl`] is c10's
 //!    `DeviceGuardImplInterface` (current device and stream, stream pool,
 //!    events); [`DeviceRuntime`] is what c10 leaves to ATen (properties,
-//!    buffers, copies, kernels). The [registry](backend::registry) holds one
-//!    `&'static` implementation of each per device type; lookup is one
-//!    atomic load.
+//!    buffers, copies, kernels); [`backend::DeviceTiming`], optional, is
+//!    what the profiler asks beyond events (c10's `ProfilerStubs`). The
+//!    [registry](backend::registry) holds one `&'static` implementation
+//!    of each per device type; lookup is one atomic load.
 //! 3. **Backends** (`backend::<name>`): the CPU backend is always built;
 //!    GPU backends sit behind cargo features of their own name. Each
 //!    backend's module doc has a table of how c10's concepts map onto its
@@ -61,11 +62,12 @@
 //!    [`backend::typed::Backend`] with its own device, stream, event and
 //!    buffer types, in the same files (`mod.rs`, `device.rs`, `stream.rs`,
 //!    `event.rs`, `memory.rs`, `kernel.rs`, and `loader.rs` where a library
-//!    is loaded), and [`backend::typed::Typed`] turns it into the two trait
+//!    is loaded), and [`backend::typed::Typed`] turns it into the trait
 //!    objects, doing once the checks, the thread's current device and
 //!    streams ([`backend::tls`]), the stream pool ([`backend::pool`], with
 //!    [`backend::slots`] for what is created on first use) and
-//!    the handle types. The host-thread building blocks are the CPU
+//!    the handle types. Backends whose events write timestamp queries
+//!    share one slot pool ([`backend::timestamps`]). The host-thread building blocks are the CPU
 //!    backend's ([`backend::cpu`]), public for other host backends.
 //! 4. **Profiler** ([`profiler`]): recording hooks, device clocks through
 //!    the backend interface, trace assembly, the trace model, its file
