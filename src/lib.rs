@@ -128,14 +128,15 @@ pub use keel_device::conformance_suite;
 #[cfg(feature = "testing")]
 pub use keel_device::testing;
 pub use keel_device::{
-    Buffer, DeviceGuard, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, Error,
-    Event, InlineDeviceGuard, InlineMultiStreamGuard, InlineOptionalDeviceGuard,
-    InlineOptionalStreamGuard, InlineStreamGuard, Kernel, MultiStreamGuard, OptionalDeviceGuard,
-    OptionalStreamGuard, PendingRead, Result, StaticGuardImpl, StreamGuard, api, availability,
-    backend, core, current_device, current_stream, default_stream, device_count, devices,
-    get_stream_from_pool, get_stream_with_priority, guard, is_available, kernel, kernels,
-    launch_blocking, memory, privateuse1_backend_name, profiler, properties,
-    register_privateuse1_backend, set_current_stream, set_device, set_launch_blocking, synchronize,
+    Buffer, DeviceGuard, DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime,
+    DeviceTiming, Error, Event, InlineDeviceGuard, InlineMultiStreamGuard,
+    InlineOptionalDeviceGuard, InlineOptionalStreamGuard, InlineStreamGuard, Kernel,
+    MultiStreamGuard, OptionalDeviceGuard, OptionalStreamGuard, PendingRead, Result,
+    StaticGuardImpl, StreamGuard, api, availability, backend, core, current_device, current_stream,
+    default_stream, device_count, devices, get_stream_from_pool, get_stream_with_priority, guard,
+    is_available, kernel, kernels, launch_blocking, memory, privateuse1_backend_name, profiler,
+    properties, register_privateuse1_backend, set_current_stream, set_device, set_launch_blocking,
+    synchronize,
 };
 pub use keel_device::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};

@@ -59,9 +59,10 @@
 //! 2. **Backend interface** ([`backend`]): [`DeviceGuardImpl`] is c10's
 //!    `DeviceGuardImplInterface` (current device and stream, stream pool,
 //!    events); [`DeviceRuntime`] is what c10 leaves to ATen (properties,
-//!    buffers, copies, kernels). The [registry](backend::registry) holds one
-//!    `&'static` implementation of each per device type; lookup is one
-//!    atomic load.
+//!    buffers, copies, kernels); [`DeviceTiming`], optional, is what the
+//!    profiler asks beyond events (c10's `ProfilerStubs`). The
+//!    [registry](backend::registry) holds one `&'static` implementation of
+//!    each per device type; lookup is one atomic load.
 //! 3. **Backends** (`backend::<name>`): the CPU backend is always built;
 //!    GPU backends sit behind cargo features of their own name. Each
 //!    backend's module doc has a table of how c10's concepts map onto its
@@ -73,10 +74,12 @@
 //!    objects, doing once the checks, the thread's current device and
 //!    streams ([`backend::tls`]), the stream pool ([`backend::pool`], with
 //!    [`backend::slots`] for what is created on first use) and
-//!    the handle types. The host-thread building blocks are the CPU
-//!    backend's ([`backend::cpu`]), public for other host backends.
+//!    the handle types. Backends whose events write timestamp queries
+//!    share one slot pool ([`backend::timestamps`]). The host-thread
+//!    building blocks are the CPU backend's ([`backend::cpu`]), public for
+//!    other host backends.
 //! 4. **Profiler** ([`profiler`]): recording hooks, device clocks through
-//!    the backend interface, trace assembly and the live
+//!    the backend interface ([`DeviceTiming`]), trace assembly and the live
 //!    server; the trace model and its formats come from `keel-trace`
 //!    (layer 0) and are re-exported there. It uses only the core values,
 //!    the backend interface and [`Error`], never the runtime objects above
@@ -151,7 +154,9 @@ pub use api::{
     get_stream_from_pool, get_stream_with_priority, is_available, properties, set_current_stream,
     set_device, synchronize,
 };
-pub use backend::{DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, StaticGuardImpl};
+pub use backend::{
+    DeviceGuardImpl, DeviceKind, DeviceProperties, DeviceRuntime, DeviceTiming, StaticGuardImpl,
+};
 pub use buffer::{Buffer, PendingRead};
 pub use core::{
     Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId, privateuse1_backend_name,

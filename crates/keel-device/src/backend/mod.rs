@@ -8,13 +8,19 @@
 //! - [`DeviceRuntime`], what c10 leaves to ATen: device properties, buffers,
 //!   copies and kernel launches.
 //!
-//! [`register`] puts them in the [registry], one slot per device
-//! type. Built-in backends fill their slot lazily on first lookup; a third
-//! party fills the PrivateUse1 slot (or any empty one) at run time.
+//! A third, optional, serves the profiler: [`DeviceTiming`] (c10's
+//! `ProfilerStubs`, kept apart from the guard interface as c10 keeps
+//! them), timing work inside its own submissions and reading the device
+//! clock.
+//!
+//! [`register`] (or [`register_timed`], with a [`DeviceTiming`]) puts them
+//! in the [registry], one slot per device type. Built-in backends fill
+//! their slot lazily on first lookup; a third party fills the PrivateUse1
+//! slot (or any empty one) at run time.
 //!
 //! Every backend is written against [`typed::Backend`] (its own device,
-//! stream, event and buffer types); [`typed::Typed`] turns it into the two
-//! trait objects, doing once what every backend would otherwise repeat:
+//! stream, event and buffer types); [`typed::Typed`] turns it into the
+//! three trait objects, doing once what every backend would otherwise repeat:
 //! checks, the thread's current device and streams ([`tls`]), the stream
 //! pool ([`pool`]) and the handles' types. See ARCHITECTURE.md for the
 //! files every backend folder has.
@@ -29,6 +35,8 @@ mod properties;
 pub mod registry;
 mod runtime;
 pub mod slots;
+pub mod timestamps;
+mod timing;
 pub mod tls;
 pub mod typed;
 mod virtual_impl;
@@ -44,8 +52,9 @@ use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::{Error, Result};
 
 pub use properties::{DeviceKind, DeviceProperties, TimestampSupport, vendor_name};
-pub use registry::{guard_impl, register, runtime};
+pub use registry::{guard_impl, register, register_timed, runtime, timing};
 pub use runtime::{BufferHandle, BufferView, DeviceRuntime, Readback};
+pub use timing::{ClockSample, DeviceTiming};
 pub use virtual_impl::VirtualGuardImpl;
 
 /// A backend's native event, owned by an [`Event`](crate::Event).
@@ -222,50 +231,6 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         let _ = (event, device_index);
     }
 
-    /// Starts timing, inside its own submissions, the device work that the
-    /// calling thread enqueues on `stream` until
-    /// [`end_timed_work`](Self::end_timed_work) (the profiler's device
-    /// spans). Returns false when the backend cannot; the profiler then
-    /// records timed events around the work instead.
-    fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
-        let _ = stream;
-        Ok(false)
-    }
-
-    /// Ends what [`begin_timed_work`](Self::begin_timed_work) started: two
-    /// timed events, usable like recorded ones (`query_event`,
-    /// `elapsed_time`, `destroy_event`), whose timestamps bracket the work
-    /// enqueued in between. `None` when no timing was started.
-    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
-        let _ = stream;
-        Ok(None)
-    }
-
-    /// Whether `stream`'s work runs inline on the thread that submits it,
-    /// as the CPU's default stream does. The profiler then shows its
-    /// device spans on a lane per submitting thread: work submitted from
-    /// several threads overlaps in time. Default: no.
-    fn runs_inline(&self, stream: &Stream) -> bool {
-        let _ = stream;
-        false
-    }
-
-    /// Reads device `device_index`'s timestamp clock directly (Vulkan's
-    /// calibrated timestamps), between two host instants. `None` where the
-    /// backend cannot; the profiler then calibrates by paired sampling.
-    fn sample_clock(&self, device_index: DeviceIndex) -> Result<Option<ClockSample>> {
-        let _ = device_index;
-        Ok(None)
-    }
-
-    /// A completed timed event's timestamp in nanoseconds of the clock
-    /// [`sample_clock`](Self::sample_clock) reads. `None` where the backend
-    /// has no such clock.
-    fn event_time_ns(&self, event: &EventHandle) -> Result<Option<i64>> {
-        let _ = event;
-        Ok(None)
-    }
-
     /// c10's `recordDataPtrOnStream`: `buffer` is in use on `stream`, so
     /// its memory must not be reused until the stream's current work is
     /// done. Default: nothing (backends whose buffers keep themselves
@@ -274,19 +239,6 @@ pub trait DeviceGuardImpl: Send + Sync + 'static {
         let _ = (buffer, stream);
         Ok(())
     }
-}
-
-/// A device clock reading ([`DeviceGuardImpl::sample_clock`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ClockSample {
-    /// The device's timestamp clock, in nanoseconds.
-    pub device_ns: i64,
-    /// A host instant before the reading was taken.
-    pub host_before: std::time::Instant,
-    /// A host instant after it.
-    pub host_after: std::time::Instant,
-    /// What the driver says the reading may deviate by, in nanoseconds.
-    pub max_deviation_ns: u64,
 }
 
 /// A [`DeviceGuardImpl`] that a guard can hold by value and build from a
@@ -299,25 +251,6 @@ pub struct ClockSample {
 pub trait StaticGuardImpl: DeviceGuardImpl + Sized {
     /// The implementation for device type `ty`.
     fn for_device_type(ty: DeviceType) -> Result<Self>;
-}
-
-/// The runs of ascending `slots` (query slots, say) as ranges: a slot
-/// less than `gap` past the previous run's end joins it (1: adjacent
-/// slots only), so a range may cover a few slots between that are not
-/// in `slots`.
-#[cfg(any(feature = "vulkan", feature = "wgpu"))]
-pub(crate) fn slot_runs(
-    slots: impl IntoIterator<Item = u32>,
-    gap: u32,
-) -> Vec<std::ops::Range<u32>> {
-    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
-    for slot in slots {
-        match runs.last_mut() {
-            Some(run) if slot < run.end + gap => run.end = slot + 1,
-            _ => runs.push(slot..slot + 1),
-        }
-    }
-    runs
 }
 
 /// Checks that `device` has a concrete index below `count`, for backends'

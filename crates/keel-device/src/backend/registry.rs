@@ -1,12 +1,14 @@
 //! The backend registry: one slot per [`DeviceType`].
 //!
 //! A slot holds a `&'static dyn DeviceGuardImpl` and optionally a
-//! `&'static dyn DeviceRuntime`. Lookup is one atomic acquire load
+//! `&'static dyn DeviceRuntime` and a `&'static dyn DeviceTiming` (the
+//! profiler's hooks). Lookup is one atomic acquire load
 //! (`OnceLock::get`), no lock. A slot is filled once per process:
 //!
 //! - a built-in backend (CPU always; Vulkan, wgpu, CUDA when their cargo
 //!   feature is on) fills its slot on the first lookup that finds it empty;
-//! - [`register`] fills an empty slot at run time; that is how a third
+//! - [`register`] (or [`register_timed`]) fills an empty slot at run time;
+//!   that is how a third
 //!   party plugs a backend into [`DeviceType::PrivateUse1`], and how tests
 //!   put the fake backend in a slot. Registering before the first use of a
 //!   type wins over the built-in backend of that type.
@@ -20,7 +22,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::{DeviceGuardImpl, DeviceRuntime};
+use super::{DeviceGuardImpl, DeviceRuntime, DeviceTiming};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
 
@@ -28,6 +30,7 @@ use crate::error::{Error, Result};
 struct Entry {
     guard: &'static dyn DeviceGuardImpl,
     runtime: Option<&'static dyn DeviceRuntime>,
+    timing: Option<&'static dyn DeviceTiming>,
     /// Set for a built-in backend, which guards call directly.
     builtin: Option<Builtin>,
 }
@@ -55,24 +58,28 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
         DeviceType::Cpu => Some(Entry {
             guard: &super::cpu::CPU,
             runtime: Some(&super::cpu::CPU),
+            timing: Some(&super::cpu::CPU),
             builtin: Some(Builtin::Cpu),
         }),
         #[cfg(feature = "cuda")]
         DeviceType::Cuda => Some(Entry {
             guard: &super::cuda::CUDA,
             runtime: Some(&super::cuda::CUDA),
+            timing: Some(&super::cuda::CUDA),
             builtin: Some(Builtin::Cuda),
         }),
         #[cfg(feature = "vulkan")]
         DeviceType::Vulkan => Some(Entry {
             guard: &super::vulkan::VULKAN,
             runtime: Some(&super::vulkan::VULKAN),
+            timing: Some(&super::vulkan::VULKAN),
             builtin: Some(Builtin::Vulkan),
         }),
         #[cfg(feature = "wgpu")]
         DeviceType::Wgpu => Some(Entry {
             guard: &super::wgpu::WGPU,
             runtime: Some(&super::wgpu::WGPU),
+            timing: Some(&super::wgpu::WGPU),
             builtin: Some(Builtin::Wgpu),
         }),
         _ => None,
@@ -110,7 +117,8 @@ fn not_built(ty: DeviceType) -> Error {
     }
 }
 
-/// Registers a backend in `ty`'s slot.
+/// Registers a backend in `ty`'s slot, with no profiler hooks: the
+/// profiler times its work with events recorded around each operation.
 ///
 /// `guard` must serve `ty` (`guard.device_type() == ty`). Fails if the slot
 /// is already filled (by an earlier registration, or by the built-in
@@ -119,6 +127,25 @@ pub fn register(
     ty: DeviceType,
     guard: &'static dyn DeviceGuardImpl,
     runtime: Option<&'static dyn DeviceRuntime>,
+) -> Result<()> {
+    fill(ty, guard, runtime, None)
+}
+
+/// [`register`], with the profiler's hooks for the backend's devices.
+pub fn register_timed(
+    ty: DeviceType,
+    guard: &'static dyn DeviceGuardImpl,
+    runtime: Option<&'static dyn DeviceRuntime>,
+    timing: &'static dyn DeviceTiming,
+) -> Result<()> {
+    fill(ty, guard, runtime, Some(timing))
+}
+
+fn fill(
+    ty: DeviceType,
+    guard: &'static dyn DeviceGuardImpl,
+    runtime: Option<&'static dyn DeviceRuntime>,
+    timing: Option<&'static dyn DeviceTiming>,
 ) -> Result<()> {
     if guard.device_type() != ty {
         return Err(Error::invalid(format!(
@@ -133,6 +160,7 @@ pub fn register(
         Entry {
             guard,
             runtime,
+            timing,
             builtin: None,
         }
     });
@@ -164,6 +192,15 @@ pub fn runtime(ty: DeviceType) -> Result<&'static dyn DeviceRuntime> {
     let e = entry(ty)?;
     e.runtime.ok_or_else(|| {
         Error::unsupported(ty, "buffers, copies and kernels (it registered no runtime)")
+    })
+}
+
+/// The profiler's hooks for `ty` (see [`DeviceTiming`]). An error when
+/// the slot is empty or its backend registered none.
+pub fn timing(ty: DeviceType) -> Result<&'static dyn DeviceTiming> {
+    let e = entry(ty)?;
+    e.timing.ok_or_else(|| {
+        Error::unsupported(ty, "profiler device timing (it registered no DeviceTiming)")
     })
 }
 

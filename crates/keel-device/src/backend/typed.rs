@@ -1,12 +1,16 @@
 //! The typed backend skeleton: a backend implements [`Backend`] with its
-//! own types, and [`Typed`] turns it into a [`DeviceGuardImpl`] and a
-//! [`DeviceRuntime`] for the registry.
+//! own types, and [`Typed`] turns it into a [`DeviceGuardImpl`], a
+//! [`DeviceRuntime`] and a [`DeviceTiming`] for the registry.
 //!
 //! Everything every backend would otherwise repeat is written once here:
 //!
 //! - the checks a backend owes the user: the device type it serves, whether
 //!   it can run (`<backend> unavailable: <reason>`), device indices against
 //!   its count;
+//! - the checks every memory operation and launch would repeat: an empty
+//!   write, read or copy is answered here without reaching the backend,
+//!   and every binding's offset is checked against the device's storage
+//!   buffer offset alignment ([`Kernels::binding_alignment`]);
 //! - the thread's current device and current stream per device
 //!   ([`tls`]), with a hook ([`Backend::activate`]) for
 //!   backends whose driver keeps a current device of its own (CUDA);
@@ -21,8 +25,9 @@
 //! work. It never sees a [`Device`] or [`Stream`] value it has to check.
 //!
 //! The traits follow a backend folder's files: [`Backend`] (devices and
-//! streams) is implemented in its `mod.rs`, [`Events`] in `event.rs`,
-//! [`Memory`] in `memory.rs` and [`Kernels`] in `kernel.rs`, so each file
+//! streams) is implemented in its `mod.rs`, [`Events`] and [`Timing`] (the
+//! profiler's hooks) in `event.rs`, [`Memory`] in `memory.rs` and
+//! [`Kernels`] in `kernel.rs`, so each file
 //! holds its whole role and nothing forwards from one file to another.
 //!
 //! Note \[Typed handles\]: an event's [`EventHandle`] holds an
@@ -39,7 +44,8 @@ use smallvec::SmallVec;
 
 use super::{
     BufferHandle, BufferView, ClockSample, DeviceGuardImpl, DeviceProperties, DeviceRuntime,
-    EventHandle, Readback, StaticGuardImpl, check_device_index, pool::PoolCursors, tls,
+    DeviceTiming, EventHandle, Readback, StaticGuardImpl, check_device_index, pool::PoolCursors,
+    tls,
 };
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 use crate::error::{Error, Result};
@@ -136,24 +142,37 @@ pub trait Events: Backend {
     fn release_event(&self, event: Self::Event) {
         drop(event);
     }
+}
 
+/// A backend's hooks for the profiler (implemented in its `event.rs`,
+/// beside the events they make): the typed side of [`DeviceTiming`]. Every
+/// method defaults to "cannot", so a backend with nothing to offer
+/// implements it empty.
+pub trait Timing: Events {
     /// Starts timing the device work the calling thread enqueues on
     /// `stream` inside its own submissions (see
-    /// [`DeviceGuardImpl::begin_timed_work`]). Default: cannot.
+    /// [`DeviceTiming::begin_timed_work`]). Default: cannot.
     fn begin_timed_work(&self, stream: Self::Stream) -> Result<bool> {
         let _ = stream;
         Ok(false)
     }
 
+    /// The two timed events bracketing the work since
+    /// [`begin_timed_work`](Self::begin_timed_work).
+    fn end_timed_work(&self, stream: Self::Stream) -> Result<Option<(Self::Event, Self::Event)>> {
+        let _ = stream;
+        Ok(None)
+    }
+
     /// Whether `stream`'s work runs inline on the submitting thread (see
-    /// [`DeviceGuardImpl::runs_inline`]). Default: no.
+    /// [`DeviceTiming::runs_inline`]). Default: no.
     fn runs_inline(&self, stream: Self::Stream) -> bool {
         let _ = stream;
         false
     }
 
     /// Reads the device's timestamp clock between two host instants (see
-    /// [`DeviceGuardImpl::sample_clock`]). Default: cannot.
+    /// [`DeviceTiming::sample_clock`]). Default: cannot.
     fn sample_clock(&self, device: &'static Self::Device) -> Result<Option<ClockSample>> {
         let _ = device;
         Ok(None)
@@ -163,13 +182,6 @@ pub trait Events: Backend {
     /// [`sample_clock`](Self::sample_clock) reads, in nanoseconds.
     fn event_time_ns(&self, event: &Self::Event) -> Result<Option<i64>> {
         let _ = event;
-        Ok(None)
-    }
-
-    /// The two timed events bracketing the work since
-    /// [`begin_timed_work`](Self::begin_timed_work).
-    fn end_timed_work(&self, stream: Self::Stream) -> Result<Option<(Self::Event, Self::Event)>> {
-        let _ = stream;
         Ok(None)
     }
 }
@@ -196,7 +208,8 @@ pub trait Memory: Backend {
         len: usize,
     ) -> Result<Self::Buffer>;
 
-    /// Enqueues writing `data` at `offset` of `dst`.
+    /// Enqueues writing `data` (not empty: the skeleton does nothing for
+    /// an empty write) at `offset` of `dst`.
     fn enqueue_write(
         &self,
         stream: Self::Stream,
@@ -217,7 +230,8 @@ pub trait Memory: Backend {
         self.enqueue_write(stream, dst, offset, data.to_vec())
     }
 
-    /// Enqueues reading `len` bytes at `offset` of `src`.
+    /// Enqueues reading `len` bytes (at least one: the skeleton answers an
+    /// empty read itself) at `offset` of `src`.
     fn enqueue_read(
         &self,
         stream: Self::Stream,
@@ -226,8 +240,10 @@ pub trait Memory: Backend {
         len: usize,
     ) -> Result<Box<dyn Readback>>;
 
-    /// Enqueues a device-to-device copy. Ranges are in bounds and, within
-    /// one buffer, do not overlap (checked by [`Buffer`](crate::Buffer)).
+    /// Enqueues a device-to-device copy of `len` bytes (at least one: the
+    /// skeleton does nothing for an empty copy). Ranges are in bounds and,
+    /// within one buffer, do not overlap (checked by
+    /// [`Buffer`](crate::Buffer)).
     fn enqueue_copy(
         &self,
         stream: Self::Stream,
@@ -252,7 +268,9 @@ pub trait Memory: Backend {
 
 /// A kernel binding: `len` bytes at `offset` of a backend allocation (a
 /// typed [`BufferView`]). The range is in bounds, and `offset` is a
-/// multiple of 512 bytes.
+/// multiple of 512 bytes and of the backend's
+/// [`binding_alignment`](Kernels::binding_alignment) (checked by the
+/// skeleton).
 #[derive(Debug)]
 pub struct Binding<T> {
     /// The allocation.
@@ -275,6 +293,15 @@ impl<T> Clone for Binding<T> {
 
 /// A backend's kernel launches (implemented in its `kernel.rs`).
 pub trait Kernels: Memory {
+    /// What every binding's offset must be a multiple of on `stream`'s
+    /// device (its minimum storage buffer offset alignment), checked by
+    /// the skeleton before [`enqueue_kernel`](Self::enqueue_kernel).
+    /// Default: 1, any offset.
+    fn binding_alignment(&self, stream: Self::Stream) -> u64 {
+        let _ = stream;
+        1
+    }
+
     /// Enqueues `kernel` over `grid` workgroups with the ranges `buffers`
     /// bound in order and `params` as its parameter block.
     fn enqueue_kernel(
@@ -529,8 +556,21 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
         }
     }
 
+    fn record_buffer_on_stream(&self, buffer: &BufferHandle, stream: &Stream) -> Result<()> {
+        let b = self.buffer(buffer)?;
+        self.0.buffer_used_on(&b, self.stream(stream)?)
+    }
+}
+
+/// The profiler's hooks, checked like the guard's calls.
+impl<B: Timing + Memory> DeviceTiming for Typed<B> {
     fn begin_timed_work(&self, stream: &Stream) -> Result<bool> {
         self.0.begin_timed_work(self.stream(stream)?)
+    }
+
+    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
+        let pair = self.0.end_timed_work(self.stream(stream)?)?;
+        Ok(pair.map(|(start, end)| (EventHandle::new(Some(start)), EventHandle::new(Some(end)))))
     }
 
     fn runs_inline(&self, stream: &Stream) -> bool {
@@ -545,15 +585,28 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
     fn event_time_ns(&self, event: &EventHandle) -> Result<Option<i64>> {
         self.0.event_time_ns(self.event(event)?)
     }
+}
 
-    fn end_timed_work(&self, stream: &Stream) -> Result<Option<(EventHandle, EventHandle)>> {
-        let pair = self.0.end_timed_work(self.stream(stream)?)?;
-        Ok(pair.map(|(start, end)| (EventHandle::new(Some(start)), EventHandle::new(Some(end)))))
+/// What a read of zero bytes returns, on every backend: ready at once.
+struct NoBytes;
+
+impl Readback for NoBytes {
+    fn is_ready(&self) -> Result<bool> {
+        Ok(true)
     }
 
-    fn record_buffer_on_stream(&self, buffer: &BufferHandle, stream: &Stream) -> Result<()> {
-        let b = self.buffer(buffer)?;
-        self.0.buffer_used_on(&b, self.stream(stream)?)
+    fn wait(self: Box<Self>) -> Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+}
+
+#[cold]
+fn misaligned(kernel: &Kernel, binding: usize, offset: usize, align: u64) -> Error {
+    Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message: format!(
+            "binding {binding} at offset {offset} is not aligned to the device's storage buffer offset alignment ({align} bytes)"
+        ),
     }
 }
 
@@ -578,7 +631,11 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         data: Vec<u8>,
     ) -> Result<()> {
         let s = self.stream(stream)?;
-        self.0.enqueue_write(s, &self.buffer(dst)?, offset, data)
+        let dst = self.buffer(dst)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.0.enqueue_write(s, &dst, offset, data)
     }
 
     fn write_slice(
@@ -589,8 +646,11 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         data: &[u8],
     ) -> Result<()> {
         let s = self.stream(stream)?;
-        self.0
-            .enqueue_write_slice(s, &self.buffer(dst)?, offset, data)
+        let dst = self.buffer(dst)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.0.enqueue_write_slice(s, &dst, offset, data)
     }
 
     fn read(
@@ -601,7 +661,11 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         len: usize,
     ) -> Result<Box<dyn Readback>> {
         let s = self.stream(stream)?;
-        self.0.enqueue_read(s, &self.buffer(src)?, offset, len)
+        let src = self.buffer(src)?;
+        if len == 0 {
+            return Ok(Box::new(NoBytes));
+        }
+        self.0.enqueue_read(s, &src, offset, len)
     }
 
     fn copy(
@@ -615,6 +679,9 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
     ) -> Result<()> {
         let s = self.stream(stream)?;
         let (src, dst) = (self.buffer(src)?, self.buffer(dst)?);
+        if len == 0 {
+            return Ok(());
+        }
         self.0
             .enqueue_copy(s, (&src, src_offset), (&dst, dst_offset), len)
     }
@@ -628,13 +695,19 @@ impl<B: Events + Kernels> DeviceRuntime for Typed<B> {
         params: &[u8],
     ) -> Result<()> {
         let s = self.stream(stream)?;
+        // 1 (any offset) for backends without a limit, whose launches then
+        // skip the check.
+        let align = self.0.binding_alignment(s);
         // A plain loop: every launch runs it, and `collect` into a
         // `Result` goes through two iterator adapters that the compiler
         // inlines in some builds and not in others, so this path's cost
         // would move between builds of unchanged code (docs/BENCHMARKS.md,
         // 2026-11-26, 11:20).
         let mut bufs: SmallVec<[_; 4]> = SmallVec::new();
-        for v in buffers {
+        for (i, v) in buffers.iter().enumerate() {
+            if align > 1 && !(v.offset as u64).is_multiple_of(align) {
+                return Err(misaligned(kernel, i, v.offset, align));
+            }
             bufs.push(Binding {
                 buffer: self.buffer(v.handle)?,
                 offset: v.offset,

@@ -7,7 +7,7 @@
 //! backend has (Vulkan and wgpu timestamp queries, CUDA events, the host
 //! clock on CPU). Where the backend can, the two events of an operation's
 //! span are written inside the operation's own work
-//! ([`DeviceGuardImpl::begin_timed_work`]; Vulkan: timestamps in its
+//! ([`DeviceTiming::begin_timed_work`]; Vulkan: timestamps in its
 //! command buffers; wgpu: in the launch's compute pass or the operation's
 //! own `queue.submit`; host streams: the start of the operation's first
 //! task and the end of its last), so profiling adds no submissions and no
@@ -33,7 +33,10 @@
 //!
 //! The profiler's own events go straight to the backend
 //! ([`DeviceGuardImpl`]): they are not stream operations of the program, so
-//! they are neither recorded nor subject to launch blocking.
+//! they are neither recorded nor subject to launch blocking. Timing inside
+//! the work and reading the device clock go through the backend's
+//! [`DeviceTiming`], where it registered one; without one, timed events
+//! around each operation and paired sampling serve every backend.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -43,7 +46,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use super::assemble::{ClockBase, ClockMethod, Detail, DeviceSpan};
-use crate::backend::{ClockSample, DeviceGuardImpl, EventHandle, registry};
+use crate::backend::{ClockSample, DeviceGuardImpl, DeviceTiming, EventHandle, registry};
 use crate::core::{Device, DeviceIndex, EventFlag, Stream};
 use keel_trace::SpanKind;
 
@@ -139,6 +142,8 @@ fn ns_since(epoch: Instant, t: Instant) -> i64 {
 /// recorded on (where calibration events go).
 pub(super) struct DeviceClock {
     reference: TimedEvent,
+    /// The backend's profiler hooks, where it has them.
+    timing: Option<&'static dyn DeviceTiming>,
     stream: Stream,
     /// Once the reference has completed: its timestamp on the device
     /// clock, where the backend reads those (`event_time_ns`), else `None`.
@@ -154,6 +159,7 @@ impl DeviceClock {
     pub(super) fn new(stream: &Stream) -> Option<DeviceClock> {
         Some(DeviceClock {
             reference: TimedEvent::record(stream)?,
+            timing: registry::timing(stream.device_type()).ok(),
             stream: *stream,
             reference_time: OnceLock::new(),
         })
@@ -168,13 +174,15 @@ impl DeviceClock {
             Some(t) => *t,
             None if self.reference.query() => {
                 let handle = self.reference.handle()?;
-                let t = self.reference.backend.event_time_ns(handle).ok().flatten();
+                let t = self
+                    .timing
+                    .and_then(|timing| timing.event_time_ns(handle).ok().flatten());
                 *self.reference_time.get_or_init(|| t)
             }
             None => return None,
         };
-        if let Some(r) = reference_time
-            && let Ok(Some(t)) = event.backend.event_time_ns(event.handle()?)
+        if let (Some(r), Some(timing)) = (reference_time, self.timing)
+            && let Ok(Some(t)) = timing.event_time_ns(event.handle()?)
         {
             return Some(t - r);
         }
@@ -198,7 +206,7 @@ impl DeviceClock {
     /// runs). `epoch` is the session's.
     ///
     /// Where the backend reads its device clock directly
-    /// ([`DeviceGuardImpl::sample_clock`]), that reading is used instead:
+    /// ([`DeviceTiming::sample_clock`]), that reading is used instead:
     /// no event, no wait for the device, and a much tighter bound. With
     /// `direct_only`, a device without one is not calibrated (periodic
     /// re-calibration must not wait for a busy device).
@@ -253,7 +261,9 @@ impl DeviceClock {
     /// two host instants; the bound is half their distance plus the
     /// driver's stated deviation.
     fn calibrate_direct(&self, epoch: Instant, idle_first: bool) -> Direct {
-        let backend = self.reference.backend;
+        let Some(timing) = self.timing else {
+            return Direct::Unsupported;
+        };
         let index = self.stream.device_index();
         let Some(reference) = self.reference.handle() else {
             return Direct::Unsupported;
@@ -268,7 +278,7 @@ impl DeviceClock {
         };
         let mut best: Option<ClockSample> = None;
         for _ in 0..DIRECT_SAMPLES {
-            match backend.sample_clock(index) {
+            match timing.sample_clock(index) {
                 Ok(Some(sample)) => {
                     if best.is_none_or(|b| width(&sample) < width(&b)) {
                         best = Some(sample);
@@ -286,7 +296,7 @@ impl DeviceClock {
             }
             self.reference.synchronize();
         }
-        let Ok(Some(reference_device_ns)) = backend.event_time_ns(reference) else {
+        let Ok(Some(reference_device_ns)) = timing.event_time_ns(reference) else {
             return Direct::Unsupported;
         };
         let (h0, h1) = (
@@ -319,8 +329,12 @@ enum Direct {
 /// How a stream operation's device span is being timed.
 pub(super) enum SpanTiming {
     /// The backend writes the timestamps into the operation's own
-    /// submissions ([`DeviceGuardImpl::begin_timed_work`]).
-    InWork(&'static dyn DeviceGuardImpl),
+    /// submissions ([`DeviceTiming::begin_timed_work`]); `guard` owns the
+    /// events it makes.
+    InWork {
+        guard: &'static dyn DeviceGuardImpl,
+        timing: &'static dyn DeviceTiming,
+    },
     /// A timed event recorded before the operation; another is recorded
     /// after it.
     Around(TimedEvent),
@@ -330,18 +344,19 @@ impl SpanTiming {
     /// Starts timing the operation the calling thread enqueues next on
     /// `stream`. `None` when the backend cannot time it.
     pub(super) fn begin(stream: &Stream) -> Option<SpanTiming> {
-        let backend = registry::available_guard_impl(stream.device_type()).ok()?;
-        match backend.begin_timed_work(stream) {
-            Ok(true) => Some(SpanTiming::InWork(backend)),
+        let ty = stream.device_type();
+        let guard = registry::available_guard_impl(ty).ok()?;
+        match registry::timing(ty).map(|t| (t, t.begin_timed_work(stream))) {
+            Ok((timing, Ok(true))) => Some(SpanTiming::InWork { guard, timing }),
             _ => TimedEvent::record(stream).map(SpanTiming::Around),
         }
     }
 
     /// Whether the operation ran inline on the calling thread
-    /// ([`DeviceGuardImpl::runs_inline`]).
+    /// ([`DeviceTiming::runs_inline`]).
     pub(super) fn inline(&self, stream: &Stream) -> bool {
         match self {
-            SpanTiming::InWork(backend) => backend.runs_inline(stream),
+            SpanTiming::InWork { timing, .. } => timing.runs_inline(stream),
             SpanTiming::Around(_) => false,
         }
     }
@@ -349,12 +364,12 @@ impl SpanTiming {
     /// The operation's start and end events.
     pub(super) fn finish(self, stream: &Stream) -> Option<(TimedEvent, TimedEvent)> {
         match self {
-            SpanTiming::InWork(backend) => {
-                let (start, end) = backend.end_timed_work(stream).ok()??;
+            SpanTiming::InWork { guard, timing } => {
+                let (start, end) = timing.end_timed_work(stream).ok()??;
                 let index = stream.device_index();
                 Some((
-                    TimedEvent::made(backend, start, index),
-                    TimedEvent::made(backend, end, index),
+                    TimedEvent::made(guard, start, index),
+                    TimedEvent::made(guard, end, index),
                 ))
             }
             SpanTiming::Around(start) => Some((start, TimedEvent::record(stream)?)),

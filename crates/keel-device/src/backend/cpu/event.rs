@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::HostBackend;
 use super::stream::{HostStream, Marker, Position};
-use crate::backend::typed::Events;
+use crate::backend::typed::{Events, Timing};
 use crate::error::{Error, Result};
 
 /// An event on host streams: completes when its stream reaches the point
@@ -119,7 +119,9 @@ impl<B: HostBackend> Events for B {
             Error::invalid("Both events must be completed before calculating elapsed time.")
         })
     }
+}
 
+impl<B: HostBackend> Timing for B {
     /// Times the operation inside its own tasks (`HostStream::begin_timed`):
     /// no marker enters the stream's queue for it.
     fn begin_timed_work(&self, stream: &'static HostStream) -> Result<bool> {

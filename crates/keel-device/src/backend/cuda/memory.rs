@@ -312,9 +312,6 @@ impl Memory for Cuda {
         offset: usize,
         data: Vec<u8>,
     ) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
         let c = stream.ctx;
         let _scope = c.scope()?;
         let p = take_pinned(c, data.len())?;
@@ -343,14 +340,6 @@ impl Memory for Cuda {
         len: usize,
     ) -> Result<Box<dyn Readback>> {
         let c = stream.ctx;
-        if len == 0 {
-            return Ok(Box::new(CudaReadback {
-                ctx: c,
-                pinned: None,
-                done: None,
-                len: 0,
-            }));
-        }
         let _scope = c.scope()?;
         let p = take_pinned(c, len)?;
         src.used_on(stream)?;
@@ -380,9 +369,6 @@ impl Memory for Cuda {
         (dst, dst_offset): (&Arc<CudaBuffer>, usize),
         len: usize,
     ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
         let _scope = stream.ctx.scope()?;
         src.used_on(stream)?;
         dst.used_on(stream)?;

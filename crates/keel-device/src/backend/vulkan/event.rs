@@ -1,134 +1,148 @@
 //! Vulkan events: a point on a stream's timeline semaphore, and for timed
 //! events a timestamp query written by a submission of its own.
 //!
-//! Each device has one timestamp query pool. A slot is reset on the host
-//! (`vkResetQueryPool`, never inside a command buffer) and then written
-//! once, by one submission, before it is reset again. Slots are held by
-//! reference count: a timed event holds its slot (each record takes a
-//! fresh one and releases the previous record's), and a profiled
-//! operation's two events hold theirs, where one slot may be both the
-//! end of a span and the start of the next (`stream.rs`'s brackets: on a
-//! busy stream a profiled launch writes only its end timestamp). A slot
-//! nothing holds is recycled once the submission that writes it has run:
-//! released slots are reset in batches, one `vkResetQueryPool` per run of
-//! adjacent slots. Reads go in runs too: a completed slot is read together
-//! with the adjacent slots after it whose writers have completed, in one
-//! `vkGetQueryPoolResults` (lavapipe makes the whole device idle in every
-//! call), and the values are kept until the slot is reset; free slots are
-//! handed out lowest first, so a stream's consecutive spans sit side by
-//! side.
+//! Each device has one timestamp query pool, whose slots are kept by a
+//! [`TimestampPool`] (reference counts, retiring, batched resets, values
+//! moved out when every slot is held: see its module docs). What is
+//! Vulkan's here:
 //!
-//! A device holds any number of timed events (PyTorch's habit of keeping
-//! a start and an end event per iteration and reading them all at the
-//! end). When every slot is held, the slots of timed events whose
-//! timestamps were written by completed work are read, their values
-//! moved out of the pool (kept by the event's slot and writer, where the
-//! event finds it), and the slots reset and reused; when none has
-//! completed, taking a slot waits for the oldest such event's work. Only
-//! an event's own slot moves (it has one holder, and the event is the
-//! submission that wrote it); a profiled operation's slots are read and
-//! released within a batch.
+//! - A slot is reset on the host (`vkResetQueryPool`, never inside a
+//!   command buffer) and then written once, by one submission, before it
+//!   is reset again; so each timed record takes a fresh slot and releases
+//!   the previous record's, and slots are handed out one at a time.
+//! - A profiled operation's two events hold their slots, where one slot
+//!   may be both the end of a span and the start of the next
+//!   (`stream.rs`'s brackets: on a busy stream a profiled launch writes
+//!   only its end timestamp, and shares it). Only a timed event's own
+//!   slot (one holder, written by the event's own submission) may have
+//!   its value moved out; a profiled operation's slots are read and
+//!   released within a batch.
+//! - A submission is named by its semaphore and value ([`Point`]), which
+//!   is what the pool records as a slot's writer; completion is read once
+//!   per semaphore per pass.
+//! - Reads go in runs: a completed slot is read together with the
+//!   adjacent slots after it whose writers have completed, in one
+//!   `vkGetQueryPoolResults` ([`ReadScope::Following`]): lavapipe makes
+//!   the whole device idle in every call.
 
-use rustc_hash::FxHashMap;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::time::Instant;
 
 use ash::vk;
 
-use super::device::{Ctx, lock, vk_error};
+use super::device::{Ctx, vk_error};
 use super::stream::{self, Bracket, Keeps, Point, VkStream};
 use super::{TY, Vulkan};
-use crate::backend::typed::Events;
-use crate::backend::{ClockSample, slot_runs};
+use crate::backend::ClockSample;
+use crate::backend::timestamps::{ReadScope, TimestampPool, TimestampQueries};
+use crate::backend::typed::{Events, Timing};
+use crate::core::DeviceType;
 use crate::error::{Error, Result};
 
 /// Timestamp queries per device: 256 KiB of results.
 const QUERY_SLOTS: u32 = 32768;
 
-/// Released slots that trigger a recycling pass (at least this many since
-/// the last pass), so slots are reset on the host in batches.
-const RECYCLE_BATCH: usize = 1024;
-
 /// The most slots one `vkGetQueryPoolResults` call reads.
-const READ_RUN: usize = 4096;
+const READ_RUN: u32 = 4096;
 
-/// One timestamp query slot.
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    /// Holders: events, and a bracket between its submissions. 0: free,
-    /// or released and waiting for its writer.
-    refs: u32,
-    /// The submission that writes the slot, once submitted. A slot is
-    /// written once between two (host) resets.
-    writer: Option<Point>,
-    /// The slot's timestamp, once read.
-    value: Option<u64>,
-    /// Held by one timed event only, which `writer` wrote: its value may
-    /// be moved out when every slot is held.
-    movable: bool,
+// A point names the submission that writes a timestamp slot: its
+// semaphore and value (the device context is the same for every point of
+// one pool). Points of one stream order as its submissions do.
+impl PartialEq for Point {
+    fn eq(&self, other: &Point) -> bool {
+        (self.semaphore, self.value) == (other.semaphore, other.value)
+    }
 }
 
-/// A moved-out timestamp's key: its slot and the submission that wrote
-/// it (a semaphore and its value, unique per submission).
-type MovedKey = (u32, vk::Semaphore, u64);
+impl Eq for Point {}
 
-fn moved_key(slot: u32, writer: &Point) -> MovedKey {
-    (slot, writer.semaphore, writer.value)
+impl Hash for Point {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.semaphore, self.value).hash(state);
+    }
 }
 
-/// What `take` does when every slot is held.
-enum Full {
-    /// Values were moved out: slots are free.
-    Moved,
-    /// Wait for this work: it writes a movable slot.
-    Wait(Point),
-    /// Wait for a read: it holds movable slots for a moment.
-    Reading,
-    /// No held slot can ever be moved.
-    Stuck,
+impl PartialOrd for Point {
+    fn partial_cmp(&self, other: &Point) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
-/// Free slots (reset; popped from the end, lowest first), released slots
-/// waiting for the work that writes them, and every slot's state.
-struct QuerySlots {
-    free: Vec<u32>,
-    retiring: Vec<u32>,
-    /// `retiring`'s length that triggers the next recycling pass.
-    recycle_at: usize,
-    table: Vec<Slot>,
-    /// The values of timed events whose slots were reused while the
-    /// events lived (see the module docs).
-    moved: FxHashMap<MovedKey, u64>,
+impl Ord for Point {
+    fn cmp(&self, other: &Point) -> std::cmp::Ordering {
+        (self.semaphore, self.value).cmp(&(other.semaphore, other.value))
+    }
+}
+
+/// A device's query pool, as its [`TimestampPool`] reaches it.
+struct Queries<'a> {
+    device: &'a ash::Device,
+    pool: vk::QueryPool,
+}
+
+impl TimestampQueries for Queries<'_> {
+    const DEVICE_TYPE: DeviceType = TY;
+    type Writer = Point;
+    /// The counters of the semaphores read so far.
+    type Progress = Vec<(vk::Semaphore, u64)>;
+
+    fn reached(&self, point: &Point, seen: &mut Self::Progress) -> bool {
+        if point.value == 0 {
+            return true;
+        }
+        let counter = match seen.iter().find(|(s, _)| *s == point.semaphore) {
+            Some(&(_, v)) => v,
+            None => {
+                let v = point.counter().unwrap_or(0);
+                seen.push((point.semaphore, v));
+                v
+            }
+        };
+        point.value <= counter
+    }
+
+    fn wait(&self, point: &Point) -> Result<()> {
+        point.wait()
+    }
+
+    fn reset(&self, slots: Range<u32>) {
+        // SAFETY: host query reset is enabled; the pool resets only slots
+        // whose writers have completed and whose values it reads no more,
+        // so no pending command or read uses them.
+        unsafe {
+            self.device
+                .reset_query_pool(self.pool, slots.start, slots.len() as u32)
+        };
+    }
+
+    fn read(&self, runs: &[Range<u32>]) -> Result<Vec<Vec<u64>>> {
+        runs.iter()
+            .map(|run| {
+                let mut data = vec![0u64; run.len()];
+                // SAFETY: every slot of the run was written by a submission
+                // that has completed and is held, so not reset meanwhile
+                // (the pool's contract; runs of adjacent slots cover no
+                // others); `data` holds one 64-bit result per slot.
+                unsafe {
+                    self.device.get_query_pool_results(
+                        self.pool,
+                        run.start,
+                        &mut data,
+                        vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                    )
+                }
+                .map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
+                Ok(data)
+            })
+            .collect()
+    }
 }
 
 /// A device's timestamp query pool and its slots (see the module docs).
 pub(super) struct Timestamps {
     pub(super) pool: vk::QueryPool,
-    slots: Mutex<QuerySlots>,
-    /// Signalled when a read gives back the holds it took on slots
-    /// (`take` waits for it when only a read keeps slots from moving out).
-    read_done: Condvar,
-}
-
-/// Whether `point` has been reached, reading each semaphore's counter at
-/// most once per call (`seen` caches them).
-fn reached(point: &Point, seen: &mut Vec<(vk::Semaphore, u64)>) -> bool {
-    if point.value == 0 {
-        return true;
-    }
-    let counter = match seen.iter().find(|(s, _)| *s == point.semaphore) {
-        Some(&(_, v)) => v,
-        None => {
-            let v = point.counter().unwrap_or(0);
-            seen.push((point.semaphore, v));
-            v
-        }
-    };
-    point.value <= counter
-}
-
-fn same_writer(a: Option<Point>, b: &Point) -> bool {
-    a.is_some_and(|a| a.semaphore == b.semaphore && a.value == b.value)
+    slots: TimestampPool<Point>,
 }
 
 impl Timestamps {
@@ -150,313 +164,59 @@ impl Timestamps {
         unsafe { device.reset_query_pool(pool, 0, slots) };
         Ok(Timestamps {
             pool,
-            slots: Mutex::new(QuerySlots {
-                free: (0..slots).rev().collect(),
-                retiring: Vec::new(),
-                recycle_at: RECYCLE_BATCH,
-                table: vec![Slot::default(); slots as usize],
-                moved: FxHashMap::default(),
-            }),
-            read_done: Condvar::new(),
+            slots: TimestampPool::new(slots, 1, ReadScope::Following { max: READ_RUN }),
         })
     }
 
-    /// A reset slot, held once by the caller. Recycles released slots
-    /// when none is free; when every released slot is still to be written
-    /// by work in flight (a host that records timed events faster than
-    /// the device runs them), waits for the oldest of that work, as a
-    /// full ring would. When live timed events hold every slot, moves the
-    /// values of those whose work has completed out of the pool, or waits
-    /// for the oldest one's work (see the module docs). An error only
-    /// when no held slot is a timed event's written one.
-    pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
-        loop {
-            let mut slots = lock(&self.slots);
-            if slots.free.is_empty() {
-                self.recycle(device, &mut slots);
-            }
-            if let Some(slot) = slots.free.pop() {
-                slots.table[slot as usize].refs = 1;
-                return Ok(slot);
-            }
-            // Retiring slots left after recycling all have a writer that
-            // has not run; the first retired is the oldest.
-            let oldest = slots
-                .retiring
-                .iter()
-                .find_map(|&slot| slots.table[slot as usize].writer);
-            let wait = match oldest {
-                Some(writer) => writer,
-                None => match self.move_out(device, &mut slots)? {
-                    Full::Moved => continue,
-                    Full::Wait(writer) => writer,
-                    Full::Reading => {
-                        drop(
-                            self.read_done
-                                .wait(slots)
-                                .unwrap_or_else(PoisonError::into_inner),
-                        );
-                        continue;
-                    }
-                    Full::Stuck => {
-                        return Err(Error::backend(
-                            TY,
-                            format!(
-                                "all {} timestamp query slots are held by timed work not \
-                                 submitted yet or by profiled operations",
-                                slots.table.len()
-                            ),
-                        ));
-                    }
-                },
-            };
-            drop(slots);
-            wait.wait()?;
+    fn queries<'a>(&self, device: &'a ash::Device) -> Queries<'a> {
+        Queries {
+            device,
+            pool: self.pool,
         }
     }
 
-    /// With every slot held: reads the timestamps of the movable slots
-    /// (timed events') whose writers have completed, keeps them in
-    /// `moved`, and resets and frees those slots. Otherwise names the
-    /// work to wait for.
-    fn move_out(&self, device: &ash::Device, slots: &mut QuerySlots) -> Result<Full> {
-        let mut seen = Vec::new();
-        let mut done = Vec::new();
-        let mut in_flight = None;
-        let mut reading = false;
-        for (slot, s) in slots.table.iter().enumerate() {
-            let Some(writer) = s.writer.filter(|_| s.movable) else {
-                continue;
-            };
-            // A read of adjacent slots holds it for a moment.
-            if s.refs > 1 {
-                reading = true;
-                continue;
-            }
-            if reached(&writer, &mut seen) {
-                done.push(slot as u32);
-            } else if in_flight.is_none() {
-                in_flight = Some(writer);
-            }
-        }
-        if done.is_empty() {
-            return Ok(match (in_flight, reading) {
-                (Some(writer), _) => Full::Wait(writer),
-                (None, true) => Full::Reading,
-                (None, false) => Full::Stuck,
-            });
-        }
-        for run in adjacent_runs(&done) {
-            let mut data = vec![0u64; run.len()];
-            // SAFETY: every slot of the run was written by a submission
-            // that has completed (checked above) and is held (by its
-            // event), so not reset meanwhile: we hold the slots' lock.
-            // `data` holds one 64-bit result per slot.
-            unsafe {
-                device.get_query_pool_results(
-                    self.pool,
-                    run.start,
-                    &mut data,
-                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-                )
-            }
-            .map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
-            // SAFETY: host query reset is enabled; the slots' values were
-            // just read and their writers have completed, so no pending
-            // command uses them; their holders now read `moved`.
-            unsafe { device.reset_query_pool(self.pool, run.start, run.len() as u32) };
-            for (slot, ticks) in run.zip(data) {
-                let s = std::mem::take(&mut slots.table[slot as usize]);
-                if let Some(writer) = s.writer {
-                    slots.moved.insert(moved_key(slot, &writer), ticks);
-                }
-            }
-        }
-        slots.free.extend(done.iter().rev());
-        Ok(Full::Moved)
+    /// A reset slot, held once by the caller ([`TimestampPool::take`]).
+    pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
+        self.slots.take(&self.queries(device), 1)
     }
 
     /// Holds `slot` once more, if it is still held and still written by
     /// `writer` (a slot released meanwhile may already be recycled).
     pub(super) fn share(&self, slot: u32, writer: &Point) -> bool {
-        let mut slots = lock(&self.slots);
-        let s = &mut slots.table[slot as usize];
-        let ok = s.refs > 0 && same_writer(s.writer, writer);
-        if ok {
-            s.refs += 1;
-        }
-        ok
+        self.slots.share(slot, *writer)
     }
 
     /// Notes that the submission `writer` (submitted) writes `slots`.
     pub(super) fn written(&self, slots: &[u32], writer: Point) {
-        let mut table = lock(&self.slots);
-        for &s in slots {
-            table.table[s as usize].writer = Some(writer);
-        }
+        self.slots.written(slots, writer);
     }
 
     /// Notes that a timed event's own submission `writer` writes its
     /// `slot`, held by the event alone: its value may move out of the
     /// pool while the event lives.
     fn written_by_event(&self, slot: u32, writer: Point) {
-        let mut slots = lock(&self.slots);
-        let s = &mut slots.table[slot as usize];
-        s.writer = Some(writer);
-        s.movable = true;
+        self.slots.written_movable(slot, writer);
     }
 
-    /// Releases a timed event's `slot`, written by `writer`: drops its
-    /// moved-out value, or releases the slot, which is then no longer an
-    /// event's alone (a read of adjacent slots may still hold it, and its
-    /// hold must not look like the event's to `move_out`).
+    /// Releases a timed event's `slot`, written by `writer` (or drops its
+    /// moved-out value).
     fn release_written(&self, device: &ash::Device, slot: u32, writer: &Point) {
-        let mut slots = lock(&self.slots);
-        if !slots.moved.is_empty() && slots.moved.remove(&moved_key(slot, writer)).is_some() {
-            return;
-        }
-        slots.table[slot as usize].movable = false;
-        self.release_locked(device, &mut slots, slot);
+        self.slots
+            .release_written(&self.queries(device), slot, *writer);
     }
 
     /// Drops one hold of `slot`; the last one retires it: it is reset and
     /// reused once its writer has run.
     pub(super) fn release(&self, device: &ash::Device, slot: u32) {
-        self.release_locked(device, &mut lock(&self.slots), slot);
+        self.slots.release(&self.queries(device), slot);
     }
 
-    fn release_locked(&self, device: &ash::Device, slots: &mut QuerySlots, slot: u32) {
-        let s = &mut slots.table[slot as usize];
-        if s.refs == 0 {
-            // Not held: retiring it again would free it twice.
-            debug_assert!(false, "timestamp slot {slot} released more often than held");
-            return;
-        }
-        s.refs -= 1;
-        if s.refs == 0 {
-            slots.retiring.push(slot);
-            if slots.retiring.len() >= slots.recycle_at {
-                self.recycle(device, slots);
-            }
-        }
-    }
-
-    /// Resets, on the host, every retiring slot whose writer has run (one
-    /// `vkResetQueryPool` per run of adjacent slots) and frees them, lowest
-    /// first. One semaphore read per stream, not per slot.
-    fn recycle(&self, device: &ash::Device, slots: &mut QuerySlots) {
-        let QuerySlots {
-            free,
-            retiring,
-            recycle_at,
-            table,
-            ..
-        } = slots;
-        let mut seen = Vec::new();
-        let mut ready = Vec::new();
-        retiring.retain(|&slot| {
-            let done = match &table[slot as usize].writer {
-                None => true,
-                Some(point) => reached(point, &mut seen),
-            };
-            if done {
-                ready.push(slot);
-            }
-            !done
-        });
-        ready.sort_unstable();
-        for run in adjacent_runs(&ready) {
-            // SAFETY: host query reset is enabled; the slots are held by
-            // nobody and the submissions that wrote them have completed,
-            // so no pending command uses them.
-            unsafe { device.reset_query_pool(self.pool, run.start, run.len() as u32) };
-        }
-        for &slot in &ready {
-            table[slot as usize] = Slot::default();
-        }
-        free.extend(ready.iter().rev());
-        *recycle_at = retiring.len() + RECYCLE_BATCH;
-    }
-
-    /// The timestamp in `slot`, whose writer has completed (the caller
-    /// checks). Reads it with the following slots whose writers have
-    /// completed too (a stream's spans take adjacent slots), in one
-    /// `vkGetQueryPoolResults`, and keeps the values.
-    ///
-    /// `holder` is the point of the event holding the slot: a timed
-    /// event's value may have moved out of the pool.
+    /// The timestamp `holder` wrote in `slot`, read with the following
+    /// slots whose writers have completed (a stream's spans take adjacent
+    /// slots), or kept from an earlier read.
     fn read(&self, device: &ash::Device, slot: u32, holder: &Point) -> Result<u64> {
-        let first = slot as usize;
-        let run = {
-            let mut slots = lock(&self.slots);
-            if !slots.moved.is_empty()
-                && let Some(&v) = slots.moved.get(&moved_key(slot, holder))
-            {
-                return Ok(v);
-            }
-            let s = &slots.table[first];
-            if let Some(v) = s.value {
-                return Ok(v);
-            }
-            if s.refs == 0 || s.writer.is_none() {
-                return Err(Error::backend(
-                    TY,
-                    "a timestamp query slot was read before it was written",
-                ));
-            }
-            let mut seen = Vec::new();
-            let mut run = 1;
-            while run < READ_RUN && first + run < slots.table.len() {
-                let next = &slots.table[first + run];
-                let readable = next.refs > 0
-                    && next.value.is_none()
-                    && next.writer.is_some_and(|p| reached(&p, &mut seen));
-                if !readable {
-                    break;
-                }
-                run += 1;
-            }
-            // Held while read without the lock, so none is recycled.
-            for s in &mut slots.table[first..first + run] {
-                s.refs += 1;
-            }
-            run
-        };
-        let mut data = vec![0u64; run];
-        // SAFETY: every slot read was written by a submission that has
-        // completed (the caller's, checked by the caller; the others
-        // checked above) and is held, so not reset meanwhile; `data` holds
-        // one 64-bit result per slot.
-        let result = unsafe {
-            device.get_query_pool_results(
-                self.pool,
-                slot,
-                &mut data,
-                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-            )
-        };
-        let mut slots = lock(&self.slots);
-        for (i, &v) in data.iter().enumerate() {
-            let s = &mut slots.table[first + i];
-            if result.is_ok() {
-                s.value = Some(v);
-            }
-            s.refs -= 1;
-            if s.refs == 0 {
-                let slot = (first + i) as u32;
-                slots.retiring.push(slot);
-            }
-        }
-        drop(slots);
-        self.read_done.notify_all();
-        result.map_err(|e| vk_error("vkGetQueryPoolResults", e))?;
-        Ok(data[0])
+        self.slots.read(&self.queries(device), slot, *holder)
     }
-}
-
-/// The runs of adjacent slots in `sorted` (ascending), as ranges.
-fn adjacent_runs(sorted: &[u32]) -> Vec<std::ops::Range<u32>> {
-    slot_runs(sorted.iter().copied(), 1)
 }
 
 /// A recorded Vulkan event.
@@ -504,31 +264,6 @@ fn ticks_ns(c: &Ctx, ticks: u64) -> i64 {
 
 impl Events for Vulkan {
     type Event = VkEvent;
-
-    /// `vkGetCalibratedTimestamps` on the DEVICE domain, between two host
-    /// instants.
-    fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
-        let Some(calibrated) = &device.calibrated else {
-            return Ok(None);
-        };
-        let host_before = Instant::now();
-        let (ticks, deviation) = calibrated.device_ticks()?;
-        let host_after = Instant::now();
-        Ok(Some(ClockSample {
-            device_ns: ticks_ns(device, ticks),
-            host_before,
-            host_after,
-            max_deviation_ns: deviation,
-        }))
-    }
-
-    fn event_time_ns(&self, event: &VkEvent) -> Result<Option<i64>> {
-        let c = event.point.ctx;
-        if c.calibrated.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(ticks_ns(c, event.timestamp()?)))
-    }
 
     /// Records an event on `stream`; an event recorded with timing once
     /// stays timed. Each timed record writes a fresh query slot (a slot is
@@ -632,6 +367,33 @@ impl Events for Vulkan {
             c.timestamps.release_written(&c.device, slot, &event.point);
         }
     }
+}
+
+impl Timing for Vulkan {
+    /// `vkGetCalibratedTimestamps` on the DEVICE domain, between two host
+    /// instants.
+    fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
+        let Some(calibrated) = &device.calibrated else {
+            return Ok(None);
+        };
+        let host_before = Instant::now();
+        let (ticks, deviation) = calibrated.device_ticks()?;
+        let host_after = Instant::now();
+        Ok(Some(ClockSample {
+            device_ns: ticks_ns(device, ticks),
+            host_before,
+            host_after,
+            max_deviation_ns: deviation,
+        }))
+    }
+
+    fn event_time_ns(&self, event: &VkEvent) -> Result<Option<i64>> {
+        let c = event.point.ctx;
+        if c.calibrated.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ticks_ns(c, event.timestamp()?)))
+    }
 
     /// Arms a bracket for the thread's next submissions on `stream`: the
     /// work's own command buffers write the timestamps (no submission of
@@ -712,7 +474,7 @@ fn abandon(b: Bracket) {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
-    use super::{Ctx, Point, Timestamps, VkStream, lock};
+    use super::{Ctx, Point, Timestamps, VkStream};
     use crate::backend::typed::Backend;
     use crate::backend::vulkan::Vulkan;
     use crate::kernel::kernels::SPIN;
@@ -811,16 +573,13 @@ mod tests {
             "timestamps of one stream's events in record order: {values:?}"
         );
         assert!(
-            lock(&ts.slots).moved.len() >= 8,
+            ts.slots.moved_len() >= 8,
             "at least two rounds of four moved out"
         );
         for (slot, point) in &events {
             ts.release_written(&ctx.device, *slot, point);
         }
-        assert!(
-            lock(&ts.slots).moved.is_empty(),
-            "every release dropped its value"
-        );
+        assert!(ts.slots.moved_len() == 0, "every release dropped its value");
 
         // Every holder's work in flight: the next take waits for it.
         let n = 4096u32;
@@ -902,7 +661,7 @@ mod tests {
                 });
             }
         });
-        assert!(lock(&ts.slots).moved.is_empty(), "every value released");
+        assert!(ts.slots.moved_len() == 0, "every value released");
         let all: Vec<u32> = (0..8)
             .map(|_| ts.take(&ctx.device).expect("every slot free again"))
             .collect();

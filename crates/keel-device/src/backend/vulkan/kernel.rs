@@ -353,6 +353,16 @@ fn padded_params(params: &[u8]) -> Vec<u8> {
 }
 
 impl Kernels for Vulkan {
+    /// `minStorageBufferOffsetAlignment`.
+    fn binding_alignment(&self, stream: &'static VkStream) -> u64 {
+        stream
+            .ctx
+            .adapter
+            .props
+            .limits
+            .min_storage_buffer_offset_alignment
+    }
+
     /// Buffers bound in order as storage buffers, `params` as the uniform
     /// block.
     fn enqueue_kernel(
@@ -382,24 +392,6 @@ impl Kernels for Vulkan {
         let p = pipeline(c, kernel)?;
         if grid.contains(&0) {
             return Ok(()); // nothing to run
-        }
-        let align = c
-            .adapter
-            .props
-            .limits
-            .min_storage_buffer_offset_alignment
-            .max(1);
-        if let Some(b) = buffers
-            .iter()
-            .find(|b| !(b.offset as u64).is_multiple_of(align))
-        {
-            return Err(Error::Kernel {
-                kernel: kernel.name.to_owned(),
-                message: format!(
-                    "a binding at offset {} is not aligned to the device's minStorageBufferOffsetAlignment ({align} bytes)",
-                    b.offset
-                ),
-            });
         }
         let padded = params.len().max(1).div_ceil(16) * 16;
         let (set, own_params) = if padded <= PARAM_SLOT {

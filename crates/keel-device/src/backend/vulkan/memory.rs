@@ -478,9 +478,6 @@ impl Memory for Vulkan {
         offset: usize,
         data: &[u8],
     ) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
         let ctx = stream.ctx;
         let mut staging = ctx
             .staging
@@ -506,13 +503,6 @@ impl Memory for Vulkan {
         offset: usize,
         len: usize,
     ) -> Result<Box<dyn Readback>> {
-        if len == 0 {
-            return Ok(Box::new(VkReadback {
-                done: stream.point(0),
-                staging: None,
-                len,
-            }));
-        }
         let ctx = stream.ctx;
         let mut staging = ctx.staging.take(ctx, Direction::Readback, len as u64)?;
         let dst = (Arc::clone(staging.buffer()?), 0);
@@ -533,9 +523,6 @@ impl Memory for Vulkan {
         (dst, dst_offset): (&Arc<VkBuffer>, usize),
         len: usize,
     ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
         let (src, dst) = ((Arc::clone(src), src_offset), (Arc::clone(dst), dst_offset));
         submit_copy(stream, src, dst, len, false).map(drop)
     }

@@ -10,7 +10,7 @@ use std::sync::{
     RwLockWriteGuard,
 };
 
-use super::event::QuerySlots;
+use super::event::{QuerySlots, query_set, query_slots};
 use super::kernel::Pipelines;
 use super::memory::StagingPool;
 use super::stream::{QueueStream, SubmissionOrder};
@@ -279,7 +279,7 @@ impl WgpuDevice {
         let order = SubmissionOrder::start(&device, index, Arc::clone(&gl))?;
         let timestamps = required_features
             .contains(wanted)
-            .then(|| QuerySlots::query_set(&device));
+            .then(|| query_set(&device));
         Ok(WgpuDevice {
             index,
             adapter,
@@ -290,7 +290,7 @@ impl WgpuDevice {
             order,
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Pipelines::default(),
-            query_slots: QuerySlots::new(),
+            query_slots: query_slots(),
             readbacks: StagingPool::readbacks(),
             uploads: StagingPool::uploads(),
             uncaptured,

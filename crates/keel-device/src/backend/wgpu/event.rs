@@ -3,34 +3,48 @@
 //! its own; and the profiler's brackets, whose two slots are written by
 //! the bracketed work's own submissions (`begin_timed_work`).
 //!
-//! Reading timestamps is batched: the first read of a completed slot
-//! resolves every completed slot not read yet (runs of near slots into
-//! one buffer, one submission and one map) and keeps their values, so the
-//! profiler's spans cost one read per batch instead of two per span.
+//! The slots are kept by a [`TimestampPool`] (reference counts, retiring,
+//! values moved out when every slot is held, so a device holds any number
+//! of timed events: see its module docs). What is wgpu's here:
 //!
-//! Slots are recycled: a destroyed event's slot becomes free again once
-//! the submission that last wrote it has completed. A device holds any
-//! number of timed events: when every slot is held, the values of those
-//! whose work completed are read and moved out of the slots (the events
-//! read them there), and the slots reused; a record waits only while more
-//! than the slots' worth of timestamps are in flight (`QuerySlots::take`).
+//! - Slots are handed out in adjacent pairs (`2p`, `2p + 1`): a compute
+//!   pass that writes timestamps at slots `a` and `b` makes wgpu-core
+//!   reset every query from `min(a, b)` to `max(a, b)` first (wgpu-core
+//!   30, `command/compute.rs`), which would clear other events'
+//!   timestamps lying in between. A timed event uses the first slot of its
+//!   pair, a bracket both.
+//! - wgpu resets queries itself, so the pool's resets cost nothing, and an
+//!   event recorded again rewrites its slot in place
+//!   ([`TimestampPool::rewrite`]).
+//! - A submission is named by its sequence number in the device's one
+//!   queue, which is also the order in which submissions complete.
+//! - Reading is batched: the first read of a completed slot resolves every
+//!   completed slot not read yet ([`ReadScope::All`]: runs of near slots
+//!   into one buffer, one submission and one map), so the profiler's spans
+//!   cost one read per batch instead of two per span.
 
-use rustc_hash::FxHashMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Mutex;
 
-use super::device::{WgpuDevice, lock};
+use super::device::WgpuDevice;
 use super::memory::{map_read, new_buffer};
 use super::stream::{self, Bracket, Point, QueueStream, submit_outside_streams};
 use super::{TY, Wgpu};
-use crate::backend::slot_runs;
-use crate::backend::typed::Events;
+use crate::backend::timestamps::{ReadScope, TimestampPool, TimestampQueries};
+use crate::backend::typed::{Events, Timing};
+use crate::core::DeviceType;
 use crate::error::{Error, Result};
 
 /// Timestamp queries per device (wgpu's most per query set): two per
 /// profiled operation whose span is not resolved yet, one per timed event.
 const QUERY_SLOTS: u32 = wgpu::QUERY_SET_MAX_QUERIES;
+
+/// Slots closer than this to the previous unread slot are resolved in the
+/// same range (the 256-byte alignment of each range's place in the
+/// resolve buffer is 32 slots). Resolving one range from the lowest to
+/// the highest slot would make the driver read every slot between (up to
+/// the whole query set once slots are recycled).
+const RUN_GAP: u32 = 64;
 
 /// A recorded event; see the module docs.
 pub struct WgpuEvent {
@@ -48,307 +62,65 @@ impl fmt::Debug for WgpuEvent {
     }
 }
 
-/// A device's timestamp slots, handed out in adjacent pairs (`2p`,
-/// `2p + 1`): a compute pass that writes timestamps at slots `a` and `b`
-/// makes wgpu-core reset every query from `min(a, b)` to `max(a, b)`
-/// first (wgpu-core 30, `command/compute.rs`), which would clear other
-/// events' timestamps lying in between. A timed event uses the first slot
-/// of its pair, a bracket both.
-pub(super) struct QuerySlots(Mutex<Slots>);
+/// A device's timestamp slots, by the sequence number of the submission
+/// that writes each (see the module docs).
+pub(super) type QuerySlots = TimestampPool<u64>;
 
-struct Slots {
-    /// Free pairs.
-    free: Vec<u32>,
-    /// `(pair, seq)` of pairs given back whose last submission (`seq`)
-    /// may still be running.
-    retiring: Vec<(u32, u64)>,
-    /// Per pair: how many of its slots are still held, and the highest
-    /// submission that wrote one of those given back.
-    holders: Vec<(u8, u64)>,
-    /// Per slot, what it holds.
-    stamps: Vec<Stamp>,
-    /// The values of slots whose pairs were reused while still held
-    /// (`take` with every pair held), by `(slot, seq)`: the holder reads
-    /// its value here, and its give-back removes it.
-    moved: FxHashMap<(u32, u64), u64>,
+/// Every slot free, in pairs.
+pub(super) fn query_slots() -> QuerySlots {
+    TimestampPool::new(QUERY_SLOTS, 2, ReadScope::All { gap: RUN_GAP })
 }
 
-/// What `take` does when no pair is free or given back.
-enum Full {
-    /// Held pairs whose values are all read: moved out of the slots,
-    /// their pairs are free again.
-    Moved,
-    /// Held pairs whose values can be read (their submissions completed).
-    Read,
-    /// Wait for this submission: it writes the oldest held slot.
-    Wait(u64),
-    /// Every pair is held and not written yet.
-    Stuck,
-}
-
-impl Slots {
-    /// Frees the pairs given back whose submissions have completed
-    /// (through `completed`).
-    fn retire(&mut self, completed: u64) {
-        let Slots { free, retiring, .. } = self;
-        retiring.retain(|&(pair, seq)| {
-            let done = seq <= completed;
-            if done {
-                free.push(pair);
-            }
-            !done
-        });
-    }
-
-    /// With every pair held: moves the values of held pairs whose every
-    /// held slot was written by a completed submission (through
-    /// `completed`) and read into `moved`, and frees those pairs.
-    fn move_out(&mut self, completed: u64) -> Full {
-        let mut unread = false;
-        let mut oldest_in_flight: Option<u64> = None;
-        let mut moved_any = false;
-        for pair in 0..QUERY_SLOTS / 2 {
-            let (held, _) = self.holders[pair as usize];
-            let slots = [2 * pair, 2 * pair + 1];
-            // The pair's written slots (a slot with nothing written has
-            // sequence number 0), on the stack.
-            let stamps = slots.map(|s| self.stamps[s as usize]);
-            let written = stamps.iter().filter(|st| st.seq != 0);
-            // A slot held but not written yet (a bracket armed, an event
-            // between its take and its submission) keeps the pair.
-            if held == 0 || written.clone().count() != usize::from(held) {
-                continue;
-            }
-            if let Some(seq) = written
-                .clone()
-                .map(|st| st.seq)
-                .filter(|&q| q > completed)
-                .min()
-            {
-                oldest_in_flight = Some(oldest_in_flight.map_or(seq, |o| o.min(seq)));
-                continue;
-            }
-            if written.clone().any(|st| st.ticks.is_none()) {
-                unread = true;
-                continue;
-            }
-            for s in slots {
-                let st = std::mem::take(&mut self.stamps[s as usize]);
-                if let (true, Some(t)) = (st.seq != 0, st.ticks) {
-                    self.moved.insert((s, st.seq), t);
-                }
-            }
-            self.holders[pair as usize] = (0, 0);
-            self.free.push(pair);
-            moved_any = true;
-        }
-        match (moved_any, unread, oldest_in_flight) {
-            (true, _, _) => Full::Moved,
-            (false, true, _) => Full::Read,
-            (false, false, Some(seq)) => Full::Wait(seq),
-            (false, false, None) => Full::Stuck,
-        }
-    }
-}
-
-/// What a slot holds: the timestamp written by submission `seq` (0:
-/// nothing to read), and its value once read.
-#[derive(Clone, Copy, Default)]
-struct Stamp {
-    seq: u64,
-    ticks: Option<u64>,
-}
-
-impl QuerySlots {
-    /// Every slot free.
-    pub(super) fn new() -> Self {
-        let pairs = QUERY_SLOTS / 2;
-        QuerySlots(Mutex::new(Slots {
-            free: (0..pairs).rev().collect(),
-            retiring: Vec::new(),
-            holders: vec![(0, 0); pairs as usize],
-            stamps: vec![Stamp::default(); QUERY_SLOTS as usize],
-            moved: FxHashMap::default(),
-        }))
-    }
-
-    /// The query set the slots index, for a device that offers timestamps
-    /// inside encoders.
-    pub(super) fn query_set(device: &wgpu::Device) -> wgpu::QuerySet {
-        device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("keel timestamps"),
-            ty: wgpu::QueryType::Timestamp,
-            count: QUERY_SLOTS,
-        })
-    }
-
-    /// A free pair, of which the caller holds `held` slots (1: the first,
-    /// 2: both); returns its first slot. When no pair is free:
-    ///
-    /// - pairs given back whose submissions have completed are recycled,
-    ///   and when those given back are all still being written, this waits
-    ///   for the oldest one's submission (as a full ring does);
-    /// - when every pair is held (live timed events, profiled spans not
-    ///   read yet), those whose timestamps were all written by completed
-    ///   submissions are read, their values moved out of the slots
-    ///   (`Slots::moved`, where their holders find them) and the pairs
-    ///   reused; when none has completed, this waits for the oldest.
-    ///
-    /// So a device holds any number of timed events, and waits only while
-    /// more than its slots' worth of timestamps are in flight. It is an
-    /// error only when every pair is held and none written yet.
-    fn take(&self, d: &'static WgpuDevice, held: u8) -> Result<u32> {
-        loop {
-            let full = {
-                let mut slots = lock(&self.0);
-                if slots.free.is_empty() {
-                    slots.retire(d.order.completed());
-                }
-                let Slots {
-                    free,
-                    holders,
-                    retiring,
-                    ..
-                } = &mut *slots;
-                if let Some(pair) = free.pop() {
-                    holders[pair as usize] = (held, 0);
-                    return Ok(2 * pair);
-                }
-                match retiring.iter().map(|&(_, seq)| seq).min() {
-                    Some(oldest) => Full::Wait(oldest),
-                    None => slots.move_out(d.order.completed()),
-                }
-            };
-            match full {
-                Full::Moved => {}
-                Full::Read => {
-                    if let Some(qs) = &d.timestamps {
-                        read_completed(d, qs)?;
-                    }
-                }
-                Full::Wait(seq) => d.order.wait(seq),
-                Full::Stuck => {
-                    return Err(Error::backend(
-                        TY,
-                        format!(
-                            "all {QUERY_SLOTS} timestamp query slots are held by timed \
-                             work not submitted yet"
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Gives back `slot`, last written by submission `seq`; its pair is
-    /// free once both its slots are given back and their submissions have
-    /// completed. A slot whose value was moved out only drops the value.
-    fn give_back(&self, slot: u32, seq: u64) {
-        let mut slots = lock(&self.0);
-        if slots.moved.remove(&(slot, seq)).is_some() {
-            return;
-        }
-        slots.stamps[slot as usize] = Stamp::default();
-        let pair = slot / 2;
-        let (held, last) = &mut slots.holders[pair as usize];
-        *held = held.saturating_sub(1);
-        *last = (*last).max(seq);
-        if *held == 0 {
-            let last = *last;
-            slots.retiring.push((pair, last));
-        }
-    }
-
-    /// Takes `slot`, written by submission `seq`, back for its holder to
-    /// write again (an event recorded again reuses its slot): clears its
-    /// value, so that the pair is not moved out while it is being
-    /// rewritten. `false` when its value was already moved out and the
-    /// pair reused: the holder then gives it back (dropping the value) and
-    /// takes another.
-    fn rewrite(&self, slot: u32, seq: u64) -> bool {
-        let mut slots = lock(&self.0);
-        if slots.moved.contains_key(&(slot, seq)) {
-            return false;
-        }
-        slots.stamps[slot as usize] = Stamp::default();
-        true
-    }
-
-    /// Notes that submission `seq` writes `slot` (each pair in `writes`).
-    fn written(&self, writes: &[(u32, u64)]) {
-        let mut slots = lock(&self.0);
-        for &(slot, seq) in writes {
-            slots.stamps[slot as usize] = Stamp { seq, ticks: None };
-        }
-    }
-
-    /// The value submission `seq` wrote into `slot`, if read already.
-    fn read(&self, slot: u32, seq: u64) -> Option<u64> {
-        let slots = lock(&self.0);
-        let s = slots.stamps[slot as usize];
-        if s.seq == seq && s.ticks.is_some() {
-            return s.ticks;
-        }
-        slots.moved.get(&(slot, seq)).copied()
-    }
-
-    /// The slots written by completed submissions (through `completed`)
-    /// and not read yet, in slot order: `(slot, seq)`.
-    fn unread(&self, completed: u64) -> Vec<(u32, u64)> {
-        let slots = lock(&self.0);
-        (0..QUERY_SLOTS)
-            .zip(&slots.stamps)
-            .filter(|(_, s)| s.seq != 0 && s.seq <= completed && s.ticks.is_none())
-            .map(|(slot, s)| (slot, s.seq))
-            .collect()
-    }
-
-    /// Keeps the values read for those of `slots` that `ticks` covers
-    /// (`ticks[i]`: slot `first + i`) and that still hold what was read.
-    fn keep(&self, slots: &[(u32, u64)], first: u32, ticks: &[u64]) {
-        let mut state = lock(&self.0);
-        for &(slot, seq) in slots {
-            let Some(&t) = slot.checked_sub(first).and_then(|i| ticks.get(i as usize)) else {
-                continue;
-            };
-            let s = &mut state.stamps[slot as usize];
-            if s.seq == seq {
-                s.ticks = Some(t);
-            }
-        }
-    }
-}
-
-/// The timestamp submission `at` wrote into `slot`, in ticks: read from
-/// the device's values already read, or else every completed unread slot
-/// is resolved at once (one submission, one map).
-fn ticks(d: &'static WgpuDevice, qs: &wgpu::QuerySet, slot: u32, at: &Point) -> Result<u64> {
-    if let Some(t) = d.query_slots.read(slot, at.seq()) {
-        return Ok(t);
-    }
-    at.wait()?;
-    read_completed(d, qs)?;
-    d.query_slots.read(slot, at.seq()).ok_or_else(|| {
-        Error::backend(
-            TY,
-            format!(
-                "timestamp slot {slot} holds no value of submission {}",
-                at.seq()
-            ),
-        )
+/// The query set the slots index, for a device that offers timestamps
+/// inside encoders.
+pub(super) fn query_set(device: &wgpu::Device) -> wgpu::QuerySet {
+    device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: Some("keel timestamps"),
+        ty: wgpu::QueryType::Timestamp,
+        count: QUERY_SLOTS,
     })
 }
 
-/// Reads every slot written by a completed submission and not read yet
-/// (one submission, one map) and keeps the values.
-fn read_completed(d: &'static WgpuDevice, qs: &wgpu::QuerySet) -> Result<()> {
-    let unread = d.query_slots.unread(d.order.completed());
-    let runs = runs(&unread);
-    let values = resolve(d, qs, &runs)?;
-    for (run, values) in runs.iter().zip(&values) {
-        d.query_slots.keep(&unread, run.start, values);
+/// A device's query set, as its [`QuerySlots`] reach it.
+struct Queries(&'static WgpuDevice);
+
+impl TimestampQueries for Queries {
+    const DEVICE_TYPE: DeviceType = TY;
+    type Writer = u64;
+    /// The device's completed count is one atomic load: nothing to keep.
+    type Progress = ();
+
+    fn reached(&self, seq: &u64, _: &mut ()) -> bool {
+        *seq <= self.0.order.completed()
     }
-    Ok(())
+
+    fn wait(&self, seq: &u64) -> Result<()> {
+        self.0.order.wait(*seq);
+        Ok(())
+    }
+
+    /// A pass or `write_timestamp` resets the queries it writes.
+    fn reset(&self, _slots: Range<u32>) {}
+
+    fn read(&self, runs: &[Range<u32>]) -> Result<Vec<Vec<u64>>> {
+        let d = self.0;
+        let qs = d
+            .timestamps
+            .as_ref()
+            .ok_or_else(|| Error::backend(TY, "the device has no timestamp queries"))?;
+        resolve(d, qs, runs)
+    }
+}
+
+/// The timestamp submission `at` wrote into `slot`, in ticks: kept from
+/// an earlier read, or else every completed unread slot is resolved at
+/// once (one submission, one map).
+fn ticks(d: &'static WgpuDevice, slot: u32, at: &Point) -> Result<u64> {
+    if let Some(t) = d.query_slots.value(slot, at.seq()) {
+        return Ok(t);
+    }
+    at.wait()?;
+    d.query_slots.read(&Queries(d), slot, at.seq())
 }
 
 /// Ticks to nanoseconds of the device's timestamp clock.
@@ -372,18 +144,22 @@ impl Events for Wgpu {
         timing: bool,
     ) -> Result<()> {
         let d = stream.device();
+        let q = Queries(d);
+        // A slot taken here and not yet the event's, given back if the
+        // submission fails.
+        let mut fresh = None;
         let query = match event.as_ref().and_then(|e| Some((e.query?, e.at.seq()))) {
             Some((slot, seq)) if d.query_slots.rewrite(slot, seq) => Some(slot),
             // Its value was moved out and the pair reused: another slot,
             // the event's at once (so a failure below gives back the
             // right one).
             Some((slot, seq)) => {
-                let fresh = d.query_slots.take(d, 1)?;
-                d.query_slots.give_back(slot, seq);
+                let other = d.query_slots.take(&q, 1)?;
+                d.query_slots.release_written(&q, slot, seq);
                 if let Some(e) = event.as_mut() {
-                    e.query = Some(fresh);
+                    e.query = Some(other);
                 }
-                Some(fresh)
+                Some(other)
             }
             None if timing => {
                 if d.timestamps.is_none() {
@@ -395,7 +171,8 @@ impl Events for Wgpu {
                         ),
                     ));
                 }
-                Some(d.query_slots.take(d, 1)?)
+                fresh = Some(d.query_slots.take(&q, 1)?);
+                fresh
             }
             None => None,
         };
@@ -403,9 +180,18 @@ impl Events for Wgpu {
             (Some(slot), Some(qs)) => {
                 let mut enc = d.encoder();
                 enc.write_timestamp(qs, slot);
-                let at = stream.submit(enc)?;
-                d.query_slots.written(&[(slot, at.seq())]);
-                at
+                match stream.submit(enc) {
+                    Ok(at) => {
+                        d.query_slots.written_movable(slot, at.seq());
+                        at
+                    }
+                    Err(e) => {
+                        if let Some(slot) = fresh {
+                            d.query_slots.release(&q, slot);
+                        }
+                        return Err(e);
+                    }
+                }
             }
             _ => stream.point(),
         };
@@ -431,11 +217,11 @@ impl Events for Wgpu {
 
     fn elapsed_ms(&self, start: &WgpuEvent, end: &WgpuEvent) -> Result<f64> {
         let d = start.at.device();
-        let (Some(qa), Some(qb), Some(qs)) = (start.query, end.query, &d.timestamps) else {
+        let (Some(qa), Some(qb), Some(_)) = (start.query, end.query, &d.timestamps) else {
             return Err(Error::invalid("the events were recorded without timing"));
         };
-        let t0 = ticks(d, qs, qa, &start.at)?;
-        let t1 = ticks(d, qs, qb, &end.at)?;
+        let t0 = ticks(d, qa, &start.at)?;
+        let t1 = ticks(d, qb, &end.at)?;
         let ticks = if t1 >= t0 {
             (t1 - t0) as f64
         } else {
@@ -447,24 +233,24 @@ impl Events for Wgpu {
     /// Gives the event's timestamp slot back to its device.
     fn release_event(&self, event: WgpuEvent) {
         if let Some(slot) = event.query {
-            event
-                .at
-                .device()
-                .query_slots
-                .give_back(slot, event.at.seq());
+            let d = event.at.device();
+            d.query_slots
+                .release_written(&Queries(d), slot, event.at.seq());
         }
     }
+}
 
+impl Timing for Wgpu {
     /// The event's timestamp in nanoseconds of the device's timestamp
     /// clock (read in a batch with every other completed slot). wgpu reads
     /// no host-correlated device clock, so the profiler calibrates it by
     /// paired sampling.
     fn event_time_ns(&self, event: &WgpuEvent) -> Result<Option<i64>> {
         let d = event.at.device();
-        let (Some(slot), Some(qs)) = (event.query, &d.timestamps) else {
+        let (Some(slot), Some(_)) = (event.query, &d.timestamps) else {
             return Ok(None);
         };
-        Ok(Some(ticks_ns(d, ticks(d, qs, slot, &event.at)?)))
+        Ok(Some(ticks_ns(d, ticks(d, slot, &event.at)?)))
     }
 
     /// Takes two slots and arms them for the thread's next submissions on
@@ -481,8 +267,8 @@ impl Events for Wgpu {
         if let Some(old) = stream::disarm() {
             abandon(old);
         }
-        // Adjacent slots (see `QuerySlots`).
-        let start = d.query_slots.take(d, 2)?;
+        // Adjacent slots (see the module docs).
+        let start = d.query_slots.take(&Queries(d), 2)?;
         stream::arm(Bracket {
             stream,
             start,
@@ -523,8 +309,9 @@ impl Events for Wgpu {
                 }
             }
         };
-        d.query_slots
-            .written(&[(b.start, first.seq()), (b.end, last.seq())]);
+        // Each slot is now one event's own.
+        d.query_slots.written_movable(b.start, first.seq());
+        d.query_slots.written_movable(b.end, last.seq());
         Ok(Some((
             WgpuEvent {
                 at: first,
@@ -539,25 +326,15 @@ impl Events for Wgpu {
 }
 
 /// Gives back the slots of a bracket that produced no events, once the
-/// work that may still write them has run.
+/// work that may still write them (its submissions so far) has run.
 fn abandon(b: Bracket) {
     let d = b.stream.device();
-    let seq = b.last.unwrap_or(0);
-    d.query_slots.give_back(b.start, seq);
-    d.query_slots.give_back(b.end, seq);
-}
-
-/// Slots closer than this to the previous unread slot are resolved in the
-/// same range (the 256-byte alignment of each range's place in the
-/// resolve buffer is 32 slots).
-const RUN_GAP: u32 = 64;
-
-/// The ranges of slots to resolve for `unread` (in slot order): runs of
-/// slots less than [`RUN_GAP`] apart. Resolving one range from the lowest
-/// to the highest slot would make the driver read every slot between
-/// (up to the whole query set once slots are recycled).
-fn runs(unread: &[(u32, u64)]) -> Vec<Range<u32>> {
-    slot_runs(unread.iter().map(|&(slot, _)| slot), RUN_GAP)
+    if let Some(last) = b.last {
+        d.query_slots.written(&[b.start, b.end], last);
+    }
+    let q = Queries(d);
+    d.query_slots.release(&q, b.start);
+    d.query_slots.release(&q, b.end);
 }
 
 /// The timestamps in each range of `runs` of `qs`, in ticks: resolved
@@ -608,30 +385,4 @@ fn resolve(
                 .collect()
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::ops::Range;
-
-    use super::{RUN_GAP, runs};
-
-    #[test]
-    fn unread_slots_resolve_in_runs_of_near_slots() {
-        let unread = |slots: &[u32]| slots.iter().map(|&s| (s, 1)).collect::<Vec<_>>();
-        assert!(runs(&[]).is_empty());
-        assert_eq!(
-            runs(&unread(&[0, 1, 2, 3])),
-            vec![Range { start: 0, end: 4 }]
-        );
-        // A small gap stays in the run; a large one starts another (slots
-        // recycled from both ends of the query set are not resolved with
-        // everything between).
-        assert_eq!(runs(&unread(&[4, 5, 9])), vec![Range { start: 4, end: 10 }]);
-        let far = 10 + RUN_GAP;
-        assert_eq!(
-            runs(&unread(&[4, 5, 9, far, 4094, 4095])),
-            [4..10, far..far + 1, 4094..4096]
-        );
-    }
 }

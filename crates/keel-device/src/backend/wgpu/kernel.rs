@@ -404,8 +404,12 @@ fn check_grid(d: &WgpuDevice, kernel: &Kernel, grid: [u32; 3]) -> Result<()> {
 }
 
 impl Kernels for Wgpu {
-    /// `buffers` must not overlap (checked here); offsets must meet the
-    /// device's `min_storage_buffer_offset_alignment` (checked here too).
+    /// The device's `min_storage_buffer_offset_alignment`.
+    fn binding_alignment(&self, stream: &'static QueueStream) -> u64 {
+        u64::from(stream.device().limits.min_storage_buffer_offset_alignment)
+    }
+
+    /// `buffers` must not overlap (checked here).
     fn enqueue_kernel(
         &self,
         stream: &'static QueueStream,
@@ -417,19 +421,6 @@ impl Kernels for Wgpu {
         let d = stream.device();
         check_grid(d, kernel, grid)?;
         check_disjoint_bindings(kernel, buffers, "wgpu needs disjoint bindings")?;
-        let align = u64::from(d.limits.min_storage_buffer_offset_alignment.max(1));
-        if let Some(b) = buffers
-            .iter()
-            .find(|b| !(b.offset as u64).is_multiple_of(align))
-        {
-            return Err(Error::Kernel {
-                kernel: kernel.name.to_owned(),
-                message: format!(
-                    "a binding at offset {} is not aligned to the device's min_storage_buffer_offset_alignment ({align} bytes)",
-                    b.offset
-                ),
-            });
-        }
         let pipeline = pipeline(d, kernel)?;
         if grid.contains(&0) {
             return Ok(());

@@ -389,9 +389,6 @@ impl Memory for Wgpu {
         offset: usize,
         data: Vec<u8>,
     ) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
         let d = stream.device();
         let len = data.len() as u64;
         if offset.is_multiple_of(4) && (len.is_multiple_of(4) || offset as u64 + len == dst.size) {
@@ -438,13 +435,6 @@ impl Memory for Wgpu {
         offset: usize,
         len: usize,
     ) -> Result<Box<dyn Readback>> {
-        if len == 0 {
-            return Ok(Box::new(WgpuReadback {
-                pending: None,
-                skip: 0,
-                len: 0,
-            }));
-        }
         let d = stream.device();
         let start = (offset as u64 / 4) * 4;
         let end = round4((offset + len) as u64);
@@ -467,9 +457,6 @@ impl Memory for Wgpu {
         (dst, dst_offset): (&Arc<WgpuBuffer>, usize),
         len: usize,
     ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
         let d = stream.device();
         let mut enc = d.encoder();
         let to = (&dst.buffer, dst_offset as u64);
