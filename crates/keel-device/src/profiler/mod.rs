@@ -64,6 +64,12 @@ pub use record::enabled;
 
 use crate::error::Result;
 
+/// The library's unit tests that start a session hold this exclusively,
+/// and those that allocate device memory hold it shared: a session records
+/// every allocator event of the process.
+#[cfg(test)]
+pub(crate) static TEST_SESSION: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A recording session; [`stop`](Session::stop) it to get the trace.
 /// Dropping it without stopping discards what it recorded.
 #[derive(Debug)]

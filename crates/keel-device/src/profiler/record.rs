@@ -451,9 +451,12 @@ mod tests {
 
     /// Allocator records past the bound are counted as drops; what was
     /// kept becomes events and curves. (The only test of the library's
-    /// unit tests that starts a session.)
+    /// unit tests that starts a session: it holds `TEST_SESSION`.)
     #[test]
     fn memory_records_are_bounded_and_drops_counted() {
+        let _alone = crate::profiler::TEST_SESSION
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         assert!(!enabled());
         memory_event(MemoryRecord {
             device: Device::cpu(),

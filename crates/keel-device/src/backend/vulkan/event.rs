@@ -494,6 +494,10 @@ mod tests {
         };
         let (s, ctx, vk) = pool_stream(d);
         let n = 4096u32;
+        // Its allocator events must not land in the profiler test's session.
+        let _memory = crate::profiler::TEST_SESSION
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = Buffer::new(d, 4 * n as usize).expect("buffer");
         let spin = |iters: u32| {
             let params: Vec<u8> = [n, iters].iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -583,6 +587,10 @@ mod tests {
 
         // Every holder's work in flight: the next take waits for it.
         let n = 4096u32;
+        // Its allocator events must not land in the profiler test's session.
+        let _memory = crate::profiler::TEST_SESSION
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = Buffer::new(d, 4 * n as usize).expect("buffer");
         let params: Vec<u8> = [n, 200_000].iter().flat_map(|v| v.to_le_bytes()).collect();
         s.launch(&SPIN, SPIN.grid_for(u64::from(n)), &[&out], &params)
