@@ -4,7 +4,8 @@
 
 use std::sync::mpsc;
 
-use keel::{Buffer, Device, Event, kernels};
+use keel::generator::Generator;
+use keel::{Buffer, Device, Event, dispatch, kernels};
 
 /// A built-in workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,16 +20,21 @@ pub enum Workload {
     EventTiming,
     /// A producer stream records an event the consumer stream waits for.
     CrossStreamWait,
+    /// Forward passes of a small MLP through the operator dispatcher
+    /// (`matmul`, `add`, `softmax`, `sum`): operator spans over their
+    /// kernels.
+    Mlp,
 }
 
 impl Workload {
     /// Every workload, in menu order.
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::VectorAdd,
         Workload::Saxpy,
         Workload::TwoStreamOverlap,
         Workload::EventTiming,
         Workload::CrossStreamWait,
+        Workload::Mlp,
     ];
 
     /// Its display name.
@@ -39,6 +45,7 @@ impl Workload {
             Workload::TwoStreamOverlap => "two-stream overlap",
             Workload::EventTiming => "event timing",
             Workload::CrossStreamWait => "cross-stream event wait",
+            Workload::Mlp => "MLP forward",
         }
     }
 
@@ -154,8 +161,43 @@ impl Workload {
                     out.get(1).copied().unwrap_or(f32::NAN)
                 ))
             }
+            Workload::Mlp => mlp(device),
         }
     }
+}
+
+/// Two forward passes of an MLP of batch 64 and width 256 (three layers
+/// of `matmul` and a bias `add`, then `softmax` over each row and `sum`)
+/// through the dispatcher, on the device's current stream. The total is
+/// the batch size, each softmax row summing to one.
+fn mlp(device: Device) -> keel::Result<String> {
+    const BATCH: usize = 64;
+    const WIDTH: usize = 256;
+    let generator = Generator::new(device)?;
+    generator.manual_seed(0);
+    let scale = 1.0 / (WIDTH as f64).sqrt();
+    let x = dispatch::randn(&[BATCH, WIDTH], device, Some(&generator))?;
+    let mut layers = Vec::new();
+    for _ in 0..3 {
+        let w = dispatch::randn(&[WIDTH, WIDTH], device, Some(&generator))?.mul_scalar(scale)?;
+        let b = dispatch::randn(&[BATCH, WIDTH], device, Some(&generator))?.mul_scalar(0.1)?;
+        layers.push((w, b));
+    }
+    let mut total = 0.0;
+    for _ in 0..2 {
+        let mut h = x.clone();
+        for (w, b) in &layers {
+            h = h.matmul(w)?.add(b)?;
+        }
+        total = h
+            .softmax()?
+            .sum()?
+            .to_vec::<f32>()?
+            .first()
+            .copied()
+            .unwrap_or(f32::NAN);
+    }
+    Ok(format!("softmax total = {total:.3}"))
 }
 
 /// What a background run reports.
