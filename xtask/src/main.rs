@@ -14,10 +14,11 @@
 //!      read from `cargo tree`: the device layer compiles no trace
 //!      importer, compression or tensor-file crate; the trace crate no GPU
 //!      API);
-//!   4. clippy with `-D warnings` on every target and feature, the
-//!      libraries built with no default features (only the CPU backend,
-//!      no trace import), and their documentation built with rustdoc's
-//!      warnings as errors;
+//!   4. clippy with `-D warnings` on every target and feature, each
+//!      library built alone with no default features (only the CPU
+//!      backend, no trace import) and the device layer with its default
+//!      backends and no trace import, and the documentation built with
+//!      rustdoc's warnings as errors;
 //!   5. `ptx`: every `*.ptx` under [`PTX_DIRS`] assembled by NVIDIA's `ptxas` for
 //!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]), from the architecture its
 //!      `.target` line names on (a `.target sm_80` file, such as the
@@ -464,20 +465,20 @@ fn test() -> Result<(), String> {
             "warnings",
         ]),
     )?;
-    run(
-        "no default features",
-        Command::new(&cargo).args([
-            "check",
-            "-p",
-            "keel-trace",
-            "-p",
-            "keel-device",
-            "-p",
-            "keel",
-            "--no-default-features",
-            "--lib",
-        ]),
-    )?;
+    // One crate per invocation: cargo unifies the features of the crates
+    // it builds together, which would hide a crate that does not build
+    // alone with these features.
+    for (krate, features) in [
+        ("keel-trace", "--no-default-features"),
+        ("keel-device", "--no-default-features"),
+        ("keel-device", "--features=cpu,vulkan,wgpu,cuda"),
+        ("keel", "--no-default-features"),
+    ] {
+        run(
+            &format!("{krate} {features}"),
+            Command::new(&cargo).args(["check", "-q", "-p", krate, features, "--lib"]),
+        )?;
+    }
     // The library's documentation: no broken or private links, no stray
     // HTML (`<backend>` in prose swallows text).
     run(
