@@ -885,6 +885,124 @@ fn json_errors_are_clear() {
     assert_eq!(report.skipped, vec![(s("not a JSON object"), 1)]);
 }
 
+/// Keel's own files stream through the scanner with JSON's rules: what a
+/// lenient import forgives in other tools' files is an error naming its
+/// byte offset, and nothing about a valid file depends on where in it its
+/// tables are.
+#[test]
+fn keel_json_is_read_strictly_as_it_streams() {
+    let json = to_json_string(&sample()).expect("export");
+    let cases: Vec<(String, String)> = vec![
+        (
+            json.replacen("\n],", ",\n],", 1),
+            format!(
+                "traceEvents: expected an event after ',', found ']' at byte offset {}",
+                json.find("\n],").expect("the end of the events") + 2
+            ),
+        ),
+        (
+            json.replacen("},\n{", "}\n{", 1),
+            format!(
+                "traceEvents: expected ',' or ']' after an event, found '{{' at byte offset {}",
+                json.find("},\n{").expect("two events") + 2
+            ),
+        ),
+        (
+            format!("{json} x"),
+            format!(
+                "expected the end of the file after the trace, found 'x' at byte offset {}",
+                json.len() + 1
+            ),
+        ),
+        (
+            json[..json.len() / 2].to_owned(),
+            "found the end of the file (truncated?)".to_owned(),
+        ),
+        (
+            json.replacen("\"ph\":\"X\",", "\"ph\":\"X\",,", 1),
+            format!(
+                "expected valid JSON, found invalid JSON (key must be a string) at byte offset {}",
+                json.find("\"ph\":\"X\",").expect("a span") + 9
+            ),
+        ),
+        (
+            json.replacen("\"keel\":{", "\"keel\":{,", 1),
+            "keel: expected valid JSON, found invalid JSON".to_owned(),
+        ),
+        (
+            json.replacen(
+                "\"traceEvents\":[",
+                "\"traceEvents\":[],\"traceEvents\":[",
+                1,
+            ),
+            "expected one top-level field \"traceEvents\", found a second one".to_owned(),
+        ),
+    ];
+    for (input, expected) in cases {
+        let message = format_error(read_json(&input));
+        assert!(
+            message.contains(&expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+
+    // A lane may be declared after its first event, the `keel` object
+    // comes last: both are tables the first pass reads.
+    let lines: Vec<&str> = json.lines().collect();
+    let declaration = lines
+        .iter()
+        .position(|l| l.contains("\"name\":\"thread_name\",\"args\":{\"name\":\"main\""))
+        .expect("the main lane's thread_name");
+    let end = lines
+        .iter()
+        .position(|l| *l == "],")
+        .expect("the end of the events");
+    let mut moved: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let line = moved.remove(declaration);
+    moved.insert(end - 1, line);
+    // The last event line ends without a comma: give it one, take it
+    // from the moved line.
+    let last = end - 2;
+    moved[last].push(',');
+    moved[end - 1] = moved[end - 1].trim_end_matches(',').to_owned();
+    assert_eq!(read_json(&moved.join("\n")), Ok(sample()));
+
+    // A repeated key takes its last value, as a JSON tree has it.
+    let repeated = json.replacen(
+        "\"name\":\"main\"",
+        "\"name\":\"first\",\"name\":\"main\"",
+        1,
+    );
+    assert_eq!(read_json(&repeated), Ok(sample()));
+
+    // No event is too large for Keel's own files (the limit that protects
+    // imports from huge events does not apply: the input bounds them).
+    let mut big = sample();
+    big.spans[0]
+        .args
+        .push(("blob".into(), "x".repeat(17 << 20).into()));
+    let text = to_json_string(&big).expect("export");
+    assert_eq!(read_json(&text), Ok(big));
+
+    // Compressed, the same file reads exactly (the decompressed stream is
+    // read once per pass).
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, json.as_bytes()).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    assert_eq!(keel::profiler::file::from_bytes(&gz), Ok(sample()));
+
+    // A file that looks like Keel's (its first events carry "keel_lane")
+    // but has no `keel` object is another tool's, imported; until that is
+    // known it is held to JSON's rules.
+    let cut = json.find("\n],").expect("the end of the events");
+    let foreign = format!("{}\n]}}", &json[..cut]);
+    let t = read_json(&foreign).expect("imported");
+    assert!(t.import.is_some());
+    let broken = foreign.replacen("},\n{", "},\n{,", 1);
+    let message = format_error(read_json(&broken));
+    assert!(message.contains("expected valid JSON"), "{message}");
+}
+
 #[test]
 fn foreign_traces_import_what_they_can() {
     let kineto = r#"{"schemaVersion": 1, "traceEvents": [

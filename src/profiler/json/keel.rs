@@ -104,9 +104,35 @@ enum Declared {
     NotObject(usize, &'static str),
 }
 
-/// Whether `haystack` holds `needle`.
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// Whether an event's bytes could be a `thread_name` metadata event: they
+/// spell `thread_name`, or hold an escape (`\u`) that could spell it.
+fn may_declare_a_lane(bytes: &[u8]) -> bool {
+    const NAME: &[u8] = b"thread_name";
+    // Every spelling has the name's `_` (its seventh byte) or the escape's
+    // backslash: only words holding one are looked at byte by byte.
+    let at = |i: usize| match bytes[i] {
+        b'_' => i >= 6 && bytes[i - 6..].starts_with(NAME),
+        b'\\' => bytes.get(i + 1) == Some(&b'u'),
+        _ => false,
+    };
+    let words = bytes.len() / 8;
+    for w in 0..words {
+        let mut word = [0; 8];
+        word.copy_from_slice(&bytes[8 * w..8 * w + 8]);
+        let word = u64::from_le_bytes(word);
+        if (holds(word, b'_') || holds(word, b'\\')) && (8 * w..8 * w + 8).any(at) {
+            return true;
+        }
+    }
+    (8 * words..bytes.len()).any(at)
+}
+
+/// Whether any byte of `word` is `b` (the bit trick that finds a zero
+/// byte, on `word` with `b` cleared).
+fn holds(word: u64, b: u8) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    let x = word ^ (ONES * u64::from(b));
+    x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
 }
 
 impl Sink for FirstPass {
@@ -121,10 +147,7 @@ impl Sink for FirstPass {
         }
         // Only an event that spells `thread_name` (or could, with an
         // escape) can be a lane's; the rest wait for the second pass.
-        if bytes.first() == Some(&b'{')
-            && !contains(bytes, b"thread_name")
-            && !contains(bytes, b"\\u")
-        {
+        if bytes.first() == Some(&b'{') && !may_declare_a_lane(bytes) {
             return Ok(());
         }
         match parse_object(Path::Event(index), bytes, at)? {
@@ -353,5 +376,26 @@ impl FirstPass {
             })?);
         }
         Ok((tables, trace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_declare_a_lane;
+
+    #[test]
+    fn the_first_pass_parses_only_events_that_could_declare_a_lane() {
+        // The name anywhere in the bytes, across the 8-byte words.
+        for pad in 0..17 {
+            let text = format!("{}\"thread_name\"{}", " ".repeat(pad), " ".repeat(pad % 5));
+            assert!(may_declare_a_lane(text.as_bytes()), "{text:?}");
+        }
+        // Or spelled with an escape.
+        assert!(may_declare_a_lane(br#"{"name":"thread\u005fname"}"#));
+        assert!(!may_declare_a_lane(
+            br#"{"ph":"X","name":"thread name_x","cat":"a_b","args":{"x":"\n"}}"#
+        ));
+        assert!(!may_declare_a_lane(b"_"));
+        assert!(!may_declare_a_lane(b"hread_name"));
     }
 }

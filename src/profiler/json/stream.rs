@@ -29,6 +29,24 @@ pub(super) const MAX_VALUE: usize = 16 << 20;
 /// Bytes read from the input at a time.
 const BLOCK: usize = 1 << 20;
 
+/// [`CLASS`] bit of the bytes that matter inside a string: `"` and `\`.
+const IN_STRING: u8 = 1;
+/// [`CLASS`] bit of the bytes that matter outside strings: `"` and the
+/// brackets.
+const OUTSIDE: u8 = 2;
+
+/// Which bytes matter to [`Scanner::skip_value`], by byte.
+const CLASS: [u8; 256] = {
+    let mut class = [0; 256];
+    class[b'"' as usize] = IN_STRING | OUTSIDE;
+    class[b'\\' as usize] = IN_STRING;
+    class[b'{' as usize] = OUTSIDE;
+    class[b'}' as usize] = OUTSIDE;
+    class[b'[' as usize] = OUTSIDE;
+    class[b']' as usize] = OUTSIDE;
+    class
+};
+
 /// What the scanner finds, as it finds it. An error from the sink stops
 /// the scan and is its result.
 pub(super) trait Sink {
@@ -355,44 +373,47 @@ impl<R: Read> Scanner<R> {
         }
         let mut depth = 0usize;
         let mut in_string = false;
+        // The byte after a backslash that ended the last block.
         let mut escape = false;
         loop {
             let chunk = &self.buf[self.pos..self.end];
-            let mut i = 0;
+            let mut i = usize::from(escape);
+            escape = false;
             while i < chunk.len() {
-                let b = chunk[i];
+                // Runs of bytes that cannot end a string or change the
+                // depth are passed over at once.
+                let mask = if in_string { IN_STRING } else { OUTSIDE };
+                while i < chunk.len() && CLASS[usize::from(chunk[i])] & mask == 0 {
+                    i += 1;
+                }
+                let Some(&b) = chunk.get(i) else {
+                    break;
+                };
                 i += 1;
-                if in_string {
-                    if escape {
-                        escape = false;
-                    } else if b == b'\\' {
-                        escape = true;
-                    } else if b == b'"' {
+                match (in_string, b) {
+                    (true, b'\\') => {
+                        if i < chunk.len() {
+                            i += 1;
+                        } else {
+                            escape = true;
+                        }
+                    }
+                    (true, _) => {
                         in_string = false;
                         if depth == 0 {
                             self.pos += i;
                             return Ok(true);
                         }
-                    } else {
-                        // The rest of a plain run of string bytes at once.
-                        i += chunk[i..]
-                            .iter()
-                            .position(|&c| c == b'"' || c == b'\\')
-                            .unwrap_or(chunk.len() - i);
                     }
-                    continue;
-                }
-                match b {
-                    b'"' => in_string = true,
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
+                    (false, b'"') => in_string = true,
+                    (false, b'{' | b'[') => depth += 1,
+                    (false, _) => {
                         depth = depth.saturating_sub(1);
                         if depth == 0 {
                             self.pos += i;
                             return Ok(true);
                         }
                     }
-                    _ => {}
                 }
             }
             self.pos = self.end;

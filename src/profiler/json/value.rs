@@ -189,41 +189,41 @@ impl<'a> Fields<'a> {
 
     /// One field per key, as a JSON tree reads an object: a repeated key
     /// keeps its first place and takes its last value.
-    pub(super) fn dedup(mut self) -> Self {
+    pub(super) fn dedup(self) -> Self {
         let n = self.0.len();
-        if n < 2 {
+        // Events have a dozen fields and no repeats: that is found without
+        // allocating, comparing keys whole only when their length and ends
+        // agree; a large object hashes, so that none costs quadratic time.
+        let repeats = if n <= 16 {
+            let mut signs = [(0, 0, 0); 16];
+            for (sign, (k, _)) in signs.iter_mut().zip(&self.0) {
+                let b = k.as_bytes();
+                *sign = (
+                    b.len(),
+                    b.first().copied().unwrap_or(0),
+                    b.last().copied().unwrap_or(0),
+                );
+            }
+            (1..n).any(|i| (0..i).any(|j| signs[j] == signs[i] && self.0[j].0 == self.0[i].0))
+        } else {
+            let mut seen = std::collections::HashSet::with_capacity(n);
+            !self.0.iter().all(|(k, _)| seen.insert(&**k))
+        };
+        if !repeats {
             return self;
         }
-        // Small objects (every event) compare pairs; large ones hash, so
-        // that no object costs quadratic time.
-        let mut first: Vec<usize> = (0..n).collect();
-        if n <= 16 {
-            for i in 1..n {
-                if let Some(j) = (0..i).find(|&j| self.0[j].0 == self.0[i].0) {
-                    first[i] = first[j];
+        let mut place: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        let mut out: Vec<(Cow<'a, str>, Lite<'a>)> = Vec::with_capacity(n);
+        for (k, v) in self.0 {
+            match place.get(&*k) {
+                Some(&i) => out[i].1 = v,
+                None => {
+                    place.insert(k.to_string(), out.len());
+                    out.push((k, v));
                 }
             }
-        } else {
-            let mut seen: std::collections::HashMap<&str, usize> =
-                std::collections::HashMap::with_capacity(n);
-            for (i, (k, _)) in self.0.iter().enumerate() {
-                first[i] = *seen.entry(k).or_insert(i);
-            }
         }
-        if first.iter().enumerate().all(|(i, &f)| i == f) {
-            return self;
-        }
-        let mut fields: Vec<Option<(Cow<'a, str>, Lite<'a>)>> =
-            self.0.drain(..).map(Some).collect();
-        for i in 0..n {
-            if first[i] != i
-                && let Some((_, v)) = fields[i].take()
-                && let Some(slot) = fields[first[i]].as_mut()
-            {
-                slot.1 = v;
-            }
-        }
-        Fields(fields.into_iter().flatten().collect())
+        Fields(out)
     }
 }
 
