@@ -9,7 +9,14 @@
 //!
 //! `write FILE MIB` writes a Kineto-shaped trace of about MIB MiB (see
 //! `benches/kineto_gen.rs`); `open FILE` loads it with
-//! `keel_trace::load_trace` and prints the time and what was imported.
+//! `keel_trace::load_trace` and prints the time and what was imported;
+//! `save FILE OUT` loads FILE and saves it as OUT (`.json` for Keel's own
+//! JSON, `.keeltrace` for the native format), to time reading those:
+//!
+//! ```text
+//! target/release/examples/big_trace save trace.json keel.trace.json
+//! /usr/bin/time -v target/release/examples/big_trace open keel.trace.json
+//! ```
 
 #[path = "../benches/kineto_gen.rs"]
 mod kineto_gen;
@@ -55,6 +62,16 @@ fn main() -> Result<(), String> {
             }
             Ok(())
         }
-        _ => Err("usage: big_trace write FILE MIB | big_trace open FILE".to_owned()),
+        ["save", file, out] => {
+            let t = keel_trace::load_trace(Path::new(file)).map_err(|e| e.to_string())?;
+            keel_trace::save_trace(&t, Path::new(out)).map_err(|e| e.to_string())?;
+            let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+            println!("saved {out} ({size} bytes)");
+            Ok(())
+        }
+        _ => Err(
+            "usage: big_trace write FILE MIB | big_trace open FILE | big_trace save FILE OUT"
+                .to_owned(),
+        ),
     }
 }

@@ -11,9 +11,9 @@
 //!   own, read exactly, or another tool's, imported). JSON compressed with
 //!   gzip (`.json.gz`) or zstd (`.json.zst`) is recognised by its magic
 //!   bytes and decompressed as it is read.
-//! - Another tool's JSON is imported as it streams from the file (neither
-//!   the file nor its JSON tree is held in memory); Keel's own files are
-//!   read whole and exactly.
+//! - JSON streams from the file (neither the file nor a JSON tree of it is
+//!   held in memory): another tool's is imported, Keel's own read exactly
+//!   (in two passes, so the file is opened twice).
 //! - [`load_traces`] opens several files as one trace (one per rank of a
 //!   distributed job), each file's lanes in their own group.
 //!
@@ -114,7 +114,7 @@ impl Compression {
     }
 }
 
-/// Reads decompressed JSON fully (Keel's own files, read exactly); the
+/// Reads decompressed bytes fully (a compressed native trace); the
 /// decompressed size is bounded by what the reader yields, and a corrupt
 /// stream is an error naming the compression.
 fn read_all(mut input: impl Read, compression: Compression) -> Result<Vec<u8>> {
@@ -153,8 +153,8 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Trace> {
     }
 }
 
-/// Imports compressed JSON from the input `open` gives (twice for a Keel
-/// file: the import finds out, then the file is read exactly).
+/// Reads a compressed trace from the input `open` gives (once per pass
+/// over the decompressed JSON, see [`json`]'s `read_from`).
 fn import_compressed<R: Read + Send>(
     open: impl Fn() -> Result<R>,
     c: Compression,
@@ -169,14 +169,17 @@ fn import_compressed<R: Read + Send>(
     if head.starts_with(MAGIC) {
         return Ok((native::read_native(&read_all(decoded, c)?)?, None));
     }
-    let (trace, rank) = json::import_reader(decoded, Some(c.name()))?;
-    match trace {
-        Some(trace) => Ok((trace, rank)),
-        None => {
-            let bytes = read_all(c.decoder(open()?)?, c)?;
-            Ok((json::read_json_bytes(&bytes)?, rank))
-        }
-    }
+    let head = head.to_vec();
+    // The first pass reads on from the head already decompressed.
+    let mut first = Some(decoded);
+    json::read_from(
+        move || match first.take() {
+            Some(decoded) => Ok(decoded),
+            None => Ok(BufReader::with_capacity(1 << 16, c.decoder(open()?)?)),
+        },
+        &head,
+        Some(c.name()),
+    )
 }
 
 /// Saves `trace` to `path`, as JSON for `.json` and in the native format
@@ -208,7 +211,7 @@ fn read_error(path: &Path, e: std::io::Error) -> Error {
     Error::Format(format!("could not read trace file {}: {e}", path.display()))
 }
 
-/// A trace file and its `distributedInfo.rank`.
+/// A trace file and, for another tool's, its `distributedInfo.rank`.
 fn load(path: &Path) -> Result<(Trace, Option<i64>)> {
     let mut head = Vec::with_capacity(64 << 10);
     open_file(path)?
@@ -219,20 +222,17 @@ fn load(path: &Path) -> Result<(Trace, Option<i64>)> {
         return import_compressed(|| open_file(path), c)
             .map_err(|e| Error::Format(format!("{}: {e}", path.display())));
     }
-    let whole = || -> Result<Vec<u8>> { std::fs::read(path).map_err(|e| read_error(path, e)) };
-    if TraceFileFormat::sniff(&head) == TraceFileFormat::Native || json::looks_like_keel(&head) {
-        return Ok((from_bytes(&whole()?)?, None));
+    if TraceFileFormat::sniff(&head) == TraceFileFormat::Native {
+        let bytes = std::fs::read(path).map_err(|e| read_error(path, e))?;
+        return Ok((native::read_native(&bytes)?, None));
     }
-    match json::import_reader(open_file(path)?, None)? {
-        (Some(trace), rank) => Ok((trace, rank)),
-        (None, rank) => Ok((json::read_json_bytes(&whole()?)?, rank)),
-    }
+    json::read_from(|| open_file(path), &head, None)
 }
 
 /// Loads several trace files as one trace, as for the ranks of a
 /// distributed job: each file's host lanes are grouped under a prefix
-/// (`rank N · ` from the file's `distributedInfo.rank`, else the file
-/// name), its devices are its own (`rank N · cuda:0`), and its flows and
+/// (`rank N · ` from another tool's file's `distributedInfo.rank`, else
+/// the file name), its devices are its own (`rank N · cuda:0`), and its flows and
 /// counters and memory events follow it.
 ///
 /// Clocks: every file is aligned on its own earliest event (imports start

@@ -1,6 +1,6 @@
 //! Keel's native trace format (`.keeltrace`): compact, versioned, binary.
 //!
-//! # Byte layout (version 1)
+//! # Byte layout (version 2)
 //!
 //! All fixed-width integers are little-endian. `varint` is unsigned LEB128
 //! (7 bits per byte, low bits first, high bit set on every byte but the
@@ -9,50 +9,61 @@
 //! index into the string table; `u8` is one byte.
 //!
 //! ```text
-//! header:   "KEELTRC\0"            8 bytes, the magic
-//!           version                u32 (1)
-//! sections: one after the other, each
-//!           tag                    u8
-//!           length                 varint, bytes of the body that follows
-//!           body                   `length` bytes
+//! header:    "KEELTRC\0"           8 bytes, the magic
+//!            version               u32 (2)
+//! directory: count                 u32, the number of sections
+//!            per section           kind u32, offset u64 (from the start of
+//!                                  the file), length u64 (20 bytes)
+//! sections:  each body where the directory says
 //! ```
 //!
-//! A version 1 file has exactly these sections, in this order; each body
-//! must be consumed exactly:
+//! A reader finds every section through the directory, so a section that
+//! a trace has no use for is simply not listed, and one added later is
+//! listed without moving the others. The reader checks the directory
+//! before it reads a body: every section lies after the directory and
+//! inside the file, no two overlap, the file ends where the last one ends
+//! (a file cut anywhere is an error), and no kind is listed twice. Kinds it
+//! does not know are skipped: they are what a newer writer added for
+//! readers that know them (a change older readers must not ignore gets a
+//! new format version instead). The writer lists the sections in kind
+//! order and writes their bodies one after another after the directory.
 //!
-//! | tag | section      | body                                                     |
-//! |-----|--------------|----------------------------------------------------------|
-//! | 1   | header       | trace version varint, dropped varint; in files with a memory section, then which optional sections follow varint (bit 0 origin, bit 1 memory), so a file cut before them is an error, not an older file |
-//! | 2   | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
-//! | 3   | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
-//! | 4   | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint; 2 a thread's lane of a stream: device varint, stream svarint, thread varint), name str |
-//! | 5   | spans        | count, then per span: lane varint, name str, kind u8 ([`SpanKind::ALL`] index), start svarint (delta from the previous span's start, first from 0), dur varint, op svarint (delta from the previous span's op), arg count varint, (name str, value str) per arg |
-//! | 6   | instants     | count, then per instant: lane varint, name str, ts varint, arg count, args as for spans |
-//! | 7   | flows        | count, then per flow: id varint, kind u8 (0 launch, 1 event wait), from lane varint, from ts varint, to lane varint, to ts varint |
-//! | 8   | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
-//! | 9   | calibrations | count, then per calibration: device varint, method str, error bound varint |
+//! | kind | section      | body (each must be consumed exactly)                     |
+//! |------|--------------|----------------------------------------------------------|
+//! | 1    | header       | trace version varint, dropped varint |
+//! | 2    | strings      | count varint, then per string: byte length varint, UTF-8 bytes |
+//! | 3    | devices      | count, then per device: device str, name str, property count varint, (name str, value str) per property |
+//! | 4    | lanes        | count, then per lane: kind u8 (0 stream: device varint, stream svarint; 1 host: thread varint; 2 a thread's lane of a stream: device varint, stream svarint, thread varint), name str |
+//! | 5    | spans        | count, then per span: lane varint, name str, kind u8 ([`SpanKind::ALL`] index), start svarint (delta from the previous span's start, first from 0), dur varint, op svarint (delta from the previous span's op), arg count varint, (name str, value str) per arg |
+//! | 6    | instants     | count, then per instant: lane varint, name str, ts varint, arg count, args as for spans |
+//! | 7    | flows        | count, then per flow: id varint, kind u8 (0 launch, 1 event wait), from lane varint, from ts varint, to lane varint, to ts varint |
+//! | 8    | counters     | count, then per counter: device varint, name str, point count varint, per point: ts svarint (delta from the previous point, first from 0), value svarint |
+//! | 9    | calibrations | count, then per calibration: device varint, method str, error bound varint |
+//! | 10   | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
+//! | 11   | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
 //!
-//! One optional section may follow, only in traces that have what it holds
-//! (imported ones); files without it are the same bytes as before it
-//! existed, and readers without it stop at the calibrations:
+//! Sections 1 to 9 are always listed; `origin` only for traces with lane
+//! groups or an import report (imported ones), `memory` only for traces
+//! with allocator events.
 //!
-//! | tag | section      | body                                                     |
-//! |-----|--------------|----------------------------------------------------------|
-//! | 10  | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
+//! # Version 1
 //!
-//! And one more after it (or after the calibrations), only in traces with
-//! allocator events; files without them are the same bytes as before it
-//! existed:
+//! Files of version 1 still open. They have no directory: after the magic
+//! and version each section is `tag u8, length varint, body`, sections 1
+//! to 9 in that order, then `origin`, then `memory`. The bodies are those
+//! above, except the header's: in files with a memory section it ends with
+//! which optional sections follow (varint: bit 0 origin, bit 1 memory);
+//! without it, `origin` follows when the next byte is its tag.
 //!
-//! | tag | section      | body                                                     |
-//! |-----|--------------|----------------------------------------------------------|
-//! | 11  | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
+//! # Checks
 //!
 //! Deltas wrap around (wrapping arithmetic on u64), so any value encodes.
 //! The reader checks every bound: a truncated file, a wrong magic, a newer
-//! version, a string index out of range, an unknown tag and a count larger
-//! than the bytes left could hold are all [`Error::Format`] errors
-//! with the byte offset; nothing is allocated from an unchecked count.
+//! version, a bad directory, a string index out of range, an unknown tag
+//! and a count larger than the bytes left could hold are all
+//! [`Error::Format`] errors with the byte offset; nothing is allocated
+//! from an unchecked count, and what strings decode to is bounded by the
+//! file's size ([`string_budget`]).
 //!
 //! Choosing between this format and JSON for a file is [`file`](crate::file)'s
 //! job.
@@ -69,8 +80,9 @@ use crate::model::{
 /// The first 8 bytes of every native trace file.
 pub const MAGIC: &[u8; 8] = b"KEELTRC\0";
 
-/// The native format version this module writes and reads.
-pub const NATIVE_VERSION: u32 = 1;
+/// The native format version this module writes (it reads this one and
+/// every earlier one).
+pub const NATIVE_VERSION: u32 = 2;
 
 /// The file extension of native traces.
 pub const EXTENSION: &str = "keeltrace";
@@ -87,7 +99,10 @@ mod tag {
     pub const CALIBRATIONS: u8 = 9;
     pub const ORIGIN: u8 = 10;
     pub const MEMORY: u8 = 11;
-    pub const NAMES: [&str; 12] = [
+    /// The number of kinds this module knows, 0 (none) included.
+    pub const KINDS: usize = 12;
+
+    const NAMES: [&str; KINDS] = [
         "",
         "header",
         "strings",
@@ -104,6 +119,20 @@ mod tag {
 
     /// The version of the memory section's body this module writes.
     pub const MEMORY_VERSION: u8 = 1;
+
+    /// The name of section `tag` (known tags only).
+    pub fn name(tag: u8) -> &'static str {
+        NAMES.get(usize::from(tag)).copied().unwrap_or("unknown")
+    }
+
+    /// A directory entry's kind for messages: `the spans section`, or `a
+    /// section of kind 40` for a kind this module does not know.
+    pub fn describe(kind: u32) -> String {
+        match usize::try_from(kind) {
+            Ok(k @ 1..KINDS) => format!("the {} section", NAMES[k]),
+            _ => format!("a section of kind {kind}"),
+        }
+    }
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -154,9 +183,13 @@ impl<'t> Strings<'t> {
     }
 }
 
-/// A section body being written.
+/// The section bodies being written, one after another, and where each is.
 struct Body<'s, 't> {
     buf: Vec<u8>,
+    /// (tag, start in `buf`, length) of each finished section.
+    sections: Vec<(u8, usize, usize)>,
+    /// Where the section being written starts in `buf`.
+    start: usize,
     strings: &'s Strings<'t>,
 }
 
@@ -190,29 +223,43 @@ impl Body<'_, '_> {
         }
     }
 
-    /// Writes the section (tag, length, body) and clears the body.
-    fn section(&mut self, tag: u8, out: &mut impl Write) -> Result<()> {
-        let mut head = Vec::with_capacity(11);
-        head.push(tag);
-        let mut n = self.buf.len() as u64;
-        while n >= 0x80 {
-            head.push(n as u8 | 0x80);
-            n >>= 7;
+    /// Ends the section with `tag`: the bytes written since the last one.
+    fn section(&mut self, tag: u8) {
+        self.sections
+            .push((tag, self.start, self.buf.len() - self.start));
+        self.start = self.buf.len();
+    }
+
+    /// The header and the directory for the sections written.
+    fn head(&self) -> Vec<u8> {
+        let bodies = DIRECTORY_AT + 4 + ENTRY * self.sections.len();
+        let mut head = Vec::with_capacity(bodies);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&NATIVE_VERSION.to_le_bytes());
+        head.extend_from_slice(&(self.sections.len() as u32).to_le_bytes());
+        let bodies = bodies as u64;
+        for &(tag, start, len) in &self.sections {
+            head.extend_from_slice(&u32::from(tag).to_le_bytes());
+            head.extend_from_slice(&(bodies + start as u64).to_le_bytes());
+            head.extend_from_slice(&(len as u64).to_le_bytes());
         }
-        head.push(n as u8);
-        write(out, &head)?;
-        write(out, &self.buf)?;
-        self.buf.clear();
-        Ok(())
+        head
     }
 }
+
+/// Where the directory starts: after the magic and the version.
+const DIRECTORY_AT: usize = 12;
+
+/// Bytes of one directory entry: kind u32, offset u64, length u64.
+const ENTRY: usize = 20;
 
 fn write(out: &mut impl Write, bytes: &[u8]) -> Result<()> {
     out.write_all(bytes)
         .map_err(|e| Error::Format(format!("could not write the native trace: {e}")))
 }
 
-/// Writes `trace` in the native format (see the module docs).
+/// Writes `trace` in the native format, version [`NATIVE_VERSION`] (see
+/// the module docs).
 pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
     let mut strings = Strings {
         index: HashMap::new(),
@@ -262,28 +309,24 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         }
     }
 
-    let mut header = Vec::with_capacity(12);
-    header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&NATIVE_VERSION.to_le_bytes());
-    write(out, &header)?;
-
+    // The bodies are gathered first: the directory before them gives each
+    // one's offset and length.
     let mut b = Body {
         buf: Vec::with_capacity(1 << 16),
+        sections: Vec::with_capacity(11),
+        start: 0,
         strings: &strings,
     };
     b.varint(trace.version.into());
     b.varint(trace.dropped);
-    if !trace.memory.is_empty() {
-        b.varint(u64::from(origin) | 2);
-    }
-    b.section(tag::HEADER, out)?;
+    b.section(tag::HEADER);
 
     b.len(strings.list.len());
     for s in &strings.list {
         b.len(s.len());
         b.buf.extend_from_slice(s.as_bytes());
     }
-    b.section(tag::STRINGS, out)?;
+    b.section(tag::STRINGS);
 
     b.len(trace.devices.len());
     for d in &trace.devices {
@@ -291,7 +334,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.str(&d.name);
         b.pairs(&d.properties);
     }
-    b.section(tag::DEVICES, out)?;
+    b.section(tag::DEVICES);
 
     b.len(trace.lanes.len());
     for l in &trace.lanes {
@@ -322,7 +365,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         }
         b.str(&l.name);
     }
-    b.section(tag::LANES, out)?;
+    b.section(tag::LANES);
 
     b.buf.reserve(trace.spans.len() * 12);
     b.len(trace.spans.len());
@@ -337,7 +380,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.pairs(&s.args);
         (start, op) = (s.start_ns, s.op);
     }
-    b.section(tag::SPANS, out)?;
+    b.section(tag::SPANS);
 
     b.len(trace.instants.len());
     for i in &trace.instants {
@@ -346,7 +389,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.varint(i.ts_ns);
         b.pairs(&i.args);
     }
-    b.section(tag::INSTANTS, out)?;
+    b.section(tag::INSTANTS);
 
     b.len(trace.flows.len());
     for f in &trace.flows {
@@ -357,7 +400,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             b.varint(end.ts_ns);
         }
     }
-    b.section(tag::FLOWS, out)?;
+    b.section(tag::FLOWS);
 
     b.len(trace.counters.len());
     for c in &trace.counters {
@@ -371,7 +414,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             ts = t;
         }
     }
-    b.section(tag::COUNTERS, out)?;
+    b.section(tag::COUNTERS);
 
     b.len(trace.calibrations.len());
     for c in &trace.calibrations {
@@ -379,7 +422,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         b.str(&c.method);
         b.varint(c.error_bound_ns);
     }
-    b.section(tag::CALIBRATIONS, out)?;
+    b.section(tag::CALIBRATIONS);
 
     if origin {
         b.len(trace.lanes.len());
@@ -400,7 +443,7 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
                 }
             }
         }
-        b.section(tag::ORIGIN, out)?;
+        b.section(tag::ORIGIN);
     }
 
     if !trace.memory.is_empty() {
@@ -424,8 +467,10 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             b.varint(m.allocated);
             b.varint(m.reserved);
         }
-        b.section(tag::MEMORY, out)?;
+        b.section(tag::MEMORY);
     }
+    write(out, &b.head())?;
+    write(out, &b.buf)?;
     out.flush()
         .map_err(|e| Error::Format(format!("could not write the native trace: {e}")))
 }
@@ -449,6 +494,9 @@ struct Reader<'a> {
     /// Bytes the strings copied so far take (see [`string_budget`]).
     decoded: u64,
     budget: u64,
+    /// Sections come from a directory (version 2), whose checks already
+    /// caught a file cut short: a body that runs out is too short itself.
+    directory: bool,
 }
 
 /// The most bytes of strings a file of `len` bytes may decode to.
@@ -475,7 +523,7 @@ impl Reader<'_> {
     }
 
     fn truncated(&self, need: &str) -> Error {
-        if self.end < self.bytes.len() {
+        if self.end < self.bytes.len() || self.directory {
             self.fail(
                 self.pos,
                 format!(
@@ -607,12 +655,13 @@ impl Reader<'_> {
         self.pairs_with(of, Self::str)
     }
 
-    /// Enters the section with `tag`.
-    fn section(&mut self, tag: u8) -> Result<()> {
+    /// Enters the next section of a version 1 file, which must have
+    /// `tag`; returns where its body is.
+    fn section(&mut self, tag: u8) -> Result<Extent> {
         self.what = "section header";
         self.end = self.bytes.len();
         let at = self.pos;
-        let name = tag::NAMES[usize::from(tag)];
+        let name = tag::name(tag);
         let found = self.u8(&format!("the {name} section"))?;
         if found != tag {
             return Err(self.fail(
@@ -630,9 +679,19 @@ impl Reader<'_> {
                 ),
             ));
         }
-        self.end = self.pos + len as usize;
-        self.what = name;
-        Ok(())
+        let body = Extent {
+            start: self.pos,
+            end: self.pos + len as usize,
+        };
+        self.pos = body.end;
+        Ok(body)
+    }
+
+    /// Goes to the body of section `tag` at `body`.
+    fn enter(&mut self, tag: u8, body: Extent) {
+        self.pos = body.start;
+        self.end = body.end;
+        self.what = tag::name(tag);
     }
 
     /// Leaves the section, which must have been read to its end.
@@ -674,7 +733,28 @@ impl Reader<'_> {
     }
 }
 
-/// Reads a native trace (see the module docs for the checks).
+/// Where a section's body is in the file.
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    start: usize,
+    end: usize,
+}
+
+/// Where the body of each known section is, by tag.
+type Sections = [Option<Extent>; tag::KINDS];
+
+/// How the sections of a file are found.
+enum Layout {
+    /// Version 1: one after another, each found when it is read (so a
+    /// problem is met in file order), the optional ones as the header
+    /// says (`follows`).
+    Sequence { next: usize, follows: Option<u64> },
+    /// Version 2: through the directory, checked before any body is read.
+    Directory(Box<Sections>),
+}
+
+/// Reads a native trace of any version up to [`NATIVE_VERSION`] (see the
+/// module docs for the checks).
 pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     let mut r = Reader {
         bytes,
@@ -684,6 +764,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         strings: Vec::new(),
         decoded: 0,
         budget: string_budget(bytes.len()),
+        directory: false,
     };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         let shown = &bytes[..bytes.len().min(MAGIC.len())];
@@ -700,30 +781,59 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         return Err(r.truncated("a u32 format version"));
     };
     let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
-    if version != NATIVE_VERSION {
+    r.pos = DIRECTORY_AT;
+    let (mut layout, trace) = match version {
+        1 => {
+            let body = r.section(tag::HEADER)?;
+            r.enter(tag::HEADER, body);
+            let (trace, follows) = header(&mut r, true)?;
+            let next = body.end;
+            (Layout::Sequence { next, follows }, trace)
+        }
+        2 => locate(&mut r)?,
+        _ => {
+            return Err(r.fail(
+                8,
+                format!(
+                    "expected format version 1 or {NATIVE_VERSION}, found version {version}{}",
+                    if version > NATIVE_VERSION {
+                        " (written by a newer Keel)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+    };
+    let trace = decode(&mut r, &mut layout, trace)?;
+    if let Layout::Sequence { next, .. } = layout
+        && next != bytes.len()
+    {
+        r.what = "end of file";
         return Err(r.fail(
-            8,
+            next,
             format!(
-                "expected format version {NATIVE_VERSION}, found version {version}{}",
-                if version > NATIVE_VERSION {
-                    " (written by a newer Keel)"
-                } else {
-                    ""
-                }
+                "expected the end of the file after the last section, found {} more bytes",
+                bytes.len() - next
             ),
         ));
     }
-    r.pos = 12;
+    Ok(trace)
+}
 
-    r.section(tag::HEADER)?;
-    let mut trace = Trace {
+/// The header section's body: the trace with its version and dropped
+/// count, and (version 1 only) which optional sections follow, when it
+/// says.
+fn header(r: &mut Reader<'_>, flags: bool) -> Result<(Trace, Option<u64>)> {
+    let trace = Trace {
         version: r.u32("the trace version")?,
         dropped: r.varint("the dropped count")?,
         ..Trace::default()
     };
-    // Which optional sections follow (files before the memory section, and
-    // files without one, do not say).
-    let follows = if r.pos < r.end {
+    // Version 1 files with a memory section say which optional sections
+    // follow (files before the memory section, and files without one, do
+    // not).
+    let follows = if flags && r.pos < r.end {
         let at = r.pos;
         let flags = r.varint("the optional sections that follow")?;
         if flags > 3 {
@@ -737,8 +847,170 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         None
     };
     r.done()?;
+    Ok((trace, follows))
+}
 
-    r.section(tag::STRINGS)?;
+/// Reads a little-endian integer of `N` bytes at `at`, which the caller
+/// has checked lies inside the file.
+fn le<const N: usize>(bytes: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v[..N].copy_from_slice(&bytes[at..at + N]);
+    u64::from_le_bytes(v)
+}
+
+/// Finds the sections of a version 2 file through its directory, checked
+/// as the module docs say; reads its header.
+fn locate(r: &mut Reader<'_>) -> Result<(Layout, Trace)> {
+    r.what = "section directory";
+    r.directory = true;
+    let len = r.bytes.len();
+    if len < DIRECTORY_AT + 4 {
+        return Err(r.truncated("a u32 section count"));
+    }
+    let count = le::<4>(r.bytes, DIRECTORY_AT);
+    let first = DIRECTORY_AT + 4;
+    let left = (len - first) as u64;
+    if count > left / ENTRY as u64 {
+        return Err(r.fail(
+            DIRECTORY_AT,
+            format!(
+                "expected a directory of {count} sections ({} bytes), found only {left} bytes left (truncated?)",
+                count * ENTRY as u64
+            ),
+        ));
+    }
+    let bodies = first + count as usize * ENTRY;
+    let mut sections: Sections = [None; tag::KINDS];
+    // (start, end, kind) of every entry, known or not, for the overlap check.
+    let mut extents = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = first + i * ENTRY;
+        let kind = le::<4>(r.bytes, at) as u32;
+        let offset = le::<8>(r.bytes, at + 4);
+        let length = le::<8>(r.bytes, at + 12);
+        let what = tag::describe(kind);
+        if offset < bodies as u64 {
+            return Err(r.fail(
+                at,
+                format!(
+                    "expected {what} to start after the directory (at byte offset {bodies} or later), found byte offset {offset}"
+                ),
+            ));
+        }
+        let end = offset.saturating_add(length);
+        if end > len as u64 {
+            return Err(r.fail(
+                at,
+                format!(
+                    "expected {what} ({length} bytes at byte offset {offset}) inside the file's {len} bytes, found it ending past them (truncated?)"
+                ),
+            ));
+        }
+        let extent = Extent {
+            start: offset as usize,
+            end: end as usize,
+        };
+        if let Ok(k @ 1..tag::KINDS) = usize::try_from(kind) {
+            if sections[k].is_some() {
+                return Err(r.fail(
+                    at,
+                    format!("expected one entry for {what}, found a second one"),
+                ));
+            }
+            sections[k] = Some(extent);
+        }
+        extents.push((extent.start, extent.end, kind));
+    }
+    extents.sort_unstable();
+    for pair in extents.windows(2) {
+        let ((a_start, a_end, a), (b_start, b_end, b)) = (pair[0], pair[1]);
+        if b_start < a_end {
+            return Err(r.fail(
+                DIRECTORY_AT,
+                format!(
+                    "expected sections that do not overlap, found {} (bytes {a_start} to {a_end}) overlapping {} (bytes {b_start} to {b_end})",
+                    tag::describe(a),
+                    tag::describe(b)
+                ),
+            ));
+        }
+    }
+    let last = extents.last().map_or(bodies, |e| e.1);
+    if last != len {
+        r.what = "end of file";
+        return Err(r.fail(
+            last,
+            format!(
+                "expected the end of the file after the last section, found {} more bytes",
+                len - last
+            ),
+        ));
+    }
+    for tag in tag::HEADER..=tag::CALIBRATIONS {
+        if sections[usize::from(tag)].is_none() {
+            return Err(r.fail(
+                DIRECTORY_AT,
+                format!(
+                    "expected {} (kind {tag}) in the directory, found none",
+                    tag::describe(tag.into())
+                ),
+            ));
+        }
+    }
+    let Some(body) = sections[usize::from(tag::HEADER)] else {
+        return Err(r.fail(DIRECTORY_AT, "expected a header section, found none"));
+    };
+    r.enter(tag::HEADER, body);
+    let (trace, _) = header(r, false)?;
+    Ok((Layout::Directory(Box::new(sections)), trace))
+}
+
+/// Enters section `tag` if the file has it.
+fn enter(r: &mut Reader<'_>, layout: &mut Layout, tag: u8) -> Result<bool> {
+    let body = match layout {
+        Layout::Directory(sections) => match sections[usize::from(tag)] {
+            Some(body) => body,
+            None => return Ok(false),
+        },
+        Layout::Sequence { next, follows } => {
+            let here = match tag {
+                tag::ORIGIN => match follows {
+                    Some(flags) => *flags & 1 != 0,
+                    None => r.bytes.get(*next) == Some(&tag::ORIGIN),
+                },
+                tag::MEMORY => follows.is_some_and(|f| f & 2 != 0),
+                _ => true,
+            };
+            if !here {
+                return Ok(false);
+            }
+            r.pos = *next;
+            let body = r.section(tag)?;
+            *next = body.end;
+            body
+        }
+    };
+    r.enter(tag, body);
+    Ok(true)
+}
+
+/// Enters section `tag`, which every file has (version 2's directory is
+/// checked for it).
+fn enter_required(r: &mut Reader<'_>, layout: &mut Layout, tag: u8) -> Result<()> {
+    if enter(r, layout, tag)? {
+        Ok(())
+    } else {
+        Err(r.fail(
+            r.pos,
+            format!("expected the {} section, found none", tag::name(tag)),
+        ))
+    }
+}
+
+/// Decodes the sections' bodies into `trace` (whose header is read).
+fn decode(r: &mut Reader<'_>, layout: &mut Layout, mut trace: Trace) -> Result<Trace> {
+    let bytes = r.bytes;
+    enter_required(r, layout, tag::STRINGS)?;
     let n = r.count("strings", 1)?;
     let mut strings = Vec::with_capacity(n);
     for _ in 0..n {
@@ -764,7 +1036,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     r.strings = strings;
     r.done()?;
 
-    r.section(tag::DEVICES)?;
+    enter_required(r, layout, tag::DEVICES)?;
     let n = r.count("devices", 3)?;
     trace.devices.reserve(n);
     for _ in 0..n {
@@ -780,7 +1052,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     r.done()?;
     let devices = trace.devices.len();
 
-    r.section(tag::LANES)?;
+    enter_required(r, layout, tag::LANES)?;
     let n = r.count("lanes", 3)?;
     trace.lanes.reserve(n);
     for _ in 0..n {
@@ -818,7 +1090,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     r.done()?;
     let lanes = trace.lanes.len();
 
-    r.section(tag::SPANS)?;
+    enter_required(r, layout, tag::SPANS)?;
     let n = r.count("spans", 7)?;
     trace.spans.reserve(n);
     let (mut start, mut op) = (0u64, 0u64);
@@ -852,7 +1124,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    r.section(tag::INSTANTS)?;
+    enter_required(r, layout, tag::INSTANTS)?;
     let n = r.count("instants", 4)?;
     trace.instants.reserve(n);
     for _ in 0..n {
@@ -869,7 +1141,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    r.section(tag::FLOWS)?;
+    enter_required(r, layout, tag::FLOWS)?;
     let n = r.count("flows", 6)?;
     trace.flows.reserve(n);
     for _ in 0..n {
@@ -897,7 +1169,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    r.section(tag::COUNTERS)?;
+    enter_required(r, layout, tag::COUNTERS)?;
     let n = r.count("counters", 3)?;
     trace.counters.reserve(n);
     for _ in 0..n {
@@ -919,7 +1191,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    r.section(tag::CALIBRATIONS)?;
+    enter_required(r, layout, tag::CALIBRATIONS)?;
     let n = r.count("calibrations", 3)?;
     trace.calibrations.reserve(n);
     for _ in 0..n {
@@ -934,11 +1206,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
     }
     r.done()?;
 
-    let origin_follows = follows.map(|f| f & 1 != 0);
-    if origin_follows == Some(true)
-        || (origin_follows.is_none() && r.pos < bytes.len() && bytes[r.pos] == tag::ORIGIN)
-    {
-        r.section(tag::ORIGIN)?;
+    if enter(r, layout, tag::ORIGIN)? {
         let at = r.pos;
         let n = r.count("lane groups", 1)?;
         if n != lanes {
@@ -980,8 +1248,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         r.done()?;
     }
 
-    if follows.is_some_and(|f| f & 2 != 0) {
-        r.section(tag::MEMORY)?;
+    if enter(r, layout, tag::MEMORY)? {
         let at = r.pos;
         let version = r.u8("the memory section's version")?;
         if version != tag::MEMORY_VERSION {
@@ -1047,15 +1314,5 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace> {
         r.done()?;
     }
 
-    if r.pos != bytes.len() {
-        r.what = "end of file";
-        return Err(r.fail(
-            r.pos,
-            format!(
-                "expected the end of the file after the last section, found {} more bytes",
-                bytes.len() - r.pos
-            ),
-        ));
-    }
     Ok(trace)
 }

@@ -579,7 +579,7 @@ fn golden_json() {
 #[test]
 fn golden_native() {
     golden(
-        "sample.keeltrace",
+        "sample.v2.keeltrace",
         &to_native_bytes(&sample()).expect("export"),
     );
 }
@@ -609,8 +609,15 @@ fn committed_golden_files_still_load() {
         read_json_bytes(&old).expect("older golden JSON loads"),
         expected
     );
-    let native = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native");
-    assert_eq!(read_native(&native).expect("golden native loads"), sample());
+    // The native format: version 2 (with the section directory) and the
+    // same trace written in version 1 (sections one after another) open
+    // to the same trace.
+    let v2 = std::fs::read(data_dir().join("sample.v2.keeltrace")).expect("golden native");
+    assert_eq!(v2[8..12], 2u32.to_le_bytes());
+    assert_eq!(read_native(&v2).expect("golden native loads"), sample());
+    let v1 = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native v1");
+    assert_eq!(v1[8..12], 1u32.to_le_bytes());
+    assert_eq!(read_native(&v1).expect("version 1 loads"), sample());
     // Written before allocator events existed: the same trace without them.
     let without_memory = Trace {
         memory: Vec::new(),
@@ -632,10 +639,9 @@ fn committed_golden_files_still_load() {
         load_trace(&data_dir().join("sample.trace.json")),
         Ok(sample())
     );
-    assert_eq!(
-        load_trace(&data_dir().join("sample.keeltrace")),
-        Ok(sample())
-    );
+    for name in ["sample.keeltrace", "sample.v2.keeltrace"] {
+        assert_eq!(load_trace(&data_dir().join(name)), Ok(sample()), "{name}");
+    }
 }
 
 #[test]
@@ -697,11 +703,11 @@ fn native_errors_are_clear() {
     assert!(format_error(read_native(b"")).contains("expected the magic"));
 
     let mut future = bytes.clone();
-    future[8..12].copy_from_slice(&2u32.to_le_bytes());
+    future[8..12].copy_from_slice(&3u32.to_le_bytes());
     let message = format_error(read_native(&future));
     assert!(
         message.contains(
-            "at byte offset 8: expected format version 1, found version 2 (written by a newer Keel)"
+            "at byte offset 8: expected format version 1 or 2, found version 3 (written by a newer Keel)"
         ),
         "{message}"
     );
@@ -736,9 +742,10 @@ fn native_errors_are_clear() {
     });
     let good = to_native_bytes(&t).expect("export");
     let mut bad_index = good.clone();
-    // The lanes section [4, 4, 1, 1, 1, 0] is followed by 5 empty sections.
-    let lane_name = good.len() - 16;
-    assert_eq!(&good[lane_name - 5..lane_name + 1], &[4, 4, 1, 1, 1, 0]);
+    // The lanes section: one lane, host (1), thread 1, name string 0.
+    let lanes = body(&good, 4);
+    assert_eq!(&good[lanes.clone()], &[1, 1, 1, 0]);
+    let lane_name = lanes.end - 1;
     bad_index[lane_name] = 7;
     let message = format_error(read_native(&bad_index));
     assert!(message.contains("lanes at byte offset"), "{message}");
@@ -876,6 +883,124 @@ fn json_errors_are_clear() {
     let report = t.import.expect("import report");
     assert_eq!((report.events, report.imported), (2, 1));
     assert_eq!(report.skipped, vec![(s("not a JSON object"), 1)]);
+}
+
+/// Keel's own files stream through the scanner with JSON's rules: what a
+/// lenient import forgives in other tools' files is an error naming its
+/// byte offset, and nothing about a valid file depends on where in it its
+/// tables are.
+#[test]
+fn keel_json_is_read_strictly_as_it_streams() {
+    let json = to_json_string(&sample()).expect("export");
+    let cases: Vec<(String, String)> = vec![
+        (
+            json.replacen("\n],", ",\n],", 1),
+            format!(
+                "traceEvents: expected an event after ',', found ']' at byte offset {}",
+                json.find("\n],").expect("the end of the events") + 2
+            ),
+        ),
+        (
+            json.replacen("},\n{", "}\n{", 1),
+            format!(
+                "traceEvents: expected ',' or ']' after an event, found '{{' at byte offset {}",
+                json.find("},\n{").expect("two events") + 2
+            ),
+        ),
+        (
+            format!("{json} x"),
+            format!(
+                "expected the end of the file after the trace, found 'x' at byte offset {}",
+                json.len() + 1
+            ),
+        ),
+        (
+            json[..json.len() / 2].to_owned(),
+            "found the end of the file (truncated?)".to_owned(),
+        ),
+        (
+            json.replacen("\"ph\":\"X\",", "\"ph\":\"X\",,", 1),
+            format!(
+                "expected valid JSON, found invalid JSON (key must be a string) at byte offset {}",
+                json.find("\"ph\":\"X\",").expect("a span") + 9
+            ),
+        ),
+        (
+            json.replacen("\"keel\":{", "\"keel\":{,", 1),
+            "keel: expected valid JSON, found invalid JSON".to_owned(),
+        ),
+        (
+            json.replacen(
+                "\"traceEvents\":[",
+                "\"traceEvents\":[],\"traceEvents\":[",
+                1,
+            ),
+            "expected one top-level field \"traceEvents\", found a second one".to_owned(),
+        ),
+    ];
+    for (input, expected) in cases {
+        let message = format_error(read_json(&input));
+        assert!(
+            message.contains(&expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+
+    // A lane may be declared after its first event, the `keel` object
+    // comes last: both are tables the first pass reads.
+    let lines: Vec<&str> = json.lines().collect();
+    let declaration = lines
+        .iter()
+        .position(|l| l.contains("\"name\":\"thread_name\",\"args\":{\"name\":\"main\""))
+        .expect("the main lane's thread_name");
+    let end = lines
+        .iter()
+        .position(|l| *l == "],")
+        .expect("the end of the events");
+    let mut moved: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let line = moved.remove(declaration);
+    moved.insert(end - 1, line);
+    // The last event line ends without a comma: give it one, take it
+    // from the moved line.
+    let last = end - 2;
+    moved[last].push(',');
+    moved[end - 1] = moved[end - 1].trim_end_matches(',').to_owned();
+    assert_eq!(read_json(&moved.join("\n")), Ok(sample()));
+
+    // A repeated key takes its last value, as a JSON tree has it.
+    let repeated = json.replacen(
+        "\"name\":\"main\"",
+        "\"name\":\"first\",\"name\":\"main\"",
+        1,
+    );
+    assert_eq!(read_json(&repeated), Ok(sample()));
+
+    // No event is too large for Keel's own files (the limit that protects
+    // imports from huge events does not apply: the input bounds them).
+    let mut big = sample();
+    big.spans[0]
+        .args
+        .push(("blob".into(), "x".repeat(17 << 20).into()));
+    let text = to_json_string(&big).expect("export");
+    assert_eq!(read_json(&text), Ok(big));
+
+    // Compressed, the same file reads exactly (the decompressed stream is
+    // read once per pass).
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, json.as_bytes()).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    assert_eq!(keel_trace::file::from_bytes(&gz), Ok(sample()));
+
+    // A file that looks like Keel's (its first events carry "keel_lane")
+    // but has no `keel` object is another tool's, imported; until that is
+    // known it is held to JSON's rules.
+    let cut = json.find("\n],").expect("the end of the events");
+    let foreign = format!("{}\n]}}", &json[..cut]);
+    let t = read_json(&foreign).expect("imported");
+    assert!(t.import.is_some());
+    let broken = foreign.replacen("},\n{", "},\n{,", 1);
+    let message = format_error(read_json(&broken));
+    assert!(message.contains("expected valid JSON"), "{message}");
 }
 
 #[test]
@@ -1036,10 +1161,31 @@ proptest! {
     #[test]
     fn native_reader_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = read_native(&bytes);
-        let mut with_magic = Vec::from(&MAGIC[..]);
-        with_magic.extend_from_slice(&1u32.to_le_bytes());
-        with_magic.extend_from_slice(&bytes);
-        let _ = read_native(&with_magic);
+        for version in [1u32, 2] {
+            let mut with_magic = Vec::from(&MAGIC[..]);
+            with_magic.extend_from_slice(&version.to_le_bytes());
+            with_magic.extend_from_slice(&bytes);
+            let _ = read_native(&with_magic);
+        }
+    }
+
+    /// Directories of a few sections with any kinds, offsets and lengths
+    /// over a golden file's bodies.
+    #[test]
+    fn native_reader_never_panics_on_directories(
+        entries in proptest::collection::vec((0u32..14, 0u64..2000, 0u64..2000), 0..14),
+    ) {
+        let golden = golden_native_bytes();
+        let mut bytes = golden[..12].to_vec();
+        bytes.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for (kind, offset, length) in &entries {
+            bytes.extend_from_slice(&kind.to_le_bytes());
+            bytes.extend_from_slice(&offset.to_le_bytes());
+            bytes.extend_from_slice(&length.to_le_bytes());
+        }
+        let start = 16 + 20 * usize::try_from(u32::from_le_bytes([golden[12], golden[13], golden[14], golden[15]])).expect("count");
+        bytes.extend_from_slice(&golden[start..]);
+        let _ = read_native(&bytes);
     }
 
     #[test]
@@ -1090,6 +1236,107 @@ proptest! {
         lines[i] = replacement;
         let _ = read_json(&lines.join("\n"));
     }
+}
+
+/// The byte range of the body of section `kind` in a version 2 file,
+/// from its directory.
+fn body(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
+    let le = |at: usize, n: usize| {
+        let mut v = [0u8; 8];
+        v[..n].copy_from_slice(&bytes[at..at + n]);
+        u64::from_le_bytes(v) as usize
+    };
+    (0..le(12, 4))
+        .map(|i| 16 + 20 * i)
+        .find(|&at| le(at, 4) == kind as usize)
+        .map(|at| le(at + 4, 8)..le(at + 4, 8) + le(at + 12, 8))
+        .expect("the section is listed")
+}
+
+/// Version 2's directory: where each section is, checked before any body
+/// is read; sections a newer writer adds are skipped.
+#[test]
+fn native_directory_problems_are_clear() {
+    let good = golden_native_bytes();
+    let count = u32::from_le_bytes([good[12], good[13], good[14], good[15]]) as usize;
+    assert_eq!(count, 10, "sections 1 to 9 and the memory section");
+    let entry = |i: usize| 16 + 20 * i;
+    let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut bytes = good.clone();
+        edit(&mut bytes);
+        format_error(read_native(&bytes))
+    };
+    let set = |bytes: &mut Vec<u8>, at: usize, v: u64, n: usize| {
+        bytes[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with(&|b| set(b, 12, 1000, 4)),
+            "section directory at byte offset 12: expected a directory of 1000 sections (20000 bytes), found only",
+        ),
+        (
+            // The spans section's offset into the directory.
+            with(&|b| set(b, entry(4) + 4, 20, 8)),
+            "expected the spans section to start after the directory (at byte offset 216 or later), found byte offset 20",
+        ),
+        (
+            with(&|b| set(b, entry(4) + 12, 1 << 40, 8)),
+            "found it ending past them (truncated?)",
+        ),
+        (
+            // The devices section listed twice.
+            with(&|b| set(b, entry(3), 3, 4)),
+            "expected one entry for the devices section, found a second one",
+        ),
+        (
+            // The lanes section made longer, into the spans section.
+            with(&|b| {
+                let len = body(b, 4).len() as u64;
+                set(b, entry(3) + 12, len + 1, 8);
+            }),
+            "expected sections that do not overlap, found the lanes section",
+        ),
+        (
+            // The calibrations entry turned into an unknown kind: skipped,
+            // so the required section is missing.
+            with(&|b| set(b, entry(8), 40, 4)),
+            "expected the calibrations section (kind 9) in the directory, found none",
+        ),
+        (
+            // A body with a byte too many for what it holds.
+            with(&|b| {
+                let len = body(b, 4).len() as u64;
+                set(b, entry(3) + 12, len - 1, 8);
+            }),
+            "native trace, lanes at byte offset",
+        ),
+    ];
+    for (message, expected) in cases {
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+    // A section of a kind this reader does not know is skipped: one more
+    // entry, pointing at a body appended to the file.
+    let mut newer = good[..12].to_vec();
+    newer.extend_from_slice(&(count as u32 + 1).to_le_bytes());
+    for i in 0..count {
+        let at = entry(i);
+        newer.extend_from_slice(&good[at..at + 4]);
+        let offset = u64::from_le_bytes(good[at + 4..at + 12].try_into().expect("8 bytes"));
+        newer.extend_from_slice(&(offset + 20).to_le_bytes());
+        newer.extend_from_slice(&good[at + 12..at + 20]);
+    }
+    newer.extend_from_slice(&99u32.to_le_bytes());
+    newer.extend_from_slice(&(good.len() as u64 + 20).to_le_bytes());
+    newer.extend_from_slice(&3u64.to_le_bytes());
+    newer.extend_from_slice(&good[entry(count)..]);
+    newer.extend_from_slice(b"new");
+    assert_eq!(
+        read_native(&newer).expect("an unknown section is skipped"),
+        sample()
+    );
 }
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {
@@ -1352,19 +1599,30 @@ fn memory_event_problems_are_reported() {
         message.contains("keel_action: expected one of alloc, free, segment_alloc, segment_free, oom, found \"leak\""),
         "{message}"
     );
-    // Every cut of a file fails, the one before its memory section too
-    // (its header says one follows: the cut is not an older file).
+    // Every cut of a file fails, the one before its memory section too:
+    // version 2 lists the section in its directory...
     let bytes = to_native_bytes(&sample()).expect("export");
     for cut in 0..bytes.len() {
         assert!(read_native(&bytes[..cut]).is_err(), "cut at {cut}");
     }
-    let without = to_native_bytes(&Trace {
-        memory: Vec::new(),
-        ..sample()
-    })
-    .expect("export");
+    let memory = body(&bytes, 11);
+    assert_eq!(memory.end, bytes.len(), "the memory section comes last");
+    let message = format_error(read_native(&bytes[..memory.start]));
+    assert!(
+        message.contains("expected the memory section (")
+            && message.contains("found it ending past them (truncated?)"),
+        "{message}"
+    );
+    // ...and version 1's header says one follows: the cut is not an older
+    // file.
+    let v1 = std::fs::read(data_dir().join("sample.keeltrace")).expect("golden native v1");
+    for cut in 0..v1.len() {
+        assert!(read_native(&v1[..cut]).is_err(), "cut at {cut}");
+    }
+    let without = std::fs::read(data_dir().join("sample.before-memory.keeltrace"))
+        .expect("older golden native");
     // One byte more: the header's flags.
-    let message = format_error(read_native(&bytes[..without.len() + 1]));
+    let message = format_error(read_native(&v1[..without.len() + 1]));
     assert!(
         message.contains("expected the memory section, found the end of the file"),
         "{message}"

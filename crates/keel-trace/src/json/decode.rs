@@ -1,69 +1,120 @@
-//! What the reader of Keel's own files and the importer of other tools'
-//! share: field access with JSON paths in the errors, exact microseconds,
-//! user arguments, and the walk over `traceEvents` that both drive with
-//! their own [`Tables`] (how events find their lane and counter, and how
-//! strict to be).
+//! Keel's own files, one value at a time: parsing with the byte offset of
+//! any problem, field access with JSON paths in the errors ([`Obj`]),
+//! exact microseconds, user arguments, and the walk over `traceEvents`
+//! ([`Walk`]) that builds the trace from the tables `keel.rs` read first.
+//! Everything here is strict: a Keel file is what Keel wrote, so anything
+//! else in it is an error naming where.
 
 use std::collections::{HashMap, hash_map::Entry};
-
-use serde_json::{Map, Value};
+use std::fmt;
 
 use super::kind_for_category;
+use super::stream::Sink;
+use super::value::{Fields, Lite, json_error, short};
 use crate::error::{Error, Result};
 use crate::model::{
-    Flow, FlowEnd, FlowKind, InstantEvent, LaneKind, MemoryAction, MemoryEvent, Span, SpanKind,
-    Trace,
+    Flow, FlowEnd, FlowKind, InstantEvent, Interner, LaneKind, MemoryAction, MemoryEvent, Span,
+    SpanKind, Text, Trace,
 };
 
 pub(super) fn err(message: String) -> Error {
     Error::Format(message)
 }
 
-/// At most the first 64 characters of `s`, for quoting a bad value in an
-/// error message (with the full length when it was cut).
-pub fn short(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        None => s.to_owned(),
-        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
+/// `bytes` (a value starting at byte offset `at` of the input) as text.
+pub(super) fn utf8(bytes: &[u8], at: u64) -> Result<&str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        err(format!(
+            "expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset {}",
+            at + e.valid_up_to() as u64
+        ))
+    })
+}
+
+/// The error for invalid JSON at `path`, in `bytes` starting at byte
+/// offset `at`.
+pub(super) fn invalid(path: Path<'_>, e: &serde_json::Error, bytes: &[u8], at: u64) -> Error {
+    let (message, offset) = json_error(e, bytes, at);
+    err(format!(
+        "{path}: expected valid JSON, found invalid JSON ({message}) at byte offset {offset}"
+    ))
+}
+
+/// Parses one value at `path` (its `bytes` start at byte offset `at`).
+pub(super) fn parse<'a>(path: Path<'_>, bytes: &'a [u8], at: u64) -> Result<Lite<'a>> {
+    serde_json::from_str(utf8(bytes, at)?).map_err(|e| invalid(path, &e, bytes, at))
+}
+
+/// Parses the object at `path` (an element of `traceEvents`), or `None`
+/// when the value is not an object (with what it is).
+pub(super) fn parse_object<'a>(
+    path: Path<'_>,
+    bytes: &'a [u8],
+    at: u64,
+) -> Result<std::result::Result<Fields<'a>, &'static str>> {
+    if bytes.first() != Some(&b'{') {
+        return Ok(Err(parse(path, bytes, at)?.type_name()));
+    }
+    let fields: Fields<'a> =
+        serde_json::from_str(utf8(bytes, at)?).map_err(|e| invalid(path, &e, bytes, at))?;
+    Ok(Ok(fields.dedup()))
+}
+
+/// Where a value is, for errors: built only when one is reported.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Path<'p> {
+    /// `traceEvents[i]`.
+    Event(usize),
+    /// `traceEvents[i].args`.
+    Args(usize),
+    /// Anything else, spelled out (`keel.devices[0]`).
+    Text(&'p str),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Event(i) => write!(f, "traceEvents[{i}]"),
+            Path::Args(i) => write!(f, "traceEvents[{i}].args"),
+            Path::Text(t) => f.write_str(t),
+        }
     }
 }
 
-pub(super) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Field access with JSON paths in the errors.
-pub(super) struct Obj<'a> {
-    map: &'a Map<String, Value>,
+/// An object's fields with JSON paths in the errors.
+pub(super) struct Obj<'a, 'p> {
+    fields: Fields<'a>,
     /// Where the object is (`traceEvents[3]`), for errors.
-    pub path: &'a str,
+    pub path: Path<'p>,
 }
 
-impl<'a> Obj<'a> {
-    pub(super) fn new(value: &'a Value, path: &'a str) -> Result<Self> {
-        match value {
-            Value::Object(map) => Ok(Obj { map, path }),
-            other => Err(err(format!(
+impl<'a, 'p> Obj<'a, 'p> {
+    /// `value`, which must be an object.
+    pub(super) fn new(value: &Lite<'a>, path: Path<'p>) -> Result<Self> {
+        match value.fields() {
+            Some(fields) => Ok(Obj::of(fields.dedup(), path)),
+            None => Err(err(format!(
                 "{path}: expected an object, found {}",
-                type_name(other)
+                value.type_name()
             ))),
         }
     }
 
-    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key)
+    /// An object already parsed (and deduplicated).
+    pub(super) fn of(fields: Fields<'a>, path: Path<'p>) -> Self {
+        Obj { fields, path }
     }
 
-    pub(super) fn req(&self, key: &str) -> Result<&'a Value> {
-        self.map.get(key).ok_or_else(|| {
+    pub(super) fn get(&self, key: &str) -> Option<&Lite<'a>> {
+        self.fields.get(key)
+    }
+
+    pub(super) fn fields(&self) -> &Fields<'a> {
+        &self.fields
+    }
+
+    pub(super) fn req(&self, key: &str) -> Result<&Lite<'a>> {
+        self.get(key).ok_or_else(|| {
             err(format!(
                 "{}: expected a field \"{key}\", found none",
                 self.path
@@ -71,13 +122,13 @@ impl<'a> Obj<'a> {
         })
     }
 
-    pub(super) fn str(&self, key: &str) -> Result<&'a str> {
+    pub(super) fn str(&self, key: &str) -> Result<&str> {
         match self.req(key)? {
-            Value::String(s) => Ok(s),
+            Lite::Str(s) => Ok(s),
             other => Err(err(format!(
                 "{}.{key}: expected a string, found {}",
                 self.path,
-                type_name(other)
+                other.type_name()
             ))),
         }
     }
@@ -88,7 +139,7 @@ impl<'a> Obj<'a> {
             err(format!(
                 "{}.{key}: expected an unsigned integer, found {}",
                 self.path,
-                describe(v)
+                v.describe()
             ))
         })
     }
@@ -109,80 +160,58 @@ impl<'a> Obj<'a> {
             err(format!(
                 "{}.{key}: expected an integer, found {}",
                 self.path,
-                describe(v)
+                v.describe()
             ))
         })
     }
 
-    pub(super) fn array(&self, key: &str) -> Result<&'a [Value]> {
-        match self.req(key)? {
-            Value::Array(a) => Ok(a),
-            other => Err(err(format!(
+    pub(super) fn array(&self, key: &str) -> Result<Vec<Lite<'a>>> {
+        let v = self.req(key)?;
+        v.elements().ok_or_else(|| {
+            err(format!(
                 "{}.{key}: expected an array, found {}",
                 self.path,
-                type_name(other)
-            ))),
-        }
+                v.type_name()
+            ))
+        })
     }
 
-    /// Microseconds (a JSON number) as exact ns.
-    pub(super) fn micros(&self, key: &str, exact: bool) -> Result<u64> {
+    /// Microseconds (a JSON number with at most three decimals) as exact
+    /// ns.
+    pub(super) fn micros(&self, key: &str) -> Result<u64> {
         let v = self.req(key)?;
-        let Value::Number(n) = v else {
+        let Lite::Num(n) = v else {
             return Err(err(format!(
                 "{}.{key}: expected a number of microseconds, found {}",
                 self.path,
-                type_name(v)
+                v.type_name()
             )));
         };
-        parse_micros(n.as_str(), exact).ok_or_else(|| {
+        parse_micros(n).ok_or_else(|| {
             err(format!(
-                "{}.{key}: expected a non-negative number of microseconds{} below 2^64 ns, found {}",
+                "{}.{key}: expected a non-negative number of microseconds with at most 3 decimals below 2^64 ns, found {}",
                 self.path,
-                if exact { " with at most 3 decimals" } else { "" },
-                short(n.as_str())
+                short(n)
             ))
         })
     }
 }
 
-/// A short description of a value for error messages.
-pub(super) fn describe(v: &Value) -> String {
-    match v {
-        Value::Number(n) => short(n.as_str()),
-        Value::String(s) => format!("the string \"{}\"", short(s)),
-        other => type_name(other).to_owned(),
-    }
-}
-
-/// Parses a decimal number of microseconds into ns without floating point.
-/// With `exact`, more than three decimals (or an exponent) is refused;
-/// without, the value is rounded to the nearest ns.
-fn parse_micros(text: &str, exact: bool) -> Option<u64> {
-    let (int, frac) = match text.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (text, ""),
-    };
+/// Parses a decimal number of microseconds with at most three decimals
+/// into ns, without floating point.
+fn parse_micros(text: &str) -> Option<u64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if digits(int) && (frac.is_empty() || digits(frac)) && (frac.len() <= 3 || !exact) {
-        let mut ns: u64 = int.parse::<u64>().ok()?.checked_mul(1000)?;
-        let mut scale = 100;
-        for b in frac.bytes().take(3) {
-            ns = ns.checked_add(u64::from(b - b'0') * scale)?;
-            scale /= 10;
-        }
-        if frac.as_bytes().get(3).is_some_and(|&b| b >= b'5') {
-            ns = ns.checked_add(1)?;
-        }
-        return Some(ns);
-    }
-    if exact {
+    if !(digits(int) && (frac.is_empty() || digits(frac)) && frac.len() <= 3) {
         return None;
     }
-    // Exponents and the like, from other tools: floating point is fine.
-    let us: f64 = text.parse().ok()?;
-    let ns = (us * 1000.0).round();
-    (ns.is_finite() && (0.0..1.8e19).contains(&ns)).then_some(ns as u64)
+    let mut ns: u64 = int.parse::<u64>().ok()?.checked_mul(1000)?;
+    let mut scale = 100;
+    for b in frac.bytes() {
+        ns = ns.checked_add(u64::from(b - b'0') * scale)?;
+        scale /= 10;
+    }
+    Some(ns)
 }
 
 /// The user arguments of an event in a Keel file: keel's own are skipped,
@@ -190,74 +219,183 @@ fn parse_micros(text: &str, exact: bool) -> Option<u64> {
 /// other values are the fields Keel adds for PyTorch's tools (`device`,
 /// `stream`, `correlation`, `grid`, `block`: see `write.rs`) and are
 /// skipped.
-fn user_args(args: Option<&Map<String, Value>>) -> Vec<(String, String)> {
-    let Some(args) = args else {
-        return Vec::new();
-    };
-    let mut out = Vec::with_capacity(args.len());
-    for (k, v) in args {
-        let key = if let Some(rest) = k.strip_prefix("keel_arg_") {
-            rest.to_owned()
-        } else if k.starts_with("keel_") {
-            continue;
-        } else {
-            k.clone()
-        };
-        let Value::String(value) = v else {
-            continue;
-        };
-        out.push((key, value.clone()));
+fn user_args<'f>(args: Option<&'f Obj<'_, '_>>) -> impl Iterator<Item = (&'f str, &'f str)> {
+    args.into_iter().flat_map(|args| {
+        args.fields().0.iter().filter_map(|(k, v)| {
+            let key = match k.strip_prefix("keel_arg_") {
+                Some(rest) => rest,
+                None if k.starts_with("keel_") => return None,
+                None => k,
+            };
+            Some((key, v.as_str()?))
+        })
+    })
+}
+
+/// How events find their lanes and counters: what the tables of a Keel
+/// file say (see `keel.rs`).
+#[derive(Debug, Default)]
+pub(super) struct Tables {
+    /// (pid, tid) -> lane index
+    pub lanes: HashMap<(u64, u64), u32>,
+    /// device -> counter name -> counter index
+    pub counters: HashMap<u32, HashMap<String, usize>>,
+}
+
+impl Tables {
+    fn lane(&self, ev: &Obj<'_, '_>) -> Result<u32> {
+        let (pid, tid) = (ev.u64("pid")?, ev.u64("tid")?);
+        match self.lanes.get(&(pid, tid)) {
+            Some(&lane) => Ok(lane),
+            None => Err(err(format!(
+                "{}: expected the pid/tid of a lane declared by a thread_name event, found unknown lane pid {pid} tid {tid}",
+                ev.path
+            ))),
+        }
     }
-    out
+
+    fn counter_device(trace: &Trace, ev: &Obj<'_, '_>, pid: u64) -> Result<u32> {
+        pid.checked_sub(1)
+            .and_then(|d| u32::try_from(d).ok())
+            .filter(|&d| (d as usize) < trace.devices.len())
+            .ok_or_else(|| {
+                err(format!(
+                    "{}.pid: expected the pid of a device (1 to {}), found {pid}",
+                    ev.path,
+                    trace.devices.len()
+                ))
+            })
+    }
+
+    fn counter(&self, ev: &Obj<'_, '_>, device: u32, name: &str) -> Result<usize> {
+        match self.counters.get(&device).and_then(|c| c.get(name)) {
+            Some(&index) => Ok(index),
+            None => Err(err(format!(
+                "{}: expected a counter listed in keel.counters, found \"{}\" of device {device}",
+                ev.path,
+                short(name)
+            ))),
+        }
+    }
 }
 
-/// Whether an instant is an allocator event Keel wrote: its `args` carry
-/// `keel_action` (a user argument of that name is written as
-/// `keel_arg_keel_action`, so nothing else has it).
-fn is_memory_event(ev: &Obj<'_>) -> bool {
-    matches!(ev.get("args"), Some(Value::Object(args)) if args.contains_key("keel_action"))
-}
-
-pub(super) fn event_path(i: usize) -> String {
-    format!("traceEvents[{i}]")
-}
-
-/// How events find their lanes and counters, and how strict to be: what
-/// differs between Keel's own files and other tools'.
-pub(super) trait Tables {
-    /// Keel's own files are read strictly (every problem is an error, times
-    /// have at most three decimals); other tools' leniently (what cannot be
-    /// used is skipped).
-    const STRICT: bool;
-
-    /// The lane of event `ev`; `None` skips the event.
-    fn lane(&mut self, trace: &mut Trace, ev: &Obj<'_>) -> Result<Option<u32>>;
-
-    /// The device of counter event `ev`, whose pid is `pid`; `None` skips
-    /// the event.
-    fn counter_device(&mut self, trace: &Trace, ev: &Obj<'_>, pid: u64) -> Result<Option<u32>>;
-
-    /// The index in `trace.counters` of the counter `name` of `device`.
-    fn counter(
-        &mut self,
-        trace: &mut Trace,
-        ev: &Obj<'_>,
-        device: u32,
-        name: &str,
-    ) -> Result<usize>;
-}
-
-/// Reads every event of `events` into `trace`, whose tables `tables` knows.
-pub(super) fn walk<T: Tables>(tables: T, trace: Trace, events: &[Value]) -> Result<Trace> {
-    Walk { tables, trace }.run(events)
-}
-
-struct Walk<T> {
-    tables: T,
+/// The second pass over a Keel file: every event into the trace, whose
+/// tables are known.
+pub(super) struct Walk {
+    tables: Tables,
     trace: Trace,
+    /// Elements of `traceEvents` so far.
+    events: usize,
+    /// Span names and argument names, shared across spans.
+    names: Interner,
+    /// Argument values, shared where they repeat.
+    values: Interner,
+    /// Flow id -> index in `pending`.
+    ids: HashMap<u64, usize>,
+    pending: Vec<PendingFlow>,
 }
 
-impl<T: Tables> Walk<T> {
+/// A flow whose `s` event was read.
+struct PendingFlow {
+    id: u64,
+    kind: FlowKind,
+    from: FlowEnd,
+    to: Option<FlowEnd>,
+    /// Index of the `s` event, for errors.
+    event: usize,
+}
+
+impl Sink for Walk {
+    fn event(&mut self, at: u64, bytes: Option<&[u8]>) -> Result<()> {
+        let index = self.events;
+        self.events += 1;
+        let path = Path::Event(index);
+        let ev = match parse_object(path, bytes.unwrap_or_default(), at)? {
+            Ok(fields) => Obj::of(fields, path),
+            Err(found) => {
+                return Err(err(format!("{path}: expected an object, found {found}")));
+            }
+        };
+        let ph = match ev.get("ph") {
+            Some(Lite::Str(ph)) => ph.clone(),
+            Some(other) => {
+                return Err(err(format!(
+                    "{path}.ph: expected a string, found {}",
+                    other.type_name()
+                )));
+            }
+            None => return Err(err(format!("{path}: expected a field \"ph\", found none"))),
+        };
+        match &*ph {
+            "X" | "i" | "I" | "C" => {
+                // `args`, when it is an object (the kinds of events say
+                // what else it may be).
+                let args = match ev.get("args") {
+                    Some(v @ Lite::Object(_)) => Some(Obj::new(v, Path::Args(index))?),
+                    _ => None,
+                };
+                let args = args.as_ref();
+                match &*ph {
+                    "X" => self.span(&ev, args),
+                    "C" => self.counter(&ev, args),
+                    _ if args.is_some_and(|a| a.get("keel_action").is_some()) => {
+                        self.memory(&ev, args)
+                    }
+                    _ => self.instant(&ev, args),
+                }
+            }
+            "s" | "f" => self.flow_end(&ev, ph == "s", index),
+            _ => Ok(()),
+        }
+    }
+
+    fn truncated_event(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn wants(&self, _: &str) -> bool {
+        false
+    }
+
+    fn field(&mut self, _: &str, _: u64, _: Option<&[u8]>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Walk {
+    /// A walk filling `trace`, whose tables `tables` holds.
+    pub(super) fn new(tables: Tables, trace: Trace) -> Walk {
+        Walk {
+            tables,
+            trace,
+            events: 0,
+            names: Interner::default(),
+            values: Interner::new(1 << 16),
+            ids: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The trace, once every flow found its end.
+    pub(super) fn finish(mut self) -> Result<Trace> {
+        for flow in self.pending {
+            let Some(to) = flow.to else {
+                return Err(err(format!(
+                    "{}: expected an \"f\" event ending flow id {}, found none",
+                    Path::Event(flow.event),
+                    flow.id
+                )));
+            };
+            self.trace.flows.push(Flow {
+                id: flow.id,
+                kind: flow.kind,
+                from: flow.from,
+                to,
+            });
+        }
+        Ok(self.trace)
+    }
+
     fn is_host(&self, lane: u32) -> bool {
         self.trace
             .lanes
@@ -265,100 +403,37 @@ impl<T: Tables> Walk<T> {
             .is_some_and(|l| matches!(l.kind, LaneKind::Host { .. }))
     }
 
-    /// An event's `args` object, if any.
-    fn args<'a>(&self, ev: &Obj<'a>) -> Result<Option<&'a Map<String, Value>>> {
-        match ev.get("args") {
-            None => Ok(None),
-            Some(Value::Object(map)) => Ok(Some(map)),
-            Some(other) if T::STRICT => Err(err(format!(
+    /// An event's `args`, which must be an object when present (`parsed`
+    /// holds it when it is one).
+    fn args<'o, 'a, 'p>(
+        ev: &Obj<'_, '_>,
+        parsed: Option<&'o Obj<'a, 'p>>,
+    ) -> Result<Option<&'o Obj<'a, 'p>>> {
+        match (ev.get("args"), parsed) {
+            (None, _) => Ok(None),
+            (Some(_), Some(args)) => Ok(Some(args)),
+            (Some(other), None) => Err(err(format!(
                 "{}.args: expected an object, found {}",
                 ev.path,
-                type_name(other)
+                other.type_name()
             ))),
-            Some(_) => Ok(None),
         }
     }
 
-    fn run(mut self, events: &[Value]) -> Result<Trace> {
-        // Flow id -> index in `pending`.
-        let mut ids: HashMap<u64, usize> = HashMap::new();
-        let mut pending: Vec<PendingFlow> = Vec::new();
-        for (i, e) in events.iter().enumerate() {
-            let path = event_path(i);
-            let ev = match Obj::new(e, &path) {
-                Ok(ev) => ev,
-                Err(e) if T::STRICT => return Err(e),
-                Err(_) => continue,
-            };
-            let ph = match ev.get("ph") {
-                Some(Value::String(ph)) => ph.as_str(),
-                Some(other) if T::STRICT => {
-                    return Err(err(format!(
-                        "{path}.ph: expected a string, found {}",
-                        type_name(other)
-                    )));
-                }
-                _ if T::STRICT => {
-                    return Err(err(format!("{path}: expected a field \"ph\", found none")));
-                }
-                _ => continue,
-            };
-            let result = match ph {
-                "X" => self.span(&ev),
-                "i" | "I" if is_memory_event(&ev) => self.memory(&ev),
-                "i" | "I" => self.instant(&ev),
-                "C" => self.counter(&ev),
-                "s" | "f" => self.flow_end(&ev, ph == "s", i, &mut ids, &mut pending),
-                _ => Ok(()),
-            };
-            match result {
-                Ok(()) => {}
-                Err(e) if T::STRICT => return Err(e),
-                Err(_) => {}
-            }
-        }
-        for flow in pending {
-            match flow.to {
-                Some(to) => self.trace.flows.push(Flow {
-                    id: flow.id,
-                    kind: flow.kind,
-                    from: flow.from,
-                    to,
-                }),
-                None if T::STRICT => {
-                    return Err(err(format!(
-                        "{}: expected an \"f\" event ending flow id {}, found none",
-                        event_path(flow.event),
-                        flow.id
-                    )));
-                }
-                None => {}
-            }
-        }
-        Ok(self.trace)
-    }
-
-    fn span(&mut self, ev: &Obj<'_>) -> Result<()> {
+    fn span(&mut self, ev: &Obj<'_, '_>, args: Option<&Obj<'_, '_>>) -> Result<()> {
         // The runtime-call slices Keel adds for PyTorch's tools.
-        if let Some(Value::Object(args)) = ev.get("args")
-            && args.contains_key("keel_extra")
-        {
+        if args.is_some_and(|a| a.get("keel_extra").is_some()) {
             return Ok(());
         }
-        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
-            return Ok(());
-        };
+        let lane = self.tables.lane(ev)?;
         let host = self.is_host(lane);
-        let start_ns = ev.micros("ts", T::STRICT)?;
-        let dur_ns = ev.micros("dur", T::STRICT)?;
-        let name = ev.str("name")?.to_owned();
-        let cat = match ev.get("cat") {
-            Some(Value::String(c)) => c.as_str(),
-            _ => "",
-        };
-        let args = self.args(ev)?;
+        let start_ns = ev.micros("ts")?;
+        let dur_ns = ev.micros("dur")?;
+        let name = self.names.intern(ev.str("name")?);
+        let cat = ev.get("cat").and_then(Lite::as_str).unwrap_or("");
+        let args = Self::args(ev, args)?;
         let kind = match args.and_then(|a| a.get("keel_kind")) {
-            Some(Value::String(k)) => SpanKind::from_name(k).ok_or_else(|| {
+            Some(Lite::Str(k)) => SpanKind::from_name(k).ok_or_else(|| {
                 err(format!(
                     "{}.args.keel_kind: expected one of {}, found \"{}\"",
                     ev.path,
@@ -370,21 +445,16 @@ impl<T: Tables> Walk<T> {
                 return Err(err(format!(
                     "{}.args.keel_kind: expected a string, found {}",
                     ev.path,
-                    type_name(other)
+                    other.type_name()
                 )));
             }
-            None => match kind_for_category(cat, host) {
-                Some(kind) => kind,
-                None if T::STRICT => {
-                    return Err(err(format!(
-                        "{}: expected \"args.keel_kind\" or a known \"cat\", found cat \"{}\"",
-                        ev.path,
-                        short(cat)
-                    )));
-                }
-                None if host => SpanKind::Annotation,
-                None => SpanKind::Kernel,
-            },
+            None => kind_for_category(cat, host).ok_or_else(|| {
+                err(format!(
+                    "{}: expected \"args.keel_kind\" or a known \"cat\", found cat \"{}\"",
+                    ev.path,
+                    short(cat)
+                ))
+            })?,
         };
         let op = match args.and_then(|a| a.get("keel_op")) {
             None => 0,
@@ -392,32 +462,32 @@ impl<T: Tables> Walk<T> {
                 err(format!(
                     "{}.args.keel_op: expected an unsigned integer, found {}",
                     ev.path,
-                    describe(v)
+                    v.describe()
                 ))
             })?,
         };
+        let args: Vec<(Text, Text)> = user_args(args)
+            .map(|(k, v)| (self.names.intern(k), self.values.intern(v)))
+            .collect();
         self.trace.spans.push(Span {
             lane,
-            name: name.into(),
+            name,
             kind,
             start_ns,
             dur_ns,
             op,
-            args: user_args(args)
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
+            args,
         });
         Ok(())
     }
 
-    fn instant(&mut self, ev: &Obj<'_>) -> Result<()> {
-        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
-            return Ok(());
-        };
-        let ts_ns = ev.micros("ts", T::STRICT)?;
+    fn instant(&mut self, ev: &Obj<'_, '_>, args: Option<&Obj<'_, '_>>) -> Result<()> {
+        let lane = self.tables.lane(ev)?;
+        let ts_ns = ev.micros("ts")?;
         let name = ev.str("name")?.to_owned();
-        let args = user_args(self.args(ev)?);
+        let args = user_args(Self::args(ev, args)?)
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         self.trace.instants.push(InstantEvent {
             lane,
             name,
@@ -427,15 +497,20 @@ impl<T: Tables> Walk<T> {
         Ok(())
     }
 
-    /// An allocator event (see [`is_memory_event`]).
-    fn memory(&mut self, ev: &Obj<'_>) -> Result<()> {
+    /// An allocator event Keel wrote: its `args` carry `keel_action` (a
+    /// user argument of that name is written as `keel_arg_keel_action`,
+    /// so nothing else has it).
+    fn memory(&mut self, ev: &Obj<'_, '_>, args: Option<&Obj<'_, '_>>) -> Result<()> {
         let pid = ev.u64("pid")?;
-        let Some(device) = self.tables.counter_device(&self.trace, ev, pid)? else {
-            return Ok(());
+        let device = Tables::counter_device(&self.trace, ev, pid)?;
+        let ts_ns = ev.micros("ts")?;
+        let Some(args) = args else {
+            return Err(err(format!(
+                "{}: expected a field \"args\", found none",
+                ev.path
+            )));
         };
-        let ts_ns = ev.micros("ts", T::STRICT)?;
-        let args_path = format!("{}.args", ev.path);
-        let args = Obj::new(ev.req("args")?, &args_path)?;
+        let args_path = &args.path;
         let action = args.str("keel_action")?;
         let action = MemoryAction::from_name(action).ok_or_else(|| {
             err(format!(
@@ -450,11 +525,11 @@ impl<T: Tables> Walk<T> {
         };
         let small_pool = match args.get("keel_small_pool") {
             None => false,
-            Some(Value::Bool(b)) => *b,
+            Some(Lite::Bool(b)) => *b,
             Some(other) => {
                 return Err(err(format!(
                     "{args_path}.keel_small_pool: expected a boolean, found {}",
-                    describe(other)
+                    other.describe()
                 )));
             }
         };
@@ -473,41 +548,38 @@ impl<T: Tables> Walk<T> {
         Ok(())
     }
 
-    fn counter(&mut self, ev: &Obj<'_>) -> Result<()> {
+    fn counter(&mut self, ev: &Obj<'_, '_>, args: Option<&Obj<'_, '_>>) -> Result<()> {
         let pid = ev.u64("pid")?;
-        let Some(device) = self.tables.counter_device(&self.trace, ev, pid)? else {
-            return Ok(());
-        };
-        let ts = ev.micros("ts", T::STRICT)?;
+        let device = Tables::counter_device(&self.trace, ev, pid)?;
+        let ts = ev.micros("ts")?;
         let name = ev.str("name")?;
-        let args_path = format!("{}.args", ev.path);
-        let args = Obj::new(ev.req("args")?, &args_path)?;
+        let args = match (args, ev.req("args")?) {
+            (Some(args), _) => args,
+            (None, other) => {
+                return Err(err(format!(
+                    "{}.args: expected an object, found {}",
+                    ev.path,
+                    other.type_name()
+                )));
+            }
+        };
         let value = args.i64("value")?;
-        let index = self.tables.counter(&mut self.trace, ev, device, name)?;
+        let index = self.tables.counter(ev, device, name)?;
         if let Some(counter) = self.trace.counters.get_mut(index) {
             counter.points.push((ts, value));
         }
         Ok(())
     }
 
-    fn flow_end(
-        &mut self,
-        ev: &Obj<'_>,
-        start: bool,
-        index: usize,
-        ids: &mut HashMap<u64, usize>,
-        pending: &mut Vec<PendingFlow>,
-    ) -> Result<()> {
+    fn flow_end(&mut self, ev: &Obj<'_, '_>, start: bool, index: usize) -> Result<()> {
         let id = ev.u64("id")?;
-        let Some(lane) = self.tables.lane(&mut self.trace, ev)? else {
-            return Ok(());
-        };
+        let lane = self.tables.lane(ev)?;
         let end = FlowEnd {
             lane,
-            ts_ns: ev.micros("ts", T::STRICT)?,
+            ts_ns: ev.micros("ts")?,
         };
-        let name = ev.get("name").and_then(Value::as_str).unwrap_or("");
-        let cat = ev.get("cat").and_then(Value::as_str).unwrap_or("");
+        let name = ev.get("name").and_then(Lite::as_str).unwrap_or("");
+        let cat = ev.get("cat").and_then(Lite::as_str).unwrap_or("");
         let kind = match FlowKind::from_name(name) {
             Some(kind) => kind,
             None if cat == "ac2g" => FlowKind::Launch,
@@ -520,14 +592,14 @@ impl<T: Tables> Walk<T> {
             }
         };
         if start {
-            match ids.entry(id) {
+            match self.ids.entry(id) {
                 Entry::Occupied(_) => Err(err(format!(
                     "{}: expected one \"s\" event per flow id, found a second one for id {id}",
                     ev.path
                 ))),
                 Entry::Vacant(slot) => {
-                    slot.insert(pending.len());
-                    pending.push(PendingFlow {
+                    slot.insert(self.pending.len());
+                    self.pending.push(PendingFlow {
                         id,
                         kind,
                         from: end,
@@ -538,7 +610,7 @@ impl<T: Tables> Walk<T> {
                 }
             }
         } else {
-            let Some(flow) = ids.get(&id).and_then(|&i| pending.get_mut(i)) else {
+            let Some(flow) = self.ids.get(&id).and_then(|&i| self.pending.get_mut(i)) else {
                 return Err(err(format!(
                     "{}: expected an \"s\" event before this \"f\" of flow id {id}, found none",
                     ev.path
@@ -562,14 +634,4 @@ impl<T: Tables> Walk<T> {
             Ok(())
         }
     }
-}
-
-/// A flow whose `s` event was read.
-struct PendingFlow {
-    id: u64,
-    kind: FlowKind,
-    from: FlowEnd,
-    to: Option<FlowEnd>,
-    /// Index of the `s` event, for errors.
-    event: usize,
 }

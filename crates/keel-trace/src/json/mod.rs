@@ -69,38 +69,53 @@
 //!
 //! [`read_json`] rebuilds the exact [`Trace`] from a file written here
 //! (files written before the Kineto fields too). A trace without the
-//! `keel` object (another tool's) is imported: see `import.rs`.
+//! `keel` object (another tool's) is imported: see `import/`.
 //!
 //! # Layout
+//! Reading is a trace processor: a tokenizer finds each event's bytes, a
+//! parser reads one event at a time into what it means, and no JSON tree
+//! of the file is ever built, for Keel's own files and other tools' alike.
 //! - this file: the format (above), the category mapping every side
 //!   shares, and [`read_json`], which tells Keel's own files from others;
 //! - `write.rs`: the writer ([`write_json`]);
-//! - `read.rs`: the reader of Keel's own files (strict, an exact round
-//!   trip): tables from the `keel` object and `thread_name` metadata;
-//! - `stream.rs`: the byte scanner an import reads through (one event at a
-//!   time, from any reader);
-//! - `import.rs`: the importer of other tools' files (lenient, nothing lost
-//!   silently: the import report);
-//! - `decode.rs`: field access with JSON paths in errors, exact
-//!   microseconds, arguments, and the walk over the events of a Keel file;
-//!   [`short`] for quoting bad values.
+//! - `stream.rs`: the tokenizer, the byte scanner every read goes through
+//!   (one event at a time, from any reader; lenient for other tools'
+//!   files, strict for Keel's);
+//! - `value.rs`: the parser's values ([`short`] for quoting bad ones);
+//! - `keel.rs` and `decode.rs`: the reader of Keel's own files (strict, an
+//!   exact round trip): the tables from the `keel` object and
+//!   `thread_name` metadata, then every event, with JSON paths and byte
+//!   offsets in its errors;
+//! - `import/`: the importer of other tools' files (lenient, nothing lost
+//!   silently: the import report), a parser feeding one tracker per kind
+//!   of cross-event state.
 //!
 //! Choosing between JSON and the native format, and decompressing, is
 //! [`file`](crate::file)'s job.
 
+// The readers (feature `import`): the tokenizer, the importer of other
+// tools' traces, and Keel's own files.
+#[cfg(feature = "import")]
 mod decode;
+#[cfg(feature = "import")]
 mod import;
-mod read;
+#[cfg(feature = "import")]
+mod keel;
+#[cfg(feature = "import")]
 mod stream;
+#[cfg(feature = "import")]
+mod value;
 mod write;
 
-use serde_json::Value;
+#[cfg(feature = "import")]
+use std::io::Read;
 
-use crate::error::{Error, Result};
-use crate::model::{FlowKind, Lane, LaneKind, SpanKind, Trace};
-use decode::{err, type_name};
+use crate::model::{FlowKind, Lane, LaneKind, SpanKind};
+#[cfg(feature = "import")]
+use crate::{error::Result, model::Trace};
 
-pub use decode::short;
+#[cfg(feature = "import")]
+pub use value::short;
 pub use write::{to_json_string, write_json};
 
 /// The Kineto-style category of a span of `kind` on a host or stream lane.
@@ -147,111 +162,69 @@ fn lane_pid(lane: &Lane) -> u64 {
     }
 }
 
-/// How many leading bytes [`read_json_bytes`] looks at to tell a Keel
-/// file (whose `thread_name` metadata comes first and carries
-/// `"keel_lane"`) from another tool's.
+#[cfg(feature = "import")]
+/// How many leading bytes are looked at to tell a Keel file (whose
+/// `thread_name` metadata comes first and carries `"keel_lane"`) from
+/// another tool's.
 const SNIFF: usize = 64 << 10;
 
+#[cfg(feature = "import")]
 /// Whether `head`, the start of a JSON trace, looks like Keel's own (a
-/// guess that only saves time: an import that meets a `keel` object reads
-/// the file exactly after all).
-pub(crate) fn looks_like_keel(head: &[u8]) -> bool {
+/// guess that only saves a pass: an import that meets a `keel` object
+/// reads the file exactly after all).
+fn looks_like_keel(head: &[u8]) -> bool {
     let head = &head[..head.len().min(SNIFF)];
     head.windows(12).any(|w| w == b"\"keel_lane\":")
 }
 
+#[cfg(feature = "import")]
 /// [`read_json`] from bytes: Keel's own files are read exactly (invalid
 /// UTF-8 is reported with its byte offset), other tools' imported as they
 /// stream by.
 pub fn read_json_bytes(input: &[u8]) -> Result<Trace> {
-    read_json_bytes_as(input, None)
+    read_from(|| Ok(input), input, None).map(|(trace, _)| trace)
 }
 
-/// [`read_json_bytes`] of bytes that were compressed with `compression`
-/// (for the import report).
-pub(crate) fn read_json_bytes_as(input: &[u8], compression: Option<&str>) -> Result<Trace> {
-    if !looks_like_keel(input) {
-        let imported = import::import(input, compression)?;
-        if !imported.keel {
-            return Ok(imported.trace);
-        }
-    }
-    let text = std::str::from_utf8(input).map_err(|e| {
-        Error::Format(format!(
-            "expected a UTF-8 JSON trace, found invalid UTF-8 at byte offset {}",
-            e.valid_up_to()
-        ))
-    })?;
-    match read_keel(text)? {
-        Some(trace) => Ok(trace),
-        // Keel-like metadata but no `keel` object: someone else's.
-        None => Ok(import::import(input, compression)?.trace),
-    }
-}
-
+#[cfg(feature = "import")]
 /// Reads Chrome Trace Event JSON: the exact [`Trace`] for a file written by
 /// [`write_json`], or what can be imported from another tool's trace (see
-/// `import.rs`: every event imported or counted as skipped with a reason in
-/// [`Trace::import`]). Malformed input is an [`Error::Format`] naming
-/// the JSON path or byte offset of the problem; no input panics.
+/// `import/`: every event imported or counted as skipped with a reason in
+/// [`Trace::import`]). Malformed input is an
+/// [`Error::Format`](crate::Error::Format) naming the JSON path
+/// or byte offset of the problem; no input panics.
 pub fn read_json(input: &str) -> Result<Trace> {
     read_json_bytes(input.as_bytes())
 }
 
-/// Imports another tool's JSON trace from a reader, streaming (the file is
-/// never held whole). Returns the trace, or `None` when the input turned
-/// out to be a Keel file (with a `keel` object), which the caller reads
-/// exactly with [`read_json_bytes`]; also `distributedInfo.rank`.
-pub(crate) fn import_reader(
-    input: impl std::io::Read + Send,
+#[cfg(feature = "import")]
+/// Reads a JSON trace from the input `open` gives, streaming (the input is
+/// never held whole). `open` is called once per pass: Keel's own files
+/// are read in two (their tables, then their events), and a file is read
+/// again when it turns out to be of the other kind than its start
+/// (`head`) suggested. `compression` names how the input was compressed,
+/// for the import report.
+///
+/// Returns the trace and, for another tool's file, its
+/// `distributedInfo.rank` (Keel writes a placeholder rank 0 for PyTorch's
+/// tools, which says nothing).
+pub(crate) fn read_from<R: Read + Send>(
+    mut open: impl FnMut() -> Result<R>,
+    head: &[u8],
     compression: Option<&str>,
-) -> Result<(Option<Trace>, Option<i64>)> {
-    let imported = import::import(input, compression)?;
-    Ok(if imported.keel {
-        (None, imported.rank)
-    } else {
-        (Some(imported.trace), imported.rank)
-    })
-}
-
-/// Reads a Keel file exactly (with the whole JSON tree: Keel's own files
-/// are what Keel wrote from memory).
-fn read_keel(input: &str) -> Result<Option<Trace>> {
-    let root: Value = serde_json::from_str(input).map_err(|e| {
-        err(format!(
-            "expected a JSON trace, found invalid JSON: {e} (line {}, column {})",
-            e.line(),
-            e.column()
-        ))
-    })?;
-    let (events, keel) = match &root {
-        Value::Array(events) => (events.as_slice(), None),
-        Value::Object(map) => {
-            let events = match map.get("traceEvents") {
-                Some(Value::Array(events)) => events.as_slice(),
-                Some(other) => {
-                    return Err(err(format!(
-                        "traceEvents: expected an array, found {}",
-                        type_name(other)
-                    )));
-                }
-                None => {
-                    return Err(err(
-                        "expected a top-level field \"traceEvents\", found none".to_owned(),
-                    ));
-                }
-            };
-            (events, map.get("keel"))
+) -> Result<(Trace, Option<i64>)> {
+    if looks_like_keel(head) {
+        if let Some(trace) = keel::read(&mut open)? {
+            return Ok((trace, None));
         }
-        other => {
-            return Err(err(format!(
-                "expected a JSON object with \"traceEvents\", found {}",
-                type_name(other)
-            )));
-        }
-    };
-    match keel {
-        Some(keel) => read::keel(events, keel).map(Some),
-        None => Ok(None),
+        // Keel-like metadata but no `keel` object: someone else's, once it
+        // is known to be JSON.
+        keel::validate(open()?)?;
     }
+    let imported = import::import(open()?, compression)?;
+    if imported.keel
+        && let Some(trace) = keel::read(&mut open)?
+    {
+        return Ok((trace, None));
+    }
+    Ok((imported.trace, imported.rank))
 }
