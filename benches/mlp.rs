@@ -12,7 +12,7 @@
 //! paired rounds (order alternating, `common::Paired`), and the time of
 //! one pass, and checks that both ways compute the same result.
 //!
-//! Run: `cargo bench --features testing --bench mlp` (`KEEL_MLP_ROUNDS`
+//! Run: `cargo bench --bench mlp` (`KEEL_MLP_ROUNDS`
 //! rounds, default 5; `KEEL_BENCH_DEVICES` limits the devices). Results
 //! in docs/BENCHMARKS.md.
 
