@@ -16,8 +16,7 @@
 //!      API);
 //!   4. clippy with `-D warnings` on every target and feature, each
 //!      library built alone with no default features (only the CPU
-//!      backend, no trace import) and the device layer with its default
-//!      backends and no trace import, and the documentation built with
+//!      backend, no trace import), and the documentation built with
 //!      rustdoc's warnings as errors;
 //!   5. `ptx`: every `*.ptx` under [`PTX_DIRS`] assembled by NVIDIA's `ptxas` for
 //!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]), from the architecture its
@@ -71,7 +70,7 @@ const FORBIDDEN_DEPS: &[(&str, &[&str])] = &[
         &[
             "serde_json",
             "flate2",
-            "zstd",
+            "ruzstd",
             "safetensors",
             "matrixmultiply",
             "keel",
@@ -304,8 +303,10 @@ fn arch_number(arch: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Step 7: HolisticTraceAnalysis on a trace Keel exported.
-fn hta_check(cargo: &str, runtime_dir: &Path) -> Result<(), String> {
+/// HolisticTraceAnalysis's virtual environment, made once: its Python.
+/// `test` starts this on a thread of its own at the beginning, since the
+/// download (about two minutes here) waits on the network, not the CPU.
+fn hta_prepare() -> Result<PathBuf, String> {
     let venv = target_dir().join("hta-venv");
     let python = venv.join("bin").join("python");
     if !python.exists() {
@@ -327,14 +328,27 @@ fn hta_check(cargo: &str, runtime_dir: &Path) -> Result<(), String> {
         )?;
         std::fs::write(&marker, "").map_err(|e| format!("writing {marker:?}: {e}"))?;
     }
+    Ok(python)
+}
+
+/// Step 7: HolisticTraceAnalysis on a trace Keel exported.
+fn hta_check(cargo: &str, runtime_dir: &Path, python: &Path) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("keel-hta-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
-    let mut record = Command::new(cargo);
-    record
-        .current_dir(root())
-        .args(["run", "-q", "--example", "record_trace", "--"])
-        .arg(&dir);
+    // Built as the test step builds it (the whole workspace, every
+    // feature): cargo unifies dependency features across the packages of
+    // one command, so `cargo run --example` alone would build wgpu, naga
+    // and Keel's crates again with another feature set.
+    run(
+        "hta: build record_trace",
+        Command::new(cargo)
+            .current_dir(root())
+            .args(["build", "-q", "--workspace", "--all-features"])
+            .args(["--example", "record_trace"]),
+    )?;
+    let mut record = Command::new(target_dir().join("debug/examples/record_trace"));
+    record.current_dir(root()).arg(&dir);
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         record.env("XDG_RUNTIME_DIR", runtime_dir);
     }
@@ -342,7 +356,7 @@ fn hta_check(cargo: &str, runtime_dir: &Path) -> Result<(), String> {
     // HTA reads every .json in the folder; record_trace writes one.
     let result = run(
         "hta: analyses",
-        Command::new(&python)
+        Command::new(python)
             .arg(root().join("xtask").join("hta_check.py"))
             .arg(&dir),
     );
@@ -447,6 +461,7 @@ fn install_system_packages() -> Result<(), String> {
 
 fn test() -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let hta_env = std::thread::spawn(hta_prepare);
     install_system_packages()?;
     run(
         "rustfmt",
@@ -467,11 +482,14 @@ fn test() -> Result<(), String> {
     )?;
     // One crate per invocation: cargo unifies the features of the crates
     // it builds together, which would hide a crate that does not build
-    // alone with these features.
+    // alone with these features. Only the CPU backend: with the GPU
+    // backends on, wgpu and naga would be checked again under another
+    // feature set than the workspace's (a minute here); the backends' code
+    // uses nothing that `import` gates, and `deps_check` holds their
+    // dependencies.
     for (krate, features) in [
         ("keel-trace", "--no-default-features"),
         ("keel-device", "--no-default-features"),
-        ("keel-device", "--features=cpu,vulkan,wgpu,cuda"),
         ("keel", "--no-default-features"),
     ] {
         run(
@@ -484,8 +502,7 @@ fn test() -> Result<(), String> {
     run(
         "rustdoc",
         Command::new(&cargo)
-            .args(["doc", "--no-deps", "--all-features"])
-            .args(["-p", "keel-trace", "-p", "keel-device", "-p", "keel"])
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     ptx_check()?;
@@ -513,7 +530,10 @@ fn test() -> Result<(), String> {
         stop_xvfb(&mut child);
     }
     result?;
-    hta_check(&cargo, &runtime_dir)
+    let python = hta_env
+        .join()
+        .map_err(|_| "hta: preparing the environment panicked".to_owned())??;
+    hta_check(&cargo, &runtime_dir, &python)
 }
 
 /// Whether X display `:n` is held by a running server: its lock file names
@@ -609,7 +629,8 @@ fn main() -> ExitCode {
         Some("ptx") => ptx_check(),
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            hta_check(&cargo, &std::env::temp_dir().join("keel-xdg-runtime"))
+            let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
+            hta_prepare().and_then(|python| hta_check(&cargo, &runtime_dir, &python))
         }
         other => Err(format!(
             "expected a task (test, layers, ptx, hta), found {}",

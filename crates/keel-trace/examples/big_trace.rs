@@ -3,7 +3,7 @@
 //! `/usr/bin/time -v`).
 //!
 //! ```text
-//! cargo run --release --no-default-features --features cpu --example big_trace -- write trace.json 1024
+//! cargo run --release -p keel-trace --example big_trace -- write trace.json 1024
 //! /usr/bin/time -v target/release/examples/big_trace open trace.json
 //! ```
 //!

@@ -23,6 +23,9 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
+
 use crate::error::{Error, Result};
 use crate::native::{self, EXTENSION, MAGIC};
 use crate::{json, model::Trace};
@@ -85,7 +88,11 @@ impl Compression {
     fn sniff(bytes: &[u8]) -> Option<Compression> {
         if bytes.starts_with(&[0x1f, 0x8b]) {
             Some(Compression::Gzip)
-        } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
+            || (bytes.len() >= 4 && bytes[0] & 0xf0 == 0x50 && bytes[1..4] == [0x2a, 0x4d, 0x18])
+        {
+            // A zstd frame, or a skippable frame (magic 0x184D2A5X), which
+            // pzstd writes first.
             Some(Compression::Zstd)
         } else {
             None
@@ -103,15 +110,75 @@ impl Compression {
     fn decoder<'r>(self, input: impl Read + Send + 'r) -> Result<Box<dyn Read + Send + 'r>> {
         Ok(match self {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
-            Compression::Zstd => {
-                Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| {
-                    Error::Format(format!(
-                        "expected a zstd stream, found an unreadable one: {e}"
-                    ))
-                })?)
-            }
+            Compression::Zstd => Box::new(ZstdFrames::new(input)),
         })
     }
+}
+
+/// The decompressed bytes of a zstd stream: every frame in turn (the
+/// `zstd` tool writes one, parallel compressors several; skippable frames
+/// are passed over), decoded by ruzstd, pure Rust, so no C library is
+/// built. Memory is the decoder's window, whatever the file's size.
+struct ZstdFrames<R> {
+    source: BufReader<R>,
+    decoder: FrameDecoder,
+    in_frame: bool,
+}
+
+impl<R: Read> ZstdFrames<R> {
+    fn new(input: R) -> ZstdFrames<R> {
+        ZstdFrames {
+            source: BufReader::new(input),
+            decoder: FrameDecoder::new(),
+            in_frame: false,
+        }
+    }
+}
+
+impl<R: Read> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.in_frame {
+                if self.decoder.can_collect() > 0 {
+                    return self.decoder.read(buf);
+                }
+                if self.decoder.is_finished() {
+                    self.in_frame = false;
+                    continue;
+                }
+                self.decoder
+                    .decode_blocks(&mut self.source, BlockDecodingStrategy::UptoBlocks(1))
+                    .map_err(damaged)?;
+            } else {
+                if self.source.fill_buf()?.is_empty() {
+                    return Ok(0);
+                }
+                match self.decoder.reset(&mut self.source) {
+                    Ok(()) => self.in_frame = true,
+                    Err(FrameDecoderError::ReadFrameHeaderError(
+                        ReadFrameHeaderError::SkipFrame { length, .. },
+                    )) => {
+                        let skipped = std::io::copy(
+                            &mut (&mut self.source).take(u64::from(length)),
+                            &mut std::io::sink(),
+                        )?;
+                        if skipped < u64::from(length) {
+                            return Err(damaged("a skippable frame cut short"));
+                        }
+                    }
+                    Err(e) => return Err(damaged(e)),
+                }
+            }
+        }
+    }
+}
+
+/// An error of the zstd decoder, saying what the input was.
+fn damaged(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("a damaged zstd stream: {e}"))
 }
 
 /// Reads decompressed bytes fully (a compressed native trace); the

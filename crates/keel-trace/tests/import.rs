@@ -228,7 +228,9 @@ fn kineto_trace_imports_every_event() {
 fn compressed_traces_are_recognised_by_their_bytes() {
     let t = load_trace(&data("kineto.json.gz")).expect("gzip import");
     check_kineto(&t, "Chrome trace (PyTorch/Kineto), gzip");
-    let zstd = zstd::encode_all(&read("kineto.json")[..], 3).expect("zstd");
+    // Made by the zstd tools: a frame of pzstd's (after the skippable frame
+    // pzstd puts before each), then one of zstd's.
+    let zstd = read("kineto.json.zst");
     let t = from_bytes(&zstd).expect("zstd import");
     check_kineto(&t, "Chrome trace (PyTorch/Kineto), zstd");
     // Whatever the file is called.
@@ -244,7 +246,10 @@ fn compressed_traces_are_recognised_by_their_bytes() {
     let sample =
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample.keeltrace"))
             .expect("golden native");
-    let zipped = zstd::encode_all(&sample[..], 3).expect("zstd");
+    let zipped = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample.keeltrace.zst"),
+    )
+    .expect("golden native, zstd");
     assert_eq!(
         from_bytes(&zipped).expect("compressed native"),
         from_bytes(&sample).expect("native")
@@ -258,6 +263,15 @@ fn compressed_traces_are_recognised_by_their_bytes() {
         Err(e) => assert!(e.to_string().contains("gzip") || e.to_string().contains("read")),
         Ok(t) => consistent(&t),
     }
+    for cut in [zstd.len() / 2, zstd.len() - 1, 20, 9] {
+        match from_bytes(&zstd[..cut]) {
+            Err(e) => assert!(e.to_string().contains("zstd"), "cut at {cut}: {e}"),
+            Ok(t) => consistent(&t),
+        }
+    }
+    let cut = zipped.len() - 3;
+    let e = from_bytes(&zipped[..cut]).expect_err("a native trace cut short");
+    assert!(e.to_string().contains("zstd"), "{e}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -734,4 +748,63 @@ fn kineto_memory_events_become_allocator_events_and_curves() {
     // Exported and read back as Keel's own: the same trace.
     let json = keel_trace::json::to_json_string(&t).expect("export");
     assert_eq!(keel_trace::json::read_json(&json).expect("read"), t);
+}
+
+/// A real PyTorch profiler trace: two training steps of GPT-2 small on an
+/// NVIDIA H200 (`record_shapes`, `profile_memory`, `with_flops`; bf16
+/// autocast; input copies on a side stream). The expected counts are the
+/// file's own, read with Python's `json` module: 30,989 events of which
+/// 17,782 complete (`X`) events, 3,662 flow starts with a matching end
+/// (2,428 `ac2g` launch -> kernel, 1,234 `fwdbwd`), 5,384 `[memory]`
+/// instants (5,140 of `cuda:0`, 244 of the CPU), GPU work on streams 7
+/// and 13 of GPU 0 (2,212 kernels, 214 memsets, 2 copies, 6 GPU user
+/// annotations), and cuda:0's
+/// peaks of 7,722,653,184 bytes allocated and 8,084,520,960 reserved.
+#[test]
+fn a_real_pytorch_training_trace_imports_whole() {
+    let t = load_trace(&data("gpt2_train_h200.pt.trace.json.gz")).expect("import");
+    consistent(&t);
+    assert_eq!(t.check(), Ok(()));
+    let r = report(&t);
+    assert_eq!(r.events, 30_989, "{r:?}");
+    assert_eq!(t.spans.len(), 17_782);
+    assert_eq!(t.flows.len(), 3_662);
+    assert_eq!(t.memory.len(), 5_384);
+    let gpu = t
+        .devices
+        .iter()
+        .position(|d| d.device == "cuda:0")
+        .expect("GPU 0") as u32;
+    let mut gpu_streams: Vec<i64> = t
+        .lanes
+        .iter()
+        .filter_map(|l| match l.kind {
+            LaneKind::Stream { device, stream, .. } if device == gpu => Some(stream),
+            _ => None,
+        })
+        .collect();
+    gpu_streams.sort_unstable();
+    assert_eq!(gpu_streams, [7, 13]);
+    let on_gpu = |s: &&keel_trace::Span| matches!(t.lanes[s.lane as usize].kind, LaneKind::Stream { device, .. } if device == gpu);
+    assert_eq!(t.spans.iter().filter(on_gpu).count(), 2_212 + 214 + 2 + 6);
+    let of_gpu = t.memory.iter().filter(|m| m.device == gpu).count();
+    assert_eq!((of_gpu, t.memory.len() - of_gpu), (5_140, 244));
+    let peak = |f: fn(&keel_trace::MemoryEvent) -> u64| {
+        t.memory.iter().filter(|m| m.device == gpu).map(f).max()
+    };
+    assert_eq!(peak(|m| m.allocated), Some(7_722_653_184));
+    assert_eq!(peak(|m| m.reserved), Some(8_084_520_960));
+    // Every launch -> kernel flow ends on the GPU.
+    let launches = t
+        .flows
+        .iter()
+        .filter(|f| f.kind == FlowKind::Launch)
+        .count();
+    assert_eq!(launches, 2_428);
+    assert!(
+        t.flows
+            .iter()
+            .filter(|f| f.kind == FlowKind::Launch)
+            .all(|f| matches!(t.lanes[f.to.lane as usize].kind, LaneKind::Stream { .. }))
+    );
 }
