@@ -17,7 +17,7 @@
 # The device call: carry [".gl", ".gpu"], command
 # `bash scripts/device-check.sh run all`. `.gl/` holds the Debian loader
 # packages (libvulkan1, libegl1, ...) the device README says to bring;
-# both folders are in .git/info/exclude. The test binaries read their data
+# both folders are in .gitignore. The test binaries read their data
 # from the path they were built at, so `run` links the checkout there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
