@@ -347,7 +347,11 @@ fn hta_check(cargo: &str, runtime_dir: &Path, python: &Path) -> Result<(), Strin
             .args(["build", "-q", "--workspace", "--all-features"])
             .args(["--example", "record_trace"]),
     )?;
-    let mut record = Command::new(target_dir().join("debug/examples/record_trace"));
+    let mut record = Command::new(
+        target_dir()
+            .join("debug/examples")
+            .join(format!("record_trace{}", std::env::consts::EXE_SUFFIX)),
+    );
     record.current_dir(root()).arg(&dir);
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         record.env("XDG_RUNTIME_DIR", runtime_dir);

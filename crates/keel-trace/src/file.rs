@@ -86,16 +86,13 @@ enum Compression {
 
 impl Compression {
     fn sniff(bytes: &[u8]) -> Option<Compression> {
-        if bytes.starts_with(&[0x1f, 0x8b]) {
-            Some(Compression::Gzip)
-        } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
-            || (bytes.len() >= 4 && bytes[0] & 0xf0 == 0x50 && bytes[1..4] == [0x2a, 0x4d, 0x18])
-        {
+        match bytes {
+            [0x1f, 0x8b, ..] => Some(Compression::Gzip),
             // A zstd frame, or a skippable frame (magic 0x184D2A5X), which
             // pzstd writes first.
-            Some(Compression::Zstd)
-        } else {
-            None
+            [0x28, 0xb5, 0x2f, 0xfd, ..] => Some(Compression::Zstd),
+            [b, 0x2a, 0x4d, 0x18, ..] if b & 0xf0 == 0x50 => Some(Compression::Zstd),
+            _ => None,
         }
     }
 
