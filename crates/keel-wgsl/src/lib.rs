@@ -18,3 +18,6 @@
 //! host end, which runs here, tests what the PTX end prints.
 
 pub mod ir;
+mod lower;
+
+pub use lower::{CompileError, compile, compile_module};
