@@ -37,7 +37,7 @@
 use crate::Buffer;
 use crate::core::Stream;
 use crate::generator::{Generator, PhiloxState, stream_block};
-use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel};
+use crate::kernel::Kernel;
 use crate::{Error, Result};
 
 /// What a random launch computes.
@@ -126,35 +126,36 @@ impl RandomOp {
 }
 
 const WGSL: &str = include_str!("../shaders/random/philox.wgsl");
-const PTX: &str = include_str!("../shaders/random/philox.ptx");
 
-const fn philox_kernel(name: &'static str, workgroup: u32, cpu: CpuKernelFn) -> Kernel {
+/// A Philox kernel: its one WGSL source runs on every backend (CUDA
+/// through the PTX generated from it, the CPU on host threads).
+const fn philox_kernel(name: &'static str, workgroup: u32) -> Kernel {
     Kernel {
         name,
         workgroup_size: [workgroup, 1, 1],
         bindings: 1,
         wgsl: Some(WGSL),
-        ptx: Some(PTX),
-        cpu: Some(cpu),
+        ptx: None,
+        cpu: None,
     }
 }
 
 /// Raw stream words. Binding: `out` (`u32`). Parameters: see [`params`].
-pub const PHILOX_U32: Kernel = philox_kernel("philox_u32", 256, philox_cpu::<0>);
+pub const PHILOX_U32: Kernel = philox_kernel("philox_u32", 256);
 /// [`PHILOX_U32`] with workgroups of 64 (for geometry tests).
-pub const PHILOX_U32_WG64: Kernel = philox_kernel("philox_u32_wg64", 64, philox_cpu::<0>);
+pub const PHILOX_U32_WG64: Kernel = philox_kernel("philox_u32_wg64", 64);
 /// `rand`. Binding: `out` (`f32`).
-pub const PHILOX_RAND: Kernel = philox_kernel("philox_rand", 256, philox_cpu::<1>);
+pub const PHILOX_RAND: Kernel = philox_kernel("philox_rand", 256);
 /// [`PHILOX_RAND`] with workgroups of 64 (for geometry tests).
-pub const PHILOX_RAND_WG64: Kernel = philox_kernel("philox_rand_wg64", 64, philox_cpu::<1>);
+pub const PHILOX_RAND_WG64: Kernel = philox_kernel("philox_rand_wg64", 64);
 /// `randn`. Binding: `out` (`f32`).
-pub const PHILOX_RANDN: Kernel = philox_kernel("philox_randn", 256, philox_cpu::<2>);
+pub const PHILOX_RANDN: Kernel = philox_kernel("philox_randn", 256);
 /// `uniform_(lo, hi)`. Binding: `out` (`f32`).
-pub const PHILOX_UNIFORM: Kernel = philox_kernel("philox_uniform", 256, philox_cpu::<3>);
+pub const PHILOX_UNIFORM: Kernel = philox_kernel("philox_uniform", 256);
 /// `normal_(mean, std)`. Binding: `out` (`f32`).
-pub const PHILOX_NORMAL: Kernel = philox_kernel("philox_normal", 256, philox_cpu::<4>);
+pub const PHILOX_NORMAL: Kernel = philox_kernel("philox_normal", 256);
 /// `randint(low, high)`. Binding: `out` (`i32`).
-pub const PHILOX_RANDINT: Kernel = philox_kernel("philox_randint", 256, philox_cpu::<5>);
+pub const PHILOX_RANDINT: Kernel = philox_kernel("philox_randint", 256);
 
 /// Every random kernel.
 pub const ALL: [Kernel; 8] = [
@@ -456,36 +457,10 @@ fn fill(code: u32, a: u32, b: u32, at: PhiloxState, out: &mut [u32]) {
 }
 
 /// The host reference: the bits of the `n` elements `op` writes from stream
-/// `seed` at `offset`. The CPU kernels compute exactly this.
+/// `seed` at `offset`, which the kernels are tested against.
 pub fn reference(op: RandomOp, n: usize, seed: u64, offset: u64) -> Result<Vec<u32>> {
     let (code, a, b) = op.encode()?;
     let mut out = vec![0u32; n];
     fill(code, a, b, PhiloxState { seed, offset }, &mut out);
     Ok(out)
-}
-
-/// The host kernel of op `CODE`: every element, whatever the grid (the
-/// values do not depend on it).
-fn philox_cpu<const CODE: u32>(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-    let word = |i: usize| inv.param_u32(4 * i);
-    let n = word(0)? as usize;
-    let at = PhiloxState {
-        seed: u64::from(word(1)?) | u64::from(word(2)?) << 32,
-        offset: u64::from(word(3)?) | u64::from(word(4)?) << 32,
-    };
-    let (a, b) = (word(5)?, word(6)?);
-    let [out] = &mut inv.buffers[..] else {
-        return Err(format!("expected 1 buffer, found {}", inv.buffers.len()));
-    };
-    let len = out.len();
-    let words: &mut [u32] = bytemuck::try_cast_slice_mut(out)
-        .map_err(|e| format!("binding 0: expected u32 data, found {len} bytes ({e:?})"))?;
-    let Some(out) = words.get_mut(..n) else {
-        return Err(format!(
-            "binding 0: expected at least {n} elements, found {}",
-            words.len()
-        ));
-    };
-    fill(CODE, a, b, at, out);
-    Ok(())
 }

@@ -9,7 +9,7 @@ use super::check::{check_buffer, check_distinct, check_size, device_fact, has_pr
 use super::params::{Launch, Param, ParamType::U32};
 use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
-use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+use crate::kernel::Kernel;
 use crate::{Error, Result};
 
 /// Invocations per workgroup of the reduction kernels.
@@ -21,44 +21,43 @@ const PER_GROUP: usize = 2048;
 const MAX_GROUPS: usize = 1024;
 
 /// One level of a sum, in workgroup memory: bindings `x`, `out`;
-/// parameters `n`, `groups`. Sources: `shaders/compute/sum.wgsl`,
-/// `shaders/compute/sum_shared.ptx`.
+/// parameters `n`, `groups`. Source: `shaders/compute/sum.wgsl`.
 pub const SUM_SHARED: Launch = Launch {
     kernel: Kernel {
         name: "sum_shared",
         workgroup_size: [WG, 1, 1],
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/sum.wgsl")),
-        ptx: Some(include_str!("../../shaders/compute/sum_shared.ptx")),
-        cpu: Some(sum_cpu),
+        ptx: None,
+        cpu: None,
     },
     params: &[U32, U32],
 };
 
 /// [`SUM_SHARED`] with subgroup adds (`subgroupAdd`; warp shuffles in
-/// PTX). Sources: `shaders/compute/sum_subgroup.{wgsl,ptx}`.
+/// the generated PTX). Source: `shaders/compute/sum_subgroup.wgsl`.
 pub const SUM_SUBGROUP: Launch = Launch {
     kernel: Kernel {
         name: "sum_subgroup",
         workgroup_size: [WG, 1, 1],
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/sum_subgroup.wgsl")),
-        ptx: Some(include_str!("../../shaders/compute/sum_subgroup.ptx")),
-        cpu: Some(sum_cpu),
+        ptx: None,
+        cpu: None,
     },
     params: &[U32, U32],
 };
 
-/// Row softmax: bindings `x`, `out`; parameters `rows`, `cols`. Sources:
-/// `shaders/compute/softmax_rows.{wgsl,ptx}`.
+/// Row softmax: bindings `x`, `out`; parameters `rows`, `cols`. Source:
+/// `shaders/compute/softmax_rows.wgsl`.
 pub const SOFTMAX_ROWS: Launch = Launch {
     kernel: Kernel {
         name: "softmax_rows",
         workgroup_size: [WG, 1, 1],
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/softmax_rows.wgsl")),
-        ptx: Some(include_str!("../../shaders/compute/softmax_rows.ptx")),
-        cpu: Some(softmax_cpu),
+        ptx: None,
+        cpu: None,
     },
     params: &[U32, U32],
 };
@@ -193,68 +192,4 @@ pub fn softmax_rows(
     ];
     let u = |v: usize| Param::U32(v as u32);
     SOFTMAX_ROWS.launch(stream, grid, &[x, out], &[u(rows), u(cols)])
-}
-
-/// The kernels' sum, workgroup by workgroup: invocation t of workgroup g
-/// adds x[256 g + t + 256 G j], then the workgroup adds its 256 sums in a
-/// tree (the order of the shared-memory kernel).
-fn sum_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-    let (n, groups) = (inv.param_u32(0)? as usize, inv.param_u32(4)? as usize);
-    let grid = inv.grid[0] as usize;
-    let [x, out] = &mut inv.buffers[..] else {
-        return Err(format!("expected 2 buffers, found {}", inv.buffers.len()));
-    };
-    let (x, out) = (as_f32s(0, x)?, as_f32s_mut(1, out)?);
-    if x.len() < n || out.len() < grid {
-        return Err(format!(
-            "expected at least {n} inputs and {grid} outputs, found {} and {}",
-            x.len(),
-            out.len()
-        ));
-    }
-    let wg = WG as usize;
-    let stride = groups * wg;
-    let mut lanes = vec![0.0f32; wg];
-    for (g, o) in out[..grid].iter_mut().enumerate() {
-        for (t, lane) in lanes.iter_mut().enumerate() {
-            *lane = x[..n].iter().skip(g * wg + t).step_by(stride.max(1)).sum();
-        }
-        let mut s = wg / 2;
-        while s > 0 {
-            for t in 0..s {
-                lanes[t] += lanes[t + s];
-            }
-            s /= 2;
-        }
-        *o = lanes[0];
-    }
-    Ok(())
-}
-
-fn softmax_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-    let (rows, cols) = (inv.param_u32(0)? as usize, inv.param_u32(4)? as usize);
-    let [x, out] = &mut inv.buffers[..] else {
-        return Err(format!("expected 2 buffers, found {}", inv.buffers.len()));
-    };
-    let (x, out) = (as_f32s(0, x)?, as_f32s_mut(1, out)?);
-    let len = rows * cols;
-    if x.len() < len || out.len() < len {
-        return Err(format!(
-            "expected at least {len} f32s in and out, found {} and {}",
-            x.len(),
-            out.len()
-        ));
-    }
-    for (xr, or) in x[..len].chunks(cols).zip(out[..len].chunks_mut(cols)) {
-        let max = xr.iter().fold(f32::MIN, |m, &v| m.max(v));
-        let mut total = 0.0f32;
-        for (o, &v) in or.iter_mut().zip(xr) {
-            *o = (v - max).exp();
-            total += *o;
-        }
-        for o in or.iter_mut() {
-            *o /= total;
-        }
-    }
-    Ok(())
 }

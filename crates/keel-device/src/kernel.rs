@@ -1,9 +1,14 @@
-//! [`Kernel`]: one named compute kernel with a source per backend.
+//! [`Kernel`]: one named compute kernel, written once in WGSL.
 //!
-//! A kernel is data: a name, its workgroup size, and the code each backend
-//! runs (WGSL for Vulkan and wgpu, PTX for CUDA, a Rust function for the
-//! CPU). A backend launches the source it understands and refuses, with a
-//! clear error, a kernel that has none for it.
+//! A kernel is data: a name, its workgroup size, and its WGSL source.
+//! Vulkan and wgpu compile the WGSL themselves; CUDA runs PTX that
+//! [`keel_wgsl`] generates from it (no CUDA toolkit: the driver compiles
+//! the PTX), and the CPU backend, like any host backend, runs it on host
+//! threads through [`keel_wgsl::host`]. A kernel may also declare
+//! overrides: hand-written PTX or a Rust function that a backend runs
+//! instead, where generic code cannot reach the hardware (tensor cores, a
+//! BLAS-like CPU matmul). A backend refuses, with a clear error, a kernel
+//! it has nothing to run for.
 //!
 //! Launch geometry is in workgroups, as in WGSL and CUDA: `grid[i]`
 //! workgroups of `workgroup_size[i]` invocations each. A kernel guards its
@@ -11,7 +16,12 @@
 //!
 //! The demo kernels Keel ships are in [`kernels`].
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub use keel_wgsl::host::HostOptions;
+pub use keel_wgsl::ir::Program;
 
 /// A kernel body for host backends: called once per launch with every
 /// buffer bound, in order. It loops over `invocation.global_size()` itself
@@ -86,15 +96,71 @@ pub struct Kernel {
     pub workgroup_size: [u32; 3],
     /// How many buffers the kernel binds, in order.
     pub bindings: usize,
-    /// WGSL source, for Vulkan (through naga) and wgpu.
+    /// WGSL source: Vulkan (through naga) and wgpu compile it, CUDA runs
+    /// the PTX generated from it and host backends run it on host
+    /// threads, unless an override below is set.
     pub wgsl: Option<&'static str>,
-    /// PTX source, for CUDA.
+    /// A hand-written PTX override, which CUDA runs instead of the PTX
+    /// generated from [`wgsl`](Self::wgsl).
     pub ptx: Option<&'static str>,
-    /// Host implementation, for the CPU backend and host-thread backends.
+    /// A Rust override, which host backends run instead of the WGSL.
     pub cpu: Option<CpuKernelFn>,
 }
 
 impl Kernel {
+    /// A kernel from WGSL alone: `name` is its compute entry point, whose
+    /// `@workgroup_size` and storage bindings (`@group(0)`, in binding
+    /// order; the parameter block, a `var<uniform>` struct, follows them)
+    /// the kernel takes from the source. The source is compiled here, so
+    /// an error in it is reported now, with its line and column.
+    ///
+    /// A source built at run time can be given a `'static` life with
+    /// `String::leak`; a kernel is meant to be made once per program.
+    pub fn from_wgsl(name: &'static str, wgsl: &'static str) -> crate::Result<Kernel> {
+        let program = program_of(name, wgsl)?;
+        Ok(Kernel {
+            name,
+            workgroup_size: program.workgroup_size,
+            bindings: program.buffers.len(),
+            wgsl: Some(wgsl),
+            ptx: None,
+            cpu: None,
+        })
+    }
+
+    /// The kernel lowered for the PTX and host ends (compiled once per
+    /// process and kept).
+    pub fn program(&self) -> crate::Result<Arc<Program>> {
+        let wgsl = self.wgsl.ok_or_else(|| crate::Error::Kernel {
+            kernel: self.name.to_owned(),
+            message: "has no WGSL source".to_owned(),
+        })?;
+        program_of(self.name, wgsl)
+    }
+
+    /// The PTX CUDA runs for this kernel: the override where there is one,
+    /// else the PTX generated from the WGSL (once per process). Users of
+    /// Nsight and `ptxas` read it here. Its entry point takes, after the
+    /// buffers and the parameter words, each buffer's length in bytes
+    /// (`.u64`), which bounds checks need.
+    pub fn ptx_source(&self) -> crate::Result<Arc<str>> {
+        if let Some(ptx) = self.ptx {
+            return Ok(Arc::from(ptx));
+        }
+        let wgsl = self.wgsl.ok_or_else(|| crate::Error::Kernel {
+            kernel: self.name.to_owned(),
+            message: "has neither PTX nor WGSL".to_owned(),
+        })?;
+        let compiled = compiled(self.name, wgsl)?;
+        let ptx = compiled
+            .ptx
+            .get_or_init(|| keel_wgsl::ptx::emit(&compiled.program).map(Arc::from).map_err(|e| e.to_string()));
+        ptx.clone().map_err(|message| crate::Error::Kernel {
+            kernel: self.name.to_owned(),
+            message: format!("PTX could not be generated: {message}"),
+        })
+    }
+
     /// The smallest 1-D grid covering `n` invocations.
     pub fn grid_for(&self, n: u64) -> [u32; 3] {
         let wg = u64::from(self.workgroup_size[0].max(1));
@@ -116,60 +182,145 @@ impl fmt::Debug for Kernel {
     }
 }
 
-pub mod kernels {
-    //! The demo kernels: WGSL sources in `shaders/` (run by Vulkan and
-    //! wgpu), hand-written PTX beside them (run by CUDA) and a host
-    //! implementation here (run by the CPU backend, and
-    //! the reference the GPU results are checked against).
+/// A WGSL source compiled for the PTX and host ends.
+struct Compiled {
+    program: Arc<Program>,
+    ptx: OnceLock<Result<Arc<str>, String>>,
+}
 
-    use super::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
+type CompiledKey = (&'static str, usize, usize);
+
+/// Compiled kernels by (entry point, source address, source length): a
+/// `&'static str` lives at one address for the whole process, and the
+/// cache stays as small as the program's set of kernels.
+fn compiled(name: &'static str, wgsl: &'static str) -> crate::Result<Arc<Compiled>> {
+    static CACHE: OnceLock<Mutex<HashMap<CompiledKey, Arc<Compiled>>>> = OnceLock::new();
+    let key = (name, wgsl.as_ptr() as usize, wgsl.len());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().map_err(|_| poisoned())?.get(&key) {
+        return Ok(Arc::clone(c));
+    }
+    // Compiled outside the lock: two threads may both compile a kernel
+    // the first time; one result is kept.
+    let program = keel_wgsl::compile(wgsl, name).map_err(|e| crate::Error::Kernel {
+        kernel: name.to_owned(),
+        message: format!("WGSL: {e}"),
+    })?;
+    let c = Arc::new(Compiled {
+        program: Arc::new(program),
+        ptx: OnceLock::new(),
+    });
+    let mut map = cache.lock().map_err(|_| poisoned())?;
+    Ok(Arc::clone(map.entry(key).or_insert(c)))
+}
+
+fn poisoned() -> crate::Error {
+    crate::Error::Backend {
+        backend: "kernel cache".to_owned(),
+        message: "its lock was poisoned by a panic".to_owned(),
+    }
+}
+
+fn program_of(name: &'static str, wgsl: &'static str) -> crate::Result<Arc<Program>> {
+    Ok(Arc::clone(&compiled(name, wgsl)?.program))
+}
+
+/// Runs `kernel` on the calling host's threads: its Rust override where it
+/// has one, else its WGSL. Host backends (the CPU backend, a third-party
+/// one like the `npu` example) call this with each binding's bytes, in
+/// order, and the parameter block.
+pub fn run_on_host(
+    kernel: &Kernel,
+    grid: [u32; 3],
+    buffers: Vec<&mut [u8]>,
+    params: &[u8],
+) -> Result<(), String> {
+    if let Some(f) = kernel.cpu {
+        let mut inv = CpuInvocation {
+            grid,
+            workgroup_size: kernel.workgroup_size,
+            params,
+            buffers,
+        };
+        return f(&mut inv);
+    }
+    let program = kernel.program().map_err(|e| match e {
+        crate::Error::Kernel { message, .. } => message,
+        other => other.to_string(),
+    })?;
+    if kernel.workgroup_size != program.workgroup_size {
+        return Err(format!(
+            "the kernel declares workgroup size {:?}, its WGSL {:?}",
+            kernel.workgroup_size, program.workgroup_size
+        ));
+    }
+    // Keel's launch code passes the parameter values without the padding
+    // a WGSL struct may end with.
+    let need = program.param_bytes as usize;
+    let mut padded;
+    let params = if params.len() < need {
+        padded = params.to_vec();
+        padded.resize(need, 0);
+        &padded[..]
+    } else {
+        params
+    };
+    let mut buffers = buffers;
+    keel_wgsl::host::run(&program, grid, &mut buffers, params, &HostOptions::default())
+        .map_err(|e| e.to_string())
+}
+
+pub mod kernels {
+    //! The demo kernels, one WGSL source each in `shaders/`: Vulkan and
+    //! wgpu compile it, CUDA runs the PTX generated from it, and the CPU
+    //! backend runs it on host threads.
+
+    use super::Kernel;
 
     /// `c[i] = a[i] + b[i]` for `i < n`. Bindings: `a`, `b`, `c` (f32).
-    /// Parameters: `n: u32`. Sources: `shaders/vector_add.wgsl`,
-    /// `shaders/vector_add.ptx`.
+    /// Parameters: `n: u32`. Source: `shaders/vector_add.wgsl`.
     pub const VECTOR_ADD: Kernel = Kernel {
         name: "vector_add",
         workgroup_size: [256, 1, 1],
         bindings: 3,
         wgsl: Some(include_str!("../shaders/vector_add.wgsl")),
-        ptx: Some(include_str!("../shaders/vector_add.ptx")),
-        cpu: Some(vector_add_cpu),
+        ptx: None,
+        cpu: None,
     };
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`. Bindings: `x`, `y` (f32).
-    /// Parameters: `n: u32`, `alpha: f32`. Sources: `shaders/saxpy.wgsl`,
-    /// `shaders/saxpy.ptx`.
+    /// Parameters: `n: u32`, `alpha: f32`. Source: `shaders/saxpy.wgsl`.
     pub const SAXPY: Kernel = Kernel {
         name: "saxpy",
         workgroup_size: [256, 1, 1],
         bindings: 2,
         wgsl: Some(include_str!("../shaders/saxpy.wgsl")),
-        ptx: Some(include_str!("../shaders/saxpy.ptx")),
-        cpu: Some(saxpy_cpu),
+        ptx: None,
+        cpu: None,
     };
 
     /// Deliberately slow: `out[i]` = `iters` steps of `x <- x * 0.999 + 1`
     /// from `x = i`, for `i < n`. Bindings: `out` (f32). Parameters:
-    /// `n: u32`, `iters: u32`. Sources: `shaders/spin.wgsl`,
-    /// `shaders/spin.ptx`. Makes work
+    /// `n: u32`, `iters: u32`. Source: `shaders/spin.wgsl`. Makes work
     /// that takes a while, for overlap demos and completion checks.
     pub const SPIN: Kernel = Kernel {
         name: "spin",
         workgroup_size: [64, 1, 1],
         bindings: 1,
         wgsl: Some(include_str!("../shaders/spin.wgsl")),
-        ptx: Some(include_str!("../shaders/spin.ptx")),
-        cpu: Some(spin_cpu),
+        ptx: None,
+        cpu: None,
     };
 
     /// The value [`SPIN`] stores for invocation `i`, without running the
     /// steps left once the chain stops changing (within some tens of
     /// thousands of steps, near 1000): a check of a long spin costs
-    /// little.
+    /// little. The steps are a multiply and an add, never fused (WGSL's
+    /// rule on every backend), as here.
     pub fn spin_reference(i: u32, iters: u32) -> f32 {
         let mut x = i as f32;
         for _ in 0..iters {
-            let next = spin_step(x);
+            let next = x * 0.999 + 1.0;
             if next == x {
                 break;
             }
@@ -178,68 +329,6 @@ pub mod kernels {
         x
     }
 
-    fn spin_step(x: f32) -> f32 {
-        x * 0.999 + 1.0
-    }
-
-    fn spin_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-        let (n, iters, global) = (inv.param_u32(0)?, inv.param_u32(4)?, inv.global_size());
-        let [out] = &mut inv.buffers[..] else {
-            return Err(format!("expected 1 buffer, found {}", inv.buffers.len()));
-        };
-        let out = as_f32s_mut(0, out)?;
-        let n = count(n, global, &[out.len()])?;
-        // Every step, even past the fixed point: the kernel is meant slow.
-        for (i, o) in out[..n].iter_mut().enumerate() {
-            let mut x = i as f32;
-            for _ in 0..iters {
-                x = spin_step(x);
-            }
-            *o = x;
-        }
-        Ok(())
-    }
-
     /// Every demo kernel.
     pub const ALL: [Kernel; 3] = [VECTOR_ADD, SAXPY, SPIN];
-
-    /// The element count a launch covers: the `n` parameter, bounded by
-    /// the grid, and checked against every binding's length.
-    fn count(n: u32, global_size: u64, lens: &[usize]) -> Result<usize, String> {
-        let n = u64::from(n).min(global_size);
-        let n = usize::try_from(n).unwrap_or(usize::MAX);
-        if let Some(short) = lens.iter().position(|&l| l < n) {
-            return Err(format!(
-                "binding {short}: expected at least {n} elements, found {}",
-                lens[short]
-            ));
-        }
-        Ok(n)
-    }
-
-    fn vector_add_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-        let (n, global) = (inv.param_u32(0)?, inv.global_size());
-        let [a, b, c] = &mut inv.buffers[..] else {
-            return Err(format!("expected 3 buffers, found {}", inv.buffers.len()));
-        };
-        let (a, b, c) = (as_f32s(0, a)?, as_f32s(1, b)?, as_f32s_mut(2, c)?);
-        let n = count(n, global, &[a.len(), b.len(), c.len()])?;
-        for ((c, a), b) in c[..n].iter_mut().zip(&a[..n]).zip(&b[..n]) {
-            *c = a + b;
-        }
-        Ok(())
-    }
-
-    fn saxpy_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-        let (n, alpha, global) = (inv.param_u32(0)?, inv.param_f32(4)?, inv.global_size());
-        let [x, y] = &mut inv.buffers[..] else {
-            return Err(format!("expected 2 buffers, found {}", inv.buffers.len()));
-        };
-        let (x, y) = (as_f32s(0, x)?, as_f32s_mut(1, y)?);
-        let n = count(n, global, &[x.len(), y.len()])?;
-        for (y, x) in y[..n].iter_mut().zip(&x[..n]) {
-            *y += alpha * x;
-        }
-        Ok(())
-    }
 }

@@ -17,7 +17,9 @@
 //! checks, no contraction into FMA) is written in one place, and the
 //! host end, which runs here, tests what the PTX end prints.
 
+pub mod host;
 pub mod ir;
+pub mod ptx;
 mod lower;
 
 pub use lower::{CompileError, compile, compile_module};

@@ -11,7 +11,7 @@ use super::stream::{HostStream, lock};
 use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::core::DeviceType;
 use crate::error::{Error, Result};
-use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel};
+use crate::kernel::{Kernel, run_on_host};
 
 /// Bindings a launch keeps on the stack.
 const BINDINGS: usize = 4;
@@ -31,20 +31,22 @@ pub fn enqueue_kernel(
     buffers: &[Binding<HostMemory>],
     params: &[u8],
 ) -> Result<()> {
-    let f = kernel.cpu.ok_or_else(|| Error::Kernel {
-        kernel: kernel.name.to_owned(),
-        message: format!(
-            "has no host implementation, which the {} backend runs",
-            ty.backend_name()
-        ),
-    })?;
+    if kernel.cpu.is_none() && kernel.wgsl.is_none() {
+        return Err(Error::Kernel {
+            kernel: kernel.name.to_owned(),
+            message: format!(
+                "has neither WGSL nor a host implementation, which the {} backend runs",
+                ty.backend_name()
+            ),
+        });
+    }
+    if kernel.cpu.is_none() {
+        // Compiled now, so that a WGSL error is the launch's error, not
+        // the stream's later.
+        kernel.program()?;
+    }
     check_disjoint_bindings(kernel, buffers, "host kernels need disjoint bindings")?;
-    let run = Run {
-        f,
-        name: kernel.name,
-        grid,
-        workgroup_size: kernel.workgroup_size,
-    };
+    let run = Run { kernel: *kernel, grid };
     if stream.is_inline() {
         return stream.run_inline(|| run.over(buffers, params));
     }
@@ -53,14 +55,12 @@ pub fn enqueue_kernel(
     stream.submit(Box::new(move || run.over(&buffers, &params)))
 }
 
-/// What a launch runs: the kernel's function, its name (for errors) and
-/// its sizes.
+/// What a launch runs: the kernel (its Rust override or its WGSL) over
+/// a grid.
 #[derive(Clone, Copy)]
 struct Run {
-    f: CpuKernelFn,
-    name: &'static str,
+    kernel: Kernel,
     grid: [u32; 3],
-    workgroup_size: [u32; 3],
 }
 
 impl Run {
@@ -134,16 +134,10 @@ impl Run {
         self.call(views, params)
     }
 
-    /// Runs the kernel's function over `views` (in binding order).
+    /// Runs the kernel over `views` (in binding order).
     fn call(self, views: Vec<&mut [u8]>, params: &[u8]) -> Result<()> {
-        let mut inv = CpuInvocation {
-            grid: self.grid,
-            workgroup_size: self.workgroup_size,
-            params,
-            buffers: views,
-        };
-        (self.f)(&mut inv).map_err(|message| Error::Kernel {
-            kernel: self.name.to_owned(),
+        run_on_host(&self.kernel, self.grid, views, params).map_err(|message| Error::Kernel {
+            kernel: self.kernel.name.to_owned(),
             message,
         })
     }
@@ -175,6 +169,7 @@ impl<B: HostBackend> Kernels for B {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::CpuInvocation;
 
     /// Writes its binding's index (plus 1) into every byte of each view,
     /// and fails on a view of the wrong length.
@@ -196,10 +191,15 @@ mod tests {
     fn run(buffers: &[Binding<HostMemory>]) -> Result<()> {
         let lens: Vec<u8> = buffers.iter().map(|b| b.len as u8).collect();
         let run = Run {
-            f: mark,
-            name: "mark",
+            kernel: Kernel {
+                name: "mark",
+                workgroup_size: [1, 1, 1],
+                bindings: buffers.len(),
+                wgsl: None,
+                ptx: None,
+                cpu: Some(mark),
+            },
             grid: [1, 1, 1],
-            workgroup_size: [1, 1, 1],
         };
         run.over(buffers, &lens)
     }

@@ -8,7 +8,11 @@
 //!    binding order;
 //! 2. the launch's parameter block split into 32-bit values (`.param .u32`
 //!    or `.param .f32`), in order: `n` then `alpha` for `saxpy`, `n` then
-//!    `iters` for `spin`, `n` for `vector_add`.
+//!    `iters` for `spin`, `n` for `vector_add`;
+//! 3. for PTX generated from WGSL (a kernel without a PTX override), each
+//!    bound buffer's length in bytes (`.param .u64`), in binding order,
+//!    which the generated bounds checks compare against. The parameter
+//!    block is padded with zero words up to the WGSL struct's size.
 //!
 //! The block is [`Kernel::workgroup_size`] threads, the grid the launch's
 //! grid. A launch whose buffer and parameter count does not match the entry
@@ -37,6 +41,9 @@ pub(super) struct Function {
     func: sys::CUfunction,
     /// Parameters of the PTX entry point.
     params: usize,
+    /// Generated from WGSL: takes the buffers' lengths after the
+    /// parameter words, and this many words.
+    generated: Option<usize>,
 }
 // SAFETY: module functions are driver objects usable from any thread; the
 // module they belong to is never unloaded.
@@ -76,9 +83,20 @@ pub fn entry_param_count(ptx: &str, name: &str) -> Option<usize> {
 
 /// The kernel's function on `c`, loading its module on first use.
 fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
-    let ptx = kernel
-        .ptx
-        .ok_or_else(|| kernel_error(kernel, "has no PTX source, which the CUDA backend runs"))?;
+    if kernel.ptx.is_none() && kernel.wgsl.is_none() {
+        return Err(kernel_error(
+            kernel,
+            "has neither PTX nor WGSL, which the CUDA backend runs",
+        ));
+    }
+    let source = kernel.ptx_source()?;
+    let ptx: &str = &source;
+    let generated = match kernel.ptx {
+        Some(_) => None,
+        None => Some(kernel.program()?.param_bytes as usize / 4),
+    };
+    // A generated source lives in the kernel cache for the process, so its
+    // address identifies it as an override's does.
     let key = (kernel.name, ptx.as_ptr() as usize);
     let mut cache = c.functions.lock().map_err(|_| poisoned())?;
     if let Some(f) = cache.get(&key) {
@@ -137,7 +155,11 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
         sys::cuModuleGetFunction(&mut func, module, name.as_ptr())
     })
     .map_err(|e| kernel_error(kernel, format!("no entry point: {e}")))?;
-    let f = Arc::new(Function { func, params });
+    let f = Arc::new(Function {
+        func,
+        params,
+        generated,
+    });
     cache.insert(key, Arc::clone(&f));
     Ok(f)
 }
@@ -163,8 +185,20 @@ impl Kernels for Cuda {
                 ),
             ));
         }
-        let words = params.len() / 4;
-        if buffers.len() + words != f.params {
+        let mut words = params.len() / 4;
+        if let Some(declared) = f.generated {
+            if words > declared {
+                return Err(kernel_error(
+                    kernel,
+                    format!(
+                        "expected a parameter block of at most {declared} 32-bit values (the WGSL struct), found {words}"
+                    ),
+                ));
+            }
+            words = declared;
+        }
+        let lengths = if f.generated.is_some() { buffers.len() } else { 0 };
+        if buffers.len() + words + lengths != f.params {
             return Err(kernel_error(
                 kernel,
                 format!(
@@ -217,15 +251,18 @@ impl Kernels for Cuda {
             .chunks_exact(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
+        values.resize(words, 0);
+        let mut lens: Vec<u64> = buffers[..lengths].iter().map(|b| b.len as u64).collect();
         let mut args: Vec<*mut c_void> = pointers
             .iter_mut()
             .map(|p| (p as *mut sys::CUdeviceptr).cast())
             .chain(values.iter_mut().map(|v| (v as *mut u32).cast()))
+            .chain(lens.iter_mut().map(|l| (l as *mut u64).cast()))
             .collect();
         let (func, raw) = (f.func, stream.raw.0);
         // SAFETY: `args` holds one pointer per entry-point parameter (checked
         // above), each to a live value of the parameter's size (8-byte device
-        // pointers, then 32-bit values); the driver copies them before
+        // pointers, then 32-bit values, then 8-byte lengths); the driver copies them before
         // returning. Grid and block are within the device's limits; every
         // buffer stays alive until its work is done (freed stream-ordered).
         call("cuLaunchKernel", || unsafe {
@@ -252,20 +289,19 @@ mod tests {
     use super::entry_param_count;
     use crate::kernels;
 
+    /// The demo kernels' generated PTX takes the buffers, the parameter
+    /// words and the buffers' lengths, and never fuses a multiply and an
+    /// add (the host runs the same WGSL unfused, so results match).
     #[test]
     fn entry_params_of_the_demo_kernels() {
         for (k, n) in [
-            (kernels::VECTOR_ADD, 4),
-            (kernels::SAXPY, 4),
-            (kernels::SPIN, 3),
+            (kernels::VECTOR_ADD, 3 + 1 + 3),
+            (kernels::SAXPY, 2 + 2 + 2),
+            (kernels::SPIN, 1 + 2 + 1),
         ] {
-            let ptx = k.ptx.expect("demo kernels have PTX");
-            assert_eq!(entry_param_count(ptx, k.name), Some(n), "{}", k.name);
-            assert_eq!(k.bindings + (n - k.bindings), n);
-        }
-        for k in kernels::ALL {
-            let ptx = k.ptx.expect("demo kernels have PTX");
-            for header in [".version 7.0", ".target sm_50", ".address_size 64"] {
+            let ptx = k.ptx_source().expect("PTX generated from WGSL");
+            assert_eq!(entry_param_count(&ptx, k.name), Some(n), "{}", k.name);
+            for header in [".version", ".target sm_", ".address_size 64"] {
                 assert!(ptx.contains(header), "{}: {header}", k.name);
             }
             assert!(
@@ -273,8 +309,6 @@ mod tests {
                 "{}",
                 k.name
             );
-            // Separately rounded, never fused: results match the host
-            // reference exactly.
             assert!(
                 !ptx.contains("fma") && !ptx.contains("mad.f32"),
                 "{}",

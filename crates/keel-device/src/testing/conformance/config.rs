@@ -19,13 +19,15 @@ pub enum KernelSource {
 }
 
 impl KernelSource {
-    /// How a backend names a missing source of this kind in its error
-    /// ("has no WGSL source, which the Vulkan backend runs").
+    /// How a backend names the sources a kernel lacks in its error
+    /// ("has no WGSL source, which the Vulkan backend runs"): CUDA runs a
+    /// PTX override or the PTX generated from WGSL, host backends a Rust
+    /// override or the WGSL.
     pub fn missing(self) -> &'static str {
         match self {
-            KernelSource::Wgsl => "WGSL source",
-            KernelSource::Ptx => "PTX source",
-            KernelSource::Host => "host implementation",
+            KernelSource::Wgsl => "no WGSL source",
+            KernelSource::Ptx => "neither PTX nor WGSL",
+            KernelSource::Host => "neither WGSL nor a host implementation",
         }
     }
 }

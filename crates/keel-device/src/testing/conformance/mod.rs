@@ -190,6 +190,7 @@ macro_rules! conformance_suite {
                 copies_within_one_buffer,
                 moves_between_devices,
                 vector_add_is_correct,
+                wgsl_feature_corpus_runs,
                 stream_pool_round_robin,
                 guards_switch_device_and_stream,
                 bad_requests_are_clear_errors;

@@ -190,6 +190,7 @@ mod devices;
 mod events;
 mod guards;
 mod kernels;
+mod wgsl;
 mod profiler;
 mod streams;
 
@@ -207,6 +208,7 @@ pub use devices::{
 pub use events::{elapsed_time_matches_host_time, event_misuse_is_a_clear_error};
 pub use guards::guards_switch_device_and_stream;
 pub use kernels::{kernel_errors_are_clear, vector_add_is_correct};
+pub use wgsl::wgsl_feature_corpus_runs;
 pub use profiler::{profiler_places_device_spans_within_host_time, profiler_records_this_backend};
 pub use streams::{
     in_order_within_a_stream, producer_consumer_across_streams, queries_alone_see_completion,
