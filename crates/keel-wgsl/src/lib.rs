@@ -18,3 +18,4 @@
 //! host end, which runs here, tests what the PTX end prints.
 
 pub mod ir;
+pub mod ptx;
