@@ -186,6 +186,20 @@ impl Emitter<'_> {
 
     fn unary(&mut self, op: UnOp, dst: Reg, a: Reg) -> Result<()> {
         let ty = self.ty(dst)?;
+        if ty.is_float()
+            && matches!(
+                op,
+                UnOp::Tan
+                    | UnOp::Asin
+                    | UnOp::Acos
+                    | UnOp::Atan
+                    | UnOp::Sinh
+                    | UnOp::Cosh
+                    | UnOp::Tanh
+            )
+        {
+            self.comment(&format!("{dst} = {op:?} {a}"));
+        }
         let a = self.reg_of(a, ty, "unary operand")?;
         let d = self.reg(dst)?;
         let bad = || PtxError::new(format!("{op:?} of {ty:?}"));
@@ -286,6 +300,9 @@ impl Emitter<'_> {
     }
 
     fn binary(&mut self, op: BinOp, dst: Reg, a: Reg, b: Reg) -> Result<()> {
+        if matches!(op, BinOp::Pow | BinOp::Atan2) {
+            self.comment(&format!("{dst} = {op:?} {a}, {b}"));
+        }
         let ty = self.ty(a)?;
         let a = self.reg_of(a, ty, "binary operand")?;
         let b = if matches!(op, BinOp::Shl | BinOp::Shr) {

@@ -1,22 +1,25 @@
 //! f32 functions PTX has no instruction for, as short sequences.
 //!
-//! Accuracy, measured against correctly rounded results by simulating
-//! the sequences in f32 (the same roundings, FMA included):
+//! Accuracy, measured by running the printed sequences in simulated f32
+//! arithmetic (FMA included) against correctly rounded results, with the
+//! `.approx` instructions taken as exact (their own error, about 2 ulp
+//! for `ex2` and `lg2`, comes on top where they are used):
 //!
-//! - `atan`: within 1.3 ulp; `atan2`: within 1.4 ulp; `asin`: within
-//!   2.2 ulp; `acos`: within 1.8 ulp. The core is a minimax polynomial
-//!   for `atan(t) / t - 1` over `t*t` in [0, 1], evaluated with FMAs, on
-//!   an argument reduced to [0, 1] by `atan(t) = pi/2 - atan(1/t)`; the
-//!   constants `pi/2` and `pi` are added as two f32 parts.
-//! - `sinh`, `cosh`, `tanh`: from `ex2.approx` (2 ulp), so within a few
-//!   ulp plus what rounding `x * log2(e)` costs for large `|x|` (the error
-//!   WGSL allows for `exp`, which these inherit). Where the formula
-//!   cancels (`|x| < 0.5` for sinh, `< 0.25` for tanh) a Taylor
-//!   polynomial, exact to well under an ulp there, replaces it.
-//! - `tan = sin / cos` and `pow = ex2(b * lg2(a))`: as accurate as the
-//!   `.approx` instructions, which is what WGSL asks of them (its `pow`
-//!   inherits from `exp2(y * log2(x))`, its domain included: NaN for
-//!   `a < 0`).
+//! - `atan`: within 1.2 ulp; `atan2`: within 1.4 ulp; `asin`: within
+//!   2 ulp; `acos`: within 1.6 ulp. The core is a minimax polynomial for
+//!   `atan(t) / t - 1` over `t*t` in [0, 1], evaluated with FMAs, on an
+//!   argument reduced to [0, 1] by `atan(t) = pi/2 - atan(1/t)`; `pi/2`
+//!   and `pi` are added last, in two f32 parts. Zeros, infinities and
+//!   signed zeros give C's results (`atan2(+0, -0) = pi`).
+//! - `sinh`, `cosh`, `tanh`: built on `ex2.approx`. `tanh` is within
+//!   2.3 ulp; `sinh` and `cosh` within a few ulp for `|x| < 8`, growing
+//!   with `|x|` (54 ulp at 73) because `|x| * log2(e)` is rounded: the
+//!   error WGSL allows for `exp` (`3 + 2|x|` ulp), which these inherit.
+//!   Where the formula cancels (`|x| < 0.5` for sinh, `< 0.25` for tanh)
+//!   a Taylor polynomial, exact to well under an ulp there, replaces it.
+//! - `tan = sin / cos` and `pow = ex2(b * lg2(a))`: what WGSL asks of
+//!   them, which is to inherit from those formulas (`pow`'s domain
+//!   included: NaN for `a < 0`).
 //!
 //! These sequences use FMA inside themselves, as any math library does;
 //! the no-contraction rule is about the source's adds and multiplies,
@@ -80,7 +83,7 @@ impl Emitter<'_> {
     }
 
     /// `r = hi - r + lo`: a constant given in two parts minus `r`.
-    fn from_constant(&mut self, r: &str, hi: &str, lo: &str) -> String {
+    fn constant_minus(&mut self, r: &str, hi: &str, lo: &str) -> String {
         let t = self.tf();
         self.ins(&format!("sub.rn.f32 {t}, {hi}, {r};"));
         self.ins(&format!("add.rn.f32 {t}, {t}, {lo};"));
@@ -104,7 +107,7 @@ impl Emitter<'_> {
         // rcp.rn is correctly rounded; 1 / inf = 0 gives pi/2.
         self.ins(&format!("@{big} rcp.rn.f32 {t}, {ax};"));
         let r = self.odd_poly(&t, &ATAN_POLY);
-        let flipped = self.from_constant(&r, PIO2_HI, PIO2_LO);
+        let flipped = self.constant_minus(&r, PIO2_HI, PIO2_LO);
         self.ins(&format!("@{big} mov.f32 {r}, {flipped};"));
         self.with_sign(d, &r, a);
         Ok(())
@@ -126,15 +129,26 @@ impl Emitter<'_> {
         self.ins(&format!("setp.eq.f32 {p}, {mx}, 0f00000000;"));
         self.ins(&format!("@{p} mov.f32 {t}, 0f00000000;"));
         let r = self.odd_poly(&t, &ATAN_POLY);
-        let flipped = self.from_constant(&r, PIO2_HI, PIO2_LO);
-        self.ins(&format!("setp.gt.f32 {p}, {ay}, {ax};"));
-        self.ins(&format!("@{p} mov.f32 {r}, {flipped};"));
-        let flipped = self.from_constant(&r, PI_HI, PI_LO);
-        // x's sign bit, so that x = -0 gives pi as in C.
+        // The quadrant: atan2 = c + r or c - r with c one of 0, pi/2
+        // and pi. Adding c last, in two parts, keeps exact results
+        // exact (atan2(1, -0) = pi/2).
+        let (swap, neg, flip) = (p.clone(), self.tmp(Bank::Pred), self.tmp(Bank::Pred));
+        self.ins(&format!("setp.gt.f32 {swap}, {ay}, {ax};"));
+        // x's sign bit, so that x = -0 counts as negative, as in C.
         let bits = self.tmp(Bank::B32);
         self.ins(&format!("mov.b32 {bits}, {x};"));
-        self.ins(&format!("setp.lt.s32 {p}, {bits}, 0;"));
-        self.ins(&format!("@{p} mov.f32 {r}, {flipped};"));
+        self.ins(&format!("setp.lt.s32 {neg}, {bits}, 0;"));
+        self.ins(&format!("xor.pred {flip}, {swap}, {neg};"));
+        self.ins(&format!("@{flip} neg.f32 {r}, {r};"));
+        let (hi, lo) = (self.tf(), self.tf());
+        self.ins(&format!("mov.f32 {hi}, 0f00000000;"));
+        self.ins(&format!("mov.f32 {lo}, 0f00000000;"));
+        self.ins(&format!("@{neg} mov.f32 {hi}, {PI_HI};"));
+        self.ins(&format!("@{neg} mov.f32 {lo}, {PI_LO};"));
+        self.ins(&format!("@{swap} mov.f32 {hi}, {PIO2_HI};"));
+        self.ins(&format!("@{swap} mov.f32 {lo}, {PIO2_LO};"));
+        self.ins(&format!("add.rn.f32 {r}, {hi}, {r};"));
+        self.ins(&format!("add.rn.f32 {r}, {r}, {lo};"));
         // min and max drop a NaN operand: bring it back.
         self.ins(&format!("setp.nan.f32 {p}, {x}, {y};"));
         self.ins(&format!("@{p} add.rn.f32 {r}, {x}, {y};"));
@@ -178,14 +192,19 @@ impl Emitter<'_> {
         let r = self.tf();
         self.ins(&format!("sub.rn.f32 {r}, {e}, {inv};"));
         self.ins(&format!("mul.rn.f32 {r}, {r}, {HALF};"));
-        let signed = self.tf();
-        self.with_sign(&signed, &r, a);
-        let small = self.odd_poly(a, &SINH_POLY);
+        self.odd_near_zero(d, a, &r, &SINH_POLY, HALF);
+        Ok(())
+    }
+
+    /// `d = copysign(|a| < limit ? poly(|a|) : r, a)`: an odd function
+    /// whose formula `r` (computed from `|a|`) cancels near zero.
+    fn odd_near_zero(&mut self, d: &str, a: &str, r: &str, poly: &[u32], limit: &str) {
         let (ax, p) = (self.tf(), self.tmp(Bank::Pred));
         self.ins(&format!("abs.f32 {ax}, {a};"));
-        self.ins(&format!("setp.lt.f32 {p}, {ax}, {HALF};"));
-        self.ins(&format!("selp.f32 {d}, {small}, {signed}, {p};"));
-        Ok(())
+        let small = self.odd_poly(&ax, poly);
+        self.ins(&format!("setp.lt.f32 {p}, {ax}, {limit};"));
+        self.ins(&format!("selp.f32 {small}, {small}, {r}, {p};"));
+        self.with_sign(d, &small, a);
     }
 
     pub(super) fn cosh(&mut self, d: &str, a: &str) -> Result<()> {
@@ -203,13 +222,7 @@ impl Emitter<'_> {
         self.ins(&format!("sub.rn.f32 {num}, {ONE}, {e};"));
         self.ins(&format!("add.rn.f32 {den}, {ONE}, {e};"));
         self.ins(&format!("div.rn.f32 {num}, {num}, {den};"));
-        let signed = self.tf();
-        self.with_sign(&signed, &num, a);
-        let small = self.odd_poly(a, &TANH_POLY);
-        let (ax, p) = (self.tf(), self.tmp(Bank::Pred));
-        self.ins(&format!("abs.f32 {ax}, {a};"));
-        self.ins(&format!("setp.lt.f32 {p}, {ax}, 0f3E800000;"));
-        self.ins(&format!("selp.f32 {d}, {small}, {signed}, {p};"));
+        self.odd_near_zero(d, a, &num, &TANH_POLY, "0f3E800000");
         Ok(())
     }
 
