@@ -1,0 +1,201 @@
+//! Loads, stores and atomics.
+//!
+//! An address is the space's base plus the IR's byte offset: a buffer's
+//! global pointer (converted with `cvta.to.global` at entry) plus a U64
+//! offset; `keel_shared`'s 32-bit shared address plus a U32 offset;
+//! `keel_private`'s local address plus the U32 offset widened. A guarded
+//! access is predicated on its guard; where the guard is false a load or
+//! an atomic writes 0 to its destination instead (the two are
+//! predicated on opposite conditions, so a destination that is also the
+//! value operand is read before it is written).
+
+use super::{Bank, Emitter, PtxError, Result, mov_ty, zero};
+use crate::ir::{AtomicOp, Reg, Space, Ty};
+
+/// The state space and address register of an access.
+struct Address {
+    space: &'static str,
+    reg: String,
+}
+
+/// The load/store type of a value of type `ty`.
+fn mem_ty(ty: Ty) -> Result<&'static str> {
+    Ok(match ty {
+        Ty::U32 => "u32",
+        Ty::I32 => "s32",
+        Ty::F32 => "f32",
+        Ty::F16 => "b16",
+        Ty::U64 => "u64",
+        Ty::Bool => return Err(PtxError::new("a Bool in memory")),
+    })
+}
+
+impl Emitter<'_> {
+    fn address(&mut self, space: Space, addr: Reg) -> Result<Address> {
+        match space {
+            Space::Buffer(n) => {
+                if n as usize >= self.prog.buffers.len() {
+                    return Err(PtxError::new(format!(
+                        "access to buffer {n}, which is not bound"
+                    )));
+                }
+                let offset = self.reg_of(addr, Ty::U64, "buffer offset")?;
+                let reg = self.tmp(Bank::B64);
+                self.ins(&format!("add.s64 {reg}, %buf{n}, {offset};"));
+                Ok(Address {
+                    space: "global",
+                    reg,
+                })
+            }
+            Space::Shared => {
+                if self.prog.shared_bytes == 0 {
+                    return Err(PtxError::new("workgroup access with no workgroup memory"));
+                }
+                let offset = self.reg_of(addr, Ty::U32, "workgroup offset")?;
+                let reg = self.tmp(Bank::B32);
+                self.ins(&format!("add.u32 {reg}, %smem, {offset};"));
+                Ok(Address {
+                    space: "shared",
+                    reg,
+                })
+            }
+            Space::Private => {
+                if self.prog.private_bytes == 0 {
+                    return Err(PtxError::new("private access with no private memory"));
+                }
+                let offset = self.reg_of(addr, Ty::U32, "private offset")?;
+                let reg = self.tmp(Bank::B64);
+                self.ins(&format!("cvt.u64.u32 {reg}, {offset};"));
+                self.ins(&format!("add.u64 {reg}, %pmem, {reg};"));
+                Ok(Address {
+                    space: "local",
+                    reg,
+                })
+            }
+        }
+    }
+
+    /// The `@p ` prefix of a guarded access, after writing `zero` to
+    /// `dst` where the guard is false.
+    fn guard(&mut self, guard: Option<Reg>, dst: Option<(&str, Ty)>) -> Result<String> {
+        let Some(g) = guard else {
+            return Ok(String::new());
+        };
+        let g = self.reg_of(g, Ty::Bool, "guard")?;
+        if let Some((d, ty)) = dst {
+            self.ins(&format!("@!{g} mov.{} {d}, {};", mov_ty(ty), zero(ty)));
+        }
+        Ok(format!("@{g} "))
+    }
+
+    /// The instruction name of an access: `atomic` loads and stores are
+    /// relaxed at GPU scope in buffers (not torn, not served from a
+    /// stale L1 line) and volatile in workgroup memory.
+    fn access(op: &str, at: &Address, atomic: bool) -> String {
+        match (atomic, at.space) {
+            (true, "global") => format!("{op}.relaxed.gpu.global"),
+            (true, "shared") => format!("{op}.volatile.shared"),
+            _ => format!("{op}.{}", at.space),
+        }
+    }
+
+    pub(super) fn load(
+        &mut self,
+        dst: Reg,
+        space: Space,
+        addr: Reg,
+        guard: Option<Reg>,
+        atomic: bool,
+    ) -> Result<()> {
+        let ty = self.ty(dst)?;
+        let t = mem_ty(ty)?;
+        let d = self.reg(dst)?;
+        let at = self.address(space, addr)?;
+        let pre = self.guard(guard, Some((&d, ty)))?;
+        let name = Self::access("ld", &at, atomic);
+        self.ins(&format!("{pre}{name}.{t} {d}, [{}];", at.reg));
+        Ok(())
+    }
+
+    pub(super) fn store(
+        &mut self,
+        space: Space,
+        addr: Reg,
+        value: Reg,
+        guard: Option<Reg>,
+        atomic: bool,
+    ) -> Result<()> {
+        let ty = self.ty(value)?;
+        let t = mem_ty(ty)?;
+        let v = self.reg(value)?;
+        let at = self.address(space, addr)?;
+        let pre = self.guard(guard, None)?;
+        let name = Self::access("st", &at, atomic);
+        self.ins(&format!("{pre}{name}.{t} [{}], {v};", at.reg));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn atomic(
+        &mut self,
+        op: AtomicOp,
+        dst: Option<Reg>,
+        space: Space,
+        addr: Reg,
+        value: Reg,
+        compare: Option<Reg>,
+        guard: Option<Reg>,
+    ) -> Result<()> {
+        if space == Space::Private {
+            return Err(PtxError::new("an atomic in private memory"));
+        }
+        let ty = self.ty(value)?;
+        if !matches!(ty, Ty::U32 | Ty::I32) {
+            return Err(PtxError::new(format!("an atomic on {ty:?}")));
+        }
+        let mut v = self.reg(value)?;
+        let cmp = match (op, compare) {
+            (AtomicOp::CompareExchange, Some(c)) => Some(self.reg_of(c, ty, "compare")?),
+            (AtomicOp::CompareExchange, None) => {
+                return Err(PtxError::new("compare-exchange without a compare value"));
+            }
+            _ => None,
+        };
+        let d = match dst {
+            Some(dst) => self.reg_of(dst, ty, "atomic result")?,
+            None => self.tmp(Bank::B32),
+        };
+        let signed = ty == Ty::I32;
+        let name = match op {
+            AtomicOp::Add => "add.u32",
+            AtomicOp::Sub => {
+                // atom has no subtract: add the wrapping negation.
+                let n = self.tmp(Bank::B32);
+                self.ins(&format!("neg.s32 {n}, {v};"));
+                v = n;
+                "add.u32"
+            }
+            AtomicOp::And => "and.b32",
+            AtomicOp::Or => "or.b32",
+            AtomicOp::Xor => "xor.b32",
+            AtomicOp::Min if signed => "min.s32",
+            AtomicOp::Min => "min.u32",
+            AtomicOp::Max if signed => "max.s32",
+            AtomicOp::Max => "max.u32",
+            AtomicOp::Exchange => "exch.b32",
+            AtomicOp::CompareExchange => "cas.b32",
+        };
+        let at = self.address(space, addr)?;
+        let pre = self.guard(guard, Some((&d, ty)))?;
+        let operands = match cmp {
+            Some(c) => format!("{c}, {v}"),
+            None => v,
+        };
+        // atom without .sem and .scope is relaxed at GPU scope.
+        self.ins(&format!(
+            "{pre}atom.{}.{name} {d}, [{}], {operands};",
+            at.space, at.reg
+        ));
+        Ok(())
+    }
+}
