@@ -51,7 +51,10 @@ const NAIVE_WG: u32 = 16;
 const MATMUL_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 
 /// The tiled kernel: bindings `a`, `b`, `c`; parameters `m`, `k`, `n`,
-/// `mode`, `chunk`. Sources: `shaders/compute/matmul_tiled.{wgsl,ptx}`.
+/// `mode`, `chunk`. Source: `shaders/compute/matmul_tiled.wgsl`; host
+/// backends run the declared Rust override [`matmul_rows_cpu`] (a row at a
+/// time, vectorised by the compiler, with the kernel's numerics per
+/// output), which the WGSL on host threads is far slower than.
 pub const MATMUL_TILED: Launch = Launch {
     kernel: Kernel {
         name: "matmul_tiled",
@@ -62,15 +65,16 @@ pub const MATMUL_TILED: Launch = Launch {
             include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_tiled.wgsl")
         )),
-        ptx: Some(include_str!("../../shaders/compute/matmul_tiled.ptx")),
+        ptx: None,
         cpu: Some(matmul_rows_cpu),
     },
     params: MATMUL_PARAMS,
 };
 
 /// The GPU-shaped tiled kernel, plain f32 only: bindings and parameters
-/// as [`MATMUL_TILED`] (`mode` and `chunk` not read). Sources:
-/// `shaders/compute/matmul_tiled_4x4.{wgsl,ptx}`.
+/// as [`MATMUL_TILED`] (`mode` and `chunk` not read). Source:
+/// `shaders/compute/matmul_tiled_4x4.wgsl`, with [`MATMUL_TILED`]'s host
+/// override.
 pub const MATMUL_TILED_4X4: Launch = Launch {
     kernel: Kernel {
         name: "matmul_tiled_4x4",
@@ -80,14 +84,14 @@ pub const MATMUL_TILED_4X4: Launch = Launch {
             include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")
         )),
-        ptx: Some(include_str!("../../shaders/compute/matmul_tiled_4x4.ptx")),
+        ptx: None,
         cpu: Some(matmul_rows_cpu),
     },
     params: MATMUL_PARAMS,
 };
 
-/// The naive kernel: as [`MATMUL_TILED`]. Sources:
-/// `shaders/compute/matmul_naive.{wgsl,ptx}`.
+/// The naive kernel: as [`MATMUL_TILED`]. Source:
+/// `shaders/compute/matmul_naive.wgsl`, on every backend.
 pub const MATMUL_NAIVE: Launch = Launch {
     kernel: Kernel {
         name: "matmul_naive",
@@ -98,8 +102,8 @@ pub const MATMUL_NAIVE: Launch = Launch {
             include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_naive.wgsl")
         )),
-        ptx: Some(include_str!("../../shaders/compute/matmul_naive.ptx")),
-        cpu: Some(matmul_naive_cpu),
+        ptx: None,
+        cpu: None,
     },
     params: MATMUL_PARAMS,
 };
@@ -108,7 +112,10 @@ pub const MATMUL_NAIVE: Launch = Launch {
 /// capability 8.0 or later (`mma.sync.aligned.m16n8k8 ... .tf32`): as
 /// [`MATMUL_TILED`]'s bindings and parameters (`mode` and `chunk` not
 /// read), one warp per 16 x 8 output tile. PTX only; [`matmul`] picks it
-/// (see [`matmul_kernel`]). Source: `shaders/compute/matmul_tf32_mma.ptx`.
+/// (see [`matmul_kernel`]). Source: `shaders/compute/matmul_tf32_mma.ptx`,
+/// a declared CUDA override of the tiled kernel's tf32 mode: WGSL has no
+/// tensor-core instruction, and the override is tested against the same
+/// reference.
 pub const MATMUL_TF32_MMA: Launch = Launch {
     kernel: Kernel {
         name: "matmul_tf32_mma",
@@ -280,34 +287,9 @@ fn formats(mode: u32) -> (u32, u32, u32) {
     (mode & 15, (mode >> 4) & 15, (mode >> 8) & 15)
 }
 
-/// One output at a time, k in order: the numerics every kernel has.
-fn matmul_naive_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
-    let h = host(inv)?;
-    let (f_in, f_acc, f_red) = formats(h.mode);
-    for i in 0..h.m {
-        for j in 0..h.n {
-            let (mut part, mut total) = (0.0f32, 0.0f32);
-            for kk in 0..h.k {
-                let p = round_to(h.a[i * h.k + kk], f_in) * round_to(h.b[kk * h.n + j], f_in);
-                if h.mode == 0 {
-                    total += p;
-                    continue;
-                }
-                part = round_to(part + p, f_acc);
-                if (kk + 1) % h.chunk == 0 || kk + 1 == h.k {
-                    total = round_to(total + round_to(part, f_red), f_red);
-                    part = 0.0;
-                }
-            }
-            h.c[i * h.n + j] = total;
-        }
-    }
-    Ok(())
-}
-
 /// A row of outputs at a time (k outer, j inner, so the compiler
 /// vectorises over j), with the same numerics per output as
-/// [`matmul_naive_cpu`]: each output still adds its products in k order.
+/// the naive kernel: each output still adds its products in k order.
 fn matmul_rows_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     let h = host(inv)?;
     let (f_in, f_acc, f_red) = formats(h.mode);

@@ -48,7 +48,8 @@ pub use reduce::{
 /// Every kernel Keel launches, with the parameter layout its launch code
 /// passes: the demo kernels, this module's and the dispatcher's
 /// elementwise kernels (`shaders/ops/`, defined in [`params`]). A unit test compares each
-/// with its PTX entry point; a new kernel (such as an operator's) is added
+/// with the entry point of the PTX CUDA runs for it (generated from its
+/// WGSL, or its override); a new kernel (such as an operator's) is added
 /// here.
 pub const KERNELS: &[params::Launch] = &[
     params::VECTOR_ADD,
@@ -67,6 +68,8 @@ pub const KERNELS: &[params::Launch] = &[
     params::OP_MUL_SCALAR_F32,
     params::OP_FILL_F32,
     params::OP_CAST,
+    params::OP_CAST_F16_WIDEN,
+    params::OP_CAST_F16_NARROW,
 ];
 
 #[cfg(test)]
@@ -80,7 +83,6 @@ mod tests {
             .filter_map(|l| params::check_ptx(l).err())
             .collect();
         assert!(errors.is_empty(), "{}", errors.join("\n"));
-        assert!(KERNELS.iter().all(|l| l.kernel.ptx.is_some()));
     }
 }
 

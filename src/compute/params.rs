@@ -103,19 +103,15 @@ pub const SPIN: Launch = Launch {
 };
 
 /// A dispatcher elementwise kernel (`shaders/ops/`): 256-wide workgroups,
-/// WGSL and PTX, no host function (the CPU has its own kernels).
-const fn op_kernel(
-    name: &'static str,
-    bindings: usize,
-    wgsl: &'static str,
-    ptx: &'static str,
-) -> Kernel {
+/// one WGSL source (the dispatcher's CPU kernels, in `dispatch/cpu.rs`,
+/// cover every dtype on the host).
+const fn op_kernel(name: &'static str, bindings: usize, wgsl: &'static str) -> Kernel {
     Kernel {
         name,
         workgroup_size: [256, 1, 1],
         bindings,
         wgsl: Some(wgsl),
-        ptx: Some(ptx),
+        ptx: None,
         cpu: None,
     }
 }
@@ -126,7 +122,6 @@ pub const OP_ADD_F32: Launch = Launch {
         "add_f32",
         3,
         include_str!("../../shaders/ops/add.wgsl"),
-        include_str!("../../shaders/ops/add.ptx"),
     ),
     params: &[U32],
 };
@@ -136,7 +131,6 @@ pub const OP_MUL_F32: Launch = Launch {
         "mul_f32",
         3,
         include_str!("../../shaders/ops/mul.wgsl"),
-        include_str!("../../shaders/ops/mul.ptx"),
     ),
     params: &[U32],
 };
@@ -146,7 +140,6 @@ pub const OP_ADD_SCALAR_F32: Launch = Launch {
         "add_scalar_f32",
         2,
         include_str!("../../shaders/ops/add_scalar.wgsl"),
-        include_str!("../../shaders/ops/add_scalar.ptx"),
     ),
     params: &[U32, F32],
 };
@@ -156,7 +149,6 @@ pub const OP_MUL_SCALAR_F32: Launch = Launch {
         "mul_scalar_f32",
         2,
         include_str!("../../shaders/ops/mul_scalar.wgsl"),
-        include_str!("../../shaders/ops/mul_scalar.ptx"),
     ),
     params: &[U32, F32],
 };
@@ -166,7 +158,6 @@ pub const OP_FILL_F32: Launch = Launch {
         "fill_f32",
         1,
         include_str!("../../shaders/ops/fill.wgsl"),
-        include_str!("../../shaders/ops/fill.ptx"),
     ),
     params: &[U32, F32],
 };
@@ -174,8 +165,7 @@ pub const OP_FILL_F32: Launch = Launch {
 /// The dispatcher's conversions between f32 and f16/bf16 (`copy_`
 /// between dtypes; the f16/bf16 matmul): bindings `x`, `out`; `n`,
 /// `mode` (0 f16 -> f32, 1 bf16 -> f32, 2 f32 -> f16, 3 f32 -> bf16).
-/// WGSL holds 16-bit values packed two to a word (one invocation per
-/// pair); PTX converts one element per thread.
+/// 16-bit values are packed two to a word (one invocation per pair).
 pub const OP_CAST: Launch = Launch {
     kernel: op_kernel(
         "cast_f32_half",
@@ -184,23 +174,14 @@ pub const OP_CAST: Launch = Launch {
             include_str!("../../shaders/compute/rounding.wgsl"),
             include_str!("../../shaders/ops/cast.wgsl")
         ),
-        include_str!("../../shaders/ops/cast.ptx"),
     ),
     params: &[U32, U32],
 };
 
-/// A WGSL-only dispatcher kernel: no PTX (CUDA converts with
-/// [`OP_CAST`]'s PTX), so it is not in [`KERNELS`](super::KERNELS)'s PTX
-/// check.
+/// A dispatcher kernel that needs WGSL's `f16` (chosen only where
+/// [`f16_storage`](super::f16_storage) says the device stores it).
 const fn wgsl_op_kernel(name: &'static str, bindings: usize, wgsl: &'static str) -> Kernel {
-    Kernel {
-        name,
-        workgroup_size: [256, 1, 1],
-        bindings,
-        wgsl: Some(wgsl),
-        ptx: None,
-        cpu: None,
-    }
+    op_kernel(name, bindings, wgsl)
 }
 
 /// f16 -> f32 reading `array<f16>` natively (`enable f16;`): bindings
@@ -265,20 +246,32 @@ pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// Checks `launch` against its PTX: the buffers as `.u64`, then one
-/// 32-bit parameter of the declared type per value.
+/// Checks `launch` against the PTX CUDA runs for it: the buffers as
+/// `.u64`, then one 32-bit parameter of the declared type per value; PTX
+/// generated from WGSL then takes the WGSL struct's remaining (padding)
+/// words and each buffer's length as `.u64`.
 pub fn check_ptx(launch: &Launch) -> Result<(), String> {
     let k = &launch.kernel;
-    let Some(ptx) = k.ptx else {
-        return Ok(());
-    };
-    let found = ptx_entry_params(ptx, k.name)?;
-    let expected: Vec<&[&str]> = std::iter::repeat_n(&["u64"][..], k.bindings)
+    let ptx = k.ptx_source().map_err(|e| e.to_string())?;
+    let found = ptx_entry_params(&ptx, k.name)?;
+    let mut expected: Vec<&[&str]> = std::iter::repeat_n(&["u64"][..], k.bindings)
         .chain(launch.params.iter().map(|t| match t {
             U32 => &["u32", "b32", "s32"][..],
             F32 => &["f32", "b32"][..],
         }))
         .collect();
+    if k.ptx.is_none() {
+        let words = k.program().map_err(|e| e.to_string())?.param_bytes as usize / 4;
+        if words < launch.params.len() {
+            return Err(format!(
+                "kernel '{}': the launch code passes {} values, but the WGSL parameter struct holds {words}",
+                k.name,
+                launch.params.len()
+            ));
+        }
+        expected.extend(std::iter::repeat_n(&["b32"][..], words - launch.params.len()));
+        expected.extend(std::iter::repeat_n(&["u64"][..], k.bindings));
+    }
     let ok = found.len() == expected.len()
         && found
             .iter()
@@ -303,7 +296,7 @@ mod tests {
         let mut wrong = SAXPY;
         wrong.params = &[U32, U32, F32];
         let e = check_ptx(&wrong).expect_err("a drifted layout");
-        assert!(e.contains("saxpy") && e.contains("\"f32\""), "{e}");
+        assert!(e.contains("saxpy") && e.contains("holds 2"), "{e}");
         wrong.params = &[F32, F32];
         assert!(check_ptx(&wrong).is_err());
         let mut fewer_buffers = SAXPY;

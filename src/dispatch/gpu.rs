@@ -15,7 +15,6 @@ use super::launch::{Params, compute_matmul, launch};
 use super::matmul_precision;
 use crate::compute::params::{self, Param};
 use crate::compute::{self};
-use crate::core::DeviceType;
 use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
@@ -253,12 +252,8 @@ fn cast(call: &OpCall<'_>, x: &Tensor, out: &Tensor) -> Result<Option<()>> {
         )?;
         return Ok(Some(()));
     }
-    // CUDA converts an element per thread, WGSL a pair per invocation.
-    let threads = if call.device.device_type() == DeviceType::Cuda {
-        u64::from(n)
-    } else {
-        u64::from(n).div_ceil(2)
-    };
+    // A pair of 16-bit values per invocation.
+    let threads = u64::from(n).div_ceil(2);
     params::OP_CAST.launch(
         &call.stream,
         elementwise_grid(threads),

@@ -73,3 +73,66 @@ fn every_shipped_kernel_lowers() {
     assert!(count >= 30, "found {count} entry points");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `ptxas` from `KEEL_PTXAS`, or `None` (and a printed reason).
+fn ptxas() -> Option<PathBuf> {
+    match std::env::var_os("KEEL_PTXAS").map(PathBuf::from) {
+        Some(p) if p.is_file() => Some(p),
+        _ => {
+            println!("skipped: ptxas not found (set KEEL_PTXAS)");
+            None
+        }
+    }
+}
+
+/// Every shipped kernel and corpus kernel prints as PTX, and `ptxas`
+/// assembles each for sm_70, sm_80 and sm_90 (where `KEEL_PTXAS` names
+/// it; `cargo xtask test` does).
+#[test]
+fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
+    let dir = std::env::temp_dir().join(format!("keel-wgsl-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary folder");
+    let ptxas = ptxas();
+    let mut failures = Vec::new();
+    let mut assembled = 0;
+    for (file, text) in sources() {
+        let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+        for ep in &module.entry_points {
+            let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
+            let ptx = match keel_wgsl::ptx::emit(&program) {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.push(format!("{file} `{}`: {e}", ep.name));
+                    continue;
+                }
+            };
+            assert!(ptx.contains(&format!(".entry {}(", ep.name)), "{}", ep.name);
+            let Some(ptxas) = &ptxas else { continue };
+            let path = dir.join(format!("{}.ptx", ep.name));
+            std::fs::write(&path, &ptx).expect("write PTX");
+            for arch in ["sm_70", "sm_80", "sm_90"] {
+                let out = std::process::Command::new(ptxas)
+                    .args(["-arch", arch, "-o"])
+                    .arg(dir.join("out.cubin"))
+                    .arg(&path)
+                    .output()
+                    .expect("ptxas runs");
+                if out.status.success() {
+                    assembled += 1;
+                } else {
+                    failures.push(format!(
+                        "{file} `{}` ({arch}): {}",
+                        ep.name,
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    if ptxas.is_some() {
+        println!("ptxas assembled {assembled} files");
+        assert!(assembled >= 90, "assembled {assembled}");
+    }
+}
