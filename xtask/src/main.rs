@@ -27,7 +27,9 @@
 //!      `nvidia-cuda-nvcc-cu12` ([`PTXAS_WHEEL`], downloaded once with
 //!      `pip download --no-deps` into `target/ptxas/` and unpacked there).
 //!      That each PTX entry takes the parameters its launch code passes is
-//!      a unit test of the library (`compute::params`);
+//!      a unit test of the library (`compute::params`); the PTX generated
+//!      from every WGSL kernel is assembled the same way by keel-wgsl's
+//!      tests in step 6, which get this `ptxas` as `KEEL_PTXAS`;
 //!   6. every test of the workspace, with the Khronos validation layer
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
 //!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
@@ -56,6 +58,7 @@ use std::process::{Command, ExitCode};
 /// the operators, the app.
 const CRATE_SRCS: &[&str] = &[
     "crates/keel-trace/src",
+    "crates/keel-wgsl/src",
     "crates/keel-device/src",
     "src",
     "app/src",
@@ -73,6 +76,17 @@ const FORBIDDEN_DEPS: &[(&str, &[&str])] = &[
             "ruzstd",
             "safetensors",
             "matrixmultiply",
+            "keel",
+        ],
+    ),
+    (
+        "keel-wgsl",
+        &[
+            "wgpu",
+            "ash",
+            "cudarc",
+            "keel-trace",
+            "keel-device",
             "keel",
         ],
     ),
@@ -236,7 +250,7 @@ fn ptx_files(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), String> {
 
 /// Step 5: every PTX file assembled for every architecture of
 /// [`PTX_ARCHS`]; all failures are reported, with ptxas's messages.
-fn ptx_check() -> Result<(), String> {
+fn ptx_check() -> Result<PathBuf, String> {
     let ptxas = ptxas()?;
     let mut files = Vec::new();
     for dir in PTX_DIRS {
@@ -277,7 +291,7 @@ fn ptx_check() -> Result<(), String> {
         failures.len()
     );
     if failures.is_empty() {
-        Ok(())
+        Ok(ptxas)
     } else {
         Err(format!("ptxas failed:\n{}", failures.join("\n")))
     }
@@ -493,6 +507,7 @@ fn test() -> Result<(), String> {
     // dependencies.
     for (krate, features) in [
         ("keel-trace", "--no-default-features"),
+        ("keel-wgsl", "--no-default-features"),
         ("keel-device", "--no-default-features"),
         ("keel", "--no-default-features"),
     ] {
@@ -509,7 +524,7 @@ fn test() -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
-    ptx_check()?;
+    let ptxas = ptx_check()?;
     // Mesa warns on stderr when XDG_RUNTIME_DIR is unset; give it one.
     let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
     std::fs::create_dir_all(&runtime_dir).map_err(|e| format!("creating {runtime_dir:?}: {e}"))?;
@@ -521,7 +536,9 @@ fn test() -> Result<(), String> {
     let mut tests = Command::new(&cargo);
     tests
         .args(["test", "--workspace", "--all-features", "--no-fail-fast"])
-        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation");
+        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
+        // keel-wgsl's tests assemble the PTX generated for every kernel.
+        .env("KEEL_PTXAS", &ptxas);
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         tests.env("XDG_RUNTIME_DIR", &runtime_dir);
     }
