@@ -17,4 +17,5 @@
 //! checks, no contraction into FMA) is written in one place, and the
 //! host end, which runs here, tests what the PTX end prints.
 
+pub mod host;
 pub mod ir;
