@@ -1,0 +1,262 @@
+//! Runs a lowered [`Program`] on the host's threads: the CPU backend's
+//! WGSL kernels, and the reference the GPU ends are compared with.
+//!
+//! A launch compiles the program once ([`compile`]): registers become
+//! slots of lane-major storage (a register is a contiguous run of one
+//! value per invocation), each instruction gets the lane kernel for its
+//! type, and the launch's constants are folded in. Each workgroup then
+//! runs as a SIMT interpreter ([`exec`]): every instruction runs over all
+//! of the workgroup's invocations before the next, under a mask of active
+//! lanes, so barriers cost nothing and dispatch happens once per
+//! instruction, not once per invocation. Workgroups run in parallel on
+//! scoped threads that take chunks of them from an atomic counter.
+//!
+//! There is no `unsafe`: each storage buffer is viewed as `&[AtomicU32]`
+//! (zerocopy checks the alignment and length), shared by every thread and
+//! accessed with relaxed loads and stores, which are plain moves on
+//! common hardware. A binding that is not 4-byte aligned, or whose length
+//! is not a multiple of 4, is copied into padded words and back.
+
+mod compile;
+mod exec;
+mod lanes;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use zerocopy::FromBytes;
+
+use crate::ir::Program;
+
+use compile::Launch;
+use exec::{Binding, Shared, Worker};
+
+/// How a launch uses the host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostOptions {
+    /// Threads to run workgroups on; 0: `std::thread::available_parallelism`.
+    pub threads: usize,
+}
+
+/// Why a launch did not run, or stopped: the launch's arguments do not
+/// match the program, or the program breaks a rule of the IR (a lowering
+/// bug), said with the kernel's name and what was expected and found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostError {
+    message: String,
+}
+
+impl HostError {
+    fn new(message: String) -> Self {
+        HostError { message }
+    }
+
+    /// What went wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// Lane-instructions below which a launch runs on the calling thread:
+/// about what starting and joining a few threads costs.
+const INLINE_WORK: u64 = 1 << 17;
+
+/// Runs `grid` workgroups of `program` on the host.
+///
+/// `buffers[n]` is storage buffer `n` (`Space::Buffer(n)`), `params` the
+/// parameter block (read as little-endian 32-bit words). Workgroups run in
+/// parallel on `options.threads` threads; a launch too small to pay for
+/// threads runs on the calling thread.
+pub fn run(
+    program: &Program,
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+    options: &HostOptions,
+) -> Result<(), HostError> {
+    let name = &program.name;
+    if buffers.len() != program.buffers.len() {
+        return Err(HostError::new(format!(
+            "kernel `{name}`: expected {} storage buffers, found {}",
+            program.buffers.len(),
+            buffers.len()
+        )));
+    }
+    if params.len() < program.param_bytes as usize {
+        return Err(HostError::new(format!(
+            "kernel `{name}`: expected a parameter block of {} bytes, found {}",
+            program.param_bytes,
+            params.len()
+        )));
+    }
+    if program.workgroup_size.contains(&0) {
+        return Err(HostError::new(format!(
+            "kernel `{name}`: workgroup size {:?} has an empty axis",
+            program.workgroup_size
+        )));
+    }
+    let lens: Vec<u64> = buffers.iter().map(|b| b.len() as u64).collect();
+    let code = compile::compile(
+        program,
+        &Launch {
+            lens: &lens,
+            params,
+            grid,
+        },
+    )?;
+    let groups = grid
+        .iter()
+        .try_fold(1u64, |n, &g| n.checked_mul(u64::from(g)))
+        .ok_or_else(|| {
+            HostError::new(format!(
+                "kernel `{name}`: grid {grid:?} has too many workgroups"
+            ))
+        })?;
+    if groups == 0 {
+        return Ok(());
+    }
+
+    let mut views: Vec<View<'_>> = buffers
+        .iter_mut()
+        .zip(&program.buffers)
+        .map(|(b, decl)| View::new(b, decl.read_only))
+        .collect();
+    let env = Shared {
+        code: &code,
+        name,
+        size: program.workgroup_size,
+        grid,
+        buffers: views.iter().map(View::binding).collect(),
+        shared_bytes: program.shared_bytes,
+        private_bytes: program.private_bytes,
+    };
+    let result = launch(&env, groups, program.invocations(), options);
+    drop(env);
+    for view in &mut views {
+        view.write_back();
+    }
+    result
+}
+
+/// Runs every workgroup of the launch, in parallel where it pays.
+fn launch(
+    env: &Shared<'_>,
+    groups: u64,
+    invocations: u32,
+    options: &HostOptions,
+) -> Result<(), HostError> {
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let threads = threads.min(usize::try_from(groups).unwrap_or(usize::MAX));
+    let work = groups
+        .saturating_mul(u64::from(invocations))
+        .saturating_mul(env.code.ops.max(1) as u64);
+    if threads <= 1 || work < INLINE_WORK {
+        let mut worker = Worker::new(env);
+        return (0..groups).try_for_each(|g| worker.run_group(g));
+    }
+
+    // Chunks small enough to balance the threads, large enough that the
+    // counter is not contended.
+    let chunk = (groups / (threads as u64 * 8)).max(1);
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let work = || -> Result<(), HostError> {
+        let mut worker = Worker::new(env);
+        while !failed.load(Ordering::Relaxed) {
+            let start = next.fetch_add(chunk, Ordering::Relaxed);
+            if start >= groups {
+                break;
+            }
+            for g in start..(start + chunk).min(groups) {
+                if let Err(e) = worker.run_group(g) {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mine = work();
+        handles.into_iter().fold(mine, |acc, h| {
+            let theirs = h
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            acc.and(theirs)
+        })
+    })
+}
+
+/// One storage buffer during a launch.
+enum View<'a> {
+    /// The caller's bytes, viewed in place as words.
+    Direct(&'a [AtomicU32], u64),
+    /// A padded copy of the caller's bytes, written back after the
+    /// launch unless the buffer is read-only.
+    Copied {
+        words: Vec<AtomicU32>,
+        bytes: &'a mut [u8],
+        read_only: bool,
+    },
+}
+
+impl<'a> View<'a> {
+    fn new(bytes: &'a mut [u8], read_only: bool) -> Self {
+        let len = bytes.len() as u64;
+        match <[AtomicU32]>::mut_from_bytes(bytes) {
+            Ok(words) => View::Direct(words, len),
+            Err(e) => {
+                let bytes = e.into_src();
+                let words = bytes
+                    .chunks(4)
+                    .map(|c| {
+                        let mut w = [0u8; 4];
+                        w[..c.len()].copy_from_slice(c);
+                        AtomicU32::new(u32::from_le_bytes(w))
+                    })
+                    .collect();
+                View::Copied {
+                    words,
+                    bytes,
+                    read_only,
+                }
+            }
+        }
+    }
+
+    fn binding(&self) -> Binding<'_> {
+        match self {
+            View::Direct(words, len) => Binding { words, len: *len },
+            View::Copied { words, bytes, .. } => Binding {
+                words,
+                len: bytes.len() as u64,
+            },
+        }
+    }
+
+    fn write_back(&mut self) {
+        if let View::Copied {
+            words,
+            bytes,
+            read_only: false,
+        } = self
+        {
+            for (c, w) in bytes.chunks_mut(4).zip(words.iter()) {
+                let w = w.load(Ordering::Relaxed).to_le_bytes();
+                c.copy_from_slice(&w[..c.len()]);
+            }
+        }
+    }
+}
