@@ -181,6 +181,22 @@ impl Builder {
         dst
     }
 
+    /// WGSL's value conversion (`i32(x)`, `u32(x)`): an f32 out of the
+    /// integer's range becomes the nearest f32 inside it (the largest f32
+    /// below 2^31 is 2^31 - 128, below 2^32 it is 2^32 - 256), then
+    /// converts exactly; a NaN gives the clamp's lower bound.
+    pub fn value_convert(&mut self, a: Reg, ty: Ty) -> Reg {
+        let (lo, hi) = match (self.ty(a), ty) {
+            (Ty::F32, Ty::I32) => (-2_147_483_648.0f32, 2_147_483_520.0f32),
+            (Ty::F32, Ty::U32) => (0.0, 4_294_967_040.0),
+            _ => return self.convert(a, ty),
+        };
+        let (lo, hi) = (self.f32(lo), self.f32(hi));
+        let up = self.bin(BinOp::Max, a, lo);
+        let c = self.bin(BinOp::Min, up, hi);
+        self.convert(c, ty)
+    }
+
     pub fn bitcast(&mut self, a: Reg, ty: Ty) -> Reg {
         if self.ty(a) == ty {
             return a;

@@ -1069,7 +1069,7 @@ impl State<'_> {
                         },
                     })?;
                     out.push(match convert {
-                        Some(_) => self.b.convert(r, to),
+                        Some(_) => self.b.value_convert(r, to),
                         None => self.b.bitcast(r, to),
                     });
                 }

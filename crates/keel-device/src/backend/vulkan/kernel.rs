@@ -77,6 +77,17 @@ fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
         // Compute shaders have no 16-bit inputs or outputs; the capability
         // would need `storageInputOutput16`, which Keel does not enable.
         use_storage_input_output_16: false,
+        // WGSL's out-of-bounds rule, as every other backend keeps it: an
+        // index past the end of an array or buffer is clamped into it, so
+        // a bad index never reads or writes another allocation (the
+        // caching allocator carves buffers from shared segments). naga's
+        // default, `Unchecked`, leaves that to the driver's
+        // `robustBufferAccess`, which Keel does not enable.
+        bounds_check_policies: naga::proc::BoundsCheckPolicies {
+            index: naga::proc::BoundsCheckPolicy::Restrict,
+            buffer: naga::proc::BoundsCheckPolicy::Restrict,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let pipeline = naga::back::spv::PipelineOptions {

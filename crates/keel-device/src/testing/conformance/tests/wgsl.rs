@@ -17,6 +17,9 @@ struct Case {
     grid: [u32; 3],
     /// What the device must offer.
     needs: Option<Need>,
+    /// Devices whose compiler is known not to keep a WGSL rule the case
+    /// checks, with why.
+    known_gap: fn(Device) -> Option<&'static str>,
     check: fn(&[Vec<u32>]) -> Result<(), String>,
 }
 
@@ -89,7 +92,11 @@ fn check_control(b: &[Vec<u32>]) -> Result<(), String> {
                 if k == i {
                     break;
                 }
-                if k % 3 != 0 {
+                // `continue` skips to the continuing block, which adds
+                // one more.
+                if k % 3 == 0 {
+                    k += 1;
+                } else {
                     acc += k;
                 }
                 k += 1;
@@ -158,7 +165,8 @@ fn check_semantics(b: &[Vec<u32>]) -> Result<(), String> {
         (-9i32) as u32,
         1 << (33 % 32),
         0x8000_0000 >> (33 % 32),
-        i32::MAX as u32,
+        // WGSL clamps to the f32 range inside the integer's: 2^31 - 128.
+        0x7fff_ff80,
         0,
         i32::MIN as u32,
         3_000_000_000,
@@ -166,10 +174,11 @@ fn check_semantics(b: &[Vec<u32>]) -> Result<(), String> {
     ];
     expect_eq("out", &b[0], &want)?;
     // The out-of-bounds store may land in `small` (WGSL lets it write any
-    // element of the same buffer) or nowhere; a read gives zero or an
-    // element of `small`, never anything from another buffer.
+    // element of the same buffer; wgpu's binding may reach past its 16
+    // bytes into the rest of the buffer's own block) or nowhere; a read
+    // gives zero or a value of `small`, never anything from another buffer.
     let read = b[0][12];
-    if read != 0 && !b[1].contains(&read) {
+    if read != 0 && read != 0xdead && !b[1].contains(&read) {
         return Err(format!("out-of-bounds read gave {read:#x}"));
     }
     if b[0][13..].iter().any(|&w| w != 0) {
@@ -260,6 +269,7 @@ fn cases() -> Vec<Case> {
             params: vec![f(1.5), 5, 1000],
             grid: [1, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_scalars,
         },
         Case {
@@ -269,6 +279,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [2, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_layout,
         },
         Case {
@@ -278,6 +289,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [6, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_control,
         },
         Case {
@@ -287,6 +299,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [3, 2, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_builtins,
         },
         Case {
@@ -296,6 +309,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [5, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_shared,
         },
         Case {
@@ -305,6 +319,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [10, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_atomics,
         },
         Case {
@@ -314,6 +329,7 @@ fn cases() -> Vec<Case> {
             params: vec![0, f(3e9), u32::MAX, 33],
             grid: [1, 1, 1],
             needs: None,
+            known_gap: gl_integer_division,
             check: check_semantics,
         },
         Case {
@@ -323,6 +339,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [1, 1, 1],
             needs: None,
+            known_gap: |_| None,
             check: check_math,
         },
         Case {
@@ -332,6 +349,7 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [1, 1, 1],
             needs: Some(Need::Subgroups),
+            known_gap: |_| None,
             check: check_subgroups,
         },
         Case {
@@ -341,9 +359,21 @@ fn cases() -> Vec<Case> {
             params: vec![],
             grid: [2, 1, 1],
             needs: Some(Need::F16),
+            known_gap: |_| None,
             check: check_f16,
         },
     ]
+}
+
+/// wgpu's GL adapter: naga's GLSL output divides integers as GLSL does,
+/// so `x / 0` is not WGSL's `x` there.
+fn gl_integer_division(d: Device) -> Option<&'static str> {
+    let props = crate::properties(d).ok()?;
+    let gl = props
+        .extra
+        .iter()
+        .any(|(k, v)| k == "native API" && v == "GL");
+    gl.then_some("naga's GLSL backend does not give WGSL's integer division by zero")
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -397,6 +427,10 @@ pub fn wgsl_feature_corpus_runs(d: Device, _cfg: &Config) {
                 "{d}: corpus kernel `{}` skipped: the device does not offer {need:?}",
                 case.name
             );
+            continue;
+        }
+        if let Some(why) = (case.known_gap)(d) {
+            println!("{d}: corpus kernel `{}` skipped: {why}", case.name);
             continue;
         }
         let kernel = Kernel::from_wgsl(case.name, case.wgsl).expect("the corpus compiles");
