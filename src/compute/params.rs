@@ -215,7 +215,13 @@ pub const OP_CAST_F16_NARROW: Launch = Launch {
 /// The parameter types of PTX entry `name` in `ptx`, as written
 /// (`"u64"`, `"u32"`, `"f32"`, ...), in order.
 pub fn ptx_entry_params(ptx: &str, name: &str) -> Result<Vec<String>, String> {
-    let mut rest = ptx;
+    // Without `//` comments, which may hold parentheses or commas.
+    let code: String = ptx
+        .lines()
+        .map(|l| l.split_once("//").map_or(l, |(code, _)| code))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut rest = code.as_str();
     let body = loop {
         let at = rest
             .find(".entry")

@@ -238,7 +238,7 @@ impl<'a> Emitter<'a> {
         for (n, buffer) in prog.buffers.iter().enumerate() {
             params.push((
                 format!(".param .u64 keel_buf{n}"),
-                format!("\t// @binding({}) {}", buffer.binding, buffer.name),
+                format!("\t// binding {}: {}", buffer.binding, buffer.name),
             ));
         }
         for w in 0..self.param_words() {

@@ -61,7 +61,8 @@ fn kernel_error(kernel: &Kernel, message: impl Into<String>) -> Error {
 /// How many `.param` entries the PTX entry point `name` declares, or
 /// `None` when the source has no such `.entry`.
 pub fn entry_param_count(ptx: &str, name: &str) -> Option<usize> {
-    let mut rest = ptx;
+    let code = strip_comments(ptx);
+    let mut rest = code.as_str();
     while let Some(at) = rest.find(".entry") {
         let after = &rest[at + ".entry".len()..];
         let trimmed = after.trim_start();
@@ -79,6 +80,14 @@ pub fn entry_param_count(ptx: &str, name: &str) -> Option<usize> {
         rest = after;
     }
     None
+}
+
+/// `ptx` without its `//` line comments (which may hold parentheses).
+pub fn strip_comments(ptx: &str) -> String {
+    ptx.lines()
+        .map(|l| l.split_once("//").map_or(l, |(code, _)| code))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The kernel's function on `c`, loading its module on first use.

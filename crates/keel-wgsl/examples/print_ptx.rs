@@ -1,0 +1,1 @@
+fn main(){ let src=std::fs::read_to_string(std::env::args().nth(1).unwrap()).unwrap(); let n=std::env::args().nth(2).unwrap(); let p=keel_wgsl::compile(&src,&n).unwrap(); println!("{}", keel_wgsl::ptx::emit(&p).unwrap()); }
