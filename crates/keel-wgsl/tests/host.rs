@@ -1757,3 +1757,41 @@ fn ill_typed_programs_are_errors() {
     let err = launch(&p, [1, 1, 1], &mut [], &[], 1).expect_err("break outside a loop");
     assert!(err.message().contains("outside a loop"), "{err}");
 }
+
+#[test]
+fn read_only_bindings_in_place_copied_and_never_written() {
+    // out[i] = a[i] * 2 with `a` read-only: viewed in place when aligned,
+    // copied when not; a store into it is refused before anything runs.
+    let mut k = K::new([16, 1, 1], 2);
+    k.p.buffers[0].read_only = true;
+    let i = k.gid();
+    let a = k.load(0, i, Ty::U32);
+    let two = k.u(2);
+    let r = k.bin(BinOp::Mul, a, two);
+    k.store(1, i, r);
+    let p = k.finish();
+    let input: Vec<u32> = (0..16).map(|x| x * 3 + 1).collect();
+    let want: Vec<u32> = input.iter().map(|x| x * 2).collect();
+    let mut bufs = vec![words(&input), words(&[0; 16])];
+    launch(&p, [1, 1, 1], &mut bufs, &[], 1).expect("runs");
+    assert_eq!(unwords(&bufs[1]), want);
+
+    let mut shifted = vec![0u8];
+    shifted.extend(words(&input));
+    let mut out = words(&[0; 16]);
+    {
+        let mut views: Vec<&mut [u8]> = vec![&mut shifted[1..], &mut out[..]];
+        run(&p, [1, 1, 1], &mut views, &[], &opts(1)).expect("runs");
+    }
+    assert_eq!(unwords(&out), want);
+
+    let mut k = K::new([4, 1, 1], 1);
+    k.p.buffers[0].read_only = true;
+    let i = k.gid();
+    k.store(0, i, i);
+    let p = k.finish();
+    let mut bufs = vec![words(&[5; 4])];
+    let err = launch(&p, [1, 1, 1], &mut bufs, &[], 1).expect_err("read-only");
+    assert!(err.message().contains("read-only"), "{err}");
+    assert_eq!(unwords(&bufs[0]), [5; 4]);
+}

@@ -14,8 +14,11 @@
 //! There is no `unsafe`: each storage buffer is viewed as `&[AtomicU32]`
 //! (zerocopy checks the alignment and length), shared by every thread and
 //! accessed with relaxed loads and stores, which are plain moves on
-//! common hardware. A binding that is not 4-byte aligned, or whose length
-//! is not a multiple of 4, is copied into padded words and back.
+//! common hardware. A buffer declared read-only is viewed as plain
+//! `&[u32]` instead (no thread writes it, so its loads vectorize; the
+//! compiler refuses a program that writes one). A binding that is not
+//! 4-byte aligned, or whose length is not a multiple of 4, is copied into
+//! padded words and back.
 
 mod compile;
 mod exec;
