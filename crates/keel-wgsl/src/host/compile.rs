@@ -203,8 +203,20 @@ pub(super) struct Compiled {
     pub(super) regs64: usize,
     /// The body.
     pub(super) body: Vec<Node>,
-    /// Instructions in the program, for sizing a launch's work.
+    /// Instructions left after folding, for sizing a launch's work.
     pub(super) ops: usize,
+    /// 32-bit registers holding a launch constant, with their values:
+    /// filled once per worker, never written by an instruction.
+    pub(super) consts32: Vec<(Slot, u32)>,
+    /// `U64` registers holding a launch constant.
+    pub(super) consts64: Vec<(Slot, u64)>,
+}
+
+/// A folded value.
+#[derive(Clone, Copy)]
+enum Konst {
+    Word(u32),
+    Double(u64),
 }
 
 /// The launch's values a program reads as constants.
@@ -230,10 +242,15 @@ pub(super) fn compile(program: &Program, launch: &Launch<'_>) -> Result<Compiled
             n32 += 1;
         }
     }
+    let mut writes = vec![0u32; program.regs.len()];
+    count_writes(&program.body, &mut writes);
     let mut c = Compiler {
         program,
         launch,
         slots,
+        writes,
+        k32: vec![None; n32 + 1],
+        k64: vec![None; n64 + 1],
         tmp32: n32,
         tmp64: n64,
         loops: Vec::new(),
@@ -242,12 +259,68 @@ pub(super) fn compile(program: &Program, launch: &Launch<'_>) -> Result<Compiled
         ops: 0,
     };
     let body = c.stmts(&program.body)?;
+    let consts32 = c
+        .k32
+        .iter()
+        .enumerate()
+        .filter_map(|(s, v)| Some((s, (*v)?)))
+        .collect();
+    let consts64 = c
+        .k64
+        .iter()
+        .enumerate()
+        .filter_map(|(s, v)| Some((s, (*v)?)))
+        .collect();
     Ok(Compiled {
         regs32: n32 + 1,
         regs64: n64 + 1,
         body,
         ops: c.ops,
+        consts32,
+        consts64,
     })
+}
+
+/// Counts the instructions that write each register.
+fn count_writes(stmts: &[Stmt], writes: &mut [u32]) {
+    for stmt in stmts {
+        match stmt {
+            Stmt::Inst(inst) => {
+                let dst = match *inst {
+                    Inst::Const { dst, .. }
+                    | Inst::Mov { dst, .. }
+                    | Inst::Un { dst, .. }
+                    | Inst::Bin { dst, .. }
+                    | Inst::Fma { dst, .. }
+                    | Inst::Select { dst, .. }
+                    | Inst::Convert { dst, .. }
+                    | Inst::Bitcast { dst, .. }
+                    | Inst::Read { dst, .. }
+                    | Inst::Param { dst, .. }
+                    | Inst::Load { dst, .. }
+                    | Inst::Subgroup { dst, .. } => Some(dst),
+                    Inst::Atomic { dst, .. } => dst,
+                    Inst::Store { .. } => None,
+                };
+                if let Some(w) = dst.and_then(|d| writes.get_mut(d.index())) {
+                    *w += 1;
+                }
+            }
+            Stmt::If { then, els, .. } => {
+                count_writes(then, writes);
+                count_writes(els, writes);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                count_writes(body, writes);
+                count_writes(continuing, writes);
+            }
+            Stmt::Block { body, .. } => count_writes(body, writes),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
 }
 
 /// Compilation state.
@@ -256,6 +329,12 @@ struct Compiler<'a> {
     launch: &'a Launch<'a>,
     /// The slot of each register.
     slots: Vec<Slot>,
+    /// How many instructions write each register.
+    writes: Vec<u32>,
+    /// The launch constant a 32-bit slot holds, if it does.
+    k32: Vec<Option<u32>>,
+    /// The launch constant a `U64` slot holds, if it does.
+    k64: Vec<Option<u64>>,
     /// The 32-bit temporary.
     tmp32: Slot,
     /// The `U64` temporary.
@@ -384,14 +463,24 @@ impl Compiler<'_> {
     /// the sources `srcs` (same class), the op writes the class's
     /// temporary and a move follows, so that no lane kernel reads a
     /// register it is writing.
-    fn push(&mut self, run: &mut Vec<Op>, dst: Reg, srcs: &[Reg], op: impl FnOnce(Slot) -> Op) {
-        self.ops += 1;
+    ///
+    /// A register written only here, by an operation of launch constants,
+    /// becomes a constant itself: its value is computed now, on one
+    /// lane, and no instruction is left to run.
+    fn push(&mut self, run: &mut Vec<Op>, dst: Reg, srcs: &[Reg], op: impl Fn(Slot) -> Op) {
         let wide = self.program.regs[dst.index()] == Ty::U64;
-        let aliased = srcs.iter().any(|&s| {
-            (self.program.regs[s.index()] == Ty::U64) == wide
-                && self.slots[s.index()] == self.slots[dst.index()]
-        });
         let d = self.slots[dst.index()];
+        if self.writes[dst.index()] == 1 {
+            match self.fold(&op(d)) {
+                Some(Konst::Word(v)) if !wide => return self.k32[d] = Some(v),
+                Some(Konst::Double(v)) if wide => return self.k64[d] = Some(v),
+                _ => {}
+            }
+        }
+        self.ops += 1;
+        let aliased = srcs.iter().any(|&s| {
+            (self.program.regs[s.index()] == Ty::U64) == wide && self.slots[s.index()] == d
+        });
         if !aliased {
             run.push(op(d));
         } else if wide {
@@ -403,13 +492,64 @@ impl Compiler<'_> {
         }
     }
 
+    /// The value of `op` where its operands are launch constants.
+    fn fold(&self, op: &Op) -> Option<Konst> {
+        let w = |s: Slot| self.k32[s];
+        let dw = |s: Slot| self.k64[s];
+        let mut d = [0u32];
+        let mut dd = [0u64];
+        Some(match *op {
+            Op::Const32 { v, .. } => Konst::Word(v),
+            Op::Const64 { v, .. } => Konst::Double(v),
+            Op::Mov32 { a, .. } => Konst::Word(w(a)?),
+            Op::Mov64 { a, .. } => Konst::Double(dw(a)?),
+            Op::Un32 { f, a, .. } => {
+                f(&mut d, &[w(a)?], None);
+                Konst::Word(d[0])
+            }
+            Op::Bin32 { f, a, b, .. } => {
+                f(&mut d, &[w(a)?], &[w(b)?], None);
+                Konst::Word(d[0])
+            }
+            Op::Tri32 { f, a, b, c, .. } => {
+                f(&mut d, &[w(a)?], &[w(b)?], &[w(c)?], None);
+                Konst::Word(d[0])
+            }
+            Op::Un64 { f, a, .. } => {
+                f(&mut dd, &[dw(a)?], None);
+                Konst::Double(dd[0])
+            }
+            Op::Bin64 { f, a, b, .. } => {
+                f(&mut dd, &[dw(a)?], &[dw(b)?], None);
+                Konst::Double(dd[0])
+            }
+            Op::Shift64 { f, a, b, .. } => {
+                f(&mut dd, &[dw(a)?], &[w(b)?], None);
+                Konst::Double(dd[0])
+            }
+            Op::Cmp64 { f, a, b, .. } => {
+                f(&mut d, &[dw(a)?], &[dw(b)?], None);
+                Konst::Word(d[0])
+            }
+            Op::Narrow { f, a, .. } => {
+                f(&mut d, &[dw(a)?], None);
+                Konst::Word(d[0])
+            }
+            Op::Widen { f, a, .. } => {
+                f(&mut dd, &[w(a)?], None);
+                Konst::Double(dd[0])
+            }
+            Op::Select32 { c, a, b, .. } => Konst::Word(if w(c)? != 0 { w(a)? } else { w(b)? }),
+            Op::Select64 { c, a, b, .. } => Konst::Double(if w(c)? != 0 { dw(a)? } else { dw(b)? }),
+            _ => return None,
+        })
+    }
+
     fn inst(&mut self, inst: &Inst, run: &mut Vec<Op>) -> Result<(), HostError> {
         match *inst {
             Inst::Const { dst, bits } => {
                 let ty = self.ty(dst)?;
-                let d = self.slots[dst.index()];
-                self.ops += 1;
-                run.push(match ty {
+                self.push(run, dst, &[], |d| match ty {
                     Ty::U64 => Op::Const64 { d, v: bits },
                     Ty::Bool => Op::Const32 {
                         d,
@@ -425,13 +565,13 @@ impl Compiler<'_> {
             Inst::Mov { dst, src } => {
                 let ty = self.ty(dst)?;
                 let a = self.reg(src, ty)?;
-                let d = self.slots[dst.index()];
-                if a != d {
-                    self.ops += 1;
-                    run.push(if ty == Ty::U64 {
-                        Op::Mov64 { d, a }
-                    } else {
-                        Op::Mov32 { d, a }
+                if a != self.slots[dst.index()] {
+                    self.push(run, dst, &[], |d| {
+                        if ty == Ty::U64 {
+                            Op::Mov64 { d, a }
+                        } else {
+                            Op::Mov32 { d, a }
+                        }
                     });
                 }
             }
@@ -516,13 +656,13 @@ impl Compiler<'_> {
                     )));
                 }
                 let sa = self.slots[a.index()];
-                let d = self.slots[dst.index()];
-                if sa != d {
-                    self.ops += 1;
-                    run.push(if to == Ty::U64 {
-                        Op::Mov64 { d, a: sa }
-                    } else {
-                        Op::Mov32 { d, a: sa }
+                if sa != self.slots[dst.index()] {
+                    self.push(run, dst, &[], |d| {
+                        if to == Ty::U64 {
+                            Op::Mov64 { d, a: sa }
+                        } else {
+                            Op::Mov32 { d, a: sa }
+                        }
                     });
                 }
             }
@@ -532,9 +672,20 @@ impl Compiler<'_> {
                 } else {
                     Ty::U32
                 };
-                let d = self.reg(dst, want)?;
-                self.ops += 1;
-                run.push(match what {
+                self.reg(dst, want)?;
+                let len = match what {
+                    Builtin::BufferLen(n) => {
+                        self.launch.lens.get(n as usize).copied().ok_or_else(|| {
+                            self.err(format_args!(
+                                "reads the length of buffer {n}, but it binds {}",
+                                self.launch.lens.len()
+                            ))
+                        })?
+                    }
+                    _ => 0,
+                };
+                let grid = self.launch.grid;
+                self.push(run, dst, &[], |d| match what {
                     Builtin::LocalId(axis) => Op::LocalId {
                         d,
                         axis: axis.index(),
@@ -545,22 +696,14 @@ impl Compiler<'_> {
                     },
                     Builtin::NumGroups(axis) => Op::Const32 {
                         d,
-                        v: self.launch.grid[axis.index()],
+                        v: grid[axis.index()],
                     },
                     Builtin::SubgroupSize => Op::Const32 {
                         d,
                         v: SUBGROUP as u32,
                     },
                     Builtin::SubgroupInvocationId => Op::SubgroupLane { d },
-                    Builtin::BufferLen(n) => {
-                        let len = self.launch.lens.get(n as usize).copied().ok_or_else(|| {
-                            self.err(format_args!(
-                                "reads the length of buffer {n}, but it binds {}",
-                                self.launch.lens.len()
-                            ))
-                        })?;
-                        Op::Const64 { d, v: len }
-                    }
+                    Builtin::BufferLen(_) => Op::Const64 { d, v: len },
                 });
             }
             Inst::Param { dst, word } => {
@@ -577,11 +720,7 @@ impl Compiler<'_> {
                     ))
                 })?;
                 let v = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                self.ops += 1;
-                run.push(Op::Const32 {
-                    d: self.slots[dst.index()],
-                    v,
-                });
+                self.push(run, dst, &[], |d| Op::Const32 { d, v });
             }
             Inst::Load {
                 dst,
@@ -592,7 +731,7 @@ impl Compiler<'_> {
             } => {
                 let ty = self.ty(dst)?;
                 let width = self.width(ty, "load")?;
-                let (space, addr) = (self.space(space)?, self.addr(a)?);
+                let (space, addr) = (self.space(space, false)?, self.addr(a)?);
                 let guard = g.map(|g| self.reg(g, Ty::Bool)).transpose()?;
                 let mut srcs = vec![a];
                 srcs.extend(g);
@@ -613,7 +752,7 @@ impl Compiler<'_> {
             } => {
                 let (value, ty) = self.any(value)?;
                 let width = self.width(ty, "store")?;
-                let (space, addr) = (self.space(space)?, self.addr(addr)?);
+                let (space, addr) = (self.space(space, true)?, self.addr(addr)?);
                 let guard = guard.map(|g| self.reg(g, Ty::Bool)).transpose()?;
                 self.ops += 1;
                 run.push(Op::Store {
@@ -644,7 +783,7 @@ impl Compiler<'_> {
                     }
                     _ => None,
                 };
-                let (space, addr) = (self.space(space)?, self.addr(a)?);
+                let (space, addr) = (self.space(space, true)?, self.addr(a)?);
                 let guard = g.map(|g| self.reg(g, Ty::Bool)).transpose()?;
                 let signed = ty == Ty::I32;
                 let make = |d| Op::Atomic {
@@ -769,14 +908,27 @@ impl Compiler<'_> {
         }
     }
 
-    fn space(&self, space: Space) -> Result<Space, HostError> {
-        if let Space::Buffer(n) = space
-            && n as usize >= self.launch.lens.len()
-        {
-            return Err(self.err(format_args!(
-                "accesses buffer {n}, but it binds {}",
-                self.launch.lens.len()
-            )));
+    /// Checks that `space` exists, and that a `write` goes to a buffer
+    /// not declared read-only (the host views those as plain memory).
+    fn space(&self, space: Space, write: bool) -> Result<Space, HostError> {
+        if let Space::Buffer(n) = space {
+            if n as usize >= self.launch.lens.len() {
+                return Err(self.err(format_args!(
+                    "accesses buffer {n}, but it binds {}",
+                    self.launch.lens.len()
+                )));
+            }
+            if write
+                && self
+                    .program
+                    .buffers
+                    .get(n as usize)
+                    .is_some_and(|b| b.read_only)
+            {
+                return Err(self.err(format_args!(
+                    "writes buffer {n}, which is declared read-only"
+                )));
+            }
         }
         Ok(space)
     }

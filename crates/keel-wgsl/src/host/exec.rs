@@ -17,11 +17,22 @@ use super::HostError;
 use super::compile::{Addr, Compiled, Node, Op, SUBGROUP, Slot, SubgroupKernel, Width};
 use super::lanes::{self, Mask};
 
+/// A storage buffer's words.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Mem<'a> {
+    /// A read-only buffer: plain words, which every thread may read and
+    /// none writes.
+    Plain(&'a [u32]),
+    /// A buffer the kernel may write: relaxed atomic words, shared by
+    /// every thread.
+    Atomic(&'a [AtomicU32]),
+}
+
 /// A storage buffer as the interpreter sees it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Binding<'a> {
-    /// The buffer as 32-bit words, shared by every thread.
-    pub(super) words: &'a [AtomicU32],
+    /// The buffer as 32-bit words.
+    pub(super) words: Mem<'a>,
     /// Its length in bytes (what bounds checks compare against).
     pub(super) len: u64,
 }
@@ -97,6 +108,8 @@ pub(super) struct Worker<'a> {
     sub_lane: Vec<u32>,
     /// The current `workgroup_id`.
     group: [u32; 3],
+    /// The workgroup's mask, kept between workgroups.
+    on: Vec<bool>,
 }
 
 /// An access outside its memory.
@@ -117,11 +130,20 @@ impl<'a> Worker<'a> {
             (0..w).map(|i| (i / sx % sy) as u32).collect(),
             (0..w).map(|i| (i / (sx * sy)) as u32).collect(),
         ];
+        let mut r32 = vec![vec![0; w]; env.code.regs32];
+        let mut r64 = vec![vec![0; w]; env.code.regs64];
+        for &(slot, v) in &env.code.consts32 {
+            r32[slot].fill(v);
+        }
+        for &(slot, v) in &env.code.consts64 {
+            r64[slot].fill(v);
+        }
         Worker {
             env,
             w,
-            r32: vec![vec![0; w]; env.code.regs32],
-            r64: vec![vec![0; w]; env.code.regs64],
+            r32,
+            r64,
+            on: vec![true; w],
             exits: vec![Exit::None; w],
             pending: 0,
             pool: Vec::new(),
@@ -151,12 +173,13 @@ impl<'a> Worker<'a> {
         self.private.fill(0);
         self.exits.fill(Exit::None);
         self.pending = 0;
-        let mut lanes = Lanes {
-            on: vec![true; self.w],
-            count: self.w,
-        };
+        let mut on = std::mem::take(&mut self.on);
+        on.fill(true);
+        let mut lanes = Lanes { on, count: self.w };
         let env = self.env;
-        self.exec(&env.code.body, &mut lanes)
+        let result = self.exec(&env.code.body, &mut lanes);
+        self.on = lanes.on;
+        result
     }
 
     fn take_mask(&mut self) -> Vec<bool> {
@@ -413,6 +436,15 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
+    /// An error for a write into a read-only buffer (the compiler rejects
+    /// those first).
+    fn read_only(&self, n: u32) -> HostError {
+        HostError::new(format!(
+            "kernel `{}`: writes read-only buffer {n}",
+            self.env.name
+        ))
+    }
+
     /// An error for an access outside its memory: without a guard, only a
     /// lowering bug produces one.
     fn fault(&self, what: &str, space: Space, f: Fault) -> HostError {
@@ -454,7 +486,10 @@ impl<'a> Worker<'a> {
         let result = match space {
             Space::Buffer(n) => {
                 let b = self.env.buffers[n as usize];
-                load_lanes(b.words, b.len, 0, width, &mut dst, a, guard, m)
+                match b.words {
+                    Mem::Plain(words) => load_lanes(words, b.len, 0, width, &mut dst, a, guard, m),
+                    Mem::Atomic(words) => load_lanes(words, b.len, 0, width, &mut dst, a, guard, m),
+                }
             }
             Space::Shared => load_lanes(
                 &self.shared[..],
@@ -521,12 +556,16 @@ impl Addresses<'_> {
 /// threads (relaxed atomic loads, plain moves on x86) or a worker's own
 /// memory.
 trait ReadWords {
-    fn get(&self, w: usize) -> u32;
+    fn word(&self, w: usize) -> u32;
+    /// Reads words `start..` into `dst`; false if they are not all there.
+    fn get_run(&self, start: usize, dst: &mut [u32]) -> bool;
 }
 
 /// Memory that stores and atomics write.
 trait Words: ReadWords {
     fn set(&mut self, w: usize, v: u32);
+    /// Writes `src` at words `start..`; false if they are not all there.
+    fn set_run(&mut self, start: usize, src: &[u32]) -> bool;
     /// Writes the 16 bits at byte `2 * half` of word `w`.
     fn set_half(&mut self, w: usize, half: usize, v: u32);
     /// An atomic read-modify-write; returns the old value.
@@ -558,12 +597,32 @@ fn apply(op: AtomicOp, signed: bool, old: u32, v: u32, cmp: u32) -> u32 {
 
 impl ReadWords for &[AtomicU32] {
     #[inline(always)]
-    fn get(&self, w: usize) -> u32 {
+    fn word(&self, w: usize) -> u32 {
         self[w].load(Relaxed)
+    }
+
+    fn get_run(&self, start: usize, dst: &mut [u32]) -> bool {
+        let Some(src) = self.get(start..start + dst.len()) else {
+            return false;
+        };
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.load(Relaxed);
+        }
+        true
     }
 }
 
 impl Words for &[AtomicU32] {
+    fn set_run(&mut self, start: usize, src: &[u32]) -> bool {
+        let Some(dst) = self.get(start..start + src.len()) else {
+            return false;
+        };
+        for (d, &s) in dst.iter().zip(src) {
+            d.store(s, Relaxed);
+        }
+        true
+    }
+
     #[inline(always)]
     fn set(&mut self, w: usize, v: u32) {
         self[w].store(v, Relaxed);
@@ -617,12 +676,26 @@ impl Words for &[AtomicU32] {
 
 impl ReadWords for &mut [u32] {
     #[inline(always)]
-    fn get(&self, w: usize) -> u32 {
+    fn word(&self, w: usize) -> u32 {
         self[w]
+    }
+
+    fn get_run(&self, start: usize, dst: &mut [u32]) -> bool {
+        (&**self).get_run(start, dst)
     }
 }
 
 impl Words for &mut [u32] {
+    fn set_run(&mut self, start: usize, src: &[u32]) -> bool {
+        match self.get_mut(start..start + src.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
     #[inline(always)]
     fn set(&mut self, w: usize, v: u32) {
         self[w] = v;
@@ -642,9 +715,47 @@ impl Words for &mut [u32] {
 
 impl ReadWords for &[u32] {
     #[inline(always)]
-    fn get(&self, w: usize) -> u32 {
+    fn word(&self, w: usize) -> u32 {
         self[w]
     }
+
+    fn get_run(&self, start: usize, dst: &mut [u32]) -> bool {
+        match self.get(start..start + dst.len()) {
+            Some(src) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The first word of an access of one word per lane at consecutive
+/// addresses, every lane active and its guard true, inside `limit`: the
+/// shape of nearly every elementwise load and store, which then moves
+/// as one run of words.
+fn contiguous(a: Addresses<'_>, guard: Option<&[u32]>, limit: u64, m: Mask<'_>) -> Option<usize> {
+    if m.is_some() || guard.is_some_and(|g| !g.iter().fold(true, |ok, &g| ok & (g != 0))) {
+        return None;
+    }
+    let (base, lanes, consecutive) = match a {
+        Addresses::Narrow(a) => {
+            let base = *a.first()?;
+            let ok = a.iter().zip(0u32..).fold(true, |ok, (&x, i)| {
+                ok & (x == base.wrapping_add(i.wrapping_mul(4)))
+            });
+            (u64::from(base), a.len(), ok)
+        }
+        Addresses::Wide(a) => {
+            let base = *a.first()?;
+            let ok = a.iter().zip(0u64..).fold(true, |ok, (&x, i)| {
+                ok & (x == base.wrapping_add(i.wrapping_mul(4)))
+            });
+            (base, a.len(), ok)
+        }
+    };
+    let end = base.checked_add(4 * lanes as u64)?;
+    (consecutive && base.is_multiple_of(4) && end <= limit).then_some((base / 4) as usize)
 }
 
 /// Checks an access of `bytes` at `offset` against `limit` bytes and its
@@ -681,10 +792,17 @@ fn load_lanes<M: ReadWords>(
                     continue;
                 }
                 let w = i * stride + word_of(a.get(i), bytes, limit)?;
-                dst[i] = u64::from(mem.get(w)) | u64::from(mem.get(w + 1)) << 32;
+                dst[i] = u64::from(mem.word(w)) | u64::from(mem.word(w + 1)) << 32;
             }
         }
         Dst::Narrow(dst) => {
+            if width == Width::Word
+                && stride == 0
+                && let Some(start) = contiguous(a, guard, limit, m)
+                && mem.get_run(start, dst)
+            {
+                return Ok(());
+            }
             for i in 0..dst.len() {
                 if m.is_some_and(|m| !m[i]) {
                     continue;
@@ -695,7 +813,7 @@ fn load_lanes<M: ReadWords>(
                 }
                 let offset = a.get(i);
                 let w = i * stride + word_of(offset, bytes, limit)?;
-                let v = mem.get(w);
+                let v = mem.word(w);
                 dst[i] = if width == Width::Half {
                     (v >> (8 * (offset & 2))) & 0xffff
                 } else {
@@ -721,6 +839,13 @@ fn store_lanes<M: Words>(
     m: Mask<'_>,
 ) -> Result<(), Fault> {
     let bytes = width.bytes();
+    if width == Width::Word
+        && stride == 0
+        && let Some(start) = contiguous(a, guard, limit, m)
+        && mem.set_run(start, v32)
+    {
+        return Ok(());
+    }
     let lanes = v32.len().max(v64.len());
     for i in 0..lanes {
         if m.is_some_and(|m| !m[i]) || guard.is_some_and(|g| g[i] == 0) {
@@ -803,7 +928,10 @@ impl Worker<'_> {
         let result = match space {
             Space::Buffer(n) => {
                 let b = self.env.buffers[n as usize];
-                store_lanes(b.words, b.len, 0, width, values, a, guard, m)
+                match b.words {
+                    Mem::Atomic(words) => store_lanes(words, b.len, 0, width, values, a, guard, m),
+                    Mem::Plain(_) => return Err(self.read_only(n)),
+                }
             }
             Space::Shared => store_lanes(
                 &mut self.shared[..],
@@ -840,7 +968,13 @@ impl Worker<'_> {
         let result = match x.space {
             Space::Buffer(n) => {
                 let b = self.env.buffers[n as usize];
-                atomic_lanes(b.words, b.len, 0, x, &mut old, r32, a, m)
+                match b.words {
+                    Mem::Atomic(words) => atomic_lanes(words, b.len, 0, x, &mut old, r32, a, m),
+                    Mem::Plain(_) => {
+                        self.r32[d] = old;
+                        return Err(self.read_only(n));
+                    }
+                }
             }
             Space::Shared => atomic_lanes(
                 &mut self.shared[..],

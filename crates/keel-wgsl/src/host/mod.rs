@@ -14,8 +14,11 @@
 //! There is no `unsafe`: each storage buffer is viewed as `&[AtomicU32]`
 //! (zerocopy checks the alignment and length), shared by every thread and
 //! accessed with relaxed loads and stores, which are plain moves on
-//! common hardware. A binding that is not 4-byte aligned, or whose length
-//! is not a multiple of 4, is copied into padded words and back.
+//! common hardware. A buffer declared read-only is viewed as plain
+//! `&[u32]` instead (no thread writes it, so its loads vectorize; the
+//! compiler refuses a program that writes one). A binding that is not
+//! 4-byte aligned, or whose length is not a multiple of 4, is copied into
+//! padded words and back.
 
 mod compile;
 mod exec;
@@ -29,7 +32,7 @@ use zerocopy::FromBytes;
 use crate::ir::Program;
 
 use compile::Launch;
-use exec::{Binding, Shared, Worker};
+use exec::{Binding, Mem, Shared, Worker};
 
 /// How a launch uses the host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -203,6 +206,11 @@ fn launch(
 enum View<'a> {
     /// The caller's bytes, viewed in place as words.
     Direct(&'a [AtomicU32], u64),
+    /// A read-only buffer's bytes, viewed in place as plain words: no
+    /// thread writes them, so loads need no atomics and vectorize.
+    ReadOnly(&'a [u32], u64),
+    /// A padded copy of a read-only buffer that cannot be viewed in place.
+    ReadOnlyCopy(Vec<u32>, u64),
     /// A padded copy of the caller's bytes, written back after the
     /// launch unless the buffer is read-only.
     Copied {
@@ -215,6 +223,23 @@ enum View<'a> {
 impl<'a> View<'a> {
     fn new(bytes: &'a mut [u8], read_only: bool) -> Self {
         let len = bytes.len() as u64;
+        if read_only {
+            let bytes: &'a [u8] = bytes;
+            return match <[u32]>::ref_from_bytes(bytes) {
+                Ok(words) => View::ReadOnly(words, len),
+                Err(_) => View::ReadOnlyCopy(
+                    bytes
+                        .chunks(4)
+                        .map(|c| {
+                            let mut w = [0u8; 4];
+                            w[..c.len()].copy_from_slice(c);
+                            u32::from_le_bytes(w)
+                        })
+                        .collect(),
+                    len,
+                ),
+            };
+        }
         match <[AtomicU32]>::mut_from_bytes(bytes) {
             Ok(words) => View::Direct(words, len),
             Err(e) => {
@@ -238,9 +263,20 @@ impl<'a> View<'a> {
 
     fn binding(&self) -> Binding<'_> {
         match self {
-            View::Direct(words, len) => Binding { words, len: *len },
+            View::Direct(words, len) => Binding {
+                words: Mem::Atomic(words),
+                len: *len,
+            },
+            View::ReadOnly(words, len) => Binding {
+                words: Mem::Plain(words),
+                len: *len,
+            },
+            View::ReadOnlyCopy(words, len) => Binding {
+                words: Mem::Plain(words),
+                len: *len,
+            },
             View::Copied { words, bytes, .. } => Binding {
-                words,
+                words: Mem::Atomic(words),
                 len: bytes.len() as u64,
             },
         }
