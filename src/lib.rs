@@ -136,7 +136,7 @@ pub use keel_device::{
     default_stream, device_count, devices, get_stream_from_pool, get_stream_with_priority, guard,
     is_available, kernel, kernels, launch_blocking, memory, privateuse1_backend_name, profiler,
     properties, register_privateuse1_backend, set_current_stream, set_device, set_launch_blocking,
-    synchronize,
+    synchronize, wgsl,
 };
 pub use keel_device::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};

@@ -267,15 +267,26 @@ pub fn check_ptx(launch: &Launch) -> Result<(), String> {
         }))
         .collect();
     if k.ptx.is_none() {
-        let words = k.program().map_err(|e| e.to_string())?.param_bytes as usize / 4;
-        if words < launch.params.len() {
+        // Generated PTX declares every word `.b32`: the types come from
+        // the WGSL struct instead.
+        let wgsl = k.wgsl.unwrap_or_default();
+        let words = crate::wgsl::param_words(wgsl, k.name).map_err(|e| e.to_string())?;
+        let declared: Vec<Option<ParamType>> = words
+            .iter()
+            .map(|w| match w {
+                Some(crate::wgsl::ir::Ty::F32) => Some(F32),
+                Some(crate::wgsl::ir::Ty::U32 | crate::wgsl::ir::Ty::I32) => Some(U32),
+                _ => None,
+            })
+            .collect();
+        let passed: Vec<Option<ParamType>> = launch.params.iter().map(|&t| Some(t)).collect();
+        if declared.len() < passed.len() || declared[..passed.len()] != passed[..] {
             return Err(format!(
-                "kernel '{}': the launch code passes {} values, but the WGSL parameter struct holds {words}",
-                k.name,
-                launch.params.len()
+                "kernel '{}': the launch code passes {:?}, but the WGSL parameter struct holds {declared:?}",
+                k.name, launch.params
             ));
         }
-        expected.extend(std::iter::repeat_n(&["b32"][..], words - launch.params.len()));
+        expected.extend(std::iter::repeat_n(&["b32"][..], words.len() - launch.params.len()));
         expected.extend(std::iter::repeat_n(&["u64"][..], k.bindings));
     }
     let ok = found.len() == expected.len()
@@ -302,7 +313,7 @@ mod tests {
         let mut wrong = SAXPY;
         wrong.params = &[U32, U32, F32];
         let e = check_ptx(&wrong).expect_err("a drifted layout");
-        assert!(e.contains("saxpy") && e.contains("holds 2"), "{e}");
+        assert!(e.contains("saxpy") && e.contains("struct holds"), "{e}");
         wrong.params = &[F32, F32];
         assert!(check_ptx(&wrong).is_err());
         let mut fewer_buffers = SAXPY;

@@ -170,4 +170,7 @@ pub use guard::{
     OptionalStreamGuard, StreamGuard,
 };
 pub use kernel::{Kernel, kernels};
+/// The WGSL compiler behind CUDA's and host backends' kernels
+/// (`keel_wgsl`): lowering, the PTX printer, the host end.
+pub use keel_wgsl as wgsl;
 pub use submit::{launch_blocking, set_launch_blocking};

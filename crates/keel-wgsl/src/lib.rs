@@ -22,4 +22,4 @@ pub mod ir;
 pub mod ptx;
 mod lower;
 
-pub use lower::{CompileError, compile, compile_module};
+pub use lower::{CompileError, compile, compile_module, param_words};

@@ -14,7 +14,7 @@ use crate::ir::{
 /// The layout of a value: how it splits into scalars (its leaves, in
 /// order) and where each sits in memory.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Shape {
+pub(crate) enum Shape {
     Scalar(Ty),
     Atomic(Ty),
     Vector(u32, Ty),

@@ -142,6 +142,35 @@ pub fn compile_module(
     })
 }
 
+/// The type of each 32-bit word of `entry`'s parameter block (the
+/// module's `var<uniform>` or `var<immediate>` struct), by WGSL's layout:
+/// what launch code checks its own parameter table against. Padding
+/// words are `None`.
+pub fn param_words(source: &str, entry: &str) -> Result<Vec<Option<Ty>>> {
+    let program = compile(source, entry)?;
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| CompileError {
+        message: format!("WGSL does not parse: {}", e.message()),
+        location: None,
+        span: None,
+    })?;
+    let mut words = vec![None; program.param_bytes as usize / 4];
+    for (_, var) in module.global_variables.iter() {
+        if matches!(
+            var.space,
+            naga::AddressSpace::Uniform | naga::AddressSpace::Immediate
+        ) {
+            let mut layout = Vec::new();
+            func::Shape::of(&module, var.ty)?.layout(0, &mut layout)?;
+            for (offset, ty, _) in layout {
+                if let Some(w) = words.get_mut(offset as usize / 4) {
+                    *w = Some(ty);
+                }
+            }
+        }
+    }
+    Ok(words)
+}
+
 fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
     let v: Vec<String> = it.map(|n| format!("`{n}`")).collect();
     if v.is_empty() {
