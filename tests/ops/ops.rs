@@ -1293,3 +1293,36 @@ fn half_matmul_has_the_same_numerics_on_every_device() {
         }
     }
 }
+
+/// The README's kernel of one's own (`examples/own_kernel.wgsl`), made
+/// with `Kernel::from_wgsl`, gives the host's bits on every device,
+/// the third-party `npu` included, at a size that is not a multiple of
+/// its workgroup.
+#[test]
+fn a_users_wgsl_kernel_runs_unchanged_on_every_device() {
+    let kernel = keel::Kernel::from_wgsl(
+        "leaky_relu",
+        include_str!("../../examples/own_kernel.wgsl"),
+    )
+    .expect("the README's kernel compiles");
+    assert_eq!(kernel.workgroup_size, [256, 1, 1]);
+    assert_eq!(kernel.bindings, 2);
+    let n = 70_001usize;
+    let x = values(n, 11);
+    let want: Vec<f32> = x
+        .iter()
+        .map(|&v| if v > 0.0 { v } else { v * 0.01 })
+        .collect();
+    let mut params = (n as u32).to_le_bytes().to_vec();
+    params.extend(0.01f32.to_le_bytes());
+    for d in devices() {
+        let s = keel::default_stream(d).expect("stream");
+        let xb = keel::Buffer::from_slice(&s, &x).expect("x");
+        let out = keel::Buffer::new(d, 4 * n).expect("out");
+        s.launch(&kernel, kernel.grid_for(n as u64), &[&xb, &out], &params)
+            .unwrap_or_else(|e| panic!("{d}: {e}"));
+        let got = out.read_as::<f32>(&s).expect("read");
+        let wrong = (0..n).find(|&i| got[i].to_bits() != want[i].to_bits());
+        assert_eq!(wrong, None, "{d}: first element that differs");
+    }
+}
