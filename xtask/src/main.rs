@@ -647,7 +647,7 @@ fn main() -> ExitCode {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             layers_check(&cargo, true)
         }
-        Some("ptx") => ptx_check(),
+        Some("ptx") => ptx_check().map(|_| ()),
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");

@@ -244,7 +244,7 @@ impl Globals {
                         ));
                     }
                     params_seen = true;
-                    if size % 4 != 0 {
+                    if !size.is_multiple_of(4) {
                         return err(format!(
                             "the parameter block `{}` is {size} bytes; Keel passes 32-bit words",
                             name(&var.name)
