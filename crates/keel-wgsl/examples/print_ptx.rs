@@ -1,1 +1,16 @@
-fn main(){ let src=std::fs::read_to_string(std::env::args().nth(1).unwrap()).unwrap(); let n=std::env::args().nth(2).unwrap(); let p=keel_wgsl::compile(&src,&n).unwrap(); println!("{}", keel_wgsl::ptx::emit(&p).unwrap()); }
+//! Prints the PTX of one entry point: `print_ptx <file.wgsl> <entry>`.
+
+fn main() {
+    let path = std::env::args()
+        .nth(1)
+        .expect("usage: print_ptx <file.wgsl> <entry>");
+    let entry = std::env::args()
+        .nth(2)
+        .expect("usage: print_ptx <file.wgsl> <entry>");
+    let src = std::fs::read_to_string(&path).expect("the WGSL file reads");
+    let program = keel_wgsl::compile(&src, &entry).expect("the entry point compiles");
+    println!(
+        "{}",
+        keel_wgsl::ptx::emit(&program).expect("the program prints as PTX")
+    );
+}

@@ -193,11 +193,9 @@ impl Globals {
                 naga::AddressSpace::Storage { access } => {
                     let binding = var.binding.as_ref().map(|b| (b.group, b.binding));
                     match binding {
-                        Some((0, n)) => storage.push((
-                            n,
-                            h,
-                            !access.contains(naga::StorageAccess::STORE),
-                        )),
+                        Some((0, n)) => {
+                            storage.push((n, h, !access.contains(naga::StorageAccess::STORE)))
+                        }
                         Some((g, _)) => {
                             return err(format!(
                                 "storage buffer `{}` is in @group({g}); Keel binds @group(0) only",
@@ -215,7 +213,7 @@ impl Globals {
                         ));
                     }
                     params_seen = true;
-                    if size % 4 != 0 {
+                    if !size.is_multiple_of(4) {
                         return err(format!(
                             "the parameter block `{}` is {size} bytes; Keel passes 32-bit words",
                             name(&var.name)
