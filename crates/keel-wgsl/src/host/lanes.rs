@@ -17,32 +17,32 @@ use half::f16;
 use crate::ir::{BinOp, Reduce, Ty, UnOp};
 
 /// Which lanes an instruction writes; `None`: all of them.
-pub(super) type Mask<'a> = Option<&'a [bool]>;
+pub(crate) type Mask<'a> = Option<&'a [bool]>;
 /// A one-operand kernel over 32-bit registers.
-pub(super) type Un32 = fn(&mut [u32], &[u32], Mask<'_>);
+pub(crate) type Un32 = fn(&mut [u32], &[u32], Mask<'_>);
 /// A two-operand kernel over 32-bit registers.
-pub(super) type Bin32 = fn(&mut [u32], &[u32], &[u32], Mask<'_>);
+pub(crate) type Bin32 = fn(&mut [u32], &[u32], &[u32], Mask<'_>);
 /// A three-operand kernel over 32-bit registers (`fma`).
-pub(super) type Tri32 = fn(&mut [u32], &[u32], &[u32], &[u32], Mask<'_>);
+pub(crate) type Tri32 = fn(&mut [u32], &[u32], &[u32], &[u32], Mask<'_>);
 /// A one-operand kernel over `U64` registers.
-pub(super) type Un64 = fn(&mut [u64], &[u64], Mask<'_>);
+pub(crate) type Un64 = fn(&mut [u64], &[u64], Mask<'_>);
 /// A two-operand kernel over `U64` registers.
-pub(super) type Bin64 = fn(&mut [u64], &[u64], &[u64], Mask<'_>);
+pub(crate) type Bin64 = fn(&mut [u64], &[u64], &[u64], Mask<'_>);
 /// A `U64` shift: the amount is a `U32` register.
-pub(super) type Shift64 = fn(&mut [u64], &[u64], &[u32], Mask<'_>);
+pub(crate) type Shift64 = fn(&mut [u64], &[u64], &[u32], Mask<'_>);
 /// A `U64` comparison, writing a `Bool`.
-pub(super) type Cmp64 = fn(&mut [u32], &[u64], &[u64], Mask<'_>);
+pub(crate) type Cmp64 = fn(&mut [u32], &[u64], &[u64], Mask<'_>);
 /// A conversion from `U64` to a 32-bit type.
-pub(super) type Narrow = fn(&mut [u32], &[u64], Mask<'_>);
+pub(crate) type Narrow = fn(&mut [u32], &[u64], Mask<'_>);
 /// A conversion from a 32-bit type to `U64`.
-pub(super) type Widen = fn(&mut [u64], &[u32], Mask<'_>);
+pub(crate) type Widen = fn(&mut [u64], &[u32], Mask<'_>);
 
 /// One step of a subgroup reduction.
-pub(super) type Step = fn(u32, u32) -> u32;
+pub(crate) type Step = fn(u32, u32) -> u32;
 
 /// `d = f(a)` in the active lanes.
 #[inline(always)]
-pub(super) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl Fn(A) -> D) {
+pub(crate) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl Fn(A) -> D) {
     match m {
         None => {
             for (d, &a) in d.iter_mut().zip(a) {
@@ -60,7 +60,7 @@ pub(super) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl 
 
 /// `d = f(a, b)` in the active lanes.
 #[inline(always)]
-pub(super) fn map2<A: Copy, B: Copy, D: Copy>(
+pub(crate) fn map2<A: Copy, B: Copy, D: Copy>(
     d: &mut [D],
     a: &[A],
     b: &[B],
@@ -84,7 +84,7 @@ pub(super) fn map2<A: Copy, B: Copy, D: Copy>(
 
 /// `d = f(a, b, c)` in the active lanes.
 #[inline(always)]
-pub(super) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
+pub(crate) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
     d: &mut [D],
     a: &[A],
     b: &[B],
@@ -109,7 +109,7 @@ pub(super) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
 
 /// `d = v` in the active lanes.
 #[inline(always)]
-pub(super) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
+pub(crate) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
     match m {
         None => d.fill(v),
         Some(m) => {
@@ -122,7 +122,7 @@ pub(super) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
 
 /// `d = cond ? a : b` in the active lanes.
 #[inline(always)]
-pub(super) fn select<D: Copy>(d: &mut [D], c: &[u32], a: &[D], b: &[D], m: Mask<'_>) {
+pub(crate) fn select<D: Copy>(d: &mut [D], c: &[u32], a: &[D], b: &[D], m: Mask<'_>) {
     map3(d, c, a, b, m, |c, a, b| if c != 0 { a } else { b });
 }
 
@@ -219,7 +219,7 @@ macro_rules! compare {
 
 /// The kernel of `op` over a 32-bit type, or `None` where WGSL has no
 /// such operation.
-pub(super) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
+pub(crate) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
     let int = matches!(ty, Ty::U32 | Ty::I32);
     match op {
         UnOp::Neg => match ty {
@@ -271,7 +271,7 @@ pub(super) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
 /// Integer division and remainder guard their divisor although the
 /// lowering already does: a zero divisor gives WGSL's results (`a` for
 /// `/`, 0 for `%`) and `MIN / -1` wraps, so no input can panic.
-pub(super) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
+pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     match (op, ty) {
         (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_add(y))),
@@ -317,7 +317,7 @@ pub(super) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
 }
 
 /// `a * b + c` with one rounding, for `F32` and `F16`.
-pub(super) fn fma32(ty: Ty) -> Option<Tri32> {
+pub(crate) fn fma32(ty: Ty) -> Option<Tri32> {
     match ty {
         Ty::F32 => Some(|d, a, b, c, m| {
             map3(d, a, b, c, m, |a, b, c| f(a).mul_add(f(b), f(c)).to_bits());
@@ -334,7 +334,7 @@ pub(super) fn fma32(ty: Ty) -> Option<Tri32> {
 }
 
 /// One-operand `U64` kernels.
-pub(super) fn un64(op: UnOp) -> Option<Un64> {
+pub(crate) fn un64(op: UnOp) -> Option<Un64> {
     let k: Un64 = match op {
         UnOp::Neg => |d, a, m| map1(d, a, m, |x: u64| x.wrapping_neg()),
         UnOp::Not => |d, a, m| map1(d, a, m, |x: u64| !x),
@@ -349,7 +349,7 @@ pub(super) fn un64(op: UnOp) -> Option<Un64> {
 }
 
 /// Two-operand `U64` kernels that write `U64`.
-pub(super) fn bin64(op: BinOp) -> Option<Bin64> {
+pub(crate) fn bin64(op: BinOp) -> Option<Bin64> {
     let k: Bin64 = match op {
         BinOp::Add => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| x.wrapping_add(y)),
         BinOp::Sub => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| x.wrapping_sub(y)),
@@ -367,7 +367,7 @@ pub(super) fn bin64(op: BinOp) -> Option<Bin64> {
 }
 
 /// `U64` shifts by a `U32` amount (masked to the width).
-pub(super) fn shift64(op: BinOp) -> Option<Shift64> {
+pub(crate) fn shift64(op: BinOp) -> Option<Shift64> {
     let k: Shift64 = match op {
         BinOp::Shl => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u32| x.wrapping_shl(y)),
         BinOp::Shr => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u32| x.wrapping_shr(y)),
@@ -377,7 +377,7 @@ pub(super) fn shift64(op: BinOp) -> Option<Shift64> {
 }
 
 /// `U64` comparisons.
-pub(super) fn cmp64(op: BinOp) -> Option<Cmp64> {
+pub(crate) fn cmp64(op: BinOp) -> Option<Cmp64> {
     let k: Cmp64 = match op {
         BinOp::Eq => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| u32::from(x == y)),
         BinOp::Ne => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| u32::from(x != y)),
@@ -394,7 +394,7 @@ pub(super) fn cmp64(op: BinOp) -> Option<Cmp64> {
 /// integer truncates and saturates with NaN to 0 (Rust's `as`), integer
 /// to float rounds to nearest even (to `f16` from the exact `f64`, so
 /// once), integers of one width are reinterpreted, `Bool` is 0 or 1.
-pub(super) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
+pub(crate) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
     let k = match (from, to) {
         (Ty::Bool, Ty::U32 | Ty::I32) | (Ty::U32, Ty::I32) | (Ty::I32, Ty::U32) => k1!(|x| x),
         (Ty::Bool, Ty::F32) => k1!(|x| if x != 0 { 1.0f32.to_bits() } else { 0 }),
@@ -419,7 +419,7 @@ pub(super) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
 
 /// Conversion from a 32-bit type to `U64`: `U32` zero extends, `I32`
 /// sign extends (Rust's `as`), floats truncate and saturate.
-pub(super) fn widen(from: Ty) -> Option<Widen> {
+pub(crate) fn widen(from: Ty) -> Option<Widen> {
     let k: Widen = match from {
         Ty::U32 | Ty::Bool => |d, a, m| map1(d, a, m, u64::from),
         Ty::I32 => |d, a, m| map1(d, a, m, |x: u32| x as i32 as i64 as u64),
@@ -432,7 +432,7 @@ pub(super) fn widen(from: Ty) -> Option<Widen> {
 
 /// Conversion from `U64` to a 32-bit type: integers truncate, floats
 /// round to nearest even.
-pub(super) fn narrow(to: Ty) -> Option<Narrow> {
+pub(crate) fn narrow(to: Ty) -> Option<Narrow> {
     let k: Narrow = match to {
         Ty::U32 | Ty::I32 => |d, a, m| map1(d, a, m, |x: u64| x as u32),
         Ty::Bool => |d, a, m| map1(d, a, m, |x: u64| u32::from(x != 0)),
@@ -445,7 +445,7 @@ pub(super) fn narrow(to: Ty) -> Option<Narrow> {
 
 /// The combining step of a subgroup reduction over a 32-bit type and its
 /// identity (what an exclusive scan gives its first invocation).
-pub(super) fn reduce32(r: Reduce, ty: Ty) -> Option<(Step, u32)> {
+pub(crate) fn reduce32(r: Reduce, ty: Ty) -> Option<(Step, u32)> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     let all_ones = if ty == Ty::Bool { 1 } else { u32::MAX };
     let step: (Step, u32) = match (r, ty) {
