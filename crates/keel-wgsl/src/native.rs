@@ -169,6 +169,7 @@ impl<'a> Ctx<'a> {
                 len,
             }) => Ok(Ro {
                 words,
+                full: whole_words(words, *len),
                 len: *len,
                 n,
             }),
@@ -184,6 +185,7 @@ impl<'a> Ctx<'a> {
                 len,
             }) => Ok(Rw {
                 words,
+                full: whole_words(words, *len),
                 len: *len,
                 n,
             }),
@@ -231,6 +233,24 @@ fn word_of(offset: u64, bytes: u64, limit: u64) -> Option<usize> {
     }
 }
 
+/// The words of `words` that lie wholly inside `len` bytes: a 4-byte
+/// access at an aligned offset is inside the binding exactly where its
+/// word index is inside these, so it costs one comparison.
+fn whole_words<T>(words: &[T], len: u64) -> &[T] {
+    let n = usize::try_from(len / 4).map_or(words.len(), |n| n.min(words.len()));
+    &words[..n]
+}
+
+/// The word index of a 4-byte access at `offset`, where it is aligned.
+#[inline(always)]
+fn aligned_word(offset: u64) -> Option<usize> {
+    if offset.is_multiple_of(4) {
+        usize::try_from(offset / 4).ok()
+    } else {
+        None
+    }
+}
+
 #[cold]
 fn fault(what: &str, memory: &str, offset: u64, bytes: u64, limit: u64) -> Fault {
     Fault(format!(
@@ -245,8 +265,7 @@ macro_rules! loads {
         /// The `u32` at byte `offset`.
         #[inline(always)]
         pub fn ld_u32(&self, offset: u64) -> Result<u32, Fault> {
-            let w = self.locate("load", offset, 4)?;
-            self.word(w, offset, 4)
+            self.ld_word(offset)
         }
 
         /// The `i32` at byte `offset`.
@@ -284,6 +303,8 @@ macro_rules! loads {
 #[derive(Clone, Copy, Debug)]
 pub struct Ro<'a> {
     words: &'a [u32],
+    /// `words` wholly inside `len`.
+    full: &'a [u32],
     len: u64,
     n: u32,
 }
@@ -319,6 +340,14 @@ impl Ro<'_> {
         fault(what, &format!("buffer {}", self.n), offset, bytes, self.len)
     }
 
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(&v) => Ok(v),
+            None => Err(self.fault("load", offset, 4)),
+        }
+    }
+
     loads!();
 }
 
@@ -327,6 +356,8 @@ impl Ro<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct Rw<'a> {
     words: &'a [AtomicU32],
+    /// `words` wholly inside `len`.
+    full: &'a [AtomicU32],
     len: u64,
     n: u32,
 }
@@ -366,14 +397,26 @@ impl<'a> Rw<'a> {
         fault(what, &format!("buffer {}", self.n), offset, bytes, self.len)
     }
 
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(c) => Ok(c.load(Relaxed)),
+            None => Err(self.fault("load", offset, 4)),
+        }
+    }
+
     loads!();
 
     /// Stores a `u32` at byte `offset`.
     #[inline(always)]
     pub fn st_u32(&self, offset: u64, v: u32) -> Result<(), Fault> {
-        let w = self.locate("store", offset, 4)?;
-        self.cell(w, offset, 4)?.store(v, Relaxed);
-        Ok(())
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(c) => {
+                c.store(v, Relaxed);
+                Ok(())
+            }
+            None => Err(self.fault("store", offset, 4)),
+        }
     }
 
     /// Stores an `i32`.
@@ -505,6 +548,12 @@ impl Private {
     #[cold]
     fn fault(&self, what: &str, offset: u64, bytes: u64) -> Fault {
         fault(what, "private memory", offset, bytes, self.len)
+    }
+
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        let w = self.locate("load", offset, 4)?;
+        self.word(w, offset, 4)
     }
 
     loads!();

@@ -567,28 +567,9 @@ trait Words: ReadWords {
     fn rmw(&mut self, w: usize, op: AtomicOp, signed: bool, v: u32, cmp: u32) -> u32;
 }
 
-/// The new value of an atomic read-modify-write of `old`.
-fn apply(op: AtomicOp, signed: bool, old: u32, v: u32, cmp: u32) -> u32 {
-    match op {
-        AtomicOp::Add => old.wrapping_add(v),
-        AtomicOp::Sub => old.wrapping_sub(v),
-        AtomicOp::And => old & v,
-        AtomicOp::Or => old | v,
-        AtomicOp::Xor => old ^ v,
-        AtomicOp::Min if signed => (old as i32).min(v as i32) as u32,
-        AtomicOp::Max if signed => (old as i32).max(v as i32) as u32,
-        AtomicOp::Min => old.min(v),
-        AtomicOp::Max => old.max(v),
-        AtomicOp::Exchange => v,
-        AtomicOp::CompareExchange => {
-            if old == cmp {
-                v
-            } else {
-                old
-            }
-        }
-    }
-}
+/// The new value of an atomic read-modify-write of `old`: the rule both
+/// ends share.
+use crate::native::atomic_apply as apply;
 
 impl ReadWords for &[AtomicU32] {
     #[inline(always)]

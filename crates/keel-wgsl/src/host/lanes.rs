@@ -15,6 +15,7 @@
 use half::f16;
 
 use crate::ir::{BinOp, Reduce, Ty, UnOp};
+use crate::native;
 
 /// Which lanes an instruction writes; `None`: all of them.
 pub(crate) type Mask<'a> = Option<&'a [bool]>;
@@ -172,16 +173,12 @@ macro_rules! k2 {
 
 /// A float kernel `f32 -> f32` for `F32` and `F16` (computed in `f32`).
 macro_rules! float1 {
-    ($ty:expr, |$x:ident| $e:expr) => {
+    ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k1!(|v| {
-                let $x = f(v);
-                ($e).to_bits()
-            })),
-            Ty::F16 => Some(k1!(|v| {
-                let $x = h(v);
-                hb($e)
-            })),
+            Ty::F32 => Some(k1!(|v| native::un_f32(UnOp::$op, f(v)).to_bits())),
+            Ty::F16 => Some(k1!(|v| u32::from(
+                native::un_f16(UnOp::$op, f16::from_bits(v as u16)).to_bits()
+            ))),
             _ => None,
         }
     };
@@ -189,16 +186,17 @@ macro_rules! float1 {
 
 /// A float kernel `(f32, f32) -> f32` for `F32` and `F16`.
 macro_rules! float2 {
-    ($ty:expr, |$x:ident, $y:ident| $e:expr) => {
+    ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k2!(|p, q| {
-                let ($x, $y) = (f(p), f(q));
-                ($e).to_bits()
-            })),
-            Ty::F16 => Some(k2!(|p, q| {
-                let ($x, $y) = (h(p), h(q));
-                hb($e)
-            })),
+            Ty::F32 => Some(k2!(|p, q| native::bin_f32(BinOp::$op, f(p), f(q)).to_bits())),
+            Ty::F16 => Some(k2!(|p, q| u32::from(
+                native::bin_f16(
+                    BinOp::$op,
+                    f16::from_bits(p as u16),
+                    f16::from_bits(q as u16)
+                )
+                .to_bits()
+            ))),
             _ => None,
         }
     };
@@ -240,23 +238,23 @@ pub(crate) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
             Ty::F16 => Some(k1!(|x| x & 0x7fff)),
             _ => None,
         },
-        UnOp::Floor => float1!(ty, |x| x.floor()),
-        UnOp::Ceil => float1!(ty, |x| x.ceil()),
-        UnOp::Trunc => float1!(ty, |x| x.trunc()),
-        UnOp::Round => float1!(ty, |x| x.round_ties_even()),
-        UnOp::Sqrt => float1!(ty, |x| x.sqrt()),
-        UnOp::InverseSqrt => float1!(ty, |x| 1.0 / x.sqrt()),
-        UnOp::Exp2 => float1!(ty, |x| x.exp2()),
-        UnOp::Log2 => float1!(ty, |x| x.log2()),
-        UnOp::Sin => float1!(ty, |x| x.sin()),
-        UnOp::Cos => float1!(ty, |x| x.cos()),
-        UnOp::Tan => float1!(ty, |x| x.tan()),
-        UnOp::Asin => float1!(ty, |x| x.asin()),
-        UnOp::Acos => float1!(ty, |x| x.acos()),
-        UnOp::Atan => float1!(ty, |x| x.atan()),
-        UnOp::Sinh => float1!(ty, |x| x.sinh()),
-        UnOp::Cosh => float1!(ty, |x| x.cosh()),
-        UnOp::Tanh => float1!(ty, |x| x.tanh()),
+        UnOp::Floor => float1!(ty, Floor),
+        UnOp::Ceil => float1!(ty, Ceil),
+        UnOp::Trunc => float1!(ty, Trunc),
+        UnOp::Round => float1!(ty, Round),
+        UnOp::Sqrt => float1!(ty, Sqrt),
+        UnOp::InverseSqrt => float1!(ty, InverseSqrt),
+        UnOp::Exp2 => float1!(ty, Exp2),
+        UnOp::Log2 => float1!(ty, Log2),
+        UnOp::Sin => float1!(ty, Sin),
+        UnOp::Cos => float1!(ty, Cos),
+        UnOp::Tan => float1!(ty, Tan),
+        UnOp::Asin => float1!(ty, Asin),
+        UnOp::Acos => float1!(ty, Acos),
+        UnOp::Atan => float1!(ty, Atan),
+        UnOp::Sinh => float1!(ty, Sinh),
+        UnOp::Cosh => float1!(ty, Cosh),
+        UnOp::Tanh => float1!(ty, Tanh),
         UnOp::CountOneBits if int => Some(k1!(|x| x.count_ones())),
         UnOp::ReverseBits if int => Some(k1!(|x| x.reverse_bits())),
         UnOp::CountLeadingZeros if int => Some(k1!(|x| x.leading_zeros())),
@@ -274,44 +272,48 @@ pub(crate) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
 pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     match (op, ty) {
-        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_add(y))),
-        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_sub(y))),
-        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_mul(y))),
-        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| x.checked_div(y).unwrap_or(x))),
-        (BinOp::Div, Ty::I32) => Some(k2!(|x, y| {
-            let (x, y) = (x as i32, y as i32);
-            (if y == 0 { x } else { x.wrapping_div(y) }) as u32
-        })),
-        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| x.checked_rem(y).unwrap_or(0))),
-        (BinOp::Rem, Ty::I32) => Some(k2!(|x, y| {
-            let (x, y) = (x as i32, y as i32);
-            (if y == 0 { 0 } else { x.wrapping_rem(y) }) as u32
-        })),
-        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| x.min(y))),
-        (BinOp::Min, Ty::I32) => Some(k2!(|x, y| (x as i32).min(y as i32) as u32)),
-        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| x.max(y))),
-        (BinOp::Max, Ty::I32) => Some(k2!(|x, y| (x as i32).max(y as i32) as u32)),
+        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Add, x, y))),
+        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Sub, x, y))),
+        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Mul, x, y))),
+        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Div, x, y))),
+        (BinOp::Div, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Div, x as i32, y as i32) as u32
+        )),
+        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Rem, x, y))),
+        (BinOp::Rem, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Rem, x as i32, y as i32) as u32
+        )),
+        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Min, x, y))),
+        (BinOp::Min, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Min, x as i32, y as i32) as u32
+        )),
+        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Max, x, y))),
+        (BinOp::Max, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Max, x as i32, y as i32) as u32
+        )),
         (BinOp::And, _) if bits => Some(k2!(|x, y| x & y)),
         (BinOp::Or, _) if bits => Some(k2!(|x, y| x | y)),
         (BinOp::Xor, _) if bits => Some(k2!(|x, y| x ^ y)),
         (BinOp::Shl, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_shl(y))),
-        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| x.wrapping_shr(y))),
-        (BinOp::Shr, Ty::I32) => Some(k2!(|x, y| (x as i32).wrapping_shr(y) as u32)),
+        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Shr, x, y))),
+        (BinOp::Shr, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Shr, x as i32, y as i32) as u32
+        )),
         (BinOp::Eq, _) => compare!(ty, ==),
         (BinOp::Ne, _) => compare!(ty, !=),
         (BinOp::Lt, _) => compare!(ty, <),
         (BinOp::Le, _) => compare!(ty, <=),
         (BinOp::Gt, _) => compare!(ty, >),
         (BinOp::Ge, _) => compare!(ty, >=),
-        (BinOp::Add, _) => float2!(ty, |x, y| x + y),
-        (BinOp::Sub, _) => float2!(ty, |x, y| x - y),
-        (BinOp::Mul, _) => float2!(ty, |x, y| x * y),
-        (BinOp::Div, _) => float2!(ty, |x, y| x / y),
-        (BinOp::Rem, _) => float2!(ty, |x, y| x - y * (x / y).trunc()),
-        (BinOp::Min, _) => float2!(ty, |x, y| x.min(y)),
-        (BinOp::Max, _) => float2!(ty, |x, y| x.max(y)),
-        (BinOp::Pow, _) => float2!(ty, |x, y| x.powf(y)),
-        (BinOp::Atan2, _) => float2!(ty, |x, y| x.atan2(y)),
+        (BinOp::Add, _) => float2!(ty, Add),
+        (BinOp::Sub, _) => float2!(ty, Sub),
+        (BinOp::Mul, _) => float2!(ty, Mul),
+        (BinOp::Div, _) => float2!(ty, Div),
+        (BinOp::Rem, _) => float2!(ty, Rem),
+        (BinOp::Min, _) => float2!(ty, Min),
+        (BinOp::Max, _) => float2!(ty, Max),
+        (BinOp::Pow, _) => float2!(ty, Pow),
+        (BinOp::Atan2, _) => float2!(ty, Atan2),
         _ => None,
     }
 }
@@ -320,13 +322,14 @@ pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
 pub(crate) fn fma32(ty: Ty) -> Option<Tri32> {
     match ty {
         Ty::F32 => Some(|d, a, b, c, m| {
-            map3(d, a, b, c, m, |a, b, c| f(a).mul_add(f(b), f(c)).to_bits());
+            map3(d, a, b, c, m, |a, b, c| {
+                native::fma_f32(f(a), f(b), f(c)).to_bits()
+            });
         }),
-        // The product of two f16 values is exact in f64; the sum is
-        // rounded to f64, then to f16.
         Ty::F16 => Some(|d, a, b, c, m| {
             map3(d, a, b, c, m, |a, b, c| {
-                hb64(f64::from(h(a)).mul_add(f64::from(h(b)), f64::from(h(c))))
+                let h = |x: u32| f16::from_bits(x as u16);
+                u32::from(native::fma_f16(h(a), h(b), h(c)).to_bits())
             });
         }),
         _ => None,
