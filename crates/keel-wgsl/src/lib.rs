@@ -19,7 +19,9 @@
 
 pub mod host;
 pub mod ir;
-pub mod ptx;
 mod lower;
+pub mod native;
+pub mod ptx;
+pub mod rust;
 
 pub use lower::{CompileError, compile, compile_module, param_words};

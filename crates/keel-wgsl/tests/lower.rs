@@ -15,7 +15,9 @@ fn sources() -> Vec<(String, String)> {
     let prefix = |names: &[&str]| -> String {
         names
             .iter()
-            .map(|n| std::fs::read_to_string(root.join("shaders/compute").join(n)).unwrap_or_default())
+            .map(|n| {
+                std::fs::read_to_string(root.join("shaders/compute").join(n)).unwrap_or_default()
+            })
             .collect()
     };
     for dir in [
@@ -32,7 +34,11 @@ fn sources() -> Vec<(String, String)> {
             .collect();
         files.sort();
         for f in files {
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("").to_owned();
+            let name = f
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_owned();
             let text = std::fs::read_to_string(&f).expect("kernel source");
             if !text.contains("@compute") {
                 continue;

@@ -19,7 +19,7 @@ use super::lanes::{self, Mask};
 
 /// A storage buffer's words.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Mem<'a> {
+pub(crate) enum Mem<'a> {
     /// A read-only buffer: plain words, which every thread may read and
     /// none writes.
     Plain(&'a [u32]),
@@ -30,11 +30,11 @@ pub(super) enum Mem<'a> {
 
 /// A storage buffer as the interpreter sees it.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Binding<'a> {
+pub(crate) struct Binding<'a> {
     /// The buffer as 32-bit words.
-    pub(super) words: Mem<'a>,
+    pub(crate) words: Mem<'a>,
     /// Its length in bytes (what bounds checks compare against).
-    pub(super) len: u64,
+    pub(crate) len: u64,
 }
 
 /// Where an inactive lane waits.
@@ -163,12 +163,7 @@ impl<'a> Worker<'a> {
     /// values), so a register's lanes never carry a value across
     /// workgroups into what the kernel computes.
     pub(super) fn run_group(&mut self, index: u64) -> Result<(), HostError> {
-        let [gx, gy, _] = self.env.grid.map(u64::from);
-        self.group = [
-            (index % gx) as u32,
-            (index / gx % gy) as u32,
-            (index / (gx * gy)) as u32,
-        ];
+        self.group = super::group_id(index, self.env.grid);
         self.shared.fill(0);
         self.private.fill(0);
         self.exits.fill(Exit::None);
@@ -572,28 +567,9 @@ trait Words: ReadWords {
     fn rmw(&mut self, w: usize, op: AtomicOp, signed: bool, v: u32, cmp: u32) -> u32;
 }
 
-/// The new value of an atomic read-modify-write of `old`.
-fn apply(op: AtomicOp, signed: bool, old: u32, v: u32, cmp: u32) -> u32 {
-    match op {
-        AtomicOp::Add => old.wrapping_add(v),
-        AtomicOp::Sub => old.wrapping_sub(v),
-        AtomicOp::And => old & v,
-        AtomicOp::Or => old | v,
-        AtomicOp::Xor => old ^ v,
-        AtomicOp::Min if signed => (old as i32).min(v as i32) as u32,
-        AtomicOp::Max if signed => (old as i32).max(v as i32) as u32,
-        AtomicOp::Min => old.min(v),
-        AtomicOp::Max => old.max(v),
-        AtomicOp::Exchange => v,
-        AtomicOp::CompareExchange => {
-            if old == cmp {
-                v
-            } else {
-                old
-            }
-        }
-    }
-}
+/// The new value of an atomic read-modify-write of `old`: the rule both
+/// ends share.
+use crate::native::atomic_apply as apply;
 
 impl ReadWords for &[AtomicU32] {
     #[inline(always)]

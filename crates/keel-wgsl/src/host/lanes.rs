@@ -15,34 +15,35 @@
 use half::f16;
 
 use crate::ir::{BinOp, Reduce, Ty, UnOp};
+use crate::native;
 
 /// Which lanes an instruction writes; `None`: all of them.
-pub(super) type Mask<'a> = Option<&'a [bool]>;
+pub(crate) type Mask<'a> = Option<&'a [bool]>;
 /// A one-operand kernel over 32-bit registers.
-pub(super) type Un32 = fn(&mut [u32], &[u32], Mask<'_>);
+pub(crate) type Un32 = fn(&mut [u32], &[u32], Mask<'_>);
 /// A two-operand kernel over 32-bit registers.
-pub(super) type Bin32 = fn(&mut [u32], &[u32], &[u32], Mask<'_>);
+pub(crate) type Bin32 = fn(&mut [u32], &[u32], &[u32], Mask<'_>);
 /// A three-operand kernel over 32-bit registers (`fma`).
-pub(super) type Tri32 = fn(&mut [u32], &[u32], &[u32], &[u32], Mask<'_>);
+pub(crate) type Tri32 = fn(&mut [u32], &[u32], &[u32], &[u32], Mask<'_>);
 /// A one-operand kernel over `U64` registers.
-pub(super) type Un64 = fn(&mut [u64], &[u64], Mask<'_>);
+pub(crate) type Un64 = fn(&mut [u64], &[u64], Mask<'_>);
 /// A two-operand kernel over `U64` registers.
-pub(super) type Bin64 = fn(&mut [u64], &[u64], &[u64], Mask<'_>);
+pub(crate) type Bin64 = fn(&mut [u64], &[u64], &[u64], Mask<'_>);
 /// A `U64` shift: the amount is a `U32` register.
-pub(super) type Shift64 = fn(&mut [u64], &[u64], &[u32], Mask<'_>);
+pub(crate) type Shift64 = fn(&mut [u64], &[u64], &[u32], Mask<'_>);
 /// A `U64` comparison, writing a `Bool`.
-pub(super) type Cmp64 = fn(&mut [u32], &[u64], &[u64], Mask<'_>);
+pub(crate) type Cmp64 = fn(&mut [u32], &[u64], &[u64], Mask<'_>);
 /// A conversion from `U64` to a 32-bit type.
-pub(super) type Narrow = fn(&mut [u32], &[u64], Mask<'_>);
+pub(crate) type Narrow = fn(&mut [u32], &[u64], Mask<'_>);
 /// A conversion from a 32-bit type to `U64`.
-pub(super) type Widen = fn(&mut [u64], &[u32], Mask<'_>);
+pub(crate) type Widen = fn(&mut [u64], &[u32], Mask<'_>);
 
 /// One step of a subgroup reduction.
-pub(super) type Step = fn(u32, u32) -> u32;
+pub(crate) type Step = fn(u32, u32) -> u32;
 
 /// `d = f(a)` in the active lanes.
 #[inline(always)]
-pub(super) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl Fn(A) -> D) {
+pub(crate) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl Fn(A) -> D) {
     match m {
         None => {
             for (d, &a) in d.iter_mut().zip(a) {
@@ -60,7 +61,7 @@ pub(super) fn map1<A: Copy, D: Copy>(d: &mut [D], a: &[A], m: Mask<'_>, f: impl 
 
 /// `d = f(a, b)` in the active lanes.
 #[inline(always)]
-pub(super) fn map2<A: Copy, B: Copy, D: Copy>(
+pub(crate) fn map2<A: Copy, B: Copy, D: Copy>(
     d: &mut [D],
     a: &[A],
     b: &[B],
@@ -84,7 +85,7 @@ pub(super) fn map2<A: Copy, B: Copy, D: Copy>(
 
 /// `d = f(a, b, c)` in the active lanes.
 #[inline(always)]
-pub(super) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
+pub(crate) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
     d: &mut [D],
     a: &[A],
     b: &[B],
@@ -109,7 +110,7 @@ pub(super) fn map3<A: Copy, B: Copy, C: Copy, D: Copy>(
 
 /// `d = v` in the active lanes.
 #[inline(always)]
-pub(super) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
+pub(crate) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
     match m {
         None => d.fill(v),
         Some(m) => {
@@ -122,7 +123,7 @@ pub(super) fn fill<D: Copy>(d: &mut [D], v: D, m: Mask<'_>) {
 
 /// `d = cond ? a : b` in the active lanes.
 #[inline(always)]
-pub(super) fn select<D: Copy>(d: &mut [D], c: &[u32], a: &[D], b: &[D], m: Mask<'_>) {
+pub(crate) fn select<D: Copy>(d: &mut [D], c: &[u32], a: &[D], b: &[D], m: Mask<'_>) {
     map3(d, c, a, b, m, |c, a, b| if c != 0 { a } else { b });
 }
 
@@ -172,16 +173,12 @@ macro_rules! k2 {
 
 /// A float kernel `f32 -> f32` for `F32` and `F16` (computed in `f32`).
 macro_rules! float1 {
-    ($ty:expr, |$x:ident| $e:expr) => {
+    ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k1!(|v| {
-                let $x = f(v);
-                ($e).to_bits()
-            })),
-            Ty::F16 => Some(k1!(|v| {
-                let $x = h(v);
-                hb($e)
-            })),
+            Ty::F32 => Some(k1!(|v| native::un_f32(UnOp::$op, f(v)).to_bits())),
+            Ty::F16 => Some(k1!(|v| u32::from(
+                native::un_f16(UnOp::$op, f16::from_bits(v as u16)).to_bits()
+            ))),
             _ => None,
         }
     };
@@ -189,16 +186,17 @@ macro_rules! float1 {
 
 /// A float kernel `(f32, f32) -> f32` for `F32` and `F16`.
 macro_rules! float2 {
-    ($ty:expr, |$x:ident, $y:ident| $e:expr) => {
+    ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k2!(|p, q| {
-                let ($x, $y) = (f(p), f(q));
-                ($e).to_bits()
-            })),
-            Ty::F16 => Some(k2!(|p, q| {
-                let ($x, $y) = (h(p), h(q));
-                hb($e)
-            })),
+            Ty::F32 => Some(k2!(|p, q| native::bin_f32(BinOp::$op, f(p), f(q)).to_bits())),
+            Ty::F16 => Some(k2!(|p, q| u32::from(
+                native::bin_f16(
+                    BinOp::$op,
+                    f16::from_bits(p as u16),
+                    f16::from_bits(q as u16)
+                )
+                .to_bits()
+            ))),
             _ => None,
         }
     };
@@ -219,7 +217,7 @@ macro_rules! compare {
 
 /// The kernel of `op` over a 32-bit type, or `None` where WGSL has no
 /// such operation.
-pub(super) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
+pub(crate) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
     let int = matches!(ty, Ty::U32 | Ty::I32);
     match op {
         UnOp::Neg => match ty {
@@ -240,23 +238,23 @@ pub(super) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
             Ty::F16 => Some(k1!(|x| x & 0x7fff)),
             _ => None,
         },
-        UnOp::Floor => float1!(ty, |x| x.floor()),
-        UnOp::Ceil => float1!(ty, |x| x.ceil()),
-        UnOp::Trunc => float1!(ty, |x| x.trunc()),
-        UnOp::Round => float1!(ty, |x| x.round_ties_even()),
-        UnOp::Sqrt => float1!(ty, |x| x.sqrt()),
-        UnOp::InverseSqrt => float1!(ty, |x| 1.0 / x.sqrt()),
-        UnOp::Exp2 => float1!(ty, |x| x.exp2()),
-        UnOp::Log2 => float1!(ty, |x| x.log2()),
-        UnOp::Sin => float1!(ty, |x| x.sin()),
-        UnOp::Cos => float1!(ty, |x| x.cos()),
-        UnOp::Tan => float1!(ty, |x| x.tan()),
-        UnOp::Asin => float1!(ty, |x| x.asin()),
-        UnOp::Acos => float1!(ty, |x| x.acos()),
-        UnOp::Atan => float1!(ty, |x| x.atan()),
-        UnOp::Sinh => float1!(ty, |x| x.sinh()),
-        UnOp::Cosh => float1!(ty, |x| x.cosh()),
-        UnOp::Tanh => float1!(ty, |x| x.tanh()),
+        UnOp::Floor => float1!(ty, Floor),
+        UnOp::Ceil => float1!(ty, Ceil),
+        UnOp::Trunc => float1!(ty, Trunc),
+        UnOp::Round => float1!(ty, Round),
+        UnOp::Sqrt => float1!(ty, Sqrt),
+        UnOp::InverseSqrt => float1!(ty, InverseSqrt),
+        UnOp::Exp2 => float1!(ty, Exp2),
+        UnOp::Log2 => float1!(ty, Log2),
+        UnOp::Sin => float1!(ty, Sin),
+        UnOp::Cos => float1!(ty, Cos),
+        UnOp::Tan => float1!(ty, Tan),
+        UnOp::Asin => float1!(ty, Asin),
+        UnOp::Acos => float1!(ty, Acos),
+        UnOp::Atan => float1!(ty, Atan),
+        UnOp::Sinh => float1!(ty, Sinh),
+        UnOp::Cosh => float1!(ty, Cosh),
+        UnOp::Tanh => float1!(ty, Tanh),
         UnOp::CountOneBits if int => Some(k1!(|x| x.count_ones())),
         UnOp::ReverseBits if int => Some(k1!(|x| x.reverse_bits())),
         UnOp::CountLeadingZeros if int => Some(k1!(|x| x.leading_zeros())),
@@ -271,62 +269,67 @@ pub(super) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
 /// Integer division and remainder guard their divisor although the
 /// lowering already does: a zero divisor gives WGSL's results (`a` for
 /// `/`, 0 for `%`) and `MIN / -1` wraps, so no input can panic.
-pub(super) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
+pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     match (op, ty) {
-        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_add(y))),
-        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_sub(y))),
-        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_mul(y))),
-        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| x.checked_div(y).unwrap_or(x))),
-        (BinOp::Div, Ty::I32) => Some(k2!(|x, y| {
-            let (x, y) = (x as i32, y as i32);
-            (if y == 0 { x } else { x.wrapping_div(y) }) as u32
-        })),
-        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| x.checked_rem(y).unwrap_or(0))),
-        (BinOp::Rem, Ty::I32) => Some(k2!(|x, y| {
-            let (x, y) = (x as i32, y as i32);
-            (if y == 0 { 0 } else { x.wrapping_rem(y) }) as u32
-        })),
-        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| x.min(y))),
-        (BinOp::Min, Ty::I32) => Some(k2!(|x, y| (x as i32).min(y as i32) as u32)),
-        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| x.max(y))),
-        (BinOp::Max, Ty::I32) => Some(k2!(|x, y| (x as i32).max(y as i32) as u32)),
+        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Add, x, y))),
+        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Sub, x, y))),
+        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Mul, x, y))),
+        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Div, x, y))),
+        (BinOp::Div, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Div, x as i32, y as i32) as u32
+        )),
+        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Rem, x, y))),
+        (BinOp::Rem, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Rem, x as i32, y as i32) as u32
+        )),
+        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Min, x, y))),
+        (BinOp::Min, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Min, x as i32, y as i32) as u32
+        )),
+        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Max, x, y))),
+        (BinOp::Max, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Max, x as i32, y as i32) as u32
+        )),
         (BinOp::And, _) if bits => Some(k2!(|x, y| x & y)),
         (BinOp::Or, _) if bits => Some(k2!(|x, y| x | y)),
         (BinOp::Xor, _) if bits => Some(k2!(|x, y| x ^ y)),
         (BinOp::Shl, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_shl(y))),
-        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| x.wrapping_shr(y))),
-        (BinOp::Shr, Ty::I32) => Some(k2!(|x, y| (x as i32).wrapping_shr(y) as u32)),
+        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Shr, x, y))),
+        (BinOp::Shr, Ty::I32) => Some(k2!(
+            |x, y| native::bin_i32(BinOp::Shr, x as i32, y as i32) as u32
+        )),
         (BinOp::Eq, _) => compare!(ty, ==),
         (BinOp::Ne, _) => compare!(ty, !=),
         (BinOp::Lt, _) => compare!(ty, <),
         (BinOp::Le, _) => compare!(ty, <=),
         (BinOp::Gt, _) => compare!(ty, >),
         (BinOp::Ge, _) => compare!(ty, >=),
-        (BinOp::Add, _) => float2!(ty, |x, y| x + y),
-        (BinOp::Sub, _) => float2!(ty, |x, y| x - y),
-        (BinOp::Mul, _) => float2!(ty, |x, y| x * y),
-        (BinOp::Div, _) => float2!(ty, |x, y| x / y),
-        (BinOp::Rem, _) => float2!(ty, |x, y| x - y * (x / y).trunc()),
-        (BinOp::Min, _) => float2!(ty, |x, y| x.min(y)),
-        (BinOp::Max, _) => float2!(ty, |x, y| x.max(y)),
-        (BinOp::Pow, _) => float2!(ty, |x, y| x.powf(y)),
-        (BinOp::Atan2, _) => float2!(ty, |x, y| x.atan2(y)),
+        (BinOp::Add, _) => float2!(ty, Add),
+        (BinOp::Sub, _) => float2!(ty, Sub),
+        (BinOp::Mul, _) => float2!(ty, Mul),
+        (BinOp::Div, _) => float2!(ty, Div),
+        (BinOp::Rem, _) => float2!(ty, Rem),
+        (BinOp::Min, _) => float2!(ty, Min),
+        (BinOp::Max, _) => float2!(ty, Max),
+        (BinOp::Pow, _) => float2!(ty, Pow),
+        (BinOp::Atan2, _) => float2!(ty, Atan2),
         _ => None,
     }
 }
 
 /// `a * b + c` with one rounding, for `F32` and `F16`.
-pub(super) fn fma32(ty: Ty) -> Option<Tri32> {
+pub(crate) fn fma32(ty: Ty) -> Option<Tri32> {
     match ty {
         Ty::F32 => Some(|d, a, b, c, m| {
-            map3(d, a, b, c, m, |a, b, c| f(a).mul_add(f(b), f(c)).to_bits());
+            map3(d, a, b, c, m, |a, b, c| {
+                native::fma_f32(f(a), f(b), f(c)).to_bits()
+            });
         }),
-        // The product of two f16 values is exact in f64; the sum is
-        // rounded to f64, then to f16.
         Ty::F16 => Some(|d, a, b, c, m| {
             map3(d, a, b, c, m, |a, b, c| {
-                hb64(f64::from(h(a)).mul_add(f64::from(h(b)), f64::from(h(c))))
+                let h = |x: u32| f16::from_bits(x as u16);
+                u32::from(native::fma_f16(h(a), h(b), h(c)).to_bits())
             });
         }),
         _ => None,
@@ -334,7 +337,7 @@ pub(super) fn fma32(ty: Ty) -> Option<Tri32> {
 }
 
 /// One-operand `U64` kernels.
-pub(super) fn un64(op: UnOp) -> Option<Un64> {
+pub(crate) fn un64(op: UnOp) -> Option<Un64> {
     let k: Un64 = match op {
         UnOp::Neg => |d, a, m| map1(d, a, m, |x: u64| x.wrapping_neg()),
         UnOp::Not => |d, a, m| map1(d, a, m, |x: u64| !x),
@@ -349,7 +352,7 @@ pub(super) fn un64(op: UnOp) -> Option<Un64> {
 }
 
 /// Two-operand `U64` kernels that write `U64`.
-pub(super) fn bin64(op: BinOp) -> Option<Bin64> {
+pub(crate) fn bin64(op: BinOp) -> Option<Bin64> {
     let k: Bin64 = match op {
         BinOp::Add => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| x.wrapping_add(y)),
         BinOp::Sub => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| x.wrapping_sub(y)),
@@ -367,7 +370,7 @@ pub(super) fn bin64(op: BinOp) -> Option<Bin64> {
 }
 
 /// `U64` shifts by a `U32` amount (masked to the width).
-pub(super) fn shift64(op: BinOp) -> Option<Shift64> {
+pub(crate) fn shift64(op: BinOp) -> Option<Shift64> {
     let k: Shift64 = match op {
         BinOp::Shl => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u32| x.wrapping_shl(y)),
         BinOp::Shr => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u32| x.wrapping_shr(y)),
@@ -377,7 +380,7 @@ pub(super) fn shift64(op: BinOp) -> Option<Shift64> {
 }
 
 /// `U64` comparisons.
-pub(super) fn cmp64(op: BinOp) -> Option<Cmp64> {
+pub(crate) fn cmp64(op: BinOp) -> Option<Cmp64> {
     let k: Cmp64 = match op {
         BinOp::Eq => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| u32::from(x == y)),
         BinOp::Ne => |d, a, b, m| map2(d, a, b, m, |x: u64, y: u64| u32::from(x != y)),
@@ -394,7 +397,7 @@ pub(super) fn cmp64(op: BinOp) -> Option<Cmp64> {
 /// integer truncates and saturates with NaN to 0 (Rust's `as`), integer
 /// to float rounds to nearest even (to `f16` from the exact `f64`, so
 /// once), integers of one width are reinterpreted, `Bool` is 0 or 1.
-pub(super) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
+pub(crate) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
     let k = match (from, to) {
         (Ty::Bool, Ty::U32 | Ty::I32) | (Ty::U32, Ty::I32) | (Ty::I32, Ty::U32) => k1!(|x| x),
         (Ty::Bool, Ty::F32) => k1!(|x| if x != 0 { 1.0f32.to_bits() } else { 0 }),
@@ -419,7 +422,7 @@ pub(super) fn convert32(from: Ty, to: Ty) -> Option<Un32> {
 
 /// Conversion from a 32-bit type to `U64`: `U32` zero extends, `I32`
 /// sign extends (Rust's `as`), floats truncate and saturate.
-pub(super) fn widen(from: Ty) -> Option<Widen> {
+pub(crate) fn widen(from: Ty) -> Option<Widen> {
     let k: Widen = match from {
         Ty::U32 | Ty::Bool => |d, a, m| map1(d, a, m, u64::from),
         Ty::I32 => |d, a, m| map1(d, a, m, |x: u32| x as i32 as i64 as u64),
@@ -432,7 +435,7 @@ pub(super) fn widen(from: Ty) -> Option<Widen> {
 
 /// Conversion from `U64` to a 32-bit type: integers truncate, floats
 /// round to nearest even.
-pub(super) fn narrow(to: Ty) -> Option<Narrow> {
+pub(crate) fn narrow(to: Ty) -> Option<Narrow> {
     let k: Narrow = match to {
         Ty::U32 | Ty::I32 => |d, a, m| map1(d, a, m, |x: u64| x as u32),
         Ty::Bool => |d, a, m| map1(d, a, m, |x: u64| u32::from(x != 0)),
@@ -445,7 +448,7 @@ pub(super) fn narrow(to: Ty) -> Option<Narrow> {
 
 /// The combining step of a subgroup reduction over a 32-bit type and its
 /// identity (what an exclusive scan gives its first invocation).
-pub(super) fn reduce32(r: Reduce, ty: Ty) -> Option<(Step, u32)> {
+pub(crate) fn reduce32(r: Reduce, ty: Ty) -> Option<(Step, u32)> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     let all_ones = if ty == Ty::Bool { 1 } else { u32::MAX };
     let step: (Step, u32) = match (r, ty) {

@@ -22,7 +22,7 @@
 
 mod compile;
 mod exec;
-mod lanes;
+pub(crate) mod lanes;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -32,7 +32,8 @@ use zerocopy::FromBytes;
 use crate::ir::Program;
 
 use compile::Launch;
-use exec::{Binding, Mem, Shared, Worker};
+pub(crate) use exec::{Binding, Mem};
+use exec::{Shared, Worker};
 
 /// How a launch uses the host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -156,17 +157,49 @@ fn launch(
     invocations: u32,
     options: &HostOptions,
 ) -> Result<(), HostError> {
+    let work = groups
+        .saturating_mul(u64::from(invocations))
+        .saturating_mul(env.code.ops.max(1) as u64);
+    for_each_group(
+        groups,
+        work,
+        options,
+        || Worker::new(env),
+        |worker, g| worker.run_group(g),
+    )
+}
+
+/// Workgroup `index` of `grid` as an id (x fastest, then y, then z).
+pub(crate) fn group_id(index: u64, grid: [u32; 3]) -> [u32; 3] {
+    let [gx, gy, _] = grid.map(u64::from);
+    [
+        (index % gx) as u32,
+        (index / gx % gy) as u32,
+        (index / (gx * gy)) as u32,
+    ]
+}
+
+/// Calls `run` on workgroups `0..groups`, each thread with its own state
+/// from `make`: on `options.threads` scoped threads taking chunks of
+/// workgroups from an atomic counter, or on the calling thread where the
+/// launch's `work` (about one unit per instruction per invocation) is too
+/// small to pay for starting threads. The first error stops every thread
+/// at its next chunk and is returned.
+pub(crate) fn for_each_group<W, E: Send>(
+    groups: u64,
+    work: u64,
+    options: &HostOptions,
+    make: impl Fn() -> W + Sync,
+    run: impl Fn(&mut W, u64) -> Result<(), E> + Sync,
+) -> Result<(), E> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
     let threads = threads.min(usize::try_from(groups).unwrap_or(usize::MAX));
-    let work = groups
-        .saturating_mul(u64::from(invocations))
-        .saturating_mul(env.code.ops.max(1) as u64);
     if threads <= 1 || work < INLINE_WORK {
-        let mut worker = Worker::new(env);
-        return (0..groups).try_for_each(|g| worker.run_group(g));
+        let mut state = make();
+        return (0..groups).try_for_each(|g| run(&mut state, g));
     }
 
     // Chunks small enough to balance the threads, large enough that the
@@ -174,15 +207,15 @@ fn launch(
     let chunk = (groups / (threads as u64 * 8)).max(1);
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
-    let work = || -> Result<(), HostError> {
-        let mut worker = Worker::new(env);
+    let work = || -> Result<(), E> {
+        let mut state = make();
         while !failed.load(Ordering::Relaxed) {
             let start = next.fetch_add(chunk, Ordering::Relaxed);
             if start >= groups {
                 break;
             }
             for g in start..(start + chunk).min(groups) {
-                if let Err(e) = worker.run_group(g) {
+                if let Err(e) = run(&mut state, g) {
                     failed.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
@@ -203,7 +236,7 @@ fn launch(
 }
 
 /// One storage buffer during a launch.
-enum View<'a> {
+pub(crate) enum View<'a> {
     /// The caller's bytes, viewed in place as words.
     Direct(&'a [AtomicU32], u64),
     /// A read-only buffer's bytes, viewed in place as plain words: no
@@ -221,7 +254,9 @@ enum View<'a> {
 }
 
 impl<'a> View<'a> {
-    fn new(bytes: &'a mut [u8], read_only: bool) -> Self {
+    /// Views `bytes` as words: in place where zerocopy allows it, else
+    /// as a padded copy.
+    pub(crate) fn new(bytes: &'a mut [u8], read_only: bool) -> Self {
         let len = bytes.len() as u64;
         if read_only {
             let bytes: &'a [u8] = bytes;
@@ -261,7 +296,8 @@ impl<'a> View<'a> {
         }
     }
 
-    fn binding(&self) -> Binding<'_> {
+    /// The words a launch reads and writes.
+    pub(crate) fn binding(&self) -> Binding<'_> {
         match self {
             View::Direct(words, len) => Binding {
                 words: Mem::Atomic(words),
@@ -282,7 +318,8 @@ impl<'a> View<'a> {
         }
     }
 
-    fn write_back(&mut self) {
+    /// Copies a padded copy's words back into the caller's bytes.
+    pub(crate) fn write_back(&mut self) {
         if let View::Copied {
             words,
             bytes,

@@ -18,9 +18,20 @@ pub(crate) enum Shape {
     Scalar(Ty),
     Atomic(Ty),
     Vector(u32, Ty),
-    Matrix { cols: u32, rows: u32, ty: Ty },
-    Array { base: Box<Shape>, len: Option<u32>, stride: u32 },
-    Struct { members: Vec<(u32, Shape)>, span: u32 },
+    Matrix {
+        cols: u32,
+        rows: u32,
+        ty: Ty,
+    },
+    Array {
+        base: Box<Shape>,
+        len: Option<u32>,
+        stride: u32,
+    },
+    Struct {
+        members: Vec<(u32, Shape)>,
+        span: u32,
+    },
 }
 
 impl Shape {
@@ -149,9 +160,11 @@ impl Shape {
                 (i * rows) as usize,
                 i * column_stride(*rows, *ty),
             ),
-            Shape::Array { base, len, stride } if len.is_none_or(|n| i < n) => {
-                ((**base).clone(), i as usize * base.count().unwrap_or(0), i * stride)
-            }
+            Shape::Array { base, len, stride } if len.is_none_or(|n| i < n) => (
+                (**base).clone(),
+                i as usize * base.count().unwrap_or(0),
+                i * stride,
+            ),
             Shape::Struct { members, .. } if (i as usize) < members.len() => {
                 let mut first = 0;
                 for (_, m) in &members[..i as usize] {
@@ -173,7 +186,11 @@ fn bytes_in_memory(t: Ty) -> u32 {
 }
 
 fn column_stride(rows: u32, ty: Ty) -> u32 {
-    if rows == 2 { 2 * ty.bytes() } else { 4 * ty.bytes() }
+    if rows == 2 {
+        2 * ty.bytes()
+    } else {
+        4 * ty.bytes()
+    }
 }
 
 /// A lowered expression.
@@ -964,15 +981,16 @@ impl State<'_> {
                         .collect(),
                 )
             }
-            E::FunctionArgument(i) => ctx
-                .args
-                .get(*i as usize)
-                .cloned()
-                .ok_or_else(|| CompileError {
-                    message: format!("argument {i} missing"),
-                    location: None,
-                    span: None,
-                })?,
+            E::FunctionArgument(i) => {
+                ctx.args
+                    .get(*i as usize)
+                    .cloned()
+                    .ok_or_else(|| CompileError {
+                        message: format!("argument {i} missing"),
+                        location: None,
+                        span: None,
+                    })?
+            }
             E::GlobalVariable(g) => self.global_ptr(*g)?,
             E::LocalVariable(l) => Value::Ptr(self.local_ptr(ctx, l.index())?),
             E::Load { pointer } => {
@@ -1439,7 +1457,12 @@ impl State<'_> {
         super::math::relational(self.b, fun, v)
     }
 
-    fn math(&mut self, fun: naga::MathFunction, shapes: &[Shape], args: &[Vec<Reg>]) -> Result<Vec<Reg>> {
+    fn math(
+        &mut self,
+        fun: naga::MathFunction,
+        shapes: &[Shape],
+        args: &[Vec<Reg>],
+    ) -> Result<Vec<Reg>> {
         super::math::math(self.b, fun, shapes, args)
     }
 }

@@ -222,11 +222,9 @@ impl Globals {
                 naga::AddressSpace::Storage { access } => {
                     let binding = var.binding.as_ref().map(|b| (b.group, b.binding));
                     match binding {
-                        Some((0, n)) => storage.push((
-                            n,
-                            h,
-                            !access.contains(naga::StorageAccess::STORE),
-                        )),
+                        Some((0, n)) => {
+                            storage.push((n, h, !access.contains(naga::StorageAccess::STORE)))
+                        }
                         Some((g, _)) => {
                             return err(format!(
                                 "storage buffer `{}` is in @group({g}); Keel binds @group(0) only",

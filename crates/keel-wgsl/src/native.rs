@@ -1,0 +1,878 @@
+//! The runtime of kernels translated to Rust ahead of time ([`crate::rust`]).
+//!
+//! A kernel without barriers or subgroup operations needs no lockstep:
+//! each invocation can run to its end before the next starts. The
+//! translator prints such a program as one Rust function per workgroup
+//! (a loop over its invocations, each an ordinary block of scalar Rust),
+//! which the including crate compiles with the rest of its code; this
+//! module gives that function its launch ([`Kernel::run`]), its memory
+//! ([`Ro`], [`Rw`], [`Private`]) and WGSL's scalar semantics (the free
+//! functions below), which the interpreter's lane kernels ([`crate::host`])
+//! call too, so that both ends compute the same bits.
+//!
+//! There is no `unsafe`: bindings are viewed as words exactly as the
+//! interpreter views them (in place through zerocopy, or a padded copy),
+//! writable ones as relaxed atomics shared by every thread.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use crate::host::{self, Binding, HostOptions, Mem, View};
+pub use crate::ir::{AtomicOp, BinOp, UnOp};
+pub use half::f16;
+
+/// A kernel translated to Rust: what a launch checks, and the function
+/// that runs one workgroup.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    /// The entry point's name, for errors.
+    pub name: &'static str,
+    /// `@workgroup_size`.
+    pub workgroup_size: [u32; 3],
+    /// Per storage buffer, in binding order: declared read-only.
+    pub read_only: &'static [bool],
+    /// Bytes of the parameter block the kernel reads.
+    pub param_bytes: u32,
+    /// Bytes of private memory per invocation.
+    pub private_bytes: u32,
+    /// Instructions in the program: sizes a launch's work, to decide
+    /// whether threads pay.
+    pub ops: u32,
+    /// Runs every invocation of one workgroup.
+    pub group: GroupFn,
+}
+
+/// The generated function that runs one workgroup's invocations.
+pub type GroupFn = fn(&Ctx<'_>, &mut Group) -> Result<(), Fault>;
+
+/// The launch as a workgroup sees it: bindings, parameters, grid.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    buffers: Vec<Binding<'a>>,
+    params: &'a [u8],
+    grid: [u32; 3],
+}
+
+/// One thread's state for the workgroups it runs.
+#[derive(Debug)]
+pub struct Group {
+    id: [u32; 3],
+    private: Private,
+}
+
+/// An access that no guard covers outside its memory (a lowering bug), a
+/// binding of the wrong kind, or a parameter word past the block: the
+/// launch stops with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault(String);
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Fault {}
+
+impl Kernel {
+    /// Runs `grid` workgroups on every thread (see [`Kernel::run_with`]).
+    pub fn run(
+        &self,
+        grid: [u32; 3],
+        buffers: &mut [&mut [u8]],
+        params: &[u8],
+    ) -> Result<(), String> {
+        self.run_with(grid, buffers, params, &HostOptions::default())
+    }
+
+    /// Runs `grid` workgroups: `buffers[n]` is storage buffer `n`,
+    /// `params` the parameter block (little-endian words). Checks the
+    /// arguments as [`host::run`] does; workgroups run in parallel on
+    /// `options.threads` threads, or on the calling thread where the
+    /// launch is too small to pay for threads.
+    pub fn run_with(
+        &self,
+        grid: [u32; 3],
+        buffers: &mut [&mut [u8]],
+        params: &[u8],
+        options: &HostOptions,
+    ) -> Result<(), String> {
+        let name = self.name;
+        if buffers.len() != self.read_only.len() {
+            return Err(format!(
+                "kernel `{name}`: expected {} storage buffers, found {}",
+                self.read_only.len(),
+                buffers.len()
+            ));
+        }
+        if params.len() < self.param_bytes as usize {
+            return Err(format!(
+                "kernel `{name}`: expected a parameter block of {} bytes, found {}",
+                self.param_bytes,
+                params.len()
+            ));
+        }
+        if self.workgroup_size.contains(&0) {
+            return Err(format!(
+                "kernel `{name}`: workgroup size {:?} has an empty axis",
+                self.workgroup_size
+            ));
+        }
+        let groups = grid
+            .iter()
+            .try_fold(1u64, |n, &g| n.checked_mul(u64::from(g)))
+            .ok_or_else(|| format!("kernel `{name}`: grid {grid:?} has too many workgroups"))?;
+        if groups == 0 {
+            return Ok(());
+        }
+        let mut views: Vec<View<'_>> = buffers
+            .iter_mut()
+            .zip(self.read_only)
+            .map(|(b, &ro)| View::new(b, ro))
+            .collect();
+        let cx = Ctx {
+            buffers: views.iter().map(View::binding).collect(),
+            params,
+            grid,
+        };
+        let invocations: u32 = self.workgroup_size.iter().product();
+        let work = groups
+            .saturating_mul(u64::from(invocations))
+            .saturating_mul(u64::from(self.ops.max(1)));
+        let result = host::for_each_group(
+            groups,
+            work,
+            options,
+            || Group {
+                id: [0; 3],
+                private: Private::new(self.private_bytes),
+            },
+            |g, index| {
+                g.id = host::group_id(index, grid);
+                (self.group)(&cx, g).map_err(|f| format!("kernel `{name}`: {f}"))
+            },
+        );
+        drop(cx);
+        for view in &mut views {
+            view.write_back();
+        }
+        result
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// Storage buffer `n`, declared read-only.
+    pub fn ro(&self, n: u32) -> Result<Ro<'a>, Fault> {
+        match self.buffers.get(n as usize) {
+            Some(Binding {
+                words: Mem::Plain(words),
+                len,
+            }) => Ok(Ro {
+                words,
+                full: whole_words(words, *len),
+                len: *len,
+                n,
+            }),
+            _ => Err(Fault(format!("buffer {n} is not bound read-only"))),
+        }
+    }
+
+    /// Storage buffer `n`, which the kernel may write.
+    pub fn rw(&self, n: u32) -> Result<Rw<'a>, Fault> {
+        match self.buffers.get(n as usize) {
+            Some(Binding {
+                words: Mem::Atomic(words),
+                len,
+            }) => Ok(Rw {
+                words,
+                full: whole_words(words, *len),
+                len: *len,
+                n,
+            }),
+            _ => Err(Fault(format!("buffer {n} is not bound read-write"))),
+        }
+    }
+
+    /// Parameter word `word` (bytes `4 * word ..`), little-endian.
+    #[inline]
+    pub fn param(&self, word: u32) -> Result<u32, Fault> {
+        let at = word as usize * 4;
+        match self.params.get(at..at + 4) {
+            Some(&[a, b, c, d]) => Ok(u32::from_le_bytes([a, b, c, d])),
+            _ => Err(Fault(format!(
+                "reads parameter word {word} (bytes {at}..{}), but the parameter block has {} bytes",
+                at + 4,
+                self.params.len()
+            ))),
+        }
+    }
+
+    /// `num_workgroups`.
+    #[inline]
+    pub fn grid(&self) -> [u32; 3] {
+        self.grid
+    }
+}
+
+impl Group {
+    /// `workgroup_id`, and the private memory of the invocation about to
+    /// run.
+    #[inline]
+    pub fn parts(&mut self) -> ([u32; 3], &mut Private) {
+        (self.id, &mut self.private)
+    }
+}
+
+/// Checks an access of `bytes` at `offset` against `limit` bytes and its
+/// alignment, as the interpreter does; gives the word it starts in.
+#[inline(always)]
+fn word_of(offset: u64, bytes: u64, limit: u64) -> Option<usize> {
+    match offset.checked_add(bytes) {
+        Some(end) if end <= limit && offset.is_multiple_of(bytes) => Some((offset / 4) as usize),
+        _ => None,
+    }
+}
+
+/// The words of `words` that lie wholly inside `len` bytes: a 4-byte
+/// access at an aligned offset is inside the binding exactly where its
+/// word index is inside these, so it costs one comparison.
+fn whole_words<T>(words: &[T], len: u64) -> &[T] {
+    let n = usize::try_from(len / 4).map_or(words.len(), |n| n.min(words.len()));
+    &words[..n]
+}
+
+/// The word index of a 4-byte access at `offset`, where it is aligned.
+#[inline(always)]
+fn aligned_word(offset: u64) -> Option<usize> {
+    if offset.is_multiple_of(4) {
+        usize::try_from(offset / 4).ok()
+    } else {
+        None
+    }
+}
+
+#[cold]
+fn fault(what: &str, memory: &str, offset: u64, bytes: u64, limit: u64) -> Fault {
+    Fault(format!(
+        "{what} of {bytes} bytes at byte offset {offset} is outside {memory} ({limit} bytes) or misaligned, \
+         and no guard covers it (a lowering bug)"
+    ))
+}
+
+/// The typed loads of a memory of words, from its `word` and `locate`.
+macro_rules! loads {
+    () => {
+        /// The `u32` at byte `offset`.
+        #[inline(always)]
+        pub fn ld_u32(&self, offset: u64) -> Result<u32, Fault> {
+            self.ld_word(offset)
+        }
+
+        /// The `i32` at byte `offset`.
+        #[inline(always)]
+        pub fn ld_i32(&self, offset: u64) -> Result<i32, Fault> {
+            self.ld_u32(offset).map(|v| v as i32)
+        }
+
+        /// The `f32` at byte `offset`.
+        #[inline(always)]
+        pub fn ld_f32(&self, offset: u64) -> Result<f32, Fault> {
+            self.ld_u32(offset).map(f32::from_bits)
+        }
+
+        /// The `f16` at byte `offset` (half of a word).
+        #[inline(always)]
+        pub fn ld_f16(&self, offset: u64) -> Result<f16, Fault> {
+            let w = self.locate("load", offset, 2)?;
+            let v = self.word(w, offset, 2)?;
+            Ok(f16::from_bits((v >> (8 * (offset & 2))) as u16))
+        }
+
+        /// The `u64` at byte `offset` (two words, low first).
+        #[inline(always)]
+        pub fn ld_u64(&self, offset: u64) -> Result<u64, Fault> {
+            let w = self.locate("load", offset, 8)?;
+            let lo = self.word(w, offset, 8)?;
+            let hi = self.word(w + 1, offset, 8)?;
+            Ok(u64::from(lo) | u64::from(hi) << 32)
+        }
+    };
+}
+
+/// A read-only storage buffer: plain words no thread writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Ro<'a> {
+    words: &'a [u32],
+    /// `words` wholly inside `len`.
+    full: &'a [u32],
+    len: u64,
+    n: u32,
+}
+
+impl Ro<'_> {
+    /// The buffer's length in bytes (`arrayLength`, bounds checks).
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    fn locate(&self, what: &str, offset: u64, bytes: u64) -> Result<usize, Fault> {
+        word_of(offset, bytes, self.len).ok_or_else(|| self.fault(what, offset, bytes))
+    }
+
+    #[inline(always)]
+    fn word(&self, w: usize, offset: u64, bytes: u64) -> Result<u32, Fault> {
+        self.words
+            .get(w)
+            .copied()
+            .ok_or_else(|| self.fault("load", offset, bytes))
+    }
+
+    #[cold]
+    fn fault(&self, what: &str, offset: u64, bytes: u64) -> Fault {
+        fault(what, &format!("buffer {}", self.n), offset, bytes, self.len)
+    }
+
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(&v) => Ok(v),
+            None => Err(self.fault("load", offset, 4)),
+        }
+    }
+
+    loads!();
+}
+
+/// A storage buffer the kernel may write: relaxed atomic words shared by
+/// every thread (plain moves on common hardware).
+#[derive(Clone, Copy, Debug)]
+pub struct Rw<'a> {
+    words: &'a [AtomicU32],
+    /// `words` wholly inside `len`.
+    full: &'a [AtomicU32],
+    len: u64,
+    n: u32,
+}
+
+impl<'a> Rw<'a> {
+    /// The buffer's length in bytes.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    fn locate(&self, what: &str, offset: u64, bytes: u64) -> Result<usize, Fault> {
+        word_of(offset, bytes, self.len).ok_or_else(|| self.fault(what, offset, bytes))
+    }
+
+    #[inline(always)]
+    fn cell(&self, w: usize, offset: u64, bytes: u64) -> Result<&'a AtomicU32, Fault> {
+        self.words
+            .get(w)
+            .ok_or_else(|| self.fault("access", offset, bytes))
+    }
+
+    #[inline(always)]
+    fn word(&self, w: usize, offset: u64, bytes: u64) -> Result<u32, Fault> {
+        self.cell(w, offset, bytes).map(|c| c.load(Relaxed))
+    }
+
+    #[cold]
+    fn fault(&self, what: &str, offset: u64, bytes: u64) -> Fault {
+        fault(what, &format!("buffer {}", self.n), offset, bytes, self.len)
+    }
+
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(c) => Ok(c.load(Relaxed)),
+            None => Err(self.fault("load", offset, 4)),
+        }
+    }
+
+    loads!();
+
+    /// Stores a `u32` at byte `offset`.
+    #[inline(always)]
+    pub fn st_u32(&self, offset: u64, v: u32) -> Result<(), Fault> {
+        match aligned_word(offset).and_then(|w| self.full.get(w)) {
+            Some(c) => {
+                c.store(v, Relaxed);
+                Ok(())
+            }
+            None => Err(self.fault("store", offset, 4)),
+        }
+    }
+
+    /// Stores an `i32`.
+    #[inline(always)]
+    pub fn st_i32(&self, offset: u64, v: i32) -> Result<(), Fault> {
+        self.st_u32(offset, v as u32)
+    }
+
+    /// Stores an `f32`.
+    #[inline(always)]
+    pub fn st_f32(&self, offset: u64, v: f32) -> Result<(), Fault> {
+        self.st_u32(offset, v.to_bits())
+    }
+
+    /// Stores an `f16` into half of a word. Another thread may write the
+    /// other half at the same time: a compare-exchange loop keeps its
+    /// write.
+    #[inline(always)]
+    pub fn st_f16(&self, offset: u64, v: f16) -> Result<(), Fault> {
+        let w = self.locate("store", offset, 2)?;
+        let cell = self.cell(w, offset, 2)?;
+        let shift = 8 * (offset & 2);
+        let keep = !(0xffff_u32 << shift);
+        let v = u32::from(v.to_bits()) << shift;
+        let mut old = cell.load(Relaxed);
+        while let Err(now) = cell.compare_exchange_weak(old, (old & keep) | v, Relaxed, Relaxed) {
+            old = now;
+        }
+        Ok(())
+    }
+
+    /// Stores a `u64` as two words, low first.
+    #[inline(always)]
+    pub fn st_u64(&self, offset: u64, v: u64) -> Result<(), Fault> {
+        let w = self.locate("store", offset, 8)?;
+        self.cell(w, offset, 8)?.store(v as u32, Relaxed);
+        self.cell(w + 1, offset, 8)?
+            .store((v >> 32) as u32, Relaxed);
+        Ok(())
+    }
+
+    /// An atomic read-modify-write of the word at `offset` (`signed`: an
+    /// `i32`'s min and max); gives the old value.
+    #[inline(always)]
+    pub fn atomic(
+        &self,
+        op: AtomicOp,
+        signed: bool,
+        offset: u64,
+        v: u32,
+        cmp: u32,
+    ) -> Result<u32, Fault> {
+        let w = self.locate("atomic", offset, 4)?;
+        let word = self.cell(w, offset, 4)?;
+        Ok(match op {
+            AtomicOp::Add => word.fetch_add(v, Relaxed),
+            AtomicOp::Sub => word.fetch_sub(v, Relaxed),
+            AtomicOp::And => word.fetch_and(v, Relaxed),
+            AtomicOp::Or => word.fetch_or(v, Relaxed),
+            AtomicOp::Xor => word.fetch_xor(v, Relaxed),
+            AtomicOp::Min if !signed => word.fetch_min(v, Relaxed),
+            AtomicOp::Max if !signed => word.fetch_max(v, Relaxed),
+            AtomicOp::Exchange => word.swap(v, Relaxed),
+            AtomicOp::CompareExchange => word
+                .compare_exchange(cmp, v, Relaxed, Relaxed)
+                .unwrap_or_else(|old| old),
+            // Signed min and max: a compare-exchange loop over the bits.
+            AtomicOp::Min | AtomicOp::Max => {
+                let mut old = word.load(Relaxed);
+                loop {
+                    match word.compare_exchange_weak(
+                        old,
+                        atomic_apply(op, signed, old, v, cmp),
+                        Relaxed,
+                        Relaxed,
+                    ) {
+                        Ok(old) => break old,
+                        Err(now) => old = now,
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// An invocation's private memory (arrays indexed at run time): plain
+/// words, zeroed before each invocation.
+#[derive(Clone, Debug)]
+pub struct Private {
+    words: Vec<u32>,
+    len: u64,
+}
+
+impl Private {
+    fn new(bytes: u32) -> Self {
+        Private {
+            words: vec![0; (bytes as usize).div_ceil(4)],
+            len: u64::from(bytes),
+        }
+    }
+
+    /// Zeroes the memory: WGSL's function-scope variables start zeroed.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.words.fill(0);
+    }
+
+    #[inline(always)]
+    fn locate(&self, what: &str, offset: u64, bytes: u64) -> Result<usize, Fault> {
+        word_of(offset, bytes, self.len).ok_or_else(|| self.fault(what, offset, bytes))
+    }
+
+    #[inline(always)]
+    fn word(&self, w: usize, offset: u64, bytes: u64) -> Result<u32, Fault> {
+        self.words
+            .get(w)
+            .copied()
+            .ok_or_else(|| self.fault("load", offset, bytes))
+    }
+
+    #[inline(always)]
+    fn cell(&mut self, w: usize, offset: u64, bytes: u64) -> Result<&mut u32, Fault> {
+        let len = self.len;
+        self.words
+            .get_mut(w)
+            .ok_or_else(|| fault("store", "private memory", offset, bytes, len))
+    }
+
+    #[cold]
+    fn fault(&self, what: &str, offset: u64, bytes: u64) -> Fault {
+        fault(what, "private memory", offset, bytes, self.len)
+    }
+
+    #[inline(always)]
+    fn ld_word(&self, offset: u64) -> Result<u32, Fault> {
+        let w = self.locate("load", offset, 4)?;
+        self.word(w, offset, 4)
+    }
+
+    loads!();
+
+    /// Stores a `u32` at byte `offset`.
+    #[inline(always)]
+    pub fn st_u32(&mut self, offset: u64, v: u32) -> Result<(), Fault> {
+        let w = self.locate("store", offset, 4)?;
+        *self.cell(w, offset, 4)? = v;
+        Ok(())
+    }
+
+    /// Stores an `i32`.
+    #[inline(always)]
+    pub fn st_i32(&mut self, offset: u64, v: i32) -> Result<(), Fault> {
+        self.st_u32(offset, v as u32)
+    }
+
+    /// Stores an `f32`.
+    #[inline(always)]
+    pub fn st_f32(&mut self, offset: u64, v: f32) -> Result<(), Fault> {
+        self.st_u32(offset, v.to_bits())
+    }
+
+    /// Stores an `f16` into half of a word.
+    #[inline(always)]
+    pub fn st_f16(&mut self, offset: u64, v: f16) -> Result<(), Fault> {
+        let w = self.locate("store", offset, 2)?;
+        let shift = 8 * (offset & 2);
+        let cell = self.cell(w, offset, 2)?;
+        *cell = (*cell & !(0xffff_u32 << shift)) | u32::from(v.to_bits()) << shift;
+        Ok(())
+    }
+
+    /// Stores a `u64` as two words, low first.
+    #[inline(always)]
+    pub fn st_u64(&mut self, offset: u64, v: u64) -> Result<(), Fault> {
+        let w = self.locate("store", offset, 8)?;
+        *self.cell(w, offset, 8)? = v as u32;
+        *self.cell(w + 1, offset, 8)? = (v >> 32) as u32;
+        Ok(())
+    }
+
+    /// A read-modify-write of the word at `offset` (no other invocation
+    /// sees private memory, so a plain one); gives the old value.
+    #[inline(always)]
+    pub fn atomic(
+        &mut self,
+        op: AtomicOp,
+        signed: bool,
+        offset: u64,
+        v: u32,
+        cmp: u32,
+    ) -> Result<u32, Fault> {
+        let w = self.locate("atomic", offset, 4)?;
+        let cell = self.cell(w, offset, 4)?;
+        let old = *cell;
+        *cell = atomic_apply(op, signed, old, v, cmp);
+        Ok(old)
+    }
+}
+
+// ---------------------------------------------------------------------
+// Scalar semantics: WGSL's operations on one value, shared by the
+// generated code and the interpreter's lane kernels. Each is total (no
+// input panics) and `#[inline(always)]`, so that a constant `op` folds the
+// `match` away.
+// ---------------------------------------------------------------------
+
+/// The new value of an atomic read-modify-write of `old`.
+#[inline(always)]
+pub fn atomic_apply(op: AtomicOp, signed: bool, old: u32, v: u32, cmp: u32) -> u32 {
+    match op {
+        AtomicOp::Add => old.wrapping_add(v),
+        AtomicOp::Sub => old.wrapping_sub(v),
+        AtomicOp::And => old & v,
+        AtomicOp::Or => old | v,
+        AtomicOp::Xor => old ^ v,
+        AtomicOp::Min if signed => (old as i32).min(v as i32) as u32,
+        AtomicOp::Max if signed => (old as i32).max(v as i32) as u32,
+        AtomicOp::Min => old.min(v),
+        AtomicOp::Max => old.max(v),
+        AtomicOp::Exchange => v,
+        AtomicOp::CompareExchange => {
+            if old == cmp {
+                v
+            } else {
+                old
+            }
+        }
+    }
+}
+
+/// `op` on a `u32` (integer operations; anything else returns `x`).
+#[inline(always)]
+pub fn un_u32(op: UnOp, x: u32) -> u32 {
+    match op {
+        UnOp::Neg => x.wrapping_neg(),
+        UnOp::Not => !x,
+        UnOp::CountOneBits => x.count_ones(),
+        UnOp::ReverseBits => x.reverse_bits(),
+        UnOp::CountLeadingZeros => x.leading_zeros(),
+        UnOp::CountTrailingZeros => x.trailing_zeros(),
+        _ => x,
+    }
+}
+
+/// `op` on an `i32`: wrapping, and the bit operations of its bits.
+#[inline(always)]
+pub fn un_i32(op: UnOp, x: i32) -> i32 {
+    match op {
+        UnOp::Abs => x.wrapping_abs(),
+        _ => un_u32(op, x as u32) as i32,
+    }
+}
+
+/// `op` on a `u64`.
+#[inline(always)]
+pub fn un_u64(op: UnOp, x: u64) -> u64 {
+    match op {
+        UnOp::Neg => x.wrapping_neg(),
+        UnOp::Not => !x,
+        UnOp::CountOneBits => u64::from(x.count_ones()),
+        UnOp::ReverseBits => x.reverse_bits(),
+        UnOp::CountLeadingZeros => u64::from(x.leading_zeros()),
+        UnOp::CountTrailingZeros => u64::from(x.trailing_zeros()),
+        _ => x,
+    }
+}
+
+/// `op` on an `f32` (float operations; anything else returns `x`).
+#[inline(always)]
+pub fn un_f32(op: UnOp, x: f32) -> f32 {
+    match op {
+        UnOp::Neg => -x,
+        UnOp::Abs => x.abs(),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+        UnOp::Trunc => x.trunc(),
+        UnOp::Round => x.round_ties_even(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::InverseSqrt => 1.0 / x.sqrt(),
+        UnOp::Exp2 => x.exp2(),
+        UnOp::Log2 => x.log2(),
+        UnOp::Sin => x.sin(),
+        UnOp::Cos => x.cos(),
+        UnOp::Tan => x.tan(),
+        UnOp::Asin => x.asin(),
+        UnOp::Acos => x.acos(),
+        UnOp::Atan => x.atan(),
+        UnOp::Sinh => x.sinh(),
+        UnOp::Cosh => x.cosh(),
+        UnOp::Tanh => x.tanh(),
+        _ => x,
+    }
+}
+
+/// `op` on an `f16`: negation and absolute value on the bits, the rest
+/// computed in `f32` and rounded once to `f16`.
+#[inline(always)]
+pub fn un_f16(op: UnOp, x: f16) -> f16 {
+    match op {
+        UnOp::Neg => f16::from_bits(x.to_bits() ^ 0x8000),
+        UnOp::Abs => f16::from_bits(x.to_bits() & 0x7fff),
+        _ => f16::from_f32(un_f32(op, x.to_f32())),
+    }
+}
+
+/// `op` on two `u32`s (shifts take the amount, already masked, in `y`).
+/// Division by zero gives `x` and remainder by zero 0, WGSL's results.
+#[inline(always)]
+pub fn bin_u32(op: BinOp, x: u32, y: u32) -> u32 {
+    match op {
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::Div => x.checked_div(y).unwrap_or(x),
+        BinOp::Rem => x.checked_rem(y).unwrap_or(0),
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::And => x & y,
+        BinOp::Or => x | y,
+        BinOp::Xor => x ^ y,
+        BinOp::Shl => x.wrapping_shl(y),
+        BinOp::Shr => x.wrapping_shr(y),
+        _ => x,
+    }
+}
+
+/// `op` on two `i32`s: wrapping; division by zero gives `x`, remainder
+/// by zero 0, and `MIN / -1` wraps.
+#[inline(always)]
+pub fn bin_i32(op: BinOp, x: i32, y: i32) -> i32 {
+    match op {
+        BinOp::Div => {
+            if y == 0 {
+                x
+            } else {
+                x.wrapping_div(y)
+            }
+        }
+        BinOp::Rem => {
+            if y == 0 {
+                0
+            } else {
+                x.wrapping_rem(y)
+            }
+        }
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::Shr => x.wrapping_shr(y as u32),
+        _ => bin_u32(op, x as u32, y as u32) as i32,
+    }
+}
+
+/// `op` on two `u64`s (shift amounts in `y`).
+#[inline(always)]
+pub fn bin_u64(op: BinOp, x: u64, y: u64) -> u64 {
+    match op {
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::Div => x.checked_div(y).unwrap_or(x),
+        BinOp::Rem => x.checked_rem(y).unwrap_or(0),
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::And => x & y,
+        BinOp::Or => x | y,
+        BinOp::Xor => x ^ y,
+        BinOp::Shl => x.wrapping_shl(y as u32),
+        BinOp::Shr => x.wrapping_shr(y as u32),
+        _ => x,
+    }
+}
+
+/// `op` on two `f32`s: each rounded once, never contracted; `Rem` is
+/// `x - y * trunc(x / y)`; min and max give the non-NaN operand.
+#[inline(always)]
+pub fn bin_f32(op: BinOp, x: f32, y: f32) -> f32 {
+    match op {
+        BinOp::Add => x + y,
+        BinOp::Sub => x - y,
+        BinOp::Mul => x * y,
+        BinOp::Div => x / y,
+        BinOp::Rem => x - y * (x / y).trunc(),
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::Pow => x.powf(y),
+        BinOp::Atan2 => x.atan2(y),
+        _ => x,
+    }
+}
+
+/// `op` on two `f16`s, computed in `f32` and rounded once: for one
+/// `+ - * /` that is the correctly rounded `f16` result, as `f32` carries
+/// more than twice `f16`'s precision plus two bits.
+#[inline(always)]
+pub fn bin_f16(op: BinOp, x: f16, y: f16) -> f16 {
+    f16::from_f32(bin_f32(op, x.to_f32(), y.to_f32()))
+}
+
+/// A comparison (`Eq` .. `Ge`) of two values of one ordered type.
+#[inline(always)]
+pub fn cmp<T: PartialOrd>(op: BinOp, x: T, y: T) -> bool {
+    match op {
+        BinOp::Eq => x == y,
+        BinOp::Ne => x != y,
+        BinOp::Lt => x < y,
+        BinOp::Le => x <= y,
+        BinOp::Gt => x > y,
+        BinOp::Ge => x >= y,
+        _ => false,
+    }
+}
+
+/// A comparison of two `f16`s (through their exact `f32` values).
+#[inline(always)]
+pub fn cmp_f16(op: BinOp, x: f16, y: f16) -> bool {
+    cmp(op, x.to_f32(), y.to_f32())
+}
+
+/// `op` on two `bool`s: logical and, or, xor, or a comparison.
+#[inline(always)]
+pub fn bin_bool(op: BinOp, x: bool, y: bool) -> bool {
+    match op {
+        BinOp::And => x & y,
+        BinOp::Or => x | y,
+        BinOp::Xor => x ^ y,
+        _ => cmp(op, x, y),
+    }
+}
+
+/// `x * y + z` with one rounding.
+#[inline(always)]
+pub fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
+    x.mul_add(y, z)
+}
+
+/// `x * y + z` for `f16`: the product of two `f16`s is exact in `f64`;
+/// the sum is rounded to `f64`, then to `f16`.
+#[inline(always)]
+pub fn fma_f16(x: f16, y: f16, z: f16) -> f16 {
+    f16::from_f64(f64::from(x.to_f32()).mul_add(f64::from(y.to_f32()), f64::from(z.to_f32())))
+}
+
+/// An integer as the nearest `f16`, rounded once (from its exact `f64`).
+#[inline(always)]
+pub fn f16_from_f64(x: f64) -> f16 {
+    f16::from_f64(x)
+}
+
+/// A `bool` as an `f16`: 1 or 0.
+#[inline(always)]
+pub fn f16_from_bool(x: bool) -> f16 {
+    if x { f16::ONE } else { f16::ZERO }
+}
+
+/// A `bool` as an `f32`: 1 or 0.
+#[inline(always)]
+pub fn f32_from_bool(x: bool) -> f32 {
+    if x { 1.0 } else { 0.0 }
+}

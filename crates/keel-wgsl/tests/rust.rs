@@ -1,0 +1,433 @@
+//! The Rust end: real WGSL kernels translated ahead of time into
+//! `tests/generated/mod.rs` (checked in, and checked here to be what the
+//! translator prints today), compiled with this test, and run against the
+//! interpreter on the same inputs: the outputs must be the same bits.
+
+use keel_wgsl::host::{self, HostOptions};
+use keel_wgsl::ir::Program;
+use keel_wgsl::native::Kernel;
+use keel_wgsl::rust::{emit, emit_module};
+
+#[allow(
+    unused,
+    unused_labels,
+    unused_mut,
+    unused_assignments,
+    unreachable_code,
+    clippy::all,
+    clippy::pedantic
+)]
+mod generated;
+
+/// An atomics kernel without workgroup memory or barriers (the
+/// conformance corpus's `atomics.wgsl` has both): every read-modify-write,
+/// signed and unsigned, guarded and not, with results that do not depend
+/// on the order of the invocations.
+const ATOMICS: &str = r"
+@group(0) @binding(0) var<storage, read_write> counters: array<atomic<u32>, 4>;
+@group(0) @binding(1) var<storage, read_write> signed: array<atomic<i32>, 2>;
+@group(0) @binding(2) var<storage, read_write> slots: array<atomic<u32>>;
+@compute @workgroup_size(64)
+fn atomics_global(@builtin(global_invocation_id) g: vec3<u32>) {
+    atomicAdd(&counters[0], 1u);
+    atomicMax(&counters[1], g.x);
+    atomicOr(&counters[2], 1u << (g.x % 32u));
+    atomicXor(&counters[3], g.x * 2654435761u);
+    atomicMin(&signed[0], -i32(g.x));
+    atomicSub(&signed[1], i32(g.x));
+    atomicMax(&signed[1], -1000000);
+    let old = atomicExchange(&slots[g.x], g.x + 7u);
+    let r = atomicCompareExchangeWeak(&slots[g.x + 700u], old, 5u);
+    atomicStore(&slots[g.x + 2000u], select(0u, 1u, r.exchanged) + atomicLoad(&slots[g.x]));
+    atomicAnd(&slots[g.x + 1400u], old);
+}
+";
+
+/// The source and entry point of every kernel the generated module holds.
+fn sources() -> Vec<(String, &'static str)> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let read = |path: &str| {
+        std::fs::read_to_string(format!("{root}/{path}"))
+            .unwrap_or_else(|e| panic!("reading {path}: {e}"))
+    };
+    let device = |f: &str| read(&format!("crates/keel-device/shaders/{f}"));
+    let corpus = |f: &str| {
+        read(&format!(
+            "crates/keel-device/src/testing/conformance/wgsl/{f}"
+        ))
+    };
+    let rounding = read("shaders/compute/rounding.wgsl");
+    let philox = read("shaders/random/philox.wgsl");
+    let mut out = vec![
+        (device("vector_add.wgsl"), "vector_add"),
+        (device("saxpy.wgsl"), "saxpy"),
+        (device("spin.wgsl"), "spin"),
+        (read("shaders/ops/add.wgsl"), "add_f32"),
+        (read("shaders/ops/fill.wgsl"), "fill_f32"),
+        (
+            format!("{rounding}\n{}", read("shaders/ops/cast.wgsl")),
+            "cast_f32_half",
+        ),
+        (
+            format!(
+                "{rounding}\n{}\n{}",
+                read("shaders/compute/matmul_bindings.wgsl"),
+                read("shaders/compute/matmul_naive.wgsl")
+            ),
+            "matmul_naive",
+        ),
+    ];
+    for entry in [
+        "philox_u32",
+        "philox_u32_wg64",
+        "philox_rand",
+        "philox_rand_wg64",
+        "philox_randn",
+        "philox_uniform",
+        "philox_normal",
+        "philox_randint",
+    ] {
+        out.push((philox.clone(), entry));
+    }
+    for name in [
+        "scalars",
+        "struct_layout",
+        "control",
+        "builtins",
+        "semantics",
+        "math",
+        "halves",
+    ] {
+        out.push((corpus(&format!("{name}.wgsl")), name));
+    }
+    out.push((ATOMICS.to_string(), "atomics_global"));
+    out
+}
+
+fn programs() -> Vec<Program> {
+    sources()
+        .iter()
+        .map(|(src, entry)| {
+            keel_wgsl::compile(src, entry).unwrap_or_else(|e| panic!("compiling `{entry}`: {e}"))
+        })
+        .collect()
+}
+
+/// `text` through `rustfmt --edition 2024`, as the checked-in file is.
+fn rustfmt(text: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("rustfmt")
+        .args(["--edition", "2024", "--emit", "stdout"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("rustfmt runs (rustup component add rustfmt)");
+    child
+        .stdin
+        .take()
+        .expect("rustfmt's stdin is piped")
+        .write_all(text.as_bytes())
+        .expect("rustfmt reads the module");
+    let out = child.wait_with_output().expect("rustfmt finishes");
+    assert!(
+        out.status.success(),
+        "rustfmt failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).expect("rustfmt prints UTF-8")
+}
+
+#[test]
+fn generated_module_is_current() {
+    let text = rustfmt(&emit_module(&programs()).expect("every kernel translates"));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/generated/mod.rs");
+    if std::env::var_os("KEEL_BLESS").is_some() {
+        std::fs::write(path, &text).expect("writing tests/generated/mod.rs");
+        return;
+    }
+    let current = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        current == text,
+        "tests/generated/mod.rs is stale: regenerate it with \
+         `KEEL_BLESS=1 cargo test -p keel-wgsl --test rust generated_module_is_current`"
+    );
+}
+
+#[test]
+fn emission_is_deterministic() {
+    let p = programs();
+    assert_eq!(emit_module(&p), emit_module(&p));
+}
+
+#[test]
+fn barriers_and_subgroups_are_refused() {
+    let corpus = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../keel-device/src/testing/conformance/wgsl"
+    );
+    for (file, entry, what) in [
+        ("shared_sum.wgsl", "shared_sum", "workgroup memory"),
+        ("atomics.wgsl", "atomics", "workgroup memory"),
+        ("subgroups.wgsl", "subgroups", "subgroup"),
+    ] {
+        let src = std::fs::read_to_string(format!("{corpus}/{file}")).expect("corpus file");
+        let program = keel_wgsl::compile(&src, entry).expect("compiles");
+        let e = emit(&program).expect_err("lockstep kernels are refused");
+        let msg = e.to_string();
+        assert!(msg.contains(entry) && msg.contains(what), "{msg}");
+        assert!(msg.contains("interpreter"), "{msg}");
+    }
+    let barrier_only = r"
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(4)
+fn b(@builtin(local_invocation_index) l: u32) {
+    out[l] = 1u;
+    storageBarrier();
+    out[l + 4u] = out[l];
+}";
+    let program = keel_wgsl::compile(barrier_only, "b").expect("compiles");
+    let e = emit(&program).expect_err("barriers are refused");
+    assert!(e.message().contains("a barrier"), "{e}");
+}
+
+/// A small deterministic generator of test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 16) as u32
+    }
+
+    /// A word holding a finite `f32` in [-8, 8), or now and then a small
+    /// integer: every kernel's buffers get the same data, which must be
+    /// meaningful as floats (no NaN inputs, whose payloads an add may
+    /// pick from either operand) and as integers.
+    fn word(&mut self) -> u32 {
+        let r = self.next();
+        if r.is_multiple_of(8) {
+            r % 64
+        } else {
+            ((r as f32 / u32::MAX as f32) * 16.0 - 8.0).to_bits()
+        }
+    }
+}
+
+/// How one kernel is launched in the comparison.
+struct Case {
+    name: &'static str,
+    /// Parameter blocks, as words.
+    params: Vec<Vec<u32>>,
+    grids: Vec<[u32; 3]>,
+}
+
+fn f(x: f32) -> u32 {
+    x.to_bits()
+}
+
+fn cases() -> Vec<Case> {
+    let g1 = |n: u32| [n, 1, 1];
+    let elementwise = vec![g1(1), g1(4), g1(9), [3, 2, 1]];
+    let mut out = vec![
+        Case {
+            name: "vector_add",
+            params: vec![vec![1000], vec![2048], vec![3000]],
+            grids: elementwise.clone(),
+        },
+        Case {
+            name: "add_f32",
+            params: vec![vec![1000], vec![2048], vec![3000]],
+            grids: elementwise.clone(),
+        },
+        Case {
+            name: "saxpy",
+            params: vec![vec![1000, f(1.5)], vec![2100, f(-0.25)]],
+            grids: elementwise.clone(),
+        },
+        Case {
+            name: "spin",
+            params: vec![vec![500, 7], vec![64, 0]],
+            grids: vec![g1(3), g1(9)],
+        },
+        Case {
+            name: "fill_f32",
+            params: vec![vec![1000, f(3.5)], vec![5000, f(-1.0)]],
+            grids: elementwise.clone(),
+        },
+        Case {
+            name: "cast_f32_half",
+            params: (0..4).map(|mode| vec![1500, mode]).collect(),
+            grids: vec![g1(1), g1(6), g1(9)],
+        },
+        Case {
+            name: "matmul_naive",
+            params: vec![
+                vec![20, 17, 23, 0, 0],
+                vec![31, 9, 40, 1, 4],
+                vec![16, 16, 16, 2, 8],
+            ],
+            grids: vec![g1(1), [2, 2, 1], [3, 2, 1]],
+        },
+        Case {
+            name: "scalars",
+            params: vec![vec![f(1.25), -3i32 as u32, 77], vec![f(-0.0), 9, 1 << 31]],
+            grids: vec![g1(1)],
+        },
+        Case {
+            name: "semantics",
+            params: vec![vec![0, f(3e9), -1i32 as u32, 35], vec![3, f(-1e10), 5, 7]],
+            grids: vec![g1(1)],
+        },
+    ];
+    for name in ["struct_layout", "control", "builtins", "math", "halves"] {
+        out.push(Case {
+            name,
+            params: vec![vec![]],
+            grids: vec![g1(1), g1(3), [2, 3, 1], [3, 2, 2]],
+        });
+    }
+    out.push(Case {
+        name: "atomics_global",
+        params: vec![vec![]],
+        grids: vec![g1(1), g1(3), g1(8)],
+    });
+    for name in [
+        "philox_u32",
+        "philox_u32_wg64",
+        "philox_rand",
+        "philox_rand_wg64",
+        "philox_randn",
+        "philox_uniform",
+        "philox_normal",
+        "philox_randint",
+    ] {
+        out.push(Case {
+            name,
+            params: vec![
+                vec![1001, 7, 9, 3, 0, f(-1.0), f(2.0), 0],
+                vec![4000, 0xdead, 0xbeef, 0xffff_fffe, 1, 5, 1000, 0],
+            ],
+            grids: vec![g1(1), g1(3), [2, 2, 1]],
+        });
+    }
+    out
+}
+
+fn kernel(name: &str) -> &'static Kernel {
+    generated::KERNELS
+        .iter()
+        .copied()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("`{name}` is not in tests/generated/mod.rs; regenerate it"))
+}
+
+/// Runs `case` through the interpreter and the generated code, each on
+/// fresh copies of the same buffers, over every grid, parameter block and
+/// buffer length (the odd one is viewed through a padded copy), and
+/// compares every output byte.
+fn compare(case: &Case, program: &Program, threads: usize) {
+    let k = kernel(case.name);
+    assert_eq!(k.read_only.len(), program.buffers.len());
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for &len in &[8192usize, 8190] {
+        for params in &case.params {
+            let params: Vec<u8> = params.iter().flat_map(|w| w.to_le_bytes()).collect();
+            for &grid in &case.grids {
+                let inputs: Vec<Vec<u8>> = program
+                    .buffers
+                    .iter()
+                    .map(|_| {
+                        (0..len.div_ceil(4))
+                            .flat_map(|_| rng.word().to_le_bytes())
+                            .take(len)
+                            .collect()
+                    })
+                    .collect();
+                let mut a = inputs.clone();
+                let mut b = inputs.clone();
+                let mut views: Vec<&mut [u8]> = a.iter_mut().map(|v| &mut v[..]).collect();
+                host::run(
+                    program,
+                    grid,
+                    &mut views,
+                    &params,
+                    &HostOptions { threads: 1 },
+                )
+                .unwrap_or_else(|e| panic!("{} on the interpreter: {e}", case.name));
+                let mut views: Vec<&mut [u8]> = b.iter_mut().map(|v| &mut v[..]).collect();
+                k.run_with(grid, &mut views, &params, &HostOptions { threads })
+                    .unwrap_or_else(|e| panic!("{} as Rust: {e}", case.name));
+                for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+                    if x != y {
+                        let at = x.iter().zip(y).position(|(p, q)| p != q).unwrap_or(0) / 4 * 4;
+                        panic!(
+                            "{}: grid {grid:?}, params {params:?}, buffer length {len}: buffer {n} \
+                             differs first at byte {at}: interpreter {:02x?}, Rust {:02x?}",
+                            case.name,
+                            &x[at..(at + 4).min(len)],
+                            &y[at..(at + 4).min(len)],
+                        );
+                    }
+                }
+                assert_ne!(a, inputs, "{}: the launch wrote nothing", case.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_interpreter_bit_for_bit() {
+    let programs = programs();
+    let cases = cases();
+    assert_eq!(cases.len(), programs.len(), "every kernel has a case");
+    for case in &cases {
+        let program = programs
+            .iter()
+            .find(|p| p.name == case.name)
+            .expect("the case's kernel is compiled");
+        compare(case, program, 1);
+    }
+}
+
+#[test]
+fn threads_give_the_same_bits() {
+    let programs = programs();
+    for case in cases()
+        .iter()
+        .filter(|c| ["add_f32", "matmul_naive", "philox_randn", "atomics_global"].contains(&c.name))
+    {
+        let program = programs
+            .iter()
+            .find(|p| p.name == case.name)
+            .expect("the case's kernel is compiled");
+        compare(case, program, 4);
+    }
+}
+
+#[test]
+fn launch_errors_name_the_kernel() {
+    let k = kernel("add_f32");
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    let err = k
+        .run([1, 1, 1], &mut [&mut a[..], &mut b[..]], &[0; 4])
+        .expect_err("one buffer short");
+    assert!(
+        err.contains("add_f32") && err.contains("expected 3 storage buffers, found 2"),
+        "{err}"
+    );
+    let mut c = [0u8; 16];
+    let err = k
+        .run([1, 1, 1], &mut [&mut a[..], &mut b[..], &mut c[..]], &[])
+        .expect_err("no parameters");
+    assert!(err.contains("parameter block of 4 bytes, found 0"), "{err}");
+    k.run(
+        [0, 1, 1],
+        &mut [&mut a[..], &mut b[..], &mut c[..]],
+        &[0; 4],
+    )
+    .expect("an empty grid runs nothing");
+}
