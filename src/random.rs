@@ -37,7 +37,7 @@
 use crate::Buffer;
 use crate::core::Stream;
 use crate::generator::{Generator, PhiloxState, stream_block};
-use crate::kernel::Kernel;
+use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel, run_translated};
 use crate::{Error, Result};
 
 /// What a random launch computes.
@@ -128,34 +128,74 @@ impl RandomOp {
 const WGSL: &str = include_str!("../shaders/random/philox.wgsl");
 
 /// A Philox kernel: its one WGSL source runs on every backend (CUDA
-/// through the PTX generated from it, the CPU on host threads).
-const fn philox_kernel(name: &'static str, workgroup: u32) -> Kernel {
+/// through the PTX generated from it, host backends through its
+/// translation to Rust, `random/translated.rs`).
+const fn philox_kernel(name: &'static str, workgroup: u32, host: CpuKernelFn) -> Kernel {
     Kernel {
         name,
         workgroup_size: [workgroup, 1, 1],
         bindings: 1,
         wgsl: Some(WGSL),
         ptx: None,
-        cpu: None,
+        cpu: Some(host),
     }
 }
 
+/// The host implementation of each Philox kernel: its translation.
+macro_rules! translated_host {
+    ($($f:ident => $k:ident),* $(,)?) => {
+        $(
+            fn $f(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
+                run_translated(&translated::$k, inv)
+            }
+        )*
+    };
+}
+
+translated_host!(
+    u32_host => PHILOX_U32,
+    u32_wg64_host => PHILOX_U32_WG64,
+    rand_host => PHILOX_RAND,
+    rand_wg64_host => PHILOX_RAND_WG64,
+    randn_host => PHILOX_RANDN,
+    uniform_host => PHILOX_UNIFORM,
+    normal_host => PHILOX_NORMAL,
+    randint_host => PHILOX_RANDINT,
+);
+
+/// The Philox kernels' WGSL translated to Rust (generated; see
+/// `tests::the_translation_is_current`).
+#[allow(
+    unused_mut,
+    unused_imports,
+    dead_code,
+    unused_variables,
+    unused_assignments,
+    unused_labels,
+    unused_parens,
+    unreachable_code,
+    clippy::all,
+    clippy::pedantic,
+    missing_docs
+)]
+mod translated;
+
 /// Raw stream words. Binding: `out` (`u32`). Parameters: see [`params`].
-pub const PHILOX_U32: Kernel = philox_kernel("philox_u32", 256);
+pub const PHILOX_U32: Kernel = philox_kernel("philox_u32", 256, u32_host);
 /// [`PHILOX_U32`] with workgroups of 64 (for geometry tests).
-pub const PHILOX_U32_WG64: Kernel = philox_kernel("philox_u32_wg64", 64);
+pub const PHILOX_U32_WG64: Kernel = philox_kernel("philox_u32_wg64", 64, u32_wg64_host);
 /// `rand`. Binding: `out` (`f32`).
-pub const PHILOX_RAND: Kernel = philox_kernel("philox_rand", 256);
+pub const PHILOX_RAND: Kernel = philox_kernel("philox_rand", 256, rand_host);
 /// [`PHILOX_RAND`] with workgroups of 64 (for geometry tests).
-pub const PHILOX_RAND_WG64: Kernel = philox_kernel("philox_rand_wg64", 64);
+pub const PHILOX_RAND_WG64: Kernel = philox_kernel("philox_rand_wg64", 64, rand_wg64_host);
 /// `randn`. Binding: `out` (`f32`).
-pub const PHILOX_RANDN: Kernel = philox_kernel("philox_randn", 256);
+pub const PHILOX_RANDN: Kernel = philox_kernel("philox_randn", 256, randn_host);
 /// `uniform_(lo, hi)`. Binding: `out` (`f32`).
-pub const PHILOX_UNIFORM: Kernel = philox_kernel("philox_uniform", 256);
+pub const PHILOX_UNIFORM: Kernel = philox_kernel("philox_uniform", 256, uniform_host);
 /// `normal_(mean, std)`. Binding: `out` (`f32`).
-pub const PHILOX_NORMAL: Kernel = philox_kernel("philox_normal", 256);
+pub const PHILOX_NORMAL: Kernel = philox_kernel("philox_normal", 256, normal_host);
 /// `randint(low, high)`. Binding: `out` (`i32`).
-pub const PHILOX_RANDINT: Kernel = philox_kernel("philox_randint", 256);
+pub const PHILOX_RANDINT: Kernel = philox_kernel("philox_randint", 256, randint_host);
 
 /// Every random kernel.
 pub const ALL: [Kernel; 8] = [
@@ -463,4 +503,25 @@ pub fn reference(op: RandomOp, n: usize, seed: u64, offset: u64) -> Result<Vec<u
     let mut out = vec![0u32; n];
     fill(code, a, b, PhiloxState { seed, offset }, &mut out);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in translation (`random/translated.rs`) is what
+    /// `keel_wgsl::rust` makes of `philox.wgsl` today (`KEEL_BLESS=1`
+    /// rewrites it).
+    #[test]
+    fn the_translation_is_current() {
+        let programs: Vec<_> = super::ALL
+            .iter()
+            .map(|k| (*k.program().expect("compiles")).clone())
+            .collect();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/random/translated.rs");
+        let bless = std::env::var_os("KEEL_BLESS").is_some();
+        let current = crate::wgsl::rust::check_file(&path, &programs, bless).expect("translates");
+        assert!(
+            current,
+            "src/random/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+        );
+    }
 }

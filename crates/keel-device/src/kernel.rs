@@ -103,7 +103,10 @@ pub struct Kernel {
     /// A hand-written PTX override, which CUDA runs instead of the PTX
     /// generated from [`wgsl`](Self::wgsl).
     pub ptx: Option<&'static str>,
-    /// A Rust override, which host backends run instead of the WGSL.
+    /// A Rust implementation, which host backends run instead of the
+    /// WGSL on the interpreter of [`keel_wgsl::host`]: a hand-written
+    /// override, or the WGSL translated to Rust ahead of time by
+    /// [`keel_wgsl::rust`] (run through [`run_translated`]).
     pub cpu: Option<CpuKernelFn>,
 }
 
@@ -225,6 +228,34 @@ fn program_of(name: &'static str, wgsl: &'static str) -> crate::Result<Arc<Progr
     Ok(Arc::clone(&compiled(name, wgsl)?.program))
 }
 
+/// Runs a kernel's WGSL translated to Rust ahead of time
+/// ([`keel_wgsl::rust`], checked in and kept current by a test) as its
+/// host implementation: native code, where the interpreter runs each
+/// instruction over a workgroup's lanes. Keel's kernels without barriers
+/// or subgroup operations take this path on host backends.
+pub fn run_translated(
+    translated: &keel_wgsl::native::Kernel,
+    inv: &mut CpuInvocation<'_>,
+) -> Result<(), String> {
+    if inv.workgroup_size != translated.workgroup_size {
+        return Err(format!(
+            "the kernel declares workgroup size {:?}, its WGSL {:?}",
+            inv.workgroup_size, translated.workgroup_size
+        ));
+    }
+    let need = translated.param_bytes as usize;
+    let padded;
+    let params = if inv.params.len() < need {
+        let mut p = inv.params.to_vec();
+        p.resize(need, 0);
+        padded = p;
+        &padded[..]
+    } else {
+        inv.params
+    };
+    translated.run(inv.grid, &mut inv.buffers, params)
+}
+
 /// Runs `kernel` on the calling host's threads: its Rust override where it
 /// has one, else its WGSL. Host backends (the CPU backend, a third-party
 /// one like the `npu` example) call this with each binding's bytes, in
@@ -275,17 +306,30 @@ pub mod kernels {
     //! wgpu compile it, CUDA runs the PTX generated from it, and the CPU
     //! backend runs it on host threads.
 
-    use super::Kernel;
+    use super::{CpuInvocation, Kernel, run_translated, translated};
+
+    fn vector_add_host(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+        run_translated(&translated::VECTOR_ADD, inv)
+    }
+
+    fn saxpy_host(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+        run_translated(&translated::SAXPY, inv)
+    }
+
+    fn spin_host(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+        run_translated(&translated::SPIN, inv)
+    }
 
     /// `c[i] = a[i] + b[i]` for `i < n`. Bindings: `a`, `b`, `c` (f32).
-    /// Parameters: `n: u32`. Source: `shaders/vector_add.wgsl`.
+    /// Parameters: `n: u32`. Source: `shaders/vector_add.wgsl` (on host
+    /// backends, its translation to Rust).
     pub const VECTOR_ADD: Kernel = Kernel {
         name: "vector_add",
         workgroup_size: [256, 1, 1],
         bindings: 3,
         wgsl: Some(include_str!("../shaders/vector_add.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(vector_add_host),
     };
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`. Bindings: `x`, `y` (f32).
@@ -296,7 +340,7 @@ pub mod kernels {
         bindings: 2,
         wgsl: Some(include_str!("../shaders/saxpy.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(saxpy_host),
     };
 
     /// Deliberately slow: `out[i]` = `iters` steps of `x <- x * 0.999 + 1`
@@ -309,7 +353,7 @@ pub mod kernels {
         bindings: 1,
         wgsl: Some(include_str!("../shaders/spin.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(spin_host),
     };
 
     /// The value [`SPIN`] stores for invocation `i`, without running the
@@ -331,4 +375,39 @@ pub mod kernels {
 
     /// Every demo kernel.
     pub const ALL: [Kernel; 3] = [VECTOR_ADD, SAXPY, SPIN];
+
+    /// The checked-in translation (`kernel/translated.rs`) is what
+    /// `keel_wgsl::rust` makes of the demo kernels' WGSL today
+    /// (`KEEL_BLESS=1` rewrites it).
+    #[test]
+    fn the_translation_is_current() {
+        let programs: Vec<_> = ALL
+            .iter()
+            .map(|k| (*k.program().expect("compiles")).clone())
+            .collect();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernel/translated.rs");
+        let bless = std::env::var_os("KEEL_BLESS").is_some();
+        let current = keel_wgsl::rust::check_file(&path, &programs, bless).expect("translates");
+        assert!(
+            current,
+            "src/kernel/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel-device --lib the_translation_is_current`"
+        );
+    }
 }
+
+/// The demo kernels' WGSL translated to Rust (generated; see
+/// `kernels::the_translation_is_current`).
+#[allow(
+    unused_mut,
+    unused_imports,
+    dead_code,
+    unused_variables,
+    unused_assignments,
+    unused_labels,
+    unused_parens,
+    unreachable_code,
+    clippy::all,
+    clippy::pedantic,
+    missing_docs
+)]
+mod translated;

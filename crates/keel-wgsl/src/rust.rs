@@ -712,3 +712,42 @@ fn convert(from: Ty, to: Ty, a: &str) -> Option<String> {
         _ => return None,
     })
 }
+
+/// Keeps a checked-in translation current: the module for `programs`,
+/// formatted by `rustfmt --edition 2024` (as `cargo fmt` leaves a source
+/// file), compared with the file at `path`. `Ok(true)` when the file holds
+/// it; with `bless`, the file is rewritten first. A crate's test calls
+/// this over its kernels, so a changed WGSL source fails the test until
+/// the translation is regenerated (`KEEL_BLESS=1`).
+pub fn check_file(path: &std::path::Path, programs: &[Program], bless: bool) -> Result<bool, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let text = emit_module(programs).map_err(|e| e.to_string())?;
+    let mut child = Command::new("rustfmt")
+        .args(["--edition", "2024", "--emit", "stdout"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("rustfmt does not start ({e}); `rustup component add rustfmt`"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("rustfmt's input is not piped")?
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("writing to rustfmt: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("rustfmt: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "rustfmt failed on the translation: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|e| format!("rustfmt's output: {e}"))?;
+    if bless {
+        std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    let current = std::fs::read_to_string(path).unwrap_or_default();
+    Ok(current == text)
+}

@@ -819,8 +819,8 @@ fn parameter_list() {
     let text = check(&p);
     let expected = "\
 .visible .entry params(
-\t.param .u64 keel_buf0,\t// @binding(0) out
-\t.param .u64 keel_buf1,\t// @binding(1) input
+\t.param .u64 keel_buf0,\t// binding 0: out
+\t.param .u64 keel_buf1,\t// binding 1: input
 \t.param .b32 keel_w0,
 \t.param .b32 keel_w1,
 \t.param .b32 keel_w2,
