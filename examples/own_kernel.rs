@@ -42,7 +42,11 @@ fn main() -> keel::Result<()> {
             println!(
                 "{d}: {n} elements in {:.2?}, {}",
                 t.elapsed(),
-                if same { "every bit as the host computes it" } else { "DIFFERENT" }
+                if same {
+                    "every bit as the host computes it"
+                } else {
+                    "DIFFERENT"
+                }
             );
         }
     }

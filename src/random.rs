@@ -516,7 +516,8 @@ mod tests {
             .iter()
             .map(|k| (*k.program().expect("compiles")).clone())
             .collect();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/random/translated.rs");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/random/translated.rs");
         let bless = std::env::var_os("KEEL_BLESS").is_some();
         let current = crate::wgsl::rust::check_file(&path, &programs, bless).expect("translates");
         assert!(

@@ -118,20 +118,12 @@ const fn op_kernel(name: &'static str, bindings: usize, wgsl: &'static str) -> K
 
 /// The dispatcher's `add` (f32): bindings `a`, `b`, `out`; `n`.
 pub const OP_ADD_F32: Launch = Launch {
-    kernel: op_kernel(
-        "add_f32",
-        3,
-        include_str!("../../shaders/ops/add.wgsl"),
-    ),
+    kernel: op_kernel("add_f32", 3, include_str!("../../shaders/ops/add.wgsl")),
     params: &[U32],
 };
 /// The dispatcher's `mul` (f32): bindings `a`, `b`, `out`; `n`.
 pub const OP_MUL_F32: Launch = Launch {
-    kernel: op_kernel(
-        "mul_f32",
-        3,
-        include_str!("../../shaders/ops/mul.wgsl"),
-    ),
+    kernel: op_kernel("mul_f32", 3, include_str!("../../shaders/ops/mul.wgsl")),
     params: &[U32],
 };
 /// The dispatcher's `add.Scalar` (f32): bindings `x`, `out`; `n`, `s`.
@@ -154,11 +146,7 @@ pub const OP_MUL_SCALAR_F32: Launch = Launch {
 };
 /// The dispatcher's `fill_` (f32): binding `x`; `n`, `value`.
 pub const OP_FILL_F32: Launch = Launch {
-    kernel: op_kernel(
-        "fill_f32",
-        1,
-        include_str!("../../shaders/ops/fill.wgsl"),
-    ),
+    kernel: op_kernel("fill_f32", 1, include_str!("../../shaders/ops/fill.wgsl")),
     params: &[U32, F32],
 };
 
@@ -286,7 +274,10 @@ pub fn check_ptx(launch: &Launch) -> Result<(), String> {
                 k.name, launch.params
             ));
         }
-        expected.extend(std::iter::repeat_n(&["b32"][..], words.len() - launch.params.len()));
+        expected.extend(std::iter::repeat_n(
+            &["b32"][..],
+            words.len() - launch.params.len(),
+        ));
         expected.extend(std::iter::repeat_n(&["u64"][..], k.bindings));
     }
     let ok = found.len() == expected.len()

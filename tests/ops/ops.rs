@@ -1300,11 +1300,9 @@ fn half_matmul_has_the_same_numerics_on_every_device() {
 /// its workgroup.
 #[test]
 fn a_users_wgsl_kernel_runs_unchanged_on_every_device() {
-    let kernel = keel::Kernel::from_wgsl(
-        "leaky_relu",
-        include_str!("../../examples/own_kernel.wgsl"),
-    )
-    .expect("the README's kernel compiles");
+    let kernel =
+        keel::Kernel::from_wgsl("leaky_relu", include_str!("../../examples/own_kernel.wgsl"))
+            .expect("the README's kernel compiles");
     assert_eq!(kernel.workgroup_size, [256, 1, 1]);
     assert_eq!(kernel.bindings, 2);
     let n = 70_001usize;

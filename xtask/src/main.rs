@@ -81,14 +81,7 @@ const FORBIDDEN_DEPS: &[(&str, &[&str])] = &[
     ),
     (
         "keel-wgsl",
-        &[
-            "wgpu",
-            "ash",
-            "cudarc",
-            "keel-trace",
-            "keel-device",
-            "keel",
-        ],
+        &["wgpu", "ash", "cudarc", "keel-trace", "keel-device", "keel"],
     ),
     (
         "keel-trace",

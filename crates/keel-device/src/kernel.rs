@@ -155,9 +155,11 @@ impl Kernel {
             message: "has neither PTX nor WGSL".to_owned(),
         })?;
         let compiled = compiled(self.name, wgsl)?;
-        let ptx = compiled
-            .ptx
-            .get_or_init(|| keel_wgsl::ptx::emit(&compiled.program).map(Arc::from).map_err(|e| e.to_string()));
+        let ptx = compiled.ptx.get_or_init(|| {
+            keel_wgsl::ptx::emit(&compiled.program)
+                .map(Arc::from)
+                .map_err(|e| e.to_string())
+        });
         ptx.clone().map_err(|message| crate::Error::Kernel {
             kernel: self.name.to_owned(),
             message: format!("PTX could not be generated: {message}"),
@@ -297,8 +299,14 @@ pub fn run_on_host(
         params
     };
     let mut buffers = buffers;
-    keel_wgsl::host::run(&program, grid, &mut buffers, params, &HostOptions::default())
-        .map_err(|e| e.to_string())
+    keel_wgsl::host::run(
+        &program,
+        grid,
+        &mut buffers,
+        params,
+        &HostOptions::default(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 pub mod kernels {
@@ -385,7 +393,8 @@ pub mod kernels {
             .iter()
             .map(|k| (*k.program().expect("compiles")).clone())
             .collect();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernel/translated.rs");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernel/translated.rs");
         let bless = std::env::var_os("KEEL_BLESS").is_some();
         let current = keel_wgsl::rust::check_file(&path, &programs, bless).expect("translates");
         assert!(

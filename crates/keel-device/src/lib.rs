@@ -169,8 +169,8 @@ pub use guard::{
     InlineOptionalStreamGuard, InlineStreamGuard, MultiStreamGuard, OptionalDeviceGuard,
     OptionalStreamGuard, StreamGuard,
 };
-pub use kernel::{Kernel, kernels};
 /// The WGSL compiler behind CUDA's and host backends' kernels
 /// (`keel_wgsl`): lowering, the PTX printer, the host end.
 pub use keel_wgsl as wgsl;
+pub use kernel::{Kernel, kernels};
 pub use submit::{launch_blocking, set_launch_blocking};

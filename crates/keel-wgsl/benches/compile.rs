@@ -23,7 +23,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let kernels = [
-        ("vector_add", read(&["crates/keel-device/shaders/vector_add.wgsl"])),
+        (
+            "vector_add",
+            read(&["crates/keel-device/shaders/vector_add.wgsl"]),
+        ),
         ("philox_randn", read(&["shaders/random/philox.wgsl"])),
         ("softmax_rows", read(&["shaders/compute/softmax_rows.wgsl"])),
         (

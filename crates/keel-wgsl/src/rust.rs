@@ -719,7 +719,11 @@ fn convert(from: Ty, to: Ty, a: &str) -> Option<String> {
 /// it; with `bless`, the file is rewritten first. A crate's test calls
 /// this over its kernels, so a changed WGSL source fails the test until
 /// the translation is regenerated (`KEEL_BLESS=1`).
-pub fn check_file(path: &std::path::Path, programs: &[Program], bless: bool) -> Result<bool, String> {
+pub fn check_file(
+    path: &std::path::Path,
+    programs: &[Program],
+    bless: bool,
+) -> Result<bool, String> {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let text = emit_module(programs).map_err(|e| e.to_string())?;

@@ -46,7 +46,10 @@ pub fn enqueue_kernel(
         kernel.program()?;
     }
     check_disjoint_bindings(kernel, buffers, "host kernels need disjoint bindings")?;
-    let run = Run { kernel: *kernel, grid };
+    let run = Run {
+        kernel: *kernel,
+        grid,
+    };
     if stream.is_inline() {
         return stream.run_inline(|| run.over(buffers, params));
     }

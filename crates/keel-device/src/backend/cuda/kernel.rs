@@ -206,7 +206,11 @@ impl Kernels for Cuda {
             }
             words = declared;
         }
-        let lengths = if f.generated.is_some() { buffers.len() } else { 0 };
+        let lengths = if f.generated.is_some() {
+            buffers.len()
+        } else {
+            0
+        };
         if buffers.len() + words + lengths != f.params {
             return Err(kernel_error(
                 kernel,

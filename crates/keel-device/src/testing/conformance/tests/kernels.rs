@@ -138,7 +138,8 @@ fn host_kernel_failures(d: Device, s: &Stream, b: &Buffer) {
         &saxpy_params(100, 3.0),
     )
     .expect("launch");
-    s.synchronize().expect("out-of-bounds accesses are not errors");
+    s.synchronize()
+        .expect("out-of-bounds accesses are not errors");
     assert_eq!(other.read_as::<f32>(s).expect("read"), [13.0, 26.0]);
     s.launch(&PANICS, [1, 1, 1], &[], &[]).expect("enqueued");
     let e = crate::synchronize(d).expect_err("the panic is reported");

@@ -190,9 +190,9 @@ mod devices;
 mod events;
 mod guards;
 mod kernels;
-mod wgsl;
 mod profiler;
 mod streams;
+mod wgsl;
 
 pub use allocator::{
     direct_mode_goes_to_the_backend, freed_blocks_wait_for_recorded_streams,
@@ -208,9 +208,9 @@ pub use devices::{
 pub use events::{elapsed_time_matches_host_time, event_misuse_is_a_clear_error};
 pub use guards::guards_switch_device_and_stream;
 pub use kernels::{kernel_errors_are_clear, vector_add_is_correct};
-pub use wgsl::wgsl_feature_corpus_runs;
 pub use profiler::{profiler_places_device_spans_within_host_time, profiler_records_this_backend};
 pub use streams::{
     in_order_within_a_stream, producer_consumer_across_streams, queries_alone_see_completion,
     query_before_and_after_completion, stream_pool_round_robin, synchronize_waits_for_everything,
 };
+pub use wgsl::wgsl_feature_corpus_runs;

@@ -30,7 +30,11 @@ fn f(v: f32) -> u32 {
 fn expect_eq(what: &str, got: &[u32], want: &[u32]) -> Result<(), String> {
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None if got.len() >= want.len() => Ok(()),
-        None => Err(format!("{what}: {} words, expected {}", got.len(), want.len())),
+        None => Err(format!(
+            "{what}: {} words, expected {}",
+            got.len(),
+            want.len()
+        )),
         Some(i) => Err(format!(
             "{what}[{i}]: found {:#010x} ({}), expected {:#010x} ({})",
             got[i],
@@ -146,11 +150,7 @@ const ATOMICS: &str = include_str!("../wgsl/atomics.wgsl");
 
 fn check_atomics(b: &[Vec<u32>]) -> Result<(), String> {
     let n = 64 * 10;
-    expect_eq(
-        "counters",
-        &b[0],
-        &[n, n - 1, u32::MAX, 2 * 64 * 10],
-    )?;
+    expect_eq("counters", &b[0], &[n, n - 1, u32::MAX, 2 * 64 * 10])?;
     expect_eq("signed", &b[1], &[(-(n as i32 - 1)) as u32, 7])
 }
 
@@ -192,8 +192,8 @@ const MATH: &str = include_str!("../wgsl/math.wgsl");
 /// The math kernel's inputs (`v`); word 19 is the bit pattern `0xabcd`.
 fn math_inputs() -> Vec<u32> {
     let v = [
-        0.75f32, 2.0, 3.0, -1.5, 1.25, 2.5, 3.25, -2.75, 5.0, 0.5, 1.0, -2.0, 0.0, 4.0, 6.0,
-        -0.5, 0.25, 0.6, 7.5,
+        0.75f32, 2.0, 3.0, -1.5, 1.25, 2.5, 3.25, -2.75, 5.0, 0.5, 1.0, -2.0, 0.0, 4.0, 6.0, -0.5,
+        0.25, 0.6, 7.5,
     ];
     let mut w: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
     w.push(0xabcd);
@@ -227,7 +227,17 @@ fn check_math(b: &[Vec<u32>]) -> Result<(), String> {
     expect_eq(
         "bits",
         &b[1],
-        &[10, 0x8000_0000, 3, 1, 0xbc, 0xffff_fffc, 0xffff_00ff, 31 + 3, u32::MAX],
+        &[
+            10,
+            0x8000_0000,
+            3,
+            1,
+            0xbc,
+            0xffff_fffc,
+            0xffff_00ff,
+            31 + 3,
+            u32::MAX,
+        ],
     )
 }
 
