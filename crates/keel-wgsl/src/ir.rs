@@ -20,6 +20,10 @@
 //!   and atomics are skipped: naga's `ReadZeroSkipWrite`), and floating
 //!   point adds and multiplies are never contracted: only [`Inst::Fma`]
 //!   fuses, and only where the source called `fma`.
+//! - Every register is written before it is read, in every invocation
+//!   that reads it (constants and launch values are written at the
+//!   program's start), so an end need not zero registers between
+//!   workgroups.
 //!
 //! Addresses are byte offsets: `U64` into a storage buffer (its binding
 //! index in [`Space::Buffer`]), `U32` into workgroup memory or the
@@ -383,7 +387,9 @@ pub enum Inst {
     /// gives 0), integer to float and f32 to f16 round to nearest even,
     /// `Bool` to a number is 0 or 1, a number to `Bool` is `!= 0`,
     /// integers of one width are reinterpreted, `U32` to `U64` zero
-    /// extends and `U64` to `U32` truncates.
+    /// extends, `I32` to `U64` sign extends and `U64` to `U32` truncates.
+    /// (WGSL's value conversions from f32, which clamp into the
+    /// integer's range first, are lowered to a clamp and this.)
     Convert {
         /// Destination.
         dst: Reg,

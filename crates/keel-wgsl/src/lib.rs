@@ -23,5 +23,6 @@ mod lower;
 pub mod native;
 pub mod ptx;
 pub mod rust;
+pub mod scalar;
 
 pub use lower::{CompileError, compile, compile_module, param_words};

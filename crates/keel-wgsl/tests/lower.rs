@@ -142,3 +142,42 @@ fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
         assert!(assembled >= 90, "assembled {assembled}");
     }
 }
+
+/// A construct the ends do not cover is an error that names it and says
+/// where it is, never a wrong program.
+#[test]
+fn uncovered_constructs_are_errors_with_a_place() {
+    let cases = [
+        (
+            "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
+             @group(0) @binding(1) var t: texture_2d<f32>;\n\
+             @compute @workgroup_size(1) fn k() {\n\
+             \x20   out[0] = u32(textureLoad(t, vec2(0, 0), 0).x);\n}\n",
+            "texture",
+        ),
+        (
+            "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+             @compute @workgroup_size(1) fn k() {\n\
+             \x20   out[0] = ldexp(out[1], 3);\n}\n",
+            "Ldexp",
+        ),
+        (
+            "@group(1) @binding(0) var<storage, read_write> out: array<u32>;\n\
+             @compute @workgroup_size(1) fn k() { out[0] = 1u; }\n",
+            "@group(1)",
+        ),
+    ];
+    for (src, what) in cases {
+        let e = keel_wgsl::compile(src, "k").expect_err("not covered");
+        assert!(e.message.contains(what), "{e}");
+        if what == "Ldexp" {
+            // Errors inside a function carry the line and column.
+            assert_eq!(e.location.map(|l| l.0), Some(3), "{e}");
+        }
+    }
+    let e = keel_wgsl::compile("@compute @workgroup_size(1) fn k() {}", "main")
+        .expect_err("no such entry point");
+    assert!(e.to_string().contains("`k`"), "{e}");
+    let e = keel_wgsl::compile("fn broken( {", "k").expect_err("does not parse");
+    assert!(e.to_string().starts_with("1:"), "{e}");
+}

@@ -569,7 +569,7 @@ trait Words: ReadWords {
 
 /// The new value of an atomic read-modify-write of `old`: the rule both
 /// ends share.
-use crate::native::atomic_apply as apply;
+use crate::scalar::atomic_apply as apply;
 
 impl ReadWords for &[AtomicU32] {
     #[inline(always)]

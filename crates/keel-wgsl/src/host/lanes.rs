@@ -15,7 +15,7 @@
 use half::f16;
 
 use crate::ir::{BinOp, Reduce, Ty, UnOp};
-use crate::native;
+use crate::scalar;
 
 /// Which lanes an instruction writes; `None`: all of them.
 pub(crate) type Mask<'a> = Option<&'a [bool]>;
@@ -175,9 +175,9 @@ macro_rules! k2 {
 macro_rules! float1 {
     ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k1!(|v| native::un_f32(UnOp::$op, f(v)).to_bits())),
+            Ty::F32 => Some(k1!(|v| scalar::un_f32(UnOp::$op, f(v)).to_bits())),
             Ty::F16 => Some(k1!(|v| u32::from(
-                native::un_f16(UnOp::$op, f16::from_bits(v as u16)).to_bits()
+                scalar::un_f16(UnOp::$op, f16::from_bits(v as u16)).to_bits()
             ))),
             _ => None,
         }
@@ -188,9 +188,9 @@ macro_rules! float1 {
 macro_rules! float2 {
     ($ty:expr, $op:ident) => {
         match $ty {
-            Ty::F32 => Some(k2!(|p, q| native::bin_f32(BinOp::$op, f(p), f(q)).to_bits())),
+            Ty::F32 => Some(k2!(|p, q| scalar::bin_f32(BinOp::$op, f(p), f(q)).to_bits())),
             Ty::F16 => Some(k2!(|p, q| u32::from(
-                native::bin_f16(
+                scalar::bin_f16(
                     BinOp::$op,
                     f16::from_bits(p as u16),
                     f16::from_bits(q as u16)
@@ -272,32 +272,32 @@ pub(crate) fn un32(op: UnOp, ty: Ty) -> Option<Un32> {
 pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
     let bits = matches!(ty, Ty::U32 | Ty::I32 | Ty::Bool);
     match (op, ty) {
-        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Add, x, y))),
-        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Sub, x, y))),
-        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| native::bin_u32(BinOp::Mul, x, y))),
-        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Div, x, y))),
+        (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Add, x, y))),
+        (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Sub, x, y))),
+        (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Mul, x, y))),
+        (BinOp::Div, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Div, x, y))),
         (BinOp::Div, Ty::I32) => Some(k2!(
-            |x, y| native::bin_i32(BinOp::Div, x as i32, y as i32) as u32
+            |x, y| scalar::bin_i32(BinOp::Div, x as i32, y as i32) as u32
         )),
-        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Rem, x, y))),
+        (BinOp::Rem, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Rem, x, y))),
         (BinOp::Rem, Ty::I32) => Some(k2!(
-            |x, y| native::bin_i32(BinOp::Rem, x as i32, y as i32) as u32
+            |x, y| scalar::bin_i32(BinOp::Rem, x as i32, y as i32) as u32
         )),
-        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Min, x, y))),
+        (BinOp::Min, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Min, x, y))),
         (BinOp::Min, Ty::I32) => Some(k2!(
-            |x, y| native::bin_i32(BinOp::Min, x as i32, y as i32) as u32
+            |x, y| scalar::bin_i32(BinOp::Min, x as i32, y as i32) as u32
         )),
-        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Max, x, y))),
+        (BinOp::Max, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Max, x, y))),
         (BinOp::Max, Ty::I32) => Some(k2!(
-            |x, y| native::bin_i32(BinOp::Max, x as i32, y as i32) as u32
+            |x, y| scalar::bin_i32(BinOp::Max, x as i32, y as i32) as u32
         )),
         (BinOp::And, _) if bits => Some(k2!(|x, y| x & y)),
         (BinOp::Or, _) if bits => Some(k2!(|x, y| x | y)),
         (BinOp::Xor, _) if bits => Some(k2!(|x, y| x ^ y)),
         (BinOp::Shl, Ty::U32 | Ty::I32) => Some(k2!(|x, y| x.wrapping_shl(y))),
-        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| native::bin_u32(BinOp::Shr, x, y))),
+        (BinOp::Shr, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Shr, x, y))),
         (BinOp::Shr, Ty::I32) => Some(k2!(
-            |x, y| native::bin_i32(BinOp::Shr, x as i32, y as i32) as u32
+            |x, y| scalar::bin_i32(BinOp::Shr, x as i32, y as i32) as u32
         )),
         (BinOp::Eq, _) => compare!(ty, ==),
         (BinOp::Ne, _) => compare!(ty, !=),
@@ -323,13 +323,13 @@ pub(crate) fn fma32(ty: Ty) -> Option<Tri32> {
     match ty {
         Ty::F32 => Some(|d, a, b, c, m| {
             map3(d, a, b, c, m, |a, b, c| {
-                native::fma_f32(f(a), f(b), f(c)).to_bits()
+                scalar::fma_f32(f(a), f(b), f(c)).to_bits()
             });
         }),
         Ty::F16 => Some(|d, a, b, c, m| {
             map3(d, a, b, c, m, |a, b, c| {
                 let h = |x: u32| f16::from_bits(x as u16);
-                u32::from(native::fma_f16(h(a), h(b), h(c)).to_bits())
+                u32::from(scalar::fma_f16(h(a), h(b), h(c)).to_bits())
             });
         }),
         _ => None,

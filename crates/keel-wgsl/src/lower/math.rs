@@ -4,7 +4,7 @@
 use naga::{BinaryOperator as B, MathFunction as M, RelationalFunction as R};
 
 use super::build::Builder;
-use super::func::Shape;
+use super::shape::Shape;
 use super::{Result, err};
 use crate::ir::{BinOp, Reg, Ty, UnOp};
 

@@ -8,6 +8,7 @@
 mod build;
 mod func;
 mod math;
+mod shape;
 
 use std::fmt;
 
@@ -160,7 +161,7 @@ pub fn param_words(source: &str, entry: &str) -> Result<Vec<Option<Ty>>> {
             naga::AddressSpace::Uniform | naga::AddressSpace::Immediate
         ) {
             let mut layout = Vec::new();
-            func::Shape::of(&module, var.ty)?.layout(0, &mut layout)?;
+            shape::Shape::of(&module, var.ty)?.layout(0, &mut layout)?;
             for (offset, ty, _) in layout {
                 if let Some(w) = words.get_mut(offset as usize / 4) {
                     *w = Some(ty);
