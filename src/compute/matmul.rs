@@ -52,7 +52,7 @@ const MATMUL_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 
 /// The tiled kernel: bindings `a`, `b`, `c`; parameters `m`, `k`, `n`,
 /// `mode`, `chunk`. Source: `shaders/compute/matmul_tiled.wgsl`; host
-/// backends run the declared Rust override [`matmul_rows_cpu`] (a row at a
+/// backends run the declared Rust override `matmul_rows_cpu` (a row at a
 /// time, vectorised by the compiler, with the kernel's numerics per
 /// output), which the WGSL on host threads is far slower than.
 pub const MATMUL_TILED: Launch = Launch {

@@ -1,11 +1,11 @@
 //! Runs a lowered [`Program`] on the host's threads: the CPU backend's
 //! WGSL kernels, and the reference the GPU ends are compared with.
 //!
-//! A launch compiles the program once ([`compile`]): registers become
+//! A launch compiles the program once (`compile.rs`): registers become
 //! slots of lane-major storage (a register is a contiguous run of one
 //! value per invocation), each instruction gets the lane kernel for its
 //! type, and the launch's constants are folded in. Each workgroup then
-//! runs as a SIMT interpreter ([`exec`]): every instruction runs over all
+//! runs as a SIMT interpreter (`exec.rs`): every instruction runs over all
 //! of the workgroup's invocations before the next, under a mask of active
 //! lanes, so barriers cost nothing and dispatch happens once per
 //! instruction, not once per invocation. Workgroups run in parallel on
