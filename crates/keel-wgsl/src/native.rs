@@ -472,34 +472,7 @@ impl<'a> Rw<'a> {
     ) -> Result<u32, Fault> {
         let w = self.locate("atomic", offset, 4)?;
         let word = self.cell(w, offset, 4)?;
-        Ok(match op {
-            AtomicOp::Add => word.fetch_add(v, Relaxed),
-            AtomicOp::Sub => word.fetch_sub(v, Relaxed),
-            AtomicOp::And => word.fetch_and(v, Relaxed),
-            AtomicOp::Or => word.fetch_or(v, Relaxed),
-            AtomicOp::Xor => word.fetch_xor(v, Relaxed),
-            AtomicOp::Min if !signed => word.fetch_min(v, Relaxed),
-            AtomicOp::Max if !signed => word.fetch_max(v, Relaxed),
-            AtomicOp::Exchange => word.swap(v, Relaxed),
-            AtomicOp::CompareExchange => word
-                .compare_exchange(cmp, v, Relaxed, Relaxed)
-                .unwrap_or_else(|old| old),
-            // Signed min and max: a compare-exchange loop over the bits.
-            AtomicOp::Min | AtomicOp::Max => {
-                let mut old = word.load(Relaxed);
-                loop {
-                    match word.compare_exchange_weak(
-                        old,
-                        atomic_apply(op, signed, old, v, cmp),
-                        Relaxed,
-                        Relaxed,
-                    ) {
-                        Ok(old) => break old,
-                        Err(now) => old = now,
-                    }
-                }
-            }
-        })
+        Ok(crate::scalar::atomic_rmw(word, op, signed, v, cmp))
     }
 }
 

@@ -4,8 +4,44 @@
 //! same bits. Each is total (no input panics) and `#[inline(always)]`, so
 //! that a constant `op` folds the `match` away.
 
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::ir::{AtomicOp, BinOp, UnOp};
 use half::f16;
+
+/// An atomic read-modify-write of `word`: the old value. Relaxed, as WGSL's
+/// atomics are; signed min and max are a compare-exchange loop over the
+/// bits.
+pub fn atomic_rmw(word: &AtomicU32, op: AtomicOp, signed: bool, v: u32, cmp: u32) -> u32 {
+    match op {
+        AtomicOp::Add => word.fetch_add(v, Relaxed),
+        AtomicOp::Sub => word.fetch_sub(v, Relaxed),
+        AtomicOp::And => word.fetch_and(v, Relaxed),
+        AtomicOp::Or => word.fetch_or(v, Relaxed),
+        AtomicOp::Xor => word.fetch_xor(v, Relaxed),
+        AtomicOp::Min if !signed => word.fetch_min(v, Relaxed),
+        AtomicOp::Max if !signed => word.fetch_max(v, Relaxed),
+        AtomicOp::Exchange => word.swap(v, Relaxed),
+        AtomicOp::CompareExchange => word
+            .compare_exchange(cmp, v, Relaxed, Relaxed)
+            .unwrap_or_else(|old| old),
+        AtomicOp::Min | AtomicOp::Max => {
+            let mut old = word.load(Relaxed);
+            loop {
+                match word.compare_exchange_weak(
+                    old,
+                    atomic_apply(op, signed, old, v, cmp),
+                    Relaxed,
+                    Relaxed,
+                ) {
+                    Ok(old) => return old,
+                    Err(now) => old = now,
+                }
+            }
+        }
+    }
+}
 
 /// The new value of an atomic read-modify-write of `old`.
 #[inline(always)]

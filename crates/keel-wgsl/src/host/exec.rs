@@ -618,35 +618,7 @@ impl Words for &[AtomicU32] {
     }
 
     fn rmw(&mut self, w: usize, op: AtomicOp, signed: bool, v: u32, cmp: u32) -> u32 {
-        let word = &self[w];
-        match op {
-            AtomicOp::Add => word.fetch_add(v, Relaxed),
-            AtomicOp::Sub => word.fetch_sub(v, Relaxed),
-            AtomicOp::And => word.fetch_and(v, Relaxed),
-            AtomicOp::Or => word.fetch_or(v, Relaxed),
-            AtomicOp::Xor => word.fetch_xor(v, Relaxed),
-            AtomicOp::Min if !signed => word.fetch_min(v, Relaxed),
-            AtomicOp::Max if !signed => word.fetch_max(v, Relaxed),
-            AtomicOp::Exchange => word.swap(v, Relaxed),
-            AtomicOp::CompareExchange => word
-                .compare_exchange(cmp, v, Relaxed, Relaxed)
-                .unwrap_or_else(|old| old),
-            // Signed min and max: a compare-exchange loop over the bits.
-            AtomicOp::Min | AtomicOp::Max => {
-                let mut old = word.load(Relaxed);
-                loop {
-                    match word.compare_exchange_weak(
-                        old,
-                        apply(op, signed, old, v, cmp),
-                        Relaxed,
-                        Relaxed,
-                    ) {
-                        Ok(old) => return old,
-                        Err(now) => old = now,
-                    }
-                }
-            }
-        }
+        crate::scalar::atomic_rmw(&self[w], op, signed, v, cmp)
     }
 }
 
