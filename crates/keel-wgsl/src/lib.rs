@@ -4,18 +4,44 @@
 //! wgpu compile WGSL themselves (through naga to SPIR-V or the platform's
 //! language). For the others this crate lowers naga's IR of one compute
 //! entry point into a small [`ir::Program`] with WGSL's rules made
-//! explicit, and that program has two ends:
+//! explicit, and that program has three ends:
 //!
 //! - [`ptx`] prints it as PTX, which the CUDA driver compiles
 //!   (`cuModuleLoadDataEx`): no CUDA toolkit at build or run time;
 //! - [`host`] runs it on the host's threads, workgroups in parallel and
-//!   barriers honoured: the CPU backend and any host backend run WGSL
-//!   with no Rust twin.
+//!   barriers honoured: the CPU backend and any host backend run a WGSL
+//!   kernel loaded at run time with no Rust twin;
+//! - [`rust`] translates a kernel without barriers or subgroup operations
+//!   to Rust ahead of time (checked in, kept current by a test), which
+//!   runs as native code on the small runtime in [`native`].
 //!
-//! Lowering once and printing twice means a rule of WGSL's (integer
-//! division by zero, shift amounts, saturating conversions, bounds
-//! checks, no contraction into FMA) is written in one place, and the
-//! host end, which runs here, tests what the PTX end prints.
+//! Lowering once and printing three times means a rule of WGSL's (integer
+//! division by zero, shift amounts, value conversions, bounds checks, no
+//! contraction into FMA) is written in one place, the scalar semantics
+//! of the host ends in another ([`scalar`]), and the host ends, which run
+//! here, test what the PTX end prints.
+//!
+//! ```
+//! let wgsl = "
+//!     @group(0) @binding(0) var<storage, read_write> out: array<u32>;
+//!     @compute @workgroup_size(64)
+//!     fn fill(@builtin(global_invocation_id) g: vec3<u32>) { out[g.x] = g.x * 2u; }
+//! ";
+//! let program = keel_wgsl::compile(wgsl, "fill")?;
+//! let ptx = keel_wgsl::ptx::emit(&program)?;
+//! assert!(ptx.contains(".visible .entry fill("));
+//! let mut out = vec![0u8; 4 * 100];
+//! keel_wgsl::host::run(
+//!     &program,
+//!     [2, 1, 1],
+//!     &mut [&mut out[..]],
+//!     &[],
+//!     &keel_wgsl::host::HostOptions::default(),
+//! )?;
+//! // Invocations past the buffer's 100 words write nothing.
+//! assert_eq!(&out[4 * 99..], &(99u32 * 2).to_le_bytes());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod host;
 pub mod ir;
