@@ -181,3 +181,33 @@ fn uncovered_constructs_are_errors_with_a_place() {
     let e = keel_wgsl::compile("fn broken( {", "k").expect_err("does not parse");
     assert!(e.to_string().starts_with("1:"), "{e}");
 }
+
+/// A local array passed by pointer to a function that indexes it at run
+/// time lives in memory, though the caller indexes it only by constants.
+#[test]
+fn a_local_indexed_in_a_callee_works() {
+    let src = "
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+fn put(a: ptr<function, array<u32, 4>>, i: u32, v: u32) { (*a)[i] = v; }
+@compute @workgroup_size(1)
+fn k() {
+    var arr: array<u32, 4>;
+    for (var i = 0u; i < 4u; i++) { put(&arr, i, i * 7u); }
+    out[0] = arr[0]; out[1] = arr[1]; out[2] = arr[2]; out[3] = arr[3];
+}";
+    let p = keel_wgsl::compile(src, "k").expect("compiles");
+    let mut out = vec![0u8; 16];
+    keel_wgsl::host::run(
+        &p,
+        [1, 1, 1],
+        &mut [&mut out[..]],
+        &[],
+        &keel_wgsl::host::HostOptions::default(),
+    )
+    .expect("runs");
+    let words: Vec<u32> = out
+        .chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(words, [0, 7, 14, 21]);
+}

@@ -1303,27 +1303,61 @@ fn locals_indexed_at_run_time(
     module: &Module,
 ) -> Vec<bool> {
     let mut out = vec![false; fun.local_variables.len()];
+    let is_ptr = |h: Handle<naga::Expression>| {
+        matches!(
+            finfo[h].ty.inner_with(&module.types),
+            TypeInner::Pointer { .. } | TypeInner::ValuePointer { .. }
+        )
+    };
+    let mut roots = Vec::new();
     for (_, e) in fun.expressions.iter() {
-        if let E::Access { base, .. } = e {
-            let is_ptr = matches!(
-                finfo[*base].ty.inner_with(&module.types),
-                TypeInner::Pointer { .. } | TypeInner::ValuePointer { .. }
-            );
-            if !is_ptr {
-                continue;
-            }
-            let mut h = *base;
-            loop {
-                match &fun.expressions[h] {
-                    E::Access { base, .. } | E::AccessIndex { base, .. } => h = *base,
-                    E::LocalVariable(l) => {
-                        out[l.index()] = true;
-                        break;
-                    }
-                    _ => break,
+        if let E::Access { base, .. } = e
+            && is_ptr(*base)
+        {
+            roots.push(*base);
+        }
+    }
+    // A pointer passed to a function may be indexed at run time there,
+    // where this function's analysis does not see it.
+    call_arguments(&fun.body, &mut |h| {
+        if is_ptr(h) {
+            roots.push(h);
+        }
+    });
+    for mut h in roots {
+        loop {
+            match &fun.expressions[h] {
+                E::Access { base, .. } | E::AccessIndex { base, .. } => h = *base,
+                E::LocalVariable(l) => {
+                    out[l.index()] = true;
+                    break;
                 }
+                _ => break,
             }
         }
     }
     out
+}
+
+/// Calls `f` on every argument of every call in `block`, nested blocks
+/// included.
+fn call_arguments(block: &naga::Block, f: &mut impl FnMut(Handle<naga::Expression>)) {
+    for s in block.iter() {
+        match s {
+            S::Call { arguments, .. } => arguments.iter().for_each(|&a| f(a)),
+            S::Block(b) => call_arguments(b, f),
+            S::If { accept, reject, .. } => {
+                call_arguments(accept, f);
+                call_arguments(reject, f);
+            }
+            S::Switch { cases, .. } => cases.iter().for_each(|c| call_arguments(&c.body, f)),
+            S::Loop {
+                body, continuing, ..
+            } => {
+                call_arguments(body, f);
+                call_arguments(continuing, f);
+            }
+            _ => {}
+        }
+    }
 }
