@@ -196,7 +196,7 @@ fn k() {
     out[0] = arr[0]; out[1] = arr[1]; out[2] = arr[2]; out[3] = arr[3];
 }";
     let p = keel_wgsl::compile(src, "k").expect("compiles");
-    let mut out = vec![0u8; 16];
+    let mut out = [0u8; 16];
     keel_wgsl::host::run(
         &p,
         [1, 1, 1],
