@@ -11412,8 +11412,8 @@ pub static CONTROL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     workgroup_size: [8, 1, 1],
     read_only: &[false],
     param_bytes: 0,
-    private_bytes: 0,
-    ops: 106,
+    private_bytes: 16,
+    ops: 139,
     group: control_group,
 };
 
@@ -11433,6 +11433,7 @@ fn control_group(
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..8u32 {
+                pv.clear();
                 let mut r0: u32 = 0u32;
                 let mut r1: u32 = 0u32;
                 let mut r2: u32 = 0u32;
@@ -11450,80 +11451,112 @@ fn control_group(
                 let mut r14: u32 = 0u32;
                 let mut r15: u32 = 0u32;
                 let mut r16: u32 = 0u32;
-                let mut r17: u32 = 0u32;
-                let mut r18: u32 = 0u32;
-                let mut r19: u32 = 0u32;
-                let mut r20: bool = false;
+                let mut r17: bool = false;
+                let mut r18: bool = false;
+                let mut r19: bool = false;
+                let mut r20: u32 = 0u32;
                 let mut r21: u32 = 0u32;
-                let mut r22: bool = false;
+                let mut r22: u32 = 0u32;
                 let mut r23: u32 = 0u32;
-                let mut r24: u32 = 0u32;
-                let mut r25: bool = false;
-                let mut r26: u32 = 0u32;
+                let mut r24: bool = false;
+                let mut r25: u32 = 0u32;
+                let mut r26: bool = false;
                 let mut r27: u32 = 0u32;
-                let mut r28: bool = false;
-                let mut r29: u32 = 0u32;
+                let mut r28: u32 = 0u32;
+                let mut r29: bool = false;
                 let mut r30: u32 = 0u32;
                 let mut r31: u32 = 0u32;
-                let mut r32: u32 = 0u32;
+                let mut r32: bool = false;
                 let mut r33: u32 = 0u32;
                 let mut r34: u32 = 0u32;
                 let mut r35: u32 = 0u32;
                 let mut r36: u32 = 0u32;
-                let mut r37: u32 = 0u32;
+                let mut r37: bool = false;
                 let mut r38: bool = false;
-                let mut r39: u32 = 0u32;
-                let mut r40: bool = false;
+                let mut r39: bool = false;
+                let mut r40: u32 = 0u32;
                 let mut r41: u32 = 0u32;
                 let mut r42: u32 = 0u32;
-                let mut r43: u32 = 0u32;
-                let mut r44: u32 = 0u32;
-                let mut r45: u32 = 0u32;
+                let mut r43: bool = false;
+                let mut r44: bool = false;
+                let mut r45: bool = false;
                 let mut r46: u32 = 0u32;
-                let mut r47: bool = false;
+                let mut r47: u32 = 0u32;
                 let mut r48: u32 = 0u32;
                 let mut r49: u32 = 0u32;
                 let mut r50: bool = false;
                 let mut r51: u32 = 0u32;
-                let mut r52: u32 = 0u32;
+                let mut r52: bool = false;
                 let mut r53: u32 = 0u32;
-                let mut r54: u32 = 0u32;
-                let mut r55: u32 = 0u32;
-                let mut r56: u64 = 0u64;
-                let mut r57: u64 = 0u64;
-                let mut r58: u64 = 0u64;
-                let mut r59: u64 = 0u64;
-                let mut r60: u64 = 0u64;
-                let mut r61: u64 = 0u64;
-                let mut r62: u32 = 0u32;
-                let mut r63: u32 = 0u32;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: u32 = 0u32;
+                let mut r58: u32 = 0u32;
+                let mut r59: u32 = 0u32;
+                let mut r60: u32 = 0u32;
+                let mut r61: bool = false;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
                 let mut r64: u32 = 0u32;
-                let mut r65: bool = false;
+                let mut r65: u32 = 0u32;
                 let mut r66: u32 = 0u32;
-                let mut r67: u32 = 0u32;
-                let mut r68: bool = false;
-                let mut r69: bool = false;
+                let mut r67: bool = false;
+                let mut r68: u32 = 0u32;
+                let mut r69: u32 = 0u32;
                 let mut r70: bool = false;
-                let mut r71: bool = false;
+                let mut r71: u32 = 0u32;
                 let mut r72: bool = false;
                 let mut r73: bool = false;
                 let mut r74: bool = false;
-                let mut r75: bool = false;
-                let mut r76: bool = false;
-                let mut r77: bool = false;
-                let mut r78: bool = false;
+                let mut r75: u32 = 0u32;
+                let mut r76: u32 = 0u32;
+                let mut r77: u32 = 0u32;
+                let mut r78: u32 = 0u32;
                 let mut r79: bool = false;
-                let mut r80: u32 = 0u32;
-                let mut r81: u32 = 0u32;
-                let mut r82: bool = false;
+                let mut r80: bool = false;
+                let mut r81: bool = false;
+                let mut r82: u32 = 0u32;
                 let mut r83: u32 = 0u32;
-                let mut r84: u32 = 0u32;
-                let mut r85: u32 = 0u32;
-                let mut r86: u32 = 0u32;
+                let mut r84: u64 = 0u64;
+                let mut r85: u64 = 0u64;
+                let mut r86: u64 = 0u64;
                 let mut r87: u64 = 0u64;
-                let mut r88: bool = false;
-                let mut r89: bool = false;
-                let mut r90: bool = false;
+                let mut r88: u64 = 0u64;
+                let mut r89: u64 = 0u64;
+                let mut r90: u32 = 0u32;
+                let mut r91: bool = false;
+                let mut r92: bool = false;
+                let mut r93: bool = false;
+                let mut r94: u32 = 0u32;
+                let mut r95: u32 = 0u32;
+                let mut r96: u32 = 0u32;
+                let mut r97: bool = false;
+                let mut r98: u32 = 0u32;
+                let mut r99: u32 = 0u32;
+                let mut r100: bool = false;
+                let mut r101: bool = false;
+                let mut r102: bool = false;
+                let mut r103: bool = false;
+                let mut r104: bool = false;
+                let mut r105: bool = false;
+                let mut r106: bool = false;
+                let mut r107: bool = false;
+                let mut r108: bool = false;
+                let mut r109: bool = false;
+                let mut r110: bool = false;
+                let mut r111: bool = false;
+                let mut r112: u32 = 0u32;
+                let mut r113: u32 = 0u32;
+                let mut r114: bool = false;
+                let mut r115: u32 = 0u32;
+                let mut r116: u32 = 0u32;
+                let mut r117: u32 = 0u32;
+                let mut r118: u32 = 0u32;
+                let mut r119: u64 = 0u64;
+                let mut r120: bool = false;
+                let mut r121: bool = false;
+                let mut r122: bool = false;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -11534,21 +11567,22 @@ fn control_group(
                     r10 = wid[2];
                     r11 = lz;
                     r14 = 0x0u32;
-                    r19 = 0x30u32;
-                    r24 = 0x3u32;
-                    r37 = 0x14u32;
-                    r42 = 0x2u32;
-                    r49 = 0x5u32;
-                    r52 = 0x3e8u32;
-                    r56 = 0x0u64;
-                    r57 = b0.len();
-                    r59 = 0x4u64;
-                    r71 = true;
-                    r78 = false;
-                    r80 = 0xau32;
-                    r81 = 0x28u32;
-                    r83 = 0x63u32;
-                    r84 = 0x1eu32;
+                    r15 = 0x4u32;
+                    r23 = 0x30u32;
+                    r28 = 0x3u32;
+                    r49 = 0x14u32;
+                    r58 = 0x2u32;
+                    r69 = 0x5u32;
+                    r76 = 0x3e8u32;
+                    r84 = 0x0u64;
+                    r85 = b0.len();
+                    r87 = 0x4u64;
+                    r103 = true;
+                    r110 = false;
+                    r112 = 0xau32;
+                    r113 = 0x28u32;
+                    r115 = 0x63u32;
+                    r116 = 0x1eu32;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -11556,141 +11590,197 @@ fn control_group(
                     r12 = rt::bin_u32(BinOp::Mul, r10, r7);
                     r13 = rt::bin_u32(BinOp::Add, r12, r11);
                     'b1: {
-                        r15 = r14;
-                        r16 = r14;
-                        r17 = r14;
-                        r18 = r14;
-                        r20 = rt::cmp(BinOp::Ge, r4, r19);
-                        if r20 {
+                        r16 = rt::bin_u32(BinOp::Add, r14, r15);
+                        r17 = rt::cmp(BinOp::Le, r16, r15);
+                        r18 = rt::cmp(BinOp::Ge, r16, r14);
+                        r19 = rt::bin_bool(BinOp::And, r17, r18);
+                        if r19 {
+                            pv.st_u32(u64::from(r14), r14)?;
+                        }
+                        r20 = r14;
+                        r21 = r14;
+                        r22 = r14;
+                        r24 = rt::cmp(BinOp::Ge, r4, r23);
+                        if r24 {
                             break 'inv;
                         }
                         'l0: loop {
                             'c0: {
-                                r21 = r16;
-                                r22 = rt::cmp(BinOp::Eq, r21, r4);
-                                if r22 {
+                                r25 = r20;
+                                r26 = rt::cmp(BinOp::Eq, r25, r4);
+                                if r26 {
                                     break 'l0;
                                 }
-                                r23 = r16;
-                                r25 = rt::cmp(BinOp::Eq, r24, r14);
-                                r26 = if r25 { r7 } else { r24 };
-                                r27 = rt::bin_u32(BinOp::Rem, r23, r26);
-                                r28 = rt::cmp(BinOp::Eq, r27, r14);
-                                if r28 {
-                                    r29 = r16;
-                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
-                                    r16 = r30;
+                                r27 = r20;
+                                r29 = rt::cmp(BinOp::Eq, r28, r14);
+                                r30 = if r29 { r7 } else { r28 };
+                                r31 = rt::bin_u32(BinOp::Rem, r27, r30);
+                                r32 = rt::cmp(BinOp::Eq, r31, r14);
+                                if r32 {
+                                    r33 = r20;
+                                    r34 = rt::bin_u32(BinOp::Add, r33, r7);
+                                    r20 = r34;
                                     break 'c0;
                                 }
-                                r31 = r16;
+                                r35 = r20;
                                 'b2: {
-                                    r32 = r15;
-                                    r33 = rt::bin_u32(BinOp::Add, r32, r31);
-                                    r15 = r33;
+                                    r36 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r37 = rt::cmp(BinOp::Le, r36, r15);
+                                    r38 = rt::cmp(BinOp::Ge, r36, r14);
+                                    r39 = rt::bin_bool(BinOp::And, r37, r38);
+                                    r40 = if r39 {
+                                        pv.ld_u32(u64::from(r14))?
+                                    } else {
+                                        0u32
+                                    };
+                                    r41 = rt::bin_u32(BinOp::Add, r40, r35);
+                                    r42 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r43 = rt::cmp(BinOp::Le, r42, r15);
+                                    r44 = rt::cmp(BinOp::Ge, r42, r14);
+                                    r45 = rt::bin_bool(BinOp::And, r43, r44);
+                                    if r45 {
+                                        pv.st_u32(u64::from(r14), r41)?;
+                                    }
                                     break 'b2;
                                 }
                             }
-                            r34 = r16;
-                            r35 = rt::bin_u32(BinOp::Add, r34, r7);
-                            r16 = r35;
-                            r36 = r16;
-                            r38 = rt::cmp(BinOp::Gt, r36, r37);
-                            if r38 {
+                            r46 = r20;
+                            r47 = rt::bin_u32(BinOp::Add, r46, r7);
+                            r20 = r47;
+                            r48 = r20;
+                            r50 = rt::cmp(BinOp::Gt, r48, r49);
+                            if r50 {
                                 break 'l0;
                             }
                         }
                         'l1: loop {
                             'c1: {
-                                r39 = r17;
-                                r40 = rt::cmp(BinOp::Lt, r39, r24);
-                                if r40 {
+                                r51 = r21;
+                                r52 = rt::cmp(BinOp::Lt, r51, r28);
+                                if r52 {
                                 } else {
                                     break 'l1;
                                 }
-                                r41 = r15;
-                                r43 = rt::bin_u32(BinOp::Mul, r41, r42);
-                                r15 = r43;
-                                r44 = r17;
-                                r45 = rt::bin_u32(BinOp::Add, r44, r7);
-                                r17 = r45;
+                                r53 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r54 = rt::cmp(BinOp::Le, r53, r15);
+                                r55 = rt::cmp(BinOp::Ge, r53, r14);
+                                r56 = rt::bin_bool(BinOp::And, r54, r55);
+                                r57 = if r56 {
+                                    pv.ld_u32(u64::from(r14))?
+                                } else {
+                                    0u32
+                                };
+                                r59 = rt::bin_u32(BinOp::Mul, r57, r58);
+                                r60 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r61 = rt::cmp(BinOp::Le, r60, r15);
+                                r62 = rt::cmp(BinOp::Ge, r60, r14);
+                                r63 = rt::bin_bool(BinOp::And, r61, r62);
+                                if r63 {
+                                    pv.st_u32(u64::from(r14), r59)?;
+                                }
+                                r64 = r21;
+                                r65 = rt::bin_u32(BinOp::Add, r64, r7);
+                                r21 = r65;
                             }
                         }
                         'l2: loop {
                             'c2: {
-                                r46 = r18;
-                                r47 = rt::cmp(BinOp::Lt, r46, r4);
-                                if r47 {
+                                r66 = r22;
+                                r67 = rt::cmp(BinOp::Lt, r66, r4);
+                                if r67 {
                                 } else {
                                     break 'l2;
                                 }
-                                r48 = r18;
-                                r50 = rt::cmp(BinOp::Eq, r48, r49);
-                                if r50 {
+                                r68 = r22;
+                                r70 = rt::cmp(BinOp::Eq, r68, r69);
+                                if r70 {
                                     break 'l2;
                                 }
-                                r51 = r15;
-                                r53 = rt::bin_u32(BinOp::Add, r51, r52);
-                                r15 = r53;
+                                r71 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r72 = rt::cmp(BinOp::Le, r71, r15);
+                                r73 = rt::cmp(BinOp::Ge, r71, r14);
+                                r74 = rt::bin_bool(BinOp::And, r72, r73);
+                                r75 = if r74 {
+                                    pv.ld_u32(u64::from(r14))?
+                                } else {
+                                    0u32
+                                };
+                                r77 = rt::bin_u32(BinOp::Add, r75, r76);
+                                r78 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r79 = rt::cmp(BinOp::Le, r78, r15);
+                                r80 = rt::cmp(BinOp::Ge, r78, r14);
+                                r81 = rt::bin_bool(BinOp::And, r79, r80);
+                                if r81 {
+                                    pv.st_u32(u64::from(r14), r77)?;
+                                }
                             }
-                            r54 = r18;
-                            r55 = rt::bin_u32(BinOp::Add, r54, r7);
-                            r18 = r55;
+                            r82 = r22;
+                            r83 = rt::bin_u32(BinOp::Add, r82, r7);
+                            r22 = r83;
                         }
-                        r58 = u64::from(r4);
-                        r60 = rt::bin_u64(BinOp::Mul, r58, r59);
-                        r61 = rt::bin_u64(BinOp::Add, r56, r60);
-                        r62 = r15;
-                        r63 = rt::bin_u32(BinOp::Mul, r62, r52);
+                        r86 = u64::from(r4);
+                        r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+                        r89 = rt::bin_u64(BinOp::Add, r84, r88);
+                        r90 = rt::bin_u32(BinOp::Add, r14, r15);
+                        r91 = rt::cmp(BinOp::Le, r90, r15);
+                        r92 = rt::cmp(BinOp::Ge, r90, r14);
+                        r93 = rt::bin_bool(BinOp::And, r91, r92);
+                        r94 = if r93 {
+                            pv.ld_u32(u64::from(r14))?
+                        } else {
+                            0u32
+                        };
+                        r95 = rt::bin_u32(BinOp::Mul, r94, r76);
                         'b3: {
-                            r65 = rt::cmp(BinOp::Eq, r49, r14);
-                            r66 = if r65 { r7 } else { r49 };
-                            r67 = rt::bin_u32(BinOp::Rem, r4, r66);
+                            r97 = rt::cmp(BinOp::Eq, r69, r14);
+                            r98 = if r97 { r7 } else { r69 };
+                            r99 = rt::bin_u32(BinOp::Rem, r4, r98);
                             'b4: {
-                                r68 = rt::cmp(BinOp::Eq, r67, r14);
-                                r69 = rt::cmp(BinOp::Eq, r67, r7);
-                                r70 = rt::cmp(BinOp::Eq, r67, r42);
-                                r72 = !r68;
-                                r73 = rt::bin_bool(BinOp::And, r71, r72);
-                                r74 = !r69;
-                                r75 = rt::bin_bool(BinOp::And, r73, r74);
-                                r76 = !r70;
-                                r77 = rt::bin_bool(BinOp::And, r75, r76);
-                                r79 = r78;
-                                r79 = rt::bin_bool(BinOp::Or, r79, r68);
-                                if r79 {
-                                    r64 = r80;
+                                r100 = rt::cmp(BinOp::Eq, r99, r14);
+                                r101 = rt::cmp(BinOp::Eq, r99, r7);
+                                r102 = rt::cmp(BinOp::Eq, r99, r58);
+                                r104 = !r100;
+                                r105 = rt::bin_bool(BinOp::And, r103, r104);
+                                r106 = !r101;
+                                r107 = rt::bin_bool(BinOp::And, r105, r106);
+                                r108 = !r102;
+                                r109 = rt::bin_bool(BinOp::And, r107, r108);
+                                r111 = r110;
+                                r111 = rt::bin_bool(BinOp::Or, r111, r100);
+                                if r111 {
+                                    r96 = r112;
                                     break 'b3;
                                     break 'b4;
                                 }
-                                r79 = rt::bin_bool(BinOp::Or, r79, r69);
-                                if r79 {}
-                                r79 = rt::bin_bool(BinOp::Or, r79, r70);
-                                if r79 {
-                                    r64 = r37;
+                                r111 = rt::bin_bool(BinOp::Or, r111, r101);
+                                if r111 {}
+                                r111 = rt::bin_bool(BinOp::Or, r111, r102);
+                                if r111 {
+                                    r96 = r49;
                                     break 'b3;
                                     break 'b4;
                                 }
-                                r79 = rt::bin_bool(BinOp::Or, r79, r77);
-                                if r79 {
+                                r111 = rt::bin_bool(BinOp::Or, r111, r109);
+                                if r111 {
                                     break 'b4;
                                 }
                             }
-                            r82 = rt::cmp(BinOp::Gt, r4, r81);
-                            if r82 {
-                                r64 = r83;
+                            r114 = rt::cmp(BinOp::Gt, r4, r113);
+                            if r114 {
+                                r96 = r115;
                                 break 'b3;
                             }
-                            r64 = r84;
+                            r96 = r116;
                             break 'b3;
                         }
-                        r85 = r64;
-                        r86 = rt::bin_u32(BinOp::Add, r63, r85);
-                        r87 = rt::bin_u64(BinOp::Add, r61, r59);
-                        r88 = rt::cmp(BinOp::Le, r87, r57);
-                        r89 = rt::cmp(BinOp::Ge, r87, r61);
-                        r90 = rt::bin_bool(BinOp::And, r88, r89);
-                        if r90 {
-                            b0.st_u32(r61, r86)?;
+                        r117 = r96;
+                        r118 = rt::bin_u32(BinOp::Add, r95, r117);
+                        r119 = rt::bin_u64(BinOp::Add, r89, r87);
+                        r120 = rt::cmp(BinOp::Le, r119, r85);
+                        r121 = rt::cmp(BinOp::Ge, r119, r89);
+                        r122 = rt::bin_bool(BinOp::And, r120, r121);
+                        if r122 {
+                            b0.st_u32(r89, r118)?;
                         }
                         break 'inv;
                     }
