@@ -239,7 +239,61 @@ pub enum BinOp {
     Atan2,
 }
 
+impl UnOp {
+    /// Every operation, in declaration order.
+    pub const ALL: [UnOp; 24] = [
+        UnOp::Neg,
+        UnOp::Not,
+        UnOp::Abs,
+        UnOp::Floor,
+        UnOp::Ceil,
+        UnOp::Trunc,
+        UnOp::Round,
+        UnOp::Sqrt,
+        UnOp::InverseSqrt,
+        UnOp::Exp2,
+        UnOp::Log2,
+        UnOp::Sin,
+        UnOp::Cos,
+        UnOp::Tan,
+        UnOp::Asin,
+        UnOp::Acos,
+        UnOp::Atan,
+        UnOp::Sinh,
+        UnOp::Cosh,
+        UnOp::Tanh,
+        UnOp::CountOneBits,
+        UnOp::ReverseBits,
+        UnOp::CountLeadingZeros,
+        UnOp::CountTrailingZeros,
+    ];
+}
+
 impl BinOp {
+    /// Every operation, in declaration order.
+    pub const ALL: [BinOp; 20] = [
+        BinOp::Add,
+        BinOp::Sub,
+        BinOp::Mul,
+        BinOp::Div,
+        BinOp::Rem,
+        BinOp::Min,
+        BinOp::Max,
+        BinOp::And,
+        BinOp::Or,
+        BinOp::Xor,
+        BinOp::Shl,
+        BinOp::Shr,
+        BinOp::Eq,
+        BinOp::Ne,
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+        BinOp::Pow,
+        BinOp::Atan2,
+    ];
+
     /// Whether the operation writes a `Bool` whatever its operands.
     pub fn is_comparison(self) -> bool {
         matches!(

@@ -498,29 +498,6 @@ fn ref_bin(op: BinOp, ty: Ty, a: u64, b: u64) -> Option<u64> {
     })
 }
 
-const BIN_OPS: [BinOp; 20] = [
-    BinOp::Add,
-    BinOp::Sub,
-    BinOp::Mul,
-    BinOp::Div,
-    BinOp::Rem,
-    BinOp::Min,
-    BinOp::Max,
-    BinOp::And,
-    BinOp::Or,
-    BinOp::Xor,
-    BinOp::Shl,
-    BinOp::Shr,
-    BinOp::Eq,
-    BinOp::Ne,
-    BinOp::Lt,
-    BinOp::Le,
-    BinOp::Gt,
-    BinOp::Ge,
-    BinOp::Pow,
-    BinOp::Atan2,
-];
-
 const TYPES: [Ty; 6] = [Ty::U32, Ty::I32, Ty::F32, Ty::F16, Ty::Bool, Ty::U64];
 
 /// Runs `out[i] = op(a[i], b[i])` over one workgroup of `n` lanes.
@@ -543,7 +520,7 @@ fn run_bin(op: BinOp, ty: Ty, bty: Ty, a: &[u64], b: &[u64]) -> Vec<u64> {
 fn every_binop_on_every_type() {
     let mut checked = 0;
     for ty in TYPES {
-        for op in BIN_OPS {
+        for op in BinOp::ALL {
             let shift = matches!(op, BinOp::Shl | BinOp::Shr);
             let vals = edge_values(ty);
             let bvals: Vec<u64> = match (shift, ty) {
@@ -675,33 +652,6 @@ fn ref_un(op: UnOp, ty: Ty, a: u64) -> Option<u64> {
     }
 }
 
-const UN_OPS: [UnOp; 24] = [
-    UnOp::Neg,
-    UnOp::Not,
-    UnOp::Abs,
-    UnOp::Floor,
-    UnOp::Ceil,
-    UnOp::Trunc,
-    UnOp::Round,
-    UnOp::Sqrt,
-    UnOp::InverseSqrt,
-    UnOp::Exp2,
-    UnOp::Log2,
-    UnOp::Sin,
-    UnOp::Cos,
-    UnOp::Tan,
-    UnOp::Asin,
-    UnOp::Acos,
-    UnOp::Atan,
-    UnOp::Sinh,
-    UnOp::Cosh,
-    UnOp::Tanh,
-    UnOp::CountOneBits,
-    UnOp::ReverseBits,
-    UnOp::CountLeadingZeros,
-    UnOp::CountTrailingZeros,
-];
-
 /// Runs `out[i] = f(a[i])` where `f` builds the instruction.
 fn run_map(from: Ty, to: Ty, a: &[u64], f: impl FnOnce(&mut K, Reg) -> Reg) -> Vec<u64> {
     let n = a.len() as u32;
@@ -732,7 +682,7 @@ fn every_unop_on_every_type() {
                 }
             }));
         }
-        for op in UN_OPS {
+        for op in UnOp::ALL {
             if ref_un(op, ty, vals[0]).is_none() {
                 continue;
             }

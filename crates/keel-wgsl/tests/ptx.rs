@@ -103,56 +103,6 @@ impl Builder {
 
 const TYPES: [Ty; 6] = [Ty::Bool, Ty::U32, Ty::I32, Ty::F32, Ty::F16, Ty::U64];
 
-const UNOPS: [UnOp; 24] = [
-    UnOp::Neg,
-    UnOp::Not,
-    UnOp::Abs,
-    UnOp::Floor,
-    UnOp::Ceil,
-    UnOp::Trunc,
-    UnOp::Round,
-    UnOp::Sqrt,
-    UnOp::InverseSqrt,
-    UnOp::Exp2,
-    UnOp::Log2,
-    UnOp::Sin,
-    UnOp::Cos,
-    UnOp::Tan,
-    UnOp::Asin,
-    UnOp::Acos,
-    UnOp::Atan,
-    UnOp::Sinh,
-    UnOp::Cosh,
-    UnOp::Tanh,
-    UnOp::CountOneBits,
-    UnOp::ReverseBits,
-    UnOp::CountLeadingZeros,
-    UnOp::CountTrailingZeros,
-];
-
-const BINOPS: [BinOp; 20] = [
-    BinOp::Add,
-    BinOp::Sub,
-    BinOp::Mul,
-    BinOp::Div,
-    BinOp::Rem,
-    BinOp::Min,
-    BinOp::Max,
-    BinOp::And,
-    BinOp::Or,
-    BinOp::Xor,
-    BinOp::Shl,
-    BinOp::Shr,
-    BinOp::Eq,
-    BinOp::Ne,
-    BinOp::Lt,
-    BinOp::Le,
-    BinOp::Gt,
-    BinOp::Ge,
-    BinOp::Pow,
-    BinOp::Atan2,
-];
-
 const REDUCES: [Reduce; 7] = [
     Reduce::Add,
     Reduce::Mul,
@@ -245,12 +195,12 @@ fn every_unary_and_binary_operation() {
     for ty in TYPES {
         let x = b.opaque(ty);
         let y = b.opaque(ty);
-        for op in UNOPS.into_iter().filter(|op| unop_valid(*op, ty)) {
+        for op in UnOp::ALL.into_iter().filter(|op| unop_valid(*op, ty)) {
             let dst = b.reg(ty);
             b.inst(Inst::Un { op, dst, a: x });
             b.sink(dst);
         }
-        for op in BINOPS.into_iter().filter(|op| binop_valid(*op, ty)) {
+        for op in BinOp::ALL.into_iter().filter(|op| binop_valid(*op, ty)) {
             let dst = b.reg(if op.is_comparison() { Ty::Bool } else { ty });
             let rhs = if matches!(op, BinOp::Shl | BinOp::Shr) {
                 b.opaque(Ty::U32)
@@ -287,14 +237,14 @@ fn every_unary_and_binary_operation() {
 #[test]
 fn invalid_operations_are_errors() {
     for ty in TYPES {
-        for op in UNOPS.into_iter().filter(|op| !unop_valid(*op, ty)) {
+        for op in UnOp::ALL.into_iter().filter(|op| !unop_valid(*op, ty)) {
             let mut b = Builder::new();
             let x = b.opaque(ty);
             let dst = b.reg(ty);
             b.inst(Inst::Un { op, dst, a: x });
             assert!(emit(&b.program("bad")).is_err(), "{op:?} of {ty:?}");
         }
-        for op in BINOPS.into_iter().filter(|op| !binop_valid(*op, ty)) {
+        for op in BinOp::ALL.into_iter().filter(|op| !binop_valid(*op, ty)) {
             let mut b = Builder::new();
             let x = b.opaque(ty);
             let dst = b.reg(ty);
