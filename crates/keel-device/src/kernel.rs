@@ -230,6 +230,18 @@ fn program_of(name: &'static str, wgsl: &'static str) -> crate::Result<Arc<Progr
     Ok(Arc::clone(&compiled(name, wgsl)?.program))
 }
 
+/// `params` zero-padded to `bytes`: Keel's launch code passes the
+/// parameter values without the padding a WGSL struct may end with.
+fn padded(params: &[u8], bytes: u32) -> std::borrow::Cow<'_, [u8]> {
+    let need = bytes as usize;
+    if params.len() >= need {
+        return std::borrow::Cow::Borrowed(params);
+    }
+    let mut p = params.to_vec();
+    p.resize(need, 0);
+    std::borrow::Cow::Owned(p)
+}
+
 /// Runs a kernel's WGSL translated to Rust ahead of time
 /// ([`keel_wgsl::rust`], checked in and kept current by a test) as its
 /// host implementation: native code, where the interpreter runs each
@@ -245,17 +257,8 @@ pub fn run_translated(
             inv.workgroup_size, translated.workgroup_size
         ));
     }
-    let need = translated.param_bytes as usize;
-    let padded;
-    let params = if inv.params.len() < need {
-        let mut p = inv.params.to_vec();
-        p.resize(need, 0);
-        padded = p;
-        &padded[..]
-    } else {
-        inv.params
-    };
-    translated.run(inv.grid, &mut inv.buffers, params)
+    let params = padded(inv.params, translated.param_bytes);
+    translated.run(inv.grid, &mut inv.buffers, &params)
 }
 
 /// Runs `kernel` on the calling host's threads: its Rust override where it
@@ -287,23 +290,13 @@ pub fn run_on_host(
             kernel.workgroup_size, program.workgroup_size
         ));
     }
-    // Keel's launch code passes the parameter values without the padding
-    // a WGSL struct may end with.
-    let need = program.param_bytes as usize;
-    let mut padded;
-    let params = if params.len() < need {
-        padded = params.to_vec();
-        padded.resize(need, 0);
-        &padded[..]
-    } else {
-        params
-    };
+    let params = padded(params, program.param_bytes);
     let mut buffers = buffers;
     keel_wgsl::host::run(
         &program,
         grid,
         &mut buffers,
-        params,
+        &params,
         &HostOptions::default(),
     )
     .map_err(|e| e.to_string())

@@ -1009,14 +1009,12 @@ impl State<'_> {
     }
 
     fn ptr_dynamic(&mut self, p: &Ptr, i: Reg) -> Result<Ptr> {
-        let (el, stride, elems) = match &p.shape {
-            Shape::Array { base, stride, .. } => ((**base).clone(), *stride, base.count().ok()),
-            Shape::Vector(_, t) => (Shape::Scalar(*t), t.bytes(), Some(1)),
-            Shape::Matrix { rows, ty, .. } => (
-                Shape::Vector(*rows, *ty),
-                column_stride(*rows, *ty),
-                Some(*rows as usize),
-            ),
+        let (el, stride) = match &p.shape {
+            Shape::Array { base, stride, .. } => ((**base).clone(), *stride),
+            Shape::Vector(_, t) => (Shape::Scalar(*t), t.bytes()),
+            Shape::Matrix { rows, ty, .. } => {
+                (Shape::Vector(*rows, *ty), column_stride(*rows, *ty))
+            }
             other => return err(format!("a run-time index into {other:?}")),
         };
         match &p.place {
@@ -1050,14 +1048,9 @@ impl State<'_> {
                     },
                 })
             }
-            Place::Regs(regs) => {
-                // A vector or matrix local in registers indexed at run
-                // time: the index picks among the elements, and an
-                // out-of-range index reads element 0 (WGSL allows any
-                // element) — but a pointer cannot be a select, so this
-                // only arises for loads and stores through `Access`,
-                // which `locals_indexed_at_run_time` sends to memory.
-                let _ = (regs, elems);
+            // `locals_indexed_at_run_time` sends every local an `Access`
+            // reaches (here or through a call) to memory.
+            Place::Regs(_) => {
                 err("a run-time index into a value held in registers (a lowering bug)")
             }
             Place::Param(_) => err(

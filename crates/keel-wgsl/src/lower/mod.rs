@@ -116,7 +116,7 @@ pub fn compile_module(
             "entry point `{entry}`: a workgroup size set by an override is not supported"
         ));
     }
-    let globals = Globals::of(module, ep)?;
+    let globals = Globals::of(module)?;
     let mut b = Builder::new();
     let mut needs = Needs::default();
     let private_bytes = func::lower_entry(
@@ -209,7 +209,7 @@ pub(crate) enum GlobalPlace {
 }
 
 impl Globals {
-    fn of(module: &Module, ep: &naga::EntryPoint) -> Result<Self> {
+    fn of(module: &Module) -> Result<Self> {
         let mut storage: Vec<(u32, Handle<naga::GlobalVariable>, bool)> = Vec::new();
         let mut places = vec![GlobalPlace::Unused; module.global_variables.len()];
         let mut param_bytes = 0;
@@ -276,7 +276,6 @@ impl Globals {
                 }
             }
         }
-        let _ = ep;
         storage.sort_by_key(|(n, _, _)| *n);
         let mut buffers = Vec::new();
         for (i, (n, h, read_only)) in storage.into_iter().enumerate() {

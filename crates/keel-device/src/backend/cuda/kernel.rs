@@ -98,19 +98,21 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
             "has neither PTX nor WGSL, which the CUDA backend runs",
         ));
     }
+    // Keyed by the source the kernel names (its override, else its WGSL):
+    // a `&'static str` lives at one address, so a launch finds its
+    // function without generating or copying any PTX.
+    let named = kernel.ptx.or(kernel.wgsl).unwrap_or_default();
+    let key = (kernel.name, named.as_ptr() as usize);
+    let mut cache = c.functions.lock().map_err(|_| poisoned())?;
+    if let Some(f) = cache.get(&key) {
+        return Ok(Arc::clone(f));
+    }
     let source = kernel.ptx_source()?;
     let ptx: &str = &source;
     let generated = match kernel.ptx {
         Some(_) => None,
         None => Some(kernel.program()?.param_bytes as usize / 4),
     };
-    // A generated source lives in the kernel cache for the process, so its
-    // address identifies it as an override's does.
-    let key = (kernel.name, ptx.as_ptr() as usize);
-    let mut cache = c.functions.lock().map_err(|_| poisoned())?;
-    if let Some(f) = cache.get(&key) {
-        return Ok(Arc::clone(f));
-    }
     let params = entry_param_count(ptx, kernel.name).ok_or_else(|| {
         kernel_error(
             kernel,
