@@ -165,6 +165,7 @@ impl<I: StaticGuardImpl> InlineDeviceGuard<I> {
 }
 
 impl<I: StaticGuardImpl> Drop for InlineDeviceGuard<I> {
+    #[inline]
     fn drop(&mut self) {
         self.impl_.unchecked_set_device(self.original_device);
     }

@@ -39,7 +39,13 @@ struct Entry {
 /// by a `match`, without a `dyn` call, so its guard code inlines
 /// ([`VirtualGuardImpl`](super::VirtualGuardImpl)); third-party backends
 /// are called through `dyn`.
+///
+/// Word-sized, so that [`VirtualGuardImpl`](super::VirtualGuardImpl) has
+/// no padding: LLVM copies a guard's padding as uninitialised bytes in two
+/// overlapping narrow moves, and reading them back stalls store
+/// forwarding (it doubled a CPU guard's cost in the default build).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub(crate) enum Builtin {
     Cpu,
     #[cfg(feature = "cuda")]

@@ -445,8 +445,12 @@ impl<B: Events + Memory> DeviceGuardImpl for Typed<B> {
             && device.index() < self.0.device_count()
         {
             // A destructor cannot report errors: the device is recorded as
-            // current even if the driver refused to switch.
-            let _ = self.0.activate(device.index());
+            // current even if the driver refused to switch. The error is
+            // dropped only where there is one, so the common path makes no
+            // call to drop a `Result`.
+            if let Err(e) = self.0.activate(device.index()) {
+                drop(e);
+            }
             tls::exchange_device_index(B::TYPE, device.index());
         }
     }
