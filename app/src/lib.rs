@@ -25,6 +25,7 @@ pub mod cli;
 pub mod devices;
 pub mod headless;
 pub mod panels;
+pub mod quiet;
 pub mod window;
 pub mod workloads;
 

@@ -231,3 +231,24 @@ fn headless_open_prints_the_memory_peaks() {
         \x20 cuda:1: 1 events, peak allocated 20.00 MiB, peak reserved 20.00 MiB, 0 out of memory\n";
     assert!(out.contains(memory), "{out}");
 }
+
+/// On a machine with no display session (no `XDG_RUNTIME_DIR`), probing
+/// the backends prints the device list and nothing from libwayland.
+#[test]
+fn a_headless_first_run_prints_no_wayland_noise() {
+    let out = bin()
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["--headless", "--device", "cpu:0"])
+        .output()
+        .expect("the binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Devices:") && stdout.contains("cpu:0"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}
