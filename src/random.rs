@@ -1,7 +1,8 @@
-//! Random kernels: Buffer-level launches of Philox4x32-10 on every backend
-//! (WGSL for Vulkan and wgpu in `shaders/random/philox.wgsl`, hand-written
-//! PTX for CUDA in `shaders/random/philox.ptx`, Rust for the CPU and host
-//! backends, which is also [`reference()`]).
+//! Random kernels: Buffer-level launches of Philox4x32-10 on every backend,
+//! from one WGSL source (`shaders/random/philox.wgsl`: SPIR-V for Vulkan
+//! and wgpu, generated PTX for CUDA, its translation to Rust for the CPU
+//! and host backends), checked against an independent host
+//! [`reference()`].
 //!
 //! # The guarantee (Note [Random values do not depend on the launch])
 //!
@@ -11,10 +12,24 @@
 //! every backend. A kernel invocation computes whole Philox blocks and
 //! strides over them by the number of invocations, so the workgroup size,
 //! the grid's size and its shape (1-, 2- or 3-D) decide only who computes
-//! a value, never the value. The raw words ([`RandomOp::U32`]), [`rand`],
-//! [`randint`] and [`uniform`] are bit-identical across backends; [`randn`]
-//! and [`normal`] use `log`, `sqrt`, `cos` and `sin`, whose last bits
-//! differ between backends (tests bound the difference).
+//! a value, never the value. Every op is bit-identical across backends,
+//! [`randn`] and [`normal`] included.
+//!
+//! # Note [Normal draws are bit-identical]
+//!
+//! Box-Muller needs `log`, `sqrt`, `cos` and `sin`, whose last bits differ
+//! between backends: a GPU's `log` is accurate only in absolute terms
+//! (near `u1 = 1` a small radius came out 1% off on an H200), and a
+//! Vulkan driver may fuse an `f32` multiply and add, which WGSL cannot
+//! forbid. So the kernels compute every step in `u32`/`i32` arithmetic,
+//! which all backends perform exactly: the logarithm through `atanh` of an
+//! exact ratio of integers, the square root by Newton steps on its
+//! reciprocal, sine and cosine by series after an exact reduction to the
+//! nearest quarter turn, all with 32-bit significands, rounded once to
+//! `f32` (within one `f32` step of the exact value, tested against `f64`);
+//! `normal_`'s `mean + std * z` is an integer implementation of IEEE 754's
+//! correctly rounded multiply and add. The host reference
+//! (`random/normal.rs`) takes the same steps with 64-bit integers.
 //!
 //! # Conversions (PyTorch's)
 //!
@@ -26,8 +41,9 @@
 //! - `randn`: Box-Muller on the aligned pair of words `(2j, 2j + 1)`:
 //!   `u1 = 1 - rand(x0)` in `(0, 1]`, `u2 = rand(x1)`,
 //!   `r = sqrt(-2 ln u1)`, `t = 2 pi u2`; the even position gets
-//!   `r cos t`, the odd one `r sin t`. `normal(mean, std)` is
-//!   `mean + std * z`.
+//!   `r cos t`, the odd one `r sin t` (Note [Normal draws are
+//!   bit-identical]). `normal(mean, std)` is `mean + std * z`, rounded
+//!   after each step.
 //! - `randint(low, high)`: `low + x % (high - low)` (PyTorch's
 //!   `uniform_int_from_to` for ranges below 2^32), as `i32`.
 //!
@@ -162,6 +178,8 @@ translated_host!(
     normal_host => PHILOX_NORMAL,
     randint_host => PHILOX_RANDINT,
 );
+
+mod normal;
 
 /// The Philox kernels' WGSL translated to Rust (generated; see
 /// `tests::the_translation_is_current`).
@@ -427,13 +445,11 @@ pub fn to_unit(x: u32) -> f32 {
     (x & 0x00FF_FFFF) as f32 * (1.0 / 16_777_216.0)
 }
 
-/// Box-Muller on a pair of words.
+/// Box-Muller on a pair of words, as every backend computes it (in
+/// integer arithmetic: Note [Normal draws are bit-identical]).
 pub fn box_muller(x0: u32, x1: u32) -> (f32, f32) {
-    let u1 = 1.0 - to_unit(x0);
-    let u2 = to_unit(x1);
-    let r = (-2.0 * u1.ln()).sqrt();
-    let t = 6.283_185_5_f32 * u2;
-    (r * t.cos(), r * t.sin())
+    let (c, s) = normal::box_muller_bits(x0, x1);
+    (f32::from_bits(c), f32::from_bits(s))
 }
 
 /// The largest `f32` below `hi`.
@@ -460,6 +476,8 @@ fn element(code: u32, a: u32, b: u32, words: [u32; 4], lane: usize) -> u32 {
             let (z0, z1) = box_muller(words[pair], words[pair + 1]);
             let mut z = if lane & 1 == 0 { z0 } else { z1 };
             if code == 4 {
+                // Two roundings, as IEEE 754 and Rust define them (the
+                // kernels' integer `f32_mul` and `f32_add`).
                 let scaled = f32::from_bits(b) * z;
                 z = f32::from_bits(a) + scaled;
             }

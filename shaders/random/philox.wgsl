@@ -8,8 +8,7 @@
 // Bindings: 0 out (u32 words; f32 outputs are stored as their bits),
 // 1 params (uniform). Params: n, seed (lo, hi), offset (lo, hi), then two
 // words whose meaning depends on the entry point (see `keel::random`).
-// The host reference is `keel::random::reference`; the PTX twin is
-// `philox.ptx`.
+// The host reference is `keel::random::reference`.
 
 struct Params {
     n: u32,
@@ -86,13 +85,357 @@ fn to_unit(x: u32) -> f32 {
     return f32(x & 0xffffffu) * 5.9604644775390625e-8;
 }
 
-// Box-Muller on a pair of words: (r cos t, r sin t).
-fn box_muller(x0: u32, x1: u32) -> vec2<f32> {
-    let u1 = 1.0 - to_unit(x0);
-    let u2 = to_unit(x1);
-    let r = sqrt(-2.0 * log(u1));
-    let t = 6.2831855 * u2;
-    return vec2<f32>(r * cos(t), r * sin(t));
+// randn and normal_ in integer arithmetic (Note [Normal draws are
+// bit-identical] in `keel::random`). Every step of Box-Muller, and
+// normal_'s `mean + std * z`, is computed with u32 and i32 operations,
+// which every backend performs exactly: a GPU's `log` is accurate only in
+// absolute terms, its `sqrt`, `sin` and `cos` are not correctly rounded,
+// subnormals may be flushed, and a Vulkan driver may contract an f32
+// multiply and add into one FMA, none of which WGSL can forbid. The host
+// reference (`keel::random::reference`) follows the same steps with 64-bit
+// integers.
+
+// A positive number m * 2^e with 32 significant bits (m's top bit set);
+// zero has m = 0.
+struct Wide {
+    m: u32,
+    e: i32,
+}
+
+// x * 2^e, normalised.
+fn wide(x: u32, e: i32) -> Wide {
+    if x == 0u {
+        return Wide(0u, 0);
+    }
+    let z = countLeadingZeros(x);
+    return Wide(x << z, e - i32(z));
+}
+
+// a * b, truncated to 32 significant bits.
+fn wide_mul(a: Wide, b: Wide) -> Wide {
+    let hi = mulhi(a.m, b.m);
+    if (hi >> 31u) == 0u {
+        return Wide((hi << 1u) | ((a.m * b.m) >> 31u), a.e + b.e + 31);
+    }
+    return Wide(hi, a.e + b.e + 32);
+}
+
+// a + b, truncated.
+fn wide_add(a: Wide, b: Wide) -> Wide {
+    if b.m == 0u {
+        return a;
+    }
+    if a.m == 0u {
+        return b;
+    }
+    var x = a;
+    var y = b;
+    if y.e > x.e {
+        x = b;
+        y = a;
+    }
+    let d = u32(x.e - y.e);
+    if d >= 32u {
+        return x;
+    }
+    let sum = x.m + (y.m >> d);
+    if sum < x.m {
+        return Wide((sum >> 1u) | 0x80000000u, x.e + 1);
+    }
+    return Wide(sum, x.e);
+}
+
+// x - y for x > y, truncated.
+fn wide_sub(x: Wide, y: Wide) -> Wide {
+    if y.m == 0u {
+        return x;
+    }
+    let d = u32(x.e - y.e);
+    if d >= 32u {
+        return x;
+    }
+    return wide(x.m - (y.m >> d), x.e);
+}
+
+// The bits of the f32 nearest a positive w in f32's normal range (ties to
+// even); zero for zero.
+fn wide_bits(w: Wide) -> u32 {
+    if w.m == 0u {
+        return 0u;
+    }
+    var q = w.m >> 8u;
+    let rest = w.m & 0xffu;
+    if rest > 0x80u || (rest == 0x80u && (q & 1u) == 1u) {
+        q += 1u;
+    }
+    // q * 2^(e + 8) with q in [2^23, 2^24]: q's leading bit adds one to
+    // the exponent field (and a carry to 2^24 adds one more).
+    return (u32(w.e + 157) << 23u) + q;
+}
+
+// (a * b) >> 31 for Q1.31 fixed-point a and b whose product is below 2.
+fn mulq(a: u32, b: u32) -> u32 {
+    return (mulhi(a, b) << 1u) | ((a * b) >> 31u);
+}
+
+// -ln(a * 2^-24) for a in [1, 2^24]: with a = f * 2^k and f in
+// [0.6875, 1.375), -ln = (24 - k) ln 2 - 2 atanh(s), s = (f - 1) / (f + 1)
+// = (a - 2^k) / (a + 2^k), an exact ratio of integers (so a close to 2^24,
+// where the result is tiny, keeps its relative accuracy).
+fn neg_log(a: u32) -> Wide {
+    var k = 31u - countLeadingZeros(a);
+    var p = 1u << k;
+    if 8u * (a - p) >= 3u * p {
+        k += 1u;
+        p <<= 1u;
+    }
+    let d = a + p;
+    let neg = a < p;
+    let n = select(a - p, p - a, neg);
+    var t = Wide(0u, 0);
+    if n != 0u {
+        // s = n / d by long division, six bits a step, from n scaled into
+        // [d / 2, d): 30 significant bits.
+        var sh = countLeadingZeros(n) - countLeadingZeros(d);
+        if (n << sh) >= d {
+            sh -= 1u;
+        }
+        var r = n << sh;
+        var q = 0u;
+        for (var i = 0u; i < 5u; i++) {
+            r <<= 6u;
+            let digit = r / d;
+            r -= digit * d;
+            q = (q << 6u) | digit;
+        }
+        let s = wide(q, -30 - i32(sh));
+        // s^2 as a Q0.32 fraction (|s| < 0.186), and
+        // atanh(s) / s = 1 + s^2/3 + ... + s^12/13 in Q2.30.
+        let s2 = wide_mul(s, s);
+        let shift = -32 - s2.e;
+        var w = 0u;
+        if shift < 32 {
+            w = s2.m >> u32(shift);
+        }
+        var poly = 82595525u;
+        poly = 97612893u + mulhi(poly, w);
+        poly = 119304647u + mulhi(poly, w);
+        poly = 153391689u + mulhi(poly, w);
+        poly = 214748365u + mulhi(poly, w);
+        poly = 357913941u + mulhi(poly, w);
+        poly = 1073741824u + mulhi(poly, w);
+        t = wide_mul(s, wide(poly, -30));
+        t.e += 1;
+    }
+    let whole = 24u - k;
+    if whole == 0u {
+        return t;
+    }
+    let base = wide_mul(wide(whole, 0), Wide(0xB17217F8u, -32));
+    if neg {
+        return wide_add(base, t);
+    }
+    return wide_sub(base, t);
+}
+
+// sqrt(x): 1/sqrt(v) of the mantissa v in [1/4, 1) from the chord over
+// its half of the range, three Newton steps in Q2.30 (each at most the
+// true value, so nothing overflows), then v * (1/sqrt(v)).
+fn wide_sqrt(x: Wide) -> Wide {
+    if x.m == 0u {
+        return x;
+    }
+    var m = x.m;
+    var e = x.e;
+    if (e & 1) != 0 {
+        m >>= 1u;
+        e += 1;
+    }
+    var y: u32;
+    if m >= 0x80000000u {
+        y = 1963258676u - mulhi(m, 889516852u);
+    } else {
+        y = 2776467046u - mulhi(m, 2515933592u);
+    }
+    for (var i = 0u; i < 3u; i++) {
+        let vy2 = mulhi(m, mulhi(y, y));
+        y = mulhi(y, (3u << 28u) - vy2) << 3u;
+    }
+    return wide(mulhi(m, y), (e + 32) / 2 - 30);
+}
+
+// Box-Muller on a pair of words, as f32 bits: r cos t and r sin t with
+// r = sqrt(-2 ln u1), u1 = 1 - (x0's low 24 bits) 2^-24 in (0, 1], and
+// t = 2 pi u2, u2 = (x1's low 24 bits) 2^-24. t is reduced to the nearest
+// quarter turn exactly (integers), leaving |phi| <= pi/4 for the series.
+fn box_muller(x0: u32, x1: u32) -> vec2<u32> {
+    var two_l = neg_log(0x1000000u - (x0 & 0xffffffu));
+    two_l.e += 1;
+    let r = wide_sqrt(two_l);
+    let m1 = x1 & 0xffffffu;
+    let turn = (m1 + 0x200000u) >> 22u;
+    let y = i32(m1) - i32(turn << 22u);
+    let phi = wide_mul(wide(u32(abs(y)), -24), Wide(0xC90FDAA2u, -29));
+    // phi, phi^2 and phi^4 in Q1.31.
+    let shift = -31 - phi.e;
+    var f = 0u;
+    if phi.m != 0u && shift < 32 {
+        f = phi.m >> u32(shift);
+    }
+    let w = mulq(f, f);
+    let v = mulq(w, w);
+    // sin(phi) / phi and cos(phi), as even and odd parts in phi^2 (every
+    // coefficient positive, so the sums stay unsigned).
+    let sin_even = 0x80000000u + mulq(v, 17895697u + mulq(v, 5918u));
+    let sin_odd = 357913941u + mulq(v, 426088u + mulq(v, 54u));
+    let cos_even = 0x80000000u + mulq(v, 89478485u + mulq(v, 53261u));
+    let cos_odd = 1073741824u + mulq(v, 2982616u + mulq(v, 592u));
+    let sin_phi = wide_mul(phi, wide(sin_even - mulq(w, sin_odd), -31));
+    let cos_phi = wide(cos_even - mulq(w, cos_odd), -31);
+    // t = quarter * pi/2 + phi.
+    let quarter = turn & 3u;
+    let sn = select(0u, 1u, y < 0);
+    var cm = cos_phi;
+    var sm = sin_phi;
+    var c_neg = 0u;
+    var s_neg = sn;
+    if quarter == 1u {
+        cm = sin_phi;
+        sm = cos_phi;
+        c_neg = sn ^ 1u;
+        s_neg = 0u;
+    } else if quarter == 2u {
+        c_neg = 1u;
+        s_neg = sn ^ 1u;
+    } else if quarter == 3u {
+        cm = sin_phi;
+        sm = cos_phi;
+        c_neg = sn;
+        s_neg = 1u;
+    }
+    let c = wide_bits(wide_mul(r, cm));
+    let s = wide_bits(wide_mul(r, sm));
+    return vec2<u32>(
+        select(c | (c_neg << 31u), 0u, c == 0u),
+        select(s | (s_neg << 31u), 0u, s == 0u),
+    );
+}
+
+// The f32 nearest sign * (m + a fraction when `sticky`) * 2^e, rounded to
+// nearest even: subnormal below f32's normal range, infinite past its
+// largest finite value. `sticky` comes with at least 26 bits in m.
+fn round_f32(sign: u32, m: u32, sticky: bool, e: i32) -> u32 {
+    if m == 0u {
+        return sign << 31u;
+    }
+    var s = i32(32u - countLeadingZeros(m)) - 24;
+    if e + s < -149 {
+        s = -149 - e;
+    }
+    var q = 0u;
+    var half = false;
+    var rest = sticky;
+    if s <= 0 {
+        q = m << u32(-s);
+    } else if s > 32 {
+        rest = true;
+    } else if s == 32 {
+        half = (m >> 31u) == 1u;
+        rest = rest || (m << 1u) != 0u;
+    } else {
+        q = m >> u32(s);
+        let below = m << u32(32 - s);
+        half = (below >> 31u) == 1u;
+        rest = rest || (below << 1u) != 0u;
+    }
+    if half && (rest || (q & 1u) == 1u) {
+        q += 1u;
+    }
+    let e_lsb = e + s;
+    if e_lsb > 104 {
+        return (sign << 31u) | 0x7f800000u;
+    }
+    let bits = (u32(e_lsb + 149) << 23u) + q;
+    return (sign << 31u) | min(bits, 0x7f800000u);
+}
+
+// An f32's significand with its leading bit, and the exponent of its last
+// bit: the value is m * 2^e.
+fn significand(x: u32) -> u32 {
+    let field = (x >> 23u) & 0xffu;
+    return select(x & 0x7fffffu, (x & 0x7fffffu) | 0x800000u, field != 0u);
+}
+
+fn lsb_exponent(x: u32) -> i32 {
+    return i32(max((x >> 23u) & 0xffu, 1u)) - 150;
+}
+
+// a * b for finite f32 bits, correctly rounded.
+fn f32_mul(a: u32, b: u32) -> u32 {
+    let sign = (a ^ b) >> 31u;
+    let ma = significand(a);
+    let mb = significand(b);
+    if ma == 0u || mb == 0u {
+        return sign << 31u;
+    }
+    let za = countLeadingZeros(ma);
+    let zb = countLeadingZeros(mb);
+    let pa = ma << za;
+    let pb = mb << zb;
+    let e = lsb_exponent(a) + lsb_exponent(b) - i32(za) - i32(zb) + 32;
+    return round_f32(sign, mulhi(pa, pb), (pa * pb) != 0u, e);
+}
+
+// a + b for finite a and finite or infinite b (f32 bits), correctly
+// rounded.
+fn f32_add(a: u32, b: u32) -> u32 {
+    let a_mag = a & 0x7fffffffu;
+    let b_mag = b & 0x7fffffffu;
+    if b_mag == 0x7f800000u {
+        return b;
+    }
+    if a_mag == 0u {
+        if b_mag == 0u {
+            return a & b;
+        }
+        return b;
+    }
+    if b_mag == 0u {
+        return a;
+    }
+    // x has the larger exponent; both get seven guard bits.
+    var x = a;
+    var y = b;
+    if lsb_exponent(b) > lsb_exponent(a) {
+        x = b;
+        y = a;
+    }
+    let ex = lsb_exponent(x) - 7;
+    let d = u32(lsb_exponent(x) - lsb_exponent(y));
+    let wx = significand(x) << 7u;
+    let gy = significand(y) << 7u;
+    var wy = 0u;
+    var sticky = true;
+    if d < 32u {
+        wy = gy >> d;
+        sticky = d > 0u && (gy << (32u - d)) != 0u;
+    }
+    let sx = x >> 31u;
+    let sy = y >> 31u;
+    if sx == sy {
+        return round_f32(sx, wx + wy, sticky, ex);
+    }
+    if d == 0u {
+        if wx == wy {
+            return 0u;
+        }
+        if wx > wy {
+            return round_f32(sx, wx - wy, false, ex);
+        }
+        return round_f32(sy, wy - wx, false, ex);
+    }
+    // |x| > |y|; a fraction cut from y borrows one from the difference.
+    return round_f32(sx, wx - wy - select(0u, 1u, sticky), sticky, ex);
 }
 
 // The largest f32 below `hi` (uniform_ keeps its results under `hi`).
@@ -130,12 +473,9 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
                 z = z2.y;
             }
             if op == 4u {
-                let mean = bitcast<f32>(params.a);
-                let sd = bitcast<f32>(params.b);
-                let scaled = sd * z;
-                z = mean + scaled;
+                z = f32_add(params.a, f32_mul(params.b, z));
             }
-            return bitcast<u32>(z);
+            return z;
         }
         case 3u: {
             let lo = bitcast<f32>(params.a);

@@ -211,3 +211,43 @@ fn k() {
         .collect();
     assert_eq!(words, [0, 7, 14, 21]);
 }
+
+/// A constant struct built in a function body (which naga leaves out of
+/// every `Emit`) is usable first inside a branch and again after it.
+#[test]
+fn a_constant_composite_in_a_function_body_works() {
+    let src = "
+struct Pair { a: u32, b: i32 }
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+fn pick(x: u32) -> Pair {
+    var t = Pair(0u, 0);
+    if x > 1u {
+        t = Pair(x, -2);
+        t.b += 5;
+    }
+    let z = vec2<u32>(3u, 4u).yx;
+    return Pair(t.a + z.x, t.b + i32(z.y));
+}
+@compute @workgroup_size(1)
+fn k() {
+    let p = pick(out[0]);
+    let q = pick(0u);
+    out[0] = p.a; out[1] = u32(p.b); out[2] = q.a; out[3] = u32(q.b);
+}";
+    let p = keel_wgsl::compile(src, "k").expect("compiles");
+    let mut out = [0u8; 16];
+    out[..4].copy_from_slice(&9u32.to_le_bytes());
+    keel_wgsl::host::run(
+        &p,
+        [1, 1, 1],
+        &mut [&mut out[..]],
+        &[],
+        &keel_wgsl::host::HostOptions::default(),
+    )
+    .expect("runs");
+    let words: Vec<u32> = out
+        .chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(words, [13, 6, 4, 3]);
+}

@@ -715,7 +715,10 @@ impl State<'_> {
     }
 
     /// The value of `h`: evaluated at its `Emit`, or now for the
-    /// expressions naga never emits.
+    /// expressions naga never emits: leaves, and constant expressions built
+    /// from them (`Wide(0u, 0)` in a function body), which gather registers
+    /// without emitting an instruction, so evaluating them where first used
+    /// defines nothing that another path would miss.
     fn expr(&mut self, ctx: &mut Ctx<'_>, h: Handle<naga::Expression>) -> Result<Value> {
         if let Some(v) = &ctx.values[h.index()] {
             return Ok(v.clone());
@@ -726,7 +729,10 @@ impl State<'_> {
             | E::ZeroValue(_)
             | E::GlobalVariable(_)
             | E::LocalVariable(_)
-            | E::FunctionArgument(_) => {
+            | E::FunctionArgument(_)
+            | E::Compose { .. }
+            | E::Splat { .. }
+            | E::Swizzle { .. } => {
                 let v = self.eval(ctx, h)?;
                 ctx.values[h.index()] = Some(v.clone());
                 Ok(v)
