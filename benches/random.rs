@@ -52,6 +52,10 @@ fn random_ops(c: &mut Criterion) {
             });
         }
     }
+    // The host reference on the calling thread (one core), for scale.
+    g.bench_function("randn/host-reference", |b| {
+        b.iter(|| random::reference(RandomOp::Randn, N, 7, 0).expect("reference"))
+    });
     g.finish();
 }
 

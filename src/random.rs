@@ -464,25 +464,36 @@ fn below(hi: f32) -> f32 {
     }
 }
 
-/// One element's bits from its Philox block and lane (`code`, `a`, `b` as
-/// in the parameter block).
-fn element(code: u32, a: u32, b: u32, words: [u32; 4], lane: usize) -> u32 {
-    let x = words[lane];
+/// The bits of a Philox block's four elements (`code`, `a`, `b` as in the
+/// parameter block); `randn` and `normal_` take one Box-Muller per pair.
+fn block_values(code: u32, a: u32, b: u32, words: [u32; 4]) -> [u32; 4] {
+    match code {
+        2 | 4 => {
+            let mut v = [0u32; 4];
+            for pair in [0, 2] {
+                let (z0, z1) = box_muller(words[pair], words[pair + 1]);
+                for (slot, mut z) in [(pair, z0), (pair + 1, z1)] {
+                    if code == 4 {
+                        // Two roundings, as IEEE 754 and Rust define them
+                        // (the kernels' integer `f32_mul` and `f32_add`).
+                        let scaled = f32::from_bits(b) * z;
+                        z = f32::from_bits(a) + scaled;
+                    }
+                    v[slot] = z.to_bits();
+                }
+            }
+            v
+        }
+        _ => words.map(|x| element(code, a, b, x)),
+    }
+}
+
+/// One element's bits from its word, for the ops other than `randn` and
+/// `normal_`.
+fn element(code: u32, a: u32, b: u32, x: u32) -> u32 {
     match code {
         0 => x,
         1 => to_unit(x).to_bits(),
-        2 | 4 => {
-            let pair = lane & !1;
-            let (z0, z1) = box_muller(words[pair], words[pair + 1]);
-            let mut z = if lane & 1 == 0 { z0 } else { z1 };
-            if code == 4 {
-                // Two roundings, as IEEE 754 and Rust define them (the
-                // kernels' integer `f32_mul` and `f32_add`).
-                let scaled = f32::from_bits(b) * z;
-                z = f32::from_bits(a) + scaled;
-            }
-            z.to_bits()
-        }
         3 => {
             let (lo, hi) = (f32::from_bits(a), f32::from_bits(b));
             let width = hi - lo;
@@ -501,6 +512,7 @@ fn fill(code: u32, a: u32, b: u32, at: PhiloxState, out: &mut [u32]) {
     let first_block = at.offset / 4;
     for (k, chunk_start) in (0..).zip((0..out.len() as u64 + skip).step_by(4)) {
         let words = stream_block(at.seed, first_block.wrapping_add(k));
+        let values = block_values(code, a, b, words);
         for lane in 0..4u64 {
             let pos = chunk_start + lane;
             if pos < skip {
@@ -508,7 +520,7 @@ fn fill(code: u32, a: u32, b: u32, at: PhiloxState, out: &mut [u32]) {
             }
             let j = (pos - skip) as usize;
             if j < out.len() {
-                out[j] = element(code, a, b, words, lane as usize);
+                out[j] = values[lane as usize];
             }
         }
     }

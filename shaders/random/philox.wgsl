@@ -95,8 +95,17 @@ fn to_unit(x: u32) -> f32 {
 // reference (`keel::random::reference`) follows the same steps with 64-bit
 // integers.
 
-// A positive number m * 2^e with 32 significant bits (m's top bit set);
-// zero has m = 0.
+// The high word of a * b less at most 2: the product of the low halves
+// and the carries of the cross products are left out, which saves a
+// quarter of `mulhi` where 30 correct bits are enough.
+fn mulhi_t(a: u32, b: u32) -> u32 {
+    let a1 = a >> 16u;
+    let b1 = b >> 16u;
+    return a1 * b1 + ((a1 * (b & 0xffffu)) >> 16u) + (((a & 0xffffu) * b1) >> 16u);
+}
+
+// A positive number m * 2^e with 31 or 32 significant bits (m's top bit
+// set); zero has m = 0.
 struct Wide {
     m: u32,
     e: i32,
@@ -111,11 +120,11 @@ fn wide(x: u32, e: i32) -> Wide {
     return Wide(x << z, e - i32(z));
 }
 
-// a * b, truncated to 32 significant bits.
+// a * b, truncated.
 fn wide_mul(a: Wide, b: Wide) -> Wide {
-    let hi = mulhi(a.m, b.m);
+    let hi = mulhi_t(a.m, b.m);
     if (hi >> 31u) == 0u {
-        return Wide((hi << 1u) | ((a.m * b.m) >> 31u), a.e + b.e + 31);
+        return Wide(hi << 1u, a.e + b.e + 31);
     }
     return Wide(hi, a.e + b.e + 32);
 }
@@ -173,11 +182,6 @@ fn wide_bits(w: Wide) -> u32 {
     return (u32(w.e + 157) << 23u) + q;
 }
 
-// (a * b) >> 31 for Q1.31 fixed-point a and b whose product is below 2.
-fn mulq(a: u32, b: u32) -> u32 {
-    return (mulhi(a, b) << 1u) | ((a * b) >> 31u);
-}
-
 // -ln(a * 2^-24) for a in [1, 2^24]: with a = f * 2^k and f in
 // [0.6875, 1.375), -ln = (24 - k) ln 2 - 2 atanh(s), s = (f - 1) / (f + 1)
 // = (a - 2^k) / (a + 2^k), an exact ratio of integers (so a close to 2^24,
@@ -194,21 +198,16 @@ fn neg_log(a: u32) -> Wide {
     let n = select(a - p, p - a, neg);
     var t = Wide(0u, 0);
     if n != 0u {
-        // s = n / d by long division, six bits a step, from n scaled into
-        // [d / 2, d): 30 significant bits.
-        var sh = countLeadingZeros(n) - countLeadingZeros(d);
-        if (n << sh) >= d {
-            sh -= 1u;
+        // s = n / d through 1/d: d normalised to D in [1/2, 1), 1/D from
+        // the line 48/17 - 32/17 D (within 1/17) and three Newton steps
+        // R (2 - D R) in Q2.30 (about 29 correct bits).
+        let cd = countLeadingZeros(d);
+        let dn = d << cd;
+        var rcp = 3031741621u - mulhi_t(dn, 2021161081u);
+        for (var i = 0u; i < 3u; i++) {
+            rcp = mulhi_t(rcp, 0x80000000u - mulhi_t(dn, rcp)) << 2u;
         }
-        var r = n << sh;
-        var q = 0u;
-        for (var i = 0u; i < 5u; i++) {
-            r <<= 6u;
-            let digit = r / d;
-            r -= digit * d;
-            q = (q << 6u) | digit;
-        }
-        let s = wide(q, -30 - i32(sh));
+        let s = wide_mul(wide(n, 0), wide(rcp, i32(cd) - 62));
         // s^2 as a Q0.32 fraction (|s| < 0.186), and
         // atanh(s) / s = 1 + s^2/3 + ... + s^12/13 in Q2.30.
         let s2 = wide_mul(s, s);
@@ -218,12 +217,12 @@ fn neg_log(a: u32) -> Wide {
             w = s2.m >> u32(shift);
         }
         var poly = 82595525u;
-        poly = 97612893u + mulhi(poly, w);
-        poly = 119304647u + mulhi(poly, w);
-        poly = 153391689u + mulhi(poly, w);
-        poly = 214748365u + mulhi(poly, w);
-        poly = 357913941u + mulhi(poly, w);
-        poly = 1073741824u + mulhi(poly, w);
+        poly = 97612893u + mulhi_t(poly, w);
+        poly = 119304647u + mulhi_t(poly, w);
+        poly = 153391689u + mulhi_t(poly, w);
+        poly = 214748365u + mulhi_t(poly, w);
+        poly = 357913941u + mulhi_t(poly, w);
+        poly = 1073741824u + mulhi_t(poly, w);
         t = wide_mul(s, wide(poly, -30));
         t.e += 1;
     }
@@ -253,15 +252,15 @@ fn wide_sqrt(x: Wide) -> Wide {
     }
     var y: u32;
     if m >= 0x80000000u {
-        y = 1963258676u - mulhi(m, 889516852u);
+        y = 1963258676u - mulhi_t(m, 889516852u);
     } else {
-        y = 2776467046u - mulhi(m, 2515933592u);
+        y = 2776467046u - mulhi_t(m, 2515933592u);
     }
     for (var i = 0u; i < 3u; i++) {
-        let vy2 = mulhi(m, mulhi(y, y));
-        y = mulhi(y, (3u << 28u) - vy2) << 3u;
+        let vy2 = mulhi_t(m, mulhi_t(y, y));
+        y = mulhi_t(y, (3u << 28u) - vy2) << 3u;
     }
-    return wide(mulhi(m, y), (e + 32) / 2 - 30);
+    return wide(mulhi_t(m, y), (e + 32) / 2 - 30);
 }
 
 // Box-Muller on a pair of words, as f32 bits: r cos t and r sin t with
@@ -276,22 +275,22 @@ fn box_muller(x0: u32, x1: u32) -> vec2<u32> {
     let turn = (m1 + 0x200000u) >> 22u;
     let y = i32(m1) - i32(turn << 22u);
     let phi = wide_mul(wide(u32(abs(y)), -24), Wide(0xC90FDAA2u, -29));
-    // phi, phi^2 and phi^4 in Q1.31.
-    let shift = -31 - phi.e;
+    // phi, phi^2 and phi^4 as Q0.32 fractions, the series in Q1.31.
+    let shift = -32 - phi.e;
     var f = 0u;
     if phi.m != 0u && shift < 32 {
         f = phi.m >> u32(shift);
     }
-    let w = mulq(f, f);
-    let v = mulq(w, w);
+    let w = mulhi_t(f, f);
+    let v = mulhi_t(w, w);
     // sin(phi) / phi and cos(phi), as even and odd parts in phi^2 (every
     // coefficient positive, so the sums stay unsigned).
-    let sin_even = 0x80000000u + mulq(v, 17895697u + mulq(v, 5918u));
-    let sin_odd = 357913941u + mulq(v, 426088u + mulq(v, 54u));
-    let cos_even = 0x80000000u + mulq(v, 89478485u + mulq(v, 53261u));
-    let cos_odd = 1073741824u + mulq(v, 2982616u + mulq(v, 592u));
-    let sin_phi = wide_mul(phi, wide(sin_even - mulq(w, sin_odd), -31));
-    let cos_phi = wide(cos_even - mulq(w, cos_odd), -31);
+    let sin_even = 0x80000000u + mulhi_t(v, 17895697u + mulhi_t(v, 5918u));
+    let sin_odd = 357913941u + mulhi_t(v, 426088u + mulhi_t(v, 54u));
+    let cos_even = 0x80000000u + mulhi_t(v, 89478485u + mulhi_t(v, 53261u));
+    let cos_odd = 1073741824u + mulhi_t(v, 2982616u + mulhi_t(v, 592u));
+    let sin_phi = wide_mul(phi, wide(sin_even - mulhi_t(w, sin_odd), -31));
+    let cos_phi = wide(cos_even - mulhi_t(w, cos_odd), -31);
     // t = quarter * pi/2 + phi.
     let quarter = turn & 3u;
     let sn = select(0u, 1u, y < 0);
@@ -450,8 +449,19 @@ fn below(hi: f32) -> f32 {
     return bitcast<f32>(0x80000001u);
 }
 
-// The value of stream position lane of block `words` for `op`:
-// 0 raw u32, 1 rand, 2 randn, 3 uniform_(a, b), 4 normal_(a, b),
+// randn (op 2) or normal_ (op 4) of the pair of words (x0, x1): one
+// Box-Muller gives both positions.
+fn normal_pair(op: u32, x0: u32, x1: u32) -> vec2<u32> {
+    var z = box_muller(x0, x1);
+    if op == 4u {
+        z.x = f32_add(params.a, f32_mul(params.b, z.x));
+        z.y = f32_add(params.a, f32_mul(params.b, z.y));
+    }
+    return z;
+}
+
+// The value of stream position lane of block `words` for `op` other than
+// randn and normal_: 0 raw u32, 1 rand, 3 uniform_(a, b),
 // 5 randint(low = a, range = b; 0 means 2^32).
 fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
     let x = words[lane];
@@ -461,21 +471,6 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
         }
         case 1u: {
             return bitcast<u32>(to_unit(x));
-        }
-        case 2u, 4u: {
-            var pair = words.xy;
-            if lane >= 2u {
-                pair = words.zw;
-            }
-            let z2 = box_muller(pair.x, pair.y);
-            var z = z2.x;
-            if (lane & 1u) == 1u {
-                z = z2.y;
-            }
-            if op == 4u {
-                z = f32_add(params.a, f32_mul(params.b, z));
-            }
-            return z;
         }
         case 3u: {
             let lo = bitcast<f32>(params.a);
@@ -510,10 +505,16 @@ fn run(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     let blocks = block_count();
     for (var k = me.x; k < blocks; k += me.y) {
         let words = block(k);
+        var values: vec4<u32>;
+        if op == 2u || op == 4u {
+            values = vec4<u32>(normal_pair(op, words.x, words.y), normal_pair(op, words.z, words.w));
+        } else {
+            values = vec4<u32>(value(op, words, 0u), value(op, words, 1u), value(op, words, 2u), value(op, words, 3u));
+        }
         for (var lane = 0u; lane < 4u; lane++) {
             let pos = 4u * k + lane;
             if pos >= skip && pos - skip < params.n {
-                out[pos - skip] = value(op, words, lane);
+                out[pos - skip] = values[lane];
             }
         }
     }

@@ -2,8 +2,9 @@
 //! `normal_` (Note [Normal draws are bit-identical] in `keel::random`).
 //!
 //! The kernels (`shaders/random/philox.wgsl`) assemble 64-bit products
-//! from 16-bit halves; here they are plain `u64` products. Both take the
-//! same steps with the same truncations, so the results agree bit for bit,
+//! from 16-bit halves; here `mulhi_t` checks its cut against the `u64`
+//! product. Both take the same steps with the same truncations, so the
+//! results agree bit for bit,
 //! and `tests::box_muller_is_within_an_ulp_of_f64` bounds how far both are
 //! from the exact value.
 
@@ -25,13 +26,14 @@ const TWO_PI: Wide = Wide {
     e: -29,
 };
 
-fn mulhi(a: u32, b: u32) -> u32 {
-    ((u64::from(a) * u64::from(b)) >> 32) as u32
-}
-
-/// `(a * b) >> 31`: Q1.31 fixed point, for products below 2.
-fn mulq(a: u32, b: u32) -> u32 {
-    ((u64::from(a) * u64::from(b)) >> 31) as u32
+/// The high word of `a * b` less at most 2, exactly as the kernel's
+/// `mulhi_t` truncates it.
+fn mulhi_t(a: u32, b: u32) -> u32 {
+    let (a1, b1) = (a >> 16, b >> 16);
+    let exact = ((u64::from(a) * u64::from(b)) >> 32) as u32;
+    let cut = a1 * b1 + ((a1 * (b & 0xffff)) >> 16) + (((a & 0xffff) * b1) >> 16);
+    debug_assert!(exact - cut <= 2, "{a:#x} * {b:#x}");
+    cut
 }
 
 fn wide(x: u32, e: i32) -> Wide {
@@ -46,15 +48,15 @@ fn wide(x: u32, e: i32) -> Wide {
 }
 
 fn wide_mul(a: Wide, b: Wide) -> Wide {
-    let p = u64::from(a.m) * u64::from(b.m);
-    if p >> 63 == 0 {
+    let hi = mulhi_t(a.m, b.m);
+    if hi >> 31 == 0 {
         Wide {
-            m: (p >> 31) as u32,
+            m: hi << 1,
             e: a.e + b.e + 31,
         }
     } else {
         Wide {
-            m: (p >> 32) as u32,
+            m: hi,
             e: a.e + b.e + 32,
         }
     }
@@ -125,14 +127,15 @@ fn neg_log(a: u32) -> Wide {
     let n = if neg { p - a } else { a - p };
     let mut t = Wide { m: 0, e: 0 };
     if n != 0 {
-        // 30 bits of n / d; the same digits the kernel's long division
-        // finds six at a time.
-        let mut sh = n.leading_zeros() - d.leading_zeros();
-        if (n << sh) >= d {
-            sh -= 1;
+        // n / d through 1/d: d normalised to [1/2, 1), the line
+        // 48/17 - 32/17 d, three Newton steps in Q2.30.
+        let cd = d.leading_zeros();
+        let dn = d << cd;
+        let mut rcp = 3_031_741_621 - mulhi_t(dn, 2_021_161_081);
+        for _ in 0..3 {
+            rcp = mulhi_t(rcp, 0x8000_0000 - mulhi_t(dn, rcp)) << 2;
         }
-        let q = ((u64::from(n) << (sh + 30)) / u64::from(d)) as u32;
-        let s = wide(q, -30 - sh as i32);
+        let s = wide_mul(wide(n, 0), wide(rcp, cd as i32 - 62));
         let s2 = wide_mul(s, s);
         let shift = -32 - s2.e;
         let w = if shift < 32 { s2.m >> shift } else { 0 };
@@ -146,7 +149,7 @@ fn neg_log(a: u32) -> Wide {
             1_073_741_824,
         ]
         .iter()
-        .fold(82_595_525u32, |acc, &c| c + mulhi(acc, w));
+        .fold(82_595_525u32, |acc, &c| c + mulhi_t(acc, w));
         t = wide_mul(s, wide(poly, -30));
         t.e += 1;
     }
@@ -172,15 +175,15 @@ fn wide_sqrt(x: Wide) -> Wide {
         e += 1;
     }
     let mut y = if m >= 0x8000_0000 {
-        1_963_258_676 - mulhi(m, 889_516_852)
+        1_963_258_676 - mulhi_t(m, 889_516_852)
     } else {
-        2_776_467_046 - mulhi(m, 2_515_933_592)
+        2_776_467_046 - mulhi_t(m, 2_515_933_592)
     };
     for _ in 0..3 {
-        let vy2 = mulhi(m, mulhi(y, y));
-        y = mulhi(y, (3 << 28) - vy2) << 3;
+        let vy2 = mulhi_t(m, mulhi_t(y, y));
+        y = mulhi_t(y, (3 << 28) - vy2) << 3;
     }
-    wide(mulhi(m, y), (e + 32) / 2 - 30)
+    wide(mulhi_t(m, y), (e + 32) / 2 - 30)
 }
 
 /// Box-Muller on a pair of words, as `f32` bits (`r cos t`, `r sin t`).
@@ -192,20 +195,20 @@ pub(super) fn box_muller_bits(x0: u32, x1: u32) -> (u32, u32) {
     let turn = (m1 + 0x20_0000) >> 22;
     let y = m1 as i32 - (turn << 22) as i32;
     let phi = wide_mul(wide(y.unsigned_abs(), -24), TWO_PI);
-    let shift = -31 - phi.e;
+    let shift = -32 - phi.e;
     let f = if phi.m != 0 && shift < 32 {
         phi.m >> shift
     } else {
         0
     };
-    let w = mulq(f, f);
-    let v = mulq(w, w);
-    let sin_even = 0x8000_0000 + mulq(v, 17_895_697 + mulq(v, 5_918));
-    let sin_odd = 357_913_941 + mulq(v, 426_088 + mulq(v, 54));
-    let cos_even = 0x8000_0000 + mulq(v, 89_478_485 + mulq(v, 53_261));
-    let cos_odd = 1_073_741_824 + mulq(v, 2_982_616 + mulq(v, 592));
-    let sin_phi = wide_mul(phi, wide(sin_even - mulq(w, sin_odd), -31));
-    let cos_phi = wide(cos_even - mulq(w, cos_odd), -31);
+    let w = mulhi_t(f, f);
+    let v = mulhi_t(w, w);
+    let sin_even = 0x8000_0000 + mulhi_t(v, 17_895_697 + mulhi_t(v, 5_918));
+    let sin_odd = 357_913_941 + mulhi_t(v, 426_088 + mulhi_t(v, 54));
+    let cos_even = 0x8000_0000 + mulhi_t(v, 89_478_485 + mulhi_t(v, 53_261));
+    let cos_odd = 1_073_741_824 + mulhi_t(v, 2_982_616 + mulhi_t(v, 592));
+    let sin_phi = wide_mul(phi, wide(sin_even - mulhi_t(w, sin_odd), -31));
+    let cos_phi = wide(cos_even - mulhi_t(w, cos_odd), -31);
     let sn = u32::from(y < 0);
     // t = quarter * pi/2 + phi: which of sin/cos phi, and the signs.
     let (cm, sm, c_neg, s_neg) = match turn & 3 {
