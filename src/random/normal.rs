@@ -251,7 +251,9 @@ mod tests {
     #[test]
     fn box_muller_is_within_an_ulp_of_f64() {
         let mut words: Vec<u32> = Vec::new();
-        for edge in [0u32, 1, 2, 3, 42, 0xFF_FFFF, 0xFF_FFFE, 0x80_0000, 0x7F_FFFF] {
+        for edge in [
+            0u32, 1, 2, 3, 42, 0xFF_FFFF, 0xFF_FFFE, 0x80_0000, 0x7F_FFFF,
+        ] {
             words.push(edge);
         }
         for q in 0..4u32 {

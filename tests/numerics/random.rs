@@ -259,7 +259,15 @@ fn randn_is_bit_identical_at_every_length_and_the_named_positions() {
     for (label, d) in backends() {
         let started = std::time::Instant::now();
         for (seed, n, want) in &references {
-            let got = run(d, &random::PHILOX_RANDN, None, RandomOp::Randn, *n, *seed, offset);
+            let got = run(
+                d,
+                &random::PHILOX_RANDN,
+                None,
+                RandomOp::Randn,
+                *n,
+                *seed,
+                offset,
+            );
             assert_same(label, RandomOp::Randn, *seed, offset, &got, want);
         }
         check_validation(label);
@@ -341,7 +349,10 @@ fn randn_is_normal_over_ten_million_draws() {
     let var = sq / nf - mean * mean;
     assert!(mean.abs() < 5.0 / nf.sqrt(), "mean {mean}");
     // The sample variance of a normal has standard error sqrt(2 / n).
-    assert!((var - 1.0).abs() < 5.0 * (2.0 / nf).sqrt(), "variance {var}");
+    assert!(
+        (var - 1.0).abs() < 5.0 * (2.0 / nf).sqrt(),
+        "variance {var}"
+    );
     for (k, count) in ks.iter().zip(beyond) {
         let p = 2.0 * normal_cdf(-k);
         let expected = p * nf;
