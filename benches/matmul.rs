@@ -28,19 +28,6 @@ fn label(d: Device) -> String {
     format!("{d}{}", api.unwrap_or_default())
 }
 
-fn devices() -> Vec<Device> {
-    let mut v = Vec::new();
-    if common::wanted(DeviceType::Cpu) {
-        v.push(Device::cpu());
-    }
-    v.extend(common::devices_of(&[
-        DeviceType::Cuda,
-        DeviceType::Vulkan,
-        DeviceType::Wgpu,
-    ]));
-    v
-}
-
 fn inputs() -> (Vec<f32>, Vec<f32>) {
     let f = |i: usize| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5;
     (
@@ -54,7 +41,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("matmul_1024");
     g.sample_size(10);
     g.throughput(Throughput::Elements(2 * (N as u64).pow(3)));
-    for d in devices() {
+    for d in common::every_device() {
         let stream: Stream = keel::default_stream(d).expect("stream");
         let ab = Buffer::from_slice(&stream, &a).expect("a");
         let bb = Buffer::from_slice(&stream, &b).expect("b");

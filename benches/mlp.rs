@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use keel::compute::{self, MatmulAlgorithm, MatmulOptions};
 use keel::dispatch::{ADD_F32, CPU_ADD, CPU_MATMUL, CPU_SOFTMAX, CPU_SUM, elementwise_grid};
-use keel::{Buffer, DType, Device, DeviceType, Stream, Tensor};
+use keel::{Buffer, DType, Device, Stream, Tensor};
 
 mod common;
 
@@ -143,25 +143,12 @@ fn cpu_params(sizes: &[usize]) -> Vec<u8> {
     p
 }
 
-fn devices() -> Vec<Device> {
-    let mut out = Vec::new();
-    if common::wanted(DeviceType::Cpu) {
-        out.push(Device::cpu());
-    }
-    out.extend(common::devices_of(&[
-        DeviceType::Cuda,
-        DeviceType::Vulkan,
-        DeviceType::Wgpu,
-    ]));
-    out
-}
-
 fn main() {
     let rounds: usize = std::env::var("KEEL_MLP_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
-    for d in devices() {
+    for d in common::every_device() {
         let s = keel::current_stream(d).expect("stream");
         let model = Model::new(d);
         let direct = Direct::new(d);

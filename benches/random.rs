@@ -8,8 +8,8 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use keel::Buffer;
 use keel::random::{self, RandomOp};
-use keel::{Buffer, Device, DeviceType};
 
 mod common;
 
@@ -18,16 +18,7 @@ const N: usize = 1 << 20;
 fn random_ops(c: &mut Criterion) {
     let mut g = c.benchmark_group("random");
     g.throughput(Throughput::Elements(N as u64));
-    let mut devices = Vec::new();
-    if common::wanted(DeviceType::Cpu) {
-        devices.push(Device::cpu());
-    }
-    devices.extend(common::devices_of(&[
-        DeviceType::Cuda,
-        DeviceType::Vulkan,
-        DeviceType::Wgpu,
-    ]));
-    for d in devices {
+    for d in common::every_device() {
         let s = keel::default_stream(d).expect("stream");
         let out = Buffer::new(d, N * 4).expect("buffer");
         for (name, op) in [

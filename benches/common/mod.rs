@@ -108,6 +108,21 @@ pub fn wanted(ty: keel::DeviceType) -> bool {
     }
 }
 
+/// Every device that runs here: the CPU, then CUDA, Vulkan and wgpu
+/// devices (as [`devices_of`] finds them).
+pub fn every_device() -> Vec<keel::Device> {
+    let mut out = Vec::new();
+    if wanted(keel::DeviceType::Cpu) {
+        out.push(keel::Device::cpu());
+    }
+    out.extend(devices_of(&[
+        keel::DeviceType::Cuda,
+        keel::DeviceType::Vulkan,
+        keel::DeviceType::Wgpu,
+    ]));
+    out
+}
+
 /// The devices of `types` that run here, in order: a backend that is
 /// unavailable, and a device that is listed but does not open (wgpu's GL
 /// adapter on NVIDIA's headless EGL, say), are printed as skipped.

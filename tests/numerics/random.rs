@@ -219,7 +219,11 @@ fn exact_normal(seed: u64, p: u64) -> f64 {
     let u2 = f64::from(words[1] & 0xFF_FFFF) / 16_777_216.0;
     let r = (-2.0 * u1.ln()).sqrt();
     let t = std::f64::consts::TAU * u2;
-    if p % 2 == 0 { r * t.cos() } else { r * t.sin() }
+    if p.is_multiple_of(2) {
+        r * t.cos()
+    } else {
+        r * t.sin()
+    }
 }
 
 /// `randn` is the same on every device for every length and seed, and

@@ -195,8 +195,14 @@ fn k() {
     for (var i = 0u; i < 4u; i++) { put(&arr, i, i * 7u); }
     out[0] = arr[0]; out[1] = arr[1]; out[2] = arr[2]; out[3] = arr[3];
 }";
+    assert_eq!(run_one(src, [0; 4]), [0, 7, 14, 21]);
+}
+
+/// Runs entry point `k` of `src` as one invocation on the host over a
+/// buffer of four words starting as `words`, and returns them.
+fn run_one(src: &str, words: [u32; 4]) -> Vec<u32> {
     let p = keel_wgsl::compile(src, "k").expect("compiles");
-    let mut out = [0u8; 16];
+    let mut out: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     keel_wgsl::host::run(
         &p,
         [1, 1, 1],
@@ -205,11 +211,9 @@ fn k() {
         &keel_wgsl::host::HostOptions::default(),
     )
     .expect("runs");
-    let words: Vec<u32> = out
-        .chunks(4)
+    out.chunks(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(words, [0, 7, 14, 21]);
+        .collect()
 }
 
 /// A constant struct built in a function body (which naga leaves out of
@@ -234,20 +238,5 @@ fn k() {
     let q = pick(0u);
     out[0] = p.a; out[1] = u32(p.b); out[2] = q.a; out[3] = u32(q.b);
 }";
-    let p = keel_wgsl::compile(src, "k").expect("compiles");
-    let mut out = [0u8; 16];
-    out[..4].copy_from_slice(&9u32.to_le_bytes());
-    keel_wgsl::host::run(
-        &p,
-        [1, 1, 1],
-        &mut [&mut out[..]],
-        &[],
-        &keel_wgsl::host::HostOptions::default(),
-    )
-    .expect("runs");
-    let words: Vec<u32> = out
-        .chunks(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(words, [13, 6, 4, 3]);
+    assert_eq!(run_one(src, [9, 0, 0, 0]), [13, 6, 4, 3]);
 }
