@@ -449,17 +449,6 @@ fn below(hi: f32) -> f32 {
     return bitcast<f32>(0x80000001u);
 }
 
-// randn (op 2) or normal_ (op 4) of the pair of words (x0, x1): one
-// Box-Muller gives both positions.
-fn normal_pair(op: u32, x0: u32, x1: u32) -> vec2<u32> {
-    var z = box_muller(x0, x1);
-    if op == 4u {
-        z.x = f32_add(params.a, f32_mul(params.b, z.x));
-        z.y = f32_add(params.a, f32_mul(params.b, z.y));
-    }
-    return z;
-}
-
 // The value of stream position lane of block `words` for `op` other than
 // randn and normal_: 0 raw u32, 1 rand, 3 uniform_(a, b),
 // 5 randint(low = a, range = b; 0 means 2^32).
@@ -499,23 +488,47 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
     }
 }
 
+// The grid-stride loop over this launch's Philox blocks, storing the
+// positions offset .. offset + n.
 fn run(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     let me = linear(gid, groups, size);
-    let skip = params.off_lo & 3u;
+    let blocks = block_count();
+    for (var k = me.x; k < blocks; k += me.y) {
+        let words = block(k);
+        store(k, vec4<u32>(value(op, words, 0u), value(op, words, 1u), value(op, words, 2u), value(op, words, 3u)));
+    }
+}
+
+// The same for randn (op 2) and normal_ (op 4): one Box-Muller gives a
+// pair of positions. Loops rather than repeated calls keep one copy of
+// the integer code in the kernel (each call is inlined).
+fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
+    let me = linear(gid, groups, size);
     let blocks = block_count();
     for (var k = me.x; k < blocks; k += me.y) {
         let words = block(k);
         var values: vec4<u32>;
-        if op == 2u || op == 4u {
-            values = vec4<u32>(normal_pair(op, words.x, words.y), normal_pair(op, words.z, words.w));
-        } else {
-            values = vec4<u32>(value(op, words, 0u), value(op, words, 1u), value(op, words, 2u), value(op, words, 3u));
+        for (var j = 0u; j < 4u; j += 2u) {
+            let z = box_muller(words[j], words[j + 1u]);
+            values[j] = z.x;
+            values[j + 1u] = z.y;
         }
-        for (var lane = 0u; lane < 4u; lane++) {
-            let pos = 4u * k + lane;
-            if pos >= skip && pos - skip < params.n {
-                out[pos - skip] = values[lane];
+        if op == 4u {
+            for (var lane = 0u; lane < 4u; lane++) {
+                values[lane] = f32_add(params.a, f32_mul(params.b, values[lane]));
             }
+        }
+        store(k, values);
+    }
+}
+
+// Stores block k's values at the positions this launch covers.
+fn store(k: u32, values: vec4<u32>) {
+    let skip = params.off_lo & 3u;
+    for (var lane = 0u; lane < 4u; lane++) {
+        let pos = 4u * k + lane;
+        if pos >= skip && pos - skip < params.n {
+            out[pos - skip] = values[lane];
         }
     }
 }
@@ -542,7 +555,7 @@ fn philox_rand_wg64(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 
 @compute @workgroup_size(256)
 fn philox_randn(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    run(2u, gid, groups, vec3<u32>(256u, 1u, 1u));
+    run_normal(2u, gid, groups, vec3<u32>(256u, 1u, 1u));
 }
 
 @compute @workgroup_size(256)
@@ -552,7 +565,7 @@ fn philox_uniform(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
 
 @compute @workgroup_size(256)
 fn philox_normal(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    run(4u, gid, groups, vec3<u32>(256u, 1u, 1u));
+    run_normal(4u, gid, groups, vec3<u32>(256u, 1u, 1u));
 }
 
 @compute @workgroup_size(256)
