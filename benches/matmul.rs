@@ -7,13 +7,22 @@
 //! The naive kernel on the CPU backend is left out: a scalar loop with a
 //! strided B takes seconds per product.
 //!
+//! `KEEL_MATMUL_PRECISION=1`: instead, each reduced-precision mode against
+//! plain f32 under `MatmulAlgorithm::Tiled` at 512^3 on every device, as
+//! paired ratios: the modes that only round inputs (tf32, bf16, f16
+//! inputs; goal at most 1.1x), and those that round the split-K partial
+//! sums or the accumulator (f16 and bf16 tensors' defaults).
+//!
 //! Run: `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
 //! Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group};
-use keel::compute::{MatmulAlgorithm, MatmulOptions, matmul, matmul_kernel};
+use keel::compute::{
+    Accumulation, InputRounding, MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction,
+    matmul, matmul_kernel,
+};
 use keel::{Buffer, Device, DeviceType, Stream};
 
 mod common;
@@ -146,9 +155,77 @@ fn quick(device: &str) {
     }
 }
 
+/// Each input-rounding mode against plain f32, paired, on every device.
+fn precision_modes() {
+    const P: usize = 512;
+    let f = |i: usize| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5;
+    let a: Vec<f32> = (0..P * P).map(f).collect();
+    let b: Vec<f32> = (0..P * P).map(|i| f(i + 17)).collect();
+    for d in common::every_device() {
+        let stream: Stream = keel::default_stream(d).expect("stream");
+        let ab = Buffer::from_slice(&stream, &a).expect("a");
+        let bb = Buffer::from_slice(&stream, &b).expect("b");
+        let cb = Buffer::new(d, P * P * 4).expect("c");
+        let (s, ab, bb, cb) = (&stream, &ab, &bb, &cb);
+        let timed = |precision: MatmulPrecision| {
+            let opts = MatmulOptions {
+                algorithm: MatmulAlgorithm::Tiled,
+                precision,
+            };
+            move || {
+                let t = std::time::Instant::now();
+                matmul(s, ab, bb, cb, P, P, P, &opts).expect("matmul");
+                s.synchronize().expect("synchronize");
+                t.elapsed()
+            }
+        };
+        let ieee = timed(MatmulPrecision::IEEE);
+        ieee();
+        let split = |inputs, reduction| MatmulPrecision {
+            inputs,
+            accumulation: Accumulation::F32,
+            reduction,
+        };
+        for (name, mode) in [
+            ("tf32", MatmulPrecision::TF32),
+            ("bf16", MatmulPrecision::BF16),
+            ("f16 inputs", MatmulPrecision::inputs(InputRounding::F16)),
+            (
+                "f16 tensors' default (f16 split-K)",
+                split(InputRounding::F16, Reduction::F16),
+            ),
+            (
+                "bf16 tensors' default (bf16 split-K)",
+                split(InputRounding::Bf16, Reduction::Bf16),
+            ),
+            (
+                "f16 accumulation",
+                MatmulPrecision {
+                    accumulation: Accumulation::F16,
+                    ..split(InputRounding::F16, Reduction::F16)
+                },
+            ),
+        ] {
+            let rounded = timed(mode);
+            rounded();
+            common::print_paired(
+                &label(d),
+                &format!("{name} / ieee {P}^3"),
+                9,
+                &rounded,
+                &ieee,
+            );
+        }
+    }
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
+    if std::env::var_os("KEEL_MATMUL_PRECISION").is_some() {
+        precision_modes();
+        return;
+    }
     match std::env::var("KEEL_MATMUL_QUICK") {
         Ok(device) => quick(&device),
         Err(_) => {

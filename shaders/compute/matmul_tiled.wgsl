@@ -21,7 +21,9 @@
 // loop over them written out): a dynamic index keeps the arrays in
 // memory, accessed lane by lane, and that alone cost 1.5x. A branch on
 // the mode inside the k loop cost plain f32 1.3x though never taken, so
-// plain f32 and the precision modes have a k loop each.
+// plain f32 and the accumulator and split-K modes have a k loop each; a
+// mode that only rounds inputs takes the plain loop, its inputs rounded
+// once as they are staged.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
@@ -112,10 +114,10 @@ fn matmul_tiled(
     let n = params.n;
     let row0 = wg.y * TILE;
     let col0 = wg.x * TILE;
-    let plain = params.mode == 0u;
     let f_in = params.mode & 15u;
     let f_acc = (params.mode >> 4u) & 15u;
     let f_red = (params.mode >> 8u) & 15u;
+    let plain = f_acc == 0u && f_red == 0u;
     let tiles = (k + BK - 1u) / BK;
     let chunk = select(params.chunk, tiles * BK, params.chunk == 0u);
     // acc[2 r + h]: the chunk's partial sums of row r, columns 4 h .. 4 h + 3
@@ -125,7 +127,7 @@ fn matmul_tiled(
     // Two loops rather than a branch inside one (see the top).
     if plain {
         for (var t = 0u; t < tiles; t++) {
-            stage(t * BK, row0, col0, li, 0u);
+            stage(t * BK, row0, col0, li, f_in);
             workgroupBarrier();
             for (var i = 0u; i < BK; i++) {
                 let a0 = tile_a[i * 16u + 2u * lid.y];

@@ -1,8 +1,11 @@
-// C = A * B, plain f32, for GPUs. A is m x k, B is k x n, C is m x n,
+// C = A * B, f32 sums, for GPUs. A is m x k, B is k x n, C is m x n,
 // f32, row-major; any m, k, n >= 1.
 // Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform;
-// `mode` and `chunk` are not read: the launch code passes plain f32 only),
-// declared in matmul_bindings.wgsl, which the launch code prepends.
+// `mode`'s input format (bits 0-3) rounds each element once as it is
+// staged, as matmul_tiled.wgsl does; the launch code passes no
+// accumulator or split-K format, and `chunk` is not read), declared in
+// matmul_bindings.wgsl, which the launch code prepends after
+// rounding.wgsl.
 // Launch: workgroups of 16 x 16 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation a 4 x 4 block of it (rows
 // 4 ly .. 4 ly + 3, columns 4 lx .. 4 lx + 3); a grid of ceil(n / 64) x
@@ -18,8 +21,7 @@
 // tile of B in workgroup memory, zeros outside the matrices, each
 // invocation loading 4 elements of each with neighbours on neighbouring
 // addresses. One step of k is then two vec4 loads and 16 multiply-adds.
-// The twin of matmul_tiled_4x4.ptx; plain f32 summed over k in order, as
-// every matmul kernel of Keel's.
+// Plain f32 summed over k in order, as every matmul kernel of Keel's.
 
 // tile_a[17 step + q]: rows 4 q .. 4 q + 3 of the A tile at that step
 // (q = 16 is padding).
@@ -58,6 +60,7 @@ fn matmul_tiled_4x4(
     let n = params.n;
     let row0 = wg.y * 64u;
     let col0 = wg.x * 64u;
+    let f_in = params.mode & 15u;
     // Staging, everything but k0 fixed per invocation: A's element s is
     // row (li / 16) + 16 s, step li % 16 of the tile; B's is step
     // (li / 64) + 4 s, column li % 64. Indices are clamped into the
@@ -102,14 +105,25 @@ fn matmul_tiled_4x4(
         let vb1 = select(0.0, b[min(kb + 4u, k - 1u) * n + b_at], b_ok && kb + 4u < k);
         let vb2 = select(0.0, b[min(kb + 8u, k - 1u) * n + b_at], b_ok && kb + 8u < k);
         let vb3 = select(0.0, b[min(kb + 12u, k - 1u) * n + b_at], b_ok && kb + 12u < k);
-        tile_a[ta][tc] = va0;
-        tile_a[ta + 4u][tc] = va1;
-        tile_a[ta + 8u][tc] = va2;
-        tile_a[ta + 12u][tc] = va3;
-        tile_b[tb][bc] = vb0;
-        tile_b[tb + 64u][bc] = vb1;
-        tile_b[tb + 128u][bc] = vb2;
-        tile_b[tb + 192u][bc] = vb3;
+        if f_in == 0u {
+            tile_a[ta][tc] = va0;
+            tile_a[ta + 4u][tc] = va1;
+            tile_a[ta + 8u][tc] = va2;
+            tile_a[ta + 12u][tc] = va3;
+            tile_b[tb][bc] = vb0;
+            tile_b[tb + 64u][bc] = vb1;
+            tile_b[tb + 128u][bc] = vb2;
+            tile_b[tb + 192u][bc] = vb3;
+        } else {
+            tile_a[ta][tc] = keel_round_to(va0, f_in);
+            tile_a[ta + 4u][tc] = keel_round_to(va1, f_in);
+            tile_a[ta + 8u][tc] = keel_round_to(va2, f_in);
+            tile_a[ta + 12u][tc] = keel_round_to(va3, f_in);
+            tile_b[tb][bc] = keel_round_to(vb0, f_in);
+            tile_b[tb + 64u][bc] = keel_round_to(vb1, f_in);
+            tile_b[tb + 128u][bc] = keel_round_to(vb2, f_in);
+            tile_b[tb + 192u][bc] = keel_round_to(vb3, f_in);
+        }
         workgroupBarrier();
         let a0 = tile_a[0u + lid.y];
         let b0 = tile_b[0u + lid.x];

@@ -15,9 +15,9 @@ use std::sync::{LazyLock, Mutex};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulAlgorithm {
     /// The tiled kernel suited to the device and the numerics (see
-    /// [`matmul_kernel`]): [`Tiled4x4`](Self::Tiled4x4) for plain f32 on
-    /// a GPU, [`Tiled8x8`](Self::Tiled8x8) otherwise, and the tensor-core
-    /// kernel for tf32 where the device has one.
+    /// [`matmul_kernel`]): [`Tiled4x4`](Self::Tiled4x4) on a GPU for plain
+    /// f32 and the modes that only round the inputs (tf32, bf16 or f16
+    /// inputs, f32 accumulation), [`Tiled8x8`](Self::Tiled8x8) otherwise.
     #[default]
     Tiled,
     /// 64 x 64 output tiles staged through workgroup memory, 64
@@ -27,8 +27,16 @@ pub enum MatmulAlgorithm {
     Tiled8x8,
     /// 64 x 64 output tiles, 256 invocations of 4 x 4 outputs each
     /// ([`MATMUL_TILED_4X4`]): shaped for GPUs, which hide load latency
-    /// behind more warps. Plain f32 only.
+    /// behind more warps. Plain f32 and the modes that only round the
+    /// inputs.
     Tiled4x4,
+    /// The tensor-core kernel ([`MATMUL_TF32_MMA`]) in the tf32 mode, on
+    /// CUDA devices of compute capability 8.0 or later
+    /// ([`tf32_mma_supported`]); an error elsewhere and in other modes. It
+    /// sums in its own order, so it is not bit-identical to the tiled
+    /// kernels, and until it keeps the tensor cores fed it is slower than
+    /// [`Tiled`](Self::Tiled)'s tf32 (docs/BENCHMARKS.md).
+    TensorCoreTf32,
     /// One invocation per output, reading A and B from memory (the
     /// baseline of the benchmark).
     Naive,
@@ -71,8 +79,9 @@ pub const MATMUL_TILED: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-/// The GPU-shaped tiled kernel, plain f32 only: bindings and parameters
-/// as [`MATMUL_TILED`] (`mode` and `chunk` not read). Source:
+/// The GPU-shaped tiled kernel, for plain f32 and the modes that only
+/// round inputs: bindings and parameters as [`MATMUL_TILED`] (`mode`'s
+/// input format is read, `chunk` is not). Source:
 /// `shaders/compute/matmul_tiled_4x4.wgsl`, with [`MATMUL_TILED`]'s host
 /// override.
 pub const MATMUL_TILED_4X4: Launch = Launch {
@@ -81,6 +90,7 @@ pub const MATMUL_TILED_4X4: Launch = Launch {
         workgroup_size: [16, 16, 1],
         bindings: 3,
         wgsl: Some(concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
             include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")
         )),
@@ -111,8 +121,8 @@ pub const MATMUL_NAIVE: Launch = Launch {
 /// The tensor-core kernel for the tf32 mode on CUDA devices of compute
 /// capability 8.0 or later (`mma.sync.aligned.m16n8k8 ... .tf32`): as
 /// [`MATMUL_TILED`]'s bindings and parameters (`mode` and `chunk` not
-/// read), one warp per 16 x 8 output tile. PTX only; [`matmul`] picks it
-/// (see [`matmul_kernel`]). Source: `shaders/compute/matmul_tf32_mma.ptx`,
+/// read), one warp per 16 x 8 output tile. PTX only;
+/// [`MatmulAlgorithm::TensorCoreTf32`] names it. Source: `shaders/compute/matmul_tf32_mma.ptx`,
 /// a declared CUDA override of the tiled kernel's tf32 mode: WGSL has no
 /// tensor-core instruction, and the override is tested against the same
 /// reference.
@@ -159,28 +169,36 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
 }
 
 /// The kernel [`matmul`] launches for `opts` on `stream`. For
-/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_TF32_MMA`] in the tf32 mode
-/// ([`MatmulPrecision::TF32`]) where [`tf32_mma_supported`],
-/// [`MATMUL_TILED_4X4`] for plain f32 on a GPU, [`MATMUL_TILED`]
-/// otherwise. The other algorithms name their kernel; asking
-/// [`MatmulAlgorithm::Tiled4x4`] for a precision mode other than plain f32
-/// is an error.
+/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_TILED_4X4`] on a GPU for the modes
+/// that only round inputs ([`MatmulPrecision::rounds_inputs_only`], plain
+/// f32 included), [`MATMUL_TILED`] otherwise. The other algorithms name
+/// their kernel; asking [`MatmulAlgorithm::Tiled4x4`] for an accumulator
+/// or split-K mode, or [`MatmulAlgorithm::TensorCoreTf32`] for anything
+/// but tf32 on a device with tf32 tensor cores, is an error.
 pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
-    let plain = opts.precision.mode() == 0;
+    let inputs_only = opts.precision.rounds_inputs_only();
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled
+        MatmulAlgorithm::Tiled if inputs_only && is_gpu(stream)? => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
+        MatmulAlgorithm::Tiled4x4 if inputs_only => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled4x4 => {
+            return Err(Error::invalid(format!(
+                "matmul: the Tiled4x4 kernel rounds inputs only (f32 accumulation, no split-K), \
+                 found the precision {:?}; use MatmulAlgorithm::Tiled or Tiled8x8 for it",
+                opts.precision
+            )));
+        }
+        MatmulAlgorithm::TensorCoreTf32
             if opts.precision == MatmulPrecision::TF32 && tf32_mma_supported(stream)? =>
         {
             &MATMUL_TF32_MMA
         }
-        MatmulAlgorithm::Tiled if plain && is_gpu(stream)? => &MATMUL_TILED_4X4,
-        MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
-        MatmulAlgorithm::Tiled4x4 if plain => &MATMUL_TILED_4X4,
-        MatmulAlgorithm::Tiled4x4 => {
+        MatmulAlgorithm::TensorCoreTf32 => {
             return Err(Error::invalid(format!(
-                "matmul: the Tiled4x4 kernel computes plain f32 only, found the precision {:?}; \
-                 use MatmulAlgorithm::Tiled or Tiled8x8 for it",
-                opts.precision
+                "matmul: the tensor-core kernel computes the tf32 mode on CUDA devices of \
+                 compute capability 8.0 or later, found the precision {:?} on {}",
+                opts.precision,
+                stream.device()
             )));
         }
         MatmulAlgorithm::Naive => &MATMUL_NAIVE,
@@ -287,6 +305,21 @@ fn formats(mode: u32) -> (u32, u32, u32) {
     (mode & 15, (mode >> 4) & 15, (mode >> 8) & 15)
 }
 
+/// `part += av * brow`, each sum rounded to format `f_acc`: one loop per
+/// format, so that the rounding inlines and f32 accumulation (split-K
+/// modes) is the plain loop the compiler vectorises.
+fn accumulate(part: &mut [f32], brow: &[f32], av: f32, f_acc: u32) {
+    fn with(part: &mut [f32], brow: &[f32], av: f32, round: impl Fn(f32) -> f32) {
+        for (p, &bv) in part.iter_mut().zip(brow) {
+            *p = round(*p + av * bv);
+        }
+    }
+    match f_acc {
+        0 => with(part, brow, av, |x| x),
+        f => with(part, brow, av, |x| round_to(x, f)),
+    }
+}
+
 /// A row of outputs at a time (k outer, j inner, so the compiler
 /// vectorises over j), with the same numerics per output as
 /// the naive kernel: each output still adds its products in k order.
@@ -308,15 +341,14 @@ fn matmul_rows_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         for kk in 0..k {
             let av = a[i * k + kk];
             let brow = &b[kk * n..(kk + 1) * n];
-            if h.mode == 0 {
+            if f_acc == 0 && f_red == 0 {
+                // Inputs rounded above (if at all), plain f32 from here.
                 for (t, &bv) in total.iter_mut().zip(brow) {
                     *t += av * bv;
                 }
                 continue;
             }
-            for (p, &bv) in part.iter_mut().zip(brow) {
-                *p = round_to(*p + av * bv, f_acc);
-            }
+            accumulate(&mut part, brow, av, f_acc);
             if (kk + 1) % h.chunk == 0 || kk + 1 == k {
                 for (t, p) in total.iter_mut().zip(part.iter_mut()) {
                     *t = round_to(*t + round_to(*p, f_red), f_red);

@@ -86,6 +86,14 @@ impl MatmulPrecision {
         }
     }
 
+    /// Whether this mode only rounds the inputs (plain f32 included): f32
+    /// accumulation and no split-K. Such a mode runs the plain f32 loop of
+    /// the tiled kernels on inputs rounded as they are staged, so it costs
+    /// what plain f32 costs.
+    pub fn rounds_inputs_only(&self) -> bool {
+        self.accumulation == Accumulation::F32 && self.reduction == Reduction::F32
+    }
+
     /// The kernels' `mode` parameter: input, accumulator and reduction
     /// format codes in bits 0-3, 4-7 and 8-11 (0 = plain f32).
     pub fn mode(&self) -> u32 {

@@ -148,6 +148,57 @@ fn matmul_matches_the_f64_reference_on_every_backend() {
     no_validation_errors();
 }
 
+/// A mode that only rounds inputs gives the same bits from both tiled
+/// kernels (each rounds an element once as it stages it, then runs its
+/// plain f32 loop) and the f64 product of the rounded inputs within f32's
+/// summation bound, at odd shapes on every backend.
+#[test]
+fn input_rounding_modes_agree_across_tiled_kernels() {
+    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
+    type Round = fn(f32) -> f32;
+    let modes: [(InputRounding, Round); 3] = [
+        (InputRounding::Tf32, round_tf32),
+        (InputRounding::Bf16, round_bf16),
+        (InputRounding::F16, round_f16),
+    ];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for &(m, k, n) in SHAPES {
+            let mut rng = Rng(0x5eed ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            for (mode, round) in modes {
+                let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
+                let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
+                let (want, mag) = reference(&ra, &rb, m, k, n);
+                let run = |algorithm| {
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision: MatmulPrecision::inputs(mode),
+                    };
+                    run_matmul(&stream, &a, &b, m, k, n, &opts)
+                };
+                let eight = run(MatmulAlgorithm::Tiled8x8);
+                let four = run(MatmulAlgorithm::Tiled4x4);
+                for (i, (((e, f), w), s)) in
+                    eight.iter().zip(&four).zip(&want).zip(&mag).enumerate()
+                {
+                    assert_eq!(
+                        e.to_bits(),
+                        f.to_bits(),
+                        "{label} {mode:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
+                    );
+                    let tol = 2.0 * (k as f64 + 2.0) * U * s;
+                    assert!(
+                        (*e as f64 - w).abs() <= tol,
+                        "{label} {mode:?} {m}x{k}x{n}: c[{i}] = {e}, expected {w} (tolerance {tol:e})"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
 #[test]
 fn matmul_checks_its_arguments() {
     let stream = keel::default_stream(Device::cpu()).expect("stream");
@@ -382,7 +433,11 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
         for (mode, round) in modes {
-            for algorithm in [MatmulAlgorithm::Tiled, MatmulAlgorithm::Naive] {
+            for algorithm in [
+                MatmulAlgorithm::Tiled,
+                MatmulAlgorithm::Tiled4x4,
+                MatmulAlgorithm::Naive,
+            ] {
                 let opts = MatmulOptions {
                     algorithm,
                     precision: MatmulPrecision::inputs(mode),
@@ -539,10 +594,12 @@ fn native_f16_conversions_are_bit_identical_to_the_emulation() {
     no_validation_errors();
 }
 
-/// The tf32 mode picks the tensor-core kernel exactly on CUDA devices of
-/// compute capability 8.0 or later, the tiled kernel elsewhere; the naive
-/// algorithm is never replaced. (Here no CUDA device runs, so the
-/// tensor-core kernel itself is checked by `ptxas` and the layout test.)
+/// `Tiled` picks the GPU-shaped kernel on a GPU for plain f32 and every
+/// mode that only rounds inputs, the lane-shaped one otherwise; the
+/// tensor-core kernel runs only when named, on CUDA devices of compute
+/// capability 8.0 or later; the naive algorithm is never replaced. (Here
+/// no CUDA device runs, so the tensor-core kernel itself is checked by
+/// `ptxas` and the layout test.)
 #[test]
 fn matmul_picks_its_kernel_by_device_kind_and_precision() {
     for (label, device) in backends() {
@@ -574,27 +631,27 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         // Plain f32 under `Tiled`: the GPU-shaped kernel on a GPU, the
         // lane-shaped one on a CPU (lavapipe, llvmpipe, the CPU backend).
         let kind = keel::properties(device).expect("properties").kind;
-        let (tiled, mma_or_tiled) = (
-            if kind.is_gpu() {
-                "matmul_tiled_4x4"
-            } else {
-                "matmul_tiled"
-            },
-            if mma {
-                "matmul_tf32_mma"
-            } else {
-                "matmul_tiled"
-            },
-        );
-        use MatmulAlgorithm::{Naive, Tiled, Tiled4x4, Tiled8x8};
+        let tiled = if kind.is_gpu() {
+            "matmul_tiled_4x4"
+        } else {
+            "matmul_tiled"
+        };
+        use MatmulAlgorithm::{Naive, TensorCoreTf32, Tiled, Tiled4x4, Tiled8x8};
         use MatmulPrecision as P;
+        let f16_acc = P {
+            inputs: InputRounding::F16,
+            accumulation: Accumulation::F16,
+            reduction: Reduction::F32,
+        };
         for (algorithm, precision, want) in [
-            (Tiled, P::TF32, mma_or_tiled),
+            (Tiled, P::TF32, tiled),
             (Tiled, P::IEEE, tiled),
-            (Tiled, P::BF16, "matmul_tiled"),
+            (Tiled, P::BF16, tiled),
+            (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
             (Tiled8x8, P::TF32, "matmul_tiled"),
             (Tiled4x4, P::IEEE, "matmul_tiled_4x4"),
+            (Tiled4x4, P::BF16, "matmul_tiled_4x4"),
             (Naive, P::TF32, "matmul_naive"),
         ] {
             assert_eq!(
@@ -603,16 +660,37 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                 "{label} ({kind}): {algorithm:?} in {precision:?}"
             );
         }
-        // The 4x4 kernel has no precision modes: asking for one is an
-        // error that says so.
-        let err = compute::matmul_kernel(
-            &stream,
-            &MatmulOptions {
-                algorithm: Tiled4x4,
-                precision: P::BF16,
-            },
-        )
-        .expect_err("Tiled4x4 in bf16");
-        assert!(err.to_string().contains("plain f32 only"), "{label}: {err}");
+        // The 4x4 kernel has no accumulator or split-K modes, and the
+        // tensor-core kernel computes tf32 on tensor cores only: asking
+        // otherwise is an error that says so.
+        let ask = |algorithm, precision| {
+            compute::matmul_kernel(
+                &stream,
+                &MatmulOptions {
+                    algorithm,
+                    precision,
+                },
+            )
+        };
+        let err = ask(Tiled4x4, f16_acc).expect_err("Tiled4x4 with f16 accumulation");
+        assert!(
+            err.to_string().contains("rounds inputs only"),
+            "{label}: {err}"
+        );
+        match ask(TensorCoreTf32, P::TF32) {
+            Ok(launch) => {
+                assert!(mma, "{label}: tensor cores where there are none");
+                assert_eq!(launch.kernel.name, "matmul_tf32_mma");
+            }
+            Err(e) => {
+                assert!(!mma, "{label}: {e}");
+                assert!(
+                    e.to_string().contains("compute capability 8.0"),
+                    "{label}: {e}"
+                );
+            }
+        }
+        let err = ask(TensorCoreTf32, P::BF16).expect_err("tensor cores in bf16");
+        assert!(err.to_string().contains("tf32 mode"), "{label}: {err}");
     }
 }

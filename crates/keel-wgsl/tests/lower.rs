@@ -44,10 +44,9 @@ fn sources() -> Vec<(String, String)> {
                 continue;
             }
             let text = match name.as_str() {
-                "matmul_tiled.wgsl" | "matmul_naive.wgsl" => {
+                "matmul_tiled.wgsl" | "matmul_naive.wgsl" | "matmul_tiled_4x4.wgsl" => {
                     prefix(&["rounding.wgsl", "matmul_bindings.wgsl"]) + &text
                 }
-                "matmul_tiled_4x4.wgsl" => prefix(&["matmul_bindings.wgsl"]) + &text,
                 "cast.wgsl" => prefix(&["rounding.wgsl"]) + &text,
                 "cast_f16_narrow.wgsl" => text + &prefix(&["rounding.wgsl"]),
                 _ => text,
