@@ -21,9 +21,10 @@
 // loop over them written out): a dynamic index keeps the arrays in
 // memory, accessed lane by lane, and that alone cost 1.5x. A branch on
 // the mode inside the k loop cost plain f32 1.3x though never taken, so
-// plain f32 and the accumulator and split-K modes have a k loop each; a
-// mode that only rounds inputs takes the plain loop, its inputs rounded
-// once as they are staged.
+// plain f32 and the accumulator and split-K modes have a k loop each (and
+// the split-K loop one inner loop per accumulator format); a mode that
+// only rounds inputs takes the plain loop, its inputs rounded once as
+// they are staged.
 //
 // Precision: `mode` packs three format codes (see rounding.wgsl): bits
 // 0-3 round the inputs, bits 4-7 round the accumulator after every add,
@@ -161,27 +162,54 @@ fn matmul_tiled(
             workgroupBarrier();
             // Two halves of 16 steps: split-K cuts fall on multiples of 16.
             for (var h = 0u; h < 2u; h++) {
-                for (var i = 16u * h; i < 16u * h + 16u; i++) {
-                    let a0 = tile_a[i * 16u + 2u * lid.y];
-                    let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
-                    let b0 = tile_b[i * 16u + 2u * lid.x];
-                    let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
-                    acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
-                    acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
-                    acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
-                    acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
-                    acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
-                    acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
-                    acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
-                    acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
-                    acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
-                    acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
-                    acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
-                    acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
-                    acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
-                    acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
-                    acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
-                    acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
+                // f32 accumulation (the split-K modes): the plain sums, so
+                // that no rounding call sits in the k loop.
+                if f_acc == 0u {
+                    for (var i = 16u * h; i < 16u * h + 16u; i++) {
+                        let a0 = tile_a[i * 16u + 2u * lid.y];
+                        let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                        let b0 = tile_b[i * 16u + 2u * lid.x];
+                        let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                        acc[0] += a0.x * b0;
+                        acc[1] += a0.x * b1;
+                        acc[8] += a1.x * b0;
+                        acc[9] += a1.x * b1;
+                        acc[2] += a0.y * b0;
+                        acc[3] += a0.y * b1;
+                        acc[10] += a1.y * b0;
+                        acc[11] += a1.y * b1;
+                        acc[4] += a0.z * b0;
+                        acc[5] += a0.z * b1;
+                        acc[12] += a1.z * b0;
+                        acc[13] += a1.z * b1;
+                        acc[6] += a0.w * b0;
+                        acc[7] += a0.w * b1;
+                        acc[14] += a1.w * b0;
+                        acc[15] += a1.w * b1;
+                    }
+                } else {
+                    for (var i = 16u * h; i < 16u * h + 16u; i++) {
+                        let a0 = tile_a[i * 16u + 2u * lid.y];
+                        let a1 = tile_a[i * 16u + 2u * lid.y + 1u];
+                        let b0 = tile_b[i * 16u + 2u * lid.x];
+                        let b1 = tile_b[i * 16u + 2u * lid.x + 1u];
+                        acc[0] = keel_round4(acc[0] + a0.x * b0, f_acc);
+                        acc[1] = keel_round4(acc[1] + a0.x * b1, f_acc);
+                        acc[8] = keel_round4(acc[8] + a1.x * b0, f_acc);
+                        acc[9] = keel_round4(acc[9] + a1.x * b1, f_acc);
+                        acc[2] = keel_round4(acc[2] + a0.y * b0, f_acc);
+                        acc[3] = keel_round4(acc[3] + a0.y * b1, f_acc);
+                        acc[10] = keel_round4(acc[10] + a1.y * b0, f_acc);
+                        acc[11] = keel_round4(acc[11] + a1.y * b1, f_acc);
+                        acc[4] = keel_round4(acc[4] + a0.z * b0, f_acc);
+                        acc[5] = keel_round4(acc[5] + a0.z * b1, f_acc);
+                        acc[12] = keel_round4(acc[12] + a1.z * b0, f_acc);
+                        acc[13] = keel_round4(acc[13] + a1.z * b1, f_acc);
+                        acc[6] = keel_round4(acc[6] + a0.w * b0, f_acc);
+                        acc[7] = keel_round4(acc[7] + a0.w * b1, f_acc);
+                        acc[14] = keel_round4(acc[14] + a1.w * b0, f_acc);
+                        acc[15] = keel_round4(acc[15] + a1.w * b1, f_acc);
+                    }
                 }
                 // Cut at a chunk's end and after the half holding step k - 1.
                 let end = k0 + 16u * h + 16u;
