@@ -24,17 +24,6 @@ pub struct VirtualGuardImpl {
 /// Calls `$call` on the built-in backend `$self` names, or through `dyn`.
 macro_rules! guard_call {
     ($self:ident, $g:ident => $call:expr) => {
-        // The CPU is tested apart from the other built-ins: a guard on the
-        // CPU then costs a compare rather than a jump through a table
-        // (`benches/core.rs`, `device_guard`).
-        if let Some(Builtin::Cpu) = $self.builtin {
-            let $g = &crate::backend::cpu::CPU;
-            $call
-        } else {
-            guard_call!(@others $self, $g => $call)
-        }
-    };
-    (@others $self:ident, $g:ident => $call:expr) => {
         match $self.builtin {
             Some(Builtin::Cpu) => {
                 let $g = &crate::backend::cpu::CPU;
