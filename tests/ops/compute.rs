@@ -148,25 +148,31 @@ fn matmul_matches_the_f64_reference_on_every_backend() {
     no_validation_errors();
 }
 
+/// The host's rounding of one value to a mode's input format.
+type Round = fn(f32) -> f32;
+
+/// The input-rounding modes with the host's rounding of one value.
+fn input_modes() -> [(InputRounding, Round); 3] {
+    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
+    [
+        (InputRounding::Tf32, round_tf32),
+        (InputRounding::Bf16, round_bf16),
+        (InputRounding::F16, round_f16),
+    ]
+}
+
 /// A mode that only rounds inputs gives the same bits from both tiled
 /// kernels (each rounds an element once as it stages it, then runs its
 /// plain f32 loop) and the f64 product of the rounded inputs within f32's
 /// summation bound, at odd shapes on every backend.
 #[test]
 fn input_rounding_modes_agree_across_tiled_kernels() {
-    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
-    type Round = fn(f32) -> f32;
-    let modes: [(InputRounding, Round); 3] = [
-        (InputRounding::Tf32, round_tf32),
-        (InputRounding::Bf16, round_bf16),
-        (InputRounding::F16, round_f16),
-    ];
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
         for &(m, k, n) in SHAPES {
             let mut rng = Rng(0x5eed ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
-            for (mode, round) in modes {
+            for (mode, round) in input_modes() {
                 let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
                 let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
                 let (want, mag) = reference(&ra, &rb, m, k, n);
@@ -401,7 +407,6 @@ fn precision_modes_order_their_errors_alike_on_every_backend() {
 
 #[test]
 fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
-    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
     // Ties, values just off ties, f16's subnormals and overflow threshold,
     // signs, zero, and ordinary values: A is this column, B = [1], so
     // c_i = round(a_i) * 1.
@@ -424,15 +429,9 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
         -1.0 / 3.0,
         12345.678,
     ];
-    type Round = fn(f32) -> f32;
-    let modes: [(InputRounding, Round); 3] = [
-        (InputRounding::Tf32, round_tf32),
-        (InputRounding::Bf16, round_bf16),
-        (InputRounding::F16, round_f16),
-    ];
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
-        for (mode, round) in modes {
+        for (mode, round) in input_modes() {
             for algorithm in [
                 MatmulAlgorithm::Tiled,
                 MatmulAlgorithm::Tiled4x4,
