@@ -488,6 +488,11 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
     }
 }
 
+// normal_'s mean + std * z for z's bits.
+fn normal_of(z: u32) -> u32 {
+    return f32_add(params.a, f32_mul(params.b, z));
+}
+
 // The grid-stride loop over this launch's Philox blocks, storing the
 // positions offset .. offset + n.
 fn run(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
@@ -507,15 +512,19 @@ fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     let blocks = block_count();
     for (var k = me.x; k < blocks; k += me.y) {
         let words = block(k);
+        // Constant components only: a dynamic index would keep `values`
+        // in memory on the host backends.
         var values: vec4<u32>;
-        for (var j = 0u; j < 4u; j += 2u) {
-            let z = box_muller(words[j], words[j + 1u]);
-            values[j] = z.x;
-            values[j + 1u] = z.y;
-        }
-        if op == 4u {
-            for (var lane = 0u; lane < 4u; lane++) {
-                values[lane] = f32_add(params.a, f32_mul(params.b, values[lane]));
+        for (var j = 0u; j < 2u; j++) {
+            let pair = select(words.xy, words.zw, j == 1u);
+            var z = box_muller(pair.x, pair.y);
+            if op == 4u {
+                z = vec2<u32>(normal_of(z.x), normal_of(z.y));
+            }
+            if j == 0u {
+                values = vec4<u32>(z, values.zw);
+            } else {
+                values = vec4<u32>(values.xy, z);
             }
         }
         store(k, values);
