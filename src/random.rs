@@ -29,7 +29,8 @@
 //! `f32` (within one `f32` step of the exact value, tested against `f64`);
 //! `normal_`'s `mean + std * z` is an integer implementation of IEEE 754's
 //! correctly rounded multiply and add. The host reference
-//! (`random/normal.rs`) takes the same steps with 64-bit integers.
+//! (`random/normal.rs`) takes the same steps in Rust; `normal_`'s two
+//! roundings there are Rust's own `f32` multiply and add.
 //!
 //! # Conversions (PyTorch's)
 //!

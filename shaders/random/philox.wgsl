@@ -92,8 +92,7 @@ fn to_unit(x: u32) -> f32 {
 // absolute terms, its `sqrt`, `sin` and `cos` are not correctly rounded,
 // subnormals may be flushed, and a Vulkan driver may contract an f32
 // multiply and add into one FMA, none of which WGSL can forbid. The host
-// reference (`keel::random::reference`) follows the same steps with 64-bit
-// integers.
+// reference (`keel::random::reference`) follows the same steps in Rust.
 
 // The high word of a * b less at most 2: the product of the low halves
 // and the carries of the cross products are left out, which saves a

@@ -122,7 +122,8 @@ pub const MATMUL_NAIVE: Launch = Launch {
 /// capability 8.0 or later (`mma.sync.aligned.m16n8k8 ... .tf32`): as
 /// [`MATMUL_TILED`]'s bindings and parameters (`mode` and `chunk` not
 /// read), one warp per 16 x 8 output tile. PTX only;
-/// [`MatmulAlgorithm::TensorCoreTf32`] names it. Source: `shaders/compute/matmul_tf32_mma.ptx`,
+/// [`MatmulAlgorithm::TensorCoreTf32`] names it. Source:
+/// `shaders/compute/matmul_tf32_mma.ptx`,
 /// a declared CUDA override of the tiled kernel's tf32 mode: WGSL has no
 /// tensor-core instruction, and the override is tested against the same
 /// reference.
@@ -305,9 +306,9 @@ fn formats(mode: u32) -> (u32, u32, u32) {
     (mode & 15, (mode >> 4) & 15, (mode >> 8) & 15)
 }
 
-/// `part += av * brow`, each sum rounded to format `f_acc`: one loop per
-/// format, so that the rounding inlines and f32 accumulation (split-K
-/// modes) is the plain loop the compiler vectorises.
+/// `part += av * brow`, each sum rounded to format `f_acc`. f32
+/// accumulation (the split-K modes) gets a loop of its own, with no
+/// rounding call, which the compiler vectorises.
 fn accumulate(part: &mut [f32], brow: &[f32], av: f32, f_acc: u32) {
     fn with(part: &mut [f32], brow: &[f32], av: f32, round: impl Fn(f32) -> f32) {
         for (p, &bv) in part.iter_mut().zip(brow) {

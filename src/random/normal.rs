@@ -1,15 +1,14 @@
 //! Box-Muller in integer arithmetic: the host reference for `randn` and
 //! `normal_` (Note [Normal draws are bit-identical] in `keel::random`).
 //!
-//! The kernels (`shaders/random/philox.wgsl`) assemble 64-bit products
-//! from 16-bit halves; here `mulhi_t` checks its cut against the `u64`
-//! product. Both take the same steps with the same truncations, so the
-//! results agree bit for bit,
-//! and `tests::box_muller_is_within_an_ulp_of_f64` bounds how far both are
+//! The kernels (`shaders/random/philox.wgsl`) run the same steps with the
+//! same truncations, so the results agree bit for bit; here `mulhi_t`
+//! also checks its cut against the `u64` product, and
+//! `tests::box_muller_is_within_an_ulp_of_f64` bounds how far both are
 //! from the exact value.
 
-/// A positive number `m * 2^e` with 32 significant bits (`m`'s top bit
-/// set); zero has `m == 0`.
+/// A positive number `m * 2^e` with 31 or 32 significant bits (`m`'s top
+/// bit set); zero has `m == 0`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Wide {
     m: u32,
