@@ -237,6 +237,12 @@ pub(crate) fn available_target(
     check_available(ty, e.guard).map(|g| (g, e.builtin))
 }
 
+/// Marks `ty`'s backend usable: it has just adopted a device of the
+/// program's (so it has one even if it found none of its own).
+pub(crate) fn device_adopted(ty: DeviceType) {
+    AVAILABLE[usize::from(ty.code())].store(1, Ordering::Relaxed);
+}
+
 #[cold]
 fn check_available(
     ty: DeviceType,
@@ -245,6 +251,12 @@ fn check_available(
     let i = usize::from(ty.code());
     match UNAVAILABLE[i].get_or_init(|| g.unavailable_reason()) {
         None => {
+            AVAILABLE[i].store(1, Ordering::Relaxed);
+            Ok(g)
+        }
+        // A device adopted since the reason was decided (interop) makes
+        // the backend usable after all.
+        Some(_) if g.device_count() > 0 => {
             AVAILABLE[i].store(1, Ordering::Relaxed);
             Ok(g)
         }

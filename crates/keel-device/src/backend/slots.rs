@@ -78,3 +78,92 @@ impl<T> Slots<T> {
         first.map_or(Ok(()), Err)
     }
 }
+
+/// Devices a backend adopted from the program (interop: a `wgpu::Device`,
+/// an ash device, a CUDA context), numbered after the devices the backend
+/// found itself. Append-only and never emptied, like [`Slots`]: an adopted
+/// device is kept for the rest of the process, so references to it are
+/// `'static`. Lookups take no lock (one acquire load per slot).
+pub struct Adopted<T: 'static> {
+    slots: [OnceLock<&'static T>; MAX_ADOPTED],
+    /// How many slots are filled (a prefix of `slots`).
+    len: std::sync::atomic::AtomicUsize,
+    /// Serialises adoptions (lookups never take it).
+    adopting: std::sync::Mutex<()>,
+}
+
+/// How many devices one backend adopts at most: with the devices it finds
+/// itself this stays within c10's 8-bit device index.
+pub const MAX_ADOPTED: usize = 64;
+
+impl<T> fmt::Debug for Adopted<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adopted").field("len", &self.len()).finish()
+    }
+}
+
+impl<T: 'static> Default for Adopted<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: 'static> Adopted<T> {
+    /// No device adopted.
+    pub const fn new() -> Self {
+        Adopted {
+            slots: [const { OnceLock::new() }; MAX_ADOPTED],
+            len: std::sync::atomic::AtomicUsize::new(0),
+            adopting: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// How many devices were adopted.
+    pub fn len(&self) -> usize {
+        self.len.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adopted device `i` (0 is the first adopted), if there is one.
+    pub fn get(&self, i: usize) -> Option<&'static T> {
+        self.slots.get(i)?.get().copied()
+    }
+
+    /// Every adopted device, in adoption order.
+    pub fn iter(&self) -> impl Iterator<Item = &'static T> + '_ {
+        self.slots.iter().map_while(|s| s.get().copied())
+    }
+
+    /// Adopts a device: `existing` finds one already adopted (adopting the
+    /// same native device twice gives the same Keel device), otherwise
+    /// `make` builds it from its position among the adopted (0-based).
+    /// Returns the position. An error when [`MAX_ADOPTED`] are adopted.
+    pub fn adopt(
+        &self,
+        existing: impl Fn(&T) -> bool,
+        make: impl FnOnce(usize) -> Result<T>,
+    ) -> Result<usize> {
+        let _one = self
+            .adopting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = self.iter().position(existing) {
+            return Ok(i);
+        }
+        let i = self.len();
+        let slot = self.slots.get(i).ok_or_else(|| {
+            Error::invalid(format!(
+                "expected at most {MAX_ADOPTED} adopted devices per backend, found one more"
+            ))
+        })?;
+        let device: &'static T = Box::leak(Box::new(make(i)?));
+        // Only this thread fills slot `i` (under `adopting`), so it is empty.
+        let _ = slot.set(device);
+        self.len.store(i + 1, std::sync::atomic::Ordering::Release);
+        Ok(i)
+    }
+}
