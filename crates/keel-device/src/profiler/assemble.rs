@@ -50,6 +50,32 @@ pub(crate) enum Detail {
     Event(u64),
     /// Arguments as they are (an operator's input shapes and dtypes).
     Args(Vec<(Text, Text)>),
+    /// A `tracing` span's fields, formatted once when the span was made
+    /// and shared by each of its entries.
+    Fields(std::sync::Arc<FieldText>),
+}
+
+/// Named values in one string: a `tracing` span's fields, made with one
+/// allocation for the text however many fields there are.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FieldText {
+    /// The values, one after the other.
+    pub text: String,
+    /// Each field's name and where its value ends in `text`.
+    pub fields: smallvec::SmallVec<[(&'static str, u32); 4]>,
+}
+
+impl FieldText {
+    /// Each field's name and value.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let mut start = 0;
+        self.fields.iter().map(move |&(name, end)| {
+            let end = end as usize;
+            let value = self.text.get(start..end).unwrap_or("");
+            start = end;
+            (name, value)
+        })
+    }
 }
 
 /// One caching-allocator action, with the device's totals after it; the
@@ -92,8 +118,12 @@ pub(super) enum HostRecord<T = Instant> {
         stream: Option<Stream>,
         detail: Detail,
     },
-    /// A user marker.
-    Mark { name: String, at: T },
+    /// A user marker, with its details (a `tracing` event's fields).
+    Mark {
+        name: String,
+        at: T,
+        args: Vec<(String, String)>,
+    },
 }
 
 impl<T> HostRecord<T> {
@@ -117,7 +147,11 @@ impl<T> HostRecord<T> {
                 stream,
                 detail,
             },
-            HostRecord::Mark { name, at } => HostRecord::Mark { name, at: f(at) },
+            HostRecord::Mark { name, at, args } => HostRecord::Mark {
+                name,
+                at: f(at),
+                args,
+            },
         }
     }
 }
@@ -360,6 +394,10 @@ impl Texts {
             Detail::None => Vec::new(),
             Detail::Bytes(b) => vec![(self.bytes.clone(), self.format(format_args!("{b}")))],
             Detail::Args(args) => args.clone(),
+            Detail::Fields(f) => f
+                .iter()
+                .map(|(name, value)| (self.name(name), Text::from(value)))
+                .collect(),
             Detail::Launch {
                 grid: g, block: b, ..
             } => vec![
@@ -486,11 +524,11 @@ impl Assembler {
                             args,
                         });
                     }
-                    HostRecord::Mark { name, at } => b.trace.instants.push(InstantEvent {
+                    HostRecord::Mark { name, at, args } => b.trace.instants.push(InstantEvent {
                         lane,
                         name,
                         ts_ns: ns_since(epoch, at),
-                        args: Vec::new(),
+                        args,
                     }),
                 }
             }
@@ -875,6 +913,7 @@ mod tests {
                     HostRecord::Mark {
                         name: "here".to_owned(),
                         at: at(epoch, 250),
+                        args: vec![("k".to_owned(), "v".to_owned())],
                     },
                 ],
             }],
@@ -928,6 +967,7 @@ mod tests {
         assert_eq!(t.flows[0].kind, FlowKind::Launch);
         assert_eq!((t.flows[0].from.ts_ns, t.flows[0].to.ts_ns), (100, 1050));
         assert_eq!(t.instants[0].ts_ns, 250);
+        assert_eq!(t.instants[0].args, [("k".to_owned(), "v".to_owned())]);
         assert_eq!(t.counters[0].name, ALLOCATED_COUNTER);
         assert_eq!(t.counters[0].points, [(10, 64), (300, 0)]);
         // Reserved did not change: one point.

@@ -43,10 +43,14 @@
 //! binary format) and, with the `import` feature, `file` (choosing a
 //! format, saving, loading).
 //! - [`live`]: the TCP server and client.
+//! - `layer` (feature `tracing`): `TracingLayer`, which records any
+//!   crate's `tracing` spans and events in the session.
 
 mod assemble;
 mod clock;
 mod collect;
+#[cfg(feature = "tracing")]
+mod layer;
 pub mod live;
 pub mod record;
 mod stamp;
@@ -60,6 +64,8 @@ use self::stamp::Stamp;
 #[cfg(feature = "import")]
 pub use keel_trace::{file, load_trace, load_traces, save_trace};
 pub use keel_trace::{json, model, model::*, native};
+#[cfg(feature = "tracing")]
+pub use layer::TracingLayer;
 pub use record::enabled;
 
 use crate::error::Result;

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustc_hash::FxHashMap;
 
-pub(crate) use super::assemble::Detail;
 pub use super::assemble::MemoryRecord;
+pub(crate) use super::assemble::{Detail, FieldText};
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{Clocks, DeviceClock, PendingSpan, PendingSpans, SpanTiming};
 use super::stamp::Stamp;
@@ -419,9 +419,29 @@ pub(crate) fn memory_event(record: MemoryRecord) {
 
 /// Records a user marker.
 pub(super) fn mark(name: String) {
+    mark_with(name, Vec::new());
+}
+
+/// Records a marker with details.
+pub(super) fn mark_with(name: String, args: Vec<(String, String)>) {
     push(HostRecord::Mark {
         name,
         at: Stamp::now(),
+        args,
+    });
+}
+
+/// Records a finished host span of kind [`SpanKind::Annotation`] with
+/// details.
+pub(super) fn annotation(name: Cow<'static, str>, start: Stamp, end: Stamp, detail: Detail) {
+    push(HostRecord::Span {
+        op: 0,
+        kind: SpanKind::Annotation,
+        name,
+        start,
+        end,
+        stream: None,
+        detail,
     });
 }
 
@@ -432,15 +452,7 @@ pub(super) fn range(name: Cow<'static, str>, start: Stamp) {
 
 /// Records a user range with both ends given.
 pub(super) fn range_between(name: Cow<'static, str>, start: Stamp, end: Stamp) {
-    push(HostRecord::Span {
-        op: 0,
-        kind: SpanKind::Annotation,
-        name,
-        start,
-        end,
-        stream: None,
-        detail: Detail::None,
-    });
+    annotation(name, start, end, Detail::None);
 }
 
 #[cfg(test)]
