@@ -134,9 +134,9 @@ pub use keel_device::{
     MultiStreamGuard, OptionalDeviceGuard, OptionalStreamGuard, PendingRead, Result,
     StaticGuardImpl, StreamGuard, api, availability, backend, core, current_device, current_stream,
     default_stream, device_count, devices, get_stream_from_pool, get_stream_with_priority, guard,
-    is_available, kernel, kernels, launch_blocking, memory, privateuse1_backend_name, profiler,
-    properties, register_privateuse1_backend, set_current_stream, set_device, set_launch_blocking,
-    synchronize, wgsl,
+    interop, is_available, kernel, kernels, launch_blocking, memory, privateuse1_backend_name,
+    profiler, properties, register_privateuse1_backend, set_current_stream, set_device,
+    set_launch_blocking, synchronize, wgsl,
 };
 pub use keel_device::{Device, DeviceIndex, DeviceType, EventFlag, Stream, StreamId};
 pub use serialize::{BackendMeta, load, load_bytes, register_backend_meta, save};

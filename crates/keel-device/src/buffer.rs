@@ -138,6 +138,26 @@ impl Buffer {
         Buffer::alloc(memory::allocator(device)?, len, stream, false)
     }
 
+    /// A program's memory on `device` (interop): `len` bytes of `handle`,
+    /// which the backend made from the program's object and which Keel
+    /// never frees (dropping the buffer drops only Keel's reference). It
+    /// is no block of the caching allocator, so `record_stream` has
+    /// nothing to hold back.
+    pub(crate) fn from_foreign_handle(
+        device: Device,
+        handle: BufferHandle,
+        len: usize,
+    ) -> Result<Buffer> {
+        let allocator = memory::allocator(concrete(device)?)?;
+        Ok(Buffer {
+            allocator,
+            len,
+            handle: Some(handle),
+            offset: 0,
+            block: memory::Block::none(),
+        })
+    }
+
     /// [`Buffer::new`] for use on `stream`: zeroed, the block belonging to
     /// `stream`.
     pub fn new_on(stream: &Stream, len: usize) -> Result<Buffer> {

@@ -140,6 +140,7 @@ pub mod core;
 mod error;
 mod event;
 pub mod guard;
+pub mod interop;
 pub mod kernel;
 pub mod memory;
 pub mod profiler;

@@ -52,11 +52,13 @@ pub(crate) enum Detail {
     Args(Vec<(Text, Text)>),
     /// A `tracing` span's fields, formatted once when the span was made
     /// and shared by each of its entries.
+    #[cfg(feature = "tracing")]
     Fields(std::sync::Arc<FieldText>),
 }
 
 /// Named values in one string: a `tracing` span's fields, made with one
 /// allocation for the text however many fields there are.
+#[cfg(feature = "tracing")]
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FieldText {
     /// The values, one after the other.
@@ -65,6 +67,7 @@ pub(crate) struct FieldText {
     pub fields: smallvec::SmallVec<[(&'static str, u32); 4]>,
 }
 
+#[cfg(feature = "tracing")]
 impl FieldText {
     /// Each field's name and value.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
@@ -394,6 +397,7 @@ impl Texts {
             Detail::None => Vec::new(),
             Detail::Bytes(b) => vec![(self.bytes.clone(), self.format(format_args!("{b}")))],
             Detail::Args(args) => args.clone(),
+            #[cfg(feature = "tracing")]
             Detail::Fields(f) => f
                 .iter()
                 .map(|(name, value)| (self.name(name), Text::from(value)))
@@ -556,13 +560,19 @@ impl Assembler {
             let lane = self.stream_lane(&mut b, at);
             let mut start = place(samples, s.start_off).max(0) as u64;
             // A stream (or a thread's inline work on it) runs in order:
-            // clamp rounding so spans never overlap.
-            if let Some(&prev) = self.last_end.get(&at) {
+            // clamp rounding so spans never overlap. Annotations (scopes
+            // on a program's own work) nest around the work instead.
+            let annotation = s.kind == SpanKind::Annotation;
+            if let Some(&prev) = self.last_end.get(&at)
+                && !annotation
+            {
                 start = start.max(prev);
             }
             let end = (place(samples, s.end_off).max(0) as u64).max(start);
             self.newest_ns = self.newest_ns.max(end);
-            self.last_end.insert(at, end);
+            if !annotation {
+                self.last_end.insert(at, end);
+            }
             // Only event records and waits are looked up again (by the
             // flows between them).
             let waited = matches!(s.kind, SpanKind::EventRecord | SpanKind::Wait);

@@ -78,8 +78,9 @@ impl TimedEvent {
         event.handle.is_some().then_some(event)
     }
 
-    /// An event the backend made (one of a timed-work pair).
-    fn made(
+    /// An event the backend made (one of a timed-work pair, or a scope's
+    /// on a program's own work).
+    pub(super) fn made(
         backend: &'static dyn DeviceGuardImpl,
         handle: EventHandle,
         device_index: DeviceIndex,

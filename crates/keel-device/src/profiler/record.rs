@@ -27,11 +27,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustc_hash::FxHashMap;
 
+pub(crate) use super::assemble::Detail;
+#[cfg(feature = "tracing")]
+pub(crate) use super::assemble::FieldText;
 pub use super::assemble::MemoryRecord;
-pub(crate) use super::assemble::{Detail, FieldText};
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
-use super::clock::{Clocks, DeviceClock, PendingSpan, PendingSpans, SpanTiming};
+use super::clock::{Clocks, DeviceClock, PendingSpan, PendingSpans, SpanTiming, TimedEvent};
 use super::stamp::Stamp;
+use crate::backend::{EventHandle, registry};
 use crate::core::Stream;
 use crate::error::{Error, Result};
 pub use keel_trace::MemoryAction;
@@ -378,6 +381,64 @@ fn finish_device_span(
     });
     // Resolve again only after another batch arrived: spans whose work is
     // still queued would otherwise be looked at on every operation.
+    if state.pending.len() >= state.resolve_at.max(RESOLVE_BATCH) {
+        state.resolve(false);
+        state.resolve_at = state.pending.len() + RESOLVE_BATCH;
+    }
+}
+
+/// Records device spans of work Keel did not launch (scopes on a
+/// program's own passes), each timed by two events of `stream`'s backend
+/// that its work wrote: user annotations on the stream's lane, which may
+/// nest and overlap Keel's spans there. The events are destroyed once
+/// read, or at once when no session records.
+pub(crate) fn foreign_device_spans(
+    stream: &Stream,
+    spans: Vec<(Cow<'static, str>, EventHandle, EventHandle)>,
+) {
+    let Ok(guard) = registry::available_guard_impl(stream.device_type()) else {
+        return;
+    };
+    let index = stream.device_index();
+    let timed: Vec<_> = spans
+        .into_iter()
+        .map(|(name, a, b)| {
+            (
+                name,
+                TimedEvent::made(guard, a, index),
+                TimedEvent::made(guard, b, index),
+            )
+        })
+        .collect();
+    let mut gathered = lock(&GATHERED);
+    let Some(state) = gathered.as_mut() else {
+        drop(gathered);
+        drop(timed);
+        return;
+    };
+    let calibrated = state
+        .clocks
+        .entry(stream.device())
+        .or_insert_with(|| DeviceClock::new(stream).map(Arc::new))
+        .is_some();
+    if !calibrated {
+        drop(gathered);
+        device_spans_lost(timed.len() as u64);
+        drop(timed);
+        return;
+    }
+    for (name, start, end) in timed {
+        state.pending.push(PendingSpan {
+            op: 0,
+            stream: *stream,
+            thread: 0,
+            kind: SpanKind::Annotation,
+            name,
+            start,
+            end,
+            detail: Detail::None,
+        });
+    }
     if state.pending.len() >= state.resolve_at.max(RESOLVE_BATCH) {
         state.resolve(false);
         state.resolve_at = state.pending.len() + RESOLVE_BATCH;

@@ -16,6 +16,7 @@ use super::memory::StagingPool;
 use super::stream::{QueueStream, SubmissionOrder};
 use super::{PRIORITY_LEVELS, TY};
 use crate::backend::pool::Streams;
+use crate::backend::slots::Adopted;
 use crate::backend::{DeviceKind, DeviceProperties, TimestampSupport, vendor_name};
 use crate::core::{Device, DeviceIndex};
 use crate::error::{Error, Result};
@@ -67,6 +68,8 @@ pub(super) struct Adapter {
     adapter: wgpu::Adapter,
     pub(super) info: wgpu::AdapterInfo,
     kind: DeviceKind,
+    /// The program's device and queue, for an adopted device.
+    adopted: Option<(wgpu::Device, wgpu::Queue)>,
     device: OnceLock<Result<WgpuDevice>>,
 }
 
@@ -85,11 +88,6 @@ pub(super) fn adapters() -> Result<&'static Adapters, &'static str> {
 }
 
 impl Adapters {
-    /// How many adapters there are.
-    pub(super) fn len(&self) -> DeviceIndex {
-        DeviceIndex::try_from(self.list.len()).unwrap_or(DeviceIndex::MAX)
-    }
-
     /// Why there is no adapter.
     pub(super) fn none_reason(&self) -> String {
         format!(
@@ -153,6 +151,7 @@ fn load() -> Result<Adapters, String> {
                 kind: kind_of(info.device_type),
                 info,
                 adapter,
+                adopted: None,
                 device: OnceLock::new(),
             }
         })
@@ -170,6 +169,20 @@ fn load() -> Result<Adapters, String> {
     });
     Ok(Adapters { list, backends })
 }
+
+/// Timestamps inside encoders: what Keel's timed events and profiled
+/// operations need.
+pub(super) const TIMESTAMP_FEATURES: wgpu::Features =
+    wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+
+/// What Keel asks of a device it creates, where the adapter offers it:
+/// timestamps, subgroup operations, native f16 and immediate data. A
+/// program that hands Keel its own device enables what it can of these
+/// (`keel_device::interop::wgpu::FEATURES`); Keel uses what is enabled.
+pub(crate) const WANTED_FEATURES: wgpu::Features = TIMESTAMP_FEATURES
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::IMMEDIATES);
 
 /// A wgpu error reported outside an error scope, kept for the next
 /// operation on the device to report.
@@ -213,6 +226,8 @@ pub struct WgpuDevice {
     /// Nanoseconds per timestamp tick (`queue.get_timestamp_period()`,
     /// fixed for a device; asked once, not per timestamp read).
     pub(super) timestamp_period: f64,
+    /// Whether the program handed this device to Keel.
+    pub(super) adopted: bool,
 }
 
 impl fmt::Debug for WgpuDevice {
@@ -222,16 +237,41 @@ impl fmt::Debug for WgpuDevice {
             .field("adapter", &self.adapter.info.name)
             .field("api", &api_name(self.adapter.info.backend))
             .field("timestamps", &self.timestamps.is_some())
+            .field("adopted", &self.adopted)
             .finish()
     }
 }
 
+/// Devices the program handed to Keel ([`adopt`]), numbered after the
+/// adapters Keel found.
+static ADOPTED: Adopted<Adapter> = Adopted::new();
+
+/// How many adapters Keel found itself.
+fn found() -> usize {
+    adapters().map_or(0, |a| a.list.len())
+}
+
+/// How many devices there are: the adapters Keel found, then the devices
+/// adopted.
+pub(super) fn count() -> DeviceIndex {
+    DeviceIndex::try_from(found() + ADOPTED.len()).unwrap_or(DeviceIndex::MAX)
+}
+
+/// Whether the program handed Keel a device.
+pub(super) fn any_adopted() -> bool {
+    !ADOPTED.is_empty()
+}
+
 /// Device `index` (in range), created on first use.
 pub(super) fn device(index: DeviceIndex) -> Result<&'static WgpuDevice> {
-    let adapter = adapters()
-        .ok()
-        .and_then(|a| a.list.get(usize::try_from(index).ok()?))
-        .ok_or_else(|| Error::invalid(format!("no wgpu device {index}")))?;
+    let i = usize::try_from(index).ok();
+    let found = found();
+    let adapter: &'static Adapter = match i {
+        Some(i) if i < found => adapters().ok().and_then(|a| a.list.get(i)),
+        Some(i) => ADOPTED.get(i - found),
+        None => None,
+    }
+    .ok_or_else(|| Error::invalid(format!("no wgpu device {index}")))?;
     adapter
         .device
         .get_or_init(|| WgpuDevice::create(index, adapter))
@@ -239,27 +279,70 @@ pub(super) fn device(index: DeviceIndex) -> Result<&'static WgpuDevice> {
         .map_err(Clone::clone)
 }
 
+/// Keel's device index of the program's `device`, adopting it on first
+/// use: `adapter` is the adapter the program requested it from and `queue`
+/// its queue. A device Keel created (handed out by `handles`) keeps its
+/// index.
+pub(super) fn adopt(
+    adapter: &wgpu::Adapter,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+) -> Result<DeviceIndex> {
+    if let Ok(found) = adapters() {
+        for (i, a) in found.list.iter().enumerate() {
+            if let Some(Ok(d)) = a.device.get()
+                && d.device == *device
+            {
+                return Ok(DeviceIndex::try_from(i).unwrap_or(DeviceIndex::MAX));
+            }
+        }
+    }
+    let found = found();
+    let i = ADOPTED.adopt(
+        |a| matches!(&a.adopted, Some((d, _)) if d == device),
+        |i| {
+            if DeviceIndex::try_from(found + i).is_err() {
+                return Err(Error::invalid(format!(
+                    "expected at most {} wgpu devices, found {}",
+                    DeviceIndex::MAX,
+                    found + i + 1
+                )));
+            }
+            let info = adapter.get_info();
+            Ok(Adapter {
+                kind: kind_of(info.device_type),
+                info,
+                adapter: adapter.clone(),
+                adopted: Some((device.clone(), queue.clone())),
+                device: OnceLock::new(),
+            })
+        },
+    )?;
+    let index = DeviceIndex::try_from(found + i).unwrap_or(DeviceIndex::MAX);
+    // Made now, so that what Keel cannot use is reported here.
+    self::device(index)?;
+    Ok(index)
+}
+
 impl WgpuDevice {
+    /// The device of `adapter`: the program's, for an adopted device;
+    /// otherwise requested with the features and limits Keel uses.
     fn create(index: DeviceIndex, adapter: &'static Adapter) -> Result<WgpuDevice> {
+        if let Some((device, queue)) = &adapter.adopted {
+            return WgpuDevice::assemble(index, adapter, device.clone(), queue.clone(), false);
+        }
         let offered = adapter.adapter.features();
-        let wanted =
-            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         // Subgroup operations in WGSL (`enable subgroups;`), where offered:
         // `keel::compute::sum` uses them.
         // Native f16 in WGSL (`enable f16;`), where offered: the f16
         // conversions use it (`keel::compute::f16_storage`).
         // Immediate data, where offered: kernels' parameter blocks (Note
         // [wgpu parameter blocks] in `kernel.rs`).
-        let required_features = offered
-            & (wanted
-                | wgpu::Features::SUBGROUP
-                | wgpu::Features::SHADER_F16
-                | wgpu::Features::IMMEDIATES);
-        let limits = adapter.adapter.limits();
+        let required_features = offered & WANTED_FEATURES;
         let desc = wgpu::DeviceDescriptor {
             label: Some("keel"),
             required_features,
-            required_limits: limits.clone(),
+            required_limits: adapter.adapter.limits(),
             ..Default::default()
         };
         let (device, queue) =
@@ -269,16 +352,33 @@ impl WgpuDevice {
                     format!("requesting a device from {}: {e}", adapter.info.name),
                 )
             })?;
+        WgpuDevice::assemble(index, adapter, device, queue, true)
+    }
+
+    /// Keel's state around `device` and `queue`. `own_errors`: the device
+    /// is Keel's, so its uncaptured errors come to Keel (an adopted
+    /// device's stay with the handler the program set).
+    fn assemble(
+        index: DeviceIndex,
+        adapter: &'static Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        own_errors: bool,
+    ) -> Result<WgpuDevice> {
+        let features = device.features();
+        let limits = device.limits();
         let uncaptured = Arc::new(Uncaptured::default());
-        let sink = Arc::clone(&uncaptured);
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            lock(&sink.0).push(e.to_string());
-        }));
+        if own_errors {
+            let sink = Arc::clone(&uncaptured);
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                lock(&sink.0).push(e.to_string());
+            }));
+        }
         let gl = Arc::new(GlContextLock::for_api(adapter.info.backend));
         let timestamp_period = f64::from(queue.get_timestamp_period());
         let order = SubmissionOrder::start(&device, index, Arc::clone(&gl))?;
-        let timestamps = required_features
-            .contains(wanted)
+        let timestamps = features
+            .contains(TIMESTAMP_FEATURES)
             .then(|| query_set(&device));
         Ok(WgpuDevice {
             index,
@@ -296,7 +396,13 @@ impl WgpuDevice {
             uncaptured,
             gl,
             timestamp_period,
+            adopted: !own_errors,
         })
+    }
+
+    /// The adapter the device was made from.
+    pub(super) fn adapter_handle(&self) -> &wgpu::Adapter {
+        &self.adapter.adapter
     }
 
     /// A command encoder on this device.
@@ -332,6 +438,12 @@ impl WgpuDevice {
         p.storage_offset_alignment = Some(u64::from(l.min_storage_buffer_offset_alignment));
         p.extra
             .push(("native API".to_owned(), api_name(info.backend).to_owned()));
+        if self.adopted {
+            p.extra.push((
+                "adopted".to_owned(),
+                "the program's device and queue (keel_device::interop::wgpu::adopt)".to_owned(),
+            ));
+        }
         if self.device.features().contains(wgpu::Features::SUBGROUP) {
             p.extra.push((
                 "subgroup operations".to_owned(),

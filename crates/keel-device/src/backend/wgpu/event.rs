@@ -52,6 +52,23 @@ pub struct WgpuEvent {
     query: Option<u32>,
 }
 
+impl WgpuEvent {
+    /// A timed event whose timestamp submission `seq` of `device` writes
+    /// into `slot` (a scope on a program's pass: `interop.rs`).
+    pub(super) fn at_slot(device: &'static WgpuDevice, seq: u64, slot: u32) -> Self {
+        WgpuEvent {
+            at: device.point_at(seq),
+            query: Some(slot),
+        }
+    }
+
+    /// wgpu's index of the submission the event marks, where it was made
+    /// by one.
+    pub(super) fn submission(&self) -> Option<&wgpu::SubmissionIndex> {
+        self.at.index()
+    }
+}
+
 impl fmt::Debug for WgpuEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WgpuEvent")
@@ -82,7 +99,7 @@ pub(super) fn query_set(device: &wgpu::Device) -> wgpu::QuerySet {
 }
 
 /// A device's query set, as its [`QuerySlots`] reach it.
-struct Queries(&'static WgpuDevice);
+pub(super) struct Queries(pub(super) &'static WgpuDevice);
 
 impl TimestampQueries for Queries {
     const DEVICE_TYPE: DeviceType = TY;

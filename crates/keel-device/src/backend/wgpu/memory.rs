@@ -29,16 +29,22 @@ pub struct WgpuBuffer {
     size: u64,
     /// The device's GL context lock, to free the buffer under.
     gl: &'static GlContextLock,
+    /// Whether Keel made the buffer (a program's buffer, adopted, is
+    /// never destroyed by Keel).
+    owned: bool,
 }
 
 impl Drop for WgpuBuffer {
     /// Frees the buffer's memory now (once no submission uses it), on GL
     /// under the shared GL context lock (Note [GL context lock]); cached
     /// bind groups may still hold the wgpu object (Note [wgpu parameter
-    /// blocks]).
+    /// blocks]). A program's buffer only loses Keel's reference, under
+    /// the same lock (it may be the last one).
     fn drop(&mut self) {
         let _shared = self.gl.shared();
-        self.buffer.destroy();
+        if self.owned {
+            self.buffer.destroy();
+        }
     }
 }
 
@@ -50,8 +56,31 @@ impl fmt::Debug for WgpuBuffer {
 
 impl WgpuBuffer {
     /// The wgpu buffer.
-    pub(super) fn raw(&self) -> &wgpu::Buffer {
+    pub(crate) fn raw(&self) -> &wgpu::Buffer {
         &self.buffer
+    }
+
+    /// A program's buffer on `device`, which Keel binds and copies but
+    /// never destroys. It must allow what Keel does with its own
+    /// buffers: storage bindings and copies both ways.
+    pub(crate) fn foreign(device: &'static WgpuDevice, buffer: wgpu::Buffer) -> Result<Self> {
+        let usage = buffer.usage();
+        if !usage.contains(DEVICE_BUFFER) {
+            return Err(Error::invalid(format!(
+                "a wgpu buffer for Keel: expected usages {DEVICE_BUFFER:?}, found {usage:?}"
+            )));
+        }
+        Ok(WgpuBuffer {
+            size: buffer.size(),
+            buffer,
+            gl: &device.gl,
+            owned: false,
+        })
+    }
+
+    /// The buffer's size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
     }
 }
 
@@ -379,6 +408,7 @@ impl Memory for Wgpu {
             buffer: new_buffer(device, len as u64, DEVICE_BUFFER, false)?,
             size: len as u64,
             gl: &device.gl,
+            owned: true,
         })
     }
 

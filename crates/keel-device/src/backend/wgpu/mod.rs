@@ -78,6 +78,7 @@
 
 mod device;
 mod event;
+pub(crate) mod interop;
 mod kernel;
 mod memory;
 mod stream;
@@ -112,10 +113,13 @@ impl Backend for Wgpu {
     type Stream = &'static QueueStream;
 
     fn loaded(&self) -> std::result::Result<(), &str> {
+        if device::any_adopted() {
+            return Ok(());
+        }
         device::adapters().map(drop)
     }
     fn device_count(&self) -> DeviceIndex {
-        device::adapters().map_or(0, |a| a.len())
+        device::count()
     }
     fn no_device_reason(&self) -> String {
         device::adapters().map_or_else(str::to_owned, |a| a.none_reason())

@@ -394,7 +394,7 @@ impl SubmissionOrder {
         &self,
         d: &'static WgpuDevice,
         stream: Option<&QueueStream>,
-        encoders: impl IntoIterator<Item = wgpu::CommandEncoder>,
+        buffers: impl IntoIterator<Item = wgpu::CommandBuffer>,
     ) -> Result<Point> {
         // On GL, a submission runs its commands (and compiles a pipeline's
         // shader at its first dispatch), then waits for them: Note [GL
@@ -402,9 +402,7 @@ impl SubmissionOrder {
         // other holder of both.
         let exclusive = d.gl.exclusive();
         let mut last = lock(&self.last);
-        let index = d
-            .queue
-            .submit(encoders.into_iter().map(wgpu::CommandEncoder::finish));
+        let index = d.queue.submit(buffers);
         *last += 1;
         let seq = *last;
         if let Some(stream) = stream {
@@ -522,7 +520,7 @@ impl QueueStream {
     pub(super) fn submit(&self, mut encoder: wgpu::CommandEncoder) -> Result<Point> {
         let d = self.device;
         let Some(stamps) = self.stamps() else {
-            return d.order.submit(d, Some(self), [encoder]);
+            return d.order.submit(d, Some(self), [encoder.finish()]);
         };
         let start = stamps.start.map(|slot| {
             let mut e = d.encoder();
@@ -530,9 +528,39 @@ impl QueueStream {
             e
         });
         encoder.write_timestamp(stamps.query_set, stamps.end);
-        let at = d
-            .order
-            .submit(d, Some(self), start.into_iter().chain([encoder]))?;
+        let at = d.order.submit(
+            d,
+            Some(self),
+            start
+                .into_iter()
+                .chain([encoder])
+                .map(wgpu::CommandEncoder::finish),
+        )?;
+        self.bracketed(at.seq);
+        Ok(at)
+    }
+
+    /// Submits a program's command buffers on this stream (interop): in
+    /// order with Keel's work on it. Where the calling thread has a
+    /// [`Bracket`] armed on this stream, the same submission writes its
+    /// timestamps around them.
+    pub(super) fn submit_buffers(&self, buffers: Vec<wgpu::CommandBuffer>) -> Result<Point> {
+        let d = self.device;
+        let Some(stamps) = self.stamps() else {
+            return d.order.submit(d, Some(self), buffers);
+        };
+        let start = stamps.start.map(|slot| {
+            let mut e = d.encoder();
+            e.write_timestamp(stamps.query_set, slot);
+            e.finish()
+        });
+        let mut end = d.encoder();
+        end.write_timestamp(stamps.query_set, stamps.end);
+        let at = d.order.submit(
+            d,
+            Some(self),
+            start.into_iter().chain(buffers).chain([end.finish()]),
+        )?;
         self.bracketed(at.seq);
         Ok(at)
     }
@@ -544,7 +572,7 @@ impl QueueStream {
         let at = self
             .device
             .order
-            .submit(self.device, Some(self), [encoder])?;
+            .submit(self.device, Some(self), [encoder.finish()])?;
         self.bracketed(at.seq);
         Ok(at)
     }
@@ -647,6 +675,17 @@ impl Point {
     }
 }
 
+impl WgpuDevice {
+    /// The point after submission `seq` of this device.
+    pub(super) fn point_at(&'static self, seq: u64) -> Point {
+        Point {
+            device: self,
+            seq,
+            index: None,
+        }
+    }
+}
+
 /// Submits `encoder`'s commands outside every logical stream (no stream
 /// waits for them), under the same lock and with a sequence number like
 /// every submission (Note [wgpu completion tracking]); returns the point
@@ -655,7 +694,7 @@ pub(super) fn submit_outside_streams(
     device: &'static WgpuDevice,
     encoder: wgpu::CommandEncoder,
 ) -> Result<Point> {
-    device.order.submit(device, None, [encoder])
+    device.order.submit(device, None, [encoder.finish()])
 }
 
 #[cfg(test)]

@@ -1,0 +1,16 @@
+//! Keel inside someone else's program: a program's own devices, queues
+//! and buffers handed to Keel (*adopted*), Keel's native objects handed
+//! out, and the program's own GPU work timed by Keel's profiler.
+//!
+//! Adopting shares the program's objects; nothing is copied, and nothing
+//! the program owns is ever destroyed by Keel. An adopted device is kept
+//! by Keel for the rest of the process (like every Keel device: guards,
+//! streams and events refer to it), numbered after the devices Keel found
+//! itself, so `device_count` grows by one per adopted device. Adopting
+//! the same native device again gives the same Keel device.
+//!
+//! One module per native API, each behind its backend's cargo feature:
+//! [`wgpu`].
+
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
