@@ -6,8 +6,7 @@
 //! the program owns is ever destroyed by Keel. An adopted device is kept
 //! by Keel for the rest of the process (like every Keel device: guards,
 //! streams and events refer to it), numbered after the devices Keel found
-//! itself, so `device_count` grows by one per adopted device. Adopting
-//! the same native device again gives the same Keel device.
+//! itself, so `device_count` grows by one per adopted device.
 //!
 //! One module per native API, each behind its backend's cargo feature:
 //! [`wgpu`].

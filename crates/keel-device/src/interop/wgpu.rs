@@ -63,9 +63,10 @@ pub const FEATURES: wgpu::Features = crate::backend::wgpu::interop::WANTED_FEATU
 
 /// Adopts the program's `device`, made from `adapter`, whose queue is
 /// `queue`: Keel's work on the returned `wgpu:N` device runs on them, in
-/// the same process and memory as the program's. Adopting the same
-/// device again (or a device Keel handed out) gives the same Keel
-/// device.
+/// the same process and memory as the program's. Keep the returned
+/// device: each call adopts anew (wgpu cannot tell whether two devices
+/// of different instances are one), and a device adopted twice is two
+/// Keel devices, with their own streams and caches, on one wgpu device.
 ///
 /// Errors: when Keel's per-backend limit of adopted devices is reached,
 /// or the device cannot be set up (its poll thread cannot start).

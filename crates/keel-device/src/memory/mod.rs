@@ -59,6 +59,7 @@ pub use allocator::{
 pub use config::{AllocBackend, AllocConfig};
 pub use stats::{memory_stats_of, memory_summary_of};
 
+use crate::backend::slots::MAX_ADOPTED;
 use crate::backend::{
     BufferHandle, DeviceGuardImpl, DeviceProperties, DeviceRuntime, EventHandle, registry,
 };
@@ -209,15 +210,19 @@ fn create_allocator(device: Device) -> Result<&'static DeviceAllocator> {
     let ty = device.device_type();
     let guard = registry::available_guard_impl(ty)?;
     let slot = type_slot(ty);
-    let table =
-        tables()[slot].get_or_init(|| (0..guard.device_count()).map(|_| OnceLock::new()).collect());
+    // Room for the devices the backend has now and for those a program
+    // may still hand it (`crate::interop`).
+    let table = tables()[slot].get_or_init(|| {
+        let n = usize::try_from(guard.device_count()).unwrap_or(0) + MAX_ADOPTED;
+        (0..n).map(|_| OnceLock::new()).collect()
+    });
     crate::backend::check_device_index(device, guard.device_count())?;
     let cell = usize::try_from(device.index())
         .ok()
         .and_then(|i| table.get(i))
         .ok_or_else(|| {
             Error::invalid(format!(
-                "{device}: the backend reported more devices than when its first buffer was made ({})",
+                "{device}: expected a device index below {} (the devices the backend had when its first buffer was made, and {MAX_ADOPTED} adopted)",
                 table.len()
             ))
         })?;

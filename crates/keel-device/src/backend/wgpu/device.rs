@@ -279,27 +279,19 @@ pub(super) fn device(index: DeviceIndex) -> Result<&'static WgpuDevice> {
         .map_err(Clone::clone)
 }
 
-/// Keel's device index of the program's `device`, adopting it on first
-/// use: `adapter` is the adapter the program requested it from and `queue`
-/// its queue. A device Keel created (handed out by `handles`) keeps its
-/// index.
+/// Adopts the program's `device` (requested from `adapter`, submitting
+/// to `queue`) as a new Keel device; returns its index. Each call adopts
+/// anew: wgpu compares devices by an id that is unique only within one
+/// `wgpu::Instance`, so equal devices of two instances would be taken for
+/// one.
 pub(super) fn adopt(
     adapter: &wgpu::Adapter,
     device: &wgpu::Device,
     queue: &wgpu::Queue,
 ) -> Result<DeviceIndex> {
-    if let Ok(found) = adapters() {
-        for (i, a) in found.list.iter().enumerate() {
-            if let Some(Ok(d)) = a.device.get()
-                && d.device == *device
-            {
-                return Ok(DeviceIndex::try_from(i).unwrap_or(DeviceIndex::MAX));
-            }
-        }
-    }
     let found = found();
     let i = ADOPTED.adopt(
-        |a| matches!(&a.adopted, Some((d, _)) if d == device),
+        |_| false,
         |i| {
             if DeviceIndex::try_from(found + i).is_err() {
                 return Err(Error::invalid(format!(

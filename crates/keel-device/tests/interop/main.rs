@@ -1,0 +1,16 @@
+//! Keel inside a program that has its own GPU objects
+//! (`keel_device::interop`): devices, queues and buffers adopted and
+//! handed out, the program's submissions and scopes on its passes in
+//! Keel's profiler, and the conformance suite on adopted devices. A test
+//! binary of its own: adopting adds devices to the process, which other
+//! binaries' tests (adapter order, device counts) must not see.
+
+mod wgpu_interop;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Held by every test here that records a profiler session.
+fn session() -> MutexGuard<'static, ()> {
+    static SESSION: Mutex<()> = Mutex::new(());
+    SESSION.lock().unwrap_or_else(PoisonError::into_inner)
+}
