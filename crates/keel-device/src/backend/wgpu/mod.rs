@@ -14,6 +14,7 @@
 //! | profiled operations (`begin_timed_work`) | the operation's own submission writes its span's two timestamps: a launch's compute pass (`timestamp_writes`), otherwise `write_timestamp` in the same `queue.submit`; slots in adjacent pairs (`event.rs`); when all are held, the values of completed ones move out and their slots are reused |
 //! | memory | `wgpu::Buffer` (storage, copy source and destination), sized up to a multiple of 4; readback through a mapped buffer |
 //! | copies | `copy_buffer_to_buffer` when offsets and size allow it (multiples of 4), otherwise the `copy_bytes` kernel |
+//! | adopted device (`crate::interop::wgpu`) | a program's `wgpu::Device` and `Queue`, numbered after the adapters; Keel uses the features the program enabled and sets no uncaptured-error handler on it; a program's buffer is a `WgpuBuffer` Keel never destroys; the program's command buffers submit on a logical stream (`QueueStream::submit_buffers`), and scopes on its passes write slot pairs of the device's query set (`interop.rs`) |
 //! | kernel | the same WGSL as Vulkan, one pipeline per (device, kernel); the parameter block as immediate data where the device offers it and the block fits, else a uniform buffer per launch; bind groups cached by their buffer ranges (Note [wgpu parameter blocks] in `kernel.rs`) |
 //!
 //! On GL, wgpu runs a submission's work before `submit` returns, so
@@ -73,7 +74,9 @@
 //! `event.rs` (events, timestamp slots:
 //! [`Events`](super::typed::Events)), `memory.rs` (buffers, copies,
 //! readbacks: [`Memory`](super::typed::Memory)), `kernel.rs` (pipelines,
-//! parameter blocks, bind groups, dispatches: [`Kernels`](super::typed::Kernels)).
+//! parameter blocks, bind groups, dispatches: [`Kernels`](super::typed::Kernels)),
+//! `interop.rs` (what `crate::interop::wgpu` needs: adoption, handles,
+//! the program's buffers, submissions and scope slots).
 //! This file implements [`Backend`].
 
 mod device;
