@@ -9,7 +9,9 @@
 //! itself, so `device_count` grows by one per adopted device.
 //!
 //! One module per native API, each behind its backend's cargo feature:
-//! [`wgpu`].
+//! [`wgpu`], [`cuda`].
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;

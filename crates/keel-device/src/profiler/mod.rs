@@ -147,6 +147,55 @@ impl Drop for Range {
     }
 }
 
+/// A named range of a stream's device time (a user annotation on the
+/// stream's lane), recorded when the returned guard drops: it covers the
+/// work enqueued on `stream` between the call and the drop, whoever
+/// enqueued it (Keel, or a program on a stream Keel adopted, such as a
+/// CUDA stream of its own: `interop::cuda::adopt_stream`). Timed by two
+/// timed events of the stream's backend; ranges nest. With no session
+/// recording this is one relaxed load; a stream whose device cannot time
+/// gets no range, counted in [`Trace::dropped`].
+pub fn device_range(stream: &crate::core::Stream, name: impl Into<Cow<'static, str>>) -> DeviceRange {
+    if !enabled() {
+        return DeviceRange { started: None };
+    }
+    let start = clock::TimedEvent::record(stream);
+    if start.is_none() {
+        record::device_spans_lost(1);
+    }
+    DeviceRange {
+        started: start.map(|e| (*stream, name.into(), e)),
+    }
+}
+
+/// A device range in progress ([`device_range`]); it ends when dropped.
+#[must_use = "the device range ends when this guard drops"]
+pub struct DeviceRange {
+    started: Option<(crate::core::Stream, Cow<'static, str>, clock::TimedEvent)>,
+}
+
+impl std::fmt::Debug for DeviceRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceRange")
+            .field("stream", &self.started.as_ref().map(|s| s.0))
+            .field("name", &self.started.as_ref().map(|s| &s.1))
+            .finish()
+    }
+}
+
+impl Drop for DeviceRange {
+    fn drop(&mut self) {
+        let Some((stream, name, start)) = self.started.take() else {
+            return;
+        };
+        match clock::TimedEvent::record(&stream) {
+            Some(end) if enabled() => record::annotations(&stream, vec![(name, start, end)]),
+            Some(_) => {}
+            None => record::device_spans_lost(1),
+        }
+    }
+}
+
 /// Records a named instant (a user marker) on this thread.
 pub fn mark(name: impl Into<String>) {
     if enabled() {

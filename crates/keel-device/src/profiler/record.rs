@@ -343,7 +343,7 @@ fn start_device_span(stream: &Stream) -> Option<SpanTiming> {
 }
 
 /// Counts `n` device spans lost with the session's dropped records.
-fn device_spans_lost(n: u64) {
+pub(super) fn device_spans_lost(n: u64) {
     DROPPED.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -400,7 +400,7 @@ pub(crate) fn foreign_device_spans(
         return;
     };
     let index = stream.device_index();
-    let timed: Vec<_> = spans
+    let timed = spans
         .into_iter()
         .map(|(name, a, b)| {
             (
@@ -410,6 +410,12 @@ pub(crate) fn foreign_device_spans(
             )
         })
         .collect();
+    annotations(stream, timed);
+}
+
+/// Records device annotations on `stream`'s lane, each between two timed
+/// events (see [`foreign_device_spans`]).
+pub(super) fn annotations(stream: &Stream, timed: Vec<(Cow<'static, str>, TimedEvent, TimedEvent)>) {
     let mut gathered = lock(&GATHERED);
     let Some(state) = gathered.as_mut() else {
         drop(gathered);

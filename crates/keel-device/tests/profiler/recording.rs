@@ -309,3 +309,66 @@ fn inline_cpu_kernels_of_two_threads_get_a_lane_each() {
         "the two kernels overlap in time: {long:?} {short:?}"
     );
 }
+
+/// A device range covers the work enqueued on its stream while it is
+/// open, whoever enqueued it: an annotation on the stream's lane around
+/// the kernels' device spans, nested ranges inside it. On every backend
+/// present.
+#[test]
+fn device_ranges_enclose_the_stream_work_between_them() {
+    use keel_device::profiler::{LaneKind, Span};
+    use keel_device::testing::conformance;
+    use keel_device::{Buffer, kernels};
+
+    let _s = serial();
+    for (label, d) in conformance::builtin_devices() {
+        let s = keel_device::get_stream_from_pool(d, false).expect("stream");
+        let n = 1024u32;
+        let out = Buffer::new(d, 4 * n as usize).expect("out");
+        let spin = || {
+            s.launch(
+                &kernels::SPIN,
+                kernels::SPIN.grid_for(u64::from(n)),
+                &[&out],
+                &[n.to_le_bytes(), 200u32.to_le_bytes()].concat(),
+            )
+            .expect("spin");
+        };
+        spin(); // compiled outside the session
+        s.synchronize().expect("sync");
+        // No session: nothing recorded, nothing enqueued.
+        drop(keel_device::profiler::device_range(&s, "idle"));
+
+        let session = keel_device::profiler::start().expect("start");
+        {
+            let _outer = keel_device::profiler::device_range(&s, "outer");
+            spin();
+            {
+                let _inner = keel_device::profiler::device_range(&s, "inner");
+                spin();
+            }
+        }
+        s.synchronize().expect("sync");
+        let trace = session.stop();
+        trace.check().expect("well formed");
+        let name = d.to_string();
+        let on_stream = |sp: &Span| {
+            matches!(trace.lanes[sp.lane as usize].kind,
+                LaneKind::Stream { device, stream, .. }
+                    if trace.devices[device as usize].device == name && stream == s.id())
+        };
+        let find = |n: &str| -> Vec<&Span> {
+            trace.spans.iter().filter(|sp| sp.name == n && on_stream(sp)).collect()
+        };
+        let (outer, inner, kernels) = (find("outer"), find("inner"), find("spin"));
+        assert!(trace.spans.iter().all(|sp| sp.name != "idle"), "{label}");
+        assert_eq!((outer.len(), inner.len(), kernels.len()), (1, 1, 2), "{label}: {:?}", trace.spans);
+        let (outer, inner) = (outer[0], inner[0]);
+        assert_eq!(outer.kind, SpanKind::Annotation);
+        let end = |sp: &Span| sp.start_ns + sp.dur_ns;
+        assert!(outer.start_ns <= kernels[0].start_ns && end(kernels[1]) <= end(outer), "{label}: {outer:?} {kernels:?}");
+        assert!(inner.start_ns <= kernels[1].start_ns && end(kernels[1]) <= end(inner), "{label}: {inner:?} {kernels:?}");
+        assert!(outer.start_ns <= inner.start_ns && end(inner) <= end(outer), "{label}");
+        assert_eq!(trace.dropped, 0, "{label}");
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock};
 
 use cudarc::driver::sys::{self, CUresult};
 
@@ -25,7 +25,7 @@ use super::stream::{CudaStream, RawStream};
 use crate::backend::pool::Streams;
 use crate::backend::slots::Slots;
 use crate::backend::{DeviceKind, DeviceProperties, TimestampSupport};
-use crate::core::{Device, DeviceIndex, MAX_PRIORITY_LEVELS, StreamId, StreamKind};
+use crate::core::{Device, DeviceIndex, MAX_PRIORITY_LEVELS, StreamId, StreamKind, stream_kind};
 use crate::error::{Error, Result};
 
 /// A CUDA context handle.
@@ -69,6 +69,17 @@ pub struct Ctx {
     pub(super) functions: Mutex<HashMap<(&'static str, usize), Arc<Function>>>,
     /// Peers whose memory this context can access (enabled lazily).
     peers: Mutex<Vec<DeviceIndex>>,
+    /// The program's streams handed to Keel (`interop.rs`), by id.
+    pub(super) external: RwLock<Vec<External>>,
+}
+
+/// A program's stream on this device, adopted as an external stream: its
+/// id is the `CUstream` value (c10's encoding of external streams), and
+/// `keep` holds what keeps it alive, where the program handed Keel an
+/// owner (a cudarc stream).
+pub(super) struct External {
+    pub(super) raw: RawStream,
+    pub(super) _keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl fmt::Debug for Ctx {
@@ -116,6 +127,7 @@ impl Ctx {
             pinned: Mutex::new(Vec::new()),
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
+            external: RwLock::new(Vec::new()),
         })
     }
 
@@ -145,6 +157,9 @@ impl Ctx {
     /// The stream behind `id`: 0 is the legacy default stream; pool ids
     /// are created on first use (non-blocking, with the level's priority).
     pub(super) fn stream(&'static self, id: StreamId) -> Result<CudaStream> {
+        if matches!(stream_kind(id), StreamKind::Other) {
+            return self.external_stream(id);
+        }
         let raw = *self.streams.get_or_create(id, |kind| match kind {
             StreamKind::Pool { level, .. } => {
                 let _scope = self.scope()?;
@@ -154,6 +169,24 @@ impl Ctx {
             _ => Ok(RawStream::LEGACY),
         })?;
         Ok(CudaStream { ctx: self, raw })
+    }
+
+    /// The program's stream adopted with id `id`.
+    fn external_stream(&'static self, id: StreamId) -> Result<CudaStream> {
+        let external = self.external.read().unwrap_or_else(PoisonError::into_inner);
+        let e = external
+            .iter()
+            .find(|e| e.raw.0 as usize as StreamId == id)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown stream id {id} on cuda:{}: expected 0 (default), a pool stream id, or an external stream adopted with keel_device::interop::cuda::adopt_stream",
+                    self.index
+                ))
+            })?;
+        Ok(CudaStream {
+            ctx: self,
+            raw: e.raw,
+        })
     }
 
     /// Waits for all work on the device (`cuCtxSynchronize`).

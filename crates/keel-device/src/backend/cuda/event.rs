@@ -109,6 +109,13 @@ pub struct CudaEvent {
     timing: bool,
 }
 
+impl CudaEvent {
+    /// The driver's event.
+    pub(super) fn raw(&self) -> sys::CUevent {
+        self.raw.0
+    }
+}
+
 impl fmt::Debug for CudaEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CudaEvent")

@@ -117,6 +117,9 @@ pub struct CudaBuffer {
     stream_ordered: bool,
     /// Streams that used this buffer.
     used: Mutex<Vec<CudaStream>>,
+    /// Whether Keel allocated the memory (a program's, adopted, is never
+    /// freed by Keel).
+    owned: bool,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -130,6 +133,19 @@ impl std::fmt::Debug for CudaBuffer {
 }
 
 impl CudaBuffer {
+    /// The program's `len` bytes at `ptr` on `ctx`'s device, which Keel
+    /// uses but never frees.
+    pub(super) fn foreign(ctx: &'static Ctx, ptr: sys::CUdeviceptr, len: usize) -> Self {
+        CudaBuffer {
+            ctx,
+            ptr,
+            len,
+            stream_ordered: false,
+            used: Mutex::new(Vec::new()),
+            owned: false,
+        }
+    }
+
     /// Notes that work on `stream` uses this buffer (c10's
     /// `recordDataPtrOnStream`).
     pub(super) fn used_on(&self, stream: CudaStream) -> Result<()> {
@@ -176,7 +192,7 @@ impl CudaBuffer {
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
-        if self.ptr != 0 {
+        if self.ptr != 0 && self.owned {
             // Nothing can report an error from a destructor.
             let _ = self.free();
         }
@@ -262,6 +278,7 @@ impl Memory for Cuda {
             len,
             stream_ordered: c.info.memory_pools,
             used: Mutex::new(Vec::new()),
+            owned: true,
         };
         if len == 0 {
             return Ok(buf);

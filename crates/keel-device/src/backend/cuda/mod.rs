@@ -34,6 +34,7 @@
 
 mod device;
 mod event;
+pub(crate) mod interop;
 pub mod kernel;
 mod loader;
 mod memory;
