@@ -28,7 +28,8 @@ cd "$(dirname "$0")/.."
 # re-check: `GPU_TESTS=tests/ops GPU_BENCHES=benches/matmul ... pack`
 # builds and packs only those.)
 ALL_GPU_TESTS="tests/keel tests/keel_device tests/backends tests/conformance tests/profiler
-tests/allocator tests/launch_blocking tests/ops tests/numerics"
+tests/allocator tests/launch_blocking tests/ops tests/numerics tests/interop
+tests/example_cuda_program"
 ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul"
 GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
 GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
@@ -42,6 +43,7 @@ targets() {
         case "$t" in
             tests/keel) printf -- '--lib ' ;;
             tests/keel_device) ;;
+            tests/example_*) ;;
             *) printf -- '--%s %s ' "$flag" "${t#*/}" ;;
         esac
     done
@@ -63,6 +65,15 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print("tests", m["target"]["name"], m["executable"])' >>"$list"
+    # The examples that need a GPU run like a test binary (its exit status
+    # is its result).
+    cargo build -p keel --example cuda_program --message-format=json \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "example" in m["target"]["kind"]:
+        print("tests", "example_" + m["target"]["name"], m["executable"])' >>"$list"
     # shellcheck disable=SC2046
     cargo bench -p keel --features testing,cuda,vulkan,wgpu --no-run --message-format=json \
         $(targets "$GPU_BENCHES" "$ALL_GPU_BENCHES" bench) \

@@ -5,6 +5,9 @@
 //! binary of its own: adopting adds devices to the process, which other
 //! binaries' tests (adapter order, device counts) must not see.
 
+#[cfg(feature = "cuda")]
+mod cuda_interop;
+#[cfg(feature = "wgpu")]
 mod wgpu_interop;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
