@@ -67,7 +67,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Keel on the program's stream and memory.
     let stream = interop::adopt_stream(&theirs)?;
     let device = stream.device();
-    println!("the program's stream is {device}'s stream {:#x}", stream.id());
+    println!(
+        "the program's stream is {device}'s stream {:#x}",
+        stream.id()
+    );
     let session = keel::profiler::start()?;
     {
         let _step = keel::profiler::range("step");
@@ -113,7 +116,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     if worst > 1e-4 {
         return Err(format!("matmul on the program's stream is off by {worst:.2e}").into());
     }
-    let lane_spans = |name: &str| trace.spans.iter().filter(|s| s.name.starts_with(name)).count();
+    let lane_spans = |name: &str| {
+        trace
+            .spans
+            .iter()
+            .filter(|s| s.name.starts_with(name))
+            .count()
+    };
     println!(
         "trace: {} spans; the program's kernels timed {} times, Keel's matmul {} times",
         trace.spans.len(),

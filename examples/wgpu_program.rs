@@ -102,17 +102,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let (adapter, device, queue) = program_device()?;
     let keel_device = interop::adopt(&adapter, &device, &queue)?;
-    println!(
-        "{} is {keel_device}",
-        keel::properties(keel_device)?.name
-    );
+    println!("{} is {keel_device}", keel::properties(keel_device)?.name);
     let stream = keel::default_stream(keel_device)?;
 
     // Serving live records as it goes; otherwise a session records.
     let server = match &o.serve {
         Some(addr) => {
             let s = keel::profiler::live::serve(addr.as_str())?;
-            println!("serving the live profile on {}; connect keel-profiler --connect {}", s.addr(), s.addr());
+            println!(
+                "serving the live profile on {}; connect keel-profiler --connect {}",
+                s.addr(),
+                s.addr()
+            );
             Some(s)
         }
         None => None,

@@ -15,9 +15,10 @@
 //! // Keel's work on `stream` runs on the program's stream, in order
 //! // with the kernels the program launches there itself; a profiler
 //! // range times the program's own work on it.
-//! let range = keel_device::profiler::device_range(&stream, "program kernels")?;
-//! // ... the program launches on `theirs` ...
-//! range.end()?;
+//! {
+//!     let _range = keel_device::profiler::device_range(&stream, "program kernels");
+//!     // ... the program launches on `theirs` ...
+//! }
 //! # Ok(()) }
 //! ```
 //!

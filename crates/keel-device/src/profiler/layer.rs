@@ -35,8 +35,12 @@ use super::record::{self, Detail, FieldText, enabled};
 use super::stamp::Stamp;
 
 /// A `tracing-subscriber` [`Layer`] that records `tracing` spans and
-/// events into the running profiler session (see the [module
-/// docs](self)).
+/// events into the running profiler session: each entry of a span is a
+/// host span of kind `Annotation` on its thread's lane, with the span's
+/// fields as arguments (formatted once, when the span is made or
+/// recorded); each event is a marker named by its `message`. With no
+/// session recording, every callback is one relaxed load, so the layer
+/// can stay installed.
 ///
 /// ```
 /// use tracing_subscriber::layer::SubscriberExt;

@@ -29,7 +29,11 @@ fn a_cudarc_stream_and_memory_carry_keel_work() {
     let theirs = ctx.new_stream().expect("the program's stream");
     let s = interop::adopt_stream(&theirs).expect("adopt stream");
     assert_eq!(s.device(), d);
-    assert_eq!(s.id(), theirs.cu_stream() as usize as i64, "c10's external id");
+    assert_eq!(
+        s.id(),
+        theirs.cu_stream() as usize as i64,
+        "c10's external id"
+    );
     assert_eq!(interop::adopt_stream(&theirs).expect("again"), s);
     assert_eq!(interop::stream(&s).expect("handle"), theirs.cu_stream());
     let default = keel_device::default_stream(d).expect("default");
@@ -70,8 +74,10 @@ fn a_cudarc_stream_and_memory_carry_keel_work() {
     s.synchronize().expect("sync");
     let mut host = [0.0f32; 64];
     // SAFETY: the pointer is the live Keel buffer's, 64 f32 long.
-    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, interop::buffer(&k).expect("ptr")) }
-        .expect("copy");
+    unsafe {
+        cudarc::driver::result::memcpy_dtoh_sync(&mut host, interop::buffer(&k).expect("ptr"))
+    }
+    .expect("copy");
     assert_eq!(host, [5.0f32; 64]);
     let mut e = keel_device::Event::new(DeviceType::Cuda);
     assert_eq!(interop::event(&e).expect("unrecorded"), None);
@@ -94,7 +100,11 @@ fn bad_cuda_objects_are_clear_errors() {
     let theirs = other.new_stream().expect("its stream");
     // SAFETY: a live stream, of another context than Keel's.
     let err = unsafe { interop::adopt_raw_stream(d, theirs.cu_stream()) }.expect_err("foreign ctx");
-    assert!(err.to_string().contains("expected a stream of cuda:0's primary context"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("expected a stream of cuda:0's primary context"),
+        "{err}"
+    );
     // An even id nobody adopted is no stream.
     let err = Stream::new(d, 4096).synchronize().expect_err("unknown");
     assert!(err.to_string().contains("unknown stream id"), "{err}");
@@ -116,7 +126,9 @@ fn a_device_range_times_the_program_work_on_its_stream() {
     {
         let _r = keel_device::profiler::device_range(&s, "program memsets");
         for _ in 0..4 {
-            theirs.memset_zeros(&mut big).expect("the program's own work");
+            theirs
+                .memset_zeros(&mut big)
+                .expect("the program's own work");
         }
     }
     theirs.synchronize().expect("sync");
