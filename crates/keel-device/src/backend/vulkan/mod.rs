@@ -29,12 +29,22 @@
 
 mod device;
 mod event;
+mod interop;
 mod kernel;
 mod loader;
 mod memory;
 mod stream;
 
-pub use self::device::PRIORITY_LEVELS;
+/// The `ash` Keel is built with: a program that adopts or hands out
+/// devices uses these types (`ash::Device`, `vk::Buffer`, ...).
+pub use ash;
+
+pub use self::device::{API_VERSION, PRIORITY_LEVELS, Requirements};
+pub use self::interop::{
+    Adoption, BUFFER_USAGE, NativeBuffer, NativeDevice, NativeEvent, NativeStream, adopt,
+    adopt_buffer, native_buffer, native_device, native_event, native_stream, release, requirements,
+    wait_semaphore, with_queue,
+};
 pub use self::kernel::spirv;
 pub use self::loader::{validation_error_count, validation_messages};
 
@@ -63,11 +73,19 @@ impl Backend for Vulkan {
     type Device = Ctx;
     type Stream = &'static VkStream;
 
+    /// Loaded when Keel's own instance exists, or when the program gave
+    /// Keel a device of its own (Keel's instance may have failed where the
+    /// program's did not).
     fn loaded(&self) -> std::result::Result<(), &str> {
-        loader::vk().map(drop)
+        match loader::vk() {
+            Err(_) if !device::ADOPTED.is_empty() => Ok(()),
+            v => v.map(drop),
+        }
     }
+    /// Keel's own devices, then the adopted ones.
     fn device_count(&self) -> DeviceIndex {
-        loader::vk().map_or(0, |v| DeviceIndex::try_from(v.adapters.len()).unwrap_or(0))
+        let own = loader::vk().map_or(0, |v| v.adapters.len());
+        DeviceIndex::try_from(own + device::ADOPTED.len()).unwrap_or(0)
     }
     fn no_device_reason(&self) -> String {
         "no Vulkan 1.3 device with a compute queue was found".to_owned()
@@ -88,10 +106,11 @@ impl Backend for Vulkan {
         stream.synchronize()
     }
     fn synchronize_device(&self, device: &'static Ctx) -> Result<()> {
+        device.live()?;
         device.streams().try_for_each_created(VkStream::synchronize)
     }
 
     fn describe(&self, device: &'static Ctx, at: Device) -> Result<DeviceProperties> {
-        Ok(device::describe(device.adapter, at))
+        Ok(device::describe(device, at))
     }
 }
