@@ -17,10 +17,16 @@
 //! | memory | gpu-allocator: device-local buffers, host-visible staging buffers for copies pooled per device; out of memory is an error |
 //! | profiler device spans | timestamp queries written inside the operation's own command buffers (on a busy stream only the end: the start is the previous operation's end); calibrated timestamps (KHR or EXT) for the clock where offered |
 //! | kernel | WGSL -> SPIR-V by naga (cached per kernel), one compute pipeline per (device, kernel); buffers are storage bindings 0..n, parameters a uniform at binding n |
+//! | adopted device (interop, no c10 equivalent) | a program's `VkInstance` + `VkDevice` + one queue ([`adopt`]), numbered after Keel's own devices and run by the same code; the program enables [`requirements`]; Keel never destroys it, and [`release`] destroys what Keel made on it |
+//! | native handles (interop) | [`native_device`], [`native_buffer`] (a `vk::Buffer`, offset and length: a block of an allocator segment), [`native_stream`] / [`native_event`] (timeline semaphore and value); a program's `vk::Buffer` as a Keel buffer ([`adopt_buffer`], never freed by Keel); a program's semaphore waited for by a stream ([`wait_semaphore`]) |
 //!
 //! Availability: when the loader is missing, the instance cannot be
 //! created, or no device qualifies, `device_count(Vulkan)` is 0 and every
-//! operation returns `Vulkan unavailable: <reason>`. Nothing panics.
+//! operation returns `Vulkan unavailable: <reason>`, until the program
+//! adopts a device of its own. Nothing panics.
+//!
+//! Interop (`interop.rs`): ownership, the program's promises and the
+//! teardown order are in [`adopt`]'s and [`release`]'s docs.
 //!
 //! Validation: Keel installs a debug messenger when `VK_EXT_debug_utils` is
 //! present. With `VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation` every
