@@ -333,6 +333,9 @@ fn an_adopted_device_runs_keel_work_and_gives_its_handles_back() {
     written
         .synchronize()
         .expect("the write ran after the signal");
+    // Read through Keel first: its readback's barrier makes the device's
+    // writes visible to the host, the program's mapping included.
+    assert_eq!(kb.read_as::<f32>(&s).expect("read")[0], 42.0);
     assert_eq!(pb.bytes()[..4], 42.0f32.to_le_bytes());
 
     // The program submits on Keel's queue under Keel's lock.

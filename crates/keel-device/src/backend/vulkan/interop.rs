@@ -545,7 +545,7 @@ pub unsafe fn adopt_buffer(device: Device, buffer: vk::Buffer, size: u64) -> Res
         }
     }
     let handle = BufferHandle::new(VkBuffer::foreign(c, buffer, size));
-    Buffer::from_foreign_handle(crate::api::resolve(device)?, handle, len)
+    Buffer::from_foreign_handle(device, handle, len)
 }
 
 /// Gives an adopted device back to the program: waits for Keel's work on
