@@ -10,9 +10,9 @@
 use std::ffi::{CStr, c_void};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::backend::vulkan::ash::{self, vk};
-use crate::backend::vulkan::{self as keel_vk, Adoption, Requirements};
 use crate::core::{Device, DeviceType};
+use crate::interop::vulkan::ash::{self, vk};
+use crate::interop::vulkan::{self as keel_vk, Adoption, Requirements};
 
 static MESSAGES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 

@@ -1,6 +1,5 @@
 //! Each built-in backend through the public API, beyond the conformance
-//! suite (`tests/conformance/`): one module per backend, Vulkan interop
-//! with a program's own ash device (`vulkan_interop`), device strings
+//! suite (`tests/conformance/`): one module per backend, device strings
 //! and stream ids (`device`), and stream queries racing completions on
 //! every backend present (`stream_stress`).
 
@@ -9,7 +8,6 @@ mod cuda;
 mod device;
 mod stream_stress;
 mod vulkan;
-mod vulkan_interop;
 mod wgpu;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

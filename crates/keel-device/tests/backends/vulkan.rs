@@ -53,12 +53,9 @@ fn properties_and_documented_order() {
     assert!(p.subgroup_size.is_some());
     assert!(p.total_memory.is_some_and(|m| m > 0));
     assert!(p.extra.iter().any(|(k, _)| k == "compute queue family"));
-    // Keel's own devices; devices a program gave Keel (another test of
-    // this binary adopts one) are numbered after them, in adoption order.
     let kinds: Vec<_> = keel_device::devices(TY)
         .into_iter()
         .map(|d| keel_device::properties(d).expect("properties"))
-        .filter(|p| !p.extra.iter().any(|(k, _)| k == "adopted"))
         .map(|p| (p.kind, p.name))
         .collect();
     let mut sorted = kinds.clone();

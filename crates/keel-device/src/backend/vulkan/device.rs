@@ -177,13 +177,14 @@ impl Calibrated {
 /// What Keel needs enabled on a Vulkan device, and the optional features
 /// it uses where they are enabled: what Keel enables on the devices it
 /// creates, and what a program enables on a device it means to give Keel
-/// ([`adopt`](super::adopt)). [`requirements`](super::requirements) says
+/// ([`adopt`](crate::interop::vulkan::adopt)).
+/// [`requirements`](crate::interop::vulkan::requirements) says
 /// what a physical device offers.
 ///
 /// Always required (the feature structs below always ask for them):
 ///
 /// - an instance and a physical device of Vulkan 1.3 or later
-///   ([`API_VERSION`](super::API_VERSION));
+///   ([`API_VERSION`]);
 /// - `timelineSemaphore` and `hostQueryReset` (Vulkan 1.2 features);
 /// - `synchronization2` (a Vulkan 1.3 feature);
 /// - a queue family with compute for Keel's queue.

@@ -17,16 +17,17 @@
 //! | memory | gpu-allocator: device-local buffers, host-visible staging buffers for copies pooled per device; out of memory is an error |
 //! | profiler device spans | timestamp queries written inside the operation's own command buffers (on a busy stream only the end: the start is the previous operation's end); calibrated timestamps (KHR or EXT) for the clock where offered |
 //! | kernel | WGSL -> SPIR-V by naga (cached per kernel), one compute pipeline per (device, kernel); buffers are storage bindings 0..n, parameters a uniform at binding n |
-//! | adopted device (interop, no c10 equivalent) | a program's `VkInstance` + `VkDevice` + one queue ([`adopt`]), numbered after Keel's own devices and run by the same code; the program enables [`requirements`]; Keel never destroys it, and [`release`] destroys what Keel made on it |
-//! | native handles (interop) | [`native_device`], [`native_buffer`] (a `vk::Buffer`, offset and length: a block of an allocator segment), [`native_stream`] / [`native_event`] (timeline semaphore and value); a program's `vk::Buffer` as a Keel buffer ([`adopt_buffer`], never freed by Keel); a program's semaphore waited for by a stream ([`wait_semaphore`]) |
+//! | adopted device (interop, no c10 equivalent) | a program's `VkInstance` + `VkDevice` + one queue ([`adopt`](crate::interop::vulkan::adopt)), numbered after Keel's own devices and run by the same code; the program enables [`requirements`](crate::interop::vulkan::requirements); Keel never destroys it, and [`release`](crate::interop::vulkan::release) destroys what Keel made on it |
+//! | native handles (interop) | the device, queues, a buffer's `vk::Buffer` with its offset and length (a block of an allocator segment), a stream's or event's timeline semaphore and value; a program's `vk::Buffer` as a Keel buffer (never freed by Keel); a program's semaphore waited for by a stream ([`interop::vulkan`](crate::interop::vulkan)) |
 //!
 //! Availability: when the loader is missing, the instance cannot be
 //! created, or no device qualifies, `device_count(Vulkan)` is 0 and every
 //! operation returns `Vulkan unavailable: <reason>`, until the program
 //! adopts a device of its own. Nothing panics.
 //!
-//! Interop (`interop.rs`): ownership, the program's promises and the
-//! teardown order are in [`adopt`]'s and [`release`]'s docs.
+//! Interop: the public API is [`crate::interop::vulkan`] (ownership, the
+//! program's promises, the teardown order); `interop.rs` here is what it
+//! needs of the backend.
 //!
 //! Validation: Keel installs a debug messenger when `VK_EXT_debug_utils` is
 //! present. With `VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation` every
@@ -35,22 +36,13 @@
 
 mod device;
 mod event;
-mod interop;
+pub(crate) mod interop;
 mod kernel;
 mod loader;
 mod memory;
 mod stream;
 
-/// The `ash` Keel is built with: a program that adopts or hands out
-/// devices uses these types (`ash::Device`, `vk::Buffer`, ...).
-pub use ash;
-
-pub use self::device::{API_VERSION, PRIORITY_LEVELS, Requirements};
-pub use self::interop::{
-    Adoption, BUFFER_USAGE, NativeBuffer, NativeDevice, NativeEvent, NativeStream, adopt,
-    adopt_buffer, native_buffer, native_device, native_event, native_stream, release, requirements,
-    wait_semaphore, with_queue,
-};
+pub use self::device::PRIORITY_LEVELS;
 pub use self::kernel::spirv;
 pub use self::loader::{validation_error_count, validation_messages};
 

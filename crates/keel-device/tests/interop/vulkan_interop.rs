@@ -1,8 +1,8 @@
-//! Vulkan interop (`keel_device::backend::vulkan::{adopt, native_*,
-//! adopt_buffer, wait_semaphore, with_queue, release}`): a program that
-//! made its own instance and device with ash gives them to Keel, runs
-//! Keel's work on them, reads the native handles back, shares its own
-//! buffer and semaphore with Keel, and takes its device back.
+//! Vulkan: a program that made its own instance and device with ash gives
+//! them to Keel (`keel_device::interop::vulkan`), runs Keel's work on
+//! them, reads the native handles back, shares its own buffer and
+//! semaphore with Keel, and takes its device back; and the conformance
+//! suite, unchanged, on an adopted lavapipe device.
 //!
 //! Teardown order, as a program does it: drop Keel's buffers and pending
 //! reads on the device, `release` it (Keel waits for its work and destroys
@@ -12,9 +12,10 @@
 //! program's instance, which these tests check is silent.
 
 use keel_device::backend::registry;
-use keel_device::backend::vulkan::ash::vk;
-use keel_device::backend::vulkan::{self as keel_vk, BUFFER_USAGE, ash};
-use keel_device::testing::vulkan::{ProgramDevice, program_validation_messages};
+use keel_device::interop::vulkan::ash::vk;
+use keel_device::interop::vulkan::{self as keel_vk, BUFFER_USAGE, ash};
+use keel_device::testing::conformance::{Config, KernelSource};
+use keel_device::testing::vulkan::{ProgramDevice, adopted_device, program_validation_messages};
 use keel_device::testing::{child, conformance};
 use keel_device::{Buffer, Device, DeviceType, Event, kernels};
 
@@ -36,7 +37,7 @@ fn program_device() -> Option<ProgramDevice> {
 }
 
 fn no_validation_errors() {
-    let keel = keel_vk::validation_messages();
+    let keel = keel_device::backend::vulkan::validation_messages();
     assert!(keel.is_empty(), "{keel:#?}");
     let program = program_validation_messages();
     assert!(
@@ -588,4 +589,20 @@ fn probe_an_adopted_device_where_keel_found_none() {
     unsafe { p.destroy() };
     no_validation_errors();
     println!("probe ok");
+}
+
+/// The suite on a program's lavapipe device, adopted once per process and
+/// kept (never released), with every validation error on Keel's instance
+/// or the program's failing the test that caused it.
+mod adopted_vulkan_device {
+    use super::*;
+    keel_device::conformance_suite!(
+        adopted_device,
+        Config {
+            kernel_source: KernelSource::Wgsl,
+            slow_spin: (4096, 200_000),
+            after: no_validation_errors,
+            ..Config::default()
+        }
+    );
 }
