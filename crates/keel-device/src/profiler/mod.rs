@@ -155,7 +155,10 @@ impl Drop for Range {
 /// timed events of the stream's backend; ranges nest. With no session
 /// recording this is one relaxed load; a stream whose device cannot time
 /// gets no range, counted in [`Trace::dropped`].
-pub fn device_range(stream: &crate::core::Stream, name: impl Into<Cow<'static, str>>) -> DeviceRange {
+pub fn device_range(
+    stream: &crate::core::Stream,
+    name: impl Into<Cow<'static, str>>,
+) -> DeviceRange {
     if !enabled() {
         return DeviceRange { started: None };
     }

@@ -415,7 +415,10 @@ pub(crate) fn foreign_device_spans(
 
 /// Records device annotations on `stream`'s lane, each between two timed
 /// events (see [`foreign_device_spans`]).
-pub(super) fn annotations(stream: &Stream, timed: Vec<(Cow<'static, str>, TimedEvent, TimedEvent)>) {
+pub(super) fn annotations(
+    stream: &Stream,
+    timed: Vec<(Cow<'static, str>, TimedEvent, TimedEvent)>,
+) {
     let mut gathered = lock(&GATHERED);
     let Some(state) = gathered.as_mut() else {
         drop(gathered);

@@ -358,17 +358,35 @@ fn device_ranges_enclose_the_stream_work_between_them() {
                     if trace.devices[device as usize].device == name && stream == s.id())
         };
         let find = |n: &str| -> Vec<&Span> {
-            trace.spans.iter().filter(|sp| sp.name == n && on_stream(sp)).collect()
+            trace
+                .spans
+                .iter()
+                .filter(|sp| sp.name == n && on_stream(sp))
+                .collect()
         };
         let (outer, inner, kernels) = (find("outer"), find("inner"), find("spin"));
         assert!(trace.spans.iter().all(|sp| sp.name != "idle"), "{label}");
-        assert_eq!((outer.len(), inner.len(), kernels.len()), (1, 1, 2), "{label}: {:?}", trace.spans);
+        assert_eq!(
+            (outer.len(), inner.len(), kernels.len()),
+            (1, 1, 2),
+            "{label}: {:?}",
+            trace.spans
+        );
         let (outer, inner) = (outer[0], inner[0]);
         assert_eq!(outer.kind, SpanKind::Annotation);
         let end = |sp: &Span| sp.start_ns + sp.dur_ns;
-        assert!(outer.start_ns <= kernels[0].start_ns && end(kernels[1]) <= end(outer), "{label}: {outer:?} {kernels:?}");
-        assert!(inner.start_ns <= kernels[1].start_ns && end(kernels[1]) <= end(inner), "{label}: {inner:?} {kernels:?}");
-        assert!(outer.start_ns <= inner.start_ns && end(inner) <= end(outer), "{label}");
+        assert!(
+            outer.start_ns <= kernels[0].start_ns && end(kernels[1]) <= end(outer),
+            "{label}: {outer:?} {kernels:?}"
+        );
+        assert!(
+            inner.start_ns <= kernels[1].start_ns && end(kernels[1]) <= end(inner),
+            "{label}: {inner:?} {kernels:?}"
+        );
+        assert!(
+            outer.start_ns <= inner.start_ns && end(inner) <= end(outer),
+            "{label}"
+        );
         assert_eq!(trace.dropped, 0, "{label}");
     }
 }

@@ -53,7 +53,10 @@ pub(crate) unsafe fn device_of_context(raw: sys::CUcontext) -> Result<DeviceInde
         .iter()
         .position(|info| info.dev == dev)
         .ok_or_else(|| {
-            Error::backend(TY, format!("the context's device {dev} is not one the driver listed"))
+            Error::backend(
+                TY,
+                format!("the context's device {dev} is not one the driver listed"),
+            )
         })?;
     let index = DeviceIndex::try_from(i).unwrap_or(DeviceIndex::MAX);
     let ctx = device::device(index)?;
@@ -100,8 +103,10 @@ pub(crate) unsafe fn adopt_stream(
     })?;
     if owner != ctx.raw() {
         // SAFETY: `owner` is the live stream's context.
-        let theirs = unsafe { device_of_context(owner) }
-            .map_or_else(|_| "a context Keel does not run on".to_owned(), |i| format!("cuda:{i}'s primary context"));
+        let theirs = unsafe { device_of_context(owner) }.map_or_else(
+            |_| "a context Keel does not run on".to_owned(),
+            |i| format!("cuda:{i}'s primary context"),
+        );
         return Err(Error::invalid(format!(
             "adopting a CUDA stream on {device}: expected a stream of {device}'s primary context, found one of {theirs}"
         )));
