@@ -339,12 +339,17 @@ fn an_adopted_device_runs_keel_work_and_gives_its_handles_back() {
     assert_eq!(kb.read_as::<f32>(&s).expect("read")[0], 42.0);
     assert_eq!(pb.bytes()[..4], 42.0f32.to_le_bytes());
 
-    // The program submits on Keel's queue under Keel's lock.
-    // SAFETY: the queue is held by `with_queue`; waiting for it to go idle
-    // submits nothing.
-    keel_vk::with_queue(d, 0, |q| unsafe { p.device.queue_wait_idle(q) })
-        .expect("Keel's queue")
-        .expect("vkQueueWaitIdle");
+    // The program uses Keel's queue under Keel's lock; handing out handles
+    // meanwhile takes no lock (it would wait for the closure forever).
+    keel_vk::with_queue(d, 0, |q| {
+        assert_eq!(keel_vk::native_stream(&s).expect("native").queue, q);
+        assert_eq!(keel_vk::native_device(d).expect("native").queues, [q]);
+        // SAFETY: the queue is held by `with_queue`; waiting for it to go
+        // idle submits nothing.
+        unsafe { p.device.queue_wait_idle(q) }
+    })
+    .expect("Keel's queue")
+    .expect("vkQueueWaitIdle");
     let e = keel_vk::with_queue(d, 1, |_| ()).expect_err("one queue");
     assert!(
         e.to_string().contains(&format!(

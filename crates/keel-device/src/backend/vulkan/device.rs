@@ -59,6 +59,10 @@ pub struct Ctx {
     /// program's.
     pub(super) owner: Owner,
     pub(super) queues: Vec<Mutex<Queue>>,
+    /// The queues' handles (they never change), read without the locks:
+    /// handing them out never waits for a submission, or for a program
+    /// holding a queue in `with_queue`.
+    pub(super) queue_handles: Vec<vk::Queue>,
     next_queue: AtomicUsize,
     /// `None` once an adopted device is released (its memory freed).
     pub(super) allocator: Mutex<Option<Allocator>>,
@@ -481,6 +485,7 @@ impl Ctx {
             instance,
             device,
             owner,
+            queue_handles: queues.clone(),
             queues: queues
                 .into_iter()
                 .map(|handle| {

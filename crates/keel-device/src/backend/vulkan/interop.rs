@@ -202,7 +202,7 @@ impl Ctx {
 
     /// The queues Keel submits to.
     pub(crate) fn queue_handles(&self) -> Vec<vk::Queue> {
-        self.queues.iter().map(|q| lock(q).handle).collect()
+        self.queue_handles.clone()
     }
 
     /// Whether the program gave Keel this device.

@@ -621,7 +621,7 @@ impl VkStream {
 
     /// The queue this stream submits to.
     pub(super) fn queue(&self) -> vk::Queue {
-        lock(&self.ctx.queues[self.queue]).handle
+        self.ctx.queue_handles[self.queue]
     }
 
     /// Destroys the stream's Vulkan objects (its semaphore, command pool and
