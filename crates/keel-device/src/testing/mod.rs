@@ -14,6 +14,9 @@
 //! - [`child`]: running one of a test binary's own tests in a child
 //!   process (environment read once per process, missing drivers, whole
 //!   device resources).
+//! - [`vulkan`] (feature `vulkan`): a program's own ash instance and
+//!   device, for the interop tests and the conformance suite on an
+//!   adopted device.
 //! - [`conformance`]: the backend conformance suite, written once and
 //!   instantiated for a backend in one line with
 //!   [`conformance_suite!`](crate::conformance_suite).
@@ -24,6 +27,8 @@ pub mod alloc_trace;
 pub mod child;
 pub mod conformance;
 pub mod kernels;
+#[cfg(feature = "vulkan")]
+pub mod vulkan;
 
 pub use crate::backend::fake::{FAKE_DEVICE_COUNT, FakeGuardImpl};
 pub use kernels::{GATED_FILL, Gate, PANICS, SLEEP};

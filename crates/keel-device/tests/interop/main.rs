@@ -7,6 +7,8 @@
 
 #[cfg(feature = "cuda")]
 mod cuda_interop;
+#[cfg(feature = "vulkan")]
+mod vulkan_interop;
 #[cfg(feature = "wgpu")]
 mod wgpu_interop;
 

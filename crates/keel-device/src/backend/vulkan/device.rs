@@ -2,7 +2,8 @@
 //! allocator, timestamps, streams and pipeline cache; and what an adapter
 //! reports about itself.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use ash::vk;
@@ -16,7 +17,7 @@ use super::loader::{Adapter, Vk, vk};
 use super::memory::StagingPool;
 use super::stream::VkStream;
 use crate::backend::pool::Streams;
-use crate::backend::slots::Slots;
+use crate::backend::slots::{Adopted, Slots};
 use crate::backend::{DeviceProperties, TimestampSupport, vendor_name};
 use crate::core::{Device, DeviceIndex, StreamId};
 use crate::error::{Error, Result};
@@ -41,14 +42,30 @@ pub(super) struct Queue {
     pub(super) submissions: u64,
 }
 
-/// One logical device.
+/// One logical device: created by Keel on first use of an index, or
+/// adopted from the program (`interop.rs`). Both run the same code: every
+/// Vulkan call goes through the function tables kept here.
 pub struct Ctx {
     pub(super) index: DeviceIndex,
-    pub(super) adapter: &'static Adapter,
+    pub(super) adapter: Adapter,
+    /// The loader's global functions (kept so the loader library stays
+    /// loaded while the device is in use).
+    pub(super) entry: ash::Entry,
+    /// The instance's function table: Keel's instance, or the program's.
+    pub(super) instance: ash::Instance,
     pub(super) device: ash::Device,
+    /// Whose `VkDevice` (and `VkInstance`) this is. Keel never destroys
+    /// either: its own live for the process, the program's are the
+    /// program's.
+    pub(super) owner: Owner,
     pub(super) queues: Vec<Mutex<Queue>>,
+    /// The queues' handles (they never change), read without the locks:
+    /// handing them out never waits for a submission, or for a program
+    /// holding a queue in `with_queue`.
+    pub(super) queue_handles: Vec<vk::Queue>,
     next_queue: AtomicUsize,
-    pub(super) allocator: Mutex<Allocator>,
+    /// `None` once an adopted device is released (its memory freed).
+    pub(super) allocator: Mutex<Option<Allocator>>,
     pub(super) timestamps: Timestamps,
     streams: Streams<VkStream>,
     pub(super) pipelines: Mutex<FxHashMap<super::kernel::SpirvKey, Arc<Pipeline>>>,
@@ -60,6 +77,19 @@ pub struct Ctx {
     /// `VK_KHR_calibrated_timestamps` (or the EXT form), where the device
     /// can read its timestamp clock directly.
     pub(super) calibrated: Option<Calibrated>,
+    /// Set by `interop::release`: every object Keel made on the program's
+    /// device is destroyed, and every operation on it is an error.
+    released: AtomicBool,
+}
+
+/// Whose `VkDevice` a [`Ctx`] runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Owner {
+    /// Keel created it (and its instance); it lives for the process.
+    Keel,
+    /// The program created it and gave it to Keel (`interop::adopt`);
+    /// Keel submits to queue `queue_index` of the adapter's family.
+    Program { queue_index: u32 },
 }
 
 /// Which calibrated-timestamps extension a device has.
@@ -70,19 +100,47 @@ enum CalibrationExt {
 }
 
 impl CalibrationExt {
+    /// The extension named `name`, if it is one of the two.
+    fn named(name: &CStr) -> Option<CalibrationExt> {
+        if name == ash::khr::calibrated_timestamps::NAME {
+            Some(CalibrationExt::Khr)
+        } else if name == ash::ext::calibrated_timestamps::NAME {
+            Some(CalibrationExt::Ext)
+        } else {
+            None
+        }
+    }
+
+    fn name(self) -> &'static CStr {
+        match self {
+            CalibrationExt::Khr => ash::khr::calibrated_timestamps::NAME,
+            CalibrationExt::Ext => ash::ext::calibrated_timestamps::NAME,
+        }
+    }
+
     /// Whether the device's own timestamp clock is one of the domains the
     /// extension can read.
-    fn has_device_domain(self, v: &Vk, physical: vk::PhysicalDevice) -> bool {
+    ///
+    /// # Safety
+    ///
+    /// `instance` is live (created from `entry`) and `physical` is one of
+    /// its physical devices.
+    unsafe fn has_device_domain(
+        self,
+        entry: &ash::Entry,
+        instance: &ash::Instance,
+        physical: vk::PhysicalDevice,
+    ) -> bool {
         // SAFETY: the physical device belongs to the instance, which was
-        // created from `entry`.
+        // created from `entry` (the caller's promise).
         let domains = unsafe {
             match self {
                 CalibrationExt::Khr => {
-                    ash::khr::calibrated_timestamps::Instance::new(&v.entry, &v.instance)
+                    ash::khr::calibrated_timestamps::Instance::new(entry, instance)
                         .get_physical_device_calibrateable_time_domains(physical)
                 }
                 CalibrationExt::Ext => {
-                    ash::ext::calibrated_timestamps::Instance::new(&v.entry, &v.instance)
+                    ash::ext::calibrated_timestamps::Instance::new(entry, instance)
                         .get_physical_device_calibrateable_time_domains(physical)
                 }
             }
@@ -120,6 +178,178 @@ impl Calibrated {
     }
 }
 
+/// What Keel needs enabled on a Vulkan device, and the optional features
+/// it uses where they are enabled: what Keel enables on the devices it
+/// creates, and what a program enables on a device it means to give Keel
+/// ([`adopt`](crate::interop::vulkan::adopt)).
+/// [`requirements`](crate::interop::vulkan::requirements) says
+/// what a physical device offers.
+///
+/// Always required (the feature structs below always ask for them):
+///
+/// - an instance and a physical device of Vulkan 1.3 or later
+///   ([`API_VERSION`]);
+/// - `timelineSemaphore` and `hostQueryReset` (Vulkan 1.2 features);
+/// - `synchronization2` (a Vulkan 1.3 feature);
+/// - a queue family with compute for Keel's queue.
+///
+/// Optional (the fields):
+///
+/// - native f16 in kernels ([`native_f16`](Self::native_f16));
+/// - calibrated timestamps for the profiler's clock
+///   ([`calibrated_timestamps`](Self::calibrated_timestamps)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requirements {
+    /// `shaderFloat16` with `storageBuffer16BitAccess` and
+    /// `uniformAndStorageBuffer16BitAccess`: kernels that use `f16` run
+    /// natively (otherwise Keel's compute kernels emulate f16 with packed
+    /// 32-bit words).
+    pub native_f16: bool,
+    /// `VK_KHR_calibrated_timestamps` or `VK_EXT_calibrated_timestamps`,
+    /// where the device can read its own timestamp clock with it: the
+    /// profiler then places device spans on the host clock with a stated
+    /// error bound.
+    pub calibrated_timestamps: Option<&'static CStr>,
+}
+
+impl Requirements {
+    /// Vulkan 1.1 features to chain into `VkDeviceCreateInfo`: the 16-bit
+    /// storage of [`native_f16`](Self::native_f16), if asked.
+    pub fn vulkan11_features(&self) -> vk::PhysicalDeviceVulkan11Features<'static> {
+        vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(self.native_f16)
+            .uniform_and_storage_buffer16_bit_access(self.native_f16)
+    }
+
+    /// Vulkan 1.2 features: `timelineSemaphore` and `hostQueryReset`
+    /// (required), `shaderFloat16` if [`native_f16`](Self::native_f16).
+    pub fn vulkan12_features(&self) -> vk::PhysicalDeviceVulkan12Features<'static> {
+        vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(true)
+            .host_query_reset(true)
+            .shader_float16(self.native_f16)
+    }
+
+    /// Vulkan 1.3 features: `synchronization2` (required).
+    pub fn vulkan13_features(&self) -> vk::PhysicalDeviceVulkan13Features<'static> {
+        vk::PhysicalDeviceVulkan13Features::default().synchronization2(true)
+    }
+
+    /// Device extensions to enable (`ppEnabledExtensionNames`).
+    pub fn extensions(&self) -> Vec<&'static CStr> {
+        self.calibrated_timestamps.into_iter().collect()
+    }
+}
+
+/// The API version Keel needs of an instance and a physical device.
+pub const API_VERSION: u32 = vk::API_VERSION_1_3;
+
+/// "Vulkan 1.2.3", for messages.
+pub(super) fn version_name(v: u32) -> String {
+    format!(
+        "Vulkan {}.{}.{}",
+        vk::api_version_major(v),
+        vk::api_version_minor(v),
+        vk::api_version_patch(v)
+    )
+}
+
+/// What `physical` offers of [`Requirements`]: an error when it lacks
+/// Vulkan 1.3 or a required feature, otherwise the optional features it
+/// has (all of them: Keel enables each one a device offers).
+///
+/// # Safety
+///
+/// `instance` is a live instance created from `entry`, and `physical` is
+/// one of its physical devices.
+pub(super) unsafe fn offered(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> Result<Requirements> {
+    // SAFETY: `physical` belongs to the live `instance` (the caller's
+    // promise).
+    let props = unsafe { instance.get_physical_device_properties(physical) };
+    let name = super::loader::c_chars(&props.device_name);
+    if props.api_version < API_VERSION {
+        return Err(Error::invalid(format!(
+            "expected a physical device of {} or later, found {} ({name})",
+            version_name(API_VERSION),
+            version_name(props.api_version)
+        )));
+    }
+    let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
+    let mut supported = vk::PhysicalDeviceFeatures2::default()
+        .push_next(&mut v11)
+        .push_next(&mut v12)
+        .push_next(&mut v13);
+    // SAFETY: the device is of Vulkan 1.3 (checked above), so the chained
+    // structs are valid; they outlive the call.
+    unsafe { instance.get_physical_device_features2(physical, &mut supported) };
+    let missing: Vec<&str> = [
+        (v12.timeline_semaphore, "timelineSemaphore"),
+        (v12.host_query_reset, "hostQueryReset"),
+        (v13.synchronization2, "synchronization2"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on == vk::FALSE)
+    .map(|(_, name)| *name)
+    .collect();
+    if !missing.is_empty() {
+        return Err(Error::Unavailable {
+            backend: TY.backend_name().to_owned(),
+            reason: format!("{name} lacks required features: {}", missing.join(", ")),
+        });
+    }
+    // SAFETY: as above.
+    let extensions = unsafe { instance.enumerate_device_extension_properties(physical) }
+        .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
+    let has = |ext: CalibrationExt| {
+        extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == ext.name()))
+    };
+    let calibration = [CalibrationExt::Khr, CalibrationExt::Ext]
+        .into_iter()
+        .find(|&ext| has(ext))
+        // SAFETY: as above (the caller's promise).
+        .filter(|ext| unsafe { ext.has_device_domain(entry, instance, physical) });
+    Ok(Requirements {
+        native_f16: v12.shader_float16 == vk::TRUE
+            && v11.storage_buffer16_bit_access == vk::TRUE
+            && v11.uniform_and_storage_buffer16_bit_access == vk::TRUE,
+        calibrated_timestamps: calibration.map(CalibrationExt::name),
+    })
+}
+
+/// Checks that what a program says it enabled of Keel's optional features
+/// (`enabled`) is something `physical` offers (`offered`): a device cannot
+/// have been created with more.
+pub(super) fn check_enabled(enabled: &Requirements, offered: &Requirements) -> Result<()> {
+    if enabled.native_f16 && !offered.native_f16 {
+        return Err(Error::invalid(
+            "expected native_f16 only where the physical device offers shaderFloat16, storageBuffer16BitAccess and uniformAndStorageBuffer16BitAccess, found native_f16 on one that lacks them",
+        ));
+    }
+    if let Some(name) = enabled.calibrated_timestamps {
+        if CalibrationExt::named(name).is_none() {
+            return Err(Error::invalid(format!(
+                "expected calibrated_timestamps to name VK_KHR_calibrated_timestamps or VK_EXT_calibrated_timestamps, found {}",
+                name.to_string_lossy()
+            )));
+        }
+        if offered.calibrated_timestamps.is_none() {
+            return Err(Error::invalid(format!(
+                "expected calibrated_timestamps only where the physical device offers it for its own clock, found {} on one that does not",
+                name.to_string_lossy()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl std::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Ctx(vulkan:{}, {})", self.index, self.adapter.name)
@@ -129,9 +359,32 @@ impl std::fmt::Debug for Ctx {
 static DEVICES: LazyLock<Slots<Ctx>> =
     LazyLock::new(|| Slots::new(vk().map_or(0, |v| v.adapters.len())));
 
-/// Logical device `index` (in range), created on first use.
+/// Devices the program gave Keel, numbered after Keel's own.
+pub(super) static ADOPTED: Adopted<Ctx> = Adopted::new();
+
+/// How many devices Keel found itself (loading Vulkan on first use).
+pub(super) fn own_count() -> usize {
+    DEVICES.len()
+}
+
+/// Keel's own devices created so far.
+pub(super) fn own_created() -> impl Iterator<Item = &'static Ctx> {
+    DEVICES.created()
+}
+
+/// Logical device `index` (in range): one of Keel's own, created on first
+/// use, or an adopted one.
 pub(super) fn device(index: DeviceIndex) -> Result<&'static Ctx> {
     let i = usize::try_from(index).unwrap_or(usize::MAX);
+    let own = own_count();
+    if i >= own {
+        return ADOPTED.get(i - own).ok_or_else(|| {
+            Error::invalid(format!(
+                "expected a Vulkan device index below {}, found {index}",
+                own + ADOPTED.len()
+            ))
+        });
+    }
     DEVICES.get_or_create(i, || {
         let v = vk().map_err(|reason| Error::backend(TY, reason))?;
         Ctx::create(index, v, &v.adapters[i])
@@ -139,83 +392,24 @@ pub(super) fn device(index: DeviceIndex) -> Result<&'static Ctx> {
 }
 
 impl Ctx {
-    fn create(index: DeviceIndex, v: &'static Vk, adapter: &'static Adapter) -> Result<Ctx> {
-        let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
-        let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
-        let mut supported = vk::PhysicalDeviceFeatures2::default()
-            .push_next(&mut v12)
-            .push_next(&mut v13);
-        // SAFETY: the physical device belongs to the instance; the chained
-        // structs outlive the call.
-        unsafe {
-            v.instance
-                .get_physical_device_features2(adapter.physical, &mut supported)
-        };
-        let missing: Vec<&str> = [
-            (v12.timeline_semaphore, "timelineSemaphore"),
-            (v12.host_query_reset, "hostQueryReset"),
-            (v13.synchronization2, "synchronization2"),
-        ]
-        .iter()
-        .filter(|(on, _)| *on == vk::FALSE)
-        .map(|(_, name)| *name)
-        .collect();
-        if !missing.is_empty() {
-            return Err(Error::Unavailable {
-                backend: TY.backend_name().to_owned(),
-                reason: format!(
-                    "{} lacks required features: {}",
-                    adapter.name,
-                    missing.join(", ")
-                ),
-            });
-        }
-
-        // SAFETY: the physical device belongs to the instance.
-        let extensions = unsafe {
-            v.instance
-                .enumerate_device_extension_properties(adapter.physical)
-        }
-        .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
-        let has = |name: &std::ffi::CStr| {
-            extensions
-                .iter()
-                .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
-        };
-        let mut enabled: Vec<*const std::ffi::c_char> = Vec::new();
-        let calibration = if has(ash::khr::calibrated_timestamps::NAME) {
-            Some(CalibrationExt::Khr)
-        } else if has(ash::ext::calibrated_timestamps::NAME) {
-            Some(CalibrationExt::Ext)
-        } else {
-            None
-        }
-        .filter(|ext| ext.has_device_domain(v, adapter.physical));
-        match calibration {
-            Some(CalibrationExt::Khr) => {
-                enabled.push(ash::khr::calibrated_timestamps::NAME.as_ptr())
-            }
-            Some(CalibrationExt::Ext) => {
-                enabled.push(ash::ext::calibrated_timestamps::NAME.as_ptr())
-            }
-            None => {}
-        }
+    /// Creates Keel's own logical device on `adapter`, enabling every
+    /// required feature and every optional one the device offers.
+    fn create(index: DeviceIndex, v: &'static Vk, adapter: &Adapter) -> Result<Ctx> {
+        // SAFETY: the physical device belongs to Keel's live instance,
+        // created from `v.entry`.
+        let req = unsafe { offered(&v.entry, &v.instance, adapter.physical) }?;
+        let extensions: Vec<*const std::ffi::c_char> =
+            req.extensions().iter().map(|e| e.as_ptr()).collect();
         let priorities = vec![1.0f32; adapter.queue_count as usize];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(adapter.family)
             .queue_priorities(&priorities)];
-        let f16 = adapter.f16_storage;
-        let mut e11 = vk::PhysicalDeviceVulkan11Features::default()
-            .storage_buffer16_bit_access(f16)
-            .uniform_and_storage_buffer16_bit_access(f16);
-        let mut e12 = vk::PhysicalDeviceVulkan12Features::default()
-            .timeline_semaphore(true)
-            .host_query_reset(true)
-            .shader_float16(f16);
-        let mut e13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
+        let mut e11 = req.vulkan11_features();
+        let mut e12 = req.vulkan12_features();
+        let mut e13 = req.vulkan13_features();
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
-            .enabled_extension_names(&enabled)
+            .enabled_extension_names(&extensions)
             .push_next(&mut e11)
             .push_next(&mut e12)
             .push_next(&mut e13);
@@ -224,17 +418,47 @@ impl Ctx {
         let device = unsafe { v.instance.create_device(adapter.physical, &info, None) }
             .map_err(|e| vk_error("vkCreateDevice", e))?;
         let queues = (0..adapter.queue_count)
-            .map(|q| {
-                Mutex::new(Queue {
-                    // SAFETY: the family and indices were requested at
-                    // creation.
-                    handle: unsafe { device.get_device_queue(adapter.family, q) },
-                    submissions: 0,
-                })
-            })
+            // SAFETY: the family and indices were requested at creation.
+            .map(|q| unsafe { device.get_device_queue(adapter.family, q) })
             .collect();
+        let mut adapter = adapter.clone();
+        adapter.f16_storage = req.native_f16;
+        // SAFETY: the device was just created on `adapter.physical` of
+        // Keel's instance with `req`, and `queues` are its queues.
+        unsafe {
+            Ctx::new(
+                index,
+                (v.entry.clone(), v.instance.clone()),
+                adapter,
+                device,
+                queues,
+                &req,
+                Owner::Keel,
+            )
+        }
+    }
+
+    /// A device's state around a `VkDevice` (Keel's or the program's): its
+    /// memory allocator, timestamp query pool and calibrated clock.
+    ///
+    /// # Safety
+    ///
+    /// `device` is a live device of `instance` (created from `entry`) on
+    /// `adapter.physical`, created with every required feature of
+    /// [`Requirements`] and the optional ones `enabled` names; `queues`
+    /// are queues of `adapter.family` on it. All of them stay valid for as
+    /// long as the returned state is used.
+    pub(super) unsafe fn new(
+        index: DeviceIndex,
+        (entry, instance): (ash::Entry, ash::Instance),
+        adapter: Adapter,
+        device: ash::Device,
+        queues: Vec<vk::Queue>,
+        enabled: &Requirements,
+        owner: Owner,
+    ) -> Result<Ctx> {
         let allocator = Allocator::new(&AllocatorCreateDesc {
-            instance: v.instance.clone(),
+            instance: instance.clone(),
             device: device.clone(),
             physical_device: adapter.physical,
             debug_settings: Default::default(),
@@ -243,34 +467,82 @@ impl Ctx {
         })
         .map_err(|e| Error::backend(TY, format!("creating the memory allocator failed: {e}")))?;
         let timestamps = Timestamps::new(&device)?;
-        let calibrated =
-            calibration.map(|ext| match ext {
+        let calibrated = enabled
+            .calibrated_timestamps
+            .and_then(CalibrationExt::named)
+            .map(|ext| match ext {
                 CalibrationExt::Khr => Calibrated::Khr(
-                    ash::khr::calibrated_timestamps::Device::new(&v.instance, &device),
+                    ash::khr::calibrated_timestamps::Device::new(&instance, &device),
                 ),
                 CalibrationExt::Ext => Calibrated::Ext(
-                    ash::ext::calibrated_timestamps::Device::new(&v.instance, &device),
+                    ash::ext::calibrated_timestamps::Device::new(&instance, &device),
                 ),
             });
         Ok(Ctx {
             index,
             adapter,
+            entry,
+            instance,
             device,
-            queues,
+            owner,
+            queue_handles: queues.clone(),
+            queues: queues
+                .into_iter()
+                .map(|handle| {
+                    Mutex::new(Queue {
+                        handle,
+                        submissions: 0,
+                    })
+                })
+                .collect(),
             next_queue: AtomicUsize::new(0),
-            allocator: Mutex::new(allocator),
+            allocator: Mutex::new(Some(allocator)),
             timestamps,
             streams: Streams::new(TY, index, PRIORITY_LEVELS),
             pipelines: Mutex::default(),
             sets: Mutex::default(),
             staging: StagingPool::default(),
             calibrated,
+            released: AtomicBool::new(false),
         })
+    }
+
+    /// An error once the program released this (adopted) device: Keel's
+    /// objects on it are gone, and the program may have destroyed it.
+    #[inline]
+    pub(super) fn live(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(self.released_error());
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn released_error(&self) -> Error {
+        Error::Unavailable {
+            backend: TY.backend_name().to_owned(),
+            reason: format!(
+                "vulkan:{} was released (keel_device::backend::vulkan::release): the program's device is no longer Keel's",
+                self.index
+            ),
+        }
+    }
+
+    /// Whether the program released this device.
+    pub(super) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Marks the device released (after `interop::release` destroyed
+    /// Keel's objects on it).
+    pub(super) fn set_released(&self) {
+        self.released.store(true, Ordering::Release);
     }
 
     /// The stream behind `id`, created on first use. Streams are spread
     /// round-robin over the family's queues.
     pub(super) fn stream(&'static self, id: StreamId) -> Result<&'static VkStream> {
+        self.live()?;
         self.streams.get_or_create(id, |_| {
             let q = self.next_queue.fetch_add(1, Ordering::Relaxed) % self.queues.len();
             VkStream::new(self, q)
@@ -283,20 +555,17 @@ impl Ctx {
     }
 }
 
-/// What adapter `a` reports, as device `at`.
-pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
+/// What device `c` reports, as device `at`: its adapter's properties and
+/// whose device it is. Host data only, so it reads the same after an
+/// adopted device is released.
+pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
+    let a = &c.adapter;
     let l = &a.props.limits;
     let mut p = DeviceProperties::new(at, a.name.clone(), a.kind);
     p.vendor = vendor_name(a.props.vendor_id).to_owned();
     p.vendor_id = Some(a.props.vendor_id);
     p.device_id = Some(a.props.device_id);
-    let api = a.props.api_version;
-    p.native_backend = format!(
-        "Vulkan {}.{}.{}",
-        vk::api_version_major(api),
-        vk::api_version_minor(api),
-        vk::api_version_patch(api)
-    );
+    p.native_backend = version_name(a.props.api_version);
     p.driver = a.driver_name.clone();
     p.driver_info = a.driver_info.clone();
     p.total_memory = Some(a.device_local_memory);
@@ -343,5 +612,19 @@ pub(super) fn describe(a: &Adapter, at: Device) -> DeviceProperties {
         "max storage buffer range".to_owned(),
         l.max_storage_buffer_range.to_string(),
     ));
+    if let Owner::Program { queue_index } = c.owner {
+        let state = if c.is_released() {
+            "released"
+        } else {
+            "in use"
+        };
+        p.extra.push((
+            "adopted".to_owned(),
+            format!(
+                "the program's VkDevice, Keel submitting to queue {queue_index} of family {} ({state})",
+                a.family
+            ),
+        ));
+    }
     p
 }

@@ -168,6 +168,17 @@ impl Timestamps {
         })
     }
 
+    /// Destroys the query pool, for `interop::release`.
+    ///
+    /// # Safety
+    ///
+    /// No submission that writes the pool is pending, and the pool is
+    /// never used again (its device is marked released right after).
+    pub(super) unsafe fn destroy(&self, device: &ash::Device) {
+        // SAFETY: the caller's promise.
+        unsafe { device.destroy_query_pool(self.pool, None) };
+    }
+
     fn queries<'a>(&self, device: &'a ash::Device) -> Queries<'a> {
         Queries {
             device,
@@ -237,8 +248,14 @@ impl std::fmt::Debug for VkEvent {
 }
 
 impl VkEvent {
+    /// The stream point the event completes at.
+    pub(super) fn point(&self) -> Point {
+        self.point
+    }
+
     /// The event's timestamp, in ticks (timed and completed events only).
     fn timestamp(&self) -> Result<u64> {
+        self.point.ctx.live()?;
         let slot = self
             .query
             .ok_or_else(|| Error::invalid("the event was recorded without timing"))?;
@@ -364,6 +381,9 @@ impl Events for Vulkan {
     fn release_event(&self, event: VkEvent) {
         if let Some(slot) = event.query {
             let c = event.point.ctx;
+            if c.is_released() {
+                return; // the query pool went with the device's release
+            }
             c.timestamps.release_written(&c.device, slot, &event.point);
         }
     }
@@ -373,6 +393,7 @@ impl Timing for Vulkan {
     /// `vkGetCalibratedTimestamps` on the DEVICE domain, between two host
     /// instants.
     fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
+        device.live()?;
         let Some(calibrated) = &device.calibrated else {
             return Ok(None);
         };

@@ -189,6 +189,9 @@ struct Descriptors {
 
 impl Drop for Descriptors {
     fn drop(&mut self) {
+        if self.ctx.is_released() {
+            return; // destroyed with the device's other objects
+        }
         // SAFETY: no submission uses the set any more: every launch that
         // bound it holds a reference until it has run.
         unsafe { self.ctx.device.destroy_descriptor_pool(self.pool, None) };
@@ -283,6 +286,30 @@ fn descriptors(
     // updated again).
     unsafe { device.update_descriptor_sets(&writes, &[]) };
     Ok(d)
+}
+
+/// Destroys every cached descriptor set and pipeline of `ctx`, for
+/// `interop::release`.
+///
+/// # Safety
+///
+/// No submission that uses them is pending (launches in flight hold their
+/// set and pipeline until retired), and none is made again (the device is
+/// marked released right after).
+pub(super) unsafe fn destroy_pipelines(ctx: &Ctx) {
+    let sets = std::mem::take(&mut lock(&ctx.sets).sets);
+    drop(sets); // each set's pool is destroyed as its last holder goes
+    let pipelines = std::mem::take(&mut *lock(&ctx.pipelines));
+    for p in pipelines.into_values() {
+        // SAFETY: no pending submission uses the pipeline (the caller's
+        // promise), and the cache held the last reference that creates
+        // work with it.
+        unsafe {
+            ctx.device.destroy_pipeline(p.pipeline, None);
+            ctx.device.destroy_pipeline_layout(p.layout, None);
+            ctx.device.destroy_descriptor_set_layout(p.set_layout, None);
+        }
+    }
 }
 
 /// Cached descriptor sets a device keeps at most; beyond it the least

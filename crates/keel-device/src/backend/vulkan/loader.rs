@@ -15,14 +15,18 @@ use ash::vk;
 use crate::backend::DeviceKind;
 
 /// One Vulkan physical device with a compute queue family.
+#[derive(Clone)]
 pub(super) struct Adapter {
     pub physical: vk::PhysicalDevice,
     pub props: vk::PhysicalDeviceProperties,
     pub name: String,
     pub kind: DeviceKind,
-    /// The queue family Keel uses: the first with COMPUTE, preferring one
-    /// without GRAPHICS (a dedicated compute family).
+    /// The queue family Keel uses: on a device of Keel's own the first
+    /// with COMPUTE, preferring one without GRAPHICS (a dedicated compute
+    /// family); on an adopted device the one the program named.
     pub family: u32,
+    /// How many of the family's queues Keel submits to (all of them on a
+    /// device of its own, the program's one on an adopted device).
     pub queue_count: u32,
     pub timestamp_valid_bits: u32,
     pub families: Vec<vk::QueueFamilyProperties>,
@@ -175,7 +179,7 @@ fn kind_of(t: vk::PhysicalDeviceType) -> DeviceKind {
     }
 }
 
-fn c_chars(chars: &[std::ffi::c_char]) -> String {
+pub(super) fn c_chars(chars: &[std::ffi::c_char]) -> String {
     let bytes: Vec<u8> = chars
         .iter()
         .take_while(|&&c| c != 0)
@@ -209,57 +213,84 @@ fn enumerate(instance: &ash::Instance) -> Result<Vec<Adapter>, String> {
             .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
             .or_else(|| families.iter().position(compute));
         let Some(family) = family else { continue };
-        let mut driver = vk::PhysicalDeviceDriverProperties::default();
-        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
-        let mut props2 = vk::PhysicalDeviceProperties2::default()
-            .push_next(&mut driver)
-            .push_next(&mut subgroup);
-        // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
-        // outlive the call.
-        unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
-        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
-        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
-        let mut features = vk::PhysicalDeviceFeatures2::default()
-            .push_next(&mut f11)
-            .push_next(&mut f12);
-        // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
-        // outlive the call.
-        unsafe { instance.get_physical_device_features2(physical, &mut features) };
-        let f16_storage = f12.shader_float16 == vk::TRUE
-            && f11.storage_buffer16_bit_access == vk::TRUE
-            && f11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
-        // SAFETY: as above.
-        let memory = unsafe { instance.get_physical_device_memory_properties(physical) };
-        let device_local_memory = memory.memory_heaps[..memory.memory_heap_count as usize]
-            .iter()
-            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .map(|h| h.size)
-            .sum();
-        let f = &families[family];
-        adapters.push(Adapter {
-            physical,
-            name: c_chars(&props.device_name),
-            kind: kind_of(props.device_type),
-            props,
-            family: family as u32,
-            queue_count: f.queue_count,
-            timestamp_valid_bits: f.timestamp_valid_bits,
-            families: families.clone(),
-            driver_name: c_chars(&driver.driver_name),
-            driver_info: c_chars(&driver.driver_info),
-            subgroup_size: subgroup.subgroup_size,
-            subgroup_operations: if subgroup
-                .supported_stages
-                .contains(vk::ShaderStageFlags::COMPUTE)
-            {
-                subgroup.supported_operations
-            } else {
-                vk::SubgroupFeatureFlags::empty()
-            },
-            device_local_memory,
-            f16_storage,
-        });
+        let queue_count = families[family].queue_count;
+        // SAFETY: `physical` came from this instance, which is live.
+        let adapter = unsafe { read_adapter(instance, physical, family as u32, queue_count) };
+        adapters.push(adapter);
     }
     adapters.sort_by(|a, b| a.kind.cmp(&b.kind).then_with(|| a.name.cmp(&b.name)));
     Ok(adapters)
+}
+
+/// What physical device `physical` reports, with Keel submitting to
+/// `queue_count` queues of queue family `family`.
+///
+/// # Safety
+///
+/// `instance` is a live instance of Vulkan 1.3 or later, `physical` one of
+/// its physical devices with an API version of 1.3 or later, and `family`
+/// one of its queue family indices.
+pub(super) unsafe fn read_adapter(
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+    family: u32,
+    queue_count: u32,
+) -> Adapter {
+    // SAFETY: `physical` belongs to the live `instance` (the caller's
+    // promise).
+    let props = unsafe { instance.get_physical_device_properties(physical) };
+    // SAFETY: as above.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default()
+        .push_next(&mut driver)
+        .push_next(&mut subgroup);
+    // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
+    // outlive the call.
+    unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default()
+        .push_next(&mut f11)
+        .push_next(&mut f12);
+    // SAFETY: the chained structs are valid for Vulkan 1.3 devices and
+    // outlive the call.
+    unsafe { instance.get_physical_device_features2(physical, &mut features) };
+    let f16_storage = f12.shader_float16 == vk::TRUE
+        && f11.storage_buffer16_bit_access == vk::TRUE
+        && f11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
+    // SAFETY: as above.
+    let memory = unsafe { instance.get_physical_device_memory_properties(physical) };
+    let device_local_memory = memory.memory_heaps[..memory.memory_heap_count as usize]
+        .iter()
+        .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .sum();
+    let timestamp_valid_bits = families
+        .get(family as usize)
+        .map_or(0, |f| f.timestamp_valid_bits);
+    Adapter {
+        physical,
+        name: c_chars(&props.device_name),
+        kind: kind_of(props.device_type),
+        props,
+        family,
+        queue_count,
+        timestamp_valid_bits,
+        families,
+        driver_name: c_chars(&driver.driver_name),
+        driver_info: c_chars(&driver.driver_info),
+        subgroup_size: subgroup.subgroup_size,
+        subgroup_operations: if subgroup
+            .supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
+        {
+            subgroup.supported_operations
+        } else {
+            vk::SubgroupFeatureFlags::empty()
+        },
+        device_local_memory,
+        f16_storage,
+    }
 }

@@ -4,7 +4,9 @@
 //! A [`VkBuffer`] frees its memory when the last reference goes: the
 //! user's `Buffer` holds one, and every submission that uses the buffer
 //! keeps another until it has run, so memory is never freed under work in
-//! flight. Zero-sized buffers have no Vulkan object at all.
+//! flight. Zero-sized buffers have no Vulkan object at all, and a buffer
+//! of the program's (`interop::adopt_buffer`) has no allocation of
+//! Keel's: Keel never destroys it.
 //!
 //! Staging buffers (uploads and readbacks) come from a per-device
 //! [`StagingPool`]: allocating and mapping fresh host-visible memory for
@@ -30,6 +32,8 @@ pub struct VkBuffer {
     pub(super) ctx: &'static Ctx,
     pub(super) buffer: vk::Buffer,
     pub(super) size: u64,
+    /// Keel's memory bound to the buffer: `None` for a zero-sized buffer
+    /// (no Vulkan object) and for a program's buffer (not Keel's to free).
     allocation: Mutex<Option<Allocation>>,
 }
 
@@ -52,6 +56,7 @@ impl VkBuffer {
         location: MemoryLocation,
         name: &str,
     ) -> Result<VkBuffer> {
+        ctx.live()?;
         if size == 0 {
             return Ok(VkBuffer {
                 ctx,
@@ -76,13 +81,20 @@ impl VkBuffer {
         })?;
         // SAFETY: `buffer` was just created on this device.
         let requirements = unsafe { ctx.device.get_buffer_memory_requirements(buffer) };
-        let allocation = lock(&ctx.allocator).allocate(&AllocationCreateDesc {
-            name,
-            requirements,
-            location,
-            linear: true,
-            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-        });
+        let allocation = match lock(&ctx.allocator).as_mut() {
+            Some(allocator) => allocator.allocate(&AllocationCreateDesc {
+                name,
+                requirements,
+                location,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            }),
+            // Released meanwhile (only a program breaking `release`'s
+            // contract gets here).
+            None => Err(gpu_allocator::AllocationError::Internal(
+                "the device was released".to_owned(),
+            )),
+        };
         let allocation = match allocation {
             Ok(a) => a,
             Err(e) => {
@@ -101,7 +113,9 @@ impl VkBuffer {
                 .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
         };
         if let Err(e) = bound {
-            let _ = lock(&ctx.allocator).free(allocation);
+            if let Some(allocator) = lock(&ctx.allocator).as_mut() {
+                let _ = allocator.free(allocation);
+            }
             // SAFETY: as above.
             unsafe { ctx.device.destroy_buffer(buffer, None) };
             return Err(vk_error("vkBindBufferMemory", e));
@@ -112,6 +126,17 @@ impl VkBuffer {
             size,
             allocation: Mutex::new(Some(allocation)),
         })
+    }
+
+    /// The program's buffer `buffer` of `size` bytes on `ctx`, which Keel
+    /// uses but never destroys (it has no allocation of Keel's).
+    pub(super) fn foreign(ctx: &'static Ctx, buffer: vk::Buffer, size: u64) -> VkBuffer {
+        VkBuffer {
+            ctx,
+            buffer,
+            size,
+            allocation: Mutex::new(None),
+        }
     }
 
     /// A host-visible buffer holding `data` (uploads, kernel parameters).
@@ -178,10 +203,16 @@ impl Drop for VkBuffer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(a) = allocation {
-            // SAFETY: no submission uses the buffer any more (they keep a
-            // reference until they complete), so it can be destroyed.
-            unsafe { self.ctx.device.destroy_buffer(self.buffer, None) };
-            let _ = lock(&self.ctx.allocator).free(a);
+            let mut allocator = lock(&self.ctx.allocator);
+            // `None`: the device was released, its memory freed with its
+            // allocator, and the program may have destroyed it; `release`
+            // refuses while a buffer of Keel's lives, so none gets here.
+            if let Some(allocator) = allocator.as_mut() {
+                // SAFETY: no submission uses the buffer any more (they keep
+                // a reference until they complete), so it can be destroyed.
+                unsafe { self.ctx.device.destroy_buffer(self.buffer, None) };
+                let _ = allocator.free(a);
+            }
         }
     }
 }
@@ -247,6 +278,18 @@ impl StagingPool {
     pub(super) const MAX_ONE: u64 = 256 << 20;
     /// The most bytes the pool keeps, idle and in use together.
     pub(super) const MAX_TOTAL: u64 = 512 << 20;
+
+    /// Frees every idle buffer (`interop::release`), returning the bytes
+    /// still handed out (readbacks not yet dropped).
+    pub(super) fn clear(&self) -> u64 {
+        let mut state = lock(&self.state);
+        let idle = std::mem::take(&mut state.idle);
+        state.total -= idle.iter().map(|i| i.buffer.size).sum::<u64>();
+        let left = state.total;
+        drop(state);
+        drop(idle);
+        left
+    }
 
     /// The size class of a copy of `len` bytes.
     pub(super) fn class(len: u64) -> u64 {

@@ -17,10 +17,17 @@
 //! | memory | gpu-allocator: device-local buffers, host-visible staging buffers for copies pooled per device; out of memory is an error |
 //! | profiler device spans | timestamp queries written inside the operation's own command buffers (on a busy stream only the end: the start is the previous operation's end); calibrated timestamps (KHR or EXT) for the clock where offered |
 //! | kernel | WGSL -> SPIR-V by naga (cached per kernel), one compute pipeline per (device, kernel); buffers are storage bindings 0..n, parameters a uniform at binding n |
+//! | adopted device (interop, no c10 equivalent) | a program's `VkInstance` + `VkDevice` + one queue ([`adopt`](crate::interop::vulkan::adopt)), numbered after Keel's own devices and run by the same code; the program enables [`requirements`](crate::interop::vulkan::requirements); Keel never destroys it, and [`release`](crate::interop::vulkan::release) destroys what Keel made on it |
+//! | native handles (interop) | the device, queues, a buffer's `vk::Buffer` with its offset and length (a block of an allocator segment), a stream's or event's timeline semaphore and value; a program's `vk::Buffer` as a Keel buffer (never freed by Keel); a program's semaphore waited for by a stream ([`interop::vulkan`](crate::interop::vulkan)) |
 //!
 //! Availability: when the loader is missing, the instance cannot be
 //! created, or no device qualifies, `device_count(Vulkan)` is 0 and every
-//! operation returns `Vulkan unavailable: <reason>`. Nothing panics.
+//! operation returns `Vulkan unavailable: <reason>`, until the program
+//! adopts a device of its own. Nothing panics.
+//!
+//! Interop: the public API is [`crate::interop::vulkan`] (ownership, the
+//! program's promises, the teardown order); `interop.rs` here is what it
+//! needs of the backend.
 //!
 //! Validation: Keel installs a debug messenger when `VK_EXT_debug_utils` is
 //! present. With `VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation` every
@@ -29,6 +36,7 @@
 
 mod device;
 mod event;
+pub(crate) mod interop;
 mod kernel;
 mod loader;
 mod memory;
@@ -63,11 +71,19 @@ impl Backend for Vulkan {
     type Device = Ctx;
     type Stream = &'static VkStream;
 
+    /// Loaded when Keel's own instance exists, or when the program gave
+    /// Keel a device of its own (Keel's instance may have failed where the
+    /// program's did not).
     fn loaded(&self) -> std::result::Result<(), &str> {
-        loader::vk().map(drop)
+        match loader::vk() {
+            Err(_) if !device::ADOPTED.is_empty() => Ok(()),
+            v => v.map(drop),
+        }
     }
+    /// Keel's own devices, then the adopted ones.
     fn device_count(&self) -> DeviceIndex {
-        loader::vk().map_or(0, |v| DeviceIndex::try_from(v.adapters.len()).unwrap_or(0))
+        let own = loader::vk().map_or(0, |v| v.adapters.len());
+        DeviceIndex::try_from(own + device::ADOPTED.len()).unwrap_or(0)
     }
     fn no_device_reason(&self) -> String {
         "no Vulkan 1.3 device with a compute queue was found".to_owned()
@@ -88,10 +104,11 @@ impl Backend for Vulkan {
         stream.synchronize()
     }
     fn synchronize_device(&self, device: &'static Ctx) -> Result<()> {
+        device.live()?;
         device.streams().try_for_each_created(VkStream::synchronize)
     }
 
     fn describe(&self, device: &'static Ctx, at: Device) -> Result<DeviceProperties> {
-        Ok(device::describe(device.adapter, at))
+        Ok(device::describe(device, at))
     }
 }

@@ -161,6 +161,7 @@ pub(super) struct Point {
 impl Point {
     /// Whether the semaphore has reached the value. Never blocks.
     pub(super) fn reached(&self) -> Result<bool> {
+        self.ctx.live()?;
         if self.value == 0 {
             return Ok(true);
         }
@@ -169,6 +170,7 @@ impl Point {
 
     /// The semaphore's current value (0 for a point of value 0).
     pub(super) fn counter(&self) -> Result<u64> {
+        self.ctx.live()?;
         if self.value == 0 {
             return Ok(0);
         }
@@ -177,6 +179,7 @@ impl Point {
 
     /// Waits on the host until the semaphore reaches the value.
     pub(super) fn wait(&self) -> Result<()> {
+        self.ctx.live()?;
         if self.value == 0 {
             return Ok(());
         }
@@ -186,7 +189,10 @@ impl Point {
             .semaphores(&sems)
             .values(&values);
         // SAFETY: the semaphore is a live timeline semaphore of the device
-        // (streams, and so their semaphores, live for the process).
+        // (streams, and so their semaphores, live for the process, or
+        // until an adopted device is released, checked above; a
+        // program's semaphore given to `wait_semaphore` lives until the
+        // wait completes, the program's promise).
         unsafe { self.ctx.device.wait_semaphores(&info, u64::MAX) }
             .map_err(|e| vk_error("vkWaitSemaphores", e))
     }
@@ -611,5 +617,34 @@ impl VkStream {
     /// Whether everything submitted so far has completed.
     pub(super) fn query(&self) -> Result<bool> {
         self.point(self.last_value()).reached()
+    }
+
+    /// The queue this stream submits to.
+    pub(super) fn queue(&self) -> vk::Queue {
+        self.ctx.queue_handles[self.queue]
+    }
+
+    /// Destroys the stream's Vulkan objects (its semaphore, command pool and
+    /// parameter ring), for `interop::release`.
+    ///
+    /// # Safety
+    ///
+    /// Everything submitted on the stream has completed and been retired
+    /// ([`synchronize`](Self::synchronize)), and the stream is never used
+    /// again (its device is marked released right after).
+    pub(super) unsafe fn destroy(&self) {
+        let mut state = lock(&self.state);
+        state.free.clear();
+        state.in_flight.clear();
+        state.params = None;
+        let device = &self.ctx.device;
+        // SAFETY: no command buffer of the pool is pending (the caller's
+        // promise), so the pool and the buffers it owns can go; no
+        // submission waits for or signals the semaphore any more.
+        unsafe {
+            device.destroy_command_pool(state.pool, None);
+            device.destroy_semaphore(self.semaphore, None);
+        }
+        state.pool = vk::CommandPool::null();
     }
 }
