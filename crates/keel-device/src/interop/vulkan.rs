@@ -85,9 +85,13 @@
 //! work, destroy the program's buffers that Keel used, then the device,
 //! then the instance.
 
+use std::borrow::Cow;
+
 use crate::backend::vulkan::interop as backend;
 use crate::core::{Device, DeviceType, Stream};
 use crate::error::{Error, Result};
+use crate::profiler::SpanKind;
+use crate::profiler::record::Detail;
 use crate::{Buffer, Event};
 
 /// The `ash` Keel is built with: a program that adopts or hands out
@@ -471,4 +475,174 @@ pub unsafe fn release(device: Device) -> Result<()> {
     // Keel's left (checked just above); no other thread uses the device
     // and no unpooled readback is alive (the caller's promises).
     unsafe { c.release() }
+}
+
+/// Submits the program's command buffers on `stream` (a Keel stream of a
+/// Vulkan device): after the work Keel enqueued on it before, and
+/// signalling its timeline semaphore, so Keel's later work, events, waits
+/// and `synchronize` order the program's work like Keel's own. With a
+/// profiler session, the submission is a host span and its work a device
+/// span on the stream's lane. Returns the semaphore value the submission
+/// signals ([`native_stream`] gives the semaphore).
+///
+/// # Safety
+/// The command buffers are primary command buffers of `stream`'s device,
+/// recorded and ended, not pending elsewhere, and the program keeps them
+/// (and everything they use) alive until the stream's semaphore reaches
+/// the returned value.
+pub unsafe fn submit(stream: &Stream, buffers: &[vk::CommandBuffer]) -> Result<u64> {
+    let native = backend::stream(stream)?;
+    crate::submit::enqueue(
+        stream,
+        SpanKind::Kernel,
+        || Cow::Borrowed("queue submit"),
+        Detail::None,
+        // SAFETY: the caller's promise.
+        || unsafe { native.submit_program(buffers) },
+    )
+}
+
+/// Scopes on commands the program records into its own Vulkan command
+/// buffers, timed on the GPU and recorded by the running profiler session
+/// as device spans (user annotations) on a Keel stream's lane, calibrated
+/// to the host clock like Keel's own and nested as the scopes are: each
+/// [`begin`](Self::begin)/[`end`](Self::end) writes a timestamp
+/// (`vkCmdWriteTimestamp2`, after all earlier commands) into Keel's query
+/// pool from the program's command buffer. The scopes become spans when
+/// the command buffers are submitted through [`submit`](Self::submit).
+///
+/// With no session recording when the `Scopes` is made, or on a queue
+/// family without timestamps, every call is free and records nothing. A
+/// `Scopes` dropped without submitting gives its slots back: the command
+/// buffers must then not be submitted (their timestamps would land in
+/// slots others own).
+#[derive(Debug)]
+pub struct Scopes {
+    stream: Stream,
+    native: Option<&'static backend::VkStream>,
+    open: Vec<(Cow<'static, str>, (u32, u32))>,
+    done: Vec<(Cow<'static, str>, (u32, u32))>,
+}
+
+impl Scopes {
+    /// Scopes on work that will be submitted on `stream`, a Keel stream of
+    /// a Vulkan device.
+    pub fn new(stream: &Stream) -> Result<Scopes> {
+        let native = backend::stream(stream)?;
+        Ok(Scopes {
+            stream: *stream,
+            native: crate::profiler::enabled().then_some(native),
+            open: Vec::new(),
+            done: Vec::new(),
+        })
+    }
+
+    /// Whether the scopes are timed (a session records; the device may
+    /// still turn out to have no timestamps).
+    pub fn recording(&self) -> bool {
+        self.native.is_some()
+    }
+
+    /// Begins a scope named `name` at this point of `command_buffer`
+    /// (recording), ended by the next [`end`](Self::end) not matched yet.
+    ///
+    /// # Safety
+    /// `command_buffer` is a command buffer of the stream's device in the
+    /// recording state, that the program submits with [`submit`](Self::submit).
+    pub unsafe fn begin(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        command_buffer: vk::CommandBuffer,
+    ) -> Result<()> {
+        let Some(native) = self.native else {
+            return Ok(());
+        };
+        let Some(slots) = native.take_scope_slots()? else {
+            return Ok(());
+        };
+        // SAFETY: the caller's promise; the slot was reset on the host and
+        // only this command buffer writes it.
+        unsafe { write_timestamp(native, command_buffer, slots.0) };
+        self.open.push((name.into(), slots));
+        Ok(())
+    }
+
+    /// Ends the innermost open scope at this point of `command_buffer`
+    /// (which may be a later command buffer of the same submission); an
+    /// error when none is open.
+    ///
+    /// # Safety
+    /// As for [`begin`](Self::begin).
+    pub unsafe fn end(&mut self, command_buffer: vk::CommandBuffer) -> Result<()> {
+        let Some(native) = self.native else {
+            return Ok(());
+        };
+        let Some((name, slots)) = self.open.pop() else {
+            return Err(Error::invalid(
+                "ending a Vulkan scope: expected one begun and not ended, found none",
+            ));
+        };
+        // SAFETY: as in `begin`.
+        unsafe { write_timestamp(native, command_buffer, slots.1) };
+        self.done.push((name, slots));
+        Ok(())
+    }
+
+    /// Submits `buffers` (recorded with these scopes) as [`submit`](fn@submit)
+    /// does, and hands the scopes to the session. An error, before
+    /// anything is submitted, when a scope begun is not ended.
+    ///
+    /// # Safety
+    /// As for [`submit`](fn@submit).
+    pub unsafe fn submit(mut self, buffers: &[vk::CommandBuffer]) -> Result<u64> {
+        if let Some((name, _)) = self.open.last() {
+            return Err(Error::invalid(format!(
+                "submitting Vulkan scopes: expected every scope ended, found {name:?} open"
+            )));
+        }
+        // SAFETY: the caller's promise.
+        let value = unsafe { submit(&self.stream, buffers) }?;
+        if let Some(native) = self.native {
+            let spans = std::mem::take(&mut self.done)
+                .into_iter()
+                .map(|(name, slots)| {
+                    let (a, b) = native.scope_events(slots, value);
+                    (name, a, b)
+                })
+                .collect();
+            crate::profiler::record::foreign_device_spans(&self.stream, spans);
+        }
+        Ok(value)
+    }
+}
+
+impl Drop for Scopes {
+    /// Gives back the slots of scopes never submitted.
+    fn drop(&mut self) {
+        if let Some(native) = self.native {
+            for (_, slots) in self.open.drain(..).chain(self.done.drain(..)) {
+                native.release_scope_slots(slots);
+            }
+        }
+    }
+}
+
+/// Writes timestamp `slot` of the device's query pool into
+/// `command_buffer`, after every earlier command.
+///
+/// # Safety
+/// `command_buffer` is recording, on the stream's device; `slot` was reset
+/// on the host and is written by no other command.
+unsafe fn write_timestamp(
+    native: &backend::VkStream,
+    command_buffer: vk::CommandBuffer,
+    slot: u32,
+) {
+    let stage = vk::PipelineStageFlags2::ALL_COMMANDS;
+    // SAFETY: the caller's promise.
+    unsafe {
+        native
+            .device()
+            .cmd_write_timestamp2(command_buffer, stage, native.query_pool(), slot);
+    }
 }

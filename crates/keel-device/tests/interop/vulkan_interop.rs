@@ -599,6 +599,143 @@ fn probe_an_adopted_device_where_keel_found_none() {
 /// The suite on a program's lavapipe device, adopted once per process and
 /// kept (never released), with every validation error on Keel's instance
 /// or the program's failing the test that caused it.
+/// The program's own command buffer, with scopes around its commands,
+/// submitted on a Keel stream: ordered with Keel's work there (a fill of a
+/// Keel buffer is what Keel reads next), and its scopes device spans on
+/// the stream's lane, nested inside the submission's span, inside the
+/// host range that submitted and waited.
+#[test]
+fn scopes_on_the_program_command_buffers_are_ordered_device_spans() {
+    let Some(p) = program_device() else {
+        return;
+    };
+    let d = p.adopt();
+    let s = keel_device::get_stream_from_pool(d, false).expect("stream");
+    let n = 1 << 20;
+    let target = Buffer::new(d, 4 * n).expect("keel buffer");
+    let range = keel_vk::native_buffer(&target).expect("native buffer");
+    let device = &p.device;
+    // SAFETY: plain object creation on the program's live device.
+    let pool = unsafe {
+        device.create_command_pool(
+            &vk::CommandPoolCreateInfo::default().queue_family_index(p.queue_family),
+            None,
+        )
+    }
+    .expect("pool");
+    // SAFETY: one primary command buffer of that pool.
+    let cb = unsafe {
+        device.allocate_command_buffers(
+            &vk::CommandBufferAllocateInfo::default()
+                .command_pool(pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1),
+        )
+    }
+    .expect("command buffer")[0];
+    let record = |scopes: &mut keel_vk::Scopes, value: u32| {
+        // SAFETY: `cb` is the program's, idle (every earlier submission
+        // of it completed), recorded here and submitted by the caller;
+        // the fills stay inside the Keel buffer's range.
+        unsafe {
+            device
+                .begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
+                .expect("begin");
+            scopes.begin("fills", cb).expect("scope");
+            for half in 0..2u64 {
+                scopes.begin(format!("half {half}"), cb).expect("scope");
+                let size = range.len / 2;
+                device.cmd_fill_buffer(cb, range.buffer, range.offset + half * size, size, value);
+                scopes.end(cb).expect("end");
+            }
+            scopes.end(cb).expect("end");
+            device.end_command_buffer(cb).expect("end cb");
+        }
+    };
+    // Without a session: ordered, nothing recorded.
+    let mut idle = keel_vk::Scopes::new(&s).expect("scopes");
+    assert!(!idle.recording());
+    record(&mut idle, 7);
+    // SAFETY: `cb` is recorded and kept until the stream synchronises.
+    unsafe { idle.submit(&[cb]) }.expect("submit");
+    assert_eq!(
+        target.read_as::<u32>(&s).expect("read")[n - 1],
+        7,
+        "ordered before Keel's read"
+    );
+
+    let _one = crate::session();
+    let session = keel_device::profiler::start().expect("session");
+    {
+        let _frame = keel_device::profiler::range("frame");
+        let mut scopes = keel_vk::Scopes::new(&s).expect("scopes");
+        record(&mut scopes, 9);
+        // SAFETY: as above.
+        unsafe { scopes.submit(&[cb]) }.expect("submit");
+        s.synchronize().expect("sync");
+    }
+    // A scope left open is refused before anything is submitted.
+    let mut open = keel_vk::Scopes::new(&s).expect("scopes");
+    // SAFETY: `cb` is idle; recorded and reset without being submitted.
+    unsafe {
+        device
+            .begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
+            .expect("begin");
+        open.begin("left open", cb).expect("scope");
+        device.end_command_buffer(cb).expect("end cb");
+        let err = open.submit(&[cb]).expect_err("open scope");
+        assert!(err.to_string().contains("\"left open\" open"), "{err}");
+    }
+    let trace = session.stop();
+    trace.check().expect("well formed");
+    assert_eq!(trace.dropped, 0);
+    assert_eq!(target.read_as::<u32>(&s).expect("read")[0], 9);
+
+    let frame = trace
+        .spans
+        .iter()
+        .find(|x| x.name == "frame")
+        .expect("host range");
+    let name = d.to_string();
+    let on_stream = |x: &&keel_device::profiler::Span| {
+        matches!(trace.lanes[x.lane as usize].kind,
+            keel_device::profiler::LaneKind::Stream { device, stream, .. }
+                if trace.devices[device as usize].device == name && stream == s.id())
+    };
+    let span = |n: &str| {
+        trace
+            .spans
+            .iter()
+            .filter(on_stream)
+            .find(|x| x.name == n)
+            .unwrap_or_else(|| panic!("no device span {n}: {:#?}", trace.spans))
+    };
+    let (submit, fills, h0, h1) = (
+        span("queue submit"),
+        span("fills"),
+        span("half 0"),
+        span("half 1"),
+    );
+    let end = |x: &keel_device::profiler::Span| x.start_ns + x.dur_ns;
+    for x in [fills, h0, h1] {
+        assert_eq!(x.kind, keel_device::profiler::SpanKind::Annotation);
+    }
+    assert!(frame.start_ns <= submit.start_ns && end(submit) <= end(frame));
+    assert!(
+        submit.start_ns <= fills.start_ns && end(fills) <= end(submit),
+        "{submit:?} {fills:?}"
+    );
+    assert!(fills.start_ns <= h0.start_ns && end(h0) <= h1.start_ns && end(h1) <= end(fills));
+    drop(target);
+    // SAFETY: the command buffer's submissions completed (synchronised).
+    unsafe { device.destroy_command_pool(pool, None) };
+    // SAFETY: no Keel object of the device is alive; no other thread uses it.
+    unsafe { keel_vk::release(d) }.expect("release");
+    // SAFETY: Keel released the device and it is idle.
+    unsafe { p.destroy() };
+    no_validation_errors();
+}
+
 mod adopted_vulkan_device {
     use super::*;
     keel_device::conformance_suite!(

@@ -232,9 +232,9 @@ impl Timestamps {
 
 /// A recorded Vulkan event.
 pub struct VkEvent {
-    point: Point,
+    pub(super) point: Point,
     /// The timestamp query slot, for timed events.
-    query: Option<u32>,
+    pub(super) query: Option<u32>,
 }
 
 impl std::fmt::Debug for VkEvent {

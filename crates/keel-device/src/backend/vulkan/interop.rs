@@ -298,6 +298,82 @@ impl VkStream {
         (self.semaphore, self.last_value(), self.queue())
     }
 
+    /// Submits the program's command buffers on this stream: after the
+    /// stream's earlier work (and the waits queued on it), signalling the
+    /// stream's timeline semaphore like Keel's own submissions, so Keel's
+    /// events, waits and `synchronize` order them. Returns the value the
+    /// submission signals. Where the calling thread's operation is
+    /// profiled, its timestamps go in command buffers of Keel's around
+    /// them.
+    ///
+    /// # Safety
+    ///
+    /// The command buffers are primary command buffers of this device,
+    /// recorded and ended, not pending elsewhere, and the program keeps
+    /// them (and what they use) alive until the semaphore reaches the
+    /// returned value.
+    pub(crate) unsafe fn submit_program(&self, buffers: &[vk::CommandBuffer]) -> Result<u64> {
+        self.ctx.live()?;
+        if let Some(i) = buffers.iter().position(|b| b.is_null()) {
+            return Err(Error::invalid(format!(
+                "submitting a program's command buffers: expected VkCommandBuffer handles, found VK_NULL_HANDLE at {i}"
+            )));
+        }
+        self.submit_inner(None, |_, _, _| {}, buffers, super::stream::Keeps::new())
+    }
+
+    /// Two timestamp slots for a scope on a program's command buffer
+    /// (each reset on the host and held once); `None` where the device's
+    /// queue family writes no timestamps.
+    pub(crate) fn take_scope_slots(&self) -> Result<Option<(u32, u32)>> {
+        let c = self.ctx;
+        c.live()?;
+        if c.adapter.timestamp_valid_bits == 0 {
+            return Ok(None);
+        }
+        let first = c.timestamps.take(&c.device)?;
+        match c.timestamps.take(&c.device) {
+            Ok(second) => Ok(Some((first, second))),
+            Err(e) => {
+                c.timestamps.release(&c.device, first);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives back a scope's slots that no submission wrote.
+    pub(crate) fn release_scope_slots(&self, slots: (u32, u32)) {
+        let c = self.ctx;
+        if !c.is_released() {
+            c.timestamps.release(&c.device, slots.0);
+            c.timestamps.release(&c.device, slots.1);
+        }
+    }
+
+    /// The device's function table.
+    pub(crate) fn device(&self) -> &ash::Device {
+        &self.ctx.device
+    }
+
+    /// The device's timestamp query pool (where scopes write).
+    pub(crate) fn query_pool(&self) -> vk::QueryPool {
+        self.ctx.timestamps.pool
+    }
+
+    /// The two timed events of a scope's slots, written by the submission
+    /// that signalled `value`: each event holds its slot from now on.
+    pub(crate) fn scope_events(&self, slots: (u32, u32), value: u64) -> (EventHandle, EventHandle) {
+        let point = self.point(value);
+        self.ctx.timestamps.written(&[slots.0, slots.1], point);
+        let event = |slot| {
+            EventHandle::new(Some(VkEvent {
+                point,
+                query: Some(slot),
+            }))
+        };
+        (event(slots.0), event(slots.1))
+    }
+
     /// Makes the stream's next submission wait until the program's
     /// timeline semaphore `semaphore` reaches `value`.
     ///

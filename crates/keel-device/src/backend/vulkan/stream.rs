@@ -384,17 +384,17 @@ impl VkStream {
         record: impl FnOnce(&ash::Device, vk::CommandBuffer, u32),
         keep: Keeps,
     ) -> Result<u64> {
-        let device = &self.ctx.device;
-        let mut state = lock(&self.state);
-        let slot = match params {
-            Some(p) => Some(self.param_slot(&mut state, p)?),
-            None => None,
-        };
+        self.submit_inner(params, record, &[], keep)
+    }
+
+    /// A free command buffer of the stream's pool (allocating a batch,
+    /// after retiring completed ones, when none is free).
+    fn free_command_buffer(&self, state: &mut State) -> Result<vk::CommandBuffer> {
         // Retire only when a command buffer is needed: asking the driver for
         // the semaphore's value on every submission costs more than the
         // submission itself on some drivers.
         if state.free.is_empty() {
-            self.retire(&mut state)?;
+            self.retire(state)?;
         }
         if state.free.is_empty() {
             let info = vk::CommandBufferAllocateInfo::default()
@@ -403,16 +403,35 @@ impl VkStream {
                 .command_buffer_count(CB_BATCH);
             // SAFETY: the pool belongs to this stream and is only used
             // under the stream's lock.
-            let cbs = unsafe { device.allocate_command_buffers(&info) }
+            let cbs = unsafe { self.ctx.device.allocate_command_buffers(&info) }
                 .map_err(|e| vk_error("vkAllocateCommandBuffers", e))?;
             state.free.extend(cbs);
         }
-        let Some(cb) = state.free.pop() else {
-            return Err(vk_error(
-                "vkAllocateCommandBuffers",
-                vk::Result::ERROR_UNKNOWN,
-            ));
+        state
+            .free
+            .pop()
+            .ok_or_else(|| vk_error("vkAllocateCommandBuffers", vk::Result::ERROR_UNKNOWN))
+    }
+
+    /// [`submit_with_params`](Self::submit_with_params), with a program's
+    /// command buffers `program` submitted after the one `record` fills,
+    /// in the same `vkQueueSubmit2` (interop). A profiled submission
+    /// then writes its end timestamp in a command buffer of its own after
+    /// them.
+    pub(super) fn submit_inner(
+        &self,
+        params: Option<&[u8]>,
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer, u32),
+        program: &[vk::CommandBuffer],
+        keep: Keeps,
+    ) -> Result<u64> {
+        let device = &self.ctx.device;
+        let mut state = lock(&self.state);
+        let slot = match params {
+            Some(p) => Some(self.param_slot(&mut state, p)?),
+            None => None,
         };
+        let cb = self.free_command_buffer(&mut state)?;
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         let bracket = BRACKET
@@ -427,6 +446,19 @@ impl VkStream {
                 }
             },
             None => None,
+        };
+        // The end timestamp after the program's command buffers.
+        let end_cb = if marks.is_some() && !program.is_empty() {
+            match self.free_command_buffer(&mut state) {
+                Ok(end_cb) => Some(end_cb),
+                Err(e) => {
+                    state.free.push(cb);
+                    self.unmark(marks);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
         };
         let pool = self.ctx.timestamps.pool;
         // SAFETY: `cb` is not in flight (new, or retired after its
@@ -448,15 +480,25 @@ impl VkStream {
                         device.cmd_write_timestamp2(cb, top, pool, slot);
                     }
                     record(device, cb, slot.map_or(0, |(_, offset)| offset));
-                    if let Some(m) = &marks {
+                    if let Some(m) = marks.as_ref().filter(|_| end_cb.is_none()) {
                         let all = vk::PipelineStageFlags2::ALL_COMMANDS;
                         device.cmd_write_timestamp2(cb, all, pool, m.end);
                     }
                 })
                 .and_then(|()| device.end_command_buffer(cb))
+                .and_then(|()| match (end_cb, &marks) {
+                    (Some(end_cb), Some(m)) => {
+                        device.begin_command_buffer(end_cb, &begin)?;
+                        let all = vk::PipelineStageFlags2::ALL_COMMANDS;
+                        device.cmd_write_timestamp2(end_cb, all, pool, m.end);
+                        device.end_command_buffer(end_cb)
+                    }
+                    _ => Ok(()),
+                })
         };
         if let Err(e) = recorded {
             state.free.push(cb);
+            state.free.extend(end_cb);
             self.unmark(marks);
             return Err(vk_error("recording a command buffer", e));
         }
@@ -484,7 +526,11 @@ impl VkStream {
             .semaphore(self.semaphore)
             .value(value)
             .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
-        let cbs = [vk::CommandBufferSubmitInfo::default().command_buffer(cb)];
+        let cbs: SmallVec<[vk::CommandBufferSubmitInfo<'_>; 4]> = std::iter::once(cb)
+            .chain(program.iter().copied())
+            .chain(end_cb)
+            .map(|cb| vk::CommandBufferSubmitInfo::default().command_buffer(cb))
+            .collect();
         let submit = [vk::SubmitInfo2::default()
             .wait_semaphore_infos(&waits)
             .command_buffer_infos(&cbs)
@@ -499,6 +545,7 @@ impl VkStream {
         drop(queue);
         if let Err(e) = result {
             state.free.push(cb);
+            state.free.extend(end_cb);
             self.unmark(marks);
             return Err(vk_error("vkQueueSubmit2", e));
         }
@@ -534,6 +581,13 @@ impl VkStream {
             cb,
             _keep: keep,
         });
+        if let Some(end_cb) = end_cb {
+            state.in_flight.push_back(InFlight {
+                value,
+                cb: end_cb,
+                _keep: Keeps::new(),
+            });
+        }
         Ok(value)
     }
 
