@@ -618,7 +618,9 @@ fn scopes_on_the_program_command_buffers_are_ordered_device_spans() {
     // SAFETY: plain object creation on the program's live device.
     let pool = unsafe {
         device.create_command_pool(
-            &vk::CommandPoolCreateInfo::default().queue_family_index(p.queue_family),
+            &vk::CommandPoolCreateInfo::default()
+                .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER)
+                .queue_family_index(p.queue_family),
             None,
         )
     }
