@@ -21,13 +21,13 @@
 //! (`benches/profiler.rs`, `tracing_*`).
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
-use tracing_core::{Event, Subscriber};
+use tracing_core::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -76,7 +76,18 @@ thread_local! {
     /// The spans this thread entered and has not exited, with their
     /// start: spans nest on a thread, so an exit is almost always the
     /// last entry.
-    static OPEN: RefCell<Vec<(Id, Stamp)>> = const { RefCell::new(Vec::new()) };
+    static OPEN: RefCell<Vec<Open>> = const { RefCell::new(Vec::new()) };
+    /// The span this thread made last and its metadata: instrumented code
+    /// mostly enters a span right after making it
+    /// (`info_span!(..).entered()`), which then needs no registry lookup.
+    static MADE: Cell<Option<(u64, &'static Metadata<'static>)>> = const { Cell::new(None) };
+}
+
+/// A span this thread entered: its id, start and metadata.
+struct Open {
+    id: Id,
+    start: Stamp,
+    meta: &'static Metadata<'static>,
 }
 
 /// Formats a span's fields into one string.
@@ -134,7 +145,11 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if !enabled() || attrs.values().is_empty() {
+        if !enabled() {
+            return;
+        }
+        MADE.set(Some((id.into_u64(), attrs.metadata())));
+        if attrs.values().is_empty() {
             return;
         }
         let mut fields = FieldText::default();
@@ -172,38 +187,60 @@ where
         ext.insert(Fields(Arc::new(merged)));
     }
 
-    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        if enabled() {
-            let start = Stamp::now();
-            OPEN.with(|open| open.borrow_mut().push((id.clone(), start)));
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if !enabled() {
+            return;
         }
+        let made = MADE.get().filter(|(made, _)| *made == id.into_u64());
+        let Some(meta) = made.map(|(_, meta)| meta).or_else(|| ctx.metadata(id)) else {
+            return;
+        };
+        let start = Stamp::now();
+        OPEN.with(|open| {
+            open.borrow_mut().push(Open {
+                id: id.clone(),
+                start,
+                meta,
+            })
+        });
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        let end = Stamp::now();
         // Taken even with no session: an entry left from a session that
-        // stopped meanwhile must not pair with a later exit.
-        let Some(start) = OPEN.with(|open| {
+        // stopped meanwhile must not pair with a later exit. With no entry
+        // (no session), the clock is not read.
+        let Some((open, end)) = OPEN.with(|open| {
             let mut open = open.borrow_mut();
-            let i = open.iter().rposition(|(open_id, _)| open_id == id)?;
-            Some(open.remove(i).1)
+            let i = open.iter().rposition(|o| o.id == *id)?;
+            let end = Stamp::now();
+            Some((open.remove(i), end))
         }) else {
             return;
         };
         if !enabled() {
             return;
         }
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let detail = if span.metadata().fields().is_empty() {
+        // Only a span with fields has any to look up.
+        let detail = if open.meta.fields().is_empty() {
             Detail::None
         } else {
-            span.extensions()
-                .get::<Fields>()
-                .map_or(Detail::None, |f| Detail::Fields(Arc::clone(&f.0)))
+            ctx.span(id)
+                .and_then(|span| {
+                    span.extensions()
+                        .get::<Fields>()
+                        .map(|f| Detail::Fields(Arc::clone(&f.0)))
+                })
+                .unwrap_or(Detail::None)
         };
-        record::annotation(Cow::Borrowed(span.metadata().name()), start, end, detail);
+        record::annotation(Cow::Borrowed(open.meta.name()), open.start, end, detail);
+    }
+
+    /// A closed span's id may be reused: it is no longer the one made
+    /// last.
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        if MADE.get().is_some_and(|(made, _)| made == id.into_u64()) {
+            MADE.set(None);
+        }
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
