@@ -116,6 +116,8 @@ pub mod autocast;
 pub mod compute;
 pub mod device_module;
 pub mod dispatch;
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 pub mod generator;
 pub mod precision;
 pub mod random;

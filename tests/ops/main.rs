@@ -1,5 +1,6 @@
 //! Operators through the dispatcher on every device present (`ops`), the
-//! compute kernels they launch (`compute`), and a cold kernel compile on
+//! compute kernels they launch (`compute`), tensors through DLPack
+//! (`dlpack`), and a cold kernel compile on
 //! wgpu's GL adapter beside other threads' work (`gl_compile`).
 
 #[path = "../../examples/custom_backend/npu.rs"]
@@ -7,6 +8,8 @@
 mod npu;
 
 mod compute;
+#[cfg(feature = "dlpack")]
+mod dlpack;
 #[cfg(feature = "wgpu")]
 mod gl_compile;
 mod ops;

@@ -97,9 +97,26 @@ pub unsafe fn adopt_raw_stream(device: Device, stream: CUstream) -> Result<Strea
 /// every context can reach, such as managed memory) and stays allocated
 /// until the Keel buffer is dropped and the work that used it completed.
 pub unsafe fn adopt_buffer(device: Device, ptr: CUdeviceptr, len: usize) -> Result<Buffer> {
+    // SAFETY: as the caller promises.
+    unsafe { adopt_owned_buffer(device, ptr, len, None) }
+}
+
+/// [`adopt_buffer`] for memory that `owner` keeps allocated (a DLPack
+/// tensor, a cudarc slice): Keel holds `owner` until the buffer and every
+/// Keel handle to its memory are dropped, then drops it.
+///
+/// # Safety
+/// `ptr..ptr + len` is memory of `device`'s primary context that stays
+/// allocated while `owner` lives.
+pub unsafe fn adopt_owned_buffer(
+    device: Device,
+    ptr: CUdeviceptr,
+    len: usize,
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+) -> Result<Buffer> {
     check(device)?;
     // SAFETY: as the caller promises.
-    let handle = unsafe { backend::foreign_buffer(device, ptr, len) }?;
+    let handle = unsafe { backend::foreign_buffer(device, ptr, len, owner) }?;
     Buffer::from_foreign_handle(device, handle, len)
 }
 

@@ -11,8 +11,10 @@
 //! it made on it, and the Keel device stays, refusing work.
 //!
 //! One module per native API, each behind its backend's cargo feature:
-//! [`vulkan`], [`wgpu`], [`cuda`].
+//! [`vulkan`], [`wgpu`], [`cuda`]; [`cpu`] gives the host memory behind a
+//! CPU buffer.
 
+pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "vulkan")]

@@ -46,6 +46,14 @@ impl HostMemory {
         self.len == 0
     }
 
+    /// Where the bytes are. The block never moves or grows while it
+    /// lives, so the address stays valid until it is dropped; Keel's own
+    /// accesses take the block's lock, a program's through this pointer
+    /// (interop, DLPack) do not, and must not overlap Keel's work on it.
+    pub fn as_ptr(&self) -> *mut u8 {
+        lock(&self.words).as_mut_ptr().cast()
+    }
+
     /// Runs `f` on the bytes.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let mut w = lock(&self.words);

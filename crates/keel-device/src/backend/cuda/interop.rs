@@ -122,7 +122,8 @@ pub(crate) unsafe fn adopt_stream(
 }
 
 /// The program's `len` bytes at `ptr` on `device`, as a buffer handle
-/// Keel never frees.
+/// Keel never frees; `owner`, if any, is dropped with the handle (it
+/// keeps the memory alive).
 ///
 /// # Safety
 /// `ptr..ptr + len` is device memory of `device`'s context that stays
@@ -131,6 +132,7 @@ pub(crate) unsafe fn foreign_buffer(
     device: Device,
     ptr: sys::CUdeviceptr,
     len: usize,
+    owner: Option<Box<dyn Any + Send + Sync>>,
 ) -> Result<BufferHandle> {
     let ctx = state(device)?;
     if ptr == 0 && len > 0 {
@@ -138,7 +140,7 @@ pub(crate) unsafe fn foreign_buffer(
             "adopting CUDA memory on {device}: expected a device pointer, found 0 for {len} bytes"
         )));
     }
-    Ok(BufferHandle::new(CudaBuffer::foreign(ctx, ptr, len)))
+    Ok(BufferHandle::new(CudaBuffer::foreign(ctx, ptr, len, owner)))
 }
 
 /// The device pointer behind a buffer handle of this backend.

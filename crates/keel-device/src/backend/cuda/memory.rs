@@ -120,6 +120,9 @@ pub struct CudaBuffer {
     /// Whether Keel allocated the memory (a program's, adopted, is never
     /// freed by Keel).
     owned: bool,
+    /// What keeps an adopted allocation alive, where the program handed
+    /// Keel its owner (a DLPack tensor).
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -135,7 +138,12 @@ impl std::fmt::Debug for CudaBuffer {
 impl CudaBuffer {
     /// The program's `len` bytes at `ptr` on `ctx`'s device, which Keel
     /// uses but never frees.
-    pub(super) fn foreign(ctx: &'static Ctx, ptr: sys::CUdeviceptr, len: usize) -> Self {
+    pub(super) fn foreign(
+        ctx: &'static Ctx,
+        ptr: sys::CUdeviceptr,
+        len: usize,
+        owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
         CudaBuffer {
             ctx,
             ptr,
@@ -143,6 +151,7 @@ impl CudaBuffer {
             stream_ordered: false,
             used: Mutex::new(Vec::new()),
             owned: false,
+            _owner: owner,
         }
     }
 
@@ -279,6 +288,7 @@ impl Memory for Cuda {
             stream_ordered: c.info.memory_pools,
             used: Mutex::new(Vec::new()),
             owned: true,
+            _owner: None,
         };
         if len == 0 {
             return Ok(buf);
