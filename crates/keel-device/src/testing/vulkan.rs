@@ -7,7 +7,7 @@
 //! ([`program_validation_messages`]), as Keel's own instance collects its
 //! own ([`validation_messages`](crate::backend::vulkan::validation_messages)).
 
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::core::{Device, DeviceType};
@@ -33,15 +33,8 @@ unsafe extern "system" fn collect(
     _user: *mut c_void,
 ) -> vk::Bool32 {
     if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
-        // SAFETY: the loader passes a valid callback-data struct (or null),
-        // alive for the duration of this call; `p_message` is null or a
-        // NUL-terminated string.
-        let message = unsafe {
-            data.as_ref()
-                .filter(|d| !d.p_message.is_null())
-                .map(|d| CStr::from_ptr(d.p_message).to_string_lossy().into_owned())
-        }
-        .unwrap_or_else(|| "(no message)".to_owned());
+        // SAFETY: the loader's callback data, as received.
+        let message = unsafe { crate::backend::vulkan::callback_message(data) };
         eprintln!("program instance: Vulkan validation error: {message}");
         MESSAGES
             .lock()

@@ -78,6 +78,24 @@ pub fn validation_messages() -> Vec<String> {
         .clone()
 }
 
+/// The text of a debug messenger callback's message.
+///
+/// # Safety
+/// `data` is what the loader passed the callback: a valid callback-data
+/// struct (or null), alive for the duration of the call.
+pub(crate) unsafe fn callback_message(
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+) -> String {
+    // SAFETY: the caller's promise; `p_message` is null or a
+    // NUL-terminated string.
+    unsafe {
+        data.as_ref()
+            .filter(|d| !d.p_message.is_null())
+            .map(|d| CStr::from_ptr(d.p_message).to_string_lossy().into_owned())
+    }
+    .unwrap_or_else(|| "(no message)".to_owned())
+}
+
 /// Called by the Vulkan loader for every message of the layers.
 unsafe extern "system" fn debug_callback(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
@@ -87,15 +105,8 @@ unsafe extern "system" fn debug_callback(
 ) -> vk::Bool32 {
     if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
         VALIDATION_ERRORS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the loader passes a valid callback-data struct (or null),
-        // alive for the duration of this call; `p_message` is null or a
-        // NUL-terminated string.
-        let message = unsafe {
-            data.as_ref()
-                .filter(|d| !d.p_message.is_null())
-                .map(|d| CStr::from_ptr(d.p_message).to_string_lossy().into_owned())
-        }
-        .unwrap_or_else(|| "(no message)".to_owned());
+        // SAFETY: the loader's callback data, as received.
+        let message = unsafe { callback_message(data) };
         eprintln!("keel: Vulkan validation error: {message}");
         let mut messages = VALIDATION_MESSAGES
             .lock()
