@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::Criterion;
-use keel_profiler::panels::timeline::{self, TimelineState};
+use keel_profiler::panels::timeline::{self, FlowMode, TimelineState};
 use keel_profiler::view::{TraceView, synthetic_trace};
 
 fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
@@ -32,14 +32,19 @@ fn frames(c: &mut Criterion) {
     let view = TraceView::new(synthetic_trace(1_000_000), "synthetic");
     let ctx = egui::Context::default();
     let mut g = c.benchmark_group("timeline 1M spans");
-    let mut fit = TimelineState::default();
+    // Every flow drawn (merged per pixel): the worst case, not the
+    // default (which draws the selection's chain only at this density).
+    let mut fit = TimelineState {
+        flows: FlowMode::All,
+        ..TimelineState::default()
+    };
     g.bench_function("frame, whole trace visible", |b| {
         b.iter(|| frame(&ctx, &mut fit, &view))
     });
     // Baseline for the flows: the same frame with flow arrows off (the
     // trace has 62,500 flows, all in view, merged per pixel when drawn).
     let mut no_flows = TimelineState {
-        show_flows: false,
+        flows: FlowMode::Off,
         ..TimelineState::default()
     };
     g.bench_function("frame, whole trace visible, flows off", |b| {

@@ -49,14 +49,14 @@ pub fn record(jobs: &[(Workload, Device)], print: bool) -> Result<keel::profiler
 /// The per-kernel statistics table as text.
 pub fn kernel_table(stats: &Stats) -> String {
     let mut out = format!(
-        "{:<32} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+        "{:<48} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
         "kernel", "count", "total", "mean", "median", "p99", "min", "max"
     );
     for r in &stats.kernels {
         let s = &r.summary;
         out.push_str(&format!(
-            "{:<32} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
-            r.name,
+            "{:<48} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+            crate::analysis::short(&r.name, 48),
             s.count,
             format_ns(s.total as f64),
             format_ns(s.mean),

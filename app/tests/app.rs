@@ -326,11 +326,11 @@ fn several_files_open_as_one_trace_grouped_per_rank() {
     let groups = [
         "rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)",
         "rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)",
-        "rank 0 · pid Spans (1 lane)",
-        "rank 0 · pid Traces (1 lane)",
+        "rank 0 · Spans (1 lane)",
+        "rank 0 · Traces (1 lane)",
         "rank 0 · python3.10 (pid 4242) (3 lanes)",
-        "rank 1 · pid Spans (1 lane)",
-        "rank 1 · pid Traces (1 lane)",
+        "rank 1 · Spans (1 lane)",
+        "rank 1 · Traces (1 lane)",
         "rank 1 · python3.10 (pid 4242) (3 lanes)",
     ];
     let shows_both_ranks = |h: &Harness<'_, App>, how: &str| {

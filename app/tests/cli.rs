@@ -180,11 +180,11 @@ fn headless_open_of_several_files_groups_them_per_rank() {
     let groups = "Lane groups: 8\n\
         \x20 rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)\n\
         \x20 rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB (2 lanes)\n\
-        \x20 rank 0 · pid Spans (1 lane)\n\
-        \x20 rank 0 · pid Traces (1 lane)\n\
+        \x20 rank 0 · Spans (1 lane)\n\
+        \x20 rank 0 · Traces (1 lane)\n\
         \x20 rank 0 · python3.10 (pid 4242) (3 lanes)\n\
-        \x20 rank 1 · pid Spans (1 lane)\n\
-        \x20 rank 1 · pid Traces (1 lane)\n\
+        \x20 rank 1 · Spans (1 lane)\n\
+        \x20 rank 1 · Traces (1 lane)\n\
         \x20 rank 1 · python3.10 (pid 4242) (3 lanes)\n";
     assert!(out.contains(groups), "{out}");
     // The analysis per rank's streams, the ranks' kernels together.

@@ -133,7 +133,7 @@ fn a_pytorch_trace_shows_gpu_streams_and_times_from_its_start() {
     for label in [
         "GPU 0 · stream 7",
         "GPU 0 · stream 8",
-        "host thread 77",
+        "thread 77",
         "GPU 0 · NVIDIA A100 (2 lanes)",
         "python3.10 (pid 42) (1 lane)",
     ] {
@@ -245,7 +245,7 @@ fn groups_collapse_and_expand() {
     h.get_by_label("GPU 0 · NVIDIA A100 (2 lanes)").click();
     h.run_steps(2);
     assert!(h.query_by_label("GPU 0 · stream 7").is_none(), "collapsed");
-    assert!(h.query_by_label("host thread 77").is_some());
+    assert!(h.query_by_label("thread 77").is_some());
     {
         let app = h.state();
         let view = app.view.as_ref().expect("trace");
@@ -355,4 +355,43 @@ fn search_highlights_matches_and_moves_between_them() {
     h.get_by_label("Previous").click();
     h.run_steps(2);
     assert_eq!(h.state().selected, Some(expected[n - 1]));
+}
+
+/// A real trace's thousands of flows are not drawn as a mesh: by default
+/// only where few enough reach into the window (here 125 flows in 3,000
+/// spans: none at the whole-trace view), all when asked, and the
+/// selection's chain always.
+#[test]
+fn flows_are_drawn_where_they_can_be_read() {
+    use keel_profiler::panels::timeline::{FlowMode, READABLE_FLOWS};
+
+    let mut h = harness(app_with(synthetic_trace(3_000)));
+    h.run_steps(3);
+    let flows = h.state().view.as_ref().expect("trace").trace.flows.len();
+    assert!(flows > READABLE_FLOWS, "{flows} flows");
+    assert_eq!(h.state().timeline.flows, FlowMode::Readable);
+    assert_eq!(
+        h.state().timeline.flows_drawn,
+        0,
+        "no mesh at the whole-trace view"
+    );
+    h.state_mut().timeline.flows = FlowMode::All;
+    h.run_steps(2);
+    assert!(
+        h.state().timeline.flows_drawn > READABLE_FLOWS,
+        "all drawn when asked"
+    );
+    // Zoomed in to a few flows' width, they are drawn again.
+    h.state_mut().timeline.flows = FlowMode::Readable;
+    let width = h.state().timeline.width_ns;
+    h.state_mut().timeline.width_ns = width / 40.0;
+    h.run_steps(2);
+    let drawn = h.state().timeline.flows_drawn;
+    assert!(
+        drawn > 0 && drawn <= READABLE_FLOWS,
+        "{drawn} drawn zoomed in"
+    );
+    h.state_mut().timeline.flows = FlowMode::Off;
+    h.run_steps(2);
+    assert_eq!(h.state().timeline.flows_drawn, 0);
 }

@@ -56,7 +56,12 @@ pub fn show(
         for &c in linked.iter().take(32) {
             if let Some(o) = view.trace.spans.get(c as usize) {
                 let lane = view.lane_index(o.lane).map_or("?", |l| l.label.as_str());
-                if ui.link(format!("{} on {lane}", o.name)).clicked() {
+                let name = crate::analysis::short(&o.name, super::stats::NAME_CHARS);
+                if ui
+                    .link(format!("{name} on {lane}"))
+                    .on_hover_text(&*o.name)
+                    .clicked()
+                {
                     jump = Some(c);
                 }
             }
@@ -68,12 +73,10 @@ pub fn show(
         for &r in related {
             if let Some(o) = view.trace.spans.get(r as usize) {
                 let lane = view.lane_index(o.lane).map_or("?", |l| l.label.as_str());
+                let name = crate::analysis::short(&o.name, super::stats::NAME_CHARS);
                 if ui
-                    .link(format!(
-                        "{} on {lane} ({})",
-                        o.name,
-                        format_ns(o.dur_ns as f64)
-                    ))
+                    .link(format!("{name} on {lane} ({})", format_ns(o.dur_ns as f64)))
+                    .on_hover_text(&*o.name)
                     .clicked()
                 {
                     jump = Some(r);

@@ -8,6 +8,9 @@ use egui_plot::{Bar, BarChart, Legend, Line, Plot};
 use crate::stats::{StatRow, Stats, histogram};
 use crate::view::{TraceView, format_ns};
 
+/// The most characters of a name a table row shows.
+pub const NAME_CHARS: usize = 60;
+
 /// The panel's own state.
 #[derive(Debug, Clone, Default)]
 pub struct StatsState {
@@ -27,7 +30,9 @@ fn table(ui: &mut Ui, id: &str, rows: &[StatRow], mut on_click: impl FnMut(usize
             }
             ui.end_row();
             for (i, r) in rows.iter().enumerate() {
-                if ui.link(&r.name).clicked() {
+                // Long C++ names shortened (`kernel<…>(…)`), whole on hover.
+                let link = ui.link(crate::analysis::short(&r.name, NAME_CHARS));
+                if link.on_hover_text(&r.name).clicked() {
                     on_click(i);
                 }
                 let s = &r.summary;

@@ -166,8 +166,8 @@ pub struct TimelineState {
     pub scroll_y: f32,
     /// Collapsed groups, by label.
     pub collapsed: std::collections::BTreeSet<String>,
-    /// Whether flow arrows are drawn.
-    pub show_flows: bool,
+    /// Which flow arrows are drawn.
+    pub flows: FlowMode,
     /// Search.
     pub search: SearchState,
     /// A span to bring into view on the next frame (a search match).
@@ -202,7 +202,7 @@ impl Default for TimelineState {
             fit_pending: true,
             scroll_y: 0.0,
             collapsed: Default::default(),
-            show_flows: true,
+            flows: FlowMode::Readable,
             search: SearchState::default(),
             reveal: None,
             layout: Layout::default(),
@@ -212,6 +212,39 @@ impl Default for TimelineState {
         }
     }
 }
+
+/// Which flow arrows the timeline draws. A real trace has thousands of
+/// flows (a PyTorch training step: one per launch), which drawn at once
+/// are a mesh hiding the spans; the default draws the selection's chain,
+/// and every flow only where few enough are in the window to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowMode {
+    /// The selected span's chain, and every flow of the window when it
+    /// holds at most [`READABLE_FLOWS`].
+    Readable,
+    /// Every flow in the window (merged per pixel).
+    All,
+    /// None, not even the selection's chain.
+    Off,
+}
+
+impl FlowMode {
+    /// Every mode, in the menu's order.
+    pub const ALL: [FlowMode; 3] = [FlowMode::Readable, FlowMode::All, FlowMode::Off];
+
+    /// The menu's name of the mode.
+    pub fn label(self) -> &'static str {
+        match self {
+            FlowMode::Readable => "selection",
+            FlowMode::All => "all",
+            FlowMode::Off => "off",
+        }
+    }
+}
+
+/// The most flows in the window for [`FlowMode::Readable`] to draw them
+/// all (beyond it, only the selection's chain).
+pub const READABLE_FLOWS: usize = 64;
 
 /// What the timeline highlights besides search matches.
 #[derive(Debug, Clone, Copy, Default)]
@@ -515,7 +548,13 @@ pub fn show(
             live,
             egui::Checkbox::new(&mut state.follow_live, "Follow live"),
         );
-        ui.checkbox(&mut state.show_flows, "Flows");
+        egui::ComboBox::from_label("Flows")
+            .selected_text(state.flows.label())
+            .show_ui(ui, |ui| {
+                for mode in FlowMode::ALL {
+                    ui.selectable_value(&mut state.flows, mode, mode.label());
+                }
+            });
         if !state.search.open && ui.button("Search (Ctrl+F)").clicked() {
             state.search.open = true;
             state.search.focus = true;
@@ -744,10 +783,9 @@ pub fn show(
     draw_ruler(ui, state, view, rect, area);
     state.drawn = drawn;
     draw_instants(ui, state, view, area);
-    state.flows_drawn = if state.show_flows {
-        draw_flows(ui, state, view, area, hl)
-    } else {
-        0
+    state.flows_drawn = match state.flows {
+        FlowMode::Off => 0,
+        mode => draw_flows(ui, state, view, area, hl, mode == FlowMode::All),
     };
     state.matches_drawn = draw_marks(ui, state, view, area, hl);
     if content_h > area.height() {
@@ -963,19 +1001,26 @@ fn arrow(painter: &egui::Painter, pa: Pos2, pb: Pos2, stroke: Stroke) {
 
 /// Draws the flows reaching into the window, merged per pixel: flows whose
 /// ends fall on the same pixels are one line, so the drawing cost is
-/// bounded by the screen, not by the flow count. The selection's chain is
-/// drawn on top, thicker. Returns the lines drawn.
+/// bounded by the screen, not by the flow count. Unless `all`, only when
+/// at most [`READABLE_FLOWS`] reach into the window. The selection's chain
+/// is drawn on top, thicker. Returns the lines drawn.
 fn draw_flows(
     ui: &Ui,
     state: &TimelineState,
     view: &TraceView,
     area: Rect,
     hl: Highlight<'_>,
+    all: bool,
 ) -> usize {
     let t0 = (state.start_ns - view.max_flow_len as f64).max(0.0) as u64;
     let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
     let a = view.flow_times.partition_point(|&t| t < t0);
-    let b = view.flow_times.partition_point(|&t| t <= t1);
+    let mut b = view.flow_times.partition_point(|&t| t <= t1);
+    if !all && b - a > READABLE_FLOWS {
+        // Those that start before the window and end in it are counted
+        // too: an overestimate, never a mesh.
+        b = a;
+    }
     let painter = ui.painter_at(area);
     let mut seen: std::collections::HashSet<(i32, i32, i32, i32, bool)> =
         std::collections::HashSet::new();

@@ -387,12 +387,66 @@ impl Analysis {
 /// `s` cut to `max` characters (with an ellipsis).
 pub fn short(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-        t.push('…');
-        t
+        return s.to_owned();
     }
+    let elided = elide_cpp(s);
+    let n = elided.chars().count();
+    if n <= max {
+        return elided;
+    }
+    // Both ends: a kernel's name starts with its family and ends with
+    // its variant.
+    let keep = max.saturating_sub(1);
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut t: String = elided.chars().take(head).collect();
+    t.push('…');
+    t.extend(elided.chars().skip(n - tail));
+    t
+}
+
+/// A C++ function's name as a table shows it: no return type (`void `),
+/// template arguments and parameters collapsed to `<…>` and `(…)`
+/// (`at::native::vectorized_elementwise_kernel<…>(…)`).
+fn elide_cpp(s: &str) -> String {
+    let s = s.strip_prefix("void ").unwrap_or(s);
+    let mut out = String::with_capacity(s.len().min(256));
+    let (mut angle, mut paren) = (0usize, 0usize);
+    let mut inner = false;
+    for c in s.chars() {
+        match c {
+            '<' if paren == 0 => {
+                if angle == 0 {
+                    out.push('<');
+                    inner = false;
+                }
+                angle += 1;
+            }
+            '>' if paren == 0 && angle > 0 => {
+                angle -= 1;
+                if angle == 0 {
+                    out.push_str(if inner { "…>" } else { ">" });
+                }
+            }
+            '(' if angle == 0 => {
+                if paren == 0 {
+                    out.push('(');
+                    inner = false;
+                }
+                paren += 1;
+            }
+            ')' if angle == 0 && paren > 0 => {
+                paren -= 1;
+                if paren == 0 {
+                    out.push_str(if inner { "…)" } else { ")" });
+                }
+            }
+            _ if angle == 0 && paren == 0 => out.push(c),
+            c if !c.is_whitespace() => inner = true,
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The import report as text (what `--headless --open` prints).
@@ -609,6 +663,22 @@ mod tests {
             "Import: Chrome trace (PyTorch/Kineto): 10 events, 7 imported, 3 skipped\n  \
              skipped 3: unknown phase 'Z'\n"
         );
-        assert_eq!(short("abcdef", 4), "abc…");
+        assert_eq!(short("abcdef", 4), "ab…f");
+        assert_eq!(short("abc", 4), "abc");
+        let cpp = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)";
+        assert_eq!(
+            short(cpp, 60),
+            "at::native::vectorized_elementwise_kernel<…>(…)"
+        );
+        assert_eq!(short("void f<>()", 5), "f<>()");
+        let long = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas";
+        let s40 = short(long, 40);
+        assert_eq!(s40.chars().count(), 40);
+        assert!(
+            s40.starts_with("sm90_xmma_gemm") && s40.ends_with("5x_cublas"),
+            "{s40}"
+        );
+        // Unbalanced brackets never panic.
+        assert!(short("a<<<(((b", 3).chars().count() <= 3);
     }
 }

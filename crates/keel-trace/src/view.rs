@@ -54,7 +54,7 @@ pub struct LaneIndex {
     /// Index into [`Trace::lanes`].
     pub lane: u32,
     /// The label shown left of the lane (`vulkan:0 · stream 3`,
-    /// `GPU 0 · stream 7`, `host main`).
+    /// `GPU 0 · stream 7`, `main`, `python3 4242`).
     pub label: String,
     /// Whether it is a device stream.
     pub device: bool,
@@ -153,8 +153,27 @@ fn lane_label(trace: &Trace, l: u32) -> (String, bool) {
             };
             (format!("{dev} · {name}"), true)
         }
-        LaneKind::Host { .. } => (format!("host {}", lane.name), false),
+        LaneKind::Host { .. } => (thread_label(&lane.name), false),
     }
+}
+
+/// A host thread's title under its process: Kineto's `thread 4242
+/// (python3)` as Perfetto shows it, `python3 4242`; a thread whose id is a
+/// name (`thread PyTorch Profiler`) by that name; other names as they are.
+pub fn thread_label(name: &str) -> String {
+    let Some(rest) = name.strip_prefix("thread ") else {
+        return name.to_owned();
+    };
+    if let Some((tid, thread)) = rest.split_once(" (")
+        && let Some(thread) = thread.strip_suffix(')')
+        && tid.parse::<i64>().is_ok()
+    {
+        return format!("{thread} {tid}");
+    }
+    if rest.parse::<i64>().is_err() && !rest.is_empty() {
+        return rest.to_owned();
+    }
+    name.to_owned()
 }
 
 /// The display order key of a lane: devices by (device, stream, the
@@ -803,18 +822,20 @@ mod tests {
     }
 
     #[test]
+    fn thread_labels_read_as_perfetto_shows_them() {
+        assert_eq!(thread_label("thread 4242 (python3.10)"), "python3.10 4242");
+        assert_eq!(thread_label("thread PyTorch Profiler"), "PyTorch Profiler");
+        assert_eq!(thread_label("thread -1"), "thread -1");
+        assert_eq!(thread_label("thread 7"), "thread 7");
+        assert_eq!(thread_label("main"), "main");
+        assert_eq!(thread_label("thread x (y"), "x (y");
+    }
+
+    #[test]
     fn labels_and_groups() {
         let v = TraceView::new(small(), "test");
         let labels: Vec<&str> = v.lanes.iter().map(|l| l.label.as_str()).collect();
-        assert_eq!(
-            labels,
-            [
-                "GPU 0 · stream 7",
-                "host main",
-                "host thread 1",
-                "host thread 5"
-            ]
-        );
+        assert_eq!(labels, ["GPU 0 · stream 7", "main", "thread 1", "thread 5"]);
         assert_eq!(
             v.groups,
             vec![
@@ -910,11 +931,11 @@ mod tests {
             [
                 ("rank 0 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
                 ("rank 1 · GPU 0 · NVIDIA A100-SXM4-40GB", true, 2),
-                ("rank 0 · pid Spans", false, 1),
-                ("rank 0 · pid Traces", false, 1),
+                ("rank 0 · Spans", false, 1),
+                ("rank 0 · Traces", false, 1),
                 ("rank 0 · python3.10 (pid 4242)", false, 3),
-                ("rank 1 · pid Spans", false, 1),
-                ("rank 1 · pid Traces", false, 1),
+                ("rank 1 · Spans", false, 1),
+                ("rank 1 · Traces", false, 1),
                 ("rank 1 · python3.10 (pid 4242)", false, 3),
             ]
         );

@@ -125,8 +125,8 @@ fn check_kineto(t: &Trace, format: &str) {
             "python3.10 (pid 4242)",
             "python3.10 (pid 4242)",
             "python3.10 (pid 4242)",
-            "pid Spans",
-            "pid Traces",
+            "Spans",
+            "Traces",
             "",
             "",
         ]
@@ -308,7 +308,7 @@ fn chrome_trace_shapes_import_with_exact_counts() {
     assert_eq!(t.flows.len(), 3);
     assert_eq!(t.devices.len(), 2, "one per process with counters");
     assert!(t.devices.iter().all(|d| d.device == "host"));
-    assert_eq!(t.devices[0].name, "pid 1");
+    assert_eq!(t.devices[0].name, "process 1");
     assert_eq!(t.devices[1].name, "Renderer (pid renderer)");
 
     let names: Vec<&str> = t.lanes.iter().map(|l| l.name.as_str()).collect();

@@ -44,6 +44,7 @@ mod stream;
 
 pub use self::device::PRIORITY_LEVELS;
 pub use self::kernel::spirv;
+#[cfg(feature = "testing")]
 pub(crate) use self::loader::callback_message;
 pub use self::loader::{validation_error_count, validation_messages};
 

@@ -237,10 +237,16 @@ impl Lanes {
     }
 }
 
+/// A process's title, as Perfetto titles them: its name and pid; an
+/// unnamed one by its pid; one whose pid is a name (Kineto's `Spans` and
+/// `Traces`) by that name.
 fn label(pid: &Key, p: Option<&Process>) -> String {
-    match p.and_then(|p| p.name.as_deref()) {
-        Some(name) => format!("{name} (pid {pid})"),
-        None => format!("pid {pid}"),
+    match (p.and_then(|p| p.name.as_deref()), pid) {
+        (Some(name), Key::Str(s)) if name == &**s => name.to_owned(),
+        (Some(name), _) => format!("{name} (pid {pid})"),
+        (None, Key::Num(n)) => format!("process {n}"),
+        (None, Key::Str(s)) if s.trim().is_empty() => "process (no pid)".to_owned(),
+        (None, Key::Str(s)) => s.to_string(),
     }
 }
 
