@@ -395,3 +395,43 @@ fn flows_are_drawn_where_they_can_be_read() {
     h.run_steps(2);
     assert_eq!(h.state().timeline.flows_drawn, 0);
 }
+
+/// A lane pinned from its label's context menu moves to a "Pinned" group
+/// at the top, and unpinning puts it back.
+#[test]
+fn lanes_pin_to_the_top_from_their_label() {
+    use keel_profiler::panels::timeline::LABEL_W;
+
+    let mut h = harness(app_with(synthetic_trace(3_000)));
+    h.run_steps(3);
+    let last = h.state().view.as_ref().expect("trace").lanes.len() - 1;
+    let top = |h: &Harness<'_, App>, pos: usize| {
+        h.state().timeline.layout.lane_tops[pos].expect("lane shown")
+    };
+    assert!(top(&h, last) > top(&h, 0));
+    // Right-click the last lane's label, then "Pin to top".
+    let at = Pos2::new(
+        h.state().timeline.layout.area.left() - LABEL_W + 30.0,
+        top(&h, last) + 4.0,
+    );
+    h.hover_at(at);
+    h.step();
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Secondary,
+            pressed,
+            modifiers: Modifiers::NONE,
+        });
+    }
+    h.run_steps(2);
+    h.get_by_label("Pin to top").click();
+    h.run_steps(3);
+    assert_eq!(h.state().timeline.pinned, vec![last]);
+    assert!(h.query_by_label("Pinned (1 lane)").is_some());
+    assert!(top(&h, last) < top(&h, 0), "pinned above every group");
+    h.state_mut().timeline.toggle_pin(last);
+    h.run_steps(2);
+    assert!(h.query_by_label("Pinned (1 lane)").is_none());
+    assert!(top(&h, last) > top(&h, 0));
+}

@@ -166,6 +166,10 @@ pub struct TimelineState {
     pub scroll_y: f32,
     /// Collapsed groups, by label.
     pub collapsed: std::collections::BTreeSet<String>,
+    /// Lanes pinned to the top (positions in [`TraceView::lanes`]), in
+    /// the order they were pinned: shown first, in a group of their own,
+    /// above every other group.
+    pub pinned: Vec<usize>,
     /// Which flow arrows are drawn.
     pub flows: FlowMode,
     /// Search.
@@ -202,6 +206,7 @@ impl Default for TimelineState {
             fit_pending: true,
             scroll_y: 0.0,
             collapsed: Default::default(),
+            pinned: Vec::new(),
             flows: FlowMode::Readable,
             search: SearchState::default(),
             reveal: None,
@@ -257,7 +262,50 @@ pub struct Highlight<'a> {
     pub chain_flows: &'a [u32],
 }
 
+/// A group as the timeline shows it: its lanes (positions in
+/// [`TraceView::lanes`]), pinned ones moved to the group of pinned lanes.
+#[derive(Debug, Clone)]
+struct ShownGroup {
+    label: String,
+    lanes: Vec<usize>,
+}
+
+/// The header of the group of pinned lanes.
+pub const PINNED: &str = "Pinned";
+
+/// The trace's groups with the `pinned` lanes moved out into a first
+/// group of their own (groups left empty are not shown).
+fn display_groups(view: &TraceView, pinned: &[usize]) -> Vec<ShownGroup> {
+    let mut groups = Vec::with_capacity(view.groups.len() + 1);
+    if !pinned.is_empty() {
+        groups.push(ShownGroup {
+            label: PINNED.to_owned(),
+            lanes: pinned.to_vec(),
+        });
+    }
+    for g in &view.groups {
+        let lanes: Vec<usize> = g.lanes.clone().filter(|p| !pinned.contains(p)).collect();
+        if !lanes.is_empty() {
+            groups.push(ShownGroup {
+                label: g.label.clone(),
+                lanes,
+            });
+        }
+    }
+    groups
+}
+
 impl TimelineState {
+    /// Pins lane `pos` to the top, or unpins it.
+    pub fn toggle_pin(&mut self, pos: usize) {
+        match self.pinned.iter().position(|&p| p == pos) {
+            Some(i) => {
+                self.pinned.remove(i);
+            }
+            None => self.pinned.push(pos),
+        }
+    }
+
     /// Shows the whole trace.
     pub fn fit(&mut self, view: &TraceView) {
         let (lo, hi) = view.bounds;
@@ -615,45 +663,47 @@ pub fn show(
     } else if live && state.follow_live {
         state.follow(view);
     }
+    // The groups as shown: the pinned lanes first, then each group
+    // without them.
+    state.pinned.retain(|&pos| pos < view.lanes.len());
+    let groups = display_groups(view, &state.pinned);
     // A match in a collapsed group: open the group.
     if let Some(span) = state.reveal
         && let Some(s) = view.trace.spans.get(span as usize)
         && let Some(&pos) = view.lane_pos.get(s.lane as usize)
-        && let Some(g) = view.groups.iter().find(|g| g.lanes.contains(&pos))
+        && let Some(g) = groups.iter().find(|g| g.lanes.contains(&pos))
     {
         state.collapsed.remove(&g.label);
     }
 
     // Vertical layout: a header per group, then its lanes unless collapsed.
-    let shown_rows: usize = view
-        .groups
+    let shown_rows: usize = groups
         .iter()
         .filter(|g| !state.collapsed.contains(&g.label))
-        .flat_map(|g| view.lanes[g.lanes.clone()].iter())
+        .flat_map(|g| g.lanes.iter().map(|&pos| &view.lanes[pos]))
         .map(|l| l.rows.len().max(1))
         .sum();
-    let shown_lanes: usize = view
-        .groups
+    let shown_lanes: usize = groups
         .iter()
         .filter(|g| !state.collapsed.contains(&g.label))
         .map(|g| g.lanes.len())
         .sum();
-    let fixed = view.groups.len() as f32 * GROUP_H + LANE_GAP * shown_lanes as f32;
+    let fixed = groups.len() as f32 * GROUP_H + LANE_GAP * shown_lanes as f32;
     let row_h = ((area.height() - fixed) / shown_rows.max(1) as f32).clamp(MIN_ROW_H, ROW_H);
     let content_h = fixed + shown_rows as f32 * row_h;
     handle_input(ui, state, &response, area, content_h);
 
     // Offsets from the top of the content.
     let mut offsets: Vec<Option<f32>> = vec![None; view.lanes.len()];
-    let mut headers = Vec::with_capacity(view.groups.len());
+    let mut headers = Vec::with_capacity(groups.len());
     let mut y = 0.0;
-    for g in &view.groups {
+    for g in &groups {
         headers.push(y);
         y += GROUP_H;
         if state.collapsed.contains(&g.label) {
             continue;
         }
-        for pos in g.lanes.clone() {
+        for &pos in &g.lanes {
             offsets[pos] = Some(y);
             y += view.lanes[pos].rows.len().max(1) as f32 * row_h + LANE_GAP;
         }
@@ -687,7 +737,8 @@ pub fn show(
     };
     let mut drawn = 0;
     let mut toggled = None;
-    for (gi, g) in view.groups.iter().enumerate() {
+    let mut pin = None;
+    for (gi, g) in groups.iter().enumerate() {
         let top = base + headers[gi];
         let collapsed = state.collapsed.contains(&g.label);
         if top + GROUP_H > area.top() && top < area.bottom() {
@@ -738,7 +789,7 @@ pub fn show(
         if collapsed {
             continue;
         }
-        for pos in g.lanes.clone() {
+        for &pos in &g.lanes {
             let lane = &view.lanes[pos];
             let Some(y) = state.layout.lane_tops[pos] else {
                 continue;
@@ -760,11 +811,22 @@ pub fn show(
             if y >= area.top() {
                 let label_rect =
                     Rect::from_min_size(pos2(rect.left() + 12.0, y), vec2(LABEL_W - 16.0, row_h));
+                let pinned = state.pinned.contains(&pos);
                 put_left(
                     ui,
                     label_rect,
-                    egui::Label::new(egui::RichText::new(&lane.label).small().strong()).truncate(),
-                );
+                    egui::Label::new(egui::RichText::new(&lane.label).small().strong())
+                        .truncate()
+                        .sense(Sense::click()),
+                )
+                .on_hover_text(format!("{} (right-click to pin or unpin)", lane.label))
+                .context_menu(|ui| {
+                    let text = if pinned { "Unpin" } else { "Pin to top" };
+                    if ui.button(text).clicked() {
+                        pin = Some(pos);
+                        ui.close();
+                    }
+                });
             }
             for (d, row) in lane.rows.iter().enumerate() {
                 let ry = y + d as f32 * row_h;
@@ -779,6 +841,9 @@ pub fn show(
         && !state.collapsed.remove(&label)
     {
         state.collapsed.insert(label);
+    }
+    if let Some(pos) = pin {
+        state.toggle_pin(pos);
     }
     draw_ruler(ui, state, view, rect, area);
     state.drawn = drawn;
