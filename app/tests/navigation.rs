@@ -435,3 +435,27 @@ fn lanes_pin_to_the_top_from_their_label() {
     assert!(h.query_by_label("Pinned (1 lane)").is_none());
     assert!(top(&h, last) > top(&h, 0));
 }
+
+/// Counters (memory curves, user counters) are tracks on the timeline,
+/// below the groups, in a group of their own that collapses.
+#[test]
+fn counters_are_tracks_below_the_lanes() {
+    let mut t = pytorch_like();
+    t.counters.push(keel::profiler::Counter {
+        device: 0,
+        name: "allocated (bytes)".to_owned(),
+        points: vec![(0, 0), (200_000, 4096), (600_000, 1024), (900_000, 0)],
+    });
+    let mut h = harness(app_with(t));
+    h.run_steps(3);
+    assert!(h.query_by_label("Counters (1 track)").is_some());
+    assert!(h.query_by_label("GPU 0 · allocated (bytes)").is_some());
+    let with = h.state().timeline.layout.content_h;
+    h.get_by_label("Counters (1 track)").click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("GPU 0 · allocated (bytes)").is_none(),
+        "collapsed"
+    );
+    assert!(h.state().timeline.layout.content_h < with);
+}

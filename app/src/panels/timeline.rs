@@ -270,6 +270,75 @@ struct ShownGroup {
     lanes: Vec<usize>,
 }
 
+/// The header of the counter tracks.
+pub const COUNTERS: &str = "Counters";
+/// Height of a counter track, points.
+pub const COUNTER_H: f32 = 36.0;
+
+/// Draws counter `c` as a step curve in a track at `top`: sampled once
+/// per pixel column (the value in force at the column's time, so the
+/// cost is bounded by the window's width, not by the counter's points),
+/// scaled to the largest value in view, labelled with its device and
+/// name and the largest value.
+#[allow(clippy::too_many_arguments, reason = "one track's drawing context")]
+fn draw_counter(
+    ui: &mut Ui,
+    painter: &egui::Painter,
+    state: &TimelineState,
+    view: &TraceView,
+    c: &keel_trace::Counter,
+    rect: Rect,
+    area: Rect,
+    top: f32,
+) {
+    let value_at = |t: f64| -> Option<i64> {
+        let t = t.max(0.0) as u64;
+        let i = c.points.partition_point(|&(ts, _)| ts <= t);
+        i.checked_sub(1).map(|i| c.points[i].1)
+    };
+    let columns = area.width().max(1.0) as usize;
+    let samples: Vec<Option<i64>> = (0..columns)
+        .map(|i| value_at(state.t_of(area, area.left() + i as f32)))
+        .collect();
+    let max = samples.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let y_of = |v: i64| top + COUNTER_H - (v.max(0) as f32 / max as f32) * (COUNTER_H - 4.0);
+    let color = kind_color(SpanKind::Alloc);
+    let mut prev: Option<Pos2> = None;
+    for (i, v) in samples.iter().enumerate() {
+        let x = area.left() + i as f32;
+        let Some(v) = v else {
+            prev = None;
+            continue;
+        };
+        let p = pos2(x, y_of(*v));
+        if let Some(q) = prev {
+            painter.line_segment([q, pos2(p.x, q.y)], Stroke::new(1.2, color));
+            painter.line_segment([pos2(p.x, q.y), p], Stroke::new(1.2, color));
+        }
+        painter.line_segment(
+            [p, pos2(p.x, top + COUNTER_H)],
+            Stroke::new(1.0, color.gamma_multiply(0.25)),
+        );
+        prev = Some(p);
+    }
+    if top >= area.top() {
+        let device = view
+            .trace
+            .devices
+            .get(c.device as usize)
+            .map_or_else(String::new, |d| keel_trace::view::device_label(&d.device));
+        let label = format!("{device} · {}", c.name);
+        let label_rect =
+            Rect::from_min_size(pos2(rect.left() + 12.0, top), vec2(LABEL_W - 16.0, ROW_H));
+        put_left(
+            ui,
+            label_rect,
+            egui::Label::new(egui::RichText::new(&label).small().strong()).truncate(),
+        )
+        .on_hover_text(format!("{label}: up to {max} in view"));
+    }
+}
+
 /// The header of the group of pinned lanes.
 pub const PINNED: &str = "Pinned";
 
@@ -690,7 +759,16 @@ pub fn show(
         .sum();
     let fixed = groups.len() as f32 * GROUP_H + LANE_GAP * shown_lanes as f32;
     let row_h = ((area.height() - fixed) / shown_rows.max(1) as f32).clamp(MIN_ROW_H, ROW_H);
-    let content_h = fixed + shown_rows as f32 * row_h;
+    // Counter tracks below the groups: a header, then a track each.
+    let counters_open = !view.trace.counters.is_empty() && !state.collapsed.contains(COUNTERS);
+    let counters_h = if view.trace.counters.is_empty() {
+        0.0
+    } else if counters_open {
+        GROUP_H + view.trace.counters.len() as f32 * (COUNTER_H + LANE_GAP)
+    } else {
+        GROUP_H
+    };
+    let content_h = fixed + shown_rows as f32 * row_h + counters_h;
     handle_input(ui, state, &response, area, content_h);
 
     // Offsets from the top of the content.
@@ -834,6 +912,39 @@ pub fn show(
                     continue;
                 }
                 drawn += draw_row(ui, state, view, row, area, ry, hl);
+            }
+        }
+    }
+    if !view.trace.counters.is_empty() {
+        let top = base + y;
+        if top + GROUP_H > area.top() && top < area.bottom() {
+            lane_painter.rect_filled(
+                Rect::from_min_max(pos2(rect.left(), top), pos2(rect.right(), top + GROUP_H)),
+                0.0,
+                ui.visuals().widgets.noninteractive.bg_fill,
+            );
+            let header =
+                Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
+            let n = view.trace.counters.len();
+            let text = format!("{COUNTERS} ({n} track{})", if n == 1 { "" } else { "s" });
+            let b = put_left(
+                ui,
+                header,
+                egui::Button::new(egui::RichText::new(text).small().strong())
+                    .frame(false)
+                    .truncate(),
+            );
+            if b.clicked() {
+                toggled = Some(COUNTERS.to_owned());
+            }
+        }
+        if counters_open {
+            let mut ty = top + GROUP_H;
+            for c in &view.trace.counters {
+                if ty + COUNTER_H >= area.top() && ty <= area.bottom() {
+                    draw_counter(ui, &lane_painter, state, view, c, rect, area, ty);
+                }
+                ty += COUNTER_H + LANE_GAP;
             }
         }
     }
