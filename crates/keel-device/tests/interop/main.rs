@@ -12,10 +12,14 @@ mod vulkan_interop;
 #[cfg(feature = "wgpu")]
 mod wgpu_interop;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{PoisonError, RwLockWriteGuard};
 
-/// Held by every test here that records a profiler session.
-fn session() -> MutexGuard<'static, ()> {
-    static SESSION: Mutex<()> = Mutex::new(());
-    SESSION.lock().unwrap_or_else(PoisonError::into_inner)
+/// Held by every test here that records a profiler session: the
+/// conformance suites of this binary hold the same lock (shared by their
+/// ordinary tests, alone by those that record a session), so only one
+/// session records at a time and no suite test's work lands in it.
+fn session() -> RwLockWriteGuard<'static, ()> {
+    keel_device::testing::conformance::EXCLUSIVE
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
 }

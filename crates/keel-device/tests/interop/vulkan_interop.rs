@@ -690,7 +690,9 @@ fn scopes_on_the_program_command_buffers_are_ordered_device_spans() {
     }
     let trace = session.stop();
     trace.check().expect("well formed");
-    assert_eq!(trace.dropped, 0);
+    // No `trace.dropped == 0`: a session records the whole process, and
+    // this binary's other tests run meanwhile (one releases its adopted
+    // device, whose pending spans then count as dropped, as they should).
     assert_eq!(target.read_as::<u32>(&s).expect("read")[0], 9);
 
     let frame = trace

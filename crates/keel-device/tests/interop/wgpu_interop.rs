@@ -299,7 +299,9 @@ fn scopes_on_the_program_passes_are_device_spans_inside_the_submitting_span() {
     }
     let trace = session.stop();
     trace.check().expect("a well-formed trace");
-    assert_eq!(trace.dropped, 0);
+    // No `trace.dropped == 0`: a session records the whole process, and
+    // this binary's other tests run meanwhile (one releases its adopted
+    // device, whose pending spans then count as dropped, as they should).
     let frame = trace
         .spans
         .iter()
