@@ -270,6 +270,51 @@ struct ShownGroup {
     lanes: Vec<usize>,
 }
 
+/// Draws a group's header row at `top`: its background, a triangle
+/// (pointing right when `collapsed`, down when open) and `text` as a
+/// button that toggles the group.
+fn group_header(
+    ui: &mut Ui,
+    painter: &egui::Painter,
+    rect: Rect,
+    top: f32,
+    collapsed: bool,
+    text: String,
+) -> Response {
+    painter.rect_filled(
+        Rect::from_min_max(pos2(rect.left(), top), pos2(rect.right(), top + GROUP_H)),
+        0.0,
+        ui.visuals().widgets.noninteractive.bg_fill,
+    );
+    let c = pos2(rect.left() + 8.0, top + GROUP_H / 2.0);
+    let tri = if collapsed {
+        vec![
+            c + vec2(-3.0, -4.0),
+            c + vec2(3.0, 0.0),
+            c + vec2(-3.0, 4.0),
+        ]
+    } else {
+        vec![
+            c + vec2(-4.0, -3.0),
+            c + vec2(4.0, -3.0),
+            c + vec2(0.0, 3.0),
+        ]
+    };
+    painter.add(egui::Shape::convex_polygon(
+        tri,
+        ui.visuals().text_color(),
+        Stroke::NONE,
+    ));
+    let header = Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
+    put_left(
+        ui,
+        header,
+        egui::Button::new(egui::RichText::new(text).small().strong())
+            .frame(false)
+            .truncate(),
+    )
+}
+
 /// The header of the counter tracks.
 pub const COUNTERS: &str = "Counters";
 /// Height of a counter track, points.
@@ -820,46 +865,13 @@ pub fn show(
         let top = base + headers[gi];
         let collapsed = state.collapsed.contains(&g.label);
         if top + GROUP_H > area.top() && top < area.bottom() {
-            lane_painter.rect_filled(
-                Rect::from_min_max(pos2(rect.left(), top), pos2(rect.right(), top + GROUP_H)),
-                0.0,
-                ui.visuals().widgets.noninteractive.bg_fill,
-            );
-            // A triangle: pointing right when collapsed, down when open.
-            let c = pos2(rect.left() + 8.0, top + GROUP_H / 2.0);
-            let tri = if collapsed {
-                vec![
-                    c + vec2(-3.0, -4.0),
-                    c + vec2(3.0, 0.0),
-                    c + vec2(-3.0, 4.0),
-                ]
-            } else {
-                vec![
-                    c + vec2(-4.0, -3.0),
-                    c + vec2(4.0, -3.0),
-                    c + vec2(0.0, 3.0),
-                ]
-            };
-            lane_painter.add(egui::Shape::convex_polygon(
-                tri,
-                ui.visuals().text_color(),
-                Stroke::NONE,
-            ));
-            let header =
-                Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
             let text = format!(
                 "{} ({} lane{})",
                 g.label,
                 g.lanes.len(),
                 if g.lanes.len() == 1 { "" } else { "s" }
             );
-            let b = put_left(
-                ui,
-                header,
-                egui::Button::new(egui::RichText::new(text).small().strong())
-                    .frame(false)
-                    .truncate(),
-            );
+            let b = group_header(ui, &lane_painter, rect, top, collapsed, text);
             if b.on_hover_text(&g.label).clicked() {
                 toggled = Some(g.label.clone());
             }
@@ -918,23 +930,9 @@ pub fn show(
     if !view.trace.counters.is_empty() {
         let top = base + y;
         if top + GROUP_H > area.top() && top < area.bottom() {
-            lane_painter.rect_filled(
-                Rect::from_min_max(pos2(rect.left(), top), pos2(rect.right(), top + GROUP_H)),
-                0.0,
-                ui.visuals().widgets.noninteractive.bg_fill,
-            );
-            let header =
-                Rect::from_min_size(pos2(rect.left() + 14.0, top), vec2(LABEL_W - 16.0, GROUP_H));
             let n = view.trace.counters.len();
             let text = format!("{COUNTERS} ({n} track{})", if n == 1 { "" } else { "s" });
-            let b = put_left(
-                ui,
-                header,
-                egui::Button::new(egui::RichText::new(text).small().strong())
-                    .frame(false)
-                    .truncate(),
-            );
-            if b.clicked() {
+            if group_header(ui, &lane_painter, rect, top, !counters_open, text).clicked() {
                 toggled = Some(COUNTERS.to_owned());
             }
         }
