@@ -263,14 +263,14 @@ impl Scopes {
     }
 
     /// A pair of slots for a new scope, where recording.
-    fn slots(&self) -> Result<Option<(&'static WgpuDevice, &'static wgpu::QuerySet, u32)>> {
+    fn slots(&self) -> Result<Option<(&'static wgpu::QuerySet, u32)>> {
         let Some(d) = self.recording else {
             return Ok(None);
         };
         let (Some(qs), Some(start)) = (d.query_set(), d.take_slot_pair()?) else {
             return Ok(None);
         };
-        Ok(Some((d, qs, start)))
+        Ok(Some((qs, start)))
     }
 
     /// Begins a scope named `name` at this point of `encoder`'s commands
@@ -280,7 +280,7 @@ impl Scopes {
         name: impl Into<Cow<'static, str>>,
         encoder: &mut wgpu::CommandEncoder,
     ) -> Result<()> {
-        if let Some((_, qs, start)) = self.slots()? {
+        if let Some((qs, start)) = self.slots()? {
             encoder.write_timestamp(qs, start);
             self.open.push((name.into(), start));
         }
@@ -339,7 +339,7 @@ impl Scopes {
         &mut self,
         name: impl Into<Cow<'static, str>>,
     ) -> Option<(&'static wgpu::QuerySet, u32)> {
-        let (_, qs, start) = self.slots().ok()??;
+        let (qs, start) = self.slots().ok()??;
         self.done.push((name.into(), start));
         Some((qs, start))
     }

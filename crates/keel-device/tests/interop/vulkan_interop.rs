@@ -726,12 +726,7 @@ fn scopes_on_the_program_command_buffers_are_ordered_device_spans() {
     }
     // Inside the host range that submitted and waited, within the
     // calibration's error bound.
-    let bound = trace
-        .calibrations
-        .iter()
-        .find(|c| trace.devices[c.device as usize].device == name)
-        .expect("calibrated")
-        .error_bound_ns;
+    let bound = conformance::calibration_bound(&trace, d);
     assert!(frame.start_ns <= submit.start_ns + bound && end(submit) <= end(frame) + bound);
     assert!(
         submit.start_ns <= fills.start_ns && end(fills) <= end(submit),

@@ -335,12 +335,7 @@ fn scopes_on_the_program_passes_are_device_spans_inside_the_submitting_span() {
     // Calibrated inside the host span that submitted and waited (within
     // the calibration's error bound), nested as recorded, the two passes
     // in order.
-    let bound = trace
-        .calibrations
-        .iter()
-        .find(|c| trace.devices[c.device as usize].device == name)
-        .expect("calibrated")
-        .error_bound_ns;
+    let bound = conformance::calibration_bound(&trace, d);
     for s in [submit, encode, first, second] {
         assert!(
             frame.start_ns <= s.start_ns + bound && end(s) <= end(frame) + bound,

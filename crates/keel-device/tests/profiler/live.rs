@@ -14,7 +14,8 @@ use keel_device::{Buffer, Device, DeviceType, kernels};
 
 use crate::serial;
 
-fn work(rounds: u32) {
+/// `rounds` spin launches on a CPU pool stream, each waited for.
+pub(crate) fn work(rounds: u32) {
     let d = Device::new(DeviceType::Cpu, 0).expect("cpu");
     let s = keel_device::get_stream_from_pool(d, false).expect("stream");
     let n = 1024u32;

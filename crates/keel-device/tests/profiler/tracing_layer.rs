@@ -5,32 +5,15 @@ use std::time::{Duration, Instant};
 
 use keel_device::profiler::live::{self, Chunk, Client, LiveOptions};
 use keel_device::profiler::{LaneKind, SpanKind, Trace, TracingLayer};
-use keel_device::{Buffer, Device, kernels};
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::live::work;
 use crate::serial;
 
 /// A subscriber as a program would install it: the registry and Keel's
 /// layer.
 fn subscriber() -> impl tracing::Subscriber + Send + Sync {
     tracing_subscriber::registry().with(TracingLayer::new())
-}
-
-/// A kernel launch on the CPU's default stream (runs inline).
-fn launch() {
-    let d = Device::cpu();
-    let s = keel_device::default_stream(d).expect("stream");
-    let n = 64u32;
-    let out = Buffer::new(d, 4 * n as usize).expect("out");
-    let params = [n.to_le_bytes(), 10u32.to_le_bytes()].concat();
-    s.launch(
-        &kernels::SPIN,
-        kernels::SPIN.grid_for(u64::from(n)),
-        &[&out],
-        &params,
-    )
-    .expect("spin");
-    s.synchronize().expect("sync");
 }
 
 fn span<'t>(trace: &'t Trace, name: &str) -> &'t keel_device::profiler::Span {
@@ -64,7 +47,7 @@ fn tracing_spans_and_events_become_host_spans_and_markers() {
             inner.record("batch", 32);
             inner.in_scope(|| {
                 tracing::warn!(loss = 0.5, "diverging");
-                launch();
+                work(1);
             });
             drop(outer);
         }
@@ -161,7 +144,7 @@ fn tracing_spans_reach_a_live_viewer() {
         let deadline = Instant::now() + Duration::from_secs(20);
         let seen = |t: &Trace| t.spans.iter().filter(|s| s.name == "frame").count();
         while seen(&merged) < 3 && Instant::now() < deadline {
-            tracing::info_span!("frame").in_scope(launch);
+            tracing::info_span!("frame").in_scope(|| work(1));
             match client.next_chunk().expect("chunk") {
                 Chunk::Fragment(f) => merged.merge(*f).expect("merge"),
                 Chunk::Dropped(n) => panic!("a fast viewer dropped {n} chunks"),

@@ -75,6 +75,25 @@ pub use select::{
     builtin_devices, device, device_where, filtered_out, required, usable_devices, wgpu_adapter,
 };
 
+/// The error bound of `d`'s calibration in `trace`, in ns: how far a
+/// device span placed on the host clock may lie outside the host interval
+/// that enclosed its work. Panics where the trace has no calibration of
+/// `d` (a device that timed nothing).
+pub fn calibration_bound(trace: &crate::profiler::Trace, d: crate::Device) -> u64 {
+    let name = d.to_string();
+    trace
+        .calibrations
+        .iter()
+        .find(|c| {
+            trace
+                .devices
+                .get(c.device as usize)
+                .is_some_and(|t| t.device == name)
+        })
+        .unwrap_or_else(|| panic!("{d} is calibrated in the trace"))
+        .error_bound_ns
+}
+
 /// Whether a suite test may run beside others (see the [module
 /// docs](self#concurrency)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -162,12 +162,7 @@ pub fn profiler_places_device_spans_within_host_time(d: Device, _cfg: &Config) {
     let after = session.now_ns();
     let trace = session.stop();
     let dev = trace_device(&trace, d);
-    let bound = trace
-        .calibrations
-        .iter()
-        .find(|c| c.device == dev)
-        .expect("calibrated")
-        .error_bound_ns;
+    let bound = super::super::calibration_bound(&trace, d);
     let lane = LaneKind::Stream {
         device: dev,
         stream: s.id(),
