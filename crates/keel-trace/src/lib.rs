@@ -13,8 +13,9 @@
 //!   import report of what was skipped and why;
 //! - Keel's native binary format ([`native`]) and files by extension and
 //!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
-//! - the viewer's index ([`view`]), statistics ([`stats`]) and
-//!   HolisticTraceAnalysis-style analyses ([`analysis`]).
+//! - the viewer's index ([`view`]), statistics ([`stats`]),
+//!   HolisticTraceAnalysis-style analyses ([`analysis`]) and the analysis of
+//!   an area of the timeline ([`selection`]).
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -39,6 +40,7 @@ pub mod file;
 pub mod json;
 pub mod model;
 pub mod native;
+pub mod selection;
 pub mod stats;
 pub mod view;
 
