@@ -17,7 +17,7 @@
 //! - [`devices`]: probing backends and capability checks;
 //! - [`workloads`]: built-in workloads run on a background thread;
 //! - [`panels`]: the panels (devices, timeline, statistics, analysis,
-//!   memory, sources, details); each returns what the user asked for and
+//!   memory, sources, details, the area selection); each returns what the user asked for and
 //!   the [`App`] acts;
 //! - [`headless`]: `--headless`; [`window`]: eframe, `--screenshot`.
 
@@ -29,7 +29,7 @@ pub mod quiet;
 pub mod window;
 pub mod workloads;
 
-pub use keel_trace::{analysis, stats, view};
+pub use keel_trace::{analysis, selection, stats, view};
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -98,6 +98,11 @@ pub struct App {
     pub chain: Vec<u32>,
     /// The flows of [`Self::chain`], sorted.
     pub chain_flows: Vec<u32>,
+    /// The analysis of the timeline's area selection
+    /// ([`TimelineState::area`]), computed when a drag making it ends.
+    pub area: Option<selection::SelectionSummary>,
+    /// The selection panel's state.
+    pub area_panel: panels::selection::SelectionPanel,
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
@@ -156,6 +161,8 @@ impl App {
             related: Vec::new(),
             chain: Vec::new(),
             chain_flows: Vec::new(),
+            area: None,
+            area_panel: Default::default(),
             error,
             run: None,
             live_rx: None,
@@ -183,6 +190,8 @@ impl App {
         self.analysis = None;
         self.memory.reset();
         self.select(None);
+        self.timeline.area = None;
+        self.area = None;
         self.timeline.fit_pending = true;
         self.timeline.follow_live = false;
         self.timeline.search.reset();
@@ -571,7 +580,39 @@ impl App {
                         chain: &self.chain,
                         chain_flows: &self.chain_flows,
                     };
+                    let action = match &self.area {
+                        Some(sum) => {
+                            egui::Panel::bottom("selection")
+                                .resizable(true)
+                                .default_size(240.0)
+                                .show(ui, |ui| {
+                                    panels::selection::show(ui, &mut self.area_panel, sum)
+                                })
+                                .inner
+                        }
+                        None => None,
+                    };
+                    match action {
+                        Some(panels::selection::SelectionAction::Clear) => {
+                            self.timeline.area = None;
+                            self.area = None;
+                        }
+                        Some(panels::selection::SelectionAction::Search(name)) => {
+                            let search = &mut self.timeline.search;
+                            search.open = true;
+                            search.query = name;
+                            search.stale = true;
+                        }
+                        None => {}
+                    }
                     let out = panels::timeline::show(ui, &mut self.timeline, view, highlight, live);
+                    if out.area_changed {
+                        self.area = self
+                            .timeline
+                            .area
+                            .as_ref()
+                            .map(|sel| selection::analyse(view, sel));
+                    }
                     if out.show_import_report {
                         self.tab = Tab::Analysis;
                     }

@@ -5,6 +5,7 @@ pub mod analysis;
 pub mod details;
 pub mod devices;
 pub mod memory;
+pub mod selection;
 pub mod sources;
 pub mod stats;
 pub mod timeline;

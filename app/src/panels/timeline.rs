@@ -2,7 +2,9 @@
 //! lane per device stream and per host thread, spans coloured by kind, flow
 //! arrows, a time ruler counting from the trace's start, zoom and pan
 //! (W/A/S/D, Ctrl+wheel, drag), vertical scrolling, search (Ctrl+F), hover
-//! tooltips, selection with its flow chain highlighted.
+//! tooltips, selection with its flow chain highlighted, and an area
+//! selection (Shift+drag over lanes and time, or drag on the ruler for
+//! every lane) that the selection panel analyses.
 //!
 //! Per frame the work depends on what is visible: every depth row is cut
 //! to the visible time window by binary search ([`Row::visible`]), a run
@@ -15,6 +17,7 @@ use egui::{
     pos2, vec2,
 };
 use keel::profiler::{FlowKind, SpanKind};
+use keel_trace::selection::Selection;
 
 use crate::view::{Row, TraceView, format_ns};
 
@@ -184,6 +187,12 @@ pub struct TimelineState {
     pub flows_drawn: usize,
     /// Search matches outlined last frame (merged per pixel).
     pub matches_drawn: usize,
+    /// The area selection: display lanes and a time window (Shift+drag
+    /// over lanes, or drag on the ruler for every lane; Esc clears it).
+    pub area: Option<Selection>,
+    /// Where the drag making [`Self::area`] started: time (ns) and height
+    /// in the lanes' content (points), `None` for a drag on the ruler.
+    pub area_anchor: Option<(f64, Option<f32>)>,
 }
 
 impl Default for Layout {
@@ -214,6 +223,8 @@ impl Default for TimelineState {
             drawn: 0,
             flows_drawn: 0,
             matches_drawn: 0,
+            area: None,
+            area_anchor: None,
         }
     }
 }
@@ -623,6 +634,9 @@ pub struct TimelineOutput {
     pub clicked: Option<Option<u32>>,
     /// The user asked for the import report.
     pub show_import_report: bool,
+    /// The area selection changed: a drag making it ended, or it was
+    /// cleared.
+    pub area_changed: bool,
 }
 
 /// The id of the search box (tests focus it).
@@ -762,7 +776,10 @@ pub fn show(
             ui.painter().rect_filled(r, 2.0, kind_color(k));
             ui.label(k.name());
         }
-        ui.weak("| W/S zoom, A/D pan, wheel scrolls, Ctrl+wheel zooms, drag pans");
+        ui.weak(
+            "| W/S zoom, A/D pan, wheel scrolls, Ctrl+wheel zooms, drag pans, \
+             Shift+drag selects an area (drag on the ruler: every lane), Esc clears",
+        );
     });
 
     let avail = ui.available_size();
@@ -814,6 +831,7 @@ pub fn show(
         GROUP_H
     };
     let content_h = fixed + shown_rows as f32 * row_h + counters_h;
+    out.area_changed = area_input(ui, state, &response, rect, area);
     handle_input(ui, state, &response, area, content_h);
 
     // Offsets from the top of the content.
@@ -962,6 +980,17 @@ pub fn show(
         mode => draw_flows(ui, state, view, area, hl, mode == FlowMode::All),
     };
     state.matches_drawn = draw_marks(ui, state, view, area, hl);
+    if state.area_anchor.is_some()
+        && let Some(pos) = response.interact_pointer_pos()
+    {
+        state.area = Some(area_selection(state, view, &offsets, area, pos));
+    }
+    // The analysis runs once the drag ends, not on every frame of it (a
+    // window over millions of spans takes longer than a frame).
+    if response.drag_stopped() && state.area_anchor.take().is_some() {
+        out.area_changed = true;
+    }
+    draw_area(ui, state, view, rect, area);
     if content_h > area.height() {
         // Where the scrolled window lies.
         let frac = area.height() / content_h;
@@ -1016,7 +1045,7 @@ pub(crate) fn handle_input(
     area: Rect,
     content_h: f32,
 ) {
-    if response.dragged() {
+    if response.dragged() && state.area_anchor.is_none() {
         let d = response.drag_delta();
         state.start_ns -= f64::from(d.x / area.width().max(1.0)) * state.width_ns;
         state.scroll_y -= d.y;
@@ -1060,6 +1089,127 @@ pub(crate) fn handle_input(
             state.scroll_y += (down - up) as f32 * area.height() * 0.8;
         }
     }
+}
+
+/// Starts an area selection (a drag with Shift held, or any drag that
+/// starts on the ruler) and clears it on Esc; returns whether it was
+/// cleared.
+fn area_input(
+    ui: &Ui,
+    state: &mut TimelineState,
+    response: &Response,
+    rect: Rect,
+    area: Rect,
+) -> bool {
+    // The anchor is where the button went down: a drag starts only once
+    // the pointer has moved a few points from there.
+    if response.drag_started()
+        && let Some(p) = ui.input(|i| i.pointer.press_origin())
+        && p.x >= area.left()
+    {
+        let on_ruler = p.y < area.top() && p.y >= rect.top();
+        if on_ruler || ui.input(|i| i.modifiers.shift) {
+            let t = state.t_of(area, p.x);
+            let y = (!on_ruler).then(|| p.y - area.top() + state.scroll_y);
+            state.area_anchor = Some((t, y));
+        }
+    }
+    if state.area.is_some()
+        && !ui.ctx().text_edit_focused()
+        && ui.input(|i| i.key_pressed(Key::Escape))
+    {
+        state.area = None;
+        state.area_anchor = None;
+        return true;
+    }
+    false
+}
+
+/// The selection from the drag's anchor to `pos`: the lanes whose rows
+/// the two heights span (every lane for a drag on the ruler), the time
+/// between the two points.
+fn area_selection(
+    state: &TimelineState,
+    view: &TraceView,
+    offsets: &[Option<f32>],
+    area: Rect,
+    pos: Pos2,
+) -> Selection {
+    let Some((t_anchor, y_anchor)) = state.area_anchor else {
+        return Selection::default();
+    };
+    let t = state.t_of(area, pos.x.clamp(area.left(), area.right()));
+    let (t0, t1) = (t_anchor.min(t).max(0.0), t_anchor.max(t).max(0.0));
+    let lanes = match y_anchor {
+        None => (0..view.lanes.len())
+            .filter(|&p| offsets[p].is_some())
+            .collect(),
+        Some(ya) => {
+            let y = pos.y - area.top() + state.scroll_y;
+            let (y0, y1) = (ya.min(y), ya.max(y));
+            (0..view.lanes.len())
+                .filter(|&p| {
+                    offsets[p].is_some_and(|off| {
+                        let h = view.lanes[p].rows.len().max(1) as f32 * state.layout.row_h;
+                        off < y1 && off + h > y0
+                    })
+                })
+                .collect()
+        }
+    };
+    Selection {
+        lanes,
+        t0: t0 as u64,
+        t1: t1.ceil() as u64,
+    }
+}
+
+/// Shades the area selection: its window across the ruler and every
+/// lane, brighter over the selected lanes, with its length on the ruler.
+fn draw_area(ui: &Ui, state: &TimelineState, view: &TraceView, rect: Rect, area: Rect) {
+    let Some(sel) = &state.area else {
+        return;
+    };
+    let x0 = state.x_of(area, sel.t0 as f64).max(area.left());
+    let x1 = state.x_of(area, sel.t1 as f64).min(area.right());
+    if x1 < area.left() || x0 > area.right() {
+        return;
+    }
+    let painter = ui.painter_at(Rect::from_min_max(
+        pos2(area.left(), rect.top()),
+        rect.right_bottom(),
+    ));
+    let accent = Color32::from_rgb(255, 214, 0);
+    painter.rect_filled(
+        Rect::from_min_max(pos2(x0, rect.top()), pos2(x1.max(x0 + 1.0), rect.bottom())),
+        0.0,
+        accent.gamma_multiply(0.06),
+    );
+    let lane_painter = ui.painter_at(area);
+    for &pos in &sel.lanes {
+        if let Some(Some(top)) = state.layout.lane_tops.get(pos) {
+            let h =
+                view.lanes.get(pos).map_or(1, |l| l.rows.len().max(1)) as f32 * state.layout.row_h;
+            lane_painter.rect_filled(
+                Rect::from_min_max(pos2(x0, *top), pos2(x1.max(x0 + 1.0), top + h)),
+                0.0,
+                accent.gamma_multiply(0.14),
+            );
+        }
+    }
+    for x in [x0, x1] {
+        painter.line_segment(
+            [pos2(x, rect.top()), pos2(x, rect.bottom())],
+            Stroke::new(1.0, accent),
+        );
+    }
+    painter.text(
+        pos2((x0 + x1) / 2.0, area.top() - 2.0),
+        Align2::CENTER_BOTTOM,
+        format_ns(sel.len_ns() as f64),
+        FontId::monospace(10.0),
+        accent,
+    );
 }
 
 fn draw_ruler(ui: &Ui, state: &TimelineState, view: &TraceView, rect: Rect, area: Rect) {
