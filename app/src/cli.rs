@@ -31,6 +31,52 @@ pub struct Options {
     /// Open a window, render a few frames, save a PNG, quit.
     #[arg(long, value_name = "PATH")]
     pub screenshot: Option<PathBuf>,
+    /// With --open: select every lane over a window of the trace, times
+    /// from its start (`120ms..180ms`; units ns, us, ms, s; a bare number
+    /// is ms). The window shows the selection panel; --headless prints the
+    /// selection's tables (spans by name, devices, flame graph).
+    #[arg(long, value_name = "START..END", value_parser = time_window, allow_hyphen_values = true)]
+    pub select: Option<(u64, u64)>,
+}
+
+/// A time with an optional unit (`ns`, `us`, `ms`, `s`; ms without one),
+/// in ns.
+fn time_ns(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit {
+        _ if num.trim().is_empty() => f64::NAN,
+        "ns" => 1.0,
+        "us" => 1e3,
+        "" | "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(format!("expected a unit ns, us, ms or s, found {unit:?}")),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if scale.is_finite() && v.is_finite() && v >= 0.0 && v * scale < u64::MAX as f64 => {
+            Ok((v * scale).round() as u64)
+        }
+        _ => Err(format!(
+            "expected a non-negative number, found {:?}",
+            t.chars().take(24).collect::<String>()
+        )),
+    }
+}
+
+/// `START..END`, each a time of [`time_ns`], START before END.
+fn time_window(s: &str) -> Result<(u64, u64), String> {
+    let Some((a, b)) = s.split_once("..") else {
+        return Err(format!(
+            "expected START..END such as 120ms..180ms, found {:?}",
+            s.chars().take(24).collect::<String>()
+        ));
+    };
+    let (a, b) = (time_ns(a)?, time_ns(b)?);
+    if a >= b {
+        return Err(format!("expected START before END, found {a} ns..{b} ns"));
+    }
+    Ok((a, b))
 }
 
 /// Checks the device string's syntax (`type[:index]`); whether the device
@@ -98,6 +144,24 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::ValueValidation);
         let e = p(&["--headless", "--headless"]).expect_err("repeated flag");
         assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+
+        let o = p(&["--open", "t.json", "--select", "1.5ms..2s"]).expect("valid");
+        assert_eq!(o.select, Some((1_500_000, 2_000_000_000)));
+        let o = p(&["--select", "120..180"]).expect("ms by default");
+        assert_eq!(o.select, Some((120_000_000, 180_000_000)));
+        let o = p(&["--select", "10us..20000ns"]).expect("valid");
+        assert_eq!(o.select, Some((10_000, 20_000)));
+        for (bad, says) in [
+            ("12ms", "START..END"),
+            ("5ms..1ms", "START before END"),
+            ("1h..2h", "unit"),
+            ("x..2ms", "non-negative number"),
+            ("-1..2", "non-negative number"),
+        ] {
+            let e = p(&["--select", bad]).expect_err(bad);
+            assert_eq!(e.kind(), ErrorKind::ValueValidation);
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -118,6 +182,7 @@ mod tests {
             "--device",
             "--headless",
             "--screenshot",
+            "--select",
         ] {
             assert!(help.contains(flag), "{flag} in the help: {help}");
         }

@@ -140,8 +140,20 @@ fn summary_line(view: &TraceView) -> String {
     )
 }
 
+/// Every lane of `view` over `window` (ns from the trace's start), as
+/// `--select` asks.
+pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Selection {
+    let origin = view.bounds.0;
+    crate::selection::Selection {
+        lanes: (0..view.lanes.len()).collect(),
+        t0: origin.saturating_add(window.0),
+        t1: origin.saturating_add(window.1),
+    }
+}
+
 /// Runs headless. With `--open FILE...`: prints [`report`] of the files
-/// (opened as one trace, see [`keel::profiler::load_traces`]) and returns
+/// (or, with `--select`, the selection's tables), opened as one trace
+/// (see [`keel::profiler::load_traces`]), and returns
 /// `None`. Without: prints the devices, runs the demo workloads,
 /// prints the summary and per-kernel statistics, writes the trace to a
 /// temporary file and returns its path.
@@ -151,7 +163,16 @@ pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
         let trace = keel::profiler::load_traces(&options.open)
             .map_err(|e| format!("could not open {source}: {e}"))?;
         let view = TraceView::new(trace, source);
-        print!("{}", report(&view));
+        match options.select {
+            Some(window) => print!(
+                "{}",
+                crate::selection::text(
+                    &crate::selection::analyse(&view, &everything(&view, window)),
+                    30
+                )
+            ),
+            None => print!("{}", report(&view)),
+        }
         return Ok(None);
     }
     println!("Devices:");

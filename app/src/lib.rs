@@ -173,6 +173,11 @@ impl App {
         if !options.open.is_empty() {
             app.sources.path = panels::sources::path_text(&options.open);
             app.open_files(&options.open);
+            if let (Some(window), Some(view)) = (options.select, &app.view) {
+                let sel = headless::everything(view, window);
+                app.area = Some(selection::analyse(view, &sel));
+                app.timeline.area = Some(sel);
+            }
         }
         if let Some(addr) = &options.connect {
             app.sources.address = addr.clone();

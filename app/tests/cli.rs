@@ -252,3 +252,28 @@ fn a_headless_first_run_prints_no_wayland_noise() {
     );
     assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
 }
+
+/// `--headless --select` on the real GPT-2 trace prints exactly the
+/// selection's tables over every lane of that window.
+#[test]
+fn headless_select_prints_the_selection_tables() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/keel-trace/tests/data/import/gpt2_train_h200.pt.trace.json.gz");
+    let path = file.to_str().expect("utf-8 path");
+    let (code, out, err) = run(&["--headless", "--open", path, "--select", "100ms..150ms"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let view =
+        keel_profiler::view::TraceView::new(keel::profiler::load_trace(&file).expect("opens"), "");
+    let o = view.bounds.0;
+    let sel = keel_profiler::selection::Selection {
+        lanes: (0..view.lanes.len()).collect(),
+        t0: o + 100_000_000,
+        t1: o + 150_000_000,
+    };
+    let sum = keel_profiler::selection::analyse(&view, &sel);
+    assert!(sum.spans > 100, "the window holds a part of a step");
+    assert_eq!(out, keel_profiler::selection::text(&sum, 30));
+    let (code, _, err) = run(&["--headless", "--open", path, "--select", "150ms..100ms"]);
+    assert_eq!(code, 2, "clap's usage error");
+    assert!(err.contains("expected START before END"), "{err}");
+}

@@ -124,11 +124,7 @@ fn names(ui: &mut Ui, sum: &SelectionSummary) -> Option<SelectionAction> {
                             r.kind.to_string()
                         });
                         ui.label(r.count.to_string());
-                        ui.label(format!(
-                            "{} ({})",
-                            format_ns(r.total_ns as f64),
-                            percent(r.total_ns, sum.t1 - sum.t0)
-                        ));
+                        ui.label(format_ns(r.total_ns as f64));
                         ui.label(format_ns(r.self_ns as f64));
                         ui.label(format_ns(r.mean_ns));
                         ui.label(format_ns(r.p50_ns as f64));

@@ -48,7 +48,7 @@ impl Selection {
     }
 }
 
-/// Spans of one name in the selection.
+/// Spans of one name in the selection, on host lanes or on device lanes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NameRow {
     /// The span name.
@@ -192,7 +192,6 @@ fn lane_spans(view: &TraceView, pos: usize, t0: u64, t1: u64) -> Vec<u32> {
 #[derive(Default)]
 struct Acc {
     kind: Option<SpanKind>,
-    device: bool,
     total: u64,
     self_ns: u64,
     durs: Vec<u64>,
@@ -326,7 +325,9 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
         lanes: lanes.len(),
         ..SelectionSummary::default()
     };
-    let mut by_name: HashMap<Text, Acc> = HashMap::new();
+    // Host and device spans of one name (a `ProfilerStep#2` annotation on
+    // the thread and on the GPU stream) are different rows.
+    let mut by_name: HashMap<(Text, bool), Acc> = HashMap::new();
     let mut flame = FlameBuilder::default();
     for &pos in &lanes {
         let device = view.lanes[pos].device;
@@ -336,12 +337,12 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
         // clipped time, accumulator name, flame node).
         let mut stack: Vec<(u64, u64, u64, u32, Option<u32>)> = Vec::new();
         let close = |entry: (u64, u64, u64, u32, Option<u32>),
-                     by_name: &mut HashMap<Text, Acc>,
+                     by_name: &mut HashMap<(Text, bool), Acc>,
                      flame: &mut FlameBuilder| {
             let (_, time, children, span, node) = entry;
             let own = time.saturating_sub(children);
-            let name = &view.trace.spans[span as usize].name;
-            if let Some(acc) = by_name.get_mut(name) {
+            let name = view.trace.spans[span as usize].name.clone();
+            if let Some(acc) = by_name.get_mut(&(name, device)) {
                 acc.self_ns += own;
             }
             if let Some(n) = node {
@@ -365,9 +366,8 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
             if let Some(parent) = stack.last_mut() {
                 parent.2 += time;
             }
-            let acc = by_name.entry(s.name.clone()).or_default();
+            let acc = by_name.entry((s.name.clone(), device)).or_default();
             acc.kind.get_or_insert(s.kind);
-            acc.device |= device;
             acc.total += time;
             acc.durs.push(s.dur_ns);
             let node = if device {
@@ -388,12 +388,12 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
     }
     out.names = by_name
         .into_iter()
-        .map(|(name, mut acc)| {
+        .map(|((name, device), mut acc)| {
             acc.durs.sort_unstable();
             let n = acc.durs.len().max(1);
             NameRow {
                 kind: acc.kind.unwrap_or(SpanKind::Annotation),
-                device: acc.device,
+                device,
                 count: acc.durs.len() as u64,
                 total_ns: acc.total,
                 self_ns: acc.self_ns,
@@ -410,6 +410,7 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
             .cmp(&a.total_ns)
             .then_with(|| b.count.cmp(&a.count))
             .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.device.cmp(&b.device))
     });
     out.flame = flame.finish();
     let any_device = lanes.iter().any(|&p| view.lanes[p].device);
@@ -523,13 +524,14 @@ pub fn text(s: &SelectionSummary, top: usize) -> String {
     );
     let _ = writeln!(
         o,
-        "\nname\tkind\tcount\ttotal_ns\tself_ns\tmean_ns\tp50_ns\tp99_ns\tmax_ns"
+        "\nname\tlanes\tkind\tcount\ttotal_ns\tself_ns\tmean_ns\tp50_ns\tp99_ns\tmax_ns"
     );
     for r in s.names.iter().take(top) {
         let _ = writeln!(
             o,
-            "{}\t{}\t{}\t{}\t{}\t{:.0}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{:.0}\t{}\t{}\t{}",
             short(&r.name, 80),
+            if r.device { "device" } else { "host" },
             r.kind,
             r.count,
             r.total_ns,

@@ -75,14 +75,21 @@ fn spans_by_name_match_a_brute_force_count() {
         t1,
     };
     let sum = analyse(&view, &sel);
-    let mut expect: HashMap<&str, (u64, u64, Vec<u64>)> = HashMap::new();
+    let mut expect: HashMap<(&str, bool), (u64, u64, Vec<u64>)> = HashMap::new();
     for s in view.trace.spans.iter().filter(|s| in_window(s, t0, t1)) {
-        let e = expect.entry(s.name.as_str()).or_default();
+        let device = view.lanes[view.lane_pos[s.lane as usize]].device;
+        let e = expect.entry((s.name.as_str(), device)).or_default();
         e.0 += 1;
         e.1 += clip(s, t0, t1);
         e.2.push(s.dur_ns);
     }
     assert!(expect.len() > 50, "the window holds many names");
+    assert!(
+        expect
+            .keys()
+            .any(|(n, d)| *d && expect.contains_key(&(n, false))),
+        "some names are on host and device lanes, in rows of their own"
+    );
     assert_eq!(sum.names.len(), expect.len());
     assert_eq!(
         sum.spans,
@@ -91,7 +98,7 @@ fn spans_by_name_match_a_brute_force_count() {
     );
     for row in &sum.names {
         let (count, total, durs) = expect
-            .get_mut(row.name.as_str())
+            .get_mut(&(row.name.as_str(), row.device))
             .expect("a name in the window");
         durs.sort_unstable();
         assert_eq!(row.count, *count, "{}", row.name);
