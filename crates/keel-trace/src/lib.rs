@@ -16,7 +16,7 @@
 //! - the viewer's index ([`view`]), statistics ([`stats`]) and
 //!   HolisticTraceAnalysis-style analyses ([`analysis`]);
 //! - the ranks of a distributed job opened as one trace
-//!   ([`file::load_traces_with`](crate::file::load_traces_with), feature
+//!   ([`file::load_traces_with`], feature
 //!   `import`): put on one clock (their files' own clocks, kept as each
 //!   trace's [`origin_ns`](Trace::origin_ns), or the ends of their NCCL
 //!   collectives), and compared ([`ranks`]: communication, computation,
