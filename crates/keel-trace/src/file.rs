@@ -321,8 +321,8 @@ pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
 ///   such as hosts' times since boot). Otherwise as `Collectives` when
 ///   every file has collectives, else as `Start`.
 /// - [`Alignment::Collectives`]: each file moved so that the ends of its
-///   collective kernels ([`ranks::is_collective`]) line up with the first
-///   file's: by the median, over the collectives they have in common, of
+///   collective kernels ([`ranks::is_collective`]) line up with the
+///   reference file's (the file of rank 0, else the first): by the median, over the collectives they have in common, of
 ///   the differences of their ends ([`ranks::median_skew`]). The `n`-th
 ///   collective of each file is taken as the same one; files with
 ///   different numbers are aligned on the common prefix
@@ -331,12 +331,12 @@ pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
 /// - [`Alignment::Start`]: every file on its own earliest event (the
 ///   files' t=0), as HolisticTraceAnalysis compares ranks.
 ///
-/// Whatever the alignment, each file's clock skew against the first
+/// Whatever the alignment, each file's clock skew against the reference
 /// file's is measured by its collectives when every file has some
 /// ([`RankFile::skew_ns`](crate::RankFile::skew_ns)), so a trace kept on
 /// clocks shows how far they disagree. The merged trace's
 /// [`origin_ns`](Trace::origin_ns) is the shared clock's time of its t=0
-/// (clocks), the first file's clock's (collectives, when origins are
+/// (clocks), the reference file's clock's (collectives, when origins are
 /// known), or unknown (starts). The import report adds up the files'
 /// reports. One file is the same as [`load_trace`], whatever the
 /// alignment; with several, an error names the file it comes from.
@@ -450,12 +450,13 @@ fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
     let counts: Vec<u64> = lists.iter().map(|l| l.len() as u64).collect();
     let matched = lists.iter().map(Vec::len).min().unwrap_or(0);
     let origins: Option<Vec<i64>> = parts.iter().map(|p| p.trace.origin_ns).collect();
-    // Each file's clock against the first's: the median difference of the
-    // collectives' ends from each file's start, plus the difference of the
-    // starts on their own clocks when both are known.
+    // Each file's clock against the reference's: the median difference of
+    // the collectives' ends from each file's start, plus the difference of
+    // the starts on their own clocks when both are known.
+    let reference = parts.iter().position(|p| p.rank == Some(0)).unwrap_or(0);
     let relative: Vec<Option<i64>> = lists
         .iter()
-        .map(|l| ranks::median_skew(&lists[0], l, matched))
+        .map(|l| ranks::median_skew(&lists[reference], l, matched))
         .collect();
     let skews: Vec<Option<i64>> = relative
         .iter()
@@ -463,7 +464,7 @@ fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
         .map(|(i, rel)| {
             let rel = i128::from((*rel)?);
             Some(ranks::clamp(match &origins {
-                Some(o) => rel + i128::from(o[i]) - i128::from(o[0]),
+                Some(o) => rel + i128::from(o[i]) - i128::from(o[reference]),
                 None => rel,
             }))
         })
@@ -538,7 +539,7 @@ fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
     let origin_ns = match (applied, &origins) {
         (Alignment::Clock, Some(_)) => i64::try_from(least).ok(),
         (Alignment::Collectives, Some(o)) => {
-            i64::try_from(i128::from(o[0]) - i128::from(offsets[0])).ok()
+            i64::try_from(i128::from(o[reference]) - i128::from(offsets[reference])).ok()
         }
         _ => None,
     };

@@ -571,7 +571,7 @@ pub struct Trace {
     /// snapshots' `time_us` also use, in microseconds); for another tool's
     /// file without `baseTimeNanoseconds`, the earliest `ts` read. Several
     /// files opened as one: the shared clock's time of t=0 when they were
-    /// aligned on their clocks, the first file's clock's when aligned on
+    /// aligned on their clocks, the reference file's (rank 0's) when aligned on
     /// collectives, unknown when each was aligned on its own start (each
     /// file's own is in [`Ranks`]). `None` for Keel's own recordings.
     pub origin_ns: Option<i64>,

@@ -155,7 +155,7 @@ pub struct RankStats {
     /// Communication with no computation beside it
     /// (`comm_ns - overlap_ns`), ns.
     pub exposed_comm_ns: u64,
-    /// Its clock's skew against the first rank's, as found when the files
+    /// Its clock's skew against the reference rank's, as found when the files
     /// were opened ([`RankFile::skew_ns`](crate::RankFile::skew_ns)).
     pub skew_ns: Option<i64>,
     /// Of the compared collectives, how many it started last.

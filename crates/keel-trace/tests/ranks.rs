@@ -46,17 +46,29 @@ impl Drop for TempDir {
     }
 }
 
-/// The job's rank files written to `dir`.
-fn write_ranks(dir: &Path, job: &Job) -> Vec<PathBuf> {
-    gen_ranks::make(&gen_ranks::source(), job)
-        .into_iter()
-        .enumerate()
-        .map(|(r, bytes)| {
-            let path = dir.join(format!("rank{r}.pt.trace.json"));
-            std::fs::write(&path, bytes).expect("write a rank");
-            path
-        })
-        .collect()
+/// The ranks every test here opens: four, the last one late. Made once
+/// per test run into Cargo's directory for test files (each written
+/// under a temporary name and renamed, so runs at the same time never
+/// read half a file).
+fn ranks_files() -> &'static (Job, Vec<PathBuf>) {
+    static FILES: std::sync::OnceLock<(Job, Vec<PathBuf>)> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        let job = Job::new(4);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ranks");
+        std::fs::create_dir_all(&dir).expect("a directory for test files");
+        let paths = gen_ranks::make(&gen_ranks::source(), &job)
+            .into_iter()
+            .enumerate()
+            .map(|(r, bytes)| {
+                let path = dir.join(format!("rank{r}.pt.trace.json"));
+                let partial = dir.join(format!("rank{r}.{}.partial", std::process::id()));
+                std::fs::write(&partial, bytes).expect("write a rank");
+                std::fs::rename(&partial, &path).expect("rename a rank");
+                path
+            })
+            .collect();
+        (job, paths)
+    })
 }
 
 fn record(t: &Trace) -> &Ranks {
@@ -118,15 +130,15 @@ fn brute_force(t: &Trace, lanes: std::ops::Range<u32>) -> (u64, u64, u64) {
     (comm, compute, both)
 }
 
-/// What holds of the late rank whatever the alignment: it is last in
-/// every collective, by the delay it was given (the others' starts are
-/// compared once the skews the ends show are taken away, each within two
-/// jitters).
-fn late_rank_is_flagged(t: &Trace, job: &Job) {
+/// What holds of the late rank (file `late` of the trace) whatever the
+/// alignment: it is last in every collective, by the delay it was given
+/// (the others' starts are compared once the skews the ends show are
+/// taken away, each within two jitters).
+fn late_rank_is_flagged(t: &Trace, job: &Job, late: usize) {
     let a = RankAnalysis::new(t);
     assert_eq!(a.compared, MARKED_COUNT as u64);
-    assert_eq!(a.late, Some(job.late), "{}", a.text());
-    let late = &a.ranks[job.late];
+    assert_eq!(a.late, Some(late), "{}", a.text());
+    let (index, late) = (late, &a.ranks[late]);
     assert_eq!(late.last_in, MARKED_COUNT as u64);
     let mean_delay: u64 = (0..MARKED_COUNT).map(Job::delay_ns).sum::<u64>() / MARKED_COUNT as u64;
     let tolerance = 4 * job.jitter_ns;
@@ -136,7 +148,7 @@ fn late_rank_is_flagged(t: &Trace, job: &Job) {
         late.lag_ns
     );
     for (i, r) in a.ranks.iter().enumerate() {
-        if i != job.late {
+        if i != index {
             assert_eq!(r.last_in, 0, "rank {i}");
         }
     }
@@ -147,10 +159,8 @@ fn late_rank_is_flagged(t: &Trace, job: &Job) {
 /// and each rank's times add up against a brute-force count.
 #[test]
 fn ranks_on_their_clocks_keep_their_skews() {
-    let job = Job::new(4);
-    let dir = TempDir::new("ranks-clock");
-    let paths = write_ranks(&dir.0, &job);
-    let t = load_traces(&paths).expect("four ranks");
+    let (job, paths) = ranks_files();
+    let t = load_traces(paths).expect("four ranks");
     assert_eq!(t.check(), Ok(()));
     let ranks = record(&t);
     assert_eq!(ranks.alignment, Alignment::Clock);
@@ -213,7 +223,7 @@ fn ranks_on_their_clocks_keep_their_skews() {
             "rank {r}: collectives end {kept} ns after rank 0's, skew {known} ns"
         );
     }
-    late_rank_is_flagged(&t, &job);
+    late_rank_is_flagged(&t, job, job.late);
 
     // Per rank: comm, compute and overlap as a brute-force count has them.
     let a = RankAnalysis::new(&t);
@@ -264,13 +274,11 @@ fn ranks_on_their_clocks_keep_their_skews() {
 
 /// The same ranks aligned on their collectives: the ends line up within
 /// the jitter, the skews found are the same, and the merged trace counts
-/// on rank 0's clock.
+/// on rank 0's clock, whatever the order of the files.
 #[test]
 fn ranks_aligned_on_collectives_line_their_ends_up() {
-    let job = Job::new(3);
-    let dir = TempDir::new("ranks-collectives");
-    let paths = write_ranks(&dir.0, &job);
-    let t = load_traces_with(&paths, Alignment::Collectives).expect("three ranks");
+    let (job, paths) = ranks_files();
+    let t = load_traces_with(paths, Alignment::Collectives).expect("four ranks");
     assert_eq!(t.check(), Ok(()));
     let ranks = record(&t);
     assert_eq!(ranks.alignment, Alignment::Collectives);
@@ -293,10 +301,40 @@ fn ranks_aligned_on_collectives_line_their_ends_up() {
         "rank 0's clock"
     );
     assert!(ranks.files.iter().any(|f| f.offset_ns == 0));
-    late_rank_is_flagged(&t, &job);
+    late_rank_is_flagged(&t, job, job.late);
+
+    // Rank 0 is the reference wherever its file is.
+    let back =
+        load_traces_with(&[&paths[3], &paths[0]], Alignment::Collectives).expect("two ranks");
+    let files = &record(&back).files;
+    assert_eq!(files[0].label, "rank 3");
+    assert_eq!(files[0].skew_ns, ranks.files[3].skew_ns);
+    assert_eq!(files[1].skew_ns, Some(0));
+    assert_eq!(
+        files[0].offset_ns as i64 - files[1].offset_ns as i64,
+        ranks.files[3].offset_ns as i64 - ranks.files[0].offset_ns as i64
+    );
+    // Either way, origin + t is rank 0's clock: its first span is at the
+    // same time on it.
+    let first_of = |t: &Trace, file: usize| {
+        let lanes = record(t).files[file].lanes.clone();
+        let first = t
+            .spans
+            .iter()
+            .filter(|s| lanes.contains(&s.lane))
+            .map(|s| s.start_ns)
+            .min();
+        t.origin_ns.expect("an origin") + first.expect("spans") as i64
+    };
+    assert_eq!(first_of(&back, 1), first_of(&t, 0));
+    assert_eq!(
+        first_of(&t, 0),
+        ranks.files[0].origin_ns.expect("an origin")
+    );
+    late_rank_is_flagged(&back, job, 0);
 
     // On their starts: every rank's first event at 0.
-    let t = load_traces_with(&paths, Alignment::Start).expect("three ranks");
+    let t = load_traces_with(&[&paths[0], &paths[3]], Alignment::Start).expect("two ranks");
     let ranks = record(&t);
     assert_eq!(ranks.alignment, Alignment::Start);
     assert_eq!(t.origin_ns, None, "no one clock");
@@ -310,7 +348,7 @@ fn ranks_aligned_on_collectives_line_their_ends_up() {
             .min();
         assert_eq!(first, Some(0), "rank {r}");
     }
-    late_rank_is_flagged(&t, &job);
+    late_rank_is_flagged(&t, job, 1);
 }
 
 /// Files whose origin is unknown (native files written without one) fall
@@ -318,29 +356,23 @@ fn ranks_aligned_on_collectives_line_their_ends_up() {
 /// files' starts.
 #[test]
 fn without_origins_clocks_fall_back_to_collectives() {
-    let job = Job::new(3);
+    let (job, paths) = ranks_files();
     let dir = TempDir::new("ranks-no-origin");
-    let paths = write_ranks(&dir.0, &job);
-    let on_clocks = load_traces(&paths).expect("three ranks");
-    let origins: Vec<i64> = record(&on_clocks)
-        .files
-        .iter()
-        .map(|f| f.origin_ns.expect("an origin"))
-        .collect();
     let mut natives = Vec::new();
+    let mut origins = Vec::new();
     for (r, path) in paths.iter().enumerate() {
         let mut t = load_trace(path).expect("a rank");
-        assert_eq!(t.origin_ns, Some(origins[r]), "one file alone");
+        origins.push(t.origin_ns.expect("an origin"));
         t.origin_ns = None;
         let native = dir.0.join(format!("rank{r}.keeltrace"));
         keel_trace::save_trace(&t, &native).expect("save");
         natives.push(native);
     }
-    let t = load_traces(&natives).expect("three native files");
+    let t = load_traces(&natives).expect("four native files");
     let ranks = record(&t);
     assert_eq!(ranks.alignment, Alignment::Collectives);
     assert_eq!(t.origin_ns, None);
-    for r in 0..3 {
+    for r in 0..4 {
         // From each file's start: the clocks' skew less how much later its
         // first event came on its own clock.
         let known = (job.skews_ns[r] - job.skews_ns[0]) - (origins[r] - origins[0]);
@@ -353,7 +385,7 @@ fn without_origins_clocks_fall_back_to_collectives() {
         assert_eq!(ranks.files[r].label, format!("rank{r}.keeltrace"));
         assert_eq!(ranks.files[r].rank, None);
     }
-    late_rank_is_flagged(&t, &job);
+    late_rank_is_flagged(&t, job, job.late);
 
     // Asking for collectives with a file that has none is an error that
     // names it.

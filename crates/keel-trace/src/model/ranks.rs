@@ -32,7 +32,7 @@ pub enum Alignment {
     /// On the ends of the ranks' collective kernels (NCCL, RCCL): the
     /// `n`-th collective of every rank is one collective, which ends on
     /// every rank at about the same time; each file is moved by the median
-    /// of its ends' differences from the first file's.
+    /// of its ends' differences from the reference file's (rank 0's).
     Collectives,
     /// Every file on its own earliest event (as HolisticTraceAnalysis
     /// compares ranks whose clocks say nothing of each other).
@@ -78,8 +78,9 @@ pub struct Ranks {
     /// `matched` collectives of every file (the common prefix, when files
     /// have different numbers), 0 when some file has none.
     pub matched: u64,
-    /// One entry per file, in the order the files were given; the first
-    /// is the reference the skews are measured against ("rank 0").
+    /// One entry per file, in the order the files were given. Skews are
+    /// measured against the reference file: the one whose
+    /// `distributedInfo.rank` is 0, else the first.
     pub files: Vec<RankFile>,
 }
 
@@ -101,12 +102,12 @@ pub struct RankFile {
     /// Where its t=0 lies on the merged timeline: a time `t` of the file
     /// is `t + offset_ns` in the merged trace.
     pub offset_ns: u64,
-    /// How far this file's clock is ahead of the first file's, in ns, as
-    /// the ends of their collectives say (whatever the alignment applied):
-    /// the median over the matched collectives of (end here - end in the
-    /// first file), each on its file's own clock (or from each file's
-    /// start when some origin is unknown). `None` when some file has no
-    /// collectives.
+    /// How far this file's clock is ahead of the reference file's (see
+    /// [`Ranks::files`]), in ns, as the ends of their collectives say
+    /// (whatever the alignment applied): the median over the matched
+    /// collectives of (end here - end in the reference file), each on its
+    /// file's own clock (or from each file's start when some origin is
+    /// unknown). `None` when some file has no collectives.
     pub skew_ns: Option<i64>,
     /// Collective kernels found on its devices.
     pub collectives: u64,
