@@ -322,8 +322,9 @@ pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
 ///   every file has collectives, else as `Start`.
 /// - [`Alignment::Collectives`]: each file moved so that the ends of its
 ///   collective kernels ([`ranks::is_collective`]) line up with the
-///   reference file's (the file of rank 0, else the first): by the median, over the collectives they have in common, of
-///   the differences of their ends ([`ranks::median_skew`]). The `n`-th
+///   reference file's (the file of rank 0, else the first): by the
+///   median, over the collectives they have in common, of the
+///   differences of their ends ([`ranks::median_skew`]). The `n`-th
 ///   collective of each file is taken as the same one; files with
 ///   different numbers are aligned on the common prefix
 ///   ([`Ranks::matched`] says how many). A file with no collective is an
@@ -443,9 +444,16 @@ fn extent(t: &Trace) -> Option<(u64, u64)> {
 
 /// Decides the alignment (after fallbacks) and each file's offset.
 fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
+    // A file that is itself several merged has a list per file: its
+    // collectives are taken together, in order of start.
     let lists: Vec<Vec<ranks::Collective>> = parts
         .iter()
-        .map(|p| ranks::collectives(&p.trace).into_iter().flatten().collect())
+        .map(|p| {
+            let mut all: Vec<ranks::Collective> =
+                ranks::collectives(&p.trace).into_iter().flatten().collect();
+            all.sort_unstable_by_key(|c| (c.start_ns, c.end_ns, c.lane));
+            all
+        })
         .collect();
     let counts: Vec<u64> = lists.iter().map(|l| l.len() as u64).collect();
     let matched = lists.iter().map(Vec::len).min().unwrap_or(0);
@@ -556,6 +564,12 @@ fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
 /// Several files' traces as one ([`load_traces_with`]). Every event is
 /// moved, not copied, into tables reserved once for all files.
 fn merge(files: Vec<Part>, alignment: Alignment) -> Result<Trace> {
+    if files.is_empty() {
+        return Ok(Trace {
+            version: crate::model::TRACE_VERSION,
+            ..Trace::default()
+        });
+    }
     let placement = place(&files, alignment)?;
     let total = |f: fn(&Trace) -> usize| files.iter().map(|p| f(&p.trace)).sum::<usize>();
     let mut out = Trace {
@@ -704,5 +718,14 @@ mod tests {
             assert_eq!(TraceFileFormat::sniff(&bytes), format);
             assert_eq!(from_bytes(&bytes), Ok(trace.clone()));
         }
+    }
+
+    #[test]
+    fn no_files_merge_into_an_empty_trace_whatever_the_alignment() {
+        for alignment in Alignment::ALL {
+            let t = merge_files_with(Vec::new(), alignment).expect("nothing to align");
+            assert_eq!((t.spans.len(), t.ranks, t.origin_ns), (0, None, None));
+        }
+        assert_eq!(merge_files(Vec::new()).version, crate::model::TRACE_VERSION);
     }
 }
