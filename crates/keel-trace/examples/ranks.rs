@@ -11,7 +11,9 @@
 //!
 //! `open` first loads every file on its own (`load_trace`, the baseline:
 //! what opening them costs without merging or aligning), then all of them
-//! as one trace with `load_traces_with`, and times both, best of three.
+//! as one trace with `load_traces_with`, and times both, best of three;
+//! `load` only loads them as one, once (for the peak memory of that
+//! alone, under `/usr/bin/time -v`).
 
 // The tests' generator; the example uses only part of what they check.
 #[allow(dead_code)]
@@ -54,6 +56,17 @@ fn main() -> Result<(), String> {
                 job.skews_ns,
                 job.trims_ns,
                 job.late
+            );
+            Ok(())
+        }
+        ["load", ref files @ ..] => {
+            let start = Instant::now();
+            let t = keel_trace::load_traces(files).map_err(|e| e.to_string())?;
+            println!(
+                "{} files, {} spans as one trace in {:.3} s",
+                files.len(),
+                t.spans.len(),
+                start.elapsed().as_secs_f64()
             );
             Ok(())
         }
@@ -104,7 +117,7 @@ fn main() -> Result<(), String> {
             Ok(())
         }
         _ => Err(
-            "usage: ranks make DIR N | ranks open [--align clock|collectives|start] FILE..."
+            "usage: ranks make DIR N | ranks open [--align clock|collectives|start] FILE... | ranks load FILE..."
                 .to_owned(),
         ),
     }
