@@ -748,3 +748,43 @@ fn merging_loaded_traces_records_their_files() {
         "trace format error: a: expected collective kernels (names starting ncclKernel, ncclDevKernel, rccl) to align the ranks on, found none among its 2 device kernels"
     );
 }
+
+/// A rank whose profile window closed five collectives early: the ranks
+/// are aligned on the 45 they have in common, and the record says so.
+#[test]
+fn ranks_with_different_numbers_of_collectives_align_on_the_common_prefix() {
+    let (job, paths) = ranks_files();
+    let first = load_trace(&paths[0]).expect("rank 0");
+    let mut late = load_trace(&paths[3]).expect("rank 3");
+    let mut starts: Vec<u64> = late
+        .spans
+        .iter()
+        .filter(|s| s.name == COLLECTIVE)
+        .map(|s| s.start_ns)
+        .collect();
+    starts.sort_unstable();
+    let cut = starts[MARKED_COUNT - 5];
+    late.spans
+        .retain(|s| s.name != COLLECTIVE || s.start_ns < cut);
+    let t = merge_files_with(
+        vec![("rank 0".to_owned(), first), ("rank 3".to_owned(), late)],
+        Alignment::Collectives,
+    )
+    .expect("two ranks");
+    let ranks = record(&t);
+    assert_eq!(ranks.matched, 45);
+    assert_eq!(
+        ranks
+            .files
+            .iter()
+            .map(|f| f.collectives)
+            .collect::<Vec<_>>(),
+        [50, 45]
+    );
+    let known = job.skews_ns[3] - job.skews_ns[0];
+    let found = ranks.files[1].skew_ns.expect("a skew");
+    assert!((found - known).abs() <= 2 * job.jitter_ns as i64);
+    let a = RankAnalysis::new(&t);
+    assert_eq!((a.compared, a.late), (45, Some(1)));
+    assert_eq!(a.ranks[1].last_in, 45);
+}
