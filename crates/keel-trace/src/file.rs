@@ -15,7 +15,8 @@
 //!   held in memory): another tool's is imported, Keel's own read exactly
 //!   (in two passes, so the file is opened twice).
 //! - [`load_traces`] opens several files as one trace (one per rank of a
-//!   distributed job), each file's lanes in their own group.
+//!   distributed job), each file's lanes in their own group, their clocks
+//!   aligned as [`load_traces_with`] says.
 //!
 //! This is the one place that decides; viewers (the app) call it rather
 //! than looking at names or bytes themselves.
@@ -27,8 +28,9 @@ use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
 
 use crate::error::{Error, Result};
+use crate::model::{Alignment, Ranks, Trace};
 use crate::native::{self, EXTENSION, MAGIC};
-use crate::{json, model::Trace};
+use crate::{json, ranks};
 
 /// The format of a trace file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,18 +296,52 @@ fn load(path: &Path) -> Result<(Trace, Option<i64>)> {
 }
 
 /// Loads several trace files as one trace, as for the ranks of a
+/// distributed job, on their files' own clocks when those agree: see
+/// [`load_traces_with`] with [`Alignment::Clock`].
+pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
+    load_traces_with(paths, Alignment::Clock)
+}
+
+/// Loads several trace files as one trace, as for the ranks of a
 /// distributed job: each file's host lanes are grouped under a prefix
 /// (`rank N · ` from another tool's file's `distributedInfo.rank`, else
-/// the file name), its devices are its own (`rank N · cuda:0`), and its flows and
-/// counters and memory events follow it.
+/// the file name), its devices are its own (`rank N · cuda:0`), its flows,
+/// counters and memory events follow it, and the trace's
+/// [`Ranks`] record says which lanes and devices are whose (Note [Rank of
+/// a lane]) and where each file's clock was placed.
 ///
-/// Clocks: every file is aligned on its own earliest event (imports start
-/// at 0; Keel's files already count from their session's start), so steps
-/// of different ranks line up even when their hosts' clocks differ, as
-/// HolisticTraceAnalysis compares ranks. The import report adds up the
-/// files' reports. One file is the same as [`load_trace`]; with several,
-/// an error names the file it comes from.
-pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
+/// Clocks, by `alignment`:
+///
+/// - [`Alignment::Clock`]: every file's time `t` at its origin plus `t`
+///   ([`Trace::origin_ns`]: Kineto writes Unix-epoch times, so the ranks
+///   of one job on one host, or on hosts that NTP keeps in step, share a
+///   clock), when every file's origin is known and the files' recordings
+///   share an instant on those clocks (the ranks of one job are profiled
+///   together; recordings that share none are on clocks that disagree,
+///   such as hosts' times since boot). Otherwise as `Collectives` when
+///   every file has collectives, else as `Start`.
+/// - [`Alignment::Collectives`]: each file moved so that the ends of its
+///   collective kernels ([`ranks::is_collective`]) line up with the
+///   reference file's (the file of rank 0, else the first): by the
+///   median, over the collectives they have in common, of the
+///   differences of their ends ([`ranks::median_skew`]). The `n`-th
+///   collective of each file is taken as the same one; files with
+///   different numbers are aligned on the common prefix
+///   ([`Ranks::matched`] says how many). A file with no collective is an
+///   error naming it.
+/// - [`Alignment::Start`]: every file on its own earliest event (the
+///   files' t=0), as HolisticTraceAnalysis compares ranks.
+///
+/// Whatever the alignment, each file's clock skew against the reference
+/// file's is measured by its collectives when every file has some
+/// ([`RankFile::skew_ns`](crate::RankFile::skew_ns)), so a trace kept on
+/// clocks shows how far they disagree. The merged trace's
+/// [`origin_ns`](Trace::origin_ns) is the shared clock's time of its t=0
+/// (clocks), the reference file's clock's (collectives, when origins are
+/// known), or unknown (starts). The import report adds up the files'
+/// reports. One file is the same as [`load_trace`], whatever the
+/// alignment; with several, an error names the file it comes from.
+pub fn load_traces_with(paths: &[impl AsRef<Path>], alignment: Alignment) -> Result<Trace> {
     let several = paths.len() > 1;
     let mut loaded = Vec::with_capacity(paths.len());
     for path in paths {
@@ -318,12 +354,17 @@ pub fn load_traces(paths: &[impl AsRef<Path>]) -> Result<Trace> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| path.display().to_string()),
         };
-        loaded.push((label, trace));
+        loaded.push(Part {
+            label,
+            rank,
+            trace,
+            shown: path.display().to_string(),
+        });
     }
     if loaded.len() == 1 {
-        return Ok(loaded.remove(0).1);
+        return Ok(loaded.remove(0).trace);
     }
-    Ok(merge_files(loaded))
+    merge(loaded, alignment)
 }
 
 /// `e`, an error of file `path` among several, naming the file (errors
@@ -337,17 +378,243 @@ fn naming(path: &Path, e: Error) -> Error {
     }
 }
 
-/// Several files' traces as one: see [`load_traces`].
+/// Several files' traces as one, each labelled as given (no
+/// `distributedInfo.rank` is known): see [`load_traces`]. Never fails:
+/// clocks fall back to collectives, then to starts.
 pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
+    let parts = files
+        .into_iter()
+        .map(|(label, trace)| Part {
+            shown: label.clone(),
+            label,
+            rank: None,
+            trace,
+        })
+        .collect();
+    // `Clock` falls back instead of failing, and nothing else can fail:
+    // the default is never reached.
+    merge(parts, Alignment::Clock).unwrap_or_default()
+}
+
+/// [`merge_files`] with an alignment, as [`load_traces_with`] applies it.
+pub fn merge_files_with(files: Vec<(String, Trace)>, alignment: Alignment) -> Result<Trace> {
+    let parts = files
+        .into_iter()
+        .map(|(label, trace)| Part {
+            shown: label.clone(),
+            label,
+            rank: None,
+            trace,
+        })
+        .collect();
+    merge(parts, alignment)
+}
+
+/// One file to merge.
+struct Part {
+    /// The prefix of its groups and devices.
+    label: String,
+    /// Its `distributedInfo.rank`.
+    rank: Option<i64>,
+    trace: Trace,
+    /// How errors name it (its path).
+    shown: String,
+}
+
+/// Where each file goes on the merged timeline ([`load_traces_with`]).
+struct Placement {
+    applied: Alignment,
+    /// Per file: `t` of the file is `t + offset` merged.
+    offsets: Vec<u64>,
+    skews: Vec<Option<i64>>,
+    counts: Vec<u64>,
+    matched: u64,
+    /// The merged trace's origin.
+    origin_ns: Option<i64>,
+}
+
+/// The earliest start and latest end of a trace's spans and instants.
+fn extent(t: &Trace) -> Option<(u64, u64)> {
+    let spans = t.spans.iter().map(|s| (s.start_ns, s.end_ns()));
+    let instants = t.instants.iter().map(|i| (i.ts_ns, i.ts_ns));
+    spans
+        .chain(instants)
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+}
+
+/// Decides the alignment (after fallbacks) and each file's offset.
+fn place(parts: &[Part], wanted: Alignment) -> Result<Placement> {
+    // A file that is itself several merged has a list per file: its
+    // collectives are taken together, in order of start.
+    let lists: Vec<Vec<ranks::Collective>> = parts
+        .iter()
+        .map(|p| {
+            let mut all: Vec<ranks::Collective> =
+                ranks::collectives(&p.trace).into_iter().flatten().collect();
+            all.sort_unstable_by_key(|c| (c.start_ns, c.end_ns, c.lane));
+            all
+        })
+        .collect();
+    let counts: Vec<u64> = lists.iter().map(|l| l.len() as u64).collect();
+    let matched = lists.iter().map(Vec::len).min().unwrap_or(0);
+    let origins: Option<Vec<i64>> = parts.iter().map(|p| p.trace.origin_ns).collect();
+    // Each file's clock against the reference's: the median difference of
+    // the collectives' ends from each file's start, plus the difference of
+    // the starts on their own clocks when both are known.
+    let reference = parts.iter().position(|p| p.rank == Some(0)).unwrap_or(0);
+    let relative: Vec<Option<i64>> = lists
+        .iter()
+        .map(|l| ranks::median_skew(&lists[reference], l, matched))
+        .collect();
+    let skews: Vec<Option<i64>> = relative
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| {
+            let rel = i128::from((*rel)?);
+            Some(ranks::clamp(match &origins {
+                Some(o) => rel + i128::from(o[i]) - i128::from(o[reference]),
+                None => rel,
+            }))
+        })
+        .collect();
+    let clocks_agree = origins.as_ref().is_some_and(|o| {
+        // Every recording shares an instant with every other: the latest
+        // first event is before the earliest last end.
+        let on_clock: Vec<(i128, i128)> = parts
+            .iter()
+            .zip(o)
+            .filter_map(|(p, &origin)| {
+                let (a, b) = extent(&p.trace)?;
+                Some((
+                    i128::from(origin) + i128::from(a),
+                    i128::from(origin) + i128::from(b),
+                ))
+            })
+            .collect();
+        let latest_start = on_clock.iter().map(|e| e.0).max();
+        let earliest_end = on_clock.iter().map(|e| e.1).min();
+        match (latest_start, earliest_end) {
+            (Some(s), Some(e)) => s <= e,
+            _ => true,
+        }
+    });
+    let applied = match wanted {
+        Alignment::Clock if clocks_agree => Alignment::Clock,
+        Alignment::Clock if matched > 0 => Alignment::Collectives,
+        Alignment::Clock => Alignment::Start,
+        Alignment::Collectives => {
+            if let Some(i) = counts.iter().position(|&n| n == 0) {
+                let p = &parts[i];
+                let kernels = p
+                    .trace
+                    .spans
+                    .iter()
+                    .filter(|s| {
+                        s.kind == crate::model::SpanKind::Kernel
+                            && p.trace.lanes.get(s.lane as usize).is_some_and(|l| {
+                                matches!(l.kind, crate::model::LaneKind::Stream { .. })
+                            })
+                    })
+                    .count();
+                let name = if p.shown == p.label {
+                    p.label.clone()
+                } else {
+                    format!("{} ({})", p.shown, p.label)
+                };
+                return Err(Error::Format(format!(
+                    "{name}: expected collective kernels (names starting {}) to align the ranks on, found none among its {kernels} device kernels",
+                    ranks::COLLECTIVE_PREFIXES.join(", ")
+                )));
+            }
+            Alignment::Collectives
+        }
+        Alignment::Start => Alignment::Start,
+    };
+    // Each file's place before the earliest is moved to 0.
+    let raw: Vec<i128> = match (applied, &origins) {
+        (Alignment::Clock, Some(o)) => o.iter().map(|&o| i128::from(o)).collect(),
+        (Alignment::Collectives, _) => relative
+            .iter()
+            .map(|r| -i128::from(r.unwrap_or(0)))
+            .collect(),
+        _ => vec![0; parts.len()],
+    };
+    let least = raw.iter().copied().min().unwrap_or(0);
+    let offsets: Vec<u64> = raw
+        .iter()
+        .map(|&r| u64::try_from(r - least).unwrap_or(u64::MAX))
+        .collect();
+    let origin_ns = match (applied, &origins) {
+        (Alignment::Clock, Some(_)) => i64::try_from(least).ok(),
+        (Alignment::Collectives, Some(o)) => {
+            i64::try_from(i128::from(o[reference]) - i128::from(offsets[reference])).ok()
+        }
+        _ => None,
+    };
+    Ok(Placement {
+        applied,
+        offsets,
+        skews,
+        counts,
+        matched: matched as u64,
+        origin_ns,
+    })
+}
+
+/// Several files' traces as one ([`load_traces_with`]). Every event is
+/// moved, not copied, into tables reserved once for all files.
+fn merge(files: Vec<Part>, alignment: Alignment) -> Result<Trace> {
+    if files.is_empty() {
+        return Ok(Trace {
+            version: crate::model::TRACE_VERSION,
+            ..Trace::default()
+        });
+    }
+    let placement = place(&files, alignment)?;
+    let total = |f: fn(&Trace) -> usize| files.iter().map(|p| f(&p.trace)).sum::<usize>();
     let mut out = Trace {
         version: crate::model::TRACE_VERSION,
+        devices: Vec::with_capacity(total(|t| t.devices.len())),
+        lanes: Vec::with_capacity(total(|t| t.lanes.len())),
+        spans: Vec::with_capacity(total(|t| t.spans.len())),
+        instants: Vec::with_capacity(total(|t| t.instants.len())),
+        flows: Vec::with_capacity(total(|t| t.flows.len())),
+        counters: Vec::with_capacity(total(|t| t.counters.len())),
+        memory: Vec::with_capacity(total(|t| t.memory.len())),
+        origin_ns: placement.origin_ns,
         ..Trace::default()
+    };
+    let mut record = Ranks {
+        alignment: placement.applied,
+        matched: placement.matched,
+        files: Vec::with_capacity(files.len()),
     };
     let mut report: Option<crate::model::ImportReport> = None;
     let mut next_flow = 1;
-    for (label, t) in files {
+    for (
+        i,
+        Part {
+            label,
+            rank,
+            trace: t,
+            ..
+        },
+    ) in files.into_iter().enumerate()
+    {
+        let offset = placement.offsets[i];
+        let at = |ts: u64| ts.saturating_add(offset);
         let lane_base = out.lanes.len() as u32;
         let device_base = out.devices.len() as u32;
+        record.files.push(crate::model::RankFile {
+            label: label.clone(),
+            rank,
+            lanes: lane_base..lane_base + t.lanes.len() as u32,
+            devices: device_base..device_base + t.devices.len() as u32,
+            origin_ns: t.origin_ns,
+            offset_ns: offset,
+            skew_ns: placement.skews[i],
+            collectives: placement.counts[i],
+        });
         out.version = out.version.max(t.version);
         out.dropped += t.dropped;
         for mut d in t.devices {
@@ -369,10 +636,12 @@ pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
         }
         out.spans.extend(t.spans.into_iter().map(|mut s| {
             s.lane += lane_base;
+            s.start_ns = at(s.start_ns);
             s
         }));
         out.instants.extend(t.instants.into_iter().map(|mut i| {
             i.lane += lane_base;
+            i.ts_ns = at(i.ts_ns);
             i
         }));
         out.flows.extend(t.flows.into_iter().map(|mut f| {
@@ -380,14 +649,20 @@ pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
             next_flow += 1;
             f.from.lane += lane_base;
             f.to.lane += lane_base;
+            f.from.ts_ns = at(f.from.ts_ns);
+            f.to.ts_ns = at(f.to.ts_ns);
             f
         }));
         out.counters.extend(t.counters.into_iter().map(|mut c| {
             c.device += device_base;
+            for p in &mut c.points {
+                p.0 = at(p.0);
+            }
             c
         }));
         out.memory.extend(t.memory.into_iter().map(|mut m| {
             m.device += device_base;
+            m.ts_ns = at(m.ts_ns);
             m
         }));
         out.calibrations
@@ -419,7 +694,8 @@ pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }
     out.import = report;
-    out
+    out.ranks = Some(record);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -442,5 +718,14 @@ mod tests {
             assert_eq!(TraceFileFormat::sniff(&bytes), format);
             assert_eq!(from_bytes(&bytes), Ok(trace.clone()));
         }
+    }
+
+    #[test]
+    fn no_files_merge_into_an_empty_trace_whatever_the_alignment() {
+        for alignment in Alignment::ALL {
+            let t = merge_files_with(Vec::new(), alignment).expect("nothing to align");
+            assert_eq!((t.spans.len(), t.ranks, t.origin_ns), (0, None, None));
+        }
+        assert_eq!(merge_files(Vec::new()).version, crate::model::TRACE_VERSION);
     }
 }

@@ -15,7 +15,13 @@
 //!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
 //! - the viewer's index ([`view`]), statistics ([`stats`]),
 //!   HolisticTraceAnalysis-style analyses ([`analysis`]) and the analysis of
-//!   an area of the timeline ([`selection`]).
+//!   an area of the timeline ([`selection`]);
+//! - the ranks of a distributed job opened as one trace
+//!   ([`file::load_traces_with`], feature
+//!   `import`): put on one clock (their files' own clocks, kept as each
+//!   trace's [`origin_ns`](Trace::origin_ns), or the ends of their NCCL
+//!   collectives), and compared ([`ranks`]: communication, computation,
+//!   their overlap, skew, the rank that enters collectives last).
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -40,11 +46,12 @@ pub mod file;
 pub mod json;
 pub mod model;
 pub mod native;
+pub mod ranks;
 pub mod selection;
 pub mod stats;
 pub mod view;
 
 pub use error::{Error, Result};
 #[cfg(feature = "import")]
-pub use file::{load_trace, load_traces, save_trace};
+pub use file::{load_trace, load_traces, load_traces_with, save_trace};
 pub use model::*;

@@ -17,14 +17,20 @@
 //! Operations on traces live beside the model, whoever produced the trace
 //! (a session, a file, a live server): `check.rs` ([`Trace::check`]) and
 //! `merge.rs` ([`Trace::merge`], which joins live fragments, and
-//! [`Trace::tables_only`]). Nothing here records, reads files or talks to a
-//! socket.
+//! [`Trace::tables_only`]); `ranks.rs` holds the record of the files a
+//! trace was opened from ([`Ranks`]). Nothing here records, reads files or
+//! talks to a socket.
+//!
+//! The epoch is the trace's own; [`Trace::origin_ns`] says, when known,
+//! what it was on the clock of the file the trace came from.
 
 mod check;
 mod memory;
 mod merge;
+mod ranks;
 
 pub use memory::{Block, BlockState, MemoryMap, SegmentRow};
+pub use ranks::{Alignment, RankFile, Ranks};
 
 use std::fmt;
 
@@ -558,6 +564,21 @@ pub struct Trace {
     pub dropped: u64,
     /// Set when the trace was imported from another tool's file.
     pub import: Option<ImportReport>,
+    /// The file's own time of t=0 in ns, when known: a time `t` of this
+    /// trace is `origin_ns + t` on the clock of the file it was read from.
+    /// For PyTorch's (Kineto's) files that is Unix-epoch time, their
+    /// `baseTimeNanoseconds` plus `ts` (the time base PyTorch's memory
+    /// snapshots' `time_us` also use, in microseconds); for another tool's
+    /// file without `baseTimeNanoseconds`, the earliest `ts` read. Several
+    /// files opened as one: the shared clock's time of t=0 when they were
+    /// aligned on their clocks, the reference file's (rank 0's) when aligned on
+    /// collectives, unknown when each was aligned on its own start (each
+    /// file's own is in [`Ranks`]). `None` for Keel's own recordings.
+    pub origin_ns: Option<i64>,
+    /// Set when the trace was opened from several files (one per rank):
+    /// which lanes and devices came from which file, and how the files'
+    /// clocks were aligned.
+    pub ranks: Option<Ranks>,
 }
 
 #[cfg(test)]

@@ -41,16 +41,22 @@
 //! | 9    | calibrations | count, then per calibration: device varint, method str, error bound varint |
 //! | 10   | origin       | lane count (that of the lanes section), then per lane its group str; import report u8 (0 none, 1 present), then format str, events varint, imported varint, skip reason count varint, (reason str, count varint) per reason |
 //! | 11   | memory       | section version u8 (1), count varint, then per event: ts svarint (delta from the previous event's, first from 0), device varint, action u8 ([`MemoryAction::ALL`] index), flags u8 (bit 0 small pool, bit 1 has a stream), addr varint, addr - segment varint (wrapping), bytes varint, stream svarint (only with bit 1), allocated varint, reserved varint |
+//! | 12   | clock        | origin: `opt svarint` ([`Trace::origin_ns`]); ranks u8 (0 none, 1 present), then alignment u8 ([`Alignment::ALL`] index), matched varint, file count varint, per file: label str, rank `opt svarint`, lanes start varint, lanes end varint, devices start varint, devices end varint, origin `opt svarint`, offset varint, skew `opt svarint`, collectives varint |
+//!
+//! `opt svarint` is u8 0 (none) or u8 1 followed by the svarint.
 //!
 //! Sections 1 to 9 are always listed; `origin` only for traces with lane
 //! groups or an import report (imported ones), `memory` only for traces
-//! with allocator events.
+//! with allocator events, `clock` only for traces with an origin or a
+//! record of the files they were opened from ([`Trace::ranks`]). A file's
+//! lane and device ranges must lie inside the tables and follow the
+//! previous file's.
 //!
 //! # Version 1
 //!
 //! Files of version 1 still open. They have no directory: after the magic
 //! and version each section is `tag u8, length varint, body`, sections 1
-//! to 9 in that order, then `origin`, then `memory`. The bodies are those
+//! to 9 in that order, then `origin`, then `memory` (never `clock`). The bodies are those
 //! above, except the header's: in files with a memory section it ends with
 //! which optional sections follow (varint: bit 0 origin, bit 1 memory);
 //! without it, `origin` follows when the next byte is its tag.
@@ -73,8 +79,8 @@ use std::io::Write;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind, MemoryAction,
-    MemoryEvent, Span, SpanKind, Text, Trace, TraceDevice,
+    Alignment, Calibration, Counter, Flow, FlowEnd, FlowKind, InstantEvent, Lane, LaneKind,
+    MemoryAction, MemoryEvent, RankFile, Ranks, Span, SpanKind, Text, Trace, TraceDevice,
 };
 
 /// The first 8 bytes of every native trace file.
@@ -99,8 +105,9 @@ mod tag {
     pub const CALIBRATIONS: u8 = 9;
     pub const ORIGIN: u8 = 10;
     pub const MEMORY: u8 = 11;
+    pub const CLOCK: u8 = 12;
     /// The number of kinds this module knows, 0 (none) included.
-    pub const KINDS: usize = 12;
+    pub const KINDS: usize = 13;
 
     const NAMES: [&str; KINDS] = [
         "",
@@ -115,6 +122,7 @@ mod tag {
         "calibrations",
         "origin",
         "memory",
+        "clock",
     ];
 
     /// The version of the memory section's body this module writes.
@@ -154,6 +162,13 @@ fn memory_action_tag(action: MemoryAction) -> u8 {
     MemoryAction::ALL
         .iter()
         .position(|&a| a == action)
+        .map_or(0, |i| i as u8)
+}
+
+fn alignment_tag(alignment: Alignment) -> u8 {
+    Alignment::ALL
+        .iter()
+        .position(|&a| a == alignment)
         .map_or(0, |i| i as u8)
 }
 
@@ -213,6 +228,17 @@ impl Body<'_, '_> {
     fn str(&mut self, s: &str) {
         let i = self.strings.get(s);
         self.varint(i.into());
+    }
+
+    /// An optional value: u8 0, or u8 1 and the value.
+    fn opt_svarint(&mut self, v: Option<i64>) {
+        match v {
+            None => self.buf.push(0),
+            Some(v) => {
+                self.buf.push(1);
+                self.svarint(v);
+            }
+        }
     }
 
     fn pairs<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: &[(K, V)]) {
@@ -306,6 +332,12 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
             for (reason, _) in &r.skipped {
                 strings.add(reason);
             }
+        }
+    }
+
+    if let Some(ranks) = &trace.ranks {
+        for f in &ranks.files {
+            strings.add(&f.label);
         }
     }
 
@@ -469,6 +501,32 @@ pub fn write_native(trace: &Trace, out: &mut impl Write) -> Result<()> {
         }
         b.section(tag::MEMORY);
     }
+
+    if trace.origin_ns.is_some() || trace.ranks.is_some() {
+        b.opt_svarint(trace.origin_ns);
+        match &trace.ranks {
+            None => b.buf.push(0),
+            Some(ranks) => {
+                b.buf.push(1);
+                b.buf.push(alignment_tag(ranks.alignment));
+                b.varint(ranks.matched);
+                b.len(ranks.files.len());
+                for f in &ranks.files {
+                    b.str(&f.label);
+                    b.opt_svarint(f.rank);
+                    for range in [&f.lanes, &f.devices] {
+                        b.varint(range.start.into());
+                        b.varint(range.end.into());
+                    }
+                    b.opt_svarint(f.origin_ns);
+                    b.varint(f.offset_ns);
+                    b.opt_svarint(f.skew_ns);
+                    b.varint(f.collectives);
+                }
+            }
+        }
+        b.section(tag::CLOCK);
+    }
     write(out, &b.head())?;
     write(out, &b.buf)?;
     out.flush()
@@ -570,6 +628,36 @@ impl Reader<'_> {
 
     fn svarint(&mut self, need: &str) -> Result<i64> {
         self.varint(need).map(unzigzag)
+    }
+
+    /// An optional value (see [`Body::opt_svarint`]).
+    fn opt_svarint(&mut self, need: &str) -> Result<Option<i64>> {
+        let at = self.pos;
+        match self.u8(&format!("a flag for {need}"))? {
+            0 => Ok(None),
+            1 => self.svarint(need).map(Some),
+            other => Err(self.fail(
+                at,
+                format!("expected a flag for {need} (0 or 1), found {other}"),
+            )),
+        }
+    }
+
+    /// A range `start..end` of a table of `len` entries that starts at or
+    /// after `from`.
+    fn range(&mut self, of: &str, from: u32, len: usize) -> Result<std::ops::Range<u32>> {
+        let at = self.pos;
+        let start = self.u32(&format!("the first of {of}"))?;
+        let end = self.u32(&format!("the end of {of}"))?;
+        if start < from || start > end || end as usize > len {
+            return Err(self.fail(
+                at,
+                format!(
+                    "expected {of} as a range from {from} or later to at most {len}, found {start}..{end}"
+                ),
+            ));
+        }
+        Ok(start..end)
     }
 
     fn u32(&mut self, need: &str) -> Result<u32> {
@@ -979,6 +1067,7 @@ fn enter(r: &mut Reader<'_>, layout: &mut Layout, tag: u8) -> Result<bool> {
                     None => r.bytes.get(*next) == Some(&tag::ORIGIN),
                 },
                 tag::MEMORY => follows.is_some_and(|f| f & 2 != 0),
+                tag::CLOCK => false,
                 _ => true,
             };
             if !here {
@@ -1310,6 +1399,57 @@ fn decode(r: &mut Reader<'_>, layout: &mut Layout, mut trace: Trace) -> Result<T
                 allocated: r.varint("the allocated total")?,
                 reserved: r.varint("the reserved total")?,
             });
+        }
+        r.done()?;
+    }
+
+    if enter(r, layout, tag::CLOCK)? {
+        trace.origin_ns = r.opt_svarint("the trace's origin")?;
+        let at = r.pos;
+        match r.u8("a ranks flag")? {
+            0 => {}
+            1 => {
+                let at = r.pos;
+                let alignment = r.u8("an alignment")?;
+                let alignment = *Alignment::ALL.get(usize::from(alignment)).ok_or_else(|| {
+                    r.fail(
+                        at,
+                        format!(
+                            "expected an alignment below {}, found {alignment}",
+                            Alignment::ALL.len()
+                        ),
+                    )
+                })?;
+                let matched = r.varint("a matched collective count")?;
+                let n = r.count("files", 11)?;
+                let mut files = Vec::with_capacity(n);
+                let (mut lanes_from, mut devices_from) = (0, 0);
+                for _ in 0..n {
+                    let label = r.str("a file label")?;
+                    let rank = r.opt_svarint("a rank")?;
+                    let lanes = r.range("a file's lanes", lanes_from, lanes)?;
+                    let devices = r.range("a file's devices", devices_from, devices)?;
+                    (lanes_from, devices_from) = (lanes.end, devices.end);
+                    files.push(RankFile {
+                        label,
+                        rank,
+                        lanes,
+                        devices,
+                        origin_ns: r.opt_svarint("a file's origin")?,
+                        offset_ns: r.varint("a file's offset")?,
+                        skew_ns: r.opt_svarint("a file's skew")?,
+                        collectives: r.varint("a collective count")?,
+                    });
+                }
+                trace.ranks = Some(Ranks {
+                    alignment,
+                    matched,
+                    files,
+                });
+            }
+            other => {
+                return Err(r.fail(at, format!("expected a ranks flag (0 or 1), found {other}")));
+            }
         }
         r.done()?;
     }

@@ -264,6 +264,8 @@ fn sample() -> Trace {
         memory: sample_memory(),
         dropped: 3,
         import: None,
+        origin_ns: None,
+        ranks: None,
     }
 }
 

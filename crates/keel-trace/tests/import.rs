@@ -407,7 +407,7 @@ fn several_files_open_as_one_trace_grouped_by_rank() {
         text.replace("\"distributedInfo\"", "\"somethingElse\""),
     )
     .expect("write");
-    let t = load_traces(&[data("kineto.json"), rank1, no_rank]).expect("three files");
+    let t = load_traces(&[data("kineto.json"), rank1.clone(), no_rank]).expect("three files");
     consistent(&t);
     assert_eq!(t.lanes.len(), 21);
     assert_eq!(t.spans.len(), 48);
@@ -427,8 +427,11 @@ fn several_files_open_as_one_trace_grouped_by_rank() {
     assert_eq!(t.lanes[1].group, "rank 0 \u{b7} python3.10 (pid 4242)");
     assert_eq!(t.lanes[8].group, "rank 1 \u{b7} python3.10 (pid 4242)");
     assert_eq!(t.lanes[15].group, "other.json \u{b7} python3.10 (pid 4242)");
-    // Each file aligned on its own earliest event: the shifted rank lines
-    // up with rank 0.
+    // Rank 1's times are 0.5 s later on the same clock, so its recording
+    // (0.7 ms long) shares no instant with rank 0's: clocks that cannot
+    // be one job's. With no collectives to align on either, each file is
+    // on its own earliest event, and the shifted rank lines up with rank
+    // 0.
     let steps: Vec<u64> = t
         .spans
         .iter()
@@ -436,12 +439,49 @@ fn several_files_open_as_one_trace_grouped_by_rank() {
         .map(|s| s.start_ns)
         .collect();
     assert_eq!(steps, [10_000, 10_000, 10_000]);
+    let ranks = t.ranks.as_ref().expect("a record of the files");
+    assert_eq!(ranks.alignment, keel_trace::Alignment::Start);
+    assert_eq!(t.origin_ns, None, "no one clock");
+    let labels: Vec<(&str, Option<i64>, std::ops::Range<u32>)> = ranks
+        .files
+        .iter()
+        .map(|f| (f.label.as_str(), f.rank, f.lanes.clone()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("rank 0", Some(0), 0..7),
+            ("rank 1", Some(1), 7..14),
+            ("other.json", None, 14..21)
+        ]
+    );
     let r = report(&t);
     assert_eq!((r.events, r.imported), (105, 102));
     assert!(t.flows.iter().all(|f| {
         let (a, b) = (f.from.lane / 7, f.to.lane / 7);
         a == b
     }));
+    // 0.2 ms later instead: the recordings overlap, so the files' clocks
+    // are taken as one, and rank 1 stays 0.2 ms later (the default).
+    std::fs::write(
+        &rank1,
+        text.replace("\"rank\": 0", "\"rank\": 1")
+            .replace("1700000000000000000", "1700000000000200000"),
+    )
+    .expect("write");
+    let t = load_traces(&[data("kineto.json"), rank1]).expect("two files");
+    assert_eq!(
+        t.ranks.as_ref().map(|r| r.alignment),
+        Some(keel_trace::Alignment::Clock)
+    );
+    let steps: Vec<u64> = t
+        .spans
+        .iter()
+        .filter(|s| s.name == "ProfilerStep#1")
+        .map(|s| s.start_ns)
+        .collect();
+    assert_eq!(steps, [10_000, 210_000]);
+    assert_eq!(t.origin_ns, Some(1_700_000_000_000_990_000));
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 

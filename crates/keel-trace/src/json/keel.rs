@@ -28,7 +28,8 @@ use super::stream::{self, Sink, Syntax};
 use super::value::{Lite, short};
 use crate::error::Result;
 use crate::model::{
-    Calibration, Counter, ImportReport, Lane, LaneKind, TRACE_VERSION, Trace, TraceDevice,
+    Alignment, Calibration, Counter, ImportReport, Lane, LaneKind, RankFile, Ranks, TRACE_VERSION,
+    Trace, TraceDevice,
 };
 
 /// Reads a Keel file from the inputs `open` gives (one per pass); `None`
@@ -375,8 +376,79 @@ impl FirstPass {
                 ))
             })?);
         }
+        // After the lanes: the files' lane ranges are checked against them.
+        if k.get("origin_ns").is_some() {
+            trace.origin_ns = opt_i64(&k, "origin_ns")?;
+        }
+        if k.get("ranks").is_some() {
+            trace.ranks = Some(ranks(&k, trace.lanes.len(), trace.devices.len())?);
+        }
         Ok((tables, trace))
     }
+}
+
+/// `obj.key`: an integer, or `null` for none.
+fn opt_i64(obj: &Obj<'_, '_>, key: &str) -> Result<Option<i64>> {
+    match obj.req(key)? {
+        Lite::Null => Ok(None),
+        _ => obj.i64(key).map(Some),
+    }
+}
+
+/// `keel.ranks`, its files' ranges checked against tables of `lanes` lanes
+/// and `devices` devices (each file's after the previous file's).
+fn ranks(k: &Obj<'_, '_>, lanes: usize, devices: usize) -> Result<Ranks> {
+    let r = Obj::new(k.req("ranks")?, Path::Text("keel.ranks"))?;
+    let name = r.str("alignment")?;
+    let alignment = Alignment::from_name(name).ok_or_else(|| {
+        err(format!(
+            "keel.ranks.alignment: expected \"clock\", \"collectives\" or \"start\", found \"{}\"",
+            short(name)
+        ))
+    })?;
+    let mut out = Ranks {
+        alignment,
+        matched: r.u64("matched")?,
+        files: Vec::new(),
+    };
+    let (mut lanes_from, mut devices_from) = (0, 0);
+    for (i, f) in r.array("files")?.iter().enumerate() {
+        let path = format!("keel.ranks.files[{i}]");
+        let f = Obj::new(f, Path::Text(&path))?;
+        let range = |key: &str, from: u32, len: usize| -> Result<std::ops::Range<u32>> {
+            let v = f.req(key)?;
+            match v.elements().as_deref() {
+                Some([a, b]) => match (a.as_u64(), b.as_u64()) {
+                    (Some(a), Some(b)) if a >= u64::from(from) && a <= b && b <= len as u64 => {
+                        Ok(a as u32..b as u32)
+                    }
+                    _ => Err(err(format!(
+                        "{path}.{key}: expected [start, end] from {from} or later to at most {len}, found [{}, {}]",
+                        a.describe(),
+                        b.describe()
+                    ))),
+                },
+                _ => Err(err(format!(
+                    "{path}.{key}: expected a [start, end] pair, found {}",
+                    v.describe()
+                ))),
+            }
+        };
+        let lanes = range("lanes", lanes_from, lanes)?;
+        let devices = range("devices", devices_from, devices)?;
+        (lanes_from, devices_from) = (lanes.end, devices.end);
+        out.files.push(RankFile {
+            label: f.str("label")?.to_owned(),
+            rank: opt_i64(&f, "rank")?,
+            lanes,
+            devices,
+            origin_ns: opt_i64(&f, "origin_ns")?,
+            offset_ns: f.u64("offset_ns")?,
+            skew_ns: opt_i64(&f, "skew_ns")?,
+            collectives: f.u64("collectives")?,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -22,7 +22,13 @@
 //!   stream that runs work inline, or `"keel_lane":"host","thread":7`) and, when
 //!   it has one, its [`Lane::group`] (`"keel_group"`). An imported trace's
 //!   [`Trace::import`] report is `keel.import` (`{"format", "events",
-//!   "imported", "skipped": [[reason, count], ...]}`).
+//!   "imported", "skipped": [[reason, count], ...]}`); a trace's
+//!   [`Trace::origin_ns`] is `keel.origin_ns`, and the record of the files
+//!   it was opened from ([`Trace::ranks`]) `keel.ranks` (`{"alignment":
+//!   "clock" | "collectives" | "start", "matched", "files": [{"label",
+//!   "rank", "lanes": [start, end], "devices": [start, end], "origin_ns",
+//!   "offset_ns", "skew_ns", "collectives"}, ...]}`, `null` for a value
+//!   not known); each is left out when the trace has none.
 //! - Spans are `X` events; `ts` and `dur` are microseconds printed with
 //!   exactly three decimals from the integer ns (no float rounding). `cat`
 //!   follows Kineto: on host lanes `cpu_op` (kernel, copy, alloc, free,

@@ -93,6 +93,14 @@ impl<W: Write> Out<'_, W> {
         self.u64(v.unsigned_abs());
     }
 
+    /// An integer, or `null` for none.
+    fn opt_i64(&mut self, v: Option<i64>) {
+        match v {
+            Some(v) => self.i64(v),
+            None => self.raw("null"),
+        }
+    }
+
     /// ns as microseconds with exactly three decimals.
     fn micros(&mut self, ns: u64) {
         self.u64(ns / 1000);
@@ -488,6 +496,41 @@ pub fn write_json(trace: &Trace, out: &mut impl Write) -> Result<()> {
             w.raw(",");
             w.u64(*n);
             w.raw("]");
+        });
+        w.raw("]}");
+    }
+    if let Some(origin) = trace.origin_ns {
+        w.raw(",\"origin_ns\":");
+        w.i64(origin);
+    }
+    if let Some(ranks) = &trace.ranks {
+        w.raw(",\"ranks\":{\"alignment\":\"");
+        w.raw(ranks.alignment.name());
+        w.raw("\",\"matched\":");
+        w.u64(ranks.matched);
+        w.raw(",\"files\":[");
+        w.list(&ranks.files, |w, f| {
+            w.raw("{\"label\":");
+            w.str(&f.label);
+            w.raw(",\"rank\":");
+            w.opt_i64(f.rank);
+            w.raw(",\"lanes\":[");
+            w.u64(f.lanes.start.into());
+            w.raw(",");
+            w.u64(f.lanes.end.into());
+            w.raw("],\"devices\":[");
+            w.u64(f.devices.start.into());
+            w.raw(",");
+            w.u64(f.devices.end.into());
+            w.raw("],\"origin_ns\":");
+            w.opt_i64(f.origin_ns);
+            w.raw(",\"offset_ns\":");
+            w.u64(f.offset_ns);
+            w.raw(",\"skew_ns\":");
+            w.opt_i64(f.skew_ns);
+            w.raw(",\"collectives\":");
+            w.u64(f.collectives);
+            w.raw("}");
         });
         w.raw("]}");
     }

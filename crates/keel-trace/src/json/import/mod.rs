@@ -51,8 +51,17 @@
 //!
 //! Times: `ts`/`dur` are microseconds as numbers or numeric strings (any
 //! precision, rounded to the ns); the whole trace is moved so its earliest
-//! event is at 0 (Kineto writes epoch times: [`Clock`]). `displayTimeUnit`
-//! only says how to display times, never how to read them.
+//! event is at 0 ([`Clock`]), and the file's own time of that 0 is kept as
+//! the trace's [`origin_ns`](crate::model::Trace::origin_ns), so that
+//! several ranks' files can still be put on one clock and other records of
+//! the run (PyTorch's memory snapshots) found on the trace's timeline.
+//! Kineto's `ts` count from the top-level `baseTimeNanoseconds` (Unix-epoch
+//! ns: HolisticTraceAnalysis reads event times as `baseTimeNanoseconds +
+//! ts`), so the origin is that plus the earliest `ts`; without the field,
+//! the earliest `ts` as it is. A `baseTimeNanoseconds` that is not an
+//! integer leaves the origin unknown rather than guess which clock the
+//! times are on. `displayTimeUnit` only says how to display times, never
+//! how to read them.
 
 mod counters;
 mod event;
@@ -104,9 +113,22 @@ pub(crate) fn import(
 #[derive(Debug, Default)]
 struct Clock {
     earliest: Option<i64>,
+    /// Kineto's `baseTimeNanoseconds`: `Some(Ok(ns))`, or `Some(Err(()))`
+    /// for a value that is not an integer.
+    base: Option<std::result::Result<i64, ()>>,
 }
 
 impl Clock {
+    /// The file's own time of the trace's 0, in ns (see the module docs).
+    fn origin(&self) -> Option<i64> {
+        let earliest = self.earliest?;
+        match self.base {
+            None => Some(earliest),
+            Some(Ok(base)) => base.checked_add(earliest),
+            Some(Err(())) => None,
+        }
+    }
+
     fn see(&mut self, ts: i64) {
         self.earliest = Some(self.earliest.map_or(ts, |m| m.min(ts)));
     }
@@ -176,7 +198,11 @@ impl Sink for Importer {
     fn wants(&self, key: &str) -> bool {
         matches!(
             key,
-            "deviceProperties" | "distributedInfo" | "schemaVersion" | "keel"
+            "deviceProperties"
+                | "distributedInfo"
+                | "schemaVersion"
+                | "keel"
+                | "baseTimeNanoseconds"
         )
     }
 
@@ -187,6 +213,13 @@ impl Sink for Importer {
             "deviceProperties" => {
                 self.report.kineto = true;
                 self.device_properties = value.and_then(|v| serde_json::from_slice(v).ok());
+            }
+            "baseTimeNanoseconds" => {
+                self.clock.base = Some(
+                    value
+                        .and_then(|v| serde_json::from_slice::<i64>(v).ok())
+                        .ok_or(()),
+                );
             }
             "distributedInfo" => {
                 let info: Option<Fields<'_>> = value.and_then(|v| serde_json::from_slice(v).ok());
@@ -239,6 +272,7 @@ impl Importer {
             instant.ts_ns = clock.rebase(instant.ts_ns);
         }
         let flows = flows.close(&spans, lanes.len(), &remap, &clock, &mut report);
+        let origin_ns = clock.origin();
         let trace = Trace {
             version: TRACE_VERSION,
             devices: devices.list,
@@ -251,6 +285,8 @@ impl Importer {
             calibrations: Vec::new(),
             dropped: 0,
             import: Some(report.close(ending, compression)),
+            origin_ns,
+            ranks: None,
         };
         Imported { trace, keel, rank }
     }
