@@ -13,9 +13,15 @@ pub struct Options {
     /// Show trace files (Chrome/PyTorch JSON, optionally gzip or zstd
     /// compressed, or .keeltrace). Several files (one per rank of a
     /// distributed job) open as one trace: one group of lanes per file,
-    /// each aligned on its own start.
+    /// on one clock as --align says.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub open: Vec<PathBuf>,
+    /// How several files' clocks are put on one timeline: `clock` (their
+    /// own clocks, skew kept; falls back to collectives, then start, when
+    /// the clocks share no instant), `collectives` (the ends of their
+    /// NCCL/RCCL collective kernels), `start` (each on its earliest event).
+    #[arg(long, value_name = "HOW", value_parser = alignment, default_value = "clock")]
+    pub align: keel_trace::Alignment,
     /// Connect to a live profiler server (host:port).
     #[arg(long, value_name = "ADDR", value_parser = non_empty)]
     pub connect: Option<String>,
@@ -37,6 +43,15 @@ pub struct Options {
     /// selection's tables (spans by name, devices, flame graph).
     #[arg(long, value_name = "START..END", value_parser = time_window, allow_hyphen_values = true)]
     pub select: Option<(u64, u64)>,
+}
+
+fn alignment(s: &str) -> Result<keel_trace::Alignment, String> {
+    keel_trace::Alignment::from_name(s).ok_or_else(|| {
+        format!(
+            "expected clock, collectives or start, found {:?}",
+            s.chars().take(24).collect::<String>()
+        )
+    })
 }
 
 /// A time with an optional unit (`ns`, `us`, `ms`, `s`; ms without one),
@@ -149,6 +164,15 @@ mod tests {
         assert_eq!(o.select, Some((1_500_000, 2_000_000_000)));
         let o = p(&["--select", "120..180"]).expect("ms by default");
         assert_eq!(o.select, Some((120_000_000, 180_000_000)));
+        let o = p(&["--open", "a.json", "b.json", "--align", "collectives"]).expect("valid");
+        assert_eq!(o.align, keel_trace::Alignment::Collectives);
+        assert_eq!(p(&[]).expect("none").align, keel_trace::Alignment::Clock);
+        let e = p(&["--align", "median"]).expect_err("bad alignment");
+        assert!(
+            e.to_string()
+                .contains("expected clock, collectives or start"),
+            "{e}"
+        );
         let o = p(&["--select", "10us..20000ns"]).expect("valid");
         assert_eq!(o.select, Some((10_000, 20_000)));
         for (bad, says) in [
@@ -183,6 +207,7 @@ mod tests {
             "--headless",
             "--screenshot",
             "--select",
+            "--align",
         ] {
             assert!(help.contains(flag), "{flag} in the help: {help}");
         }

@@ -160,7 +160,7 @@ pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Sel
 pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
     if !options.open.is_empty() {
         let source = crate::files_label(&options.open);
-        let trace = keel::profiler::load_traces(&options.open)
+        let trace = keel_trace::load_traces_with(&options.open, options.align)
             .map_err(|e| format!("could not open {source}: {e}"))?;
         let view = TraceView::new(trace, source);
         match options.select {

@@ -170,6 +170,7 @@ impl App {
             live_dropped: 0,
             live_chunks: 0,
         };
+        app.sources.align = options.align;
         if !options.open.is_empty() {
             app.sources.path = panels::sources::path_text(&options.open);
             app.open_files(&options.open);
@@ -209,16 +210,16 @@ impl App {
     }
 
     /// Loads trace files as one trace: one file as it is, several (the
-    /// ranks of a distributed job) with one group of lanes per file, each
-    /// aligned on its own start ([`keel::profiler::load_traces`]). Errors
-    /// go to the UI.
+    /// ranks of a distributed job) with one group of lanes per file, on
+    /// one clock as [`SourcesState::align`](panels::sources::SourcesState::align)
+    /// says ([`keel_trace::load_traces_with`]). Errors go to the UI.
     pub fn open_files(&mut self, paths: &[PathBuf]) {
         let source = files_label(paths);
         if paths.is_empty() {
             self.fail("nothing to open: expected a trace file name, found none".to_owned());
             return;
         }
-        match keel::profiler::load_traces(paths) {
+        match keel_trace::load_traces_with(paths, self.sources.align) {
             Ok(t) => {
                 self.sources
                     .say(format!("opened {source} ({} spans)", t.spans.len()));

@@ -139,7 +139,8 @@ fn headless_open_prints_the_analysis_without_probing_devices() {
 
 /// Two ranks of a distributed job (a gzipped Kineto file and the same
 /// trace as rank 1): one trace, one group of lanes per rank and device or
-/// process, each rank aligned on its own start.
+/// process. Both files are one recording on one clock, so they stay on
+/// it (`--align clock`, the default) and the ranks table says so.
 #[test]
 fn headless_open_of_several_files_groups_them_per_rank() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -197,6 +198,10 @@ fn headless_open_of_several_files_groups_them_per_rank() {
     assert!(
         out.contains("6 launches: p50 10.00 us"),
         "launch delays of both ranks: {out}"
+    );
+    assert!(
+        out.contains("Ranks (tab-separated):\nalignment\tclock\ncompared\t0\n"),
+        "the ranks table: {out}"
     );
     // The same with one --open per file.
     let (code, again, _) = run(&["--headless", "--open", r0, "--open", r1]);

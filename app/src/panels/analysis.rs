@@ -1,6 +1,7 @@
 //! The analysis panel: the import report of a file from another tool, and
 //! HolisticTraceAnalysis-style tables (GPU time per stream, top kernels,
-//! launch delay distribution with a histogram).
+//! launch delay distribution with a histogram), and for several files
+//! opened as one (the ranks of a distributed job) the ranks side by side.
 
 use egui::Ui;
 use egui_plot::{Bar, BarChart, Plot};
@@ -40,12 +41,80 @@ pub fn import_report(ui: &mut Ui, view: &TraceView) {
     ui.separator();
 }
 
+/// The ranks side by side: alignment, skew, communication against
+/// computation, and who enters collectives last.
+fn ranks(ui: &mut Ui, r: &keel_trace::ranks::RankAnalysis) {
+    ui.heading("Ranks");
+    ui.label(format!(
+        "{} files on one timeline, aligned on {}; {} collectives compared per rank",
+        r.ranks.len(),
+        r.alignment.map_or("nothing", |a| a.name()),
+        r.compared
+    ));
+    if let Some(late) = r.late.and_then(|k| r.ranks.get(k)) {
+        ui.colored_label(
+            egui::Color32::from_rgb(255, 183, 77),
+            format!(
+                "{} enters collectives last: in {} of {}, {} after the others on average",
+                late.label,
+                late.last_in,
+                r.compared,
+                format_ns(late.lag_ns as f64)
+            ),
+        );
+    }
+    egui::Grid::new("ranks")
+        .striped(true)
+        .num_columns(9)
+        .show(ui, |ui| {
+            for h in [
+                "rank",
+                "clock skew",
+                "collectives",
+                "communication",
+                "computation",
+                "overlap",
+                "exposed comm.",
+                "last in",
+                "",
+            ] {
+                ui.strong(h);
+            }
+            ui.end_row();
+            for (k, s) in r.ranks.iter().enumerate() {
+                ui.label(&s.label);
+                ui.label(s.skew_ns.map_or("-".to_owned(), |ns| {
+                    let sign = if ns < 0 { "-" } else { "+" };
+                    format!("{sign}{}", format_ns(ns.unsigned_abs() as f64))
+                }))
+                .on_hover_text(
+                    "against the reference rank's clock, from the ends of the collectives",
+                );
+                ui.label(s.collectives.to_string());
+                for ns in [s.comm_ns, s.compute_ns, s.overlap_ns, s.exposed_comm_ns] {
+                    ui.label(format_ns(ns as f64));
+                }
+                ui.label(s.last_in.to_string());
+                if r.late == Some(k) {
+                    ui.colored_label(egui::Color32::from_rgb(255, 183, 77), "late");
+                } else {
+                    ui.label("");
+                }
+                ui.end_row();
+            }
+        });
+}
+
 /// Shows the analysis `a` of `view`.
 pub fn show(ui: &mut Ui, view: &TraceView, a: &Analysis) {
     egui::ScrollArea::vertical()
         .auto_shrink([false, false])
         .show(ui, |ui| {
             import_report(ui, view);
+            if let Some(r) = &a.ranks {
+                ranks(ui, r);
+                ui.separator();
+            }
             ui.heading("GPU time per stream");
             if a.streams.is_empty() {
                 ui.label("No device streams with kernels, copies or memsets.");

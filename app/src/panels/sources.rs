@@ -35,6 +35,8 @@ pub struct SourcesState {
     pub address: String,
     /// Trace file paths, one per line (see [`paths`]).
     pub path: String,
+    /// How several files' clocks are aligned when they open as one.
+    pub align: keel_trace::Alignment,
     /// (done, total) of a running workload batch.
     pub progress: Option<(usize, usize)>,
     /// Whether a live connection is open, and its status line.
@@ -55,6 +57,7 @@ impl SourcesState {
                 .join("keel-trace.json")
                 .display()
                 .to_string(),
+            align: keel_trace::Alignment::Clock,
             progress: None,
             live: None,
             log: Vec::new(),
@@ -167,6 +170,20 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
         {
             commands.push(Command::Save(p.clone()));
         }
+    });
+    ui.horizontal(|ui| {
+        egui::ComboBox::from_label("ranks on one")
+            .selected_text(state.align.name())
+            .show_ui(ui, |ui| {
+                for a in keel_trace::Alignment::ALL {
+                    ui.selectable_value(&mut state.align, a, a.name());
+                }
+            })
+            .response
+            .on_hover_text(
+                "How several files' clocks are aligned: clock (their own, skew kept), \
+                 collectives (the ends of their NCCL kernels), start (each on its first event)",
+            );
     });
     ui.small(
         ".json (.gz, .zst): Chrome or PyTorch trace; .keeltrace: native. Several files \

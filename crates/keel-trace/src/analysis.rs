@@ -298,6 +298,8 @@ pub struct Analysis {
     pub kernels: Vec<KernelRow>,
     /// Launch delays.
     pub delays: LaunchDelays,
+    /// The ranks side by side, for a trace opened from several files.
+    pub ranks: Option<crate::ranks::RankAnalysis>,
 }
 
 /// How many kernels [`Analysis::new`] keeps.
@@ -310,6 +312,11 @@ impl Analysis {
             streams: stream_times(view),
             kernels: top_kernels(view, TOP_KERNELS),
             delays: launch_delays(view),
+            ranks: view
+                .trace
+                .ranks
+                .as_ref()
+                .map(|_| crate::ranks::RankAnalysis::new(&view.trace)),
         }
     }
 
@@ -379,6 +386,10 @@ impl Analysis {
                 }
             )),
             _ => out.push_str("  (no launch flows)\n"),
+        }
+        if let Some(r) = &self.ranks {
+            out.push_str("Ranks (tab-separated):\n");
+            out.push_str(&r.text());
         }
         out
     }
