@@ -14,7 +14,10 @@
 //! - Keel's native binary format ([`native`]) and files by extension and
 //!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
 //! - the viewer's index ([`view`]), statistics ([`stats`]) and
-//!   HolisticTraceAnalysis-style analyses ([`analysis`]).
+//!   HolisticTraceAnalysis-style analyses ([`analysis`]);
+//! - PyTorch's CUDA memory snapshots (`snapshot`, feature `import`): the
+//!   pickle `torch.cuda.memory._dump_snapshot` writes, read without
+//!   Python, and the memory viewer's timelines and allocator states.
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -39,6 +42,8 @@ pub mod file;
 pub mod json;
 pub mod model;
 pub mod native;
+#[cfg(feature = "import")]
+pub mod snapshot;
 pub mod stats;
 pub mod view;
 
