@@ -120,6 +120,8 @@ fn the_real_snapshot_has_what_python_reads() {
             .iter()
             .all(|f| std::ptr::eq(f.name.as_str(), unwind[0].name.as_str()))
     );
+    // An entry is numbers and a stack id.
+    assert_eq!(std::mem::size_of::<keel_trace::snapshot::TraceEntry>(), 48);
     // The same file decompressed reads the same.
     let plain = gunzip(&read(REAL));
     assert_eq!(read_snapshot(&plain).expect("plain"), s);
@@ -362,14 +364,14 @@ fn allocations_link_to_the_operators_of_the_profiler_trace() {
 }
 
 /// A decoded value in the form `make_pickles.py`'s `canon` writes.
-fn canon(p: &Pickle<'_>, v: Value) -> serde_json::Value {
+fn canon(p: &Pickle, v: Value) -> serde_json::Value {
     canon_to(p, v, 64)
 }
 
 /// [`canon`] to `depth` levels: a damaged pickle can hold a list that
 /// contains itself (a memo fetch appended to its own list), which Python
 /// loads as a cycle too.
-fn canon_to(p: &Pickle<'_>, v: Value, depth: usize) -> serde_json::Value {
+fn canon_to(p: &Pickle, v: Value, depth: usize) -> serde_json::Value {
     use serde_json::{Value as J, json};
     if depth == 0 {
         return json!("...");
@@ -500,31 +502,43 @@ fn wrong_types_and_huge_lengths_are_errors_that_say_what_and_where() {
         "{err}"
     );
     assert!(err.len() < 200, "a short prefix: {err}");
-    // Lengths claiming more than the input: nothing is allocated, the
-    // error says what was claimed and what is left.
-    for (case, bytes) in [
-        ("BINUNICODE8 of 2^62", {
-            let mut b = vec![0x80, 4, 0x8d];
-            b.extend((1u64 << 62).to_le_bytes());
-            b.extend(b"abc.");
-            b
-        }),
-        ("BINBYTES of 4 GB", {
-            let mut b = vec![0x80, 4, b'B'];
-            b.extend(u32::MAX.to_le_bytes());
-            b.push(b'.');
-            b
-        }),
-        ("LONG4 of 2 GB", {
-            let mut b = vec![0x80, 4, 0x8b];
-            b.extend(i32::MAX.to_le_bytes());
-            b.push(b'.');
-            b
-        }),
+    // Lengths claiming more than the input: only what the input holds is
+    // read, and the error says what was claimed and what was there.
+    for (case, bytes, says) in [
+        (
+            "BINUNICODE8 of 2^62",
+            {
+                let mut b = vec![0x80, 4, 0x8d];
+                b.extend((1u64 << 62).to_le_bytes());
+                b.extend(b"abc.");
+                b
+            },
+            "expected a string or bytes of less than 4 GiB, found 4611686018427387904 bytes",
+        ),
+        (
+            "BINBYTES of 4 GB",
+            {
+                let mut b = vec![0x80, 4, b'B'];
+                b.extend(u32::MAX.to_le_bytes());
+                b.push(b'.');
+                b
+            },
+            "expected 4294967295 more bytes, found 1 before the end of the input",
+        ),
+        (
+            "LONG4 of 2 GB",
+            {
+                let mut b = vec![0x80, 4, 0x8b];
+                b.extend(i32::MAX.to_le_bytes());
+                b.push(b'.');
+                b
+            },
+            "expected 2147483647 more bytes, found 1 before the end of the input",
+        ),
     ] {
         let err = Pickle::parse(&bytes).expect_err(case).to_string();
         assert!(
-            err.contains("expected a length of at most the") && err.contains("at byte 2"),
+            err.contains(says) && err.contains("at byte 2"),
             "{case}: {err}"
         );
     }

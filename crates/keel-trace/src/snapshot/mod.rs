@@ -3,9 +3,10 @@
 //! at pytorch.org/memory_viz opens), read with no Python, and the analyses
 //! that viewer offers, as plain functions a UI or a script calls.
 //!
-//! - [`read_snapshot`] and [`load_snapshot`] decode a snapshot, plain or
-//!   gzip-compressed (`.pickle.gz`, by its magic bytes), with Keel's own
-//!   pickle reader ([`pickle`]; its docs say why it is not a crate's).
+//! - [`load_snapshot`], [`read_from`] and [`read_snapshot`] decode a
+//!   snapshot, plain or gzip-compressed (`.pickle.gz`, by its magic
+//!   bytes), streamed, with Keel's own pickle reader ([`pickle`]; its docs
+//!   say why it is not a crate's).
 //! - [`Snapshot`] is the model: the allocator's segments and blocks when the
 //!   snapshot was taken, each device's trace of allocator actions
 //!   ([`TraceEntry`]), and the stack of every block and entry, with frames
@@ -35,15 +36,16 @@
 //!
 //! # Memory
 //!
-//! The decompressed file is held in memory while it is decoded (strings
-//! are borrowed from it), then dropped: the model keeps only numbers,
-//! interned frames and interned stacks.
+//! The file streams through the decoder (decompressed as it is read): the
+//! decoded pickle ([`pickle`]) is alive while the model is built, then
+//! dropped; the model keeps only numbers, interned frames and interned
+//! stacks.
 
 mod analysis;
 pub mod pickle;
 mod read;
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 pub use analysis::{
@@ -257,13 +259,19 @@ impl Snapshot {
     /// come first, the program's entry point last). An id of another
     /// snapshot that is out of range reads as the empty stack.
     pub fn stack(&self, stack: StackId) -> impl ExactSizeIterator<Item = &Frame> + '_ {
+        self.frame_ids(stack)
+            .iter()
+            .map(move |&f| &self.frames[f as usize])
+    }
+
+    /// The frames of `stack` as indices into [`frames`](Self::frames),
+    /// innermost first (for grouping by frame without comparing text).
+    pub fn frame_ids(&self, stack: StackId) -> &[u32] {
         let (start, end) = self
             .stacks
             .get(stack.0 as usize)
             .map_or((0, 0), |&(s, e)| (s as usize, e as usize));
-        self.stack_frames[start..end]
-            .iter()
-            .map(move |&f| &self.frames[f as usize])
+        &self.stack_frames[start..end]
     }
 
     /// Trace entries of every device.
@@ -275,29 +283,45 @@ impl Snapshot {
 /// Decodes a snapshot from a file's bytes, gzip-compressed or not (see the
 /// module docs).
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut plain = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut plain)
-            .map_err(|e| {
-                Error::Format(format!(
-                    "expected a valid gzip stream, found a damaged one: {e}"
-                ))
-            })?;
-        return read::snapshot(&plain);
-    }
-    read::snapshot(bytes)
+    read_from(bytes)
 }
 
-/// Loads a snapshot file (`.pickle` or `.pickle.gz`; the content decides).
+/// Decodes a snapshot from `input`, gzip-compressed (by its magic bytes)
+/// or not, streaming: neither the file nor its decompressed bytes are
+/// held whole.
+pub fn read_from(mut input: impl BufRead) -> Result<Snapshot> {
+    let head = input
+        .fill_buf()
+        .map_err(|e| Error::Format(format!("could not read the snapshot: {e}")))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return read::snapshot(Gunzip(flate2::bufread::MultiGzDecoder::new(input)));
+    }
+    read::snapshot(input)
+}
+
+/// A gzip stream whose damage reads as an error saying so.
+struct Gunzip<R>(flate2::bufread::MultiGzDecoder<R>);
+
+impl<R: BufRead> Read for Gunzip<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            std::io::Error::other(format!(
+                "expected a valid gzip stream, found a damaged one: {e}"
+            ))
+        })
+    }
+}
+
+/// Loads a snapshot file (`.pickle` or `.pickle.gz`; the content decides),
+/// streaming it.
 pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    let file = std::fs::File::open(path).map_err(|e| {
         Error::Format(format!(
             "could not read snapshot file {}: {e}",
             path.display()
         ))
     })?;
-    read_snapshot(&bytes).map_err(|e| match e {
+    read_from(std::io::BufReader::with_capacity(1 << 16, file)).map_err(|e| match e {
         Error::Format(m) => Error::Format(format!("{}: {m}", path.display())),
         other => other,
     })

@@ -18,11 +18,21 @@
 //!
 //! Here a memo fetch is a 4-byte handle to the one decoded object, so the
 //! decoded pickle is bounded by a small multiple of the input: at most one
-//! node per opcode (a node is 32 bytes, an opcode at least 2 bytes, and
-//! only containers, strings and large numbers make nodes), a 4-byte
-//! [`Value`] per pushed item, and strings borrowed from the input, never
-//! copied. Length fields are checked against the bytes that remain before
-//! anything is sliced, so a length claiming 4 GB costs nothing.
+//! 16-byte node per opcode (only containers, strings and numbers too wide
+//! for 30 bits make nodes; an opcode is at least one byte), a 4-byte
+//! [`Value`] per item of a container, and each string's bytes once (a
+//! snapshot's strings are memoised, so they are a small part of it). The
+//! input streams through a buffer of a megabyte ([`Pickle::read`]), so a
+//! file is never held whole; a length field is read as far as the input
+//! goes, so one claiming 4 GB costs what the input holds, no more.
+//!
+//! Containers keep their items in one arena, not a vector each (a
+//! snapshot has millions of small dicts and lists: one allocation each
+//! would cost more time than the decoding). A list filled in one batch
+//! whose items equal an earlier such list's shares its items (a snapshot's
+//! frames lists repeat: the GPT-2 one has 251 distinct stacks in 16,876
+//! lists); a container filled again later moves to a vector of its own,
+//! so a shared range is never written.
 //!
 //! # What it refuses
 //!
@@ -114,32 +124,52 @@ impl Item<'_> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum Node {
     Int(i64),
-    BigInt(usize),
+    BigInt(u32),
     Float(f64),
-    /// A string's byte range in the input.
-    Str(usize, usize),
-    Bytes(usize, usize),
-    List(Vec<Value>),
-    Tuple(Vec<Value>),
-    Dict(Vec<Value>),
+    /// A string's start and length in `strings`.
+    Str(u64, u32),
+    Bytes(u64, u32),
+    /// Items at a start and length in the arena (a dict's keys and values
+    /// alternate).
+    List(u64, u32),
+    Tuple(u64, u32),
+    Dict(u64, u32),
+    /// Items in a vector of their own: a list or dict filled more than
+    /// once.
+    ListOwned(u32),
+    DictOwned(u32),
 }
 
-/// A decoded pickle: the objects it built, borrowing its strings from the
-/// input. See the module docs for what it reads and what it costs.
+/// `len` items from `start` of `arena`.
+fn range(arena: &[Value], start: u64, len: u32) -> &[Value] {
+    &arena[start as usize..start as usize + len as usize]
+}
+
+/// A decoded pickle: the objects it built. See the module docs for what it
+/// reads and what it costs.
 #[derive(Debug)]
-pub struct Pickle<'a> {
-    input: &'a [u8],
+pub struct Pickle {
+    /// Every string's and bytes object's bytes, end to end.
+    strings: Vec<u8>,
     nodes: Vec<Node>,
+    arena: Vec<Value>,
+    owned: Vec<Vec<Value>>,
     root: Value,
 }
 
-impl<'a> Pickle<'a> {
+impl Pickle {
     /// Decodes `input`, which must hold one pickle (anything after its
     /// `STOP` is ignored, as Python's `pickle.loads` ignores it).
-    pub fn parse(input: &'a [u8]) -> Result<Pickle<'a>> {
+    pub fn parse(input: &[u8]) -> Result<Pickle> {
+        Pickle::read(input)
+    }
+
+    /// Decodes the pickle `input` yields, reading it once, a megabyte at a
+    /// time (what follows its `STOP` is not decoded).
+    pub fn read(input: impl std::io::Read) -> Result<Pickle> {
         Parser::new(input).run()
     }
 
@@ -152,19 +182,26 @@ impl<'a> Pickle<'a> {
     pub fn get(&self, v: Value) -> Item<'_> {
         match v.0 & TAG_MASK {
             TAG_INT => Item::Int(i64::from((v.0 as i32) >> 2)),
-            TAG_NODE => match &self.nodes[(v.0 >> 2) as usize] {
-                Node::Int(i) => Item::Int(*i),
-                Node::BigInt(n) => Item::BigInt(*n),
-                Node::Float(x) => Item::Float(*x),
-                Node::Str(s, e) => match std::str::from_utf8(&self.input[*s..*e]) {
-                    Ok(s) => Item::Str(s),
-                    // Checked when read: not reached.
-                    Err(_) => Item::Bytes(&self.input[*s..*e]),
-                },
-                Node::Bytes(s, e) => Item::Bytes(&self.input[*s..*e]),
-                Node::List(items) => Item::List(items),
-                Node::Tuple(items) => Item::Tuple(items),
-                Node::Dict(items) => Item::Dict(items),
+            TAG_NODE => match self.nodes[(v.0 >> 2) as usize] {
+                Node::Int(i) => Item::Int(i),
+                Node::BigInt(n) => Item::BigInt(n as usize),
+                Node::Float(x) => Item::Float(x),
+                Node::Str(s, n) => {
+                    let bytes = &self.strings[s as usize..s as usize + n as usize];
+                    match std::str::from_utf8(bytes) {
+                        Ok(s) => Item::Str(s),
+                        // Checked when read: not reached.
+                        Err(_) => Item::Bytes(bytes),
+                    }
+                }
+                Node::Bytes(s, n) => {
+                    Item::Bytes(&self.strings[s as usize..s as usize + n as usize])
+                }
+                Node::List(s, n) => Item::List(range(&self.arena, s, n)),
+                Node::Tuple(s, n) => Item::Tuple(range(&self.arena, s, n)),
+                Node::Dict(s, n) => Item::Dict(range(&self.arena, s, n)),
+                Node::ListOwned(i) => Item::List(&self.owned[i as usize]),
+                Node::DictOwned(i) => Item::Dict(&self.owned[i as usize]),
             },
             _ => match v {
                 FALSE => Item::Bool(false),
@@ -196,7 +233,9 @@ impl<'a> Pickle<'a> {
     /// checking their UTF-8 again.
     pub fn str_bytes(&self, v: Value) -> Option<&[u8]> {
         match self.nodes.get((v.0 >> 2) as usize) {
-            Some(Node::Str(s, e)) if v.0 & TAG_MASK == TAG_NODE => Some(&self.input[*s..*e]),
+            Some(&Node::Str(s, n)) if v.0 & TAG_MASK == TAG_NODE => {
+                Some(&self.strings[s as usize..s as usize + n as usize])
+            }
             _ => None,
         }
     }
@@ -283,14 +322,119 @@ fn opcode_name(op: u8) -> Option<&'static str> {
     })
 }
 
-/// The decoder's state: a stack of values, the marks on it, and the memo.
-struct Parser<'a> {
-    input: &'a [u8],
+/// Bytes read and not yet decoded: a window on the input.
+struct Source<R> {
+    reader: R,
+    /// Read and not yet consumed from `pos`.
+    buf: Vec<u8>,
     pos: usize,
+    /// The input offset of `buf[0]`.
+    base: u64,
+}
+
+/// What the input had when it ended (the bytes left), or how reading it
+/// failed.
+enum Short {
+    End(usize),
+    Io(std::io::Error),
+}
+
+/// How much is read at a time.
+const CHUNK: usize = 1 << 20;
+
+impl<R: std::io::Read> Source<R> {
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// The next `n` bytes.
+    #[inline]
+    fn take(&mut self, n: usize) -> std::result::Result<&[u8], Short> {
+        if self.buf.len() - self.pos < n {
+            self.fill(n)?;
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// Reads until `n` bytes are past `pos`: the buffer grows only with
+    /// what the input holds, so a length field claiming more than the
+    /// input costs the input's size at most.
+    #[cold]
+    fn fill(&mut self, n: usize) -> std::result::Result<(), Short> {
+        use std::io::Read;
+        self.buf.drain(..self.pos);
+        self.base += self.pos as u64;
+        self.pos = 0;
+        let want = n.max(CHUNK) - self.buf.len();
+        (&mut self.reader)
+            .take(want as u64)
+            .read_to_end(&mut self.buf)
+            .map_err(Short::Io)?;
+        if self.buf.len() < n {
+            return Err(Short::End(self.buf.len()));
+        }
+        Ok(())
+    }
+}
+
+/// The value of a little-endian two's complement integer, or its width
+/// when it does not fit in an `i64`.
+fn long_of(bytes: &[u8]) -> std::result::Result<i64, usize> {
+    let Some(&last) = bytes.last() else {
+        return Ok(0);
+    };
+    let fill = if last & 0x80 != 0 { 0xff } else { 0 };
+    // Past 8 bytes, only sign extension still fits an i64.
+    let fits = bytes.len() <= 8
+        || (bytes[8..].iter().all(|&b| b == fill) && (bytes[7] & 0x80) == (fill & 0x80));
+    if !fits {
+        return Err(bytes.len());
+    }
+    let mut le = [fill; 8];
+    let n = bytes.len().min(8);
+    le[..n].copy_from_slice(&bytes[..n]);
+    Ok(i64::from_le_bytes(le))
+}
+
+/// Hashes a key that is already a seeded hash (`Parser::lists`): as
+/// itself, which saves a second hash per list.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// The decoder's state: a stack of values, the marks on it, and the memo.
+struct Parser<R> {
+    src: Source<R>,
+    strings: Vec<u8>,
     /// Where the current opcode began (errors name it).
-    at: usize,
+    at: u64,
     op: u8,
     nodes: Vec<Node>,
+    arena: Vec<Value>,
+    owned: Vec<Vec<Value>>,
+    /// Lists filled in one batch, by a hash of their items: where an
+    /// earlier one with those items is (one per hash: a collision only
+    /// misses a share).
+    lists: std::collections::HashMap<u64, (u64, u32), std::hash::BuildHasherDefault<Prehashed>>,
+    /// Seeds that hash, so a file cannot choose its collisions.
+    seed: u64,
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Memo slots by id; `HOLE` where none was put.
@@ -302,14 +446,26 @@ struct Parser<'a> {
     memo_len: usize,
 }
 
-impl<'a> Parser<'a> {
-    fn new(input: &'a [u8]) -> Self {
+impl<R: std::io::Read> Parser<R> {
+    fn new(reader: R) -> Self {
         Parser {
-            input,
-            pos: 0,
+            src: Source {
+                reader,
+                buf: Vec::new(),
+                pos: 0,
+                base: 0,
+            },
+            strings: Vec::new(),
             at: 0,
             op: 0,
             nodes: Vec::new(),
+            arena: Vec::new(),
+            owned: Vec::new(),
+            lists: std::collections::HashMap::default(),
+            seed: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new().hash_one(0x6b65_656c_u64)
+            },
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
@@ -333,48 +489,44 @@ impl<'a> Parser<'a> {
         ))
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let input = self.input;
-        match self.pos.checked_add(n).filter(|&end| end <= input.len()) {
-            Some(end) => {
-                let s = &input[self.pos..end];
-                self.pos = end;
-                Ok(s)
-            }
-            None => Err(self.error(format_args!(
-                "expected {n} more bytes, found {} before the end of the input",
-                input.len() - self.pos
-            ))),
+    /// The error for input that ended (or failed) `n` bytes short.
+    fn short_input(&self, n: usize, short: Short) -> Error {
+        match short {
+            Short::End(have) => self.error(format_args!(
+                "expected {n} more bytes, found {have} before the end of the input"
+            )),
+            Short::Io(e) => self.error(format_args!("could not read the input: {e}")),
         }
     }
 
     fn byte(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        match self.src.take(1) {
+            Ok(b) => Ok(b[0]),
+            Err(e) => Err(self.short_input(1, e)),
+        }
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
+        match self.src.take(N) {
+            Ok(b) => out.copy_from_slice(b),
+            Err(e) => return Err(self.short_input(N, e)),
+        }
         Ok(out)
     }
 
-    /// A length field of `width` bytes (little-endian), as a byte count
-    /// that fits in what remains of the input.
+    /// A length field of `width` bytes (little-endian).
     fn length(&mut self, width: usize) -> Result<usize> {
         let n = match width {
             1 => u64::from(self.byte()?),
             4 => u64::from(u32::from_le_bytes(self.array()?)),
             _ => u64::from_le_bytes(self.array()?),
         };
-        let left = self.input.len() - self.pos;
-        usize::try_from(n)
-            .ok()
-            .filter(|&n| n <= left)
-            .ok_or_else(|| {
-                self.error(format_args!(
-                    "expected a length of at most the {left} bytes left, found {n}"
-                ))
-            })
+        usize::try_from(n).map_err(|_| {
+            self.error(format_args!(
+                "expected a length this machine can address, found {n}"
+            ))
+        })
     }
 
     fn node(&mut self, node: Node) -> Result<Value> {
@@ -393,41 +545,67 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A little-endian two's complement integer of any width.
-    fn long(&mut self, bytes: &[u8]) -> Result<Value> {
-        let Some(&last) = bytes.last() else {
-            return self.int(0);
+    /// A LONG1 or LONG4 integer of `n` bytes.
+    fn long(&mut self, n: usize) -> Result<Value> {
+        let value = match self.src.take(n) {
+            Ok(bytes) => long_of(bytes),
+            Err(e) => return Err(self.short_input(n, e)),
         };
-        let fill = if last & 0x80 != 0 { 0xff } else { 0 };
-        // Past 8 bytes, only sign extension still fits an i64.
-        let fits = bytes.len() <= 8
-            || (bytes[8..].iter().all(|&b| b == fill) && (bytes[7] & 0x80) == (fill & 0x80));
-        if !fits {
-            return self.node(Node::BigInt(bytes.len()));
+        match value {
+            Ok(i) => self.int(i),
+            Err(width) => self.node(Node::BigInt(width as u32)),
         }
-        let mut le = [fill; 8];
-        let n = bytes.len().min(8);
-        le[..n].copy_from_slice(&bytes[..n]);
-        self.int(i64::from_le_bytes(le))
+    }
+
+    /// A length that fits a node's 32 bits.
+    fn short(&self, len: usize) -> Result<u32> {
+        u32::try_from(len).map_err(|_| {
+            self.error(format_args!(
+                "expected a string or bytes of less than 4 GiB, found {len} bytes"
+            ))
+        })
+    }
+
+    /// Copies a string's or bytes object's `len` bytes into `strings`
+    /// (checked as UTF-8 for a string): its start there.
+    fn text(&mut self, len: usize, utf8: bool) -> Result<u64> {
+        let start = self.strings.len() as u64;
+        let offset = self.src.offset();
+        let bad = match self.src.take(len) {
+            Ok(s) => {
+                let bad = if utf8 {
+                    std::str::from_utf8(s)
+                        .err()
+                        .map(|e| (e.valid_up_to(), s[e.valid_up_to()]))
+                } else {
+                    None
+                };
+                if bad.is_none() {
+                    self.strings.extend_from_slice(s);
+                }
+                bad
+            }
+            Err(e) => return Err(self.short_input(len, e)),
+        };
+        match bad {
+            None => Ok(start),
+            Some((at, byte)) => Err(self.error(format_args!(
+                "expected UTF-8 text, found byte 0x{byte:02x} at byte {}",
+                offset + at as u64
+            ))),
+        }
     }
 
     fn string(&mut self, len: usize) -> Result<Value> {
-        let start = self.pos;
-        let s = self.take(len)?;
-        if let Err(e) = std::str::from_utf8(s) {
-            let bad = start + e.valid_up_to();
-            return Err(self.error(format_args!(
-                "expected UTF-8 text, found byte 0x{:02x} at byte {bad}",
-                self.input[bad]
-            )));
-        }
-        self.node(Node::Str(start, start + len))
+        let n = self.short(len)?;
+        let start = self.text(len, true)?;
+        self.node(Node::Str(start, n))
     }
 
     fn bytes(&mut self, len: usize) -> Result<Value> {
-        let start = self.pos;
-        self.take(len)?;
-        self.node(Node::Bytes(start, start + len))
+        let n = self.short(len)?;
+        let start = self.text(len, false)?;
+        self.node(Node::Bytes(start, n))
     }
 
     fn push(&mut self, v: Value) {
@@ -444,31 +622,60 @@ impl<'a> Parser<'a> {
         Err(self.error("expected a value on the stack, found none above the last mark"))
     }
 
-    /// The items pushed since the last mark, which is removed.
-    fn pop_mark(&mut self) -> Result<Vec<Value>> {
+    /// Where the items pushed since the last mark start on the stack; the
+    /// mark is removed.
+    fn pop_mark(&mut self) -> Result<usize> {
         match self.marks.pop() {
-            Some(m) => Ok(self.stack.split_off(m)),
+            Some(m) => Ok(m),
             None => Err(self.error("expected a MARK before it, found none")),
         }
     }
 
-    /// The node of the container on the top of the stack (below the mark
-    /// for the batched opcodes).
-    fn target(&mut self) -> Result<usize> {
-        let floor = self.marks.last().copied().unwrap_or(0);
-        match self.stack.len().checked_sub(1) {
-            Some(top) if top >= floor => {
-                let v = self.stack[top];
-                if v.0 & TAG_MASK == TAG_NODE {
-                    return Ok((v.0 >> 2) as usize);
-                }
-                Err(self.error(format_args!(
-                    "expected a container on the stack, found {}",
-                    self.describe(v)
-                )))
-            }
-            _ => Err(self.error("expected a container on the stack, found none")),
+    /// The lowest stack index the current opcode may touch.
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    /// The top `n` items, which must lie above the last mark: where they
+    /// start.
+    fn top_items(&self, n: usize) -> Result<usize> {
+        match self.stack.len().checked_sub(n) {
+            Some(from) if from >= self.floor() => Ok(from),
+            _ => Err(self.error(format_args!(
+                "expected {n} values on the stack above the last mark, found {}",
+                self.stack.len().saturating_sub(self.floor())
+            ))),
         }
+    }
+
+    /// Moves the stack's items from `from` up into the arena: their start
+    /// and length there. A list's items (`share`) reuse an earlier equal
+    /// range.
+    fn store(&mut self, from: usize, share: bool) -> Result<(u64, u32)> {
+        let items = &self.stack[from..];
+        let len = u32::try_from(items.len())
+            .map_err(|_| self.error("expected fewer than 2^32 items in a container"))?;
+        let hash = share.then(|| {
+            let mut h = self.seed;
+            for v in items {
+                h = (h.rotate_left(5) ^ u64::from(v.0)).wrapping_mul(0x517c_c1b7_2722_0a95);
+            }
+            h ^ u64::from(len)
+        });
+        if let Some(h) = hash
+            && let Some(&(start, n)) = self.lists.get(&h)
+            && range(&self.arena, start, n) == items
+        {
+            self.stack.truncate(from);
+            return Ok((start, n));
+        }
+        let start = self.arena.len() as u64;
+        self.arena.extend_from_slice(items);
+        self.stack.truncate(from);
+        if let Some(h) = hash {
+            self.lists.insert(h, (start, len));
+        }
+        Ok((start, len))
     }
 
     fn describe(&self, v: Value) -> &'static str {
@@ -478,9 +685,9 @@ impl<'a> Parser<'a> {
                 Node::Float(_) => "a float",
                 Node::Str(..) => "a str",
                 Node::Bytes(..) => "bytes",
-                Node::List(_) => "a list",
-                Node::Tuple(_) => "a tuple",
-                Node::Dict(_) => "a dict",
+                Node::List(..) | Node::ListOwned(_) => "a list",
+                Node::Tuple(..) => "a tuple",
+                Node::Dict(..) | Node::DictOwned(_) => "a dict",
             },
             TAG_INT => "an int",
             _ if v == NONE => "None",
@@ -488,71 +695,82 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn hashable(&self, key: Value) -> Result<()> {
-        if key.0 & TAG_MASK == TAG_NODE
-            && matches!(
-                self.nodes[(key.0 >> 2) as usize],
-                Node::List(_) | Node::Dict(_)
-            )
-        {
+    /// Checks that the items from `from` up are key-value pairs with keys
+    /// Python could hash.
+    fn pairs(&self, from: usize) -> Result<()> {
+        let items = &self.stack[from..];
+        if !items.len().is_multiple_of(2) {
             return Err(self.error(format_args!(
-                "expected a hashable dict key, found {}",
-                self.describe(key)
+                "expected keys and values in pairs, found {} items",
+                items.len()
             )));
+        }
+        for &key in items.iter().step_by(2) {
+            if key.0 & TAG_MASK == TAG_NODE
+                && matches!(
+                    self.nodes[(key.0 >> 2) as usize],
+                    Node::List(..) | Node::ListOwned(_) | Node::Dict(..) | Node::DictOwned(_)
+                )
+            {
+                return Err(self.error(format_args!(
+                    "expected a hashable dict key, found {}",
+                    self.describe(key)
+                )));
+            }
         }
         Ok(())
     }
 
-    fn append(&mut self, items: Vec<Value>) -> Result<()> {
-        let t = self.target()?;
-        match &mut self.nodes[t] {
-            Node::List(list) => {
-                list.extend(items);
-                Ok(())
-            }
-            _ => {
-                let found = self.describe(Value(((t as u32) << 2) | TAG_NODE));
-                Err(self.error(format_args!("expected a list to append to, found {found}")))
-            }
-        }
-    }
-
-    fn set_items(&mut self, items: Vec<Value>) -> Result<()> {
-        if !items.len().is_multiple_of(2) {
+    /// Adds the stack's items from `from` up to the list (or, for `dict`,
+    /// the dict) just below them.
+    fn extend(&mut self, from: usize, dict: bool) -> Result<()> {
+        let Some(at) = from.checked_sub(1).filter(|&t| t >= self.floor()) else {
             return Err(self.error(format_args!(
-                "expected keys and values in pairs, found {} items",
-                items.len()
+                "expected a {} on the stack to add to, found none",
+                if dict { "dict" } else { "list" }
             )));
+        };
+        let target = self.stack[at];
+        let found = self.describe(target);
+        let wrong = |p: &Self| {
+            p.error(format_args!(
+                "expected a {} to add to, found {found}",
+                if dict { "dict" } else { "list" }
+            ))
+        };
+        if target.0 & TAG_MASK != TAG_NODE {
+            return Err(wrong(self));
         }
-        for k in items.iter().step_by(2) {
-            self.hashable(*k)?;
-        }
-        let t = self.target()?;
-        match &mut self.nodes[t] {
-            Node::Dict(dict) => {
-                dict.extend(items);
-                Ok(())
+        let t = (target.0 >> 2) as usize;
+        match (self.nodes[t], dict) {
+            (Node::List(_, 0), false) => {
+                let (s, n) = self.store(from, true)?;
+                self.nodes[t] = Node::List(s, n);
             }
-            _ => {
-                let found = self.describe(Value(((t as u32) << 2) | TAG_NODE));
-                Err(self.error(format_args!(
-                    "expected a dict to set items in, found {found}"
-                )))
+            (Node::Dict(_, 0), true) => {
+                let (s, n) = self.store(from, false)?;
+                self.nodes[t] = Node::Dict(s, n);
             }
+            (Node::List(s, n), false) | (Node::Dict(s, n), true) => {
+                let i = u32::try_from(self.owned.len())
+                    .map_err(|_| self.error("expected fewer than 2^32 containers"))?;
+                let mut items = range(&self.arena, s, n).to_vec();
+                items.extend_from_slice(&self.stack[from..]);
+                self.stack.truncate(from);
+                self.owned.push(items);
+                self.nodes[t] = if dict {
+                    Node::DictOwned(i)
+                } else {
+                    Node::ListOwned(i)
+                };
+            }
+            (Node::ListOwned(i), false) | (Node::DictOwned(i), true) => {
+                self.owned[i as usize].extend_from_slice(&self.stack[from..]);
+                self.stack.truncate(from);
+            }
+            _ => return Err(wrong(self)),
         }
-    }
-
-    fn dict_of(&mut self, items: Vec<Value>) -> Result<Value> {
-        if !items.len().is_multiple_of(2) {
-            return Err(self.error(format_args!(
-                "expected keys and values in pairs, found {} items",
-                items.len()
-            )));
-        }
-        for k in items.iter().step_by(2) {
-            self.hashable(*k)?;
-        }
-        self.node(Node::Dict(items))
+        Ok(())
     }
 
     fn put(&mut self, id: u32) -> Result<()> {
@@ -564,7 +782,7 @@ impl<'a> Parser<'a> {
         // Dense up to a little past the ids seen so far, and never more
         // slots than bytes read (so the table stays within 4 bytes per
         // input byte); anything further goes to the sparse table.
-        if i < self.memo.len() + 4096 && i <= self.pos {
+        if i < self.memo.len() + 4096 && i as u64 <= self.src.offset() {
             if i >= self.memo.len() {
                 self.memo.resize(i + 1, HOLE);
             }
@@ -578,16 +796,17 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    #[inline]
     fn get_memo(&mut self, id: u32) -> Result<()> {
-        let v = self
-            .memo
-            .get(id as usize)
-            .copied()
-            .filter(|&v| v != HOLE)
-            .or_else(|| self.sparse.get(&id).copied());
-        match v {
-            Some(v) => {
-                self.push(v);
+        if let Some(&v) = self.memo.get(id as usize)
+            && v != HOLE
+        {
+            self.stack.push(v);
+            return Ok(());
+        }
+        match self.sparse.get(&id) {
+            Some(&v) => {
+                self.stack.push(v);
                 Ok(())
             }
             None => Err(self.error(format_args!(
@@ -596,18 +815,20 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn run(mut self) -> Result<Pickle<'a>> {
+    fn run(mut self) -> Result<Pickle> {
         loop {
-            self.at = self.pos;
-            if self.pos >= self.input.len() {
-                self.op = 0;
-                return Err(Error::Format(format!(
-                    "pickle: expected an opcode (the pickle ends with STOP), found the end of the input at byte {}",
-                    self.pos
-                )));
-            }
-            self.op = self.input[self.pos];
-            self.pos += 1;
+            self.at = self.src.offset();
+            let op = match self.src.take(1) {
+                Ok(b) => b[0],
+                Err(Short::End(_)) => {
+                    return Err(Error::Format(format!(
+                        "pickle: expected an opcode (the pickle ends with STOP), found the end of the input at byte {}",
+                        self.at
+                    )));
+                }
+                Err(e) => return Err(self.short_input(1, e)),
+            };
+            self.op = op;
             match self.op {
                 0x80 => {
                     let v = self.byte()?;
@@ -623,8 +844,10 @@ impl<'a> Parser<'a> {
                 b'.' => {
                     let root = self.pop()?;
                     return Ok(Pickle {
-                        input: self.input,
+                        strings: self.strings,
                         nodes: self.nodes,
+                        arena: self.arena,
+                        owned: self.owned,
                         root,
                     });
                 }
@@ -637,7 +860,8 @@ impl<'a> Parser<'a> {
                     }
                 }
                 b'1' => {
-                    self.pop_mark()?;
+                    let m = self.pop_mark()?;
+                    self.stack.truncate(m);
                 }
                 b'2' => {
                     let v = self.pop()?;
@@ -664,8 +888,7 @@ impl<'a> Parser<'a> {
                 }
                 0x8a => {
                     let n = self.length(1)?;
-                    let bytes = self.take(n)?;
-                    let v = self.long(bytes)?;
+                    let v = self.long(n)?;
                     self.push(v);
                 }
                 0x8b => {
@@ -675,14 +898,7 @@ impl<'a> Parser<'a> {
                             self.error(format_args!("expected a length of 0 or more, found {n}"))
                         );
                     }
-                    let left = self.input.len() - self.pos;
-                    if n as usize > left {
-                        return Err(self.error(format_args!(
-                            "expected a length of at most the {left} bytes left, found {n}"
-                        )));
-                    }
-                    let bytes = self.take(n as usize)?;
-                    let v = self.long(bytes)?;
+                    let v = self.long(n as usize)?;
                     self.push(v);
                 }
                 b'G' => {
@@ -721,57 +937,59 @@ impl<'a> Parser<'a> {
                     self.push(v);
                 }
                 b')' => {
-                    let v = self.node(Node::Tuple(Vec::new()))?;
+                    let v = self.node(Node::Tuple(0, 0))?;
                     self.push(v);
                 }
                 0x85..=0x87 => {
-                    let n = usize::from(self.op - 0x84);
-                    let mut items = vec![NONE; n];
-                    for slot in items.iter_mut().rev() {
-                        *slot = self.pop()?;
-                    }
-                    let v = self.node(Node::Tuple(items))?;
+                    let from = self.top_items(usize::from(self.op - 0x84))?;
+                    let (s, n) = self.store(from, false)?;
+                    let v = self.node(Node::Tuple(s, n))?;
                     self.push(v);
                 }
                 b't' => {
-                    let items = self.pop_mark()?;
-                    let v = self.node(Node::Tuple(items))?;
+                    let from = self.pop_mark()?;
+                    let (s, n) = self.store(from, false)?;
+                    let v = self.node(Node::Tuple(s, n))?;
                     self.push(v);
                 }
                 b']' => {
-                    let v = self.node(Node::List(Vec::new()))?;
+                    let v = self.node(Node::List(0, 0))?;
                     self.push(v);
                 }
                 b'l' => {
-                    let items = self.pop_mark()?;
-                    let v = self.node(Node::List(items))?;
+                    let from = self.pop_mark()?;
+                    let (s, n) = self.store(from, true)?;
+                    let v = self.node(Node::List(s, n))?;
                     self.push(v);
                 }
                 b'a' => {
-                    let item = self.pop()?;
-                    self.append(vec![item])?;
+                    let from = self.top_items(1)?;
+                    self.extend(from, false)?;
                 }
                 b'e' => {
-                    let items = self.pop_mark()?;
-                    self.append(items)?;
+                    let from = self.pop_mark()?;
+                    self.extend(from, false)?;
                 }
                 b'}' => {
-                    let v = self.node(Node::Dict(Vec::new()))?;
+                    let v = self.node(Node::Dict(0, 0))?;
                     self.push(v);
                 }
                 b'd' => {
-                    let items = self.pop_mark()?;
-                    let v = self.dict_of(items)?;
+                    let from = self.pop_mark()?;
+                    self.pairs(from)?;
+                    let (s, n) = self.store(from, false)?;
+                    let v = self.node(Node::Dict(s, n))?;
                     self.push(v);
                 }
                 b's' => {
-                    let value = self.pop()?;
-                    let key = self.pop()?;
-                    self.set_items(vec![key, value])?;
+                    let from = self.top_items(2)?;
+                    self.pairs(from)?;
+                    self.extend(from, true)?;
                 }
                 b'u' => {
-                    let items = self.pop_mark()?;
-                    self.set_items(items)?;
+                    let from = self.pop_mark()?;
+                    self.pairs(from)?;
+                    self.extend(from, true)?;
                 }
                 b'q' => {
                     let id = self.byte()?;
@@ -853,5 +1071,10 @@ mod tests {
         // Only the four ints outside 30 bits, the list and the big int
         // made nodes.
         assert_eq!(pk.nodes(), 6);
+    }
+
+    #[test]
+    fn a_node_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<Node>(), 16);
     }
 }

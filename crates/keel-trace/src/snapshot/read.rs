@@ -54,8 +54,8 @@ const NOT_MADE: u32 = u32::MAX;
 /// taken for a frame (a damaged file may use one object as both).
 const FRAME: u32 = 1 << 31;
 
-struct Builder<'p, 'a> {
-    p: &'p Pickle<'a>,
+struct Builder<'p> {
+    p: &'p Pickle,
     texts: Interner,
     snap: Snapshot,
     frame_ids: HashMap<Frame, u32>,
@@ -64,11 +64,16 @@ struct Builder<'p, 'a> {
     /// ([`NOT_MADE`]: none yet): a memo-shared frame dict or frames list is
     /// read once.
     made: Vec<u32>,
+    /// Stacks by where their frames list's items are: equal lists filled
+    /// in one batch share their items in the pickle's arena (see
+    /// [`pickle`](super::pickle)), so most entries' stacks are found here
+    /// without reading their frames.
+    by_items: HashMap<(usize, usize), u32>,
     scratch: Vec<u32>,
 }
 
-pub(super) fn snapshot(bytes: &[u8]) -> Result<Snapshot> {
-    let p = Pickle::parse(bytes)?;
+pub(super) fn snapshot(input: impl std::io::Read) -> Result<Snapshot> {
+    let p = Pickle::read(input)?;
     let mut b = Builder {
         p: &p,
         texts: Interner::default(),
@@ -76,6 +81,7 @@ pub(super) fn snapshot(bytes: &[u8]) -> Result<Snapshot> {
         frame_ids: HashMap::new(),
         stack_ids: HashMap::new(),
         made: vec![NOT_MADE; p.nodes()],
+        by_items: HashMap::new(),
         scratch: Vec::new(),
     };
     // Stack 0 is the empty one.
@@ -105,7 +111,7 @@ pub(super) fn snapshot(bytes: &[u8]) -> Result<Snapshot> {
     Ok(b.snap)
 }
 
-impl<'p, 'a> Builder<'p, 'a> {
+impl<'p> Builder<'p> {
     fn list(&self, v: Value, path: Path<'_>) -> Result<&'p [Value]> {
         match self.p.get(v) {
             Item::List(l) | Item::Tuple(l) => Ok(l),
@@ -195,6 +201,10 @@ impl<'p, 'a> Builder<'p, 'a> {
             return Ok(StackId(made));
         }
         let frames = self.list(v, path)?;
+        let items = (frames.as_ptr() as usize, frames.len());
+        if let Some(&sid) = self.by_items.get(&items) {
+            return Ok(StackId(sid));
+        }
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for (i, f) in frames.iter().enumerate() {
@@ -216,6 +226,9 @@ impl<'p, 'a> Builder<'p, 'a> {
         self.scratch = ids;
         if let Some(i) = id {
             self.made[i as usize] = sid;
+        }
+        if !frames.is_empty() {
+            self.by_items.insert(items, sid);
         }
         Ok(StackId(sid))
     }
