@@ -483,6 +483,41 @@ fn older_snapshots_open_with_what_they_have() {
 }
 
 #[test]
+fn extreme_values_and_an_inconsistent_history_are_counted_not_panicked_on() {
+    let s = read_snapshot(&read("pickle/extreme_values.pickle")).expect("reads");
+    assert_eq!(s.device_traces.len(), 3);
+    assert_eq!(s.device_traces[0].len(), 12);
+    assert_eq!(
+        s.device_traces[0][11].action,
+        Action::FreeCompleted,
+        "`free`"
+    );
+    assert_eq!(s.device_traces[2][0].time_us, None);
+    assert_eq!(s.device_traces[2][0].stream, 0);
+    let all = snapshot::timelines(&s);
+    assert_eq!(all.len(), 4, "devices 0 to 3");
+    for t in &all {
+        let n = s.device_traces.get(t.device).map_or(0, Vec::len);
+        let mut st = state_at(&s, t.device, None);
+        for i in 0..n {
+            st.seek(&s, Some(i));
+            let _ = st.segments();
+            let _ = st.largest(3);
+        }
+        st.seek(&s, None);
+        if t.device == 0 {
+            assert!(st.mismatches() > 0, "the history does not fit");
+        }
+    }
+    let report = snapshot::text(&s, 3);
+    assert!(report.contains("device 3: 0 entries"), "{report}");
+    assert_eq!(snapshot::entry_at(&s, 0, i64::MIN), Some(0));
+    let t = keel_trace::Trace::default();
+    assert_eq!(operator_at(&t, i64::MAX, i64::MIN), None);
+    assert_eq!(operator_at(&t, i64::MIN, i64::MAX), None);
+}
+
+#[test]
 fn wrong_types_and_huge_lengths_are_errors_that_say_what_and_where() {
     // A str where an address should be, quoted short.
     let mut p = vec![0x80, 4, b'}', b'(', 0x8c, 8];
@@ -663,6 +698,7 @@ fn mutated_snapshots_and_pickles_never_panic() {
     let mut fixtures = vec![
         read("pickle/snapshot_small.pickle"),
         read("pickle/old_format.pickle"),
+        read("pickle/extreme_values.pickle"),
     ];
     for name in [
         "proto2_mixed",

@@ -506,7 +506,7 @@ impl AllocatorState {
             .filter(|(base, g)| base.saturating_add(g.size) == e.addr);
         match before {
             Some((_, g)) => {
-                g.size += e.size;
+                g.size = g.size.saturating_add(e.size);
                 true
             }
             None => self.add_segment(e),
@@ -734,7 +734,7 @@ pub fn text(s: &Snapshot, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "  time: {first} us to {last} us ({:.3} s)",
-                (last - first) as f64 / 1e6
+                (*last as f64 - *first as f64) / 1e6
             );
         }
         let end_a = t.allocated.last().copied().unwrap_or(t.initial_allocated);

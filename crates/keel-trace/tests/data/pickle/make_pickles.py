@@ -13,7 +13,10 @@ any Python 3.8+: `python3 make_pickles.py`; no torch needed).
   segments and 60 trace entries (for fuzzing: small enough to mutate
   thousands of times), and `old_format.pickle`, `missing_key.pickle`: a
   snapshot as PyTorch 1.x wrote it (a list of segments, blocks without
-  addresses, stacks in `history`), and one whose entry 1 has no `size`.
+  addresses, stacks in `history`), and one whose entry 1 has no `size`;
+  `extreme_values.pickle`: every action with sizes, addresses and times at
+  the ends of their ranges, an inconsistent history, a device with no
+  history and one with no segments.
 """
 import gzip, json, os, pickle, pickletools, struct
 
@@ -153,6 +156,37 @@ def main():
         ]],
     }
     open(os.path.join(HERE, "missing_key.pickle"), "wb").write(pickle.dumps(bad, protocol=4))
+    top = 2**63 - 1
+    extreme = {
+        "segments": [
+            {"device": 0, "address": top - 10, "total_size": top, "stream": -1,
+             "segment_type": "large", "is_expandable": True, "frames": [],
+             "blocks": [{"address": top - 10, "size": top, "requested_size": top,
+                         "state": "active_allocated", "frames": []}]},
+            {"device": 3, "address": 0, "total_size": 0, "stream": 0,
+             "segment_type": "small", "blocks": []},
+        ],
+        "device_traces": [[
+            {"action": a, "addr": addr, "size": size, "stream": -2**63, "time_us": t, "frames": []}
+            for a, addr, size, t in [
+                ("segment_map", top, top, -2**63),
+                ("alloc", top - 10, top, top),
+                ("free_requested", 0, 0, 0),
+                ("free_completed", top - 10, 1, 5),
+                ("free_completed", 12345, top, 6),
+                ("segment_unmap", 0, top, 7),
+                ("segment_free", top - 10, top, 8),
+                ("segment_alloc", 0, 0, 9),
+                ("oom", top, top, 10),
+                ("snapshot", 0, 0, 11),
+                ("user_defined", 0, 0, -2**63),
+                ("free", top, top, top),
+            ]
+        ], [], [
+            {"action": "alloc", "addr": 1, "size": 1, "frames": []},
+        ]],
+    }
+    open(os.path.join(HERE, "extreme_values.pickle"), "wb").write(pickle.dumps(extreme, protocol=4))
 
 
 main()
