@@ -203,6 +203,10 @@ fn write_copies(out: impl Write, real: &Snapshot, copies: u64) -> io::Result<(u6
             w.int((g.address + shift) as i64)?;
             w.key("total_size")?;
             w.int(g.total_size as i64)?;
+            if let Some(a) = g.allocated_size {
+                w.key("allocated_size")?;
+                w.int(a as i64)?;
+            }
             w.key("stream")?;
             w.int(g.stream)?;
             w.key("segment_type")?;

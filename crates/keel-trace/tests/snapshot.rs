@@ -65,8 +65,15 @@ fn the_real_snapshot_has_what_python_reads() {
         s.segments.iter().map(|g| g.total_size).sum::<u64>(),
         8_084_520_960
     );
-    // Blocks tile their segments.
+    // Blocks tile their segments, and the segments' own totals agree.
     for g in &s.segments {
+        let allocated: u64 = g
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum();
+        assert_eq!(g.allocated_size, Some(allocated));
         let mut at = g.address;
         for b in &g.blocks {
             assert_eq!(b.address, at);

@@ -216,6 +216,9 @@ pub struct Segment {
     pub address: u64,
     /// Its size in bytes.
     pub total_size: u64,
+    /// Bytes in its [`BlockState::ActiveAllocated`] blocks, as the file
+    /// says (`None` when it does not).
+    pub allocated_size: Option<u64>,
     /// The stream it serves.
     pub stream: i64,
     /// From the small-block pool (`segment_type` `small`: requests of at

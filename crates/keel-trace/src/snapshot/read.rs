@@ -249,6 +249,7 @@ impl<'p> Builder<'p> {
             device: 0,
             address: 0,
             total_size: 0,
+            allocated_size: None,
             stream: 0,
             small: false,
             expandable: false,
@@ -267,6 +268,7 @@ impl<'p> Builder<'p> {
                 }
                 b"address" => address = Some(self.uint(kv[1], &at)?),
                 b"total_size" => total = Some(self.uint(kv[1], &at)?),
+                b"allocated_size" => seg.allocated_size = Some(self.uint(kv[1], &at)?),
                 b"stream" => seg.stream = self.int(kv[1], &at)?,
                 b"segment_type" => match self.p.get(kv[1]) {
                     Item::Str(t) => seg.small = t == "small",
