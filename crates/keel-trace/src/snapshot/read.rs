@@ -72,6 +72,7 @@ struct Builder<'p> {
     scratch: Vec<u32>,
 }
 
+/// The snapshot in the pickle `input` yields.
 pub(super) fn snapshot(input: impl std::io::Read) -> Result<Snapshot> {
     let p = Pickle::read(input)?;
     let mut b = Builder {
