@@ -57,7 +57,8 @@ pub struct Timeline {
     pub initial_allocated: i64,
     /// Bytes reserved before the first entry.
     pub initial_reserved: i64,
-    /// Bytes allocated after each entry (one per entry).
+    /// Bytes allocated (requested by live allocations) after each entry
+    /// (one per entry).
     pub allocated: Vec<i64>,
     /// Bytes reserved after each entry (one per entry).
     pub reserved: Vec<i64>,
