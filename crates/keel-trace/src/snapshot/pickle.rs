@@ -16,10 +16,10 @@
 //! fit in memory. It also builds a generic tree of its own `Value`s and
 //! then a second one of the public `Value`s. And it does not read
 //! snapshots at all: `serde_pickle::value_from_slice` (1.2.0) fails on the
-//! GPT-2 snapshot with `Syntax(Recursive)` after 0.25 s and 44 MB, as its
-//! memo, emptied of an object while that object is converted, meets a
-//! second reference to it; Keel reads the same file, model included, in
-//! 0.03 s and 6.4 MB (peak RSS of the whole process, release builds).
+//! GPT-2 snapshot, which has no recursive object, with the error
+//! `Syntax(Recursive)` after 0.25 s and 44 MB; Keel reads the same file,
+//! model included, in 0.03 s and 6.4 MB (peak RSS of the whole process,
+//! release builds).
 //!
 //! Here a memo fetch is a 4-byte handle to the one decoded object, so the
 //! decoded pickle is bounded by a small multiple of the input: at most one
