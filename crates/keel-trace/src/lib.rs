@@ -21,7 +21,10 @@
 //!   `import`): put on one clock (their files' own clocks, kept as each
 //!   trace's [`origin_ns`](Trace::origin_ns), or the ends of their NCCL
 //!   collectives), and compared ([`ranks`]: communication, computation,
-//!   their overlap, skew, the rank that enters collectives last).
+//!   their overlap, skew, the rank that enters collectives last);
+//! - PyTorch's CUDA memory snapshots (`snapshot`, feature `import`): the
+//!   pickle `torch.cuda.memory._dump_snapshot` writes, read without
+//!   Python, and the memory viewer's timelines and allocator states.
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -48,6 +51,8 @@ pub mod model;
 pub mod native;
 pub mod ranks;
 pub mod selection;
+#[cfg(feature = "import")]
+pub mod snapshot;
 pub mod stats;
 pub mod view;
 
