@@ -159,8 +159,17 @@ pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Sel
 /// temporary file and returns its path.
 pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
     if !options.open.is_empty() {
-        let source = crate::files_label(&options.open);
-        let trace = keel_trace::load_traces_with(&options.open, options.align)
+        let (snapshots, traces) = crate::split_snapshots(&options.open)?;
+        for path in &snapshots {
+            let s = keel_trace::snapshot::load_snapshot(path)
+                .map_err(|e| format!("could not open {}: {e}", path.display()))?;
+            print!("{}", keel_trace::snapshot::text(&s, 10));
+        }
+        if traces.is_empty() {
+            return Ok(None);
+        }
+        let source = crate::files_label(&traces);
+        let trace = keel_trace::load_traces_with(&traces, options.align)
             .map_err(|e| format!("could not open {source}: {e}"))?;
         let view = TraceView::new(trace, source);
         match options.select {

@@ -59,6 +59,8 @@ pub enum Tab {
     Analysis,
     /// Allocator curves and the segment map.
     Memory,
+    /// A PyTorch memory snapshot.
+    Snapshot,
 }
 
 /// What a live connection thread reports.
@@ -103,6 +105,10 @@ pub struct App {
     pub area: Option<selection::SelectionSummary>,
     /// The selection panel's state.
     pub area_panel: panels::selection::SelectionPanel,
+    /// The PyTorch memory snapshot opened, if any.
+    pub snapshot: Option<panels::snapshot::SnapshotView>,
+    /// The snapshot view's state.
+    pub snapshot_state: panels::snapshot::SnapshotState,
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
@@ -163,6 +169,8 @@ impl App {
             chain_flows: Vec::new(),
             area: None,
             area_panel: Default::default(),
+            snapshot: None,
+            snapshot_state: Default::default(),
             error,
             run: None,
             live_rx: None,
@@ -213,17 +221,53 @@ impl App {
     /// ranks of a distributed job) with one group of lanes per file, on
     /// one clock as [`SourcesState::align`](panels::sources::SourcesState::align)
     /// says ([`keel_trace::load_traces_with`]). Errors go to the UI.
+    /// A PyTorch memory snapshot among `paths` (told by content) opens in
+    /// the Snapshot tab; with a trace of the same run, its blocks link to
+    /// the trace's operators. Opening a snapshot alone closes the trace
+    /// shown, which would be another run's.
     pub fn open_files(&mut self, paths: &[PathBuf]) {
-        let source = files_label(paths);
         if paths.is_empty() {
             self.fail("nothing to open: expected a trace file name, found none".to_owned());
             return;
         }
+        let (snapshots, traces) = match split_snapshots(paths) {
+            Ok(split) => split,
+            Err(e) => return self.fail(e),
+        };
+        if let Some(path) = snapshots.first() {
+            let source = path.display().to_string();
+            match keel_trace::snapshot::load_snapshot(path) {
+                Ok(s) => {
+                    self.sources.say(format!(
+                        "opened memory snapshot {source} ({} allocator actions)",
+                        s.entries()
+                    ));
+                    self.snapshot = Some(panels::snapshot::SnapshotView::new(s, source));
+                    self.snapshot_state.reset();
+                }
+                Err(e) => return self.fail(format!("could not open {source}: {e}")),
+            }
+        }
+        if traces.is_empty() {
+            self.view = None;
+            self.stats = None;
+            self.analysis = None;
+            self.select(None);
+            self.timeline.area = None;
+            self.area = None;
+            self.tab = Tab::Snapshot;
+            return;
+        }
+        let source = files_label(&traces);
+        let paths = &traces;
         match keel_trace::load_traces_with(paths, self.sources.align) {
             Ok(t) => {
                 self.sources
                     .say(format!("opened {source} ({} spans)", t.spans.len()));
                 self.set_trace(t, source);
+                if !snapshots.is_empty() {
+                    self.tab = Tab::Snapshot;
+                }
             }
             Err(e) => self.fail(format!("could not open {source}: {e}")),
         }
@@ -522,6 +566,9 @@ impl App {
                 ui.selectable_value(&mut self.tab, Tab::Stats, "Events & stats");
                 ui.selectable_value(&mut self.tab, Tab::Analysis, "Analysis");
                 ui.selectable_value(&mut self.tab, Tab::Memory, "Memory");
+                if self.snapshot.is_some() {
+                    ui.selectable_value(&mut self.tab, Tab::Snapshot, "Snapshot");
+                }
                 ui.separator();
                 match &self.view {
                     Some(v) => ui.label(format!("trace: {}", v.source)),
@@ -576,6 +623,7 @@ impl App {
                 self.select(j);
             }
         }
+        let mut show_span = None;
         egui::CentralPanel::default().show(ui, |ui| match self.tab {
             Tab::Devices => panels::devices::show(ui, &self.backends),
             Tab::Timeline => match &self.view {
@@ -641,6 +689,22 @@ impl App {
                     ui.label("No trace yet.");
                 }
             },
+            Tab::Snapshot => match &self.snapshot {
+                Some(sv) => {
+                    let action = panels::snapshot::show(
+                        ui,
+                        &mut self.snapshot_state,
+                        sv,
+                        self.view.as_ref(),
+                    );
+                    if let Some(panels::snapshot::SnapshotAction::ShowSpan(span)) = action {
+                        show_span = Some(span);
+                    }
+                }
+                None => {
+                    ui.label("No memory snapshot: open the pickle torch.cuda.memory._dump_snapshot writes.");
+                }
+            },
             Tab::Memory => match &self.view {
                 Some(view) => {
                     let live = self.live_rx.is_some();
@@ -662,7 +726,35 @@ impl App {
                 }
             },
         });
+        if let Some(span) = show_span {
+            self.select(Some(span));
+            if let Some(view) = &self.view {
+                self.timeline.center_on(view, span);
+            }
+            self.tab = Tab::Timeline;
+        }
     }
+}
+
+/// `paths` split into memory snapshots and trace files, by content.
+pub fn split_snapshots(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+    let mut snapshots = Vec::new();
+    let mut traces = Vec::new();
+    for p in paths {
+        match keel_trace::snapshot::is_snapshot(p) {
+            Ok(true) => snapshots.push(p.clone()),
+            Ok(false) => traces.push(p.clone()),
+            Err(e) => return Err(format!("could not open {}: {e}", p.display())),
+        }
+    }
+    if snapshots.len() > 1 {
+        return Err(format!(
+            "expected at most one memory snapshot, found {}: {}",
+            snapshots.len(),
+            files_label(&snapshots)
+        ));
+    }
+    Ok((snapshots, traces))
 }
 
 /// How trace files are named in the UI and in messages: the path of one

@@ -6,6 +6,7 @@ pub mod details;
 pub mod devices;
 pub mod memory;
 pub mod selection;
+pub mod snapshot;
 pub mod sources;
 pub mod stats;
 pub mod timeline;

@@ -331,6 +331,9 @@ fn allocations_link_to_the_operators_of_the_profiler_trace() {
         keel_trace::load_trace(&data("import/gpt2_train_h200.pt.trace.json.gz")).expect("trace");
     let s = real();
     let origin = origin_ns(&t);
+    // The import keeps the same origin, so the app links without this
+    // test's arithmetic.
+    assert_eq!(t.origin_ns, Some(origin));
     let end_ns = t.spans.iter().map(|sp| sp.end_ns()).max().expect("spans");
     let mut linked = std::collections::HashMap::<String, usize>::new();
     let mut inside = 0;
@@ -768,4 +771,23 @@ fn mutated_snapshots_and_pickles_never_panic() {
         let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         let _ = read_snapshot(&bytes);
     }
+}
+
+#[test]
+fn a_snapshot_is_told_from_a_trace_by_its_first_byte() {
+    use keel_trace::snapshot::is_snapshot;
+    assert_eq!(is_snapshot(&data(REAL)), Ok(true), "gzip-compressed");
+    let plain = std::env::temp_dir().join(format!("keel-snapshot-{}.pickle", std::process::id()));
+    std::fs::write(&plain, gunzip(&read(REAL))).expect("write");
+    assert_eq!(is_snapshot(&plain), Ok(true), "plain");
+    let _ = std::fs::remove_file(&plain);
+    for trace in [
+        "import/gpt2_train_h200.pt.trace.json.gz",
+        "import/kineto.json",
+        "import/kineto.json.zst",
+    ] {
+        assert_eq!(is_snapshot(&data(trace)), Ok(false), "{trace}");
+    }
+    let e = is_snapshot(&data("import/no such file")).expect_err("missing");
+    assert!(e.to_string().contains("no such file"), "{e}");
 }

@@ -315,6 +315,28 @@ impl<R: BufRead> Read for Gunzip<R> {
     }
 }
 
+/// Whether the file at `path` holds a pickle (plain or gzip-compressed):
+/// what a memory snapshot is and a trace never is (a pickle of protocol 2
+/// or later starts with the `PROTO` opcode, byte 0x80, where a JSON trace
+/// starts with text and a native one with its magic). Only the first bytes
+/// are read.
+pub fn is_snapshot(path: &Path) -> Result<bool> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::Format(format!("could not read file {}: {e}", path.display())))?;
+    let mut input = std::io::BufReader::with_capacity(1 << 12, file);
+    let gz = input
+        .fill_buf()
+        .map_err(|e| Error::Format(format!("could not read file {}: {e}", path.display())))?
+        .starts_with(&[0x1f, 0x8b]);
+    let mut first = [0u8; 1];
+    let n = if gz {
+        flate2::bufread::MultiGzDecoder::new(input).read(&mut first)
+    } else {
+        input.read(&mut first)
+    };
+    Ok(matches!(n, Ok(1)) && first[0] == 0x80)
+}
+
 /// Loads a snapshot file (`.pickle` or `.pickle.gz`; the content decides),
 /// streaming it.
 pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
