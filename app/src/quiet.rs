@@ -20,13 +20,26 @@ pub fn probing<T>(probe: impl FnOnce() -> T) -> T {
         if !runtime_dir_missing() {
             return probe();
         }
-        let capture = unix::Capture::start();
-        let out = probe();
-        drop(capture);
-        out
+        captured(probe)
     }
     #[cfg(not(unix))]
     probe()
+}
+
+/// Runs `probe` with stderr captured and filtered (see [`probing`]).
+#[cfg(unix)]
+fn captured<T>(probe: impl FnOnce() -> T) -> T {
+    // Stderr is one per process: a second capture started while one runs
+    // would save the first one's pipe as "stderr" and hold it open, so the
+    // first one's reader would never end. Captures take turns.
+    static STDERR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = STDERR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let capture = unix::Capture::start();
+    let out = probe();
+    drop(capture);
+    out
 }
 
 /// Whether libwayland would find no runtime directory.
@@ -112,6 +125,35 @@ mod unix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Probes started together on several threads (tests building apps
+    /// in parallel) each finish: captures of the one stderr take turns.
+    #[cfg(unix)]
+    #[test]
+    fn captures_on_several_threads_all_finish() {
+        let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let (done, finished) = std::sync::mpsc::channel();
+        for k in 0..4 {
+            let (start, done) = (start.clone(), done.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let out = captured(|| {
+                    eprintln!("error: XDG_RUNTIME_DIR not set in the environment.");
+                    k * 10
+                });
+                let _ = done.send(out);
+            });
+        }
+        let mut got: Vec<i32> = (0..4)
+            .map(|_| {
+                finished
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .expect("every capture ends")
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, [0, 10, 20, 30]);
+    }
 
     #[test]
     fn only_the_runtime_directory_lines_are_dropped() {

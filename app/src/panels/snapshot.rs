@@ -83,11 +83,17 @@ impl SnapshotView {
 
     /// The last entry of `device` at or before `x` (see [`Self::x_of`]).
     fn entry_at_x(&self, device: usize, x: f64) -> Option<usize> {
-        let n = self.entries(device).len();
-        let k = (0..n)
-            .collect::<Vec<_>>()
-            .partition_point(|&i| self.x_of(device, i) <= x);
-        k.checked_sub(1)
+        // Times never decrease along the history: binary search.
+        let (mut lo, mut hi) = (0, self.entries(device).len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.x_of(device, mid) <= x {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.checked_sub(1)
     }
 }
 
@@ -246,17 +252,22 @@ pub fn show(
     }
     let mut pick = cursor.unwrap_or(0);
     ui.horizontal(|ui| {
-        ui.label("after action");
+        let label = ui.label("after action");
         let last = entries.saturating_sub(1);
         if ui
-            .add(egui::Slider::new(&mut pick, 0..=last).clamping(egui::SliderClamping::Always))
+            .add(
+                egui::Slider::new(&mut pick, 0..=last)
+                    .clamping(egui::SliderClamping::Always)
+                    .show_value(false),
+            )
+            .labelled_by(label.id)
             .changed()
         {
             state.cursor = Some(pick);
         }
         if let Some(e) = cursor.and_then(|i| view.entries(device).get(i)) {
             ui.label(format!(
-                "{} of {} at {}{}",
+                "{pick}: {} of {} at {}{}",
                 e.action.name(),
                 format_bytes(e.size),
                 format_ns(view.x_of(device, pick) * 1e6),
