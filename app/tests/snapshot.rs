@@ -112,7 +112,7 @@ fn a_snapshot_alone_and_two_snapshots() {
     });
     assert_eq!(app.error, None);
     assert!(app.view.is_none() && app.snapshot.is_some());
-    let mut h = harness(app);
+    let h = harness(app);
     h.get_by_label("Largest blocks alive at the peak (20)");
     // No trace: no operator links, the table says so.
     assert!(h.query_by_label("show it on the timeline").is_none());
