@@ -14,7 +14,10 @@
 //! - Keel's native binary format ([`native`]) and files by extension and
 //!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
 //! - the viewer's index ([`view`]), statistics ([`stats`]) and
-//!   HolisticTraceAnalysis-style analyses ([`analysis`]).
+//!   HolisticTraceAnalysis-style analyses ([`analysis`]);
+//! - the comparison of a baseline and a candidate trace ([`diff`]): steps
+//!   and operators aligned, per-name and per-span time changes, a table
+//!   for scripts.
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -33,6 +36,7 @@
 //! ```
 
 pub mod analysis;
+pub mod diff;
 mod error;
 #[cfg(feature = "import")]
 pub mod file;
