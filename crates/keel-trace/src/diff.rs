@@ -27,9 +27,8 @@
 //! - **How to read it without a viewer.** [`text`]: a short summary, then
 //!   one tab-separated table with fixed columns in a stable order.
 //!
-//! Note [What is an operator]: a host span of kind
-//! [`SpanKind::Operator`](crate::SpanKind::Operator) (Keel's recordings), or
-//! of kind [`SpanKind::Annotation`](crate::SpanKind::Annotation) that is none
+//! Note [What is an operator]: a host span of kind [`SpanKind::Operator`]
+//! (Keel's recordings), or of kind [`SpanKind::Annotation`] that is none
 //! of: a CUDA runtime or driver call (Kineto gives those a `cbid`
 //! argument), a Python frame (a `Python id` argument), an event of a
 //! category Kineto's importer does not know (a `cat` argument) or a step
