@@ -45,6 +45,7 @@ mod align;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::BuildHasherDefault;
 
 use crate::analysis::{Activity, activity};
 use crate::{Error, FlowKind, LaneKind, Result, Span, SpanKind, Text, Trace};
@@ -169,6 +170,14 @@ pub enum NameKind {
 }
 
 impl NameKind {
+    /// Every kind, in a stable order (the order of [`Diff::names`] ties).
+    pub const ALL: [NameKind; 4] = [
+        NameKind::Operator,
+        NameKind::Kernel,
+        NameKind::Copy,
+        NameKind::Memset,
+    ];
+
     /// `operator`, `kernel`, `copy` or `memset`.
     pub fn name(self) -> &'static str {
         match self {
@@ -283,7 +292,8 @@ pub struct Diff {
     pub span_deltas: Vec<SpanDelta>,
     /// Spans in paired regions, per side (baseline, candidate).
     pub spans: (u64, u64),
-    /// Positions in `span_deltas` by baseline span index.
+    /// For every baseline span, its position in `span_deltas` ([`NONE`]:
+    /// unmatched).
     by_baseline: Vec<u32>,
 }
 
@@ -299,11 +309,8 @@ impl Diff {
 
     /// The match of baseline span `span`, if it has one.
     pub fn baseline_match(&self, span: u32) -> Option<&SpanDelta> {
-        let i = self
-            .by_baseline
-            .binary_search_by_key(&span, |&i| self.span_deltas[i as usize].baseline)
-            .ok()?;
-        self.span_deltas.get(self.by_baseline[i] as usize)
+        let i = *self.by_baseline.get(span as usize)?;
+        self.span_deltas.get(i as usize)
     }
 
     /// Top-level operators matched, over all pairs.
@@ -348,43 +355,90 @@ pub fn step_number(name: &str) -> Option<u64> {
 const STEP_NAME: u32 = 0;
 
 /// Names of both traces as small integers, so sequences and keys compare
-/// as numbers.
+/// as numbers; and what each device name is.
 struct Names<'a> {
     ids: HashMap<&'a str, u32>,
+    /// Ids by the address and length of a name's bytes: readers intern
+    /// names, so the spans of one name mostly share their bytes, and a
+    /// lookup hashes 16 bytes instead of the name (a kernel's runs to
+    /// hundreds).
+    by_addr: HashMap<(usize, usize), u32, BuildHasherDefault<AddrHasher>>,
     texts: Vec<Text>,
+    /// The activity of device spans by (name id, kind, the address and
+    /// length of the Kineto category's text, interned like names): finding
+    /// `memset` in a long kernel name once per name, not per span.
+    activities: HashMap<(u32, u8, usize, usize), Option<Activity>, BuildHasherDefault<AddrHasher>>,
+}
+
+/// Hashes the addresses and lengths [`Names`] looks names up by: values
+/// no file chooses (where the interned names lie in memory), so a multiply
+/// and a rotation do, where SipHash (whose resistance to chosen keys a
+/// file's texts need) took a quarter of a diff's instructions. A dozen
+/// lines here, not a hashing crate for every user of the device layer.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
 }
 
 impl<'a> Names<'a> {
     fn new() -> Self {
         Names {
             ids: HashMap::new(),
+            by_addr: HashMap::default(),
             texts: vec![Text::from("ProfilerStep#*")],
+            activities: HashMap::default(),
         }
     }
 
     fn id(&mut self, name: &'a Text) -> u32 {
-        if step_number(name).is_some() {
-            return STEP_NAME;
-        }
-        if let Some(&id) = self.ids.get(name.as_str()) {
+        let addr = (name.as_ptr() as usize, name.len());
+        if let Some(&id) = self.by_addr.get(&addr) {
             return id;
         }
-        let id = self.texts.len() as u32;
-        self.ids.insert(name.as_str(), id);
-        self.texts.push(Text::clone(name));
+        let id = if step_number(name).is_some() {
+            STEP_NAME
+        } else if let Some(&id) = self.ids.get(name.as_str()) {
+            id
+        } else {
+            let id = self.texts.len() as u32;
+            self.ids.insert(name.as_str(), id);
+            self.texts.push(Text::clone(name));
+            id
+        };
+        self.by_addr.insert(addr, id);
         id
     }
-}
 
-/// What a span is to the diff.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// On a host lane; an operator or not.
-    Host { operator: bool },
-    /// On a device lane; its activity, if it is one.
-    Device(Option<Activity>),
-    /// On a lane the trace does not have (the checker reports those).
-    Nowhere,
+    /// [`activity`] of device span `s`, whose name has id `name`.
+    fn activity(&mut self, name: u32, s: &'a Span) -> Option<Activity> {
+        let arg = |key: &str| {
+            s.args
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let cat = arg("cat").or_else(|| arg("category")).unwrap_or("");
+        let key = (name, s.kind as u8, cat.as_ptr() as usize, cat.len());
+        *self.activities.entry(key).or_insert_with(|| activity(s))
+    }
 }
 
 fn is_operator(s: &Span) -> bool {
@@ -401,13 +455,13 @@ fn is_operator(s: &Span) -> bool {
     }
 }
 
-fn role(trace: &Trace, s: &Span) -> Role {
+/// Whether a span is on a device lane (`Some(true)`), a host lane, or a
+/// lane the trace does not have (`None`; the checker reports those).
+fn on_device(trace: &Trace, s: &Span) -> Option<bool> {
     match trace.lanes.get(s.lane as usize).map(|l| &l.kind) {
-        Some(LaneKind::Host { .. }) => Role::Host {
-            operator: is_operator(s),
-        },
-        Some(LaneKind::Stream { .. }) => Role::Device(activity(s)),
-        None => Role::Nowhere,
+        Some(LaneKind::Host { .. }) => Some(false),
+        Some(LaneKind::Stream { .. }) => Some(true),
+        None => None,
     }
 }
 
@@ -462,12 +516,16 @@ fn find_steps(trace: &Trace) -> (Option<u32>, Vec<Step>) {
 struct Prepared<'a> {
     trace: &'a Trace,
     side: Side,
+    /// Per span: whether it is an operator (on a host lane).
+    operator: Vec<bool>,
+    /// Per span, the host time it counts from: for a device span, the host
+    /// end of the launch flow that ends in it (the first one at or after
+    /// its start), otherwise its start.
+    host_time: Vec<u64>,
     /// Operators per host lane, by (start, longest first, index).
-    ops_by_lane: HashMap<u32, Vec<u32>>,
+    ops_by_lane: Vec<Vec<u32>>,
     /// The steps' lane and the steps.
     steps: (Option<u32>, Vec<Step>),
-    /// Launch flows as (device lane, device time, host time), sorted.
-    launches: Vec<(u32, u64, u64)>,
 }
 
 impl<'a> Prepared<'a> {
@@ -480,15 +538,26 @@ impl<'a> Prepared<'a> {
                 trace.devices.len()
             )));
         }
-        let mut ops_by_lane: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (i, s) in trace.spans.iter().enumerate() {
-            if role(trace, s) == (Role::Host { operator: true }) {
-                ops_by_lane.entry(s.lane).or_default().push(i as u32);
+        let spans = &trace.spans;
+        let mut operator = vec![false; spans.len()];
+        let mut host_time: Vec<u64> = spans.iter().map(|s| s.start_ns).collect();
+        let mut ops_by_lane: Vec<Vec<u32>> = vec![Vec::new(); trace.lanes.len()];
+        // Device spans by (lane, start), walked beside the launches in the
+        // same order: one merge instead of a search per span.
+        let mut device: Vec<(u32, u64, u32)> = Vec::new();
+        for (i, s) in spans.iter().enumerate() {
+            match on_device(trace, s) {
+                Some(false) if is_operator(s) => {
+                    operator[i] = true;
+                    ops_by_lane[s.lane as usize].push(i as u32);
+                }
+                Some(true) => device.push((s.lane, s.start_ns, i as u32)),
+                _ => {}
             }
         }
-        for ops in ops_by_lane.values_mut() {
+        for ops in &mut ops_by_lane {
             ops.sort_unstable_by_key(|&i| {
-                let s = &trace.spans[i as usize];
+                let s = &spans[i as usize];
                 (s.start_ns, std::cmp::Reverse(s.dur_ns), i)
             });
         }
@@ -499,28 +568,30 @@ impl<'a> Prepared<'a> {
             .map(|f| (f.to.lane, f.to.ts_ns, f.from.ts_ns))
             .collect();
         launches.sort_unstable();
+        device.sort_unstable();
+        let mut k = 0;
+        for (lane, start, i) in device {
+            while launches
+                .get(k)
+                .is_some_and(|&(l, ts, _)| (l, ts) < (lane, start))
+            {
+                k += 1;
+            }
+            if let Some(&(l, ts, host)) = launches.get(k)
+                && l == lane
+                && ts <= spans[i as usize].end_ns()
+            {
+                host_time[i as usize] = host;
+            }
+        }
         Ok(Prepared {
             trace,
             side,
+            operator,
+            host_time,
             ops_by_lane,
             steps: find_steps(trace),
-            launches,
         })
-    }
-
-    /// The host time a span counts from: for a device span, the host end of
-    /// the launch flow that ends in it; otherwise its start.
-    fn time_of(&self, s: &Span, device: bool) -> u64 {
-        if !device {
-            return s.start_ns;
-        }
-        let k = self
-            .launches
-            .partition_point(|&(l, ts, _)| (l, ts) < (s.lane, s.start_ns));
-        match self.launches.get(k) {
-            Some(&(l, ts, host)) if l == s.lane && ts <= s.end_ns() => host,
-            _ => s.start_ns,
-        }
     }
 
     /// The main thread when there are no steps: the host lane whose
@@ -531,7 +602,11 @@ impl<'a> Prepared<'a> {
     fn main_lane(&self) -> Result<u32> {
         let spans = &self.trace.spans;
         let mut best: Option<(u64, usize, std::cmp::Reverse<u32>)> = None;
-        for (&lane, ops) in &self.ops_by_lane {
+        for (lane, ops) in self.ops_by_lane.iter().enumerate() {
+            let lane = lane as u32;
+            if ops.is_empty() {
+                continue;
+            }
             let first = ops.first().map_or(0, |&i| spans[i as usize].start_ns);
             let last = ops
                 .iter()
@@ -567,7 +642,7 @@ impl<'a> Prepared<'a> {
     /// The top-level operators of `lane` (inside no other operator of the
     /// lane) that start in `[lo, hi)`, by start, as span indices.
     fn top_level(&self, lane: u32, lo: u64, hi: u64) -> Vec<u32> {
-        let Some(ops) = self.ops_by_lane.get(&lane) else {
+        let Some(ops) = self.ops_by_lane.get(lane as usize) else {
             return Vec::new();
         };
         let spans = &self.trace.spans;
@@ -598,6 +673,8 @@ struct Layout {
     op_names: Vec<u32>,
     /// For every slot, the pair of slots it belongs to ([`NONE`]: none).
     slot_pair: Vec<u32>,
+    /// How many slot pairs there are (on both sides).
+    pairs: u32,
 }
 
 struct Reg {
@@ -626,6 +703,7 @@ impl Layout {
             op_starts: Vec::new(),
             op_names: Vec::new(),
             slot_pair: Vec::new(),
+            pairs: 0,
         };
         let mut slot = 0usize;
         for (lo, hi, step) in cuts {
@@ -667,9 +745,14 @@ impl Layout {
         l
     }
 
-    /// The region and slot of a host time, if a region holds it.
-    fn place(&self, t: u64) -> Option<(usize, usize)> {
-        let r = self.regions.partition_point(|r| r.lo <= t).checked_sub(1)?;
+    /// The region and slot of a host time, if a region holds it; `hint`
+    /// is the region of the previous span, tried first (spans come in
+    /// file order, which is mostly time order).
+    fn place(&self, t: u64, hint: usize) -> Option<(usize, usize)> {
+        let r = match self.regions.get(hint) {
+            Some(h) if h.lo <= t && t < h.hi => hint,
+            _ => self.regions.partition_point(|r| r.lo <= t).checked_sub(1)?,
+        };
         let reg = &self.regions[r];
         if t >= reg.hi {
             return None;
@@ -768,20 +851,25 @@ pub fn diff(baseline: &Trace, candidate: &Trace) -> Result<Diff> {
         }
         matched_ops.push(m.len() as u64);
     }
+    (lb.pairs, lc.pairs) = (next, next);
 
-    let mut table: HashMap<(NameKind, u32), [Totals; 2]> = HashMap::new();
+    let mut table: Vec<[Totals; 2]> = Vec::new();
     let (keys_b, spans_b) = walk(&b, &mut lb, &mut names, &mut table, 0);
     let (keys_c, spans_c) = walk(&c, &mut lc, &mut names, &mut table, 1);
     let span_deltas = match_spans(baseline, candidate, &keys_b, &keys_c);
     drop((keys_b, keys_c));
-    let mut by_baseline: Vec<u32> = (0..span_deltas.len() as u32).collect();
-    by_baseline.sort_unstable_by_key(|&i| span_deltas[i as usize].baseline);
+    let mut by_baseline = vec![NONE; baseline.spans.len()];
+    for (k, m) in span_deltas.iter().enumerate() {
+        by_baseline[m.baseline as usize] = k as u32;
+    }
 
     let mut rows: Vec<NameRow> = table
         .into_iter()
-        .map(|((kind, name), [baseline, candidate])| NameRow {
-            kind,
-            name: Text::clone(&names.texts[name as usize]),
+        .enumerate()
+        .filter(|(_, t)| t[0].count + t[1].count > 0)
+        .map(|(k, [baseline, candidate])| NameRow {
+            kind: NameKind::ALL[k % NameKind::ALL.len()],
+            name: Text::clone(&names.texts[k / NameKind::ALL.len()]),
             baseline,
             candidate,
         })
@@ -833,44 +921,47 @@ fn walk<'a>(
     p: &Prepared<'a>,
     layout: &mut Layout,
     names: &mut Names<'a>,
-    table: &mut HashMap<(NameKind, u32), [Totals; 2]>,
+    table: &mut Vec<[Totals; 2]>,
     side: usize,
 ) -> (Vec<Key>, u64) {
-    let mut keys = Vec::new();
+    let mut keys = Vec::with_capacity(p.trace.spans.len());
     let mut in_pairs = 0u64;
+    let mut hint = 0;
     for (i, s) in p.trace.spans.iter().enumerate() {
-        let role = role(p.trace, s);
-        let device = match role {
-            Role::Host { .. } => false,
-            Role::Device(_) => true,
-            Role::Nowhere => continue,
-        };
-        let t = p.time_of(s, device);
-        let Some((r, slot)) = layout.place(t) else {
+        let Some(device) = on_device(p.trace, s) else {
             continue;
         };
+        let t = p.host_time[i];
+        let Some((r, slot)) = layout.place(t, hint) else {
+            continue;
+        };
+        hint = r;
         let reg = &mut layout.regions[r];
-        let kind = match role {
-            Role::Device(Some(a)) => {
+        let name = names.id(&s.name);
+        let kind = if device {
+            names.activity(name, s).map(|a| {
                 reg.out.kernels.add(s.dur_ns);
                 let (lo, hi) = reg.out.device.unwrap_or((u64::MAX, 0));
                 reg.out.device = Some((lo.min(s.start_ns), hi.max(s.end_ns())));
-                Some(match a {
+                match a {
                     Activity::Kernel => NameKind::Kernel,
                     Activity::Copy => NameKind::Copy,
                     Activity::Memset => NameKind::Memset,
-                })
-            }
-            Role::Host { operator: true } => Some(NameKind::Operator),
-            _ => None,
+                }
+            })
+        } else {
+            p.operator[i].then_some(NameKind::Operator)
         };
         if !reg.paired {
             continue;
         }
         in_pairs += 1;
-        let name = names.id(&s.name);
         if let Some(kind) = kind {
-            table.entry((kind, name)).or_default()[side].add(s.dur_ns);
+            let k = name as usize * NameKind::ALL.len() + kind as usize;
+            if table.len() <= k {
+                table.resize(k + 1, Default::default());
+            }
+            table[k][side].add(s.dur_ns);
         }
         let pair = layout.slot_pair[slot];
         if pair != NONE {
@@ -878,8 +969,31 @@ fn walk<'a>(
             keys.push((pair, class, name, t, i as u32));
         }
     }
-    keys.sort_unstable();
-    (keys, in_pairs)
+    (sort_by_pair(keys, layout.pairs), in_pairs)
+}
+
+/// Sorts keys: a counting sort by slot pair (dense, `0..pairs`), then each
+/// pair's few keys by the rest; a comparison sort of them all spent a
+/// quarter of a diff's instructions.
+fn sort_by_pair(keys: Vec<Key>, pairs: u32) -> Vec<Key> {
+    let mut start = vec![0usize; pairs as usize + 1];
+    for k in &keys {
+        start[k.0 as usize + 1] += 1;
+    }
+    for p in 1..start.len() {
+        start[p] += start[p - 1];
+    }
+    let mut next = start.clone();
+    let mut out = vec![(0, 0, 0, 0, 0); keys.len()];
+    for k in keys {
+        let at = &mut next[k.0 as usize];
+        out[*at] = k;
+        *at += 1;
+    }
+    for w in start.windows(2) {
+        out[w[0]..w[1]].sort_unstable();
+    }
+    out
 }
 
 /// Zips the sorted keys of both sides group by group (slot pair, class,
@@ -887,9 +1001,11 @@ fn walk<'a>(
 /// baseline. The result is by candidate span.
 fn match_spans(baseline: &Trace, candidate: &Trace, kb: &[Key], kc: &[Key]) -> Vec<SpanDelta> {
     let group = |k: &Key| (k.0, k.1, k.2);
+    // Groups are small (one name in one slot): a linear scan, not a search
+    // over the rest of the keys.
     let end_of = |keys: &[Key], from: usize| {
         let g = group(&keys[from]);
-        from + keys[from..].partition_point(|k| group(k) == g)
+        from + keys[from..].iter().take_while(|k| group(k) == g).count()
     };
     let mut out = Vec::with_capacity(kb.len().min(kc.len()));
     let (mut i, mut j) = (0, 0);
@@ -911,8 +1027,16 @@ fn match_spans(baseline: &Trace, candidate: &Trace, kb: &[Key], kc: &[Key]) -> V
             }
         }
     }
-    out.sort_unstable_by_key(|d| d.candidate);
-    out
+    // By candidate span: each appears once, so a pass over an index of
+    // the candidate's spans orders them without a sort.
+    let mut at = vec![NONE; candidate.spans.len()];
+    for (k, d) in out.iter().enumerate() {
+        at[d.candidate as usize] = k as u32;
+    }
+    at.into_iter()
+        .filter(|&k| k != NONE)
+        .map(|k| out[k as usize])
+        .collect()
 }
 
 /// The columns of [`text`]'s table, tab-separated.
@@ -982,12 +1106,7 @@ pub fn text(d: &Diff) -> String {
         d.spans.0,
         d.spans.1
     );
-    for kind in [
-        NameKind::Operator,
-        NameKind::Kernel,
-        NameKind::Copy,
-        NameKind::Memset,
-    ] {
+    for kind in NameKind::ALL {
         let (b, c) = d.totals(kind);
         if b.count + c.count == 0 {
             continue;
