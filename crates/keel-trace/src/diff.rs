@@ -465,6 +465,12 @@ fn on_device(trace: &Trace, s: &Span) -> Option<bool> {
     }
 }
 
+/// A span's end, saturating: a trace not read from a file (readers check
+/// it) may hold a span that would end past the largest time.
+fn end(s: &Span) -> u64 {
+    s.start_ns.saturating_add(s.dur_ns)
+}
+
 /// A step span found in a trace.
 #[derive(Clone, Copy)]
 struct Step {
@@ -490,7 +496,7 @@ fn find_steps(trace: &Trace) -> (Option<u32>, Vec<Step>) {
                 span: i as u32,
                 number,
                 start: s.start_ns,
-                end: s.end_ns(),
+                end: end(s),
             });
         }
     }
@@ -579,7 +585,7 @@ impl<'a> Prepared<'a> {
             }
             if let Some(&(l, ts, host)) = launches.get(k)
                 && l == lane
-                && ts <= spans[i as usize].end_ns()
+                && ts <= end(&spans[i as usize])
             {
                 host_time[i as usize] = host;
             }
@@ -610,7 +616,7 @@ impl<'a> Prepared<'a> {
             let first = ops.first().map_or(0, |&i| spans[i as usize].start_ns);
             let last = ops
                 .iter()
-                .map(|&i| spans[i as usize].end_ns())
+                .map(|&i| end(&spans[i as usize]))
                 .max()
                 .unwrap_or(0);
             let key = (last - first.min(last), ops.len(), std::cmp::Reverse(lane));
@@ -656,7 +662,7 @@ impl<'a> Prepared<'a> {
             }
             if out.is_empty() || s.start_ns >= open_end {
                 out.push(i);
-                open_end = s.end_ns();
+                open_end = end(s);
             }
         }
         out
@@ -717,7 +723,7 @@ impl Layout {
                 l.op_names.push(names.id(&s.name));
                 operators.add(s.dur_ns);
                 first = first.min(s.start_ns);
-                last = last.max(s.end_ns());
+                last = last.max(end(s));
             }
             let host = match step {
                 Some(s) => (s.start, s.end),
@@ -942,7 +948,7 @@ fn walk<'a>(
             names.activity(name, s).map(|a| {
                 reg.out.kernels.add(s.dur_ns);
                 let (lo, hi) = reg.out.device.unwrap_or((u64::MAX, 0));
-                reg.out.device = Some((lo.min(s.start_ns), hi.max(s.end_ns())));
+                reg.out.device = Some((lo.min(s.start_ns), hi.max(end(s))));
                 match a {
                     Activity::Kernel => NameKind::Kernel,
                     Activity::Copy => NameKind::Copy,

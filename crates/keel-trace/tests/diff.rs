@@ -621,3 +621,86 @@ proptest! {
         prop_assert_eq!(table(&text).len(), d.pairs.len() + d.unpaired.len() + d.names.len());
     }
 }
+
+/// A small trace of arbitrary content: any lanes, spans anywhere (up to
+/// the largest time), step names with any number, flows between any
+/// lanes, lanes the trace does not have.
+fn arbitrary_trace() -> impl Strategy<Value = Trace> {
+    let lane = prop_oneof![
+        (0u64..3).prop_map(|thread| LaneKind::Host { thread }),
+        (0i64..3).prop_map(|stream| LaneKind::Stream {
+            device: 0,
+            stream,
+            thread: 0
+        }),
+    ];
+    let name = prop_oneof![
+        Just("aten::mm".to_owned()),
+        Just("gemm_kernel".to_owned()),
+        Just("Memset (Device)".to_owned()),
+        (0u64..4).prop_map(|n| format!("ProfilerStep#{n}")),
+        Just("ProfilerStep#x".to_owned()),
+        "[a-z#:]{0,6}",
+    ];
+    let time = prop_oneof![0u64..1_000, Just(u64::MAX - 5), any::<u64>()];
+    let kind = proptest::sample::select(SpanKind::ALL.to_vec());
+    let span = (0u32..5, name, kind, time.clone(), time.clone()).prop_map(
+        |(lane, name, kind, start_ns, dur_ns)| Span {
+            lane,
+            name: name.into(),
+            kind,
+            start_ns,
+            dur_ns,
+            op: 0,
+            args: Vec::new(),
+        },
+    );
+    let flow = (0u32..5, time.clone(), 0u32..5, time).prop_map(|(a, ta, b, tb)| keel_trace::Flow {
+        id: 0,
+        kind: keel_trace::FlowKind::Launch,
+        from: keel_trace::FlowEnd { lane: a, ts_ns: ta },
+        to: keel_trace::FlowEnd { lane: b, ts_ns: tb },
+    });
+    (
+        proptest::collection::vec(lane, 0..4),
+        proptest::collection::vec(span, 0..40),
+        proptest::collection::vec(flow, 0..10),
+    )
+        .prop_map(|(kinds, spans, flows)| Trace {
+            lanes: kinds
+                .into_iter()
+                .map(|kind| keel_trace::Lane {
+                    kind,
+                    name: String::new(),
+                    group: String::new(),
+                })
+                .collect(),
+            spans,
+            flows,
+            ..Trace::default()
+        })
+}
+
+proptest! {
+    /// Whatever two traces hold, the diff is a result or a format error,
+    /// never a panic, and what it returns is consistent.
+    #[test]
+    fn arbitrary_traces_never_panic(b in arbitrary_trace(), c in arbitrary_trace()) {
+        match diff::diff(&b, &c) {
+            Err(keel_trace::Error::Format(m)) => {
+                prop_assert!(m.starts_with("baseline: ") || m.starts_with("candidate: "), "{}", m);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+            Ok(d) => {
+                for m in &d.span_deltas {
+                    let (x, y) = (&b.spans[m.baseline as usize], &c.spans[m.candidate as usize]);
+                    prop_assert_eq!(x.kind, y.kind);
+                    prop_assert_eq!(d.baseline_match(m.baseline), Some(m));
+                }
+                prop_assert!(d.span_deltas.windows(2).all(|w| w[0].candidate < w[1].candidate));
+                let rows = table(&diff::text(&d));
+                prop_assert_eq!(rows.len(), d.pairs.len() + d.unpaired.len() + d.names.len());
+            }
+        }
+    }
+}
