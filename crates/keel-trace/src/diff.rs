@@ -9,14 +9,19 @@
 //!   step N when the numbers of the trace with fewer steps all occur in the
 //!   other, the k-th with the k-th otherwise (a renumbered run); when
 //!   either trace has no steps, each trace is one region. Inside each pair
-//!   of regions the top-level operators of the main thread are aligned by
-//!   name (see [`Alignment`] and Note [Bounded alignment] in `align.rs`),
-//!   and every span falls into a *slot*: the region's head (before its
-//!   first top-level operator) or the top-level operator it starts in (a
-//!   device span counts from the host time that launched it, through its
-//!   launch flow). A span of the candidate matches the baseline span of the
-//!   paired slot that has the same side (host or device), kind and name and
-//!   the same occurrence index among those, in time order.
+//!   of regions the top-level operators of each host thread are aligned by
+//!   name with those of its partner (see [`Alignment`] and Note [Bounded
+//!   alignment] in `align.rs`): the main thread (the steps' thread, or the
+//!   one whose operators span the longest time) with the main thread, the
+//!   other threads (PyTorch's autograd thread) in the order of their first
+//!   operator in the region. Every span falls into a *slot*: the top-level
+//!   operator of its thread it starts in, or the region's head (before its
+//!   thread's first one, or on a thread without any); a device span counts
+//!   from the host span that launched it, through its launch flow. A span
+//!   of the candidate matches the baseline span of the paired slot that
+//!   has the same side (host or device), kind and name and the same
+//!   occurrence index among those, in time order: an operator removed or
+//!   added shifts no match outside its own slot.
 //! - **What got slower or faster.** Per operator name and per kernel name
 //!   (and copies and memsets on the device), count and total time on both
 //!   sides over the paired regions ([`NameRow`]), largest absolute change
@@ -126,7 +131,7 @@ pub struct Region {
     pub device: Option<(u64, u64)>,
     /// Device activity launched in the region.
     pub kernels: Totals,
-    /// Top-level operators of the main thread in the region.
+    /// Top-level operators of the host threads in the region.
     pub operators: Totals,
 }
 
@@ -144,8 +149,8 @@ pub struct RegionPair {
     pub baseline: Region,
     /// The candidate's region.
     pub candidate: Region,
-    /// Top-level operators of the main thread paired with one of the other
-    /// side.
+    /// Top-level operators of the host threads paired with one of the
+    /// other side.
     pub matched_operators: u64,
 }
 
@@ -281,7 +286,7 @@ pub struct Diff {
     /// has), in time order per side, the baseline's first. Their spans are
     /// in neither the name table nor the matches.
     pub unpaired: Vec<(Side, Region)>,
-    /// Top-level operators of the main thread in paired regions, per side
+    /// Top-level operators of the host threads in paired regions, per side
     /// (baseline, candidate); [`RegionPair::matched_operators`] of them
     /// paired.
     pub operators: (u64, u64),
@@ -528,6 +533,11 @@ struct Prepared<'a> {
     /// end of the launch flow that ends in it (the first one at or after
     /// its start), otherwise its start.
     host_time: Vec<u64>,
+    /// Per span, the host lane it counts on: its own, or for a device span
+    /// that of the launch (its own lane without one).
+    host_lane: Vec<u32>,
+    /// Host lanes with operators, in order.
+    op_lanes: Vec<u32>,
     /// Operators per host lane, by (start, longest first, index).
     ops_by_lane: Vec<Vec<u32>>,
     /// The steps' lane and the steps.
@@ -547,6 +557,7 @@ impl<'a> Prepared<'a> {
         let spans = &trace.spans;
         let mut operator = vec![false; spans.len()];
         let mut host_time: Vec<u64> = spans.iter().map(|s| s.start_ns).collect();
+        let mut host_lane: Vec<u32> = spans.iter().map(|s| s.lane).collect();
         let mut ops_by_lane: Vec<Vec<u32>> = vec![Vec::new(); trace.lanes.len()];
         // Device spans by (lane, start), walked beside the launches in the
         // same order: one merge instead of a search per span.
@@ -567,11 +578,11 @@ impl<'a> Prepared<'a> {
                 (s.start_ns, std::cmp::Reverse(s.dur_ns), i)
             });
         }
-        let mut launches: Vec<(u32, u64, u64)> = trace
+        let mut launches: Vec<(u32, u64, u64, u32)> = trace
             .flows
             .iter()
             .filter(|f| f.kind == FlowKind::Launch)
-            .map(|f| (f.to.lane, f.to.ts_ns, f.from.ts_ns))
+            .map(|f| (f.to.lane, f.to.ts_ns, f.from.ts_ns, f.from.lane))
             .collect();
         launches.sort_unstable();
         device.sort_unstable();
@@ -579,15 +590,16 @@ impl<'a> Prepared<'a> {
         for (lane, start, i) in device {
             while launches
                 .get(k)
-                .is_some_and(|&(l, ts, _)| (l, ts) < (lane, start))
+                .is_some_and(|&(l, ts, _, _)| (l, ts) < (lane, start))
             {
                 k += 1;
             }
-            if let Some(&(l, ts, host)) = launches.get(k)
+            if let Some(&(l, ts, host, from)) = launches.get(k)
                 && l == lane
                 && ts <= end(&spans[i as usize])
             {
                 host_time[i as usize] = host;
+                host_lane[i as usize] = from;
             }
         }
         Ok(Prepared {
@@ -595,6 +607,10 @@ impl<'a> Prepared<'a> {
             side,
             operator,
             host_time,
+            host_lane,
+            op_lanes: (0..ops_by_lane.len() as u32)
+                .filter(|&l| !ops_by_lane[l as usize].is_empty())
+                .collect(),
             ops_by_lane,
             steps: find_steps(trace),
         })
@@ -686,13 +702,24 @@ struct Layout {
 struct Reg {
     lo: u64,
     hi: u64,
-    /// Its top-level operators, in `op_starts`.
-    ops: std::ops::Range<usize>,
-    /// Its head slot; slot `first_slot + 1 + k` is its k-th operator's.
+    /// Its head slot (spans before their thread's first top-level
+    /// operator, or on a thread without any, or on no thread).
     first_slot: u32,
+    /// Per host thread with top-level operators in it, the main thread
+    /// first, the others by their first operator's start.
+    tracks: Vec<Track>,
     /// Whether it is paired.
     paired: bool,
     out: Region,
+}
+
+/// One host thread's top-level operators in a region.
+struct Track {
+    lane: u32,
+    /// Its operators, in `op_starts`.
+    ops: std::ops::Range<usize>,
+    /// The slot of its first operator; the k-th is `first_slot + k`.
+    first_slot: u32,
 }
 
 const NONE: u32 = u32::MAX;
@@ -713,28 +740,53 @@ impl Layout {
         };
         let mut slot = 0usize;
         for (lo, hi, step) in cuts {
-            let ops = p.top_level(main, lo, hi);
-            let from = l.op_starts.len();
+            let head = slot;
+            slot += 1;
+            // The main thread always has a track (maybe empty), so the
+            // main threads pair whatever the others do.
+            let mut lanes = vec![(0u64, main, p.top_level(main, lo, hi))];
+            let mut others: Vec<(u64, u32, Vec<u32>)> = p
+                .op_lanes
+                .iter()
+                .filter(|&&lane| lane != main)
+                .map(|&lane| (lane, p.top_level(lane, lo, hi)))
+                .filter_map(|(lane, ops)| {
+                    let first = p.trace.spans[*ops.first()? as usize].start_ns;
+                    Some((first, lane, ops))
+                })
+                .collect();
+            others.sort_unstable_by_key(|o| (o.0, o.1));
+            lanes.extend(others);
             let mut operators = Totals::default();
             let (mut first, mut last) = (u64::MAX, 0u64);
-            for &i in &ops {
-                let s = &p.trace.spans[i as usize];
-                l.op_starts.push(s.start_ns);
-                l.op_names.push(names.id(&s.name));
-                operators.add(s.dur_ns);
-                first = first.min(s.start_ns);
-                last = last.max(end(s));
+            let mut tracks = Vec::with_capacity(lanes.len());
+            for (_, lane, ops) in lanes {
+                let from = l.op_starts.len();
+                for &i in &ops {
+                    let s = &p.trace.spans[i as usize];
+                    l.op_starts.push(s.start_ns);
+                    l.op_names.push(names.id(&s.name));
+                    operators.add(s.dur_ns);
+                    first = first.min(s.start_ns);
+                    last = last.max(end(s));
+                }
+                tracks.push(Track {
+                    lane,
+                    ops: from..l.op_starts.len(),
+                    first_slot: slot as u32,
+                });
+                slot += ops.len();
             }
             let host = match step {
                 Some(s) => (s.start, s.end),
-                None if ops.is_empty() => (0, 0),
+                None if operators.count == 0 => (0, 0),
                 None => (first, last),
             };
             l.regions.push(Reg {
                 lo,
                 hi,
-                ops: from..l.op_starts.len(),
-                first_slot: slot as u32,
+                first_slot: head as u32,
+                tracks,
                 paired: false,
                 out: Region {
                     step: step.map(|s| s.span),
@@ -745,16 +797,16 @@ impl Layout {
                     operators,
                 },
             });
-            slot += 1 + ops.len();
         }
         l.slot_pair = vec![NONE; slot];
         l
     }
 
-    /// The region and slot of a host time, if a region holds it; `hint`
-    /// is the region of the previous span, tried first (spans come in
-    /// file order, which is mostly time order).
-    fn place(&self, t: u64, hint: usize) -> Option<(usize, usize)> {
+    /// The region and slot of a span counting at host time `t` on host
+    /// lane `lane`, if a region holds it; `hint` is the region of the
+    /// previous span, tried first (spans come in file order, which is
+    /// mostly time order).
+    fn place(&self, t: u64, lane: u32, hint: usize) -> Option<(usize, usize)> {
         let r = match self.regions.get(hint) {
             Some(h) if h.lo <= t && t < h.hi => hint,
             _ => self.regions.partition_point(|r| r.lo <= t).checked_sub(1)?,
@@ -763,8 +815,19 @@ impl Layout {
         if t >= reg.hi {
             return None;
         }
-        let k = self.op_starts[reg.ops.clone()].partition_point(|&s| s <= t);
-        Some((r, reg.first_slot as usize + k))
+        let head = reg.first_slot as usize;
+        let Some(track) = reg.tracks.iter().find(|tr| tr.lane == lane) else {
+            return Some((r, head));
+        };
+        let k = self.op_starts[track.ops.clone()].partition_point(|&s| s <= t);
+        Some((
+            r,
+            if k == 0 {
+                head
+            } else {
+                track.first_slot as usize + k - 1
+            },
+        ))
     }
 }
 
@@ -846,16 +909,18 @@ pub fn diff(baseline: &Trace, candidate: &Trace) -> Result<Diff> {
         lb.slot_pair[hb] = next;
         lc.slot_pair[hc] = next;
         next += 1;
-        let m = align::align(
-            &lb.op_names[lb.regions[rb].ops.clone()],
-            &lc.op_names[lc.regions[rc].ops.clone()],
-        );
-        for &(i, j) in &m {
-            lb.slot_pair[hb + 1 + i as usize] = next;
-            lc.slot_pair[hc + 1 + j as usize] = next;
-            next += 1;
+        // Threads pair in track order: main with main, then the others.
+        let mut matched = 0u64;
+        for (x, y) in lb.regions[rb].tracks.iter().zip(&lc.regions[rc].tracks) {
+            let m = align::align(&lb.op_names[x.ops.clone()], &lc.op_names[y.ops.clone()]);
+            for &(i, j) in &m {
+                lb.slot_pair[x.first_slot as usize + i as usize] = next;
+                lc.slot_pair[y.first_slot as usize + j as usize] = next;
+                next += 1;
+            }
+            matched += m.len() as u64;
         }
-        matched_ops.push(m.len() as u64);
+        matched_ops.push(matched);
     }
     (lb.pairs, lc.pairs) = (next, next);
 
@@ -938,7 +1003,8 @@ fn walk<'a>(
             continue;
         };
         let t = p.host_time[i];
-        let Some((r, slot)) = layout.place(t, hint) else {
+        let lane = p.host_lane[i];
+        let Some((r, slot)) = layout.place(t, lane, hint) else {
             continue;
         };
         hint = r;

@@ -60,11 +60,20 @@ fn step(t: &Trace, n: u64) -> (usize, &Span) {
 /// The operators directly under step `n` on its lane (depth 1 below the
 /// step span), by start: what the diff aligns.
 fn top_level_ops(t: &Trace, n: u64) -> Vec<usize> {
-    let (si, st) = step(t, n);
+    let (_, st) = step(t, n);
+    top_level_on(t, st.lane, st.start_ns, st.end_ns())
+}
+
+/// The operators of `lane` starting in `[lo, hi)` inside no other one, by
+/// start.
+fn top_level_on(t: &Trace, lane: u32, lo: u64, hi: u64) -> Vec<usize> {
     let mut on_lane: Vec<usize> = (0..t.spans.len())
         .filter(|&i| {
             let s = &t.spans[i];
-            i != si && s.lane == st.lane && s.start_ns >= st.start_ns && s.start_ns < st.end_ns()
+            s.lane == lane
+                && s.start_ns >= lo
+                && s.start_ns < hi
+                && row_of(t, s).is_some_and(|r| r.0 == NameKind::Operator)
         })
         .collect();
     on_lane.sort_by_key(|&i| (t.spans[i].start_ns, std::cmp::Reverse(t.spans[i].dur_ns)));
@@ -72,12 +81,21 @@ fn top_level_ops(t: &Trace, n: u64) -> Vec<usize> {
     let mut open_end = 0;
     for i in on_lane {
         let s = &t.spans[i];
-        if row_of(t, s).is_some_and(|r| r.0 == NameKind::Operator) && s.start_ns >= open_end {
+        if s.start_ns >= open_end {
             out.push(i);
             open_end = s.end_ns();
         }
     }
     out
+}
+
+/// The lane of PyTorch's autograd thread.
+fn autograd_lane(t: &Trace) -> u32 {
+    t.spans
+        .iter()
+        .find(|s| s.name.starts_with("autograd::engine::evaluate_function: "))
+        .expect("a backward operator")
+        .lane
 }
 
 /// Span `root`, the spans nested in it on its lane and the device spans
@@ -433,6 +451,48 @@ fn known_edits_are_found_exactly() {
     assert!(rows[2..2 + want.len()].iter().all(|r| r[6] != "0"));
 }
 
+/// PyTorch runs backward passes on an autograd thread: its top-level
+/// operators are aligned too, so removing one backward operator (with
+/// everything under it) shifts no other match, though its name recurs
+/// (one per layer) on that thread in the same step.
+#[test]
+fn a_removed_backward_operator_shifts_no_other_match() {
+    let base = gpt2();
+    let (_, st) = step(base, 3);
+    let backward = autograd_lane(base);
+    assert_ne!(backward, st.lane, "backward runs on its own thread");
+    let ops = top_level_on(base, backward, st.start_ns, st.end_ns());
+    let name = |i: usize| base.spans[ops[i]].name.as_str();
+    let norms: Vec<usize> = (1..ops.len() - 1)
+        .filter(|&i| {
+            name(i).ends_with("NativeLayerNormBackward0")
+                && name(i - 1) != name(i)
+                && name(i + 1) != name(i)
+        })
+        .collect();
+    assert!(norms.len() >= 20, "{} layer norm backwards", norms.len());
+    let remove = subtree(base, ops[norms[3]]);
+    let edits = Edits {
+        remove,
+        ..Edits::default()
+    };
+    let (cand, origin) = edit(base, &edits);
+    let d = diff::diff(base, &cand).expect("diff");
+    let counted = in_steps(base);
+    assert_eq!(
+        changes(&d),
+        expected_changes(base, &cand, &origin, &counted)
+    );
+    let kept = origin
+        .iter()
+        .filter(|&&b| counted.contains(&(b as usize)))
+        .count();
+    assert_eq!(d.span_deltas.len(), kept);
+    for m in &d.span_deltas {
+        assert_eq!(m.baseline, origin[m.candidate as usize]);
+    }
+}
+
 #[test]
 fn without_steps_the_operator_sequences_align() {
     let no_steps = |t: &Trace| {
@@ -575,7 +635,7 @@ proptest! {
     #[test]
     fn random_edits_are_accounted_for(
         kernels in proptest::collection::vec((0usize..1000, 1u64..5, 1u64..5), 0..4),
-        removals in proptest::collection::vec((0usize..2, 0usize..10_000), 0..4),
+        removals in proptest::collection::vec((0usize..2, any::<bool>(), 0usize..10_000), 0..4),
         shift in 0u64..(1 << 40),
         renumber in prop_oneof![Just(0u64), 1u64..100],
     ) {
@@ -592,9 +652,13 @@ proptest! {
             .iter()
             .map(|&(k, num, den)| (names[k % names.len()].to_owned(), num, den))
             .collect();
+        // Top-level operators of a step, on the main thread or the
+        // autograd thread.
         let mut remove = HashSet::new();
-        for &(step_k, k) in &removals {
-            let ops = top_level_ops(base, 2 + step_k as u64);
+        for &(step_k, main, k) in &removals {
+            let (_, st) = step(base, 2 + step_k as u64);
+            let lane = if main { st.lane } else { autograd_lane(base) };
+            let ops = top_level_on(base, lane, st.start_ns, st.end_ns());
             remove.extend(subtree(base, ops[k % ops.len()]));
         }
         let e = Edits { stretch, remove, shift, renumber };
