@@ -41,6 +41,42 @@
 //! events are read as annotations, like `user_annotation` ranges, which
 //! therefore count as operators too (`Optimizer.step#AdamW.step`).
 //!
+//! ```
+//! use keel_trace::{Lane, LaneKind, Span, SpanKind, Trace, diff};
+//!
+//! // One host thread: step 1 and, in it, a matrix product of `mm_ns`.
+//! let trace = |mm_ns: u64| {
+//!     let span = |name: &str, kind, start_ns, dur_ns| Span {
+//!         lane: 0,
+//!         name: name.into(),
+//!         kind,
+//!         start_ns,
+//!         dur_ns,
+//!         op: 0,
+//!         args: Vec::new(),
+//!     };
+//!     Trace {
+//!         lanes: vec![Lane {
+//!             kind: LaneKind::Host { thread: 1 },
+//!             name: "main".to_owned(),
+//!             group: String::new(),
+//!         }],
+//!         spans: vec![
+//!             span("ProfilerStep#1", SpanKind::Annotation, 0, 1_000),
+//!             span("aten::mm", SpanKind::Operator, 10, mm_ns),
+//!         ],
+//!         ..Trace::default()
+//!     }
+//! };
+//! let d = diff::diff(&trace(100), &trace(150))?;
+//! assert_eq!(d.alignment, diff::Alignment::StepsByNumber);
+//! assert_eq!((d.names[0].name.as_str(), d.names[0].delta_ns()), ("aten::mm", 50));
+//! let mm = d.candidate_match(1).expect("the product matched");
+//! assert_eq!((mm.baseline, mm.delta_ns()), (1, 50));
+//! assert!(diff::text(&d).contains("operator\taten::mm\t1\t1\t100\t150\t50\t1.5000\tboth\n"));
+//! # Ok::<(), keel_trace::Error>(())
+//! ```
+//!
 //! Everything here is a pure function of two [`Trace`]s (a viewer passes
 //! its [`TraceView`](crate::view::TraceView)s' `trace`); span indices are
 //! indices into [`Trace::spans`], the same the view uses. Memory is linear
