@@ -24,7 +24,10 @@
 //!   their overlap, skew, the rank that enters collectives last);
 //! - PyTorch's CUDA memory snapshots (`snapshot`, feature `import`): the
 //!   pickle `torch.cuda.memory._dump_snapshot` writes, read without
-//!   Python, and the memory viewer's timelines and allocator states.
+//!   Python, and the memory viewer's timelines and allocator states;
+//! - the comparison of a baseline and a candidate trace ([`diff`]): steps
+//!   and operators aligned, per-name and per-span time changes, a table
+//!   for scripts.
 //!
 //! The device layer (`keel-device`) depends on this crate without the
 //! `import` feature, so a program that only records compiles no JSON
@@ -43,6 +46,7 @@
 //! ```
 
 pub mod analysis;
+pub mod diff;
 mod error;
 #[cfg(feature = "import")]
 pub mod file;
