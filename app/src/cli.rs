@@ -22,6 +22,11 @@ pub struct Options {
     /// NCCL/RCCL collective kernels), `start` (each on its earliest event).
     #[arg(long, value_name = "HOW", value_parser = alignment, default_value = "clock")]
     pub align: keel_trace::Alignment,
+    /// Compare two trace files: the first is the baseline, the second the
+    /// candidate (shown, with what got slower or faster outlined, and a
+    /// Diff tab). With --headless: the diff table, tab-separated.
+    #[arg(long, value_names = ["BASELINE", "CANDIDATE"], num_args = 2, conflicts_with = "open")]
+    pub diff: Vec<PathBuf>,
     /// Connect to a live profiler server (host:port).
     #[arg(long, value_name = "ADDR", value_parser = non_empty)]
     pub connect: Option<String>,
@@ -173,6 +178,15 @@ mod tests {
                 .contains("expected clock, collectives or start"),
             "{e}"
         );
+        let o = p(&["--diff", "a.json", "b.json.gz"]).expect("valid");
+        assert_eq!(
+            o.diff,
+            [PathBuf::from("a.json"), PathBuf::from("b.json.gz")]
+        );
+        let e = p(&["--diff", "a.json"]).expect_err("one file");
+        assert_eq!(e.kind(), ErrorKind::WrongNumberOfValues);
+        let e = p(&["--diff", "a.json", "b.json", "--open", "c.json"]).expect_err("both");
+        assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
         let o = p(&["--select", "10us..20000ns"]).expect("valid");
         assert_eq!(o.select, Some((10_000, 20_000)));
         for (bad, says) in [
@@ -208,6 +222,7 @@ mod tests {
             "--screenshot",
             "--select",
             "--align",
+            "--diff",
         ] {
             assert!(help.contains(flag), "{flag} in the help: {help}");
         }

@@ -158,6 +158,21 @@ pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Sel
 /// prints the summary and per-kernel statistics, writes the trace to a
 /// temporary file and returns its path.
 pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
+    if let [baseline, candidate] = options.diff.as_slice() {
+        let load = |p: &PathBuf| {
+            keel::profiler::load_trace(p)
+                .map_err(|e| format!("could not open {}: {e}", p.display()))
+        };
+        let d = keel_trace::diff::diff(&load(baseline)?, &load(candidate)?).map_err(|e| {
+            format!(
+                "could not compare {} with {}: {e}",
+                baseline.display(),
+                candidate.display()
+            )
+        })?;
+        print!("{}", keel_trace::diff::text(&d));
+        return Ok(None);
+    }
     if !options.open.is_empty() {
         let (snapshots, traces) = crate::split_snapshots(&options.open)?;
         for path in &snapshots {

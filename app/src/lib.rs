@@ -61,6 +61,8 @@ pub enum Tab {
     Memory,
     /// A PyTorch memory snapshot.
     Snapshot,
+    /// The shown trace against a baseline.
+    Diff,
 }
 
 /// What a live connection thread reports.
@@ -109,6 +111,8 @@ pub struct App {
     pub snapshot: Option<panels::snapshot::SnapshotView>,
     /// The snapshot view's state.
     pub snapshot_state: panels::snapshot::SnapshotState,
+    /// A baseline the shown trace is compared with, and the comparison.
+    pub diff: Option<panels::diff::DiffView>,
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
@@ -171,6 +175,7 @@ impl App {
             area_panel: Default::default(),
             snapshot: None,
             snapshot_state: Default::default(),
+            diff: None,
             error,
             run: None,
             live_rx: None,
@@ -179,6 +184,10 @@ impl App {
             live_chunks: 0,
         };
         app.sources.align = options.align;
+        if let [baseline, candidate] = options.diff.as_slice() {
+            app.sources.path = panels::sources::path_text(&options.diff);
+            app.open_diff(baseline, candidate);
+        }
         if !options.open.is_empty() {
             app.sources.path = panels::sources::path_text(&options.open);
             app.open_files(&options.open);
@@ -206,6 +215,7 @@ impl App {
         self.select(None);
         self.timeline.area = None;
         self.area = None;
+        self.diff = None;
         self.timeline.fit_pending = true;
         self.timeline.follow_live = false;
         self.timeline.search.reset();
@@ -221,6 +231,39 @@ impl App {
     /// ranks of a distributed job) with one group of lanes per file, on
     /// one clock as [`SourcesState::align`](panels::sources::SourcesState::align)
     /// says ([`keel_trace::load_traces_with`]). Errors go to the UI.
+    /// Shows `candidate` compared with `baseline` (the Diff tab, and the
+    /// candidate's changed spans outlined on the timeline). Errors go to
+    /// the UI.
+    pub fn open_diff(&mut self, baseline: &Path, candidate: &Path) {
+        let base = match keel::profiler::load_trace(baseline) {
+            Ok(t) => t,
+            Err(e) => return self.fail(format!("could not open {}: {e}", baseline.display())),
+        };
+        self.open(candidate);
+        let Some(view) = &self.view else {
+            return;
+        };
+        match panels::diff::DiffView::new(
+            TraceView::new(base, baseline.display().to_string()),
+            view,
+        ) {
+            Ok(d) => {
+                self.sources.say(format!(
+                    "compared with {}: {} spans matched",
+                    baseline.display(),
+                    d.diff.span_deltas.len()
+                ));
+                self.diff = Some(d);
+                self.tab = Tab::Diff;
+            }
+            Err(e) => self.fail(format!(
+                "could not compare {} with {}: {e}",
+                baseline.display(),
+                candidate.display()
+            )),
+        }
+    }
+
     /// A PyTorch memory snapshot among `paths` (told by content) opens in
     /// the Snapshot tab; with a trace of the same run, its blocks link to
     /// the trace's operators. Opening a snapshot alone closes the trace
@@ -569,6 +612,9 @@ impl App {
                 if self.snapshot.is_some() {
                     ui.selectable_value(&mut self.tab, Tab::Snapshot, "Snapshot");
                 }
+                if self.diff.is_some() {
+                    ui.selectable_value(&mut self.tab, Tab::Diff, "Diff");
+                }
                 ui.separator();
                 match &self.view {
                     Some(v) => ui.label(format!("trace: {}", v.source)),
@@ -604,6 +650,7 @@ impl App {
                 Command::Connect(a) => self.connect(a, Some(ctx.clone())),
                 Command::Disconnect => self.disconnect(),
                 Command::Open(p) => self.open_files(&p),
+                Command::Diff(base, cand) => self.open_diff(&base, &cand),
                 Command::Save(p) => self.save(&p),
             }
         }
@@ -633,6 +680,7 @@ impl App {
                         selected: self.selected,
                         chain: &self.chain,
                         chain_flows: &self.chain_flows,
+                        changes: self.diff.as_ref().map(|d| &d.changes),
                     };
                     let action = match &self.area {
                         Some(sum) => {
@@ -687,6 +735,12 @@ impl App {
                 }
                 None => {
                     ui.label("No trace yet.");
+                }
+            },
+            Tab::Diff => match (&mut self.diff, &self.view) {
+                (Some(d), Some(view)) => panels::diff::show(ui, d, view),
+                _ => {
+                    ui.label("No diff: open two files with Diff (the first is the baseline).");
                 }
             },
             Tab::Snapshot => match &self.snapshot {

@@ -121,7 +121,10 @@ pub fn run(options: &Options) -> Result<(), WindowError> {
     // With nothing to open or connect to, a newcomer sees something at once:
     // the built-in workloads start on the selected (or every) device and the
     // timeline fills in as they finish.
-    let autostart = options.open.is_empty() && options.connect.is_none() && !screenshot;
+    let autostart = options.open.is_empty()
+        && options.diff.is_empty()
+        && options.connect.is_none()
+        && !screenshot;
     let device = app.sources.device.filter(|_| options.device.is_some());
     eframe::run_native(
         "keel-profiler",

@@ -4,6 +4,7 @@
 pub mod analysis;
 pub mod details;
 pub mod devices;
+pub mod diff;
 pub mod memory;
 pub mod selection;
 pub mod snapshot;

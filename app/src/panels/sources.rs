@@ -22,6 +22,9 @@ pub enum Command {
     Open(Vec<PathBuf>),
     /// Save the shown trace.
     Save(PathBuf),
+    /// Compare the second file (the candidate) with the first (the
+    /// baseline).
+    Diff(PathBuf, PathBuf),
 }
 
 /// The panel's fields and what the app reports into it.
@@ -169,6 +172,15 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
             && let Some(p) = listed.first()
         {
             commands.push(Command::Save(p.clone()));
+        }
+        let diff = ui
+            .add_enabled(listed.len() == 2, egui::Button::new("Diff"))
+            .on_hover_text("Compare two files: the first is the baseline, the second the candidate")
+            .on_disabled_hover_text("Diff compares two files: list exactly two paths");
+        if diff.clicked()
+            && let [base, cand] = listed.as_slice()
+        {
+            commands.push(Command::Diff(base.clone(), cand.clone()));
         }
     });
     ui.horizontal(|ui| {

@@ -271,6 +271,8 @@ pub struct Highlight<'a> {
     pub chain: &'a [u32],
     /// The chain's flows (sorted flow indices).
     pub chain_flows: &'a [u32],
+    /// Spans a diff against a baseline found slower or faster.
+    pub changes: Option<&'a crate::panels::diff::Changes>,
 }
 
 /// A group as the timeline shows it: its lanes (positions in
@@ -1441,6 +1443,32 @@ fn draw_marks(
             };
             painter.rect_stroke(r, 2.0, Stroke::new(1.5, MATCH), egui::StrokeKind::Outside);
             drawn += 1;
+        }
+    }
+    if let Some(ch) = hl.changes {
+        // As the search matches: those starting in the window (or before
+        // it by at most the longest), one outline per pixel.
+        let t0 = (state.start_ns - ch.max_dur as f64).max(0.0) as u64;
+        let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
+        let a = ch.starts.partition_point(|&t| t < t0);
+        let b = ch.starts.partition_point(|&t| t <= t1);
+        if b - a <= MAX_MARKS_SCANNED {
+            let mut seen = std::collections::HashSet::new();
+            for k in a..b {
+                let Some(r) = state.span_rect(view, ch.spans[k]) else {
+                    continue;
+                };
+                if r.width() < 2.0 || !seen.insert((r.left() as i32, r.top() as i32)) {
+                    continue;
+                }
+                let color = if ch.slower[k] {
+                    crate::panels::diff::SLOWER
+                } else {
+                    crate::panels::diff::FASTER
+                };
+                painter.rect_stroke(r, 2.0, Stroke::new(2.0, color), egui::StrokeKind::Inside);
+                drawn += 1;
+            }
         }
     }
     for &c in hl.chain {
