@@ -158,14 +158,23 @@ pub fn show(ui: &mut Ui, dv: &mut DiffView, candidate: &TraceView) {
                 (Some(a), Some(b)) => format!("#{a} / #{b}"),
                 _ => "whole trace".to_owned(),
             };
-            let delta = p.delta_ns();
-            let text = format!(
-                "{label}: {} -> {} ({}{})",
-                format_ns(p.baseline.duration_ns() as f64),
-                format_ns(p.candidate.duration_ns() as f64),
-                if delta >= 0 { "+" } else { "-" },
-                format_ns(delta.unsigned_abs() as f64)
+            let change = |a: u64, b: u64| {
+                let d = b as i64 - a as i64;
+                format!(
+                    "{} -> {} ({}{})",
+                    format_ns(a as f64),
+                    format_ns(b as f64),
+                    if d >= 0 { "+" } else { "-" },
+                    format_ns(d.unsigned_abs() as f64)
+                )
+            };
+            let mut text = format!(
+                "{label}: host {}",
+                change(p.baseline.duration_ns(), p.candidate.duration_ns())
             );
+            if let (Some(a), Some(b)) = (p.baseline.device, p.candidate.device) {
+                text.push_str(&format!(", GPU {}", change(a.1 - a.0, b.1 - b.0)));
+            }
             if ui.selectable_label(k == dv.pair, text).clicked() {
                 chosen = Some(k);
             }
