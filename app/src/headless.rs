@@ -79,6 +79,10 @@ pub fn report(view: &TraceView) -> String {
     out.push_str(&groups_text(view));
     out.push_str(&memory_text(view));
     out.push_str(&crate::analysis::Analysis::new(view).text());
+    if view.trace.ranks.is_some() {
+        out.push_str("Ranks (tab-separated):\n");
+        out.push_str(&keel_trace::ranks::RankAnalysis::new(&view.trace).text());
+    }
     out.push_str("Per-kernel statistics:\n");
     out.push_str(&kernel_table(&Stats::new(view)));
     out

@@ -83,6 +83,9 @@ pub struct App {
     pub stats: Option<Stats>,
     /// Analysis of [`Self::view`], computed when first shown.
     pub analysis: Option<analysis::Analysis>,
+    /// The ranks of [`Self::view`] side by side, for a trace of several
+    /// files, computed with [`Self::analysis`].
+    pub ranks: Option<keel_trace::ranks::RankAnalysis>,
     /// The central view.
     pub tab: Tab,
     /// Timeline view state.
@@ -162,6 +165,7 @@ impl App {
             view: None,
             stats: None,
             analysis: None,
+            ranks: None,
             tab: Tab::Devices,
             timeline: TimelineState::default(),
             stats_state: StatsState::default(),
@@ -770,10 +774,17 @@ impl App {
             },
             Tab::Analysis => match &self.view {
                 Some(view) => {
+                    if self.analysis.is_none() {
+                        self.ranks = view
+                            .trace
+                            .ranks
+                            .as_ref()
+                            .map(|_| keel_trace::ranks::RankAnalysis::new(&view.trace));
+                    }
                     let a = self
                         .analysis
                         .get_or_insert_with(|| analysis::Analysis::new(view));
-                    panels::analysis::show(ui, view, a);
+                    panels::analysis::show(ui, view, a, self.ranks.as_ref());
                 }
                 None => {
                     ui.label("No trace yet.");

@@ -43,7 +43,7 @@ pub fn import_report(ui: &mut Ui, view: &TraceView) {
 
 /// The ranks side by side: alignment, skew, communication against
 /// computation, and who enters collectives last.
-fn ranks(ui: &mut Ui, r: &keel_trace::ranks::RankAnalysis) {
+fn rank_table(ui: &mut Ui, r: &keel_trace::ranks::RankAnalysis) {
     ui.heading("Ranks");
     ui.label(format!(
         "{} files on one timeline, aligned on {}; {} collectives compared per rank",
@@ -105,14 +105,20 @@ fn ranks(ui: &mut Ui, r: &keel_trace::ranks::RankAnalysis) {
         });
 }
 
-/// Shows the analysis `a` of `view`.
-pub fn show(ui: &mut Ui, view: &TraceView, a: &Analysis) {
+/// Shows the analysis `a` of `view`, and `ranks` for a trace of several
+/// files.
+pub fn show(
+    ui: &mut Ui,
+    view: &TraceView,
+    a: &Analysis,
+    ranks: Option<&keel_trace::ranks::RankAnalysis>,
+) {
     egui::ScrollArea::vertical()
         .auto_shrink([false, false])
         .show(ui, |ui| {
             import_report(ui, view);
-            if let Some(r) = &a.ranks {
-                ranks(ui, r);
+            if let Some(r) = ranks {
+                rank_table(ui, r);
                 ui.separator();
             }
             ui.heading("GPU time per stream");

@@ -8,13 +8,9 @@
 use egui::{Color32, Ui, vec2};
 use keel_trace::diff::{Diff, Presence};
 
-use crate::panels::timeline::{Highlight, TimelineState};
+use crate::panels::timeline::{Changes, FASTER, Highlight, SLOWER, TimelineState};
 use crate::view::{TraceView, format_ns};
 
-/// The outline of a span that got slower.
-pub const SLOWER: Color32 = Color32::from_rgb(239, 83, 80);
-/// The outline of a span that got faster.
-pub const FASTER: Color32 = Color32::from_rgb(102, 187, 106);
 /// The smallest change outlined: this share of the baseline span's time.
 pub const MIN_RATIO: f64 = 0.10;
 /// The smallest change outlined, ns (below it, timer noise).
@@ -22,47 +18,31 @@ pub const MIN_DELTA_NS: u64 = 1_000;
 /// Name rows drawn (the rest are counted).
 pub const MAX_ROWS: usize = 300;
 
-/// The candidate's spans whose time changed enough to mark, by start (for
-/// the timeline to find those in its window by binary search).
-#[derive(Debug, Clone, Default)]
-pub struct Changes {
-    /// Candidate span indices, sorted by start.
-    pub spans: Vec<u32>,
-    /// Their starts.
-    pub starts: Vec<u64>,
-    /// Whether each got slower (else faster).
-    pub slower: Vec<bool>,
-    /// The longest of them, ns.
-    pub max_dur: u64,
-}
-
-impl Changes {
-    /// The spans of `candidate` that `diff` matched and whose time changed
-    /// by at least [`MIN_RATIO`] of the baseline's and [`MIN_DELTA_NS`].
-    pub fn new(diff: &Diff, candidate: &TraceView) -> Changes {
-        let mut marked: Vec<(u64, u32, bool)> = diff
-            .span_deltas
+/// The spans of `candidate` that `diff` matched and whose time changed by
+/// at least [`MIN_RATIO`] of the baseline's and [`MIN_DELTA_NS`].
+pub fn changes(diff: &Diff, candidate: &TraceView) -> Changes {
+    let mut marked: Vec<(u64, u32, bool)> = diff
+        .span_deltas
+        .iter()
+        .filter(|d| {
+            let delta = d.delta_ns().unsigned_abs();
+            delta >= MIN_DELTA_NS && delta as f64 >= MIN_RATIO * d.baseline_ns as f64
+        })
+        .filter_map(|d| {
+            let s = candidate.trace.spans.get(d.candidate as usize)?;
+            Some((s.start_ns, d.candidate, d.delta_ns() > 0))
+        })
+        .collect();
+    marked.sort_unstable();
+    Changes {
+        max_dur: marked
             .iter()
-            .filter(|d| {
-                let delta = d.delta_ns().unsigned_abs();
-                delta >= MIN_DELTA_NS && delta as f64 >= MIN_RATIO * d.baseline_ns as f64
-            })
-            .filter_map(|d| {
-                let s = candidate.trace.spans.get(d.candidate as usize)?;
-                Some((s.start_ns, d.candidate, d.delta_ns() > 0))
-            })
-            .collect();
-        marked.sort_unstable();
-        Changes {
-            max_dur: marked
-                .iter()
-                .map(|&(_, i, _)| candidate.trace.spans[i as usize].dur_ns)
-                .max()
-                .unwrap_or(0),
-            starts: marked.iter().map(|m| m.0).collect(),
-            spans: marked.iter().map(|m| m.1).collect(),
-            slower: marked.iter().map(|m| m.2).collect(),
-        }
+            .map(|&(_, i, _)| candidate.trace.spans[i as usize].dur_ns)
+            .max()
+            .unwrap_or(0),
+        starts: marked.iter().map(|m| m.0).collect(),
+        spans: marked.iter().map(|m| m.1).collect(),
+        slower: marked.iter().map(|m| m.2).collect(),
     }
 }
 
@@ -90,7 +70,7 @@ impl DiffView {
     /// Compares `baseline` with `candidate`.
     pub fn new(baseline: TraceView, candidate: &TraceView) -> keel_trace::Result<DiffView> {
         let diff = keel_trace::diff::diff(&baseline.trace, &candidate.trace)?;
-        let changes = Changes::new(&diff, candidate);
+        let changes = changes(&diff, candidate);
         Ok(DiffView {
             baseline,
             diff,

@@ -262,6 +262,24 @@ impl FlowMode {
 /// all (beyond it, only the selection's chain).
 pub const READABLE_FLOWS: usize = 64;
 
+/// The outline of a span that got slower.
+pub const SLOWER: Color32 = Color32::from_rgb(239, 83, 80);
+/// The outline of a span that got faster.
+pub const FASTER: Color32 = Color32::from_rgb(102, 187, 106);
+/// The candidate's spans whose time changed enough to mark, by start (for
+/// the timeline to find those in its window by binary search).
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    /// Candidate span indices, sorted by start.
+    pub spans: Vec<u32>,
+    /// Their starts.
+    pub starts: Vec<u64>,
+    /// Whether each got slower (else faster).
+    pub slower: Vec<bool>,
+    /// The longest of them, ns.
+    pub max_dur: u64,
+}
+
 /// What the timeline highlights besides search matches.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Highlight<'a> {
@@ -272,7 +290,7 @@ pub struct Highlight<'a> {
     /// The chain's flows (sorted flow indices).
     pub chain_flows: &'a [u32],
     /// Spans a diff against a baseline found slower or faster.
-    pub changes: Option<&'a crate::panels::diff::Changes>,
+    pub changes: Option<&'a Changes>,
 }
 
 /// A group as the timeline shows it: its lanes (positions in
@@ -1461,11 +1479,7 @@ fn draw_marks(
                 if r.width() < 2.0 || !seen.insert((r.left() as i32, r.top() as i32)) {
                     continue;
                 }
-                let color = if ch.slower[k] {
-                    crate::panels::diff::SLOWER
-                } else {
-                    crate::panels::diff::FASTER
-                };
+                let color = if ch.slower[k] { SLOWER } else { FASTER };
                 painter.rect_stroke(r, 2.0, Stroke::new(2.0, color), egui::StrokeKind::Inside);
                 drawn += 1;
             }

@@ -16,46 +16,15 @@
 
 use std::collections::HashMap;
 
-use crate::{FlowKind, LaneKind, Span, SpanKind};
+use crate::{FlowKind, LaneKind, Span};
 
 use crate::view::{TraceView, format_ns};
 
-/// What a device span counts as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Activity {
-    /// A compute kernel.
-    Kernel,
-    /// A memory copy.
-    Copy,
-    /// A memory set (`gpu_memset`, `Memset ...`).
-    Memset,
-}
+pub use crate::model::Activity;
 
-fn arg<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
-    s.args
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
-
-/// The activity of a device span: memsets are told apart by their Kineto
-/// category (`cat` argument `gpu_memset`) or by name (`Memset (Device)`,
-/// `memset`); other kernels and copies by kind. Waits, event records and
-/// the rest are not activity.
+/// The activity of a device span ([`Span::activity`]).
 pub fn activity(s: &Span) -> Option<Activity> {
-    let cat = arg(s, "cat").or_else(|| arg(s, "category"));
-    let memset = cat == Some("gpu_memset")
-        || s.name
-            .as_bytes()
-            .windows(6)
-            .any(|w| w.eq_ignore_ascii_case(b"memset"));
-    match s.kind {
-        SpanKind::Kernel | SpanKind::Copy if memset => Some(Activity::Memset),
-        SpanKind::Kernel if cat == Some("gpu_memcpy") => Some(Activity::Copy),
-        SpanKind::Kernel => Some(Activity::Kernel),
-        SpanKind::Copy => Some(Activity::Copy),
-        _ => None,
-    }
+    s.activity()
 }
 
 /// Time on one GPU stream.
@@ -298,8 +267,6 @@ pub struct Analysis {
     pub kernels: Vec<KernelRow>,
     /// Launch delays.
     pub delays: LaunchDelays,
-    /// The ranks side by side, for a trace opened from several files.
-    pub ranks: Option<crate::ranks::RankAnalysis>,
 }
 
 /// How many kernels [`Analysis::new`] keeps.
@@ -312,11 +279,6 @@ impl Analysis {
             streams: stream_times(view),
             kernels: top_kernels(view, TOP_KERNELS),
             delays: launch_delays(view),
-            ranks: view
-                .trace
-                .ranks
-                .as_ref()
-                .map(|_| crate::ranks::RankAnalysis::new(&view.trace)),
         }
     }
 
@@ -386,10 +348,6 @@ impl Analysis {
                 }
             )),
             _ => out.push_str("  (no launch flows)\n"),
-        }
-        if let Some(r) = &self.ranks {
-            out.push_str("Ranks (tab-separated):\n");
-            out.push_str(&r.text());
         }
         out
     }
@@ -481,6 +439,7 @@ pub fn import_text(report: Option<&crate::ImportReport>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SpanKind;
     use crate::{Flow, FlowEnd, Lane, Trace, TraceDevice};
 
     fn span(lane: u32, name: &str, kind: SpanKind, start: u64, dur: u64) -> Span {

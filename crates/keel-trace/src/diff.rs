@@ -88,7 +88,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hash::BuildHasherDefault;
 
-use crate::analysis::{Activity, activity};
+use crate::model::Activity;
 use crate::{Error, FlowKind, LaneKind, Result, Span, SpanKind, Text, Trace};
 
 /// Which of the two traces.
@@ -478,7 +478,7 @@ impl<'a> Names<'a> {
         };
         let cat = arg("cat").or_else(|| arg("category")).unwrap_or("");
         let key = (name, s.kind as u8, cat.as_ptr() as usize, cat.len());
-        *self.activities.entry(key).or_insert_with(|| activity(s))
+        *self.activities.entry(key).or_insert_with(|| s.activity())
     }
 }
 

@@ -170,6 +170,48 @@ pub struct Span {
     pub args: Vec<(Text, Text)>,
 }
 
+/// What a device span counts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Activity {
+    /// A compute kernel.
+    Kernel,
+    /// A memory copy.
+    Copy,
+    /// A memory set (`gpu_memset`, `Memset ...`).
+    Memset,
+}
+
+impl Span {
+    /// The value of argument `key`, if the span has it.
+    pub fn arg(&self, key: &str) -> Option<&str> {
+        self.args
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// What the span counts as on a device: memsets are told apart by
+    /// their Kineto category (`cat` argument `gpu_memset`) or by name
+    /// (`Memset (Device)`, `memset`); other kernels and copies by kind.
+    /// Waits, event records and the rest are no activity.
+    pub fn activity(&self) -> Option<Activity> {
+        let s = self;
+        let cat = s.arg("cat").or_else(|| s.arg("category"));
+        let memset = cat == Some("gpu_memset")
+            || s.name
+                .as_bytes()
+                .windows(6)
+                .any(|w| w.eq_ignore_ascii_case(b"memset"));
+        match s.kind {
+            SpanKind::Kernel | SpanKind::Copy if memset => Some(Activity::Memset),
+            SpanKind::Kernel if cat == Some("gpu_memcpy") => Some(Activity::Copy),
+            SpanKind::Kernel => Some(Activity::Kernel),
+            SpanKind::Copy => Some(Activity::Copy),
+            _ => None,
+        }
+    }
+}
+
 /// Shared, immutable text for the strings a trace repeats across millions
 /// of spans (kernel names, argument names and common values): readers
 /// intern them ([`Interner`]), so a name costs its bytes once, not once per

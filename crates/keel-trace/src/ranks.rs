@@ -37,7 +37,7 @@
 //! aligns ranks when it opens them, with [`collectives`] and
 //! [`median_skew`].
 
-use crate::analysis::{Activity, activity};
+use crate::model::Activity;
 use crate::model::{Alignment, LaneKind, Ranks, Trace};
 
 /// The name prefixes of collective kernels ([`is_collective`]).
@@ -86,7 +86,7 @@ pub fn collectives(trace: &Trace) -> Vec<Vec<Collective>> {
             .lanes
             .get(s.lane as usize)
             .is_some_and(|l| matches!(l.kind, LaneKind::Stream { .. }));
-        if !on_device || activity(s) != Some(Activity::Kernel) || !is_collective(&s.name) {
+        if !on_device || s.activity() != Some(Activity::Kernel) || !is_collective(&s.name) {
             continue;
         }
         if let Some(list) = rank_of_lane(ranks, s.lane).and_then(|r| out.get_mut(r)) {
@@ -244,7 +244,7 @@ impl RankAnalysis {
             else {
                 continue;
             };
-            if activity(s) != Some(Activity::Kernel) {
+            if s.activity() != Some(Activity::Kernel) {
                 continue;
             }
             if let Some(list) = per_device.get_mut(*device as usize) {

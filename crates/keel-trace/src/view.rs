@@ -122,7 +122,7 @@ pub struct TraceView {
 /// The short name of a trace device: `GPU N` for `cuda:N` (what PyTorch
 /// users know their GPUs by), the device string otherwise. A device of one
 /// of several files opened together keeps its file's label (`rank 1 ·
-/// cuda:0` is `rank 1 · GPU 0`, see `crate::load_traces`).
+/// cuda:0` is `rank 1 · GPU 0`, see the `file` module's `load_traces`).
 pub fn device_label(device: &str) -> String {
     let (file, device) = match device.rsplit_once(" \u{b7} ") {
         Some((file, device)) => (Some(file), device),
