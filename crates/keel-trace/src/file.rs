@@ -382,18 +382,9 @@ fn naming(path: &Path, e: Error) -> Error {
 /// `distributedInfo.rank` is known): see [`load_traces`]. Never fails:
 /// clocks fall back to collectives, then to starts.
 pub fn merge_files(files: Vec<(String, Trace)>) -> Trace {
-    let parts = files
-        .into_iter()
-        .map(|(label, trace)| Part {
-            shown: label.clone(),
-            label,
-            rank: None,
-            trace,
-        })
-        .collect();
     // `Clock` falls back instead of failing, and nothing else can fail:
     // the default is never reached.
-    merge(parts, Alignment::Clock).unwrap_or_default()
+    merge_files_with(files, Alignment::Clock).unwrap_or_default()
 }
 
 /// [`merge_files`] with an alignment, as [`load_traces_with`] applies it.

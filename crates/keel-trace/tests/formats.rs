@@ -1,6 +1,10 @@
 //! The profiler's trace formats: `Trace::check`, Chrome JSON and the native
 //! binary format (round trips, golden files, malformed input).
 
+mod common;
+
+use common::section_body;
+
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -745,7 +749,7 @@ fn native_errors_are_clear() {
     let good = to_native_bytes(&t).expect("export");
     let mut bad_index = good.clone();
     // The lanes section: one lane, host (1), thread 1, name string 0.
-    let lanes = body(&good, 4);
+    let lanes = section_body(&good, 4);
     assert_eq!(&good[lanes.clone()], &[1, 1, 1, 0]);
     let lane_name = lanes.end - 1;
     bad_index[lane_name] = 7;
@@ -1240,21 +1244,6 @@ proptest! {
     }
 }
 
-/// The byte range of the body of section `kind` in a version 2 file,
-/// from its directory.
-fn body(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
-    let le = |at: usize, n: usize| {
-        let mut v = [0u8; 8];
-        v[..n].copy_from_slice(&bytes[at..at + n]);
-        u64::from_le_bytes(v) as usize
-    };
-    (0..le(12, 4))
-        .map(|i| 16 + 20 * i)
-        .find(|&at| le(at, 4) == kind as usize)
-        .map(|at| le(at + 4, 8)..le(at + 4, 8) + le(at + 12, 8))
-        .expect("the section is listed")
-}
-
 /// Version 2's directory: where each section is, checked before any body
 /// is read; sections a newer writer adds are skipped.
 #[test]
@@ -1293,7 +1282,7 @@ fn native_directory_problems_are_clear() {
         (
             // The lanes section made longer, into the spans section.
             with(&|b| {
-                let len = body(b, 4).len() as u64;
+                let len = section_body(b, 4).len() as u64;
                 set(b, entry(3) + 12, len + 1, 8);
             }),
             "expected sections that do not overlap, found the lanes section",
@@ -1307,7 +1296,7 @@ fn native_directory_problems_are_clear() {
         (
             // A body with a byte too many for what it holds.
             with(&|b| {
-                let len = body(b, 4).len() as u64;
+                let len = section_body(b, 4).len() as u64;
                 set(b, entry(3) + 12, len - 1, 8);
             }),
             "native trace, lanes at byte offset",
@@ -1607,7 +1596,7 @@ fn memory_event_problems_are_reported() {
     for cut in 0..bytes.len() {
         assert!(read_native(&bytes[..cut]).is_err(), "cut at {cut}");
     }
-    let memory = body(&bytes, 11);
+    let memory = section_body(&bytes, 11);
     assert_eq!(memory.end, bytes.len(), "the memory section comes last");
     let message = format_error(read_native(&bytes[..memory.start]));
     assert!(

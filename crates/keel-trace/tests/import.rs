@@ -5,6 +5,10 @@
 //! mutated thousands of ways, which must give an error or an import whose
 //! report accounts for every event, never a panic.
 
+mod common;
+
+use common::{Rng, mutate, starts_of};
+
 use std::path::{Path, PathBuf};
 
 use keel_trace::file::{from_bytes, load_traces};
@@ -432,12 +436,7 @@ fn several_files_open_as_one_trace_grouped_by_rank() {
     // be one job's. With no collectives to align on either, each file is
     // on its own earliest event, and the shifted rank lines up with rank
     // 0.
-    let steps: Vec<u64> = t
-        .spans
-        .iter()
-        .filter(|s| s.name == "ProfilerStep#1")
-        .map(|s| s.start_ns)
-        .collect();
+    let steps = starts_of(&t, "ProfilerStep#1");
     assert_eq!(steps, [10_000, 10_000, 10_000]);
     let ranks = t.ranks.as_ref().expect("a record of the files");
     assert_eq!(ranks.alignment, keel_trace::Alignment::Start);
@@ -474,31 +473,10 @@ fn several_files_open_as_one_trace_grouped_by_rank() {
         t.ranks.as_ref().map(|r| r.alignment),
         Some(keel_trace::Alignment::Clock)
     );
-    let steps: Vec<u64> = t
-        .spans
-        .iter()
-        .filter(|s| s.name == "ProfilerStep#1")
-        .map(|s| s.start_ns)
-        .collect();
+    let steps = starts_of(&t, "ProfilerStep#1");
     assert_eq!(steps, [10_000, 210_000]);
     assert_eq!(t.origin_ns, Some(1_700_000_000_000_990_000));
     std::fs::remove_dir_all(&dir).expect("clean up");
-}
-
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 const TOKENS: &[&[u8]] = &[
@@ -522,40 +500,6 @@ const TOKENS: &[&[u8]] = &[
     b"{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":-9.2e18,\"dur\":9.2e18}",
 ];
 
-fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
-    let mut b = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(b.len() + 1);
-        match rng.below(6) {
-            0 if !b.is_empty() => {
-                let i = at.min(b.len() - 1);
-                b[i] ^= 1 << rng.below(8);
-            }
-            1 => b.truncate(at),
-            2 => {
-                let end = (at + rng.below(64)).min(b.len());
-                b.drain(at..end);
-            }
-            3 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
-                b.splice(at..at, t.iter().copied());
-            }
-            4 => {
-                let end = (at + rng.below(200)).min(b.len());
-                let copy = b[at..end].to_vec();
-                b.splice(at..at, copy);
-            }
-            _ => {
-                let i = at.min(b.len().saturating_sub(1));
-                if let Some(x) = b.get_mut(i) {
-                    *x = rng.next() as u8;
-                }
-            }
-        }
-    }
-    b
-}
-
 #[test]
 fn mutated_and_garbage_inputs_never_panic() {
     let keel_json = keel_trace::json::to_json_string(&keel_trace::Trace {
@@ -577,7 +521,7 @@ fn mutated_and_garbage_inputs_never_panic() {
     let cases = 4000;
     for (f, input) in fixtures.iter().enumerate() {
         for case in 0..cases {
-            let bytes = mutate(&mut rng, input);
+            let bytes = mutate(&mut rng, input, TOKENS);
             let result = std::panic::catch_unwind(|| from_bytes(&bytes));
             let Ok(result) = result else {
                 panic!(

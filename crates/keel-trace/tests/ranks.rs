@@ -5,6 +5,10 @@
 //! brute-force count over the spans; the record of the files a trace came
 //! from, through both formats (golden files) and malformed.
 
+mod common;
+
+use common::{section_body, starts_of};
+
 #[path = "gen/ranks.rs"]
 mod gen_ranks;
 
@@ -601,20 +605,6 @@ fn the_record_of_ranks_round_trips_and_is_pinned() {
     assert!(a.text().contains("\ta \"quoted\" file name.json\t"));
 }
 
-/// The byte range of the body of section `kind` of a version 2 file.
-fn body(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
-    let le = |at: usize, n: usize| {
-        let mut v = [0u8; 8];
-        v[..n].copy_from_slice(&bytes[at..at + n]);
-        u64::from_le_bytes(v) as usize
-    };
-    (0..le(12, 4))
-        .map(|i| 16 + 20 * i)
-        .find(|&at| le(at, 4) == kind as usize)
-        .map(|at| le(at + 4, 8)..le(at + 4, 8) + le(at + 12, 8))
-        .expect("the section is listed")
-}
-
 /// A record that does not fit its trace is an error saying what was
 /// expected, in both formats.
 #[test]
@@ -661,7 +651,7 @@ fn malformed_records_are_clear_errors() {
     }
 
     let native = keel_trace::native::to_native_bytes(&two_ranks()).expect("native");
-    let clock = body(&native, 12);
+    let clock = section_body(&native, 12);
     // origin: flag, then a 9-byte svarint; ranks flag; alignment.
     let alignment = clock.start + 1 + 9 + 1;
     assert_eq!(native[alignment], 1, "collectives");
@@ -734,12 +724,7 @@ fn merging_loaded_traces_records_their_files() {
     );
     assert_eq!(t.origin_ns, a.origin_ns);
     // Rank 1's copy of each span lies 100 us later.
-    let steps: Vec<u64> = t
-        .spans
-        .iter()
-        .filter(|s| s.name == "ProfilerStep#1")
-        .map(|s| s.start_ns)
-        .collect();
+    let steps = starts_of(&t, "ProfilerStep#1");
     assert_eq!(steps, [10_000, 110_000]);
     assert_eq!(
         merge_files_with(vec![("a".to_owned(), a)], Alignment::Collectives)

@@ -17,6 +17,10 @@
 //! allocated"). The pickles of `tests/data/pickle/` and their expected
 //! values come from `tests/data/pickle/make_pickles.py`.
 
+mod common;
+
+use common::{Rng, mutate};
+
 use std::path::PathBuf;
 
 use keel_trace::snapshot::pickle::{Item, Pickle, Value};
@@ -628,21 +632,6 @@ fn wrong_types_and_huge_lengths_are_errors_that_say_what_and_where() {
     assert!(read_snapshot(&[0x1f, 0x8b, 0, 0]).is_err());
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Opcodes and fields that stress the reader when spliced in.
 const TOKENS: &[&[u8]] = &[
     b"(",
@@ -669,40 +658,6 @@ const TOKENS: &[&[u8]] = &[
     b"\x80\x09",
 ];
 
-fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
-    let mut b = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(b.len() + 1);
-        match rng.below(6) {
-            0 if !b.is_empty() => {
-                let i = at.min(b.len() - 1);
-                b[i] ^= 1 << rng.below(8);
-            }
-            1 => b.truncate(at),
-            2 => {
-                let end = (at + rng.below(64)).min(b.len());
-                b.drain(at..end);
-            }
-            3 => {
-                let t = TOKENS[rng.below(TOKENS.len())];
-                b.splice(at..at, t.iter().copied());
-            }
-            4 => {
-                let end = (at + rng.below(200)).min(b.len());
-                let copy = b[at..end].to_vec();
-                b.splice(at..at, copy);
-            }
-            _ => {
-                let i = at.min(b.len().saturating_sub(1));
-                if let Some(x) = b.get_mut(i) {
-                    *x = rng.next() as u8;
-                }
-            }
-        }
-    }
-    b
-}
-
 #[test]
 fn mutated_snapshots_and_pickles_never_panic() {
     let mut fixtures = vec![
@@ -728,7 +683,7 @@ fn mutated_snapshots_and_pickles_never_panic() {
     let cases = 2500;
     for (f, input) in fixtures.iter().enumerate() {
         for case in 0..cases {
-            let bytes = mutate(&mut rng, input);
+            let bytes = mutate(&mut rng, input, TOKENS);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 // The snapshots' own pickles are decoded by read_snapshot.
                 if let Some(p) = (f >= 2).then(|| Pickle::parse(&bytes).ok()).flatten() {
