@@ -163,7 +163,8 @@ fn clip(s: u64, e: u64, t0: u64, t1: u64) -> u64 {
 /// The spans of a display lane overlapping `[t0, t1]`, sorted by start
 /// and, for equal starts, longest first (parents before children).
 fn lane_spans(view: &TraceView, pos: usize, t0: u64, t1: u64) -> Vec<u32> {
-    let mut out = Vec::new();
+    // (start, MAX - end, span): sorting plain keys, not through the spans.
+    let mut out: Vec<(u64, u64, u32)> = Vec::new();
     for row in &view.lanes[pos].rows {
         for k in row.visible(t0, t1) {
             let i = row.spans[k];
@@ -177,16 +178,31 @@ fn lane_spans(view: &TraceView, pos: usize, t0: u64, t1: u64) -> Vec<u32> {
                 s.start_ns < t1 && s.end_ns() > t0
             };
             if inside {
-                out.push(i);
+                out.push((s.start_ns, u64::MAX - s.end_ns(), i));
             }
         }
     }
-    let spans = &view.trace.spans;
-    out.sort_unstable_by_key(|&i| {
-        let s = &spans[i as usize];
-        (s.start_ns, std::cmp::Reverse(s.end_ns()), i)
-    });
-    out
+    out.sort_unstable();
+    out.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// Names as small ids, so the per-name and per-frame tables index vectors
+/// and hash integers; a name's text is hashed once per span.
+#[derive(Default)]
+struct NameIds<'a> {
+    by_text: HashMap<&'a str, u32>,
+    texts: Vec<&'a Text>,
+}
+
+impl<'a> NameIds<'a> {
+    fn id(&mut self, t: &'a Text) -> u32 {
+        let next = self.texts.len() as u32;
+        let id = *self.by_text.entry(t.as_str()).or_insert(next);
+        if id == next {
+            self.texts.push(t);
+        }
+        id
+    }
 }
 
 #[derive(Default)]
@@ -198,7 +214,7 @@ struct Acc {
 }
 
 struct FlameNode {
-    name: Text,
+    name: u32,
     depth: u16,
     total: u64,
     self_ns: u64,
@@ -210,18 +226,18 @@ struct FlameNode {
 struct FlameBuilder {
     nodes: Vec<FlameNode>,
     roots: Vec<u32>,
-    index: HashMap<(Option<u32>, Text), u32>,
+    index: HashMap<(Option<u32>, u32), u32>,
 }
 
 impl FlameBuilder {
-    fn node(&mut self, parent: Option<u32>, name: &Text) -> u32 {
-        if let Some(&n) = self.index.get(&(parent, name.clone())) {
+    fn node(&mut self, parent: Option<u32>, name: u32) -> u32 {
+        if let Some(&n) = self.index.get(&(parent, name)) {
             return n;
         }
         let id = self.nodes.len() as u32;
         let depth = parent.map_or(0, |p| self.nodes[p as usize].depth + 1);
         self.nodes.push(FlameNode {
-            name: name.clone(),
+            name,
             depth,
             total: 0,
             self_ns: 0,
@@ -232,16 +248,19 @@ impl FlameBuilder {
             Some(p) => self.nodes[p as usize].children.push(id),
             None => self.roots.push(id),
         }
-        self.index.insert((parent, name.clone()), id);
+        self.index.insert((parent, name), id);
         id
     }
 
     /// Lays the frames out depth first, siblings longest first.
-    fn finish(mut self) -> Flame {
+    fn finish(mut self, names: &NameIds<'_>) -> Flame {
         let mut flame = Flame::default();
         let key = |nodes: &[FlameNode], n: &u32| {
             let node = &nodes[*n as usize];
-            (std::cmp::Reverse(node.total), node.name.clone())
+            (
+                std::cmp::Reverse(node.total),
+                names.texts[node.name as usize].as_str(),
+            )
         };
         let mut roots = std::mem::take(&mut self.roots);
         roots.sort_by_cached_key(|n| key(&self.nodes, n));
@@ -260,7 +279,7 @@ impl FlameBuilder {
             let node = &self.nodes[n as usize];
             flame.depth = flame.depth.max(node.depth + 1);
             flame.frames.push(FlameFrame {
-                name: node.name.clone(),
+                name: names.texts[node.name as usize].clone(),
                 depth: node.depth,
                 parent,
                 x_ns: x,
@@ -326,25 +345,24 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
         ..SelectionSummary::default()
     };
     // Host and device spans of one name (a `ProfilerStep#2` annotation on
-    // the thread and on the GPU stream) are different rows.
-    let mut by_name: HashMap<(Text, bool), Acc> = HashMap::new();
+    // the thread and on the GPU stream) are different rows: accumulator
+    // `2 * name + device`.
+    let mut ids = NameIds::default();
+    let mut accs: Vec<Acc> = Vec::new();
     let mut flame = FlameBuilder::default();
     for &pos in &lanes {
         let device = view.lanes[pos].device;
         let spans = lane_spans(view, pos, t0, t1);
         out.spans += spans.len() as u64;
         // Nesting by a stack of open spans: (end, clipped time, children's
-        // clipped time, accumulator name, flame node).
-        let mut stack: Vec<(u64, u64, u64, u32, Option<u32>)> = Vec::new();
-        let close = |entry: (u64, u64, u64, u32, Option<u32>),
-                     by_name: &mut HashMap<(Text, bool), Acc>,
+        // clipped time, accumulator, flame node).
+        let mut stack: Vec<(u64, u64, u64, usize, Option<u32>)> = Vec::new();
+        let close = |entry: (u64, u64, u64, usize, Option<u32>),
+                     accs: &mut Vec<Acc>,
                      flame: &mut FlameBuilder| {
-            let (_, time, children, span, node) = entry;
+            let (_, time, children, acc, node) = entry;
             let own = time.saturating_sub(children);
-            let name = view.trace.spans[span as usize].name.clone();
-            if let Some(acc) = by_name.get_mut(&(name, device)) {
-                acc.self_ns += own;
-            }
+            accs[acc].self_ns += own;
             if let Some(n) = node {
                 flame.nodes[n as usize].self_ns += own;
             }
@@ -357,7 +375,7 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
             while let Some(top) = stack.last() {
                 if top.0 <= s.start_ns || top.0 < end {
                     let entry = stack.pop().expect("the stack has a top");
-                    close(entry, &mut by_name, &mut flame);
+                    close(entry, &mut accs, &mut flame);
                 } else {
                     break;
                 }
@@ -366,7 +384,12 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
             if let Some(parent) = stack.last_mut() {
                 parent.2 += time;
             }
-            let acc = by_name.entry((s.name.clone(), device)).or_default();
+            let id = ids.id(&s.name);
+            let a = 2 * id as usize + usize::from(device);
+            if a >= accs.len() {
+                accs.resize_with(a + 1, Acc::default);
+            }
+            let acc = &mut accs[a];
             acc.kind.get_or_insert(s.kind);
             acc.total += time;
             acc.durs.push(s.dur_ns);
@@ -374,34 +397,36 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
                 None
             } else {
                 let parent = stack.last().and_then(|e| e.4);
-                let n = flame.node(parent, &s.name);
+                let n = flame.node(parent, id);
                 let node = &mut flame.nodes[n as usize];
                 node.total += time;
                 node.count += 1;
                 Some(n)
             };
-            stack.push((end, time, 0, i, node));
+            stack.push((end, time, 0, a, node));
         }
         while let Some(entry) = stack.pop() {
-            close(entry, &mut by_name, &mut flame);
+            close(entry, &mut accs, &mut flame);
         }
     }
-    out.names = by_name
+    out.names = accs
         .into_iter()
-        .map(|((name, device), mut acc)| {
+        .enumerate()
+        .filter(|(_, acc)| !acc.durs.is_empty())
+        .map(|(a, mut acc)| {
             acc.durs.sort_unstable();
             let n = acc.durs.len().max(1);
             NameRow {
                 kind: acc.kind.unwrap_or(SpanKind::Annotation),
-                device,
+                device: a % 2 == 1,
                 count: acc.durs.len() as u64,
                 total_ns: acc.total,
                 self_ns: acc.self_ns,
                 mean_ns: acc.durs.iter().map(|&d| d as f64).sum::<f64>() / n as f64,
-                p50_ns: acc.durs.first().map_or(0, |_| percentile(&acc.durs, 50.0)),
-                p99_ns: acc.durs.first().map_or(0, |_| percentile(&acc.durs, 99.0)),
+                p50_ns: percentile(&acc.durs, 50.0),
+                p99_ns: percentile(&acc.durs, 99.0),
                 max_ns: acc.durs.last().copied().unwrap_or(0),
-                name,
+                name: ids.texts[a / 2].clone(),
             }
         })
         .collect();
@@ -412,7 +437,7 @@ pub fn analyse(view: &TraceView, sel: &Selection) -> SelectionSummary {
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.device.cmp(&b.device))
     });
-    out.flame = flame.finish();
+    out.flame = flame.finish(&ids);
     let any_device = lanes.iter().any(|&p| view.lanes[p].device);
     let device_lanes: Vec<usize> = if any_device {
         lanes
