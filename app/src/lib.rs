@@ -212,7 +212,17 @@ impl App {
     /// Following live data is off (a file or a finished recording does not
     /// grow); a live connection turns it on.
     pub fn set_trace(&mut self, trace: Trace, source: impl Into<String>) {
+        self.forget_trace();
         self.view = Some(TraceView::new(trace, source));
+        self.timeline.fit_pending = true;
+        self.timeline.follow_live = false;
+        self.timeline.search.reset();
+        self.tab = Tab::Timeline;
+    }
+
+    /// Closes the shown trace and everything computed from it.
+    fn forget_trace(&mut self) {
+        self.view = None;
         self.stats = None;
         self.analysis = None;
         self.memory.reset();
@@ -220,10 +230,6 @@ impl App {
         self.timeline.area = None;
         self.area = None;
         self.diff = None;
-        self.timeline.fit_pending = true;
-        self.timeline.follow_live = false;
-        self.timeline.search.reset();
-        self.tab = Tab::Timeline;
     }
 
     /// Loads a trace file (Chrome JSON or native); errors go to the UI.
@@ -296,12 +302,7 @@ impl App {
             }
         }
         if traces.is_empty() {
-            self.view = None;
-            self.stats = None;
-            self.analysis = None;
-            self.select(None);
-            self.timeline.area = None;
-            self.area = None;
+            self.forget_trace();
             self.tab = Tab::Snapshot;
             return;
         }

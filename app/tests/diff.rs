@@ -3,6 +3,8 @@
 //! kernel made 1.5x slower. The headless table, the Diff tab (steps side
 //! by side, names), the changed spans outlined on the timeline.
 
+mod common;
+
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -49,20 +51,7 @@ fn candidate(name: &str) -> (PathBuf, String) {
 #[test]
 fn headless_diff_prints_the_table_with_the_slower_kernel_first() {
     let (cand, kernel) = candidate("headless");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel-profiler"))
-        .arg("--headless")
-        .arg("--diff")
-        .args([real(), cand.clone()])
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
-        .output()
-        .expect("the binary runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = common::headless([PathBuf::from("--diff"), real(), cand.clone()]);
     let (b, c) = (
         keel::profiler::load_trace(&real()).expect("baseline"),
         keel::profiler::load_trace(&cand).expect("candidate"),

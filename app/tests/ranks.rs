@@ -4,13 +4,14 @@
 //! from the command line (`--align`, the ranks table) and in the window
 //! (the Analysis tab's ranks, driven by egui_kittest).
 
+mod common;
+
 #[allow(dead_code)]
 #[path = "../../crates/keel-trace/tests/gen/ranks.rs"]
 mod gen_ranks;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
@@ -50,21 +51,10 @@ fn strs(paths: &[PathBuf]) -> Vec<&str> {
 fn headless_ranks_on_their_collectives_flag_the_late_rank() {
     let job = Job::new(4);
     let files = ranks("headless", &job);
-    let mut args = vec!["--headless", "--open"];
+    let mut args = vec!["--open"];
     args.extend(strs(&files));
     args.extend(["--align", "collectives"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_keel-profiler"))
-        .args(&args)
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
-        .output()
-        .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::headless(&args);
     let table = text
         .split("Ranks (tab-separated):\n")
         .nth(1)

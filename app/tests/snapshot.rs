@@ -4,6 +4,8 @@
 //! point of the history through the slider, a block's operator linked to
 //! the timeline; `--headless` printing the snapshot's report.
 
+mod common;
+
 use std::path::PathBuf;
 
 use egui::accesskit::Role;
@@ -127,18 +129,7 @@ fn a_snapshot_alone_and_two_snapshots() {
 
 #[test]
 fn headless_prints_the_snapshot_report() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel-profiler"))
-        .args(["--headless", "--open"])
-        .arg(data(SNAPSHOT))
-        .env_remove("DISPLAY")
-        .env_remove("WAYLAND_DISPLAY")
-        .output()
-        .expect("the binary runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::headless([PathBuf::from("--open"), data(SNAPSHOT)]);
     let s = load_snapshot(&data(SNAPSHOT)).expect("the snapshot");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), text(&s, 10));
+    assert_eq!(out, text(&s, 10));
 }

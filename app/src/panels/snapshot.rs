@@ -19,8 +19,8 @@ use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, Ui, pos2, vec2};
 use egui_plot::{Line, Plot, VLine};
 use keel::profiler::BlockState as MapState;
 use keel_trace::snapshot::{
-    AllocatorState, BlockAt, BlockState, Snapshot, Timeline, operator_at, short_frames, state_at,
-    timelines,
+    AllocatorState, BlockAt, BlockState, Snapshot, Timeline, TraceEntry, entry_at, operator_at,
+    short_frames, state_at, timelines,
 };
 
 use crate::panels::memory::{SEGMENT_H, block_color, format_bytes};
@@ -61,39 +61,38 @@ impl SnapshotView {
     }
 
     /// The history's entries of `device`.
-    fn entries(&self, device: usize) -> &[keel_trace::snapshot::TraceEntry] {
+    fn entries(&self, device: usize) -> &[TraceEntry] {
         self.snapshot
             .device_traces
             .get(device)
             .map_or(&[][..], Vec::as_slice)
     }
 
-    /// The x of entry `i` of `device`: ms from its history's first entry
-    /// (the entry's index when the snapshot has no times).
+    /// The x of entry `i` of `device` ([`entry_x`]).
     fn x_of(&self, device: usize, i: usize) -> f64 {
-        let e = self.entries(device);
-        match (
-            e.first().and_then(|f| f.time_us),
-            e.get(i).and_then(|x| x.time_us),
-        ) {
-            (Some(t0), Some(t)) => (t - t0) as f64 / 1e3,
-            _ => i as f64,
-        }
+        entry_x(self.entries(device), i)
     }
 
-    /// The last entry of `device` at or before `x` (see [`Self::x_of`]).
+    /// The last entry of `device` at or before `x` (see [`entry_x`]).
     fn entry_at_x(&self, device: usize, x: f64) -> Option<usize> {
-        // Times never decrease along the history: binary search.
-        let (mut lo, mut hi) = (0, self.entries(device).len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.x_of(device, mid) <= x {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
+        let entries = self.entries(device);
+        match entries.first().and_then(|e| e.time_us) {
+            Some(t0) => entry_at(&self.snapshot, device, t0 + (x * 1e3).floor() as i64),
+            // No times: x counts entries.
+            None => (x >= 0.0).then(|| (x as usize).min(entries.len().saturating_sub(1))),
         }
-        lo.checked_sub(1)
+    }
+}
+
+/// The x of entry `i` of a history: ms from its first entry, or the
+/// entry's index when the snapshot has no times.
+fn entry_x(entries: &[TraceEntry], i: usize) -> f64 {
+    match (
+        entries.first().and_then(|f| f.time_us),
+        entries.get(i).and_then(|x| x.time_us),
+    ) {
+        (Some(t0), Some(t)) => (t - t0) as f64 / 1e3,
+        _ => i as f64,
     }
 }
 
@@ -102,11 +101,7 @@ impl SnapshotView {
 /// entry order), with the reserved value at each.
 fn cut(s: &Snapshot, t: &Timeline) -> Vec<[f64; 3]> {
     let entries = s.device_traces.get(t.device).map_or(&[][..], Vec::as_slice);
-    let t0 = entries.first().and_then(|e| e.time_us);
-    let x = |i: usize| match (t0, entries.get(i).and_then(|e| e.time_us)) {
-        (Some(a), Some(b)) => (b - a) as f64 / 1e3,
-        _ => i as f64,
-    };
+    let x = |i: usize| entry_x(entries, i);
     let n = t.allocated.len();
     let mut out = Vec::with_capacity(CURVE_POINTS + 2);
     out.push([x(0), t.initial_allocated as f64, t.initial_reserved as f64]);

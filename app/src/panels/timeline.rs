@@ -1415,6 +1415,17 @@ pub const MATCH: Color32 = Color32::from_rgb(255, 64, 160);
 /// Outlines search matches in the window (merged per pixel column and
 /// row), the selection's chain and the selection. Returns the match
 /// outlines drawn.
+/// The positions in `starts` (sorted) of spans that reach into the
+/// window: starting in it, or before it by at most `max_dur`.
+fn reaching_window(state: &TimelineState, starts: &[u64], max_dur: u64) -> (usize, usize) {
+    let t0 = (state.start_ns - max_dur as f64).max(0.0) as u64;
+    let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
+    (
+        starts.partition_point(|&t| t < t0),
+        starts.partition_point(|&t| t <= t1),
+    )
+}
+
 fn draw_marks(
     ui: &Ui,
     state: &TimelineState,
@@ -1426,10 +1437,7 @@ fn draw_marks(
     let mut drawn = 0;
     let search = &state.search;
     if !search.matches.is_empty() {
-        let t0 = (state.start_ns - search.max_dur as f64).max(0.0) as u64;
-        let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
-        let a = search.starts.partition_point(|&t| t < t0);
-        let b = search.starts.partition_point(|&t| t <= t1);
+        let (a, b) = reaching_window(state, &search.starts, search.max_dur);
         let mut seen = std::collections::HashSet::new();
         if b - a > MAX_MARKS_SCANNED {
             // Outlining costs a look at every match in the window: past
@@ -1464,12 +1472,8 @@ fn draw_marks(
         }
     }
     if let Some(ch) = hl.changes {
-        // As the search matches: those starting in the window (or before
-        // it by at most the longest), one outline per pixel.
-        let t0 = (state.start_ns - ch.max_dur as f64).max(0.0) as u64;
-        let t1 = (state.start_ns + state.width_ns).max(0.0) as u64;
-        let a = ch.starts.partition_point(|&t| t < t0);
-        let b = ch.starts.partition_point(|&t| t <= t1);
+        // As the search matches, one outline per pixel.
+        let (a, b) = reaching_window(state, &ch.starts, ch.max_dur);
         if b - a <= MAX_MARKS_SCANNED {
             let mut seen = std::collections::HashSet::new();
             for k in a..b {
