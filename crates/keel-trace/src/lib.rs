@@ -13,6 +13,9 @@
 //!   import report of what was skipped and why;
 //! - Keel's native binary format ([`native`]) and files by extension and
 //!   magic bytes, compressed or not ([`file`](mod@file), feature `import`);
+//! - indexed files (`indexed`, feature `import`): a trace converted
+//!   once into the viewer's index with coarser levels above it, mapped and
+//!   read only where the timeline looks, for traces larger than memory;
 //! - the viewer's index ([`view`]), statistics ([`stats`]),
 //!   HolisticTraceAnalysis-style analyses ([`analysis`]) and the analysis of
 //!   an area of the timeline ([`selection`]);
@@ -50,6 +53,8 @@ pub mod diff;
 mod error;
 #[cfg(feature = "import")]
 pub mod file;
+#[cfg(feature = "import")]
+pub mod indexed;
 pub mod json;
 pub mod model;
 pub mod native;

@@ -210,7 +210,7 @@ fn group_of(trace: &Trace, l: u32) -> (String, bool) {
 }
 
 impl LaneIndex {
-    fn new(trace: &Trace, l: u32) -> LaneIndex {
+    pub(crate) fn new(trace: &Trace, l: u32) -> LaneIndex {
         let (label, device) = lane_label(trace, l);
         LaneIndex {
             lane: l,
@@ -229,7 +229,7 @@ impl LaneIndex {
     /// without nesting in it (imported traces have them: kernels on one
     /// stream can overlap) goes to the first row below that is free at its
     /// start, so no row holds overlapping spans and nothing is dropped.
-    fn place(&mut self, i: u32, start: u64, end: u64) -> u16 {
+    pub(crate) fn place(&mut self, i: u32, start: u64, end: u64) -> u16 {
         while self.open.last().is_some_and(|&(e, _)| e <= start) {
             self.open.pop();
         }
@@ -307,22 +307,7 @@ impl TraceView {
     /// checker reports them); spans that overlap without nesting get extra
     /// rows of their lane.
     pub fn new(trace: Trace, source: impl Into<String>) -> TraceView {
-        let mut v = TraceView {
-            trace,
-            lanes: Vec::new(),
-            groups: Vec::new(),
-            lane_pos: Vec::new(),
-            depth: Vec::new(),
-            flows_by_time: Vec::new(),
-            flow_times: Vec::new(),
-            max_flow_len: 0,
-            flow_spans: Vec::new(),
-            span_flows: Vec::new(),
-            unbound_flows: Vec::new(),
-            bounds: (0, 1_000),
-            extent: (u64::MAX, 0),
-            source: source.into(),
-        };
+        let mut v = TraceView::empty(trace, source.into());
         v.index_lanes(Vec::new());
         let n = v.trace.spans.len();
         v.depth = vec![0; n];
@@ -339,6 +324,70 @@ impl TraceView {
         v.index_flows(0);
         v.extend_bounds(0, 0);
         v
+    }
+
+    /// Indexes `trace` with every span's depth row given (`depths[i]` for
+    /// span `i`), as a part of a bigger trace whose rows were placed
+    /// before: a window read from an indexed file
+    /// ([`crate::indexed::IndexedTrace::window`]) keeps the rows the
+    /// whole trace has, where placing only the window's spans could move
+    /// them. `depths` of another length than the spans places them as
+    /// [`TraceView::new`] does. Appending to such a view re-places the
+    /// lanes it touches.
+    pub fn from_depths(trace: Trace, depths: &[u16], source: impl Into<String>) -> TraceView {
+        if depths.len() != trace.spans.len() {
+            return TraceView::new(trace, source);
+        }
+        let mut v = TraceView::empty(trace, source.into());
+        v.index_lanes(Vec::new());
+        v.depth = depths.to_vec();
+        let spans = &v.trace.spans;
+        let mut ids: Vec<u32> = (0..spans.len() as u32).collect();
+        ids.sort_unstable_by_key(|&i| {
+            let s = &spans[i as usize];
+            (s.start_ns, std::cmp::Reverse(s.dur_ns))
+        });
+        for i in ids {
+            let s = &spans[i as usize];
+            let Some(&pos) = v.lane_pos.get(s.lane as usize) else {
+                continue;
+            };
+            let li = &mut v.lanes[pos];
+            let d = usize::from(depths[i as usize]);
+            if li.rows.len() <= d {
+                li.rows.resize_with(d + 1, Row::default);
+            }
+            let row = &mut li.rows[d];
+            row.spans.push(i);
+            row.starts.push(s.start_ns);
+            row.ends
+                .push(s.end_ns().max(row.ends.last().copied().unwrap_or(0)));
+            li.span_count += 1;
+            // Nothing is open for appending: a later span re-places the lane.
+            li.last_start = u64::MAX;
+        }
+        v.index_flows(0);
+        v.extend_bounds(0, 0);
+        v
+    }
+
+    fn empty(trace: Trace, source: String) -> TraceView {
+        TraceView {
+            trace,
+            lanes: Vec::new(),
+            groups: Vec::new(),
+            lane_pos: Vec::new(),
+            depth: Vec::new(),
+            flows_by_time: Vec::new(),
+            flow_times: Vec::new(),
+            max_flow_len: 0,
+            flow_spans: Vec::new(),
+            span_flows: Vec::new(),
+            unbound_flows: Vec::new(),
+            bounds: (0, 1_000),
+            extent: (u64::MAX, 0),
+            source,
+        }
     }
 
     /// Orders the lanes (keeping the indexes in `old`, by trace lane) and
@@ -582,7 +631,7 @@ impl TraceView {
 
 /// Whether `hay` contains `needle_lower` (already ASCII lower case),
 /// ignoring ASCII case, without allocating.
-fn contains_ignore_case(hay: &str, needle_lower: &str) -> bool {
+pub(crate) fn contains_ignore_case(hay: &str, needle_lower: &str) -> bool {
     let (h, n) = (hay.as_bytes(), needle_lower.as_bytes());
     n.len() <= h.len()
         && h.windows(n.len())
