@@ -27,6 +27,16 @@ pub struct Options {
     /// Diff tab). With --headless: the diff table, tab-separated.
     #[arg(long, value_names = ["BASELINE", "CANDIDATE"], num_args = 2, conflicts_with = "open")]
     pub diff: Vec<PathBuf>,
+    /// With --open FILE: show it through its index, a file beside it
+    /// (FILE.keelidx) made on first open and reused while FILE is
+    /// unchanged, read one window at a time: for traces larger than
+    /// memory. Files of 2 GiB or more and .keelidx files always open so.
+    #[arg(long)]
+    pub index: bool,
+    /// Convert a trace file (any format --open reads) into an indexed
+    /// file, then exit.
+    #[arg(long, value_names = ["TRACE", "INDEX"], num_args = 2, conflicts_with_all = ["open", "diff"])]
+    pub convert: Vec<PathBuf>,
     /// Connect to a live profiler server (host:port).
     #[arg(long, value_name = "ADDR", value_parser = non_empty)]
     pub connect: Option<String>,

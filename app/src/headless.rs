@@ -155,6 +155,63 @@ pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Sel
     }
 }
 
+/// What `--headless --open FILE` prints for a trace opened through its
+/// index: the summary line, the lane groups and every span name's count
+/// and time over the whole file (the 30 with most time); with `window`,
+/// the tables of that area read at full resolution instead.
+pub fn indexed_report(
+    path: &std::path::Path,
+    window: Option<(u64, u64)>,
+) -> Result<String, String> {
+    let fail = |e: keel_trace::Error| format!("could not open {}: {e}", path.display());
+    let (t, made) = keel_trace::indexed::open_or_convert(path).map_err(fail)?;
+    let (lo, hi) = t.bounds();
+    let w = t
+        .window(&keel_trace::indexed::Window {
+            t0: lo,
+            t1: hi,
+            ns_per_px: (hi - lo) as f64 / 1_000.0,
+            lanes: None,
+            max_spans: crate::indexed::MAX_WINDOW_SPANS,
+        })
+        .map_err(fail)?;
+    if let Some(window) = window {
+        let sel = everything(&w.view, window);
+        let lanes = (0..t.tables().lanes.len() as u32).collect();
+        let area = t
+            .window(&keel_trace::indexed::Window {
+                t0: sel.t0,
+                t1: sel.t1,
+                ns_per_px: 0.0,
+                lanes: Some(lanes),
+                max_spans: crate::indexed::MAX_WINDOW_SPANS,
+            })
+            .map_err(fail)?;
+        return Ok(crate::selection::text(
+            &crate::selection::analyse(&area.view, &sel),
+            30,
+        ));
+    }
+    let mut out = format!(
+        "Indexed trace{}: {} lanes, {} spans, {} long\n",
+        if made { " (index made now)" } else { "" },
+        t.tables().lanes.len(),
+        t.span_count(),
+        format_ns((hi - lo) as f64)
+    );
+    out.push_str(&groups_text(&w.view));
+    out.push_str("Spans by name (tab-separated, most time first):\nname\tcount\ttotal_ns\n");
+    for n in t.name_totals().map_err(fail)?.iter().take(30) {
+        out.push_str(&format!(
+            "{}\t{}\t{}\n",
+            crate::analysis::short(&n.name, 80),
+            n.count,
+            n.total_ns
+        ));
+    }
+    Ok(out)
+}
+
 /// Runs headless. With `--open FILE...`: prints [`report`] of the files
 /// (or, with `--select`, the selection's tables), opened as one trace
 /// (see [`keel::profiler::load_traces`]), and returns
@@ -162,6 +219,20 @@ pub fn everything(view: &TraceView, window: (u64, u64)) -> crate::selection::Sel
 /// prints the summary and per-kernel statistics, writes the trace to a
 /// temporary file and returns its path.
 pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
+    if let [input, output] = options.convert.as_slice() {
+        let started = std::time::Instant::now();
+        keel_trace::indexed::convert(input, output)
+            .map_err(|e| format!("could not convert {}: {e}", input.display()))?;
+        let t = keel_trace::indexed::IndexedTrace::open(output).map_err(|e| e.to_string())?;
+        println!(
+            "converted {} to {} ({} spans) in {:.1} s",
+            input.display(),
+            output.display(),
+            t.span_count(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(None);
+    }
     if let [baseline, candidate] = options.diff.as_slice() {
         let load = |p: &PathBuf| {
             keel::profiler::load_trace(p)
@@ -185,6 +256,12 @@ pub fn run(options: &Options) -> Result<Option<PathBuf>, String> {
             print!("{}", keel_trace::snapshot::text(&s, 10));
         }
         if traces.is_empty() {
+            return Ok(None);
+        }
+        if let [path] = traces.as_slice()
+            && (options.index || crate::indexed::wants_index(path))
+        {
+            print!("{}", indexed_report(path, options.select)?);
             return Ok(None);
         }
         let source = crate::files_label(&traces);

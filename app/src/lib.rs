@@ -24,6 +24,7 @@
 pub mod cli;
 pub mod devices;
 pub mod headless;
+pub mod indexed;
 pub mod panels;
 pub mod quiet;
 pub mod window;
@@ -116,6 +117,11 @@ pub struct App {
     pub snapshot_state: panels::snapshot::SnapshotState,
     /// A baseline the shown trace is compared with, and the comparison.
     pub diff: Option<panels::diff::DiffView>,
+    /// The indexed file shown a window at a time, when the trace is one
+    /// ([`Self::view`] then holds the window).
+    pub indexed: Option<indexed::IndexedSession>,
+    /// Open single trace files through their index (`--index`).
+    pub index: bool,
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
@@ -180,6 +186,8 @@ impl App {
             snapshot: None,
             snapshot_state: Default::default(),
             diff: None,
+            indexed: None,
+            index: false,
             error,
             run: None,
             live_rx: None,
@@ -188,6 +196,7 @@ impl App {
             live_chunks: 0,
         };
         app.sources.align = options.align;
+        app.index = options.index;
         if let [baseline, candidate] = options.diff.as_slice() {
             app.sources.path = panels::sources::path_text(&options.diff);
             app.open_diff(baseline, candidate);
@@ -197,7 +206,10 @@ impl App {
             app.open_files(&options.open);
             if let (Some(window), Some(view)) = (options.select, &app.view) {
                 let sel = headless::everything(view, window);
-                app.area = Some(selection::analyse(view, &sel));
+                match app.analyse_area(&sel) {
+                    Ok(a) => app.area = Some(a),
+                    Err(e) => app.fail(e),
+                }
                 app.timeline.area = Some(sel);
             }
         }
@@ -223,6 +235,8 @@ impl App {
     /// Closes the shown trace and everything computed from it.
     fn forget_trace(&mut self) {
         self.view = None;
+        self.indexed = None;
+        self.timeline.search.whole = None;
         self.stats = None;
         self.analysis = None;
         self.memory.reset();
@@ -306,6 +320,11 @@ impl App {
             self.tab = Tab::Snapshot;
             return;
         }
+        if let [path] = traces.as_slice()
+            && (self.index || indexed::wants_index(path))
+        {
+            return self.open_indexed(path);
+        }
         let source = files_label(&traces);
         let paths = &traces;
         match keel_trace::load_traces_with(paths, self.sources.align) {
@@ -318,6 +337,161 @@ impl App {
                 }
             }
             Err(e) => self.fail(format!("could not open {source}: {e}")),
+        }
+    }
+
+    /// Shows trace file `path` through its index (made now on first open,
+    /// see [`keel_trace::indexed::open_or_convert`]), the whole trace in
+    /// view. Errors go to the UI.
+    pub fn open_indexed(&mut self, path: &Path) {
+        let source = path.display().to_string();
+        let (trace, made) = match keel_trace::indexed::open_or_convert(path) {
+            Ok(t) => t,
+            Err(e) => return self.fail(format!("could not open {source}: {e}")),
+        };
+        self.forget_trace();
+        let mut session = indexed::IndexedSession::new(trace);
+        let (lo, hi) = session.trace.bounds();
+        let width = (hi - lo) as f64 * 1.04;
+        match session.read_now(lo as f64 - (hi - lo) as f64 * 0.02, width, 1_200.0) {
+            Ok(w) => self.view = Some(session.show(w)),
+            Err(e) => return self.fail(format!("could not read {source}: {e}")),
+        }
+        self.sources.say(format!(
+            "opened {source} indexed ({} spans{})",
+            session.trace.span_count(),
+            if made { ", index made now" } else { "" }
+        ));
+        self.indexed = Some(session);
+        self.timeline.fit_pending = true;
+        self.timeline.follow_live = false;
+        self.timeline.search.reset();
+        self.timeline.search.whole = Some(Default::default());
+        self.tab = Tab::Timeline;
+    }
+
+    /// The analysis of area `sel`: over the shown trace, or, for an indexed
+    /// file, over its spans in the area read at full resolution.
+    pub fn analyse_area(
+        &self,
+        sel: &selection::Selection,
+    ) -> Result<selection::SelectionSummary, String> {
+        let Some(view) = &self.view else {
+            return Err("no trace to select in".to_owned());
+        };
+        let Some(s) = &self.indexed else {
+            return Ok(selection::analyse(view, sel));
+        };
+        let lanes = sel
+            .lanes
+            .iter()
+            .filter_map(|&p| view.lanes.get(p).map(|l| l.lane))
+            .collect();
+        let w = s
+            .trace
+            .window(&keel_trace::indexed::Window {
+                t0: sel.t0.min(sel.t1),
+                t1: sel.t0.max(sel.t1),
+                ns_per_px: 0.0,
+                lanes: Some(lanes),
+                max_spans: indexed::MAX_WINDOW_SPANS,
+            })
+            .map_err(|e| format!("could not analyse the selection: {e}"))?;
+        Ok(selection::analyse(&w.view, sel))
+    }
+
+    /// For an indexed trace: takes a window read in the background, keeps
+    /// the whole file's search current, and starts reading the window the
+    /// screen needs next (`ctx` is woken when it is read).
+    pub fn poll_indexed(&mut self, ctx: Option<&egui::Context>) {
+        let Some(s) = &mut self.indexed else {
+            return;
+        };
+        if let Some(r) = s.take() {
+            match r {
+                Ok(w) => self.show_window(w),
+                Err(e) => self.fail(e),
+            }
+        }
+        let Some(s) = &mut self.indexed else {
+            return;
+        };
+        if let Err(e) = s.search(&self.timeline.search.query) {
+            self.fail(e);
+            return;
+        }
+        let Some(s) = &mut self.indexed else {
+            return;
+        };
+        self.timeline.search.whole = Some(panels::timeline::WholeSearch {
+            total: s.matches.total,
+            step: None,
+        });
+        if self.timeline.fit_pending {
+            return;
+        }
+        let px = self.timeline.layout.area.width();
+        let px = if px.is_finite() && px > 0.0 {
+            px
+        } else {
+            1_200.0
+        };
+        let wake = ctx.cloned();
+        s.request(
+            self.timeline.start_ns,
+            self.timeline.width_ns,
+            px,
+            move || {
+                if let Some(c) = &wake {
+                    c.request_repaint();
+                }
+            },
+        );
+    }
+
+    /// Shows window `w` of the indexed trace, keeping the selected span
+    /// (by its record) and selecting a search match it now holds.
+    pub fn show_window(&mut self, w: keel_trace::indexed::WindowView) {
+        let Some(s) = &mut self.indexed else {
+            return;
+        };
+        let selected = self.selected.and_then(|l| s.record_of(l));
+        let view = s.show(w);
+        self.view = Some(view);
+        let reveal = s.reveal.and_then(|r| s.local_of(r));
+        if reveal.is_some() {
+            s.reveal = None;
+        }
+        let keep = selected.and_then(|r| s.local_of(r));
+        self.timeline.search.stale = !self.timeline.search.query.is_empty();
+        match reveal {
+            Some(l) => {
+                self.select(Some(l));
+                self.timeline.reveal = Some(l);
+            }
+            None => self.select(keep),
+        }
+    }
+
+    /// Moves to the next (or previous) search match of the indexed file,
+    /// from the one moved to last or from the middle of the screen.
+    fn step_indexed(&mut self, forward: bool) {
+        let Some(s) = &mut self.indexed else {
+            return;
+        };
+        let mid = (self.timeline.start_ns + self.timeline.width_ns / 2.0).max(0.0) as u64;
+        match s.step(forward, mid) {
+            Ok(Some(span)) => {
+                self.timeline.center_on_time(span.start_ns, span.dur_ns);
+                s.reveal = s.current;
+                if let Some(l) = s.current.and_then(|r| s.local_of(r)) {
+                    s.reveal = None;
+                    self.select(Some(l));
+                    self.timeline.reveal = Some(l);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => self.fail(e),
         }
     }
 
@@ -604,6 +778,7 @@ impl App {
         if self.run.is_some() || self.live_rx.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
+        self.poll_indexed(Some(&ctx));
 
         egui::Panel::top("tabs").show(ui, |ui| {
             ui.horizontal(|ui| {
@@ -676,6 +851,7 @@ impl App {
             }
         }
         let mut show_span = None;
+        let mut area_changed = false;
         egui::CentralPanel::default().show(ui, |ui| match self.tab {
             Tab::Devices => panels::devices::show(ui, &self.backends),
             Tab::Timeline => match &self.view {
@@ -714,11 +890,7 @@ impl App {
                     }
                     let out = panels::timeline::show(ui, &mut self.timeline, view, highlight, live);
                     if out.area_changed {
-                        self.area = self
-                            .timeline
-                            .area
-                            .as_ref()
-                            .map(|sel| selection::analyse(view, sel));
+                        area_changed = true;
                     }
                     if out.show_import_report {
                         self.tab = Tab::Analysis;
@@ -733,6 +905,11 @@ impl App {
                     );
                 }
             },
+            Tab::Stats | Tab::Memory | Tab::Analysis if self.indexed.is_some() => {
+                if let Some(s) = &mut self.indexed {
+                    indexed::show_totals(ui, s);
+                }
+            }
             Tab::Stats => match &self.view {
                 Some(view) => {
                     let stats = self.stats.get_or_insert_with(|| Stats::new(view));
@@ -792,6 +969,30 @@ impl App {
                 }
             },
         });
+        if area_changed {
+            self.area = match self
+                .timeline
+                .area
+                .clone()
+                .map(|sel| self.analyse_area(&sel))
+            {
+                Some(Ok(a)) => Some(a),
+                Some(Err(e)) => {
+                    self.fail(e);
+                    None
+                }
+                None => None,
+            };
+        }
+        if let Some(forward) = self
+            .timeline
+            .search
+            .whole
+            .as_mut()
+            .and_then(|w| w.step.take())
+        {
+            self.step_indexed(forward);
+        }
         if let Some(span) = show_span {
             self.select(Some(span));
             if let Some(view) = &self.view {

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(e) => e.exit(),
     };
-    if options.headless {
+    if options.headless || !options.convert.is_empty() {
         return headless(&options);
     }
     match window::run(&options) {

@@ -97,6 +97,20 @@ pub struct SearchState {
     focus: bool,
     /// Whether the search box had the keyboard focus last frame.
     box_focused: bool,
+    /// Matches over a whole indexed file, of which the view holds a
+    /// window (set by the app): counted and stepped through there.
+    pub whole: Option<WholeSearch>,
+}
+
+/// Search over a file the view holds a window of: the app counts the
+/// matches and moves between them; the search bar shows the count and
+/// asks for moves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WholeSearch {
+    /// Matches in the file.
+    pub total: u64,
+    /// The move asked for this frame: next (`true`) or previous.
+    pub step: Option<bool>,
 }
 
 impl SearchState {
@@ -482,12 +496,18 @@ impl TimelineState {
         let Some(s) = view.trace.spans.get(span as usize) else {
             return;
         };
-        if s.dur_ns as f64 > self.width_ns * 0.8 {
-            self.width_ns = (s.dur_ns as f64 * 1.25).max(1_000.0);
-        }
-        let mid = s.start_ns as f64 + s.dur_ns as f64 / 2.0;
-        self.start_ns = mid - self.width_ns / 2.0;
+        self.center_on_time(s.start_ns, s.dur_ns);
         self.reveal = Some(span);
+    }
+
+    /// Centres the time range `start_ns..start_ns + dur_ns` (zooming out
+    /// when it is wider than the view).
+    pub fn center_on_time(&mut self, start_ns: u64, dur_ns: u64) {
+        if dur_ns as f64 > self.width_ns * 0.8 {
+            self.width_ns = (dur_ns as f64 * 1.25).max(1_000.0);
+        }
+        let mid = start_ns as f64 + dur_ns as f64 / 2.0;
+        self.start_ns = mid - self.width_ns / 2.0;
     }
 
     fn x_of(&self, area: Rect, t: f64) -> f32 {
@@ -693,24 +713,39 @@ fn search_bar(ui: &mut Ui, state: &mut TimelineState, view: &TraceView, out: &mu
         // this Enter took it away) the keyboard focus, or when no text
         // field has it.
         let typing_elsewhere = ui.ctx().text_edit_focused() && !resp.has_focus();
+        let mut step = None;
         if enter && (search.box_focused || resp.has_focus() || !typing_elsewhere) {
-            moved = search.step(!shift);
+            step = Some(!shift);
             resp.request_focus();
         }
         search.box_focused = resp.has_focus();
         if ui.button("Previous").clicked() {
-            moved = search.step(false);
+            step = Some(false);
         }
         if ui.button("Next").clicked() {
-            moved = search.step(true);
+            step = Some(true);
         }
-        let n = search.matches.len();
-        let count = match (search.current, n) {
-            (_, 0) if search.query.trim().is_empty() => String::new(),
-            (_, 0) => "no matches".to_owned(),
-            (Some(k), _) => format!("{} of {n} matches", k + 1),
-            (None, 1) => "1 match".to_owned(),
-            (None, _) => format!("{n} matches"),
+        let count = match &mut search.whole {
+            Some(w) => {
+                w.step = step;
+                match w.total {
+                    _ if search.query.trim().is_empty() => String::new(),
+                    0 => "no matches".to_owned(),
+                    1 => "1 match in the file".to_owned(),
+                    n => format!("{n} matches in the file"),
+                }
+            }
+            None => {
+                moved = step.and_then(|forward| search.step(forward));
+                let n = search.matches.len();
+                match (search.current, n) {
+                    (_, 0) if search.query.trim().is_empty() => String::new(),
+                    (_, 0) => "no matches".to_owned(),
+                    (Some(k), _) => format!("{} of {n} matches", k + 1),
+                    (None, 1) => "1 match".to_owned(),
+                    (None, _) => format!("{n} matches"),
+                }
+            }
         };
         ui.label(count);
         if ui.button("Close").clicked() || (escape && resp.has_focus()) {

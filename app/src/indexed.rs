@@ -1,0 +1,290 @@
+//! A trace larger than memory: an indexed file
+//! ([`keel_trace::indexed`]) shown one window at a time.
+//!
+//! The timeline draws a small [`TraceView`](crate::view::TraceView) of
+//! the window in view, three screens wide, read at the resolution of the
+//! screen's pixels; when the user pans out of it or zooms to another
+//! level, the next window is read on a background thread while the last
+//! one stays on screen, so a frame never waits for the file. Search counts
+//! and steps through the whole file's name table; the selection analysis
+//! reads its window at full resolution.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use keel_trace::indexed::{IndexedTrace, Matches, NameTotal, Window, WindowView, level_for};
+
+/// The most spans one window may hold: a window of the timeline is far
+/// below it at any zoom (a few items per pixel and row); an area selection
+/// over more asks for a shorter one.
+pub const MAX_WINDOW_SPANS: usize = 5_000_000;
+
+/// What is shown of an indexed file, and the window being read.
+pub struct IndexedSession {
+    /// The file.
+    pub trace: Arc<IndexedTrace>,
+    /// The window shown: its range, level and the file's record of each
+    /// of its spans.
+    pub shown: Option<Shown>,
+    job: Option<(Want, mpsc::Receiver<Result<WindowView, String>>)>,
+    /// The query [`Self::matches`] holds the matches of.
+    pub searched: String,
+    /// Matches of the search over the whole file.
+    pub matches: Matches,
+    /// The match moved to last (a record).
+    pub current: Option<u32>,
+    /// A record to select once a window holds it (a search match).
+    pub reveal: Option<u32>,
+    /// Every span name with its count and total time (for the Analysis
+    /// tab), read when first shown.
+    pub names: Option<Result<Vec<NameTotal>, String>>,
+}
+
+impl std::fmt::Debug for IndexedSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexedSession")
+            .field("trace", &self.trace)
+            .field("shown", &self.shown.as_ref().map(|s| (s.t0, s.t1, s.level)))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The window on screen.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    /// Its start, ns.
+    pub t0: u64,
+    /// Its end, ns.
+    pub t1: u64,
+    /// The level it was read at.
+    pub level: u32,
+    /// For every span of the shown view, its record (`None`: a run).
+    pub records: Vec<Option<u32>>,
+}
+
+/// A window wanted: range and level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Want {
+    t0: u64,
+    t1: u64,
+    level: u32,
+    ns_per_px: f64,
+}
+
+impl IndexedSession {
+    /// A session over `trace`, nothing read yet.
+    pub fn new(trace: IndexedTrace) -> IndexedSession {
+        IndexedSession {
+            trace: Arc::new(trace),
+            shown: None,
+            job: None,
+            searched: String::new(),
+            matches: Matches::default(),
+            current: None,
+            reveal: None,
+            names: None,
+        }
+    }
+
+    /// The window to read for a screen showing `start..start + width` ns
+    /// over `px` pixels: three screens wide, at the screen's resolution.
+    fn want(&self, start: f64, width: f64, px: f32) -> Want {
+        let ns_per_px = width / f64::from(px.max(100.0));
+        let t0 = (start - width).max(0.0) as u64;
+        let t1 = (start + 2.0 * width).max(0.0) as u64;
+        Want {
+            t0,
+            t1,
+            level: level_for(ns_per_px),
+            ns_per_px,
+        }
+    }
+
+    /// Whether the shown window covers the screen at its level.
+    fn covers(&self, start: f64, width: f64, level: u32) -> bool {
+        self.shown.as_ref().is_some_and(|s| {
+            // One level finer draws the same picture with more items.
+            (s.level == level || s.level + 1 == level)
+                && s.t0 as f64 <= start.max(0.0)
+                && (start + width) <= s.t1 as f64
+        })
+    }
+
+    /// Reads the window for the screen now, on this thread (the first
+    /// frame, headless runs, tests).
+    pub fn read_now(&mut self, start: f64, width: f64, px: f32) -> Result<WindowView, String> {
+        let w = self.want(start, width, px);
+        self.job = None;
+        self.trace.window(&window(w)).map_err(|e| e.to_string())
+    }
+
+    /// Starts reading the window for the screen when the shown one does
+    /// not cover it (and no read of a covering one is under way); `wake`
+    /// is called when it is read.
+    pub fn request(&mut self, start: f64, width: f64, px: f32, wake: impl Fn() + Send + 'static) {
+        let w = self.want(start, width, px);
+        if self.covers(start, width, w.level) {
+            self.job = None;
+            return;
+        }
+        if let Some((j, _)) = &self.job
+            && j.level == w.level
+            && j.t0 as f64 <= start.max(0.0)
+            && start + width <= j.t1 as f64
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        let trace = Arc::clone(&self.trace);
+        std::thread::spawn(move || {
+            let r = trace.window(&window(w)).map_err(|e| e.to_string());
+            // The app may have moved on and dropped the receiver.
+            let _ = tx.send(r);
+            wake();
+        });
+        self.job = Some((w, rx));
+    }
+
+    /// A window read in the background, if one is ready.
+    pub fn take(&mut self) -> Option<Result<WindowView, String>> {
+        let r = self.job.as_ref()?.1.try_recv().ok()?;
+        self.job = None;
+        Some(r)
+    }
+
+    /// Waits for the window being read, if any (tests, screenshots).
+    pub fn wait(&mut self) -> Option<Result<WindowView, String>> {
+        let (_, rx) = self.job.take()?;
+        rx.recv().ok()
+    }
+
+    /// Whether a window is being read.
+    pub fn busy(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Keeps `w` as the shown window; returns its view.
+    pub fn show(&mut self, w: WindowView) -> crate::view::TraceView {
+        self.shown = Some(Shown {
+            t0: w.t0,
+            t1: w.t1,
+            level: w.level,
+            records: w.records,
+        });
+        w.view
+    }
+
+    /// The record of span `local` of the shown view.
+    pub fn record_of(&self, local: u32) -> Option<u32> {
+        *self.shown.as_ref()?.records.get(local as usize)?
+    }
+
+    /// The span of the shown view that is record `record`.
+    pub fn local_of(&self, record: u32) -> Option<u32> {
+        let s = self.shown.as_ref()?;
+        s.records
+            .iter()
+            .position(|&r| r == Some(record))
+            .map(|i| i as u32)
+    }
+
+    /// Searches the whole file for `query` when it changed.
+    pub fn search(&mut self, query: &str) -> Result<(), String> {
+        if query == self.searched {
+            return Ok(());
+        }
+        self.searched = query.to_owned();
+        self.current = None;
+        self.matches = self.trace.search(query).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The next (or previous) match from the current one, or from `at_ns`.
+    pub fn step(&mut self, forward: bool, at_ns: u64) -> Result<Option<keel_trace::Span>, String> {
+        let next = self
+            .trace
+            .step(&self.matches, self.current, at_ns, forward)
+            .map_err(|e| e.to_string())?;
+        self.current = next;
+        match next {
+            Some(r) => self.trace.span(r).map(Some).map_err(|e| e.to_string()),
+            None => Ok(None),
+        }
+    }
+}
+
+fn window(w: Want) -> Window {
+    Window {
+        t0: w.t0,
+        t1: w.t1,
+        ns_per_px: w.ns_per_px,
+        lanes: None,
+        max_spans: MAX_WINDOW_SPANS,
+    }
+}
+
+/// Files from this size up open through their index.
+pub const INDEX_ABOVE: u64 = 2 << 30;
+
+/// Whether trace file `path` opens through its index: an indexed file
+/// itself, or a trace of [`INDEX_ABOVE`] bytes or more.
+pub fn wants_index(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let indexed = std::fs::File::open(path)
+        .and_then(|f| f.take(8).read_to_end(&mut head))
+        .is_ok_and(|_| keel_trace::indexed::is_indexed(&head));
+    indexed || std::fs::metadata(path).is_ok_and(|m| m.len() >= INDEX_ABOVE)
+}
+
+/// The Statistics, Memory and Analysis tabs of an indexed trace: what the
+/// file holds, and every span name's count and total time over the whole
+/// trace (the tables computed over a whole trace in memory need it in
+/// memory; an area selection analyses any window).
+pub fn show_totals(ui: &mut egui::Ui, s: &mut IndexedSession) {
+    let t = &s.trace;
+    let (lo, hi) = t.bounds();
+    ui.heading("Indexed trace");
+    ui.label(format!(
+        "{} spans on {} lanes over {}, read a window at a time. Select an area of the timeline (Shift+drag) to analyse it.",
+        t.span_count(),
+        t.tables().lanes.len(),
+        crate::view::format_ns((hi - lo) as f64)
+    ));
+    let names = s
+        .names
+        .get_or_insert_with(|| t.name_totals().map_err(|e| e.to_string()));
+    let names = match names {
+        Ok(n) => n,
+        Err(e) => {
+            ui.colored_label(egui::Color32::from_rgb(240, 100, 90), e.as_str());
+            return;
+        }
+    };
+    ui.separator();
+    ui.strong(format!(
+        "Spans by name ({} names, most time first)",
+        names.len()
+    ));
+    egui::ScrollArea::vertical().show(ui, |ui| {
+        egui::Grid::new("indexed names")
+            .striped(true)
+            .show(ui, |ui| {
+                ui.strong("name");
+                ui.strong("count");
+                ui.strong("total");
+                ui.strong("mean");
+                ui.end_row();
+                for n in names.iter().take(500) {
+                    ui.label(crate::analysis::short(&n.name, 80))
+                        .on_hover_text(&n.name);
+                    ui.label(n.count.to_string());
+                    ui.label(crate::view::format_ns(n.total_ns as f64));
+                    ui.label(crate::view::format_ns(
+                        n.total_ns as f64 / n.count.max(1) as f64,
+                    ));
+                    ui.end_row();
+                }
+            });
+    });
+}
