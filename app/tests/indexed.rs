@@ -71,7 +71,11 @@ fn the_timeline_reads_the_window_it_shows() {
         assert_eq!(app.tab, Tab::Timeline);
         let view = app.view.as_ref().expect("view");
         // The whole trace in view, read coarsely: fewer spans than the file.
-        assert!(view.trace.spans.len() < total as usize / 2, "{}", view.trace.spans.len());
+        assert!(
+            view.trace.spans.len() < total as usize / 2,
+            "{}",
+            view.trace.spans.len()
+        );
         assert_eq!(view.bounds, app.indexed.as_ref().expect("i").trace.bounds());
     }
     // Zoom to 200 us around the first ProfilerStep's start: the window is
@@ -96,10 +100,8 @@ fn the_timeline_reads_the_window_it_shows() {
 #[test]
 fn search_counts_and_moves_over_the_whole_file() {
     let path = copy("search");
-    let in_memory = keel_profiler::view::TraceView::new(
-        keel_trace::load_trace(&path).expect("load"),
-        "gpt2",
-    );
+    let in_memory =
+        keel_profiler::view::TraceView::new(keel_trace::load_trace(&path).expect("load"), "gpt2");
     let want = in_memory.search("aten::mm").len() as u64;
     let app = App::new(&Options {
         open: vec![path],
@@ -135,10 +137,8 @@ fn search_counts_and_moves_over_the_whole_file() {
 #[test]
 fn an_area_analyses_as_in_memory() {
     let path = copy("area");
-    let in_memory = keel_profiler::view::TraceView::new(
-        keel_trace::load_trace(&path).expect("load"),
-        "gpt2",
-    );
+    let in_memory =
+        keel_profiler::view::TraceView::new(keel_trace::load_trace(&path).expect("load"), "gpt2");
     let app = App::new(&Options {
         open: vec![path],
         index: true,
@@ -146,7 +146,11 @@ fn an_area_analyses_as_in_memory() {
     });
     let (lo, _) = in_memory.bounds;
     for (lanes, a, b) in [
-        ((0..in_memory.lanes.len()).collect::<Vec<_>>(), 10_000_000, 40_000_000),
+        (
+            (0..in_memory.lanes.len()).collect::<Vec<_>>(),
+            10_000_000,
+            40_000_000,
+        ),
         (vec![0, 5], 0, 190_000_000),
     ] {
         let sel = Selection {
@@ -164,14 +168,13 @@ fn an_area_analyses_as_in_memory() {
 fn the_command_line_converts_and_opens_indexed() {
     let path = copy("cli");
     let out = path.with_file_name("converted.keelidx");
-    let printed = common::headless([
-        "--convert".as_ref(),
-        path.as_os_str(),
-        out.as_os_str(),
-    ]);
+    let printed = common::headless(["--convert".as_ref(), path.as_os_str(), out.as_os_str()]);
     assert!(printed.contains("(17782 spans)"), "{printed}");
     let report = common::headless(["--open".as_ref(), out.as_os_str()]);
-    assert!(report.starts_with("Indexed trace: 7 lanes, 17782 spans"), "{report}");
+    assert!(
+        report.starts_with("Indexed trace: 7 lanes, 17782 spans"),
+        "{report}"
+    );
     assert!(report.contains("aten::addmm\t192\t"), "{report}");
     // The selection of an indexed file prints what the trace's does.
     let args = |p: &PathBuf| {

@@ -91,7 +91,16 @@ fn whole_trace_at_full_resolution_is_the_trace() {
     assert_eq!(idx.span_count(), v.trace.spans.len() as u64);
     assert_eq!(idx.tables().lanes, v.trace.lanes);
     assert_eq!(idx.tables().devices, v.trace.devices);
-    assert_eq!(idx.tables().counters, v.trace.counters);
+    let names = |c: &[keel_trace::Counter]| {
+        c.iter()
+            .map(|c| (c.device, c.name.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&idx.tables().counters), names(&v.trace.counters));
+    assert!(
+        idx.tables().memory.is_empty(),
+        "allocator events are not kept"
+    );
     let (lo, hi) = v.bounds;
     let w = idx.window(&all(lo, hi)).expect("window");
     assert_eq!(w.level, 0);
@@ -111,6 +120,7 @@ fn whole_trace_at_full_resolution_is_the_trace() {
     }
     assert_eq!(w.view.bounds, v.bounds);
     assert_eq!(w.view.trace.flows.len(), v.trace.flows.len());
+    assert_eq!(w.view.trace.counters, v.trace.counters);
     // A record read alone is the span the window holds.
     for (i, r) in w.records.iter().enumerate().step_by(97) {
         let r = r.expect("a record");
@@ -217,6 +227,26 @@ fn coarse_levels_merge_only_what_a_pixel_cannot_show() {
                 assert!(row.starts.windows(2).all(|p| p[0] <= p[1]));
             }
         }
+    }
+    // Counters keep each pixel column's lowest and highest points.
+    let cols = 500.0;
+    let w = idx
+        .window(&Window {
+            ns_per_px: (hi - lo) as f64 / cols,
+            ..all(lo, hi)
+        })
+        .expect("window");
+    for (c, full) in w.view.trace.counters.iter().zip(&v.trace.counters) {
+        assert!(
+            c.points.len() <= 4 * cols as usize + 8,
+            "{}",
+            c.points.len()
+        );
+        assert!(c.points.len() <= full.points.len());
+        let range = |p: &[(u64, i64)]| (p.iter().map(|p| p.1).min(), p.iter().map(|p| p.1).max());
+        assert_eq!(range(&c.points), range(&full.points), "{}", c.name);
+        assert!(c.points.windows(2).all(|p| p[0].0 <= p[1].0));
+        assert!(c.points.iter().all(|p| full.points.contains(p)));
     }
     // Spans at least one resolution long are never merged.
     let ns_per_px = (hi - lo) as f64 / 2_000.0;

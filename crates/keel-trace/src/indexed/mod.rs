@@ -44,7 +44,12 @@
 //! | 8    | names    | per string: span count u64, total ns u64, offset u64 (in `postings`) of its span ids |
 //! | 9    | postings | span ids u32, each name's ascending |
 //! | 10   | flows    | by earlier end: id u64, from ts u64, to ts u64, from lane u32, to lane u32, kind u32 (0 launch, 1 event wait), 0 u32 (40 bytes) |
-//! | 11   | tables   | a [native](crate::native) trace without spans and flows: devices, lanes, instants, counters, memory events, calibrations, origin, ranks |
+//! | 11   | tables   | a [native](crate::native) trace without spans, flows and memory events, its counters without points: devices, lanes, instants, counter names, calibrations, origin, ranks |
+//! | 12   | counters | per counter of the tables: offset u64 (in `points`, in points), point count u64 |
+//! | 13   | points   | per point: ts u64, value i64 (16 bytes), each counter's in time order |
+//!
+//! Allocator events are not kept: replaying them (the Memory tab) needs the
+//! trace in memory; the counters drawn from them are.
 //!
 //! A level at resolution `r` holds items that are one span, or a run of
 //! spans (and gaps) each shorter than `r`; the levels go up by a factor 4
@@ -90,6 +95,7 @@ const LEVEL: usize = 24;
 const ITEM: usize = 24;
 const NAME: usize = 24;
 const FLOW: usize = 40;
+const POINT: usize = 16;
 const NO_ARGS: u64 = u64::MAX;
 
 mod section {
@@ -104,10 +110,12 @@ mod section {
     pub const POSTINGS: u32 = 9;
     pub const FLOWS: u32 = 10;
     pub const TABLES: u32 = 11;
-    pub const COUNT: usize = 11;
+    pub const COUNTERS: u32 = 12;
+    pub const POINTS: u32 = 13;
+    pub const COUNT: usize = 13;
     pub const NAMES_OF: [&str; COUNT] = [
         "records", "args", "strings", "rows", "levels", "items", "rowdata", "names", "postings",
-        "flows", "tables",
+        "flows", "tables", "counters", "points",
     ];
 }
 
@@ -496,6 +504,8 @@ impl IndexedTrace {
             (section::NAMES, NAME),
             (section::FLOWS, FLOW),
             (section::POSTINGS, 4),
+            (section::COUNTERS, 16),
+            (section::POINTS, POINT),
         ] {
             let len = sec(k).len();
             if len % size != 0 {
@@ -524,6 +534,23 @@ impl IndexedTrace {
         }
         let tables = crate::native::read_native(sec(section::TABLES))
             .map_err(|e| fail(format!("its tables: {e}")))?;
+        let counters = sec(section::COUNTERS);
+        let points = (sec(section::POINTS).len() / POINT) as u64;
+        if counters.len() / 16 != tables.counters.len() {
+            return Err(fail(format!(
+                "expected {} counter entries, found {}",
+                tables.counters.len(),
+                counters.len() / 16
+            )));
+        }
+        for (i, c) in counters.chunks_exact(16).enumerate() {
+            let (off, n) = (le64(c, 0), le64(c, 8));
+            if off.checked_add(n).is_none_or(|e| e > points) {
+                return Err(fail(format!(
+                    "counter {i}: {n} points from point {off} lie outside the {points} points"
+                )));
+            }
+        }
         let level_bytes = sec(section::LEVELS);
         let items_len = sec(section::ITEMS).len();
         let mut levels = Vec::with_capacity(level_bytes.len() / LEVEL);
@@ -851,14 +878,11 @@ impl IndexedTrace {
         trace.counters = t
             .counters
             .iter()
-            .map(|c| {
-                let a = c.points.partition_point(|p| p.0 < t0).saturating_sub(1);
-                let b = (c.points.partition_point(|p| p.0 <= t1) + 1).min(c.points.len());
-                Counter {
-                    device: c.device,
-                    name: c.name.clone(),
-                    points: c.points[a..b.max(a)].to_vec(),
-                }
+            .enumerate()
+            .map(|(i, c)| Counter {
+                device: c.device,
+                name: c.name.clone(),
+                points: self.points(i, t0, t1, w.ns_per_px),
             })
             .collect();
         if level == 0 {
@@ -879,6 +903,56 @@ impl IndexedTrace {
             t0,
             t1,
         })
+    }
+
+    /// The points of counter `i` in `t0..=t1` with one on each side; when
+    /// more than two fall in one `ns_per_px` column, only the lowest and
+    /// highest of it (what a pixel column draws).
+    fn points(&self, i: usize, t0: u64, t1: u64, ns_per_px: f64) -> Vec<(u64, i64)> {
+        let c = self.sec(section::COUNTERS);
+        let p = self.sec(section::POINTS);
+        let (off, n) = (le64(c, 16 * i) as usize, le64(c, 16 * i + 8) as usize);
+        let at = |k: usize| {
+            let b = (off + k) * POINT;
+            (le64(p, b), le64(p, b + 8) as i64)
+        };
+        let a = partition(n, |k| at(k).0 < t0).saturating_sub(1);
+        let b = (partition(n, |k| at(k).0 <= t1) + 1).min(n).max(a);
+        let column = ns_per_px.max(1.0);
+        let mut out: Vec<(u64, i64)> = Vec::new();
+        let mut k = a;
+        while k < b {
+            let first = at(k);
+            let col = ((first.0.saturating_sub(t0)) as f64 / column) as u64;
+            let (mut lo, mut hi, mut last) = (first, first, first);
+            let mut j = k + 1;
+            while j < b {
+                let q = at(j);
+                if ((q.0.saturating_sub(t0)) as f64 / column) as u64 != col {
+                    break;
+                }
+                if q.1 < lo.1 {
+                    lo = q;
+                }
+                if q.1 > hi.1 {
+                    hi = q;
+                }
+                last = q;
+                j += 1;
+            }
+            if j - k <= 2 || ns_per_px <= 0.0 {
+                out.extend((k..j).map(at));
+            } else {
+                // First, lowest and highest in time order, and the last
+                // (the value the next column starts from).
+                let mut col_points = vec![first, lo, hi, last];
+                col_points.sort_unstable();
+                col_points.dedup();
+                out.extend(col_points);
+            }
+            k = j;
+        }
+        out
     }
 
     /// Flows whose earlier end lies in `t0..=t1`, at most `max`.

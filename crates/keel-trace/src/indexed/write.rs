@@ -84,6 +84,7 @@ impl IndexWriter {
         let mut t = Trace {
             spans: Vec::new(),
             flows: Vec::new(),
+            memory: Vec::new(),
             ..tables.clone()
         };
         t.instants.sort_by_key(|i| i.ts_ns);
@@ -372,6 +373,21 @@ impl IndexWriter {
         put(&mut self.out, section::FLOWS, &body)?;
         drop(body);
 
+        // Counter points apart from their names, read per window.
+        let (mut counters, mut points) = (Vec::new(), Vec::new());
+        for c in &mut self.tables.counters {
+            let mut pts = std::mem::take(&mut c.points);
+            pts.sort_by_key(|p| p.0);
+            counters.extend_from_slice(&((points.len() / 16) as u64).to_le_bytes());
+            counters.extend_from_slice(&(pts.len() as u64).to_le_bytes());
+            for (ts, v) in pts {
+                points.extend_from_slice(&ts.to_le_bytes());
+                points.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        put(&mut self.out, section::COUNTERS, &counters)?;
+        put(&mut self.out, section::POINTS, &points)?;
+        drop(points);
         let tables = crate::native::to_native_bytes(&self.tables)?;
         put(&mut self.out, section::TABLES, &tables)?;
 
