@@ -229,24 +229,27 @@ fn coarse_levels_merge_only_what_a_pixel_cannot_show() {
         }
     }
     // Counters keep each pixel column's lowest and highest points.
-    let cols = 500.0;
-    let w = idx
-        .window(&Window {
-            ns_per_px: (hi - lo) as f64 / cols,
-            ..all(lo, hi)
-        })
-        .expect("window");
-    for (c, full) in w.view.trace.counters.iter().zip(&v.trace.counters) {
-        assert!(
-            c.points.len() <= 4 * cols as usize + 8,
-            "{}",
-            c.points.len()
-        );
-        assert!(c.points.len() <= full.points.len());
-        let range = |p: &[(u64, i64)]| (p.iter().map(|p| p.1).min(), p.iter().map(|p| p.1).max());
-        assert_eq!(range(&c.points), range(&full.points), "{}", c.name);
-        assert!(c.points.windows(2).all(|p| p[0].0 <= p[1].0));
-        assert!(c.points.iter().all(|p| full.points.contains(p)));
+    // Few columns read coarse groups of points instead of the points.
+    for cols in [500.0, 50.0, 5.0] {
+        let w = idx
+            .window(&Window {
+                ns_per_px: (hi - lo) as f64 / cols,
+                ..all(lo, hi)
+            })
+            .expect("window");
+        for (c, full) in w.view.trace.counters.iter().zip(&v.trace.counters) {
+            assert!(
+                c.points.len() <= 4 * cols as usize + 8,
+                "{}",
+                c.points.len()
+            );
+            assert!(c.points.len() <= full.points.len());
+            let range =
+                |p: &[(u64, i64)]| (p.iter().map(|p| p.1).min(), p.iter().map(|p| p.1).max());
+            assert_eq!(range(&c.points), range(&full.points), "{}", c.name);
+            assert!(c.points.windows(2).all(|p| p[0].0 <= p[1].0));
+            assert!(c.points.iter().all(|p| full.points.contains(p)));
+        }
     }
     // Spans at least one resolution long are never merged.
     let ns_per_px = (hi - lo) as f64 / 2_000.0;

@@ -45,8 +45,9 @@
 //! | 9    | postings | span ids u32, each name's ascending |
 //! | 10   | flows    | by earlier end: id u64, from ts u64, to ts u64, from lane u32, to lane u32, kind u32 (0 launch, 1 event wait), 0 u32 (40 bytes) |
 //! | 11   | tables   | a [native](crate::native) trace without spans, flows and memory events, its counters without points: devices, lanes, instants, counter names, calibrations, origin, ranks |
-//! | 12   | counters | per counter of the tables: offset u64 (in `points`, in points), point count u64 |
+//! | 12   | counters | per counter of the tables: offset u64 (in `points`, in points), point count u64, offset u64 (in `groups`, in groups), level count u64 (32 bytes) |
 //! | 13   | points   | per point: ts u64, value i64 (16 bytes), each counter's in time order |
+//! | 14   | groups   | per level of a counter (groups of 8, 64, 512, ... consecutive points, while a level has two or more), per group: its lowest point, its highest point (ts u64, value i64 each; 32 bytes) |
 //!
 //! Allocator events are not kept: replaying them (the Memory tab) needs the
 //! trace in memory; the counters drawn from them are.
@@ -96,6 +97,9 @@ const ITEM: usize = 24;
 const NAME: usize = 24;
 const FLOW: usize = 40;
 const POINT: usize = 16;
+const COUNTER: usize = 32;
+const GROUP: usize = 32;
+const GROUP_BASE: usize = 8;
 const NO_ARGS: u64 = u64::MAX;
 
 mod section {
@@ -112,10 +116,11 @@ mod section {
     pub const TABLES: u32 = 11;
     pub const COUNTERS: u32 = 12;
     pub const POINTS: u32 = 13;
-    pub const COUNT: usize = 13;
+    pub const GROUPS: u32 = 14;
+    pub const COUNT: usize = 14;
     pub const NAMES_OF: [&str; COUNT] = [
         "records", "args", "strings", "rows", "levels", "items", "rowdata", "names", "postings",
-        "flows", "tables", "counters", "points",
+        "flows", "tables", "counters", "points", "groups",
     ];
 }
 
@@ -136,6 +141,17 @@ pub fn level_for(ns_per_px: f64) -> u32 {
         k += 1;
     }
     k
+}
+
+/// Groups in `levels` levels of groups of 8, 64, ... of `n` points.
+fn group_count(n: u64, levels: u64) -> Option<u64> {
+    let mut total = 0u64;
+    let mut g = GROUP_BASE as u64;
+    for _ in 0..levels {
+        total = total.checked_add(n.div_ceil(g))?;
+        g = g.checked_mul(GROUP_BASE as u64)?;
+    }
+    Some(total)
 }
 
 /// The size and modification time of the file an index was made from: an
@@ -504,7 +520,8 @@ impl IndexedTrace {
             (section::NAMES, NAME),
             (section::FLOWS, FLOW),
             (section::POSTINGS, 4),
-            (section::COUNTERS, 16),
+            (section::COUNTERS, COUNTER),
+            (section::GROUPS, GROUP),
             (section::POINTS, POINT),
         ] {
             let len = sec(k).len();
@@ -536,18 +553,24 @@ impl IndexedTrace {
             .map_err(|e| fail(format!("its tables: {e}")))?;
         let counters = sec(section::COUNTERS);
         let points = (sec(section::POINTS).len() / POINT) as u64;
-        if counters.len() / 16 != tables.counters.len() {
+        let groups = (sec(section::GROUPS).len() / GROUP) as u64;
+        if counters.len() / COUNTER != tables.counters.len() {
             return Err(fail(format!(
                 "expected {} counter entries, found {}",
                 tables.counters.len(),
-                counters.len() / 16
+                counters.len() / COUNTER
             )));
         }
-        for (i, c) in counters.chunks_exact(16).enumerate() {
-            let (off, n) = (le64(c, 0), le64(c, 8));
-            if off.checked_add(n).is_none_or(|e| e > points) {
+        for (i, c) in counters.chunks_exact(COUNTER).enumerate() {
+            let (off, n, goff, levels) = (le64(c, 0), le64(c, 8), le64(c, 16), le64(c, 24));
+            let need = group_count(n, levels);
+            if off.checked_add(n).is_none_or(|e| e > points)
+                || need
+                    .and_then(|g| g.checked_add(goff))
+                    .is_none_or(|e| e > groups)
+            {
                 return Err(fail(format!(
-                    "counter {i}: {n} points from point {off} lie outside the {points} points"
+                    "counter {i}: {n} points from point {off} and {levels} levels of groups from group {goff} lie outside the {points} points and {groups} groups"
                 )));
             }
         }
@@ -911,15 +934,59 @@ impl IndexedTrace {
     fn points(&self, i: usize, t0: u64, t1: u64, ns_per_px: f64) -> Vec<(u64, i64)> {
         let c = self.sec(section::COUNTERS);
         let p = self.sec(section::POINTS);
-        let (off, n) = (le64(c, 16 * i) as usize, le64(c, 16 * i + 8) as usize);
-        let at = |k: usize| {
+        let g = self.sec(section::GROUPS);
+        let e = COUNTER * i;
+        let (off, n) = (le64(c, e) as usize, le64(c, e + 8) as usize);
+        let (goff, levels) = (le64(c, e + 16) as usize, le64(c, e + 24));
+        let raw = |k: usize| {
             let b = (off + k) * POINT;
             (le64(p, b), le64(p, b + 8) as i64)
         };
-        let a = partition(n, |k| at(k).0 < t0).saturating_sub(1);
-        let b = (partition(n, |k| at(k).0 <= t1) + 1).min(n).max(a);
+        let a = partition(n, |k| raw(k).0 < t0).saturating_sub(1);
+        let b = (partition(n, |k| raw(k).0 <= t1) + 1).min(n).max(a);
+        // Past a few points per pixel column, the coarsest level of groups
+        // with at least two groups a column stands in for the points.
+        let columns = if ns_per_px > 0.0 {
+            ((t1 - t0) as f64 / ns_per_px).max(1.0)
+        } else {
+            f64::INFINITY
+        };
+        let mut level = 0u32;
+        let mut size = 1usize;
+        while u64::from(level) < levels
+            && ((b - a) as f64 / (size * GROUP_BASE) as f64) >= 2.0 * columns
+        {
+            level += 1;
+            size *= GROUP_BASE;
+        }
+        let mut level_start = goff;
+        let mut gsize = GROUP_BASE;
+        for _ in 1..level {
+            level_start += n.div_ceil(gsize);
+            gsize *= GROUP_BASE;
+        }
+        // Points (level 0) or the lowest and highest of each group.
+        let (count, at): (usize, Box<dyn Fn(usize) -> (u64, i64) + '_>) = if level == 0 {
+            (b - a, Box::new(move |k| raw(a + k)))
+        } else {
+            let (ga, gb) = (a / size, (b.div_ceil(size)).min(n.div_ceil(size)));
+            (
+                2 * (gb - ga),
+                Box::new(move |k| {
+                    // Group k / 2: its lowest point, then its highest.
+                    let at = (level_start + ga + k / 2) * GROUP + (k % 2) * 16;
+                    (le64(g, at), le64(g, at + 8) as i64)
+                }),
+            )
+        };
+        let mut sorted: Vec<(u64, i64)> = (0..count).map(&at).collect();
+        if level > 0 {
+            sorted.sort_unstable_by_key(|p| p.0);
+        }
         let column = ns_per_px.max(1.0);
         let mut out: Vec<(u64, i64)> = Vec::new();
+        let (a, b) = (0, sorted.len());
+        let at = |k: usize| sorted[k];
         let mut k = a;
         while k < b {
             let first = at(k);

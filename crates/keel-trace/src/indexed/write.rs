@@ -374,20 +374,48 @@ impl IndexWriter {
         drop(body);
 
         // Counter points apart from their names, read per window.
-        let (mut counters, mut points) = (Vec::new(), Vec::new());
+        let (mut counters, mut points, mut groups) = (Vec::new(), Vec::new(), Vec::new());
         for c in &mut self.tables.counters {
             let mut pts = std::mem::take(&mut c.points);
             pts.sort_by_key(|p| p.0);
             counters.extend_from_slice(&((points.len() / 16) as u64).to_le_bytes());
             counters.extend_from_slice(&(pts.len() as u64).to_le_bytes());
-            for (ts, v) in pts {
+            counters.extend_from_slice(&((groups.len() / super::GROUP) as u64).to_le_bytes());
+            for &(ts, v) in &pts {
                 points.extend_from_slice(&ts.to_le_bytes());
                 points.extend_from_slice(&v.to_le_bytes());
             }
+            // Levels of groups of 8, 64, ... points: each group's lowest
+            // and highest point.
+            let mut levels = 0u64;
+            let mut g = super::GROUP_BASE;
+            while pts.len() / g >= 2 {
+                for chunk in pts.chunks(g) {
+                    let lo = chunk
+                        .iter()
+                        .min_by_key(|p| p.1)
+                        .copied()
+                        .unwrap_or_default();
+                    let hi = chunk
+                        .iter()
+                        .max_by_key(|p| p.1)
+                        .copied()
+                        .unwrap_or_default();
+                    for (t, v) in [lo, hi] {
+                        groups.extend_from_slice(&t.to_le_bytes());
+                        groups.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+                levels += 1;
+                g *= super::GROUP_BASE;
+            }
+            counters.extend_from_slice(&levels.to_le_bytes());
         }
         put(&mut self.out, section::COUNTERS, &counters)?;
         put(&mut self.out, section::POINTS, &points)?;
         drop(points);
+        put(&mut self.out, section::GROUPS, &groups)?;
+        drop(groups);
         let tables = crate::native::to_native_bytes(&self.tables)?;
         put(&mut self.out, section::TABLES, &tables)?;
 
