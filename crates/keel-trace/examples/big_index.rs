@@ -34,6 +34,24 @@ fn gpt2() -> Result<Trace, String> {
     keel_trace::load_trace(&p).map_err(|e| e.to_string())
 }
 
+/// Resident memory now: anonymous (the process's own) and file-backed
+/// (mapped pages of the index, which the kernel may drop), in MB.
+fn rss_now() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    format!(
+        "anonymous {:.0} MB + mapped file {:.0} MB",
+        field("RssAnon:"),
+        field("RssFile:")
+    )
+}
+
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -138,14 +156,15 @@ fn open(path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let first_at = start.elapsed();
     println!(
-        "opened {} ({} spans) in {:.1} ms; first window ({} spans read, level {}) at {:.1} ms; peak RSS {:.0} MB",
+        "opened {} ({} spans) in {:.1} ms; first window ({} spans read, level {}) at {:.1} ms; peak RSS {:.0} MB ({})",
         path.display(),
         t.span_count(),
         opened.as_secs_f64() * 1e3,
         first.view.trace.spans.len(),
         first.level,
         first_at.as_secs_f64() * 1e3,
-        peak_rss_mb()
+        peak_rss_mb(),
+        rss_now()
     );
     drop(first);
     // Pan and zoom: zoom in by 2x per step towards a point, pan by half a
@@ -176,11 +195,12 @@ fn open(path: &Path) -> Result<(), String> {
     }
     times.sort_by(f64::total_cmp);
     println!(
-        "200 windows while panning and zooming: read median {:.1} ms, p90 {:.1} ms, max {:.1} ms; at most {most} spans a window; peak RSS {:.0} MB",
+        "200 windows while panning and zooming: read median {:.1} ms, p90 {:.1} ms, max {:.1} ms; at most {most} spans a window; peak RSS {:.0} MB ({})",
         times[100],
         times[180],
         times[199],
-        peak_rss_mb()
+        peak_rss_mb(),
+        rss_now()
     );
     let s = Instant::now();
     let m = t.search("aten::mm").map_err(|e| e.to_string())?;

@@ -39,7 +39,7 @@
 //! | 3    | strings  | count u64, count + 1 offsets u64 (into the bytes), the bytes |
 //! | 4    | rows     | per row of every lane: lane u32, depth u32, length u64, data offset u64 (in `rowdata`), first level u32, level count u32 (32 bytes) |
 //! | 5    | levels   | per level of a row, finest first: resolution ns u64, length u64, offset u64 (in `items`) |
-//! | 6    | items    | per item of a level: start u64, end u64 (the running maximum), first span u32 (position in the row), span count u32 |
+//! | 6    | items    | per item of a level: start u64, end u64 (the running maximum), first span u32 (position in the row), span count u32 (low 28 bits, at most 2^28 - 1; the high 4 bits the first span's kind) |
 //! | 7    | rowdata  | per row: starts u64 * length, ends u64 * length (running maximum), span ids u32 * length, padded to 8 |
 //! | 8    | names    | per string: span count u64, total ns u64, offset u64 (in `postings`) of its span ids |
 //! | 9    | postings | span ids u32, each name's ascending |
@@ -101,6 +101,9 @@ const COUNTER: usize = 32;
 const GROUP: usize = 32;
 const GROUP_BASE: usize = 8;
 const NO_ARGS: u64 = u64::MAX;
+/// The longest run an item counts (its count's low 28 bits; the high 4
+/// are the kind of its first span).
+const MAX_RUN: u32 = (1 << 28) - 1;
 
 mod section {
     pub const RECORDS: u32 = 1;
@@ -421,6 +424,11 @@ impl IndexedTrace {
         // through checked accessors).
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| Error::Format(format!("could not map {}: {e}", path.display())))?;
+        // Windows read by binary search and scattered records: read-ahead
+        // around each page touched would bring in pages no window uses.
+        // Only a hint; a system without it reads the same bytes.
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
         IndexedTrace::parse(Bytes::Mapped(map), path.display().to_string())
     }
 
@@ -861,21 +869,27 @@ impl IndexedTrace {
                             row.lane, row.depth, row.len
                         )));
                     }
-                    let id = id_at(f);
-                    let (mut span, _) = self.record(id, &mut names)?;
-                    if c > 1 {
-                        span.name = runs
-                            .entry(c)
-                            .or_insert_with(|| Text::from(format!("{c} spans")))
-                            .clone();
-                        span.start_ns = s;
-                        span.dur_ns = e.saturating_sub(s);
-                        span.op = 0;
-                        span.args = vec![(Text::from("merged spans"), Text::from(c.to_string()))];
+                    let (kind, c) = ((c >> 28) as usize, c & MAX_RUN);
+                    let mut span = if c > 1 {
+                        // A run: drawn from the item alone, no record read.
                         records.push(None);
+                        Span {
+                            lane: row.lane,
+                            name: runs
+                                .entry(c)
+                                .or_insert_with(|| Text::from(format!("{c} spans")))
+                                .clone(),
+                            kind: SpanKind::ALL.get(kind).copied().unwrap_or(SpanKind::Kernel),
+                            start_ns: s,
+                            dur_ns: e.saturating_sub(s),
+                            op: 0,
+                            args: vec![(Text::from("merged spans"), Text::from(c.to_string()))],
+                        }
                     } else {
+                        let id = id_at(f);
                         records.push(Some(id));
-                    }
+                        self.record(id, &mut names)?.0
+                    };
                     span.lane = row.lane;
                     spans.push(span);
                     depths.push(row.depth.min(u32::from(u16::MAX)) as u16);

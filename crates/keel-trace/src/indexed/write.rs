@@ -46,6 +46,8 @@ pub struct IndexWriter {
     /// Per string id used as a name: span count, total ns, records.
     names: Vec<(u64, u64, Vec<u32>)>,
     flows: Vec<Flow>,
+    /// Every span's kind ([`crate::SpanKind::ALL`] index), for the runs.
+    kinds: Vec<u8>,
     count: u32,
     last_start: u64,
     bounds: (u64, u64),
@@ -113,6 +115,7 @@ impl IndexWriter {
             lanes,
             names: Vec::new(),
             flows: Vec::new(),
+            kinds: Vec::new(),
             count: 0,
             last_start: 0,
             bounds,
@@ -207,6 +210,7 @@ impl IndexWriter {
         self.out
             .write_all(&rec)
             .map_err(|e| io_error(&self.partial, e))?;
+        self.kinds.push(kind as u8);
         self.count += 1;
         Ok(())
     }
@@ -295,10 +299,18 @@ impl IndexWriter {
                         levels.extend_from_slice(&(next.len() as u64).to_le_bytes());
                         levels.extend_from_slice(&(items.len() as u64).to_le_bytes());
                         for &(s, e, f, c) in &next {
+                            // A run is drawn in its first span's kind.
+                            let kind = row
+                                .spans
+                                .get(f as usize)
+                                .and_then(|&id| self.kinds.get(id as usize))
+                                .copied()
+                                .unwrap_or(0);
+                            let packed = c.min(super::MAX_RUN) | (u32::from(kind) << 28);
                             items.extend_from_slice(&s.to_le_bytes());
                             items.extend_from_slice(&e.to_le_bytes());
                             items.extend_from_slice(&f.to_le_bytes());
-                            items.extend_from_slice(&c.to_le_bytes());
+                            items.extend_from_slice(&packed.to_le_bytes());
                         }
                         nlevels += 1;
                         stored = next.len();
