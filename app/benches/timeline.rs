@@ -4,6 +4,12 @@
 //!
 //! Run: `cargo bench -p keel-profiler --bench timeline`
 //! (`KEEL_BENCH_10M=0` skips the 10M open).
+//!
+//! `KEEL_BENCH_INDEX=FILE` instead times an indexed file as the app shows
+//! it (`big_index make` in keel-trace makes one): opening it to the first
+//! frame drawn, then 400 frames of panning and zooming at 60 frames a
+//! second, windows read in the background as the app reads them; it
+//! prints the frame times and the process's peak memory.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -110,20 +116,97 @@ fn open_10m() {
     let indexed = t.elapsed();
     let ctx = egui::Context::default();
     let mut state = TimelineState::default();
+    // The first frame makes the rows' coarser levels; later ones use them.
+    let t = Instant::now();
+    frame(&ctx, &mut state, &view);
+    let first = t.elapsed();
     let t = Instant::now();
     for _ in 0..10 {
         frame(&ctx, &mut state, &view);
     }
     let per_frame = t.elapsed() / 10;
     println!(
-        "open 10,000,000 spans: construct {:.2} s, index {:.2} s; frame (whole trace) {:.2} ms",
+        "open 10,000,000 spans: construct {:.2} s, index {:.2} s; first frame (whole trace, levels made) {:.0} ms, then a frame (whole trace) {:.2} ms",
         built.as_secs_f64(),
         indexed.as_secs_f64(),
+        first.as_secs_f64() * 1e3,
         per_frame.as_secs_f64() * 1e3
     );
 }
 
+/// The process's peak resident memory, MB (`VmHWM`).
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn indexed_frames(path: &str) {
+    use keel_profiler::indexed::IndexedSession;
+    let px = 1920.0 - 200.0;
+    let start = Instant::now();
+    let trace = keel_trace::indexed::IndexedTrace::open(std::path::Path::new(path))
+        .expect("an indexed file");
+    let mut s = IndexedSession::new(trace);
+    let (lo, hi) = s.trace.bounds();
+    let ctx = egui::Context::default();
+    let mut state = TimelineState::default();
+    let whole = (hi - lo) as f64;
+    let first = s
+        .read_now(lo as f64 - whole * 0.02, whole * 1.04, px)
+        .expect("the first window");
+    let mut view = Some(s.show(first));
+    frame(&ctx, &mut state, view.as_ref().expect("a view"));
+    let first_frame = start.elapsed();
+    // Pan and zoom as a user does: zoom in 1.1x a frame towards a point
+    // for 100 frames, pan by 2% of the screen a frame for 100, zoom out
+    // for 100, pan back for 100; a frame every 16.7 ms.
+    let target = lo as f64 + whole * 0.6137;
+    let mut times = Vec::new();
+    let mut windows = 0;
+    let mut most = 0;
+    for f in 0..400 {
+        let t = Instant::now();
+        match f / 100 {
+            0 => state.zoom(1.1, target),
+            1 => state.pan(0.02),
+            2 => state.zoom(1.0 / 1.1, target),
+            _ => state.pan(-0.02),
+        }
+        if let Some(Ok(w)) = s.take() {
+            s.replace(&mut view, w);
+            windows += 1;
+        }
+        let view = view.as_ref().expect("a view");
+        most = most.max(view.trace.spans.len());
+        s.request(state.start_ns, state.width_ns, px, || {});
+        frame(&ctx, &mut state, view);
+        let took = t.elapsed();
+        times.push(took.as_secs_f64() * 1e3);
+        std::thread::sleep(std::time::Duration::from_micros(16_667).saturating_sub(took));
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "indexed {path}: {} spans; first frame {:.0} ms after opening; 400 frames panning and zooming: median {:.2} ms, p99 {:.2} ms, max {:.2} ms; {windows} windows read (at most {most} spans); peak RSS {:.0} MB",
+        s.trace.span_count(),
+        first_frame.as_secs_f64() * 1e3,
+        times[200],
+        times[396],
+        times[399],
+        peak_rss_mb()
+    );
+}
+
 fn main() {
+    if let Ok(path) = std::env::var("KEEL_BENCH_INDEX") {
+        indexed_frames(&path);
+        return;
+    }
     if std::env::var("KEEL_BENCH_10M").map_or(true, |v| v != "0") {
         open_10m();
     }

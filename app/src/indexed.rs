@@ -163,6 +163,16 @@ impl IndexedSession {
         self.job.is_some()
     }
 
+    /// Keeps `w` as the shown window, its view in `slot`. The view it
+    /// replaces is dropped on another thread: freeing tens of thousands
+    /// of spans takes longer than a frame.
+    pub fn replace(&mut self, slot: &mut Option<crate::view::TraceView>, w: WindowView) {
+        let old = slot.replace(self.show(w));
+        if let Some(old) = old {
+            std::thread::spawn(move || drop(old));
+        }
+    }
+
     /// Keeps `w` as the shown window; returns its view.
     pub fn show(&mut self, w: WindowView) -> crate::view::TraceView {
         self.shown = Some(Shown {

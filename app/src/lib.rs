@@ -456,8 +456,7 @@ impl App {
             return;
         };
         let selected = self.selected.and_then(|l| s.record_of(l));
-        let view = s.show(w);
-        self.view = Some(view);
+        s.replace(&mut self.view, w);
         let reveal = s.reveal.and_then(|r| s.local_of(r));
         if reveal.is_some() {
             s.reveal = None;

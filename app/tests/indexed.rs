@@ -187,3 +187,63 @@ fn the_command_line_converts_and_opens_indexed() {
     };
     assert_eq!(common::headless(args(&out)), common::headless(args(&path)));
 }
+
+/// Rows drawn from their coarser levels cover what rows walked span by
+/// span cover: the same frames of the real trace repeated, whole and
+/// zoomed, both ways.
+#[test]
+fn levels_draw_what_the_spans_draw() {
+    // The real trace eight times over: rows of thousands of spans, with
+    // the structure of a training step.
+    let one = keel_trace::load_trace(&gpt2()).expect("load");
+    let (lo, hi) = one.spans.iter().fold((u64::MAX, 0), |(lo, hi), s| {
+        (lo.min(s.start_ns), hi.max(s.end_ns()))
+    });
+    let mut t = one.tables_only();
+    for c in 0..8 {
+        t.spans.extend(one.spans.iter().map(|s| keel_trace::Span {
+            start_ns: s.start_ns + c * (hi - lo + 1_000_000),
+            ..s.clone()
+        }));
+    }
+    let mut app = App::new(&Options::default());
+    app.set_trace(t, "gpt2 x8");
+    let rows = app.view.as_ref().expect("view").lanes[0].rows[0]
+        .spans
+        .len();
+    assert!(rows > 4096, "{rows} spans: rows this long have levels");
+    let mut h = harness(app);
+    h.step();
+    h.step();
+    for zoom in [1.0, 3.0, 20.0] {
+        let mut images = Vec::new();
+        for levels in [true, false] {
+            {
+                let app = h.state_mut();
+                let v = app.view.as_ref().expect("view");
+                app.timeline.fit(v);
+                app.timeline
+                    .zoom(zoom, app.timeline.start_ns + app.timeline.width_ns * 0.3);
+                app.timeline.levels = levels;
+            }
+            h.step();
+            images.push(h.render().expect("a renderer (lavapipe)"));
+        }
+        let (a, b) = (&images[0], &images[1]);
+        assert_eq!(a.dimensions(), b.dimensions());
+        // Where spans are drawn (bright) against the dark lanes; a merged
+        // block's colour is its first span's kind, and where a block
+        // starts differs between the two ways, so colours are not compared.
+        let bright = |p: &image::Rgba<u8>| p.0[..3].iter().any(|&c| c > 90);
+        let differ = a
+            .pixels()
+            .zip(b.pixels())
+            .filter(|(p, q)| bright(p) != bright(q))
+            .count();
+        let total = (a.width() * a.height()) as usize;
+        assert!(
+            differ * 200 < total,
+            "at zoom {zoom}: {differ} of {total} pixels differ"
+        );
+    }
+}

@@ -207,6 +207,10 @@ pub struct TimelineState {
     /// Where the drag making [`Self::area`] started: time (ns) and height
     /// in the lanes' content (points), `None` for a drag on the ruler.
     pub area_anchor: Option<(f64, Option<f32>)>,
+    /// Draw rows zoomed far out from their coarser levels
+    /// ([`Row::level_for`]); off, every row is walked span by span (the
+    /// picture both give is the same, which tests check).
+    pub levels: bool,
 }
 
 impl Default for Layout {
@@ -239,6 +243,7 @@ impl Default for TimelineState {
             matches_drawn: 0,
             area: None,
             area_anchor: None,
+            levels: true,
         }
     }
 }
@@ -609,6 +614,62 @@ fn draw_row(
             *drawn += 1;
         }
     };
+    let draw_span = |id: u32, x0: f32, x1: f32| {
+        let s = &view.trace.spans[id as usize];
+        let r = Rect::from_min_max(
+            pos2(x0.max(area.left() - 1.0), y0),
+            pos2(x1.min(area.right() + 1.0), y1),
+        );
+        let in_chain = hl.chain.binary_search(&id).is_ok();
+        let fill = if hl.selected.is_some() && !in_chain {
+            // Dim what is not part of the selection's chain.
+            kind_color(s.kind).gamma_multiply(0.55)
+        } else {
+            kind_color(s.kind)
+        };
+        painter.rect_filled(r, CornerRadius::same(2), fill);
+        if r.width() > 30.0 {
+            let text_rect = r.shrink2(vec2(3.0, 0.0));
+            let galley = painter.layout_no_wrap(s.name.to_string(), font.clone(), Color32::BLACK);
+            let clipped = painter.with_clip_rect(text_rect.intersect(area));
+            clipped.galley(
+                pos2(text_rect.left(), r.center().y - galley.size().y / 2.0),
+                galley,
+                Color32::BLACK,
+            );
+        }
+    };
+    // Zoomed far out, the row's coarser level holds a few items per
+    // pixel column: spans wide enough to draw, and runs to merge.
+    if let Some(level) = row.level_for(ns_per_px).filter(|_| state.levels) {
+        for k in level.visible(t0, t1) {
+            let (first, count) = (level.first[k] as usize, level.count[k] as usize);
+            let Some(&id) = row.spans.get(first) else {
+                continue;
+            };
+            let x0 = state.x_of(area, level.starts[k] as f64);
+            let x1 = state.x_of(area, level.ends[k] as f64);
+            if count == 1 && x1 - x0 >= 2.0 {
+                flush(&mut block, &mut drawn);
+                draw_span(id, x0, x1);
+                drawn += 1;
+                continue;
+            }
+            let col = x0.floor();
+            let bx1 = x1.max(col + 1.0);
+            block = match block {
+                Some((bx0, px1, n, kind)) if col <= px1 + 0.5 => {
+                    Some((bx0, bx1.max(px1), n + count, kind))
+                }
+                mut other => {
+                    flush(&mut other, &mut drawn);
+                    Some((col, bx1, count, view.trace.spans[id as usize].kind))
+                }
+            };
+        }
+        flush(&mut block, &mut drawn);
+        return drawn;
+    }
     while i < end {
         let id = row.spans[i];
         let s = &view.trace.spans[id as usize];
@@ -616,29 +677,7 @@ fn draw_row(
         let x1 = state.x_of(area, s.end_ns() as f64);
         if x1 - x0 >= 2.0 {
             flush(&mut block, &mut drawn);
-            let r = Rect::from_min_max(
-                pos2(x0.max(area.left() - 1.0), y0),
-                pos2(x1.min(area.right() + 1.0), y1),
-            );
-            let in_chain = hl.chain.binary_search(&id).is_ok();
-            let fill = if hl.selected.is_some() && !in_chain {
-                // Dim what is not part of the selection's chain.
-                kind_color(s.kind).gamma_multiply(0.55)
-            } else {
-                kind_color(s.kind)
-            };
-            painter.rect_filled(r, CornerRadius::same(2), fill);
-            if r.width() > 30.0 {
-                let text_rect = r.shrink2(vec2(3.0, 0.0));
-                let galley =
-                    painter.layout_no_wrap(s.name.to_string(), font.clone(), Color32::BLACK);
-                let clipped = painter.with_clip_rect(text_rect.intersect(area));
-                clipped.galley(
-                    pos2(text_rect.left(), r.center().y - galley.size().y / 2.0),
-                    galley,
-                    Color32::BLACK,
-                );
-            }
+            draw_span(id, x0, x1);
             drawn += 1;
             i += 1;
         } else {

@@ -7,7 +7,11 @@
 //! overlap and, sorted by start, they are also sorted by end: the
 //! first visible span is one binary search on the end, the last one a
 //! binary search on the start, and a run of sub-pixel spans is skipped with
-//! one more binary search per pixel column. This module never touches egui.
+//! one more binary search per pixel column. Zoomed far out, a row is read
+//! from one of its coarser levels instead ([`Row::level_for`]): spans too
+//! short to tell apart at a resolution merged into runs, so a frame costs
+//! a few items per pixel column, not a binary search per column into
+//! millions of spans. This module never touches egui.
 
 use crate::{LaneKind, SpanKind, Trace};
 
@@ -21,9 +25,142 @@ pub struct Row {
     pub starts: Vec<u64>,
     /// `ends[i]` is the end of `spans[i]`.
     pub ends: Vec<u64>,
+    /// Coarser levels, made when first asked for and dropped when the row
+    /// grows.
+    levels: std::sync::OnceLock<Vec<Level>>,
+}
+
+/// A row at a coarser resolution: items that are one span, or a run of
+/// consecutive spans each shorter than [`Level::res`] with gaps shorter
+/// than it (what one pixel of that many nanoseconds cannot tell apart).
+#[derive(Debug, Clone, Default)]
+pub struct Level {
+    /// Nanoseconds: every merged span and gap is shorter.
+    pub res: u64,
+    /// Item starts, sorted.
+    pub starts: Vec<u64>,
+    /// Item ends (the running maximum, so sorted).
+    pub ends: Vec<u64>,
+    /// The item's first span: its position in the row.
+    pub first: Vec<u32>,
+    /// Spans in the item (1: the span itself).
+    pub count: Vec<u32>,
+}
+
+impl Level {
+    /// The index range of items that overlap `[t0, t1]`.
+    pub fn visible(&self, t0: u64, t1: u64) -> std::ops::Range<usize> {
+        let first = self.ends.partition_point(|&e| e < t0);
+        let last = self.starts.partition_point(|&s| s <= t1);
+        first..last.max(first)
+    }
+}
+
+/// The resolution of level `k` of a row (0: the spans themselves): 256 ns,
+/// then four times coarser each level.
+pub fn level_res(k: u32) -> u64 {
+    if k == 0 {
+        0
+    } else {
+        256u64.saturating_mul(1u64.checked_shl(2 * (k - 1)).unwrap_or(u64::MAX))
+    }
+}
+
+/// The level to read for `ns_per_px` nanoseconds per pixel: the coarsest
+/// whose resolution is at most that.
+pub fn level_for(ns_per_px: f64) -> u32 {
+    let mut k = 0;
+    while k < 31 && (level_res(k + 1) as f64) <= ns_per_px {
+        k += 1;
+    }
+    k
+}
+
+/// An item of a level: start, end (running maximum), first span (its
+/// position in the row), span count.
+pub(crate) type Item = (u64, u64, u32, u32);
+
+/// The levels of a row whose items (start, end (running maximum), first
+/// span, span count) are `base`, finest first: each of [`level_res`]`(k)`
+/// for k = 1, 2, ..., kept when it has at most three quarters of the
+/// items of the last one kept, until one item is left.
+pub(crate) fn build_levels(mut prev: Vec<Item>) -> Vec<(u64, Vec<Item>)> {
+    let mut out = Vec::new();
+    let mut kept = prev.len();
+    let mut k = 1;
+    while prev.len() > 1 && k < 32 {
+        let r = level_res(k);
+        let next = coarsen(&prev, r);
+        if next.len() * 4 <= kept * 3 {
+            kept = next.len();
+            out.push((r, next.clone()));
+        }
+        prev = next;
+        k += 1;
+    }
+    out
+}
+
+/// One level coarser: consecutive items merge while each is a run or
+/// shorter than `r`, and the gap between them is shorter than `r`.
+fn coarsen(prev: &[Item], r: u64) -> Vec<Item> {
+    let small = |&(s, e, _, c): &Item| c > 1 || e.saturating_sub(s) < r;
+    let mut out: Vec<Item> = Vec::with_capacity(prev.len() / 2 + 1);
+    for it in prev {
+        match out.last_mut() {
+            Some(last) if small(last) && small(it) && it.0.saturating_sub(last.1) < r => {
+                last.1 = last.1.max(it.1);
+                last.3 = last.3.saturating_add(it.3);
+            }
+            _ => out.push(*it),
+        }
+    }
+    out
 }
 
 impl Row {
+    /// Appends span `id` (`[start, end]`, starting no earlier than the
+    /// row's last), keeping `ends` the running maximum.
+    pub(crate) fn push(&mut self, id: u32, start: u64, end: u64) {
+        self.spans.push(id);
+        self.starts.push(start);
+        self.ends
+            .push(end.max(self.ends.last().copied().unwrap_or(0)));
+        if self.levels.get().is_some() {
+            self.levels = std::sync::OnceLock::new();
+        }
+    }
+
+    /// The row's coarser levels, finest first (made on the first call).
+    pub fn levels(&self) -> &[Level] {
+        self.levels.get_or_init(|| {
+            let base = (0..self.spans.len())
+                .map(|i| (self.starts[i], self.ends[i], i as u32, 1))
+                .collect();
+            build_levels(base)
+                .into_iter()
+                .map(|(res, items)| Level {
+                    res,
+                    starts: items.iter().map(|i| i.0).collect(),
+                    ends: items.iter().map(|i| i.1).collect(),
+                    first: items.iter().map(|i| i.2).collect(),
+                    count: items.iter().map(|i| i.3).collect(),
+                })
+                .collect()
+        })
+    }
+
+    /// The coarsest level to draw at `ns_per_px` nanoseconds per pixel
+    /// (`None`: the spans themselves). Rows of fewer spans than a screen
+    /// has pixels are never worth one.
+    pub fn level_for(&self, ns_per_px: f64) -> Option<&Level> {
+        if self.spans.len() < 4096 || ns_per_px < level_res(1) as f64 {
+            return None;
+        }
+        let res = level_res(level_for(ns_per_px));
+        self.levels().iter().rev().find(|l| l.res <= res)
+    }
+
     /// The index range of spans that overlap `[t0, t1]`.
     pub fn visible(&self, t0: u64, t1: u64) -> std::ops::Range<usize> {
         let first = self.ends.partition_point(|&e| e < t0);
@@ -249,11 +386,7 @@ impl LaneIndex {
         if self.rows.len() <= d {
             self.rows.resize_with(d + 1, Row::default);
         }
-        let row = &mut self.rows[d];
-        row.spans.push(i);
-        row.starts.push(start);
-        row.ends
-            .push(end.max(row.ends.last().copied().unwrap_or(0)));
+        self.rows[d].push(i, start, end);
         self.open.push((end, d16));
         self.last_start = start;
         self.span_count += 1;
@@ -357,11 +490,7 @@ impl TraceView {
             if li.rows.len() <= d {
                 li.rows.resize_with(d + 1, Row::default);
             }
-            let row = &mut li.rows[d];
-            row.spans.push(i);
-            row.starts.push(s.start_ns);
-            row.ends
-                .push(s.end_ns().max(row.ends.last().copied().unwrap_or(0)));
+            li.rows[d].push(i, s.start_ns, s.end_ns());
             li.span_count += 1;
             // Nothing is open for appending: a later span re-places the lane.
             li.last_start = u64::MAX;
@@ -757,6 +886,64 @@ mod tests {
         let r = &v.lanes[0].rows[0];
         let (a, b) = (r.starts[10], r.ends[20]);
         assert_eq!(r.visible(a, b), 10..21);
+    }
+
+    #[test]
+    fn levels_merge_only_runs_of_short_spans() {
+        let mut v = TraceView::new(synthetic_trace(200_000), "synthetic");
+        let spans = &v.trace.spans;
+        let row = &v.lanes[0].rows[0];
+        assert!(row.spans.len() > 4096);
+        let levels = row.levels();
+        assert!(!levels.is_empty());
+        let mut last = row.spans.len();
+        for l in levels {
+            assert!(l.starts.len() * 4 <= last * 3, "each kept level is smaller");
+            last = l.starts.len();
+            // Items cover the row's spans in order, each once.
+            let mut next = 0usize;
+            for k in 0..l.starts.len() {
+                let (f, c) = (l.first[k] as usize, l.count[k] as usize);
+                assert_eq!(f, next);
+                next += c;
+                assert_eq!(l.starts[k], row.starts[f]);
+                assert_eq!(l.ends[k], row.ends[f + c - 1]);
+                if c > 1 {
+                    for i in f..f + c {
+                        assert!(spans[row.spans[i] as usize].dur_ns < l.res);
+                        if i > f {
+                            assert!(row.starts[i].saturating_sub(row.ends[i - 1]) < l.res);
+                        }
+                    }
+                }
+            }
+            assert_eq!(next, row.spans.len());
+        }
+        // The level drawn: coarse enough, fine enough.
+        let ns = 1e6;
+        let l = row.level_for(ns).expect("a level at 1 ms a pixel");
+        assert!(l.res as f64 <= ns);
+        assert!(
+            levels.iter().all(|m| m.res <= l.res || m.res as f64 > ns),
+            "the coarsest kept"
+        );
+        assert!(
+            row.level_for(100.0).is_none(),
+            "spans themselves below 256 ns"
+        );
+        // A row that grows forgets its levels.
+        let extra = crate::Trace {
+            spans: vec![crate::Span {
+                start_ns: v.bounds.1 + 1_000,
+                dur_ns: 10,
+                ..v.trace.spans[v.lanes[0].rows[0].spans[0] as usize].clone()
+            }],
+            ..v.trace.tables_only()
+        };
+        v.append(extra).expect("append");
+        let row = &v.lanes[0].rows[0];
+        let total: u32 = row.levels()[0].count.iter().sum();
+        assert_eq!(total as usize, row.spans.len());
     }
 
     fn lane(kind: LaneKind, name: &str, group: &str) -> crate::Lane {

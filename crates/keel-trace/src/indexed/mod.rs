@@ -74,6 +74,7 @@ mod write;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use crate::view::{level_for, level_res};
 pub use write::{IndexWriter, write_trace};
 
 use crate::error::{Error, Result};
@@ -125,25 +126,6 @@ mod section {
         "records", "args", "strings", "rows", "levels", "items", "rowdata", "names", "postings",
         "flows", "tables", "counters", "points", "groups",
     ];
-}
-
-/// The resolution (ns per item) of level `k` (0: the spans themselves).
-pub fn level_res(k: u32) -> u64 {
-    if k == 0 {
-        0
-    } else {
-        256u64.saturating_mul(1u64.checked_shl(2 * (k - 1)).unwrap_or(u64::MAX))
-    }
-}
-
-/// The level to read for `ns_per_px` nanoseconds per pixel: the coarsest
-/// whose resolution is at most that.
-pub fn level_for(ns_per_px: f64) -> u32 {
-    let mut k = 0;
-    while k < 31 && (level_res(k + 1) as f64) <= ns_per_px {
-        k += 1;
-    }
-    k
 }
 
 /// Groups in `levels` levels of groups of 8, 64, ... of `n` points.
@@ -251,6 +233,9 @@ impl std::ops::Deref for Bytes {
         }
     }
 }
+
+/// Reads point `k` of a counter's window, or of its groups.
+type PointAt<'a> = dyn Fn(usize) -> (u64, i64) + 'a;
 
 /// Reads item `i` of a row's level: start, end, first span (its place
 /// in the row) and span count.
@@ -980,7 +965,7 @@ impl IndexedTrace {
             gsize *= GROUP_BASE;
         }
         // Points (level 0) or the lowest and highest of each group.
-        let (count, at): (usize, Box<dyn Fn(usize) -> (u64, i64) + '_>) = if level == 0 {
+        let (count, at): (usize, Box<PointAt>) = if level == 0 {
             (b - a, Box::new(move |k| raw(a + k)))
         } else {
             let (ga, gb) = (a / size, (b.div_ceil(size)).min(n.div_ceil(size)));

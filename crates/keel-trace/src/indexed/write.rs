@@ -8,8 +8,7 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::{
-    DIRECTORY_ENTRIES, ENTRY, HEADER_LEN, ITEM, MAGIC, NO_ARGS, RECORD, Stamp, VERSION, level_res,
-    section,
+    DIRECTORY_ENTRIES, ENTRY, HEADER_LEN, ITEM, MAGIC, NO_ARGS, RECORD, Stamp, VERSION, section,
 };
 use crate::error::{Error, Result};
 use crate::model::{Flow, Span, Trace};
@@ -286,37 +285,28 @@ impl IndexWriter {
             for (d, row) in li.rows.iter().enumerate() {
                 let first_level = (levels.len() / 24) as u32;
                 let mut nlevels = 0u32;
-                let mut prev: Vec<(u64, u64, u32, u32)> = (0..row.spans.len())
+                let base = (0..row.spans.len())
                     .map(|i| (row.starts[i], row.ends[i], i as u32, 1))
                     .collect();
-                let mut stored = prev.len();
-                let mut k = 1;
-                while prev.len() > 1 && k < 32 {
-                    let r = level_res(k);
-                    let next = coarsen(&prev, r);
-                    if next.len() * 4 <= stored * 3 {
-                        levels.extend_from_slice(&r.to_le_bytes());
-                        levels.extend_from_slice(&(next.len() as u64).to_le_bytes());
-                        levels.extend_from_slice(&(items.len() as u64).to_le_bytes());
-                        for &(s, e, f, c) in &next {
-                            // A run is drawn in its first span's kind.
-                            let kind = row
-                                .spans
-                                .get(f as usize)
-                                .and_then(|&id| self.kinds.get(id as usize))
-                                .copied()
-                                .unwrap_or(0);
-                            let packed = c.min(super::MAX_RUN) | (u32::from(kind) << 28);
-                            items.extend_from_slice(&s.to_le_bytes());
-                            items.extend_from_slice(&e.to_le_bytes());
-                            items.extend_from_slice(&f.to_le_bytes());
-                            items.extend_from_slice(&packed.to_le_bytes());
-                        }
-                        nlevels += 1;
-                        stored = next.len();
+                for (r, next) in crate::view::build_levels(base) {
+                    levels.extend_from_slice(&r.to_le_bytes());
+                    levels.extend_from_slice(&(next.len() as u64).to_le_bytes());
+                    levels.extend_from_slice(&(items.len() as u64).to_le_bytes());
+                    for &(s, e, f, c) in &next {
+                        // A run is drawn in its first span's kind.
+                        let kind = row
+                            .spans
+                            .get(f as usize)
+                            .and_then(|&id| self.kinds.get(id as usize))
+                            .copied()
+                            .unwrap_or(0);
+                        let packed = c.min(super::MAX_RUN) | (u32::from(kind) << 28);
+                        items.extend_from_slice(&s.to_le_bytes());
+                        items.extend_from_slice(&e.to_le_bytes());
+                        items.extend_from_slice(&f.to_le_bytes());
+                        items.extend_from_slice(&packed.to_le_bytes());
                     }
-                    prev = next;
-                    k += 1;
+                    nlevels += 1;
                 }
                 rows.extend_from_slice(&li.lane.to_le_bytes());
                 rows.extend_from_slice(&(d as u32).to_le_bytes());
@@ -470,26 +460,6 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     name.push(".");
     name.push(suffix);
     path.with_file_name(name)
-}
-
-/// One level coarser: consecutive items merge while each is a run or
-/// shorter than `r`, and the gap between them is shorter than `r`, so an
-/// item at resolution `r` is one span at least `r` long or a run of
-/// shorter spans separated by less than `r` (what one pixel of `r` ns
-/// cannot tell apart).
-fn coarsen(prev: &[(u64, u64, u32, u32)], r: u64) -> Vec<(u64, u64, u32, u32)> {
-    let small = |&(s, e, _, c): &(u64, u64, u32, u32)| c > 1 || e.saturating_sub(s) < r;
-    let mut out: Vec<(u64, u64, u32, u32)> = Vec::with_capacity(prev.len() / 2 + 1);
-    for it in prev {
-        match out.last_mut() {
-            Some(last) if small(last) && small(it) && it.0.saturating_sub(last.1) < r => {
-                last.1 = last.1.max(it.1);
-                last.3 = last.3.saturating_add(it.3);
-            }
-            _ => out.push(*it),
-        }
-    }
-    out
 }
 
 /// Writes `trace` as an indexed file at `path` (`source`: the file it was
