@@ -237,6 +237,7 @@ impl App {
         self.view = None;
         self.indexed = None;
         self.timeline.search.whole = None;
+        self.timeline.file_spans = None;
         self.stats = None;
         self.analysis = None;
         self.memory.reset();
@@ -362,6 +363,7 @@ impl App {
             session.trace.span_count(),
             if made { ", index made now" } else { "" }
         ));
+        self.timeline.file_spans = Some(session.trace.span_count());
         self.indexed = Some(session);
         self.timeline.fit_pending = true;
         self.timeline.follow_live = false;

@@ -211,6 +211,9 @@ pub struct TimelineState {
     /// ([`Row::level_for`]); off, every row is walked span by span (the
     /// picture both give is the same, which tests check).
     pub levels: bool,
+    /// The file's span count when the view is a window of an indexed file
+    /// (set by the app).
+    pub file_spans: Option<u64>,
 }
 
 impl Default for Layout {
@@ -244,6 +247,7 @@ impl Default for TimelineState {
             area: None,
             area_anchor: None,
             levels: true,
+            file_spans: None,
         }
     }
 }
@@ -829,10 +833,13 @@ pub fn show(
             state.search.open = true;
             state.search.focus = true;
         }
+        let spans = match state.file_spans {
+            Some(n) => format!("{n} spans in the file ({} read)", view.trace.spans.len()),
+            None => format!("{} spans", view.trace.spans.len()),
+        };
         ui.label(format!(
-            "{} lanes, {} spans, {} flows | window {} | drawn {}",
+            "{} lanes, {spans}, {} flows | window {} | drawn {}",
             view.lanes.len(),
-            view.trace.spans.len(),
             view.trace.flows.len(),
             format_ns(state.width_ns),
             state.drawn

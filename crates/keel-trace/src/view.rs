@@ -462,7 +462,7 @@ impl TraceView {
     /// Indexes `trace` with every span's depth row given (`depths[i]` for
     /// span `i`), as a part of a bigger trace whose rows were placed
     /// before: a window read from an indexed file
-    /// ([`crate::indexed::IndexedTrace::window`]) keeps the rows the
+    /// (`indexed::IndexedTrace::window`, feature `import`) keeps the rows the
     /// whole trace has, where placing only the window's spans could move
     /// them. `depths` of another length than the spans places them as
     /// [`TraceView::new`] does. Appending to such a view re-places the
