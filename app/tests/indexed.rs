@@ -190,7 +190,7 @@ fn the_command_line_converts_and_opens_indexed() {
 
 /// Rows drawn from their coarser levels cover what rows walked span by
 /// span cover: the same frames of the real trace repeated, whole and
-/// zoomed, both ways.
+/// zoomed, both ways, and again after a live fragment grew the rows.
 #[test]
 fn levels_draw_what_the_spans_draw() {
     // The real trace eight times over: rows of thousands of spans, with
@@ -215,7 +215,29 @@ fn levels_draw_what_the_spans_draw() {
     let mut h = harness(app);
     h.step();
     h.step();
-    for zoom in [1.0, 3.0, 20.0] {
+    // The last step: a ninth copy, appended live, drawn span by span
+    // until the levels cover it (then the whole picture is compared again).
+    let ninth = {
+        let mut f = one.tables_only();
+        f.spans = one
+            .spans
+            .iter()
+            .map(|s| keel_trace::Span {
+                start_ns: s.start_ns + 8 * (hi - lo + 1_000_000),
+                ..s.clone()
+            })
+            .collect();
+        f
+    };
+    for (step, zoom) in [(0, 1.0), (0, 3.0), (0, 20.0), (1, 1.0), (1, 3.0)] {
+        if step == 1 && zoom == 1.0 {
+            let app = h.state_mut();
+            app.view
+                .as_mut()
+                .expect("view")
+                .append(ninth.clone())
+                .expect("append");
+        }
         let mut images = Vec::new();
         for levels in [true, false] {
             {

@@ -644,8 +644,9 @@ fn draw_row(
         }
     };
     // Zoomed far out, the row's coarser level holds a few items per
-    // pixel column: spans wide enough to draw, and runs to merge.
-    if let Some(level) = row.level_for(ns_per_px).filter(|_| state.levels) {
+    // pixel column: spans wide enough to draw, and runs to merge. Spans
+    // added to a live row since its levels were made follow span by span.
+    if let Some((level, covered)) = row.level_for(ns_per_px).filter(|_| state.levels) {
         for k in level.visible(t0, t1) {
             let (first, count) = (level.first[k] as usize, level.count[k] as usize);
             let Some(&id) = row.spans.get(first) else {
@@ -671,8 +672,7 @@ fn draw_row(
                 }
             };
         }
-        flush(&mut block, &mut drawn);
-        return drawn;
+        i = i.max(covered);
     }
     while i < end {
         let id = row.spans[i];

@@ -25,9 +25,10 @@ pub struct Row {
     pub starts: Vec<u64>,
     /// `ends[i]` is the end of `spans[i]`.
     pub ends: Vec<u64>,
-    /// Coarser levels, made when first asked for and dropped when the row
-    /// grows.
-    levels: std::sync::OnceLock<Vec<Level>>,
+    /// Coarser levels and how many of the row's first spans they cover,
+    /// made when first asked for; made again once the row has grown by an
+    /// eighth since (Note [Levels of a growing row]).
+    levels: std::sync::OnceLock<(Vec<Level>, usize)>,
 }
 
 /// A row at a coarser resolution: items that are one span, or a run of
@@ -126,18 +127,27 @@ impl Row {
         self.starts.push(start);
         self.ends
             .push(end.max(self.ends.last().copied().unwrap_or(0)));
-        if self.levels.get().is_some() {
+        // Note [Levels of a growing row]: a live row keeps its levels for
+        // the spans they cover and draws the newer ones span by span,
+        // until those are an eighth of the row: making the levels again
+        // then costs a constant amount per span pushed, not a row per
+        // frame.
+        if let Some((_, covered)) = self.levels.get()
+            && self.spans.len() - covered > covered / 8
+        {
             self.levels = std::sync::OnceLock::new();
         }
     }
 
-    /// The row's coarser levels, finest first (made on the first call).
-    pub fn levels(&self) -> &[Level] {
-        self.levels.get_or_init(|| {
+    /// The row's coarser levels, finest first (made on the first call),
+    /// and how many of the row's first spans they cover (the rest came
+    /// later).
+    pub fn levels(&self) -> (&[Level], usize) {
+        let (levels, covered) = self.levels.get_or_init(|| {
             let base = (0..self.spans.len())
                 .map(|i| (self.starts[i], self.ends[i], i as u32, 1))
                 .collect();
-            build_levels(base)
+            let levels = build_levels(base)
                 .into_iter()
                 .map(|(res, items)| Level {
                     res,
@@ -146,19 +156,27 @@ impl Row {
                     first: items.iter().map(|i| i.2).collect(),
                     count: items.iter().map(|i| i.3).collect(),
                 })
-                .collect()
-        })
+                .collect();
+            (levels, self.spans.len())
+        });
+        (levels, *covered)
     }
 
-    /// The coarsest level to draw at `ns_per_px` nanoseconds per pixel
-    /// (`None`: the spans themselves). Rows of fewer spans than a screen
-    /// has pixels are never worth one.
-    pub fn level_for(&self, ns_per_px: f64) -> Option<&Level> {
+    /// The coarsest level to draw at `ns_per_px` nanoseconds per pixel and
+    /// how many of the row's first spans it covers (`None`: the spans
+    /// themselves). Rows of fewer spans than a screen has pixels are never
+    /// worth one.
+    pub fn level_for(&self, ns_per_px: f64) -> Option<(&Level, usize)> {
         if self.spans.len() < 4096 || ns_per_px < level_res(1) as f64 {
             return None;
         }
         let res = level_res(level_for(ns_per_px));
-        self.levels().iter().rev().find(|l| l.res <= res)
+        let (levels, covered) = self.levels();
+        levels
+            .iter()
+            .rev()
+            .find(|l| l.res <= res)
+            .map(|l| (l, covered))
     }
 
     /// The index range of spans that overlap `[t0, t1]`.
@@ -456,7 +474,41 @@ impl TraceView {
         }
         v.index_flows(0);
         v.extend_bounds(0, 0);
+        v.make_levels();
         v
+    }
+
+    /// Makes the coarser levels of every row long enough to have them
+    /// ([`Row::level_for`]), on every core: while the trace opens, not on
+    /// the first frame that shows it whole.
+    fn make_levels(&self) {
+        let rows: Vec<&Row> = self
+            .lanes
+            .iter()
+            .flat_map(|l| &l.rows)
+            .filter(|r| r.spans.len() >= 4096)
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(rows.len());
+        if threads <= 1 {
+            rows.iter().for_each(|r| {
+                r.levels();
+            });
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(r) = rows.get(i) else { break };
+                        r.levels();
+                    }
+                });
+            }
+        });
     }
 
     /// Indexes `trace` with every span's depth row given (`depths[i]` for
@@ -894,7 +946,8 @@ mod tests {
         let spans = &v.trace.spans;
         let row = &v.lanes[0].rows[0];
         assert!(row.spans.len() > 4096);
-        let levels = row.levels();
+        let (levels, covered) = row.levels();
+        assert_eq!(covered, row.spans.len());
         assert!(!levels.is_empty());
         let mut last = row.spans.len();
         for l in levels {
@@ -921,7 +974,7 @@ mod tests {
         }
         // The level drawn: coarse enough, fine enough.
         let ns = 1e6;
-        let l = row.level_for(ns).expect("a level at 1 ms a pixel");
+        let (l, _) = row.level_for(ns).expect("a level at 1 ms a pixel");
         assert!(l.res as f64 <= ns);
         assert!(
             levels.iter().all(|m| m.res <= l.res || m.res as f64 > ns),
@@ -931,7 +984,7 @@ mod tests {
             row.level_for(100.0).is_none(),
             "spans themselves below 256 ns"
         );
-        // A row that grows forgets its levels.
+        // A row that grows keeps its levels for the spans they cover.
         let extra = crate::Trace {
             spans: vec![crate::Span {
                 start_ns: v.bounds.1 + 1_000,
@@ -942,8 +995,30 @@ mod tests {
         };
         v.append(extra).expect("append");
         let row = &v.lanes[0].rows[0];
-        let total: u32 = row.levels()[0].count.iter().sum();
-        assert_eq!(total as usize, row.spans.len());
+        let (levels, covered) = row.levels();
+        let total: u32 = levels[0].count.iter().sum();
+        assert_eq!(total as usize, covered);
+        assert_eq!(covered + 1, row.spans.len());
+        // Grown by more than an eighth, the levels are made again.
+        let last = v.bounds.1;
+        let template = v.trace.spans[v.lanes[0].rows[0].spans[0] as usize].clone();
+        let n = covered / 8 + 2;
+        let more = crate::Trace {
+            spans: (0..n as u64)
+                .map(|k| crate::Span {
+                    start_ns: last + 1_000 + k * 100,
+                    dur_ns: 10,
+                    ..template.clone()
+                })
+                .collect(),
+            ..v.trace.tables_only()
+        };
+        v.append(more).expect("append");
+        let row = &v.lanes[0].rows[0];
+        let (levels, covered) = row.levels();
+        assert_eq!(covered, row.spans.len());
+        let total: u32 = levels[0].count.iter().sum();
+        assert_eq!(total as usize, covered);
     }
 
     fn lane(kind: LaneKind, name: &str, group: &str) -> crate::Lane {
