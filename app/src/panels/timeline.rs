@@ -618,6 +618,23 @@ fn draw_row(
             *drawn += 1;
         }
     };
+    // Adds `count` spans starting in pixel column `col` and ending at `x1`
+    // to the pending block, or starts a new one after drawing it.
+    let merge = |block: &mut Option<(f32, f32, usize, SpanKind)>,
+                 drawn: &mut usize,
+                 col: f32,
+                 x1: f32,
+                 count: usize,
+                 kind: SpanKind| {
+        let bx1 = x1.max(col + 1.0);
+        *block = match block.take() {
+            Some((bx0, px1, n, k)) if col <= px1 + 0.5 => Some((bx0, bx1.max(px1), n + count, k)),
+            mut other => {
+                flush(&mut other, drawn);
+                Some((col, bx1, count, kind))
+            }
+        };
+    };
     let draw_span = |id: u32, x0: f32, x1: f32| {
         let s = &view.trace.spans[id as usize];
         let r = Rect::from_min_max(
@@ -660,17 +677,8 @@ fn draw_row(
                 drawn += 1;
                 continue;
             }
-            let col = x0.floor();
-            let bx1 = x1.max(col + 1.0);
-            block = match block {
-                Some((bx0, px1, n, kind)) if col <= px1 + 0.5 => {
-                    Some((bx0, bx1.max(px1), n + count, kind))
-                }
-                mut other => {
-                    flush(&mut other, &mut drawn);
-                    Some((col, bx1, count, view.trace.spans[id as usize].kind))
-                }
-            };
+            let kind = view.trace.spans[id as usize].kind;
+            merge(&mut block, &mut drawn, x0.floor(), x1, count, kind);
         }
         i = i.max(covered);
     }
@@ -691,17 +699,7 @@ fn draw_row(
             let next = row
                 .first_ending_after(i, end, col_end_t.max(0.0) as u64)
                 .max(i + 1);
-            let count = next - i;
-            let bx1 = x1.max(col + 1.0);
-            block = match block {
-                Some((bx0, px1, n, k)) if col <= px1 + 0.5 => {
-                    Some((bx0, bx1.max(px1), n + count, k))
-                }
-                mut other => {
-                    flush(&mut other, &mut drawn);
-                    Some((col, bx1, count, s.kind))
-                }
-            };
+            merge(&mut block, &mut drawn, col, x1, next - i, s.kind);
             i = next;
         }
     }
