@@ -22,7 +22,9 @@ fn gpt2() -> PathBuf {
 /// A copy of the GPT-2 trace in a directory of its own (its index is made
 /// beside it).
 fn copy(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("keel-app-indexed-{}-{name}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("app-indexed-{name}"));
+    // What an earlier run left.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let p = dir.join("gpt2.json.gz");
     std::fs::copy(gpt2(), &p).expect("copy");

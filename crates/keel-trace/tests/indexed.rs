@@ -24,9 +24,11 @@ fn gpt2() -> &'static TraceView {
     V.get_or_init(|| TraceView::new(load_trace(&gpt2_path()).expect("import"), "gpt2"))
 }
 
-/// A scratch directory of this test process.
+/// A scratch directory of one test, emptied (under cargo's `target/tmp`).
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("keel-indexed-{}-{name}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("indexed-{name}"));
+    // What an earlier run left.
+    let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
 }
