@@ -94,6 +94,33 @@ fn live(c: &mut Criterion) {
             criterion::BatchSize::LargeInput,
         )
     });
+    // What a live session pays: fragments appended to one view that
+    // keeps growing (its vectors grow as a live view's do), each later in
+    // time than the last.
+    let period = fragment.spans.iter().map(|s| s.end_ns()).max().unwrap_or(0) + 1_000;
+    let mut growing = base.clone();
+    let mut k = 0u64;
+    g.bench_function("append to one growing view", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                k += 1;
+                let mut f = fragment.clone();
+                for s in &mut f.spans {
+                    s.start_ns += k * period;
+                }
+                for fl in &mut f.flows {
+                    fl.id += k * 10_000_000;
+                    fl.from.ts_ns += k * period;
+                    fl.to.ts_ns += k * period;
+                }
+                let t = Instant::now();
+                growing.append(f).expect("merged");
+                spent += t.elapsed();
+            }
+            spent
+        })
+    });
     g.bench_function("re-index the merged trace (baseline)", |b| {
         b.iter_batched(
             || (head.clone(), fragment.clone()),
@@ -125,6 +152,30 @@ fn open_10m() {
         frame(&ctx, &mut state, &view);
     }
     let per_frame = t.elapsed() / 10;
+    // A live session at 10M spans: 100 fragments of 1,000 spans appended.
+    let mut view = view;
+    let fragment = synthetic_trace(1_000);
+    let period = view.bounds.1 + 1_000;
+    let mut appends = Vec::new();
+    for k in 1..=100u64 {
+        let mut f = fragment.clone();
+        for s in &mut f.spans {
+            s.start_ns += k * period;
+        }
+        for fl in &mut f.flows {
+            fl.id += k * 100_000_000;
+            fl.from.ts_ns += k * period;
+            fl.to.ts_ns += k * period;
+        }
+        let t = Instant::now();
+        view.append(f).expect("merged");
+        appends.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    appends.sort_by(f64::total_cmp);
+    println!(
+        "append 1,000 spans to 10,000,000: median {:.3} ms, max {:.3} ms (100 fragments)",
+        appends[50], appends[99]
+    );
     println!(
         "open 10,000,000 spans: construct {:.2} s, index {:.2} s; first frame (whole trace, levels made) {:.0} ms, then a frame (whole trace) {:.2} ms",
         built.as_secs_f64(),

@@ -262,9 +262,10 @@ pub struct TraceView {
     /// (span, flow) for both bound ends of every flow, sorted: the flows
     /// touching a span are one binary search away.
     span_flows: Vec<(u32, u32)>,
-    /// Flows with an end bound to no span yet (retried when live data
-    /// adds spans).
-    unbound_flows: Vec<u32>,
+    /// Flow ends bound to no span yet, by time: (time, flow, 0 for the
+    /// start or 1 for the end). Live data retries those its new spans'
+    /// time range covers, not all of them.
+    unbound_flows: std::collections::BTreeSet<(u64, u32, u8)>,
     /// Earliest start and latest end over every span, instant and counter.
     pub bounds: (u64, u64),
     /// Earliest start and latest end over spans and instants (`(MAX, 0)`
@@ -472,7 +473,7 @@ impl TraceView {
             let pos = v.lane_pos[l];
             v.lanes[pos].rebuild(&v.trace, ids, &mut v.depth);
         }
-        v.index_flows(0);
+        v.index_flows(0, None);
         v.extend_bounds(0, 0);
         v.make_levels();
         v
@@ -547,7 +548,7 @@ impl TraceView {
             // Nothing is open for appending: a later span re-places the lane.
             li.last_start = u64::MAX;
         }
-        v.index_flows(0);
+        v.index_flows(0, None);
         v.extend_bounds(0, 0);
         v
     }
@@ -564,7 +565,7 @@ impl TraceView {
             max_flow_len: 0,
             flow_spans: Vec::new(),
             span_flows: Vec::new(),
-            unbound_flows: Vec::new(),
+            unbound_flows: Default::default(),
             bounds: (0, 1_000),
             extent: (u64::MAX, 0),
             source,
@@ -606,8 +607,11 @@ impl TraceView {
         }
     }
 
-    /// Indexes flows `from..`: their order by time and the spans they bind.
-    fn index_flows(&mut self, from: usize) {
+    /// Indexes flows `from..`: their order by time and the spans they
+    /// bind; ends bound to nothing before are retried when spans added
+    /// since (`added`: their earliest start and latest end) cover their
+    /// time. Costs the new flows and the retried ends, not every flow.
+    fn index_flows(&mut self, from: usize, added: Option<(u64, u64)>) {
         let first = |f: &crate::Flow| f.from.ts_ns.min(f.to.ts_ns);
         let flows = &self.trace.flows;
         let bind = |e: &crate::FlowEnd| {
@@ -616,52 +620,79 @@ impl TraceView {
                 .and_then(|&p| self.lanes.get(p))
                 .and_then(|l| l.span_at(e.ts_ns))
         };
-        // Flows that bound to nothing may bind to spans that just arrived.
-        let mut still = Vec::new();
-        for &i in &self.unbound_flows {
-            let f = &flows[i as usize];
-            let mut ends = self.flow_spans[i as usize];
-            if ends.0.is_none() {
-                ends.0 = bind(&f.from);
-                if let Some(s) = ends.0 {
-                    self.span_flows.push((s, i));
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut bound = Vec::new();
+        if let Some((lo, hi)) = added {
+            for &(ts, i, end) in self
+                .unbound_flows
+                .range((lo, 0, 0)..=(hi, u32::MAX, u8::MAX))
+            {
+                let f = &flows[i as usize];
+                let span = bind(if end == 0 { &f.from } else { &f.to });
+                if let Some(s) = span {
+                    bound.push((ts, i, end, s));
                 }
             }
-            if ends.1.is_none() {
-                ends.1 = bind(&f.to);
-                if let Some(s) = ends.1 {
-                    self.span_flows.push((s, i));
-                }
-            }
-            if ends.0.is_none() || ends.1.is_none() {
-                still.push(i);
-            }
-            self.flow_spans[i as usize] = ends;
         }
+        for (ts, i, end, s) in bound {
+            self.unbound_flows.remove(&(ts, i, end));
+            let ends = &mut self.flow_spans[i as usize];
+            if end == 0 {
+                ends.0 = Some(s);
+            } else {
+                ends.1 = Some(s);
+            }
+            pairs.push((s, i));
+        }
+        let old = self.flows_by_time.len();
         for (i, f) in flows.iter().enumerate().skip(from) {
-            self.flows_by_time.push(i as u32);
+            let i = i as u32;
             self.max_flow_len = self.max_flow_len.max(f.from.ts_ns.abs_diff(f.to.ts_ns));
             let ends = (bind(&f.from), bind(&f.to));
             for s in [ends.0, ends.1].into_iter().flatten() {
-                self.span_flows.push((s, i as u32));
+                pairs.push((s, i));
             }
-            if ends.0.is_none() || ends.1.is_none() {
-                still.push(i as u32);
+            if ends.0.is_none() {
+                self.unbound_flows.insert((f.from.ts_ns, i, 0));
+            }
+            if ends.1.is_none() {
+                self.unbound_flows.insert((f.to.ts_ns, i, 1));
             }
             self.flow_spans.push(ends);
+            self.flows_by_time.push(i);
         }
-        self.unbound_flows = still;
-        // A stable sort finds the sorted run of earlier flows: appending
-        // costs about the new flows, not a full sort.
-        self.flows_by_time
-            .sort_by_key(|&i| first(&self.trace.flows[i as usize]));
-        self.flow_times = self
-            .flows_by_time
-            .iter()
-            .map(|&i| first(&self.trace.flows[i as usize]))
-            .collect();
-        // Mostly sorted already when appending.
-        self.span_flows.sort_unstable();
+        // The new flows in time order; all of them after the earlier ones
+        // (what a live session sends) is the common case, else the two
+        // sorted runs are merged.
+        self.flows_by_time[old..].sort_by_key(|&i| first(&flows[i as usize]));
+        let in_order = match (self.flow_times.last(), self.flows_by_time.get(old)) {
+            (Some(&last), Some(&i)) => last <= first(&flows[i as usize]),
+            _ => true,
+        };
+        if in_order {
+            let new = self.flows_by_time[old..]
+                .iter()
+                .map(|&i| first(&flows[i as usize]));
+            self.flow_times.extend(new);
+        } else {
+            self.flows_by_time
+                .sort_by_key(|&i| first(&flows[i as usize]));
+            self.flow_times = self
+                .flows_by_time
+                .iter()
+                .map(|&i| first(&flows[i as usize]))
+                .collect();
+        }
+        pairs.sort_unstable();
+        let after = match (self.span_flows.last(), pairs.first()) {
+            (Some(last), Some(new)) => last <= new,
+            _ => true,
+        };
+        self.span_flows.extend(pairs);
+        if !after {
+            // New flows bound to earlier spans: two sorted runs, merged.
+            self.span_flows.sort();
+        }
     }
 
     fn extend_bounds(&mut self, spans: usize, instants: usize) {
@@ -740,7 +771,13 @@ impl TraceView {
                 self.lanes[pos].rebuild(&self.trace, ids, &mut self.depth);
             }
         }
-        self.index_flows(flows);
+        let added = self.trace.spans[spans..]
+            .iter()
+            .fold(None, |r: Option<(u64, u64)>, s| {
+                let (lo, hi) = r.unwrap_or((u64::MAX, 0));
+                Some((lo.min(s.start_ns), hi.max(s.end_ns())))
+            });
+        self.index_flows(flows, added);
         self.extend_bounds(spans, instants);
         merged
     }
@@ -1378,6 +1415,26 @@ mod tests {
                 .count()
         };
         assert_eq!(bound(&v), bound(&at_once));
+        // Flows that come before their spans bind when the spans come,
+        // whichever fragment brings them.
+        let mut flows_first = whole.tables_only();
+        flows_first.flows = whole.flows.clone();
+        let mut v = TraceView::new(flows_first, "live");
+        assert_eq!(bound(&v), 0);
+        assert!(bound(&at_once) > 100);
+        for k in 0..4 {
+            let mut f = whole.tables_only();
+            f.spans = whole.spans[k * 1_000..(k + 1) * 1_000].to_vec();
+            v.append(f).expect("merged");
+        }
+        assert_eq!(v.flow_spans, at_once.flow_spans);
+        assert_eq!(v.span_flows, at_once.span_flows);
+        assert_eq!(v.flow_times, at_once.flow_times);
+        assert_eq!(
+            v.unbound_flows.len(),
+            at_once.unbound_flows.len(),
+            "what stays unbound"
+        );
     }
 
     #[test]
