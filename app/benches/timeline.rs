@@ -69,6 +69,21 @@ fn frames(c: &mut Criterion) {
     g.finish();
 }
 
+/// `fragment` as the `k`-th of a live session: `k` periods later, its
+/// flows' ids past every earlier fragment's.
+fn shifted(fragment: &keel_trace::Trace, k: u64, period: u64) -> keel_trace::Trace {
+    let mut f = fragment.clone();
+    for s in &mut f.spans {
+        s.start_ns += k * period;
+    }
+    for fl in &mut f.flows {
+        fl.id += k * 1_000_000_000;
+        fl.from.ts_ns += k * period;
+        fl.to.ts_ns += k * period;
+    }
+    f
+}
+
 /// A live view growing by 1,000-span fragments: appending a fragment to
 /// the index, against merging it and re-indexing the whole trace (the
 /// baseline: what appending saves).
@@ -105,15 +120,7 @@ fn live(c: &mut Criterion) {
             let mut spent = std::time::Duration::ZERO;
             for _ in 0..iters {
                 k += 1;
-                let mut f = fragment.clone();
-                for s in &mut f.spans {
-                    s.start_ns += k * period;
-                }
-                for fl in &mut f.flows {
-                    fl.id += k * 10_000_000;
-                    fl.from.ts_ns += k * period;
-                    fl.to.ts_ns += k * period;
-                }
+                let f = shifted(&fragment, k, period);
                 let t = Instant::now();
                 growing.append(f).expect("merged");
                 spent += t.elapsed();
@@ -158,15 +165,7 @@ fn open_10m() {
     let period = view.bounds.1 + 1_000;
     let mut appends = Vec::new();
     for k in 1..=100u64 {
-        let mut f = fragment.clone();
-        for s in &mut f.spans {
-            s.start_ns += k * period;
-        }
-        for fl in &mut f.flows {
-            fl.id += k * 100_000_000;
-            fl.from.ts_ns += k * period;
-            fl.to.ts_ns += k * period;
-        }
+        let f = shifted(&fragment, k, period);
         let t = Instant::now();
         view.append(f).expect("merged");
         appends.push(t.elapsed().as_secs_f64() * 1e3);
