@@ -716,19 +716,20 @@ impl App {
             }
             let mut errors = Vec::new();
             if let Some(view) = &mut self.view {
+                let before = view.trace.spans.len();
                 for f in fragments {
                     self.live_chunks += 1;
                     if let Err(e) = view.append(f) {
                         errors.push(format!("live fragment rejected: {e}"));
                     }
                 }
+                self.timeline.search.extend(view, before);
             }
             for e in errors {
                 self.fail(e);
             }
             self.stats = None;
             self.analysis = None;
-            self.timeline.search.stale = !self.timeline.search.query.is_empty();
             self.sources.live = Some(format!(
                 "{} chunks received, {} dropped by the server",
                 self.live_chunks, self.live_dropped

@@ -459,3 +459,36 @@ fn counters_are_tracks_below_the_lanes() {
     );
     assert!(h.state().timeline.layout.content_h < with);
 }
+
+/// A search stays current as live fragments arrive, looking only at their
+/// spans: the same matches as searching the grown trace again, in order,
+/// with the match moved to kept, also when a fragment goes back in time.
+#[test]
+fn search_keeps_up_with_live_fragments() {
+    use keel_profiler::panels::timeline::SearchState;
+    use keel_profiler::view::TraceView;
+    let whole = synthetic_trace(4_000);
+    let part = |a: usize, b: usize| {
+        let mut t = whole.tables_only();
+        t.spans = whole.spans[a..b].to_vec();
+        t
+    };
+    let mut view = TraceView::new(part(0, 2_000), "live");
+    let mut s = SearchState::default();
+    s.query = "saxpy".to_owned();
+    s.update(&view);
+    s.current = Some(3);
+    let moved_to = s.matches[3];
+    for (a, b) in [(3_000, 4_000), (2_000, 3_000)] {
+        let before = view.trace.spans.len();
+        view.append(part(a, b)).expect("append");
+        s.extend(&view, before);
+        let mut full = SearchState::default();
+        full.query = "saxpy".to_owned();
+        full.update(&view);
+        assert_eq!(s.matches, full.matches);
+        assert!(s.matches.len() > 300);
+        assert!((0..view.trace.spans.len() as u32).all(|i| s.is_match(i) == full.is_match(i)));
+        assert_eq!(s.current.map(|k| s.matches[k]), Some(moved_to));
+    }
+}

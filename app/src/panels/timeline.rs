@@ -145,6 +145,41 @@ impl SearchState {
         self.stale = false;
     }
 
+    /// Adds the matches among the spans from index `from` on (a live
+    /// fragment's), costing those spans, not the trace; a search not yet
+    /// made for the query is made whole on the next frame instead.
+    pub fn extend(&mut self, view: &TraceView, from: usize) {
+        if self.stale || self.searched != self.query {
+            self.stale = !self.query.is_empty();
+            return;
+        }
+        let new = view.search_from(&self.query, from);
+        if new.is_empty() {
+            return;
+        }
+        let spans = &view.trace.spans;
+        let start = |i: u32| spans[i as usize].start_ns;
+        let current = self.current.map(|k| self.matches[k]);
+        let after = self
+            .matches
+            .last()
+            .is_none_or(|&l| (start(l), l) <= (start(new[0]), new[0]));
+        self.max_dur = new
+            .iter()
+            .map(|&i| spans[i as usize].dur_ns)
+            .fold(self.max_dur, u64::max);
+        // New spans have the largest indices.
+        self.sorted.extend(new.iter().copied());
+        self.sorted.sort_unstable();
+        self.matches.extend(new);
+        if !after {
+            // Spans that start before earlier matches: two runs, merged.
+            self.matches.sort_by_key(|&i| (start(i), i));
+        }
+        self.starts = self.matches.iter().map(|&i| start(i)).collect();
+        self.current = current.and_then(|c| self.matches.iter().position(|&m| m == c));
+    }
+
     /// Whether span `span` matches.
     pub fn is_match(&self, span: u32) -> bool {
         self.sorted.binary_search(&span).is_ok()

@@ -830,17 +830,22 @@ impl TraceView {
     /// Spans whose name contains `query` (ignoring ASCII case), sorted by
     /// start time; empty for an empty query.
     pub fn search(&self, query: &str) -> Vec<u32> {
+        self.search_from(query, 0)
+    }
+
+    /// [`Self::search`] over the spans from index `from` on (those a live
+    /// fragment added).
+    pub fn search_from(&self, query: &str, from: usize) -> Vec<u32> {
         let q = query.trim().to_ascii_lowercase();
         if q.is_empty() {
             return Vec::new();
         }
-        let mut out: Vec<u32> = self
-            .trace
-            .spans
+        let spans = self.trace.spans.get(from..).unwrap_or(&[]);
+        let mut out: Vec<u32> = spans
             .iter()
             .enumerate()
             .filter(|(_, s)| contains_ignore_case(&s.name, &q))
-            .map(|(i, _)| i as u32)
+            .map(|(i, _)| (from + i) as u32)
             .collect();
         out.sort_by_key(|&i| (self.trace.spans[i as usize].start_ns, i));
         out
