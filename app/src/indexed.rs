@@ -239,12 +239,8 @@ pub const INDEX_ABOVE: u64 = 2 << 30;
 /// Whether trace file `path` opens through its index: an indexed file
 /// itself, or a trace of [`INDEX_ABOVE`] bytes or more.
 pub fn wants_index(path: &std::path::Path) -> bool {
-    use std::io::Read;
-    let mut head = Vec::new();
-    let indexed = std::fs::File::open(path)
-        .and_then(|f| f.take(8).read_to_end(&mut head))
-        .is_ok_and(|_| keel_trace::indexed::is_indexed(&head));
-    indexed || std::fs::metadata(path).is_ok_and(|m| m.len() >= INDEX_ABOVE)
+    keel_trace::indexed::is_indexed_file(path)
+        || std::fs::metadata(path).is_ok_and(|m| m.len() >= INDEX_ABOVE)
 }
 
 /// The Statistics, Memory and Analysis tabs of an indexed trace: what the

@@ -406,49 +406,41 @@ impl App {
     /// the whole file's search current, and starts reading the window the
     /// screen needs next (`ctx` is woken when it is read).
     pub fn poll_indexed(&mut self, ctx: Option<&egui::Context>) {
-        let Some(s) = &mut self.indexed else {
-            return;
-        };
-        if let Some(r) = s.take() {
-            match r {
-                Ok(w) => self.show_window(w),
-                Err(e) => self.fail(e),
-            }
+        match self.indexed.as_mut().and_then(|s| s.take()) {
+            Some(Ok(w)) => self.show_window(w),
+            Some(Err(e)) => self.fail(e),
+            None => {}
         }
         let Some(s) = &mut self.indexed else {
             return;
         };
-        if let Err(e) = s.search(&self.timeline.search.query) {
-            self.fail(e);
-            return;
-        }
-        let Some(s) = &mut self.indexed else {
-            return;
-        };
+        let searched = s.search(&self.timeline.search.query);
         self.timeline.search.whole = Some(panels::timeline::WholeSearch {
             total: s.matches.total,
             step: None,
         });
-        if self.timeline.fit_pending {
-            return;
+        if !self.timeline.fit_pending {
+            let px = self.timeline.layout.area.width();
+            let px = if px.is_finite() && px > 0.0 {
+                px
+            } else {
+                1_200.0
+            };
+            let wake = ctx.cloned();
+            s.request(
+                self.timeline.start_ns,
+                self.timeline.width_ns,
+                px,
+                move || {
+                    if let Some(c) = &wake {
+                        c.request_repaint();
+                    }
+                },
+            );
         }
-        let px = self.timeline.layout.area.width();
-        let px = if px.is_finite() && px > 0.0 {
-            px
-        } else {
-            1_200.0
-        };
-        let wake = ctx.cloned();
-        s.request(
-            self.timeline.start_ns,
-            self.timeline.width_ns,
-            px,
-            move || {
-                if let Some(c) = &wake {
-                    c.request_repaint();
-                }
-            },
-        );
+        if let Err(e) = searched {
+            self.fail(e);
+        }
     }
 
     /// Shows window `w` of the indexed trace, keeping the selected span

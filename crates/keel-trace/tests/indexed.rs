@@ -184,7 +184,8 @@ fn coarse_levels_merge_only_what_a_pixel_cannot_show() {
     let (_, idx) = gpt2_index();
     let (lo, hi) = v.bounds;
     let full = visible(v, lo, hi).len();
-    let mut last = usize::MAX;
+    // Finer resolutions read at least as many items.
+    let mut last = 0;
     for px in [1_000.0, 10_000.0, 100_000.0, 1e6, 1e7] {
         let ns_per_px = (hi - lo) as f64 / px;
         let w = idx
@@ -221,7 +222,7 @@ fn coarse_levels_merge_only_what_a_pixel_cannot_show() {
             let bound = rows * (3 * steps as usize + 2);
             assert!(spans.len() <= bound, "{} items > {bound}", spans.len());
         }
-        assert!(spans.len() >= last.min(spans.len()));
+        assert!(spans.len() >= last, "{} items after {last}", spans.len());
         last = spans.len();
         // Spans on one row stay disjoint and in order, as the viewer needs.
         for l in &w.view.lanes {
@@ -363,9 +364,6 @@ fn a_trace_converts_on_first_open_only() {
     let (_, made) = indexed::open_or_convert(&indexed::index_path(&src)).expect("index");
     assert!(!made);
     // A changed source is converted again.
-    let mut bytes = std::fs::read(&src).expect("read");
-    bytes.extend_from_slice(&[0; 0]);
-    std::fs::write(&src, &bytes[..]).expect("rewrite");
     let f = std::fs::OpenOptions::new()
         .append(true)
         .open(&src)

@@ -193,7 +193,7 @@ pub fn convert(input: &Path, output: &Path) -> Result<()> {
 /// size or modification time). Returns the index and whether it was made
 /// now.
 pub fn open_or_convert(input: &Path) -> Result<(IndexedTrace, bool)> {
-    if is_indexed(&head(input)?) {
+    if is_indexed_file(input) {
         return Ok((IndexedTrace::open(input)?, false));
     }
     let path = index_path(input);
@@ -209,13 +209,14 @@ pub fn open_or_convert(input: &Path) -> Result<(IndexedTrace, bool)> {
     Ok((IndexedTrace::open(&path)?, true))
 }
 
-fn head(path: &Path) -> Result<Vec<u8>> {
+/// Whether the file at `path` is an indexed file (by its first bytes;
+/// `false` when it cannot be read).
+pub fn is_indexed_file(path: &Path) -> bool {
     use std::io::Read;
-    let mut h = Vec::new();
+    let mut head = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(8).read_to_end(&mut h))
-        .map_err(|e| Error::Format(format!("could not read {}: {e}", path.display())))?;
-    Ok(h)
+        .and_then(|f| f.take(MAGIC.len() as u64).read_to_end(&mut head))
+        .is_ok_and(|_| is_indexed(&head))
 }
 
 /// The file's bytes: mapped, or owned (for bytes that are not a file).
