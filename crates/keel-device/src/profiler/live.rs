@@ -1,11 +1,19 @@
 //! Live streaming: a TCP server in the profiled process and a client for
 //! viewers.
 //!
-//! # Protocol (version 1)
+//! [`serve`] streams this process's recording session. [`publish`] streams
+//! traces a program makes itself (a bridge from another profiler, a
+//! generator), through the same protocol, without starting a session.
+//!
+//! # Protocol (version 2)
 //! All integers are little-endian.
 //!
-//! 1. On connect the server sends its hello: the 8 bytes `KEELLIVE`, then
-//!    `u32` protocol version and `u32` trace-model version.
+//! 1. On connect the server sends its hello: the 8 bytes `KEELLIVE`, `u32`
+//!    protocol version, `u32` trace-model version, then the program that
+//!    streams ([`Program`]): `i64` origin (the Unix time in ns of its
+//!    traces' time 0), `u32` process id, `u16` name length and the name in
+//!    UTF-8 (at most 255 bytes). The origin puts several programs, and a
+//!    program that restarted, on one clock.
 //! 2. The client answers with the same 8 bytes and the `u32` protocol
 //!    version it speaks. A mismatch closes the connection.
 //! 3. The server then sends chunks: `u32` payload length, `u8` kind, then
@@ -20,23 +28,22 @@
 //!      because it read too slowly.
 //!
 //! # Never blocking the profiled program
-//! The server's session emits its fragments to a sink that hands each one
-//! to every viewer's bounded queue; a collector thread makes the session
-//! emit every `interval`. A full queue drops
-//! the fragment for that viewer and counts it; only the viewer's own writer
-//! thread ever waits on its socket.
+//! Each fragment goes to every viewer's bounded queue; for [`serve`], a
+//! collector thread makes the session emit every `interval`. A full queue
+//! drops the fragment for that viewer and counts it; only the viewer's own
+//! writer thread ever waits on its socket.
 //!
 //! # Safety of the listening address
-//! [`serve`] binds loopback addresses only; listening on another address
-//! needs [`LiveOptions::allow_remote`].
+//! [`serve`] and [`publish`] bind loopback addresses only; listening on
+//! another address needs [`LiveOptions::allow_remote`].
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::collect::{self, Sink};
 use crate::error::{Error, Result};
@@ -44,12 +51,14 @@ use keel_trace::native;
 use keel_trace::{TRACE_VERSION, Trace};
 
 /// The live protocol's version.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"KEELLIVE";
 /// The largest chunk payload either side accepts.
 pub const MAX_CHUNK: usize = 64 << 20;
 const KIND_FRAGMENT: u8 = 1;
 const KIND_DROPPED: u8 = 2;
+/// The longest program name a hello carries, in bytes.
+const MAX_NAME: usize = 255;
 
 fn io(what: &str, e: std::io::Error) -> Error {
     Error::Backend {
@@ -65,16 +74,84 @@ fn protocol(message: impl Into<String>) -> Error {
     }
 }
 
-/// How [`serve_with`] runs.
+/// The program a live server streams, as its hello says.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Program {
+    /// Its name (the executable's file stem unless
+    /// [`LiveOptions::program_name`] says otherwise).
+    pub name: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The Unix time, in ns, of its traces' time 0.
+    pub origin_unix_ns: i64,
+}
+
+impl Program {
+    /// This process, with its traces' time 0 at `origin` (an instant of
+    /// this process's monotonic clock).
+    fn this_process(name: Option<&str>, origin: Instant) -> Program {
+        let name = name.map_or_else(
+            || {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "program".to_owned())
+            },
+            str::to_owned,
+        );
+        Program {
+            name: clip(&name, MAX_NAME).to_owned(),
+            pid: std::process::id(),
+            origin_unix_ns: unix_ns_at(origin),
+        }
+    }
+
+    /// A label for the program's lanes: `train (pid 4242)`.
+    pub fn label(&self) -> String {
+        format!("{} (pid {})", self.name, self.pid)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let name = clip(&self.name, MAX_NAME);
+        out.extend_from_slice(&self.origin_unix_ns.to_le_bytes());
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes ending at a character
+/// boundary.
+fn clip(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The Unix time, in ns, of `at` (an instant of the monotonic clock).
+fn unix_ns_at(at: Instant) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let ago = Instant::now().saturating_duration_since(at).as_nanos() as i64;
+    now - ago
+}
+
+/// How [`serve_with`] and [`publish`] run.
 #[derive(Debug, Clone)]
 pub struct LiveOptions {
     /// Allow listening on a non-loopback address (off by default: a trace
     /// shows what a program does).
     pub allow_remote: bool,
-    /// How often the collector drains the recording buffers.
+    /// How often the collector drains the recording buffers ([`serve`]
+    /// only).
     pub interval: Duration,
     /// Fragments each viewer may have queued before new ones are dropped.
     pub queue_chunks: usize,
+    /// The program name viewers show (`None`: the executable's file stem).
+    pub program_name: Option<String>,
 }
 
 impl Default for LiveOptions {
@@ -83,6 +160,7 @@ impl Default for LiveOptions {
             allow_remote: false,
             interval: Duration::from_millis(100),
             queue_chunks: 64,
+            program_name: None,
         }
     }
 }
@@ -98,21 +176,37 @@ struct Shared {
     /// Every device and lane seen so far, as a fragment with no events:
     /// the first thing a new viewer receives.
     tables: Mutex<Trace>,
+    /// The program, set before the first viewer is accepted.
+    program: OnceLock<Program>,
     dropped_total: AtomicU64,
     viewers_served: AtomicU64,
+}
+
+/// A server streaming the traces its owner [`send`](Self::send)s to every
+/// connected viewer; dropping it (or [`stop`](Self::stop)) closes every
+/// connection.
+pub struct Publisher {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Publisher({})", self.addr)
+    }
 }
 
 /// A running live server; dropping it (or [`stop`](Self::stop)) ends the
 /// recording session and closes every connection.
 pub struct LiveServer {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    publisher: Publisher,
+    collector: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for LiveServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LiveServer({})", self.addr)
+        write!(f, "LiveServer({})", self.publisher.addr)
     }
 }
 
@@ -125,6 +219,72 @@ pub fn serve(addr: impl ToSocketAddrs) -> Result<LiveServer> {
 
 /// [`serve`] with options.
 pub fn serve_with(addr: impl ToSocketAddrs, options: LiveOptions) -> Result<LiveServer> {
+    let listener = bind(addr, &options)?;
+    let shared = new_shared();
+    let epoch = collect::begin(Box::new(LiveSink {
+        shared: Arc::clone(&shared),
+    }))?;
+    let _ = shared.program.set(Program::this_process(
+        options.program_name.as_deref(),
+        epoch,
+    ));
+    let collector = {
+        let shared = Arc::clone(&shared);
+        let interval = options.interval;
+        std::thread::Builder::new()
+            .name("keel-live-collector".to_owned())
+            .spawn(move || {
+                while !shared.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(interval);
+                    collect::flush();
+                }
+            })
+    };
+    let started = collector
+        .map_err(|e| io("starting the collector thread", e))
+        .and_then(|c| Ok((c, start(listener, &shared, &options)?)));
+    match started {
+        Ok((collector, publisher)) => Ok(LiveServer {
+            publisher,
+            collector: Some(collector),
+        }),
+        Err(e) => {
+            shared.stop.store(true, Ordering::Relaxed);
+            drop(collect::end());
+            Err(e)
+        }
+    }
+}
+
+/// Publishes traces live on a loopback address without recording: the
+/// caller [`send`](Publisher::send)s fragments whose times count from the
+/// moment of this call (the program's origin).
+pub fn publish(addr: impl ToSocketAddrs, options: LiveOptions) -> Result<Publisher> {
+    let listener = bind(addr, &options)?;
+    let shared = new_shared();
+    let _ = shared.program.set(Program::this_process(
+        options.program_name.as_deref(),
+        Instant::now(),
+    ));
+    start(listener, &shared, &options)
+}
+
+fn new_shared() -> Arc<Shared> {
+    Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        viewers: Mutex::new(Vec::new()),
+        tables: Mutex::new(Trace {
+            version: TRACE_VERSION,
+            ..Trace::default()
+        }),
+        program: OnceLock::new(),
+        dropped_total: AtomicU64::new(0),
+        viewers_served: AtomicU64::new(0),
+    })
+}
+
+/// Binds a listener, refusing non-loopback addresses unless allowed.
+fn bind(addr: impl ToSocketAddrs, options: &LiveOptions) -> Result<TcpListener> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
         .map_err(|e| io("resolving the listen address", e))?
@@ -140,55 +300,17 @@ pub fn serve_with(addr: impl ToSocketAddrs, options: LiveOptions) -> Result<Live
         )));
     }
     let listener = TcpListener::bind(&addrs[..]).map_err(|e| io("binding the live server", e))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| io("reading the bound address", e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| io("configuring the listener", e))?;
-    let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        viewers: Mutex::new(Vec::new()),
-        tables: Mutex::new(Trace {
-            version: TRACE_VERSION,
-            ..Trace::default()
-        }),
-        dropped_total: AtomicU64::new(0),
-        viewers_served: AtomicU64::new(0),
-    });
-    collect::begin(Box::new(LiveSink {
-        shared: Arc::clone(&shared),
-    }))?;
-    let threads = start_threads(&shared, listener, &options).inspect_err(|_| {
-        shared.stop.store(true, Ordering::Relaxed);
-        drop(collect::end());
-    })?;
-    Ok(LiveServer {
-        addr: local,
-        shared,
-        threads,
-    })
+    Ok(listener)
 }
 
-/// The collector and accept threads.
-fn start_threads(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
-    options: &LiveOptions,
-) -> Result<Vec<JoinHandle<()>>> {
-    let collector = {
-        let shared = Arc::clone(shared);
-        let interval = options.interval;
-        std::thread::Builder::new()
-            .name("keel-live-collector".to_owned())
-            .spawn(move || {
-                while !shared.stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(interval);
-                    collect::flush();
-                }
-            })
-            .map_err(|e| io("starting the collector thread", e))?
-    };
+/// Starts the accept thread.
+fn start(listener: TcpListener, shared: &Arc<Shared>, options: &LiveOptions) -> Result<Publisher> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| io("reading the bound address", e))?;
     let acceptor = {
         let shared = Arc::clone(shared);
         let queue = options.queue_chunks.max(1);
@@ -197,13 +319,31 @@ fn start_threads(
             .spawn(move || accept_loop(&listener, &shared, queue))
             .map_err(|e| io("starting the accept thread", e))?
     };
-    Ok(vec![collector, acceptor])
+    Ok(Publisher {
+        addr,
+        shared: Arc::clone(shared),
+        acceptor: Some(acceptor),
+    })
 }
 
-impl LiveServer {
+impl Publisher {
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The program viewers are told about.
+    pub fn program(&self) -> &Program {
+        // Set before the publisher is returned.
+        self.shared.program.get().expect("program set at start")
+    }
+
+    /// Sends `fragment` (times in ns from [`Program::origin_unix_ns`]) to
+    /// every viewer; never waits for one (see the module docs). A fragment
+    /// that cannot be encoded or is over [`MAX_CHUNK`] is dropped, counted
+    /// and returned as an error.
+    pub fn send(&self, fragment: &Trace) -> Result<()> {
+        broadcast(&self.shared, fragment)
     }
 
     /// Fragments dropped for slow viewers so far (all viewers together).
@@ -216,26 +356,70 @@ impl LiveServer {
         self.shared.viewers_served.load(Ordering::Relaxed)
     }
 
-    /// Stops serving and ends the recording session.
+    /// Viewers connected now.
+    pub fn viewers(&self) -> usize {
+        lock(&self.shared.viewers).len()
+    }
+
+    /// Stops serving and closes every connection.
     pub fn stop(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
+        if let Some(t) = self.acceptor.take() {
             let _ = t.join();
         }
         lock(&self.shared.viewers).clear();
-        let _ = collect::end();
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl LiveServer {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.publisher.addr
+    }
+
+    /// The program viewers are told about (this process).
+    pub fn program(&self) -> &Program {
+        self.publisher.program()
+    }
+
+    /// Fragments dropped for slow viewers so far (all viewers together).
+    pub fn dropped_chunks(&self) -> u64 {
+        self.publisher.dropped_chunks()
+    }
+
+    /// Viewers that completed the handshake so far.
+    pub fn viewers_served(&self) -> u64 {
+        self.publisher.viewers_served()
+    }
+
+    /// Stops serving and ends the recording session.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.publisher.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.collector.take() {
+            let _ = t.join();
+            let _ = collect::end();
+        }
+        self.publisher.shutdown();
     }
 }
 
 impl Drop for LiveServer {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            self.shutdown();
-        }
+        self.shutdown();
     }
 }
 
@@ -258,47 +442,9 @@ struct LiveSink {
 
 impl Sink for LiveSink {
     fn emit(&mut self, fragment: Trace) {
-        let shared = &*self.shared;
-        if shared.stop.load(Ordering::Relaxed) {
-            return; // the server is closing: no viewer is left to send to
+        if let Err(e) = broadcast(&self.shared, &fragment) {
+            eprintln!("keel live: {e}");
         }
-        remember_tables(shared, &fragment);
-        let empty = fragment.spans.is_empty()
-            && fragment.instants.is_empty()
-            && fragment.flows.is_empty()
-            && fragment.counters.is_empty()
-            && fragment.memory.is_empty()
-            && fragment.dropped == 0;
-        if empty {
-            return;
-        }
-        let bytes = match native::to_native_bytes(&fragment) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("keel live: dropping a fragment that cannot be encoded: {e}");
-                shared.dropped_total.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        if bytes.len() > MAX_CHUNK {
-            eprintln!(
-                "keel live: dropping a {}-byte fragment (over the {MAX_CHUNK}-byte chunk limit)",
-                bytes.len()
-            );
-            shared.dropped_total.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let message = Arc::new(chunk(KIND_FRAGMENT, &bytes));
-        let mut viewers = lock(&shared.viewers);
-        viewers.retain(|v| match v.tx.try_send(Arc::clone(&message)) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                v.dropped.fetch_add(1, Ordering::Relaxed);
-                shared.dropped_total.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Disconnected(_)) => false,
-        });
     }
 
     /// The server's session returns no trace: its fragments went out live.
@@ -308,6 +454,46 @@ impl Sink for LiveSink {
             ..Trace::default()
         }
     }
+}
+
+/// Hands `fragment` to every viewer's queue, dropping (and counting) it
+/// for those whose queue is full.
+fn broadcast(shared: &Shared, fragment: &Trace) -> Result<()> {
+    if shared.stop.load(Ordering::Relaxed) {
+        return Ok(()); // the server is closing: no viewer is left to send to
+    }
+    remember_tables(shared, fragment);
+    let empty = fragment.spans.is_empty()
+        && fragment.instants.is_empty()
+        && fragment.flows.is_empty()
+        && fragment.counters.is_empty()
+        && fragment.memory.is_empty()
+        && fragment.dropped == 0;
+    if empty {
+        return Ok(());
+    }
+    let bytes = native::to_native_bytes(fragment).inspect_err(|_| {
+        shared.dropped_total.fetch_add(1, Ordering::Relaxed);
+    })?;
+    if bytes.len() > MAX_CHUNK {
+        shared.dropped_total.fetch_add(1, Ordering::Relaxed);
+        return Err(Error::invalid(format!(
+            "live: dropped a {}-byte fragment; a chunk holds at most {MAX_CHUNK} bytes",
+            bytes.len()
+        )));
+    }
+    let message = Arc::new(chunk(KIND_FRAGMENT, &bytes));
+    let mut viewers = lock(&shared.viewers);
+    viewers.retain(|v| match v.tx.try_send(Arc::clone(&message)) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) => {
+            v.dropped.fetch_add(1, Ordering::Relaxed);
+            shared.dropped_total.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(TrySendError::Disconnected(_)) => false,
+    });
+    Ok(())
 }
 
 /// Keeps the union of devices and lanes seen, for new viewers.
@@ -343,10 +529,15 @@ fn serve_viewer(mut stream: TcpStream, shared: &Shared, queue: usize) -> Result<
         .set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| io("configuring a viewer socket", e))?;
     let _ = stream.set_nodelay(true);
-    let mut hello = Vec::with_capacity(16);
+    let mut hello = Vec::with_capacity(64);
     hello.extend_from_slice(MAGIC);
     hello.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     hello.extend_from_slice(&TRACE_VERSION.to_le_bytes());
+    shared
+        .program
+        .get()
+        .ok_or_else(|| protocol("the program is not known yet"))?
+        .encode(&mut hello);
     stream
         .write_all(&hello)
         .map_err(|e| io("sending the hello", e))?;
@@ -365,12 +556,18 @@ fn serve_viewer(mut stream: TcpStream, shared: &Shared, queue: usize) -> Result<
     }
     let (tx, rx) = sync_channel::<Arc<Vec<u8>>>(queue);
     let dropped = Arc::new(AtomicU64::new(0));
-    let tables = native::to_native_bytes(&lock(&shared.tables))?;
+    // The tables go out before this viewer can receive any fragment, with
+    // the viewer list locked so no fragment slips between the two.
+    let tables = {
+        let mut viewers = lock(&shared.viewers);
+        let tables = native::to_native_bytes(&lock(&shared.tables))?;
+        viewers.push(Viewer {
+            tx,
+            dropped: Arc::clone(&dropped),
+        });
+        tables
+    };
     shared.viewers_served.fetch_add(1, Ordering::Relaxed);
-    lock(&shared.viewers).push(Viewer {
-        tx,
-        dropped: Arc::clone(&dropped),
-    });
     stream
         .write_all(&chunk(KIND_FRAGMENT, &tables))
         .map_err(|e| io("sending the tables", e))?;
@@ -384,10 +581,23 @@ fn write_loop(
     shared: &Shared,
 ) -> Result<()> {
     let mut reported = 0;
+    let mut last_write = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         let Ok(message) = rx.recv_timeout(Duration::from_millis(100)) else {
+            // An idle program still says it is alive once a second (the
+            // drop count, which viewers take as it is), so a viewer tells
+            // a quiet program from a lost connection.
+            if last_write.elapsed() >= Duration::from_secs(1) {
+                let now = dropped.load(Ordering::Relaxed);
+                stream
+                    .write_all(&chunk(KIND_DROPPED, &now.to_le_bytes()))
+                    .map_err(|e| io("writing to a viewer", e))?;
+                reported = now;
+                last_write = Instant::now();
+            }
             continue;
         };
+        last_write = Instant::now();
         let now = dropped.load(Ordering::Relaxed);
         if now != reported {
             stream
@@ -416,6 +626,7 @@ pub enum Chunk {
 pub struct Client {
     addr: SocketAddr,
     stream: Option<TcpStream>,
+    program: Option<Program>,
 }
 
 impl Client {
@@ -426,7 +637,11 @@ impl Client {
             .map_err(|e| io("resolving the server address", e))?
             .next()
             .ok_or_else(|| Error::invalid("connect: the address resolved to nothing"))?;
-        let mut c = Client { addr, stream: None };
+        let mut c = Client {
+            addr,
+            stream: None,
+            program: None,
+        };
         c.reconnect()?;
         Ok(c)
     }
@@ -436,12 +651,24 @@ impl Client {
         self.addr
     }
 
+    /// The program at the other end, as the last handshake said (a
+    /// restarted program has a new process id and origin).
+    pub fn program(&self) -> Option<&Program> {
+        self.program.as_ref()
+    }
+
+    /// Whether a connection is open.
+    pub fn is_connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
     /// Drops the current connection (if any) and connects again.
     pub fn reconnect(&mut self) -> Result<()> {
         self.stream = None;
         let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))
             .map_err(|e| io(&format!("connecting to {}", self.addr), e))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))
+        // Servers send at least one chunk a second (see `write_loop`).
+        s.set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| io("configuring the socket", e))?;
         let mut hello = [0u8; 16];
         s.read_exact(&mut hello)
@@ -457,12 +684,14 @@ impl Client {
                 "server hello: expected protocol version {PROTOCOL_VERSION}, found {version}"
             )));
         }
+        let program = read_program(&mut s)?;
         let mut answer = Vec::with_capacity(12);
         answer.extend_from_slice(MAGIC);
         answer.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
         s.write_all(&answer)
             .map_err(|e| io("sending the handshake", e))?;
         self.stream = Some(s);
+        self.program = Some(program);
         Ok(())
     }
 
@@ -527,4 +756,34 @@ fn read_chunk(s: &mut TcpStream) -> Result<Chunk> {
             "chunk header: expected kind 1 (fragment) or 2 (dropped), found {k}"
         ))),
     }
+}
+
+/// Reads the program part of a server hello.
+fn read_program(s: &mut TcpStream) -> Result<Program> {
+    let mut head = [0u8; 14];
+    s.read_exact(&mut head)
+        .map_err(|e| io("reading the server hello", e))?;
+    let origin_unix_ns = i64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+    let pid = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    let len = usize::from(u16::from_le_bytes([head[12], head[13]]));
+    if len > MAX_NAME {
+        return Err(protocol(format!(
+            "server hello: expected a program name of at most {MAX_NAME} bytes, found {len}"
+        )));
+    }
+    let mut name = vec![0u8; len];
+    s.read_exact(&mut name)
+        .map_err(|e| io("reading the server hello", e))?;
+    let name = String::from_utf8(name).map_err(|e| {
+        let bytes = e.into_bytes();
+        protocol(format!(
+            "server hello: expected a UTF-8 program name, found {:?}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(32)])
+        ))
+    })?;
+    Ok(Program {
+        name,
+        pid,
+        origin_unix_ns,
+    })
 }

@@ -116,9 +116,11 @@ fn malformed_peers_get_clear_errors() {
     let server = live::serve("127.0.0.1:0").expect("serve");
     // A client that speaks garbage: the server closes that connection only.
     let mut bad = TcpStream::connect(server.addr()).expect("connect");
-    let mut hello = [0u8; 16];
+    let mut hello = [0u8; 30];
     bad.read_exact(&mut hello).expect("hello");
     assert_eq!(&hello[..8], b"KEELLIVE");
+    let mut name = vec![0u8; usize::from(u16::from_le_bytes([hello[28], hello[29]]))];
+    bad.read_exact(&mut name).expect("program name");
     bad.write_all(b"GET / HTTP/1.1\r\n").expect("write");
     bad.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -136,8 +138,13 @@ fn malformed_peers_get_clear_errors() {
     let peer = std::thread::spawn(move || {
         let (mut s, _) = fake.accept().expect("accept");
         s.write_all(b"KEELLIVE").expect("magic");
-        s.write_all(&1u32.to_le_bytes()).expect("version");
+        s.write_all(&live::PROTOCOL_VERSION.to_le_bytes())
+            .expect("version");
         s.write_all(&1u32.to_le_bytes()).expect("trace version");
+        s.write_all(&0i64.to_le_bytes()).expect("origin");
+        s.write_all(&7u32.to_le_bytes()).expect("pid");
+        s.write_all(&4u16.to_le_bytes()).expect("name length");
+        s.write_all(b"fake").expect("name");
         let mut answer = [0u8; 12];
         s.read_exact(&mut answer).expect("answer");
         // A fragment whose payload is not the native format.
@@ -149,11 +156,37 @@ fn malformed_peers_get_clear_errors() {
         s.write_all(&[1]).expect("kind");
     });
     let mut client = Client::connect(addr).expect("connect");
+    let program = client.program().expect("program").clone();
+    assert_eq!((program.name.as_str(), program.pid), ("fake", 7));
     let e = client.next_chunk().expect_err("not a trace");
     assert!(e.to_string().contains("trace format error"), "{e}");
     let e = client.next_chunk().expect_err("closed after an error");
     assert!(e.to_string().contains("not connected"), "{e}");
     peer.join().expect("peer");
+
+    // A server of another protocol version, and one whose hello names a
+    // program longer than a hello may.
+    for (version, name_len) in [(1u32, 4u16), (live::PROTOCOL_VERSION, 9000)] {
+        let odd = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = odd.local_addr().expect("addr");
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = odd.accept().expect("accept");
+            s.write_all(b"KEELLIVE").expect("magic");
+            s.write_all(&version.to_le_bytes()).expect("version");
+            // The client may close as soon as it has read what it refuses.
+            let _ = s.write_all(&1u32.to_le_bytes());
+            let _ = s.write_all(&[0; 12]);
+            let _ = s.write_all(&name_len.to_le_bytes());
+        });
+        let e = Client::connect(addr).expect_err("refused");
+        let wanted = if version == 1 {
+            "expected protocol version 2, found 1"
+        } else {
+            "expected a program name of at most 255 bytes, found 9000"
+        };
+        assert!(e.to_string().contains(wanted), "{e}");
+        t.join().expect("thread");
+    }
 
     // Not a Keel server at all.
     let other = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -182,4 +215,76 @@ fn only_loopback_by_default() {
         second
     });
     assert!(e.is_err(), "serving holds the session");
+}
+
+#[test]
+fn a_publisher_streams_what_its_program_sends() {
+    let options = LiveOptions {
+        program_name: Some("bridge \u{2014} ünïcode".to_owned()),
+        ..LiveOptions::default()
+    };
+    let publisher = live::publish("127.0.0.1:0", options).expect("publish");
+    let mut client = Client::connect(publisher.addr()).expect("connect");
+    let program = client.program().expect("program").clone();
+    assert_eq!(&program, publisher.program());
+    assert_eq!(program.name, "bridge \u{2014} ünïcode");
+    assert_eq!(program.pid, std::process::id());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    assert!(
+        (now - program.origin_unix_ns).abs() < 60_000_000_000,
+        "the origin is the publisher's start on the Unix clock: {} vs now {now}",
+        program.origin_unix_ns
+    );
+    // The tables come first, then what the program sends, in order.
+    assert!(matches!(client.next_chunk(), Ok(Chunk::Fragment(_))));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while publisher.viewers() == 0 {
+        assert!(Instant::now() < deadline, "the viewer was never registered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut got = Vec::new();
+    for n in [3usize, 5] {
+        publisher.send(&host_spans(n)).expect("send");
+    }
+    while got.len() < 2 {
+        match client.next_chunk().expect("chunk") {
+            Chunk::Fragment(t) => got.push(t.spans.len()),
+            Chunk::Dropped(n) => assert_eq!(n, 0, "nothing is dropped for a reading viewer"),
+        }
+    }
+    assert_eq!(got, vec![3, 5]);
+    // An idle program still says it is alive.
+    let quiet = Instant::now();
+    assert_eq!(client.next_chunk().expect("heartbeat"), Chunk::Dropped(0));
+    assert!(quiet.elapsed() < Duration::from_secs(3));
+    publisher.stop();
+    assert!(client.next_chunk().is_err(), "stopping closes the connection");
+}
+
+/// A trace of `n` spans on one host thread.
+fn host_spans(n: usize) -> Trace {
+    use keel_device::profiler::{Lane, LaneKind, Span};
+    Trace {
+        version: keel_device::profiler::TRACE_VERSION,
+        lanes: vec![Lane {
+            kind: LaneKind::Host { thread: 1 },
+            name: "main".to_owned(),
+            group: String::new(),
+        }],
+        spans: (0..n as u64)
+            .map(|i| Span {
+                lane: 0,
+                name: "step".into(),
+                kind: SpanKind::Annotation,
+                start_ns: i * 1000,
+                dur_ns: 500,
+                op: 0,
+                args: Vec::new(),
+            })
+            .collect(),
+        ..Trace::default()
+    }
 }
