@@ -139,6 +139,40 @@ impl Row {
         }
     }
 
+    /// Keeps the row's first `k` spans.
+    fn truncate(&mut self, k: usize) {
+        self.spans.truncate(k);
+        self.starts.truncate(k);
+        self.ends.truncate(k);
+        if self.levels.get().is_some_and(|(_, covered)| *covered > k) {
+            self.levels = std::sync::OnceLock::new();
+        }
+    }
+
+    /// Drops the spans below `k` and numbers the rest from 0 (the trace's
+    /// first `k` spans were removed), with ends the running maximum of
+    /// the spans kept (`spans` is the trace after the removal).
+    fn drop_below(&mut self, k: u32, spans: &[crate::Span]) {
+        let mut w = 0;
+        let mut end = 0;
+        for r in 0..self.spans.len() {
+            let id = self.spans[r];
+            if id < k {
+                continue;
+            }
+            let id = id - k;
+            end = spans.get(id as usize).map_or(end, |s| end.max(s.end_ns()));
+            self.spans[w] = id;
+            self.starts[w] = self.starts[r];
+            self.ends[w] = end;
+            w += 1;
+        }
+        self.spans.truncate(w);
+        self.starts.truncate(w);
+        self.ends.truncate(w);
+        self.levels = std::sync::OnceLock::new();
+    }
+
     /// The row's coarser levels, finest first (made on the first call),
     /// and how many of the row's first spans they cover (the rest came
     /// later).
@@ -410,6 +444,47 @@ impl LaneIndex {
         self.last_start = start;
         self.span_count += 1;
         d16
+    }
+
+    /// Places `ids` (spans of this lane, the earliest starting at `from`,
+    /// before the latest start placed) by placing again every span
+    /// starting at or after `from` with them: a live parent span arrives
+    /// when it ends, after the spans it encloses. Costs the spans since
+    /// `from`, not the lane.
+    fn replace_tail(&mut self, trace: &Trace, from: u64, mut ids: Vec<u32>, depth: &mut [u16]) {
+        let spans = &trace.spans;
+        for row in &mut self.rows {
+            let k = row.starts.partition_point(|&s| s < from);
+            ids.extend_from_slice(&row.spans[k..]);
+            self.span_count -= row.spans.len() - k;
+            row.truncate(k);
+        }
+        // What is open at `from`: each row's last span that ends after it,
+        // outermost first (rows nest outside in).
+        self.open.clear();
+        for (r, row) in self.rows.iter().enumerate() {
+            if let Some(&id) = row.spans.last()
+                && let Some(sp) = spans.get(id as usize)
+                && sp.end_ns() > from
+            {
+                self.open
+                    .push((sp.end_ns(), u16::try_from(r).unwrap_or(u16::MAX)));
+            }
+        }
+        self.last_start = self
+            .rows
+            .iter()
+            .filter_map(|r| r.starts.last().copied())
+            .max()
+            .unwrap_or(0);
+        ids.sort_unstable_by_key(|&i| {
+            let s = &spans[i as usize];
+            (s.start_ns, std::cmp::Reverse(s.dur_ns))
+        });
+        for i in ids {
+            let s = &spans[i as usize];
+            depth[i as usize] = self.place(i, s.start_ns, s.end_ns());
+        }
     }
 
     /// Re-indexes the lane from `ids` (all of its spans).
@@ -749,26 +824,40 @@ impl TraceView {
                 (s.start_ns, std::cmp::Reverse(s.dur_ns))
             });
         }
-        let mut redo = vec![false; self.lanes.len()];
+        // Per lane, the new spans that start before the latest one placed
+        // there (and the earliest such start): that lane's tail is placed
+        // again from there.
+        let mut late: Vec<Option<(u64, Vec<u32>)>> = vec![None; self.lanes.len()];
         for &i in &new {
             let s = &self.trace.spans[i as usize];
             let Some(&pos) = self.lane_pos.get(s.lane as usize) else {
                 continue;
             };
             let li = &mut self.lanes[pos];
-            if redo[pos] || (li.span_count > 0 && s.start_ns < li.last_start) {
-                redo[pos] = true;
+            if let Some((_, ids)) = &mut late[pos] {
+                ids.push(i);
+                continue;
+            }
+            if li.span_count > 0 && s.start_ns < li.last_start {
+                late[pos] = Some((s.start_ns, vec![i]));
                 continue;
             }
             self.depth[i as usize] = li.place(i, s.start_ns, s.end_ns());
         }
-        for (pos, r) in redo.into_iter().enumerate() {
-            if r {
-                let lane = self.lanes[pos].lane;
-                let ids: Vec<u32> = (0..self.trace.spans.len() as u32)
-                    .filter(|&i| self.trace.spans[i as usize].lane == lane)
-                    .collect();
-                self.lanes[pos].rebuild(&self.trace, ids, &mut self.depth);
+        for (pos, l) in late.into_iter().enumerate() {
+            if let Some((from, ids)) = l {
+                let lane = &mut self.lanes[pos];
+                if lane.last_start == u64::MAX {
+                    // Placed from given depths (a window): nothing is open
+                    // for appending, so the whole lane is placed again.
+                    let l = lane.lane;
+                    let all: Vec<u32> = (0..self.trace.spans.len() as u32)
+                        .filter(|&i| self.trace.spans[i as usize].lane == l)
+                        .collect();
+                    lane.rebuild(&self.trace, all, &mut self.depth);
+                } else {
+                    lane.replace_tail(&self.trace, from, ids, &mut self.depth);
+                }
             }
         }
         let added = self.trace.spans[spans..]
@@ -780,6 +869,105 @@ impl TraceView {
         self.index_flows(flows, added);
         self.extend_bounds(spans, instants);
         merged
+    }
+
+    /// Removes the trace's first `k` spans (the oldest a live session
+    /// received), then the flows, instants, counter points and memory
+    /// events wholly before the earliest start left, and returns them as
+    /// a trace with this one's devices and lanes (for writing to disk).
+    /// Span ids shift down by `k`; a flow end bound to a removed span is
+    /// bound to none. Costs the spans kept, not the trace ever received.
+    pub fn evict_front(&mut self, k: usize) -> Trace {
+        let k = k.min(self.trace.spans.len());
+        let t = &self.trace;
+        let mut out = Trace {
+            calibrations: t.calibrations.clone(),
+            origin_ns: t.origin_ns,
+            counters: t
+                .counters
+                .iter()
+                .map(|c| crate::Counter {
+                    device: c.device,
+                    name: c.name.clone(),
+                    points: Vec::new(),
+                })
+                .collect(),
+            ..t.tables_only()
+        };
+        out.spans = self.trace.spans.drain(..k).collect();
+        self.depth.drain(..k);
+        let cut = self
+            .trace
+            .spans
+            .iter()
+            .map(|s| s.start_ns)
+            .min()
+            .unwrap_or(u64::MAX);
+        let k32 = k as u32;
+        for lane in &mut self.lanes {
+            for row in &mut lane.rows {
+                row.drop_below(k32, &self.trace.spans);
+            }
+            lane.span_count = lane.rows.iter().map(|r| r.spans.len()).sum();
+        }
+        // Flows: those ending before the cut leave; the rest are numbered
+        // again.
+        let flows = std::mem::take(&mut self.trace.flows);
+        let mut renumber = vec![u32::MAX; flows.len()];
+        for (i, f) in flows.into_iter().enumerate() {
+            if f.from.ts_ns.max(f.to.ts_ns) < cut {
+                out.flows.push(f);
+            } else {
+                renumber[i] = self.trace.flows.len() as u32;
+                self.trace.flows.push(f);
+            }
+        }
+        let kept = |i: u32| renumber.get(i as usize).copied().filter(|&n| n != u32::MAX);
+        let span = |s: Option<u32>| s.and_then(|s| s.checked_sub(k32));
+        let (by_time, times): (Vec<u32>, Vec<u64>) = self
+            .flows_by_time
+            .iter()
+            .zip(&self.flow_times)
+            .filter_map(|(&i, &t)| Some((kept(i)?, t)))
+            .unzip();
+        self.flows_by_time = by_time;
+        self.flow_times = times;
+        let mut flow_spans = vec![(None, None); self.trace.flows.len()];
+        for (i, &(a, b)) in self.flow_spans.iter().enumerate() {
+            if let Some(n) = kept(i as u32) {
+                flow_spans[n as usize] = (span(a), span(b));
+            }
+        }
+        self.flow_spans = flow_spans;
+        self.span_flows = self
+            .span_flows
+            .iter()
+            .filter_map(|&(s, f)| Some((s.checked_sub(k32)?, kept(f)?)))
+            .collect();
+        self.unbound_flows = self
+            .unbound_flows
+            .iter()
+            .filter_map(|&(t, f, e)| Some((t, kept(f)?, e)))
+            .collect();
+        // Instants, counter points and memory events before the cut; a
+        // counter keeps its last point before it (the value it starts at).
+        let (old, new): (Vec<_>, Vec<_>) = std::mem::take(&mut self.trace.instants)
+            .into_iter()
+            .partition(|i| i.ts_ns < cut);
+        out.instants = old;
+        self.trace.instants = new;
+        for (c, o) in self.trace.counters.iter_mut().zip(&mut out.counters) {
+            let n = c.points.partition_point(|p| p.0 < cut);
+            if n > 1 {
+                o.points = c.points.drain(..n - 1).collect();
+                o.points.push(c.points[0]);
+            }
+        }
+        let n = self.trace.memory.partition_point(|m| m.ts_ns < cut);
+        out.memory = self.trace.memory.drain(..n).collect();
+        self.extent = (u64::MAX, 0);
+        self.extend_bounds(0, 0);
+        out
     }
 
     /// The display lane of trace lane `lane`.
@@ -1440,6 +1628,161 @@ mod tests {
             at_once.unbound_flows.len(),
             "what stays unbound"
         );
+    }
+
+    /// Nested host spans (steps holding ops holding kernels launches) in
+    /// the order a recorder sends them: each when it ends, so children
+    /// before their parents.
+    fn nested_in_end_order(steps: u64) -> Trace {
+        let mut t = Trace {
+            version: crate::TRACE_VERSION,
+            lanes: vec![crate::Lane {
+                kind: LaneKind::Host { thread: 1 },
+                name: "main".to_owned(),
+                group: String::new(),
+            }],
+            ..Trace::default()
+        };
+        let span = |name: &str, start: u64, dur: u64| crate::Span {
+            lane: 0,
+            name: name.into(),
+            kind: SpanKind::Annotation,
+            start_ns: start,
+            dur_ns: dur,
+            op: 0,
+            args: Vec::new(),
+        };
+        for i in 0..steps {
+            let base = i * 10_000;
+            for j in 0..3 {
+                let op = base + 100 + j * 3_000;
+                t.spans.push(span("launch", op + 100, 500));
+                t.spans.push(span("launch", op + 900, 500));
+                t.spans.push(span("op", op, 2_500));
+            }
+            t.spans.push(span("step", base, 9_500));
+        }
+        t
+    }
+
+    #[test]
+    fn parents_arriving_after_their_children_nest_as_at_once() {
+        let whole = nested_in_end_order(200);
+        let at_once = TraceView::new(whole.clone(), "at once");
+        let mut v = TraceView::new(whole.tables_only(), "live");
+        let mut x = 7u64;
+        let mut at = 0;
+        while at < whole.spans.len() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let n = 1 + (x >> 33) as usize % 9;
+            let mut f = whole.tables_only();
+            f.spans = whole.spans[at..(at + n).min(whole.spans.len())].to_vec();
+            at += n;
+            v.append(f).expect("merged");
+        }
+        assert_eq!(v.depth, at_once.depth, "every span in its row");
+        assert_eq!(at_once.lanes[0].rows.len(), 3);
+        for (a, b) in v.lanes[0].rows.iter().zip(&at_once.lanes[0].rows) {
+            assert_eq!(a.spans, b.spans);
+            assert_eq!(a.ends, b.ends);
+        }
+    }
+
+    #[test]
+    fn evicting_the_oldest_spans_keeps_the_rest_indexed() {
+        let mut whole = synthetic_trace(4_000);
+        whole.instants = (0..40)
+            .map(|i| crate::InstantEvent {
+                lane: 4,
+                name: format!("mark {i}"),
+                ts_ns: i * 50_000,
+                args: Vec::new(),
+            })
+            .collect();
+        whole.counters = vec![crate::Counter {
+            device: 0,
+            name: "allocated (bytes)".to_owned(),
+            points: (0..100).map(|i| (i * 20_000, i as i64)).collect(),
+        }];
+        let mut v = TraceView::new(whole.clone(), "live");
+        let k = 1_500;
+        let out = v.evict_front(k);
+        assert_eq!(out.spans, whole.spans[..k]);
+        assert_eq!(v.trace.spans, whole.spans[k..]);
+        assert_eq!(out.lanes, whole.lanes, "the evicted part keeps the tables");
+        let cut = v
+            .trace
+            .spans
+            .iter()
+            .map(|s| s.start_ns)
+            .min()
+            .expect("spans");
+        // Each kept span in exactly one row, rows sorted, ends the running
+        // maximum of the kept spans' ends.
+        let mut seen = vec![0u8; v.trace.spans.len()];
+        for lane in &v.lanes {
+            for row in &lane.rows {
+                let mut end = 0;
+                for (i, &id) in row.spans.iter().enumerate() {
+                    let s = &v.trace.spans[id as usize];
+                    seen[id as usize] += 1;
+                    assert_eq!(row.starts[i], s.start_ns);
+                    end = end.max(s.end_ns());
+                    assert_eq!(row.ends[i], end);
+                    assert_eq!(usize::from(v.depth[id as usize]), lane_row(lane, row));
+                }
+                assert!(row.starts.is_sorted());
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        // Flows: none lost, those left bound to the spans holding their
+        // ends, in time order.
+        assert_eq!(out.flows.len() + v.trace.flows.len(), whole.flows.len());
+        assert!(out.flows.iter().all(|f| f.from.ts_ns.max(f.to.ts_ns) < cut));
+        assert!(!out.flows.is_empty() && !v.trace.flows.is_empty());
+        for (i, f) in v.trace.flows.iter().enumerate() {
+            for (end, bound) in [(&f.from, v.flow_spans[i].0), (&f.to, v.flow_spans[i].1)] {
+                if let Some(s) = bound {
+                    let s = &v.trace.spans[s as usize];
+                    assert!(
+                        s.lane == end.lane && s.start_ns <= end.ts_ns && end.ts_ns <= s.end_ns()
+                    );
+                }
+            }
+        }
+        let fresh = TraceView::new(v.trace.clone(), "fresh");
+        assert_eq!(v.flow_times, fresh.flow_times);
+        assert_eq!(v.search("saxpy"), fresh.search("saxpy"));
+        // Instants and counter points before the cut left; a counter keeps
+        // the point it starts from.
+        assert_eq!(out.instants.len() + v.trace.instants.len(), 40);
+        assert!(v.trace.instants.iter().all(|i| i.ts_ns >= cut));
+        let kept = &v.trace.counters[0].points;
+        assert!(kept[0].0 < cut && kept[1].0 >= cut);
+        assert_eq!(out.counters[0].points.last(), kept.first());
+        assert_eq!(v.bounds.0, cut.min(kept[0].0));
+        // The view goes on taking fragments.
+        let mut more = whole.tables_only();
+        more.spans = synthetic_trace(100).spans;
+        for s in &mut more.spans {
+            s.start_ns += whole.spans.iter().map(|s| s.end_ns()).max().unwrap_or(0);
+        }
+        v.append(more).expect("appended");
+        assert_eq!(v.trace.spans.len(), 4_000 - k + 100);
+        // Evicting everything leaves an empty, usable view.
+        let rest = v.evict_front(usize::MAX);
+        assert_eq!(rest.spans.len(), 4_000 - k + 100);
+        assert!(v.trace.spans.is_empty() && v.trace.flows.is_empty());
+        assert!(v.lanes.iter().all(|l| l.span_count == 0));
+    }
+
+    fn lane_row(lane: &LaneIndex, row: &Row) -> usize {
+        lane.rows
+            .iter()
+            .position(|r| std::ptr::eq(r, row))
+            .expect("a row of the lane")
     }
 
     #[test]

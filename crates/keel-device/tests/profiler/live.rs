@@ -261,7 +261,10 @@ fn a_publisher_streams_what_its_program_sends() {
     assert_eq!(client.next_chunk().expect("heartbeat"), Chunk::Dropped(0));
     assert!(quiet.elapsed() < Duration::from_secs(3));
     publisher.stop();
-    assert!(client.next_chunk().is_err(), "stopping closes the connection");
+    assert!(
+        client.next_chunk().is_err(),
+        "stopping closes the connection"
+    );
 }
 
 /// A trace of `n` spans on one host thread.
