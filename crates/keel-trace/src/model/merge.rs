@@ -116,4 +116,50 @@ impl Trace {
             ..Trace::default()
         }
     }
+
+    /// Makes this trace one program's among several shown on one clock (a
+    /// live session's sources): devices are named `label · device` (what
+    /// [`device_label`](crate::view::device_label) shows), host lanes are
+    /// grouped under `label`, host thread numbers and flow ids are made
+    /// `key`'s (two programs' thread 1 stay two lanes), and every time
+    /// moves by `offset_ns` (the program's time 0 on the shared clock),
+    /// clamped to the clock's range.
+    pub fn label_source(&mut self, label: &str, key: u16, offset_ns: i64) {
+        let tag = u64::from(key) << 48;
+        let at = |t: u64| t.saturating_add_signed(offset_ns);
+        for d in &mut self.devices {
+            d.device = format!("{label} \u{b7} {}", d.device);
+        }
+        for l in &mut self.lanes {
+            if let LaneKind::Host { thread } = &mut l.kind {
+                *thread ^= tag;
+                l.group = if l.group.is_empty() {
+                    label.to_owned()
+                } else {
+                    format!("{label} \u{b7} {}", l.group)
+                };
+            }
+        }
+        if offset_ns != 0 {
+            for s in &mut self.spans {
+                s.start_ns = at(s.start_ns);
+            }
+            for i in &mut self.instants {
+                i.ts_ns = at(i.ts_ns);
+            }
+            for c in &mut self.counters {
+                for p in &mut c.points {
+                    p.0 = at(p.0);
+                }
+            }
+            for m in &mut self.memory {
+                m.ts_ns = at(m.ts_ns);
+            }
+        }
+        for f in &mut self.flows {
+            f.id ^= tag;
+            f.from.ts_ns = at(f.from.ts_ns);
+            f.to.ts_ns = at(f.to.ts_ns);
+        }
+    }
 }
