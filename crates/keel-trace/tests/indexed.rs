@@ -484,3 +484,117 @@ fn damaged_files_never_panic_and_name_the_file() {
     let e = IndexedTrace::open(Path::new("/no/such/file.keelidx")).expect_err("missing");
     assert!(e.to_string().contains("/no/such/file.keelidx"), "{e}");
 }
+
+/// The real trace streamed into a live view a fragment at a time, its
+/// oldest spans evicted to segment files as a bounded viewer does: the
+/// segments read as one trace hold every evicted span, window, search
+/// and totals alike.
+#[test]
+fn evicted_segments_read_as_one_trace() {
+    let whole = &gpt2().trace;
+    let dir = scratch("segments");
+    let mut live = TraceView::new(whole.tables_only(), "live");
+    let mut set = indexed::IndexedSet::new();
+    let mut evicted: Vec<Span> = Vec::new();
+    let chunk = whole.spans.len() / 7 + 1;
+    for (i, part) in whole.spans.chunks(chunk).enumerate() {
+        let mut f = whole.tables_only();
+        f.spans = part.to_vec();
+        live.append(f).expect("append");
+        if live.trace.spans.len() > chunk {
+            let out = live.evict_front(chunk / 2);
+            evicted.extend(out.spans.iter().cloned());
+            let path = dir.join(format!("segment-{i}.keelidx"));
+            indexed::write_trace(&out, &path, None).expect("write segment");
+            set.push(IndexedTrace::open(&path).expect("open segment"));
+        }
+    }
+    assert!(set.parts().len() >= 5, "{} parts", set.parts().len());
+    assert_eq!(set.span_count(), evicted.len() as u64);
+    assert_eq!(
+        evicted.len() + live.trace.spans.len(),
+        whole.spans.len(),
+        "nothing lost"
+    );
+    // The whole set at full resolution: every evicted span, once.
+    let (b0, b1) = set.bounds().expect("bounds");
+    let w = set.window(&all(b0, b1)).expect("window");
+    let names = |spans: &mut dyn Iterator<Item = &Span>| {
+        let mut v: Vec<(u32, u64, u64, String)> = spans
+            .map(|s| (s.lane, s.start_ns, s.dur_ns, s.name.to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&mut w.view.trace.spans.iter()),
+        names(&mut evicted.iter())
+    );
+    for (i, r) in w.records.iter().enumerate() {
+        let s = set.span(u64::from(r.expect("a record"))).expect("span");
+        assert_eq!(s.start_ns, w.view.trace.spans[i].start_ns);
+    }
+    assert_eq!(w.view.bounds, (b0, b1));
+    // A coarse window of the whole set: fewer items, every span counted.
+    let coarse = set
+        .window(&Window {
+            ns_per_px: (b1 - b0) as f64 / 1_000.0,
+            ..all(b0, b1)
+        })
+        .expect("coarse");
+    let counted: u64 = coarse
+        .view
+        .trace
+        .spans
+        .iter()
+        .zip(&coarse.records)
+        .map(|(s, r)| match r {
+            Some(_) => 1,
+            None => s.args[0].1.parse::<u64>().expect("a run's count"),
+        })
+        .sum();
+    assert_eq!(counted, evicted.len() as u64);
+    assert!(
+        coarse.view.trace.spans.len() < evicted.len() / 2,
+        "{} items for {} spans",
+        coarse.view.trace.spans.len(),
+        evicted.len()
+    );
+    // Search and stepping go through every part's matches, in order.
+    let wanted = evicted
+        .iter()
+        .filter(|s| s.name.to_ascii_lowercase().contains("aten::"))
+        .count() as u64;
+    let (matches, total) = set.search("ATen::").expect("search");
+    assert!(wanted > 100);
+    assert_eq!(total, wanted);
+    let mut at = None;
+    let mut starts = Vec::new();
+    for _ in 0..total {
+        let id = set
+            .step(&matches, at, 0, true)
+            .expect("step")
+            .expect("a match");
+        starts.push((set.span(id).expect("span").start_ns, id));
+        at = Some(id);
+    }
+    let mut ids: Vec<u64> = starts.iter().map(|s| s.1).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, total, "each match once before wrapping");
+    let back = set
+        .step(&matches, at, 0, true)
+        .expect("step")
+        .expect("wraps");
+    assert_eq!(back, starts[0].1, "past the last match: the first again");
+    let prev = set
+        .step(&matches, Some(starts[1].1), 0, false)
+        .expect("step")
+        .expect("a match");
+    assert_eq!(prev, starts[0].1);
+    let totals = set.name_totals().expect("totals");
+    assert_eq!(
+        totals.iter().map(|t| t.count).sum::<u64>(),
+        evicted.len() as u64
+    );
+}

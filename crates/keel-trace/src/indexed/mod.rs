@@ -69,12 +69,14 @@
 //! the bytes could not hold. Rows out of order give wrong pictures, not
 //! errors.
 
+mod set;
 mod write;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use crate::view::{level_for, level_res};
+pub use set::IndexedSet;
 pub use write::{IndexWriter, write_trace};
 
 use crate::error::{Error, Result};
