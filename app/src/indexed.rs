@@ -12,7 +12,121 @@
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use keel_trace::indexed::{IndexedTrace, Matches, NameTotal, Window, WindowView, level_for};
+use keel_trace::indexed::{
+    IndexedSet, IndexedTrace, Matches, NameTotal, Window, WindowView, level_for,
+};
+
+/// What an [`IndexedSession`] reads: one indexed file, or the segments a
+/// live session wrote to disk.
+pub enum Indexed {
+    /// An indexed file.
+    File(IndexedTrace),
+    /// A live session's segments.
+    Set(IndexedSet),
+}
+
+/// The matches of a search over an [`Indexed`].
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    parts: Vec<Matches>,
+    /// Spans matching.
+    pub total: u64,
+}
+
+impl std::fmt::Debug for Indexed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Indexed::File(t) => write!(f, "Indexed::File({} spans)", t.span_count()),
+            Indexed::Set(s) => write!(f, "Indexed::Set({s:?})"),
+        }
+    }
+}
+
+impl Indexed {
+    /// Reads a window.
+    pub fn window(&self, w: &Window) -> keel_trace::Result<WindowView> {
+        match self {
+            Indexed::File(t) => t.window(w),
+            Indexed::Set(s) => s.window(w),
+        }
+    }
+
+    /// Earliest start and latest end.
+    pub fn bounds(&self) -> (u64, u64) {
+        match self {
+            Indexed::File(t) => t.bounds(),
+            Indexed::Set(s) => s.bounds().unwrap_or((0, 1)),
+        }
+    }
+
+    /// Spans held.
+    pub fn span_count(&self) -> u64 {
+        match self {
+            Indexed::File(t) => t.span_count(),
+            Indexed::Set(s) => s.span_count(),
+        }
+    }
+
+    /// Lanes of the trace.
+    pub fn lane_count(&self) -> usize {
+        match self {
+            Indexed::File(t) => t.tables().lanes.len(),
+            Indexed::Set(s) => s.parts().last().map_or(0, |p| p.tables().lanes.len()),
+        }
+    }
+
+    /// Span `id` (a record of the file, or of the set).
+    pub fn span(&self, id: u32) -> keel_trace::Result<keel_trace::Span> {
+        match self {
+            Indexed::File(t) => t.span(id),
+            Indexed::Set(s) => s.span(u64::from(id)),
+        }
+    }
+
+    /// Every name's count and total time.
+    pub fn name_totals(&self) -> keel_trace::Result<Vec<NameTotal>> {
+        match self {
+            Indexed::File(t) => t.name_totals(),
+            Indexed::Set(s) => s.name_totals(),
+        }
+    }
+
+    /// The spans whose name contains `query`.
+    pub fn search(&self, query: &str) -> keel_trace::Result<Found> {
+        match self {
+            Indexed::File(t) => {
+                let m = t.search(query)?;
+                Ok(Found {
+                    total: m.total,
+                    parts: vec![m],
+                })
+            }
+            Indexed::Set(s) => {
+                let (parts, total) = s.search(query)?;
+                Ok(Found { parts, total })
+            }
+        }
+    }
+
+    /// The match after (or before) `from`, or the first from `at_ns`.
+    pub fn step(
+        &self,
+        m: &Found,
+        from: Option<u32>,
+        at_ns: u64,
+        forward: bool,
+    ) -> keel_trace::Result<Option<u32>> {
+        match self {
+            Indexed::File(t) => match m.parts.first() {
+                Some(p) => t.step(p, from, at_ns, forward),
+                None => Ok(None),
+            },
+            Indexed::Set(s) => Ok(s
+                .step(&m.parts, from.map(u64::from), at_ns, forward)?
+                .and_then(|id| u32::try_from(id).ok())),
+        }
+    }
+}
 
 /// The most spans one window may hold: a window of the timeline is far
 /// below it at any zoom (a few items per pixel and row); an area selection
@@ -21,8 +135,8 @@ pub const MAX_WINDOW_SPANS: usize = 5_000_000;
 
 /// What is shown of an indexed file, and the window being read.
 pub struct IndexedSession {
-    /// The file.
-    pub trace: Arc<IndexedTrace>,
+    /// The file (or a live session's segments).
+    pub trace: Arc<Indexed>,
     /// The window shown: its range, level and the file's record of each
     /// of its spans.
     pub shown: Option<Shown>,
@@ -30,7 +144,7 @@ pub struct IndexedSession {
     /// The query [`Self::matches`] holds the matches of.
     pub searched: String,
     /// Matches of the search over the whole file.
-    pub matches: Matches,
+    pub matches: Found,
     /// The match moved to last (a record).
     pub current: Option<u32>,
     /// A record to select once a window holds it (a search match).
@@ -43,7 +157,7 @@ pub struct IndexedSession {
 impl std::fmt::Debug for IndexedSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IndexedSession")
-            .field("trace", &self.trace)
+            .field("spans", &self.trace.span_count())
             .field("shown", &self.shown.as_ref().map(|s| (s.t0, s.t1, s.level)))
             .finish_non_exhaustive()
     }
@@ -73,13 +187,13 @@ struct Want {
 
 impl IndexedSession {
     /// A session over `trace`, nothing read yet.
-    pub fn new(trace: IndexedTrace) -> IndexedSession {
+    pub fn new(trace: Indexed) -> IndexedSession {
         IndexedSession {
             trace: Arc::new(trace),
             shown: None,
             job: None,
             searched: String::new(),
-            matches: Matches::default(),
+            matches: Found::default(),
             current: None,
             reveal: None,
             names: None,
@@ -250,11 +364,14 @@ pub fn wants_index(path: &std::path::Path) -> bool {
 pub fn show_totals(ui: &mut egui::Ui, s: &mut IndexedSession) {
     let t = &s.trace;
     let (lo, hi) = t.bounds();
-    ui.heading("Indexed trace");
+    ui.heading(match &**t {
+        Indexed::File(_) => "Indexed trace",
+        Indexed::Set(_) => "Live session history (on disk)",
+    });
     ui.label(format!(
         "{} spans on {} lanes over {}, read a window at a time. Select an area of the timeline (Shift+drag) to analyse it.",
         t.span_count(),
-        t.tables().lanes.len(),
+        t.lane_count(),
         crate::view::format_ns((hi - lo) as f64)
     ));
     let names = s

@@ -2,6 +2,7 @@
 //! writes as its oldest spans leave memory, one after another.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{IndexedTrace, Matches, NameTotal, Window, WindowView};
 use crate::error::{Error, Result};
@@ -14,9 +15,11 @@ use crate::view::TraceView;
 /// view only ever adds lanes), so the latest part's tables describe every
 /// part. Spans are numbered across the parts: part `p`'s record `r` is
 /// the set's span `base(p) + r`.
-#[derive(Default)]
+/// Cloning shares the parts (a window can be read on another thread while
+/// the set grows).
+#[derive(Default, Clone)]
 pub struct IndexedSet {
-    parts: Vec<IndexedTrace>,
+    parts: Vec<Arc<IndexedTrace>>,
     bases: Vec<u64>,
     spans: u64,
 }
@@ -40,11 +43,11 @@ impl IndexedSet {
     pub fn push(&mut self, part: IndexedTrace) {
         self.bases.push(self.spans);
         self.spans += part.span_count();
-        self.parts.push(part);
+        self.parts.push(Arc::new(part));
     }
 
     /// The parts, in order.
-    pub fn parts(&self) -> &[IndexedTrace] {
+    pub fn parts(&self) -> &[Arc<IndexedTrace>] {
         &self.parts
     }
 
@@ -59,7 +62,7 @@ impl IndexedSet {
         self.parts
             .iter()
             .filter(|p| p.span_count() > 0)
-            .map(IndexedTrace::bounds)
+            .map(|p| p.bounds())
             .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
     }
 
