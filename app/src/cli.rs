@@ -7,7 +7,7 @@ use clap::Parser;
 
 /// Keel's desktop profiler: devices, live workloads, timeline, statistics,
 /// and trace files from Keel, PyTorch (Kineto) and Chrome.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Parser)]
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
 #[command(name = "keel-profiler", version, about, long_about = None)]
 pub struct Options {
     /// Show trace files (Chrome/PyTorch JSON, optionally gzip or zstd
@@ -37,9 +37,19 @@ pub struct Options {
     /// file, then exit.
     #[arg(long, value_names = ["TRACE", "INDEX"], num_args = 2, conflicts_with_all = ["open", "diff"])]
     pub convert: Vec<PathBuf>,
-    /// Connect to a live profiler server (host:port).
-    #[arg(long, value_name = "ADDR", value_parser = non_empty)]
-    pub connect: Option<String>,
+    /// Connect to live profiler servers (host:port; several: programs
+    /// shown side by side on one clock). Lost connections come back on
+    /// their own.
+    #[arg(long, value_name = "ADDR", value_parser = non_empty, num_args = 1..)]
+    pub connect: Vec<String>,
+    /// Spans of a live session kept in memory; older ones go to disk,
+    /// where the timeline still scrolls, searches and analyses them.
+    #[arg(long, value_name = "SPANS", value_parser = retain_spans, default_value_t = 2_000_000)]
+    pub retain: usize,
+    /// Keep only this much of a live session's newest time in memory too
+    /// (`30s`, `500ms`; units ns, us, ms, s).
+    #[arg(long, value_name = "TIME", value_parser = time_ns)]
+    pub retain_time: Option<u64>,
     /// Device for the built-in workloads (cpu:0, vulkan:0, ...).
     #[arg(long, value_name = "DEV", value_parser = device_string)]
     pub device: Option<String>,
@@ -58,6 +68,26 @@ pub struct Options {
     /// selection's tables (spans by name, devices, flame graph).
     #[arg(long, value_name = "START..END", value_parser = time_window, allow_hyphen_values = true)]
     pub select: Option<(u64, u64)>,
+}
+
+impl Default for Options {
+    /// What no arguments give.
+    fn default() -> Self {
+        Options {
+            open: Vec::new(),
+            align: keel_trace::Alignment::default(),
+            diff: Vec::new(),
+            index: false,
+            convert: Vec::new(),
+            connect: Vec::new(),
+            retain: crate::live::Retention::default().spans,
+            retain_time: None,
+            device: None,
+            headless: false,
+            screenshot: None,
+            select: None,
+        }
+    }
 }
 
 fn alignment(s: &str) -> Result<keel_trace::Alignment, String> {
@@ -117,6 +147,18 @@ fn device_string(s: &str) -> Result<String, String> {
         .map_err(|e| format!("expected a device such as cpu:0 or vulkan:0 ({e})"))
 }
 
+/// A span count of at least 10,000 (below it a session would write a
+/// segment every few fragments).
+fn retain_spans(s: &str) -> Result<usize, String> {
+    match s.trim().replace('_', "").parse::<usize>() {
+        Ok(n) if n >= 10_000 => Ok(n),
+        _ => Err(format!(
+            "expected a span count of at least 10000, found {:?}",
+            s.chars().take(24).collect::<String>()
+        )),
+    }
+}
+
 fn non_empty(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         Err("expected an address such as 127.0.0.1:7878, found an empty string".to_owned())
@@ -147,10 +189,27 @@ mod tests {
         assert_eq!(o.open, [PathBuf::from("t.json")]);
         assert_eq!(o.device.as_deref(), Some("cpu:0"));
         assert!(o.headless);
-        assert_eq!(o.connect, None);
+        assert!(o.connect.is_empty());
         let o = p(&["--open=t.json.gz", "--connect", "127.0.0.1:7878"]).expect("valid");
         assert_eq!(o.open, [PathBuf::from("t.json.gz")]);
-        assert_eq!(o.connect.as_deref(), Some("127.0.0.1:7878"));
+        assert_eq!(o.connect, ["127.0.0.1:7878"]);
+        let o = p(&[
+            "--connect",
+            "127.0.0.1:1",
+            "127.0.0.1:2",
+            "--retain",
+            "50_000",
+        ])
+        .expect("valid");
+        assert_eq!(o.connect, ["127.0.0.1:1", "127.0.0.1:2"]);
+        assert_eq!(o.retain, 50_000);
+        let o = p(&["--retain-time", "30s"]).expect("valid");
+        assert_eq!(o.retain_time, Some(30_000_000_000));
+        let e = p(&["--retain", "10"]).expect_err("too few");
+        assert!(
+            e.to_string().contains("at least 10000, found \"10\""),
+            "{e}"
+        );
         // Several files: after one --open, or one --open each.
         let o = p(&["--open", "r0.json", "r1.json.gz", "--headless"]).expect("valid");
         assert_eq!(

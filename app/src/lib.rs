@@ -25,6 +25,7 @@ pub mod cli;
 pub mod devices;
 pub mod headless;
 pub mod indexed;
+pub mod live;
 pub mod panels;
 pub mod quiet;
 pub mod window;
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use egui::{Color32, Ui};
-use keel::profiler::{Trace, live};
+use keel::profiler::Trace;
 
 use crate::devices::BackendInfo;
 use crate::panels::memory::MemoryState;
@@ -64,14 +65,6 @@ pub enum Tab {
     Snapshot,
     /// The shown trace against a baseline.
     Diff,
-}
-
-/// What a live connection thread reports.
-#[derive(Debug)]
-enum LiveMessage {
-    Connected(String),
-    Chunk(live::Chunk),
-    Failed(String),
 }
 
 /// The application: all state of the profiler UI.
@@ -125,10 +118,14 @@ pub struct App {
     /// The last error, shown until dismissed.
     pub error: Option<String>,
     run: Option<mpsc::Receiver<RunMessage>>,
-    live_rx: Option<mpsc::Receiver<LiveMessage>>,
-    live_stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    live_dropped: u64,
-    live_chunks: u64,
+    /// The live session, if one was started (it outlives its connections
+    /// until another trace is shown).
+    pub live: Option<live::LiveSession>,
+    /// How much of a live session stays in memory (`--retain`).
+    pub retention: live::Retention,
+    /// When the live statistics and analysis were last made, and what
+    /// making them cost (they are made again at most every ten costs).
+    live_stats: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 impl std::fmt::Debug for App {
@@ -190,10 +187,9 @@ impl App {
             index: false,
             error,
             run: None,
-            live_rx: None,
-            live_stop: None,
-            live_dropped: 0,
-            live_chunks: 0,
+            live: None,
+            retention: live::Retention::default(),
+            live_stats: None,
         };
         app.sources.align = options.align;
         app.index = options.index;
@@ -213,7 +209,11 @@ impl App {
                 app.timeline.area = Some(sel);
             }
         }
-        if let Some(addr) = &options.connect {
+        app.retention = live::Retention {
+            spans: options.retain,
+            age_ns: options.retain_time,
+        };
+        for addr in &options.connect {
             app.sources.address = addr.clone();
             app.connect(addr.clone(), None);
         }
@@ -235,6 +235,10 @@ impl App {
     /// Closes the shown trace and everything computed from it.
     fn forget_trace(&mut self) {
         self.view = None;
+        self.live = None;
+        self.timeline.live_status = None;
+        self.timeline.memory_from = None;
+        self.timeline.search.on_disk = None;
         self.indexed = None;
         self.timeline.search.whole = None;
         self.timeline.file_spans = None;
@@ -450,6 +454,13 @@ impl App {
             return;
         };
         let selected = self.selected.and_then(|l| s.record_of(l));
+        let mut w = w;
+        if let Some(p) = self.live.as_ref().and_then(|l| l.parked.as_ref()) {
+            // A live session's history: the timeline still reaches what is
+            // in memory, where scrolling returns to it.
+            let b = &mut w.view.bounds;
+            *b = (b.0.min(p.bounds.0), b.1.max(p.bounds.1));
+        }
         s.replace(&mut self.view, w);
         let reveal = s.reveal.and_then(|r| s.local_of(r));
         if reveal.is_some() {
@@ -578,71 +589,6 @@ impl App {
         self.run.is_some()
     }
 
-    /// Connects to a live server on a background thread.
-    pub fn connect(&mut self, addr: String, ctx: Option<egui::Context>) {
-        self.disconnect();
-        if addr.is_empty() {
-            self.fail("connect: enter an address such as 127.0.0.1:7878".to_owned());
-            return;
-        }
-        let (tx, rx) = mpsc::channel();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let spawned = std::thread::Builder::new()
-            .name("keel-live-client".to_owned())
-            .spawn(move || {
-                let wake = || {
-                    if let Some(c) = &ctx {
-                        c.request_repaint();
-                    }
-                };
-                let mut client = match live::Client::connect(addr.as_str()) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = tx.send(LiveMessage::Failed(format!("connecting to {addr}: {e}")));
-                        wake();
-                        return;
-                    }
-                };
-                let _ = tx.send(LiveMessage::Connected(client.addr().to_string()));
-                wake();
-                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-                    match client.next_chunk_reconnecting(3) {
-                        Ok(c) => {
-                            if tx.send(LiveMessage::Chunk(c)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(LiveMessage::Failed(format!("live connection: {e}")));
-                            wake();
-                            return;
-                        }
-                    }
-                    wake();
-                }
-            });
-        match spawned {
-            Ok(_) => {
-                self.live_rx = Some(rx);
-                self.live_stop = Some(stop);
-                self.live_chunks = 0;
-                self.live_dropped = 0;
-                self.sources.live = Some(format!("connecting to {}", self.sources.address));
-            }
-            Err(e) => self.fail(format!("could not start a thread: {e}")),
-        }
-    }
-
-    /// Drops the live connection (the thread ends after its next chunk).
-    pub fn disconnect(&mut self) {
-        if let Some(stop) = self.live_stop.take() {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.live_rx = None;
-        self.sources.live = None;
-    }
-
     /// Takes in what background threads reported.
     pub fn poll(&mut self) {
         if let Some(rx) = &self.run {
@@ -673,64 +619,7 @@ impl App {
                 }
             }
         }
-        let mut fragments = Vec::new();
-        let mut failed = None;
-        if let Some(rx) = &self.live_rx {
-            while let Ok(m) = rx.try_recv() {
-                match m {
-                    LiveMessage::Connected(a) => {
-                        self.sources.live = Some(format!("connected to {a}"));
-                    }
-                    LiveMessage::Chunk(live::Chunk::Fragment(t)) => fragments.push(*t),
-                    LiveMessage::Chunk(live::Chunk::Dropped(n)) => self.live_dropped = n,
-                    LiveMessage::Failed(e) => failed = Some(e),
-                }
-            }
-        }
-        if !fragments.is_empty() {
-            // Fragments are appended to the shown live view's index; only
-            // the first one starts a new view.
-            let keep = self
-                .view
-                .as_ref()
-                .is_some_and(|v| v.source.starts_with("live "));
-            if !keep {
-                self.view = Some(TraceView::new(
-                    Trace::default(),
-                    format!("live {}", self.sources.address),
-                ));
-                self.select(None);
-                self.memory.reset();
-                self.timeline.search.reset();
-                self.tab = Tab::Timeline;
-                self.timeline.fit_pending = true;
-                self.timeline.follow_live = true;
-            }
-            let mut errors = Vec::new();
-            if let Some(view) = &mut self.view {
-                let before = view.trace.spans.len();
-                for f in fragments {
-                    self.live_chunks += 1;
-                    if let Err(e) = view.append(f) {
-                        errors.push(format!("live fragment rejected: {e}"));
-                    }
-                }
-                self.timeline.search.extend(view, before);
-            }
-            for e in errors {
-                self.fail(e);
-            }
-            self.stats = None;
-            self.analysis = None;
-            self.sources.live = Some(format!(
-                "{} chunks received, {} dropped by the server",
-                self.live_chunks, self.live_dropped
-            ));
-        }
-        if let Some(e) = failed {
-            self.disconnect();
-            self.fail(e);
-        }
+        self.poll_live();
     }
 
     /// Selects `span` (or nothing): its details, the spans of its
@@ -769,7 +658,7 @@ impl App {
         if !dropped.is_empty() {
             self.open_dropped(&dropped);
         }
-        if self.run.is_some() || self.live_rx.is_some() {
+        if self.run.is_some() || self.is_live() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
         self.poll_indexed(Some(&ctx));
@@ -850,7 +739,7 @@ impl App {
             Tab::Devices => panels::devices::show(ui, &self.backends),
             Tab::Timeline => match &self.view {
                 Some(view) => {
-                    let live = self.live_rx.is_some();
+                    let live = self.is_live();
                     let highlight = Highlight {
                         selected: self.selected,
                         chain: &self.chain,
@@ -937,7 +826,7 @@ impl App {
             },
             Tab::Memory => match &self.view {
                 Some(view) => {
-                    let live = self.live_rx.is_some();
+                    let live = self.is_live();
                     panels::memory::show(ui, &mut self.memory, &mut self.timeline, view, live);
                 }
                 None => {

@@ -96,7 +96,7 @@ pub fn run(options: &Options) -> Result<(), WindowError> {
     let mut shot = None;
     let result: Slot<Result<(), String>> = Arc::new(Mutex::new(None));
     if let Some(path) = &options.screenshot {
-        if app.view.is_none() && options.connect.is_none() {
+        if app.view.is_none() && options.connect.is_empty() {
             let device = app.sources.device.filter(|_| options.device.is_some());
             match crate::headless::record(&crate::headless::demo_jobs(device), false) {
                 Ok(t) => app.set_trace(t, "built-in workloads"),
@@ -123,7 +123,7 @@ pub fn run(options: &Options) -> Result<(), WindowError> {
     // timeline fills in as they finish.
     let autostart = options.open.is_empty()
         && options.diff.is_empty()
-        && options.connect.is_none()
+        && options.connect.is_empty()
         && !screenshot;
     let device = app.sources.device.filter(|_| options.device.is_some());
     eframe::run_native(

@@ -188,7 +188,7 @@ fn bad_input_shows_an_error_not_a_panic() {
     }
     // A bad address and a bad device.
     let options = Options {
-        connect: Some("not an address".to_owned()),
+        connect: vec!["not an address".to_owned()],
         device: Some("nonsense:7".to_owned()),
         ..Options::default()
     };
@@ -257,7 +257,7 @@ fn a_live_connection_shows_the_served_workload() {
     };
     let server = keel::profiler::live::serve_with("127.0.0.1:0", options).expect("serve");
     let app = App::new(&Options {
-        connect: Some(server.addr().to_string()),
+        connect: vec![server.addr().to_string()],
         ..Options::default()
     });
     let mut h = harness(app);

@@ -333,7 +333,7 @@ fn live_allocations_reach_the_memory_view() {
     };
     let server = keel::profiler::live::serve_with("127.0.0.1:0", options).expect("serve");
     let app = App::new(&Options {
-        connect: Some(server.addr().to_string()),
+        connect: vec![server.addr().to_string()],
         ..Options::default()
     });
     let mut h = harness(app);

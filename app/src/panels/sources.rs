@@ -139,13 +139,23 @@ pub fn show(ui: &mut Ui, state: &mut SourcesState, has_trace: bool) -> Vec<Comma
         ui.add(egui::TextEdit::singleline(&mut state.address).desired_width(140.0))
             .labelled_by(label.id);
     });
-    if let Some(status) = &state.live {
-        ui.label(status);
-        if ui.button("Disconnect").clicked() {
+    ui.horizontal(|ui| {
+        // While streaming, another address adds a program beside the
+        // others, on one clock.
+        let connect = if state.live.is_some() {
+            "Add program"
+        } else {
+            "Connect"
+        };
+        if ui.button(connect).clicked() {
+            commands.push(Command::Connect(state.address.trim().to_owned()));
+        }
+        if state.live.is_some() && ui.button("Disconnect").clicked() {
             commands.push(Command::Disconnect);
         }
-    } else if ui.button("Connect").clicked() {
-        commands.push(Command::Connect(state.address.trim().to_owned()));
+    });
+    if let Some(status) = &state.live {
+        ui.label(status);
     }
 
     ui.separator();

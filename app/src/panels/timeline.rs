@@ -100,6 +100,9 @@ pub struct SearchState {
     /// Matches over a whole indexed file, of which the view holds a
     /// window (set by the app): counted and stepped through there.
     pub whole: Option<WholeSearch>,
+    /// Matches of a live session's spans on disk, older than the view
+    /// (set by the app; shown beside the count).
+    pub on_disk: Option<u64>,
 }
 
 /// Search over a file the view holds a window of: the app counts the
@@ -249,6 +252,12 @@ pub struct TimelineState {
     /// The file's span count when the view is a window of an indexed file
     /// (set by the app).
     pub file_spans: Option<u64>,
+    /// A live session's status line: what is in memory, on disk, and was
+    /// dropped (set by the app).
+    pub live_status: Option<String>,
+    /// Where a live session's spans in memory begin: older ones are on
+    /// disk (set by the app; drawn as a marker).
+    pub memory_from: Option<u64>,
 }
 
 impl Default for Layout {
@@ -283,6 +292,8 @@ impl Default for TimelineState {
             area_anchor: None,
             levels: true,
             file_spans: None,
+            live_status: None,
+            memory_from: None,
         }
     }
 }
@@ -824,6 +835,13 @@ fn search_bar(ui: &mut Ui, state: &mut TimelineState, view: &TraceView, out: &mu
             }
         };
         ui.label(count);
+        if let Some(n) = search.on_disk.filter(|&n| n > 0)
+            && !search.query.trim().is_empty()
+        {
+            ui.weak(format!(
+                "(+{n} older, on disk: scroll back to step through them)"
+            ));
+        }
         if ui.button("Close").clicked() || (escape && resp.has_focus()) {
             search.open = false;
         }
@@ -899,6 +917,9 @@ pub fn show(
             }
         }
     });
+    if let Some(line) = &state.live_status {
+        ui.weak(line.as_str());
+    }
     if state.search.open {
         search_bar(ui, state, view, &mut out);
     } else if state.search.stale {
@@ -1107,6 +1128,9 @@ pub fn show(
         state.toggle_pin(pos);
     }
     draw_ruler(ui, state, view, rect, area);
+    if let Some(t) = state.memory_from {
+        draw_memory_edge(ui, state, area, t);
+    }
     state.drawn = drawn;
     draw_instants(ui, state, view, area);
     state.flows_drawn = match state.flows {
@@ -1343,6 +1367,27 @@ fn draw_area(ui: &Ui, state: &TimelineState, view: &TraceView, rect: Rect, area:
         format_ns(sel.len_ns() as f64),
         FontId::monospace(10.0),
         accent,
+    );
+}
+
+/// A live session's edge between spans on disk and spans in memory.
+fn draw_memory_edge(ui: &Ui, state: &TimelineState, area: Rect, t: u64) {
+    let x = state.x_of(area, t as f64);
+    if x < area.left() || x > area.right() {
+        return;
+    }
+    let painter = ui.painter_at(area);
+    let color = Color32::from_rgb(120, 170, 255);
+    painter.line_segment(
+        [pos2(x, area.top()), pos2(x, area.bottom())],
+        Stroke::new(1.5, color),
+    );
+    painter.text(
+        pos2(x + 4.0, area.top() + 2.0),
+        Align2::LEFT_TOP,
+        "\u{2190} on disk | in memory \u{2192}",
+        egui::FontId::proportional(11.0),
+        color,
     );
 }
 
