@@ -202,7 +202,7 @@ fn indexed_frames(path: &str) {
     let start = Instant::now();
     let trace = keel_trace::indexed::IndexedTrace::open(std::path::Path::new(path))
         .expect("an indexed file");
-    let mut s = IndexedSession::new(trace);
+    let mut s = IndexedSession::new(keel_profiler::indexed::Indexed::File(Box::new(trace)));
     let (lo, hi) = s.trace.bounds();
     let ctx = egui::Context::default();
     let mut state = TimelineState::default();

@@ -20,7 +20,7 @@ use keel_trace::indexed::{
 /// live session wrote to disk.
 pub enum Indexed {
     /// An indexed file.
-    File(IndexedTrace),
+    File(Box<IndexedTrace>),
     /// A live session's segments.
     Set(IndexedSet),
 }

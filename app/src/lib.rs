@@ -355,7 +355,7 @@ impl App {
             Err(e) => return self.fail(format!("could not open {source}: {e}")),
         };
         self.forget_trace();
-        let mut session = indexed::IndexedSession::new(indexed::Indexed::File(trace));
+        let mut session = indexed::IndexedSession::new(indexed::Indexed::File(Box::new(trace)));
         let (lo, hi) = session.trace.bounds();
         let width = (hi - lo) as f64 * 1.04;
         match session.read_now(lo as f64 - (hi - lo) as f64 * 0.02, width, 1_200.0) {

@@ -392,12 +392,10 @@ impl LiveSession {
         self.writing += t.spans.len() as u64;
         let n = self.next_segment;
         self.next_segment += 1;
-        self.spill
-            .as_ref()
-            .map(|s| s.send((n, t)))
-            .transpose()
-            .map_err(|_| "the segment writer stopped".to_owned())?;
-        Ok(())
+        match &self.spill {
+            Some(s) if s.send((n, t)).is_err() => Err("the segment writer stopped".to_owned()),
+            _ => Ok(()),
+        }
     }
 
     /// Takes the segments written since the last call into

@@ -70,7 +70,7 @@ impl IndexedSet {
     fn locate(&self, id: u64) -> Option<(usize, u32)> {
         let p = self.bases.partition_point(|&b| b <= id).checked_sub(1)?;
         let r = id - self.bases[p];
-        (r < self.parts[p].span_count()).then(|| (p, r as u32))
+        (r < self.parts[p].span_count()).then_some((p, r as u32))
     }
 
     /// Set span `id`.
