@@ -280,8 +280,8 @@ impl IndexedSession {
     /// Keeps `w` as the shown window, its view in `slot`. The view it
     /// replaces is dropped on another thread: freeing tens of thousands
     /// of spans takes longer than a frame.
-    pub fn replace(&mut self, slot: &mut Option<crate::view::TraceView>, w: WindowView) {
-        let old = slot.replace(self.show(w));
+    pub fn replace(&mut self, slot: &mut Option<Arc<crate::view::TraceView>>, w: WindowView) {
+        let old = slot.replace(Arc::new(self.show(w)));
         if let Some(old) = old {
             std::thread::spawn(move || drop(old));
         }

@@ -34,7 +34,7 @@ pub mod workloads;
 pub use keel_trace::{analysis, selection, stats, view};
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use egui::{Color32, Ui};
 use keel::profiler::Trace;
@@ -71,8 +71,10 @@ pub enum Tab {
 pub struct App {
     /// Backends and devices, probed once at start.
     pub backends: Vec<BackendInfo>,
-    /// The shown trace, indexed.
-    pub view: Option<TraceView>,
+    /// The shown trace, indexed. Shared so a live session can make the
+    /// next view of what it keeps in memory on another thread while this
+    /// one is drawn.
+    pub view: Option<Arc<TraceView>>,
     /// Statistics of [`Self::view`], computed when first shown.
     pub stats: Option<Stats>,
     /// Analysis of [`Self::view`], computed when first shown.
@@ -225,7 +227,7 @@ impl App {
     /// grow); a live connection turns it on.
     pub fn set_trace(&mut self, trace: Trace, source: impl Into<String>) {
         self.forget_trace();
-        self.view = Some(TraceView::new(trace, source));
+        self.view = Some(Arc::new(TraceView::new(trace, source)));
         self.timeline.fit_pending = true;
         self.timeline.follow_live = false;
         self.timeline.search.reset();
@@ -359,7 +361,7 @@ impl App {
         let (lo, hi) = session.trace.bounds();
         let width = (hi - lo) as f64 * 1.04;
         match session.read_now(lo as f64 - (hi - lo) as f64 * 0.02, width, 1_200.0) {
-            Ok(w) => self.view = Some(session.show(w)),
+            Ok(w) => self.view = Some(Arc::new(session.show(w))),
             Err(e) => return self.fail(format!("could not read {source}: {e}")),
         }
         self.sources.say(format!(
@@ -814,7 +816,7 @@ impl App {
                         ui,
                         &mut self.snapshot_state,
                         sv,
-                        self.view.as_ref(),
+                        self.view.as_deref(),
                     );
                     if let Some(panels::snapshot::SnapshotAction::ShowSpan(span)) = action {
                         show_span = Some(span);

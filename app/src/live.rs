@@ -89,7 +89,6 @@ pub struct Source {
 }
 
 /// A live session: its sources, clock, retention and what went to disk.
-#[derive(Debug)]
 pub struct LiveSession {
     /// The programs streamed.
     pub sources: Vec<Source>,
@@ -113,7 +112,11 @@ pub struct LiveSession {
     pub evicted: u64,
     /// The view of what is in memory while the timeline shows the history
     /// (the app's view is then a window of [`Self::history`]).
-    pub parked: Option<TraceView>,
+    pub parked: Option<Arc<TraceView>>,
+    /// The next view of what is in memory, being made on another thread.
+    compacting: Option<Receiver<Compacted>>,
+    /// Fragments that arrived while it is made, appended to it when done.
+    pending: Vec<Trace>,
     /// The session's earliest time (the view's start before any span
     /// left memory).
     pub start_ns: Option<u64>,
@@ -121,6 +124,16 @@ pub struct LiveSession {
     pub memory_from: Option<u64>,
     /// The query last counted on disk and its matches.
     searched: Option<(String, u64)>,
+}
+
+impl std::fmt::Debug for LiveSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveSession")
+            .field("sources", &self.sources)
+            .field("history", &self.history)
+            .field("evicted", &self.evicted)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for LiveSession {
@@ -132,6 +145,14 @@ impl Drop for LiveSession {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// A view made without its oldest spans ([`LiveSession::compact`]).
+struct Compacted {
+    view: TraceView,
+    evicted: usize,
+    /// Where its spans begin.
+    edge: u64,
 }
 
 /// The Unix time now, ns.
@@ -160,6 +181,8 @@ impl LiveSession {
             writing: 0,
             evicted: 0,
             parked: None,
+            compacting: None,
+            pending: Vec::new(),
             start_ns: None,
             memory_from: None,
             searched: None,
@@ -320,10 +343,10 @@ impl LiveSession {
         Some(gap(&label, i as u16 + 1, since, now.max(since), &why))
     }
 
-    /// Keeps `view` within the retention: when it holds more, its oldest
-    /// spans leave (down to three quarters of the limit, so this runs once
-    /// per quarter of it) and go to the writer. Returns how many left.
-    pub fn retain(&mut self, view: &mut TraceView) -> usize {
+    /// Spans of `view` to evict now to keep within the retention: past
+    /// it, down to three quarters of it (so this happens once per quarter
+    /// of it); past the age limit, in batches of an eighth of the view.
+    fn to_evict(&self, view: &TraceView) -> usize {
         let n = view.trace.spans.len();
         let mut k = if n > self.retention.spans {
             n - self.retention.spans * 3 / 4
@@ -340,62 +363,112 @@ impl LiveSession {
                 .iter()
                 .take_while(|s| s.end_ns() < horizon)
                 .count();
-            // In batches of an eighth of what is kept.
             if old > (n / 8).max(1_000) {
                 k = k.max(old);
             }
         }
-        if k == 0 {
-            return 0;
-        }
-        let out = view.evict_front(k);
-        self.memory_from = Some(view.bounds.0);
-        self.evicted += k as u64;
-        if let Err(e) = self.write(out) {
-            eprintln!("keel-profiler: {e}");
-        }
         k
     }
 
-    /// Hands `t` to the segment writer (started on first use).
-    fn write(&mut self, t: Trace) -> Result<(), String> {
-        if self.spill.is_none() {
-            let dir = std::env::temp_dir().join(format!(
-                "keel-live-{}-{}",
-                std::process::id(),
-                unix_now_ns()
-            ));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("could not make {}: {e}", dir.display()))?;
-            let (tx, rx) = mpsc::channel::<(usize, Trace)>();
-            let (done_tx, done_rx) = mpsc::channel();
-            let d = dir.clone();
-            std::thread::Builder::new()
-                .name("keel-live-writer".to_owned())
-                .spawn(move || {
-                    for (n, t) in rx {
-                        let path = d.join(format!("segment-{n:05}.keelidx"));
-                        let r = keel_trace::indexed::write_trace(&t, &path, None)
-                            .map(|()| path)
-                            .map_err(|e| e.to_string());
-                        drop(t);
-                        if done_tx.send(r).is_err() {
-                            return;
-                        }
-                    }
-                })
-                .map_err(|e| format!("could not start a thread: {e}"))?;
-            self.dir = Some(dir);
-            self.spill = Some(tx);
-            self.spilled = Some(done_rx);
+    /// Starts making the next view of what stays in memory when `view`
+    /// holds more than the retention: on another thread, which copies it
+    /// without its oldest spans (so the one drawn meanwhile is never
+    /// waited for), makes its levels, and hands what left to the segment
+    /// writer. Fragments arriving meanwhile wait in [`Self::pending`].
+    fn compact(&mut self, view: &Arc<TraceView>) -> Result<(), String> {
+        if self.compacting.is_some() {
+            return Ok(());
         }
-        self.writing += t.spans.len() as u64;
+        let k = self.to_evict(view);
+        if k == 0 {
+            return Ok(());
+        }
+        let writer = self.writer()?;
         let n = self.next_segment;
         self.next_segment += 1;
-        match &self.spill {
-            Some(s) if s.send((n, t)).is_err() => Err("the segment writer stopped".to_owned()),
-            _ => Ok(()),
+        self.writing += k as u64;
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::clone(view);
+        let room = self.retention.spans;
+        std::thread::Builder::new()
+            .name("keel-live-compact".to_owned())
+            .spawn(move || {
+                let mut v = TraceView::clone(&shared);
+                drop(shared);
+                let out = v.evict_front(k);
+                let edge = v.bounds.0;
+                v.make_levels();
+                // Room to grow to the next compaction without copying a
+                // row within a frame.
+                v.reserve(room);
+                // A stopped writer is reported when the session asks for
+                // its segments.
+                let _ = writer.send((n, out));
+                let _ = tx.send(Compacted {
+                    view: v,
+                    evicted: k,
+                    edge,
+                });
+            })
+            .map_err(|e| format!("could not start a thread: {e}"))?;
+        self.compacting = Some(rx);
+        Ok(())
+    }
+
+    /// The next view, when its thread made it.
+    fn compacted(&mut self, wait: bool) -> Option<Compacted> {
+        let rx = self.compacting.as_ref()?;
+        let done = if wait {
+            rx.recv().ok()
+        } else {
+            match rx.try_recv() {
+                Ok(c) => Some(c),
+                Err(mpsc::TryRecvError::Empty) => return None,
+                Err(mpsc::TryRecvError::Disconnected) => None,
+            }
+        };
+        self.compacting = None;
+        let c = done?;
+        self.evicted += c.evicted as u64;
+        self.memory_from = Some(c.edge);
+        Some(c)
+    }
+
+    /// The segment writer's queue (started on first use).
+    fn writer(&mut self) -> Result<mpsc::Sender<(usize, Trace)>, String> {
+        if let Some(tx) = &self.spill {
+            return Ok(tx.clone());
         }
+        let dir = std::env::temp_dir().join(format!(
+            "keel-live-{}-{}",
+            std::process::id(),
+            unix_now_ns()
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("could not make {}: {e}", dir.display()))?;
+        let (tx, rx) = mpsc::channel::<(usize, Trace)>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let d = dir.clone();
+        std::thread::Builder::new()
+            .name("keel-live-writer".to_owned())
+            .spawn(move || {
+                // Segments arrive in order: one compaction runs at a time.
+                for (n, t) in rx {
+                    let path = d.join(format!("segment-{n:05}.keelidx"));
+                    let r = keel_trace::indexed::write_trace(&t, &path, None)
+                        .map(|()| path)
+                        .map_err(|e| e.to_string());
+                    drop(t);
+                    if done_tx.send(r).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("could not start a thread: {e}"))?;
+        self.dir = Some(dir);
+        self.spill = Some(tx.clone());
+        self.spilled = Some(done_rx);
+        Ok(tx)
     }
 
     /// Takes the segments written since the last call into
@@ -603,13 +676,12 @@ impl crate::App {
             Ok(false) => {}
             Err(e) => errors.push(e),
         }
-        if !fragments.is_empty() {
-            self.append_live(&mut live, fragments, &mut errors);
-        }
+        self.append_live(&mut live, fragments, false, &mut errors);
         self.follow_history(&mut live);
         self.live_search(&mut live);
         let resident = live.parked.as_ref().or(self.view.as_ref());
         if let Some(v) = resident.filter(|v| v.source.starts_with("live ")) {
+            let v: &TraceView = v;
             self.timeline.live_status = Some(live.status(v.trace.spans.len(), v.trace.dropped));
         }
         self.sources.live = live.running().then(|| source_lines(&live));
@@ -619,21 +691,26 @@ impl crate::App {
         }
     }
 
+    /// Appends `fragments` to the view of what is in memory (or keeps them
+    /// for the next one, while that is made), swaps in the next view when
+    /// made (`wait`: waits for it), and starts making one when the view
+    /// holds more than the retention.
     fn append_live(
         &mut self,
         live: &mut LiveSession,
         fragments: Vec<Trace>,
+        wait: bool,
         errors: &mut Vec<String>,
     ) {
         let browsing = live.parked.is_some();
-        let is_live_view = |v: &TraceView| v.source.starts_with("live ");
-        if !browsing && !self.view.as_ref().is_some_and(is_live_view) {
+        let is_live_view = |v: &Arc<TraceView>| v.source.starts_with("live ");
+        if !fragments.is_empty() && !browsing && !self.view.as_ref().is_some_and(is_live_view) {
             // The first fragment: the live view replaces what was shown.
             let names: Vec<&str> = live.sources.iter().map(|s| s.addr.as_str()).collect();
-            self.view = Some(TraceView::new(
+            self.view = Some(Arc::new(TraceView::new(
                 Trace::default(),
                 format!("live {}", names.join(", ")),
-            ));
+            )));
             self.indexed = None;
             self.stats = None;
             self.analysis = None;
@@ -650,24 +727,50 @@ impl crate::App {
             self.timeline.follow_live = true;
         }
         let mut parked = live.parked.take();
-        let Some(view) = parked.as_mut().or(self.view.as_mut()) else {
-            return;
+        let slot = if browsing {
+            &mut parked
+        } else {
+            &mut self.view
         };
-        let before = view.trace.spans.len();
-        for f in fragments {
-            if let Err(e) = view.append(f) {
-                errors.push(format!("live fragment rejected: {e}"));
+        let mut evicted = 0;
+        if let Some(done) = live.compacted(wait) {
+            let mut v = done.view;
+            for f in live.pending.drain(..) {
+                if let Err(e) = v.append(f) {
+                    errors.push(format!("live fragment rejected: {e}"));
+                }
             }
+            if let Some(old) = slot.replace(Arc::new(v)) {
+                // Freeing millions of spans takes longer than a frame.
+                std::thread::spawn(move || drop(old));
+            }
+            evicted = done.evicted;
         }
-        live.start_ns = Some(
-            live.start_ns
-                .map_or(view.bounds.0, |s| s.min(view.bounds.0)),
-        );
-        let evicted = live.retain(view);
-        if let Some(s) = live.start_ns {
+        let before = slot.as_ref().map_or(0, |v| v.trace.spans.len());
+        if live.compacting.is_some() {
+            live.pending.extend(fragments);
+        } else if let Some(view) = slot.as_mut().and_then(Arc::get_mut) {
+            for f in fragments {
+                if let Err(e) = view.append(f) {
+                    errors.push(format!("live fragment rejected: {e}"));
+                }
+            }
+            live.start_ns = Some(
+                live.start_ns
+                    .map_or(view.bounds.0, |s| s.min(view.bounds.0)),
+            );
+        }
+        if let Some(view) = slot.as_mut().and_then(Arc::get_mut)
+            && let Some(s) = live.start_ns
+        {
             // The ruler counts from the session's start, and Fit shows the
             // whole session, what is on disk included.
             view.bounds.0 = view.bounds.0.min(s);
+        }
+        if let Some(view) = slot.as_ref()
+            && let Err(e) = live.compact(view)
+        {
+            errors.push(e);
         }
         live.parked = parked;
         if browsing {
@@ -679,10 +782,38 @@ impl crate::App {
             self.select(kept);
             self.timeline.search.reset();
             self.area = None;
-        } else if let Some(view) = &self.view {
+        } else if let Some(view) = &self.view
+            && view.trace.spans.len() > before
+        {
             self.timeline.search.extend(view, before);
         }
-        self.live_analysis();
+        if self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.trace.spans.len() != before)
+            || evicted > 0
+        {
+            self.live_analysis();
+        }
+    }
+
+    /// Waits for the work a live session has under way: the next view of
+    /// what is in memory, and the segments being written (tests, the soak
+    /// benchmark's end).
+    pub fn settle_live(&mut self) -> Result<(), String> {
+        let Some(mut live) = self.live.take() else {
+            return Ok(());
+        };
+        let mut errors = Vec::new();
+        self.append_live(&mut live, Vec::new(), true, &mut errors);
+        // What arrived meanwhile may have made the view too big again.
+        self.append_live(&mut live, Vec::new(), true, &mut errors);
+        let flushed = live.flush();
+        self.live = Some(live);
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => flushed,
+        }
     }
 
     /// Makes the statistics or analysis of the tab shown again over the
@@ -751,7 +882,7 @@ impl crate::App {
             Ok(w) => {
                 let mut v = s.show(w);
                 v.bounds = (v.bounds.0.min(resident.bounds.0), v.bounds.1.max(end));
-                self.view = Some(v);
+                self.view = Some(Arc::new(v));
                 live.parked = Some(resident);
                 self.select(None);
                 self.timeline.file_spans = Some(live.history.span_count());

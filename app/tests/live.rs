@@ -212,9 +212,10 @@ fn retention_bounds_memory_and_the_rest_stays_reachable_on_disk() {
         let resident = app.view.as_ref().map_or(0, |v| v.trace.spans.len());
         most = most.max(resident);
     }
-    assert!(most <= 10_000, "at most the retention in memory: {most}");
-    let live = app.live.as_mut().expect("session");
-    live.flush().expect("segments written");
+    // The retention, and the fragment that went over it (the next view is
+    // made on another thread while that one is still drawn).
+    assert!(most <= 11_000, "at most the retention in memory: {most}");
+    app.settle_live().expect("settled");
     let resident = app.view.as_ref().map_or(0, |v| v.trace.spans.len()) as u64;
     let live = app.live.as_ref().expect("session");
     assert_eq!(live.history.span_count() + resident, total, "nothing lost");

@@ -26,8 +26,8 @@ pub struct Row {
     /// `ends[i]` is the end of `spans[i]`.
     pub ends: Vec<u64>,
     /// Coarser levels and how many of the row's first spans they cover,
-    /// made when first asked for; made again once the row has grown by an
-    /// eighth since (Note [Levels of a growing row]).
+    /// made when first asked for; extended over the newer spans once they
+    /// are an eighth of the row (Note [Levels of a growing row]).
     levels: std::sync::OnceLock<(Vec<Level>, usize)>,
 }
 
@@ -127,26 +127,83 @@ impl Row {
         self.starts.push(start);
         self.ends
             .push(end.max(self.ends.last().copied().unwrap_or(0)));
-        // Note [Levels of a growing row]: a live row keeps its levels for
-        // the spans they cover and draws the newer ones span by span,
-        // until those are an eighth of the row: making the levels again
-        // then costs a constant amount per span pushed, not a row per
-        // frame.
-        if let Some((_, covered)) = self.levels.get()
-            && self.spans.len() - covered > covered / 8
-        {
-            self.levels = std::sync::OnceLock::new();
-        }
     }
 
-    /// Keeps the row's first `k` spans.
+    /// Note [Levels of a growing row]: a live row keeps its levels for the
+    /// spans they cover and draws the newer ones span by span until those
+    /// are an eighth of the row; then the newer spans are coarsened on
+    /// their own and their items appended to each level (an item never
+    /// spans the seam, one extra item boundary a level). That costs the
+    /// new spans, a constant amount per span pushed, never the row: a
+    /// frame of a growing live view never makes a whole row's levels.
+    fn extend_levels(&mut self) {
+        let n = self.spans.len();
+        let Some((levels, covered)) = self.levels.get_mut() else {
+            return;
+        };
+        if n - *covered <= *covered / 8 {
+            return;
+        }
+        if levels.is_empty() {
+            // None was worth keeping when the row was short: judged again
+            // over the whole row when next asked for.
+            self.levels = std::sync::OnceLock::new();
+            return;
+        }
+        let mut prev: Vec<Item> = (*covered..n)
+            .map(|i| (self.starts[i], self.ends[i], i as u32, 1))
+            .collect();
+        for l in levels.iter_mut() {
+            let next = coarsen(&prev, l.res);
+            for it in &next {
+                l.starts.push(it.0);
+                l.ends.push(it.1.max(l.ends.last().copied().unwrap_or(0)));
+                l.first.push(it.2);
+                l.count.push(it.3);
+            }
+            prev = next;
+        }
+        *covered = n;
+    }
+
+    /// Keeps the row's first `k` spans, and of its levels the items wholly
+    /// among them (the newer spans are placed again, then the levels
+    /// extended over them).
     fn truncate(&mut self, k: usize) {
         self.spans.truncate(k);
         self.starts.truncate(k);
         self.ends.truncate(k);
-        if self.levels.get().is_some_and(|(_, covered)| *covered > k) {
-            self.levels = std::sync::OnceLock::new();
+        let Some((levels, covered)) = self.levels.get_mut() else {
+            return;
+        };
+        if *covered <= k {
+            return;
         }
+        // Coarser items are unions of finer ones: the earliest start of an
+        // item reaching past `k`, over the levels, is an item boundary of
+        // every level.
+        let cut = levels
+            .iter()
+            .filter_map(|l| {
+                // Items are contiguous: the last starting at or before `k`
+                // is the one reaching past it, if any does.
+                let j = l
+                    .first
+                    .partition_point(|&f| f as usize <= k)
+                    .checked_sub(1)?;
+                let (f, c) = (l.first[j] as usize, l.count[j] as usize);
+                Some(if f + c > k { f } else { f + c })
+            })
+            .min()
+            .unwrap_or(k);
+        for l in levels.iter_mut() {
+            let i = l.first.partition_point(|&f| (f as usize) < cut);
+            l.starts.truncate(i);
+            l.ends.truncate(i);
+            l.first.truncate(i);
+            l.count.truncate(i);
+        }
+        *covered = cut;
     }
 
     /// Drops the spans below `k` and numbers the rest from 0 (the trace's
@@ -557,7 +614,7 @@ impl TraceView {
     /// Makes the coarser levels of every row long enough to have them
     /// ([`Row::level_for`]), on every core: while the trace opens, not on
     /// the first frame that shows it whole.
-    fn make_levels(&self) {
+    pub fn make_levels(&self) {
         let rows: Vec<&Row> = self
             .lanes
             .iter()
@@ -860,6 +917,11 @@ impl TraceView {
                 }
             }
         }
+        for lane in &mut self.lanes {
+            for row in &mut lane.rows {
+                row.extend_levels();
+            }
+        }
         let added = self.trace.spans[spans..]
             .iter()
             .fold(None, |r: Option<(u64, u64)>, s| {
@@ -968,6 +1030,24 @@ impl TraceView {
         self.extent = (u64::MAX, 0);
         self.extend_bounds(0, 0);
         out
+    }
+
+    /// Makes room for `additional` more spans, in the trace and in each
+    /// row already holding many, so a live view growing by that much never
+    /// copies a big array within a frame (the room is address space until
+    /// used).
+    pub fn reserve(&mut self, additional: usize) {
+        self.trace.spans.reserve(additional);
+        self.depth.reserve(additional);
+        for lane in &mut self.lanes {
+            for row in &mut lane.rows {
+                if row.spans.len() >= 4096 {
+                    row.spans.reserve(additional);
+                    row.starts.reserve(additional);
+                    row.ends.reserve(additional);
+                }
+            }
+        }
     }
 
     /// The display lane of trace lane `lane`.
@@ -1183,25 +1263,8 @@ mod tests {
         for l in levels {
             assert!(l.starts.len() * 4 <= last * 3, "each kept level is smaller");
             last = l.starts.len();
-            // Items cover the row's spans in order, each once.
-            let mut next = 0usize;
-            for k in 0..l.starts.len() {
-                let (f, c) = (l.first[k] as usize, l.count[k] as usize);
-                assert_eq!(f, next);
-                next += c;
-                assert_eq!(l.starts[k], row.starts[f]);
-                assert_eq!(l.ends[k], row.ends[f + c - 1]);
-                if c > 1 {
-                    for i in f..f + c {
-                        assert!(spans[row.spans[i] as usize].dur_ns < l.res);
-                        if i > f {
-                            assert!(row.starts[i].saturating_sub(row.ends[i - 1]) < l.res);
-                        }
-                    }
-                }
-            }
-            assert_eq!(next, row.spans.len());
         }
+        assert_levels_cover(row, spans);
         // The level drawn: coarse enough, fine enough.
         let ns = 1e6;
         let (l, _) = row.level_for(ns).expect("a level at 1 ms a pixel");
@@ -1245,10 +1308,64 @@ mod tests {
         };
         v.append(more).expect("append");
         let row = &v.lanes[0].rows[0];
+        let (_, covered) = row.levels();
+        assert_eq!(covered, row.spans.len(), "extended over the new spans");
+        assert_levels_cover(row, &v.trace.spans);
+    }
+
+    /// Each level's items cover the row's first `covered` spans in order,
+    /// each once, with their starts and ends, and merge only spans and
+    /// gaps shorter than the level's resolution.
+    fn assert_levels_cover(row: &Row, spans: &[crate::Span]) {
         let (levels, covered) = row.levels();
-        assert_eq!(covered, row.spans.len());
-        let total: u32 = levels[0].count.iter().sum();
-        assert_eq!(total as usize, covered);
+        for l in levels {
+            let mut next = 0usize;
+            for k in 0..l.starts.len() {
+                let (f, c) = (l.first[k] as usize, l.count[k] as usize);
+                assert_eq!(f, next);
+                next += c;
+                assert_eq!(l.starts[k], row.starts[f]);
+                assert_eq!(l.ends[k], row.ends[f + c - 1]);
+                if c > 1 {
+                    for i in f..f + c {
+                        assert!(spans[row.spans[i] as usize].dur_ns < l.res);
+                        if i > f {
+                            assert!(row.starts[i].saturating_sub(row.ends[i - 1]) < l.res);
+                        }
+                    }
+                }
+            }
+            assert_eq!(next, covered);
+        }
+    }
+
+    #[test]
+    fn a_live_rows_levels_grow_with_it_and_survive_late_parents() {
+        let whole = nested_in_end_order(6_000);
+        let mut v = TraceView::new(whole.tables_only(), "live");
+        let mut at = 0;
+        let mut checked = 0;
+        while at < whole.spans.len() {
+            let mut f = whole.tables_only();
+            f.spans = whole.spans[at..(at + 997).min(whole.spans.len())].to_vec();
+            at += 997;
+            v.append(f).expect("merged");
+            // Room made for growth changes nothing shown.
+            v.reserve(500);
+            for row in &v.lanes[0].rows {
+                if row.spans.len() >= 4096 {
+                    // Drawn zoomed out: levels made once, then extended
+                    // (and cut back where a late parent re-placed spans).
+                    let (_, covered) = row.levels();
+                    assert!(row.spans.len() - covered <= covered / 8 + 997);
+                    assert_levels_cover(row, &v.trace.spans);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 10);
+        let at_once = TraceView::new(whole, "at once");
+        assert_eq!(v.depth, at_once.depth, "placed as at once");
     }
 
     fn lane(kind: LaneKind, name: &str, group: &str) -> crate::Lane {
