@@ -4,7 +4,9 @@
 //! second, following live. Every ten seconds it prints what is in memory
 //! and on disk, the process's resident memory and the frame times of
 //! those ten seconds; every 30 s the whole session is fitted in view for a
-//! second (the zoomed-out frames).
+//! second (the zoomed-out frames). Memory is the process's resident set,
+//! also split into heap (`RssAnon`) and mapped files (`RssFile`: the
+//! program's code and the segments read back).
 //!
 //! Usage: `live_soak ADDR SECONDS [RETAIN_SPANS]`.
 
@@ -62,7 +64,7 @@ fn main() -> ExitCode {
     let mut report = 10.0;
     let mut rss_full: Option<f64> = None;
     println!(
-        "t_s\tin_memory\ton_disk\tsegments\trss_mb\tframe_p50_ms\tframe_p99_ms\tframe_max_ms\tviewer_dropped"
+        "t_s\tin_memory\ton_disk\tsegments\trss_mb\theap_mb\tmapped_mb\tframe_p50_ms\tframe_p99_ms\tframe_max_ms\tviewer_dropped"
     );
     while start.elapsed().as_secs_f64() < secs {
         let t = start.elapsed().as_secs_f64();
@@ -103,7 +105,9 @@ fn main() -> ExitCode {
                 rss_full = Some(rss);
             }
             println!(
-                "{t:.0}\t{resident}\t{disk}\t{parts}\t{rss:.0}\t{:.2}\t{:.2}\t{:.2}\t{dropped}",
+                "{t:.0}\t{resident}\t{disk}\t{parts}\t{rss:.0}\t{:.0}\t{:.0}\t{:.2}\t{:.2}\t{:.2}\t{dropped}",
+                rss_mb("RssAnon:"),
+                rss_mb("RssFile:"),
                 ms(q(0.5)),
                 ms(q(0.99)),
                 ms(q(1.0))
