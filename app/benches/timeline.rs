@@ -2,6 +2,9 @@
 //! run headless (`egui::Context::run_ui` with a fixed screen, no renderer),
 //! and the time to open (construct + index) a 10,000,000-span trace.
 //!
+//! It also appends nested live fragments (a parent after its children)
+//! to a view of 2,000,000 spans, the default live retention.
+//!
 //! Run: `cargo bench -p keel-profiler --bench timeline`
 //! (`KEEL_BENCH_10M=0` skips the 10M open).
 //!
@@ -210,7 +213,7 @@ fn indexed_frames(path: &str) {
     let first = s
         .read_now(lo as f64 - whole * 0.02, whole * 1.04, px)
         .expect("the first window");
-    let mut view = Some(s.show(first));
+    let mut view = Some(std::sync::Arc::new(s.show(first)));
     frame(&ctx, &mut state, view.as_ref().expect("a view"));
     let first_frame = start.elapsed();
     // Pan and zoom as a user does: zoom in 1.1x a frame towards a point
@@ -252,11 +255,78 @@ fn indexed_frames(path: &str) {
     );
 }
 
+/// Steps of nested host spans as a recorder sends them, each when it
+/// ends (so a step, the parent, after the spans it holds): 1,000 spans a
+/// step, from `t0`.
+fn nested_steps(steps: u64, t0: u64) -> keel_trace::Trace {
+    use keel_trace::{Lane, LaneKind, Span, SpanKind};
+    let mut t = keel_trace::Trace {
+        version: keel_trace::TRACE_VERSION,
+        lanes: vec![Lane {
+            kind: LaneKind::Host { thread: 1 },
+            name: "main".to_owned(),
+            group: String::new(),
+        }],
+        ..keel_trace::Trace::default()
+    };
+    let span = |name: &'static str, start: u64, dur: u64| Span {
+        lane: 0,
+        name: name.into(),
+        kind: SpanKind::Annotation,
+        start_ns: start,
+        dur_ns: dur,
+        op: 0,
+        args: Vec::new(),
+    };
+    for i in 0..steps {
+        let base = t0 + i * 1_000_000;
+        for j in 0..333 {
+            let op = base + 100 + j * 2_900;
+            t.spans.push(span("launch", op + 100, 1_000));
+            t.spans.push(span("launch", op + 1_300, 1_000));
+            t.spans.push(span("op", op, 2_600));
+        }
+        t.spans.push(span("step", base, 999_000));
+    }
+    t
+}
+
+/// What a live session's view pays per fragment at the size a retention
+/// keeps it (2,000,000 spans by default; the session's spans beyond it
+/// are on disk and cost an append nothing): 1,000-span fragments of
+/// nested spans whose parent arrives last, the rows' levels made (a view
+/// zoomed out) so appending extends them.
+fn append_nested() {
+    let steps = 2_000;
+    let mut view = TraceView::new(nested_steps(steps, 0), "live");
+    for l in &view.lanes {
+        for r in &l.rows {
+            let _ = r.levels();
+        }
+    }
+    let mut appends = Vec::new();
+    for k in 0..200 {
+        let f = nested_steps(1, (steps + k) * 1_000_000);
+        let t = Instant::now();
+        view.append(f).expect("merged");
+        appends.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    appends.sort_by(f64::total_cmp);
+    println!(
+        "append 1,000 nested spans (parent last) to {}: median {:.3} ms, p99 {:.3} ms, max {:.3} ms (200 fragments, levels extended)",
+        view.trace.spans.len(),
+        appends[100],
+        appends[197],
+        appends[199]
+    );
+}
+
 fn main() {
     if let Ok(path) = std::env::var("KEEL_BENCH_INDEX") {
         indexed_frames(&path);
         return;
     }
+    append_nested();
     if std::env::var("KEEL_BENCH_10M").map_or(true, |v| v != "0") {
         open_10m();
     }

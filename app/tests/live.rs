@@ -165,6 +165,7 @@ fn a_restarted_program_continues_the_timeline_after_a_gap() {
     let source = &live.sources[0];
     assert_eq!(source.reconnects, 1);
     assert!(back < Duration::from_secs(1), "reconnected in {back:?}");
+    println!("reconnected to the restarted program in {back:?}");
     // Same timeline, same lanes (the program's name labels them), the
     // second run after the first on the session clock.
     let view = app.view.as_ref().expect("view");
