@@ -240,6 +240,7 @@ impl App {
         self.live = None;
         self.timeline.live_status = None;
         self.timeline.memory_from = None;
+        self.timeline.live_edge = None;
         self.timeline.search.on_disk = None;
         self.indexed = None;
         self.timeline.search.whole = None;

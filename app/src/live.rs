@@ -85,6 +85,8 @@ pub struct Source {
     pub reconnects: u64,
     /// The last reconnect's delay: lost to streaming again.
     pub last_reconnect: Option<Duration>,
+    /// The latest span end it sent, on the session clock.
+    pub latest_ns: u64,
     stop: Arc<AtomicBool>,
 }
 
@@ -215,6 +217,7 @@ impl LiveSession {
             server_dropped: 0,
             reconnects: 0,
             last_reconnect: None,
+            latest_ns: 0,
             stop,
         });
         Ok(())
@@ -260,6 +263,16 @@ impl LiveSession {
         self.viewer_dropped.load(Ordering::Relaxed)
     }
 
+    /// The latest time every connected program that sent spans has
+    /// reached (`None`: none has).
+    pub fn edge_ns(&self) -> Option<u64> {
+        self.sources
+            .iter()
+            .filter(|s| s.connected && s.latest_ns > 0)
+            .map(|s| s.latest_ns)
+            .min()
+    }
+
     /// Session time now, ns.
     pub fn now_ns(&self) -> u64 {
         let origin = self.origin_unix_ns.unwrap_or_else(unix_now_ns);
@@ -295,6 +308,9 @@ impl LiveSession {
                         continue;
                     };
                     f.label_source(label, i as u16 + 1, p.origin_unix_ns - origin);
+                    if let Some(end) = f.spans.iter().map(Span::end_ns).max() {
+                        s.latest_ns = s.latest_ns.max(end);
+                    }
                     fragments.push(*f);
                 }
                 Event::Lost(why) => {
@@ -685,6 +701,7 @@ impl crate::App {
             self.timeline.live_status = Some(live.status(v.trace.spans.len(), v.trace.dropped));
         }
         self.sources.live = live.running().then(|| source_lines(&live));
+        self.timeline.live_edge = live.edge_ns();
         self.live = Some(live);
         for e in errors {
             self.fail(e);

@@ -70,7 +70,11 @@ impl eframe::App for WindowApp {
             finish(save_png(&image, &shot.path));
         } else if shot.frames > 3000 {
             finish(Err("no screenshot arrived after 3000 frames".to_owned()));
-        } else if shot.frames >= 8 && !shot.requested && !self.app.is_running() {
+        } else if shot.frames >= 8
+            && !shot.requested
+            && !self.app.is_running()
+            && live_ready(&self.app)
+        {
             shot.requested = true;
             let slot = shot.image.clone();
             let wake = ctx.clone();
@@ -82,6 +86,14 @@ impl eframe::App for WindowApp {
             });
         }
     }
+}
+
+/// Whether a live session (if any) has streamed for a couple of seconds
+/// from every program: what a screenshot of it should show.
+fn live_ready(app: &App) -> bool {
+    app.live
+        .as_ref()
+        .is_none_or(|l| l.sources.iter().all(|s| s.chunks >= 20))
 }
 
 /// Opens the window and runs until it is closed (or, with

@@ -258,6 +258,10 @@ pub struct TimelineState {
     /// Where a live session's spans in memory begin: older ones are on
     /// disk (set by the app; drawn as a marker).
     pub memory_from: Option<u64>,
+    /// The latest time every connected program of a live session has
+    /// sent (set by the app): following live keeps it in view, so no
+    /// program's lanes look empty while its next fragment is on its way.
+    pub live_edge: Option<u64>,
 }
 
 impl Default for Layout {
@@ -294,6 +298,7 @@ impl Default for TimelineState {
             file_spans: None,
             live_status: None,
             memory_from: None,
+            live_edge: None,
         }
     }
 }
@@ -530,7 +535,7 @@ impl TimelineState {
 
     /// Shows the newest `width_ns` of the trace.
     pub fn follow(&mut self, view: &TraceView) {
-        let hi = view.bounds.1 as f64;
+        let hi = self.live_edge.unwrap_or(view.bounds.1) as f64;
         self.start_ns = hi - self.width_ns * 0.95;
     }
 

@@ -4,9 +4,10 @@
 //! [`keel_device::profiler::live::serve_with`]. The load of the viewer's
 //! soak benchmark (`scripts/live-soak.sh`).
 //!
-//! Usage: `live_load ADDR SPANS_PER_SECOND SECONDS`. It waits (up to a
-//! minute) for a viewer, records for SECONDS, then prints what it sent
-//! and what its server dropped.
+//! Usage: `live_load ADDR SPANS_PER_SECOND SECONDS [NAME]`. It waits (up
+//! to a minute) for a viewer, records for SECONDS, then prints what it
+//! sent and what its server dropped. NAME is the program name viewers
+//! show (`live_load` without it).
 
 use std::borrow::Cow;
 use std::process::ExitCode;
@@ -27,9 +28,13 @@ const NAMES: [&str; 8] = [
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [addr, rate, secs] = args.as_slice() else {
-        eprintln!("usage: live_load ADDR SPANS_PER_SECOND SECONDS");
-        return ExitCode::from(2);
+    let (addr, rate, secs, name) = match args.as_slice() {
+        [a, r, s] => (a, r, s, "live_load"),
+        [a, r, s, n] => (a, r, s, n.as_str()),
+        _ => {
+            eprintln!("usage: live_load ADDR SPANS_PER_SECOND SECONDS [NAME]");
+            return ExitCode::from(2);
+        }
     };
     let (Ok(rate), Ok(secs)) = (rate.parse::<u64>(), secs.parse::<f64>()) else {
         eprintln!(
@@ -40,7 +45,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let options = live::LiveOptions {
-        program_name: Some("live_load".to_owned()),
+        program_name: Some(name.to_owned()),
         ..live::LiveOptions::default()
     };
     let server = match live::serve_with(addr.as_str(), options) {
