@@ -1903,6 +1903,31 @@ mod tests {
     }
 
     #[test]
+    fn two_programs_labelled_stay_apart_on_one_clock() {
+        let a = synthetic_trace(100);
+        let mut b = a.clone();
+        let mut merged = crate::Trace::default();
+        let mut first = a.clone();
+        first.label_source("train (pid 1)", 1, 0);
+        b.label_source("loader (pid 2)", 2, 5_000);
+        merged.merge(first).expect("first");
+        merged.merge(b.clone()).expect("second");
+        assert_eq!(merged.lanes.len(), 2 * a.lanes.len(), "no lane shared");
+        assert_eq!(merged.devices.len(), 2);
+        assert_eq!(merged.devices[1].device, "loader (pid 2) \u{b7} vulkan:0");
+        assert_eq!(b.spans[0].start_ns, a.spans[0].start_ns + 5_000);
+        assert_eq!(b.flows[0].to.ts_ns, a.flows[0].to.ts_ns + 5_000);
+        let v = TraceView::new(merged, "live");
+        let groups: Vec<&str> = v.groups.iter().map(|g| g.label.as_str()).collect();
+        assert!(groups.contains(&"loader (pid 2)") && groups.contains(&"train (pid 1)"));
+        assert!(groups.contains(&"loader (pid 2) \u{b7} vulkan:0 \u{b7} synthetic"));
+        // A time before the clock's start clamps to it.
+        let mut early = a.clone();
+        early.label_source("early", 3, -1_000_000_000);
+        assert!(early.spans.iter().all(|s| s.start_ns == 0));
+    }
+
+    #[test]
     fn units() {
         assert_eq!(format_ns(12.0), "12 ns");
         assert_eq!(format_ns(1_500.0), "1.50 us");

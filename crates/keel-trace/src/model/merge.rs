@@ -119,7 +119,7 @@ impl Trace {
 
     /// Makes this trace one program's among several shown on one clock (a
     /// live session's sources): devices are named `label · device` (what
-    /// [`device_label`](crate::view::device_label) shows), host lanes are
+    /// the viewer's device labels show as the program's), host lanes are
     /// grouped under `label`, host thread numbers and flow ids are made
     /// `key`'s (two programs' thread 1 stay two lanes), and every time
     /// moves by `offset_ns` (the program's time 0 on the shared clock),
