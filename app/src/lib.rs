@@ -305,6 +305,11 @@ impl App {
             self.fail("nothing to open: expected a trace file name, found none".to_owned());
             return;
         }
+        if let [dir] = paths
+            && dir.is_dir()
+        {
+            return self.open_session(dir);
+        }
         let (snapshots, traces) = match split_snapshots(paths) {
             Ok(split) => split,
             Err(e) => return self.fail(e),
@@ -357,8 +362,15 @@ impl App {
             Ok(t) => t,
             Err(e) => return self.fail(format!("could not open {source}: {e}")),
         };
+        let what = if made { ", index made now" } else { "" };
+        self.show_indexed(indexed::Indexed::File(Box::new(trace)), source, what);
+    }
+
+    /// Shows `trace` (from `source`) a window at a time, the whole of it
+    /// in view; `what` ends the log line.
+    pub(crate) fn show_indexed(&mut self, trace: indexed::Indexed, source: String, what: &str) {
         self.forget_trace();
-        let mut session = indexed::IndexedSession::new(indexed::Indexed::File(Box::new(trace)));
+        let mut session = indexed::IndexedSession::new(trace);
         let (lo, hi) = session.trace.bounds();
         let width = (hi - lo) as f64 * 1.04;
         match session.read_now(lo as f64 - (hi - lo) as f64 * 0.02, width, 1_200.0) {
@@ -366,9 +378,8 @@ impl App {
             Err(e) => return self.fail(format!("could not read {source}: {e}")),
         }
         self.sources.say(format!(
-            "opened {source} indexed ({} spans{})",
+            "opened {source} indexed ({} spans{what})",
             session.trace.span_count(),
-            if made { ", index made now" } else { "" }
         ));
         self.timeline.file_spans = Some(session.trace.span_count());
         self.indexed = Some(session);
@@ -554,13 +565,30 @@ impl App {
 
     /// Saves the shown trace; the format follows the extension.
     pub fn save(&mut self, path: &Path) {
-        let Some(view) = &self.view else {
+        if path.extension().is_some_and(|e| e == live::SESSION_EXT) {
+            return self.save_session(path);
+        }
+        let Some(view) = self
+            .live
+            .as_ref()
+            .and_then(|l| l.parked.as_ref())
+            .or(self.view.as_ref())
+        else {
             self.fail("nothing to save: no trace is shown".to_owned());
             return;
         };
         match keel::profiler::save_trace(&view.trace, path) {
             Ok(()) => self.sources.say(format!("saved {}", path.display())),
             Err(e) => self.fail(format!("could not save {}: {e}", path.display())),
+        }
+        if let Some(l) = &self.live
+            && l.history.span_count() > 0
+        {
+            self.sources.say(format!(
+                "saved the spans in memory; the session's {} older spans are on disk: save to a .{} directory to keep the whole session",
+                l.history.span_count(),
+                live::SESSION_EXT
+            ));
         }
     }
 

@@ -21,7 +21,7 @@
 //!   (the program itself never waits: its server drops for a slow viewer
 //!   and says so).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -31,6 +31,10 @@ use keel::profiler::live::{Chunk, Client, Program};
 use keel_trace::indexed::{IndexedSet, IndexedTrace};
 use keel_trace::view::TraceView;
 use keel_trace::{Lane, LaneKind, Span, SpanKind, Text, Trace};
+
+/// The extension of a saved live session: a directory of segment files
+/// (`segment-00000.keelidx`, ...), read back as one trace.
+pub const SESSION_EXT: &str = "keelsession";
 
 /// Fragments that may wait for the UI, over all sources.
 pub const QUEUE: usize = 256;
@@ -104,6 +108,8 @@ pub struct LiveSession {
     pub retention: Retention,
     /// Segments written so far, read as one trace.
     pub history: IndexedSet,
+    /// Their files, in order.
+    segments: Vec<PathBuf>,
     dir: Option<PathBuf>,
     spill: Option<mpsc::Sender<(usize, Trace)>>,
     spilled: Option<Receiver<Result<PathBuf, String>>>,
@@ -176,6 +182,7 @@ impl LiveSession {
             origin_unix_ns: None,
             retention,
             history: IndexedSet::new(),
+            segments: Vec::new(),
             dir: None,
             spill: None,
             spilled: None,
@@ -499,6 +506,7 @@ impl LiveSession {
             let t = IndexedTrace::open(&path).map_err(|e| e.to_string())?;
             self.writing = self.writing.saturating_sub(t.span_count());
             self.history.push(t);
+            self.segments.push(path);
             any = true;
         }
         Ok(any)
@@ -518,6 +526,7 @@ impl LiveSession {
             let t = IndexedTrace::open(&path).map_err(|e| e.to_string())?;
             self.writing = self.writing.saturating_sub(t.span_count());
             self.history.push(t);
+            self.segments.push(path);
         }
         Ok(())
     }
@@ -543,6 +552,55 @@ impl LiveSession {
         ));
         line
     }
+}
+
+/// Saves a live session in directory `dir`: its segments on disk, then
+/// `resident` (what is in memory) as the last one. Returns the spans
+/// saved.
+fn save_session(segments: &[PathBuf], resident: &TraceView, dir: &Path) -> Result<u64, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("could not make {}: {e}", dir.display()))?;
+    let name = |i: usize| dir.join(format!("segment-{i:05}.keelidx"));
+    for (i, from) in segments.iter().enumerate() {
+        // A hard link costs nothing; across file systems, a copy.
+        let to = name(i);
+        let _ = std::fs::remove_file(&to);
+        if std::fs::hard_link(from, &to).is_err() {
+            std::fs::copy(from, &to).map_err(|e| {
+                format!("could not copy {} to {}: {e}", from.display(), to.display())
+            })?;
+        }
+    }
+    keel_trace::indexed::write_trace(&resident.trace, &name(segments.len()), None)
+        .map_err(|e| e.to_string())?;
+    let set = open_session(dir)?;
+    Ok(set.span_count())
+}
+
+/// Reads a saved live session (see [`SESSION_EXT`]): its segment files
+/// in order, as one trace.
+pub fn open_session(dir: &Path) -> Result<IndexedSet, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("could not read {}: {e}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("segment-") && n.ends_with(".keelidx"))
+        })
+        .collect();
+    if paths.is_empty() {
+        return Err(format!(
+            "{}: expected a saved live session (segment-*.keelidx files), found none",
+            dir.display()
+        ));
+    }
+    paths.sort();
+    let mut set = IndexedSet::new();
+    for p in &paths {
+        set.push(IndexedTrace::open(p).map_err(|e| e.to_string())?);
+    }
+    Ok(set)
 }
 
 /// A source's gap: a span on its `connection` lane.
@@ -811,6 +869,43 @@ impl crate::App {
             || evicted > 0
         {
             self.live_analysis();
+        }
+    }
+
+    /// Saves the whole live session (what is on disk and what is in
+    /// memory) in directory `path` (see [`SESSION_EXT`]). Errors go to
+    /// the UI.
+    pub fn save_session(&mut self, path: &Path) {
+        if let Err(e) = self.settle_live() {
+            return self.fail(e);
+        }
+        let Some(live) = &self.live else {
+            return self.fail(format!(
+                "nothing to save as a .{SESSION_EXT}: no live session (Save to a trace file instead)"
+            ));
+        };
+        let Some(resident) = live.parked.as_ref().or(self.view.as_ref()) else {
+            return self.fail("nothing to save: no spans received yet".to_owned());
+        };
+        match save_session(&live.segments, resident, path) {
+            Ok(n) => self.sources.say(format!(
+                "saved the live session ({n} spans) in {}",
+                path.display()
+            )),
+            Err(e) => self.fail(format!("could not save {}: {e}", path.display())),
+        }
+    }
+
+    /// Opens a saved live session (a directory, see [`SESSION_EXT`]) a
+    /// window at a time. Errors go to the UI.
+    pub fn open_session(&mut self, dir: &Path) {
+        match open_session(dir) {
+            Ok(set) => self.show_indexed(
+                crate::indexed::Indexed::Set(set),
+                dir.display().to_string(),
+                ", a saved live session",
+            ),
+            Err(e) => self.fail(format!("could not open {}: {e}", dir.display())),
         }
     }
 

@@ -234,9 +234,8 @@ fn levels_draw_what_the_spans_draw() {
     for (step, zoom) in [(0, 1.0), (0, 3.0), (0, 20.0), (1, 1.0), (1, 3.0)] {
         if step == 1 && zoom == 1.0 {
             let app = h.state_mut();
-            app.view
-                .as_mut()
-                .expect("view")
+            std::sync::Arc::get_mut(app.view.as_mut().expect("view"))
+                .expect("the view is the app's alone")
                 .append(ninth.clone())
                 .expect("append");
         }

@@ -261,6 +261,26 @@ fn retention_bounds_memory_and_the_rest_stays_reachable_on_disk() {
     app.poll();
     assert!(app.indexed.is_none());
     assert_eq!(named(&app, "late").count(), 10);
+    // The whole session saves as a directory of segments, and opens
+    // again as one trace: every span, searchable.
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-session.keelsession");
+    let _ = std::fs::remove_dir_all(&dir);
+    app.save(&dir);
+    assert!(app.error.is_none(), "{:?}", app.error);
+    let mut reopened = App::new(&Options::default());
+    reopened.open(&dir);
+    assert!(reopened.error.is_none(), "{:?}", reopened.error);
+    let s = reopened
+        .indexed
+        .as_mut()
+        .expect("opened a window at a time");
+    assert_eq!(s.trace.span_count(), total + 10);
+    s.search("late").expect("search");
+    assert_eq!(s.matches.total, 10);
+    s.search("op 3").expect("search");
+    assert_eq!(s.matches.total, on_disk + in_memory);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -302,10 +302,8 @@ fn a_live_trace_grows_the_map() {
         spans: Vec::new(),
         ..t.clone()
     };
-    h.state_mut()
-        .view
-        .as_mut()
-        .expect("a view")
+    std::sync::Arc::get_mut(h.state_mut().view.as_mut().expect("a view"))
+        .expect("the view is the app's alone")
         .append(rest)
         .expect("append");
     h.run_steps(2);
