@@ -356,7 +356,11 @@ fn live_allocations_reach_the_memory_view() {
     assert!(app.error.is_none(), "{:?}", app.error);
     let view = app.view.as_ref().expect("a live view");
     let device = app.memory.device.expect("a device shown");
-    assert_eq!(view.trace.devices[device as usize].device, "cpu:0");
+    // Named after the program that streams it.
+    assert_eq!(
+        view.trace.devices[device as usize].device,
+        format!("{} \u{b7} cpu:0", server.program().name)
+    );
     assert_eq!(
         app.memory.rows,
         MemoryMap::at(&view.trace, device, u64::MAX).rows()
