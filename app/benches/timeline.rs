@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use criterion::Criterion;
 use keel_profiler::panels::timeline::{self, FlowMode, TimelineState};
-use keel_profiler::view::{TraceView, synthetic_trace};
+use keel_profiler::view::{TraceView, nested_trace, synthetic_trace};
 
 fn frame(ctx: &egui::Context, state: &mut TimelineState, view: &TraceView) {
     let input = egui::RawInput {
@@ -255,42 +255,6 @@ fn indexed_frames(path: &str) {
     );
 }
 
-/// Steps of nested host spans as a recorder sends them, each when it
-/// ends (so a step, the parent, after the spans it holds): 1,000 spans a
-/// step, from `t0`.
-fn nested_steps(steps: u64, t0: u64) -> keel_trace::Trace {
-    use keel_trace::{Lane, LaneKind, Span, SpanKind};
-    let mut t = keel_trace::Trace {
-        version: keel_trace::TRACE_VERSION,
-        lanes: vec![Lane {
-            kind: LaneKind::Host { thread: 1 },
-            name: "main".to_owned(),
-            group: String::new(),
-        }],
-        ..keel_trace::Trace::default()
-    };
-    let span = |name: &'static str, start: u64, dur: u64| Span {
-        lane: 0,
-        name: name.into(),
-        kind: SpanKind::Annotation,
-        start_ns: start,
-        dur_ns: dur,
-        op: 0,
-        args: Vec::new(),
-    };
-    for i in 0..steps {
-        let base = t0 + i * 1_000_000;
-        for j in 0..333 {
-            let op = base + 100 + j * 2_900;
-            t.spans.push(span("launch", op + 100, 1_000));
-            t.spans.push(span("launch", op + 1_300, 1_000));
-            t.spans.push(span("op", op, 2_600));
-        }
-        t.spans.push(span("step", base, 999_000));
-    }
-    t
-}
-
 /// What a live session's view pays per fragment at the size a retention
 /// keeps it (2,000,000 spans by default; the session's spans beyond it
 /// are on disk and cost an append nothing): 1,000-span fragments of
@@ -298,7 +262,7 @@ fn nested_steps(steps: u64, t0: u64) -> keel_trace::Trace {
 /// zoomed out) so appending extends them.
 fn append_nested() {
     let steps = 2_000;
-    let mut view = TraceView::new(nested_steps(steps, 0), "live");
+    let mut view = TraceView::new(nested_trace(steps, 333, 0, 1_000_000), "live");
     for l in &view.lanes {
         for r in &l.rows {
             let _ = r.levels();
@@ -306,7 +270,7 @@ fn append_nested() {
     }
     let mut appends = Vec::new();
     for k in 0..200 {
-        let f = nested_steps(1, (steps + k) * 1_000_000);
+        let f = nested_trace(1, 333, (steps + k) * 1_000_000, 1_000_000);
         let t = Instant::now();
         view.append(f).expect("merged");
         appends.push(t.elapsed().as_secs_f64() * 1e3);

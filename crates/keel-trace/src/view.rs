@@ -1229,6 +1229,46 @@ pub fn synthetic_trace(spans: usize) -> Trace {
     t
 }
 
+/// Nested host spans as a recorder sends them, each when it ends, so a
+/// parent after the spans it holds: `steps` steps of `period_ns` from
+/// `t0`, each holding `ops` ops of two launches each (`3 * ops + 1` spans
+/// a step), on one host thread. A live view's hardest order to place,
+/// for tests and benchmarks.
+pub fn nested_trace(steps: u64, ops: u64, t0: u64, period_ns: u64) -> Trace {
+    let mut t = Trace {
+        version: crate::TRACE_VERSION,
+        lanes: vec![crate::Lane {
+            kind: LaneKind::Host { thread: 1 },
+            name: "main".to_owned(),
+            group: String::new(),
+        }],
+        ..Trace::default()
+    };
+    let span = |name: &'static str, start: u64, dur: u64| crate::Span {
+        lane: 0,
+        name: name.into(),
+        kind: SpanKind::Annotation,
+        start_ns: start,
+        dur_ns: dur,
+        op: 0,
+        args: Vec::new(),
+    };
+    let slot = period_ns.saturating_sub(200) / ops.max(1);
+    for i in 0..steps {
+        let base = t0 + i * period_ns;
+        for j in 0..ops {
+            let op = base + 100 + j * slot;
+            t.spans.push(span("launch", op + slot / 30, slot * 3 / 10));
+            t.spans
+                .push(span("launch", op + slot * 4 / 10, slot * 3 / 10));
+            t.spans.push(span("op", op, slot * 9 / 10));
+        }
+        t.spans
+            .push(span("step", base, period_ns.saturating_sub(100)));
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1341,7 +1381,7 @@ mod tests {
 
     #[test]
     fn a_live_rows_levels_grow_with_it_and_survive_late_parents() {
-        let whole = nested_in_end_order(6_000);
+        let whole = nested_trace(6_000, 3, 0, 10_000);
         let mut v = TraceView::new(whole.tables_only(), "live");
         let mut at = 0;
         let mut checked = 0;
@@ -1747,44 +1787,9 @@ mod tests {
         );
     }
 
-    /// Nested host spans (steps holding ops holding kernels launches) in
-    /// the order a recorder sends them: each when it ends, so children
-    /// before their parents.
-    fn nested_in_end_order(steps: u64) -> Trace {
-        let mut t = Trace {
-            version: crate::TRACE_VERSION,
-            lanes: vec![crate::Lane {
-                kind: LaneKind::Host { thread: 1 },
-                name: "main".to_owned(),
-                group: String::new(),
-            }],
-            ..Trace::default()
-        };
-        let span = |name: &str, start: u64, dur: u64| crate::Span {
-            lane: 0,
-            name: name.into(),
-            kind: SpanKind::Annotation,
-            start_ns: start,
-            dur_ns: dur,
-            op: 0,
-            args: Vec::new(),
-        };
-        for i in 0..steps {
-            let base = i * 10_000;
-            for j in 0..3 {
-                let op = base + 100 + j * 3_000;
-                t.spans.push(span("launch", op + 100, 500));
-                t.spans.push(span("launch", op + 900, 500));
-                t.spans.push(span("op", op, 2_500));
-            }
-            t.spans.push(span("step", base, 9_500));
-        }
-        t
-    }
-
     #[test]
     fn parents_arriving_after_their_children_nest_as_at_once() {
-        let whole = nested_in_end_order(200);
+        let whole = nested_trace(200, 3, 0, 10_000);
         let at_once = TraceView::new(whole.clone(), "at once");
         let mut v = TraceView::new(whole.tables_only(), "live");
         let mut x = 7u64;
