@@ -234,7 +234,8 @@ impl App {
         self.tab = Tab::Timeline;
     }
 
-    /// Closes the shown trace and everything computed from it.
+    /// Closes the shown trace and everything computed from it, the live
+    /// session included.
     fn forget_trace(&mut self) {
         self.view = None;
         self.live = None;
@@ -242,6 +243,12 @@ impl App {
         self.timeline.memory_from = None;
         self.timeline.live_edge = None;
         self.timeline.search.on_disk = None;
+        self.forget_computed();
+    }
+
+    /// Forgets what was computed from the shown trace (a live session's
+    /// first fragment replaces the trace but keeps the session).
+    pub(crate) fn forget_computed(&mut self) {
         self.indexed = None;
         self.timeline.search.whole = None;
         self.timeline.file_spans = None;

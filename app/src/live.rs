@@ -497,17 +497,13 @@ impl LiveSession {
     /// Takes the segments written since the last call into
     /// [`Self::history`]; returns whether there were any.
     pub fn take_segments(&mut self) -> Result<bool, String> {
-        let Some(rx) = &self.spilled else {
-            return Ok(false);
+        let done: Vec<_> = match &self.spilled {
+            Some(rx) => rx.try_iter().collect(),
+            None => return Ok(false),
         };
-        let mut any = false;
-        while let Ok(r) = rx.try_recv() {
-            let path = r?;
-            let t = IndexedTrace::open(&path).map_err(|e| e.to_string())?;
-            self.writing = self.writing.saturating_sub(t.span_count());
-            self.history.push(t);
-            self.segments.push(path);
-            any = true;
+        let any = !done.is_empty();
+        for r in done {
+            self.add_segment(r?)?;
         }
         Ok(any)
     }
@@ -522,12 +518,17 @@ impl LiveSession {
             let r = rx
                 .recv()
                 .map_err(|_| "the segment writer stopped".to_owned())?;
-            let path = r?;
-            let t = IndexedTrace::open(&path).map_err(|e| e.to_string())?;
-            self.writing = self.writing.saturating_sub(t.span_count());
-            self.history.push(t);
-            self.segments.push(path);
+            self.add_segment(r?)?;
         }
+        Ok(())
+    }
+
+    /// Adds the segment the writer wrote at `path` to the history.
+    fn add_segment(&mut self, path: PathBuf) -> Result<(), String> {
+        let t = IndexedTrace::open(&path).map_err(|e| e.to_string())?;
+        self.writing = self.writing.saturating_sub(t.span_count());
+        self.history.push(t);
+        self.segments.push(path);
         Ok(())
     }
 
@@ -782,21 +783,12 @@ impl crate::App {
         if !fragments.is_empty() && !browsing && !self.view.as_ref().is_some_and(is_live_view) {
             // The first fragment: the live view replaces what was shown.
             let names: Vec<&str> = live.sources.iter().map(|s| s.addr.as_str()).collect();
+            self.forget_computed();
             self.view = Some(Arc::new(TraceView::new(
                 Trace::default(),
                 format!("live {}", names.join(", ")),
             )));
-            self.indexed = None;
-            self.stats = None;
-            self.analysis = None;
-            self.diff = None;
-            self.memory.reset();
-            self.select(None);
-            self.timeline.area = None;
-            self.area = None;
             self.timeline.search.reset();
-            self.timeline.search.whole = None;
-            self.timeline.file_spans = None;
             self.tab = crate::Tab::Timeline;
             self.timeline.fit_pending = true;
             self.timeline.follow_live = true;
