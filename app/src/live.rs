@@ -2,8 +2,9 @@
 //! ([`keel::profiler::live`]) into one timeline, for hours.
 //!
 //! - **One clock.** Each program's hello gives the Unix time of its
-//!   traces' time 0; the session's time 0 is the first program's, and
-//!   every fragment moves by the difference, so programs started apart, or
+//!   traces' time 0; the session's time 0 is a minute before the first
+//!   program's (or the viewer's start, if earlier), and every fragment
+//!   moves by the difference, so programs started apart, in any order, or
 //!   a program that restarted, line up.
 //! - **Own groups.** Each source's devices and host threads are labelled
 //!   with its program's name ([`keel_trace::Trace::label_source`]).
@@ -38,6 +39,10 @@ pub const SESSION_EXT: &str = "keelsession";
 
 /// Fragments that may wait for the UI, over all sources.
 pub const QUEUE: usize = 256;
+/// How long before the first program's start (or the viewer's) a live
+/// session's clock begins; see [`LiveSession::poll`].
+const CLOCK_MARGIN_NS: i64 = 60_000_000_000;
+
 /// How often a lost source tries to connect again.
 pub const RETRY: Duration = Duration::from_millis(100);
 
@@ -104,6 +109,8 @@ pub struct LiveSession {
     viewer_dropped: Arc<AtomicU64>,
     /// The Unix time of the session's time 0.
     origin_unix_ns: Option<i64>,
+    /// The Unix time the session started.
+    started_unix_ns: i64,
     /// How much stays in memory.
     pub retention: Retention,
     /// Segments written so far, read as one trace.
@@ -180,6 +187,7 @@ impl LiveSession {
             rx,
             viewer_dropped: Arc::new(AtomicU64::new(0)),
             origin_unix_ns: None,
+            started_unix_ns: unix_now_ns(),
             retention,
             history: IndexedSet::new(),
             segments: Vec::new(),
@@ -342,7 +350,14 @@ impl LiveSession {
     /// Source `i` connected to `p`: fixes its label and the session clock
     /// on first contact; returns the gap to draw when it came back.
     fn connected(&mut self, i: usize, p: Program) -> Option<Trace> {
-        let origin = *self.origin_unix_ns.get_or_insert(p.origin_unix_ns);
+        // The session's time 0 lies a minute before the first program's start
+        // or the viewer's, whichever is earlier: a program that started
+        // before the one that connected first still lands after it (the
+        // ruler counts from the first span, so the margin never shows).
+        let started = self.started_unix_ns;
+        let origin = *self
+            .origin_unix_ns
+            .get_or_insert_with(|| p.origin_unix_ns.min(started) - CLOCK_MARGIN_NS);
         let taken: Vec<String> = self
             .sources
             .iter()

@@ -231,8 +231,10 @@ fn retention_bounds_memory_and_the_rest_stays_reachable_on_disk() {
         (0..60).filter(|k| k % 7 == 3).count() as u64 * 1_000
     );
     // Scrolled back before what is in memory: the history is shown.
+    // The session's start: where the view's bounds begin.
+    let first = app.view.as_ref().map_or(0, |v| v.bounds.0);
     app.timeline.follow_live = false;
-    app.timeline.start_ns = 0.0;
+    app.timeline.start_ns = first as f64;
     app.timeline.width_ns = 100_000.0;
     app.poll();
     assert!(app.indexed.is_some(), "the history is shown");
