@@ -26,19 +26,49 @@ mod generated;
 
 const N: usize = 1 << 22;
 const RUNS: usize = 15;
+/// Rounds of the paired comparison: the loop and the generated kernel
+/// back to back, in alternating order, so that a slow spell of the
+/// machine lands on both sides of a ratio.
+const ROUNDS: usize = 31;
 
 /// The median of `RUNS` timings of `f`, after one warm-up.
 fn median(mut f: impl FnMut()) -> Duration {
     f();
-    let mut times: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
+    let mut times: Vec<Duration> = (0..RUNS).map(|_| time(&mut f)).collect();
     times.sort();
     times[RUNS / 2]
+}
+
+fn time(f: &mut impl FnMut()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+/// Per round, `b`'s time over `a`'s, measured back to back; gives the
+/// sorted ratios and the median times of `a` and `b`.
+fn paired(mut a: impl FnMut(), mut b: impl FnMut()) -> (Vec<f64>, Duration, Duration) {
+    a();
+    b();
+    let mut ratios = Vec::with_capacity(ROUNDS);
+    let mut ta = Vec::with_capacity(ROUNDS);
+    let mut tb = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let (x, y) = if round % 2 == 0 {
+            let x = time(&mut a);
+            (x, time(&mut b))
+        } else {
+            let y = time(&mut b);
+            (time(&mut a), y)
+        };
+        ratios.push(y.as_secs_f64() / x.as_secs_f64());
+        ta.push(x);
+        tb.push(y);
+    }
+    ratios.sort_by(f64::total_cmp);
+    ta.sort();
+    tb.sort();
+    (ratios, ta[ROUNDS / 2], tb[ROUNDS / 2])
 }
 
 /// The hand-written loop, on `threads` threads (contiguous chunks).
@@ -93,19 +123,38 @@ fn main() {
     let params = (N as u32).to_le_bytes();
     let grid = [(N / 256) as u32, 1, 1];
     let all = std::thread::available_parallelism().map_or(1, usize::from);
-    println!("elementwise add_f32, {N} f32, workgroups of 256 ({RUNS} runs, median)");
+    println!(
+        "elementwise add_f32, {N} f32, workgroups of 256 \
+         (generated against the loop: {ROUNDS} paired rounds, median ratio [min, max]; \
+         others: median of {RUNS})"
+    );
     for threads in [1, all] {
         let options = HostOptions { threads };
-        out.fill(0.0);
-        let generated = median(|| {
+        // Both read the same inputs and write the same output, so that
+        // neither finds the other's data in the cache.
+        let data = std::cell::RefCell::new((a.clone(), b.clone(), vec![0f32; N]));
+        let generated = || {
+            let mut d = data.borrow_mut();
+            let (a, b, out) = &mut *d;
             let mut bufs: Vec<&mut [u8]> =
                 vec![a.as_mut_bytes(), b.as_mut_bytes(), out.as_mut_bytes()];
             generated::ADD_F32
                 .run_with(grid, &mut bufs, &params, &options)
                 .expect("the generated add runs");
             black_box(&out);
-        });
-        check(&a, &b, &out, "the generated kernel");
+        };
+        generated();
+        check(&a, &b, &data.borrow().2, "the generated kernel");
+        let (ratios, rust, gen_time) = paired(
+            || {
+                let mut d = data.borrow_mut();
+                let (a, b, out) = &mut *d;
+                rust_add(a, b, out, threads);
+                black_box(&out);
+            },
+            generated,
+        );
+        check(&a, &b, &data.borrow().2, "the loop");
         out.fill(0.0);
         let host = median(|| {
             let mut bufs: Vec<&mut [u8]> =
@@ -114,12 +163,6 @@ fn main() {
             black_box(&out);
         });
         check(&a, &b, &out, "the interpreter");
-        out.fill(0.0);
-        let rust = median(|| {
-            rust_add(&a, &b, &mut out, threads);
-            black_box(&out);
-        });
-        check(&a, &b, &out, "the loop");
         if threads == 1 {
             out.fill(0.0);
             let atomic = median(|| {
@@ -128,16 +171,19 @@ fn main() {
             });
             check(&a, &b, &out, "the atomic loop");
             println!(
-                "threads 1: Rust loop with relaxed atomic stores {:8.3} ms ({:.2}x)",
+                "threads 1: Rust loop with relaxed atomic stores {:8.3} ms ({:.2}x the loop's median)",
                 ms(atomic),
                 atomic.as_secs_f64() / rust.as_secs_f64()
             );
         }
         println!(
-            "threads {threads}: Rust loop {:8.3} ms, generated {:8.3} ms ({:.2}x), interpreter {:8.3} ms ({:.2}x)",
+            "threads {threads}: Rust loop {:8.3} ms, generated {:8.3} ms: {:.2}x [{:.2}, {:.2}]; \
+             interpreter {:8.3} ms ({:.2}x)",
             ms(rust),
-            ms(generated),
-            generated.as_secs_f64() / rust.as_secs_f64(),
+            ms(gen_time),
+            ratios[ROUNDS / 2],
+            ratios[0],
+            ratios[ROUNDS - 1],
             ms(host),
             host.as_secs_f64() / rust.as_secs_f64(),
         );

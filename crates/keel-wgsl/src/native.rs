@@ -6,7 +6,8 @@
 //! (a loop over its invocations, each an ordinary block of scalar Rust),
 //! which the including crate compiles with the rest of its code; this
 //! module gives that function its launch ([`Kernel::run`]), its memory
-//! ([`Ro`], [`Rw`], [`Private`]) and WGSL's scalar semantics (the free
+//! ([`Ro`], [`Rw`], [`Private`], and the windows [`RoWindow`] and
+//! [`RwWindow`] of a workgroup's accesses) and WGSL's scalar semantics (the free
 //! functions below), which the interpreter's lane kernels ([`crate::host`])
 //! call too, so that both ends compute the same bits.
 //!
@@ -163,6 +164,7 @@ impl Kernel {
 
 impl<'a> Ctx<'a> {
     /// Storage buffer `n`, declared read-only.
+    #[inline]
     pub fn ro(&self, n: u32) -> Result<Ro<'a>, Fault> {
         match self.buffers.get(n as usize) {
             Some(Binding {
@@ -179,6 +181,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Storage buffer `n`, which the kernel may write.
+    #[inline]
     pub fn rw(&self, n: u32) -> Result<Rw<'a>, Fault> {
         match self.buffers.get(n as usize) {
             Some(Binding {
@@ -252,6 +255,130 @@ fn aligned_word(offset: u64) -> Option<usize> {
     }
 }
 
+/// The word `min` bytes from `addr` (a negative `min` reaches back), where
+/// it is a whole word: where a window starts.
+#[inline(always)]
+fn window_start(addr: u64, min: i64) -> Option<usize> {
+    let start = addr.checked_add_signed(min)?;
+    if start.is_multiple_of(4) {
+        usize::try_from(start / 4).ok()
+    } else {
+        None
+    }
+}
+
+/// Whether `base + min ..= base + end` (bytes, `min <= 0 <= end`) lies
+/// inside `len` bytes: a bounds guard at `base` then holds for every step
+/// in `min..=end - size`.
+#[inline(always)]
+fn covers(len: u64, base: u64, min: i64, end: i64) -> bool {
+    let first = i128::from(base) + i128::from(min);
+    let last = i128::from(base) + i128::from(end);
+    first >= 0 && last <= i128::from(len)
+}
+
+/// Whether `v + d` stays a `u32` for every `d` in `min..=max`: widening
+/// such a value to 64 bits keeps its steps.
+#[inline(always)]
+pub fn fits_u32(v: u32, min: i64, max: i64) -> bool {
+    let v = i128::from(v);
+    v + i128::from(min) >= 0 && v + i128::from(max) <= i128::from(u32::MAX)
+}
+
+/// Whether `v + d` stays an `i32` for every `d` in `min..=max`.
+#[inline(always)]
+pub fn fits_i32(v: i32, min: i64, max: i64) -> bool {
+    let v = i128::from(v);
+    v + i128::from(min) >= i128::from(i32::MIN) && v + i128::from(max) <= i128::from(i32::MAX)
+}
+
+/// `W` words of a read-only buffer that a workgroup's accesses all fall
+/// in: indexing it with an index the compiler can bound needs no check
+/// per access.
+#[derive(Clone, Copy, Debug)]
+pub struct RoWindow<'a, const W: usize> {
+    words: &'a [u32; W],
+    start: u64,
+}
+
+impl<const W: usize> RoWindow<'_, W> {
+    /// The byte offset of word 0 in the buffer.
+    #[inline(always)]
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The `u32` at word `i`.
+    #[inline(always)]
+    pub fn ld_u32(&self, i: usize) -> u32 {
+        self.words[i]
+    }
+
+    /// The `i32` at word `i`.
+    #[inline(always)]
+    pub fn ld_i32(&self, i: usize) -> i32 {
+        self.words[i] as i32
+    }
+
+    /// The `f32` at word `i`.
+    #[inline(always)]
+    pub fn ld_f32(&self, i: usize) -> f32 {
+        f32::from_bits(self.words[i])
+    }
+}
+
+/// `W` words of a writable buffer that a workgroup's accesses all fall
+/// in (see [`RoWindow`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RwWindow<'a, const W: usize> {
+    words: &'a [AtomicU32; W],
+    start: u64,
+}
+
+impl<const W: usize> RwWindow<'_, W> {
+    /// The byte offset of word 0 in the buffer.
+    #[inline(always)]
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The `u32` at word `i`.
+    #[inline(always)]
+    pub fn ld_u32(&self, i: usize) -> u32 {
+        self.words[i].load(Relaxed)
+    }
+
+    /// The `i32` at word `i`.
+    #[inline(always)]
+    pub fn ld_i32(&self, i: usize) -> i32 {
+        self.ld_u32(i) as i32
+    }
+
+    /// The `f32` at word `i`.
+    #[inline(always)]
+    pub fn ld_f32(&self, i: usize) -> f32 {
+        f32::from_bits(self.ld_u32(i))
+    }
+
+    /// Stores a `u32` at word `i`.
+    #[inline(always)]
+    pub fn st_u32(&self, i: usize, v: u32) {
+        self.words[i].store(v, Relaxed);
+    }
+
+    /// Stores an `i32` at word `i`.
+    #[inline(always)]
+    pub fn st_i32(&self, i: usize, v: i32) {
+        self.st_u32(i, v as u32);
+    }
+
+    /// Stores an `f32` at word `i`.
+    #[inline(always)]
+    pub fn st_f32(&self, i: usize, v: f32) {
+        self.st_u32(i, v.to_bits());
+    }
+}
+
 #[cold]
 fn fault(what: &str, memory: &str, offset: u64, bytes: u64, limit: u64) -> Fault {
     Fault(format!(
@@ -310,7 +437,7 @@ pub struct Ro<'a> {
     n: u32,
 }
 
-impl Ro<'_> {
+impl<'a> Ro<'a> {
     /// The buffer's length in bytes (`arrayLength`, bounds checks).
     #[inline]
     pub fn len(&self) -> u64 {
@@ -347,6 +474,24 @@ impl Ro<'_> {
             Some(&v) => Ok(v),
             None => Err(self.fault("load", offset, 4)),
         }
+    }
+
+    /// The `W` words from `min` bytes after `addr`, where they are whole
+    /// words of the buffer.
+    #[inline]
+    pub fn window<const W: usize>(&self, addr: u64, min: i64) -> Option<RoWindow<'a, W>> {
+        let first = window_start(addr, min)?;
+        let words = self.full.get(first..first.checked_add(W)?)?;
+        Some(RoWindow {
+            words: words.try_into().ok()?,
+            start: first as u64 * 4,
+        })
+    }
+
+    /// Whether `base + min ..= base + end` lies inside the buffer.
+    #[inline]
+    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
+        covers(self.len, base, min, end)
     }
 
     loads!();
@@ -404,6 +549,24 @@ impl<'a> Rw<'a> {
             Some(c) => Ok(c.load(Relaxed)),
             None => Err(self.fault("load", offset, 4)),
         }
+    }
+
+    /// The `W` words from `min` bytes after `addr`, where they are whole
+    /// words of the buffer.
+    #[inline]
+    pub fn window<const W: usize>(&self, addr: u64, min: i64) -> Option<RwWindow<'a, W>> {
+        let first = window_start(addr, min)?;
+        let words = self.full.get(first..first.checked_add(W)?)?;
+        Some(RwWindow {
+            words: words.try_into().ok()?,
+            start: first as u64 * 4,
+        })
+    }
+
+    /// Whether `base + min ..= base + end` lies inside the buffer.
+    #[inline]
+    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
+        covers(self.len, base, min, end)
     }
 
     loads!();

@@ -17,11 +17,20 @@
 //! breaks out of, `return` to a break out of the invocation's block.
 //! Every operation calls the scalar function of [`crate::native`] that the
 //! interpreter's lane kernels call too, so both ends compute the same bits.
+//!
+//! A workgroup whose accesses step by a constant per invocation is
+//! printed twice: once with checked accesses, once with accesses through
+//! windows of the buffers taken before its invocations run, which the
+//! workgroup takes wherever the windows lie inside the buffers (see
+//! `window.rs`).
 
 use std::fmt::{self, Write};
 
 use crate::host::lanes;
+
+mod window;
 use crate::ir::{AtomicOp, BinOp, Builtin, Inst, Program, Reg, Space, Stmt, SubgroupOp, Ty};
+use window::{Check, Guarded, Plan};
 
 /// Why a program cannot be printed as Rust: it synchronizes its
 /// invocations (barriers, subgroups, workgroup memory), which only the
@@ -84,16 +93,27 @@ pub fn emit(program: &Program) -> Result<String, RustError> {
         blocks: Vec::new(),
         params: Vec::new(),
         ops: 0,
+        plan: None,
+        fast: false,
+        access: 0,
     };
     e.check_header()?;
-    let mut body = String::new();
-    std::mem::swap(&mut e.out, &mut body);
-    e.depth = 4;
-    e.stmts(&program.body)?;
-    std::mem::swap(&mut e.out, &mut body);
+    let body = e.body()?;
+    let ops = e.ops;
+    let windowed = match window::plan(program) {
+        Some(plan) => {
+            e.plan = Some(plan);
+            e.fast = true;
+            let fast = e.body()?;
+            let prologue = e.prologue()?;
+            Some((prologue, fast))
+        }
+        None => None,
+    };
+    e.ops = ops;
     e.params.sort_unstable();
     e.params.dedup();
-    e.items(&body);
+    e.items(&body, windowed.as_ref());
     Ok(e.out)
 }
 
@@ -118,6 +138,12 @@ struct Emitter<'a> {
     /// Parameter words read (hoisted to the workgroup's start).
     params: Vec<u32>,
     ops: u32,
+    /// The windowed path, where the program has one.
+    plan: Option<Plan>,
+    /// Whether the body being printed is the windowed one.
+    fast: bool,
+    /// Loads and stores printed so far in this body.
+    access: usize,
 }
 
 impl Emitter<'_> {
@@ -163,8 +189,105 @@ impl Emitter<'_> {
         let _ = writeln!(self.out, "{text}");
     }
 
-    /// The items around the workgroup's statements `body`.
-    fn items(&mut self, body: &str) {
+    /// The invocation's statements, as one body of the workgroup's loop.
+    fn body(&mut self) -> Result<String, RustError> {
+        let mut body = String::new();
+        std::mem::swap(&mut self.out, &mut body);
+        self.depth = 4;
+        self.next_loop = 0;
+        self.access = 0;
+        self.ops = 0;
+        self.stmts(&self.p.body)?;
+        std::mem::swap(&mut self.out, &mut body);
+        Ok(body)
+    }
+
+    /// The statements that take the windows: the offsets evaluated at
+    /// invocation (0, 0, 0), the checks, and the windows, in a block
+    /// labelled `'fast` that gives `Some` of the windows where every
+    /// check holds.
+    fn prologue(&mut self) -> Result<String, RustError> {
+        let Some(plan) = self.plan.take() else {
+            return Ok(String::new());
+        };
+        let mut text = String::new();
+        std::mem::swap(&mut self.out, &mut text);
+        self.depth = 2;
+        self.line("let (lx, ly, lz) = (0u32, 0u32, 0u32);");
+        for &r in &plan.prologue_regs {
+            let ty = self.ty(r)?;
+            self.line(format_args!("let mut {r}: {} = {};", rust_ty(ty), zero(ty)));
+        }
+        for inst in &plan.prologue {
+            let t = self.inst(inst)?;
+            self.line(t);
+        }
+        for check in &plan.checks {
+            let cond = match *check {
+                Check::Fits { reg, ty, min, max } => {
+                    let f = if ty == Ty::I32 {
+                        "fits_i32"
+                    } else {
+                        "fits_u32"
+                    };
+                    format!("rt::{f}({reg}, {min}, {max})")
+                }
+                Check::Covers {
+                    buffer,
+                    base,
+                    min,
+                    end,
+                } => format!("b{buffer}.covers({base}, {min}, {end})"),
+            };
+            self.line(format_args!("if !{cond} {{"));
+            self.line("    break 'fast None;");
+            self.line("}");
+        }
+        for (k, w) in plan.windows.iter().enumerate() {
+            self.line(format_args!(
+                "let Some(w{k}) = b{}.window::<{}>({}, {}) else {{",
+                w.buffer, w.words, w.addr, w.min
+            ));
+            self.line("    break 'fast None;");
+            self.line("};");
+        }
+        let names: Vec<String> = (0..plan.windows.len()).map(|k| format!("w{k}")).collect();
+        self.line(format_args!("Some(({},))", names.join(", ")));
+        std::mem::swap(&mut self.out, &mut text);
+        self.plan = Some(plan);
+        Ok(text)
+    }
+
+    /// Writes the lane loops around `body`.
+    fn lanes(&mut self, body: &str) {
+        let p = self.p;
+        let [sx, sy, sz] = p.workgroup_size;
+        let o = &mut self.out;
+        let _ = writeln!(o, "    for lz in 0..{sz}u32 {{");
+        let _ = writeln!(o, "        for ly in 0..{sy}u32 {{");
+        let _ = writeln!(o, "            for lx in 0..{sx}u32 {{");
+        if p.private_bytes > 0 {
+            let _ = writeln!(o, "                pv.clear();");
+        }
+        for (i, &ty) in p.regs.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "                let mut r{i}: {} = {};",
+                rust_ty(ty),
+                zero(ty)
+            );
+        }
+        let _ = writeln!(o, "                'inv: {{");
+        o.push_str(body);
+        let _ = writeln!(o, "                }}");
+        let _ = writeln!(o, "            }}");
+        let _ = writeln!(o, "        }}");
+        let _ = writeln!(o, "    }}");
+    }
+
+    /// The items around the workgroup's statements `body`, and its
+    /// windowed `(prologue, body)` where it has them.
+    fn items(&mut self, body: &str, windowed: Option<&(String, String)>) {
         let p = self.p;
         let name = if KEYWORDS.contains(&p.name.as_str()) {
             format!("r#{}", p.name)
@@ -221,26 +344,21 @@ impl Emitter<'_> {
         for w in &self.params {
             let _ = writeln!(o, "    let p{w} = cx.param({w})?;");
         }
-        let _ = writeln!(o, "    for lz in 0..{sz}u32 {{");
-        let _ = writeln!(o, "        for ly in 0..{sy}u32 {{");
-        let _ = writeln!(o, "            for lx in 0..{sx}u32 {{");
-        if p.private_bytes > 0 {
-            let _ = writeln!(o, "                pv.clear();");
+        if let Some((prologue, fast)) = windowed {
+            let n = self.plan.as_ref().map_or(0, |p| p.windows.len());
+            let names: Vec<String> = (0..n).map(|k| format!("w{k}")).collect();
+            let o = &mut self.out;
+            let _ = writeln!(o, "    let windows = 'fast: {{");
+            o.push_str(prologue);
+            let _ = writeln!(o, "    }};");
+            let _ = writeln!(o, "    if let Some(({},)) = windows {{", names.join(", "));
+            self.lanes(fast);
+            let o = &mut self.out;
+            let _ = writeln!(o, "    return Ok(());");
+            let _ = writeln!(o, "    }}");
         }
-        for (i, &ty) in p.regs.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "                let mut r{i}: {} = {};",
-                rust_ty(ty),
-                zero(ty)
-            );
-        }
-        let _ = writeln!(o, "                'inv: {{");
-        o.push_str(body);
-        let _ = writeln!(o, "                }}");
-        let _ = writeln!(o, "            }}");
-        let _ = writeln!(o, "        }}");
-        let _ = writeln!(o, "    }}");
+        self.lanes(body);
+        let o = &mut self.out;
         let _ = writeln!(o, "    Ok(())");
         let _ = writeln!(o, "}}");
     }
@@ -400,6 +518,44 @@ impl Emitter<'_> {
         }
     }
 
+    /// For the next load or store, where the body being printed is the
+    /// windowed one and the access has a window: the debug checks to print
+    /// before it (the offset is where the window says, the bounds guard
+    /// the window replaces holds), the window, the word index into it, and
+    /// the guard left to test.
+    fn windowed(&mut self, addr: Reg) -> Result<Option<Windowed>, RustError> {
+        let ordinal = self.access;
+        self.access += 1;
+        if !self.fast {
+            return Ok(None);
+        }
+        let Some(a) = self.plan.as_ref().and_then(|p| p.accesses.get(&ordinal)) else {
+            return Ok(None);
+        };
+        let w = a.window;
+        let mut check = format!(
+            "debug_assert_eq!({addr}, w{w}.start() + 4 * ({}) as u64); ",
+            a.index
+        );
+        let guard = match a.guard {
+            Guarded::None => None,
+            Guarded::Keep(g) => Some(g),
+            Guarded::Bounds { ok, outer } => {
+                let _ = write!(check, "debug_assert!({ok}); ");
+                outer
+            }
+        };
+        if let Some(g) = guard {
+            self.want(g, Ty::Bool)?;
+        }
+        Ok(Some(Windowed {
+            check,
+            window: format!("w{w}"),
+            index: a.index.clone(),
+            guard,
+        }))
+    }
+
     fn guard(&self, g: Option<Reg>) -> Result<Option<Reg>, RustError> {
         if let Some(g) = g {
             self.want(g, Ty::Bool)?;
@@ -538,6 +694,22 @@ impl Emitter<'_> {
             } => {
                 let ty = self.ty(dst)?;
                 let suffix = self.access(ty, "load")?;
+                if let Some(Windowed {
+                    check,
+                    window,
+                    index,
+                    guard,
+                }) = self.windowed(addr)?
+                {
+                    let load = format!("{window}.ld_{suffix}({index})");
+                    return Ok(match guard {
+                        Some(g) => format!(
+                            "{check}{dst} = if {g} {{ {load} }} else {{ {} }};",
+                            zero(ty)
+                        ),
+                        None => format!("{check}{dst} = {load};"),
+                    });
+                }
                 let load = format!(
                     "{}.ld_{suffix}({})?",
                     self.memory(space, false)?,
@@ -556,6 +728,19 @@ impl Emitter<'_> {
                 atomic: _,
             } => {
                 let suffix = self.access(self.ty(value)?, "store")?;
+                if let Some(Windowed {
+                    check,
+                    window,
+                    index,
+                    guard,
+                }) = self.windowed(addr)?
+                {
+                    let store = format!("{window}.st_{suffix}({index}, {value});");
+                    return Ok(match guard {
+                        Some(g) => format!("{check}if {g} {{ {store} }}"),
+                        None => format!("{check}{store}"),
+                    });
+                }
                 let store = format!(
                     "{}.st_{suffix}({}, {value})?;",
                     self.memory(space, true)?,
@@ -655,6 +840,18 @@ impl Emitter<'_> {
         };
         Ok(format!("{dst} = {call};"))
     }
+}
+
+/// A load or store through a window, as [`Emitter::windowed`] gives it.
+struct Windowed {
+    /// Debug assertions to print before the access.
+    check: String,
+    /// The window's name.
+    window: String,
+    /// The word index into it.
+    index: String,
+    /// The guard left to test.
+    guard: Option<Reg>,
 }
 
 /// The Rust type of a register.

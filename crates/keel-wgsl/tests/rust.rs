@@ -43,6 +43,41 @@ fn atomics_global(@builtin(global_invocation_id) g: vec3<u32>) {
 }
 ";
 
+/// Accesses the windowed path takes or leaves, and the workgroups where it
+/// must fall back: a two-dimensional workgroup, an index that runs
+/// backwards, a stride with an offset, a gather (whose index read is
+/// windowed but whose read is not), a `u32` index that wraps inside a
+/// workgroup for a large `shift`, an `i32` index that is negative for the
+/// first invocations (a guard besides the bounds), and `vec4` accesses
+/// with one bounds guard for four words. Each invocation writes only its
+/// own elements, so the order of the invocations does not matter.
+const WINDOWS: &str = r"
+struct Params { n: u32, shift: u32, back: i32 }
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> idx: array<u32>;
+@group(0) @binding(2) var<storage, read_write> reversed: array<f32>;
+@group(0) @binding(3) var<storage, read_write> strided: array<f32>;
+@group(0) @binding(4) var<storage, read_write> shifted: array<f32>;
+@group(0) @binding(5) var<storage, read_write> quads: array<vec4<u32>>;
+@group(0) @binding(6) var<uniform> p: Params;
+@compute @workgroup_size(8, 4)
+fn windows(
+    @builtin(local_invocation_id) l: vec3<u32>,
+    @builtin(workgroup_id) w: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let t = ((w.y * groups.x + w.x) * 4u + l.y) * 8u + l.x;
+    if t >= p.n {
+        return;
+    }
+    reversed[p.n - 1u - t] = a[t] * 2.0;
+    strided[2u * t + 1u] += a[idx[t] % 64u];
+    shifted[i32(t) - p.back] = a[t + p.shift];
+    let q = quads[t];
+    quads[t] = q.wzyx + vec4<u32>(t);
+}
+";
+
 /// The source and entry point of every kernel the generated module holds.
 fn sources() -> Vec<(String, &'static str)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -101,6 +136,7 @@ fn sources() -> Vec<(String, &'static str)> {
         out.push((corpus(&format!("{name}.wgsl")), name));
     }
     out.push((ATOMICS.to_string(), "atomics_global"));
+    out.push((WINDOWS.to_string(), "windows"));
     out
 }
 
@@ -294,6 +330,16 @@ fn cases() -> Vec<Case> {
         params: vec![vec![]],
         grids: vec![g1(1), g1(3), g1(8)],
     });
+    out.push(Case {
+        name: "windows",
+        params: vec![
+            vec![200, 0, 0],
+            vec![2000, 0xffff_fff0, 3],
+            vec![1000, 7, -5i32 as u32],
+            vec![300, 0x8000_0000, 40],
+        ],
+        grids: vec![g1(1), g1(9), [3, 2, 1], [40, 2, 1]],
+    });
     for name in [
         "philox_u32",
         "philox_u32_wg64",
@@ -395,10 +441,16 @@ fn every_kernel_matches_the_interpreter_bit_for_bit() {
 #[test]
 fn threads_give_the_same_bits() {
     let programs = programs();
-    for case in cases()
-        .iter()
-        .filter(|c| ["add_f32", "matmul_naive", "philox_randn", "atomics_global"].contains(&c.name))
-    {
+    for case in cases().iter().filter(|c| {
+        [
+            "add_f32",
+            "matmul_naive",
+            "philox_randn",
+            "atomics_global",
+            "windows",
+        ]
+        .contains(&c.name)
+    }) {
         let program = programs
             .iter()
             .find(|p| p.name == case.name)

@@ -1,0 +1,785 @@
+//! The windowed path of a translated workgroup.
+//!
+//! A storage access whose byte offset moves by a fixed step per
+//! invocation (`out[gid.x]`: four bytes per `local_invocation_id.x`) touches,
+//! across one workgroup, a range that is known before its invocations run:
+//! the offset at invocation (0, 0, 0) plus the steps times the workgroup's
+//! extent. Where that range lies inside the buffer, every invocation's
+//! bounds guard holds and its word is found by indexing a fixed-size array
+//! with the invocation's local id, which the compiler checks once for the
+//! whole loop instead of once per access. Checked accesses are what kept
+//! translated elementwise kernels at 2-3x a Rust loop.
+//!
+//! [`plan`] finds such accesses in a [`Program`]. The translation then
+//! prints the workgroup twice: a prologue evaluates the offsets at
+//! invocation (0, 0, 0) and takes each buffer's window; where every window
+//! and check holds the invocations run with window accesses, otherwise
+//! (a workgroup at a buffer's end, an offset that would wrap) they run as
+//! before. Only registers written once, by instructions without side
+//! effects, take part, so evaluating them ahead of the invocations gives
+//! what each invocation would compute.
+//!
+//! An offset is affine in the local ids modulo its width: adds, subtracts,
+//! multiplies and shifts by constants keep the form exactly in modular
+//! arithmetic. Where a 32-bit index widens to a 64-bit offset the form
+//! holds as integers only if no invocation wraps; the prologue checks
+//! that at run time ([`Check::Fits`]), as it checks each window against
+//! the buffer.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Space, Stmt, Ty};
+
+/// Programs longer than this are translated without a windowed path: each
+/// workgroup would be printed twice, and a kernel this long spends its
+/// time computing, not reaching memory.
+const MAX_OPS: usize = 1000;
+
+/// The largest step per invocation the plan follows, in bytes: beyond it a
+/// window would span more than any buffer holds.
+const MAX_STEP: i128 = 1 << 32;
+
+/// Steps of a value per local id: `value(l) = value(0) + Σ c[j] * l[j]`,
+/// modulo the width of its type.
+type Steps = [i128; 3];
+
+const UNIFORM: Steps = [0; 3];
+
+/// What the windowed path of a program needs.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Per load or store, by its place in the program (pre-order, every
+    /// space counted), how its windowed form reads.
+    pub accesses: HashMap<usize, Access>,
+    /// The instructions the prologue runs at invocation (0, 0, 0), in
+    /// program order.
+    pub prologue: Vec<Inst>,
+    /// The registers the prologue declares, with their types.
+    pub prologue_regs: Vec<Reg>,
+    pub windows: Vec<Window>,
+    pub checks: Vec<Check>,
+}
+
+/// A load or store through a window.
+#[derive(Debug)]
+pub(crate) struct Access {
+    /// Index into [`Plan::windows`].
+    pub window: usize,
+    /// The word index into the window, a Rust expression of `lx`, `ly`,
+    /// `lz`.
+    pub index: String,
+    /// The guard the windowed access tests.
+    pub guard: Guarded,
+}
+
+/// The guard of a windowed access.
+#[derive(Debug)]
+pub(crate) enum Guarded {
+    /// No guard.
+    None,
+    /// The access's own guard, which is not (only) a bounds check.
+    Keep(Reg),
+    /// A bounds check that holds for the whole workgroup (register `ok`,
+    /// asserted in debug builds), and-ed with `outer` where there is one.
+    Bounds { ok: Reg, outer: Option<Reg> },
+}
+
+/// The words of one buffer that one access reaches across a workgroup.
+#[derive(Debug)]
+pub(crate) struct Window {
+    pub buffer: u32,
+    /// The offset register, evaluated at invocation (0, 0, 0).
+    pub addr: Reg,
+    /// The lowest step of any invocation, in bytes (zero or negative).
+    pub min: i64,
+    /// Words in the window.
+    pub words: u64,
+}
+
+/// A condition the prologue checks before taking the windowed path.
+#[derive(Debug)]
+pub(crate) enum Check {
+    /// The 32-bit register's value at invocation (0, 0, 0) plus any step
+    /// in `min..=max` stays inside its type (`U32` or `I32`): widening it
+    /// to 64 bits then keeps the steps.
+    Fits {
+        reg: Reg,
+        ty: Ty,
+        min: i64,
+        max: i64,
+    },
+    /// `base + min ..= base + end` lies inside buffer `buffer`'s bytes: a
+    /// bounds guard of `size` bytes at `base` holds in every invocation.
+    Covers {
+        buffer: u32,
+        base: Reg,
+        min: i64,
+        end: i64,
+    },
+}
+
+/// The windowed path of `program`, where it has one: at least one load or
+/// store whose offset steps by a constant per invocation, and few enough
+/// instructions to print twice.
+pub(crate) fn plan(program: &Program) -> Option<Plan> {
+    let mut a = Analysis::new(program);
+    if a.ops > MAX_OPS {
+        return None;
+    }
+    let mut accesses = HashMap::new();
+    let mut windows: Vec<Window> = Vec::new();
+    let mut covers: Vec<(u32, Reg, u64)> = Vec::new();
+    let mut ordinal = 0usize;
+    let mut found = Vec::new();
+    walk(&program.body, &mut |inst| {
+        if let Inst::Load { .. } | Inst::Store { .. } = inst {
+            found.push((ordinal, inst));
+            ordinal += 1;
+        }
+    });
+    for (ordinal, inst) in found {
+        let (space, addr, guard, ty) = match *inst {
+            Inst::Load {
+                dst,
+                space,
+                addr,
+                guard,
+                ..
+            } => (space, addr, guard, program.ty(dst)),
+            Inst::Store {
+                space,
+                addr,
+                value,
+                guard,
+                ..
+            } => (space, addr, guard, program.ty(value)),
+            _ => continue,
+        };
+        let Space::Buffer(buffer) = space else {
+            continue;
+        };
+        // Whole words only: a half or a pair of words keeps its checked
+        // accessor.
+        if !matches!(ty, Ty::U32 | Ty::I32 | Ty::F32) || program.ty(addr) != Ty::U64 {
+            continue;
+        }
+        let Some(steps) = a.form(addr, 0) else {
+            continue;
+        };
+        if steps.iter().any(|c| c % 4 != 0) {
+            continue;
+        }
+        let guard = match guard {
+            None => Guarded::None,
+            Some(g) => match a.bounds_guard(g, buffer) {
+                Some((ok, outer, base, size)) => {
+                    covers.push((buffer, base, size));
+                    Guarded::Bounds { ok, outer }
+                }
+                None => Guarded::Keep(g),
+            },
+        };
+        let (min, max) = a.span(steps);
+        let window = match windows
+            .iter()
+            .position(|w| w.buffer == buffer && w.addr == addr)
+        {
+            Some(w) => w,
+            None => {
+                windows.push(Window {
+                    buffer,
+                    addr,
+                    min: min as i64,
+                    words: ((max - min) / 4 + 1) as u64,
+                });
+                windows.len() - 1
+            }
+        };
+        accesses.insert(
+            ordinal,
+            Access {
+                window,
+                index: index(steps, min),
+                guard,
+            },
+        );
+    }
+    if accesses.is_empty() {
+        return None;
+    }
+    let mut checks = Vec::new();
+    let mut roots: Vec<Reg> = windows.iter().map(|w| w.addr).collect();
+    covers.sort_unstable();
+    covers.dedup();
+    // A word-sized guard at a window's own offset holds wherever the
+    // window lies inside the buffer.
+    covers.retain(|&(buffer, base, size)| {
+        size != 4 || !windows.iter().any(|w| w.buffer == buffer && w.addr == base)
+    });
+    for (buffer, base, size) in covers {
+        let steps = a.form(base, 0)?;
+        let (min, max) = a.span(steps);
+        checks.push(Check::Covers {
+            buffer,
+            base,
+            min: min as i64,
+            end: (max + i128::from(size)) as i64,
+        });
+        roots.push(base);
+    }
+    let needed = a.slice(&roots, &mut checks);
+    let mut prologue = Vec::new();
+    walk(&program.body, &mut |inst| {
+        if dst(inst).is_some_and(|d| needed.contains(&d)) {
+            prologue.push(inst.clone());
+        }
+    });
+    let mut prologue_regs: Vec<Reg> = needed.into_iter().collect();
+    prologue_regs.sort_unstable();
+    Some(Plan {
+        accesses,
+        prologue,
+        prologue_regs,
+        windows,
+        checks,
+    })
+}
+
+/// The word index of an access with `steps` in a window starting at step
+/// `min`: `(Σ steps[j] * l[j] - min) / 4`, written so that it never goes
+/// below zero on the way.
+fn index(steps: Steps, min: i128) -> String {
+    let mut text = String::new();
+    let offset = -min / 4;
+    if offset != 0 {
+        let _ = write!(text, "{offset}");
+    }
+    let lanes = ["lx", "ly", "lz"];
+    for sign in [1, -1] {
+        for (c, lane) in steps.iter().zip(lanes) {
+            let words = c / 4 * sign;
+            if words <= 0 {
+                continue;
+            }
+            let op = match (text.is_empty(), sign) {
+                (true, _) => "",
+                (false, 1) => " + ",
+                (false, _) => " - ",
+            };
+            if words == 1 {
+                let _ = write!(text, "{op}{lane} as usize");
+            } else {
+                let _ = write!(text, "{op}{lane} as usize * {words}");
+            }
+        }
+    }
+    if text.is_empty() {
+        text.push('0');
+    }
+    text
+}
+
+/// Calls `f` on every instruction of `stmts`, in program order.
+fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => f(inst),
+            Stmt::If { then, els, .. } => {
+                walk(then, f);
+                walk(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                walk(body, f);
+                walk(continuing, f);
+            }
+            Stmt::Block { body, .. } => walk(body, f),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
+}
+
+/// The register an instruction writes.
+fn dst(inst: &Inst) -> Option<Reg> {
+    match *inst {
+        Inst::Const { dst, .. }
+        | Inst::Mov { dst, .. }
+        | Inst::Un { dst, .. }
+        | Inst::Bin { dst, .. }
+        | Inst::Fma { dst, .. }
+        | Inst::Select { dst, .. }
+        | Inst::Convert { dst, .. }
+        | Inst::Bitcast { dst, .. }
+        | Inst::Read { dst, .. }
+        | Inst::Param { dst, .. }
+        | Inst::Load { dst, .. }
+        | Inst::Subgroup { dst, .. } => Some(dst),
+        Inst::Atomic { dst, .. } => dst,
+        Inst::Store { .. } => None,
+    }
+}
+
+/// The registers a pure instruction reads.
+fn operands(inst: &Inst) -> Vec<Reg> {
+    match *inst {
+        Inst::Mov { src: a, .. }
+        | Inst::Un { a, .. }
+        | Inst::Convert { a, .. }
+        | Inst::Bitcast { a, .. } => vec![a],
+        Inst::Bin { a, b, .. } => vec![a, b],
+        Inst::Fma { a, b, c, .. } => vec![a, b, c],
+        Inst::Select { cond, a, b, .. } => vec![cond, a, b],
+        _ => Vec::new(),
+    }
+}
+
+fn is_int(ty: Ty) -> bool {
+    matches!(ty, Ty::U32 | Ty::I32 | Ty::U64)
+}
+
+struct Analysis<'a> {
+    p: &'a Program,
+    /// Per register, its only writer; `None` where it has none or several.
+    defs: Vec<Option<&'a Inst>>,
+    forms: HashMap<Reg, Option<Steps>>,
+    /// Widenings whose steps hold only if the 32-bit value does not wrap.
+    fits: HashMap<Reg, Check>,
+    ops: usize,
+}
+
+impl<'a> Analysis<'a> {
+    fn new(p: &'a Program) -> Self {
+        let mut writers = vec![0u32; p.regs.len()];
+        let mut defs: Vec<Option<&'a Inst>> = vec![None; p.regs.len()];
+        let mut ops = 0;
+        walk(&p.body, &mut |inst| {
+            ops += 1;
+            if let Some(d) = dst(inst)
+                && let Some(n) = writers.get_mut(d.index())
+            {
+                *n += 1;
+                defs[d.index()] = Some(inst);
+            }
+        });
+        for (d, n) in defs.iter_mut().zip(&writers) {
+            if *n != 1 {
+                *d = None;
+            }
+        }
+        Analysis {
+            p,
+            defs,
+            forms: HashMap::new(),
+            fits: HashMap::new(),
+            ops,
+        }
+    }
+
+    fn def(&self, r: Reg) -> Option<&'a Inst> {
+        self.defs.get(r.index()).copied().flatten()
+    }
+
+    fn ty(&self, r: Reg) -> Option<Ty> {
+        self.p.regs.get(r.index()).copied()
+    }
+
+    /// The value of a constant integer register, as its type reads it.
+    fn konst(&self, r: Reg) -> Option<i128> {
+        let Some(Inst::Const { bits, .. }) = self.def(r) else {
+            return None;
+        };
+        Some(match self.ty(r)? {
+            Ty::U32 => i128::from(*bits as u32 as i32),
+            Ty::I32 => i128::from(*bits as u32 as i32),
+            Ty::U64 => i128::from(*bits as i64),
+            _ => return None,
+        })
+    }
+
+    /// The lowest and highest step across the workgroup.
+    fn span(&self, steps: Steps) -> (i128, i128) {
+        let mut min = 0;
+        let mut max = 0;
+        for (c, &size) in steps.iter().zip(&self.p.workgroup_size) {
+            let reach = c * i128::from(size.saturating_sub(1));
+            min += reach.min(0);
+            max += reach.max(0);
+        }
+        (min, max)
+    }
+
+    /// How `r` steps per invocation, where it is affine in the local ids
+    /// and computed without side effects from registers written once.
+    fn form(&mut self, r: Reg, depth: u32) -> Option<Steps> {
+        if let Some(f) = self.forms.get(&r) {
+            return *f;
+        }
+        let f = self.compute(r, depth);
+        self.forms.insert(r, f);
+        f
+    }
+
+    fn compute(&mut self, r: Reg, depth: u32) -> Option<Steps> {
+        if depth > 256 {
+            return None;
+        }
+        let d = depth + 1;
+        let inst = self.def(r)?;
+        let ty = self.ty(r)?;
+        let steps = match *inst {
+            Inst::Const { .. } | Inst::Param { .. } => UNIFORM,
+            Inst::Read { what, .. } => match what {
+                Builtin::LocalId(axis) => {
+                    let mut s = UNIFORM;
+                    if self.p.workgroup_size[axis.index()] > 1 {
+                        s[axis.index()] = 1;
+                    }
+                    s
+                }
+                Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_) => UNIFORM,
+                Builtin::SubgroupSize | Builtin::SubgroupInvocationId => return None,
+            },
+            Inst::Mov { src, .. } => self.form(src, d)?,
+            Inst::Bitcast { a, .. } => {
+                let f = self.form(a, d)?;
+                if f != UNIFORM && !(is_int(ty) && is_int(self.ty(a)?)) {
+                    return None;
+                }
+                f
+            }
+            Inst::Convert { a, .. } => {
+                let f = self.form(a, d)?;
+                if f == UNIFORM {
+                    return Some(UNIFORM);
+                }
+                match (self.ty(a)?, ty) {
+                    // The same bits, modulo 2^32.
+                    (Ty::U32, Ty::I32) | (Ty::I32, Ty::U32) | (Ty::U64, Ty::U32 | Ty::I32) => f,
+                    // Widening keeps the steps where no invocation wraps.
+                    (from @ (Ty::U32 | Ty::I32), Ty::U64) => {
+                        let (min, max) = self.span(f);
+                        self.fits.insert(
+                            a,
+                            Check::Fits {
+                                reg: a,
+                                ty: from,
+                                min: i64::try_from(min).ok()?,
+                                max: i64::try_from(max).ok()?,
+                            },
+                        );
+                        f
+                    }
+                    _ => return None,
+                }
+            }
+            Inst::Bin { op, a, b, .. } => {
+                let fa = self.form(a, d)?;
+                let fb = self.form(b, d)?;
+                if fa == UNIFORM && fb == UNIFORM {
+                    UNIFORM
+                } else if !is_int(ty) {
+                    return None;
+                } else {
+                    match op {
+                        BinOp::Add => [fa[0] + fb[0], fa[1] + fb[1], fa[2] + fb[2]],
+                        BinOp::Sub => [fa[0] - fb[0], fa[1] - fb[1], fa[2] - fb[2]],
+                        BinOp::Mul if fa == UNIFORM => scale(fb, self.konst(a)?),
+                        BinOp::Mul if fb == UNIFORM => scale(fa, self.konst(b)?),
+                        BinOp::Shl if fb == UNIFORM => {
+                            let k = self.konst(b)?;
+                            if !(0..31).contains(&k) {
+                                return None;
+                            }
+                            scale(fa, 1 << k)
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            Inst::Un { a, .. } => {
+                if self.form(a, d)? != UNIFORM {
+                    return None;
+                }
+                UNIFORM
+            }
+            Inst::Fma { a, b, c, .. }
+            | Inst::Select {
+                cond: a,
+                a: b,
+                b: c,
+                ..
+            } => {
+                for x in [a, b, c] {
+                    if self.form(x, d)? != UNIFORM {
+                        return None;
+                    }
+                }
+                UNIFORM
+            }
+            Inst::Load { .. }
+            | Inst::Store { .. }
+            | Inst::Atomic { .. }
+            | Inst::Subgroup { .. } => {
+                return None;
+            }
+        };
+        let steps = steps.map(|c| wrap(c, ty));
+        if steps.iter().any(|c| c.abs() > MAX_STEP) {
+            return None;
+        }
+        Some(steps)
+    }
+
+    /// Matches the lowering's bounds guard of `size` bytes at `base` in
+    /// buffer `buffer` (`base + size <= len && base + size >= base`),
+    /// alone or and-ed with another guard: gives the bounds register, the
+    /// other guard, `base` and `size`.
+    fn bounds_guard(&self, g: Reg, buffer: u32) -> Option<(Reg, Option<Reg>, Reg, u64)> {
+        if let Some((base, size)) = self.bounds(g, buffer) {
+            return Some((g, None, base, size));
+        }
+        let Some(Inst::Bin {
+            op: BinOp::And,
+            a,
+            b,
+            ..
+        }) = self.def(g)
+        else {
+            return None;
+        };
+        for (ok, outer) in [(*a, *b), (*b, *a)] {
+            if let Some((base, size)) = self.bounds(ok, buffer) {
+                return Some((ok, Some(outer), base, size));
+            }
+        }
+        None
+    }
+
+    fn bounds(&self, ok: Reg, buffer: u32) -> Option<(Reg, u64)> {
+        let bin = |r: Reg, want: BinOp| match self.def(r)? {
+            Inst::Bin { op, a, b, .. } if *op == want => Some((*a, *b)),
+            _ => None,
+        };
+        let (inside, not_wrapped) = bin(ok, BinOp::And)?;
+        let (last, end) = bin(inside, BinOp::Le)?;
+        let (last2, base) = bin(not_wrapped, BinOp::Ge)?;
+        let (base2, size) = bin(last, BinOp::Add)?;
+        if last2 != last || base2 != base || self.ty(base)? != Ty::U64 {
+            return None;
+        }
+        let Some(Inst::Read {
+            what: Builtin::BufferLen(n),
+            ..
+        }) = self.def(end)
+        else {
+            return None;
+        };
+        let size = u64::try_from(self.konst(size)?).ok()?;
+        (*n == buffer).then_some((base, size))
+    }
+
+    /// Every register the prologue computes to evaluate `roots`, adding
+    /// to `checks` the widenings on the way whose steps need one.
+    fn slice(&self, roots: &[Reg], checks: &mut Vec<Check>) -> HashSet<Reg> {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<Reg> = roots.to_vec();
+        while let Some(r) = stack.pop() {
+            if !seen.insert(r) {
+                continue;
+            }
+            if let Some(Check::Fits { reg, ty, min, max }) = self.fits.get(&r) {
+                checks.push(Check::Fits {
+                    reg: *reg,
+                    ty: *ty,
+                    min: *min,
+                    max: *max,
+                });
+            }
+            if let Some(inst) = self.def(r) {
+                stack.extend(operands(inst));
+            }
+        }
+        seen
+    }
+}
+
+fn scale(s: Steps, k: i128) -> Steps {
+    s.map(|c| c * k)
+}
+
+/// `c` modulo the width of `ty`, as the representative nearest zero.
+fn wrap(c: i128, ty: Ty) -> i128 {
+    match ty {
+        Ty::U32 | Ty::I32 => i128::from(c as u32 as i32),
+        Ty::U64 => i128::from(c as u64 as i64),
+        _ => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(src: &str, entry: &str) -> Option<Plan> {
+        let program = crate::compile(src, entry).expect("the kernel compiles");
+        plan(&program)
+    }
+
+    /// The windows' indices, in the order of the accesses.
+    fn indices(plan: &Plan) -> Vec<String> {
+        let mut ordinals: Vec<&usize> = plan.accesses.keys().collect();
+        ordinals.sort();
+        ordinals
+            .into_iter()
+            .map(|k| plan.accesses[k].index.clone())
+            .collect()
+    }
+
+    #[test]
+    fn an_elementwise_kernel_reads_and_writes_through_windows() {
+        let src = include_str!("../../../../shaders/ops/add.wgsl");
+        let plan = plan_of(src, "add_f32").expect("add_f32 has a windowed path");
+        assert_eq!(indices(&plan), ["lx as usize"; 3]);
+        assert_eq!(plan.windows.len(), 3);
+        for w in &plan.windows {
+            assert_eq!((w.min, w.words), (0, 256), "{w:?}");
+        }
+        // The index widens from u32: one check that no invocation wraps,
+        // and no separate bounds check (the windows are the guards).
+        assert!(
+            matches!(
+                plan.checks[..],
+                [Check::Fits {
+                    ty: Ty::U32,
+                    min: 0,
+                    max: 255,
+                    ..
+                }]
+            ),
+            "{:?}",
+            plan.checks
+        );
+        for a in plan.accesses.values() {
+            assert!(
+                matches!(a.guard, Guarded::Bounds { outer: None, .. }),
+                "{a:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn steps_follow_both_axes_backwards_and_strided() {
+        let src = r"
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> quads: array<vec4<f32>>;
+@compute @workgroup_size(8, 4)
+fn k(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) w: vec3<u32>) {
+    let t = (w.x * 4u + l.y) * 8u + l.x;
+    out[1000u - t] = a[2u * t + 1u];
+    quads[t] = vec4<f32>(a[t]);
+}";
+        let plan = plan_of(src, "k").expect("a windowed path");
+        let idx = indices(&plan);
+        // a[2t + 1]: 2 words per x, 16 per y; out[1000 - t] backwards from
+        // word 31 of its window; then the four words of quads[t] (16
+        // bytes per x) and a[t].
+        assert_eq!(idx[0], "lx as usize * 2 + ly as usize * 16");
+        assert_eq!(idx[1], "31 - lx as usize - ly as usize * 8");
+        assert_eq!(idx[2], "lx as usize + ly as usize * 8");
+        assert_eq!(idx[3..], ["lx as usize * 4 + ly as usize * 32"; 4]);
+        let words: Vec<(i64, u64)> = plan.windows.iter().map(|w| (w.min, w.words)).collect();
+        assert_eq!(words[..3], [(0, 63), (-124, 32), (0, 32)]);
+        // One bounds guard covers a vec4's 16 bytes: from the first
+        // invocation's quad to the end of the last's (7 * 16 + 3 * 128 +
+        // 16 bytes).
+        assert!(
+            plan.checks.iter().any(|c| matches!(
+                c,
+                Check::Covers {
+                    min: 0,
+                    end: 512,
+                    ..
+                }
+            )),
+            "{:?}",
+            plan.checks
+        );
+    }
+
+    #[test]
+    fn gathers_and_loop_counters_keep_checked_accesses() {
+        let gather = r"
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> idx: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn g(@builtin(global_invocation_id) gid: vec3<u32>) {
+    out[gid.x] = a[idx[gid.x]];
+}";
+        let plan = plan_of(gather, "g").expect("the index read and the write are windowed");
+        // idx[gid.x] and out[gid.x]; not a[idx[...]].
+        assert_eq!(plan.accesses.len(), 2);
+        assert!(!plan.accesses.contains_key(&1), "{:?}", plan.accesses);
+
+        let strided_loop = r"
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn s(@builtin(global_invocation_id) gid: vec3<u32>) {
+    for (var i = gid.x; i < arrayLength(&out); i += 4096u) {
+        out[i] = i;
+    }
+}";
+        assert!(
+            plan_of(strided_loop, "s").is_none(),
+            "a loop counter is written more than once"
+        );
+
+        let scaled = r"
+struct P { stride: u32 }
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(1) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn m(@builtin(global_invocation_id) gid: vec3<u32>) {
+    out[gid.x * p.stride] = 1u;
+}";
+        assert!(
+            plan_of(scaled, "m").is_none(),
+            "a step set at run time is not a constant"
+        );
+    }
+
+    #[test]
+    fn a_signed_index_keeps_its_sign_guard_and_checks_its_range() {
+        let src = r"
+struct P { back: i32 }
+@group(0) @binding(0) var<storage, read_write> out: array<i32>;
+@group(0) @binding(1) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn n(@builtin(global_invocation_id) gid: vec3<u32>) {
+    out[i32(gid.x) - p.back] = 7;
+}";
+        let plan = plan_of(src, "n").expect("a windowed path");
+        assert_eq!(plan.accesses.len(), 1);
+        let a = plan.accesses.values().next().expect("one access");
+        assert!(
+            matches!(a.guard, Guarded::Bounds { outer: Some(_), .. }),
+            "the sign guard stays: {a:?}"
+        );
+        assert!(
+            plan.checks.iter().any(|c| matches!(
+                c,
+                Check::Fits {
+                    min: 0,
+                    max: 63,
+                    ..
+                }
+            )),
+            "{:?}",
+            plan.checks
+        );
+    }
+}
