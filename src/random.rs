@@ -26,11 +26,16 @@
 //! exact ratio of integers, the square root by Newton steps on its
 //! reciprocal, sine and cosine by series after an exact reduction to the
 //! nearest quarter turn, all with 32-bit significands, rounded once to
-//! `f32` (within one `f32` step of the exact value, tested against `f64`);
-//! `normal_`'s `mean + std * z` is an integer implementation of IEEE 754's
-//! correctly rounded multiply and add. The host reference
-//! (`random/normal.rs`) takes the same steps in Rust; `normal_`'s two
-//! roundings there are Rust's own `f32` multiply and add.
+//! `f32` (within one `f32` step of the exact value, tested against `f64`).
+//! `normal_`'s `mean + std * z` uses the hardware's multiply and add where
+//! the operands are normal (the mean may be zero) and the product and sum
+//! are at least 2^-125: there an IEEE multiply and add round correctly on
+//! every backend, flushing subnormals or not, and a `min` that changes
+//! nothing stands between them so that no driver fuses them. Elsewhere it
+//! takes an integer implementation of IEEE 754's correctly rounded
+//! multiply and add. The host reference (`random/normal.rs`) takes the
+//! same Box-Muller steps in Rust; `normal_`'s two roundings there are
+//! Rust's own `f32` multiply and add.
 //!
 //! # Conversions (PyTorch's)
 //!

@@ -487,9 +487,36 @@ fn value(op: u32, words: vec4<u32>, lane: u32) -> u32 {
     }
 }
 
-// normal_'s mean + std * z for z's bits.
+// Whether f32 bits hold a finite number of at least 2^-125 in magnitude.
+fn clear_of_subnormals(x: u32) -> bool {
+    let field = (x >> 23u) & 0xffu;
+    return field >= 2u && field <= 254u;
+}
+
+// normal_'s mean + std * z for z's bits, correctly rounded after each
+// step. The hardware's multiply and add round correctly on every backend
+// where nothing is subnormal: flushing (which backends may do) touches
+// only subnormal operands and results, so where the operands are normal
+// (mean may be zero) and the product and the sum are at least 2^-125, the
+// hardware gives the bits the integer path gives, at a fraction of its
+// cost. The `min` is a no-op (|z| < 8: randn's largest magnitude is about
+// 5.8, and multiplying by 8 is exact) that stands between the multiply and
+// the add, so that no driver contracts them into one FMA (as uniform_
+// does). Anything else (subnormals, zero std, overflow, infinities) takes
+// the integer path.
 fn normal_of(z: u32) -> u32 {
-    return f32_add(params.a, f32_mul(params.b, z));
+    let mean = params.a;
+    let spread = params.b;
+    let s = bitcast<f32>(spread);
+    let p = min(s * bitcast<f32>(z), abs(s) * 8.0);
+    let sum = bitcast<u32>(bitcast<f32>(mean) + p);
+    let normal_in = ((mean & 0x7fffffffu) == 0u || ((mean >> 23u) & 0xffu) - 1u < 254u)
+        && ((spread >> 23u) & 0xffu) - 1u < 254u
+        && ((z >> 23u) & 0xffu) - 1u < 254u;
+    if normal_in && clear_of_subnormals(bitcast<u32>(p)) && clear_of_subnormals(sum) {
+        return sum;
+    }
+    return f32_add(mean, f32_mul(spread, z));
 }
 
 // The grid-stride loop over this launch's Philox blocks, storing the

@@ -299,6 +299,11 @@ fn normal_rounds_the_same_everywhere_at_the_edges() {
         (-1.0, 0.75),
         (1.5, 3.0),
         (f32::MIN_POSITIVE, 1.2e-38),
+        // Products and sums on both sides of 2^-125 (2.35e-38), where
+        // the kernels switch between the hardware's multiply and add and
+        // their integer ones.
+        (3e-38, 2e-38),
+        (-2.4e-38, 1e-38),
     ];
     let n = 4097;
     let mut wanted = Vec::new();
