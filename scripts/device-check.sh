@@ -12,7 +12,8 @@
 # `run` stops starting binaries once BUDGET seconds (default 540) have
 # passed, so one call ends inside the device's 10-minute limit: tests
 # first, then the benches in the order of what is left to measure
-# (matmul, the wgpu and Vulkan dispatch loops, dispatch overhead).
+# (matmul, randn and normal_, the wgpu and Vulkan dispatch loops,
+# dispatch overhead).
 #
 # The device call: carry [".gl", ".gpu"], command
 # `bash scripts/device-check.sh run all`. `.gl/` holds the Debian loader
@@ -30,7 +31,7 @@ cd "$(dirname "$0")/.."
 ALL_GPU_TESTS="tests/keel tests/keel_device tests/backends tests/conformance tests/profiler
 tests/allocator tests/launch_blocking tests/ops tests/numerics tests/interop
 tests/example_cuda_program"
-ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul"
+ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul benches/random"
 GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
 GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
 
@@ -194,6 +195,7 @@ run_benches() {
     local runs=(
         "mlp|"
         "matmul|${quick[*]}"
+        "random|${quick[*]}"
         "wgpu|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "vulkan|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "dispatch|${quick[*]} dispatch_add_256"
