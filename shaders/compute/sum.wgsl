@@ -1,6 +1,7 @@
 // One level of a sum: out[g] = the sum of the elements x[i], i < n, with
 // i = 256 g + t + 256 G j (G = `groups`, the grid's size), for workgroup
-// g. Each invocation t adds its elements, then the workgroup adds its 256
+// g. Each invocation t adds its elements (four at a time, into four
+// sums), then the workgroup adds its 256
 // sums in a tree in workgroup memory. Launched twice: per-workgroup
 // partials, then one workgroup over the partials.
 // Bindings: 0 x (read), 1 out (read_write), 2 params (uniform).
@@ -24,19 +25,29 @@ fn sum_shared(
 ) {
     let n = params.n;
     let stride = params.groups * 256u;
-    var acc = 0.0;
+    // This invocation's elements: i, i + stride, ... below n.
     var i = wg.x * 256u + t;
-    loop {
-        if i >= n {
-            break;
-        }
-        acc += x[i];
-        if n - i <= stride {
-            break;
-        }
+    var count = 0u;
+    if i < n {
+        count = (n - 1u - i) / stride + 1u;
+    }
+    // Four loads per step, into four sums: a GPU keeps the four loads in
+    // flight together, where one chain of adds would wait on each load in
+    // turn and leave the memory idle. Every index read is below n, so
+    // none wraps (a step's last is an element); i may wrap after the
+    // last step, when nothing reads it.
+    var acc = vec4<f32>(0.0);
+    let whole = count & ~3u;
+    for (var k = 0u; k < whole; k += 4u) {
+        acc += vec4<f32>(x[i], x[i + stride], x[i + 2u * stride], x[i + 3u * stride]);
+        i += 4u * stride;
+    }
+    for (var k = whole; k < count; k++) {
+        acc.x += x[i];
         i += stride;
     }
-    scratch[t] = acc;
+    let sum4 = (acc.x + acc.y) + (acc.z + acc.w);
+    scratch[t] = sum4;
     workgroupBarrier();
     for (var s = 128u; s > 0u; s >>= 1u) {
         if t < s {

@@ -31,19 +31,29 @@ fn sum_subgroup(
 ) {
     let n = params.n;
     let stride = params.groups * 256u;
-    var acc = 0.0;
+    // This invocation's elements: i, i + stride, ... below n.
     var i = wg.x * 256u + t;
-    loop {
-        if i >= n {
-            break;
-        }
-        acc += x[i];
-        if n - i <= stride {
-            break;
-        }
+    var count = 0u;
+    if i < n {
+        count = (n - 1u - i) / stride + 1u;
+    }
+    // Four loads per step, into four sums: a GPU keeps the four loads in
+    // flight together, where one chain of adds would wait on each load in
+    // turn and leave the memory idle. Every index read is below n, so
+    // none wraps (a step's last is an element); i may wrap after the
+    // last step, when nothing reads it.
+    var acc = vec4<f32>(0.0);
+    let whole = count & ~3u;
+    for (var k = 0u; k < whole; k += 4u) {
+        acc += vec4<f32>(x[i], x[i + stride], x[i + 2u * stride], x[i + 3u * stride]);
+        i += 4u * stride;
+    }
+    for (var k = whole; k < count; k++) {
+        acc.x += x[i];
         i += stride;
     }
-    let partial = subgroupAdd(acc);
+    let sum4 = (acc.x + acc.y) + (acc.z + acc.w);
+    let partial = subgroupAdd(sum4);
     if lane == 0u {
         scratch[subgroup] = partial;
     }
