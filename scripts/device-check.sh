@@ -12,8 +12,8 @@
 # `run` stops starting binaries once BUDGET seconds (default 540) have
 # passed, so one call ends inside the device's 10-minute limit: tests
 # first, then the benches in the order of what is left to measure
-# (matmul, randn and normal_, the wgpu and Vulkan dispatch loops,
-# dispatch overhead).
+# (PyTorch's own figures, matmul, randn and normal_, sum and softmax, the
+# wgpu and Vulkan dispatch loops, dispatch overhead).
 #
 # The device call: carry [".gl", ".gpu"], command
 # `bash scripts/device-check.sh run all`. `.gl/` holds the Debian loader
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 ALL_GPU_TESTS="tests/keel tests/keel_device tests/backends tests/conformance tests/profiler
 tests/allocator tests/launch_blocking tests/ops tests/numerics tests/interop
 tests/example_cuda_program"
-ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul benches/random"
+ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul benches/random benches/reduce"
 GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
 GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
 
@@ -97,6 +97,10 @@ for line in sys.stdin:
     done <"$list"
     # Built at this path: the test binaries find tests/data through it.
     pwd >.gpu/built-at
+    # PyTorch's figures on Keel's shapes, measured beside Keel's in the
+    # same call (the team's script, where this checkout has it).
+    local torch=../shared/testdata/make_torch_traces.py
+    [ -f "$torch" ] && cp "$torch" .gpu/
     # A dictionary as large as the biggest binaries: they share most of
     # their code, compressed once.
     tar -C .gpu -cf - bin | xz -T1 --lzma2=preset=6,dict=384MiB >.gpu/bin.tar.xz
@@ -196,10 +200,16 @@ run_benches() {
         "mlp|"
         "matmul|${quick[*]}"
         "random|${quick[*]}"
+        "reduce|${quick[*]}"
         "wgpu|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "vulkan|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "dispatch|${quick[*]} dispatch_add_256"
     )
+    if [ -f .gpu/make_torch_traces.py ] && [ "$(left 60)" -ge 30 ]; then
+        echo "== PyTorch: make_torch_traces.py timings" | tee -a "$log"
+        timeout "$(left 60)" python3 .gpu/make_torch_traces.py timings "$OUT/torch" >>"$log" 2>&1 \
+            || echo "torch timings: exit $?" | tee -a "$log"
+    fi
     for r in "${runs[@]}"; do
         local bench="${r%%|*}" args="${r#*|}" secs
         [ -x "$b/$bench" ] || continue
