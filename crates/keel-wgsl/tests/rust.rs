@@ -459,6 +459,39 @@ fn threads_give_the_same_bits() {
     }
 }
 
+/// The windowed path against the interpreter at random counts, offsets
+/// and grids: offsets near 2^32 wrap inside some workgroups and not in
+/// others, negative indices reach before the buffers, and grids reach
+/// past their ends, so workgroups of one launch take either path.
+#[test]
+fn windows_match_the_interpreter_at_random_offsets() {
+    let programs = programs();
+    let program = programs
+        .iter()
+        .find(|p| p.name == "windows")
+        .expect("the windows kernel is compiled");
+    let mut rng = Rng(0x51ed_270b_2749_66f1);
+    let mut params = Vec::new();
+    let mut grids = Vec::new();
+    for _ in 0..12 {
+        let n = 1 + rng.next() % 2100;
+        let shift = match rng.next() % 3 {
+            0 => rng.next() % 64,
+            1 => 0u32.wrapping_sub(1 + rng.next() % 600),
+            _ => rng.next(),
+        };
+        let back = (rng.next() % 200) as i32 - 100;
+        params.push(vec![n, shift, back as u32]);
+        grids.push([1 + rng.next() % 12, 1 + rng.next() % 3, 1]);
+    }
+    let case = Case {
+        name: "windows",
+        params,
+        grids,
+    };
+    compare(&case, program, 1);
+}
+
 #[test]
 fn launch_errors_name_the_kernel() {
     let k = kernel("add_f32");
