@@ -118,6 +118,9 @@ pub struct LiveSession {
     /// Their files, in order.
     segments: Vec<PathBuf>,
     dir: Option<PathBuf>,
+    /// The lock on `dir`'s [`OWNER_LOCK`], held while the session lives:
+    /// a later session sweeps directories whose lock nobody holds.
+    _owner: Option<std::fs::File>,
     spill: Option<mpsc::Sender<(usize, Trace)>>,
     spilled: Option<Receiver<Result<PathBuf, String>>>,
     next_segment: usize,
@@ -155,11 +158,65 @@ impl Drop for LiveSession {
     fn drop(&mut self) {
         self.stop();
         // The segments are the session's scratch: they go with it (mapped
-        // files stay readable until unmapped).
+        // files stay readable until unmapped). The lock file is closed
+        // first: some systems do not remove an open file.
+        self._owner = None;
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The start of the name of a session's scratch directory in the temp dir.
+const SCRATCH_PREFIX: &str = "keel-live-";
+
+/// The file in a scratch directory whose lock the owning session holds.
+const OWNER_LOCK: &str = "owner.lock";
+
+/// How old a scratch directory must be before a sweep may remove it: a
+/// session that has just made its directory may not have locked it yet.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// Removes the scratch directories under `temp` that no session owns: a
+/// viewer that crashed (or was killed) leaves its segments behind, and
+/// the operating system releases its lock. Directories younger than
+/// `min_age`, and any whose lock is held, stay. Gives how many went.
+pub fn sweep_stale_sessions(temp: &Path, min_age: Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(SCRATCH_PREFIX));
+        if !ours || !path.is_dir() {
+            continue;
+        }
+        let old_enough = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if !old_enough {
+            continue;
+        }
+        // A directory without its lock file is not one this version made
+        // or one still being made; either way it is not taken.
+        let Ok(lock) = std::fs::File::open(path.join(OWNER_LOCK)) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() {
+            drop(lock);
+            if std::fs::remove_dir_all(&path).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 /// A view made without its oldest spans ([`LiveSession::compact`]).
@@ -180,6 +237,11 @@ fn unix_now_ns() -> i64 {
 impl LiveSession {
     /// A session with no source yet.
     pub fn new(retention: Retention) -> LiveSession {
+        // What crashed sessions left in the temp dir goes, off the UI
+        // thread (the temp dir may be large).
+        let _ = std::thread::Builder::new()
+            .name("keel-live-sweep".to_owned())
+            .spawn(|| sweep_stale_sessions(&std::env::temp_dir(), STALE_AFTER));
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         LiveSession {
             sources: Vec::new(),
@@ -192,6 +254,7 @@ impl LiveSession {
             history: IndexedSet::new(),
             segments: Vec::new(),
             dir: None,
+            _owner: None,
             spill: None,
             spilled: None,
             next_segment: 0,
@@ -478,12 +541,19 @@ impl LiveSession {
             return Ok(tx.clone());
         }
         let dir = std::env::temp_dir().join(format!(
-            "keel-live-{}-{}",
+            "{SCRATCH_PREFIX}{}-{}",
             std::process::id(),
             unix_now_ns()
         ));
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("could not make {}: {e}", dir.display()))?;
+        let lock = dir.join(OWNER_LOCK);
+        let owner = std::fs::File::create(&lock)
+            .map_err(|e| format!("could not make {}: {e}", lock.display()))?;
+        owner
+            .try_lock()
+            .map_err(|e| format!("could not lock {}: {e}", lock.display()))?;
+        self._owner = Some(owner);
         let (tx, rx) = mpsc::channel::<(usize, Trace)>();
         let (done_tx, done_rx) = mpsc::channel();
         let d = dir.clone();

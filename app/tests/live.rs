@@ -317,3 +317,55 @@ fn a_flood_the_viewer_cannot_take_is_dropped_and_counted() {
         "{status}"
     );
 }
+
+/// A viewer that crashed leaves its segments in the temp dir; the next
+/// session removes every scratch directory whose owner lock nobody holds,
+/// and leaves one a live session holds, one without a lock file, and
+/// anything not Keel's.
+#[test]
+fn scratch_left_by_a_crashed_session_is_swept() {
+    let root = std::env::temp_dir().join(format!("keel-sweep-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let make = |name: &str, lock: bool| {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        std::fs::write(dir.join("segment-00000.keelidx"), b"segment").expect("a segment");
+        if lock {
+            std::fs::File::create(dir.join("owner.lock")).expect("a lock file");
+        }
+        dir
+    };
+    let crashed = make("keel-live-111-1", true);
+    let alive = make("keel-live-222-2", true);
+    let unlocked = make("keel-live-333-3", false);
+    let other = make("not-keel", true);
+    let held = std::fs::File::open(alive.join("owner.lock")).expect("open the lock");
+    held.try_lock().expect("the live session's lock");
+
+    assert_eq!(
+        live_sweep(&root, Duration::from_secs(3600)),
+        0,
+        "young directories stay"
+    );
+    assert_eq!(live_sweep(&root, Duration::ZERO), 1);
+    assert!(!crashed.exists(), "the crashed session's scratch is gone");
+    for kept in [&alive, &unlocked, &other] {
+        assert!(
+            kept.join("segment-00000.keelidx").exists(),
+            "{} stays",
+            kept.display()
+        );
+    }
+    drop(held);
+    assert_eq!(
+        live_sweep(&root, Duration::ZERO),
+        1,
+        "unlocked, it goes too"
+    );
+    assert!(!alive.exists());
+    std::fs::remove_dir_all(&root).expect("the test's root");
+}
+
+fn live_sweep(root: &std::path::Path, min_age: Duration) -> usize {
+    keel_profiler::live::sweep_stale_sessions(root, min_age)
+}
