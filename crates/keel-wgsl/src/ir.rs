@@ -644,6 +644,28 @@ impl Program {
     }
 }
 
+impl Inst {
+    /// The register the instruction writes, if any.
+    pub fn dst(&self) -> Option<Reg> {
+        match *self {
+            Inst::Const { dst, .. }
+            | Inst::Mov { dst, .. }
+            | Inst::Un { dst, .. }
+            | Inst::Bin { dst, .. }
+            | Inst::Fma { dst, .. }
+            | Inst::Select { dst, .. }
+            | Inst::Convert { dst, .. }
+            | Inst::Bitcast { dst, .. }
+            | Inst::Read { dst, .. }
+            | Inst::Param { dst, .. }
+            | Inst::Load { dst, .. }
+            | Inst::Subgroup { dst, .. } => Some(dst),
+            Inst::Atomic { dst, .. } => dst,
+            Inst::Store { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Reg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "r{}", self.0)

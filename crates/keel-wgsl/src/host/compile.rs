@@ -286,23 +286,7 @@ fn count_writes(stmts: &[Stmt], writes: &mut [u32]) {
     for stmt in stmts {
         match stmt {
             Stmt::Inst(inst) => {
-                let dst = match *inst {
-                    Inst::Const { dst, .. }
-                    | Inst::Mov { dst, .. }
-                    | Inst::Un { dst, .. }
-                    | Inst::Bin { dst, .. }
-                    | Inst::Fma { dst, .. }
-                    | Inst::Select { dst, .. }
-                    | Inst::Convert { dst, .. }
-                    | Inst::Bitcast { dst, .. }
-                    | Inst::Read { dst, .. }
-                    | Inst::Param { dst, .. }
-                    | Inst::Load { dst, .. }
-                    | Inst::Subgroup { dst, .. } => Some(dst),
-                    Inst::Atomic { dst, .. } => dst,
-                    Inst::Store { .. } => None,
-                };
-                if let Some(w) = dst.and_then(|d| writes.get_mut(d.index())) {
+                if let Some(w) = inst.dst().and_then(|d| writes.get_mut(d.index())) {
                     *w += 1;
                 }
             }

@@ -231,7 +231,7 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
     let needed = a.slice(&roots, &mut checks);
     let mut prologue = Vec::new();
     walk(&program.body, &mut |inst| {
-        if dst(inst).is_some_and(|d| needed.contains(&d)) {
+        if inst.dst().is_some_and(|d| needed.contains(&d)) {
             prologue.push(inst.clone());
         }
     });
@@ -302,26 +302,6 @@ fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
     }
 }
 
-/// The register an instruction writes.
-fn dst(inst: &Inst) -> Option<Reg> {
-    match *inst {
-        Inst::Const { dst, .. }
-        | Inst::Mov { dst, .. }
-        | Inst::Un { dst, .. }
-        | Inst::Bin { dst, .. }
-        | Inst::Fma { dst, .. }
-        | Inst::Select { dst, .. }
-        | Inst::Convert { dst, .. }
-        | Inst::Bitcast { dst, .. }
-        | Inst::Read { dst, .. }
-        | Inst::Param { dst, .. }
-        | Inst::Load { dst, .. }
-        | Inst::Subgroup { dst, .. } => Some(dst),
-        Inst::Atomic { dst, .. } => dst,
-        Inst::Store { .. } => None,
-    }
-}
-
 /// The registers a pure instruction reads.
 fn operands(inst: &Inst) -> Vec<Reg> {
     match *inst {
@@ -357,7 +337,7 @@ impl<'a> Analysis<'a> {
         let mut ops = 0;
         walk(&p.body, &mut |inst| {
             ops += 1;
-            if let Some(d) = dst(inst)
+            if let Some(d) = inst.dst()
                 && let Some(n) = writers.get_mut(d.index())
             {
                 *n += 1;
