@@ -40,6 +40,11 @@ const MAX_OPS: usize = 1000;
 /// window would span more than any buffer holds.
 const MAX_STEP: i128 = 1 << 32;
 
+/// The most words a window spans: its array type must stay a size the
+/// compiler accepts, and a workgroup reaching further than this touches
+/// memory too sparsely to gain from a window.
+const MAX_WINDOW_WORDS: i128 = 1 << 20;
+
 /// Steps of a value per local id: `value(l) = value(0) + Σ c[j] * l[j]`,
 /// modulo the width of its type.
 type Steps = [i128; 3];
@@ -170,6 +175,10 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
         if steps.iter().any(|c| c % 4 != 0) {
             continue;
         }
+        let (min, max) = a.span(steps);
+        if (max - min) / 4 >= MAX_WINDOW_WORDS {
+            continue;
+        }
         let guard = match guard {
             None => Guarded::None,
             Some(g) => match a.bounds_guard(g, buffer) {
@@ -180,7 +189,6 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
                 None => Guarded::Keep(g),
             },
         };
-        let (min, max) = a.span(steps);
         let window = match windows
             .iter()
             .position(|w| w.buffer == buffer && w.addr == addr)
@@ -716,6 +724,17 @@ fn s(@builtin(global_invocation_id) gid: vec3<u32>) {
         assert!(
             plan_of(strided_loop, "s").is_none(),
             "a loop counter is written more than once"
+        );
+
+        let sparse = r"
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn w(@builtin(global_invocation_id) gid: vec3<u32>) {
+    out[gid.x * 65536u] = 1u;
+}";
+        assert!(
+            plan_of(sparse, "w").is_none(),
+            "a window of 2^24 words is not taken"
         );
 
         let scaled = r"
