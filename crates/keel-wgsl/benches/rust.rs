@@ -1,8 +1,9 @@
-//! Keel's elementwise add (`shaders/ops/add.wgsl`, `add_f32`, workgroups
-//! of 256) over 2^22 `f32` (in memory) and 2^16 (in the cache): translated to Rust ahead of time
-//! (`tests/generated/mod.rs`), against a hand-written Rust loop and the
-//! interpreter, on one thread and on every thread. Keel's goal is that its
-//! own kernels run within 1.5x of the loop.
+//! Keel's elementwise kernels translated to Rust ahead of time
+//! (`tests/generated/mod.rs`) against hand-written Rust loops: the add of
+//! `shaders/ops/add.wgsl` (`add_f32`, workgroups of 256), also on the
+//! interpreter, and `saxpy`, over 2^22 `f32` (in memory) and 2^16 (in the
+//! cache), on one thread and on every thread. Keel's goal is that its own
+//! kernels run within 1.5x of the loop.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -92,6 +93,69 @@ fn rust_add(a: &[f32], b: &[f32], out: &mut [f32], threads: usize) {
             });
         }
     });
+}
+
+/// `y += alpha * x`, rounded after the multiply (as the kernel), on
+/// `threads` threads.
+fn rust_saxpy(x: &[f32], y: &mut [f32], alpha: f32, threads: usize) {
+    let chunk = x.len().div_ceil(threads.max(1));
+    let run = |y: &mut [f32], x: &[f32]| {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
+        }
+    };
+    if threads <= 1 {
+        return run(y, x);
+    }
+    std::thread::scope(|s| {
+        for (y, x) in y.chunks_mut(chunk).zip(x.chunks(chunk)) {
+            s.spawn(move || run(y, x));
+        }
+    });
+}
+
+/// The translated `saxpy` (`crates/keel-device/shaders/saxpy.wgsl`), a
+/// read-modify-write of `y`, against the loop: paired as `add_f32`.
+fn bench_saxpy(x: &[f32], y: &[f32], threads: usize) {
+    let n = x.len();
+    let alpha = 0.5f32;
+    let params: Vec<u8> = [n as u32, alpha.to_bits()]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    let grid = [(n / 256) as u32, 1, 1];
+    let options = HostOptions { threads };
+    let data = std::cell::RefCell::new((x.to_vec(), y.to_vec()));
+    let generated = || {
+        let mut d = data.borrow_mut();
+        let (x, y) = &mut *d;
+        let mut bufs: Vec<&mut [u8]> = vec![x.as_mut_bytes(), y.as_mut_bytes()];
+        generated::SAXPY
+            .run_with(grid, &mut bufs, &params, &options)
+            .expect("the generated saxpy runs");
+        black_box(&y);
+    };
+    generated();
+    let mut want = y.to_vec();
+    rust_saxpy(x, &mut want, alpha, 1);
+    assert!(data.borrow().1 == want, "the generated saxpy computed y");
+    let (ratios, rust, gen_time) = paired(
+        || {
+            let mut d = data.borrow_mut();
+            let (x, y) = &mut *d;
+            rust_saxpy(x, y, alpha, threads);
+            black_box(&y);
+        },
+        generated,
+    );
+    println!(
+        "threads {threads}: saxpy: Rust loop {:8.3} ms, generated {:8.3} ms: {:.2}x [{:.2}, {:.2}]",
+        ms(rust),
+        ms(gen_time),
+        ratios[ROUNDS / 2],
+        ratios[0],
+        ratios[ROUNDS - 1],
+    );
 }
 
 /// Asserts that `out` holds `a + b`.
@@ -187,6 +251,7 @@ fn bench(n: usize) {
             ms(host),
             host.as_secs_f64() / rust.as_secs_f64(),
         );
+        bench_saxpy(&a, &b, threads);
     }
 }
 
