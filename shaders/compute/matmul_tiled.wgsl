@@ -83,15 +83,6 @@ fn stage(k0: u32, row0: u32, col0: u32, li: u32, f_in: u32) {
     }
 }
 
-fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
-    return vec4<f32>(
-        keel_round_to(v.x, format),
-        keel_round_to(v.y, format),
-        keel_round_to(v.z, format),
-        keel_round_to(v.w, format),
-    );
-}
-
 fn store4(row: u32, col: u32, v: vec4<f32>) {
     let n = params.n;
     if row >= params.m {

@@ -2,10 +2,11 @@
 // f32, row-major; any m, k, n >= 1.
 // Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform;
 // `mode`'s input format (bits 0-3) rounds each element once as it is
-// staged, as matmul_tiled.wgsl does; the launch code passes no
-// accumulator or split-K format, and `chunk` is not read), declared in
-// matmul_bindings.wgsl, which the launch code prepends after
-// rounding.wgsl.
+// staged, and its split-K format (bits 8-11) cuts the f32 running sum
+// every `chunk` steps and adds the rounded chunk sums, both as
+// matmul_tiled.wgsl does, so the results are the same bits; the launch
+// code passes no accumulator format), declared in matmul_bindings.wgsl,
+// which the launch code prepends after rounding.wgsl.
 // Launch: workgroups of 16 x 16 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation a 4 x 4 block of it (rows
 // 4 ly .. 4 ly + 3, columns 4 lx .. 4 lx + 3); a grid of ceil(n / 64) x
@@ -21,7 +22,10 @@
 // tile of B in workgroup memory, zeros outside the matrices, each
 // invocation loading 4 elements of each with neighbours on neighbouring
 // addresses. One step of k is then two vec4 loads and 16 multiply-adds.
-// Plain f32 summed over k in order, as every matmul kernel of Keel's.
+// Plain f32 summed over k in order, as every matmul kernel of Keel's; in
+// a split-K mode the sum is cut where matmul_tiled.wgsl cuts it (at the
+// end of a 16-step tile that ends a chunk, and after the tile holding
+// step k - 1), one branch per tile, outside the steps.
 
 // tile_a[17 step + q]: rows 4 q .. 4 q + 3 of the A tile at that step
 // (q = 16 is padding).
@@ -61,6 +65,9 @@ fn matmul_tiled_4x4(
     let row0 = wg.y * 64u;
     let col0 = wg.x * 64u;
     let f_in = params.mode & 15u;
+    let f_red = (params.mode >> 8u) & 15u;
+    // matmul_tiled.wgsl's chunk when none is given: past the last step.
+    let chunk = select(params.chunk, (k + 31u) / 32u * 32u, params.chunk == 0u);
     // Staging, everything but k0 fixed per invocation: A's element s is
     // row (li / 16) + 16 s, step li % 16 of the tile; B's is step
     // (li / 64) + 4 s, column li % 64. Indices are clamped into the
@@ -89,6 +96,11 @@ fn matmul_tiled_4x4(
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
+    // The split-K totals.
+    var tot0 = vec4<f32>();
+    var tot1 = vec4<f32>();
+    var tot2 = vec4<f32>();
+    var tot3 = vec4<f32>();
     // The steps of a tile, and the staging, written out: a loop bound by
     // a constant is unrolled by some compilers and not others (naga may
     // add a counter to it).
@@ -221,12 +233,26 @@ fn matmul_tiled_4x4(
         acc1 += a15.y * b15;
         acc2 += a15.z * b15;
         acc3 += a15.w * b15;
+        if f_red != 0u {
+            let end = k0 + 16u;
+            if end % chunk == 0u || end >= k {
+                tot0 = keel_round4(tot0 + keel_round4(acc0, f_red), f_red);
+                tot1 = keel_round4(tot1 + keel_round4(acc1, f_red), f_red);
+                tot2 = keel_round4(tot2 + keel_round4(acc2, f_red), f_red);
+                tot3 = keel_round4(tot3 + keel_round4(acc3, f_red), f_red);
+                acc0 = vec4<f32>();
+                acc1 = vec4<f32>();
+                acc2 = vec4<f32>();
+                acc3 = vec4<f32>();
+            }
+        }
         workgroupBarrier();
     }
+    let split = f_red != 0u;
     let r0 = row0 + 4u * lid.y;
     let c0 = col0 + 4u * lid.x;
-    store_row(r0, c0, acc0);
-    store_row(r0 + 1u, c0, acc1);
-    store_row(r0 + 2u, c0, acc2);
-    store_row(r0 + 3u, c0, acc3);
+    store_row(r0, c0, select(acc0, tot0, split));
+    store_row(r0 + 1u, c0, select(acc1, tot1, split));
+    store_row(r0 + 2u, c0, select(acc2, tot2, split));
+    store_row(r0 + 3u, c0, select(acc3, tot3, split));
 }

@@ -47,3 +47,13 @@ fn keel_round_to(x: f32, format: u32) -> f32 {
         }
     }
 }
+
+// keel_round_to on each component.
+fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
+    return vec4<f32>(
+        keel_round_to(v.x, format),
+        keel_round_to(v.y, format),
+        keel_round_to(v.z, format),
+        keel_round_to(v.w, format),
+    );
+}

@@ -79,9 +79,11 @@ pub const MATMUL_TILED: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-/// The GPU-shaped tiled kernel, for plain f32 and the modes that only
-/// round inputs: bindings and parameters as [`MATMUL_TILED`] (`mode`'s
-/// input format is read, `chunk` is not). Source:
+/// The GPU-shaped tiled kernel, for every mode that accumulates in f32:
+/// plain f32, the modes that only round inputs and the split-K modes
+/// (bf16 and f16 tensors' defaults), with [`MATMUL_TILED`]'s numerics;
+/// bindings and parameters as [`MATMUL_TILED`] (`mode`'s input and
+/// split-K formats and `chunk` are read). Source:
 /// `shaders/compute/matmul_tiled_4x4.wgsl`, with [`MATMUL_TILED`]'s host
 /// override.
 pub const MATMUL_TILED_4X4: Launch = Launch {
@@ -171,21 +173,22 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
 
 /// The kernel [`matmul`] launches for `opts` on `stream`. For
 /// [`MatmulAlgorithm::Tiled`]: [`MATMUL_TILED_4X4`] on a GPU for the modes
-/// that only round inputs ([`MatmulPrecision::rounds_inputs_only`], plain
-/// f32 included), [`MATMUL_TILED`] otherwise. The other algorithms name
-/// their kernel; asking [`MatmulAlgorithm::Tiled4x4`] for an accumulator
-/// or split-K mode, or [`MatmulAlgorithm::TensorCoreTf32`] for anything
-/// but tf32 on a device with tf32 tensor cores, is an error.
+/// that accumulate in f32 ([`MatmulPrecision::accumulates_in_f32`]: plain
+/// f32, input rounding, split-K), [`MATMUL_TILED`] otherwise. The other
+/// algorithms name their kernel; asking [`MatmulAlgorithm::Tiled4x4`] for
+/// an accumulator mode, or [`MatmulAlgorithm::TensorCoreTf32`] for
+/// anything but tf32 on a device with tf32 tensor cores, is an error.
 pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
-    let inputs_only = opts.precision.rounds_inputs_only();
+    let f32_sums = opts.precision.accumulates_in_f32();
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled if inputs_only && is_gpu(stream)? => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => &MATMUL_TILED_4X4,
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
-        MatmulAlgorithm::Tiled4x4 if inputs_only => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled4x4 if f32_sums => &MATMUL_TILED_4X4,
         MatmulAlgorithm::Tiled4x4 => {
             return Err(Error::invalid(format!(
-                "matmul: the Tiled4x4 kernel rounds inputs only (f32 accumulation, no split-K), \
-                 found the precision {:?}; use MatmulAlgorithm::Tiled or Tiled8x8 for it",
+                "matmul: the Tiled4x4 kernel sums in f32 (input rounding and split-K, \
+                 no rounded accumulator), found the precision {:?}; use \
+                 MatmulAlgorithm::Tiled or Tiled8x8 for it",
                 opts.precision
             )));
         }

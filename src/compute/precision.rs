@@ -94,6 +94,13 @@ impl MatmulPrecision {
         self.accumulation == Accumulation::F32 && self.reduction == Reduction::F32
     }
 
+    /// Whether the running sum is plain f32 (no rounding after each add);
+    /// the split-K reduction may still round its chunk sums. The GPU-shaped
+    /// tiled kernel computes every such mode.
+    pub fn accumulates_in_f32(&self) -> bool {
+        self.accumulation == Accumulation::F32
+    }
+
     /// The kernels' `mode` parameter: input, accumulator and reduction
     /// format codes in bits 0-3, 4-7 and 8-11 (0 = plain f32).
     pub fn mode(&self) -> u32 {

@@ -205,6 +205,58 @@ fn input_rounding_modes_agree_across_tiled_kernels() {
     no_validation_errors();
 }
 
+/// The split-K modes (bf16 and f16 tensors' defaults) give the same bits
+/// from both tiled kernels: the same f32 running sums over k, cut at the
+/// same steps (every `SPLIT_K_CHUNK`, and after step k - 1), the chunk
+/// sums rounded and added alike. Shapes with several chunks, a last chunk
+/// cut short, and k off the kernels' 16- and 32-step tiles.
+#[test]
+fn split_k_modes_agree_across_tiled_kernels() {
+    let split = |inputs, reduction| MatmulPrecision {
+        inputs,
+        accumulation: Accumulation::F32,
+        reduction,
+    };
+    let modes = [
+        split(InputRounding::Bf16, Reduction::Bf16),
+        split(InputRounding::F16, Reduction::F16),
+        split(InputRounding::Ieee, Reduction::Bf16),
+    ];
+    let shapes = [
+        (1, 1, 1),
+        (3, 257, 5),
+        (17, 300, 13),
+        (2, 512, 3),
+        (5, 529, 66),
+    ];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for &(m, k, n) in &shapes {
+            let mut rng = Rng(0x5917 ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            for precision in modes {
+                let run = |algorithm| {
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision,
+                    };
+                    run_matmul(&stream, &a, &b, m, k, n, &opts)
+                };
+                let eight = run(MatmulAlgorithm::Tiled8x8);
+                let four = run(MatmulAlgorithm::Tiled4x4);
+                for (i, (e, f)) in eight.iter().zip(&four).enumerate() {
+                    assert_eq!(
+                        e.to_bits(),
+                        f.to_bits(),
+                        "{label} {precision:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
 #[test]
 fn matmul_checks_its_arguments() {
     let stream = keel::default_stream(Device::cpu()).expect("stream");
@@ -642,15 +694,22 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             accumulation: Accumulation::F16,
             reduction: Reduction::F32,
         };
+        let split_bf16 = P {
+            inputs: InputRounding::Bf16,
+            accumulation: Accumulation::F32,
+            reduction: Reduction::Bf16,
+        };
         for (algorithm, precision, want) in [
             (Tiled, P::TF32, tiled),
             (Tiled, P::IEEE, tiled),
             (Tiled, P::BF16, tiled),
+            (Tiled, split_bf16, tiled),
             (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
             (Tiled8x8, P::TF32, "matmul_tiled"),
             (Tiled4x4, P::IEEE, "matmul_tiled_4x4"),
             (Tiled4x4, P::BF16, "matmul_tiled_4x4"),
+            (Tiled4x4, split_bf16, "matmul_tiled_4x4"),
             (Naive, P::TF32, "matmul_naive"),
         ] {
             assert_eq!(
@@ -659,7 +718,7 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                 "{label} ({kind}): {algorithm:?} in {precision:?}"
             );
         }
-        // The 4x4 kernel has no accumulator or split-K modes, and the
+        // The 4x4 kernel has no rounded-accumulator modes, and the
         // tensor-core kernel computes tf32 on tensor cores only: asking
         // otherwise is an error that says so.
         let ask = |algorithm, precision| {
@@ -672,10 +731,7 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             )
         };
         let err = ask(Tiled4x4, f16_acc).expect_err("Tiled4x4 with f16 accumulation");
-        assert!(
-            err.to_string().contains("rounds inputs only"),
-            "{label}: {err}"
-        );
+        assert!(err.to_string().contains("sums in f32"), "{label}: {err}");
         match ask(TensorCoreTf32, P::TF32) {
             Ok(launch) => {
                 assert!(mma, "{label}: tensor cores where there are none");
