@@ -143,6 +143,11 @@ impl TimestampQueries for Queries<'_> {
 pub(super) struct Timestamps {
     pub(super) pool: vk::QueryPool,
     slots: TimestampPool<Point>,
+    /// Whether `pool` was destroyed (`interop::release`). Every use of the
+    /// pool holds it for reading: a profiler resolving an event's time on
+    /// another thread either finishes before the pool (and then the
+    /// program's device) goes, or finds it gone and gets an error.
+    destroyed: std::sync::RwLock<bool>,
 }
 
 impl Timestamps {
@@ -165,6 +170,7 @@ impl Timestamps {
         Ok(Timestamps {
             pool,
             slots: TimestampPool::new(slots, 1, ReadScope::Following { max: READ_RUN }),
+            destroyed: std::sync::RwLock::new(false),
         })
     }
 
@@ -175,8 +181,30 @@ impl Timestamps {
     /// No submission that writes the pool is pending, and the pool is
     /// never used again (its device is marked released right after).
     pub(super) unsafe fn destroy(&self, device: &ash::Device) {
-        // SAFETY: the caller's promise.
-        unsafe { device.destroy_query_pool(self.pool, None) };
+        let mut destroyed = self
+            .destroyed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*destroyed {
+            // SAFETY: the caller's promise; no other thread is inside a use
+            // of the pool (the write lock), and none starts one after.
+            unsafe { device.destroy_query_pool(self.pool, None) };
+            *destroyed = true;
+        }
+    }
+
+    /// Holds the pool for a use, or says it was destroyed.
+    fn usable(&self) -> Result<std::sync::RwLockReadGuard<'_, bool>> {
+        let destroyed = self
+            .destroyed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *destroyed {
+            return Err(Error::invalid(
+                "the device's timestamps are gone: the device was released",
+            ));
+        }
+        Ok(destroyed)
     }
 
     fn queries<'a>(&self, device: &'a ash::Device) -> Queries<'a> {
@@ -188,6 +216,7 @@ impl Timestamps {
 
     /// A reset slot, held once by the caller ([`TimestampPool::take`]).
     pub(super) fn take(&self, device: &ash::Device) -> Result<u32> {
+        let _pool = self.usable()?;
         self.slots.take(&self.queries(device), 1)
     }
 
@@ -212,20 +241,26 @@ impl Timestamps {
     /// Releases a timed event's `slot`, written by `writer` (or drops its
     /// moved-out value).
     fn release_written(&self, device: &ash::Device, slot: u32, writer: &Point) {
-        self.slots
-            .release_written(&self.queries(device), slot, *writer);
+        // A destroyed pool has no slots left to give back.
+        if let Ok(_pool) = self.usable() {
+            self.slots
+                .release_written(&self.queries(device), slot, *writer);
+        }
     }
 
     /// Drops one hold of `slot`; the last one retires it: it is reset and
     /// reused once its writer has run.
     pub(super) fn release(&self, device: &ash::Device, slot: u32) {
-        self.slots.release(&self.queries(device), slot);
+        if let Ok(_pool) = self.usable() {
+            self.slots.release(&self.queries(device), slot);
+        }
     }
 
     /// The timestamp `holder` wrote in `slot`, read with the following
     /// slots whose writers have completed (a stream's spans take adjacent
     /// slots), or kept from an earlier read.
     fn read(&self, device: &ash::Device, slot: u32, holder: &Point) -> Result<u64> {
+        let _pool = self.usable()?;
         self.slots.read(&self.queries(device), slot, *holder)
     }
 }
@@ -394,6 +429,9 @@ impl Timing for Vulkan {
     /// instants.
     fn sample_clock(&self, device: &'static Ctx) -> Result<Option<ClockSample>> {
         device.live()?;
+        // Held while the device is called: a release on another thread
+        // waits for it (and the program destroys its device only after).
+        let _device = device.timestamps.usable()?;
         let Some(calibrated) = &device.calibrated else {
             return Ok(None);
         };
