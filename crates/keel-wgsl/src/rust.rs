@@ -214,7 +214,7 @@ impl Emitter<'_> {
         std::mem::swap(&mut self.out, &mut text);
         self.depth = 2;
         self.line("let (lx, ly, lz) = (0u32, 0u32, 0u32);");
-        for &r in &plan.prologue_regs {
+        for r in plan.prologue_regs() {
             let ty = self.ty(r)?;
             self.line(format_args!("let mut {r}: {} = {};", rust_ty(ty), zero(ty)));
         }
@@ -251,8 +251,7 @@ impl Emitter<'_> {
             self.line("    break 'fast None;");
             self.line("};");
         }
-        let names: Vec<String> = (0..plan.windows.len()).map(|k| format!("w{k}")).collect();
-        self.line(format_args!("Some(({},))", names.join(", ")));
+        self.line(format_args!("Some(({},))", plan.window_names()));
         std::mem::swap(&mut self.out, &mut text);
         self.plan = Some(plan);
         Ok(text)
@@ -345,13 +344,16 @@ impl Emitter<'_> {
             let _ = writeln!(o, "    let p{w} = cx.param({w})?;");
         }
         if let Some((prologue, fast)) = windowed {
-            let n = self.plan.as_ref().map_or(0, |p| p.windows.len());
-            let names: Vec<String> = (0..n).map(|k| format!("w{k}")).collect();
+            let names = self
+                .plan
+                .as_ref()
+                .map(Plan::window_names)
+                .unwrap_or_default();
             let o = &mut self.out;
             let _ = writeln!(o, "    let windows = 'fast: {{");
             o.push_str(prologue);
             let _ = writeln!(o, "    }};");
-            let _ = writeln!(o, "    if let Some(({},)) = windows {{", names.join(", "));
+            let _ = writeln!(o, "    if let Some(({names},)) = windows {{");
             self.lanes(fast);
             let o = &mut self.out;
             let _ = writeln!(o, "    return Ok(());");
@@ -694,15 +696,10 @@ impl Emitter<'_> {
             } => {
                 let ty = self.ty(dst)?;
                 let suffix = self.access(ty, "load")?;
-                if let Some(Windowed {
-                    check,
-                    window,
-                    index,
-                    guard,
-                }) = self.windowed(addr)?
-                {
-                    let load = format!("{window}.ld_{suffix}({index})");
-                    return Ok(match guard {
+                if let Some(w) = self.windowed(addr)? {
+                    let load = format!("{}.ld_{suffix}({})", w.window, w.index);
+                    let check = w.check;
+                    return Ok(match w.guard {
                         Some(g) => format!(
                             "{check}{dst} = if {g} {{ {load} }} else {{ {} }};",
                             zero(ty)
@@ -728,15 +725,10 @@ impl Emitter<'_> {
                 atomic: _,
             } => {
                 let suffix = self.access(self.ty(value)?, "store")?;
-                if let Some(Windowed {
-                    check,
-                    window,
-                    index,
-                    guard,
-                }) = self.windowed(addr)?
-                {
-                    let store = format!("{window}.st_{suffix}({index}, {value});");
-                    return Ok(match guard {
+                if let Some(w) = self.windowed(addr)? {
+                    let store = format!("{}.st_{suffix}({}, {value});", w.window, w.index);
+                    let check = w.check;
+                    return Ok(match w.guard {
                         Some(g) => format!("{check}if {g} {{ {store} }}"),
                         None => format!("{check}{store}"),
                     });

@@ -60,10 +60,23 @@ pub(crate) struct Plan {
     /// The instructions the prologue runs at invocation (0, 0, 0), in
     /// program order.
     pub prologue: Vec<Inst>,
-    /// The registers the prologue declares, with their types.
-    pub prologue_regs: Vec<Reg>,
     pub windows: Vec<Window>,
     pub checks: Vec<Check>,
+}
+
+impl Plan {
+    /// The registers the prologue writes, ascending: those it declares.
+    pub fn prologue_regs(&self) -> Vec<Reg> {
+        let mut regs: Vec<Reg> = self.prologue.iter().filter_map(Inst::dst).collect();
+        regs.sort_unstable();
+        regs
+    }
+
+    /// The windows' names as the generated code binds them: `w0, w1, ..`.
+    pub fn window_names(&self) -> String {
+        let names: Vec<String> = (0..self.windows.len()).map(|k| format!("w{k}")).collect();
+        names.join(", ")
+    }
 }
 
 /// A load or store through a window.
@@ -243,12 +256,9 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
             prologue.push(inst.clone());
         }
     });
-    let mut prologue_regs: Vec<Reg> = needed.into_iter().collect();
-    prologue_regs.sort_unstable();
     Some(Plan {
         accesses,
         prologue,
-        prologue_regs,
         windows,
         checks,
     })
