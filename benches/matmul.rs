@@ -13,6 +13,12 @@
 //! inputs; goal at most 1.1x), and those that round the split-K partial
 //! sums or the accumulator (f16 and bf16 tensors' defaults).
 //!
+//! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
+//! in plain f32, tf32 and bf16 (each through `MatmulAlgorithm::Tiled`) and
+//! the tensor-core tf32 kernel where the device has one: the median of
+//! seven launches (host time around launch and synchronize, as PyTorch's
+//! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
+//!
 //! Run: `cargo bench --bench matmul -- --warm-up-time 1 --measurement-time 3`.
 //! Results in docs/BENCHMARKS.md.
 
@@ -219,9 +225,66 @@ fn precision_modes() {
     }
 }
 
+/// The issue-37 table: large products in each mode, median of seven.
+fn large() {
+    for d in common::every_device() {
+        if d.device_type() == DeviceType::Cpu {
+            continue;
+        }
+        let stream: Stream = keel::default_stream(d).expect("stream");
+        for n in [1024usize, 4096] {
+            let f = |i: usize| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5;
+            let a: Vec<f32> = (0..n * n).map(f).collect();
+            let b: Vec<f32> = (0..n * n).map(|i| f(i + 17)).collect();
+            let ab = Buffer::from_slice(&stream, &a).expect("a");
+            let bb = Buffer::from_slice(&stream, &b).expect("b");
+            let cb = Buffer::new(d, n * n * 4).expect("c");
+            let mut modes = vec![
+                ("ieee", MatmulAlgorithm::Tiled, MatmulPrecision::IEEE),
+                ("tf32", MatmulAlgorithm::Tiled, MatmulPrecision::TF32),
+                ("bf16", MatmulAlgorithm::Tiled, MatmulPrecision::BF16),
+            ];
+            if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
+                modes.push((
+                    "tf32 tensor cores",
+                    MatmulAlgorithm::TensorCoreTf32,
+                    MatmulPrecision::TF32,
+                ));
+            }
+            for (name, algorithm, precision) in modes {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision,
+                };
+                let mut times: Vec<f64> = (0..8)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
+                        stream.synchronize().expect("synchronize");
+                        t.elapsed().as_secs_f64()
+                    })
+                    .skip(1)
+                    .collect();
+                times.sort_by(f64::total_cmp);
+                let t = times[times.len() / 2];
+                println!(
+                    "large {}: {n}^3 {name}: {:.1} us ({:.1} TFLOP/s)",
+                    label(d),
+                    t * 1e6,
+                    2.0 * (n as f64).powi(3) / t / 1e12
+                );
+            }
+        }
+    }
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
+    if std::env::var_os("KEEL_MATMUL_LARGE").is_some() {
+        large();
+        return;
+    }
     if std::env::var_os("KEEL_MATMUL_PRECISION").is_some() {
         precision_modes();
         return;

@@ -15,13 +15,21 @@
 //! completes every submission at once without running it, where what is
 //! left is each side's host cost, the regime of a fast GPU.
 //!
+//! `KEEL_WGPU_STAMPS=1`: instead, where a raw wgpu program on the first
+//! Vulkan adapter puts its timestamps around Keel's `spin` kernel (about
+//! 40 us on a GPU): the pass's own beginning and end writes, encoder
+//! writes around the pass, a beginning write in a command buffer of its
+//! own ahead of the pass, and two dispatches in one pass; printed in
+//! nanoseconds, for a driver on which a pass's two timestamps come out
+//! equal.
+//!
 //! Run: `cargo bench --bench wgpu`. Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{
-    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group,
 };
 use keel::{Buffer, Device, DeviceType, Event, kernels};
 
@@ -382,5 +390,173 @@ fn bandwidth_and_events(c: &mut Criterion) {
     }
 }
 
+/// The timestamp placements of `KEEL_WGPU_STAMPS` (module docs).
+fn stamps() {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let Some(adapter) = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+        .into_iter()
+        .next()
+    else {
+        println!("stamps: no Vulkan adapter");
+        return;
+    };
+    let want = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+    if !adapter.features().contains(want) {
+        println!("stamps: {} has no timestamps inside encoders", adapter.get_info().name);
+        return;
+    }
+    let desc = wgpu::DeviceDescriptor {
+        required_features: want,
+        ..Default::default()
+    };
+    let (device, queue) = pollster::block_on(adapter.request_device(&desc)).expect("device");
+    let period = f64::from(queue.get_timestamp_period());
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(kernels::SPIN.wgsl.expect("wgsl").into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("spin"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let n = 4096u32;
+    let out = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: u64::from(n) * 4,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let params = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 16,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    queue.write_buffer(
+        &params,
+        0,
+        &[n.to_le_bytes(), 20_000u32.to_le_bytes(), [0; 4], [0; 4]].concat(),
+    );
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: out.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: params.as_entire_binding(),
+            },
+        ],
+    });
+    let qs = device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: None,
+        ty: wgpu::QueryType::Timestamp,
+        count: 2,
+    });
+    let pass = |enc: &mut wgpu::CommandEncoder, writes: bool, dispatches: u32| {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: writes.then_some(wgpu::ComputePassTimestampWrites {
+                query_set: &qs,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            }),
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        for _ in 0..dispatches {
+            pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+        }
+    };
+    let new = || device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    // Each placement submits its command buffers, then the two slots are
+    // resolved and read back.
+    let measure = |name: &str, buffers: Vec<wgpu::CommandBuffer>| {
+        let t = Instant::now();
+        queue.submit(buffers);
+        let resolve = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 16,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = new();
+        enc.resolve_query_set(&qs, 0..2, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, 16);
+        let index = queue.submit([enc.finish()]);
+        read.slice(..)
+            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+        device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })
+            .expect("poll");
+        let host = t.elapsed();
+        let bytes = read.slice(..).get_mapped_range().expect("mapped").to_vec();
+        let tick = |i: usize| {
+            u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        };
+        let (a, b) = (tick(0), tick(1));
+        println!(
+            "stamps {name}: start {a}, end {b}: {:.0} ns (host {:.0} us)",
+            b.wrapping_sub(a) as f64 * period,
+            host.as_secs_f64() * 1e6
+        );
+    };
+    println!(
+        "stamps: {} ({:?}), period {period} ns",
+        adapter.get_info().name,
+        adapter.get_info().driver_info
+    );
+    for round in 0..2 {
+        let _ = round;
+        let mut enc = new();
+        pass(&mut enc, true, 1);
+        measure("pass writes, 1 dispatch", vec![enc.finish()]);
+        let mut enc = new();
+        pass(&mut enc, true, 2);
+        measure("pass writes, 2 dispatches", vec![enc.finish()]);
+        let mut enc = new();
+        enc.write_timestamp(&qs, 0);
+        pass(&mut enc, false, 1);
+        enc.write_timestamp(&qs, 1);
+        measure("encoder writes around the pass", vec![enc.finish()]);
+        let mut first = new();
+        first.write_timestamp(&qs, 0);
+        let mut enc = new();
+        pass(&mut enc, false, 1);
+        enc.write_timestamp(&qs, 1);
+        measure(
+            "start in a buffer of its own (Keel's submit)",
+            vec![first.finish(), enc.finish()],
+        );
+    }
+}
+
 criterion_group!(benches, dispatches, bandwidth_and_events);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::var_os("KEEL_WGPU_STAMPS").is_some() {
+        stamps();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

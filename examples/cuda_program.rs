@@ -58,10 +58,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         let bytes = (x.len() * 4) as u64;
         let mut args = theirs.launch_builder(&scale);
         args.arg(x).arg(&alpha).arg(&count).arg(&bytes);
+        // The block is the WGSL workgroup (the PTX declares it as
+        // `.maxntid 256`, and the driver refuses a larger one).
+        let config = LaunchConfig {
+            grid_dim: (count.div_ceil(256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: the arguments follow keel-wgsl's parameter ABI for this
         // entry (buffer pointer, the parameter words, the buffer's byte
         // length); the grid covers `count` invocations.
-        unsafe { args.launch(LaunchConfig::for_num_elems(count)) }.map(drop)
+        unsafe { args.launch(config) }.map(drop)
     };
 
     // Keel on the program's stream and memory.

@@ -642,6 +642,51 @@ impl Program {
     pub fn ty(&self, reg: Reg) -> Ty {
         self.regs[reg.index()]
     }
+
+    /// Per register, the one instruction that writes it; `None` where no
+    /// instruction or several do (a `var`, a loop counter). What such an
+    /// instruction makes of its operands is the register's value wherever
+    /// it is read, which is what the analyses over the program use.
+    pub fn single_writers(&self) -> Vec<Option<&Inst>> {
+        let mut writers = vec![0u32; self.regs.len()];
+        let mut defs: Vec<Option<&Inst>> = vec![None; self.regs.len()];
+        walk(&self.body, &mut |inst| {
+            if let Some(d) = inst.dst()
+                && let Some(n) = writers.get_mut(d.index())
+            {
+                *n += 1;
+                defs[d.index()] = Some(inst);
+            }
+        });
+        for (d, n) in defs.iter_mut().zip(&writers) {
+            if *n != 1 {
+                *d = None;
+            }
+        }
+        defs
+    }
+}
+
+/// Calls `f` on every instruction of `stmts`, in program order.
+pub(crate) fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => f(inst),
+            Stmt::If { then, els, .. } => {
+                walk(then, f);
+                walk(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                walk(body, f);
+                walk(continuing, f);
+            }
+            Stmt::Block { body, .. } => walk(body, f),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
 }
 
 impl Inst {

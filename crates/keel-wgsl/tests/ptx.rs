@@ -813,3 +813,33 @@ fn empty_program() {
     let text = check(&p);
     assert!(text.contains(".visible .entry empty(\n)"), "{text}");
 }
+
+/// Vectors read from workgroup memory are read whole: one `ld.shared.v4`
+/// per `vec4`, a `v2` and a scalar per `vec3` (its 16-byte stride keeps
+/// the first two components 8-byte aligned), and, with every index made
+/// of the local id and constants, no guard on them.
+#[test]
+fn workgroup_vectors_are_read_whole() {
+    let src = "
+        @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+        var<workgroup> tile4: array<vec4<f32>, 64>;
+        var<workgroup> tile3: array<vec3<f32>, 64>;
+        @compute @workgroup_size(64)
+        fn k(@builtin(local_invocation_id) lid: vec3<u32>) {
+            tile4[lid.x] = vec4<f32>(f32(lid.x));
+            tile3[lid.x] = vec3<f32>(1.0);
+            workgroupBarrier();
+            let a = tile4[63u - lid.x];
+            let b = tile3[lid.x / 2u];
+            out[lid.x] = a.x + a.y + a.z + a.w + b.x + b.y + b.z;
+        }";
+    let program = keel_wgsl::compile(src, "k").expect("compiles");
+    let text = check(&program);
+    assert_eq!(text.matches("ld.shared.v4.f32").count(), 1, "{text}");
+    assert_eq!(text.matches("ld.shared.v2.f32").count(), 1, "{text}");
+    assert_eq!(text.matches("ld.shared.f32").count(), 1, "{text}");
+    assert!(
+        !text.lines().any(|l| l.contains("ld.shared") && l.contains('@')),
+        "unguarded: {text}"
+    );
+}

@@ -149,6 +149,9 @@ fn properties_are_sane() {
     }
 }
 
+/// A kernel generated from WGSL takes the parameter block its WGSL struct
+/// declares: a longer one is an error, a shorter one reads as zeros past
+/// what the caller gave (as Vulkan and wgpu read it).
 #[test]
 fn ptx_parameter_convention_is_checked() {
     let Some(d) = conformance::device(TY) else {
@@ -156,11 +159,21 @@ fn ptx_parameter_convention_is_checked() {
     };
     let s = keel_device::get_stream_from_pool(d, false).expect("pool");
     let b = Buffer::new(d, 16).expect("alloc");
+    let words: Vec<u8> = [4u32, 1, 7].iter().flat_map(|w| w.to_le_bytes()).collect();
     let e = s
-        .launch(&kernels::SPIN, [1, 1, 1], &[&b], &4u32.to_le_bytes())
-        .expect_err("one param short");
-    assert!(e.to_string().contains("takes 3 parameters"), "{e}");
-    s.synchronize().expect("the stream still works");
+        .launch(&kernels::SPIN, [1, 1, 1], &[&b], &words)
+        .expect_err("one word too many");
+    assert!(
+        e.to_string().contains("at most 2 32-bit values"),
+        "{e}"
+    );
+    // `iters` reads as 0: each out[i] is its start value, f32(i).
+    s.launch(&kernels::SPIN, [1, 1, 1], &[&b], &4u32.to_le_bytes())
+        .expect("a short block");
+    assert_eq!(
+        b.read_as::<f32>(&s).expect("read"),
+        [0.0, 1.0, 2.0, 3.0]
+    );
 }
 
 #[test]

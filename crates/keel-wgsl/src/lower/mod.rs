@@ -8,6 +8,7 @@
 mod build;
 mod func;
 mod math;
+mod ranges;
 mod shape;
 
 use std::fmt;
@@ -130,7 +131,7 @@ pub fn compile_module(
     )?;
     let (regs, body) = b.finish();
     needs.f16 = regs.contains(&Ty::F16);
-    Ok(Program {
+    let mut program = Program {
         name: ep.name.clone(),
         workgroup_size: ep.workgroup_size,
         regs,
@@ -140,7 +141,9 @@ pub fn compile_module(
         private_bytes: round_up(private_bytes, 16),
         body,
         needs,
-    })
+    };
+    ranges::drop_proven_guards(&mut program);
+    Ok(program)
 }
 
 /// The type of each 32-bit word of `entry`'s parameter block (the

@@ -8,9 +8,19 @@
 //! an atomic writes 0 to its destination instead (the two are
 //! predicated on opposite conditions, so a destination that is also the
 //! value operand is read before it is written).
+//!
+//! A vector read from workgroup memory arrives as one load per component
+//! (the lowering splits values into scalars); where its offset is
+//! provably aligned to the whole vector, the components are read by one
+//! `ld.shared.v2` or `.v4` instead ([`Emitter::vector_load`]): a tiled
+//! kernel's inner loop reads its tiles a vector at a time, and scalar
+//! loads quadruple its shared-memory instructions.
 
 use super::{Bank, Emitter, PtxError, Result, mov_ty, zero};
-use crate::ir::{AtomicOp, Reg, Space, Ty};
+use crate::ir::{AtomicOp, BinOp, Inst, Reg, Space, Stmt, Ty};
+
+/// How far a chain of definitions is followed for an alignment.
+const MAX_DEPTH: u32 = 32;
 
 /// The state space and address register of an access.
 struct Address {
@@ -115,6 +125,129 @@ impl Emitter<'_> {
         let name = Self::access("ld", &at, atomic);
         self.ins(&format!("{pre}{name}.{t} {d}, [{}];", at.reg));
         Ok(())
+    }
+
+    /// Where `body` starts with the loads of a vector's components from
+    /// workgroup memory as the lowering writes them (an unguarded load at
+    /// offset `a`, then for each further component the add of `a` and
+    /// its byte offset, and its load), and `a` is a multiple of the
+    /// vector's size, emits the adds and one vector load; returns how
+    /// many statements it stood for. The adds read neither destination,
+    /// so the loads may move after them.
+    pub(super) fn vector_load(&mut self, body: &[Stmt]) -> Result<Option<usize>> {
+        let Some(Stmt::Inst(Inst::Load {
+            dst,
+            space: Space::Shared,
+            addr: base,
+            guard: None,
+            atomic: false,
+        })) = body.first()
+        else {
+            return Ok(None);
+        };
+        let ty = self.ty(*dst)?;
+        if ty.bytes() != 4 {
+            return Ok(None);
+        }
+        let mut dsts = vec![*dst];
+        let mut used = 1;
+        while dsts.len() < 4 {
+            let (
+                Some(Stmt::Inst(Inst::Bin {
+                    op: BinOp::Add,
+                    dst: at,
+                    a,
+                    b,
+                })),
+                Some(Stmt::Inst(Inst::Load {
+                    dst: d,
+                    space: Space::Shared,
+                    addr,
+                    guard: None,
+                    atomic: false,
+                })),
+            ) = (body.get(used), body.get(used + 1))
+            else {
+                break;
+            };
+            let step = 4 * dsts.len() as u64;
+            if a != base || addr != at || self.konst(*b) != Some(step) || self.ty(*d)? != ty {
+                break;
+            }
+            dsts.push(*d);
+            used += 2;
+        }
+        // v2 or v4 only; a third component is read on its own.
+        if dsts.len() == 3 {
+            dsts.pop();
+            used -= 2;
+        }
+        let size = 4 * dsts.len() as u32;
+        let clash = dsts.iter().enumerate().any(|(i, d)| {
+            d == base
+                || dsts[..i].contains(d)
+                || body[1..used].iter().any(|s| match s {
+                    Stmt::Inst(Inst::Bin { a, b, .. }) => a == d || b == d,
+                    _ => false,
+                })
+        });
+        if dsts.len() < 2 || clash || self.known_zero_bits(*base, 0) < size.trailing_zeros() {
+            return Ok(None);
+        }
+        for s in &body[1..used] {
+            if let Stmt::Inst(inst @ Inst::Bin { .. }) = s {
+                self.reset_tmps();
+                self.inst(inst)?;
+            }
+        }
+        self.reset_tmps();
+        let t = mem_ty(ty)?;
+        let names = dsts
+            .iter()
+            .map(|&d| self.reg(d))
+            .collect::<Result<Vec<_>>>()?
+            .join(", ");
+        let at = self.address(Space::Shared, *base)?;
+        self.ins(&format!(
+            "ld.shared.v{}.{t} {{{names}}}, [{}];",
+            dsts.len(),
+            at.reg
+        ));
+        Ok(Some(used))
+    }
+
+    /// The value of a register written once by a constant.
+    fn konst(&self, r: Reg) -> Option<u64> {
+        match self.defs.get(r.index()).copied().flatten() {
+            Some(Inst::Const { bits, .. }) => Some(*bits),
+            _ => None,
+        }
+    }
+
+    /// How many low bits of `r` are zero in every invocation (at most
+    /// 32), from the instructions that make it.
+    fn known_zero_bits(&self, r: Reg, depth: u32) -> u32 {
+        if depth > MAX_DEPTH {
+            return 0;
+        }
+        let z = |s: &Self, r: Reg| s.known_zero_bits(r, depth + 1);
+        let bits = match self.defs.get(r.index()).copied().flatten() {
+            Some(Inst::Const { bits, .. }) => (*bits as u32).trailing_zeros(),
+            Some(Inst::Mov { src, .. }) => z(self, *src),
+            Some(Inst::Select { a, b, .. }) => z(self, *a).min(z(self, *b)),
+            Some(Inst::Bin { op, a, b, .. }) => match op {
+                BinOp::Add | BinOp::Sub => z(self, *a).min(z(self, *b)),
+                BinOp::Mul => z(self, *a) + z(self, *b),
+                BinOp::And => z(self, *a).max(z(self, *b)),
+                BinOp::Shl => match self.konst(*b) {
+                    Some(c) => z(self, *a) + c as u32,
+                    None => z(self, *a),
+                },
+                _ => 0,
+            },
+            _ => 0,
+        };
+        bits.min(32)
     }
 
     pub(super) fn store(

@@ -19,7 +19,7 @@ mod subgroup;
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::ir::{Program, Reg, Stmt, Ty};
+use crate::ir::{Inst, Program, Reg, Stmt, Ty};
 
 /// Why a [`Program`] cannot be printed: an inconsistency in the IR, such
 /// as an operand of the wrong type or a `Leave` of a block that does not
@@ -191,6 +191,9 @@ struct Emitter<'a> {
     /// Every block id seen, so that a repeated id (a repeated label) is
     /// reported rather than left to ptxas.
     block_ids: HashSet<u32>,
+    /// Per register, its one writer (`Program::single_writers`): what
+    /// vector loads are recognised by.
+    defs: Vec<Option<&'a Inst>>,
 }
 
 impl<'a> Emitter<'a> {
@@ -204,6 +207,7 @@ impl<'a> Emitter<'a> {
             loops: Vec::new(),
             blocks: Vec::new(),
             block_ids: HashSet::new(),
+            defs: prog.single_writers(),
         }
     }
 
@@ -463,7 +467,16 @@ impl<'a> Emitter<'a> {
     // ---- statements ----
 
     fn stmts(&mut self, body: &[Stmt]) -> Result<()> {
-        body.iter().try_for_each(|s| self.stmt(s))
+        let mut i = 0;
+        while i < body.len() {
+            if let Some(n) = self.vector_load(&body[i..])? {
+                i += n;
+                continue;
+            }
+            self.stmt(&body[i])?;
+            i += 1;
+        }
+        Ok(())
     }
 
     fn stmt(&mut self, stmt: &Stmt) -> Result<()> {

@@ -29,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Space, Stmt, Ty};
+use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Space, Ty, walk};
 
 /// Programs longer than this are translated without a windowed path: each
 /// workgroup would be printed twice, and a kernel this long spends its
@@ -298,28 +298,6 @@ fn index(steps: Steps, min: i128) -> String {
     text
 }
 
-/// Calls `f` on every instruction of `stmts`, in program order.
-fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
-    for s in stmts {
-        match s {
-            Stmt::Inst(inst) => f(inst),
-            Stmt::If { then, els, .. } => {
-                walk(then, f);
-                walk(els, f);
-            }
-            Stmt::Loop {
-                body, continuing, ..
-            } => {
-                walk(body, f);
-                walk(continuing, f);
-            }
-            Stmt::Block { body, .. } => walk(body, f),
-            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
-            }
-        }
-    }
-}
-
 /// The registers a pure instruction reads.
 fn operands(inst: &Inst) -> Vec<Reg> {
     match *inst {
@@ -350,23 +328,9 @@ struct Analysis<'a> {
 
 impl<'a> Analysis<'a> {
     fn new(p: &'a Program) -> Self {
-        let mut writers = vec![0u32; p.regs.len()];
-        let mut defs: Vec<Option<&'a Inst>> = vec![None; p.regs.len()];
+        let defs = p.single_writers();
         let mut ops = 0;
-        walk(&p.body, &mut |inst| {
-            ops += 1;
-            if let Some(d) = inst.dst()
-                && let Some(n) = writers.get_mut(d.index())
-            {
-                *n += 1;
-                defs[d.index()] = Some(inst);
-            }
-        });
-        for (d, n) in defs.iter_mut().zip(&writers) {
-            if *n != 1 {
-                *d = None;
-            }
-        }
+        walk(&p.body, &mut |_| ops += 1);
         Analysis {
             p,
             defs,

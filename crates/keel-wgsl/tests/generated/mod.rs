@@ -34891,9 +34891,7 @@ fn control_group(
                             r17 = rt::cmp(BinOp::Le, r16, r15);
                             r18 = rt::cmp(BinOp::Ge, r16, r14);
                             r19 = rt::bin_bool(BinOp::And, r17, r18);
-                            if r19 {
-                                pv.st_u32(u64::from(r14), r14)?;
-                            }
+                            pv.st_u32(u64::from(r14), r14)?;
                             r20 = r14;
                             r21 = r14;
                             r22 = r14;
@@ -34925,19 +34923,13 @@ fn control_group(
                                         r37 = rt::cmp(BinOp::Le, r36, r15);
                                         r38 = rt::cmp(BinOp::Ge, r36, r14);
                                         r39 = rt::bin_bool(BinOp::And, r37, r38);
-                                        r40 = if r39 {
-                                            pv.ld_u32(u64::from(r14))?
-                                        } else {
-                                            0u32
-                                        };
+                                        r40 = pv.ld_u32(u64::from(r14))?;
                                         r41 = rt::bin_u32(BinOp::Add, r40, r35);
                                         r42 = rt::bin_u32(BinOp::Add, r14, r15);
                                         r43 = rt::cmp(BinOp::Le, r42, r15);
                                         r44 = rt::cmp(BinOp::Ge, r42, r14);
                                         r45 = rt::bin_bool(BinOp::And, r43, r44);
-                                        if r45 {
-                                            pv.st_u32(u64::from(r14), r41)?;
-                                        }
+                                        pv.st_u32(u64::from(r14), r41)?;
                                         break 'b2;
                                     }
                                 }
@@ -34962,19 +34954,13 @@ fn control_group(
                                     r54 = rt::cmp(BinOp::Le, r53, r15);
                                     r55 = rt::cmp(BinOp::Ge, r53, r14);
                                     r56 = rt::bin_bool(BinOp::And, r54, r55);
-                                    r57 = if r56 {
-                                        pv.ld_u32(u64::from(r14))?
-                                    } else {
-                                        0u32
-                                    };
+                                    r57 = pv.ld_u32(u64::from(r14))?;
                                     r59 = rt::bin_u32(BinOp::Mul, r57, r58);
                                     r60 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r61 = rt::cmp(BinOp::Le, r60, r15);
                                     r62 = rt::cmp(BinOp::Ge, r60, r14);
                                     r63 = rt::bin_bool(BinOp::And, r61, r62);
-                                    if r63 {
-                                        pv.st_u32(u64::from(r14), r59)?;
-                                    }
+                                    pv.st_u32(u64::from(r14), r59)?;
                                     r64 = r21;
                                     r65 = rt::bin_u32(BinOp::Add, r64, r7);
                                     r21 = r65;
@@ -34997,19 +34983,13 @@ fn control_group(
                                     r72 = rt::cmp(BinOp::Le, r71, r15);
                                     r73 = rt::cmp(BinOp::Ge, r71, r14);
                                     r74 = rt::bin_bool(BinOp::And, r72, r73);
-                                    r75 = if r74 {
-                                        pv.ld_u32(u64::from(r14))?
-                                    } else {
-                                        0u32
-                                    };
+                                    r75 = pv.ld_u32(u64::from(r14))?;
                                     r77 = rt::bin_u32(BinOp::Add, r75, r76);
                                     r78 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r79 = rt::cmp(BinOp::Le, r78, r15);
                                     r80 = rt::cmp(BinOp::Ge, r78, r14);
                                     r81 = rt::bin_bool(BinOp::And, r79, r80);
-                                    if r81 {
-                                        pv.st_u32(u64::from(r14), r77)?;
-                                    }
+                                    pv.st_u32(u64::from(r14), r77)?;
                                 }
                                 r82 = r22;
                                 r83 = rt::bin_u32(BinOp::Add, r82, r7);
@@ -35022,11 +35002,7 @@ fn control_group(
                             r91 = rt::cmp(BinOp::Le, r90, r15);
                             r92 = rt::cmp(BinOp::Ge, r90, r14);
                             r93 = rt::bin_bool(BinOp::And, r91, r92);
-                            r94 = if r93 {
-                                pv.ld_u32(u64::from(r14))?
-                            } else {
-                                0u32
-                            };
+                            r94 = pv.ld_u32(u64::from(r14))?;
                             r95 = rt::bin_u32(BinOp::Mul, r94, r76);
                             'b3: {
                                 r97 = rt::cmp(BinOp::Eq, r69, r14);
@@ -35251,9 +35227,7 @@ fn control_group(
                         r17 = rt::cmp(BinOp::Le, r16, r15);
                         r18 = rt::cmp(BinOp::Ge, r16, r14);
                         r19 = rt::bin_bool(BinOp::And, r17, r18);
-                        if r19 {
-                            pv.st_u32(u64::from(r14), r14)?;
-                        }
+                        pv.st_u32(u64::from(r14), r14)?;
                         r20 = r14;
                         r21 = r14;
                         r22 = r14;
@@ -35285,19 +35259,13 @@ fn control_group(
                                     r37 = rt::cmp(BinOp::Le, r36, r15);
                                     r38 = rt::cmp(BinOp::Ge, r36, r14);
                                     r39 = rt::bin_bool(BinOp::And, r37, r38);
-                                    r40 = if r39 {
-                                        pv.ld_u32(u64::from(r14))?
-                                    } else {
-                                        0u32
-                                    };
+                                    r40 = pv.ld_u32(u64::from(r14))?;
                                     r41 = rt::bin_u32(BinOp::Add, r40, r35);
                                     r42 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r43 = rt::cmp(BinOp::Le, r42, r15);
                                     r44 = rt::cmp(BinOp::Ge, r42, r14);
                                     r45 = rt::bin_bool(BinOp::And, r43, r44);
-                                    if r45 {
-                                        pv.st_u32(u64::from(r14), r41)?;
-                                    }
+                                    pv.st_u32(u64::from(r14), r41)?;
                                     break 'b2;
                                 }
                             }
@@ -35322,19 +35290,13 @@ fn control_group(
                                 r54 = rt::cmp(BinOp::Le, r53, r15);
                                 r55 = rt::cmp(BinOp::Ge, r53, r14);
                                 r56 = rt::bin_bool(BinOp::And, r54, r55);
-                                r57 = if r56 {
-                                    pv.ld_u32(u64::from(r14))?
-                                } else {
-                                    0u32
-                                };
+                                r57 = pv.ld_u32(u64::from(r14))?;
                                 r59 = rt::bin_u32(BinOp::Mul, r57, r58);
                                 r60 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r61 = rt::cmp(BinOp::Le, r60, r15);
                                 r62 = rt::cmp(BinOp::Ge, r60, r14);
                                 r63 = rt::bin_bool(BinOp::And, r61, r62);
-                                if r63 {
-                                    pv.st_u32(u64::from(r14), r59)?;
-                                }
+                                pv.st_u32(u64::from(r14), r59)?;
                                 r64 = r21;
                                 r65 = rt::bin_u32(BinOp::Add, r64, r7);
                                 r21 = r65;
@@ -35357,19 +35319,13 @@ fn control_group(
                                 r72 = rt::cmp(BinOp::Le, r71, r15);
                                 r73 = rt::cmp(BinOp::Ge, r71, r14);
                                 r74 = rt::bin_bool(BinOp::And, r72, r73);
-                                r75 = if r74 {
-                                    pv.ld_u32(u64::from(r14))?
-                                } else {
-                                    0u32
-                                };
+                                r75 = pv.ld_u32(u64::from(r14))?;
                                 r77 = rt::bin_u32(BinOp::Add, r75, r76);
                                 r78 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r79 = rt::cmp(BinOp::Le, r78, r15);
                                 r80 = rt::cmp(BinOp::Ge, r78, r14);
                                 r81 = rt::bin_bool(BinOp::And, r79, r80);
-                                if r81 {
-                                    pv.st_u32(u64::from(r14), r77)?;
-                                }
+                                pv.st_u32(u64::from(r14), r77)?;
                             }
                             r82 = r22;
                             r83 = rt::bin_u32(BinOp::Add, r82, r7);
@@ -35382,11 +35338,7 @@ fn control_group(
                         r91 = rt::cmp(BinOp::Le, r90, r15);
                         r92 = rt::cmp(BinOp::Ge, r90, r14);
                         r93 = rt::bin_bool(BinOp::And, r91, r92);
-                        r94 = if r93 {
-                            pv.ld_u32(u64::from(r14))?
-                        } else {
-                            0u32
-                        };
+                        r94 = pv.ld_u32(u64::from(r14))?;
                         r95 = rt::bin_u32(BinOp::Mul, r94, r76);
                         'b3: {
                             r97 = rt::cmp(BinOp::Eq, r69, r14);

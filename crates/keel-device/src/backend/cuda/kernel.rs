@@ -267,7 +267,17 @@ impl Kernels for Cuda {
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
         values.resize(words, 0);
-        let mut lens: Vec<u64> = buffers[..lengths].iter().map(|b| b.len as u64).collect();
+        // Each binding's length as WGSL sees it: rounded up to 4 bytes
+        // within its allocation, as Vulkan and wgpu bind storage ranges
+        // (an f16 tensor of odd length is stored as whole 32-bit words by
+        // the kernels that pack halves).
+        let mut lens: Vec<u64> = buffers[..lengths]
+            .iter()
+            .map(|b| {
+                let room = b.buffer.len.saturating_sub(b.offset);
+                b.len.next_multiple_of(4).min(room) as u64
+            })
+            .collect();
         let mut args: Vec<*mut c_void> = pointers
             .iter_mut()
             .map(|p| (p as *mut sys::CUdeviceptr).cast())

@@ -113,7 +113,7 @@ fn give_pinned(c: &Ctx, p: Pinned, busy: Option<RawEvent>) {
 pub struct CudaBuffer {
     ctx: &'static Ctx,
     pub(super) ptr: sys::CUdeviceptr,
-    len: usize,
+    pub(super) len: usize,
     stream_ordered: bool,
     /// Streams that used this buffer.
     used: Mutex<Vec<CudaStream>>,
