@@ -1,7 +1,11 @@
 // out[r][j] = exp(x[r][j] - max_r) / sum_j' exp(x[r][j'] - max_r): a
 // numerically stable softmax of each row of a rows x cols f32 matrix.
 // One workgroup per row: its invocations stride over the columns, and the
-// row's maximum and sum are reduced in a tree in workgroup memory.
+// row's maximum and sum are reduced in a tree in workgroup memory. Each
+// pass over the row takes four columns a step (j, j + 256, j + 512,
+// j + 768), their loads issued together so that a GPU has four in flight
+// per invocation, then the columns left one at a time; the sum still
+// adds in column order, so the bits are those of one column a step.
 // Bindings: 0 x (read), 1 out (read_write), 2 params (uniform).
 // Launch: workgroups of 256; row r is workgroup (r % 65535, r / 65535).
 
@@ -27,8 +31,18 @@ fn softmax_rows(
     }
     let cols = params.cols;
     let base = row * cols;
+    // Columns below `wide` are taken four a step.
+    let wide = cols - min(cols, 768u);
     var m = -3.4028235e38;
-    for (var j = t; j < cols; j += 256u) {
+    var j = t;
+    for (; j < wide; j += 1024u) {
+        let a = x[base + j];
+        let b = x[base + j + 256u];
+        let c = x[base + j + 512u];
+        let d = x[base + j + 768u];
+        m = max(m, max(max(a, b), max(c, d)));
+    }
+    for (; j < cols; j += 256u) {
         m = max(m, x[base + j]);
     }
     scratch[t] = m;
@@ -42,7 +56,18 @@ fn softmax_rows(
     let row_max = scratch[0];
     workgroupBarrier();
     var acc = 0.0;
-    for (var j = t; j < cols; j += 256u) {
+    j = t;
+    for (; j < wide; j += 1024u) {
+        let a = x[base + j];
+        let b = x[base + j + 256u];
+        let c = x[base + j + 512u];
+        let d = x[base + j + 768u];
+        acc += exp(a - row_max);
+        acc += exp(b - row_max);
+        acc += exp(c - row_max);
+        acc += exp(d - row_max);
+    }
+    for (; j < cols; j += 256u) {
         acc += exp(x[base + j] - row_max);
     }
     scratch[t] = acc;
@@ -54,7 +79,18 @@ fn softmax_rows(
         workgroupBarrier();
     }
     let total = scratch[0];
-    for (var j = t; j < cols; j += 256u) {
+    j = t;
+    for (; j < wide; j += 1024u) {
+        let a = x[base + j];
+        let b = x[base + j + 256u];
+        let c = x[base + j + 512u];
+        let d = x[base + j + 768u];
+        out[base + j] = exp(a - row_max) / total;
+        out[base + j + 256u] = exp(b - row_max) / total;
+        out[base + j + 512u] = exp(c - row_max) / total;
+        out[base + j + 768u] = exp(d - row_max) / total;
+    }
+    for (; j < cols; j += 256u) {
         out[base + j] = exp(x[base + j] - row_max) / total;
     }
 }
