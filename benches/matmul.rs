@@ -14,8 +14,9 @@
 //! sums or the accumulator (f16 and bf16 tensors' defaults).
 //!
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
-//! in plain f32, tf32 and bf16 (each through `MatmulAlgorithm::Tiled`) and
-//! the tensor-core tf32 kernel where the device has one: the median of
+//! in plain f32, tf32 and bf16 (each through `MatmulAlgorithm::Tiled`,
+//! which runs the input-rounding modes on tensor cores where the device
+//! has them, and then the portable 4x4 kernel in tf32 beside it): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -246,8 +247,13 @@ fn large() {
             ];
             if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
                 modes.push((
-                    "tf32 tensor cores",
-                    MatmulAlgorithm::TensorCoreTf32,
+                    "ieee (4x4 kernel)",
+                    MatmulAlgorithm::Tiled4x4,
+                    MatmulPrecision::IEEE,
+                ));
+                modes.push((
+                    "tf32 (4x4 kernel)",
+                    MatmulAlgorithm::Tiled4x4,
                     MatmulPrecision::TF32,
                 ));
             }

@@ -214,7 +214,7 @@ run_benches() {
         "vulkan|--warm-up-time 1 --measurement-time 4 10k_dispatches"
         "dispatch|${quick[*]} dispatch_add_256"
     )
-    if [ -f .gpu/make_torch_traces.py ] && [ "$(left 60)" -ge 30 ]; then
+    if [ -f .gpu/make_torch_traces.py ] && wanted torch && [ "$(left 60)" -ge 30 ]; then
         echo "== PyTorch: make_torch_traces.py timings" | tee -a "$log"
         timeout "$(left 60)" python3 .gpu/make_torch_traces.py timings "$OUT/torch" >>"$log" 2>&1 \
             || echo "torch timings: exit $?" | tee -a "$log"
@@ -227,9 +227,17 @@ run_benches() {
         "matmul|KEEL_MATMUL_LARGE"
         "matmul|KEEL_MATMUL_PRECISION"
     )
+    # GPU_BENCHES_RUN (names: "matmul-large reduce ...") runs only those
+    # of the modes (BENCH-VARIABLE lower-cased past KEEL_, as
+    # matmul-large) and criterion runs, for a re-check.
+    local only=" ${GPU_BENCHES_RUN:-} "
+    wanted() {
+        [ "$only" = "  " ] || case "$only" in *" $1 "*) true ;; *) false ;; esac
+    }
     for r in "${modes[@]}"; do
-        local bench="${r%%|*}" var="${r#*|}" secs
-        [ -x "$b/$bench" ] || continue
+        local bench="${r%%|*}" var="${r#*|}" secs tag
+        tag="$bench-$(echo "${var#KEEL_*_}" | tr 'A-Z' 'a-z')"
+        [ -x "$b/$bench" ] && wanted "$tag" || continue
         secs=$(left 90)
         if [ "$secs" -lt 20 ]; then
             echo "== $bench $var=1: not run (the budget is spent)" | tee -a "$log"
@@ -240,7 +248,7 @@ run_benches() {
     done
     for r in "${runs[@]}"; do
         local bench="${r%%|*}" args="${r#*|}" secs
-        [ -x "$b/$bench" ] || continue
+        [ -x "$b/$bench" ] && wanted "$bench" || continue
         secs=$(left 200)
         if [ "$secs" -lt 30 ]; then
             echo "== $bench: not run (the budget is spent)" | tee -a "$log"

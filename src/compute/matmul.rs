@@ -3,7 +3,7 @@
 
 use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
-use super::precision::{MatmulPrecision, round_to};
+use super::precision::{InputRounding, MatmulPrecision, round_to};
 use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
@@ -15,9 +15,11 @@ use std::sync::{LazyLock, Mutex};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulAlgorithm {
     /// The tiled kernel suited to the device and the numerics (see
-    /// [`matmul_kernel`]): [`Tiled4x4`](Self::Tiled4x4) on a GPU for plain
-    /// f32 and the modes that only round the inputs (tf32, bf16 or f16
-    /// inputs, f32 accumulation), [`Tiled8x8`](Self::Tiled8x8) otherwise.
+    /// [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
+    /// devices with tf32 tensor cores for the modes that round the inputs
+    /// (tf32, bf16 or f16 inputs, f32 sums, no split-K),
+    /// [`Tiled4x4`](Self::Tiled4x4) on a GPU for the other modes that sum
+    /// in f32, [`Tiled8x8`](Self::Tiled8x8) otherwise.
     #[default]
     Tiled,
     /// 64 x 64 output tiles staged through workgroup memory, 64
@@ -30,13 +32,13 @@ pub enum MatmulAlgorithm {
     /// behind more warps. Plain f32 and the modes that only round the
     /// inputs.
     Tiled4x4,
-    /// The tensor-core kernel ([`MATMUL_TF32_MMA`]) in the tf32 mode, on
-    /// CUDA devices of compute capability 8.0 or later
-    /// ([`tf32_mma_supported`]); an error elsewhere and in other modes. It
-    /// sums in its own order, so it is not bit-identical to the tiled
-    /// kernels, and until it keeps the tensor cores fed it is slower than
-    /// [`Tiled`](Self::Tiled)'s tf32 (docs/BENCHMARKS.md).
-    TensorCoreTf32,
+    /// The tensor-core kernel ([`MATMUL_MMA`]) in the modes that round the
+    /// inputs to tf32, bf16 or f16 and sum in f32, on CUDA devices of
+    /// compute capability 8.0 or later ([`tf32_mma_supported`]); an error
+    /// elsewhere and in other modes. Inputs are rounded as every kernel
+    /// rounds them; the tensor cores sum in their own order, so results
+    /// are not bit-identical to the tiled kernels' (docs/NUMERICS.md).
+    TensorCore,
     /// One invocation per output, reading A and B from memory (the
     /// baseline of the benchmark).
     Naive,
@@ -120,28 +122,28 @@ pub const MATMUL_NAIVE: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-/// The tensor-core kernel for the tf32 mode on CUDA devices of compute
-/// capability 8.0 or later (`mma.sync.aligned.m16n8k8 ... .tf32`): as
-/// [`MATMUL_TILED`]'s bindings and parameters (`mode` and `chunk` not
-/// read), one warp per 16 x 8 output tile. PTX only;
-/// [`MatmulAlgorithm::TensorCoreTf32`] names it. Source:
-/// `shaders/compute/matmul_tf32_mma.ptx`,
-/// a declared CUDA override of the tiled kernel's tf32 mode: WGSL has no
-/// tensor-core instruction, and the override is tested against the same
-/// reference.
-pub const MATMUL_TF32_MMA: Launch = Launch {
+/// The tensor-core kernel for the modes that round the inputs (tf32, bf16
+/// or f16) and sum in f32, on CUDA devices of compute capability 8.0 or
+/// later (`mma.sync.aligned.m16n8k8 ... .tf32`: a value rounded to bf16 or
+/// f16 is exactly a tf32 value): as [`MATMUL_TILED`]'s bindings and
+/// parameters (`chunk` not read), 128 x 128 outputs per block of 256
+/// threads. PTX only, compiled from `shaders/compute/matmul_mma.cu` by
+/// NVRTC (`cargo xtask mma-ptx`); a declared CUDA override of
+/// [`MATMUL_TILED_4X4`] in those modes, which WGSL has no instruction for,
+/// tested against the same reference.
+pub const MATMUL_MMA: Launch = Launch {
     kernel: Kernel {
-        name: "matmul_tf32_mma",
-        workgroup_size: [32, 1, 1],
+        name: "matmul_mma",
+        workgroup_size: [256, 1, 1],
         bindings: 3,
         wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_tf32_mma.ptx")),
+        ptx: Some(include_str!("../../shaders/compute/matmul_mma.ptx")),
         cpu: None,
     },
     params: MATMUL_PARAMS,
 };
-/// Output tile of one warp of [`MATMUL_TF32_MMA`]: rows, columns.
-const MMA_TILE: (u32, u32) = (16, 8);
+/// Output tile of one block of [`MATMUL_MMA`]: rows, columns.
+const MMA_TILE: (u32, u32) = (128, 128);
 
 /// Whether the stream's device has tf32 tensor cores (`mma` with `.tf32`):
 /// a CUDA device whose property `"compute capability"` is 8.0 or later.
@@ -172,15 +174,21 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
 }
 
 /// The kernel [`matmul`] launches for `opts` on `stream`. For
-/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_TILED_4X4`] on a GPU for the modes
-/// that accumulate in f32 ([`MatmulPrecision::accumulates_in_f32`]: plain
-/// f32, input rounding, split-K), [`MATMUL_TILED`] otherwise. The other
-/// algorithms name their kernel; asking [`MatmulAlgorithm::Tiled4x4`] for
-/// an accumulator mode, or [`MatmulAlgorithm::TensorCoreTf32`] for
-/// anything but tf32 on a device with tf32 tensor cores, is an error.
+/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA device with tf32
+/// tensor cores for the modes that round the inputs to tf32, bf16 or f16
+/// ([`MatmulPrecision::rounds_inputs_only`], not plain f32),
+/// [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
+/// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32, split-K),
+/// [`MATMUL_TILED`] otherwise. The other algorithms name their kernel;
+/// asking [`MatmulAlgorithm::Tiled4x4`] for an accumulator mode, or
+/// [`MatmulAlgorithm::TensorCore`] for another mode or a device without
+/// tf32 tensor cores, is an error.
 pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
     let f32_sums = opts.precision.accumulates_in_f32();
+    let p = &opts.precision;
+    let rounded_inputs = p.rounds_inputs_only() && p.inputs != InputRounding::Ieee;
     Ok(match opts.algorithm {
+        MatmulAlgorithm::Tiled if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
         MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => &MATMUL_TILED_4X4,
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
         MatmulAlgorithm::Tiled4x4 if f32_sums => &MATMUL_TILED_4X4,
@@ -192,15 +200,14 @@ pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static L
                 opts.precision
             )));
         }
-        MatmulAlgorithm::TensorCoreTf32
-            if opts.precision == MatmulPrecision::TF32 && tf32_mma_supported(stream)? =>
-        {
-            &MATMUL_TF32_MMA
+        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => {
+            &MATMUL_MMA
         }
-        MatmulAlgorithm::TensorCoreTf32 => {
+        MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
-                "matmul: the tensor-core kernel computes the tf32 mode on CUDA devices of \
-                 compute capability 8.0 or later, found the precision {:?} on {}",
+                "matmul: the tensor-core kernel computes the modes that round the inputs to \
+                 tf32, bf16 or f16 and sum in f32, on CUDA devices of compute capability 8.0 \
+                 or later; found the precision {:?} on {}",
                 opts.precision,
                 stream.device()
             )));
@@ -237,7 +244,7 @@ pub fn matmul(
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
     let launch = matmul_kernel(stream, opts)?;
-    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_TF32_MMA) {
+    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {
         (NAIVE_WG, NAIVE_WG)

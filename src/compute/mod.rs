@@ -36,7 +36,7 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_NAIVE, MATMUL_TF32_MMA, MATMUL_TILED, MATMUL_TILED_4X4, MatmulAlgorithm, MatmulOptions,
+    MATMUL_MMA, MATMUL_NAIVE, MATMUL_TILED, MATMUL_TILED_4X4, MatmulAlgorithm, MatmulOptions,
     matmul, matmul_kernel, tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
@@ -58,7 +58,7 @@ pub const KERNELS: &[params::Launch] = &[
     MATMUL_TILED,
     MATMUL_TILED_4X4,
     MATMUL_NAIVE,
-    MATMUL_TF32_MMA,
+    MATMUL_MMA,
     SUM_SHARED,
     SUM_SUBGROUP,
     SOFTMAX_ROWS,

@@ -205,6 +205,62 @@ fn input_rounding_modes_agree_across_tiled_kernels() {
     no_validation_errors();
 }
 
+/// The tensor-core kernel (CUDA, compute capability 8.0 or later) in each
+/// mode that rounds the inputs, against the f64 product of the rounded
+/// inputs within f32's summation bound (docs/NUMERICS.md), at the odd
+/// shapes and on either side of its 128 x 128 block tile and its 16-step
+/// stage; and `Tiled` in those modes is that kernel there. Prints where
+/// no device has tensor cores.
+#[test]
+fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
+    let edges = [
+        (127, 15, 129),
+        (128, 16, 128),
+        (129, 17, 257),
+        (1, 1000, 1),
+        (200, 333, 131),
+    ];
+    let mut ran = 0;
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        if !compute::tf32_mma_supported(&stream).expect("query") {
+            continue;
+        }
+        ran += 1;
+        for &(m, k, n) in SHAPES.iter().chain(&edges) {
+            let mut rng = Rng(0x7c0e ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            for (mode, round) in input_modes() {
+                let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
+                let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
+                let (want, mag) = reference(&ra, &rb, m, k, n);
+                let run = |algorithm| {
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision: MatmulPrecision::inputs(mode),
+                    };
+                    run_matmul(&stream, &a, &b, m, k, n, &opts)
+                };
+                let got = run(MatmulAlgorithm::TensorCore);
+                assert_eq!(got, run(MatmulAlgorithm::Tiled), "{label} {mode:?}");
+                for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                    let tol = 2.0 * (k as f64 + 2.0) * U * s;
+                    assert!(
+                        (*g as f64 - w).abs() <= tol,
+                        "{label} {mode:?} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
+                    );
+                }
+            }
+        }
+    }
+    if ran == 0 {
+        println!(
+            "skipped: no device with tf32 tensor cores here (CUDA, compute capability 8.0 or later)"
+        );
+    }
+    no_validation_errors();
+}
+
 /// The split-K modes (bf16 and f16 tensors' defaults) give the same bits
 /// from both tiled kernels: the same f32 running sums over k, cut at the
 /// same steps (every `SPLIT_K_CHUNK`, and after step k - 1), the chunk
@@ -687,7 +743,7 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         } else {
             "matmul_tiled"
         };
-        use MatmulAlgorithm::{Naive, TensorCoreTf32, Tiled, Tiled4x4, Tiled8x8};
+        use MatmulAlgorithm::{Naive, TensorCore, Tiled, Tiled4x4, Tiled8x8};
         use MatmulPrecision as P;
         let f16_acc = P {
             inputs: InputRounding::F16,
@@ -699,10 +755,15 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             accumulation: Accumulation::F32,
             reduction: Reduction::Bf16,
         };
+        // The modes that round the inputs run on tensor cores where the
+        // device has them.
+        let rounded = if mma { "matmul_mma" } else { tiled };
+        let f16_inputs = P::inputs(InputRounding::F16);
         for (algorithm, precision, want) in [
-            (Tiled, P::TF32, tiled),
+            (Tiled, P::TF32, rounded),
             (Tiled, P::IEEE, tiled),
-            (Tiled, P::BF16, tiled),
+            (Tiled, P::BF16, rounded),
+            (Tiled, f16_inputs, rounded),
             (Tiled, split_bf16, tiled),
             (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
@@ -719,8 +780,8 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             );
         }
         // The 4x4 kernel has no rounded-accumulator modes, and the
-        // tensor-core kernel computes tf32 on tensor cores only: asking
-        // otherwise is an error that says so.
+        // tensor-core kernel computes the input-rounding modes on tensor
+        // cores only: asking otherwise is an error that says so.
         let ask = |algorithm, precision| {
             compute::matmul_kernel(
                 &stream,
@@ -732,20 +793,27 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         };
         let err = ask(Tiled4x4, f16_acc).expect_err("Tiled4x4 with f16 accumulation");
         assert!(err.to_string().contains("sums in f32"), "{label}: {err}");
-        match ask(TensorCoreTf32, P::TF32) {
-            Ok(launch) => {
-                assert!(mma, "{label}: tensor cores where there are none");
-                assert_eq!(launch.kernel.name, "matmul_tf32_mma");
-            }
-            Err(e) => {
-                assert!(!mma, "{label}: {e}");
-                assert!(
-                    e.to_string().contains("compute capability 8.0"),
-                    "{label}: {e}"
-                );
+        for precision in [P::TF32, P::BF16, f16_inputs] {
+            match ask(TensorCore, precision) {
+                Ok(launch) => {
+                    assert!(mma, "{label}: tensor cores where there are none");
+                    assert_eq!(launch.kernel.name, "matmul_mma");
+                }
+                Err(e) => {
+                    assert!(!mma, "{label}: {e}");
+                    assert!(
+                        e.to_string().contains("compute capability 8.0"),
+                        "{label}: {e}"
+                    );
+                }
             }
         }
-        let err = ask(TensorCoreTf32, P::BF16).expect_err("tensor cores in bf16");
-        assert!(err.to_string().contains("tf32 mode"), "{label}: {err}");
+        for precision in [P::IEEE, split_bf16, f16_acc] {
+            let err = ask(TensorCore, precision).expect_err("tensor cores in that mode");
+            assert!(
+                err.to_string().contains("round the inputs to tf32, bf16 or f16"),
+                "{label}: {err}"
+            );
+        }
     }
 }

@@ -45,6 +45,13 @@
 //!   dependencies.
 //! - `cargo xtask ptx`: step 5 alone.
 //! - `cargo xtask hta`: step 7 alone.
+//! - `cargo xtask mma-ptx`: compiles the tensor-core matmul
+//!   (`shaders/compute/matmul_mma.cu`) to `matmul_mma.ptx` with NVRTC for
+//!   compute_80 and declares the result `.version 7.0` (all it uses, so
+//!   that drivers from CUDA 11 on load it); `--check` fails instead where
+//!   the checked-in file differs. NVRTC comes from the PyPI wheel
+//!   [`NVRTC_WHEEL`] (90 MB, downloaded into `target/nvrtc/` on first
+//!   use) and is driven from Python (`xtask/nvrtc.py`); not part of `test`.
 //!
 //! `KEEL_REQUIRE_BACKENDS` (set by `.ci/run`) makes a backend's tests fail
 //! instead of skipping when that backend is unavailable.
@@ -176,6 +183,14 @@ fn root() -> PathBuf {
 /// same assembler).
 const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc-cu12==12.9.86";
 
+/// The wheel NVRTC comes from for `mma-ptx` (the same CUDA release as
+/// [`PTXAS_WHEEL`]).
+const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
+
+/// The CUDA C++ sources compiled to checked-in PTX by `mma-ptx`, with the
+/// virtual architecture each is compiled for.
+const CUDA_SOURCES: &[(&str, &str)] = &[("shaders/compute/matmul_mma.cu", "compute_80")];
+
 /// The GPU architectures every PTX file must assemble for: Volta, Ampere
 /// (the first with TF32 `mma`) and Hopper.
 const PTX_ARCHS: &[&str] = &["sm_70", "sm_80", "sm_90"];
@@ -224,6 +239,115 @@ fn ptxas() -> Result<PathBuf, String> {
             .map_err(|e| format!("chmod {exe:?}: {e}"))?;
     }
     Ok(exe)
+}
+
+/// NVRTC's library, downloaded and unpacked into `target/nvrtc/` on
+/// first use.
+fn nvrtc() -> Result<PathBuf, String> {
+    let dir = target_dir().join("nvrtc");
+    let lib = dir.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
+    if lib.exists() {
+        return Ok(lib);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
+    run(
+        "mma-ptx: pip download",
+        Command::new("python3")
+            .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
+            .args(["--no-deps", "--only-binary=:all:", "-d"])
+            .arg(&dir)
+            .arg(NVRTC_WHEEL),
+    )?;
+    let wheel = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {dir:?}: {e}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("mma-ptx: no wheel in {dir:?} after pip download"))?;
+    // The library and the builtins it opens from its own directory.
+    run(
+        "mma-ptx: unpack nvrtc",
+        Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import sys, zipfile\n\
+                 z = zipfile.ZipFile(sys.argv[1])\n\
+                 for n in z.namelist():\n\
+                 \x20   if n.startswith('nvidia/cuda_nvrtc/lib/'): z.extract(n, sys.argv[2])",
+            )
+            .arg(&wheel)
+            .arg(&dir),
+    )?;
+    let _ = std::fs::remove_file(&wheel);
+    Ok(lib)
+}
+
+/// `cargo xtask mma-ptx [--check]`: each of [`CUDA_SOURCES`] compiled to
+/// the `.ptx` beside it.
+fn mma_ptx(check: bool) -> Result<(), String> {
+    let lib = nvrtc()?;
+    let mut stale = Vec::new();
+    for (source, arch) in CUDA_SOURCES {
+        let src = root().join(source);
+        let out = src.with_extension("ptx");
+        let raw = target_dir().join("nvrtc").join("out.ptx");
+        run(
+            "mma-ptx: nvrtc",
+            Command::new("python3")
+                .arg(root().join("xtask/nvrtc.py"))
+                .arg(&lib)
+                .arg(&src)
+                .arg(&raw)
+                .arg(format!("--gpu-architecture={arch}"))
+                .arg("--std=c++17"),
+        )?;
+        let ptx = std::fs::read_to_string(&raw).map_err(|e| format!("reading {raw:?}: {e}"))?;
+        let name = src.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let text = format!(
+            "// Generated from {name} by `cargo xtask mma-ptx` (NVRTC, {arch});\n// do not edit.\n{}",
+            declare_ptx_7(&ptx)?
+        );
+        let old = std::fs::read_to_string(&out).unwrap_or_default();
+        if check {
+            if old != text {
+                stale.push(out.display().to_string());
+            }
+        } else if old != text {
+            std::fs::write(&out, &text).map_err(|e| format!("writing {out:?}: {e}"))?;
+            println!("xtask: mma-ptx: wrote {}", out.display());
+        }
+    }
+    if stale.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "mma-ptx: stale (run `cargo xtask mma-ptx`): {}",
+            stale.join(", ")
+        ))
+    }
+}
+
+/// `ptx` with its `.version` line replaced by `.version 7.0`: NVRTC 12.9
+/// declares its own newest version, which drivers older than CUDA 12.9's
+/// refuse, while the kernels use nothing past 7.0 (ptxas checks that when
+/// it assembles them).
+fn declare_ptx_7(ptx: &str) -> Result<String, String> {
+    let mut found = false;
+    let lines: Vec<&str> = ptx
+        .lines()
+        .map(|l| {
+            if !found && l.trim_start().starts_with(".version") {
+                found = true;
+                ".version 7.0"
+            } else {
+                l
+            }
+        })
+        .collect();
+    if found {
+        Ok(lines.join("\n") + "\n")
+    } else {
+        Err("mma-ptx: NVRTC's output has no .version line".to_owned())
+    }
 }
 
 /// Every `.ptx` file under `dir`, sorted.
@@ -641,13 +765,14 @@ fn main() -> ExitCode {
             layers_check(&cargo, true)
         }
         Some("ptx") => ptx_check().map(|_| ()),
+        Some("mma-ptx") => mma_ptx(args.get(1).is_some_and(|a| a == "--check")),
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
             hta_prepare().and_then(|python| hta_check(&cargo, &runtime_dir, &python))
         }
         other => Err(format!(
-            "expected a task (test, layers, ptx, hta), found {}",
+            "expected a task (test, layers, ptx, mma-ptx, hta), found {}",
             other.map_or("nothing".to_owned(), |o| format!("'{o}'"))
         )),
     };
@@ -675,8 +800,8 @@ mod tests {
         assert_eq!(arch_number("sm_70"), Some(70));
         assert_eq!(arch_number("compute_70"), None);
         // The repository's tensor-core kernel is not meant for sm_70.
-        let mma = std::fs::read_to_string(root().join("shaders/compute/matmul_tf32_mma.ptx"))
-            .expect("matmul_tf32_mma.ptx");
+        let mma = std::fs::read_to_string(root().join("shaders/compute/matmul_mma.ptx"))
+            .expect("matmul_mma.ptx");
         assert_eq!(ptx_target(&mma), Some(80));
     }
 }
