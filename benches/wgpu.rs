@@ -28,9 +28,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{
-    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group,
-};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
 use keel::{Buffer, Device, DeviceType, Event, kernels};
 
 mod common;
@@ -405,7 +403,10 @@ fn stamps() {
     };
     let want = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
     if !adapter.features().contains(want) {
-        println!("stamps: {} has no timestamps inside encoders", adapter.get_info().name);
+        println!(
+            "stamps: {} has no timestamps inside encoders",
+            adapter.get_info().name
+        );
         return;
     }
     let desc = wgpu::DeviceDescriptor {
@@ -510,9 +511,8 @@ fn stamps() {
             .expect("poll");
         let host = t.elapsed();
         let bytes = read.slice(..).get_mapped_range().expect("mapped").to_vec();
-        let tick = |i: usize| {
-            u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-        };
+        let tick =
+            |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         let (a, b) = (tick(0), tick(1));
         println!(
             "stamps {name}: start {a}, end {b}: {:.0} ns (host {:.0} us)",

@@ -205,6 +205,13 @@ run_benches() {
     local log="$OUT/benches.log" b="$BIN/bin/benches"
     : >"$log"
     local quick=(--warm-up-time 1 --measurement-time 2)
+    # GPU_BENCHES_RUN (names: "torch matmul-large reduce ...") runs only
+    # those of PyTorch's timings, the modes (BENCH-VARIABLE lower-cased
+    # past KEEL_, as matmul-large) and the criterion runs, for a re-check.
+    local only=" ${GPU_BENCHES_RUN:-} "
+    wanted() {
+        [ "$only" = "  " ] || case "$only" in *" $1 "*) true ;; *) false ;; esac
+    }
     local runs=(
         "mlp|"
         "matmul|${quick[*]}"
@@ -227,13 +234,6 @@ run_benches() {
         "matmul|KEEL_MATMUL_LARGE"
         "matmul|KEEL_MATMUL_PRECISION"
     )
-    # GPU_BENCHES_RUN (names: "matmul-large reduce ...") runs only those
-    # of the modes (BENCH-VARIABLE lower-cased past KEEL_, as
-    # matmul-large) and criterion runs, for a re-check.
-    local only=" ${GPU_BENCHES_RUN:-} "
-    wanted() {
-        [ "$only" = "  " ] || case "$only" in *" $1 "*) true ;; *) false ;; esac
-    }
     for r in "${modes[@]}"; do
         local bench="${r%%|*}" var="${r#*|}" secs tag
         tag="$bench-$(echo "${var#KEEL_*_}" | tr 'A-Z' 'a-z')"

@@ -14,10 +14,11 @@ use std::sync::{LazyLock, Mutex};
 /// Which matmul kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulAlgorithm {
-    /// The tiled kernel suited to the device and the numerics (see
-    /// [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
+    /// The tiled kernel suited to the device, the numerics and the size
+    /// (see [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
     /// devices with tf32 tensor cores for the modes that round the inputs
-    /// (tf32, bf16 or f16 inputs, f32 sums, no split-K),
+    /// (tf32, bf16 or f16 inputs, f32 sums, no split-K) in products of at
+    /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128,
     /// [`Tiled4x4`](Self::Tiled4x4) on a GPU for the other modes that sum
     /// in f32, [`Tiled8x8`](Self::Tiled8x8) otherwise.
     #[default]
@@ -144,6 +145,12 @@ pub const MATMUL_MMA: Launch = Launch {
 };
 /// Output tile of one block of [`MATMUL_MMA`]: rows, columns.
 const MMA_TILE: (u32, u32) = (128, 128);
+/// The fewest blocks of [`MMA_TILE`] for which [`MatmulAlgorithm::Tiled`]
+/// runs [`MATMUL_MMA`]: a smaller product leaves most of a GPU's
+/// multiprocessors idle with tiles that large, and runs
+/// [`MATMUL_TILED_4X4`], whose tiles are a quarter the size
+/// (docs/BENCHMARKS.md has the crossover on an H200).
+pub const MMA_MIN_BLOCKS: usize = 32;
 
 /// Whether the stream's device has tf32 tensor cores (`mma` with `.tf32`):
 /// a CUDA device whose property `"compute capability"` is 8.0 or later.
@@ -176,7 +183,9 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
 /// The kernel [`matmul`] launches for `opts` on `stream`. For
 /// [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA device with tf32
 /// tensor cores for the modes that round the inputs to tf32, bf16 or f16
-/// ([`MatmulPrecision::rounds_inputs_only`], not plain f32),
+/// ([`MatmulPrecision::rounds_inputs_only`], not plain f32; for a product
+/// of fewer than [`MMA_MIN_BLOCKS`] tiles of 128 x 128 outputs `matmul`
+/// runs [`MATMUL_TILED_4X4`] instead),
 /// [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
 /// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32, split-K),
 /// [`MATMUL_TILED`] otherwise. The other algorithms name their kernel;
@@ -200,9 +209,7 @@ pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static L
                 opts.precision
             )));
         }
-        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => {
-            &MATMUL_MMA
-        }
+        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
         MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
                 "matmul: the tensor-core kernel computes the modes that round the inputs to \
@@ -243,7 +250,14 @@ pub fn matmul(
     check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
-    let launch = matmul_kernel(stream, opts)?;
+    let mut launch = matmul_kernel(stream, opts)?;
+    let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
+    if std::ptr::eq(launch, &MATMUL_MMA)
+        && opts.algorithm == MatmulAlgorithm::Tiled
+        && mma_blocks < MMA_MIN_BLOCKS
+    {
+        launch = &MATMUL_TILED_4X4;
+    }
     let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {

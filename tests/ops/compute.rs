@@ -242,7 +242,12 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
                     run_matmul(&stream, &a, &b, m, k, n, &opts)
                 };
                 let got = run(MatmulAlgorithm::TensorCore);
-                assert_eq!(got, run(MatmulAlgorithm::Tiled), "{label} {mode:?}");
+                // `Tiled` runs the 4x4 kernel on products this small.
+                assert_eq!(
+                    run(MatmulAlgorithm::Tiled),
+                    run(MatmulAlgorithm::Tiled4x4),
+                    "{label} {mode:?} {m}x{k}x{n}"
+                );
                 for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
                     let tol = 2.0 * (k as f64 + 2.0) * U * s;
                     assert!(
@@ -256,6 +261,28 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
     if ran == 0 {
         println!(
             "skipped: no device with tf32 tensor cores here (CUDA, compute capability 8.0 or later)"
+        );
+    }
+    // From `MMA_MIN_BLOCKS` tiles on, `Tiled` is the tensor-core kernel.
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        if !compute::tf32_mma_supported(&stream).expect("query") {
+            continue;
+        }
+        let (m, k, n) = (1024, 8, 128 * compute::MMA_MIN_BLOCKS / 8);
+        let mut rng = Rng(0x7c0f);
+        let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+        let run = |algorithm| {
+            let opts = MatmulOptions {
+                algorithm,
+                precision: MatmulPrecision::TF32,
+            };
+            run_matmul(&stream, &a, &b, m, k, n, &opts)
+        };
+        assert_eq!(
+            run(MatmulAlgorithm::Tiled),
+            run(MatmulAlgorithm::TensorCore),
+            "{label}: {m}x{k}x{n}"
         );
     }
     no_validation_errors();
@@ -811,7 +838,8 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         for precision in [P::IEEE, split_bf16, f16_acc] {
             let err = ask(TensorCore, precision).expect_err("tensor cores in that mode");
             assert!(
-                err.to_string().contains("round the inputs to tf32, bf16 or f16"),
+                err.to_string()
+                    .contains("round the inputs to tf32, bf16 or f16"),
                 "{label}: {err}"
             );
         }

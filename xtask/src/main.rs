@@ -301,7 +301,9 @@ fn mma_ptx(check: bool) -> Result<(), String> {
                 .arg("--std=c++17"),
         )?;
         let ptx = std::fs::read_to_string(&raw).map_err(|e| format!("reading {raw:?}: {e}"))?;
-        let name = src.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = src
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let text = format!(
             "// Generated from {name} by `cargo xtask mma-ptx` (NVRTC, {arch});\n// do not edit.\n{}",
             declare_ptx_7(&ptx)?

@@ -839,7 +839,9 @@ fn workgroup_vectors_are_read_whole() {
     assert_eq!(text.matches("ld.shared.v2.f32").count(), 1, "{text}");
     assert_eq!(text.matches("ld.shared.f32").count(), 1, "{text}");
     assert!(
-        !text.lines().any(|l| l.contains("ld.shared") && l.contains('@')),
+        !text
+            .lines()
+            .any(|l| l.contains("ld.shared") && l.contains('@')),
         "unguarded: {text}"
     );
 }

@@ -163,17 +163,11 @@ fn ptx_parameter_convention_is_checked() {
     let e = s
         .launch(&kernels::SPIN, [1, 1, 1], &[&b], &words)
         .expect_err("one word too many");
-    assert!(
-        e.to_string().contains("at most 2 32-bit values"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("at most 2 32-bit values"), "{e}");
     // `iters` reads as 0: each out[i] is its start value, f32(i).
     s.launch(&kernels::SPIN, [1, 1, 1], &[&b], &4u32.to_le_bytes())
         .expect("a short block");
-    assert_eq!(
-        b.read_as::<f32>(&s).expect("read"),
-        [0.0, 1.0, 2.0, 3.0]
-    );
+    assert_eq!(b.read_as::<f32>(&s).expect("read"), [0.0, 1.0, 2.0, 3.0]);
 }
 
 #[test]

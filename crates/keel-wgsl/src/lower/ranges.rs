@@ -235,10 +235,12 @@ impl<'a> Analysis<'a> {
                         within(al.max(bl), ones)
                     }
                     // Shift amounts are already masked to the width.
-                    BinOp::Shl if bh < 64 => match (al.checked_shl(bl as u32), ah.checked_shl(bh as u32)) {
-                        (Some(lo), Some(hi)) if hi >> bh == ah => within(lo, hi),
-                        _ => Fact::Unknown,
-                    },
+                    BinOp::Shl if bh < 64 => {
+                        match (al.checked_shl(bl as u32), ah.checked_shl(bh as u32)) {
+                            (Some(lo), Some(hi)) if hi >> bh == ah => within(lo, hi),
+                            _ => Fact::Unknown,
+                        }
+                    }
                     BinOp::Shr if bh < 64 => within(al >> bh, ah >> bl),
                     _ => Fact::Unknown,
                 }
@@ -324,9 +326,12 @@ mod tests {
         let p = crate::compile(src, entry).expect("compiles");
         let mut out = Vec::new();
         crate::ir::walk(&p.body, &mut |inst| match inst {
-            Inst::Load { space: s, guard, .. } | Inst::Store { space: s, guard, .. }
-                if *s == space =>
-            {
+            Inst::Load {
+                space: s, guard, ..
+            }
+            | Inst::Store {
+                space: s, guard, ..
+            } if *s == space => {
                 out.push(guard.is_some());
             }
             _ => {}
@@ -361,8 +366,14 @@ mod tests {
         assert!(!shared[0], "the staging store is in bounds");
         assert!(shared[1..5].iter().all(|g| !g), "tile[17 + lid.y]");
         assert!(shared[5..9].iter().all(|&g| g), "a parameter's index");
-        assert!(shared[9..13].iter().all(|g| !g), "tile[17 lid.x + 16] <= 271");
-        assert!(shared[13..17].iter().all(|&g| g), "tile[17 lid.x + 17] may be 272");
+        assert!(
+            shared[9..13].iter().all(|g| !g),
+            "tile[17 lid.x + 16] <= 271"
+        );
+        assert!(
+            shared[13..17].iter().all(|&g| g),
+            "tile[17 lid.x + 17] may be 272"
+        );
         assert_eq!(guards(src, "k", Space::Buffer(0)), vec![true]);
     }
 
@@ -378,9 +389,6 @@ mod tests {
                 workgroupBarrier();
                 out[lid.x] = tile[lid.x - 1u] + tile[63u - lid.x];
             }";
-        assert_eq!(
-            guards(src, "k", Space::Shared),
-            vec![false, true, false]
-        );
+        assert_eq!(guards(src, "k", Space::Shared), vec![false, true, false]);
     }
 }

@@ -46,6 +46,8 @@ pub fn builtin_devices() -> Vec<(&'static str, Device)> {
 /// adapter, which runs no work, is skipped too.
 /// (`keel_device::devices` lists every device the backend enumerates; one may
 /// still fail to open, as wgpu's GL adapter does on NVIDIA's headless EGL.)
+/// Devices a program adopted are left out: they are that program's, which
+/// may release them at any moment (another test's, in a test binary).
 pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
     crate::devices(ty)
         .into_iter()
@@ -54,7 +56,10 @@ pub fn usable_devices(ty: DeviceType) -> Vec<Device> {
                 eprintln!("skipping {d}: {RUNS_NO_WORK}");
                 false
             }
-            Ok(_) => true,
+            Ok(p) => !adopted(&p),
+            Err(crate::Error::Unavailable { reason, .. }) if reason.contains("was released") => {
+                false
+            }
             Err(e) if required(ty) => {
                 panic!("KEEL_REQUIRE_BACKENDS requires {ty}, but {d} does not open: {e}")
             }
@@ -241,4 +246,9 @@ mod unit {
         assert!(wgpu_backend_hides("bogus", None));
         assert!(!wgpu_backend_hides("vulkan,metal,dx12,gl", None));
     }
+}
+
+/// Whether a program handed Keel this device (the `"adopted"` property).
+fn adopted(p: &DeviceProperties) -> bool {
+    p.extra.iter().any(|(k, _)| k == "adopted")
 }
