@@ -232,6 +232,11 @@ fn wgpu_backend_hides(value: &str, api: Option<&str>) -> bool {
     }
 }
 
+/// Whether a program handed Keel this device (the `"adopted"` property).
+fn adopted(p: &DeviceProperties) -> bool {
+    p.extra.iter().any(|(k, _)| k == "adopted")
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;
@@ -246,9 +251,4 @@ mod unit {
         assert!(wgpu_backend_hides("bogus", None));
         assert!(!wgpu_backend_hides("vulkan,metal,dx12,gl", None));
     }
-}
-
-/// Whether a program handed Keel this device (the `"adopted"` property).
-fn adopted(p: &DeviceProperties) -> bool {
-    p.extra.iter().any(|(k, _)| k == "adopted")
 }
