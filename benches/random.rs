@@ -1,19 +1,33 @@
 //! Random kernels: `randn` and `normal_` of 2^20 elements against `rand`
 //! of the same size, launched and synchronised on every device that runs
 //! here. `rand` shares the Philox work and writes as much, so the ratio is
-//! what the normal transform costs on that device.
+//! what the normal transform costs on that device. On the GPU backends
+//! also the `randn` kernel Keel shipped before its draws were
+//! bit-identical (`random_float_box_muller.wgsl`: `log`, `sin` and `cos`
+//! in f32), the baseline of the speed goal for the integer one.
 //!
 //! Run: `cargo bench --bench random`. Results in docs/BENCHMARKS.md.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use keel::Buffer;
 use keel::random::{self, RandomOp};
+use keel::{Buffer, DeviceType, Kernel};
 
 mod common;
 
 const N: usize = 1 << 20;
+
+/// The former `randn`: the same entry name, parameters and stream
+/// positions as the current one, so `random::launch_with_grid` takes it.
+const FLOAT_RANDN: Kernel = Kernel {
+    name: "philox_randn",
+    workgroup_size: [256, 1, 1],
+    bindings: 1,
+    wgsl: Some(include_str!("random_float_box_muller.wgsl")),
+    ptx: None,
+    cpu: None,
+};
 
 fn random_ops(c: &mut Criterion) {
     let mut g = c.benchmark_group("random");
@@ -42,6 +56,38 @@ fn random_ops(c: &mut Criterion) {
                 })
             });
         }
+    }
+    for d in common::every_device() {
+        if d.device_type() == DeviceType::Cpu {
+            continue;
+        }
+        let s = keel::default_stream(d).expect("stream");
+        let out = Buffer::new(d, N * 4).expect("buffer");
+        // One invocation per Philox block of four draws.
+        let grid = [(N / 4).div_ceil(256) as u32, 1, 1];
+        g.bench_with_input(
+            BenchmarkId::new("randn-float-box-muller", d),
+            &(),
+            |b, _| {
+                let mut offset = 0u64;
+                b.iter(|| {
+                    random::launch_with_grid(
+                        &s,
+                        &FLOAT_RANDN,
+                        grid,
+                        RandomOp::Randn,
+                        &out,
+                        N,
+                        7,
+                        offset,
+                    )
+                    .expect("launch");
+                    s.synchronize().expect("sync");
+                    offset += N as u64;
+                    black_box(offset)
+                })
+            },
+        );
     }
     // The host reference on the calling thread (one core), for scale.
     g.bench_function("randn/host-reference", |b| {

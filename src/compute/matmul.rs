@@ -145,7 +145,7 @@ pub const MATMUL_MMA: Launch = Launch {
 };
 /// Output tile of one block of [`MATMUL_MMA`]: rows, columns.
 const MMA_TILE: (u32, u32) = (128, 128);
-/// The fewest blocks of [`MMA_TILE`] for which [`MatmulAlgorithm::Tiled`]
+/// The fewest blocks of 128 x 128 outputs for which [`MatmulAlgorithm::Tiled`]
 /// runs [`MATMUL_MMA`]: a smaller product leaves most of a GPU's
 /// multiprocessors idle with tiles that large, and runs
 /// [`MATMUL_TILED_4X4`], whose tiles are a quarter the size
