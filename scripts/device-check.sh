@@ -18,7 +18,9 @@
 # wgpu and Vulkan dispatch loops, dispatch overhead).
 #
 # The device call: carry [".gl", ".gpu"], command
-# `bash scripts/device-check.sh run all`. `.gl/` holds the Debian loader
+# `bash scripts/device-check.sh run all`; for a second, shorter call,
+# `BUDGET=300 GPU_BENCHES_RUN="matmul-large reduce" ... run all` reruns
+# every test and only the benches named (see run_benches). `.gl/` holds the Debian loader
 # packages (libvulkan1, libegl1, ...) the device README says to bring;
 # both folders are in .gitignore. The test binaries read their data
 # from the path they were built at, so `run` links the checkout there.

@@ -207,31 +207,13 @@ fn ptxas() -> Result<PathBuf, String> {
     if exe.exists() {
         return Ok(exe);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
-    run(
-        "ptx: pip download",
-        Command::new("python3")
-            .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
-            .args(["--no-deps", "--only-binary=:all:", "-d"])
-            .arg(&dir)
-            .arg(PTXAS_WHEEL),
-    )?;
-    let wheel = std::fs::read_dir(&dir)
-        .map_err(|e| format!("reading {dir:?}: {e}"))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| format!("ptx: no wheel in {dir:?} after pip download"))?;
-    // A wheel is a zip file; Python (which pip needs anyway) unpacks it.
-    run(
-        "ptx: unpack ptxas",
-        Command::new("python3")
-            .arg("-c")
-            .arg("import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('nvidia/cuda_nvcc/bin/ptxas', sys.argv[2])")
-            .arg(&wheel)
-            .arg(&dir),
-    )?;
     // Only ptxas is kept (the wheel is 40 MB).
-    let _ = std::fs::remove_file(&wheel);
+    fetch_wheel(
+        "ptx",
+        &dir,
+        PTXAS_WHEEL,
+        "z.extract('nvidia/cuda_nvcc/bin/ptxas', sys.argv[2])",
+    )?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -249,36 +231,47 @@ fn nvrtc() -> Result<PathBuf, String> {
     if lib.exists() {
         return Ok(lib);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
+    // The library and the builtins it opens from its own directory.
+    fetch_wheel(
+        "mma-ptx",
+        &dir,
+        NVRTC_WHEEL,
+        "[z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith('nvidia/cuda_nvrtc/lib/')]",
+    )?;
+    Ok(lib)
+}
+
+/// Downloads the wheel `spec` into `dir` with pip (no dependencies), runs
+/// `extract` on it in Python (the wheel open as the zip file `z`,
+/// `sys.argv[2]` the directory) and deletes the wheel.
+fn fetch_wheel(task: &str, dir: &Path, spec: &str, extract: &str) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir:?}: {e}"))?;
     run(
-        "mma-ptx: pip download",
+        &format!("{task}: pip download"),
         Command::new("python3")
             .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
             .args(["--no-deps", "--only-binary=:all:", "-d"])
-            .arg(&dir)
-            .arg(NVRTC_WHEEL),
+            .arg(dir)
+            .arg(spec),
     )?;
-    let wheel = std::fs::read_dir(&dir)
+    let wheel = std::fs::read_dir(dir)
         .map_err(|e| format!("reading {dir:?}: {e}"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| format!("mma-ptx: no wheel in {dir:?} after pip download"))?;
-    // The library and the builtins it opens from its own directory.
+        .ok_or_else(|| format!("{task}: no wheel in {dir:?} after pip download"))?;
+    // A wheel is a zip file; Python (which pip needs anyway) unpacks it.
     run(
-        "mma-ptx: unpack nvrtc",
+        &format!("{task}: unpack {spec}"),
         Command::new("python3")
             .arg("-c")
-            .arg(
-                "import sys, zipfile\n\
-                 z = zipfile.ZipFile(sys.argv[1])\n\
-                 for n in z.namelist():\n\
-                 \x20   if n.startswith('nvidia/cuda_nvrtc/lib/'): z.extract(n, sys.argv[2])",
-            )
+            .arg(format!(
+                "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); {extract}"
+            ))
             .arg(&wheel)
-            .arg(&dir),
+            .arg(dir),
     )?;
     let _ = std::fs::remove_file(&wheel);
-    Ok(lib)
+    Ok(())
 }
 
 /// `cargo xtask mma-ptx [--check]`: each of [`CUDA_SOURCES`] compiled to
