@@ -6,7 +6,9 @@
 // every `chunk` steps and adds the rounded chunk sums, both as
 // matmul_tiled.wgsl does, so the results are the same bits; the launch
 // code passes no accumulator format), declared in matmul_bindings.wgsl,
-// which the launch code prepends after rounding.wgsl.
+// which the launch code prepends after rounding.wgsl. Two entry points:
+// `matmul_tiled_4x4` (plain f32 and input rounding; the split-K format is
+// not read) and `matmul_tiled_4x4_split` (the split-K modes).
 // Launch: workgroups of 16 x 16 invocations, each workgroup computing a
 // 64 x 64 tile of C and each invocation a 4 x 4 block of it (rows
 // 4 ly .. 4 ly + 3, columns 4 lx .. 4 lx + 3); a grid of ceil(n / 64) x
@@ -53,19 +55,18 @@ fn store_row(row: u32, col: u32, v: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(16, 16)
-fn matmul_tiled_4x4(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(local_invocation_id) lid: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
+// The kernel; `split` says whether the split-K format is read. The entry
+// points pass a constant, so that a compiler drops the split-K sums where
+// it is false: they hold 16 more values per invocation, registers that a
+// GPU otherwise spends on more warps in flight.
+fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     let m = params.m;
     let k = params.k;
     let n = params.n;
     let row0 = wg.y * 64u;
     let col0 = wg.x * 64u;
     let f_in = params.mode & 15u;
-    let f_red = (params.mode >> 8u) & 15u;
+    let f_red = select(0u, (params.mode >> 8u) & 15u, split);
     // matmul_tiled.wgsl's chunk when none is given: past the last step.
     let chunk = select(params.chunk, (k + 31u) / 32u * 32u, params.chunk == 0u);
     // Staging, everything but k0 fixed per invocation: A's element s is
@@ -248,11 +249,32 @@ fn matmul_tiled_4x4(
         }
         workgroupBarrier();
     }
-    let split = f_red != 0u;
+    let cut = f_red != 0u;
     let r0 = row0 + 4u * lid.y;
     let c0 = col0 + 4u * lid.x;
-    store_row(r0, c0, select(acc0, tot0, split));
-    store_row(r0 + 1u, c0, select(acc1, tot1, split));
-    store_row(r0 + 2u, c0, select(acc2, tot2, split));
-    store_row(r0 + 3u, c0, select(acc3, tot3, split));
+    store_row(r0, c0, select(acc0, tot0, cut));
+    store_row(r0 + 1u, c0, select(acc1, tot1, cut));
+    store_row(r0 + 2u, c0, select(acc2, tot2, cut));
+    store_row(r0 + 3u, c0, select(acc3, tot3, cut));
+}
+
+// Plain f32 and the modes that only round the inputs (the split-K format
+// is not read).
+@compute @workgroup_size(16, 16)
+fn matmul_tiled_4x4(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    keel_tiled_4x4(wg, lid, li, false);
+}
+
+// The split-K modes (f32 sums, chunk sums rounded to bf16 or f16).
+@compute @workgroup_size(16, 16)
+fn matmul_tiled_4x4_split(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    keel_tiled_4x4(wg, lid, li, true);
 }

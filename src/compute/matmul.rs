@@ -82,23 +82,43 @@ pub const MATMUL_TILED: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-/// The GPU-shaped tiled kernel, for every mode that accumulates in f32:
-/// plain f32, the modes that only round inputs and the split-K modes
-/// (bf16 and f16 tensors' defaults), with [`MATMUL_TILED`]'s numerics;
-/// bindings and parameters as [`MATMUL_TILED`] (`mode`'s input and
-/// split-K formats and `chunk` are read). Source:
-/// `shaders/compute/matmul_tiled_4x4.wgsl`, with [`MATMUL_TILED`]'s host
-/// override.
+/// The GPU-shaped tiled kernels' source: the rounding functions, the
+/// bindings, the kernel with its two entry points.
+const TILED_4X4_WGSL: &str = concat!(
+    include_str!("../../shaders/compute/rounding.wgsl"),
+    include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+    include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")
+);
+
+/// The GPU-shaped tiled kernel, for plain f32 and the modes that only
+/// round inputs, with [`MATMUL_TILED`]'s numerics; bindings and
+/// parameters as [`MATMUL_TILED`] (`mode`'s input format is read, its
+/// split-K format is not: [`MATMUL_TILED_4X4_SPLIT`] computes those
+/// modes). Source: `shaders/compute/matmul_tiled_4x4.wgsl`, with
+/// [`MATMUL_TILED`]'s host override.
 pub const MATMUL_TILED_4X4: Launch = Launch {
     kernel: Kernel {
         name: "matmul_tiled_4x4",
         workgroup_size: [16, 16, 1],
         bindings: 3,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
-            include_str!("../../shaders/compute/matmul_tiled_4x4.wgsl")
-        )),
+        wgsl: Some(TILED_4X4_WGSL),
+        ptx: None,
+        cpu: Some(matmul_rows_cpu),
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// [`MATMUL_TILED_4X4`]'s entry point for the split-K modes (bf16 and f16
+/// tensors' defaults: the f32 running sum cut every `chunk` steps and the
+/// rounded chunk sums added), the same bits as [`MATMUL_TILED`]'s. A
+/// separate entry point, so that the other modes do not hold the split-K
+/// sums in registers.
+pub const MATMUL_TILED_4X4_SPLIT: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_tiled_4x4_split",
+        workgroup_size: [16, 16, 1],
+        bindings: 3,
+        wgsl: Some(TILED_4X4_WGSL),
         ptx: None,
         cpu: Some(matmul_rows_cpu),
     },
@@ -180,6 +200,15 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
     })
 }
 
+/// The 4x4 kernel's entry point for `p` (a mode that sums in f32).
+fn tiled_4x4(p: &MatmulPrecision) -> &'static Launch {
+    if p.rounds_inputs_only() {
+        &MATMUL_TILED_4X4
+    } else {
+        &MATMUL_TILED_4X4_SPLIT
+    }
+}
+
 /// The kernel [`matmul`] launches for `opts` on `stream`. For
 /// [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA device with tf32
 /// tensor cores for the modes that round the inputs to tf32, bf16 or f16
@@ -187,7 +216,8 @@ fn is_gpu(stream: &Stream) -> Result<bool> {
 /// of fewer than [`MMA_MIN_BLOCKS`] tiles of 128 x 128 outputs `matmul`
 /// runs [`MATMUL_TILED_4X4`] instead),
 /// [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
-/// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32, split-K),
+/// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32; split-K on its
+/// entry point [`MATMUL_TILED_4X4_SPLIT`]),
 /// [`MATMUL_TILED`] otherwise. The other algorithms name their kernel;
 /// asking [`MatmulAlgorithm::Tiled4x4`] for an accumulator mode, or
 /// [`MatmulAlgorithm::TensorCore`] for another mode or a device without
@@ -198,9 +228,9 @@ pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static L
     let rounded_inputs = p.rounds_inputs_only() && p.inputs != InputRounding::Ieee;
     Ok(match opts.algorithm {
         MatmulAlgorithm::Tiled if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
-        MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => tiled_4x4(p),
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
-        MatmulAlgorithm::Tiled4x4 if f32_sums => &MATMUL_TILED_4X4,
+        MatmulAlgorithm::Tiled4x4 if f32_sums => tiled_4x4(p),
         MatmulAlgorithm::Tiled4x4 => {
             return Err(Error::invalid(format!(
                 "matmul: the Tiled4x4 kernel sums in f32 (input rounding and split-K, \

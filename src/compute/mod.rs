@@ -36,8 +36,8 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_MMA, MATMUL_NAIVE, MATMUL_TILED, MATMUL_TILED_4X4, MMA_MIN_BLOCKS, MatmulAlgorithm,
-    MatmulOptions, matmul, matmul_kernel, tf32_mma_supported,
+    MATMUL_MMA, MATMUL_NAIVE, MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT,
+    MMA_MIN_BLOCKS, MatmulAlgorithm, MatmulOptions, matmul, matmul_kernel, tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
@@ -57,6 +57,7 @@ pub const KERNELS: &[params::Launch] = &[
     params::SPIN,
     MATMUL_TILED,
     MATMUL_TILED_4X4,
+    MATMUL_TILED_4X4_SPLIT,
     MATMUL_NAIVE,
     MATMUL_MMA,
     SUM_SHARED,

@@ -785,19 +785,25 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         // The modes that round the inputs run on tensor cores where the
         // device has them.
         let rounded = if mma { "matmul_mma" } else { tiled };
+        // The split-K modes on the GPU-shaped kernel's own entry point.
+        let split = if kind.is_gpu() {
+            "matmul_tiled_4x4_split"
+        } else {
+            "matmul_tiled"
+        };
         let f16_inputs = P::inputs(InputRounding::F16);
         for (algorithm, precision, want) in [
             (Tiled, P::TF32, rounded),
             (Tiled, P::IEEE, tiled),
             (Tiled, P::BF16, rounded),
             (Tiled, f16_inputs, rounded),
-            (Tiled, split_bf16, tiled),
+            (Tiled, split_bf16, split),
             (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
             (Tiled8x8, P::TF32, "matmul_tiled"),
             (Tiled4x4, P::IEEE, "matmul_tiled_4x4"),
             (Tiled4x4, P::BF16, "matmul_tiled_4x4"),
-            (Tiled4x4, split_bf16, "matmul_tiled_4x4"),
+            (Tiled4x4, split_bf16, "matmul_tiled_4x4_split"),
             (Naive, P::TF32, "matmul_naive"),
         ] {
             assert_eq!(
