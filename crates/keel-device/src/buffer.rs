@@ -143,6 +143,7 @@ impl Buffer {
     /// never frees (dropping the buffer drops only Keel's reference). It
     /// is no block of the caching allocator, so `record_stream` has
     /// nothing to hold back.
+    #[cfg(any(feature = "cuda", feature = "vulkan", feature = "wgpu"))]
     pub(crate) fn from_foreign_handle(
         device: Device,
         handle: BufferHandle,

@@ -239,6 +239,7 @@ pub(crate) fn available_target(
 
 /// Marks `ty`'s backend usable: it has just adopted a device of the
 /// program's (so it has one even if it found none of its own).
+#[cfg(any(feature = "vulkan", feature = "wgpu"))]
 pub(crate) fn device_adopted(ty: DeviceType) {
     AVAILABLE[usize::from(ty.code())].store(1, Ordering::Relaxed);
 }

@@ -34,7 +34,6 @@ pub use super::assemble::MemoryRecord;
 use super::assemble::{DeviceSpan, HostRecord, HostThread};
 use super::clock::{Clocks, DeviceClock, PendingSpan, PendingSpans, SpanTiming, TimedEvent};
 use super::stamp::Stamp;
-use crate::backend::{EventHandle, registry};
 use crate::core::Stream;
 use crate::error::{Error, Result};
 pub use keel_trace::MemoryAction;
@@ -392,11 +391,16 @@ fn finish_device_span(
 /// that its work wrote: user annotations on the stream's lane, which may
 /// nest and overlap Keel's spans there. The events are destroyed once
 /// read, or at once when no session records.
+#[cfg(any(feature = "vulkan", feature = "wgpu"))]
 pub(crate) fn foreign_device_spans(
     stream: &Stream,
-    spans: Vec<(Cow<'static, str>, EventHandle, EventHandle)>,
+    spans: Vec<(
+        Cow<'static, str>,
+        crate::backend::EventHandle,
+        crate::backend::EventHandle,
+    )>,
 ) {
-    let Ok(guard) = registry::available_guard_impl(stream.device_type()) else {
+    let Ok(guard) = crate::backend::registry::available_guard_impl(stream.device_type()) else {
         return;
     };
     let index = stream.device_index();
