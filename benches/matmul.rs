@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
         let algorithms = if d.device_type() == DeviceType::Cpu {
             vec![MatmulAlgorithm::Tiled]
         } else {
-            let auto = matmul_kernel(&stream, &MatmulOptions::default()).expect("kernel");
+            let auto = matmul_kernel(&stream, &MatmulOptions::default(), N, N).expect("kernel");
             println!(
                 "{}: MatmulAlgorithm::Tiled runs {}",
                 label(d),

@@ -209,25 +209,33 @@ fn tiled_4x4(p: &MatmulPrecision) -> &'static Launch {
     }
 }
 
-/// The kernel [`matmul`] launches for `opts` on `stream`. For
-/// [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA device with tf32
-/// tensor cores for the modes that round the inputs to tf32, bf16 or f16
-/// ([`MatmulPrecision::rounds_inputs_only`], not plain f32; for a product
-/// of fewer than [`MMA_MIN_BLOCKS`] tiles of 128 x 128 outputs `matmul`
-/// runs [`MATMUL_TILED_4X4`] instead),
-/// [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
+/// The kernel [`matmul`] launches for `opts` on `stream` for an `m` x `n`
+/// product. For [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA
+/// device with tf32 tensor cores for the modes that round the inputs to
+/// tf32, bf16 or f16 ([`MatmulPrecision::rounds_inputs_only`], not plain
+/// f32) in a product of at least [`MMA_MIN_BLOCKS`] tiles of 128 x 128
+/// outputs, [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
 /// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32; split-K on its
 /// entry point [`MATMUL_TILED_4X4_SPLIT`]),
 /// [`MATMUL_TILED`] otherwise. The other algorithms name their kernel;
 /// asking [`MatmulAlgorithm::Tiled4x4`] for an accumulator mode, or
 /// [`MatmulAlgorithm::TensorCore`] for another mode or a device without
 /// tf32 tensor cores, is an error.
-pub fn matmul_kernel(stream: &Stream, opts: &MatmulOptions) -> Result<&'static Launch> {
+pub fn matmul_kernel(
+    stream: &Stream,
+    opts: &MatmulOptions,
+    m: usize,
+    n: usize,
+) -> Result<&'static Launch> {
     let f32_sums = opts.precision.accumulates_in_f32();
     let p = &opts.precision;
     let rounded_inputs = p.rounds_inputs_only() && p.inputs != InputRounding::Ieee;
+    let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
+    let fills = mma_blocks >= MMA_MIN_BLOCKS;
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
+        MatmulAlgorithm::Tiled if rounded_inputs && fills && tf32_mma_supported(stream)? => {
+            &MATMUL_MMA
+        }
         MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => tiled_4x4(p),
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
         MatmulAlgorithm::Tiled4x4 if f32_sums => tiled_4x4(p),
@@ -280,14 +288,7 @@ pub fn matmul(
     check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
-    let mut launch = matmul_kernel(stream, opts)?;
-    let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
-    if std::ptr::eq(launch, &MATMUL_MMA)
-        && opts.algorithm == MatmulAlgorithm::Tiled
-        && mma_blocks < MMA_MIN_BLOCKS
-    {
-        launch = &MATMUL_TILED_4X4;
-    }
+    let launch = matmul_kernel(stream, opts, m, n)?;
     let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {

@@ -566,12 +566,17 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
     ];
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
+        // The tensor-core kernel rounds as it stages too, where it runs.
+        let mut algorithms = vec![
+            MatmulAlgorithm::Tiled,
+            MatmulAlgorithm::Tiled4x4,
+            MatmulAlgorithm::Naive,
+        ];
+        if compute::tf32_mma_supported(&stream).expect("query") {
+            algorithms.push(MatmulAlgorithm::TensorCore);
+        }
         for (mode, round) in input_modes() {
-            for algorithm in [
-                MatmulAlgorithm::Tiled,
-                MatmulAlgorithm::Tiled4x4,
-                MatmulAlgorithm::Naive,
-            ] {
+            for &algorithm in &algorithms {
                 let opts = MatmulOptions {
                     algorithm,
                     precision: MatmulPrecision::inputs(mode),
@@ -750,6 +755,8 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             mma,
             "{label}"
         );
+        // A product that fills a GPU with the tensor-core kernel's tiles.
+        let (m, n) = (4096, 4096);
         let pick = |algorithm, precision| {
             compute::matmul_kernel(
                 &stream,
@@ -757,6 +764,8 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                     algorithm,
                     precision,
                 },
+                m,
+                n,
             )
             .expect("kernel")
             .kernel
@@ -822,8 +831,24 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                     algorithm,
                     precision,
                 },
+                m,
+                n,
             )
         };
+        // A product of fewer than MMA_MIN_BLOCKS tensor-core tiles runs
+        // the 4x4 kernel, whose tiles are a quarter the size; naming the
+        // tensor-core kernel still runs it.
+        let small = |algorithm| {
+            let opts = MatmulOptions {
+                algorithm,
+                precision: P::TF32,
+            };
+            compute::matmul_kernel(&stream, &opts, 512, 512).map(|l| l.kernel.name)
+        };
+        assert_eq!(small(Tiled).expect("kernel"), tiled, "{label}");
+        if mma {
+            assert_eq!(small(TensorCore).expect("kernel"), "matmul_mma", "{label}");
+        }
         let err = ask(Tiled4x4, f16_acc).expect_err("Tiled4x4 with f16 accumulation");
         assert!(err.to_string().contains("sums in f32"), "{label}: {err}");
         for precision in [P::TF32, P::BF16, f16_inputs] {
