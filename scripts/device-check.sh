@@ -35,7 +35,7 @@ cd "$(dirname "$0")/.."
 ALL_GPU_TESTS="tests/keel tests/keel_device tests/backends tests/conformance tests/profiler
 tests/allocator tests/launch_blocking tests/ops tests/numerics tests/interop
 tests/example_cuda_program"
-ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul benches/random benches/reduce"
+ALL_GPU_BENCHES="benches/mlp benches/dispatch benches/wgpu benches/vulkan benches/matmul benches/random benches/reduce benches/ptx_baseline"
 GPU_TESTS=$(echo ${GPU_TESTS:-$ALL_GPU_TESTS})
 GPU_BENCHES=$(echo ${GPU_BENCHES:-$ALL_GPU_BENCHES})
 
@@ -215,6 +215,7 @@ run_benches() {
         [ "$only" = "  " ] || case "$only" in *" $1 "*) true ;; *) false ;; esac
     }
     local runs=(
+        "ptx_baseline|"
         "mlp|"
         "matmul|${quick[*]}"
         "random|${quick[*]}"
@@ -260,7 +261,7 @@ run_benches() {
         # shellcheck disable=SC2086
         timeout "$secs" "$b/$bench" --bench $args >>"$log" 2>&1 || echo "$bench: exit $?" | tee -a "$log"
     done
-    grep -aE "paired|time:|^[a-zA-Z_0-9]+/|^stamps|^large|^== " "$log" >"$OUT/bench-summary.txt" || true
+    grep -aE "paired|time:|^[a-zA-Z_0-9]+/|^stamps|^large|^ptx_baseline|^== " "$log" >"$OUT/bench-summary.txt" || true
 }
 
 case "${1:-}" in

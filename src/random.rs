@@ -20,8 +20,8 @@
 //! Box-Muller needs `log`, `sqrt`, `cos` and `sin`, whose last bits differ
 //! between backends: a GPU's `log` is accurate only in absolute terms
 //! (near `u1 = 1` a small radius came out 1% off on an H200), and a
-//! Vulkan driver may fuse an `f32` multiply and add, which WGSL cannot
-//! forbid. So the kernels compute every step in `u32`/`i32` arithmetic,
+//! Vulkan driver or ptxas may fuse an `f32` multiply and add, which WGSL
+//! allows. So the kernels compute every step in `u32`/`i32` arithmetic,
 //! which all backends perform exactly: the logarithm through `atanh` of an
 //! exact ratio of integers, the square root by Newton steps on its
 //! reciprocal, sine and cosine by series after an exact reduction to the

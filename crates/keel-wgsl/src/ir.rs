@@ -18,8 +18,11 @@
 //!   WGSL's results), shift amounts are already masked to the bit width,
 //!   out-of-bounds buffer accesses carry a guard (loads read zero, stores
 //!   and atomics are skipped: naga's `ReadZeroSkipWrite`), and floating
-//!   point adds and multiplies are never contracted: only [`Inst::Fma`]
-//!   fuses, and only where the source called `fma`.
+//!   point adds and multiplies each round to nearest. A target may
+//!   contract a multiply and an add that uses it into one FMA, as WGSL
+//!   allows (section 15.7.5: fusion where the result is at least as
+//!   accurate); the PTX end lets ptxas do so, the host ends never do.
+//!   [`Inst::Fma`] is the source's own `fma`, fused on every end.
 //! - Every register is written before it is read, in every invocation
 //!   that reads it (constants and launch values are written at the
 //!   program's start), so an end need not zero registers between
@@ -191,8 +194,8 @@ pub enum UnOp {
 /// `Bool`; everything else writes the operands' type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinOp {
-    /// Wrapping for integers; round to nearest even, never contracted,
-    /// for floats.
+    /// Wrapping for integers; round to nearest even for floats, which a
+    /// target may contract with a `Mul` into an FMA (see the module).
     Add,
     /// As `Add`.
     Sub,

@@ -16,8 +16,8 @@
 //!   runs as native code on the small runtime in [`native`].
 //!
 //! Lowering once and printing three times means a rule of WGSL's (integer
-//! division by zero, shift amounts, value conversions, bounds checks, no
-//! contraction into FMA) is written in one place, the scalar semantics
+//! division by zero, shift amounts, value conversions, bounds checks,
+//! which adds and multiplies may fuse) is written in one place, the scalar semantics
 //! of the host ends in another ([`scalar`]), and the host ends, which run
 //! here, test what the PTX end prints.
 //!

@@ -157,7 +157,7 @@ fn vector_add_group(
                                 r26 = rt::bin_u64(BinOp::Add, r25, r19);
                                 r27 = rt::cmp(BinOp::Le, r26, r22);
                                 r28 = rt::cmp(BinOp::Ge, r26, r25);
-                                r29 = rt::bin_bool(BinOp::And, r27, r28);
+                                r29 = r27;
                                 debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r29);
                                 r30 = w0.ld_f32(lx as usize);
@@ -167,7 +167,7 @@ fn vector_add_group(
                                 r35 = rt::bin_u64(BinOp::Add, r34, r19);
                                 r36 = rt::cmp(BinOp::Le, r35, r31);
                                 r37 = rt::cmp(BinOp::Ge, r35, r34);
-                                r38 = rt::bin_bool(BinOp::And, r36, r37);
+                                r38 = r36;
                                 debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r38);
                                 r39 = w1.ld_f32(lx as usize);
@@ -175,7 +175,7 @@ fn vector_add_group(
                                 r41 = rt::bin_u64(BinOp::Add, r21, r19);
                                 r42 = rt::cmp(BinOp::Le, r41, r17);
                                 r43 = rt::cmp(BinOp::Ge, r41, r21);
-                                r44 = rt::bin_bool(BinOp::And, r42, r43);
+                                r44 = r42;
                                 debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r44);
                                 w2.st_f32(lx as usize, r40);
@@ -271,7 +271,7 @@ fn vector_add_group(
                             r26 = rt::bin_u64(BinOp::Add, r25, r19);
                             r27 = rt::cmp(BinOp::Le, r26, r22);
                             r28 = rt::cmp(BinOp::Ge, r26, r25);
-                            r29 = rt::bin_bool(BinOp::And, r27, r28);
+                            r29 = r27;
                             r30 = if r29 { b0.ld_f32(r25)? } else { 0.0f32 };
                             r32 = u64::from(r4);
                             r33 = rt::bin_u64(BinOp::Mul, r32, r19);
@@ -279,13 +279,13 @@ fn vector_add_group(
                             r35 = rt::bin_u64(BinOp::Add, r34, r19);
                             r36 = rt::cmp(BinOp::Le, r35, r31);
                             r37 = rt::cmp(BinOp::Ge, r35, r34);
-                            r38 = rt::bin_bool(BinOp::And, r36, r37);
+                            r38 = r36;
                             r39 = if r38 { b1.ld_f32(r34)? } else { 0.0f32 };
                             r40 = rt::bin_f32(BinOp::Add, r30, r39);
                             r41 = rt::bin_u64(BinOp::Add, r21, r19);
                             r42 = rt::cmp(BinOp::Le, r41, r17);
                             r43 = rt::cmp(BinOp::Ge, r41, r21);
-                            r44 = rt::bin_bool(BinOp::And, r42, r43);
+                            r44 = r42;
                             if r44 {
                                 b2.st_f32(r21, r40)?;
                             }
@@ -459,7 +459,7 @@ fn saxpy_group(
                                 r27 = rt::bin_u64(BinOp::Add, r26, r19);
                                 r28 = rt::cmp(BinOp::Le, r27, r23);
                                 r29 = rt::cmp(BinOp::Ge, r27, r26);
-                                r30 = rt::bin_bool(BinOp::And, r28, r29);
+                                r30 = r28;
                                 debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r30);
                                 r31 = w0.ld_f32(lx as usize);
@@ -470,7 +470,7 @@ fn saxpy_group(
                                 r36 = rt::bin_u64(BinOp::Add, r35, r19);
                                 r37 = rt::cmp(BinOp::Le, r36, r17);
                                 r38 = rt::cmp(BinOp::Ge, r36, r35);
-                                r39 = rt::bin_bool(BinOp::And, r37, r38);
+                                r39 = r37;
                                 debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r39);
                                 r40 = w1.ld_f32(lx as usize);
@@ -478,7 +478,7 @@ fn saxpy_group(
                                 r42 = rt::bin_u64(BinOp::Add, r21, r19);
                                 r43 = rt::cmp(BinOp::Le, r42, r17);
                                 r44 = rt::cmp(BinOp::Ge, r42, r21);
-                                r45 = rt::bin_bool(BinOp::And, r43, r44);
+                                r45 = r43;
                                 debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r45);
                                 w2.st_f32(lx as usize, r41);
@@ -575,7 +575,7 @@ fn saxpy_group(
                             r27 = rt::bin_u64(BinOp::Add, r26, r19);
                             r28 = rt::cmp(BinOp::Le, r27, r23);
                             r29 = rt::cmp(BinOp::Ge, r27, r26);
-                            r30 = rt::bin_bool(BinOp::And, r28, r29);
+                            r30 = r28;
                             r31 = if r30 { b0.ld_f32(r26)? } else { 0.0f32 };
                             r32 = rt::bin_f32(BinOp::Mul, r22, r31);
                             r33 = u64::from(r4);
@@ -584,13 +584,13 @@ fn saxpy_group(
                             r36 = rt::bin_u64(BinOp::Add, r35, r19);
                             r37 = rt::cmp(BinOp::Le, r36, r17);
                             r38 = rt::cmp(BinOp::Ge, r36, r35);
-                            r39 = rt::bin_bool(BinOp::And, r37, r38);
+                            r39 = r37;
                             r40 = if r39 { b1.ld_f32(r35)? } else { 0.0f32 };
                             r41 = rt::bin_f32(BinOp::Add, r32, r40);
                             r42 = rt::bin_u64(BinOp::Add, r21, r19);
                             r43 = rt::cmp(BinOp::Le, r42, r17);
                             r44 = rt::cmp(BinOp::Ge, r42, r21);
-                            r45 = rt::bin_bool(BinOp::And, r43, r44);
+                            r45 = r43;
                             if r45 {
                                 b1.st_f32(r21, r41)?;
                             }
@@ -763,7 +763,7 @@ fn spin_group(
                                 r38 = rt::bin_u64(BinOp::Add, r36, r34);
                                 r39 = rt::cmp(BinOp::Le, r38, r32);
                                 r40 = rt::cmp(BinOp::Ge, r38, r36);
-                                r41 = rt::bin_bool(BinOp::And, r39, r40);
+                                r41 = r39;
                                 debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r41);
                                 w0.st_f32(lx as usize, r37);
@@ -878,7 +878,7 @@ fn spin_group(
                             r38 = rt::bin_u64(BinOp::Add, r36, r34);
                             r39 = rt::cmp(BinOp::Le, r38, r32);
                             r40 = rt::cmp(BinOp::Ge, r38, r36);
-                            r41 = rt::bin_bool(BinOp::And, r39, r40);
+                            r41 = r39;
                             if r41 {
                                 b0.st_f32(r36, r37)?;
                             }

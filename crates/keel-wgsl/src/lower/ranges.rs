@@ -13,9 +13,17 @@
 //! Only registers written once count (a `var` lives in registers written
 //! by each assignment, a loop counter by each step): their value is what
 //! their one instruction makes of its operands, wherever it runs. Unsigned
-//! values are intervals `lo..=hi`; an `I32` counts only where it is known
-//! not to be negative; an operation that could wrap gives nothing. Storage
-//! buffers' lengths are known only at launch, so their guards stay.
+//! values are intervals `lo..=hi` (a `U32` about which nothing else is
+//! known is still at most `u32::MAX`); an `I32` counts only where it is
+//! known not to be negative; an operation that could wrap gives nothing.
+//!
+//! Storage buffers' lengths are known only at launch, so their guards
+//! stay, but a guard's part that holds everywhere goes: the bounds check
+//! is `offset + size <= end && offset + size >= offset`, and the second
+//! test (the add did not wrap) holds wherever the offset is a `u32` index
+//! times a stride, which is every array element's. An `and` with an
+//! operand that always holds becomes a copy of the other, so the end
+//! computes, and a GPU runs, one 64-bit comparison per access, not two.
 
 use std::collections::{HashMap, HashSet};
 
@@ -53,9 +61,6 @@ pub(super) fn drop_proven_guards(p: &mut Program) {
             .filter(|&g| a.fact(g, 0) == Fact::Known(true))
             .collect::<HashSet<Reg>>()
     };
-    if proven.is_empty() {
-        return;
-    }
     walk_mut(&mut p.body, &mut |inst| {
         if let Inst::Load { guard, .. } | Inst::Store { guard, .. } | Inst::Atomic { guard, .. } =
             inst
@@ -64,6 +69,59 @@ pub(super) fn drop_proven_guards(p: &mut Program) {
             *guard = None;
         }
     });
+    drop_proven_conjuncts(p);
+}
+
+/// Rewrites `dst = a && b` as `dst = a` where `b` holds in every
+/// invocation (and the other way round): the value is the same wherever
+/// the instruction runs, since `b`'s one writer always makes it true.
+fn drop_proven_conjuncts(p: &mut Program) {
+    let copies = {
+        let mut a = Analysis::new(p);
+        let mut ands = Vec::new();
+        walk(&p.body, &mut |inst| {
+            if let Inst::Bin {
+                op: BinOp::And,
+                dst,
+                a: x,
+                b: y,
+            } = *inst
+                && a_bool(p, dst)
+            {
+                ands.push((dst, x, y));
+            }
+        });
+        ands.into_iter()
+            .filter_map(|(dst, x, y)| {
+                if a.fact(y, 0) == Fact::Known(true) {
+                    Some(((dst, x, y), x))
+                } else if a.fact(x, 0) == Fact::Known(true) {
+                    Some(((dst, x, y), y))
+                } else {
+                    None
+                }
+            })
+            .collect::<HashMap<(Reg, Reg, Reg), Reg>>()
+    };
+    if copies.is_empty() {
+        return;
+    }
+    walk_mut(&mut p.body, &mut |inst| {
+        if let Inst::Bin {
+            op: BinOp::And,
+            dst,
+            a: x,
+            b: y,
+        } = *inst
+            && let Some(&src) = copies.get(&(dst, x, y))
+        {
+            *inst = Inst::Mov { dst, src };
+        }
+    });
+}
+
+fn a_bool(p: &Program, r: Reg) -> bool {
+    p.regs.get(r.index()) == Some(&Ty::Bool)
 }
 
 fn guard(inst: &Inst) -> Option<Reg> {
@@ -132,7 +190,11 @@ impl<'a> Analysis<'a> {
         if depth > MAX_DEPTH {
             return Fact::Unknown;
         }
-        let f = self.compute(r, depth + 1);
+        let f = match self.compute(r, depth + 1) {
+            // Whatever wrote it, a `U32` is at most `u32::MAX`.
+            Fact::Unknown if self.ty(r) == Some(Ty::U32) => Fact::Range(0, u64::from(u32::MAX)),
+            f => f,
+        };
         self.memo.insert(r, f);
         f
     }
@@ -319,7 +381,7 @@ impl<'a> Analysis<'a> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ir::{Inst, Space};
+    use crate::ir::{BinOp, Inst, Space, Ty};
 
     /// The guards of `entry`'s accesses to `space`, in program order.
     fn guards(src: &str, entry: &str, space: Space) -> Vec<bool> {
@@ -375,6 +437,42 @@ mod tests {
             "tile[17 lid.x + 17] may be 272"
         );
         assert_eq!(guards(src, "k", Space::Buffer(0)), vec![true]);
+    }
+
+    /// A storage buffer's guard keeps its comparison with the buffer's
+    /// end and loses the test that `offset + size` did not wrap, which
+    /// holds for any `u32` index times a stride; an index that is not a
+    /// `u32` keeps both.
+    #[test]
+    fn a_storage_guard_is_one_comparison() {
+        let ands = |src: &str| {
+            let p = crate::compile(src, "k").expect("compiles");
+            let mut n = 0;
+            crate::ir::walk(&p.body, &mut |inst| {
+                if let Inst::Bin {
+                    op: BinOp::And,
+                    dst,
+                    ..
+                } = *inst
+                    && p.regs[dst.index()] == Ty::Bool
+                {
+                    n += 1;
+                }
+            });
+            n
+        };
+        let src = "
+            @group(0) @binding(0) var<storage, read> x: array<f32>;
+            @group(0) @binding(1) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(64)
+            fn k(@builtin(global_invocation_id) gid: vec3<u32>) {
+                out[gid.x] = x[gid.x * 3u + 1u] * 2.0;
+            }";
+        assert_eq!(ands(src), 0, "both guards are a single comparison");
+        // An `i32` index may be negative: its 64-bit offset may be near
+        // 2^64, where the add can wrap, so that test stays.
+        let signed = src.replace("x[gid.x * 3u + 1u]", "x[i32(gid.x) - 7]");
+        assert_eq!(ands(&signed), 1, "the signed index keeps its wrap test");
     }
 
     /// Wrapping arithmetic proves nothing: `lid.x - 1` wraps at 0.

@@ -1,11 +1,22 @@
 //! Arithmetic, conversions and reads: every [`Inst`] but memory and
 //! subgroup operations.
 //!
-//! Float adds, subtracts and multiplies carry `.rn`, which stops ptxas
-//! from contracting them into FMAs (WGSL forbids fusion the source did
-//! not ask for, and the host end computes the same bits). Where an
-//! expansion needs several instructions, it writes the destination last,
-//! so that a destination that is also an operand is read intact.
+//! The source's float adds, subtracts and multiplies carry no rounding
+//! modifier: PTX then rounds each to nearest but lets ptxas contract a
+//! multiply and the add that uses it into one FMA, as nvcc's default
+//! `--fmad=true` does. WGSL allows exactly that (section 15.7.5: fusion
+//! where the result is at least as accurate, which an FMA's single
+//! rounding is), NVIDIA's Vulkan driver does the same with SPIR-V, and a
+//! matmul's inner loop needs it to reach the hardware's rate. Products
+//! that are exact in f32 (two inputs of at most 12 significant bits, as
+//! tf32, bf16 and f16 values are) give the same bits either way. A kernel
+//! that needs an unfused `a * b + c` puts an operation ptxas cannot see
+//! through between them (a `min` or a bitcast round trip), as Keel's
+//! random kernels do. Sequences this printer expands itself (`%`, the
+//! math functions) keep `.rn` on every step, so their accuracy is what
+//! was measured. Where an expansion needs several instructions, it writes
+//! the destination last, so that a destination that is also an operand
+//! is read intact.
 
 use super::{Bank, Emitter, PtxError, Result, mov_ty};
 use crate::ir::{Axis, BinOp, Builtin, Inst, Reg, Ty, UnOp};
@@ -367,9 +378,9 @@ impl Emitter<'_> {
                     return Ok(());
                 }
                 match op {
-                    BinOp::Add => self.ins(&format!("add.rn.f16 {d}, {a}, {b};")),
-                    BinOp::Sub => self.ins(&format!("sub.rn.f16 {d}, {a}, {b};")),
-                    BinOp::Mul => self.ins(&format!("mul.rn.f16 {d}, {a}, {b};")),
+                    BinOp::Add => self.ins(&format!("add.f16 {d}, {a}, {b};")),
+                    BinOp::Sub => self.ins(&format!("sub.f16 {d}, {a}, {b};")),
+                    BinOp::Mul => self.ins(&format!("mul.f16 {d}, {a}, {b};")),
                     BinOp::Div
                     | BinOp::Rem
                     | BinOp::Min
@@ -396,9 +407,9 @@ impl Emitter<'_> {
     /// `d = op(a, b)` for f32 registers, `op` not a comparison.
     fn binary_f32(&mut self, op: BinOp, d: &str, a: &str, b: &str) -> Result<()> {
         let line = match op {
-            BinOp::Add => format!("add.rn.f32 {d}, {a}, {b};"),
-            BinOp::Sub => format!("sub.rn.f32 {d}, {a}, {b};"),
-            BinOp::Mul => format!("mul.rn.f32 {d}, {a}, {b};"),
+            BinOp::Add => format!("add.f32 {d}, {a}, {b};"),
+            BinOp::Sub => format!("sub.f32 {d}, {a}, {b};"),
+            BinOp::Mul => format!("mul.f32 {d}, {a}, {b};"),
             BinOp::Div => format!("div.rn.f32 {d}, {a}, {b};"),
             // min.f32 and max.f32 give the non-NaN operand, as the IR asks.
             BinOp::Min => format!("min.f32 {d}, {a}, {b};"),

@@ -21,9 +21,9 @@
 //!   them, which is to inherit from those formulas (`pow`'s domain
 //!   included: NaN for `a < 0`).
 //!
-//! These sequences use FMA inside themselves, as any math library does;
-//! the no-contraction rule is about the source's adds and multiplies,
-//! which never fuse.
+//! These sequences use FMA inside themselves, as any math library does,
+//! and round every other step with `.rn`, so ptxas contracts nothing in
+//! them (the source's own adds and multiplies may fuse: `arith.rs`).
 
 use super::{Bank, Emitter, Result};
 

@@ -496,7 +496,8 @@ impl<'a> Analysis<'a> {
     }
 
     /// Matches the lowering's bounds guard of `size` bytes at `base` in
-    /// buffer `buffer` (`base + size <= len && base + size >= base`),
+    /// buffer `buffer` (`base + size <= len && base + size >= base`, or
+    /// the first test alone where the range pass proved the second),
     /// alone or and-ed with another guard: gives the bounds register, the
     /// other guard, `base` and `size`.
     fn bounds_guard(&self, g: Reg, buffer: u32) -> Option<(Reg, Option<Reg>, Reg, u64)> {
@@ -525,11 +526,24 @@ impl<'a> Analysis<'a> {
             Inst::Bin { op, a, b, .. } if *op == want => Some((*a, *b)),
             _ => None,
         };
-        let (inside, not_wrapped) = bin(ok, BinOp::And)?;
-        let (last, end) = bin(inside, BinOp::Le)?;
-        let (last2, base) = bin(not_wrapped, BinOp::Ge)?;
-        let (base2, size) = bin(last, BinOp::Add)?;
-        if last2 != last || base2 != base || self.ty(base)? != Ty::U64 {
+        let (end, base, size) = match self.def(ok)? {
+            Inst::Mov { src, .. } => {
+                let (last, end) = bin(*src, BinOp::Le)?;
+                let (base, size) = bin(last, BinOp::Add)?;
+                (end, base, size)
+            }
+            _ => {
+                let (inside, not_wrapped) = bin(ok, BinOp::And)?;
+                let (last, end) = bin(inside, BinOp::Le)?;
+                let (last2, base) = bin(not_wrapped, BinOp::Ge)?;
+                let (base2, size) = bin(last, BinOp::Add)?;
+                if last2 != last || base2 != base {
+                    return None;
+                }
+                (end, base, size)
+            }
+        };
+        if self.ty(base)? != Ty::U64 {
             return None;
         }
         let Some(Inst::Read {

@@ -157,7 +157,7 @@ fn vector_add_group(
                                 r26 = rt::bin_u64(BinOp::Add, r25, r19);
                                 r27 = rt::cmp(BinOp::Le, r26, r22);
                                 r28 = rt::cmp(BinOp::Ge, r26, r25);
-                                r29 = rt::bin_bool(BinOp::And, r27, r28);
+                                r29 = r27;
                                 debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r29);
                                 r30 = w0.ld_f32(lx as usize);
@@ -167,7 +167,7 @@ fn vector_add_group(
                                 r35 = rt::bin_u64(BinOp::Add, r34, r19);
                                 r36 = rt::cmp(BinOp::Le, r35, r31);
                                 r37 = rt::cmp(BinOp::Ge, r35, r34);
-                                r38 = rt::bin_bool(BinOp::And, r36, r37);
+                                r38 = r36;
                                 debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r38);
                                 r39 = w1.ld_f32(lx as usize);
@@ -175,7 +175,7 @@ fn vector_add_group(
                                 r41 = rt::bin_u64(BinOp::Add, r21, r19);
                                 r42 = rt::cmp(BinOp::Le, r41, r17);
                                 r43 = rt::cmp(BinOp::Ge, r41, r21);
-                                r44 = rt::bin_bool(BinOp::And, r42, r43);
+                                r44 = r42;
                                 debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r44);
                                 w2.st_f32(lx as usize, r40);
@@ -271,7 +271,7 @@ fn vector_add_group(
                             r26 = rt::bin_u64(BinOp::Add, r25, r19);
                             r27 = rt::cmp(BinOp::Le, r26, r22);
                             r28 = rt::cmp(BinOp::Ge, r26, r25);
-                            r29 = rt::bin_bool(BinOp::And, r27, r28);
+                            r29 = r27;
                             r30 = if r29 { b0.ld_f32(r25)? } else { 0.0f32 };
                             r32 = u64::from(r4);
                             r33 = rt::bin_u64(BinOp::Mul, r32, r19);
@@ -279,13 +279,13 @@ fn vector_add_group(
                             r35 = rt::bin_u64(BinOp::Add, r34, r19);
                             r36 = rt::cmp(BinOp::Le, r35, r31);
                             r37 = rt::cmp(BinOp::Ge, r35, r34);
-                            r38 = rt::bin_bool(BinOp::And, r36, r37);
+                            r38 = r36;
                             r39 = if r38 { b1.ld_f32(r34)? } else { 0.0f32 };
                             r40 = rt::bin_f32(BinOp::Add, r30, r39);
                             r41 = rt::bin_u64(BinOp::Add, r21, r19);
                             r42 = rt::cmp(BinOp::Le, r41, r17);
                             r43 = rt::cmp(BinOp::Ge, r41, r21);
-                            r44 = rt::bin_bool(BinOp::And, r42, r43);
+                            r44 = r42;
                             if r44 {
                                 b2.st_f32(r21, r40)?;
                             }
@@ -459,7 +459,7 @@ fn saxpy_group(
                                 r27 = rt::bin_u64(BinOp::Add, r26, r19);
                                 r28 = rt::cmp(BinOp::Le, r27, r23);
                                 r29 = rt::cmp(BinOp::Ge, r27, r26);
-                                r30 = rt::bin_bool(BinOp::And, r28, r29);
+                                r30 = r28;
                                 debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r30);
                                 r31 = w0.ld_f32(lx as usize);
@@ -470,7 +470,7 @@ fn saxpy_group(
                                 r36 = rt::bin_u64(BinOp::Add, r35, r19);
                                 r37 = rt::cmp(BinOp::Le, r36, r17);
                                 r38 = rt::cmp(BinOp::Ge, r36, r35);
-                                r39 = rt::bin_bool(BinOp::And, r37, r38);
+                                r39 = r37;
                                 debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r39);
                                 r40 = w1.ld_f32(lx as usize);
@@ -478,7 +478,7 @@ fn saxpy_group(
                                 r42 = rt::bin_u64(BinOp::Add, r21, r19);
                                 r43 = rt::cmp(BinOp::Le, r42, r17);
                                 r44 = rt::cmp(BinOp::Ge, r42, r21);
-                                r45 = rt::bin_bool(BinOp::And, r43, r44);
+                                r45 = r43;
                                 debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r45);
                                 w2.st_f32(lx as usize, r41);
@@ -575,7 +575,7 @@ fn saxpy_group(
                             r27 = rt::bin_u64(BinOp::Add, r26, r19);
                             r28 = rt::cmp(BinOp::Le, r27, r23);
                             r29 = rt::cmp(BinOp::Ge, r27, r26);
-                            r30 = rt::bin_bool(BinOp::And, r28, r29);
+                            r30 = r28;
                             r31 = if r30 { b0.ld_f32(r26)? } else { 0.0f32 };
                             r32 = rt::bin_f32(BinOp::Mul, r22, r31);
                             r33 = u64::from(r4);
@@ -584,13 +584,13 @@ fn saxpy_group(
                             r36 = rt::bin_u64(BinOp::Add, r35, r19);
                             r37 = rt::cmp(BinOp::Le, r36, r17);
                             r38 = rt::cmp(BinOp::Ge, r36, r35);
-                            r39 = rt::bin_bool(BinOp::And, r37, r38);
+                            r39 = r37;
                             r40 = if r39 { b1.ld_f32(r35)? } else { 0.0f32 };
                             r41 = rt::bin_f32(BinOp::Add, r32, r40);
                             r42 = rt::bin_u64(BinOp::Add, r21, r19);
                             r43 = rt::cmp(BinOp::Le, r42, r17);
                             r44 = rt::cmp(BinOp::Ge, r42, r21);
-                            r45 = rt::bin_bool(BinOp::And, r43, r44);
+                            r45 = r43;
                             if r45 {
                                 b1.st_f32(r21, r41)?;
                             }
@@ -763,7 +763,7 @@ fn spin_group(
                                 r38 = rt::bin_u64(BinOp::Add, r36, r34);
                                 r39 = rt::cmp(BinOp::Le, r38, r32);
                                 r40 = rt::cmp(BinOp::Ge, r38, r36);
-                                r41 = rt::bin_bool(BinOp::And, r39, r40);
+                                r41 = r39;
                                 debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r41);
                                 w0.st_f32(lx as usize, r37);
@@ -878,7 +878,7 @@ fn spin_group(
                             r38 = rt::bin_u64(BinOp::Add, r36, r34);
                             r39 = rt::cmp(BinOp::Le, r38, r32);
                             r40 = rt::cmp(BinOp::Ge, r38, r36);
-                            r41 = rt::bin_bool(BinOp::And, r39, r40);
+                            r41 = r39;
                             if r41 {
                                 b0.st_f32(r36, r37)?;
                             }
@@ -1081,7 +1081,7 @@ fn add_f32_group(
                                 r32 = rt::bin_u64(BinOp::Add, r31, r25);
                                 r33 = rt::cmp(BinOp::Le, r32, r28);
                                 r34 = rt::cmp(BinOp::Ge, r32, r31);
-                                r35 = rt::bin_bool(BinOp::And, r33, r34);
+                                r35 = r33;
                                 debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r35);
                                 r36 = w0.ld_f32(lx as usize);
@@ -1091,7 +1091,7 @@ fn add_f32_group(
                                 r41 = rt::bin_u64(BinOp::Add, r40, r25);
                                 r42 = rt::cmp(BinOp::Le, r41, r37);
                                 r43 = rt::cmp(BinOp::Ge, r41, r40);
-                                r44 = rt::bin_bool(BinOp::And, r42, r43);
+                                r44 = r42;
                                 debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r44);
                                 r45 = w1.ld_f32(lx as usize);
@@ -1099,7 +1099,7 @@ fn add_f32_group(
                                 r47 = rt::bin_u64(BinOp::Add, r27, r25);
                                 r48 = rt::cmp(BinOp::Le, r47, r23);
                                 r49 = rt::cmp(BinOp::Ge, r47, r27);
-                                r50 = rt::bin_bool(BinOp::And, r48, r49);
+                                r50 = r48;
                                 debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r50);
                                 w2.st_f32(lx as usize, r46);
@@ -1207,7 +1207,7 @@ fn add_f32_group(
                             r32 = rt::bin_u64(BinOp::Add, r31, r25);
                             r33 = rt::cmp(BinOp::Le, r32, r28);
                             r34 = rt::cmp(BinOp::Ge, r32, r31);
-                            r35 = rt::bin_bool(BinOp::And, r33, r34);
+                            r35 = r33;
                             r36 = if r35 { b0.ld_f32(r31)? } else { 0.0f32 };
                             r38 = u64::from(r19);
                             r39 = rt::bin_u64(BinOp::Mul, r38, r25);
@@ -1215,13 +1215,13 @@ fn add_f32_group(
                             r41 = rt::bin_u64(BinOp::Add, r40, r25);
                             r42 = rt::cmp(BinOp::Le, r41, r37);
                             r43 = rt::cmp(BinOp::Ge, r41, r40);
-                            r44 = rt::bin_bool(BinOp::And, r42, r43);
+                            r44 = r42;
                             r45 = if r44 { b1.ld_f32(r40)? } else { 0.0f32 };
                             r46 = rt::bin_f32(BinOp::Add, r36, r45);
                             r47 = rt::bin_u64(BinOp::Add, r27, r25);
                             r48 = rt::cmp(BinOp::Le, r47, r23);
                             r49 = rt::cmp(BinOp::Ge, r47, r27);
-                            r50 = rt::bin_bool(BinOp::And, r48, r49);
+                            r50 = r48;
                             if r50 {
                                 b2.st_f32(r27, r46)?;
                             }
@@ -1383,7 +1383,7 @@ fn fill_f32_group(
                                 r29 = rt::bin_u64(BinOp::Add, r27, r25);
                                 r30 = rt::cmp(BinOp::Le, r29, r23);
                                 r31 = rt::cmp(BinOp::Ge, r29, r27);
-                                r32 = rt::bin_bool(BinOp::And, r30, r31);
+                                r32 = r30;
                                 debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
                                 debug_assert!(r32);
                                 w0.st_f32(lx as usize, r28);
@@ -1469,7 +1469,7 @@ fn fill_f32_group(
                             r29 = rt::bin_u64(BinOp::Add, r27, r25);
                             r30 = rt::cmp(BinOp::Le, r29, r23);
                             r31 = rt::cmp(BinOp::Ge, r29, r27);
-                            r32 = rt::bin_bool(BinOp::And, r30, r31);
+                            r32 = r30;
                             if r32 {
                                 b0.st_f32(r27, r28)?;
                             }
@@ -2098,7 +2098,7 @@ fn cast_f32_half_group(
                                 r34 = rt::cmp(BinOp::Eq, r33, r22);
                                 r35 = rt::cmp(BinOp::Eq, r33, r7);
                                 r37 = !r34;
-                                r38 = rt::bin_bool(BinOp::And, r36, r37);
+                                r38 = r37;
                                 r39 = !r35;
                                 r40 = rt::bin_bool(BinOp::And, r38, r39);
                                 r42 = r41;
@@ -2112,7 +2112,7 @@ fn cast_f32_half_group(
                                     r49 = rt::bin_u64(BinOp::Add, r48, r46);
                                     r50 = rt::cmp(BinOp::Le, r49, r44);
                                     r51 = rt::cmp(BinOp::Ge, r49, r48);
-                                    r52 = rt::bin_bool(BinOp::And, r50, r51);
+                                    r52 = r50;
                                     debug_assert_eq!(r48, w0.start() + 4 * (lx as usize) as u64);
                                     debug_assert!(r52);
                                     r53 = w0.ld_u32(lx as usize);
@@ -2221,7 +2221,7 @@ fn cast_f32_half_group(
                                     r140 = rt::bin_u64(BinOp::Add, r137, r46);
                                     r141 = rt::cmp(BinOp::Le, r140, r134);
                                     r142 = rt::cmp(BinOp::Ge, r140, r137);
-                                    r143 = rt::bin_bool(BinOp::And, r141, r142);
+                                    r143 = r141;
                                     debug_assert_eq!(
                                         r137,
                                         w1.start() + 4 * (lx as usize * 2) as u64
@@ -2238,7 +2238,7 @@ fn cast_f32_half_group(
                                         r150 = rt::bin_u64(BinOp::Add, r147, r46);
                                         r151 = rt::cmp(BinOp::Le, r150, r134);
                                         r152 = rt::cmp(BinOp::Ge, r150, r147);
-                                        r153 = rt::bin_bool(BinOp::And, r151, r152);
+                                        r153 = r151;
                                         debug_assert_eq!(
                                             r147,
                                             w2.start() + 4 * (lx as usize * 2) as u64
@@ -2259,7 +2259,7 @@ fn cast_f32_half_group(
                                     r157 = rt::bin_u64(BinOp::Add, r156, r46);
                                     r158 = rt::cmp(BinOp::Le, r157, r44);
                                     r159 = rt::cmp(BinOp::Ge, r157, r156);
-                                    r160 = rt::bin_bool(BinOp::And, r158, r159);
+                                    r160 = r158;
                                     debug_assert_eq!(
                                         r156,
                                         w3.start() + 4 * (lx as usize * 2) as u64
@@ -2275,7 +2275,7 @@ fn cast_f32_half_group(
                                         r167 = rt::bin_u64(BinOp::Add, r166, r46);
                                         r168 = rt::cmp(BinOp::Le, r167, r44);
                                         r169 = rt::cmp(BinOp::Ge, r167, r166);
-                                        r170 = rt::bin_bool(BinOp::And, r168, r169);
+                                        r170 = r168;
                                         debug_assert_eq!(
                                             r166,
                                             w4.start() + 4 * (lx as usize * 2) as u64
@@ -2601,7 +2601,7 @@ fn cast_f32_half_group(
                                     r392 = rt::bin_u64(BinOp::Add, r390, r46);
                                     r393 = rt::cmp(BinOp::Le, r392, r134);
                                     r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                    r395 = rt::bin_bool(BinOp::And, r393, r394);
+                                    r395 = r393;
                                     debug_assert_eq!(r390, w5.start() + 4 * (lx as usize) as u64);
                                     debug_assert!(r395);
                                     w5.st_u32(lx as usize, r391);
@@ -3087,7 +3087,7 @@ fn cast_f32_half_group(
                             r34 = rt::cmp(BinOp::Eq, r33, r22);
                             r35 = rt::cmp(BinOp::Eq, r33, r7);
                             r37 = !r34;
-                            r38 = rt::bin_bool(BinOp::And, r36, r37);
+                            r38 = r37;
                             r39 = !r35;
                             r40 = rt::bin_bool(BinOp::And, r38, r39);
                             r42 = r41;
@@ -3101,7 +3101,7 @@ fn cast_f32_half_group(
                                 r49 = rt::bin_u64(BinOp::Add, r48, r46);
                                 r50 = rt::cmp(BinOp::Le, r49, r44);
                                 r51 = rt::cmp(BinOp::Ge, r49, r48);
-                                r52 = rt::bin_bool(BinOp::And, r50, r51);
+                                r52 = r50;
                                 r53 = if r52 { b0.ld_u32(r48)? } else { 0u32 };
                                 r54 = p1;
                                 r55 = rt::cmp(BinOp::Eq, r54, r22);
@@ -3208,7 +3208,7 @@ fn cast_f32_half_group(
                                 r140 = rt::bin_u64(BinOp::Add, r137, r46);
                                 r141 = rt::cmp(BinOp::Le, r140, r134);
                                 r142 = rt::cmp(BinOp::Ge, r140, r137);
-                                r143 = rt::bin_bool(BinOp::And, r141, r142);
+                                r143 = r141;
                                 if r143 {
                                     b1.st_u32(r137, r139)?;
                                 }
@@ -3222,7 +3222,7 @@ fn cast_f32_half_group(
                                     r150 = rt::bin_u64(BinOp::Add, r147, r46);
                                     r151 = rt::cmp(BinOp::Le, r150, r134);
                                     r152 = rt::cmp(BinOp::Ge, r150, r147);
-                                    r153 = rt::bin_bool(BinOp::And, r151, r152);
+                                    r153 = r151;
                                     if r153 {
                                         b1.st_u32(r147, r149)?;
                                     }
@@ -3240,7 +3240,7 @@ fn cast_f32_half_group(
                                 r157 = rt::bin_u64(BinOp::Add, r156, r46);
                                 r158 = rt::cmp(BinOp::Le, r157, r44);
                                 r159 = rt::cmp(BinOp::Ge, r157, r156);
-                                r160 = rt::bin_bool(BinOp::And, r158, r159);
+                                r160 = r158;
                                 r161 = if r160 { b0.ld_u32(r156)? } else { 0u32 };
                                 r162 = f32::from_bits(r161);
                                 if r32 {
@@ -3251,7 +3251,7 @@ fn cast_f32_half_group(
                                     r167 = rt::bin_u64(BinOp::Add, r166, r46);
                                     r168 = rt::cmp(BinOp::Le, r167, r44);
                                     r169 = rt::cmp(BinOp::Ge, r167, r166);
-                                    r170 = rt::bin_bool(BinOp::And, r168, r169);
+                                    r170 = r168;
                                     r171 = if r170 { b0.ld_u32(r166)? } else { 0u32 };
                                     r172 = f32::from_bits(r171);
                                     r20 = r172;
@@ -3572,7 +3572,7 @@ fn cast_f32_half_group(
                                 r392 = rt::bin_u64(BinOp::Add, r390, r46);
                                 r393 = rt::cmp(BinOp::Le, r392, r134);
                                 r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                r395 = rt::bin_bool(BinOp::And, r393, r394);
+                                r395 = r393;
                                 if r395 {
                                     b1.st_u32(r390, r391)?;
                                 }
@@ -4289,7 +4289,7 @@ fn matmul_naive_group(
                                     r46 = rt::bin_u64(BinOp::Add, r45, r43);
                                     r47 = rt::cmp(BinOp::Le, r46, r41);
                                     r48 = rt::cmp(BinOp::Ge, r46, r45);
-                                    r49 = rt::bin_bool(BinOp::And, r47, r48);
+                                    r49 = r47;
                                     r50 = if r49 { b0.ld_f32(r45)? } else { 0.0f32 };
                                     r51 = r19;
                                     r52 = rt::bin_u32(BinOp::Mul, r51, r25);
@@ -4300,7 +4300,7 @@ fn matmul_naive_group(
                                     r58 = rt::bin_u64(BinOp::Add, r57, r43);
                                     r59 = rt::cmp(BinOp::Le, r58, r54);
                                     r60 = rt::cmp(BinOp::Ge, r58, r57);
-                                    r61 = rt::bin_bool(BinOp::And, r59, r60);
+                                    r61 = r59;
                                     r62 = if r61 { b1.ld_f32(r57)? } else { 0.0f32 };
                                     r63 = rt::bin_f32(BinOp::Mul, r50, r62);
                                     r64 = rt::bin_f32(BinOp::Add, r37, r63);
@@ -4319,7 +4319,7 @@ fn matmul_naive_group(
                             r74 = rt::bin_u64(BinOp::Add, r72, r43);
                             r75 = rt::cmp(BinOp::Le, r74, r69);
                             r76 = rt::cmp(BinOp::Ge, r74, r72);
-                            r77 = rt::bin_bool(BinOp::And, r75, r76);
+                            r77 = r75;
                             if r77 {
                                 b2.st_f32(r72, r73)?;
                             }
@@ -4355,7 +4355,7 @@ fn matmul_naive_group(
                                 r103 = rt::bin_u64(BinOp::Add, r102, r43);
                                 r104 = rt::cmp(BinOp::Le, r103, r41);
                                 r105 = rt::cmp(BinOp::Ge, r103, r102);
-                                r106 = rt::bin_bool(BinOp::And, r104, r105);
+                                r106 = r104;
                                 r107 = if r106 { b0.ld_f32(r102)? } else { 0.0f32 };
                                 'b2: {
                                     'b3: {
@@ -4363,7 +4363,7 @@ fn matmul_naive_group(
                                         r111 = rt::cmp(BinOp::Eq, r80, r110);
                                         r113 = rt::cmp(BinOp::Eq, r80, r112);
                                         r114 = !r109;
-                                        r115 = rt::bin_bool(BinOp::And, r30, r114);
+                                        r115 = r114;
                                         r116 = !r111;
                                         r117 = rt::bin_bool(BinOp::And, r115, r116);
                                         r118 = !r113;
@@ -4510,7 +4510,7 @@ fn matmul_naive_group(
                                 r208 = rt::bin_u64(BinOp::Add, r207, r43);
                                 r209 = rt::cmp(BinOp::Le, r208, r54);
                                 r210 = rt::cmp(BinOp::Ge, r208, r207);
-                                r211 = rt::bin_bool(BinOp::And, r209, r210);
+                                r211 = r209;
                                 r212 = if r211 { b1.ld_f32(r207)? } else { 0.0f32 };
                                 'b8: {
                                     'b9: {
@@ -4518,7 +4518,7 @@ fn matmul_naive_group(
                                         r215 = rt::cmp(BinOp::Eq, r80, r110);
                                         r216 = rt::cmp(BinOp::Eq, r80, r112);
                                         r217 = !r214;
-                                        r218 = rt::bin_bool(BinOp::And, r30, r217);
+                                        r218 = r217;
                                         r219 = !r215;
                                         r220 = rt::bin_bool(BinOp::And, r218, r219);
                                         r221 = !r216;
@@ -4665,7 +4665,7 @@ fn matmul_naive_group(
                                         r303 = rt::cmp(BinOp::Eq, r86, r110);
                                         r304 = rt::cmp(BinOp::Eq, r86, r112);
                                         r305 = !r302;
-                                        r306 = rt::bin_bool(BinOp::And, r30, r305);
+                                        r306 = r305;
                                         r307 = !r303;
                                         r308 = rt::bin_bool(BinOp::And, r306, r307);
                                         r309 = !r304;
@@ -4829,7 +4829,7 @@ fn matmul_naive_group(
                                             r401 = rt::cmp(BinOp::Eq, r91, r110);
                                             r402 = rt::cmp(BinOp::Eq, r91, r112);
                                             r403 = !r400;
-                                            r404 = rt::bin_bool(BinOp::And, r30, r403);
+                                            r404 = r403;
                                             r405 = !r401;
                                             r406 = rt::bin_bool(BinOp::And, r404, r405);
                                             r407 = !r402;
@@ -4974,7 +4974,7 @@ fn matmul_naive_group(
                                             r487 = rt::cmp(BinOp::Eq, r91, r110);
                                             r488 = rt::cmp(BinOp::Eq, r91, r112);
                                             r489 = !r486;
-                                            r490 = rt::bin_bool(BinOp::And, r30, r489);
+                                            r490 = r489;
                                             r491 = !r487;
                                             r492 = rt::bin_bool(BinOp::And, r490, r491);
                                             r493 = !r488;
@@ -5129,7 +5129,7 @@ fn matmul_naive_group(
                         r578 = rt::bin_u64(BinOp::Add, r576, r43);
                         r579 = rt::cmp(BinOp::Le, r578, r69);
                         r580 = rt::cmp(BinOp::Ge, r578, r576);
-                        r581 = rt::bin_bool(BinOp::And, r579, r580);
+                        r581 = r579;
                         if r581 {
                             b2.st_f32(r576, r577)?;
                         }
@@ -5898,7 +5898,7 @@ fn philox_u32_group(
                                             r190 = rt::cmp(BinOp::Eq, r17, r7);
                                             r191 = rt::cmp(BinOp::Eq, r17, r34);
                                             r193 = !r189;
-                                            r194 = rt::bin_bool(BinOp::And, r192, r193);
+                                            r194 = r193;
                                             r195 = !r190;
                                             r196 = rt::bin_bool(BinOp::And, r194, r195);
                                             r197 = !r191;
@@ -6014,7 +6014,7 @@ fn philox_u32_group(
                                             r257 = rt::cmp(BinOp::Eq, r17, r7);
                                             r258 = rt::cmp(BinOp::Eq, r17, r34);
                                             r259 = !r256;
-                                            r260 = rt::bin_bool(BinOp::And, r192, r259);
+                                            r260 = r259;
                                             r261 = !r257;
                                             r262 = rt::bin_bool(BinOp::And, r260, r261);
                                             r263 = !r258;
@@ -6130,7 +6130,7 @@ fn philox_u32_group(
                                             r319 = rt::cmp(BinOp::Eq, r17, r7);
                                             r320 = rt::cmp(BinOp::Eq, r17, r34);
                                             r321 = !r318;
-                                            r322 = rt::bin_bool(BinOp::And, r192, r321);
+                                            r322 = r321;
                                             r323 = !r319;
                                             r324 = rt::bin_bool(BinOp::And, r322, r323);
                                             r325 = !r320;
@@ -6246,7 +6246,7 @@ fn philox_u32_group(
                                             r381 = rt::cmp(BinOp::Eq, r17, r7);
                                             r382 = rt::cmp(BinOp::Eq, r17, r34);
                                             r383 = !r380;
-                                            r384 = rt::bin_bool(BinOp::And, r192, r383);
+                                            r384 = r383;
                                             r385 = !r381;
                                             r386 = rt::bin_bool(BinOp::And, r384, r385);
                                             r387 = !r382;
@@ -6389,7 +6389,7 @@ fn philox_u32_group(
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
                                                     r463 = rt::cmp(BinOp::Ge, r461, r453);
-                                                    r464 = rt::bin_bool(BinOp::And, r462, r463);
+                                                    r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
                                                     }
@@ -7177,7 +7177,7 @@ fn philox_u32_wg64_group(
                                             r190 = rt::cmp(BinOp::Eq, r17, r7);
                                             r191 = rt::cmp(BinOp::Eq, r17, r34);
                                             r193 = !r189;
-                                            r194 = rt::bin_bool(BinOp::And, r192, r193);
+                                            r194 = r193;
                                             r195 = !r190;
                                             r196 = rt::bin_bool(BinOp::And, r194, r195);
                                             r197 = !r191;
@@ -7293,7 +7293,7 @@ fn philox_u32_wg64_group(
                                             r257 = rt::cmp(BinOp::Eq, r17, r7);
                                             r258 = rt::cmp(BinOp::Eq, r17, r34);
                                             r259 = !r256;
-                                            r260 = rt::bin_bool(BinOp::And, r192, r259);
+                                            r260 = r259;
                                             r261 = !r257;
                                             r262 = rt::bin_bool(BinOp::And, r260, r261);
                                             r263 = !r258;
@@ -7409,7 +7409,7 @@ fn philox_u32_wg64_group(
                                             r319 = rt::cmp(BinOp::Eq, r17, r7);
                                             r320 = rt::cmp(BinOp::Eq, r17, r34);
                                             r321 = !r318;
-                                            r322 = rt::bin_bool(BinOp::And, r192, r321);
+                                            r322 = r321;
                                             r323 = !r319;
                                             r324 = rt::bin_bool(BinOp::And, r322, r323);
                                             r325 = !r320;
@@ -7525,7 +7525,7 @@ fn philox_u32_wg64_group(
                                             r381 = rt::cmp(BinOp::Eq, r17, r7);
                                             r382 = rt::cmp(BinOp::Eq, r17, r34);
                                             r383 = !r380;
-                                            r384 = rt::bin_bool(BinOp::And, r192, r383);
+                                            r384 = r383;
                                             r385 = !r381;
                                             r386 = rt::bin_bool(BinOp::And, r384, r385);
                                             r387 = !r382;
@@ -7668,7 +7668,7 @@ fn philox_u32_wg64_group(
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
                                                     r463 = rt::cmp(BinOp::Ge, r461, r453);
-                                                    r464 = rt::bin_bool(BinOp::And, r462, r463);
+                                                    r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
                                                     }
@@ -8452,7 +8452,7 @@ fn philox_rand_group(
                                             r190 = rt::cmp(BinOp::Eq, r7, r7);
                                             r191 = rt::cmp(BinOp::Eq, r7, r34);
                                             r193 = !r189;
-                                            r194 = rt::bin_bool(BinOp::And, r192, r193);
+                                            r194 = r193;
                                             r195 = !r190;
                                             r196 = rt::bin_bool(BinOp::And, r194, r195);
                                             r197 = !r191;
@@ -8568,7 +8568,7 @@ fn philox_rand_group(
                                             r257 = rt::cmp(BinOp::Eq, r7, r7);
                                             r258 = rt::cmp(BinOp::Eq, r7, r34);
                                             r259 = !r256;
-                                            r260 = rt::bin_bool(BinOp::And, r192, r259);
+                                            r260 = r259;
                                             r261 = !r257;
                                             r262 = rt::bin_bool(BinOp::And, r260, r261);
                                             r263 = !r258;
@@ -8684,7 +8684,7 @@ fn philox_rand_group(
                                             r319 = rt::cmp(BinOp::Eq, r7, r7);
                                             r320 = rt::cmp(BinOp::Eq, r7, r34);
                                             r321 = !r318;
-                                            r322 = rt::bin_bool(BinOp::And, r192, r321);
+                                            r322 = r321;
                                             r323 = !r319;
                                             r324 = rt::bin_bool(BinOp::And, r322, r323);
                                             r325 = !r320;
@@ -8800,7 +8800,7 @@ fn philox_rand_group(
                                             r381 = rt::cmp(BinOp::Eq, r7, r7);
                                             r382 = rt::cmp(BinOp::Eq, r7, r34);
                                             r383 = !r380;
-                                            r384 = rt::bin_bool(BinOp::And, r192, r383);
+                                            r384 = r383;
                                             r385 = !r381;
                                             r386 = rt::bin_bool(BinOp::And, r384, r385);
                                             r387 = !r382;
@@ -8943,7 +8943,7 @@ fn philox_rand_group(
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
                                                     r463 = rt::cmp(BinOp::Ge, r461, r453);
-                                                    r464 = rt::bin_bool(BinOp::And, r462, r463);
+                                                    r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
                                                     }
@@ -9731,7 +9731,7 @@ fn philox_rand_wg64_group(
                                             r190 = rt::cmp(BinOp::Eq, r7, r7);
                                             r191 = rt::cmp(BinOp::Eq, r7, r34);
                                             r193 = !r189;
-                                            r194 = rt::bin_bool(BinOp::And, r192, r193);
+                                            r194 = r193;
                                             r195 = !r190;
                                             r196 = rt::bin_bool(BinOp::And, r194, r195);
                                             r197 = !r191;
@@ -9847,7 +9847,7 @@ fn philox_rand_wg64_group(
                                             r257 = rt::cmp(BinOp::Eq, r7, r7);
                                             r258 = rt::cmp(BinOp::Eq, r7, r34);
                                             r259 = !r256;
-                                            r260 = rt::bin_bool(BinOp::And, r192, r259);
+                                            r260 = r259;
                                             r261 = !r257;
                                             r262 = rt::bin_bool(BinOp::And, r260, r261);
                                             r263 = !r258;
@@ -9963,7 +9963,7 @@ fn philox_rand_wg64_group(
                                             r319 = rt::cmp(BinOp::Eq, r7, r7);
                                             r320 = rt::cmp(BinOp::Eq, r7, r34);
                                             r321 = !r318;
-                                            r322 = rt::bin_bool(BinOp::And, r192, r321);
+                                            r322 = r321;
                                             r323 = !r319;
                                             r324 = rt::bin_bool(BinOp::And, r322, r323);
                                             r325 = !r320;
@@ -10079,7 +10079,7 @@ fn philox_rand_wg64_group(
                                             r381 = rt::cmp(BinOp::Eq, r7, r7);
                                             r382 = rt::cmp(BinOp::Eq, r7, r34);
                                             r383 = !r380;
-                                            r384 = rt::bin_bool(BinOp::And, r192, r383);
+                                            r384 = r383;
                                             r385 = !r381;
                                             r386 = rt::bin_bool(BinOp::And, r384, r385);
                                             r387 = !r382;
@@ -10222,7 +10222,7 @@ fn philox_rand_wg64_group(
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
                                                     r463 = rt::cmp(BinOp::Ge, r461, r453);
-                                                    r464 = rt::bin_bool(BinOp::And, r462, r463);
+                                                    r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
                                                     }
@@ -20549,7 +20549,7 @@ fn philox_randn_group(
                                                     r2790 = rt::bin_u64(BinOp::Add, r2782, r2780);
                                                     r2791 = rt::cmp(BinOp::Le, r2790, r2778);
                                                     r2792 = rt::cmp(BinOp::Ge, r2790, r2782);
-                                                    r2793 = rt::bin_bool(BinOp::And, r2791, r2792);
+                                                    r2793 = r2791;
                                                     if r2793 {
                                                         b0.st_u32(r2782, r2789)?;
                                                     }
@@ -21337,7 +21337,7 @@ fn philox_uniform_group(
                                             r190 = rt::cmp(BinOp::Eq, r17, r7);
                                             r191 = rt::cmp(BinOp::Eq, r17, r17);
                                             r193 = !r189;
-                                            r194 = rt::bin_bool(BinOp::And, r192, r193);
+                                            r194 = r193;
                                             r195 = !r190;
                                             r196 = rt::bin_bool(BinOp::And, r194, r195);
                                             r197 = !r191;
@@ -21453,7 +21453,7 @@ fn philox_uniform_group(
                                             r257 = rt::cmp(BinOp::Eq, r17, r7);
                                             r258 = rt::cmp(BinOp::Eq, r17, r17);
                                             r259 = !r256;
-                                            r260 = rt::bin_bool(BinOp::And, r192, r259);
+                                            r260 = r259;
                                             r261 = !r257;
                                             r262 = rt::bin_bool(BinOp::And, r260, r261);
                                             r263 = !r258;
@@ -21569,7 +21569,7 @@ fn philox_uniform_group(
                                             r319 = rt::cmp(BinOp::Eq, r17, r7);
                                             r320 = rt::cmp(BinOp::Eq, r17, r17);
                                             r321 = !r318;
-                                            r322 = rt::bin_bool(BinOp::And, r192, r321);
+                                            r322 = r321;
                                             r323 = !r319;
                                             r324 = rt::bin_bool(BinOp::And, r322, r323);
                                             r325 = !r320;
@@ -21685,7 +21685,7 @@ fn philox_uniform_group(
                                             r381 = rt::cmp(BinOp::Eq, r17, r7);
                                             r382 = rt::cmp(BinOp::Eq, r17, r17);
                                             r383 = !r380;
-                                            r384 = rt::bin_bool(BinOp::And, r192, r383);
+                                            r384 = r383;
                                             r385 = !r381;
                                             r386 = rt::bin_bool(BinOp::And, r384, r385);
                                             r387 = !r382;
@@ -21828,7 +21828,7 @@ fn philox_uniform_group(
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
                                                     r463 = rt::cmp(BinOp::Ge, r461, r453);
-                                                    r464 = rt::bin_bool(BinOp::And, r462, r463);
+                                                    r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
                                                     }
@@ -32155,7 +32155,7 @@ fn philox_normal_group(
                                                     r2790 = rt::bin_u64(BinOp::Add, r2782, r2780);
                                                     r2791 = rt::cmp(BinOp::Le, r2790, r2778);
                                                     r2792 = rt::cmp(BinOp::Ge, r2790, r2782);
-                                                    r2793 = rt::bin_bool(BinOp::And, r2791, r2792);
+                                                    r2793 = r2791;
                                                     if r2793 {
                                                         b0.st_u32(r2782, r2789)?;
                                                     }
@@ -32945,7 +32945,7 @@ fn philox_randint_group(
                                             r191 = rt::cmp(BinOp::Eq, r17, r7);
                                             r192 = rt::cmp(BinOp::Eq, r17, r35);
                                             r194 = !r190;
-                                            r195 = rt::bin_bool(BinOp::And, r193, r194);
+                                            r195 = r194;
                                             r196 = !r191;
                                             r197 = rt::bin_bool(BinOp::And, r195, r196);
                                             r198 = !r192;
@@ -33061,7 +33061,7 @@ fn philox_randint_group(
                                             r258 = rt::cmp(BinOp::Eq, r17, r7);
                                             r259 = rt::cmp(BinOp::Eq, r17, r35);
                                             r260 = !r257;
-                                            r261 = rt::bin_bool(BinOp::And, r193, r260);
+                                            r261 = r260;
                                             r262 = !r258;
                                             r263 = rt::bin_bool(BinOp::And, r261, r262);
                                             r264 = !r259;
@@ -33177,7 +33177,7 @@ fn philox_randint_group(
                                             r320 = rt::cmp(BinOp::Eq, r17, r7);
                                             r321 = rt::cmp(BinOp::Eq, r17, r35);
                                             r322 = !r319;
-                                            r323 = rt::bin_bool(BinOp::And, r193, r322);
+                                            r323 = r322;
                                             r324 = !r320;
                                             r325 = rt::bin_bool(BinOp::And, r323, r324);
                                             r326 = !r321;
@@ -33293,7 +33293,7 @@ fn philox_randint_group(
                                             r382 = rt::cmp(BinOp::Eq, r17, r7);
                                             r383 = rt::cmp(BinOp::Eq, r17, r35);
                                             r384 = !r381;
-                                            r385 = rt::bin_bool(BinOp::And, r193, r384);
+                                            r385 = r384;
                                             r386 = !r382;
                                             r387 = rt::bin_bool(BinOp::And, r385, r386);
                                             r388 = !r383;
@@ -33436,7 +33436,7 @@ fn philox_randint_group(
                                                     r462 = rt::bin_u64(BinOp::Add, r454, r452);
                                                     r463 = rt::cmp(BinOp::Le, r462, r450);
                                                     r464 = rt::cmp(BinOp::Ge, r462, r454);
-                                                    r465 = rt::bin_bool(BinOp::And, r463, r464);
+                                                    r465 = r463;
                                                     if r465 {
                                                         b0.st_u32(r454, r461)?;
                                                     }
@@ -33774,7 +33774,7 @@ fn scalars_group(
                             r14 = rt::bin_u64(BinOp::Add, r10, r13);
                             r15 = rt::cmp(BinOp::Le, r14, r11);
                             r16 = rt::cmp(BinOp::Ge, r14, r10);
-                            r17 = rt::bin_bool(BinOp::And, r15, r16);
+                            r17 = r15;
                             debug_assert_eq!(r10, w0.start() + 4 * (0) as u64);
                             debug_assert!(r17);
                             w0.st_u32(0, r12);
@@ -33783,7 +33783,7 @@ fn scalars_group(
                             r20 = rt::bin_u64(BinOp::Add, r18, r13);
                             r21 = rt::cmp(BinOp::Le, r20, r11);
                             r22 = rt::cmp(BinOp::Ge, r20, r18);
-                            r23 = rt::bin_bool(BinOp::And, r21, r22);
+                            r23 = r21;
                             debug_assert_eq!(r18, w1.start() + 4 * (0) as u64);
                             debug_assert!(r23);
                             w1.st_u32(0, r19);
@@ -33797,7 +33797,7 @@ fn scalars_group(
                             r32 = rt::bin_u64(BinOp::Add, r25, r13);
                             r33 = rt::cmp(BinOp::Le, r32, r11);
                             r34 = rt::cmp(BinOp::Ge, r32, r25);
-                            r35 = rt::bin_bool(BinOp::And, r33, r34);
+                            r35 = r33;
                             debug_assert_eq!(r25, w2.start() + 4 * (0) as u64);
                             debug_assert!(r35);
                             w2.st_u32(0, r31);
@@ -33808,7 +33808,7 @@ fn scalars_group(
                             r42 = rt::bin_u64(BinOp::Add, r39, r13);
                             r43 = rt::cmp(BinOp::Le, r42, r11);
                             r44 = rt::cmp(BinOp::Ge, r42, r39);
-                            r45 = rt::bin_bool(BinOp::And, r43, r44);
+                            r45 = r43;
                             debug_assert_eq!(r39, w3.start() + 4 * (0) as u64);
                             debug_assert!(r45);
                             w3.st_u32(0, r41);
@@ -33824,7 +33824,7 @@ fn scalars_group(
                             r61 = rt::bin_u64(BinOp::Add, r47, r13);
                             r62 = rt::cmp(BinOp::Le, r61, r11);
                             r63 = rt::cmp(BinOp::Ge, r61, r47);
-                            r64 = rt::bin_bool(BinOp::And, r62, r63);
+                            r64 = r62;
                             debug_assert_eq!(r47, w4.start() + 4 * (0) as u64);
                             debug_assert!(r64);
                             w4.st_u32(0, r60);
@@ -33840,7 +33840,7 @@ fn scalars_group(
                             r75 = rt::bin_u64(BinOp::Add, r66, r13);
                             r76 = rt::cmp(BinOp::Le, r75, r11);
                             r77 = rt::cmp(BinOp::Ge, r75, r66);
-                            r78 = rt::bin_bool(BinOp::And, r76, r77);
+                            r78 = r76;
                             debug_assert_eq!(r66, w5.start() + 4 * (0) as u64);
                             debug_assert!(r78);
                             w5.st_u32(0, r74);
@@ -33851,7 +33851,7 @@ fn scalars_group(
                             r86 = rt::bin_u64(BinOp::Add, r80, r13);
                             r87 = rt::cmp(BinOp::Le, r86, r11);
                             r88 = rt::cmp(BinOp::Ge, r86, r80);
-                            r89 = rt::bin_bool(BinOp::And, r87, r88);
+                            r89 = r87;
                             debug_assert_eq!(r80, w6.start() + 4 * (0) as u64);
                             debug_assert!(r89);
                             w6.st_u32(0, r85);
@@ -33863,7 +33863,7 @@ fn scalars_group(
                             r99 = rt::bin_u64(BinOp::Add, r91, r13);
                             r100 = rt::cmp(BinOp::Le, r99, r11);
                             r101 = rt::cmp(BinOp::Ge, r99, r91);
-                            r102 = rt::bin_bool(BinOp::And, r100, r101);
+                            r102 = r100;
                             debug_assert_eq!(r91, w7.start() + 4 * (0) as u64);
                             debug_assert!(r102);
                             w7.st_u32(0, r98);
@@ -33877,7 +33877,7 @@ fn scalars_group(
                             r113 = rt::bin_u64(BinOp::Add, r104, r13);
                             r114 = rt::cmp(BinOp::Le, r113, r11);
                             r115 = rt::cmp(BinOp::Ge, r113, r104);
-                            r116 = rt::bin_bool(BinOp::And, r114, r115);
+                            r116 = r114;
                             debug_assert_eq!(r104, w8.start() + 4 * (0) as u64);
                             debug_assert!(r116);
                             w8.st_u32(0, r112);
@@ -33887,7 +33887,7 @@ fn scalars_group(
                             r121 = rt::bin_u64(BinOp::Add, r118, r13);
                             r122 = rt::cmp(BinOp::Le, r121, r11);
                             r123 = rt::cmp(BinOp::Ge, r121, r118);
-                            r124 = rt::bin_bool(BinOp::And, r122, r123);
+                            r124 = r122;
                             debug_assert_eq!(r118, w9.start() + 4 * (0) as u64);
                             debug_assert!(r124);
                             w9.st_u32(0, r120);
@@ -33902,7 +33902,7 @@ fn scalars_group(
                             r137 = rt::bin_u64(BinOp::Add, r135, r13);
                             r138 = rt::cmp(BinOp::Le, r137, r11);
                             r139 = rt::cmp(BinOp::Ge, r137, r135);
-                            r140 = rt::bin_bool(BinOp::And, r138, r139);
+                            r140 = r138;
                             debug_assert_eq!(r135, w10.start() + 4 * (0) as u64);
                             debug_assert!(r140);
                             w10.st_u32(0, r136);
@@ -33911,7 +33911,7 @@ fn scalars_group(
                             r144 = rt::bin_u64(BinOp::Add, r142, r13);
                             r145 = rt::cmp(BinOp::Le, r144, r11);
                             r146 = rt::cmp(BinOp::Ge, r144, r142);
-                            r147 = rt::bin_bool(BinOp::And, r145, r146);
+                            r147 = r145;
                             debug_assert_eq!(r142, w11.start() + 4 * (0) as u64);
                             debug_assert!(r147);
                             w11.st_u32(0, r143);
@@ -34119,7 +34119,7 @@ fn scalars_group(
                         r14 = rt::bin_u64(BinOp::Add, r10, r13);
                         r15 = rt::cmp(BinOp::Le, r14, r11);
                         r16 = rt::cmp(BinOp::Ge, r14, r10);
-                        r17 = rt::bin_bool(BinOp::And, r15, r16);
+                        r17 = r15;
                         if r17 {
                             b0.st_u32(r10, r12)?;
                         }
@@ -34128,7 +34128,7 @@ fn scalars_group(
                         r20 = rt::bin_u64(BinOp::Add, r18, r13);
                         r21 = rt::cmp(BinOp::Le, r20, r11);
                         r22 = rt::cmp(BinOp::Ge, r20, r18);
-                        r23 = rt::bin_bool(BinOp::And, r21, r22);
+                        r23 = r21;
                         if r23 {
                             b0.st_u32(r18, r19)?;
                         }
@@ -34142,7 +34142,7 @@ fn scalars_group(
                         r32 = rt::bin_u64(BinOp::Add, r25, r13);
                         r33 = rt::cmp(BinOp::Le, r32, r11);
                         r34 = rt::cmp(BinOp::Ge, r32, r25);
-                        r35 = rt::bin_bool(BinOp::And, r33, r34);
+                        r35 = r33;
                         if r35 {
                             b0.st_u32(r25, r31)?;
                         }
@@ -34153,7 +34153,7 @@ fn scalars_group(
                         r42 = rt::bin_u64(BinOp::Add, r39, r13);
                         r43 = rt::cmp(BinOp::Le, r42, r11);
                         r44 = rt::cmp(BinOp::Ge, r42, r39);
-                        r45 = rt::bin_bool(BinOp::And, r43, r44);
+                        r45 = r43;
                         if r45 {
                             b0.st_u32(r39, r41)?;
                         }
@@ -34169,7 +34169,7 @@ fn scalars_group(
                         r61 = rt::bin_u64(BinOp::Add, r47, r13);
                         r62 = rt::cmp(BinOp::Le, r61, r11);
                         r63 = rt::cmp(BinOp::Ge, r61, r47);
-                        r64 = rt::bin_bool(BinOp::And, r62, r63);
+                        r64 = r62;
                         if r64 {
                             b0.st_u32(r47, r60)?;
                         }
@@ -34185,7 +34185,7 @@ fn scalars_group(
                         r75 = rt::bin_u64(BinOp::Add, r66, r13);
                         r76 = rt::cmp(BinOp::Le, r75, r11);
                         r77 = rt::cmp(BinOp::Ge, r75, r66);
-                        r78 = rt::bin_bool(BinOp::And, r76, r77);
+                        r78 = r76;
                         if r78 {
                             b0.st_u32(r66, r74)?;
                         }
@@ -34196,7 +34196,7 @@ fn scalars_group(
                         r86 = rt::bin_u64(BinOp::Add, r80, r13);
                         r87 = rt::cmp(BinOp::Le, r86, r11);
                         r88 = rt::cmp(BinOp::Ge, r86, r80);
-                        r89 = rt::bin_bool(BinOp::And, r87, r88);
+                        r89 = r87;
                         if r89 {
                             b0.st_u32(r80, r85)?;
                         }
@@ -34208,7 +34208,7 @@ fn scalars_group(
                         r99 = rt::bin_u64(BinOp::Add, r91, r13);
                         r100 = rt::cmp(BinOp::Le, r99, r11);
                         r101 = rt::cmp(BinOp::Ge, r99, r91);
-                        r102 = rt::bin_bool(BinOp::And, r100, r101);
+                        r102 = r100;
                         if r102 {
                             b0.st_u32(r91, r98)?;
                         }
@@ -34222,7 +34222,7 @@ fn scalars_group(
                         r113 = rt::bin_u64(BinOp::Add, r104, r13);
                         r114 = rt::cmp(BinOp::Le, r113, r11);
                         r115 = rt::cmp(BinOp::Ge, r113, r104);
-                        r116 = rt::bin_bool(BinOp::And, r114, r115);
+                        r116 = r114;
                         if r116 {
                             b0.st_u32(r104, r112)?;
                         }
@@ -34232,7 +34232,7 @@ fn scalars_group(
                         r121 = rt::bin_u64(BinOp::Add, r118, r13);
                         r122 = rt::cmp(BinOp::Le, r121, r11);
                         r123 = rt::cmp(BinOp::Ge, r121, r118);
-                        r124 = rt::bin_bool(BinOp::And, r122, r123);
+                        r124 = r122;
                         if r124 {
                             b0.st_u32(r118, r120)?;
                         }
@@ -34247,7 +34247,7 @@ fn scalars_group(
                         r137 = rt::bin_u64(BinOp::Add, r135, r13);
                         r138 = rt::cmp(BinOp::Le, r137, r11);
                         r139 = rt::cmp(BinOp::Ge, r137, r135);
-                        r140 = rt::bin_bool(BinOp::And, r138, r139);
+                        r140 = r138;
                         if r140 {
                             b0.st_u32(r135, r136)?;
                         }
@@ -34256,7 +34256,7 @@ fn scalars_group(
                         r144 = rt::bin_u64(BinOp::Add, r142, r13);
                         r145 = rt::cmp(BinOp::Le, r144, r11);
                         r146 = rt::cmp(BinOp::Ge, r144, r142);
-                        r147 = rt::bin_bool(BinOp::And, r145, r146);
+                        r147 = r145;
                         if r147 {
                             b0.st_u32(r142, r143)?;
                         }
@@ -34484,7 +34484,7 @@ fn struct_layout_group(
                             r24 = rt::bin_u64(BinOp::Add, r23, r17);
                             r25 = rt::cmp(BinOp::Le, r24, r15);
                             r26 = rt::cmp(BinOp::Ge, r24, r23);
-                            r27 = rt::bin_bool(BinOp::And, r25, r26);
+                            r27 = r25;
                             debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
                             debug_assert!(r27);
                             r28 = w0.ld_f32(lx as usize * 8);
@@ -34522,7 +34522,7 @@ fn struct_layout_group(
                             r55 = rt::bin_u64(BinOp::Add, r50, r29);
                             r56 = rt::cmp(BinOp::Le, r55, r47);
                             r57 = rt::cmp(BinOp::Ge, r55, r50);
-                            r58 = rt::bin_bool(BinOp::And, r56, r57);
+                            r58 = r56;
                             debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
                             debug_assert!(r58);
                             w7.st_u32(lx as usize, r54);
@@ -34635,7 +34635,7 @@ fn struct_layout_group(
                         r24 = rt::bin_u64(BinOp::Add, r23, r17);
                         r25 = rt::cmp(BinOp::Le, r24, r15);
                         r26 = rt::cmp(BinOp::Ge, r24, r23);
-                        r27 = rt::bin_bool(BinOp::And, r25, r26);
+                        r27 = r25;
                         r28 = if r27 { b0.ld_f32(r23)? } else { 0.0f32 };
                         r30 = rt::bin_u64(BinOp::Add, r23, r29);
                         r31 = if r27 { b0.ld_f32(r30)? } else { 0.0f32 };
@@ -34659,7 +34659,7 @@ fn struct_layout_group(
                         r55 = rt::bin_u64(BinOp::Add, r50, r29);
                         r56 = rt::cmp(BinOp::Le, r55, r47);
                         r57 = rt::cmp(BinOp::Ge, r55, r50);
-                        r58 = rt::bin_bool(BinOp::And, r56, r57);
+                        r58 = r56;
                         if r58 {
                             b1.st_u32(r50, r54)?;
                         }
@@ -34890,7 +34890,7 @@ fn control_group(
                             r16 = rt::bin_u32(BinOp::Add, r14, r15);
                             r17 = rt::cmp(BinOp::Le, r16, r15);
                             r18 = rt::cmp(BinOp::Ge, r16, r14);
-                            r19 = rt::bin_bool(BinOp::And, r17, r18);
+                            r19 = r17;
                             pv.st_u32(u64::from(r14), r14)?;
                             r20 = r14;
                             r21 = r14;
@@ -34922,13 +34922,13 @@ fn control_group(
                                         r36 = rt::bin_u32(BinOp::Add, r14, r15);
                                         r37 = rt::cmp(BinOp::Le, r36, r15);
                                         r38 = rt::cmp(BinOp::Ge, r36, r14);
-                                        r39 = rt::bin_bool(BinOp::And, r37, r38);
+                                        r39 = r37;
                                         r40 = pv.ld_u32(u64::from(r14))?;
                                         r41 = rt::bin_u32(BinOp::Add, r40, r35);
                                         r42 = rt::bin_u32(BinOp::Add, r14, r15);
                                         r43 = rt::cmp(BinOp::Le, r42, r15);
                                         r44 = rt::cmp(BinOp::Ge, r42, r14);
-                                        r45 = rt::bin_bool(BinOp::And, r43, r44);
+                                        r45 = r43;
                                         pv.st_u32(u64::from(r14), r41)?;
                                         break 'b2;
                                     }
@@ -34953,13 +34953,13 @@ fn control_group(
                                     r53 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r54 = rt::cmp(BinOp::Le, r53, r15);
                                     r55 = rt::cmp(BinOp::Ge, r53, r14);
-                                    r56 = rt::bin_bool(BinOp::And, r54, r55);
+                                    r56 = r54;
                                     r57 = pv.ld_u32(u64::from(r14))?;
                                     r59 = rt::bin_u32(BinOp::Mul, r57, r58);
                                     r60 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r61 = rt::cmp(BinOp::Le, r60, r15);
                                     r62 = rt::cmp(BinOp::Ge, r60, r14);
-                                    r63 = rt::bin_bool(BinOp::And, r61, r62);
+                                    r63 = r61;
                                     pv.st_u32(u64::from(r14), r59)?;
                                     r64 = r21;
                                     r65 = rt::bin_u32(BinOp::Add, r64, r7);
@@ -34982,13 +34982,13 @@ fn control_group(
                                     r71 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r72 = rt::cmp(BinOp::Le, r71, r15);
                                     r73 = rt::cmp(BinOp::Ge, r71, r14);
-                                    r74 = rt::bin_bool(BinOp::And, r72, r73);
+                                    r74 = r72;
                                     r75 = pv.ld_u32(u64::from(r14))?;
                                     r77 = rt::bin_u32(BinOp::Add, r75, r76);
                                     r78 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r79 = rt::cmp(BinOp::Le, r78, r15);
                                     r80 = rt::cmp(BinOp::Ge, r78, r14);
-                                    r81 = rt::bin_bool(BinOp::And, r79, r80);
+                                    r81 = r79;
                                     pv.st_u32(u64::from(r14), r77)?;
                                 }
                                 r82 = r22;
@@ -35001,7 +35001,7 @@ fn control_group(
                             r90 = rt::bin_u32(BinOp::Add, r14, r15);
                             r91 = rt::cmp(BinOp::Le, r90, r15);
                             r92 = rt::cmp(BinOp::Ge, r90, r14);
-                            r93 = rt::bin_bool(BinOp::And, r91, r92);
+                            r93 = r91;
                             r94 = pv.ld_u32(u64::from(r14))?;
                             r95 = rt::bin_u32(BinOp::Mul, r94, r76);
                             'b3: {
@@ -35013,7 +35013,7 @@ fn control_group(
                                     r101 = rt::cmp(BinOp::Eq, r99, r7);
                                     r102 = rt::cmp(BinOp::Eq, r99, r58);
                                     r104 = !r100;
-                                    r105 = rt::bin_bool(BinOp::And, r103, r104);
+                                    r105 = r104;
                                     r106 = !r101;
                                     r107 = rt::bin_bool(BinOp::And, r105, r106);
                                     r108 = !r102;
@@ -35051,7 +35051,7 @@ fn control_group(
                             r119 = rt::bin_u64(BinOp::Add, r89, r87);
                             r120 = rt::cmp(BinOp::Le, r119, r85);
                             r121 = rt::cmp(BinOp::Ge, r119, r89);
-                            r122 = rt::bin_bool(BinOp::And, r120, r121);
+                            r122 = r120;
                             debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
                             debug_assert!(r122);
                             w0.st_u32(lx as usize, r118);
@@ -35226,7 +35226,7 @@ fn control_group(
                         r16 = rt::bin_u32(BinOp::Add, r14, r15);
                         r17 = rt::cmp(BinOp::Le, r16, r15);
                         r18 = rt::cmp(BinOp::Ge, r16, r14);
-                        r19 = rt::bin_bool(BinOp::And, r17, r18);
+                        r19 = r17;
                         pv.st_u32(u64::from(r14), r14)?;
                         r20 = r14;
                         r21 = r14;
@@ -35258,13 +35258,13 @@ fn control_group(
                                     r36 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r37 = rt::cmp(BinOp::Le, r36, r15);
                                     r38 = rt::cmp(BinOp::Ge, r36, r14);
-                                    r39 = rt::bin_bool(BinOp::And, r37, r38);
+                                    r39 = r37;
                                     r40 = pv.ld_u32(u64::from(r14))?;
                                     r41 = rt::bin_u32(BinOp::Add, r40, r35);
                                     r42 = rt::bin_u32(BinOp::Add, r14, r15);
                                     r43 = rt::cmp(BinOp::Le, r42, r15);
                                     r44 = rt::cmp(BinOp::Ge, r42, r14);
-                                    r45 = rt::bin_bool(BinOp::And, r43, r44);
+                                    r45 = r43;
                                     pv.st_u32(u64::from(r14), r41)?;
                                     break 'b2;
                                 }
@@ -35289,13 +35289,13 @@ fn control_group(
                                 r53 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r54 = rt::cmp(BinOp::Le, r53, r15);
                                 r55 = rt::cmp(BinOp::Ge, r53, r14);
-                                r56 = rt::bin_bool(BinOp::And, r54, r55);
+                                r56 = r54;
                                 r57 = pv.ld_u32(u64::from(r14))?;
                                 r59 = rt::bin_u32(BinOp::Mul, r57, r58);
                                 r60 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r61 = rt::cmp(BinOp::Le, r60, r15);
                                 r62 = rt::cmp(BinOp::Ge, r60, r14);
-                                r63 = rt::bin_bool(BinOp::And, r61, r62);
+                                r63 = r61;
                                 pv.st_u32(u64::from(r14), r59)?;
                                 r64 = r21;
                                 r65 = rt::bin_u32(BinOp::Add, r64, r7);
@@ -35318,13 +35318,13 @@ fn control_group(
                                 r71 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r72 = rt::cmp(BinOp::Le, r71, r15);
                                 r73 = rt::cmp(BinOp::Ge, r71, r14);
-                                r74 = rt::bin_bool(BinOp::And, r72, r73);
+                                r74 = r72;
                                 r75 = pv.ld_u32(u64::from(r14))?;
                                 r77 = rt::bin_u32(BinOp::Add, r75, r76);
                                 r78 = rt::bin_u32(BinOp::Add, r14, r15);
                                 r79 = rt::cmp(BinOp::Le, r78, r15);
                                 r80 = rt::cmp(BinOp::Ge, r78, r14);
-                                r81 = rt::bin_bool(BinOp::And, r79, r80);
+                                r81 = r79;
                                 pv.st_u32(u64::from(r14), r77)?;
                             }
                             r82 = r22;
@@ -35337,7 +35337,7 @@ fn control_group(
                         r90 = rt::bin_u32(BinOp::Add, r14, r15);
                         r91 = rt::cmp(BinOp::Le, r90, r15);
                         r92 = rt::cmp(BinOp::Ge, r90, r14);
-                        r93 = rt::bin_bool(BinOp::And, r91, r92);
+                        r93 = r91;
                         r94 = pv.ld_u32(u64::from(r14))?;
                         r95 = rt::bin_u32(BinOp::Mul, r94, r76);
                         'b3: {
@@ -35349,7 +35349,7 @@ fn control_group(
                                 r101 = rt::cmp(BinOp::Eq, r99, r7);
                                 r102 = rt::cmp(BinOp::Eq, r99, r58);
                                 r104 = !r100;
-                                r105 = rt::bin_bool(BinOp::And, r103, r104);
+                                r105 = r104;
                                 r106 = !r101;
                                 r107 = rt::bin_bool(BinOp::And, r105, r106);
                                 r108 = !r102;
@@ -35387,7 +35387,7 @@ fn control_group(
                         r119 = rt::bin_u64(BinOp::Add, r89, r87);
                         r120 = rt::cmp(BinOp::Le, r119, r85);
                         r121 = rt::cmp(BinOp::Ge, r119, r89);
-                        r122 = rt::bin_bool(BinOp::And, r120, r121);
+                        r122 = r120;
                         if r122 {
                             b0.st_u32(r89, r118)?;
                         }
@@ -35526,7 +35526,7 @@ fn builtins_group(
                         r38 = rt::bin_u64(BinOp::Add, r32, r30);
                         r39 = rt::cmp(BinOp::Le, r38, r28);
                         r40 = rt::cmp(BinOp::Ge, r38, r32);
-                        r41 = rt::bin_bool(BinOp::And, r39, r40);
+                        r41 = r39;
                         if r41 {
                             b0.st_u32(r32, r37)?;
                         }
@@ -35541,7 +35541,7 @@ fn builtins_group(
                         r51 = rt::bin_u64(BinOp::Add, r45, r30);
                         r52 = rt::cmp(BinOp::Le, r51, r28);
                         r53 = rt::cmp(BinOp::Ge, r51, r45);
-                        r54 = rt::bin_bool(BinOp::And, r52, r53);
+                        r54 = r52;
                         if r54 {
                             b0.st_u32(r45, r50)?;
                         }
@@ -35931,7 +35931,7 @@ fn semantics_group(
                             r10 = rt::bin_u64(BinOp::Add, r0, r9);
                             r11 = rt::cmp(BinOp::Le, r10, r1);
                             r12 = rt::cmp(BinOp::Ge, r10, r0);
-                            r13 = rt::bin_bool(BinOp::And, r11, r12);
+                            r13 = r11;
                             debug_assert_eq!(r0, w0.start() + 4 * (0) as u64);
                             debug_assert!(r13);
                             w0.st_u32(0, r8);
@@ -35943,7 +35943,7 @@ fn semantics_group(
                             r19 = rt::bin_u64(BinOp::Add, r14, r9);
                             r20 = rt::cmp(BinOp::Le, r19, r1);
                             r21 = rt::cmp(BinOp::Ge, r19, r14);
-                            r22 = rt::bin_bool(BinOp::And, r20, r21);
+                            r22 = r20;
                             debug_assert_eq!(r14, w1.start() + 4 * (0) as u64);
                             debug_assert!(r22);
                             w1.st_u32(0, r18);
@@ -35960,7 +35960,7 @@ fn semantics_group(
                             r38 = rt::bin_u64(BinOp::Add, r24, r9);
                             r39 = rt::cmp(BinOp::Le, r38, r1);
                             r40 = rt::cmp(BinOp::Ge, r38, r24);
-                            r41 = rt::bin_bool(BinOp::And, r39, r40);
+                            r41 = r39;
                             debug_assert_eq!(r24, w2.start() + 4 * (0) as u64);
                             debug_assert!(r41);
                             w2.st_u32(0, r37);
@@ -35977,7 +35977,7 @@ fn semantics_group(
                             r53 = rt::bin_u64(BinOp::Add, r43, r9);
                             r54 = rt::cmp(BinOp::Le, r53, r1);
                             r55 = rt::cmp(BinOp::Ge, r53, r43);
-                            r56 = rt::bin_bool(BinOp::And, r54, r55);
+                            r56 = r54;
                             debug_assert_eq!(r43, w3.start() + 4 * (0) as u64);
                             debug_assert!(r56);
                             w3.st_u32(0, r52);
@@ -35995,7 +35995,7 @@ fn semantics_group(
                             r70 = rt::bin_u64(BinOp::Add, r58, r9);
                             r71 = rt::cmp(BinOp::Le, r70, r1);
                             r72 = rt::cmp(BinOp::Ge, r70, r58);
-                            r73 = rt::bin_bool(BinOp::And, r71, r72);
+                            r73 = r71;
                             debug_assert_eq!(r58, w4.start() + 4 * (0) as u64);
                             debug_assert!(r73);
                             w4.st_u32(0, r69);
@@ -36006,7 +36006,7 @@ fn semantics_group(
                             r80 = rt::bin_u64(BinOp::Add, r75, r9);
                             r81 = rt::cmp(BinOp::Le, r80, r1);
                             r82 = rt::cmp(BinOp::Ge, r80, r75);
-                            r83 = rt::bin_bool(BinOp::And, r81, r82);
+                            r83 = r81;
                             debug_assert_eq!(r75, w5.start() + 4 * (0) as u64);
                             debug_assert!(r83);
                             w5.st_u32(0, r79);
@@ -36017,7 +36017,7 @@ fn semantics_group(
                             r90 = rt::bin_u64(BinOp::Add, r85, r9);
                             r91 = rt::cmp(BinOp::Le, r90, r1);
                             r92 = rt::cmp(BinOp::Ge, r90, r85);
-                            r93 = rt::bin_bool(BinOp::And, r91, r92);
+                            r93 = r91;
                             debug_assert_eq!(r85, w6.start() + 4 * (0) as u64);
                             debug_assert!(r93);
                             w6.st_u32(0, r89);
@@ -36030,7 +36030,7 @@ fn semantics_group(
                             r103 = rt::bin_u64(BinOp::Add, r95, r9);
                             r104 = rt::cmp(BinOp::Le, r103, r1);
                             r105 = rt::cmp(BinOp::Ge, r103, r95);
-                            r106 = rt::bin_bool(BinOp::And, r104, r105);
+                            r106 = r104;
                             debug_assert_eq!(r95, w7.start() + 4 * (0) as u64);
                             debug_assert!(r106);
                             w7.st_u32(0, r102);
@@ -36043,7 +36043,7 @@ fn semantics_group(
                             r116 = rt::bin_u64(BinOp::Add, r108, r9);
                             r117 = rt::cmp(BinOp::Le, r116, r1);
                             r118 = rt::cmp(BinOp::Ge, r116, r108);
-                            r119 = rt::bin_bool(BinOp::And, r117, r118);
+                            r119 = r117;
                             debug_assert_eq!(r108, w8.start() + 4 * (0) as u64);
                             debug_assert!(r119);
                             w8.st_u32(0, r115);
@@ -36057,7 +36057,7 @@ fn semantics_group(
                             r128 = rt::bin_u64(BinOp::Add, r121, r9);
                             r129 = rt::cmp(BinOp::Le, r128, r1);
                             r130 = rt::cmp(BinOp::Ge, r128, r121);
-                            r131 = rt::bin_bool(BinOp::And, r129, r130);
+                            r131 = r129;
                             debug_assert_eq!(r121, w9.start() + 4 * (0) as u64);
                             debug_assert!(r131);
                             w9.st_u32(0, r127);
@@ -36069,7 +36069,7 @@ fn semantics_group(
                             r138 = rt::bin_u64(BinOp::Add, r133, r9);
                             r139 = rt::cmp(BinOp::Le, r138, r1);
                             r140 = rt::cmp(BinOp::Ge, r138, r133);
-                            r141 = rt::bin_bool(BinOp::And, r139, r140);
+                            r141 = r139;
                             debug_assert_eq!(r133, w10.start() + 4 * (0) as u64);
                             debug_assert!(r141);
                             w10.st_u32(0, r137);
@@ -36084,7 +36084,7 @@ fn semantics_group(
                             r153 = rt::bin_u64(BinOp::Add, r143, r9);
                             r154 = rt::cmp(BinOp::Le, r153, r1);
                             r155 = rt::cmp(BinOp::Ge, r153, r143);
-                            r156 = rt::bin_bool(BinOp::And, r154, r155);
+                            r156 = r154;
                             debug_assert_eq!(r143, w11.start() + 4 * (0) as u64);
                             debug_assert!(r156);
                             w11.st_u32(0, r152);
@@ -36096,7 +36096,7 @@ fn semantics_group(
                             r165 = rt::bin_u64(BinOp::Add, r163, r9);
                             r166 = rt::cmp(BinOp::Le, r165, r160);
                             r167 = rt::cmp(BinOp::Ge, r165, r163);
-                            r168 = rt::bin_bool(BinOp::And, r166, r167);
+                            r168 = r166;
                             debug_assert_eq!(r163, w12.start() + 4 * (0) as u64);
                             debug_assert!(r168);
                             w12.st_u32(0, r164);
@@ -36107,14 +36107,14 @@ fn semantics_group(
                             r174 = rt::bin_u64(BinOp::Add, r173, r9);
                             r175 = rt::cmp(BinOp::Le, r174, r160);
                             r176 = rt::cmp(BinOp::Ge, r174, r173);
-                            r177 = rt::bin_bool(BinOp::And, r175, r176);
+                            r177 = r175;
                             debug_assert_eq!(r173, w13.start() + 4 * (0) as u64);
                             debug_assert!(r177);
                             r178 = w13.ld_u32(0);
                             r179 = rt::bin_u64(BinOp::Add, r170, r9);
                             r180 = rt::cmp(BinOp::Le, r179, r1);
                             r181 = rt::cmp(BinOp::Ge, r179, r170);
-                            r182 = rt::bin_bool(BinOp::And, r180, r181);
+                            r182 = r180;
                             debug_assert_eq!(r170, w14.start() + 4 * (0) as u64);
                             debug_assert!(r182);
                             w14.st_u32(0, r178);
@@ -36354,7 +36354,7 @@ fn semantics_group(
                         r10 = rt::bin_u64(BinOp::Add, r0, r9);
                         r11 = rt::cmp(BinOp::Le, r10, r1);
                         r12 = rt::cmp(BinOp::Ge, r10, r0);
-                        r13 = rt::bin_bool(BinOp::And, r11, r12);
+                        r13 = r11;
                         if r13 {
                             b0.st_u32(r0, r8)?;
                         }
@@ -36366,7 +36366,7 @@ fn semantics_group(
                         r19 = rt::bin_u64(BinOp::Add, r14, r9);
                         r20 = rt::cmp(BinOp::Le, r19, r1);
                         r21 = rt::cmp(BinOp::Ge, r19, r14);
-                        r22 = rt::bin_bool(BinOp::And, r20, r21);
+                        r22 = r20;
                         if r22 {
                             b0.st_u32(r14, r18)?;
                         }
@@ -36383,7 +36383,7 @@ fn semantics_group(
                         r38 = rt::bin_u64(BinOp::Add, r24, r9);
                         r39 = rt::cmp(BinOp::Le, r38, r1);
                         r40 = rt::cmp(BinOp::Ge, r38, r24);
-                        r41 = rt::bin_bool(BinOp::And, r39, r40);
+                        r41 = r39;
                         if r41 {
                             b0.st_u32(r24, r37)?;
                         }
@@ -36400,7 +36400,7 @@ fn semantics_group(
                         r53 = rt::bin_u64(BinOp::Add, r43, r9);
                         r54 = rt::cmp(BinOp::Le, r53, r1);
                         r55 = rt::cmp(BinOp::Ge, r53, r43);
-                        r56 = rt::bin_bool(BinOp::And, r54, r55);
+                        r56 = r54;
                         if r56 {
                             b0.st_u32(r43, r52)?;
                         }
@@ -36418,7 +36418,7 @@ fn semantics_group(
                         r70 = rt::bin_u64(BinOp::Add, r58, r9);
                         r71 = rt::cmp(BinOp::Le, r70, r1);
                         r72 = rt::cmp(BinOp::Ge, r70, r58);
-                        r73 = rt::bin_bool(BinOp::And, r71, r72);
+                        r73 = r71;
                         if r73 {
                             b0.st_u32(r58, r69)?;
                         }
@@ -36429,7 +36429,7 @@ fn semantics_group(
                         r80 = rt::bin_u64(BinOp::Add, r75, r9);
                         r81 = rt::cmp(BinOp::Le, r80, r1);
                         r82 = rt::cmp(BinOp::Ge, r80, r75);
-                        r83 = rt::bin_bool(BinOp::And, r81, r82);
+                        r83 = r81;
                         if r83 {
                             b0.st_u32(r75, r79)?;
                         }
@@ -36440,7 +36440,7 @@ fn semantics_group(
                         r90 = rt::bin_u64(BinOp::Add, r85, r9);
                         r91 = rt::cmp(BinOp::Le, r90, r1);
                         r92 = rt::cmp(BinOp::Ge, r90, r85);
-                        r93 = rt::bin_bool(BinOp::And, r91, r92);
+                        r93 = r91;
                         if r93 {
                             b0.st_u32(r85, r89)?;
                         }
@@ -36453,7 +36453,7 @@ fn semantics_group(
                         r103 = rt::bin_u64(BinOp::Add, r95, r9);
                         r104 = rt::cmp(BinOp::Le, r103, r1);
                         r105 = rt::cmp(BinOp::Ge, r103, r95);
-                        r106 = rt::bin_bool(BinOp::And, r104, r105);
+                        r106 = r104;
                         if r106 {
                             b0.st_u32(r95, r102)?;
                         }
@@ -36466,7 +36466,7 @@ fn semantics_group(
                         r116 = rt::bin_u64(BinOp::Add, r108, r9);
                         r117 = rt::cmp(BinOp::Le, r116, r1);
                         r118 = rt::cmp(BinOp::Ge, r116, r108);
-                        r119 = rt::bin_bool(BinOp::And, r117, r118);
+                        r119 = r117;
                         if r119 {
                             b0.st_u32(r108, r115)?;
                         }
@@ -36480,7 +36480,7 @@ fn semantics_group(
                         r128 = rt::bin_u64(BinOp::Add, r121, r9);
                         r129 = rt::cmp(BinOp::Le, r128, r1);
                         r130 = rt::cmp(BinOp::Ge, r128, r121);
-                        r131 = rt::bin_bool(BinOp::And, r129, r130);
+                        r131 = r129;
                         if r131 {
                             b0.st_u32(r121, r127)?;
                         }
@@ -36492,7 +36492,7 @@ fn semantics_group(
                         r138 = rt::bin_u64(BinOp::Add, r133, r9);
                         r139 = rt::cmp(BinOp::Le, r138, r1);
                         r140 = rt::cmp(BinOp::Ge, r138, r133);
-                        r141 = rt::bin_bool(BinOp::And, r139, r140);
+                        r141 = r139;
                         if r141 {
                             b0.st_u32(r133, r137)?;
                         }
@@ -36507,7 +36507,7 @@ fn semantics_group(
                         r153 = rt::bin_u64(BinOp::Add, r143, r9);
                         r154 = rt::cmp(BinOp::Le, r153, r1);
                         r155 = rt::cmp(BinOp::Ge, r153, r143);
-                        r156 = rt::bin_bool(BinOp::And, r154, r155);
+                        r156 = r154;
                         if r156 {
                             b0.st_u32(r143, r152)?;
                         }
@@ -36519,7 +36519,7 @@ fn semantics_group(
                         r165 = rt::bin_u64(BinOp::Add, r163, r9);
                         r166 = rt::cmp(BinOp::Le, r165, r160);
                         r167 = rt::cmp(BinOp::Ge, r165, r163);
-                        r168 = rt::bin_bool(BinOp::And, r166, r167);
+                        r168 = r166;
                         if r168 {
                             b1.st_u32(r163, r164)?;
                         }
@@ -36530,12 +36530,12 @@ fn semantics_group(
                         r174 = rt::bin_u64(BinOp::Add, r173, r9);
                         r175 = rt::cmp(BinOp::Le, r174, r160);
                         r176 = rt::cmp(BinOp::Ge, r174, r173);
-                        r177 = rt::bin_bool(BinOp::And, r175, r176);
+                        r177 = r175;
                         r178 = if r177 { b1.ld_u32(r173)? } else { 0u32 };
                         r179 = rt::bin_u64(BinOp::Add, r170, r9);
                         r180 = rt::cmp(BinOp::Le, r179, r1);
                         r181 = rt::cmp(BinOp::Ge, r179, r170);
-                        r182 = rt::bin_bool(BinOp::And, r180, r181);
+                        r182 = r180;
                         if r182 {
                             b0.st_u32(r170, r178)?;
                         }
@@ -37495,7 +37495,7 @@ fn math_group(
                             r3 = rt::bin_u64(BinOp::Add, r0, r2);
                             r4 = rt::cmp(BinOp::Le, r3, r1);
                             r5 = rt::cmp(BinOp::Ge, r3, r0);
-                            r6 = rt::bin_bool(BinOp::And, r4, r5);
+                            r6 = r4;
                             debug_assert_eq!(r0, w0.start() + 4 * (0) as u64);
                             debug_assert!(r6);
                             r7 = w0.ld_f32(0);
@@ -37503,7 +37503,7 @@ fn math_group(
                             r10 = rt::bin_u64(BinOp::Add, r9, r2);
                             r11 = rt::cmp(BinOp::Le, r10, r1);
                             r12 = rt::cmp(BinOp::Ge, r10, r9);
-                            r13 = rt::bin_bool(BinOp::And, r11, r12);
+                            r13 = r11;
                             debug_assert_eq!(r9, w1.start() + 4 * (0) as u64);
                             debug_assert!(r13);
                             r14 = w1.ld_f32(0);
@@ -37511,7 +37511,7 @@ fn math_group(
                             r16 = rt::bin_u64(BinOp::Add, r0, r2);
                             r17 = rt::cmp(BinOp::Le, r16, r8);
                             r18 = rt::cmp(BinOp::Ge, r16, r0);
-                            r19 = rt::bin_bool(BinOp::And, r17, r18);
+                            r19 = r17;
                             debug_assert_eq!(r0, w2.start() + 4 * (0) as u64);
                             debug_assert!(r19);
                             w2.st_f32(0, r15);
@@ -37521,7 +37521,7 @@ fn math_group(
                             r24 = rt::bin_u64(BinOp::Add, r20, r2);
                             r25 = rt::cmp(BinOp::Le, r24, r8);
                             r26 = rt::cmp(BinOp::Ge, r24, r20);
-                            r27 = rt::bin_bool(BinOp::And, r25, r26);
+                            r27 = r25;
                             debug_assert_eq!(r20, w3.start() + 4 * (0) as u64);
                             debug_assert!(r27);
                             w3.st_f32(0, r23);
@@ -37530,7 +37530,7 @@ fn math_group(
                             r31 = rt::bin_u64(BinOp::Add, r30, r2);
                             r32 = rt::cmp(BinOp::Le, r31, r1);
                             r33 = rt::cmp(BinOp::Ge, r31, r30);
-                            r34 = rt::bin_bool(BinOp::And, r32, r33);
+                            r34 = r32;
                             debug_assert_eq!(r30, w4.start() + 4 * (0) as u64);
                             debug_assert!(r34);
                             r35 = w4.ld_f32(0);
@@ -37539,7 +37539,7 @@ fn math_group(
                             r39 = rt::bin_u64(BinOp::Add, r29, r2);
                             r40 = rt::cmp(BinOp::Le, r39, r8);
                             r41 = rt::cmp(BinOp::Ge, r39, r29);
-                            r42 = rt::bin_bool(BinOp::And, r40, r41);
+                            r42 = r40;
                             debug_assert_eq!(r29, w5.start() + 4 * (0) as u64);
                             debug_assert!(r42);
                             w5.st_f32(0, r38);
@@ -37548,7 +37548,7 @@ fn math_group(
                             r46 = rt::bin_u64(BinOp::Add, r44, r2);
                             r47 = rt::cmp(BinOp::Le, r46, r8);
                             r48 = rt::cmp(BinOp::Ge, r46, r44);
-                            r49 = rt::bin_bool(BinOp::And, r47, r48);
+                            r49 = r47;
                             debug_assert_eq!(r44, w6.start() + 4 * (0) as u64);
                             debug_assert!(r49);
                             w6.st_f32(0, r45);
@@ -37557,7 +37557,7 @@ fn math_group(
                             r53 = rt::bin_u64(BinOp::Add, r51, r2);
                             r54 = rt::cmp(BinOp::Le, r53, r8);
                             r55 = rt::cmp(BinOp::Ge, r53, r51);
-                            r56 = rt::bin_bool(BinOp::And, r54, r55);
+                            r56 = r54;
                             debug_assert_eq!(r51, w7.start() + 4 * (0) as u64);
                             debug_assert!(r56);
                             w7.st_f32(0, r52);
@@ -37566,7 +37566,7 @@ fn math_group(
                             r60 = rt::bin_u64(BinOp::Add, r59, r2);
                             r61 = rt::cmp(BinOp::Le, r60, r1);
                             r62 = rt::cmp(BinOp::Ge, r60, r59);
-                            r63 = rt::bin_bool(BinOp::And, r61, r62);
+                            r63 = r61;
                             debug_assert_eq!(r59, w8.start() + 4 * (0) as u64);
                             debug_assert!(r63);
                             r64 = w8.ld_f32(0);
@@ -37574,7 +37574,7 @@ fn math_group(
                             r67 = rt::bin_u64(BinOp::Add, r66, r2);
                             r68 = rt::cmp(BinOp::Le, r67, r1);
                             r69 = rt::cmp(BinOp::Ge, r67, r66);
-                            r70 = rt::bin_bool(BinOp::And, r68, r69);
+                            r70 = r68;
                             debug_assert_eq!(r66, w9.start() + 4 * (0) as u64);
                             debug_assert!(r70);
                             r71 = w9.ld_f32(0);
@@ -37582,7 +37582,7 @@ fn math_group(
                             r73 = rt::bin_u64(BinOp::Add, r58, r2);
                             r74 = rt::cmp(BinOp::Le, r73, r8);
                             r75 = rt::cmp(BinOp::Ge, r73, r58);
-                            r76 = rt::bin_bool(BinOp::And, r74, r75);
+                            r76 = r74;
                             debug_assert_eq!(r58, w10.start() + 4 * (0) as u64);
                             debug_assert!(r76);
                             w10.st_f32(0, r72);
@@ -37591,7 +37591,7 @@ fn math_group(
                             r81 = rt::bin_u64(BinOp::Add, r80, r2);
                             r82 = rt::cmp(BinOp::Le, r81, r1);
                             r83 = rt::cmp(BinOp::Ge, r81, r80);
-                            r84 = rt::bin_bool(BinOp::And, r82, r83);
+                            r84 = r82;
                             debug_assert_eq!(r80, w11.start() + 4 * (0) as u64);
                             debug_assert!(r84);
                             r85 = w11.ld_f32(0);
@@ -37599,7 +37599,7 @@ fn math_group(
                             r88 = rt::bin_u64(BinOp::Add, r87, r2);
                             r89 = rt::cmp(BinOp::Le, r88, r1);
                             r90 = rt::cmp(BinOp::Ge, r88, r87);
-                            r91 = rt::bin_bool(BinOp::And, r89, r90);
+                            r91 = r89;
                             debug_assert_eq!(r87, w12.start() + 4 * (0) as u64);
                             debug_assert!(r91);
                             r92 = w12.ld_f32(0);
@@ -37607,7 +37607,7 @@ fn math_group(
                             r94 = rt::bin_u64(BinOp::Add, r78, r2);
                             r95 = rt::cmp(BinOp::Le, r94, r8);
                             r96 = rt::cmp(BinOp::Ge, r94, r78);
-                            r97 = rt::bin_bool(BinOp::And, r95, r96);
+                            r97 = r95;
                             debug_assert_eq!(r78, w13.start() + 4 * (0) as u64);
                             debug_assert!(r97);
                             w13.st_f32(0, r93);
@@ -37616,7 +37616,7 @@ fn math_group(
                             r101 = rt::bin_u64(BinOp::Add, r99, r2);
                             r102 = rt::cmp(BinOp::Le, r101, r8);
                             r103 = rt::cmp(BinOp::Ge, r101, r99);
-                            r104 = rt::bin_bool(BinOp::And, r102, r103);
+                            r104 = r102;
                             debug_assert_eq!(r99, w14.start() + 4 * (0) as u64);
                             debug_assert!(r104);
                             w14.st_f32(0, r100);
@@ -37625,7 +37625,7 @@ fn math_group(
                             r108 = rt::bin_u64(BinOp::Add, r107, r2);
                             r109 = rt::cmp(BinOp::Le, r108, r1);
                             r110 = rt::cmp(BinOp::Ge, r108, r107);
-                            r111 = rt::bin_bool(BinOp::And, r109, r110);
+                            r111 = r109;
                             debug_assert_eq!(r107, w15.start() + 4 * (0) as u64);
                             debug_assert!(r111);
                             r112 = w15.ld_f32(0);
@@ -37634,7 +37634,7 @@ fn math_group(
                             r115 = rt::bin_u64(BinOp::Add, r114, r2);
                             r116 = rt::cmp(BinOp::Le, r115, r1);
                             r117 = rt::cmp(BinOp::Ge, r115, r114);
-                            r118 = rt::bin_bool(BinOp::And, r116, r117);
+                            r118 = r116;
                             debug_assert_eq!(r114, w16.start() + 4 * (0) as u64);
                             debug_assert!(r118);
                             r119 = w16.ld_f32(0);
@@ -37644,7 +37644,7 @@ fn math_group(
                             r123 = rt::bin_u64(BinOp::Add, r122, r2);
                             r124 = rt::cmp(BinOp::Le, r123, r1);
                             r125 = rt::cmp(BinOp::Ge, r123, r122);
-                            r126 = rt::bin_bool(BinOp::And, r124, r125);
+                            r126 = r124;
                             debug_assert_eq!(r122, w17.start() + 4 * (0) as u64);
                             debug_assert!(r126);
                             r127 = w17.ld_f32(0);
@@ -37654,7 +37654,7 @@ fn math_group(
                             r131 = rt::bin_u64(BinOp::Add, r130, r2);
                             r132 = rt::cmp(BinOp::Le, r131, r1);
                             r133 = rt::cmp(BinOp::Ge, r131, r130);
-                            r134 = rt::bin_bool(BinOp::And, r132, r133);
+                            r134 = r132;
                             debug_assert_eq!(r130, w18.start() + 4 * (0) as u64);
                             debug_assert!(r134);
                             r135 = w18.ld_f32(0);
@@ -37665,7 +37665,7 @@ fn math_group(
                             r140 = rt::bin_u64(BinOp::Add, r139, r2);
                             r141 = rt::cmp(BinOp::Le, r140, r1);
                             r142 = rt::cmp(BinOp::Ge, r140, r139);
-                            r143 = rt::bin_bool(BinOp::And, r141, r142);
+                            r143 = r141;
                             debug_assert_eq!(r139, w19.start() + 4 * (0) as u64);
                             debug_assert!(r143);
                             r144 = w19.ld_f32(0);
@@ -37674,7 +37674,7 @@ fn math_group(
                             r147 = rt::bin_u64(BinOp::Add, r106, r2);
                             r148 = rt::cmp(BinOp::Le, r147, r8);
                             r149 = rt::cmp(BinOp::Ge, r147, r106);
-                            r150 = rt::bin_bool(BinOp::And, r148, r149);
+                            r150 = r148;
                             debug_assert_eq!(r106, w20.start() + 4 * (0) as u64);
                             debug_assert!(r150);
                             w20.st_f32(0, r146);
@@ -37683,7 +37683,7 @@ fn math_group(
                             r153 = rt::bin_u64(BinOp::Add, r152, r2);
                             r154 = rt::cmp(BinOp::Le, r153, r1);
                             r155 = rt::cmp(BinOp::Ge, r153, r152);
-                            r156 = rt::bin_bool(BinOp::And, r154, r155);
+                            r156 = r154;
                             debug_assert_eq!(r152, w21.start() + 4 * (0) as u64);
                             debug_assert!(r156);
                             r157 = w21.ld_f32(0);
@@ -37691,7 +37691,7 @@ fn math_group(
                             r160 = rt::bin_u64(BinOp::Add, r159, r2);
                             r161 = rt::cmp(BinOp::Le, r160, r1);
                             r162 = rt::cmp(BinOp::Ge, r160, r159);
-                            r163 = rt::bin_bool(BinOp::And, r161, r162);
+                            r163 = r161;
                             debug_assert_eq!(r159, w22.start() + 4 * (0) as u64);
                             debug_assert!(r163);
                             r164 = w22.ld_f32(0);
@@ -37699,7 +37699,7 @@ fn math_group(
                             r166 = rt::bin_u64(BinOp::Add, r165, r2);
                             r167 = rt::cmp(BinOp::Le, r166, r1);
                             r168 = rt::cmp(BinOp::Ge, r166, r165);
-                            r169 = rt::bin_bool(BinOp::And, r167, r168);
+                            r169 = r167;
                             debug_assert_eq!(r165, w23.start() + 4 * (0) as u64);
                             debug_assert!(r169);
                             r170 = w23.ld_f32(0);
@@ -37709,7 +37709,7 @@ fn math_group(
                             r174 = rt::bin_u64(BinOp::Add, r173, r2);
                             r175 = rt::cmp(BinOp::Le, r174, r1);
                             r176 = rt::cmp(BinOp::Ge, r174, r173);
-                            r177 = rt::bin_bool(BinOp::And, r175, r176);
+                            r177 = r175;
                             debug_assert_eq!(r173, w24.start() + 4 * (0) as u64);
                             debug_assert!(r177);
                             r178 = w24.ld_f32(0);
@@ -37718,7 +37718,7 @@ fn math_group(
                             r181 = rt::bin_u64(BinOp::Add, r180, r2);
                             r182 = rt::cmp(BinOp::Le, r181, r1);
                             r183 = rt::cmp(BinOp::Ge, r181, r180);
-                            r184 = rt::bin_bool(BinOp::And, r182, r183);
+                            r184 = r182;
                             debug_assert_eq!(r180, w25.start() + 4 * (0) as u64);
                             debug_assert!(r184);
                             r185 = w25.ld_f32(0);
@@ -37728,7 +37728,7 @@ fn math_group(
                             r189 = rt::bin_u64(BinOp::Add, r188, r2);
                             r190 = rt::cmp(BinOp::Le, r189, r1);
                             r191 = rt::cmp(BinOp::Ge, r189, r188);
-                            r192 = rt::bin_bool(BinOp::And, r190, r191);
+                            r192 = r190;
                             debug_assert_eq!(r188, w26.start() + 4 * (0) as u64);
                             debug_assert!(r192);
                             r193 = w26.ld_f32(0);
@@ -37736,7 +37736,7 @@ fn math_group(
                             r196 = rt::bin_u64(BinOp::Add, r195, r2);
                             r197 = rt::cmp(BinOp::Le, r196, r1);
                             r198 = rt::cmp(BinOp::Ge, r196, r195);
-                            r199 = rt::bin_bool(BinOp::And, r197, r198);
+                            r199 = r197;
                             debug_assert_eq!(r195, w27.start() + 4 * (0) as u64);
                             debug_assert!(r199);
                             r200 = w27.ld_f32(0);
@@ -37747,7 +37747,7 @@ fn math_group(
                             r206 = rt::bin_u64(BinOp::Add, r205, r2);
                             r207 = rt::cmp(BinOp::Le, r206, r1);
                             r208 = rt::cmp(BinOp::Ge, r206, r205);
-                            r209 = rt::bin_bool(BinOp::And, r207, r208);
+                            r209 = r207;
                             debug_assert_eq!(r205, w28.start() + 4 * (0) as u64);
                             debug_assert!(r209);
                             r210 = w28.ld_f32(0);
@@ -37756,7 +37756,7 @@ fn math_group(
                             r213 = rt::bin_u64(BinOp::Add, r151, r2);
                             r214 = rt::cmp(BinOp::Le, r213, r8);
                             r215 = rt::cmp(BinOp::Ge, r213, r151);
-                            r216 = rt::bin_bool(BinOp::And, r214, r215);
+                            r216 = r214;
                             debug_assert_eq!(r151, w29.start() + 4 * (0) as u64);
                             debug_assert!(r216);
                             w29.st_f32(0, r212);
@@ -37765,7 +37765,7 @@ fn math_group(
                             r219 = rt::bin_u64(BinOp::Add, r218, r2);
                             r220 = rt::cmp(BinOp::Le, r219, r1);
                             r221 = rt::cmp(BinOp::Ge, r219, r218);
-                            r222 = rt::bin_bool(BinOp::And, r220, r221);
+                            r222 = r220;
                             debug_assert_eq!(r218, w30.start() + 4 * (0) as u64);
                             debug_assert!(r222);
                             r223 = w30.ld_f32(0);
@@ -37773,7 +37773,7 @@ fn math_group(
                             r225 = rt::bin_u64(BinOp::Add, r224, r2);
                             r226 = rt::cmp(BinOp::Le, r225, r1);
                             r227 = rt::cmp(BinOp::Ge, r225, r224);
-                            r228 = rt::bin_bool(BinOp::And, r226, r227);
+                            r228 = r226;
                             debug_assert_eq!(r224, w31.start() + 4 * (0) as u64);
                             debug_assert!(r228);
                             r229 = w31.ld_f32(0);
@@ -37781,7 +37781,7 @@ fn math_group(
                             r231 = rt::bin_u64(BinOp::Add, r230, r2);
                             r232 = rt::cmp(BinOp::Le, r231, r1);
                             r233 = rt::cmp(BinOp::Ge, r231, r230);
-                            r234 = rt::bin_bool(BinOp::And, r232, r233);
+                            r234 = r232;
                             debug_assert_eq!(r230, w32.start() + 4 * (0) as u64);
                             debug_assert!(r234);
                             r235 = w32.ld_f32(0);
@@ -37790,7 +37790,7 @@ fn math_group(
                             r238 = rt::bin_u64(BinOp::Add, r237, r2);
                             r239 = rt::cmp(BinOp::Le, r238, r1);
                             r240 = rt::cmp(BinOp::Ge, r238, r237);
-                            r241 = rt::bin_bool(BinOp::And, r239, r240);
+                            r241 = r239;
                             debug_assert_eq!(r237, w33.start() + 4 * (0) as u64);
                             debug_assert!(r241);
                             r242 = w33.ld_f32(0);
@@ -37798,7 +37798,7 @@ fn math_group(
                             r244 = rt::bin_u64(BinOp::Add, r243, r2);
                             r245 = rt::cmp(BinOp::Le, r244, r1);
                             r246 = rt::cmp(BinOp::Ge, r244, r243);
-                            r247 = rt::bin_bool(BinOp::And, r245, r246);
+                            r247 = r245;
                             debug_assert_eq!(r243, w34.start() + 4 * (0) as u64);
                             debug_assert!(r247);
                             r248 = w34.ld_f32(0);
@@ -37806,7 +37806,7 @@ fn math_group(
                             r251 = rt::bin_u64(BinOp::Add, r250, r2);
                             r252 = rt::cmp(BinOp::Le, r251, r1);
                             r253 = rt::cmp(BinOp::Ge, r251, r250);
-                            r254 = rt::bin_bool(BinOp::And, r252, r253);
+                            r254 = r252;
                             debug_assert_eq!(r250, w35.start() + 4 * (0) as u64);
                             debug_assert!(r254);
                             r255 = w35.ld_f32(0);
@@ -37819,7 +37819,7 @@ fn math_group(
                             r263 = rt::bin_u64(BinOp::Add, r262, r2);
                             r264 = rt::cmp(BinOp::Le, r263, r1);
                             r265 = rt::cmp(BinOp::Ge, r263, r262);
-                            r266 = rt::bin_bool(BinOp::And, r264, r265);
+                            r266 = r264;
                             debug_assert_eq!(r262, w36.start() + 4 * (0) as u64);
                             debug_assert!(r266);
                             r267 = w36.ld_f32(0);
@@ -37827,7 +37827,7 @@ fn math_group(
                             r270 = rt::bin_u64(BinOp::Add, r269, r2);
                             r271 = rt::cmp(BinOp::Le, r270, r1);
                             r272 = rt::cmp(BinOp::Ge, r270, r269);
-                            r273 = rt::bin_bool(BinOp::And, r271, r272);
+                            r273 = r271;
                             debug_assert_eq!(r269, w37.start() + 4 * (0) as u64);
                             debug_assert!(r273);
                             r274 = w37.ld_f32(0);
@@ -37837,7 +37837,7 @@ fn math_group(
                             r279 = rt::bin_u64(BinOp::Add, r217, r2);
                             r280 = rt::cmp(BinOp::Le, r279, r8);
                             r281 = rt::cmp(BinOp::Ge, r279, r217);
-                            r282 = rt::bin_bool(BinOp::And, r280, r281);
+                            r282 = r280;
                             debug_assert_eq!(r217, w38.start() + 4 * (0) as u64);
                             debug_assert!(r282);
                             w38.st_f32(0, r278);
@@ -37846,7 +37846,7 @@ fn math_group(
                             r285 = rt::bin_u64(BinOp::Add, r284, r2);
                             r286 = rt::cmp(BinOp::Le, r285, r1);
                             r287 = rt::cmp(BinOp::Ge, r285, r284);
-                            r288 = rt::bin_bool(BinOp::And, r286, r287);
+                            r288 = r286;
                             debug_assert_eq!(r284, w39.start() + 4 * (0) as u64);
                             debug_assert!(r288);
                             r289 = w39.ld_f32(0);
@@ -37854,7 +37854,7 @@ fn math_group(
                             r291 = rt::bin_u64(BinOp::Add, r290, r2);
                             r292 = rt::cmp(BinOp::Le, r291, r1);
                             r293 = rt::cmp(BinOp::Ge, r291, r290);
-                            r294 = rt::bin_bool(BinOp::And, r292, r293);
+                            r294 = r292;
                             debug_assert_eq!(r290, w40.start() + 4 * (0) as u64);
                             debug_assert!(r294);
                             r295 = w40.ld_f32(0);
@@ -37862,7 +37862,7 @@ fn math_group(
                             r298 = rt::bin_u64(BinOp::Add, r297, r2);
                             r299 = rt::cmp(BinOp::Le, r298, r1);
                             r300 = rt::cmp(BinOp::Ge, r298, r297);
-                            r301 = rt::bin_bool(BinOp::And, r299, r300);
+                            r301 = r299;
                             debug_assert_eq!(r297, w41.start() + 4 * (0) as u64);
                             debug_assert!(r301);
                             r302 = w41.ld_f32(0);
@@ -37876,7 +37876,7 @@ fn math_group(
                             r310 = rt::bin_u64(BinOp::Add, r309, r2);
                             r311 = rt::cmp(BinOp::Le, r310, r1);
                             r312 = rt::cmp(BinOp::Ge, r310, r309);
-                            r313 = rt::bin_bool(BinOp::And, r311, r312);
+                            r313 = r311;
                             debug_assert_eq!(r309, w42.start() + 4 * (0) as u64);
                             debug_assert!(r313);
                             r314 = w42.ld_f32(0);
@@ -37885,7 +37885,7 @@ fn math_group(
                             r317 = rt::bin_u64(BinOp::Add, r283, r2);
                             r318 = rt::cmp(BinOp::Le, r317, r8);
                             r319 = rt::cmp(BinOp::Ge, r317, r283);
-                            r320 = rt::bin_bool(BinOp::And, r318, r319);
+                            r320 = r318;
                             debug_assert_eq!(r283, w43.start() + 4 * (0) as u64);
                             debug_assert!(r320);
                             w43.st_f32(0, r316);
@@ -37894,7 +37894,7 @@ fn math_group(
                             r324 = rt::bin_u64(BinOp::Add, r323, r2);
                             r325 = rt::cmp(BinOp::Le, r324, r1);
                             r326 = rt::cmp(BinOp::Ge, r324, r323);
-                            r327 = rt::bin_bool(BinOp::And, r325, r326);
+                            r327 = r325;
                             debug_assert_eq!(r323, w44.start() + 4 * (0) as u64);
                             debug_assert!(r327);
                             r328 = w44.ld_f32(0);
@@ -37902,7 +37902,7 @@ fn math_group(
                             r330 = rt::bin_u64(BinOp::Add, r329, r2);
                             r331 = rt::cmp(BinOp::Le, r330, r1);
                             r332 = rt::cmp(BinOp::Ge, r330, r329);
-                            r333 = rt::bin_bool(BinOp::And, r331, r332);
+                            r333 = r331;
                             debug_assert_eq!(r329, w45.start() + 4 * (0) as u64);
                             debug_assert!(r333);
                             r334 = w45.ld_f32(0);
@@ -37913,7 +37913,7 @@ fn math_group(
                             r339 = rt::bin_u64(BinOp::Add, r321, r2);
                             r340 = rt::cmp(BinOp::Le, r339, r8);
                             r341 = rt::cmp(BinOp::Ge, r339, r321);
-                            r342 = rt::bin_bool(BinOp::And, r340, r341);
+                            r342 = r340;
                             debug_assert_eq!(r321, w46.start() + 4 * (0) as u64);
                             debug_assert!(r342);
                             w46.st_f32(0, r338);
@@ -37921,7 +37921,7 @@ fn math_group(
                             r345 = rt::bin_u64(BinOp::Add, r344, r2);
                             r346 = rt::cmp(BinOp::Le, r345, r1);
                             r347 = rt::cmp(BinOp::Ge, r345, r344);
-                            r348 = rt::bin_bool(BinOp::And, r346, r347);
+                            r348 = r346;
                             debug_assert_eq!(r344, w47.start() + 4 * (0) as u64);
                             debug_assert!(r348);
                             r349 = w47.ld_f32(0);
@@ -37930,7 +37930,7 @@ fn math_group(
                             r353 = rt::bin_u64(BinOp::Add, r0, r2);
                             r354 = rt::cmp(BinOp::Le, r353, r351);
                             r355 = rt::cmp(BinOp::Ge, r353, r0);
-                            r356 = rt::bin_bool(BinOp::And, r354, r355);
+                            r356 = r354;
                             debug_assert_eq!(r0, w48.start() + 4 * (0) as u64);
                             debug_assert!(r356);
                             w48.st_u32(0, r352);
@@ -37940,7 +37940,7 @@ fn math_group(
                             r361 = rt::bin_u64(BinOp::Add, r357, r2);
                             r362 = rt::cmp(BinOp::Le, r361, r351);
                             r363 = rt::cmp(BinOp::Ge, r361, r357);
-                            r364 = rt::bin_bool(BinOp::And, r362, r363);
+                            r364 = r362;
                             debug_assert_eq!(r357, w49.start() + 4 * (0) as u64);
                             debug_assert!(r364);
                             w49.st_u32(0, r360);
@@ -37954,7 +37954,7 @@ fn math_group(
                             r376 = rt::bin_u64(BinOp::Add, r365, r2);
                             r377 = rt::cmp(BinOp::Le, r376, r351);
                             r378 = rt::cmp(BinOp::Ge, r376, r365);
-                            r379 = rt::bin_bool(BinOp::And, r377, r378);
+                            r379 = r377;
                             debug_assert_eq!(r365, w50.start() + 4 * (0) as u64);
                             debug_assert!(r379);
                             w50.st_u32(0, r375);
@@ -37967,7 +37967,7 @@ fn math_group(
                             r386 = rt::bin_u64(BinOp::Add, r380, r2);
                             r387 = rt::cmp(BinOp::Le, r386, r351);
                             r388 = rt::cmp(BinOp::Ge, r386, r380);
-                            r389 = rt::bin_bool(BinOp::And, r387, r388);
+                            r389 = r387;
                             debug_assert_eq!(r380, w51.start() + 4 * (0) as u64);
                             debug_assert!(r389);
                             w51.st_u32(0, r385);
@@ -37989,7 +37989,7 @@ fn math_group(
                             r408 = rt::bin_u64(BinOp::Add, r390, r2);
                             r409 = rt::cmp(BinOp::Le, r408, r351);
                             r410 = rt::cmp(BinOp::Ge, r408, r390);
-                            r411 = rt::bin_bool(BinOp::And, r409, r410);
+                            r411 = r409;
                             debug_assert_eq!(r390, w52.start() + 4 * (0) as u64);
                             debug_assert!(r411);
                             w52.st_u32(0, r407);
@@ -38013,7 +38013,7 @@ fn math_group(
                             r430 = rt::bin_u64(BinOp::Add, r412, r2);
                             r431 = rt::cmp(BinOp::Le, r430, r351);
                             r432 = rt::cmp(BinOp::Ge, r430, r412);
-                            r433 = rt::bin_bool(BinOp::And, r431, r432);
+                            r433 = r431;
                             debug_assert_eq!(r412, w53.start() + 4 * (0) as u64);
                             debug_assert!(r433);
                             w53.st_u32(0, r429);
@@ -38041,7 +38041,7 @@ fn math_group(
                             r455 = rt::bin_u64(BinOp::Add, r434, r2);
                             r456 = rt::cmp(BinOp::Le, r455, r351);
                             r457 = rt::cmp(BinOp::Ge, r455, r434);
-                            r458 = rt::bin_bool(BinOp::And, r456, r457);
+                            r458 = r456;
                             debug_assert_eq!(r434, w54.start() + 4 * (0) as u64);
                             debug_assert!(r458);
                             w54.st_u32(0, r454);
@@ -38054,7 +38054,7 @@ fn math_group(
                             r465 = rt::bin_u64(BinOp::Add, r459, r2);
                             r466 = rt::cmp(BinOp::Le, r465, r351);
                             r467 = rt::cmp(BinOp::Ge, r465, r459);
-                            r468 = rt::bin_bool(BinOp::And, r466, r467);
+                            r468 = r466;
                             debug_assert_eq!(r459, w55.start() + 4 * (0) as u64);
                             debug_assert!(r468);
                             w55.st_u32(0, r464);
@@ -38073,7 +38073,7 @@ fn math_group(
                             r483 = rt::bin_u64(BinOp::Add, r469, r2);
                             r484 = rt::cmp(BinOp::Le, r483, r351);
                             r485 = rt::cmp(BinOp::Ge, r483, r469);
-                            r486 = rt::bin_bool(BinOp::And, r484, r485);
+                            r486 = r484;
                             debug_assert_eq!(r469, w56.start() + 4 * (0) as u64);
                             debug_assert!(r486);
                             w56.st_u32(0, r482);
@@ -38618,19 +38618,19 @@ fn math_group(
                         r3 = rt::bin_u64(BinOp::Add, r0, r2);
                         r4 = rt::cmp(BinOp::Le, r3, r1);
                         r5 = rt::cmp(BinOp::Ge, r3, r0);
-                        r6 = rt::bin_bool(BinOp::And, r4, r5);
+                        r6 = r4;
                         r7 = if r6 { b2.ld_f32(r0)? } else { 0.0f32 };
                         r9 = rt::bin_u64(BinOp::Add, r0, r2);
                         r10 = rt::bin_u64(BinOp::Add, r9, r2);
                         r11 = rt::cmp(BinOp::Le, r10, r1);
                         r12 = rt::cmp(BinOp::Ge, r10, r9);
-                        r13 = rt::bin_bool(BinOp::And, r11, r12);
+                        r13 = r11;
                         r14 = if r13 { b2.ld_f32(r9)? } else { 0.0f32 };
                         r15 = rt::un_f32(UnOp::Sqrt, r14);
                         r16 = rt::bin_u64(BinOp::Add, r0, r2);
                         r17 = rt::cmp(BinOp::Le, r16, r8);
                         r18 = rt::cmp(BinOp::Ge, r16, r0);
-                        r19 = rt::bin_bool(BinOp::And, r17, r18);
+                        r19 = r17;
                         if r19 {
                             b0.st_f32(r0, r15)?;
                         }
@@ -38640,7 +38640,7 @@ fn math_group(
                         r24 = rt::bin_u64(BinOp::Add, r20, r2);
                         r25 = rt::cmp(BinOp::Le, r24, r8);
                         r26 = rt::cmp(BinOp::Ge, r24, r20);
-                        r27 = rt::bin_bool(BinOp::And, r25, r26);
+                        r27 = r25;
                         if r27 {
                             b0.st_f32(r20, r23)?;
                         }
@@ -38649,14 +38649,14 @@ fn math_group(
                         r31 = rt::bin_u64(BinOp::Add, r30, r2);
                         r32 = rt::cmp(BinOp::Le, r31, r1);
                         r33 = rt::cmp(BinOp::Ge, r31, r30);
-                        r34 = rt::bin_bool(BinOp::And, r32, r33);
+                        r34 = r32;
                         r35 = if r34 { b2.ld_f32(r30)? } else { 0.0f32 };
                         r36 = rt::un_f32(UnOp::Log2, r35);
                         r38 = rt::bin_f32(BinOp::Mul, r36, r37);
                         r39 = rt::bin_u64(BinOp::Add, r29, r2);
                         r40 = rt::cmp(BinOp::Le, r39, r8);
                         r41 = rt::cmp(BinOp::Ge, r39, r29);
-                        r42 = rt::bin_bool(BinOp::And, r40, r41);
+                        r42 = r40;
                         if r42 {
                             b0.st_f32(r29, r38)?;
                         }
@@ -38665,7 +38665,7 @@ fn math_group(
                         r46 = rt::bin_u64(BinOp::Add, r44, r2);
                         r47 = rt::cmp(BinOp::Le, r46, r8);
                         r48 = rt::cmp(BinOp::Ge, r46, r44);
-                        r49 = rt::bin_bool(BinOp::And, r47, r48);
+                        r49 = r47;
                         if r49 {
                             b0.st_f32(r44, r45)?;
                         }
@@ -38674,7 +38674,7 @@ fn math_group(
                         r53 = rt::bin_u64(BinOp::Add, r51, r2);
                         r54 = rt::cmp(BinOp::Le, r53, r8);
                         r55 = rt::cmp(BinOp::Ge, r53, r51);
-                        r56 = rt::bin_bool(BinOp::And, r54, r55);
+                        r56 = r54;
                         if r56 {
                             b0.st_f32(r51, r52)?;
                         }
@@ -38683,19 +38683,19 @@ fn math_group(
                         r60 = rt::bin_u64(BinOp::Add, r59, r2);
                         r61 = rt::cmp(BinOp::Le, r60, r1);
                         r62 = rt::cmp(BinOp::Ge, r60, r59);
-                        r63 = rt::bin_bool(BinOp::And, r61, r62);
+                        r63 = r61;
                         r64 = if r63 { b2.ld_f32(r59)? } else { 0.0f32 };
                         r66 = rt::bin_u64(BinOp::Add, r0, r65);
                         r67 = rt::bin_u64(BinOp::Add, r66, r2);
                         r68 = rt::cmp(BinOp::Le, r67, r1);
                         r69 = rt::cmp(BinOp::Ge, r67, r66);
-                        r70 = rt::bin_bool(BinOp::And, r68, r69);
+                        r70 = r68;
                         r71 = if r70 { b2.ld_f32(r66)? } else { 0.0f32 };
                         r72 = rt::bin_f32(BinOp::Pow, r64, r71);
                         r73 = rt::bin_u64(BinOp::Add, r58, r2);
                         r74 = rt::cmp(BinOp::Le, r73, r8);
                         r75 = rt::cmp(BinOp::Ge, r73, r58);
-                        r76 = rt::bin_bool(BinOp::And, r74, r75);
+                        r76 = r74;
                         if r76 {
                             b0.st_f32(r58, r72)?;
                         }
@@ -38704,19 +38704,19 @@ fn math_group(
                         r81 = rt::bin_u64(BinOp::Add, r80, r2);
                         r82 = rt::cmp(BinOp::Le, r81, r1);
                         r83 = rt::cmp(BinOp::Ge, r81, r80);
-                        r84 = rt::bin_bool(BinOp::And, r82, r83);
+                        r84 = r82;
                         r85 = if r84 { b2.ld_f32(r80)? } else { 0.0f32 };
                         r87 = rt::bin_u64(BinOp::Add, r0, r86);
                         r88 = rt::bin_u64(BinOp::Add, r87, r2);
                         r89 = rt::cmp(BinOp::Le, r88, r1);
                         r90 = rt::cmp(BinOp::Ge, r88, r87);
-                        r91 = rt::bin_bool(BinOp::And, r89, r90);
+                        r91 = r89;
                         r92 = if r91 { b2.ld_f32(r87)? } else { 0.0f32 };
                         r93 = rt::bin_f32(BinOp::Atan2, r85, r92);
                         r94 = rt::bin_u64(BinOp::Add, r78, r2);
                         r95 = rt::cmp(BinOp::Le, r94, r8);
                         r96 = rt::cmp(BinOp::Ge, r94, r78);
-                        r97 = rt::bin_bool(BinOp::And, r95, r96);
+                        r97 = r95;
                         if r97 {
                             b0.st_f32(r78, r93)?;
                         }
@@ -38725,7 +38725,7 @@ fn math_group(
                         r101 = rt::bin_u64(BinOp::Add, r99, r2);
                         r102 = rt::cmp(BinOp::Le, r101, r8);
                         r103 = rt::cmp(BinOp::Ge, r101, r99);
-                        r104 = rt::bin_bool(BinOp::And, r102, r103);
+                        r104 = r102;
                         if r104 {
                             b0.st_f32(r99, r100)?;
                         }
@@ -38734,14 +38734,14 @@ fn math_group(
                         r108 = rt::bin_u64(BinOp::Add, r107, r2);
                         r109 = rt::cmp(BinOp::Le, r108, r1);
                         r110 = rt::cmp(BinOp::Ge, r108, r107);
-                        r111 = rt::bin_bool(BinOp::And, r109, r110);
+                        r111 = r109;
                         r112 = if r111 { b2.ld_f32(r107)? } else { 0.0f32 };
                         r113 = rt::un_f32(UnOp::Floor, r112);
                         r114 = rt::bin_u64(BinOp::Add, r0, r50);
                         r115 = rt::bin_u64(BinOp::Add, r114, r2);
                         r116 = rt::cmp(BinOp::Le, r115, r1);
                         r117 = rt::cmp(BinOp::Ge, r115, r114);
-                        r118 = rt::bin_bool(BinOp::And, r116, r117);
+                        r118 = r116;
                         r119 = if r118 { b2.ld_f32(r114)? } else { 0.0f32 };
                         r120 = rt::un_f32(UnOp::Ceil, r119);
                         r121 = rt::bin_f32(BinOp::Add, r113, r120);
@@ -38749,7 +38749,7 @@ fn math_group(
                         r123 = rt::bin_u64(BinOp::Add, r122, r2);
                         r124 = rt::cmp(BinOp::Le, r123, r1);
                         r125 = rt::cmp(BinOp::Ge, r123, r122);
-                        r126 = rt::bin_bool(BinOp::And, r124, r125);
+                        r126 = r124;
                         r127 = if r126 { b2.ld_f32(r122)? } else { 0.0f32 };
                         r128 = rt::un_f32(UnOp::Round, r127);
                         r129 = rt::bin_f32(BinOp::Add, r121, r128);
@@ -38757,7 +38757,7 @@ fn math_group(
                         r131 = rt::bin_u64(BinOp::Add, r130, r2);
                         r132 = rt::cmp(BinOp::Le, r131, r1);
                         r133 = rt::cmp(BinOp::Ge, r131, r130);
-                        r134 = rt::bin_bool(BinOp::And, r132, r133);
+                        r134 = r132;
                         r135 = if r134 { b2.ld_f32(r130)? } else { 0.0f32 };
                         r136 = rt::un_f32(UnOp::Floor, r135);
                         r137 = rt::bin_f32(BinOp::Sub, r135, r136);
@@ -38766,14 +38766,14 @@ fn math_group(
                         r140 = rt::bin_u64(BinOp::Add, r139, r2);
                         r141 = rt::cmp(BinOp::Le, r140, r1);
                         r142 = rt::cmp(BinOp::Ge, r140, r139);
-                        r143 = rt::bin_bool(BinOp::And, r141, r142);
+                        r143 = r141;
                         r144 = if r143 { b2.ld_f32(r139)? } else { 0.0f32 };
                         r145 = rt::un_f32(UnOp::Trunc, r144);
                         r146 = rt::bin_f32(BinOp::Add, r138, r145);
                         r147 = rt::bin_u64(BinOp::Add, r106, r2);
                         r148 = rt::cmp(BinOp::Le, r147, r8);
                         r149 = rt::cmp(BinOp::Ge, r147, r106);
-                        r150 = rt::bin_bool(BinOp::And, r148, r149);
+                        r150 = r148;
                         if r150 {
                             b0.st_f32(r106, r146)?;
                         }
@@ -38782,19 +38782,19 @@ fn math_group(
                         r153 = rt::bin_u64(BinOp::Add, r152, r2);
                         r154 = rt::cmp(BinOp::Le, r153, r1);
                         r155 = rt::cmp(BinOp::Ge, r153, r152);
-                        r156 = rt::bin_bool(BinOp::And, r154, r155);
+                        r156 = r154;
                         r157 = if r156 { b2.ld_f32(r152)? } else { 0.0f32 };
                         r159 = rt::bin_u64(BinOp::Add, r0, r158);
                         r160 = rt::bin_u64(BinOp::Add, r159, r2);
                         r161 = rt::cmp(BinOp::Le, r160, r1);
                         r162 = rt::cmp(BinOp::Ge, r160, r159);
-                        r163 = rt::bin_bool(BinOp::And, r161, r162);
+                        r163 = r161;
                         r164 = if r163 { b2.ld_f32(r159)? } else { 0.0f32 };
                         r165 = rt::bin_u64(BinOp::Add, r0, r79);
                         r166 = rt::bin_u64(BinOp::Add, r165, r2);
                         r167 = rt::cmp(BinOp::Le, r166, r1);
                         r168 = rt::cmp(BinOp::Ge, r166, r165);
-                        r169 = rt::bin_bool(BinOp::And, r167, r168);
+                        r169 = r167;
                         r170 = if r169 { b2.ld_f32(r165)? } else { 0.0f32 };
                         r171 = rt::bin_f32(BinOp::Max, r157, r164);
                         r172 = rt::bin_f32(BinOp::Min, r171, r170);
@@ -38802,14 +38802,14 @@ fn math_group(
                         r174 = rt::bin_u64(BinOp::Add, r173, r2);
                         r175 = rt::cmp(BinOp::Le, r174, r1);
                         r176 = rt::cmp(BinOp::Ge, r174, r173);
-                        r177 = rt::bin_bool(BinOp::And, r175, r176);
+                        r177 = r175;
                         r178 = if r177 { b2.ld_f32(r173)? } else { 0.0f32 };
                         r179 = rt::un_f32(UnOp::Neg, r178);
                         r180 = rt::bin_u64(BinOp::Add, r0, r2);
                         r181 = rt::bin_u64(BinOp::Add, r180, r2);
                         r182 = rt::cmp(BinOp::Le, r181, r1);
                         r183 = rt::cmp(BinOp::Ge, r181, r180);
-                        r184 = rt::bin_bool(BinOp::And, r182, r183);
+                        r184 = r182;
                         r185 = if r184 { b2.ld_f32(r180)? } else { 0.0f32 };
                         r186 = rt::bin_f32(BinOp::Min, r179, r185);
                         r187 = rt::bin_f32(BinOp::Add, r172, r186);
@@ -38817,13 +38817,13 @@ fn math_group(
                         r189 = rt::bin_u64(BinOp::Add, r188, r2);
                         r190 = rt::cmp(BinOp::Le, r189, r1);
                         r191 = rt::cmp(BinOp::Ge, r189, r188);
-                        r192 = rt::bin_bool(BinOp::And, r190, r191);
+                        r192 = r190;
                         r193 = if r192 { b2.ld_f32(r188)? } else { 0.0f32 };
                         r195 = rt::bin_u64(BinOp::Add, r0, r194);
                         r196 = rt::bin_u64(BinOp::Add, r195, r2);
                         r197 = rt::cmp(BinOp::Le, r196, r1);
                         r198 = rt::cmp(BinOp::Ge, r196, r195);
-                        r199 = rt::bin_bool(BinOp::And, r197, r198);
+                        r199 = r197;
                         r200 = if r199 { b2.ld_f32(r195)? } else { 0.0f32 };
                         r201 = rt::un_f32(UnOp::Neg, r200);
                         r202 = rt::bin_f32(BinOp::Max, r193, r201);
@@ -38832,14 +38832,14 @@ fn math_group(
                         r206 = rt::bin_u64(BinOp::Add, r205, r2);
                         r207 = rt::cmp(BinOp::Le, r206, r1);
                         r208 = rt::cmp(BinOp::Ge, r206, r205);
-                        r209 = rt::bin_bool(BinOp::And, r207, r208);
+                        r209 = r207;
                         r210 = if r209 { b2.ld_f32(r205)? } else { 0.0f32 };
                         r211 = rt::un_f32(UnOp::Abs, r210);
                         r212 = rt::bin_f32(BinOp::Add, r203, r211);
                         r213 = rt::bin_u64(BinOp::Add, r151, r2);
                         r214 = rt::cmp(BinOp::Le, r213, r8);
                         r215 = rt::cmp(BinOp::Ge, r213, r151);
-                        r216 = rt::bin_bool(BinOp::And, r214, r215);
+                        r216 = r214;
                         if r216 {
                             b0.st_f32(r151, r212)?;
                         }
@@ -38848,38 +38848,38 @@ fn math_group(
                         r219 = rt::bin_u64(BinOp::Add, r218, r2);
                         r220 = rt::cmp(BinOp::Le, r219, r1);
                         r221 = rt::cmp(BinOp::Ge, r219, r218);
-                        r222 = rt::bin_bool(BinOp::And, r220, r221);
+                        r222 = r220;
                         r223 = if r222 { b2.ld_f32(r218)? } else { 0.0f32 };
                         r224 = rt::bin_u64(BinOp::Add, r0, r28);
                         r225 = rt::bin_u64(BinOp::Add, r224, r2);
                         r226 = rt::cmp(BinOp::Le, r225, r1);
                         r227 = rt::cmp(BinOp::Ge, r225, r224);
-                        r228 = rt::bin_bool(BinOp::And, r226, r227);
+                        r228 = r226;
                         r229 = if r228 { b2.ld_f32(r224)? } else { 0.0f32 };
                         r230 = rt::bin_u64(BinOp::Add, r0, r79);
                         r231 = rt::bin_u64(BinOp::Add, r230, r2);
                         r232 = rt::cmp(BinOp::Le, r231, r1);
                         r233 = rt::cmp(BinOp::Ge, r231, r230);
-                        r234 = rt::bin_bool(BinOp::And, r232, r233);
+                        r234 = r232;
                         r235 = if r234 { b2.ld_f32(r230)? } else { 0.0f32 };
                         r236 = rt::fma_f32(r223, r229, r235);
                         r237 = rt::bin_u64(BinOp::Add, r0, r79);
                         r238 = rt::bin_u64(BinOp::Add, r237, r2);
                         r239 = rt::cmp(BinOp::Le, r238, r1);
                         r240 = rt::cmp(BinOp::Ge, r238, r237);
-                        r241 = rt::bin_bool(BinOp::And, r239, r240);
+                        r241 = r239;
                         r242 = if r241 { b2.ld_f32(r237)? } else { 0.0f32 };
                         r243 = rt::bin_u64(BinOp::Add, r0, r28);
                         r244 = rt::bin_u64(BinOp::Add, r243, r2);
                         r245 = rt::cmp(BinOp::Le, r244, r1);
                         r246 = rt::cmp(BinOp::Ge, r244, r243);
-                        r247 = rt::bin_bool(BinOp::And, r245, r246);
+                        r247 = r245;
                         r248 = if r247 { b2.ld_f32(r243)? } else { 0.0f32 };
                         r250 = rt::bin_u64(BinOp::Add, r0, r249);
                         r251 = rt::bin_u64(BinOp::Add, r250, r2);
                         r252 = rt::cmp(BinOp::Le, r251, r1);
                         r253 = rt::cmp(BinOp::Ge, r251, r250);
-                        r254 = rt::bin_bool(BinOp::And, r252, r253);
+                        r254 = r252;
                         r255 = if r254 { b2.ld_f32(r250)? } else { 0.0f32 };
                         r257 = rt::bin_f32(BinOp::Sub, r256, r255);
                         r258 = rt::bin_f32(BinOp::Mul, r242, r257);
@@ -38890,13 +38890,13 @@ fn math_group(
                         r263 = rt::bin_u64(BinOp::Add, r262, r2);
                         r264 = rt::cmp(BinOp::Le, r263, r1);
                         r265 = rt::cmp(BinOp::Ge, r263, r262);
-                        r266 = rt::bin_bool(BinOp::And, r264, r265);
+                        r266 = r264;
                         r267 = if r266 { b2.ld_f32(r262)? } else { 0.0f32 };
                         r269 = rt::bin_u64(BinOp::Add, r0, r268);
                         r270 = rt::bin_u64(BinOp::Add, r269, r2);
                         r271 = rt::cmp(BinOp::Le, r270, r1);
                         r272 = rt::cmp(BinOp::Ge, r270, r269);
-                        r273 = rt::bin_bool(BinOp::And, r271, r272);
+                        r273 = r271;
                         r274 = if r273 { b2.ld_f32(r269)? } else { 0.0f32 };
                         r276 = rt::cmp(BinOp::Le, r267, r274);
                         r277 = if r276 { r256 } else { r275 };
@@ -38904,7 +38904,7 @@ fn math_group(
                         r279 = rt::bin_u64(BinOp::Add, r217, r2);
                         r280 = rt::cmp(BinOp::Le, r279, r8);
                         r281 = rt::cmp(BinOp::Ge, r279, r217);
-                        r282 = rt::bin_bool(BinOp::And, r280, r281);
+                        r282 = r280;
                         if r282 {
                             b0.st_f32(r217, r278)?;
                         }
@@ -38913,19 +38913,19 @@ fn math_group(
                         r285 = rt::bin_u64(BinOp::Add, r284, r2);
                         r286 = rt::cmp(BinOp::Le, r285, r1);
                         r287 = rt::cmp(BinOp::Ge, r285, r284);
-                        r288 = rt::bin_bool(BinOp::And, r286, r287);
+                        r288 = r286;
                         r289 = if r288 { b2.ld_f32(r284)? } else { 0.0f32 };
                         r290 = rt::bin_u64(BinOp::Add, r0, r28);
                         r291 = rt::bin_u64(BinOp::Add, r290, r2);
                         r292 = rt::cmp(BinOp::Le, r291, r1);
                         r293 = rt::cmp(BinOp::Ge, r291, r290);
-                        r294 = rt::bin_bool(BinOp::And, r292, r293);
+                        r294 = r292;
                         r295 = if r294 { b2.ld_f32(r290)? } else { 0.0f32 };
                         r297 = rt::bin_u64(BinOp::Add, r0, r296);
                         r298 = rt::bin_u64(BinOp::Add, r297, r2);
                         r299 = rt::cmp(BinOp::Le, r298, r1);
                         r300 = rt::cmp(BinOp::Ge, r298, r297);
-                        r301 = rt::bin_bool(BinOp::And, r299, r300);
+                        r301 = r299;
                         r302 = if r301 { b2.ld_f32(r297)? } else { 0.0f32 };
                         r303 = rt::bin_f32(BinOp::Mul, r289, r289);
                         r304 = rt::bin_f32(BinOp::Mul, r295, r295);
@@ -38937,14 +38937,14 @@ fn math_group(
                         r310 = rt::bin_u64(BinOp::Add, r309, r2);
                         r311 = rt::cmp(BinOp::Le, r310, r1);
                         r312 = rt::cmp(BinOp::Ge, r310, r309);
-                        r313 = rt::bin_bool(BinOp::And, r311, r312);
+                        r313 = r311;
                         r314 = if r313 { b2.ld_f32(r309)? } else { 0.0f32 };
                         r315 = rt::un_f32(UnOp::InverseSqrt, r314);
                         r316 = rt::bin_f32(BinOp::Add, r308, r315);
                         r317 = rt::bin_u64(BinOp::Add, r283, r2);
                         r318 = rt::cmp(BinOp::Le, r317, r8);
                         r319 = rt::cmp(BinOp::Ge, r317, r283);
-                        r320 = rt::bin_bool(BinOp::And, r318, r319);
+                        r320 = r318;
                         if r320 {
                             b0.st_f32(r283, r316)?;
                         }
@@ -38953,13 +38953,13 @@ fn math_group(
                         r324 = rt::bin_u64(BinOp::Add, r323, r2);
                         r325 = rt::cmp(BinOp::Le, r324, r1);
                         r326 = rt::cmp(BinOp::Ge, r324, r323);
-                        r327 = rt::bin_bool(BinOp::And, r325, r326);
+                        r327 = r325;
                         r328 = if r327 { b2.ld_f32(r323)? } else { 0.0f32 };
                         r329 = rt::bin_u64(BinOp::Add, r0, r86);
                         r330 = rt::bin_u64(BinOp::Add, r329, r2);
                         r331 = rt::cmp(BinOp::Le, r330, r1);
                         r332 = rt::cmp(BinOp::Ge, r330, r329);
-                        r333 = rt::bin_bool(BinOp::And, r331, r332);
+                        r333 = r331;
                         r334 = if r333 { b2.ld_f32(r329)? } else { 0.0f32 };
                         r335 = rt::bin_f32(BinOp::Div, r328, r334);
                         r336 = rt::un_f32(UnOp::Trunc, r335);
@@ -38968,7 +38968,7 @@ fn math_group(
                         r339 = rt::bin_u64(BinOp::Add, r321, r2);
                         r340 = rt::cmp(BinOp::Le, r339, r8);
                         r341 = rt::cmp(BinOp::Ge, r339, r321);
-                        r342 = rt::bin_bool(BinOp::And, r340, r341);
+                        r342 = r340;
                         if r342 {
                             b0.st_f32(r321, r338)?;
                         }
@@ -38976,14 +38976,14 @@ fn math_group(
                         r345 = rt::bin_u64(BinOp::Add, r344, r2);
                         r346 = rt::cmp(BinOp::Le, r345, r1);
                         r347 = rt::cmp(BinOp::Ge, r345, r344);
-                        r348 = rt::bin_bool(BinOp::And, r346, r347);
+                        r348 = r346;
                         r349 = if r348 { b2.ld_f32(r344)? } else { 0.0f32 };
                         r350 = r349.to_bits();
                         r352 = rt::un_u32(UnOp::CountOneBits, r350);
                         r353 = rt::bin_u64(BinOp::Add, r0, r2);
                         r354 = rt::cmp(BinOp::Le, r353, r351);
                         r355 = rt::cmp(BinOp::Ge, r353, r0);
-                        r356 = rt::bin_bool(BinOp::And, r354, r355);
+                        r356 = r354;
                         if r356 {
                             b1.st_u32(r0, r352)?;
                         }
@@ -38993,7 +38993,7 @@ fn math_group(
                         r361 = rt::bin_u64(BinOp::Add, r357, r2);
                         r362 = rt::cmp(BinOp::Le, r361, r351);
                         r363 = rt::cmp(BinOp::Ge, r361, r357);
-                        r364 = rt::bin_bool(BinOp::And, r362, r363);
+                        r364 = r362;
                         if r364 {
                             b1.st_u32(r357, r360)?;
                         }
@@ -39007,7 +39007,7 @@ fn math_group(
                         r376 = rt::bin_u64(BinOp::Add, r365, r2);
                         r377 = rt::cmp(BinOp::Le, r376, r351);
                         r378 = rt::cmp(BinOp::Ge, r376, r365);
-                        r379 = rt::bin_bool(BinOp::And, r377, r378);
+                        r379 = r377;
                         if r379 {
                             b1.st_u32(r365, r375)?;
                         }
@@ -39020,7 +39020,7 @@ fn math_group(
                         r386 = rt::bin_u64(BinOp::Add, r380, r2);
                         r387 = rt::cmp(BinOp::Le, r386, r351);
                         r388 = rt::cmp(BinOp::Ge, r386, r380);
-                        r389 = rt::bin_bool(BinOp::And, r387, r388);
+                        r389 = r387;
                         if r389 {
                             b1.st_u32(r380, r385)?;
                         }
@@ -39042,7 +39042,7 @@ fn math_group(
                         r408 = rt::bin_u64(BinOp::Add, r390, r2);
                         r409 = rt::cmp(BinOp::Le, r408, r351);
                         r410 = rt::cmp(BinOp::Ge, r408, r390);
-                        r411 = rt::bin_bool(BinOp::And, r409, r410);
+                        r411 = r409;
                         if r411 {
                             b1.st_u32(r390, r407)?;
                         }
@@ -39066,7 +39066,7 @@ fn math_group(
                         r430 = rt::bin_u64(BinOp::Add, r412, r2);
                         r431 = rt::cmp(BinOp::Le, r430, r351);
                         r432 = rt::cmp(BinOp::Ge, r430, r412);
-                        r433 = rt::bin_bool(BinOp::And, r431, r432);
+                        r433 = r431;
                         if r433 {
                             b1.st_u32(r412, r429)?;
                         }
@@ -39094,7 +39094,7 @@ fn math_group(
                         r455 = rt::bin_u64(BinOp::Add, r434, r2);
                         r456 = rt::cmp(BinOp::Le, r455, r351);
                         r457 = rt::cmp(BinOp::Ge, r455, r434);
-                        r458 = rt::bin_bool(BinOp::And, r456, r457);
+                        r458 = r456;
                         if r458 {
                             b1.st_u32(r434, r454)?;
                         }
@@ -39107,7 +39107,7 @@ fn math_group(
                         r465 = rt::bin_u64(BinOp::Add, r459, r2);
                         r466 = rt::cmp(BinOp::Le, r465, r351);
                         r467 = rt::cmp(BinOp::Ge, r465, r459);
-                        r468 = rt::bin_bool(BinOp::And, r466, r467);
+                        r468 = r466;
                         if r468 {
                             b1.st_u32(r459, r464)?;
                         }
@@ -39126,7 +39126,7 @@ fn math_group(
                         r483 = rt::bin_u64(BinOp::Add, r469, r2);
                         r484 = rt::cmp(BinOp::Le, r483, r351);
                         r485 = rt::cmp(BinOp::Ge, r483, r469);
-                        r486 = rt::bin_bool(BinOp::And, r484, r485);
+                        r486 = r484;
                         if r486 {
                             b1.st_u32(r469, r482)?;
                         }
@@ -39277,7 +39277,7 @@ fn halves_group(
                             r24 = rt::bin_u64(BinOp::Add, r23, r17);
                             r25 = rt::cmp(BinOp::Le, r24, r15);
                             r26 = rt::cmp(BinOp::Ge, r24, r23);
-                            r27 = rt::bin_bool(BinOp::And, r25, r26);
+                            r27 = r25;
                             r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
                             r30 = rt::bin_f16(BinOp::Mul, r28, r29);
                             r32 = rt::bin_f16(BinOp::Add, r30, r31);
@@ -39288,7 +39288,7 @@ fn halves_group(
                             r39 = rt::bin_u64(BinOp::Add, r37, r35);
                             r40 = rt::cmp(BinOp::Le, r39, r33);
                             r41 = rt::cmp(BinOp::Ge, r39, r37);
-                            r42 = rt::bin_bool(BinOp::And, r40, r41);
+                            r42 = r40;
                             debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
                             debug_assert!(r42);
                             w0.st_f32(lx as usize, r38);
@@ -39382,7 +39382,7 @@ fn halves_group(
                         r24 = rt::bin_u64(BinOp::Add, r23, r17);
                         r25 = rt::cmp(BinOp::Le, r24, r15);
                         r26 = rt::cmp(BinOp::Ge, r24, r23);
-                        r27 = rt::bin_bool(BinOp::And, r25, r26);
+                        r27 = r25;
                         r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
                         r30 = rt::bin_f16(BinOp::Mul, r28, r29);
                         r32 = rt::bin_f16(BinOp::Add, r30, r31);
@@ -39393,7 +39393,7 @@ fn halves_group(
                         r39 = rt::bin_u64(BinOp::Add, r37, r35);
                         r40 = rt::cmp(BinOp::Le, r39, r33);
                         r41 = rt::cmp(BinOp::Ge, r39, r37);
-                        r42 = rt::bin_bool(BinOp::And, r40, r41);
+                        r42 = r40;
                         if r42 {
                             b1.st_f32(r37, r38)?;
                         }
@@ -39648,7 +39648,7 @@ fn atomics_global_group(
                             r17 = rt::bin_u64(BinOp::Add, r14, r16);
                             r18 = rt::cmp(BinOp::Le, r17, r15);
                             r19 = rt::cmp(BinOp::Ge, r17, r14);
-                            r20 = rt::bin_bool(BinOp::And, r18, r19);
+                            r20 = r18;
                             r21 = if r20 {
                                 b0.atomic(AtomicOp::Add, false, r14, r7, 0)?
                             } else {
@@ -39658,7 +39658,7 @@ fn atomics_global_group(
                             r23 = rt::bin_u64(BinOp::Add, r22, r16);
                             r24 = rt::cmp(BinOp::Le, r23, r15);
                             r25 = rt::cmp(BinOp::Ge, r23, r22);
-                            r26 = rt::bin_bool(BinOp::And, r24, r25);
+                            r26 = r24;
                             r27 = if r26 {
                                 b0.atomic(AtomicOp::Max, false, r22, r4, 0)?
                             } else {
@@ -39673,7 +39673,7 @@ fn atomics_global_group(
                             r38 = rt::bin_u64(BinOp::Add, r29, r16);
                             r39 = rt::cmp(BinOp::Le, r38, r15);
                             r40 = rt::cmp(BinOp::Ge, r38, r29);
-                            r41 = rt::bin_bool(BinOp::And, r39, r40);
+                            r41 = r39;
                             r42 = if r41 {
                                 b0.atomic(AtomicOp::Or, false, r29, r37, 0)?
                             } else {
@@ -39684,7 +39684,7 @@ fn atomics_global_group(
                             r47 = rt::bin_u64(BinOp::Add, r44, r16);
                             r48 = rt::cmp(BinOp::Le, r47, r15);
                             r49 = rt::cmp(BinOp::Ge, r47, r44);
-                            r50 = rt::bin_bool(BinOp::And, r48, r49);
+                            r50 = r48;
                             r51 = if r50 {
                                 b0.atomic(AtomicOp::Xor, false, r44, r46, 0)?
                             } else {
@@ -39695,7 +39695,7 @@ fn atomics_global_group(
                             r55 = rt::bin_u64(BinOp::Add, r14, r16);
                             r56 = rt::cmp(BinOp::Le, r55, r52);
                             r57 = rt::cmp(BinOp::Ge, r55, r14);
-                            r58 = rt::bin_bool(BinOp::And, r56, r57);
+                            r58 = r56;
                             r59 = if r58 {
                                 b1.atomic(AtomicOp::Min, true, r14, r54 as u32, 0)? as i32
                             } else {
@@ -39706,7 +39706,7 @@ fn atomics_global_group(
                             r62 = rt::bin_u64(BinOp::Add, r60, r16);
                             r63 = rt::cmp(BinOp::Le, r62, r52);
                             r64 = rt::cmp(BinOp::Ge, r62, r60);
-                            r65 = rt::bin_bool(BinOp::And, r63, r64);
+                            r65 = r63;
                             r66 = if r65 {
                                 b1.atomic(AtomicOp::Sub, true, r60, r61 as u32, 0)? as i32
                             } else {
@@ -39716,7 +39716,7 @@ fn atomics_global_group(
                             r68 = rt::bin_u64(BinOp::Add, r67, r16);
                             r69 = rt::cmp(BinOp::Le, r68, r52);
                             r70 = rt::cmp(BinOp::Ge, r68, r67);
-                            r71 = rt::bin_bool(BinOp::And, r69, r70);
+                            r71 = r69;
                             r73 = if r71 {
                                 b1.atomic(AtomicOp::Max, true, r67, r72 as u32, 0)? as i32
                             } else {
@@ -39729,7 +39729,7 @@ fn atomics_global_group(
                             r80 = rt::bin_u64(BinOp::Add, r77, r16);
                             r81 = rt::cmp(BinOp::Le, r80, r74);
                             r82 = rt::cmp(BinOp::Ge, r80, r77);
-                            r83 = rt::bin_bool(BinOp::And, r81, r82);
+                            r83 = r81;
                             r84 = if r83 {
                                 b2.atomic(AtomicOp::Exchange, false, r77, r79, 0)?
                             } else {
@@ -39742,7 +39742,7 @@ fn atomics_global_group(
                             r90 = rt::bin_u64(BinOp::Add, r89, r16);
                             r91 = rt::cmp(BinOp::Le, r90, r74);
                             r92 = rt::cmp(BinOp::Ge, r90, r89);
-                            r93 = rt::bin_bool(BinOp::And, r91, r92);
+                            r93 = r91;
                             r95 = if r93 {
                                 b2.atomic(AtomicOp::CompareExchange, false, r89, r94, r84)?
                             } else {
@@ -39760,7 +39760,7 @@ fn atomics_global_group(
                             r106 = rt::bin_u64(BinOp::Add, r105, r16);
                             r107 = rt::cmp(BinOp::Le, r106, r74);
                             r108 = rt::cmp(BinOp::Ge, r106, r105);
-                            r109 = rt::bin_bool(BinOp::And, r107, r108);
+                            r109 = r107;
                             debug_assert_eq!(r105, w0.start() + 4 * (lx as usize) as u64);
                             debug_assert!(r109);
                             r110 = w0.ld_u32(lx as usize);
@@ -39768,7 +39768,7 @@ fn atomics_global_group(
                             r112 = rt::bin_u64(BinOp::Add, r101, r16);
                             r113 = rt::cmp(BinOp::Le, r112, r74);
                             r114 = rt::cmp(BinOp::Ge, r112, r101);
-                            r115 = rt::bin_bool(BinOp::And, r113, r114);
+                            r115 = r113;
                             debug_assert_eq!(r101, w1.start() + 4 * (lx as usize) as u64);
                             debug_assert!(r115);
                             w1.st_u32(lx as usize, r111);
@@ -39779,7 +39779,7 @@ fn atomics_global_group(
                             r121 = rt::bin_u64(BinOp::Add, r120, r16);
                             r122 = rt::cmp(BinOp::Le, r121, r74);
                             r123 = rt::cmp(BinOp::Ge, r121, r120);
-                            r124 = rt::bin_bool(BinOp::And, r122, r123);
+                            r124 = r122;
                             r125 = if r124 {
                                 b2.atomic(AtomicOp::And, false, r120, r84, 0)?
                             } else {
@@ -39958,7 +39958,7 @@ fn atomics_global_group(
                         r17 = rt::bin_u64(BinOp::Add, r14, r16);
                         r18 = rt::cmp(BinOp::Le, r17, r15);
                         r19 = rt::cmp(BinOp::Ge, r17, r14);
-                        r20 = rt::bin_bool(BinOp::And, r18, r19);
+                        r20 = r18;
                         r21 = if r20 {
                             b0.atomic(AtomicOp::Add, false, r14, r7, 0)?
                         } else {
@@ -39968,7 +39968,7 @@ fn atomics_global_group(
                         r23 = rt::bin_u64(BinOp::Add, r22, r16);
                         r24 = rt::cmp(BinOp::Le, r23, r15);
                         r25 = rt::cmp(BinOp::Ge, r23, r22);
-                        r26 = rt::bin_bool(BinOp::And, r24, r25);
+                        r26 = r24;
                         r27 = if r26 {
                             b0.atomic(AtomicOp::Max, false, r22, r4, 0)?
                         } else {
@@ -39983,7 +39983,7 @@ fn atomics_global_group(
                         r38 = rt::bin_u64(BinOp::Add, r29, r16);
                         r39 = rt::cmp(BinOp::Le, r38, r15);
                         r40 = rt::cmp(BinOp::Ge, r38, r29);
-                        r41 = rt::bin_bool(BinOp::And, r39, r40);
+                        r41 = r39;
                         r42 = if r41 {
                             b0.atomic(AtomicOp::Or, false, r29, r37, 0)?
                         } else {
@@ -39994,7 +39994,7 @@ fn atomics_global_group(
                         r47 = rt::bin_u64(BinOp::Add, r44, r16);
                         r48 = rt::cmp(BinOp::Le, r47, r15);
                         r49 = rt::cmp(BinOp::Ge, r47, r44);
-                        r50 = rt::bin_bool(BinOp::And, r48, r49);
+                        r50 = r48;
                         r51 = if r50 {
                             b0.atomic(AtomicOp::Xor, false, r44, r46, 0)?
                         } else {
@@ -40005,7 +40005,7 @@ fn atomics_global_group(
                         r55 = rt::bin_u64(BinOp::Add, r14, r16);
                         r56 = rt::cmp(BinOp::Le, r55, r52);
                         r57 = rt::cmp(BinOp::Ge, r55, r14);
-                        r58 = rt::bin_bool(BinOp::And, r56, r57);
+                        r58 = r56;
                         r59 = if r58 {
                             b1.atomic(AtomicOp::Min, true, r14, r54 as u32, 0)? as i32
                         } else {
@@ -40016,7 +40016,7 @@ fn atomics_global_group(
                         r62 = rt::bin_u64(BinOp::Add, r60, r16);
                         r63 = rt::cmp(BinOp::Le, r62, r52);
                         r64 = rt::cmp(BinOp::Ge, r62, r60);
-                        r65 = rt::bin_bool(BinOp::And, r63, r64);
+                        r65 = r63;
                         r66 = if r65 {
                             b1.atomic(AtomicOp::Sub, true, r60, r61 as u32, 0)? as i32
                         } else {
@@ -40026,7 +40026,7 @@ fn atomics_global_group(
                         r68 = rt::bin_u64(BinOp::Add, r67, r16);
                         r69 = rt::cmp(BinOp::Le, r68, r52);
                         r70 = rt::cmp(BinOp::Ge, r68, r67);
-                        r71 = rt::bin_bool(BinOp::And, r69, r70);
+                        r71 = r69;
                         r73 = if r71 {
                             b1.atomic(AtomicOp::Max, true, r67, r72 as u32, 0)? as i32
                         } else {
@@ -40039,7 +40039,7 @@ fn atomics_global_group(
                         r80 = rt::bin_u64(BinOp::Add, r77, r16);
                         r81 = rt::cmp(BinOp::Le, r80, r74);
                         r82 = rt::cmp(BinOp::Ge, r80, r77);
-                        r83 = rt::bin_bool(BinOp::And, r81, r82);
+                        r83 = r81;
                         r84 = if r83 {
                             b2.atomic(AtomicOp::Exchange, false, r77, r79, 0)?
                         } else {
@@ -40052,7 +40052,7 @@ fn atomics_global_group(
                         r90 = rt::bin_u64(BinOp::Add, r89, r16);
                         r91 = rt::cmp(BinOp::Le, r90, r74);
                         r92 = rt::cmp(BinOp::Ge, r90, r89);
-                        r93 = rt::bin_bool(BinOp::And, r91, r92);
+                        r93 = r91;
                         r95 = if r93 {
                             b2.atomic(AtomicOp::CompareExchange, false, r89, r94, r84)?
                         } else {
@@ -40070,13 +40070,13 @@ fn atomics_global_group(
                         r106 = rt::bin_u64(BinOp::Add, r105, r16);
                         r107 = rt::cmp(BinOp::Le, r106, r74);
                         r108 = rt::cmp(BinOp::Ge, r106, r105);
-                        r109 = rt::bin_bool(BinOp::And, r107, r108);
+                        r109 = r107;
                         r110 = if r109 { b2.ld_u32(r105)? } else { 0u32 };
                         r111 = rt::bin_u32(BinOp::Add, r102, r110);
                         r112 = rt::bin_u64(BinOp::Add, r101, r16);
                         r113 = rt::cmp(BinOp::Le, r112, r74);
                         r114 = rt::cmp(BinOp::Ge, r112, r101);
-                        r115 = rt::bin_bool(BinOp::And, r113, r114);
+                        r115 = r113;
                         if r115 {
                             b2.st_u32(r101, r111)?;
                         }
@@ -40087,7 +40087,7 @@ fn atomics_global_group(
                         r121 = rt::bin_u64(BinOp::Add, r120, r16);
                         r122 = rt::cmp(BinOp::Le, r121, r74);
                         r123 = rt::cmp(BinOp::Ge, r121, r120);
-                        r124 = rt::bin_bool(BinOp::And, r122, r123);
+                        r124 = r122;
                         r125 = if r124 {
                             b2.atomic(AtomicOp::And, false, r120, r84, 0)?
                         } else {
@@ -40520,7 +40520,7 @@ fn windows_group(
                             r33 = rt::bin_u64(BinOp::Add, r32, r26);
                             r34 = rt::cmp(BinOp::Le, r33, r29);
                             r35 = rt::cmp(BinOp::Ge, r33, r32);
-                            r36 = rt::bin_bool(BinOp::And, r34, r35);
+                            r36 = r34;
                             debug_assert_eq!(
                                 r32,
                                 w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
@@ -40531,7 +40531,7 @@ fn windows_group(
                             r40 = rt::bin_u64(BinOp::Add, r28, r26);
                             r41 = rt::cmp(BinOp::Le, r40, r24);
                             r42 = rt::cmp(BinOp::Ge, r40, r28);
-                            r43 = rt::bin_bool(BinOp::And, r41, r42);
+                            r43 = r41;
                             debug_assert_eq!(
                                 r28,
                                 w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
@@ -40546,7 +40546,7 @@ fn windows_group(
                             r51 = rt::bin_u64(BinOp::Add, r50, r26);
                             r52 = rt::cmp(BinOp::Le, r51, r47);
                             r53 = rt::cmp(BinOp::Ge, r51, r50);
-                            r54 = rt::bin_bool(BinOp::And, r52, r53);
+                            r54 = r52;
                             debug_assert_eq!(
                                 r50,
                                 w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
@@ -40559,7 +40559,7 @@ fn windows_group(
                             r60 = rt::bin_u64(BinOp::Add, r59, r26);
                             r61 = rt::cmp(BinOp::Le, r60, r56);
                             r62 = rt::cmp(BinOp::Ge, r60, r59);
-                            r63 = rt::bin_bool(BinOp::And, r61, r62);
+                            r63 = r61;
                             debug_assert_eq!(
                                 r59,
                                 w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
@@ -40575,13 +40575,13 @@ fn windows_group(
                             r73 = rt::bin_u64(BinOp::Add, r72, r26);
                             r74 = rt::cmp(BinOp::Le, r73, r29);
                             r75 = rt::cmp(BinOp::Ge, r73, r72);
-                            r76 = rt::bin_bool(BinOp::And, r74, r75);
+                            r76 = r74;
                             r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
                             r78 = rt::bin_f32(BinOp::Add, r55, r77);
                             r79 = rt::bin_u64(BinOp::Add, r50, r26);
                             r80 = rt::cmp(BinOp::Le, r79, r47);
                             r81 = rt::cmp(BinOp::Ge, r79, r50);
-                            r82 = rt::bin_bool(BinOp::And, r80, r81);
+                            r82 = r80;
                             debug_assert_eq!(
                                 r50,
                                 w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
@@ -40604,7 +40604,7 @@ fn windows_group(
                             r98 = rt::bin_u64(BinOp::Add, r97, r26);
                             r99 = rt::cmp(BinOp::Le, r98, r29);
                             r100 = rt::cmp(BinOp::Ge, r98, r97);
-                            r101 = rt::bin_bool(BinOp::And, r99, r100);
+                            r101 = r99;
                             debug_assert_eq!(
                                 r97,
                                 w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
@@ -40614,7 +40614,7 @@ fn windows_group(
                             r103 = rt::bin_u64(BinOp::Add, r92, r26);
                             r104 = rt::cmp(BinOp::Le, r103, r86);
                             r105 = rt::cmp(BinOp::Ge, r103, r92);
-                            r106 = rt::bin_bool(BinOp::And, r104, r105);
+                            r106 = r104;
                             r107 = rt::bin_bool(BinOp::And, r106, r88);
                             debug_assert_eq!(
                                 r92,
@@ -40630,7 +40630,7 @@ fn windows_group(
                             r113 = rt::bin_u64(BinOp::Add, r112, r110);
                             r114 = rt::cmp(BinOp::Le, r113, r108);
                             r115 = rt::cmp(BinOp::Ge, r113, r112);
-                            r116 = rt::bin_bool(BinOp::And, r114, r115);
+                            r116 = r114;
                             debug_assert_eq!(
                                 r112,
                                 w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
@@ -40668,7 +40668,7 @@ fn windows_group(
                             r133 = rt::bin_u64(BinOp::Add, r128, r110);
                             r134 = rt::cmp(BinOp::Le, r133, r108);
                             r135 = rt::cmp(BinOp::Ge, r133, r128);
-                            r136 = rt::bin_bool(BinOp::And, r134, r135);
+                            r136 = r134;
                             debug_assert_eq!(
                                 r128,
                                 w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
@@ -40900,13 +40900,13 @@ fn windows_group(
                         r33 = rt::bin_u64(BinOp::Add, r32, r26);
                         r34 = rt::cmp(BinOp::Le, r33, r29);
                         r35 = rt::cmp(BinOp::Ge, r33, r32);
-                        r36 = rt::bin_bool(BinOp::And, r34, r35);
+                        r36 = r34;
                         r37 = if r36 { b0.ld_f32(r32)? } else { 0.0f32 };
                         r39 = rt::bin_f32(BinOp::Mul, r37, r38);
                         r40 = rt::bin_u64(BinOp::Add, r28, r26);
                         r41 = rt::cmp(BinOp::Le, r40, r24);
                         r42 = rt::cmp(BinOp::Ge, r40, r28);
-                        r43 = rt::bin_bool(BinOp::And, r41, r42);
+                        r43 = r41;
                         if r43 {
                             b2.st_f32(r28, r39)?;
                         }
@@ -40918,7 +40918,7 @@ fn windows_group(
                         r51 = rt::bin_u64(BinOp::Add, r50, r26);
                         r52 = rt::cmp(BinOp::Le, r51, r47);
                         r53 = rt::cmp(BinOp::Ge, r51, r50);
-                        r54 = rt::bin_bool(BinOp::And, r52, r53);
+                        r54 = r52;
                         r55 = if r54 { b3.ld_f32(r50)? } else { 0.0f32 };
                         r57 = u64::from(r16);
                         r58 = rt::bin_u64(BinOp::Mul, r57, r26);
@@ -40926,7 +40926,7 @@ fn windows_group(
                         r60 = rt::bin_u64(BinOp::Add, r59, r26);
                         r61 = rt::cmp(BinOp::Le, r60, r56);
                         r62 = rt::cmp(BinOp::Ge, r60, r59);
-                        r63 = rt::bin_bool(BinOp::And, r61, r62);
+                        r63 = r61;
                         r64 = if r63 { b1.ld_u32(r59)? } else { 0u32 };
                         r67 = rt::cmp(BinOp::Eq, r65, r66);
                         r68 = if r67 { r20 } else { r65 };
@@ -40937,13 +40937,13 @@ fn windows_group(
                         r73 = rt::bin_u64(BinOp::Add, r72, r26);
                         r74 = rt::cmp(BinOp::Le, r73, r29);
                         r75 = rt::cmp(BinOp::Ge, r73, r72);
-                        r76 = rt::bin_bool(BinOp::And, r74, r75);
+                        r76 = r74;
                         r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
                         r78 = rt::bin_f32(BinOp::Add, r55, r77);
                         r79 = rt::bin_u64(BinOp::Add, r50, r26);
                         r80 = rt::cmp(BinOp::Le, r79, r47);
                         r81 = rt::cmp(BinOp::Ge, r79, r50);
-                        r82 = rt::bin_bool(BinOp::And, r80, r81);
+                        r82 = r80;
                         if r82 {
                             b3.st_f32(r50, r78)?;
                         }
@@ -40963,12 +40963,12 @@ fn windows_group(
                         r98 = rt::bin_u64(BinOp::Add, r97, r26);
                         r99 = rt::cmp(BinOp::Le, r98, r29);
                         r100 = rt::cmp(BinOp::Ge, r98, r97);
-                        r101 = rt::bin_bool(BinOp::And, r99, r100);
+                        r101 = r99;
                         r102 = if r101 { b0.ld_f32(r97)? } else { 0.0f32 };
                         r103 = rt::bin_u64(BinOp::Add, r92, r26);
                         r104 = rt::cmp(BinOp::Le, r103, r86);
                         r105 = rt::cmp(BinOp::Ge, r103, r92);
-                        r106 = rt::bin_bool(BinOp::And, r104, r105);
+                        r106 = r104;
                         r107 = rt::bin_bool(BinOp::And, r106, r88);
                         if r107 {
                             b4.st_f32(r92, r102)?;
@@ -40979,7 +40979,7 @@ fn windows_group(
                         r113 = rt::bin_u64(BinOp::Add, r112, r110);
                         r114 = rt::cmp(BinOp::Le, r113, r108);
                         r115 = rt::cmp(BinOp::Ge, r113, r112);
-                        r116 = rt::bin_bool(BinOp::And, r114, r115);
+                        r116 = r114;
                         r117 = if r116 { b5.ld_u32(r112)? } else { 0u32 };
                         r118 = rt::bin_u64(BinOp::Add, r112, r26);
                         r119 = if r116 { b5.ld_u32(r118)? } else { 0u32 };
@@ -40997,7 +40997,7 @@ fn windows_group(
                         r133 = rt::bin_u64(BinOp::Add, r128, r110);
                         r134 = rt::cmp(BinOp::Le, r133, r108);
                         r135 = rt::cmp(BinOp::Ge, r133, r128);
-                        r136 = rt::bin_bool(BinOp::And, r134, r135);
+                        r136 = r134;
                         if r136 {
                             b5.st_u32(r128, r129)?;
                         }
