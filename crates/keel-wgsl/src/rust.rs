@@ -22,7 +22,9 @@
 //! printed twice: once with checked accesses, once with accesses through
 //! windows of the buffers taken before its invocations run, which the
 //! workgroup takes wherever the windows lie inside the buffers (see
-//! `window.rs`).
+//! `window.rs`); where an `if` around the body compares the invocation's
+//! index with a bound, the windowed part is printed once more without
+//! it, for the workgroups that lie wholly inside the bound.
 
 use std::fmt::{self, Write};
 
@@ -95,6 +97,7 @@ pub fn emit(program: &Program) -> Result<String, RustError> {
         ops: 0,
         plan: None,
         fast: false,
+        hoist: false,
         access: 0,
     };
     e.check_header()?;
@@ -102,11 +105,24 @@ pub fn emit(program: &Program) -> Result<String, RustError> {
     let ops = e.ops;
     let windowed = match window::plan(program) {
         Some(plan) => {
+            let hoists = !plan.hoisted.is_empty();
             e.plan = Some(plan);
             e.fast = true;
             let fast = e.body()?;
+            let hoisted = if hoists {
+                e.hoist = true;
+                let body = e.body()?;
+                e.hoist = false;
+                Some(body)
+            } else {
+                None
+            };
             let prologue = e.prologue()?;
-            Some((prologue, fast))
+            Some(Fast {
+                prologue,
+                body: fast,
+                hoisted,
+            })
         }
         None => None,
     };
@@ -126,6 +142,16 @@ const KEYWORDS: &[&str] = &[
     "unsized", "use", "virtual", "where", "while", "yield",
 ];
 
+/// The windowed path of a workgroup: the prologue that takes the windows,
+/// the invocations' body with window accesses, and, where some `if`s'
+/// conditions can hold for the whole workgroup, the body with those `if`s
+/// taken without a test.
+struct Fast {
+    prologue: String,
+    body: String,
+    hoisted: Option<String>,
+}
+
 struct Emitter<'a> {
     p: &'a Program,
     out: String,
@@ -142,6 +168,9 @@ struct Emitter<'a> {
     plan: Option<Plan>,
     /// Whether the body being printed is the windowed one.
     fast: bool,
+    /// Whether it is the windowed one for a workgroup where every
+    /// [`window::Hoisted`] condition holds.
+    hoist: bool,
     /// Loads and stores printed so far in this body.
     access: usize,
 }
@@ -251,7 +280,13 @@ impl Emitter<'_> {
             self.line("    break 'fast None;");
             self.line("};");
         }
-        self.line(format_args!("Some(({},))", plan.window_names()));
+        if plan.hoisted.is_empty() {
+            self.line(format_args!("Some(({},))", plan.window_names()));
+        } else {
+            let tests: Vec<String> = plan.hoisted.iter().map(window::Hoisted::test).collect();
+            self.line(format_args!("let hoisted = {};", tests.join(" && ")));
+            self.line(format_args!("Some(({}, hoisted))", plan.window_names()));
+        }
         std::mem::swap(&mut self.out, &mut text);
         self.plan = Some(plan);
         Ok(text)
@@ -286,7 +321,7 @@ impl Emitter<'_> {
 
     /// The items around the workgroup's statements `body`, and its
     /// windowed `(prologue, body)` where it has them.
-    fn items(&mut self, body: &str, windowed: Option<&(String, String)>) {
+    fn items(&mut self, body: &str, windowed: Option<&Fast>) {
         let p = self.p;
         let name = if KEYWORDS.contains(&p.name.as_str()) {
             format!("r#{}", p.name)
@@ -343,7 +378,7 @@ impl Emitter<'_> {
         for w in &self.params {
             let _ = writeln!(o, "    let p{w} = cx.param({w})?;");
         }
-        if let Some((prologue, fast)) = windowed {
+        if let Some(fast) = windowed {
             let names = self
                 .plan
                 .as_ref()
@@ -351,10 +386,22 @@ impl Emitter<'_> {
                 .unwrap_or_default();
             let o = &mut self.out;
             let _ = writeln!(o, "    let windows = 'fast: {{");
-            o.push_str(prologue);
+            o.push_str(&fast.prologue);
             let _ = writeln!(o, "    }};");
-            let _ = writeln!(o, "    if let Some(({names},)) = windows {{");
-            self.lanes(fast);
+            match &fast.hoisted {
+                None => {
+                    let _ = writeln!(o, "    if let Some(({names},)) = windows {{");
+                    self.lanes(&fast.body);
+                }
+                Some(hoisted) => {
+                    let _ = writeln!(o, "    if let Some(({names}, hoisted)) = windows {{");
+                    let _ = writeln!(o, "    if hoisted {{");
+                    self.lanes(hoisted);
+                    let _ = writeln!(self.out, "    }} else {{");
+                    self.lanes(&fast.body);
+                    let _ = writeln!(self.out, "    }}");
+                }
+            }
             let o = &mut self.out;
             let _ = writeln!(o, "    return Ok(());");
             let _ = writeln!(o, "    }}");
@@ -382,6 +429,19 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// Where the body being printed takes `cond`'s `if` without a test,
+    /// the branch it takes.
+    fn hoisted(&self, cond: Reg) -> Option<bool> {
+        if !self.hoist {
+            return None;
+        }
+        let plan = self.plan.as_ref()?;
+        plan.hoisted
+            .iter()
+            .find(|h| h.cond == cond)
+            .map(|h| h.taken)
+    }
+
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), RustError> {
         for s in stmts {
             self.stmt(s)?;
@@ -402,6 +462,30 @@ impl Emitter<'_> {
                 self.ops += 1;
                 let text = self.inst(inst)?;
                 self.line(text);
+            }
+            Stmt::If { cond, then, els } if let Some(taken) = self.hoisted(*cond) => {
+                self.want(*cond, Ty::Bool)?;
+                let not = if taken { "" } else { "!" };
+                self.line("{");
+                self.line(format_args!("    debug_assert!({not}{cond});"));
+                // The branch not taken is not printed, but its loads and
+                // stores keep their places in the count the plan's
+                // accesses go by.
+                let skip = |e: &mut Self, stmts: &[Stmt]| {
+                    crate::ir::walk(stmts, &mut |inst| {
+                        if let Inst::Load { .. } | Inst::Store { .. } = inst {
+                            e.access += 1;
+                        }
+                    });
+                };
+                if taken {
+                    self.block(then)?;
+                    skip(self, els);
+                } else {
+                    skip(self, then);
+                    self.block(els)?;
+                }
+                self.line("}");
             }
             Stmt::If { cond, then, els } => {
                 self.want(*cond, Ty::Bool)?;

@@ -19,6 +19,12 @@
 //! effects, take part, so evaluating them ahead of the invocations gives
 //! what each invocation would compute.
 //!
+//! The same forms let the prologue settle an `if` for the whole
+//! workgroup where its condition compares a stepping value with a
+//! uniform one (`if i < n`, `if t >= n { return; }`): the workgroups
+//! inside the data then run their invocations without the test or the
+//! branch, a loop the compiler unrolls ([`Hoisted`]).
+//!
 //! An offset is affine in the local ids modulo its width: adds, subtracts,
 //! multiplies and shifts by constants keep the form exactly in modular
 //! arithmetic. Where a 32-bit index widens to a 64-bit offset the form
@@ -29,7 +35,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Space, Ty, walk};
+use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Space, Stmt, Ty, walk};
 
 /// Programs longer than this are translated without a windowed path: each
 /// workgroup would be printed twice, and a kernel this long spends its
@@ -62,6 +68,77 @@ pub(crate) struct Plan {
     pub prologue: Vec<Inst>,
     pub windows: Vec<Window>,
     pub checks: Vec<Check>,
+    /// Conditions of `if`s that hold in every invocation of a workgroup
+    /// where [`Hoisted::test`] holds at invocation (0, 0, 0).
+    pub hoisted: Vec<Hoisted>,
+}
+
+/// The condition of an `if` comparing a value that steps per invocation
+/// with one that does not (`gid.x < n`): in a workgroup where the
+/// comparison holds at the value's lowest or highest step, and no
+/// invocation's value wraps, it holds in all of them, and the windowed
+/// path runs the `if`'s body without testing it. An `if` whose body only
+/// returns (`if t >= n { return; }`) is hoisted the other way: where the
+/// comparison fails in every invocation, nothing returns. Where some
+/// invocations differ (a workgroup over the end of the data) the
+/// windowed path tests it as before.
+#[derive(Debug)]
+pub(crate) struct Hoisted {
+    /// The `if`'s condition.
+    pub cond: Reg,
+    /// The stepping side, evaluated at invocation (0, 0, 0).
+    pub value: Reg,
+    /// `U32` or `I32`.
+    pub ty: Ty,
+    /// `Lt`, `Le`, `Gt` or `Ge`: `value op bound`.
+    pub op: BinOp,
+    /// The side that is the same in every invocation.
+    pub bound: Reg,
+    /// The value's lowest and highest step across the workgroup.
+    pub min: i64,
+    pub max: i64,
+    /// The condition's value in every invocation where the test holds:
+    /// the branch the windowed path takes.
+    pub taken: bool,
+}
+
+impl Hoisted {
+    /// A Rust expression true where the condition holds in every
+    /// invocation, over the prologue's registers.
+    pub fn test(&self) -> String {
+        let Hoisted {
+            value,
+            ty,
+            op,
+            bound,
+            min,
+            max,
+            taken,
+            ..
+        } = *self;
+        let fits = if ty == Ty::I32 {
+            "fits_i32"
+        } else {
+            "fits_u32"
+        };
+        // Failing everywhere is the opposite comparison holding everywhere.
+        let op = match (taken, op) {
+            (true, op) => op,
+            (false, BinOp::Lt) => BinOp::Ge,
+            (false, BinOp::Le) => BinOp::Gt,
+            (false, BinOp::Gt) => BinOp::Le,
+            (false, _) => BinOp::Lt,
+        };
+        let (step, cmp) = match op {
+            BinOp::Lt => (max, "<"),
+            BinOp::Le => (max, "<="),
+            BinOp::Gt => (min, ">"),
+            _ => (min, ">="),
+        };
+        format!(
+            "(rt::{fits}({value}, {min}, {max}) && i128::from({value}) + {step} {cmp} i128::from({bound}))"
+        )
+    }
 }
 
 impl Plan {
@@ -116,7 +193,7 @@ pub(crate) struct Window {
 }
 
 /// A condition the prologue checks before taking the windowed path.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum Check {
     /// The 32-bit register's value at invocation (0, 0, 0) plus any step
     /// in `min..=max` stays inside its type (`U32` or `I32`): widening it
@@ -249,7 +326,25 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
         });
         roots.push(base);
     }
-    let needed = a.slice(&roots, &mut checks);
+    let mut needed = a.slice(&roots, &mut checks);
+    let mut hoisted = Vec::new();
+    let mut conds = Vec::new();
+    if_conditions(&program.body, &mut conds);
+    for (cond, taken) in conds {
+        let Some(h) = a.hoistable(cond, taken) else {
+            continue;
+        };
+        // Its registers must not add a check of their own: a workgroup
+        // where it fails would lose the windows, not only the hoisting.
+        let mut more = Vec::new();
+        let regs = a.slice(&[h.value, h.bound], &mut more);
+        if more.iter().all(|c| checks.contains(c))
+            && !hoisted.iter().any(|x: &Hoisted| x.cond == cond)
+        {
+            needed.extend(regs);
+            hoisted.push(h);
+        }
+    }
     let mut prologue = Vec::new();
     walk(&program.body, &mut |inst| {
         if inst.dst().is_some_and(|d| needed.contains(&d)) {
@@ -261,7 +356,36 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
         prologue,
         windows,
         checks,
+        hoisted,
     })
+}
+
+/// The condition register of every `if` in `stmts`, in program order,
+/// with the branch worth running without a test: the `else` where the
+/// body only returns, otherwise the body.
+fn if_conditions(stmts: &[Stmt], out: &mut Vec<(Reg, bool)>) {
+    for s in stmts {
+        match s {
+            Stmt::If { cond, then, els } => {
+                out.push((*cond, !matches!(then.as_slice(), [Stmt::Return])));
+                if_conditions(then, out);
+                if_conditions(els, out);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                if_conditions(body, out);
+                if_conditions(continuing, out);
+            }
+            Stmt::Block { body, .. } => if_conditions(body, out),
+            Stmt::Inst(_)
+            | Stmt::Break
+            | Stmt::Continue
+            | Stmt::Leave(_)
+            | Stmt::Return
+            | Stmt::Barrier { .. } => {}
+        }
+    }
 }
 
 /// The word index of an access with `steps` in a window starting at step
@@ -495,6 +619,48 @@ impl<'a> Analysis<'a> {
         Some(steps)
     }
 
+    /// `cond` as a [`Hoisted`] condition: written once, by an ordering
+    /// comparison of a 32-bit integer that steps per invocation with one
+    /// that does not.
+    fn hoistable(&mut self, cond: Reg, taken: bool) -> Option<Hoisted> {
+        let Inst::Bin { op, a, b, .. } = *self.def(cond)? else {
+            return None;
+        };
+        if !matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge) {
+            return None;
+        }
+        let ty = self.ty(a)?;
+        if !matches!(ty, Ty::U32 | Ty::I32) {
+            return None;
+        }
+        let (fa, fb) = (self.form(a, 0)?, self.form(b, 0)?);
+        let (value, steps, bound, op) = match (fa == UNIFORM, fb == UNIFORM) {
+            (false, true) => (a, fa, b, op),
+            // `n > gid.x` is `gid.x < n`.
+            (true, false) => {
+                let flipped = match op {
+                    BinOp::Lt => BinOp::Gt,
+                    BinOp::Le => BinOp::Ge,
+                    BinOp::Gt => BinOp::Lt,
+                    _ => BinOp::Le,
+                };
+                (b, fb, a, flipped)
+            }
+            _ => return None,
+        };
+        let (min, max) = self.span(steps);
+        Some(Hoisted {
+            cond,
+            value,
+            ty,
+            op,
+            bound,
+            min: i64::try_from(min).ok()?,
+            max: i64::try_from(max).ok()?,
+            taken,
+        })
+    }
+
     /// Matches the lowering's bounds guard of `size` bytes at `base` in
     /// buffer `buffer` (`base + size <= len && base + size >= base`, or
     /// the first test alone where the range pass proved the second),
@@ -612,6 +778,57 @@ mod tests {
             .into_iter()
             .map(|k| plan.accesses[k].index.clone())
             .collect()
+    }
+
+    /// `(op, taken, min, max)` of each hoisted condition.
+    fn hoisted(plan: &Plan) -> Vec<(BinOp, bool, i64, i64)> {
+        plan.hoisted
+            .iter()
+            .map(|h| (h.op, h.taken, h.min, h.max))
+            .collect()
+    }
+
+    /// `i < n` around an elementwise body is taken without a test where
+    /// the workgroup's last invocation passes it; `n > i` is the same
+    /// test; an early return is hoisted the other way; a condition on the
+    /// data, or on two values that both step, is not hoisted.
+    #[test]
+    fn bounds_conditions_are_hoisted_out_of_the_invocations() {
+        let add = include_str!("../../../../shaders/ops/add.wgsl");
+        let plan = plan_of(add, "add_f32").expect("a windowed path");
+        assert_eq!(hoisted(&plan), [(BinOp::Lt, true, 0, 255)]);
+        assert_eq!(
+            plan.hoisted[0].test(),
+            format!(
+                "(rt::fits_u32({v}, 0, 255) && i128::from({v}) + 255 < i128::from({b}))",
+                v = plan.hoisted[0].value,
+                b = plan.hoisted[0].bound
+            )
+        );
+        let flipped = add.replace("if i < params.n {", "if params.n > i {");
+        let plan = plan_of(&flipped, "add_f32").expect("a windowed path");
+        assert_eq!(hoisted(&plan), [(BinOp::Lt, true, 0, 255)]);
+
+        let early = "
+            @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+            @group(0) @binding(1) var<uniform> n: u32;
+            @compute @workgroup_size(64)
+            fn k(@builtin(global_invocation_id) gid: vec3<u32>) {
+                if gid.x >= n {
+                    return;
+                }
+                out[gid.x] = 1.0;
+            }";
+        let plan = plan_of(early, "k").expect("a windowed path");
+        assert_eq!(hoisted(&plan), [(BinOp::Ge, false, 0, 63)]);
+        assert!(plan.hoisted[0].test().contains("+ 63 < i128::from("));
+
+        let data = early.replace("if gid.x >= n {", "if out[gid.x] > 0.5 {");
+        let plan = plan_of(&data, "k").expect("a windowed path");
+        assert!(plan.hoisted.is_empty());
+        let both = early.replace("if gid.x >= n {", "if gid.x >= 2u * gid.x {");
+        let plan = plan_of(&both, "k").expect("a windowed path");
+        assert!(plan.hoisted.is_empty());
     }
 
     #[test]

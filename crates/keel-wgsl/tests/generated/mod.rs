@@ -34,6 +34,7 @@ fn vector_add_group(
         let mut r2: u32 = 0u32;
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
         let mut r16: u64 = 0u64;
         let mut r18: u64 = 0u64;
         let mut r19: u64 = 0u64;
@@ -52,6 +53,7 @@ fn vector_add_group(
         r19 = 0x4u64;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
         r18 = u64::from(r4);
         r20 = rt::bin_u64(BinOp::Mul, r18, r19);
         r21 = rt::bin_u64(BinOp::Add, r16, r20);
@@ -73,115 +75,230 @@ fn vector_add_group(
         let Some(w2) = b2.window::<256>(r21, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2))
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
     };
-    if let Some((w0, w1, w2)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..256u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: bool = false;
-                    let mut r16: u64 = 0u64;
-                    let mut r17: u64 = 0u64;
-                    let mut r18: u64 = 0u64;
-                    let mut r19: u64 = 0u64;
-                    let mut r20: u64 = 0u64;
-                    let mut r21: u64 = 0u64;
-                    let mut r22: u64 = 0u64;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: u64 = 0u64;
-                    let mut r26: u64 = 0u64;
-                    let mut r27: bool = false;
-                    let mut r28: bool = false;
-                    let mut r29: bool = false;
-                    let mut r30: f32 = 0.0f32;
-                    let mut r31: u64 = 0u64;
-                    let mut r32: u64 = 0u64;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: u64 = 0u64;
-                    let mut r35: u64 = 0u64;
-                    let mut r36: bool = false;
-                    let mut r37: bool = false;
-                    let mut r38: bool = false;
-                    let mut r39: f32 = 0.0f32;
-                    let mut r40: f32 = 0.0f32;
-                    let mut r41: u64 = 0u64;
-                    let mut r42: bool = false;
-                    let mut r43: bool = false;
-                    let mut r44: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x100u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r16 = 0x0u64;
-                        r17 = b2.len();
-                        r19 = 0x4u64;
-                        r22 = b0.len();
-                        r31 = b1.len();
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r14 = p0;
-                            r15 = rt::cmp(BinOp::Lt, r4, r14);
-                            if r15 {
-                                r18 = u64::from(r4);
-                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
-                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
-                                r23 = u64::from(r4);
-                                r24 = rt::bin_u64(BinOp::Mul, r23, r19);
-                                r25 = rt::bin_u64(BinOp::Add, r16, r24);
-                                r26 = rt::bin_u64(BinOp::Add, r25, r19);
-                                r27 = rt::cmp(BinOp::Le, r26, r22);
-                                r28 = rt::cmp(BinOp::Ge, r26, r25);
-                                r29 = r27;
-                                debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r29);
-                                r30 = w0.ld_f32(lx as usize);
-                                r32 = u64::from(r4);
-                                r33 = rt::bin_u64(BinOp::Mul, r32, r19);
-                                r34 = rt::bin_u64(BinOp::Add, r16, r33);
-                                r35 = rt::bin_u64(BinOp::Add, r34, r19);
-                                r36 = rt::cmp(BinOp::Le, r35, r31);
-                                r37 = rt::cmp(BinOp::Ge, r35, r34);
-                                r38 = r36;
-                                debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r38);
-                                r39 = w1.ld_f32(lx as usize);
-                                r40 = rt::bin_f32(BinOp::Add, r30, r39);
-                                r41 = rt::bin_u64(BinOp::Add, r21, r19);
-                                r42 = rt::cmp(BinOp::Le, r41, r17);
-                                r43 = rt::cmp(BinOp::Ge, r41, r21);
-                                r44 = r42;
-                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r44);
-                                w2.st_f32(lx as usize, r40);
-                                break 'inv;
-                            } else {
-                                break 'inv;
+    if let Some((w0, w1, w2, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: bool = false;
+                        let mut r28: bool = false;
+                        let mut r29: bool = false;
+                        let mut r30: f32 = 0.0f32;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: bool = false;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: f32 = 0.0f32;
+                        let mut r40: f32 = 0.0f32;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r16 = 0x0u64;
+                            r17 = b2.len();
+                            r19 = 0x4u64;
+                            r22 = b0.len();
+                            r31 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                {
+                                    debug_assert!(r15);
+                                    r18 = u64::from(r4);
+                                    r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                    r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                    r23 = u64::from(r4);
+                                    r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                    r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                    r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                    r27 = rt::cmp(BinOp::Le, r26, r22);
+                                    r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                    r29 = r27;
+                                    debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r29);
+                                    r30 = w0.ld_f32(lx as usize);
+                                    r32 = u64::from(r4);
+                                    r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                    r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                    r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                    r36 = rt::cmp(BinOp::Le, r35, r31);
+                                    r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                    r38 = r36;
+                                    debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r38);
+                                    r39 = w1.ld_f32(lx as usize);
+                                    r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                    r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                    r42 = rt::cmp(BinOp::Le, r41, r17);
+                                    r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                    r44 = r42;
+                                    debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r44);
+                                    w2.st_f32(lx as usize, r40);
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: bool = false;
+                        let mut r28: bool = false;
+                        let mut r29: bool = false;
+                        let mut r30: f32 = 0.0f32;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: bool = false;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: f32 = 0.0f32;
+                        let mut r40: f32 = 0.0f32;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r16 = 0x0u64;
+                            r17 = b2.len();
+                            r19 = 0x4u64;
+                            r22 = b0.len();
+                            r31 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                if r15 {
+                                    r18 = u64::from(r4);
+                                    r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                    r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                    r23 = u64::from(r4);
+                                    r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                    r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                    r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                    r27 = rt::cmp(BinOp::Le, r26, r22);
+                                    r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                    r29 = r27;
+                                    debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r29);
+                                    r30 = w0.ld_f32(lx as usize);
+                                    r32 = u64::from(r4);
+                                    r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                    r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                    r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                    r36 = rt::cmp(BinOp::Le, r35, r31);
+                                    r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                    r38 = r36;
+                                    debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r38);
+                                    r39 = w1.ld_f32(lx as usize);
+                                    r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                    r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                    r42 = rt::cmp(BinOp::Le, r41, r17);
+                                    r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                    r44 = r42;
+                                    debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r44);
+                                    w2.st_f32(lx as usize, r40);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -335,6 +452,7 @@ fn saxpy_group(
         let mut r2: u32 = 0u32;
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
         let mut r16: u64 = 0u64;
         let mut r18: u64 = 0u64;
         let mut r19: u64 = 0u64;
@@ -353,6 +471,7 @@ fn saxpy_group(
         r19 = 0x4u64;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
         r18 = u64::from(r4);
         r20 = rt::bin_u64(BinOp::Mul, r18, r19);
         r21 = rt::bin_u64(BinOp::Add, r16, r20);
@@ -374,117 +493,234 @@ fn saxpy_group(
         let Some(w2) = b1.window::<256>(r21, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2))
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
     };
-    if let Some((w0, w1, w2)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..256u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: bool = false;
-                    let mut r16: u64 = 0u64;
-                    let mut r17: u64 = 0u64;
-                    let mut r18: u64 = 0u64;
-                    let mut r19: u64 = 0u64;
-                    let mut r20: u64 = 0u64;
-                    let mut r21: u64 = 0u64;
-                    let mut r22: f32 = 0.0f32;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: u64 = 0u64;
-                    let mut r26: u64 = 0u64;
-                    let mut r27: u64 = 0u64;
-                    let mut r28: bool = false;
-                    let mut r29: bool = false;
-                    let mut r30: bool = false;
-                    let mut r31: f32 = 0.0f32;
-                    let mut r32: f32 = 0.0f32;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: u64 = 0u64;
-                    let mut r35: u64 = 0u64;
-                    let mut r36: u64 = 0u64;
-                    let mut r37: bool = false;
-                    let mut r38: bool = false;
-                    let mut r39: bool = false;
-                    let mut r40: f32 = 0.0f32;
-                    let mut r41: f32 = 0.0f32;
-                    let mut r42: u64 = 0u64;
-                    let mut r43: bool = false;
-                    let mut r44: bool = false;
-                    let mut r45: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x100u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r16 = 0x0u64;
-                        r17 = b1.len();
-                        r19 = 0x4u64;
-                        r23 = b0.len();
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r14 = p0;
-                            r15 = rt::cmp(BinOp::Lt, r4, r14);
-                            if r15 {
-                                r18 = u64::from(r4);
-                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
-                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
-                                r22 = f32::from_bits(p1);
-                                r24 = u64::from(r4);
-                                r25 = rt::bin_u64(BinOp::Mul, r24, r19);
-                                r26 = rt::bin_u64(BinOp::Add, r16, r25);
-                                r27 = rt::bin_u64(BinOp::Add, r26, r19);
-                                r28 = rt::cmp(BinOp::Le, r27, r23);
-                                r29 = rt::cmp(BinOp::Ge, r27, r26);
-                                r30 = r28;
-                                debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r30);
-                                r31 = w0.ld_f32(lx as usize);
-                                r32 = rt::bin_f32(BinOp::Mul, r22, r31);
-                                r33 = u64::from(r4);
-                                r34 = rt::bin_u64(BinOp::Mul, r33, r19);
-                                r35 = rt::bin_u64(BinOp::Add, r16, r34);
-                                r36 = rt::bin_u64(BinOp::Add, r35, r19);
-                                r37 = rt::cmp(BinOp::Le, r36, r17);
-                                r38 = rt::cmp(BinOp::Ge, r36, r35);
-                                r39 = r37;
-                                debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r39);
-                                r40 = w1.ld_f32(lx as usize);
-                                r41 = rt::bin_f32(BinOp::Add, r32, r40);
-                                r42 = rt::bin_u64(BinOp::Add, r21, r19);
-                                r43 = rt::cmp(BinOp::Le, r42, r17);
-                                r44 = rt::cmp(BinOp::Ge, r42, r21);
-                                r45 = r43;
-                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r45);
-                                w2.st_f32(lx as usize, r41);
-                                break 'inv;
-                            } else {
-                                break 'inv;
+    if let Some((w0, w1, w2, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: f32 = 0.0f32;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: bool = false;
+                        let mut r29: bool = false;
+                        let mut r30: bool = false;
+                        let mut r31: f32 = 0.0f32;
+                        let mut r32: f32 = 0.0f32;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: f32 = 0.0f32;
+                        let mut r41: f32 = 0.0f32;
+                        let mut r42: u64 = 0u64;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r16 = 0x0u64;
+                            r17 = b1.len();
+                            r19 = 0x4u64;
+                            r23 = b0.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                {
+                                    debug_assert!(r15);
+                                    r18 = u64::from(r4);
+                                    r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                    r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                    r22 = f32::from_bits(p1);
+                                    r24 = u64::from(r4);
+                                    r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                    r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                    r28 = rt::cmp(BinOp::Le, r27, r23);
+                                    r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                    r30 = r28;
+                                    debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r30);
+                                    r31 = w0.ld_f32(lx as usize);
+                                    r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                    r33 = u64::from(r4);
+                                    r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                    r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                    r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                    r37 = rt::cmp(BinOp::Le, r36, r17);
+                                    r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                    r39 = r37;
+                                    debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r39);
+                                    r40 = w1.ld_f32(lx as usize);
+                                    r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                    r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                    r43 = rt::cmp(BinOp::Le, r42, r17);
+                                    r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                    r45 = r43;
+                                    debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r45);
+                                    w2.st_f32(lx as usize, r41);
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: f32 = 0.0f32;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: bool = false;
+                        let mut r29: bool = false;
+                        let mut r30: bool = false;
+                        let mut r31: f32 = 0.0f32;
+                        let mut r32: f32 = 0.0f32;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: f32 = 0.0f32;
+                        let mut r41: f32 = 0.0f32;
+                        let mut r42: u64 = 0u64;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r16 = 0x0u64;
+                            r17 = b1.len();
+                            r19 = 0x4u64;
+                            r23 = b0.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                if r15 {
+                                    r18 = u64::from(r4);
+                                    r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                    r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                    r22 = f32::from_bits(p1);
+                                    r24 = u64::from(r4);
+                                    r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                    r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                    r28 = rt::cmp(BinOp::Le, r27, r23);
+                                    r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                    r30 = r28;
+                                    debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r30);
+                                    r31 = w0.ld_f32(lx as usize);
+                                    r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                    r33 = u64::from(r4);
+                                    r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                    r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                    r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                    r37 = rt::cmp(BinOp::Le, r36, r17);
+                                    r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                    r39 = r37;
+                                    debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r39);
+                                    r40 = w1.ld_f32(lx as usize);
+                                    r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                    r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                    r43 = rt::cmp(BinOp::Le, r42, r17);
+                                    r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                    r45 = r43;
+                                    debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r45);
+                                    w2.st_f32(lx as usize, r41);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -639,6 +875,7 @@ fn spin_group(
         let mut r2: u32 = 0u32;
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
+        let mut r18: u32 = 0u32;
         let mut r31: u64 = 0u64;
         let mut r33: u64 = 0u64;
         let mut r34: u64 = 0u64;
@@ -651,6 +888,7 @@ fn spin_group(
         r34 = 0x4u64;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r18 = p0;
         r33 = u64::from(r4);
         r35 = rt::bin_u64(BinOp::Mul, r33, r34);
         r36 = rt::bin_u64(BinOp::Add, r31, r35);
@@ -660,116 +898,232 @@ fn spin_group(
         let Some(w0) = b0.window::<64>(r36, 0) else {
             break 'fast None;
         };
-        Some((w0,))
+        let hoisted = (rt::fits_u32(r4, 0, 63) && i128::from(r4) + 63 < i128::from(r18));
+        Some((w0, hoisted))
     };
-    if let Some((w0,)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..64u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: f32 = 0.0f32;
-                    let mut r15: f32 = 0.0f32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: u32 = 0u32;
-                    let mut r18: u32 = 0u32;
-                    let mut r19: bool = false;
-                    let mut r20: f32 = 0.0f32;
-                    let mut r21: u32 = 0u32;
-                    let mut r22: u32 = 0u32;
-                    let mut r23: bool = false;
-                    let mut r24: f32 = 0.0f32;
-                    let mut r25: f32 = 0.0f32;
-                    let mut r26: f32 = 0.0f32;
-                    let mut r27: f32 = 0.0f32;
-                    let mut r28: f32 = 0.0f32;
-                    let mut r29: u32 = 0u32;
-                    let mut r30: u32 = 0u32;
-                    let mut r31: u64 = 0u64;
-                    let mut r32: u64 = 0u64;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: u64 = 0u64;
-                    let mut r35: u64 = 0u64;
-                    let mut r36: u64 = 0u64;
-                    let mut r37: f32 = 0.0f32;
-                    let mut r38: u64 = 0u64;
-                    let mut r39: bool = false;
-                    let mut r40: bool = false;
-                    let mut r41: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x40u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r15 = f32::from_bits(0x0);
-                        r16 = 0x0u32;
-                        r25 = f32::from_bits(0x3f7fbe77);
-                        r27 = f32::from_bits(0x3f800000);
-                        r31 = 0x0u64;
-                        r32 = b0.len();
-                        r34 = 0x4u64;
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r14 = r15;
-                            r17 = r16;
-                            r18 = p0;
-                            r19 = rt::cmp(BinOp::Lt, r4, r18);
-                            if r19 {
-                                r20 = r4 as f32;
-                                r14 = r20;
-                                'l0: loop {
-                                    'c0: {
-                                        r21 = r17;
-                                        r22 = p1;
-                                        r23 = rt::cmp(BinOp::Lt, r21, r22);
-                                        if r23 {
-                                        } else {
-                                            break 'l0;
+    if let Some((w0, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..64u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: f32 = 0.0f32;
+                        let mut r15: f32 = 0.0f32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: bool = false;
+                        let mut r20: f32 = 0.0f32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: bool = false;
+                        let mut r24: f32 = 0.0f32;
+                        let mut r25: f32 = 0.0f32;
+                        let mut r26: f32 = 0.0f32;
+                        let mut r27: f32 = 0.0f32;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u32 = 0u32;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x40u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r15 = f32::from_bits(0x0);
+                            r16 = 0x0u32;
+                            r25 = f32::from_bits(0x3f7fbe77);
+                            r27 = f32::from_bits(0x3f800000);
+                            r31 = 0x0u64;
+                            r32 = b0.len();
+                            r34 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = r15;
+                                r17 = r16;
+                                r18 = p0;
+                                r19 = rt::cmp(BinOp::Lt, r4, r18);
+                                {
+                                    debug_assert!(r19);
+                                    r20 = r4 as f32;
+                                    r14 = r20;
+                                    'l0: loop {
+                                        'c0: {
+                                            r21 = r17;
+                                            r22 = p1;
+                                            r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                            if r23 {
+                                            } else {
+                                                break 'l0;
+                                            }
+                                            r24 = r14;
+                                            r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                            r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                            r14 = r28;
                                         }
-                                        r24 = r14;
-                                        r26 = rt::bin_f32(BinOp::Mul, r24, r25);
-                                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
-                                        r14 = r28;
+                                        r29 = r17;
+                                        r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                        r17 = r30;
                                     }
-                                    r29 = r17;
-                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
-                                    r17 = r30;
+                                    r33 = u64::from(r4);
+                                    r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                    r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                    r37 = r14;
+                                    r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                    r39 = rt::cmp(BinOp::Le, r38, r32);
+                                    r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                    r41 = r39;
+                                    debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r41);
+                                    w0.st_f32(lx as usize, r37);
+                                    break 'inv;
                                 }
-                                r33 = u64::from(r4);
-                                r35 = rt::bin_u64(BinOp::Mul, r33, r34);
-                                r36 = rt::bin_u64(BinOp::Add, r31, r35);
-                                r37 = r14;
-                                r38 = rt::bin_u64(BinOp::Add, r36, r34);
-                                r39 = rt::cmp(BinOp::Le, r38, r32);
-                                r40 = rt::cmp(BinOp::Ge, r38, r36);
-                                r41 = r39;
-                                debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r41);
-                                w0.st_f32(lx as usize, r37);
-                                break 'inv;
-                            } else {
-                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..64u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: f32 = 0.0f32;
+                        let mut r15: f32 = 0.0f32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: bool = false;
+                        let mut r20: f32 = 0.0f32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: bool = false;
+                        let mut r24: f32 = 0.0f32;
+                        let mut r25: f32 = 0.0f32;
+                        let mut r26: f32 = 0.0f32;
+                        let mut r27: f32 = 0.0f32;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u32 = 0u32;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x40u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r15 = f32::from_bits(0x0);
+                            r16 = 0x0u32;
+                            r25 = f32::from_bits(0x3f7fbe77);
+                            r27 = f32::from_bits(0x3f800000);
+                            r31 = 0x0u64;
+                            r32 = b0.len();
+                            r34 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = r15;
+                                r17 = r16;
+                                r18 = p0;
+                                r19 = rt::cmp(BinOp::Lt, r4, r18);
+                                if r19 {
+                                    r20 = r4 as f32;
+                                    r14 = r20;
+                                    'l0: loop {
+                                        'c0: {
+                                            r21 = r17;
+                                            r22 = p1;
+                                            r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                            if r23 {
+                                            } else {
+                                                break 'l0;
+                                            }
+                                            r24 = r14;
+                                            r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                            r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                            r14 = r28;
+                                        }
+                                        r29 = r17;
+                                        r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                        r17 = r30;
+                                    }
+                                    r33 = u64::from(r4);
+                                    r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                    r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                    r37 = r14;
+                                    r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                    r39 = rt::cmp(BinOp::Le, r38, r32);
+                                    r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                    r41 = r39;
+                                    debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r41);
+                                    w0.st_f32(lx as usize, r37);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -937,6 +1291,7 @@ fn add_f32_group(
         let mut r17: u32 = 0u32;
         let mut r18: u32 = 0u32;
         let mut r19: u32 = 0u32;
+        let mut r20: u32 = 0u32;
         let mut r22: u64 = 0u64;
         let mut r24: u64 = 0u64;
         let mut r25: u64 = 0u64;
@@ -964,6 +1319,7 @@ fn add_f32_group(
         r17 = rt::bin_u32(BinOp::Mul, r9, r14);
         r18 = rt::bin_u32(BinOp::Mul, r17, r2);
         r19 = rt::bin_u32(BinOp::Add, r18, r4);
+        r20 = p0;
         r24 = u64::from(r19);
         r26 = rt::bin_u64(BinOp::Mul, r24, r25);
         r27 = rt::bin_u64(BinOp::Add, r22, r26);
@@ -985,127 +1341,254 @@ fn add_f32_group(
         let Some(w2) = b2.window::<256>(r27, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2))
+        let hoisted = (rt::fits_u32(r19, 0, 255) && i128::from(r19) + 255 < i128::from(r20));
+        Some((w0, w1, w2, hoisted))
     };
-    if let Some((w0, w1, w2)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..256u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: u32 = 0u32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: u32 = 0u32;
-                    let mut r18: u32 = 0u32;
-                    let mut r19: u32 = 0u32;
-                    let mut r20: u32 = 0u32;
-                    let mut r21: bool = false;
-                    let mut r22: u64 = 0u64;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: u64 = 0u64;
-                    let mut r26: u64 = 0u64;
-                    let mut r27: u64 = 0u64;
-                    let mut r28: u64 = 0u64;
-                    let mut r29: u64 = 0u64;
-                    let mut r30: u64 = 0u64;
-                    let mut r31: u64 = 0u64;
-                    let mut r32: u64 = 0u64;
-                    let mut r33: bool = false;
-                    let mut r34: bool = false;
-                    let mut r35: bool = false;
-                    let mut r36: f32 = 0.0f32;
-                    let mut r37: u64 = 0u64;
-                    let mut r38: u64 = 0u64;
-                    let mut r39: u64 = 0u64;
-                    let mut r40: u64 = 0u64;
-                    let mut r41: u64 = 0u64;
-                    let mut r42: bool = false;
-                    let mut r43: bool = false;
-                    let mut r44: bool = false;
-                    let mut r45: f32 = 0.0f32;
-                    let mut r46: f32 = 0.0f32;
-                    let mut r47: u64 = 0u64;
-                    let mut r48: bool = false;
-                    let mut r49: bool = false;
-                    let mut r50: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x100u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = grid[0];
-                        r15 = grid[1];
-                        r16 = grid[2];
-                        r22 = 0x0u64;
-                        r23 = b2.len();
-                        r25 = 0x4u64;
-                        r28 = b0.len();
-                        r37 = b1.len();
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
-                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
-                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
-                            r20 = p0;
-                            r21 = rt::cmp(BinOp::Lt, r19, r20);
-                            if r21 {
-                                r24 = u64::from(r19);
-                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
-                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
-                                r29 = u64::from(r19);
-                                r30 = rt::bin_u64(BinOp::Mul, r29, r25);
-                                r31 = rt::bin_u64(BinOp::Add, r22, r30);
-                                r32 = rt::bin_u64(BinOp::Add, r31, r25);
-                                r33 = rt::cmp(BinOp::Le, r32, r28);
-                                r34 = rt::cmp(BinOp::Ge, r32, r31);
-                                r35 = r33;
-                                debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r35);
-                                r36 = w0.ld_f32(lx as usize);
-                                r38 = u64::from(r19);
-                                r39 = rt::bin_u64(BinOp::Mul, r38, r25);
-                                r40 = rt::bin_u64(BinOp::Add, r22, r39);
-                                r41 = rt::bin_u64(BinOp::Add, r40, r25);
-                                r42 = rt::cmp(BinOp::Le, r41, r37);
-                                r43 = rt::cmp(BinOp::Ge, r41, r40);
-                                r44 = r42;
-                                debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r44);
-                                r45 = w1.ld_f32(lx as usize);
-                                r46 = rt::bin_f32(BinOp::Add, r36, r45);
-                                r47 = rt::bin_u64(BinOp::Add, r27, r25);
-                                r48 = rt::cmp(BinOp::Le, r47, r23);
-                                r49 = rt::cmp(BinOp::Ge, r47, r27);
-                                r50 = r48;
-                                debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r50);
-                                w2.st_f32(lx as usize, r46);
-                                break 'inv;
-                            } else {
-                                break 'inv;
+    if let Some((w0, w1, w2, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: bool = false;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: bool = false;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: f32 = 0.0f32;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: u64 = 0u64;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: f32 = 0.0f32;
+                        let mut r46: f32 = 0.0f32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: bool = false;
+                        let mut r49: bool = false;
+                        let mut r50: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r22 = 0x0u64;
+                            r23 = b2.len();
+                            r25 = 0x4u64;
+                            r28 = b0.len();
+                            r37 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                                r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                                r20 = p0;
+                                r21 = rt::cmp(BinOp::Lt, r19, r20);
+                                {
+                                    debug_assert!(r21);
+                                    r24 = u64::from(r19);
+                                    r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                    r29 = u64::from(r19);
+                                    r30 = rt::bin_u64(BinOp::Mul, r29, r25);
+                                    r31 = rt::bin_u64(BinOp::Add, r22, r30);
+                                    r32 = rt::bin_u64(BinOp::Add, r31, r25);
+                                    r33 = rt::cmp(BinOp::Le, r32, r28);
+                                    r34 = rt::cmp(BinOp::Ge, r32, r31);
+                                    r35 = r33;
+                                    debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r35);
+                                    r36 = w0.ld_f32(lx as usize);
+                                    r38 = u64::from(r19);
+                                    r39 = rt::bin_u64(BinOp::Mul, r38, r25);
+                                    r40 = rt::bin_u64(BinOp::Add, r22, r39);
+                                    r41 = rt::bin_u64(BinOp::Add, r40, r25);
+                                    r42 = rt::cmp(BinOp::Le, r41, r37);
+                                    r43 = rt::cmp(BinOp::Ge, r41, r40);
+                                    r44 = r42;
+                                    debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r44);
+                                    r45 = w1.ld_f32(lx as usize);
+                                    r46 = rt::bin_f32(BinOp::Add, r36, r45);
+                                    r47 = rt::bin_u64(BinOp::Add, r27, r25);
+                                    r48 = rt::cmp(BinOp::Le, r47, r23);
+                                    r49 = rt::cmp(BinOp::Ge, r47, r27);
+                                    r50 = r48;
+                                    debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r50);
+                                    w2.st_f32(lx as usize, r46);
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: bool = false;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: bool = false;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: f32 = 0.0f32;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: u64 = 0u64;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: f32 = 0.0f32;
+                        let mut r46: f32 = 0.0f32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: bool = false;
+                        let mut r49: bool = false;
+                        let mut r50: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r22 = 0x0u64;
+                            r23 = b2.len();
+                            r25 = 0x4u64;
+                            r28 = b0.len();
+                            r37 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                                r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                                r20 = p0;
+                                r21 = rt::cmp(BinOp::Lt, r19, r20);
+                                if r21 {
+                                    r24 = u64::from(r19);
+                                    r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                    r29 = u64::from(r19);
+                                    r30 = rt::bin_u64(BinOp::Mul, r29, r25);
+                                    r31 = rt::bin_u64(BinOp::Add, r22, r30);
+                                    r32 = rt::bin_u64(BinOp::Add, r31, r25);
+                                    r33 = rt::cmp(BinOp::Le, r32, r28);
+                                    r34 = rt::cmp(BinOp::Ge, r32, r31);
+                                    r35 = r33;
+                                    debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r35);
+                                    r36 = w0.ld_f32(lx as usize);
+                                    r38 = u64::from(r19);
+                                    r39 = rt::bin_u64(BinOp::Mul, r38, r25);
+                                    r40 = rt::bin_u64(BinOp::Add, r22, r39);
+                                    r41 = rt::bin_u64(BinOp::Add, r40, r25);
+                                    r42 = rt::cmp(BinOp::Le, r41, r37);
+                                    r43 = rt::cmp(BinOp::Ge, r41, r40);
+                                    r44 = r42;
+                                    debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r44);
+                                    r45 = w1.ld_f32(lx as usize);
+                                    r46 = rt::bin_f32(BinOp::Add, r36, r45);
+                                    r47 = rt::bin_u64(BinOp::Add, r27, r25);
+                                    r48 = rt::cmp(BinOp::Le, r47, r23);
+                                    r49 = rt::cmp(BinOp::Ge, r47, r27);
+                                    r50 = r48;
+                                    debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r50);
+                                    w2.st_f32(lx as usize, r46);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -1279,6 +1762,7 @@ fn fill_f32_group(
         let mut r17: u32 = 0u32;
         let mut r18: u32 = 0u32;
         let mut r19: u32 = 0u32;
+        let mut r20: u32 = 0u32;
         let mut r22: u64 = 0u64;
         let mut r24: u64 = 0u64;
         let mut r25: u64 = 0u64;
@@ -1300,6 +1784,7 @@ fn fill_f32_group(
         r17 = rt::bin_u32(BinOp::Mul, r9, r14);
         r18 = rt::bin_u32(BinOp::Mul, r17, r2);
         r19 = rt::bin_u32(BinOp::Add, r18, r4);
+        r20 = p0;
         r24 = u64::from(r19);
         r26 = rt::bin_u64(BinOp::Mul, r24, r25);
         r27 = rt::bin_u64(BinOp::Add, r22, r26);
@@ -1309,87 +1794,174 @@ fn fill_f32_group(
         let Some(w0) = b0.window::<256>(r27, 0) else {
             break 'fast None;
         };
-        Some((w0,))
+        let hoisted = (rt::fits_u32(r19, 0, 255) && i128::from(r19) + 255 < i128::from(r20));
+        Some((w0, hoisted))
     };
-    if let Some((w0,)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..256u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: u32 = 0u32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: u32 = 0u32;
-                    let mut r18: u32 = 0u32;
-                    let mut r19: u32 = 0u32;
-                    let mut r20: u32 = 0u32;
-                    let mut r21: bool = false;
-                    let mut r22: u64 = 0u64;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: u64 = 0u64;
-                    let mut r26: u64 = 0u64;
-                    let mut r27: u64 = 0u64;
-                    let mut r28: f32 = 0.0f32;
-                    let mut r29: u64 = 0u64;
-                    let mut r30: bool = false;
-                    let mut r31: bool = false;
-                    let mut r32: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x100u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = grid[0];
-                        r15 = grid[1];
-                        r16 = grid[2];
-                        r22 = 0x0u64;
-                        r23 = b0.len();
-                        r25 = 0x4u64;
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
-                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
-                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
-                            r20 = p0;
-                            r21 = rt::cmp(BinOp::Lt, r19, r20);
-                            if r21 {
-                                r24 = u64::from(r19);
-                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
-                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
-                                r28 = f32::from_bits(p1);
-                                r29 = rt::bin_u64(BinOp::Add, r27, r25);
-                                r30 = rt::cmp(BinOp::Le, r29, r23);
-                                r31 = rt::cmp(BinOp::Ge, r29, r27);
-                                r32 = r30;
-                                debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r32);
-                                w0.st_f32(lx as usize, r28);
-                                break 'inv;
-                            } else {
-                                break 'inv;
+    if let Some((w0, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: bool = false;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: bool = false;
+                        let mut r31: bool = false;
+                        let mut r32: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r22 = 0x0u64;
+                            r23 = b0.len();
+                            r25 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                                r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                                r20 = p0;
+                                r21 = rt::cmp(BinOp::Lt, r19, r20);
+                                {
+                                    debug_assert!(r21);
+                                    r24 = u64::from(r19);
+                                    r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                    r28 = f32::from_bits(p1);
+                                    r29 = rt::bin_u64(BinOp::Add, r27, r25);
+                                    r30 = rt::cmp(BinOp::Le, r29, r23);
+                                    r31 = rt::cmp(BinOp::Ge, r29, r27);
+                                    r32 = r30;
+                                    debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r32);
+                                    w0.st_f32(lx as usize, r28);
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u32 = 0u32;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: bool = false;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: bool = false;
+                        let mut r31: bool = false;
+                        let mut r32: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r22 = 0x0u64;
+                            r23 = b0.len();
+                            r25 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                                r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                                r20 = p0;
+                                r21 = rt::cmp(BinOp::Lt, r19, r20);
+                                if r21 {
+                                    r24 = u64::from(r19);
+                                    r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                    r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                    r28 = f32::from_bits(p1);
+                                    r29 = rt::bin_u64(BinOp::Add, r27, r25);
+                                    r30 = rt::cmp(BinOp::Le, r29, r23);
+                                    r31 = rt::cmp(BinOp::Ge, r29, r27);
+                                    r32 = r30;
+                                    debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r32);
+                                    w0.st_f32(lx as usize, r28);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -1534,6 +2106,9 @@ fn cast_f32_half_group(
         let mut r25: u32 = 0u32;
         let mut r26: u32 = 0u32;
         let mut r27: u32 = 0u32;
+        let mut r28: u32 = 0u32;
+        let mut r30: u32 = 0u32;
+        let mut r31: u32 = 0u32;
         let mut r43: u64 = 0u64;
         let mut r45: u64 = 0u64;
         let mut r46: u64 = 0u64;
@@ -1574,6 +2149,9 @@ fn cast_f32_half_group(
         r24 = rt::bin_u32(BinOp::Mul, r23, r2);
         r25 = rt::bin_u32(BinOp::Add, r24, r4);
         r27 = rt::bin_u32(BinOp::Mul, r26, r25);
+        r28 = p0;
+        r30 = rt::bin_u32(BinOp::Add, r27, r7);
+        r31 = p0;
         r45 = u64::from(r25);
         r47 = rt::bin_u64(BinOp::Mul, r45, r46);
         r48 = rt::bin_u64(BinOp::Add, r43, r47);
@@ -1624,989 +2202,2029 @@ fn cast_f32_half_group(
         let Some(w5) = b1.window::<256>(r390, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2, w3, w4, w5))
+        let hoisted = (rt::fits_u32(r27, 0, 510) && i128::from(r27) + 510 < i128::from(r28))
+            && (rt::fits_u32(r30, 0, 510) && i128::from(r30) + 510 < i128::from(r31));
+        Some((w0, w1, w2, w3, w4, w5, hoisted))
     };
-    if let Some((w0, w1, w2, w3, w4, w5)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..256u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: u32 = 0u32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: f32 = 0.0f32;
-                    let mut r18: f32 = 0.0f32;
-                    let mut r19: f32 = 0.0f32;
-                    let mut r20: f32 = 0.0f32;
-                    let mut r21: u32 = 0u32;
-                    let mut r22: u32 = 0u32;
-                    let mut r23: u32 = 0u32;
-                    let mut r24: u32 = 0u32;
-                    let mut r25: u32 = 0u32;
-                    let mut r26: u32 = 0u32;
-                    let mut r27: u32 = 0u32;
-                    let mut r28: u32 = 0u32;
-                    let mut r29: bool = false;
-                    let mut r30: u32 = 0u32;
-                    let mut r31: u32 = 0u32;
-                    let mut r32: bool = false;
-                    let mut r33: u32 = 0u32;
-                    let mut r34: bool = false;
-                    let mut r35: bool = false;
-                    let mut r36: bool = false;
-                    let mut r37: bool = false;
-                    let mut r38: bool = false;
-                    let mut r39: bool = false;
-                    let mut r40: bool = false;
-                    let mut r41: bool = false;
-                    let mut r42: bool = false;
-                    let mut r43: u64 = 0u64;
-                    let mut r44: u64 = 0u64;
-                    let mut r45: u64 = 0u64;
-                    let mut r46: u64 = 0u64;
-                    let mut r47: u64 = 0u64;
-                    let mut r48: u64 = 0u64;
-                    let mut r49: u64 = 0u64;
-                    let mut r50: bool = false;
-                    let mut r51: bool = false;
-                    let mut r52: bool = false;
-                    let mut r53: u32 = 0u32;
-                    let mut r54: u32 = 0u32;
-                    let mut r55: bool = false;
-                    let mut r56: u32 = 0u32;
-                    let mut r57: u32 = 0u32;
-                    let mut r58: f32 = 0.0f32;
-                    let mut r59: u32 = 0u32;
-                    let mut r60: u32 = 0u32;
-                    let mut r61: u32 = 0u32;
-                    let mut r62: u32 = 0u32;
-                    let mut r63: u32 = 0u32;
-                    let mut r64: u32 = 0u32;
-                    let mut r65: u32 = 0u32;
-                    let mut r66: u32 = 0u32;
-                    let mut r67: u32 = 0u32;
-                    let mut r68: u32 = 0u32;
-                    let mut r69: u32 = 0u32;
-                    let mut r70: u32 = 0u32;
-                    let mut r71: bool = false;
-                    let mut r72: f32 = 0.0f32;
-                    let mut r73: f32 = 0.0f32;
-                    let mut r74: f32 = 0.0f32;
-                    let mut r75: u32 = 0u32;
-                    let mut r76: u32 = 0u32;
-                    let mut r77: f32 = 0.0f32;
-                    let mut r78: bool = false;
-                    let mut r79: u32 = 0u32;
-                    let mut r80: u32 = 0u32;
-                    let mut r81: u32 = 0u32;
-                    let mut r82: u32 = 0u32;
-                    let mut r83: u32 = 0u32;
-                    let mut r84: u32 = 0u32;
-                    let mut r85: f32 = 0.0f32;
-                    let mut r86: u32 = 0u32;
-                    let mut r87: u32 = 0u32;
-                    let mut r88: u32 = 0u32;
-                    let mut r89: u32 = 0u32;
-                    let mut r90: u32 = 0u32;
-                    let mut r91: u32 = 0u32;
-                    let mut r92: u32 = 0u32;
-                    let mut r93: u32 = 0u32;
-                    let mut r94: u32 = 0u32;
-                    let mut r95: f32 = 0.0f32;
-                    let mut r96: f32 = 0.0f32;
-                    let mut r97: u32 = 0u32;
-                    let mut r98: u32 = 0u32;
-                    let mut r99: f32 = 0.0f32;
-                    let mut r100: u32 = 0u32;
-                    let mut r101: u32 = 0u32;
-                    let mut r102: u32 = 0u32;
-                    let mut r103: u32 = 0u32;
-                    let mut r104: u32 = 0u32;
-                    let mut r105: u32 = 0u32;
-                    let mut r106: u32 = 0u32;
-                    let mut r107: bool = false;
-                    let mut r108: f32 = 0.0f32;
-                    let mut r109: f32 = 0.0f32;
-                    let mut r110: u32 = 0u32;
-                    let mut r111: u32 = 0u32;
-                    let mut r112: f32 = 0.0f32;
-                    let mut r113: bool = false;
-                    let mut r114: u32 = 0u32;
-                    let mut r115: u32 = 0u32;
-                    let mut r116: u32 = 0u32;
-                    let mut r117: u32 = 0u32;
-                    let mut r118: f32 = 0.0f32;
-                    let mut r119: u32 = 0u32;
-                    let mut r120: u32 = 0u32;
-                    let mut r121: u32 = 0u32;
-                    let mut r122: u32 = 0u32;
-                    let mut r123: u32 = 0u32;
-                    let mut r124: u32 = 0u32;
-                    let mut r125: u32 = 0u32;
-                    let mut r126: f32 = 0.0f32;
-                    let mut r127: f32 = 0.0f32;
-                    let mut r128: u32 = 0u32;
-                    let mut r129: u32 = 0u32;
-                    let mut r130: f32 = 0.0f32;
-                    let mut r131: u32 = 0u32;
-                    let mut r132: u32 = 0u32;
-                    let mut r133: f32 = 0.0f32;
-                    let mut r134: u64 = 0u64;
-                    let mut r135: u64 = 0u64;
-                    let mut r136: u64 = 0u64;
-                    let mut r137: u64 = 0u64;
-                    let mut r138: f32 = 0.0f32;
-                    let mut r139: u32 = 0u32;
-                    let mut r140: u64 = 0u64;
-                    let mut r141: bool = false;
-                    let mut r142: bool = false;
-                    let mut r143: bool = false;
-                    let mut r144: u32 = 0u32;
-                    let mut r145: u64 = 0u64;
-                    let mut r146: u64 = 0u64;
-                    let mut r147: u64 = 0u64;
-                    let mut r148: f32 = 0.0f32;
-                    let mut r149: u32 = 0u32;
-                    let mut r150: u64 = 0u64;
-                    let mut r151: bool = false;
-                    let mut r152: bool = false;
-                    let mut r153: bool = false;
-                    let mut r154: u64 = 0u64;
-                    let mut r155: u64 = 0u64;
-                    let mut r156: u64 = 0u64;
-                    let mut r157: u64 = 0u64;
-                    let mut r158: bool = false;
-                    let mut r159: bool = false;
-                    let mut r160: bool = false;
-                    let mut r161: u32 = 0u32;
-                    let mut r162: f32 = 0.0f32;
-                    let mut r163: u32 = 0u32;
-                    let mut r164: u64 = 0u64;
-                    let mut r165: u64 = 0u64;
-                    let mut r166: u64 = 0u64;
-                    let mut r167: u64 = 0u64;
-                    let mut r168: bool = false;
-                    let mut r169: bool = false;
-                    let mut r170: bool = false;
-                    let mut r171: u32 = 0u32;
-                    let mut r172: f32 = 0.0f32;
-                    let mut r173: u32 = 0u32;
-                    let mut r174: bool = false;
-                    let mut r175: u32 = 0u32;
-                    let mut r176: u32 = 0u32;
-                    let mut r177: u32 = 0u32;
-                    let mut r178: u32 = 0u32;
-                    let mut r179: u32 = 0u32;
-                    let mut r180: u32 = 0u32;
-                    let mut r181: u32 = 0u32;
-                    let mut r182: bool = false;
-                    let mut r183: u32 = 0u32;
-                    let mut r184: u32 = 0u32;
-                    let mut r185: f32 = 0.0f32;
-                    let mut r186: f32 = 0.0f32;
-                    let mut r187: f32 = 0.0f32;
-                    let mut r188: bool = false;
-                    let mut r189: f32 = 0.0f32;
-                    let mut r190: f32 = 0.0f32;
-                    let mut r191: f32 = 0.0f32;
-                    let mut r192: f32 = 0.0f32;
-                    let mut r193: f32 = 0.0f32;
-                    let mut r194: u32 = 0u32;
-                    let mut r195: u32 = 0u32;
-                    let mut r196: bool = false;
-                    let mut r197: u32 = 0u32;
-                    let mut r198: u32 = 0u32;
-                    let mut r199: u32 = 0u32;
-                    let mut r200: u32 = 0u32;
-                    let mut r201: u32 = 0u32;
-                    let mut r202: u32 = 0u32;
-                    let mut r203: u32 = 0u32;
-                    let mut r204: u32 = 0u32;
-                    let mut r205: u32 = 0u32;
-                    let mut r206: u32 = 0u32;
-                    let mut r207: u32 = 0u32;
-                    let mut r208: u32 = 0u32;
-                    let mut r209: u32 = 0u32;
-                    let mut r210: u32 = 0u32;
-                    let mut r211: f32 = 0.0f32;
-                    let mut r212: f32 = 0.0f32;
-                    let mut r213: f32 = 0.0f32;
-                    let mut r214: f32 = 0.0f32;
-                    let mut r215: bool = false;
-                    let mut r216: u32 = 0u32;
-                    let mut r217: u32 = 0u32;
-                    let mut r218: u32 = 0u32;
-                    let mut r219: u32 = 0u32;
-                    let mut r220: f32 = 0.0f32;
-                    let mut r221: f32 = 0.0f32;
-                    let mut r222: u32 = 0u32;
-                    let mut r223: u32 = 0u32;
-                    let mut r224: bool = false;
-                    let mut r225: u32 = 0u32;
-                    let mut r226: u32 = 0u32;
-                    let mut r227: u32 = 0u32;
-                    let mut r228: bool = false;
-                    let mut r229: f32 = 0.0f32;
-                    let mut r230: f32 = 0.0f32;
-                    let mut r231: f32 = 0.0f32;
-                    let mut r232: f32 = 0.0f32;
-                    let mut r233: f32 = 0.0f32;
-                    let mut r234: u32 = 0u32;
-                    let mut r235: u32 = 0u32;
-                    let mut r236: u32 = 0u32;
-                    let mut r237: u32 = 0u32;
-                    let mut r238: u32 = 0u32;
-                    let mut r239: u32 = 0u32;
-                    let mut r240: u32 = 0u32;
-                    let mut r241: u32 = 0u32;
-                    let mut r242: u32 = 0u32;
-                    let mut r243: u32 = 0u32;
-                    let mut r244: u32 = 0u32;
-                    let mut r245: u32 = 0u32;
-                    let mut r246: u32 = 0u32;
-                    let mut r247: u32 = 0u32;
-                    let mut r248: u32 = 0u32;
-                    let mut r249: u32 = 0u32;
-                    let mut r250: f32 = 0.0f32;
-                    let mut r251: u32 = 0u32;
-                    let mut r252: u32 = 0u32;
-                    let mut r253: u32 = 0u32;
-                    let mut r254: u32 = 0u32;
-                    let mut r255: u32 = 0u32;
-                    let mut r256: u32 = 0u32;
-                    let mut r257: bool = false;
-                    let mut r258: u32 = 0u32;
-                    let mut r259: f32 = 0.0f32;
-                    let mut r260: f32 = 0.0f32;
-                    let mut r261: bool = false;
-                    let mut r262: f32 = 0.0f32;
-                    let mut r263: f32 = 0.0f32;
-                    let mut r264: f32 = 0.0f32;
-                    let mut r265: f32 = 0.0f32;
-                    let mut r266: u32 = 0u32;
-                    let mut r267: u32 = 0u32;
-                    let mut r268: bool = false;
-                    let mut r269: u32 = 0u32;
-                    let mut r270: u32 = 0u32;
-                    let mut r271: u32 = 0u32;
-                    let mut r272: u32 = 0u32;
-                    let mut r273: u32 = 0u32;
-                    let mut r274: u32 = 0u32;
-                    let mut r275: u32 = 0u32;
-                    let mut r276: u32 = 0u32;
-                    let mut r277: u32 = 0u32;
-                    let mut r278: u32 = 0u32;
-                    let mut r279: u32 = 0u32;
-                    let mut r280: u32 = 0u32;
-                    let mut r281: u32 = 0u32;
-                    let mut r282: u32 = 0u32;
-                    let mut r283: f32 = 0.0f32;
-                    let mut r284: f32 = 0.0f32;
-                    let mut r285: f32 = 0.0f32;
-                    let mut r286: bool = false;
-                    let mut r287: u32 = 0u32;
-                    let mut r288: u32 = 0u32;
-                    let mut r289: u32 = 0u32;
-                    let mut r290: f32 = 0.0f32;
-                    let mut r291: f32 = 0.0f32;
-                    let mut r292: u32 = 0u32;
-                    let mut r293: u32 = 0u32;
-                    let mut r294: bool = false;
-                    let mut r295: u32 = 0u32;
-                    let mut r296: bool = false;
-                    let mut r297: f32 = 0.0f32;
-                    let mut r298: f32 = 0.0f32;
-                    let mut r299: f32 = 0.0f32;
-                    let mut r300: f32 = 0.0f32;
-                    let mut r301: u32 = 0u32;
-                    let mut r302: u32 = 0u32;
-                    let mut r303: u32 = 0u32;
-                    let mut r304: u32 = 0u32;
-                    let mut r305: u32 = 0u32;
-                    let mut r306: u32 = 0u32;
-                    let mut r307: u32 = 0u32;
-                    let mut r308: u32 = 0u32;
-                    let mut r309: u32 = 0u32;
-                    let mut r310: u32 = 0u32;
-                    let mut r311: u32 = 0u32;
-                    let mut r312: u32 = 0u32;
-                    let mut r313: u32 = 0u32;
-                    let mut r314: u32 = 0u32;
-                    let mut r315: u32 = 0u32;
-                    let mut r316: u32 = 0u32;
-                    let mut r317: u32 = 0u32;
-                    let mut r318: u32 = 0u32;
-                    let mut r319: u32 = 0u32;
-                    let mut r320: u32 = 0u32;
-                    let mut r321: bool = false;
-                    let mut r322: u32 = 0u32;
-                    let mut r323: u32 = 0u32;
-                    let mut r324: u32 = 0u32;
-                    let mut r325: u32 = 0u32;
-                    let mut r326: u32 = 0u32;
-                    let mut r327: f32 = 0.0f32;
-                    let mut r328: u32 = 0u32;
-                    let mut r329: u32 = 0u32;
-                    let mut r330: bool = false;
-                    let mut r331: u32 = 0u32;
-                    let mut r332: u32 = 0u32;
-                    let mut r333: u32 = 0u32;
-                    let mut r334: u32 = 0u32;
-                    let mut r335: u32 = 0u32;
-                    let mut r336: u32 = 0u32;
-                    let mut r337: u32 = 0u32;
-                    let mut r338: u32 = 0u32;
-                    let mut r339: u32 = 0u32;
-                    let mut r340: u32 = 0u32;
-                    let mut r341: u32 = 0u32;
-                    let mut r342: u32 = 0u32;
-                    let mut r343: u32 = 0u32;
-                    let mut r344: u32 = 0u32;
-                    let mut r345: f32 = 0.0f32;
-                    let mut r346: f32 = 0.0f32;
-                    let mut r347: u32 = 0u32;
-                    let mut r348: u32 = 0u32;
-                    let mut r349: u32 = 0u32;
-                    let mut r350: u32 = 0u32;
-                    let mut r351: u32 = 0u32;
-                    let mut r352: f32 = 0.0f32;
-                    let mut r353: u32 = 0u32;
-                    let mut r354: u32 = 0u32;
-                    let mut r355: u32 = 0u32;
-                    let mut r356: bool = false;
-                    let mut r357: u32 = 0u32;
-                    let mut r358: u32 = 0u32;
-                    let mut r359: u32 = 0u32;
-                    let mut r360: u32 = 0u32;
-                    let mut r361: f32 = 0.0f32;
-                    let mut r362: u32 = 0u32;
-                    let mut r363: u32 = 0u32;
-                    let mut r364: bool = false;
-                    let mut r365: u32 = 0u32;
-                    let mut r366: u32 = 0u32;
-                    let mut r367: u32 = 0u32;
-                    let mut r368: u32 = 0u32;
-                    let mut r369: u32 = 0u32;
-                    let mut r370: u32 = 0u32;
-                    let mut r371: u32 = 0u32;
-                    let mut r372: u32 = 0u32;
-                    let mut r373: u32 = 0u32;
-                    let mut r374: u32 = 0u32;
-                    let mut r375: u32 = 0u32;
-                    let mut r376: u32 = 0u32;
-                    let mut r377: u32 = 0u32;
-                    let mut r378: u32 = 0u32;
-                    let mut r379: f32 = 0.0f32;
-                    let mut r380: f32 = 0.0f32;
-                    let mut r381: u32 = 0u32;
-                    let mut r382: u32 = 0u32;
-                    let mut r383: u32 = 0u32;
-                    let mut r384: u32 = 0u32;
-                    let mut r385: u32 = 0u32;
-                    let mut r386: u32 = 0u32;
-                    let mut r387: u32 = 0u32;
-                    let mut r388: u64 = 0u64;
-                    let mut r389: u64 = 0u64;
-                    let mut r390: u64 = 0u64;
-                    let mut r391: u32 = 0u32;
-                    let mut r392: u64 = 0u64;
-                    let mut r393: bool = false;
-                    let mut r394: bool = false;
-                    let mut r395: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x100u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = grid[0];
-                        r15 = grid[1];
-                        r16 = grid[2];
-                        r18 = f32::from_bits(0x0);
-                        r22 = 0x0u32;
-                        r26 = 0x2u32;
-                        r36 = true;
-                        r41 = false;
-                        r43 = 0x0u64;
-                        r44 = b0.len();
-                        r46 = 0x4u64;
-                        r56 = 0xffffu32;
-                        r59 = 0x8000u32;
-                        r61 = 0x10u32;
-                        r62 = 0x1fu32;
-                        r65 = 0xau32;
-                        r69 = 0x3ffu32;
-                        r73 = f32::from_bits(0x33800000);
-                        r79 = 0x7f800000u32;
-                        r81 = 0xdu32;
-                        r86 = 0x70u32;
-                        r88 = 0x17u32;
-                        r131 = 0xffff0000u32;
-                        r134 = b1.len();
-                        r180 = 0x7fffffffu32;
-                        r183 = 0x7e00u32;
-                        r187 = f32::from_bits(0x38800000);
-                        r189 = f32::from_bits(0x4b800000);
-                        r214 = f32::from_bits(0x477fe000);
-                        r217 = 0x80000000u32;
-                        r225 = 0x7c00u32;
-                        r227 = 0x38800000u32;
-                        r231 = f32::from_bits(0x4f7fffff);
-                        r238 = 0xffu32;
-                        r325 = 0x7fc0u32;
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r17 = r18;
-                            r19 = r18;
-                            r20 = r18;
-                            r21 = r22;
-                            r23 = rt::bin_u32(BinOp::Mul, r9, r14);
-                            r24 = rt::bin_u32(BinOp::Mul, r23, r2);
-                            r25 = rt::bin_u32(BinOp::Add, r24, r4);
-                            r27 = rt::bin_u32(BinOp::Mul, r26, r25);
-                            r28 = p0;
-                            r29 = rt::cmp(BinOp::Ge, r27, r28);
-                            if r29 {
-                                break 'inv;
-                            }
-                            r30 = rt::bin_u32(BinOp::Add, r27, r7);
-                            r31 = p0;
-                            r32 = rt::cmp(BinOp::Lt, r30, r31);
-                            r33 = p1;
-                            'b2: {
-                                r34 = rt::cmp(BinOp::Eq, r33, r22);
-                                r35 = rt::cmp(BinOp::Eq, r33, r7);
-                                r37 = !r34;
-                                r38 = r37;
-                                r39 = !r35;
-                                r40 = rt::bin_bool(BinOp::And, r38, r39);
-                                r42 = r41;
-                                r42 = rt::bin_bool(BinOp::Or, r42, r34);
-                                if r42 {}
-                                r42 = rt::bin_bool(BinOp::Or, r42, r35);
-                                if r42 {
-                                    r45 = u64::from(r25);
-                                    r47 = rt::bin_u64(BinOp::Mul, r45, r46);
-                                    r48 = rt::bin_u64(BinOp::Add, r43, r47);
-                                    r49 = rt::bin_u64(BinOp::Add, r48, r46);
-                                    r50 = rt::cmp(BinOp::Le, r49, r44);
-                                    r51 = rt::cmp(BinOp::Ge, r49, r48);
-                                    r52 = r50;
-                                    debug_assert_eq!(r48, w0.start() + 4 * (lx as usize) as u64);
-                                    debug_assert!(r52);
-                                    r53 = w0.ld_u32(lx as usize);
-                                    r54 = p1;
-                                    r55 = rt::cmp(BinOp::Eq, r54, r22);
-                                    if r55 {
-                                        r57 = rt::bin_u32(BinOp::And, r53, r56);
-                                        'b3: {
-                                            r60 = rt::bin_u32(BinOp::And, r57, r59);
-                                            r63 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r64 = rt::bin_u32(BinOp::Shl, r60, r63);
-                                            r66 = rt::bin_u32(BinOp::And, r65, r62);
-                                            r67 = rt::bin_u32(BinOp::Shr, r57, r66);
-                                            r68 = rt::bin_u32(BinOp::And, r67, r62);
-                                            r70 = rt::bin_u32(BinOp::And, r57, r69);
-                                            r71 = rt::cmp(BinOp::Eq, r68, r22);
-                                            if r71 {
-                                                r72 = r70 as f32;
-                                                r74 = rt::bin_f32(BinOp::Mul, r72, r73);
-                                                r75 = r74.to_bits();
-                                                r76 = rt::bin_u32(BinOp::Or, r75, r64);
-                                                r77 = f32::from_bits(r76);
-                                                r58 = r77;
-                                                break 'b3;
-                                            }
-                                            r78 = rt::cmp(BinOp::Eq, r68, r62);
-                                            if r78 {
-                                                r80 = rt::bin_u32(BinOp::Or, r64, r79);
-                                                r82 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r83 = rt::bin_u32(BinOp::Shl, r70, r82);
-                                                r84 = rt::bin_u32(BinOp::Or, r80, r83);
-                                                r85 = f32::from_bits(r84);
-                                                r58 = r85;
-                                                break 'b3;
-                                            }
-                                            r87 = rt::bin_u32(BinOp::Add, r68, r86);
-                                            r89 = rt::bin_u32(BinOp::And, r88, r62);
-                                            r90 = rt::bin_u32(BinOp::Shl, r87, r89);
-                                            r91 = rt::bin_u32(BinOp::Or, r64, r90);
-                                            r92 = rt::bin_u32(BinOp::And, r81, r62);
-                                            r93 = rt::bin_u32(BinOp::Shl, r70, r92);
-                                            r94 = rt::bin_u32(BinOp::Or, r91, r93);
-                                            r95 = f32::from_bits(r94);
-                                            r58 = r95;
-                                            break 'b3;
-                                        }
-                                        r96 = r58;
-                                        r17 = r96;
-                                        r97 = rt::bin_u32(BinOp::And, r61, r62);
-                                        r98 = rt::bin_u32(BinOp::Shr, r53, r97);
-                                        'b4: {
-                                            r100 = rt::bin_u32(BinOp::And, r98, r59);
-                                            r101 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r102 = rt::bin_u32(BinOp::Shl, r100, r101);
-                                            r103 = rt::bin_u32(BinOp::And, r65, r62);
-                                            r104 = rt::bin_u32(BinOp::Shr, r98, r103);
-                                            r105 = rt::bin_u32(BinOp::And, r104, r62);
-                                            r106 = rt::bin_u32(BinOp::And, r98, r69);
-                                            r107 = rt::cmp(BinOp::Eq, r105, r22);
-                                            if r107 {
-                                                r108 = r106 as f32;
-                                                r109 = rt::bin_f32(BinOp::Mul, r108, r73);
-                                                r110 = r109.to_bits();
-                                                r111 = rt::bin_u32(BinOp::Or, r110, r102);
-                                                r112 = f32::from_bits(r111);
-                                                r99 = r112;
-                                                break 'b4;
-                                            }
-                                            r113 = rt::cmp(BinOp::Eq, r105, r62);
-                                            if r113 {
-                                                r114 = rt::bin_u32(BinOp::Or, r102, r79);
-                                                r115 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r116 = rt::bin_u32(BinOp::Shl, r106, r115);
-                                                r117 = rt::bin_u32(BinOp::Or, r114, r116);
-                                                r118 = f32::from_bits(r117);
-                                                r99 = r118;
-                                                break 'b4;
-                                            }
-                                            r119 = rt::bin_u32(BinOp::Add, r105, r86);
-                                            r120 = rt::bin_u32(BinOp::And, r88, r62);
-                                            r121 = rt::bin_u32(BinOp::Shl, r119, r120);
-                                            r122 = rt::bin_u32(BinOp::Or, r102, r121);
-                                            r123 = rt::bin_u32(BinOp::And, r81, r62);
-                                            r124 = rt::bin_u32(BinOp::Shl, r106, r123);
-                                            r125 = rt::bin_u32(BinOp::Or, r122, r124);
-                                            r126 = f32::from_bits(r125);
-                                            r99 = r126;
-                                            break 'b4;
-                                        }
-                                        r127 = r99;
-                                        r19 = r127;
-                                    } else {
-                                        r128 = rt::bin_u32(BinOp::And, r61, r62);
-                                        r129 = rt::bin_u32(BinOp::Shl, r53, r128);
-                                        r130 = f32::from_bits(r129);
-                                        r17 = r130;
-                                        r132 = rt::bin_u32(BinOp::And, r53, r131);
-                                        r133 = f32::from_bits(r132);
-                                        r19 = r133;
-                                    }
-                                    r135 = u64::from(r27);
-                                    r136 = rt::bin_u64(BinOp::Mul, r135, r46);
-                                    r137 = rt::bin_u64(BinOp::Add, r43, r136);
-                                    r138 = r17;
-                                    r139 = r138.to_bits();
-                                    r140 = rt::bin_u64(BinOp::Add, r137, r46);
-                                    r141 = rt::cmp(BinOp::Le, r140, r134);
-                                    r142 = rt::cmp(BinOp::Ge, r140, r137);
-                                    r143 = r141;
-                                    debug_assert_eq!(
-                                        r137,
-                                        w1.start() + 4 * (lx as usize * 2) as u64
-                                    );
-                                    debug_assert!(r143);
-                                    w1.st_u32(lx as usize * 2, r139);
-                                    if r32 {
-                                        r144 = rt::bin_u32(BinOp::Add, r27, r7);
-                                        r145 = u64::from(r144);
-                                        r146 = rt::bin_u64(BinOp::Mul, r145, r46);
-                                        r147 = rt::bin_u64(BinOp::Add, r43, r146);
-                                        r148 = r19;
-                                        r149 = r148.to_bits();
-                                        r150 = rt::bin_u64(BinOp::Add, r147, r46);
-                                        r151 = rt::cmp(BinOp::Le, r150, r134);
-                                        r152 = rt::cmp(BinOp::Ge, r150, r147);
-                                        r153 = r151;
-                                        debug_assert_eq!(
-                                            r147,
-                                            w2.start() + 4 * (lx as usize * 2) as u64
-                                        );
-                                        debug_assert!(r153);
-                                        w2.st_u32(lx as usize * 2, r149);
-                                        break 'inv;
-                                    } else {
-                                        break 'inv;
-                                    }
-                                    break 'b2;
+    if let Some((w0, w1, w2, w3, w4, w5, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: f32 = 0.0f32;
+                        let mut r18: f32 = 0.0f32;
+                        let mut r19: f32 = 0.0f32;
+                        let mut r20: f32 = 0.0f32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u32 = 0u32;
+                        let mut r24: u32 = 0u32;
+                        let mut r25: u32 = 0u32;
+                        let mut r26: u32 = 0u32;
+                        let mut r27: u32 = 0u32;
+                        let mut r28: u32 = 0u32;
+                        let mut r29: bool = false;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u32 = 0u32;
+                        let mut r32: bool = false;
+                        let mut r33: u32 = 0u32;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: bool = false;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        let mut r43: u64 = 0u64;
+                        let mut r44: u64 = 0u64;
+                        let mut r45: u64 = 0u64;
+                        let mut r46: u64 = 0u64;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: bool = false;
+                        let mut r51: bool = false;
+                        let mut r52: bool = false;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: u32 = 0u32;
+                        let mut r55: bool = false;
+                        let mut r56: u32 = 0u32;
+                        let mut r57: u32 = 0u32;
+                        let mut r58: f32 = 0.0f32;
+                        let mut r59: u32 = 0u32;
+                        let mut r60: u32 = 0u32;
+                        let mut r61: u32 = 0u32;
+                        let mut r62: u32 = 0u32;
+                        let mut r63: u32 = 0u32;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: u32 = 0u32;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: u32 = 0u32;
+                        let mut r71: bool = false;
+                        let mut r72: f32 = 0.0f32;
+                        let mut r73: f32 = 0.0f32;
+                        let mut r74: f32 = 0.0f32;
+                        let mut r75: u32 = 0u32;
+                        let mut r76: u32 = 0u32;
+                        let mut r77: f32 = 0.0f32;
+                        let mut r78: bool = false;
+                        let mut r79: u32 = 0u32;
+                        let mut r80: u32 = 0u32;
+                        let mut r81: u32 = 0u32;
+                        let mut r82: u32 = 0u32;
+                        let mut r83: u32 = 0u32;
+                        let mut r84: u32 = 0u32;
+                        let mut r85: f32 = 0.0f32;
+                        let mut r86: u32 = 0u32;
+                        let mut r87: u32 = 0u32;
+                        let mut r88: u32 = 0u32;
+                        let mut r89: u32 = 0u32;
+                        let mut r90: u32 = 0u32;
+                        let mut r91: u32 = 0u32;
+                        let mut r92: u32 = 0u32;
+                        let mut r93: u32 = 0u32;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: f32 = 0.0f32;
+                        let mut r96: f32 = 0.0f32;
+                        let mut r97: u32 = 0u32;
+                        let mut r98: u32 = 0u32;
+                        let mut r99: f32 = 0.0f32;
+                        let mut r100: u32 = 0u32;
+                        let mut r101: u32 = 0u32;
+                        let mut r102: u32 = 0u32;
+                        let mut r103: u32 = 0u32;
+                        let mut r104: u32 = 0u32;
+                        let mut r105: u32 = 0u32;
+                        let mut r106: u32 = 0u32;
+                        let mut r107: bool = false;
+                        let mut r108: f32 = 0.0f32;
+                        let mut r109: f32 = 0.0f32;
+                        let mut r110: u32 = 0u32;
+                        let mut r111: u32 = 0u32;
+                        let mut r112: f32 = 0.0f32;
+                        let mut r113: bool = false;
+                        let mut r114: u32 = 0u32;
+                        let mut r115: u32 = 0u32;
+                        let mut r116: u32 = 0u32;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: f32 = 0.0f32;
+                        let mut r119: u32 = 0u32;
+                        let mut r120: u32 = 0u32;
+                        let mut r121: u32 = 0u32;
+                        let mut r122: u32 = 0u32;
+                        let mut r123: u32 = 0u32;
+                        let mut r124: u32 = 0u32;
+                        let mut r125: u32 = 0u32;
+                        let mut r126: f32 = 0.0f32;
+                        let mut r127: f32 = 0.0f32;
+                        let mut r128: u32 = 0u32;
+                        let mut r129: u32 = 0u32;
+                        let mut r130: f32 = 0.0f32;
+                        let mut r131: u32 = 0u32;
+                        let mut r132: u32 = 0u32;
+                        let mut r133: f32 = 0.0f32;
+                        let mut r134: u64 = 0u64;
+                        let mut r135: u64 = 0u64;
+                        let mut r136: u64 = 0u64;
+                        let mut r137: u64 = 0u64;
+                        let mut r138: f32 = 0.0f32;
+                        let mut r139: u32 = 0u32;
+                        let mut r140: u64 = 0u64;
+                        let mut r141: bool = false;
+                        let mut r142: bool = false;
+                        let mut r143: bool = false;
+                        let mut r144: u32 = 0u32;
+                        let mut r145: u64 = 0u64;
+                        let mut r146: u64 = 0u64;
+                        let mut r147: u64 = 0u64;
+                        let mut r148: f32 = 0.0f32;
+                        let mut r149: u32 = 0u32;
+                        let mut r150: u64 = 0u64;
+                        let mut r151: bool = false;
+                        let mut r152: bool = false;
+                        let mut r153: bool = false;
+                        let mut r154: u64 = 0u64;
+                        let mut r155: u64 = 0u64;
+                        let mut r156: u64 = 0u64;
+                        let mut r157: u64 = 0u64;
+                        let mut r158: bool = false;
+                        let mut r159: bool = false;
+                        let mut r160: bool = false;
+                        let mut r161: u32 = 0u32;
+                        let mut r162: f32 = 0.0f32;
+                        let mut r163: u32 = 0u32;
+                        let mut r164: u64 = 0u64;
+                        let mut r165: u64 = 0u64;
+                        let mut r166: u64 = 0u64;
+                        let mut r167: u64 = 0u64;
+                        let mut r168: bool = false;
+                        let mut r169: bool = false;
+                        let mut r170: bool = false;
+                        let mut r171: u32 = 0u32;
+                        let mut r172: f32 = 0.0f32;
+                        let mut r173: u32 = 0u32;
+                        let mut r174: bool = false;
+                        let mut r175: u32 = 0u32;
+                        let mut r176: u32 = 0u32;
+                        let mut r177: u32 = 0u32;
+                        let mut r178: u32 = 0u32;
+                        let mut r179: u32 = 0u32;
+                        let mut r180: u32 = 0u32;
+                        let mut r181: u32 = 0u32;
+                        let mut r182: bool = false;
+                        let mut r183: u32 = 0u32;
+                        let mut r184: u32 = 0u32;
+                        let mut r185: f32 = 0.0f32;
+                        let mut r186: f32 = 0.0f32;
+                        let mut r187: f32 = 0.0f32;
+                        let mut r188: bool = false;
+                        let mut r189: f32 = 0.0f32;
+                        let mut r190: f32 = 0.0f32;
+                        let mut r191: f32 = 0.0f32;
+                        let mut r192: f32 = 0.0f32;
+                        let mut r193: f32 = 0.0f32;
+                        let mut r194: u32 = 0u32;
+                        let mut r195: u32 = 0u32;
+                        let mut r196: bool = false;
+                        let mut r197: u32 = 0u32;
+                        let mut r198: u32 = 0u32;
+                        let mut r199: u32 = 0u32;
+                        let mut r200: u32 = 0u32;
+                        let mut r201: u32 = 0u32;
+                        let mut r202: u32 = 0u32;
+                        let mut r203: u32 = 0u32;
+                        let mut r204: u32 = 0u32;
+                        let mut r205: u32 = 0u32;
+                        let mut r206: u32 = 0u32;
+                        let mut r207: u32 = 0u32;
+                        let mut r208: u32 = 0u32;
+                        let mut r209: u32 = 0u32;
+                        let mut r210: u32 = 0u32;
+                        let mut r211: f32 = 0.0f32;
+                        let mut r212: f32 = 0.0f32;
+                        let mut r213: f32 = 0.0f32;
+                        let mut r214: f32 = 0.0f32;
+                        let mut r215: bool = false;
+                        let mut r216: u32 = 0u32;
+                        let mut r217: u32 = 0u32;
+                        let mut r218: u32 = 0u32;
+                        let mut r219: u32 = 0u32;
+                        let mut r220: f32 = 0.0f32;
+                        let mut r221: f32 = 0.0f32;
+                        let mut r222: u32 = 0u32;
+                        let mut r223: u32 = 0u32;
+                        let mut r224: bool = false;
+                        let mut r225: u32 = 0u32;
+                        let mut r226: u32 = 0u32;
+                        let mut r227: u32 = 0u32;
+                        let mut r228: bool = false;
+                        let mut r229: f32 = 0.0f32;
+                        let mut r230: f32 = 0.0f32;
+                        let mut r231: f32 = 0.0f32;
+                        let mut r232: f32 = 0.0f32;
+                        let mut r233: f32 = 0.0f32;
+                        let mut r234: u32 = 0u32;
+                        let mut r235: u32 = 0u32;
+                        let mut r236: u32 = 0u32;
+                        let mut r237: u32 = 0u32;
+                        let mut r238: u32 = 0u32;
+                        let mut r239: u32 = 0u32;
+                        let mut r240: u32 = 0u32;
+                        let mut r241: u32 = 0u32;
+                        let mut r242: u32 = 0u32;
+                        let mut r243: u32 = 0u32;
+                        let mut r244: u32 = 0u32;
+                        let mut r245: u32 = 0u32;
+                        let mut r246: u32 = 0u32;
+                        let mut r247: u32 = 0u32;
+                        let mut r248: u32 = 0u32;
+                        let mut r249: u32 = 0u32;
+                        let mut r250: f32 = 0.0f32;
+                        let mut r251: u32 = 0u32;
+                        let mut r252: u32 = 0u32;
+                        let mut r253: u32 = 0u32;
+                        let mut r254: u32 = 0u32;
+                        let mut r255: u32 = 0u32;
+                        let mut r256: u32 = 0u32;
+                        let mut r257: bool = false;
+                        let mut r258: u32 = 0u32;
+                        let mut r259: f32 = 0.0f32;
+                        let mut r260: f32 = 0.0f32;
+                        let mut r261: bool = false;
+                        let mut r262: f32 = 0.0f32;
+                        let mut r263: f32 = 0.0f32;
+                        let mut r264: f32 = 0.0f32;
+                        let mut r265: f32 = 0.0f32;
+                        let mut r266: u32 = 0u32;
+                        let mut r267: u32 = 0u32;
+                        let mut r268: bool = false;
+                        let mut r269: u32 = 0u32;
+                        let mut r270: u32 = 0u32;
+                        let mut r271: u32 = 0u32;
+                        let mut r272: u32 = 0u32;
+                        let mut r273: u32 = 0u32;
+                        let mut r274: u32 = 0u32;
+                        let mut r275: u32 = 0u32;
+                        let mut r276: u32 = 0u32;
+                        let mut r277: u32 = 0u32;
+                        let mut r278: u32 = 0u32;
+                        let mut r279: u32 = 0u32;
+                        let mut r280: u32 = 0u32;
+                        let mut r281: u32 = 0u32;
+                        let mut r282: u32 = 0u32;
+                        let mut r283: f32 = 0.0f32;
+                        let mut r284: f32 = 0.0f32;
+                        let mut r285: f32 = 0.0f32;
+                        let mut r286: bool = false;
+                        let mut r287: u32 = 0u32;
+                        let mut r288: u32 = 0u32;
+                        let mut r289: u32 = 0u32;
+                        let mut r290: f32 = 0.0f32;
+                        let mut r291: f32 = 0.0f32;
+                        let mut r292: u32 = 0u32;
+                        let mut r293: u32 = 0u32;
+                        let mut r294: bool = false;
+                        let mut r295: u32 = 0u32;
+                        let mut r296: bool = false;
+                        let mut r297: f32 = 0.0f32;
+                        let mut r298: f32 = 0.0f32;
+                        let mut r299: f32 = 0.0f32;
+                        let mut r300: f32 = 0.0f32;
+                        let mut r301: u32 = 0u32;
+                        let mut r302: u32 = 0u32;
+                        let mut r303: u32 = 0u32;
+                        let mut r304: u32 = 0u32;
+                        let mut r305: u32 = 0u32;
+                        let mut r306: u32 = 0u32;
+                        let mut r307: u32 = 0u32;
+                        let mut r308: u32 = 0u32;
+                        let mut r309: u32 = 0u32;
+                        let mut r310: u32 = 0u32;
+                        let mut r311: u32 = 0u32;
+                        let mut r312: u32 = 0u32;
+                        let mut r313: u32 = 0u32;
+                        let mut r314: u32 = 0u32;
+                        let mut r315: u32 = 0u32;
+                        let mut r316: u32 = 0u32;
+                        let mut r317: u32 = 0u32;
+                        let mut r318: u32 = 0u32;
+                        let mut r319: u32 = 0u32;
+                        let mut r320: u32 = 0u32;
+                        let mut r321: bool = false;
+                        let mut r322: u32 = 0u32;
+                        let mut r323: u32 = 0u32;
+                        let mut r324: u32 = 0u32;
+                        let mut r325: u32 = 0u32;
+                        let mut r326: u32 = 0u32;
+                        let mut r327: f32 = 0.0f32;
+                        let mut r328: u32 = 0u32;
+                        let mut r329: u32 = 0u32;
+                        let mut r330: bool = false;
+                        let mut r331: u32 = 0u32;
+                        let mut r332: u32 = 0u32;
+                        let mut r333: u32 = 0u32;
+                        let mut r334: u32 = 0u32;
+                        let mut r335: u32 = 0u32;
+                        let mut r336: u32 = 0u32;
+                        let mut r337: u32 = 0u32;
+                        let mut r338: u32 = 0u32;
+                        let mut r339: u32 = 0u32;
+                        let mut r340: u32 = 0u32;
+                        let mut r341: u32 = 0u32;
+                        let mut r342: u32 = 0u32;
+                        let mut r343: u32 = 0u32;
+                        let mut r344: u32 = 0u32;
+                        let mut r345: f32 = 0.0f32;
+                        let mut r346: f32 = 0.0f32;
+                        let mut r347: u32 = 0u32;
+                        let mut r348: u32 = 0u32;
+                        let mut r349: u32 = 0u32;
+                        let mut r350: u32 = 0u32;
+                        let mut r351: u32 = 0u32;
+                        let mut r352: f32 = 0.0f32;
+                        let mut r353: u32 = 0u32;
+                        let mut r354: u32 = 0u32;
+                        let mut r355: u32 = 0u32;
+                        let mut r356: bool = false;
+                        let mut r357: u32 = 0u32;
+                        let mut r358: u32 = 0u32;
+                        let mut r359: u32 = 0u32;
+                        let mut r360: u32 = 0u32;
+                        let mut r361: f32 = 0.0f32;
+                        let mut r362: u32 = 0u32;
+                        let mut r363: u32 = 0u32;
+                        let mut r364: bool = false;
+                        let mut r365: u32 = 0u32;
+                        let mut r366: u32 = 0u32;
+                        let mut r367: u32 = 0u32;
+                        let mut r368: u32 = 0u32;
+                        let mut r369: u32 = 0u32;
+                        let mut r370: u32 = 0u32;
+                        let mut r371: u32 = 0u32;
+                        let mut r372: u32 = 0u32;
+                        let mut r373: u32 = 0u32;
+                        let mut r374: u32 = 0u32;
+                        let mut r375: u32 = 0u32;
+                        let mut r376: u32 = 0u32;
+                        let mut r377: u32 = 0u32;
+                        let mut r378: u32 = 0u32;
+                        let mut r379: f32 = 0.0f32;
+                        let mut r380: f32 = 0.0f32;
+                        let mut r381: u32 = 0u32;
+                        let mut r382: u32 = 0u32;
+                        let mut r383: u32 = 0u32;
+                        let mut r384: u32 = 0u32;
+                        let mut r385: u32 = 0u32;
+                        let mut r386: u32 = 0u32;
+                        let mut r387: u32 = 0u32;
+                        let mut r388: u64 = 0u64;
+                        let mut r389: u64 = 0u64;
+                        let mut r390: u64 = 0u64;
+                        let mut r391: u32 = 0u32;
+                        let mut r392: u64 = 0u64;
+                        let mut r393: bool = false;
+                        let mut r394: bool = false;
+                        let mut r395: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r18 = f32::from_bits(0x0);
+                            r22 = 0x0u32;
+                            r26 = 0x2u32;
+                            r36 = true;
+                            r41 = false;
+                            r43 = 0x0u64;
+                            r44 = b0.len();
+                            r46 = 0x4u64;
+                            r56 = 0xffffu32;
+                            r59 = 0x8000u32;
+                            r61 = 0x10u32;
+                            r62 = 0x1fu32;
+                            r65 = 0xau32;
+                            r69 = 0x3ffu32;
+                            r73 = f32::from_bits(0x33800000);
+                            r79 = 0x7f800000u32;
+                            r81 = 0xdu32;
+                            r86 = 0x70u32;
+                            r88 = 0x17u32;
+                            r131 = 0xffff0000u32;
+                            r134 = b1.len();
+                            r180 = 0x7fffffffu32;
+                            r183 = 0x7e00u32;
+                            r187 = f32::from_bits(0x38800000);
+                            r189 = f32::from_bits(0x4b800000);
+                            r214 = f32::from_bits(0x477fe000);
+                            r217 = 0x80000000u32;
+                            r225 = 0x7c00u32;
+                            r227 = 0x38800000u32;
+                            r231 = f32::from_bits(0x4f7fffff);
+                            r238 = 0xffu32;
+                            r325 = 0x7fc0u32;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = r18;
+                                r19 = r18;
+                                r20 = r18;
+                                r21 = r22;
+                                r23 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r24 = rt::bin_u32(BinOp::Mul, r23, r2);
+                                r25 = rt::bin_u32(BinOp::Add, r24, r4);
+                                r27 = rt::bin_u32(BinOp::Mul, r26, r25);
+                                r28 = p0;
+                                r29 = rt::cmp(BinOp::Ge, r27, r28);
+                                {
+                                    debug_assert!(!r29);
                                 }
-                                r42 = rt::bin_bool(BinOp::Or, r42, r40);
-                                if r42 {
-                                    r154 = u64::from(r27);
-                                    r155 = rt::bin_u64(BinOp::Mul, r154, r46);
-                                    r156 = rt::bin_u64(BinOp::Add, r43, r155);
-                                    r157 = rt::bin_u64(BinOp::Add, r156, r46);
-                                    r158 = rt::cmp(BinOp::Le, r157, r44);
-                                    r159 = rt::cmp(BinOp::Ge, r157, r156);
-                                    r160 = r158;
-                                    debug_assert_eq!(
-                                        r156,
-                                        w3.start() + 4 * (lx as usize * 2) as u64
-                                    );
-                                    debug_assert!(r160);
-                                    r161 = w3.ld_u32(lx as usize * 2);
-                                    r162 = f32::from_bits(r161);
-                                    if r32 {
-                                        r163 = rt::bin_u32(BinOp::Add, r27, r7);
-                                        r164 = u64::from(r163);
-                                        r165 = rt::bin_u64(BinOp::Mul, r164, r46);
-                                        r166 = rt::bin_u64(BinOp::Add, r43, r165);
-                                        r167 = rt::bin_u64(BinOp::Add, r166, r46);
-                                        r168 = rt::cmp(BinOp::Le, r167, r44);
-                                        r169 = rt::cmp(BinOp::Ge, r167, r166);
-                                        r170 = r168;
+                                r30 = rt::bin_u32(BinOp::Add, r27, r7);
+                                r31 = p0;
+                                r32 = rt::cmp(BinOp::Lt, r30, r31);
+                                r33 = p1;
+                                'b2: {
+                                    r34 = rt::cmp(BinOp::Eq, r33, r22);
+                                    r35 = rt::cmp(BinOp::Eq, r33, r7);
+                                    r37 = !r34;
+                                    r38 = r37;
+                                    r39 = !r35;
+                                    r40 = rt::bin_bool(BinOp::And, r38, r39);
+                                    r42 = r41;
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r34);
+                                    if r42 {}
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r35);
+                                    if r42 {
+                                        r45 = u64::from(r25);
+                                        r47 = rt::bin_u64(BinOp::Mul, r45, r46);
+                                        r48 = rt::bin_u64(BinOp::Add, r43, r47);
+                                        r49 = rt::bin_u64(BinOp::Add, r48, r46);
+                                        r50 = rt::cmp(BinOp::Le, r49, r44);
+                                        r51 = rt::cmp(BinOp::Ge, r49, r48);
+                                        r52 = r50;
                                         debug_assert_eq!(
-                                            r166,
-                                            w4.start() + 4 * (lx as usize * 2) as u64
+                                            r48,
+                                            w0.start() + 4 * (lx as usize) as u64
                                         );
-                                        debug_assert!(r170);
-                                        r171 = w4.ld_u32(lx as usize * 2);
-                                        r172 = f32::from_bits(r171);
-                                        r20 = r172;
-                                    }
-                                    r173 = p1;
-                                    r174 = rt::cmp(BinOp::Eq, r173, r26);
-                                    if r174 {
-                                        'b5: {
-                                            r176 = r162.to_bits();
-                                            r177 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r178 = rt::bin_u32(BinOp::Shr, r176, r177);
-                                            r179 = rt::bin_u32(BinOp::And, r178, r59);
-                                            r181 = rt::bin_u32(BinOp::And, r176, r180);
-                                            r182 = rt::cmp(BinOp::Gt, r181, r79);
-                                            if r182 {
-                                                r184 = rt::bin_u32(BinOp::Or, r179, r183);
-                                                r175 = r184;
-                                                break 'b5;
-                                            }
-                                            'b6: {
-                                                r186 = rt::un_f32(UnOp::Abs, r162);
-                                                r188 = rt::cmp(BinOp::Lt, r186, r187);
-                                                if r188 {
-                                                    r190 = rt::bin_f32(BinOp::Mul, r162, r189);
-                                                    r191 = rt::un_f32(UnOp::Round, r190);
-                                                    r192 = rt::bin_f32(BinOp::Mul, r191, r73);
-                                                    r185 = r192;
-                                                    break 'b6;
+                                        debug_assert!(r52);
+                                        r53 = w0.ld_u32(lx as usize);
+                                        r54 = p1;
+                                        r55 = rt::cmp(BinOp::Eq, r54, r22);
+                                        if r55 {
+                                            r57 = rt::bin_u32(BinOp::And, r53, r56);
+                                            'b3: {
+                                                r60 = rt::bin_u32(BinOp::And, r57, r59);
+                                                r63 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r64 = rt::bin_u32(BinOp::Shl, r60, r63);
+                                                r66 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r67 = rt::bin_u32(BinOp::Shr, r57, r66);
+                                                r68 = rt::bin_u32(BinOp::And, r67, r62);
+                                                r70 = rt::bin_u32(BinOp::And, r57, r69);
+                                                r71 = rt::cmp(BinOp::Eq, r68, r22);
+                                                if r71 {
+                                                    r72 = r70 as f32;
+                                                    r74 = rt::bin_f32(BinOp::Mul, r72, r73);
+                                                    r75 = r74.to_bits();
+                                                    r76 = rt::bin_u32(BinOp::Or, r75, r64);
+                                                    r77 = f32::from_bits(r76);
+                                                    r58 = r77;
+                                                    break 'b3;
                                                 }
-                                                'b7: {
-                                                    r194 = r162.to_bits();
-                                                    r195 = rt::bin_u32(BinOp::And, r194, r79);
-                                                    r196 = rt::cmp(BinOp::Eq, r195, r79);
-                                                    if r196 {
-                                                        r193 = r162;
+                                                r78 = rt::cmp(BinOp::Eq, r68, r62);
+                                                if r78 {
+                                                    r80 = rt::bin_u32(BinOp::Or, r64, r79);
+                                                    r82 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r83 = rt::bin_u32(BinOp::Shl, r70, r82);
+                                                    r84 = rt::bin_u32(BinOp::Or, r80, r83);
+                                                    r85 = f32::from_bits(r84);
+                                                    r58 = r85;
+                                                    break 'b3;
+                                                }
+                                                r87 = rt::bin_u32(BinOp::Add, r68, r86);
+                                                r89 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r90 = rt::bin_u32(BinOp::Shl, r87, r89);
+                                                r91 = rt::bin_u32(BinOp::Or, r64, r90);
+                                                r92 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r93 = rt::bin_u32(BinOp::Shl, r70, r92);
+                                                r94 = rt::bin_u32(BinOp::Or, r91, r93);
+                                                r95 = f32::from_bits(r94);
+                                                r58 = r95;
+                                                break 'b3;
+                                            }
+                                            r96 = r58;
+                                            r17 = r96;
+                                            r97 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r98 = rt::bin_u32(BinOp::Shr, r53, r97);
+                                            'b4: {
+                                                r100 = rt::bin_u32(BinOp::And, r98, r59);
+                                                r101 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r102 = rt::bin_u32(BinOp::Shl, r100, r101);
+                                                r103 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r104 = rt::bin_u32(BinOp::Shr, r98, r103);
+                                                r105 = rt::bin_u32(BinOp::And, r104, r62);
+                                                r106 = rt::bin_u32(BinOp::And, r98, r69);
+                                                r107 = rt::cmp(BinOp::Eq, r105, r22);
+                                                if r107 {
+                                                    r108 = r106 as f32;
+                                                    r109 = rt::bin_f32(BinOp::Mul, r108, r73);
+                                                    r110 = r109.to_bits();
+                                                    r111 = rt::bin_u32(BinOp::Or, r110, r102);
+                                                    r112 = f32::from_bits(r111);
+                                                    r99 = r112;
+                                                    break 'b4;
+                                                }
+                                                r113 = rt::cmp(BinOp::Eq, r105, r62);
+                                                if r113 {
+                                                    r114 = rt::bin_u32(BinOp::Or, r102, r79);
+                                                    r115 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r116 = rt::bin_u32(BinOp::Shl, r106, r115);
+                                                    r117 = rt::bin_u32(BinOp::Or, r114, r116);
+                                                    r118 = f32::from_bits(r117);
+                                                    r99 = r118;
+                                                    break 'b4;
+                                                }
+                                                r119 = rt::bin_u32(BinOp::Add, r105, r86);
+                                                r120 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r121 = rt::bin_u32(BinOp::Shl, r119, r120);
+                                                r122 = rt::bin_u32(BinOp::Or, r102, r121);
+                                                r123 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r124 = rt::bin_u32(BinOp::Shl, r106, r123);
+                                                r125 = rt::bin_u32(BinOp::Or, r122, r124);
+                                                r126 = f32::from_bits(r125);
+                                                r99 = r126;
+                                                break 'b4;
+                                            }
+                                            r127 = r99;
+                                            r19 = r127;
+                                        } else {
+                                            r128 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r129 = rt::bin_u32(BinOp::Shl, r53, r128);
+                                            r130 = f32::from_bits(r129);
+                                            r17 = r130;
+                                            r132 = rt::bin_u32(BinOp::And, r53, r131);
+                                            r133 = f32::from_bits(r132);
+                                            r19 = r133;
+                                        }
+                                        r135 = u64::from(r27);
+                                        r136 = rt::bin_u64(BinOp::Mul, r135, r46);
+                                        r137 = rt::bin_u64(BinOp::Add, r43, r136);
+                                        r138 = r17;
+                                        r139 = r138.to_bits();
+                                        r140 = rt::bin_u64(BinOp::Add, r137, r46);
+                                        r141 = rt::cmp(BinOp::Le, r140, r134);
+                                        r142 = rt::cmp(BinOp::Ge, r140, r137);
+                                        r143 = r141;
+                                        debug_assert_eq!(
+                                            r137,
+                                            w1.start() + 4 * (lx as usize * 2) as u64
+                                        );
+                                        debug_assert!(r143);
+                                        w1.st_u32(lx as usize * 2, r139);
+                                        {
+                                            debug_assert!(r32);
+                                            r144 = rt::bin_u32(BinOp::Add, r27, r7);
+                                            r145 = u64::from(r144);
+                                            r146 = rt::bin_u64(BinOp::Mul, r145, r46);
+                                            r147 = rt::bin_u64(BinOp::Add, r43, r146);
+                                            r148 = r19;
+                                            r149 = r148.to_bits();
+                                            r150 = rt::bin_u64(BinOp::Add, r147, r46);
+                                            r151 = rt::cmp(BinOp::Le, r150, r134);
+                                            r152 = rt::cmp(BinOp::Ge, r150, r147);
+                                            r153 = r151;
+                                            debug_assert_eq!(
+                                                r147,
+                                                w2.start() + 4 * (lx as usize * 2) as u64
+                                            );
+                                            debug_assert!(r153);
+                                            w2.st_u32(lx as usize * 2, r149);
+                                            break 'inv;
+                                        }
+                                        break 'b2;
+                                    }
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r40);
+                                    if r42 {
+                                        r154 = u64::from(r27);
+                                        r155 = rt::bin_u64(BinOp::Mul, r154, r46);
+                                        r156 = rt::bin_u64(BinOp::Add, r43, r155);
+                                        r157 = rt::bin_u64(BinOp::Add, r156, r46);
+                                        r158 = rt::cmp(BinOp::Le, r157, r44);
+                                        r159 = rt::cmp(BinOp::Ge, r157, r156);
+                                        r160 = r158;
+                                        debug_assert_eq!(
+                                            r156,
+                                            w3.start() + 4 * (lx as usize * 2) as u64
+                                        );
+                                        debug_assert!(r160);
+                                        r161 = w3.ld_u32(lx as usize * 2);
+                                        r162 = f32::from_bits(r161);
+                                        {
+                                            debug_assert!(r32);
+                                            r163 = rt::bin_u32(BinOp::Add, r27, r7);
+                                            r164 = u64::from(r163);
+                                            r165 = rt::bin_u64(BinOp::Mul, r164, r46);
+                                            r166 = rt::bin_u64(BinOp::Add, r43, r165);
+                                            r167 = rt::bin_u64(BinOp::Add, r166, r46);
+                                            r168 = rt::cmp(BinOp::Le, r167, r44);
+                                            r169 = rt::cmp(BinOp::Ge, r167, r166);
+                                            r170 = r168;
+                                            debug_assert_eq!(
+                                                r166,
+                                                w4.start() + 4 * (lx as usize * 2) as u64
+                                            );
+                                            debug_assert!(r170);
+                                            r171 = w4.ld_u32(lx as usize * 2);
+                                            r172 = f32::from_bits(r171);
+                                            r20 = r172;
+                                        }
+                                        r173 = p1;
+                                        r174 = rt::cmp(BinOp::Eq, r173, r26);
+                                        if r174 {
+                                            'b5: {
+                                                r176 = r162.to_bits();
+                                                r177 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r178 = rt::bin_u32(BinOp::Shr, r176, r177);
+                                                r179 = rt::bin_u32(BinOp::And, r178, r59);
+                                                r181 = rt::bin_u32(BinOp::And, r176, r180);
+                                                r182 = rt::cmp(BinOp::Gt, r181, r79);
+                                                if r182 {
+                                                    r184 = rt::bin_u32(BinOp::Or, r179, r183);
+                                                    r175 = r184;
+                                                    break 'b5;
+                                                }
+                                                'b6: {
+                                                    r186 = rt::un_f32(UnOp::Abs, r162);
+                                                    r188 = rt::cmp(BinOp::Lt, r186, r187);
+                                                    if r188 {
+                                                        r190 = rt::bin_f32(BinOp::Mul, r162, r189);
+                                                        r191 = rt::un_f32(UnOp::Round, r190);
+                                                        r192 = rt::bin_f32(BinOp::Mul, r191, r73);
+                                                        r185 = r192;
+                                                        break 'b6;
+                                                    }
+                                                    'b7: {
+                                                        r194 = r162.to_bits();
+                                                        r195 = rt::bin_u32(BinOp::And, r194, r79);
+                                                        r196 = rt::cmp(BinOp::Eq, r195, r79);
+                                                        if r196 {
+                                                            r193 = r162;
+                                                            break 'b7;
+                                                        }
+                                                        r197 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r198 = rt::bin_u32(BinOp::Shr, r194, r197);
+                                                        r199 = rt::bin_u32(BinOp::And, r198, r7);
+                                                        r200 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                        r201 = rt::bin_u32(BinOp::And, r200, r62);
+                                                        r202 = rt::bin_u32(BinOp::Shl, r7, r201);
+                                                        r203 = rt::bin_u32(BinOp::Sub, r202, r7);
+                                                        r204 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r205 = rt::bin_u32(BinOp::Shl, r7, r204);
+                                                        r206 = rt::bin_u32(BinOp::Sub, r205, r7);
+                                                        r207 = rt::un_u32(UnOp::Not, r206);
+                                                        r208 = rt::bin_u32(BinOp::Add, r194, r203);
+                                                        r209 = rt::bin_u32(BinOp::Add, r208, r199);
+                                                        r210 = rt::bin_u32(BinOp::And, r209, r207);
+                                                        r211 = f32::from_bits(r210);
+                                                        r193 = r211;
                                                         break 'b7;
                                                     }
-                                                    r197 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r198 = rt::bin_u32(BinOp::Shr, r194, r197);
-                                                    r199 = rt::bin_u32(BinOp::And, r198, r7);
-                                                    r200 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                    r201 = rt::bin_u32(BinOp::And, r200, r62);
-                                                    r202 = rt::bin_u32(BinOp::Shl, r7, r201);
-                                                    r203 = rt::bin_u32(BinOp::Sub, r202, r7);
-                                                    r204 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r205 = rt::bin_u32(BinOp::Shl, r7, r204);
-                                                    r206 = rt::bin_u32(BinOp::Sub, r205, r7);
-                                                    r207 = rt::un_u32(UnOp::Not, r206);
-                                                    r208 = rt::bin_u32(BinOp::Add, r194, r203);
-                                                    r209 = rt::bin_u32(BinOp::Add, r208, r199);
-                                                    r210 = rt::bin_u32(BinOp::And, r209, r207);
-                                                    r211 = f32::from_bits(r210);
-                                                    r193 = r211;
-                                                    break 'b7;
-                                                }
-                                                r212 = r193;
-                                                r213 = rt::un_f32(UnOp::Abs, r212);
-                                                r215 = rt::cmp(BinOp::Gt, r213, r214);
-                                                if r215 {
-                                                    r216 = r212.to_bits();
-                                                    r218 = rt::bin_u32(BinOp::And, r216, r217);
-                                                    r219 = rt::bin_u32(BinOp::Or, r218, r79);
-                                                    r220 = f32::from_bits(r219);
-                                                    r185 = r220;
+                                                    r212 = r193;
+                                                    r213 = rt::un_f32(UnOp::Abs, r212);
+                                                    r215 = rt::cmp(BinOp::Gt, r213, r214);
+                                                    if r215 {
+                                                        r216 = r212.to_bits();
+                                                        r218 = rt::bin_u32(BinOp::And, r216, r217);
+                                                        r219 = rt::bin_u32(BinOp::Or, r218, r79);
+                                                        r220 = f32::from_bits(r219);
+                                                        r185 = r220;
+                                                        break 'b6;
+                                                    }
+                                                    r185 = r212;
                                                     break 'b6;
                                                 }
-                                                r185 = r212;
-                                                break 'b6;
-                                            }
-                                            r221 = r185;
-                                            r222 = r221.to_bits();
-                                            r223 = rt::bin_u32(BinOp::And, r222, r180);
-                                            r224 = rt::cmp(BinOp::Ge, r223, r79);
-                                            if r224 {
-                                                r226 = rt::bin_u32(BinOp::Or, r179, r225);
-                                                r175 = r226;
-                                                break 'b5;
-                                            }
-                                            r228 = rt::cmp(BinOp::Lt, r223, r227);
-                                            if r228 {
-                                                r229 = f32::from_bits(r223);
-                                                r230 = rt::bin_f32(BinOp::Mul, r229, r189);
-                                                r232 = rt::bin_f32(BinOp::Max, r230, r18);
-                                                r233 = rt::bin_f32(BinOp::Min, r232, r231);
-                                                r234 = r233 as u32;
-                                                r235 = rt::bin_u32(BinOp::Or, r179, r234);
-                                                r175 = r235;
-                                                break 'b5;
-                                            }
-                                            r236 = rt::bin_u32(BinOp::And, r88, r62);
-                                            r237 = rt::bin_u32(BinOp::Shr, r223, r236);
-                                            r239 = rt::bin_u32(BinOp::And, r237, r238);
-                                            r240 = rt::bin_u32(BinOp::Sub, r239, r86);
-                                            r241 = rt::bin_u32(BinOp::And, r65, r62);
-                                            r242 = rt::bin_u32(BinOp::Shl, r240, r241);
-                                            r243 = rt::bin_u32(BinOp::Or, r179, r242);
-                                            r244 = rt::bin_u32(BinOp::And, r81, r62);
-                                            r245 = rt::bin_u32(BinOp::Shr, r223, r244);
-                                            r246 = rt::bin_u32(BinOp::And, r245, r69);
-                                            r247 = rt::bin_u32(BinOp::Or, r243, r246);
-                                            r175 = r247;
-                                            break 'b5;
-                                        }
-                                        r248 = r175;
-                                        r21 = r248;
-                                        if r32 {
-                                            r249 = r21;
-                                            r250 = r20;
-                                            'b8: {
-                                                r252 = r250.to_bits();
-                                                r253 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r254 = rt::bin_u32(BinOp::Shr, r252, r253);
-                                                r255 = rt::bin_u32(BinOp::And, r254, r59);
-                                                r256 = rt::bin_u32(BinOp::And, r252, r180);
-                                                r257 = rt::cmp(BinOp::Gt, r256, r79);
-                                                if r257 {
-                                                    r258 = rt::bin_u32(BinOp::Or, r255, r183);
-                                                    r251 = r258;
-                                                    break 'b8;
+                                                r221 = r185;
+                                                r222 = r221.to_bits();
+                                                r223 = rt::bin_u32(BinOp::And, r222, r180);
+                                                r224 = rt::cmp(BinOp::Ge, r223, r79);
+                                                if r224 {
+                                                    r226 = rt::bin_u32(BinOp::Or, r179, r225);
+                                                    r175 = r226;
+                                                    break 'b5;
                                                 }
-                                                'b9: {
-                                                    r260 = rt::un_f32(UnOp::Abs, r250);
-                                                    r261 = rt::cmp(BinOp::Lt, r260, r187);
-                                                    if r261 {
-                                                        r262 = rt::bin_f32(BinOp::Mul, r250, r189);
-                                                        r263 = rt::un_f32(UnOp::Round, r262);
-                                                        r264 = rt::bin_f32(BinOp::Mul, r263, r73);
-                                                        r259 = r264;
-                                                        break 'b9;
+                                                r228 = rt::cmp(BinOp::Lt, r223, r227);
+                                                if r228 {
+                                                    r229 = f32::from_bits(r223);
+                                                    r230 = rt::bin_f32(BinOp::Mul, r229, r189);
+                                                    r232 = rt::bin_f32(BinOp::Max, r230, r18);
+                                                    r233 = rt::bin_f32(BinOp::Min, r232, r231);
+                                                    r234 = r233 as u32;
+                                                    r235 = rt::bin_u32(BinOp::Or, r179, r234);
+                                                    r175 = r235;
+                                                    break 'b5;
+                                                }
+                                                r236 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r237 = rt::bin_u32(BinOp::Shr, r223, r236);
+                                                r239 = rt::bin_u32(BinOp::And, r237, r238);
+                                                r240 = rt::bin_u32(BinOp::Sub, r239, r86);
+                                                r241 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r242 = rt::bin_u32(BinOp::Shl, r240, r241);
+                                                r243 = rt::bin_u32(BinOp::Or, r179, r242);
+                                                r244 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r245 = rt::bin_u32(BinOp::Shr, r223, r244);
+                                                r246 = rt::bin_u32(BinOp::And, r245, r69);
+                                                r247 = rt::bin_u32(BinOp::Or, r243, r246);
+                                                r175 = r247;
+                                                break 'b5;
+                                            }
+                                            r248 = r175;
+                                            r21 = r248;
+                                            {
+                                                debug_assert!(r32);
+                                                r249 = r21;
+                                                r250 = r20;
+                                                'b8: {
+                                                    r252 = r250.to_bits();
+                                                    r253 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r254 = rt::bin_u32(BinOp::Shr, r252, r253);
+                                                    r255 = rt::bin_u32(BinOp::And, r254, r59);
+                                                    r256 = rt::bin_u32(BinOp::And, r252, r180);
+                                                    r257 = rt::cmp(BinOp::Gt, r256, r79);
+                                                    if r257 {
+                                                        r258 = rt::bin_u32(BinOp::Or, r255, r183);
+                                                        r251 = r258;
+                                                        break 'b8;
                                                     }
-                                                    'b10: {
-                                                        r266 = r250.to_bits();
-                                                        r267 = rt::bin_u32(BinOp::And, r266, r79);
-                                                        r268 = rt::cmp(BinOp::Eq, r267, r79);
-                                                        if r268 {
-                                                            r265 = r250;
+                                                    'b9: {
+                                                        r260 = rt::un_f32(UnOp::Abs, r250);
+                                                        r261 = rt::cmp(BinOp::Lt, r260, r187);
+                                                        if r261 {
+                                                            r262 =
+                                                                rt::bin_f32(BinOp::Mul, r250, r189);
+                                                            r263 = rt::un_f32(UnOp::Round, r262);
+                                                            r264 =
+                                                                rt::bin_f32(BinOp::Mul, r263, r73);
+                                                            r259 = r264;
+                                                            break 'b9;
+                                                        }
+                                                        'b10: {
+                                                            r266 = r250.to_bits();
+                                                            r267 =
+                                                                rt::bin_u32(BinOp::And, r266, r79);
+                                                            r268 = rt::cmp(BinOp::Eq, r267, r79);
+                                                            if r268 {
+                                                                r265 = r250;
+                                                                break 'b10;
+                                                            }
+                                                            r269 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                            r270 =
+                                                                rt::bin_u32(BinOp::Shr, r266, r269);
+                                                            r271 =
+                                                                rt::bin_u32(BinOp::And, r270, r7);
+                                                            r272 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                            r273 =
+                                                                rt::bin_u32(BinOp::And, r272, r62);
+                                                            r274 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r273);
+                                                            r275 =
+                                                                rt::bin_u32(BinOp::Sub, r274, r7);
+                                                            r276 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                            r277 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r276);
+                                                            r278 =
+                                                                rt::bin_u32(BinOp::Sub, r277, r7);
+                                                            r279 = rt::un_u32(UnOp::Not, r278);
+                                                            r280 =
+                                                                rt::bin_u32(BinOp::Add, r266, r275);
+                                                            r281 =
+                                                                rt::bin_u32(BinOp::Add, r280, r271);
+                                                            r282 =
+                                                                rt::bin_u32(BinOp::And, r281, r279);
+                                                            r283 = f32::from_bits(r282);
+                                                            r265 = r283;
                                                             break 'b10;
                                                         }
-                                                        r269 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r270 = rt::bin_u32(BinOp::Shr, r266, r269);
-                                                        r271 = rt::bin_u32(BinOp::And, r270, r7);
-                                                        r272 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                        r273 = rt::bin_u32(BinOp::And, r272, r62);
-                                                        r274 = rt::bin_u32(BinOp::Shl, r7, r273);
-                                                        r275 = rt::bin_u32(BinOp::Sub, r274, r7);
-                                                        r276 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r277 = rt::bin_u32(BinOp::Shl, r7, r276);
-                                                        r278 = rt::bin_u32(BinOp::Sub, r277, r7);
-                                                        r279 = rt::un_u32(UnOp::Not, r278);
-                                                        r280 = rt::bin_u32(BinOp::Add, r266, r275);
-                                                        r281 = rt::bin_u32(BinOp::Add, r280, r271);
-                                                        r282 = rt::bin_u32(BinOp::And, r281, r279);
-                                                        r283 = f32::from_bits(r282);
-                                                        r265 = r283;
-                                                        break 'b10;
-                                                    }
-                                                    r284 = r265;
-                                                    r285 = rt::un_f32(UnOp::Abs, r284);
-                                                    r286 = rt::cmp(BinOp::Gt, r285, r214);
-                                                    if r286 {
-                                                        r287 = r284.to_bits();
-                                                        r288 = rt::bin_u32(BinOp::And, r287, r217);
-                                                        r289 = rt::bin_u32(BinOp::Or, r288, r79);
-                                                        r290 = f32::from_bits(r289);
-                                                        r259 = r290;
+                                                        r284 = r265;
+                                                        r285 = rt::un_f32(UnOp::Abs, r284);
+                                                        r286 = rt::cmp(BinOp::Gt, r285, r214);
+                                                        if r286 {
+                                                            r287 = r284.to_bits();
+                                                            r288 =
+                                                                rt::bin_u32(BinOp::And, r287, r217);
+                                                            r289 =
+                                                                rt::bin_u32(BinOp::Or, r288, r79);
+                                                            r290 = f32::from_bits(r289);
+                                                            r259 = r290;
+                                                            break 'b9;
+                                                        }
+                                                        r259 = r284;
                                                         break 'b9;
                                                     }
-                                                    r259 = r284;
-                                                    break 'b9;
-                                                }
-                                                r291 = r259;
-                                                r292 = r291.to_bits();
-                                                r293 = rt::bin_u32(BinOp::And, r292, r180);
-                                                r294 = rt::cmp(BinOp::Ge, r293, r79);
-                                                if r294 {
-                                                    r295 = rt::bin_u32(BinOp::Or, r255, r225);
-                                                    r251 = r295;
+                                                    r291 = r259;
+                                                    r292 = r291.to_bits();
+                                                    r293 = rt::bin_u32(BinOp::And, r292, r180);
+                                                    r294 = rt::cmp(BinOp::Ge, r293, r79);
+                                                    if r294 {
+                                                        r295 = rt::bin_u32(BinOp::Or, r255, r225);
+                                                        r251 = r295;
+                                                        break 'b8;
+                                                    }
+                                                    r296 = rt::cmp(BinOp::Lt, r293, r227);
+                                                    if r296 {
+                                                        r297 = f32::from_bits(r293);
+                                                        r298 = rt::bin_f32(BinOp::Mul, r297, r189);
+                                                        r299 = rt::bin_f32(BinOp::Max, r298, r18);
+                                                        r300 = rt::bin_f32(BinOp::Min, r299, r231);
+                                                        r301 = r300 as u32;
+                                                        r302 = rt::bin_u32(BinOp::Or, r255, r301);
+                                                        r251 = r302;
+                                                        break 'b8;
+                                                    }
+                                                    r303 = rt::bin_u32(BinOp::And, r88, r62);
+                                                    r304 = rt::bin_u32(BinOp::Shr, r293, r303);
+                                                    r305 = rt::bin_u32(BinOp::And, r304, r238);
+                                                    r306 = rt::bin_u32(BinOp::Sub, r305, r86);
+                                                    r307 = rt::bin_u32(BinOp::And, r65, r62);
+                                                    r308 = rt::bin_u32(BinOp::Shl, r306, r307);
+                                                    r309 = rt::bin_u32(BinOp::Or, r255, r308);
+                                                    r310 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r311 = rt::bin_u32(BinOp::Shr, r293, r310);
+                                                    r312 = rt::bin_u32(BinOp::And, r311, r69);
+                                                    r313 = rt::bin_u32(BinOp::Or, r309, r312);
+                                                    r251 = r313;
                                                     break 'b8;
                                                 }
-                                                r296 = rt::cmp(BinOp::Lt, r293, r227);
-                                                if r296 {
-                                                    r297 = f32::from_bits(r293);
-                                                    r298 = rt::bin_f32(BinOp::Mul, r297, r189);
-                                                    r299 = rt::bin_f32(BinOp::Max, r298, r18);
-                                                    r300 = rt::bin_f32(BinOp::Min, r299, r231);
-                                                    r301 = r300 as u32;
-                                                    r302 = rt::bin_u32(BinOp::Or, r255, r301);
-                                                    r251 = r302;
-                                                    break 'b8;
+                                                r314 = r251;
+                                                r315 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r316 = rt::bin_u32(BinOp::Shl, r314, r315);
+                                                r317 = rt::bin_u32(BinOp::Or, r249, r316);
+                                                r21 = r317;
+                                            }
+                                        } else {
+                                            'b11: {
+                                                r319 = r162.to_bits();
+                                                r320 = rt::bin_u32(BinOp::And, r319, r180);
+                                                r321 = rt::cmp(BinOp::Gt, r320, r79);
+                                                if r321 {
+                                                    r322 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r323 = rt::bin_u32(BinOp::Shr, r319, r322);
+                                                    r324 = rt::bin_u32(BinOp::And, r323, r59);
+                                                    r326 = rt::bin_u32(BinOp::Or, r324, r325);
+                                                    r318 = r326;
+                                                    break 'b11;
                                                 }
-                                                r303 = rt::bin_u32(BinOp::And, r88, r62);
-                                                r304 = rt::bin_u32(BinOp::Shr, r293, r303);
-                                                r305 = rt::bin_u32(BinOp::And, r304, r238);
-                                                r306 = rt::bin_u32(BinOp::Sub, r305, r86);
-                                                r307 = rt::bin_u32(BinOp::And, r65, r62);
-                                                r308 = rt::bin_u32(BinOp::Shl, r306, r307);
-                                                r309 = rt::bin_u32(BinOp::Or, r255, r308);
-                                                r310 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r311 = rt::bin_u32(BinOp::Shr, r293, r310);
-                                                r312 = rt::bin_u32(BinOp::And, r311, r69);
-                                                r313 = rt::bin_u32(BinOp::Or, r309, r312);
-                                                r251 = r313;
-                                                break 'b8;
-                                            }
-                                            r314 = r251;
-                                            r315 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r316 = rt::bin_u32(BinOp::Shl, r314, r315);
-                                            r317 = rt::bin_u32(BinOp::Or, r249, r316);
-                                            r21 = r317;
-                                        }
-                                    } else {
-                                        'b11: {
-                                            r319 = r162.to_bits();
-                                            r320 = rt::bin_u32(BinOp::And, r319, r180);
-                                            r321 = rt::cmp(BinOp::Gt, r320, r79);
-                                            if r321 {
-                                                r322 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r323 = rt::bin_u32(BinOp::Shr, r319, r322);
-                                                r324 = rt::bin_u32(BinOp::And, r323, r59);
-                                                r326 = rt::bin_u32(BinOp::Or, r324, r325);
-                                                r318 = r326;
-                                                break 'b11;
-                                            }
-                                            'b12: {
-                                                r328 = r162.to_bits();
-                                                r329 = rt::bin_u32(BinOp::And, r328, r79);
-                                                r330 = rt::cmp(BinOp::Eq, r329, r79);
-                                                if r330 {
-                                                    r327 = r162;
+                                                'b12: {
+                                                    r328 = r162.to_bits();
+                                                    r329 = rt::bin_u32(BinOp::And, r328, r79);
+                                                    r330 = rt::cmp(BinOp::Eq, r329, r79);
+                                                    if r330 {
+                                                        r327 = r162;
+                                                        break 'b12;
+                                                    }
+                                                    r331 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r332 = rt::bin_u32(BinOp::Shr, r328, r331);
+                                                    r333 = rt::bin_u32(BinOp::And, r332, r7);
+                                                    r334 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                    r335 = rt::bin_u32(BinOp::And, r334, r62);
+                                                    r336 = rt::bin_u32(BinOp::Shl, r7, r335);
+                                                    r337 = rt::bin_u32(BinOp::Sub, r336, r7);
+                                                    r338 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r339 = rt::bin_u32(BinOp::Shl, r7, r338);
+                                                    r340 = rt::bin_u32(BinOp::Sub, r339, r7);
+                                                    r341 = rt::un_u32(UnOp::Not, r340);
+                                                    r342 = rt::bin_u32(BinOp::Add, r328, r337);
+                                                    r343 = rt::bin_u32(BinOp::Add, r342, r333);
+                                                    r344 = rt::bin_u32(BinOp::And, r343, r341);
+                                                    r345 = f32::from_bits(r344);
+                                                    r327 = r345;
                                                     break 'b12;
                                                 }
-                                                r331 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r332 = rt::bin_u32(BinOp::Shr, r328, r331);
-                                                r333 = rt::bin_u32(BinOp::And, r332, r7);
-                                                r334 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                r335 = rt::bin_u32(BinOp::And, r334, r62);
-                                                r336 = rt::bin_u32(BinOp::Shl, r7, r335);
-                                                r337 = rt::bin_u32(BinOp::Sub, r336, r7);
-                                                r338 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r339 = rt::bin_u32(BinOp::Shl, r7, r338);
-                                                r340 = rt::bin_u32(BinOp::Sub, r339, r7);
-                                                r341 = rt::un_u32(UnOp::Not, r340);
-                                                r342 = rt::bin_u32(BinOp::Add, r328, r337);
-                                                r343 = rt::bin_u32(BinOp::Add, r342, r333);
-                                                r344 = rt::bin_u32(BinOp::And, r343, r341);
-                                                r345 = f32::from_bits(r344);
-                                                r327 = r345;
-                                                break 'b12;
+                                                r346 = r327;
+                                                r347 = r346.to_bits();
+                                                r348 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r349 = rt::bin_u32(BinOp::Shr, r347, r348);
+                                                r318 = r349;
+                                                break 'b11;
                                             }
-                                            r346 = r327;
-                                            r347 = r346.to_bits();
-                                            r348 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r349 = rt::bin_u32(BinOp::Shr, r347, r348);
-                                            r318 = r349;
-                                            break 'b11;
-                                        }
-                                        r350 = r318;
-                                        r21 = r350;
-                                        if r32 {
-                                            r351 = r21;
-                                            r352 = r20;
-                                            'b13: {
-                                                r354 = r352.to_bits();
-                                                r355 = rt::bin_u32(BinOp::And, r354, r180);
-                                                r356 = rt::cmp(BinOp::Gt, r355, r79);
-                                                if r356 {
-                                                    r357 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r358 = rt::bin_u32(BinOp::Shr, r354, r357);
-                                                    r359 = rt::bin_u32(BinOp::And, r358, r59);
-                                                    r360 = rt::bin_u32(BinOp::Or, r359, r325);
-                                                    r353 = r360;
-                                                    break 'b13;
-                                                }
-                                                'b14: {
-                                                    r362 = r352.to_bits();
-                                                    r363 = rt::bin_u32(BinOp::And, r362, r79);
-                                                    r364 = rt::cmp(BinOp::Eq, r363, r79);
-                                                    if r364 {
-                                                        r361 = r352;
+                                            r350 = r318;
+                                            r21 = r350;
+                                            {
+                                                debug_assert!(r32);
+                                                r351 = r21;
+                                                r352 = r20;
+                                                'b13: {
+                                                    r354 = r352.to_bits();
+                                                    r355 = rt::bin_u32(BinOp::And, r354, r180);
+                                                    r356 = rt::cmp(BinOp::Gt, r355, r79);
+                                                    if r356 {
+                                                        r357 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r358 = rt::bin_u32(BinOp::Shr, r354, r357);
+                                                        r359 = rt::bin_u32(BinOp::And, r358, r59);
+                                                        r360 = rt::bin_u32(BinOp::Or, r359, r325);
+                                                        r353 = r360;
+                                                        break 'b13;
+                                                    }
+                                                    'b14: {
+                                                        r362 = r352.to_bits();
+                                                        r363 = rt::bin_u32(BinOp::And, r362, r79);
+                                                        r364 = rt::cmp(BinOp::Eq, r363, r79);
+                                                        if r364 {
+                                                            r361 = r352;
+                                                            break 'b14;
+                                                        }
+                                                        r365 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r366 = rt::bin_u32(BinOp::Shr, r362, r365);
+                                                        r367 = rt::bin_u32(BinOp::And, r366, r7);
+                                                        r368 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                        r369 = rt::bin_u32(BinOp::And, r368, r62);
+                                                        r370 = rt::bin_u32(BinOp::Shl, r7, r369);
+                                                        r371 = rt::bin_u32(BinOp::Sub, r370, r7);
+                                                        r372 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r373 = rt::bin_u32(BinOp::Shl, r7, r372);
+                                                        r374 = rt::bin_u32(BinOp::Sub, r373, r7);
+                                                        r375 = rt::un_u32(UnOp::Not, r374);
+                                                        r376 = rt::bin_u32(BinOp::Add, r362, r371);
+                                                        r377 = rt::bin_u32(BinOp::Add, r376, r367);
+                                                        r378 = rt::bin_u32(BinOp::And, r377, r375);
+                                                        r379 = f32::from_bits(r378);
+                                                        r361 = r379;
                                                         break 'b14;
                                                     }
-                                                    r365 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r366 = rt::bin_u32(BinOp::Shr, r362, r365);
-                                                    r367 = rt::bin_u32(BinOp::And, r366, r7);
-                                                    r368 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                    r369 = rt::bin_u32(BinOp::And, r368, r62);
-                                                    r370 = rt::bin_u32(BinOp::Shl, r7, r369);
-                                                    r371 = rt::bin_u32(BinOp::Sub, r370, r7);
-                                                    r372 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r373 = rt::bin_u32(BinOp::Shl, r7, r372);
-                                                    r374 = rt::bin_u32(BinOp::Sub, r373, r7);
-                                                    r375 = rt::un_u32(UnOp::Not, r374);
-                                                    r376 = rt::bin_u32(BinOp::Add, r362, r371);
-                                                    r377 = rt::bin_u32(BinOp::Add, r376, r367);
-                                                    r378 = rt::bin_u32(BinOp::And, r377, r375);
-                                                    r379 = f32::from_bits(r378);
-                                                    r361 = r379;
-                                                    break 'b14;
+                                                    r380 = r361;
+                                                    r381 = r380.to_bits();
+                                                    r382 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r383 = rt::bin_u32(BinOp::Shr, r381, r382);
+                                                    r353 = r383;
+                                                    break 'b13;
                                                 }
-                                                r380 = r361;
-                                                r381 = r380.to_bits();
-                                                r382 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r383 = rt::bin_u32(BinOp::Shr, r381, r382);
-                                                r353 = r383;
-                                                break 'b13;
+                                                r384 = r353;
+                                                r385 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r386 = rt::bin_u32(BinOp::Shl, r384, r385);
+                                                r387 = rt::bin_u32(BinOp::Or, r351, r386);
+                                                r21 = r387;
                                             }
-                                            r384 = r353;
-                                            r385 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r386 = rt::bin_u32(BinOp::Shl, r384, r385);
-                                            r387 = rt::bin_u32(BinOp::Or, r351, r386);
-                                            r21 = r387;
                                         }
+                                        r388 = u64::from(r25);
+                                        r389 = rt::bin_u64(BinOp::Mul, r388, r46);
+                                        r390 = rt::bin_u64(BinOp::Add, r43, r389);
+                                        r391 = r21;
+                                        r392 = rt::bin_u64(BinOp::Add, r390, r46);
+                                        r393 = rt::cmp(BinOp::Le, r392, r134);
+                                        r394 = rt::cmp(BinOp::Ge, r392, r390);
+                                        r395 = r393;
+                                        debug_assert_eq!(
+                                            r390,
+                                            w5.start() + 4 * (lx as usize) as u64
+                                        );
+                                        debug_assert!(r395);
+                                        w5.st_u32(lx as usize, r391);
+                                        break 'inv;
+                                        break 'b2;
                                     }
-                                    r388 = u64::from(r25);
-                                    r389 = rt::bin_u64(BinOp::Mul, r388, r46);
-                                    r390 = rt::bin_u64(BinOp::Add, r43, r389);
-                                    r391 = r21;
-                                    r392 = rt::bin_u64(BinOp::Add, r390, r46);
-                                    r393 = rt::cmp(BinOp::Le, r392, r134);
-                                    r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                    r395 = r393;
-                                    debug_assert_eq!(r390, w5.start() + 4 * (lx as usize) as u64);
-                                    debug_assert!(r395);
-                                    w5.st_u32(lx as usize, r391);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: f32 = 0.0f32;
+                        let mut r18: f32 = 0.0f32;
+                        let mut r19: f32 = 0.0f32;
+                        let mut r20: f32 = 0.0f32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u32 = 0u32;
+                        let mut r24: u32 = 0u32;
+                        let mut r25: u32 = 0u32;
+                        let mut r26: u32 = 0u32;
+                        let mut r27: u32 = 0u32;
+                        let mut r28: u32 = 0u32;
+                        let mut r29: bool = false;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u32 = 0u32;
+                        let mut r32: bool = false;
+                        let mut r33: u32 = 0u32;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: bool = false;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        let mut r43: u64 = 0u64;
+                        let mut r44: u64 = 0u64;
+                        let mut r45: u64 = 0u64;
+                        let mut r46: u64 = 0u64;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: bool = false;
+                        let mut r51: bool = false;
+                        let mut r52: bool = false;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: u32 = 0u32;
+                        let mut r55: bool = false;
+                        let mut r56: u32 = 0u32;
+                        let mut r57: u32 = 0u32;
+                        let mut r58: f32 = 0.0f32;
+                        let mut r59: u32 = 0u32;
+                        let mut r60: u32 = 0u32;
+                        let mut r61: u32 = 0u32;
+                        let mut r62: u32 = 0u32;
+                        let mut r63: u32 = 0u32;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: u32 = 0u32;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: u32 = 0u32;
+                        let mut r71: bool = false;
+                        let mut r72: f32 = 0.0f32;
+                        let mut r73: f32 = 0.0f32;
+                        let mut r74: f32 = 0.0f32;
+                        let mut r75: u32 = 0u32;
+                        let mut r76: u32 = 0u32;
+                        let mut r77: f32 = 0.0f32;
+                        let mut r78: bool = false;
+                        let mut r79: u32 = 0u32;
+                        let mut r80: u32 = 0u32;
+                        let mut r81: u32 = 0u32;
+                        let mut r82: u32 = 0u32;
+                        let mut r83: u32 = 0u32;
+                        let mut r84: u32 = 0u32;
+                        let mut r85: f32 = 0.0f32;
+                        let mut r86: u32 = 0u32;
+                        let mut r87: u32 = 0u32;
+                        let mut r88: u32 = 0u32;
+                        let mut r89: u32 = 0u32;
+                        let mut r90: u32 = 0u32;
+                        let mut r91: u32 = 0u32;
+                        let mut r92: u32 = 0u32;
+                        let mut r93: u32 = 0u32;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: f32 = 0.0f32;
+                        let mut r96: f32 = 0.0f32;
+                        let mut r97: u32 = 0u32;
+                        let mut r98: u32 = 0u32;
+                        let mut r99: f32 = 0.0f32;
+                        let mut r100: u32 = 0u32;
+                        let mut r101: u32 = 0u32;
+                        let mut r102: u32 = 0u32;
+                        let mut r103: u32 = 0u32;
+                        let mut r104: u32 = 0u32;
+                        let mut r105: u32 = 0u32;
+                        let mut r106: u32 = 0u32;
+                        let mut r107: bool = false;
+                        let mut r108: f32 = 0.0f32;
+                        let mut r109: f32 = 0.0f32;
+                        let mut r110: u32 = 0u32;
+                        let mut r111: u32 = 0u32;
+                        let mut r112: f32 = 0.0f32;
+                        let mut r113: bool = false;
+                        let mut r114: u32 = 0u32;
+                        let mut r115: u32 = 0u32;
+                        let mut r116: u32 = 0u32;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: f32 = 0.0f32;
+                        let mut r119: u32 = 0u32;
+                        let mut r120: u32 = 0u32;
+                        let mut r121: u32 = 0u32;
+                        let mut r122: u32 = 0u32;
+                        let mut r123: u32 = 0u32;
+                        let mut r124: u32 = 0u32;
+                        let mut r125: u32 = 0u32;
+                        let mut r126: f32 = 0.0f32;
+                        let mut r127: f32 = 0.0f32;
+                        let mut r128: u32 = 0u32;
+                        let mut r129: u32 = 0u32;
+                        let mut r130: f32 = 0.0f32;
+                        let mut r131: u32 = 0u32;
+                        let mut r132: u32 = 0u32;
+                        let mut r133: f32 = 0.0f32;
+                        let mut r134: u64 = 0u64;
+                        let mut r135: u64 = 0u64;
+                        let mut r136: u64 = 0u64;
+                        let mut r137: u64 = 0u64;
+                        let mut r138: f32 = 0.0f32;
+                        let mut r139: u32 = 0u32;
+                        let mut r140: u64 = 0u64;
+                        let mut r141: bool = false;
+                        let mut r142: bool = false;
+                        let mut r143: bool = false;
+                        let mut r144: u32 = 0u32;
+                        let mut r145: u64 = 0u64;
+                        let mut r146: u64 = 0u64;
+                        let mut r147: u64 = 0u64;
+                        let mut r148: f32 = 0.0f32;
+                        let mut r149: u32 = 0u32;
+                        let mut r150: u64 = 0u64;
+                        let mut r151: bool = false;
+                        let mut r152: bool = false;
+                        let mut r153: bool = false;
+                        let mut r154: u64 = 0u64;
+                        let mut r155: u64 = 0u64;
+                        let mut r156: u64 = 0u64;
+                        let mut r157: u64 = 0u64;
+                        let mut r158: bool = false;
+                        let mut r159: bool = false;
+                        let mut r160: bool = false;
+                        let mut r161: u32 = 0u32;
+                        let mut r162: f32 = 0.0f32;
+                        let mut r163: u32 = 0u32;
+                        let mut r164: u64 = 0u64;
+                        let mut r165: u64 = 0u64;
+                        let mut r166: u64 = 0u64;
+                        let mut r167: u64 = 0u64;
+                        let mut r168: bool = false;
+                        let mut r169: bool = false;
+                        let mut r170: bool = false;
+                        let mut r171: u32 = 0u32;
+                        let mut r172: f32 = 0.0f32;
+                        let mut r173: u32 = 0u32;
+                        let mut r174: bool = false;
+                        let mut r175: u32 = 0u32;
+                        let mut r176: u32 = 0u32;
+                        let mut r177: u32 = 0u32;
+                        let mut r178: u32 = 0u32;
+                        let mut r179: u32 = 0u32;
+                        let mut r180: u32 = 0u32;
+                        let mut r181: u32 = 0u32;
+                        let mut r182: bool = false;
+                        let mut r183: u32 = 0u32;
+                        let mut r184: u32 = 0u32;
+                        let mut r185: f32 = 0.0f32;
+                        let mut r186: f32 = 0.0f32;
+                        let mut r187: f32 = 0.0f32;
+                        let mut r188: bool = false;
+                        let mut r189: f32 = 0.0f32;
+                        let mut r190: f32 = 0.0f32;
+                        let mut r191: f32 = 0.0f32;
+                        let mut r192: f32 = 0.0f32;
+                        let mut r193: f32 = 0.0f32;
+                        let mut r194: u32 = 0u32;
+                        let mut r195: u32 = 0u32;
+                        let mut r196: bool = false;
+                        let mut r197: u32 = 0u32;
+                        let mut r198: u32 = 0u32;
+                        let mut r199: u32 = 0u32;
+                        let mut r200: u32 = 0u32;
+                        let mut r201: u32 = 0u32;
+                        let mut r202: u32 = 0u32;
+                        let mut r203: u32 = 0u32;
+                        let mut r204: u32 = 0u32;
+                        let mut r205: u32 = 0u32;
+                        let mut r206: u32 = 0u32;
+                        let mut r207: u32 = 0u32;
+                        let mut r208: u32 = 0u32;
+                        let mut r209: u32 = 0u32;
+                        let mut r210: u32 = 0u32;
+                        let mut r211: f32 = 0.0f32;
+                        let mut r212: f32 = 0.0f32;
+                        let mut r213: f32 = 0.0f32;
+                        let mut r214: f32 = 0.0f32;
+                        let mut r215: bool = false;
+                        let mut r216: u32 = 0u32;
+                        let mut r217: u32 = 0u32;
+                        let mut r218: u32 = 0u32;
+                        let mut r219: u32 = 0u32;
+                        let mut r220: f32 = 0.0f32;
+                        let mut r221: f32 = 0.0f32;
+                        let mut r222: u32 = 0u32;
+                        let mut r223: u32 = 0u32;
+                        let mut r224: bool = false;
+                        let mut r225: u32 = 0u32;
+                        let mut r226: u32 = 0u32;
+                        let mut r227: u32 = 0u32;
+                        let mut r228: bool = false;
+                        let mut r229: f32 = 0.0f32;
+                        let mut r230: f32 = 0.0f32;
+                        let mut r231: f32 = 0.0f32;
+                        let mut r232: f32 = 0.0f32;
+                        let mut r233: f32 = 0.0f32;
+                        let mut r234: u32 = 0u32;
+                        let mut r235: u32 = 0u32;
+                        let mut r236: u32 = 0u32;
+                        let mut r237: u32 = 0u32;
+                        let mut r238: u32 = 0u32;
+                        let mut r239: u32 = 0u32;
+                        let mut r240: u32 = 0u32;
+                        let mut r241: u32 = 0u32;
+                        let mut r242: u32 = 0u32;
+                        let mut r243: u32 = 0u32;
+                        let mut r244: u32 = 0u32;
+                        let mut r245: u32 = 0u32;
+                        let mut r246: u32 = 0u32;
+                        let mut r247: u32 = 0u32;
+                        let mut r248: u32 = 0u32;
+                        let mut r249: u32 = 0u32;
+                        let mut r250: f32 = 0.0f32;
+                        let mut r251: u32 = 0u32;
+                        let mut r252: u32 = 0u32;
+                        let mut r253: u32 = 0u32;
+                        let mut r254: u32 = 0u32;
+                        let mut r255: u32 = 0u32;
+                        let mut r256: u32 = 0u32;
+                        let mut r257: bool = false;
+                        let mut r258: u32 = 0u32;
+                        let mut r259: f32 = 0.0f32;
+                        let mut r260: f32 = 0.0f32;
+                        let mut r261: bool = false;
+                        let mut r262: f32 = 0.0f32;
+                        let mut r263: f32 = 0.0f32;
+                        let mut r264: f32 = 0.0f32;
+                        let mut r265: f32 = 0.0f32;
+                        let mut r266: u32 = 0u32;
+                        let mut r267: u32 = 0u32;
+                        let mut r268: bool = false;
+                        let mut r269: u32 = 0u32;
+                        let mut r270: u32 = 0u32;
+                        let mut r271: u32 = 0u32;
+                        let mut r272: u32 = 0u32;
+                        let mut r273: u32 = 0u32;
+                        let mut r274: u32 = 0u32;
+                        let mut r275: u32 = 0u32;
+                        let mut r276: u32 = 0u32;
+                        let mut r277: u32 = 0u32;
+                        let mut r278: u32 = 0u32;
+                        let mut r279: u32 = 0u32;
+                        let mut r280: u32 = 0u32;
+                        let mut r281: u32 = 0u32;
+                        let mut r282: u32 = 0u32;
+                        let mut r283: f32 = 0.0f32;
+                        let mut r284: f32 = 0.0f32;
+                        let mut r285: f32 = 0.0f32;
+                        let mut r286: bool = false;
+                        let mut r287: u32 = 0u32;
+                        let mut r288: u32 = 0u32;
+                        let mut r289: u32 = 0u32;
+                        let mut r290: f32 = 0.0f32;
+                        let mut r291: f32 = 0.0f32;
+                        let mut r292: u32 = 0u32;
+                        let mut r293: u32 = 0u32;
+                        let mut r294: bool = false;
+                        let mut r295: u32 = 0u32;
+                        let mut r296: bool = false;
+                        let mut r297: f32 = 0.0f32;
+                        let mut r298: f32 = 0.0f32;
+                        let mut r299: f32 = 0.0f32;
+                        let mut r300: f32 = 0.0f32;
+                        let mut r301: u32 = 0u32;
+                        let mut r302: u32 = 0u32;
+                        let mut r303: u32 = 0u32;
+                        let mut r304: u32 = 0u32;
+                        let mut r305: u32 = 0u32;
+                        let mut r306: u32 = 0u32;
+                        let mut r307: u32 = 0u32;
+                        let mut r308: u32 = 0u32;
+                        let mut r309: u32 = 0u32;
+                        let mut r310: u32 = 0u32;
+                        let mut r311: u32 = 0u32;
+                        let mut r312: u32 = 0u32;
+                        let mut r313: u32 = 0u32;
+                        let mut r314: u32 = 0u32;
+                        let mut r315: u32 = 0u32;
+                        let mut r316: u32 = 0u32;
+                        let mut r317: u32 = 0u32;
+                        let mut r318: u32 = 0u32;
+                        let mut r319: u32 = 0u32;
+                        let mut r320: u32 = 0u32;
+                        let mut r321: bool = false;
+                        let mut r322: u32 = 0u32;
+                        let mut r323: u32 = 0u32;
+                        let mut r324: u32 = 0u32;
+                        let mut r325: u32 = 0u32;
+                        let mut r326: u32 = 0u32;
+                        let mut r327: f32 = 0.0f32;
+                        let mut r328: u32 = 0u32;
+                        let mut r329: u32 = 0u32;
+                        let mut r330: bool = false;
+                        let mut r331: u32 = 0u32;
+                        let mut r332: u32 = 0u32;
+                        let mut r333: u32 = 0u32;
+                        let mut r334: u32 = 0u32;
+                        let mut r335: u32 = 0u32;
+                        let mut r336: u32 = 0u32;
+                        let mut r337: u32 = 0u32;
+                        let mut r338: u32 = 0u32;
+                        let mut r339: u32 = 0u32;
+                        let mut r340: u32 = 0u32;
+                        let mut r341: u32 = 0u32;
+                        let mut r342: u32 = 0u32;
+                        let mut r343: u32 = 0u32;
+                        let mut r344: u32 = 0u32;
+                        let mut r345: f32 = 0.0f32;
+                        let mut r346: f32 = 0.0f32;
+                        let mut r347: u32 = 0u32;
+                        let mut r348: u32 = 0u32;
+                        let mut r349: u32 = 0u32;
+                        let mut r350: u32 = 0u32;
+                        let mut r351: u32 = 0u32;
+                        let mut r352: f32 = 0.0f32;
+                        let mut r353: u32 = 0u32;
+                        let mut r354: u32 = 0u32;
+                        let mut r355: u32 = 0u32;
+                        let mut r356: bool = false;
+                        let mut r357: u32 = 0u32;
+                        let mut r358: u32 = 0u32;
+                        let mut r359: u32 = 0u32;
+                        let mut r360: u32 = 0u32;
+                        let mut r361: f32 = 0.0f32;
+                        let mut r362: u32 = 0u32;
+                        let mut r363: u32 = 0u32;
+                        let mut r364: bool = false;
+                        let mut r365: u32 = 0u32;
+                        let mut r366: u32 = 0u32;
+                        let mut r367: u32 = 0u32;
+                        let mut r368: u32 = 0u32;
+                        let mut r369: u32 = 0u32;
+                        let mut r370: u32 = 0u32;
+                        let mut r371: u32 = 0u32;
+                        let mut r372: u32 = 0u32;
+                        let mut r373: u32 = 0u32;
+                        let mut r374: u32 = 0u32;
+                        let mut r375: u32 = 0u32;
+                        let mut r376: u32 = 0u32;
+                        let mut r377: u32 = 0u32;
+                        let mut r378: u32 = 0u32;
+                        let mut r379: f32 = 0.0f32;
+                        let mut r380: f32 = 0.0f32;
+                        let mut r381: u32 = 0u32;
+                        let mut r382: u32 = 0u32;
+                        let mut r383: u32 = 0u32;
+                        let mut r384: u32 = 0u32;
+                        let mut r385: u32 = 0u32;
+                        let mut r386: u32 = 0u32;
+                        let mut r387: u32 = 0u32;
+                        let mut r388: u64 = 0u64;
+                        let mut r389: u64 = 0u64;
+                        let mut r390: u64 = 0u64;
+                        let mut r391: u32 = 0u32;
+                        let mut r392: u64 = 0u64;
+                        let mut r393: bool = false;
+                        let mut r394: bool = false;
+                        let mut r395: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = grid[0];
+                            r15 = grid[1];
+                            r16 = grid[2];
+                            r18 = f32::from_bits(0x0);
+                            r22 = 0x0u32;
+                            r26 = 0x2u32;
+                            r36 = true;
+                            r41 = false;
+                            r43 = 0x0u64;
+                            r44 = b0.len();
+                            r46 = 0x4u64;
+                            r56 = 0xffffu32;
+                            r59 = 0x8000u32;
+                            r61 = 0x10u32;
+                            r62 = 0x1fu32;
+                            r65 = 0xau32;
+                            r69 = 0x3ffu32;
+                            r73 = f32::from_bits(0x33800000);
+                            r79 = 0x7f800000u32;
+                            r81 = 0xdu32;
+                            r86 = 0x70u32;
+                            r88 = 0x17u32;
+                            r131 = 0xffff0000u32;
+                            r134 = b1.len();
+                            r180 = 0x7fffffffu32;
+                            r183 = 0x7e00u32;
+                            r187 = f32::from_bits(0x38800000);
+                            r189 = f32::from_bits(0x4b800000);
+                            r214 = f32::from_bits(0x477fe000);
+                            r217 = 0x80000000u32;
+                            r225 = 0x7c00u32;
+                            r227 = 0x38800000u32;
+                            r231 = f32::from_bits(0x4f7fffff);
+                            r238 = 0xffu32;
+                            r325 = 0x7fc0u32;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r17 = r18;
+                                r19 = r18;
+                                r20 = r18;
+                                r21 = r22;
+                                r23 = rt::bin_u32(BinOp::Mul, r9, r14);
+                                r24 = rt::bin_u32(BinOp::Mul, r23, r2);
+                                r25 = rt::bin_u32(BinOp::Add, r24, r4);
+                                r27 = rt::bin_u32(BinOp::Mul, r26, r25);
+                                r28 = p0;
+                                r29 = rt::cmp(BinOp::Ge, r27, r28);
+                                if r29 {
                                     break 'inv;
-                                    break 'b2;
+                                }
+                                r30 = rt::bin_u32(BinOp::Add, r27, r7);
+                                r31 = p0;
+                                r32 = rt::cmp(BinOp::Lt, r30, r31);
+                                r33 = p1;
+                                'b2: {
+                                    r34 = rt::cmp(BinOp::Eq, r33, r22);
+                                    r35 = rt::cmp(BinOp::Eq, r33, r7);
+                                    r37 = !r34;
+                                    r38 = r37;
+                                    r39 = !r35;
+                                    r40 = rt::bin_bool(BinOp::And, r38, r39);
+                                    r42 = r41;
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r34);
+                                    if r42 {}
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r35);
+                                    if r42 {
+                                        r45 = u64::from(r25);
+                                        r47 = rt::bin_u64(BinOp::Mul, r45, r46);
+                                        r48 = rt::bin_u64(BinOp::Add, r43, r47);
+                                        r49 = rt::bin_u64(BinOp::Add, r48, r46);
+                                        r50 = rt::cmp(BinOp::Le, r49, r44);
+                                        r51 = rt::cmp(BinOp::Ge, r49, r48);
+                                        r52 = r50;
+                                        debug_assert_eq!(
+                                            r48,
+                                            w0.start() + 4 * (lx as usize) as u64
+                                        );
+                                        debug_assert!(r52);
+                                        r53 = w0.ld_u32(lx as usize);
+                                        r54 = p1;
+                                        r55 = rt::cmp(BinOp::Eq, r54, r22);
+                                        if r55 {
+                                            r57 = rt::bin_u32(BinOp::And, r53, r56);
+                                            'b3: {
+                                                r60 = rt::bin_u32(BinOp::And, r57, r59);
+                                                r63 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r64 = rt::bin_u32(BinOp::Shl, r60, r63);
+                                                r66 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r67 = rt::bin_u32(BinOp::Shr, r57, r66);
+                                                r68 = rt::bin_u32(BinOp::And, r67, r62);
+                                                r70 = rt::bin_u32(BinOp::And, r57, r69);
+                                                r71 = rt::cmp(BinOp::Eq, r68, r22);
+                                                if r71 {
+                                                    r72 = r70 as f32;
+                                                    r74 = rt::bin_f32(BinOp::Mul, r72, r73);
+                                                    r75 = r74.to_bits();
+                                                    r76 = rt::bin_u32(BinOp::Or, r75, r64);
+                                                    r77 = f32::from_bits(r76);
+                                                    r58 = r77;
+                                                    break 'b3;
+                                                }
+                                                r78 = rt::cmp(BinOp::Eq, r68, r62);
+                                                if r78 {
+                                                    r80 = rt::bin_u32(BinOp::Or, r64, r79);
+                                                    r82 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r83 = rt::bin_u32(BinOp::Shl, r70, r82);
+                                                    r84 = rt::bin_u32(BinOp::Or, r80, r83);
+                                                    r85 = f32::from_bits(r84);
+                                                    r58 = r85;
+                                                    break 'b3;
+                                                }
+                                                r87 = rt::bin_u32(BinOp::Add, r68, r86);
+                                                r89 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r90 = rt::bin_u32(BinOp::Shl, r87, r89);
+                                                r91 = rt::bin_u32(BinOp::Or, r64, r90);
+                                                r92 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r93 = rt::bin_u32(BinOp::Shl, r70, r92);
+                                                r94 = rt::bin_u32(BinOp::Or, r91, r93);
+                                                r95 = f32::from_bits(r94);
+                                                r58 = r95;
+                                                break 'b3;
+                                            }
+                                            r96 = r58;
+                                            r17 = r96;
+                                            r97 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r98 = rt::bin_u32(BinOp::Shr, r53, r97);
+                                            'b4: {
+                                                r100 = rt::bin_u32(BinOp::And, r98, r59);
+                                                r101 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r102 = rt::bin_u32(BinOp::Shl, r100, r101);
+                                                r103 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r104 = rt::bin_u32(BinOp::Shr, r98, r103);
+                                                r105 = rt::bin_u32(BinOp::And, r104, r62);
+                                                r106 = rt::bin_u32(BinOp::And, r98, r69);
+                                                r107 = rt::cmp(BinOp::Eq, r105, r22);
+                                                if r107 {
+                                                    r108 = r106 as f32;
+                                                    r109 = rt::bin_f32(BinOp::Mul, r108, r73);
+                                                    r110 = r109.to_bits();
+                                                    r111 = rt::bin_u32(BinOp::Or, r110, r102);
+                                                    r112 = f32::from_bits(r111);
+                                                    r99 = r112;
+                                                    break 'b4;
+                                                }
+                                                r113 = rt::cmp(BinOp::Eq, r105, r62);
+                                                if r113 {
+                                                    r114 = rt::bin_u32(BinOp::Or, r102, r79);
+                                                    r115 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r116 = rt::bin_u32(BinOp::Shl, r106, r115);
+                                                    r117 = rt::bin_u32(BinOp::Or, r114, r116);
+                                                    r118 = f32::from_bits(r117);
+                                                    r99 = r118;
+                                                    break 'b4;
+                                                }
+                                                r119 = rt::bin_u32(BinOp::Add, r105, r86);
+                                                r120 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r121 = rt::bin_u32(BinOp::Shl, r119, r120);
+                                                r122 = rt::bin_u32(BinOp::Or, r102, r121);
+                                                r123 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r124 = rt::bin_u32(BinOp::Shl, r106, r123);
+                                                r125 = rt::bin_u32(BinOp::Or, r122, r124);
+                                                r126 = f32::from_bits(r125);
+                                                r99 = r126;
+                                                break 'b4;
+                                            }
+                                            r127 = r99;
+                                            r19 = r127;
+                                        } else {
+                                            r128 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r129 = rt::bin_u32(BinOp::Shl, r53, r128);
+                                            r130 = f32::from_bits(r129);
+                                            r17 = r130;
+                                            r132 = rt::bin_u32(BinOp::And, r53, r131);
+                                            r133 = f32::from_bits(r132);
+                                            r19 = r133;
+                                        }
+                                        r135 = u64::from(r27);
+                                        r136 = rt::bin_u64(BinOp::Mul, r135, r46);
+                                        r137 = rt::bin_u64(BinOp::Add, r43, r136);
+                                        r138 = r17;
+                                        r139 = r138.to_bits();
+                                        r140 = rt::bin_u64(BinOp::Add, r137, r46);
+                                        r141 = rt::cmp(BinOp::Le, r140, r134);
+                                        r142 = rt::cmp(BinOp::Ge, r140, r137);
+                                        r143 = r141;
+                                        debug_assert_eq!(
+                                            r137,
+                                            w1.start() + 4 * (lx as usize * 2) as u64
+                                        );
+                                        debug_assert!(r143);
+                                        w1.st_u32(lx as usize * 2, r139);
+                                        if r32 {
+                                            r144 = rt::bin_u32(BinOp::Add, r27, r7);
+                                            r145 = u64::from(r144);
+                                            r146 = rt::bin_u64(BinOp::Mul, r145, r46);
+                                            r147 = rt::bin_u64(BinOp::Add, r43, r146);
+                                            r148 = r19;
+                                            r149 = r148.to_bits();
+                                            r150 = rt::bin_u64(BinOp::Add, r147, r46);
+                                            r151 = rt::cmp(BinOp::Le, r150, r134);
+                                            r152 = rt::cmp(BinOp::Ge, r150, r147);
+                                            r153 = r151;
+                                            debug_assert_eq!(
+                                                r147,
+                                                w2.start() + 4 * (lx as usize * 2) as u64
+                                            );
+                                            debug_assert!(r153);
+                                            w2.st_u32(lx as usize * 2, r149);
+                                            break 'inv;
+                                        } else {
+                                            break 'inv;
+                                        }
+                                        break 'b2;
+                                    }
+                                    r42 = rt::bin_bool(BinOp::Or, r42, r40);
+                                    if r42 {
+                                        r154 = u64::from(r27);
+                                        r155 = rt::bin_u64(BinOp::Mul, r154, r46);
+                                        r156 = rt::bin_u64(BinOp::Add, r43, r155);
+                                        r157 = rt::bin_u64(BinOp::Add, r156, r46);
+                                        r158 = rt::cmp(BinOp::Le, r157, r44);
+                                        r159 = rt::cmp(BinOp::Ge, r157, r156);
+                                        r160 = r158;
+                                        debug_assert_eq!(
+                                            r156,
+                                            w3.start() + 4 * (lx as usize * 2) as u64
+                                        );
+                                        debug_assert!(r160);
+                                        r161 = w3.ld_u32(lx as usize * 2);
+                                        r162 = f32::from_bits(r161);
+                                        if r32 {
+                                            r163 = rt::bin_u32(BinOp::Add, r27, r7);
+                                            r164 = u64::from(r163);
+                                            r165 = rt::bin_u64(BinOp::Mul, r164, r46);
+                                            r166 = rt::bin_u64(BinOp::Add, r43, r165);
+                                            r167 = rt::bin_u64(BinOp::Add, r166, r46);
+                                            r168 = rt::cmp(BinOp::Le, r167, r44);
+                                            r169 = rt::cmp(BinOp::Ge, r167, r166);
+                                            r170 = r168;
+                                            debug_assert_eq!(
+                                                r166,
+                                                w4.start() + 4 * (lx as usize * 2) as u64
+                                            );
+                                            debug_assert!(r170);
+                                            r171 = w4.ld_u32(lx as usize * 2);
+                                            r172 = f32::from_bits(r171);
+                                            r20 = r172;
+                                        }
+                                        r173 = p1;
+                                        r174 = rt::cmp(BinOp::Eq, r173, r26);
+                                        if r174 {
+                                            'b5: {
+                                                r176 = r162.to_bits();
+                                                r177 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r178 = rt::bin_u32(BinOp::Shr, r176, r177);
+                                                r179 = rt::bin_u32(BinOp::And, r178, r59);
+                                                r181 = rt::bin_u32(BinOp::And, r176, r180);
+                                                r182 = rt::cmp(BinOp::Gt, r181, r79);
+                                                if r182 {
+                                                    r184 = rt::bin_u32(BinOp::Or, r179, r183);
+                                                    r175 = r184;
+                                                    break 'b5;
+                                                }
+                                                'b6: {
+                                                    r186 = rt::un_f32(UnOp::Abs, r162);
+                                                    r188 = rt::cmp(BinOp::Lt, r186, r187);
+                                                    if r188 {
+                                                        r190 = rt::bin_f32(BinOp::Mul, r162, r189);
+                                                        r191 = rt::un_f32(UnOp::Round, r190);
+                                                        r192 = rt::bin_f32(BinOp::Mul, r191, r73);
+                                                        r185 = r192;
+                                                        break 'b6;
+                                                    }
+                                                    'b7: {
+                                                        r194 = r162.to_bits();
+                                                        r195 = rt::bin_u32(BinOp::And, r194, r79);
+                                                        r196 = rt::cmp(BinOp::Eq, r195, r79);
+                                                        if r196 {
+                                                            r193 = r162;
+                                                            break 'b7;
+                                                        }
+                                                        r197 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r198 = rt::bin_u32(BinOp::Shr, r194, r197);
+                                                        r199 = rt::bin_u32(BinOp::And, r198, r7);
+                                                        r200 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                        r201 = rt::bin_u32(BinOp::And, r200, r62);
+                                                        r202 = rt::bin_u32(BinOp::Shl, r7, r201);
+                                                        r203 = rt::bin_u32(BinOp::Sub, r202, r7);
+                                                        r204 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r205 = rt::bin_u32(BinOp::Shl, r7, r204);
+                                                        r206 = rt::bin_u32(BinOp::Sub, r205, r7);
+                                                        r207 = rt::un_u32(UnOp::Not, r206);
+                                                        r208 = rt::bin_u32(BinOp::Add, r194, r203);
+                                                        r209 = rt::bin_u32(BinOp::Add, r208, r199);
+                                                        r210 = rt::bin_u32(BinOp::And, r209, r207);
+                                                        r211 = f32::from_bits(r210);
+                                                        r193 = r211;
+                                                        break 'b7;
+                                                    }
+                                                    r212 = r193;
+                                                    r213 = rt::un_f32(UnOp::Abs, r212);
+                                                    r215 = rt::cmp(BinOp::Gt, r213, r214);
+                                                    if r215 {
+                                                        r216 = r212.to_bits();
+                                                        r218 = rt::bin_u32(BinOp::And, r216, r217);
+                                                        r219 = rt::bin_u32(BinOp::Or, r218, r79);
+                                                        r220 = f32::from_bits(r219);
+                                                        r185 = r220;
+                                                        break 'b6;
+                                                    }
+                                                    r185 = r212;
+                                                    break 'b6;
+                                                }
+                                                r221 = r185;
+                                                r222 = r221.to_bits();
+                                                r223 = rt::bin_u32(BinOp::And, r222, r180);
+                                                r224 = rt::cmp(BinOp::Ge, r223, r79);
+                                                if r224 {
+                                                    r226 = rt::bin_u32(BinOp::Or, r179, r225);
+                                                    r175 = r226;
+                                                    break 'b5;
+                                                }
+                                                r228 = rt::cmp(BinOp::Lt, r223, r227);
+                                                if r228 {
+                                                    r229 = f32::from_bits(r223);
+                                                    r230 = rt::bin_f32(BinOp::Mul, r229, r189);
+                                                    r232 = rt::bin_f32(BinOp::Max, r230, r18);
+                                                    r233 = rt::bin_f32(BinOp::Min, r232, r231);
+                                                    r234 = r233 as u32;
+                                                    r235 = rt::bin_u32(BinOp::Or, r179, r234);
+                                                    r175 = r235;
+                                                    break 'b5;
+                                                }
+                                                r236 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r237 = rt::bin_u32(BinOp::Shr, r223, r236);
+                                                r239 = rt::bin_u32(BinOp::And, r237, r238);
+                                                r240 = rt::bin_u32(BinOp::Sub, r239, r86);
+                                                r241 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r242 = rt::bin_u32(BinOp::Shl, r240, r241);
+                                                r243 = rt::bin_u32(BinOp::Or, r179, r242);
+                                                r244 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r245 = rt::bin_u32(BinOp::Shr, r223, r244);
+                                                r246 = rt::bin_u32(BinOp::And, r245, r69);
+                                                r247 = rt::bin_u32(BinOp::Or, r243, r246);
+                                                r175 = r247;
+                                                break 'b5;
+                                            }
+                                            r248 = r175;
+                                            r21 = r248;
+                                            if r32 {
+                                                r249 = r21;
+                                                r250 = r20;
+                                                'b8: {
+                                                    r252 = r250.to_bits();
+                                                    r253 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r254 = rt::bin_u32(BinOp::Shr, r252, r253);
+                                                    r255 = rt::bin_u32(BinOp::And, r254, r59);
+                                                    r256 = rt::bin_u32(BinOp::And, r252, r180);
+                                                    r257 = rt::cmp(BinOp::Gt, r256, r79);
+                                                    if r257 {
+                                                        r258 = rt::bin_u32(BinOp::Or, r255, r183);
+                                                        r251 = r258;
+                                                        break 'b8;
+                                                    }
+                                                    'b9: {
+                                                        r260 = rt::un_f32(UnOp::Abs, r250);
+                                                        r261 = rt::cmp(BinOp::Lt, r260, r187);
+                                                        if r261 {
+                                                            r262 =
+                                                                rt::bin_f32(BinOp::Mul, r250, r189);
+                                                            r263 = rt::un_f32(UnOp::Round, r262);
+                                                            r264 =
+                                                                rt::bin_f32(BinOp::Mul, r263, r73);
+                                                            r259 = r264;
+                                                            break 'b9;
+                                                        }
+                                                        'b10: {
+                                                            r266 = r250.to_bits();
+                                                            r267 =
+                                                                rt::bin_u32(BinOp::And, r266, r79);
+                                                            r268 = rt::cmp(BinOp::Eq, r267, r79);
+                                                            if r268 {
+                                                                r265 = r250;
+                                                                break 'b10;
+                                                            }
+                                                            r269 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                            r270 =
+                                                                rt::bin_u32(BinOp::Shr, r266, r269);
+                                                            r271 =
+                                                                rt::bin_u32(BinOp::And, r270, r7);
+                                                            r272 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                            r273 =
+                                                                rt::bin_u32(BinOp::And, r272, r62);
+                                                            r274 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r273);
+                                                            r275 =
+                                                                rt::bin_u32(BinOp::Sub, r274, r7);
+                                                            r276 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                            r277 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r276);
+                                                            r278 =
+                                                                rt::bin_u32(BinOp::Sub, r277, r7);
+                                                            r279 = rt::un_u32(UnOp::Not, r278);
+                                                            r280 =
+                                                                rt::bin_u32(BinOp::Add, r266, r275);
+                                                            r281 =
+                                                                rt::bin_u32(BinOp::Add, r280, r271);
+                                                            r282 =
+                                                                rt::bin_u32(BinOp::And, r281, r279);
+                                                            r283 = f32::from_bits(r282);
+                                                            r265 = r283;
+                                                            break 'b10;
+                                                        }
+                                                        r284 = r265;
+                                                        r285 = rt::un_f32(UnOp::Abs, r284);
+                                                        r286 = rt::cmp(BinOp::Gt, r285, r214);
+                                                        if r286 {
+                                                            r287 = r284.to_bits();
+                                                            r288 =
+                                                                rt::bin_u32(BinOp::And, r287, r217);
+                                                            r289 =
+                                                                rt::bin_u32(BinOp::Or, r288, r79);
+                                                            r290 = f32::from_bits(r289);
+                                                            r259 = r290;
+                                                            break 'b9;
+                                                        }
+                                                        r259 = r284;
+                                                        break 'b9;
+                                                    }
+                                                    r291 = r259;
+                                                    r292 = r291.to_bits();
+                                                    r293 = rt::bin_u32(BinOp::And, r292, r180);
+                                                    r294 = rt::cmp(BinOp::Ge, r293, r79);
+                                                    if r294 {
+                                                        r295 = rt::bin_u32(BinOp::Or, r255, r225);
+                                                        r251 = r295;
+                                                        break 'b8;
+                                                    }
+                                                    r296 = rt::cmp(BinOp::Lt, r293, r227);
+                                                    if r296 {
+                                                        r297 = f32::from_bits(r293);
+                                                        r298 = rt::bin_f32(BinOp::Mul, r297, r189);
+                                                        r299 = rt::bin_f32(BinOp::Max, r298, r18);
+                                                        r300 = rt::bin_f32(BinOp::Min, r299, r231);
+                                                        r301 = r300 as u32;
+                                                        r302 = rt::bin_u32(BinOp::Or, r255, r301);
+                                                        r251 = r302;
+                                                        break 'b8;
+                                                    }
+                                                    r303 = rt::bin_u32(BinOp::And, r88, r62);
+                                                    r304 = rt::bin_u32(BinOp::Shr, r293, r303);
+                                                    r305 = rt::bin_u32(BinOp::And, r304, r238);
+                                                    r306 = rt::bin_u32(BinOp::Sub, r305, r86);
+                                                    r307 = rt::bin_u32(BinOp::And, r65, r62);
+                                                    r308 = rt::bin_u32(BinOp::Shl, r306, r307);
+                                                    r309 = rt::bin_u32(BinOp::Or, r255, r308);
+                                                    r310 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r311 = rt::bin_u32(BinOp::Shr, r293, r310);
+                                                    r312 = rt::bin_u32(BinOp::And, r311, r69);
+                                                    r313 = rt::bin_u32(BinOp::Or, r309, r312);
+                                                    r251 = r313;
+                                                    break 'b8;
+                                                }
+                                                r314 = r251;
+                                                r315 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r316 = rt::bin_u32(BinOp::Shl, r314, r315);
+                                                r317 = rt::bin_u32(BinOp::Or, r249, r316);
+                                                r21 = r317;
+                                            }
+                                        } else {
+                                            'b11: {
+                                                r319 = r162.to_bits();
+                                                r320 = rt::bin_u32(BinOp::And, r319, r180);
+                                                r321 = rt::cmp(BinOp::Gt, r320, r79);
+                                                if r321 {
+                                                    r322 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r323 = rt::bin_u32(BinOp::Shr, r319, r322);
+                                                    r324 = rt::bin_u32(BinOp::And, r323, r59);
+                                                    r326 = rt::bin_u32(BinOp::Or, r324, r325);
+                                                    r318 = r326;
+                                                    break 'b11;
+                                                }
+                                                'b12: {
+                                                    r328 = r162.to_bits();
+                                                    r329 = rt::bin_u32(BinOp::And, r328, r79);
+                                                    r330 = rt::cmp(BinOp::Eq, r329, r79);
+                                                    if r330 {
+                                                        r327 = r162;
+                                                        break 'b12;
+                                                    }
+                                                    r331 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r332 = rt::bin_u32(BinOp::Shr, r328, r331);
+                                                    r333 = rt::bin_u32(BinOp::And, r332, r7);
+                                                    r334 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                    r335 = rt::bin_u32(BinOp::And, r334, r62);
+                                                    r336 = rt::bin_u32(BinOp::Shl, r7, r335);
+                                                    r337 = rt::bin_u32(BinOp::Sub, r336, r7);
+                                                    r338 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r339 = rt::bin_u32(BinOp::Shl, r7, r338);
+                                                    r340 = rt::bin_u32(BinOp::Sub, r339, r7);
+                                                    r341 = rt::un_u32(UnOp::Not, r340);
+                                                    r342 = rt::bin_u32(BinOp::Add, r328, r337);
+                                                    r343 = rt::bin_u32(BinOp::Add, r342, r333);
+                                                    r344 = rt::bin_u32(BinOp::And, r343, r341);
+                                                    r345 = f32::from_bits(r344);
+                                                    r327 = r345;
+                                                    break 'b12;
+                                                }
+                                                r346 = r327;
+                                                r347 = r346.to_bits();
+                                                r348 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r349 = rt::bin_u32(BinOp::Shr, r347, r348);
+                                                r318 = r349;
+                                                break 'b11;
+                                            }
+                                            r350 = r318;
+                                            r21 = r350;
+                                            if r32 {
+                                                r351 = r21;
+                                                r352 = r20;
+                                                'b13: {
+                                                    r354 = r352.to_bits();
+                                                    r355 = rt::bin_u32(BinOp::And, r354, r180);
+                                                    r356 = rt::cmp(BinOp::Gt, r355, r79);
+                                                    if r356 {
+                                                        r357 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r358 = rt::bin_u32(BinOp::Shr, r354, r357);
+                                                        r359 = rt::bin_u32(BinOp::And, r358, r59);
+                                                        r360 = rt::bin_u32(BinOp::Or, r359, r325);
+                                                        r353 = r360;
+                                                        break 'b13;
+                                                    }
+                                                    'b14: {
+                                                        r362 = r352.to_bits();
+                                                        r363 = rt::bin_u32(BinOp::And, r362, r79);
+                                                        r364 = rt::cmp(BinOp::Eq, r363, r79);
+                                                        if r364 {
+                                                            r361 = r352;
+                                                            break 'b14;
+                                                        }
+                                                        r365 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r366 = rt::bin_u32(BinOp::Shr, r362, r365);
+                                                        r367 = rt::bin_u32(BinOp::And, r366, r7);
+                                                        r368 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                        r369 = rt::bin_u32(BinOp::And, r368, r62);
+                                                        r370 = rt::bin_u32(BinOp::Shl, r7, r369);
+                                                        r371 = rt::bin_u32(BinOp::Sub, r370, r7);
+                                                        r372 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r373 = rt::bin_u32(BinOp::Shl, r7, r372);
+                                                        r374 = rt::bin_u32(BinOp::Sub, r373, r7);
+                                                        r375 = rt::un_u32(UnOp::Not, r374);
+                                                        r376 = rt::bin_u32(BinOp::Add, r362, r371);
+                                                        r377 = rt::bin_u32(BinOp::Add, r376, r367);
+                                                        r378 = rt::bin_u32(BinOp::And, r377, r375);
+                                                        r379 = f32::from_bits(r378);
+                                                        r361 = r379;
+                                                        break 'b14;
+                                                    }
+                                                    r380 = r361;
+                                                    r381 = r380.to_bits();
+                                                    r382 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r383 = rt::bin_u32(BinOp::Shr, r381, r382);
+                                                    r353 = r383;
+                                                    break 'b13;
+                                                }
+                                                r384 = r353;
+                                                r385 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r386 = rt::bin_u32(BinOp::Shl, r384, r385);
+                                                r387 = rt::bin_u32(BinOp::Or, r351, r386);
+                                                r21 = r387;
+                                            }
+                                        }
+                                        r388 = u64::from(r25);
+                                        r389 = rt::bin_u64(BinOp::Mul, r388, r46);
+                                        r390 = rt::bin_u64(BinOp::Add, r43, r389);
+                                        r391 = r21;
+                                        r392 = rt::bin_u64(BinOp::Add, r390, r46);
+                                        r393 = rt::cmp(BinOp::Le, r392, r134);
+                                        r394 = rt::cmp(BinOp::Ge, r392, r390);
+                                        r395 = r393;
+                                        debug_assert_eq!(
+                                            r390,
+                                            w5.start() + 4 * (lx as usize) as u64
+                                        );
+                                        debug_assert!(r395);
+                                        w5.st_u32(lx as usize, r391);
+                                        break 'inv;
+                                        break 'b2;
+                                    }
                                 }
                             }
                         }
@@ -34306,7 +35924,11 @@ fn struct_layout_group(
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
         let mut r14: u64 = 0u64;
+        let mut r15: u64 = 0u64;
+        let mut r16: u64 = 0u64;
         let mut r17: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u32 = 0u32;
         let mut r21: u64 = 0u64;
         let mut r22: u64 = 0u64;
         let mut r23: u64 = 0u64;
@@ -34329,6 +35951,7 @@ fn struct_layout_group(
         r1 = lx;
         r2 = 0x4u32;
         r14 = 0x0u64;
+        r15 = b0.len();
         r17 = 0x20u64;
         r29 = 0x4u64;
         r32 = 0x8u64;
@@ -34338,6 +35961,9 @@ fn struct_layout_group(
         r44 = 0x1cu64;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+        r18 = rt::bin_u64(BinOp::Div, r16, r17);
+        r19 = r18 as u32;
         r21 = u64::from(r4);
         r22 = rt::bin_u64(BinOp::Mul, r21, r17);
         r23 = rt::bin_u64(BinOp::Add, r14, r22);
@@ -34380,153 +36006,306 @@ fn struct_layout_group(
         let Some(w7) = b1.window::<4>(r50, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2, w3, w4, w5, w6, w7))
+        let hoisted = (rt::fits_u32(r4, 0, 3) && i128::from(r4) + 3 < i128::from(r19));
+        Some((w0, w1, w2, w3, w4, w5, w6, w7, hoisted))
     };
-    if let Some((w0, w1, w2, w3, w4, w5, w6, w7)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..4u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u64 = 0u64;
-                    let mut r15: u64 = 0u64;
-                    let mut r16: u64 = 0u64;
-                    let mut r17: u64 = 0u64;
-                    let mut r18: u64 = 0u64;
-                    let mut r19: u32 = 0u32;
-                    let mut r20: bool = false;
-                    let mut r21: u64 = 0u64;
-                    let mut r22: u64 = 0u64;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: bool = false;
-                    let mut r26: bool = false;
-                    let mut r27: bool = false;
-                    let mut r28: f32 = 0.0f32;
-                    let mut r29: u64 = 0u64;
-                    let mut r30: u64 = 0u64;
-                    let mut r31: f32 = 0.0f32;
-                    let mut r32: u64 = 0u64;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: f32 = 0.0f32;
-                    let mut r35: u64 = 0u64;
-                    let mut r36: u64 = 0u64;
-                    let mut r37: f32 = 0.0f32;
-                    let mut r38: u64 = 0u64;
-                    let mut r39: u64 = 0u64;
-                    let mut r40: u32 = 0u32;
-                    let mut r41: u64 = 0u64;
-                    let mut r42: u64 = 0u64;
-                    let mut r43: u32 = 0u32;
-                    let mut r44: u64 = 0u64;
-                    let mut r45: u64 = 0u64;
-                    let mut r46: u32 = 0u32;
-                    let mut r47: u64 = 0u64;
-                    let mut r48: u64 = 0u64;
-                    let mut r49: u64 = 0u64;
-                    let mut r50: u64 = 0u64;
-                    let mut r51: f32 = 0.0f32;
-                    let mut r52: u32 = 0u32;
-                    let mut r53: u32 = 0u32;
-                    let mut r54: u32 = 0u32;
-                    let mut r55: u64 = 0u64;
-                    let mut r56: bool = false;
-                    let mut r57: bool = false;
-                    let mut r58: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x4u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = 0x0u64;
-                        r15 = b0.len();
-                        r17 = 0x20u64;
-                        r29 = 0x4u64;
-                        r32 = 0x8u64;
-                        r35 = 0xcu64;
-                        r38 = 0x10u64;
-                        r41 = 0x18u64;
-                        r44 = 0x1cu64;
-                        r47 = b1.len();
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
-                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
-                            r19 = r18 as u32;
-                            r20 = rt::cmp(BinOp::Ge, r4, r19);
-                            if r20 {
+    if let Some((w0, w1, w2, w3, w4, w5, w6, w7, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..4u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u64 = 0u64;
+                        let mut r15: u64 = 0u64;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: bool = false;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: bool = false;
+                        let mut r26: bool = false;
+                        let mut r27: bool = false;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: f32 = 0.0f32;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: f32 = 0.0f32;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: u32 = 0u32;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: u64 = 0u64;
+                        let mut r43: u32 = 0u32;
+                        let mut r44: u64 = 0u64;
+                        let mut r45: u64 = 0u64;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: u64 = 0u64;
+                        let mut r51: f32 = 0.0f32;
+                        let mut r52: u32 = 0u32;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: u32 = 0u32;
+                        let mut r55: u64 = 0u64;
+                        let mut r56: bool = false;
+                        let mut r57: bool = false;
+                        let mut r58: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x4u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u64;
+                            r15 = b0.len();
+                            r17 = 0x20u64;
+                            r29 = 0x4u64;
+                            r32 = 0x8u64;
+                            r35 = 0xcu64;
+                            r38 = 0x10u64;
+                            r41 = 0x18u64;
+                            r44 = 0x1cu64;
+                            r47 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                                r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                                r19 = r18 as u32;
+                                r20 = rt::cmp(BinOp::Ge, r4, r19);
+                                {
+                                    debug_assert!(!r20);
+                                }
+                                r21 = u64::from(r4);
+                                r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                                r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                                r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                                r25 = rt::cmp(BinOp::Le, r24, r15);
+                                r26 = rt::cmp(BinOp::Ge, r24, r23);
+                                r27 = r25;
+                                debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r28 = w0.ld_f32(lx as usize * 8);
+                                r30 = rt::bin_u64(BinOp::Add, r23, r29);
+                                debug_assert_eq!(r30, w1.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r31 = w1.ld_f32(lx as usize * 8);
+                                r33 = rt::bin_u64(BinOp::Add, r23, r32);
+                                debug_assert_eq!(r33, w2.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r34 = w2.ld_f32(lx as usize * 8);
+                                r36 = rt::bin_u64(BinOp::Add, r23, r35);
+                                debug_assert_eq!(r36, w3.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r37 = w3.ld_f32(lx as usize * 8);
+                                r39 = rt::bin_u64(BinOp::Add, r23, r38);
+                                debug_assert_eq!(r39, w4.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r40 = w4.ld_u32(lx as usize * 8);
+                                r42 = rt::bin_u64(BinOp::Add, r23, r41);
+                                debug_assert_eq!(r42, w5.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r43 = w5.ld_u32(lx as usize * 8);
+                                r45 = rt::bin_u64(BinOp::Add, r23, r44);
+                                debug_assert_eq!(r45, w6.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r46 = w6.ld_u32(lx as usize * 8);
+                                r48 = u64::from(r4);
+                                r49 = rt::bin_u64(BinOp::Mul, r48, r29);
+                                r50 = rt::bin_u64(BinOp::Add, r14, r49);
+                                r51 = rt::bin_f32(BinOp::Add, r31, r37);
+                                r52 = r51.to_bits();
+                                r53 = rt::bin_u32(BinOp::Add, r52, r40);
+                                r54 = rt::bin_u32(BinOp::Add, r53, r46);
+                                r55 = rt::bin_u64(BinOp::Add, r50, r29);
+                                r56 = rt::cmp(BinOp::Le, r55, r47);
+                                r57 = rt::cmp(BinOp::Ge, r55, r50);
+                                r58 = r56;
+                                debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r58);
+                                w7.st_u32(lx as usize, r54);
                                 break 'inv;
                             }
-                            r21 = u64::from(r4);
-                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
-                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
-                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
-                            r25 = rt::cmp(BinOp::Le, r24, r15);
-                            r26 = rt::cmp(BinOp::Ge, r24, r23);
-                            r27 = r25;
-                            debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r28 = w0.ld_f32(lx as usize * 8);
-                            r30 = rt::bin_u64(BinOp::Add, r23, r29);
-                            debug_assert_eq!(r30, w1.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r31 = w1.ld_f32(lx as usize * 8);
-                            r33 = rt::bin_u64(BinOp::Add, r23, r32);
-                            debug_assert_eq!(r33, w2.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r34 = w2.ld_f32(lx as usize * 8);
-                            r36 = rt::bin_u64(BinOp::Add, r23, r35);
-                            debug_assert_eq!(r36, w3.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r37 = w3.ld_f32(lx as usize * 8);
-                            r39 = rt::bin_u64(BinOp::Add, r23, r38);
-                            debug_assert_eq!(r39, w4.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r40 = w4.ld_u32(lx as usize * 8);
-                            r42 = rt::bin_u64(BinOp::Add, r23, r41);
-                            debug_assert_eq!(r42, w5.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r43 = w5.ld_u32(lx as usize * 8);
-                            r45 = rt::bin_u64(BinOp::Add, r23, r44);
-                            debug_assert_eq!(r45, w6.start() + 4 * (lx as usize * 8) as u64);
-                            debug_assert!(r27);
-                            r46 = w6.ld_u32(lx as usize * 8);
-                            r48 = u64::from(r4);
-                            r49 = rt::bin_u64(BinOp::Mul, r48, r29);
-                            r50 = rt::bin_u64(BinOp::Add, r14, r49);
-                            r51 = rt::bin_f32(BinOp::Add, r31, r37);
-                            r52 = r51.to_bits();
-                            r53 = rt::bin_u32(BinOp::Add, r52, r40);
-                            r54 = rt::bin_u32(BinOp::Add, r53, r46);
-                            r55 = rt::bin_u64(BinOp::Add, r50, r29);
-                            r56 = rt::cmp(BinOp::Le, r55, r47);
-                            r57 = rt::cmp(BinOp::Ge, r55, r50);
-                            r58 = r56;
-                            debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
-                            debug_assert!(r58);
-                            w7.st_u32(lx as usize, r54);
-                            break 'inv;
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..4u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u64 = 0u64;
+                        let mut r15: u64 = 0u64;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: bool = false;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: bool = false;
+                        let mut r26: bool = false;
+                        let mut r27: bool = false;
+                        let mut r28: f32 = 0.0f32;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: f32 = 0.0f32;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: f32 = 0.0f32;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: u64 = 0u64;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: u32 = 0u32;
+                        let mut r41: u64 = 0u64;
+                        let mut r42: u64 = 0u64;
+                        let mut r43: u32 = 0u32;
+                        let mut r44: u64 = 0u64;
+                        let mut r45: u64 = 0u64;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: u64 = 0u64;
+                        let mut r51: f32 = 0.0f32;
+                        let mut r52: u32 = 0u32;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: u32 = 0u32;
+                        let mut r55: u64 = 0u64;
+                        let mut r56: bool = false;
+                        let mut r57: bool = false;
+                        let mut r58: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x4u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u64;
+                            r15 = b0.len();
+                            r17 = 0x20u64;
+                            r29 = 0x4u64;
+                            r32 = 0x8u64;
+                            r35 = 0xcu64;
+                            r38 = 0x10u64;
+                            r41 = 0x18u64;
+                            r44 = 0x1cu64;
+                            r47 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                                r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                                r19 = r18 as u32;
+                                r20 = rt::cmp(BinOp::Ge, r4, r19);
+                                if r20 {
+                                    break 'inv;
+                                }
+                                r21 = u64::from(r4);
+                                r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                                r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                                r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                                r25 = rt::cmp(BinOp::Le, r24, r15);
+                                r26 = rt::cmp(BinOp::Ge, r24, r23);
+                                r27 = r25;
+                                debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r28 = w0.ld_f32(lx as usize * 8);
+                                r30 = rt::bin_u64(BinOp::Add, r23, r29);
+                                debug_assert_eq!(r30, w1.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r31 = w1.ld_f32(lx as usize * 8);
+                                r33 = rt::bin_u64(BinOp::Add, r23, r32);
+                                debug_assert_eq!(r33, w2.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r34 = w2.ld_f32(lx as usize * 8);
+                                r36 = rt::bin_u64(BinOp::Add, r23, r35);
+                                debug_assert_eq!(r36, w3.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r37 = w3.ld_f32(lx as usize * 8);
+                                r39 = rt::bin_u64(BinOp::Add, r23, r38);
+                                debug_assert_eq!(r39, w4.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r40 = w4.ld_u32(lx as usize * 8);
+                                r42 = rt::bin_u64(BinOp::Add, r23, r41);
+                                debug_assert_eq!(r42, w5.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r43 = w5.ld_u32(lx as usize * 8);
+                                r45 = rt::bin_u64(BinOp::Add, r23, r44);
+                                debug_assert_eq!(r45, w6.start() + 4 * (lx as usize * 8) as u64);
+                                debug_assert!(r27);
+                                r46 = w6.ld_u32(lx as usize * 8);
+                                r48 = u64::from(r4);
+                                r49 = rt::bin_u64(BinOp::Mul, r48, r29);
+                                r50 = rt::bin_u64(BinOp::Add, r14, r49);
+                                r51 = rt::bin_f32(BinOp::Add, r31, r37);
+                                r52 = r51.to_bits();
+                                r53 = rt::bin_u32(BinOp::Add, r52, r40);
+                                r54 = rt::bin_u32(BinOp::Add, r53, r46);
+                                r55 = rt::bin_u64(BinOp::Add, r50, r29);
+                                r56 = rt::cmp(BinOp::Le, r55, r47);
+                                r57 = rt::cmp(BinOp::Ge, r55, r50);
+                                r58 = r56;
+                                debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r58);
+                                w7.st_u32(lx as usize, r54);
+                                break 'inv;
+                            }
                         }
                     }
                 }
@@ -34703,16 +36482,20 @@ fn control_group(
         let mut r2: u32 = 0u32;
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
+        let mut r23: u32 = 0u32;
         let mut r84: u64 = 0u64;
         let mut r86: u64 = 0u64;
         let mut r87: u64 = 0u64;
         let mut r88: u64 = 0u64;
         let mut r89: u64 = 0u64;
+        let mut r113: u32 = 0u32;
         r0 = wid[0];
         r1 = lx;
         r2 = 0x8u32;
+        r23 = 0x30u32;
         r84 = 0x0u64;
         r87 = 0x4u64;
+        r113 = 0x28u32;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
         r86 = u64::from(r4);
@@ -34724,338 +36507,678 @@ fn control_group(
         let Some(w0) = b0.window::<8>(r89, 0) else {
             break 'fast None;
         };
-        Some((w0,))
+        let hoisted = (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 7 < i128::from(r23))
+            && (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 0 > i128::from(r113));
+        Some((w0, hoisted))
     };
-    if let Some((w0,)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..8u32 {
-                    pv.clear();
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: u32 = 0u32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: bool = false;
-                    let mut r18: bool = false;
-                    let mut r19: bool = false;
-                    let mut r20: u32 = 0u32;
-                    let mut r21: u32 = 0u32;
-                    let mut r22: u32 = 0u32;
-                    let mut r23: u32 = 0u32;
-                    let mut r24: bool = false;
-                    let mut r25: u32 = 0u32;
-                    let mut r26: bool = false;
-                    let mut r27: u32 = 0u32;
-                    let mut r28: u32 = 0u32;
-                    let mut r29: bool = false;
-                    let mut r30: u32 = 0u32;
-                    let mut r31: u32 = 0u32;
-                    let mut r32: bool = false;
-                    let mut r33: u32 = 0u32;
-                    let mut r34: u32 = 0u32;
-                    let mut r35: u32 = 0u32;
-                    let mut r36: u32 = 0u32;
-                    let mut r37: bool = false;
-                    let mut r38: bool = false;
-                    let mut r39: bool = false;
-                    let mut r40: u32 = 0u32;
-                    let mut r41: u32 = 0u32;
-                    let mut r42: u32 = 0u32;
-                    let mut r43: bool = false;
-                    let mut r44: bool = false;
-                    let mut r45: bool = false;
-                    let mut r46: u32 = 0u32;
-                    let mut r47: u32 = 0u32;
-                    let mut r48: u32 = 0u32;
-                    let mut r49: u32 = 0u32;
-                    let mut r50: bool = false;
-                    let mut r51: u32 = 0u32;
-                    let mut r52: bool = false;
-                    let mut r53: u32 = 0u32;
-                    let mut r54: bool = false;
-                    let mut r55: bool = false;
-                    let mut r56: bool = false;
-                    let mut r57: u32 = 0u32;
-                    let mut r58: u32 = 0u32;
-                    let mut r59: u32 = 0u32;
-                    let mut r60: u32 = 0u32;
-                    let mut r61: bool = false;
-                    let mut r62: bool = false;
-                    let mut r63: bool = false;
-                    let mut r64: u32 = 0u32;
-                    let mut r65: u32 = 0u32;
-                    let mut r66: u32 = 0u32;
-                    let mut r67: bool = false;
-                    let mut r68: u32 = 0u32;
-                    let mut r69: u32 = 0u32;
-                    let mut r70: bool = false;
-                    let mut r71: u32 = 0u32;
-                    let mut r72: bool = false;
-                    let mut r73: bool = false;
-                    let mut r74: bool = false;
-                    let mut r75: u32 = 0u32;
-                    let mut r76: u32 = 0u32;
-                    let mut r77: u32 = 0u32;
-                    let mut r78: u32 = 0u32;
-                    let mut r79: bool = false;
-                    let mut r80: bool = false;
-                    let mut r81: bool = false;
-                    let mut r82: u32 = 0u32;
-                    let mut r83: u32 = 0u32;
-                    let mut r84: u64 = 0u64;
-                    let mut r85: u64 = 0u64;
-                    let mut r86: u64 = 0u64;
-                    let mut r87: u64 = 0u64;
-                    let mut r88: u64 = 0u64;
-                    let mut r89: u64 = 0u64;
-                    let mut r90: u32 = 0u32;
-                    let mut r91: bool = false;
-                    let mut r92: bool = false;
-                    let mut r93: bool = false;
-                    let mut r94: u32 = 0u32;
-                    let mut r95: u32 = 0u32;
-                    let mut r96: u32 = 0u32;
-                    let mut r97: bool = false;
-                    let mut r98: u32 = 0u32;
-                    let mut r99: u32 = 0u32;
-                    let mut r100: bool = false;
-                    let mut r101: bool = false;
-                    let mut r102: bool = false;
-                    let mut r103: bool = false;
-                    let mut r104: bool = false;
-                    let mut r105: bool = false;
-                    let mut r106: bool = false;
-                    let mut r107: bool = false;
-                    let mut r108: bool = false;
-                    let mut r109: bool = false;
-                    let mut r110: bool = false;
-                    let mut r111: bool = false;
-                    let mut r112: u32 = 0u32;
-                    let mut r113: u32 = 0u32;
-                    let mut r114: bool = false;
-                    let mut r115: u32 = 0u32;
-                    let mut r116: u32 = 0u32;
-                    let mut r117: u32 = 0u32;
-                    let mut r118: u32 = 0u32;
-                    let mut r119: u64 = 0u64;
-                    let mut r120: bool = false;
-                    let mut r121: bool = false;
-                    let mut r122: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x8u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = 0x0u32;
-                        r15 = 0x4u32;
-                        r23 = 0x30u32;
-                        r28 = 0x3u32;
-                        r49 = 0x14u32;
-                        r58 = 0x2u32;
-                        r69 = 0x5u32;
-                        r76 = 0x3e8u32;
-                        r84 = 0x0u64;
-                        r85 = b0.len();
-                        r87 = 0x4u64;
-                        r103 = true;
-                        r110 = false;
-                        r112 = 0xau32;
-                        r113 = 0x28u32;
-                        r115 = 0x63u32;
-                        r116 = 0x1eu32;
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r16 = rt::bin_u32(BinOp::Add, r14, r15);
-                            r17 = rt::cmp(BinOp::Le, r16, r15);
-                            r18 = rt::cmp(BinOp::Ge, r16, r14);
-                            r19 = r17;
-                            pv.st_u32(u64::from(r14), r14)?;
-                            r20 = r14;
-                            r21 = r14;
-                            r22 = r14;
-                            r24 = rt::cmp(BinOp::Ge, r4, r23);
-                            if r24 {
-                                break 'inv;
-                            }
-                            'l0: loop {
-                                'c0: {
-                                    r25 = r20;
-                                    r26 = rt::cmp(BinOp::Eq, r25, r4);
-                                    if r26 {
+    if let Some((w0, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..8u32 {
+                        pv.clear();
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: bool = false;
+                        let mut r18: bool = false;
+                        let mut r19: bool = false;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u32 = 0u32;
+                        let mut r24: bool = false;
+                        let mut r25: u32 = 0u32;
+                        let mut r26: bool = false;
+                        let mut r27: u32 = 0u32;
+                        let mut r28: u32 = 0u32;
+                        let mut r29: bool = false;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u32 = 0u32;
+                        let mut r32: bool = false;
+                        let mut r33: u32 = 0u32;
+                        let mut r34: u32 = 0u32;
+                        let mut r35: u32 = 0u32;
+                        let mut r36: u32 = 0u32;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: u32 = 0u32;
+                        let mut r41: u32 = 0u32;
+                        let mut r42: u32 = 0u32;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u32 = 0u32;
+                        let mut r48: u32 = 0u32;
+                        let mut r49: u32 = 0u32;
+                        let mut r50: bool = false;
+                        let mut r51: u32 = 0u32;
+                        let mut r52: bool = false;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: bool = false;
+                        let mut r55: bool = false;
+                        let mut r56: bool = false;
+                        let mut r57: u32 = 0u32;
+                        let mut r58: u32 = 0u32;
+                        let mut r59: u32 = 0u32;
+                        let mut r60: u32 = 0u32;
+                        let mut r61: bool = false;
+                        let mut r62: bool = false;
+                        let mut r63: bool = false;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: bool = false;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: bool = false;
+                        let mut r71: u32 = 0u32;
+                        let mut r72: bool = false;
+                        let mut r73: bool = false;
+                        let mut r74: bool = false;
+                        let mut r75: u32 = 0u32;
+                        let mut r76: u32 = 0u32;
+                        let mut r77: u32 = 0u32;
+                        let mut r78: u32 = 0u32;
+                        let mut r79: bool = false;
+                        let mut r80: bool = false;
+                        let mut r81: bool = false;
+                        let mut r82: u32 = 0u32;
+                        let mut r83: u32 = 0u32;
+                        let mut r84: u64 = 0u64;
+                        let mut r85: u64 = 0u64;
+                        let mut r86: u64 = 0u64;
+                        let mut r87: u64 = 0u64;
+                        let mut r88: u64 = 0u64;
+                        let mut r89: u64 = 0u64;
+                        let mut r90: u32 = 0u32;
+                        let mut r91: bool = false;
+                        let mut r92: bool = false;
+                        let mut r93: bool = false;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: u32 = 0u32;
+                        let mut r96: u32 = 0u32;
+                        let mut r97: bool = false;
+                        let mut r98: u32 = 0u32;
+                        let mut r99: u32 = 0u32;
+                        let mut r100: bool = false;
+                        let mut r101: bool = false;
+                        let mut r102: bool = false;
+                        let mut r103: bool = false;
+                        let mut r104: bool = false;
+                        let mut r105: bool = false;
+                        let mut r106: bool = false;
+                        let mut r107: bool = false;
+                        let mut r108: bool = false;
+                        let mut r109: bool = false;
+                        let mut r110: bool = false;
+                        let mut r111: bool = false;
+                        let mut r112: u32 = 0u32;
+                        let mut r113: u32 = 0u32;
+                        let mut r114: bool = false;
+                        let mut r115: u32 = 0u32;
+                        let mut r116: u32 = 0u32;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: u32 = 0u32;
+                        let mut r119: u64 = 0u64;
+                        let mut r120: bool = false;
+                        let mut r121: bool = false;
+                        let mut r122: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x8u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u32;
+                            r15 = 0x4u32;
+                            r23 = 0x30u32;
+                            r28 = 0x3u32;
+                            r49 = 0x14u32;
+                            r58 = 0x2u32;
+                            r69 = 0x5u32;
+                            r76 = 0x3e8u32;
+                            r84 = 0x0u64;
+                            r85 = b0.len();
+                            r87 = 0x4u64;
+                            r103 = true;
+                            r110 = false;
+                            r112 = 0xau32;
+                            r113 = 0x28u32;
+                            r115 = 0x63u32;
+                            r116 = 0x1eu32;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r17 = rt::cmp(BinOp::Le, r16, r15);
+                                r18 = rt::cmp(BinOp::Ge, r16, r14);
+                                r19 = r17;
+                                pv.st_u32(u64::from(r14), r14)?;
+                                r20 = r14;
+                                r21 = r14;
+                                r22 = r14;
+                                r24 = rt::cmp(BinOp::Ge, r4, r23);
+                                {
+                                    debug_assert!(!r24);
+                                }
+                                'l0: loop {
+                                    'c0: {
+                                        r25 = r20;
+                                        r26 = rt::cmp(BinOp::Eq, r25, r4);
+                                        if r26 {
+                                            break 'l0;
+                                        }
+                                        r27 = r20;
+                                        r29 = rt::cmp(BinOp::Eq, r28, r14);
+                                        r30 = if r29 { r7 } else { r28 };
+                                        r31 = rt::bin_u32(BinOp::Rem, r27, r30);
+                                        r32 = rt::cmp(BinOp::Eq, r31, r14);
+                                        if r32 {
+                                            r33 = r20;
+                                            r34 = rt::bin_u32(BinOp::Add, r33, r7);
+                                            r20 = r34;
+                                            break 'c0;
+                                        }
+                                        r35 = r20;
+                                        'b2: {
+                                            r36 = rt::bin_u32(BinOp::Add, r14, r15);
+                                            r37 = rt::cmp(BinOp::Le, r36, r15);
+                                            r38 = rt::cmp(BinOp::Ge, r36, r14);
+                                            r39 = r37;
+                                            r40 = pv.ld_u32(u64::from(r14))?;
+                                            r41 = rt::bin_u32(BinOp::Add, r40, r35);
+                                            r42 = rt::bin_u32(BinOp::Add, r14, r15);
+                                            r43 = rt::cmp(BinOp::Le, r42, r15);
+                                            r44 = rt::cmp(BinOp::Ge, r42, r14);
+                                            r45 = r43;
+                                            pv.st_u32(u64::from(r14), r41)?;
+                                            break 'b2;
+                                        }
+                                    }
+                                    r46 = r20;
+                                    r47 = rt::bin_u32(BinOp::Add, r46, r7);
+                                    r20 = r47;
+                                    r48 = r20;
+                                    r50 = rt::cmp(BinOp::Gt, r48, r49);
+                                    if r50 {
                                         break 'l0;
                                     }
-                                    r27 = r20;
-                                    r29 = rt::cmp(BinOp::Eq, r28, r14);
-                                    r30 = if r29 { r7 } else { r28 };
-                                    r31 = rt::bin_u32(BinOp::Rem, r27, r30);
-                                    r32 = rt::cmp(BinOp::Eq, r31, r14);
-                                    if r32 {
-                                        r33 = r20;
-                                        r34 = rt::bin_u32(BinOp::Add, r33, r7);
-                                        r20 = r34;
-                                        break 'c0;
-                                    }
-                                    r35 = r20;
-                                    'b2: {
-                                        r36 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r37 = rt::cmp(BinOp::Le, r36, r15);
-                                        r38 = rt::cmp(BinOp::Ge, r36, r14);
-                                        r39 = r37;
-                                        r40 = pv.ld_u32(u64::from(r14))?;
-                                        r41 = rt::bin_u32(BinOp::Add, r40, r35);
-                                        r42 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r43 = rt::cmp(BinOp::Le, r42, r15);
-                                        r44 = rt::cmp(BinOp::Ge, r42, r14);
-                                        r45 = r43;
-                                        pv.st_u32(u64::from(r14), r41)?;
-                                        break 'b2;
+                                }
+                                'l1: loop {
+                                    'c1: {
+                                        r51 = r21;
+                                        r52 = rt::cmp(BinOp::Lt, r51, r28);
+                                        if r52 {
+                                        } else {
+                                            break 'l1;
+                                        }
+                                        r53 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r54 = rt::cmp(BinOp::Le, r53, r15);
+                                        r55 = rt::cmp(BinOp::Ge, r53, r14);
+                                        r56 = r54;
+                                        r57 = pv.ld_u32(u64::from(r14))?;
+                                        r59 = rt::bin_u32(BinOp::Mul, r57, r58);
+                                        r60 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r61 = rt::cmp(BinOp::Le, r60, r15);
+                                        r62 = rt::cmp(BinOp::Ge, r60, r14);
+                                        r63 = r61;
+                                        pv.st_u32(u64::from(r14), r59)?;
+                                        r64 = r21;
+                                        r65 = rt::bin_u32(BinOp::Add, r64, r7);
+                                        r21 = r65;
                                     }
                                 }
-                                r46 = r20;
-                                r47 = rt::bin_u32(BinOp::Add, r46, r7);
-                                r20 = r47;
-                                r48 = r20;
-                                r50 = rt::cmp(BinOp::Gt, r48, r49);
-                                if r50 {
-                                    break 'l0;
-                                }
-                            }
-                            'l1: loop {
-                                'c1: {
-                                    r51 = r21;
-                                    r52 = rt::cmp(BinOp::Lt, r51, r28);
-                                    if r52 {
-                                    } else {
-                                        break 'l1;
+                                'l2: loop {
+                                    'c2: {
+                                        r66 = r22;
+                                        r67 = rt::cmp(BinOp::Lt, r66, r4);
+                                        if r67 {
+                                        } else {
+                                            break 'l2;
+                                        }
+                                        r68 = r22;
+                                        r70 = rt::cmp(BinOp::Eq, r68, r69);
+                                        if r70 {
+                                            break 'l2;
+                                        }
+                                        r71 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r72 = rt::cmp(BinOp::Le, r71, r15);
+                                        r73 = rt::cmp(BinOp::Ge, r71, r14);
+                                        r74 = r72;
+                                        r75 = pv.ld_u32(u64::from(r14))?;
+                                        r77 = rt::bin_u32(BinOp::Add, r75, r76);
+                                        r78 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r79 = rt::cmp(BinOp::Le, r78, r15);
+                                        r80 = rt::cmp(BinOp::Ge, r78, r14);
+                                        r81 = r79;
+                                        pv.st_u32(u64::from(r14), r77)?;
                                     }
-                                    r53 = rt::bin_u32(BinOp::Add, r14, r15);
-                                    r54 = rt::cmp(BinOp::Le, r53, r15);
-                                    r55 = rt::cmp(BinOp::Ge, r53, r14);
-                                    r56 = r54;
-                                    r57 = pv.ld_u32(u64::from(r14))?;
-                                    r59 = rt::bin_u32(BinOp::Mul, r57, r58);
-                                    r60 = rt::bin_u32(BinOp::Add, r14, r15);
-                                    r61 = rt::cmp(BinOp::Le, r60, r15);
-                                    r62 = rt::cmp(BinOp::Ge, r60, r14);
-                                    r63 = r61;
-                                    pv.st_u32(u64::from(r14), r59)?;
-                                    r64 = r21;
-                                    r65 = rt::bin_u32(BinOp::Add, r64, r7);
-                                    r21 = r65;
+                                    r82 = r22;
+                                    r83 = rt::bin_u32(BinOp::Add, r82, r7);
+                                    r22 = r83;
                                 }
-                            }
-                            'l2: loop {
-                                'c2: {
-                                    r66 = r22;
-                                    r67 = rt::cmp(BinOp::Lt, r66, r4);
-                                    if r67 {
-                                    } else {
-                                        break 'l2;
+                                r86 = u64::from(r4);
+                                r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+                                r89 = rt::bin_u64(BinOp::Add, r84, r88);
+                                r90 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r91 = rt::cmp(BinOp::Le, r90, r15);
+                                r92 = rt::cmp(BinOp::Ge, r90, r14);
+                                r93 = r91;
+                                r94 = pv.ld_u32(u64::from(r14))?;
+                                r95 = rt::bin_u32(BinOp::Mul, r94, r76);
+                                'b3: {
+                                    r97 = rt::cmp(BinOp::Eq, r69, r14);
+                                    r98 = if r97 { r7 } else { r69 };
+                                    r99 = rt::bin_u32(BinOp::Rem, r4, r98);
+                                    'b4: {
+                                        r100 = rt::cmp(BinOp::Eq, r99, r14);
+                                        r101 = rt::cmp(BinOp::Eq, r99, r7);
+                                        r102 = rt::cmp(BinOp::Eq, r99, r58);
+                                        r104 = !r100;
+                                        r105 = r104;
+                                        r106 = !r101;
+                                        r107 = rt::bin_bool(BinOp::And, r105, r106);
+                                        r108 = !r102;
+                                        r109 = rt::bin_bool(BinOp::And, r107, r108);
+                                        r111 = r110;
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r100);
+                                        if r111 {
+                                            r96 = r112;
+                                            break 'b3;
+                                            break 'b4;
+                                        }
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r101);
+                                        if r111 {}
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r102);
+                                        if r111 {
+                                            r96 = r49;
+                                            break 'b3;
+                                            break 'b4;
+                                        }
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r109);
+                                        if r111 {
+                                            break 'b4;
+                                        }
                                     }
-                                    r68 = r22;
-                                    r70 = rt::cmp(BinOp::Eq, r68, r69);
-                                    if r70 {
-                                        break 'l2;
-                                    }
-                                    r71 = rt::bin_u32(BinOp::Add, r14, r15);
-                                    r72 = rt::cmp(BinOp::Le, r71, r15);
-                                    r73 = rt::cmp(BinOp::Ge, r71, r14);
-                                    r74 = r72;
-                                    r75 = pv.ld_u32(u64::from(r14))?;
-                                    r77 = rt::bin_u32(BinOp::Add, r75, r76);
-                                    r78 = rt::bin_u32(BinOp::Add, r14, r15);
-                                    r79 = rt::cmp(BinOp::Le, r78, r15);
-                                    r80 = rt::cmp(BinOp::Ge, r78, r14);
-                                    r81 = r79;
-                                    pv.st_u32(u64::from(r14), r77)?;
-                                }
-                                r82 = r22;
-                                r83 = rt::bin_u32(BinOp::Add, r82, r7);
-                                r22 = r83;
-                            }
-                            r86 = u64::from(r4);
-                            r88 = rt::bin_u64(BinOp::Mul, r86, r87);
-                            r89 = rt::bin_u64(BinOp::Add, r84, r88);
-                            r90 = rt::bin_u32(BinOp::Add, r14, r15);
-                            r91 = rt::cmp(BinOp::Le, r90, r15);
-                            r92 = rt::cmp(BinOp::Ge, r90, r14);
-                            r93 = r91;
-                            r94 = pv.ld_u32(u64::from(r14))?;
-                            r95 = rt::bin_u32(BinOp::Mul, r94, r76);
-                            'b3: {
-                                r97 = rt::cmp(BinOp::Eq, r69, r14);
-                                r98 = if r97 { r7 } else { r69 };
-                                r99 = rt::bin_u32(BinOp::Rem, r4, r98);
-                                'b4: {
-                                    r100 = rt::cmp(BinOp::Eq, r99, r14);
-                                    r101 = rt::cmp(BinOp::Eq, r99, r7);
-                                    r102 = rt::cmp(BinOp::Eq, r99, r58);
-                                    r104 = !r100;
-                                    r105 = r104;
-                                    r106 = !r101;
-                                    r107 = rt::bin_bool(BinOp::And, r105, r106);
-                                    r108 = !r102;
-                                    r109 = rt::bin_bool(BinOp::And, r107, r108);
-                                    r111 = r110;
-                                    r111 = rt::bin_bool(BinOp::Or, r111, r100);
-                                    if r111 {
-                                        r96 = r112;
+                                    r114 = rt::cmp(BinOp::Gt, r4, r113);
+                                    {
+                                        debug_assert!(r114);
+                                        r96 = r115;
                                         break 'b3;
-                                        break 'b4;
                                     }
-                                    r111 = rt::bin_bool(BinOp::Or, r111, r101);
-                                    if r111 {}
-                                    r111 = rt::bin_bool(BinOp::Or, r111, r102);
-                                    if r111 {
-                                        r96 = r49;
-                                        break 'b3;
-                                        break 'b4;
-                                    }
-                                    r111 = rt::bin_bool(BinOp::Or, r111, r109);
-                                    if r111 {
-                                        break 'b4;
-                                    }
-                                }
-                                r114 = rt::cmp(BinOp::Gt, r4, r113);
-                                if r114 {
-                                    r96 = r115;
+                                    r96 = r116;
                                     break 'b3;
                                 }
-                                r96 = r116;
-                                break 'b3;
+                                r117 = r96;
+                                r118 = rt::bin_u32(BinOp::Add, r95, r117);
+                                r119 = rt::bin_u64(BinOp::Add, r89, r87);
+                                r120 = rt::cmp(BinOp::Le, r119, r85);
+                                r121 = rt::cmp(BinOp::Ge, r119, r89);
+                                r122 = r120;
+                                debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r122);
+                                w0.st_u32(lx as usize, r118);
+                                break 'inv;
                             }
-                            r117 = r96;
-                            r118 = rt::bin_u32(BinOp::Add, r95, r117);
-                            r119 = rt::bin_u64(BinOp::Add, r89, r87);
-                            r120 = rt::cmp(BinOp::Le, r119, r85);
-                            r121 = rt::cmp(BinOp::Ge, r119, r89);
-                            r122 = r120;
-                            debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
-                            debug_assert!(r122);
-                            w0.st_u32(lx as usize, r118);
-                            break 'inv;
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..8u32 {
+                        pv.clear();
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: bool = false;
+                        let mut r18: bool = false;
+                        let mut r19: bool = false;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u32 = 0u32;
+                        let mut r24: bool = false;
+                        let mut r25: u32 = 0u32;
+                        let mut r26: bool = false;
+                        let mut r27: u32 = 0u32;
+                        let mut r28: u32 = 0u32;
+                        let mut r29: bool = false;
+                        let mut r30: u32 = 0u32;
+                        let mut r31: u32 = 0u32;
+                        let mut r32: bool = false;
+                        let mut r33: u32 = 0u32;
+                        let mut r34: u32 = 0u32;
+                        let mut r35: u32 = 0u32;
+                        let mut r36: u32 = 0u32;
+                        let mut r37: bool = false;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: u32 = 0u32;
+                        let mut r41: u32 = 0u32;
+                        let mut r42: u32 = 0u32;
+                        let mut r43: bool = false;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u32 = 0u32;
+                        let mut r48: u32 = 0u32;
+                        let mut r49: u32 = 0u32;
+                        let mut r50: bool = false;
+                        let mut r51: u32 = 0u32;
+                        let mut r52: bool = false;
+                        let mut r53: u32 = 0u32;
+                        let mut r54: bool = false;
+                        let mut r55: bool = false;
+                        let mut r56: bool = false;
+                        let mut r57: u32 = 0u32;
+                        let mut r58: u32 = 0u32;
+                        let mut r59: u32 = 0u32;
+                        let mut r60: u32 = 0u32;
+                        let mut r61: bool = false;
+                        let mut r62: bool = false;
+                        let mut r63: bool = false;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: bool = false;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: bool = false;
+                        let mut r71: u32 = 0u32;
+                        let mut r72: bool = false;
+                        let mut r73: bool = false;
+                        let mut r74: bool = false;
+                        let mut r75: u32 = 0u32;
+                        let mut r76: u32 = 0u32;
+                        let mut r77: u32 = 0u32;
+                        let mut r78: u32 = 0u32;
+                        let mut r79: bool = false;
+                        let mut r80: bool = false;
+                        let mut r81: bool = false;
+                        let mut r82: u32 = 0u32;
+                        let mut r83: u32 = 0u32;
+                        let mut r84: u64 = 0u64;
+                        let mut r85: u64 = 0u64;
+                        let mut r86: u64 = 0u64;
+                        let mut r87: u64 = 0u64;
+                        let mut r88: u64 = 0u64;
+                        let mut r89: u64 = 0u64;
+                        let mut r90: u32 = 0u32;
+                        let mut r91: bool = false;
+                        let mut r92: bool = false;
+                        let mut r93: bool = false;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: u32 = 0u32;
+                        let mut r96: u32 = 0u32;
+                        let mut r97: bool = false;
+                        let mut r98: u32 = 0u32;
+                        let mut r99: u32 = 0u32;
+                        let mut r100: bool = false;
+                        let mut r101: bool = false;
+                        let mut r102: bool = false;
+                        let mut r103: bool = false;
+                        let mut r104: bool = false;
+                        let mut r105: bool = false;
+                        let mut r106: bool = false;
+                        let mut r107: bool = false;
+                        let mut r108: bool = false;
+                        let mut r109: bool = false;
+                        let mut r110: bool = false;
+                        let mut r111: bool = false;
+                        let mut r112: u32 = 0u32;
+                        let mut r113: u32 = 0u32;
+                        let mut r114: bool = false;
+                        let mut r115: u32 = 0u32;
+                        let mut r116: u32 = 0u32;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: u32 = 0u32;
+                        let mut r119: u64 = 0u64;
+                        let mut r120: bool = false;
+                        let mut r121: bool = false;
+                        let mut r122: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x8u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u32;
+                            r15 = 0x4u32;
+                            r23 = 0x30u32;
+                            r28 = 0x3u32;
+                            r49 = 0x14u32;
+                            r58 = 0x2u32;
+                            r69 = 0x5u32;
+                            r76 = 0x3e8u32;
+                            r84 = 0x0u64;
+                            r85 = b0.len();
+                            r87 = 0x4u64;
+                            r103 = true;
+                            r110 = false;
+                            r112 = 0xau32;
+                            r113 = 0x28u32;
+                            r115 = 0x63u32;
+                            r116 = 0x1eu32;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r17 = rt::cmp(BinOp::Le, r16, r15);
+                                r18 = rt::cmp(BinOp::Ge, r16, r14);
+                                r19 = r17;
+                                pv.st_u32(u64::from(r14), r14)?;
+                                r20 = r14;
+                                r21 = r14;
+                                r22 = r14;
+                                r24 = rt::cmp(BinOp::Ge, r4, r23);
+                                if r24 {
+                                    break 'inv;
+                                }
+                                'l0: loop {
+                                    'c0: {
+                                        r25 = r20;
+                                        r26 = rt::cmp(BinOp::Eq, r25, r4);
+                                        if r26 {
+                                            break 'l0;
+                                        }
+                                        r27 = r20;
+                                        r29 = rt::cmp(BinOp::Eq, r28, r14);
+                                        r30 = if r29 { r7 } else { r28 };
+                                        r31 = rt::bin_u32(BinOp::Rem, r27, r30);
+                                        r32 = rt::cmp(BinOp::Eq, r31, r14);
+                                        if r32 {
+                                            r33 = r20;
+                                            r34 = rt::bin_u32(BinOp::Add, r33, r7);
+                                            r20 = r34;
+                                            break 'c0;
+                                        }
+                                        r35 = r20;
+                                        'b2: {
+                                            r36 = rt::bin_u32(BinOp::Add, r14, r15);
+                                            r37 = rt::cmp(BinOp::Le, r36, r15);
+                                            r38 = rt::cmp(BinOp::Ge, r36, r14);
+                                            r39 = r37;
+                                            r40 = pv.ld_u32(u64::from(r14))?;
+                                            r41 = rt::bin_u32(BinOp::Add, r40, r35);
+                                            r42 = rt::bin_u32(BinOp::Add, r14, r15);
+                                            r43 = rt::cmp(BinOp::Le, r42, r15);
+                                            r44 = rt::cmp(BinOp::Ge, r42, r14);
+                                            r45 = r43;
+                                            pv.st_u32(u64::from(r14), r41)?;
+                                            break 'b2;
+                                        }
+                                    }
+                                    r46 = r20;
+                                    r47 = rt::bin_u32(BinOp::Add, r46, r7);
+                                    r20 = r47;
+                                    r48 = r20;
+                                    r50 = rt::cmp(BinOp::Gt, r48, r49);
+                                    if r50 {
+                                        break 'l0;
+                                    }
+                                }
+                                'l1: loop {
+                                    'c1: {
+                                        r51 = r21;
+                                        r52 = rt::cmp(BinOp::Lt, r51, r28);
+                                        if r52 {
+                                        } else {
+                                            break 'l1;
+                                        }
+                                        r53 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r54 = rt::cmp(BinOp::Le, r53, r15);
+                                        r55 = rt::cmp(BinOp::Ge, r53, r14);
+                                        r56 = r54;
+                                        r57 = pv.ld_u32(u64::from(r14))?;
+                                        r59 = rt::bin_u32(BinOp::Mul, r57, r58);
+                                        r60 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r61 = rt::cmp(BinOp::Le, r60, r15);
+                                        r62 = rt::cmp(BinOp::Ge, r60, r14);
+                                        r63 = r61;
+                                        pv.st_u32(u64::from(r14), r59)?;
+                                        r64 = r21;
+                                        r65 = rt::bin_u32(BinOp::Add, r64, r7);
+                                        r21 = r65;
+                                    }
+                                }
+                                'l2: loop {
+                                    'c2: {
+                                        r66 = r22;
+                                        r67 = rt::cmp(BinOp::Lt, r66, r4);
+                                        if r67 {
+                                        } else {
+                                            break 'l2;
+                                        }
+                                        r68 = r22;
+                                        r70 = rt::cmp(BinOp::Eq, r68, r69);
+                                        if r70 {
+                                            break 'l2;
+                                        }
+                                        r71 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r72 = rt::cmp(BinOp::Le, r71, r15);
+                                        r73 = rt::cmp(BinOp::Ge, r71, r14);
+                                        r74 = r72;
+                                        r75 = pv.ld_u32(u64::from(r14))?;
+                                        r77 = rt::bin_u32(BinOp::Add, r75, r76);
+                                        r78 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r79 = rt::cmp(BinOp::Le, r78, r15);
+                                        r80 = rt::cmp(BinOp::Ge, r78, r14);
+                                        r81 = r79;
+                                        pv.st_u32(u64::from(r14), r77)?;
+                                    }
+                                    r82 = r22;
+                                    r83 = rt::bin_u32(BinOp::Add, r82, r7);
+                                    r22 = r83;
+                                }
+                                r86 = u64::from(r4);
+                                r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+                                r89 = rt::bin_u64(BinOp::Add, r84, r88);
+                                r90 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r91 = rt::cmp(BinOp::Le, r90, r15);
+                                r92 = rt::cmp(BinOp::Ge, r90, r14);
+                                r93 = r91;
+                                r94 = pv.ld_u32(u64::from(r14))?;
+                                r95 = rt::bin_u32(BinOp::Mul, r94, r76);
+                                'b3: {
+                                    r97 = rt::cmp(BinOp::Eq, r69, r14);
+                                    r98 = if r97 { r7 } else { r69 };
+                                    r99 = rt::bin_u32(BinOp::Rem, r4, r98);
+                                    'b4: {
+                                        r100 = rt::cmp(BinOp::Eq, r99, r14);
+                                        r101 = rt::cmp(BinOp::Eq, r99, r7);
+                                        r102 = rt::cmp(BinOp::Eq, r99, r58);
+                                        r104 = !r100;
+                                        r105 = r104;
+                                        r106 = !r101;
+                                        r107 = rt::bin_bool(BinOp::And, r105, r106);
+                                        r108 = !r102;
+                                        r109 = rt::bin_bool(BinOp::And, r107, r108);
+                                        r111 = r110;
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r100);
+                                        if r111 {
+                                            r96 = r112;
+                                            break 'b3;
+                                            break 'b4;
+                                        }
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r101);
+                                        if r111 {}
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r102);
+                                        if r111 {
+                                            r96 = r49;
+                                            break 'b3;
+                                            break 'b4;
+                                        }
+                                        r111 = rt::bin_bool(BinOp::Or, r111, r109);
+                                        if r111 {
+                                            break 'b4;
+                                        }
+                                    }
+                                    r114 = rt::cmp(BinOp::Gt, r4, r113);
+                                    if r114 {
+                                        r96 = r115;
+                                        break 'b3;
+                                    }
+                                    r96 = r116;
+                                    break 'b3;
+                                }
+                                r117 = r96;
+                                r118 = rt::bin_u32(BinOp::Add, r95, r117);
+                                r119 = rt::bin_u64(BinOp::Add, r89, r87);
+                                r120 = rt::cmp(BinOp::Le, r119, r85);
+                                r121 = rt::cmp(BinOp::Ge, r119, r89);
+                                r122 = r120;
+                                debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r122);
+                                w0.st_u32(lx as usize, r118);
+                                break 'inv;
+                            }
                         }
                     }
                 }
@@ -39172,6 +41295,11 @@ fn halves_group(
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
         let mut r14: u64 = 0u64;
+        let mut r15: u64 = 0u64;
+        let mut r16: u64 = 0u64;
+        let mut r17: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u32 = 0u32;
         let mut r34: u64 = 0u64;
         let mut r35: u64 = 0u64;
         let mut r36: u64 = 0u64;
@@ -39180,9 +41308,14 @@ fn halves_group(
         r1 = lx;
         r2 = 0x8u32;
         r14 = 0x0u64;
+        r15 = b0.len();
+        r17 = 0x2u64;
         r35 = 0x4u64;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+        r18 = rt::bin_u64(BinOp::Div, r16, r17);
+        r19 = r18 as u32;
         r34 = u64::from(r4);
         r36 = rt::bin_u64(BinOp::Mul, r34, r35);
         r37 = rt::bin_u64(BinOp::Add, r14, r36);
@@ -39192,107 +41325,214 @@ fn halves_group(
         let Some(w0) = b1.window::<8>(r37, 0) else {
             break 'fast None;
         };
-        Some((w0,))
+        let hoisted = (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 7 < i128::from(r19));
+        Some((w0, hoisted))
     };
-    if let Some((w0,)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..1u32 {
-                for lx in 0..8u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u64 = 0u64;
-                    let mut r15: u64 = 0u64;
-                    let mut r16: u64 = 0u64;
-                    let mut r17: u64 = 0u64;
-                    let mut r18: u64 = 0u64;
-                    let mut r19: u32 = 0u32;
-                    let mut r20: bool = false;
-                    let mut r21: u64 = 0u64;
-                    let mut r22: u64 = 0u64;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: bool = false;
-                    let mut r26: bool = false;
-                    let mut r27: bool = false;
-                    let mut r28: rt::f16 = rt::f16::ZERO;
-                    let mut r29: rt::f16 = rt::f16::ZERO;
-                    let mut r30: rt::f16 = rt::f16::ZERO;
-                    let mut r31: rt::f16 = rt::f16::ZERO;
-                    let mut r32: rt::f16 = rt::f16::ZERO;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: u64 = 0u64;
-                    let mut r35: u64 = 0u64;
-                    let mut r36: u64 = 0u64;
-                    let mut r37: u64 = 0u64;
-                    let mut r38: f32 = 0.0f32;
-                    let mut r39: u64 = 0u64;
-                    let mut r40: bool = false;
-                    let mut r41: bool = false;
-                    let mut r42: bool = false;
-                    'inv: {
-                        r0 = wid[0];
-                        r1 = lx;
-                        r2 = 0x8u32;
-                        r5 = wid[1];
-                        r6 = ly;
-                        r7 = 0x1u32;
-                        r10 = wid[2];
-                        r11 = lz;
-                        r14 = 0x0u64;
-                        r15 = b0.len();
-                        r17 = 0x2u64;
-                        r29 = rt::f16::from_bits(0x4000);
-                        r31 = rt::f16::from_bits(0x3800);
-                        r33 = b1.len();
-                        r35 = 0x4u64;
-                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                        'b1: {
-                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
-                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
-                            r19 = r18 as u32;
-                            r20 = rt::cmp(BinOp::Ge, r4, r19);
-                            if r20 {
+    if let Some((w0, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..8u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u64 = 0u64;
+                        let mut r15: u64 = 0u64;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: bool = false;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: bool = false;
+                        let mut r26: bool = false;
+                        let mut r27: bool = false;
+                        let mut r28: rt::f16 = rt::f16::ZERO;
+                        let mut r29: rt::f16 = rt::f16::ZERO;
+                        let mut r30: rt::f16 = rt::f16::ZERO;
+                        let mut r31: rt::f16 = rt::f16::ZERO;
+                        let mut r32: rt::f16 = rt::f16::ZERO;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: f32 = 0.0f32;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x8u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u64;
+                            r15 = b0.len();
+                            r17 = 0x2u64;
+                            r29 = rt::f16::from_bits(0x4000);
+                            r31 = rt::f16::from_bits(0x3800);
+                            r33 = b1.len();
+                            r35 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                                r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                                r19 = r18 as u32;
+                                r20 = rt::cmp(BinOp::Ge, r4, r19);
+                                {
+                                    debug_assert!(!r20);
+                                }
+                                r21 = u64::from(r4);
+                                r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                                r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                                r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                                r25 = rt::cmp(BinOp::Le, r24, r15);
+                                r26 = rt::cmp(BinOp::Ge, r24, r23);
+                                r27 = r25;
+                                r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
+                                r30 = rt::bin_f16(BinOp::Mul, r28, r29);
+                                r32 = rt::bin_f16(BinOp::Add, r30, r31);
+                                r34 = u64::from(r4);
+                                r36 = rt::bin_u64(BinOp::Mul, r34, r35);
+                                r37 = rt::bin_u64(BinOp::Add, r14, r36);
+                                r38 = r32.to_f32();
+                                r39 = rt::bin_u64(BinOp::Add, r37, r35);
+                                r40 = rt::cmp(BinOp::Le, r39, r33);
+                                r41 = rt::cmp(BinOp::Ge, r39, r37);
+                                r42 = r40;
+                                debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r42);
+                                w0.st_f32(lx as usize, r38);
                                 break 'inv;
                             }
-                            r21 = u64::from(r4);
-                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
-                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
-                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
-                            r25 = rt::cmp(BinOp::Le, r24, r15);
-                            r26 = rt::cmp(BinOp::Ge, r24, r23);
-                            r27 = r25;
-                            r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
-                            r30 = rt::bin_f16(BinOp::Mul, r28, r29);
-                            r32 = rt::bin_f16(BinOp::Add, r30, r31);
-                            r34 = u64::from(r4);
-                            r36 = rt::bin_u64(BinOp::Mul, r34, r35);
-                            r37 = rt::bin_u64(BinOp::Add, r14, r36);
-                            r38 = r32.to_f32();
-                            r39 = rt::bin_u64(BinOp::Add, r37, r35);
-                            r40 = rt::cmp(BinOp::Le, r39, r33);
-                            r41 = rt::cmp(BinOp::Ge, r39, r37);
-                            r42 = r40;
-                            debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
-                            debug_assert!(r42);
-                            w0.st_f32(lx as usize, r38);
-                            break 'inv;
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..8u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u64 = 0u64;
+                        let mut r15: u64 = 0u64;
+                        let mut r16: u64 = 0u64;
+                        let mut r17: u64 = 0u64;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: bool = false;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: bool = false;
+                        let mut r26: bool = false;
+                        let mut r27: bool = false;
+                        let mut r28: rt::f16 = rt::f16::ZERO;
+                        let mut r29: rt::f16 = rt::f16::ZERO;
+                        let mut r30: rt::f16 = rt::f16::ZERO;
+                        let mut r31: rt::f16 = rt::f16::ZERO;
+                        let mut r32: rt::f16 = rt::f16::ZERO;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: f32 = 0.0f32;
+                        let mut r39: u64 = 0u64;
+                        let mut r40: bool = false;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x8u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r14 = 0x0u64;
+                            r15 = b0.len();
+                            r17 = 0x2u64;
+                            r29 = rt::f16::from_bits(0x4000);
+                            r31 = rt::f16::from_bits(0x3800);
+                            r33 = b1.len();
+                            r35 = 0x4u64;
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                                r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                                r19 = r18 as u32;
+                                r20 = rt::cmp(BinOp::Ge, r4, r19);
+                                if r20 {
+                                    break 'inv;
+                                }
+                                r21 = u64::from(r4);
+                                r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                                r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                                r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                                r25 = rt::cmp(BinOp::Le, r24, r15);
+                                r26 = rt::cmp(BinOp::Ge, r24, r23);
+                                r27 = r25;
+                                r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
+                                r30 = rt::bin_f16(BinOp::Mul, r28, r29);
+                                r32 = rt::bin_f16(BinOp::Add, r30, r31);
+                                r34 = u64::from(r4);
+                                r36 = rt::bin_u64(BinOp::Mul, r34, r35);
+                                r37 = rt::bin_u64(BinOp::Add, r14, r36);
+                                r38 = r32.to_f32();
+                                r39 = rt::bin_u64(BinOp::Add, r37, r35);
+                                r40 = rt::cmp(BinOp::Le, r39, r33);
+                                r41 = rt::cmp(BinOp::Ge, r39, r37);
+                                r42 = r40;
+                                debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r42);
+                                w0.st_f32(lx as usize, r38);
+                                break 'inv;
+                            }
                         }
                     }
                 }
@@ -40149,6 +42389,7 @@ fn windows_group(
         let mut r14: u32 = 0u32;
         let mut r15: u32 = 0u32;
         let mut r16: u32 = 0u32;
+        let mut r17: u32 = 0u32;
         let mut r19: u32 = 0u32;
         let mut r20: u32 = 0u32;
         let mut r21: u32 = 0u32;
@@ -40217,6 +42458,7 @@ fn windows_group(
         r13 = rt::bin_u32(BinOp::Add, r12, r1);
         r15 = rt::bin_u32(BinOp::Mul, r13, r14);
         r16 = rt::bin_u32(BinOp::Add, r15, r0);
+        r17 = p0;
         r19 = p0;
         r21 = rt::bin_u32(BinOp::Sub, r19, r20);
         r22 = rt::bin_u32(BinOp::Sub, r21, r16);
@@ -40321,382 +42563,766 @@ fn windows_group(
         let Some(w13) = b5.window::<125>(r139, 0) else {
             break 'fast None;
         };
-        Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13))
+        let hoisted = (rt::fits_u32(r16, 0, 31) && i128::from(r16) + 31 < i128::from(r17));
+        Some((
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, hoisted,
+        ))
     };
-    if let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13)) = windows {
-        for lz in 0..1u32 {
-            for ly in 0..4u32 {
-                for lx in 0..8u32 {
-                    let mut r0: u32 = 0u32;
-                    let mut r1: u32 = 0u32;
-                    let mut r2: u32 = 0u32;
-                    let mut r3: u32 = 0u32;
-                    let mut r4: u32 = 0u32;
-                    let mut r5: u32 = 0u32;
-                    let mut r6: u32 = 0u32;
-                    let mut r7: u32 = 0u32;
-                    let mut r8: u32 = 0u32;
-                    let mut r9: u32 = 0u32;
-                    let mut r10: u32 = 0u32;
-                    let mut r11: u32 = 0u32;
-                    let mut r12: u32 = 0u32;
-                    let mut r13: u32 = 0u32;
-                    let mut r14: u32 = 0u32;
-                    let mut r15: u32 = 0u32;
-                    let mut r16: u32 = 0u32;
-                    let mut r17: u32 = 0u32;
-                    let mut r18: bool = false;
-                    let mut r19: u32 = 0u32;
-                    let mut r20: u32 = 0u32;
-                    let mut r21: u32 = 0u32;
-                    let mut r22: u32 = 0u32;
-                    let mut r23: u64 = 0u64;
-                    let mut r24: u64 = 0u64;
-                    let mut r25: u64 = 0u64;
-                    let mut r26: u64 = 0u64;
-                    let mut r27: u64 = 0u64;
-                    let mut r28: u64 = 0u64;
-                    let mut r29: u64 = 0u64;
-                    let mut r30: u64 = 0u64;
-                    let mut r31: u64 = 0u64;
-                    let mut r32: u64 = 0u64;
-                    let mut r33: u64 = 0u64;
-                    let mut r34: bool = false;
-                    let mut r35: bool = false;
-                    let mut r36: bool = false;
-                    let mut r37: f32 = 0.0f32;
-                    let mut r38: f32 = 0.0f32;
-                    let mut r39: f32 = 0.0f32;
-                    let mut r40: u64 = 0u64;
-                    let mut r41: bool = false;
-                    let mut r42: bool = false;
-                    let mut r43: bool = false;
-                    let mut r44: u32 = 0u32;
-                    let mut r45: u32 = 0u32;
-                    let mut r46: u32 = 0u32;
-                    let mut r47: u64 = 0u64;
-                    let mut r48: u64 = 0u64;
-                    let mut r49: u64 = 0u64;
-                    let mut r50: u64 = 0u64;
-                    let mut r51: u64 = 0u64;
-                    let mut r52: bool = false;
-                    let mut r53: bool = false;
-                    let mut r54: bool = false;
-                    let mut r55: f32 = 0.0f32;
-                    let mut r56: u64 = 0u64;
-                    let mut r57: u64 = 0u64;
-                    let mut r58: u64 = 0u64;
-                    let mut r59: u64 = 0u64;
-                    let mut r60: u64 = 0u64;
-                    let mut r61: bool = false;
-                    let mut r62: bool = false;
-                    let mut r63: bool = false;
-                    let mut r64: u32 = 0u32;
-                    let mut r65: u32 = 0u32;
-                    let mut r66: u32 = 0u32;
-                    let mut r67: bool = false;
-                    let mut r68: u32 = 0u32;
-                    let mut r69: u32 = 0u32;
-                    let mut r70: u64 = 0u64;
-                    let mut r71: u64 = 0u64;
-                    let mut r72: u64 = 0u64;
-                    let mut r73: u64 = 0u64;
-                    let mut r74: bool = false;
-                    let mut r75: bool = false;
-                    let mut r76: bool = false;
-                    let mut r77: f32 = 0.0f32;
-                    let mut r78: f32 = 0.0f32;
-                    let mut r79: u64 = 0u64;
-                    let mut r80: bool = false;
-                    let mut r81: bool = false;
-                    let mut r82: bool = false;
-                    let mut r83: i32 = 0i32;
-                    let mut r84: i32 = 0i32;
-                    let mut r85: i32 = 0i32;
-                    let mut r86: u64 = 0u64;
-                    let mut r87: i32 = 0i32;
-                    let mut r88: bool = false;
-                    let mut r89: u32 = 0u32;
-                    let mut r90: u64 = 0u64;
-                    let mut r91: u64 = 0u64;
-                    let mut r92: u64 = 0u64;
-                    let mut r93: u32 = 0u32;
-                    let mut r94: u32 = 0u32;
-                    let mut r95: u64 = 0u64;
-                    let mut r96: u64 = 0u64;
-                    let mut r97: u64 = 0u64;
-                    let mut r98: u64 = 0u64;
-                    let mut r99: bool = false;
-                    let mut r100: bool = false;
-                    let mut r101: bool = false;
-                    let mut r102: f32 = 0.0f32;
-                    let mut r103: u64 = 0u64;
-                    let mut r104: bool = false;
-                    let mut r105: bool = false;
-                    let mut r106: bool = false;
-                    let mut r107: bool = false;
-                    let mut r108: u64 = 0u64;
-                    let mut r109: u64 = 0u64;
-                    let mut r110: u64 = 0u64;
-                    let mut r111: u64 = 0u64;
-                    let mut r112: u64 = 0u64;
-                    let mut r113: u64 = 0u64;
-                    let mut r114: bool = false;
-                    let mut r115: bool = false;
-                    let mut r116: bool = false;
-                    let mut r117: u32 = 0u32;
-                    let mut r118: u64 = 0u64;
-                    let mut r119: u32 = 0u32;
-                    let mut r120: u64 = 0u64;
-                    let mut r121: u64 = 0u64;
-                    let mut r122: u32 = 0u32;
-                    let mut r123: u64 = 0u64;
-                    let mut r124: u64 = 0u64;
-                    let mut r125: u32 = 0u32;
-                    let mut r126: u64 = 0u64;
-                    let mut r127: u64 = 0u64;
-                    let mut r128: u64 = 0u64;
-                    let mut r129: u32 = 0u32;
-                    let mut r130: u32 = 0u32;
-                    let mut r131: u32 = 0u32;
-                    let mut r132: u32 = 0u32;
-                    let mut r133: u64 = 0u64;
-                    let mut r134: bool = false;
-                    let mut r135: bool = false;
-                    let mut r136: bool = false;
-                    let mut r137: u64 = 0u64;
-                    let mut r138: u64 = 0u64;
-                    let mut r139: u64 = 0u64;
-                    'inv: {
-                        r0 = lx;
-                        r1 = ly;
-                        r2 = lz;
-                        r3 = wid[0];
-                        r4 = wid[1];
-                        r5 = wid[2];
-                        r6 = grid[0];
-                        r7 = grid[1];
-                        r8 = grid[2];
-                        r11 = 0x4u32;
-                        r14 = 0x8u32;
-                        r20 = 0x1u32;
-                        r23 = 0x0u64;
-                        r24 = b2.len();
-                        r26 = 0x4u64;
-                        r29 = b0.len();
-                        r38 = f32::from_bits(0x40000000);
-                        r44 = 0x2u32;
-                        r47 = b3.len();
-                        r56 = b1.len();
-                        r65 = 0x40u32;
-                        r66 = 0x0u32;
-                        r86 = b4.len();
-                        r87 = 0i32;
-                        r108 = b5.len();
-                        r110 = 0x10u64;
-                        r120 = 0x8u64;
-                        r123 = 0xcu64;
-                        'b1: {
-                            r9 = rt::bin_u32(BinOp::Mul, r4, r6);
-                            r10 = rt::bin_u32(BinOp::Add, r9, r3);
-                            r12 = rt::bin_u32(BinOp::Mul, r10, r11);
-                            r13 = rt::bin_u32(BinOp::Add, r12, r1);
-                            r15 = rt::bin_u32(BinOp::Mul, r13, r14);
-                            r16 = rt::bin_u32(BinOp::Add, r15, r0);
-                            r17 = p0;
-                            r18 = rt::cmp(BinOp::Ge, r16, r17);
-                            if r18 {
+    if let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..4u32 {
+                    for lx in 0..8u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: bool = false;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: bool = false;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: f32 = 0.0f32;
+                        let mut r39: f32 = 0.0f32;
+                        let mut r40: u64 = 0u64;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: u32 = 0u32;
+                        let mut r45: u32 = 0u32;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: u64 = 0u64;
+                        let mut r51: u64 = 0u64;
+                        let mut r52: bool = false;
+                        let mut r53: bool = false;
+                        let mut r54: bool = false;
+                        let mut r55: f32 = 0.0f32;
+                        let mut r56: u64 = 0u64;
+                        let mut r57: u64 = 0u64;
+                        let mut r58: u64 = 0u64;
+                        let mut r59: u64 = 0u64;
+                        let mut r60: u64 = 0u64;
+                        let mut r61: bool = false;
+                        let mut r62: bool = false;
+                        let mut r63: bool = false;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: bool = false;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: u64 = 0u64;
+                        let mut r71: u64 = 0u64;
+                        let mut r72: u64 = 0u64;
+                        let mut r73: u64 = 0u64;
+                        let mut r74: bool = false;
+                        let mut r75: bool = false;
+                        let mut r76: bool = false;
+                        let mut r77: f32 = 0.0f32;
+                        let mut r78: f32 = 0.0f32;
+                        let mut r79: u64 = 0u64;
+                        let mut r80: bool = false;
+                        let mut r81: bool = false;
+                        let mut r82: bool = false;
+                        let mut r83: i32 = 0i32;
+                        let mut r84: i32 = 0i32;
+                        let mut r85: i32 = 0i32;
+                        let mut r86: u64 = 0u64;
+                        let mut r87: i32 = 0i32;
+                        let mut r88: bool = false;
+                        let mut r89: u32 = 0u32;
+                        let mut r90: u64 = 0u64;
+                        let mut r91: u64 = 0u64;
+                        let mut r92: u64 = 0u64;
+                        let mut r93: u32 = 0u32;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: u64 = 0u64;
+                        let mut r96: u64 = 0u64;
+                        let mut r97: u64 = 0u64;
+                        let mut r98: u64 = 0u64;
+                        let mut r99: bool = false;
+                        let mut r100: bool = false;
+                        let mut r101: bool = false;
+                        let mut r102: f32 = 0.0f32;
+                        let mut r103: u64 = 0u64;
+                        let mut r104: bool = false;
+                        let mut r105: bool = false;
+                        let mut r106: bool = false;
+                        let mut r107: bool = false;
+                        let mut r108: u64 = 0u64;
+                        let mut r109: u64 = 0u64;
+                        let mut r110: u64 = 0u64;
+                        let mut r111: u64 = 0u64;
+                        let mut r112: u64 = 0u64;
+                        let mut r113: u64 = 0u64;
+                        let mut r114: bool = false;
+                        let mut r115: bool = false;
+                        let mut r116: bool = false;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: u64 = 0u64;
+                        let mut r119: u32 = 0u32;
+                        let mut r120: u64 = 0u64;
+                        let mut r121: u64 = 0u64;
+                        let mut r122: u32 = 0u32;
+                        let mut r123: u64 = 0u64;
+                        let mut r124: u64 = 0u64;
+                        let mut r125: u32 = 0u32;
+                        let mut r126: u64 = 0u64;
+                        let mut r127: u64 = 0u64;
+                        let mut r128: u64 = 0u64;
+                        let mut r129: u32 = 0u32;
+                        let mut r130: u32 = 0u32;
+                        let mut r131: u32 = 0u32;
+                        let mut r132: u32 = 0u32;
+                        let mut r133: u64 = 0u64;
+                        let mut r134: bool = false;
+                        let mut r135: bool = false;
+                        let mut r136: bool = false;
+                        let mut r137: u64 = 0u64;
+                        let mut r138: u64 = 0u64;
+                        let mut r139: u64 = 0u64;
+                        'inv: {
+                            r0 = lx;
+                            r1 = ly;
+                            r2 = lz;
+                            r3 = wid[0];
+                            r4 = wid[1];
+                            r5 = wid[2];
+                            r6 = grid[0];
+                            r7 = grid[1];
+                            r8 = grid[2];
+                            r11 = 0x4u32;
+                            r14 = 0x8u32;
+                            r20 = 0x1u32;
+                            r23 = 0x0u64;
+                            r24 = b2.len();
+                            r26 = 0x4u64;
+                            r29 = b0.len();
+                            r38 = f32::from_bits(0x40000000);
+                            r44 = 0x2u32;
+                            r47 = b3.len();
+                            r56 = b1.len();
+                            r65 = 0x40u32;
+                            r66 = 0x0u32;
+                            r86 = b4.len();
+                            r87 = 0i32;
+                            r108 = b5.len();
+                            r110 = 0x10u64;
+                            r120 = 0x8u64;
+                            r123 = 0xcu64;
+                            'b1: {
+                                r9 = rt::bin_u32(BinOp::Mul, r4, r6);
+                                r10 = rt::bin_u32(BinOp::Add, r9, r3);
+                                r12 = rt::bin_u32(BinOp::Mul, r10, r11);
+                                r13 = rt::bin_u32(BinOp::Add, r12, r1);
+                                r15 = rt::bin_u32(BinOp::Mul, r13, r14);
+                                r16 = rt::bin_u32(BinOp::Add, r15, r0);
+                                r17 = p0;
+                                r18 = rt::cmp(BinOp::Ge, r16, r17);
+                                {
+                                    debug_assert!(!r18);
+                                }
+                                r19 = p0;
+                                r21 = rt::bin_u32(BinOp::Sub, r19, r20);
+                                r22 = rt::bin_u32(BinOp::Sub, r21, r16);
+                                r25 = u64::from(r22);
+                                r27 = rt::bin_u64(BinOp::Mul, r25, r26);
+                                r28 = rt::bin_u64(BinOp::Add, r23, r27);
+                                r30 = u64::from(r16);
+                                r31 = rt::bin_u64(BinOp::Mul, r30, r26);
+                                r32 = rt::bin_u64(BinOp::Add, r23, r31);
+                                r33 = rt::bin_u64(BinOp::Add, r32, r26);
+                                r34 = rt::cmp(BinOp::Le, r33, r29);
+                                r35 = rt::cmp(BinOp::Ge, r33, r32);
+                                r36 = r34;
+                                debug_assert_eq!(
+                                    r32,
+                                    w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r36);
+                                r37 = w0.ld_f32(lx as usize + ly as usize * 8);
+                                r39 = rt::bin_f32(BinOp::Mul, r37, r38);
+                                r40 = rt::bin_u64(BinOp::Add, r28, r26);
+                                r41 = rt::cmp(BinOp::Le, r40, r24);
+                                r42 = rt::cmp(BinOp::Ge, r40, r28);
+                                r43 = r41;
+                                debug_assert_eq!(
+                                    r28,
+                                    w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
+                                );
+                                debug_assert!(r43);
+                                w1.st_f32(31 - lx as usize - ly as usize * 8, r39);
+                                r45 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r46 = rt::bin_u32(BinOp::Add, r45, r20);
+                                r48 = u64::from(r46);
+                                r49 = rt::bin_u64(BinOp::Mul, r48, r26);
+                                r50 = rt::bin_u64(BinOp::Add, r23, r49);
+                                r51 = rt::bin_u64(BinOp::Add, r50, r26);
+                                r52 = rt::cmp(BinOp::Le, r51, r47);
+                                r53 = rt::cmp(BinOp::Ge, r51, r50);
+                                r54 = r52;
+                                debug_assert_eq!(
+                                    r50,
+                                    w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r54);
+                                r55 = w2.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                r57 = u64::from(r16);
+                                r58 = rt::bin_u64(BinOp::Mul, r57, r26);
+                                r59 = rt::bin_u64(BinOp::Add, r23, r58);
+                                r60 = rt::bin_u64(BinOp::Add, r59, r26);
+                                r61 = rt::cmp(BinOp::Le, r60, r56);
+                                r62 = rt::cmp(BinOp::Ge, r60, r59);
+                                r63 = r61;
+                                debug_assert_eq!(
+                                    r59,
+                                    w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r63);
+                                r64 = w3.ld_u32(lx as usize + ly as usize * 8);
+                                r67 = rt::cmp(BinOp::Eq, r65, r66);
+                                r68 = if r67 { r20 } else { r65 };
+                                r69 = rt::bin_u32(BinOp::Rem, r64, r68);
+                                r70 = u64::from(r69);
+                                r71 = rt::bin_u64(BinOp::Mul, r70, r26);
+                                r72 = rt::bin_u64(BinOp::Add, r23, r71);
+                                r73 = rt::bin_u64(BinOp::Add, r72, r26);
+                                r74 = rt::cmp(BinOp::Le, r73, r29);
+                                r75 = rt::cmp(BinOp::Ge, r73, r72);
+                                r76 = r74;
+                                r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
+                                r78 = rt::bin_f32(BinOp::Add, r55, r77);
+                                r79 = rt::bin_u64(BinOp::Add, r50, r26);
+                                r80 = rt::cmp(BinOp::Le, r79, r47);
+                                r81 = rt::cmp(BinOp::Ge, r79, r50);
+                                r82 = r80;
+                                debug_assert_eq!(
+                                    r50,
+                                    w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r82);
+                                w2.st_f32(lx as usize * 2 + ly as usize * 16, r78);
+                                r83 = r16 as i32;
+                                r84 = p2 as i32;
+                                r85 = rt::bin_i32(BinOp::Sub, r83, r84);
+                                r88 = rt::cmp(BinOp::Ge, r85, r87);
+                                r89 = r85 as u32;
+                                r90 = u64::from(r89);
+                                r91 = rt::bin_u64(BinOp::Mul, r90, r26);
+                                r92 = rt::bin_u64(BinOp::Add, r23, r91);
+                                r93 = p1;
+                                r94 = rt::bin_u32(BinOp::Add, r16, r93);
+                                r95 = u64::from(r94);
+                                r96 = rt::bin_u64(BinOp::Mul, r95, r26);
+                                r97 = rt::bin_u64(BinOp::Add, r23, r96);
+                                r98 = rt::bin_u64(BinOp::Add, r97, r26);
+                                r99 = rt::cmp(BinOp::Le, r98, r29);
+                                r100 = rt::cmp(BinOp::Ge, r98, r97);
+                                r101 = r99;
+                                debug_assert_eq!(
+                                    r97,
+                                    w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r101);
+                                r102 = w4.ld_f32(lx as usize + ly as usize * 8);
+                                r103 = rt::bin_u64(BinOp::Add, r92, r26);
+                                r104 = rt::cmp(BinOp::Le, r103, r86);
+                                r105 = rt::cmp(BinOp::Ge, r103, r92);
+                                r106 = r104;
+                                r107 = rt::bin_bool(BinOp::And, r106, r88);
+                                debug_assert_eq!(
+                                    r92,
+                                    w5.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r106);
+                                if r88 {
+                                    w5.st_f32(lx as usize + ly as usize * 8, r102);
+                                }
+                                r109 = u64::from(r16);
+                                r111 = rt::bin_u64(BinOp::Mul, r109, r110);
+                                r112 = rt::bin_u64(BinOp::Add, r23, r111);
+                                r113 = rt::bin_u64(BinOp::Add, r112, r110);
+                                r114 = rt::cmp(BinOp::Le, r113, r108);
+                                r115 = rt::cmp(BinOp::Ge, r113, r112);
+                                r116 = r114;
+                                debug_assert_eq!(
+                                    r112,
+                                    w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r117 = w6.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r118 = rt::bin_u64(BinOp::Add, r112, r26);
+                                debug_assert_eq!(
+                                    r118,
+                                    w7.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r119 = w7.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r121 = rt::bin_u64(BinOp::Add, r112, r120);
+                                debug_assert_eq!(
+                                    r121,
+                                    w8.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r122 = w8.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r124 = rt::bin_u64(BinOp::Add, r112, r123);
+                                debug_assert_eq!(
+                                    r124,
+                                    w9.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r125 = w9.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r126 = u64::from(r16);
+                                r127 = rt::bin_u64(BinOp::Mul, r126, r110);
+                                r128 = rt::bin_u64(BinOp::Add, r23, r127);
+                                r129 = rt::bin_u32(BinOp::Add, r125, r16);
+                                r130 = rt::bin_u32(BinOp::Add, r122, r16);
+                                r131 = rt::bin_u32(BinOp::Add, r119, r16);
+                                r132 = rt::bin_u32(BinOp::Add, r117, r16);
+                                r133 = rt::bin_u64(BinOp::Add, r128, r110);
+                                r134 = rt::cmp(BinOp::Le, r133, r108);
+                                r135 = rt::cmp(BinOp::Ge, r133, r128);
+                                r136 = r134;
+                                debug_assert_eq!(
+                                    r128,
+                                    w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w10.st_u32(lx as usize * 4 + ly as usize * 32, r129);
+                                r137 = rt::bin_u64(BinOp::Add, r128, r26);
+                                debug_assert_eq!(
+                                    r137,
+                                    w11.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w11.st_u32(lx as usize * 4 + ly as usize * 32, r130);
+                                r138 = rt::bin_u64(BinOp::Add, r128, r120);
+                                debug_assert_eq!(
+                                    r138,
+                                    w12.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w12.st_u32(lx as usize * 4 + ly as usize * 32, r131);
+                                r139 = rt::bin_u64(BinOp::Add, r128, r123);
+                                debug_assert_eq!(
+                                    r139,
+                                    w13.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
                                 break 'inv;
                             }
-                            r19 = p0;
-                            r21 = rt::bin_u32(BinOp::Sub, r19, r20);
-                            r22 = rt::bin_u32(BinOp::Sub, r21, r16);
-                            r25 = u64::from(r22);
-                            r27 = rt::bin_u64(BinOp::Mul, r25, r26);
-                            r28 = rt::bin_u64(BinOp::Add, r23, r27);
-                            r30 = u64::from(r16);
-                            r31 = rt::bin_u64(BinOp::Mul, r30, r26);
-                            r32 = rt::bin_u64(BinOp::Add, r23, r31);
-                            r33 = rt::bin_u64(BinOp::Add, r32, r26);
-                            r34 = rt::cmp(BinOp::Le, r33, r29);
-                            r35 = rt::cmp(BinOp::Ge, r33, r32);
-                            r36 = r34;
-                            debug_assert_eq!(
-                                r32,
-                                w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
-                            );
-                            debug_assert!(r36);
-                            r37 = w0.ld_f32(lx as usize + ly as usize * 8);
-                            r39 = rt::bin_f32(BinOp::Mul, r37, r38);
-                            r40 = rt::bin_u64(BinOp::Add, r28, r26);
-                            r41 = rt::cmp(BinOp::Le, r40, r24);
-                            r42 = rt::cmp(BinOp::Ge, r40, r28);
-                            r43 = r41;
-                            debug_assert_eq!(
-                                r28,
-                                w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
-                            );
-                            debug_assert!(r43);
-                            w1.st_f32(31 - lx as usize - ly as usize * 8, r39);
-                            r45 = rt::bin_u32(BinOp::Mul, r44, r16);
-                            r46 = rt::bin_u32(BinOp::Add, r45, r20);
-                            r48 = u64::from(r46);
-                            r49 = rt::bin_u64(BinOp::Mul, r48, r26);
-                            r50 = rt::bin_u64(BinOp::Add, r23, r49);
-                            r51 = rt::bin_u64(BinOp::Add, r50, r26);
-                            r52 = rt::cmp(BinOp::Le, r51, r47);
-                            r53 = rt::cmp(BinOp::Ge, r51, r50);
-                            r54 = r52;
-                            debug_assert_eq!(
-                                r50,
-                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
-                            );
-                            debug_assert!(r54);
-                            r55 = w2.ld_f32(lx as usize * 2 + ly as usize * 16);
-                            r57 = u64::from(r16);
-                            r58 = rt::bin_u64(BinOp::Mul, r57, r26);
-                            r59 = rt::bin_u64(BinOp::Add, r23, r58);
-                            r60 = rt::bin_u64(BinOp::Add, r59, r26);
-                            r61 = rt::cmp(BinOp::Le, r60, r56);
-                            r62 = rt::cmp(BinOp::Ge, r60, r59);
-                            r63 = r61;
-                            debug_assert_eq!(
-                                r59,
-                                w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
-                            );
-                            debug_assert!(r63);
-                            r64 = w3.ld_u32(lx as usize + ly as usize * 8);
-                            r67 = rt::cmp(BinOp::Eq, r65, r66);
-                            r68 = if r67 { r20 } else { r65 };
-                            r69 = rt::bin_u32(BinOp::Rem, r64, r68);
-                            r70 = u64::from(r69);
-                            r71 = rt::bin_u64(BinOp::Mul, r70, r26);
-                            r72 = rt::bin_u64(BinOp::Add, r23, r71);
-                            r73 = rt::bin_u64(BinOp::Add, r72, r26);
-                            r74 = rt::cmp(BinOp::Le, r73, r29);
-                            r75 = rt::cmp(BinOp::Ge, r73, r72);
-                            r76 = r74;
-                            r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
-                            r78 = rt::bin_f32(BinOp::Add, r55, r77);
-                            r79 = rt::bin_u64(BinOp::Add, r50, r26);
-                            r80 = rt::cmp(BinOp::Le, r79, r47);
-                            r81 = rt::cmp(BinOp::Ge, r79, r50);
-                            r82 = r80;
-                            debug_assert_eq!(
-                                r50,
-                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
-                            );
-                            debug_assert!(r82);
-                            w2.st_f32(lx as usize * 2 + ly as usize * 16, r78);
-                            r83 = r16 as i32;
-                            r84 = p2 as i32;
-                            r85 = rt::bin_i32(BinOp::Sub, r83, r84);
-                            r88 = rt::cmp(BinOp::Ge, r85, r87);
-                            r89 = r85 as u32;
-                            r90 = u64::from(r89);
-                            r91 = rt::bin_u64(BinOp::Mul, r90, r26);
-                            r92 = rt::bin_u64(BinOp::Add, r23, r91);
-                            r93 = p1;
-                            r94 = rt::bin_u32(BinOp::Add, r16, r93);
-                            r95 = u64::from(r94);
-                            r96 = rt::bin_u64(BinOp::Mul, r95, r26);
-                            r97 = rt::bin_u64(BinOp::Add, r23, r96);
-                            r98 = rt::bin_u64(BinOp::Add, r97, r26);
-                            r99 = rt::cmp(BinOp::Le, r98, r29);
-                            r100 = rt::cmp(BinOp::Ge, r98, r97);
-                            r101 = r99;
-                            debug_assert_eq!(
-                                r97,
-                                w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
-                            );
-                            debug_assert!(r101);
-                            r102 = w4.ld_f32(lx as usize + ly as usize * 8);
-                            r103 = rt::bin_u64(BinOp::Add, r92, r26);
-                            r104 = rt::cmp(BinOp::Le, r103, r86);
-                            r105 = rt::cmp(BinOp::Ge, r103, r92);
-                            r106 = r104;
-                            r107 = rt::bin_bool(BinOp::And, r106, r88);
-                            debug_assert_eq!(
-                                r92,
-                                w5.start() + 4 * (lx as usize + ly as usize * 8) as u64
-                            );
-                            debug_assert!(r106);
-                            if r88 {
-                                w5.st_f32(lx as usize + ly as usize * 8, r102);
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..4u32 {
+                    for lx in 0..8u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: u32 = 0u32;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: bool = false;
+                        let mut r19: u32 = 0u32;
+                        let mut r20: u32 = 0u32;
+                        let mut r21: u32 = 0u32;
+                        let mut r22: u32 = 0u32;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: u64 = 0u64;
+                        let mut r30: u64 = 0u64;
+                        let mut r31: u64 = 0u64;
+                        let mut r32: u64 = 0u64;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: bool = false;
+                        let mut r35: bool = false;
+                        let mut r36: bool = false;
+                        let mut r37: f32 = 0.0f32;
+                        let mut r38: f32 = 0.0f32;
+                        let mut r39: f32 = 0.0f32;
+                        let mut r40: u64 = 0u64;
+                        let mut r41: bool = false;
+                        let mut r42: bool = false;
+                        let mut r43: bool = false;
+                        let mut r44: u32 = 0u32;
+                        let mut r45: u32 = 0u32;
+                        let mut r46: u32 = 0u32;
+                        let mut r47: u64 = 0u64;
+                        let mut r48: u64 = 0u64;
+                        let mut r49: u64 = 0u64;
+                        let mut r50: u64 = 0u64;
+                        let mut r51: u64 = 0u64;
+                        let mut r52: bool = false;
+                        let mut r53: bool = false;
+                        let mut r54: bool = false;
+                        let mut r55: f32 = 0.0f32;
+                        let mut r56: u64 = 0u64;
+                        let mut r57: u64 = 0u64;
+                        let mut r58: u64 = 0u64;
+                        let mut r59: u64 = 0u64;
+                        let mut r60: u64 = 0u64;
+                        let mut r61: bool = false;
+                        let mut r62: bool = false;
+                        let mut r63: bool = false;
+                        let mut r64: u32 = 0u32;
+                        let mut r65: u32 = 0u32;
+                        let mut r66: u32 = 0u32;
+                        let mut r67: bool = false;
+                        let mut r68: u32 = 0u32;
+                        let mut r69: u32 = 0u32;
+                        let mut r70: u64 = 0u64;
+                        let mut r71: u64 = 0u64;
+                        let mut r72: u64 = 0u64;
+                        let mut r73: u64 = 0u64;
+                        let mut r74: bool = false;
+                        let mut r75: bool = false;
+                        let mut r76: bool = false;
+                        let mut r77: f32 = 0.0f32;
+                        let mut r78: f32 = 0.0f32;
+                        let mut r79: u64 = 0u64;
+                        let mut r80: bool = false;
+                        let mut r81: bool = false;
+                        let mut r82: bool = false;
+                        let mut r83: i32 = 0i32;
+                        let mut r84: i32 = 0i32;
+                        let mut r85: i32 = 0i32;
+                        let mut r86: u64 = 0u64;
+                        let mut r87: i32 = 0i32;
+                        let mut r88: bool = false;
+                        let mut r89: u32 = 0u32;
+                        let mut r90: u64 = 0u64;
+                        let mut r91: u64 = 0u64;
+                        let mut r92: u64 = 0u64;
+                        let mut r93: u32 = 0u32;
+                        let mut r94: u32 = 0u32;
+                        let mut r95: u64 = 0u64;
+                        let mut r96: u64 = 0u64;
+                        let mut r97: u64 = 0u64;
+                        let mut r98: u64 = 0u64;
+                        let mut r99: bool = false;
+                        let mut r100: bool = false;
+                        let mut r101: bool = false;
+                        let mut r102: f32 = 0.0f32;
+                        let mut r103: u64 = 0u64;
+                        let mut r104: bool = false;
+                        let mut r105: bool = false;
+                        let mut r106: bool = false;
+                        let mut r107: bool = false;
+                        let mut r108: u64 = 0u64;
+                        let mut r109: u64 = 0u64;
+                        let mut r110: u64 = 0u64;
+                        let mut r111: u64 = 0u64;
+                        let mut r112: u64 = 0u64;
+                        let mut r113: u64 = 0u64;
+                        let mut r114: bool = false;
+                        let mut r115: bool = false;
+                        let mut r116: bool = false;
+                        let mut r117: u32 = 0u32;
+                        let mut r118: u64 = 0u64;
+                        let mut r119: u32 = 0u32;
+                        let mut r120: u64 = 0u64;
+                        let mut r121: u64 = 0u64;
+                        let mut r122: u32 = 0u32;
+                        let mut r123: u64 = 0u64;
+                        let mut r124: u64 = 0u64;
+                        let mut r125: u32 = 0u32;
+                        let mut r126: u64 = 0u64;
+                        let mut r127: u64 = 0u64;
+                        let mut r128: u64 = 0u64;
+                        let mut r129: u32 = 0u32;
+                        let mut r130: u32 = 0u32;
+                        let mut r131: u32 = 0u32;
+                        let mut r132: u32 = 0u32;
+                        let mut r133: u64 = 0u64;
+                        let mut r134: bool = false;
+                        let mut r135: bool = false;
+                        let mut r136: bool = false;
+                        let mut r137: u64 = 0u64;
+                        let mut r138: u64 = 0u64;
+                        let mut r139: u64 = 0u64;
+                        'inv: {
+                            r0 = lx;
+                            r1 = ly;
+                            r2 = lz;
+                            r3 = wid[0];
+                            r4 = wid[1];
+                            r5 = wid[2];
+                            r6 = grid[0];
+                            r7 = grid[1];
+                            r8 = grid[2];
+                            r11 = 0x4u32;
+                            r14 = 0x8u32;
+                            r20 = 0x1u32;
+                            r23 = 0x0u64;
+                            r24 = b2.len();
+                            r26 = 0x4u64;
+                            r29 = b0.len();
+                            r38 = f32::from_bits(0x40000000);
+                            r44 = 0x2u32;
+                            r47 = b3.len();
+                            r56 = b1.len();
+                            r65 = 0x40u32;
+                            r66 = 0x0u32;
+                            r86 = b4.len();
+                            r87 = 0i32;
+                            r108 = b5.len();
+                            r110 = 0x10u64;
+                            r120 = 0x8u64;
+                            r123 = 0xcu64;
+                            'b1: {
+                                r9 = rt::bin_u32(BinOp::Mul, r4, r6);
+                                r10 = rt::bin_u32(BinOp::Add, r9, r3);
+                                r12 = rt::bin_u32(BinOp::Mul, r10, r11);
+                                r13 = rt::bin_u32(BinOp::Add, r12, r1);
+                                r15 = rt::bin_u32(BinOp::Mul, r13, r14);
+                                r16 = rt::bin_u32(BinOp::Add, r15, r0);
+                                r17 = p0;
+                                r18 = rt::cmp(BinOp::Ge, r16, r17);
+                                if r18 {
+                                    break 'inv;
+                                }
+                                r19 = p0;
+                                r21 = rt::bin_u32(BinOp::Sub, r19, r20);
+                                r22 = rt::bin_u32(BinOp::Sub, r21, r16);
+                                r25 = u64::from(r22);
+                                r27 = rt::bin_u64(BinOp::Mul, r25, r26);
+                                r28 = rt::bin_u64(BinOp::Add, r23, r27);
+                                r30 = u64::from(r16);
+                                r31 = rt::bin_u64(BinOp::Mul, r30, r26);
+                                r32 = rt::bin_u64(BinOp::Add, r23, r31);
+                                r33 = rt::bin_u64(BinOp::Add, r32, r26);
+                                r34 = rt::cmp(BinOp::Le, r33, r29);
+                                r35 = rt::cmp(BinOp::Ge, r33, r32);
+                                r36 = r34;
+                                debug_assert_eq!(
+                                    r32,
+                                    w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r36);
+                                r37 = w0.ld_f32(lx as usize + ly as usize * 8);
+                                r39 = rt::bin_f32(BinOp::Mul, r37, r38);
+                                r40 = rt::bin_u64(BinOp::Add, r28, r26);
+                                r41 = rt::cmp(BinOp::Le, r40, r24);
+                                r42 = rt::cmp(BinOp::Ge, r40, r28);
+                                r43 = r41;
+                                debug_assert_eq!(
+                                    r28,
+                                    w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
+                                );
+                                debug_assert!(r43);
+                                w1.st_f32(31 - lx as usize - ly as usize * 8, r39);
+                                r45 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r46 = rt::bin_u32(BinOp::Add, r45, r20);
+                                r48 = u64::from(r46);
+                                r49 = rt::bin_u64(BinOp::Mul, r48, r26);
+                                r50 = rt::bin_u64(BinOp::Add, r23, r49);
+                                r51 = rt::bin_u64(BinOp::Add, r50, r26);
+                                r52 = rt::cmp(BinOp::Le, r51, r47);
+                                r53 = rt::cmp(BinOp::Ge, r51, r50);
+                                r54 = r52;
+                                debug_assert_eq!(
+                                    r50,
+                                    w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r54);
+                                r55 = w2.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                r57 = u64::from(r16);
+                                r58 = rt::bin_u64(BinOp::Mul, r57, r26);
+                                r59 = rt::bin_u64(BinOp::Add, r23, r58);
+                                r60 = rt::bin_u64(BinOp::Add, r59, r26);
+                                r61 = rt::cmp(BinOp::Le, r60, r56);
+                                r62 = rt::cmp(BinOp::Ge, r60, r59);
+                                r63 = r61;
+                                debug_assert_eq!(
+                                    r59,
+                                    w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r63);
+                                r64 = w3.ld_u32(lx as usize + ly as usize * 8);
+                                r67 = rt::cmp(BinOp::Eq, r65, r66);
+                                r68 = if r67 { r20 } else { r65 };
+                                r69 = rt::bin_u32(BinOp::Rem, r64, r68);
+                                r70 = u64::from(r69);
+                                r71 = rt::bin_u64(BinOp::Mul, r70, r26);
+                                r72 = rt::bin_u64(BinOp::Add, r23, r71);
+                                r73 = rt::bin_u64(BinOp::Add, r72, r26);
+                                r74 = rt::cmp(BinOp::Le, r73, r29);
+                                r75 = rt::cmp(BinOp::Ge, r73, r72);
+                                r76 = r74;
+                                r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
+                                r78 = rt::bin_f32(BinOp::Add, r55, r77);
+                                r79 = rt::bin_u64(BinOp::Add, r50, r26);
+                                r80 = rt::cmp(BinOp::Le, r79, r47);
+                                r81 = rt::cmp(BinOp::Ge, r79, r50);
+                                r82 = r80;
+                                debug_assert_eq!(
+                                    r50,
+                                    w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r82);
+                                w2.st_f32(lx as usize * 2 + ly as usize * 16, r78);
+                                r83 = r16 as i32;
+                                r84 = p2 as i32;
+                                r85 = rt::bin_i32(BinOp::Sub, r83, r84);
+                                r88 = rt::cmp(BinOp::Ge, r85, r87);
+                                r89 = r85 as u32;
+                                r90 = u64::from(r89);
+                                r91 = rt::bin_u64(BinOp::Mul, r90, r26);
+                                r92 = rt::bin_u64(BinOp::Add, r23, r91);
+                                r93 = p1;
+                                r94 = rt::bin_u32(BinOp::Add, r16, r93);
+                                r95 = u64::from(r94);
+                                r96 = rt::bin_u64(BinOp::Mul, r95, r26);
+                                r97 = rt::bin_u64(BinOp::Add, r23, r96);
+                                r98 = rt::bin_u64(BinOp::Add, r97, r26);
+                                r99 = rt::cmp(BinOp::Le, r98, r29);
+                                r100 = rt::cmp(BinOp::Ge, r98, r97);
+                                r101 = r99;
+                                debug_assert_eq!(
+                                    r97,
+                                    w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r101);
+                                r102 = w4.ld_f32(lx as usize + ly as usize * 8);
+                                r103 = rt::bin_u64(BinOp::Add, r92, r26);
+                                r104 = rt::cmp(BinOp::Le, r103, r86);
+                                r105 = rt::cmp(BinOp::Ge, r103, r92);
+                                r106 = r104;
+                                r107 = rt::bin_bool(BinOp::And, r106, r88);
+                                debug_assert_eq!(
+                                    r92,
+                                    w5.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                                );
+                                debug_assert!(r106);
+                                if r88 {
+                                    w5.st_f32(lx as usize + ly as usize * 8, r102);
+                                }
+                                r109 = u64::from(r16);
+                                r111 = rt::bin_u64(BinOp::Mul, r109, r110);
+                                r112 = rt::bin_u64(BinOp::Add, r23, r111);
+                                r113 = rt::bin_u64(BinOp::Add, r112, r110);
+                                r114 = rt::cmp(BinOp::Le, r113, r108);
+                                r115 = rt::cmp(BinOp::Ge, r113, r112);
+                                r116 = r114;
+                                debug_assert_eq!(
+                                    r112,
+                                    w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r117 = w6.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r118 = rt::bin_u64(BinOp::Add, r112, r26);
+                                debug_assert_eq!(
+                                    r118,
+                                    w7.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r119 = w7.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r121 = rt::bin_u64(BinOp::Add, r112, r120);
+                                debug_assert_eq!(
+                                    r121,
+                                    w8.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r122 = w8.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r124 = rt::bin_u64(BinOp::Add, r112, r123);
+                                debug_assert_eq!(
+                                    r124,
+                                    w9.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r116);
+                                r125 = w9.ld_u32(lx as usize * 4 + ly as usize * 32);
+                                r126 = u64::from(r16);
+                                r127 = rt::bin_u64(BinOp::Mul, r126, r110);
+                                r128 = rt::bin_u64(BinOp::Add, r23, r127);
+                                r129 = rt::bin_u32(BinOp::Add, r125, r16);
+                                r130 = rt::bin_u32(BinOp::Add, r122, r16);
+                                r131 = rt::bin_u32(BinOp::Add, r119, r16);
+                                r132 = rt::bin_u32(BinOp::Add, r117, r16);
+                                r133 = rt::bin_u64(BinOp::Add, r128, r110);
+                                r134 = rt::cmp(BinOp::Le, r133, r108);
+                                r135 = rt::cmp(BinOp::Ge, r133, r128);
+                                r136 = r134;
+                                debug_assert_eq!(
+                                    r128,
+                                    w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w10.st_u32(lx as usize * 4 + ly as usize * 32, r129);
+                                r137 = rt::bin_u64(BinOp::Add, r128, r26);
+                                debug_assert_eq!(
+                                    r137,
+                                    w11.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w11.st_u32(lx as usize * 4 + ly as usize * 32, r130);
+                                r138 = rt::bin_u64(BinOp::Add, r128, r120);
+                                debug_assert_eq!(
+                                    r138,
+                                    w12.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w12.st_u32(lx as usize * 4 + ly as usize * 32, r131);
+                                r139 = rt::bin_u64(BinOp::Add, r128, r123);
+                                debug_assert_eq!(
+                                    r139,
+                                    w13.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                                );
+                                debug_assert!(r136);
+                                w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
+                                break 'inv;
                             }
-                            r109 = u64::from(r16);
-                            r111 = rt::bin_u64(BinOp::Mul, r109, r110);
-                            r112 = rt::bin_u64(BinOp::Add, r23, r111);
-                            r113 = rt::bin_u64(BinOp::Add, r112, r110);
-                            r114 = rt::cmp(BinOp::Le, r113, r108);
-                            r115 = rt::cmp(BinOp::Ge, r113, r112);
-                            r116 = r114;
-                            debug_assert_eq!(
-                                r112,
-                                w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r116);
-                            r117 = w6.ld_u32(lx as usize * 4 + ly as usize * 32);
-                            r118 = rt::bin_u64(BinOp::Add, r112, r26);
-                            debug_assert_eq!(
-                                r118,
-                                w7.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r116);
-                            r119 = w7.ld_u32(lx as usize * 4 + ly as usize * 32);
-                            r121 = rt::bin_u64(BinOp::Add, r112, r120);
-                            debug_assert_eq!(
-                                r121,
-                                w8.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r116);
-                            r122 = w8.ld_u32(lx as usize * 4 + ly as usize * 32);
-                            r124 = rt::bin_u64(BinOp::Add, r112, r123);
-                            debug_assert_eq!(
-                                r124,
-                                w9.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r116);
-                            r125 = w9.ld_u32(lx as usize * 4 + ly as usize * 32);
-                            r126 = u64::from(r16);
-                            r127 = rt::bin_u64(BinOp::Mul, r126, r110);
-                            r128 = rt::bin_u64(BinOp::Add, r23, r127);
-                            r129 = rt::bin_u32(BinOp::Add, r125, r16);
-                            r130 = rt::bin_u32(BinOp::Add, r122, r16);
-                            r131 = rt::bin_u32(BinOp::Add, r119, r16);
-                            r132 = rt::bin_u32(BinOp::Add, r117, r16);
-                            r133 = rt::bin_u64(BinOp::Add, r128, r110);
-                            r134 = rt::cmp(BinOp::Le, r133, r108);
-                            r135 = rt::cmp(BinOp::Ge, r133, r128);
-                            r136 = r134;
-                            debug_assert_eq!(
-                                r128,
-                                w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r136);
-                            w10.st_u32(lx as usize * 4 + ly as usize * 32, r129);
-                            r137 = rt::bin_u64(BinOp::Add, r128, r26);
-                            debug_assert_eq!(
-                                r137,
-                                w11.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r136);
-                            w11.st_u32(lx as usize * 4 + ly as usize * 32, r130);
-                            r138 = rt::bin_u64(BinOp::Add, r128, r120);
-                            debug_assert_eq!(
-                                r138,
-                                w12.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r136);
-                            w12.st_u32(lx as usize * 4 + ly as usize * 32, r131);
-                            r139 = rt::bin_u64(BinOp::Add, r128, r123);
-                            debug_assert_eq!(
-                                r139,
-                                w13.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
-                            );
-                            debug_assert!(r136);
-                            w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
-                            break 'inv;
                         }
                     }
                 }
