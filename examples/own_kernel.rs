@@ -3,12 +3,64 @@
 //! compile the WGSL) and CUDA (through the PTX Keel generates from it;
 //! `--print-ptx` prints that PTX).
 //!
+//! On the CPU a kernel made at run time runs on Keel's WGSL interpreter.
+//! One known when the program is built can run as native code instead:
+//! its Rust translation (`translated/own_kernel.rs`, written by
+//! `keel::wgsl::rust::check_file` and kept current by a test of Keel's)
+//! is compiled with the program and set as the kernel's `cpu`
+//! implementation. `cpu:0` runs both and prints the two times.
+//!
 //! Run: `cargo run --release --example own_kernel [-- --print-ptx]`
 
-use keel::{Buffer, DeviceType, Kernel};
+use std::time::{Duration, Instant};
+
+use keel::kernel::{CpuInvocation, run_translated};
+use keel::{Buffer, DeviceType, Kernel, Stream};
+
+/// `own_kernel.wgsl` translated to Rust ahead of time. The translation
+/// names the runtime it calls `keel_wgsl`, which Keel re-exports as
+/// `keel::wgsl`.
+#[allow(
+    unused,
+    unused_labels,
+    unused_mut,
+    unused_assignments,
+    unreachable_code,
+    clippy::all,
+    clippy::pedantic
+)]
+mod translated {
+    use keel::wgsl as keel_wgsl;
+    include!("translated/own_kernel.rs");
+}
+
+/// The kernel's host implementation: its translation, run on every
+/// thread.
+fn leaky_relu_native(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    run_translated(&translated::LEAKY_RELU, inv)
+}
+
+/// The median of five launches and reads of `out`, after one more.
+fn timed(launch: &dyn Fn() -> keel::Result<()>, stream: &Stream) -> keel::Result<Duration> {
+    launch()?;
+    stream.synchronize()?;
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        launch()?;
+        stream.synchronize()?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok(times[2])
+}
 
 fn main() -> keel::Result<()> {
     let kernel = Kernel::from_wgsl("leaky_relu", include_str!("own_kernel.wgsl"))?;
+    let native = Kernel {
+        cpu: Some(leaky_relu_native),
+        ..kernel
+    };
     if std::env::args().any(|a| a == "--print-ptx") {
         println!("{}", kernel.ptx_source()?);
         return Ok(());
@@ -48,6 +100,23 @@ fn main() -> keel::Result<()> {
                     "DIFFERENT"
                 }
             );
+            if d.device_type() == DeviceType::Cpu {
+                let grid = kernel.grid_for(n as u64);
+                let interpreted = timed(
+                    &|| stream.launch(&kernel, grid, &[&xb, &out], &params),
+                    &stream,
+                )?;
+                let compiled = timed(
+                    &|| stream.launch(&native, grid, &[&xb, &out], &params),
+                    &stream,
+                )?;
+                let same = out.read_as::<f32>(&stream)? == want;
+                println!(
+                    "{d}: interpreted {interpreted:.2?}, translated to Rust {compiled:.2?} ({:.1}x faster), {}",
+                    interpreted.as_secs_f64() / compiled.as_secs_f64(),
+                    if same { "the same bits" } else { "DIFFERENT" }
+                );
+            }
         }
     }
     Ok(())

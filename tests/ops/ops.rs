@@ -1324,5 +1324,57 @@ fn a_users_wgsl_kernel_runs_unchanged_on_every_device() {
         let got = out.read_as::<f32>(&s).expect("read");
         let wrong = (0..n).find(|&i| got[i].to_bits() != want[i].to_bits());
         assert_eq!(wrong, None, "{d}: first element that differs");
+        // The same kernel with its translation to Rust as the host
+        // implementation, as `examples/own_kernel.rs` runs it: the same
+        // bits on host backends (the others compile the WGSL, as before).
+        let native = keel::Kernel {
+            cpu: Some(leaky_relu_native),
+            ..kernel
+        };
+        out.write(&s, 0, &vec![0.0f32; n]).expect("clear");
+        s.launch(&native, native.grid_for(n as u64), &[&xb, &out], &params)
+            .unwrap_or_else(|e| panic!("{d}, translated: {e}"));
+        let got = out.read_as::<f32>(&s).expect("read");
+        let wrong = (0..n).find(|&i| got[i].to_bits() != want[i].to_bits());
+        assert_eq!(wrong, None, "{d}, translated: first element that differs");
     }
+}
+
+/// `examples/own_kernel.wgsl` translated to Rust ahead of time, as the
+/// example includes it.
+#[allow(
+    unused,
+    unused_labels,
+    unused_mut,
+    unused_assignments,
+    unreachable_code,
+    clippy::all,
+    clippy::pedantic
+)]
+mod own_kernel_translated {
+    use keel::wgsl as keel_wgsl;
+    include!("../../examples/translated/own_kernel.rs");
+}
+
+fn leaky_relu_native(inv: &mut keel::kernel::CpuInvocation<'_>) -> Result<(), String> {
+    keel::kernel::run_translated(&own_kernel_translated::LEAKY_RELU, inv)
+}
+
+/// The example's translation (`examples/translated/own_kernel.rs`) is
+/// what `keel::wgsl::rust` makes of `own_kernel.wgsl` today
+/// (`KEEL_BLESS=1` rewrites it): how a program keeps its own kernels'
+/// translations current.
+#[test]
+fn the_example_kernels_translation_is_current() {
+    let program = keel::wgsl::compile(include_str!("../../examples/own_kernel.wgsl"), "leaky_relu")
+        .expect("the README's kernel compiles");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/translated/own_kernel.rs");
+    let bless = std::env::var_os("KEEL_BLESS").is_some();
+    let current = keel::wgsl::rust::check_file(&path, &[program], bless).expect("translates");
+    assert!(
+        current,
+        "examples/translated/own_kernel.rs is stale: \
+         `KEEL_BLESS=1 cargo test -p keel --test ops the_example_kernels_translation_is_current`"
+    );
 }
