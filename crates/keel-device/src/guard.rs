@@ -76,7 +76,7 @@ pub type DeviceGuard = InlineDeviceGuard<VirtualGuardImpl>;
 
 impl<I: StaticGuardImpl> InlineDeviceGuard<I> {
     /// Makes `device` current (index `-1` changes nothing).
-    #[inline]
+    #[inline(always)]
     pub fn new(device: Device) -> Result<Self> {
         Self::start(I::for_device_type(device.device_type())?, device)
     }
@@ -89,7 +89,7 @@ impl<I: StaticGuardImpl> InlineDeviceGuard<I> {
     }
 
     /// `impl_` serves `device`'s type.
-    #[inline]
+    #[inline(always)]
     fn start(impl_: I, device: Device) -> Result<Self> {
         let (original_device, current_device) = if device.has_index() {
             (impl_.exchange_device(device)?, device)

@@ -11,43 +11,31 @@ use crate::error::Result;
 /// (c10's `VirtualGuardImpl`). [`DeviceGuard`](crate::DeviceGuard) is
 /// [`InlineDeviceGuard`](crate::InlineDeviceGuard) over this type.
 ///
-/// The calls a guard makes (device and stream get/set/exchange) reach a
-/// built-in backend by a `match` on `Builtin` rather than through `dyn`,
-/// so they inline; every other call, and every call to a third-party
-/// backend, goes through `dyn`.
+/// The calls a guard makes (device and stream get/set/exchange) reach the
+/// CPU backend directly, so they inline; every other call, and every call
+/// to another backend, goes through `dyn`.
 #[derive(Clone, Copy)]
 pub struct VirtualGuardImpl {
     inner: &'static dyn DeviceGuardImpl,
     builtin: Option<Builtin>,
 }
 
-/// Calls `$call` on the built-in backend `$self` names, or through `dyn`.
+/// Calls `$call` on the CPU backend directly, where `$self` names it, and
+/// on every other backend through `dyn`. The CPU's guard is a few
+/// thread-local moves, so its calls inline into the guard; an arm per
+/// built-in backend made every guard's code as large as all of theirs
+/// together, too large to inline, and the CPU guard paid for the
+/// backends compiled in. The others' calls cost a driver call or a
+/// thread-local swap of their own, beside which one indirect call is
+/// small.
 macro_rules! guard_call {
     ($self:ident, $g:ident => $call:expr) => {
-        match $self.builtin {
-            Some(Builtin::Cpu) => {
-                let $g = &crate::backend::cpu::CPU;
-                $call
-            }
-            #[cfg(feature = "cuda")]
-            Some(Builtin::Cuda) => {
-                let $g = &crate::backend::cuda::CUDA;
-                $call
-            }
-            #[cfg(feature = "vulkan")]
-            Some(Builtin::Vulkan) => {
-                let $g = &crate::backend::vulkan::VULKAN;
-                $call
-            }
-            #[cfg(feature = "wgpu")]
-            Some(Builtin::Wgpu) => {
-                let $g = &crate::backend::wgpu::WGPU;
-                $call
-            }
-            None => {
-                let $g = $self.inner;
-                $call
-            }
+        if matches!($self.builtin, Some(Builtin::Cpu)) {
+            let $g = &crate::backend::cpu::CPU;
+            $call
+        } else {
+            let $g = $self.inner;
+            $call
         }
     };
 }
