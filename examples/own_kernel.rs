@@ -20,15 +20,6 @@ use keel::{Buffer, DeviceType, Kernel, Stream};
 /// `own_kernel.wgsl` translated to Rust ahead of time. The translation
 /// names the runtime it calls `keel_wgsl`, which Keel re-exports as
 /// `keel::wgsl`.
-#[allow(
-    unused,
-    unused_labels,
-    unused_mut,
-    unused_assignments,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic
-)]
 mod translated {
     use keel::wgsl as keel_wgsl;
     include!("translated/own_kernel.rs");

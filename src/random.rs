@@ -189,19 +189,6 @@ mod normal;
 
 /// The Philox kernels' WGSL translated to Rust (generated; see
 /// `tests::the_translation_is_current`).
-#[allow(
-    unused_mut,
-    unused_imports,
-    dead_code,
-    unused_variables,
-    unused_assignments,
-    unused_labels,
-    unused_parens,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic,
-    missing_docs
-)]
 mod translated;
 
 /// Raw stream words. Binding: `out` (`u32`). Parameters: see [`params`].

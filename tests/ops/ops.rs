@@ -1342,15 +1342,6 @@ fn a_users_wgsl_kernel_runs_unchanged_on_every_device() {
 
 /// `examples/own_kernel.wgsl` translated to Rust ahead of time, as the
 /// example includes it.
-#[allow(
-    unused,
-    unused_labels,
-    unused_mut,
-    unused_assignments,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic
-)]
 mod own_kernel_translated {
     use keel::wgsl as keel_wgsl;
     include!("../../examples/translated/own_kernel.rs");

@@ -399,17 +399,4 @@ pub mod kernels {
 
 /// The demo kernels' WGSL translated to Rust (generated; see
 /// `kernels::the_translation_is_current`).
-#[allow(
-    unused_mut,
-    unused_imports,
-    dead_code,
-    unused_variables,
-    unused_assignments,
-    unused_labels,
-    unused_parens,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic,
-    missing_docs
-)]
 mod translated;

@@ -13,15 +13,6 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use zerocopy::{FromBytes, IntoBytes};
 
-#[allow(
-    unused,
-    unused_labels,
-    unused_mut,
-    unused_assignments,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic
-)]
 #[path = "../tests/generated/mod.rs"]
 mod generated;
 

@@ -8,15 +8,6 @@ use keel_wgsl::ir::Program;
 use keel_wgsl::native::Kernel;
 use keel_wgsl::rust::{emit, emit_module};
 
-#[allow(
-    unused,
-    unused_labels,
-    unused_mut,
-    unused_assignments,
-    unreachable_code,
-    clippy::all,
-    clippy::pedantic
-)]
 mod generated;
 
 /// An atomics kernel without workgroup memory or barriers (the
