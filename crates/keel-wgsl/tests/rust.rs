@@ -66,6 +66,16 @@ fn windows(
     shifted[i32(t) - p.back] = a[t + p.shift];
     let q = quads[t];
     quads[t] = q.wzyx + vec4<u32>(t);
+    // Signed conditions, one with the bound on the left: settled per
+    // workgroup where every invocation agrees (with `t < n`), tested
+    // where they differ.
+    let s = i32(t) - p.back;
+    if s > p.back - 40 {
+        strided[2u * t] = f32(s);
+    }
+    if p.back + 3000 >= s {
+        strided[2u * t] += 0.5;
+    }
 }
 ";
 

@@ -648,6 +648,14 @@ impl<'a> Analysis<'a> {
             }
             _ => return None,
         };
+        // A constant bound (`lid.x < 16u`, `s > 10`) splits the same
+        // invocations of every workgroup, or none: only a bound that moves
+        // with the data (a parameter, a buffer's length) settles whole
+        // workgroups, and one condition that never holds would keep the
+        // others from being settled with it.
+        if self.konst(bound).is_some() {
+            return None;
+        }
         let (min, max) = self.span(steps);
         Some(Hoisted {
             cond,
@@ -791,7 +799,8 @@ mod tests {
     /// `i < n` around an elementwise body is taken without a test where
     /// the workgroup's last invocation passes it; `n > i` is the same
     /// test; an early return is hoisted the other way; a condition on the
-    /// data, or on two values that both step, is not hoisted.
+    /// data, on two values that both step, or against a constant, is not
+    /// hoisted.
     #[test]
     fn bounds_conditions_are_hoisted_out_of_the_invocations() {
         let add = include_str!("../../../../shaders/ops/add.wgsl");
@@ -828,6 +837,9 @@ mod tests {
         assert!(plan.hoisted.is_empty());
         let both = early.replace("if gid.x >= n {", "if gid.x >= 2u * gid.x {");
         let plan = plan_of(&both, "k").expect("a windowed path");
+        assert!(plan.hoisted.is_empty());
+        let constant = early.replace("if gid.x >= n {", "if gid.x >= 16u {");
+        let plan = plan_of(&constant, "k").expect("a windowed path");
         assert!(plan.hoisted.is_empty());
     }
 

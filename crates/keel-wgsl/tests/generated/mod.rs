@@ -36536,20 +36536,16 @@ fn control_group(
         let mut r2: u32 = 0u32;
         let mut r3: u32 = 0u32;
         let mut r4: u32 = 0u32;
-        let mut r23: u32 = 0u32;
         let mut r84: u64 = 0u64;
         let mut r86: u64 = 0u64;
         let mut r87: u64 = 0u64;
         let mut r88: u64 = 0u64;
         let mut r89: u64 = 0u64;
-        let mut r113: u32 = 0u32;
         r0 = wid[0];
         r1 = lx;
         r2 = 0x8u32;
-        r23 = 0x30u32;
         r84 = 0x0u64;
         r87 = 0x4u64;
-        r113 = 0x28u32;
         r3 = rt::bin_u32(BinOp::Mul, r0, r2);
         r4 = rt::bin_u32(BinOp::Add, r3, r1);
         r86 = u64::from(r4);
@@ -36561,678 +36557,338 @@ fn control_group(
         let Some(w0) = b0.window::<8>(r89, 0) else {
             break 'fast None;
         };
-        let hoisted = (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 7 < i128::from(r23))
-            && (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 0 > i128::from(r113));
-        Some((w0, hoisted))
+        Some((w0,))
     };
-    if let Some((w0, hoisted)) = windows {
-        if hoisted {
-            for lz in 0..1u32 {
-                for ly in 0..1u32 {
-                    for lx in 0..8u32 {
-                        pv.clear();
-                        let mut r0: u32 = 0u32;
-                        let mut r1: u32 = 0u32;
-                        let mut r2: u32 = 0u32;
-                        let mut r3: u32 = 0u32;
-                        let mut r4: u32 = 0u32;
-                        let mut r5: u32 = 0u32;
-                        let mut r6: u32 = 0u32;
-                        let mut r7: u32 = 0u32;
-                        let mut r8: u32 = 0u32;
-                        let mut r9: u32 = 0u32;
-                        let mut r10: u32 = 0u32;
-                        let mut r11: u32 = 0u32;
-                        let mut r12: u32 = 0u32;
-                        let mut r13: u32 = 0u32;
-                        let mut r14: u32 = 0u32;
-                        let mut r15: u32 = 0u32;
-                        let mut r16: u32 = 0u32;
-                        let mut r17: bool = false;
-                        let mut r18: bool = false;
-                        let mut r19: bool = false;
-                        let mut r20: u32 = 0u32;
-                        let mut r21: u32 = 0u32;
-                        let mut r22: u32 = 0u32;
-                        let mut r23: u32 = 0u32;
-                        let mut r24: bool = false;
-                        let mut r25: u32 = 0u32;
-                        let mut r26: bool = false;
-                        let mut r27: u32 = 0u32;
-                        let mut r28: u32 = 0u32;
-                        let mut r29: bool = false;
-                        let mut r30: u32 = 0u32;
-                        let mut r31: u32 = 0u32;
-                        let mut r32: bool = false;
-                        let mut r33: u32 = 0u32;
-                        let mut r34: u32 = 0u32;
-                        let mut r35: u32 = 0u32;
-                        let mut r36: u32 = 0u32;
-                        let mut r37: bool = false;
-                        let mut r38: bool = false;
-                        let mut r39: bool = false;
-                        let mut r40: u32 = 0u32;
-                        let mut r41: u32 = 0u32;
-                        let mut r42: u32 = 0u32;
-                        let mut r43: bool = false;
-                        let mut r44: bool = false;
-                        let mut r45: bool = false;
-                        let mut r46: u32 = 0u32;
-                        let mut r47: u32 = 0u32;
-                        let mut r48: u32 = 0u32;
-                        let mut r49: u32 = 0u32;
-                        let mut r50: bool = false;
-                        let mut r51: u32 = 0u32;
-                        let mut r52: bool = false;
-                        let mut r53: u32 = 0u32;
-                        let mut r54: bool = false;
-                        let mut r55: bool = false;
-                        let mut r56: bool = false;
-                        let mut r57: u32 = 0u32;
-                        let mut r58: u32 = 0u32;
-                        let mut r59: u32 = 0u32;
-                        let mut r60: u32 = 0u32;
-                        let mut r61: bool = false;
-                        let mut r62: bool = false;
-                        let mut r63: bool = false;
-                        let mut r64: u32 = 0u32;
-                        let mut r65: u32 = 0u32;
-                        let mut r66: u32 = 0u32;
-                        let mut r67: bool = false;
-                        let mut r68: u32 = 0u32;
-                        let mut r69: u32 = 0u32;
-                        let mut r70: bool = false;
-                        let mut r71: u32 = 0u32;
-                        let mut r72: bool = false;
-                        let mut r73: bool = false;
-                        let mut r74: bool = false;
-                        let mut r75: u32 = 0u32;
-                        let mut r76: u32 = 0u32;
-                        let mut r77: u32 = 0u32;
-                        let mut r78: u32 = 0u32;
-                        let mut r79: bool = false;
-                        let mut r80: bool = false;
-                        let mut r81: bool = false;
-                        let mut r82: u32 = 0u32;
-                        let mut r83: u32 = 0u32;
-                        let mut r84: u64 = 0u64;
-                        let mut r85: u64 = 0u64;
-                        let mut r86: u64 = 0u64;
-                        let mut r87: u64 = 0u64;
-                        let mut r88: u64 = 0u64;
-                        let mut r89: u64 = 0u64;
-                        let mut r90: u32 = 0u32;
-                        let mut r91: bool = false;
-                        let mut r92: bool = false;
-                        let mut r93: bool = false;
-                        let mut r94: u32 = 0u32;
-                        let mut r95: u32 = 0u32;
-                        let mut r96: u32 = 0u32;
-                        let mut r97: bool = false;
-                        let mut r98: u32 = 0u32;
-                        let mut r99: u32 = 0u32;
-                        let mut r100: bool = false;
-                        let mut r101: bool = false;
-                        let mut r102: bool = false;
-                        let mut r103: bool = false;
-                        let mut r104: bool = false;
-                        let mut r105: bool = false;
-                        let mut r106: bool = false;
-                        let mut r107: bool = false;
-                        let mut r108: bool = false;
-                        let mut r109: bool = false;
-                        let mut r110: bool = false;
-                        let mut r111: bool = false;
-                        let mut r112: u32 = 0u32;
-                        let mut r113: u32 = 0u32;
-                        let mut r114: bool = false;
-                        let mut r115: u32 = 0u32;
-                        let mut r116: u32 = 0u32;
-                        let mut r117: u32 = 0u32;
-                        let mut r118: u32 = 0u32;
-                        let mut r119: u64 = 0u64;
-                        let mut r120: bool = false;
-                        let mut r121: bool = false;
-                        let mut r122: bool = false;
-                        'inv: {
-                            r0 = wid[0];
-                            r1 = lx;
-                            r2 = 0x8u32;
-                            r5 = wid[1];
-                            r6 = ly;
-                            r7 = 0x1u32;
-                            r10 = wid[2];
-                            r11 = lz;
-                            r14 = 0x0u32;
-                            r15 = 0x4u32;
-                            r23 = 0x30u32;
-                            r28 = 0x3u32;
-                            r49 = 0x14u32;
-                            r58 = 0x2u32;
-                            r69 = 0x5u32;
-                            r76 = 0x3e8u32;
-                            r84 = 0x0u64;
-                            r85 = b0.len();
-                            r87 = 0x4u64;
-                            r103 = true;
-                            r110 = false;
-                            r112 = 0xau32;
-                            r113 = 0x28u32;
-                            r115 = 0x63u32;
-                            r116 = 0x1eu32;
-                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                            'b1: {
-                                r16 = rt::bin_u32(BinOp::Add, r14, r15);
-                                r17 = rt::cmp(BinOp::Le, r16, r15);
-                                r18 = rt::cmp(BinOp::Ge, r16, r14);
-                                r19 = r17;
-                                pv.st_u32(u64::from(r14), r14)?;
-                                r20 = r14;
-                                r21 = r14;
-                                r22 = r14;
-                                r24 = rt::cmp(BinOp::Ge, r4, r23);
-                                {
-                                    debug_assert!(!r24);
-                                }
-                                'l0: loop {
-                                    'c0: {
-                                        r25 = r20;
-                                        r26 = rt::cmp(BinOp::Eq, r25, r4);
-                                        if r26 {
-                                            break 'l0;
-                                        }
-                                        r27 = r20;
-                                        r29 = rt::cmp(BinOp::Eq, r28, r14);
-                                        r30 = if r29 { r7 } else { r28 };
-                                        r31 = rt::bin_u32(BinOp::Rem, r27, r30);
-                                        r32 = rt::cmp(BinOp::Eq, r31, r14);
-                                        if r32 {
-                                            r33 = r20;
-                                            r34 = rt::bin_u32(BinOp::Add, r33, r7);
-                                            r20 = r34;
-                                            break 'c0;
-                                        }
-                                        r35 = r20;
-                                        'b2: {
-                                            r36 = rt::bin_u32(BinOp::Add, r14, r15);
-                                            r37 = rt::cmp(BinOp::Le, r36, r15);
-                                            r38 = rt::cmp(BinOp::Ge, r36, r14);
-                                            r39 = r37;
-                                            r40 = pv.ld_u32(u64::from(r14))?;
-                                            r41 = rt::bin_u32(BinOp::Add, r40, r35);
-                                            r42 = rt::bin_u32(BinOp::Add, r14, r15);
-                                            r43 = rt::cmp(BinOp::Le, r42, r15);
-                                            r44 = rt::cmp(BinOp::Ge, r42, r14);
-                                            r45 = r43;
-                                            pv.st_u32(u64::from(r14), r41)?;
-                                            break 'b2;
-                                        }
-                                    }
-                                    r46 = r20;
-                                    r47 = rt::bin_u32(BinOp::Add, r46, r7);
-                                    r20 = r47;
-                                    r48 = r20;
-                                    r50 = rt::cmp(BinOp::Gt, r48, r49);
-                                    if r50 {
-                                        break 'l0;
-                                    }
-                                }
-                                'l1: loop {
-                                    'c1: {
-                                        r51 = r21;
-                                        r52 = rt::cmp(BinOp::Lt, r51, r28);
-                                        if r52 {
-                                        } else {
-                                            break 'l1;
-                                        }
-                                        r53 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r54 = rt::cmp(BinOp::Le, r53, r15);
-                                        r55 = rt::cmp(BinOp::Ge, r53, r14);
-                                        r56 = r54;
-                                        r57 = pv.ld_u32(u64::from(r14))?;
-                                        r59 = rt::bin_u32(BinOp::Mul, r57, r58);
-                                        r60 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r61 = rt::cmp(BinOp::Le, r60, r15);
-                                        r62 = rt::cmp(BinOp::Ge, r60, r14);
-                                        r63 = r61;
-                                        pv.st_u32(u64::from(r14), r59)?;
-                                        r64 = r21;
-                                        r65 = rt::bin_u32(BinOp::Add, r64, r7);
-                                        r21 = r65;
-                                    }
-                                }
-                                'l2: loop {
-                                    'c2: {
-                                        r66 = r22;
-                                        r67 = rt::cmp(BinOp::Lt, r66, r4);
-                                        if r67 {
-                                        } else {
-                                            break 'l2;
-                                        }
-                                        r68 = r22;
-                                        r70 = rt::cmp(BinOp::Eq, r68, r69);
-                                        if r70 {
-                                            break 'l2;
-                                        }
-                                        r71 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r72 = rt::cmp(BinOp::Le, r71, r15);
-                                        r73 = rt::cmp(BinOp::Ge, r71, r14);
-                                        r74 = r72;
-                                        r75 = pv.ld_u32(u64::from(r14))?;
-                                        r77 = rt::bin_u32(BinOp::Add, r75, r76);
-                                        r78 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r79 = rt::cmp(BinOp::Le, r78, r15);
-                                        r80 = rt::cmp(BinOp::Ge, r78, r14);
-                                        r81 = r79;
-                                        pv.st_u32(u64::from(r14), r77)?;
-                                    }
-                                    r82 = r22;
-                                    r83 = rt::bin_u32(BinOp::Add, r82, r7);
-                                    r22 = r83;
-                                }
-                                r86 = u64::from(r4);
-                                r88 = rt::bin_u64(BinOp::Mul, r86, r87);
-                                r89 = rt::bin_u64(BinOp::Add, r84, r88);
-                                r90 = rt::bin_u32(BinOp::Add, r14, r15);
-                                r91 = rt::cmp(BinOp::Le, r90, r15);
-                                r92 = rt::cmp(BinOp::Ge, r90, r14);
-                                r93 = r91;
-                                r94 = pv.ld_u32(u64::from(r14))?;
-                                r95 = rt::bin_u32(BinOp::Mul, r94, r76);
-                                'b3: {
-                                    r97 = rt::cmp(BinOp::Eq, r69, r14);
-                                    r98 = if r97 { r7 } else { r69 };
-                                    r99 = rt::bin_u32(BinOp::Rem, r4, r98);
-                                    'b4: {
-                                        r100 = rt::cmp(BinOp::Eq, r99, r14);
-                                        r101 = rt::cmp(BinOp::Eq, r99, r7);
-                                        r102 = rt::cmp(BinOp::Eq, r99, r58);
-                                        r104 = !r100;
-                                        r105 = r104;
-                                        r106 = !r101;
-                                        r107 = rt::bin_bool(BinOp::And, r105, r106);
-                                        r108 = !r102;
-                                        r109 = rt::bin_bool(BinOp::And, r107, r108);
-                                        r111 = r110;
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r100);
-                                        if r111 {
-                                            r96 = r112;
-                                            break 'b3;
-                                            break 'b4;
-                                        }
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r101);
-                                        if r111 {}
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r102);
-                                        if r111 {
-                                            r96 = r49;
-                                            break 'b3;
-                                            break 'b4;
-                                        }
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r109);
-                                        if r111 {
-                                            break 'b4;
-                                        }
-                                    }
-                                    r114 = rt::cmp(BinOp::Gt, r4, r113);
-                                    {
-                                        debug_assert!(r114);
-                                        r96 = r115;
-                                        break 'b3;
-                                    }
-                                    r96 = r116;
-                                    break 'b3;
-                                }
-                                r117 = r96;
-                                r118 = rt::bin_u32(BinOp::Add, r95, r117);
-                                r119 = rt::bin_u64(BinOp::Add, r89, r87);
-                                r120 = rt::cmp(BinOp::Le, r119, r85);
-                                r121 = rt::cmp(BinOp::Ge, r119, r89);
-                                r122 = r120;
-                                debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r122);
-                                w0.st_u32(lx as usize, r118);
+    if let Some((w0,)) = windows {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..8u32 {
+                    pv.clear();
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: bool = false;
+                    let mut r18: bool = false;
+                    let mut r19: bool = false;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: u32 = 0u32;
+                    let mut r24: bool = false;
+                    let mut r25: u32 = 0u32;
+                    let mut r26: bool = false;
+                    let mut r27: u32 = 0u32;
+                    let mut r28: u32 = 0u32;
+                    let mut r29: bool = false;
+                    let mut r30: u32 = 0u32;
+                    let mut r31: u32 = 0u32;
+                    let mut r32: bool = false;
+                    let mut r33: u32 = 0u32;
+                    let mut r34: u32 = 0u32;
+                    let mut r35: u32 = 0u32;
+                    let mut r36: u32 = 0u32;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: u32 = 0u32;
+                    let mut r41: u32 = 0u32;
+                    let mut r42: u32 = 0u32;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u32 = 0u32;
+                    let mut r48: u32 = 0u32;
+                    let mut r49: u32 = 0u32;
+                    let mut r50: bool = false;
+                    let mut r51: u32 = 0u32;
+                    let mut r52: bool = false;
+                    let mut r53: u32 = 0u32;
+                    let mut r54: bool = false;
+                    let mut r55: bool = false;
+                    let mut r56: bool = false;
+                    let mut r57: u32 = 0u32;
+                    let mut r58: u32 = 0u32;
+                    let mut r59: u32 = 0u32;
+                    let mut r60: u32 = 0u32;
+                    let mut r61: bool = false;
+                    let mut r62: bool = false;
+                    let mut r63: bool = false;
+                    let mut r64: u32 = 0u32;
+                    let mut r65: u32 = 0u32;
+                    let mut r66: u32 = 0u32;
+                    let mut r67: bool = false;
+                    let mut r68: u32 = 0u32;
+                    let mut r69: u32 = 0u32;
+                    let mut r70: bool = false;
+                    let mut r71: u32 = 0u32;
+                    let mut r72: bool = false;
+                    let mut r73: bool = false;
+                    let mut r74: bool = false;
+                    let mut r75: u32 = 0u32;
+                    let mut r76: u32 = 0u32;
+                    let mut r77: u32 = 0u32;
+                    let mut r78: u32 = 0u32;
+                    let mut r79: bool = false;
+                    let mut r80: bool = false;
+                    let mut r81: bool = false;
+                    let mut r82: u32 = 0u32;
+                    let mut r83: u32 = 0u32;
+                    let mut r84: u64 = 0u64;
+                    let mut r85: u64 = 0u64;
+                    let mut r86: u64 = 0u64;
+                    let mut r87: u64 = 0u64;
+                    let mut r88: u64 = 0u64;
+                    let mut r89: u64 = 0u64;
+                    let mut r90: u32 = 0u32;
+                    let mut r91: bool = false;
+                    let mut r92: bool = false;
+                    let mut r93: bool = false;
+                    let mut r94: u32 = 0u32;
+                    let mut r95: u32 = 0u32;
+                    let mut r96: u32 = 0u32;
+                    let mut r97: bool = false;
+                    let mut r98: u32 = 0u32;
+                    let mut r99: u32 = 0u32;
+                    let mut r100: bool = false;
+                    let mut r101: bool = false;
+                    let mut r102: bool = false;
+                    let mut r103: bool = false;
+                    let mut r104: bool = false;
+                    let mut r105: bool = false;
+                    let mut r106: bool = false;
+                    let mut r107: bool = false;
+                    let mut r108: bool = false;
+                    let mut r109: bool = false;
+                    let mut r110: bool = false;
+                    let mut r111: bool = false;
+                    let mut r112: u32 = 0u32;
+                    let mut r113: u32 = 0u32;
+                    let mut r114: bool = false;
+                    let mut r115: u32 = 0u32;
+                    let mut r116: u32 = 0u32;
+                    let mut r117: u32 = 0u32;
+                    let mut r118: u32 = 0u32;
+                    let mut r119: u64 = 0u64;
+                    let mut r120: bool = false;
+                    let mut r121: bool = false;
+                    let mut r122: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x8u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = 0x0u32;
+                        r15 = 0x4u32;
+                        r23 = 0x30u32;
+                        r28 = 0x3u32;
+                        r49 = 0x14u32;
+                        r58 = 0x2u32;
+                        r69 = 0x5u32;
+                        r76 = 0x3e8u32;
+                        r84 = 0x0u64;
+                        r85 = b0.len();
+                        r87 = 0x4u64;
+                        r103 = true;
+                        r110 = false;
+                        r112 = 0xau32;
+                        r113 = 0x28u32;
+                        r115 = 0x63u32;
+                        r116 = 0x1eu32;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r16 = rt::bin_u32(BinOp::Add, r14, r15);
+                            r17 = rt::cmp(BinOp::Le, r16, r15);
+                            r18 = rt::cmp(BinOp::Ge, r16, r14);
+                            r19 = r17;
+                            pv.st_u32(u64::from(r14), r14)?;
+                            r20 = r14;
+                            r21 = r14;
+                            r22 = r14;
+                            r24 = rt::cmp(BinOp::Ge, r4, r23);
+                            if r24 {
                                 break 'inv;
                             }
-                        }
-                    }
-                }
-            }
-        } else {
-            for lz in 0..1u32 {
-                for ly in 0..1u32 {
-                    for lx in 0..8u32 {
-                        pv.clear();
-                        let mut r0: u32 = 0u32;
-                        let mut r1: u32 = 0u32;
-                        let mut r2: u32 = 0u32;
-                        let mut r3: u32 = 0u32;
-                        let mut r4: u32 = 0u32;
-                        let mut r5: u32 = 0u32;
-                        let mut r6: u32 = 0u32;
-                        let mut r7: u32 = 0u32;
-                        let mut r8: u32 = 0u32;
-                        let mut r9: u32 = 0u32;
-                        let mut r10: u32 = 0u32;
-                        let mut r11: u32 = 0u32;
-                        let mut r12: u32 = 0u32;
-                        let mut r13: u32 = 0u32;
-                        let mut r14: u32 = 0u32;
-                        let mut r15: u32 = 0u32;
-                        let mut r16: u32 = 0u32;
-                        let mut r17: bool = false;
-                        let mut r18: bool = false;
-                        let mut r19: bool = false;
-                        let mut r20: u32 = 0u32;
-                        let mut r21: u32 = 0u32;
-                        let mut r22: u32 = 0u32;
-                        let mut r23: u32 = 0u32;
-                        let mut r24: bool = false;
-                        let mut r25: u32 = 0u32;
-                        let mut r26: bool = false;
-                        let mut r27: u32 = 0u32;
-                        let mut r28: u32 = 0u32;
-                        let mut r29: bool = false;
-                        let mut r30: u32 = 0u32;
-                        let mut r31: u32 = 0u32;
-                        let mut r32: bool = false;
-                        let mut r33: u32 = 0u32;
-                        let mut r34: u32 = 0u32;
-                        let mut r35: u32 = 0u32;
-                        let mut r36: u32 = 0u32;
-                        let mut r37: bool = false;
-                        let mut r38: bool = false;
-                        let mut r39: bool = false;
-                        let mut r40: u32 = 0u32;
-                        let mut r41: u32 = 0u32;
-                        let mut r42: u32 = 0u32;
-                        let mut r43: bool = false;
-                        let mut r44: bool = false;
-                        let mut r45: bool = false;
-                        let mut r46: u32 = 0u32;
-                        let mut r47: u32 = 0u32;
-                        let mut r48: u32 = 0u32;
-                        let mut r49: u32 = 0u32;
-                        let mut r50: bool = false;
-                        let mut r51: u32 = 0u32;
-                        let mut r52: bool = false;
-                        let mut r53: u32 = 0u32;
-                        let mut r54: bool = false;
-                        let mut r55: bool = false;
-                        let mut r56: bool = false;
-                        let mut r57: u32 = 0u32;
-                        let mut r58: u32 = 0u32;
-                        let mut r59: u32 = 0u32;
-                        let mut r60: u32 = 0u32;
-                        let mut r61: bool = false;
-                        let mut r62: bool = false;
-                        let mut r63: bool = false;
-                        let mut r64: u32 = 0u32;
-                        let mut r65: u32 = 0u32;
-                        let mut r66: u32 = 0u32;
-                        let mut r67: bool = false;
-                        let mut r68: u32 = 0u32;
-                        let mut r69: u32 = 0u32;
-                        let mut r70: bool = false;
-                        let mut r71: u32 = 0u32;
-                        let mut r72: bool = false;
-                        let mut r73: bool = false;
-                        let mut r74: bool = false;
-                        let mut r75: u32 = 0u32;
-                        let mut r76: u32 = 0u32;
-                        let mut r77: u32 = 0u32;
-                        let mut r78: u32 = 0u32;
-                        let mut r79: bool = false;
-                        let mut r80: bool = false;
-                        let mut r81: bool = false;
-                        let mut r82: u32 = 0u32;
-                        let mut r83: u32 = 0u32;
-                        let mut r84: u64 = 0u64;
-                        let mut r85: u64 = 0u64;
-                        let mut r86: u64 = 0u64;
-                        let mut r87: u64 = 0u64;
-                        let mut r88: u64 = 0u64;
-                        let mut r89: u64 = 0u64;
-                        let mut r90: u32 = 0u32;
-                        let mut r91: bool = false;
-                        let mut r92: bool = false;
-                        let mut r93: bool = false;
-                        let mut r94: u32 = 0u32;
-                        let mut r95: u32 = 0u32;
-                        let mut r96: u32 = 0u32;
-                        let mut r97: bool = false;
-                        let mut r98: u32 = 0u32;
-                        let mut r99: u32 = 0u32;
-                        let mut r100: bool = false;
-                        let mut r101: bool = false;
-                        let mut r102: bool = false;
-                        let mut r103: bool = false;
-                        let mut r104: bool = false;
-                        let mut r105: bool = false;
-                        let mut r106: bool = false;
-                        let mut r107: bool = false;
-                        let mut r108: bool = false;
-                        let mut r109: bool = false;
-                        let mut r110: bool = false;
-                        let mut r111: bool = false;
-                        let mut r112: u32 = 0u32;
-                        let mut r113: u32 = 0u32;
-                        let mut r114: bool = false;
-                        let mut r115: u32 = 0u32;
-                        let mut r116: u32 = 0u32;
-                        let mut r117: u32 = 0u32;
-                        let mut r118: u32 = 0u32;
-                        let mut r119: u64 = 0u64;
-                        let mut r120: bool = false;
-                        let mut r121: bool = false;
-                        let mut r122: bool = false;
-                        'inv: {
-                            r0 = wid[0];
-                            r1 = lx;
-                            r2 = 0x8u32;
-                            r5 = wid[1];
-                            r6 = ly;
-                            r7 = 0x1u32;
-                            r10 = wid[2];
-                            r11 = lz;
-                            r14 = 0x0u32;
-                            r15 = 0x4u32;
-                            r23 = 0x30u32;
-                            r28 = 0x3u32;
-                            r49 = 0x14u32;
-                            r58 = 0x2u32;
-                            r69 = 0x5u32;
-                            r76 = 0x3e8u32;
-                            r84 = 0x0u64;
-                            r85 = b0.len();
-                            r87 = 0x4u64;
-                            r103 = true;
-                            r110 = false;
-                            r112 = 0xau32;
-                            r113 = 0x28u32;
-                            r115 = 0x63u32;
-                            r116 = 0x1eu32;
-                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
-                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
-                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
-                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
-                            'b1: {
-                                r16 = rt::bin_u32(BinOp::Add, r14, r15);
-                                r17 = rt::cmp(BinOp::Le, r16, r15);
-                                r18 = rt::cmp(BinOp::Ge, r16, r14);
-                                r19 = r17;
-                                pv.st_u32(u64::from(r14), r14)?;
-                                r20 = r14;
-                                r21 = r14;
-                                r22 = r14;
-                                r24 = rt::cmp(BinOp::Ge, r4, r23);
-                                if r24 {
-                                    break 'inv;
-                                }
-                                'l0: loop {
-                                    'c0: {
-                                        r25 = r20;
-                                        r26 = rt::cmp(BinOp::Eq, r25, r4);
-                                        if r26 {
-                                            break 'l0;
-                                        }
-                                        r27 = r20;
-                                        r29 = rt::cmp(BinOp::Eq, r28, r14);
-                                        r30 = if r29 { r7 } else { r28 };
-                                        r31 = rt::bin_u32(BinOp::Rem, r27, r30);
-                                        r32 = rt::cmp(BinOp::Eq, r31, r14);
-                                        if r32 {
-                                            r33 = r20;
-                                            r34 = rt::bin_u32(BinOp::Add, r33, r7);
-                                            r20 = r34;
-                                            break 'c0;
-                                        }
-                                        r35 = r20;
-                                        'b2: {
-                                            r36 = rt::bin_u32(BinOp::Add, r14, r15);
-                                            r37 = rt::cmp(BinOp::Le, r36, r15);
-                                            r38 = rt::cmp(BinOp::Ge, r36, r14);
-                                            r39 = r37;
-                                            r40 = pv.ld_u32(u64::from(r14))?;
-                                            r41 = rt::bin_u32(BinOp::Add, r40, r35);
-                                            r42 = rt::bin_u32(BinOp::Add, r14, r15);
-                                            r43 = rt::cmp(BinOp::Le, r42, r15);
-                                            r44 = rt::cmp(BinOp::Ge, r42, r14);
-                                            r45 = r43;
-                                            pv.st_u32(u64::from(r14), r41)?;
-                                            break 'b2;
-                                        }
-                                    }
-                                    r46 = r20;
-                                    r47 = rt::bin_u32(BinOp::Add, r46, r7);
-                                    r20 = r47;
-                                    r48 = r20;
-                                    r50 = rt::cmp(BinOp::Gt, r48, r49);
-                                    if r50 {
+                            'l0: loop {
+                                'c0: {
+                                    r25 = r20;
+                                    r26 = rt::cmp(BinOp::Eq, r25, r4);
+                                    if r26 {
                                         break 'l0;
                                     }
-                                }
-                                'l1: loop {
-                                    'c1: {
-                                        r51 = r21;
-                                        r52 = rt::cmp(BinOp::Lt, r51, r28);
-                                        if r52 {
-                                        } else {
-                                            break 'l1;
-                                        }
-                                        r53 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r54 = rt::cmp(BinOp::Le, r53, r15);
-                                        r55 = rt::cmp(BinOp::Ge, r53, r14);
-                                        r56 = r54;
-                                        r57 = pv.ld_u32(u64::from(r14))?;
-                                        r59 = rt::bin_u32(BinOp::Mul, r57, r58);
-                                        r60 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r61 = rt::cmp(BinOp::Le, r60, r15);
-                                        r62 = rt::cmp(BinOp::Ge, r60, r14);
-                                        r63 = r61;
-                                        pv.st_u32(u64::from(r14), r59)?;
-                                        r64 = r21;
-                                        r65 = rt::bin_u32(BinOp::Add, r64, r7);
-                                        r21 = r65;
+                                    r27 = r20;
+                                    r29 = rt::cmp(BinOp::Eq, r28, r14);
+                                    r30 = if r29 { r7 } else { r28 };
+                                    r31 = rt::bin_u32(BinOp::Rem, r27, r30);
+                                    r32 = rt::cmp(BinOp::Eq, r31, r14);
+                                    if r32 {
+                                        r33 = r20;
+                                        r34 = rt::bin_u32(BinOp::Add, r33, r7);
+                                        r20 = r34;
+                                        break 'c0;
+                                    }
+                                    r35 = r20;
+                                    'b2: {
+                                        r36 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r37 = rt::cmp(BinOp::Le, r36, r15);
+                                        r38 = rt::cmp(BinOp::Ge, r36, r14);
+                                        r39 = r37;
+                                        r40 = pv.ld_u32(u64::from(r14))?;
+                                        r41 = rt::bin_u32(BinOp::Add, r40, r35);
+                                        r42 = rt::bin_u32(BinOp::Add, r14, r15);
+                                        r43 = rt::cmp(BinOp::Le, r42, r15);
+                                        r44 = rt::cmp(BinOp::Ge, r42, r14);
+                                        r45 = r43;
+                                        pv.st_u32(u64::from(r14), r41)?;
+                                        break 'b2;
                                     }
                                 }
-                                'l2: loop {
-                                    'c2: {
-                                        r66 = r22;
-                                        r67 = rt::cmp(BinOp::Lt, r66, r4);
-                                        if r67 {
-                                        } else {
-                                            break 'l2;
-                                        }
-                                        r68 = r22;
-                                        r70 = rt::cmp(BinOp::Eq, r68, r69);
-                                        if r70 {
-                                            break 'l2;
-                                        }
-                                        r71 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r72 = rt::cmp(BinOp::Le, r71, r15);
-                                        r73 = rt::cmp(BinOp::Ge, r71, r14);
-                                        r74 = r72;
-                                        r75 = pv.ld_u32(u64::from(r14))?;
-                                        r77 = rt::bin_u32(BinOp::Add, r75, r76);
-                                        r78 = rt::bin_u32(BinOp::Add, r14, r15);
-                                        r79 = rt::cmp(BinOp::Le, r78, r15);
-                                        r80 = rt::cmp(BinOp::Ge, r78, r14);
-                                        r81 = r79;
-                                        pv.st_u32(u64::from(r14), r77)?;
-                                    }
-                                    r82 = r22;
-                                    r83 = rt::bin_u32(BinOp::Add, r82, r7);
-                                    r22 = r83;
+                                r46 = r20;
+                                r47 = rt::bin_u32(BinOp::Add, r46, r7);
+                                r20 = r47;
+                                r48 = r20;
+                                r50 = rt::cmp(BinOp::Gt, r48, r49);
+                                if r50 {
+                                    break 'l0;
                                 }
-                                r86 = u64::from(r4);
-                                r88 = rt::bin_u64(BinOp::Mul, r86, r87);
-                                r89 = rt::bin_u64(BinOp::Add, r84, r88);
-                                r90 = rt::bin_u32(BinOp::Add, r14, r15);
-                                r91 = rt::cmp(BinOp::Le, r90, r15);
-                                r92 = rt::cmp(BinOp::Ge, r90, r14);
-                                r93 = r91;
-                                r94 = pv.ld_u32(u64::from(r14))?;
-                                r95 = rt::bin_u32(BinOp::Mul, r94, r76);
-                                'b3: {
-                                    r97 = rt::cmp(BinOp::Eq, r69, r14);
-                                    r98 = if r97 { r7 } else { r69 };
-                                    r99 = rt::bin_u32(BinOp::Rem, r4, r98);
-                                    'b4: {
-                                        r100 = rt::cmp(BinOp::Eq, r99, r14);
-                                        r101 = rt::cmp(BinOp::Eq, r99, r7);
-                                        r102 = rt::cmp(BinOp::Eq, r99, r58);
-                                        r104 = !r100;
-                                        r105 = r104;
-                                        r106 = !r101;
-                                        r107 = rt::bin_bool(BinOp::And, r105, r106);
-                                        r108 = !r102;
-                                        r109 = rt::bin_bool(BinOp::And, r107, r108);
-                                        r111 = r110;
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r100);
-                                        if r111 {
-                                            r96 = r112;
-                                            break 'b3;
-                                            break 'b4;
-                                        }
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r101);
-                                        if r111 {}
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r102);
-                                        if r111 {
-                                            r96 = r49;
-                                            break 'b3;
-                                            break 'b4;
-                                        }
-                                        r111 = rt::bin_bool(BinOp::Or, r111, r109);
-                                        if r111 {
-                                            break 'b4;
-                                        }
+                            }
+                            'l1: loop {
+                                'c1: {
+                                    r51 = r21;
+                                    r52 = rt::cmp(BinOp::Lt, r51, r28);
+                                    if r52 {
+                                    } else {
+                                        break 'l1;
                                     }
-                                    r114 = rt::cmp(BinOp::Gt, r4, r113);
-                                    if r114 {
-                                        r96 = r115;
+                                    r53 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r54 = rt::cmp(BinOp::Le, r53, r15);
+                                    r55 = rt::cmp(BinOp::Ge, r53, r14);
+                                    r56 = r54;
+                                    r57 = pv.ld_u32(u64::from(r14))?;
+                                    r59 = rt::bin_u32(BinOp::Mul, r57, r58);
+                                    r60 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r61 = rt::cmp(BinOp::Le, r60, r15);
+                                    r62 = rt::cmp(BinOp::Ge, r60, r14);
+                                    r63 = r61;
+                                    pv.st_u32(u64::from(r14), r59)?;
+                                    r64 = r21;
+                                    r65 = rt::bin_u32(BinOp::Add, r64, r7);
+                                    r21 = r65;
+                                }
+                            }
+                            'l2: loop {
+                                'c2: {
+                                    r66 = r22;
+                                    r67 = rt::cmp(BinOp::Lt, r66, r4);
+                                    if r67 {
+                                    } else {
+                                        break 'l2;
+                                    }
+                                    r68 = r22;
+                                    r70 = rt::cmp(BinOp::Eq, r68, r69);
+                                    if r70 {
+                                        break 'l2;
+                                    }
+                                    r71 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r72 = rt::cmp(BinOp::Le, r71, r15);
+                                    r73 = rt::cmp(BinOp::Ge, r71, r14);
+                                    r74 = r72;
+                                    r75 = pv.ld_u32(u64::from(r14))?;
+                                    r77 = rt::bin_u32(BinOp::Add, r75, r76);
+                                    r78 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r79 = rt::cmp(BinOp::Le, r78, r15);
+                                    r80 = rt::cmp(BinOp::Ge, r78, r14);
+                                    r81 = r79;
+                                    pv.st_u32(u64::from(r14), r77)?;
+                                }
+                                r82 = r22;
+                                r83 = rt::bin_u32(BinOp::Add, r82, r7);
+                                r22 = r83;
+                            }
+                            r86 = u64::from(r4);
+                            r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+                            r89 = rt::bin_u64(BinOp::Add, r84, r88);
+                            r90 = rt::bin_u32(BinOp::Add, r14, r15);
+                            r91 = rt::cmp(BinOp::Le, r90, r15);
+                            r92 = rt::cmp(BinOp::Ge, r90, r14);
+                            r93 = r91;
+                            r94 = pv.ld_u32(u64::from(r14))?;
+                            r95 = rt::bin_u32(BinOp::Mul, r94, r76);
+                            'b3: {
+                                r97 = rt::cmp(BinOp::Eq, r69, r14);
+                                r98 = if r97 { r7 } else { r69 };
+                                r99 = rt::bin_u32(BinOp::Rem, r4, r98);
+                                'b4: {
+                                    r100 = rt::cmp(BinOp::Eq, r99, r14);
+                                    r101 = rt::cmp(BinOp::Eq, r99, r7);
+                                    r102 = rt::cmp(BinOp::Eq, r99, r58);
+                                    r104 = !r100;
+                                    r105 = r104;
+                                    r106 = !r101;
+                                    r107 = rt::bin_bool(BinOp::And, r105, r106);
+                                    r108 = !r102;
+                                    r109 = rt::bin_bool(BinOp::And, r107, r108);
+                                    r111 = r110;
+                                    r111 = rt::bin_bool(BinOp::Or, r111, r100);
+                                    if r111 {
+                                        r96 = r112;
                                         break 'b3;
+                                        break 'b4;
                                     }
-                                    r96 = r116;
+                                    r111 = rt::bin_bool(BinOp::Or, r111, r101);
+                                    if r111 {}
+                                    r111 = rt::bin_bool(BinOp::Or, r111, r102);
+                                    if r111 {
+                                        r96 = r49;
+                                        break 'b3;
+                                        break 'b4;
+                                    }
+                                    r111 = rt::bin_bool(BinOp::Or, r111, r109);
+                                    if r111 {
+                                        break 'b4;
+                                    }
+                                }
+                                r114 = rt::cmp(BinOp::Gt, r4, r113);
+                                if r114 {
+                                    r96 = r115;
                                     break 'b3;
                                 }
-                                r117 = r96;
-                                r118 = rt::bin_u32(BinOp::Add, r95, r117);
-                                r119 = rt::bin_u64(BinOp::Add, r89, r87);
-                                r120 = rt::cmp(BinOp::Le, r119, r85);
-                                r121 = rt::cmp(BinOp::Ge, r119, r89);
-                                r122 = r120;
-                                debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
-                                debug_assert!(r122);
-                                w0.st_u32(lx as usize, r118);
-                                break 'inv;
+                                r96 = r116;
+                                break 'b3;
                             }
+                            r117 = r96;
+                            r118 = rt::bin_u32(BinOp::Add, r95, r117);
+                            r119 = rt::bin_u64(BinOp::Add, r89, r87);
+                            r120 = rt::cmp(BinOp::Le, r119, r85);
+                            r121 = rt::cmp(BinOp::Ge, r119, r89);
+                            r122 = r120;
+                            debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
+                            debug_assert!(r122);
+                            w0.st_u32(lx as usize, r118);
+                            break 'inv;
                         }
                     }
                 }
@@ -42419,7 +42075,7 @@ pub static WINDOWS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false, false, false, false],
     param_bytes: 12,
     private_bytes: 0,
-    ops: 147,
+    ops: 184,
     group: windows_group,
 };
 
@@ -42510,6 +42166,23 @@ fn windows_group(
         let mut r137: u64 = 0u64;
         let mut r138: u64 = 0u64;
         let mut r139: u64 = 0u64;
+        let mut r140: i32 = 0i32;
+        let mut r141: i32 = 0i32;
+        let mut r142: i32 = 0i32;
+        let mut r143: i32 = 0i32;
+        let mut r144: i32 = 0i32;
+        let mut r145: i32 = 0i32;
+        let mut r147: u32 = 0u32;
+        let mut r148: u64 = 0u64;
+        let mut r149: u64 = 0u64;
+        let mut r150: u64 = 0u64;
+        let mut r156: i32 = 0i32;
+        let mut r157: i32 = 0i32;
+        let mut r158: i32 = 0i32;
+        let mut r160: u32 = 0u32;
+        let mut r161: u64 = 0u64;
+        let mut r162: u64 = 0u64;
+        let mut r163: u64 = 0u64;
         r0 = lx;
         r1 = ly;
         r3 = wid[0];
@@ -42524,6 +42197,8 @@ fn windows_group(
         r110 = 0x10u64;
         r120 = 0x8u64;
         r123 = 0xcu64;
+        r144 = 40i32;
+        r157 = 3000i32;
         r9 = rt::bin_u32(BinOp::Mul, r4, r6);
         r10 = rt::bin_u32(BinOp::Add, r9, r3);
         r12 = rt::bin_u32(BinOp::Mul, r10, r11);
@@ -42572,6 +42247,21 @@ fn windows_group(
         r137 = rt::bin_u64(BinOp::Add, r128, r26);
         r138 = rt::bin_u64(BinOp::Add, r128, r120);
         r139 = rt::bin_u64(BinOp::Add, r128, r123);
+        r140 = r16 as i32;
+        r141 = p2 as i32;
+        r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+        r143 = p2 as i32;
+        r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+        r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+        r148 = u64::from(r147);
+        r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+        r150 = rt::bin_u64(BinOp::Add, r23, r149);
+        r156 = p2 as i32;
+        r158 = rt::bin_i32(BinOp::Add, r156, r157);
+        r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+        r161 = u64::from(r160);
+        r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+        r163 = rt::bin_u64(BinOp::Add, r23, r162);
         if !b5.covers(r112, 0, 512) {
             break 'fast None;
         }
@@ -42579,6 +42269,12 @@ fn windows_group(
             break 'fast None;
         }
         if !rt::fits_u32(r16, 0, 31) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r160, 0, 62) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r147, 0, 62) {
             break 'fast None;
         }
         if !rt::fits_u32(r89, 0, 31) {
@@ -42635,12 +42331,22 @@ fn windows_group(
         let Some(w13) = b5.window::<125>(r139, 0) else {
             break 'fast None;
         };
-        let hoisted = (rt::fits_u32(r16, 0, 31) && i128::from(r16) + 31 < i128::from(r17));
+        let Some(w14) = b3.window::<63>(r150, 0) else {
+            break 'fast None;
+        };
+        let Some(w15) = b3.window::<63>(r163, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r16, 0, 31) && i128::from(r16) + 31 < i128::from(r17))
+            && (rt::fits_i32(r142, 0, 31) && i128::from(r142) + 0 > i128::from(r145))
+            && (rt::fits_i32(r142, 0, 31) && i128::from(r142) + 31 <= i128::from(r158));
         Some((
-            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, hoisted,
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, hoisted,
         ))
     };
-    if let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, hoisted)) = windows {
+    if let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, hoisted)) =
+        windows
+    {
         if hoisted {
             for lz in 0..1u32 {
                 for ly in 0..4u32 {
@@ -42785,6 +42491,41 @@ fn windows_group(
                         let mut r137: u64 = 0u64;
                         let mut r138: u64 = 0u64;
                         let mut r139: u64 = 0u64;
+                        let mut r140: i32 = 0i32;
+                        let mut r141: i32 = 0i32;
+                        let mut r142: i32 = 0i32;
+                        let mut r143: i32 = 0i32;
+                        let mut r144: i32 = 0i32;
+                        let mut r145: i32 = 0i32;
+                        let mut r146: bool = false;
+                        let mut r147: u32 = 0u32;
+                        let mut r148: u64 = 0u64;
+                        let mut r149: u64 = 0u64;
+                        let mut r150: u64 = 0u64;
+                        let mut r151: f32 = 0.0f32;
+                        let mut r152: u64 = 0u64;
+                        let mut r153: bool = false;
+                        let mut r154: bool = false;
+                        let mut r155: bool = false;
+                        let mut r156: i32 = 0i32;
+                        let mut r157: i32 = 0i32;
+                        let mut r158: i32 = 0i32;
+                        let mut r159: bool = false;
+                        let mut r160: u32 = 0u32;
+                        let mut r161: u64 = 0u64;
+                        let mut r162: u64 = 0u64;
+                        let mut r163: u64 = 0u64;
+                        let mut r164: u64 = 0u64;
+                        let mut r165: bool = false;
+                        let mut r166: bool = false;
+                        let mut r167: bool = false;
+                        let mut r168: f32 = 0.0f32;
+                        let mut r169: f32 = 0.0f32;
+                        let mut r170: f32 = 0.0f32;
+                        let mut r171: u64 = 0u64;
+                        let mut r172: bool = false;
+                        let mut r173: bool = false;
+                        let mut r174: bool = false;
                         'inv: {
                             r0 = lx;
                             r1 = ly;
@@ -42814,6 +42555,9 @@ fn windows_group(
                             r110 = 0x10u64;
                             r120 = 0x8u64;
                             r123 = 0xcu64;
+                            r144 = 40i32;
+                            r157 = 3000i32;
+                            r169 = f32::from_bits(0x3f000000);
                             'b1: {
                                 r9 = rt::bin_u32(BinOp::Mul, r4, r6);
                                 r10 = rt::bin_u32(BinOp::Add, r9, r3);
@@ -43014,7 +42758,65 @@ fn windows_group(
                                 );
                                 debug_assert!(r136);
                                 w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
-                                break 'inv;
+                                r140 = r16 as i32;
+                                r141 = p2 as i32;
+                                r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+                                r143 = p2 as i32;
+                                r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+                                r146 = rt::cmp(BinOp::Gt, r142, r145);
+                                {
+                                    debug_assert!(r146);
+                                    r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                    r148 = u64::from(r147);
+                                    r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+                                    r150 = rt::bin_u64(BinOp::Add, r23, r149);
+                                    r151 = r142 as f32;
+                                    r152 = rt::bin_u64(BinOp::Add, r150, r26);
+                                    r153 = rt::cmp(BinOp::Le, r152, r47);
+                                    r154 = rt::cmp(BinOp::Ge, r152, r150);
+                                    r155 = r153;
+                                    debug_assert_eq!(
+                                        r150,
+                                        w14.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r155);
+                                    w14.st_f32(lx as usize * 2 + ly as usize * 16, r151);
+                                }
+                                r156 = p2 as i32;
+                                r158 = rt::bin_i32(BinOp::Add, r156, r157);
+                                r159 = rt::cmp(BinOp::Ge, r158, r142);
+                                {
+                                    debug_assert!(r159);
+                                    r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                    r161 = u64::from(r160);
+                                    r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+                                    r163 = rt::bin_u64(BinOp::Add, r23, r162);
+                                    r164 = rt::bin_u64(BinOp::Add, r163, r26);
+                                    r165 = rt::cmp(BinOp::Le, r164, r47);
+                                    r166 = rt::cmp(BinOp::Ge, r164, r163);
+                                    r167 = r165;
+                                    debug_assert_eq!(
+                                        r163,
+                                        w15.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r167);
+                                    r168 = w15.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                    r170 = rt::bin_f32(BinOp::Add, r168, r169);
+                                    r171 = rt::bin_u64(BinOp::Add, r163, r26);
+                                    r172 = rt::cmp(BinOp::Le, r171, r47);
+                                    r173 = rt::cmp(BinOp::Ge, r171, r163);
+                                    r174 = r172;
+                                    debug_assert_eq!(
+                                        r163,
+                                        w15.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r174);
+                                    w15.st_f32(lx as usize * 2 + ly as usize * 16, r170);
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -43164,6 +42966,41 @@ fn windows_group(
                         let mut r137: u64 = 0u64;
                         let mut r138: u64 = 0u64;
                         let mut r139: u64 = 0u64;
+                        let mut r140: i32 = 0i32;
+                        let mut r141: i32 = 0i32;
+                        let mut r142: i32 = 0i32;
+                        let mut r143: i32 = 0i32;
+                        let mut r144: i32 = 0i32;
+                        let mut r145: i32 = 0i32;
+                        let mut r146: bool = false;
+                        let mut r147: u32 = 0u32;
+                        let mut r148: u64 = 0u64;
+                        let mut r149: u64 = 0u64;
+                        let mut r150: u64 = 0u64;
+                        let mut r151: f32 = 0.0f32;
+                        let mut r152: u64 = 0u64;
+                        let mut r153: bool = false;
+                        let mut r154: bool = false;
+                        let mut r155: bool = false;
+                        let mut r156: i32 = 0i32;
+                        let mut r157: i32 = 0i32;
+                        let mut r158: i32 = 0i32;
+                        let mut r159: bool = false;
+                        let mut r160: u32 = 0u32;
+                        let mut r161: u64 = 0u64;
+                        let mut r162: u64 = 0u64;
+                        let mut r163: u64 = 0u64;
+                        let mut r164: u64 = 0u64;
+                        let mut r165: bool = false;
+                        let mut r166: bool = false;
+                        let mut r167: bool = false;
+                        let mut r168: f32 = 0.0f32;
+                        let mut r169: f32 = 0.0f32;
+                        let mut r170: f32 = 0.0f32;
+                        let mut r171: u64 = 0u64;
+                        let mut r172: bool = false;
+                        let mut r173: bool = false;
+                        let mut r174: bool = false;
                         'inv: {
                             r0 = lx;
                             r1 = ly;
@@ -43193,6 +43030,9 @@ fn windows_group(
                             r110 = 0x10u64;
                             r120 = 0x8u64;
                             r123 = 0xcu64;
+                            r144 = 40i32;
+                            r157 = 3000i32;
+                            r169 = f32::from_bits(0x3f000000);
                             'b1: {
                                 r9 = rt::bin_u32(BinOp::Mul, r4, r6);
                                 r10 = rt::bin_u32(BinOp::Add, r9, r3);
@@ -43393,7 +43233,65 @@ fn windows_group(
                                 );
                                 debug_assert!(r136);
                                 w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
-                                break 'inv;
+                                r140 = r16 as i32;
+                                r141 = p2 as i32;
+                                r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+                                r143 = p2 as i32;
+                                r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+                                r146 = rt::cmp(BinOp::Gt, r142, r145);
+                                if r146 {
+                                    r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                    r148 = u64::from(r147);
+                                    r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+                                    r150 = rt::bin_u64(BinOp::Add, r23, r149);
+                                    r151 = r142 as f32;
+                                    r152 = rt::bin_u64(BinOp::Add, r150, r26);
+                                    r153 = rt::cmp(BinOp::Le, r152, r47);
+                                    r154 = rt::cmp(BinOp::Ge, r152, r150);
+                                    r155 = r153;
+                                    debug_assert_eq!(
+                                        r150,
+                                        w14.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r155);
+                                    w14.st_f32(lx as usize * 2 + ly as usize * 16, r151);
+                                }
+                                r156 = p2 as i32;
+                                r158 = rt::bin_i32(BinOp::Add, r156, r157);
+                                r159 = rt::cmp(BinOp::Ge, r158, r142);
+                                if r159 {
+                                    r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                    r161 = u64::from(r160);
+                                    r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+                                    r163 = rt::bin_u64(BinOp::Add, r23, r162);
+                                    r164 = rt::bin_u64(BinOp::Add, r163, r26);
+                                    r165 = rt::cmp(BinOp::Le, r164, r47);
+                                    r166 = rt::cmp(BinOp::Ge, r164, r163);
+                                    r167 = r165;
+                                    debug_assert_eq!(
+                                        r163,
+                                        w15.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r167);
+                                    r168 = w15.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                    r170 = rt::bin_f32(BinOp::Add, r168, r169);
+                                    r171 = rt::bin_u64(BinOp::Add, r163, r26);
+                                    r172 = rt::cmp(BinOp::Le, r171, r47);
+                                    r173 = rt::cmp(BinOp::Ge, r171, r163);
+                                    r174 = r172;
+                                    debug_assert_eq!(
+                                        r163,
+                                        w15.start()
+                                            + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                    );
+                                    debug_assert!(r174);
+                                    w15.st_f32(lx as usize * 2 + ly as usize * 16, r170);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
                             }
                         }
                     }
@@ -43545,6 +43443,41 @@ fn windows_group(
                 let mut r137: u64 = 0u64;
                 let mut r138: u64 = 0u64;
                 let mut r139: u64 = 0u64;
+                let mut r140: i32 = 0i32;
+                let mut r141: i32 = 0i32;
+                let mut r142: i32 = 0i32;
+                let mut r143: i32 = 0i32;
+                let mut r144: i32 = 0i32;
+                let mut r145: i32 = 0i32;
+                let mut r146: bool = false;
+                let mut r147: u32 = 0u32;
+                let mut r148: u64 = 0u64;
+                let mut r149: u64 = 0u64;
+                let mut r150: u64 = 0u64;
+                let mut r151: f32 = 0.0f32;
+                let mut r152: u64 = 0u64;
+                let mut r153: bool = false;
+                let mut r154: bool = false;
+                let mut r155: bool = false;
+                let mut r156: i32 = 0i32;
+                let mut r157: i32 = 0i32;
+                let mut r158: i32 = 0i32;
+                let mut r159: bool = false;
+                let mut r160: u32 = 0u32;
+                let mut r161: u64 = 0u64;
+                let mut r162: u64 = 0u64;
+                let mut r163: u64 = 0u64;
+                let mut r164: u64 = 0u64;
+                let mut r165: bool = false;
+                let mut r166: bool = false;
+                let mut r167: bool = false;
+                let mut r168: f32 = 0.0f32;
+                let mut r169: f32 = 0.0f32;
+                let mut r170: f32 = 0.0f32;
+                let mut r171: u64 = 0u64;
+                let mut r172: bool = false;
+                let mut r173: bool = false;
+                let mut r174: bool = false;
                 'inv: {
                     r0 = lx;
                     r1 = ly;
@@ -43574,6 +43507,9 @@ fn windows_group(
                     r110 = 0x10u64;
                     r120 = 0x8u64;
                     r123 = 0xcu64;
+                    r144 = 40i32;
+                    r157 = 3000i32;
+                    r169 = f32::from_bits(0x3f000000);
                     'b1: {
                         r9 = rt::bin_u32(BinOp::Mul, r4, r6);
                         r10 = rt::bin_u32(BinOp::Add, r9, r3);
@@ -43711,7 +43647,51 @@ fn windows_group(
                         if r136 {
                             b5.st_u32(r139, r132)?;
                         }
-                        break 'inv;
+                        r140 = r16 as i32;
+                        r141 = p2 as i32;
+                        r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+                        r143 = p2 as i32;
+                        r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+                        r146 = rt::cmp(BinOp::Gt, r142, r145);
+                        if r146 {
+                            r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+                            r148 = u64::from(r147);
+                            r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+                            r150 = rt::bin_u64(BinOp::Add, r23, r149);
+                            r151 = r142 as f32;
+                            r152 = rt::bin_u64(BinOp::Add, r150, r26);
+                            r153 = rt::cmp(BinOp::Le, r152, r47);
+                            r154 = rt::cmp(BinOp::Ge, r152, r150);
+                            r155 = r153;
+                            if r155 {
+                                b3.st_f32(r150, r151)?;
+                            }
+                        }
+                        r156 = p2 as i32;
+                        r158 = rt::bin_i32(BinOp::Add, r156, r157);
+                        r159 = rt::cmp(BinOp::Ge, r158, r142);
+                        if r159 {
+                            r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+                            r161 = u64::from(r160);
+                            r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+                            r163 = rt::bin_u64(BinOp::Add, r23, r162);
+                            r164 = rt::bin_u64(BinOp::Add, r163, r26);
+                            r165 = rt::cmp(BinOp::Le, r164, r47);
+                            r166 = rt::cmp(BinOp::Ge, r164, r163);
+                            r167 = r165;
+                            r168 = if r167 { b3.ld_f32(r163)? } else { 0.0f32 };
+                            r170 = rt::bin_f32(BinOp::Add, r168, r169);
+                            r171 = rt::bin_u64(BinOp::Add, r163, r26);
+                            r172 = rt::cmp(BinOp::Le, r171, r47);
+                            r173 = rt::cmp(BinOp::Ge, r171, r163);
+                            r174 = r172;
+                            if r174 {
+                                b3.st_f32(r163, r170)?;
+                            }
+                            break 'inv;
+                        } else {
+                            break 'inv;
+                        }
                     }
                 }
             }
