@@ -80,15 +80,8 @@ fn drop_proven_conjuncts(p: &mut Program) {
         let mut a = Analysis::new(p);
         let mut ands = Vec::new();
         walk(&p.body, &mut |inst| {
-            if let Inst::Bin {
-                op: BinOp::And,
-                dst,
-                a: x,
-                b: y,
-            } = *inst
-                && a_bool(p, dst)
-            {
-                ands.push((dst, x, y));
+            if let Some(and) = and_of(&p.regs, inst) {
+                ands.push(and);
             }
         });
         ands.into_iter()
@@ -106,22 +99,27 @@ fn drop_proven_conjuncts(p: &mut Program) {
     if copies.is_empty() {
         return;
     }
-    walk_mut(&mut p.body, &mut |inst| {
-        if let Inst::Bin {
-            op: BinOp::And,
-            dst,
-            a: x,
-            b: y,
-        } = *inst
-            && let Some(&src) = copies.get(&(dst, x, y))
+    let Program { regs, body, .. } = p;
+    walk_mut(body, &mut |inst| {
+        if let Some(key) = and_of(regs, inst)
+            && let Some(&src) = copies.get(&key)
         {
-            *inst = Inst::Mov { dst, src };
+            *inst = Inst::Mov { dst: key.0, src };
         }
     });
 }
 
-fn a_bool(p: &Program, r: Reg) -> bool {
-    p.regs.get(r.index()) == Some(&Ty::Bool)
+/// `(dst, a, b)` of a `Bool` `dst = a && b`.
+fn and_of(regs: &[Ty], inst: &Inst) -> Option<(Reg, Reg, Reg)> {
+    match *inst {
+        Inst::Bin {
+            op: BinOp::And,
+            dst,
+            a,
+            b,
+        } if regs.get(dst.index()) == Some(&Ty::Bool) => Some((dst, a, b)),
+        _ => None,
+    }
 }
 
 fn guard(inst: &Inst) -> Option<Reg> {
