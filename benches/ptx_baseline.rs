@@ -52,6 +52,32 @@ fn timed(stream: &Stream, run: &dyn Fn()) -> Duration {
     t.elapsed()
 }
 
+/// Runs each kernel once and reads what it wrote.
+fn outputs(
+    stream: &Stream,
+    generated: &dyn Fn(),
+    hand: &dyn Fn(),
+    [g, h]: [&Buffer; 2],
+) -> (Vec<f32>, Vec<f32>) {
+    generated();
+    hand();
+    (
+        g.read_as::<f32>(stream).expect("read"),
+        h.read_as::<f32>(stream).expect("read"),
+    )
+}
+
+/// Prints the paired ratio generated / hand-written of `what`.
+fn paired(stream: &Stream, label: &str, what: &str, generated: &dyn Fn(), hand: &dyn Fn()) {
+    common::print_paired(
+        label,
+        &format!("{what}_generated/hand_written"),
+        ROUNDS,
+        &|| timed(stream, generated),
+        &|| timed(stream, hand),
+    );
+}
+
 fn values(n: usize, salt: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i.wrapping_mul(7919) + salt) % 1000) as f32 / 1000.0 - 0.5)
@@ -78,12 +104,7 @@ fn matmuls(stream: &Stream, label: &str) {
                 .launch(&HAND_MATMUL, grid, &[&ab, &bb, &hand_c], &params)
                 .expect("hand-written matmul");
         };
-        generated();
-        hand();
-        let (g, h) = (
-            generated_c.read_as::<f32>(stream).expect("read"),
-            hand_c.read_as::<f32>(stream).expect("read"),
-        );
+        let (g, h) = outputs(stream, &generated, &hand, [&generated_c, &hand_c]);
         let differ = g
             .iter()
             .zip(&h)
@@ -93,13 +114,7 @@ fn matmuls(stream: &Stream, label: &str) {
             "{label}: matmul {n}^3: {differ} of {} outputs differ from the hand-written kernel's",
             g.len()
         );
-        common::print_paired(
-            label,
-            &format!("matmul_{n}_generated/hand_written"),
-            ROUNDS,
-            &|| timed(stream, &generated),
-            &|| timed(stream, &hand),
-        );
+        paired(stream, label, &format!("matmul_{n}"), &generated, &hand);
     }
 }
 
@@ -122,12 +137,7 @@ fn softmaxes(stream: &Stream, label: &str) {
             )
             .expect("hand-written softmax");
     };
-    generated();
-    hand();
-    let (g, h) = (
-        generated_out.read_as::<f32>(stream).expect("read"),
-        hand_out.read_as::<f32>(stream).expect("read"),
-    );
+    let (g, h) = outputs(stream, &generated, &hand, [&generated_out, &hand_out]);
     let worst = g
         .iter()
         .zip(&h)
@@ -137,12 +147,12 @@ fn softmaxes(stream: &Stream, label: &str) {
         "{label}: softmax {rows} x {cols}: largest relative difference from the hand-written kernel's {worst:.2e}"
     );
     assert!(worst < 1e-5, "the two softmax kernels disagree: {worst:e}");
-    common::print_paired(
+    paired(
+        stream,
         label,
-        &format!("softmax_{rows}x{cols}_generated/hand_written"),
-        ROUNDS,
-        &|| timed(stream, &generated),
-        &|| timed(stream, &hand),
+        &format!("softmax_{rows}x{cols}"),
+        &generated,
+        &hand,
     );
 }
 

@@ -31,7 +31,7 @@ fn leaky_relu_native(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
     run_translated(&translated::LEAKY_RELU, inv)
 }
 
-/// The median of five launches and reads of `out`, after one more.
+/// The median time of five launches, each synchronised, after one more.
 fn timed(launch: &dyn Fn() -> keel::Result<()>, stream: &Stream) -> keel::Result<Duration> {
     launch()?;
     stream.synchronize()?;

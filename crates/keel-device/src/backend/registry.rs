@@ -31,14 +31,15 @@ struct Entry {
     guard: &'static dyn DeviceGuardImpl,
     runtime: Option<&'static dyn DeviceRuntime>,
     timing: Option<&'static dyn DeviceTiming>,
-    /// Set for a built-in backend, which guards call directly.
-    builtin: Option<Builtin>,
+    /// Set for the CPU backend, which guards through the registry call
+    /// directly.
+    direct: Option<Direct>,
 }
 
-/// A built-in backend in its slot: guards through the registry reach it
-/// by a `match`, without a `dyn` call, so its guard code inlines
-/// ([`VirtualGuardImpl`](super::VirtualGuardImpl)); third-party backends
-/// are called through `dyn`.
+/// The backend whose guard calls a guard through the registry makes
+/// without `dyn`, so that they inline
+/// ([`VirtualGuardImpl`](super::VirtualGuardImpl)): the CPU's, a few
+/// thread-local moves. Every other backend is called through `dyn`.
 ///
 /// Word-sized, so that [`VirtualGuardImpl`](super::VirtualGuardImpl) has
 /// no padding: LLVM copies a guard's padding as uninitialised bytes in two
@@ -46,14 +47,8 @@ struct Entry {
 /// forwarding (it doubled a CPU guard's cost in the default build).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub(crate) enum Builtin {
+pub(crate) enum Direct {
     Cpu,
-    #[cfg(feature = "cuda")]
-    Cuda,
-    #[cfg(feature = "vulkan")]
-    Vulkan,
-    #[cfg(feature = "wgpu")]
-    Wgpu,
 }
 
 static SLOTS: [OnceLock<Entry>; DeviceType::COUNT] = [const { OnceLock::new() }; DeviceType::COUNT];
@@ -65,28 +60,28 @@ fn builtin(ty: DeviceType) -> Option<Entry> {
             guard: &super::cpu::CPU,
             runtime: Some(&super::cpu::CPU),
             timing: Some(&super::cpu::CPU),
-            builtin: Some(Builtin::Cpu),
+            direct: Some(Direct::Cpu),
         }),
         #[cfg(feature = "cuda")]
         DeviceType::Cuda => Some(Entry {
             guard: &super::cuda::CUDA,
             runtime: Some(&super::cuda::CUDA),
             timing: Some(&super::cuda::CUDA),
-            builtin: Some(Builtin::Cuda),
+            direct: None,
         }),
         #[cfg(feature = "vulkan")]
         DeviceType::Vulkan => Some(Entry {
             guard: &super::vulkan::VULKAN,
             runtime: Some(&super::vulkan::VULKAN),
             timing: Some(&super::vulkan::VULKAN),
-            builtin: Some(Builtin::Vulkan),
+            direct: None,
         }),
         #[cfg(feature = "wgpu")]
         DeviceType::Wgpu => Some(Entry {
             guard: &super::wgpu::WGPU,
             runtime: Some(&super::wgpu::WGPU),
             timing: Some(&super::wgpu::WGPU),
-            builtin: Some(Builtin::Wgpu),
+            direct: None,
         }),
         _ => None,
     }
@@ -167,7 +162,7 @@ fn fill(
             guard,
             runtime,
             timing,
-            builtin: None,
+            direct: None,
         }
     });
     if placed {
@@ -229,12 +224,12 @@ pub fn available_guard_impl(ty: DeviceType) -> Result<&'static dyn DeviceGuardIm
 #[inline]
 pub(crate) fn available_target(
     ty: DeviceType,
-) -> Result<(&'static dyn DeviceGuardImpl, Option<Builtin>)> {
+) -> Result<(&'static dyn DeviceGuardImpl, Option<Direct>)> {
     let e = entry(ty)?;
     if AVAILABLE[usize::from(ty.code())].load(Ordering::Relaxed) == 1 {
-        return Ok((e.guard, e.builtin));
+        return Ok((e.guard, e.direct));
     }
-    check_available(ty, e.guard).map(|g| (g, e.builtin))
+    check_available(ty, e.guard).map(|g| (g, e.direct))
 }
 
 /// Marks `ty`'s backend usable: it has just adopted a device of the

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::registry::{self, Builtin};
+use super::registry::{self, Direct};
 use super::{BufferHandle, DeviceGuardImpl, EventHandle, StaticGuardImpl};
 use crate::core::{Device, DeviceIndex, DeviceType, EventFlag, Stream};
 use crate::error::Result;
@@ -17,20 +17,20 @@ use crate::error::Result;
 #[derive(Clone, Copy)]
 pub struct VirtualGuardImpl {
     inner: &'static dyn DeviceGuardImpl,
-    builtin: Option<Builtin>,
+    direct: Option<Direct>,
 }
 
 /// Calls `$call` on the CPU backend directly, where `$self` names it, and
 /// on every other backend through `dyn`. The CPU's guard is a few
-/// thread-local moves, so its calls inline into the guard; an arm per
-/// built-in backend made every guard's code as large as all of theirs
-/// together, too large to inline, and the CPU guard paid for the
-/// backends compiled in. The others' calls cost a driver call or a
-/// thread-local swap of their own, beside which one indirect call is
+/// thread-local moves, so its calls inline into the guard. A direct arm
+/// per backend would make every guard's code as large as all their
+/// exchanges together, too large to inline, so that the CPU guard would
+/// pay for each backend compiled in; the others' calls cost a driver call
+/// or a thread-local swap of their own, beside which one indirect call is
 /// small.
 macro_rules! guard_call {
     ($self:ident, $g:ident => $call:expr) => {
-        if matches!($self.builtin, Some(Builtin::Cpu)) {
+        if matches!($self.direct, Some(Direct::Cpu)) {
             let $g = &crate::backend::cpu::CPU;
             $call
         } else {
@@ -44,8 +44,8 @@ impl VirtualGuardImpl {
     /// The registered implementation for `ty`.
     #[inline]
     pub fn new(ty: DeviceType) -> Result<Self> {
-        let (inner, builtin) = registry::available_target(ty)?;
-        Ok(VirtualGuardImpl { inner, builtin })
+        let (inner, direct) = registry::available_target(ty)?;
+        Ok(VirtualGuardImpl { inner, direct })
     }
 
     /// Wraps a given implementation (c10's `DeviceGuard(device, impl)`),
@@ -53,7 +53,7 @@ impl VirtualGuardImpl {
     pub fn from_static(inner: &'static dyn DeviceGuardImpl) -> Self {
         VirtualGuardImpl {
             inner,
-            builtin: None,
+            direct: None,
         }
     }
 
@@ -168,11 +168,11 @@ mod tests {
     use super::*;
 
     /// A guard through the registry is two words and a word-sized tag,
-    /// with no padding to copy (see [`Builtin`]).
+    /// with no padding to copy (see [`Direct`]).
     #[test]
     fn the_registry_guard_has_no_padding() {
         use std::mem::size_of;
-        assert_eq!(size_of::<Option<Builtin>>(), size_of::<usize>());
+        assert_eq!(size_of::<Option<Direct>>(), size_of::<usize>());
         assert_eq!(
             size_of::<VirtualGuardImpl>(),
             size_of::<&'static dyn DeviceGuardImpl>() + size_of::<usize>()

@@ -379,7 +379,7 @@ impl<'a> Analysis<'a> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ir::{BinOp, Inst, Space, Ty};
+    use crate::ir::{Inst, Space};
 
     /// The guards of `entry`'s accesses to `space`, in program order.
     fn guards(src: &str, entry: &str, space: Space) -> Vec<bool> {
@@ -447,13 +447,7 @@ mod tests {
             let p = crate::compile(src, "k").expect("compiles");
             let mut n = 0;
             crate::ir::walk(&p.body, &mut |inst| {
-                if let Inst::Bin {
-                    op: BinOp::And,
-                    dst,
-                    ..
-                } = *inst
-                    && p.regs[dst.index()] == Ty::Bool
-                {
+                if super::and_of(&p.regs, inst).is_some() {
                     n += 1;
                 }
             });
