@@ -10,6 +10,10 @@ pub static LEAKY_RELU: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 41,
     group: leaky_relu_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[1],
+        group: leaky_relu_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `leaky_relu` on every thread.
@@ -376,6 +380,271 @@ fn leaky_relu_group(
         }
     }
     Ok(())
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn leaky_relu_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let Some(&b1) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r28: u64 = 0u64;
+        let mut r29: u64 = 0u64;
+        let mut r30: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r16 = 0x0u64;
+        r19 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r18 = u64::from(r4);
+        r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+        r21 = rt::bin_u64(BinOp::Add, r16, r20);
+        r28 = u64::from(r4);
+        r29 = rt::bin_u64(BinOp::Mul, r28, r19);
+        r30 = rt::bin_u64(BinOp::Add, r16, r29);
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r21, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r30, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, hoisted))
+    };
+    let Some((w0, w1, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: bool = false;
+                    let mut r24: bool = false;
+                    let mut r25: bool = false;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: f32 = 0.0f32;
+                    let mut r34: bool = false;
+                    let mut r35: f32 = 0.0f32;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b0.len();
+                        r19 = 0x4u64;
+                        r27 = b1.len();
+                        r33 = f32::from_bits(0x0);
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r23 = rt::cmp(BinOp::Le, r22, r17);
+                                r24 = rt::cmp(BinOp::Ge, r22, r21);
+                                r25 = r23;
+                                debug_assert_eq!(r21, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r25);
+                                r26 = w0.ld_f32(lx as usize);
+                                r28 = u64::from(r4);
+                                r29 = rt::bin_u64(BinOp::Mul, r28, r19);
+                                r30 = rt::bin_u64(BinOp::Add, r16, r29);
+                                r31 = f32::from_bits(p1);
+                                r32 = rt::bin_f32(BinOp::Mul, r26, r31);
+                                r34 = rt::cmp(BinOp::Gt, r26, r33);
+                                r35 = if r34 { r26 } else { r32 };
+                                r36 = rt::bin_u64(BinOp::Add, r30, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r27);
+                                r38 = rt::cmp(BinOp::Ge, r36, r30);
+                                r39 = r37;
+                                debug_assert_eq!(r30, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                w1.st_f32(lx as usize, r35);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: bool = false;
+                    let mut r24: bool = false;
+                    let mut r25: bool = false;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: f32 = 0.0f32;
+                    let mut r34: bool = false;
+                    let mut r35: f32 = 0.0f32;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b0.len();
+                        r19 = 0x4u64;
+                        r27 = b1.len();
+                        r33 = f32::from_bits(0x0);
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r23 = rt::cmp(BinOp::Le, r22, r17);
+                                r24 = rt::cmp(BinOp::Ge, r22, r21);
+                                r25 = r23;
+                                debug_assert_eq!(r21, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r25);
+                                r26 = w0.ld_f32(lx as usize);
+                                r28 = u64::from(r4);
+                                r29 = rt::bin_u64(BinOp::Mul, r28, r19);
+                                r30 = rt::bin_u64(BinOp::Add, r16, r29);
+                                r31 = f32::from_bits(p1);
+                                r32 = rt::bin_f32(BinOp::Mul, r26, r31);
+                                r34 = rt::cmp(BinOp::Gt, r26, r33);
+                                r35 = if r34 { r26 } else { r32 };
+                                r36 = rt::bin_u64(BinOp::Add, r30, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r27);
+                                r38 = rt::cmp(BinOp::Ge, r36, r30);
+                                r39 = r37;
+                                debug_assert_eq!(r30, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                w1.st_f32(lx as usize, r35);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Every kernel of the module.

@@ -6,17 +6,26 @@
 //! (a loop over its invocations, each an ordinary block of scalar Rust),
 //! which the including crate compiles with the rest of its code; this
 //! module gives that function its launch ([`Kernel::run`]), its memory
-//! ([`Ro`], [`Rw`], [`Private`], and the windows [`RoWindow`] and
-//! [`RwWindow`] of a workgroup's accesses) and WGSL's scalar semantics (the free
-//! functions below), which the interpreter's lane kernels ([`crate::host`])
-//! call too, so that both ends compute the same bits.
+//! ([`Ro`], [`Rw`], [`Private`], [`Part`], and the windows [`RoWindow`],
+//! [`RwWindow`] and [`PartWindow`] of a workgroup's accesses) and WGSL's
+//! scalar semantics (the free functions below), which the interpreter's
+//! lane kernels ([`crate::host`]) call too, so that both ends compute the
+//! same bits.
 //!
 //! There is no `unsafe`: bindings are viewed as words exactly as the
 //! interpreter views them (in place through zerocopy, or a padded copy),
-//! writable ones as relaxed atomics shared by every thread.
+//! writable ones as relaxed atomics shared by every thread. A relaxed
+//! atomic store is a plain move, but the compiler vectorises no loop that
+//! has one; so where each workgroup reaches a writable buffer only in a
+//! part of its own ([`Parted`]), the launch splits that buffer's words
+//! with `split_at_mut` and hands each thread its parts as plain memory.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
+
+use zerocopy::FromBytes;
 
 use crate::host::{self, Binding, HostOptions, Mem, View};
 pub use crate::ir::{AtomicOp, BinOp, UnOp};
@@ -42,10 +51,38 @@ pub struct Kernel {
     pub ops: u32,
     /// Runs every invocation of one workgroup.
     pub group: GroupFn,
+    /// Where each workgroup's accesses of some writable buffers fall in a
+    /// part of them that is its own: the workgroup's windowed path over
+    /// plain words.
+    pub parted: Option<Parted>,
 }
 
 /// The generated function that runs one workgroup's invocations.
 pub type GroupFn = fn(&Ctx<'_>, &mut Group) -> Result<(), Fault>;
+
+/// The workgroups of a kernel whose every access of some writable buffers
+/// goes through a window as wide as the workgroup: workgroup `g` (linear,
+/// x fastest) of a launch where those windows start at word `g * W` (`W`
+/// invocations a workgroup, as `out[gid.x]` does) owns those words.
+///
+/// The launch then hands each thread those words as plain memory, not as
+/// atomics shared by every thread, so that the compiler vectorises the
+/// stores as it does a Rust loop's. A workgroup whose windows fall
+/// elsewhere (past the buffer's end, or at an offset) runs after the
+/// others, through [`Kernel::group`]: WGSL orders no workgroup of a
+/// dispatch before another, so running some later is one of the orders a
+/// GPU may take.
+#[derive(Clone, Copy, Debug)]
+pub struct Parted {
+    /// The storage buffers whose parts the workgroups own, ascending.
+    pub buffers: &'static [u32],
+    /// Runs one workgroup over its parts, one per buffer of `buffers`.
+    pub group: PartedFn,
+}
+
+/// Runs one workgroup over its [`Part`]s: `Ok(false)`, having run no
+/// invocation, where a window is not exactly the workgroup's part.
+pub type PartedFn = fn(&Ctx<'_>, &mut Group, &[Part<'_>]) -> Result<bool, Fault>;
 
 /// The launch as a workgroup sees it: bindings, parameters, grid.
 #[derive(Debug)]
@@ -127,6 +164,35 @@ impl Kernel {
         if groups == 0 {
             return Ok(());
         }
+        if let Some(parted) = &self.parted
+            && let Some(result) = self.run_parted(parted, grid, groups, buffers, params, options)
+        {
+            return result;
+        }
+        self.run_groups(grid, groups, |i| i, buffers, params, options)
+    }
+
+    /// The work of `groups` workgroups: about one unit per instruction per
+    /// invocation.
+    fn work(&self, groups: u64) -> u64 {
+        let invocations: u32 = self.workgroup_size.iter().product();
+        groups
+            .saturating_mul(u64::from(invocations))
+            .saturating_mul(u64::from(self.ops.max(1)))
+    }
+
+    /// Runs workgroups `index(0)..index(count)` with every writable buffer
+    /// shared by the threads.
+    fn run_groups(
+        &self,
+        grid: [u32; 3],
+        count: u64,
+        index: impl Fn(u64) -> u64 + Sync,
+        buffers: &mut [&mut [u8]],
+        params: &[u8],
+        options: &HostOptions,
+    ) -> Result<(), String> {
+        let name = self.name;
         let mut views: Vec<View<'_>> = buffers
             .iter_mut()
             .zip(self.read_only)
@@ -137,20 +203,13 @@ impl Kernel {
             params,
             grid,
         };
-        let invocations: u32 = self.workgroup_size.iter().product();
-        let work = groups
-            .saturating_mul(u64::from(invocations))
-            .saturating_mul(u64::from(self.ops.max(1)));
         let result = host::for_each_group(
-            groups,
-            work,
+            count,
+            self.work(count),
             options,
-            || Group {
-                id: [0; 3],
-                private: Private::new(self.private_bytes),
-            },
-            |g, index| {
-                g.id = host::group_id(index, grid);
+            || self.state(),
+            |g, i| {
+                g.id = host::group_id(index(i), grid);
                 (self.group)(&cx, g).map_err(|f| format!("kernel `{name}`: {f}"))
             },
         );
@@ -159,6 +218,153 @@ impl Kernel {
             view.write_back();
         }
         result
+    }
+
+    fn state(&self) -> Group {
+        Group {
+            id: [0; 3],
+            private: Private::new(self.private_bytes),
+        }
+    }
+
+    /// Runs the launch with the buffers of `parted` split into the
+    /// workgroups' parts (see [`Parted`]), then the workgroups that could
+    /// not run on their parts with every buffer shared. `None`, having run
+    /// nothing, where such a buffer cannot be viewed in place as words.
+    fn run_parted(
+        &self,
+        parted: &Parted,
+        grid: [u32; 3],
+        groups: u64,
+        buffers: &mut [&mut [u8]],
+        params: &[u8],
+        options: &HostOptions,
+    ) -> Option<Result<(), String>> {
+        let name = self.name;
+        let owns = |n: usize| parted.buffers.contains(&(n as u32));
+        let in_place = parted.buffers.iter().all(|&n| {
+            let n = n as usize;
+            self.read_only.get(n) == Some(&false)
+                && buffers
+                    .get(n)
+                    .is_some_and(|b| <[u32]>::ref_from_bytes(b).is_ok())
+        });
+        if !in_place {
+            return None;
+        }
+        let width = self.workgroup_size.iter().product::<u32>() as usize;
+        let chunk = host::chunk_of(groups, self.work(groups), options);
+        let ranges = usize::try_from(groups.div_ceil(chunk)).ok()?;
+        let span = usize::try_from(chunk)
+            .ok()
+            .and_then(|c| c.checked_mul(width))
+            .unwrap_or(usize::MAX);
+        let later = Mutex::new(Vec::new());
+        let result = {
+            let mut views = Vec::with_capacity(buffers.len());
+            let mut regions: Vec<Vec<&mut [u32]>> = (0..ranges).map(|_| Vec::new()).collect();
+            let mut lens = Vec::new();
+            for (n, (b, &ro)) in buffers.iter_mut().zip(self.read_only).enumerate() {
+                if !owns(n) {
+                    views.push(Ok(View::new(b, ro)));
+                    continue;
+                }
+                let len = b.len() as u64;
+                views.push(Err(len));
+                lens.push(len);
+                // The words of range `k`, for every `k`: a thread that
+                // takes the range owns them.
+                let mut rest = <[u32]>::mut_from_bytes(b).ok()?;
+                for region in &mut regions {
+                    let words = std::mem::take(&mut rest);
+                    let (head, tail) = words.split_at_mut(span.min(words.len()));
+                    region.push(head);
+                    rest = tail;
+                }
+            }
+            let regions: Vec<Mutex<Option<Vec<&mut [u32]>>>> =
+                regions.into_iter().map(|r| Mutex::new(Some(r))).collect();
+            let cx = Ctx {
+                buffers: views
+                    .iter()
+                    .map(|v| match v {
+                        Ok(view) => view.binding(),
+                        // Reached only through the parts.
+                        &Err(len) => Binding {
+                            words: Mem::Atomic(&[]),
+                            len,
+                        },
+                    })
+                    .collect(),
+                params,
+                grid,
+            };
+            let result = host::for_each_range(
+                groups,
+                chunk,
+                options,
+                || self.state(),
+                |g, range| {
+                    let taken = regions
+                        .get((range.start / chunk) as usize)
+                        .and_then(|r| r.lock().unwrap_or_else(PoisonError::into_inner).take());
+                    let Some(mut region) = taken else {
+                        return Err(format!(
+                            "kernel `{name}`: workgroups {range:?} have no parts"
+                        ));
+                    };
+                    let mut parts = Vec::with_capacity(region.len());
+                    let mut deferred = Vec::new();
+                    for index in range {
+                        parts.clear();
+                        for (words, &len) in region.iter_mut().zip(&lens) {
+                            let rest = std::mem::take(words);
+                            let (head, tail) = rest.split_at_mut(width.min(rest.len()));
+                            *words = tail;
+                            parts.push(Part {
+                                words: Cell::from_mut(head).as_slice_of_cells(),
+                                start: index.saturating_mul(width as u64 * 4),
+                                len,
+                            });
+                        }
+                        g.id = host::group_id(index, grid);
+                        let ran = (parted.group)(&cx, g, &parts)
+                            .map_err(|f| format!("kernel `{name}`: {f}"))?;
+                        if !ran {
+                            deferred.push(index);
+                        }
+                    }
+                    if !deferred.is_empty() {
+                        later
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .extend(deferred);
+                    }
+                    Ok(())
+                },
+            );
+            drop(cx);
+            for view in views.iter_mut().flatten() {
+                view.write_back();
+            }
+            result
+        };
+        if let Err(e) = result {
+            return Some(Err(e));
+        }
+        let mut later = later.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if later.is_empty() {
+            return Some(Ok(()));
+        }
+        later.sort_unstable();
+        Some(self.run_groups(
+            grid,
+            later.len() as u64,
+            |i| later[i as usize],
+            buffers,
+            params,
+            options,
+        ))
     }
 }
 
@@ -364,6 +570,104 @@ impl<const W: usize> RwWindow<'_, W> {
     #[inline(always)]
     pub fn st_u32(&self, i: usize, v: u32) {
         self.words[i].store(v, Relaxed);
+    }
+
+    /// Stores an `i32` at word `i`.
+    #[inline(always)]
+    pub fn st_i32(&self, i: usize, v: i32) {
+        self.st_u32(i, v as u32);
+    }
+
+    /// Stores an `f32` at word `i`.
+    #[inline(always)]
+    pub fn st_f32(&self, i: usize, v: f32) {
+        self.st_u32(i, v.to_bits());
+    }
+}
+
+/// The words of a writable buffer that one workgroup owns during a
+/// launch ([`Parted`]): no other thread reaches them, so they are plain
+/// memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Part<'a> {
+    words: &'a [Cell<u32>],
+    /// The byte offset of `words[0]` in the buffer.
+    start: u64,
+    /// The buffer's length in bytes.
+    len: u64,
+}
+
+impl<'a> Part<'a> {
+    /// The buffer's length in bytes (not the part's).
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The part as the window of `W` words from `min` bytes after `addr`,
+    /// where that window is exactly the part.
+    #[inline]
+    pub fn window<const W: usize>(&self, addr: u64, min: i64) -> Option<PartWindow<'a, W>> {
+        let first = window_start(addr, min)?;
+        if first as u64 * 4 != self.start {
+            return None;
+        }
+        Some(PartWindow {
+            words: self.words.try_into().ok()?,
+            start: self.start,
+        })
+    }
+
+    /// Whether `base + min ..= base + end` lies inside the buffer.
+    #[inline]
+    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
+        covers(self.len, base, min, end)
+    }
+}
+
+/// A workgroup's window into its own [`Part`] of a buffer: loads and
+/// stores of plain words.
+#[derive(Clone, Copy, Debug)]
+pub struct PartWindow<'a, const W: usize> {
+    words: &'a [Cell<u32>; W],
+    start: u64,
+}
+
+impl<const W: usize> PartWindow<'_, W> {
+    /// The byte offset of word 0 in the buffer.
+    #[inline(always)]
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The `u32` at word `i`.
+    #[inline(always)]
+    pub fn ld_u32(&self, i: usize) -> u32 {
+        self.words[i].get()
+    }
+
+    /// The `i32` at word `i`.
+    #[inline(always)]
+    pub fn ld_i32(&self, i: usize) -> i32 {
+        self.ld_u32(i) as i32
+    }
+
+    /// The `f32` at word `i`.
+    #[inline(always)]
+    pub fn ld_f32(&self, i: usize) -> f32 {
+        f32::from_bits(self.ld_u32(i))
+    }
+
+    /// Stores a `u32` at word `i`.
+    #[inline(always)]
+    pub fn st_u32(&self, i: usize, v: u32) {
+        self.words[i].set(v);
     }
 
     /// Stores an `i32` at word `i`.
@@ -750,5 +1054,127 @@ impl Private {
         let old = *cell;
         *cell = atomic_apply(op, signed, old, v, cmp);
         Ok(old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words per workgroup of [`PARTS`].
+    const W: usize = 4;
+
+    fn linear(wid: [u32; 3], grid: [u32; 3]) -> u64 {
+        u64::from(wid[0]) + u64::from(grid[0]) * u64::from(wid[1])
+    }
+
+    /// Writes `1000 + g` into workgroup `g`'s words, through the shared
+    /// buffer.
+    fn shared(cx: &Ctx<'_>, wg: &mut Group) -> Result<(), Fault> {
+        let (wid, _) = wg.parts();
+        let g = linear(wid, cx.grid());
+        let b = cx.rw(0)?;
+        for i in 0..W as u64 {
+            let at = (g * W as u64 + i) * 4;
+            if at + 4 <= b.len() {
+                b.st_u32(at, 1000 + g as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `g` into workgroup `g`'s words through its part, and leaves
+    /// every fifth workgroup (and any whose part is not whole) to
+    /// [`shared`].
+    fn parted(cx: &Ctx<'_>, wg: &mut Group, owned: &[Part<'_>]) -> Result<bool, Fault> {
+        let (wid, _) = wg.parts();
+        let g = linear(wid, cx.grid());
+        if g % 5 == 3 {
+            return Ok(false);
+        }
+        let Some(w) = owned[0].window::<W>(g * W as u64 * 4, 0) else {
+            return Ok(false);
+        };
+        for i in 0..W {
+            assert_eq!(w.ld_u32(i), 7, "a part starts with the buffer's words");
+            w.st_u32(i, g as u32);
+        }
+        Ok(true)
+    }
+
+    const PARTS: Kernel = Kernel {
+        name: "parts",
+        workgroup_size: [W as u32, 1, 1],
+        read_only: &[false],
+        param_bytes: 0,
+        private_bytes: 0,
+        ops: 1,
+        group: shared,
+        parted: Some(Parted {
+            buffers: &[0],
+            group: parted,
+        }),
+    };
+
+    /// What [`PARTS`] leaves in word `i` of a buffer of `words` words.
+    fn expected(i: usize, groups: u64, words: usize) -> u32 {
+        let g = (i / W) as u64;
+        let whole = (g as usize + 1) * W <= words;
+        match () {
+            () if g >= groups => 7,
+            () if g % 5 == 3 || !whole => 1000 + g as u32,
+            () => g as u32,
+        }
+    }
+
+    fn check(grid: [u32; 3], words: usize, threads: usize) {
+        let groups = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+        let mut bytes: Vec<u32> = vec![7; words];
+        let mut views: Vec<&mut [u8]> = vec![zerocopy::IntoBytes::as_mut_bytes(&mut bytes[..])];
+        PARTS
+            .run_with(grid, &mut views, &[], &HostOptions { threads })
+            .expect("the launch runs");
+        for (i, &w) in bytes.iter().enumerate() {
+            assert_eq!(
+                w,
+                expected(i, groups, words),
+                "grid {grid:?}, {words} words, {threads} threads: word {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn workgroups_run_on_their_parts_and_the_rest_after() {
+        // One thread; threads with many ranges (2^15 workgroups pass the
+        // work a thread needs); a buffer ending inside a workgroup's part,
+        // one shorter than the grid, one longer; two grid rows.
+        for threads in [1, 3] {
+            check([9, 1, 1], 9 * W, threads);
+            check([1 << 15, 1, 1], (1 << 15) * W - 2, threads);
+            check([40, 1, 1], 21 * W + 1, threads);
+            check([40, 1, 1], 50 * W, threads);
+            check([1 << 14, 2, 1], (1 << 15) * W, threads);
+        }
+    }
+
+    #[test]
+    fn a_buffer_not_viewed_in_place_runs_shared() {
+        // Bytes off a word boundary: the words are a copy, so no part can
+        // be handed out, and every workgroup writes `1000 + g`.
+        let mut store = [0u8; 4 * 8 * W + 1];
+        let offset = if store.as_ptr().align_offset(4) == 0 {
+            1
+        } else {
+            0
+        };
+        let bytes = &mut store[offset..offset + 4 * 8 * W];
+        let mut views: Vec<&mut [u8]> = vec![bytes];
+        PARTS
+            .run_with([8, 1, 1], &mut views, &[], &HostOptions { threads: 1 })
+            .expect("the launch runs");
+        for (i, c) in views[0].chunks(4).enumerate() {
+            let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            assert_eq!(w, 1000 + (i / W) as u32, "word {i}");
+        }
     }
 }

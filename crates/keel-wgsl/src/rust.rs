@@ -24,7 +24,11 @@
 //! workgroup takes wherever the windows lie inside the buffers (see
 //! `window.rs`); where an `if` around the body compares the invocation's
 //! index with a bound, the windowed part is printed once more without
-//! it, for the workgroups that lie wholly inside the bound.
+//! it, for the workgroups that lie wholly inside the bound. Where some
+//! writable buffers are reached only through windows as wide as the
+//! workgroup, the windowed part is printed in a second function,
+//! `<name>_group_parted`, that takes those windows from the workgroup's
+//! own parts of the buffers ([`native::Parted`](crate::native::Parted)).
 
 use std::fmt::{self, Write};
 
@@ -356,6 +360,19 @@ impl Emitter<'_> {
         let _ = writeln!(o, "    private_bytes: {},", p.private_bytes);
         let _ = writeln!(o, "    ops: {},", self.ops);
         let _ = writeln!(o, "    group: {group},");
+        match self.plan.as_ref().filter(|_| windowed.is_some()) {
+            Some(plan) if !plan.parted.is_empty() => {
+                let buffers: Vec<String> = plan.parted.iter().map(u32::to_string).collect();
+                let _ = writeln!(
+                    o,
+                    "    parted: Some(keel_wgsl::native::Parted {{ buffers: &[{}], group: {group}_parted }}),",
+                    buffers.join(", ")
+                );
+            }
+            _ => {
+                let _ = writeln!(o, "    parted: None,");
+            }
+        }
         let _ = writeln!(o, "}};\n");
         let _ = writeln!(
             o,
@@ -372,51 +389,97 @@ impl Emitter<'_> {
             o,
             "{ALLOW}\nfn {group}(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group) -> Result<(), keel_wgsl::native::Fault> {{"
         );
+        self.bindings(&[]);
+        if let Some(fast) = windowed {
+            self.fast_lanes(fast, "");
+            let _ = writeln!(self.out, "    return Ok(());");
+            let _ = writeln!(self.out, "    }}");
+        }
+        self.lanes(body);
+        let o = &mut self.out;
+        let _ = writeln!(o, "    Ok(())");
+        let _ = writeln!(o, "}}");
+        let (Some(fast), Some(plan)) = (windowed, self.plan.as_ref()) else {
+            return;
+        };
+        if plan.parted.is_empty() {
+            return;
+        }
+        let parted = plan.parted.clone();
+        let o = &mut self.out;
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{ALLOW}\nfn {group}_parted(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group, owned: &[keel_wgsl::native::Part<'_>]) -> Result<bool, keel_wgsl::native::Fault> {{"
+        );
+        self.bindings(&parted);
+        self.fast_lanes(fast, " else { return Ok(false); };");
+        let o = &mut self.out;
+        let _ = writeln!(o, "    Ok(true)");
+        let _ = writeln!(o, "}}");
+    }
+
+    /// The start of a workgroup function: the names its statements use
+    /// (`wid`, `pv`, `grid`, `bN`, `pN`); the buffers of `parted` are the
+    /// workgroup's parts of them, `owned[k]` for the `k`th.
+    fn bindings(&mut self, parted: &[u32]) {
+        let o = &mut self.out;
         let _ = writeln!(
             o,
             "    use keel_wgsl::native::{{self as rt, AtomicOp, BinOp, UnOp}};"
         );
         let _ = writeln!(o, "    let (wid, pv) = wg.parts();");
         let _ = writeln!(o, "    let grid = cx.grid();");
-        for (n, b) in p.buffers.iter().enumerate() {
+        for (n, b) in self.p.buffers.iter().enumerate() {
+            if let Some(k) = parted.iter().position(|&b| b as usize == n) {
+                let _ = writeln!(
+                    o,
+                    "    let Some(&b{n}) = owned.get({k}) else {{ return Ok(false); }};"
+                );
+                continue;
+            }
             let kind = if b.read_only { "ro" } else { "rw" };
             let _ = writeln!(o, "    let b{n} = cx.{kind}({n})?;");
         }
         for w in &self.params {
             let _ = writeln!(o, "    let p{w} = cx.param({w})?;");
         }
-        if let Some(fast) = windowed {
-            let names = self
-                .plan
-                .as_ref()
-                .map(Plan::window_names)
-                .unwrap_or_default();
-            let o = &mut self.out;
-            let _ = writeln!(o, "    let windows = 'fast: {{");
-            o.push_str(&fast.prologue);
-            let _ = writeln!(o, "    }};");
-            match &fast.hoisted {
-                None => {
-                    let _ = writeln!(o, "    if let Some(({names},)) = windows {{");
-                    self.lanes(&fast.body);
-                }
-                Some(hoisted) => {
-                    let _ = writeln!(o, "    if let Some(({names}, hoisted)) = windows {{");
-                    let _ = writeln!(o, "    if hoisted {{");
-                    self.lanes(hoisted);
-                    let _ = writeln!(self.out, "    }} else {{");
-                    self.lanes(&fast.body);
-                    let _ = writeln!(self.out, "    }}");
-                }
-            }
-            let o = &mut self.out;
-            let _ = writeln!(o, "    return Ok(());");
-            let _ = writeln!(o, "    }}");
-        }
-        self.lanes(body);
+    }
+
+    /// The windowed path: the prologue, and where it gives the windows the
+    /// invocations with window accesses (the hoisted body where its test
+    /// holds), inside an `if let` left open for the caller to close, or a
+    /// `let .. else` with `otherwise` where that is given.
+    fn fast_lanes(&mut self, fast: &Fast, otherwise: &str) {
+        let names = self
+            .plan
+            .as_ref()
+            .map(Plan::window_names)
+            .unwrap_or_default();
+        let pattern = if fast.hoisted.is_some() {
+            format!("Some(({names}, hoisted))")
+        } else {
+            format!("Some(({names},))")
+        };
         let o = &mut self.out;
-        let _ = writeln!(o, "    Ok(())");
-        let _ = writeln!(o, "}}");
+        let _ = writeln!(o, "    let windows = 'fast: {{");
+        o.push_str(&fast.prologue);
+        let _ = writeln!(o, "    }};");
+        if otherwise.is_empty() {
+            let _ = writeln!(o, "    if let {pattern} = windows {{");
+        } else {
+            let _ = writeln!(o, "    let {pattern} = windows{otherwise}");
+        }
+        match &fast.hoisted {
+            None => self.lanes(&fast.body),
+            Some(hoisted) => {
+                let _ = writeln!(self.out, "    if hoisted {{");
+                self.lanes(hoisted);
+                let _ = writeln!(self.out, "    }} else {{");
+                self.lanes(&fast.body);
+                let _ = writeln!(self.out, "    }}");
+            }
+        }
     }
 
     fn ty(&self, r: Reg) -> Result<Ty, RustError> {

@@ -10,6 +10,10 @@ pub static VECTOR_ADD: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 46,
     group: vector_add_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[2],
+        group: vector_add_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `vector_add` on every thread.
@@ -421,6 +425,304 @@ fn vector_add_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn vector_add_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let Some(&b2) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r32: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r16 = 0x0u64;
+        r19 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r18 = u64::from(r4);
+        r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+        r21 = rt::bin_u64(BinOp::Add, r16, r20);
+        r23 = u64::from(r4);
+        r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+        r25 = rt::bin_u64(BinOp::Add, r16, r24);
+        r32 = u64::from(r4);
+        r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+        r34 = rt::bin_u64(BinOp::Add, r16, r33);
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r25, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r34, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b2.window::<256>(r21, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: bool = false;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: f32 = 0.0f32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: bool = false;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b2.len();
+                        r19 = 0x4u64;
+                        r22 = b0.len();
+                        r31 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r23 = u64::from(r4);
+                                r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                r27 = rt::cmp(BinOp::Le, r26, r22);
+                                r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                r29 = r27;
+                                debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r29);
+                                r30 = w0.ld_f32(lx as usize);
+                                r32 = u64::from(r4);
+                                r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                r36 = rt::cmp(BinOp::Le, r35, r31);
+                                r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                r38 = r36;
+                                debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r38);
+                                r39 = w1.ld_f32(lx as usize);
+                                r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r42 = rt::cmp(BinOp::Le, r41, r17);
+                                r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                r44 = r42;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                w2.st_f32(lx as usize, r40);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: bool = false;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: f32 = 0.0f32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: bool = false;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b2.len();
+                        r19 = 0x4u64;
+                        r22 = b0.len();
+                        r31 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r23 = u64::from(r4);
+                                r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                r27 = rt::cmp(BinOp::Le, r26, r22);
+                                r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                r29 = r27;
+                                debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r29);
+                                r30 = w0.ld_f32(lx as usize);
+                                r32 = u64::from(r4);
+                                r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                r36 = rt::cmp(BinOp::Le, r35, r31);
+                                r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                r38 = r36;
+                                debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r38);
+                                r39 = w1.ld_f32(lx as usize);
+                                r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r42 = rt::cmp(BinOp::Le, r41, r17);
+                                r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                r44 = r42;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                w2.st_f32(lx as usize, r40);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `saxpy`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -431,6 +733,10 @@ pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 47,
     group: saxpy_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[1],
+        group: saxpy_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `saxpy` on every thread.
@@ -848,6 +1154,308 @@ fn saxpy_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn saxpy_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let Some(&b1) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r16 = 0x0u64;
+        r19 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r18 = u64::from(r4);
+        r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+        r21 = rt::bin_u64(BinOp::Add, r16, r20);
+        r24 = u64::from(r4);
+        r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+        r26 = rt::bin_u64(BinOp::Add, r16, r25);
+        r33 = u64::from(r4);
+        r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+        r35 = rt::bin_u64(BinOp::Add, r16, r34);
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r26, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r35, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b1.window::<256>(r21, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: f32 = 0.0f32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b1.len();
+                        r19 = 0x4u64;
+                        r23 = b0.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = f32::from_bits(p1);
+                                r24 = u64::from(r4);
+                                r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                r28 = rt::cmp(BinOp::Le, r27, r23);
+                                r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                r30 = r28;
+                                debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r30);
+                                r31 = w0.ld_f32(lx as usize);
+                                r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                r33 = u64::from(r4);
+                                r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r17);
+                                r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                r39 = r37;
+                                debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                r40 = w1.ld_f32(lx as usize);
+                                r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r43 = rt::cmp(BinOp::Le, r42, r17);
+                                r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                r45 = r43;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r45);
+                                w2.st_f32(lx as usize, r41);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: f32 = 0.0f32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b1.len();
+                        r19 = 0x4u64;
+                        r23 = b0.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = f32::from_bits(p1);
+                                r24 = u64::from(r4);
+                                r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                r28 = rt::cmp(BinOp::Le, r27, r23);
+                                r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                r30 = r28;
+                                debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r30);
+                                r31 = w0.ld_f32(lx as usize);
+                                r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                r33 = u64::from(r4);
+                                r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r17);
+                                r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                r39 = r37;
+                                debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                r40 = w1.ld_f32(lx as usize);
+                                r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r43 = rt::cmp(BinOp::Le, r42, r17);
+                                r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                r45 = r43;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r45);
+                                w2.st_f32(lx as usize, r41);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `spin`, translated from WGSL: workgroups of 64x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -858,6 +1466,10 @@ pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 46,
     group: spin_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0],
+        group: spin_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `spin` on every thread.
@@ -1255,6 +1867,287 @@ fn spin_group(
         }
     }
     Ok(())
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn spin_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r18: u32 = 0u32;
+        let mut r31: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x40u32;
+        r31 = 0x0u64;
+        r34 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r18 = p0;
+        r33 = u64::from(r4);
+        r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+        r36 = rt::bin_u64(BinOp::Add, r31, r35);
+        if !rt::fits_u32(r4, 0, 63) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<64>(r36, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 63) && i128::from(r4) + 63 < i128::from(r18));
+        Some((w0, hoisted))
+    };
+    let Some((w0, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: f32 = 0.0f32;
+                    let mut r15: f32 = 0.0f32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: bool = false;
+                    let mut r20: f32 = 0.0f32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: bool = false;
+                    let mut r24: f32 = 0.0f32;
+                    let mut r25: f32 = 0.0f32;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: f32 = 0.0f32;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u32 = 0u32;
+                    let mut r30: u32 = 0u32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x40u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r15 = f32::from_bits(0x0);
+                        r16 = 0x0u32;
+                        r25 = f32::from_bits(0x3f7fbe77);
+                        r27 = f32::from_bits(0x3f800000);
+                        r31 = 0x0u64;
+                        r32 = b0.len();
+                        r34 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = r15;
+                            r17 = r16;
+                            r18 = p0;
+                            r19 = rt::cmp(BinOp::Lt, r4, r18);
+                            {
+                                debug_assert!(r19);
+                                r20 = r4 as f32;
+                                r14 = r20;
+                                'l0: loop {
+                                    'c0: {
+                                        r21 = r17;
+                                        r22 = p1;
+                                        r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                        if r23 {
+                                        } else {
+                                            break 'l0;
+                                        }
+                                        r24 = r14;
+                                        r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                        r14 = r28;
+                                    }
+                                    r29 = r17;
+                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                    r17 = r30;
+                                }
+                                r33 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                r37 = r14;
+                                r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                r39 = rt::cmp(BinOp::Le, r38, r32);
+                                r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                r41 = r39;
+                                debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r41);
+                                w0.st_f32(lx as usize, r37);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: f32 = 0.0f32;
+                    let mut r15: f32 = 0.0f32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: bool = false;
+                    let mut r20: f32 = 0.0f32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: bool = false;
+                    let mut r24: f32 = 0.0f32;
+                    let mut r25: f32 = 0.0f32;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: f32 = 0.0f32;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u32 = 0u32;
+                    let mut r30: u32 = 0u32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x40u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r15 = f32::from_bits(0x0);
+                        r16 = 0x0u32;
+                        r25 = f32::from_bits(0x3f7fbe77);
+                        r27 = f32::from_bits(0x3f800000);
+                        r31 = 0x0u64;
+                        r32 = b0.len();
+                        r34 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = r15;
+                            r17 = r16;
+                            r18 = p0;
+                            r19 = rt::cmp(BinOp::Lt, r4, r18);
+                            if r19 {
+                                r20 = r4 as f32;
+                                r14 = r20;
+                                'l0: loop {
+                                    'c0: {
+                                        r21 = r17;
+                                        r22 = p1;
+                                        r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                        if r23 {
+                                        } else {
+                                            break 'l0;
+                                        }
+                                        r24 = r14;
+                                        r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                        r14 = r28;
+                                    }
+                                    r29 = r17;
+                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                    r17 = r30;
+                                }
+                                r33 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                r37 = r14;
+                                r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                r39 = rt::cmp(BinOp::Le, r38, r32);
+                                r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                r41 = r39;
+                                debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r41);
+                                w0.st_f32(lx as usize, r37);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Every kernel of the module.

@@ -180,11 +180,8 @@ pub(crate) fn group_id(index: u64, grid: [u32; 3]) -> [u32; 3] {
 }
 
 /// Calls `run` on workgroups `0..groups`, each thread with its own state
-/// from `make`: on `options.threads` scoped threads taking chunks of
-/// workgroups from an atomic counter, or on the calling thread where the
-/// launch's `work` (about one unit per instruction per invocation) is too
-/// small to pay for starting threads. The first error stops every thread
-/// at its next chunk and is returned.
+/// from `make` (see [`for_each_range`]). The first error stops every
+/// thread at its next range and is returned.
 pub(crate) fn for_each_group<W, E: Send>(
     groups: u64,
     work: u64,
@@ -192,19 +189,63 @@ pub(crate) fn for_each_group<W, E: Send>(
     make: impl Fn() -> W + Sync,
     run: impl Fn(&mut W, u64) -> Result<(), E> + Sync,
 ) -> Result<(), E> {
+    let chunk = chunk_of(groups, work, options);
+    for_each_range(groups, chunk, options, make, |state, range| {
+        range.into_iter().try_for_each(|g| run(state, g))
+    })
+}
+
+/// The threads a launch of `groups` workgroups and `work` (about one unit
+/// per instruction per invocation) runs on: `options.threads`, or one
+/// where the work is too small to pay for starting threads.
+fn threads_for(groups: u64, work: u64, options: &HostOptions) -> usize {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
     let threads = threads.min(usize::try_from(groups).unwrap_or(usize::MAX));
-    if threads <= 1 || work < INLINE_WORK {
-        let mut state = make();
-        return (0..groups).try_for_each(|g| run(&mut state, g));
+    if work < INLINE_WORK {
+        1
+    } else {
+        threads.max(1)
     }
+}
 
-    // Chunks small enough to balance the threads, large enough that the
-    // counter is not contended.
-    let chunk = (groups / (threads as u64 * 8)).max(1);
+/// The workgroups a thread takes at a time: all of them on one thread;
+/// otherwise ranges small enough to balance the threads, large enough
+/// that the counter they are taken from is not contended.
+pub(crate) fn chunk_of(groups: u64, work: u64, options: &HostOptions) -> u64 {
+    match threads_for(groups, work, options) {
+        1 => groups.max(1),
+        threads => (groups / (threads as u64 * 8)).max(1),
+    }
+}
+
+/// Calls `run` on the ranges `k * chunk .. (k + 1) * chunk` of workgroups
+/// `0..groups` (the last one cut at `groups`), each thread with its own
+/// state from `make`: on the calling thread where `chunk` covers every
+/// workgroup, otherwise on `options.threads` scoped threads taking ranges
+/// from an atomic counter. The first error stops every thread at its next
+/// range and is returned.
+pub(crate) fn for_each_range<W, E: Send>(
+    groups: u64,
+    chunk: u64,
+    options: &HostOptions,
+    make: impl Fn() -> W + Sync,
+    run: impl Fn(&mut W, std::ops::Range<u64>) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let chunk = chunk.max(1);
+    let threads = threads_for(groups, u64::MAX, options);
+    if chunk >= groups || threads <= 1 {
+        let mut state = make();
+        let mut start = 0;
+        while start < groups {
+            let end = start.saturating_add(chunk).min(groups);
+            run(&mut state, start..end)?;
+            start = end;
+        }
+        return Ok(());
+    }
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
     let work = || -> Result<(), E> {
@@ -214,11 +255,9 @@ pub(crate) fn for_each_group<W, E: Send>(
             if start >= groups {
                 break;
             }
-            for g in start..(start + chunk).min(groups) {
-                if let Err(e) = run(&mut state, g) {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
+            if let Err(e) = run(&mut state, start..start.saturating_add(chunk).min(groups)) {
+                failed.store(true, Ordering::Relaxed);
+                return Err(e);
             }
         }
         Ok(())

@@ -25,6 +25,13 @@
 //! inside the data then run their invocations without the test or the
 //! branch, a loop the compiler unrolls ([`Hoisted`]).
 //!
+//! A writable buffer that the program reaches only through windows as
+//! wide as the workgroup (`out[gid.x]` in workgroups of 256: 256 words),
+//! never atomically, is [`Plan::parted`]: in a launch where workgroup `g`'s
+//! windows are words `g * 256 ..`, each workgroup owns those words, and
+//! the translation prints the windowed path once more over plain words
+//! ([`crate::native::Parted`]), which the compiler vectorises.
+//!
 //! An offset is affine in the local ids modulo its width: adds, subtracts,
 //! multiplies and shifts by constants keep the form exactly in modular
 //! arithmetic. Where a 32-bit index widens to a 64-bit offset the form
@@ -71,6 +78,10 @@ pub(crate) struct Plan {
     /// Conditions of `if`s that hold in every invocation of a workgroup
     /// where [`Hoisted::test`] holds at invocation (0, 0, 0).
     pub hoisted: Vec<Hoisted>,
+    /// Writable buffers, ascending, that the program reaches only through
+    /// windows as wide as the workgroup and never atomically: each
+    /// workgroup can own its window of them ([`crate::native::Parted`]).
+    pub parted: Vec<u32>,
 }
 
 /// The condition of an `if` comparing a value that steps per invocation
@@ -227,12 +238,21 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
     let mut covers: Vec<(u32, Reg, u64)> = Vec::new();
     let mut ordinal = 0usize;
     let mut found = Vec::new();
-    walk(&program.body, &mut |inst| {
-        if let Inst::Load { .. } | Inst::Store { .. } = inst {
+    let mut atomic = HashSet::new();
+    walk(&program.body, &mut |inst| match inst {
+        Inst::Load { .. } | Inst::Store { .. } => {
             found.push((ordinal, inst));
             ordinal += 1;
         }
+        Inst::Atomic {
+            space: Space::Buffer(b),
+            ..
+        } => {
+            atomic.insert(*b);
+        }
+        _ => {}
     });
+    let mut reached: Vec<(usize, u32)> = Vec::new();
     for (ordinal, inst) in found {
         let (space, addr, guard, ty) = match *inst {
             Inst::Load {
@@ -254,6 +274,7 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
         let Space::Buffer(buffer) = space else {
             continue;
         };
+        reached.push((ordinal, buffer));
         // Whole words only: a half or a pair of words keeps its checked
         // accessor.
         if !matches!(ty, Ty::U32 | Ty::I32 | Ty::F32) || program.ty(addr) != Ty::U64 {
@@ -306,6 +327,25 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
     if accesses.is_empty() {
         return None;
     }
+    let invocations: u64 = program
+        .workgroup_size
+        .iter()
+        .map(|&s| u64::from(s))
+        .product();
+    let parted = (0u32..)
+        .zip(&program.buffers)
+        .filter(|&(b, binding)| {
+            let mut own = windows.iter().filter(|w| w.buffer == b).peekable();
+            !binding.read_only
+                && !atomic.contains(&b)
+                && own.peek().is_some()
+                && own.all(|w| w.words == invocations)
+                && reached
+                    .iter()
+                    .all(|&(o, buffer)| buffer != b || accesses.contains_key(&o))
+        })
+        .map(|(b, _)| b)
+        .collect();
     let mut checks = Vec::new();
     let mut roots: Vec<Reg> = windows.iter().map(|w| w.addr).collect();
     covers.sort_unstable();
@@ -357,6 +397,7 @@ pub(crate) fn plan(program: &Program) -> Option<Plan> {
         windows,
         checks,
         hoisted,
+        parted,
     })
 }
 
@@ -841,6 +882,40 @@ mod tests {
         let constant = early.replace("if gid.x >= n {", "if gid.x >= 16u {");
         let plan = plan_of(&constant, "k").expect("a windowed path");
         assert!(plan.hoisted.is_empty());
+    }
+
+    /// A writable buffer is parted where every access of it goes through
+    /// a window as wide as the workgroup: not where one access is a
+    /// gather, a stride widens the window, or an atomic reaches it.
+    #[test]
+    fn buffers_reached_only_through_workgroup_wide_windows_are_parted() {
+        let add = include_str!("../../../../shaders/ops/add.wgsl");
+        let plan = plan_of(add, "add_f32").expect("a windowed path");
+        assert_eq!(plan.parted, [2]);
+
+        let k = |body: &str| {
+            format!(
+                "
+            @group(0) @binding(0) var<storage, read> a: array<u32>;
+            @group(0) @binding(1) var<storage, read_write> out: array<u32>;
+            @group(0) @binding(2) var<storage, read_write> more: array<atomic<u32>>;
+            @compute @workgroup_size(16, 4)
+            fn k(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(local_invocation_index) l: u32,
+                 @builtin(workgroup_id) w: vec3<u32>) {{
+                let i = w.x * 64u + l;
+                {body}
+            }}"
+            )
+        };
+        let parted = |body: &str| plan_of(&k(body), "k").expect("a windowed path").parted;
+        // Read and written in place, over a two-dimensional workgroup.
+        assert_eq!(parted("out[i] = out[i] + a[i];"), [1]);
+        // The atomic buffer is never parted; `out` still is.
+        assert_eq!(parted("out[i] = a[i]; atomicAdd(&more[0], 1u);"), [1]);
+        assert!(parted("out[2u * i] = a[i];").is_empty());
+        assert!(parted("out[i] = a[i]; out[a[i] % 64u] = 1u;").is_empty());
+        assert!(parted("out[gid.x] = a[i];").is_empty());
     }
 
     #[test]

@@ -10,6 +10,10 @@ pub static VECTOR_ADD: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 46,
     group: vector_add_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[2],
+        group: vector_add_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `vector_add` on every thread.
@@ -421,6 +425,304 @@ fn vector_add_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn vector_add_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let Some(&b2) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r32: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r16 = 0x0u64;
+        r19 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r18 = u64::from(r4);
+        r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+        r21 = rt::bin_u64(BinOp::Add, r16, r20);
+        r23 = u64::from(r4);
+        r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+        r25 = rt::bin_u64(BinOp::Add, r16, r24);
+        r32 = u64::from(r4);
+        r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+        r34 = rt::bin_u64(BinOp::Add, r16, r33);
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r25, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r34, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b2.window::<256>(r21, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: bool = false;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: f32 = 0.0f32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: bool = false;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b2.len();
+                        r19 = 0x4u64;
+                        r22 = b0.len();
+                        r31 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r23 = u64::from(r4);
+                                r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                r27 = rt::cmp(BinOp::Le, r26, r22);
+                                r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                r29 = r27;
+                                debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r29);
+                                r30 = w0.ld_f32(lx as usize);
+                                r32 = u64::from(r4);
+                                r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                r36 = rt::cmp(BinOp::Le, r35, r31);
+                                r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                r38 = r36;
+                                debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r38);
+                                r39 = w1.ld_f32(lx as usize);
+                                r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r42 = rt::cmp(BinOp::Le, r41, r17);
+                                r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                r44 = r42;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                w2.st_f32(lx as usize, r40);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: bool = false;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: f32 = 0.0f32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: bool = false;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b2.len();
+                        r19 = 0x4u64;
+                        r22 = b0.len();
+                        r31 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r23 = u64::from(r4);
+                                r24 = rt::bin_u64(BinOp::Mul, r23, r19);
+                                r25 = rt::bin_u64(BinOp::Add, r16, r24);
+                                r26 = rt::bin_u64(BinOp::Add, r25, r19);
+                                r27 = rt::cmp(BinOp::Le, r26, r22);
+                                r28 = rt::cmp(BinOp::Ge, r26, r25);
+                                r29 = r27;
+                                debug_assert_eq!(r25, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r29);
+                                r30 = w0.ld_f32(lx as usize);
+                                r32 = u64::from(r4);
+                                r33 = rt::bin_u64(BinOp::Mul, r32, r19);
+                                r34 = rt::bin_u64(BinOp::Add, r16, r33);
+                                r35 = rt::bin_u64(BinOp::Add, r34, r19);
+                                r36 = rt::cmp(BinOp::Le, r35, r31);
+                                r37 = rt::cmp(BinOp::Ge, r35, r34);
+                                r38 = r36;
+                                debug_assert_eq!(r34, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r38);
+                                r39 = w1.ld_f32(lx as usize);
+                                r40 = rt::bin_f32(BinOp::Add, r30, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r42 = rt::cmp(BinOp::Le, r41, r17);
+                                r43 = rt::cmp(BinOp::Ge, r41, r21);
+                                r44 = r42;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                w2.st_f32(lx as usize, r40);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `saxpy`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -431,6 +733,10 @@ pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 47,
     group: saxpy_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[1],
+        group: saxpy_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `saxpy` on every thread.
@@ -848,6 +1154,308 @@ fn saxpy_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn saxpy_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let Some(&b1) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r16 = 0x0u64;
+        r19 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r18 = u64::from(r4);
+        r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+        r21 = rt::bin_u64(BinOp::Add, r16, r20);
+        r24 = u64::from(r4);
+        r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+        r26 = rt::bin_u64(BinOp::Add, r16, r25);
+        r33 = u64::from(r4);
+        r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+        r35 = rt::bin_u64(BinOp::Add, r16, r34);
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r26, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r35, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b1.window::<256>(r21, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: f32 = 0.0f32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b1.len();
+                        r19 = 0x4u64;
+                        r23 = b0.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = f32::from_bits(p1);
+                                r24 = u64::from(r4);
+                                r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                r28 = rt::cmp(BinOp::Le, r27, r23);
+                                r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                r30 = r28;
+                                debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r30);
+                                r31 = w0.ld_f32(lx as usize);
+                                r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                r33 = u64::from(r4);
+                                r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r17);
+                                r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                r39 = r37;
+                                debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                r40 = w1.ld_f32(lx as usize);
+                                r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r43 = rt::cmp(BinOp::Le, r42, r17);
+                                r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                r45 = r43;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r45);
+                                w2.st_f32(lx as usize, r41);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: f32 = 0.0f32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: bool = false;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: bool = false;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: f32 = 0.0f32;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r16 = 0x0u64;
+                        r17 = b1.len();
+                        r19 = 0x4u64;
+                        r23 = b0.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r18 = u64::from(r4);
+                                r20 = rt::bin_u64(BinOp::Mul, r18, r19);
+                                r21 = rt::bin_u64(BinOp::Add, r16, r20);
+                                r22 = f32::from_bits(p1);
+                                r24 = u64::from(r4);
+                                r25 = rt::bin_u64(BinOp::Mul, r24, r19);
+                                r26 = rt::bin_u64(BinOp::Add, r16, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r26, r19);
+                                r28 = rt::cmp(BinOp::Le, r27, r23);
+                                r29 = rt::cmp(BinOp::Ge, r27, r26);
+                                r30 = r28;
+                                debug_assert_eq!(r26, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r30);
+                                r31 = w0.ld_f32(lx as usize);
+                                r32 = rt::bin_f32(BinOp::Mul, r22, r31);
+                                r33 = u64::from(r4);
+                                r34 = rt::bin_u64(BinOp::Mul, r33, r19);
+                                r35 = rt::bin_u64(BinOp::Add, r16, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r35, r19);
+                                r37 = rt::cmp(BinOp::Le, r36, r17);
+                                r38 = rt::cmp(BinOp::Ge, r36, r35);
+                                r39 = r37;
+                                debug_assert_eq!(r35, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r39);
+                                r40 = w1.ld_f32(lx as usize);
+                                r41 = rt::bin_f32(BinOp::Add, r32, r40);
+                                r42 = rt::bin_u64(BinOp::Add, r21, r19);
+                                r43 = rt::cmp(BinOp::Le, r42, r17);
+                                r44 = rt::cmp(BinOp::Ge, r42, r21);
+                                r45 = r43;
+                                debug_assert_eq!(r21, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r45);
+                                w2.st_f32(lx as usize, r41);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `spin`, translated from WGSL: workgroups of 64x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -858,6 +1466,10 @@ pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 46,
     group: spin_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0],
+        group: spin_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `spin` on every thread.
@@ -1257,6 +1869,287 @@ fn spin_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn spin_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r18: u32 = 0u32;
+        let mut r31: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x40u32;
+        r31 = 0x0u64;
+        r34 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r18 = p0;
+        r33 = u64::from(r4);
+        r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+        r36 = rt::bin_u64(BinOp::Add, r31, r35);
+        if !rt::fits_u32(r4, 0, 63) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<64>(r36, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 63) && i128::from(r4) + 63 < i128::from(r18));
+        Some((w0, hoisted))
+    };
+    let Some((w0, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: f32 = 0.0f32;
+                    let mut r15: f32 = 0.0f32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: bool = false;
+                    let mut r20: f32 = 0.0f32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: bool = false;
+                    let mut r24: f32 = 0.0f32;
+                    let mut r25: f32 = 0.0f32;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: f32 = 0.0f32;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u32 = 0u32;
+                    let mut r30: u32 = 0u32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x40u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r15 = f32::from_bits(0x0);
+                        r16 = 0x0u32;
+                        r25 = f32::from_bits(0x3f7fbe77);
+                        r27 = f32::from_bits(0x3f800000);
+                        r31 = 0x0u64;
+                        r32 = b0.len();
+                        r34 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = r15;
+                            r17 = r16;
+                            r18 = p0;
+                            r19 = rt::cmp(BinOp::Lt, r4, r18);
+                            {
+                                debug_assert!(r19);
+                                r20 = r4 as f32;
+                                r14 = r20;
+                                'l0: loop {
+                                    'c0: {
+                                        r21 = r17;
+                                        r22 = p1;
+                                        r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                        if r23 {
+                                        } else {
+                                            break 'l0;
+                                        }
+                                        r24 = r14;
+                                        r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                        r14 = r28;
+                                    }
+                                    r29 = r17;
+                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                    r17 = r30;
+                                }
+                                r33 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                r37 = r14;
+                                r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                r39 = rt::cmp(BinOp::Le, r38, r32);
+                                r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                r41 = r39;
+                                debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r41);
+                                w0.st_f32(lx as usize, r37);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: f32 = 0.0f32;
+                    let mut r15: f32 = 0.0f32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: bool = false;
+                    let mut r20: f32 = 0.0f32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: bool = false;
+                    let mut r24: f32 = 0.0f32;
+                    let mut r25: f32 = 0.0f32;
+                    let mut r26: f32 = 0.0f32;
+                    let mut r27: f32 = 0.0f32;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u32 = 0u32;
+                    let mut r30: u32 = 0u32;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x40u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r15 = f32::from_bits(0x0);
+                        r16 = 0x0u32;
+                        r25 = f32::from_bits(0x3f7fbe77);
+                        r27 = f32::from_bits(0x3f800000);
+                        r31 = 0x0u64;
+                        r32 = b0.len();
+                        r34 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = r15;
+                            r17 = r16;
+                            r18 = p0;
+                            r19 = rt::cmp(BinOp::Lt, r4, r18);
+                            if r19 {
+                                r20 = r4 as f32;
+                                r14 = r20;
+                                'l0: loop {
+                                    'c0: {
+                                        r21 = r17;
+                                        r22 = p1;
+                                        r23 = rt::cmp(BinOp::Lt, r21, r22);
+                                        if r23 {
+                                        } else {
+                                            break 'l0;
+                                        }
+                                        r24 = r14;
+                                        r26 = rt::bin_f32(BinOp::Mul, r24, r25);
+                                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                                        r14 = r28;
+                                    }
+                                    r29 = r17;
+                                    r30 = rt::bin_u32(BinOp::Add, r29, r7);
+                                    r17 = r30;
+                                }
+                                r33 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r33, r34);
+                                r36 = rt::bin_u64(BinOp::Add, r31, r35);
+                                r37 = r14;
+                                r38 = rt::bin_u64(BinOp::Add, r36, r34);
+                                r39 = rt::cmp(BinOp::Le, r38, r32);
+                                r40 = rt::cmp(BinOp::Ge, r38, r36);
+                                r41 = r39;
+                                debug_assert_eq!(r36, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r41);
+                                w0.st_f32(lx as usize, r37);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `add_f32`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static ADD_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -1267,6 +2160,10 @@ pub static ADD_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 52,
     group: add_f32_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[2],
+        group: add_f32_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `add_f32` on every thread.
@@ -1732,6 +2629,346 @@ fn add_f32_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn add_f32_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let Some(&b2) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r5: u32 = 0u32;
+        let mut r6: u32 = 0u32;
+        let mut r7: u32 = 0u32;
+        let mut r8: u32 = 0u32;
+        let mut r9: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r17: u32 = 0u32;
+        let mut r18: u32 = 0u32;
+        let mut r19: u32 = 0u32;
+        let mut r20: u32 = 0u32;
+        let mut r22: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r27: u64 = 0u64;
+        let mut r29: u64 = 0u64;
+        let mut r30: u64 = 0u64;
+        let mut r31: u64 = 0u64;
+        let mut r38: u64 = 0u64;
+        let mut r39: u64 = 0u64;
+        let mut r40: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r5 = wid[1];
+        r6 = ly;
+        r7 = 0x1u32;
+        r14 = grid[0];
+        r22 = 0x0u64;
+        r25 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+        r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+        r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+        r19 = rt::bin_u32(BinOp::Add, r18, r4);
+        r20 = p0;
+        r24 = u64::from(r19);
+        r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+        r27 = rt::bin_u64(BinOp::Add, r22, r26);
+        r29 = u64::from(r19);
+        r30 = rt::bin_u64(BinOp::Mul, r29, r25);
+        r31 = rt::bin_u64(BinOp::Add, r22, r30);
+        r38 = u64::from(r19);
+        r39 = rt::bin_u64(BinOp::Mul, r38, r25);
+        r40 = rt::bin_u64(BinOp::Add, r22, r39);
+        if !rt::fits_u32(r19, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r31, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r40, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b2.window::<256>(r27, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r19, 0, 255) && i128::from(r19) + 255 < i128::from(r20));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: bool = false;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: bool = false;
+                    let mut r34: bool = false;
+                    let mut r35: bool = false;
+                    let mut r36: f32 = 0.0f32;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: u64 = 0u64;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: f32 = 0.0f32;
+                    let mut r46: f32 = 0.0f32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: bool = false;
+                    let mut r49: bool = false;
+                    let mut r50: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = grid[0];
+                        r15 = grid[1];
+                        r16 = grid[2];
+                        r22 = 0x0u64;
+                        r23 = b2.len();
+                        r25 = 0x4u64;
+                        r28 = b0.len();
+                        r37 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                            r20 = p0;
+                            r21 = rt::cmp(BinOp::Lt, r19, r20);
+                            {
+                                debug_assert!(r21);
+                                r24 = u64::from(r19);
+                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                r29 = u64::from(r19);
+                                r30 = rt::bin_u64(BinOp::Mul, r29, r25);
+                                r31 = rt::bin_u64(BinOp::Add, r22, r30);
+                                r32 = rt::bin_u64(BinOp::Add, r31, r25);
+                                r33 = rt::cmp(BinOp::Le, r32, r28);
+                                r34 = rt::cmp(BinOp::Ge, r32, r31);
+                                r35 = r33;
+                                debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r35);
+                                r36 = w0.ld_f32(lx as usize);
+                                r38 = u64::from(r19);
+                                r39 = rt::bin_u64(BinOp::Mul, r38, r25);
+                                r40 = rt::bin_u64(BinOp::Add, r22, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r40, r25);
+                                r42 = rt::cmp(BinOp::Le, r41, r37);
+                                r43 = rt::cmp(BinOp::Ge, r41, r40);
+                                r44 = r42;
+                                debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                r45 = w1.ld_f32(lx as usize);
+                                r46 = rt::bin_f32(BinOp::Add, r36, r45);
+                                r47 = rt::bin_u64(BinOp::Add, r27, r25);
+                                r48 = rt::cmp(BinOp::Le, r47, r23);
+                                r49 = rt::cmp(BinOp::Ge, r47, r27);
+                                r50 = r48;
+                                debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r50);
+                                w2.st_f32(lx as usize, r46);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: bool = false;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: bool = false;
+                    let mut r34: bool = false;
+                    let mut r35: bool = false;
+                    let mut r36: f32 = 0.0f32;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: u64 = 0u64;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: f32 = 0.0f32;
+                    let mut r46: f32 = 0.0f32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: bool = false;
+                    let mut r49: bool = false;
+                    let mut r50: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = grid[0];
+                        r15 = grid[1];
+                        r16 = grid[2];
+                        r22 = 0x0u64;
+                        r23 = b2.len();
+                        r25 = 0x4u64;
+                        r28 = b0.len();
+                        r37 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                            r20 = p0;
+                            r21 = rt::cmp(BinOp::Lt, r19, r20);
+                            if r21 {
+                                r24 = u64::from(r19);
+                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                r29 = u64::from(r19);
+                                r30 = rt::bin_u64(BinOp::Mul, r29, r25);
+                                r31 = rt::bin_u64(BinOp::Add, r22, r30);
+                                r32 = rt::bin_u64(BinOp::Add, r31, r25);
+                                r33 = rt::cmp(BinOp::Le, r32, r28);
+                                r34 = rt::cmp(BinOp::Ge, r32, r31);
+                                r35 = r33;
+                                debug_assert_eq!(r31, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r35);
+                                r36 = w0.ld_f32(lx as usize);
+                                r38 = u64::from(r19);
+                                r39 = rt::bin_u64(BinOp::Mul, r38, r25);
+                                r40 = rt::bin_u64(BinOp::Add, r22, r39);
+                                r41 = rt::bin_u64(BinOp::Add, r40, r25);
+                                r42 = rt::cmp(BinOp::Le, r41, r37);
+                                r43 = rt::cmp(BinOp::Ge, r41, r40);
+                                r44 = r42;
+                                debug_assert_eq!(r40, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r44);
+                                r45 = w1.ld_f32(lx as usize);
+                                r46 = rt::bin_f32(BinOp::Add, r36, r45);
+                                r47 = rt::bin_u64(BinOp::Add, r27, r25);
+                                r48 = rt::cmp(BinOp::Le, r47, r23);
+                                r49 = rt::cmp(BinOp::Ge, r47, r27);
+                                r50 = r48;
+                                debug_assert_eq!(r27, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r50);
+                                w2.st_f32(lx as usize, r46);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `fill_f32`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static FILL_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -1742,6 +2979,10 @@ pub static FILL_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 34,
     group: fill_f32_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0],
+        group: fill_f32_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `fill_f32` on every thread.
@@ -2072,6 +3313,247 @@ fn fill_f32_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn fill_f32_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r5: u32 = 0u32;
+        let mut r6: u32 = 0u32;
+        let mut r7: u32 = 0u32;
+        let mut r8: u32 = 0u32;
+        let mut r9: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r17: u32 = 0u32;
+        let mut r18: u32 = 0u32;
+        let mut r19: u32 = 0u32;
+        let mut r20: u32 = 0u32;
+        let mut r22: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r27: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r5 = wid[1];
+        r6 = ly;
+        r7 = 0x1u32;
+        r14 = grid[0];
+        r22 = 0x0u64;
+        r25 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+        r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+        r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+        r19 = rt::bin_u32(BinOp::Add, r18, r4);
+        r20 = p0;
+        r24 = u64::from(r19);
+        r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+        r27 = rt::bin_u64(BinOp::Add, r22, r26);
+        if !rt::fits_u32(r19, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r27, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r19, 0, 255) && i128::from(r19) + 255 < i128::from(r20));
+        Some((w0, hoisted))
+    };
+    let Some((w0, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: bool = false;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: bool = false;
+                    let mut r31: bool = false;
+                    let mut r32: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = grid[0];
+                        r15 = grid[1];
+                        r16 = grid[2];
+                        r22 = 0x0u64;
+                        r23 = b0.len();
+                        r25 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                            r20 = p0;
+                            r21 = rt::cmp(BinOp::Lt, r19, r20);
+                            {
+                                debug_assert!(r21);
+                                r24 = u64::from(r19);
+                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                r28 = f32::from_bits(p1);
+                                r29 = rt::bin_u64(BinOp::Add, r27, r25);
+                                r30 = rt::cmp(BinOp::Le, r29, r23);
+                                r31 = rt::cmp(BinOp::Ge, r29, r27);
+                                r32 = r30;
+                                debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r32);
+                                w0.st_f32(lx as usize, r28);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u32 = 0u32;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: bool = false;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: bool = false;
+                    let mut r31: bool = false;
+                    let mut r32: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = grid[0];
+                        r15 = grid[1];
+                        r16 = grid[2];
+                        r22 = 0x0u64;
+                        r23 = b0.len();
+                        r25 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r17 = rt::bin_u32(BinOp::Mul, r9, r14);
+                            r18 = rt::bin_u32(BinOp::Mul, r17, r2);
+                            r19 = rt::bin_u32(BinOp::Add, r18, r4);
+                            r20 = p0;
+                            r21 = rt::cmp(BinOp::Lt, r19, r20);
+                            if r21 {
+                                r24 = u64::from(r19);
+                                r26 = rt::bin_u64(BinOp::Mul, r24, r25);
+                                r27 = rt::bin_u64(BinOp::Add, r22, r26);
+                                r28 = f32::from_bits(p1);
+                                r29 = rt::bin_u64(BinOp::Add, r27, r25);
+                                r30 = rt::cmp(BinOp::Le, r29, r23);
+                                r31 = rt::cmp(BinOp::Ge, r29, r27);
+                                r32 = r30;
+                                debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r32);
+                                w0.st_f32(lx as usize, r28);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `cast_f32_half`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static CAST_F32_HALF: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -2082,6 +3564,7 @@ pub static CAST_F32_HALF: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     private_bytes: 0,
     ops: 431,
     group: cast_f32_half_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `cast_f32_half` on every thread.
@@ -5234,6 +6717,7 @@ pub static MATMUL_NAIVE: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 654,
     group: matmul_naive_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `matmul_naive` on every thread.
@@ -6791,6 +8275,7 @@ pub static PHILOX_U32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 540,
     group: philox_u32_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_u32` on every thread.
@@ -8069,6 +9554,7 @@ pub static PHILOX_U32_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kerne
     private_bytes: 0,
     ops: 540,
     group: philox_u32_wg64_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_u32_wg64` on every thread.
@@ -9351,6 +10837,7 @@ pub static PHILOX_RAND: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 540,
     group: philox_rand_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_rand` on every thread.
@@ -10629,6 +12116,7 @@ pub static PHILOX_RAND_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kern
     private_bytes: 0,
     ops: 540,
     group: philox_rand_wg64_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_rand_wg64` on every thread.
@@ -11911,6 +13399,7 @@ pub static PHILOX_RANDN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 3237,
     group: philox_randn_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_randn` on every thread.
@@ -22241,6 +23730,7 @@ pub static PHILOX_UNIFORM: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     private_bytes: 0,
     ops: 540,
     group: philox_uniform_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_uniform` on every thread.
@@ -23523,6 +25013,7 @@ pub static PHILOX_NORMAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     private_bytes: 0,
     ops: 3237,
     group: philox_normal_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_normal` on every thread.
@@ -33853,6 +35344,7 @@ pub static PHILOX_RANDINT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     private_bytes: 0,
     ops: 541,
     group: philox_randint_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `philox_randint` on every thread.
@@ -35137,6 +36629,10 @@ pub static SCALARS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 160,
     group: scalars_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0],
+        group: scalars_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `scalars` on every thread.
@@ -35935,6 +37431,456 @@ fn scalars_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn scalars_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let p2 = cx.param(2)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r10: u64 = 0u64;
+        let mut r13: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r38: u64 = 0u64;
+        let mut r39: u64 = 0u64;
+        let mut r46: u64 = 0u64;
+        let mut r47: u64 = 0u64;
+        let mut r65: u64 = 0u64;
+        let mut r66: u64 = 0u64;
+        let mut r79: u64 = 0u64;
+        let mut r80: u64 = 0u64;
+        let mut r90: u64 = 0u64;
+        let mut r91: u64 = 0u64;
+        let mut r103: u64 = 0u64;
+        let mut r104: u64 = 0u64;
+        let mut r117: u64 = 0u64;
+        let mut r118: u64 = 0u64;
+        let mut r134: u64 = 0u64;
+        let mut r135: u64 = 0u64;
+        let mut r141: u64 = 0u64;
+        let mut r142: u64 = 0u64;
+        r10 = 0x0u64;
+        r13 = 0x4u64;
+        r24 = 0x8u64;
+        r38 = 0xcu64;
+        r46 = 0x10u64;
+        r65 = 0x14u64;
+        r79 = 0x18u64;
+        r90 = 0x1cu64;
+        r103 = 0x20u64;
+        r117 = 0x24u64;
+        r134 = 0x28u64;
+        r141 = 0x2cu64;
+        r18 = rt::bin_u64(BinOp::Add, r10, r13);
+        r25 = rt::bin_u64(BinOp::Add, r10, r24);
+        r39 = rt::bin_u64(BinOp::Add, r10, r38);
+        r47 = rt::bin_u64(BinOp::Add, r10, r46);
+        r66 = rt::bin_u64(BinOp::Add, r10, r65);
+        r80 = rt::bin_u64(BinOp::Add, r10, r79);
+        r91 = rt::bin_u64(BinOp::Add, r10, r90);
+        r104 = rt::bin_u64(BinOp::Add, r10, r103);
+        r118 = rt::bin_u64(BinOp::Add, r10, r117);
+        r135 = rt::bin_u64(BinOp::Add, r10, r134);
+        r142 = rt::bin_u64(BinOp::Add, r10, r141);
+        let Some(w0) = b0.window::<1>(r10, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b0.window::<1>(r18, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b0.window::<1>(r25, 0) else {
+            break 'fast None;
+        };
+        let Some(w3) = b0.window::<1>(r39, 0) else {
+            break 'fast None;
+        };
+        let Some(w4) = b0.window::<1>(r47, 0) else {
+            break 'fast None;
+        };
+        let Some(w5) = b0.window::<1>(r66, 0) else {
+            break 'fast None;
+        };
+        let Some(w6) = b0.window::<1>(r80, 0) else {
+            break 'fast None;
+        };
+        let Some(w7) = b0.window::<1>(r91, 0) else {
+            break 'fast None;
+        };
+        let Some(w8) = b0.window::<1>(r104, 0) else {
+            break 'fast None;
+        };
+        let Some(w9) = b0.window::<1>(r118, 0) else {
+            break 'fast None;
+        };
+        let Some(w10) = b0.window::<1>(r135, 0) else {
+            break 'fast None;
+        };
+        let Some(w11) = b0.window::<1>(r142, 0) else {
+            break 'fast None;
+        };
+        Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11))
+    };
+    let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11)) = windows else {
+        return Ok(false);
+    };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..1u32 {
+                let mut r0: f32 = 0.0f32;
+                let mut r1: f32 = 0.0f32;
+                let mut r2: f32 = 0.0f32;
+                let mut r3: f32 = 0.0f32;
+                let mut r4: f32 = 0.0f32;
+                let mut r5: f32 = 0.0f32;
+                let mut r6: f32 = 0.0f32;
+                let mut r7: f32 = 0.0f32;
+                let mut r8: f32 = 0.0f32;
+                let mut r9: f32 = 0.0f32;
+                let mut r10: u64 = 0u64;
+                let mut r11: u64 = 0u64;
+                let mut r12: u32 = 0u32;
+                let mut r13: u64 = 0u64;
+                let mut r14: u64 = 0u64;
+                let mut r15: bool = false;
+                let mut r16: bool = false;
+                let mut r17: bool = false;
+                let mut r18: u64 = 0u64;
+                let mut r19: u32 = 0u32;
+                let mut r20: u64 = 0u64;
+                let mut r21: bool = false;
+                let mut r22: bool = false;
+                let mut r23: bool = false;
+                let mut r24: u64 = 0u64;
+                let mut r25: u64 = 0u64;
+                let mut r26: f32 = 0.0f32;
+                let mut r27: f32 = 0.0f32;
+                let mut r28: f32 = 0.0f32;
+                let mut r29: f32 = 0.0f32;
+                let mut r30: f32 = 0.0f32;
+                let mut r31: u32 = 0u32;
+                let mut r32: u64 = 0u64;
+                let mut r33: bool = false;
+                let mut r34: bool = false;
+                let mut r35: bool = false;
+                let mut r36: i32 = 0i32;
+                let mut r37: i32 = 0i32;
+                let mut r38: u64 = 0u64;
+                let mut r39: u64 = 0u64;
+                let mut r40: i32 = 0i32;
+                let mut r41: u32 = 0u32;
+                let mut r42: u64 = 0u64;
+                let mut r43: bool = false;
+                let mut r44: bool = false;
+                let mut r45: bool = false;
+                let mut r46: u64 = 0u64;
+                let mut r47: u64 = 0u64;
+                let mut r48: i32 = 0i32;
+                let mut r49: i32 = 0i32;
+                let mut r50: i32 = 0i32;
+                let mut r51: bool = false;
+                let mut r52: i32 = 0i32;
+                let mut r53: i32 = 0i32;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: bool = false;
+                let mut r58: i32 = 0i32;
+                let mut r59: i32 = 0i32;
+                let mut r60: u32 = 0u32;
+                let mut r61: u64 = 0u64;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
+                let mut r64: bool = false;
+                let mut r65: u64 = 0u64;
+                let mut r66: u64 = 0u64;
+                let mut r67: bool = false;
+                let mut r68: bool = false;
+                let mut r69: bool = false;
+                let mut r70: bool = false;
+                let mut r71: bool = false;
+                let mut r72: i32 = 0i32;
+                let mut r73: i32 = 0i32;
+                let mut r74: u32 = 0u32;
+                let mut r75: u64 = 0u64;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: bool = false;
+                let mut r79: u64 = 0u64;
+                let mut r80: u64 = 0u64;
+                let mut r81: u32 = 0u32;
+                let mut r82: u32 = 0u32;
+                let mut r83: u32 = 0u32;
+                let mut r84: u32 = 0u32;
+                let mut r85: u32 = 0u32;
+                let mut r86: u64 = 0u64;
+                let mut r87: bool = false;
+                let mut r88: bool = false;
+                let mut r89: bool = false;
+                let mut r90: u64 = 0u64;
+                let mut r91: u64 = 0u64;
+                let mut r92: f32 = 0.0f32;
+                let mut r93: bool = false;
+                let mut r94: bool = false;
+                let mut r95: bool = false;
+                let mut r96: u32 = 0u32;
+                let mut r97: u32 = 0u32;
+                let mut r98: u32 = 0u32;
+                let mut r99: u64 = 0u64;
+                let mut r100: bool = false;
+                let mut r101: bool = false;
+                let mut r102: bool = false;
+                let mut r103: u64 = 0u64;
+                let mut r104: u64 = 0u64;
+                let mut r105: u32 = 0u32;
+                let mut r106: f32 = 0.0f32;
+                let mut r107: f32 = 0.0f32;
+                let mut r108: f32 = 0.0f32;
+                let mut r109: f32 = 0.0f32;
+                let mut r110: f32 = 0.0f32;
+                let mut r111: f32 = 0.0f32;
+                let mut r112: u32 = 0u32;
+                let mut r113: u64 = 0u64;
+                let mut r114: bool = false;
+                let mut r115: bool = false;
+                let mut r116: bool = false;
+                let mut r117: u64 = 0u64;
+                let mut r118: u64 = 0u64;
+                let mut r119: f32 = 0.0f32;
+                let mut r120: u32 = 0u32;
+                let mut r121: u64 = 0u64;
+                let mut r122: bool = false;
+                let mut r123: bool = false;
+                let mut r124: bool = false;
+                let mut r125: f32 = 0.0f32;
+                let mut r126: f32 = 0.0f32;
+                let mut r127: f32 = 0.0f32;
+                let mut r128: f32 = 0.0f32;
+                let mut r129: f32 = 0.0f32;
+                let mut r130: f32 = 0.0f32;
+                let mut r131: f32 = 0.0f32;
+                let mut r132: f32 = 0.0f32;
+                let mut r133: f32 = 0.0f32;
+                let mut r134: u64 = 0u64;
+                let mut r135: u64 = 0u64;
+                let mut r136: u32 = 0u32;
+                let mut r137: u64 = 0u64;
+                let mut r138: bool = false;
+                let mut r139: bool = false;
+                let mut r140: bool = false;
+                let mut r141: u64 = 0u64;
+                let mut r142: u64 = 0u64;
+                let mut r143: u32 = 0u32;
+                let mut r144: u64 = 0u64;
+                let mut r145: bool = false;
+                let mut r146: bool = false;
+                let mut r147: bool = false;
+                'inv: {
+                    r1 = f32::from_bits(0x40000000);
+                    r2 = f32::from_bits(0xbf000000);
+                    r6 = f32::from_bits(0x3f800000);
+                    r10 = 0x0u64;
+                    r11 = b0.len();
+                    r13 = 0x4u64;
+                    r24 = 0x8u64;
+                    r37 = -7i32;
+                    r38 = 0xcu64;
+                    r46 = 0x10u64;
+                    r48 = 2i32;
+                    r49 = 0i32;
+                    r50 = 1i32;
+                    r52 = -2147483648i32;
+                    r53 = -1i32;
+                    r65 = 0x14u64;
+                    r79 = 0x18u64;
+                    r82 = 0x3u32;
+                    r83 = 0x1fu32;
+                    r90 = 0x1cu64;
+                    r92 = f32::from_bits(0x0);
+                    r96 = 0x1u32;
+                    r97 = 0x0u32;
+                    r103 = 0x20u64;
+                    r107 = f32::from_bits(0x3f000000);
+                    r109 = f32::from_bits(0x4f7fffff);
+                    r117 = 0x24u64;
+                    r125 = f32::from_bits(0x40400000);
+                    r126 = f32::from_bits(0x40800000);
+                    r127 = f32::from_bits(0x41200000);
+                    r134 = 0x28u64;
+                    r141 = 0x2cu64;
+                    'b1: {
+                        r0 = f32::from_bits(p0);
+                        r3 = rt::bin_f32(BinOp::Mul, r2, r1);
+                        r4 = rt::bin_f32(BinOp::Mul, r1, r1);
+                        r5 = rt::bin_f32(BinOp::Mul, r0, r1);
+                        r7 = rt::bin_f32(BinOp::Add, r3, r6);
+                        r8 = rt::bin_f32(BinOp::Add, r4, r6);
+                        r9 = rt::bin_f32(BinOp::Add, r5, r6);
+                        r12 = r7.to_bits();
+                        r14 = rt::bin_u64(BinOp::Add, r10, r13);
+                        r15 = rt::cmp(BinOp::Le, r14, r11);
+                        r16 = rt::cmp(BinOp::Ge, r14, r10);
+                        r17 = r15;
+                        debug_assert_eq!(r10, w0.start() + 4 * (0) as u64);
+                        debug_assert!(r17);
+                        w0.st_u32(0, r12);
+                        r18 = rt::bin_u64(BinOp::Add, r10, r13);
+                        r19 = r9.to_bits();
+                        r20 = rt::bin_u64(BinOp::Add, r18, r13);
+                        r21 = rt::cmp(BinOp::Le, r20, r11);
+                        r22 = rt::cmp(BinOp::Ge, r20, r18);
+                        r23 = r21;
+                        debug_assert_eq!(r18, w1.start() + 4 * (0) as u64);
+                        debug_assert!(r23);
+                        w1.st_u32(0, r19);
+                        r25 = rt::bin_u64(BinOp::Add, r10, r24);
+                        r26 = rt::bin_f32(BinOp::Mul, r0, r6);
+                        r27 = rt::bin_f32(BinOp::Mul, r1, r6);
+                        r28 = rt::bin_f32(BinOp::Add, r26, r27);
+                        r29 = rt::bin_f32(BinOp::Mul, r2, r6);
+                        r30 = rt::bin_f32(BinOp::Add, r28, r29);
+                        r31 = r30.to_bits();
+                        r32 = rt::bin_u64(BinOp::Add, r25, r13);
+                        r33 = rt::cmp(BinOp::Le, r32, r11);
+                        r34 = rt::cmp(BinOp::Ge, r32, r25);
+                        r35 = r33;
+                        debug_assert_eq!(r25, w2.start() + 4 * (0) as u64);
+                        debug_assert!(r35);
+                        w2.st_u32(0, r31);
+                        r36 = p1 as i32;
+                        r39 = rt::bin_u64(BinOp::Add, r10, r38);
+                        r40 = rt::bin_i32(BinOp::Mul, r36, r37);
+                        r41 = r40 as u32;
+                        r42 = rt::bin_u64(BinOp::Add, r39, r13);
+                        r43 = rt::cmp(BinOp::Le, r42, r11);
+                        r44 = rt::cmp(BinOp::Ge, r42, r39);
+                        r45 = r43;
+                        debug_assert_eq!(r39, w3.start() + 4 * (0) as u64);
+                        debug_assert!(r45);
+                        w3.st_u32(0, r41);
+                        r47 = rt::bin_u64(BinOp::Add, r10, r46);
+                        r51 = rt::cmp(BinOp::Eq, r48, r49);
+                        r54 = rt::cmp(BinOp::Eq, r37, r52);
+                        r55 = rt::cmp(BinOp::Eq, r48, r53);
+                        r56 = rt::bin_bool(BinOp::And, r54, r55);
+                        r57 = rt::bin_bool(BinOp::Or, r51, r56);
+                        r58 = if r57 { r50 } else { r48 };
+                        r59 = rt::bin_i32(BinOp::Div, r37, r58);
+                        r60 = r59 as u32;
+                        r61 = rt::bin_u64(BinOp::Add, r47, r13);
+                        r62 = rt::cmp(BinOp::Le, r61, r11);
+                        r63 = rt::cmp(BinOp::Ge, r61, r47);
+                        r64 = r62;
+                        debug_assert_eq!(r47, w4.start() + 4 * (0) as u64);
+                        debug_assert!(r64);
+                        w4.st_u32(0, r60);
+                        r66 = rt::bin_u64(BinOp::Add, r10, r65);
+                        r67 = rt::cmp(BinOp::Eq, r48, r49);
+                        r68 = rt::cmp(BinOp::Eq, r37, r52);
+                        r69 = rt::cmp(BinOp::Eq, r48, r53);
+                        r70 = rt::bin_bool(BinOp::And, r68, r69);
+                        r71 = rt::bin_bool(BinOp::Or, r67, r70);
+                        r72 = if r71 { r50 } else { r48 };
+                        r73 = rt::bin_i32(BinOp::Rem, r37, r72);
+                        r74 = r73 as u32;
+                        r75 = rt::bin_u64(BinOp::Add, r66, r13);
+                        r76 = rt::cmp(BinOp::Le, r75, r11);
+                        r77 = rt::cmp(BinOp::Ge, r75, r66);
+                        r78 = r76;
+                        debug_assert_eq!(r66, w5.start() + 4 * (0) as u64);
+                        debug_assert!(r78);
+                        w5.st_u32(0, r74);
+                        r80 = rt::bin_u64(BinOp::Add, r10, r79);
+                        r81 = p2;
+                        r84 = rt::bin_u32(BinOp::And, r82, r83);
+                        r85 = rt::bin_u32(BinOp::Shr, r81, r84);
+                        r86 = rt::bin_u64(BinOp::Add, r80, r13);
+                        r87 = rt::cmp(BinOp::Le, r86, r11);
+                        r88 = rt::cmp(BinOp::Ge, r86, r80);
+                        r89 = r87;
+                        debug_assert_eq!(r80, w6.start() + 4 * (0) as u64);
+                        debug_assert!(r89);
+                        w6.st_u32(0, r85);
+                        r91 = rt::bin_u64(BinOp::Add, r10, r90);
+                        r93 = rt::cmp(BinOp::Gt, r0, r92);
+                        r94 = rt::cmp(BinOp::Gt, r1, r92);
+                        r95 = rt::bin_bool(BinOp::And, r93, r94);
+                        r98 = if r95 { r96 } else { r97 };
+                        r99 = rt::bin_u64(BinOp::Add, r91, r13);
+                        r100 = rt::cmp(BinOp::Le, r99, r11);
+                        r101 = rt::cmp(BinOp::Ge, r99, r91);
+                        r102 = r100;
+                        debug_assert_eq!(r91, w7.start() + 4 * (0) as u64);
+                        debug_assert!(r102);
+                        w7.st_u32(0, r98);
+                        r104 = rt::bin_u64(BinOp::Add, r10, r103);
+                        r105 = p2;
+                        r106 = r105 as f32;
+                        r108 = rt::bin_f32(BinOp::Mul, r106, r107);
+                        r110 = rt::bin_f32(BinOp::Max, r108, r92);
+                        r111 = rt::bin_f32(BinOp::Min, r110, r109);
+                        r112 = r111 as u32;
+                        r113 = rt::bin_u64(BinOp::Add, r104, r13);
+                        r114 = rt::cmp(BinOp::Le, r113, r11);
+                        r115 = rt::cmp(BinOp::Ge, r113, r104);
+                        r116 = r114;
+                        debug_assert_eq!(r104, w8.start() + 4 * (0) as u64);
+                        debug_assert!(r116);
+                        w8.st_u32(0, r112);
+                        r118 = rt::bin_u64(BinOp::Add, r10, r117);
+                        r119 = r37 as f32;
+                        r120 = r119.to_bits();
+                        r121 = rt::bin_u64(BinOp::Add, r118, r13);
+                        r122 = rt::cmp(BinOp::Le, r121, r11);
+                        r123 = rt::cmp(BinOp::Ge, r121, r118);
+                        r124 = r122;
+                        debug_assert_eq!(r118, w9.start() + 4 * (0) as u64);
+                        debug_assert!(r124);
+                        w9.st_u32(0, r120);
+                        r128 = rt::bin_f32(BinOp::Mul, r6, r6);
+                        r129 = rt::bin_f32(BinOp::Mul, r125, r127);
+                        r130 = rt::bin_f32(BinOp::Add, r128, r129);
+                        r131 = rt::bin_f32(BinOp::Mul, r1, r6);
+                        r132 = rt::bin_f32(BinOp::Mul, r126, r127);
+                        r133 = rt::bin_f32(BinOp::Add, r131, r132);
+                        r135 = rt::bin_u64(BinOp::Add, r10, r134);
+                        r136 = r130.to_bits();
+                        r137 = rt::bin_u64(BinOp::Add, r135, r13);
+                        r138 = rt::cmp(BinOp::Le, r137, r11);
+                        r139 = rt::cmp(BinOp::Ge, r137, r135);
+                        r140 = r138;
+                        debug_assert_eq!(r135, w10.start() + 4 * (0) as u64);
+                        debug_assert!(r140);
+                        w10.st_u32(0, r136);
+                        r142 = rt::bin_u64(BinOp::Add, r10, r141);
+                        r143 = r133.to_bits();
+                        r144 = rt::bin_u64(BinOp::Add, r142, r13);
+                        r145 = rt::cmp(BinOp::Le, r144, r11);
+                        r146 = rt::cmp(BinOp::Ge, r144, r142);
+                        r147 = r145;
+                        debug_assert_eq!(r142, w11.start() + 4 * (0) as u64);
+                        debug_assert!(r147);
+                        w11.st_u32(0, r143);
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `struct_layout`, translated from WGSL: workgroups of 4x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static STRUCT_LAYOUT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -35945,6 +37891,10 @@ pub static STRUCT_LAYOUT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     private_bytes: 0,
     ops: 60,
     group: struct_layout_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[1],
+        group: struct_layout_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `struct_layout` on every thread.
@@ -36502,6 +38452,419 @@ fn struct_layout_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn struct_layout_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let Some(&b1) = owned.get(0) else {
+        return Ok(false);
+    };
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u64 = 0u64;
+        let mut r15: u64 = 0u64;
+        let mut r16: u64 = 0u64;
+        let mut r17: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u32 = 0u32;
+        let mut r21: u64 = 0u64;
+        let mut r22: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r29: u64 = 0u64;
+        let mut r30: u64 = 0u64;
+        let mut r32: u64 = 0u64;
+        let mut r33: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        let mut r38: u64 = 0u64;
+        let mut r39: u64 = 0u64;
+        let mut r41: u64 = 0u64;
+        let mut r42: u64 = 0u64;
+        let mut r44: u64 = 0u64;
+        let mut r45: u64 = 0u64;
+        let mut r48: u64 = 0u64;
+        let mut r49: u64 = 0u64;
+        let mut r50: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x4u32;
+        r14 = 0x0u64;
+        r15 = b0.len();
+        r17 = 0x20u64;
+        r29 = 0x4u64;
+        r32 = 0x8u64;
+        r35 = 0xcu64;
+        r38 = 0x10u64;
+        r41 = 0x18u64;
+        r44 = 0x1cu64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+        r18 = rt::bin_u64(BinOp::Div, r16, r17);
+        r19 = r18 as u32;
+        r21 = u64::from(r4);
+        r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+        r23 = rt::bin_u64(BinOp::Add, r14, r22);
+        r30 = rt::bin_u64(BinOp::Add, r23, r29);
+        r33 = rt::bin_u64(BinOp::Add, r23, r32);
+        r36 = rt::bin_u64(BinOp::Add, r23, r35);
+        r39 = rt::bin_u64(BinOp::Add, r23, r38);
+        r42 = rt::bin_u64(BinOp::Add, r23, r41);
+        r45 = rt::bin_u64(BinOp::Add, r23, r44);
+        r48 = u64::from(r4);
+        r49 = rt::bin_u64(BinOp::Mul, r48, r29);
+        r50 = rt::bin_u64(BinOp::Add, r14, r49);
+        if !b0.covers(r23, 0, 128) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r4, 0, 3) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<25>(r23, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b0.window::<25>(r30, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b0.window::<25>(r33, 0) else {
+            break 'fast None;
+        };
+        let Some(w3) = b0.window::<25>(r36, 0) else {
+            break 'fast None;
+        };
+        let Some(w4) = b0.window::<25>(r39, 0) else {
+            break 'fast None;
+        };
+        let Some(w5) = b0.window::<25>(r42, 0) else {
+            break 'fast None;
+        };
+        let Some(w6) = b0.window::<25>(r45, 0) else {
+            break 'fast None;
+        };
+        let Some(w7) = b1.window::<4>(r50, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 3) && i128::from(r4) + 3 < i128::from(r19));
+        Some((w0, w1, w2, w3, w4, w5, w6, w7, hoisted))
+    };
+    let Some((w0, w1, w2, w3, w4, w5, w6, w7, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..4u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u64 = 0u64;
+                    let mut r15: u64 = 0u64;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: bool = false;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: bool = false;
+                    let mut r26: bool = false;
+                    let mut r27: bool = false;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: f32 = 0.0f32;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: u32 = 0u32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: u32 = 0u32;
+                    let mut r44: u64 = 0u64;
+                    let mut r45: u64 = 0u64;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: u64 = 0u64;
+                    let mut r49: u64 = 0u64;
+                    let mut r50: u64 = 0u64;
+                    let mut r51: f32 = 0.0f32;
+                    let mut r52: u32 = 0u32;
+                    let mut r53: u32 = 0u32;
+                    let mut r54: u32 = 0u32;
+                    let mut r55: u64 = 0u64;
+                    let mut r56: bool = false;
+                    let mut r57: bool = false;
+                    let mut r58: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x4u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = 0x0u64;
+                        r15 = b0.len();
+                        r17 = 0x20u64;
+                        r29 = 0x4u64;
+                        r32 = 0x8u64;
+                        r35 = 0xcu64;
+                        r38 = 0x10u64;
+                        r41 = 0x18u64;
+                        r44 = 0x1cu64;
+                        r47 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                            r19 = r18 as u32;
+                            r20 = rt::cmp(BinOp::Ge, r4, r19);
+                            {
+                                debug_assert!(!r20);
+                            }
+                            r21 = u64::from(r4);
+                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                            r25 = rt::cmp(BinOp::Le, r24, r15);
+                            r26 = rt::cmp(BinOp::Ge, r24, r23);
+                            r27 = r25;
+                            debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r28 = w0.ld_f32(lx as usize * 8);
+                            r30 = rt::bin_u64(BinOp::Add, r23, r29);
+                            debug_assert_eq!(r30, w1.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r31 = w1.ld_f32(lx as usize * 8);
+                            r33 = rt::bin_u64(BinOp::Add, r23, r32);
+                            debug_assert_eq!(r33, w2.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r34 = w2.ld_f32(lx as usize * 8);
+                            r36 = rt::bin_u64(BinOp::Add, r23, r35);
+                            debug_assert_eq!(r36, w3.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r37 = w3.ld_f32(lx as usize * 8);
+                            r39 = rt::bin_u64(BinOp::Add, r23, r38);
+                            debug_assert_eq!(r39, w4.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r40 = w4.ld_u32(lx as usize * 8);
+                            r42 = rt::bin_u64(BinOp::Add, r23, r41);
+                            debug_assert_eq!(r42, w5.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r43 = w5.ld_u32(lx as usize * 8);
+                            r45 = rt::bin_u64(BinOp::Add, r23, r44);
+                            debug_assert_eq!(r45, w6.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r46 = w6.ld_u32(lx as usize * 8);
+                            r48 = u64::from(r4);
+                            r49 = rt::bin_u64(BinOp::Mul, r48, r29);
+                            r50 = rt::bin_u64(BinOp::Add, r14, r49);
+                            r51 = rt::bin_f32(BinOp::Add, r31, r37);
+                            r52 = r51.to_bits();
+                            r53 = rt::bin_u32(BinOp::Add, r52, r40);
+                            r54 = rt::bin_u32(BinOp::Add, r53, r46);
+                            r55 = rt::bin_u64(BinOp::Add, r50, r29);
+                            r56 = rt::cmp(BinOp::Le, r55, r47);
+                            r57 = rt::cmp(BinOp::Ge, r55, r50);
+                            r58 = r56;
+                            debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
+                            debug_assert!(r58);
+                            w7.st_u32(lx as usize, r54);
+                            break 'inv;
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..4u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u64 = 0u64;
+                    let mut r15: u64 = 0u64;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: bool = false;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: bool = false;
+                    let mut r26: bool = false;
+                    let mut r27: bool = false;
+                    let mut r28: f32 = 0.0f32;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: f32 = 0.0f32;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: f32 = 0.0f32;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: u64 = 0u64;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: u32 = 0u32;
+                    let mut r41: u64 = 0u64;
+                    let mut r42: u64 = 0u64;
+                    let mut r43: u32 = 0u32;
+                    let mut r44: u64 = 0u64;
+                    let mut r45: u64 = 0u64;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: u64 = 0u64;
+                    let mut r49: u64 = 0u64;
+                    let mut r50: u64 = 0u64;
+                    let mut r51: f32 = 0.0f32;
+                    let mut r52: u32 = 0u32;
+                    let mut r53: u32 = 0u32;
+                    let mut r54: u32 = 0u32;
+                    let mut r55: u64 = 0u64;
+                    let mut r56: bool = false;
+                    let mut r57: bool = false;
+                    let mut r58: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x4u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = 0x0u64;
+                        r15 = b0.len();
+                        r17 = 0x20u64;
+                        r29 = 0x4u64;
+                        r32 = 0x8u64;
+                        r35 = 0xcu64;
+                        r38 = 0x10u64;
+                        r41 = 0x18u64;
+                        r44 = 0x1cu64;
+                        r47 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                            r19 = r18 as u32;
+                            r20 = rt::cmp(BinOp::Ge, r4, r19);
+                            if r20 {
+                                break 'inv;
+                            }
+                            r21 = u64::from(r4);
+                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                            r25 = rt::cmp(BinOp::Le, r24, r15);
+                            r26 = rt::cmp(BinOp::Ge, r24, r23);
+                            r27 = r25;
+                            debug_assert_eq!(r23, w0.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r28 = w0.ld_f32(lx as usize * 8);
+                            r30 = rt::bin_u64(BinOp::Add, r23, r29);
+                            debug_assert_eq!(r30, w1.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r31 = w1.ld_f32(lx as usize * 8);
+                            r33 = rt::bin_u64(BinOp::Add, r23, r32);
+                            debug_assert_eq!(r33, w2.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r34 = w2.ld_f32(lx as usize * 8);
+                            r36 = rt::bin_u64(BinOp::Add, r23, r35);
+                            debug_assert_eq!(r36, w3.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r37 = w3.ld_f32(lx as usize * 8);
+                            r39 = rt::bin_u64(BinOp::Add, r23, r38);
+                            debug_assert_eq!(r39, w4.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r40 = w4.ld_u32(lx as usize * 8);
+                            r42 = rt::bin_u64(BinOp::Add, r23, r41);
+                            debug_assert_eq!(r42, w5.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r43 = w5.ld_u32(lx as usize * 8);
+                            r45 = rt::bin_u64(BinOp::Add, r23, r44);
+                            debug_assert_eq!(r45, w6.start() + 4 * (lx as usize * 8) as u64);
+                            debug_assert!(r27);
+                            r46 = w6.ld_u32(lx as usize * 8);
+                            r48 = u64::from(r4);
+                            r49 = rt::bin_u64(BinOp::Mul, r48, r29);
+                            r50 = rt::bin_u64(BinOp::Add, r14, r49);
+                            r51 = rt::bin_f32(BinOp::Add, r31, r37);
+                            r52 = r51.to_bits();
+                            r53 = rt::bin_u32(BinOp::Add, r52, r40);
+                            r54 = rt::bin_u32(BinOp::Add, r53, r46);
+                            r55 = rt::bin_u64(BinOp::Add, r50, r29);
+                            r56 = rt::cmp(BinOp::Le, r55, r47);
+                            r57 = rt::cmp(BinOp::Ge, r55, r50);
+                            r58 = r56;
+                            debug_assert_eq!(r50, w7.start() + 4 * (lx as usize) as u64);
+                            debug_assert!(r58);
+                            w7.st_u32(lx as usize, r54);
+                            break 'inv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `control`, translated from WGSL: workgroups of 8x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static CONTROL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -36512,6 +38875,10 @@ pub static CONTROL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 16,
     ops: 139,
     group: control_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0],
+        group: control_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `control` on every thread.
@@ -37233,6 +39600,388 @@ fn control_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn control_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r84: u64 = 0u64;
+        let mut r86: u64 = 0u64;
+        let mut r87: u64 = 0u64;
+        let mut r88: u64 = 0u64;
+        let mut r89: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x8u32;
+        r84 = 0x0u64;
+        r87 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r86 = u64::from(r4);
+        r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+        r89 = rt::bin_u64(BinOp::Add, r84, r88);
+        if !rt::fits_u32(r4, 0, 7) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<8>(r89, 0) else {
+            break 'fast None;
+        };
+        Some((w0,))
+    };
+    let Some((w0,)) = windows else {
+        return Ok(false);
+    };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..8u32 {
+                pv.clear();
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10: u32 = 0u32;
+                let mut r11: u32 = 0u32;
+                let mut r12: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r14: u32 = 0u32;
+                let mut r15: u32 = 0u32;
+                let mut r16: u32 = 0u32;
+                let mut r17: bool = false;
+                let mut r18: bool = false;
+                let mut r19: bool = false;
+                let mut r20: u32 = 0u32;
+                let mut r21: u32 = 0u32;
+                let mut r22: u32 = 0u32;
+                let mut r23: u32 = 0u32;
+                let mut r24: bool = false;
+                let mut r25: u32 = 0u32;
+                let mut r26: bool = false;
+                let mut r27: u32 = 0u32;
+                let mut r28: u32 = 0u32;
+                let mut r29: bool = false;
+                let mut r30: u32 = 0u32;
+                let mut r31: u32 = 0u32;
+                let mut r32: bool = false;
+                let mut r33: u32 = 0u32;
+                let mut r34: u32 = 0u32;
+                let mut r35: u32 = 0u32;
+                let mut r36: u32 = 0u32;
+                let mut r37: bool = false;
+                let mut r38: bool = false;
+                let mut r39: bool = false;
+                let mut r40: u32 = 0u32;
+                let mut r41: u32 = 0u32;
+                let mut r42: u32 = 0u32;
+                let mut r43: bool = false;
+                let mut r44: bool = false;
+                let mut r45: bool = false;
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u32 = 0u32;
+                let mut r49: u32 = 0u32;
+                let mut r50: bool = false;
+                let mut r51: u32 = 0u32;
+                let mut r52: bool = false;
+                let mut r53: u32 = 0u32;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: u32 = 0u32;
+                let mut r58: u32 = 0u32;
+                let mut r59: u32 = 0u32;
+                let mut r60: u32 = 0u32;
+                let mut r61: bool = false;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
+                let mut r64: u32 = 0u32;
+                let mut r65: u32 = 0u32;
+                let mut r66: u32 = 0u32;
+                let mut r67: bool = false;
+                let mut r68: u32 = 0u32;
+                let mut r69: u32 = 0u32;
+                let mut r70: bool = false;
+                let mut r71: u32 = 0u32;
+                let mut r72: bool = false;
+                let mut r73: bool = false;
+                let mut r74: bool = false;
+                let mut r75: u32 = 0u32;
+                let mut r76: u32 = 0u32;
+                let mut r77: u32 = 0u32;
+                let mut r78: u32 = 0u32;
+                let mut r79: bool = false;
+                let mut r80: bool = false;
+                let mut r81: bool = false;
+                let mut r82: u32 = 0u32;
+                let mut r83: u32 = 0u32;
+                let mut r84: u64 = 0u64;
+                let mut r85: u64 = 0u64;
+                let mut r86: u64 = 0u64;
+                let mut r87: u64 = 0u64;
+                let mut r88: u64 = 0u64;
+                let mut r89: u64 = 0u64;
+                let mut r90: u32 = 0u32;
+                let mut r91: bool = false;
+                let mut r92: bool = false;
+                let mut r93: bool = false;
+                let mut r94: u32 = 0u32;
+                let mut r95: u32 = 0u32;
+                let mut r96: u32 = 0u32;
+                let mut r97: bool = false;
+                let mut r98: u32 = 0u32;
+                let mut r99: u32 = 0u32;
+                let mut r100: bool = false;
+                let mut r101: bool = false;
+                let mut r102: bool = false;
+                let mut r103: bool = false;
+                let mut r104: bool = false;
+                let mut r105: bool = false;
+                let mut r106: bool = false;
+                let mut r107: bool = false;
+                let mut r108: bool = false;
+                let mut r109: bool = false;
+                let mut r110: bool = false;
+                let mut r111: bool = false;
+                let mut r112: u32 = 0u32;
+                let mut r113: u32 = 0u32;
+                let mut r114: bool = false;
+                let mut r115: u32 = 0u32;
+                let mut r116: u32 = 0u32;
+                let mut r117: u32 = 0u32;
+                let mut r118: u32 = 0u32;
+                let mut r119: u64 = 0u64;
+                let mut r120: bool = false;
+                let mut r121: bool = false;
+                let mut r122: bool = false;
+                'inv: {
+                    r0 = wid[0];
+                    r1 = lx;
+                    r2 = 0x8u32;
+                    r5 = wid[1];
+                    r6 = ly;
+                    r7 = 0x1u32;
+                    r10 = wid[2];
+                    r11 = lz;
+                    r14 = 0x0u32;
+                    r15 = 0x4u32;
+                    r23 = 0x30u32;
+                    r28 = 0x3u32;
+                    r49 = 0x14u32;
+                    r58 = 0x2u32;
+                    r69 = 0x5u32;
+                    r76 = 0x3e8u32;
+                    r84 = 0x0u64;
+                    r85 = b0.len();
+                    r87 = 0x4u64;
+                    r103 = true;
+                    r110 = false;
+                    r112 = 0xau32;
+                    r113 = 0x28u32;
+                    r115 = 0x63u32;
+                    r116 = 0x1eu32;
+                    r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                    r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                    r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                    r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                    r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                    'b1: {
+                        r16 = rt::bin_u32(BinOp::Add, r14, r15);
+                        r17 = rt::cmp(BinOp::Le, r16, r15);
+                        r18 = rt::cmp(BinOp::Ge, r16, r14);
+                        r19 = r17;
+                        pv.st_u32(u64::from(r14), r14)?;
+                        r20 = r14;
+                        r21 = r14;
+                        r22 = r14;
+                        r24 = rt::cmp(BinOp::Ge, r4, r23);
+                        if r24 {
+                            break 'inv;
+                        }
+                        'l0: loop {
+                            'c0: {
+                                r25 = r20;
+                                r26 = rt::cmp(BinOp::Eq, r25, r4);
+                                if r26 {
+                                    break 'l0;
+                                }
+                                r27 = r20;
+                                r29 = rt::cmp(BinOp::Eq, r28, r14);
+                                r30 = if r29 { r7 } else { r28 };
+                                r31 = rt::bin_u32(BinOp::Rem, r27, r30);
+                                r32 = rt::cmp(BinOp::Eq, r31, r14);
+                                if r32 {
+                                    r33 = r20;
+                                    r34 = rt::bin_u32(BinOp::Add, r33, r7);
+                                    r20 = r34;
+                                    break 'c0;
+                                }
+                                r35 = r20;
+                                'b2: {
+                                    r36 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r37 = rt::cmp(BinOp::Le, r36, r15);
+                                    r38 = rt::cmp(BinOp::Ge, r36, r14);
+                                    r39 = r37;
+                                    r40 = pv.ld_u32(u64::from(r14))?;
+                                    r41 = rt::bin_u32(BinOp::Add, r40, r35);
+                                    r42 = rt::bin_u32(BinOp::Add, r14, r15);
+                                    r43 = rt::cmp(BinOp::Le, r42, r15);
+                                    r44 = rt::cmp(BinOp::Ge, r42, r14);
+                                    r45 = r43;
+                                    pv.st_u32(u64::from(r14), r41)?;
+                                    break 'b2;
+                                }
+                            }
+                            r46 = r20;
+                            r47 = rt::bin_u32(BinOp::Add, r46, r7);
+                            r20 = r47;
+                            r48 = r20;
+                            r50 = rt::cmp(BinOp::Gt, r48, r49);
+                            if r50 {
+                                break 'l0;
+                            }
+                        }
+                        'l1: loop {
+                            'c1: {
+                                r51 = r21;
+                                r52 = rt::cmp(BinOp::Lt, r51, r28);
+                                if r52 {
+                                } else {
+                                    break 'l1;
+                                }
+                                r53 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r54 = rt::cmp(BinOp::Le, r53, r15);
+                                r55 = rt::cmp(BinOp::Ge, r53, r14);
+                                r56 = r54;
+                                r57 = pv.ld_u32(u64::from(r14))?;
+                                r59 = rt::bin_u32(BinOp::Mul, r57, r58);
+                                r60 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r61 = rt::cmp(BinOp::Le, r60, r15);
+                                r62 = rt::cmp(BinOp::Ge, r60, r14);
+                                r63 = r61;
+                                pv.st_u32(u64::from(r14), r59)?;
+                                r64 = r21;
+                                r65 = rt::bin_u32(BinOp::Add, r64, r7);
+                                r21 = r65;
+                            }
+                        }
+                        'l2: loop {
+                            'c2: {
+                                r66 = r22;
+                                r67 = rt::cmp(BinOp::Lt, r66, r4);
+                                if r67 {
+                                } else {
+                                    break 'l2;
+                                }
+                                r68 = r22;
+                                r70 = rt::cmp(BinOp::Eq, r68, r69);
+                                if r70 {
+                                    break 'l2;
+                                }
+                                r71 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r72 = rt::cmp(BinOp::Le, r71, r15);
+                                r73 = rt::cmp(BinOp::Ge, r71, r14);
+                                r74 = r72;
+                                r75 = pv.ld_u32(u64::from(r14))?;
+                                r77 = rt::bin_u32(BinOp::Add, r75, r76);
+                                r78 = rt::bin_u32(BinOp::Add, r14, r15);
+                                r79 = rt::cmp(BinOp::Le, r78, r15);
+                                r80 = rt::cmp(BinOp::Ge, r78, r14);
+                                r81 = r79;
+                                pv.st_u32(u64::from(r14), r77)?;
+                            }
+                            r82 = r22;
+                            r83 = rt::bin_u32(BinOp::Add, r82, r7);
+                            r22 = r83;
+                        }
+                        r86 = u64::from(r4);
+                        r88 = rt::bin_u64(BinOp::Mul, r86, r87);
+                        r89 = rt::bin_u64(BinOp::Add, r84, r88);
+                        r90 = rt::bin_u32(BinOp::Add, r14, r15);
+                        r91 = rt::cmp(BinOp::Le, r90, r15);
+                        r92 = rt::cmp(BinOp::Ge, r90, r14);
+                        r93 = r91;
+                        r94 = pv.ld_u32(u64::from(r14))?;
+                        r95 = rt::bin_u32(BinOp::Mul, r94, r76);
+                        'b3: {
+                            r97 = rt::cmp(BinOp::Eq, r69, r14);
+                            r98 = if r97 { r7 } else { r69 };
+                            r99 = rt::bin_u32(BinOp::Rem, r4, r98);
+                            'b4: {
+                                r100 = rt::cmp(BinOp::Eq, r99, r14);
+                                r101 = rt::cmp(BinOp::Eq, r99, r7);
+                                r102 = rt::cmp(BinOp::Eq, r99, r58);
+                                r104 = !r100;
+                                r105 = r104;
+                                r106 = !r101;
+                                r107 = rt::bin_bool(BinOp::And, r105, r106);
+                                r108 = !r102;
+                                r109 = rt::bin_bool(BinOp::And, r107, r108);
+                                r111 = r110;
+                                r111 = rt::bin_bool(BinOp::Or, r111, r100);
+                                if r111 {
+                                    r96 = r112;
+                                    break 'b3;
+                                    break 'b4;
+                                }
+                                r111 = rt::bin_bool(BinOp::Or, r111, r101);
+                                if r111 {}
+                                r111 = rt::bin_bool(BinOp::Or, r111, r102);
+                                if r111 {
+                                    r96 = r49;
+                                    break 'b3;
+                                    break 'b4;
+                                }
+                                r111 = rt::bin_bool(BinOp::Or, r111, r109);
+                                if r111 {
+                                    break 'b4;
+                                }
+                            }
+                            r114 = rt::cmp(BinOp::Gt, r4, r113);
+                            if r114 {
+                                r96 = r115;
+                                break 'b3;
+                            }
+                            r96 = r116;
+                            break 'b3;
+                        }
+                        r117 = r96;
+                        r118 = rt::bin_u32(BinOp::Add, r95, r117);
+                        r119 = rt::bin_u64(BinOp::Add, r89, r87);
+                        r120 = rt::cmp(BinOp::Le, r119, r85);
+                        r121 = rt::cmp(BinOp::Ge, r119, r89);
+                        r122 = r120;
+                        debug_assert_eq!(r89, w0.start() + 4 * (lx as usize) as u64);
+                        debug_assert!(r122);
+                        w0.st_u32(lx as usize, r118);
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `builtins`, translated from WGSL: workgroups of 4x2x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static BUILTINS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -37243,6 +39992,7 @@ pub static BUILTINS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 57,
     group: builtins_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `builtins` on every thread.
@@ -37400,6 +40150,10 @@ pub static SEMANTICS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 197,
     group: semantics_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0, 1],
+        group: semantics_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `semantics` on every thread.
@@ -38387,6 +41141,571 @@ fn semantics_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn semantics_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let Some(&b1) = owned.get(1) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let p2 = cx.param(2)?;
+    let p3 = cx.param(3)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u64 = 0u64;
+        let mut r9: u64 = 0u64;
+        let mut r14: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r24: u64 = 0u64;
+        let mut r42: u64 = 0u64;
+        let mut r43: u64 = 0u64;
+        let mut r57: u64 = 0u64;
+        let mut r58: u64 = 0u64;
+        let mut r74: u64 = 0u64;
+        let mut r75: u64 = 0u64;
+        let mut r84: u64 = 0u64;
+        let mut r85: u64 = 0u64;
+        let mut r94: u64 = 0u64;
+        let mut r95: u64 = 0u64;
+        let mut r107: u64 = 0u64;
+        let mut r108: u64 = 0u64;
+        let mut r120: u64 = 0u64;
+        let mut r121: u64 = 0u64;
+        let mut r132: u64 = 0u64;
+        let mut r133: u64 = 0u64;
+        let mut r142: u64 = 0u64;
+        let mut r143: u64 = 0u64;
+        let mut r157: u32 = 0u32;
+        let mut r158: u32 = 0u32;
+        let mut r159: u32 = 0u32;
+        let mut r161: u64 = 0u64;
+        let mut r162: u64 = 0u64;
+        let mut r163: u64 = 0u64;
+        let mut r169: u64 = 0u64;
+        let mut r170: u64 = 0u64;
+        let mut r171: u64 = 0u64;
+        let mut r172: u64 = 0u64;
+        let mut r173: u64 = 0u64;
+        r0 = 0x0u64;
+        r9 = 0x4u64;
+        r23 = 0x8u64;
+        r42 = 0xcu64;
+        r57 = 0x10u64;
+        r74 = 0x14u64;
+        r84 = 0x18u64;
+        r94 = 0x1cu64;
+        r107 = 0x20u64;
+        r120 = 0x24u64;
+        r132 = 0x28u64;
+        r142 = 0x2cu64;
+        r158 = 0x64u32;
+        r169 = 0x30u64;
+        r14 = rt::bin_u64(BinOp::Add, r0, r9);
+        r24 = rt::bin_u64(BinOp::Add, r0, r23);
+        r43 = rt::bin_u64(BinOp::Add, r0, r42);
+        r58 = rt::bin_u64(BinOp::Add, r0, r57);
+        r75 = rt::bin_u64(BinOp::Add, r0, r74);
+        r85 = rt::bin_u64(BinOp::Add, r0, r84);
+        r95 = rt::bin_u64(BinOp::Add, r0, r94);
+        r108 = rt::bin_u64(BinOp::Add, r0, r107);
+        r121 = rt::bin_u64(BinOp::Add, r0, r120);
+        r133 = rt::bin_u64(BinOp::Add, r0, r132);
+        r143 = rt::bin_u64(BinOp::Add, r0, r142);
+        r157 = p3;
+        r159 = rt::bin_u32(BinOp::Add, r157, r158);
+        r161 = u64::from(r159);
+        r162 = rt::bin_u64(BinOp::Mul, r161, r9);
+        r163 = rt::bin_u64(BinOp::Add, r0, r162);
+        r170 = rt::bin_u64(BinOp::Add, r0, r169);
+        r171 = u64::from(r159);
+        r172 = rt::bin_u64(BinOp::Mul, r171, r9);
+        r173 = rt::bin_u64(BinOp::Add, r0, r172);
+        let Some(w0) = b0.window::<1>(r0, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b0.window::<1>(r14, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b0.window::<1>(r24, 0) else {
+            break 'fast None;
+        };
+        let Some(w3) = b0.window::<1>(r43, 0) else {
+            break 'fast None;
+        };
+        let Some(w4) = b0.window::<1>(r58, 0) else {
+            break 'fast None;
+        };
+        let Some(w5) = b0.window::<1>(r75, 0) else {
+            break 'fast None;
+        };
+        let Some(w6) = b0.window::<1>(r85, 0) else {
+            break 'fast None;
+        };
+        let Some(w7) = b0.window::<1>(r95, 0) else {
+            break 'fast None;
+        };
+        let Some(w8) = b0.window::<1>(r108, 0) else {
+            break 'fast None;
+        };
+        let Some(w9) = b0.window::<1>(r121, 0) else {
+            break 'fast None;
+        };
+        let Some(w10) = b0.window::<1>(r133, 0) else {
+            break 'fast None;
+        };
+        let Some(w11) = b0.window::<1>(r143, 0) else {
+            break 'fast None;
+        };
+        let Some(w12) = b1.window::<1>(r163, 0) else {
+            break 'fast None;
+        };
+        let Some(w13) = b1.window::<1>(r173, 0) else {
+            break 'fast None;
+        };
+        let Some(w14) = b0.window::<1>(r170, 0) else {
+            break 'fast None;
+        };
+        Some((
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14,
+        ))
+    };
+    let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14)) = windows else {
+        return Ok(false);
+    };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..1u32 {
+                let mut r0: u64 = 0u64;
+                let mut r1: u64 = 0u64;
+                let mut r2: u32 = 0u32;
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: bool = false;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u64 = 0u64;
+                let mut r10: u64 = 0u64;
+                let mut r11: bool = false;
+                let mut r12: bool = false;
+                let mut r13: bool = false;
+                let mut r14: u64 = 0u64;
+                let mut r15: u32 = 0u32;
+                let mut r16: bool = false;
+                let mut r17: u32 = 0u32;
+                let mut r18: u32 = 0u32;
+                let mut r19: u64 = 0u64;
+                let mut r20: bool = false;
+                let mut r21: bool = false;
+                let mut r22: bool = false;
+                let mut r23: u64 = 0u64;
+                let mut r24: u64 = 0u64;
+                let mut r25: i32 = 0i32;
+                let mut r26: i32 = 0i32;
+                let mut r27: i32 = 0i32;
+                let mut r28: i32 = 0i32;
+                let mut r29: bool = false;
+                let mut r30: i32 = 0i32;
+                let mut r31: bool = false;
+                let mut r32: bool = false;
+                let mut r33: bool = false;
+                let mut r34: bool = false;
+                let mut r35: i32 = 0i32;
+                let mut r36: i32 = 0i32;
+                let mut r37: u32 = 0u32;
+                let mut r38: u64 = 0u64;
+                let mut r39: bool = false;
+                let mut r40: bool = false;
+                let mut r41: bool = false;
+                let mut r42: u64 = 0u64;
+                let mut r43: u64 = 0u64;
+                let mut r44: i32 = 0i32;
+                let mut r45: bool = false;
+                let mut r46: bool = false;
+                let mut r47: bool = false;
+                let mut r48: bool = false;
+                let mut r49: bool = false;
+                let mut r50: i32 = 0i32;
+                let mut r51: i32 = 0i32;
+                let mut r52: u32 = 0u32;
+                let mut r53: u64 = 0u64;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: u64 = 0u64;
+                let mut r58: u64 = 0u64;
+                let mut r59: u32 = 0u32;
+                let mut r60: i32 = 0i32;
+                let mut r61: i32 = 0i32;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
+                let mut r64: bool = false;
+                let mut r65: bool = false;
+                let mut r66: bool = false;
+                let mut r67: i32 = 0i32;
+                let mut r68: i32 = 0i32;
+                let mut r69: u32 = 0u32;
+                let mut r70: u64 = 0u64;
+                let mut r71: bool = false;
+                let mut r72: bool = false;
+                let mut r73: bool = false;
+                let mut r74: u64 = 0u64;
+                let mut r75: u64 = 0u64;
+                let mut r76: u32 = 0u32;
+                let mut r77: u32 = 0u32;
+                let mut r78: u32 = 0u32;
+                let mut r79: u32 = 0u32;
+                let mut r80: u64 = 0u64;
+                let mut r81: bool = false;
+                let mut r82: bool = false;
+                let mut r83: bool = false;
+                let mut r84: u64 = 0u64;
+                let mut r85: u64 = 0u64;
+                let mut r86: u32 = 0u32;
+                let mut r87: u32 = 0u32;
+                let mut r88: u32 = 0u32;
+                let mut r89: u32 = 0u32;
+                let mut r90: u64 = 0u64;
+                let mut r91: bool = false;
+                let mut r92: bool = false;
+                let mut r93: bool = false;
+                let mut r94: u64 = 0u64;
+                let mut r95: u64 = 0u64;
+                let mut r96: f32 = 0.0f32;
+                let mut r97: f32 = 0.0f32;
+                let mut r98: f32 = 0.0f32;
+                let mut r99: f32 = 0.0f32;
+                let mut r100: f32 = 0.0f32;
+                let mut r101: i32 = 0i32;
+                let mut r102: u32 = 0u32;
+                let mut r103: u64 = 0u64;
+                let mut r104: bool = false;
+                let mut r105: bool = false;
+                let mut r106: bool = false;
+                let mut r107: u64 = 0u64;
+                let mut r108: u64 = 0u64;
+                let mut r109: f32 = 0.0f32;
+                let mut r110: f32 = 0.0f32;
+                let mut r111: f32 = 0.0f32;
+                let mut r112: f32 = 0.0f32;
+                let mut r113: f32 = 0.0f32;
+                let mut r114: f32 = 0.0f32;
+                let mut r115: u32 = 0u32;
+                let mut r116: u64 = 0u64;
+                let mut r117: bool = false;
+                let mut r118: bool = false;
+                let mut r119: bool = false;
+                let mut r120: u64 = 0u64;
+                let mut r121: u64 = 0u64;
+                let mut r122: f32 = 0.0f32;
+                let mut r123: f32 = 0.0f32;
+                let mut r124: f32 = 0.0f32;
+                let mut r125: f32 = 0.0f32;
+                let mut r126: i32 = 0i32;
+                let mut r127: u32 = 0u32;
+                let mut r128: u64 = 0u64;
+                let mut r129: bool = false;
+                let mut r130: bool = false;
+                let mut r131: bool = false;
+                let mut r132: u64 = 0u64;
+                let mut r133: u64 = 0u64;
+                let mut r134: f32 = 0.0f32;
+                let mut r135: f32 = 0.0f32;
+                let mut r136: f32 = 0.0f32;
+                let mut r137: u32 = 0u32;
+                let mut r138: u64 = 0u64;
+                let mut r139: bool = false;
+                let mut r140: bool = false;
+                let mut r141: bool = false;
+                let mut r142: u64 = 0u64;
+                let mut r143: u64 = 0u64;
+                let mut r144: f32 = 0.0f32;
+                let mut r145: f32 = 0.0f32;
+                let mut r146: f32 = 0.0f32;
+                let mut r147: f32 = 0.0f32;
+                let mut r148: f32 = 0.0f32;
+                let mut r149: f32 = 0.0f32;
+                let mut r150: f32 = 0.0f32;
+                let mut r151: f32 = 0.0f32;
+                let mut r152: u32 = 0u32;
+                let mut r153: u64 = 0u64;
+                let mut r154: bool = false;
+                let mut r155: bool = false;
+                let mut r156: bool = false;
+                let mut r157: u32 = 0u32;
+                let mut r158: u32 = 0u32;
+                let mut r159: u32 = 0u32;
+                let mut r160: u64 = 0u64;
+                let mut r161: u64 = 0u64;
+                let mut r162: u64 = 0u64;
+                let mut r163: u64 = 0u64;
+                let mut r164: u32 = 0u32;
+                let mut r165: u64 = 0u64;
+                let mut r166: bool = false;
+                let mut r167: bool = false;
+                let mut r168: bool = false;
+                let mut r169: u64 = 0u64;
+                let mut r170: u64 = 0u64;
+                let mut r171: u64 = 0u64;
+                let mut r172: u64 = 0u64;
+                let mut r173: u64 = 0u64;
+                let mut r174: u64 = 0u64;
+                let mut r175: bool = false;
+                let mut r176: bool = false;
+                let mut r177: bool = false;
+                let mut r178: u32 = 0u32;
+                let mut r179: u64 = 0u64;
+                let mut r180: bool = false;
+                let mut r181: bool = false;
+                let mut r182: bool = false;
+                'inv: {
+                    r0 = 0x0u64;
+                    r1 = b0.len();
+                    r3 = 0x7u32;
+                    r4 = 0x0u32;
+                    r5 = 0x1u32;
+                    r9 = 0x4u64;
+                    r23 = 0x8u64;
+                    r26 = -2147483648i32;
+                    r27 = 0i32;
+                    r28 = 1i32;
+                    r30 = -1i32;
+                    r42 = 0xcu64;
+                    r57 = 0x10u64;
+                    r61 = -9i32;
+                    r74 = 0x14u64;
+                    r77 = 0x1fu32;
+                    r84 = 0x18u64;
+                    r87 = 0x80000000u32;
+                    r94 = 0x1cu64;
+                    r97 = f32::from_bits(0xcf000000);
+                    r98 = f32::from_bits(0x4effffff);
+                    r107 = 0x20u64;
+                    r111 = f32::from_bits(0x0);
+                    r112 = f32::from_bits(0x4f7fffff);
+                    r120 = 0x24u64;
+                    r132 = 0x28u64;
+                    r142 = 0x2cu64;
+                    r145 = f32::from_bits(0x4dbebc20);
+                    r147 = f32::from_bits(0xc0000000);
+                    r158 = 0x64u32;
+                    r160 = b1.len();
+                    r164 = 0xdeadu32;
+                    r169 = 0x30u64;
+                    'b1: {
+                        r2 = p0;
+                        r6 = rt::cmp(BinOp::Eq, r2, r4);
+                        r7 = if r6 { r5 } else { r2 };
+                        r8 = rt::bin_u32(BinOp::Div, r3, r7);
+                        r10 = rt::bin_u64(BinOp::Add, r0, r9);
+                        r11 = rt::cmp(BinOp::Le, r10, r1);
+                        r12 = rt::cmp(BinOp::Ge, r10, r0);
+                        r13 = r11;
+                        debug_assert_eq!(r0, w0.start() + 4 * (0) as u64);
+                        debug_assert!(r13);
+                        w0.st_u32(0, r8);
+                        r14 = rt::bin_u64(BinOp::Add, r0, r9);
+                        r15 = p0;
+                        r16 = rt::cmp(BinOp::Eq, r15, r4);
+                        r17 = if r16 { r5 } else { r15 };
+                        r18 = rt::bin_u32(BinOp::Rem, r3, r17);
+                        r19 = rt::bin_u64(BinOp::Add, r14, r9);
+                        r20 = rt::cmp(BinOp::Le, r19, r1);
+                        r21 = rt::cmp(BinOp::Ge, r19, r14);
+                        r22 = r20;
+                        debug_assert_eq!(r14, w1.start() + 4 * (0) as u64);
+                        debug_assert!(r22);
+                        w1.st_u32(0, r18);
+                        r24 = rt::bin_u64(BinOp::Add, r0, r23);
+                        r25 = p2 as i32;
+                        r29 = rt::cmp(BinOp::Eq, r25, r27);
+                        r31 = rt::cmp(BinOp::Eq, r26, r26);
+                        r32 = rt::cmp(BinOp::Eq, r25, r30);
+                        r33 = rt::bin_bool(BinOp::And, r31, r32);
+                        r34 = rt::bin_bool(BinOp::Or, r29, r33);
+                        r35 = if r34 { r28 } else { r25 };
+                        r36 = rt::bin_i32(BinOp::Div, r26, r35);
+                        r37 = r36 as u32;
+                        r38 = rt::bin_u64(BinOp::Add, r24, r9);
+                        r39 = rt::cmp(BinOp::Le, r38, r1);
+                        r40 = rt::cmp(BinOp::Ge, r38, r24);
+                        r41 = r39;
+                        debug_assert_eq!(r24, w2.start() + 4 * (0) as u64);
+                        debug_assert!(r41);
+                        w2.st_u32(0, r37);
+                        r43 = rt::bin_u64(BinOp::Add, r0, r42);
+                        r44 = p2 as i32;
+                        r45 = rt::cmp(BinOp::Eq, r44, r27);
+                        r46 = rt::cmp(BinOp::Eq, r26, r26);
+                        r47 = rt::cmp(BinOp::Eq, r44, r30);
+                        r48 = rt::bin_bool(BinOp::And, r46, r47);
+                        r49 = rt::bin_bool(BinOp::Or, r45, r48);
+                        r50 = if r49 { r28 } else { r44 };
+                        r51 = rt::bin_i32(BinOp::Rem, r26, r50);
+                        r52 = r51 as u32;
+                        r53 = rt::bin_u64(BinOp::Add, r43, r9);
+                        r54 = rt::cmp(BinOp::Le, r53, r1);
+                        r55 = rt::cmp(BinOp::Ge, r53, r43);
+                        r56 = r54;
+                        debug_assert_eq!(r43, w3.start() + 4 * (0) as u64);
+                        debug_assert!(r56);
+                        w3.st_u32(0, r52);
+                        r58 = rt::bin_u64(BinOp::Add, r0, r57);
+                        r59 = p0;
+                        r60 = r59 as i32;
+                        r62 = rt::cmp(BinOp::Eq, r60, r27);
+                        r63 = rt::cmp(BinOp::Eq, r61, r26);
+                        r64 = rt::cmp(BinOp::Eq, r60, r30);
+                        r65 = rt::bin_bool(BinOp::And, r63, r64);
+                        r66 = rt::bin_bool(BinOp::Or, r62, r65);
+                        r67 = if r66 { r28 } else { r60 };
+                        r68 = rt::bin_i32(BinOp::Div, r61, r67);
+                        r69 = r68 as u32;
+                        r70 = rt::bin_u64(BinOp::Add, r58, r9);
+                        r71 = rt::cmp(BinOp::Le, r70, r1);
+                        r72 = rt::cmp(BinOp::Ge, r70, r58);
+                        r73 = r71;
+                        debug_assert_eq!(r58, w4.start() + 4 * (0) as u64);
+                        debug_assert!(r73);
+                        w4.st_u32(0, r69);
+                        r75 = rt::bin_u64(BinOp::Add, r0, r74);
+                        r76 = p3;
+                        r78 = rt::bin_u32(BinOp::And, r76, r77);
+                        r79 = rt::bin_u32(BinOp::Shl, r5, r78);
+                        r80 = rt::bin_u64(BinOp::Add, r75, r9);
+                        r81 = rt::cmp(BinOp::Le, r80, r1);
+                        r82 = rt::cmp(BinOp::Ge, r80, r75);
+                        r83 = r81;
+                        debug_assert_eq!(r75, w5.start() + 4 * (0) as u64);
+                        debug_assert!(r83);
+                        w5.st_u32(0, r79);
+                        r85 = rt::bin_u64(BinOp::Add, r0, r84);
+                        r86 = p3;
+                        r88 = rt::bin_u32(BinOp::And, r86, r77);
+                        r89 = rt::bin_u32(BinOp::Shr, r87, r88);
+                        r90 = rt::bin_u64(BinOp::Add, r85, r9);
+                        r91 = rt::cmp(BinOp::Le, r90, r1);
+                        r92 = rt::cmp(BinOp::Ge, r90, r85);
+                        r93 = r91;
+                        debug_assert_eq!(r85, w6.start() + 4 * (0) as u64);
+                        debug_assert!(r93);
+                        w6.st_u32(0, r89);
+                        r95 = rt::bin_u64(BinOp::Add, r0, r94);
+                        r96 = f32::from_bits(p1);
+                        r99 = rt::bin_f32(BinOp::Max, r96, r97);
+                        r100 = rt::bin_f32(BinOp::Min, r99, r98);
+                        r101 = r100 as i32;
+                        r102 = r101 as u32;
+                        r103 = rt::bin_u64(BinOp::Add, r95, r9);
+                        r104 = rt::cmp(BinOp::Le, r103, r1);
+                        r105 = rt::cmp(BinOp::Ge, r103, r95);
+                        r106 = r104;
+                        debug_assert_eq!(r95, w7.start() + 4 * (0) as u64);
+                        debug_assert!(r106);
+                        w7.st_u32(0, r102);
+                        r108 = rt::bin_u64(BinOp::Add, r0, r107);
+                        r109 = f32::from_bits(p1);
+                        r110 = rt::un_f32(UnOp::Neg, r109);
+                        r113 = rt::bin_f32(BinOp::Max, r110, r111);
+                        r114 = rt::bin_f32(BinOp::Min, r113, r112);
+                        r115 = r114 as u32;
+                        r116 = rt::bin_u64(BinOp::Add, r108, r9);
+                        r117 = rt::cmp(BinOp::Le, r116, r1);
+                        r118 = rt::cmp(BinOp::Ge, r116, r108);
+                        r119 = r117;
+                        debug_assert_eq!(r108, w8.start() + 4 * (0) as u64);
+                        debug_assert!(r119);
+                        w8.st_u32(0, r115);
+                        r121 = rt::bin_u64(BinOp::Add, r0, r120);
+                        r122 = f32::from_bits(p1);
+                        r123 = rt::un_f32(UnOp::Neg, r122);
+                        r124 = rt::bin_f32(BinOp::Max, r123, r97);
+                        r125 = rt::bin_f32(BinOp::Min, r124, r98);
+                        r126 = r125 as i32;
+                        r127 = r126 as u32;
+                        r128 = rt::bin_u64(BinOp::Add, r121, r9);
+                        r129 = rt::cmp(BinOp::Le, r128, r1);
+                        r130 = rt::cmp(BinOp::Ge, r128, r121);
+                        r131 = r129;
+                        debug_assert_eq!(r121, w9.start() + 4 * (0) as u64);
+                        debug_assert!(r131);
+                        w9.st_u32(0, r127);
+                        r133 = rt::bin_u64(BinOp::Add, r0, r132);
+                        r134 = f32::from_bits(p1);
+                        r135 = rt::bin_f32(BinOp::Max, r134, r111);
+                        r136 = rt::bin_f32(BinOp::Min, r135, r112);
+                        r137 = r136 as u32;
+                        r138 = rt::bin_u64(BinOp::Add, r133, r9);
+                        r139 = rt::cmp(BinOp::Le, r138, r1);
+                        r140 = rt::cmp(BinOp::Ge, r138, r133);
+                        r141 = r139;
+                        debug_assert_eq!(r133, w10.start() + 4 * (0) as u64);
+                        debug_assert!(r141);
+                        w10.st_u32(0, r137);
+                        r143 = rt::bin_u64(BinOp::Add, r0, r142);
+                        r144 = f32::from_bits(p1);
+                        r146 = rt::bin_f32(BinOp::Div, r144, r145);
+                        r148 = rt::bin_f32(BinOp::Div, r146, r147);
+                        r149 = rt::un_f32(UnOp::Trunc, r148);
+                        r150 = rt::bin_f32(BinOp::Mul, r147, r149);
+                        r151 = rt::bin_f32(BinOp::Sub, r146, r150);
+                        r152 = r151.to_bits();
+                        r153 = rt::bin_u64(BinOp::Add, r143, r9);
+                        r154 = rt::cmp(BinOp::Le, r153, r1);
+                        r155 = rt::cmp(BinOp::Ge, r153, r143);
+                        r156 = r154;
+                        debug_assert_eq!(r143, w11.start() + 4 * (0) as u64);
+                        debug_assert!(r156);
+                        w11.st_u32(0, r152);
+                        r157 = p3;
+                        r159 = rt::bin_u32(BinOp::Add, r157, r158);
+                        r161 = u64::from(r159);
+                        r162 = rt::bin_u64(BinOp::Mul, r161, r9);
+                        r163 = rt::bin_u64(BinOp::Add, r0, r162);
+                        r165 = rt::bin_u64(BinOp::Add, r163, r9);
+                        r166 = rt::cmp(BinOp::Le, r165, r160);
+                        r167 = rt::cmp(BinOp::Ge, r165, r163);
+                        r168 = r166;
+                        debug_assert_eq!(r163, w12.start() + 4 * (0) as u64);
+                        debug_assert!(r168);
+                        w12.st_u32(0, r164);
+                        r170 = rt::bin_u64(BinOp::Add, r0, r169);
+                        r171 = u64::from(r159);
+                        r172 = rt::bin_u64(BinOp::Mul, r171, r9);
+                        r173 = rt::bin_u64(BinOp::Add, r0, r172);
+                        r174 = rt::bin_u64(BinOp::Add, r173, r9);
+                        r175 = rt::cmp(BinOp::Le, r174, r160);
+                        r176 = rt::cmp(BinOp::Ge, r174, r173);
+                        r177 = r175;
+                        debug_assert_eq!(r173, w13.start() + 4 * (0) as u64);
+                        debug_assert!(r177);
+                        r178 = w13.ld_u32(0);
+                        r179 = rt::bin_u64(BinOp::Add, r170, r9);
+                        r180 = rt::cmp(BinOp::Le, r179, r1);
+                        r181 = rt::cmp(BinOp::Ge, r179, r170);
+                        r182 = r180;
+                        debug_assert_eq!(r170, w14.start() + 4 * (0) as u64);
+                        debug_assert!(r182);
+                        w14.st_u32(0, r178);
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `math`, translated from WGSL: workgroups of 1x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static MATH: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -38397,6 +41716,10 @@ pub static MATH: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 509,
     group: math_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[0, 1],
+        group: math_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `math` on every thread.
@@ -40981,6 +44304,1536 @@ fn math_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn math_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let Some(&b0) = owned.get(0) else {
+        return Ok(false);
+    };
+    let Some(&b1) = owned.get(1) else {
+        return Ok(false);
+    };
+    let b2 = cx.ro(2)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u64 = 0u64;
+        let mut r2: u64 = 0u64;
+        let mut r9: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r28: u64 = 0u64;
+        let mut r29: u64 = 0u64;
+        let mut r30: u64 = 0u64;
+        let mut r43: u64 = 0u64;
+        let mut r44: u64 = 0u64;
+        let mut r50: u64 = 0u64;
+        let mut r51: u64 = 0u64;
+        let mut r57: u64 = 0u64;
+        let mut r58: u64 = 0u64;
+        let mut r59: u64 = 0u64;
+        let mut r65: u64 = 0u64;
+        let mut r66: u64 = 0u64;
+        let mut r77: u64 = 0u64;
+        let mut r78: u64 = 0u64;
+        let mut r79: u64 = 0u64;
+        let mut r80: u64 = 0u64;
+        let mut r86: u64 = 0u64;
+        let mut r87: u64 = 0u64;
+        let mut r98: u64 = 0u64;
+        let mut r99: u64 = 0u64;
+        let mut r105: u64 = 0u64;
+        let mut r106: u64 = 0u64;
+        let mut r107: u64 = 0u64;
+        let mut r114: u64 = 0u64;
+        let mut r122: u64 = 0u64;
+        let mut r130: u64 = 0u64;
+        let mut r139: u64 = 0u64;
+        let mut r151: u64 = 0u64;
+        let mut r152: u64 = 0u64;
+        let mut r158: u64 = 0u64;
+        let mut r159: u64 = 0u64;
+        let mut r165: u64 = 0u64;
+        let mut r173: u64 = 0u64;
+        let mut r180: u64 = 0u64;
+        let mut r188: u64 = 0u64;
+        let mut r194: u64 = 0u64;
+        let mut r195: u64 = 0u64;
+        let mut r204: u64 = 0u64;
+        let mut r205: u64 = 0u64;
+        let mut r217: u64 = 0u64;
+        let mut r218: u64 = 0u64;
+        let mut r224: u64 = 0u64;
+        let mut r230: u64 = 0u64;
+        let mut r237: u64 = 0u64;
+        let mut r243: u64 = 0u64;
+        let mut r249: u64 = 0u64;
+        let mut r250: u64 = 0u64;
+        let mut r262: u64 = 0u64;
+        let mut r268: u64 = 0u64;
+        let mut r269: u64 = 0u64;
+        let mut r283: u64 = 0u64;
+        let mut r284: u64 = 0u64;
+        let mut r290: u64 = 0u64;
+        let mut r296: u64 = 0u64;
+        let mut r297: u64 = 0u64;
+        let mut r309: u64 = 0u64;
+        let mut r321: u64 = 0u64;
+        let mut r322: u64 = 0u64;
+        let mut r323: u64 = 0u64;
+        let mut r329: u64 = 0u64;
+        let mut r343: u64 = 0u64;
+        let mut r344: u64 = 0u64;
+        let mut r357: u64 = 0u64;
+        let mut r365: u64 = 0u64;
+        let mut r380: u64 = 0u64;
+        let mut r390: u64 = 0u64;
+        let mut r412: u64 = 0u64;
+        let mut r434: u64 = 0u64;
+        let mut r459: u64 = 0u64;
+        let mut r469: u64 = 0u64;
+        r0 = 0x0u64;
+        r2 = 0x4u64;
+        r28 = 0x8u64;
+        r43 = 0xcu64;
+        r50 = 0x10u64;
+        r57 = 0x14u64;
+        r65 = 0x24u64;
+        r77 = 0x18u64;
+        r79 = 0x28u64;
+        r86 = 0x2cu64;
+        r98 = 0x1cu64;
+        r105 = 0x20u64;
+        r158 = 0x30u64;
+        r194 = 0x34u64;
+        r204 = 0x3cu64;
+        r249 = 0x40u64;
+        r268 = 0x44u64;
+        r296 = 0x38u64;
+        r322 = 0x48u64;
+        r343 = 0x4cu64;
+        r9 = rt::bin_u64(BinOp::Add, r0, r2);
+        r20 = rt::bin_u64(BinOp::Add, r0, r2);
+        r29 = rt::bin_u64(BinOp::Add, r0, r28);
+        r30 = rt::bin_u64(BinOp::Add, r0, r28);
+        r44 = rt::bin_u64(BinOp::Add, r0, r43);
+        r51 = rt::bin_u64(BinOp::Add, r0, r50);
+        r58 = rt::bin_u64(BinOp::Add, r0, r57);
+        r59 = rt::bin_u64(BinOp::Add, r0, r2);
+        r66 = rt::bin_u64(BinOp::Add, r0, r65);
+        r78 = rt::bin_u64(BinOp::Add, r0, r77);
+        r80 = rt::bin_u64(BinOp::Add, r0, r79);
+        r87 = rt::bin_u64(BinOp::Add, r0, r86);
+        r99 = rt::bin_u64(BinOp::Add, r0, r98);
+        r106 = rt::bin_u64(BinOp::Add, r0, r105);
+        r107 = rt::bin_u64(BinOp::Add, r0, r43);
+        r114 = rt::bin_u64(BinOp::Add, r0, r50);
+        r122 = rt::bin_u64(BinOp::Add, r0, r57);
+        r130 = rt::bin_u64(BinOp::Add, r0, r77);
+        r139 = rt::bin_u64(BinOp::Add, r0, r98);
+        r151 = rt::bin_u64(BinOp::Add, r0, r65);
+        r152 = rt::bin_u64(BinOp::Add, r0, r105);
+        r159 = rt::bin_u64(BinOp::Add, r0, r158);
+        r165 = rt::bin_u64(BinOp::Add, r0, r79);
+        r173 = rt::bin_u64(BinOp::Add, r0, r79);
+        r180 = rt::bin_u64(BinOp::Add, r0, r2);
+        r188 = rt::bin_u64(BinOp::Add, r0, r28);
+        r195 = rt::bin_u64(BinOp::Add, r0, r194);
+        r205 = rt::bin_u64(BinOp::Add, r0, r204);
+        r217 = rt::bin_u64(BinOp::Add, r0, r79);
+        r218 = rt::bin_u64(BinOp::Add, r0, r2);
+        r224 = rt::bin_u64(BinOp::Add, r0, r28);
+        r230 = rt::bin_u64(BinOp::Add, r0, r79);
+        r237 = rt::bin_u64(BinOp::Add, r0, r79);
+        r243 = rt::bin_u64(BinOp::Add, r0, r28);
+        r250 = rt::bin_u64(BinOp::Add, r0, r249);
+        r262 = rt::bin_u64(BinOp::Add, r0, r65);
+        r269 = rt::bin_u64(BinOp::Add, r0, r268);
+        r283 = rt::bin_u64(BinOp::Add, r0, r86);
+        r284 = rt::bin_u64(BinOp::Add, r0, r2);
+        r290 = rt::bin_u64(BinOp::Add, r0, r28);
+        r297 = rt::bin_u64(BinOp::Add, r0, r296);
+        r309 = rt::bin_u64(BinOp::Add, r0, r194);
+        r321 = rt::bin_u64(BinOp::Add, r0, r158);
+        r323 = rt::bin_u64(BinOp::Add, r0, r322);
+        r329 = rt::bin_u64(BinOp::Add, r0, r86);
+        r344 = rt::bin_u64(BinOp::Add, r0, r343);
+        r357 = rt::bin_u64(BinOp::Add, r0, r2);
+        r365 = rt::bin_u64(BinOp::Add, r0, r28);
+        r380 = rt::bin_u64(BinOp::Add, r0, r43);
+        r390 = rt::bin_u64(BinOp::Add, r0, r50);
+        r412 = rt::bin_u64(BinOp::Add, r0, r57);
+        r434 = rt::bin_u64(BinOp::Add, r0, r77);
+        r459 = rt::bin_u64(BinOp::Add, r0, r98);
+        r469 = rt::bin_u64(BinOp::Add, r0, r105);
+        let Some(w0) = b2.window::<1>(r0, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b2.window::<1>(r9, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b0.window::<1>(r0, 0) else {
+            break 'fast None;
+        };
+        let Some(w3) = b0.window::<1>(r20, 0) else {
+            break 'fast None;
+        };
+        let Some(w4) = b2.window::<1>(r30, 0) else {
+            break 'fast None;
+        };
+        let Some(w5) = b0.window::<1>(r29, 0) else {
+            break 'fast None;
+        };
+        let Some(w6) = b0.window::<1>(r44, 0) else {
+            break 'fast None;
+        };
+        let Some(w7) = b0.window::<1>(r51, 0) else {
+            break 'fast None;
+        };
+        let Some(w8) = b2.window::<1>(r59, 0) else {
+            break 'fast None;
+        };
+        let Some(w9) = b2.window::<1>(r66, 0) else {
+            break 'fast None;
+        };
+        let Some(w10) = b0.window::<1>(r58, 0) else {
+            break 'fast None;
+        };
+        let Some(w11) = b2.window::<1>(r80, 0) else {
+            break 'fast None;
+        };
+        let Some(w12) = b2.window::<1>(r87, 0) else {
+            break 'fast None;
+        };
+        let Some(w13) = b0.window::<1>(r78, 0) else {
+            break 'fast None;
+        };
+        let Some(w14) = b0.window::<1>(r99, 0) else {
+            break 'fast None;
+        };
+        let Some(w15) = b2.window::<1>(r107, 0) else {
+            break 'fast None;
+        };
+        let Some(w16) = b2.window::<1>(r114, 0) else {
+            break 'fast None;
+        };
+        let Some(w17) = b2.window::<1>(r122, 0) else {
+            break 'fast None;
+        };
+        let Some(w18) = b2.window::<1>(r130, 0) else {
+            break 'fast None;
+        };
+        let Some(w19) = b2.window::<1>(r139, 0) else {
+            break 'fast None;
+        };
+        let Some(w20) = b0.window::<1>(r106, 0) else {
+            break 'fast None;
+        };
+        let Some(w21) = b2.window::<1>(r152, 0) else {
+            break 'fast None;
+        };
+        let Some(w22) = b2.window::<1>(r159, 0) else {
+            break 'fast None;
+        };
+        let Some(w23) = b2.window::<1>(r165, 0) else {
+            break 'fast None;
+        };
+        let Some(w24) = b2.window::<1>(r173, 0) else {
+            break 'fast None;
+        };
+        let Some(w25) = b2.window::<1>(r180, 0) else {
+            break 'fast None;
+        };
+        let Some(w26) = b2.window::<1>(r188, 0) else {
+            break 'fast None;
+        };
+        let Some(w27) = b2.window::<1>(r195, 0) else {
+            break 'fast None;
+        };
+        let Some(w28) = b2.window::<1>(r205, 0) else {
+            break 'fast None;
+        };
+        let Some(w29) = b0.window::<1>(r151, 0) else {
+            break 'fast None;
+        };
+        let Some(w30) = b2.window::<1>(r218, 0) else {
+            break 'fast None;
+        };
+        let Some(w31) = b2.window::<1>(r224, 0) else {
+            break 'fast None;
+        };
+        let Some(w32) = b2.window::<1>(r230, 0) else {
+            break 'fast None;
+        };
+        let Some(w33) = b2.window::<1>(r237, 0) else {
+            break 'fast None;
+        };
+        let Some(w34) = b2.window::<1>(r243, 0) else {
+            break 'fast None;
+        };
+        let Some(w35) = b2.window::<1>(r250, 0) else {
+            break 'fast None;
+        };
+        let Some(w36) = b2.window::<1>(r262, 0) else {
+            break 'fast None;
+        };
+        let Some(w37) = b2.window::<1>(r269, 0) else {
+            break 'fast None;
+        };
+        let Some(w38) = b0.window::<1>(r217, 0) else {
+            break 'fast None;
+        };
+        let Some(w39) = b2.window::<1>(r284, 0) else {
+            break 'fast None;
+        };
+        let Some(w40) = b2.window::<1>(r290, 0) else {
+            break 'fast None;
+        };
+        let Some(w41) = b2.window::<1>(r297, 0) else {
+            break 'fast None;
+        };
+        let Some(w42) = b2.window::<1>(r309, 0) else {
+            break 'fast None;
+        };
+        let Some(w43) = b0.window::<1>(r283, 0) else {
+            break 'fast None;
+        };
+        let Some(w44) = b2.window::<1>(r323, 0) else {
+            break 'fast None;
+        };
+        let Some(w45) = b2.window::<1>(r329, 0) else {
+            break 'fast None;
+        };
+        let Some(w46) = b0.window::<1>(r321, 0) else {
+            break 'fast None;
+        };
+        let Some(w47) = b2.window::<1>(r344, 0) else {
+            break 'fast None;
+        };
+        let Some(w48) = b1.window::<1>(r0, 0) else {
+            break 'fast None;
+        };
+        let Some(w49) = b1.window::<1>(r357, 0) else {
+            break 'fast None;
+        };
+        let Some(w50) = b1.window::<1>(r365, 0) else {
+            break 'fast None;
+        };
+        let Some(w51) = b1.window::<1>(r380, 0) else {
+            break 'fast None;
+        };
+        let Some(w52) = b1.window::<1>(r390, 0) else {
+            break 'fast None;
+        };
+        let Some(w53) = b1.window::<1>(r412, 0) else {
+            break 'fast None;
+        };
+        let Some(w54) = b1.window::<1>(r434, 0) else {
+            break 'fast None;
+        };
+        let Some(w55) = b1.window::<1>(r459, 0) else {
+            break 'fast None;
+        };
+        let Some(w56) = b1.window::<1>(r469, 0) else {
+            break 'fast None;
+        };
+        Some((
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, w16, w17, w18,
+            w19, w20, w21, w22, w23, w24, w25, w26, w27, w28, w29, w30, w31, w32, w33, w34, w35,
+            w36, w37, w38, w39, w40, w41, w42, w43, w44, w45, w46, w47, w48, w49, w50, w51, w52,
+            w53, w54, w55, w56,
+        ))
+    };
+    let Some((
+        w0,
+        w1,
+        w2,
+        w3,
+        w4,
+        w5,
+        w6,
+        w7,
+        w8,
+        w9,
+        w10,
+        w11,
+        w12,
+        w13,
+        w14,
+        w15,
+        w16,
+        w17,
+        w18,
+        w19,
+        w20,
+        w21,
+        w22,
+        w23,
+        w24,
+        w25,
+        w26,
+        w27,
+        w28,
+        w29,
+        w30,
+        w31,
+        w32,
+        w33,
+        w34,
+        w35,
+        w36,
+        w37,
+        w38,
+        w39,
+        w40,
+        w41,
+        w42,
+        w43,
+        w44,
+        w45,
+        w46,
+        w47,
+        w48,
+        w49,
+        w50,
+        w51,
+        w52,
+        w53,
+        w54,
+        w55,
+        w56,
+    )) = windows
+    else {
+        return Ok(false);
+    };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..1u32 {
+                let mut r0: u64 = 0u64;
+                let mut r1: u64 = 0u64;
+                let mut r2: u64 = 0u64;
+                let mut r3: u64 = 0u64;
+                let mut r4: bool = false;
+                let mut r5: bool = false;
+                let mut r6: bool = false;
+                let mut r7: f32 = 0.0f32;
+                let mut r8: u64 = 0u64;
+                let mut r9: u64 = 0u64;
+                let mut r10: u64 = 0u64;
+                let mut r11: bool = false;
+                let mut r12: bool = false;
+                let mut r13: bool = false;
+                let mut r14: f32 = 0.0f32;
+                let mut r15: f32 = 0.0f32;
+                let mut r16: u64 = 0u64;
+                let mut r17: bool = false;
+                let mut r18: bool = false;
+                let mut r19: bool = false;
+                let mut r20: u64 = 0u64;
+                let mut r21: f32 = 0.0f32;
+                let mut r22: f32 = 0.0f32;
+                let mut r23: f32 = 0.0f32;
+                let mut r24: u64 = 0u64;
+                let mut r25: bool = false;
+                let mut r26: bool = false;
+                let mut r27: bool = false;
+                let mut r28: u64 = 0u64;
+                let mut r29: u64 = 0u64;
+                let mut r30: u64 = 0u64;
+                let mut r31: u64 = 0u64;
+                let mut r32: bool = false;
+                let mut r33: bool = false;
+                let mut r34: bool = false;
+                let mut r35: f32 = 0.0f32;
+                let mut r36: f32 = 0.0f32;
+                let mut r37: f32 = 0.0f32;
+                let mut r38: f32 = 0.0f32;
+                let mut r39: u64 = 0u64;
+                let mut r40: bool = false;
+                let mut r41: bool = false;
+                let mut r42: bool = false;
+                let mut r43: u64 = 0u64;
+                let mut r44: u64 = 0u64;
+                let mut r45: f32 = 0.0f32;
+                let mut r46: u64 = 0u64;
+                let mut r47: bool = false;
+                let mut r48: bool = false;
+                let mut r49: bool = false;
+                let mut r50: u64 = 0u64;
+                let mut r51: u64 = 0u64;
+                let mut r52: f32 = 0.0f32;
+                let mut r53: u64 = 0u64;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: u64 = 0u64;
+                let mut r58: u64 = 0u64;
+                let mut r59: u64 = 0u64;
+                let mut r60: u64 = 0u64;
+                let mut r61: bool = false;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
+                let mut r64: f32 = 0.0f32;
+                let mut r65: u64 = 0u64;
+                let mut r66: u64 = 0u64;
+                let mut r67: u64 = 0u64;
+                let mut r68: bool = false;
+                let mut r69: bool = false;
+                let mut r70: bool = false;
+                let mut r71: f32 = 0.0f32;
+                let mut r72: f32 = 0.0f32;
+                let mut r73: u64 = 0u64;
+                let mut r74: bool = false;
+                let mut r75: bool = false;
+                let mut r76: bool = false;
+                let mut r77: u64 = 0u64;
+                let mut r78: u64 = 0u64;
+                let mut r79: u64 = 0u64;
+                let mut r80: u64 = 0u64;
+                let mut r81: u64 = 0u64;
+                let mut r82: bool = false;
+                let mut r83: bool = false;
+                let mut r84: bool = false;
+                let mut r85: f32 = 0.0f32;
+                let mut r86: u64 = 0u64;
+                let mut r87: u64 = 0u64;
+                let mut r88: u64 = 0u64;
+                let mut r89: bool = false;
+                let mut r90: bool = false;
+                let mut r91: bool = false;
+                let mut r92: f32 = 0.0f32;
+                let mut r93: f32 = 0.0f32;
+                let mut r94: u64 = 0u64;
+                let mut r95: bool = false;
+                let mut r96: bool = false;
+                let mut r97: bool = false;
+                let mut r98: u64 = 0u64;
+                let mut r99: u64 = 0u64;
+                let mut r100: f32 = 0.0f32;
+                let mut r101: u64 = 0u64;
+                let mut r102: bool = false;
+                let mut r103: bool = false;
+                let mut r104: bool = false;
+                let mut r105: u64 = 0u64;
+                let mut r106: u64 = 0u64;
+                let mut r107: u64 = 0u64;
+                let mut r108: u64 = 0u64;
+                let mut r109: bool = false;
+                let mut r110: bool = false;
+                let mut r111: bool = false;
+                let mut r112: f32 = 0.0f32;
+                let mut r113: f32 = 0.0f32;
+                let mut r114: u64 = 0u64;
+                let mut r115: u64 = 0u64;
+                let mut r116: bool = false;
+                let mut r117: bool = false;
+                let mut r118: bool = false;
+                let mut r119: f32 = 0.0f32;
+                let mut r120: f32 = 0.0f32;
+                let mut r121: f32 = 0.0f32;
+                let mut r122: u64 = 0u64;
+                let mut r123: u64 = 0u64;
+                let mut r124: bool = false;
+                let mut r125: bool = false;
+                let mut r126: bool = false;
+                let mut r127: f32 = 0.0f32;
+                let mut r128: f32 = 0.0f32;
+                let mut r129: f32 = 0.0f32;
+                let mut r130: u64 = 0u64;
+                let mut r131: u64 = 0u64;
+                let mut r132: bool = false;
+                let mut r133: bool = false;
+                let mut r134: bool = false;
+                let mut r135: f32 = 0.0f32;
+                let mut r136: f32 = 0.0f32;
+                let mut r137: f32 = 0.0f32;
+                let mut r138: f32 = 0.0f32;
+                let mut r139: u64 = 0u64;
+                let mut r140: u64 = 0u64;
+                let mut r141: bool = false;
+                let mut r142: bool = false;
+                let mut r143: bool = false;
+                let mut r144: f32 = 0.0f32;
+                let mut r145: f32 = 0.0f32;
+                let mut r146: f32 = 0.0f32;
+                let mut r147: u64 = 0u64;
+                let mut r148: bool = false;
+                let mut r149: bool = false;
+                let mut r150: bool = false;
+                let mut r151: u64 = 0u64;
+                let mut r152: u64 = 0u64;
+                let mut r153: u64 = 0u64;
+                let mut r154: bool = false;
+                let mut r155: bool = false;
+                let mut r156: bool = false;
+                let mut r157: f32 = 0.0f32;
+                let mut r158: u64 = 0u64;
+                let mut r159: u64 = 0u64;
+                let mut r160: u64 = 0u64;
+                let mut r161: bool = false;
+                let mut r162: bool = false;
+                let mut r163: bool = false;
+                let mut r164: f32 = 0.0f32;
+                let mut r165: u64 = 0u64;
+                let mut r166: u64 = 0u64;
+                let mut r167: bool = false;
+                let mut r168: bool = false;
+                let mut r169: bool = false;
+                let mut r170: f32 = 0.0f32;
+                let mut r171: f32 = 0.0f32;
+                let mut r172: f32 = 0.0f32;
+                let mut r173: u64 = 0u64;
+                let mut r174: u64 = 0u64;
+                let mut r175: bool = false;
+                let mut r176: bool = false;
+                let mut r177: bool = false;
+                let mut r178: f32 = 0.0f32;
+                let mut r179: f32 = 0.0f32;
+                let mut r180: u64 = 0u64;
+                let mut r181: u64 = 0u64;
+                let mut r182: bool = false;
+                let mut r183: bool = false;
+                let mut r184: bool = false;
+                let mut r185: f32 = 0.0f32;
+                let mut r186: f32 = 0.0f32;
+                let mut r187: f32 = 0.0f32;
+                let mut r188: u64 = 0u64;
+                let mut r189: u64 = 0u64;
+                let mut r190: bool = false;
+                let mut r191: bool = false;
+                let mut r192: bool = false;
+                let mut r193: f32 = 0.0f32;
+                let mut r194: u64 = 0u64;
+                let mut r195: u64 = 0u64;
+                let mut r196: u64 = 0u64;
+                let mut r197: bool = false;
+                let mut r198: bool = false;
+                let mut r199: bool = false;
+                let mut r200: f32 = 0.0f32;
+                let mut r201: f32 = 0.0f32;
+                let mut r202: f32 = 0.0f32;
+                let mut r203: f32 = 0.0f32;
+                let mut r204: u64 = 0u64;
+                let mut r205: u64 = 0u64;
+                let mut r206: u64 = 0u64;
+                let mut r207: bool = false;
+                let mut r208: bool = false;
+                let mut r209: bool = false;
+                let mut r210: f32 = 0.0f32;
+                let mut r211: f32 = 0.0f32;
+                let mut r212: f32 = 0.0f32;
+                let mut r213: u64 = 0u64;
+                let mut r214: bool = false;
+                let mut r215: bool = false;
+                let mut r216: bool = false;
+                let mut r217: u64 = 0u64;
+                let mut r218: u64 = 0u64;
+                let mut r219: u64 = 0u64;
+                let mut r220: bool = false;
+                let mut r221: bool = false;
+                let mut r222: bool = false;
+                let mut r223: f32 = 0.0f32;
+                let mut r224: u64 = 0u64;
+                let mut r225: u64 = 0u64;
+                let mut r226: bool = false;
+                let mut r227: bool = false;
+                let mut r228: bool = false;
+                let mut r229: f32 = 0.0f32;
+                let mut r230: u64 = 0u64;
+                let mut r231: u64 = 0u64;
+                let mut r232: bool = false;
+                let mut r233: bool = false;
+                let mut r234: bool = false;
+                let mut r235: f32 = 0.0f32;
+                let mut r236: f32 = 0.0f32;
+                let mut r237: u64 = 0u64;
+                let mut r238: u64 = 0u64;
+                let mut r239: bool = false;
+                let mut r240: bool = false;
+                let mut r241: bool = false;
+                let mut r242: f32 = 0.0f32;
+                let mut r243: u64 = 0u64;
+                let mut r244: u64 = 0u64;
+                let mut r245: bool = false;
+                let mut r246: bool = false;
+                let mut r247: bool = false;
+                let mut r248: f32 = 0.0f32;
+                let mut r249: u64 = 0u64;
+                let mut r250: u64 = 0u64;
+                let mut r251: u64 = 0u64;
+                let mut r252: bool = false;
+                let mut r253: bool = false;
+                let mut r254: bool = false;
+                let mut r255: f32 = 0.0f32;
+                let mut r256: f32 = 0.0f32;
+                let mut r257: f32 = 0.0f32;
+                let mut r258: f32 = 0.0f32;
+                let mut r259: f32 = 0.0f32;
+                let mut r260: f32 = 0.0f32;
+                let mut r261: f32 = 0.0f32;
+                let mut r262: u64 = 0u64;
+                let mut r263: u64 = 0u64;
+                let mut r264: bool = false;
+                let mut r265: bool = false;
+                let mut r266: bool = false;
+                let mut r267: f32 = 0.0f32;
+                let mut r268: u64 = 0u64;
+                let mut r269: u64 = 0u64;
+                let mut r270: u64 = 0u64;
+                let mut r271: bool = false;
+                let mut r272: bool = false;
+                let mut r273: bool = false;
+                let mut r274: f32 = 0.0f32;
+                let mut r275: f32 = 0.0f32;
+                let mut r276: bool = false;
+                let mut r277: f32 = 0.0f32;
+                let mut r278: f32 = 0.0f32;
+                let mut r279: u64 = 0u64;
+                let mut r280: bool = false;
+                let mut r281: bool = false;
+                let mut r282: bool = false;
+                let mut r283: u64 = 0u64;
+                let mut r284: u64 = 0u64;
+                let mut r285: u64 = 0u64;
+                let mut r286: bool = false;
+                let mut r287: bool = false;
+                let mut r288: bool = false;
+                let mut r289: f32 = 0.0f32;
+                let mut r290: u64 = 0u64;
+                let mut r291: u64 = 0u64;
+                let mut r292: bool = false;
+                let mut r293: bool = false;
+                let mut r294: bool = false;
+                let mut r295: f32 = 0.0f32;
+                let mut r296: u64 = 0u64;
+                let mut r297: u64 = 0u64;
+                let mut r298: u64 = 0u64;
+                let mut r299: bool = false;
+                let mut r300: bool = false;
+                let mut r301: bool = false;
+                let mut r302: f32 = 0.0f32;
+                let mut r303: f32 = 0.0f32;
+                let mut r304: f32 = 0.0f32;
+                let mut r305: f32 = 0.0f32;
+                let mut r306: f32 = 0.0f32;
+                let mut r307: f32 = 0.0f32;
+                let mut r308: f32 = 0.0f32;
+                let mut r309: u64 = 0u64;
+                let mut r310: u64 = 0u64;
+                let mut r311: bool = false;
+                let mut r312: bool = false;
+                let mut r313: bool = false;
+                let mut r314: f32 = 0.0f32;
+                let mut r315: f32 = 0.0f32;
+                let mut r316: f32 = 0.0f32;
+                let mut r317: u64 = 0u64;
+                let mut r318: bool = false;
+                let mut r319: bool = false;
+                let mut r320: bool = false;
+                let mut r321: u64 = 0u64;
+                let mut r322: u64 = 0u64;
+                let mut r323: u64 = 0u64;
+                let mut r324: u64 = 0u64;
+                let mut r325: bool = false;
+                let mut r326: bool = false;
+                let mut r327: bool = false;
+                let mut r328: f32 = 0.0f32;
+                let mut r329: u64 = 0u64;
+                let mut r330: u64 = 0u64;
+                let mut r331: bool = false;
+                let mut r332: bool = false;
+                let mut r333: bool = false;
+                let mut r334: f32 = 0.0f32;
+                let mut r335: f32 = 0.0f32;
+                let mut r336: f32 = 0.0f32;
+                let mut r337: f32 = 0.0f32;
+                let mut r338: f32 = 0.0f32;
+                let mut r339: u64 = 0u64;
+                let mut r340: bool = false;
+                let mut r341: bool = false;
+                let mut r342: bool = false;
+                let mut r343: u64 = 0u64;
+                let mut r344: u64 = 0u64;
+                let mut r345: u64 = 0u64;
+                let mut r346: bool = false;
+                let mut r347: bool = false;
+                let mut r348: bool = false;
+                let mut r349: f32 = 0.0f32;
+                let mut r350: u32 = 0u32;
+                let mut r351: u64 = 0u64;
+                let mut r352: u32 = 0u32;
+                let mut r353: u64 = 0u64;
+                let mut r354: bool = false;
+                let mut r355: bool = false;
+                let mut r356: bool = false;
+                let mut r357: u64 = 0u64;
+                let mut r358: u32 = 0u32;
+                let mut r359: u32 = 0u32;
+                let mut r360: u32 = 0u32;
+                let mut r361: u64 = 0u64;
+                let mut r362: bool = false;
+                let mut r363: bool = false;
+                let mut r364: bool = false;
+                let mut r365: u64 = 0u64;
+                let mut r366: u32 = 0u32;
+                let mut r367: u32 = 0u32;
+                let mut r368: u32 = 0u32;
+                let mut r369: u32 = 0u32;
+                let mut r370: u32 = 0u32;
+                let mut r371: u32 = 0u32;
+                let mut r372: u32 = 0u32;
+                let mut r373: u32 = 0u32;
+                let mut r374: bool = false;
+                let mut r375: u32 = 0u32;
+                let mut r376: u64 = 0u64;
+                let mut r377: bool = false;
+                let mut r378: bool = false;
+                let mut r379: bool = false;
+                let mut r380: u64 = 0u64;
+                let mut r381: u32 = 0u32;
+                let mut r382: u32 = 0u32;
+                let mut r383: u32 = 0u32;
+                let mut r384: bool = false;
+                let mut r385: u32 = 0u32;
+                let mut r386: u64 = 0u64;
+                let mut r387: bool = false;
+                let mut r388: bool = false;
+                let mut r389: bool = false;
+                let mut r390: u64 = 0u64;
+                let mut r391: u32 = 0u32;
+                let mut r392: u32 = 0u32;
+                let mut r393: u32 = 0u32;
+                let mut r394: u32 = 0u32;
+                let mut r395: u32 = 0u32;
+                let mut r396: u32 = 0u32;
+                let mut r397: u32 = 0u32;
+                let mut r398: u32 = 0u32;
+                let mut r399: u32 = 0u32;
+                let mut r400: u32 = 0u32;
+                let mut r401: u32 = 0u32;
+                let mut r402: u32 = 0u32;
+                let mut r403: u32 = 0u32;
+                let mut r404: bool = false;
+                let mut r405: u32 = 0u32;
+                let mut r406: bool = false;
+                let mut r407: u32 = 0u32;
+                let mut r408: u64 = 0u64;
+                let mut r409: bool = false;
+                let mut r410: bool = false;
+                let mut r411: bool = false;
+                let mut r412: u64 = 0u64;
+                let mut r413: i32 = 0i32;
+                let mut r414: u32 = 0u32;
+                let mut r415: u32 = 0u32;
+                let mut r416: u32 = 0u32;
+                let mut r417: u32 = 0u32;
+                let mut r418: u32 = 0u32;
+                let mut r419: u32 = 0u32;
+                let mut r420: u32 = 0u32;
+                let mut r421: u32 = 0u32;
+                let mut r422: i32 = 0i32;
+                let mut r423: i32 = 0i32;
+                let mut r424: bool = false;
+                let mut r425: i32 = 0i32;
+                let mut r426: bool = false;
+                let mut r427: i32 = 0i32;
+                let mut r428: i32 = 0i32;
+                let mut r429: u32 = 0u32;
+                let mut r430: u64 = 0u64;
+                let mut r431: bool = false;
+                let mut r432: bool = false;
+                let mut r433: bool = false;
+                let mut r434: u64 = 0u64;
+                let mut r435: u32 = 0u32;
+                let mut r436: u32 = 0u32;
+                let mut r437: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: u32 = 0u32;
+                let mut r440: u32 = 0u32;
+                let mut r441: u32 = 0u32;
+                let mut r442: u32 = 0u32;
+                let mut r443: u32 = 0u32;
+                let mut r444: bool = false;
+                let mut r445: u32 = 0u32;
+                let mut r446: u32 = 0u32;
+                let mut r447: u32 = 0u32;
+                let mut r448: bool = false;
+                let mut r449: u32 = 0u32;
+                let mut r450: u32 = 0u32;
+                let mut r451: u32 = 0u32;
+                let mut r452: u32 = 0u32;
+                let mut r453: u32 = 0u32;
+                let mut r454: u32 = 0u32;
+                let mut r455: u64 = 0u64;
+                let mut r456: bool = false;
+                let mut r457: bool = false;
+                let mut r458: bool = false;
+                let mut r459: u64 = 0u64;
+                let mut r460: u32 = 0u32;
+                let mut r461: u32 = 0u32;
+                let mut r462: u32 = 0u32;
+                let mut r463: u32 = 0u32;
+                let mut r464: u32 = 0u32;
+                let mut r465: u64 = 0u64;
+                let mut r466: bool = false;
+                let mut r467: bool = false;
+                let mut r468: bool = false;
+                let mut r469: u64 = 0u64;
+                let mut r470: u32 = 0u32;
+                let mut r471: u32 = 0u32;
+                let mut r472: i32 = 0i32;
+                let mut r473: bool = false;
+                let mut r474: i32 = 0i32;
+                let mut r475: i32 = 0i32;
+                let mut r476: i32 = 0i32;
+                let mut r477: i32 = 0i32;
+                let mut r478: i32 = 0i32;
+                let mut r479: i32 = 0i32;
+                let mut r480: bool = false;
+                let mut r481: i32 = 0i32;
+                let mut r482: u32 = 0u32;
+                let mut r483: u64 = 0u64;
+                let mut r484: bool = false;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                'inv: {
+                    r0 = 0x0u64;
+                    r1 = b2.len();
+                    r2 = 0x4u64;
+                    r8 = b0.len();
+                    r21 = f32::from_bits(0x3fb8aa3b);
+                    r28 = 0x8u64;
+                    r37 = f32::from_bits(0x3f317218);
+                    r43 = 0xcu64;
+                    r50 = 0x10u64;
+                    r57 = 0x14u64;
+                    r65 = 0x24u64;
+                    r77 = 0x18u64;
+                    r79 = 0x28u64;
+                    r86 = 0x2cu64;
+                    r98 = 0x1cu64;
+                    r105 = 0x20u64;
+                    r158 = 0x30u64;
+                    r194 = 0x34u64;
+                    r204 = 0x3cu64;
+                    r249 = 0x40u64;
+                    r256 = f32::from_bits(0x3f800000);
+                    r268 = 0x44u64;
+                    r275 = f32::from_bits(0x0);
+                    r296 = 0x38u64;
+                    r322 = 0x48u64;
+                    r343 = 0x4cu64;
+                    r351 = b1.len();
+                    r358 = 0x1u32;
+                    r366 = 0xcu32;
+                    r367 = 0x1fu32;
+                    r372 = 0x0u32;
+                    r373 = 0xffffffffu32;
+                    r391 = 0x4u32;
+                    r392 = 0x8u32;
+                    r393 = 0x20u32;
+                    r427 = 0i32;
+                    r477 = 31i32;
+                    r479 = -1i32;
+                    'b1: {
+                        r3 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r4 = rt::cmp(BinOp::Le, r3, r1);
+                        r5 = rt::cmp(BinOp::Ge, r3, r0);
+                        r6 = r4;
+                        debug_assert_eq!(r0, w0.start() + 4 * (0) as u64);
+                        debug_assert!(r6);
+                        r7 = w0.ld_f32(0);
+                        r9 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r10 = rt::bin_u64(BinOp::Add, r9, r2);
+                        r11 = rt::cmp(BinOp::Le, r10, r1);
+                        r12 = rt::cmp(BinOp::Ge, r10, r9);
+                        r13 = r11;
+                        debug_assert_eq!(r9, w1.start() + 4 * (0) as u64);
+                        debug_assert!(r13);
+                        r14 = w1.ld_f32(0);
+                        r15 = rt::un_f32(UnOp::Sqrt, r14);
+                        r16 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r17 = rt::cmp(BinOp::Le, r16, r8);
+                        r18 = rt::cmp(BinOp::Ge, r16, r0);
+                        r19 = r17;
+                        debug_assert_eq!(r0, w2.start() + 4 * (0) as u64);
+                        debug_assert!(r19);
+                        w2.st_f32(0, r15);
+                        r20 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r22 = rt::bin_f32(BinOp::Mul, r7, r21);
+                        r23 = rt::un_f32(UnOp::Exp2, r22);
+                        r24 = rt::bin_u64(BinOp::Add, r20, r2);
+                        r25 = rt::cmp(BinOp::Le, r24, r8);
+                        r26 = rt::cmp(BinOp::Ge, r24, r20);
+                        r27 = r25;
+                        debug_assert_eq!(r20, w3.start() + 4 * (0) as u64);
+                        debug_assert!(r27);
+                        w3.st_f32(0, r23);
+                        r29 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r30 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r31 = rt::bin_u64(BinOp::Add, r30, r2);
+                        r32 = rt::cmp(BinOp::Le, r31, r1);
+                        r33 = rt::cmp(BinOp::Ge, r31, r30);
+                        r34 = r32;
+                        debug_assert_eq!(r30, w4.start() + 4 * (0) as u64);
+                        debug_assert!(r34);
+                        r35 = w4.ld_f32(0);
+                        r36 = rt::un_f32(UnOp::Log2, r35);
+                        r38 = rt::bin_f32(BinOp::Mul, r36, r37);
+                        r39 = rt::bin_u64(BinOp::Add, r29, r2);
+                        r40 = rt::cmp(BinOp::Le, r39, r8);
+                        r41 = rt::cmp(BinOp::Ge, r39, r29);
+                        r42 = r40;
+                        debug_assert_eq!(r29, w5.start() + 4 * (0) as u64);
+                        debug_assert!(r42);
+                        w5.st_f32(0, r38);
+                        r44 = rt::bin_u64(BinOp::Add, r0, r43);
+                        r45 = rt::un_f32(UnOp::Sin, r7);
+                        r46 = rt::bin_u64(BinOp::Add, r44, r2);
+                        r47 = rt::cmp(BinOp::Le, r46, r8);
+                        r48 = rt::cmp(BinOp::Ge, r46, r44);
+                        r49 = r47;
+                        debug_assert_eq!(r44, w6.start() + 4 * (0) as u64);
+                        debug_assert!(r49);
+                        w6.st_f32(0, r45);
+                        r51 = rt::bin_u64(BinOp::Add, r0, r50);
+                        r52 = rt::un_f32(UnOp::Cos, r7);
+                        r53 = rt::bin_u64(BinOp::Add, r51, r2);
+                        r54 = rt::cmp(BinOp::Le, r53, r8);
+                        r55 = rt::cmp(BinOp::Ge, r53, r51);
+                        r56 = r54;
+                        debug_assert_eq!(r51, w7.start() + 4 * (0) as u64);
+                        debug_assert!(r56);
+                        w7.st_f32(0, r52);
+                        r58 = rt::bin_u64(BinOp::Add, r0, r57);
+                        r59 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r60 = rt::bin_u64(BinOp::Add, r59, r2);
+                        r61 = rt::cmp(BinOp::Le, r60, r1);
+                        r62 = rt::cmp(BinOp::Ge, r60, r59);
+                        r63 = r61;
+                        debug_assert_eq!(r59, w8.start() + 4 * (0) as u64);
+                        debug_assert!(r63);
+                        r64 = w8.ld_f32(0);
+                        r66 = rt::bin_u64(BinOp::Add, r0, r65);
+                        r67 = rt::bin_u64(BinOp::Add, r66, r2);
+                        r68 = rt::cmp(BinOp::Le, r67, r1);
+                        r69 = rt::cmp(BinOp::Ge, r67, r66);
+                        r70 = r68;
+                        debug_assert_eq!(r66, w9.start() + 4 * (0) as u64);
+                        debug_assert!(r70);
+                        r71 = w9.ld_f32(0);
+                        r72 = rt::bin_f32(BinOp::Pow, r64, r71);
+                        r73 = rt::bin_u64(BinOp::Add, r58, r2);
+                        r74 = rt::cmp(BinOp::Le, r73, r8);
+                        r75 = rt::cmp(BinOp::Ge, r73, r58);
+                        r76 = r74;
+                        debug_assert_eq!(r58, w10.start() + 4 * (0) as u64);
+                        debug_assert!(r76);
+                        w10.st_f32(0, r72);
+                        r78 = rt::bin_u64(BinOp::Add, r0, r77);
+                        r80 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r81 = rt::bin_u64(BinOp::Add, r80, r2);
+                        r82 = rt::cmp(BinOp::Le, r81, r1);
+                        r83 = rt::cmp(BinOp::Ge, r81, r80);
+                        r84 = r82;
+                        debug_assert_eq!(r80, w11.start() + 4 * (0) as u64);
+                        debug_assert!(r84);
+                        r85 = w11.ld_f32(0);
+                        r87 = rt::bin_u64(BinOp::Add, r0, r86);
+                        r88 = rt::bin_u64(BinOp::Add, r87, r2);
+                        r89 = rt::cmp(BinOp::Le, r88, r1);
+                        r90 = rt::cmp(BinOp::Ge, r88, r87);
+                        r91 = r89;
+                        debug_assert_eq!(r87, w12.start() + 4 * (0) as u64);
+                        debug_assert!(r91);
+                        r92 = w12.ld_f32(0);
+                        r93 = rt::bin_f32(BinOp::Atan2, r85, r92);
+                        r94 = rt::bin_u64(BinOp::Add, r78, r2);
+                        r95 = rt::cmp(BinOp::Le, r94, r8);
+                        r96 = rt::cmp(BinOp::Ge, r94, r78);
+                        r97 = r95;
+                        debug_assert_eq!(r78, w13.start() + 4 * (0) as u64);
+                        debug_assert!(r97);
+                        w13.st_f32(0, r93);
+                        r99 = rt::bin_u64(BinOp::Add, r0, r98);
+                        r100 = rt::un_f32(UnOp::Tanh, r7);
+                        r101 = rt::bin_u64(BinOp::Add, r99, r2);
+                        r102 = rt::cmp(BinOp::Le, r101, r8);
+                        r103 = rt::cmp(BinOp::Ge, r101, r99);
+                        r104 = r102;
+                        debug_assert_eq!(r99, w14.start() + 4 * (0) as u64);
+                        debug_assert!(r104);
+                        w14.st_f32(0, r100);
+                        r106 = rt::bin_u64(BinOp::Add, r0, r105);
+                        r107 = rt::bin_u64(BinOp::Add, r0, r43);
+                        r108 = rt::bin_u64(BinOp::Add, r107, r2);
+                        r109 = rt::cmp(BinOp::Le, r108, r1);
+                        r110 = rt::cmp(BinOp::Ge, r108, r107);
+                        r111 = r109;
+                        debug_assert_eq!(r107, w15.start() + 4 * (0) as u64);
+                        debug_assert!(r111);
+                        r112 = w15.ld_f32(0);
+                        r113 = rt::un_f32(UnOp::Floor, r112);
+                        r114 = rt::bin_u64(BinOp::Add, r0, r50);
+                        r115 = rt::bin_u64(BinOp::Add, r114, r2);
+                        r116 = rt::cmp(BinOp::Le, r115, r1);
+                        r117 = rt::cmp(BinOp::Ge, r115, r114);
+                        r118 = r116;
+                        debug_assert_eq!(r114, w16.start() + 4 * (0) as u64);
+                        debug_assert!(r118);
+                        r119 = w16.ld_f32(0);
+                        r120 = rt::un_f32(UnOp::Ceil, r119);
+                        r121 = rt::bin_f32(BinOp::Add, r113, r120);
+                        r122 = rt::bin_u64(BinOp::Add, r0, r57);
+                        r123 = rt::bin_u64(BinOp::Add, r122, r2);
+                        r124 = rt::cmp(BinOp::Le, r123, r1);
+                        r125 = rt::cmp(BinOp::Ge, r123, r122);
+                        r126 = r124;
+                        debug_assert_eq!(r122, w17.start() + 4 * (0) as u64);
+                        debug_assert!(r126);
+                        r127 = w17.ld_f32(0);
+                        r128 = rt::un_f32(UnOp::Round, r127);
+                        r129 = rt::bin_f32(BinOp::Add, r121, r128);
+                        r130 = rt::bin_u64(BinOp::Add, r0, r77);
+                        r131 = rt::bin_u64(BinOp::Add, r130, r2);
+                        r132 = rt::cmp(BinOp::Le, r131, r1);
+                        r133 = rt::cmp(BinOp::Ge, r131, r130);
+                        r134 = r132;
+                        debug_assert_eq!(r130, w18.start() + 4 * (0) as u64);
+                        debug_assert!(r134);
+                        r135 = w18.ld_f32(0);
+                        r136 = rt::un_f32(UnOp::Floor, r135);
+                        r137 = rt::bin_f32(BinOp::Sub, r135, r136);
+                        r138 = rt::bin_f32(BinOp::Add, r129, r137);
+                        r139 = rt::bin_u64(BinOp::Add, r0, r98);
+                        r140 = rt::bin_u64(BinOp::Add, r139, r2);
+                        r141 = rt::cmp(BinOp::Le, r140, r1);
+                        r142 = rt::cmp(BinOp::Ge, r140, r139);
+                        r143 = r141;
+                        debug_assert_eq!(r139, w19.start() + 4 * (0) as u64);
+                        debug_assert!(r143);
+                        r144 = w19.ld_f32(0);
+                        r145 = rt::un_f32(UnOp::Trunc, r144);
+                        r146 = rt::bin_f32(BinOp::Add, r138, r145);
+                        r147 = rt::bin_u64(BinOp::Add, r106, r2);
+                        r148 = rt::cmp(BinOp::Le, r147, r8);
+                        r149 = rt::cmp(BinOp::Ge, r147, r106);
+                        r150 = r148;
+                        debug_assert_eq!(r106, w20.start() + 4 * (0) as u64);
+                        debug_assert!(r150);
+                        w20.st_f32(0, r146);
+                        r151 = rt::bin_u64(BinOp::Add, r0, r65);
+                        r152 = rt::bin_u64(BinOp::Add, r0, r105);
+                        r153 = rt::bin_u64(BinOp::Add, r152, r2);
+                        r154 = rt::cmp(BinOp::Le, r153, r1);
+                        r155 = rt::cmp(BinOp::Ge, r153, r152);
+                        r156 = r154;
+                        debug_assert_eq!(r152, w21.start() + 4 * (0) as u64);
+                        debug_assert!(r156);
+                        r157 = w21.ld_f32(0);
+                        r159 = rt::bin_u64(BinOp::Add, r0, r158);
+                        r160 = rt::bin_u64(BinOp::Add, r159, r2);
+                        r161 = rt::cmp(BinOp::Le, r160, r1);
+                        r162 = rt::cmp(BinOp::Ge, r160, r159);
+                        r163 = r161;
+                        debug_assert_eq!(r159, w22.start() + 4 * (0) as u64);
+                        debug_assert!(r163);
+                        r164 = w22.ld_f32(0);
+                        r165 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r166 = rt::bin_u64(BinOp::Add, r165, r2);
+                        r167 = rt::cmp(BinOp::Le, r166, r1);
+                        r168 = rt::cmp(BinOp::Ge, r166, r165);
+                        r169 = r167;
+                        debug_assert_eq!(r165, w23.start() + 4 * (0) as u64);
+                        debug_assert!(r169);
+                        r170 = w23.ld_f32(0);
+                        r171 = rt::bin_f32(BinOp::Max, r157, r164);
+                        r172 = rt::bin_f32(BinOp::Min, r171, r170);
+                        r173 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r174 = rt::bin_u64(BinOp::Add, r173, r2);
+                        r175 = rt::cmp(BinOp::Le, r174, r1);
+                        r176 = rt::cmp(BinOp::Ge, r174, r173);
+                        r177 = r175;
+                        debug_assert_eq!(r173, w24.start() + 4 * (0) as u64);
+                        debug_assert!(r177);
+                        r178 = w24.ld_f32(0);
+                        r179 = rt::un_f32(UnOp::Neg, r178);
+                        r180 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r181 = rt::bin_u64(BinOp::Add, r180, r2);
+                        r182 = rt::cmp(BinOp::Le, r181, r1);
+                        r183 = rt::cmp(BinOp::Ge, r181, r180);
+                        r184 = r182;
+                        debug_assert_eq!(r180, w25.start() + 4 * (0) as u64);
+                        debug_assert!(r184);
+                        r185 = w25.ld_f32(0);
+                        r186 = rt::bin_f32(BinOp::Min, r179, r185);
+                        r187 = rt::bin_f32(BinOp::Add, r172, r186);
+                        r188 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r189 = rt::bin_u64(BinOp::Add, r188, r2);
+                        r190 = rt::cmp(BinOp::Le, r189, r1);
+                        r191 = rt::cmp(BinOp::Ge, r189, r188);
+                        r192 = r190;
+                        debug_assert_eq!(r188, w26.start() + 4 * (0) as u64);
+                        debug_assert!(r192);
+                        r193 = w26.ld_f32(0);
+                        r195 = rt::bin_u64(BinOp::Add, r0, r194);
+                        r196 = rt::bin_u64(BinOp::Add, r195, r2);
+                        r197 = rt::cmp(BinOp::Le, r196, r1);
+                        r198 = rt::cmp(BinOp::Ge, r196, r195);
+                        r199 = r197;
+                        debug_assert_eq!(r195, w27.start() + 4 * (0) as u64);
+                        debug_assert!(r199);
+                        r200 = w27.ld_f32(0);
+                        r201 = rt::un_f32(UnOp::Neg, r200);
+                        r202 = rt::bin_f32(BinOp::Max, r193, r201);
+                        r203 = rt::bin_f32(BinOp::Add, r187, r202);
+                        r205 = rt::bin_u64(BinOp::Add, r0, r204);
+                        r206 = rt::bin_u64(BinOp::Add, r205, r2);
+                        r207 = rt::cmp(BinOp::Le, r206, r1);
+                        r208 = rt::cmp(BinOp::Ge, r206, r205);
+                        r209 = r207;
+                        debug_assert_eq!(r205, w28.start() + 4 * (0) as u64);
+                        debug_assert!(r209);
+                        r210 = w28.ld_f32(0);
+                        r211 = rt::un_f32(UnOp::Abs, r210);
+                        r212 = rt::bin_f32(BinOp::Add, r203, r211);
+                        r213 = rt::bin_u64(BinOp::Add, r151, r2);
+                        r214 = rt::cmp(BinOp::Le, r213, r8);
+                        r215 = rt::cmp(BinOp::Ge, r213, r151);
+                        r216 = r214;
+                        debug_assert_eq!(r151, w29.start() + 4 * (0) as u64);
+                        debug_assert!(r216);
+                        w29.st_f32(0, r212);
+                        r217 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r218 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r219 = rt::bin_u64(BinOp::Add, r218, r2);
+                        r220 = rt::cmp(BinOp::Le, r219, r1);
+                        r221 = rt::cmp(BinOp::Ge, r219, r218);
+                        r222 = r220;
+                        debug_assert_eq!(r218, w30.start() + 4 * (0) as u64);
+                        debug_assert!(r222);
+                        r223 = w30.ld_f32(0);
+                        r224 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r225 = rt::bin_u64(BinOp::Add, r224, r2);
+                        r226 = rt::cmp(BinOp::Le, r225, r1);
+                        r227 = rt::cmp(BinOp::Ge, r225, r224);
+                        r228 = r226;
+                        debug_assert_eq!(r224, w31.start() + 4 * (0) as u64);
+                        debug_assert!(r228);
+                        r229 = w31.ld_f32(0);
+                        r230 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r231 = rt::bin_u64(BinOp::Add, r230, r2);
+                        r232 = rt::cmp(BinOp::Le, r231, r1);
+                        r233 = rt::cmp(BinOp::Ge, r231, r230);
+                        r234 = r232;
+                        debug_assert_eq!(r230, w32.start() + 4 * (0) as u64);
+                        debug_assert!(r234);
+                        r235 = w32.ld_f32(0);
+                        r236 = rt::fma_f32(r223, r229, r235);
+                        r237 = rt::bin_u64(BinOp::Add, r0, r79);
+                        r238 = rt::bin_u64(BinOp::Add, r237, r2);
+                        r239 = rt::cmp(BinOp::Le, r238, r1);
+                        r240 = rt::cmp(BinOp::Ge, r238, r237);
+                        r241 = r239;
+                        debug_assert_eq!(r237, w33.start() + 4 * (0) as u64);
+                        debug_assert!(r241);
+                        r242 = w33.ld_f32(0);
+                        r243 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r244 = rt::bin_u64(BinOp::Add, r243, r2);
+                        r245 = rt::cmp(BinOp::Le, r244, r1);
+                        r246 = rt::cmp(BinOp::Ge, r244, r243);
+                        r247 = r245;
+                        debug_assert_eq!(r243, w34.start() + 4 * (0) as u64);
+                        debug_assert!(r247);
+                        r248 = w34.ld_f32(0);
+                        r250 = rt::bin_u64(BinOp::Add, r0, r249);
+                        r251 = rt::bin_u64(BinOp::Add, r250, r2);
+                        r252 = rt::cmp(BinOp::Le, r251, r1);
+                        r253 = rt::cmp(BinOp::Ge, r251, r250);
+                        r254 = r252;
+                        debug_assert_eq!(r250, w35.start() + 4 * (0) as u64);
+                        debug_assert!(r254);
+                        r255 = w35.ld_f32(0);
+                        r257 = rt::bin_f32(BinOp::Sub, r256, r255);
+                        r258 = rt::bin_f32(BinOp::Mul, r242, r257);
+                        r259 = rt::bin_f32(BinOp::Mul, r248, r255);
+                        r260 = rt::bin_f32(BinOp::Add, r258, r259);
+                        r261 = rt::bin_f32(BinOp::Add, r236, r260);
+                        r262 = rt::bin_u64(BinOp::Add, r0, r65);
+                        r263 = rt::bin_u64(BinOp::Add, r262, r2);
+                        r264 = rt::cmp(BinOp::Le, r263, r1);
+                        r265 = rt::cmp(BinOp::Ge, r263, r262);
+                        r266 = r264;
+                        debug_assert_eq!(r262, w36.start() + 4 * (0) as u64);
+                        debug_assert!(r266);
+                        r267 = w36.ld_f32(0);
+                        r269 = rt::bin_u64(BinOp::Add, r0, r268);
+                        r270 = rt::bin_u64(BinOp::Add, r269, r2);
+                        r271 = rt::cmp(BinOp::Le, r270, r1);
+                        r272 = rt::cmp(BinOp::Ge, r270, r269);
+                        r273 = r271;
+                        debug_assert_eq!(r269, w37.start() + 4 * (0) as u64);
+                        debug_assert!(r273);
+                        r274 = w37.ld_f32(0);
+                        r276 = rt::cmp(BinOp::Le, r267, r274);
+                        r277 = if r276 { r256 } else { r275 };
+                        r278 = rt::bin_f32(BinOp::Add, r261, r277);
+                        r279 = rt::bin_u64(BinOp::Add, r217, r2);
+                        r280 = rt::cmp(BinOp::Le, r279, r8);
+                        r281 = rt::cmp(BinOp::Ge, r279, r217);
+                        r282 = r280;
+                        debug_assert_eq!(r217, w38.start() + 4 * (0) as u64);
+                        debug_assert!(r282);
+                        w38.st_f32(0, r278);
+                        r283 = rt::bin_u64(BinOp::Add, r0, r86);
+                        r284 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r285 = rt::bin_u64(BinOp::Add, r284, r2);
+                        r286 = rt::cmp(BinOp::Le, r285, r1);
+                        r287 = rt::cmp(BinOp::Ge, r285, r284);
+                        r288 = r286;
+                        debug_assert_eq!(r284, w39.start() + 4 * (0) as u64);
+                        debug_assert!(r288);
+                        r289 = w39.ld_f32(0);
+                        r290 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r291 = rt::bin_u64(BinOp::Add, r290, r2);
+                        r292 = rt::cmp(BinOp::Le, r291, r1);
+                        r293 = rt::cmp(BinOp::Ge, r291, r290);
+                        r294 = r292;
+                        debug_assert_eq!(r290, w40.start() + 4 * (0) as u64);
+                        debug_assert!(r294);
+                        r295 = w40.ld_f32(0);
+                        r297 = rt::bin_u64(BinOp::Add, r0, r296);
+                        r298 = rt::bin_u64(BinOp::Add, r297, r2);
+                        r299 = rt::cmp(BinOp::Le, r298, r1);
+                        r300 = rt::cmp(BinOp::Ge, r298, r297);
+                        r301 = r299;
+                        debug_assert_eq!(r297, w41.start() + 4 * (0) as u64);
+                        debug_assert!(r301);
+                        r302 = w41.ld_f32(0);
+                        r303 = rt::bin_f32(BinOp::Mul, r289, r289);
+                        r304 = rt::bin_f32(BinOp::Mul, r295, r295);
+                        r305 = rt::bin_f32(BinOp::Add, r303, r304);
+                        r306 = rt::bin_f32(BinOp::Mul, r302, r302);
+                        r307 = rt::bin_f32(BinOp::Add, r305, r306);
+                        r308 = rt::un_f32(UnOp::Sqrt, r307);
+                        r309 = rt::bin_u64(BinOp::Add, r0, r194);
+                        r310 = rt::bin_u64(BinOp::Add, r309, r2);
+                        r311 = rt::cmp(BinOp::Le, r310, r1);
+                        r312 = rt::cmp(BinOp::Ge, r310, r309);
+                        r313 = r311;
+                        debug_assert_eq!(r309, w42.start() + 4 * (0) as u64);
+                        debug_assert!(r313);
+                        r314 = w42.ld_f32(0);
+                        r315 = rt::un_f32(UnOp::InverseSqrt, r314);
+                        r316 = rt::bin_f32(BinOp::Add, r308, r315);
+                        r317 = rt::bin_u64(BinOp::Add, r283, r2);
+                        r318 = rt::cmp(BinOp::Le, r317, r8);
+                        r319 = rt::cmp(BinOp::Ge, r317, r283);
+                        r320 = r318;
+                        debug_assert_eq!(r283, w43.start() + 4 * (0) as u64);
+                        debug_assert!(r320);
+                        w43.st_f32(0, r316);
+                        r321 = rt::bin_u64(BinOp::Add, r0, r158);
+                        r323 = rt::bin_u64(BinOp::Add, r0, r322);
+                        r324 = rt::bin_u64(BinOp::Add, r323, r2);
+                        r325 = rt::cmp(BinOp::Le, r324, r1);
+                        r326 = rt::cmp(BinOp::Ge, r324, r323);
+                        r327 = r325;
+                        debug_assert_eq!(r323, w44.start() + 4 * (0) as u64);
+                        debug_assert!(r327);
+                        r328 = w44.ld_f32(0);
+                        r329 = rt::bin_u64(BinOp::Add, r0, r86);
+                        r330 = rt::bin_u64(BinOp::Add, r329, r2);
+                        r331 = rt::cmp(BinOp::Le, r330, r1);
+                        r332 = rt::cmp(BinOp::Ge, r330, r329);
+                        r333 = r331;
+                        debug_assert_eq!(r329, w45.start() + 4 * (0) as u64);
+                        debug_assert!(r333);
+                        r334 = w45.ld_f32(0);
+                        r335 = rt::bin_f32(BinOp::Div, r328, r334);
+                        r336 = rt::un_f32(UnOp::Trunc, r335);
+                        r337 = rt::bin_f32(BinOp::Mul, r334, r336);
+                        r338 = rt::bin_f32(BinOp::Sub, r328, r337);
+                        r339 = rt::bin_u64(BinOp::Add, r321, r2);
+                        r340 = rt::cmp(BinOp::Le, r339, r8);
+                        r341 = rt::cmp(BinOp::Ge, r339, r321);
+                        r342 = r340;
+                        debug_assert_eq!(r321, w46.start() + 4 * (0) as u64);
+                        debug_assert!(r342);
+                        w46.st_f32(0, r338);
+                        r344 = rt::bin_u64(BinOp::Add, r0, r343);
+                        r345 = rt::bin_u64(BinOp::Add, r344, r2);
+                        r346 = rt::cmp(BinOp::Le, r345, r1);
+                        r347 = rt::cmp(BinOp::Ge, r345, r344);
+                        r348 = r346;
+                        debug_assert_eq!(r344, w47.start() + 4 * (0) as u64);
+                        debug_assert!(r348);
+                        r349 = w47.ld_f32(0);
+                        r350 = r349.to_bits();
+                        r352 = rt::un_u32(UnOp::CountOneBits, r350);
+                        r353 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r354 = rt::cmp(BinOp::Le, r353, r351);
+                        r355 = rt::cmp(BinOp::Ge, r353, r0);
+                        r356 = r354;
+                        debug_assert_eq!(r0, w48.start() + 4 * (0) as u64);
+                        debug_assert!(r356);
+                        w48.st_u32(0, r352);
+                        r357 = rt::bin_u64(BinOp::Add, r0, r2);
+                        r359 = rt::bin_u32(BinOp::And, r350, r358);
+                        r360 = rt::un_u32(UnOp::ReverseBits, r359);
+                        r361 = rt::bin_u64(BinOp::Add, r357, r2);
+                        r362 = rt::cmp(BinOp::Le, r361, r351);
+                        r363 = rt::cmp(BinOp::Ge, r361, r357);
+                        r364 = r362;
+                        debug_assert_eq!(r357, w49.start() + 4 * (0) as u64);
+                        debug_assert!(r364);
+                        w49.st_u32(0, r360);
+                        r365 = rt::bin_u64(BinOp::Add, r0, r28);
+                        r368 = rt::bin_u32(BinOp::And, r366, r367);
+                        r369 = rt::bin_u32(BinOp::Shr, r350, r368);
+                        r370 = rt::un_u32(UnOp::CountLeadingZeros, r369);
+                        r371 = rt::bin_u32(BinOp::Sub, r367, r370);
+                        r374 = rt::cmp(BinOp::Eq, r369, r372);
+                        r375 = if r374 { r373 } else { r371 };
+                        r376 = rt::bin_u64(BinOp::Add, r365, r2);
+                        r377 = rt::cmp(BinOp::Le, r376, r351);
+                        r378 = rt::cmp(BinOp::Ge, r376, r365);
+                        r379 = r377;
+                        debug_assert_eq!(r365, w50.start() + 4 * (0) as u64);
+                        debug_assert!(r379);
+                        w50.st_u32(0, r375);
+                        r380 = rt::bin_u64(BinOp::Add, r0, r43);
+                        r381 = rt::bin_u32(BinOp::And, r366, r367);
+                        r382 = rt::bin_u32(BinOp::Shr, r350, r381);
+                        r383 = rt::un_u32(UnOp::CountTrailingZeros, r382);
+                        r384 = rt::cmp(BinOp::Eq, r382, r372);
+                        r385 = if r384 { r373 } else { r383 };
+                        r386 = rt::bin_u64(BinOp::Add, r380, r2);
+                        r387 = rt::cmp(BinOp::Le, r386, r351);
+                        r388 = rt::cmp(BinOp::Ge, r386, r380);
+                        r389 = r387;
+                        debug_assert_eq!(r380, w51.start() + 4 * (0) as u64);
+                        debug_assert!(r389);
+                        w51.st_u32(0, r385);
+                        r390 = rt::bin_u64(BinOp::Add, r0, r50);
+                        r394 = rt::bin_u32(BinOp::Min, r391, r393);
+                        r395 = rt::bin_u32(BinOp::Sub, r393, r394);
+                        r396 = rt::bin_u32(BinOp::Min, r392, r395);
+                        r397 = rt::bin_u32(BinOp::Add, r394, r396);
+                        r398 = rt::bin_u32(BinOp::Sub, r393, r397);
+                        r399 = rt::bin_u32(BinOp::Sub, r393, r396);
+                        r400 = rt::bin_u32(BinOp::Min, r398, r367);
+                        r401 = rt::bin_u32(BinOp::Min, r399, r367);
+                        r402 = rt::bin_u32(BinOp::Shl, r350, r400);
+                        r403 = rt::bin_u32(BinOp::Shr, r402, r401);
+                        r404 = rt::cmp(BinOp::Eq, r396, r393);
+                        r405 = if r404 { r350 } else { r403 };
+                        r406 = rt::cmp(BinOp::Eq, r396, r372);
+                        r407 = if r406 { r372 } else { r405 };
+                        r408 = rt::bin_u64(BinOp::Add, r390, r2);
+                        r409 = rt::cmp(BinOp::Le, r408, r351);
+                        r410 = rt::cmp(BinOp::Ge, r408, r390);
+                        r411 = r409;
+                        debug_assert_eq!(r390, w52.start() + 4 * (0) as u64);
+                        debug_assert!(r411);
+                        w52.st_u32(0, r407);
+                        r412 = rt::bin_u64(BinOp::Add, r0, r57);
+                        r413 = r350 as i32;
+                        r414 = rt::bin_u32(BinOp::Min, r391, r393);
+                        r415 = rt::bin_u32(BinOp::Sub, r393, r414);
+                        r416 = rt::bin_u32(BinOp::Min, r391, r415);
+                        r417 = rt::bin_u32(BinOp::Add, r414, r416);
+                        r418 = rt::bin_u32(BinOp::Sub, r393, r417);
+                        r419 = rt::bin_u32(BinOp::Sub, r393, r416);
+                        r420 = rt::bin_u32(BinOp::Min, r418, r367);
+                        r421 = rt::bin_u32(BinOp::Min, r419, r367);
+                        r422 = rt::bin_i32(BinOp::Shl, r413, r420 as i32);
+                        r423 = rt::bin_i32(BinOp::Shr, r422, r421 as i32);
+                        r424 = rt::cmp(BinOp::Eq, r416, r393);
+                        r425 = if r424 { r413 } else { r423 };
+                        r426 = rt::cmp(BinOp::Eq, r416, r372);
+                        r428 = if r426 { r427 } else { r425 };
+                        r429 = r428 as u32;
+                        r430 = rt::bin_u64(BinOp::Add, r412, r2);
+                        r431 = rt::cmp(BinOp::Le, r430, r351);
+                        r432 = rt::cmp(BinOp::Ge, r430, r412);
+                        r433 = r431;
+                        debug_assert_eq!(r412, w53.start() + 4 * (0) as u64);
+                        debug_assert!(r433);
+                        w53.st_u32(0, r429);
+                        r434 = rt::bin_u64(BinOp::Add, r0, r77);
+                        r435 = rt::bin_u32(BinOp::And, r350, r372);
+                        r436 = rt::un_u32(UnOp::Not, r435);
+                        r437 = rt::bin_u32(BinOp::And, r350, r372);
+                        r438 = rt::bin_u32(BinOp::Min, r392, r393);
+                        r439 = rt::bin_u32(BinOp::Sub, r393, r438);
+                        r440 = rt::bin_u32(BinOp::Min, r392, r439);
+                        r441 = rt::bin_u32(BinOp::Min, r440, r367);
+                        r442 = rt::bin_u32(BinOp::Shl, r358, r441);
+                        r443 = rt::bin_u32(BinOp::Sub, r442, r358);
+                        r444 = rt::cmp(BinOp::Eq, r440, r393);
+                        r445 = if r444 { r373 } else { r443 };
+                        r446 = rt::bin_u32(BinOp::Min, r438, r367);
+                        r447 = rt::bin_u32(BinOp::Shl, r445, r446);
+                        r448 = rt::cmp(BinOp::Eq, r440, r372);
+                        r449 = if r448 { r372 } else { r447 };
+                        r450 = rt::un_u32(UnOp::Not, r449);
+                        r451 = rt::bin_u32(BinOp::And, r436, r450);
+                        r452 = rt::bin_u32(BinOp::Shl, r437, r446);
+                        r453 = rt::bin_u32(BinOp::And, r452, r449);
+                        r454 = rt::bin_u32(BinOp::Or, r451, r453);
+                        r455 = rt::bin_u64(BinOp::Add, r434, r2);
+                        r456 = rt::cmp(BinOp::Le, r455, r351);
+                        r457 = rt::cmp(BinOp::Ge, r455, r434);
+                        r458 = r456;
+                        debug_assert_eq!(r434, w54.start() + 4 * (0) as u64);
+                        debug_assert!(r458);
+                        w54.st_u32(0, r454);
+                        r459 = rt::bin_u64(BinOp::Add, r0, r98);
+                        r460 = rt::bin_u32(BinOp::And, r350, r358);
+                        r461 = rt::un_u32(UnOp::CountLeadingZeros, r460);
+                        r462 = rt::bin_u32(BinOp::And, r350, r392);
+                        r463 = rt::un_u32(UnOp::CountTrailingZeros, r462);
+                        r464 = rt::bin_u32(BinOp::Add, r461, r463);
+                        r465 = rt::bin_u64(BinOp::Add, r459, r2);
+                        r466 = rt::cmp(BinOp::Le, r465, r351);
+                        r467 = rt::cmp(BinOp::Ge, r465, r459);
+                        r468 = r466;
+                        debug_assert_eq!(r459, w55.start() + 4 * (0) as u64);
+                        debug_assert!(r468);
+                        w55.st_u32(0, r464);
+                        r469 = rt::bin_u64(BinOp::Add, r0, r105);
+                        r470 = rt::bin_u32(BinOp::And, r350, r372);
+                        r471 = rt::un_u32(UnOp::Not, r470);
+                        r472 = r471 as i32;
+                        r473 = rt::cmp(BinOp::Lt, r472, r427);
+                        r474 = rt::un_i32(UnOp::Not, r472);
+                        r475 = if r473 { r474 } else { r472 };
+                        r476 = rt::un_i32(UnOp::CountLeadingZeros, r475);
+                        r478 = rt::bin_i32(BinOp::Sub, r477, r476);
+                        r480 = rt::cmp(BinOp::Eq, r475, r427);
+                        r481 = if r480 { r479 } else { r478 };
+                        r482 = r481 as u32;
+                        r483 = rt::bin_u64(BinOp::Add, r469, r2);
+                        r484 = rt::cmp(BinOp::Le, r483, r351);
+                        r485 = rt::cmp(BinOp::Ge, r483, r469);
+                        r486 = r484;
+                        debug_assert_eq!(r469, w56.start() + 4 * (0) as u64);
+                        debug_assert!(r486);
+                        w56.st_u32(0, r482);
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `halves`, translated from WGSL: workgroups of 8x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static HALVES: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -40991,6 +45844,10 @@ pub static HALVES: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 44,
     group: halves_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[1],
+        group: halves_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `halves` on every thread.
@@ -41368,6 +46225,275 @@ fn halves_group(
     Ok(())
 }
 
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn halves_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let Some(&b1) = owned.get(0) else {
+        return Ok(false);
+    };
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u64 = 0u64;
+        let mut r15: u64 = 0u64;
+        let mut r16: u64 = 0u64;
+        let mut r17: u64 = 0u64;
+        let mut r18: u64 = 0u64;
+        let mut r19: u32 = 0u32;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        let mut r37: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x8u32;
+        r14 = 0x0u64;
+        r15 = b0.len();
+        r17 = 0x2u64;
+        r35 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+        r18 = rt::bin_u64(BinOp::Div, r16, r17);
+        r19 = r18 as u32;
+        r34 = u64::from(r4);
+        r36 = rt::bin_u64(BinOp::Mul, r34, r35);
+        r37 = rt::bin_u64(BinOp::Add, r14, r36);
+        if !rt::fits_u32(r4, 0, 7) {
+            break 'fast None;
+        }
+        let Some(w0) = b1.window::<8>(r37, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 7) && i128::from(r4) + 7 < i128::from(r19));
+        Some((w0, hoisted))
+    };
+    let Some((w0, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..8u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u64 = 0u64;
+                    let mut r15: u64 = 0u64;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: bool = false;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: bool = false;
+                    let mut r26: bool = false;
+                    let mut r27: bool = false;
+                    let mut r28: rt::f16 = rt::f16::ZERO;
+                    let mut r29: rt::f16 = rt::f16::ZERO;
+                    let mut r30: rt::f16 = rt::f16::ZERO;
+                    let mut r31: rt::f16 = rt::f16::ZERO;
+                    let mut r32: rt::f16 = rt::f16::ZERO;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: f32 = 0.0f32;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    let mut r42: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x8u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = 0x0u64;
+                        r15 = b0.len();
+                        r17 = 0x2u64;
+                        r29 = rt::f16::from_bits(0x4000);
+                        r31 = rt::f16::from_bits(0x3800);
+                        r33 = b1.len();
+                        r35 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                            r19 = r18 as u32;
+                            r20 = rt::cmp(BinOp::Ge, r4, r19);
+                            {
+                                debug_assert!(!r20);
+                            }
+                            r21 = u64::from(r4);
+                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                            r25 = rt::cmp(BinOp::Le, r24, r15);
+                            r26 = rt::cmp(BinOp::Ge, r24, r23);
+                            r27 = r25;
+                            r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
+                            r30 = rt::bin_f16(BinOp::Mul, r28, r29);
+                            r32 = rt::bin_f16(BinOp::Add, r30, r31);
+                            r34 = u64::from(r4);
+                            r36 = rt::bin_u64(BinOp::Mul, r34, r35);
+                            r37 = rt::bin_u64(BinOp::Add, r14, r36);
+                            r38 = r32.to_f32();
+                            r39 = rt::bin_u64(BinOp::Add, r37, r35);
+                            r40 = rt::cmp(BinOp::Le, r39, r33);
+                            r41 = rt::cmp(BinOp::Ge, r39, r37);
+                            r42 = r40;
+                            debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
+                            debug_assert!(r42);
+                            w0.st_f32(lx as usize, r38);
+                            break 'inv;
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..8u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u64 = 0u64;
+                    let mut r15: u64 = 0u64;
+                    let mut r16: u64 = 0u64;
+                    let mut r17: u64 = 0u64;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: bool = false;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: bool = false;
+                    let mut r26: bool = false;
+                    let mut r27: bool = false;
+                    let mut r28: rt::f16 = rt::f16::ZERO;
+                    let mut r29: rt::f16 = rt::f16::ZERO;
+                    let mut r30: rt::f16 = rt::f16::ZERO;
+                    let mut r31: rt::f16 = rt::f16::ZERO;
+                    let mut r32: rt::f16 = rt::f16::ZERO;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: f32 = 0.0f32;
+                    let mut r39: u64 = 0u64;
+                    let mut r40: bool = false;
+                    let mut r41: bool = false;
+                    let mut r42: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x8u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r14 = 0x0u64;
+                        r15 = b0.len();
+                        r17 = 0x2u64;
+                        r29 = rt::f16::from_bits(0x4000);
+                        r31 = rt::f16::from_bits(0x3800);
+                        r33 = b1.len();
+                        r35 = 0x4u64;
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r16 = rt::bin_u64(BinOp::Sub, r15, r14);
+                            r18 = rt::bin_u64(BinOp::Div, r16, r17);
+                            r19 = r18 as u32;
+                            r20 = rt::cmp(BinOp::Ge, r4, r19);
+                            if r20 {
+                                break 'inv;
+                            }
+                            r21 = u64::from(r4);
+                            r22 = rt::bin_u64(BinOp::Mul, r21, r17);
+                            r23 = rt::bin_u64(BinOp::Add, r14, r22);
+                            r24 = rt::bin_u64(BinOp::Add, r23, r17);
+                            r25 = rt::cmp(BinOp::Le, r24, r15);
+                            r26 = rt::cmp(BinOp::Ge, r24, r23);
+                            r27 = r25;
+                            r28 = if r27 { b0.ld_f16(r23)? } else { rt::f16::ZERO };
+                            r30 = rt::bin_f16(BinOp::Mul, r28, r29);
+                            r32 = rt::bin_f16(BinOp::Add, r30, r31);
+                            r34 = u64::from(r4);
+                            r36 = rt::bin_u64(BinOp::Mul, r34, r35);
+                            r37 = rt::bin_u64(BinOp::Add, r14, r36);
+                            r38 = r32.to_f32();
+                            r39 = rt::bin_u64(BinOp::Add, r37, r35);
+                            r40 = rt::cmp(BinOp::Le, r39, r33);
+                            r41 = rt::cmp(BinOp::Ge, r39, r37);
+                            r42 = r40;
+                            debug_assert_eq!(r37, w0.start() + 4 * (lx as usize) as u64);
+                            debug_assert!(r42);
+                            w0.st_f32(lx as usize, r38);
+                            break 'inv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `atomics_global`, translated from WGSL: workgroups of 64x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static ATOMICS_GLOBAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -41378,6 +46504,7 @@ pub static ATOMICS_GLOBAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     private_bytes: 0,
     ops: 127,
     group: atomics_global_group,
+    parted: None,
 };
 
 /// Runs `grid` workgroups of `atomics_global` on every thread.
@@ -42077,6 +47204,10 @@ pub static WINDOWS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     private_bytes: 0,
     ops: 184,
     group: windows_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[2, 4],
+        group: windows_group_parted,
+    }),
 };
 
 /// Runs `grid` workgroups of `windows` on every thread.
@@ -43698,6 +48829,1223 @@ fn windows_group(
         }
     }
     Ok(())
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn windows_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let Some(&b2) = owned.get(0) else {
+        return Ok(false);
+    };
+    let b3 = cx.rw(3)?;
+    let Some(&b4) = owned.get(1) else {
+        return Ok(false);
+    };
+    let b5 = cx.rw(5)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let p2 = cx.param(2)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r6: u32 = 0u32;
+        let mut r9: u32 = 0u32;
+        let mut r10: u32 = 0u32;
+        let mut r11: u32 = 0u32;
+        let mut r12: u32 = 0u32;
+        let mut r13: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r15: u32 = 0u32;
+        let mut r16: u32 = 0u32;
+        let mut r17: u32 = 0u32;
+        let mut r19: u32 = 0u32;
+        let mut r20: u32 = 0u32;
+        let mut r21: u32 = 0u32;
+        let mut r22: u32 = 0u32;
+        let mut r23: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r27: u64 = 0u64;
+        let mut r28: u64 = 0u64;
+        let mut r30: u64 = 0u64;
+        let mut r31: u64 = 0u64;
+        let mut r32: u64 = 0u64;
+        let mut r44: u32 = 0u32;
+        let mut r45: u32 = 0u32;
+        let mut r46: u32 = 0u32;
+        let mut r48: u64 = 0u64;
+        let mut r49: u64 = 0u64;
+        let mut r50: u64 = 0u64;
+        let mut r57: u64 = 0u64;
+        let mut r58: u64 = 0u64;
+        let mut r59: u64 = 0u64;
+        let mut r83: i32 = 0i32;
+        let mut r84: i32 = 0i32;
+        let mut r85: i32 = 0i32;
+        let mut r89: u32 = 0u32;
+        let mut r90: u64 = 0u64;
+        let mut r91: u64 = 0u64;
+        let mut r92: u64 = 0u64;
+        let mut r93: u32 = 0u32;
+        let mut r94: u32 = 0u32;
+        let mut r95: u64 = 0u64;
+        let mut r96: u64 = 0u64;
+        let mut r97: u64 = 0u64;
+        let mut r109: u64 = 0u64;
+        let mut r110: u64 = 0u64;
+        let mut r111: u64 = 0u64;
+        let mut r112: u64 = 0u64;
+        let mut r118: u64 = 0u64;
+        let mut r120: u64 = 0u64;
+        let mut r121: u64 = 0u64;
+        let mut r123: u64 = 0u64;
+        let mut r124: u64 = 0u64;
+        let mut r126: u64 = 0u64;
+        let mut r127: u64 = 0u64;
+        let mut r128: u64 = 0u64;
+        let mut r137: u64 = 0u64;
+        let mut r138: u64 = 0u64;
+        let mut r139: u64 = 0u64;
+        let mut r140: i32 = 0i32;
+        let mut r141: i32 = 0i32;
+        let mut r142: i32 = 0i32;
+        let mut r143: i32 = 0i32;
+        let mut r144: i32 = 0i32;
+        let mut r145: i32 = 0i32;
+        let mut r147: u32 = 0u32;
+        let mut r148: u64 = 0u64;
+        let mut r149: u64 = 0u64;
+        let mut r150: u64 = 0u64;
+        let mut r156: i32 = 0i32;
+        let mut r157: i32 = 0i32;
+        let mut r158: i32 = 0i32;
+        let mut r160: u32 = 0u32;
+        let mut r161: u64 = 0u64;
+        let mut r162: u64 = 0u64;
+        let mut r163: u64 = 0u64;
+        r0 = lx;
+        r1 = ly;
+        r3 = wid[0];
+        r4 = wid[1];
+        r6 = grid[0];
+        r11 = 0x4u32;
+        r14 = 0x8u32;
+        r20 = 0x1u32;
+        r23 = 0x0u64;
+        r26 = 0x4u64;
+        r44 = 0x2u32;
+        r110 = 0x10u64;
+        r120 = 0x8u64;
+        r123 = 0xcu64;
+        r144 = 40i32;
+        r157 = 3000i32;
+        r9 = rt::bin_u32(BinOp::Mul, r4, r6);
+        r10 = rt::bin_u32(BinOp::Add, r9, r3);
+        r12 = rt::bin_u32(BinOp::Mul, r10, r11);
+        r13 = rt::bin_u32(BinOp::Add, r12, r1);
+        r15 = rt::bin_u32(BinOp::Mul, r13, r14);
+        r16 = rt::bin_u32(BinOp::Add, r15, r0);
+        r17 = p0;
+        r19 = p0;
+        r21 = rt::bin_u32(BinOp::Sub, r19, r20);
+        r22 = rt::bin_u32(BinOp::Sub, r21, r16);
+        r25 = u64::from(r22);
+        r27 = rt::bin_u64(BinOp::Mul, r25, r26);
+        r28 = rt::bin_u64(BinOp::Add, r23, r27);
+        r30 = u64::from(r16);
+        r31 = rt::bin_u64(BinOp::Mul, r30, r26);
+        r32 = rt::bin_u64(BinOp::Add, r23, r31);
+        r45 = rt::bin_u32(BinOp::Mul, r44, r16);
+        r46 = rt::bin_u32(BinOp::Add, r45, r20);
+        r48 = u64::from(r46);
+        r49 = rt::bin_u64(BinOp::Mul, r48, r26);
+        r50 = rt::bin_u64(BinOp::Add, r23, r49);
+        r57 = u64::from(r16);
+        r58 = rt::bin_u64(BinOp::Mul, r57, r26);
+        r59 = rt::bin_u64(BinOp::Add, r23, r58);
+        r83 = r16 as i32;
+        r84 = p2 as i32;
+        r85 = rt::bin_i32(BinOp::Sub, r83, r84);
+        r89 = r85 as u32;
+        r90 = u64::from(r89);
+        r91 = rt::bin_u64(BinOp::Mul, r90, r26);
+        r92 = rt::bin_u64(BinOp::Add, r23, r91);
+        r93 = p1;
+        r94 = rt::bin_u32(BinOp::Add, r16, r93);
+        r95 = u64::from(r94);
+        r96 = rt::bin_u64(BinOp::Mul, r95, r26);
+        r97 = rt::bin_u64(BinOp::Add, r23, r96);
+        r109 = u64::from(r16);
+        r111 = rt::bin_u64(BinOp::Mul, r109, r110);
+        r112 = rt::bin_u64(BinOp::Add, r23, r111);
+        r118 = rt::bin_u64(BinOp::Add, r112, r26);
+        r121 = rt::bin_u64(BinOp::Add, r112, r120);
+        r124 = rt::bin_u64(BinOp::Add, r112, r123);
+        r126 = u64::from(r16);
+        r127 = rt::bin_u64(BinOp::Mul, r126, r110);
+        r128 = rt::bin_u64(BinOp::Add, r23, r127);
+        r137 = rt::bin_u64(BinOp::Add, r128, r26);
+        r138 = rt::bin_u64(BinOp::Add, r128, r120);
+        r139 = rt::bin_u64(BinOp::Add, r128, r123);
+        r140 = r16 as i32;
+        r141 = p2 as i32;
+        r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+        r143 = p2 as i32;
+        r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+        r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+        r148 = u64::from(r147);
+        r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+        r150 = rt::bin_u64(BinOp::Add, r23, r149);
+        r156 = p2 as i32;
+        r158 = rt::bin_i32(BinOp::Add, r156, r157);
+        r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+        r161 = u64::from(r160);
+        r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+        r163 = rt::bin_u64(BinOp::Add, r23, r162);
+        if !b5.covers(r112, 0, 512) {
+            break 'fast None;
+        }
+        if !b5.covers(r128, 0, 512) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r16, 0, 31) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r160, 0, 62) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r147, 0, 62) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r89, 0, 31) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r94, 0, 31) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r46, 0, 62) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r22, -31, 0) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<32>(r32, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b2.window::<32>(r28, -124) else {
+            break 'fast None;
+        };
+        let Some(w2) = b3.window::<63>(r50, 0) else {
+            break 'fast None;
+        };
+        let Some(w3) = b1.window::<32>(r59, 0) else {
+            break 'fast None;
+        };
+        let Some(w4) = b0.window::<32>(r97, 0) else {
+            break 'fast None;
+        };
+        let Some(w5) = b4.window::<32>(r92, 0) else {
+            break 'fast None;
+        };
+        let Some(w6) = b5.window::<125>(r112, 0) else {
+            break 'fast None;
+        };
+        let Some(w7) = b5.window::<125>(r118, 0) else {
+            break 'fast None;
+        };
+        let Some(w8) = b5.window::<125>(r121, 0) else {
+            break 'fast None;
+        };
+        let Some(w9) = b5.window::<125>(r124, 0) else {
+            break 'fast None;
+        };
+        let Some(w10) = b5.window::<125>(r128, 0) else {
+            break 'fast None;
+        };
+        let Some(w11) = b5.window::<125>(r137, 0) else {
+            break 'fast None;
+        };
+        let Some(w12) = b5.window::<125>(r138, 0) else {
+            break 'fast None;
+        };
+        let Some(w13) = b5.window::<125>(r139, 0) else {
+            break 'fast None;
+        };
+        let Some(w14) = b3.window::<63>(r150, 0) else {
+            break 'fast None;
+        };
+        let Some(w15) = b3.window::<63>(r163, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r16, 0, 31) && i128::from(r16) + 31 < i128::from(r17))
+            && (rt::fits_i32(r142, 0, 31) && i128::from(r142) + 0 > i128::from(r145))
+            && (rt::fits_i32(r142, 0, 31) && i128::from(r142) + 31 <= i128::from(r158));
+        Some((
+            w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, hoisted,
+        ))
+    };
+    let Some((w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, hoisted)) =
+        windows
+    else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..4u32 {
+                for lx in 0..8u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: bool = false;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: bool = false;
+                    let mut r35: bool = false;
+                    let mut r36: bool = false;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: f32 = 0.0f32;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: u64 = 0u64;
+                    let mut r41: bool = false;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: u32 = 0u32;
+                    let mut r45: u32 = 0u32;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: u64 = 0u64;
+                    let mut r49: u64 = 0u64;
+                    let mut r50: u64 = 0u64;
+                    let mut r51: u64 = 0u64;
+                    let mut r52: bool = false;
+                    let mut r53: bool = false;
+                    let mut r54: bool = false;
+                    let mut r55: f32 = 0.0f32;
+                    let mut r56: u64 = 0u64;
+                    let mut r57: u64 = 0u64;
+                    let mut r58: u64 = 0u64;
+                    let mut r59: u64 = 0u64;
+                    let mut r60: u64 = 0u64;
+                    let mut r61: bool = false;
+                    let mut r62: bool = false;
+                    let mut r63: bool = false;
+                    let mut r64: u32 = 0u32;
+                    let mut r65: u32 = 0u32;
+                    let mut r66: u32 = 0u32;
+                    let mut r67: bool = false;
+                    let mut r68: u32 = 0u32;
+                    let mut r69: u32 = 0u32;
+                    let mut r70: u64 = 0u64;
+                    let mut r71: u64 = 0u64;
+                    let mut r72: u64 = 0u64;
+                    let mut r73: u64 = 0u64;
+                    let mut r74: bool = false;
+                    let mut r75: bool = false;
+                    let mut r76: bool = false;
+                    let mut r77: f32 = 0.0f32;
+                    let mut r78: f32 = 0.0f32;
+                    let mut r79: u64 = 0u64;
+                    let mut r80: bool = false;
+                    let mut r81: bool = false;
+                    let mut r82: bool = false;
+                    let mut r83: i32 = 0i32;
+                    let mut r84: i32 = 0i32;
+                    let mut r85: i32 = 0i32;
+                    let mut r86: u64 = 0u64;
+                    let mut r87: i32 = 0i32;
+                    let mut r88: bool = false;
+                    let mut r89: u32 = 0u32;
+                    let mut r90: u64 = 0u64;
+                    let mut r91: u64 = 0u64;
+                    let mut r92: u64 = 0u64;
+                    let mut r93: u32 = 0u32;
+                    let mut r94: u32 = 0u32;
+                    let mut r95: u64 = 0u64;
+                    let mut r96: u64 = 0u64;
+                    let mut r97: u64 = 0u64;
+                    let mut r98: u64 = 0u64;
+                    let mut r99: bool = false;
+                    let mut r100: bool = false;
+                    let mut r101: bool = false;
+                    let mut r102: f32 = 0.0f32;
+                    let mut r103: u64 = 0u64;
+                    let mut r104: bool = false;
+                    let mut r105: bool = false;
+                    let mut r106: bool = false;
+                    let mut r107: bool = false;
+                    let mut r108: u64 = 0u64;
+                    let mut r109: u64 = 0u64;
+                    let mut r110: u64 = 0u64;
+                    let mut r111: u64 = 0u64;
+                    let mut r112: u64 = 0u64;
+                    let mut r113: u64 = 0u64;
+                    let mut r114: bool = false;
+                    let mut r115: bool = false;
+                    let mut r116: bool = false;
+                    let mut r117: u32 = 0u32;
+                    let mut r118: u64 = 0u64;
+                    let mut r119: u32 = 0u32;
+                    let mut r120: u64 = 0u64;
+                    let mut r121: u64 = 0u64;
+                    let mut r122: u32 = 0u32;
+                    let mut r123: u64 = 0u64;
+                    let mut r124: u64 = 0u64;
+                    let mut r125: u32 = 0u32;
+                    let mut r126: u64 = 0u64;
+                    let mut r127: u64 = 0u64;
+                    let mut r128: u64 = 0u64;
+                    let mut r129: u32 = 0u32;
+                    let mut r130: u32 = 0u32;
+                    let mut r131: u32 = 0u32;
+                    let mut r132: u32 = 0u32;
+                    let mut r133: u64 = 0u64;
+                    let mut r134: bool = false;
+                    let mut r135: bool = false;
+                    let mut r136: bool = false;
+                    let mut r137: u64 = 0u64;
+                    let mut r138: u64 = 0u64;
+                    let mut r139: u64 = 0u64;
+                    let mut r140: i32 = 0i32;
+                    let mut r141: i32 = 0i32;
+                    let mut r142: i32 = 0i32;
+                    let mut r143: i32 = 0i32;
+                    let mut r144: i32 = 0i32;
+                    let mut r145: i32 = 0i32;
+                    let mut r146: bool = false;
+                    let mut r147: u32 = 0u32;
+                    let mut r148: u64 = 0u64;
+                    let mut r149: u64 = 0u64;
+                    let mut r150: u64 = 0u64;
+                    let mut r151: f32 = 0.0f32;
+                    let mut r152: u64 = 0u64;
+                    let mut r153: bool = false;
+                    let mut r154: bool = false;
+                    let mut r155: bool = false;
+                    let mut r156: i32 = 0i32;
+                    let mut r157: i32 = 0i32;
+                    let mut r158: i32 = 0i32;
+                    let mut r159: bool = false;
+                    let mut r160: u32 = 0u32;
+                    let mut r161: u64 = 0u64;
+                    let mut r162: u64 = 0u64;
+                    let mut r163: u64 = 0u64;
+                    let mut r164: u64 = 0u64;
+                    let mut r165: bool = false;
+                    let mut r166: bool = false;
+                    let mut r167: bool = false;
+                    let mut r168: f32 = 0.0f32;
+                    let mut r169: f32 = 0.0f32;
+                    let mut r170: f32 = 0.0f32;
+                    let mut r171: u64 = 0u64;
+                    let mut r172: bool = false;
+                    let mut r173: bool = false;
+                    let mut r174: bool = false;
+                    'inv: {
+                        r0 = lx;
+                        r1 = ly;
+                        r2 = lz;
+                        r3 = wid[0];
+                        r4 = wid[1];
+                        r5 = wid[2];
+                        r6 = grid[0];
+                        r7 = grid[1];
+                        r8 = grid[2];
+                        r11 = 0x4u32;
+                        r14 = 0x8u32;
+                        r20 = 0x1u32;
+                        r23 = 0x0u64;
+                        r24 = b2.len();
+                        r26 = 0x4u64;
+                        r29 = b0.len();
+                        r38 = f32::from_bits(0x40000000);
+                        r44 = 0x2u32;
+                        r47 = b3.len();
+                        r56 = b1.len();
+                        r65 = 0x40u32;
+                        r66 = 0x0u32;
+                        r86 = b4.len();
+                        r87 = 0i32;
+                        r108 = b5.len();
+                        r110 = 0x10u64;
+                        r120 = 0x8u64;
+                        r123 = 0xcu64;
+                        r144 = 40i32;
+                        r157 = 3000i32;
+                        r169 = f32::from_bits(0x3f000000);
+                        'b1: {
+                            r9 = rt::bin_u32(BinOp::Mul, r4, r6);
+                            r10 = rt::bin_u32(BinOp::Add, r9, r3);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r11);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r1);
+                            r15 = rt::bin_u32(BinOp::Mul, r13, r14);
+                            r16 = rt::bin_u32(BinOp::Add, r15, r0);
+                            r17 = p0;
+                            r18 = rt::cmp(BinOp::Ge, r16, r17);
+                            {
+                                debug_assert!(!r18);
+                            }
+                            r19 = p0;
+                            r21 = rt::bin_u32(BinOp::Sub, r19, r20);
+                            r22 = rt::bin_u32(BinOp::Sub, r21, r16);
+                            r25 = u64::from(r22);
+                            r27 = rt::bin_u64(BinOp::Mul, r25, r26);
+                            r28 = rt::bin_u64(BinOp::Add, r23, r27);
+                            r30 = u64::from(r16);
+                            r31 = rt::bin_u64(BinOp::Mul, r30, r26);
+                            r32 = rt::bin_u64(BinOp::Add, r23, r31);
+                            r33 = rt::bin_u64(BinOp::Add, r32, r26);
+                            r34 = rt::cmp(BinOp::Le, r33, r29);
+                            r35 = rt::cmp(BinOp::Ge, r33, r32);
+                            r36 = r34;
+                            debug_assert_eq!(
+                                r32,
+                                w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r36);
+                            r37 = w0.ld_f32(lx as usize + ly as usize * 8);
+                            r39 = rt::bin_f32(BinOp::Mul, r37, r38);
+                            r40 = rt::bin_u64(BinOp::Add, r28, r26);
+                            r41 = rt::cmp(BinOp::Le, r40, r24);
+                            r42 = rt::cmp(BinOp::Ge, r40, r28);
+                            r43 = r41;
+                            debug_assert_eq!(
+                                r28,
+                                w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
+                            );
+                            debug_assert!(r43);
+                            w1.st_f32(31 - lx as usize - ly as usize * 8, r39);
+                            r45 = rt::bin_u32(BinOp::Mul, r44, r16);
+                            r46 = rt::bin_u32(BinOp::Add, r45, r20);
+                            r48 = u64::from(r46);
+                            r49 = rt::bin_u64(BinOp::Mul, r48, r26);
+                            r50 = rt::bin_u64(BinOp::Add, r23, r49);
+                            r51 = rt::bin_u64(BinOp::Add, r50, r26);
+                            r52 = rt::cmp(BinOp::Le, r51, r47);
+                            r53 = rt::cmp(BinOp::Ge, r51, r50);
+                            r54 = r52;
+                            debug_assert_eq!(
+                                r50,
+                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                            );
+                            debug_assert!(r54);
+                            r55 = w2.ld_f32(lx as usize * 2 + ly as usize * 16);
+                            r57 = u64::from(r16);
+                            r58 = rt::bin_u64(BinOp::Mul, r57, r26);
+                            r59 = rt::bin_u64(BinOp::Add, r23, r58);
+                            r60 = rt::bin_u64(BinOp::Add, r59, r26);
+                            r61 = rt::cmp(BinOp::Le, r60, r56);
+                            r62 = rt::cmp(BinOp::Ge, r60, r59);
+                            r63 = r61;
+                            debug_assert_eq!(
+                                r59,
+                                w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r63);
+                            r64 = w3.ld_u32(lx as usize + ly as usize * 8);
+                            r67 = rt::cmp(BinOp::Eq, r65, r66);
+                            r68 = if r67 { r20 } else { r65 };
+                            r69 = rt::bin_u32(BinOp::Rem, r64, r68);
+                            r70 = u64::from(r69);
+                            r71 = rt::bin_u64(BinOp::Mul, r70, r26);
+                            r72 = rt::bin_u64(BinOp::Add, r23, r71);
+                            r73 = rt::bin_u64(BinOp::Add, r72, r26);
+                            r74 = rt::cmp(BinOp::Le, r73, r29);
+                            r75 = rt::cmp(BinOp::Ge, r73, r72);
+                            r76 = r74;
+                            r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
+                            r78 = rt::bin_f32(BinOp::Add, r55, r77);
+                            r79 = rt::bin_u64(BinOp::Add, r50, r26);
+                            r80 = rt::cmp(BinOp::Le, r79, r47);
+                            r81 = rt::cmp(BinOp::Ge, r79, r50);
+                            r82 = r80;
+                            debug_assert_eq!(
+                                r50,
+                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                            );
+                            debug_assert!(r82);
+                            w2.st_f32(lx as usize * 2 + ly as usize * 16, r78);
+                            r83 = r16 as i32;
+                            r84 = p2 as i32;
+                            r85 = rt::bin_i32(BinOp::Sub, r83, r84);
+                            r88 = rt::cmp(BinOp::Ge, r85, r87);
+                            r89 = r85 as u32;
+                            r90 = u64::from(r89);
+                            r91 = rt::bin_u64(BinOp::Mul, r90, r26);
+                            r92 = rt::bin_u64(BinOp::Add, r23, r91);
+                            r93 = p1;
+                            r94 = rt::bin_u32(BinOp::Add, r16, r93);
+                            r95 = u64::from(r94);
+                            r96 = rt::bin_u64(BinOp::Mul, r95, r26);
+                            r97 = rt::bin_u64(BinOp::Add, r23, r96);
+                            r98 = rt::bin_u64(BinOp::Add, r97, r26);
+                            r99 = rt::cmp(BinOp::Le, r98, r29);
+                            r100 = rt::cmp(BinOp::Ge, r98, r97);
+                            r101 = r99;
+                            debug_assert_eq!(
+                                r97,
+                                w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r101);
+                            r102 = w4.ld_f32(lx as usize + ly as usize * 8);
+                            r103 = rt::bin_u64(BinOp::Add, r92, r26);
+                            r104 = rt::cmp(BinOp::Le, r103, r86);
+                            r105 = rt::cmp(BinOp::Ge, r103, r92);
+                            r106 = r104;
+                            r107 = rt::bin_bool(BinOp::And, r106, r88);
+                            debug_assert_eq!(
+                                r92,
+                                w5.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r106);
+                            if r88 {
+                                w5.st_f32(lx as usize + ly as usize * 8, r102);
+                            }
+                            r109 = u64::from(r16);
+                            r111 = rt::bin_u64(BinOp::Mul, r109, r110);
+                            r112 = rt::bin_u64(BinOp::Add, r23, r111);
+                            r113 = rt::bin_u64(BinOp::Add, r112, r110);
+                            r114 = rt::cmp(BinOp::Le, r113, r108);
+                            r115 = rt::cmp(BinOp::Ge, r113, r112);
+                            r116 = r114;
+                            debug_assert_eq!(
+                                r112,
+                                w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r117 = w6.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r118 = rt::bin_u64(BinOp::Add, r112, r26);
+                            debug_assert_eq!(
+                                r118,
+                                w7.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r119 = w7.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r121 = rt::bin_u64(BinOp::Add, r112, r120);
+                            debug_assert_eq!(
+                                r121,
+                                w8.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r122 = w8.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r124 = rt::bin_u64(BinOp::Add, r112, r123);
+                            debug_assert_eq!(
+                                r124,
+                                w9.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r125 = w9.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r126 = u64::from(r16);
+                            r127 = rt::bin_u64(BinOp::Mul, r126, r110);
+                            r128 = rt::bin_u64(BinOp::Add, r23, r127);
+                            r129 = rt::bin_u32(BinOp::Add, r125, r16);
+                            r130 = rt::bin_u32(BinOp::Add, r122, r16);
+                            r131 = rt::bin_u32(BinOp::Add, r119, r16);
+                            r132 = rt::bin_u32(BinOp::Add, r117, r16);
+                            r133 = rt::bin_u64(BinOp::Add, r128, r110);
+                            r134 = rt::cmp(BinOp::Le, r133, r108);
+                            r135 = rt::cmp(BinOp::Ge, r133, r128);
+                            r136 = r134;
+                            debug_assert_eq!(
+                                r128,
+                                w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w10.st_u32(lx as usize * 4 + ly as usize * 32, r129);
+                            r137 = rt::bin_u64(BinOp::Add, r128, r26);
+                            debug_assert_eq!(
+                                r137,
+                                w11.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w11.st_u32(lx as usize * 4 + ly as usize * 32, r130);
+                            r138 = rt::bin_u64(BinOp::Add, r128, r120);
+                            debug_assert_eq!(
+                                r138,
+                                w12.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w12.st_u32(lx as usize * 4 + ly as usize * 32, r131);
+                            r139 = rt::bin_u64(BinOp::Add, r128, r123);
+                            debug_assert_eq!(
+                                r139,
+                                w13.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
+                            r140 = r16 as i32;
+                            r141 = p2 as i32;
+                            r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+                            r143 = p2 as i32;
+                            r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+                            r146 = rt::cmp(BinOp::Gt, r142, r145);
+                            {
+                                debug_assert!(r146);
+                                r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r148 = u64::from(r147);
+                                r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+                                r150 = rt::bin_u64(BinOp::Add, r23, r149);
+                                r151 = r142 as f32;
+                                r152 = rt::bin_u64(BinOp::Add, r150, r26);
+                                r153 = rt::cmp(BinOp::Le, r152, r47);
+                                r154 = rt::cmp(BinOp::Ge, r152, r150);
+                                r155 = r153;
+                                debug_assert_eq!(
+                                    r150,
+                                    w14.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r155);
+                                w14.st_f32(lx as usize * 2 + ly as usize * 16, r151);
+                            }
+                            r156 = p2 as i32;
+                            r158 = rt::bin_i32(BinOp::Add, r156, r157);
+                            r159 = rt::cmp(BinOp::Ge, r158, r142);
+                            {
+                                debug_assert!(r159);
+                                r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r161 = u64::from(r160);
+                                r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+                                r163 = rt::bin_u64(BinOp::Add, r23, r162);
+                                r164 = rt::bin_u64(BinOp::Add, r163, r26);
+                                r165 = rt::cmp(BinOp::Le, r164, r47);
+                                r166 = rt::cmp(BinOp::Ge, r164, r163);
+                                r167 = r165;
+                                debug_assert_eq!(
+                                    r163,
+                                    w15.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r167);
+                                r168 = w15.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                r170 = rt::bin_f32(BinOp::Add, r168, r169);
+                                r171 = rt::bin_u64(BinOp::Add, r163, r26);
+                                r172 = rt::cmp(BinOp::Le, r171, r47);
+                                r173 = rt::cmp(BinOp::Ge, r171, r163);
+                                r174 = r172;
+                                debug_assert_eq!(
+                                    r163,
+                                    w15.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r174);
+                                w15.st_f32(lx as usize * 2 + ly as usize * 16, r170);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..4u32 {
+                for lx in 0..8u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: u32 = 0u32;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: bool = false;
+                    let mut r19: u32 = 0u32;
+                    let mut r20: u32 = 0u32;
+                    let mut r21: u32 = 0u32;
+                    let mut r22: u32 = 0u32;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: u64 = 0u64;
+                    let mut r30: u64 = 0u64;
+                    let mut r31: u64 = 0u64;
+                    let mut r32: u64 = 0u64;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: bool = false;
+                    let mut r35: bool = false;
+                    let mut r36: bool = false;
+                    let mut r37: f32 = 0.0f32;
+                    let mut r38: f32 = 0.0f32;
+                    let mut r39: f32 = 0.0f32;
+                    let mut r40: u64 = 0u64;
+                    let mut r41: bool = false;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: u32 = 0u32;
+                    let mut r45: u32 = 0u32;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u64 = 0u64;
+                    let mut r48: u64 = 0u64;
+                    let mut r49: u64 = 0u64;
+                    let mut r50: u64 = 0u64;
+                    let mut r51: u64 = 0u64;
+                    let mut r52: bool = false;
+                    let mut r53: bool = false;
+                    let mut r54: bool = false;
+                    let mut r55: f32 = 0.0f32;
+                    let mut r56: u64 = 0u64;
+                    let mut r57: u64 = 0u64;
+                    let mut r58: u64 = 0u64;
+                    let mut r59: u64 = 0u64;
+                    let mut r60: u64 = 0u64;
+                    let mut r61: bool = false;
+                    let mut r62: bool = false;
+                    let mut r63: bool = false;
+                    let mut r64: u32 = 0u32;
+                    let mut r65: u32 = 0u32;
+                    let mut r66: u32 = 0u32;
+                    let mut r67: bool = false;
+                    let mut r68: u32 = 0u32;
+                    let mut r69: u32 = 0u32;
+                    let mut r70: u64 = 0u64;
+                    let mut r71: u64 = 0u64;
+                    let mut r72: u64 = 0u64;
+                    let mut r73: u64 = 0u64;
+                    let mut r74: bool = false;
+                    let mut r75: bool = false;
+                    let mut r76: bool = false;
+                    let mut r77: f32 = 0.0f32;
+                    let mut r78: f32 = 0.0f32;
+                    let mut r79: u64 = 0u64;
+                    let mut r80: bool = false;
+                    let mut r81: bool = false;
+                    let mut r82: bool = false;
+                    let mut r83: i32 = 0i32;
+                    let mut r84: i32 = 0i32;
+                    let mut r85: i32 = 0i32;
+                    let mut r86: u64 = 0u64;
+                    let mut r87: i32 = 0i32;
+                    let mut r88: bool = false;
+                    let mut r89: u32 = 0u32;
+                    let mut r90: u64 = 0u64;
+                    let mut r91: u64 = 0u64;
+                    let mut r92: u64 = 0u64;
+                    let mut r93: u32 = 0u32;
+                    let mut r94: u32 = 0u32;
+                    let mut r95: u64 = 0u64;
+                    let mut r96: u64 = 0u64;
+                    let mut r97: u64 = 0u64;
+                    let mut r98: u64 = 0u64;
+                    let mut r99: bool = false;
+                    let mut r100: bool = false;
+                    let mut r101: bool = false;
+                    let mut r102: f32 = 0.0f32;
+                    let mut r103: u64 = 0u64;
+                    let mut r104: bool = false;
+                    let mut r105: bool = false;
+                    let mut r106: bool = false;
+                    let mut r107: bool = false;
+                    let mut r108: u64 = 0u64;
+                    let mut r109: u64 = 0u64;
+                    let mut r110: u64 = 0u64;
+                    let mut r111: u64 = 0u64;
+                    let mut r112: u64 = 0u64;
+                    let mut r113: u64 = 0u64;
+                    let mut r114: bool = false;
+                    let mut r115: bool = false;
+                    let mut r116: bool = false;
+                    let mut r117: u32 = 0u32;
+                    let mut r118: u64 = 0u64;
+                    let mut r119: u32 = 0u32;
+                    let mut r120: u64 = 0u64;
+                    let mut r121: u64 = 0u64;
+                    let mut r122: u32 = 0u32;
+                    let mut r123: u64 = 0u64;
+                    let mut r124: u64 = 0u64;
+                    let mut r125: u32 = 0u32;
+                    let mut r126: u64 = 0u64;
+                    let mut r127: u64 = 0u64;
+                    let mut r128: u64 = 0u64;
+                    let mut r129: u32 = 0u32;
+                    let mut r130: u32 = 0u32;
+                    let mut r131: u32 = 0u32;
+                    let mut r132: u32 = 0u32;
+                    let mut r133: u64 = 0u64;
+                    let mut r134: bool = false;
+                    let mut r135: bool = false;
+                    let mut r136: bool = false;
+                    let mut r137: u64 = 0u64;
+                    let mut r138: u64 = 0u64;
+                    let mut r139: u64 = 0u64;
+                    let mut r140: i32 = 0i32;
+                    let mut r141: i32 = 0i32;
+                    let mut r142: i32 = 0i32;
+                    let mut r143: i32 = 0i32;
+                    let mut r144: i32 = 0i32;
+                    let mut r145: i32 = 0i32;
+                    let mut r146: bool = false;
+                    let mut r147: u32 = 0u32;
+                    let mut r148: u64 = 0u64;
+                    let mut r149: u64 = 0u64;
+                    let mut r150: u64 = 0u64;
+                    let mut r151: f32 = 0.0f32;
+                    let mut r152: u64 = 0u64;
+                    let mut r153: bool = false;
+                    let mut r154: bool = false;
+                    let mut r155: bool = false;
+                    let mut r156: i32 = 0i32;
+                    let mut r157: i32 = 0i32;
+                    let mut r158: i32 = 0i32;
+                    let mut r159: bool = false;
+                    let mut r160: u32 = 0u32;
+                    let mut r161: u64 = 0u64;
+                    let mut r162: u64 = 0u64;
+                    let mut r163: u64 = 0u64;
+                    let mut r164: u64 = 0u64;
+                    let mut r165: bool = false;
+                    let mut r166: bool = false;
+                    let mut r167: bool = false;
+                    let mut r168: f32 = 0.0f32;
+                    let mut r169: f32 = 0.0f32;
+                    let mut r170: f32 = 0.0f32;
+                    let mut r171: u64 = 0u64;
+                    let mut r172: bool = false;
+                    let mut r173: bool = false;
+                    let mut r174: bool = false;
+                    'inv: {
+                        r0 = lx;
+                        r1 = ly;
+                        r2 = lz;
+                        r3 = wid[0];
+                        r4 = wid[1];
+                        r5 = wid[2];
+                        r6 = grid[0];
+                        r7 = grid[1];
+                        r8 = grid[2];
+                        r11 = 0x4u32;
+                        r14 = 0x8u32;
+                        r20 = 0x1u32;
+                        r23 = 0x0u64;
+                        r24 = b2.len();
+                        r26 = 0x4u64;
+                        r29 = b0.len();
+                        r38 = f32::from_bits(0x40000000);
+                        r44 = 0x2u32;
+                        r47 = b3.len();
+                        r56 = b1.len();
+                        r65 = 0x40u32;
+                        r66 = 0x0u32;
+                        r86 = b4.len();
+                        r87 = 0i32;
+                        r108 = b5.len();
+                        r110 = 0x10u64;
+                        r120 = 0x8u64;
+                        r123 = 0xcu64;
+                        r144 = 40i32;
+                        r157 = 3000i32;
+                        r169 = f32::from_bits(0x3f000000);
+                        'b1: {
+                            r9 = rt::bin_u32(BinOp::Mul, r4, r6);
+                            r10 = rt::bin_u32(BinOp::Add, r9, r3);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r11);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r1);
+                            r15 = rt::bin_u32(BinOp::Mul, r13, r14);
+                            r16 = rt::bin_u32(BinOp::Add, r15, r0);
+                            r17 = p0;
+                            r18 = rt::cmp(BinOp::Ge, r16, r17);
+                            if r18 {
+                                break 'inv;
+                            }
+                            r19 = p0;
+                            r21 = rt::bin_u32(BinOp::Sub, r19, r20);
+                            r22 = rt::bin_u32(BinOp::Sub, r21, r16);
+                            r25 = u64::from(r22);
+                            r27 = rt::bin_u64(BinOp::Mul, r25, r26);
+                            r28 = rt::bin_u64(BinOp::Add, r23, r27);
+                            r30 = u64::from(r16);
+                            r31 = rt::bin_u64(BinOp::Mul, r30, r26);
+                            r32 = rt::bin_u64(BinOp::Add, r23, r31);
+                            r33 = rt::bin_u64(BinOp::Add, r32, r26);
+                            r34 = rt::cmp(BinOp::Le, r33, r29);
+                            r35 = rt::cmp(BinOp::Ge, r33, r32);
+                            r36 = r34;
+                            debug_assert_eq!(
+                                r32,
+                                w0.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r36);
+                            r37 = w0.ld_f32(lx as usize + ly as usize * 8);
+                            r39 = rt::bin_f32(BinOp::Mul, r37, r38);
+                            r40 = rt::bin_u64(BinOp::Add, r28, r26);
+                            r41 = rt::cmp(BinOp::Le, r40, r24);
+                            r42 = rt::cmp(BinOp::Ge, r40, r28);
+                            r43 = r41;
+                            debug_assert_eq!(
+                                r28,
+                                w1.start() + 4 * (31 - lx as usize - ly as usize * 8) as u64
+                            );
+                            debug_assert!(r43);
+                            w1.st_f32(31 - lx as usize - ly as usize * 8, r39);
+                            r45 = rt::bin_u32(BinOp::Mul, r44, r16);
+                            r46 = rt::bin_u32(BinOp::Add, r45, r20);
+                            r48 = u64::from(r46);
+                            r49 = rt::bin_u64(BinOp::Mul, r48, r26);
+                            r50 = rt::bin_u64(BinOp::Add, r23, r49);
+                            r51 = rt::bin_u64(BinOp::Add, r50, r26);
+                            r52 = rt::cmp(BinOp::Le, r51, r47);
+                            r53 = rt::cmp(BinOp::Ge, r51, r50);
+                            r54 = r52;
+                            debug_assert_eq!(
+                                r50,
+                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                            );
+                            debug_assert!(r54);
+                            r55 = w2.ld_f32(lx as usize * 2 + ly as usize * 16);
+                            r57 = u64::from(r16);
+                            r58 = rt::bin_u64(BinOp::Mul, r57, r26);
+                            r59 = rt::bin_u64(BinOp::Add, r23, r58);
+                            r60 = rt::bin_u64(BinOp::Add, r59, r26);
+                            r61 = rt::cmp(BinOp::Le, r60, r56);
+                            r62 = rt::cmp(BinOp::Ge, r60, r59);
+                            r63 = r61;
+                            debug_assert_eq!(
+                                r59,
+                                w3.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r63);
+                            r64 = w3.ld_u32(lx as usize + ly as usize * 8);
+                            r67 = rt::cmp(BinOp::Eq, r65, r66);
+                            r68 = if r67 { r20 } else { r65 };
+                            r69 = rt::bin_u32(BinOp::Rem, r64, r68);
+                            r70 = u64::from(r69);
+                            r71 = rt::bin_u64(BinOp::Mul, r70, r26);
+                            r72 = rt::bin_u64(BinOp::Add, r23, r71);
+                            r73 = rt::bin_u64(BinOp::Add, r72, r26);
+                            r74 = rt::cmp(BinOp::Le, r73, r29);
+                            r75 = rt::cmp(BinOp::Ge, r73, r72);
+                            r76 = r74;
+                            r77 = if r76 { b0.ld_f32(r72)? } else { 0.0f32 };
+                            r78 = rt::bin_f32(BinOp::Add, r55, r77);
+                            r79 = rt::bin_u64(BinOp::Add, r50, r26);
+                            r80 = rt::cmp(BinOp::Le, r79, r47);
+                            r81 = rt::cmp(BinOp::Ge, r79, r50);
+                            r82 = r80;
+                            debug_assert_eq!(
+                                r50,
+                                w2.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                            );
+                            debug_assert!(r82);
+                            w2.st_f32(lx as usize * 2 + ly as usize * 16, r78);
+                            r83 = r16 as i32;
+                            r84 = p2 as i32;
+                            r85 = rt::bin_i32(BinOp::Sub, r83, r84);
+                            r88 = rt::cmp(BinOp::Ge, r85, r87);
+                            r89 = r85 as u32;
+                            r90 = u64::from(r89);
+                            r91 = rt::bin_u64(BinOp::Mul, r90, r26);
+                            r92 = rt::bin_u64(BinOp::Add, r23, r91);
+                            r93 = p1;
+                            r94 = rt::bin_u32(BinOp::Add, r16, r93);
+                            r95 = u64::from(r94);
+                            r96 = rt::bin_u64(BinOp::Mul, r95, r26);
+                            r97 = rt::bin_u64(BinOp::Add, r23, r96);
+                            r98 = rt::bin_u64(BinOp::Add, r97, r26);
+                            r99 = rt::cmp(BinOp::Le, r98, r29);
+                            r100 = rt::cmp(BinOp::Ge, r98, r97);
+                            r101 = r99;
+                            debug_assert_eq!(
+                                r97,
+                                w4.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r101);
+                            r102 = w4.ld_f32(lx as usize + ly as usize * 8);
+                            r103 = rt::bin_u64(BinOp::Add, r92, r26);
+                            r104 = rt::cmp(BinOp::Le, r103, r86);
+                            r105 = rt::cmp(BinOp::Ge, r103, r92);
+                            r106 = r104;
+                            r107 = rt::bin_bool(BinOp::And, r106, r88);
+                            debug_assert_eq!(
+                                r92,
+                                w5.start() + 4 * (lx as usize + ly as usize * 8) as u64
+                            );
+                            debug_assert!(r106);
+                            if r88 {
+                                w5.st_f32(lx as usize + ly as usize * 8, r102);
+                            }
+                            r109 = u64::from(r16);
+                            r111 = rt::bin_u64(BinOp::Mul, r109, r110);
+                            r112 = rt::bin_u64(BinOp::Add, r23, r111);
+                            r113 = rt::bin_u64(BinOp::Add, r112, r110);
+                            r114 = rt::cmp(BinOp::Le, r113, r108);
+                            r115 = rt::cmp(BinOp::Ge, r113, r112);
+                            r116 = r114;
+                            debug_assert_eq!(
+                                r112,
+                                w6.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r117 = w6.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r118 = rt::bin_u64(BinOp::Add, r112, r26);
+                            debug_assert_eq!(
+                                r118,
+                                w7.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r119 = w7.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r121 = rt::bin_u64(BinOp::Add, r112, r120);
+                            debug_assert_eq!(
+                                r121,
+                                w8.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r122 = w8.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r124 = rt::bin_u64(BinOp::Add, r112, r123);
+                            debug_assert_eq!(
+                                r124,
+                                w9.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r116);
+                            r125 = w9.ld_u32(lx as usize * 4 + ly as usize * 32);
+                            r126 = u64::from(r16);
+                            r127 = rt::bin_u64(BinOp::Mul, r126, r110);
+                            r128 = rt::bin_u64(BinOp::Add, r23, r127);
+                            r129 = rt::bin_u32(BinOp::Add, r125, r16);
+                            r130 = rt::bin_u32(BinOp::Add, r122, r16);
+                            r131 = rt::bin_u32(BinOp::Add, r119, r16);
+                            r132 = rt::bin_u32(BinOp::Add, r117, r16);
+                            r133 = rt::bin_u64(BinOp::Add, r128, r110);
+                            r134 = rt::cmp(BinOp::Le, r133, r108);
+                            r135 = rt::cmp(BinOp::Ge, r133, r128);
+                            r136 = r134;
+                            debug_assert_eq!(
+                                r128,
+                                w10.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w10.st_u32(lx as usize * 4 + ly as usize * 32, r129);
+                            r137 = rt::bin_u64(BinOp::Add, r128, r26);
+                            debug_assert_eq!(
+                                r137,
+                                w11.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w11.st_u32(lx as usize * 4 + ly as usize * 32, r130);
+                            r138 = rt::bin_u64(BinOp::Add, r128, r120);
+                            debug_assert_eq!(
+                                r138,
+                                w12.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w12.st_u32(lx as usize * 4 + ly as usize * 32, r131);
+                            r139 = rt::bin_u64(BinOp::Add, r128, r123);
+                            debug_assert_eq!(
+                                r139,
+                                w13.start() + 4 * (lx as usize * 4 + ly as usize * 32) as u64
+                            );
+                            debug_assert!(r136);
+                            w13.st_u32(lx as usize * 4 + ly as usize * 32, r132);
+                            r140 = r16 as i32;
+                            r141 = p2 as i32;
+                            r142 = rt::bin_i32(BinOp::Sub, r140, r141);
+                            r143 = p2 as i32;
+                            r145 = rt::bin_i32(BinOp::Sub, r143, r144);
+                            r146 = rt::cmp(BinOp::Gt, r142, r145);
+                            if r146 {
+                                r147 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r148 = u64::from(r147);
+                                r149 = rt::bin_u64(BinOp::Mul, r148, r26);
+                                r150 = rt::bin_u64(BinOp::Add, r23, r149);
+                                r151 = r142 as f32;
+                                r152 = rt::bin_u64(BinOp::Add, r150, r26);
+                                r153 = rt::cmp(BinOp::Le, r152, r47);
+                                r154 = rt::cmp(BinOp::Ge, r152, r150);
+                                r155 = r153;
+                                debug_assert_eq!(
+                                    r150,
+                                    w14.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r155);
+                                w14.st_f32(lx as usize * 2 + ly as usize * 16, r151);
+                            }
+                            r156 = p2 as i32;
+                            r158 = rt::bin_i32(BinOp::Add, r156, r157);
+                            r159 = rt::cmp(BinOp::Ge, r158, r142);
+                            if r159 {
+                                r160 = rt::bin_u32(BinOp::Mul, r44, r16);
+                                r161 = u64::from(r160);
+                                r162 = rt::bin_u64(BinOp::Mul, r161, r26);
+                                r163 = rt::bin_u64(BinOp::Add, r23, r162);
+                                r164 = rt::bin_u64(BinOp::Add, r163, r26);
+                                r165 = rt::cmp(BinOp::Le, r164, r47);
+                                r166 = rt::cmp(BinOp::Ge, r164, r163);
+                                r167 = r165;
+                                debug_assert_eq!(
+                                    r163,
+                                    w15.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r167);
+                                r168 = w15.ld_f32(lx as usize * 2 + ly as usize * 16);
+                                r170 = rt::bin_f32(BinOp::Add, r168, r169);
+                                r171 = rt::bin_u64(BinOp::Add, r163, r26);
+                                r172 = rt::cmp(BinOp::Le, r171, r47);
+                                r173 = rt::cmp(BinOp::Ge, r171, r163);
+                                r174 = r172;
+                                debug_assert_eq!(
+                                    r163,
+                                    w15.start() + 4 * (lx as usize * 2 + ly as usize * 16) as u64
+                                );
+                                debug_assert!(r174);
+                                w15.st_f32(lx as usize * 2 + ly as usize * 16, r170);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Every kernel of the module.
