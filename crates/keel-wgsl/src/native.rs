@@ -498,6 +498,70 @@ pub fn fits_i32(v: i32, min: i64, max: i64) -> bool {
     v + i128::from(min) >= i128::from(i32::MIN) && v + i128::from(max) <= i128::from(i32::MAX)
 }
 
+/// A binding's length in bytes (`arrayLength`, bounds checks), and the
+/// test of a range against it.
+macro_rules! buffer_len {
+    () => {
+        /// The buffer's length in bytes.
+        #[inline]
+        pub fn len(&self) -> u64 {
+            self.len
+        }
+
+        /// Whether the buffer has no bytes.
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// Whether `base + min ..= base + end` lies inside the buffer.
+        #[inline]
+        pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
+            covers(self.len, base, min, end)
+        }
+    };
+}
+
+/// A window's byte offset, and its typed loads from its `ld_u32`.
+macro_rules! window_loads {
+    () => {
+        /// The byte offset of word 0 in the buffer.
+        #[inline(always)]
+        pub fn start(&self) -> u64 {
+            self.start
+        }
+
+        /// The `i32` at word `i`.
+        #[inline(always)]
+        pub fn ld_i32(&self, i: usize) -> i32 {
+            self.ld_u32(i) as i32
+        }
+
+        /// The `f32` at word `i`.
+        #[inline(always)]
+        pub fn ld_f32(&self, i: usize) -> f32 {
+            f32::from_bits(self.ld_u32(i))
+        }
+    };
+}
+
+/// A window's typed stores, from its `st_u32`.
+macro_rules! window_stores {
+    () => {
+        /// Stores an `i32` at word `i`.
+        #[inline(always)]
+        pub fn st_i32(&self, i: usize, v: i32) {
+            self.st_u32(i, v as u32);
+        }
+
+        /// Stores an `f32` at word `i`.
+        #[inline(always)]
+        pub fn st_f32(&self, i: usize, v: f32) {
+            self.st_u32(i, v.to_bits());
+        }
+    };
+}
+
 /// `W` words of a read-only buffer that a workgroup's accesses all fall
 /// in: indexing it with an index the compiler can bound needs no check
 /// per access.
@@ -508,29 +572,13 @@ pub struct RoWindow<'a, const W: usize> {
 }
 
 impl<const W: usize> RoWindow<'_, W> {
-    /// The byte offset of word 0 in the buffer.
-    #[inline(always)]
-    pub fn start(&self) -> u64 {
-        self.start
-    }
-
     /// The `u32` at word `i`.
     #[inline(always)]
     pub fn ld_u32(&self, i: usize) -> u32 {
         self.words[i]
     }
 
-    /// The `i32` at word `i`.
-    #[inline(always)]
-    pub fn ld_i32(&self, i: usize) -> i32 {
-        self.words[i] as i32
-    }
-
-    /// The `f32` at word `i`.
-    #[inline(always)]
-    pub fn ld_f32(&self, i: usize) -> f32 {
-        f32::from_bits(self.words[i])
-    }
+    window_loads!();
 }
 
 /// `W` words of a writable buffer that a workgroup's accesses all fall
@@ -542,29 +590,13 @@ pub struct RwWindow<'a, const W: usize> {
 }
 
 impl<const W: usize> RwWindow<'_, W> {
-    /// The byte offset of word 0 in the buffer.
-    #[inline(always)]
-    pub fn start(&self) -> u64 {
-        self.start
-    }
-
     /// The `u32` at word `i`.
     #[inline(always)]
     pub fn ld_u32(&self, i: usize) -> u32 {
         self.words[i].load(Relaxed)
     }
 
-    /// The `i32` at word `i`.
-    #[inline(always)]
-    pub fn ld_i32(&self, i: usize) -> i32 {
-        self.ld_u32(i) as i32
-    }
-
-    /// The `f32` at word `i`.
-    #[inline(always)]
-    pub fn ld_f32(&self, i: usize) -> f32 {
-        f32::from_bits(self.ld_u32(i))
-    }
+    window_loads!();
 
     /// Stores a `u32` at word `i`.
     #[inline(always)]
@@ -572,17 +604,7 @@ impl<const W: usize> RwWindow<'_, W> {
         self.words[i].store(v, Relaxed);
     }
 
-    /// Stores an `i32` at word `i`.
-    #[inline(always)]
-    pub fn st_i32(&self, i: usize, v: i32) {
-        self.st_u32(i, v as u32);
-    }
-
-    /// Stores an `f32` at word `i`.
-    #[inline(always)]
-    pub fn st_f32(&self, i: usize, v: f32) {
-        self.st_u32(i, v.to_bits());
-    }
+    window_stores!();
 }
 
 /// The words of a writable buffer that one workgroup owns during a
@@ -598,17 +620,7 @@ pub struct Part<'a> {
 }
 
 impl<'a> Part<'a> {
-    /// The buffer's length in bytes (not the part's).
-    #[inline]
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the buffer has no bytes.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    buffer_len!();
 
     /// The part as the window of `W` words from `min` bytes after `addr`,
     /// where that window is exactly the part.
@@ -623,12 +635,6 @@ impl<'a> Part<'a> {
             start: self.start,
         })
     }
-
-    /// Whether `base + min ..= base + end` lies inside the buffer.
-    #[inline]
-    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
-        covers(self.len, base, min, end)
-    }
 }
 
 /// A workgroup's window into its own [`Part`] of a buffer: loads and
@@ -640,29 +646,13 @@ pub struct PartWindow<'a, const W: usize> {
 }
 
 impl<const W: usize> PartWindow<'_, W> {
-    /// The byte offset of word 0 in the buffer.
-    #[inline(always)]
-    pub fn start(&self) -> u64 {
-        self.start
-    }
-
     /// The `u32` at word `i`.
     #[inline(always)]
     pub fn ld_u32(&self, i: usize) -> u32 {
         self.words[i].get()
     }
 
-    /// The `i32` at word `i`.
-    #[inline(always)]
-    pub fn ld_i32(&self, i: usize) -> i32 {
-        self.ld_u32(i) as i32
-    }
-
-    /// The `f32` at word `i`.
-    #[inline(always)]
-    pub fn ld_f32(&self, i: usize) -> f32 {
-        f32::from_bits(self.ld_u32(i))
-    }
+    window_loads!();
 
     /// Stores a `u32` at word `i`.
     #[inline(always)]
@@ -670,17 +660,7 @@ impl<const W: usize> PartWindow<'_, W> {
         self.words[i].set(v);
     }
 
-    /// Stores an `i32` at word `i`.
-    #[inline(always)]
-    pub fn st_i32(&self, i: usize, v: i32) {
-        self.st_u32(i, v as u32);
-    }
-
-    /// Stores an `f32` at word `i`.
-    #[inline(always)]
-    pub fn st_f32(&self, i: usize, v: f32) {
-        self.st_u32(i, v.to_bits());
-    }
+    window_stores!();
 }
 
 #[cold]
@@ -742,17 +722,7 @@ pub struct Ro<'a> {
 }
 
 impl<'a> Ro<'a> {
-    /// The buffer's length in bytes (`arrayLength`, bounds checks).
-    #[inline]
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the buffer has no bytes.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    buffer_len!();
 
     #[inline(always)]
     fn locate(&self, what: &str, offset: u64, bytes: u64) -> Result<usize, Fault> {
@@ -792,12 +762,6 @@ impl<'a> Ro<'a> {
         })
     }
 
-    /// Whether `base + min ..= base + end` lies inside the buffer.
-    #[inline]
-    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
-        covers(self.len, base, min, end)
-    }
-
     loads!();
 }
 
@@ -813,17 +777,7 @@ pub struct Rw<'a> {
 }
 
 impl<'a> Rw<'a> {
-    /// The buffer's length in bytes.
-    #[inline]
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the buffer has no bytes.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    buffer_len!();
 
     #[inline(always)]
     fn locate(&self, what: &str, offset: u64, bytes: u64) -> Result<usize, Fault> {
@@ -865,12 +819,6 @@ impl<'a> Rw<'a> {
             words: words.try_into().ok()?,
             start: first as u64 * 4,
         })
-    }
-
-    /// Whether `base + min ..= base + end` lies inside the buffer.
-    #[inline]
-    pub fn covers(&self, base: u64, min: i64, end: i64) -> bool {
-        covers(self.len, base, min, end)
     }
 
     loads!();
