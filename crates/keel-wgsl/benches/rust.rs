@@ -3,7 +3,8 @@
 //! `shaders/ops/add.wgsl` (`add_f32`, workgroups of 256), also on the
 //! interpreter, and `saxpy`, over 2^22 `f32` (in memory) and 2^16 (in the
 //! cache), on one thread and on every thread. Keel's goal is that its own
-//! kernels run within 1.5x of the loop.
+//! kernels run within 1.5x of the loop. Then one translated kernel with
+//! and without the workgroups' own parts of its output (`bench_parts`).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -246,9 +247,61 @@ fn bench(n: usize) {
     }
 }
 
+/// What owning parts is worth, and what it costs where no workgroup can:
+/// the same translated kernel (`shifted`, an add written `shift`
+/// elements along) with its parted path and without it
+/// (`parted: None`), paired, one thread. At `shift` 0 every workgroup
+/// runs on its part; at 1 none does, and the parted pass only evaluates
+/// each workgroup's prologue before all of them run on the shared words.
+fn bench_parts(n: usize) {
+    let data = std::cell::RefCell::new((
+        (0..n).map(|i| i as f32).collect::<Vec<f32>>(),
+        vec![1.5f32; n],
+        vec![0f32; n + 1],
+    ));
+    let options = HostOptions { threads: 1 };
+    let grid = [(n / 256) as u32, 1, 1];
+    let shared = keel_wgsl::native::Kernel {
+        parted: None,
+        ..generated::SHIFTED
+    };
+    for shift in [0u32, 1] {
+        let params: Vec<u8> = [n as u32, shift]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let launch = |k: &keel_wgsl::native::Kernel| {
+            let mut d = data.borrow_mut();
+            let (a, b, out) = &mut *d;
+            let mut bufs: Vec<&mut [u8]> =
+                vec![a.as_mut_bytes(), b.as_mut_bytes(), out.as_mut_bytes()];
+            k.run_with(grid, &mut bufs, &params, &options)
+                .expect("the shifted add runs");
+            black_box(&out);
+        };
+        let (ratios, without, with) = paired(|| launch(&shared), || launch(&generated::SHIFTED));
+        let d = data.borrow();
+        let s = shift as usize;
+        assert!(
+            (0..n).all(|i| d.2[i + s] == d.0[i] + d.1[i]),
+            "the shifted add computed the sums"
+        );
+        println!(
+            "parts, {n} f32, shift {shift}: shared {:8.3} ms, parted {:8.3} ms: {:.2}x [{:.2}, {:.2}]",
+            ms(without),
+            ms(with),
+            ratios[ROUNDS / 2],
+            ratios[0],
+            ratios[ROUNDS - 1],
+        );
+    }
+}
+
 fn main() {
     // In memory (what a large tensor meets), then in the cache, where the
     // loop's vector instructions count for more than memory does.
     bench(1 << 22);
     bench(1 << 16);
+    bench_parts(1 << 22);
+    bench_parts(1 << 16);
 }

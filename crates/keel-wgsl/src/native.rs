@@ -80,6 +80,12 @@ pub struct Parted {
     pub group: PartedFn,
 }
 
+/// Workgroups at the start of a range that, none running on its parts,
+/// give the rest of the range to the shared pass untried: where windows
+/// miss their parts (written at an offset, or backwards), they miss them
+/// in every workgroup, and trying each would evaluate its prologue twice.
+const GIVE_UP: usize = 2;
+
 /// Runs one workgroup over its [`Part`]s: `Ok(false)`, having run no
 /// invocation, where a window is not exactly the workgroup's part.
 pub type PartedFn = fn(&Ctx<'_>, &mut Group, &[Part<'_>]) -> Result<bool, Fault>;
@@ -315,7 +321,12 @@ impl Kernel {
                     };
                     let mut parts = Vec::with_capacity(region.len());
                     let mut deferred = Vec::new();
-                    for index in range {
+                    let mut ran_any = false;
+                    for index in range.clone() {
+                        if !ran_any && deferred.len() == GIVE_UP {
+                            deferred.extend(index..range.end);
+                            break;
+                        }
                         parts.clear();
                         for (words, &len) in region.iter_mut().zip(&lens) {
                             let rest = std::mem::take(words);
@@ -330,7 +341,9 @@ impl Kernel {
                         g.id = host::group_id(index, grid);
                         let ran = (parted.group)(&cx, g, &parts)
                             .map_err(|f| format!("kernel `{name}`: {f}"))?;
-                        if !ran {
+                        if ran {
+                            ran_any = true;
+                        } else {
                             deferred.push(index);
                         }
                     }
@@ -1102,6 +1115,38 @@ mod tests {
             check([40, 1, 1], 21 * W + 1, threads);
             check([40, 1, 1], 50 * W, threads);
             check([1 << 14, 2, 1], (1 << 15) * W, threads);
+        }
+    }
+
+    /// Like [`parted`], but every workgroup after the first two could run
+    /// on its part.
+    fn parted_after_two(cx: &Ctx<'_>, wg: &mut Group, owned: &[Part<'_>]) -> Result<bool, Fault> {
+        let (wid, _) = wg.parts();
+        if linear(wid, cx.grid()) < 2 {
+            return Ok(false);
+        }
+        parted(cx, wg, owned)
+    }
+
+    /// Where the first two workgroups of a range do not run on their
+    /// parts, the rest of the range is not tried: it runs shared, with
+    /// the same result as on parts.
+    #[test]
+    fn a_range_that_starts_without_parts_runs_shared() {
+        let kernel = Kernel {
+            parted: Some(Parted {
+                buffers: &[0],
+                group: parted_after_two,
+            }),
+            ..PARTS
+        };
+        let mut words: Vec<u32> = vec![7; 12 * W];
+        let mut views: Vec<&mut [u8]> = vec![zerocopy::IntoBytes::as_mut_bytes(&mut words[..])];
+        kernel
+            .run_with([12, 1, 1], &mut views, &[], &HostOptions { threads: 1 })
+            .expect("the launch runs");
+        for (i, &w) in words.iter().enumerate() {
+            assert_eq!(w, 1000 + (i / W) as u32, "word {i}");
         }
     }
 

@@ -79,6 +79,25 @@ fn windows(
 }
 ";
 
+/// An elementwise add written `shift` elements along: where `shift` is a
+/// multiple of 256, each workgroup's window of `out` is the part of it
+/// the workgroup owns; otherwise none is, and every workgroup runs after
+/// the parted pass, on the shared words.
+const SHIFTED: &str = r"
+struct Params { n: u32, shift: u32 }
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+@compute @workgroup_size(256)
+fn shifted(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if i < p.n {
+        out[i + p.shift] = a[i] + b[i];
+    }
+}
+";
+
 /// The source and entry point of every kernel the generated module holds.
 fn sources() -> Vec<(String, &'static str)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -138,6 +157,7 @@ fn sources() -> Vec<(String, &'static str)> {
     }
     out.push((ATOMICS.to_string(), "atomics_global"));
     out.push((WINDOWS.to_string(), "windows"));
+    out.push((SHIFTED.to_string(), "shifted"));
     out
 }
 
@@ -341,6 +361,11 @@ fn cases() -> Vec<Case> {
         ],
         grids: vec![g1(1), g1(9), [3, 2, 1], [40, 2, 1]],
     });
+    out.push(Case {
+        name: "shifted",
+        params: vec![vec![1000, 0], vec![1000, 1], vec![1500, 256], vec![600, 5]],
+        grids: elementwise.clone(),
+    });
     for name in [
         "philox_u32",
         "philox_u32_wg64",
@@ -449,6 +474,7 @@ fn threads_give_the_same_bits() {
             "philox_randn",
             "atomics_global",
             "windows",
+            "shifted",
         ]
         .contains(&c.name)
     }) {

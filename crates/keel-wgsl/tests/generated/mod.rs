@@ -50048,6 +50048,765 @@ fn windows_group_parted(
     Ok(true)
 }
 
+/// `shifted`, translated from WGSL: workgroups of 256x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SHIFTED: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "shifted",
+    workgroup_size: [256, 1, 1],
+    read_only: &[true, true, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    ops: 48,
+    group: shifted_group,
+    parted: Some(keel_wgsl::native::Parted {
+        buffers: &[2],
+        group: shifted_group_parted,
+    }),
+};
+
+/// Runs `grid` workgroups of `shifted` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn shifted(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    SHIFTED.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn shifted_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let b2 = cx.rw(2)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u32 = 0u32;
+        let mut r17: u32 = 0u32;
+        let mut r18: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r22: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r27: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r18 = 0x0u64;
+        r21 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r16 = p1;
+        r17 = rt::bin_u32(BinOp::Add, r4, r16);
+        r20 = u64::from(r17);
+        r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+        r23 = rt::bin_u64(BinOp::Add, r18, r22);
+        r25 = u64::from(r4);
+        r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+        r27 = rt::bin_u64(BinOp::Add, r18, r26);
+        r34 = u64::from(r4);
+        r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+        r36 = rt::bin_u64(BinOp::Add, r18, r35);
+        if !rt::fits_u32(r17, 0, 255) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r27, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r36, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b2.window::<256>(r23, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    if let Some((w0, w1, w2, hoisted)) = windows {
+        if hoisted {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: bool = false;
+                        let mut r30: bool = false;
+                        let mut r31: bool = false;
+                        let mut r32: f32 = 0.0f32;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: f32 = 0.0f32;
+                        let mut r42: f32 = 0.0f32;
+                        let mut r43: u64 = 0u64;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        let mut r46: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r18 = 0x0u64;
+                            r19 = b2.len();
+                            r21 = 0x4u64;
+                            r24 = b0.len();
+                            r33 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                {
+                                    debug_assert!(r15);
+                                    r16 = p1;
+                                    r17 = rt::bin_u32(BinOp::Add, r4, r16);
+                                    r20 = u64::from(r17);
+                                    r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+                                    r23 = rt::bin_u64(BinOp::Add, r18, r22);
+                                    r25 = u64::from(r4);
+                                    r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+                                    r27 = rt::bin_u64(BinOp::Add, r18, r26);
+                                    r28 = rt::bin_u64(BinOp::Add, r27, r21);
+                                    r29 = rt::cmp(BinOp::Le, r28, r24);
+                                    r30 = rt::cmp(BinOp::Ge, r28, r27);
+                                    r31 = r29;
+                                    debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r31);
+                                    r32 = w0.ld_f32(lx as usize);
+                                    r34 = u64::from(r4);
+                                    r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+                                    r36 = rt::bin_u64(BinOp::Add, r18, r35);
+                                    r37 = rt::bin_u64(BinOp::Add, r36, r21);
+                                    r38 = rt::cmp(BinOp::Le, r37, r33);
+                                    r39 = rt::cmp(BinOp::Ge, r37, r36);
+                                    r40 = r38;
+                                    debug_assert_eq!(r36, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r40);
+                                    r41 = w1.ld_f32(lx as usize);
+                                    r42 = rt::bin_f32(BinOp::Add, r32, r41);
+                                    r43 = rt::bin_u64(BinOp::Add, r23, r21);
+                                    r44 = rt::cmp(BinOp::Le, r43, r19);
+                                    r45 = rt::cmp(BinOp::Ge, r43, r23);
+                                    r46 = r44;
+                                    debug_assert_eq!(r23, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r46);
+                                    w2.st_f32(lx as usize, r42);
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for lz in 0..1u32 {
+                for ly in 0..1u32 {
+                    for lx in 0..256u32 {
+                        let mut r0: u32 = 0u32;
+                        let mut r1: u32 = 0u32;
+                        let mut r2: u32 = 0u32;
+                        let mut r3: u32 = 0u32;
+                        let mut r4: u32 = 0u32;
+                        let mut r5: u32 = 0u32;
+                        let mut r6: u32 = 0u32;
+                        let mut r7: u32 = 0u32;
+                        let mut r8: u32 = 0u32;
+                        let mut r9: u32 = 0u32;
+                        let mut r10: u32 = 0u32;
+                        let mut r11: u32 = 0u32;
+                        let mut r12: u32 = 0u32;
+                        let mut r13: u32 = 0u32;
+                        let mut r14: u32 = 0u32;
+                        let mut r15: bool = false;
+                        let mut r16: u32 = 0u32;
+                        let mut r17: u32 = 0u32;
+                        let mut r18: u64 = 0u64;
+                        let mut r19: u64 = 0u64;
+                        let mut r20: u64 = 0u64;
+                        let mut r21: u64 = 0u64;
+                        let mut r22: u64 = 0u64;
+                        let mut r23: u64 = 0u64;
+                        let mut r24: u64 = 0u64;
+                        let mut r25: u64 = 0u64;
+                        let mut r26: u64 = 0u64;
+                        let mut r27: u64 = 0u64;
+                        let mut r28: u64 = 0u64;
+                        let mut r29: bool = false;
+                        let mut r30: bool = false;
+                        let mut r31: bool = false;
+                        let mut r32: f32 = 0.0f32;
+                        let mut r33: u64 = 0u64;
+                        let mut r34: u64 = 0u64;
+                        let mut r35: u64 = 0u64;
+                        let mut r36: u64 = 0u64;
+                        let mut r37: u64 = 0u64;
+                        let mut r38: bool = false;
+                        let mut r39: bool = false;
+                        let mut r40: bool = false;
+                        let mut r41: f32 = 0.0f32;
+                        let mut r42: f32 = 0.0f32;
+                        let mut r43: u64 = 0u64;
+                        let mut r44: bool = false;
+                        let mut r45: bool = false;
+                        let mut r46: bool = false;
+                        'inv: {
+                            r0 = wid[0];
+                            r1 = lx;
+                            r2 = 0x100u32;
+                            r5 = wid[1];
+                            r6 = ly;
+                            r7 = 0x1u32;
+                            r10 = wid[2];
+                            r11 = lz;
+                            r18 = 0x0u64;
+                            r19 = b2.len();
+                            r21 = 0x4u64;
+                            r24 = b0.len();
+                            r33 = b1.len();
+                            r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                            r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                            r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                            r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                            r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                            r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                            'b1: {
+                                r14 = p0;
+                                r15 = rt::cmp(BinOp::Lt, r4, r14);
+                                if r15 {
+                                    r16 = p1;
+                                    r17 = rt::bin_u32(BinOp::Add, r4, r16);
+                                    r20 = u64::from(r17);
+                                    r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+                                    r23 = rt::bin_u64(BinOp::Add, r18, r22);
+                                    r25 = u64::from(r4);
+                                    r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+                                    r27 = rt::bin_u64(BinOp::Add, r18, r26);
+                                    r28 = rt::bin_u64(BinOp::Add, r27, r21);
+                                    r29 = rt::cmp(BinOp::Le, r28, r24);
+                                    r30 = rt::cmp(BinOp::Ge, r28, r27);
+                                    r31 = r29;
+                                    debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r31);
+                                    r32 = w0.ld_f32(lx as usize);
+                                    r34 = u64::from(r4);
+                                    r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+                                    r36 = rt::bin_u64(BinOp::Add, r18, r35);
+                                    r37 = rt::bin_u64(BinOp::Add, r36, r21);
+                                    r38 = rt::cmp(BinOp::Le, r37, r33);
+                                    r39 = rt::cmp(BinOp::Ge, r37, r36);
+                                    r40 = r38;
+                                    debug_assert_eq!(r36, w1.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r40);
+                                    r41 = w1.ld_f32(lx as usize);
+                                    r42 = rt::bin_f32(BinOp::Add, r32, r41);
+                                    r43 = rt::bin_u64(BinOp::Add, r23, r21);
+                                    r44 = rt::cmp(BinOp::Le, r43, r19);
+                                    r45 = rt::cmp(BinOp::Ge, r43, r23);
+                                    r46 = r44;
+                                    debug_assert_eq!(r23, w2.start() + 4 * (lx as usize) as u64);
+                                    debug_assert!(r46);
+                                    w2.st_f32(lx as usize, r42);
+                                    break 'inv;
+                                } else {
+                                    break 'inv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10: u32 = 0u32;
+                let mut r11: u32 = 0u32;
+                let mut r12: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r14: u32 = 0u32;
+                let mut r15: bool = false;
+                let mut r16: u32 = 0u32;
+                let mut r17: u32 = 0u32;
+                let mut r18: u64 = 0u64;
+                let mut r19: u64 = 0u64;
+                let mut r20: u64 = 0u64;
+                let mut r21: u64 = 0u64;
+                let mut r22: u64 = 0u64;
+                let mut r23: u64 = 0u64;
+                let mut r24: u64 = 0u64;
+                let mut r25: u64 = 0u64;
+                let mut r26: u64 = 0u64;
+                let mut r27: u64 = 0u64;
+                let mut r28: u64 = 0u64;
+                let mut r29: bool = false;
+                let mut r30: bool = false;
+                let mut r31: bool = false;
+                let mut r32: f32 = 0.0f32;
+                let mut r33: u64 = 0u64;
+                let mut r34: u64 = 0u64;
+                let mut r35: u64 = 0u64;
+                let mut r36: u64 = 0u64;
+                let mut r37: u64 = 0u64;
+                let mut r38: bool = false;
+                let mut r39: bool = false;
+                let mut r40: bool = false;
+                let mut r41: f32 = 0.0f32;
+                let mut r42: f32 = 0.0f32;
+                let mut r43: u64 = 0u64;
+                let mut r44: bool = false;
+                let mut r45: bool = false;
+                let mut r46: bool = false;
+                'inv: {
+                    r0 = wid[0];
+                    r1 = lx;
+                    r2 = 0x100u32;
+                    r5 = wid[1];
+                    r6 = ly;
+                    r7 = 0x1u32;
+                    r10 = wid[2];
+                    r11 = lz;
+                    r18 = 0x0u64;
+                    r19 = b2.len();
+                    r21 = 0x4u64;
+                    r24 = b0.len();
+                    r33 = b1.len();
+                    r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                    r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                    r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                    r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                    r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                    'b1: {
+                        r14 = p0;
+                        r15 = rt::cmp(BinOp::Lt, r4, r14);
+                        if r15 {
+                            r16 = p1;
+                            r17 = rt::bin_u32(BinOp::Add, r4, r16);
+                            r20 = u64::from(r17);
+                            r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+                            r23 = rt::bin_u64(BinOp::Add, r18, r22);
+                            r25 = u64::from(r4);
+                            r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+                            r27 = rt::bin_u64(BinOp::Add, r18, r26);
+                            r28 = rt::bin_u64(BinOp::Add, r27, r21);
+                            r29 = rt::cmp(BinOp::Le, r28, r24);
+                            r30 = rt::cmp(BinOp::Ge, r28, r27);
+                            r31 = r29;
+                            r32 = if r31 { b0.ld_f32(r27)? } else { 0.0f32 };
+                            r34 = u64::from(r4);
+                            r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+                            r36 = rt::bin_u64(BinOp::Add, r18, r35);
+                            r37 = rt::bin_u64(BinOp::Add, r36, r21);
+                            r38 = rt::cmp(BinOp::Le, r37, r33);
+                            r39 = rt::cmp(BinOp::Ge, r37, r36);
+                            r40 = r38;
+                            r41 = if r40 { b1.ld_f32(r36)? } else { 0.0f32 };
+                            r42 = rt::bin_f32(BinOp::Add, r32, r41);
+                            r43 = rt::bin_u64(BinOp::Add, r23, r21);
+                            r44 = rt::cmp(BinOp::Le, r43, r19);
+                            r45 = rt::cmp(BinOp::Ge, r43, r23);
+                            r46 = r44;
+                            if r46 {
+                                b2.st_f32(r23, r42)?;
+                            }
+                            break 'inv;
+                        } else {
+                            break 'inv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn shifted_group_parted(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+    owned: &[keel_wgsl::native::Part<'_>],
+) -> Result<bool, keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, pv) = wg.parts();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.ro(1)?;
+    let Some(&b2) = owned.get(0) else {
+        return Ok(false);
+    };
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let windows = 'fast: {
+        let (lx, ly, lz) = (0u32, 0u32, 0u32);
+        let mut r0: u32 = 0u32;
+        let mut r1: u32 = 0u32;
+        let mut r2: u32 = 0u32;
+        let mut r3: u32 = 0u32;
+        let mut r4: u32 = 0u32;
+        let mut r14: u32 = 0u32;
+        let mut r16: u32 = 0u32;
+        let mut r17: u32 = 0u32;
+        let mut r18: u64 = 0u64;
+        let mut r20: u64 = 0u64;
+        let mut r21: u64 = 0u64;
+        let mut r22: u64 = 0u64;
+        let mut r23: u64 = 0u64;
+        let mut r25: u64 = 0u64;
+        let mut r26: u64 = 0u64;
+        let mut r27: u64 = 0u64;
+        let mut r34: u64 = 0u64;
+        let mut r35: u64 = 0u64;
+        let mut r36: u64 = 0u64;
+        r0 = wid[0];
+        r1 = lx;
+        r2 = 0x100u32;
+        r18 = 0x0u64;
+        r21 = 0x4u64;
+        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+        r14 = p0;
+        r16 = p1;
+        r17 = rt::bin_u32(BinOp::Add, r4, r16);
+        r20 = u64::from(r17);
+        r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+        r23 = rt::bin_u64(BinOp::Add, r18, r22);
+        r25 = u64::from(r4);
+        r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+        r27 = rt::bin_u64(BinOp::Add, r18, r26);
+        r34 = u64::from(r4);
+        r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+        r36 = rt::bin_u64(BinOp::Add, r18, r35);
+        if !rt::fits_u32(r17, 0, 255) {
+            break 'fast None;
+        }
+        if !rt::fits_u32(r4, 0, 255) {
+            break 'fast None;
+        }
+        let Some(w0) = b0.window::<256>(r27, 0) else {
+            break 'fast None;
+        };
+        let Some(w1) = b1.window::<256>(r36, 0) else {
+            break 'fast None;
+        };
+        let Some(w2) = b2.window::<256>(r23, 0) else {
+            break 'fast None;
+        };
+        let hoisted = (rt::fits_u32(r4, 0, 255) && i128::from(r4) + 255 < i128::from(r14));
+        Some((w0, w1, w2, hoisted))
+    };
+    let Some((w0, w1, w2, hoisted)) = windows else {
+        return Ok(false);
+    };
+    if hoisted {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: bool = false;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: f32 = 0.0f32;
+                    let mut r43: u64 = 0u64;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    let mut r46: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r18 = 0x0u64;
+                        r19 = b2.len();
+                        r21 = 0x4u64;
+                        r24 = b0.len();
+                        r33 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            {
+                                debug_assert!(r15);
+                                r16 = p1;
+                                r17 = rt::bin_u32(BinOp::Add, r4, r16);
+                                r20 = u64::from(r17);
+                                r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+                                r23 = rt::bin_u64(BinOp::Add, r18, r22);
+                                r25 = u64::from(r4);
+                                r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+                                r27 = rt::bin_u64(BinOp::Add, r18, r26);
+                                r28 = rt::bin_u64(BinOp::Add, r27, r21);
+                                r29 = rt::cmp(BinOp::Le, r28, r24);
+                                r30 = rt::cmp(BinOp::Ge, r28, r27);
+                                r31 = r29;
+                                debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r31);
+                                r32 = w0.ld_f32(lx as usize);
+                                r34 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+                                r36 = rt::bin_u64(BinOp::Add, r18, r35);
+                                r37 = rt::bin_u64(BinOp::Add, r36, r21);
+                                r38 = rt::cmp(BinOp::Le, r37, r33);
+                                r39 = rt::cmp(BinOp::Ge, r37, r36);
+                                r40 = r38;
+                                debug_assert_eq!(r36, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r40);
+                                r41 = w1.ld_f32(lx as usize);
+                                r42 = rt::bin_f32(BinOp::Add, r32, r41);
+                                r43 = rt::bin_u64(BinOp::Add, r23, r21);
+                                r44 = rt::cmp(BinOp::Le, r43, r19);
+                                r45 = rt::cmp(BinOp::Ge, r43, r23);
+                                r46 = r44;
+                                debug_assert_eq!(r23, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r46);
+                                w2.st_f32(lx as usize, r42);
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let mut r0: u32 = 0u32;
+                    let mut r1: u32 = 0u32;
+                    let mut r2: u32 = 0u32;
+                    let mut r3: u32 = 0u32;
+                    let mut r4: u32 = 0u32;
+                    let mut r5: u32 = 0u32;
+                    let mut r6: u32 = 0u32;
+                    let mut r7: u32 = 0u32;
+                    let mut r8: u32 = 0u32;
+                    let mut r9: u32 = 0u32;
+                    let mut r10: u32 = 0u32;
+                    let mut r11: u32 = 0u32;
+                    let mut r12: u32 = 0u32;
+                    let mut r13: u32 = 0u32;
+                    let mut r14: u32 = 0u32;
+                    let mut r15: bool = false;
+                    let mut r16: u32 = 0u32;
+                    let mut r17: u32 = 0u32;
+                    let mut r18: u64 = 0u64;
+                    let mut r19: u64 = 0u64;
+                    let mut r20: u64 = 0u64;
+                    let mut r21: u64 = 0u64;
+                    let mut r22: u64 = 0u64;
+                    let mut r23: u64 = 0u64;
+                    let mut r24: u64 = 0u64;
+                    let mut r25: u64 = 0u64;
+                    let mut r26: u64 = 0u64;
+                    let mut r27: u64 = 0u64;
+                    let mut r28: u64 = 0u64;
+                    let mut r29: bool = false;
+                    let mut r30: bool = false;
+                    let mut r31: bool = false;
+                    let mut r32: f32 = 0.0f32;
+                    let mut r33: u64 = 0u64;
+                    let mut r34: u64 = 0u64;
+                    let mut r35: u64 = 0u64;
+                    let mut r36: u64 = 0u64;
+                    let mut r37: u64 = 0u64;
+                    let mut r38: bool = false;
+                    let mut r39: bool = false;
+                    let mut r40: bool = false;
+                    let mut r41: f32 = 0.0f32;
+                    let mut r42: f32 = 0.0f32;
+                    let mut r43: u64 = 0u64;
+                    let mut r44: bool = false;
+                    let mut r45: bool = false;
+                    let mut r46: bool = false;
+                    'inv: {
+                        r0 = wid[0];
+                        r1 = lx;
+                        r2 = 0x100u32;
+                        r5 = wid[1];
+                        r6 = ly;
+                        r7 = 0x1u32;
+                        r10 = wid[2];
+                        r11 = lz;
+                        r18 = 0x0u64;
+                        r19 = b2.len();
+                        r21 = 0x4u64;
+                        r24 = b0.len();
+                        r33 = b1.len();
+                        r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                        r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                        r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                        r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                        r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                        r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                        'b1: {
+                            r14 = p0;
+                            r15 = rt::cmp(BinOp::Lt, r4, r14);
+                            if r15 {
+                                r16 = p1;
+                                r17 = rt::bin_u32(BinOp::Add, r4, r16);
+                                r20 = u64::from(r17);
+                                r22 = rt::bin_u64(BinOp::Mul, r20, r21);
+                                r23 = rt::bin_u64(BinOp::Add, r18, r22);
+                                r25 = u64::from(r4);
+                                r26 = rt::bin_u64(BinOp::Mul, r25, r21);
+                                r27 = rt::bin_u64(BinOp::Add, r18, r26);
+                                r28 = rt::bin_u64(BinOp::Add, r27, r21);
+                                r29 = rt::cmp(BinOp::Le, r28, r24);
+                                r30 = rt::cmp(BinOp::Ge, r28, r27);
+                                r31 = r29;
+                                debug_assert_eq!(r27, w0.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r31);
+                                r32 = w0.ld_f32(lx as usize);
+                                r34 = u64::from(r4);
+                                r35 = rt::bin_u64(BinOp::Mul, r34, r21);
+                                r36 = rt::bin_u64(BinOp::Add, r18, r35);
+                                r37 = rt::bin_u64(BinOp::Add, r36, r21);
+                                r38 = rt::cmp(BinOp::Le, r37, r33);
+                                r39 = rt::cmp(BinOp::Ge, r37, r36);
+                                r40 = r38;
+                                debug_assert_eq!(r36, w1.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r40);
+                                r41 = w1.ld_f32(lx as usize);
+                                r42 = rt::bin_f32(BinOp::Add, r32, r41);
+                                r43 = rt::bin_u64(BinOp::Add, r23, r21);
+                                r44 = rt::cmp(BinOp::Le, r43, r19);
+                                r45 = rt::cmp(BinOp::Ge, r43, r23);
+                                r46 = r44;
+                                debug_assert_eq!(r23, w2.start() + 4 * (lx as usize) as u64);
+                                debug_assert!(r46);
+                                w2.st_f32(lx as usize, r42);
+                                break 'inv;
+                            } else {
+                                break 'inv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Every kernel of the module.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
@@ -50075,4 +50834,5 @@ pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
     &HALVES,
     &ATOMICS_GLOBAL,
     &WINDOWS,
+    &SHIFTED,
 ];
