@@ -5,16 +5,19 @@
 //! Each is a launch function over f32, row-major, contiguous buffers that
 //! checks its arguments (sizes at least 1, buffers at least as large as
 //! their matrices, the output not an input, indices within `u32`) and
-//! launches [`Kernel`](crate::Kernel)s through [`Stream::launch`](crate::Stream::launch): WGSL
-//! for Vulkan (through naga) and wgpu, hand-written PTX for CUDA, and a
-//! Rust function for the CPU backend and other host backends, which is
-//! also the reference the tests check the GPUs against. The sources are
-//! in `shaders/compute/`; `shaders/README.md` explains the conventions.
+//! launches [`Kernel`](crate::Kernel)s through [`Stream::launch`](crate::Stream::launch): one
+//! WGSL source each, which Vulkan compiles through naga, wgpu itself, CUDA
+//! as the PTX `keel-wgsl` generates from it, and the CPU backend and other
+//! host backends on `keel-wgsl`'s host end. `matmul` declares overrides
+//! where generic code cannot reach the hardware: tensor-core PTX on CUDA,
+//! and a Rust row loop on host backends, which is also the reference the
+//! tests check the GPUs against. The sources are in `shaders/compute/`;
+//! `shaders/README.md` explains the conventions.
 //!
 //! Every launch builds its parameter block from a declared layout
-//! ([`params::Launch`]); a unit test checks each layout against its PTX
-//! entry point, and `cargo xtask ptx` assembles every PTX file with
-//! `ptxas` for sm_70, sm_80 and sm_90.
+//! ([`params::Launch`]); a unit test checks each layout against the
+//! entry point of the PTX CUDA runs, and `keel-wgsl`'s tests assemble
+//! every generated PTX file with `ptxas` for sm_70, sm_80 and sm_90.
 //!
 //! ```no_run
 //! # fn main() -> keel::Result<()> {

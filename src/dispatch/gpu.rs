@@ -1,6 +1,6 @@
 //! GPU kernels of the elementwise operators (`add`, `mul`, each also with
 //! a scalar, and `fill_`): WGSL in `shaders/ops/` (Vulkan through naga,
-//! and wgpu) and hand-written PTX beside it (CUDA); and `matmul`, `sum`
+//! wgpu, and CUDA through the PTX generated from it); and `matmul`, `sum`
 //! and `softmax`, which call the compute kernels (`crate::compute`) after
 //! handling empty tensors and zero sizes (which compute refuses). `f32`
 //! only: a call with another dtype is declined, so the device's fallback

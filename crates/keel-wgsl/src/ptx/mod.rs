@@ -1,9 +1,10 @@
 //! The PTX end: a lowered [`Program`] printed as PTX text that the CUDA
 //! driver compiles (`cuModuleLoadDataEx`) for any GPU from sm_70 on.
 //!
-//! The text is PTX ISA 7.0 for `sm_70`, what Keel's hand-written PTX
-//! uses: the driver JITs it for newer GPUs, and nothing the IR asks for
-//! needs a newer instruction (f16 min/max, which would, go through f32).
+//! The text is PTX ISA 7.0 for `sm_70`, the oldest GPU Keel's CUDA
+//! backend runs on: the driver JITs it for newer GPUs, and nothing the IR
+//! asks for needs a newer instruction (f16 min/max, which would, go
+//! through f32).
 //!
 //! Registers keep their IR numbers: IR register `r12` prints as `%p12`,
 //! `%r12`, `%f12`, `%h12` or `%rd12` by its type, so the PTX reads

@@ -1,6 +1,7 @@
 //! The CUDA backend (`cuda:N`, cargo feature `cuda`): cudarc loads libcuda
-//! at run time (no CUDA toolkit is needed to build), kernels are
-//! hand-written PTX that the driver JIT-compiles.
+//! at run time (no CUDA toolkit is needed to build), kernels are PTX,
+//! generated from their WGSL by `keel-wgsl` or a kernel's declared
+//! override, that the driver JIT-compiles.
 //!
 //! | c10 concept | CUDA |
 //! |---|---|
