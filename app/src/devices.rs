@@ -29,13 +29,7 @@ pub struct Capability {
 
 /// Probes every backend built into keel. Device types without a built
 /// backend (PrivateUse1 unless registered) are listed as unavailable.
-/// Probing runs through [`quiet::probing`](crate::quiet::probing), which
-/// keeps a system library's harmless complaint off stderr.
 pub fn probe() -> Vec<BackendInfo> {
-    crate::quiet::probing(probe_all)
-}
-
-fn probe_all() -> Vec<BackendInfo> {
     DeviceType::ALL
         .into_iter()
         .map(|ty| {

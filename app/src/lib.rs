@@ -27,7 +27,6 @@ pub mod headless;
 pub mod indexed;
 pub mod live;
 pub mod panels;
-pub mod quiet;
 pub mod window;
 pub mod workloads;
 

@@ -144,6 +144,8 @@ pub mod interop;
 pub mod kernel;
 pub mod memory;
 pub mod profiler;
+#[cfg(feature = "wgpu")]
+mod quiet;
 mod stream;
 mod submit;
 

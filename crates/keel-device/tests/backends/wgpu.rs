@@ -503,3 +503,33 @@ fn probe_timed_events_from_threads_past_the_slots() {
     assert_eq!(trace.dropped, 0, "nothing dropped");
     println!("probe ok");
 }
+
+#[test]
+#[ignore = "run in a child process by starting_without_a_display_session_prints_no_noise"]
+fn probe_start_without_a_display_session() {
+    let found = keel_device::devices(TY).len();
+    println!("probe ok: {found} adapters");
+}
+
+/// Starting wgpu on a machine with no display session (an empty
+/// `XDG_RUNTIME_DIR`, which libwayland calls invalid as it does a missing
+/// one) writes nothing to stderr about it: with Mesa's device-select
+/// layer libwayland complains once per instance. The child's other
+/// stderr lines still arrive (the test harness's own).
+#[test]
+fn starting_without_a_display_session_prints_no_noise() {
+    let full = child::test_name(module_path!(), "probe_start_without_a_display_session");
+    let out = child::run(
+        &[&full, "--exact", "--ignored", "--nocapture"],
+        &[("XDG_RUNTIME_DIR", "")],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("probe ok"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}

@@ -132,7 +132,9 @@ fn kind_of(t: wgpu::DeviceType) -> DeviceKind {
 /// Every adapter of every compiled native backend, filtered by
 /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME`, ordered by native API (Vulkan,
 /// Metal, DX12, GL), then kind (discrete, integrated, virtual, CPU,
-/// other), then name.
+/// other), then name. Starting wgpu without a display session makes a
+/// system library complain on stderr; [`crate::quiet`] keeps that line
+/// off.
 fn load() -> Result<Adapters, String> {
     let desc = wgpu::InstanceDescriptor {
         backends: wgpu::Backends::all(),
@@ -140,10 +142,13 @@ fn load() -> Result<Adapters, String> {
     }
     .with_env();
     let backends = desc.backends;
-    let instance =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wgpu::Instance::new(desc)))
-            .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
-    let mut list: Vec<Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
+    let adapters = crate::quiet::probing(|| {
+        let instance =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wgpu::Instance::new(desc)))
+                .map_err(|_| "creating the wgpu instance panicked".to_owned())?;
+        Ok::<_, String>(pollster::block_on(instance.enumerate_adapters(backends)))
+    })?;
+    let mut list: Vec<Adapter> = adapters
         .into_iter()
         .map(|adapter| {
             let info = adapter.get_info();

@@ -1,5 +1,5 @@
 //! Keeps one known, harmless line of a system library off stderr while
-//! the backends are probed.
+//! wgpu's instance is created and its adapters listed.
 //!
 //! wgpu's Vulkan instance enables `VK_KHR_wayland_surface`. Mesa's
 //! device-select layer (Mesa 22.3, Debian 12) then asks libwayland for a
@@ -8,13 +8,14 @@
 //! is no runtime directory, once per instance: on a machine with no
 //! display session it reads as a failure but means only that no Wayland
 //! session runs, and the layer falls back to its other ways of choosing.
-//! While the backends are probed without a runtime directory, stderr goes
-//! through a pipe and every other line is passed on unchanged.
+//! While wgpu starts without a runtime directory (once per process),
+//! stderr goes through a pipe and every other line, from any thread, is
+//! passed on unchanged when it ends.
 
 /// Runs `probe`, dropping libwayland's missing-runtime-directory lines
 /// from what it writes to stderr. Where a runtime directory is set (a
 /// desktop session) or stderr cannot be redirected, `probe` runs as is.
-pub fn probing<T>(probe: impl FnOnce() -> T) -> T {
+pub(crate) fn probing<T>(probe: impl FnOnce() -> T) -> T {
     #[cfg(unix)]
     {
         if !runtime_dir_missing() {
@@ -53,14 +54,14 @@ fn runtime_dir_missing() -> bool {
 
 /// Whether `line` is libwayland's complaint about the runtime directory
 /// (its wording since 1.20, and the older one).
-pub fn is_runtime_dir_noise(line: &str) -> bool {
+fn is_runtime_dir_noise(line: &str) -> bool {
     let line = line.trim_end();
     line == "error: XDG_RUNTIME_DIR is invalid or not set in the environment."
         || line == "error: XDG_RUNTIME_DIR not set in the environment."
 }
 
 /// Everything in `captured` but the runtime-directory lines.
-pub fn without_noise(captured: &[u8]) -> Vec<u8> {
+fn without_noise(captured: &[u8]) -> Vec<u8> {
     captured
         .split_inclusive(|&b| b == b'\n')
         .filter(|line| !is_runtime_dir_noise(&String::from_utf8_lossy(line)))
