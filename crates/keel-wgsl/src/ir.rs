@@ -692,6 +692,29 @@ pub(crate) fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
     }
 }
 
+/// Calls `f` on every instruction of `stmts`, in program order, to
+/// rewrite it in place.
+pub(crate) fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => f(inst),
+            Stmt::If { then, els, .. } => {
+                walk_mut(then, f);
+                walk_mut(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                walk_mut(body, f);
+                walk_mut(continuing, f);
+            }
+            Stmt::Block { body, .. } => walk_mut(body, f),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
+}
+
 impl Inst {
     /// The register the instruction writes, if any.
     pub fn dst(&self) -> Option<Reg> {

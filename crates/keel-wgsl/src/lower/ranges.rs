@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Stmt, Ty, walk};
+use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Ty, walk, walk_mut};
 
 /// What is known of a register in every invocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,27 +126,6 @@ fn guard(inst: &Inst) -> Option<Reg> {
     match *inst {
         Inst::Load { guard, .. } | Inst::Store { guard, .. } | Inst::Atomic { guard, .. } => guard,
         _ => None,
-    }
-}
-
-fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {
-    for s in stmts {
-        match s {
-            Stmt::Inst(inst) => f(inst),
-            Stmt::If { then, els, .. } => {
-                walk_mut(then, f);
-                walk_mut(els, f);
-            }
-            Stmt::Loop {
-                body, continuing, ..
-            } => {
-                walk_mut(body, f);
-                walk_mut(continuing, f);
-            }
-            Stmt::Block { body, .. } => walk_mut(body, f),
-            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
-            }
-        }
     }
 }
 

@@ -49,9 +49,17 @@ impl Emitter<'_> {
                         "access to buffer {n}, which is not bound"
                     )));
                 }
-                let offset = self.reg_of(addr, Ty::U64, "buffer offset")?;
                 let reg = self.tmp(Bank::B64);
-                self.ins(&format!("add.s64 {reg}, %buf{n}, {offset};"));
+                if let Some(e) = self.elements.get(&addr).copied() {
+                    let index = self.reg_of(e.index, Ty::U32, "element index")?;
+                    self.ins(&format!(
+                        "mad.wide.u32 {reg}, {index}, {}, %buf{n};",
+                        e.stride
+                    ));
+                } else {
+                    let offset = self.reg_of(addr, Ty::U64, "buffer offset")?;
+                    self.ins(&format!("add.s64 {reg}, %buf{n}, {offset};"));
+                }
                 Ok(Address {
                     space: "global",
                     reg,

@@ -13,6 +13,7 @@
 //! instruction to the next.
 
 mod arith;
+mod guards;
 mod math;
 mod memory;
 mod subgroup;
@@ -78,7 +79,12 @@ type Result<T> = std::result::Result<T, PtxError>;
 /// outside a loop, a `Leave` of a block that does not enclose it, a name
 /// PTX cannot spell.
 pub fn emit(program: &Program) -> Result<String> {
-    Emitter::new(program).run()
+    let mut program = program.clone();
+    let elements = guards::elements(&program);
+    guards::index_bounds(&mut program, &elements);
+    let mut e = Emitter::new(&program);
+    e.elements = elements;
+    e.run()
 }
 
 /// A bank of registers of one PTX type.
@@ -195,6 +201,9 @@ struct Emitter<'a> {
     /// Per register, its one writer (`Program::single_writers`): what
     /// vector loads are recognised by.
     defs: Vec<Option<&'a Inst>>,
+    /// Offsets that are array elements (`guards.rs`): their addresses
+    /// are one wide multiply-add.
+    elements: guards::Elements,
 }
 
 impl<'a> Emitter<'a> {
@@ -209,6 +218,7 @@ impl<'a> Emitter<'a> {
             blocks: Vec::new(),
             block_ids: HashSet::new(),
             defs: prog.single_writers(),
+            elements: guards::Elements::new(),
         }
     }
 

@@ -1,0 +1,313 @@
+//! Array elements' offsets, for the PTX end: their bounds checks as index
+//! comparisons, their addresses as one wide multiply-add.
+//!
+//! The lowering makes an element's byte offset `0 + u64(i) * s` from its
+//! `u32` index `i` and the array's stride `s` (the `0` is where the array
+//! starts in its binding), and checks an access of `s` bytes there in 64
+//! bits: `offset + s <= len`. Where `s` is a power of two, that holds
+//! exactly where `u64(i) < len >> log2(s)` (no product or sum here wraps
+//! in 64 bits), so with the shift done once, at the kernel's start, the
+//! check is a comparison of the index, not an add with its carry and a
+//! comparison of the sum; and the address `buffer + u64(i) * s` is one
+//! `mad.wide.u32`, which ptxas does not find on its own from a 64-bit
+//! multiply and add. A tiled matmul's staging makes eight such accesses
+//! per step of k.
+//!
+//! The CUDA end alone uses these forms: the host translation recognises
+//! the sum when it takes a workgroup's windows, and the interpreter runs
+//! either at the same cost.
+
+use std::collections::HashMap;
+
+use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Stmt, Ty, walk, walk_mut};
+
+/// Strides up to this many bytes (powers of two) are followed: an index
+/// times one stays far from 64 bits' end.
+const MAX_STRIDE: u64 = 1 << 16;
+
+/// An element's offset `u64(i) * s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Element {
+    /// The `u32` index `i`.
+    pub index: Reg,
+    /// The register holding `u64(i)`.
+    pub wide: Reg,
+    /// The stride `s`, a power of two.
+    pub stride: u64,
+}
+
+/// Per `U64` register that holds an element's offset (with the lowering's
+/// `0 +` or not).
+pub(super) type Elements = HashMap<Reg, Element>;
+
+/// The element offsets of `p` (see [`Elements`]).
+pub(super) fn elements(p: &Program) -> Elements {
+    let writers = p.single_writers();
+    let def = |r: Reg| writers.get(r.index()).copied().flatten();
+    let konst = |r: Reg| match def(r) {
+        Some(&Inst::Const { bits, .. }) => Some(bits),
+        _ => None,
+    };
+    let source = |r: Reg| source(&writers, r);
+    let product = |r: Reg| -> Option<Element> {
+        let Some(&Inst::Bin {
+            op: BinOp::Mul,
+            a,
+            b,
+            ..
+        }) = def(source(r))
+        else {
+            return None;
+        };
+        let (wide, s) = match (konst(a), konst(b)) {
+            (None, Some(s)) => (a, s),
+            (Some(s), None) => (b, s),
+            _ => return None,
+        };
+        let Some(&Inst::Convert { a: index, .. }) = def(source(wide)) else {
+            return None;
+        };
+        let fits = s.is_power_of_two() && s <= MAX_STRIDE;
+        (fits && p.ty(wide) == Ty::U64 && p.ty(index) == Ty::U32).then_some(Element {
+            index,
+            wide,
+            stride: s,
+        })
+    };
+    let mut found = Elements::new();
+    for (n, ty) in p.regs.iter().enumerate() {
+        let r = Reg(n as u32);
+        if *ty != Ty::U64 || def(r).is_none() {
+            continue;
+        }
+        let element = match def(r) {
+            Some(&Inst::Bin {
+                op: BinOp::Add,
+                a,
+                b,
+                ..
+            }) => match (konst(a), konst(b)) {
+                (Some(0), None) => product(b),
+                (None, Some(0)) => product(a),
+                _ => None,
+            },
+            _ => product(r),
+        };
+        if let Some(e) = element {
+            found.insert(r, e);
+        }
+    }
+    found
+}
+
+/// Follows copies back to the register whose instruction computes `r`.
+fn source(writers: &[Option<&Inst>], mut r: Reg) -> Reg {
+    for _ in 0..8 {
+        match writers.get(r.index()).copied().flatten() {
+            Some(&Inst::Mov { src, .. }) => r = src,
+            _ => break,
+        }
+    }
+    r
+}
+
+/// Rewrites every `offset + s <= len` of buffer `n` whose offset is an
+/// element of stride `s` (in `elements`) as `u64(i) < len >> log2(s)`,
+/// with each such shift computed once before the body.
+pub(super) fn index_bounds(p: &mut Program, elements: &Elements) {
+    let rewrites: Vec<(Reg, Reg, u32, u32)> = {
+        let writers = p.single_writers();
+        let def = |r: Reg| writers.get(r.index()).copied().flatten();
+        let konst = |r: Reg| match def(r) {
+            Some(&Inst::Const { bits, .. }) => Some(bits),
+            _ => None,
+        };
+        let mut found = Vec::new();
+        walk(&p.body, &mut |inst| {
+            let &Inst::Bin {
+                op: BinOp::Le,
+                dst,
+                a: end,
+                b: len,
+            } = inst
+            else {
+                return;
+            };
+            let Some(&Inst::Read {
+                what: Builtin::BufferLen(n),
+                ..
+            }) = def(source(&writers, len))
+            else {
+                return;
+            };
+            // end = offset + s, either way round.
+            let Some(&Inst::Bin {
+                op: BinOp::Add,
+                a,
+                b,
+                ..
+            }) = def(source(&writers, end))
+            else {
+                return;
+            };
+            let (offset, size) = match (konst(a), konst(b)) {
+                (None, Some(s)) => (a, s),
+                (Some(s), None) => (b, s),
+                _ => return,
+            };
+            let Some(e) = elements.get(&source(&writers, offset)) else {
+                return;
+            };
+            // `dst` written once, so that the one rewrite is its value
+            // everywhere.
+            if e.stride == size && def(dst).is_some() {
+                found.push((dst, e.wide, n, size.trailing_zeros()));
+            }
+        });
+        found
+    };
+    if rewrites.is_empty() {
+        return;
+    }
+    let mut quotients: HashMap<(u32, u32), Reg> = HashMap::new();
+    let mut prologue = Vec::new();
+    for &(_, _, n, k) in &rewrites {
+        if quotients.contains_key(&(n, k)) {
+            continue;
+        }
+        let shift = fresh(p, Ty::U32);
+        let len = fresh(p, Ty::U64);
+        let quotient = fresh(p, Ty::U64);
+        prologue.extend(
+            [
+                Inst::Const {
+                    dst: shift,
+                    bits: u64::from(k),
+                },
+                Inst::Read {
+                    dst: len,
+                    what: Builtin::BufferLen(n),
+                },
+                Inst::Bin {
+                    op: BinOp::Shr,
+                    dst: quotient,
+                    a: len,
+                    b: shift,
+                },
+            ]
+            .map(Stmt::Inst),
+        );
+        quotients.insert((n, k), quotient);
+    }
+    let by_dst: HashMap<Reg, (Reg, Reg)> = rewrites
+        .iter()
+        .map(|&(dst, wide, n, k)| (dst, (wide, quotients[&(n, k)])))
+        .collect();
+    walk_mut(&mut p.body, &mut |inst| {
+        if let Inst::Bin {
+            op: BinOp::Le, dst, ..
+        } = *inst
+            && let Some(&(wide, quotient)) = by_dst.get(&dst)
+        {
+            *inst = Inst::Bin {
+                op: BinOp::Lt,
+                dst,
+                a: wide,
+                b: quotient,
+            };
+        }
+    });
+    p.body.splice(0..0, prologue);
+}
+
+/// A new register of `ty`.
+fn fresh(p: &mut Program, ty: Ty) -> Reg {
+    p.regs.push(ty);
+    Reg((p.regs.len() - 1) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::{HostOptions, run};
+
+    /// Elements of strides 4, 8 and 16 read and written at an index that
+    /// `shift` moves past any buffer's end, and wraps near `u32::MAX`.
+    const SRC: &str = "
+        struct P { shift: u32 }
+        @group(0) @binding(0) var<storage, read> a: array<f32>;
+        @group(0) @binding(1) var<storage, read> q: array<vec2<u32>>;
+        @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+        @group(0) @binding(3) var<storage, read_write> h: array<vec4<f32>>;
+        @group(0) @binding(4) var<uniform> p: P;
+        @compute @workgroup_size(64)
+        fn k(@builtin(global_invocation_id) gid: vec3<u32>) {
+            let i = gid.x + p.shift;
+            let v = a[i];
+            let w = q[i];
+            out[i] = v + f32(w.x) - f32(w.y);
+            h[i] = vec4<f32>(v, 1.0, f32(w.y), 2.0);
+        }";
+
+    fn lowered() -> Program {
+        crate::compile(SRC, "k").expect("the kernel compiles")
+    }
+
+    fn rewritten() -> Program {
+        let mut p = lowered();
+        let elements = elements(&p);
+        index_bounds(&mut p, &elements);
+        p
+    }
+
+    /// The 64-bit `<=` comparisons of `p`.
+    fn sums(p: &Program) -> usize {
+        let mut n = 0;
+        walk(&p.body, &mut |inst| {
+            if let Inst::Bin {
+                op: BinOp::Le, a, ..
+            } = *inst
+                && p.ty(a) == Ty::U64
+            {
+                n += 1;
+            }
+        });
+        n
+    }
+
+    /// Every bounds check of the kernel is rewritten, and its PTX takes
+    /// each address with one `mad.wide.u32`.
+    #[test]
+    fn element_checks_become_index_comparisons() {
+        let before = lowered();
+        assert!(sums(&before) >= 4, "the lowering checks every access");
+        assert_eq!(sums(&rewritten()), 0);
+        let ptx = super::super::emit(&before).expect("prints");
+        assert!(!ptx.contains("setp.le.u64"), "{ptx}");
+        assert_eq!(ptx.matches("mad.wide.u32").count(), 4, "{ptx}");
+    }
+
+    /// The rewritten program computes what the lowered one does, bit for
+    /// bit, for buffers that end inside an element, hold none, or hold
+    /// some, at indices inside, past the end and wrapped.
+    #[test]
+    fn the_rewrite_keeps_every_result() {
+        let (before, after) = (lowered(), rewritten());
+        let options = HostOptions { threads: 1 };
+        for len in [0usize, 3, 4, 7, 8, 12, 16, 20, 100, 256, 258, 1024] {
+            for shift in [0u32, 5, 60, 200, u32::MAX - 40] {
+                let params = shift.to_le_bytes();
+                let fill = |k: usize| -> Vec<u8> {
+                    (0..len).map(|b| (b * 7 + k * 13) as u8 | 1).collect()
+                };
+                let mut x: Vec<Vec<u8>> = (0..4).map(fill).collect();
+                let mut y = x.clone();
+                let mut xs: Vec<&mut [u8]> = x.iter_mut().map(|b| &mut b[..]).collect();
+                run(&before, [2, 1, 1], &mut xs, &params, &options).expect("runs");
+                let mut ys: Vec<&mut [u8]> = y.iter_mut().map(|b| &mut b[..]).collect();
+                run(&after, [2, 1, 1], &mut ys, &params, &options).expect("runs");
+                assert_eq!(x, y, "{len} bytes, shift {shift}");
+            }
+        }
+    }
+}
