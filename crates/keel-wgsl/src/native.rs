@@ -319,34 +319,7 @@ impl Kernel {
                             "kernel `{name}`: workgroups {range:?} have no parts"
                         ));
                     };
-                    let mut parts = Vec::with_capacity(region.len());
-                    let mut deferred = Vec::new();
-                    let mut ran_any = false;
-                    for index in range.clone() {
-                        if !ran_any && deferred.len() == GIVE_UP {
-                            deferred.extend(index..range.end);
-                            break;
-                        }
-                        parts.clear();
-                        for (words, &len) in region.iter_mut().zip(&lens) {
-                            let rest = std::mem::take(words);
-                            let (head, tail) = rest.split_at_mut(width.min(rest.len()));
-                            *words = tail;
-                            parts.push(Part {
-                                words: Cell::from_mut(head).as_slice_of_cells(),
-                                start: index.saturating_mul(width as u64 * 4),
-                                len,
-                            });
-                        }
-                        g.id = host::group_id(index, grid);
-                        let ran = (parted.group)(&cx, g, &parts)
-                            .map_err(|f| format!("kernel `{name}`: {f}"))?;
-                        if ran {
-                            ran_any = true;
-                        } else {
-                            deferred.push(index);
-                        }
-                    }
+                    let deferred = self.run_range(parted, &cx, g, &mut region, &lens, range)?;
                     if !deferred.is_empty() {
                         later
                             .lock()
@@ -378,6 +351,52 @@ impl Kernel {
             params,
             options,
         ))
+    }
+
+    /// Runs the workgroups of `range` over their parts, which `region`
+    /// holds (per buffer of `parted`, the range's words, of buffers of
+    /// `lens` bytes); gives the workgroups left to the shared pass. A
+    /// range whose first [`GIVE_UP`] workgroups miss their parts leaves
+    /// the rest to it untried.
+    fn run_range(
+        &self,
+        parted: &Parted,
+        cx: &Ctx<'_>,
+        g: &mut Group,
+        region: &mut [&mut [u32]],
+        lens: &[u64],
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u64>, String> {
+        let width = self.workgroup_size.iter().product::<u32>() as usize;
+        let mut parts = Vec::with_capacity(region.len());
+        let mut deferred = Vec::new();
+        let mut ran_any = false;
+        for index in range.clone() {
+            if !ran_any && deferred.len() == GIVE_UP {
+                deferred.extend(index..range.end);
+                break;
+            }
+            parts.clear();
+            for (words, &len) in region.iter_mut().zip(lens) {
+                let rest = std::mem::take(words);
+                let (head, tail) = rest.split_at_mut(width.min(rest.len()));
+                *words = tail;
+                parts.push(Part {
+                    words: Cell::from_mut(head).as_slice_of_cells(),
+                    start: index.saturating_mul(width as u64 * 4),
+                    len,
+                });
+            }
+            g.id = host::group_id(index, cx.grid);
+            let ran = (parted.group)(cx, g, &parts)
+                .map_err(|f| format!("kernel `{}`: {f}", self.name))?;
+            if ran {
+                ran_any = true;
+            } else {
+                deferred.push(index);
+            }
+        }
+        Ok(deferred)
     }
 }
 

@@ -195,29 +195,27 @@ pub(crate) fn for_each_group<W, E: Send>(
     })
 }
 
-/// The threads a launch of `groups` workgroups and `work` (about one unit
-/// per instruction per invocation) runs on: `options.threads`, or one
-/// where the work is too small to pay for starting threads.
-fn threads_for(groups: u64, work: u64, options: &HostOptions) -> usize {
+/// The threads a launch of `groups` workgroups may run on:
+/// `options.threads` (every core where it is 0), at most one a workgroup.
+fn threads_for(groups: u64, options: &HostOptions) -> usize {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
-    let threads = threads.min(usize::try_from(groups).unwrap_or(usize::MAX));
-    if work < INLINE_WORK {
-        1
-    } else {
-        threads.max(1)
-    }
+    threads
+        .min(usize::try_from(groups).unwrap_or(usize::MAX))
+        .max(1)
 }
 
-/// The workgroups a thread takes at a time: all of them on one thread;
-/// otherwise ranges small enough to balance the threads, large enough
-/// that the counter they are taken from is not contended.
+/// The workgroups a thread takes at a time: all of them where one thread
+/// runs the launch (its `work`, about one unit per instruction per
+/// invocation, too small to pay for starting threads); otherwise ranges
+/// small enough to balance the threads, large enough that the counter
+/// they are taken from is not contended.
 pub(crate) fn chunk_of(groups: u64, work: u64, options: &HostOptions) -> u64 {
-    match threads_for(groups, work, options) {
-        1 => groups.max(1),
-        threads => (groups / (threads as u64 * 8)).max(1),
+    match threads_for(groups, options) {
+        threads if threads > 1 && work >= INLINE_WORK => (groups / (threads as u64 * 8)).max(1),
+        _ => groups.max(1),
     }
 }
 
@@ -235,8 +233,8 @@ pub(crate) fn for_each_range<W, E: Send>(
     run: impl Fn(&mut W, std::ops::Range<u64>) -> Result<(), E> + Sync,
 ) -> Result<(), E> {
     let chunk = chunk.max(1);
-    let threads = threads_for(groups, u64::MAX, options);
-    if chunk >= groups || threads <= 1 {
+    let threads = threads_for(groups, options);
+    if chunk >= groups || threads == 1 {
         let mut state = make();
         let mut start = 0;
         while start < groups {

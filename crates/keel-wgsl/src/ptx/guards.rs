@@ -44,10 +44,7 @@ pub(super) type Elements = HashMap<Reg, Element>;
 pub(super) fn elements(p: &Program) -> Elements {
     let writers = p.single_writers();
     let def = |r: Reg| writers.get(r.index()).copied().flatten();
-    let konst = |r: Reg| match def(r) {
-        Some(&Inst::Const { bits, .. }) => Some(bits),
-        _ => None,
-    };
+    let konst = |r: Reg| constant(&writers, r);
     let source = |r: Reg| source(&writers, r);
     let product = |r: Reg| -> Option<Element> {
         let Some(&Inst::Bin {
@@ -100,6 +97,14 @@ pub(super) fn elements(p: &Program) -> Elements {
     found
 }
 
+/// The bits of `r` where a constant is its one writer.
+fn constant(writers: &[Option<&Inst>], r: Reg) -> Option<u64> {
+    match writers.get(r.index()).copied().flatten() {
+        Some(&Inst::Const { bits, .. }) => Some(bits),
+        _ => None,
+    }
+}
+
 /// Follows copies back to the register whose instruction computes `r`.
 fn source(writers: &[Option<&Inst>], mut r: Reg) -> Reg {
     for _ in 0..8 {
@@ -118,10 +123,7 @@ pub(super) fn index_bounds(p: &mut Program, elements: &Elements) {
     let rewrites: Vec<(Reg, Reg, u32, u32)> = {
         let writers = p.single_writers();
         let def = |r: Reg| writers.get(r.index()).copied().flatten();
-        let konst = |r: Reg| match def(r) {
-            Some(&Inst::Const { bits, .. }) => Some(bits),
-            _ => None,
-        };
+        let konst = |r: Reg| constant(&writers, r);
         let mut found = Vec::new();
         walk(&p.body, &mut |inst| {
             let &Inst::Bin {
