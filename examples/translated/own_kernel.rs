@@ -8,6 +8,7 @@ pub static LEAKY_RELU: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 41,
     group: leaky_relu_group,
     parted: Some(keel_wgsl::native::Parted {

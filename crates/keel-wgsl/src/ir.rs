@@ -716,6 +716,35 @@ pub(crate) fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {
 }
 
 impl Inst {
+    /// Every register the instruction reads, guards included.
+    pub fn reads(&self) -> Vec<Reg> {
+        match *self {
+            Inst::Const { .. } | Inst::Read { .. } | Inst::Param { .. } => Vec::new(),
+            Inst::Mov { src: a, .. }
+            | Inst::Un { a, .. }
+            | Inst::Convert { a, .. }
+            | Inst::Bitcast { a, .. } => vec![a],
+            Inst::Bin { a, b, .. } => vec![a, b],
+            Inst::Fma { a, b, c, .. } => vec![a, b, c],
+            Inst::Select { cond, a, b, .. } => vec![cond, a, b],
+            Inst::Load { addr, guard, .. } => [Some(addr), guard].into_iter().flatten().collect(),
+            Inst::Store {
+                addr, value, guard, ..
+            } => [Some(addr), Some(value), guard].into_iter().flatten().collect(),
+            Inst::Atomic {
+                addr,
+                value,
+                compare,
+                guard,
+                ..
+            } => [Some(addr), Some(value), compare, guard]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Inst::Subgroup { a, b, .. } => [Some(a), b].into_iter().flatten().collect(),
+        }
+    }
+
     /// The register the instruction writes, if any.
     pub fn dst(&self) -> Option<Reg> {
         match *self {

@@ -46,6 +46,8 @@ pub struct Kernel {
     pub param_bytes: u32,
     /// Bytes of private memory per invocation.
     pub private_bytes: u32,
+    /// Bytes of workgroup memory.
+    pub shared_bytes: u32,
     /// Instructions in the program: sizes a launch's work, to decide
     /// whether threads pay.
     pub ops: u32,
@@ -103,6 +105,7 @@ pub struct Ctx<'a> {
 pub struct Group {
     id: [u32; 3],
     private: Private,
+    shared: Private,
 }
 
 /// An access that no guard covers outside its memory (a lowering bug), a
@@ -229,7 +232,8 @@ impl Kernel {
     fn state(&self) -> Group {
         Group {
             id: [0; 3],
-            private: Private::new(self.private_bytes),
+            private: Private::new(self.private_bytes, "private memory"),
+            shared: Private::new(self.shared_bytes, "workgroup memory"),
         }
     }
 
@@ -462,6 +466,23 @@ impl Group {
     #[inline]
     pub fn parts(&mut self) -> ([u32; 3], &mut Private) {
         (self.id, &mut self.private)
+    }
+
+    /// `workgroup_id`, and the workgroup's memory (`var<workgroup>`),
+    /// which a kernel with barriers zeroes before its first phase.
+    #[inline]
+    pub fn workgroup(&mut self) -> ([u32; 3], &mut Private) {
+        (self.id, &mut self.shared)
+    }
+}
+
+/// Sets every invocation of a workgroup in state `code` running again
+/// (state 0): a kernel with barriers, translated in phases, keeps one state
+/// per invocation of where it goes next.
+#[inline]
+pub fn resume(states: &mut [u32], code: u32) {
+    for s in states.iter_mut().filter(|s| **s == code) {
+        *s = 0;
     }
 }
 
@@ -923,19 +944,24 @@ impl<'a> Rw<'a> {
     }
 }
 
-/// An invocation's private memory (arrays indexed at run time): plain
-/// words, zeroed before each invocation.
+/// Memory one thread owns while it runs a workgroup: an invocation's
+/// private memory (arrays indexed at run time), zeroed before each
+/// invocation, or the workgroup's memory, zeroed before its first phase.
+/// Plain words: no other thread sees them.
 #[derive(Clone, Debug)]
 pub struct Private {
     words: Vec<u32>,
     len: u64,
+    /// Which memory, for faults.
+    name: &'static str,
 }
 
 impl Private {
-    fn new(bytes: u32) -> Self {
+    fn new(bytes: u32, name: &'static str) -> Self {
         Private {
             words: vec![0; (bytes as usize).div_ceil(4)],
             len: u64::from(bytes),
+            name,
         }
     }
 
@@ -960,15 +986,15 @@ impl Private {
 
     #[inline(always)]
     fn cell(&mut self, w: usize, offset: u64, bytes: u64) -> Result<&mut u32, Fault> {
-        let len = self.len;
+        let (len, name) = (self.len, self.name);
         self.words
             .get_mut(w)
-            .ok_or_else(|| fault("store", "private memory", offset, bytes, len))
+            .ok_or_else(|| fault("store", name, offset, bytes, len))
     }
 
     #[cold]
     fn fault(&self, what: &str, offset: u64, bytes: u64) -> Fault {
-        fault(what, "private memory", offset, bytes, self.len)
+        fault(what, self.name, offset, bytes, self.len)
     }
 
     #[inline(always)]
@@ -1088,6 +1114,7 @@ mod tests {
         read_only: &[false],
         param_bytes: 0,
         private_bytes: 0,
+        shared_bytes: 0,
         ops: 1,
         group: shared,
         parted: Some(Parted {

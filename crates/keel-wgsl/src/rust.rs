@@ -34,6 +34,7 @@ use std::fmt::{self, Write};
 
 use crate::host::lanes;
 
+mod phases;
 mod window;
 use crate::ir::{AtomicOp, BinOp, Builtin, Inst, Program, Reg, Space, Stmt, SubgroupOp, Ty};
 use window::{Check, Guarded, Plan};
@@ -110,8 +111,12 @@ pub fn emit(program: &Program) -> Result<String, RustError> {
         fast: false,
         hoist: false,
         access: 0,
+        phased: None,
     };
     e.check_header()?;
+    if phases::needed(program) {
+        return e.phased();
+    }
     let body = e.body()?;
     let ops = e.ops;
     let windowed = match window::plan(program) {
@@ -184,6 +189,9 @@ struct Emitter<'a> {
     hoist: bool,
     /// Loads and stores printed so far in this body.
     access: usize,
+    /// Where the program has barriers or workgroup memory: the state of
+    /// printing it in phases.
+    phased: Option<phases::Phased>,
 }
 
 impl Emitter<'_> {
@@ -197,7 +205,7 @@ impl Emitter<'_> {
     fn unsupported(&self, what: &str) -> RustError {
         self.err(format_args!(
             "uses {what}, which needs its invocations in lockstep: \
-             Rust translation covers kernels without barriers, subgroups or workgroup memory; \
+             Rust translation covers kernels without subgroup operations; \
              the interpreter (`keel_wgsl::host::run`) runs this one"
         ))
     }
@@ -209,9 +217,6 @@ impl Emitter<'_> {
             && !name.starts_with(|c: char| c.is_ascii_digit());
         if !ident {
             return Err(self.err("the name is not a Rust identifier"));
-        }
-        if self.p.shared_bytes > 0 {
-            return Err(self.unsupported("workgroup memory"));
         }
         if self.p.workgroup_size.contains(&0) {
             return Err(self.err(format_args!(
@@ -334,6 +339,48 @@ impl Emitter<'_> {
     /// windowed `(prologue, body)` where it has them.
     fn items(&mut self, body: &str, windowed: Option<&Fast>) {
         let p = self.p;
+        let parted = self
+            .plan
+            .as_ref()
+            .filter(|plan| windowed.is_some() && !plan.parted.is_empty())
+            .map(|plan| plan.parted.clone());
+        self.kernel_items(parted.as_deref());
+        let group = format!("{}_group", p.name);
+        let o = &mut self.out;
+        let _ = writeln!(
+            o,
+            "{ALLOW}\nfn {group}(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group) -> Result<(), keel_wgsl::native::Fault> {{"
+        );
+        self.bindings(&[], false);
+        if let Some(fast) = windowed {
+            self.fast_lanes(fast, "");
+            let _ = writeln!(self.out, "    return Ok(());");
+            let _ = writeln!(self.out, "    }}");
+        }
+        self.lanes(body);
+        let o = &mut self.out;
+        let _ = writeln!(o, "    Ok(())");
+        let _ = writeln!(o, "}}");
+        let (Some(fast), Some(parted)) = (windowed, parted) else {
+            return;
+        };
+        let o = &mut self.out;
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{ALLOW}\nfn {group}_parted(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group, owned: &[keel_wgsl::native::Part<'_>]) -> Result<bool, keel_wgsl::native::Fault> {{"
+        );
+        self.bindings(&parted, false);
+        self.fast_lanes(fast, " else { return Ok(false); };");
+        let o = &mut self.out;
+        let _ = writeln!(o, "    Ok(true)");
+        let _ = writeln!(o, "}}");
+    }
+
+    /// The kernel's static and its launch function; `parted`: the buffers
+    /// whose parts the workgroups own, where some are.
+    fn kernel_items(&mut self, parted: Option<&[u32]>) {
+        let p = self.p;
         let name = if KEYWORDS.contains(&p.name.as_str()) {
             format!("r#{}", p.name)
         } else {
@@ -358,18 +405,19 @@ impl Emitter<'_> {
         let _ = writeln!(o, "    read_only: &[{}],", read_only.join(", "));
         let _ = writeln!(o, "    param_bytes: {},", p.param_bytes);
         let _ = writeln!(o, "    private_bytes: {},", p.private_bytes);
+        let _ = writeln!(o, "    shared_bytes: {},", p.shared_bytes);
         let _ = writeln!(o, "    ops: {},", self.ops);
         let _ = writeln!(o, "    group: {group},");
-        match self.plan.as_ref().filter(|_| windowed.is_some()) {
-            Some(plan) if !plan.parted.is_empty() => {
-                let buffers: Vec<String> = plan.parted.iter().map(u32::to_string).collect();
+        match parted {
+            Some(parted) => {
+                let buffers: Vec<String> = parted.iter().map(u32::to_string).collect();
                 let _ = writeln!(
                     o,
                     "    parted: Some(keel_wgsl::native::Parted {{ buffers: &[{}], group: {group}_parted }}),",
                     buffers.join(", ")
                 );
             }
-            _ => {
+            None => {
                 let _ = writeln!(o, "    parted: None,");
             }
         }
@@ -385,50 +433,23 @@ impl Emitter<'_> {
         );
         let _ = writeln!(o, "    {upper}.run(grid, buffers, params)");
         let _ = writeln!(o, "}}\n");
-        let _ = writeln!(
-            o,
-            "{ALLOW}\nfn {group}(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group) -> Result<(), keel_wgsl::native::Fault> {{"
-        );
-        self.bindings(&[]);
-        if let Some(fast) = windowed {
-            self.fast_lanes(fast, "");
-            let _ = writeln!(self.out, "    return Ok(());");
-            let _ = writeln!(self.out, "    }}");
-        }
-        self.lanes(body);
-        let o = &mut self.out;
-        let _ = writeln!(o, "    Ok(())");
-        let _ = writeln!(o, "}}");
-        let (Some(fast), Some(plan)) = (windowed, self.plan.as_ref()) else {
-            return;
-        };
-        if plan.parted.is_empty() {
-            return;
-        }
-        let parted = plan.parted.clone();
-        let o = &mut self.out;
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "{ALLOW}\nfn {group}_parted(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group, owned: &[keel_wgsl::native::Part<'_>]) -> Result<bool, keel_wgsl::native::Fault> {{"
-        );
-        self.bindings(&parted);
-        self.fast_lanes(fast, " else { return Ok(false); };");
-        let o = &mut self.out;
-        let _ = writeln!(o, "    Ok(true)");
-        let _ = writeln!(o, "}}");
     }
 
     /// The start of a workgroup function: the names its statements use
-    /// (`wid`, `pv`, `grid`, `bN`, `pN`); the buffers of `parted` are the
-    /// workgroup's parts of them, `owned[k]` for the `k`th.
-    fn bindings(&mut self, parted: &[u32]) {
+    /// (`wid`, `pv` or, in `phases`, the workgroup's memory `sh`, `grid`,
+    /// `bN`, `pN`); the buffers of `parted` are the workgroup's parts of
+    /// them, `owned[k]` for the `k`th.
+    fn bindings(&mut self, parted: &[u32], phases: bool) {
         let o = &mut self.out;
         let _ = writeln!(
             o,
             "    use keel_wgsl::native::{{self as rt, AtomicOp, BinOp, UnOp}};"
         );
-        let _ = writeln!(o, "    let (wid, pv) = wg.parts();");
+        if phases {
+            let _ = writeln!(o, "    let (wid, sh) = wg.workgroup();");
+        } else {
+            let _ = writeln!(o, "    let (wid, pv) = wg.parts();");
+        }
         let _ = writeln!(o, "    let grid = cx.grid();");
         for (n, b) in self.p.buffers.iter().enumerate() {
             if let Some(k) = parted.iter().position(|&b| b as usize == n) {
@@ -530,8 +551,10 @@ impl Emitter<'_> {
         match stmt {
             Stmt::Inst(inst) => {
                 self.ops += 1;
-                let text = self.inst(inst)?;
-                self.line(text);
+                if !self.set_before(inst) {
+                    let text = self.inst(inst)?;
+                    self.line(text);
+                }
             }
             Stmt::If { cond, then, els } if let Some(taken) = self.hoisted(*cond) => {
                 self.want(*cond, Ty::Bool)?;
@@ -594,6 +617,18 @@ impl Emitter<'_> {
                 self.depth -= 1;
                 self.line("}");
             }
+            Stmt::Break | Stmt::Continue if self.loops.is_empty() => {
+                let continuing = matches!(stmt, Stmt::Continue);
+                match self.loop_exit(continuing) {
+                    Some(code) => self.leave_phase(code),
+                    None => {
+                        return Err(self.err(format_args!(
+                            "`{}` outside a loop",
+                            if continuing { "continue" } else { "break" }
+                        )));
+                    }
+                }
+            }
             Stmt::Break => {
                 let id = self.innermost("break")?;
                 self.line(format_args!("break 'l{id};"));
@@ -612,14 +647,22 @@ impl Emitter<'_> {
                 self.line("}");
                 self.blocks.pop();
             }
+            Stmt::Leave(id) if !self.blocks.contains(id) && self.block_exit(*id).is_some() => {
+                if let Some(code) = self.block_exit(*id) {
+                    self.leave_phase(code);
+                }
+            }
             Stmt::Leave(id) => {
                 if !self.blocks.contains(id) {
                     return Err(self.err(format_args!("`leave {id}` is not inside block {id}")));
                 }
                 self.line(format_args!("break 'b{id};"));
             }
+            Stmt::Return if self.phased.is_some() => self.phase_return(),
             Stmt::Return => self.line("break 'inv;"),
-            Stmt::Barrier { .. } => return Err(self.unsupported("a barrier")),
+            Stmt::Barrier { .. } => {
+                return Err(self.err("a barrier inside a phase (a translator bug)"));
+            }
         }
         Ok(())
     }
@@ -649,7 +692,8 @@ impl Emitter<'_> {
                 Ok(format!("b{n}"))
             }
             Space::Private => Ok("pv".to_string()),
-            Space::Shared => Err(self.unsupported("workgroup memory")),
+            Space::Shared if self.phased.is_some() => Ok("sh".to_string()),
+            Space::Shared => Err(self.err("accesses workgroup memory but declares none")),
         }
     }
 

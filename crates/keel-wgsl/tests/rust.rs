@@ -98,6 +98,82 @@ fn shifted(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 ";
 
+/// Barriers where the translation prints its workgroup in phases: a
+/// two-dimensional workgroup that returns as a whole before its first
+/// barrier, a tile in workgroup memory read transposed, a loop holding
+/// barriers that skips rounds (`continue`) and ends early (`break`), an
+/// `if` and `else` that both hold barriers, one through a function that
+/// returns before its own barriers in some workgroups, values carried
+/// across barriers, and a workgroup atomic.
+const BARRIERS: &str = r"
+struct Params { n: u32, rounds: u32 }
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> counts: array<u32>;
+@group(0) @binding(3) var<uniform> p: Params;
+var<workgroup> tile: array<f32, 32>;
+var<workgroup> hits: atomic<u32>;
+
+fn mix(l: u32, skip: bool) -> f32 {
+    if skip {
+        return -1.0;
+    }
+    let mine = tile[l] + tile[(l + 1u) % 32u];
+    workgroupBarrier();
+    tile[l] = mine;
+    workgroupBarrier();
+    return tile[(l + 3u) % 32u];
+}
+
+@compute @workgroup_size(8, 4)
+fn barriers(
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) l: u32,
+    @builtin(workgroup_id) w: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let g = w.y * groups.x + w.x;
+    if g * 32u >= p.n {
+        return;
+    }
+    let t = g * 32u + l;
+    let v = a[t];
+    tile[l] = v;
+    workgroupBarrier();
+    let transposed = tile[lid.x * 4u + lid.y];
+    workgroupBarrier();
+    var acc = 0.0;
+    for (var r = 0u; r < 100u; r++) {
+        if r >= p.rounds {
+            break;
+        }
+        if r % 3u == 1u {
+            continue;
+        }
+        tile[l] = acc + v * f32(r + 1u);
+        workgroupBarrier();
+        acc += tile[31u - l];
+        atomicAdd(&hits, 1u);
+        workgroupBarrier();
+    }
+    var m: f32;
+    if g % 2u == 0u {
+        tile[l] = transposed;
+        workgroupBarrier();
+        m = tile[(l + 5u) % 32u];
+    } else {
+        m = mix(l, g % 4u == 3u);
+    }
+    workgroupBarrier();
+    if t < p.n {
+        out[t] = acc + m + transposed;
+    }
+    if l == 0u {
+        counts[g] = atomicLoad(&hits);
+    }
+}
+";
+
 /// The source and entry point of every kernel the generated module holds.
 fn sources() -> Vec<(String, &'static str)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -158,6 +234,12 @@ fn sources() -> Vec<(String, &'static str)> {
     out.push((ATOMICS.to_string(), "atomics_global"));
     out.push((WINDOWS.to_string(), "windows"));
     out.push((SHIFTED.to_string(), "shifted"));
+    for name in ["shared_sum", "atomics"] {
+        out.push((corpus(&format!("{name}.wgsl")), name));
+    }
+    out.push((read("shaders/compute/sum.wgsl"), "sum_shared"));
+    out.push((read("shaders/compute/softmax_rows.wgsl"), "softmax_rows"));
+    out.push((BARRIERS.to_string(), "barriers"));
     out
 }
 
@@ -218,34 +300,30 @@ fn emission_is_deterministic() {
 }
 
 #[test]
-fn barriers_and_subgroups_are_refused() {
+fn subgroups_and_private_arrays_beside_barriers_are_refused() {
     let corpus = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../keel-device/src/testing/conformance/wgsl"
     );
-    for (file, entry, what) in [
-        ("shared_sum.wgsl", "shared_sum", "workgroup memory"),
-        ("atomics.wgsl", "atomics", "workgroup memory"),
-        ("subgroups.wgsl", "subgroups", "subgroup"),
-    ] {
-        let src = std::fs::read_to_string(format!("{corpus}/{file}")).expect("corpus file");
-        let program = keel_wgsl::compile(&src, entry).expect("compiles");
-        let e = emit(&program).expect_err("lockstep kernels are refused");
-        let msg = e.to_string();
-        assert!(msg.contains(entry) && msg.contains(what), "{msg}");
-        assert!(msg.contains("interpreter"), "{msg}");
-    }
-    let barrier_only = r"
+    let src = std::fs::read_to_string(format!("{corpus}/subgroups.wgsl")).expect("corpus file");
+    let program = keel_wgsl::compile(&src, "subgroups").expect("compiles");
+    let e = emit(&program).expect_err("subgroup kernels are refused");
+    let msg = e.to_string();
+    assert!(msg.contains("subgroups") && msg.contains("subgroup"), "{msg}");
+    assert!(msg.contains("interpreter"), "{msg}");
+    let private = r"
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @compute @workgroup_size(4)
 fn b(@builtin(local_invocation_index) l: u32) {
-    out[l] = 1u;
+    var keep: array<u32, 4>;
+    keep[out[l] % 4u] = l;
     storageBarrier();
-    out[l + 4u] = out[l];
+    out[l + 4u] = keep[out[l + 8u] % 4u];
 }";
-    let program = keel_wgsl::compile(barrier_only, "b").expect("compiles");
-    let e = emit(&program).expect_err("barriers are refused");
-    assert!(e.message().contains("a barrier"), "{e}");
+    let program = keel_wgsl::compile(private, "b").expect("compiles");
+    let e = emit(&program).expect_err("private arrays beside barriers are refused");
+    assert!(e.message().contains("private memory"), "{e}");
+    assert!(e.message().contains("interpreter"), "{e}");
 }
 
 /// A small deterministic generator of test data.
@@ -362,6 +440,31 @@ fn cases() -> Vec<Case> {
         grids: vec![g1(1), g1(9), [3, 2, 1], [40, 2, 1]],
     });
     out.push(Case {
+        name: "shared_sum",
+        params: vec![vec![]],
+        grids: vec![g1(1), g1(3), [2, 2, 1]],
+    });
+    out.push(Case {
+        name: "atomics",
+        params: vec![vec![]],
+        grids: vec![g1(1), g1(3)],
+    });
+    out.push(Case {
+        name: "sum_shared",
+        params: vec![vec![2048, 4], vec![1000, 3], vec![5000, 2]],
+        grids: vec![g1(4), g1(3), g1(2)],
+    });
+    out.push(Case {
+        name: "softmax_rows",
+        params: vec![vec![2, 1000], vec![3, 300], vec![1, 2048]],
+        grids: vec![g1(2), g1(4), [1, 2, 1]],
+    });
+    out.push(Case {
+        name: "barriers",
+        params: vec![vec![100, 0], vec![1000, 5], vec![2000, 7]],
+        grids: vec![g1(1), g1(5), [4, 2, 1], [3, 3, 1]],
+    });
+    out.push(Case {
         name: "shifted",
         params: vec![vec![1000, 0], vec![1000, 1], vec![1500, 256], vec![600, 5]],
         grids: elementwise.clone(),
@@ -475,6 +578,8 @@ fn threads_give_the_same_bits() {
             "atomics_global",
             "windows",
             "shifted",
+            "sum_shared",
+            "barriers",
         ]
         .contains(&c.name)
     }) {

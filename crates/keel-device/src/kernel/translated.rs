@@ -8,6 +8,7 @@ pub static VECTOR_ADD: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false],
     param_bytes: 4,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 46,
     group: vector_add_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -731,6 +732,7 @@ pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 47,
     group: saxpy_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -1464,6 +1466,7 @@ pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 46,
     group: spin_group,
     parted: Some(keel_wgsl::native::Parted {

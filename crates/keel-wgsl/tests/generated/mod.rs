@@ -8,6 +8,7 @@ pub static VECTOR_ADD: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false],
     param_bytes: 4,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 46,
     group: vector_add_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -731,6 +732,7 @@ pub static SAXPY: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 47,
     group: saxpy_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -1464,6 +1466,7 @@ pub static SPIN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 46,
     group: spin_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -2158,6 +2161,7 @@ pub static ADD_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false],
     param_bytes: 4,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 52,
     group: add_f32_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -2977,6 +2981,7 @@ pub static FILL_F32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 34,
     group: fill_f32_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -3562,6 +3567,7 @@ pub static CAST_F32_HALF: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     read_only: &[false, false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 431,
     group: cast_f32_half_group,
     parted: None,
@@ -6715,6 +6721,7 @@ pub static MATMUL_NAIVE: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false],
     param_bytes: 20,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 654,
     group: matmul_naive_group,
     parted: None,
@@ -8273,6 +8280,7 @@ pub static PHILOX_U32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 540,
     group: philox_u32_group,
     parted: None,
@@ -9552,6 +9560,7 @@ pub static PHILOX_U32_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kerne
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 540,
     group: philox_u32_wg64_group,
     parted: None,
@@ -10835,6 +10844,7 @@ pub static PHILOX_RAND: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 540,
     group: philox_rand_group,
     parted: None,
@@ -12114,6 +12124,7 @@ pub static PHILOX_RAND_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kern
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 540,
     group: philox_rand_wg64_group,
     parted: None,
@@ -13397,6 +13408,7 @@ pub static PHILOX_RANDN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 3237,
     group: philox_randn_group,
     parted: None,
@@ -23728,6 +23740,7 @@ pub static PHILOX_UNIFORM: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 540,
     group: philox_uniform_group,
     parted: None,
@@ -25011,6 +25024,7 @@ pub static PHILOX_NORMAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 3237,
     group: philox_normal_group,
     parted: None,
@@ -35342,6 +35356,7 @@ pub static PHILOX_RANDINT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     read_only: &[false],
     param_bytes: 32,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 541,
     group: philox_randint_group,
     parted: None,
@@ -36627,6 +36642,7 @@ pub static SCALARS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 12,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 160,
     group: scalars_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -37889,6 +37905,7 @@ pub static STRUCT_LAYOUT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     read_only: &[true, false],
     param_bytes: 0,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 60,
     group: struct_layout_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -38873,6 +38890,7 @@ pub static CONTROL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 0,
     private_bytes: 16,
+    shared_bytes: 0,
     ops: 139,
     group: control_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -39990,6 +40008,7 @@ pub static BUILTINS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false],
     param_bytes: 0,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 57,
     group: builtins_group,
     parted: None,
@@ -40148,6 +40167,7 @@ pub static SEMANTICS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false, false],
     param_bytes: 16,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 197,
     group: semantics_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -41714,6 +41734,7 @@ pub static MATH: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[false, false, true],
     param_bytes: 0,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 509,
     group: math_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -45842,6 +45863,7 @@ pub static HALVES: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, false],
     param_bytes: 0,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 44,
     group: halves_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -46502,6 +46524,7 @@ pub static ATOMICS_GLOBAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     read_only: &[false, false, false],
     param_bytes: 0,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 127,
     group: atomics_global_group,
     parted: None,
@@ -47202,6 +47225,7 @@ pub static WINDOWS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false, false, false, false],
     param_bytes: 12,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 184,
     group: windows_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -50056,6 +50080,7 @@ pub static SHIFTED: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     read_only: &[true, true, false],
     param_bytes: 8,
     private_bytes: 0,
+    shared_bytes: 0,
     ops: 48,
     group: shifted_group,
     parted: Some(keel_wgsl::native::Parted {
@@ -50807,6 +50832,3087 @@ fn shifted_group_parted(
     Ok(true)
 }
 
+/// `shared_sum`, translated from WGSL: workgroups of 64x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SHARED_SUM: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "shared_sum",
+    workgroup_size: [64, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 0,
+    private_bytes: 0,
+    shared_bytes: 256,
+    ops: 83,
+    group: shared_sum_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `shared_sum` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn shared_sum(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    SHARED_SUM.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn shared_sum_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh) = wg.workgroup();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    sh.clear();
+    let mut st = [0u32; 64];
+    let mut l7 = [0u32; 64];
+    let mut l12 = [0u32; 64];
+    let mut l39 = [0u32; 64];
+    let mut l40 = [0u32; 64];
+    let mut l41 = [0u32; 64];
+    let mut l42 = [false; 64];
+    let mut l43 = [false; 64];
+    let mut l44 = [false; 64];
+    let mut l45 = [0u32; 64];
+    let mut l46 = [0u32; 64];
+    let mut l47 = [0u32; 64];
+    let mut l48 = [0u32; 64];
+    let mut l49 = [0u32; 64];
+    let mut l50 = [0u32; 64];
+    let mut l51 = [false; 64];
+    let mut l52 = [false; 64];
+    let mut l53 = [false; 64];
+    let mut l54 = [0u32; 64];
+    let mut l55 = [0u32; 64];
+    let mut l56 = [0u32; 64];
+    let mut l57 = [false; 64];
+    let mut l58 = [false; 64];
+    let mut l59 = [false; 64];
+    let r3 = 0x40u32;
+    let r8 = wid[0];
+    let r9 = wid[1];
+    let r10 = wid[2];
+    let r11 = 0x20u32;
+    let r13 = 0x0u32;
+    let r14 = 0x100u32;
+    let r15 = 0x4u32;
+    let r20 = 0x0u64;
+    let r21 = b0.len();
+    let r23 = 0x4u64;
+    let r61 = 0x1u32;
+    let r62 = 0x1fu32;
+    let r66 = b1.len();
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7 = l7[li];
+                'inv: {
+                    r0 = lx;
+                    r1 = ly;
+                    r2 = lz;
+                    r4 = rt::bin_u32(BinOp::Mul, r1, r3);
+                    r5 = rt::bin_u32(BinOp::Mul, r2, r3);
+                    r6 = rt::bin_u32(BinOp::Add, r0, r4);
+                    r7 = rt::bin_u32(BinOp::Add, r6, r5);
+                }
+                l7[li] = r7;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r7 = l7[li];
+                let mut r12 = l12[li];
+                let mut r16: u32 = 0u32;
+                let mut r17: u32 = 0u32;
+                let mut r18: u32 = 0u32;
+                let mut r19: u32 = 0u32;
+                let mut r22: u64 = 0u64;
+                let mut r24: u64 = 0u64;
+                let mut r25: u64 = 0u64;
+                let mut r26: u64 = 0u64;
+                let mut r27: bool = false;
+                let mut r28: bool = false;
+                let mut r29: bool = false;
+                let mut r30: u32 = 0u32;
+                let mut r31: u32 = 0u32;
+                let mut r32: bool = false;
+                let mut r33: bool = false;
+                let mut r34: bool = false;
+                'inv: {
+                    r12 = r11;
+                    r16 = rt::bin_u32(BinOp::Mul, r7, r15);
+                    r17 = rt::bin_u32(BinOp::Add, r13, r16);
+                    r18 = rt::bin_u32(BinOp::Mul, r8, r3);
+                    r19 = rt::bin_u32(BinOp::Add, r18, r7);
+                    r22 = u64::from(r19);
+                    r24 = rt::bin_u64(BinOp::Mul, r22, r23);
+                    r25 = rt::bin_u64(BinOp::Add, r20, r24);
+                    r26 = rt::bin_u64(BinOp::Add, r25, r23);
+                    r27 = rt::cmp(BinOp::Le, r26, r21);
+                    r28 = rt::cmp(BinOp::Ge, r26, r25);
+                    r29 = r27;
+                    r30 = if r29 { b0.ld_u32(r25)? } else { 0u32 };
+                    r31 = rt::bin_u32(BinOp::Add, r17, r15);
+                    r32 = rt::cmp(BinOp::Le, r31, r14);
+                    r33 = rt::cmp(BinOp::Ge, r31, r17);
+                    r34 = r32;
+                    sh.st_u32(u64::from(r17), r30)?;
+                }
+                l12[li] = r12;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r7 = l7[li];
+                    let mut r12 = l12[li];
+                    let mut r35: u32 = 0u32;
+                    let mut r36: bool = false;
+                    let mut r37: u32 = 0u32;
+                    let mut r38: bool = false;
+                    let mut r39 = l39[li];
+                    let mut r40 = l40[li];
+                    let mut r41 = l41[li];
+                    let mut r42 = l42[li];
+                    let mut r43 = l43[li];
+                    let mut r44 = l44[li];
+                    let mut r45 = l45[li];
+                    let mut r46 = l46[li];
+                    let mut r47 = l47[li];
+                    let mut r48 = l48[li];
+                    let mut r49 = l49[li];
+                    let mut r50 = l50[li];
+                    let mut r51 = l51[li];
+                    let mut r52 = l52[li];
+                    let mut r53 = l53[li];
+                    let mut r54 = l54[li];
+                    let mut r55 = l55[li];
+                    let mut r56 = l56[li];
+                    let mut r57 = l57[li];
+                    let mut r58 = l58[li];
+                    let mut r59 = l59[li];
+                    'inv: {
+                        r35 = r12;
+                        r36 = rt::cmp(BinOp::Gt, r35, r13);
+                        if r36 {
+                        } else {
+                            st[li] = 2;
+                            break 'inv;
+                        }
+                        r37 = r12;
+                        r38 = rt::cmp(BinOp::Lt, r7, r37);
+                        if r38 {
+                            r39 = rt::bin_u32(BinOp::Mul, r7, r15);
+                            r40 = rt::bin_u32(BinOp::Add, r13, r39);
+                            r41 = rt::bin_u32(BinOp::Add, r40, r15);
+                            r42 = rt::cmp(BinOp::Le, r41, r14);
+                            r43 = rt::cmp(BinOp::Ge, r41, r40);
+                            r44 = r42;
+                            r45 = sh.ld_u32(u64::from(r40))?;
+                            r46 = r12;
+                            r47 = rt::bin_u32(BinOp::Add, r7, r46);
+                            r48 = rt::bin_u32(BinOp::Mul, r47, r15);
+                            r49 = rt::bin_u32(BinOp::Add, r13, r48);
+                            r50 = rt::bin_u32(BinOp::Add, r49, r15);
+                            r51 = rt::cmp(BinOp::Le, r50, r14);
+                            r52 = rt::cmp(BinOp::Ge, r50, r49);
+                            r53 = r51;
+                            r54 = if r53 {
+                                sh.ld_u32(u64::from(r49))?
+                            } else {
+                                0u32
+                            };
+                            r55 = rt::bin_u32(BinOp::Add, r45, r54);
+                            r56 = rt::bin_u32(BinOp::Add, r40, r15);
+                            r57 = rt::cmp(BinOp::Le, r56, r14);
+                            r58 = rt::cmp(BinOp::Ge, r56, r40);
+                            r59 = r57;
+                            sh.st_u32(u64::from(r40), r55)?;
+                        }
+                    }
+                    l39[li] = r39;
+                    l40[li] = r40;
+                    l41[li] = r41;
+                    l42[li] = r42;
+                    l43[li] = r43;
+                    l44[li] = r44;
+                    l45[li] = r45;
+                    l46[li] = r46;
+                    l47[li] = r47;
+                    l48[li] = r48;
+                    l49[li] = r49;
+                    l50[li] = r50;
+                    l51[li] = r51;
+                    l52[li] = r52;
+                    l53[li] = r53;
+                    l54[li] = r54;
+                    l55[li] = r55;
+                    l56[li] = r56;
+                    l57[li] = r57;
+                    l58[li] = r58;
+                    l59[li] = r59;
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        rt::resume(&mut st, 3);
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..64u32 {
+                    let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r12 = l12[li];
+                    let mut r60: u32 = 0u32;
+                    let mut r63: u32 = 0u32;
+                    let mut r64: u32 = 0u32;
+                    'inv: {
+                        r60 = r12;
+                        r63 = rt::bin_u32(BinOp::And, r61, r62);
+                        r64 = rt::bin_u32(BinOp::Shr, r60, r63);
+                        r12 = r64;
+                    }
+                    l12[li] = r12;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 2);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r7 = l7[li];
+                let mut r65: bool = false;
+                let mut r67: u64 = 0u64;
+                let mut r68: u64 = 0u64;
+                let mut r69: u64 = 0u64;
+                let mut r70: u32 = 0u32;
+                let mut r71: bool = false;
+                let mut r72: bool = false;
+                let mut r73: bool = false;
+                let mut r74: u32 = 0u32;
+                let mut r75: u64 = 0u64;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: bool = false;
+                'inv: {
+                    r65 = rt::cmp(BinOp::Eq, r7, r13);
+                    if r65 {
+                        r67 = u64::from(r8);
+                        r68 = rt::bin_u64(BinOp::Mul, r67, r23);
+                        r69 = rt::bin_u64(BinOp::Add, r20, r68);
+                        r70 = rt::bin_u32(BinOp::Add, r13, r15);
+                        r71 = rt::cmp(BinOp::Le, r70, r14);
+                        r72 = rt::cmp(BinOp::Ge, r70, r13);
+                        r73 = r71;
+                        r74 = sh.ld_u32(u64::from(r13))?;
+                        r75 = rt::bin_u64(BinOp::Add, r69, r23);
+                        r76 = rt::cmp(BinOp::Le, r75, r66);
+                        r77 = rt::cmp(BinOp::Ge, r75, r69);
+                        r78 = r76;
+                        if r78 {
+                            b1.st_u32(r69, r74)?;
+                        }
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `atomics`, translated from WGSL: workgroups of 64x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static ATOMICS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "atomics",
+    workgroup_size: [64, 1, 1],
+    read_only: &[false, false],
+    param_bytes: 0,
+    private_bytes: 0,
+    shared_bytes: 16,
+    ops: 96,
+    group: atomics_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `atomics` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn atomics(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    ATOMICS.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn atomics_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh) = wg.workgroup();
+    let grid = cx.grid();
+    let b0 = cx.rw(0)?;
+    let b1 = cx.rw(1)?;
+    sh.clear();
+    let mut st = [0u32; 64];
+    let mut l4 = [0u32; 64];
+    let mut l17 = [0u32; 64];
+    let mut l18 = [false; 64];
+    let r0 = wid[0];
+    let r2 = 0x40u32;
+    let r5 = wid[1];
+    let r7 = 0x1u32;
+    let r10 = wid[2];
+    let r19 = false;
+    let r20 = 0x0u64;
+    let r21 = b0.len();
+    let r22 = 0x4u64;
+    let r34 = 0x8u64;
+    let r36 = 0x20u32;
+    let r37 = 0x0u32;
+    let r41 = 0x1fu32;
+    let r49 = b1.len();
+    let r57 = 0x4u32;
+    let r62 = 0x2u32;
+    let r65 = 0xcu64;
+    let r82 = 7i32;
+    let r83 = 0i32;
+    let r92 = 0xf4240u32;
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r1: u32 = 0u32;
+                let mut r3: u32 = 0u32;
+                let mut r4 = l4[li];
+                let mut r6: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r11: u32 = 0u32;
+                let mut r12: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r14: u32 = 0u32;
+                let mut r15: u32 = 0u32;
+                let mut r16: u32 = 0u32;
+                let mut r17 = l17[li];
+                'inv: {
+                    r1 = lx;
+                    r6 = ly;
+                    r11 = lz;
+                    r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+                    r4 = rt::bin_u32(BinOp::Add, r3, r1);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+                    r9 = rt::bin_u32(BinOp::Add, r8, r6);
+                    r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+                    r13 = rt::bin_u32(BinOp::Add, r12, r11);
+                    r14 = rt::bin_u32(BinOp::Mul, r6, r2);
+                    r15 = rt::bin_u32(BinOp::Mul, r11, r2);
+                    r16 = rt::bin_u32(BinOp::Add, r1, r14);
+                    r17 = rt::bin_u32(BinOp::Add, r16, r15);
+                }
+                l4[li] = r4;
+                l17[li] = r17;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r4 = l4[li];
+                let mut r18 = l18[li];
+                let mut r23: u64 = 0u64;
+                let mut r24: bool = false;
+                let mut r25: bool = false;
+                let mut r26: bool = false;
+                let mut r27: u32 = 0u32;
+                let mut r28: u64 = 0u64;
+                let mut r29: u64 = 0u64;
+                let mut r30: bool = false;
+                let mut r31: bool = false;
+                let mut r32: bool = false;
+                let mut r33: u32 = 0u32;
+                let mut r35: u64 = 0u64;
+                let mut r38: bool = false;
+                let mut r39: u32 = 0u32;
+                let mut r40: u32 = 0u32;
+                let mut r42: u32 = 0u32;
+                let mut r43: u32 = 0u32;
+                let mut r44: u64 = 0u64;
+                let mut r45: bool = false;
+                let mut r46: bool = false;
+                let mut r47: bool = false;
+                let mut r48: u32 = 0u32;
+                let mut r50: i32 = 0i32;
+                let mut r51: i32 = 0i32;
+                let mut r52: u64 = 0u64;
+                let mut r53: bool = false;
+                let mut r54: bool = false;
+                let mut r55: bool = false;
+                let mut r56: i32 = 0i32;
+                let mut r58: u32 = 0u32;
+                let mut r59: bool = false;
+                let mut r60: bool = false;
+                let mut r61: bool = false;
+                let mut r63: u32 = 0u32;
+                'inv: {
+                    r18 = r19;
+                    r23 = rt::bin_u64(BinOp::Add, r20, r22);
+                    r24 = rt::cmp(BinOp::Le, r23, r21);
+                    r25 = rt::cmp(BinOp::Ge, r23, r20);
+                    r26 = r24;
+                    r27 = if r26 {
+                        b0.atomic(AtomicOp::Add, false, r20, r7, 0)?
+                    } else {
+                        0
+                    };
+                    r28 = rt::bin_u64(BinOp::Add, r20, r22);
+                    r29 = rt::bin_u64(BinOp::Add, r28, r22);
+                    r30 = rt::cmp(BinOp::Le, r29, r21);
+                    r31 = rt::cmp(BinOp::Ge, r29, r28);
+                    r32 = r30;
+                    r33 = if r32 {
+                        b0.atomic(AtomicOp::Max, false, r28, r4, 0)?
+                    } else {
+                        0
+                    };
+                    r35 = rt::bin_u64(BinOp::Add, r20, r34);
+                    r38 = rt::cmp(BinOp::Eq, r36, r37);
+                    r39 = if r38 { r7 } else { r36 };
+                    r40 = rt::bin_u32(BinOp::Rem, r4, r39);
+                    r42 = rt::bin_u32(BinOp::And, r40, r41);
+                    r43 = rt::bin_u32(BinOp::Shl, r7, r42);
+                    r44 = rt::bin_u64(BinOp::Add, r35, r22);
+                    r45 = rt::cmp(BinOp::Le, r44, r21);
+                    r46 = rt::cmp(BinOp::Ge, r44, r35);
+                    r47 = r45;
+                    r48 = if r47 {
+                        b0.atomic(AtomicOp::Or, false, r35, r43, 0)?
+                    } else {
+                        0
+                    };
+                    r50 = r4 as i32;
+                    r51 = rt::un_i32(UnOp::Neg, r50);
+                    r52 = rt::bin_u64(BinOp::Add, r20, r22);
+                    r53 = rt::cmp(BinOp::Le, r52, r49);
+                    r54 = rt::cmp(BinOp::Ge, r52, r20);
+                    r55 = r53;
+                    r56 = if r55 {
+                        b1.atomic(AtomicOp::Min, true, r20, r51 as u32, 0)? as i32
+                    } else {
+                        0
+                    };
+                    r58 = rt::bin_u32(BinOp::Add, r37, r57);
+                    r59 = rt::cmp(BinOp::Le, r58, r57);
+                    r60 = rt::cmp(BinOp::Ge, r58, r37);
+                    r61 = r59;
+                    r63 = sh.atomic(AtomicOp::Add, false, u64::from(r37), r62, 0)?;
+                }
+                l18[li] = r18;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r17 = l17[li];
+                let mut r18 = l18[li];
+                let mut r64: bool = false;
+                let mut r66: u64 = 0u64;
+                let mut r67: u32 = 0u32;
+                let mut r68: bool = false;
+                let mut r69: bool = false;
+                let mut r70: bool = false;
+                let mut r71: u32 = 0u32;
+                let mut r72: u64 = 0u64;
+                let mut r73: bool = false;
+                let mut r74: bool = false;
+                let mut r75: bool = false;
+                let mut r76: u32 = 0u32;
+                let mut r77: u64 = 0u64;
+                let mut r78: u64 = 0u64;
+                let mut r79: bool = false;
+                let mut r80: bool = false;
+                let mut r81: bool = false;
+                let mut r84: i32 = 0i32;
+                let mut r85: bool = false;
+                let mut r86: bool = false;
+                let mut r87: bool = false;
+                let mut r88: u64 = 0u64;
+                let mut r89: bool = false;
+                let mut r90: bool = false;
+                let mut r91: bool = false;
+                let mut r93: u32 = 0u32;
+                'inv: {
+                    r64 = rt::cmp(BinOp::Eq, r17, r37);
+                    if r64 {
+                        r66 = rt::bin_u64(BinOp::Add, r20, r65);
+                        r67 = rt::bin_u32(BinOp::Add, r37, r57);
+                        r68 = rt::cmp(BinOp::Le, r67, r57);
+                        r69 = rt::cmp(BinOp::Ge, r67, r37);
+                        r70 = r68;
+                        r71 = sh.ld_u32(u64::from(r37))?;
+                        r72 = rt::bin_u64(BinOp::Add, r66, r22);
+                        r73 = rt::cmp(BinOp::Le, r72, r21);
+                        r74 = rt::cmp(BinOp::Ge, r72, r66);
+                        r75 = r73;
+                        r76 = if r75 {
+                            b0.atomic(AtomicOp::Add, false, r66, r71, 0)?
+                        } else {
+                            0
+                        };
+                    }
+                    r77 = rt::bin_u64(BinOp::Add, r20, r22);
+                    r78 = rt::bin_u64(BinOp::Add, r77, r22);
+                    r79 = rt::cmp(BinOp::Le, r78, r49);
+                    r80 = rt::cmp(BinOp::Ge, r78, r77);
+                    r81 = r79;
+                    r84 = if r81 {
+                        b1.atomic(AtomicOp::CompareExchange, true, r77, r82 as u32, r83 as u32)?
+                            as i32
+                    } else {
+                        0
+                    };
+                    r85 = rt::cmp(BinOp::Eq, r84, r83);
+                    if r85 {
+                        r86 = rt::cmp(BinOp::Ne, r84, r83);
+                        r18 = r86;
+                    } else {
+                        r18 = r19;
+                    }
+                    r87 = r18;
+                    if r87 {
+                        r88 = rt::bin_u64(BinOp::Add, r20, r22);
+                        r89 = rt::cmp(BinOp::Le, r88, r21);
+                        r90 = rt::cmp(BinOp::Ge, r88, r20);
+                        r91 = r89;
+                        r93 = if r91 {
+                            b0.atomic(AtomicOp::Add, false, r20, r92, 0)?
+                        } else {
+                            0
+                        };
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+                l18[li] = r18;
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `sum_shared`, translated from WGSL: workgroups of 256x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SUM_SHARED: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "sum_shared",
+    workgroup_size: [256, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    shared_bytes: 1024,
+    ops: 194,
+    group: sum_shared_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `sum_shared` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn sum_shared(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    SUM_SHARED.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn sum_shared_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh) = wg.workgroup();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    sh.clear();
+    let mut st = [0u32; 256];
+    let mut l10 = [0u32; 256];
+    let mut l22 = [0u32; 256];
+    let mut l139 = [0u32; 256];
+    let mut l140 = [0u32; 256];
+    let mut l141 = [0u32; 256];
+    let mut l142 = [false; 256];
+    let mut l143 = [false; 256];
+    let mut l144 = [false; 256];
+    let mut l145 = [0.0f32; 256];
+    let mut l146 = [0u32; 256];
+    let mut l147 = [0u32; 256];
+    let mut l148 = [0u32; 256];
+    let mut l149 = [0u32; 256];
+    let mut l150 = [0u32; 256];
+    let mut l151 = [false; 256];
+    let mut l152 = [false; 256];
+    let mut l153 = [false; 256];
+    let mut l154 = [0.0f32; 256];
+    let mut l155 = [0.0f32; 256];
+    let mut l156 = [0u32; 256];
+    let mut l157 = [false; 256];
+    let mut l158 = [false; 256];
+    let mut l159 = [false; 256];
+    let r0 = wid[0];
+    let r1 = wid[1];
+    let r2 = wid[2];
+    let r6 = 0x100u32;
+    let r12 = 0x0u32;
+    let r14 = f32::from_bits(0x0);
+    let r21 = 0x80u32;
+    let r23 = p0;
+    let r24 = p1;
+    let r30 = 0x1u32;
+    let r39 = 0xfffffffcu32;
+    let r48 = 0x0u64;
+    let r49 = b0.len();
+    let r51 = 0x4u64;
+    let r70 = 0x2u32;
+    let r82 = 0x3u32;
+    let r98 = 0x4u32;
+    let r128 = 0x400u32;
+    let r161 = 0x1fu32;
+    let r165 = b1.len();
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10 = l10[li];
+                'inv: {
+                    r3 = lx;
+                    r4 = ly;
+                    r5 = lz;
+                    r7 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r9 = rt::bin_u32(BinOp::Add, r3, r7);
+                    r10 = rt::bin_u32(BinOp::Add, r9, r8);
+                }
+                l10[li] = r10;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r11: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r15: f32 = 0.0f32;
+                let mut r16: f32 = 0.0f32;
+                let mut r17: f32 = 0.0f32;
+                let mut r18: f32 = 0.0f32;
+                let mut r19: u32 = 0u32;
+                let mut r20: u32 = 0u32;
+                let mut r22 = l22[li];
+                let mut r25: u32 = 0u32;
+                let mut r26: u32 = 0u32;
+                let mut r27: u32 = 0u32;
+                let mut r28: u32 = 0u32;
+                let mut r29: bool = false;
+                let mut r31: u32 = 0u32;
+                let mut r32: u32 = 0u32;
+                let mut r33: u32 = 0u32;
+                let mut r34: bool = false;
+                let mut r35: u32 = 0u32;
+                let mut r36: u32 = 0u32;
+                let mut r37: u32 = 0u32;
+                let mut r38: u32 = 0u32;
+                let mut r40: u32 = 0u32;
+                let mut r41: u32 = 0u32;
+                let mut r42: bool = false;
+                let mut r43: f32 = 0.0f32;
+                let mut r44: f32 = 0.0f32;
+                let mut r45: f32 = 0.0f32;
+                let mut r46: f32 = 0.0f32;
+                let mut r47: u32 = 0u32;
+                let mut r50: u64 = 0u64;
+                let mut r52: u64 = 0u64;
+                let mut r53: u64 = 0u64;
+                let mut r54: u64 = 0u64;
+                let mut r55: bool = false;
+                let mut r56: bool = false;
+                let mut r57: bool = false;
+                let mut r58: f32 = 0.0f32;
+                let mut r59: u32 = 0u32;
+                let mut r60: u32 = 0u32;
+                let mut r61: u64 = 0u64;
+                let mut r62: u64 = 0u64;
+                let mut r63: u64 = 0u64;
+                let mut r64: u64 = 0u64;
+                let mut r65: bool = false;
+                let mut r66: bool = false;
+                let mut r67: bool = false;
+                let mut r68: f32 = 0.0f32;
+                let mut r69: u32 = 0u32;
+                let mut r71: u32 = 0u32;
+                let mut r72: u32 = 0u32;
+                let mut r73: u64 = 0u64;
+                let mut r74: u64 = 0u64;
+                let mut r75: u64 = 0u64;
+                let mut r76: u64 = 0u64;
+                let mut r77: bool = false;
+                let mut r78: bool = false;
+                let mut r79: bool = false;
+                let mut r80: f32 = 0.0f32;
+                let mut r81: u32 = 0u32;
+                let mut r83: u32 = 0u32;
+                let mut r84: u32 = 0u32;
+                let mut r85: u64 = 0u64;
+                let mut r86: u64 = 0u64;
+                let mut r87: u64 = 0u64;
+                let mut r88: u64 = 0u64;
+                let mut r89: bool = false;
+                let mut r90: bool = false;
+                let mut r91: bool = false;
+                let mut r92: f32 = 0.0f32;
+                let mut r93: f32 = 0.0f32;
+                let mut r94: f32 = 0.0f32;
+                let mut r95: f32 = 0.0f32;
+                let mut r96: f32 = 0.0f32;
+                let mut r97: u32 = 0u32;
+                let mut r99: u32 = 0u32;
+                let mut r100: u32 = 0u32;
+                let mut r101: u32 = 0u32;
+                let mut r102: u32 = 0u32;
+                let mut r103: u32 = 0u32;
+                let mut r104: u32 = 0u32;
+                let mut r105: bool = false;
+                let mut r106: f32 = 0.0f32;
+                let mut r107: u32 = 0u32;
+                let mut r108: u64 = 0u64;
+                let mut r109: u64 = 0u64;
+                let mut r110: u64 = 0u64;
+                let mut r111: u64 = 0u64;
+                let mut r112: bool = false;
+                let mut r113: bool = false;
+                let mut r114: bool = false;
+                let mut r115: f32 = 0.0f32;
+                let mut r116: f32 = 0.0f32;
+                let mut r117: u32 = 0u32;
+                let mut r118: u32 = 0u32;
+                let mut r119: u32 = 0u32;
+                let mut r120: u32 = 0u32;
+                let mut r121: f32 = 0.0f32;
+                let mut r122: f32 = 0.0f32;
+                let mut r123: f32 = 0.0f32;
+                let mut r124: f32 = 0.0f32;
+                let mut r125: f32 = 0.0f32;
+                let mut r126: f32 = 0.0f32;
+                let mut r127: f32 = 0.0f32;
+                let mut r129: u32 = 0u32;
+                let mut r130: u32 = 0u32;
+                let mut r131: u32 = 0u32;
+                let mut r132: bool = false;
+                let mut r133: bool = false;
+                let mut r134: bool = false;
+                'inv: {
+                    r11 = r12;
+                    r13 = r12;
+                    r15 = r14;
+                    r16 = r14;
+                    r17 = r14;
+                    r18 = r14;
+                    r19 = r12;
+                    r20 = r12;
+                    r22 = r21;
+                    r25 = rt::bin_u32(BinOp::Mul, r24, r6);
+                    r26 = rt::bin_u32(BinOp::Mul, r0, r6);
+                    r27 = rt::bin_u32(BinOp::Add, r26, r10);
+                    r11 = r27;
+                    r28 = r11;
+                    r29 = rt::cmp(BinOp::Lt, r28, r23);
+                    if r29 {
+                        r31 = rt::bin_u32(BinOp::Sub, r23, r30);
+                        r32 = r11;
+                        r33 = rt::bin_u32(BinOp::Sub, r31, r32);
+                        r34 = rt::cmp(BinOp::Eq, r25, r12);
+                        r35 = if r34 { r30 } else { r25 };
+                        r36 = rt::bin_u32(BinOp::Div, r33, r35);
+                        r37 = rt::bin_u32(BinOp::Add, r36, r30);
+                        r13 = r37;
+                    }
+                    r38 = r13;
+                    r40 = rt::bin_u32(BinOp::And, r38, r39);
+                    'l0: loop {
+                        'c0: {
+                            r41 = r19;
+                            r42 = rt::cmp(BinOp::Lt, r41, r40);
+                            if r42 {
+                            } else {
+                                break 'l0;
+                            }
+                            r43 = r15;
+                            r44 = r16;
+                            r45 = r17;
+                            r46 = r18;
+                            r47 = r11;
+                            r50 = u64::from(r47);
+                            r52 = rt::bin_u64(BinOp::Mul, r50, r51);
+                            r53 = rt::bin_u64(BinOp::Add, r48, r52);
+                            r54 = rt::bin_u64(BinOp::Add, r53, r51);
+                            r55 = rt::cmp(BinOp::Le, r54, r49);
+                            r56 = rt::cmp(BinOp::Ge, r54, r53);
+                            r57 = r55;
+                            r58 = if r57 { b0.ld_f32(r53)? } else { 0.0f32 };
+                            r59 = r11;
+                            r60 = rt::bin_u32(BinOp::Add, r59, r25);
+                            r61 = u64::from(r60);
+                            r62 = rt::bin_u64(BinOp::Mul, r61, r51);
+                            r63 = rt::bin_u64(BinOp::Add, r48, r62);
+                            r64 = rt::bin_u64(BinOp::Add, r63, r51);
+                            r65 = rt::cmp(BinOp::Le, r64, r49);
+                            r66 = rt::cmp(BinOp::Ge, r64, r63);
+                            r67 = r65;
+                            r68 = if r67 { b0.ld_f32(r63)? } else { 0.0f32 };
+                            r69 = r11;
+                            r71 = rt::bin_u32(BinOp::Mul, r70, r25);
+                            r72 = rt::bin_u32(BinOp::Add, r69, r71);
+                            r73 = u64::from(r72);
+                            r74 = rt::bin_u64(BinOp::Mul, r73, r51);
+                            r75 = rt::bin_u64(BinOp::Add, r48, r74);
+                            r76 = rt::bin_u64(BinOp::Add, r75, r51);
+                            r77 = rt::cmp(BinOp::Le, r76, r49);
+                            r78 = rt::cmp(BinOp::Ge, r76, r75);
+                            r79 = r77;
+                            r80 = if r79 { b0.ld_f32(r75)? } else { 0.0f32 };
+                            r81 = r11;
+                            r83 = rt::bin_u32(BinOp::Mul, r82, r25);
+                            r84 = rt::bin_u32(BinOp::Add, r81, r83);
+                            r85 = u64::from(r84);
+                            r86 = rt::bin_u64(BinOp::Mul, r85, r51);
+                            r87 = rt::bin_u64(BinOp::Add, r48, r86);
+                            r88 = rt::bin_u64(BinOp::Add, r87, r51);
+                            r89 = rt::cmp(BinOp::Le, r88, r49);
+                            r90 = rt::cmp(BinOp::Ge, r88, r87);
+                            r91 = r89;
+                            r92 = if r91 { b0.ld_f32(r87)? } else { 0.0f32 };
+                            r93 = rt::bin_f32(BinOp::Add, r43, r58);
+                            r94 = rt::bin_f32(BinOp::Add, r44, r68);
+                            r95 = rt::bin_f32(BinOp::Add, r45, r80);
+                            r96 = rt::bin_f32(BinOp::Add, r46, r92);
+                            r15 = r93;
+                            r16 = r94;
+                            r17 = r95;
+                            r18 = r96;
+                            r97 = r11;
+                            r99 = rt::bin_u32(BinOp::Mul, r98, r25);
+                            r100 = rt::bin_u32(BinOp::Add, r97, r99);
+                            r11 = r100;
+                        }
+                        r101 = r19;
+                        r102 = rt::bin_u32(BinOp::Add, r101, r98);
+                        r19 = r102;
+                    }
+                    r20 = r40;
+                    'l1: loop {
+                        'c1: {
+                            r103 = r20;
+                            r104 = r13;
+                            r105 = rt::cmp(BinOp::Lt, r103, r104);
+                            if r105 {
+                            } else {
+                                break 'l1;
+                            }
+                            r106 = r15;
+                            r107 = r11;
+                            r108 = u64::from(r107);
+                            r109 = rt::bin_u64(BinOp::Mul, r108, r51);
+                            r110 = rt::bin_u64(BinOp::Add, r48, r109);
+                            r111 = rt::bin_u64(BinOp::Add, r110, r51);
+                            r112 = rt::cmp(BinOp::Le, r111, r49);
+                            r113 = rt::cmp(BinOp::Ge, r111, r110);
+                            r114 = r112;
+                            r115 = if r114 { b0.ld_f32(r110)? } else { 0.0f32 };
+                            r116 = rt::bin_f32(BinOp::Add, r106, r115);
+                            r15 = r116;
+                            r117 = r11;
+                            r118 = rt::bin_u32(BinOp::Add, r117, r25);
+                            r11 = r118;
+                        }
+                        r119 = r20;
+                        r120 = rt::bin_u32(BinOp::Add, r119, r30);
+                        r20 = r120;
+                    }
+                    r121 = r15;
+                    r122 = r16;
+                    r123 = rt::bin_f32(BinOp::Add, r121, r122);
+                    r124 = r17;
+                    r125 = r18;
+                    r126 = rt::bin_f32(BinOp::Add, r124, r125);
+                    r127 = rt::bin_f32(BinOp::Add, r123, r126);
+                    r129 = rt::bin_u32(BinOp::Mul, r10, r98);
+                    r130 = rt::bin_u32(BinOp::Add, r12, r129);
+                    r131 = rt::bin_u32(BinOp::Add, r130, r98);
+                    r132 = rt::cmp(BinOp::Le, r131, r128);
+                    r133 = rt::cmp(BinOp::Ge, r131, r130);
+                    r134 = r132;
+                    sh.st_f32(u64::from(r130), r127)?;
+                }
+                l22[li] = r22;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r10 = l10[li];
+                    let mut r22 = l22[li];
+                    let mut r135: u32 = 0u32;
+                    let mut r136: bool = false;
+                    let mut r137: u32 = 0u32;
+                    let mut r138: bool = false;
+                    let mut r139 = l139[li];
+                    let mut r140 = l140[li];
+                    let mut r141 = l141[li];
+                    let mut r142 = l142[li];
+                    let mut r143 = l143[li];
+                    let mut r144 = l144[li];
+                    let mut r145 = l145[li];
+                    let mut r146 = l146[li];
+                    let mut r147 = l147[li];
+                    let mut r148 = l148[li];
+                    let mut r149 = l149[li];
+                    let mut r150 = l150[li];
+                    let mut r151 = l151[li];
+                    let mut r152 = l152[li];
+                    let mut r153 = l153[li];
+                    let mut r154 = l154[li];
+                    let mut r155 = l155[li];
+                    let mut r156 = l156[li];
+                    let mut r157 = l157[li];
+                    let mut r158 = l158[li];
+                    let mut r159 = l159[li];
+                    'inv: {
+                        r135 = r22;
+                        r136 = rt::cmp(BinOp::Gt, r135, r12);
+                        if r136 {
+                        } else {
+                            st[li] = 2;
+                            break 'inv;
+                        }
+                        r137 = r22;
+                        r138 = rt::cmp(BinOp::Lt, r10, r137);
+                        if r138 {
+                            r139 = rt::bin_u32(BinOp::Mul, r10, r98);
+                            r140 = rt::bin_u32(BinOp::Add, r12, r139);
+                            r141 = rt::bin_u32(BinOp::Add, r140, r98);
+                            r142 = rt::cmp(BinOp::Le, r141, r128);
+                            r143 = rt::cmp(BinOp::Ge, r141, r140);
+                            r144 = r142;
+                            r145 = sh.ld_f32(u64::from(r140))?;
+                            r146 = r22;
+                            r147 = rt::bin_u32(BinOp::Add, r10, r146);
+                            r148 = rt::bin_u32(BinOp::Mul, r147, r98);
+                            r149 = rt::bin_u32(BinOp::Add, r12, r148);
+                            r150 = rt::bin_u32(BinOp::Add, r149, r98);
+                            r151 = rt::cmp(BinOp::Le, r150, r128);
+                            r152 = rt::cmp(BinOp::Ge, r150, r149);
+                            r153 = r151;
+                            r154 = if r153 {
+                                sh.ld_f32(u64::from(r149))?
+                            } else {
+                                0.0f32
+                            };
+                            r155 = rt::bin_f32(BinOp::Add, r145, r154);
+                            r156 = rt::bin_u32(BinOp::Add, r140, r98);
+                            r157 = rt::cmp(BinOp::Le, r156, r128);
+                            r158 = rt::cmp(BinOp::Ge, r156, r140);
+                            r159 = r157;
+                            sh.st_f32(u64::from(r140), r155)?;
+                        }
+                    }
+                    l139[li] = r139;
+                    l140[li] = r140;
+                    l141[li] = r141;
+                    l142[li] = r142;
+                    l143[li] = r143;
+                    l144[li] = r144;
+                    l145[li] = r145;
+                    l146[li] = r146;
+                    l147[li] = r147;
+                    l148[li] = r148;
+                    l149[li] = r149;
+                    l150[li] = r150;
+                    l151[li] = r151;
+                    l152[li] = r152;
+                    l153[li] = r153;
+                    l154[li] = r154;
+                    l155[li] = r155;
+                    l156[li] = r156;
+                    l157[li] = r157;
+                    l158[li] = r158;
+                    l159[li] = r159;
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        rt::resume(&mut st, 3);
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r22 = l22[li];
+                    let mut r160: u32 = 0u32;
+                    let mut r162: u32 = 0u32;
+                    let mut r163: u32 = 0u32;
+                    'inv: {
+                        r160 = r22;
+                        r162 = rt::bin_u32(BinOp::And, r30, r161);
+                        r163 = rt::bin_u32(BinOp::Shr, r160, r162);
+                        r22 = r163;
+                    }
+                    l22[li] = r22;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 2);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r164: bool = false;
+                let mut r166: u64 = 0u64;
+                let mut r167: u64 = 0u64;
+                let mut r168: u64 = 0u64;
+                let mut r169: u32 = 0u32;
+                let mut r170: bool = false;
+                let mut r171: bool = false;
+                let mut r172: bool = false;
+                let mut r173: f32 = 0.0f32;
+                let mut r174: u64 = 0u64;
+                let mut r175: bool = false;
+                let mut r176: bool = false;
+                let mut r177: bool = false;
+                'inv: {
+                    r164 = rt::cmp(BinOp::Eq, r10, r12);
+                    if r164 {
+                        r166 = u64::from(r0);
+                        r167 = rt::bin_u64(BinOp::Mul, r166, r51);
+                        r168 = rt::bin_u64(BinOp::Add, r48, r167);
+                        r169 = rt::bin_u32(BinOp::Add, r12, r98);
+                        r170 = rt::cmp(BinOp::Le, r169, r128);
+                        r171 = rt::cmp(BinOp::Ge, r169, r12);
+                        r172 = r170;
+                        r173 = sh.ld_f32(u64::from(r12))?;
+                        r174 = rt::bin_u64(BinOp::Add, r168, r51);
+                        r175 = rt::cmp(BinOp::Le, r174, r165);
+                        r176 = rt::cmp(BinOp::Ge, r174, r168);
+                        r177 = r175;
+                        if r177 {
+                            b1.st_f32(r168, r173)?;
+                        }
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `softmax_rows`, translated from WGSL: workgroups of 256x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SOFTMAX_ROWS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "softmax_rows",
+    workgroup_size: [256, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    shared_bytes: 1024,
+    ops: 432,
+    group: softmax_rows_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `softmax_rows` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn softmax_rows(
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+) -> Result<(), String> {
+    SOFTMAX_ROWS.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn softmax_rows_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh) = wg.workgroup();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    sh.clear();
+    let mut st = vec![0u32; 256];
+    let mut l10 = vec![0u32; 256];
+    let mut l13 = vec![0u32; 256];
+    let mut l16 = vec![0u32; 256];
+    let mut l18 = vec![0.0f32; 256];
+    let mut l19 = vec![0u32; 256];
+    let mut l26 = vec![0u32; 256];
+    let mut l29 = vec![0u32; 256];
+    let mut l115 = vec![0u32; 256];
+    let mut l116 = vec![0u32; 256];
+    let mut l117 = vec![0u32; 256];
+    let mut l118 = vec![0u32; 256];
+    let mut l119 = vec![0u32; 256];
+    let mut l120 = vec![false; 256];
+    let mut l121 = vec![false; 256];
+    let mut l122 = vec![false; 256];
+    let mut l123 = vec![0.0f32; 256];
+    let mut l124 = vec![0u32; 256];
+    let mut l125 = vec![0u32; 256];
+    let mut l126 = vec![0u32; 256];
+    let mut l127 = vec![0u32; 256];
+    let mut l128 = vec![0u32; 256];
+    let mut l129 = vec![false; 256];
+    let mut l130 = vec![false; 256];
+    let mut l131 = vec![false; 256];
+    let mut l132 = vec![0.0f32; 256];
+    let mut l133 = vec![0.0f32; 256];
+    let mut l134 = vec![0u32; 256];
+    let mut l135 = vec![false; 256];
+    let mut l136 = vec![false; 256];
+    let mut l137 = vec![false; 256];
+    let mut l147 = vec![0.0f32; 256];
+    let mut l246 = vec![0u32; 256];
+    let mut l247 = vec![0u32; 256];
+    let mut l248 = vec![0u32; 256];
+    let mut l249 = vec![false; 256];
+    let mut l250 = vec![false; 256];
+    let mut l251 = vec![false; 256];
+    let mut l252 = vec![0.0f32; 256];
+    let mut l253 = vec![0u32; 256];
+    let mut l254 = vec![0u32; 256];
+    let mut l255 = vec![0u32; 256];
+    let mut l256 = vec![0u32; 256];
+    let mut l257 = vec![0u32; 256];
+    let mut l258 = vec![false; 256];
+    let mut l259 = vec![false; 256];
+    let mut l260 = vec![false; 256];
+    let mut l261 = vec![0.0f32; 256];
+    let mut l262 = vec![0.0f32; 256];
+    let mut l263 = vec![0u32; 256];
+    let mut l264 = vec![false; 256];
+    let mut l265 = vec![false; 256];
+    let mut l266 = vec![false; 256];
+    let r0 = wid[0];
+    let r1 = wid[1];
+    let r2 = wid[2];
+    let r6 = 0x100u32;
+    let r11 = f32::from_bits(0xff7fffff);
+    let r14 = 0x0u32;
+    let r15 = 0x80u32;
+    let r17 = f32::from_bits(0x0);
+    let r20 = 0xffffu32;
+    let r23 = p0;
+    let r25 = p1;
+    let r27 = 0x300u32;
+    let r34 = 0x0u64;
+    let r35 = b0.len();
+    let r37 = 0x4u64;
+    let r58 = 0x200u32;
+    let r85 = 0x400u32;
+    let r103 = 0x4u32;
+    let r139 = 0x1u32;
+    let r140 = 0x1fu32;
+    let r195 = f32::from_bits(0x3fb8aa3b);
+    let r322 = b1.len();
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10 = l10[li];
+                'inv: {
+                    r3 = lx;
+                    r4 = ly;
+                    r5 = lz;
+                    r7 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r9 = rt::bin_u32(BinOp::Add, r3, r7);
+                    r10 = rt::bin_u32(BinOp::Add, r9, r8);
+                }
+                l10[li] = r10;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r12: f32 = 0.0f32;
+                let mut r13 = l13[li];
+                let mut r16 = l16[li];
+                let mut r18 = l18[li];
+                let mut r19 = l19[li];
+                let mut r21: u32 = 0u32;
+                let mut r22: u32 = 0u32;
+                let mut r24: bool = false;
+                let mut r26 = l26[li];
+                let mut r28: u32 = 0u32;
+                let mut r29 = l29[li];
+                let mut r30: u32 = 0u32;
+                let mut r31: bool = false;
+                let mut r32: u32 = 0u32;
+                let mut r33: u32 = 0u32;
+                let mut r36: u64 = 0u64;
+                let mut r38: u64 = 0u64;
+                let mut r39: u64 = 0u64;
+                let mut r40: u64 = 0u64;
+                let mut r41: bool = false;
+                let mut r42: bool = false;
+                let mut r43: bool = false;
+                let mut r44: f32 = 0.0f32;
+                let mut r45: u32 = 0u32;
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u64 = 0u64;
+                let mut r49: u64 = 0u64;
+                let mut r50: u64 = 0u64;
+                let mut r51: u64 = 0u64;
+                let mut r52: bool = false;
+                let mut r53: bool = false;
+                let mut r54: bool = false;
+                let mut r55: f32 = 0.0f32;
+                let mut r56: u32 = 0u32;
+                let mut r57: u32 = 0u32;
+                let mut r59: u32 = 0u32;
+                let mut r60: u64 = 0u64;
+                let mut r61: u64 = 0u64;
+                let mut r62: u64 = 0u64;
+                let mut r63: u64 = 0u64;
+                let mut r64: bool = false;
+                let mut r65: bool = false;
+                let mut r66: bool = false;
+                let mut r67: f32 = 0.0f32;
+                let mut r68: u32 = 0u32;
+                let mut r69: u32 = 0u32;
+                let mut r70: u32 = 0u32;
+                let mut r71: u64 = 0u64;
+                let mut r72: u64 = 0u64;
+                let mut r73: u64 = 0u64;
+                let mut r74: u64 = 0u64;
+                let mut r75: bool = false;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: f32 = 0.0f32;
+                let mut r79: f32 = 0.0f32;
+                let mut r80: f32 = 0.0f32;
+                let mut r81: f32 = 0.0f32;
+                let mut r82: f32 = 0.0f32;
+                let mut r83: f32 = 0.0f32;
+                let mut r84: u32 = 0u32;
+                let mut r86: u32 = 0u32;
+                let mut r87: u32 = 0u32;
+                let mut r88: bool = false;
+                let mut r89: f32 = 0.0f32;
+                let mut r90: u32 = 0u32;
+                let mut r91: u32 = 0u32;
+                let mut r92: u64 = 0u64;
+                let mut r93: u64 = 0u64;
+                let mut r94: u64 = 0u64;
+                let mut r95: u64 = 0u64;
+                let mut r96: bool = false;
+                let mut r97: bool = false;
+                let mut r98: bool = false;
+                let mut r99: f32 = 0.0f32;
+                let mut r100: f32 = 0.0f32;
+                let mut r101: u32 = 0u32;
+                let mut r102: u32 = 0u32;
+                let mut r104: u32 = 0u32;
+                let mut r105: u32 = 0u32;
+                let mut r106: f32 = 0.0f32;
+                let mut r107: u32 = 0u32;
+                let mut r108: bool = false;
+                let mut r109: bool = false;
+                let mut r110: bool = false;
+                'inv: {
+                    r12 = r11;
+                    r13 = r14;
+                    r16 = r15;
+                    r18 = r17;
+                    r19 = r15;
+                    r21 = rt::bin_u32(BinOp::Mul, r1, r20);
+                    r22 = rt::bin_u32(BinOp::Add, r0, r21);
+                    r24 = rt::cmp(BinOp::Ge, r22, r23);
+                    if r24 {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                    r26 = rt::bin_u32(BinOp::Mul, r22, r25);
+                    r28 = rt::bin_u32(BinOp::Min, r25, r27);
+                    r29 = rt::bin_u32(BinOp::Sub, r25, r28);
+                    r13 = r10;
+                    'l0: loop {
+                        'c0: {
+                            r30 = r13;
+                            r31 = rt::cmp(BinOp::Lt, r30, r29);
+                            if r31 {
+                            } else {
+                                break 'l0;
+                            }
+                            r32 = r13;
+                            r33 = rt::bin_u32(BinOp::Add, r26, r32);
+                            r36 = u64::from(r33);
+                            r38 = rt::bin_u64(BinOp::Mul, r36, r37);
+                            r39 = rt::bin_u64(BinOp::Add, r34, r38);
+                            r40 = rt::bin_u64(BinOp::Add, r39, r37);
+                            r41 = rt::cmp(BinOp::Le, r40, r35);
+                            r42 = rt::cmp(BinOp::Ge, r40, r39);
+                            r43 = r41;
+                            r44 = if r43 { b0.ld_f32(r39)? } else { 0.0f32 };
+                            r45 = r13;
+                            r46 = rt::bin_u32(BinOp::Add, r26, r45);
+                            r47 = rt::bin_u32(BinOp::Add, r46, r6);
+                            r48 = u64::from(r47);
+                            r49 = rt::bin_u64(BinOp::Mul, r48, r37);
+                            r50 = rt::bin_u64(BinOp::Add, r34, r49);
+                            r51 = rt::bin_u64(BinOp::Add, r50, r37);
+                            r52 = rt::cmp(BinOp::Le, r51, r35);
+                            r53 = rt::cmp(BinOp::Ge, r51, r50);
+                            r54 = r52;
+                            r55 = if r54 { b0.ld_f32(r50)? } else { 0.0f32 };
+                            r56 = r13;
+                            r57 = rt::bin_u32(BinOp::Add, r26, r56);
+                            r59 = rt::bin_u32(BinOp::Add, r57, r58);
+                            r60 = u64::from(r59);
+                            r61 = rt::bin_u64(BinOp::Mul, r60, r37);
+                            r62 = rt::bin_u64(BinOp::Add, r34, r61);
+                            r63 = rt::bin_u64(BinOp::Add, r62, r37);
+                            r64 = rt::cmp(BinOp::Le, r63, r35);
+                            r65 = rt::cmp(BinOp::Ge, r63, r62);
+                            r66 = r64;
+                            r67 = if r66 { b0.ld_f32(r62)? } else { 0.0f32 };
+                            r68 = r13;
+                            r69 = rt::bin_u32(BinOp::Add, r26, r68);
+                            r70 = rt::bin_u32(BinOp::Add, r69, r27);
+                            r71 = u64::from(r70);
+                            r72 = rt::bin_u64(BinOp::Mul, r71, r37);
+                            r73 = rt::bin_u64(BinOp::Add, r34, r72);
+                            r74 = rt::bin_u64(BinOp::Add, r73, r37);
+                            r75 = rt::cmp(BinOp::Le, r74, r35);
+                            r76 = rt::cmp(BinOp::Ge, r74, r73);
+                            r77 = r75;
+                            r78 = if r77 { b0.ld_f32(r73)? } else { 0.0f32 };
+                            r79 = r12;
+                            r80 = rt::bin_f32(BinOp::Max, r44, r55);
+                            r81 = rt::bin_f32(BinOp::Max, r67, r78);
+                            r82 = rt::bin_f32(BinOp::Max, r80, r81);
+                            r83 = rt::bin_f32(BinOp::Max, r79, r82);
+                            r12 = r83;
+                        }
+                        r84 = r13;
+                        r86 = rt::bin_u32(BinOp::Add, r84, r85);
+                        r13 = r86;
+                    }
+                    'l1: loop {
+                        'c1: {
+                            r87 = r13;
+                            r88 = rt::cmp(BinOp::Lt, r87, r25);
+                            if r88 {
+                            } else {
+                                break 'l1;
+                            }
+                            r89 = r12;
+                            r90 = r13;
+                            r91 = rt::bin_u32(BinOp::Add, r26, r90);
+                            r92 = u64::from(r91);
+                            r93 = rt::bin_u64(BinOp::Mul, r92, r37);
+                            r94 = rt::bin_u64(BinOp::Add, r34, r93);
+                            r95 = rt::bin_u64(BinOp::Add, r94, r37);
+                            r96 = rt::cmp(BinOp::Le, r95, r35);
+                            r97 = rt::cmp(BinOp::Ge, r95, r94);
+                            r98 = r96;
+                            r99 = if r98 { b0.ld_f32(r94)? } else { 0.0f32 };
+                            r100 = rt::bin_f32(BinOp::Max, r89, r99);
+                            r12 = r100;
+                        }
+                        r101 = r13;
+                        r102 = rt::bin_u32(BinOp::Add, r101, r6);
+                        r13 = r102;
+                    }
+                    r104 = rt::bin_u32(BinOp::Mul, r10, r103);
+                    r105 = rt::bin_u32(BinOp::Add, r14, r104);
+                    r106 = r12;
+                    r107 = rt::bin_u32(BinOp::Add, r105, r103);
+                    r108 = rt::cmp(BinOp::Le, r107, r85);
+                    r109 = rt::cmp(BinOp::Ge, r107, r105);
+                    r110 = r108;
+                    sh.st_f32(u64::from(r105), r106)?;
+                }
+                l13[li] = r13;
+                l16[li] = r16;
+                l18[li] = r18;
+                l19[li] = r19;
+                l26[li] = r26;
+                l29[li] = r29;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r10 = l10[li];
+                    let mut r16 = l16[li];
+                    let mut r111: u32 = 0u32;
+                    let mut r112: bool = false;
+                    let mut r113: u32 = 0u32;
+                    let mut r114: bool = false;
+                    let mut r115 = l115[li];
+                    let mut r116 = l116[li];
+                    let mut r117 = l117[li];
+                    let mut r118 = l118[li];
+                    let mut r119 = l119[li];
+                    let mut r120 = l120[li];
+                    let mut r121 = l121[li];
+                    let mut r122 = l122[li];
+                    let mut r123 = l123[li];
+                    let mut r124 = l124[li];
+                    let mut r125 = l125[li];
+                    let mut r126 = l126[li];
+                    let mut r127 = l127[li];
+                    let mut r128 = l128[li];
+                    let mut r129 = l129[li];
+                    let mut r130 = l130[li];
+                    let mut r131 = l131[li];
+                    let mut r132 = l132[li];
+                    let mut r133 = l133[li];
+                    let mut r134 = l134[li];
+                    let mut r135 = l135[li];
+                    let mut r136 = l136[li];
+                    let mut r137 = l137[li];
+                    'inv: {
+                        r111 = r16;
+                        r112 = rt::cmp(BinOp::Gt, r111, r14);
+                        if r112 {
+                        } else {
+                            st[li] = 2;
+                            break 'inv;
+                        }
+                        r113 = r16;
+                        r114 = rt::cmp(BinOp::Lt, r10, r113);
+                        if r114 {
+                            r115 = rt::bin_u32(BinOp::Mul, r10, r103);
+                            r116 = rt::bin_u32(BinOp::Add, r14, r115);
+                            r117 = rt::bin_u32(BinOp::Mul, r10, r103);
+                            r118 = rt::bin_u32(BinOp::Add, r14, r117);
+                            r119 = rt::bin_u32(BinOp::Add, r118, r103);
+                            r120 = rt::cmp(BinOp::Le, r119, r85);
+                            r121 = rt::cmp(BinOp::Ge, r119, r118);
+                            r122 = r120;
+                            r123 = sh.ld_f32(u64::from(r118))?;
+                            r124 = r16;
+                            r125 = rt::bin_u32(BinOp::Add, r10, r124);
+                            r126 = rt::bin_u32(BinOp::Mul, r125, r103);
+                            r127 = rt::bin_u32(BinOp::Add, r14, r126);
+                            r128 = rt::bin_u32(BinOp::Add, r127, r103);
+                            r129 = rt::cmp(BinOp::Le, r128, r85);
+                            r130 = rt::cmp(BinOp::Ge, r128, r127);
+                            r131 = r129;
+                            r132 = if r131 {
+                                sh.ld_f32(u64::from(r127))?
+                            } else {
+                                0.0f32
+                            };
+                            r133 = rt::bin_f32(BinOp::Max, r123, r132);
+                            r134 = rt::bin_u32(BinOp::Add, r116, r103);
+                            r135 = rt::cmp(BinOp::Le, r134, r85);
+                            r136 = rt::cmp(BinOp::Ge, r134, r116);
+                            r137 = r135;
+                            sh.st_f32(u64::from(r116), r133)?;
+                        }
+                    }
+                    l115[li] = r115;
+                    l116[li] = r116;
+                    l117[li] = r117;
+                    l118[li] = r118;
+                    l119[li] = r119;
+                    l120[li] = r120;
+                    l121[li] = r121;
+                    l122[li] = r122;
+                    l123[li] = r123;
+                    l124[li] = r124;
+                    l125[li] = r125;
+                    l126[li] = r126;
+                    l127[li] = r127;
+                    l128[li] = r128;
+                    l129[li] = r129;
+                    l130[li] = r130;
+                    l131[li] = r131;
+                    l132[li] = r132;
+                    l133[li] = r133;
+                    l134[li] = r134;
+                    l135[li] = r135;
+                    l136[li] = r136;
+                    l137[li] = r137;
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        rt::resume(&mut st, 3);
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r16 = l16[li];
+                    let mut r138: u32 = 0u32;
+                    let mut r141: u32 = 0u32;
+                    let mut r142: u32 = 0u32;
+                    'inv: {
+                        r138 = r16;
+                        r141 = rt::bin_u32(BinOp::And, r139, r140);
+                        r142 = rt::bin_u32(BinOp::Shr, r138, r141);
+                        r16 = r142;
+                    }
+                    l16[li] = r16;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 2);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r143: u32 = 0u32;
+                let mut r144: bool = false;
+                let mut r145: bool = false;
+                let mut r146: bool = false;
+                let mut r147 = l147[li];
+                'inv: {
+                    r143 = rt::bin_u32(BinOp::Add, r14, r103);
+                    r144 = rt::cmp(BinOp::Le, r143, r85);
+                    r145 = rt::cmp(BinOp::Ge, r143, r14);
+                    r146 = r144;
+                    r147 = sh.ld_f32(u64::from(r14))?;
+                }
+                l147[li] = r147;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r13 = l13[li];
+                let mut r18 = l18[li];
+                let mut r26 = l26[li];
+                let mut r29 = l29[li];
+                let mut r147 = l147[li];
+                let mut r148: u32 = 0u32;
+                let mut r149: bool = false;
+                let mut r150: u32 = 0u32;
+                let mut r151: u32 = 0u32;
+                let mut r152: u64 = 0u64;
+                let mut r153: u64 = 0u64;
+                let mut r154: u64 = 0u64;
+                let mut r155: u64 = 0u64;
+                let mut r156: bool = false;
+                let mut r157: bool = false;
+                let mut r158: bool = false;
+                let mut r159: f32 = 0.0f32;
+                let mut r160: u32 = 0u32;
+                let mut r161: u32 = 0u32;
+                let mut r162: u32 = 0u32;
+                let mut r163: u64 = 0u64;
+                let mut r164: u64 = 0u64;
+                let mut r165: u64 = 0u64;
+                let mut r166: u64 = 0u64;
+                let mut r167: bool = false;
+                let mut r168: bool = false;
+                let mut r169: bool = false;
+                let mut r170: f32 = 0.0f32;
+                let mut r171: u32 = 0u32;
+                let mut r172: u32 = 0u32;
+                let mut r173: u32 = 0u32;
+                let mut r174: u64 = 0u64;
+                let mut r175: u64 = 0u64;
+                let mut r176: u64 = 0u64;
+                let mut r177: u64 = 0u64;
+                let mut r178: bool = false;
+                let mut r179: bool = false;
+                let mut r180: bool = false;
+                let mut r181: f32 = 0.0f32;
+                let mut r182: u32 = 0u32;
+                let mut r183: u32 = 0u32;
+                let mut r184: u32 = 0u32;
+                let mut r185: u64 = 0u64;
+                let mut r186: u64 = 0u64;
+                let mut r187: u64 = 0u64;
+                let mut r188: u64 = 0u64;
+                let mut r189: bool = false;
+                let mut r190: bool = false;
+                let mut r191: bool = false;
+                let mut r192: f32 = 0.0f32;
+                let mut r193: f32 = 0.0f32;
+                let mut r194: f32 = 0.0f32;
+                let mut r196: f32 = 0.0f32;
+                let mut r197: f32 = 0.0f32;
+                let mut r198: f32 = 0.0f32;
+                let mut r199: f32 = 0.0f32;
+                let mut r200: f32 = 0.0f32;
+                let mut r201: f32 = 0.0f32;
+                let mut r202: f32 = 0.0f32;
+                let mut r203: f32 = 0.0f32;
+                let mut r204: f32 = 0.0f32;
+                let mut r205: f32 = 0.0f32;
+                let mut r206: f32 = 0.0f32;
+                let mut r207: f32 = 0.0f32;
+                let mut r208: f32 = 0.0f32;
+                let mut r209: f32 = 0.0f32;
+                let mut r210: f32 = 0.0f32;
+                let mut r211: f32 = 0.0f32;
+                let mut r212: f32 = 0.0f32;
+                let mut r213: f32 = 0.0f32;
+                let mut r214: u32 = 0u32;
+                let mut r215: u32 = 0u32;
+                let mut r216: u32 = 0u32;
+                let mut r217: bool = false;
+                let mut r218: f32 = 0.0f32;
+                let mut r219: u32 = 0u32;
+                let mut r220: u32 = 0u32;
+                let mut r221: u64 = 0u64;
+                let mut r222: u64 = 0u64;
+                let mut r223: u64 = 0u64;
+                let mut r224: u64 = 0u64;
+                let mut r225: bool = false;
+                let mut r226: bool = false;
+                let mut r227: bool = false;
+                let mut r228: f32 = 0.0f32;
+                let mut r229: f32 = 0.0f32;
+                let mut r230: f32 = 0.0f32;
+                let mut r231: f32 = 0.0f32;
+                let mut r232: f32 = 0.0f32;
+                let mut r233: u32 = 0u32;
+                let mut r234: u32 = 0u32;
+                let mut r235: u32 = 0u32;
+                let mut r236: u32 = 0u32;
+                let mut r237: f32 = 0.0f32;
+                let mut r238: u32 = 0u32;
+                let mut r239: bool = false;
+                let mut r240: bool = false;
+                let mut r241: bool = false;
+                'inv: {
+                    r13 = r10;
+                    'l2: loop {
+                        'c2: {
+                            r148 = r13;
+                            r149 = rt::cmp(BinOp::Lt, r148, r29);
+                            if r149 {
+                            } else {
+                                break 'l2;
+                            }
+                            r150 = r13;
+                            r151 = rt::bin_u32(BinOp::Add, r26, r150);
+                            r152 = u64::from(r151);
+                            r153 = rt::bin_u64(BinOp::Mul, r152, r37);
+                            r154 = rt::bin_u64(BinOp::Add, r34, r153);
+                            r155 = rt::bin_u64(BinOp::Add, r154, r37);
+                            r156 = rt::cmp(BinOp::Le, r155, r35);
+                            r157 = rt::cmp(BinOp::Ge, r155, r154);
+                            r158 = r156;
+                            r159 = if r158 { b0.ld_f32(r154)? } else { 0.0f32 };
+                            r160 = r13;
+                            r161 = rt::bin_u32(BinOp::Add, r26, r160);
+                            r162 = rt::bin_u32(BinOp::Add, r161, r6);
+                            r163 = u64::from(r162);
+                            r164 = rt::bin_u64(BinOp::Mul, r163, r37);
+                            r165 = rt::bin_u64(BinOp::Add, r34, r164);
+                            r166 = rt::bin_u64(BinOp::Add, r165, r37);
+                            r167 = rt::cmp(BinOp::Le, r166, r35);
+                            r168 = rt::cmp(BinOp::Ge, r166, r165);
+                            r169 = r167;
+                            r170 = if r169 { b0.ld_f32(r165)? } else { 0.0f32 };
+                            r171 = r13;
+                            r172 = rt::bin_u32(BinOp::Add, r26, r171);
+                            r173 = rt::bin_u32(BinOp::Add, r172, r58);
+                            r174 = u64::from(r173);
+                            r175 = rt::bin_u64(BinOp::Mul, r174, r37);
+                            r176 = rt::bin_u64(BinOp::Add, r34, r175);
+                            r177 = rt::bin_u64(BinOp::Add, r176, r37);
+                            r178 = rt::cmp(BinOp::Le, r177, r35);
+                            r179 = rt::cmp(BinOp::Ge, r177, r176);
+                            r180 = r178;
+                            r181 = if r180 { b0.ld_f32(r176)? } else { 0.0f32 };
+                            r182 = r13;
+                            r183 = rt::bin_u32(BinOp::Add, r26, r182);
+                            r184 = rt::bin_u32(BinOp::Add, r183, r27);
+                            r185 = u64::from(r184);
+                            r186 = rt::bin_u64(BinOp::Mul, r185, r37);
+                            r187 = rt::bin_u64(BinOp::Add, r34, r186);
+                            r188 = rt::bin_u64(BinOp::Add, r187, r37);
+                            r189 = rt::cmp(BinOp::Le, r188, r35);
+                            r190 = rt::cmp(BinOp::Ge, r188, r187);
+                            r191 = r189;
+                            r192 = if r191 { b0.ld_f32(r187)? } else { 0.0f32 };
+                            r193 = r18;
+                            r194 = rt::bin_f32(BinOp::Sub, r159, r147);
+                            r196 = rt::bin_f32(BinOp::Mul, r194, r195);
+                            r197 = rt::un_f32(UnOp::Exp2, r196);
+                            r198 = rt::bin_f32(BinOp::Add, r193, r197);
+                            r18 = r198;
+                            r199 = r18;
+                            r200 = rt::bin_f32(BinOp::Sub, r170, r147);
+                            r201 = rt::bin_f32(BinOp::Mul, r200, r195);
+                            r202 = rt::un_f32(UnOp::Exp2, r201);
+                            r203 = rt::bin_f32(BinOp::Add, r199, r202);
+                            r18 = r203;
+                            r204 = r18;
+                            r205 = rt::bin_f32(BinOp::Sub, r181, r147);
+                            r206 = rt::bin_f32(BinOp::Mul, r205, r195);
+                            r207 = rt::un_f32(UnOp::Exp2, r206);
+                            r208 = rt::bin_f32(BinOp::Add, r204, r207);
+                            r18 = r208;
+                            r209 = r18;
+                            r210 = rt::bin_f32(BinOp::Sub, r192, r147);
+                            r211 = rt::bin_f32(BinOp::Mul, r210, r195);
+                            r212 = rt::un_f32(UnOp::Exp2, r211);
+                            r213 = rt::bin_f32(BinOp::Add, r209, r212);
+                            r18 = r213;
+                        }
+                        r214 = r13;
+                        r215 = rt::bin_u32(BinOp::Add, r214, r85);
+                        r13 = r215;
+                    }
+                    'l3: loop {
+                        'c3: {
+                            r216 = r13;
+                            r217 = rt::cmp(BinOp::Lt, r216, r25);
+                            if r217 {
+                            } else {
+                                break 'l3;
+                            }
+                            r218 = r18;
+                            r219 = r13;
+                            r220 = rt::bin_u32(BinOp::Add, r26, r219);
+                            r221 = u64::from(r220);
+                            r222 = rt::bin_u64(BinOp::Mul, r221, r37);
+                            r223 = rt::bin_u64(BinOp::Add, r34, r222);
+                            r224 = rt::bin_u64(BinOp::Add, r223, r37);
+                            r225 = rt::cmp(BinOp::Le, r224, r35);
+                            r226 = rt::cmp(BinOp::Ge, r224, r223);
+                            r227 = r225;
+                            r228 = if r227 { b0.ld_f32(r223)? } else { 0.0f32 };
+                            r229 = rt::bin_f32(BinOp::Sub, r228, r147);
+                            r230 = rt::bin_f32(BinOp::Mul, r229, r195);
+                            r231 = rt::un_f32(UnOp::Exp2, r230);
+                            r232 = rt::bin_f32(BinOp::Add, r218, r231);
+                            r18 = r232;
+                        }
+                        r233 = r13;
+                        r234 = rt::bin_u32(BinOp::Add, r233, r6);
+                        r13 = r234;
+                    }
+                    r235 = rt::bin_u32(BinOp::Mul, r10, r103);
+                    r236 = rt::bin_u32(BinOp::Add, r14, r235);
+                    r237 = r18;
+                    r238 = rt::bin_u32(BinOp::Add, r236, r103);
+                    r239 = rt::cmp(BinOp::Le, r238, r85);
+                    r240 = rt::cmp(BinOp::Ge, r238, r236);
+                    r241 = r239;
+                    sh.st_f32(u64::from(r236), r237)?;
+                }
+                l13[li] = r13;
+                l18[li] = r18;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r10 = l10[li];
+                    let mut r19 = l19[li];
+                    let mut r242: u32 = 0u32;
+                    let mut r243: bool = false;
+                    let mut r244: u32 = 0u32;
+                    let mut r245: bool = false;
+                    let mut r246 = l246[li];
+                    let mut r247 = l247[li];
+                    let mut r248 = l248[li];
+                    let mut r249 = l249[li];
+                    let mut r250 = l250[li];
+                    let mut r251 = l251[li];
+                    let mut r252 = l252[li];
+                    let mut r253 = l253[li];
+                    let mut r254 = l254[li];
+                    let mut r255 = l255[li];
+                    let mut r256 = l256[li];
+                    let mut r257 = l257[li];
+                    let mut r258 = l258[li];
+                    let mut r259 = l259[li];
+                    let mut r260 = l260[li];
+                    let mut r261 = l261[li];
+                    let mut r262 = l262[li];
+                    let mut r263 = l263[li];
+                    let mut r264 = l264[li];
+                    let mut r265 = l265[li];
+                    let mut r266 = l266[li];
+                    'inv: {
+                        r242 = r19;
+                        r243 = rt::cmp(BinOp::Gt, r242, r14);
+                        if r243 {
+                        } else {
+                            st[li] = 4;
+                            break 'inv;
+                        }
+                        r244 = r19;
+                        r245 = rt::cmp(BinOp::Lt, r10, r244);
+                        if r245 {
+                            r246 = rt::bin_u32(BinOp::Mul, r10, r103);
+                            r247 = rt::bin_u32(BinOp::Add, r14, r246);
+                            r248 = rt::bin_u32(BinOp::Add, r247, r103);
+                            r249 = rt::cmp(BinOp::Le, r248, r85);
+                            r250 = rt::cmp(BinOp::Ge, r248, r247);
+                            r251 = r249;
+                            r252 = sh.ld_f32(u64::from(r247))?;
+                            r253 = r19;
+                            r254 = rt::bin_u32(BinOp::Add, r10, r253);
+                            r255 = rt::bin_u32(BinOp::Mul, r254, r103);
+                            r256 = rt::bin_u32(BinOp::Add, r14, r255);
+                            r257 = rt::bin_u32(BinOp::Add, r256, r103);
+                            r258 = rt::cmp(BinOp::Le, r257, r85);
+                            r259 = rt::cmp(BinOp::Ge, r257, r256);
+                            r260 = r258;
+                            r261 = if r260 {
+                                sh.ld_f32(u64::from(r256))?
+                            } else {
+                                0.0f32
+                            };
+                            r262 = rt::bin_f32(BinOp::Add, r252, r261);
+                            r263 = rt::bin_u32(BinOp::Add, r247, r103);
+                            r264 = rt::cmp(BinOp::Le, r263, r85);
+                            r265 = rt::cmp(BinOp::Ge, r263, r247);
+                            r266 = r264;
+                            sh.st_f32(u64::from(r247), r262)?;
+                        }
+                    }
+                    l246[li] = r246;
+                    l247[li] = r247;
+                    l248[li] = r248;
+                    l249[li] = r249;
+                    l250[li] = r250;
+                    l251[li] = r251;
+                    l252[li] = r252;
+                    l253[li] = r253;
+                    l254[li] = r254;
+                    l255[li] = r255;
+                    l256[li] = r256;
+                    l257[li] = r257;
+                    l258[li] = r258;
+                    l259[li] = r259;
+                    l260[li] = r260;
+                    l261[li] = r261;
+                    l262[li] = r262;
+                    l263[li] = r263;
+                    l264[li] = r264;
+                    l265[li] = r265;
+                    l266[li] = r266;
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        rt::resume(&mut st, 5);
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..256u32 {
+                    let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r19 = l19[li];
+                    let mut r267: u32 = 0u32;
+                    let mut r268: u32 = 0u32;
+                    let mut r269: u32 = 0u32;
+                    'inv: {
+                        r267 = r19;
+                        r268 = rt::bin_u32(BinOp::And, r139, r140);
+                        r269 = rt::bin_u32(BinOp::Shr, r267, r268);
+                        r19 = r269;
+                    }
+                    l19[li] = r19;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 4);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r13 = l13[li];
+                let mut r26 = l26[li];
+                let mut r29 = l29[li];
+                let mut r147 = l147[li];
+                let mut r270: u32 = 0u32;
+                let mut r271: bool = false;
+                let mut r272: bool = false;
+                let mut r273: bool = false;
+                let mut r274: f32 = 0.0f32;
+                let mut r275: u32 = 0u32;
+                let mut r276: bool = false;
+                let mut r277: u32 = 0u32;
+                let mut r278: u32 = 0u32;
+                let mut r279: u64 = 0u64;
+                let mut r280: u64 = 0u64;
+                let mut r281: u64 = 0u64;
+                let mut r282: u64 = 0u64;
+                let mut r283: bool = false;
+                let mut r284: bool = false;
+                let mut r285: bool = false;
+                let mut r286: f32 = 0.0f32;
+                let mut r287: u32 = 0u32;
+                let mut r288: u32 = 0u32;
+                let mut r289: u32 = 0u32;
+                let mut r290: u64 = 0u64;
+                let mut r291: u64 = 0u64;
+                let mut r292: u64 = 0u64;
+                let mut r293: u64 = 0u64;
+                let mut r294: bool = false;
+                let mut r295: bool = false;
+                let mut r296: bool = false;
+                let mut r297: f32 = 0.0f32;
+                let mut r298: u32 = 0u32;
+                let mut r299: u32 = 0u32;
+                let mut r300: u32 = 0u32;
+                let mut r301: u64 = 0u64;
+                let mut r302: u64 = 0u64;
+                let mut r303: u64 = 0u64;
+                let mut r304: u64 = 0u64;
+                let mut r305: bool = false;
+                let mut r306: bool = false;
+                let mut r307: bool = false;
+                let mut r308: f32 = 0.0f32;
+                let mut r309: u32 = 0u32;
+                let mut r310: u32 = 0u32;
+                let mut r311: u32 = 0u32;
+                let mut r312: u64 = 0u64;
+                let mut r313: u64 = 0u64;
+                let mut r314: u64 = 0u64;
+                let mut r315: u64 = 0u64;
+                let mut r316: bool = false;
+                let mut r317: bool = false;
+                let mut r318: bool = false;
+                let mut r319: f32 = 0.0f32;
+                let mut r320: u32 = 0u32;
+                let mut r321: u32 = 0u32;
+                let mut r323: u64 = 0u64;
+                let mut r324: u64 = 0u64;
+                let mut r325: u64 = 0u64;
+                let mut r326: f32 = 0.0f32;
+                let mut r327: f32 = 0.0f32;
+                let mut r328: f32 = 0.0f32;
+                let mut r329: f32 = 0.0f32;
+                let mut r330: u64 = 0u64;
+                let mut r331: bool = false;
+                let mut r332: bool = false;
+                let mut r333: bool = false;
+                let mut r334: u32 = 0u32;
+                let mut r335: u32 = 0u32;
+                let mut r336: u32 = 0u32;
+                let mut r337: u64 = 0u64;
+                let mut r338: u64 = 0u64;
+                let mut r339: u64 = 0u64;
+                let mut r340: f32 = 0.0f32;
+                let mut r341: f32 = 0.0f32;
+                let mut r342: f32 = 0.0f32;
+                let mut r343: f32 = 0.0f32;
+                let mut r344: u64 = 0u64;
+                let mut r345: bool = false;
+                let mut r346: bool = false;
+                let mut r347: bool = false;
+                let mut r348: u32 = 0u32;
+                let mut r349: u32 = 0u32;
+                let mut r350: u32 = 0u32;
+                let mut r351: u64 = 0u64;
+                let mut r352: u64 = 0u64;
+                let mut r353: u64 = 0u64;
+                let mut r354: f32 = 0.0f32;
+                let mut r355: f32 = 0.0f32;
+                let mut r356: f32 = 0.0f32;
+                let mut r357: f32 = 0.0f32;
+                let mut r358: u64 = 0u64;
+                let mut r359: bool = false;
+                let mut r360: bool = false;
+                let mut r361: bool = false;
+                let mut r362: u32 = 0u32;
+                let mut r363: u32 = 0u32;
+                let mut r364: u32 = 0u32;
+                let mut r365: u64 = 0u64;
+                let mut r366: u64 = 0u64;
+                let mut r367: u64 = 0u64;
+                let mut r368: f32 = 0.0f32;
+                let mut r369: f32 = 0.0f32;
+                let mut r370: f32 = 0.0f32;
+                let mut r371: f32 = 0.0f32;
+                let mut r372: u64 = 0u64;
+                let mut r373: bool = false;
+                let mut r374: bool = false;
+                let mut r375: bool = false;
+                let mut r376: u32 = 0u32;
+                let mut r377: u32 = 0u32;
+                let mut r378: u32 = 0u32;
+                let mut r379: bool = false;
+                let mut r380: u32 = 0u32;
+                let mut r381: u32 = 0u32;
+                let mut r382: u64 = 0u64;
+                let mut r383: u64 = 0u64;
+                let mut r384: u64 = 0u64;
+                let mut r385: u32 = 0u32;
+                let mut r386: u32 = 0u32;
+                let mut r387: u64 = 0u64;
+                let mut r388: u64 = 0u64;
+                let mut r389: u64 = 0u64;
+                let mut r390: u64 = 0u64;
+                let mut r391: bool = false;
+                let mut r392: bool = false;
+                let mut r393: bool = false;
+                let mut r394: f32 = 0.0f32;
+                let mut r395: f32 = 0.0f32;
+                let mut r396: f32 = 0.0f32;
+                let mut r397: f32 = 0.0f32;
+                let mut r398: f32 = 0.0f32;
+                let mut r399: u64 = 0u64;
+                let mut r400: bool = false;
+                let mut r401: bool = false;
+                let mut r402: bool = false;
+                let mut r403: u32 = 0u32;
+                let mut r404: u32 = 0u32;
+                'inv: {
+                    r270 = rt::bin_u32(BinOp::Add, r14, r103);
+                    r271 = rt::cmp(BinOp::Le, r270, r85);
+                    r272 = rt::cmp(BinOp::Ge, r270, r14);
+                    r273 = r271;
+                    r274 = sh.ld_f32(u64::from(r14))?;
+                    r13 = r10;
+                    'l4: loop {
+                        'c4: {
+                            r275 = r13;
+                            r276 = rt::cmp(BinOp::Lt, r275, r29);
+                            if r276 {
+                            } else {
+                                break 'l4;
+                            }
+                            r277 = r13;
+                            r278 = rt::bin_u32(BinOp::Add, r26, r277);
+                            r279 = u64::from(r278);
+                            r280 = rt::bin_u64(BinOp::Mul, r279, r37);
+                            r281 = rt::bin_u64(BinOp::Add, r34, r280);
+                            r282 = rt::bin_u64(BinOp::Add, r281, r37);
+                            r283 = rt::cmp(BinOp::Le, r282, r35);
+                            r284 = rt::cmp(BinOp::Ge, r282, r281);
+                            r285 = r283;
+                            r286 = if r285 { b0.ld_f32(r281)? } else { 0.0f32 };
+                            r287 = r13;
+                            r288 = rt::bin_u32(BinOp::Add, r26, r287);
+                            r289 = rt::bin_u32(BinOp::Add, r288, r6);
+                            r290 = u64::from(r289);
+                            r291 = rt::bin_u64(BinOp::Mul, r290, r37);
+                            r292 = rt::bin_u64(BinOp::Add, r34, r291);
+                            r293 = rt::bin_u64(BinOp::Add, r292, r37);
+                            r294 = rt::cmp(BinOp::Le, r293, r35);
+                            r295 = rt::cmp(BinOp::Ge, r293, r292);
+                            r296 = r294;
+                            r297 = if r296 { b0.ld_f32(r292)? } else { 0.0f32 };
+                            r298 = r13;
+                            r299 = rt::bin_u32(BinOp::Add, r26, r298);
+                            r300 = rt::bin_u32(BinOp::Add, r299, r58);
+                            r301 = u64::from(r300);
+                            r302 = rt::bin_u64(BinOp::Mul, r301, r37);
+                            r303 = rt::bin_u64(BinOp::Add, r34, r302);
+                            r304 = rt::bin_u64(BinOp::Add, r303, r37);
+                            r305 = rt::cmp(BinOp::Le, r304, r35);
+                            r306 = rt::cmp(BinOp::Ge, r304, r303);
+                            r307 = r305;
+                            r308 = if r307 { b0.ld_f32(r303)? } else { 0.0f32 };
+                            r309 = r13;
+                            r310 = rt::bin_u32(BinOp::Add, r26, r309);
+                            r311 = rt::bin_u32(BinOp::Add, r310, r27);
+                            r312 = u64::from(r311);
+                            r313 = rt::bin_u64(BinOp::Mul, r312, r37);
+                            r314 = rt::bin_u64(BinOp::Add, r34, r313);
+                            r315 = rt::bin_u64(BinOp::Add, r314, r37);
+                            r316 = rt::cmp(BinOp::Le, r315, r35);
+                            r317 = rt::cmp(BinOp::Ge, r315, r314);
+                            r318 = r316;
+                            r319 = if r318 { b0.ld_f32(r314)? } else { 0.0f32 };
+                            r320 = r13;
+                            r321 = rt::bin_u32(BinOp::Add, r26, r320);
+                            r323 = u64::from(r321);
+                            r324 = rt::bin_u64(BinOp::Mul, r323, r37);
+                            r325 = rt::bin_u64(BinOp::Add, r34, r324);
+                            r326 = rt::bin_f32(BinOp::Sub, r286, r147);
+                            r327 = rt::bin_f32(BinOp::Mul, r326, r195);
+                            r328 = rt::un_f32(UnOp::Exp2, r327);
+                            r329 = rt::bin_f32(BinOp::Div, r328, r274);
+                            r330 = rt::bin_u64(BinOp::Add, r325, r37);
+                            r331 = rt::cmp(BinOp::Le, r330, r322);
+                            r332 = rt::cmp(BinOp::Ge, r330, r325);
+                            r333 = r331;
+                            if r333 {
+                                b1.st_f32(r325, r329)?;
+                            }
+                            r334 = r13;
+                            r335 = rt::bin_u32(BinOp::Add, r26, r334);
+                            r336 = rt::bin_u32(BinOp::Add, r335, r6);
+                            r337 = u64::from(r336);
+                            r338 = rt::bin_u64(BinOp::Mul, r337, r37);
+                            r339 = rt::bin_u64(BinOp::Add, r34, r338);
+                            r340 = rt::bin_f32(BinOp::Sub, r297, r147);
+                            r341 = rt::bin_f32(BinOp::Mul, r340, r195);
+                            r342 = rt::un_f32(UnOp::Exp2, r341);
+                            r343 = rt::bin_f32(BinOp::Div, r342, r274);
+                            r344 = rt::bin_u64(BinOp::Add, r339, r37);
+                            r345 = rt::cmp(BinOp::Le, r344, r322);
+                            r346 = rt::cmp(BinOp::Ge, r344, r339);
+                            r347 = r345;
+                            if r347 {
+                                b1.st_f32(r339, r343)?;
+                            }
+                            r348 = r13;
+                            r349 = rt::bin_u32(BinOp::Add, r26, r348);
+                            r350 = rt::bin_u32(BinOp::Add, r349, r58);
+                            r351 = u64::from(r350);
+                            r352 = rt::bin_u64(BinOp::Mul, r351, r37);
+                            r353 = rt::bin_u64(BinOp::Add, r34, r352);
+                            r354 = rt::bin_f32(BinOp::Sub, r308, r147);
+                            r355 = rt::bin_f32(BinOp::Mul, r354, r195);
+                            r356 = rt::un_f32(UnOp::Exp2, r355);
+                            r357 = rt::bin_f32(BinOp::Div, r356, r274);
+                            r358 = rt::bin_u64(BinOp::Add, r353, r37);
+                            r359 = rt::cmp(BinOp::Le, r358, r322);
+                            r360 = rt::cmp(BinOp::Ge, r358, r353);
+                            r361 = r359;
+                            if r361 {
+                                b1.st_f32(r353, r357)?;
+                            }
+                            r362 = r13;
+                            r363 = rt::bin_u32(BinOp::Add, r26, r362);
+                            r364 = rt::bin_u32(BinOp::Add, r363, r27);
+                            r365 = u64::from(r364);
+                            r366 = rt::bin_u64(BinOp::Mul, r365, r37);
+                            r367 = rt::bin_u64(BinOp::Add, r34, r366);
+                            r368 = rt::bin_f32(BinOp::Sub, r319, r147);
+                            r369 = rt::bin_f32(BinOp::Mul, r368, r195);
+                            r370 = rt::un_f32(UnOp::Exp2, r369);
+                            r371 = rt::bin_f32(BinOp::Div, r370, r274);
+                            r372 = rt::bin_u64(BinOp::Add, r367, r37);
+                            r373 = rt::cmp(BinOp::Le, r372, r322);
+                            r374 = rt::cmp(BinOp::Ge, r372, r367);
+                            r375 = r373;
+                            if r375 {
+                                b1.st_f32(r367, r371)?;
+                            }
+                        }
+                        r376 = r13;
+                        r377 = rt::bin_u32(BinOp::Add, r376, r85);
+                        r13 = r377;
+                    }
+                    'l5: loop {
+                        'c5: {
+                            r378 = r13;
+                            r379 = rt::cmp(BinOp::Lt, r378, r25);
+                            if r379 {
+                            } else {
+                                break 'l5;
+                            }
+                            r380 = r13;
+                            r381 = rt::bin_u32(BinOp::Add, r26, r380);
+                            r382 = u64::from(r381);
+                            r383 = rt::bin_u64(BinOp::Mul, r382, r37);
+                            r384 = rt::bin_u64(BinOp::Add, r34, r383);
+                            r385 = r13;
+                            r386 = rt::bin_u32(BinOp::Add, r26, r385);
+                            r387 = u64::from(r386);
+                            r388 = rt::bin_u64(BinOp::Mul, r387, r37);
+                            r389 = rt::bin_u64(BinOp::Add, r34, r388);
+                            r390 = rt::bin_u64(BinOp::Add, r389, r37);
+                            r391 = rt::cmp(BinOp::Le, r390, r35);
+                            r392 = rt::cmp(BinOp::Ge, r390, r389);
+                            r393 = r391;
+                            r394 = if r393 { b0.ld_f32(r389)? } else { 0.0f32 };
+                            r395 = rt::bin_f32(BinOp::Sub, r394, r147);
+                            r396 = rt::bin_f32(BinOp::Mul, r395, r195);
+                            r397 = rt::un_f32(UnOp::Exp2, r396);
+                            r398 = rt::bin_f32(BinOp::Div, r397, r274);
+                            r399 = rt::bin_u64(BinOp::Add, r384, r37);
+                            r400 = rt::cmp(BinOp::Le, r399, r322);
+                            r401 = rt::cmp(BinOp::Ge, r399, r384);
+                            r402 = r400;
+                            if r402 {
+                                b1.st_f32(r384, r398)?;
+                            }
+                        }
+                        r403 = r13;
+                        r404 = rt::bin_u32(BinOp::Add, r403, r6);
+                        r13 = r404;
+                    }
+                    st[li] = u32::MAX;
+                    break 'inv;
+                }
+                l13[li] = r13;
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `barriers`, translated from WGSL: workgroups of 8x4x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static BARRIERS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "barriers",
+    workgroup_size: [8, 4, 1],
+    read_only: &[true, false, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    shared_bytes: 144,
+    ops: 204,
+    group: barriers_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `barriers` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn barriers(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    BARRIERS.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn barriers_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh) = wg.workgroup();
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let b2 = cx.rw(2)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    sh.clear();
+    let mut st = [0u32; 32];
+    let mut l0 = [0u32; 32];
+    let mut l1 = [0u32; 32];
+    let mut l8 = [0u32; 32];
+    let mut l16 = [0.0f32; 32];
+    let mut l18 = [0u32; 32];
+    let mut l19 = [0.0f32; 32];
+    let mut l21 = [0u32; 32];
+    let mut l26 = [0u32; 32];
+    let mut l37 = [0.0f32; 32];
+    let mut l54 = [0.0f32; 32];
+    let mut l103 = [false; 32];
+    let mut l125 = [false; 32];
+    let mut l126 = [0.0f32; 32];
+    let mut l146 = [0.0f32; 32];
+    let r3 = 0x8u32;
+    let r4 = 0x20u32;
+    let r9 = wid[0];
+    let r10 = wid[1];
+    let r11 = wid[2];
+    let r12 = grid[0];
+    let r13 = grid[1];
+    let r14 = grid[2];
+    let r15 = f32::from_bits(0x0);
+    let r17 = 0x0u32;
+    let r23 = p0;
+    let r27 = 0x0u64;
+    let r28 = b0.len();
+    let r30 = 0x4u64;
+    let r38 = 0x80u32;
+    let r39 = 0x4u32;
+    let r56 = 0x64u32;
+    let r59 = p1;
+    let r62 = 0x3u32;
+    let r63 = 0x1u32;
+    let r81 = 0x1fu32;
+    let r91 = 0x84u32;
+    let r99 = 0x2u32;
+    let r110 = 0x5u32;
+    let r127 = f32::from_bits(0xbf800000);
+    let r165 = p0;
+    let r167 = b1.len();
+    let r180 = b2.len();
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r0 = l0[li];
+                let mut r1 = l1[li];
+                let mut r2: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8 = l8[li];
+                'inv: {
+                    r0 = lx;
+                    r1 = ly;
+                    r2 = lz;
+                    r5 = rt::bin_u32(BinOp::Mul, r1, r3);
+                    r6 = rt::bin_u32(BinOp::Mul, r2, r4);
+                    r7 = rt::bin_u32(BinOp::Add, r0, r5);
+                    r8 = rt::bin_u32(BinOp::Add, r7, r6);
+                }
+                l0[li] = r0;
+                l1[li] = r1;
+                l8[li] = r8;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r16 = l16[li];
+                let mut r18 = l18[li];
+                let mut r19 = l19[li];
+                let mut r20: u32 = 0u32;
+                let mut r21 = l21[li];
+                let mut r22: u32 = 0u32;
+                let mut r24: bool = false;
+                let mut r25: u32 = 0u32;
+                let mut r26 = l26[li];
+                let mut r29: u64 = 0u64;
+                let mut r31: u64 = 0u64;
+                let mut r32: u64 = 0u64;
+                let mut r33: u64 = 0u64;
+                let mut r34: bool = false;
+                let mut r35: bool = false;
+                let mut r36: bool = false;
+                let mut r37 = l37[li];
+                let mut r40: u32 = 0u32;
+                let mut r41: u32 = 0u32;
+                let mut r42: u32 = 0u32;
+                let mut r43: bool = false;
+                let mut r44: bool = false;
+                let mut r45: bool = false;
+                'inv: {
+                    r16 = r15;
+                    r18 = r17;
+                    r19 = r15;
+                    r20 = rt::bin_u32(BinOp::Mul, r10, r12);
+                    r21 = rt::bin_u32(BinOp::Add, r20, r9);
+                    r22 = rt::bin_u32(BinOp::Mul, r21, r4);
+                    r24 = rt::cmp(BinOp::Ge, r22, r23);
+                    if r24 {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                    r25 = rt::bin_u32(BinOp::Mul, r21, r4);
+                    r26 = rt::bin_u32(BinOp::Add, r25, r8);
+                    r29 = u64::from(r26);
+                    r31 = rt::bin_u64(BinOp::Mul, r29, r30);
+                    r32 = rt::bin_u64(BinOp::Add, r27, r31);
+                    r33 = rt::bin_u64(BinOp::Add, r32, r30);
+                    r34 = rt::cmp(BinOp::Le, r33, r28);
+                    r35 = rt::cmp(BinOp::Ge, r33, r32);
+                    r36 = r34;
+                    r37 = if r36 { b0.ld_f32(r32)? } else { 0.0f32 };
+                    r40 = rt::bin_u32(BinOp::Mul, r8, r39);
+                    r41 = rt::bin_u32(BinOp::Add, r17, r40);
+                    r42 = rt::bin_u32(BinOp::Add, r41, r39);
+                    r43 = rt::cmp(BinOp::Le, r42, r38);
+                    r44 = rt::cmp(BinOp::Ge, r42, r41);
+                    r45 = r43;
+                    sh.st_f32(u64::from(r41), r37)?;
+                }
+                l16[li] = r16;
+                l18[li] = r18;
+                l19[li] = r19;
+                l21[li] = r21;
+                l26[li] = r26;
+                l37[li] = r37;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r0 = l0[li];
+                let mut r1 = l1[li];
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u32 = 0u32;
+                let mut r49: u32 = 0u32;
+                let mut r50: u32 = 0u32;
+                let mut r51: bool = false;
+                let mut r52: bool = false;
+                let mut r53: bool = false;
+                let mut r54 = l54[li];
+                'inv: {
+                    r46 = rt::bin_u32(BinOp::Mul, r0, r39);
+                    r47 = rt::bin_u32(BinOp::Add, r46, r1);
+                    r48 = rt::bin_u32(BinOp::Mul, r47, r39);
+                    r49 = rt::bin_u32(BinOp::Add, r17, r48);
+                    r50 = rt::bin_u32(BinOp::Add, r49, r39);
+                    r51 = rt::cmp(BinOp::Le, r50, r38);
+                    r52 = rt::cmp(BinOp::Ge, r50, r49);
+                    r53 = r51;
+                    r54 = sh.ld_f32(u64::from(r49))?;
+                }
+                l54[li] = r54;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..4u32 {
+                for lx in 0..8u32 {
+                    let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r8 = l8[li];
+                    let mut r16 = l16[li];
+                    let mut r18 = l18[li];
+                    let mut r37 = l37[li];
+                    let mut r55: u32 = 0u32;
+                    let mut r57: bool = false;
+                    let mut r58: u32 = 0u32;
+                    let mut r60: bool = false;
+                    let mut r61: u32 = 0u32;
+                    let mut r64: bool = false;
+                    let mut r65: u32 = 0u32;
+                    let mut r66: u32 = 0u32;
+                    let mut r67: bool = false;
+                    let mut r68: u32 = 0u32;
+                    let mut r69: u32 = 0u32;
+                    let mut r70: f32 = 0.0f32;
+                    let mut r71: u32 = 0u32;
+                    let mut r72: u32 = 0u32;
+                    let mut r73: f32 = 0.0f32;
+                    let mut r74: f32 = 0.0f32;
+                    let mut r75: f32 = 0.0f32;
+                    let mut r76: u32 = 0u32;
+                    let mut r77: bool = false;
+                    let mut r78: bool = false;
+                    let mut r79: bool = false;
+                    'inv: {
+                        r55 = r18;
+                        r57 = rt::cmp(BinOp::Lt, r55, r56);
+                        if r57 {
+                        } else {
+                            st[li] = 2;
+                            break 'inv;
+                        }
+                        r58 = r18;
+                        r60 = rt::cmp(BinOp::Ge, r58, r59);
+                        if r60 {
+                            st[li] = 2;
+                            break 'inv;
+                        }
+                        r61 = r18;
+                        r64 = rt::cmp(BinOp::Eq, r62, r17);
+                        r65 = if r64 { r63 } else { r62 };
+                        r66 = rt::bin_u32(BinOp::Rem, r61, r65);
+                        r67 = rt::cmp(BinOp::Eq, r66, r63);
+                        if r67 {
+                            st[li] = 3;
+                            break 'inv;
+                        }
+                        r68 = rt::bin_u32(BinOp::Mul, r8, r39);
+                        r69 = rt::bin_u32(BinOp::Add, r17, r68);
+                        r70 = r16;
+                        r71 = r18;
+                        r72 = rt::bin_u32(BinOp::Add, r71, r63);
+                        r73 = r72 as f32;
+                        r74 = rt::bin_f32(BinOp::Mul, r37, r73);
+                        r75 = rt::bin_f32(BinOp::Add, r70, r74);
+                        r76 = rt::bin_u32(BinOp::Add, r69, r39);
+                        r77 = rt::cmp(BinOp::Le, r76, r38);
+                        r78 = rt::cmp(BinOp::Ge, r76, r69);
+                        r79 = r77;
+                        sh.st_f32(u64::from(r69), r75)?;
+                    }
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        for lz in 0..1u32 {
+            for ly in 0..4u32 {
+                for lx in 0..8u32 {
+                    let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r8 = l8[li];
+                    let mut r16 = l16[li];
+                    let mut r80: f32 = 0.0f32;
+                    let mut r82: u32 = 0u32;
+                    let mut r83: u32 = 0u32;
+                    let mut r84: u32 = 0u32;
+                    let mut r85: u32 = 0u32;
+                    let mut r86: bool = false;
+                    let mut r87: bool = false;
+                    let mut r88: bool = false;
+                    let mut r89: f32 = 0.0f32;
+                    let mut r90: f32 = 0.0f32;
+                    let mut r92: u32 = 0u32;
+                    let mut r93: bool = false;
+                    let mut r94: bool = false;
+                    let mut r95: bool = false;
+                    let mut r96: u32 = 0u32;
+                    'inv: {
+                        r80 = r16;
+                        r82 = rt::bin_u32(BinOp::Sub, r81, r8);
+                        r83 = rt::bin_u32(BinOp::Mul, r82, r39);
+                        r84 = rt::bin_u32(BinOp::Add, r17, r83);
+                        r85 = rt::bin_u32(BinOp::Add, r84, r39);
+                        r86 = rt::cmp(BinOp::Le, r85, r38);
+                        r87 = rt::cmp(BinOp::Ge, r85, r84);
+                        r88 = r86;
+                        r89 = sh.ld_f32(u64::from(r84))?;
+                        r90 = rt::bin_f32(BinOp::Add, r80, r89);
+                        r16 = r90;
+                        r92 = rt::bin_u32(BinOp::Add, r38, r39);
+                        r93 = rt::cmp(BinOp::Le, r92, r91);
+                        r94 = rt::cmp(BinOp::Ge, r92, r38);
+                        r95 = r93;
+                        r96 = sh.atomic(AtomicOp::Add, false, u64::from(r38), r63, 0)?;
+                    }
+                    l16[li] = r16;
+                }
+            }
+        }
+        // A barrier: every invocation has run the phase above.
+        rt::resume(&mut st, 3);
+        for lz in 0..1u32 {
+            for ly in 0..4u32 {
+                for lx in 0..8u32 {
+                    let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r18 = l18[li];
+                    let mut r97: u32 = 0u32;
+                    let mut r98: u32 = 0u32;
+                    'inv: {
+                        r97 = r18;
+                        r98 = rt::bin_u32(BinOp::Add, r97, r63);
+                        r18 = r98;
+                    }
+                    l18[li] = r18;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 2);
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r21 = l21[li];
+                let mut r100: bool = false;
+                let mut r101: u32 = 0u32;
+                let mut r102: u32 = 0u32;
+                let mut r103 = l103[li];
+                'inv: {
+                    r100 = rt::cmp(BinOp::Eq, r99, r17);
+                    r101 = if r100 { r63 } else { r99 };
+                    r102 = rt::bin_u32(BinOp::Rem, r21, r101);
+                    r103 = rt::cmp(BinOp::Eq, r102, r17);
+                }
+                l103[li] = r103;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 0 && !l103[li] {
+            st[li] = 4;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r54 = l54[li];
+                let mut r104: u32 = 0u32;
+                let mut r105: u32 = 0u32;
+                let mut r106: u32 = 0u32;
+                let mut r107: bool = false;
+                let mut r108: bool = false;
+                let mut r109: bool = false;
+                'inv: {
+                    r104 = rt::bin_u32(BinOp::Mul, r8, r39);
+                    r105 = rt::bin_u32(BinOp::Add, r17, r104);
+                    r106 = rt::bin_u32(BinOp::Add, r105, r39);
+                    r107 = rt::cmp(BinOp::Le, r106, r38);
+                    r108 = rt::cmp(BinOp::Ge, r106, r105);
+                    r109 = r107;
+                    sh.st_f32(u64::from(r105), r54)?;
+                }
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r19 = l19[li];
+                let mut r111: u32 = 0u32;
+                let mut r112: bool = false;
+                let mut r113: u32 = 0u32;
+                let mut r114: u32 = 0u32;
+                let mut r115: u32 = 0u32;
+                let mut r116: u32 = 0u32;
+                let mut r117: u32 = 0u32;
+                let mut r118: bool = false;
+                let mut r119: bool = false;
+                let mut r120: bool = false;
+                let mut r121: f32 = 0.0f32;
+                'inv: {
+                    r111 = rt::bin_u32(BinOp::Add, r8, r110);
+                    r112 = rt::cmp(BinOp::Eq, r4, r17);
+                    r113 = if r112 { r63 } else { r4 };
+                    r114 = rt::bin_u32(BinOp::Rem, r111, r113);
+                    r115 = rt::bin_u32(BinOp::Mul, r114, r39);
+                    r116 = rt::bin_u32(BinOp::Add, r17, r115);
+                    r117 = rt::bin_u32(BinOp::Add, r116, r39);
+                    r118 = rt::cmp(BinOp::Le, r117, r38);
+                    r119 = rt::cmp(BinOp::Ge, r117, r116);
+                    r120 = r118;
+                    r121 = sh.ld_f32(u64::from(r116))?;
+                    r19 = r121;
+                }
+                l19[li] = r19;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 4 {
+            st[li] = 0;
+        } else if st[li] == 0 {
+            st[li] = 5;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r21 = l21[li];
+                let mut r122: bool = false;
+                let mut r123: u32 = 0u32;
+                let mut r124: u32 = 0u32;
+                let mut r125 = l125[li];
+                'inv: {
+                    r122 = rt::cmp(BinOp::Eq, r39, r17);
+                    r123 = if r122 { r63 } else { r39 };
+                    r124 = rt::bin_u32(BinOp::Rem, r21, r123);
+                    r125 = rt::cmp(BinOp::Eq, r124, r62);
+                }
+                l125[li] = r125;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r125 = l125[li];
+                let mut r126 = l126[li];
+                let mut r128: u32 = 0u32;
+                let mut r129: u32 = 0u32;
+                let mut r130: u32 = 0u32;
+                let mut r131: bool = false;
+                let mut r132: bool = false;
+                let mut r133: bool = false;
+                let mut r134: f32 = 0.0f32;
+                let mut r135: u32 = 0u32;
+                let mut r136: bool = false;
+                let mut r137: u32 = 0u32;
+                let mut r138: u32 = 0u32;
+                let mut r139: u32 = 0u32;
+                let mut r140: u32 = 0u32;
+                let mut r141: u32 = 0u32;
+                let mut r142: bool = false;
+                let mut r143: bool = false;
+                let mut r144: bool = false;
+                let mut r145: f32 = 0.0f32;
+                let mut r146 = l146[li];
+                'inv: {
+                    if r125 {
+                        r126 = r127;
+                        st[li] = 6;
+                        break 'inv;
+                    }
+                    r128 = rt::bin_u32(BinOp::Mul, r8, r39);
+                    r129 = rt::bin_u32(BinOp::Add, r17, r128);
+                    r130 = rt::bin_u32(BinOp::Add, r129, r39);
+                    r131 = rt::cmp(BinOp::Le, r130, r38);
+                    r132 = rt::cmp(BinOp::Ge, r130, r129);
+                    r133 = r131;
+                    r134 = sh.ld_f32(u64::from(r129))?;
+                    r135 = rt::bin_u32(BinOp::Add, r8, r63);
+                    r136 = rt::cmp(BinOp::Eq, r4, r17);
+                    r137 = if r136 { r63 } else { r4 };
+                    r138 = rt::bin_u32(BinOp::Rem, r135, r137);
+                    r139 = rt::bin_u32(BinOp::Mul, r138, r39);
+                    r140 = rt::bin_u32(BinOp::Add, r17, r139);
+                    r141 = rt::bin_u32(BinOp::Add, r140, r39);
+                    r142 = rt::cmp(BinOp::Le, r141, r38);
+                    r143 = rt::cmp(BinOp::Ge, r141, r140);
+                    r144 = r142;
+                    r145 = sh.ld_f32(u64::from(r140))?;
+                    r146 = rt::bin_f32(BinOp::Add, r134, r145);
+                }
+                l126[li] = r126;
+                l146[li] = r146;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r146 = l146[li];
+                let mut r147: u32 = 0u32;
+                let mut r148: u32 = 0u32;
+                let mut r149: u32 = 0u32;
+                let mut r150: bool = false;
+                let mut r151: bool = false;
+                let mut r152: bool = false;
+                'inv: {
+                    r147 = rt::bin_u32(BinOp::Mul, r8, r39);
+                    r148 = rt::bin_u32(BinOp::Add, r17, r147);
+                    r149 = rt::bin_u32(BinOp::Add, r148, r39);
+                    r150 = rt::cmp(BinOp::Le, r149, r38);
+                    r151 = rt::cmp(BinOp::Ge, r149, r148);
+                    r152 = r150;
+                    sh.st_f32(u64::from(r148), r146)?;
+                }
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r126 = l126[li];
+                let mut r153: u32 = 0u32;
+                let mut r154: bool = false;
+                let mut r155: u32 = 0u32;
+                let mut r156: u32 = 0u32;
+                let mut r157: u32 = 0u32;
+                let mut r158: u32 = 0u32;
+                let mut r159: u32 = 0u32;
+                let mut r160: bool = false;
+                let mut r161: bool = false;
+                let mut r162: bool = false;
+                let mut r163: f32 = 0.0f32;
+                'inv: {
+                    r153 = rt::bin_u32(BinOp::Add, r8, r62);
+                    r154 = rt::cmp(BinOp::Eq, r4, r17);
+                    r155 = if r154 { r63 } else { r4 };
+                    r156 = rt::bin_u32(BinOp::Rem, r153, r155);
+                    r157 = rt::bin_u32(BinOp::Mul, r156, r39);
+                    r158 = rt::bin_u32(BinOp::Add, r17, r157);
+                    r159 = rt::bin_u32(BinOp::Add, r158, r39);
+                    r160 = rt::cmp(BinOp::Le, r159, r38);
+                    r161 = rt::cmp(BinOp::Ge, r159, r158);
+                    r162 = r160;
+                    r163 = sh.ld_f32(u64::from(r158))?;
+                    r126 = r163;
+                    st[li] = 6;
+                    break 'inv;
+                }
+                l126[li] = r126;
+            }
+        }
+    }
+    rt::resume(&mut st, 6);
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r19 = l19[li];
+                let mut r126 = l126[li];
+                let mut r164: f32 = 0.0f32;
+                'inv: {
+                    r164 = r126;
+                    r19 = r164;
+                }
+                l19[li] = r19;
+            }
+        }
+    }
+    rt::resume(&mut st, 5);
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..4u32 {
+            for lx in 0..8u32 {
+                let li = ((lz * 4 + ly) * 8 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r8 = l8[li];
+                let mut r16 = l16[li];
+                let mut r19 = l19[li];
+                let mut r21 = l21[li];
+                let mut r26 = l26[li];
+                let mut r54 = l54[li];
+                let mut r166: bool = false;
+                let mut r168: u64 = 0u64;
+                let mut r169: u64 = 0u64;
+                let mut r170: u64 = 0u64;
+                let mut r171: f32 = 0.0f32;
+                let mut r172: f32 = 0.0f32;
+                let mut r173: f32 = 0.0f32;
+                let mut r174: f32 = 0.0f32;
+                let mut r175: u64 = 0u64;
+                let mut r176: bool = false;
+                let mut r177: bool = false;
+                let mut r178: bool = false;
+                let mut r179: bool = false;
+                let mut r181: u64 = 0u64;
+                let mut r182: u64 = 0u64;
+                let mut r183: u64 = 0u64;
+                let mut r184: u32 = 0u32;
+                let mut r185: bool = false;
+                let mut r186: bool = false;
+                let mut r187: bool = false;
+                let mut r188: u32 = 0u32;
+                let mut r189: u64 = 0u64;
+                let mut r190: bool = false;
+                let mut r191: bool = false;
+                let mut r192: bool = false;
+                'inv: {
+                    r166 = rt::cmp(BinOp::Lt, r26, r165);
+                    if r166 {
+                        r168 = u64::from(r26);
+                        r169 = rt::bin_u64(BinOp::Mul, r168, r30);
+                        r170 = rt::bin_u64(BinOp::Add, r27, r169);
+                        r171 = r16;
+                        r172 = r19;
+                        r173 = rt::bin_f32(BinOp::Add, r171, r172);
+                        r174 = rt::bin_f32(BinOp::Add, r173, r54);
+                        r175 = rt::bin_u64(BinOp::Add, r170, r30);
+                        r176 = rt::cmp(BinOp::Le, r175, r167);
+                        r177 = rt::cmp(BinOp::Ge, r175, r170);
+                        r178 = r176;
+                        if r178 {
+                            b1.st_f32(r170, r174)?;
+                        }
+                    }
+                    r179 = rt::cmp(BinOp::Eq, r8, r17);
+                    if r179 {
+                        r181 = u64::from(r21);
+                        r182 = rt::bin_u64(BinOp::Mul, r181, r30);
+                        r183 = rt::bin_u64(BinOp::Add, r27, r182);
+                        r184 = rt::bin_u32(BinOp::Add, r38, r39);
+                        r185 = rt::cmp(BinOp::Le, r184, r91);
+                        r186 = rt::cmp(BinOp::Ge, r184, r38);
+                        r187 = r185;
+                        r188 = sh.ld_u32(u64::from(r38))?;
+                        r189 = rt::bin_u64(BinOp::Add, r183, r30);
+                        r190 = rt::cmp(BinOp::Le, r189, r180);
+                        r191 = rt::cmp(BinOp::Ge, r189, r183);
+                        r192 = r190;
+                        if r192 {
+                            b2.st_u32(r183, r188)?;
+                        }
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
 /// Every kernel of the module.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
@@ -50835,4 +53941,9 @@ pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
     &ATOMICS_GLOBAL,
     &WINDOWS,
     &SHIFTED,
+    &SHARED_SUM,
+    &ATOMICS,
+    &SUM_SHARED,
+    &SOFTMAX_ROWS,
+    &BARRIERS,
 ];

@@ -1,0 +1,512 @@
+//! Kernels with barriers or workgroup memory, printed in phases.
+//!
+//! WGSL puts every barrier in uniform control flow: the invocations of a
+//! workgroup reach each one together. So the statements between two
+//! barriers (a phase) can run for one invocation after another, as a
+//! kernel without barriers does, provided every invocation finishes a
+//! phase before any starts the next: the workgroup function runs each
+//! phase as its own loop over the invocations. The statements that hold a
+//! barrier (the `if`s, loops and blocks around one) run once for the
+//! workgroup, between the phases, and a barrier itself is the end of one
+//! phase and the start of the next. One thread runs the whole workgroup,
+//! so its memory (`sh`) is plain words, and a barrier orders every access
+//! before it before every access after it.
+//!
+//! Values live where their uses need them:
+//! - a register used in one phase, where each run of the phase sets it
+//!   before reading it, is a local of that phase, as in a kernel without
+//!   barriers;
+//! - one whose only writer is a constant, a parameter or a built-in that
+//!   is the same for the whole workgroup is set once before the phases;
+//! - any other (a value carried across a barrier, a loop counter of a
+//!   loop that holds a barrier, a condition the workgroup's statements
+//!   test) is an array with one element per invocation, `lN` for `rN`,
+//!   copied into the phase's `rN` where a phase uses it and back where the
+//!   phase writes it.
+//!
+//! Each invocation has a state in `st`: 0 while it runs, otherwise where
+//! it is going (past a loop it broke out of, to the continuing part of a
+//! loop it continued, past a block it left, past the branch of an `if` it
+//! did not take, or nowhere: it returned). A phase skips the invocations
+//! that are not running; the workgroup's statements set a state where an
+//! invocation leaves and reset it where the invocation arrives. A loop
+//! that holds a barrier runs again while some invocation is still in it.
+
+use std::collections::BTreeSet;
+
+use super::{Emitter, RustError, rust_ty, zero};
+use crate::ir::{Builtin, Inst, Program, Reg, Stmt, Ty};
+
+/// Where a register lives in a workgroup function printed in phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Home {
+    /// A local of the one phase that uses it, per invocation.
+    Local,
+    /// An array of one value per invocation (`lN`), copied into `rN` in
+    /// the phases that use it.
+    Lane,
+    /// One value for the workgroup, set before the first phase.
+    Uniform,
+}
+
+/// The state of an invocation that returned.
+const RETURNED: &str = "u32::MAX";
+
+/// Lane arrays up to this many bytes in all live on the stack; larger
+/// ones on the heap, so that a workgroup of many invocations that carries
+/// many values does not overflow a thread's stack.
+const STACK_BYTES: usize = 64 * 1024;
+
+/// Whether `program` is printed in phases: it has barriers or workgroup
+/// memory.
+pub(super) fn needed(program: &Program) -> bool {
+    program.shared_bytes > 0 || has_barrier(&program.body)
+}
+
+fn has_barrier(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Barrier { .. } => true,
+        Stmt::If { then, els, .. } => has_barrier(then) || has_barrier(els),
+        Stmt::Loop {
+            body, continuing, ..
+        } => has_barrier(body) || has_barrier(continuing),
+        Stmt::Block { body, .. } => has_barrier(body),
+        _ => false,
+    })
+}
+
+/// A statement list cut at its barriers.
+enum Piece<'a> {
+    /// Statements without a barrier: one phase.
+    Run(&'a [Stmt]),
+    /// A barrier, or a statement that holds one.
+    Sync(&'a Stmt),
+}
+
+fn pieces(stmts: &[Stmt]) -> Vec<Piece<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, s) in stmts.iter().enumerate() {
+        if has_barrier(std::slice::from_ref(s)) {
+            if start < i {
+                out.push(Piece::Run(&stmts[start..i]));
+            }
+            out.push(Piece::Sync(s));
+            start = i + 1;
+        }
+    }
+    if start < stmts.len() {
+        out.push(Piece::Run(&stmts[start..]));
+    }
+    out
+}
+
+/// Calls `f` on every register `stmts` reads (`false`) or writes
+/// (`true`), the conditions of `if`s and loops included.
+fn regs(stmts: &[Stmt], f: &mut impl FnMut(Reg, bool)) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => {
+                for r in inst.reads() {
+                    f(r, false);
+                }
+                if let Some(d) = inst.dst() {
+                    f(d, true);
+                }
+            }
+            Stmt::If { cond, then, els } => {
+                f(*cond, false);
+                regs(then, f);
+                regs(els, f);
+            }
+            Stmt::Loop {
+                body,
+                continuing,
+                break_if,
+            } => {
+                regs(body, f);
+                regs(continuing, f);
+                if let Some(c) = break_if {
+                    f(*c, false);
+                }
+            }
+            Stmt::Block { body, .. } => regs(body, f),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
+}
+
+/// Whether an instruction gives the same value in every invocation of a
+/// workgroup, whatever ran before it.
+fn uniform(inst: &Inst) -> bool {
+    matches!(
+        inst,
+        Inst::Const { .. }
+            | Inst::Param { .. }
+            | Inst::Read {
+                what: Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_),
+                ..
+            }
+    )
+}
+
+/// Whether a statement at the top of `run` sets `r` from other registers
+/// before any statement of `run` uses it: then every run of the phase
+/// reads the value it set itself.
+fn set_first(run: &[Stmt], r: Reg) -> bool {
+    for s in run {
+        if let Stmt::Inst(inst) = s
+            && inst.dst() == Some(r)
+            && !inst.reads().contains(&r)
+        {
+            return true;
+        }
+        let mut used = false;
+        regs(std::slice::from_ref(s), &mut |q, _| used |= q == r);
+        if used {
+            return false;
+        }
+    }
+    false
+}
+
+/// Where each register of `p` lives (see the module's doc).
+pub(super) fn homes(p: &Program) -> Vec<Home> {
+    /// The phases in printing order, each with whether a loop that holds
+    /// a barrier runs it more than once; and the registers the
+    /// workgroup's statements read.
+    #[derive(Default)]
+    struct Walk<'a> {
+        phases: Vec<(&'a [Stmt], bool)>,
+        tested: Vec<Reg>,
+    }
+    fn visit<'a>(stmts: &'a [Stmt], in_loop: bool, w: &mut Walk<'a>) {
+        for piece in pieces(stmts) {
+            match piece {
+                Piece::Run(run) => w.phases.push((run, in_loop)),
+                Piece::Sync(Stmt::If { cond, then, els }) => {
+                    w.tested.push(*cond);
+                    visit(then, in_loop, w);
+                    visit(els, in_loop, w);
+                }
+                Piece::Sync(Stmt::Loop {
+                    body,
+                    continuing,
+                    break_if,
+                }) => {
+                    visit(body, true, w);
+                    visit(continuing, true, w);
+                    w.tested.extend(*break_if);
+                }
+                Piece::Sync(Stmt::Block { body, .. }) => visit(body, in_loop, w),
+                Piece::Sync(_) => {}
+            }
+        }
+    }
+    let mut w = Walk::default();
+    visit(&p.body, false, &mut w);
+    let n = p.regs.len();
+    // Per register, the one phase that uses it, or `None` where none or
+    // several do (`many`).
+    let mut phase: Vec<Option<usize>> = vec![None; n];
+    let mut many = vec![false; n];
+    for (k, (run, _)) in w.phases.iter().enumerate() {
+        regs(run, &mut |r, _| {
+            let i = r.index();
+            if i >= n {
+                return;
+            }
+            match phase[i] {
+                None if !many[i] => phase[i] = Some(k),
+                Some(j) if j != k => {
+                    phase[i] = None;
+                    many[i] = true;
+                }
+                _ => {}
+            }
+        });
+    }
+    let writers = p.single_writers();
+    (0..n)
+        .map(|i| {
+            let r = Reg(i as u32);
+            if writers[i].is_some_and(uniform) {
+                Home::Uniform
+            } else if many[i] || w.tested.contains(&r) {
+                Home::Lane
+            } else {
+                match phase[i] {
+                    Some(k) if w.phases[k].1 && !set_first(w.phases[k].0, r) => Home::Lane,
+                    _ => Home::Local,
+                }
+            }
+        })
+        .collect()
+}
+
+/// The printing state of a workgroup function in phases.
+pub(super) struct Phased {
+    homes: Vec<Home>,
+    /// The states of the loops that hold a barrier around the statement
+    /// being printed, innermost last: (broken out of, continued).
+    loops: Vec<(u32, u32)>,
+    /// The blocks that hold a barrier around it: (id, left).
+    blocks: Vec<(u32, u32)>,
+    /// The last state given out.
+    codes: u32,
+}
+
+impl Phased {
+    fn code(&mut self) -> u32 {
+        self.codes += 1;
+        self.codes
+    }
+}
+
+impl Emitter<'_> {
+    /// Prints the program in phases: its static, launch function and
+    /// workgroup function.
+    pub(super) fn phased(&mut self) -> Result<String, RustError> {
+        if self.p.private_bytes > 0 {
+            return Err(self.err(
+                "keeps arrays in private memory besides barriers or workgroup memory, \
+                 which the Rust translation does not cover; the interpreter \
+                 (`keel_wgsl::host::run`) runs it",
+            ));
+        }
+        let homes = homes(self.p);
+        let writers = self.p.single_writers();
+        let mut uniforms = String::new();
+        std::mem::swap(&mut self.out, &mut uniforms);
+        self.depth = 1;
+        for (i, home) in homes.iter().enumerate() {
+            if *home == Home::Uniform
+                && let Some(inst) = writers[i]
+            {
+                let text = self.inst(inst)?;
+                self.line(format_args!("let {text}"));
+            }
+        }
+        self.phased = Some(Phased {
+            homes,
+            loops: Vec::new(),
+            blocks: Vec::new(),
+            codes: 0,
+        });
+        self.next_loop = 0;
+        self.ops = 0;
+        self.wstmts(&self.p.body)?;
+        let mut body = String::new();
+        std::mem::swap(&mut self.out, &mut body);
+        std::mem::swap(&mut uniforms, &mut body);
+        self.params.sort_unstable();
+        self.params.dedup();
+        self.kernel_items(None);
+        let group = format!("{}_group", self.p.name);
+        let _ = std::fmt::Write::write_fmt(
+            &mut self.out,
+            format_args!(
+                "{}\nfn {group}(cx: &keel_wgsl::native::Ctx<'_>, wg: &mut keel_wgsl::native::Group) -> Result<(), keel_wgsl::native::Fault> {{\n",
+                super::ALLOW
+            ),
+        );
+        self.bindings(&[], true);
+        self.depth = 1;
+        self.line("sh.clear();");
+        let invocations = self.p.invocations() as usize;
+        let homes = self.phased.as_ref().map(|s| s.homes.clone()).unwrap_or_default();
+        let lanes: Vec<usize> = (0..homes.len())
+            .filter(|&i| homes[i] == Home::Lane)
+            .collect();
+        let on_heap = (lanes.len() + 1) * invocations * 8 > STACK_BYTES;
+        let array = |value: &str| {
+            if on_heap {
+                format!("vec![{value}; {invocations}]")
+            } else {
+                format!("[{value}; {invocations}]")
+            }
+        };
+        self.line(format_args!("let mut st = {};", array("0u32")));
+        for i in lanes {
+            let ty = self.p.regs[i];
+            self.line(format_args!("let mut l{i} = {};", array(zero(ty))));
+        }
+        self.out.push_str(&uniforms);
+        self.out.push_str(&body);
+        self.line("Ok(())");
+        self.depth = 0;
+        self.line("}");
+        Ok(std::mem::take(&mut self.out))
+    }
+
+    fn state(&mut self) -> &mut Phased {
+        self.phased
+            .as_mut()
+            .expect("only a program printed in phases has phases")
+    }
+
+    fn home(&self, r: Reg) -> Home {
+        self.phased
+            .as_ref()
+            .and_then(|s| s.homes.get(r.index()).copied())
+            .unwrap_or(Home::Local)
+    }
+
+    /// Whether the instruction is left out of the phases: its register is
+    /// set before them.
+    pub(super) fn set_before(&self, inst: &Inst) -> bool {
+        self.phased.is_some() && inst.dst().is_some_and(|d| self.home(d) == Home::Uniform)
+    }
+
+    /// `cond`'s value for invocation `li`, outside the phases.
+    fn tested(&self, cond: Reg) -> Result<String, RustError> {
+        self.want(cond, Ty::Bool)?;
+        Ok(match self.home(cond) {
+            Home::Uniform => cond.to_string(),
+            _ => format!("l{}[li]", cond.0),
+        })
+    }
+
+    /// Where a `break`, `continue` or `leave` inside a phase goes to a
+    /// statement that holds a barrier: the state that takes the
+    /// invocation there, set as it leaves the phase.
+    pub(super) fn leave_phase(&mut self, code: u32) {
+        self.line(format_args!("st[li] = {code};"));
+        self.line("break 'inv;");
+    }
+
+    /// For a `break` (`continue: false`) or `continue` with no loop
+    /// around it in its phase: the state for the innermost loop that
+    /// holds a barrier.
+    pub(super) fn loop_exit(&self, continuing: bool) -> Option<u32> {
+        let (brk, cont) = *self.phased.as_ref()?.loops.last()?;
+        Some(if continuing { cont } else { brk })
+    }
+
+    /// For a `leave` of a block outside its phase: the block's state.
+    pub(super) fn block_exit(&self, id: u32) -> Option<u32> {
+        let s = self.phased.as_ref()?;
+        s.blocks.iter().find(|b| b.0 == id).map(|b| b.1)
+    }
+
+    /// The end of an invocation inside a phase.
+    pub(super) fn phase_return(&mut self) {
+        self.line(format_args!("st[li] = {RETURNED};"));
+        self.line("break 'inv;");
+    }
+
+    /// Resets the invocations in state `code` to running.
+    fn resume(&mut self, code: u32) {
+        self.line(format_args!("rt::resume(&mut st, {code});"));
+    }
+
+    /// Statements outside any phase: phases and what holds a barrier.
+    fn wstmts(&mut self, stmts: &[Stmt]) -> Result<(), RustError> {
+        for piece in pieces(stmts) {
+            match piece {
+                Piece::Run(run) => self.phase(run)?,
+                Piece::Sync(Stmt::Barrier { .. }) => {
+                    self.line("// A barrier: every invocation has run the phase above.");
+                }
+                Piece::Sync(Stmt::If { cond, then, els }) => {
+                    let c = self.tested(*cond)?;
+                    let (skip_then, skip_else) = (self.state().code(), self.state().code());
+                    self.line(format_args!(
+                        "for li in 0..st.len() {{ if st[li] == 0 && !{c} {{ st[li] = {skip_then}; }} }}"
+                    ));
+                    self.wstmts(then)?;
+                    self.line(format_args!(
+                        "for li in 0..st.len() {{ if st[li] == {skip_then} {{ st[li] = 0; }} else if st[li] == 0 {{ st[li] = {skip_else}; }} }}"
+                    ));
+                    self.wstmts(els)?;
+                    self.resume(skip_else);
+                }
+                Piece::Sync(Stmt::Loop {
+                    body,
+                    continuing,
+                    break_if,
+                }) => {
+                    let (brk, cont) = (self.state().code(), self.state().code());
+                    self.line("loop {");
+                    self.depth += 1;
+                    self.state().loops.push((brk, cont));
+                    self.wstmts(body)?;
+                    self.resume(cont);
+                    self.wstmts(continuing)?;
+                    self.state().loops.pop();
+                    if let Some(c) = break_if {
+                        let c = self.tested(*c)?;
+                        self.line(format_args!(
+                            "for li in 0..st.len() {{ if st[li] == 0 && {c} {{ st[li] = {brk}; }} }}"
+                        ));
+                    }
+                    self.line("if !st.contains(&0) {");
+                    self.line("    break;");
+                    self.line("}");
+                    self.depth -= 1;
+                    self.line("}");
+                    self.resume(brk);
+                }
+                Piece::Sync(Stmt::Block { id, body }) => {
+                    let code = self.state().code();
+                    self.state().blocks.push((*id, code));
+                    self.wstmts(body)?;
+                    self.state().blocks.pop();
+                    self.resume(code);
+                }
+                Piece::Sync(other) => {
+                    return Err(self.err(format_args!("{other:?} is cut as a barrier")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One phase: a loop over the running invocations, each running
+    /// `run` with its carried values copied in and back.
+    fn phase(&mut self, run: &[Stmt]) -> Result<(), RustError> {
+        let mut used = BTreeSet::new();
+        let mut written = BTreeSet::new();
+        regs(run, &mut |r, write| {
+            used.insert(r);
+            if write {
+                written.insert(r);
+            }
+        });
+        let [sx, sy, sz] = self.p.workgroup_size;
+        self.line(format_args!("for lz in 0..{sz}u32 {{"));
+        self.line(format_args!("for ly in 0..{sy}u32 {{"));
+        self.line(format_args!("for lx in 0..{sx}u32 {{"));
+        self.depth += 1;
+        self.line(format_args!(
+            "let li = ((lz * {sy} + ly) * {sx} + lx) as usize;"
+        ));
+        self.line("if st[li] != 0 {");
+        self.line("    continue;");
+        self.line("}");
+        for &r in &used {
+            let ty = self.ty(r)?;
+            match self.home(r) {
+                Home::Lane => self.line(format_args!("let mut {r} = l{}[li];", r.0)),
+                Home::Local => self.line(format_args!("let mut {r}: {} = {};", rust_ty(ty), zero(ty))),
+                Home::Uniform => {}
+            }
+        }
+        self.line("'inv: {");
+        self.loops.clear();
+        self.blocks.clear();
+        self.block(run)?;
+        self.line("}");
+        for &r in &written {
+            if self.home(r) == Home::Lane {
+                self.line(format_args!("l{}[li] = {r};", r.0));
+            }
+        }
+        self.depth -= 1;
+        self.line("}");
+        self.line("}");
+        self.line("}");
+        Ok(())
+    }
+}
