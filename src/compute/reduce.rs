@@ -9,7 +9,7 @@ use super::check::{check_buffer, check_distinct, check_size, device_fact, has_pr
 use super::params::{Launch, Param, ParamType::U32};
 use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
-use crate::kernel::Kernel;
+use crate::kernel::{CpuInvocation, Kernel, run_translated};
 use crate::{Error, Result};
 
 /// Invocations per workgroup of the reduction kernels.
@@ -21,7 +21,8 @@ const PER_GROUP: usize = 2048;
 const MAX_GROUPS: usize = 1024;
 
 /// One level of a sum, in workgroup memory: bindings `x`, `out`;
-/// parameters `n`, `groups`. Source: `shaders/compute/sum.wgsl`.
+/// parameters `n`, `groups`. Source: `shaders/compute/sum.wgsl`; host
+/// backends run its translation to Rust (`reduce/translated.rs`).
 pub const SUM_SHARED: Launch = Launch {
     kernel: Kernel {
         name: "sum_shared",
@@ -29,7 +30,7 @@ pub const SUM_SHARED: Launch = Launch {
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/sum.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(sum_shared_host),
     },
     params: &[U32, U32],
 };
@@ -49,7 +50,8 @@ pub const SUM_SUBGROUP: Launch = Launch {
 };
 
 /// Row softmax: bindings `x`, `out`; parameters `rows`, `cols`. Source:
-/// `shaders/compute/softmax_rows.wgsl`.
+/// `shaders/compute/softmax_rows.wgsl`; host backends run its translation
+/// to Rust.
 pub const SOFTMAX_ROWS: Launch = Launch {
     kernel: Kernel {
         name: "softmax_rows",
@@ -57,10 +59,22 @@ pub const SOFTMAX_ROWS: Launch = Launch {
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/softmax_rows.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(softmax_rows_host),
     },
     params: &[U32, U32],
 };
+
+fn sum_shared_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
+    run_translated(&translated::SUM_SHARED, inv)
+}
+
+fn softmax_rows_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
+    run_translated(&translated::SOFTMAX_ROWS, inv)
+}
+
+/// The reductions' WGSL translated to Rust, a phase between each two
+/// barriers (generated; see `tests::the_translation_is_current`).
+mod translated;
 
 /// Which sum kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -192,4 +206,26 @@ pub fn softmax_rows(
     ];
     let u = |v: usize| Param::U32(v as u32);
     SOFTMAX_ROWS.launch(stream, grid, &[x, out], &[u(rows), u(cols)])
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in translation (`reduce/translated.rs`) is what
+    /// `keel_wgsl::rust` makes of the reductions' WGSL today
+    /// (`KEEL_BLESS=1` rewrites it).
+    #[test]
+    fn the_translation_is_current() {
+        let programs: Vec<_> = [&super::SUM_SHARED, &super::SOFTMAX_ROWS]
+            .iter()
+            .map(|l| (*l.kernel.program().expect("compiles")).clone())
+            .collect();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/compute/reduce/translated.rs");
+        let bless = std::env::var_os("KEEL_BLESS").is_some();
+        let current = crate::wgsl::rust::check_file(&path, &programs, bless).expect("translates");
+        assert!(
+            current,
+            "src/compute/reduce/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+        );
+    }
 }

@@ -4,7 +4,9 @@
 //! interpreter, and `saxpy`, over 2^22 `f32` (in memory) and 2^16 (in the
 //! cache), on one thread and on every thread. Keel's goal is that its own
 //! kernels run within 1.5x of the loop. Then one translated kernel with
-//! and without the workgroups' own parts of its output (`bench_parts`).
+//! and without the workgroups' own parts of its output (`bench_parts`),
+//! and the reductions with barriers, translated in phases, against the
+//! interpreter and a scalar loop (`bench_reduce`).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -297,7 +299,157 @@ fn bench_parts(n: usize) {
     }
 }
 
+/// The two launches of a sum (`shaders/compute/sum.wgsl`) as Keel's
+/// `compute::sum` makes them: per-workgroup partials, then one workgroup
+/// over them. `kernel` runs a launch.
+fn two_level_sum(
+    x: &mut [f32],
+    partials: &mut [f32],
+    out: &mut [f32],
+    kernel: &mut impl FnMut([u32; 3], &mut [&mut [u8]], &[u8]),
+) {
+    let groups = partials.len() as u32;
+    let words = |w: [u32; 2]| -> Vec<u8> { w.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    let first = words([x.len() as u32, groups]);
+    kernel(
+        [groups, 1, 1],
+        &mut [x.as_mut_bytes(), partials.as_mut_bytes()],
+        &first,
+    );
+    let second = words([groups, 1]);
+    kernel(
+        [1, 1, 1],
+        &mut [partials.as_mut_bytes(), out.as_mut_bytes()],
+        &second,
+    );
+}
+
+/// `sum_shared` (two launches, workgroups of 256 and barriers) over `n`
+/// f32 and `softmax_rows` over `rows` x 1024, translated in phases, paired
+/// against a scalar loop (the sum in one chain of adds; the softmax's
+/// three passes over each row), and the interpreter's median.
+fn bench_reduce(n: usize, rows: usize, threads: usize) {
+    let options = HostOptions { threads };
+    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    let groups = n.div_ceil(2048).min(1024);
+    let data = std::cell::RefCell::new((x.clone(), vec![0f32; groups], vec![0f32; 1]));
+    let translated = || {
+        let mut d = data.borrow_mut();
+        let (x, partials, out) = &mut *d;
+        two_level_sum(x, partials, out, &mut |grid, bufs, params| {
+            generated::SUM_SHARED
+                .run_with(grid, bufs, params, &options)
+                .expect("the translated sum runs");
+        });
+        black_box(&out);
+    };
+    let mut looped = 0f32;
+    let (ratios, rust, gen_time) = paired(
+        || {
+            looped = black_box(&x).iter().sum::<f32>();
+        },
+        translated,
+    );
+    let sum = data.borrow().2[0];
+    let rel = ((f64::from(sum) - f64::from(looped)) / f64::from(looped)).abs();
+    assert!(rel < 1e-4, "the sums agree: {sum} against {looped}");
+    let src = include_str!("../../../shaders/compute/sum.wgsl");
+    let program = keel_wgsl::compile(src, "sum_shared").expect("sum.wgsl compiles");
+    let host = median(|| {
+        let mut d = data.borrow_mut();
+        let (x, partials, out) = &mut *d;
+        two_level_sum(x, partials, out, &mut |grid, bufs, params| {
+            run(&program, grid, bufs, params, &options).expect("the interpreter runs");
+        });
+        black_box(&out);
+    });
+    assert_eq!(
+        data.borrow().2[0],
+        sum,
+        "the interpreter gives the same bits"
+    );
+    println!(
+        "threads {threads}: sum of {n} f32: scalar loop {:8.3} ms, translated {:8.3} ms: \
+         {:.2}x [{:.2}, {:.2}]; interpreter {:8.3} ms ({:.2}x)",
+        ms(rust),
+        ms(gen_time),
+        ratios[ROUNDS / 2],
+        ratios[0],
+        ratios[ROUNDS - 1],
+        ms(host),
+        host.as_secs_f64() / rust.as_secs_f64(),
+    );
+
+    const COLS: usize = 1024;
+    let m: Vec<f32> = (0..rows * COLS)
+        .map(|i| ((i * 7919) % 2000) as f32 * 1e-2 - 10.0)
+        .collect();
+    let params: Vec<u8> = [rows as u32, COLS as u32]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    let grid = [rows as u32, 1, 1];
+    let data = std::cell::RefCell::new((m.clone(), vec![0f32; rows * COLS]));
+    let translated = || {
+        let mut d = data.borrow_mut();
+        let (m, out) = &mut *d;
+        let mut bufs: Vec<&mut [u8]> = vec![m.as_mut_bytes(), out.as_mut_bytes()];
+        generated::SOFTMAX_ROWS
+            .run_with(grid, &mut bufs, &params, &options)
+            .expect("the translated softmax runs");
+        black_box(&out);
+    };
+    let mut reference = vec![0f32; rows * COLS];
+    let (ratios, rust, gen_time) = paired(
+        || {
+            for (row, out) in m.chunks(COLS).zip(reference.chunks_mut(COLS)) {
+                let max = row.iter().copied().fold(f32::MIN, f32::max);
+                let total: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                for (o, v) in out.iter_mut().zip(row) {
+                    *o = (v - max).exp() / total;
+                }
+            }
+            black_box(&reference);
+        },
+        translated,
+    );
+    let worst = data
+        .borrow()
+        .1
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-5, "the softmaxes agree within {worst}");
+    let src = include_str!("../../../shaders/compute/softmax_rows.wgsl");
+    let program = keel_wgsl::compile(src, "softmax_rows").expect("softmax_rows.wgsl compiles");
+    let host = median(|| {
+        let mut d = data.borrow_mut();
+        let (m, out) = &mut *d;
+        let mut bufs: Vec<&mut [u8]> = vec![m.as_mut_bytes(), out.as_mut_bytes()];
+        run(&program, grid, &mut bufs, &params, &options).expect("the interpreter runs");
+        black_box(&out);
+    });
+    println!(
+        "threads {threads}: softmax_rows {rows}x{COLS}: scalar loop {:8.3} ms, translated {:8.3} ms: \
+         {:.2}x [{:.2}, {:.2}]; interpreter {:8.3} ms ({:.2}x)",
+        ms(rust),
+        ms(gen_time),
+        ratios[ROUNDS / 2],
+        ratios[0],
+        ratios[ROUNDS - 1],
+        ms(host),
+        host.as_secs_f64() / rust.as_secs_f64(),
+    );
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "reduce") {
+        for threads in [1, 2] {
+            bench_reduce(1 << 22, 1024, threads);
+        }
+        return;
+    }
     // In memory (what a large tensor meets), then in the cache, where the
     // loop's vector instructions count for more than memory does.
     bench(1 << 22);

@@ -730,7 +730,10 @@ impl Inst {
             Inst::Load { addr, guard, .. } => [Some(addr), guard].into_iter().flatten().collect(),
             Inst::Store {
                 addr, value, guard, ..
-            } => [Some(addr), Some(value), guard].into_iter().flatten().collect(),
+            } => [Some(addr), Some(value), guard]
+                .into_iter()
+                .flatten()
+                .collect(),
             Inst::Atomic {
                 addr,
                 value,

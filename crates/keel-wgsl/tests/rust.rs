@@ -309,7 +309,10 @@ fn subgroups_and_private_arrays_beside_barriers_are_refused() {
     let program = keel_wgsl::compile(&src, "subgroups").expect("compiles");
     let e = emit(&program).expect_err("subgroup kernels are refused");
     let msg = e.to_string();
-    assert!(msg.contains("subgroups") && msg.contains("subgroup"), "{msg}");
+    assert!(
+        msg.contains("subgroups") && msg.contains("subgroup"),
+        "{msg}"
+    );
     assert!(msg.contains("interpreter"), "{msg}");
     let private = r"
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;

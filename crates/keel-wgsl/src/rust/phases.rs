@@ -32,7 +32,7 @@
 //! invocation leaves and reset it where the invocation arrives. A loop
 //! that holds a barrier runs again while some invocation is still in it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use super::{Emitter, RustError, rust_ty, zero};
 use crate::ir::{Builtin, Inst, Program, Reg, Stmt, Ty};
@@ -137,109 +137,161 @@ fn regs(stmts: &[Stmt], f: &mut impl FnMut(Reg, bool)) {
     }
 }
 
-/// Whether an instruction gives the same value in every invocation of a
-/// workgroup, whatever ran before it.
-fn uniform(inst: &Inst) -> bool {
-    matches!(
-        inst,
-        Inst::Const { .. }
-            | Inst::Param { .. }
-            | Inst::Read {
-                what: Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_),
-                ..
-            }
-    )
+/// Per register, whether it holds one value for the whole workgroup that
+/// can be computed before the first phase: its only writer is a
+/// constant, a parameter, a built-in that is the same for every
+/// invocation, or an arithmetic instruction (which has no effect and
+/// cannot fail) of such registers. Registers are marked in program order,
+/// so a marked register's operands are marked before it, and the values
+/// printed in that order are computed before they are read.
+fn uniforms(p: &Program) -> Vec<bool> {
+    let writers = p.single_writers();
+    let mut marked = vec![false; p.regs.len()];
+    crate::ir::walk(&p.body, &mut |inst| {
+        let Some(d) = inst.dst() else { return };
+        if writers.get(d.index()).copied().flatten() != Some(inst) {
+            return;
+        }
+        let of_uniforms = |regs: Vec<Reg>| {
+            regs.iter()
+                .all(|r| r != &d && marked.get(r.index()).copied().unwrap_or(false))
+        };
+        let uniform = match inst {
+            Inst::Const { .. } | Inst::Param { .. } => true,
+            Inst::Read { what, .. } => matches!(
+                what,
+                Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_)
+            ),
+            Inst::Mov { .. }
+            | Inst::Un { .. }
+            | Inst::Bin { .. }
+            | Inst::Fma { .. }
+            | Inst::Select { .. }
+            | Inst::Convert { .. }
+            | Inst::Bitcast { .. } => of_uniforms(inst.reads()),
+            Inst::Load { .. }
+            | Inst::Store { .. }
+            | Inst::Atomic { .. }
+            | Inst::Subgroup { .. } => false,
+        };
+        marked[d.index()] = uniform;
+    });
+    marked
 }
 
-/// Whether a statement at the top of `run` sets `r` from other registers
-/// before any statement of `run` uses it: then every run of the phase
-/// reads the value it set itself.
-fn set_first(run: &[Stmt], r: Reg) -> bool {
-    for s in run {
-        if let Stmt::Inst(inst) = s
-            && inst.dst() == Some(r)
-            && !inst.reads().contains(&r)
-        {
-            return true;
-        }
-        let mut used = false;
-        regs(std::slice::from_ref(s), &mut |q, _| used |= q == r);
-        if used {
-            return false;
+/// Adds to `out` the registers that `stmts` may read before they write
+/// them, given the registers `set` that are written on every path to the
+/// statements; leaves in `set` those written on every path through them.
+/// A register outside `out` holds, wherever a run of the statements reads
+/// it, a value that run wrote. Conservative: after a loop, or a block that
+/// something leaves, only what was set before it counts as set.
+fn exposed(stmts: &[Stmt], set: &mut HashSet<Reg>, out: &mut HashSet<Reg>) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => {
+                out.extend(inst.reads().into_iter().filter(|r| !set.contains(r)));
+                set.extend(inst.dst());
+            }
+            Stmt::If { cond, then, els } => {
+                if !set.contains(cond) {
+                    out.insert(*cond);
+                }
+                let mut a = set.clone();
+                exposed(then, &mut a, out);
+                let mut b = set.clone();
+                exposed(els, &mut b, out);
+                set.extend(a.intersection(&b).copied().collect::<Vec<_>>());
+            }
+            Stmt::Loop {
+                body,
+                continuing,
+                break_if,
+            } => {
+                let mut a = set.clone();
+                exposed(body, &mut a, out);
+                exposed(continuing, &mut a, out);
+                if let Some(c) = break_if
+                    && !a.contains(c)
+                {
+                    out.insert(*c);
+                }
+            }
+            Stmt::Block { id, body } => {
+                let mut a = set.clone();
+                exposed(body, &mut a, out);
+                if !leaves(body, *id) {
+                    *set = a;
+                }
+            }
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
         }
     }
-    false
+}
+
+/// Whether `stmts` hold a `leave` of block `id`.
+fn leaves(stmts: &[Stmt], id: u32) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Leave(target) => *target == id,
+        Stmt::If { then, els, .. } => leaves(then, id) || leaves(els, id),
+        Stmt::Loop {
+            body, continuing, ..
+        } => leaves(body, id) || leaves(continuing, id),
+        Stmt::Block { body, .. } => leaves(body, id),
+        _ => false,
+    })
 }
 
 /// Where each register of `p` lives (see the module's doc).
 pub(super) fn homes(p: &Program) -> Vec<Home> {
-    /// The phases in printing order, each with whether a loop that holds
-    /// a barrier runs it more than once; and the registers the
-    /// workgroup's statements read.
+    /// The phases, and the registers the workgroup's statements read.
     #[derive(Default)]
     struct Walk<'a> {
-        phases: Vec<(&'a [Stmt], bool)>,
+        phases: Vec<&'a [Stmt]>,
         tested: Vec<Reg>,
     }
-    fn visit<'a>(stmts: &'a [Stmt], in_loop: bool, w: &mut Walk<'a>) {
+    fn visit<'a>(stmts: &'a [Stmt], w: &mut Walk<'a>) {
         for piece in pieces(stmts) {
             match piece {
-                Piece::Run(run) => w.phases.push((run, in_loop)),
+                Piece::Run(run) => w.phases.push(run),
                 Piece::Sync(Stmt::If { cond, then, els }) => {
                     w.tested.push(*cond);
-                    visit(then, in_loop, w);
-                    visit(els, in_loop, w);
+                    visit(then, w);
+                    visit(els, w);
                 }
                 Piece::Sync(Stmt::Loop {
                     body,
                     continuing,
                     break_if,
                 }) => {
-                    visit(body, true, w);
-                    visit(continuing, true, w);
+                    visit(body, w);
+                    visit(continuing, w);
                     w.tested.extend(*break_if);
                 }
-                Piece::Sync(Stmt::Block { body, .. }) => visit(body, in_loop, w),
+                Piece::Sync(Stmt::Block { body, .. }) => visit(body, w),
                 Piece::Sync(_) => {}
             }
         }
     }
     let mut w = Walk::default();
-    visit(&p.body, false, &mut w);
-    let n = p.regs.len();
-    // Per register, the one phase that uses it, or `None` where none or
-    // several do (`many`).
-    let mut phase: Vec<Option<usize>> = vec![None; n];
-    let mut many = vec![false; n];
-    for (k, (run, _)) in w.phases.iter().enumerate() {
-        regs(run, &mut |r, _| {
-            let i = r.index();
-            if i >= n {
-                return;
-            }
-            match phase[i] {
-                None if !many[i] => phase[i] = Some(k),
-                Some(j) if j != k => {
-                    phase[i] = None;
-                    many[i] = true;
-                }
-                _ => {}
-            }
-        });
+    visit(&p.body, &mut w);
+    // A value that a phase may read before it writes it comes from
+    // another phase, or from the same phase's run in an earlier turn of a
+    // loop.
+    let mut carried = HashSet::new();
+    for run in &w.phases {
+        exposed(run, &mut HashSet::new(), &mut carried);
     }
-    let writers = p.single_writers();
-    (0..n)
+    let uniform = uniforms(p);
+    (0..p.regs.len())
         .map(|i| {
             let r = Reg(i as u32);
-            if writers[i].is_some_and(uniform) {
+            if uniform[i] {
                 Home::Uniform
-            } else if many[i] || w.tested.contains(&r) {
+            } else if carried.contains(&r) || w.tested.contains(&r) {
                 Home::Lane
             } else {
-                match phase[i] {
-                    Some(k) if w.phases[k].1 && !set_first(w.phases[k].0, r) => Home::Lane,
-                    _ => Home::Local,
-                }
+                Home::Local
             }
         })
         .collect()
@@ -276,17 +328,21 @@ impl Emitter<'_> {
             ));
         }
         let homes = homes(self.p);
-        let writers = self.p.single_writers();
         let mut uniforms = String::new();
         std::mem::swap(&mut self.out, &mut uniforms);
         self.depth = 1;
-        for (i, home) in homes.iter().enumerate() {
-            if *home == Home::Uniform
-                && let Some(inst) = writers[i]
+        let mut set = Vec::new();
+        crate::ir::walk(&self.p.body, &mut |inst| {
+            if inst
+                .dst()
+                .is_some_and(|d| homes.get(d.index()) == Some(&Home::Uniform))
             {
-                let text = self.inst(inst)?;
-                self.line(format_args!("let {text}"));
+                set.push(inst);
             }
+        });
+        for inst in set {
+            let text = self.inst(inst)?;
+            self.line(format_args!("let {text}"));
         }
         self.phased = Some(Phased {
             homes,
@@ -315,7 +371,11 @@ impl Emitter<'_> {
         self.depth = 1;
         self.line("sh.clear();");
         let invocations = self.p.invocations() as usize;
-        let homes = self.phased.as_ref().map(|s| s.homes.clone()).unwrap_or_default();
+        let homes = self
+            .phased
+            .as_ref()
+            .map(|s| s.homes.clone())
+            .unwrap_or_default();
         let lanes: Vec<usize> = (0..homes.len())
             .filter(|&i| homes[i] == Home::Lane)
             .collect();
@@ -489,7 +549,9 @@ impl Emitter<'_> {
             let ty = self.ty(r)?;
             match self.home(r) {
                 Home::Lane => self.line(format_args!("let mut {r} = l{}[li];", r.0)),
-                Home::Local => self.line(format_args!("let mut {r}: {} = {};", rust_ty(ty), zero(ty))),
+                Home::Local => {
+                    self.line(format_args!("let mut {r}: {} = {};", rust_ty(ty), zero(ty)))
+                }
                 Home::Uniform => {}
             }
         }

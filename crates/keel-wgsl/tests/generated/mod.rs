@@ -50866,27 +50866,6 @@ fn shared_sum_group(
     let mut st = [0u32; 64];
     let mut l7 = [0u32; 64];
     let mut l12 = [0u32; 64];
-    let mut l39 = [0u32; 64];
-    let mut l40 = [0u32; 64];
-    let mut l41 = [0u32; 64];
-    let mut l42 = [false; 64];
-    let mut l43 = [false; 64];
-    let mut l44 = [false; 64];
-    let mut l45 = [0u32; 64];
-    let mut l46 = [0u32; 64];
-    let mut l47 = [0u32; 64];
-    let mut l48 = [0u32; 64];
-    let mut l49 = [0u32; 64];
-    let mut l50 = [0u32; 64];
-    let mut l51 = [false; 64];
-    let mut l52 = [false; 64];
-    let mut l53 = [false; 64];
-    let mut l54 = [0u32; 64];
-    let mut l55 = [0u32; 64];
-    let mut l56 = [0u32; 64];
-    let mut l57 = [false; 64];
-    let mut l58 = [false; 64];
-    let mut l59 = [false; 64];
     let r3 = 0x40u32;
     let r8 = wid[0];
     let r9 = wid[1];
@@ -50901,6 +50880,19 @@ fn shared_sum_group(
     let r61 = 0x1u32;
     let r62 = 0x1fu32;
     let r66 = b1.len();
+    let r18 = rt::bin_u32(BinOp::Mul, r8, r3);
+    let r63 = rt::bin_u32(BinOp::And, r61, r62);
+    let r67 = u64::from(r8);
+    let r68 = rt::bin_u64(BinOp::Mul, r67, r23);
+    let r69 = rt::bin_u64(BinOp::Add, r20, r68);
+    let r70 = rt::bin_u32(BinOp::Add, r13, r15);
+    let r71 = rt::cmp(BinOp::Le, r70, r14);
+    let r72 = rt::cmp(BinOp::Ge, r70, r13);
+    let r73 = r71;
+    let r75 = rt::bin_u64(BinOp::Add, r69, r23);
+    let r76 = rt::cmp(BinOp::Le, r75, r66);
+    let r77 = rt::cmp(BinOp::Ge, r75, r69);
+    let r78 = r76;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..64u32 {
@@ -50939,7 +50931,6 @@ fn shared_sum_group(
                 let mut r12 = l12[li];
                 let mut r16: u32 = 0u32;
                 let mut r17: u32 = 0u32;
-                let mut r18: u32 = 0u32;
                 let mut r19: u32 = 0u32;
                 let mut r22: u64 = 0u64;
                 let mut r24: u64 = 0u64;
@@ -50957,7 +50948,6 @@ fn shared_sum_group(
                     r12 = r11;
                     r16 = rt::bin_u32(BinOp::Mul, r7, r15);
                     r17 = rt::bin_u32(BinOp::Add, r13, r16);
-                    r18 = rt::bin_u32(BinOp::Mul, r8, r3);
                     r19 = rt::bin_u32(BinOp::Add, r18, r7);
                     r22 = u64::from(r19);
                     r24 = rt::bin_u64(BinOp::Mul, r22, r23);
@@ -50992,27 +50982,27 @@ fn shared_sum_group(
                     let mut r36: bool = false;
                     let mut r37: u32 = 0u32;
                     let mut r38: bool = false;
-                    let mut r39 = l39[li];
-                    let mut r40 = l40[li];
-                    let mut r41 = l41[li];
-                    let mut r42 = l42[li];
-                    let mut r43 = l43[li];
-                    let mut r44 = l44[li];
-                    let mut r45 = l45[li];
-                    let mut r46 = l46[li];
-                    let mut r47 = l47[li];
-                    let mut r48 = l48[li];
-                    let mut r49 = l49[li];
-                    let mut r50 = l50[li];
-                    let mut r51 = l51[li];
-                    let mut r52 = l52[li];
-                    let mut r53 = l53[li];
-                    let mut r54 = l54[li];
-                    let mut r55 = l55[li];
-                    let mut r56 = l56[li];
-                    let mut r57 = l57[li];
-                    let mut r58 = l58[li];
-                    let mut r59 = l59[li];
+                    let mut r39: u32 = 0u32;
+                    let mut r40: u32 = 0u32;
+                    let mut r41: u32 = 0u32;
+                    let mut r42: bool = false;
+                    let mut r43: bool = false;
+                    let mut r44: bool = false;
+                    let mut r45: u32 = 0u32;
+                    let mut r46: u32 = 0u32;
+                    let mut r47: u32 = 0u32;
+                    let mut r48: u32 = 0u32;
+                    let mut r49: u32 = 0u32;
+                    let mut r50: u32 = 0u32;
+                    let mut r51: bool = false;
+                    let mut r52: bool = false;
+                    let mut r53: bool = false;
+                    let mut r54: u32 = 0u32;
+                    let mut r55: u32 = 0u32;
+                    let mut r56: u32 = 0u32;
+                    let mut r57: bool = false;
+                    let mut r58: bool = false;
+                    let mut r59: bool = false;
                     'inv: {
                         r35 = r12;
                         r36 = rt::cmp(BinOp::Gt, r35, r13);
@@ -51052,27 +51042,6 @@ fn shared_sum_group(
                             sh.st_u32(u64::from(r40), r55)?;
                         }
                     }
-                    l39[li] = r39;
-                    l40[li] = r40;
-                    l41[li] = r41;
-                    l42[li] = r42;
-                    l43[li] = r43;
-                    l44[li] = r44;
-                    l45[li] = r45;
-                    l46[li] = r46;
-                    l47[li] = r47;
-                    l48[li] = r48;
-                    l49[li] = r49;
-                    l50[li] = r50;
-                    l51[li] = r51;
-                    l52[li] = r52;
-                    l53[li] = r53;
-                    l54[li] = r54;
-                    l55[li] = r55;
-                    l56[li] = r56;
-                    l57[li] = r57;
-                    l58[li] = r58;
-                    l59[li] = r59;
                 }
             }
         }
@@ -51087,11 +51056,9 @@ fn shared_sum_group(
                     }
                     let mut r12 = l12[li];
                     let mut r60: u32 = 0u32;
-                    let mut r63: u32 = 0u32;
                     let mut r64: u32 = 0u32;
                     'inv: {
                         r60 = r12;
-                        r63 = rt::bin_u32(BinOp::And, r61, r62);
                         r64 = rt::bin_u32(BinOp::Shr, r60, r63);
                         r12 = r64;
                     }
@@ -51113,33 +51080,11 @@ fn shared_sum_group(
                 }
                 let mut r7 = l7[li];
                 let mut r65: bool = false;
-                let mut r67: u64 = 0u64;
-                let mut r68: u64 = 0u64;
-                let mut r69: u64 = 0u64;
-                let mut r70: u32 = 0u32;
-                let mut r71: bool = false;
-                let mut r72: bool = false;
-                let mut r73: bool = false;
                 let mut r74: u32 = 0u32;
-                let mut r75: u64 = 0u64;
-                let mut r76: bool = false;
-                let mut r77: bool = false;
-                let mut r78: bool = false;
                 'inv: {
                     r65 = rt::cmp(BinOp::Eq, r7, r13);
                     if r65 {
-                        r67 = u64::from(r8);
-                        r68 = rt::bin_u64(BinOp::Mul, r67, r23);
-                        r69 = rt::bin_u64(BinOp::Add, r20, r68);
-                        r70 = rt::bin_u32(BinOp::Add, r13, r15);
-                        r71 = rt::cmp(BinOp::Le, r70, r14);
-                        r72 = rt::cmp(BinOp::Ge, r70, r13);
-                        r73 = r71;
                         r74 = sh.ld_u32(u64::from(r13))?;
-                        r75 = rt::bin_u64(BinOp::Add, r69, r23);
-                        r76 = rt::cmp(BinOp::Le, r75, r66);
-                        r77 = rt::cmp(BinOp::Ge, r75, r69);
-                        r78 = r76;
                         if r78 {
                             b1.st_u32(r69, r74)?;
                         }
@@ -51191,7 +51136,6 @@ fn atomics_group(
     let mut st = [0u32; 64];
     let mut l4 = [0u32; 64];
     let mut l17 = [0u32; 64];
-    let mut l18 = [false; 64];
     let r0 = wid[0];
     let r2 = 0x40u32;
     let r5 = wid[1];
@@ -51212,6 +51156,51 @@ fn atomics_group(
     let r82 = 7i32;
     let r83 = 0i32;
     let r92 = 0xf4240u32;
+    let r3 = rt::bin_u32(BinOp::Mul, r0, r2);
+    let r8 = rt::bin_u32(BinOp::Mul, r5, r7);
+    let r12 = rt::bin_u32(BinOp::Mul, r10, r7);
+    let r23 = rt::bin_u64(BinOp::Add, r20, r22);
+    let r24 = rt::cmp(BinOp::Le, r23, r21);
+    let r25 = rt::cmp(BinOp::Ge, r23, r20);
+    let r26 = r24;
+    let r28 = rt::bin_u64(BinOp::Add, r20, r22);
+    let r29 = rt::bin_u64(BinOp::Add, r28, r22);
+    let r30 = rt::cmp(BinOp::Le, r29, r21);
+    let r31 = rt::cmp(BinOp::Ge, r29, r28);
+    let r32 = r30;
+    let r35 = rt::bin_u64(BinOp::Add, r20, r34);
+    let r38 = rt::cmp(BinOp::Eq, r36, r37);
+    let r39 = if r38 { r7 } else { r36 };
+    let r44 = rt::bin_u64(BinOp::Add, r35, r22);
+    let r45 = rt::cmp(BinOp::Le, r44, r21);
+    let r46 = rt::cmp(BinOp::Ge, r44, r35);
+    let r47 = r45;
+    let r52 = rt::bin_u64(BinOp::Add, r20, r22);
+    let r53 = rt::cmp(BinOp::Le, r52, r49);
+    let r54 = rt::cmp(BinOp::Ge, r52, r20);
+    let r55 = r53;
+    let r58 = rt::bin_u32(BinOp::Add, r37, r57);
+    let r59 = rt::cmp(BinOp::Le, r58, r57);
+    let r60 = rt::cmp(BinOp::Ge, r58, r37);
+    let r61 = r59;
+    let r66 = rt::bin_u64(BinOp::Add, r20, r65);
+    let r67 = rt::bin_u32(BinOp::Add, r37, r57);
+    let r68 = rt::cmp(BinOp::Le, r67, r57);
+    let r69 = rt::cmp(BinOp::Ge, r67, r37);
+    let r70 = r68;
+    let r72 = rt::bin_u64(BinOp::Add, r66, r22);
+    let r73 = rt::cmp(BinOp::Le, r72, r21);
+    let r74 = rt::cmp(BinOp::Ge, r72, r66);
+    let r75 = r73;
+    let r77 = rt::bin_u64(BinOp::Add, r20, r22);
+    let r78 = rt::bin_u64(BinOp::Add, r77, r22);
+    let r79 = rt::cmp(BinOp::Le, r78, r49);
+    let r80 = rt::cmp(BinOp::Ge, r78, r77);
+    let r81 = r79;
+    let r88 = rt::bin_u64(BinOp::Add, r20, r22);
+    let r89 = rt::cmp(BinOp::Le, r88, r21);
+    let r90 = rt::cmp(BinOp::Ge, r88, r20);
+    let r91 = r89;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..64u32 {
@@ -51220,13 +51209,10 @@ fn atomics_group(
                     continue;
                 }
                 let mut r1: u32 = 0u32;
-                let mut r3: u32 = 0u32;
                 let mut r4 = l4[li];
                 let mut r6: u32 = 0u32;
-                let mut r8: u32 = 0u32;
                 let mut r9: u32 = 0u32;
                 let mut r11: u32 = 0u32;
-                let mut r12: u32 = 0u32;
                 let mut r13: u32 = 0u32;
                 let mut r14: u32 = 0u32;
                 let mut r15: u32 = 0u32;
@@ -51236,11 +51222,8 @@ fn atomics_group(
                     r1 = lx;
                     r6 = ly;
                     r11 = lz;
-                    r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
-                    r8 = rt::bin_u32(BinOp::Mul, r5, r7);
                     r9 = rt::bin_u32(BinOp::Add, r8, r6);
-                    r12 = rt::bin_u32(BinOp::Mul, r10, r7);
                     r13 = rt::bin_u32(BinOp::Add, r12, r11);
                     r14 = rt::bin_u32(BinOp::Mul, r6, r2);
                     r15 = rt::bin_u32(BinOp::Mul, r11, r2);
@@ -51260,72 +51243,32 @@ fn atomics_group(
                     continue;
                 }
                 let mut r4 = l4[li];
-                let mut r18 = l18[li];
-                let mut r23: u64 = 0u64;
-                let mut r24: bool = false;
-                let mut r25: bool = false;
-                let mut r26: bool = false;
+                let mut r18: bool = false;
                 let mut r27: u32 = 0u32;
-                let mut r28: u64 = 0u64;
-                let mut r29: u64 = 0u64;
-                let mut r30: bool = false;
-                let mut r31: bool = false;
-                let mut r32: bool = false;
                 let mut r33: u32 = 0u32;
-                let mut r35: u64 = 0u64;
-                let mut r38: bool = false;
-                let mut r39: u32 = 0u32;
                 let mut r40: u32 = 0u32;
                 let mut r42: u32 = 0u32;
                 let mut r43: u32 = 0u32;
-                let mut r44: u64 = 0u64;
-                let mut r45: bool = false;
-                let mut r46: bool = false;
-                let mut r47: bool = false;
                 let mut r48: u32 = 0u32;
                 let mut r50: i32 = 0i32;
                 let mut r51: i32 = 0i32;
-                let mut r52: u64 = 0u64;
-                let mut r53: bool = false;
-                let mut r54: bool = false;
-                let mut r55: bool = false;
                 let mut r56: i32 = 0i32;
-                let mut r58: u32 = 0u32;
-                let mut r59: bool = false;
-                let mut r60: bool = false;
-                let mut r61: bool = false;
                 let mut r63: u32 = 0u32;
                 'inv: {
                     r18 = r19;
-                    r23 = rt::bin_u64(BinOp::Add, r20, r22);
-                    r24 = rt::cmp(BinOp::Le, r23, r21);
-                    r25 = rt::cmp(BinOp::Ge, r23, r20);
-                    r26 = r24;
                     r27 = if r26 {
                         b0.atomic(AtomicOp::Add, false, r20, r7, 0)?
                     } else {
                         0
                     };
-                    r28 = rt::bin_u64(BinOp::Add, r20, r22);
-                    r29 = rt::bin_u64(BinOp::Add, r28, r22);
-                    r30 = rt::cmp(BinOp::Le, r29, r21);
-                    r31 = rt::cmp(BinOp::Ge, r29, r28);
-                    r32 = r30;
                     r33 = if r32 {
                         b0.atomic(AtomicOp::Max, false, r28, r4, 0)?
                     } else {
                         0
                     };
-                    r35 = rt::bin_u64(BinOp::Add, r20, r34);
-                    r38 = rt::cmp(BinOp::Eq, r36, r37);
-                    r39 = if r38 { r7 } else { r36 };
                     r40 = rt::bin_u32(BinOp::Rem, r4, r39);
                     r42 = rt::bin_u32(BinOp::And, r40, r41);
                     r43 = rt::bin_u32(BinOp::Shl, r7, r42);
-                    r44 = rt::bin_u64(BinOp::Add, r35, r22);
-                    r45 = rt::cmp(BinOp::Le, r44, r21);
-                    r46 = rt::cmp(BinOp::Ge, r44, r35);
-                    r47 = r45;
                     r48 = if r47 {
                         b0.atomic(AtomicOp::Or, false, r35, r43, 0)?
                     } else {
@@ -51333,22 +51276,13 @@ fn atomics_group(
                     };
                     r50 = r4 as i32;
                     r51 = rt::un_i32(UnOp::Neg, r50);
-                    r52 = rt::bin_u64(BinOp::Add, r20, r22);
-                    r53 = rt::cmp(BinOp::Le, r52, r49);
-                    r54 = rt::cmp(BinOp::Ge, r52, r20);
-                    r55 = r53;
                     r56 = if r55 {
                         b1.atomic(AtomicOp::Min, true, r20, r51 as u32, 0)? as i32
                     } else {
                         0
                     };
-                    r58 = rt::bin_u32(BinOp::Add, r37, r57);
-                    r59 = rt::cmp(BinOp::Le, r58, r57);
-                    r60 = rt::cmp(BinOp::Ge, r58, r37);
-                    r61 = r59;
                     r63 = sh.atomic(AtomicOp::Add, false, u64::from(r37), r62, 0)?;
                 }
-                l18[li] = r18;
             }
         }
     }
@@ -51361,57 +51295,25 @@ fn atomics_group(
                     continue;
                 }
                 let mut r17 = l17[li];
-                let mut r18 = l18[li];
+                let mut r18: bool = false;
                 let mut r64: bool = false;
-                let mut r66: u64 = 0u64;
-                let mut r67: u32 = 0u32;
-                let mut r68: bool = false;
-                let mut r69: bool = false;
-                let mut r70: bool = false;
                 let mut r71: u32 = 0u32;
-                let mut r72: u64 = 0u64;
-                let mut r73: bool = false;
-                let mut r74: bool = false;
-                let mut r75: bool = false;
                 let mut r76: u32 = 0u32;
-                let mut r77: u64 = 0u64;
-                let mut r78: u64 = 0u64;
-                let mut r79: bool = false;
-                let mut r80: bool = false;
-                let mut r81: bool = false;
                 let mut r84: i32 = 0i32;
                 let mut r85: bool = false;
                 let mut r86: bool = false;
                 let mut r87: bool = false;
-                let mut r88: u64 = 0u64;
-                let mut r89: bool = false;
-                let mut r90: bool = false;
-                let mut r91: bool = false;
                 let mut r93: u32 = 0u32;
                 'inv: {
                     r64 = rt::cmp(BinOp::Eq, r17, r37);
                     if r64 {
-                        r66 = rt::bin_u64(BinOp::Add, r20, r65);
-                        r67 = rt::bin_u32(BinOp::Add, r37, r57);
-                        r68 = rt::cmp(BinOp::Le, r67, r57);
-                        r69 = rt::cmp(BinOp::Ge, r67, r37);
-                        r70 = r68;
                         r71 = sh.ld_u32(u64::from(r37))?;
-                        r72 = rt::bin_u64(BinOp::Add, r66, r22);
-                        r73 = rt::cmp(BinOp::Le, r72, r21);
-                        r74 = rt::cmp(BinOp::Ge, r72, r66);
-                        r75 = r73;
                         r76 = if r75 {
                             b0.atomic(AtomicOp::Add, false, r66, r71, 0)?
                         } else {
                             0
                         };
                     }
-                    r77 = rt::bin_u64(BinOp::Add, r20, r22);
-                    r78 = rt::bin_u64(BinOp::Add, r77, r22);
-                    r79 = rt::cmp(BinOp::Le, r78, r49);
-                    r80 = rt::cmp(BinOp::Ge, r78, r77);
-                    r81 = r79;
                     r84 = if r81 {
                         b1.atomic(AtomicOp::CompareExchange, true, r77, r82 as u32, r83 as u32)?
                             as i32
@@ -51427,10 +51329,6 @@ fn atomics_group(
                     }
                     r87 = r18;
                     if r87 {
-                        r88 = rt::bin_u64(BinOp::Add, r20, r22);
-                        r89 = rt::cmp(BinOp::Le, r88, r21);
-                        r90 = rt::cmp(BinOp::Ge, r88, r20);
-                        r91 = r89;
                         r93 = if r91 {
                             b0.atomic(AtomicOp::Add, false, r20, r92, 0)?
                         } else {
@@ -51443,7 +51341,6 @@ fn atomics_group(
                         break 'inv;
                     }
                 }
-                l18[li] = r18;
             }
         }
     }
@@ -51487,27 +51384,6 @@ fn sum_shared_group(
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l22 = [0u32; 256];
-    let mut l139 = [0u32; 256];
-    let mut l140 = [0u32; 256];
-    let mut l141 = [0u32; 256];
-    let mut l142 = [false; 256];
-    let mut l143 = [false; 256];
-    let mut l144 = [false; 256];
-    let mut l145 = [0.0f32; 256];
-    let mut l146 = [0u32; 256];
-    let mut l147 = [0u32; 256];
-    let mut l148 = [0u32; 256];
-    let mut l149 = [0u32; 256];
-    let mut l150 = [0u32; 256];
-    let mut l151 = [false; 256];
-    let mut l152 = [false; 256];
-    let mut l153 = [false; 256];
-    let mut l154 = [0.0f32; 256];
-    let mut l155 = [0.0f32; 256];
-    let mut l156 = [0u32; 256];
-    let mut l157 = [false; 256];
-    let mut l158 = [false; 256];
-    let mut l159 = [false; 256];
     let r0 = wid[0];
     let r1 = wid[1];
     let r2 = wid[2];
@@ -51515,8 +51391,6 @@ fn sum_shared_group(
     let r12 = 0x0u32;
     let r14 = f32::from_bits(0x0);
     let r21 = 0x80u32;
-    let r23 = p0;
-    let r24 = p1;
     let r30 = 0x1u32;
     let r39 = 0xfffffffcu32;
     let r48 = 0x0u64;
@@ -51528,6 +51402,28 @@ fn sum_shared_group(
     let r128 = 0x400u32;
     let r161 = 0x1fu32;
     let r165 = b1.len();
+    let r23 = p0;
+    let r24 = p1;
+    let r25 = rt::bin_u32(BinOp::Mul, r24, r6);
+    let r26 = rt::bin_u32(BinOp::Mul, r0, r6);
+    let r31 = rt::bin_u32(BinOp::Sub, r23, r30);
+    let r34 = rt::cmp(BinOp::Eq, r25, r12);
+    let r35 = if r34 { r30 } else { r25 };
+    let r71 = rt::bin_u32(BinOp::Mul, r70, r25);
+    let r83 = rt::bin_u32(BinOp::Mul, r82, r25);
+    let r99 = rt::bin_u32(BinOp::Mul, r98, r25);
+    let r162 = rt::bin_u32(BinOp::And, r30, r161);
+    let r166 = u64::from(r0);
+    let r167 = rt::bin_u64(BinOp::Mul, r166, r51);
+    let r168 = rt::bin_u64(BinOp::Add, r48, r167);
+    let r169 = rt::bin_u32(BinOp::Add, r12, r98);
+    let r170 = rt::cmp(BinOp::Le, r169, r128);
+    let r171 = rt::cmp(BinOp::Ge, r169, r12);
+    let r172 = r170;
+    let r174 = rt::bin_u64(BinOp::Add, r168, r51);
+    let r175 = rt::cmp(BinOp::Le, r174, r165);
+    let r176 = rt::cmp(BinOp::Ge, r174, r168);
+    let r177 = r175;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..256u32 {
@@ -51572,16 +51468,11 @@ fn sum_shared_group(
                 let mut r19: u32 = 0u32;
                 let mut r20: u32 = 0u32;
                 let mut r22 = l22[li];
-                let mut r25: u32 = 0u32;
-                let mut r26: u32 = 0u32;
                 let mut r27: u32 = 0u32;
                 let mut r28: u32 = 0u32;
                 let mut r29: bool = false;
-                let mut r31: u32 = 0u32;
                 let mut r32: u32 = 0u32;
                 let mut r33: u32 = 0u32;
-                let mut r34: bool = false;
-                let mut r35: u32 = 0u32;
                 let mut r36: u32 = 0u32;
                 let mut r37: u32 = 0u32;
                 let mut r38: u32 = 0u32;
@@ -51612,7 +51503,6 @@ fn sum_shared_group(
                 let mut r67: bool = false;
                 let mut r68: f32 = 0.0f32;
                 let mut r69: u32 = 0u32;
-                let mut r71: u32 = 0u32;
                 let mut r72: u32 = 0u32;
                 let mut r73: u64 = 0u64;
                 let mut r74: u64 = 0u64;
@@ -51623,7 +51513,6 @@ fn sum_shared_group(
                 let mut r79: bool = false;
                 let mut r80: f32 = 0.0f32;
                 let mut r81: u32 = 0u32;
-                let mut r83: u32 = 0u32;
                 let mut r84: u32 = 0u32;
                 let mut r85: u64 = 0u64;
                 let mut r86: u64 = 0u64;
@@ -51638,7 +51527,6 @@ fn sum_shared_group(
                 let mut r95: f32 = 0.0f32;
                 let mut r96: f32 = 0.0f32;
                 let mut r97: u32 = 0u32;
-                let mut r99: u32 = 0u32;
                 let mut r100: u32 = 0u32;
                 let mut r101: u32 = 0u32;
                 let mut r102: u32 = 0u32;
@@ -51683,18 +51571,13 @@ fn sum_shared_group(
                     r19 = r12;
                     r20 = r12;
                     r22 = r21;
-                    r25 = rt::bin_u32(BinOp::Mul, r24, r6);
-                    r26 = rt::bin_u32(BinOp::Mul, r0, r6);
                     r27 = rt::bin_u32(BinOp::Add, r26, r10);
                     r11 = r27;
                     r28 = r11;
                     r29 = rt::cmp(BinOp::Lt, r28, r23);
                     if r29 {
-                        r31 = rt::bin_u32(BinOp::Sub, r23, r30);
                         r32 = r11;
                         r33 = rt::bin_u32(BinOp::Sub, r31, r32);
-                        r34 = rt::cmp(BinOp::Eq, r25, r12);
-                        r35 = if r34 { r30 } else { r25 };
                         r36 = rt::bin_u32(BinOp::Div, r33, r35);
                         r37 = rt::bin_u32(BinOp::Add, r36, r30);
                         r13 = r37;
@@ -51733,7 +51616,6 @@ fn sum_shared_group(
                             r67 = r65;
                             r68 = if r67 { b0.ld_f32(r63)? } else { 0.0f32 };
                             r69 = r11;
-                            r71 = rt::bin_u32(BinOp::Mul, r70, r25);
                             r72 = rt::bin_u32(BinOp::Add, r69, r71);
                             r73 = u64::from(r72);
                             r74 = rt::bin_u64(BinOp::Mul, r73, r51);
@@ -51744,7 +51626,6 @@ fn sum_shared_group(
                             r79 = r77;
                             r80 = if r79 { b0.ld_f32(r75)? } else { 0.0f32 };
                             r81 = r11;
-                            r83 = rt::bin_u32(BinOp::Mul, r82, r25);
                             r84 = rt::bin_u32(BinOp::Add, r81, r83);
                             r85 = u64::from(r84);
                             r86 = rt::bin_u64(BinOp::Mul, r85, r51);
@@ -51763,7 +51644,6 @@ fn sum_shared_group(
                             r17 = r95;
                             r18 = r96;
                             r97 = r11;
-                            r99 = rt::bin_u32(BinOp::Mul, r98, r25);
                             r100 = rt::bin_u32(BinOp::Add, r97, r99);
                             r11 = r100;
                         }
@@ -51835,27 +51715,27 @@ fn sum_shared_group(
                     let mut r136: bool = false;
                     let mut r137: u32 = 0u32;
                     let mut r138: bool = false;
-                    let mut r139 = l139[li];
-                    let mut r140 = l140[li];
-                    let mut r141 = l141[li];
-                    let mut r142 = l142[li];
-                    let mut r143 = l143[li];
-                    let mut r144 = l144[li];
-                    let mut r145 = l145[li];
-                    let mut r146 = l146[li];
-                    let mut r147 = l147[li];
-                    let mut r148 = l148[li];
-                    let mut r149 = l149[li];
-                    let mut r150 = l150[li];
-                    let mut r151 = l151[li];
-                    let mut r152 = l152[li];
-                    let mut r153 = l153[li];
-                    let mut r154 = l154[li];
-                    let mut r155 = l155[li];
-                    let mut r156 = l156[li];
-                    let mut r157 = l157[li];
-                    let mut r158 = l158[li];
-                    let mut r159 = l159[li];
+                    let mut r139: u32 = 0u32;
+                    let mut r140: u32 = 0u32;
+                    let mut r141: u32 = 0u32;
+                    let mut r142: bool = false;
+                    let mut r143: bool = false;
+                    let mut r144: bool = false;
+                    let mut r145: f32 = 0.0f32;
+                    let mut r146: u32 = 0u32;
+                    let mut r147: u32 = 0u32;
+                    let mut r148: u32 = 0u32;
+                    let mut r149: u32 = 0u32;
+                    let mut r150: u32 = 0u32;
+                    let mut r151: bool = false;
+                    let mut r152: bool = false;
+                    let mut r153: bool = false;
+                    let mut r154: f32 = 0.0f32;
+                    let mut r155: f32 = 0.0f32;
+                    let mut r156: u32 = 0u32;
+                    let mut r157: bool = false;
+                    let mut r158: bool = false;
+                    let mut r159: bool = false;
                     'inv: {
                         r135 = r22;
                         r136 = rt::cmp(BinOp::Gt, r135, r12);
@@ -51895,27 +51775,6 @@ fn sum_shared_group(
                             sh.st_f32(u64::from(r140), r155)?;
                         }
                     }
-                    l139[li] = r139;
-                    l140[li] = r140;
-                    l141[li] = r141;
-                    l142[li] = r142;
-                    l143[li] = r143;
-                    l144[li] = r144;
-                    l145[li] = r145;
-                    l146[li] = r146;
-                    l147[li] = r147;
-                    l148[li] = r148;
-                    l149[li] = r149;
-                    l150[li] = r150;
-                    l151[li] = r151;
-                    l152[li] = r152;
-                    l153[li] = r153;
-                    l154[li] = r154;
-                    l155[li] = r155;
-                    l156[li] = r156;
-                    l157[li] = r157;
-                    l158[li] = r158;
-                    l159[li] = r159;
                 }
             }
         }
@@ -51930,11 +51789,9 @@ fn sum_shared_group(
                     }
                     let mut r22 = l22[li];
                     let mut r160: u32 = 0u32;
-                    let mut r162: u32 = 0u32;
                     let mut r163: u32 = 0u32;
                     'inv: {
                         r160 = r22;
-                        r162 = rt::bin_u32(BinOp::And, r30, r161);
                         r163 = rt::bin_u32(BinOp::Shr, r160, r162);
                         r22 = r163;
                     }
@@ -51956,33 +51813,11 @@ fn sum_shared_group(
                 }
                 let mut r10 = l10[li];
                 let mut r164: bool = false;
-                let mut r166: u64 = 0u64;
-                let mut r167: u64 = 0u64;
-                let mut r168: u64 = 0u64;
-                let mut r169: u32 = 0u32;
-                let mut r170: bool = false;
-                let mut r171: bool = false;
-                let mut r172: bool = false;
                 let mut r173: f32 = 0.0f32;
-                let mut r174: u64 = 0u64;
-                let mut r175: bool = false;
-                let mut r176: bool = false;
-                let mut r177: bool = false;
                 'inv: {
                     r164 = rt::cmp(BinOp::Eq, r10, r12);
                     if r164 {
-                        r166 = u64::from(r0);
-                        r167 = rt::bin_u64(BinOp::Mul, r166, r51);
-                        r168 = rt::bin_u64(BinOp::Add, r48, r167);
-                        r169 = rt::bin_u32(BinOp::Add, r12, r98);
-                        r170 = rt::cmp(BinOp::Le, r169, r128);
-                        r171 = rt::cmp(BinOp::Ge, r169, r12);
-                        r172 = r170;
                         r173 = sh.ld_f32(u64::from(r12))?;
-                        r174 = rt::bin_u64(BinOp::Add, r168, r51);
-                        r175 = rt::cmp(BinOp::Le, r174, r165);
-                        r176 = rt::cmp(BinOp::Ge, r174, r168);
-                        r177 = r175;
                         if r177 {
                             b1.st_f32(r168, r173)?;
                         }
@@ -52037,59 +51872,12 @@ fn softmax_rows_group(
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
     sh.clear();
-    let mut st = vec![0u32; 256];
-    let mut l10 = vec![0u32; 256];
-    let mut l13 = vec![0u32; 256];
-    let mut l16 = vec![0u32; 256];
-    let mut l18 = vec![0.0f32; 256];
-    let mut l19 = vec![0u32; 256];
-    let mut l26 = vec![0u32; 256];
-    let mut l29 = vec![0u32; 256];
-    let mut l115 = vec![0u32; 256];
-    let mut l116 = vec![0u32; 256];
-    let mut l117 = vec![0u32; 256];
-    let mut l118 = vec![0u32; 256];
-    let mut l119 = vec![0u32; 256];
-    let mut l120 = vec![false; 256];
-    let mut l121 = vec![false; 256];
-    let mut l122 = vec![false; 256];
-    let mut l123 = vec![0.0f32; 256];
-    let mut l124 = vec![0u32; 256];
-    let mut l125 = vec![0u32; 256];
-    let mut l126 = vec![0u32; 256];
-    let mut l127 = vec![0u32; 256];
-    let mut l128 = vec![0u32; 256];
-    let mut l129 = vec![false; 256];
-    let mut l130 = vec![false; 256];
-    let mut l131 = vec![false; 256];
-    let mut l132 = vec![0.0f32; 256];
-    let mut l133 = vec![0.0f32; 256];
-    let mut l134 = vec![0u32; 256];
-    let mut l135 = vec![false; 256];
-    let mut l136 = vec![false; 256];
-    let mut l137 = vec![false; 256];
-    let mut l147 = vec![0.0f32; 256];
-    let mut l246 = vec![0u32; 256];
-    let mut l247 = vec![0u32; 256];
-    let mut l248 = vec![0u32; 256];
-    let mut l249 = vec![false; 256];
-    let mut l250 = vec![false; 256];
-    let mut l251 = vec![false; 256];
-    let mut l252 = vec![0.0f32; 256];
-    let mut l253 = vec![0u32; 256];
-    let mut l254 = vec![0u32; 256];
-    let mut l255 = vec![0u32; 256];
-    let mut l256 = vec![0u32; 256];
-    let mut l257 = vec![0u32; 256];
-    let mut l258 = vec![false; 256];
-    let mut l259 = vec![false; 256];
-    let mut l260 = vec![false; 256];
-    let mut l261 = vec![0.0f32; 256];
-    let mut l262 = vec![0.0f32; 256];
-    let mut l263 = vec![0u32; 256];
-    let mut l264 = vec![false; 256];
-    let mut l265 = vec![false; 256];
-    let mut l266 = vec![false; 256];
+    let mut st = [0u32; 256];
+    let mut l10 = [0u32; 256];
+    let mut l16 = [0u32; 256];
+    let mut l18 = [0.0f32; 256];
+    let mut l19 = [0u32; 256];
+    let mut l147 = [0.0f32; 256];
     let r0 = wid[0];
     let r1 = wid[1];
     let r2 = wid[2];
@@ -52099,8 +51887,6 @@ fn softmax_rows_group(
     let r15 = 0x80u32;
     let r17 = f32::from_bits(0x0);
     let r20 = 0xffffu32;
-    let r23 = p0;
-    let r25 = p1;
     let r27 = 0x300u32;
     let r34 = 0x0u64;
     let r35 = b0.len();
@@ -52112,6 +51898,24 @@ fn softmax_rows_group(
     let r140 = 0x1fu32;
     let r195 = f32::from_bits(0x3fb8aa3b);
     let r322 = b1.len();
+    let r21 = rt::bin_u32(BinOp::Mul, r1, r20);
+    let r22 = rt::bin_u32(BinOp::Add, r0, r21);
+    let r23 = p0;
+    let r24 = rt::cmp(BinOp::Ge, r22, r23);
+    let r25 = p1;
+    let r26 = rt::bin_u32(BinOp::Mul, r22, r25);
+    let r28 = rt::bin_u32(BinOp::Min, r25, r27);
+    let r29 = rt::bin_u32(BinOp::Sub, r25, r28);
+    let r141 = rt::bin_u32(BinOp::And, r139, r140);
+    let r143 = rt::bin_u32(BinOp::Add, r14, r103);
+    let r144 = rt::cmp(BinOp::Le, r143, r85);
+    let r145 = rt::cmp(BinOp::Ge, r143, r14);
+    let r146 = r144;
+    let r268 = rt::bin_u32(BinOp::And, r139, r140);
+    let r270 = rt::bin_u32(BinOp::Add, r14, r103);
+    let r271 = rt::cmp(BinOp::Le, r270, r85);
+    let r272 = rt::cmp(BinOp::Ge, r270, r14);
+    let r273 = r271;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..256u32 {
@@ -52148,16 +51952,10 @@ fn softmax_rows_group(
                 }
                 let mut r10 = l10[li];
                 let mut r12: f32 = 0.0f32;
-                let mut r13 = l13[li];
+                let mut r13: u32 = 0u32;
                 let mut r16 = l16[li];
                 let mut r18 = l18[li];
                 let mut r19 = l19[li];
-                let mut r21: u32 = 0u32;
-                let mut r22: u32 = 0u32;
-                let mut r24: bool = false;
-                let mut r26 = l26[li];
-                let mut r28: u32 = 0u32;
-                let mut r29 = l29[li];
                 let mut r30: u32 = 0u32;
                 let mut r31: bool = false;
                 let mut r32: u32 = 0u32;
@@ -52239,16 +52037,10 @@ fn softmax_rows_group(
                     r16 = r15;
                     r18 = r17;
                     r19 = r15;
-                    r21 = rt::bin_u32(BinOp::Mul, r1, r20);
-                    r22 = rt::bin_u32(BinOp::Add, r0, r21);
-                    r24 = rt::cmp(BinOp::Ge, r22, r23);
                     if r24 {
                         st[li] = u32::MAX;
                         break 'inv;
                     }
-                    r26 = rt::bin_u32(BinOp::Mul, r22, r25);
-                    r28 = rt::bin_u32(BinOp::Min, r25, r27);
-                    r29 = rt::bin_u32(BinOp::Sub, r25, r28);
                     r13 = r10;
                     'l0: loop {
                         'c0: {
@@ -52347,12 +52139,9 @@ fn softmax_rows_group(
                     r110 = r108;
                     sh.st_f32(u64::from(r105), r106)?;
                 }
-                l13[li] = r13;
                 l16[li] = r16;
                 l18[li] = r18;
                 l19[li] = r19;
-                l26[li] = r26;
-                l29[li] = r29;
             }
         }
     }
@@ -52371,29 +52160,29 @@ fn softmax_rows_group(
                     let mut r112: bool = false;
                     let mut r113: u32 = 0u32;
                     let mut r114: bool = false;
-                    let mut r115 = l115[li];
-                    let mut r116 = l116[li];
-                    let mut r117 = l117[li];
-                    let mut r118 = l118[li];
-                    let mut r119 = l119[li];
-                    let mut r120 = l120[li];
-                    let mut r121 = l121[li];
-                    let mut r122 = l122[li];
-                    let mut r123 = l123[li];
-                    let mut r124 = l124[li];
-                    let mut r125 = l125[li];
-                    let mut r126 = l126[li];
-                    let mut r127 = l127[li];
-                    let mut r128 = l128[li];
-                    let mut r129 = l129[li];
-                    let mut r130 = l130[li];
-                    let mut r131 = l131[li];
-                    let mut r132 = l132[li];
-                    let mut r133 = l133[li];
-                    let mut r134 = l134[li];
-                    let mut r135 = l135[li];
-                    let mut r136 = l136[li];
-                    let mut r137 = l137[li];
+                    let mut r115: u32 = 0u32;
+                    let mut r116: u32 = 0u32;
+                    let mut r117: u32 = 0u32;
+                    let mut r118: u32 = 0u32;
+                    let mut r119: u32 = 0u32;
+                    let mut r120: bool = false;
+                    let mut r121: bool = false;
+                    let mut r122: bool = false;
+                    let mut r123: f32 = 0.0f32;
+                    let mut r124: u32 = 0u32;
+                    let mut r125: u32 = 0u32;
+                    let mut r126: u32 = 0u32;
+                    let mut r127: u32 = 0u32;
+                    let mut r128: u32 = 0u32;
+                    let mut r129: bool = false;
+                    let mut r130: bool = false;
+                    let mut r131: bool = false;
+                    let mut r132: f32 = 0.0f32;
+                    let mut r133: f32 = 0.0f32;
+                    let mut r134: u32 = 0u32;
+                    let mut r135: bool = false;
+                    let mut r136: bool = false;
+                    let mut r137: bool = false;
                     'inv: {
                         r111 = r16;
                         r112 = rt::cmp(BinOp::Gt, r111, r14);
@@ -52435,29 +52224,6 @@ fn softmax_rows_group(
                             sh.st_f32(u64::from(r116), r133)?;
                         }
                     }
-                    l115[li] = r115;
-                    l116[li] = r116;
-                    l117[li] = r117;
-                    l118[li] = r118;
-                    l119[li] = r119;
-                    l120[li] = r120;
-                    l121[li] = r121;
-                    l122[li] = r122;
-                    l123[li] = r123;
-                    l124[li] = r124;
-                    l125[li] = r125;
-                    l126[li] = r126;
-                    l127[li] = r127;
-                    l128[li] = r128;
-                    l129[li] = r129;
-                    l130[li] = r130;
-                    l131[li] = r131;
-                    l132[li] = r132;
-                    l133[li] = r133;
-                    l134[li] = r134;
-                    l135[li] = r135;
-                    l136[li] = r136;
-                    l137[li] = r137;
                 }
             }
         }
@@ -52472,11 +52238,9 @@ fn softmax_rows_group(
                     }
                     let mut r16 = l16[li];
                     let mut r138: u32 = 0u32;
-                    let mut r141: u32 = 0u32;
                     let mut r142: u32 = 0u32;
                     'inv: {
                         r138 = r16;
-                        r141 = rt::bin_u32(BinOp::And, r139, r140);
                         r142 = rt::bin_u32(BinOp::Shr, r138, r141);
                         r16 = r142;
                     }
@@ -52496,16 +52260,8 @@ fn softmax_rows_group(
                 if st[li] != 0 {
                     continue;
                 }
-                let mut r143: u32 = 0u32;
-                let mut r144: bool = false;
-                let mut r145: bool = false;
-                let mut r146: bool = false;
                 let mut r147 = l147[li];
                 'inv: {
-                    r143 = rt::bin_u32(BinOp::Add, r14, r103);
-                    r144 = rt::cmp(BinOp::Le, r143, r85);
-                    r145 = rt::cmp(BinOp::Ge, r143, r14);
-                    r146 = r144;
                     r147 = sh.ld_f32(u64::from(r14))?;
                 }
                 l147[li] = r147;
@@ -52521,10 +52277,8 @@ fn softmax_rows_group(
                     continue;
                 }
                 let mut r10 = l10[li];
-                let mut r13 = l13[li];
+                let mut r13: u32 = 0u32;
                 let mut r18 = l18[li];
-                let mut r26 = l26[li];
-                let mut r29 = l29[li];
                 let mut r147 = l147[li];
                 let mut r148: u32 = 0u32;
                 let mut r149: bool = false;
@@ -52739,7 +52493,6 @@ fn softmax_rows_group(
                     r241 = r239;
                     sh.st_f32(u64::from(r236), r237)?;
                 }
-                l13[li] = r13;
                 l18[li] = r18;
             }
         }
@@ -52759,27 +52512,27 @@ fn softmax_rows_group(
                     let mut r243: bool = false;
                     let mut r244: u32 = 0u32;
                     let mut r245: bool = false;
-                    let mut r246 = l246[li];
-                    let mut r247 = l247[li];
-                    let mut r248 = l248[li];
-                    let mut r249 = l249[li];
-                    let mut r250 = l250[li];
-                    let mut r251 = l251[li];
-                    let mut r252 = l252[li];
-                    let mut r253 = l253[li];
-                    let mut r254 = l254[li];
-                    let mut r255 = l255[li];
-                    let mut r256 = l256[li];
-                    let mut r257 = l257[li];
-                    let mut r258 = l258[li];
-                    let mut r259 = l259[li];
-                    let mut r260 = l260[li];
-                    let mut r261 = l261[li];
-                    let mut r262 = l262[li];
-                    let mut r263 = l263[li];
-                    let mut r264 = l264[li];
-                    let mut r265 = l265[li];
-                    let mut r266 = l266[li];
+                    let mut r246: u32 = 0u32;
+                    let mut r247: u32 = 0u32;
+                    let mut r248: u32 = 0u32;
+                    let mut r249: bool = false;
+                    let mut r250: bool = false;
+                    let mut r251: bool = false;
+                    let mut r252: f32 = 0.0f32;
+                    let mut r253: u32 = 0u32;
+                    let mut r254: u32 = 0u32;
+                    let mut r255: u32 = 0u32;
+                    let mut r256: u32 = 0u32;
+                    let mut r257: u32 = 0u32;
+                    let mut r258: bool = false;
+                    let mut r259: bool = false;
+                    let mut r260: bool = false;
+                    let mut r261: f32 = 0.0f32;
+                    let mut r262: f32 = 0.0f32;
+                    let mut r263: u32 = 0u32;
+                    let mut r264: bool = false;
+                    let mut r265: bool = false;
+                    let mut r266: bool = false;
                     'inv: {
                         r242 = r19;
                         r243 = rt::cmp(BinOp::Gt, r242, r14);
@@ -52819,27 +52572,6 @@ fn softmax_rows_group(
                             sh.st_f32(u64::from(r247), r262)?;
                         }
                     }
-                    l246[li] = r246;
-                    l247[li] = r247;
-                    l248[li] = r248;
-                    l249[li] = r249;
-                    l250[li] = r250;
-                    l251[li] = r251;
-                    l252[li] = r252;
-                    l253[li] = r253;
-                    l254[li] = r254;
-                    l255[li] = r255;
-                    l256[li] = r256;
-                    l257[li] = r257;
-                    l258[li] = r258;
-                    l259[li] = r259;
-                    l260[li] = r260;
-                    l261[li] = r261;
-                    l262[li] = r262;
-                    l263[li] = r263;
-                    l264[li] = r264;
-                    l265[li] = r265;
-                    l266[li] = r266;
                 }
             }
         }
@@ -52854,11 +52586,9 @@ fn softmax_rows_group(
                     }
                     let mut r19 = l19[li];
                     let mut r267: u32 = 0u32;
-                    let mut r268: u32 = 0u32;
                     let mut r269: u32 = 0u32;
                     'inv: {
                         r267 = r19;
-                        r268 = rt::bin_u32(BinOp::And, r139, r140);
                         r269 = rt::bin_u32(BinOp::Shr, r267, r268);
                         r19 = r269;
                     }
@@ -52879,14 +52609,8 @@ fn softmax_rows_group(
                     continue;
                 }
                 let mut r10 = l10[li];
-                let mut r13 = l13[li];
-                let mut r26 = l26[li];
-                let mut r29 = l29[li];
+                let mut r13: u32 = 0u32;
                 let mut r147 = l147[li];
-                let mut r270: u32 = 0u32;
-                let mut r271: bool = false;
-                let mut r272: bool = false;
-                let mut r273: bool = false;
                 let mut r274: f32 = 0.0f32;
                 let mut r275: u32 = 0u32;
                 let mut r276: bool = false;
@@ -53018,10 +52742,6 @@ fn softmax_rows_group(
                 let mut r403: u32 = 0u32;
                 let mut r404: u32 = 0u32;
                 'inv: {
-                    r270 = rt::bin_u32(BinOp::Add, r14, r103);
-                    r271 = rt::cmp(BinOp::Le, r270, r85);
-                    r272 = rt::cmp(BinOp::Ge, r270, r14);
-                    r273 = r271;
                     r274 = sh.ld_f32(u64::from(r14))?;
                     r13 = r10;
                     'l4: loop {
@@ -53189,7 +52909,6 @@ fn softmax_rows_group(
                     st[li] = u32::MAX;
                     break 'inv;
                 }
-                l13[li] = r13;
             }
         }
     }
@@ -53238,12 +52957,9 @@ fn barriers_group(
     let mut l16 = [0.0f32; 32];
     let mut l18 = [0u32; 32];
     let mut l19 = [0.0f32; 32];
-    let mut l21 = [0u32; 32];
     let mut l26 = [0u32; 32];
     let mut l37 = [0.0f32; 32];
     let mut l54 = [0.0f32; 32];
-    let mut l103 = [false; 32];
-    let mut l125 = [false; 32];
     let mut l126 = [0.0f32; 32];
     let mut l146 = [0.0f32; 32];
     let r3 = 0x8u32;
@@ -53256,14 +52972,12 @@ fn barriers_group(
     let r14 = grid[2];
     let r15 = f32::from_bits(0x0);
     let r17 = 0x0u32;
-    let r23 = p0;
     let r27 = 0x0u64;
     let r28 = b0.len();
     let r30 = 0x4u64;
     let r38 = 0x80u32;
     let r39 = 0x4u32;
     let r56 = 0x64u32;
-    let r59 = p1;
     let r62 = 0x3u32;
     let r63 = 0x1u32;
     let r81 = 0x1fu32;
@@ -53271,9 +52985,47 @@ fn barriers_group(
     let r99 = 0x2u32;
     let r110 = 0x5u32;
     let r127 = f32::from_bits(0xbf800000);
-    let r165 = p0;
     let r167 = b1.len();
     let r180 = b2.len();
+    let r20 = rt::bin_u32(BinOp::Mul, r10, r12);
+    let r21 = rt::bin_u32(BinOp::Add, r20, r9);
+    let r22 = rt::bin_u32(BinOp::Mul, r21, r4);
+    let r23 = p0;
+    let r24 = rt::cmp(BinOp::Ge, r22, r23);
+    let r25 = rt::bin_u32(BinOp::Mul, r21, r4);
+    let r59 = p1;
+    let r64 = rt::cmp(BinOp::Eq, r62, r17);
+    let r65 = if r64 { r63 } else { r62 };
+    let r92 = rt::bin_u32(BinOp::Add, r38, r39);
+    let r93 = rt::cmp(BinOp::Le, r92, r91);
+    let r94 = rt::cmp(BinOp::Ge, r92, r38);
+    let r95 = r93;
+    let r100 = rt::cmp(BinOp::Eq, r99, r17);
+    let r101 = if r100 { r63 } else { r99 };
+    let r102 = rt::bin_u32(BinOp::Rem, r21, r101);
+    let r103 = rt::cmp(BinOp::Eq, r102, r17);
+    let r112 = rt::cmp(BinOp::Eq, r4, r17);
+    let r113 = if r112 { r63 } else { r4 };
+    let r122 = rt::cmp(BinOp::Eq, r39, r17);
+    let r123 = if r122 { r63 } else { r39 };
+    let r124 = rt::bin_u32(BinOp::Rem, r21, r123);
+    let r125 = rt::cmp(BinOp::Eq, r124, r62);
+    let r136 = rt::cmp(BinOp::Eq, r4, r17);
+    let r137 = if r136 { r63 } else { r4 };
+    let r154 = rt::cmp(BinOp::Eq, r4, r17);
+    let r155 = if r154 { r63 } else { r4 };
+    let r165 = p0;
+    let r181 = u64::from(r21);
+    let r182 = rt::bin_u64(BinOp::Mul, r181, r30);
+    let r183 = rt::bin_u64(BinOp::Add, r27, r182);
+    let r184 = rt::bin_u32(BinOp::Add, r38, r39);
+    let r185 = rt::cmp(BinOp::Le, r184, r91);
+    let r186 = rt::cmp(BinOp::Ge, r184, r38);
+    let r187 = r185;
+    let r189 = rt::bin_u64(BinOp::Add, r183, r30);
+    let r190 = rt::cmp(BinOp::Le, r189, r180);
+    let r191 = rt::cmp(BinOp::Ge, r189, r183);
+    let r192 = r190;
     for lz in 0..1u32 {
         for ly in 0..4u32 {
             for lx in 0..8u32 {
@@ -53314,11 +53066,6 @@ fn barriers_group(
                 let mut r16 = l16[li];
                 let mut r18 = l18[li];
                 let mut r19 = l19[li];
-                let mut r20: u32 = 0u32;
-                let mut r21 = l21[li];
-                let mut r22: u32 = 0u32;
-                let mut r24: bool = false;
-                let mut r25: u32 = 0u32;
                 let mut r26 = l26[li];
                 let mut r29: u64 = 0u64;
                 let mut r31: u64 = 0u64;
@@ -53338,15 +53085,10 @@ fn barriers_group(
                     r16 = r15;
                     r18 = r17;
                     r19 = r15;
-                    r20 = rt::bin_u32(BinOp::Mul, r10, r12);
-                    r21 = rt::bin_u32(BinOp::Add, r20, r9);
-                    r22 = rt::bin_u32(BinOp::Mul, r21, r4);
-                    r24 = rt::cmp(BinOp::Ge, r22, r23);
                     if r24 {
                         st[li] = u32::MAX;
                         break 'inv;
                     }
-                    r25 = rt::bin_u32(BinOp::Mul, r21, r4);
                     r26 = rt::bin_u32(BinOp::Add, r25, r8);
                     r29 = u64::from(r26);
                     r31 = rt::bin_u64(BinOp::Mul, r29, r30);
@@ -53367,7 +53109,6 @@ fn barriers_group(
                 l16[li] = r16;
                 l18[li] = r18;
                 l19[li] = r19;
-                l21[li] = r21;
                 l26[li] = r26;
                 l37[li] = r37;
             }
@@ -53425,8 +53166,6 @@ fn barriers_group(
                     let mut r58: u32 = 0u32;
                     let mut r60: bool = false;
                     let mut r61: u32 = 0u32;
-                    let mut r64: bool = false;
-                    let mut r65: u32 = 0u32;
                     let mut r66: u32 = 0u32;
                     let mut r67: bool = false;
                     let mut r68: u32 = 0u32;
@@ -53456,8 +53195,6 @@ fn barriers_group(
                             break 'inv;
                         }
                         r61 = r18;
-                        r64 = rt::cmp(BinOp::Eq, r62, r17);
-                        r65 = if r64 { r63 } else { r62 };
                         r66 = rt::bin_u32(BinOp::Rem, r61, r65);
                         r67 = rt::cmp(BinOp::Eq, r66, r63);
                         if r67 {
@@ -53501,10 +53238,6 @@ fn barriers_group(
                     let mut r88: bool = false;
                     let mut r89: f32 = 0.0f32;
                     let mut r90: f32 = 0.0f32;
-                    let mut r92: u32 = 0u32;
-                    let mut r93: bool = false;
-                    let mut r94: bool = false;
-                    let mut r95: bool = false;
                     let mut r96: u32 = 0u32;
                     'inv: {
                         r80 = r16;
@@ -53518,10 +53251,6 @@ fn barriers_group(
                         r89 = sh.ld_f32(u64::from(r84))?;
                         r90 = rt::bin_f32(BinOp::Add, r80, r89);
                         r16 = r90;
-                        r92 = rt::bin_u32(BinOp::Add, r38, r39);
-                        r93 = rt::cmp(BinOp::Le, r92, r91);
-                        r94 = rt::cmp(BinOp::Ge, r92, r38);
-                        r95 = r93;
                         r96 = sh.atomic(AtomicOp::Add, false, u64::from(r38), r63, 0)?;
                     }
                     l16[li] = r16;
@@ -53561,23 +53290,12 @@ fn barriers_group(
                 if st[li] != 0 {
                     continue;
                 }
-                let mut r21 = l21[li];
-                let mut r100: bool = false;
-                let mut r101: u32 = 0u32;
-                let mut r102: u32 = 0u32;
-                let mut r103 = l103[li];
-                'inv: {
-                    r100 = rt::cmp(BinOp::Eq, r99, r17);
-                    r101 = if r100 { r63 } else { r99 };
-                    r102 = rt::bin_u32(BinOp::Rem, r21, r101);
-                    r103 = rt::cmp(BinOp::Eq, r102, r17);
-                }
-                l103[li] = r103;
+                'inv: {}
             }
         }
     }
     for li in 0..st.len() {
-        if st[li] == 0 && !l103[li] {
+        if st[li] == 0 && !r103 {
             st[li] = 4;
         }
     }
@@ -53619,8 +53337,6 @@ fn barriers_group(
                 let mut r8 = l8[li];
                 let mut r19 = l19[li];
                 let mut r111: u32 = 0u32;
-                let mut r112: bool = false;
-                let mut r113: u32 = 0u32;
                 let mut r114: u32 = 0u32;
                 let mut r115: u32 = 0u32;
                 let mut r116: u32 = 0u32;
@@ -53631,8 +53347,6 @@ fn barriers_group(
                 let mut r121: f32 = 0.0f32;
                 'inv: {
                     r111 = rt::bin_u32(BinOp::Add, r8, r110);
-                    r112 = rt::cmp(BinOp::Eq, r4, r17);
-                    r113 = if r112 { r63 } else { r4 };
                     r114 = rt::bin_u32(BinOp::Rem, r111, r113);
                     r115 = rt::bin_u32(BinOp::Mul, r114, r39);
                     r116 = rt::bin_u32(BinOp::Add, r17, r115);
@@ -53661,18 +53375,7 @@ fn barriers_group(
                 if st[li] != 0 {
                     continue;
                 }
-                let mut r21 = l21[li];
-                let mut r122: bool = false;
-                let mut r123: u32 = 0u32;
-                let mut r124: u32 = 0u32;
-                let mut r125 = l125[li];
-                'inv: {
-                    r122 = rt::cmp(BinOp::Eq, r39, r17);
-                    r123 = if r122 { r63 } else { r39 };
-                    r124 = rt::bin_u32(BinOp::Rem, r21, r123);
-                    r125 = rt::cmp(BinOp::Eq, r124, r62);
-                }
-                l125[li] = r125;
+                'inv: {}
             }
         }
     }
@@ -53684,7 +53387,6 @@ fn barriers_group(
                     continue;
                 }
                 let mut r8 = l8[li];
-                let mut r125 = l125[li];
                 let mut r126 = l126[li];
                 let mut r128: u32 = 0u32;
                 let mut r129: u32 = 0u32;
@@ -53694,8 +53396,6 @@ fn barriers_group(
                 let mut r133: bool = false;
                 let mut r134: f32 = 0.0f32;
                 let mut r135: u32 = 0u32;
-                let mut r136: bool = false;
-                let mut r137: u32 = 0u32;
                 let mut r138: u32 = 0u32;
                 let mut r139: u32 = 0u32;
                 let mut r140: u32 = 0u32;
@@ -53719,8 +53419,6 @@ fn barriers_group(
                     r133 = r131;
                     r134 = sh.ld_f32(u64::from(r129))?;
                     r135 = rt::bin_u32(BinOp::Add, r8, r63);
-                    r136 = rt::cmp(BinOp::Eq, r4, r17);
-                    r137 = if r136 { r63 } else { r4 };
                     r138 = rt::bin_u32(BinOp::Rem, r135, r137);
                     r139 = rt::bin_u32(BinOp::Mul, r138, r39);
                     r140 = rt::bin_u32(BinOp::Add, r17, r139);
@@ -53775,8 +53473,6 @@ fn barriers_group(
                 let mut r8 = l8[li];
                 let mut r126 = l126[li];
                 let mut r153: u32 = 0u32;
-                let mut r154: bool = false;
-                let mut r155: u32 = 0u32;
                 let mut r156: u32 = 0u32;
                 let mut r157: u32 = 0u32;
                 let mut r158: u32 = 0u32;
@@ -53787,8 +53483,6 @@ fn barriers_group(
                 let mut r163: f32 = 0.0f32;
                 'inv: {
                     r153 = rt::bin_u32(BinOp::Add, r8, r62);
-                    r154 = rt::cmp(BinOp::Eq, r4, r17);
-                    r155 = if r154 { r63 } else { r4 };
                     r156 = rt::bin_u32(BinOp::Rem, r153, r155);
                     r157 = rt::bin_u32(BinOp::Mul, r156, r39);
                     r158 = rt::bin_u32(BinOp::Add, r17, r157);
@@ -53836,7 +53530,6 @@ fn barriers_group(
                 let mut r8 = l8[li];
                 let mut r16 = l16[li];
                 let mut r19 = l19[li];
-                let mut r21 = l21[li];
                 let mut r26 = l26[li];
                 let mut r54 = l54[li];
                 let mut r166: bool = false;
@@ -53852,18 +53545,7 @@ fn barriers_group(
                 let mut r177: bool = false;
                 let mut r178: bool = false;
                 let mut r179: bool = false;
-                let mut r181: u64 = 0u64;
-                let mut r182: u64 = 0u64;
-                let mut r183: u64 = 0u64;
-                let mut r184: u32 = 0u32;
-                let mut r185: bool = false;
-                let mut r186: bool = false;
-                let mut r187: bool = false;
                 let mut r188: u32 = 0u32;
-                let mut r189: u64 = 0u64;
-                let mut r190: bool = false;
-                let mut r191: bool = false;
-                let mut r192: bool = false;
                 'inv: {
                     r166 = rt::cmp(BinOp::Lt, r26, r165);
                     if r166 {
@@ -53884,18 +53566,7 @@ fn barriers_group(
                     }
                     r179 = rt::cmp(BinOp::Eq, r8, r17);
                     if r179 {
-                        r181 = u64::from(r21);
-                        r182 = rt::bin_u64(BinOp::Mul, r181, r30);
-                        r183 = rt::bin_u64(BinOp::Add, r27, r182);
-                        r184 = rt::bin_u32(BinOp::Add, r38, r39);
-                        r185 = rt::cmp(BinOp::Le, r184, r91);
-                        r186 = rt::cmp(BinOp::Ge, r184, r38);
-                        r187 = r185;
                         r188 = sh.ld_u32(u64::from(r38))?;
-                        r189 = rt::bin_u64(BinOp::Add, r183, r30);
-                        r190 = rt::cmp(BinOp::Le, r189, r180);
-                        r191 = rt::cmp(BinOp::Ge, r189, r183);
-                        r192 = r190;
                         if r192 {
                             b2.st_u32(r183, r188)?;
                         }
