@@ -1,9 +1,9 @@
 //! `sum` of 2^24 f32 and `softmax_rows` of 4096 x 4096 f32, the shapes
 //! PyTorch is timed on (`make_torch_traces.py timings`: `sum_16M_f32_us`,
 //! `softmax_4096x4096_us`), launched and synchronised on every GPU device
-//! that runs here. The CPU runs both kernels on the WGSL interpreter
-//! (they synchronise their workgroups), which is not what these rows
-//! measure, so it is left out.
+//! that runs here. The CPU runs both kernels translated to Rust, which
+//! `crates/keel-wgsl/benches/rust.rs` times against scalar loops, so it
+//! is left out here.
 //!
 //! Run: `cargo bench --bench reduce`. Results in docs/BENCHMARKS.md.
 

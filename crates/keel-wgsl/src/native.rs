@@ -1,12 +1,14 @@
 //! The runtime of kernels translated to Rust ahead of time ([`crate::rust`]).
 //!
-//! A kernel without barriers or subgroup operations needs no lockstep:
-//! each invocation can run to its end before the next starts. The
-//! translator prints such a program as one Rust function per workgroup
-//! (a loop over its invocations, each an ordinary block of scalar Rust),
-//! which the including crate compiles with the rest of its code; this
-//! module gives that function its launch ([`Kernel::run`]), its memory
-//! ([`Ro`], [`Rw`], [`Private`], [`Part`], and the windows [`RoWindow`],
+//! A kernel without subgroup operations needs no lockstep: each
+//! invocation can run to its end (or, where the kernel has barriers, to
+//! its next barrier) before the next starts. The translator prints such a
+//! program as one Rust function per workgroup (loops over its
+//! invocations, each an ordinary block of scalar Rust), which the
+//! including crate compiles with the rest of its code; this module gives
+//! that function its launch ([`Kernel::run`]), its memory ([`Ro`],
+//! [`Rw`], [`Private`] for an invocation's arrays and the workgroup's
+//! memory, [`Part`], and the windows [`RoWindow`],
 //! [`RwWindow`] and [`PartWindow`] of a workgroup's accesses) and WGSL's
 //! scalar semantics (the free functions below), which the interpreter's
 //! lane kernels ([`crate::host`]) call too, so that both ends compute the

@@ -7,9 +7,11 @@
 //! function that runs one workgroup: a loop over its invocations, each one
 //! block of the program's statements with registers as typed `let mut`
 //! locals. Running invocations one after another, rather than in
-//! lockstep, is only sound without barriers and subgroup operations, so
-//! programs with those (and with workgroup memory, which only they make
-//! useful) are refused; the interpreter runs them.
+//! lockstep, is sound between two barriers; a program with barriers or
+//! workgroup memory is printed as one such loop per phase (`phases.rs`).
+//! Subgroup operations need the invocations in lockstep, so programs with
+//! them are refused, as are private arrays beside barriers; the
+//! interpreter runs those.
 //!
 //! Control flow maps one to one: `if` to `if`, a loop to a labelled
 //! `loop` whose body is a labelled block (`continue` leaves it, reaching
@@ -39,9 +41,9 @@ mod window;
 use crate::ir::{AtomicOp, BinOp, Builtin, Inst, Program, Reg, Space, Stmt, SubgroupOp, Ty};
 use window::{Check, Guarded, Plan};
 
-/// Why a program cannot be printed as Rust: it synchronizes its
-/// invocations (barriers, subgroups, workgroup memory), which only the
-/// interpreter runs, or it breaks a rule of the IR.
+/// Why a program cannot be printed as Rust: it uses subgroup operations
+/// (or private arrays beside barriers), which only the interpreter runs,
+/// or it breaks a rule of the IR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RustError {
     message: String,
