@@ -368,16 +368,10 @@ fn bench_reduce(n: usize, rows: usize, threads: usize) {
         sum,
         "the interpreter gives the same bits"
     );
-    println!(
-        "threads {threads}: sum of {n} f32: scalar loop {:8.3} ms, translated {:8.3} ms: \
-         {:.2}x [{:.2}, {:.2}]; interpreter {:8.3} ms ({:.2}x)",
-        ms(rust),
-        ms(gen_time),
-        ratios[ROUNDS / 2],
-        ratios[0],
-        ratios[ROUNDS - 1],
-        ms(host),
-        host.as_secs_f64() / rust.as_secs_f64(),
+    report(
+        &format!("threads {threads}: sum of {n} f32"),
+        &ratios,
+        [rust, gen_time, host],
     );
 
     const COLS: usize = 1024;
@@ -430,11 +424,21 @@ fn bench_reduce(n: usize, rows: usize, threads: usize) {
         run(&program, grid, &mut bufs, &params, &options).expect("the interpreter runs");
         black_box(&out);
     });
+    report(
+        &format!("threads {threads}: softmax_rows {rows}x{COLS}"),
+        &ratios,
+        [rust, gen_time, host],
+    );
+}
+
+/// Prints one line of [`bench_reduce`]: the loop's, the translation's
+/// and the interpreter's medians, and the paired ratios.
+fn report(what: &str, ratios: &[f64], [rust, translated, host]: [Duration; 3]) {
     println!(
-        "threads {threads}: softmax_rows {rows}x{COLS}: scalar loop {:8.3} ms, translated {:8.3} ms: \
-         {:.2}x [{:.2}, {:.2}]; interpreter {:8.3} ms ({:.2}x)",
+        "{what}: scalar loop {:8.3} ms, translated {:8.3} ms: {:.2}x [{:.2}, {:.2}]; \
+         interpreter {:8.3} ms ({:.2}x)",
         ms(rust),
-        ms(gen_time),
+        ms(translated),
         ratios[ROUNDS / 2],
         ratios[0],
         ratios[ROUNDS - 1],

@@ -716,6 +716,21 @@ pub(crate) fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {
 }
 
 impl Inst {
+    /// Whether the instruction is arithmetic: it touches no memory, cannot
+    /// fail, and its value is a function of its operands alone.
+    pub fn is_pure(&self) -> bool {
+        matches!(
+            self,
+            Inst::Mov { .. }
+                | Inst::Un { .. }
+                | Inst::Bin { .. }
+                | Inst::Fma { .. }
+                | Inst::Select { .. }
+                | Inst::Convert { .. }
+                | Inst::Bitcast { .. }
+        )
+    }
+
     /// Every register the instruction reads, guards included.
     pub fn reads(&self) -> Vec<Reg> {
         match *self {

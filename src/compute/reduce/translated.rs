@@ -36,27 +36,6 @@ fn sum_shared_group(
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l22 = [0u32; 256];
-    let mut l139 = [0u32; 256];
-    let mut l140 = [0u32; 256];
-    let mut l141 = [0u32; 256];
-    let mut l142 = [false; 256];
-    let mut l143 = [false; 256];
-    let mut l144 = [false; 256];
-    let mut l145 = [0.0f32; 256];
-    let mut l146 = [0u32; 256];
-    let mut l147 = [0u32; 256];
-    let mut l148 = [0u32; 256];
-    let mut l149 = [0u32; 256];
-    let mut l150 = [0u32; 256];
-    let mut l151 = [false; 256];
-    let mut l152 = [false; 256];
-    let mut l153 = [false; 256];
-    let mut l154 = [0.0f32; 256];
-    let mut l155 = [0.0f32; 256];
-    let mut l156 = [0u32; 256];
-    let mut l157 = [false; 256];
-    let mut l158 = [false; 256];
-    let mut l159 = [false; 256];
     let r0 = wid[0];
     let r1 = wid[1];
     let r2 = wid[2];
@@ -64,8 +43,6 @@ fn sum_shared_group(
     let r12 = 0x0u32;
     let r14 = f32::from_bits(0x0);
     let r21 = 0x80u32;
-    let r23 = p0;
-    let r24 = p1;
     let r30 = 0x1u32;
     let r39 = 0xfffffffcu32;
     let r48 = 0x0u64;
@@ -77,6 +54,28 @@ fn sum_shared_group(
     let r128 = 0x400u32;
     let r161 = 0x1fu32;
     let r165 = b1.len();
+    let r23 = p0;
+    let r24 = p1;
+    let r25 = rt::bin_u32(BinOp::Mul, r24, r6);
+    let r26 = rt::bin_u32(BinOp::Mul, r0, r6);
+    let r31 = rt::bin_u32(BinOp::Sub, r23, r30);
+    let r34 = rt::cmp(BinOp::Eq, r25, r12);
+    let r35 = if r34 { r30 } else { r25 };
+    let r71 = rt::bin_u32(BinOp::Mul, r70, r25);
+    let r83 = rt::bin_u32(BinOp::Mul, r82, r25);
+    let r99 = rt::bin_u32(BinOp::Mul, r98, r25);
+    let r162 = rt::bin_u32(BinOp::And, r30, r161);
+    let r166 = u64::from(r0);
+    let r167 = rt::bin_u64(BinOp::Mul, r166, r51);
+    let r168 = rt::bin_u64(BinOp::Add, r48, r167);
+    let r169 = rt::bin_u32(BinOp::Add, r12, r98);
+    let r170 = rt::cmp(BinOp::Le, r169, r128);
+    let r171 = rt::cmp(BinOp::Ge, r169, r12);
+    let r172 = r170;
+    let r174 = rt::bin_u64(BinOp::Add, r168, r51);
+    let r175 = rt::cmp(BinOp::Le, r174, r165);
+    let r176 = rt::cmp(BinOp::Ge, r174, r168);
+    let r177 = r175;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..256u32 {
@@ -121,16 +120,11 @@ fn sum_shared_group(
                 let mut r19: u32 = 0u32;
                 let mut r20: u32 = 0u32;
                 let mut r22 = l22[li];
-                let mut r25: u32 = 0u32;
-                let mut r26: u32 = 0u32;
                 let mut r27: u32 = 0u32;
                 let mut r28: u32 = 0u32;
                 let mut r29: bool = false;
-                let mut r31: u32 = 0u32;
                 let mut r32: u32 = 0u32;
                 let mut r33: u32 = 0u32;
-                let mut r34: bool = false;
-                let mut r35: u32 = 0u32;
                 let mut r36: u32 = 0u32;
                 let mut r37: u32 = 0u32;
                 let mut r38: u32 = 0u32;
@@ -161,7 +155,6 @@ fn sum_shared_group(
                 let mut r67: bool = false;
                 let mut r68: f32 = 0.0f32;
                 let mut r69: u32 = 0u32;
-                let mut r71: u32 = 0u32;
                 let mut r72: u32 = 0u32;
                 let mut r73: u64 = 0u64;
                 let mut r74: u64 = 0u64;
@@ -172,7 +165,6 @@ fn sum_shared_group(
                 let mut r79: bool = false;
                 let mut r80: f32 = 0.0f32;
                 let mut r81: u32 = 0u32;
-                let mut r83: u32 = 0u32;
                 let mut r84: u32 = 0u32;
                 let mut r85: u64 = 0u64;
                 let mut r86: u64 = 0u64;
@@ -187,7 +179,6 @@ fn sum_shared_group(
                 let mut r95: f32 = 0.0f32;
                 let mut r96: f32 = 0.0f32;
                 let mut r97: u32 = 0u32;
-                let mut r99: u32 = 0u32;
                 let mut r100: u32 = 0u32;
                 let mut r101: u32 = 0u32;
                 let mut r102: u32 = 0u32;
@@ -232,18 +223,13 @@ fn sum_shared_group(
                     r19 = r12;
                     r20 = r12;
                     r22 = r21;
-                    r25 = rt::bin_u32(BinOp::Mul, r24, r6);
-                    r26 = rt::bin_u32(BinOp::Mul, r0, r6);
                     r27 = rt::bin_u32(BinOp::Add, r26, r10);
                     r11 = r27;
                     r28 = r11;
                     r29 = rt::cmp(BinOp::Lt, r28, r23);
                     if r29 {
-                        r31 = rt::bin_u32(BinOp::Sub, r23, r30);
                         r32 = r11;
                         r33 = rt::bin_u32(BinOp::Sub, r31, r32);
-                        r34 = rt::cmp(BinOp::Eq, r25, r12);
-                        r35 = if r34 { r30 } else { r25 };
                         r36 = rt::bin_u32(BinOp::Div, r33, r35);
                         r37 = rt::bin_u32(BinOp::Add, r36, r30);
                         r13 = r37;
@@ -282,7 +268,6 @@ fn sum_shared_group(
                             r67 = r65;
                             r68 = if r67 { b0.ld_f32(r63)? } else { 0.0f32 };
                             r69 = r11;
-                            r71 = rt::bin_u32(BinOp::Mul, r70, r25);
                             r72 = rt::bin_u32(BinOp::Add, r69, r71);
                             r73 = u64::from(r72);
                             r74 = rt::bin_u64(BinOp::Mul, r73, r51);
@@ -293,7 +278,6 @@ fn sum_shared_group(
                             r79 = r77;
                             r80 = if r79 { b0.ld_f32(r75)? } else { 0.0f32 };
                             r81 = r11;
-                            r83 = rt::bin_u32(BinOp::Mul, r82, r25);
                             r84 = rt::bin_u32(BinOp::Add, r81, r83);
                             r85 = u64::from(r84);
                             r86 = rt::bin_u64(BinOp::Mul, r85, r51);
@@ -312,7 +296,6 @@ fn sum_shared_group(
                             r17 = r95;
                             r18 = r96;
                             r97 = r11;
-                            r99 = rt::bin_u32(BinOp::Mul, r98, r25);
                             r100 = rt::bin_u32(BinOp::Add, r97, r99);
                             r11 = r100;
                         }
@@ -384,27 +367,27 @@ fn sum_shared_group(
                     let mut r136: bool = false;
                     let mut r137: u32 = 0u32;
                     let mut r138: bool = false;
-                    let mut r139 = l139[li];
-                    let mut r140 = l140[li];
-                    let mut r141 = l141[li];
-                    let mut r142 = l142[li];
-                    let mut r143 = l143[li];
-                    let mut r144 = l144[li];
-                    let mut r145 = l145[li];
-                    let mut r146 = l146[li];
-                    let mut r147 = l147[li];
-                    let mut r148 = l148[li];
-                    let mut r149 = l149[li];
-                    let mut r150 = l150[li];
-                    let mut r151 = l151[li];
-                    let mut r152 = l152[li];
-                    let mut r153 = l153[li];
-                    let mut r154 = l154[li];
-                    let mut r155 = l155[li];
-                    let mut r156 = l156[li];
-                    let mut r157 = l157[li];
-                    let mut r158 = l158[li];
-                    let mut r159 = l159[li];
+                    let mut r139: u32 = 0u32;
+                    let mut r140: u32 = 0u32;
+                    let mut r141: u32 = 0u32;
+                    let mut r142: bool = false;
+                    let mut r143: bool = false;
+                    let mut r144: bool = false;
+                    let mut r145: f32 = 0.0f32;
+                    let mut r146: u32 = 0u32;
+                    let mut r147: u32 = 0u32;
+                    let mut r148: u32 = 0u32;
+                    let mut r149: u32 = 0u32;
+                    let mut r150: u32 = 0u32;
+                    let mut r151: bool = false;
+                    let mut r152: bool = false;
+                    let mut r153: bool = false;
+                    let mut r154: f32 = 0.0f32;
+                    let mut r155: f32 = 0.0f32;
+                    let mut r156: u32 = 0u32;
+                    let mut r157: bool = false;
+                    let mut r158: bool = false;
+                    let mut r159: bool = false;
                     'inv: {
                         r135 = r22;
                         r136 = rt::cmp(BinOp::Gt, r135, r12);
@@ -444,27 +427,6 @@ fn sum_shared_group(
                             sh.st_f32(u64::from(r140), r155)?;
                         }
                     }
-                    l139[li] = r139;
-                    l140[li] = r140;
-                    l141[li] = r141;
-                    l142[li] = r142;
-                    l143[li] = r143;
-                    l144[li] = r144;
-                    l145[li] = r145;
-                    l146[li] = r146;
-                    l147[li] = r147;
-                    l148[li] = r148;
-                    l149[li] = r149;
-                    l150[li] = r150;
-                    l151[li] = r151;
-                    l152[li] = r152;
-                    l153[li] = r153;
-                    l154[li] = r154;
-                    l155[li] = r155;
-                    l156[li] = r156;
-                    l157[li] = r157;
-                    l158[li] = r158;
-                    l159[li] = r159;
                 }
             }
         }
@@ -479,11 +441,9 @@ fn sum_shared_group(
                     }
                     let mut r22 = l22[li];
                     let mut r160: u32 = 0u32;
-                    let mut r162: u32 = 0u32;
                     let mut r163: u32 = 0u32;
                     'inv: {
                         r160 = r22;
-                        r162 = rt::bin_u32(BinOp::And, r30, r161);
                         r163 = rt::bin_u32(BinOp::Shr, r160, r162);
                         r22 = r163;
                     }
@@ -505,33 +465,11 @@ fn sum_shared_group(
                 }
                 let mut r10 = l10[li];
                 let mut r164: bool = false;
-                let mut r166: u64 = 0u64;
-                let mut r167: u64 = 0u64;
-                let mut r168: u64 = 0u64;
-                let mut r169: u32 = 0u32;
-                let mut r170: bool = false;
-                let mut r171: bool = false;
-                let mut r172: bool = false;
                 let mut r173: f32 = 0.0f32;
-                let mut r174: u64 = 0u64;
-                let mut r175: bool = false;
-                let mut r176: bool = false;
-                let mut r177: bool = false;
                 'inv: {
                     r164 = rt::cmp(BinOp::Eq, r10, r12);
                     if r164 {
-                        r166 = u64::from(r0);
-                        r167 = rt::bin_u64(BinOp::Mul, r166, r51);
-                        r168 = rt::bin_u64(BinOp::Add, r48, r167);
-                        r169 = rt::bin_u32(BinOp::Add, r12, r98);
-                        r170 = rt::cmp(BinOp::Le, r169, r128);
-                        r171 = rt::cmp(BinOp::Ge, r169, r12);
-                        r172 = r170;
                         r173 = sh.ld_f32(u64::from(r12))?;
-                        r174 = rt::bin_u64(BinOp::Add, r168, r51);
-                        r175 = rt::cmp(BinOp::Le, r174, r165);
-                        r176 = rt::cmp(BinOp::Ge, r174, r168);
-                        r177 = r175;
                         if r177 {
                             b1.st_f32(r168, r173)?;
                         }
@@ -586,59 +524,12 @@ fn softmax_rows_group(
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
     sh.clear();
-    let mut st = vec![0u32; 256];
-    let mut l10 = vec![0u32; 256];
-    let mut l13 = vec![0u32; 256];
-    let mut l16 = vec![0u32; 256];
-    let mut l18 = vec![0.0f32; 256];
-    let mut l19 = vec![0u32; 256];
-    let mut l26 = vec![0u32; 256];
-    let mut l29 = vec![0u32; 256];
-    let mut l115 = vec![0u32; 256];
-    let mut l116 = vec![0u32; 256];
-    let mut l117 = vec![0u32; 256];
-    let mut l118 = vec![0u32; 256];
-    let mut l119 = vec![0u32; 256];
-    let mut l120 = vec![false; 256];
-    let mut l121 = vec![false; 256];
-    let mut l122 = vec![false; 256];
-    let mut l123 = vec![0.0f32; 256];
-    let mut l124 = vec![0u32; 256];
-    let mut l125 = vec![0u32; 256];
-    let mut l126 = vec![0u32; 256];
-    let mut l127 = vec![0u32; 256];
-    let mut l128 = vec![0u32; 256];
-    let mut l129 = vec![false; 256];
-    let mut l130 = vec![false; 256];
-    let mut l131 = vec![false; 256];
-    let mut l132 = vec![0.0f32; 256];
-    let mut l133 = vec![0.0f32; 256];
-    let mut l134 = vec![0u32; 256];
-    let mut l135 = vec![false; 256];
-    let mut l136 = vec![false; 256];
-    let mut l137 = vec![false; 256];
-    let mut l147 = vec![0.0f32; 256];
-    let mut l246 = vec![0u32; 256];
-    let mut l247 = vec![0u32; 256];
-    let mut l248 = vec![0u32; 256];
-    let mut l249 = vec![false; 256];
-    let mut l250 = vec![false; 256];
-    let mut l251 = vec![false; 256];
-    let mut l252 = vec![0.0f32; 256];
-    let mut l253 = vec![0u32; 256];
-    let mut l254 = vec![0u32; 256];
-    let mut l255 = vec![0u32; 256];
-    let mut l256 = vec![0u32; 256];
-    let mut l257 = vec![0u32; 256];
-    let mut l258 = vec![false; 256];
-    let mut l259 = vec![false; 256];
-    let mut l260 = vec![false; 256];
-    let mut l261 = vec![0.0f32; 256];
-    let mut l262 = vec![0.0f32; 256];
-    let mut l263 = vec![0u32; 256];
-    let mut l264 = vec![false; 256];
-    let mut l265 = vec![false; 256];
-    let mut l266 = vec![false; 256];
+    let mut st = [0u32; 256];
+    let mut l10 = [0u32; 256];
+    let mut l16 = [0u32; 256];
+    let mut l18 = [0.0f32; 256];
+    let mut l19 = [0u32; 256];
+    let mut l147 = [0.0f32; 256];
     let r0 = wid[0];
     let r1 = wid[1];
     let r2 = wid[2];
@@ -648,8 +539,6 @@ fn softmax_rows_group(
     let r15 = 0x80u32;
     let r17 = f32::from_bits(0x0);
     let r20 = 0xffffu32;
-    let r23 = p0;
-    let r25 = p1;
     let r27 = 0x300u32;
     let r34 = 0x0u64;
     let r35 = b0.len();
@@ -661,6 +550,24 @@ fn softmax_rows_group(
     let r140 = 0x1fu32;
     let r195 = f32::from_bits(0x3fb8aa3b);
     let r322 = b1.len();
+    let r21 = rt::bin_u32(BinOp::Mul, r1, r20);
+    let r22 = rt::bin_u32(BinOp::Add, r0, r21);
+    let r23 = p0;
+    let r24 = rt::cmp(BinOp::Ge, r22, r23);
+    let r25 = p1;
+    let r26 = rt::bin_u32(BinOp::Mul, r22, r25);
+    let r28 = rt::bin_u32(BinOp::Min, r25, r27);
+    let r29 = rt::bin_u32(BinOp::Sub, r25, r28);
+    let r141 = rt::bin_u32(BinOp::And, r139, r140);
+    let r143 = rt::bin_u32(BinOp::Add, r14, r103);
+    let r144 = rt::cmp(BinOp::Le, r143, r85);
+    let r145 = rt::cmp(BinOp::Ge, r143, r14);
+    let r146 = r144;
+    let r268 = rt::bin_u32(BinOp::And, r139, r140);
+    let r270 = rt::bin_u32(BinOp::Add, r14, r103);
+    let r271 = rt::cmp(BinOp::Le, r270, r85);
+    let r272 = rt::cmp(BinOp::Ge, r270, r14);
+    let r273 = r271;
     for lz in 0..1u32 {
         for ly in 0..1u32 {
             for lx in 0..256u32 {
@@ -697,16 +604,10 @@ fn softmax_rows_group(
                 }
                 let mut r10 = l10[li];
                 let mut r12: f32 = 0.0f32;
-                let mut r13 = l13[li];
+                let mut r13: u32 = 0u32;
                 let mut r16 = l16[li];
                 let mut r18 = l18[li];
                 let mut r19 = l19[li];
-                let mut r21: u32 = 0u32;
-                let mut r22: u32 = 0u32;
-                let mut r24: bool = false;
-                let mut r26 = l26[li];
-                let mut r28: u32 = 0u32;
-                let mut r29 = l29[li];
                 let mut r30: u32 = 0u32;
                 let mut r31: bool = false;
                 let mut r32: u32 = 0u32;
@@ -788,16 +689,10 @@ fn softmax_rows_group(
                     r16 = r15;
                     r18 = r17;
                     r19 = r15;
-                    r21 = rt::bin_u32(BinOp::Mul, r1, r20);
-                    r22 = rt::bin_u32(BinOp::Add, r0, r21);
-                    r24 = rt::cmp(BinOp::Ge, r22, r23);
                     if r24 {
                         st[li] = u32::MAX;
                         break 'inv;
                     }
-                    r26 = rt::bin_u32(BinOp::Mul, r22, r25);
-                    r28 = rt::bin_u32(BinOp::Min, r25, r27);
-                    r29 = rt::bin_u32(BinOp::Sub, r25, r28);
                     r13 = r10;
                     'l0: loop {
                         'c0: {
@@ -896,12 +791,9 @@ fn softmax_rows_group(
                     r110 = r108;
                     sh.st_f32(u64::from(r105), r106)?;
                 }
-                l13[li] = r13;
                 l16[li] = r16;
                 l18[li] = r18;
                 l19[li] = r19;
-                l26[li] = r26;
-                l29[li] = r29;
             }
         }
     }
@@ -920,29 +812,29 @@ fn softmax_rows_group(
                     let mut r112: bool = false;
                     let mut r113: u32 = 0u32;
                     let mut r114: bool = false;
-                    let mut r115 = l115[li];
-                    let mut r116 = l116[li];
-                    let mut r117 = l117[li];
-                    let mut r118 = l118[li];
-                    let mut r119 = l119[li];
-                    let mut r120 = l120[li];
-                    let mut r121 = l121[li];
-                    let mut r122 = l122[li];
-                    let mut r123 = l123[li];
-                    let mut r124 = l124[li];
-                    let mut r125 = l125[li];
-                    let mut r126 = l126[li];
-                    let mut r127 = l127[li];
-                    let mut r128 = l128[li];
-                    let mut r129 = l129[li];
-                    let mut r130 = l130[li];
-                    let mut r131 = l131[li];
-                    let mut r132 = l132[li];
-                    let mut r133 = l133[li];
-                    let mut r134 = l134[li];
-                    let mut r135 = l135[li];
-                    let mut r136 = l136[li];
-                    let mut r137 = l137[li];
+                    let mut r115: u32 = 0u32;
+                    let mut r116: u32 = 0u32;
+                    let mut r117: u32 = 0u32;
+                    let mut r118: u32 = 0u32;
+                    let mut r119: u32 = 0u32;
+                    let mut r120: bool = false;
+                    let mut r121: bool = false;
+                    let mut r122: bool = false;
+                    let mut r123: f32 = 0.0f32;
+                    let mut r124: u32 = 0u32;
+                    let mut r125: u32 = 0u32;
+                    let mut r126: u32 = 0u32;
+                    let mut r127: u32 = 0u32;
+                    let mut r128: u32 = 0u32;
+                    let mut r129: bool = false;
+                    let mut r130: bool = false;
+                    let mut r131: bool = false;
+                    let mut r132: f32 = 0.0f32;
+                    let mut r133: f32 = 0.0f32;
+                    let mut r134: u32 = 0u32;
+                    let mut r135: bool = false;
+                    let mut r136: bool = false;
+                    let mut r137: bool = false;
                     'inv: {
                         r111 = r16;
                         r112 = rt::cmp(BinOp::Gt, r111, r14);
@@ -984,29 +876,6 @@ fn softmax_rows_group(
                             sh.st_f32(u64::from(r116), r133)?;
                         }
                     }
-                    l115[li] = r115;
-                    l116[li] = r116;
-                    l117[li] = r117;
-                    l118[li] = r118;
-                    l119[li] = r119;
-                    l120[li] = r120;
-                    l121[li] = r121;
-                    l122[li] = r122;
-                    l123[li] = r123;
-                    l124[li] = r124;
-                    l125[li] = r125;
-                    l126[li] = r126;
-                    l127[li] = r127;
-                    l128[li] = r128;
-                    l129[li] = r129;
-                    l130[li] = r130;
-                    l131[li] = r131;
-                    l132[li] = r132;
-                    l133[li] = r133;
-                    l134[li] = r134;
-                    l135[li] = r135;
-                    l136[li] = r136;
-                    l137[li] = r137;
                 }
             }
         }
@@ -1021,11 +890,9 @@ fn softmax_rows_group(
                     }
                     let mut r16 = l16[li];
                     let mut r138: u32 = 0u32;
-                    let mut r141: u32 = 0u32;
                     let mut r142: u32 = 0u32;
                     'inv: {
                         r138 = r16;
-                        r141 = rt::bin_u32(BinOp::And, r139, r140);
                         r142 = rt::bin_u32(BinOp::Shr, r138, r141);
                         r16 = r142;
                     }
@@ -1045,16 +912,8 @@ fn softmax_rows_group(
                 if st[li] != 0 {
                     continue;
                 }
-                let mut r143: u32 = 0u32;
-                let mut r144: bool = false;
-                let mut r145: bool = false;
-                let mut r146: bool = false;
                 let mut r147 = l147[li];
                 'inv: {
-                    r143 = rt::bin_u32(BinOp::Add, r14, r103);
-                    r144 = rt::cmp(BinOp::Le, r143, r85);
-                    r145 = rt::cmp(BinOp::Ge, r143, r14);
-                    r146 = r144;
                     r147 = sh.ld_f32(u64::from(r14))?;
                 }
                 l147[li] = r147;
@@ -1070,10 +929,8 @@ fn softmax_rows_group(
                     continue;
                 }
                 let mut r10 = l10[li];
-                let mut r13 = l13[li];
+                let mut r13: u32 = 0u32;
                 let mut r18 = l18[li];
-                let mut r26 = l26[li];
-                let mut r29 = l29[li];
                 let mut r147 = l147[li];
                 let mut r148: u32 = 0u32;
                 let mut r149: bool = false;
@@ -1288,7 +1145,6 @@ fn softmax_rows_group(
                     r241 = r239;
                     sh.st_f32(u64::from(r236), r237)?;
                 }
-                l13[li] = r13;
                 l18[li] = r18;
             }
         }
@@ -1308,27 +1164,27 @@ fn softmax_rows_group(
                     let mut r243: bool = false;
                     let mut r244: u32 = 0u32;
                     let mut r245: bool = false;
-                    let mut r246 = l246[li];
-                    let mut r247 = l247[li];
-                    let mut r248 = l248[li];
-                    let mut r249 = l249[li];
-                    let mut r250 = l250[li];
-                    let mut r251 = l251[li];
-                    let mut r252 = l252[li];
-                    let mut r253 = l253[li];
-                    let mut r254 = l254[li];
-                    let mut r255 = l255[li];
-                    let mut r256 = l256[li];
-                    let mut r257 = l257[li];
-                    let mut r258 = l258[li];
-                    let mut r259 = l259[li];
-                    let mut r260 = l260[li];
-                    let mut r261 = l261[li];
-                    let mut r262 = l262[li];
-                    let mut r263 = l263[li];
-                    let mut r264 = l264[li];
-                    let mut r265 = l265[li];
-                    let mut r266 = l266[li];
+                    let mut r246: u32 = 0u32;
+                    let mut r247: u32 = 0u32;
+                    let mut r248: u32 = 0u32;
+                    let mut r249: bool = false;
+                    let mut r250: bool = false;
+                    let mut r251: bool = false;
+                    let mut r252: f32 = 0.0f32;
+                    let mut r253: u32 = 0u32;
+                    let mut r254: u32 = 0u32;
+                    let mut r255: u32 = 0u32;
+                    let mut r256: u32 = 0u32;
+                    let mut r257: u32 = 0u32;
+                    let mut r258: bool = false;
+                    let mut r259: bool = false;
+                    let mut r260: bool = false;
+                    let mut r261: f32 = 0.0f32;
+                    let mut r262: f32 = 0.0f32;
+                    let mut r263: u32 = 0u32;
+                    let mut r264: bool = false;
+                    let mut r265: bool = false;
+                    let mut r266: bool = false;
                     'inv: {
                         r242 = r19;
                         r243 = rt::cmp(BinOp::Gt, r242, r14);
@@ -1368,27 +1224,6 @@ fn softmax_rows_group(
                             sh.st_f32(u64::from(r247), r262)?;
                         }
                     }
-                    l246[li] = r246;
-                    l247[li] = r247;
-                    l248[li] = r248;
-                    l249[li] = r249;
-                    l250[li] = r250;
-                    l251[li] = r251;
-                    l252[li] = r252;
-                    l253[li] = r253;
-                    l254[li] = r254;
-                    l255[li] = r255;
-                    l256[li] = r256;
-                    l257[li] = r257;
-                    l258[li] = r258;
-                    l259[li] = r259;
-                    l260[li] = r260;
-                    l261[li] = r261;
-                    l262[li] = r262;
-                    l263[li] = r263;
-                    l264[li] = r264;
-                    l265[li] = r265;
-                    l266[li] = r266;
                 }
             }
         }
@@ -1403,11 +1238,9 @@ fn softmax_rows_group(
                     }
                     let mut r19 = l19[li];
                     let mut r267: u32 = 0u32;
-                    let mut r268: u32 = 0u32;
                     let mut r269: u32 = 0u32;
                     'inv: {
                         r267 = r19;
-                        r268 = rt::bin_u32(BinOp::And, r139, r140);
                         r269 = rt::bin_u32(BinOp::Shr, r267, r268);
                         r19 = r269;
                     }
@@ -1428,14 +1261,8 @@ fn softmax_rows_group(
                     continue;
                 }
                 let mut r10 = l10[li];
-                let mut r13 = l13[li];
-                let mut r26 = l26[li];
-                let mut r29 = l29[li];
+                let mut r13: u32 = 0u32;
                 let mut r147 = l147[li];
-                let mut r270: u32 = 0u32;
-                let mut r271: bool = false;
-                let mut r272: bool = false;
-                let mut r273: bool = false;
                 let mut r274: f32 = 0.0f32;
                 let mut r275: u32 = 0u32;
                 let mut r276: bool = false;
@@ -1567,10 +1394,6 @@ fn softmax_rows_group(
                 let mut r403: u32 = 0u32;
                 let mut r404: u32 = 0u32;
                 'inv: {
-                    r270 = rt::bin_u32(BinOp::Add, r14, r103);
-                    r271 = rt::cmp(BinOp::Le, r270, r85);
-                    r272 = rt::cmp(BinOp::Ge, r270, r14);
-                    r273 = r271;
                     r274 = sh.ld_f32(u64::from(r14))?;
                     r13 = r10;
                     'l4: loop {
@@ -1738,7 +1561,6 @@ fn softmax_rows_group(
                     st[li] = u32::MAX;
                     break 'inv;
                 }
-                l13[li] = r13;
             }
         }
     }

@@ -162,17 +162,7 @@ fn uniforms(p: &Program) -> Vec<bool> {
                 what,
                 Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_)
             ),
-            Inst::Mov { .. }
-            | Inst::Un { .. }
-            | Inst::Bin { .. }
-            | Inst::Fma { .. }
-            | Inst::Select { .. }
-            | Inst::Convert { .. }
-            | Inst::Bitcast { .. } => of_uniforms(inst.reads()),
-            Inst::Load { .. }
-            | Inst::Store { .. }
-            | Inst::Atomic { .. }
-            | Inst::Subgroup { .. } => false,
+            _ => inst.is_pure() && of_uniforms(inst.reads()),
         };
         marked[d.index()] = uniform;
     });

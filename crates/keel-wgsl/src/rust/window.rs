@@ -465,15 +465,10 @@ fn index(steps: Steps, min: i128) -> String {
 
 /// The registers a pure instruction reads.
 fn operands(inst: &Inst) -> Vec<Reg> {
-    match *inst {
-        Inst::Mov { src: a, .. }
-        | Inst::Un { a, .. }
-        | Inst::Convert { a, .. }
-        | Inst::Bitcast { a, .. } => vec![a],
-        Inst::Bin { a, b, .. } => vec![a, b],
-        Inst::Fma { a, b, c, .. } => vec![a, b, c],
-        Inst::Select { cond, a, b, .. } => vec![cond, a, b],
-        _ => Vec::new(),
+    if inst.is_pure() {
+        inst.reads()
+    } else {
+        Vec::new()
     }
 }
 
