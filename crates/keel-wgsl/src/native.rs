@@ -108,6 +108,9 @@ pub struct Group {
     id: [u32; 3],
     private: Private,
     shared: Private,
+    /// Per invocation, its private memory, where a kernel with barriers
+    /// keeps it across phases.
+    privates: Vec<Private>,
 }
 
 /// An access that no guard covers outside its memory (a lowering bug), a
@@ -236,6 +239,7 @@ impl Kernel {
             id: [0; 3],
             private: Private::new(self.private_bytes, "private memory"),
             shared: Private::new(self.shared_bytes, "workgroup memory"),
+            privates: Vec::new(),
         }
     }
 
@@ -470,11 +474,18 @@ impl Group {
         (self.id, &mut self.private)
     }
 
-    /// `workgroup_id`, and the workgroup's memory (`var<workgroup>`),
-    /// which a kernel with barriers zeroes before its first phase.
+    /// For a workgroup of `invocations` run in phases: `workgroup_id`,
+    /// the workgroup's memory (`var<workgroup>`), and each invocation's
+    /// private memory, all zeroed.
     #[inline]
-    pub fn workgroup(&mut self) -> ([u32; 3], &mut Private) {
-        (self.id, &mut self.shared)
+    pub fn phases(&mut self, invocations: usize) -> ([u32; 3], &mut Private, &mut [Private]) {
+        self.shared.clear();
+        if self.private.len > 0 {
+            self.privates
+                .resize_with(invocations, || self.private.clone());
+            self.privates.iter_mut().for_each(Private::clear);
+        }
+        (self.id, &mut self.shared, &mut self.privates)
     }
 }
 

@@ -448,7 +448,11 @@ impl Emitter<'_> {
             "    use keel_wgsl::native::{{self as rt, AtomicOp, BinOp, UnOp}};"
         );
         if phases {
-            let _ = writeln!(o, "    let (wid, sh) = wg.workgroup();");
+            let _ = writeln!(
+                o,
+                "    let (wid, sh, pvs) = wg.phases({});",
+                self.p.invocations()
+            );
         } else {
             let _ = writeln!(o, "    let (wid, pv) = wg.parts();");
         }

@@ -26,13 +26,12 @@ fn sum_shared_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(256);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
-    sh.clear();
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l22 = [0u32; 256];
@@ -517,13 +516,12 @@ fn softmax_rows_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(256);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
-    sh.clear();
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l16 = [0u32; 256];

@@ -310,13 +310,6 @@ impl Emitter<'_> {
     /// Prints the program in phases: its static, launch function and
     /// workgroup function.
     pub(super) fn phased(&mut self) -> Result<String, RustError> {
-        if self.p.private_bytes > 0 {
-            return Err(self.err(
-                "keeps arrays in private memory besides barriers or workgroup memory, \
-                 which the Rust translation does not cover; the interpreter \
-                 (`keel_wgsl::host::run`) runs it",
-            ));
-        }
         let homes = homes(self.p);
         let mut uniforms = String::new();
         std::mem::swap(&mut self.out, &mut uniforms);
@@ -359,7 +352,6 @@ impl Emitter<'_> {
         );
         self.bindings(&[], true);
         self.depth = 1;
-        self.line("sh.clear();");
         let invocations = self.p.invocations() as usize;
         let homes = self
             .phased
@@ -535,6 +527,9 @@ impl Emitter<'_> {
         self.line("if st[li] != 0 {");
         self.line("    continue;");
         self.line("}");
+        if self.p.private_bytes > 0 {
+            self.line("let pv = &mut pvs[li];");
+        }
         for &r in &used {
             let ty = self.ty(r)?;
             match self.home(r) {

@@ -50858,11 +50858,10 @@ fn shared_sum_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(64);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
-    sh.clear();
     let mut st = [0u32; 64];
     let mut l7 = [0u32; 64];
     let mut l12 = [0u32; 64];
@@ -51128,11 +51127,10 @@ fn atomics_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(64);
     let grid = cx.grid();
     let b0 = cx.rw(0)?;
     let b1 = cx.rw(1)?;
-    sh.clear();
     let mut st = [0u32; 64];
     let mut l4 = [0u32; 64];
     let mut l17 = [0u32; 64];
@@ -51374,13 +51372,12 @@ fn sum_shared_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(256);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
-    sh.clear();
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l22 = [0u32; 256];
@@ -51865,13 +51862,12 @@ fn softmax_rows_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(256);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
-    sh.clear();
     let mut st = [0u32; 256];
     let mut l10 = [0u32; 256];
     let mut l16 = [0u32; 256];
@@ -52942,14 +52938,13 @@ fn barriers_group(
     wg: &mut keel_wgsl::native::Group,
 ) -> Result<(), keel_wgsl::native::Fault> {
     use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
-    let (wid, sh) = wg.workgroup();
+    let (wid, sh, pvs) = wg.phases(32);
     let grid = cx.grid();
     let b0 = cx.ro(0)?;
     let b1 = cx.rw(1)?;
     let b2 = cx.rw(2)?;
     let p0 = cx.param(0)?;
     let p1 = cx.param(1)?;
-    sh.clear();
     let mut st = [0u32; 32];
     let mut l0 = [0u32; 32];
     let mut l1 = [0u32; 32];
@@ -53584,6 +53579,318 @@ fn barriers_group(
     Ok(())
 }
 
+/// `private_barrier`, translated from WGSL: workgroups of 64x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static PRIVATE_BARRIER: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "private_barrier",
+    workgroup_size: [64, 1, 1],
+    read_only: &[false],
+    param_bytes: 0,
+    private_bytes: 32,
+    shared_bytes: 256,
+    ops: 121,
+    group: private_barrier_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `private_barrier` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn private_barrier(
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+) -> Result<(), String> {
+    PRIVATE_BARRIER.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn private_barrier_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh, pvs) = wg.phases(64);
+    let grid = cx.grid();
+    let b0 = cx.rw(0)?;
+    let mut st = [0u32; 64];
+    let mut l7 = [0u32; 64];
+    let mut l15 = [0u32; 64];
+    let r3 = 0x40u32;
+    let r8 = wid[0];
+    let r9 = wid[1];
+    let r10 = wid[2];
+    let r11 = 0x0u32;
+    let r12 = 0x20u32;
+    let r17 = 0x8u32;
+    let r19 = 0x0u64;
+    let r20 = b0.len();
+    let r22 = 0x4u64;
+    let r32 = 0x1u32;
+    let r36 = 0x4u32;
+    let r54 = 0x100u32;
+    let r82 = 0x3fu32;
+    let r14 = rt::bin_u32(BinOp::Mul, r8, r3);
+    let r33 = rt::cmp(BinOp::Eq, r17, r11);
+    let r34 = if r33 { r32 } else { r17 };
+    let r65 = rt::cmp(BinOp::Eq, r17, r11);
+    let r66 = if r65 { r32 } else { r17 };
+    let r91 = rt::cmp(BinOp::Eq, r17, r11);
+    let r92 = if r91 { r32 } else { r17 };
+    let r102 = rt::cmp(BinOp::Eq, r3, r11);
+    let r103 = if r102 { r32 } else { r3 };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let pv = &mut pvs[li];
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7 = l7[li];
+                'inv: {
+                    r0 = lx;
+                    r1 = ly;
+                    r2 = lz;
+                    r4 = rt::bin_u32(BinOp::Mul, r1, r3);
+                    r5 = rt::bin_u32(BinOp::Mul, r2, r3);
+                    r6 = rt::bin_u32(BinOp::Add, r0, r4);
+                    r7 = rt::bin_u32(BinOp::Add, r6, r5);
+                }
+                l7[li] = r7;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let pv = &mut pvs[li];
+                let mut r7 = l7[li];
+                let mut r13: u32 = 0u32;
+                let mut r15 = l15[li];
+                let mut r16: u32 = 0u32;
+                let mut r18: bool = false;
+                let mut r21: u64 = 0u64;
+                let mut r23: u64 = 0u64;
+                let mut r24: u64 = 0u64;
+                let mut r25: u64 = 0u64;
+                let mut r26: bool = false;
+                let mut r27: bool = false;
+                let mut r28: bool = false;
+                let mut r29: u32 = 0u32;
+                let mut r30: u32 = 0u32;
+                let mut r31: u32 = 0u32;
+                let mut r35: u32 = 0u32;
+                let mut r37: u32 = 0u32;
+                let mut r38: u32 = 0u32;
+                let mut r39: u32 = 0u32;
+                let mut r40: bool = false;
+                let mut r41: bool = false;
+                let mut r42: bool = false;
+                let mut r43: u32 = 0u32;
+                let mut r44: u32 = 0u32;
+                let mut r45: u32 = 0u32;
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u32 = 0u32;
+                let mut r49: bool = false;
+                let mut r50: bool = false;
+                let mut r51: bool = false;
+                let mut r52: u32 = 0u32;
+                let mut r53: u32 = 0u32;
+                let mut r55: u32 = 0u32;
+                let mut r56: u32 = 0u32;
+                let mut r57: u64 = 0u64;
+                let mut r58: u64 = 0u64;
+                let mut r59: u64 = 0u64;
+                let mut r60: u64 = 0u64;
+                let mut r61: bool = false;
+                let mut r62: bool = false;
+                let mut r63: bool = false;
+                let mut r64: u32 = 0u32;
+                let mut r67: u32 = 0u32;
+                let mut r68: u32 = 0u32;
+                let mut r69: u32 = 0u32;
+                let mut r70: u32 = 0u32;
+                let mut r71: bool = false;
+                let mut r72: bool = false;
+                let mut r73: bool = false;
+                let mut r74: u32 = 0u32;
+                let mut r75: u32 = 0u32;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: bool = false;
+                'inv: {
+                    r13 = r11;
+                    r15 = rt::bin_u32(BinOp::Add, r14, r7);
+                    'l0: loop {
+                        'c0: {
+                            r16 = r13;
+                            r18 = rt::cmp(BinOp::Lt, r16, r17);
+                            if r18 {
+                            } else {
+                                break 'l0;
+                            }
+                            r21 = u64::from(r15);
+                            r23 = rt::bin_u64(BinOp::Mul, r21, r22);
+                            r24 = rt::bin_u64(BinOp::Add, r19, r23);
+                            r25 = rt::bin_u64(BinOp::Add, r24, r22);
+                            r26 = rt::cmp(BinOp::Le, r25, r20);
+                            r27 = rt::cmp(BinOp::Ge, r25, r24);
+                            r28 = r26;
+                            r29 = if r28 { b0.ld_u32(r24)? } else { 0u32 };
+                            r30 = r13;
+                            r31 = rt::bin_u32(BinOp::Add, r29, r30);
+                            r35 = rt::bin_u32(BinOp::Rem, r31, r34);
+                            r37 = rt::bin_u32(BinOp::Mul, r35, r36);
+                            r38 = rt::bin_u32(BinOp::Add, r11, r37);
+                            r39 = rt::bin_u32(BinOp::Add, r38, r36);
+                            r40 = rt::cmp(BinOp::Le, r39, r12);
+                            r41 = rt::cmp(BinOp::Ge, r39, r38);
+                            r42 = r40;
+                            r43 = pv.ld_u32(u64::from(r38))?;
+                            r44 = rt::bin_u32(BinOp::Mul, r7, r17);
+                            r45 = r13;
+                            r46 = rt::bin_u32(BinOp::Add, r44, r45);
+                            r47 = rt::bin_u32(BinOp::Add, r43, r46);
+                            r48 = rt::bin_u32(BinOp::Add, r38, r36);
+                            r49 = rt::cmp(BinOp::Le, r48, r12);
+                            r50 = rt::cmp(BinOp::Ge, r48, r38);
+                            r51 = r49;
+                            pv.st_u32(u64::from(r38), r47)?;
+                        }
+                        r52 = r13;
+                        r53 = rt::bin_u32(BinOp::Add, r52, r32);
+                        r13 = r53;
+                    }
+                    r55 = rt::bin_u32(BinOp::Mul, r7, r36);
+                    r56 = rt::bin_u32(BinOp::Add, r11, r55);
+                    r57 = u64::from(r15);
+                    r58 = rt::bin_u64(BinOp::Mul, r57, r22);
+                    r59 = rt::bin_u64(BinOp::Add, r19, r58);
+                    r60 = rt::bin_u64(BinOp::Add, r59, r22);
+                    r61 = rt::cmp(BinOp::Le, r60, r20);
+                    r62 = rt::cmp(BinOp::Ge, r60, r59);
+                    r63 = r61;
+                    r64 = if r63 { b0.ld_u32(r59)? } else { 0u32 };
+                    r67 = rt::bin_u32(BinOp::Rem, r64, r66);
+                    r68 = rt::bin_u32(BinOp::Mul, r67, r36);
+                    r69 = rt::bin_u32(BinOp::Add, r11, r68);
+                    r70 = rt::bin_u32(BinOp::Add, r69, r36);
+                    r71 = rt::cmp(BinOp::Le, r70, r12);
+                    r72 = rt::cmp(BinOp::Ge, r70, r69);
+                    r73 = r71;
+                    r74 = pv.ld_u32(u64::from(r69))?;
+                    r75 = rt::bin_u32(BinOp::Add, r56, r36);
+                    r76 = rt::cmp(BinOp::Le, r75, r54);
+                    r77 = rt::cmp(BinOp::Ge, r75, r56);
+                    r78 = r76;
+                    sh.st_u32(u64::from(r56), r74)?;
+                }
+                l15[li] = r15;
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let pv = &mut pvs[li];
+                let mut r7 = l7[li];
+                let mut r15 = l15[li];
+                let mut r79: u64 = 0u64;
+                let mut r80: u64 = 0u64;
+                let mut r81: u64 = 0u64;
+                let mut r83: u32 = 0u32;
+                let mut r84: u32 = 0u32;
+                let mut r85: u32 = 0u32;
+                let mut r86: u32 = 0u32;
+                let mut r87: bool = false;
+                let mut r88: bool = false;
+                let mut r89: bool = false;
+                let mut r90: u32 = 0u32;
+                let mut r93: u32 = 0u32;
+                let mut r94: u32 = 0u32;
+                let mut r95: u32 = 0u32;
+                let mut r96: u32 = 0u32;
+                let mut r97: bool = false;
+                let mut r98: bool = false;
+                let mut r99: bool = false;
+                let mut r100: u32 = 0u32;
+                let mut r101: u32 = 0u32;
+                let mut r104: u32 = 0u32;
+                let mut r105: u32 = 0u32;
+                let mut r106: u32 = 0u32;
+                let mut r107: u32 = 0u32;
+                let mut r108: bool = false;
+                let mut r109: bool = false;
+                let mut r110: bool = false;
+                let mut r111: u32 = 0u32;
+                let mut r112: u32 = 0u32;
+                let mut r113: u64 = 0u64;
+                let mut r114: bool = false;
+                let mut r115: bool = false;
+                let mut r116: bool = false;
+                'inv: {
+                    r79 = u64::from(r15);
+                    r80 = rt::bin_u64(BinOp::Mul, r79, r22);
+                    r81 = rt::bin_u64(BinOp::Add, r19, r80);
+                    r83 = rt::bin_u32(BinOp::Sub, r82, r7);
+                    r84 = rt::bin_u32(BinOp::Mul, r83, r36);
+                    r85 = rt::bin_u32(BinOp::Add, r11, r84);
+                    r86 = rt::bin_u32(BinOp::Add, r85, r36);
+                    r87 = rt::cmp(BinOp::Le, r86, r54);
+                    r88 = rt::cmp(BinOp::Ge, r86, r85);
+                    r89 = r87;
+                    r90 = sh.ld_u32(u64::from(r85))?;
+                    r93 = rt::bin_u32(BinOp::Rem, r90, r92);
+                    r94 = rt::bin_u32(BinOp::Mul, r93, r36);
+                    r95 = rt::bin_u32(BinOp::Add, r11, r94);
+                    r96 = rt::bin_u32(BinOp::Add, r95, r36);
+                    r97 = rt::cmp(BinOp::Le, r96, r12);
+                    r98 = rt::cmp(BinOp::Ge, r96, r95);
+                    r99 = r97;
+                    r100 = pv.ld_u32(u64::from(r95))?;
+                    r101 = rt::bin_u32(BinOp::Add, r7, r32);
+                    r104 = rt::bin_u32(BinOp::Rem, r101, r103);
+                    r105 = rt::bin_u32(BinOp::Mul, r104, r36);
+                    r106 = rt::bin_u32(BinOp::Add, r11, r105);
+                    r107 = rt::bin_u32(BinOp::Add, r106, r36);
+                    r108 = rt::cmp(BinOp::Le, r107, r54);
+                    r109 = rt::cmp(BinOp::Ge, r107, r106);
+                    r110 = r108;
+                    r111 = sh.ld_u32(u64::from(r106))?;
+                    r112 = rt::bin_u32(BinOp::Add, r100, r111);
+                    r113 = rt::bin_u64(BinOp::Add, r81, r22);
+                    r114 = rt::cmp(BinOp::Le, r113, r20);
+                    r115 = rt::cmp(BinOp::Ge, r113, r81);
+                    r116 = r114;
+                    if r116 {
+                        b0.st_u32(r81, r112)?;
+                    }
+                    st[li] = u32::MAX;
+                    break 'inv;
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
 /// Every kernel of the module.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
@@ -53617,4 +53924,5 @@ pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
     &SUM_SHARED,
     &SOFTMAX_ROWS,
     &BARRIERS,
+    &PRIVATE_BARRIER,
 ];
