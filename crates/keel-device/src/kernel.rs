@@ -245,8 +245,8 @@ fn padded(params: &[u8], bytes: u32) -> std::borrow::Cow<'_, [u8]> {
 /// Runs a kernel's WGSL translated to Rust ahead of time
 /// ([`keel_wgsl::rust`], checked in and kept current by a test) as its
 /// host implementation: native code, where the interpreter runs each
-/// instruction over a workgroup's lanes. Keel's kernels without subgroup
-/// operations take this path on host backends.
+/// instruction over a workgroup's lanes. Keel's kernels take this path on
+/// host backends.
 pub fn run_translated(
     translated: &keel_wgsl::native::Kernel,
     inv: &mut CpuInvocation<'_>,

@@ -11,10 +11,10 @@
 //! - [`host`] runs it on the host's threads, workgroups in parallel and
 //!   barriers honoured: the CPU backend and any host backend run a WGSL
 //!   kernel loaded at run time with no Rust twin;
-//! - [`rust`] translates a kernel without subgroup operations to Rust
-//!   ahead of time (checked in, kept current by a test), which runs as
-//!   native code on the small runtime in [`native`]; a kernel with
-//!   barriers runs there one phase between two barriers at a time.
+//! - [`rust`] translates a kernel to Rust ahead of time (checked in, kept
+//!   current by a test), which runs as native code on the small runtime
+//!   in [`native`]; a kernel with barriers or subgroup operations runs
+//!   there one phase between two of them at a time.
 //!
 //! Lowering once and printing three times means a rule of WGSL's (integer
 //! division by zero, shift amounts, value conversions, bounds checks,

@@ -30,7 +30,7 @@ use std::sync::{Mutex, PoisonError};
 use zerocopy::FromBytes;
 
 use crate::host::{self, Binding, HostOptions, Mem, View};
-pub use crate::ir::{AtomicOp, BinOp, UnOp};
+pub use crate::ir::{AtomicOp, BinOp, Reduce, SubgroupOp, Ty, UnOp};
 pub use crate::scalar::*;
 pub use half::f16;
 
@@ -487,6 +487,53 @@ impl Group {
         }
         (self.id, &mut self.shared, &mut self.privates)
     }
+}
+
+/// Invocations in a subgroup: consecutive linear invocation indices, as
+/// the interpreter groups them.
+pub const SUBGROUP_SIZE: u32 = host::compile::SUBGROUP as u32;
+
+/// A subgroup operation over a workgroup run in phases, as the
+/// interpreter computes it: operand words `a` (and lanes `b` for a
+/// shuffle) per invocation, results into `d` for the invocations running
+/// (state 0 in `states`), which alone take part; the others keep their
+/// word. Values are register words: `f32` and `f16` bits (`f16` in the
+/// low half), `i32` as `u32`, `bool` as 0 or 1.
+pub fn subgroup(
+    op: SubgroupOp,
+    ty: Ty,
+    states: &[u32],
+    a: &[u32],
+    b: Option<&[u32]>,
+    d: &mut [u32],
+) -> Result<(), Fault> {
+    let Some((kernel, _)) = host::compile::SubgroupKernel::of(op, ty) else {
+        return Err(Fault(format!("subgroup {op:?} is not defined on {ty:?}")));
+    };
+    let shuffle = matches!(
+        op,
+        SubgroupOp::Shuffle
+            | SubgroupOp::ShuffleDown
+            | SubgroupOp::ShuffleUp
+            | SubgroupOp::ShuffleXor
+    );
+    let n = d.len();
+    if shuffle != b.is_some()
+        || states.len() != n
+        || a.len() != n
+        || b.is_some_and(|b| b.len() != n)
+    {
+        return Err(Fault(format!(
+            "subgroup {op:?}: expected {n} states and operands{}, found {}, {} and {:?}",
+            if shuffle { " and lanes" } else { "" },
+            states.len(),
+            a.len(),
+            b.map(<[u32]>::len)
+        )));
+    }
+    let running: Vec<bool> = states.iter().map(|&s| s == 0).collect();
+    host::exec::subgroup(kernel, d, a, b, Some(&running));
+    Ok(())
 }
 
 /// Sets every invocation of a workgroup in state `code` running again

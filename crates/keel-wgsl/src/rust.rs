@@ -7,11 +7,11 @@
 //! function that runs one workgroup: a loop over its invocations, each one
 //! block of the program's statements with registers as typed `let mut`
 //! locals. Running invocations one after another, rather than in
-//! lockstep, is sound between two barriers; a program with barriers or
-//! workgroup memory is printed as one such loop per phase (`phases.rs`).
-//! Subgroup operations need the invocations in lockstep, so programs with
-//! them are refused, as are private arrays beside barriers; the
-//! interpreter runs those.
+//! lockstep, is sound between two barriers or subgroup operations; a
+//! program with those or with workgroup memory is printed as one such loop
+//! per phase between them (`phases.rs`), with each subgroup operation
+//! computed for all the invocations that reach it, as the interpreter
+//! does.
 //!
 //! Control flow maps one to one: `if` to `if`, a loop to a labelled
 //! `loop` whose body is a labelled block (`continue` leaves it, reaching
@@ -38,12 +38,12 @@ use crate::host::lanes;
 
 mod phases;
 mod window;
-use crate::ir::{AtomicOp, BinOp, Builtin, Inst, Program, Reg, Space, Stmt, SubgroupOp, Ty};
+use crate::ir::{AtomicOp, BinOp, Builtin, Inst, Program, Reg, Space, Stmt, Ty};
 use window::{Check, Guarded, Plan};
 
-/// Why a program cannot be printed as Rust: it uses subgroup operations
-/// (or private arrays beside barriers), which only the interpreter runs,
-/// or it breaks a rule of the IR.
+/// Why a program cannot be printed as Rust: it breaks a rule of the IR
+/// (a register of the wrong type, a `break` outside a loop), or its entry
+/// point's name is not a Rust identifier.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RustError {
     message: String,
@@ -201,15 +201,6 @@ impl Emitter<'_> {
         RustError {
             message: format!("kernel `{}`: {what}", self.p.name),
         }
-    }
-
-    /// An error for what only the interpreter runs.
-    fn unsupported(&self, what: &str) -> RustError {
-        self.err(format_args!(
-            "uses {what}, which needs its invocations in lockstep: \
-             Rust translation covers kernels without subgroup operations; \
-             the interpreter (`keel_wgsl::host::run`) runs this one"
-        ))
     }
 
     fn check_header(&self) -> Result<(), RustError> {
@@ -867,8 +858,14 @@ impl Emitter<'_> {
                         }
                         format!("b{n}.len()")
                     }
-                    Builtin::SubgroupSize | Builtin::SubgroupInvocationId => {
-                        return Err(self.unsupported("a subgroup builtin"));
+                    Builtin::SubgroupSize => "rt::SUBGROUP_SIZE".to_string(),
+                    Builtin::SubgroupInvocationId if self.phased.is_some() => {
+                        "li as u32 % rt::SUBGROUP_SIZE".to_string()
+                    }
+                    Builtin::SubgroupInvocationId => {
+                        return Err(
+                            self.err("reads its subgroup lane outside phases (a translator bug)")
+                        );
                     }
                 };
                 let want = if matches!(what, Builtin::BufferLen(_)) {
@@ -999,11 +996,9 @@ impl Emitter<'_> {
                 }
             }
             Inst::Subgroup { op, .. } => {
-                let what = match op {
-                    SubgroupOp::Ballot => "subgroupBallot",
-                    _ => "a subgroup operation",
-                };
-                return Err(self.unsupported(what));
+                return Err(self.err(format_args!(
+                    "subgroup {op:?} inside a phase (a translator bug)"
+                )));
             }
         })
     }

@@ -6,7 +6,7 @@
 use keel_wgsl::host::{self, HostOptions};
 use keel_wgsl::ir::Program;
 use keel_wgsl::native::Kernel;
-use keel_wgsl::rust::{emit, emit_module};
+use keel_wgsl::rust::emit_module;
 
 mod generated;
 
@@ -192,6 +192,53 @@ fn private_barrier(@builtin(local_invocation_index) l: u32, @builtin(workgroup_i
 }
 ";
 
+/// Subgroup operations where the translation prints its workgroup in
+/// phases: workgroups of 80 (two whole subgroups and half of one),
+/// float sums whose order shows in the bits, scans, shuffles, a ballot,
+/// and operations in an `if` and a loop that only some invocations
+/// enter, where only those take part.
+const SUBGROUPS: &str = r"
+struct P { n: u32 }
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(80)
+fn subgroup_mix(
+    @builtin(local_invocation_index) l: u32,
+    @builtin(workgroup_id) w: vec3<u32>,
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) size: u32,
+) {
+    let t = w.x * 80u + l;
+    let x = a[t];
+    let s = subgroupAdd(x);
+    let inc = subgroupInclusiveAdd(x);
+    let ex = subgroupExclusiveMul(i32(lane) - 3);
+    let mn = subgroupMin(i32(t % 7u) - 3);
+    let mx = subgroupMax(x);
+    let sh = subgroupShuffle(x, (lane * 5u) % size);
+    let dn = subgroupShuffleDown(t, lane % 4u);
+    let up = subgroupShuffleUp(t, 3u);
+    var odd = 0u;
+    if (t + p.n) % 3u == 0u {
+        odd = subgroupAdd(lane) + subgroupBallot(x > 0.0).x;
+    }
+    var acc = 0.0;
+    for (var k = 0u; k < (t + p.n) % 5u; k++) {
+        acc += subgroupAdd(f32(k) + x);
+    }
+    let base = 8u * t;
+    out[base] = bitcast<u32>(s);
+    out[base + 1u] = bitcast<u32>(inc);
+    out[base + 2u] = bitcast<u32>(ex) ^ bitcast<u32>(mn);
+    out[base + 3u] = bitcast<u32>(mx) ^ bitcast<u32>(sh);
+    out[base + 4u] = dn * 65536u + up;
+    out[base + 5u] = odd;
+    out[base + 6u] = bitcast<u32>(acc);
+    out[base + 7u] = select(0u, 1u, subgroupAll(x < 7.5)) + select(0u, 2u, subgroupAny(x > 7.5));
+}
+";
+
 /// The source and entry point of every kernel the generated module holds.
 fn sources() -> Vec<(String, &'static str)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -259,6 +306,9 @@ fn sources() -> Vec<(String, &'static str)> {
     out.push((read("shaders/compute/softmax_rows.wgsl"), "softmax_rows"));
     out.push((BARRIERS.to_string(), "barriers"));
     out.push((PRIVATE.to_string(), "private_barrier"));
+    out.push((SUBGROUPS.to_string(), "subgroup_mix"));
+    out.push((corpus("subgroups.wgsl"), "subgroups"));
+    out.push((read("shaders/compute/sum_subgroup.wgsl"), "sum_subgroup"));
     out
 }
 
@@ -316,23 +366,6 @@ fn generated_module_is_current() {
 fn emission_is_deterministic() {
     let p = programs();
     assert_eq!(emit_module(&p), emit_module(&p));
-}
-
-#[test]
-fn subgroups_are_refused() {
-    let corpus = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../keel-device/src/testing/conformance/wgsl"
-    );
-    let src = std::fs::read_to_string(format!("{corpus}/subgroups.wgsl")).expect("corpus file");
-    let program = keel_wgsl::compile(&src, "subgroups").expect("compiles");
-    let e = emit(&program).expect_err("subgroup kernels are refused");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("subgroups") && msg.contains("subgroup"),
-        "{msg}"
-    );
-    assert!(msg.contains("interpreter"), "{msg}");
 }
 
 /// A small deterministic generator of test data.
@@ -479,6 +512,21 @@ fn cases() -> Vec<Case> {
         grids: vec![g1(1), g1(3)],
     });
     out.push(Case {
+        name: "subgroup_mix",
+        params: vec![vec![0], vec![1], vec![2]],
+        grids: vec![g1(1), g1(3)],
+    });
+    out.push(Case {
+        name: "subgroups",
+        params: vec![vec![]],
+        grids: vec![g1(1), g1(3)],
+    });
+    out.push(Case {
+        name: "sum_subgroup",
+        params: vec![vec![2048, 4], vec![1000, 3], vec![5000, 2]],
+        grids: vec![g1(4), g1(3), g1(2)],
+    });
+    out.push(Case {
         name: "shifted",
         params: vec![vec![1000, 0], vec![1000, 1], vec![1500, 256], vec![600, 5]],
         grids: elementwise.clone(),
@@ -594,6 +642,7 @@ fn threads_give_the_same_bits() {
             "shifted",
             "sum_shared",
             "barriers",
+            "subgroup_mix",
         ]
         .contains(&c.name)
     }) {

@@ -12,7 +12,7 @@ use super::lanes::{self, Bin32, Bin64, Cmp64, Narrow, Shift64, Step, Tri32, Un32
 
 /// The subgroup size the host runs with: lanes are consecutive
 /// `local_invocation_index` values in chunks of this many.
-pub(super) const SUBGROUP: usize = 32;
+pub(crate) const SUBGROUP: usize = 32;
 
 /// Where a register lives: its index among the registers of its class.
 pub(super) type Slot = usize;
@@ -136,9 +136,40 @@ pub(super) enum Op {
     },
 }
 
+impl SubgroupKernel {
+    /// `op` on operands of type `ty`, and the type of its result; `None`
+    /// where the operation does not take `ty`.
+    pub(crate) fn of(op: SubgroupOp, ty: Ty) -> Option<(Self, Ty)> {
+        let reduce = |r| lanes::reduce32(r, ty);
+        let (kernel, want_dst, want_a) = match op {
+            SubgroupOp::Reduce(r) => {
+                let (f, id) = reduce(r)?;
+                (SubgroupKernel::Reduce(f, id), ty, ty)
+            }
+            SubgroupOp::InclusiveScan(r) => {
+                let (f, id) = reduce(r)?;
+                (SubgroupKernel::Inclusive(f, id), ty, ty)
+            }
+            SubgroupOp::ExclusiveScan(r) => {
+                let (f, id) = reduce(r)?;
+                (SubgroupKernel::Exclusive(f, id), ty, ty)
+            }
+            SubgroupOp::BroadcastFirst => (SubgroupKernel::BroadcastFirst, ty, ty),
+            SubgroupOp::Shuffle => (SubgroupKernel::Shuffle, ty, ty),
+            SubgroupOp::ShuffleDown => (SubgroupKernel::Down, ty, ty),
+            SubgroupOp::ShuffleUp => (SubgroupKernel::Up, ty, ty),
+            SubgroupOp::ShuffleXor => (SubgroupKernel::Xor, ty, ty),
+            SubgroupOp::All => (SubgroupKernel::All, Ty::Bool, Ty::Bool),
+            SubgroupOp::Any => (SubgroupKernel::Any, Ty::Bool, Ty::Bool),
+            SubgroupOp::Ballot => (SubgroupKernel::Ballot, Ty::U32, Ty::Bool),
+        };
+        (ty == want_a && ty != Ty::U64).then_some((kernel, want_dst))
+    }
+}
+
 /// A subgroup operation with its combining step chosen.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum SubgroupKernel {
+pub(crate) enum SubgroupKernel {
     /// Reduction.
     Reduce(Step, u32),
     /// Inclusive scan.
@@ -797,34 +828,7 @@ impl Compiler<'_> {
             Inst::Subgroup { op, dst, a, b } => {
                 let (sa, ty) = self.any(a)?;
                 let bad = || self.err(format_args!("subgroup {op:?} on {ty:?}"));
-                if ty == Ty::U64 {
-                    return Err(bad());
-                }
-                let (kernel, want_dst, want_a) = match op {
-                    SubgroupOp::Reduce(r) => {
-                        let (f, id) = lanes::reduce32(r, ty).ok_or_else(bad)?;
-                        (SubgroupKernel::Reduce(f, id), ty, ty)
-                    }
-                    SubgroupOp::InclusiveScan(r) => {
-                        let (f, id) = lanes::reduce32(r, ty).ok_or_else(bad)?;
-                        (SubgroupKernel::Inclusive(f, id), ty, ty)
-                    }
-                    SubgroupOp::ExclusiveScan(r) => {
-                        let (f, id) = lanes::reduce32(r, ty).ok_or_else(bad)?;
-                        (SubgroupKernel::Exclusive(f, id), ty, ty)
-                    }
-                    SubgroupOp::BroadcastFirst => (SubgroupKernel::BroadcastFirst, ty, ty),
-                    SubgroupOp::Shuffle => (SubgroupKernel::Shuffle, ty, ty),
-                    SubgroupOp::ShuffleDown => (SubgroupKernel::Down, ty, ty),
-                    SubgroupOp::ShuffleUp => (SubgroupKernel::Up, ty, ty),
-                    SubgroupOp::ShuffleXor => (SubgroupKernel::Xor, ty, ty),
-                    SubgroupOp::All => (SubgroupKernel::All, Ty::Bool, Ty::Bool),
-                    SubgroupOp::Any => (SubgroupKernel::Any, Ty::Bool, Ty::Bool),
-                    SubgroupOp::Ballot => (SubgroupKernel::Ballot, Ty::U32, Ty::Bool),
-                };
-                if ty != want_a {
-                    return Err(bad());
-                }
+                let (kernel, want_dst) = SubgroupKernel::of(op, ty).ok_or_else(bad)?;
                 self.reg(dst, want_dst)?;
                 let shuffles = matches!(
                     kernel,

@@ -956,7 +956,13 @@ impl Worker<'_> {
 /// A shuffle whose source lane is outside the subgroup gives the lane's
 /// own value (as CUDA's `shfl` does); one whose source is inside but
 /// inactive reads that lane's register (WGSL leaves both undefined).
-fn subgroup(op: SubgroupKernel, d: &mut [u32], a: &[u32], b: Option<&[u32]>, m: Mask<'_>) {
+pub(crate) fn subgroup(
+    op: SubgroupKernel,
+    d: &mut [u32],
+    a: &[u32],
+    b: Option<&[u32]>,
+    m: Mask<'_>,
+) {
     let on = |i: usize| m.is_none_or(|m| m[i]);
     for start in (0..d.len()).step_by(SUBGROUP) {
         let end = (start + SUBGROUP).min(d.len());

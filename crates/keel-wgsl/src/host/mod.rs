@@ -20,8 +20,8 @@
 //! 4-byte aligned, or whose length is not a multiple of 4, is copied into
 //! padded words and back.
 
-mod compile;
-mod exec;
+pub(crate) mod compile;
+pub(crate) mod exec;
 pub(crate) mod lanes;
 
 use std::fmt;

@@ -35,7 +35,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::{Emitter, RustError, rust_ty, zero};
-use crate::ir::{Builtin, Inst, Program, Reg, Stmt, Ty};
+use crate::ir::{Builtin, Inst, Program, Reg, Stmt, SubgroupOp, Ty};
 
 /// Where a register lives in a workgroup function printed in phases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,29 +57,42 @@ const RETURNED: &str = "u32::MAX";
 /// many values does not overflow a thread's stack.
 const STACK_BYTES: usize = 64 * 1024;
 
-/// Whether `program` is printed in phases: it has barriers or workgroup
-/// memory.
+/// Whether `program` is printed in phases: it has barriers, subgroup
+/// operations or built-ins, or workgroup memory.
 pub(super) fn needed(program: &Program) -> bool {
-    program.shared_bytes > 0 || has_barrier(&program.body)
+    let mut lanes = false;
+    crate::ir::walk(&program.body, &mut |inst| {
+        lanes |= matches!(
+            inst,
+            Inst::Read {
+                what: Builtin::SubgroupSize | Builtin::SubgroupInvocationId,
+                ..
+            }
+        );
+    });
+    lanes || program.shared_bytes > 0 || syncs(&program.body)
 }
 
-fn has_barrier(stmts: &[Stmt]) -> bool {
+/// Whether `stmts` hold a barrier or a subgroup operation: a point that
+/// every invocation (of the workgroup, or of its subgroup) reaches before
+/// any goes on.
+fn syncs(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match s {
-        Stmt::Barrier { .. } => true,
-        Stmt::If { then, els, .. } => has_barrier(then) || has_barrier(els),
+        Stmt::Barrier { .. } | Stmt::Inst(Inst::Subgroup { .. }) => true,
+        Stmt::If { then, els, .. } => syncs(then) || syncs(els),
         Stmt::Loop {
             body, continuing, ..
-        } => has_barrier(body) || has_barrier(continuing),
-        Stmt::Block { body, .. } => has_barrier(body),
+        } => syncs(body) || syncs(continuing),
+        Stmt::Block { body, .. } => syncs(body),
         _ => false,
     })
 }
 
-/// A statement list cut at its barriers.
+/// A statement list cut at its barriers and subgroup operations.
 enum Piece<'a> {
-    /// Statements without a barrier: one phase.
+    /// Statements without either: one phase.
     Run(&'a [Stmt]),
-    /// A barrier, or a statement that holds one.
+    /// A barrier, a subgroup operation, or a statement that holds one.
     Sync(&'a Stmt),
 }
 
@@ -87,7 +100,7 @@ fn pieces(stmts: &[Stmt]) -> Vec<Piece<'_>> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, s) in stmts.iter().enumerate() {
-        if has_barrier(std::slice::from_ref(s)) {
+        if syncs(std::slice::from_ref(s)) {
             if start < i {
                 out.push(Piece::Run(&stmts[start..i]));
             }
@@ -160,7 +173,10 @@ fn uniforms(p: &Program) -> Vec<bool> {
             Inst::Const { .. } | Inst::Param { .. } => true,
             Inst::Read { what, .. } => matches!(
                 what,
-                Builtin::GroupId(_) | Builtin::NumGroups(_) | Builtin::BufferLen(_)
+                Builtin::GroupId(_)
+                    | Builtin::NumGroups(_)
+                    | Builtin::BufferLen(_)
+                    | Builtin::SubgroupSize
             ),
             _ => inst.is_pure() && of_uniforms(inst.reads()),
         };
@@ -234,18 +250,19 @@ fn leaves(stmts: &[Stmt], id: u32) -> bool {
 
 /// Where each register of `p` lives (see the module's doc).
 pub(super) fn homes(p: &Program) -> Vec<Home> {
-    /// The phases, and the registers the workgroup's statements read.
+    /// The phases, and the registers the workgroup's statements read or
+    /// write.
     #[derive(Default)]
     struct Walk<'a> {
         phases: Vec<&'a [Stmt]>,
-        tested: Vec<Reg>,
+        outside: Vec<Reg>,
     }
     fn visit<'a>(stmts: &'a [Stmt], w: &mut Walk<'a>) {
         for piece in pieces(stmts) {
             match piece {
                 Piece::Run(run) => w.phases.push(run),
                 Piece::Sync(Stmt::If { cond, then, els }) => {
-                    w.tested.push(*cond);
+                    w.outside.push(*cond);
                     visit(then, w);
                     visit(els, w);
                 }
@@ -256,9 +273,13 @@ pub(super) fn homes(p: &Program) -> Vec<Home> {
                 }) => {
                     visit(body, w);
                     visit(continuing, w);
-                    w.tested.extend(*break_if);
+                    w.outside.extend(*break_if);
                 }
                 Piece::Sync(Stmt::Block { body, .. }) => visit(body, w),
+                Piece::Sync(Stmt::Inst(inst)) => {
+                    w.outside.extend(inst.reads());
+                    w.outside.extend(inst.dst());
+                }
                 Piece::Sync(_) => {}
             }
         }
@@ -278,7 +299,7 @@ pub(super) fn homes(p: &Program) -> Vec<Home> {
             let r = Reg(i as u32);
             if uniform[i] {
                 Home::Uniform
-            } else if carried.contains(&r) || w.tested.contains(&r) {
+            } else if carried.contains(&r) || w.outside.contains(&r) {
                 Home::Lane
             } else {
                 Home::Local
@@ -404,10 +425,91 @@ impl Emitter<'_> {
     /// `cond`'s value for invocation `li`, outside the phases.
     fn tested(&self, cond: Reg) -> Result<String, RustError> {
         self.want(cond, Ty::Bool)?;
-        Ok(match self.home(cond) {
-            Home::Uniform => cond.to_string(),
-            _ => format!("l{}[li]", cond.0),
-        })
+        Ok(self.value(cond))
+    }
+
+    /// `r`'s value for invocation `li`, outside the phases.
+    fn value(&self, r: Reg) -> String {
+        match self.home(r) {
+            Home::Uniform => r.to_string(),
+            _ => format!("l{}[li]", r.0),
+        }
+    }
+
+    /// A subgroup operation, outside the phases: the operands' words of
+    /// every invocation, `rt::subgroup` over the running ones, and the
+    /// results back into `dst`'s lanes.
+    fn subgroup(
+        &mut self,
+        op: SubgroupOp,
+        dst: Reg,
+        a: Reg,
+        b: Option<Reg>,
+    ) -> Result<(), RustError> {
+        let ty = self.ty(a)?;
+        let Some((_, want)) = crate::host::compile::SubgroupKernel::of(op, ty) else {
+            return Err(self.err(format_args!("subgroup {op:?} on {ty:?}")));
+        };
+        self.want(dst, want)?;
+        if self.home(dst) != Home::Lane {
+            return Err(self.err(format_args!(
+                "subgroup result {dst} is not kept per invocation (a translator bug)"
+            )));
+        }
+        let n = self.p.invocations();
+        let op_text = match op {
+            SubgroupOp::Reduce(r) => format!("SubgroupOp::Reduce(rt::Reduce::{r:?})"),
+            SubgroupOp::InclusiveScan(r) => format!("SubgroupOp::InclusiveScan(rt::Reduce::{r:?})"),
+            SubgroupOp::ExclusiveScan(r) => format!("SubgroupOp::ExclusiveScan(rt::Reduce::{r:?})"),
+            other => format!("SubgroupOp::{other:?}"),
+        };
+        self.line("{");
+        self.depth += 1;
+        let word = |e: &Self, r: Reg| -> Result<String, RustError> {
+            let v = e.value(r);
+            Ok(match e.ty(r)? {
+                Ty::U32 => v,
+                Ty::I32 => format!("{v} as u32"),
+                Ty::F32 => format!("{v}.to_bits()"),
+                Ty::F16 => format!("u32::from({v}.to_bits())"),
+                Ty::Bool => format!("u32::from({v})"),
+                Ty::U64 => return Err(e.err(format_args!("subgroup {op:?} on U64"))),
+            })
+        };
+        let wa = word(self, a)?;
+        self.line(format_args!("let mut a = [0u32; {n}];"));
+        self.line(format_args!("for li in 0..{n} {{ a[li] = {wa}; }}"));
+        let lanes = match b {
+            Some(b) => {
+                self.want(b, Ty::U32)?;
+                let wb = word(self, b)?;
+                self.line(format_args!("let mut b = [0u32; {n}];"));
+                self.line(format_args!("for li in 0..{n} {{ b[li] = {wb}; }}"));
+                "Some(&b[..])"
+            }
+            None => "None",
+        };
+        let wd = word(self, dst)?;
+        self.line(format_args!("let mut d = [0u32; {n}];"));
+        self.line(format_args!("for li in 0..{n} {{ d[li] = {wd}; }}"));
+        self.line(format_args!(
+            "rt::subgroup(rt::{op_text}, rt::Ty::{ty:?}, &st[..], &a, {lanes}, &mut d)?;"
+        ));
+        let back = match want {
+            Ty::U32 => "d[li]".to_string(),
+            Ty::I32 => "d[li] as i32".to_string(),
+            Ty::F32 => "f32::from_bits(d[li])".to_string(),
+            Ty::F16 => "rt::f16::from_bits(d[li] as u16)".to_string(),
+            Ty::Bool => "d[li] != 0".to_string(),
+            Ty::U64 => return Err(self.err(format_args!("subgroup {op:?} on U64"))),
+        };
+        self.line(format_args!(
+            "for li in 0..{n} {{ l{}[li] = {back}; }}",
+            dst.0
+        ));
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
     }
 
     /// Where a `break`, `continue` or `leave` inside a phase goes to a
@@ -496,6 +598,10 @@ impl Emitter<'_> {
                     self.wstmts(body)?;
                     self.state().blocks.pop();
                     self.resume(code);
+                }
+                Piece::Sync(Stmt::Inst(Inst::Subgroup { op, dst, a, b })) => {
+                    self.ops += 1;
+                    self.subgroup(*op, *dst, *a, *b)?;
                 }
                 Piece::Sync(other) => {
                     return Err(self.err(format_args!("{other:?} is cut as a barrier")));

@@ -53891,6 +53891,1991 @@ fn private_barrier_group(
     Ok(())
 }
 
+/// `subgroup_mix`, translated from WGSL: workgroups of 80x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SUBGROUP_MIX: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "subgroup_mix",
+    workgroup_size: [80, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 4,
+    private_bytes: 0,
+    shared_bytes: 0,
+    ops: 185,
+    group: subgroup_mix_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `subgroup_mix` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn subgroup_mix(
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+) -> Result<(), String> {
+    SUBGROUP_MIX.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn subgroup_mix_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh, pvs) = wg.phases(80);
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let p0 = cx.param(0)?;
+    let mut st = [0u32; 80];
+    let mut l7 = [0u32; 80];
+    let mut l11 = [0u32; 80];
+    let mut l14 = [0u32; 80];
+    let mut l16 = [0.0f32; 80];
+    let mut l17 = [0u32; 80];
+    let mut l19 = [0u32; 80];
+    let mut l30 = [0.0f32; 80];
+    let mut l31 = [0.0f32; 80];
+    let mut l32 = [0.0f32; 80];
+    let mut l35 = [0i32; 80];
+    let mut l36 = [0i32; 80];
+    let mut l43 = [0i32; 80];
+    let mut l44 = [0i32; 80];
+    let mut l45 = [0.0f32; 80];
+    let mut l50 = [0u32; 80];
+    let mut l51 = [0.0f32; 80];
+    let mut l55 = [0u32; 80];
+    let mut l56 = [0u32; 80];
+    let mut l58 = [0u32; 80];
+    let mut l64 = [false; 80];
+    let mut l65 = [0u32; 80];
+    let mut l66 = [false; 80];
+    let mut l67 = [0u32; 80];
+    let mut l76 = [0.0f32; 80];
+    let mut l79 = [0.0f32; 80];
+    let mut l80 = [0.0f32; 80];
+    let mut l161 = [0u64; 80];
+    let mut l163 = [false; 80];
+    let mut l164 = [false; 80];
+    let mut l165 = [0u32; 80];
+    let mut l166 = [false; 80];
+    let mut l167 = [false; 80];
+    let r3 = 0x50u32;
+    let r8 = wid[0];
+    let r9 = wid[1];
+    let r10 = wid[2];
+    let r12 = rt::SUBGROUP_SIZE;
+    let r13 = 0x0u32;
+    let r15 = f32::from_bits(0x0);
+    let r20 = 0x0u64;
+    let r21 = b0.len();
+    let r23 = 0x4u64;
+    let r34 = 3i32;
+    let r37 = 0x7u32;
+    let r38 = 0x1u32;
+    let r46 = 0x5u32;
+    let r52 = 0x4u32;
+    let r57 = 0x3u32;
+    let r84 = 0x8u32;
+    let r86 = b1.len();
+    let r104 = 0x2u32;
+    let r131 = 0x10000u32;
+    let r147 = 0x6u32;
+    let r162 = f32::from_bits(0x40f00000);
+    let r18 = rt::bin_u32(BinOp::Mul, r8, r3);
+    let r39 = rt::cmp(BinOp::Eq, r37, r13);
+    let r40 = if r39 { r38 } else { r37 };
+    let r48 = rt::cmp(BinOp::Eq, r12, r13);
+    let r49 = if r48 { r38 } else { r12 };
+    let r53 = rt::cmp(BinOp::Eq, r52, r13);
+    let r54 = if r53 { r38 } else { r52 };
+    let r59 = p0;
+    let r61 = rt::cmp(BinOp::Eq, r57, r13);
+    let r62 = if r61 { r38 } else { r57 };
+    let r70 = p0;
+    let r72 = rt::cmp(BinOp::Eq, r46, r13);
+    let r73 = if r72 { r38 } else { r46 };
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7 = l7[li];
+                let mut r11 = l11[li];
+                'inv: {
+                    r0 = lx;
+                    r1 = ly;
+                    r2 = lz;
+                    r11 = li as u32 % rt::SUBGROUP_SIZE;
+                    r4 = rt::bin_u32(BinOp::Mul, r1, r3);
+                    r5 = rt::bin_u32(BinOp::Mul, r2, r3);
+                    r6 = rt::bin_u32(BinOp::Add, r0, r4);
+                    r7 = rt::bin_u32(BinOp::Add, r6, r5);
+                }
+                l7[li] = r7;
+                l11[li] = r11;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r7 = l7[li];
+                let mut r14 = l14[li];
+                let mut r16 = l16[li];
+                let mut r17 = l17[li];
+                let mut r19 = l19[li];
+                let mut r22: u64 = 0u64;
+                let mut r24: u64 = 0u64;
+                let mut r25: u64 = 0u64;
+                let mut r26: u64 = 0u64;
+                let mut r27: bool = false;
+                let mut r28: bool = false;
+                let mut r29: bool = false;
+                let mut r30 = l30[li];
+                'inv: {
+                    r14 = r13;
+                    r16 = r15;
+                    r17 = r13;
+                    r19 = rt::bin_u32(BinOp::Add, r18, r7);
+                    r22 = u64::from(r19);
+                    r24 = rt::bin_u64(BinOp::Mul, r22, r23);
+                    r25 = rt::bin_u64(BinOp::Add, r20, r24);
+                    r26 = rt::bin_u64(BinOp::Add, r25, r23);
+                    r27 = rt::cmp(BinOp::Le, r26, r21);
+                    r28 = rt::cmp(BinOp::Ge, r26, r25);
+                    r29 = r27;
+                    r30 = if r29 { b0.ld_f32(r25)? } else { 0.0f32 };
+                }
+                l14[li] = r14;
+                l16[li] = r16;
+                l17[li] = r17;
+                l19[li] = r19;
+                l30[li] = r30;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l30[li].to_bits();
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l31[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Add),
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l31[li] = f32::from_bits(d[li]);
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l30[li].to_bits();
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l32[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::InclusiveScan(rt::Reduce::Add),
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l32[li] = f32::from_bits(d[li]);
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r11 = l11[li];
+                let mut r33: i32 = 0i32;
+                let mut r35 = l35[li];
+                'inv: {
+                    r33 = r11 as i32;
+                    r35 = rt::bin_i32(BinOp::Sub, r33, r34);
+                }
+                l35[li] = r35;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l35[li] as u32;
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l36[li] as u32;
+        }
+        rt::subgroup(
+            rt::SubgroupOp::ExclusiveScan(rt::Reduce::Mul),
+            rt::Ty::I32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l36[li] = d[li] as i32;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r19 = l19[li];
+                let mut r41: u32 = 0u32;
+                let mut r42: i32 = 0i32;
+                let mut r43 = l43[li];
+                'inv: {
+                    r41 = rt::bin_u32(BinOp::Rem, r19, r40);
+                    r42 = r41 as i32;
+                    r43 = rt::bin_i32(BinOp::Sub, r42, r34);
+                }
+                l43[li] = r43;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l43[li] as u32;
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l44[li] as u32;
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Min),
+            rt::Ty::I32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l44[li] = d[li] as i32;
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l30[li].to_bits();
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l45[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Max),
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l45[li] = f32::from_bits(d[li]);
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r11 = l11[li];
+                let mut r47: u32 = 0u32;
+                let mut r50 = l50[li];
+                'inv: {
+                    r47 = rt::bin_u32(BinOp::Mul, r11, r46);
+                    r50 = rt::bin_u32(BinOp::Rem, r47, r49);
+                }
+                l50[li] = r50;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l30[li].to_bits();
+        }
+        let mut b = [0u32; 80];
+        for li in 0..80 {
+            b[li] = l50[li];
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l51[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Shuffle,
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            Some(&b[..]),
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l51[li] = f32::from_bits(d[li]);
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r11 = l11[li];
+                let mut r55 = l55[li];
+                'inv: {
+                    r55 = rt::bin_u32(BinOp::Rem, r11, r54);
+                }
+                l55[li] = r55;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l19[li];
+        }
+        let mut b = [0u32; 80];
+        for li in 0..80 {
+            b[li] = l55[li];
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l56[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::ShuffleDown,
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            Some(&b[..]),
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l56[li] = d[li];
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l19[li];
+        }
+        let mut b = [0u32; 80];
+        for li in 0..80 {
+            b[li] = r57;
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l58[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::ShuffleUp,
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            Some(&b[..]),
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l58[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r19 = l19[li];
+                let mut r60: u32 = 0u32;
+                let mut r63: u32 = 0u32;
+                let mut r64 = l64[li];
+                'inv: {
+                    r60 = rt::bin_u32(BinOp::Add, r19, r59);
+                    r63 = rt::bin_u32(BinOp::Rem, r60, r62);
+                    r64 = rt::cmp(BinOp::Eq, r63, r13);
+                }
+                l64[li] = r64;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 0 && !l64[li] {
+            st[li] = 2;
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = l11[li];
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l65[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Add),
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l65[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r30 = l30[li];
+                let mut r66 = l66[li];
+                'inv: {
+                    r66 = rt::cmp(BinOp::Gt, r30, r15);
+                }
+                l66[li] = r66;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = u32::from(l66[li]);
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = l67[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Ballot,
+            rt::Ty::Bool,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..80 {
+            l67[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r14 = l14[li];
+                let mut r65 = l65[li];
+                let mut r67 = l67[li];
+                let mut r68: u32 = 0u32;
+                'inv: {
+                    r68 = rt::bin_u32(BinOp::Add, r65, r67);
+                    r14 = r68;
+                }
+                l14[li] = r14;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 2 {
+            st[li] = 0;
+        } else if st[li] == 0 {
+            st[li] = 3;
+        }
+    }
+    rt::resume(&mut st, 3);
+    loop {
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..80u32 {
+                    let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r16 = l16[li];
+                    let mut r17 = l17[li];
+                    let mut r19 = l19[li];
+                    let mut r30 = l30[li];
+                    let mut r69: u32 = 0u32;
+                    let mut r71: u32 = 0u32;
+                    let mut r74: u32 = 0u32;
+                    let mut r75: bool = false;
+                    let mut r76 = l76[li];
+                    let mut r77: u32 = 0u32;
+                    let mut r78: f32 = 0.0f32;
+                    let mut r79 = l79[li];
+                    'inv: {
+                        r69 = r17;
+                        r71 = rt::bin_u32(BinOp::Add, r19, r70);
+                        r74 = rt::bin_u32(BinOp::Rem, r71, r73);
+                        r75 = rt::cmp(BinOp::Lt, r69, r74);
+                        if r75 {
+                        } else {
+                            st[li] = 4;
+                            break 'inv;
+                        }
+                        r76 = r16;
+                        r77 = r17;
+                        r78 = r77 as f32;
+                        r79 = rt::bin_f32(BinOp::Add, r78, r30);
+                    }
+                    l76[li] = r76;
+                    l79[li] = r79;
+                }
+            }
+        }
+        {
+            let mut a = [0u32; 80];
+            for li in 0..80 {
+                a[li] = l79[li].to_bits();
+            }
+            let mut d = [0u32; 80];
+            for li in 0..80 {
+                d[li] = l80[li].to_bits();
+            }
+            rt::subgroup(
+                rt::SubgroupOp::Reduce(rt::Reduce::Add),
+                rt::Ty::F32,
+                &st[..],
+                &a,
+                None,
+                &mut d,
+            )?;
+            for li in 0..80 {
+                l80[li] = f32::from_bits(d[li]);
+            }
+        }
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..80u32 {
+                    let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r16 = l16[li];
+                    let mut r76 = l76[li];
+                    let mut r80 = l80[li];
+                    let mut r81: f32 = 0.0f32;
+                    'inv: {
+                        r81 = rt::bin_f32(BinOp::Add, r76, r80);
+                        r16 = r81;
+                    }
+                    l16[li] = r16;
+                }
+            }
+        }
+        rt::resume(&mut st, 5);
+        for lz in 0..1u32 {
+            for ly in 0..1u32 {
+                for lx in 0..80u32 {
+                    let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                    if st[li] != 0 {
+                        continue;
+                    }
+                    let mut r17 = l17[li];
+                    let mut r82: u32 = 0u32;
+                    let mut r83: u32 = 0u32;
+                    'inv: {
+                        r82 = r17;
+                        r83 = rt::bin_u32(BinOp::Add, r82, r38);
+                        r17 = r83;
+                    }
+                    l17[li] = r17;
+                }
+            }
+        }
+        if !st.contains(&0) {
+            break;
+        }
+    }
+    rt::resume(&mut st, 4);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r14 = l14[li];
+                let mut r16 = l16[li];
+                let mut r19 = l19[li];
+                let mut r30 = l30[li];
+                let mut r31 = l31[li];
+                let mut r32 = l32[li];
+                let mut r36 = l36[li];
+                let mut r44 = l44[li];
+                let mut r45 = l45[li];
+                let mut r51 = l51[li];
+                let mut r56 = l56[li];
+                let mut r58 = l58[li];
+                let mut r85: u32 = 0u32;
+                let mut r87: u64 = 0u64;
+                let mut r88: u64 = 0u64;
+                let mut r89: u64 = 0u64;
+                let mut r90: u32 = 0u32;
+                let mut r91: u64 = 0u64;
+                let mut r92: bool = false;
+                let mut r93: bool = false;
+                let mut r94: bool = false;
+                let mut r95: u32 = 0u32;
+                let mut r96: u64 = 0u64;
+                let mut r97: u64 = 0u64;
+                let mut r98: u64 = 0u64;
+                let mut r99: u32 = 0u32;
+                let mut r100: u64 = 0u64;
+                let mut r101: bool = false;
+                let mut r102: bool = false;
+                let mut r103: bool = false;
+                let mut r105: u32 = 0u32;
+                let mut r106: u64 = 0u64;
+                let mut r107: u64 = 0u64;
+                let mut r108: u64 = 0u64;
+                let mut r109: u32 = 0u32;
+                let mut r110: u32 = 0u32;
+                let mut r111: u32 = 0u32;
+                let mut r112: u64 = 0u64;
+                let mut r113: bool = false;
+                let mut r114: bool = false;
+                let mut r115: bool = false;
+                let mut r116: u32 = 0u32;
+                let mut r117: u64 = 0u64;
+                let mut r118: u64 = 0u64;
+                let mut r119: u64 = 0u64;
+                let mut r120: u32 = 0u32;
+                let mut r121: u32 = 0u32;
+                let mut r122: u32 = 0u32;
+                let mut r123: u64 = 0u64;
+                let mut r124: bool = false;
+                let mut r125: bool = false;
+                let mut r126: bool = false;
+                let mut r127: u32 = 0u32;
+                let mut r128: u64 = 0u64;
+                let mut r129: u64 = 0u64;
+                let mut r130: u64 = 0u64;
+                let mut r132: u32 = 0u32;
+                let mut r133: u32 = 0u32;
+                let mut r134: u64 = 0u64;
+                let mut r135: bool = false;
+                let mut r136: bool = false;
+                let mut r137: bool = false;
+                let mut r138: u32 = 0u32;
+                let mut r139: u64 = 0u64;
+                let mut r140: u64 = 0u64;
+                let mut r141: u64 = 0u64;
+                let mut r142: u32 = 0u32;
+                let mut r143: u64 = 0u64;
+                let mut r144: bool = false;
+                let mut r145: bool = false;
+                let mut r146: bool = false;
+                let mut r148: u32 = 0u32;
+                let mut r149: u64 = 0u64;
+                let mut r150: u64 = 0u64;
+                let mut r151: u64 = 0u64;
+                let mut r152: f32 = 0.0f32;
+                let mut r153: u32 = 0u32;
+                let mut r154: u64 = 0u64;
+                let mut r155: bool = false;
+                let mut r156: bool = false;
+                let mut r157: bool = false;
+                let mut r158: u32 = 0u32;
+                let mut r159: u64 = 0u64;
+                let mut r160: u64 = 0u64;
+                let mut r161 = l161[li];
+                let mut r163 = l163[li];
+                'inv: {
+                    r85 = rt::bin_u32(BinOp::Mul, r84, r19);
+                    r87 = u64::from(r85);
+                    r88 = rt::bin_u64(BinOp::Mul, r87, r23);
+                    r89 = rt::bin_u64(BinOp::Add, r20, r88);
+                    r90 = r31.to_bits();
+                    r91 = rt::bin_u64(BinOp::Add, r89, r23);
+                    r92 = rt::cmp(BinOp::Le, r91, r86);
+                    r93 = rt::cmp(BinOp::Ge, r91, r89);
+                    r94 = r92;
+                    if r94 {
+                        b1.st_u32(r89, r90)?;
+                    }
+                    r95 = rt::bin_u32(BinOp::Add, r85, r38);
+                    r96 = u64::from(r95);
+                    r97 = rt::bin_u64(BinOp::Mul, r96, r23);
+                    r98 = rt::bin_u64(BinOp::Add, r20, r97);
+                    r99 = r32.to_bits();
+                    r100 = rt::bin_u64(BinOp::Add, r98, r23);
+                    r101 = rt::cmp(BinOp::Le, r100, r86);
+                    r102 = rt::cmp(BinOp::Ge, r100, r98);
+                    r103 = r101;
+                    if r103 {
+                        b1.st_u32(r98, r99)?;
+                    }
+                    r105 = rt::bin_u32(BinOp::Add, r85, r104);
+                    r106 = u64::from(r105);
+                    r107 = rt::bin_u64(BinOp::Mul, r106, r23);
+                    r108 = rt::bin_u64(BinOp::Add, r20, r107);
+                    r109 = r36 as u32;
+                    r110 = r44 as u32;
+                    r111 = rt::bin_u32(BinOp::Xor, r109, r110);
+                    r112 = rt::bin_u64(BinOp::Add, r108, r23);
+                    r113 = rt::cmp(BinOp::Le, r112, r86);
+                    r114 = rt::cmp(BinOp::Ge, r112, r108);
+                    r115 = r113;
+                    if r115 {
+                        b1.st_u32(r108, r111)?;
+                    }
+                    r116 = rt::bin_u32(BinOp::Add, r85, r57);
+                    r117 = u64::from(r116);
+                    r118 = rt::bin_u64(BinOp::Mul, r117, r23);
+                    r119 = rt::bin_u64(BinOp::Add, r20, r118);
+                    r120 = r45.to_bits();
+                    r121 = r51.to_bits();
+                    r122 = rt::bin_u32(BinOp::Xor, r120, r121);
+                    r123 = rt::bin_u64(BinOp::Add, r119, r23);
+                    r124 = rt::cmp(BinOp::Le, r123, r86);
+                    r125 = rt::cmp(BinOp::Ge, r123, r119);
+                    r126 = r124;
+                    if r126 {
+                        b1.st_u32(r119, r122)?;
+                    }
+                    r127 = rt::bin_u32(BinOp::Add, r85, r52);
+                    r128 = u64::from(r127);
+                    r129 = rt::bin_u64(BinOp::Mul, r128, r23);
+                    r130 = rt::bin_u64(BinOp::Add, r20, r129);
+                    r132 = rt::bin_u32(BinOp::Mul, r56, r131);
+                    r133 = rt::bin_u32(BinOp::Add, r132, r58);
+                    r134 = rt::bin_u64(BinOp::Add, r130, r23);
+                    r135 = rt::cmp(BinOp::Le, r134, r86);
+                    r136 = rt::cmp(BinOp::Ge, r134, r130);
+                    r137 = r135;
+                    if r137 {
+                        b1.st_u32(r130, r133)?;
+                    }
+                    r138 = rt::bin_u32(BinOp::Add, r85, r46);
+                    r139 = u64::from(r138);
+                    r140 = rt::bin_u64(BinOp::Mul, r139, r23);
+                    r141 = rt::bin_u64(BinOp::Add, r20, r140);
+                    r142 = r14;
+                    r143 = rt::bin_u64(BinOp::Add, r141, r23);
+                    r144 = rt::cmp(BinOp::Le, r143, r86);
+                    r145 = rt::cmp(BinOp::Ge, r143, r141);
+                    r146 = r144;
+                    if r146 {
+                        b1.st_u32(r141, r142)?;
+                    }
+                    r148 = rt::bin_u32(BinOp::Add, r85, r147);
+                    r149 = u64::from(r148);
+                    r150 = rt::bin_u64(BinOp::Mul, r149, r23);
+                    r151 = rt::bin_u64(BinOp::Add, r20, r150);
+                    r152 = r16;
+                    r153 = r152.to_bits();
+                    r154 = rt::bin_u64(BinOp::Add, r151, r23);
+                    r155 = rt::cmp(BinOp::Le, r154, r86);
+                    r156 = rt::cmp(BinOp::Ge, r154, r151);
+                    r157 = r155;
+                    if r157 {
+                        b1.st_u32(r151, r153)?;
+                    }
+                    r158 = rt::bin_u32(BinOp::Add, r85, r37);
+                    r159 = u64::from(r158);
+                    r160 = rt::bin_u64(BinOp::Mul, r159, r23);
+                    r161 = rt::bin_u64(BinOp::Add, r20, r160);
+                    r163 = rt::cmp(BinOp::Lt, r30, r162);
+                }
+                l161[li] = r161;
+                l163[li] = r163;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = u32::from(l163[li]);
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = u32::from(l164[li]);
+        }
+        rt::subgroup(rt::SubgroupOp::All, rt::Ty::Bool, &st[..], &a, None, &mut d)?;
+        for li in 0..80 {
+            l164[li] = d[li] != 0;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r30 = l30[li];
+                let mut r164 = l164[li];
+                let mut r165 = l165[li];
+                let mut r166 = l166[li];
+                'inv: {
+                    r165 = if r164 { r38 } else { r13 };
+                    r166 = rt::cmp(BinOp::Gt, r30, r162);
+                }
+                l165[li] = r165;
+                l166[li] = r166;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 80];
+        for li in 0..80 {
+            a[li] = u32::from(l166[li]);
+        }
+        let mut d = [0u32; 80];
+        for li in 0..80 {
+            d[li] = u32::from(l167[li]);
+        }
+        rt::subgroup(rt::SubgroupOp::Any, rt::Ty::Bool, &st[..], &a, None, &mut d)?;
+        for li in 0..80 {
+            l167[li] = d[li] != 0;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..80u32 {
+                let li = ((lz * 1 + ly) * 80 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r161 = l161[li];
+                let mut r165 = l165[li];
+                let mut r167 = l167[li];
+                let mut r168: u32 = 0u32;
+                let mut r169: u32 = 0u32;
+                let mut r170: u64 = 0u64;
+                let mut r171: bool = false;
+                let mut r172: bool = false;
+                let mut r173: bool = false;
+                'inv: {
+                    r168 = if r167 { r104 } else { r13 };
+                    r169 = rt::bin_u32(BinOp::Add, r165, r168);
+                    r170 = rt::bin_u64(BinOp::Add, r161, r23);
+                    r171 = rt::cmp(BinOp::Le, r170, r86);
+                    r172 = rt::cmp(BinOp::Ge, r170, r161);
+                    r173 = r171;
+                    if r173 {
+                        b1.st_u32(r161, r169)?;
+                    }
+                    st[li] = u32::MAX;
+                    break 'inv;
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `subgroups`, translated from WGSL: workgroups of 64x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SUBGROUPS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "subgroups",
+    workgroup_size: [64, 1, 1],
+    read_only: &[false],
+    param_bytes: 0,
+    private_bytes: 0,
+    shared_bytes: 0,
+    ops: 78,
+    group: subgroups_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `subgroups` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn subgroups(grid: [u32; 3], buffers: &mut [&mut [u8]], params: &[u8]) -> Result<(), String> {
+    SUBGROUPS.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn subgroups_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh, pvs) = wg.phases(64);
+    let grid = cx.grid();
+    let b0 = cx.rw(0)?;
+    let mut st = [0u32; 64];
+    let mut l7 = [0u32; 64];
+    let mut l9 = [0u32; 64];
+    let mut l15 = [false; 64];
+    let mut l16 = [false; 64];
+    let mut l17 = [false; 64];
+    let mut l19 = [0u32; 64];
+    let mut l20 = [0u32; 64];
+    let mut l22 = [0u32; 64];
+    let mut l30 = [0u32; 64];
+    let mut l31 = [0u32; 64];
+    let mut l32 = [0u32; 64];
+    let mut l42 = [false; 64];
+    let mut l43 = [false; 64];
+    let mut l44 = [false; 64];
+    let mut l45 = [false; 64];
+    let mut l47 = [false; 64];
+    let mut l48 = [0u32; 64];
+    let r3 = 0x40u32;
+    let r8 = rt::SUBGROUP_SIZE;
+    let r11 = false;
+    let r18 = 0x1u32;
+    let r21 = true;
+    let r23 = 0x0u32;
+    let r52 = 0x0u64;
+    let r53 = b0.len();
+    let r55 = 0x4u64;
+    let r25 = rt::un_u32(UnOp::CountOneBits, r23);
+    let r27 = rt::un_u32(UnOp::CountOneBits, r23);
+    let r29 = rt::un_u32(UnOp::CountOneBits, r23);
+    let r49 = rt::bin_u32(BinOp::Sub, r8, r18);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r0: u32 = 0u32;
+                let mut r1: u32 = 0u32;
+                let mut r2: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r6: u32 = 0u32;
+                let mut r7 = l7[li];
+                let mut r9 = l9[li];
+                'inv: {
+                    r0 = lx;
+                    r1 = ly;
+                    r2 = lz;
+                    r9 = li as u32 % rt::SUBGROUP_SIZE;
+                    r4 = rt::bin_u32(BinOp::Mul, r1, r3);
+                    r5 = rt::bin_u32(BinOp::Mul, r2, r3);
+                    r6 = rt::bin_u32(BinOp::Add, r0, r4);
+                    r7 = rt::bin_u32(BinOp::Add, r6, r5);
+                }
+                l7[li] = r7;
+                l9[li] = r9;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10: bool = false;
+                let mut r12: bool = false;
+                let mut r13: bool = false;
+                let mut r14: bool = false;
+                let mut r15 = l15[li];
+                let mut r16 = l16[li];
+                let mut r17 = l17[li];
+                'inv: {
+                    r10 = r11;
+                    r12 = r11;
+                    r13 = r11;
+                    r14 = r11;
+                    r15 = r11;
+                    r16 = r11;
+                    r17 = r11;
+                }
+                l15[li] = r15;
+                l16[li] = r16;
+                l17[li] = r17;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = r18;
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l19[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Add),
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l19[li] = d[li];
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = l9[li];
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l20[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::BroadcastFirst,
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l20[li] = d[li];
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = u32::from(r21);
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l22[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Ballot,
+            rt::Ty::Bool,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l22[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r22 = l22[li];
+                let mut r24: u32 = 0u32;
+                let mut r26: u32 = 0u32;
+                let mut r28: u32 = 0u32;
+                let mut r30 = l30[li];
+                'inv: {
+                    r24 = rt::un_u32(UnOp::CountOneBits, r22);
+                    r26 = rt::bin_u32(BinOp::Add, r24, r25);
+                    r28 = rt::bin_u32(BinOp::Add, r26, r27);
+                    r30 = rt::bin_u32(BinOp::Add, r28, r29);
+                }
+                l30[li] = r30;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = r18;
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l31[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::ExclusiveScan(rt::Reduce::Add),
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l31[li] = d[li];
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = l9[li];
+        }
+        let mut b = [0u32; 64];
+        for li in 0..64 {
+            b[li] = r18;
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l32[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::ShuffleXor,
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            Some(&b[..]),
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l32[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r9 = l9[li];
+                let mut r10: bool = false;
+                let mut r12: bool = false;
+                let mut r13: bool = false;
+                let mut r14: bool = false;
+                let mut r19 = l19[li];
+                let mut r20 = l20[li];
+                let mut r30 = l30[li];
+                let mut r31 = l31[li];
+                let mut r32 = l32[li];
+                let mut r33: bool = false;
+                let mut r34: bool = false;
+                let mut r35: bool = false;
+                let mut r36: bool = false;
+                let mut r37: bool = false;
+                let mut r38: bool = false;
+                let mut r39: bool = false;
+                let mut r40: u32 = 0u32;
+                let mut r41: bool = false;
+                let mut r42 = l42[li];
+                'inv: {
+                    r33 = rt::cmp(BinOp::Eq, r19, r8);
+                    if r33 {
+                        r34 = rt::cmp(BinOp::Eq, r20, r23);
+                        r10 = r34;
+                    } else {
+                        r10 = r11;
+                    }
+                    r35 = r10;
+                    if r35 {
+                        r36 = rt::cmp(BinOp::Eq, r30, r8);
+                        r12 = r36;
+                    } else {
+                        r12 = r11;
+                    }
+                    r37 = r12;
+                    if r37 {
+                        r38 = rt::cmp(BinOp::Eq, r31, r9);
+                        r13 = r38;
+                    } else {
+                        r13 = r11;
+                    }
+                    r39 = r13;
+                    if r39 {
+                        r40 = rt::bin_u32(BinOp::Xor, r9, r18);
+                        r41 = rt::cmp(BinOp::Eq, r32, r40);
+                        r14 = r41;
+                    } else {
+                        r14 = r11;
+                    }
+                    r42 = r14;
+                }
+                l42[li] = r42;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 0 && !l42[li] {
+            st[li] = 2;
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = u32::from(r21);
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = u32::from(l43[li]);
+        }
+        rt::subgroup(rt::SubgroupOp::All, rt::Ty::Bool, &st[..], &a, None, &mut d)?;
+        for li in 0..64 {
+            l43[li] = d[li] != 0;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r15 = l15[li];
+                let mut r43 = l43[li];
+                'inv: {
+                    r15 = r43;
+                }
+                l15[li] = r15;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 2 {
+            st[li] = 0;
+        } else if st[li] == 0 {
+            st[li] = 3;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r15 = l15[li];
+                'inv: {
+                    r15 = r11;
+                }
+                l15[li] = r15;
+            }
+        }
+    }
+    rt::resume(&mut st, 3);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r15 = l15[li];
+                let mut r44 = l44[li];
+                'inv: {
+                    r44 = r15;
+                }
+                l44[li] = r44;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 0 && !l44[li] {
+            st[li] = 4;
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = u32::from(r11);
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = u32::from(l45[li]);
+        }
+        rt::subgroup(rt::SubgroupOp::Any, rt::Ty::Bool, &st[..], &a, None, &mut d)?;
+        for li in 0..64 {
+            l45[li] = d[li] != 0;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r16 = l16[li];
+                let mut r45 = l45[li];
+                let mut r46: bool = false;
+                'inv: {
+                    r46 = !r45;
+                    r16 = r46;
+                }
+                l16[li] = r16;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 4 {
+            st[li] = 0;
+        } else if st[li] == 0 {
+            st[li] = 5;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r16 = l16[li];
+                'inv: {
+                    r16 = r11;
+                }
+                l16[li] = r16;
+            }
+        }
+    }
+    rt::resume(&mut st, 5);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r16 = l16[li];
+                let mut r47 = l47[li];
+                'inv: {
+                    r47 = r16;
+                }
+                l47[li] = r47;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 0 && !l47[li] {
+            st[li] = 6;
+        }
+    }
+    {
+        let mut a = [0u32; 64];
+        for li in 0..64 {
+            a[li] = l9[li];
+        }
+        let mut d = [0u32; 64];
+        for li in 0..64 {
+            d[li] = l48[li];
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Max),
+            rt::Ty::U32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..64 {
+            l48[li] = d[li];
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r17 = l17[li];
+                let mut r48 = l48[li];
+                let mut r50: bool = false;
+                'inv: {
+                    r50 = rt::cmp(BinOp::Eq, r48, r49);
+                    r17 = r50;
+                }
+                l17[li] = r17;
+            }
+        }
+    }
+    for li in 0..st.len() {
+        if st[li] == 6 {
+            st[li] = 0;
+        } else if st[li] == 0 {
+            st[li] = 7;
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r17 = l17[li];
+                'inv: {
+                    r17 = r11;
+                }
+                l17[li] = r17;
+            }
+        }
+    }
+    rt::resume(&mut st, 7);
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..64u32 {
+                let li = ((lz * 1 + ly) * 64 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r7 = l7[li];
+                let mut r17 = l17[li];
+                let mut r51: bool = false;
+                let mut r54: u64 = 0u64;
+                let mut r56: u64 = 0u64;
+                let mut r57: u64 = 0u64;
+                let mut r58: u32 = 0u32;
+                let mut r59: u64 = 0u64;
+                let mut r60: bool = false;
+                let mut r61: bool = false;
+                let mut r62: bool = false;
+                'inv: {
+                    r51 = r17;
+                    r54 = u64::from(r7);
+                    r56 = rt::bin_u64(BinOp::Mul, r54, r55);
+                    r57 = rt::bin_u64(BinOp::Add, r52, r56);
+                    r58 = if r51 { r18 } else { r23 };
+                    r59 = rt::bin_u64(BinOp::Add, r57, r55);
+                    r60 = rt::cmp(BinOp::Le, r59, r53);
+                    r61 = rt::cmp(BinOp::Ge, r59, r57);
+                    r62 = r60;
+                    if r62 {
+                        b0.st_u32(r57, r58)?;
+                    }
+                    st[li] = u32::MAX;
+                    break 'inv;
+                }
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
+/// `sum_subgroup`, translated from WGSL: workgroups of 256x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SUM_SUBGROUP: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "sum_subgroup",
+    workgroup_size: [256, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    shared_bytes: 1024,
+    ops: 187,
+    group: sum_subgroup_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `sum_subgroup` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn sum_subgroup(
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+) -> Result<(), String> {
+    SUM_SUBGROUP.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn sum_subgroup_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh, pvs) = wg.phases(256);
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let mut st = [0u32; 256];
+    let mut l10 = [0u32; 256];
+    let mut l11 = [0u32; 256];
+    let mut l17 = [0u32; 256];
+    let mut l32 = [0.0f32; 256];
+    let mut l33 = [0u32; 256];
+    let mut l137 = [0.0f32; 256];
+    let mut l138 = [0.0f32; 256];
+    let r0 = wid[0];
+    let r1 = wid[1];
+    let r2 = wid[2];
+    let r6 = 0x100u32;
+    let r16 = rt::SUBGROUP_SIZE;
+    let r18 = 0x1u32;
+    let r23 = 0x0u32;
+    let r25 = f32::from_bits(0x0);
+    let r49 = 0xfffffffcu32;
+    let r58 = 0x0u64;
+    let r59 = b0.len();
+    let r61 = 0x4u64;
+    let r80 = 0x2u32;
+    let r92 = 0x3u32;
+    let r108 = 0x4u32;
+    let r140 = 0x400u32;
+    let r162 = b1.len();
+    let r19 = rt::bin_u32(BinOp::Sub, r16, r18);
+    let r20 = rt::bin_u32(BinOp::Add, r6, r19);
+    let r21 = rt::bin_u32(BinOp::Div, r20, r16);
+    let r34 = p0;
+    let r35 = p1;
+    let r36 = rt::bin_u32(BinOp::Mul, r35, r6);
+    let r37 = rt::bin_u32(BinOp::Mul, r0, r6);
+    let r41 = rt::bin_u32(BinOp::Sub, r34, r18);
+    let r44 = rt::cmp(BinOp::Eq, r36, r23);
+    let r45 = if r44 { r18 } else { r36 };
+    let r81 = rt::bin_u32(BinOp::Mul, r80, r36);
+    let r93 = rt::bin_u32(BinOp::Mul, r92, r36);
+    let r109 = rt::bin_u32(BinOp::Mul, r108, r36);
+    let r163 = u64::from(r0);
+    let r164 = rt::bin_u64(BinOp::Mul, r163, r61);
+    let r165 = rt::bin_u64(BinOp::Add, r58, r164);
+    let r167 = rt::bin_u64(BinOp::Add, r165, r61);
+    let r168 = rt::cmp(BinOp::Le, r167, r162);
+    let r169 = rt::cmp(BinOp::Ge, r167, r165);
+    let r170 = r168;
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10 = l10[li];
+                let mut r11 = l11[li];
+                let mut r12: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r14: u32 = 0u32;
+                let mut r15: u32 = 0u32;
+                let mut r17 = l17[li];
+                'inv: {
+                    r3 = lx;
+                    r4 = ly;
+                    r5 = lz;
+                    r11 = li as u32 % rt::SUBGROUP_SIZE;
+                    r7 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r9 = rt::bin_u32(BinOp::Add, r3, r7);
+                    r10 = rt::bin_u32(BinOp::Add, r9, r8);
+                    r12 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r13 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r14 = rt::bin_u32(BinOp::Add, r3, r12);
+                    r15 = rt::bin_u32(BinOp::Add, r14, r13);
+                    r17 = rt::bin_u32(BinOp::Div, r15, r16);
+                }
+                l10[li] = r10;
+                l11[li] = r11;
+                l17[li] = r17;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r22: u32 = 0u32;
+                let mut r24: u32 = 0u32;
+                let mut r26: f32 = 0.0f32;
+                let mut r27: f32 = 0.0f32;
+                let mut r28: f32 = 0.0f32;
+                let mut r29: f32 = 0.0f32;
+                let mut r30: u32 = 0u32;
+                let mut r31: u32 = 0u32;
+                let mut r32 = l32[li];
+                let mut r33 = l33[li];
+                let mut r38: u32 = 0u32;
+                let mut r39: u32 = 0u32;
+                let mut r40: bool = false;
+                let mut r42: u32 = 0u32;
+                let mut r43: u32 = 0u32;
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u32 = 0u32;
+                let mut r50: u32 = 0u32;
+                let mut r51: u32 = 0u32;
+                let mut r52: bool = false;
+                let mut r53: f32 = 0.0f32;
+                let mut r54: f32 = 0.0f32;
+                let mut r55: f32 = 0.0f32;
+                let mut r56: f32 = 0.0f32;
+                let mut r57: u32 = 0u32;
+                let mut r60: u64 = 0u64;
+                let mut r62: u64 = 0u64;
+                let mut r63: u64 = 0u64;
+                let mut r64: u64 = 0u64;
+                let mut r65: bool = false;
+                let mut r66: bool = false;
+                let mut r67: bool = false;
+                let mut r68: f32 = 0.0f32;
+                let mut r69: u32 = 0u32;
+                let mut r70: u32 = 0u32;
+                let mut r71: u64 = 0u64;
+                let mut r72: u64 = 0u64;
+                let mut r73: u64 = 0u64;
+                let mut r74: u64 = 0u64;
+                let mut r75: bool = false;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: f32 = 0.0f32;
+                let mut r79: u32 = 0u32;
+                let mut r82: u32 = 0u32;
+                let mut r83: u64 = 0u64;
+                let mut r84: u64 = 0u64;
+                let mut r85: u64 = 0u64;
+                let mut r86: u64 = 0u64;
+                let mut r87: bool = false;
+                let mut r88: bool = false;
+                let mut r89: bool = false;
+                let mut r90: f32 = 0.0f32;
+                let mut r91: u32 = 0u32;
+                let mut r94: u32 = 0u32;
+                let mut r95: u64 = 0u64;
+                let mut r96: u64 = 0u64;
+                let mut r97: u64 = 0u64;
+                let mut r98: u64 = 0u64;
+                let mut r99: bool = false;
+                let mut r100: bool = false;
+                let mut r101: bool = false;
+                let mut r102: f32 = 0.0f32;
+                let mut r103: f32 = 0.0f32;
+                let mut r104: f32 = 0.0f32;
+                let mut r105: f32 = 0.0f32;
+                let mut r106: f32 = 0.0f32;
+                let mut r107: u32 = 0u32;
+                let mut r110: u32 = 0u32;
+                let mut r111: u32 = 0u32;
+                let mut r112: u32 = 0u32;
+                let mut r113: u32 = 0u32;
+                let mut r114: u32 = 0u32;
+                let mut r115: bool = false;
+                let mut r116: f32 = 0.0f32;
+                let mut r117: u32 = 0u32;
+                let mut r118: u64 = 0u64;
+                let mut r119: u64 = 0u64;
+                let mut r120: u64 = 0u64;
+                let mut r121: u64 = 0u64;
+                let mut r122: bool = false;
+                let mut r123: bool = false;
+                let mut r124: bool = false;
+                let mut r125: f32 = 0.0f32;
+                let mut r126: f32 = 0.0f32;
+                let mut r127: u32 = 0u32;
+                let mut r128: u32 = 0u32;
+                let mut r129: u32 = 0u32;
+                let mut r130: u32 = 0u32;
+                let mut r131: f32 = 0.0f32;
+                let mut r132: f32 = 0.0f32;
+                let mut r133: f32 = 0.0f32;
+                let mut r134: f32 = 0.0f32;
+                let mut r135: f32 = 0.0f32;
+                let mut r136: f32 = 0.0f32;
+                let mut r137 = l137[li];
+                'inv: {
+                    r22 = r23;
+                    r24 = r23;
+                    r26 = r25;
+                    r27 = r25;
+                    r28 = r25;
+                    r29 = r25;
+                    r30 = r23;
+                    r31 = r23;
+                    r32 = r25;
+                    r33 = r23;
+                    r38 = rt::bin_u32(BinOp::Add, r37, r10);
+                    r22 = r38;
+                    r39 = r22;
+                    r40 = rt::cmp(BinOp::Lt, r39, r34);
+                    if r40 {
+                        r42 = r22;
+                        r43 = rt::bin_u32(BinOp::Sub, r41, r42);
+                        r46 = rt::bin_u32(BinOp::Div, r43, r45);
+                        r47 = rt::bin_u32(BinOp::Add, r46, r18);
+                        r24 = r47;
+                    }
+                    r48 = r24;
+                    r50 = rt::bin_u32(BinOp::And, r48, r49);
+                    'l0: loop {
+                        'c0: {
+                            r51 = r30;
+                            r52 = rt::cmp(BinOp::Lt, r51, r50);
+                            if r52 {
+                            } else {
+                                break 'l0;
+                            }
+                            r53 = r26;
+                            r54 = r27;
+                            r55 = r28;
+                            r56 = r29;
+                            r57 = r22;
+                            r60 = u64::from(r57);
+                            r62 = rt::bin_u64(BinOp::Mul, r60, r61);
+                            r63 = rt::bin_u64(BinOp::Add, r58, r62);
+                            r64 = rt::bin_u64(BinOp::Add, r63, r61);
+                            r65 = rt::cmp(BinOp::Le, r64, r59);
+                            r66 = rt::cmp(BinOp::Ge, r64, r63);
+                            r67 = r65;
+                            r68 = if r67 { b0.ld_f32(r63)? } else { 0.0f32 };
+                            r69 = r22;
+                            r70 = rt::bin_u32(BinOp::Add, r69, r36);
+                            r71 = u64::from(r70);
+                            r72 = rt::bin_u64(BinOp::Mul, r71, r61);
+                            r73 = rt::bin_u64(BinOp::Add, r58, r72);
+                            r74 = rt::bin_u64(BinOp::Add, r73, r61);
+                            r75 = rt::cmp(BinOp::Le, r74, r59);
+                            r76 = rt::cmp(BinOp::Ge, r74, r73);
+                            r77 = r75;
+                            r78 = if r77 { b0.ld_f32(r73)? } else { 0.0f32 };
+                            r79 = r22;
+                            r82 = rt::bin_u32(BinOp::Add, r79, r81);
+                            r83 = u64::from(r82);
+                            r84 = rt::bin_u64(BinOp::Mul, r83, r61);
+                            r85 = rt::bin_u64(BinOp::Add, r58, r84);
+                            r86 = rt::bin_u64(BinOp::Add, r85, r61);
+                            r87 = rt::cmp(BinOp::Le, r86, r59);
+                            r88 = rt::cmp(BinOp::Ge, r86, r85);
+                            r89 = r87;
+                            r90 = if r89 { b0.ld_f32(r85)? } else { 0.0f32 };
+                            r91 = r22;
+                            r94 = rt::bin_u32(BinOp::Add, r91, r93);
+                            r95 = u64::from(r94);
+                            r96 = rt::bin_u64(BinOp::Mul, r95, r61);
+                            r97 = rt::bin_u64(BinOp::Add, r58, r96);
+                            r98 = rt::bin_u64(BinOp::Add, r97, r61);
+                            r99 = rt::cmp(BinOp::Le, r98, r59);
+                            r100 = rt::cmp(BinOp::Ge, r98, r97);
+                            r101 = r99;
+                            r102 = if r101 { b0.ld_f32(r97)? } else { 0.0f32 };
+                            r103 = rt::bin_f32(BinOp::Add, r53, r68);
+                            r104 = rt::bin_f32(BinOp::Add, r54, r78);
+                            r105 = rt::bin_f32(BinOp::Add, r55, r90);
+                            r106 = rt::bin_f32(BinOp::Add, r56, r102);
+                            r26 = r103;
+                            r27 = r104;
+                            r28 = r105;
+                            r29 = r106;
+                            r107 = r22;
+                            r110 = rt::bin_u32(BinOp::Add, r107, r109);
+                            r22 = r110;
+                        }
+                        r111 = r30;
+                        r112 = rt::bin_u32(BinOp::Add, r111, r108);
+                        r30 = r112;
+                    }
+                    r31 = r50;
+                    'l1: loop {
+                        'c1: {
+                            r113 = r31;
+                            r114 = r24;
+                            r115 = rt::cmp(BinOp::Lt, r113, r114);
+                            if r115 {
+                            } else {
+                                break 'l1;
+                            }
+                            r116 = r26;
+                            r117 = r22;
+                            r118 = u64::from(r117);
+                            r119 = rt::bin_u64(BinOp::Mul, r118, r61);
+                            r120 = rt::bin_u64(BinOp::Add, r58, r119);
+                            r121 = rt::bin_u64(BinOp::Add, r120, r61);
+                            r122 = rt::cmp(BinOp::Le, r121, r59);
+                            r123 = rt::cmp(BinOp::Ge, r121, r120);
+                            r124 = r122;
+                            r125 = if r124 { b0.ld_f32(r120)? } else { 0.0f32 };
+                            r126 = rt::bin_f32(BinOp::Add, r116, r125);
+                            r26 = r126;
+                            r127 = r22;
+                            r128 = rt::bin_u32(BinOp::Add, r127, r36);
+                            r22 = r128;
+                        }
+                        r129 = r31;
+                        r130 = rt::bin_u32(BinOp::Add, r129, r18);
+                        r31 = r130;
+                    }
+                    r131 = r26;
+                    r132 = r27;
+                    r133 = rt::bin_f32(BinOp::Add, r131, r132);
+                    r134 = r28;
+                    r135 = r29;
+                    r136 = rt::bin_f32(BinOp::Add, r134, r135);
+                    r137 = rt::bin_f32(BinOp::Add, r133, r136);
+                }
+                l32[li] = r32;
+                l33[li] = r33;
+                l137[li] = r137;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 256];
+        for li in 0..256 {
+            a[li] = l137[li].to_bits();
+        }
+        let mut d = [0u32; 256];
+        for li in 0..256 {
+            d[li] = l138[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Add),
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..256 {
+            l138[li] = f32::from_bits(d[li]);
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r11 = l11[li];
+                let mut r17 = l17[li];
+                let mut r138 = l138[li];
+                let mut r139: bool = false;
+                let mut r141: u32 = 0u32;
+                let mut r142: u32 = 0u32;
+                let mut r143: u32 = 0u32;
+                let mut r144: bool = false;
+                let mut r145: bool = false;
+                let mut r146: bool = false;
+                'inv: {
+                    r139 = rt::cmp(BinOp::Eq, r11, r23);
+                    if r139 {
+                        r141 = rt::bin_u32(BinOp::Mul, r17, r108);
+                        r142 = rt::bin_u32(BinOp::Add, r23, r141);
+                        r143 = rt::bin_u32(BinOp::Add, r142, r108);
+                        r144 = rt::cmp(BinOp::Le, r143, r140);
+                        r145 = rt::cmp(BinOp::Ge, r143, r142);
+                        r146 = r144;
+                        sh.st_f32(u64::from(r142), r138)?;
+                    }
+                }
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r32 = l32[li];
+                let mut r33 = l33[li];
+                let mut r147: bool = false;
+                let mut r148: u32 = 0u32;
+                let mut r149: bool = false;
+                let mut r150: f32 = 0.0f32;
+                let mut r151: u32 = 0u32;
+                let mut r152: u32 = 0u32;
+                let mut r153: u32 = 0u32;
+                let mut r154: u32 = 0u32;
+                let mut r155: bool = false;
+                let mut r156: bool = false;
+                let mut r157: bool = false;
+                let mut r158: f32 = 0.0f32;
+                let mut r159: f32 = 0.0f32;
+                let mut r160: u32 = 0u32;
+                let mut r161: u32 = 0u32;
+                let mut r166: f32 = 0.0f32;
+                'inv: {
+                    r147 = rt::cmp(BinOp::Eq, r10, r23);
+                    if r147 {
+                        'l2: loop {
+                            'c2: {
+                                r148 = r33;
+                                r149 = rt::cmp(BinOp::Lt, r148, r21);
+                                if r149 {
+                                } else {
+                                    break 'l2;
+                                }
+                                r150 = r32;
+                                r151 = r33;
+                                r152 = rt::bin_u32(BinOp::Mul, r151, r108);
+                                r153 = rt::bin_u32(BinOp::Add, r23, r152);
+                                r154 = rt::bin_u32(BinOp::Add, r153, r108);
+                                r155 = rt::cmp(BinOp::Le, r154, r140);
+                                r156 = rt::cmp(BinOp::Ge, r154, r153);
+                                r157 = r155;
+                                r158 = if r157 {
+                                    sh.ld_f32(u64::from(r153))?
+                                } else {
+                                    0.0f32
+                                };
+                                r159 = rt::bin_f32(BinOp::Add, r150, r158);
+                                r32 = r159;
+                            }
+                            r160 = r33;
+                            r161 = rt::bin_u32(BinOp::Add, r160, r18);
+                            r33 = r161;
+                        }
+                        r166 = r32;
+                        if r170 {
+                            b1.st_f32(r165, r166)?;
+                        }
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+                l32[li] = r32;
+                l33[li] = r33;
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
 /// Every kernel of the module.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
@@ -53925,4 +55910,7 @@ pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[
     &SOFTMAX_ROWS,
     &BARRIERS,
     &PRIVATE_BARRIER,
+    &SUBGROUP_MIX,
+    &SUBGROUPS,
+    &SUM_SUBGROUP,
 ];
