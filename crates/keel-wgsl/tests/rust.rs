@@ -481,51 +481,38 @@ fn cases() -> Vec<Case> {
         ],
         grids: vec![g1(1), g1(9), [3, 2, 1], [40, 2, 1]],
     });
-    out.push(Case {
-        name: "shared_sum",
-        params: vec![vec![]],
-        grids: vec![g1(1), g1(3), [2, 2, 1]],
-    });
-    out.push(Case {
-        name: "atomics",
-        params: vec![vec![]],
-        grids: vec![g1(1), g1(3)],
-    });
-    out.push(Case {
-        name: "sum_shared",
-        params: vec![vec![2048, 4], vec![1000, 3], vec![5000, 2]],
-        grids: vec![g1(4), g1(3), g1(2)],
-    });
-    out.push(Case {
-        name: "softmax_rows",
-        params: vec![vec![2, 1000], vec![3, 300], vec![1, 2048]],
-        grids: vec![g1(2), g1(4), [1, 2, 1]],
-    });
-    out.push(Case {
-        name: "barriers",
-        params: vec![vec![100, 0], vec![1000, 5], vec![2000, 7]],
-        grids: vec![g1(1), g1(5), [4, 2, 1], [3, 3, 1]],
-    });
-    out.push(Case {
-        name: "private_barrier",
-        params: vec![vec![]],
-        grids: vec![g1(1), g1(3)],
-    });
-    out.push(Case {
-        name: "subgroup_mix",
-        params: vec![vec![0], vec![1], vec![2]],
-        grids: vec![g1(1), g1(3)],
-    });
-    out.push(Case {
-        name: "subgroups",
-        params: vec![vec![]],
-        grids: vec![g1(1), g1(3)],
-    });
-    out.push(Case {
-        name: "sum_subgroup",
-        params: vec![vec![2048, 4], vec![1000, 3], vec![5000, 2]],
-        grids: vec![g1(4), g1(3), g1(2)],
-    });
+    // Kernels with barriers, workgroup memory or subgroup operations.
+    let sum_params = vec![vec![2048, 4], vec![1000, 3], vec![5000, 2]];
+    let sum_grids = vec![g1(4), g1(3), g1(2)];
+    for (name, params, grids) in [
+        ("shared_sum", vec![vec![]], vec![g1(1), g1(3), [2, 2, 1]]),
+        ("atomics", vec![vec![]], vec![g1(1), g1(3)]),
+        ("sum_shared", sum_params.clone(), sum_grids.clone()),
+        ("sum_subgroup", sum_params, sum_grids),
+        (
+            "softmax_rows",
+            vec![vec![2, 1000], vec![3, 300], vec![1, 2048]],
+            vec![g1(2), g1(4), [1, 2, 1]],
+        ),
+        (
+            "barriers",
+            vec![vec![100, 0], vec![1000, 5], vec![2000, 7]],
+            vec![g1(1), g1(5), [4, 2, 1], [3, 3, 1]],
+        ),
+        ("private_barrier", vec![vec![]], vec![g1(1), g1(3)]),
+        (
+            "subgroup_mix",
+            vec![vec![0], vec![1], vec![2]],
+            vec![g1(1), g1(3)],
+        ),
+        ("subgroups", vec![vec![]], vec![g1(1), g1(3)]),
+    ] {
+        out.push(Case {
+            name,
+            params,
+            grids,
+        });
+    }
     out.push(Case {
         name: "shifted",
         params: vec![vec![1000, 0], vec![1000, 1], vec![1500, 256], vec![600, 5]],
