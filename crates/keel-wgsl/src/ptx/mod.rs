@@ -16,6 +16,7 @@ mod arith;
 mod guards;
 mod math;
 mod memory;
+mod select;
 mod subgroup;
 
 use std::collections::HashSet;
@@ -82,6 +83,8 @@ pub fn emit(program: &Program) -> Result<String> {
     let mut program = program.clone();
     let elements = guards::elements(&program);
     guards::index_bounds(&mut program, &elements);
+    select::short_circuits(&mut program);
+    select::zero_selects(&mut program);
     let mut e = Emitter::new(&program);
     e.elements = elements;
     e.run()
