@@ -125,8 +125,17 @@ pub const MATMUL_TILED_4X4_SPLIT: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
+fn matmul_naive_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
+    crate::kernel::run_translated(&translated::MATMUL_NAIVE, inv)
+}
+
+/// The naive kernel's WGSL translated to Rust (generated; see
+/// `tests::the_translation_is_current`).
+mod translated;
+
 /// The naive kernel: as [`MATMUL_TILED`]. Source:
-/// `shaders/compute/matmul_naive.wgsl`, on every backend.
+/// `shaders/compute/matmul_naive.wgsl`, on every backend (host backends
+/// run its translation to Rust, `matmul/translated.rs`).
 pub const MATMUL_NAIVE: Launch = Launch {
     kernel: Kernel {
         name: "matmul_naive",
@@ -138,7 +147,7 @@ pub const MATMUL_NAIVE: Launch = Launch {
             include_str!("../../shaders/compute/matmul_naive.wgsl")
         )),
         ptx: None,
-        cpu: None,
+        cpu: Some(matmul_naive_host),
     },
     params: MATMUL_PARAMS,
 };
@@ -414,4 +423,23 @@ fn matmul_rows_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in translation (`matmul/translated.rs`) is what
+    /// `keel_wgsl::rust` makes of the naive kernel's WGSL today
+    /// (`KEEL_BLESS=1` rewrites it).
+    #[test]
+    fn the_translation_is_current() {
+        let program = (*super::MATMUL_NAIVE.kernel.program().expect("compiles")).clone();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/compute/matmul/translated.rs");
+        let bless = std::env::var_os("KEEL_BLESS").is_some();
+        let current = crate::wgsl::rust::check_file(&path, &[program], bless).expect("translates");
+        assert!(
+            current,
+            "src/compute/matmul/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+        );
+    }
 }
