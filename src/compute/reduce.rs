@@ -36,7 +36,8 @@ pub const SUM_SHARED: Launch = Launch {
 };
 
 /// [`SUM_SHARED`] with subgroup adds (`subgroupAdd`; warp shuffles in
-/// the generated PTX). Source: `shaders/compute/sum_subgroup.wgsl`.
+/// the generated PTX). Source: `shaders/compute/sum_subgroup.wgsl`; host
+/// backends, where a caller launches it, run its translation to Rust.
 pub const SUM_SUBGROUP: Launch = Launch {
     kernel: Kernel {
         name: "sum_subgroup",
@@ -44,7 +45,7 @@ pub const SUM_SUBGROUP: Launch = Launch {
         bindings: 2,
         wgsl: Some(include_str!("../../shaders/compute/sum_subgroup.wgsl")),
         ptx: None,
-        cpu: None,
+        cpu: Some(sum_subgroup_host),
     },
     params: &[U32, U32],
 };
@@ -66,6 +67,10 @@ pub const SOFTMAX_ROWS: Launch = Launch {
 
 fn sum_shared_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
     run_translated(&translated::SUM_SHARED, inv)
+}
+
+fn sum_subgroup_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
+    run_translated(&translated::SUM_SUBGROUP, inv)
 }
 
 fn softmax_rows_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
@@ -215,10 +220,14 @@ mod tests {
     /// (`KEEL_BLESS=1` rewrites it).
     #[test]
     fn the_translation_is_current() {
-        let programs: Vec<_> = [&super::SUM_SHARED, &super::SOFTMAX_ROWS]
-            .iter()
-            .map(|l| (*l.kernel.program().expect("compiles")).clone())
-            .collect();
+        let programs: Vec<_> = [
+            &super::SUM_SHARED,
+            &super::SUM_SUBGROUP,
+            &super::SOFTMAX_ROWS,
+        ]
+        .iter()
+        .map(|l| (*l.kernel.program().expect("compiles")).clone())
+        .collect();
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src/compute/reduce/translated.rs");
         let bless = std::env::var_os("KEEL_BLESS").is_some();

@@ -486,6 +486,499 @@ fn sum_shared_group(
     Ok(())
 }
 
+/// `sum_subgroup`, translated from WGSL: workgroups of 256x1x1.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub static SUM_SUBGROUP: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
+    name: "sum_subgroup",
+    workgroup_size: [256, 1, 1],
+    read_only: &[true, false],
+    param_bytes: 8,
+    private_bytes: 0,
+    shared_bytes: 1024,
+    ops: 187,
+    group: sum_subgroup_group,
+    parted: None,
+};
+
+/// Runs `grid` workgroups of `sum_subgroup` on every thread.
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+pub fn sum_subgroup(
+    grid: [u32; 3],
+    buffers: &mut [&mut [u8]],
+    params: &[u8],
+) -> Result<(), String> {
+    SUM_SUBGROUP.run(grid, buffers, params)
+}
+
+#[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
+fn sum_subgroup_group(
+    cx: &keel_wgsl::native::Ctx<'_>,
+    wg: &mut keel_wgsl::native::Group,
+) -> Result<(), keel_wgsl::native::Fault> {
+    use keel_wgsl::native::{self as rt, AtomicOp, BinOp, UnOp};
+    let (wid, sh, pvs) = wg.phases(256);
+    let grid = cx.grid();
+    let b0 = cx.ro(0)?;
+    let b1 = cx.rw(1)?;
+    let p0 = cx.param(0)?;
+    let p1 = cx.param(1)?;
+    let mut st = [0u32; 256];
+    let mut l10 = [0u32; 256];
+    let mut l11 = [0u32; 256];
+    let mut l17 = [0u32; 256];
+    let mut l32 = [0.0f32; 256];
+    let mut l33 = [0u32; 256];
+    let mut l137 = [0.0f32; 256];
+    let mut l138 = [0.0f32; 256];
+    let r0 = wid[0];
+    let r1 = wid[1];
+    let r2 = wid[2];
+    let r6 = 0x100u32;
+    let r16 = rt::SUBGROUP_SIZE;
+    let r18 = 0x1u32;
+    let r23 = 0x0u32;
+    let r25 = f32::from_bits(0x0);
+    let r49 = 0xfffffffcu32;
+    let r58 = 0x0u64;
+    let r59 = b0.len();
+    let r61 = 0x4u64;
+    let r80 = 0x2u32;
+    let r92 = 0x3u32;
+    let r108 = 0x4u32;
+    let r140 = 0x400u32;
+    let r162 = b1.len();
+    let r19 = rt::bin_u32(BinOp::Sub, r16, r18);
+    let r20 = rt::bin_u32(BinOp::Add, r6, r19);
+    let r21 = rt::bin_u32(BinOp::Div, r20, r16);
+    let r34 = p0;
+    let r35 = p1;
+    let r36 = rt::bin_u32(BinOp::Mul, r35, r6);
+    let r37 = rt::bin_u32(BinOp::Mul, r0, r6);
+    let r41 = rt::bin_u32(BinOp::Sub, r34, r18);
+    let r44 = rt::cmp(BinOp::Eq, r36, r23);
+    let r45 = if r44 { r18 } else { r36 };
+    let r81 = rt::bin_u32(BinOp::Mul, r80, r36);
+    let r93 = rt::bin_u32(BinOp::Mul, r92, r36);
+    let r109 = rt::bin_u32(BinOp::Mul, r108, r36);
+    let r163 = u64::from(r0);
+    let r164 = rt::bin_u64(BinOp::Mul, r163, r61);
+    let r165 = rt::bin_u64(BinOp::Add, r58, r164);
+    let r167 = rt::bin_u64(BinOp::Add, r165, r61);
+    let r168 = rt::cmp(BinOp::Le, r167, r162);
+    let r169 = rt::cmp(BinOp::Ge, r167, r165);
+    let r170 = r168;
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r3: u32 = 0u32;
+                let mut r4: u32 = 0u32;
+                let mut r5: u32 = 0u32;
+                let mut r7: u32 = 0u32;
+                let mut r8: u32 = 0u32;
+                let mut r9: u32 = 0u32;
+                let mut r10 = l10[li];
+                let mut r11 = l11[li];
+                let mut r12: u32 = 0u32;
+                let mut r13: u32 = 0u32;
+                let mut r14: u32 = 0u32;
+                let mut r15: u32 = 0u32;
+                let mut r17 = l17[li];
+                'inv: {
+                    r3 = lx;
+                    r4 = ly;
+                    r5 = lz;
+                    r11 = li as u32 % rt::SUBGROUP_SIZE;
+                    r7 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r8 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r9 = rt::bin_u32(BinOp::Add, r3, r7);
+                    r10 = rt::bin_u32(BinOp::Add, r9, r8);
+                    r12 = rt::bin_u32(BinOp::Mul, r4, r6);
+                    r13 = rt::bin_u32(BinOp::Mul, r5, r6);
+                    r14 = rt::bin_u32(BinOp::Add, r3, r12);
+                    r15 = rt::bin_u32(BinOp::Add, r14, r13);
+                    r17 = rt::bin_u32(BinOp::Div, r15, r16);
+                }
+                l10[li] = r10;
+                l11[li] = r11;
+                l17[li] = r17;
+            }
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r22: u32 = 0u32;
+                let mut r24: u32 = 0u32;
+                let mut r26: f32 = 0.0f32;
+                let mut r27: f32 = 0.0f32;
+                let mut r28: f32 = 0.0f32;
+                let mut r29: f32 = 0.0f32;
+                let mut r30: u32 = 0u32;
+                let mut r31: u32 = 0u32;
+                let mut r32 = l32[li];
+                let mut r33 = l33[li];
+                let mut r38: u32 = 0u32;
+                let mut r39: u32 = 0u32;
+                let mut r40: bool = false;
+                let mut r42: u32 = 0u32;
+                let mut r43: u32 = 0u32;
+                let mut r46: u32 = 0u32;
+                let mut r47: u32 = 0u32;
+                let mut r48: u32 = 0u32;
+                let mut r50: u32 = 0u32;
+                let mut r51: u32 = 0u32;
+                let mut r52: bool = false;
+                let mut r53: f32 = 0.0f32;
+                let mut r54: f32 = 0.0f32;
+                let mut r55: f32 = 0.0f32;
+                let mut r56: f32 = 0.0f32;
+                let mut r57: u32 = 0u32;
+                let mut r60: u64 = 0u64;
+                let mut r62: u64 = 0u64;
+                let mut r63: u64 = 0u64;
+                let mut r64: u64 = 0u64;
+                let mut r65: bool = false;
+                let mut r66: bool = false;
+                let mut r67: bool = false;
+                let mut r68: f32 = 0.0f32;
+                let mut r69: u32 = 0u32;
+                let mut r70: u32 = 0u32;
+                let mut r71: u64 = 0u64;
+                let mut r72: u64 = 0u64;
+                let mut r73: u64 = 0u64;
+                let mut r74: u64 = 0u64;
+                let mut r75: bool = false;
+                let mut r76: bool = false;
+                let mut r77: bool = false;
+                let mut r78: f32 = 0.0f32;
+                let mut r79: u32 = 0u32;
+                let mut r82: u32 = 0u32;
+                let mut r83: u64 = 0u64;
+                let mut r84: u64 = 0u64;
+                let mut r85: u64 = 0u64;
+                let mut r86: u64 = 0u64;
+                let mut r87: bool = false;
+                let mut r88: bool = false;
+                let mut r89: bool = false;
+                let mut r90: f32 = 0.0f32;
+                let mut r91: u32 = 0u32;
+                let mut r94: u32 = 0u32;
+                let mut r95: u64 = 0u64;
+                let mut r96: u64 = 0u64;
+                let mut r97: u64 = 0u64;
+                let mut r98: u64 = 0u64;
+                let mut r99: bool = false;
+                let mut r100: bool = false;
+                let mut r101: bool = false;
+                let mut r102: f32 = 0.0f32;
+                let mut r103: f32 = 0.0f32;
+                let mut r104: f32 = 0.0f32;
+                let mut r105: f32 = 0.0f32;
+                let mut r106: f32 = 0.0f32;
+                let mut r107: u32 = 0u32;
+                let mut r110: u32 = 0u32;
+                let mut r111: u32 = 0u32;
+                let mut r112: u32 = 0u32;
+                let mut r113: u32 = 0u32;
+                let mut r114: u32 = 0u32;
+                let mut r115: bool = false;
+                let mut r116: f32 = 0.0f32;
+                let mut r117: u32 = 0u32;
+                let mut r118: u64 = 0u64;
+                let mut r119: u64 = 0u64;
+                let mut r120: u64 = 0u64;
+                let mut r121: u64 = 0u64;
+                let mut r122: bool = false;
+                let mut r123: bool = false;
+                let mut r124: bool = false;
+                let mut r125: f32 = 0.0f32;
+                let mut r126: f32 = 0.0f32;
+                let mut r127: u32 = 0u32;
+                let mut r128: u32 = 0u32;
+                let mut r129: u32 = 0u32;
+                let mut r130: u32 = 0u32;
+                let mut r131: f32 = 0.0f32;
+                let mut r132: f32 = 0.0f32;
+                let mut r133: f32 = 0.0f32;
+                let mut r134: f32 = 0.0f32;
+                let mut r135: f32 = 0.0f32;
+                let mut r136: f32 = 0.0f32;
+                let mut r137 = l137[li];
+                'inv: {
+                    r22 = r23;
+                    r24 = r23;
+                    r26 = r25;
+                    r27 = r25;
+                    r28 = r25;
+                    r29 = r25;
+                    r30 = r23;
+                    r31 = r23;
+                    r32 = r25;
+                    r33 = r23;
+                    r38 = rt::bin_u32(BinOp::Add, r37, r10);
+                    r22 = r38;
+                    r39 = r22;
+                    r40 = rt::cmp(BinOp::Lt, r39, r34);
+                    if r40 {
+                        r42 = r22;
+                        r43 = rt::bin_u32(BinOp::Sub, r41, r42);
+                        r46 = rt::bin_u32(BinOp::Div, r43, r45);
+                        r47 = rt::bin_u32(BinOp::Add, r46, r18);
+                        r24 = r47;
+                    }
+                    r48 = r24;
+                    r50 = rt::bin_u32(BinOp::And, r48, r49);
+                    'l0: loop {
+                        'c0: {
+                            r51 = r30;
+                            r52 = rt::cmp(BinOp::Lt, r51, r50);
+                            if r52 {
+                            } else {
+                                break 'l0;
+                            }
+                            r53 = r26;
+                            r54 = r27;
+                            r55 = r28;
+                            r56 = r29;
+                            r57 = r22;
+                            r60 = u64::from(r57);
+                            r62 = rt::bin_u64(BinOp::Mul, r60, r61);
+                            r63 = rt::bin_u64(BinOp::Add, r58, r62);
+                            r64 = rt::bin_u64(BinOp::Add, r63, r61);
+                            r65 = rt::cmp(BinOp::Le, r64, r59);
+                            r66 = rt::cmp(BinOp::Ge, r64, r63);
+                            r67 = r65;
+                            r68 = if r67 { b0.ld_f32(r63)? } else { 0.0f32 };
+                            r69 = r22;
+                            r70 = rt::bin_u32(BinOp::Add, r69, r36);
+                            r71 = u64::from(r70);
+                            r72 = rt::bin_u64(BinOp::Mul, r71, r61);
+                            r73 = rt::bin_u64(BinOp::Add, r58, r72);
+                            r74 = rt::bin_u64(BinOp::Add, r73, r61);
+                            r75 = rt::cmp(BinOp::Le, r74, r59);
+                            r76 = rt::cmp(BinOp::Ge, r74, r73);
+                            r77 = r75;
+                            r78 = if r77 { b0.ld_f32(r73)? } else { 0.0f32 };
+                            r79 = r22;
+                            r82 = rt::bin_u32(BinOp::Add, r79, r81);
+                            r83 = u64::from(r82);
+                            r84 = rt::bin_u64(BinOp::Mul, r83, r61);
+                            r85 = rt::bin_u64(BinOp::Add, r58, r84);
+                            r86 = rt::bin_u64(BinOp::Add, r85, r61);
+                            r87 = rt::cmp(BinOp::Le, r86, r59);
+                            r88 = rt::cmp(BinOp::Ge, r86, r85);
+                            r89 = r87;
+                            r90 = if r89 { b0.ld_f32(r85)? } else { 0.0f32 };
+                            r91 = r22;
+                            r94 = rt::bin_u32(BinOp::Add, r91, r93);
+                            r95 = u64::from(r94);
+                            r96 = rt::bin_u64(BinOp::Mul, r95, r61);
+                            r97 = rt::bin_u64(BinOp::Add, r58, r96);
+                            r98 = rt::bin_u64(BinOp::Add, r97, r61);
+                            r99 = rt::cmp(BinOp::Le, r98, r59);
+                            r100 = rt::cmp(BinOp::Ge, r98, r97);
+                            r101 = r99;
+                            r102 = if r101 { b0.ld_f32(r97)? } else { 0.0f32 };
+                            r103 = rt::bin_f32(BinOp::Add, r53, r68);
+                            r104 = rt::bin_f32(BinOp::Add, r54, r78);
+                            r105 = rt::bin_f32(BinOp::Add, r55, r90);
+                            r106 = rt::bin_f32(BinOp::Add, r56, r102);
+                            r26 = r103;
+                            r27 = r104;
+                            r28 = r105;
+                            r29 = r106;
+                            r107 = r22;
+                            r110 = rt::bin_u32(BinOp::Add, r107, r109);
+                            r22 = r110;
+                        }
+                        r111 = r30;
+                        r112 = rt::bin_u32(BinOp::Add, r111, r108);
+                        r30 = r112;
+                    }
+                    r31 = r50;
+                    'l1: loop {
+                        'c1: {
+                            r113 = r31;
+                            r114 = r24;
+                            r115 = rt::cmp(BinOp::Lt, r113, r114);
+                            if r115 {
+                            } else {
+                                break 'l1;
+                            }
+                            r116 = r26;
+                            r117 = r22;
+                            r118 = u64::from(r117);
+                            r119 = rt::bin_u64(BinOp::Mul, r118, r61);
+                            r120 = rt::bin_u64(BinOp::Add, r58, r119);
+                            r121 = rt::bin_u64(BinOp::Add, r120, r61);
+                            r122 = rt::cmp(BinOp::Le, r121, r59);
+                            r123 = rt::cmp(BinOp::Ge, r121, r120);
+                            r124 = r122;
+                            r125 = if r124 { b0.ld_f32(r120)? } else { 0.0f32 };
+                            r126 = rt::bin_f32(BinOp::Add, r116, r125);
+                            r26 = r126;
+                            r127 = r22;
+                            r128 = rt::bin_u32(BinOp::Add, r127, r36);
+                            r22 = r128;
+                        }
+                        r129 = r31;
+                        r130 = rt::bin_u32(BinOp::Add, r129, r18);
+                        r31 = r130;
+                    }
+                    r131 = r26;
+                    r132 = r27;
+                    r133 = rt::bin_f32(BinOp::Add, r131, r132);
+                    r134 = r28;
+                    r135 = r29;
+                    r136 = rt::bin_f32(BinOp::Add, r134, r135);
+                    r137 = rt::bin_f32(BinOp::Add, r133, r136);
+                }
+                l32[li] = r32;
+                l33[li] = r33;
+                l137[li] = r137;
+            }
+        }
+    }
+    {
+        let mut a = [0u32; 256];
+        for li in 0..256 {
+            a[li] = l137[li].to_bits();
+        }
+        let mut d = [0u32; 256];
+        for li in 0..256 {
+            d[li] = l138[li].to_bits();
+        }
+        rt::subgroup(
+            rt::SubgroupOp::Reduce(rt::Reduce::Add),
+            rt::Ty::F32,
+            &st[..],
+            &a,
+            None,
+            &mut d,
+        )?;
+        for li in 0..256 {
+            l138[li] = f32::from_bits(d[li]);
+        }
+    }
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r11 = l11[li];
+                let mut r17 = l17[li];
+                let mut r138 = l138[li];
+                let mut r139: bool = false;
+                let mut r141: u32 = 0u32;
+                let mut r142: u32 = 0u32;
+                let mut r143: u32 = 0u32;
+                let mut r144: bool = false;
+                let mut r145: bool = false;
+                let mut r146: bool = false;
+                'inv: {
+                    r139 = rt::cmp(BinOp::Eq, r11, r23);
+                    if r139 {
+                        r141 = rt::bin_u32(BinOp::Mul, r17, r108);
+                        r142 = rt::bin_u32(BinOp::Add, r23, r141);
+                        r143 = rt::bin_u32(BinOp::Add, r142, r108);
+                        r144 = rt::cmp(BinOp::Le, r143, r140);
+                        r145 = rt::cmp(BinOp::Ge, r143, r142);
+                        r146 = r144;
+                        sh.st_f32(u64::from(r142), r138)?;
+                    }
+                }
+            }
+        }
+    }
+    // A barrier: every invocation has run the phase above.
+    for lz in 0..1u32 {
+        for ly in 0..1u32 {
+            for lx in 0..256u32 {
+                let li = ((lz * 1 + ly) * 256 + lx) as usize;
+                if st[li] != 0 {
+                    continue;
+                }
+                let mut r10 = l10[li];
+                let mut r32 = l32[li];
+                let mut r33 = l33[li];
+                let mut r147: bool = false;
+                let mut r148: u32 = 0u32;
+                let mut r149: bool = false;
+                let mut r150: f32 = 0.0f32;
+                let mut r151: u32 = 0u32;
+                let mut r152: u32 = 0u32;
+                let mut r153: u32 = 0u32;
+                let mut r154: u32 = 0u32;
+                let mut r155: bool = false;
+                let mut r156: bool = false;
+                let mut r157: bool = false;
+                let mut r158: f32 = 0.0f32;
+                let mut r159: f32 = 0.0f32;
+                let mut r160: u32 = 0u32;
+                let mut r161: u32 = 0u32;
+                let mut r166: f32 = 0.0f32;
+                'inv: {
+                    r147 = rt::cmp(BinOp::Eq, r10, r23);
+                    if r147 {
+                        'l2: loop {
+                            'c2: {
+                                r148 = r33;
+                                r149 = rt::cmp(BinOp::Lt, r148, r21);
+                                if r149 {
+                                } else {
+                                    break 'l2;
+                                }
+                                r150 = r32;
+                                r151 = r33;
+                                r152 = rt::bin_u32(BinOp::Mul, r151, r108);
+                                r153 = rt::bin_u32(BinOp::Add, r23, r152);
+                                r154 = rt::bin_u32(BinOp::Add, r153, r108);
+                                r155 = rt::cmp(BinOp::Le, r154, r140);
+                                r156 = rt::cmp(BinOp::Ge, r154, r153);
+                                r157 = r155;
+                                r158 = if r157 {
+                                    sh.ld_f32(u64::from(r153))?
+                                } else {
+                                    0.0f32
+                                };
+                                r159 = rt::bin_f32(BinOp::Add, r150, r158);
+                                r32 = r159;
+                            }
+                            r160 = r33;
+                            r161 = rt::bin_u32(BinOp::Add, r160, r18);
+                            r33 = r161;
+                        }
+                        r166 = r32;
+                        if r170 {
+                            b1.st_f32(r165, r166)?;
+                        }
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    } else {
+                        st[li] = u32::MAX;
+                        break 'inv;
+                    }
+                }
+                l32[li] = r32;
+                l33[li] = r33;
+            }
+        }
+    }
+    rt::resume(&mut st, 1);
+    Ok(())
+}
+
 /// `softmax_rows`, translated from WGSL: workgroups of 256x1x1.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
 pub static SOFTMAX_ROWS: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
@@ -1568,4 +2061,4 @@ fn softmax_rows_group(
 
 /// Every kernel of the module.
 #[allow(unused, unreachable_code, clippy::all, clippy::pedantic)]
-pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[&SUM_SHARED, &SOFTMAX_ROWS];
+pub static KERNELS: &[&keel_wgsl::native::Kernel] = &[&SUM_SHARED, &SUM_SUBGROUP, &SOFTMAX_ROWS];
