@@ -83,8 +83,7 @@ pub fn emit(program: &Program) -> Result<String> {
     let mut program = program.clone();
     let elements = guards::elements(&program);
     guards::index_bounds(&mut program, &elements);
-    select::short_circuits(&mut program);
-    select::zero_selects(&mut program);
+    select::branch_free(&mut program);
     let mut e = Emitter::new(&program);
     e.elements = elements;
     e.run()

@@ -27,6 +27,10 @@ struct Uses {
     reads: Vec<u32>,
     /// The constant a register holds, where a constant is its one writer.
     consts: Vec<Option<u64>>,
+    /// Whether a guarded, non-atomic load is a register's one writer.
+    loaded: Vec<bool>,
+    /// `a` where `!a` is a register's one writer.
+    nots: Vec<Option<Reg>>,
 }
 
 impl Uses {
@@ -36,6 +40,8 @@ impl Uses {
             writes: vec![0; n],
             reads: vec![0; n],
             consts: vec![None; n],
+            loaded: vec![false; n],
+            nots: vec![None; n],
         };
         walk(&p.body, &mut |inst| {
             for r in inst.reads() {
@@ -51,12 +57,30 @@ impl Uses {
                     Inst::Const { bits, .. } => Some(bits),
                     _ => None,
                 };
+                u.nots[d.index()] = match *inst {
+                    Inst::Un {
+                        op: crate::ir::UnOp::Not,
+                        a,
+                        ..
+                    } => Some(a),
+                    _ => None,
+                };
+                u.loaded[d.index()] = matches!(
+                    inst,
+                    Inst::Load {
+                        guard: Some(_),
+                        atomic: false,
+                        ..
+                    }
+                );
             }
         });
         count_conditions(&p.body, &mut u.reads);
-        for (c, w) in u.consts.iter_mut().zip(&u.writes) {
+        for (i, w) in u.writes.iter().enumerate() {
             if *w != 1 {
-                *c = None;
+                u.consts[i] = None;
+                u.loaded[i] = false;
+                u.nots[i] = None;
             }
         }
         u
@@ -99,42 +123,36 @@ fn count_conditions(stmts: &[Stmt], reads: &mut [u32]) {
     }
 }
 
+/// Both rewrites of the module's doc, over the uses of the lowered
+/// program (the first changes no read, constant or load the second looks
+/// at).
+pub(super) fn branch_free(p: &mut Program) {
+    let uses = Uses::of(p);
+    short_circuits(p, &uses);
+    zero_selects(p, &uses);
+}
+
 /// Rewrites every short-circuit `if` of `p` that only computes as a
 /// predicate `and` or `or` (see the module's doc).
-pub(super) fn short_circuits(p: &mut Program) {
-    let uses = Uses::of(p);
-    let regs = p.regs.clone();
-    let writers: Vec<Option<Inst>> = p.single_writers().into_iter().map(|w| w.cloned()).collect();
+fn short_circuits(p: &mut Program, uses: &Uses) {
+    let regs = std::mem::take(&mut p.regs);
     rebuild(&mut p.body, &mut |s| match s {
-        Stmt::If { cond, then, els } => logic(&regs, &uses, &writers, *cond, then, els),
+        Stmt::If { cond, then, els } => logic(&regs, uses, *cond, then, els),
         _ => None,
     });
+    p.regs = regs;
 }
 
 /// `if cond { then } else { els }` as straight-line instructions, where it
 /// is `x = cond && e` (`els` sets `x` to false), `x = cond || e` (`then`
 /// sets it to true) or `x = a || e` (`cond` is `!a` and `els` sets `x` to
 /// true: naga's `a || e`), and the other branch only computes `e`.
-fn logic(
-    regs: &[Ty],
-    uses: &Uses,
-    writers: &[Option<Inst>],
-    cond: Reg,
-    then: &[Stmt],
-    els: &[Stmt],
-) -> Option<Vec<Stmt>> {
+fn logic(regs: &[Ty], uses: &Uses, cond: Reg, then: &[Stmt], els: &[Stmt]) -> Option<Vec<Stmt>> {
     let set = |stmts: &[Stmt]| match stmts {
         [Stmt::Inst(Inst::Mov { dst, src })] => Some((*dst, uses.constant(*src)?)),
         _ => None,
     };
-    let negated = || match writers.get(cond.index()).cloned().flatten() {
-        Some(Inst::Un {
-            op: crate::ir::UnOp::Not,
-            a,
-            ..
-        }) => Some(a),
-        _ => None,
-    };
+    let negated = || uses.nots.get(cond.index()).copied().flatten();
     let (op, left, x, branch) = match (set(then), set(els)) {
         (_, Some((x, 0))) => (BinOp::And, cond, x, then),
         (_, Some((x, 1))) => (BinOp::Or, negated()?, x, then),
@@ -169,11 +187,10 @@ fn logic(
 /// Rewrites every `select(0, v, c)` of a guarded load's value that
 /// nothing else reads as the load guarded by `guard && c` (see the
 /// module's doc).
-pub(super) fn zero_selects(p: &mut Program) {
-    let uses = Uses::of(p);
+fn zero_selects(p: &mut Program, uses: &Uses) {
     let mut fresh = p.regs.len();
     let mut added = Vec::new();
-    fold_lists(&mut p.body, &uses, &mut |ty| {
+    fold_lists(&mut p.body, uses, &mut |ty| {
         added.push(ty);
         fresh += 1;
         Reg((fresh - 1) as u32)
@@ -255,7 +272,7 @@ fn folded_load(stmts: &[Stmt], j: usize, uses: &Uses) -> Option<usize> {
     if uses.constant(zero) != Some(0) || uses.reads.get(v.index()) != Some(&1) {
         return None;
     }
-    if !uses.written_once(v) {
+    if uses.loaded.get(v.index()) != Some(&true) {
         return None;
     }
     for i in (0..j).rev() {
@@ -346,8 +363,7 @@ mod tests {
 
     fn prepared(p: &Program) -> Program {
         let mut p = p.clone();
-        short_circuits(&mut p);
-        zero_selects(&mut p);
+        branch_free(&mut p);
         p
     }
 
