@@ -1,36 +1,43 @@
-//! Kernels with barriers or workgroup memory, printed in phases.
+//! Kernels with barriers, subgroup operations or workgroup memory,
+//! printed in phases.
 //!
 //! WGSL puts every barrier in uniform control flow: the invocations of a
 //! workgroup reach each one together. So the statements between two
 //! barriers (a phase) can run for one invocation after another, as a
 //! kernel without barriers does, provided every invocation finishes a
 //! phase before any starts the next: the workgroup function runs each
-//! phase as its own loop over the invocations. The statements that hold a
-//! barrier (the `if`s, loops and blocks around one) run once for the
-//! workgroup, between the phases, and a barrier itself is the end of one
-//! phase and the start of the next. One thread runs the whole workgroup,
-//! so its memory (`sh`) is plain words, and a barrier orders every access
-//! before it before every access after it.
+//! phase as its own loop over the invocations. A subgroup operation is
+//! such a point too, for the invocations of a subgroup: the phase before
+//! it ends, the operation runs once over every invocation's operand (with
+//! the interpreter's function, so the bits are the interpreter's), and
+//! the next phase starts. Below, a barrier or a subgroup operation is a
+//! sync point. The statements that hold one (the `if`s, loops and blocks
+//! around it) run once for the workgroup, between the phases. One thread
+//! runs the whole workgroup, so its memory (`sh`) and each invocation's
+//! private memory (`pvs[li]`, kept across phases) are plain words, and a
+//! barrier orders every access before it before every access after it.
 //!
 //! Values live where their uses need them:
-//! - a register used in one phase, where each run of the phase sets it
-//!   before reading it, is a local of that phase, as in a kernel without
-//!   barriers;
-//! - one whose only writer is a constant, a parameter or a built-in that
-//!   is the same for the whole workgroup is set once before the phases;
-//! - any other (a value carried across a barrier, a loop counter of a
-//!   loop that holds a barrier, a condition the workgroup's statements
-//!   test) is an array with one element per invocation, `lN` for `rN`,
-//!   copied into the phase's `rN` where a phase uses it and back where the
-//!   phase writes it.
+//! - one computed by arithmetic from constants, parameters and built-ins
+//!   that are the same for the whole workgroup is set once, before the
+//!   phases;
+//! - one that some phase may read before that phase writes it (a value
+//!   carried across a sync point, a counter of a loop that holds one), or
+//!   that the workgroup's statements read or write (a condition, a
+//!   subgroup operation's operand or result), is an array with one
+//!   element per invocation, `lN` for `rN`, copied into the phase's `rN`
+//!   where a phase uses it and back where the phase writes it;
+//! - any other is a local of each phase that uses it, as in a kernel
+//!   without sync points.
 //!
 //! Each invocation has a state in `st`: 0 while it runs, otherwise where
 //! it is going (past a loop it broke out of, to the continuing part of a
 //! loop it continued, past a block it left, past the branch of an `if` it
 //! did not take, or nowhere: it returned). A phase skips the invocations
-//! that are not running; the workgroup's statements set a state where an
-//! invocation leaves and reset it where the invocation arrives. A loop
-//! that holds a barrier runs again while some invocation is still in it.
+//! that are not running, and only running ones take part in a subgroup
+//! operation; the workgroup's statements set a state where an invocation
+//! leaves and reset it where the invocation arrives. A loop that holds a
+//! sync point runs again while some invocation is still in it.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -40,7 +47,7 @@ use crate::ir::{Builtin, Inst, Program, Reg, Stmt, SubgroupOp, Ty};
 /// Where a register lives in a workgroup function printed in phases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Home {
-    /// A local of the one phase that uses it, per invocation.
+    /// A local of each phase that uses it, per invocation.
     Local,
     /// An array of one value per invocation (`lN`), copied into `rN` in
     /// the phases that use it.
@@ -311,10 +318,11 @@ pub(super) fn homes(p: &Program) -> Vec<Home> {
 /// The printing state of a workgroup function in phases.
 pub(super) struct Phased {
     homes: Vec<Home>,
-    /// The states of the loops that hold a barrier around the statement
-    /// being printed, innermost last: (broken out of, continued).
+    /// The states of the loops that hold a sync point around the
+    /// statement being printed, innermost last: (broken out of,
+    /// continued).
     loops: Vec<(u32, u32)>,
-    /// The blocks that hold a barrier around it: (id, left).
+    /// The blocks that hold a sync point around it: (id, left).
     blocks: Vec<(u32, u32)>,
     /// The last state given out.
     codes: u32,
@@ -332,8 +340,9 @@ impl Emitter<'_> {
     /// workgroup function.
     pub(super) fn phased(&mut self) -> Result<String, RustError> {
         let homes = homes(self.p);
-        let mut uniforms = String::new();
-        std::mem::swap(&mut self.out, &mut uniforms);
+        // The body: the uniform values, then the phases and what holds
+        // the sync points.
+        let before = std::mem::take(&mut self.out);
         self.depth = 1;
         let mut set = Vec::new();
         crate::ir::walk(&self.p.body, &mut |inst| {
@@ -357,9 +366,7 @@ impl Emitter<'_> {
         self.next_loop = 0;
         self.ops = 0;
         self.wstmts(&self.p.body)?;
-        let mut body = String::new();
-        std::mem::swap(&mut self.out, &mut body);
-        std::mem::swap(&mut uniforms, &mut body);
+        let body = std::mem::replace(&mut self.out, before);
         self.params.sort_unstable();
         self.params.dedup();
         self.kernel_items(None);
@@ -395,7 +402,6 @@ impl Emitter<'_> {
             let ty = self.p.regs[i];
             self.line(format_args!("let mut l{i} = {};", array(zero(ty))));
         }
-        self.out.push_str(&uniforms);
         self.out.push_str(&body);
         self.line("Ok(())");
         self.depth = 0;
@@ -513,7 +519,7 @@ impl Emitter<'_> {
     }
 
     /// Where a `break`, `continue` or `leave` inside a phase goes to a
-    /// statement that holds a barrier: the state that takes the
+    /// statement that holds a sync point: the state that takes the
     /// invocation there, set as it leaves the phase.
     pub(super) fn leave_phase(&mut self, code: u32) {
         self.line(format_args!("st[li] = {code};"));
@@ -522,7 +528,7 @@ impl Emitter<'_> {
 
     /// For a `break` (`continue: false`) or `continue` with no loop
     /// around it in its phase: the state for the innermost loop that
-    /// holds a barrier.
+    /// holds a sync point.
     pub(super) fn loop_exit(&self, continuing: bool) -> Option<u32> {
         let (brk, cont) = *self.phased.as_ref()?.loops.last()?;
         Some(if continuing { cont } else { brk })
@@ -545,7 +551,7 @@ impl Emitter<'_> {
         self.line(format_args!("rt::resume(&mut st, {code});"));
     }
 
-    /// Statements outside any phase: phases and what holds a barrier.
+    /// Statements outside any phase: phases and what holds a sync point.
     fn wstmts(&mut self, stmts: &[Stmt]) -> Result<(), RustError> {
         for piece in pieces(stmts) {
             match piece {
@@ -604,7 +610,7 @@ impl Emitter<'_> {
                     self.subgroup(*op, *dst, *a, *b)?;
                 }
                 Piece::Sync(other) => {
-                    return Err(self.err(format_args!("{other:?} is cut as a barrier")));
+                    return Err(self.err(format_args!("{other:?} is cut as a sync point")));
                 }
             }
         }
