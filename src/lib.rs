@@ -112,6 +112,41 @@
 //! `unsafe`. Backends that call C APIs keep `unsafe` at that edge, each
 //! block with a `// SAFETY:` comment.
 
+/// Host implementations that run kernels' checked-in translations to
+/// Rust: `name => STATIC` makes `fn name` (a
+/// [`CpuKernelFn`](kernel::CpuKernelFn)) that runs `translated::STATIC`
+/// of the calling module through [`kernel::run_translated`].
+macro_rules! translated_host {
+    ($($f:ident => $k:ident),* $(,)?) => {
+        $(
+            fn $f(
+                inv: &mut $crate::kernel::CpuInvocation<'_>,
+            ) -> std::result::Result<(), String> {
+                $crate::kernel::run_translated(&translated::$k, inv)
+            }
+        )*
+    };
+}
+pub(crate) use translated_host;
+
+/// Asserts that the checked-in translation `file` (a path in this crate)
+/// is what `keel_wgsl::rust` makes of `kernels`' WGSL today;
+/// `KEEL_BLESS=1` rewrites it first.
+#[cfg(test)]
+pub(crate) fn assert_translation_current(file: &str, kernels: &[&kernel::Kernel]) {
+    let programs: Vec<_> = kernels
+        .iter()
+        .map(|k| (*k.program().expect("compiles")).clone())
+        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let bless = std::env::var_os("KEEL_BLESS").is_some();
+    let current = wgsl::rust::check_file(&path, &programs, bless).expect("translates");
+    assert!(
+        current,
+        "{file} is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+    );
+}
+
 pub mod autocast;
 pub mod compute;
 pub mod device_module;

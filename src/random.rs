@@ -59,7 +59,7 @@
 use crate::Buffer;
 use crate::core::Stream;
 use crate::generator::{Generator, PhiloxState, stream_block};
-use crate::kernel::{CpuInvocation, CpuKernelFn, Kernel, run_translated};
+use crate::kernel::{CpuKernelFn, Kernel};
 use crate::{Error, Result};
 
 /// What a random launch computes.
@@ -163,18 +163,8 @@ const fn philox_kernel(name: &'static str, workgroup: u32, host: CpuKernelFn) ->
     }
 }
 
-/// The host implementation of each Philox kernel: its translation.
-macro_rules! translated_host {
-    ($($f:ident => $k:ident),* $(,)?) => {
-        $(
-            fn $f(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
-                run_translated(&translated::$k, inv)
-            }
-        )*
-    };
-}
-
-translated_host!(
+// The host implementation of each Philox kernel: its translation.
+crate::translated_host!(
     u32_host => PHILOX_U32,
     u32_wg64_host => PHILOX_U32_WG64,
     rand_host => PHILOX_RAND,
@@ -535,17 +525,7 @@ mod tests {
     /// rewrites it).
     #[test]
     fn the_translation_is_current() {
-        let programs: Vec<_> = super::ALL
-            .iter()
-            .map(|k| (*k.program().expect("compiles")).clone())
-            .collect();
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/random/translated.rs");
-        let bless = std::env::var_os("KEEL_BLESS").is_some();
-        let current = crate::wgsl::rust::check_file(&path, &programs, bless).expect("translates");
-        assert!(
-            current,
-            "src/random/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
-        );
+        let kernels: Vec<_> = super::ALL.iter().collect();
+        crate::assert_translation_current("src/random/translated.rs", &kernels);
     }
 }

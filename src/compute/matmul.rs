@@ -125,9 +125,7 @@ pub const MATMUL_TILED_4X4_SPLIT: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-fn matmul_naive_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
-    crate::kernel::run_translated(&translated::MATMUL_NAIVE, inv)
-}
+crate::translated_host!(matmul_naive_host => MATMUL_NAIVE);
 
 /// The naive kernel's WGSL translated to Rust (generated; see
 /// `tests::the_translation_is_current`).
@@ -432,14 +430,9 @@ mod tests {
     /// (`KEEL_BLESS=1` rewrites it).
     #[test]
     fn the_translation_is_current() {
-        let program = (*super::MATMUL_NAIVE.kernel.program().expect("compiles")).clone();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/compute/matmul/translated.rs");
-        let bless = std::env::var_os("KEEL_BLESS").is_some();
-        let current = crate::wgsl::rust::check_file(&path, &[program], bless).expect("translates");
-        assert!(
-            current,
-            "src/compute/matmul/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+        crate::assert_translation_current(
+            "src/compute/matmul/translated.rs",
+            &[&super::MATMUL_NAIVE.kernel],
         );
     }
 }

@@ -9,7 +9,7 @@ use super::check::{check_buffer, check_distinct, check_size, device_fact, has_pr
 use super::params::{Launch, Param, ParamType::U32};
 use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
-use crate::kernel::{CpuInvocation, Kernel, run_translated};
+use crate::kernel::Kernel;
 use crate::{Error, Result};
 
 /// Invocations per workgroup of the reduction kernels.
@@ -65,17 +65,11 @@ pub const SOFTMAX_ROWS: Launch = Launch {
     params: &[U32, U32],
 };
 
-fn sum_shared_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
-    run_translated(&translated::SUM_SHARED, inv)
-}
-
-fn sum_subgroup_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
-    run_translated(&translated::SUM_SUBGROUP, inv)
-}
-
-fn softmax_rows_host(inv: &mut CpuInvocation<'_>) -> std::result::Result<(), String> {
-    run_translated(&translated::SOFTMAX_ROWS, inv)
-}
+crate::translated_host!(
+    sum_shared_host => SUM_SHARED,
+    sum_subgroup_host => SUM_SUBGROUP,
+    softmax_rows_host => SOFTMAX_ROWS,
+);
 
 /// The reductions' WGSL translated to Rust, a phase between each two
 /// barriers (generated; see `tests::the_translation_is_current`).
@@ -220,21 +214,13 @@ mod tests {
     /// (`KEEL_BLESS=1` rewrites it).
     #[test]
     fn the_translation_is_current() {
-        let programs: Vec<_> = [
-            &super::SUM_SHARED,
-            &super::SUM_SUBGROUP,
-            &super::SOFTMAX_ROWS,
-        ]
-        .iter()
-        .map(|l| (*l.kernel.program().expect("compiles")).clone())
-        .collect();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/compute/reduce/translated.rs");
-        let bless = std::env::var_os("KEEL_BLESS").is_some();
-        let current = crate::wgsl::rust::check_file(&path, &programs, bless).expect("translates");
-        assert!(
-            current,
-            "src/compute/reduce/translated.rs is stale: `KEEL_BLESS=1 cargo test -p keel --lib the_translation_is_current`"
+        crate::assert_translation_current(
+            "src/compute/reduce/translated.rs",
+            &[
+                &super::SUM_SHARED.kernel,
+                &super::SUM_SUBGROUP.kernel,
+                &super::SOFTMAX_ROWS.kernel,
+            ],
         );
     }
 }

@@ -692,6 +692,58 @@ pub(crate) fn walk<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Inst)) {
     }
 }
 
+/// Calls `f` on every register `stmts` reads (`false`) or writes
+/// (`true`), in program order, the conditions of `if`s and loops
+/// included.
+pub(crate) fn walk_regs(stmts: &[Stmt], f: &mut impl FnMut(Reg, bool)) {
+    for s in stmts {
+        match s {
+            Stmt::Inst(inst) => {
+                for r in inst.reads() {
+                    f(r, false);
+                }
+                if let Some(d) = inst.dst() {
+                    f(d, true);
+                }
+            }
+            Stmt::If { cond, then, els } => {
+                f(*cond, false);
+                walk_regs(then, f);
+                walk_regs(els, f);
+            }
+            Stmt::Loop {
+                body,
+                continuing,
+                break_if,
+            } => {
+                walk_regs(body, f);
+                walk_regs(continuing, f);
+                if let Some(c) = break_if {
+                    f(*c, false);
+                }
+            }
+            Stmt::Block { body, .. } => walk_regs(body, f),
+            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
+            }
+        }
+    }
+}
+
+/// Whether `f` holds for a statement of `stmts` or of the statements
+/// they hold.
+pub(crate) fn any_stmt(stmts: &[Stmt], f: &impl Fn(&Stmt) -> bool) -> bool {
+    stmts.iter().any(|s| {
+        f(s) || match s {
+            Stmt::If { then, els, .. } => any_stmt(then, f) || any_stmt(els, f),
+            Stmt::Loop {
+                body, continuing, ..
+            } => any_stmt(body, f) || any_stmt(continuing, f),
+            Stmt::Block { body, .. } => any_stmt(body, f),
+            _ => false,
+        }
+    })
+}
+
 /// Calls `f` on every instruction of `stmts`, in program order, to
 /// rewrite it in place.
 pub(crate) fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {

@@ -644,16 +644,14 @@ impl Emitter<'_> {
                 self.line("}");
                 self.blocks.pop();
             }
-            Stmt::Leave(id) if !self.blocks.contains(id) && self.block_exit(*id).is_some() => {
-                if let Some(code) = self.block_exit(*id) {
-                    self.leave_phase(code);
-                }
-            }
             Stmt::Leave(id) => {
-                if !self.blocks.contains(id) {
+                if self.blocks.contains(id) {
+                    self.line(format_args!("break 'b{id};"));
+                } else if let Some(code) = self.block_exit(*id) {
+                    self.leave_phase(code);
+                } else {
                     return Err(self.err(format_args!("`leave {id}` is not inside block {id}")));
                 }
-                self.line(format_args!("break 'b{id};"));
             }
             Stmt::Return if self.phased.is_some() => self.phase_return(),
             Stmt::Return => self.line("break 'inv;"),

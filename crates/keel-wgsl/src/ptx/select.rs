@@ -19,7 +19,7 @@
 //! the rewritten program bit for bit as the lowered one (tests below).
 //! The host ends keep the lowered shapes, which the window planner reads.
 
-use crate::ir::{BinOp, Inst, Program, Reg, Stmt, Ty, walk};
+use crate::ir::{BinOp, Inst, Program, Reg, Stmt, Ty, walk, walk_regs};
 
 /// Per register, how many instructions write it and read it.
 struct Uses {
@@ -43,12 +43,12 @@ impl Uses {
             loaded: vec![false; n],
             nots: vec![None; n],
         };
-        walk(&p.body, &mut |inst| {
-            for r in inst.reads() {
-                if let Some(c) = u.reads.get_mut(r.index()) {
-                    *c += 1;
-                }
+        walk_regs(&p.body, &mut |r, write| {
+            if !write && let Some(c) = u.reads.get_mut(r.index()) {
+                *c += 1;
             }
+        });
+        walk(&p.body, &mut |inst| {
             if let Some(d) = inst.dst()
                 && let Some(c) = u.writes.get_mut(d.index())
             {
@@ -75,7 +75,6 @@ impl Uses {
                 );
             }
         });
-        count_conditions(&p.body, &mut u.reads);
         for (i, w) in u.writes.iter().enumerate() {
             if *w != 1 {
                 u.consts[i] = None;
@@ -92,34 +91,6 @@ impl Uses {
 
     fn written_once(&self, r: Reg) -> bool {
         self.writes.get(r.index()) == Some(&1)
-    }
-}
-
-/// Counts the reads of `if` and `break if` conditions.
-fn count_conditions(stmts: &[Stmt], reads: &mut [u32]) {
-    for s in stmts {
-        match s {
-            Stmt::If { cond, then, els } => {
-                if let Some(c) = reads.get_mut(cond.index()) {
-                    *c += 1;
-                }
-                count_conditions(then, reads);
-                count_conditions(els, reads);
-            }
-            Stmt::Loop {
-                body,
-                continuing,
-                break_if,
-            } => {
-                if let Some(c) = break_if.and_then(|b| reads.get_mut(b.index())) {
-                    *c += 1;
-                }
-                count_conditions(body, reads);
-                count_conditions(continuing, reads);
-            }
-            Stmt::Block { body, .. } => count_conditions(body, reads),
-            _ => {}
-        }
     }
 }
 

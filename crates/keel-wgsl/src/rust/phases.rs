@@ -42,7 +42,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::{Emitter, RustError, rust_ty, zero};
-use crate::ir::{Builtin, Inst, Program, Reg, Stmt, SubgroupOp, Ty};
+use crate::ir::{Builtin, Inst, Program, Reg, Stmt, SubgroupOp, Ty, any_stmt, walk_regs};
 
 /// Where a register lives in a workgroup function printed in phases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,14 +84,8 @@ pub(super) fn needed(program: &Program) -> bool {
 /// every invocation (of the workgroup, or of its subgroup) reaches before
 /// any goes on.
 fn syncs(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Barrier { .. } | Stmt::Inst(Inst::Subgroup { .. }) => true,
-        Stmt::If { then, els, .. } => syncs(then) || syncs(els),
-        Stmt::Loop {
-            body, continuing, ..
-        } => syncs(body) || syncs(continuing),
-        Stmt::Block { body, .. } => syncs(body),
-        _ => false,
+    any_stmt(stmts, &|s| {
+        matches!(s, Stmt::Barrier { .. } | Stmt::Inst(Inst::Subgroup { .. }))
     })
 }
 
@@ -119,42 +113,6 @@ fn pieces(stmts: &[Stmt]) -> Vec<Piece<'_>> {
         out.push(Piece::Run(&stmts[start..]));
     }
     out
-}
-
-/// Calls `f` on every register `stmts` reads (`false`) or writes
-/// (`true`), the conditions of `if`s and loops included.
-fn regs(stmts: &[Stmt], f: &mut impl FnMut(Reg, bool)) {
-    for s in stmts {
-        match s {
-            Stmt::Inst(inst) => {
-                for r in inst.reads() {
-                    f(r, false);
-                }
-                if let Some(d) = inst.dst() {
-                    f(d, true);
-                }
-            }
-            Stmt::If { cond, then, els } => {
-                f(*cond, false);
-                regs(then, f);
-                regs(els, f);
-            }
-            Stmt::Loop {
-                body,
-                continuing,
-                break_if,
-            } => {
-                regs(body, f);
-                regs(continuing, f);
-                if let Some(c) = break_if {
-                    f(*c, false);
-                }
-            }
-            Stmt::Block { body, .. } => regs(body, f),
-            Stmt::Break | Stmt::Continue | Stmt::Leave(_) | Stmt::Return | Stmt::Barrier { .. } => {
-            }
-        }
-    }
 }
 
 /// Per register, whether it holds one value for the whole workgroup that
@@ -244,15 +202,7 @@ fn exposed(stmts: &[Stmt], set: &mut HashSet<Reg>, out: &mut HashSet<Reg>) {
 
 /// Whether `stmts` hold a `leave` of block `id`.
 fn leaves(stmts: &[Stmt], id: u32) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Leave(target) => *target == id,
-        Stmt::If { then, els, .. } => leaves(then, id) || leaves(els, id),
-        Stmt::Loop {
-            body, continuing, ..
-        } => leaves(body, id) || leaves(continuing, id),
-        Stmt::Block { body, .. } => leaves(body, id),
-        _ => false,
-    })
+    any_stmt(stmts, &|s| *s == Stmt::Leave(id))
 }
 
 /// Where each register of `p` lives (see the module's doc).
@@ -340,6 +290,9 @@ impl Emitter<'_> {
     /// workgroup function.
     pub(super) fn phased(&mut self) -> Result<String, RustError> {
         let homes = homes(self.p);
+        let lanes: Vec<usize> = (0..homes.len())
+            .filter(|&i| homes[i] == Home::Lane)
+            .collect();
         // The body: the uniform values, then the phases and what holds
         // the sync points.
         let before = std::mem::take(&mut self.out);
@@ -381,14 +334,6 @@ impl Emitter<'_> {
         self.bindings(&[], true);
         self.depth = 1;
         let invocations = self.p.invocations() as usize;
-        let homes = self
-            .phased
-            .as_ref()
-            .map(|s| s.homes.clone())
-            .unwrap_or_default();
-        let lanes: Vec<usize> = (0..homes.len())
-            .filter(|&i| homes[i] == Home::Lane)
-            .collect();
         let on_heap = (lanes.len() + 1) * invocations * 8 > STACK_BYTES;
         let array = |value: &str| {
             if on_heap {
@@ -622,7 +567,7 @@ impl Emitter<'_> {
     fn phase(&mut self, run: &[Stmt]) -> Result<(), RustError> {
         let mut used = BTreeSet::new();
         let mut written = BTreeSet::new();
-        regs(run, &mut |r, write| {
+        walk_regs(run, &mut |r, write| {
             used.insert(r);
             if write {
                 written.insert(r);
