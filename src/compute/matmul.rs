@@ -18,7 +18,8 @@ pub enum MatmulAlgorithm {
     /// (see [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
     /// devices with tf32 tensor cores for the modes that round the inputs
     /// (tf32, bf16 or f16 inputs, f32 sums, no split-K) in products of at
-    /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128,
+    /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128, and on Vulkan and wgpu
+    /// devices with cooperative matrices for f16 inputs,
     /// [`Tiled4x4`](Self::Tiled4x4) on a GPU for the other modes that sum
     /// in f32, [`Tiled8x8`](Self::Tiled8x8) otherwise.
     #[default]
@@ -33,11 +34,13 @@ pub enum MatmulAlgorithm {
     /// behind more warps. Plain f32 and the modes that only round the
     /// inputs.
     Tiled4x4,
-    /// The tensor-core kernel ([`MATMUL_MMA`]) in the modes that round the
-    /// inputs to tf32, bf16 or f16 and sum in f32, on CUDA devices of
-    /// compute capability 8.0 or later ([`tf32_mma_supported`]); an error
+    /// The kernels on matrix units: [`MATMUL_MMA`] in the modes that round
+    /// the inputs to tf32, bf16 or f16 and sum in f32, on CUDA devices of
+    /// compute capability 8.0 or later ([`tf32_mma_supported`]);
+    /// [`MATMUL_COOP`] with f16 inputs on Vulkan and wgpu devices with
+    /// cooperative matrices ([`cooperative_matrix_supported`]); an error
     /// elsewhere and in other modes. Inputs are rounded as every kernel
-    /// rounds them; the tensor cores sum in their own order, so results
+    /// rounds them; the matrix units sum in their own order, so results
     /// are not bit-identical to the tiled kernels' (docs/NUMERICS.md).
     TensorCore,
     /// One invocation per output, reading A and B from memory (the
@@ -170,6 +173,49 @@ pub const MATMUL_MMA: Launch = Launch {
     },
     params: MATMUL_PARAMS,
 };
+/// The cooperative-matrix kernel for f16 inputs summed in f32 (f32
+/// inputs rounded to f16 as every kernel rounds them), on Vulkan and wgpu
+/// devices with 16 x 16 x 16 f16 cooperative matrices and subgroups of 32
+/// ([`cooperative_matrix_supported`]): the tensor cores of NVIDIA GPUs and
+/// other vendors' matrix units. Bindings and parameters as
+/// [`MATMUL_TILED`] (`mode` and `chunk` not read), 64 x 64 outputs per
+/// workgroup of 128 invocations. Source:
+/// `shaders/compute/matmul_coop.wgsl` after `coop_matrix.wgsl`; a declared
+/// override of [`MATMUL_TILED_4X4`] in that mode there. Neither the PTX
+/// end nor the host end of `keel-wgsl` has cooperative matrices: CUDA
+/// runs [`MATMUL_MMA`] instead, host backends the tiled kernels.
+pub const MATMUL_COOP: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_coop",
+        workgroup_size: [128, 1, 1],
+        bindings: 3,
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/coop_matrix.wgsl"),
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+            include_str!("../../shaders/compute/matmul_coop.wgsl")
+        )),
+        ptx: None,
+        cpu: None,
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// Whether the stream's device runs [`MATMUL_COOP`]: a Vulkan or wgpu
+/// device with the property `"cooperative matrix"` (16 x 16 x 16 f16 x
+/// f16 + f32 at subgroup scope, subgroups of 32, enabled at device
+/// creation: `VK_KHR_cooperative_matrix`, wgpu's
+/// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`). Read once per device.
+pub fn cooperative_matrix_supported(stream: &Stream) -> Result<bool> {
+    static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    device_fact(stream, &KNOWN, |device| match device.device_type() {
+        DeviceType::Vulkan | DeviceType::Wgpu => has_property(device, "cooperative matrix", |v| {
+            v.starts_with("16x16x16 f16")
+        }),
+        _ => Ok(false),
+    })
+}
+
 /// Output tile of one block of [`MATMUL_MMA`]: rows, columns.
 const MMA_TILE: (u32, u32) = (128, 128);
 /// The fewest blocks of 128 x 128 outputs for which [`MatmulAlgorithm::Tiled`]
@@ -239,9 +285,15 @@ pub fn matmul_kernel(
     let rounded_inputs = p.rounds_inputs_only() && p.inputs != InputRounding::Ieee;
     let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
     let fills = mma_blocks >= MMA_MIN_BLOCKS;
+    let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
     Ok(match opts.algorithm {
         MatmulAlgorithm::Tiled if rounded_inputs && fills && tf32_mma_supported(stream)? => {
             &MATMUL_MMA
+        }
+        MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
+            if f16_inputs && cooperative_matrix_supported(stream)? =>
+        {
+            &MATMUL_COOP
         }
         MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => tiled_4x4(p),
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
@@ -257,9 +309,10 @@ pub fn matmul_kernel(
         MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
         MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
-                "matmul: the tensor-core kernel computes the modes that round the inputs to \
+                "matmul: the tensor-core kernels compute the modes that round the inputs to \
                  tf32, bf16 or f16 and sum in f32, on CUDA devices of compute capability 8.0 \
-                 or later; found the precision {:?} on {}",
+                 or later, and f16 inputs on Vulkan and wgpu devices with cooperative matrices \
+                 (16x16x16 f16, subgroups of 32); found the precision {:?} on {}",
                 opts.precision,
                 stream.device()
             )));
@@ -296,6 +349,7 @@ pub fn matmul(
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
     let launch = matmul_kernel(stream, opts, m, n)?;
+    // MATMUL_COOP's tile is TILE, as the tiled kernels'.
     let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {

@@ -39,8 +39,9 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_MMA, MATMUL_NAIVE, MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT,
-    MMA_MIN_BLOCKS, MatmulAlgorithm, MatmulOptions, matmul, matmul_kernel, tf32_mma_supported,
+    MATMUL_COOP, MATMUL_MMA, MATMUL_NAIVE, MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT,
+    MMA_MIN_BLOCKS, MatmulAlgorithm, MatmulOptions, cooperative_matrix_supported, matmul,
+    matmul_kernel, tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
@@ -48,12 +49,13 @@ pub use reduce::{
     subgroups_supported, sum, sum_with,
 };
 
-/// Every kernel Keel launches, with the parameter layout its launch code
-/// passes: the demo kernels, this module's and the dispatcher's
-/// elementwise kernels (`shaders/ops/`, defined in [`params`]). A unit test compares each
-/// with the entry point of the PTX CUDA runs for it (generated from its
-/// WGSL, or its override); a new kernel (such as an operator's) is added
-/// here.
+/// Every kernel Keel launches on CUDA, with the parameter layout its
+/// launch code passes: the demo kernels, this module's and the
+/// dispatcher's elementwise kernels (`shaders/ops/`, defined in
+/// [`params`]). A unit test compares each with the entry point of the PTX
+/// CUDA runs for it (generated from its WGSL, or its override); a new
+/// kernel (such as an operator's) is added here. [`MATMUL_COOP`], which
+/// only Vulkan and wgpu run, is not: its layout is [`MATMUL_TILED`]'s.
 pub const KERNELS: &[params::Launch] = &[
     params::VECTOR_ADD,
     params::SAXPY,
@@ -139,6 +141,52 @@ mod f16_tests {
                 "{}: {caps:?}",
                 k.name
             );
+        }
+    }
+
+    /// The cooperative-matrix matmul validates with naga's
+    /// `COOPERATIVE_MATRIX` capability and not without it, and its SPIR-V
+    /// declares what the Vulkan device enables where it reports
+    /// cooperative matrices (`Requirements::cooperative_matrix`):
+    /// CooperativeMatrixKHR (6022), the Vulkan memory model (5345), Float16
+    /// (9) and the 16-bit storage of native f16 (4433).
+    #[test]
+    fn the_cooperative_matrix_kernel_validates_with_its_capability_only() {
+        let k = super::MATMUL_COOP.kernel;
+        let wgsl = k.wgsl.expect("WGSL");
+        let module = naga::front::wgsl::parse_str(wgsl)
+            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
+        let base = Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16;
+        assert!(
+            Validator::new(ValidationFlags::all(), base)
+                .validate(&module)
+                .is_err(),
+            "validated without the cooperative-matrix capability"
+        );
+        let info = Validator::new(
+            ValidationFlags::all(),
+            base | Capabilities::COOPERATIVE_MATRIX,
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
+        let pipeline = naga::back::spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: k.name.to_owned(),
+        };
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            use_storage_input_output_16: false,
+            ..Default::default()
+        };
+        let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let caps: Vec<u32> = words
+            .windows(2)
+            .filter(|w| w[0] == (2 << 16) | 17)
+            .map(|w| w[1])
+            .collect();
+        for cap in [6022, 5345, 9, 4433] {
+            assert!(caps.contains(&cap), "{cap} not in {caps:?}");
         }
     }
 }

@@ -755,6 +755,17 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             mma,
             "{label}"
         );
+        let props = keel::properties(device).expect("properties");
+        let coop = matches!(device.device_type(), DeviceType::Vulkan | DeviceType::Wgpu)
+            && props.extra.iter().any(|(k, _)| k == "cooperative matrix");
+        assert_eq!(
+            compute::cooperative_matrix_supported(&stream).expect("query"),
+            coop,
+            "{label}"
+        );
+        if coop {
+            assert_eq!(props.subgroup_size, Some(32), "{label}");
+        }
         // A product that fills a GPU with the tensor-core kernel's tiles.
         let (m, n) = (4096, 4096);
         let pick = |algorithm, precision| {
@@ -801,11 +812,13 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             "matmul_tiled"
         };
         let f16_inputs = P::inputs(InputRounding::F16);
+        // f16 inputs on cooperative matrices where Vulkan or wgpu has them.
+        let rounded_f16 = if coop { "matmul_coop" } else { rounded };
         for (algorithm, precision, want) in [
             (Tiled, P::TF32, rounded),
             (Tiled, P::IEEE, tiled),
             (Tiled, P::BF16, rounded),
-            (Tiled, f16_inputs, rounded),
+            (Tiled, f16_inputs, rounded_f16),
             (Tiled, split_bf16, split),
             (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
@@ -853,6 +866,10 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         assert!(err.to_string().contains("sums in f32"), "{label}: {err}");
         for precision in [P::TF32, P::BF16, f16_inputs] {
             match ask(TensorCore, precision) {
+                Ok(launch) if coop => {
+                    assert_eq!(precision, f16_inputs, "{label}");
+                    assert_eq!(launch.kernel.name, "matmul_coop", "{label}");
+                }
                 Ok(launch) => {
                     assert!(mma, "{label}: tensor cores where there are none");
                     assert_eq!(launch.kernel.name, "matmul_mma");
@@ -875,4 +892,161 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             );
         }
     }
+}
+
+/// `matmul_coop.wgsl` with the scalar stand-ins of
+/// `tests/ops/coop_matrix_host.wgsl` for its cooperative-matrix
+/// operations, on the CPU backend's interpreter: the kernel's staging,
+/// rounding, tiling, subgroup quadrants and edge handling against the f64
+/// reference of the f16-rounded inputs, at shapes with a partial tile in
+/// every direction, k off the 32-step stage, and one element. The
+/// operations themselves are the driver's, checked on devices that have
+/// them by `cooperative_matrix_matmul_matches_the_f64_reference`.
+#[test]
+fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
+    let kernel = keel::Kernel {
+        wgsl: Some(concat!(
+            include_str!("coop_matrix_host.wgsl"),
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+            include_str!("../../shaders/compute/matmul_coop.wgsl")
+        )),
+        ..compute::MATMUL_COOP.kernel
+    };
+    let launch = compute::params::Launch {
+        kernel,
+        params: compute::MATMUL_COOP.params,
+    };
+    let stream = keel::default_stream(Device::cpu()).expect("stream");
+    let round = keel::compute::precision::round_f16;
+    for (m, k, n) in [(1, 1, 1), (70, 45, 66), (16, 64, 130)] {
+        let mut rng = Rng(0xc0 ^ (m * 1000 + k * 10 + n) as u64);
+        // Every seventh element of A scaled below 2^-14, so that it rounds
+        // to an f16 subnormal.
+        let (mut a, b) = (rng.vec(m * k), rng.vec(k * n));
+        for x in a.iter_mut().step_by(7) {
+            *x *= 1e-4;
+        }
+        let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
+        let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
+        let (want, mag) = reference(&ra, &rb, m, k, n);
+        let (ab, bb, cb) = (
+            upload(&stream, &a),
+            upload(&stream, &b),
+            output(&stream, m * n),
+        );
+        let u = |v: usize| compute::params::Param::U32(v as u32);
+        launch
+            .launch(
+                &stream,
+                [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+                &[&ab, &bb, &cb],
+                &[u(m), u(k), u(n), u(0), u(0)],
+            )
+            .expect("launch");
+        let got = cb.read_as::<f32>(&stream).expect("read");
+        for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
+            let tol = 2.0 * (k as f64 + 2.0) * U * s;
+            assert!(
+                (*g as f64 - w).abs() <= tol,
+                "{m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
+            );
+        }
+    }
+    // The kernel itself names what the host end lacks.
+    let (ab, cb) = (upload(&stream, &[1.0]), output(&stream, 1));
+    let err = compute::MATMUL_COOP
+        .launch(
+            &stream,
+            [1, 1, 1],
+            &[&ab, &ab, &cb],
+            &[1, 1, 1, 0, 0].map(compute::params::Param::U32),
+        )
+        .expect_err("cooperative matrices on the host");
+    assert!(err.to_string().contains("ooperative"), "{err}");
+}
+
+/// The cooperative-matrix kernel (Vulkan and wgpu devices with 16 x 16 x
+/// 16 f16 cooperative matrices: NVIDIA's tensor cores, other vendors'
+/// matrix units) against the f64 product of the f16-rounded inputs within
+/// f32's summation bound, at the odd shapes and on either side of its
+/// 64 x 64 tile and 32-step stage; `Tiled` with f16 inputs is that kernel
+/// there, and rounds a value as every kernel does. Prints where no device
+/// has cooperative matrices (lavapipe has none).
+#[test]
+fn cooperative_matrix_matmul_matches_the_f64_reference() {
+    let edges = [
+        (63, 31, 65),
+        (64, 32, 64),
+        (65, 33, 129),
+        (1, 1000, 1),
+        (200, 333, 131),
+        (513, 257, 255),
+    ];
+    let round = keel::compute::precision::round_f16;
+    let f16_inputs = MatmulPrecision::inputs(InputRounding::F16);
+    let mut ran = Vec::new();
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        if !compute::cooperative_matrix_supported(&stream).expect("query") {
+            continue;
+        }
+        ran.push(label);
+        for &(m, k, n) in SHAPES.iter().chain(&edges) {
+            let mut rng = Rng(0xc00b ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
+            let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
+            let (want, mag) = reference(&ra, &rb, m, k, n);
+            let run = |algorithm| {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision: f16_inputs,
+                };
+                run_matmul(&stream, &a, &b, m, k, n, &opts)
+            };
+            let got = run(MatmulAlgorithm::TensorCore);
+            assert_eq!(got, run(MatmulAlgorithm::Tiled), "{label} {m}x{k}x{n}");
+            for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                let tol = 2.0 * (k as f64 + 2.0) * U * s;
+                assert!(
+                    (*g as f64 - w).abs() <= tol,
+                    "{label} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
+                );
+            }
+        }
+        // Rounding: a column of values through a 1 x 1 B of 1.0, among them
+        // f16 subnormals, ties and values past f16's largest.
+        let xs = [
+            1e-7f32,
+            -3e-6,
+            6.1e-5,
+            1.0 + 1.0 / 2048.0,
+            65519.0,
+            65520.0,
+            -7e4,
+            0.1,
+        ];
+        let opts = MatmulOptions {
+            algorithm: MatmulAlgorithm::TensorCore,
+            precision: f16_inputs,
+        };
+        let got = run_matmul(&stream, &xs, &[1.0], xs.len(), 1, 1, &opts);
+        for (x, g) in xs.iter().zip(&got) {
+            assert_eq!(
+                g.to_bits(),
+                round(*x).to_bits(),
+                "{label}: round({x:e}) = {g:e}"
+            );
+        }
+    }
+    if ran.is_empty() {
+        println!(
+            "skipped: no Vulkan or wgpu device here has cooperative matrices of 16x16x16 f16 \
+             with subgroups of 32 (lavapipe has none)"
+        );
+    } else {
+        println!("ran on {}", ran.join(", "));
+    }
+    no_validation_errors();
 }

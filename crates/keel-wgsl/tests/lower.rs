@@ -165,12 +165,24 @@ fn uncovered_constructs_are_errors_with_a_place() {
              @compute @workgroup_size(1) fn k() { out[0] = 1u; }\n",
             "@group(1)",
         ),
+        (
+            "enable wgpu_cooperative_matrix;\n\
+             @group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+             alias Frag = coop_mat16x16<f32, C>;\n\
+             @compute @workgroup_size(32) fn k() {\n\
+             \x20   coopStoreT(Frag(), &out[0], 16u);\n}\n",
+            "cooperative matrices",
+        ),
     ];
     for (src, what) in cases {
         let e = keel_wgsl::compile(src, "k").expect_err("not covered");
         assert!(e.message.contains(what), "{e}");
         if what == "Ldexp" {
             // Errors inside a function carry the line and column.
+            assert_eq!(e.location.map(|l| l.0), Some(3), "{e}");
+        }
+        if what == "cooperative matrices" {
+            // The place of the type.
             assert_eq!(e.location.map(|l| l.0), Some(3), "{e}");
         }
     }

@@ -14,12 +14,16 @@
 //! let queues = [vk::DeviceQueueCreateInfo::default()
 //!     .queue_family_index(family)
 //!     .queue_priorities(&[1.0])];
-//! let info = vk::DeviceCreateInfo::default()
+//! let mut coop = req.cooperative_matrix_features();
+//! let mut info = vk::DeviceCreateInfo::default()
 //!     .queue_create_infos(&queues)
 //!     .enabled_extension_names(&extensions)
 //!     .push_next(&mut f11)
 //!     .push_next(&mut f12)
 //!     .push_next(&mut f13);
+//! if let Some(coop) = coop.as_mut() {
+//!     info = info.push_next(coop);
+//! }
 //! // SAFETY: the features asked for are ones the device offers.
 //! let device = unsafe { instance.create_device(physical, &info, None) }.expect("device");
 //! // SAFETY: the handles are live and belong together, made with Keel's
@@ -99,7 +103,7 @@ use crate::{Buffer, Event};
 pub use ash;
 use ash::vk;
 
-pub use crate::backend::vulkan::interop::{API_VERSION, Requirements};
+pub use crate::backend::vulkan::interop::{API_VERSION, COOPERATIVE_MATRIX_SHAPE, Requirements};
 
 /// What a program gives Keel in [`adopt`]: its ash objects (clones of the
 /// function tables are fine), the physical device, the queue Keel is to

@@ -62,6 +62,33 @@ pub fn compile(source: &str, entry: &str) -> Result<Program> {
             span: None,
         }
     })?;
+    // Cooperative matrices are a subgroup's opaque fragments, which
+    // neither end has a representation for; said before validation, whose
+    // message would only call the type invalid.
+    if let Some((handle, _)) = module
+        .types
+        .iter()
+        .find(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }))
+    {
+        // naga keeps no span for a type an alias names: the first
+        // `coop_mat` in the text is the place then.
+        let span = Some(module.types.get_span(handle))
+            .filter(|s| s.is_defined())
+            .or_else(|| {
+                let at = source.find("coop_mat")?;
+                Some(naga::Span::new(at as u32, at as u32 + 8))
+            });
+        return Err(CompileError {
+            message: "cooperative matrices (`coop_mat8x8`, `coop_mat16x16`) are not supported: \
+                      only Vulkan and wgpu devices that have them run such kernels"
+                .to_owned(),
+            location: span.map(|s| {
+                let l = s.location(source);
+                (l.line_number, l.line_position)
+            }),
+            span: None,
+        });
+    }
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
         naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_FLOAT16,
@@ -75,8 +102,16 @@ pub fn compile(source: &str, entry: &str) -> Result<Program> {
             .next()
             .map(|(span, _)| span.location(source))
             .map(|l| (l.line_number, l.line_position));
+        // naga's top-level message names the item; its causes say what is
+        // wrong with it.
+        let mut message = format!("WGSL does not validate: {}", e.as_inner());
+        let mut cause = std::error::Error::source(e.as_inner());
+        while let Some(c) = cause {
+            message.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
         CompileError {
-            message: format!("WGSL does not validate: {}", e.as_inner()),
+            message,
             location,
             span: None,
         }

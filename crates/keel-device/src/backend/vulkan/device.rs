@@ -196,6 +196,7 @@ impl Calibrated {
 /// Optional (the fields):
 ///
 /// - native f16 in kernels ([`native_f16`](Self::native_f16));
+/// - cooperative matrices ([`cooperative_matrix`](Self::cooperative_matrix));
 /// - calibrated timestamps for the profiler's clock
 ///   ([`calibrated_timestamps`](Self::calibrated_timestamps)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -205,6 +206,13 @@ pub struct Requirements {
     /// natively (otherwise Keel's compute kernels emulate f16 with packed
     /// 32-bit words).
     pub native_f16: bool,
+    /// `VK_KHR_cooperative_matrix` with its `cooperativeMatrix` feature
+    /// and the Vulkan memory model (with device scope), on a device with
+    /// [`native_f16`](Self::native_f16), subgroups of 32 and a
+    /// subgroup-scope configuration of 16 x 16 x 16 with f16 A and B and
+    /// f32 C and result ([`COOPERATIVE_MATRIX_SHAPE`]): Keel's matmul with
+    /// f16 inputs then runs on the device's matrix units.
+    pub cooperative_matrix: bool,
     /// `VK_KHR_calibrated_timestamps` or `VK_EXT_calibrated_timestamps`,
     /// where the device can read its own timestamp clock with it: the
     /// profiler then places device spans on the host clock with a stated
@@ -216,18 +224,37 @@ impl Requirements {
     /// Vulkan 1.1 features to chain into `VkDeviceCreateInfo`: the 16-bit
     /// storage of [`native_f16`](Self::native_f16), if asked.
     pub fn vulkan11_features(&self) -> vk::PhysicalDeviceVulkan11Features<'static> {
+        // naga declares the 16-bit storage capabilities in every module
+        // that uses f16, so the cooperative-matrix kernel needs them too.
         vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(self.native_f16)
             .uniform_and_storage_buffer16_bit_access(self.native_f16)
     }
 
     /// Vulkan 1.2 features: `timelineSemaphore` and `hostQueryReset`
-    /// (required), `shaderFloat16` if [`native_f16`](Self::native_f16).
+    /// (required), `shaderFloat16` if [`native_f16`](Self::native_f16),
+    /// `vulkanMemoryModel` and `vulkanMemoryModelDeviceScope` if
+    /// [`cooperative_matrix`](Self::cooperative_matrix) (naga's SPIR-V for
+    /// cooperative matrices uses the Vulkan memory model, where a barrier
+    /// on storage memory has device scope).
     pub fn vulkan12_features(&self) -> vk::PhysicalDeviceVulkan12Features<'static> {
         vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
             .host_query_reset(true)
             .shader_float16(self.native_f16)
+            .vulkan_memory_model(self.cooperative_matrix)
+            .vulkan_memory_model_device_scope(self.cooperative_matrix)
+    }
+
+    /// `VK_KHR_cooperative_matrix`'s feature struct, to chain into
+    /// `VkDeviceCreateInfo` if [`cooperative_matrix`](Self::cooperative_matrix)
+    /// (and only then: the extension is enabled only then).
+    pub fn cooperative_matrix_features(
+        &self,
+    ) -> Option<vk::PhysicalDeviceCooperativeMatrixFeaturesKHR<'static>> {
+        self.cooperative_matrix.then(|| {
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true)
+        })
     }
 
     /// Vulkan 1.3 features: `synchronization2` (required).
@@ -237,8 +264,37 @@ impl Requirements {
 
     /// Device extensions to enable (`ppEnabledExtensionNames`).
     pub fn extensions(&self) -> Vec<&'static CStr> {
-        self.calibrated_timestamps.into_iter().collect()
+        let coop = self
+            .cooperative_matrix
+            .then_some(ash::khr::cooperative_matrix::NAME);
+        self.calibrated_timestamps.into_iter().chain(coop).collect()
     }
+}
+
+/// The cooperative-matrix configuration Keel's kernel uses: M, N, K, and
+/// the A/B and C/result component types, at subgroup scope.
+pub const COOPERATIVE_MATRIX_SHAPE: (u32, u32, u32, vk::ComponentTypeKHR, vk::ComponentTypeKHR) = (
+    16,
+    16,
+    16,
+    vk::ComponentTypeKHR::FLOAT16,
+    vk::ComponentTypeKHR::FLOAT32,
+);
+
+/// Whether `props` (what `vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`
+/// lists) holds [`COOPERATIVE_MATRIX_SHAPE`] at subgroup scope.
+pub(super) fn has_cooperative_shape(props: &[vk::CooperativeMatrixPropertiesKHR<'_>]) -> bool {
+    let (m, n, k, ab, cr) = COOPERATIVE_MATRIX_SHAPE;
+    props.iter().any(|p| {
+        p.m_size == m
+            && p.n_size == n
+            && p.k_size == k
+            && p.a_type == ab
+            && p.b_type == ab
+            && p.c_type == cr
+            && p.result_type == cr
+            && p.scope == vk::ScopeKHR::SUBGROUP
+    })
 }
 
 /// The API version Keel needs of an instance and a physical device.
@@ -311,23 +367,70 @@ pub(super) unsafe fn offered(
             .iter()
             .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == ext.name()))
     };
+    let native_f16 = v12.shader_float16 == vk::TRUE
+        && v11.storage_buffer16_bit_access == vk::TRUE
+        && v11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
+    let has_coop = extensions.iter().any(|e| {
+        e.extension_name_as_c_str()
+            .is_ok_and(|n| n == ash::khr::cooperative_matrix::NAME)
+    });
+    let cooperative_matrix = native_f16
+        && has_coop
+        && v12.vulkan_memory_model == vk::TRUE
+        && v12.vulkan_memory_model_device_scope == vk::TRUE
+        // SAFETY: as above; the extension is the device's (checked).
+        && unsafe { cooperative_matrix_offered(entry, instance, physical) };
     let calibration = [CalibrationExt::Khr, CalibrationExt::Ext]
         .into_iter()
         .find(|&ext| has(ext))
         // SAFETY: as above (the caller's promise).
         .filter(|ext| unsafe { ext.has_device_domain(entry, instance, physical) });
     Ok(Requirements {
-        native_f16: v12.shader_float16 == vk::TRUE
-            && v11.storage_buffer16_bit_access == vk::TRUE
-            && v11.uniform_and_storage_buffer16_bit_access == vk::TRUE,
+        native_f16,
+        cooperative_matrix,
         calibrated_timestamps: calibration.map(CalibrationExt::name),
     })
+}
+
+/// Whether `physical`, which has `VK_KHR_cooperative_matrix`, offers its
+/// `cooperativeMatrix` feature, subgroups of 32 and
+/// [`COOPERATIVE_MATRIX_SHAPE`].
+///
+/// # Safety
+///
+/// As [`offered`], and `physical` lists the extension.
+unsafe fn cooperative_matrix_offered(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> bool {
+    let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut coop);
+    // SAFETY: the extension is the device's (the caller's promise), so its
+    // feature struct may be chained; it outlives the call.
+    unsafe { instance.get_physical_device_features2(physical, &mut features) };
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
+    // SAFETY: as above; the struct is core Vulkan 1.1.
+    unsafe { instance.get_physical_device_properties2(physical, &mut props) };
+    let functions = ash::khr::cooperative_matrix::Instance::new(entry, instance);
+    // SAFETY: the extension's instance-level query, on a device that lists
+    // it; ash sizes the output from the driver's count.
+    let shapes = unsafe { functions.get_physical_device_cooperative_matrix_properties(physical) };
+    coop.cooperative_matrix == vk::TRUE
+        && subgroup.subgroup_size == 32
+        && shapes.is_ok_and(|s| has_cooperative_shape(&s))
 }
 
 /// Checks that what a program says it enabled of Keel's optional features
 /// (`enabled`) is something `physical` offers (`offered`): a device cannot
 /// have been created with more.
 pub(super) fn check_enabled(enabled: &Requirements, offered: &Requirements) -> Result<()> {
+    if enabled.cooperative_matrix && !offered.cooperative_matrix {
+        return Err(Error::invalid(
+            "expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix with 16x16x16 f16 x f16 + f32 at subgroup scope, subgroups of 32, vulkanMemoryModel with device scope and native f16, found cooperative_matrix on one that does not",
+        ));
+    }
     if enabled.native_f16 && !offered.native_f16 {
         return Err(Error::invalid(
             "expected native_f16 only where the physical device offers shaderFloat16, storageBuffer16BitAccess and uniformAndStorageBuffer16BitAccess, found native_f16 on one that lacks them",
@@ -407,12 +510,16 @@ impl Ctx {
         let mut e11 = req.vulkan11_features();
         let mut e12 = req.vulkan12_features();
         let mut e13 = req.vulkan13_features();
-        let info = vk::DeviceCreateInfo::default()
+        let mut coop = req.cooperative_matrix_features();
+        let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
             .enabled_extension_names(&extensions)
             .push_next(&mut e11)
             .push_next(&mut e12)
             .push_next(&mut e13);
+        if let Some(coop) = coop.as_mut() {
+            info = info.push_next(coop);
+        }
         // SAFETY: the features requested were checked above; `info` and its
         // pointers outlive the call. The device lives for the process.
         let device = unsafe { v.instance.create_device(adapter.physical, &info, None) }
@@ -423,6 +530,7 @@ impl Ctx {
             .collect();
         let mut adapter = adapter.clone();
         adapter.f16_storage = req.native_f16;
+        adapter.cooperative_matrix = req.cooperative_matrix;
         // SAFETY: the device was just created on `adapter.physical` of
         // Keel's instance with `req`, and `queues` are its queues.
         unsafe {
@@ -595,6 +703,13 @@ pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
             "emulated (packed u32 words)".to_owned()
         },
     ));
+    if a.cooperative_matrix {
+        // Read by `keel::compute::cooperative_matrix_supported`.
+        p.extra.push((
+            "cooperative matrix".to_owned(),
+            "16x16x16 f16 x f16 + f32, subgroup scope (VK_KHR_cooperative_matrix)".to_owned(),
+        ));
+    }
     p.extra
         .push(("compute queue family".to_owned(), a.family.to_string()));
     p.extra

@@ -10,7 +10,7 @@ use ash::vk::Handle;
 
 pub(crate) use super::device::Ctx;
 use super::device::{self, Owner, lock, vk_error};
-pub use super::device::{API_VERSION, Requirements};
+pub use super::device::{API_VERSION, COOPERATIVE_MATRIX_SHAPE, Requirements};
 use super::event::VkEvent;
 use super::memory::VkBuffer;
 use super::stream::Point;
@@ -137,6 +137,7 @@ pub(crate) unsafe fn adopt(
             let mut adapter =
                 unsafe { loader::read_adapter(instance, physical_device, queue_family, 1) };
             adapter.f16_storage = enabled.native_f16;
+            adapter.cooperative_matrix = enabled.cooperative_matrix;
             // SAFETY: the caller's promises: the device is live, of this
             // instance and physical device, with Keel's requirements and
             // `enabled`, and `queue` is a queue of the family.

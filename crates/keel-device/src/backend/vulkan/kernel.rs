@@ -63,12 +63,15 @@ fn wgsl_of(kernel: &Kernel) -> Result<&'static str> {
 fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| format!("WGSL parse error: {}", e.emit_to_string(wgsl)))?;
-    // Subgroup operations and f16 are allowed in any kernel; a launch
-    // function picks a kernel that uses them only where the device reports
-    // them (`keel::compute::subgroups_supported`, `f16_storage`).
+    // Subgroup operations, f16 and cooperative matrices are allowed in any
+    // kernel; a launch function picks a kernel that uses them only where
+    // the device reports them (`keel::compute::subgroups_supported`,
+    // `f16_storage`, `cooperative_matrix_supported`).
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_FLOAT16,
+        naga::valid::Capabilities::SUBGROUP
+            | naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::COOPERATIVE_MATRIX,
     )
     .validate(&module)
     .map_err(|e| format!("WGSL validation error: {}", e.emit_to_string(wgsl)))?;

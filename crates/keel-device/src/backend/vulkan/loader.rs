@@ -42,6 +42,10 @@ pub(super) struct Adapter {
     /// (what naga's SPIR-V for `enable f16;` declares); enabled at device
     /// creation when true.
     pub f16_storage: bool,
+    /// Cooperative matrices of Keel's shape
+    /// (`Requirements::cooperative_matrix`), enabled on the device: false
+    /// until a device is made with them.
+    pub cooperative_matrix: bool,
 }
 
 /// The loaded library, the instance and the adapters.
@@ -303,5 +307,6 @@ pub(super) unsafe fn read_adapter(
         },
         device_local_memory,
         f16_storage,
+        cooperative_matrix: false,
     }
 }

@@ -189,6 +189,25 @@ pub(crate) const WANTED_FEATURES: wgpu::Features = TIMESTAMP_FEATURES
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::IMMEDIATES);
 
+/// What Keel's cooperative-matrix matmul needs of a device:
+/// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX` with f16 and subgroups.
+const COOPERATIVE_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP);
+
+/// Whether `adapter` has the cooperative-matrix configuration Keel's
+/// kernel uses (16 x 16 x 16, f16 A and B, f32 C) and subgroups of
+/// exactly 32, which the kernel's workgroup of 4 subgroups assumes.
+fn cooperative_shape(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
+    info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::wgt::CooperativeScalarType::F16
+                && p.cr_type == wgpu::wgt::CooperativeScalarType::F32
+        })
+}
+
 /// A wgpu error reported outside an error scope, kept for the next
 /// operation on the device to report.
 #[derive(Default)]
@@ -335,11 +354,28 @@ impl WgpuDevice {
         // conversions use it (`keel::compute::f16_storage`).
         // Immediate data, where offered: kernels' parameter blocks (Note
         // [wgpu parameter blocks] in `kernel.rs`).
-        let required_features = offered & WANTED_FEATURES;
+        let mut required_features = offered & WANTED_FEATURES;
+        // Cooperative matrices (an experimental feature in wgpu 30), where
+        // the adapter has the configuration `keel::compute`'s f16-input
+        // matmul uses.
+        let coop = offered.contains(COOPERATIVE_FEATURES)
+            && cooperative_shape(&adapter.adapter, &adapter.info);
+        if coop {
+            required_features |= COOPERATIVE_FEATURES;
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("keel"),
             required_features,
             required_limits: adapter.adapter.limits(),
+            experimental_features: if coop {
+                // SAFETY: not an FFI call but wgpu's token for features it
+                // marks experimental; Keel uses only cooperative matrices
+                // of them, in one kernel whose results the tests check
+                // against a reference wherever the feature is present.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         };
         let (device, queue) =
@@ -445,6 +481,16 @@ impl WgpuDevice {
             p.extra.push((
                 "subgroup operations".to_owned(),
                 "basic, vote, ballot, shuffle, arithmetic, quad (Features::SUBGROUP)".to_owned(),
+            ));
+        }
+        if self.device.features().contains(COOPERATIVE_FEATURES)
+            && cooperative_shape(&self.adapter.adapter, info)
+        {
+            // Read by `keel::compute::cooperative_matrix_supported`.
+            p.extra.push((
+                "cooperative matrix".to_owned(),
+                "16x16x16 f16 x f16 + f32, subgroup scope (Features::EXPERIMENTAL_COOPERATIVE_MATRIX)"
+                    .to_owned(),
             ));
         }
         // Note [wgpu parameter blocks] in `kernel.rs`.

@@ -1,0 +1,37 @@
+// The cooperative-matrix operations of matmul_coop.wgsl, on the device's
+// matrix units (VK_KHR_cooperative_matrix; wgpu's
+// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`): 16 x 16 fragments held by
+// a subgroup, f16 A and B, an f32 accumulator. Prepended first to the
+// kernel's source (src/compute/matmul.rs), for its `enable` directives.
+// The kernel names its types and operations through these aliases and
+// functions only, so that a test can prepend scalar versions of them
+// instead and run the rest of the kernel on the CPU (tests/ops).
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+// An input element as staged in workgroup memory.
+alias Half = f16;
+alias FragA = coop_mat16x16<f16, A>;
+alias FragB = coop_mat16x16<f16, B>;
+alias FragC = coop_mat16x16<f32, C>;
+
+// Fragments from workgroup memory, row-major with `stride` elements from
+// one row to the next, starting at element `i`.
+fn frag_a(i: u32, stride: u32) -> FragA {
+    return coopLoadT<FragA>(&stage_a[i], stride);
+}
+
+fn frag_b(i: u32, stride: u32) -> FragB {
+    return coopLoadT<FragB>(&stage_b[i], stride);
+}
+
+// acc + a * b.
+fn frag_mad(a: FragA, b: FragB, acc: FragC) -> FragC {
+    return coopMultiplyAdd(a, b, acc);
+}
+
+// `acc` into the workgroup's f32 scratch, row-major, from element `i`.
+fn frag_store(acc: FragC, i: u32, stride: u32) {
+    coopStoreT(acc, &scratch[i], stride);
+}
