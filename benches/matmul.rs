@@ -14,9 +14,11 @@
 //! sums or the accumulator (f16 and bf16 tensors' defaults).
 //!
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
-//! in plain f32, tf32 and bf16 (each through `MatmulAlgorithm::Tiled`,
-//! which runs the input-rounding modes on tensor cores where the device
-//! has them, and then the portable 4x4 kernel in tf32 beside it): the median of
+//! in plain f32, tf32, bf16 and f16 inputs (each through
+//! `MatmulAlgorithm::Tiled`, which runs the input-rounding modes on tensor
+//! cores where the device has them: `matmul_mma` on CUDA, the
+//! cooperative-matrix kernel for f16 inputs on Vulkan and wgpu; and then
+//! the portable 4x4 kernel beside it): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -244,7 +246,19 @@ fn large() {
                 ("ieee", MatmulAlgorithm::Tiled, MatmulPrecision::IEEE),
                 ("tf32", MatmulAlgorithm::Tiled, MatmulPrecision::TF32),
                 ("bf16", MatmulAlgorithm::Tiled, MatmulPrecision::BF16),
+                (
+                    "f16 inputs",
+                    MatmulAlgorithm::Tiled,
+                    MatmulPrecision::inputs(InputRounding::F16),
+                ),
             ];
+            if keel::compute::cooperative_matrix_supported(&stream).unwrap_or(false) {
+                modes.push((
+                    "f16 inputs (4x4 kernel)",
+                    MatmulAlgorithm::Tiled4x4,
+                    MatmulPrecision::inputs(InputRounding::F16),
+                ));
+            }
             if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
                 modes.push((
                     "ieee (4x4 kernel)",
@@ -262,6 +276,7 @@ fn large() {
                     algorithm,
                     precision,
                 };
+                let kernel = matmul_kernel(&stream, &opts, n, n).map_or("?", |l| l.kernel.name);
                 let mut times: Vec<f64> = (0..8)
                     .map(|_| {
                         let t = std::time::Instant::now();
@@ -274,7 +289,7 @@ fn large() {
                 times.sort_by(f64::total_cmp);
                 let t = times[times.len() / 2];
                 println!(
-                    "large {}: {n}^3 {name}: {:.1} us ({:.1} TFLOP/s)",
+                    "large {}: {n}^3 {name} ({kernel}): {:.1} us ({:.1} TFLOP/s)",
                     label(d),
                     t * 1e6,
                     2.0 * (n as f64).powi(3) / t / 1e12

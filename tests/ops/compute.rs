@@ -919,7 +919,7 @@ fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
     };
     let stream = keel::default_stream(Device::cpu()).expect("stream");
     let round = keel::compute::precision::round_f16;
-    for (m, k, n) in [(1, 1, 1), (70, 45, 66), (16, 64, 130)] {
+    for (m, k, n) in [(1, 1, 1), (70, 45, 66)] {
         let mut rng = Rng(0xc0 ^ (m * 1000 + k * 10 + n) as u64);
         // Every seventh element of A scaled below 2^-14, so that it rounds
         // to an f16 subnormal.

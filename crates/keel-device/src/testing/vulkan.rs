@@ -218,12 +218,16 @@ fn open_device(
         let mut f11 = enabled.vulkan11_features();
         let mut f12 = enabled.vulkan12_features();
         let mut f13 = enabled.vulkan13_features();
-        let info = vk::DeviceCreateInfo::default()
+        let mut coop = enabled.cooperative_matrix_features();
+        let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_extension_names(&extensions)
             .push_next(&mut f11)
             .push_next(&mut f12)
             .push_next(&mut f13);
+        if let Some(coop) = coop.as_mut() {
+            info = info.push_next(coop);
+        }
         // SAFETY: the features and extensions are what `requirements`
         // found the physical device to offer; `info` outlives the call.
         let device = unsafe { instance.create_device(physical, &info, None) }

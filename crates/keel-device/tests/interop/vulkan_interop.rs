@@ -498,6 +498,22 @@ fn bad_adoptions_and_foreign_objects_are_clear_errors() {
         e.contains("expected calibrated_timestamps to name VK_KHR_calibrated_timestamps or VK_EXT_calibrated_timestamps, found VK_KHR_swapchain"),
         "{e}"
     );
+    // Cooperative matrices said enabled on a device that does not offer
+    // them (where it offers them, the program enabled them: `p.enabled`
+    // is what `requirements` reported).
+    if !p.enabled.cooperative_matrix {
+        let e = adopt(keel_vk::Adoption {
+            enabled: keel_vk::Requirements {
+                cooperative_matrix: true,
+                ..p.enabled
+            },
+            ..p.adoption()
+        });
+        assert!(
+            e.contains("expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix"),
+            "{e}"
+        );
+    }
     // Nothing was adopted: the program's device is still its own alone.
     assert!(
         keel_device::devices(TY).into_iter().all(|d| {

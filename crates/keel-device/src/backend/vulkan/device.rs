@@ -743,3 +743,51 @@ pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
     }
     p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(
+        (m, n, k): (u32, u32, u32),
+        ab: vk::ComponentTypeKHR,
+        cr: vk::ComponentTypeKHR,
+        scope: vk::ScopeKHR,
+    ) -> vk::CooperativeMatrixPropertiesKHR<'static> {
+        vk::CooperativeMatrixPropertiesKHR::default()
+            .m_size(m)
+            .n_size(n)
+            .k_size(k)
+            .a_type(ab)
+            .b_type(ab)
+            .c_type(cr)
+            .result_type(cr)
+            .scope(scope)
+    }
+
+    /// Only 16 x 16 x 16 with f16 A and B, f32 C and result, at subgroup
+    /// scope, is the kernel's shape; a list holding it among others has it.
+    #[test]
+    fn the_cooperative_shape_is_found_only_where_listed() {
+        use vk::ComponentTypeKHR as T;
+        let sub = vk::ScopeKHR::SUBGROUP;
+        let ours = shape((16, 16, 16), T::FLOAT16, T::FLOAT32, sub);
+        let others = [
+            shape((16, 16, 16), T::FLOAT16, T::FLOAT16, sub),
+            shape((16, 8, 16), T::FLOAT16, T::FLOAT32, sub),
+            shape(
+                (16, 16, 16),
+                T::FLOAT16,
+                T::FLOAT32,
+                vk::ScopeKHR::WORKGROUP,
+            ),
+            shape((16, 16, 32), T::SINT8, T::SINT32, sub),
+        ];
+        assert!(!has_cooperative_shape(&[]));
+        assert!(!has_cooperative_shape(&others));
+        assert!(has_cooperative_shape(&[ours]));
+        let mut mixed = others.to_vec();
+        mixed.insert(2, ours);
+        assert!(has_cooperative_shape(&mixed));
+    }
+}
