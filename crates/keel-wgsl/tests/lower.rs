@@ -7,9 +7,21 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Keel's kernel sources: every `.wgsl` with an entry point, the matmul
-/// kernels with their shared prefix.
+/// Shipped kernels that only Vulkan and wgpu devices with cooperative
+/// matrices run: the ends refuse them, saying why.
+const COOPERATIVE: &[&str] = &["shaders/compute/matmul_coop.wgsl"];
+
+/// Keel's kernel sources for the ends: every `.wgsl` with an entry point,
+/// the matmul kernels with their shared prefix, but [`COOPERATIVE`].
 fn sources() -> Vec<(String, String)> {
+    all_sources()
+        .into_iter()
+        .filter(|(file, _)| !COOPERATIVE.contains(&file.as_str()))
+        .collect()
+}
+
+/// Every shipped kernel source, [`COOPERATIVE`] among them.
+fn all_sources() -> Vec<(String, String)> {
     let root = root();
     let mut out = Vec::new();
     let prefix = |names: &[&str]| -> String {
@@ -47,6 +59,9 @@ fn sources() -> Vec<(String, String)> {
                 "matmul_tiled.wgsl" | "matmul_naive.wgsl" | "matmul_tiled_4x4.wgsl" => {
                     prefix(&["rounding.wgsl", "matmul_bindings.wgsl"]) + &text
                 }
+                "matmul_coop.wgsl" => {
+                    prefix(&["coop_matrix.wgsl", "rounding.wgsl", "matmul_bindings.wgsl"]) + &text
+                }
                 "cast.wgsl" => prefix(&["rounding.wgsl"]) + &text,
                 "cast_f16_narrow.wgsl" => text + &prefix(&["rounding.wgsl"]),
                 _ => text,
@@ -77,6 +92,25 @@ fn every_shipped_kernel_lowers() {
     }
     assert!(count >= 30, "found {count} entry points");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The cooperative-matrix kernels parse, and the ends refuse them with
+/// an error that names cooperative matrices.
+#[test]
+fn cooperative_matrix_kernels_are_refused_by_name() {
+    let all = all_sources();
+    for file in COOPERATIVE {
+        let (_, text) = all
+            .iter()
+            .find(|(f, _)| f == file)
+            .unwrap_or_else(|| panic!("{file} is shipped"));
+        let module = naga::front::wgsl::parse_str(text).expect("Keel's WGSL parses");
+        assert!(!module.entry_points.is_empty(), "{file}");
+        for ep in &module.entry_points {
+            let e = keel_wgsl::compile(text, &ep.name).expect_err("refused");
+            assert!(e.message.contains("cooperative matrices"), "{file}: {e}");
+        }
+    }
 }
 
 /// `ptxas` from `KEEL_PTXAS`, or `None` (and a printed reason).
