@@ -101,6 +101,31 @@ mod f16_tests {
     use super::params::{OP_CAST_F16_NARROW, OP_CAST_F16_WIDEN};
     use naga::valid::{Capabilities, ValidationFlags, Validator};
 
+    /// The operands of every `OpCapability` in the SPIR-V naga writes for
+    /// `entry` (as the Vulkan backend writes it).
+    fn spirv_capabilities(
+        module: &naga::Module,
+        info: &naga::valid::ModuleInfo,
+        entry: &str,
+    ) -> Vec<u32> {
+        let pipeline = naga::back::spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: entry.to_owned(),
+        };
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            use_storage_input_output_16: false,
+            ..Default::default()
+        };
+        let words = naga::back::spv::write_vec(module, info, &options, Some(&pipeline))
+            .unwrap_or_else(|e| panic!("{entry}: {e}"));
+        words
+            .windows(2)
+            .filter(|w| w[0] == (2 << 16) | 17)
+            .map(|w| w[1])
+            .collect()
+    }
+
     #[test]
     fn native_f16_kernels_validate_with_the_f16_capability_only() {
         for launch in [OP_CAST_F16_WIDEN, OP_CAST_F16_NARROW] {
@@ -118,24 +143,9 @@ mod f16_tests {
                 "{} validated without the f16 capability",
                 k.name
             );
-            let pipeline = naga::back::spv::PipelineOptions {
-                shader_stage: naga::ShaderStage::Compute,
-                entry_point: k.name.to_owned(),
-            };
-            let options = naga::back::spv::Options {
-                lang_version: (1, 3),
-                use_storage_input_output_16: false,
-                ..Default::default()
-            };
-            let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-                .unwrap_or_else(|e| panic!("{}: {e}", k.name));
             // OpCapability Float16 (9) and StorageBuffer16BitAccess (4433):
             // what the Vulkan device enables where it reports them.
-            let caps: Vec<u32> = words
-                .windows(2)
-                .filter(|w| w[0] == (2 << 16) | 17)
-                .map(|w| w[1])
-                .collect();
+            let caps = spirv_capabilities(&module, &info, k.name);
             assert!(
                 caps.contains(&9) && caps.contains(&4433),
                 "{}: {caps:?}",
@@ -169,22 +179,7 @@ mod f16_tests {
         )
         .validate(&module)
         .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
-        let pipeline = naga::back::spv::PipelineOptions {
-            shader_stage: naga::ShaderStage::Compute,
-            entry_point: k.name.to_owned(),
-        };
-        let options = naga::back::spv::Options {
-            lang_version: (1, 3),
-            use_storage_input_output_16: false,
-            ..Default::default()
-        };
-        let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let caps: Vec<u32> = words
-            .windows(2)
-            .filter(|w| w[0] == (2 << 16) | 17)
-            .map(|w| w[1])
-            .collect();
+        let caps = spirv_capabilities(&module, &info, k.name);
         for cap in [6022, 5345, 9, 4433] {
             assert!(caps.contains(&cap), "{cap} not in {caps:?}");
         }

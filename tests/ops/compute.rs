@@ -86,6 +86,20 @@ fn run_matmul(
     cb.read_as::<f32>(stream).expect("read")
 }
 
+/// Every output within f32's summation bound of the f64 reference:
+/// |c - ref| <= 2 (k + 2) u * sum_k |a_ik b_kj| (`mag`); `what` names the
+/// case in the message.
+fn assert_within_sum_bound(what: &str, got: &[f32], want: &[f64], mag: &[f64], k: usize) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(mag).enumerate() {
+        let tol = 2.0 * (k as f64 + 2.0) * U * s;
+        assert!(
+            (*g as f64 - w).abs() <= tol,
+            "{what}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
+        );
+    }
+}
+
 /// The f64 product and, per output, sum_k |a_ik b_kj|.
 fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
     let mut c = vec![0.0; m * n];
@@ -135,13 +149,13 @@ fn matmul_matches_the_f64_reference_on_every_backend() {
                     ..Default::default()
                 };
                 let got = run_matmul(&stream, &a, &b, m, k, n, &opts);
-                for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                    let tol = 2.0 * (k as f64 + 2.0) * U * s;
-                    assert!(
-                        (*g as f64 - w).abs() <= tol,
-                        "{label} {algorithm:?} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
-                    );
-                }
+                assert_within_sum_bound(
+                    &format!("{label} {algorithm:?} {m}x{k}x{n}"),
+                    &got,
+                    &want,
+                    &mag,
+                    k,
+                );
             }
         }
     }
@@ -248,13 +262,13 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
                     run(MatmulAlgorithm::Tiled4x4),
                     "{label} {mode:?} {m}x{k}x{n}"
                 );
-                for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                    let tol = 2.0 * (k as f64 + 2.0) * U * s;
-                    assert!(
-                        (*g as f64 - w).abs() <= tol,
-                        "{label} {mode:?} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
-                    );
-                }
+                assert_within_sum_bound(
+                    &format!("{label} {mode:?} {m}x{k}x{n}"),
+                    &got,
+                    &want,
+                    &mag,
+                    k,
+                );
             }
         }
     }
@@ -945,13 +959,7 @@ fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
             )
             .expect("launch");
         let got = cb.read_as::<f32>(&stream).expect("read");
-        for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
-            let tol = 2.0 * (k as f64 + 2.0) * U * s;
-            assert!(
-                (*g as f64 - w).abs() <= tol,
-                "{m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
-            );
-        }
+        assert_within_sum_bound(&format!("{m}x{k}x{n}"), &got, &want, &mag, k);
     }
     // The kernel itself names what the host end lacks.
     let (ab, cb) = (upload(&stream, &[1.0]), output(&stream, 1));
@@ -1007,13 +1015,7 @@ fn cooperative_matrix_matmul_matches_the_f64_reference() {
             };
             let got = run(MatmulAlgorithm::TensorCore);
             assert_eq!(got, run(MatmulAlgorithm::Tiled), "{label} {m}x{k}x{n}");
-            for (i, ((g, w), s)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                let tol = 2.0 * (k as f64 + 2.0) * U * s;
-                assert!(
-                    (*g as f64 - w).abs() <= tol,
-                    "{label} {m}x{k}x{n}: c[{i}] = {g}, expected {w} (tolerance {tol:e})"
-                );
-            }
+            assert_within_sum_bound(&format!("{label} {m}x{k}x{n}"), &got, &want, &mag, k);
         }
         // Rounding: a column of values through a 1 x 1 B of 1.0, among them
         // f16 subnormals, ties and values past f16's largest.
