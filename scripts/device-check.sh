@@ -151,9 +151,10 @@ left() {
     if [ "$rest" -gt "$1" ]; then echo "$1"; else echo "$rest"; fi
 }
 
-# Every test binary, CUDA and Vulkan required (a test that would skip for
-# want of either fails instead); one summary line each. TEST_JOBS (default
-# 4) binaries run at once: the lent machine has 16 cores, and its minutes
+# Every test binary, CUDA, Vulkan and cooperative matrices required (a
+# test that would skip for want of any of them fails instead); one
+# summary line each. TEST_JOBS (default 4) binaries run at once: the lent
+# machine has 16 cores, and its minutes
 # are few.
 run_one_test() {
     local t=$1 name status secs one
@@ -171,7 +172,9 @@ run_one_test() {
         example_*) ;;
         *) args=(--skip the_translation_is_current) ;;
     esac
-    if KEEL_REQUIRE_BACKENDS=cuda,vulkan RUST_BACKTRACE=1 timeout "$secs" "$t" "${args[@]}" >"$one" 2>&1; then
+    # NVIDIA's Vulkan driver offers 16x16x16 f16 cooperative matrices
+    # from Ampere on, so the tests of matmul_coop must run, not skip.
+    if KEEL_REQUIRE_BACKENDS=cuda,vulkan KEEL_REQUIRE_COOPERATIVE_MATRIX=1 RUST_BACKTRACE=1 timeout "$secs" "$t" "${args[@]}" >"$one" 2>&1; then
         status=ok
     else
         status="FAILED ($?)"

@@ -224,8 +224,6 @@ impl Requirements {
     /// Vulkan 1.1 features to chain into `VkDeviceCreateInfo`: the 16-bit
     /// storage of [`native_f16`](Self::native_f16), if asked.
     pub fn vulkan11_features(&self) -> vk::PhysicalDeviceVulkan11Features<'static> {
-        // naga declares the 16-bit storage capabilities in every module
-        // that uses f16, so the cooperative-matrix kernel needs them too.
         vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(self.native_f16)
             .uniform_and_storage_buffer16_bit_access(self.native_f16)
@@ -362,27 +360,25 @@ pub(super) unsafe fn offered(
     // SAFETY: as above.
     let extensions = unsafe { instance.enumerate_device_extension_properties(physical) }
         .map_err(|e| vk_error("vkEnumerateDeviceExtensionProperties", e))?;
-    let has = |ext: CalibrationExt| {
+    let has = |name: &CStr| {
         extensions
             .iter()
-            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == ext.name()))
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
     };
     let native_f16 = v12.shader_float16 == vk::TRUE
         && v11.storage_buffer16_bit_access == vk::TRUE
         && v11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
-    let has_coop = extensions.iter().any(|e| {
-        e.extension_name_as_c_str()
-            .is_ok_and(|n| n == ash::khr::cooperative_matrix::NAME)
-    });
+    // naga declares the 16-bit storage capabilities in every module that
+    // uses f16, the cooperative-matrix kernel among them: hence native f16.
     let cooperative_matrix = native_f16
-        && has_coop
+        && has(ash::khr::cooperative_matrix::NAME)
         && v12.vulkan_memory_model == vk::TRUE
         && v12.vulkan_memory_model_device_scope == vk::TRUE
         // SAFETY: as above; the extension is the device's (checked).
         && unsafe { cooperative_matrix_offered(entry, instance, physical) };
     let calibration = [CalibrationExt::Khr, CalibrationExt::Ext]
         .into_iter()
-        .find(|&ext| has(ext))
+        .find(|&ext| has(ext.name()))
         // SAFETY: as above (the caller's promise).
         .filter(|ext| unsafe { ext.has_device_domain(entry, instance, physical) });
     Ok(Requirements {
