@@ -19,14 +19,21 @@
 //!
 //! Box-Muller needs `log`, `sqrt`, `cos` and `sin`, whose last bits differ
 //! between backends: a GPU's `log` is accurate only in absolute terms
-//! (near `u1 = 1` a small radius came out 1% off on an H200), and a
-//! Vulkan driver or ptxas may fuse an `f32` multiply and add, which WGSL
-//! allows. So the kernels compute every step in `u32`/`i32` arithmetic,
-//! which all backends perform exactly: the logarithm through `atanh` of an
-//! exact ratio of integers, the square root by Newton steps on its
-//! reciprocal, sine and cosine by series after an exact reduction to the
-//! nearest quarter turn, all with 32-bit significands, rounded once to
-//! `f32` (within one `f32` step of the exact value, tested against `f64`).
+//! (near `u1 = 1` a small radius came out 1% off on an H200), its `sqrt`,
+//! `sin` and `cos` are not correctly rounded, and a Vulkan driver or
+//! ptxas may fuse an `f32` multiply and add into one FMA, which WGSL
+//! allows. So the kernels compute them from the operations that round the
+//! same everywhere: IEEE `f32` adds, subtracts and multiplies (correctly
+//! rounded to nearest even on every backend), exact conversions of
+//! integers below 2^24, and integer work on the bits. The logarithm is a
+//! polynomial in the exact `x` of `a = (1 + x) 2^k`, the square root a
+//! Newton reciprocal with one correction whose residual is exact, sine and
+//! cosine polynomials after an exact reduction (in integers) to the
+//! nearest quarter turn. No value on the way is subnormal, so flushing
+//! changes nothing, and every product that feeds an add passes through an
+//! exclusive-or with a zero the compiler cannot see (the parameter
+//! block's last word), so nothing is fused. The draws are within three
+//! `f32` steps of the exact value (tested against `f64`).
 //! `normal_`'s `mean + std * z` uses the hardware's multiply and add where
 //! the operands are normal (the mean may be zero) and the product and sum
 //! are at least 2^-125: there an IEEE multiply and add round correctly on
@@ -34,8 +41,8 @@
 //! nothing stands between them so that no driver fuses them. Elsewhere it
 //! takes an integer implementation of IEEE 754's correctly rounded
 //! multiply and add. The host reference (`random/normal.rs`) takes the
-//! same Box-Muller steps in Rust; `normal_`'s two roundings there are
-//! Rust's own `f32` multiply and add.
+//! same Box-Muller steps in Rust (which never fuses); `normal_`'s two
+//! roundings there are Rust's own `f32` multiply and add.
 //!
 //! # Conversions (PyTorch's)
 //!
@@ -219,7 +226,9 @@ pub const MAX_ELEMENTS: usize = (u32::MAX - 8) as usize;
 pub const MAX_GRID: u32 = 4096;
 
 /// The kernels' parameter block: `n`, seed (lo, hi), offset (lo, hi), the
-/// op's two words, padding; eight little-endian `u32`s.
+/// op's two words, and a zero (which keeps `randn`'s products from being
+/// fused into its adds: Note [Normal draws are bit-identical]); eight
+/// little-endian `u32`s.
 pub fn params(n: u32, at: PhiloxState, a: u32, b: u32) -> Vec<u8> {
     [
         n,
@@ -428,8 +437,8 @@ pub fn to_unit(x: u32) -> f32 {
     (x & 0x00FF_FFFF) as f32 * (1.0 / 16_777_216.0)
 }
 
-/// Box-Muller on a pair of words, as every backend computes it (in
-/// integer arithmetic: Note [Normal draws are bit-identical]).
+/// Box-Muller on a pair of words, as every backend computes it (Note
+/// [Normal draws are bit-identical]).
 pub fn box_muller(x0: u32, x1: u32) -> (f32, f32) {
     let (c, s) = normal::box_muller_bits(x0, x1);
     (f32::from_bits(c), f32::from_bits(s))

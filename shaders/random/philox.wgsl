@@ -7,7 +7,8 @@
 //
 // Bindings: 0 out (u32 words; f32 outputs are stored as their bits),
 // 1 params (uniform). Params: n, seed (lo, hi), offset (lo, hi), then two
-// words whose meaning depends on the entry point (see `keel::random`).
+// words whose meaning depends on the entry point (see `keel::random`),
+// then a zero (see `fence`).
 // The host reference is `keel::random::reference`.
 
 struct Params {
@@ -18,7 +19,7 @@ struct Params {
     off_hi: u32,
     a: u32,
     b: u32,
-    pad: u32,
+    zero: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
@@ -85,234 +86,118 @@ fn to_unit(x: u32) -> f32 {
     return f32(x & 0xffffffu) * 5.9604644775390625e-8;
 }
 
-// randn and normal_ in integer arithmetic (Note [Normal draws are
-// bit-identical] in `keel::random`). Every step of Box-Muller, and
-// normal_'s `mean + std * z`, is computed with u32 and i32 operations,
-// which every backend performs exactly: a GPU's `log` is accurate only in
-// absolute terms, its `sqrt`, `sin` and `cos` are not correctly rounded,
-// subnormals may be flushed, and a Vulkan driver may contract an f32
-// multiply and add into one FMA, none of which WGSL can forbid. The host
-// reference (`keel::random::reference`) follows the same steps in Rust.
+// randn and normal_ in f32 adds and multiplies that round the same on
+// every backend (Note [Normal draws are bit-identical] in `keel::random`).
+// A GPU's `log` is accurate only in absolute terms and its `sqrt`, `sin`
+// and `cos` are not correctly rounded, so Box-Muller here uses none of
+// them: only IEEE adds, subtracts and multiplies (correctly rounded to
+// nearest even everywhere), exact conversions of integers below 2^24 and
+// integer work on the bits, with no value ever subnormal (so flushing
+// changes nothing). A Vulkan driver or ptxas may fuse a multiply feeding
+// an add into one FMA, which WGSL allows: every such product goes through
+// `fence`. The host reference (`keel::random::reference`, in
+// `src/random/normal.rs`) takes the same steps in the same order.
 
-// The high word of a * b less at most 2: the product of the low halves
-// and the carries of the cross products are left out, which saves a
-// quarter of `mulhi` where 30 correct bits are enough.
-fn mulhi_t(a: u32, b: u32) -> u32 {
-    let a1 = a >> 16u;
-    let b1 = b >> 16u;
-    return a1 * b1 + ((a1 * (b & 0xffffu)) >> 16u) + (((a & 0xffffu) * b1) >> 16u);
+// x, unchanged: an exclusive-or of its bits with `params.zero`, which is
+// 0 but which no compiler can know, so a product passed through it is
+// rounded before the add that takes it.
+fn fence(x: f32, zero: u32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(x) ^ zero);
 }
 
-// A positive number m * 2^e with 31 or 32 significant bits (m's top bit
-// set); zero has m = 0.
-struct Wide {
-    m: u32,
-    e: i32,
-}
-
-// x * 2^e, normalised.
-fn wide(x: u32, e: i32) -> Wide {
-    if x == 0u {
-        return Wide(0u, 0);
-    }
-    let z = countLeadingZeros(x);
-    return Wide(x << z, e - i32(z));
-}
-
-// a * b, truncated.
-fn wide_mul(a: Wide, b: Wide) -> Wide {
-    let hi = mulhi_t(a.m, b.m);
-    if (hi >> 31u) == 0u {
-        return Wide(hi << 1u, a.e + b.e + 31);
-    }
-    return Wide(hi, a.e + b.e + 32);
-}
-
-// a + b, truncated.
-fn wide_add(a: Wide, b: Wide) -> Wide {
-    if b.m == 0u {
-        return a;
-    }
-    if a.m == 0u {
-        return b;
-    }
-    var x = a;
-    var y = b;
-    if y.e > x.e {
-        x = b;
-        y = a;
-    }
-    let d = u32(x.e - y.e);
-    if d >= 32u {
-        return x;
-    }
-    let sum = x.m + (y.m >> d);
-    if sum < x.m {
-        return Wide((sum >> 1u) | 0x80000000u, x.e + 1);
-    }
-    return Wide(sum, x.e);
-}
-
-// x - y for x > y, truncated.
-fn wide_sub(x: Wide, y: Wide) -> Wide {
-    if y.m == 0u {
-        return x;
-    }
-    let d = u32(x.e - y.e);
-    if d >= 32u {
-        return x;
-    }
-    return wide(x.m - (y.m >> d), x.e);
-}
-
-// The bits of the f32 nearest a positive w in f32's normal range (ties to
-// even); zero for zero.
-fn wide_bits(w: Wide) -> u32 {
-    if w.m == 0u {
-        return 0u;
-    }
-    var q = w.m >> 8u;
-    let rest = w.m & 0xffu;
-    if rest > 0x80u || (rest == 0x80u && (q & 1u) == 1u) {
-        q += 1u;
-    }
-    // q * 2^(e + 8) with q in [2^23, 2^24]: q's leading bit adds one to
-    // the exponent field (and a carry to 2^24 adds one more).
-    return (u32(w.e + 157) << 23u) + q;
-}
-
-// -ln(a * 2^-24) for a in [1, 2^24]: with a = f * 2^k and f in
-// [0.6875, 1.375), -ln = (24 - k) ln 2 - 2 atanh(s), s = (f - 1) / (f + 1)
-// = (a - 2^k) / (a + 2^k), an exact ratio of integers (so a close to 2^24,
-// where the result is tiny, keeps its relative accuracy).
-fn neg_log(a: u32) -> Wide {
+// -ln(a * 2^-24) for a in [1, 2^24]: with a = (1 + x) 2^k and 1 + x in
+// [0.6875, 1.375) (x exact), (24 - k) ln 2 - ln(1 + x), where
+// ln(1 + x) = x + x^2 P(x). ln 2 is split into a 16-bit part (times
+// n <= 24 exact) and the rest.
+fn neg_log(a: u32, zero: u32) -> f32 {
     var k = 31u - countLeadingZeros(a);
     var p = 1u << k;
     if 8u * (a - p) >= 3u * p {
         k += 1u;
         p <<= 1u;
     }
-    let d = a + p;
-    let neg = a < p;
-    let n = select(a - p, p - a, neg);
-    var t = Wide(0u, 0);
-    if n != 0u {
-        // s = n / d through 1/d: d normalised to D in [1/2, 1), 1/D from
-        // the line 48/17 - 32/17 D (within 1/17) and three Newton steps
-        // R (2 - D R) in Q2.30 (about 29 correct bits).
-        let cd = countLeadingZeros(d);
-        let dn = d << cd;
-        var rcp = 3031741621u - mulhi_t(dn, 2021161081u);
-        for (var i = 0u; i < 3u; i++) {
-            rcp = mulhi_t(rcp, 0x80000000u - mulhi_t(dn, rcp)) << 2u;
-        }
-        let s = wide_mul(wide(n, 0), wide(rcp, i32(cd) - 62));
-        // s^2 as a Q0.32 fraction (|s| < 0.186), and
-        // atanh(s) / s = 1 + s^2/3 + ... + s^12/13 in Q2.30.
-        let s2 = wide_mul(s, s);
-        let shift = -32 - s2.e;
-        var w = 0u;
-        if shift < 32 {
-            w = s2.m >> u32(shift);
-        }
-        var poly = 82595525u;
-        poly = 97612893u + mulhi_t(poly, w);
-        poly = 119304647u + mulhi_t(poly, w);
-        poly = 153391689u + mulhi_t(poly, w);
-        poly = 214748365u + mulhi_t(poly, w);
-        poly = 357913941u + mulhi_t(poly, w);
-        poly = 1073741824u + mulhi_t(poly, w);
-        t = wide_mul(s, wide(poly, -30));
-        t.e += 1;
-    }
-    let whole = 24u - k;
-    if whole == 0u {
-        return t;
-    }
-    let base = wide_mul(wide(whole, 0), Wide(0xB17217F8u, -32));
-    if neg {
-        return wide_add(base, t);
-    }
-    return wide_sub(base, t);
+    let x = fence(f32(i32(a) - i32(p)) * bitcast<f32>((127u - k) << 23u), zero);
+    var q = -0.098010495f;
+    q = fence(q * x, zero) + 0.13687582f;
+    q = fence(q * x, zero) + -0.12849376f;
+    q = fence(q * x, zero) + 0.14052981f;
+    q = fence(q * x, zero) + -0.16633914f;
+    q = fence(q * x, zero) + 0.2000831f;
+    q = fence(q * x, zero) + -0.25000942f;
+    q = fence(q * x, zero) + 0.3333324f;
+    q = fence(q * x, zero) + -0.49999994f;
+    let tail = fence(x * x * q, zero);
+    let n = f32(24u - k);
+    return (fence(n * 0.69314575f, zero) - x) + (fence(n * 1.4286068e-6f, zero) - tail);
 }
 
-// sqrt(x): 1/sqrt(v) of the mantissa v in [1/4, 1) from the chord over
-// its half of the range, three Newton steps in Q2.30 (each at most the
-// true value, so nothing overflows), then v * (1/sqrt(v)).
-fn wide_sqrt(x: Wide) -> Wide {
-    if x.m == 0u {
-        return x;
+// sqrt(2 l) for l >= 0: 1 / sqrt(2 l) from the bits and two Newton steps,
+// s = 2 l times that, then one correction s + (2 l - s^2) / (2 s) whose
+// residual is exact (s split into two 12-bit halves makes every partial
+// square exact). Zero gives zero.
+fn radius(l: f32, zero: u32) -> f32 {
+    let v = l + l;
+    var y = bitcast<f32>(0x5f3759dfu - (bitcast<u32>(v) >> 1u));
+    for (var i = 0u; i < 2u; i++) {
+        y = y * (1.5f - fence(l * y * y, zero));
     }
-    var m = x.m;
-    var e = x.e;
-    if (e & 1) != 0 {
-        m >>= 1u;
-        e += 1;
-    }
-    var y: u32;
-    if m >= 0x80000000u {
-        y = 1963258676u - mulhi_t(m, 889516852u);
-    } else {
-        y = 2776467046u - mulhi_t(m, 2515933592u);
-    }
-    for (var i = 0u; i < 3u; i++) {
-        let vy2 = mulhi_t(m, mulhi_t(y, y));
-        y = mulhi_t(y, (3u << 28u) - vy2) << 3u;
-    }
-    return wide(mulhi_t(m, y), (e + 32) / 2 - 30);
+    let s = fence(v * y, zero);
+    let sh = bitcast<f32>(bitcast<u32>(s) & 0xfffff000u);
+    let sl = s - sh;
+    let d = ((v - fence(sh * sh, zero)) - fence((sh + sh) * sl, zero)) - fence(sl * sl, zero);
+    return s + fence(d * (0.5f * y), zero);
+}
+
+// (cos phi, sin phi) for phi = ay 2 pi / 2^24, ay <= 2^21. The step is
+// split into a 2-bit part (times ay exact) and the rest;
+// sin(phi) = phi + phi z S(z) and cos(phi) = 1 - z (1/2 - z C(z)) with
+// z = phi^2.
+fn cos_sin(ay: u32, zero: u32) -> vec2<f32> {
+    let fy = f32(ay);
+    let hi = fence(fy * 3.5762787e-7f, zero);
+    let lo = fence(fy * 1.687916e-8f, zero);
+    let phi = hi + lo;
+    let z = phi * phi;
+    let s = fence((fence(z * -0.00019515303f, zero) + 0.008332161f) * z, zero) + -0.16666655f;
+    let sin_phi = hi + (lo + fence(phi * z * s, zero));
+    let c = fence((fence(z * 2.443317e-5f, zero) + -0.0013887316f) * z, zero) + 0.041666646f;
+    let cos_phi = 1.0f - fence(z * (0.5f - fence(z * c, zero)), zero);
+    return vec2<f32>(cos_phi, sin_phi);
 }
 
 // Box-Muller on a pair of words, as f32 bits: r cos t and r sin t with
 // r = sqrt(-2 ln u1), u1 = 1 - (x0's low 24 bits) 2^-24 in (0, 1], and
 // t = 2 pi u2, u2 = (x1's low 24 bits) 2^-24. t is reduced to the nearest
-// quarter turn exactly (integers), leaving |phi| <= pi/4 for the series.
-fn box_muller(x0: u32, x1: u32) -> vec2<u32> {
-    var two_l = neg_log(0x1000000u - (x0 & 0xffffffu));
-    two_l.e += 1;
-    let r = wide_sqrt(two_l);
+// quarter turn exactly (integers), leaving |phi| <= pi/4.
+fn box_muller(x0: u32, x1: u32, zero: u32) -> vec2<u32> {
+    let r = radius(neg_log(0x1000000u - (x0 & 0xffffffu), zero), zero);
     let m1 = x1 & 0xffffffu;
     let turn = (m1 + 0x200000u) >> 22u;
     let y = i32(m1) - i32(turn << 22u);
-    let phi = wide_mul(wide(u32(abs(y)), -24), Wide(0xC90FDAA2u, -29));
-    // phi, phi^2 and phi^4 as Q0.32 fractions, the series in Q1.31.
-    let shift = -32 - phi.e;
-    var f = 0u;
-    if phi.m != 0u && shift < 32 {
-        f = phi.m >> u32(shift);
-    }
-    let w = mulhi_t(f, f);
-    let v = mulhi_t(w, w);
-    // sin(phi) / phi and cos(phi), as even and odd parts in phi^2 (every
-    // coefficient positive, so the sums stay unsigned).
-    let sin_even = 0x80000000u + mulhi_t(v, 17895697u + mulhi_t(v, 5918u));
-    let sin_odd = 357913941u + mulhi_t(v, 426088u + mulhi_t(v, 54u));
-    let cos_even = 0x80000000u + mulhi_t(v, 89478485u + mulhi_t(v, 53261u));
-    let cos_odd = 1073741824u + mulhi_t(v, 2982616u + mulhi_t(v, 592u));
-    let sin_phi = wide_mul(phi, wide(sin_even - mulhi_t(w, sin_odd), -31));
-    let cos_phi = wide(cos_even - mulhi_t(w, cos_odd), -31);
+    let cs = cos_sin(u32(abs(y)), zero);
     // t = quarter * pi/2 + phi.
     let quarter = turn & 3u;
     let sn = select(0u, 1u, y < 0);
-    var cm = cos_phi;
-    var sm = sin_phi;
+    var cm = cs.x;
+    var sm = cs.y;
     var c_neg = 0u;
     var s_neg = sn;
     if quarter == 1u {
-        cm = sin_phi;
-        sm = cos_phi;
+        cm = cs.y;
+        sm = cs.x;
         c_neg = sn ^ 1u;
         s_neg = 0u;
     } else if quarter == 2u {
         c_neg = 1u;
         s_neg = sn ^ 1u;
     } else if quarter == 3u {
-        cm = sin_phi;
-        sm = cos_phi;
+        cm = cs.y;
+        sm = cs.x;
         c_neg = sn;
         s_neg = 1u;
     }
-    let c = wide_bits(wide_mul(r, cm));
-    let s = wide_bits(wide_mul(r, sm));
+    let c = bitcast<u32>(r * cm);
+    let s = bitcast<u32>(r * sm);
     return vec2<u32>(
         select(c | (c_neg << 31u), 0u, c == 0u),
         select(s | (s_neg << 31u), 0u, s == 0u),
@@ -536,6 +421,7 @@ fn run(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
 fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     let me = linear(gid, groups, size);
     let blocks = block_count();
+    let zero = params.zero;
     for (var k = me.x; k < blocks; k += me.y) {
         let words = block(k);
         // Constant components only: a dynamic index would keep `values`
@@ -543,7 +429,7 @@ fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
         var values: vec4<u32>;
         for (var j = 0u; j < 2u; j++) {
             let pair = select(words.xy, words.zw, j == 1u);
-            var z = box_muller(pair.x, pair.y);
+            var z = box_muller(pair.x, pair.y, zero);
             if op == 4u {
                 z = vec2<u32>(normal_of(z.x), normal_of(z.y));
             }

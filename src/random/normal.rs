@@ -1,213 +1,115 @@
-//! Box-Muller in integer arithmetic: the host reference for `randn` and
-//! `normal_` (Note [Normal draws are bit-identical] in `keel::random`).
+//! Box-Muller in `f32` adds and multiplies that round the same on every
+//! backend: the host reference for `randn` and `normal_` (Note [Normal
+//! draws are bit-identical] in `keel::random`).
 //!
-//! The kernels (`shaders/random/philox.wgsl`) run the same steps with the
-//! same truncations, so the results agree bit for bit; here `mulhi_t`
-//! also checks its cut against the `u64` product, and
-//! `tests::box_muller_is_within_an_ulp_of_f64` bounds how far both are
-//! from the exact value.
+//! The kernels (`shaders/random/philox.wgsl`) take the same steps in the
+//! same order, so the results agree bit for bit. Each step is one IEEE
+//! `f32` add, subtract or multiply (correctly rounded to nearest even on
+//! every backend), an exact conversion of an integer below 2^24, or
+//! integer work on the bits; no value is ever subnormal, so flushing
+//! changes nothing. In the kernels every product that feeds an add goes
+//! through `fence` (an exclusive-or of its bits with a zero the compiler
+//! cannot see), so that no driver and no `ptxas` fuses the two into one
+//! FMA; Rust never fuses, so here the products are plain.
+//! `tests::box_muller_is_within_three_ulps_of_f64` bounds how far the
+//! results are from the exact value.
 
-/// A positive number `m * 2^e` with 31 or 32 significant bits (`m`'s top
-/// bit set); zero has `m == 0`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Wide {
-    m: u32,
-    e: i32,
+/// `ln(1 + x) = x + x^2 P(x)` for `x` in `[-0.3125, 0.375)`: `P`'s
+/// coefficients from the constant term up, fitted for the least largest
+/// relative error of the logarithm (under 2^-27).
+const LOG_P: [f32; 9] = [
+    -0.49999994,
+    0.3333324,
+    -0.25000942,
+    0.2000831,
+    -0.16633914,
+    0.14052981,
+    -0.12849376,
+    0.13687582,
+    -0.098010495,
+];
+
+/// `sin(phi) = phi + phi z S(z)` and `cos(phi) = 1 - z (1/2 - z C(z))`
+/// with `z = phi^2`, `|phi| <= pi/4`: `S`'s and `C`'s coefficients from
+/// the constant term up (relative errors under 2^-27 and 2^-32).
+const SIN_S: [f32; 3] = [-0.16666655, 0.008332161, -0.00019515303];
+const COS_C: [f32; 3] = [0.041666646, -0.0013887316, 2.443317e-5];
+
+/// `ln 2` as a 16-bit part (so `n * LN_2_HI` is exact for `n <= 24`) and
+/// the `f32` nearest the rest.
+const LN_2_HI: f32 = 0.69314575;
+const LN_2_LO: f32 = 1.4286068e-6;
+
+/// The angle of one step of `u2` (`2 pi / 2^24`) as a 2-bit part (so
+/// `y * STEP_HI` is exact for `|y| <= 2^21`) and the `f32` nearest the
+/// rest.
+const STEP_HI: f32 = 3.5762787e-7;
+const STEP_LO: f32 = 1.687916e-8;
+
+/// `2^-k` for `k` in `[0, 24]`, exactly.
+fn pow2_neg(k: u32) -> f32 {
+    f32::from_bits((127 - k) << 23)
 }
 
-/// `ln 2` and `2 pi` to 32 bits.
-const LN_2: Wide = Wide {
-    m: 0xB172_17F8,
-    e: -32,
-};
-const TWO_PI: Wide = Wide {
-    m: 0xC90F_DAA2,
-    e: -29,
-};
-
-/// The high word of `a * b` less at most 2, exactly as the kernel's
-/// `mulhi_t` truncates it.
-fn mulhi_t(a: u32, b: u32) -> u32 {
-    let (a1, b1) = (a >> 16, b >> 16);
-    let exact = ((u64::from(a) * u64::from(b)) >> 32) as u32;
-    let cut = a1 * b1 + ((a1 * (b & 0xffff)) >> 16) + (((a & 0xffff) * b1) >> 16);
-    debug_assert!(exact - cut <= 2, "{a:#x} * {b:#x}");
-    cut
-}
-
-fn wide(x: u32, e: i32) -> Wide {
-    if x == 0 {
-        return Wide { m: 0, e: 0 };
-    }
-    let z = x.leading_zeros();
-    Wide {
-        m: x << z,
-        e: e - z as i32,
-    }
-}
-
-fn wide_mul(a: Wide, b: Wide) -> Wide {
-    let hi = mulhi_t(a.m, b.m);
-    if hi >> 31 == 0 {
-        Wide {
-            m: hi << 1,
-            e: a.e + b.e + 31,
-        }
-    } else {
-        Wide {
-            m: hi,
-            e: a.e + b.e + 32,
-        }
-    }
-}
-
-fn wide_add(a: Wide, b: Wide) -> Wide {
-    if b.m == 0 {
-        return a;
-    }
-    if a.m == 0 {
-        return b;
-    }
-    let (x, y) = if b.e > a.e { (b, a) } else { (a, b) };
-    let d = (x.e - y.e) as u32;
-    if d >= 32 {
-        return x;
-    }
-    let sum = u64::from(x.m) + u64::from(y.m >> d);
-    if sum >> 32 != 0 {
-        Wide {
-            m: (sum >> 1) as u32,
-            e: x.e + 1,
-        }
-    } else {
-        Wide {
-            m: sum as u32,
-            e: x.e,
-        }
-    }
-}
-
-/// `x - y` for `x > y`.
-fn wide_sub(x: Wide, y: Wide) -> Wide {
-    if y.m == 0 {
-        return x;
-    }
-    let d = (x.e - y.e) as u32;
-    if d >= 32 {
-        return x;
-    }
-    wide(x.m - (y.m >> d), x.e)
-}
-
-/// The bits of the `f32` nearest `w` (positive, in the normal range).
-fn wide_bits(w: Wide) -> u32 {
-    if w.m == 0 {
-        return 0;
-    }
-    let mut q = w.m >> 8;
-    let rest = w.m & 0xff;
-    if rest > 0x80 || (rest == 0x80 && q & 1 == 1) {
-        q += 1;
-    }
-    (((w.e + 157) as u32) << 23) + q
-}
-
-/// `-ln(a * 2^-24)` for `a` in `[1, 2^24]`, through
-/// `(24 - k) ln 2 - 2 atanh((a - 2^k) / (a + 2^k))`.
-fn neg_log(a: u32) -> Wide {
+/// `-ln(a * 2^-24)` for `a` in `[1, 2^24]`: with `a = (1 + x) 2^k` and
+/// `1 + x` in `[0.6875, 1.375)` (`x` exact), `(24 - k) ln 2 - ln(1 + x)`.
+/// Near `a = 2^24`, where the result is tiny, `k = 24` and the result is
+/// `-ln(1 + x)` alone, with its relative accuracy.
+fn neg_log(a: u32) -> f32 {
     let mut k = 31 - a.leading_zeros();
     let mut p = 1u32 << k;
     if 8 * (a - p) >= 3 * p {
         k += 1;
         p <<= 1;
     }
-    let d = a + p;
-    let neg = a < p;
-    let n = if neg { p - a } else { a - p };
-    let mut t = Wide { m: 0, e: 0 };
-    if n != 0 {
-        // n / d through 1/d: d normalised to [1/2, 1), the line
-        // 48/17 - 32/17 d, three Newton steps in Q2.30.
-        let cd = d.leading_zeros();
-        let dn = d << cd;
-        let mut rcp = 3_031_741_621 - mulhi_t(dn, 2_021_161_081);
-        for _ in 0..3 {
-            rcp = mulhi_t(rcp, 0x8000_0000 - mulhi_t(dn, rcp)) << 2;
-        }
-        let s = wide_mul(wide(n, 0), wide(rcp, cd as i32 - 62));
-        let s2 = wide_mul(s, s);
-        let shift = -32 - s2.e;
-        let w = if shift < 32 { s2.m >> shift } else { 0 };
-        // atanh(s) / s = sum of s^2j / (2j + 1), j <= 6, in Q2.30.
-        let poly = [
-            97_612_893u32,
-            119_304_647,
-            153_391_689,
-            214_748_365,
-            357_913_941,
-            1_073_741_824,
-        ]
-        .iter()
-        .fold(82_595_525u32, |acc, &c| c + mulhi_t(acc, w));
-        t = wide_mul(s, wide(poly, -30));
-        t.e += 1;
-    }
-    let whole = 24 - k;
-    if whole == 0 {
-        return t;
-    }
-    let base = wide_mul(wide(whole, 0), LN_2);
-    if neg {
-        wide_add(base, t)
-    } else {
-        wide_sub(base, t)
-    }
+    let x = (a as i32 - p as i32) as f32 * pow2_neg(k);
+    let q = LOG_P[..8].iter().rev().fold(LOG_P[8], |q, &c| q * x + c);
+    let tail = x * x * q;
+    let n = (24 - k) as f32;
+    (n * LN_2_HI - x) + (n * LN_2_LO - tail)
 }
 
-fn wide_sqrt(x: Wide) -> Wide {
-    if x.m == 0 {
-        return x;
+/// `sqrt(2 l)` for `l >= 0`: `1 / sqrt(2 l)` from the bits and two Newton
+/// steps, `s = 2 l` times that, then one correction `s + (2 l - s^2) / (2 s)`
+/// whose residual is exact: `s` split into two 12-bit halves makes every
+/// partial square exact. Zero gives zero.
+fn radius(l: f32) -> f32 {
+    let v = l + l;
+    let mut y = f32::from_bits(0x5f37_59df - (v.to_bits() >> 1));
+    for _ in 0..2 {
+        y = y * (1.5 - l * y * y);
     }
-    let (mut m, mut e) = (x.m, x.e);
-    if e & 1 != 0 {
-        m >>= 1;
-        e += 1;
-    }
-    let mut y = if m >= 0x8000_0000 {
-        1_963_258_676 - mulhi_t(m, 889_516_852)
-    } else {
-        2_776_467_046 - mulhi_t(m, 2_515_933_592)
-    };
-    for _ in 0..3 {
-        let vy2 = mulhi_t(m, mulhi_t(y, y));
-        y = mulhi_t(y, (3 << 28) - vy2) << 3;
-    }
-    wide(mulhi_t(m, y), (e + 32) / 2 - 30)
+    let s = v * y;
+    let sh = f32::from_bits(s.to_bits() & 0xffff_f000);
+    let sl = s - sh;
+    let d = ((v - sh * sh) - (sh + sh) * sl) - sl * sl;
+    s + d * (0.5 * y)
 }
 
-/// Box-Muller on a pair of words, as `f32` bits (`r cos t`, `r sin t`).
+/// `(cos phi, sin phi)` for `phi = |y| 2 pi / 2^24`, `|y| <= 2^21`.
+fn cos_sin(ay: u32) -> (f32, f32) {
+    let fy = ay as f32;
+    let hi = fy * STEP_HI;
+    let lo = fy * STEP_LO;
+    let phi = hi + lo;
+    let z = phi * phi;
+    let s = (z * SIN_S[2] + SIN_S[1]) * z + SIN_S[0];
+    let sin = hi + (lo + phi * z * s);
+    let c = (z * COS_C[2] + COS_C[1]) * z + COS_C[0];
+    let cos = 1.0 - z * (0.5 - z * c);
+    (cos, sin)
+}
+
+/// Box-Muller on a pair of words, as `f32` bits (`r cos t`, `r sin t`):
+/// `r = sqrt(-2 ln u1)`, `u1 = 1 - (x0's low 24 bits) 2^-24` in `(0, 1]`;
+/// `t = 2 pi u2`, `u2 = (x1's low 24 bits) 2^-24`, reduced exactly (in
+/// integers) to the nearest quarter turn, leaving `|phi| <= pi/4`.
 pub(super) fn box_muller_bits(x0: u32, x1: u32) -> (u32, u32) {
-    let mut two_l = neg_log(0x100_0000 - (x0 & 0xff_ffff));
-    two_l.e += 1;
-    let r = wide_sqrt(two_l);
+    let r = radius(neg_log(0x100_0000 - (x0 & 0xff_ffff)));
     let m1 = x1 & 0xff_ffff;
     let turn = (m1 + 0x20_0000) >> 22;
     let y = m1 as i32 - (turn << 22) as i32;
-    let phi = wide_mul(wide(y.unsigned_abs(), -24), TWO_PI);
-    let shift = -32 - phi.e;
-    let f = if phi.m != 0 && shift < 32 {
-        phi.m >> shift
-    } else {
-        0
-    };
-    let w = mulhi_t(f, f);
-    let v = mulhi_t(w, w);
-    let sin_even = 0x8000_0000 + mulhi_t(v, 17_895_697 + mulhi_t(v, 5_918));
-    let sin_odd = 357_913_941 + mulhi_t(v, 426_088 + mulhi_t(v, 54));
-    let cos_even = 0x8000_0000 + mulhi_t(v, 89_478_485 + mulhi_t(v, 53_261));
-    let cos_odd = 1_073_741_824 + mulhi_t(v, 2_982_616 + mulhi_t(v, 592));
-    let sin_phi = wide_mul(phi, wide(sin_even - mulhi_t(w, sin_odd), -31));
-    let cos_phi = wide(cos_even - mulhi_t(w, cos_odd), -31);
+    let (cos_phi, sin_phi) = cos_sin(y.unsigned_abs());
     let sn = u32::from(y < 0);
     // t = quarter * pi/2 + phi: which of sin/cos phi, and the signs.
     let (cm, sm, c_neg, s_neg) = match turn & 3 {
@@ -216,7 +118,7 @@ pub(super) fn box_muller_bits(x0: u32, x1: u32) -> (u32, u32) {
         2 => (cos_phi, sin_phi, 1, sn ^ 1),
         _ => (sin_phi, cos_phi, sn, 1),
     };
-    let signed = |mag: Wide, neg: u32| match wide_bits(wide_mul(r, mag)) {
+    let signed = |mag: f32, neg: u32| match (r * mag).to_bits() {
         0 => 0,
         bits => bits | (neg << 31),
     };
@@ -237,18 +139,60 @@ mod tests {
     }
 
     /// How many `f32` steps `got` is from the exact value.
-    fn ulps(got: u32, want: f64) -> f64 {
-        let g = f64::from(f32::from_bits(got));
-        let w = want as f32;
-        let ulp = f64::from(f32::from_bits(w.abs().to_bits() + 1) - w.abs());
-        (g - want).abs() / ulp
+    fn ulps(got: f32, want: f64) -> f64 {
+        let w = (want as f32).abs();
+        let ulp = f64::from(f32::from_bits(w.to_bits() + 1) - w);
+        (f64::from(got) - want).abs() / ulp
     }
 
-    /// Every draw is within one `f32` step of the exact value, however
+    /// The logarithm and the radius for every `a` (every third one, and
+    /// both ends), against `f64`: each within one step, and never
+    /// subnormal (a GPU may flush those).
+    #[test]
+    fn the_radius_is_within_an_ulp_for_every_word() {
+        let (mut worst_log, mut worst_r) = (0.0f64, 0.0f64);
+        for a in (1..=0x100_0000u32)
+            .step_by(3)
+            .chain([0xff_ffff, 0x100_0000])
+        {
+            let l = neg_log(a);
+            let r = radius(l);
+            let want = -(f64::from(a) / 16_777_216.0).ln();
+            if a == 0x100_0000 {
+                assert_eq!((l.to_bits(), r.to_bits()), (0, 0), "u1 = 1 gives r = +0");
+                continue;
+            }
+            assert!(l.is_normal() && r.is_normal(), "a = {a:#x}: {l:e}, {r:e}");
+            worst_log = worst_log.max(ulps(l, want));
+            worst_r = worst_r.max(ulps(r, (2.0 * want).sqrt()));
+        }
+        assert!(worst_log <= 0.85 && worst_r <= 1.0, "{worst_log} {worst_r}");
+        assert!(worst_log > 0.1, "the comparison compared something");
+    }
+
+    /// Cosine and sine for every angle of the quarter turn's half.
+    #[test]
+    fn cos_and_sin_are_within_one_and_a_half_ulps_for_every_angle() {
+        let (mut worst_c, mut worst_s) = (0.0f64, 0.0f64);
+        for ay in 0..=0x20_0000u32 {
+            let (c, s) = cos_sin(ay);
+            let phi = f64::from(ay) * std::f64::consts::TAU / 16_777_216.0;
+            worst_c = worst_c.max(ulps(c, phi.cos()));
+            if ay == 0 {
+                assert_eq!(s.to_bits(), 0, "sin 0 is +0");
+                continue;
+            }
+            assert!(s.is_normal(), "ay = {ay}: {s:e}");
+            worst_s = worst_s.max(ulps(s, phi.sin()));
+        }
+        assert!(worst_c <= 1.5 && worst_s <= 1.0, "{worst_c} {worst_s}");
+    }
+
+    /// Every draw is within three `f32` steps of the exact value, however
     /// small: near u1 = 1 (the radius is tiny), near the quarter turns
     /// (cos or sin is tiny) and at the largest radius.
     #[test]
-    fn box_muller_is_within_an_ulp_of_f64() {
+    fn box_muller_is_within_three_ulps_of_f64() {
         let mut words: Vec<u32> = Vec::new();
         for edge in [
             0u32, 1, 2, 3, 42, 0xFF_FFFF, 0xFF_FFFE, 0x80_0000, 0x7F_FFFF,
@@ -264,7 +208,7 @@ mod tests {
         }
         // And a spread of others (a 64-bit LCG: any words do).
         let mut state = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..2000 {
+        for _ in 0..3000 {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
@@ -272,7 +216,7 @@ mod tests {
         }
         let mut worst = 0.0f64;
         for &x0 in &words {
-            for &x1 in words.iter().step_by(7) {
+            for &x1 in words.iter().step_by(5) {
                 let (c, s) = box_muller_bits(x0, x1);
                 let (ec, es) = exact(x0, x1);
                 for (got, want) in [(c, ec), (s, es)] {
@@ -282,27 +226,29 @@ mod tests {
                         assert_eq!(got & 0x7fff_ffff, 0, "{x0:#x} {x1:#x}");
                         continue;
                     }
+                    let got = f32::from_bits(got);
                     let err = ulps(got, want);
                     worst = worst.max(err);
                     assert!(
-                        err <= 1.0,
-                        "({x0:#x}, {x1:#x}): {} against {want} ({err} ulp)",
-                        f32::from_bits(got)
+                        err <= 3.0,
+                        "({x0:#x}, {x1:#x}): {got} against {want} ({err} ulp)"
                     );
                 }
             }
         }
-        assert!(worst > 0.0, "the comparison compared something");
+        assert!(worst > 0.5, "the comparison compared something: {worst}");
     }
 
     /// The named positions of the issue that found the GPU `log` error
     /// (seed 42, element 308,306; seed 0, element 932,033) come out as
-    /// the exact values do.
+    /// the exact values do: u1 = 1 - 42 * 2^-24 keeps its small radius.
     #[test]
     fn a_word_near_one_keeps_its_small_radius() {
-        // u1 = 1 - 42 * 2^-24: the radius is sqrt(2 * 42 * 2^-24 + ...).
         let (c, s) = box_muller_bits(0x7e00_002a, 0x12_3456);
         let (ec, es) = exact(0x7e00_002a, 0x12_3456);
-        assert!(ulps(c, ec) <= 1.0 && ulps(s, es) <= 1.0);
+        let (c, s) = (f32::from_bits(c), f32::from_bits(s));
+        assert!(ulps(c, ec) <= 3.0 && ulps(s, es) <= 3.0, "{c} {s}");
+        let want = (-2.0 * (1.0 - 42.0f64 / 16_777_216.0).ln()).sqrt();
+        assert!(ulps(radius(neg_log(0x100_0000 - 42)), want) <= 1.0);
     }
 }
