@@ -128,14 +128,28 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
             tile_b[tb + 128u][bc] = vb2;
             tile_b[tb + 192u][bc] = vb3;
         } else {
-            tile_a[ta][tc] = keel_round_to(va0, f_in);
-            tile_a[ta + 4u][tc] = keel_round_to(va1, f_in);
-            tile_a[ta + 8u][tc] = keel_round_to(va2, f_in);
-            tile_a[ta + 12u][tc] = keel_round_to(va3, f_in);
-            tile_b[tb][bc] = keel_round_to(vb0, f_in);
-            tile_b[tb + 64u][bc] = keel_round_to(vb1, f_in);
-            tile_b[tb + 128u][bc] = keel_round_to(vb2, f_in);
-            tile_b[tb + 192u][bc] = keel_round_to(vb3, f_in);
+            // The format is chosen once per tile, and each element rounded
+            // with constant masks.
+            var ra = vec4<f32>(va0, va1, va2, va3);
+            var rb = vec4<f32>(vb0, vb1, vb2, vb3);
+            if f_in == 1u {
+                ra = keel_round_mantissa4(ra, 13u);
+                rb = keel_round_mantissa4(rb, 13u);
+            } else if f_in == 2u {
+                ra = keel_round_mantissa4(ra, 16u);
+                rb = keel_round_mantissa4(rb, 16u);
+            } else if f_in == 3u {
+                ra = keel_round_f16_4(ra);
+                rb = keel_round_f16_4(rb);
+            }
+            tile_a[ta][tc] = ra.x;
+            tile_a[ta + 4u][tc] = ra.y;
+            tile_a[ta + 8u][tc] = ra.z;
+            tile_a[ta + 12u][tc] = ra.w;
+            tile_b[tb][bc] = rb.x;
+            tile_b[tb + 64u][bc] = rb.y;
+            tile_b[tb + 128u][bc] = rb.z;
+            tile_b[tb + 192u][bc] = rb.w;
         }
         workgroupBarrier();
         let a0 = tile_a[0u + lid.y];

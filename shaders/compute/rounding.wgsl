@@ -7,28 +7,24 @@
 // Not a kernel: prepended to the matmul kernels' WGSL (`concat!`).
 
 // `x` with its low `drop` mantissa bits rounded away (1 <= drop <= 23);
-// infinities and NaNs are returned as they are.
+// infinities and NaNs are returned as they are. Here and in
+// keel_round_f16 both sides of each choice are computed and one selected:
+// a branch per element costs a GPU more than the few operations it skips.
 fn keel_round_mantissa(x: f32, drop: u32) -> f32 {
     let bits = bitcast<u32>(x);
-    if (bits & 0x7f800000u) == 0x7f800000u {
-        return x;
-    }
     let lsb = (bits >> drop) & 1u;
     let half_minus_one = (1u << (drop - 1u)) - 1u;
     let mask = ~((1u << drop) - 1u);
-    return bitcast<f32>((bits + half_minus_one + lsb) & mask);
+    let rounded = bitcast<f32>((bits + half_minus_one + lsb) & mask);
+    return select(rounded, x, (bits & 0x7f800000u) == 0x7f800000u);
 }
 
 fn keel_round_f16(x: f32) -> f32 {
-    if abs(x) < 6.103515625e-05 {
-        // f16 subnormals: multiples of 2^-24 (both scalings are exact).
-        return round(x * 16777216.0) * 5.9604644775390625e-08;
-    }
-    let r = keel_round_mantissa(x, 13u);
-    if abs(r) > 65504.0 {
-        return bitcast<f32>((bitcast<u32>(r) & 0x80000000u) | 0x7f800000u);
-    }
-    return r;
+    // f16 subnormals: multiples of 2^-24 (both scalings are exact).
+    let sub = round(x * 16777216.0) * 5.9604644775390625e-08;
+    let r = select(keel_round_mantissa(x, 13u), sub, abs(x) < 6.103515625e-05);
+    let inf = bitcast<f32>((bitcast<u32>(r) & 0x80000000u) | 0x7f800000u);
+    return select(r, inf, abs(r) > 65504.0);
 }
 
 fn keel_round_to(x: f32, format: u32) -> f32 {
@@ -46,6 +42,21 @@ fn keel_round_to(x: f32, format: u32) -> f32 {
             return x;
         }
     }
+}
+
+// keel_round_mantissa and keel_round_f16 on each component, for kernels
+// that choose the format once per tile, not once per element.
+fn keel_round_mantissa4(v: vec4<f32>, drop: u32) -> vec4<f32> {
+    return vec4<f32>(
+        keel_round_mantissa(v.x, drop),
+        keel_round_mantissa(v.y, drop),
+        keel_round_mantissa(v.z, drop),
+        keel_round_mantissa(v.w, drop),
+    );
+}
+
+fn keel_round_f16_4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(keel_round_f16(v.x), keel_round_f16(v.y), keel_round_f16(v.z), keel_round_f16(v.w));
 }
 
 // keel_round_to on each component.

@@ -557,8 +557,9 @@ fn precision_modes_order_their_errors_alike_on_every_backend() {
 #[test]
 fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
     // Ties, values just off ties, f16's subnormals and overflow threshold,
-    // signs, zero, and ordinary values: A is this column, B = [1], so
-    // c_i = round(a_i) * 1.
+    // signs, zero, infinities, f32's largest value (which tf32 and bf16
+    // round up to infinity), and ordinary values: A is this column,
+    // B = [1], so c_i = round(a_i) * 1.
     let p = |e: i32| 2f32.powi(e);
     let a = [
         1.0 + p(-11),
@@ -577,6 +578,9 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
         0.1,
         -1.0 / 3.0,
         12345.678,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -f32::MAX,
     ];
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");

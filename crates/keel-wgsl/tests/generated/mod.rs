@@ -3635,9 +3635,9 @@ fn cast_f32_half_group(
         let mut r164: u64 = 0u64;
         let mut r165: u64 = 0u64;
         let mut r166: u64 = 0u64;
-        let mut r388: u64 = 0u64;
-        let mut r389: u64 = 0u64;
-        let mut r390: u64 = 0u64;
+        let mut r396: u64 = 0u64;
+        let mut r397: u64 = 0u64;
+        let mut r398: u64 = 0u64;
         r0 = wid[0];
         r1 = lx;
         r2 = 0x100u32;
@@ -3676,9 +3676,9 @@ fn cast_f32_half_group(
         r164 = u64::from(r163);
         r165 = rt::bin_u64(BinOp::Mul, r164, r46);
         r166 = rt::bin_u64(BinOp::Add, r43, r165);
-        r388 = u64::from(r25);
-        r389 = rt::bin_u64(BinOp::Mul, r388, r46);
-        r390 = rt::bin_u64(BinOp::Add, r43, r389);
+        r396 = u64::from(r25);
+        r397 = rt::bin_u64(BinOp::Mul, r396, r46);
+        r398 = rt::bin_u64(BinOp::Add, r43, r397);
         if !rt::fits_u32(r25, 0, 255) {
             break 'fast None;
         }
@@ -3706,7 +3706,7 @@ fn cast_f32_half_group(
         let Some(w4) = b0.window::<511>(r166, 0) else {
             break 'fast None;
         };
-        let Some(w5) = b1.window::<256>(r390, 0) else {
+        let Some(w5) = b1.window::<256>(r398, 0) else {
             break 'fast None;
         };
         let hoisted = (rt::fits_u32(r27, 0, 510) && i128::from(r27) + 510 < i128::from(r28))
@@ -3906,15 +3906,15 @@ fn cast_f32_half_group(
                         let mut r185: f32 = 0.0f32;
                         let mut r186: f32 = 0.0f32;
                         let mut r187: f32 = 0.0f32;
-                        let mut r188: bool = false;
+                        let mut r188: f32 = 0.0f32;
                         let mut r189: f32 = 0.0f32;
                         let mut r190: f32 = 0.0f32;
-                        let mut r191: f32 = 0.0f32;
-                        let mut r192: f32 = 0.0f32;
-                        let mut r193: f32 = 0.0f32;
+                        let mut r191: u32 = 0u32;
+                        let mut r192: u32 = 0u32;
+                        let mut r193: u32 = 0u32;
                         let mut r194: u32 = 0u32;
                         let mut r195: u32 = 0u32;
-                        let mut r196: bool = false;
+                        let mut r196: u32 = 0u32;
                         let mut r197: u32 = 0u32;
                         let mut r198: u32 = 0u32;
                         let mut r199: u32 = 0u32;
@@ -3924,37 +3924,37 @@ fn cast_f32_half_group(
                         let mut r203: u32 = 0u32;
                         let mut r204: u32 = 0u32;
                         let mut r205: u32 = 0u32;
-                        let mut r206: u32 = 0u32;
+                        let mut r206: f32 = 0.0f32;
                         let mut r207: u32 = 0u32;
-                        let mut r208: u32 = 0u32;
-                        let mut r209: u32 = 0u32;
-                        let mut r210: u32 = 0u32;
+                        let mut r208: bool = false;
+                        let mut r209: f32 = 0.0f32;
+                        let mut r210: f32 = 0.0f32;
                         let mut r211: f32 = 0.0f32;
                         let mut r212: f32 = 0.0f32;
-                        let mut r213: f32 = 0.0f32;
+                        let mut r213: bool = false;
                         let mut r214: f32 = 0.0f32;
-                        let mut r215: bool = false;
+                        let mut r215: u32 = 0u32;
                         let mut r216: u32 = 0u32;
                         let mut r217: u32 = 0u32;
                         let mut r218: u32 = 0u32;
-                        let mut r219: u32 = 0u32;
+                        let mut r219: f32 = 0.0f32;
                         let mut r220: f32 = 0.0f32;
                         let mut r221: f32 = 0.0f32;
-                        let mut r222: u32 = 0u32;
-                        let mut r223: u32 = 0u32;
-                        let mut r224: bool = false;
+                        let mut r222: bool = false;
+                        let mut r223: f32 = 0.0f32;
+                        let mut r224: f32 = 0.0f32;
                         let mut r225: u32 = 0u32;
                         let mut r226: u32 = 0u32;
-                        let mut r227: u32 = 0u32;
-                        let mut r228: bool = false;
-                        let mut r229: f32 = 0.0f32;
-                        let mut r230: f32 = 0.0f32;
-                        let mut r231: f32 = 0.0f32;
+                        let mut r227: bool = false;
+                        let mut r228: u32 = 0u32;
+                        let mut r229: u32 = 0u32;
+                        let mut r230: u32 = 0u32;
+                        let mut r231: bool = false;
                         let mut r232: f32 = 0.0f32;
                         let mut r233: f32 = 0.0f32;
-                        let mut r234: u32 = 0u32;
-                        let mut r235: u32 = 0u32;
-                        let mut r236: u32 = 0u32;
+                        let mut r234: f32 = 0.0f32;
+                        let mut r235: f32 = 0.0f32;
+                        let mut r236: f32 = 0.0f32;
                         let mut r237: u32 = 0u32;
                         let mut r238: u32 = 0u32;
                         let mut r239: u32 = 0u32;
@@ -3968,25 +3968,25 @@ fn cast_f32_half_group(
                         let mut r247: u32 = 0u32;
                         let mut r248: u32 = 0u32;
                         let mut r249: u32 = 0u32;
-                        let mut r250: f32 = 0.0f32;
+                        let mut r250: u32 = 0u32;
                         let mut r251: u32 = 0u32;
                         let mut r252: u32 = 0u32;
-                        let mut r253: u32 = 0u32;
+                        let mut r253: f32 = 0.0f32;
                         let mut r254: u32 = 0u32;
                         let mut r255: u32 = 0u32;
                         let mut r256: u32 = 0u32;
-                        let mut r257: bool = false;
+                        let mut r257: u32 = 0u32;
                         let mut r258: u32 = 0u32;
-                        let mut r259: f32 = 0.0f32;
-                        let mut r260: f32 = 0.0f32;
-                        let mut r261: bool = false;
+                        let mut r259: u32 = 0u32;
+                        let mut r260: bool = false;
+                        let mut r261: u32 = 0u32;
                         let mut r262: f32 = 0.0f32;
                         let mut r263: f32 = 0.0f32;
                         let mut r264: f32 = 0.0f32;
                         let mut r265: f32 = 0.0f32;
-                        let mut r266: u32 = 0u32;
+                        let mut r266: f32 = 0.0f32;
                         let mut r267: u32 = 0u32;
-                        let mut r268: bool = false;
+                        let mut r268: u32 = 0u32;
                         let mut r269: u32 = 0u32;
                         let mut r270: u32 = 0u32;
                         let mut r271: u32 = 0u32;
@@ -4000,31 +4000,31 @@ fn cast_f32_half_group(
                         let mut r279: u32 = 0u32;
                         let mut r280: u32 = 0u32;
                         let mut r281: u32 = 0u32;
-                        let mut r282: u32 = 0u32;
-                        let mut r283: f32 = 0.0f32;
-                        let mut r284: f32 = 0.0f32;
+                        let mut r282: f32 = 0.0f32;
+                        let mut r283: u32 = 0u32;
+                        let mut r284: bool = false;
                         let mut r285: f32 = 0.0f32;
-                        let mut r286: bool = false;
-                        let mut r287: u32 = 0u32;
-                        let mut r288: u32 = 0u32;
-                        let mut r289: u32 = 0u32;
-                        let mut r290: f32 = 0.0f32;
-                        let mut r291: f32 = 0.0f32;
+                        let mut r286: f32 = 0.0f32;
+                        let mut r287: f32 = 0.0f32;
+                        let mut r288: bool = false;
+                        let mut r289: f32 = 0.0f32;
+                        let mut r290: u32 = 0u32;
+                        let mut r291: u32 = 0u32;
                         let mut r292: u32 = 0u32;
-                        let mut r293: u32 = 0u32;
-                        let mut r294: bool = false;
-                        let mut r295: u32 = 0u32;
-                        let mut r296: bool = false;
+                        let mut r293: f32 = 0.0f32;
+                        let mut r294: f32 = 0.0f32;
+                        let mut r295: bool = false;
+                        let mut r296: f32 = 0.0f32;
                         let mut r297: f32 = 0.0f32;
-                        let mut r298: f32 = 0.0f32;
-                        let mut r299: f32 = 0.0f32;
-                        let mut r300: f32 = 0.0f32;
+                        let mut r298: u32 = 0u32;
+                        let mut r299: u32 = 0u32;
+                        let mut r300: bool = false;
                         let mut r301: u32 = 0u32;
-                        let mut r302: u32 = 0u32;
-                        let mut r303: u32 = 0u32;
-                        let mut r304: u32 = 0u32;
-                        let mut r305: u32 = 0u32;
-                        let mut r306: u32 = 0u32;
+                        let mut r302: bool = false;
+                        let mut r303: f32 = 0.0f32;
+                        let mut r304: f32 = 0.0f32;
+                        let mut r305: f32 = 0.0f32;
+                        let mut r306: f32 = 0.0f32;
                         let mut r307: u32 = 0u32;
                         let mut r308: u32 = 0u32;
                         let mut r309: u32 = 0u32;
@@ -4039,19 +4039,19 @@ fn cast_f32_half_group(
                         let mut r318: u32 = 0u32;
                         let mut r319: u32 = 0u32;
                         let mut r320: u32 = 0u32;
-                        let mut r321: bool = false;
+                        let mut r321: u32 = 0u32;
                         let mut r322: u32 = 0u32;
                         let mut r323: u32 = 0u32;
                         let mut r324: u32 = 0u32;
                         let mut r325: u32 = 0u32;
                         let mut r326: u32 = 0u32;
-                        let mut r327: f32 = 0.0f32;
+                        let mut r327: bool = false;
                         let mut r328: u32 = 0u32;
                         let mut r329: u32 = 0u32;
-                        let mut r330: bool = false;
+                        let mut r330: u32 = 0u32;
                         let mut r331: u32 = 0u32;
                         let mut r332: u32 = 0u32;
-                        let mut r333: u32 = 0u32;
+                        let mut r333: f32 = 0.0f32;
                         let mut r334: u32 = 0u32;
                         let mut r335: u32 = 0u32;
                         let mut r336: u32 = 0u32;
@@ -4063,30 +4063,30 @@ fn cast_f32_half_group(
                         let mut r342: u32 = 0u32;
                         let mut r343: u32 = 0u32;
                         let mut r344: u32 = 0u32;
-                        let mut r345: f32 = 0.0f32;
-                        let mut r346: f32 = 0.0f32;
+                        let mut r345: u32 = 0u32;
+                        let mut r346: u32 = 0u32;
                         let mut r347: u32 = 0u32;
                         let mut r348: u32 = 0u32;
-                        let mut r349: u32 = 0u32;
+                        let mut r349: f32 = 0.0f32;
                         let mut r350: u32 = 0u32;
-                        let mut r351: u32 = 0u32;
+                        let mut r351: bool = false;
                         let mut r352: f32 = 0.0f32;
-                        let mut r353: u32 = 0u32;
+                        let mut r353: f32 = 0.0f32;
                         let mut r354: u32 = 0u32;
                         let mut r355: u32 = 0u32;
-                        let mut r356: bool = false;
+                        let mut r356: u32 = 0u32;
                         let mut r357: u32 = 0u32;
                         let mut r358: u32 = 0u32;
-                        let mut r359: u32 = 0u32;
+                        let mut r359: f32 = 0.0f32;
                         let mut r360: u32 = 0u32;
-                        let mut r361: f32 = 0.0f32;
+                        let mut r361: u32 = 0u32;
                         let mut r362: u32 = 0u32;
-                        let mut r363: u32 = 0u32;
-                        let mut r364: bool = false;
+                        let mut r363: bool = false;
+                        let mut r364: u32 = 0u32;
                         let mut r365: u32 = 0u32;
                         let mut r366: u32 = 0u32;
                         let mut r367: u32 = 0u32;
-                        let mut r368: u32 = 0u32;
+                        let mut r368: f32 = 0.0f32;
                         let mut r369: u32 = 0u32;
                         let mut r370: u32 = 0u32;
                         let mut r371: u32 = 0u32;
@@ -4097,23 +4097,31 @@ fn cast_f32_half_group(
                         let mut r376: u32 = 0u32;
                         let mut r377: u32 = 0u32;
                         let mut r378: u32 = 0u32;
-                        let mut r379: f32 = 0.0f32;
-                        let mut r380: f32 = 0.0f32;
+                        let mut r379: u32 = 0u32;
+                        let mut r380: u32 = 0u32;
                         let mut r381: u32 = 0u32;
                         let mut r382: u32 = 0u32;
                         let mut r383: u32 = 0u32;
-                        let mut r384: u32 = 0u32;
+                        let mut r384: f32 = 0.0f32;
                         let mut r385: u32 = 0u32;
-                        let mut r386: u32 = 0u32;
-                        let mut r387: u32 = 0u32;
-                        let mut r388: u64 = 0u64;
-                        let mut r389: u64 = 0u64;
-                        let mut r390: u64 = 0u64;
+                        let mut r386: bool = false;
+                        let mut r387: f32 = 0.0f32;
+                        let mut r388: f32 = 0.0f32;
+                        let mut r389: u32 = 0u32;
+                        let mut r390: u32 = 0u32;
                         let mut r391: u32 = 0u32;
-                        let mut r392: u64 = 0u64;
-                        let mut r393: bool = false;
-                        let mut r394: bool = false;
-                        let mut r395: bool = false;
+                        let mut r392: u32 = 0u32;
+                        let mut r393: u32 = 0u32;
+                        let mut r394: u32 = 0u32;
+                        let mut r395: u32 = 0u32;
+                        let mut r396: u64 = 0u64;
+                        let mut r397: u64 = 0u64;
+                        let mut r398: u64 = 0u64;
+                        let mut r399: u32 = 0u32;
+                        let mut r400: u64 = 0u64;
+                        let mut r401: bool = false;
+                        let mut r402: bool = false;
+                        let mut r403: bool = false;
                         'inv: {
                             r0 = wid[0];
                             r1 = lx;
@@ -4149,15 +4157,15 @@ fn cast_f32_half_group(
                             r134 = b1.len();
                             r180 = 0x7fffffffu32;
                             r183 = 0x7e00u32;
-                            r187 = f32::from_bits(0x38800000);
-                            r189 = f32::from_bits(0x4b800000);
-                            r214 = f32::from_bits(0x477fe000);
-                            r217 = 0x80000000u32;
-                            r225 = 0x7c00u32;
-                            r227 = 0x38800000u32;
-                            r231 = f32::from_bits(0x4f7fffff);
-                            r238 = 0xffu32;
-                            r325 = 0x7fc0u32;
+                            r186 = f32::from_bits(0x4b800000);
+                            r212 = f32::from_bits(0x38800000);
+                            r216 = 0x80000000u32;
+                            r221 = f32::from_bits(0x477fe000);
+                            r228 = 0x7c00u32;
+                            r230 = 0x38800000u32;
+                            r234 = f32::from_bits(0x4f7fffff);
+                            r241 = 0xffu32;
+                            r331 = 0x7fc0u32;
                             r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                             r4 = rt::bin_u32(BinOp::Add, r3, r1);
                             r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -4392,332 +4400,304 @@ fn cast_f32_half_group(
                                                     break 'b5;
                                                 }
                                                 'b6: {
-                                                    r186 = rt::un_f32(UnOp::Abs, r162);
-                                                    r188 = rt::cmp(BinOp::Lt, r186, r187);
-                                                    if r188 {
-                                                        r190 = rt::bin_f32(BinOp::Mul, r162, r189);
-                                                        r191 = rt::un_f32(UnOp::Round, r190);
-                                                        r192 = rt::bin_f32(BinOp::Mul, r191, r73);
-                                                        r185 = r192;
-                                                        break 'b6;
-                                                    }
+                                                    r187 = rt::bin_f32(BinOp::Mul, r162, r186);
+                                                    r188 = rt::un_f32(UnOp::Round, r187);
+                                                    r189 = rt::bin_f32(BinOp::Mul, r188, r73);
                                                     'b7: {
-                                                        r194 = r162.to_bits();
-                                                        r195 = rt::bin_u32(BinOp::And, r194, r79);
-                                                        r196 = rt::cmp(BinOp::Eq, r195, r79);
-                                                        if r196 {
-                                                            r193 = r162;
-                                                            break 'b7;
-                                                        }
-                                                        r197 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r198 = rt::bin_u32(BinOp::Shr, r194, r197);
-                                                        r199 = rt::bin_u32(BinOp::And, r198, r7);
-                                                        r200 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                        r201 = rt::bin_u32(BinOp::And, r200, r62);
-                                                        r202 = rt::bin_u32(BinOp::Shl, r7, r201);
-                                                        r203 = rt::bin_u32(BinOp::Sub, r202, r7);
-                                                        r204 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r205 = rt::bin_u32(BinOp::Shl, r7, r204);
-                                                        r206 = rt::bin_u32(BinOp::Sub, r205, r7);
-                                                        r207 = rt::un_u32(UnOp::Not, r206);
-                                                        r208 = rt::bin_u32(BinOp::Add, r194, r203);
-                                                        r209 = rt::bin_u32(BinOp::Add, r208, r199);
-                                                        r210 = rt::bin_u32(BinOp::And, r209, r207);
-                                                        r211 = f32::from_bits(r210);
-                                                        r193 = r211;
+                                                        r191 = r162.to_bits();
+                                                        r192 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r193 = rt::bin_u32(BinOp::Shr, r191, r192);
+                                                        r194 = rt::bin_u32(BinOp::And, r193, r7);
+                                                        r195 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                        r196 = rt::bin_u32(BinOp::And, r195, r62);
+                                                        r197 = rt::bin_u32(BinOp::Shl, r7, r196);
+                                                        r198 = rt::bin_u32(BinOp::Sub, r197, r7);
+                                                        r199 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r200 = rt::bin_u32(BinOp::Shl, r7, r199);
+                                                        r201 = rt::bin_u32(BinOp::Sub, r200, r7);
+                                                        r202 = rt::un_u32(UnOp::Not, r201);
+                                                        r203 = rt::bin_u32(BinOp::Add, r191, r198);
+                                                        r204 = rt::bin_u32(BinOp::Add, r203, r194);
+                                                        r205 = rt::bin_u32(BinOp::And, r204, r202);
+                                                        r206 = f32::from_bits(r205);
+                                                        r207 = rt::bin_u32(BinOp::And, r191, r79);
+                                                        r208 = rt::cmp(BinOp::Eq, r207, r79);
+                                                        r209 = if r208 { r162 } else { r206 };
+                                                        r190 = r209;
                                                         break 'b7;
                                                     }
-                                                    r212 = r193;
-                                                    r213 = rt::un_f32(UnOp::Abs, r212);
-                                                    r215 = rt::cmp(BinOp::Gt, r213, r214);
-                                                    if r215 {
-                                                        r216 = r212.to_bits();
-                                                        r218 = rt::bin_u32(BinOp::And, r216, r217);
-                                                        r219 = rt::bin_u32(BinOp::Or, r218, r79);
-                                                        r220 = f32::from_bits(r219);
-                                                        r185 = r220;
-                                                        break 'b6;
-                                                    }
-                                                    r185 = r212;
+                                                    r210 = r190;
+                                                    r211 = rt::un_f32(UnOp::Abs, r162);
+                                                    r213 = rt::cmp(BinOp::Lt, r211, r212);
+                                                    r214 = if r213 { r189 } else { r210 };
+                                                    r215 = r214.to_bits();
+                                                    r217 = rt::bin_u32(BinOp::And, r215, r216);
+                                                    r218 = rt::bin_u32(BinOp::Or, r217, r79);
+                                                    r219 = f32::from_bits(r218);
+                                                    r220 = rt::un_f32(UnOp::Abs, r214);
+                                                    r222 = rt::cmp(BinOp::Gt, r220, r221);
+                                                    r223 = if r222 { r219 } else { r214 };
+                                                    r185 = r223;
                                                     break 'b6;
                                                 }
-                                                r221 = r185;
-                                                r222 = r221.to_bits();
-                                                r223 = rt::bin_u32(BinOp::And, r222, r180);
-                                                r224 = rt::cmp(BinOp::Ge, r223, r79);
-                                                if r224 {
-                                                    r226 = rt::bin_u32(BinOp::Or, r179, r225);
-                                                    r175 = r226;
+                                                r224 = r185;
+                                                r225 = r224.to_bits();
+                                                r226 = rt::bin_u32(BinOp::And, r225, r180);
+                                                r227 = rt::cmp(BinOp::Ge, r226, r79);
+                                                if r227 {
+                                                    r229 = rt::bin_u32(BinOp::Or, r179, r228);
+                                                    r175 = r229;
                                                     break 'b5;
                                                 }
-                                                r228 = rt::cmp(BinOp::Lt, r223, r227);
-                                                if r228 {
-                                                    r229 = f32::from_bits(r223);
-                                                    r230 = rt::bin_f32(BinOp::Mul, r229, r189);
-                                                    r232 = rt::bin_f32(BinOp::Max, r230, r18);
-                                                    r233 = rt::bin_f32(BinOp::Min, r232, r231);
-                                                    r234 = r233 as u32;
-                                                    r235 = rt::bin_u32(BinOp::Or, r179, r234);
-                                                    r175 = r235;
+                                                r231 = rt::cmp(BinOp::Lt, r226, r230);
+                                                if r231 {
+                                                    r232 = f32::from_bits(r226);
+                                                    r233 = rt::bin_f32(BinOp::Mul, r232, r186);
+                                                    r235 = rt::bin_f32(BinOp::Max, r233, r18);
+                                                    r236 = rt::bin_f32(BinOp::Min, r235, r234);
+                                                    r237 = r236 as u32;
+                                                    r238 = rt::bin_u32(BinOp::Or, r179, r237);
+                                                    r175 = r238;
                                                     break 'b5;
                                                 }
-                                                r236 = rt::bin_u32(BinOp::And, r88, r62);
-                                                r237 = rt::bin_u32(BinOp::Shr, r223, r236);
-                                                r239 = rt::bin_u32(BinOp::And, r237, r238);
-                                                r240 = rt::bin_u32(BinOp::Sub, r239, r86);
-                                                r241 = rt::bin_u32(BinOp::And, r65, r62);
-                                                r242 = rt::bin_u32(BinOp::Shl, r240, r241);
-                                                r243 = rt::bin_u32(BinOp::Or, r179, r242);
-                                                r244 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r245 = rt::bin_u32(BinOp::Shr, r223, r244);
-                                                r246 = rt::bin_u32(BinOp::And, r245, r69);
-                                                r247 = rt::bin_u32(BinOp::Or, r243, r246);
-                                                r175 = r247;
+                                                r239 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r240 = rt::bin_u32(BinOp::Shr, r226, r239);
+                                                r242 = rt::bin_u32(BinOp::And, r240, r241);
+                                                r243 = rt::bin_u32(BinOp::Sub, r242, r86);
+                                                r244 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r245 = rt::bin_u32(BinOp::Shl, r243, r244);
+                                                r246 = rt::bin_u32(BinOp::Or, r179, r245);
+                                                r247 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r248 = rt::bin_u32(BinOp::Shr, r226, r247);
+                                                r249 = rt::bin_u32(BinOp::And, r248, r69);
+                                                r250 = rt::bin_u32(BinOp::Or, r246, r249);
+                                                r175 = r250;
                                                 break 'b5;
                                             }
-                                            r248 = r175;
-                                            r21 = r248;
+                                            r251 = r175;
+                                            r21 = r251;
                                             {
                                                 debug_assert!(r32);
-                                                r249 = r21;
-                                                r250 = r20;
+                                                r252 = r21;
+                                                r253 = r20;
                                                 'b8: {
-                                                    r252 = r250.to_bits();
-                                                    r253 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r254 = rt::bin_u32(BinOp::Shr, r252, r253);
-                                                    r255 = rt::bin_u32(BinOp::And, r254, r59);
-                                                    r256 = rt::bin_u32(BinOp::And, r252, r180);
-                                                    r257 = rt::cmp(BinOp::Gt, r256, r79);
-                                                    if r257 {
-                                                        r258 = rt::bin_u32(BinOp::Or, r255, r183);
-                                                        r251 = r258;
+                                                    r255 = r253.to_bits();
+                                                    r256 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r257 = rt::bin_u32(BinOp::Shr, r255, r256);
+                                                    r258 = rt::bin_u32(BinOp::And, r257, r59);
+                                                    r259 = rt::bin_u32(BinOp::And, r255, r180);
+                                                    r260 = rt::cmp(BinOp::Gt, r259, r79);
+                                                    if r260 {
+                                                        r261 = rt::bin_u32(BinOp::Or, r258, r183);
+                                                        r254 = r261;
                                                         break 'b8;
                                                     }
                                                     'b9: {
-                                                        r260 = rt::un_f32(UnOp::Abs, r250);
-                                                        r261 = rt::cmp(BinOp::Lt, r260, r187);
-                                                        if r261 {
-                                                            r262 =
-                                                                rt::bin_f32(BinOp::Mul, r250, r189);
-                                                            r263 = rt::un_f32(UnOp::Round, r262);
-                                                            r264 =
-                                                                rt::bin_f32(BinOp::Mul, r263, r73);
-                                                            r259 = r264;
-                                                            break 'b9;
-                                                        }
+                                                        r263 = rt::bin_f32(BinOp::Mul, r253, r186);
+                                                        r264 = rt::un_f32(UnOp::Round, r263);
+                                                        r265 = rt::bin_f32(BinOp::Mul, r264, r73);
                                                         'b10: {
-                                                            r266 = r250.to_bits();
-                                                            r267 =
-                                                                rt::bin_u32(BinOp::And, r266, r79);
-                                                            r268 = rt::cmp(BinOp::Eq, r267, r79);
-                                                            if r268 {
-                                                                r265 = r250;
-                                                                break 'b10;
-                                                            }
+                                                            r267 = r253.to_bits();
+                                                            r268 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
                                                             r269 =
-                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                                rt::bin_u32(BinOp::Shr, r267, r268);
                                                             r270 =
-                                                                rt::bin_u32(BinOp::Shr, r266, r269);
-                                                            r271 =
-                                                                rt::bin_u32(BinOp::And, r270, r7);
-                                                            r272 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                                rt::bin_u32(BinOp::And, r269, r7);
+                                                            r271 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                            r272 =
+                                                                rt::bin_u32(BinOp::And, r271, r62);
                                                             r273 =
-                                                                rt::bin_u32(BinOp::And, r272, r62);
+                                                                rt::bin_u32(BinOp::Shl, r7, r272);
                                                             r274 =
-                                                                rt::bin_u32(BinOp::Shl, r7, r273);
+                                                                rt::bin_u32(BinOp::Sub, r273, r7);
                                                             r275 =
-                                                                rt::bin_u32(BinOp::Sub, r274, r7);
-                                                            r276 =
                                                                 rt::bin_u32(BinOp::And, r81, r62);
+                                                            r276 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r275);
                                                             r277 =
-                                                                rt::bin_u32(BinOp::Shl, r7, r276);
-                                                            r278 =
-                                                                rt::bin_u32(BinOp::Sub, r277, r7);
-                                                            r279 = rt::un_u32(UnOp::Not, r278);
+                                                                rt::bin_u32(BinOp::Sub, r276, r7);
+                                                            r278 = rt::un_u32(UnOp::Not, r277);
+                                                            r279 =
+                                                                rt::bin_u32(BinOp::Add, r267, r274);
                                                             r280 =
-                                                                rt::bin_u32(BinOp::Add, r266, r275);
+                                                                rt::bin_u32(BinOp::Add, r279, r270);
                                                             r281 =
-                                                                rt::bin_u32(BinOp::Add, r280, r271);
-                                                            r282 =
-                                                                rt::bin_u32(BinOp::And, r281, r279);
-                                                            r283 = f32::from_bits(r282);
-                                                            r265 = r283;
+                                                                rt::bin_u32(BinOp::And, r280, r278);
+                                                            r282 = f32::from_bits(r281);
+                                                            r283 =
+                                                                rt::bin_u32(BinOp::And, r267, r79);
+                                                            r284 = rt::cmp(BinOp::Eq, r283, r79);
+                                                            r285 = if r284 { r253 } else { r282 };
+                                                            r266 = r285;
                                                             break 'b10;
                                                         }
-                                                        r284 = r265;
-                                                        r285 = rt::un_f32(UnOp::Abs, r284);
-                                                        r286 = rt::cmp(BinOp::Gt, r285, r214);
-                                                        if r286 {
-                                                            r287 = r284.to_bits();
-                                                            r288 =
-                                                                rt::bin_u32(BinOp::And, r287, r217);
-                                                            r289 =
-                                                                rt::bin_u32(BinOp::Or, r288, r79);
-                                                            r290 = f32::from_bits(r289);
-                                                            r259 = r290;
-                                                            break 'b9;
-                                                        }
-                                                        r259 = r284;
+                                                        r286 = r266;
+                                                        r287 = rt::un_f32(UnOp::Abs, r253);
+                                                        r288 = rt::cmp(BinOp::Lt, r287, r212);
+                                                        r289 = if r288 { r265 } else { r286 };
+                                                        r290 = r289.to_bits();
+                                                        r291 = rt::bin_u32(BinOp::And, r290, r216);
+                                                        r292 = rt::bin_u32(BinOp::Or, r291, r79);
+                                                        r293 = f32::from_bits(r292);
+                                                        r294 = rt::un_f32(UnOp::Abs, r289);
+                                                        r295 = rt::cmp(BinOp::Gt, r294, r221);
+                                                        r296 = if r295 { r293 } else { r289 };
+                                                        r262 = r296;
                                                         break 'b9;
                                                     }
-                                                    r291 = r259;
-                                                    r292 = r291.to_bits();
-                                                    r293 = rt::bin_u32(BinOp::And, r292, r180);
-                                                    r294 = rt::cmp(BinOp::Ge, r293, r79);
-                                                    if r294 {
-                                                        r295 = rt::bin_u32(BinOp::Or, r255, r225);
-                                                        r251 = r295;
+                                                    r297 = r262;
+                                                    r298 = r297.to_bits();
+                                                    r299 = rt::bin_u32(BinOp::And, r298, r180);
+                                                    r300 = rt::cmp(BinOp::Ge, r299, r79);
+                                                    if r300 {
+                                                        r301 = rt::bin_u32(BinOp::Or, r258, r228);
+                                                        r254 = r301;
                                                         break 'b8;
                                                     }
-                                                    r296 = rt::cmp(BinOp::Lt, r293, r227);
-                                                    if r296 {
-                                                        r297 = f32::from_bits(r293);
-                                                        r298 = rt::bin_f32(BinOp::Mul, r297, r189);
-                                                        r299 = rt::bin_f32(BinOp::Max, r298, r18);
-                                                        r300 = rt::bin_f32(BinOp::Min, r299, r231);
-                                                        r301 = r300 as u32;
-                                                        r302 = rt::bin_u32(BinOp::Or, r255, r301);
-                                                        r251 = r302;
+                                                    r302 = rt::cmp(BinOp::Lt, r299, r230);
+                                                    if r302 {
+                                                        r303 = f32::from_bits(r299);
+                                                        r304 = rt::bin_f32(BinOp::Mul, r303, r186);
+                                                        r305 = rt::bin_f32(BinOp::Max, r304, r18);
+                                                        r306 = rt::bin_f32(BinOp::Min, r305, r234);
+                                                        r307 = r306 as u32;
+                                                        r308 = rt::bin_u32(BinOp::Or, r258, r307);
+                                                        r254 = r308;
                                                         break 'b8;
                                                     }
-                                                    r303 = rt::bin_u32(BinOp::And, r88, r62);
-                                                    r304 = rt::bin_u32(BinOp::Shr, r293, r303);
-                                                    r305 = rt::bin_u32(BinOp::And, r304, r238);
-                                                    r306 = rt::bin_u32(BinOp::Sub, r305, r86);
-                                                    r307 = rt::bin_u32(BinOp::And, r65, r62);
-                                                    r308 = rt::bin_u32(BinOp::Shl, r306, r307);
-                                                    r309 = rt::bin_u32(BinOp::Or, r255, r308);
-                                                    r310 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r311 = rt::bin_u32(BinOp::Shr, r293, r310);
-                                                    r312 = rt::bin_u32(BinOp::And, r311, r69);
-                                                    r313 = rt::bin_u32(BinOp::Or, r309, r312);
-                                                    r251 = r313;
+                                                    r309 = rt::bin_u32(BinOp::And, r88, r62);
+                                                    r310 = rt::bin_u32(BinOp::Shr, r299, r309);
+                                                    r311 = rt::bin_u32(BinOp::And, r310, r241);
+                                                    r312 = rt::bin_u32(BinOp::Sub, r311, r86);
+                                                    r313 = rt::bin_u32(BinOp::And, r65, r62);
+                                                    r314 = rt::bin_u32(BinOp::Shl, r312, r313);
+                                                    r315 = rt::bin_u32(BinOp::Or, r258, r314);
+                                                    r316 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r317 = rt::bin_u32(BinOp::Shr, r299, r316);
+                                                    r318 = rt::bin_u32(BinOp::And, r317, r69);
+                                                    r319 = rt::bin_u32(BinOp::Or, r315, r318);
+                                                    r254 = r319;
                                                     break 'b8;
                                                 }
-                                                r314 = r251;
-                                                r315 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r316 = rt::bin_u32(BinOp::Shl, r314, r315);
-                                                r317 = rt::bin_u32(BinOp::Or, r249, r316);
-                                                r21 = r317;
+                                                r320 = r254;
+                                                r321 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r322 = rt::bin_u32(BinOp::Shl, r320, r321);
+                                                r323 = rt::bin_u32(BinOp::Or, r252, r322);
+                                                r21 = r323;
                                             }
                                         } else {
                                             'b11: {
-                                                r319 = r162.to_bits();
-                                                r320 = rt::bin_u32(BinOp::And, r319, r180);
-                                                r321 = rt::cmp(BinOp::Gt, r320, r79);
-                                                if r321 {
-                                                    r322 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r323 = rt::bin_u32(BinOp::Shr, r319, r322);
-                                                    r324 = rt::bin_u32(BinOp::And, r323, r59);
-                                                    r326 = rt::bin_u32(BinOp::Or, r324, r325);
-                                                    r318 = r326;
+                                                r325 = r162.to_bits();
+                                                r326 = rt::bin_u32(BinOp::And, r325, r180);
+                                                r327 = rt::cmp(BinOp::Gt, r326, r79);
+                                                if r327 {
+                                                    r328 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r329 = rt::bin_u32(BinOp::Shr, r325, r328);
+                                                    r330 = rt::bin_u32(BinOp::And, r329, r59);
+                                                    r332 = rt::bin_u32(BinOp::Or, r330, r331);
+                                                    r324 = r332;
                                                     break 'b11;
                                                 }
                                                 'b12: {
-                                                    r328 = r162.to_bits();
-                                                    r329 = rt::bin_u32(BinOp::And, r328, r79);
-                                                    r330 = rt::cmp(BinOp::Eq, r329, r79);
-                                                    if r330 {
-                                                        r327 = r162;
-                                                        break 'b12;
-                                                    }
-                                                    r331 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r332 = rt::bin_u32(BinOp::Shr, r328, r331);
-                                                    r333 = rt::bin_u32(BinOp::And, r332, r7);
-                                                    r334 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                    r335 = rt::bin_u32(BinOp::And, r334, r62);
-                                                    r336 = rt::bin_u32(BinOp::Shl, r7, r335);
-                                                    r337 = rt::bin_u32(BinOp::Sub, r336, r7);
-                                                    r338 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r339 = rt::bin_u32(BinOp::Shl, r7, r338);
-                                                    r340 = rt::bin_u32(BinOp::Sub, r339, r7);
-                                                    r341 = rt::un_u32(UnOp::Not, r340);
-                                                    r342 = rt::bin_u32(BinOp::Add, r328, r337);
-                                                    r343 = rt::bin_u32(BinOp::Add, r342, r333);
-                                                    r344 = rt::bin_u32(BinOp::And, r343, r341);
-                                                    r345 = f32::from_bits(r344);
-                                                    r327 = r345;
+                                                    r334 = r162.to_bits();
+                                                    r335 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r336 = rt::bin_u32(BinOp::Shr, r334, r335);
+                                                    r337 = rt::bin_u32(BinOp::And, r336, r7);
+                                                    r338 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                    r339 = rt::bin_u32(BinOp::And, r338, r62);
+                                                    r340 = rt::bin_u32(BinOp::Shl, r7, r339);
+                                                    r341 = rt::bin_u32(BinOp::Sub, r340, r7);
+                                                    r342 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r343 = rt::bin_u32(BinOp::Shl, r7, r342);
+                                                    r344 = rt::bin_u32(BinOp::Sub, r343, r7);
+                                                    r345 = rt::un_u32(UnOp::Not, r344);
+                                                    r346 = rt::bin_u32(BinOp::Add, r334, r341);
+                                                    r347 = rt::bin_u32(BinOp::Add, r346, r337);
+                                                    r348 = rt::bin_u32(BinOp::And, r347, r345);
+                                                    r349 = f32::from_bits(r348);
+                                                    r350 = rt::bin_u32(BinOp::And, r334, r79);
+                                                    r351 = rt::cmp(BinOp::Eq, r350, r79);
+                                                    r352 = if r351 { r162 } else { r349 };
+                                                    r333 = r352;
                                                     break 'b12;
                                                 }
-                                                r346 = r327;
-                                                r347 = r346.to_bits();
-                                                r348 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r349 = rt::bin_u32(BinOp::Shr, r347, r348);
-                                                r318 = r349;
+                                                r353 = r333;
+                                                r354 = r353.to_bits();
+                                                r355 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r356 = rt::bin_u32(BinOp::Shr, r354, r355);
+                                                r324 = r356;
                                                 break 'b11;
                                             }
-                                            r350 = r318;
-                                            r21 = r350;
+                                            r357 = r324;
+                                            r21 = r357;
                                             {
                                                 debug_assert!(r32);
-                                                r351 = r21;
-                                                r352 = r20;
+                                                r358 = r21;
+                                                r359 = r20;
                                                 'b13: {
-                                                    r354 = r352.to_bits();
-                                                    r355 = rt::bin_u32(BinOp::And, r354, r180);
-                                                    r356 = rt::cmp(BinOp::Gt, r355, r79);
-                                                    if r356 {
-                                                        r357 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r358 = rt::bin_u32(BinOp::Shr, r354, r357);
-                                                        r359 = rt::bin_u32(BinOp::And, r358, r59);
-                                                        r360 = rt::bin_u32(BinOp::Or, r359, r325);
-                                                        r353 = r360;
+                                                    r361 = r359.to_bits();
+                                                    r362 = rt::bin_u32(BinOp::And, r361, r180);
+                                                    r363 = rt::cmp(BinOp::Gt, r362, r79);
+                                                    if r363 {
+                                                        r364 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r365 = rt::bin_u32(BinOp::Shr, r361, r364);
+                                                        r366 = rt::bin_u32(BinOp::And, r365, r59);
+                                                        r367 = rt::bin_u32(BinOp::Or, r366, r331);
+                                                        r360 = r367;
                                                         break 'b13;
                                                     }
                                                     'b14: {
-                                                        r362 = r352.to_bits();
-                                                        r363 = rt::bin_u32(BinOp::And, r362, r79);
-                                                        r364 = rt::cmp(BinOp::Eq, r363, r79);
-                                                        if r364 {
-                                                            r361 = r352;
-                                                            break 'b14;
-                                                        }
-                                                        r365 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r366 = rt::bin_u32(BinOp::Shr, r362, r365);
-                                                        r367 = rt::bin_u32(BinOp::And, r366, r7);
-                                                        r368 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                        r369 = rt::bin_u32(BinOp::And, r368, r62);
-                                                        r370 = rt::bin_u32(BinOp::Shl, r7, r369);
-                                                        r371 = rt::bin_u32(BinOp::Sub, r370, r7);
-                                                        r372 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r373 = rt::bin_u32(BinOp::Shl, r7, r372);
-                                                        r374 = rt::bin_u32(BinOp::Sub, r373, r7);
-                                                        r375 = rt::un_u32(UnOp::Not, r374);
-                                                        r376 = rt::bin_u32(BinOp::Add, r362, r371);
-                                                        r377 = rt::bin_u32(BinOp::Add, r376, r367);
-                                                        r378 = rt::bin_u32(BinOp::And, r377, r375);
-                                                        r379 = f32::from_bits(r378);
-                                                        r361 = r379;
+                                                        r369 = r359.to_bits();
+                                                        r370 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r371 = rt::bin_u32(BinOp::Shr, r369, r370);
+                                                        r372 = rt::bin_u32(BinOp::And, r371, r7);
+                                                        r373 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                        r374 = rt::bin_u32(BinOp::And, r373, r62);
+                                                        r375 = rt::bin_u32(BinOp::Shl, r7, r374);
+                                                        r376 = rt::bin_u32(BinOp::Sub, r375, r7);
+                                                        r377 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r378 = rt::bin_u32(BinOp::Shl, r7, r377);
+                                                        r379 = rt::bin_u32(BinOp::Sub, r378, r7);
+                                                        r380 = rt::un_u32(UnOp::Not, r379);
+                                                        r381 = rt::bin_u32(BinOp::Add, r369, r376);
+                                                        r382 = rt::bin_u32(BinOp::Add, r381, r372);
+                                                        r383 = rt::bin_u32(BinOp::And, r382, r380);
+                                                        r384 = f32::from_bits(r383);
+                                                        r385 = rt::bin_u32(BinOp::And, r369, r79);
+                                                        r386 = rt::cmp(BinOp::Eq, r385, r79);
+                                                        r387 = if r386 { r359 } else { r384 };
+                                                        r368 = r387;
                                                         break 'b14;
                                                     }
-                                                    r380 = r361;
-                                                    r381 = r380.to_bits();
-                                                    r382 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r383 = rt::bin_u32(BinOp::Shr, r381, r382);
-                                                    r353 = r383;
+                                                    r388 = r368;
+                                                    r389 = r388.to_bits();
+                                                    r390 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r391 = rt::bin_u32(BinOp::Shr, r389, r390);
+                                                    r360 = r391;
                                                     break 'b13;
                                                 }
-                                                r384 = r353;
-                                                r385 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r386 = rt::bin_u32(BinOp::Shl, r384, r385);
-                                                r387 = rt::bin_u32(BinOp::Or, r351, r386);
-                                                r21 = r387;
+                                                r392 = r360;
+                                                r393 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r394 = rt::bin_u32(BinOp::Shl, r392, r393);
+                                                r395 = rt::bin_u32(BinOp::Or, r358, r394);
+                                                r21 = r395;
                                             }
                                         }
-                                        r388 = u64::from(r25);
-                                        r389 = rt::bin_u64(BinOp::Mul, r388, r46);
-                                        r390 = rt::bin_u64(BinOp::Add, r43, r389);
-                                        r391 = r21;
-                                        r392 = rt::bin_u64(BinOp::Add, r390, r46);
-                                        r393 = rt::cmp(BinOp::Le, r392, r134);
-                                        r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                        r395 = r393;
+                                        r396 = u64::from(r25);
+                                        r397 = rt::bin_u64(BinOp::Mul, r396, r46);
+                                        r398 = rt::bin_u64(BinOp::Add, r43, r397);
+                                        r399 = r21;
+                                        r400 = rt::bin_u64(BinOp::Add, r398, r46);
+                                        r401 = rt::cmp(BinOp::Le, r400, r134);
+                                        r402 = rt::cmp(BinOp::Ge, r400, r398);
+                                        r403 = r401;
                                         debug_assert_eq!(
-                                            r390,
+                                            r398,
                                             w5.start() + 4 * (lx as usize) as u64
                                         );
-                                        debug_assert!(r395);
-                                        w5.st_u32(lx as usize, r391);
+                                        debug_assert!(r403);
+                                        w5.st_u32(lx as usize, r399);
                                         break 'inv;
                                         break 'b2;
                                     }
@@ -4919,15 +4899,15 @@ fn cast_f32_half_group(
                         let mut r185: f32 = 0.0f32;
                         let mut r186: f32 = 0.0f32;
                         let mut r187: f32 = 0.0f32;
-                        let mut r188: bool = false;
+                        let mut r188: f32 = 0.0f32;
                         let mut r189: f32 = 0.0f32;
                         let mut r190: f32 = 0.0f32;
-                        let mut r191: f32 = 0.0f32;
-                        let mut r192: f32 = 0.0f32;
-                        let mut r193: f32 = 0.0f32;
+                        let mut r191: u32 = 0u32;
+                        let mut r192: u32 = 0u32;
+                        let mut r193: u32 = 0u32;
                         let mut r194: u32 = 0u32;
                         let mut r195: u32 = 0u32;
-                        let mut r196: bool = false;
+                        let mut r196: u32 = 0u32;
                         let mut r197: u32 = 0u32;
                         let mut r198: u32 = 0u32;
                         let mut r199: u32 = 0u32;
@@ -4937,37 +4917,37 @@ fn cast_f32_half_group(
                         let mut r203: u32 = 0u32;
                         let mut r204: u32 = 0u32;
                         let mut r205: u32 = 0u32;
-                        let mut r206: u32 = 0u32;
+                        let mut r206: f32 = 0.0f32;
                         let mut r207: u32 = 0u32;
-                        let mut r208: u32 = 0u32;
-                        let mut r209: u32 = 0u32;
-                        let mut r210: u32 = 0u32;
+                        let mut r208: bool = false;
+                        let mut r209: f32 = 0.0f32;
+                        let mut r210: f32 = 0.0f32;
                         let mut r211: f32 = 0.0f32;
                         let mut r212: f32 = 0.0f32;
-                        let mut r213: f32 = 0.0f32;
+                        let mut r213: bool = false;
                         let mut r214: f32 = 0.0f32;
-                        let mut r215: bool = false;
+                        let mut r215: u32 = 0u32;
                         let mut r216: u32 = 0u32;
                         let mut r217: u32 = 0u32;
                         let mut r218: u32 = 0u32;
-                        let mut r219: u32 = 0u32;
+                        let mut r219: f32 = 0.0f32;
                         let mut r220: f32 = 0.0f32;
                         let mut r221: f32 = 0.0f32;
-                        let mut r222: u32 = 0u32;
-                        let mut r223: u32 = 0u32;
-                        let mut r224: bool = false;
+                        let mut r222: bool = false;
+                        let mut r223: f32 = 0.0f32;
+                        let mut r224: f32 = 0.0f32;
                         let mut r225: u32 = 0u32;
                         let mut r226: u32 = 0u32;
-                        let mut r227: u32 = 0u32;
-                        let mut r228: bool = false;
-                        let mut r229: f32 = 0.0f32;
-                        let mut r230: f32 = 0.0f32;
-                        let mut r231: f32 = 0.0f32;
+                        let mut r227: bool = false;
+                        let mut r228: u32 = 0u32;
+                        let mut r229: u32 = 0u32;
+                        let mut r230: u32 = 0u32;
+                        let mut r231: bool = false;
                         let mut r232: f32 = 0.0f32;
                         let mut r233: f32 = 0.0f32;
-                        let mut r234: u32 = 0u32;
-                        let mut r235: u32 = 0u32;
-                        let mut r236: u32 = 0u32;
+                        let mut r234: f32 = 0.0f32;
+                        let mut r235: f32 = 0.0f32;
+                        let mut r236: f32 = 0.0f32;
                         let mut r237: u32 = 0u32;
                         let mut r238: u32 = 0u32;
                         let mut r239: u32 = 0u32;
@@ -4981,25 +4961,25 @@ fn cast_f32_half_group(
                         let mut r247: u32 = 0u32;
                         let mut r248: u32 = 0u32;
                         let mut r249: u32 = 0u32;
-                        let mut r250: f32 = 0.0f32;
+                        let mut r250: u32 = 0u32;
                         let mut r251: u32 = 0u32;
                         let mut r252: u32 = 0u32;
-                        let mut r253: u32 = 0u32;
+                        let mut r253: f32 = 0.0f32;
                         let mut r254: u32 = 0u32;
                         let mut r255: u32 = 0u32;
                         let mut r256: u32 = 0u32;
-                        let mut r257: bool = false;
+                        let mut r257: u32 = 0u32;
                         let mut r258: u32 = 0u32;
-                        let mut r259: f32 = 0.0f32;
-                        let mut r260: f32 = 0.0f32;
-                        let mut r261: bool = false;
+                        let mut r259: u32 = 0u32;
+                        let mut r260: bool = false;
+                        let mut r261: u32 = 0u32;
                         let mut r262: f32 = 0.0f32;
                         let mut r263: f32 = 0.0f32;
                         let mut r264: f32 = 0.0f32;
                         let mut r265: f32 = 0.0f32;
-                        let mut r266: u32 = 0u32;
+                        let mut r266: f32 = 0.0f32;
                         let mut r267: u32 = 0u32;
-                        let mut r268: bool = false;
+                        let mut r268: u32 = 0u32;
                         let mut r269: u32 = 0u32;
                         let mut r270: u32 = 0u32;
                         let mut r271: u32 = 0u32;
@@ -5013,31 +4993,31 @@ fn cast_f32_half_group(
                         let mut r279: u32 = 0u32;
                         let mut r280: u32 = 0u32;
                         let mut r281: u32 = 0u32;
-                        let mut r282: u32 = 0u32;
-                        let mut r283: f32 = 0.0f32;
-                        let mut r284: f32 = 0.0f32;
+                        let mut r282: f32 = 0.0f32;
+                        let mut r283: u32 = 0u32;
+                        let mut r284: bool = false;
                         let mut r285: f32 = 0.0f32;
-                        let mut r286: bool = false;
-                        let mut r287: u32 = 0u32;
-                        let mut r288: u32 = 0u32;
-                        let mut r289: u32 = 0u32;
-                        let mut r290: f32 = 0.0f32;
-                        let mut r291: f32 = 0.0f32;
+                        let mut r286: f32 = 0.0f32;
+                        let mut r287: f32 = 0.0f32;
+                        let mut r288: bool = false;
+                        let mut r289: f32 = 0.0f32;
+                        let mut r290: u32 = 0u32;
+                        let mut r291: u32 = 0u32;
                         let mut r292: u32 = 0u32;
-                        let mut r293: u32 = 0u32;
-                        let mut r294: bool = false;
-                        let mut r295: u32 = 0u32;
-                        let mut r296: bool = false;
+                        let mut r293: f32 = 0.0f32;
+                        let mut r294: f32 = 0.0f32;
+                        let mut r295: bool = false;
+                        let mut r296: f32 = 0.0f32;
                         let mut r297: f32 = 0.0f32;
-                        let mut r298: f32 = 0.0f32;
-                        let mut r299: f32 = 0.0f32;
-                        let mut r300: f32 = 0.0f32;
+                        let mut r298: u32 = 0u32;
+                        let mut r299: u32 = 0u32;
+                        let mut r300: bool = false;
                         let mut r301: u32 = 0u32;
-                        let mut r302: u32 = 0u32;
-                        let mut r303: u32 = 0u32;
-                        let mut r304: u32 = 0u32;
-                        let mut r305: u32 = 0u32;
-                        let mut r306: u32 = 0u32;
+                        let mut r302: bool = false;
+                        let mut r303: f32 = 0.0f32;
+                        let mut r304: f32 = 0.0f32;
+                        let mut r305: f32 = 0.0f32;
+                        let mut r306: f32 = 0.0f32;
                         let mut r307: u32 = 0u32;
                         let mut r308: u32 = 0u32;
                         let mut r309: u32 = 0u32;
@@ -5052,19 +5032,19 @@ fn cast_f32_half_group(
                         let mut r318: u32 = 0u32;
                         let mut r319: u32 = 0u32;
                         let mut r320: u32 = 0u32;
-                        let mut r321: bool = false;
+                        let mut r321: u32 = 0u32;
                         let mut r322: u32 = 0u32;
                         let mut r323: u32 = 0u32;
                         let mut r324: u32 = 0u32;
                         let mut r325: u32 = 0u32;
                         let mut r326: u32 = 0u32;
-                        let mut r327: f32 = 0.0f32;
+                        let mut r327: bool = false;
                         let mut r328: u32 = 0u32;
                         let mut r329: u32 = 0u32;
-                        let mut r330: bool = false;
+                        let mut r330: u32 = 0u32;
                         let mut r331: u32 = 0u32;
                         let mut r332: u32 = 0u32;
-                        let mut r333: u32 = 0u32;
+                        let mut r333: f32 = 0.0f32;
                         let mut r334: u32 = 0u32;
                         let mut r335: u32 = 0u32;
                         let mut r336: u32 = 0u32;
@@ -5076,30 +5056,30 @@ fn cast_f32_half_group(
                         let mut r342: u32 = 0u32;
                         let mut r343: u32 = 0u32;
                         let mut r344: u32 = 0u32;
-                        let mut r345: f32 = 0.0f32;
-                        let mut r346: f32 = 0.0f32;
+                        let mut r345: u32 = 0u32;
+                        let mut r346: u32 = 0u32;
                         let mut r347: u32 = 0u32;
                         let mut r348: u32 = 0u32;
-                        let mut r349: u32 = 0u32;
+                        let mut r349: f32 = 0.0f32;
                         let mut r350: u32 = 0u32;
-                        let mut r351: u32 = 0u32;
+                        let mut r351: bool = false;
                         let mut r352: f32 = 0.0f32;
-                        let mut r353: u32 = 0u32;
+                        let mut r353: f32 = 0.0f32;
                         let mut r354: u32 = 0u32;
                         let mut r355: u32 = 0u32;
-                        let mut r356: bool = false;
+                        let mut r356: u32 = 0u32;
                         let mut r357: u32 = 0u32;
                         let mut r358: u32 = 0u32;
-                        let mut r359: u32 = 0u32;
+                        let mut r359: f32 = 0.0f32;
                         let mut r360: u32 = 0u32;
-                        let mut r361: f32 = 0.0f32;
+                        let mut r361: u32 = 0u32;
                         let mut r362: u32 = 0u32;
-                        let mut r363: u32 = 0u32;
-                        let mut r364: bool = false;
+                        let mut r363: bool = false;
+                        let mut r364: u32 = 0u32;
                         let mut r365: u32 = 0u32;
                         let mut r366: u32 = 0u32;
                         let mut r367: u32 = 0u32;
-                        let mut r368: u32 = 0u32;
+                        let mut r368: f32 = 0.0f32;
                         let mut r369: u32 = 0u32;
                         let mut r370: u32 = 0u32;
                         let mut r371: u32 = 0u32;
@@ -5110,23 +5090,31 @@ fn cast_f32_half_group(
                         let mut r376: u32 = 0u32;
                         let mut r377: u32 = 0u32;
                         let mut r378: u32 = 0u32;
-                        let mut r379: f32 = 0.0f32;
-                        let mut r380: f32 = 0.0f32;
+                        let mut r379: u32 = 0u32;
+                        let mut r380: u32 = 0u32;
                         let mut r381: u32 = 0u32;
                         let mut r382: u32 = 0u32;
                         let mut r383: u32 = 0u32;
-                        let mut r384: u32 = 0u32;
+                        let mut r384: f32 = 0.0f32;
                         let mut r385: u32 = 0u32;
-                        let mut r386: u32 = 0u32;
-                        let mut r387: u32 = 0u32;
-                        let mut r388: u64 = 0u64;
-                        let mut r389: u64 = 0u64;
-                        let mut r390: u64 = 0u64;
+                        let mut r386: bool = false;
+                        let mut r387: f32 = 0.0f32;
+                        let mut r388: f32 = 0.0f32;
+                        let mut r389: u32 = 0u32;
+                        let mut r390: u32 = 0u32;
                         let mut r391: u32 = 0u32;
-                        let mut r392: u64 = 0u64;
-                        let mut r393: bool = false;
-                        let mut r394: bool = false;
-                        let mut r395: bool = false;
+                        let mut r392: u32 = 0u32;
+                        let mut r393: u32 = 0u32;
+                        let mut r394: u32 = 0u32;
+                        let mut r395: u32 = 0u32;
+                        let mut r396: u64 = 0u64;
+                        let mut r397: u64 = 0u64;
+                        let mut r398: u64 = 0u64;
+                        let mut r399: u32 = 0u32;
+                        let mut r400: u64 = 0u64;
+                        let mut r401: bool = false;
+                        let mut r402: bool = false;
+                        let mut r403: bool = false;
                         'inv: {
                             r0 = wid[0];
                             r1 = lx;
@@ -5162,15 +5150,15 @@ fn cast_f32_half_group(
                             r134 = b1.len();
                             r180 = 0x7fffffffu32;
                             r183 = 0x7e00u32;
-                            r187 = f32::from_bits(0x38800000);
-                            r189 = f32::from_bits(0x4b800000);
-                            r214 = f32::from_bits(0x477fe000);
-                            r217 = 0x80000000u32;
-                            r225 = 0x7c00u32;
-                            r227 = 0x38800000u32;
-                            r231 = f32::from_bits(0x4f7fffff);
-                            r238 = 0xffu32;
-                            r325 = 0x7fc0u32;
+                            r186 = f32::from_bits(0x4b800000);
+                            r212 = f32::from_bits(0x38800000);
+                            r216 = 0x80000000u32;
+                            r221 = f32::from_bits(0x477fe000);
+                            r228 = 0x7c00u32;
+                            r230 = 0x38800000u32;
+                            r234 = f32::from_bits(0x4f7fffff);
+                            r241 = 0xffu32;
+                            r331 = 0x7fc0u32;
                             r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                             r4 = rt::bin_u32(BinOp::Add, r3, r1);
                             r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -5405,330 +5393,302 @@ fn cast_f32_half_group(
                                                     break 'b5;
                                                 }
                                                 'b6: {
-                                                    r186 = rt::un_f32(UnOp::Abs, r162);
-                                                    r188 = rt::cmp(BinOp::Lt, r186, r187);
-                                                    if r188 {
-                                                        r190 = rt::bin_f32(BinOp::Mul, r162, r189);
-                                                        r191 = rt::un_f32(UnOp::Round, r190);
-                                                        r192 = rt::bin_f32(BinOp::Mul, r191, r73);
-                                                        r185 = r192;
-                                                        break 'b6;
-                                                    }
+                                                    r187 = rt::bin_f32(BinOp::Mul, r162, r186);
+                                                    r188 = rt::un_f32(UnOp::Round, r187);
+                                                    r189 = rt::bin_f32(BinOp::Mul, r188, r73);
                                                     'b7: {
-                                                        r194 = r162.to_bits();
-                                                        r195 = rt::bin_u32(BinOp::And, r194, r79);
-                                                        r196 = rt::cmp(BinOp::Eq, r195, r79);
-                                                        if r196 {
-                                                            r193 = r162;
-                                                            break 'b7;
-                                                        }
-                                                        r197 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r198 = rt::bin_u32(BinOp::Shr, r194, r197);
-                                                        r199 = rt::bin_u32(BinOp::And, r198, r7);
-                                                        r200 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                        r201 = rt::bin_u32(BinOp::And, r200, r62);
-                                                        r202 = rt::bin_u32(BinOp::Shl, r7, r201);
-                                                        r203 = rt::bin_u32(BinOp::Sub, r202, r7);
-                                                        r204 = rt::bin_u32(BinOp::And, r81, r62);
-                                                        r205 = rt::bin_u32(BinOp::Shl, r7, r204);
-                                                        r206 = rt::bin_u32(BinOp::Sub, r205, r7);
-                                                        r207 = rt::un_u32(UnOp::Not, r206);
-                                                        r208 = rt::bin_u32(BinOp::Add, r194, r203);
-                                                        r209 = rt::bin_u32(BinOp::Add, r208, r199);
-                                                        r210 = rt::bin_u32(BinOp::And, r209, r207);
-                                                        r211 = f32::from_bits(r210);
-                                                        r193 = r211;
+                                                        r191 = r162.to_bits();
+                                                        r192 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r193 = rt::bin_u32(BinOp::Shr, r191, r192);
+                                                        r194 = rt::bin_u32(BinOp::And, r193, r7);
+                                                        r195 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                        r196 = rt::bin_u32(BinOp::And, r195, r62);
+                                                        r197 = rt::bin_u32(BinOp::Shl, r7, r196);
+                                                        r198 = rt::bin_u32(BinOp::Sub, r197, r7);
+                                                        r199 = rt::bin_u32(BinOp::And, r81, r62);
+                                                        r200 = rt::bin_u32(BinOp::Shl, r7, r199);
+                                                        r201 = rt::bin_u32(BinOp::Sub, r200, r7);
+                                                        r202 = rt::un_u32(UnOp::Not, r201);
+                                                        r203 = rt::bin_u32(BinOp::Add, r191, r198);
+                                                        r204 = rt::bin_u32(BinOp::Add, r203, r194);
+                                                        r205 = rt::bin_u32(BinOp::And, r204, r202);
+                                                        r206 = f32::from_bits(r205);
+                                                        r207 = rt::bin_u32(BinOp::And, r191, r79);
+                                                        r208 = rt::cmp(BinOp::Eq, r207, r79);
+                                                        r209 = if r208 { r162 } else { r206 };
+                                                        r190 = r209;
                                                         break 'b7;
                                                     }
-                                                    r212 = r193;
-                                                    r213 = rt::un_f32(UnOp::Abs, r212);
-                                                    r215 = rt::cmp(BinOp::Gt, r213, r214);
-                                                    if r215 {
-                                                        r216 = r212.to_bits();
-                                                        r218 = rt::bin_u32(BinOp::And, r216, r217);
-                                                        r219 = rt::bin_u32(BinOp::Or, r218, r79);
-                                                        r220 = f32::from_bits(r219);
-                                                        r185 = r220;
-                                                        break 'b6;
-                                                    }
-                                                    r185 = r212;
+                                                    r210 = r190;
+                                                    r211 = rt::un_f32(UnOp::Abs, r162);
+                                                    r213 = rt::cmp(BinOp::Lt, r211, r212);
+                                                    r214 = if r213 { r189 } else { r210 };
+                                                    r215 = r214.to_bits();
+                                                    r217 = rt::bin_u32(BinOp::And, r215, r216);
+                                                    r218 = rt::bin_u32(BinOp::Or, r217, r79);
+                                                    r219 = f32::from_bits(r218);
+                                                    r220 = rt::un_f32(UnOp::Abs, r214);
+                                                    r222 = rt::cmp(BinOp::Gt, r220, r221);
+                                                    r223 = if r222 { r219 } else { r214 };
+                                                    r185 = r223;
                                                     break 'b6;
                                                 }
-                                                r221 = r185;
-                                                r222 = r221.to_bits();
-                                                r223 = rt::bin_u32(BinOp::And, r222, r180);
-                                                r224 = rt::cmp(BinOp::Ge, r223, r79);
-                                                if r224 {
-                                                    r226 = rt::bin_u32(BinOp::Or, r179, r225);
-                                                    r175 = r226;
+                                                r224 = r185;
+                                                r225 = r224.to_bits();
+                                                r226 = rt::bin_u32(BinOp::And, r225, r180);
+                                                r227 = rt::cmp(BinOp::Ge, r226, r79);
+                                                if r227 {
+                                                    r229 = rt::bin_u32(BinOp::Or, r179, r228);
+                                                    r175 = r229;
                                                     break 'b5;
                                                 }
-                                                r228 = rt::cmp(BinOp::Lt, r223, r227);
-                                                if r228 {
-                                                    r229 = f32::from_bits(r223);
-                                                    r230 = rt::bin_f32(BinOp::Mul, r229, r189);
-                                                    r232 = rt::bin_f32(BinOp::Max, r230, r18);
-                                                    r233 = rt::bin_f32(BinOp::Min, r232, r231);
-                                                    r234 = r233 as u32;
-                                                    r235 = rt::bin_u32(BinOp::Or, r179, r234);
-                                                    r175 = r235;
+                                                r231 = rt::cmp(BinOp::Lt, r226, r230);
+                                                if r231 {
+                                                    r232 = f32::from_bits(r226);
+                                                    r233 = rt::bin_f32(BinOp::Mul, r232, r186);
+                                                    r235 = rt::bin_f32(BinOp::Max, r233, r18);
+                                                    r236 = rt::bin_f32(BinOp::Min, r235, r234);
+                                                    r237 = r236 as u32;
+                                                    r238 = rt::bin_u32(BinOp::Or, r179, r237);
+                                                    r175 = r238;
                                                     break 'b5;
                                                 }
-                                                r236 = rt::bin_u32(BinOp::And, r88, r62);
-                                                r237 = rt::bin_u32(BinOp::Shr, r223, r236);
-                                                r239 = rt::bin_u32(BinOp::And, r237, r238);
-                                                r240 = rt::bin_u32(BinOp::Sub, r239, r86);
-                                                r241 = rt::bin_u32(BinOp::And, r65, r62);
-                                                r242 = rt::bin_u32(BinOp::Shl, r240, r241);
-                                                r243 = rt::bin_u32(BinOp::Or, r179, r242);
-                                                r244 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r245 = rt::bin_u32(BinOp::Shr, r223, r244);
-                                                r246 = rt::bin_u32(BinOp::And, r245, r69);
-                                                r247 = rt::bin_u32(BinOp::Or, r243, r246);
-                                                r175 = r247;
+                                                r239 = rt::bin_u32(BinOp::And, r88, r62);
+                                                r240 = rt::bin_u32(BinOp::Shr, r226, r239);
+                                                r242 = rt::bin_u32(BinOp::And, r240, r241);
+                                                r243 = rt::bin_u32(BinOp::Sub, r242, r86);
+                                                r244 = rt::bin_u32(BinOp::And, r65, r62);
+                                                r245 = rt::bin_u32(BinOp::Shl, r243, r244);
+                                                r246 = rt::bin_u32(BinOp::Or, r179, r245);
+                                                r247 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r248 = rt::bin_u32(BinOp::Shr, r226, r247);
+                                                r249 = rt::bin_u32(BinOp::And, r248, r69);
+                                                r250 = rt::bin_u32(BinOp::Or, r246, r249);
+                                                r175 = r250;
                                                 break 'b5;
                                             }
-                                            r248 = r175;
-                                            r21 = r248;
+                                            r251 = r175;
+                                            r21 = r251;
                                             if r32 {
-                                                r249 = r21;
-                                                r250 = r20;
+                                                r252 = r21;
+                                                r253 = r20;
                                                 'b8: {
-                                                    r252 = r250.to_bits();
-                                                    r253 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r254 = rt::bin_u32(BinOp::Shr, r252, r253);
-                                                    r255 = rt::bin_u32(BinOp::And, r254, r59);
-                                                    r256 = rt::bin_u32(BinOp::And, r252, r180);
-                                                    r257 = rt::cmp(BinOp::Gt, r256, r79);
-                                                    if r257 {
-                                                        r258 = rt::bin_u32(BinOp::Or, r255, r183);
-                                                        r251 = r258;
+                                                    r255 = r253.to_bits();
+                                                    r256 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r257 = rt::bin_u32(BinOp::Shr, r255, r256);
+                                                    r258 = rt::bin_u32(BinOp::And, r257, r59);
+                                                    r259 = rt::bin_u32(BinOp::And, r255, r180);
+                                                    r260 = rt::cmp(BinOp::Gt, r259, r79);
+                                                    if r260 {
+                                                        r261 = rt::bin_u32(BinOp::Or, r258, r183);
+                                                        r254 = r261;
                                                         break 'b8;
                                                     }
                                                     'b9: {
-                                                        r260 = rt::un_f32(UnOp::Abs, r250);
-                                                        r261 = rt::cmp(BinOp::Lt, r260, r187);
-                                                        if r261 {
-                                                            r262 =
-                                                                rt::bin_f32(BinOp::Mul, r250, r189);
-                                                            r263 = rt::un_f32(UnOp::Round, r262);
-                                                            r264 =
-                                                                rt::bin_f32(BinOp::Mul, r263, r73);
-                                                            r259 = r264;
-                                                            break 'b9;
-                                                        }
+                                                        r263 = rt::bin_f32(BinOp::Mul, r253, r186);
+                                                        r264 = rt::un_f32(UnOp::Round, r263);
+                                                        r265 = rt::bin_f32(BinOp::Mul, r264, r73);
                                                         'b10: {
-                                                            r266 = r250.to_bits();
-                                                            r267 =
-                                                                rt::bin_u32(BinOp::And, r266, r79);
-                                                            r268 = rt::cmp(BinOp::Eq, r267, r79);
-                                                            if r268 {
-                                                                r265 = r250;
-                                                                break 'b10;
-                                                            }
+                                                            r267 = r253.to_bits();
+                                                            r268 =
+                                                                rt::bin_u32(BinOp::And, r81, r62);
                                                             r269 =
-                                                                rt::bin_u32(BinOp::And, r81, r62);
+                                                                rt::bin_u32(BinOp::Shr, r267, r268);
                                                             r270 =
-                                                                rt::bin_u32(BinOp::Shr, r266, r269);
-                                                            r271 =
-                                                                rt::bin_u32(BinOp::And, r270, r7);
-                                                            r272 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                                rt::bin_u32(BinOp::And, r269, r7);
+                                                            r271 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                            r272 =
+                                                                rt::bin_u32(BinOp::And, r271, r62);
                                                             r273 =
-                                                                rt::bin_u32(BinOp::And, r272, r62);
+                                                                rt::bin_u32(BinOp::Shl, r7, r272);
                                                             r274 =
-                                                                rt::bin_u32(BinOp::Shl, r7, r273);
+                                                                rt::bin_u32(BinOp::Sub, r273, r7);
                                                             r275 =
-                                                                rt::bin_u32(BinOp::Sub, r274, r7);
-                                                            r276 =
                                                                 rt::bin_u32(BinOp::And, r81, r62);
+                                                            r276 =
+                                                                rt::bin_u32(BinOp::Shl, r7, r275);
                                                             r277 =
-                                                                rt::bin_u32(BinOp::Shl, r7, r276);
-                                                            r278 =
-                                                                rt::bin_u32(BinOp::Sub, r277, r7);
-                                                            r279 = rt::un_u32(UnOp::Not, r278);
+                                                                rt::bin_u32(BinOp::Sub, r276, r7);
+                                                            r278 = rt::un_u32(UnOp::Not, r277);
+                                                            r279 =
+                                                                rt::bin_u32(BinOp::Add, r267, r274);
                                                             r280 =
-                                                                rt::bin_u32(BinOp::Add, r266, r275);
+                                                                rt::bin_u32(BinOp::Add, r279, r270);
                                                             r281 =
-                                                                rt::bin_u32(BinOp::Add, r280, r271);
-                                                            r282 =
-                                                                rt::bin_u32(BinOp::And, r281, r279);
-                                                            r283 = f32::from_bits(r282);
-                                                            r265 = r283;
+                                                                rt::bin_u32(BinOp::And, r280, r278);
+                                                            r282 = f32::from_bits(r281);
+                                                            r283 =
+                                                                rt::bin_u32(BinOp::And, r267, r79);
+                                                            r284 = rt::cmp(BinOp::Eq, r283, r79);
+                                                            r285 = if r284 { r253 } else { r282 };
+                                                            r266 = r285;
                                                             break 'b10;
                                                         }
-                                                        r284 = r265;
-                                                        r285 = rt::un_f32(UnOp::Abs, r284);
-                                                        r286 = rt::cmp(BinOp::Gt, r285, r214);
-                                                        if r286 {
-                                                            r287 = r284.to_bits();
-                                                            r288 =
-                                                                rt::bin_u32(BinOp::And, r287, r217);
-                                                            r289 =
-                                                                rt::bin_u32(BinOp::Or, r288, r79);
-                                                            r290 = f32::from_bits(r289);
-                                                            r259 = r290;
-                                                            break 'b9;
-                                                        }
-                                                        r259 = r284;
+                                                        r286 = r266;
+                                                        r287 = rt::un_f32(UnOp::Abs, r253);
+                                                        r288 = rt::cmp(BinOp::Lt, r287, r212);
+                                                        r289 = if r288 { r265 } else { r286 };
+                                                        r290 = r289.to_bits();
+                                                        r291 = rt::bin_u32(BinOp::And, r290, r216);
+                                                        r292 = rt::bin_u32(BinOp::Or, r291, r79);
+                                                        r293 = f32::from_bits(r292);
+                                                        r294 = rt::un_f32(UnOp::Abs, r289);
+                                                        r295 = rt::cmp(BinOp::Gt, r294, r221);
+                                                        r296 = if r295 { r293 } else { r289 };
+                                                        r262 = r296;
                                                         break 'b9;
                                                     }
-                                                    r291 = r259;
-                                                    r292 = r291.to_bits();
-                                                    r293 = rt::bin_u32(BinOp::And, r292, r180);
-                                                    r294 = rt::cmp(BinOp::Ge, r293, r79);
-                                                    if r294 {
-                                                        r295 = rt::bin_u32(BinOp::Or, r255, r225);
-                                                        r251 = r295;
+                                                    r297 = r262;
+                                                    r298 = r297.to_bits();
+                                                    r299 = rt::bin_u32(BinOp::And, r298, r180);
+                                                    r300 = rt::cmp(BinOp::Ge, r299, r79);
+                                                    if r300 {
+                                                        r301 = rt::bin_u32(BinOp::Or, r258, r228);
+                                                        r254 = r301;
                                                         break 'b8;
                                                     }
-                                                    r296 = rt::cmp(BinOp::Lt, r293, r227);
-                                                    if r296 {
-                                                        r297 = f32::from_bits(r293);
-                                                        r298 = rt::bin_f32(BinOp::Mul, r297, r189);
-                                                        r299 = rt::bin_f32(BinOp::Max, r298, r18);
-                                                        r300 = rt::bin_f32(BinOp::Min, r299, r231);
-                                                        r301 = r300 as u32;
-                                                        r302 = rt::bin_u32(BinOp::Or, r255, r301);
-                                                        r251 = r302;
+                                                    r302 = rt::cmp(BinOp::Lt, r299, r230);
+                                                    if r302 {
+                                                        r303 = f32::from_bits(r299);
+                                                        r304 = rt::bin_f32(BinOp::Mul, r303, r186);
+                                                        r305 = rt::bin_f32(BinOp::Max, r304, r18);
+                                                        r306 = rt::bin_f32(BinOp::Min, r305, r234);
+                                                        r307 = r306 as u32;
+                                                        r308 = rt::bin_u32(BinOp::Or, r258, r307);
+                                                        r254 = r308;
                                                         break 'b8;
                                                     }
-                                                    r303 = rt::bin_u32(BinOp::And, r88, r62);
-                                                    r304 = rt::bin_u32(BinOp::Shr, r293, r303);
-                                                    r305 = rt::bin_u32(BinOp::And, r304, r238);
-                                                    r306 = rt::bin_u32(BinOp::Sub, r305, r86);
-                                                    r307 = rt::bin_u32(BinOp::And, r65, r62);
-                                                    r308 = rt::bin_u32(BinOp::Shl, r306, r307);
-                                                    r309 = rt::bin_u32(BinOp::Or, r255, r308);
-                                                    r310 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r311 = rt::bin_u32(BinOp::Shr, r293, r310);
-                                                    r312 = rt::bin_u32(BinOp::And, r311, r69);
-                                                    r313 = rt::bin_u32(BinOp::Or, r309, r312);
-                                                    r251 = r313;
+                                                    r309 = rt::bin_u32(BinOp::And, r88, r62);
+                                                    r310 = rt::bin_u32(BinOp::Shr, r299, r309);
+                                                    r311 = rt::bin_u32(BinOp::And, r310, r241);
+                                                    r312 = rt::bin_u32(BinOp::Sub, r311, r86);
+                                                    r313 = rt::bin_u32(BinOp::And, r65, r62);
+                                                    r314 = rt::bin_u32(BinOp::Shl, r312, r313);
+                                                    r315 = rt::bin_u32(BinOp::Or, r258, r314);
+                                                    r316 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r317 = rt::bin_u32(BinOp::Shr, r299, r316);
+                                                    r318 = rt::bin_u32(BinOp::And, r317, r69);
+                                                    r319 = rt::bin_u32(BinOp::Or, r315, r318);
+                                                    r254 = r319;
                                                     break 'b8;
                                                 }
-                                                r314 = r251;
-                                                r315 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r316 = rt::bin_u32(BinOp::Shl, r314, r315);
-                                                r317 = rt::bin_u32(BinOp::Or, r249, r316);
-                                                r21 = r317;
+                                                r320 = r254;
+                                                r321 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r322 = rt::bin_u32(BinOp::Shl, r320, r321);
+                                                r323 = rt::bin_u32(BinOp::Or, r252, r322);
+                                                r21 = r323;
                                             }
                                         } else {
                                             'b11: {
-                                                r319 = r162.to_bits();
-                                                r320 = rt::bin_u32(BinOp::And, r319, r180);
-                                                r321 = rt::cmp(BinOp::Gt, r320, r79);
-                                                if r321 {
-                                                    r322 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r323 = rt::bin_u32(BinOp::Shr, r319, r322);
-                                                    r324 = rt::bin_u32(BinOp::And, r323, r59);
-                                                    r326 = rt::bin_u32(BinOp::Or, r324, r325);
-                                                    r318 = r326;
+                                                r325 = r162.to_bits();
+                                                r326 = rt::bin_u32(BinOp::And, r325, r180);
+                                                r327 = rt::cmp(BinOp::Gt, r326, r79);
+                                                if r327 {
+                                                    r328 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r329 = rt::bin_u32(BinOp::Shr, r325, r328);
+                                                    r330 = rt::bin_u32(BinOp::And, r329, r59);
+                                                    r332 = rt::bin_u32(BinOp::Or, r330, r331);
+                                                    r324 = r332;
                                                     break 'b11;
                                                 }
                                                 'b12: {
-                                                    r328 = r162.to_bits();
-                                                    r329 = rt::bin_u32(BinOp::And, r328, r79);
-                                                    r330 = rt::cmp(BinOp::Eq, r329, r79);
-                                                    if r330 {
-                                                        r327 = r162;
-                                                        break 'b12;
-                                                    }
-                                                    r331 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r332 = rt::bin_u32(BinOp::Shr, r328, r331);
-                                                    r333 = rt::bin_u32(BinOp::And, r332, r7);
-                                                    r334 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                    r335 = rt::bin_u32(BinOp::And, r334, r62);
-                                                    r336 = rt::bin_u32(BinOp::Shl, r7, r335);
-                                                    r337 = rt::bin_u32(BinOp::Sub, r336, r7);
-                                                    r338 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r339 = rt::bin_u32(BinOp::Shl, r7, r338);
-                                                    r340 = rt::bin_u32(BinOp::Sub, r339, r7);
-                                                    r341 = rt::un_u32(UnOp::Not, r340);
-                                                    r342 = rt::bin_u32(BinOp::Add, r328, r337);
-                                                    r343 = rt::bin_u32(BinOp::Add, r342, r333);
-                                                    r344 = rt::bin_u32(BinOp::And, r343, r341);
-                                                    r345 = f32::from_bits(r344);
-                                                    r327 = r345;
+                                                    r334 = r162.to_bits();
+                                                    r335 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r336 = rt::bin_u32(BinOp::Shr, r334, r335);
+                                                    r337 = rt::bin_u32(BinOp::And, r336, r7);
+                                                    r338 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                    r339 = rt::bin_u32(BinOp::And, r338, r62);
+                                                    r340 = rt::bin_u32(BinOp::Shl, r7, r339);
+                                                    r341 = rt::bin_u32(BinOp::Sub, r340, r7);
+                                                    r342 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r343 = rt::bin_u32(BinOp::Shl, r7, r342);
+                                                    r344 = rt::bin_u32(BinOp::Sub, r343, r7);
+                                                    r345 = rt::un_u32(UnOp::Not, r344);
+                                                    r346 = rt::bin_u32(BinOp::Add, r334, r341);
+                                                    r347 = rt::bin_u32(BinOp::Add, r346, r337);
+                                                    r348 = rt::bin_u32(BinOp::And, r347, r345);
+                                                    r349 = f32::from_bits(r348);
+                                                    r350 = rt::bin_u32(BinOp::And, r334, r79);
+                                                    r351 = rt::cmp(BinOp::Eq, r350, r79);
+                                                    r352 = if r351 { r162 } else { r349 };
+                                                    r333 = r352;
                                                     break 'b12;
                                                 }
-                                                r346 = r327;
-                                                r347 = r346.to_bits();
-                                                r348 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r349 = rt::bin_u32(BinOp::Shr, r347, r348);
-                                                r318 = r349;
+                                                r353 = r333;
+                                                r354 = r353.to_bits();
+                                                r355 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r356 = rt::bin_u32(BinOp::Shr, r354, r355);
+                                                r324 = r356;
                                                 break 'b11;
                                             }
-                                            r350 = r318;
-                                            r21 = r350;
+                                            r357 = r324;
+                                            r21 = r357;
                                             if r32 {
-                                                r351 = r21;
-                                                r352 = r20;
+                                                r358 = r21;
+                                                r359 = r20;
                                                 'b13: {
-                                                    r354 = r352.to_bits();
-                                                    r355 = rt::bin_u32(BinOp::And, r354, r180);
-                                                    r356 = rt::cmp(BinOp::Gt, r355, r79);
-                                                    if r356 {
-                                                        r357 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r358 = rt::bin_u32(BinOp::Shr, r354, r357);
-                                                        r359 = rt::bin_u32(BinOp::And, r358, r59);
-                                                        r360 = rt::bin_u32(BinOp::Or, r359, r325);
-                                                        r353 = r360;
+                                                    r361 = r359.to_bits();
+                                                    r362 = rt::bin_u32(BinOp::And, r361, r180);
+                                                    r363 = rt::cmp(BinOp::Gt, r362, r79);
+                                                    if r363 {
+                                                        r364 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r365 = rt::bin_u32(BinOp::Shr, r361, r364);
+                                                        r366 = rt::bin_u32(BinOp::And, r365, r59);
+                                                        r367 = rt::bin_u32(BinOp::Or, r366, r331);
+                                                        r360 = r367;
                                                         break 'b13;
                                                     }
                                                     'b14: {
-                                                        r362 = r352.to_bits();
-                                                        r363 = rt::bin_u32(BinOp::And, r362, r79);
-                                                        r364 = rt::cmp(BinOp::Eq, r363, r79);
-                                                        if r364 {
-                                                            r361 = r352;
-                                                            break 'b14;
-                                                        }
-                                                        r365 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r366 = rt::bin_u32(BinOp::Shr, r362, r365);
-                                                        r367 = rt::bin_u32(BinOp::And, r366, r7);
-                                                        r368 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                        r369 = rt::bin_u32(BinOp::And, r368, r62);
-                                                        r370 = rt::bin_u32(BinOp::Shl, r7, r369);
-                                                        r371 = rt::bin_u32(BinOp::Sub, r370, r7);
-                                                        r372 = rt::bin_u32(BinOp::And, r61, r62);
-                                                        r373 = rt::bin_u32(BinOp::Shl, r7, r372);
-                                                        r374 = rt::bin_u32(BinOp::Sub, r373, r7);
-                                                        r375 = rt::un_u32(UnOp::Not, r374);
-                                                        r376 = rt::bin_u32(BinOp::Add, r362, r371);
-                                                        r377 = rt::bin_u32(BinOp::Add, r376, r367);
-                                                        r378 = rt::bin_u32(BinOp::And, r377, r375);
-                                                        r379 = f32::from_bits(r378);
-                                                        r361 = r379;
+                                                        r369 = r359.to_bits();
+                                                        r370 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r371 = rt::bin_u32(BinOp::Shr, r369, r370);
+                                                        r372 = rt::bin_u32(BinOp::And, r371, r7);
+                                                        r373 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                        r374 = rt::bin_u32(BinOp::And, r373, r62);
+                                                        r375 = rt::bin_u32(BinOp::Shl, r7, r374);
+                                                        r376 = rt::bin_u32(BinOp::Sub, r375, r7);
+                                                        r377 = rt::bin_u32(BinOp::And, r61, r62);
+                                                        r378 = rt::bin_u32(BinOp::Shl, r7, r377);
+                                                        r379 = rt::bin_u32(BinOp::Sub, r378, r7);
+                                                        r380 = rt::un_u32(UnOp::Not, r379);
+                                                        r381 = rt::bin_u32(BinOp::Add, r369, r376);
+                                                        r382 = rt::bin_u32(BinOp::Add, r381, r372);
+                                                        r383 = rt::bin_u32(BinOp::And, r382, r380);
+                                                        r384 = f32::from_bits(r383);
+                                                        r385 = rt::bin_u32(BinOp::And, r369, r79);
+                                                        r386 = rt::cmp(BinOp::Eq, r385, r79);
+                                                        r387 = if r386 { r359 } else { r384 };
+                                                        r368 = r387;
                                                         break 'b14;
                                                     }
-                                                    r380 = r361;
-                                                    r381 = r380.to_bits();
-                                                    r382 = rt::bin_u32(BinOp::And, r61, r62);
-                                                    r383 = rt::bin_u32(BinOp::Shr, r381, r382);
-                                                    r353 = r383;
+                                                    r388 = r368;
+                                                    r389 = r388.to_bits();
+                                                    r390 = rt::bin_u32(BinOp::And, r61, r62);
+                                                    r391 = rt::bin_u32(BinOp::Shr, r389, r390);
+                                                    r360 = r391;
                                                     break 'b13;
                                                 }
-                                                r384 = r353;
-                                                r385 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r386 = rt::bin_u32(BinOp::Shl, r384, r385);
-                                                r387 = rt::bin_u32(BinOp::Or, r351, r386);
-                                                r21 = r387;
+                                                r392 = r360;
+                                                r393 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r394 = rt::bin_u32(BinOp::Shl, r392, r393);
+                                                r395 = rt::bin_u32(BinOp::Or, r358, r394);
+                                                r21 = r395;
                                             }
                                         }
-                                        r388 = u64::from(r25);
-                                        r389 = rt::bin_u64(BinOp::Mul, r388, r46);
-                                        r390 = rt::bin_u64(BinOp::Add, r43, r389);
-                                        r391 = r21;
-                                        r392 = rt::bin_u64(BinOp::Add, r390, r46);
-                                        r393 = rt::cmp(BinOp::Le, r392, r134);
-                                        r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                        r395 = r393;
+                                        r396 = u64::from(r25);
+                                        r397 = rt::bin_u64(BinOp::Mul, r396, r46);
+                                        r398 = rt::bin_u64(BinOp::Add, r43, r397);
+                                        r399 = r21;
+                                        r400 = rt::bin_u64(BinOp::Add, r398, r46);
+                                        r401 = rt::cmp(BinOp::Le, r400, r134);
+                                        r402 = rt::cmp(BinOp::Ge, r400, r398);
+                                        r403 = r401;
                                         debug_assert_eq!(
-                                            r390,
+                                            r398,
                                             w5.start() + 4 * (lx as usize) as u64
                                         );
-                                        debug_assert!(r395);
-                                        w5.st_u32(lx as usize, r391);
+                                        debug_assert!(r403);
+                                        w5.st_u32(lx as usize, r399);
                                         break 'inv;
                                         break 'b2;
                                     }
@@ -5932,15 +5892,15 @@ fn cast_f32_half_group(
                 let mut r185: f32 = 0.0f32;
                 let mut r186: f32 = 0.0f32;
                 let mut r187: f32 = 0.0f32;
-                let mut r188: bool = false;
+                let mut r188: f32 = 0.0f32;
                 let mut r189: f32 = 0.0f32;
                 let mut r190: f32 = 0.0f32;
-                let mut r191: f32 = 0.0f32;
-                let mut r192: f32 = 0.0f32;
-                let mut r193: f32 = 0.0f32;
+                let mut r191: u32 = 0u32;
+                let mut r192: u32 = 0u32;
+                let mut r193: u32 = 0u32;
                 let mut r194: u32 = 0u32;
                 let mut r195: u32 = 0u32;
-                let mut r196: bool = false;
+                let mut r196: u32 = 0u32;
                 let mut r197: u32 = 0u32;
                 let mut r198: u32 = 0u32;
                 let mut r199: u32 = 0u32;
@@ -5950,37 +5910,37 @@ fn cast_f32_half_group(
                 let mut r203: u32 = 0u32;
                 let mut r204: u32 = 0u32;
                 let mut r205: u32 = 0u32;
-                let mut r206: u32 = 0u32;
+                let mut r206: f32 = 0.0f32;
                 let mut r207: u32 = 0u32;
-                let mut r208: u32 = 0u32;
-                let mut r209: u32 = 0u32;
-                let mut r210: u32 = 0u32;
+                let mut r208: bool = false;
+                let mut r209: f32 = 0.0f32;
+                let mut r210: f32 = 0.0f32;
                 let mut r211: f32 = 0.0f32;
                 let mut r212: f32 = 0.0f32;
-                let mut r213: f32 = 0.0f32;
+                let mut r213: bool = false;
                 let mut r214: f32 = 0.0f32;
-                let mut r215: bool = false;
+                let mut r215: u32 = 0u32;
                 let mut r216: u32 = 0u32;
                 let mut r217: u32 = 0u32;
                 let mut r218: u32 = 0u32;
-                let mut r219: u32 = 0u32;
+                let mut r219: f32 = 0.0f32;
                 let mut r220: f32 = 0.0f32;
                 let mut r221: f32 = 0.0f32;
-                let mut r222: u32 = 0u32;
-                let mut r223: u32 = 0u32;
-                let mut r224: bool = false;
+                let mut r222: bool = false;
+                let mut r223: f32 = 0.0f32;
+                let mut r224: f32 = 0.0f32;
                 let mut r225: u32 = 0u32;
                 let mut r226: u32 = 0u32;
-                let mut r227: u32 = 0u32;
-                let mut r228: bool = false;
-                let mut r229: f32 = 0.0f32;
-                let mut r230: f32 = 0.0f32;
-                let mut r231: f32 = 0.0f32;
+                let mut r227: bool = false;
+                let mut r228: u32 = 0u32;
+                let mut r229: u32 = 0u32;
+                let mut r230: u32 = 0u32;
+                let mut r231: bool = false;
                 let mut r232: f32 = 0.0f32;
                 let mut r233: f32 = 0.0f32;
-                let mut r234: u32 = 0u32;
-                let mut r235: u32 = 0u32;
-                let mut r236: u32 = 0u32;
+                let mut r234: f32 = 0.0f32;
+                let mut r235: f32 = 0.0f32;
+                let mut r236: f32 = 0.0f32;
                 let mut r237: u32 = 0u32;
                 let mut r238: u32 = 0u32;
                 let mut r239: u32 = 0u32;
@@ -5994,25 +5954,25 @@ fn cast_f32_half_group(
                 let mut r247: u32 = 0u32;
                 let mut r248: u32 = 0u32;
                 let mut r249: u32 = 0u32;
-                let mut r250: f32 = 0.0f32;
+                let mut r250: u32 = 0u32;
                 let mut r251: u32 = 0u32;
                 let mut r252: u32 = 0u32;
-                let mut r253: u32 = 0u32;
+                let mut r253: f32 = 0.0f32;
                 let mut r254: u32 = 0u32;
                 let mut r255: u32 = 0u32;
                 let mut r256: u32 = 0u32;
-                let mut r257: bool = false;
+                let mut r257: u32 = 0u32;
                 let mut r258: u32 = 0u32;
-                let mut r259: f32 = 0.0f32;
-                let mut r260: f32 = 0.0f32;
-                let mut r261: bool = false;
+                let mut r259: u32 = 0u32;
+                let mut r260: bool = false;
+                let mut r261: u32 = 0u32;
                 let mut r262: f32 = 0.0f32;
                 let mut r263: f32 = 0.0f32;
                 let mut r264: f32 = 0.0f32;
                 let mut r265: f32 = 0.0f32;
-                let mut r266: u32 = 0u32;
+                let mut r266: f32 = 0.0f32;
                 let mut r267: u32 = 0u32;
-                let mut r268: bool = false;
+                let mut r268: u32 = 0u32;
                 let mut r269: u32 = 0u32;
                 let mut r270: u32 = 0u32;
                 let mut r271: u32 = 0u32;
@@ -6026,31 +5986,31 @@ fn cast_f32_half_group(
                 let mut r279: u32 = 0u32;
                 let mut r280: u32 = 0u32;
                 let mut r281: u32 = 0u32;
-                let mut r282: u32 = 0u32;
-                let mut r283: f32 = 0.0f32;
-                let mut r284: f32 = 0.0f32;
+                let mut r282: f32 = 0.0f32;
+                let mut r283: u32 = 0u32;
+                let mut r284: bool = false;
                 let mut r285: f32 = 0.0f32;
-                let mut r286: bool = false;
-                let mut r287: u32 = 0u32;
-                let mut r288: u32 = 0u32;
-                let mut r289: u32 = 0u32;
-                let mut r290: f32 = 0.0f32;
-                let mut r291: f32 = 0.0f32;
+                let mut r286: f32 = 0.0f32;
+                let mut r287: f32 = 0.0f32;
+                let mut r288: bool = false;
+                let mut r289: f32 = 0.0f32;
+                let mut r290: u32 = 0u32;
+                let mut r291: u32 = 0u32;
                 let mut r292: u32 = 0u32;
-                let mut r293: u32 = 0u32;
-                let mut r294: bool = false;
-                let mut r295: u32 = 0u32;
-                let mut r296: bool = false;
+                let mut r293: f32 = 0.0f32;
+                let mut r294: f32 = 0.0f32;
+                let mut r295: bool = false;
+                let mut r296: f32 = 0.0f32;
                 let mut r297: f32 = 0.0f32;
-                let mut r298: f32 = 0.0f32;
-                let mut r299: f32 = 0.0f32;
-                let mut r300: f32 = 0.0f32;
+                let mut r298: u32 = 0u32;
+                let mut r299: u32 = 0u32;
+                let mut r300: bool = false;
                 let mut r301: u32 = 0u32;
-                let mut r302: u32 = 0u32;
-                let mut r303: u32 = 0u32;
-                let mut r304: u32 = 0u32;
-                let mut r305: u32 = 0u32;
-                let mut r306: u32 = 0u32;
+                let mut r302: bool = false;
+                let mut r303: f32 = 0.0f32;
+                let mut r304: f32 = 0.0f32;
+                let mut r305: f32 = 0.0f32;
+                let mut r306: f32 = 0.0f32;
                 let mut r307: u32 = 0u32;
                 let mut r308: u32 = 0u32;
                 let mut r309: u32 = 0u32;
@@ -6065,19 +6025,19 @@ fn cast_f32_half_group(
                 let mut r318: u32 = 0u32;
                 let mut r319: u32 = 0u32;
                 let mut r320: u32 = 0u32;
-                let mut r321: bool = false;
+                let mut r321: u32 = 0u32;
                 let mut r322: u32 = 0u32;
                 let mut r323: u32 = 0u32;
                 let mut r324: u32 = 0u32;
                 let mut r325: u32 = 0u32;
                 let mut r326: u32 = 0u32;
-                let mut r327: f32 = 0.0f32;
+                let mut r327: bool = false;
                 let mut r328: u32 = 0u32;
                 let mut r329: u32 = 0u32;
-                let mut r330: bool = false;
+                let mut r330: u32 = 0u32;
                 let mut r331: u32 = 0u32;
                 let mut r332: u32 = 0u32;
-                let mut r333: u32 = 0u32;
+                let mut r333: f32 = 0.0f32;
                 let mut r334: u32 = 0u32;
                 let mut r335: u32 = 0u32;
                 let mut r336: u32 = 0u32;
@@ -6089,30 +6049,30 @@ fn cast_f32_half_group(
                 let mut r342: u32 = 0u32;
                 let mut r343: u32 = 0u32;
                 let mut r344: u32 = 0u32;
-                let mut r345: f32 = 0.0f32;
-                let mut r346: f32 = 0.0f32;
+                let mut r345: u32 = 0u32;
+                let mut r346: u32 = 0u32;
                 let mut r347: u32 = 0u32;
                 let mut r348: u32 = 0u32;
-                let mut r349: u32 = 0u32;
+                let mut r349: f32 = 0.0f32;
                 let mut r350: u32 = 0u32;
-                let mut r351: u32 = 0u32;
+                let mut r351: bool = false;
                 let mut r352: f32 = 0.0f32;
-                let mut r353: u32 = 0u32;
+                let mut r353: f32 = 0.0f32;
                 let mut r354: u32 = 0u32;
                 let mut r355: u32 = 0u32;
-                let mut r356: bool = false;
+                let mut r356: u32 = 0u32;
                 let mut r357: u32 = 0u32;
                 let mut r358: u32 = 0u32;
-                let mut r359: u32 = 0u32;
+                let mut r359: f32 = 0.0f32;
                 let mut r360: u32 = 0u32;
-                let mut r361: f32 = 0.0f32;
+                let mut r361: u32 = 0u32;
                 let mut r362: u32 = 0u32;
-                let mut r363: u32 = 0u32;
-                let mut r364: bool = false;
+                let mut r363: bool = false;
+                let mut r364: u32 = 0u32;
                 let mut r365: u32 = 0u32;
                 let mut r366: u32 = 0u32;
                 let mut r367: u32 = 0u32;
-                let mut r368: u32 = 0u32;
+                let mut r368: f32 = 0.0f32;
                 let mut r369: u32 = 0u32;
                 let mut r370: u32 = 0u32;
                 let mut r371: u32 = 0u32;
@@ -6123,23 +6083,31 @@ fn cast_f32_half_group(
                 let mut r376: u32 = 0u32;
                 let mut r377: u32 = 0u32;
                 let mut r378: u32 = 0u32;
-                let mut r379: f32 = 0.0f32;
-                let mut r380: f32 = 0.0f32;
+                let mut r379: u32 = 0u32;
+                let mut r380: u32 = 0u32;
                 let mut r381: u32 = 0u32;
                 let mut r382: u32 = 0u32;
                 let mut r383: u32 = 0u32;
-                let mut r384: u32 = 0u32;
+                let mut r384: f32 = 0.0f32;
                 let mut r385: u32 = 0u32;
-                let mut r386: u32 = 0u32;
-                let mut r387: u32 = 0u32;
-                let mut r388: u64 = 0u64;
-                let mut r389: u64 = 0u64;
-                let mut r390: u64 = 0u64;
+                let mut r386: bool = false;
+                let mut r387: f32 = 0.0f32;
+                let mut r388: f32 = 0.0f32;
+                let mut r389: u32 = 0u32;
+                let mut r390: u32 = 0u32;
                 let mut r391: u32 = 0u32;
-                let mut r392: u64 = 0u64;
-                let mut r393: bool = false;
-                let mut r394: bool = false;
-                let mut r395: bool = false;
+                let mut r392: u32 = 0u32;
+                let mut r393: u32 = 0u32;
+                let mut r394: u32 = 0u32;
+                let mut r395: u32 = 0u32;
+                let mut r396: u64 = 0u64;
+                let mut r397: u64 = 0u64;
+                let mut r398: u64 = 0u64;
+                let mut r399: u32 = 0u32;
+                let mut r400: u64 = 0u64;
+                let mut r401: bool = false;
+                let mut r402: bool = false;
+                let mut r403: bool = false;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -6175,15 +6143,15 @@ fn cast_f32_half_group(
                     r134 = b1.len();
                     r180 = 0x7fffffffu32;
                     r183 = 0x7e00u32;
-                    r187 = f32::from_bits(0x38800000);
-                    r189 = f32::from_bits(0x4b800000);
-                    r214 = f32::from_bits(0x477fe000);
-                    r217 = 0x80000000u32;
-                    r225 = 0x7c00u32;
-                    r227 = 0x38800000u32;
-                    r231 = f32::from_bits(0x4f7fffff);
-                    r238 = 0xffu32;
-                    r325 = 0x7fc0u32;
+                    r186 = f32::from_bits(0x4b800000);
+                    r212 = f32::from_bits(0x38800000);
+                    r216 = 0x80000000u32;
+                    r221 = f32::from_bits(0x477fe000);
+                    r228 = 0x7c00u32;
+                    r230 = 0x38800000u32;
+                    r234 = f32::from_bits(0x4f7fffff);
+                    r241 = 0xffu32;
+                    r331 = 0x7fc0u32;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -6397,309 +6365,285 @@ fn cast_f32_half_group(
                                             break 'b5;
                                         }
                                         'b6: {
-                                            r186 = rt::un_f32(UnOp::Abs, r162);
-                                            r188 = rt::cmp(BinOp::Lt, r186, r187);
-                                            if r188 {
-                                                r190 = rt::bin_f32(BinOp::Mul, r162, r189);
-                                                r191 = rt::un_f32(UnOp::Round, r190);
-                                                r192 = rt::bin_f32(BinOp::Mul, r191, r73);
-                                                r185 = r192;
-                                                break 'b6;
-                                            }
+                                            r187 = rt::bin_f32(BinOp::Mul, r162, r186);
+                                            r188 = rt::un_f32(UnOp::Round, r187);
+                                            r189 = rt::bin_f32(BinOp::Mul, r188, r73);
                                             'b7: {
-                                                r194 = r162.to_bits();
-                                                r195 = rt::bin_u32(BinOp::And, r194, r79);
-                                                r196 = rt::cmp(BinOp::Eq, r195, r79);
-                                                if r196 {
-                                                    r193 = r162;
-                                                    break 'b7;
-                                                }
-                                                r197 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r198 = rt::bin_u32(BinOp::Shr, r194, r197);
-                                                r199 = rt::bin_u32(BinOp::And, r198, r7);
-                                                r200 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                r201 = rt::bin_u32(BinOp::And, r200, r62);
-                                                r202 = rt::bin_u32(BinOp::Shl, r7, r201);
-                                                r203 = rt::bin_u32(BinOp::Sub, r202, r7);
-                                                r204 = rt::bin_u32(BinOp::And, r81, r62);
-                                                r205 = rt::bin_u32(BinOp::Shl, r7, r204);
-                                                r206 = rt::bin_u32(BinOp::Sub, r205, r7);
-                                                r207 = rt::un_u32(UnOp::Not, r206);
-                                                r208 = rt::bin_u32(BinOp::Add, r194, r203);
-                                                r209 = rt::bin_u32(BinOp::Add, r208, r199);
-                                                r210 = rt::bin_u32(BinOp::And, r209, r207);
-                                                r211 = f32::from_bits(r210);
-                                                r193 = r211;
+                                                r191 = r162.to_bits();
+                                                r192 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r193 = rt::bin_u32(BinOp::Shr, r191, r192);
+                                                r194 = rt::bin_u32(BinOp::And, r193, r7);
+                                                r195 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                r196 = rt::bin_u32(BinOp::And, r195, r62);
+                                                r197 = rt::bin_u32(BinOp::Shl, r7, r196);
+                                                r198 = rt::bin_u32(BinOp::Sub, r197, r7);
+                                                r199 = rt::bin_u32(BinOp::And, r81, r62);
+                                                r200 = rt::bin_u32(BinOp::Shl, r7, r199);
+                                                r201 = rt::bin_u32(BinOp::Sub, r200, r7);
+                                                r202 = rt::un_u32(UnOp::Not, r201);
+                                                r203 = rt::bin_u32(BinOp::Add, r191, r198);
+                                                r204 = rt::bin_u32(BinOp::Add, r203, r194);
+                                                r205 = rt::bin_u32(BinOp::And, r204, r202);
+                                                r206 = f32::from_bits(r205);
+                                                r207 = rt::bin_u32(BinOp::And, r191, r79);
+                                                r208 = rt::cmp(BinOp::Eq, r207, r79);
+                                                r209 = if r208 { r162 } else { r206 };
+                                                r190 = r209;
                                                 break 'b7;
                                             }
-                                            r212 = r193;
-                                            r213 = rt::un_f32(UnOp::Abs, r212);
-                                            r215 = rt::cmp(BinOp::Gt, r213, r214);
-                                            if r215 {
-                                                r216 = r212.to_bits();
-                                                r218 = rt::bin_u32(BinOp::And, r216, r217);
-                                                r219 = rt::bin_u32(BinOp::Or, r218, r79);
-                                                r220 = f32::from_bits(r219);
-                                                r185 = r220;
-                                                break 'b6;
-                                            }
-                                            r185 = r212;
+                                            r210 = r190;
+                                            r211 = rt::un_f32(UnOp::Abs, r162);
+                                            r213 = rt::cmp(BinOp::Lt, r211, r212);
+                                            r214 = if r213 { r189 } else { r210 };
+                                            r215 = r214.to_bits();
+                                            r217 = rt::bin_u32(BinOp::And, r215, r216);
+                                            r218 = rt::bin_u32(BinOp::Or, r217, r79);
+                                            r219 = f32::from_bits(r218);
+                                            r220 = rt::un_f32(UnOp::Abs, r214);
+                                            r222 = rt::cmp(BinOp::Gt, r220, r221);
+                                            r223 = if r222 { r219 } else { r214 };
+                                            r185 = r223;
                                             break 'b6;
                                         }
-                                        r221 = r185;
-                                        r222 = r221.to_bits();
-                                        r223 = rt::bin_u32(BinOp::And, r222, r180);
-                                        r224 = rt::cmp(BinOp::Ge, r223, r79);
-                                        if r224 {
-                                            r226 = rt::bin_u32(BinOp::Or, r179, r225);
-                                            r175 = r226;
+                                        r224 = r185;
+                                        r225 = r224.to_bits();
+                                        r226 = rt::bin_u32(BinOp::And, r225, r180);
+                                        r227 = rt::cmp(BinOp::Ge, r226, r79);
+                                        if r227 {
+                                            r229 = rt::bin_u32(BinOp::Or, r179, r228);
+                                            r175 = r229;
                                             break 'b5;
                                         }
-                                        r228 = rt::cmp(BinOp::Lt, r223, r227);
-                                        if r228 {
-                                            r229 = f32::from_bits(r223);
-                                            r230 = rt::bin_f32(BinOp::Mul, r229, r189);
-                                            r232 = rt::bin_f32(BinOp::Max, r230, r18);
-                                            r233 = rt::bin_f32(BinOp::Min, r232, r231);
-                                            r234 = r233 as u32;
-                                            r235 = rt::bin_u32(BinOp::Or, r179, r234);
-                                            r175 = r235;
+                                        r231 = rt::cmp(BinOp::Lt, r226, r230);
+                                        if r231 {
+                                            r232 = f32::from_bits(r226);
+                                            r233 = rt::bin_f32(BinOp::Mul, r232, r186);
+                                            r235 = rt::bin_f32(BinOp::Max, r233, r18);
+                                            r236 = rt::bin_f32(BinOp::Min, r235, r234);
+                                            r237 = r236 as u32;
+                                            r238 = rt::bin_u32(BinOp::Or, r179, r237);
+                                            r175 = r238;
                                             break 'b5;
                                         }
-                                        r236 = rt::bin_u32(BinOp::And, r88, r62);
-                                        r237 = rt::bin_u32(BinOp::Shr, r223, r236);
-                                        r239 = rt::bin_u32(BinOp::And, r237, r238);
-                                        r240 = rt::bin_u32(BinOp::Sub, r239, r86);
-                                        r241 = rt::bin_u32(BinOp::And, r65, r62);
-                                        r242 = rt::bin_u32(BinOp::Shl, r240, r241);
-                                        r243 = rt::bin_u32(BinOp::Or, r179, r242);
-                                        r244 = rt::bin_u32(BinOp::And, r81, r62);
-                                        r245 = rt::bin_u32(BinOp::Shr, r223, r244);
-                                        r246 = rt::bin_u32(BinOp::And, r245, r69);
-                                        r247 = rt::bin_u32(BinOp::Or, r243, r246);
-                                        r175 = r247;
+                                        r239 = rt::bin_u32(BinOp::And, r88, r62);
+                                        r240 = rt::bin_u32(BinOp::Shr, r226, r239);
+                                        r242 = rt::bin_u32(BinOp::And, r240, r241);
+                                        r243 = rt::bin_u32(BinOp::Sub, r242, r86);
+                                        r244 = rt::bin_u32(BinOp::And, r65, r62);
+                                        r245 = rt::bin_u32(BinOp::Shl, r243, r244);
+                                        r246 = rt::bin_u32(BinOp::Or, r179, r245);
+                                        r247 = rt::bin_u32(BinOp::And, r81, r62);
+                                        r248 = rt::bin_u32(BinOp::Shr, r226, r247);
+                                        r249 = rt::bin_u32(BinOp::And, r248, r69);
+                                        r250 = rt::bin_u32(BinOp::Or, r246, r249);
+                                        r175 = r250;
                                         break 'b5;
                                     }
-                                    r248 = r175;
-                                    r21 = r248;
+                                    r251 = r175;
+                                    r21 = r251;
                                     if r32 {
-                                        r249 = r21;
-                                        r250 = r20;
+                                        r252 = r21;
+                                        r253 = r20;
                                         'b8: {
-                                            r252 = r250.to_bits();
-                                            r253 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r254 = rt::bin_u32(BinOp::Shr, r252, r253);
-                                            r255 = rt::bin_u32(BinOp::And, r254, r59);
-                                            r256 = rt::bin_u32(BinOp::And, r252, r180);
-                                            r257 = rt::cmp(BinOp::Gt, r256, r79);
-                                            if r257 {
-                                                r258 = rt::bin_u32(BinOp::Or, r255, r183);
-                                                r251 = r258;
+                                            r255 = r253.to_bits();
+                                            r256 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r257 = rt::bin_u32(BinOp::Shr, r255, r256);
+                                            r258 = rt::bin_u32(BinOp::And, r257, r59);
+                                            r259 = rt::bin_u32(BinOp::And, r255, r180);
+                                            r260 = rt::cmp(BinOp::Gt, r259, r79);
+                                            if r260 {
+                                                r261 = rt::bin_u32(BinOp::Or, r258, r183);
+                                                r254 = r261;
                                                 break 'b8;
                                             }
                                             'b9: {
-                                                r260 = rt::un_f32(UnOp::Abs, r250);
-                                                r261 = rt::cmp(BinOp::Lt, r260, r187);
-                                                if r261 {
-                                                    r262 = rt::bin_f32(BinOp::Mul, r250, r189);
-                                                    r263 = rt::un_f32(UnOp::Round, r262);
-                                                    r264 = rt::bin_f32(BinOp::Mul, r263, r73);
-                                                    r259 = r264;
-                                                    break 'b9;
-                                                }
+                                                r263 = rt::bin_f32(BinOp::Mul, r253, r186);
+                                                r264 = rt::un_f32(UnOp::Round, r263);
+                                                r265 = rt::bin_f32(BinOp::Mul, r264, r73);
                                                 'b10: {
-                                                    r266 = r250.to_bits();
-                                                    r267 = rt::bin_u32(BinOp::And, r266, r79);
-                                                    r268 = rt::cmp(BinOp::Eq, r267, r79);
-                                                    if r268 {
-                                                        r265 = r250;
-                                                        break 'b10;
-                                                    }
-                                                    r269 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r270 = rt::bin_u32(BinOp::Shr, r266, r269);
-                                                    r271 = rt::bin_u32(BinOp::And, r270, r7);
-                                                    r272 = rt::bin_u32(BinOp::Sub, r81, r7);
-                                                    r273 = rt::bin_u32(BinOp::And, r272, r62);
-                                                    r274 = rt::bin_u32(BinOp::Shl, r7, r273);
-                                                    r275 = rt::bin_u32(BinOp::Sub, r274, r7);
-                                                    r276 = rt::bin_u32(BinOp::And, r81, r62);
-                                                    r277 = rt::bin_u32(BinOp::Shl, r7, r276);
-                                                    r278 = rt::bin_u32(BinOp::Sub, r277, r7);
-                                                    r279 = rt::un_u32(UnOp::Not, r278);
-                                                    r280 = rt::bin_u32(BinOp::Add, r266, r275);
-                                                    r281 = rt::bin_u32(BinOp::Add, r280, r271);
-                                                    r282 = rt::bin_u32(BinOp::And, r281, r279);
-                                                    r283 = f32::from_bits(r282);
-                                                    r265 = r283;
+                                                    r267 = r253.to_bits();
+                                                    r268 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r269 = rt::bin_u32(BinOp::Shr, r267, r268);
+                                                    r270 = rt::bin_u32(BinOp::And, r269, r7);
+                                                    r271 = rt::bin_u32(BinOp::Sub, r81, r7);
+                                                    r272 = rt::bin_u32(BinOp::And, r271, r62);
+                                                    r273 = rt::bin_u32(BinOp::Shl, r7, r272);
+                                                    r274 = rt::bin_u32(BinOp::Sub, r273, r7);
+                                                    r275 = rt::bin_u32(BinOp::And, r81, r62);
+                                                    r276 = rt::bin_u32(BinOp::Shl, r7, r275);
+                                                    r277 = rt::bin_u32(BinOp::Sub, r276, r7);
+                                                    r278 = rt::un_u32(UnOp::Not, r277);
+                                                    r279 = rt::bin_u32(BinOp::Add, r267, r274);
+                                                    r280 = rt::bin_u32(BinOp::Add, r279, r270);
+                                                    r281 = rt::bin_u32(BinOp::And, r280, r278);
+                                                    r282 = f32::from_bits(r281);
+                                                    r283 = rt::bin_u32(BinOp::And, r267, r79);
+                                                    r284 = rt::cmp(BinOp::Eq, r283, r79);
+                                                    r285 = if r284 { r253 } else { r282 };
+                                                    r266 = r285;
                                                     break 'b10;
                                                 }
-                                                r284 = r265;
-                                                r285 = rt::un_f32(UnOp::Abs, r284);
-                                                r286 = rt::cmp(BinOp::Gt, r285, r214);
-                                                if r286 {
-                                                    r287 = r284.to_bits();
-                                                    r288 = rt::bin_u32(BinOp::And, r287, r217);
-                                                    r289 = rt::bin_u32(BinOp::Or, r288, r79);
-                                                    r290 = f32::from_bits(r289);
-                                                    r259 = r290;
-                                                    break 'b9;
-                                                }
-                                                r259 = r284;
+                                                r286 = r266;
+                                                r287 = rt::un_f32(UnOp::Abs, r253);
+                                                r288 = rt::cmp(BinOp::Lt, r287, r212);
+                                                r289 = if r288 { r265 } else { r286 };
+                                                r290 = r289.to_bits();
+                                                r291 = rt::bin_u32(BinOp::And, r290, r216);
+                                                r292 = rt::bin_u32(BinOp::Or, r291, r79);
+                                                r293 = f32::from_bits(r292);
+                                                r294 = rt::un_f32(UnOp::Abs, r289);
+                                                r295 = rt::cmp(BinOp::Gt, r294, r221);
+                                                r296 = if r295 { r293 } else { r289 };
+                                                r262 = r296;
                                                 break 'b9;
                                             }
-                                            r291 = r259;
-                                            r292 = r291.to_bits();
-                                            r293 = rt::bin_u32(BinOp::And, r292, r180);
-                                            r294 = rt::cmp(BinOp::Ge, r293, r79);
-                                            if r294 {
-                                                r295 = rt::bin_u32(BinOp::Or, r255, r225);
-                                                r251 = r295;
+                                            r297 = r262;
+                                            r298 = r297.to_bits();
+                                            r299 = rt::bin_u32(BinOp::And, r298, r180);
+                                            r300 = rt::cmp(BinOp::Ge, r299, r79);
+                                            if r300 {
+                                                r301 = rt::bin_u32(BinOp::Or, r258, r228);
+                                                r254 = r301;
                                                 break 'b8;
                                             }
-                                            r296 = rt::cmp(BinOp::Lt, r293, r227);
-                                            if r296 {
-                                                r297 = f32::from_bits(r293);
-                                                r298 = rt::bin_f32(BinOp::Mul, r297, r189);
-                                                r299 = rt::bin_f32(BinOp::Max, r298, r18);
-                                                r300 = rt::bin_f32(BinOp::Min, r299, r231);
-                                                r301 = r300 as u32;
-                                                r302 = rt::bin_u32(BinOp::Or, r255, r301);
-                                                r251 = r302;
+                                            r302 = rt::cmp(BinOp::Lt, r299, r230);
+                                            if r302 {
+                                                r303 = f32::from_bits(r299);
+                                                r304 = rt::bin_f32(BinOp::Mul, r303, r186);
+                                                r305 = rt::bin_f32(BinOp::Max, r304, r18);
+                                                r306 = rt::bin_f32(BinOp::Min, r305, r234);
+                                                r307 = r306 as u32;
+                                                r308 = rt::bin_u32(BinOp::Or, r258, r307);
+                                                r254 = r308;
                                                 break 'b8;
                                             }
-                                            r303 = rt::bin_u32(BinOp::And, r88, r62);
-                                            r304 = rt::bin_u32(BinOp::Shr, r293, r303);
-                                            r305 = rt::bin_u32(BinOp::And, r304, r238);
-                                            r306 = rt::bin_u32(BinOp::Sub, r305, r86);
-                                            r307 = rt::bin_u32(BinOp::And, r65, r62);
-                                            r308 = rt::bin_u32(BinOp::Shl, r306, r307);
-                                            r309 = rt::bin_u32(BinOp::Or, r255, r308);
-                                            r310 = rt::bin_u32(BinOp::And, r81, r62);
-                                            r311 = rt::bin_u32(BinOp::Shr, r293, r310);
-                                            r312 = rt::bin_u32(BinOp::And, r311, r69);
-                                            r313 = rt::bin_u32(BinOp::Or, r309, r312);
-                                            r251 = r313;
+                                            r309 = rt::bin_u32(BinOp::And, r88, r62);
+                                            r310 = rt::bin_u32(BinOp::Shr, r299, r309);
+                                            r311 = rt::bin_u32(BinOp::And, r310, r241);
+                                            r312 = rt::bin_u32(BinOp::Sub, r311, r86);
+                                            r313 = rt::bin_u32(BinOp::And, r65, r62);
+                                            r314 = rt::bin_u32(BinOp::Shl, r312, r313);
+                                            r315 = rt::bin_u32(BinOp::Or, r258, r314);
+                                            r316 = rt::bin_u32(BinOp::And, r81, r62);
+                                            r317 = rt::bin_u32(BinOp::Shr, r299, r316);
+                                            r318 = rt::bin_u32(BinOp::And, r317, r69);
+                                            r319 = rt::bin_u32(BinOp::Or, r315, r318);
+                                            r254 = r319;
                                             break 'b8;
                                         }
-                                        r314 = r251;
-                                        r315 = rt::bin_u32(BinOp::And, r61, r62);
-                                        r316 = rt::bin_u32(BinOp::Shl, r314, r315);
-                                        r317 = rt::bin_u32(BinOp::Or, r249, r316);
-                                        r21 = r317;
+                                        r320 = r254;
+                                        r321 = rt::bin_u32(BinOp::And, r61, r62);
+                                        r322 = rt::bin_u32(BinOp::Shl, r320, r321);
+                                        r323 = rt::bin_u32(BinOp::Or, r252, r322);
+                                        r21 = r323;
                                     }
                                 } else {
                                     'b11: {
-                                        r319 = r162.to_bits();
-                                        r320 = rt::bin_u32(BinOp::And, r319, r180);
-                                        r321 = rt::cmp(BinOp::Gt, r320, r79);
-                                        if r321 {
-                                            r322 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r323 = rt::bin_u32(BinOp::Shr, r319, r322);
-                                            r324 = rt::bin_u32(BinOp::And, r323, r59);
-                                            r326 = rt::bin_u32(BinOp::Or, r324, r325);
-                                            r318 = r326;
+                                        r325 = r162.to_bits();
+                                        r326 = rt::bin_u32(BinOp::And, r325, r180);
+                                        r327 = rt::cmp(BinOp::Gt, r326, r79);
+                                        if r327 {
+                                            r328 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r329 = rt::bin_u32(BinOp::Shr, r325, r328);
+                                            r330 = rt::bin_u32(BinOp::And, r329, r59);
+                                            r332 = rt::bin_u32(BinOp::Or, r330, r331);
+                                            r324 = r332;
                                             break 'b11;
                                         }
                                         'b12: {
-                                            r328 = r162.to_bits();
-                                            r329 = rt::bin_u32(BinOp::And, r328, r79);
-                                            r330 = rt::cmp(BinOp::Eq, r329, r79);
-                                            if r330 {
-                                                r327 = r162;
-                                                break 'b12;
-                                            }
-                                            r331 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r332 = rt::bin_u32(BinOp::Shr, r328, r331);
-                                            r333 = rt::bin_u32(BinOp::And, r332, r7);
-                                            r334 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                            r335 = rt::bin_u32(BinOp::And, r334, r62);
-                                            r336 = rt::bin_u32(BinOp::Shl, r7, r335);
-                                            r337 = rt::bin_u32(BinOp::Sub, r336, r7);
-                                            r338 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r339 = rt::bin_u32(BinOp::Shl, r7, r338);
-                                            r340 = rt::bin_u32(BinOp::Sub, r339, r7);
-                                            r341 = rt::un_u32(UnOp::Not, r340);
-                                            r342 = rt::bin_u32(BinOp::Add, r328, r337);
-                                            r343 = rt::bin_u32(BinOp::Add, r342, r333);
-                                            r344 = rt::bin_u32(BinOp::And, r343, r341);
-                                            r345 = f32::from_bits(r344);
-                                            r327 = r345;
+                                            r334 = r162.to_bits();
+                                            r335 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r336 = rt::bin_u32(BinOp::Shr, r334, r335);
+                                            r337 = rt::bin_u32(BinOp::And, r336, r7);
+                                            r338 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                            r339 = rt::bin_u32(BinOp::And, r338, r62);
+                                            r340 = rt::bin_u32(BinOp::Shl, r7, r339);
+                                            r341 = rt::bin_u32(BinOp::Sub, r340, r7);
+                                            r342 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r343 = rt::bin_u32(BinOp::Shl, r7, r342);
+                                            r344 = rt::bin_u32(BinOp::Sub, r343, r7);
+                                            r345 = rt::un_u32(UnOp::Not, r344);
+                                            r346 = rt::bin_u32(BinOp::Add, r334, r341);
+                                            r347 = rt::bin_u32(BinOp::Add, r346, r337);
+                                            r348 = rt::bin_u32(BinOp::And, r347, r345);
+                                            r349 = f32::from_bits(r348);
+                                            r350 = rt::bin_u32(BinOp::And, r334, r79);
+                                            r351 = rt::cmp(BinOp::Eq, r350, r79);
+                                            r352 = if r351 { r162 } else { r349 };
+                                            r333 = r352;
                                             break 'b12;
                                         }
-                                        r346 = r327;
-                                        r347 = r346.to_bits();
-                                        r348 = rt::bin_u32(BinOp::And, r61, r62);
-                                        r349 = rt::bin_u32(BinOp::Shr, r347, r348);
-                                        r318 = r349;
+                                        r353 = r333;
+                                        r354 = r353.to_bits();
+                                        r355 = rt::bin_u32(BinOp::And, r61, r62);
+                                        r356 = rt::bin_u32(BinOp::Shr, r354, r355);
+                                        r324 = r356;
                                         break 'b11;
                                     }
-                                    r350 = r318;
-                                    r21 = r350;
+                                    r357 = r324;
+                                    r21 = r357;
                                     if r32 {
-                                        r351 = r21;
-                                        r352 = r20;
+                                        r358 = r21;
+                                        r359 = r20;
                                         'b13: {
-                                            r354 = r352.to_bits();
-                                            r355 = rt::bin_u32(BinOp::And, r354, r180);
-                                            r356 = rt::cmp(BinOp::Gt, r355, r79);
-                                            if r356 {
-                                                r357 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r358 = rt::bin_u32(BinOp::Shr, r354, r357);
-                                                r359 = rt::bin_u32(BinOp::And, r358, r59);
-                                                r360 = rt::bin_u32(BinOp::Or, r359, r325);
-                                                r353 = r360;
+                                            r361 = r359.to_bits();
+                                            r362 = rt::bin_u32(BinOp::And, r361, r180);
+                                            r363 = rt::cmp(BinOp::Gt, r362, r79);
+                                            if r363 {
+                                                r364 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r365 = rt::bin_u32(BinOp::Shr, r361, r364);
+                                                r366 = rt::bin_u32(BinOp::And, r365, r59);
+                                                r367 = rt::bin_u32(BinOp::Or, r366, r331);
+                                                r360 = r367;
                                                 break 'b13;
                                             }
                                             'b14: {
-                                                r362 = r352.to_bits();
-                                                r363 = rt::bin_u32(BinOp::And, r362, r79);
-                                                r364 = rt::cmp(BinOp::Eq, r363, r79);
-                                                if r364 {
-                                                    r361 = r352;
-                                                    break 'b14;
-                                                }
-                                                r365 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r366 = rt::bin_u32(BinOp::Shr, r362, r365);
-                                                r367 = rt::bin_u32(BinOp::And, r366, r7);
-                                                r368 = rt::bin_u32(BinOp::Sub, r61, r7);
-                                                r369 = rt::bin_u32(BinOp::And, r368, r62);
-                                                r370 = rt::bin_u32(BinOp::Shl, r7, r369);
-                                                r371 = rt::bin_u32(BinOp::Sub, r370, r7);
-                                                r372 = rt::bin_u32(BinOp::And, r61, r62);
-                                                r373 = rt::bin_u32(BinOp::Shl, r7, r372);
-                                                r374 = rt::bin_u32(BinOp::Sub, r373, r7);
-                                                r375 = rt::un_u32(UnOp::Not, r374);
-                                                r376 = rt::bin_u32(BinOp::Add, r362, r371);
-                                                r377 = rt::bin_u32(BinOp::Add, r376, r367);
-                                                r378 = rt::bin_u32(BinOp::And, r377, r375);
-                                                r379 = f32::from_bits(r378);
-                                                r361 = r379;
+                                                r369 = r359.to_bits();
+                                                r370 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r371 = rt::bin_u32(BinOp::Shr, r369, r370);
+                                                r372 = rt::bin_u32(BinOp::And, r371, r7);
+                                                r373 = rt::bin_u32(BinOp::Sub, r61, r7);
+                                                r374 = rt::bin_u32(BinOp::And, r373, r62);
+                                                r375 = rt::bin_u32(BinOp::Shl, r7, r374);
+                                                r376 = rt::bin_u32(BinOp::Sub, r375, r7);
+                                                r377 = rt::bin_u32(BinOp::And, r61, r62);
+                                                r378 = rt::bin_u32(BinOp::Shl, r7, r377);
+                                                r379 = rt::bin_u32(BinOp::Sub, r378, r7);
+                                                r380 = rt::un_u32(UnOp::Not, r379);
+                                                r381 = rt::bin_u32(BinOp::Add, r369, r376);
+                                                r382 = rt::bin_u32(BinOp::Add, r381, r372);
+                                                r383 = rt::bin_u32(BinOp::And, r382, r380);
+                                                r384 = f32::from_bits(r383);
+                                                r385 = rt::bin_u32(BinOp::And, r369, r79);
+                                                r386 = rt::cmp(BinOp::Eq, r385, r79);
+                                                r387 = if r386 { r359 } else { r384 };
+                                                r368 = r387;
                                                 break 'b14;
                                             }
-                                            r380 = r361;
-                                            r381 = r380.to_bits();
-                                            r382 = rt::bin_u32(BinOp::And, r61, r62);
-                                            r383 = rt::bin_u32(BinOp::Shr, r381, r382);
-                                            r353 = r383;
+                                            r388 = r368;
+                                            r389 = r388.to_bits();
+                                            r390 = rt::bin_u32(BinOp::And, r61, r62);
+                                            r391 = rt::bin_u32(BinOp::Shr, r389, r390);
+                                            r360 = r391;
                                             break 'b13;
                                         }
-                                        r384 = r353;
-                                        r385 = rt::bin_u32(BinOp::And, r61, r62);
-                                        r386 = rt::bin_u32(BinOp::Shl, r384, r385);
-                                        r387 = rt::bin_u32(BinOp::Or, r351, r386);
-                                        r21 = r387;
+                                        r392 = r360;
+                                        r393 = rt::bin_u32(BinOp::And, r61, r62);
+                                        r394 = rt::bin_u32(BinOp::Shl, r392, r393);
+                                        r395 = rt::bin_u32(BinOp::Or, r358, r394);
+                                        r21 = r395;
                                     }
                                 }
-                                r388 = u64::from(r25);
-                                r389 = rt::bin_u64(BinOp::Mul, r388, r46);
-                                r390 = rt::bin_u64(BinOp::Add, r43, r389);
-                                r391 = r21;
-                                r392 = rt::bin_u64(BinOp::Add, r390, r46);
-                                r393 = rt::cmp(BinOp::Le, r392, r134);
-                                r394 = rt::cmp(BinOp::Ge, r392, r390);
-                                r395 = r393;
-                                if r395 {
-                                    b1.st_u32(r390, r391)?;
+                                r396 = u64::from(r25);
+                                r397 = rt::bin_u64(BinOp::Mul, r396, r46);
+                                r398 = rt::bin_u64(BinOp::Add, r43, r397);
+                                r399 = r21;
+                                r400 = rt::bin_u64(BinOp::Add, r398, r46);
+                                r401 = rt::cmp(BinOp::Le, r400, r134);
+                                r402 = rt::cmp(BinOp::Ge, r400, r398);
+                                r403 = r401;
+                                if r403 {
+                                    b1.st_u32(r398, r399)?;
                                 }
                                 break 'inv;
                                 break 'b2;
@@ -6882,7 +6826,7 @@ fn matmul_naive_group(
                 let mut r123: u32 = 0u32;
                 let mut r124: u32 = 0u32;
                 let mut r125: u32 = 0u32;
-                let mut r126: bool = false;
+                let mut r126: u32 = 0u32;
                 let mut r127: u32 = 0u32;
                 let mut r128: u32 = 0u32;
                 let mut r129: u32 = 0u32;
@@ -6894,15 +6838,15 @@ fn matmul_naive_group(
                 let mut r135: u32 = 0u32;
                 let mut r136: u32 = 0u32;
                 let mut r137: u32 = 0u32;
-                let mut r138: u32 = 0u32;
+                let mut r138: f32 = 0.0f32;
                 let mut r139: u32 = 0u32;
                 let mut r140: u32 = 0u32;
-                let mut r141: f32 = 0.0f32;
+                let mut r141: bool = false;
                 let mut r142: f32 = 0.0f32;
                 let mut r143: f32 = 0.0f32;
-                let mut r144: u32 = 0u32;
+                let mut r144: f32 = 0.0f32;
                 let mut r145: u32 = 0u32;
-                let mut r146: bool = false;
+                let mut r146: u32 = 0u32;
                 let mut r147: u32 = 0u32;
                 let mut r148: u32 = 0u32;
                 let mut r149: u32 = 0u32;
@@ -6916,22 +6860,22 @@ fn matmul_naive_group(
                 let mut r157: u32 = 0u32;
                 let mut r158: u32 = 0u32;
                 let mut r159: u32 = 0u32;
-                let mut r160: u32 = 0u32;
-                let mut r161: f32 = 0.0f32;
-                let mut r162: f32 = 0.0f32;
+                let mut r160: f32 = 0.0f32;
+                let mut r161: u32 = 0u32;
+                let mut r162: bool = false;
                 let mut r163: f32 = 0.0f32;
                 let mut r164: f32 = 0.0f32;
                 let mut r165: f32 = 0.0f32;
-                let mut r166: bool = false;
+                let mut r166: f32 = 0.0f32;
                 let mut r167: f32 = 0.0f32;
                 let mut r168: f32 = 0.0f32;
                 let mut r169: f32 = 0.0f32;
                 let mut r170: f32 = 0.0f32;
                 let mut r171: f32 = 0.0f32;
-                let mut r172: f32 = 0.0f32;
+                let mut r172: u32 = 0u32;
                 let mut r173: u32 = 0u32;
                 let mut r174: u32 = 0u32;
-                let mut r175: bool = false;
+                let mut r175: u32 = 0u32;
                 let mut r176: u32 = 0u32;
                 let mut r177: u32 = 0u32;
                 let mut r178: u32 = 0u32;
@@ -6943,49 +6887,49 @@ fn matmul_naive_group(
                 let mut r184: u32 = 0u32;
                 let mut r185: u32 = 0u32;
                 let mut r186: u32 = 0u32;
-                let mut r187: u32 = 0u32;
+                let mut r187: f32 = 0.0f32;
                 let mut r188: u32 = 0u32;
-                let mut r189: u32 = 0u32;
+                let mut r189: bool = false;
                 let mut r190: f32 = 0.0f32;
                 let mut r191: f32 = 0.0f32;
                 let mut r192: f32 = 0.0f32;
                 let mut r193: f32 = 0.0f32;
                 let mut r194: bool = false;
-                let mut r195: u32 = 0u32;
+                let mut r195: f32 = 0.0f32;
                 let mut r196: u32 = 0u32;
                 let mut r197: u32 = 0u32;
                 let mut r198: u32 = 0u32;
-                let mut r199: f32 = 0.0f32;
+                let mut r199: u32 = 0u32;
                 let mut r200: f32 = 0.0f32;
                 let mut r201: f32 = 0.0f32;
-                let mut r202: u32 = 0u32;
-                let mut r203: u32 = 0u32;
-                let mut r204: u32 = 0u32;
-                let mut r205: u64 = 0u64;
-                let mut r206: u64 = 0u64;
-                let mut r207: u64 = 0u64;
-                let mut r208: u64 = 0u64;
-                let mut r209: bool = false;
-                let mut r210: bool = false;
-                let mut r211: bool = false;
-                let mut r212: f32 = 0.0f32;
-                let mut r213: f32 = 0.0f32;
+                let mut r202: f32 = 0.0f32;
+                let mut r203: bool = false;
+                let mut r204: f32 = 0.0f32;
+                let mut r205: f32 = 0.0f32;
+                let mut r206: f32 = 0.0f32;
+                let mut r207: u32 = 0u32;
+                let mut r208: u32 = 0u32;
+                let mut r209: u32 = 0u32;
+                let mut r210: u64 = 0u64;
+                let mut r211: u64 = 0u64;
+                let mut r212: u64 = 0u64;
+                let mut r213: u64 = 0u64;
                 let mut r214: bool = false;
                 let mut r215: bool = false;
                 let mut r216: bool = false;
-                let mut r217: bool = false;
-                let mut r218: bool = false;
+                let mut r217: f32 = 0.0f32;
+                let mut r218: f32 = 0.0f32;
                 let mut r219: bool = false;
                 let mut r220: bool = false;
                 let mut r221: bool = false;
                 let mut r222: bool = false;
                 let mut r223: bool = false;
-                let mut r224: f32 = 0.0f32;
-                let mut r225: u32 = 0u32;
-                let mut r226: u32 = 0u32;
+                let mut r224: bool = false;
+                let mut r225: bool = false;
+                let mut r226: bool = false;
                 let mut r227: bool = false;
-                let mut r228: u32 = 0u32;
-                let mut r229: u32 = 0u32;
+                let mut r228: bool = false;
+                let mut r229: f32 = 0.0f32;
                 let mut r230: u32 = 0u32;
                 let mut r231: u32 = 0u32;
                 let mut r232: u32 = 0u32;
@@ -6998,15 +6942,15 @@ fn matmul_naive_group(
                 let mut r239: u32 = 0u32;
                 let mut r240: u32 = 0u32;
                 let mut r241: u32 = 0u32;
-                let mut r242: f32 = 0.0f32;
-                let mut r243: f32 = 0.0f32;
-                let mut r244: f32 = 0.0f32;
-                let mut r245: u32 = 0u32;
+                let mut r242: u32 = 0u32;
+                let mut r243: u32 = 0u32;
+                let mut r244: u32 = 0u32;
+                let mut r245: f32 = 0.0f32;
                 let mut r246: u32 = 0u32;
                 let mut r247: bool = false;
-                let mut r248: u32 = 0u32;
-                let mut r249: u32 = 0u32;
-                let mut r250: u32 = 0u32;
+                let mut r248: f32 = 0.0f32;
+                let mut r249: f32 = 0.0f32;
+                let mut r250: f32 = 0.0f32;
                 let mut r251: u32 = 0u32;
                 let mut r252: u32 = 0u32;
                 let mut r253: u32 = 0u32;
@@ -7018,20 +6962,20 @@ fn matmul_naive_group(
                 let mut r259: u32 = 0u32;
                 let mut r260: u32 = 0u32;
                 let mut r261: u32 = 0u32;
-                let mut r262: f32 = 0.0f32;
-                let mut r263: f32 = 0.0f32;
-                let mut r264: f32 = 0.0f32;
-                let mut r265: f32 = 0.0f32;
-                let mut r266: bool = false;
-                let mut r267: f32 = 0.0f32;
-                let mut r268: f32 = 0.0f32;
+                let mut r262: u32 = 0u32;
+                let mut r263: u32 = 0u32;
+                let mut r264: u32 = 0u32;
+                let mut r265: u32 = 0u32;
+                let mut r266: f32 = 0.0f32;
+                let mut r267: u32 = 0u32;
+                let mut r268: bool = false;
                 let mut r269: f32 = 0.0f32;
                 let mut r270: f32 = 0.0f32;
-                let mut r271: u32 = 0u32;
-                let mut r272: u32 = 0u32;
-                let mut r273: bool = false;
-                let mut r274: u32 = 0u32;
-                let mut r275: u32 = 0u32;
+                let mut r271: f32 = 0.0f32;
+                let mut r272: f32 = 0.0f32;
+                let mut r273: f32 = 0.0f32;
+                let mut r274: f32 = 0.0f32;
+                let mut r275: f32 = 0.0f32;
                 let mut r276: u32 = 0u32;
                 let mut r277: u32 = 0u32;
                 let mut r278: u32 = 0u32;
@@ -7044,41 +6988,41 @@ fn matmul_naive_group(
                 let mut r285: u32 = 0u32;
                 let mut r286: u32 = 0u32;
                 let mut r287: u32 = 0u32;
-                let mut r288: f32 = 0.0f32;
-                let mut r289: f32 = 0.0f32;
-                let mut r290: f32 = 0.0f32;
-                let mut r291: bool = false;
+                let mut r288: u32 = 0u32;
+                let mut r289: u32 = 0u32;
+                let mut r290: u32 = 0u32;
+                let mut r291: f32 = 0.0f32;
                 let mut r292: u32 = 0u32;
-                let mut r293: u32 = 0u32;
-                let mut r294: u32 = 0u32;
+                let mut r293: bool = false;
+                let mut r294: f32 = 0.0f32;
                 let mut r295: f32 = 0.0f32;
                 let mut r296: f32 = 0.0f32;
-                let mut r297: f32 = 0.0f32;
+                let mut r297: bool = false;
                 let mut r298: f32 = 0.0f32;
-                let mut r299: f32 = 0.0f32;
-                let mut r300: f32 = 0.0f32;
-                let mut r301: f32 = 0.0f32;
-                let mut r302: bool = false;
-                let mut r303: bool = false;
+                let mut r299: u32 = 0u32;
+                let mut r300: u32 = 0u32;
+                let mut r301: u32 = 0u32;
+                let mut r302: f32 = 0.0f32;
+                let mut r303: f32 = 0.0f32;
                 let mut r304: bool = false;
-                let mut r305: bool = false;
-                let mut r306: bool = false;
-                let mut r307: bool = false;
-                let mut r308: bool = false;
-                let mut r309: bool = false;
-                let mut r310: bool = false;
-                let mut r311: bool = false;
-                let mut r312: f32 = 0.0f32;
-                let mut r313: u32 = 0u32;
-                let mut r314: u32 = 0u32;
+                let mut r305: f32 = 0.0f32;
+                let mut r306: f32 = 0.0f32;
+                let mut r307: f32 = 0.0f32;
+                let mut r308: f32 = 0.0f32;
+                let mut r309: f32 = 0.0f32;
+                let mut r310: f32 = 0.0f32;
+                let mut r311: f32 = 0.0f32;
+                let mut r312: bool = false;
+                let mut r313: bool = false;
+                let mut r314: bool = false;
                 let mut r315: bool = false;
-                let mut r316: u32 = 0u32;
-                let mut r317: u32 = 0u32;
-                let mut r318: u32 = 0u32;
-                let mut r319: u32 = 0u32;
-                let mut r320: u32 = 0u32;
-                let mut r321: u32 = 0u32;
-                let mut r322: u32 = 0u32;
+                let mut r316: bool = false;
+                let mut r317: bool = false;
+                let mut r318: bool = false;
+                let mut r319: bool = false;
+                let mut r320: bool = false;
+                let mut r321: bool = false;
+                let mut r322: f32 = 0.0f32;
                 let mut r323: u32 = 0u32;
                 let mut r324: u32 = 0u32;
                 let mut r325: u32 = 0u32;
@@ -7086,45 +7030,45 @@ fn matmul_naive_group(
                 let mut r327: u32 = 0u32;
                 let mut r328: u32 = 0u32;
                 let mut r329: u32 = 0u32;
-                let mut r330: f32 = 0.0f32;
-                let mut r331: f32 = 0.0f32;
-                let mut r332: f32 = 0.0f32;
+                let mut r330: u32 = 0u32;
+                let mut r331: u32 = 0u32;
+                let mut r332: u32 = 0u32;
                 let mut r333: u32 = 0u32;
                 let mut r334: u32 = 0u32;
-                let mut r335: bool = false;
+                let mut r335: u32 = 0u32;
                 let mut r336: u32 = 0u32;
                 let mut r337: u32 = 0u32;
-                let mut r338: u32 = 0u32;
+                let mut r338: f32 = 0.0f32;
                 let mut r339: u32 = 0u32;
-                let mut r340: u32 = 0u32;
-                let mut r341: u32 = 0u32;
-                let mut r342: u32 = 0u32;
-                let mut r343: u32 = 0u32;
+                let mut r340: bool = false;
+                let mut r341: f32 = 0.0f32;
+                let mut r342: f32 = 0.0f32;
+                let mut r343: f32 = 0.0f32;
                 let mut r344: u32 = 0u32;
                 let mut r345: u32 = 0u32;
                 let mut r346: u32 = 0u32;
                 let mut r347: u32 = 0u32;
                 let mut r348: u32 = 0u32;
                 let mut r349: u32 = 0u32;
-                let mut r350: f32 = 0.0f32;
-                let mut r351: f32 = 0.0f32;
-                let mut r352: f32 = 0.0f32;
-                let mut r353: f32 = 0.0f32;
-                let mut r354: bool = false;
-                let mut r355: f32 = 0.0f32;
-                let mut r356: f32 = 0.0f32;
-                let mut r357: f32 = 0.0f32;
-                let mut r358: f32 = 0.0f32;
-                let mut r359: u32 = 0u32;
+                let mut r350: u32 = 0u32;
+                let mut r351: u32 = 0u32;
+                let mut r352: u32 = 0u32;
+                let mut r353: u32 = 0u32;
+                let mut r354: u32 = 0u32;
+                let mut r355: u32 = 0u32;
+                let mut r356: u32 = 0u32;
+                let mut r357: u32 = 0u32;
+                let mut r358: u32 = 0u32;
+                let mut r359: f32 = 0.0f32;
                 let mut r360: u32 = 0u32;
                 let mut r361: bool = false;
-                let mut r362: u32 = 0u32;
-                let mut r363: u32 = 0u32;
-                let mut r364: u32 = 0u32;
-                let mut r365: u32 = 0u32;
-                let mut r366: u32 = 0u32;
-                let mut r367: u32 = 0u32;
-                let mut r368: u32 = 0u32;
+                let mut r362: f32 = 0.0f32;
+                let mut r363: f32 = 0.0f32;
+                let mut r364: f32 = 0.0f32;
+                let mut r365: f32 = 0.0f32;
+                let mut r366: f32 = 0.0f32;
+                let mut r367: f32 = 0.0f32;
+                let mut r368: f32 = 0.0f32;
                 let mut r369: u32 = 0u32;
                 let mut r370: u32 = 0u32;
                 let mut r371: u32 = 0u32;
@@ -7132,64 +7076,64 @@ fn matmul_naive_group(
                 let mut r373: u32 = 0u32;
                 let mut r374: u32 = 0u32;
                 let mut r375: u32 = 0u32;
-                let mut r376: f32 = 0.0f32;
-                let mut r377: f32 = 0.0f32;
-                let mut r378: f32 = 0.0f32;
-                let mut r379: bool = false;
+                let mut r376: u32 = 0u32;
+                let mut r377: u32 = 0u32;
+                let mut r378: u32 = 0u32;
+                let mut r379: u32 = 0u32;
                 let mut r380: u32 = 0u32;
                 let mut r381: u32 = 0u32;
                 let mut r382: u32 = 0u32;
-                let mut r383: f32 = 0.0f32;
+                let mut r383: u32 = 0u32;
                 let mut r384: f32 = 0.0f32;
-                let mut r385: f32 = 0.0f32;
-                let mut r386: u32 = 0u32;
-                let mut r387: u32 = 0u32;
-                let mut r388: bool = false;
-                let mut r389: u32 = 0u32;
-                let mut r390: u32 = 0u32;
-                let mut r391: bool = false;
-                let mut r392: bool = false;
+                let mut r385: u32 = 0u32;
+                let mut r386: bool = false;
+                let mut r387: f32 = 0.0f32;
+                let mut r388: f32 = 0.0f32;
+                let mut r389: f32 = 0.0f32;
+                let mut r390: bool = false;
+                let mut r391: f32 = 0.0f32;
+                let mut r392: u32 = 0u32;
                 let mut r393: u32 = 0u32;
                 let mut r394: u32 = 0u32;
-                let mut r395: bool = false;
-                let mut r396: bool = false;
-                let mut r397: f32 = 0.0f32;
+                let mut r395: f32 = 0.0f32;
+                let mut r396: f32 = 0.0f32;
+                let mut r397: bool = false;
                 let mut r398: f32 = 0.0f32;
                 let mut r399: f32 = 0.0f32;
-                let mut r400: bool = false;
-                let mut r401: bool = false;
-                let mut r402: bool = false;
+                let mut r400: f32 = 0.0f32;
+                let mut r401: u32 = 0u32;
+                let mut r402: u32 = 0u32;
                 let mut r403: bool = false;
-                let mut r404: bool = false;
-                let mut r405: bool = false;
+                let mut r404: u32 = 0u32;
+                let mut r405: u32 = 0u32;
                 let mut r406: bool = false;
                 let mut r407: bool = false;
-                let mut r408: bool = false;
-                let mut r409: bool = false;
-                let mut r410: f32 = 0.0f32;
-                let mut r411: u32 = 0u32;
-                let mut r412: u32 = 0u32;
-                let mut r413: bool = false;
-                let mut r414: u32 = 0u32;
-                let mut r415: u32 = 0u32;
-                let mut r416: u32 = 0u32;
-                let mut r417: u32 = 0u32;
-                let mut r418: u32 = 0u32;
-                let mut r419: u32 = 0u32;
-                let mut r420: u32 = 0u32;
-                let mut r421: u32 = 0u32;
-                let mut r422: u32 = 0u32;
-                let mut r423: u32 = 0u32;
-                let mut r424: u32 = 0u32;
-                let mut r425: u32 = 0u32;
+                let mut r408: u32 = 0u32;
+                let mut r409: u32 = 0u32;
+                let mut r410: bool = false;
+                let mut r411: bool = false;
+                let mut r412: f32 = 0.0f32;
+                let mut r413: f32 = 0.0f32;
+                let mut r414: f32 = 0.0f32;
+                let mut r415: bool = false;
+                let mut r416: bool = false;
+                let mut r417: bool = false;
+                let mut r418: bool = false;
+                let mut r419: bool = false;
+                let mut r420: bool = false;
+                let mut r421: bool = false;
+                let mut r422: bool = false;
+                let mut r423: bool = false;
+                let mut r424: bool = false;
+                let mut r425: f32 = 0.0f32;
                 let mut r426: u32 = 0u32;
                 let mut r427: u32 = 0u32;
-                let mut r428: f32 = 0.0f32;
-                let mut r429: f32 = 0.0f32;
-                let mut r430: f32 = 0.0f32;
+                let mut r428: u32 = 0u32;
+                let mut r429: u32 = 0u32;
+                let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: bool = false;
+                let mut r433: u32 = 0u32;
                 let mut r434: u32 = 0u32;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
@@ -7197,85 +7141,85 @@ fn matmul_naive_group(
                 let mut r438: u32 = 0u32;
                 let mut r439: u32 = 0u32;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: f32 = 0.0f32;
                 let mut r442: u32 = 0u32;
-                let mut r443: u32 = 0u32;
-                let mut r444: u32 = 0u32;
-                let mut r445: u32 = 0u32;
-                let mut r446: u32 = 0u32;
+                let mut r443: bool = false;
+                let mut r444: f32 = 0.0f32;
+                let mut r445: f32 = 0.0f32;
+                let mut r446: f32 = 0.0f32;
                 let mut r447: u32 = 0u32;
-                let mut r448: f32 = 0.0f32;
-                let mut r449: f32 = 0.0f32;
-                let mut r450: f32 = 0.0f32;
-                let mut r451: f32 = 0.0f32;
-                let mut r452: bool = false;
-                let mut r453: f32 = 0.0f32;
-                let mut r454: f32 = 0.0f32;
-                let mut r455: f32 = 0.0f32;
-                let mut r456: f32 = 0.0f32;
+                let mut r448: u32 = 0u32;
+                let mut r449: u32 = 0u32;
+                let mut r450: u32 = 0u32;
+                let mut r451: u32 = 0u32;
+                let mut r452: u32 = 0u32;
+                let mut r453: u32 = 0u32;
+                let mut r454: u32 = 0u32;
+                let mut r455: u32 = 0u32;
+                let mut r456: u32 = 0u32;
                 let mut r457: u32 = 0u32;
                 let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
+                let mut r459: u32 = 0u32;
                 let mut r460: u32 = 0u32;
                 let mut r461: u32 = 0u32;
-                let mut r462: u32 = 0u32;
+                let mut r462: f32 = 0.0f32;
                 let mut r463: u32 = 0u32;
-                let mut r464: u32 = 0u32;
-                let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
-                let mut r469: u32 = 0u32;
-                let mut r470: u32 = 0u32;
-                let mut r471: u32 = 0u32;
+                let mut r464: bool = false;
+                let mut r465: f32 = 0.0f32;
+                let mut r466: f32 = 0.0f32;
+                let mut r467: f32 = 0.0f32;
+                let mut r468: f32 = 0.0f32;
+                let mut r469: f32 = 0.0f32;
+                let mut r470: f32 = 0.0f32;
+                let mut r471: f32 = 0.0f32;
                 let mut r472: u32 = 0u32;
                 let mut r473: u32 = 0u32;
-                let mut r474: f32 = 0.0f32;
-                let mut r475: f32 = 0.0f32;
-                let mut r476: f32 = 0.0f32;
-                let mut r477: bool = false;
+                let mut r474: u32 = 0u32;
+                let mut r475: u32 = 0u32;
+                let mut r476: u32 = 0u32;
+                let mut r477: u32 = 0u32;
                 let mut r478: u32 = 0u32;
                 let mut r479: u32 = 0u32;
                 let mut r480: u32 = 0u32;
-                let mut r481: f32 = 0.0f32;
-                let mut r482: f32 = 0.0f32;
-                let mut r483: f32 = 0.0f32;
-                let mut r484: f32 = 0.0f32;
-                let mut r485: f32 = 0.0f32;
-                let mut r486: bool = false;
-                let mut r487: bool = false;
-                let mut r488: bool = false;
+                let mut r481: u32 = 0u32;
+                let mut r482: u32 = 0u32;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: u32 = 0u32;
+                let mut r486: u32 = 0u32;
+                let mut r487: f32 = 0.0f32;
+                let mut r488: u32 = 0u32;
                 let mut r489: bool = false;
-                let mut r490: bool = false;
-                let mut r491: bool = false;
-                let mut r492: bool = false;
+                let mut r490: f32 = 0.0f32;
+                let mut r491: f32 = 0.0f32;
+                let mut r492: f32 = 0.0f32;
                 let mut r493: bool = false;
-                let mut r494: bool = false;
-                let mut r495: bool = false;
-                let mut r496: f32 = 0.0f32;
+                let mut r494: f32 = 0.0f32;
+                let mut r495: u32 = 0u32;
+                let mut r496: u32 = 0u32;
                 let mut r497: u32 = 0u32;
-                let mut r498: u32 = 0u32;
-                let mut r499: bool = false;
-                let mut r500: u32 = 0u32;
-                let mut r501: u32 = 0u32;
-                let mut r502: u32 = 0u32;
-                let mut r503: u32 = 0u32;
-                let mut r504: u32 = 0u32;
-                let mut r505: u32 = 0u32;
-                let mut r506: u32 = 0u32;
-                let mut r507: u32 = 0u32;
-                let mut r508: u32 = 0u32;
-                let mut r509: u32 = 0u32;
-                let mut r510: u32 = 0u32;
-                let mut r511: u32 = 0u32;
-                let mut r512: u32 = 0u32;
-                let mut r513: u32 = 0u32;
-                let mut r514: f32 = 0.0f32;
-                let mut r515: f32 = 0.0f32;
+                let mut r498: f32 = 0.0f32;
+                let mut r499: f32 = 0.0f32;
+                let mut r500: bool = false;
+                let mut r501: f32 = 0.0f32;
+                let mut r502: f32 = 0.0f32;
+                let mut r503: f32 = 0.0f32;
+                let mut r504: f32 = 0.0f32;
+                let mut r505: f32 = 0.0f32;
+                let mut r506: bool = false;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: bool = false;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: bool = false;
+                let mut r514: bool = false;
+                let mut r515: bool = false;
                 let mut r516: f32 = 0.0f32;
                 let mut r517: u32 = 0u32;
                 let mut r518: u32 = 0u32;
-                let mut r519: bool = false;
+                let mut r519: u32 = 0u32;
                 let mut r520: u32 = 0u32;
                 let mut r521: u32 = 0u32;
                 let mut r522: u32 = 0u32;
@@ -7288,20 +7232,20 @@ fn matmul_naive_group(
                 let mut r529: u32 = 0u32;
                 let mut r530: u32 = 0u32;
                 let mut r531: u32 = 0u32;
-                let mut r532: u32 = 0u32;
+                let mut r532: f32 = 0.0f32;
                 let mut r533: u32 = 0u32;
-                let mut r534: f32 = 0.0f32;
+                let mut r534: bool = false;
                 let mut r535: f32 = 0.0f32;
                 let mut r536: f32 = 0.0f32;
                 let mut r537: f32 = 0.0f32;
-                let mut r538: bool = false;
-                let mut r539: f32 = 0.0f32;
-                let mut r540: f32 = 0.0f32;
-                let mut r541: f32 = 0.0f32;
-                let mut r542: f32 = 0.0f32;
+                let mut r538: u32 = 0u32;
+                let mut r539: u32 = 0u32;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
+                let mut r542: u32 = 0u32;
                 let mut r543: u32 = 0u32;
                 let mut r544: u32 = 0u32;
-                let mut r545: bool = false;
+                let mut r545: u32 = 0u32;
                 let mut r546: u32 = 0u32;
                 let mut r547: u32 = 0u32;
                 let mut r548: u32 = 0u32;
@@ -7309,35 +7253,60 @@ fn matmul_naive_group(
                 let mut r550: u32 = 0u32;
                 let mut r551: u32 = 0u32;
                 let mut r552: u32 = 0u32;
-                let mut r553: u32 = 0u32;
+                let mut r553: f32 = 0.0f32;
                 let mut r554: u32 = 0u32;
-                let mut r555: u32 = 0u32;
-                let mut r556: u32 = 0u32;
-                let mut r557: u32 = 0u32;
-                let mut r558: u32 = 0u32;
-                let mut r559: u32 = 0u32;
+                let mut r555: bool = false;
+                let mut r556: f32 = 0.0f32;
+                let mut r557: f32 = 0.0f32;
+                let mut r558: f32 = 0.0f32;
+                let mut r559: f32 = 0.0f32;
                 let mut r560: f32 = 0.0f32;
                 let mut r561: f32 = 0.0f32;
                 let mut r562: f32 = 0.0f32;
-                let mut r563: bool = false;
+                let mut r563: u32 = 0u32;
                 let mut r564: u32 = 0u32;
                 let mut r565: u32 = 0u32;
                 let mut r566: u32 = 0u32;
-                let mut r567: f32 = 0.0f32;
-                let mut r568: f32 = 0.0f32;
-                let mut r569: f32 = 0.0f32;
+                let mut r567: u32 = 0u32;
+                let mut r568: u32 = 0u32;
+                let mut r569: u32 = 0u32;
                 let mut r570: u32 = 0u32;
                 let mut r571: u32 = 0u32;
                 let mut r572: u32 = 0u32;
                 let mut r573: u32 = 0u32;
-                let mut r574: u64 = 0u64;
-                let mut r575: u64 = 0u64;
-                let mut r576: u64 = 0u64;
-                let mut r577: f32 = 0.0f32;
-                let mut r578: u64 = 0u64;
-                let mut r579: bool = false;
+                let mut r574: u32 = 0u32;
+                let mut r575: u32 = 0u32;
+                let mut r576: u32 = 0u32;
+                let mut r577: u32 = 0u32;
+                let mut r578: f32 = 0.0f32;
+                let mut r579: u32 = 0u32;
                 let mut r580: bool = false;
-                let mut r581: bool = false;
+                let mut r581: f32 = 0.0f32;
+                let mut r582: f32 = 0.0f32;
+                let mut r583: f32 = 0.0f32;
+                let mut r584: bool = false;
+                let mut r585: f32 = 0.0f32;
+                let mut r586: u32 = 0u32;
+                let mut r587: u32 = 0u32;
+                let mut r588: u32 = 0u32;
+                let mut r589: f32 = 0.0f32;
+                let mut r590: f32 = 0.0f32;
+                let mut r591: bool = false;
+                let mut r592: f32 = 0.0f32;
+                let mut r593: f32 = 0.0f32;
+                let mut r594: f32 = 0.0f32;
+                let mut r595: u32 = 0u32;
+                let mut r596: u32 = 0u32;
+                let mut r597: u32 = 0u32;
+                let mut r598: u32 = 0u32;
+                let mut r599: u64 = 0u64;
+                let mut r600: u64 = 0u64;
+                let mut r601: u64 = 0u64;
+                let mut r602: f32 = 0.0f32;
+                let mut r603: u64 = 0u64;
+                let mut r604: bool = false;
+                let mut r605: bool = false;
+                let mut r606: bool = false;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -7363,12 +7332,12 @@ fn matmul_naive_group(
                     r110 = 0x2u32;
                     r112 = 0x3u32;
                     r121 = 0xdu32;
-                    r124 = 0x7f800000u32;
-                    r165 = f32::from_bits(0x38800000);
-                    r167 = f32::from_bits(0x4b800000);
-                    r170 = f32::from_bits(0x33800000);
-                    r193 = f32::from_bits(0x477fe000);
-                    r196 = 0x80000000u32;
+                    r139 = 0x7f800000u32;
+                    r166 = f32::from_bits(0x4b800000);
+                    r169 = f32::from_bits(0x33800000);
+                    r193 = f32::from_bits(0x38800000);
+                    r197 = 0x80000000u32;
+                    r202 = f32::from_bits(0x477fe000);
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r7 = rt::bin_u32(BinOp::Mul, r5, r2);
@@ -7503,122 +7472,107 @@ fn matmul_naive_group(
                                         if r120 {
                                             'b4: {
                                                 r123 = r107.to_bits();
-                                                r125 = rt::bin_u32(BinOp::And, r123, r124);
-                                                r126 = rt::cmp(BinOp::Eq, r125, r124);
-                                                if r126 {
-                                                    r122 = r107;
-                                                    break 'b4;
-                                                }
-                                                r127 = rt::bin_u32(BinOp::And, r121, r83);
-                                                r128 = rt::bin_u32(BinOp::Shr, r123, r127);
-                                                r129 = rt::bin_u32(BinOp::And, r128, r11);
-                                                r130 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                r131 = rt::bin_u32(BinOp::And, r130, r83);
+                                                r124 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r125 = rt::bin_u32(BinOp::Shr, r123, r124);
+                                                r126 = rt::bin_u32(BinOp::And, r125, r11);
+                                                r127 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                r128 = rt::bin_u32(BinOp::And, r127, r83);
+                                                r129 = rt::bin_u32(BinOp::Shl, r11, r128);
+                                                r130 = rt::bin_u32(BinOp::Sub, r129, r11);
+                                                r131 = rt::bin_u32(BinOp::And, r121, r83);
                                                 r132 = rt::bin_u32(BinOp::Shl, r11, r131);
                                                 r133 = rt::bin_u32(BinOp::Sub, r132, r11);
-                                                r134 = rt::bin_u32(BinOp::And, r121, r83);
-                                                r135 = rt::bin_u32(BinOp::Shl, r11, r134);
-                                                r136 = rt::bin_u32(BinOp::Sub, r135, r11);
-                                                r137 = rt::un_u32(UnOp::Not, r136);
-                                                r138 = rt::bin_u32(BinOp::Add, r123, r133);
-                                                r139 = rt::bin_u32(BinOp::Add, r138, r129);
-                                                r140 = rt::bin_u32(BinOp::And, r139, r137);
-                                                r141 = f32::from_bits(r140);
-                                                r122 = r141;
+                                                r134 = rt::un_u32(UnOp::Not, r133);
+                                                r135 = rt::bin_u32(BinOp::Add, r123, r130);
+                                                r136 = rt::bin_u32(BinOp::Add, r135, r126);
+                                                r137 = rt::bin_u32(BinOp::And, r136, r134);
+                                                r138 = f32::from_bits(r137);
+                                                r140 = rt::bin_u32(BinOp::And, r123, r139);
+                                                r141 = rt::cmp(BinOp::Eq, r140, r139);
+                                                r142 = if r141 { r107 } else { r138 };
+                                                r122 = r142;
                                                 break 'b4;
                                             }
-                                            r142 = r122;
-                                            r108 = r142;
+                                            r143 = r122;
+                                            r108 = r143;
                                             break 'b2;
                                             break 'b3;
                                         }
                                         r120 = rt::bin_bool(BinOp::Or, r120, r111);
                                         if r120 {
                                             'b5: {
-                                                r144 = r107.to_bits();
-                                                r145 = rt::bin_u32(BinOp::And, r144, r124);
-                                                r146 = rt::cmp(BinOp::Eq, r145, r124);
-                                                if r146 {
-                                                    r143 = r107;
-                                                    break 'b5;
-                                                }
-                                                r147 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r148 = rt::bin_u32(BinOp::Shr, r144, r147);
-                                                r149 = rt::bin_u32(BinOp::And, r148, r11);
-                                                r150 = rt::bin_u32(BinOp::Sub, r2, r11);
-                                                r151 = rt::bin_u32(BinOp::And, r150, r83);
-                                                r152 = rt::bin_u32(BinOp::Shl, r11, r151);
-                                                r153 = rt::bin_u32(BinOp::Sub, r152, r11);
-                                                r154 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r155 = rt::bin_u32(BinOp::Shl, r11, r154);
-                                                r156 = rt::bin_u32(BinOp::Sub, r155, r11);
-                                                r157 = rt::un_u32(UnOp::Not, r156);
-                                                r158 = rt::bin_u32(BinOp::Add, r144, r153);
-                                                r159 = rt::bin_u32(BinOp::Add, r158, r149);
-                                                r160 = rt::bin_u32(BinOp::And, r159, r157);
-                                                r161 = f32::from_bits(r160);
-                                                r143 = r161;
+                                                r145 = r107.to_bits();
+                                                r146 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r147 = rt::bin_u32(BinOp::Shr, r145, r146);
+                                                r148 = rt::bin_u32(BinOp::And, r147, r11);
+                                                r149 = rt::bin_u32(BinOp::Sub, r2, r11);
+                                                r150 = rt::bin_u32(BinOp::And, r149, r83);
+                                                r151 = rt::bin_u32(BinOp::Shl, r11, r150);
+                                                r152 = rt::bin_u32(BinOp::Sub, r151, r11);
+                                                r153 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r154 = rt::bin_u32(BinOp::Shl, r11, r153);
+                                                r155 = rt::bin_u32(BinOp::Sub, r154, r11);
+                                                r156 = rt::un_u32(UnOp::Not, r155);
+                                                r157 = rt::bin_u32(BinOp::Add, r145, r152);
+                                                r158 = rt::bin_u32(BinOp::Add, r157, r148);
+                                                r159 = rt::bin_u32(BinOp::And, r158, r156);
+                                                r160 = f32::from_bits(r159);
+                                                r161 = rt::bin_u32(BinOp::And, r145, r139);
+                                                r162 = rt::cmp(BinOp::Eq, r161, r139);
+                                                r163 = if r162 { r107 } else { r160 };
+                                                r144 = r163;
                                                 break 'b5;
                                             }
-                                            r162 = r143;
-                                            r108 = r162;
+                                            r164 = r144;
+                                            r108 = r164;
                                             break 'b2;
                                             break 'b3;
                                         }
                                         r120 = rt::bin_bool(BinOp::Or, r120, r113);
                                         if r120 {
                                             'b6: {
-                                                r164 = rt::un_f32(UnOp::Abs, r107);
-                                                r166 = rt::cmp(BinOp::Lt, r164, r165);
-                                                if r166 {
-                                                    r168 = rt::bin_f32(BinOp::Mul, r107, r167);
-                                                    r169 = rt::un_f32(UnOp::Round, r168);
-                                                    r171 = rt::bin_f32(BinOp::Mul, r169, r170);
-                                                    r163 = r171;
-                                                    break 'b6;
-                                                }
+                                                r167 = rt::bin_f32(BinOp::Mul, r107, r166);
+                                                r168 = rt::un_f32(UnOp::Round, r167);
+                                                r170 = rt::bin_f32(BinOp::Mul, r168, r169);
                                                 'b7: {
-                                                    r173 = r107.to_bits();
-                                                    r174 = rt::bin_u32(BinOp::And, r173, r124);
-                                                    r175 = rt::cmp(BinOp::Eq, r174, r124);
-                                                    if r175 {
-                                                        r172 = r107;
-                                                        break 'b7;
-                                                    }
-                                                    r176 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r177 = rt::bin_u32(BinOp::Shr, r173, r176);
-                                                    r178 = rt::bin_u32(BinOp::And, r177, r11);
-                                                    r179 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                    r180 = rt::bin_u32(BinOp::And, r179, r83);
+                                                    r172 = r107.to_bits();
+                                                    r173 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r174 = rt::bin_u32(BinOp::Shr, r172, r173);
+                                                    r175 = rt::bin_u32(BinOp::And, r174, r11);
+                                                    r176 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                    r177 = rt::bin_u32(BinOp::And, r176, r83);
+                                                    r178 = rt::bin_u32(BinOp::Shl, r11, r177);
+                                                    r179 = rt::bin_u32(BinOp::Sub, r178, r11);
+                                                    r180 = rt::bin_u32(BinOp::And, r121, r83);
                                                     r181 = rt::bin_u32(BinOp::Shl, r11, r180);
                                                     r182 = rt::bin_u32(BinOp::Sub, r181, r11);
-                                                    r183 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r184 = rt::bin_u32(BinOp::Shl, r11, r183);
-                                                    r185 = rt::bin_u32(BinOp::Sub, r184, r11);
-                                                    r186 = rt::un_u32(UnOp::Not, r185);
-                                                    r187 = rt::bin_u32(BinOp::Add, r173, r182);
-                                                    r188 = rt::bin_u32(BinOp::Add, r187, r178);
-                                                    r189 = rt::bin_u32(BinOp::And, r188, r186);
-                                                    r190 = f32::from_bits(r189);
-                                                    r172 = r190;
+                                                    r183 = rt::un_u32(UnOp::Not, r182);
+                                                    r184 = rt::bin_u32(BinOp::Add, r172, r179);
+                                                    r185 = rt::bin_u32(BinOp::Add, r184, r175);
+                                                    r186 = rt::bin_u32(BinOp::And, r185, r183);
+                                                    r187 = f32::from_bits(r186);
+                                                    r188 = rt::bin_u32(BinOp::And, r172, r139);
+                                                    r189 = rt::cmp(BinOp::Eq, r188, r139);
+                                                    r190 = if r189 { r107 } else { r187 };
+                                                    r171 = r190;
                                                     break 'b7;
                                                 }
-                                                r191 = r172;
-                                                r192 = rt::un_f32(UnOp::Abs, r191);
-                                                r194 = rt::cmp(BinOp::Gt, r192, r193);
-                                                if r194 {
-                                                    r195 = r191.to_bits();
-                                                    r197 = rt::bin_u32(BinOp::And, r195, r196);
-                                                    r198 = rt::bin_u32(BinOp::Or, r197, r124);
-                                                    r199 = f32::from_bits(r198);
-                                                    r163 = r199;
-                                                    break 'b6;
-                                                }
-                                                r163 = r191;
+                                                r191 = r171;
+                                                r192 = rt::un_f32(UnOp::Abs, r107);
+                                                r194 = rt::cmp(BinOp::Lt, r192, r193);
+                                                r195 = if r194 { r170 } else { r191 };
+                                                r196 = r195.to_bits();
+                                                r198 = rt::bin_u32(BinOp::And, r196, r197);
+                                                r199 = rt::bin_u32(BinOp::Or, r198, r139);
+                                                r200 = f32::from_bits(r199);
+                                                r201 = rt::un_f32(UnOp::Abs, r195);
+                                                r203 = rt::cmp(BinOp::Gt, r201, r202);
+                                                r204 = if r203 { r200 } else { r195 };
+                                                r165 = r204;
                                                 break 'b6;
                                             }
-                                            r200 = r163;
-                                            r108 = r200;
+                                            r205 = r165;
+                                            r108 = r205;
                                             break 'b2;
                                             break 'b3;
                                         }
@@ -7630,638 +7584,578 @@ fn matmul_naive_group(
                                         }
                                     }
                                 }
-                                r201 = r108;
-                                r202 = r22;
-                                r203 = rt::bin_u32(BinOp::Mul, r202, r25);
-                                r204 = rt::bin_u32(BinOp::Add, r203, r4);
-                                r205 = u64::from(r204);
-                                r206 = rt::bin_u64(BinOp::Mul, r205, r43);
-                                r207 = rt::bin_u64(BinOp::Add, r40, r206);
-                                r208 = rt::bin_u64(BinOp::Add, r207, r43);
-                                r209 = rt::cmp(BinOp::Le, r208, r54);
-                                r210 = rt::cmp(BinOp::Ge, r208, r207);
-                                r211 = r209;
-                                r212 = if r211 { b1.ld_f32(r207)? } else { 0.0f32 };
+                                r206 = r108;
+                                r207 = r22;
+                                r208 = rt::bin_u32(BinOp::Mul, r207, r25);
+                                r209 = rt::bin_u32(BinOp::Add, r208, r4);
+                                r210 = u64::from(r209);
+                                r211 = rt::bin_u64(BinOp::Mul, r210, r43);
+                                r212 = rt::bin_u64(BinOp::Add, r40, r211);
+                                r213 = rt::bin_u64(BinOp::Add, r212, r43);
+                                r214 = rt::cmp(BinOp::Le, r213, r54);
+                                r215 = rt::cmp(BinOp::Ge, r213, r212);
+                                r216 = r214;
+                                r217 = if r216 { b1.ld_f32(r212)? } else { 0.0f32 };
                                 'b8: {
                                     'b9: {
-                                        r214 = rt::cmp(BinOp::Eq, r80, r11);
-                                        r215 = rt::cmp(BinOp::Eq, r80, r110);
-                                        r216 = rt::cmp(BinOp::Eq, r80, r112);
-                                        r217 = !r214;
-                                        r218 = r217;
-                                        r219 = !r215;
-                                        r220 = rt::bin_bool(BinOp::And, r218, r219);
-                                        r221 = !r216;
-                                        r222 = rt::bin_bool(BinOp::And, r220, r221);
-                                        r223 = r15;
-                                        r223 = rt::bin_bool(BinOp::Or, r223, r214);
-                                        if r223 {
+                                        r219 = rt::cmp(BinOp::Eq, r80, r11);
+                                        r220 = rt::cmp(BinOp::Eq, r80, r110);
+                                        r221 = rt::cmp(BinOp::Eq, r80, r112);
+                                        r222 = !r219;
+                                        r223 = r222;
+                                        r224 = !r220;
+                                        r225 = rt::bin_bool(BinOp::And, r223, r224);
+                                        r226 = !r221;
+                                        r227 = rt::bin_bool(BinOp::And, r225, r226);
+                                        r228 = r15;
+                                        r228 = rt::bin_bool(BinOp::Or, r228, r219);
+                                        if r228 {
                                             'b10: {
-                                                r225 = r212.to_bits();
-                                                r226 = rt::bin_u32(BinOp::And, r225, r124);
-                                                r227 = rt::cmp(BinOp::Eq, r226, r124);
-                                                if r227 {
-                                                    r224 = r212;
-                                                    break 'b10;
-                                                }
-                                                r228 = rt::bin_u32(BinOp::And, r121, r83);
-                                                r229 = rt::bin_u32(BinOp::Shr, r225, r228);
-                                                r230 = rt::bin_u32(BinOp::And, r229, r11);
-                                                r231 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                r232 = rt::bin_u32(BinOp::And, r231, r83);
-                                                r233 = rt::bin_u32(BinOp::Shl, r11, r232);
-                                                r234 = rt::bin_u32(BinOp::Sub, r233, r11);
-                                                r235 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r230 = r217.to_bits();
+                                                r231 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r232 = rt::bin_u32(BinOp::Shr, r230, r231);
+                                                r233 = rt::bin_u32(BinOp::And, r232, r11);
+                                                r234 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                r235 = rt::bin_u32(BinOp::And, r234, r83);
                                                 r236 = rt::bin_u32(BinOp::Shl, r11, r235);
                                                 r237 = rt::bin_u32(BinOp::Sub, r236, r11);
-                                                r238 = rt::un_u32(UnOp::Not, r237);
-                                                r239 = rt::bin_u32(BinOp::Add, r225, r234);
-                                                r240 = rt::bin_u32(BinOp::Add, r239, r230);
-                                                r241 = rt::bin_u32(BinOp::And, r240, r238);
-                                                r242 = f32::from_bits(r241);
-                                                r224 = r242;
+                                                r238 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r239 = rt::bin_u32(BinOp::Shl, r11, r238);
+                                                r240 = rt::bin_u32(BinOp::Sub, r239, r11);
+                                                r241 = rt::un_u32(UnOp::Not, r240);
+                                                r242 = rt::bin_u32(BinOp::Add, r230, r237);
+                                                r243 = rt::bin_u32(BinOp::Add, r242, r233);
+                                                r244 = rt::bin_u32(BinOp::And, r243, r241);
+                                                r245 = f32::from_bits(r244);
+                                                r246 = rt::bin_u32(BinOp::And, r230, r139);
+                                                r247 = rt::cmp(BinOp::Eq, r246, r139);
+                                                r248 = if r247 { r217 } else { r245 };
+                                                r229 = r248;
                                                 break 'b10;
                                             }
-                                            r243 = r224;
-                                            r213 = r243;
+                                            r249 = r229;
+                                            r218 = r249;
                                             break 'b8;
                                             break 'b9;
                                         }
-                                        r223 = rt::bin_bool(BinOp::Or, r223, r215);
-                                        if r223 {
+                                        r228 = rt::bin_bool(BinOp::Or, r228, r220);
+                                        if r228 {
                                             'b11: {
-                                                r245 = r212.to_bits();
-                                                r246 = rt::bin_u32(BinOp::And, r245, r124);
-                                                r247 = rt::cmp(BinOp::Eq, r246, r124);
-                                                if r247 {
-                                                    r244 = r212;
-                                                    break 'b11;
-                                                }
-                                                r248 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r249 = rt::bin_u32(BinOp::Shr, r245, r248);
-                                                r250 = rt::bin_u32(BinOp::And, r249, r11);
-                                                r251 = rt::bin_u32(BinOp::Sub, r2, r11);
-                                                r252 = rt::bin_u32(BinOp::And, r251, r83);
-                                                r253 = rt::bin_u32(BinOp::Shl, r11, r252);
-                                                r254 = rt::bin_u32(BinOp::Sub, r253, r11);
-                                                r255 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r256 = rt::bin_u32(BinOp::Shl, r11, r255);
-                                                r257 = rt::bin_u32(BinOp::Sub, r256, r11);
-                                                r258 = rt::un_u32(UnOp::Not, r257);
-                                                r259 = rt::bin_u32(BinOp::Add, r245, r254);
-                                                r260 = rt::bin_u32(BinOp::Add, r259, r250);
-                                                r261 = rt::bin_u32(BinOp::And, r260, r258);
-                                                r262 = f32::from_bits(r261);
-                                                r244 = r262;
+                                                r251 = r217.to_bits();
+                                                r252 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r253 = rt::bin_u32(BinOp::Shr, r251, r252);
+                                                r254 = rt::bin_u32(BinOp::And, r253, r11);
+                                                r255 = rt::bin_u32(BinOp::Sub, r2, r11);
+                                                r256 = rt::bin_u32(BinOp::And, r255, r83);
+                                                r257 = rt::bin_u32(BinOp::Shl, r11, r256);
+                                                r258 = rt::bin_u32(BinOp::Sub, r257, r11);
+                                                r259 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r260 = rt::bin_u32(BinOp::Shl, r11, r259);
+                                                r261 = rt::bin_u32(BinOp::Sub, r260, r11);
+                                                r262 = rt::un_u32(UnOp::Not, r261);
+                                                r263 = rt::bin_u32(BinOp::Add, r251, r258);
+                                                r264 = rt::bin_u32(BinOp::Add, r263, r254);
+                                                r265 = rt::bin_u32(BinOp::And, r264, r262);
+                                                r266 = f32::from_bits(r265);
+                                                r267 = rt::bin_u32(BinOp::And, r251, r139);
+                                                r268 = rt::cmp(BinOp::Eq, r267, r139);
+                                                r269 = if r268 { r217 } else { r266 };
+                                                r250 = r269;
                                                 break 'b11;
                                             }
-                                            r263 = r244;
-                                            r213 = r263;
+                                            r270 = r250;
+                                            r218 = r270;
                                             break 'b8;
                                             break 'b9;
                                         }
-                                        r223 = rt::bin_bool(BinOp::Or, r223, r216);
-                                        if r223 {
+                                        r228 = rt::bin_bool(BinOp::Or, r228, r221);
+                                        if r228 {
                                             'b12: {
-                                                r265 = rt::un_f32(UnOp::Abs, r212);
-                                                r266 = rt::cmp(BinOp::Lt, r265, r165);
-                                                if r266 {
-                                                    r267 = rt::bin_f32(BinOp::Mul, r212, r167);
-                                                    r268 = rt::un_f32(UnOp::Round, r267);
-                                                    r269 = rt::bin_f32(BinOp::Mul, r268, r170);
-                                                    r264 = r269;
-                                                    break 'b12;
-                                                }
+                                                r272 = rt::bin_f32(BinOp::Mul, r217, r166);
+                                                r273 = rt::un_f32(UnOp::Round, r272);
+                                                r274 = rt::bin_f32(BinOp::Mul, r273, r169);
                                                 'b13: {
-                                                    r271 = r212.to_bits();
-                                                    r272 = rt::bin_u32(BinOp::And, r271, r124);
-                                                    r273 = rt::cmp(BinOp::Eq, r272, r124);
-                                                    if r273 {
-                                                        r270 = r212;
-                                                        break 'b13;
-                                                    }
-                                                    r274 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r275 = rt::bin_u32(BinOp::Shr, r271, r274);
-                                                    r276 = rt::bin_u32(BinOp::And, r275, r11);
-                                                    r277 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                    r278 = rt::bin_u32(BinOp::And, r277, r83);
-                                                    r279 = rt::bin_u32(BinOp::Shl, r11, r278);
-                                                    r280 = rt::bin_u32(BinOp::Sub, r279, r11);
-                                                    r281 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r276 = r217.to_bits();
+                                                    r277 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r278 = rt::bin_u32(BinOp::Shr, r276, r277);
+                                                    r279 = rt::bin_u32(BinOp::And, r278, r11);
+                                                    r280 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                    r281 = rt::bin_u32(BinOp::And, r280, r83);
                                                     r282 = rt::bin_u32(BinOp::Shl, r11, r281);
                                                     r283 = rt::bin_u32(BinOp::Sub, r282, r11);
-                                                    r284 = rt::un_u32(UnOp::Not, r283);
-                                                    r285 = rt::bin_u32(BinOp::Add, r271, r280);
-                                                    r286 = rt::bin_u32(BinOp::Add, r285, r276);
-                                                    r287 = rt::bin_u32(BinOp::And, r286, r284);
-                                                    r288 = f32::from_bits(r287);
-                                                    r270 = r288;
+                                                    r284 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r285 = rt::bin_u32(BinOp::Shl, r11, r284);
+                                                    r286 = rt::bin_u32(BinOp::Sub, r285, r11);
+                                                    r287 = rt::un_u32(UnOp::Not, r286);
+                                                    r288 = rt::bin_u32(BinOp::Add, r276, r283);
+                                                    r289 = rt::bin_u32(BinOp::Add, r288, r279);
+                                                    r290 = rt::bin_u32(BinOp::And, r289, r287);
+                                                    r291 = f32::from_bits(r290);
+                                                    r292 = rt::bin_u32(BinOp::And, r276, r139);
+                                                    r293 = rt::cmp(BinOp::Eq, r292, r139);
+                                                    r294 = if r293 { r217 } else { r291 };
+                                                    r275 = r294;
                                                     break 'b13;
                                                 }
-                                                r289 = r270;
-                                                r290 = rt::un_f32(UnOp::Abs, r289);
-                                                r291 = rt::cmp(BinOp::Gt, r290, r193);
-                                                if r291 {
-                                                    r292 = r289.to_bits();
-                                                    r293 = rt::bin_u32(BinOp::And, r292, r196);
-                                                    r294 = rt::bin_u32(BinOp::Or, r293, r124);
-                                                    r295 = f32::from_bits(r294);
-                                                    r264 = r295;
-                                                    break 'b12;
-                                                }
-                                                r264 = r289;
+                                                r295 = r275;
+                                                r296 = rt::un_f32(UnOp::Abs, r217);
+                                                r297 = rt::cmp(BinOp::Lt, r296, r193);
+                                                r298 = if r297 { r274 } else { r295 };
+                                                r299 = r298.to_bits();
+                                                r300 = rt::bin_u32(BinOp::And, r299, r197);
+                                                r301 = rt::bin_u32(BinOp::Or, r300, r139);
+                                                r302 = f32::from_bits(r301);
+                                                r303 = rt::un_f32(UnOp::Abs, r298);
+                                                r304 = rt::cmp(BinOp::Gt, r303, r202);
+                                                r305 = if r304 { r302 } else { r298 };
+                                                r271 = r305;
                                                 break 'b12;
                                             }
-                                            r296 = r264;
-                                            r213 = r296;
+                                            r306 = r271;
+                                            r218 = r306;
                                             break 'b8;
                                             break 'b9;
                                         }
-                                        r223 = rt::bin_bool(BinOp::Or, r223, r222);
-                                        if r223 {
-                                            r213 = r212;
+                                        r228 = rt::bin_bool(BinOp::Or, r228, r227);
+                                        if r228 {
+                                            r218 = r217;
                                             break 'b8;
                                             break 'b9;
                                         }
                                     }
                                 }
-                                r297 = r213;
-                                r298 = rt::bin_f32(BinOp::Mul, r201, r297);
-                                r299 = r20;
-                                r300 = rt::bin_f32(BinOp::Add, r299, r298);
+                                r307 = r218;
+                                r308 = rt::bin_f32(BinOp::Mul, r206, r307);
+                                r309 = r20;
+                                r310 = rt::bin_f32(BinOp::Add, r309, r308);
                                 'b14: {
                                     'b15: {
-                                        r302 = rt::cmp(BinOp::Eq, r86, r11);
-                                        r303 = rt::cmp(BinOp::Eq, r86, r110);
-                                        r304 = rt::cmp(BinOp::Eq, r86, r112);
-                                        r305 = !r302;
-                                        r306 = r305;
-                                        r307 = !r303;
-                                        r308 = rt::bin_bool(BinOp::And, r306, r307);
-                                        r309 = !r304;
-                                        r310 = rt::bin_bool(BinOp::And, r308, r309);
-                                        r311 = r15;
-                                        r311 = rt::bin_bool(BinOp::Or, r311, r302);
-                                        if r311 {
+                                        r312 = rt::cmp(BinOp::Eq, r86, r11);
+                                        r313 = rt::cmp(BinOp::Eq, r86, r110);
+                                        r314 = rt::cmp(BinOp::Eq, r86, r112);
+                                        r315 = !r312;
+                                        r316 = r315;
+                                        r317 = !r313;
+                                        r318 = rt::bin_bool(BinOp::And, r316, r317);
+                                        r319 = !r314;
+                                        r320 = rt::bin_bool(BinOp::And, r318, r319);
+                                        r321 = r15;
+                                        r321 = rt::bin_bool(BinOp::Or, r321, r312);
+                                        if r321 {
                                             'b16: {
-                                                r313 = r300.to_bits();
-                                                r314 = rt::bin_u32(BinOp::And, r313, r124);
-                                                r315 = rt::cmp(BinOp::Eq, r314, r124);
-                                                if r315 {
-                                                    r312 = r300;
-                                                    break 'b16;
-                                                }
-                                                r316 = rt::bin_u32(BinOp::And, r121, r83);
-                                                r317 = rt::bin_u32(BinOp::Shr, r313, r316);
-                                                r318 = rt::bin_u32(BinOp::And, r317, r11);
-                                                r319 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                r320 = rt::bin_u32(BinOp::And, r319, r83);
-                                                r321 = rt::bin_u32(BinOp::Shl, r11, r320);
-                                                r322 = rt::bin_u32(BinOp::Sub, r321, r11);
-                                                r323 = rt::bin_u32(BinOp::And, r121, r83);
-                                                r324 = rt::bin_u32(BinOp::Shl, r11, r323);
-                                                r325 = rt::bin_u32(BinOp::Sub, r324, r11);
-                                                r326 = rt::un_u32(UnOp::Not, r325);
-                                                r327 = rt::bin_u32(BinOp::Add, r313, r322);
-                                                r328 = rt::bin_u32(BinOp::Add, r327, r318);
-                                                r329 = rt::bin_u32(BinOp::And, r328, r326);
-                                                r330 = f32::from_bits(r329);
-                                                r312 = r330;
+                                                r323 = r310.to_bits();
+                                                r324 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r325 = rt::bin_u32(BinOp::Shr, r323, r324);
+                                                r326 = rt::bin_u32(BinOp::And, r325, r11);
+                                                r327 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                r328 = rt::bin_u32(BinOp::And, r327, r83);
+                                                r329 = rt::bin_u32(BinOp::Shl, r11, r328);
+                                                r330 = rt::bin_u32(BinOp::Sub, r329, r11);
+                                                r331 = rt::bin_u32(BinOp::And, r121, r83);
+                                                r332 = rt::bin_u32(BinOp::Shl, r11, r331);
+                                                r333 = rt::bin_u32(BinOp::Sub, r332, r11);
+                                                r334 = rt::un_u32(UnOp::Not, r333);
+                                                r335 = rt::bin_u32(BinOp::Add, r323, r330);
+                                                r336 = rt::bin_u32(BinOp::Add, r335, r326);
+                                                r337 = rt::bin_u32(BinOp::And, r336, r334);
+                                                r338 = f32::from_bits(r337);
+                                                r339 = rt::bin_u32(BinOp::And, r323, r139);
+                                                r340 = rt::cmp(BinOp::Eq, r339, r139);
+                                                r341 = if r340 { r310 } else { r338 };
+                                                r322 = r341;
                                                 break 'b16;
                                             }
-                                            r331 = r312;
-                                            r301 = r331;
+                                            r342 = r322;
+                                            r311 = r342;
                                             break 'b14;
                                             break 'b15;
                                         }
-                                        r311 = rt::bin_bool(BinOp::Or, r311, r303);
-                                        if r311 {
+                                        r321 = rt::bin_bool(BinOp::Or, r321, r313);
+                                        if r321 {
                                             'b17: {
-                                                r333 = r300.to_bits();
-                                                r334 = rt::bin_u32(BinOp::And, r333, r124);
-                                                r335 = rt::cmp(BinOp::Eq, r334, r124);
-                                                if r335 {
-                                                    r332 = r300;
-                                                    break 'b17;
-                                                }
-                                                r336 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r337 = rt::bin_u32(BinOp::Shr, r333, r336);
-                                                r338 = rt::bin_u32(BinOp::And, r337, r11);
-                                                r339 = rt::bin_u32(BinOp::Sub, r2, r11);
-                                                r340 = rt::bin_u32(BinOp::And, r339, r83);
-                                                r341 = rt::bin_u32(BinOp::Shl, r11, r340);
-                                                r342 = rt::bin_u32(BinOp::Sub, r341, r11);
-                                                r343 = rt::bin_u32(BinOp::And, r2, r83);
-                                                r344 = rt::bin_u32(BinOp::Shl, r11, r343);
-                                                r345 = rt::bin_u32(BinOp::Sub, r344, r11);
-                                                r346 = rt::un_u32(UnOp::Not, r345);
-                                                r347 = rt::bin_u32(BinOp::Add, r333, r342);
-                                                r348 = rt::bin_u32(BinOp::Add, r347, r338);
-                                                r349 = rt::bin_u32(BinOp::And, r348, r346);
-                                                r350 = f32::from_bits(r349);
-                                                r332 = r350;
+                                                r344 = r310.to_bits();
+                                                r345 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r346 = rt::bin_u32(BinOp::Shr, r344, r345);
+                                                r347 = rt::bin_u32(BinOp::And, r346, r11);
+                                                r348 = rt::bin_u32(BinOp::Sub, r2, r11);
+                                                r349 = rt::bin_u32(BinOp::And, r348, r83);
+                                                r350 = rt::bin_u32(BinOp::Shl, r11, r349);
+                                                r351 = rt::bin_u32(BinOp::Sub, r350, r11);
+                                                r352 = rt::bin_u32(BinOp::And, r2, r83);
+                                                r353 = rt::bin_u32(BinOp::Shl, r11, r352);
+                                                r354 = rt::bin_u32(BinOp::Sub, r353, r11);
+                                                r355 = rt::un_u32(UnOp::Not, r354);
+                                                r356 = rt::bin_u32(BinOp::Add, r344, r351);
+                                                r357 = rt::bin_u32(BinOp::Add, r356, r347);
+                                                r358 = rt::bin_u32(BinOp::And, r357, r355);
+                                                r359 = f32::from_bits(r358);
+                                                r360 = rt::bin_u32(BinOp::And, r344, r139);
+                                                r361 = rt::cmp(BinOp::Eq, r360, r139);
+                                                r362 = if r361 { r310 } else { r359 };
+                                                r343 = r362;
                                                 break 'b17;
                                             }
-                                            r351 = r332;
-                                            r301 = r351;
+                                            r363 = r343;
+                                            r311 = r363;
                                             break 'b14;
                                             break 'b15;
                                         }
-                                        r311 = rt::bin_bool(BinOp::Or, r311, r304);
-                                        if r311 {
+                                        r321 = rt::bin_bool(BinOp::Or, r321, r314);
+                                        if r321 {
                                             'b18: {
-                                                r353 = rt::un_f32(UnOp::Abs, r300);
-                                                r354 = rt::cmp(BinOp::Lt, r353, r165);
-                                                if r354 {
-                                                    r355 = rt::bin_f32(BinOp::Mul, r300, r167);
-                                                    r356 = rt::un_f32(UnOp::Round, r355);
-                                                    r357 = rt::bin_f32(BinOp::Mul, r356, r170);
-                                                    r352 = r357;
-                                                    break 'b18;
-                                                }
+                                                r365 = rt::bin_f32(BinOp::Mul, r310, r166);
+                                                r366 = rt::un_f32(UnOp::Round, r365);
+                                                r367 = rt::bin_f32(BinOp::Mul, r366, r169);
                                                 'b19: {
-                                                    r359 = r300.to_bits();
-                                                    r360 = rt::bin_u32(BinOp::And, r359, r124);
-                                                    r361 = rt::cmp(BinOp::Eq, r360, r124);
-                                                    if r361 {
-                                                        r358 = r300;
-                                                        break 'b19;
-                                                    }
-                                                    r362 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r363 = rt::bin_u32(BinOp::Shr, r359, r362);
-                                                    r364 = rt::bin_u32(BinOp::And, r363, r11);
-                                                    r365 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                    r366 = rt::bin_u32(BinOp::And, r365, r83);
-                                                    r367 = rt::bin_u32(BinOp::Shl, r11, r366);
-                                                    r368 = rt::bin_u32(BinOp::Sub, r367, r11);
-                                                    r369 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r370 = rt::bin_u32(BinOp::Shl, r11, r369);
-                                                    r371 = rt::bin_u32(BinOp::Sub, r370, r11);
-                                                    r372 = rt::un_u32(UnOp::Not, r371);
-                                                    r373 = rt::bin_u32(BinOp::Add, r359, r368);
-                                                    r374 = rt::bin_u32(BinOp::Add, r373, r364);
-                                                    r375 = rt::bin_u32(BinOp::And, r374, r372);
-                                                    r376 = f32::from_bits(r375);
-                                                    r358 = r376;
+                                                    r369 = r310.to_bits();
+                                                    r370 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r371 = rt::bin_u32(BinOp::Shr, r369, r370);
+                                                    r372 = rt::bin_u32(BinOp::And, r371, r11);
+                                                    r373 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                    r374 = rt::bin_u32(BinOp::And, r373, r83);
+                                                    r375 = rt::bin_u32(BinOp::Shl, r11, r374);
+                                                    r376 = rt::bin_u32(BinOp::Sub, r375, r11);
+                                                    r377 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r378 = rt::bin_u32(BinOp::Shl, r11, r377);
+                                                    r379 = rt::bin_u32(BinOp::Sub, r378, r11);
+                                                    r380 = rt::un_u32(UnOp::Not, r379);
+                                                    r381 = rt::bin_u32(BinOp::Add, r369, r376);
+                                                    r382 = rt::bin_u32(BinOp::Add, r381, r372);
+                                                    r383 = rt::bin_u32(BinOp::And, r382, r380);
+                                                    r384 = f32::from_bits(r383);
+                                                    r385 = rt::bin_u32(BinOp::And, r369, r139);
+                                                    r386 = rt::cmp(BinOp::Eq, r385, r139);
+                                                    r387 = if r386 { r310 } else { r384 };
+                                                    r368 = r387;
                                                     break 'b19;
                                                 }
-                                                r377 = r358;
-                                                r378 = rt::un_f32(UnOp::Abs, r377);
-                                                r379 = rt::cmp(BinOp::Gt, r378, r193);
-                                                if r379 {
-                                                    r380 = r377.to_bits();
-                                                    r381 = rt::bin_u32(BinOp::And, r380, r196);
-                                                    r382 = rt::bin_u32(BinOp::Or, r381, r124);
-                                                    r383 = f32::from_bits(r382);
-                                                    r352 = r383;
-                                                    break 'b18;
-                                                }
-                                                r352 = r377;
+                                                r388 = r368;
+                                                r389 = rt::un_f32(UnOp::Abs, r310);
+                                                r390 = rt::cmp(BinOp::Lt, r389, r193);
+                                                r391 = if r390 { r367 } else { r388 };
+                                                r392 = r391.to_bits();
+                                                r393 = rt::bin_u32(BinOp::And, r392, r197);
+                                                r394 = rt::bin_u32(BinOp::Or, r393, r139);
+                                                r395 = f32::from_bits(r394);
+                                                r396 = rt::un_f32(UnOp::Abs, r391);
+                                                r397 = rt::cmp(BinOp::Gt, r396, r202);
+                                                r398 = if r397 { r395 } else { r391 };
+                                                r364 = r398;
                                                 break 'b18;
                                             }
-                                            r384 = r352;
-                                            r301 = r384;
+                                            r399 = r364;
+                                            r311 = r399;
                                             break 'b14;
                                             break 'b15;
                                         }
-                                        r311 = rt::bin_bool(BinOp::Or, r311, r310);
-                                        if r311 {
-                                            r301 = r300;
+                                        r321 = rt::bin_bool(BinOp::Or, r321, r320);
+                                        if r321 {
+                                            r311 = r310;
                                             break 'b14;
                                             break 'b15;
                                         }
                                     }
                                 }
-                                r385 = r301;
-                                r20 = r385;
-                                r386 = r22;
-                                r387 = rt::bin_u32(BinOp::Add, r386, r11);
-                                r388 = rt::cmp(BinOp::Eq, r95, r18);
-                                r389 = if r388 { r11 } else { r95 };
-                                r390 = rt::bin_u32(BinOp::Rem, r387, r389);
-                                r391 = rt::cmp(BinOp::Eq, r390, r18);
-                                r392 = !r391;
-                                if r392 {
-                                    r393 = r22;
-                                    r394 = rt::bin_u32(BinOp::Add, r393, r11);
-                                    r395 = rt::cmp(BinOp::Eq, r394, r24);
-                                    r23 = r395;
+                                r400 = r311;
+                                r20 = r400;
+                                r401 = r22;
+                                r402 = rt::bin_u32(BinOp::Add, r401, r11);
+                                r403 = rt::cmp(BinOp::Eq, r95, r18);
+                                r404 = if r403 { r11 } else { r95 };
+                                r405 = rt::bin_u32(BinOp::Rem, r402, r404);
+                                r406 = rt::cmp(BinOp::Eq, r405, r18);
+                                r407 = !r406;
+                                if r407 {
+                                    r408 = r22;
+                                    r409 = rt::bin_u32(BinOp::Add, r408, r11);
+                                    r410 = rt::cmp(BinOp::Eq, r409, r24);
+                                    r23 = r410;
                                 } else {
                                     r23 = r30;
                                 }
-                                r396 = r23;
-                                if r396 {
-                                    r397 = r21;
-                                    r398 = r20;
+                                r411 = r23;
+                                if r411 {
+                                    r412 = r21;
+                                    r413 = r20;
                                     'b20: {
                                         'b21: {
-                                            r400 = rt::cmp(BinOp::Eq, r91, r11);
-                                            r401 = rt::cmp(BinOp::Eq, r91, r110);
-                                            r402 = rt::cmp(BinOp::Eq, r91, r112);
-                                            r403 = !r400;
-                                            r404 = r403;
-                                            r405 = !r401;
-                                            r406 = rt::bin_bool(BinOp::And, r404, r405);
-                                            r407 = !r402;
-                                            r408 = rt::bin_bool(BinOp::And, r406, r407);
-                                            r409 = r15;
-                                            r409 = rt::bin_bool(BinOp::Or, r409, r400);
-                                            if r409 {
+                                            r415 = rt::cmp(BinOp::Eq, r91, r11);
+                                            r416 = rt::cmp(BinOp::Eq, r91, r110);
+                                            r417 = rt::cmp(BinOp::Eq, r91, r112);
+                                            r418 = !r415;
+                                            r419 = r418;
+                                            r420 = !r416;
+                                            r421 = rt::bin_bool(BinOp::And, r419, r420);
+                                            r422 = !r417;
+                                            r423 = rt::bin_bool(BinOp::And, r421, r422);
+                                            r424 = r15;
+                                            r424 = rt::bin_bool(BinOp::Or, r424, r415);
+                                            if r424 {
                                                 'b22: {
-                                                    r411 = r398.to_bits();
-                                                    r412 = rt::bin_u32(BinOp::And, r411, r124);
-                                                    r413 = rt::cmp(BinOp::Eq, r412, r124);
-                                                    if r413 {
-                                                        r410 = r398;
-                                                        break 'b22;
-                                                    }
-                                                    r414 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r415 = rt::bin_u32(BinOp::Shr, r411, r414);
-                                                    r416 = rt::bin_u32(BinOp::And, r415, r11);
-                                                    r417 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                    r418 = rt::bin_u32(BinOp::And, r417, r83);
-                                                    r419 = rt::bin_u32(BinOp::Shl, r11, r418);
-                                                    r420 = rt::bin_u32(BinOp::Sub, r419, r11);
-                                                    r421 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r422 = rt::bin_u32(BinOp::Shl, r11, r421);
-                                                    r423 = rt::bin_u32(BinOp::Sub, r422, r11);
-                                                    r424 = rt::un_u32(UnOp::Not, r423);
-                                                    r425 = rt::bin_u32(BinOp::Add, r411, r420);
-                                                    r426 = rt::bin_u32(BinOp::Add, r425, r416);
-                                                    r427 = rt::bin_u32(BinOp::And, r426, r424);
-                                                    r428 = f32::from_bits(r427);
-                                                    r410 = r428;
+                                                    r426 = r413.to_bits();
+                                                    r427 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r428 = rt::bin_u32(BinOp::Shr, r426, r427);
+                                                    r429 = rt::bin_u32(BinOp::And, r428, r11);
+                                                    r430 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                    r431 = rt::bin_u32(BinOp::And, r430, r83);
+                                                    r432 = rt::bin_u32(BinOp::Shl, r11, r431);
+                                                    r433 = rt::bin_u32(BinOp::Sub, r432, r11);
+                                                    r434 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r435 = rt::bin_u32(BinOp::Shl, r11, r434);
+                                                    r436 = rt::bin_u32(BinOp::Sub, r435, r11);
+                                                    r437 = rt::un_u32(UnOp::Not, r436);
+                                                    r438 = rt::bin_u32(BinOp::Add, r426, r433);
+                                                    r439 = rt::bin_u32(BinOp::Add, r438, r429);
+                                                    r440 = rt::bin_u32(BinOp::And, r439, r437);
+                                                    r441 = f32::from_bits(r440);
+                                                    r442 = rt::bin_u32(BinOp::And, r426, r139);
+                                                    r443 = rt::cmp(BinOp::Eq, r442, r139);
+                                                    r444 = if r443 { r413 } else { r441 };
+                                                    r425 = r444;
                                                     break 'b22;
                                                 }
-                                                r429 = r410;
-                                                r399 = r429;
+                                                r445 = r425;
+                                                r414 = r445;
                                                 break 'b20;
                                                 break 'b21;
                                             }
-                                            r409 = rt::bin_bool(BinOp::Or, r409, r401);
-                                            if r409 {
+                                            r424 = rt::bin_bool(BinOp::Or, r424, r416);
+                                            if r424 {
                                                 'b23: {
-                                                    r431 = r398.to_bits();
-                                                    r432 = rt::bin_u32(BinOp::And, r431, r124);
-                                                    r433 = rt::cmp(BinOp::Eq, r432, r124);
-                                                    if r433 {
-                                                        r430 = r398;
-                                                        break 'b23;
-                                                    }
-                                                    r434 = rt::bin_u32(BinOp::And, r2, r83);
-                                                    r435 = rt::bin_u32(BinOp::Shr, r431, r434);
-                                                    r436 = rt::bin_u32(BinOp::And, r435, r11);
-                                                    r437 = rt::bin_u32(BinOp::Sub, r2, r11);
-                                                    r438 = rt::bin_u32(BinOp::And, r437, r83);
-                                                    r439 = rt::bin_u32(BinOp::Shl, r11, r438);
-                                                    r440 = rt::bin_u32(BinOp::Sub, r439, r11);
-                                                    r441 = rt::bin_u32(BinOp::And, r2, r83);
-                                                    r442 = rt::bin_u32(BinOp::Shl, r11, r441);
-                                                    r443 = rt::bin_u32(BinOp::Sub, r442, r11);
-                                                    r444 = rt::un_u32(UnOp::Not, r443);
-                                                    r445 = rt::bin_u32(BinOp::Add, r431, r440);
-                                                    r446 = rt::bin_u32(BinOp::Add, r445, r436);
-                                                    r447 = rt::bin_u32(BinOp::And, r446, r444);
-                                                    r448 = f32::from_bits(r447);
-                                                    r430 = r448;
+                                                    r447 = r413.to_bits();
+                                                    r448 = rt::bin_u32(BinOp::And, r2, r83);
+                                                    r449 = rt::bin_u32(BinOp::Shr, r447, r448);
+                                                    r450 = rt::bin_u32(BinOp::And, r449, r11);
+                                                    r451 = rt::bin_u32(BinOp::Sub, r2, r11);
+                                                    r452 = rt::bin_u32(BinOp::And, r451, r83);
+                                                    r453 = rt::bin_u32(BinOp::Shl, r11, r452);
+                                                    r454 = rt::bin_u32(BinOp::Sub, r453, r11);
+                                                    r455 = rt::bin_u32(BinOp::And, r2, r83);
+                                                    r456 = rt::bin_u32(BinOp::Shl, r11, r455);
+                                                    r457 = rt::bin_u32(BinOp::Sub, r456, r11);
+                                                    r458 = rt::un_u32(UnOp::Not, r457);
+                                                    r459 = rt::bin_u32(BinOp::Add, r447, r454);
+                                                    r460 = rt::bin_u32(BinOp::Add, r459, r450);
+                                                    r461 = rt::bin_u32(BinOp::And, r460, r458);
+                                                    r462 = f32::from_bits(r461);
+                                                    r463 = rt::bin_u32(BinOp::And, r447, r139);
+                                                    r464 = rt::cmp(BinOp::Eq, r463, r139);
+                                                    r465 = if r464 { r413 } else { r462 };
+                                                    r446 = r465;
                                                     break 'b23;
                                                 }
-                                                r449 = r430;
-                                                r399 = r449;
+                                                r466 = r446;
+                                                r414 = r466;
                                                 break 'b20;
                                                 break 'b21;
                                             }
-                                            r409 = rt::bin_bool(BinOp::Or, r409, r402);
-                                            if r409 {
+                                            r424 = rt::bin_bool(BinOp::Or, r424, r417);
+                                            if r424 {
                                                 'b24: {
-                                                    r451 = rt::un_f32(UnOp::Abs, r398);
-                                                    r452 = rt::cmp(BinOp::Lt, r451, r165);
-                                                    if r452 {
-                                                        r453 = rt::bin_f32(BinOp::Mul, r398, r167);
-                                                        r454 = rt::un_f32(UnOp::Round, r453);
-                                                        r455 = rt::bin_f32(BinOp::Mul, r454, r170);
-                                                        r450 = r455;
-                                                        break 'b24;
-                                                    }
+                                                    r468 = rt::bin_f32(BinOp::Mul, r413, r166);
+                                                    r469 = rt::un_f32(UnOp::Round, r468);
+                                                    r470 = rt::bin_f32(BinOp::Mul, r469, r169);
                                                     'b25: {
-                                                        r457 = r398.to_bits();
-                                                        r458 = rt::bin_u32(BinOp::And, r457, r124);
-                                                        r459 = rt::cmp(BinOp::Eq, r458, r124);
-                                                        if r459 {
-                                                            r456 = r398;
-                                                            break 'b25;
-                                                        }
-                                                        r460 = rt::bin_u32(BinOp::And, r121, r83);
-                                                        r461 = rt::bin_u32(BinOp::Shr, r457, r460);
-                                                        r462 = rt::bin_u32(BinOp::And, r461, r11);
-                                                        r463 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                        r464 = rt::bin_u32(BinOp::And, r463, r83);
-                                                        r465 = rt::bin_u32(BinOp::Shl, r11, r464);
-                                                        r466 = rt::bin_u32(BinOp::Sub, r465, r11);
-                                                        r467 = rt::bin_u32(BinOp::And, r121, r83);
-                                                        r468 = rt::bin_u32(BinOp::Shl, r11, r467);
-                                                        r469 = rt::bin_u32(BinOp::Sub, r468, r11);
-                                                        r470 = rt::un_u32(UnOp::Not, r469);
-                                                        r471 = rt::bin_u32(BinOp::Add, r457, r466);
-                                                        r472 = rt::bin_u32(BinOp::Add, r471, r462);
-                                                        r473 = rt::bin_u32(BinOp::And, r472, r470);
-                                                        r474 = f32::from_bits(r473);
-                                                        r456 = r474;
+                                                        r472 = r413.to_bits();
+                                                        r473 = rt::bin_u32(BinOp::And, r121, r83);
+                                                        r474 = rt::bin_u32(BinOp::Shr, r472, r473);
+                                                        r475 = rt::bin_u32(BinOp::And, r474, r11);
+                                                        r476 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                        r477 = rt::bin_u32(BinOp::And, r476, r83);
+                                                        r478 = rt::bin_u32(BinOp::Shl, r11, r477);
+                                                        r479 = rt::bin_u32(BinOp::Sub, r478, r11);
+                                                        r480 = rt::bin_u32(BinOp::And, r121, r83);
+                                                        r481 = rt::bin_u32(BinOp::Shl, r11, r480);
+                                                        r482 = rt::bin_u32(BinOp::Sub, r481, r11);
+                                                        r483 = rt::un_u32(UnOp::Not, r482);
+                                                        r484 = rt::bin_u32(BinOp::Add, r472, r479);
+                                                        r485 = rt::bin_u32(BinOp::Add, r484, r475);
+                                                        r486 = rt::bin_u32(BinOp::And, r485, r483);
+                                                        r487 = f32::from_bits(r486);
+                                                        r488 = rt::bin_u32(BinOp::And, r472, r139);
+                                                        r489 = rt::cmp(BinOp::Eq, r488, r139);
+                                                        r490 = if r489 { r413 } else { r487 };
+                                                        r471 = r490;
                                                         break 'b25;
                                                     }
-                                                    r475 = r456;
-                                                    r476 = rt::un_f32(UnOp::Abs, r475);
-                                                    r477 = rt::cmp(BinOp::Gt, r476, r193);
-                                                    if r477 {
-                                                        r478 = r475.to_bits();
-                                                        r479 = rt::bin_u32(BinOp::And, r478, r196);
-                                                        r480 = rt::bin_u32(BinOp::Or, r479, r124);
-                                                        r481 = f32::from_bits(r480);
-                                                        r450 = r481;
-                                                        break 'b24;
-                                                    }
-                                                    r450 = r475;
+                                                    r491 = r471;
+                                                    r492 = rt::un_f32(UnOp::Abs, r413);
+                                                    r493 = rt::cmp(BinOp::Lt, r492, r193);
+                                                    r494 = if r493 { r470 } else { r491 };
+                                                    r495 = r494.to_bits();
+                                                    r496 = rt::bin_u32(BinOp::And, r495, r197);
+                                                    r497 = rt::bin_u32(BinOp::Or, r496, r139);
+                                                    r498 = f32::from_bits(r497);
+                                                    r499 = rt::un_f32(UnOp::Abs, r494);
+                                                    r500 = rt::cmp(BinOp::Gt, r499, r202);
+                                                    r501 = if r500 { r498 } else { r494 };
+                                                    r467 = r501;
                                                     break 'b24;
                                                 }
-                                                r482 = r450;
-                                                r399 = r482;
+                                                r502 = r467;
+                                                r414 = r502;
                                                 break 'b20;
                                                 break 'b21;
                                             }
-                                            r409 = rt::bin_bool(BinOp::Or, r409, r408);
-                                            if r409 {
-                                                r399 = r398;
+                                            r424 = rt::bin_bool(BinOp::Or, r424, r423);
+                                            if r424 {
+                                                r414 = r413;
                                                 break 'b20;
                                                 break 'b21;
                                             }
                                         }
                                     }
-                                    r483 = r399;
-                                    r484 = rt::bin_f32(BinOp::Add, r397, r483);
+                                    r503 = r414;
+                                    r504 = rt::bin_f32(BinOp::Add, r412, r503);
                                     'b26: {
                                         'b27: {
-                                            r486 = rt::cmp(BinOp::Eq, r91, r11);
-                                            r487 = rt::cmp(BinOp::Eq, r91, r110);
-                                            r488 = rt::cmp(BinOp::Eq, r91, r112);
-                                            r489 = !r486;
-                                            r490 = r489;
-                                            r491 = !r487;
-                                            r492 = rt::bin_bool(BinOp::And, r490, r491);
-                                            r493 = !r488;
-                                            r494 = rt::bin_bool(BinOp::And, r492, r493);
-                                            r495 = r15;
-                                            r495 = rt::bin_bool(BinOp::Or, r495, r486);
-                                            if r495 {
+                                            r506 = rt::cmp(BinOp::Eq, r91, r11);
+                                            r507 = rt::cmp(BinOp::Eq, r91, r110);
+                                            r508 = rt::cmp(BinOp::Eq, r91, r112);
+                                            r509 = !r506;
+                                            r510 = r509;
+                                            r511 = !r507;
+                                            r512 = rt::bin_bool(BinOp::And, r510, r511);
+                                            r513 = !r508;
+                                            r514 = rt::bin_bool(BinOp::And, r512, r513);
+                                            r515 = r15;
+                                            r515 = rt::bin_bool(BinOp::Or, r515, r506);
+                                            if r515 {
                                                 'b28: {
-                                                    r497 = r484.to_bits();
-                                                    r498 = rt::bin_u32(BinOp::And, r497, r124);
-                                                    r499 = rt::cmp(BinOp::Eq, r498, r124);
-                                                    if r499 {
-                                                        r496 = r484;
-                                                        break 'b28;
-                                                    }
-                                                    r500 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r501 = rt::bin_u32(BinOp::Shr, r497, r500);
-                                                    r502 = rt::bin_u32(BinOp::And, r501, r11);
-                                                    r503 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                    r504 = rt::bin_u32(BinOp::And, r503, r83);
-                                                    r505 = rt::bin_u32(BinOp::Shl, r11, r504);
-                                                    r506 = rt::bin_u32(BinOp::Sub, r505, r11);
-                                                    r507 = rt::bin_u32(BinOp::And, r121, r83);
-                                                    r508 = rt::bin_u32(BinOp::Shl, r11, r507);
-                                                    r509 = rt::bin_u32(BinOp::Sub, r508, r11);
-                                                    r510 = rt::un_u32(UnOp::Not, r509);
-                                                    r511 = rt::bin_u32(BinOp::Add, r497, r506);
-                                                    r512 = rt::bin_u32(BinOp::Add, r511, r502);
-                                                    r513 = rt::bin_u32(BinOp::And, r512, r510);
-                                                    r514 = f32::from_bits(r513);
-                                                    r496 = r514;
+                                                    r517 = r504.to_bits();
+                                                    r518 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r519 = rt::bin_u32(BinOp::Shr, r517, r518);
+                                                    r520 = rt::bin_u32(BinOp::And, r519, r11);
+                                                    r521 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                    r522 = rt::bin_u32(BinOp::And, r521, r83);
+                                                    r523 = rt::bin_u32(BinOp::Shl, r11, r522);
+                                                    r524 = rt::bin_u32(BinOp::Sub, r523, r11);
+                                                    r525 = rt::bin_u32(BinOp::And, r121, r83);
+                                                    r526 = rt::bin_u32(BinOp::Shl, r11, r525);
+                                                    r527 = rt::bin_u32(BinOp::Sub, r526, r11);
+                                                    r528 = rt::un_u32(UnOp::Not, r527);
+                                                    r529 = rt::bin_u32(BinOp::Add, r517, r524);
+                                                    r530 = rt::bin_u32(BinOp::Add, r529, r520);
+                                                    r531 = rt::bin_u32(BinOp::And, r530, r528);
+                                                    r532 = f32::from_bits(r531);
+                                                    r533 = rt::bin_u32(BinOp::And, r517, r139);
+                                                    r534 = rt::cmp(BinOp::Eq, r533, r139);
+                                                    r535 = if r534 { r504 } else { r532 };
+                                                    r516 = r535;
                                                     break 'b28;
                                                 }
-                                                r515 = r496;
-                                                r485 = r515;
+                                                r536 = r516;
+                                                r505 = r536;
                                                 break 'b26;
                                                 break 'b27;
                                             }
-                                            r495 = rt::bin_bool(BinOp::Or, r495, r487);
-                                            if r495 {
+                                            r515 = rt::bin_bool(BinOp::Or, r515, r507);
+                                            if r515 {
                                                 'b29: {
-                                                    r517 = r484.to_bits();
-                                                    r518 = rt::bin_u32(BinOp::And, r517, r124);
-                                                    r519 = rt::cmp(BinOp::Eq, r518, r124);
-                                                    if r519 {
-                                                        r516 = r484;
-                                                        break 'b29;
-                                                    }
-                                                    r520 = rt::bin_u32(BinOp::And, r2, r83);
-                                                    r521 = rt::bin_u32(BinOp::Shr, r517, r520);
-                                                    r522 = rt::bin_u32(BinOp::And, r521, r11);
-                                                    r523 = rt::bin_u32(BinOp::Sub, r2, r11);
-                                                    r524 = rt::bin_u32(BinOp::And, r523, r83);
-                                                    r525 = rt::bin_u32(BinOp::Shl, r11, r524);
-                                                    r526 = rt::bin_u32(BinOp::Sub, r525, r11);
-                                                    r527 = rt::bin_u32(BinOp::And, r2, r83);
-                                                    r528 = rt::bin_u32(BinOp::Shl, r11, r527);
-                                                    r529 = rt::bin_u32(BinOp::Sub, r528, r11);
-                                                    r530 = rt::un_u32(UnOp::Not, r529);
-                                                    r531 = rt::bin_u32(BinOp::Add, r517, r526);
-                                                    r532 = rt::bin_u32(BinOp::Add, r531, r522);
-                                                    r533 = rt::bin_u32(BinOp::And, r532, r530);
-                                                    r534 = f32::from_bits(r533);
-                                                    r516 = r534;
+                                                    r538 = r504.to_bits();
+                                                    r539 = rt::bin_u32(BinOp::And, r2, r83);
+                                                    r540 = rt::bin_u32(BinOp::Shr, r538, r539);
+                                                    r541 = rt::bin_u32(BinOp::And, r540, r11);
+                                                    r542 = rt::bin_u32(BinOp::Sub, r2, r11);
+                                                    r543 = rt::bin_u32(BinOp::And, r542, r83);
+                                                    r544 = rt::bin_u32(BinOp::Shl, r11, r543);
+                                                    r545 = rt::bin_u32(BinOp::Sub, r544, r11);
+                                                    r546 = rt::bin_u32(BinOp::And, r2, r83);
+                                                    r547 = rt::bin_u32(BinOp::Shl, r11, r546);
+                                                    r548 = rt::bin_u32(BinOp::Sub, r547, r11);
+                                                    r549 = rt::un_u32(UnOp::Not, r548);
+                                                    r550 = rt::bin_u32(BinOp::Add, r538, r545);
+                                                    r551 = rt::bin_u32(BinOp::Add, r550, r541);
+                                                    r552 = rt::bin_u32(BinOp::And, r551, r549);
+                                                    r553 = f32::from_bits(r552);
+                                                    r554 = rt::bin_u32(BinOp::And, r538, r139);
+                                                    r555 = rt::cmp(BinOp::Eq, r554, r139);
+                                                    r556 = if r555 { r504 } else { r553 };
+                                                    r537 = r556;
                                                     break 'b29;
                                                 }
-                                                r535 = r516;
-                                                r485 = r535;
+                                                r557 = r537;
+                                                r505 = r557;
                                                 break 'b26;
                                                 break 'b27;
                                             }
-                                            r495 = rt::bin_bool(BinOp::Or, r495, r488);
-                                            if r495 {
+                                            r515 = rt::bin_bool(BinOp::Or, r515, r508);
+                                            if r515 {
                                                 'b30: {
-                                                    r537 = rt::un_f32(UnOp::Abs, r484);
-                                                    r538 = rt::cmp(BinOp::Lt, r537, r165);
-                                                    if r538 {
-                                                        r539 = rt::bin_f32(BinOp::Mul, r484, r167);
-                                                        r540 = rt::un_f32(UnOp::Round, r539);
-                                                        r541 = rt::bin_f32(BinOp::Mul, r540, r170);
-                                                        r536 = r541;
-                                                        break 'b30;
-                                                    }
+                                                    r559 = rt::bin_f32(BinOp::Mul, r504, r166);
+                                                    r560 = rt::un_f32(UnOp::Round, r559);
+                                                    r561 = rt::bin_f32(BinOp::Mul, r560, r169);
                                                     'b31: {
-                                                        r543 = r484.to_bits();
-                                                        r544 = rt::bin_u32(BinOp::And, r543, r124);
-                                                        r545 = rt::cmp(BinOp::Eq, r544, r124);
-                                                        if r545 {
-                                                            r542 = r484;
-                                                            break 'b31;
-                                                        }
-                                                        r546 = rt::bin_u32(BinOp::And, r121, r83);
-                                                        r547 = rt::bin_u32(BinOp::Shr, r543, r546);
-                                                        r548 = rt::bin_u32(BinOp::And, r547, r11);
-                                                        r549 = rt::bin_u32(BinOp::Sub, r121, r11);
-                                                        r550 = rt::bin_u32(BinOp::And, r549, r83);
-                                                        r551 = rt::bin_u32(BinOp::Shl, r11, r550);
-                                                        r552 = rt::bin_u32(BinOp::Sub, r551, r11);
-                                                        r553 = rt::bin_u32(BinOp::And, r121, r83);
-                                                        r554 = rt::bin_u32(BinOp::Shl, r11, r553);
-                                                        r555 = rt::bin_u32(BinOp::Sub, r554, r11);
-                                                        r556 = rt::un_u32(UnOp::Not, r555);
-                                                        r557 = rt::bin_u32(BinOp::Add, r543, r552);
-                                                        r558 = rt::bin_u32(BinOp::Add, r557, r548);
-                                                        r559 = rt::bin_u32(BinOp::And, r558, r556);
-                                                        r560 = f32::from_bits(r559);
-                                                        r542 = r560;
+                                                        r563 = r504.to_bits();
+                                                        r564 = rt::bin_u32(BinOp::And, r121, r83);
+                                                        r565 = rt::bin_u32(BinOp::Shr, r563, r564);
+                                                        r566 = rt::bin_u32(BinOp::And, r565, r11);
+                                                        r567 = rt::bin_u32(BinOp::Sub, r121, r11);
+                                                        r568 = rt::bin_u32(BinOp::And, r567, r83);
+                                                        r569 = rt::bin_u32(BinOp::Shl, r11, r568);
+                                                        r570 = rt::bin_u32(BinOp::Sub, r569, r11);
+                                                        r571 = rt::bin_u32(BinOp::And, r121, r83);
+                                                        r572 = rt::bin_u32(BinOp::Shl, r11, r571);
+                                                        r573 = rt::bin_u32(BinOp::Sub, r572, r11);
+                                                        r574 = rt::un_u32(UnOp::Not, r573);
+                                                        r575 = rt::bin_u32(BinOp::Add, r563, r570);
+                                                        r576 = rt::bin_u32(BinOp::Add, r575, r566);
+                                                        r577 = rt::bin_u32(BinOp::And, r576, r574);
+                                                        r578 = f32::from_bits(r577);
+                                                        r579 = rt::bin_u32(BinOp::And, r563, r139);
+                                                        r580 = rt::cmp(BinOp::Eq, r579, r139);
+                                                        r581 = if r580 { r504 } else { r578 };
+                                                        r562 = r581;
                                                         break 'b31;
                                                     }
-                                                    r561 = r542;
-                                                    r562 = rt::un_f32(UnOp::Abs, r561);
-                                                    r563 = rt::cmp(BinOp::Gt, r562, r193);
-                                                    if r563 {
-                                                        r564 = r561.to_bits();
-                                                        r565 = rt::bin_u32(BinOp::And, r564, r196);
-                                                        r566 = rt::bin_u32(BinOp::Or, r565, r124);
-                                                        r567 = f32::from_bits(r566);
-                                                        r536 = r567;
-                                                        break 'b30;
-                                                    }
-                                                    r536 = r561;
+                                                    r582 = r562;
+                                                    r583 = rt::un_f32(UnOp::Abs, r504);
+                                                    r584 = rt::cmp(BinOp::Lt, r583, r193);
+                                                    r585 = if r584 { r561 } else { r582 };
+                                                    r586 = r585.to_bits();
+                                                    r587 = rt::bin_u32(BinOp::And, r586, r197);
+                                                    r588 = rt::bin_u32(BinOp::Or, r587, r139);
+                                                    r589 = f32::from_bits(r588);
+                                                    r590 = rt::un_f32(UnOp::Abs, r585);
+                                                    r591 = rt::cmp(BinOp::Gt, r590, r202);
+                                                    r592 = if r591 { r589 } else { r585 };
+                                                    r558 = r592;
                                                     break 'b30;
                                                 }
-                                                r568 = r536;
-                                                r485 = r568;
+                                                r593 = r558;
+                                                r505 = r593;
                                                 break 'b26;
                                                 break 'b27;
                                             }
-                                            r495 = rt::bin_bool(BinOp::Or, r495, r494);
-                                            if r495 {
-                                                r485 = r484;
+                                            r515 = rt::bin_bool(BinOp::Or, r515, r514);
+                                            if r515 {
+                                                r505 = r504;
                                                 break 'b26;
                                                 break 'b27;
                                             }
                                         }
                                     }
-                                    r569 = r485;
-                                    r21 = r569;
+                                    r594 = r505;
+                                    r21 = r594;
                                     r20 = r16;
                                 }
                             }
-                            r570 = r22;
-                            r571 = rt::bin_u32(BinOp::Add, r570, r11);
-                            r22 = r571;
+                            r595 = r22;
+                            r596 = rt::bin_u32(BinOp::Add, r595, r11);
+                            r22 = r596;
                         }
-                        r572 = rt::bin_u32(BinOp::Mul, r8, r25);
-                        r573 = rt::bin_u32(BinOp::Add, r572, r4);
-                        r574 = u64::from(r573);
-                        r575 = rt::bin_u64(BinOp::Mul, r574, r43);
-                        r576 = rt::bin_u64(BinOp::Add, r40, r575);
-                        r577 = r21;
-                        r578 = rt::bin_u64(BinOp::Add, r576, r43);
-                        r579 = rt::cmp(BinOp::Le, r578, r69);
-                        r580 = rt::cmp(BinOp::Ge, r578, r576);
-                        r581 = r579;
-                        if r581 {
-                            b2.st_f32(r576, r577)?;
+                        r597 = rt::bin_u32(BinOp::Mul, r8, r25);
+                        r598 = rt::bin_u32(BinOp::Add, r597, r4);
+                        r599 = u64::from(r598);
+                        r600 = rt::bin_u64(BinOp::Mul, r599, r43);
+                        r601 = rt::bin_u64(BinOp::Add, r40, r600);
+                        r602 = r21;
+                        r603 = rt::bin_u64(BinOp::Add, r601, r43);
+                        r604 = rt::cmp(BinOp::Le, r603, r69);
+                        r605 = rt::cmp(BinOp::Ge, r603, r601);
+                        r606 = r604;
+                        if r606 {
+                            b2.st_f32(r601, r602)?;
                         }
                         break 'inv;
                     }
