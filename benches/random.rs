@@ -4,7 +4,7 @@
 //! what the normal transform costs on that device. On the GPU backends
 //! also the `randn` kernel Keel shipped before its draws were
 //! bit-identical (`random_float_box_muller.wgsl`: `log`, `sin` and `cos`
-//! in f32), the baseline of the speed goal for the integer one.
+//! in f32), the baseline of the speed goal for the bit-identical one.
 //!
 //! Run: `cargo bench --bench random`. Results in docs/BENCHMARKS.md.
 

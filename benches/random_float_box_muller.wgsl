@@ -1,4 +1,4 @@
-// The randn kernel Keel shipped before its integer Box-Muller (shaders/random/
+// The randn kernel Keel shipped before its draws were bit-identical (shaders/random/
 // philox.wgsl at f7a47f5): log, sqrt, sin and cos in f32, as accurate as each
 // device makes them. benches/random.rs times it beside the current kernel on
 // the GPU backends, the baseline of the randn speed goal.
