@@ -148,10 +148,23 @@ impl RandomOp {
             RandomOp::Rand => PHILOX_RAND,
             RandomOp::Randn => PHILOX_RANDN,
             RandomOp::Uniform { .. } => PHILOX_UNIFORM,
+            RandomOp::Normal { mean, std } if normal_is_plain(mean, std) => PHILOX_NORMAL_PLAIN,
             RandomOp::Normal { .. } => PHILOX_NORMAL,
             RandomOp::Randint { .. } => PHILOX_RANDINT,
         }
     }
+}
+
+/// Whether `normal_(mean, std)` needs no per-element check in the kernel
+/// (`normal_hardware` in `philox.wgsl`): the mean zero or
+/// `2^-102 <= |mean| < 2^126`, and `2^-69 <= |std| < 2^123`. Then for every
+/// draw `z` of `randn` (zero, or `2^-33 <= |z| < 8`) the hardware's
+/// multiply and add are exact IEEE operations on every backend, with no
+/// subnormal on the way.
+pub fn normal_is_plain(mean: f32, std: f32) -> bool {
+    let field = |x: f32| (x.to_bits() >> 23) & 0xff;
+    let mean_ok = mean == 0.0 || (25..=252).contains(&field(mean));
+    mean_ok && (58..=249).contains(&field(std))
 }
 
 const WGSL: &str = include_str!("../shaders/random/philox.wgsl");
@@ -179,6 +192,7 @@ crate::translated_host!(
     randn_host => PHILOX_RANDN,
     uniform_host => PHILOX_UNIFORM,
     normal_host => PHILOX_NORMAL,
+    normal_plain_host => PHILOX_NORMAL_PLAIN,
     randint_host => PHILOX_RANDINT,
 );
 
@@ -200,13 +214,20 @@ pub const PHILOX_RAND_WG64: Kernel = philox_kernel("philox_rand_wg64", 64, rand_
 pub const PHILOX_RANDN: Kernel = philox_kernel("philox_randn", 256, randn_host);
 /// `uniform_(lo, hi)`. Binding: `out` (`f32`).
 pub const PHILOX_UNIFORM: Kernel = philox_kernel("philox_uniform", 256, uniform_host);
-/// `normal_(mean, std)`. Binding: `out` (`f32`).
+/// `normal_(mean, std)`, for any finite mean and std. Binding: `out`
+/// (`f32`).
 pub const PHILOX_NORMAL: Kernel = philox_kernel("philox_normal", 256, normal_host);
+/// `normal_(mean, std)` for a mean and std where [`normal_is_plain`]
+/// holds, without the per-element checks the others need; the same bits
+/// as [`PHILOX_NORMAL`] there (elsewhere its bits may differ between
+/// backends). [`RandomOp::kernel`] picks it. Binding: `out` (`f32`).
+pub const PHILOX_NORMAL_PLAIN: Kernel =
+    philox_kernel("philox_normal_plain", 256, normal_plain_host);
 /// `randint(low, high)`. Binding: `out` (`i32`).
 pub const PHILOX_RANDINT: Kernel = philox_kernel("philox_randint", 256, randint_host);
 
 /// Every random kernel.
-pub const ALL: [Kernel; 8] = [
+pub const ALL: [Kernel; 9] = [
     PHILOX_U32,
     PHILOX_U32_WG64,
     PHILOX_RAND,
@@ -214,6 +235,7 @@ pub const ALL: [Kernel; 8] = [
     PHILOX_RANDN,
     PHILOX_UNIFORM,
     PHILOX_NORMAL,
+    PHILOX_NORMAL_PLAIN,
     PHILOX_RANDINT,
 ];
 
@@ -536,5 +558,33 @@ mod tests {
     fn the_translation_is_current() {
         let kernels: Vec<_> = super::ALL.iter().collect();
         crate::assert_translation_current("src/random/translated.rs", &kernels);
+    }
+
+    /// The launch-wide test of `normal_` is exactly the exponent ranges it
+    /// names: on both sides of each bound, and for zeros of either sign.
+    #[test]
+    fn normal_is_plain_at_its_bounds() {
+        let p = |e: i32| 2f32.powi(e);
+        let below = |x: f32| f32::from_bits(x.to_bits() - 1);
+        for (mean, std, plain) in [
+            (0.0, 1.0, true),
+            (-0.0, 1.0, true),
+            (p(-102), p(-69), true),
+            (-p(-102), p(-69), true),
+            (below(p(-102)), 1.0, false),
+            (1.0, below(p(-69)), false),
+            (below(p(126)), below(p(123)), true),
+            (p(126), 1.0, false),
+            (1.0, p(123), false),
+            (1.0, 0.0, false),
+            (1.0, f32::MAX, false),
+            (f32::MIN_POSITIVE, 1.0, false),
+        ] {
+            assert_eq!(
+                super::normal_is_plain(mean, std),
+                plain,
+                "mean {mean:e}, std {std:e}"
+            );
+        }
     }
 }

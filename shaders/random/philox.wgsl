@@ -394,7 +394,7 @@ fn normal_of(z: u32) -> u32 {
     let spread = params.b;
     let s = bitcast<f32>(spread);
     let p = min(s * bitcast<f32>(z), abs(s) * 8.0);
-    let sum = bitcast<u32>(bitcast<f32>(mean) + p);
+    let sum = normal_hardware(z);
     let normal_in = ((mean & 0x7fffffffu) == 0u || ((mean >> 23u) & 0xffu) - 1u < 254u)
         && ((spread >> 23u) & 0xffu) - 1u < 254u
         && ((z >> 23u) & 0xffu) - 1u < 254u;
@@ -402,6 +402,21 @@ fn normal_of(z: u32) -> u32 {
         return sum;
     }
     return f32_add(mean, f32_mul(spread, z));
+}
+
+// normal_'s `mean + std * z` in hardware alone: what normal_of gives
+// for every z randn makes (0 or 2^-33 <= |z| < 8) when the mean is zero
+// or 2^-102 <= |mean| < 2^126 and 2^-69 <= |std| < 2^123. The product is
+// then zero or at least 2^-102, any nonzero sum (a multiple of 2^-125) at
+// least that, and nothing overflows, so the multiply and the add are
+// exact IEEE operations on every backend, zeros' signs included. The host
+// launches philox_normal_plain for such a mean and std
+// (`keel::random::RandomOp::kernel`), philox_normal for the others: a
+// separate entry point, because lavapipe runs both sides of a branch for
+// its SIMD lanes even where every lane takes one.
+fn normal_hardware(z: u32) -> u32 {
+    let s = bitcast<f32>(params.b);
+    return bitcast<u32>(bitcast<f32>(params.a) + min(s * bitcast<f32>(z), abs(s) * 8.0));
 }
 
 // The grid-stride loop over this launch's Philox blocks, storing the
@@ -415,7 +430,8 @@ fn run(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     }
 }
 
-// The same for randn (op 2) and normal_ (op 4): one Box-Muller gives a
+// The same for randn (op 2) and normal_ (op 4; op 6 where its mean and
+// std need no per-element checks: normal_hardware): one Box-Muller gives a
 // pair of positions. Loops rather than repeated calls keep one copy of
 // the integer code in the kernel (each call is inlined).
 fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
@@ -430,7 +446,9 @@ fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
         for (var j = 0u; j < 2u; j++) {
             let pair = select(words.xy, words.zw, j == 1u);
             var z = box_muller(pair.x, pair.y, zero);
-            if op == 4u {
+            if op == 6u {
+                z = vec2<u32>(normal_hardware(z.x), normal_hardware(z.y));
+            } else if op == 4u {
                 z = vec2<u32>(normal_of(z.x), normal_of(z.y));
             }
             if j == 0u {
@@ -487,6 +505,11 @@ fn philox_uniform(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
 @compute @workgroup_size(256)
 fn philox_normal(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     run_normal(4u, gid, groups, vec3<u32>(256u, 1u, 1u));
+}
+
+@compute @workgroup_size(256)
+fn philox_normal_plain(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    run_normal(6u, gid, groups, vec3<u32>(256u, 1u, 1u));
 }
 
 @compute @workgroup_size(256)

@@ -239,6 +239,26 @@ mod tests {
         assert!(worst > 0.5, "the comparison compared something: {worst}");
     }
 
+    /// The range of the draws that `normal_`'s launch-wide test in the
+    /// kernel (`normal_plain`) relies on: every nonzero draw is at least
+    /// 2^-33 and every draw under 8 in magnitude. The extremes are the
+    /// smallest radius (u1 = 1 - 2^-24) at the smallest angle, and the
+    /// largest radius (u1 = 2^-24) at no angle.
+    #[test]
+    fn draws_lie_between_two_to_the_minus_33_and_8() {
+        let smallest = f32::from_bits(box_muller_bits(1, 1).1);
+        assert!(smallest > 0.0 && smallest >= 2f32.powi(-33), "{smallest:e}");
+        let largest = f32::from_bits(box_muller_bits(0xff_ffff, 0).0);
+        assert!(largest > 5.7 && largest < 8.0, "{largest}");
+        for (x0, x1) in [(1, 0xff_ffff), (1, 0x40_0001), (1, 0x3f_ffff), (2, 1)] {
+            let (c, s) = box_muller_bits(x0, x1);
+            for z in [c, s] {
+                let z = f32::from_bits(z).abs();
+                assert!(z == 0.0 || z >= smallest, "({x0:#x}, {x1:#x}): {z:e}");
+            }
+        }
+    }
+
     /// The named positions of the issue that found the GPU `log` error
     /// (seed 42, element 308,306; seed 0, element 932,033) come out as
     /// the exact values do: u1 = 1 - 42 * 2^-24 keeps its small radius.

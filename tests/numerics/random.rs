@@ -285,6 +285,7 @@ fn randn_is_bit_identical_at_every_length_and_the_named_positions() {
 /// and sums that cancel.
 #[test]
 fn normal_rounds_the_same_everywhere_at_the_edges() {
+    let p = |e: i32| 2f32.powi(e);
     let cases = [
         (0.0f32, 1.0f32),
         (-3.5, 1e-40),
@@ -304,6 +305,17 @@ fn normal_rounds_the_same_everywhere_at_the_edges() {
         // their integer ones.
         (3e-38, 2e-38),
         (-2.4e-38, 1e-38),
+        // Both sides of each bound of the launch-wide test that lets a
+        // launch skip the per-element checks (`normal_plain` in the
+        // kernel): |mean| 2^-102 and 2^126, |std| 2^-69 and 2^123.
+        (p(-102), p(-69)),
+        (-p(-102) * 0.75, p(-69)),
+        (p(-102), p(-69) * 0.75),
+        (1.0, p(123) * 0.99),
+        (p(126) * 0.99, p(-60)),
+        (-p(126), 1.0),
+        (0.0, p(123)),
+        (-0.0, p(-69)),
     ];
     let n = 4097;
     let mut wanted = Vec::new();
@@ -322,10 +334,23 @@ fn normal_rounds_the_same_everywhere_at_the_edges() {
         all.iter().any(|v| *v == 0.0 && v.is_sign_negative()),
         "a negative zero is tried"
     );
+    let plain = wanted
+        .iter()
+        .filter(|(op, _)| op.kernel().name == random::PHILOX_NORMAL_PLAIN.name)
+        .count();
+    assert!(
+        plain >= 6 && plain < wanted.len() - 6,
+        "both kernels are tried: {plain} of {} plain",
+        wanted.len()
+    );
     for (label, d) in backends() {
         for (op, want) in &wanted {
-            let got = run(d, &random::PHILOX_NORMAL, None, *op, n, 5, 3);
-            assert_same(label, *op, 5, 3, &got, want);
+            // The kernel the op picks, and the checked one, which every
+            // mean and std may take.
+            for kernel in [op.kernel(), random::PHILOX_NORMAL] {
+                let got = run(d, &kernel, None, *op, n, 5, 3);
+                assert_same(label, *op, 5, 3, &got, want);
+            }
         }
         check_validation(label);
     }

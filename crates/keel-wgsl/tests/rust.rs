@@ -281,6 +281,7 @@ fn sources() -> Vec<(String, &'static str)> {
         "philox_randn",
         "philox_uniform",
         "philox_normal",
+        "philox_normal_plain",
         "philox_randint",
     ] {
         out.push((philox.clone(), entry));
@@ -526,6 +527,7 @@ fn cases() -> Vec<Case> {
         "philox_randn",
         "philox_uniform",
         "philox_normal",
+        "philox_normal_plain",
         "philox_randint",
     ] {
         out.push(Case {
