@@ -40,7 +40,9 @@
 //! every backend, flushing subnormals or not, and a `min` that changes
 //! nothing stands between them so that no driver fuses them. Elsewhere it
 //! takes an integer implementation of IEEE 754's correctly rounded
-//! multiply and add. The host reference (`random/normal.rs`) takes the
+//! multiply and add; a launch whose mean and std rule out every such case
+//! ([`normal_is_plain`]) runs [`PHILOX_NORMAL_PLAIN`], which has no
+//! per-element test. The host reference (`random/normal.rs`) takes the
 //! same Box-Muller steps in Rust (which never fuses); `normal_`'s two
 //! roundings there are Rust's own `f32` multiply and add.
 //!
