@@ -44,8 +44,26 @@ fn keel_round_to(x: f32, format: u32) -> f32 {
     }
 }
 
-// keel_round_mantissa and keel_round_f16 on each component, for kernels
-// that choose the format once per tile, not once per element.
+// keel_round_to on each component, the format chosen once for the four
+// (each element then rounded with constant masks; matmul_tiled_4x4
+// chooses once for its eight staged elements, with the two below).
+fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
+    switch format {
+        case 1u: {
+            return keel_round_mantissa4(v, 13u);
+        }
+        case 2u: {
+            return keel_round_mantissa4(v, 16u);
+        }
+        case 3u: {
+            return keel_round_f16_4(v);
+        }
+        default: {
+            return v;
+        }
+    }
+}
+
 fn keel_round_mantissa4(v: vec4<f32>, drop: u32) -> vec4<f32> {
     return vec4<f32>(
         keel_round_mantissa(v.x, drop),
@@ -57,14 +75,4 @@ fn keel_round_mantissa4(v: vec4<f32>, drop: u32) -> vec4<f32> {
 
 fn keel_round_f16_4(v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(keel_round_f16(v.x), keel_round_f16(v.y), keel_round_f16(v.z), keel_round_f16(v.w));
-}
-
-// keel_round_to on each component.
-fn keel_round4(v: vec4<f32>, format: u32) -> vec4<f32> {
-    return vec4<f32>(
-        keel_round_to(v.x, format),
-        keel_round_to(v.y, format),
-        keel_round_to(v.z, format),
-        keel_round_to(v.w, format),
-    );
 }

@@ -392,9 +392,8 @@ fn clear_of_subnormals(x: u32) -> bool {
 fn normal_of(z: u32) -> u32 {
     let mean = params.a;
     let spread = params.b;
-    let s = bitcast<f32>(spread);
-    let p = min(s * bitcast<f32>(z), abs(s) * 8.0);
-    let sum = normal_hardware(z);
+    let p = normal_product(z);
+    let sum = bitcast<u32>(bitcast<f32>(mean) + p);
     let normal_in = ((mean & 0x7fffffffu) == 0u || ((mean >> 23u) & 0xffu) - 1u < 254u)
         && ((spread >> 23u) & 0xffu) - 1u < 254u
         && ((z >> 23u) & 0xffu) - 1u < 254u;
@@ -415,8 +414,14 @@ fn normal_of(z: u32) -> u32 {
 // separate entry point, because lavapipe runs both sides of a branch for
 // its SIMD lanes even where every lane takes one.
 fn normal_hardware(z: u32) -> u32 {
+    return bitcast<u32>(bitcast<f32>(params.a) + normal_product(z));
+}
+
+// std * z in hardware, kept apart from the add that follows by a `min`
+// that changes nothing (|z| < 8), so that no driver fuses the two.
+fn normal_product(z: u32) -> f32 {
     let s = bitcast<f32>(params.b);
-    return bitcast<u32>(bitcast<f32>(params.a) + min(s * bitcast<f32>(z), abs(s) * 8.0));
+    return min(s * bitcast<f32>(z), abs(s) * 8.0);
 }
 
 // The grid-stride loop over this launch's Philox blocks, storing the
