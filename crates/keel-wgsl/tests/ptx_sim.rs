@@ -1,0 +1,197 @@
+//! The PTX Keel ships, run on the CPU by the interpreter in `sim/`:
+//! the tensor-core matmul (NVRTC's PTX, checked in) against the f64
+//! reference of its rounded inputs, at odd shapes, without a GPU.
+
+mod sim;
+
+use std::path::{Path, PathBuf};
+
+use sim::{Arg, Global};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kernel(file: &str, name: &str) -> sim::Kernel {
+    let text = std::fs::read_to_string(root().join(file)).expect("PTX file");
+    sim::parse(&text)
+        .expect("the interpreter parses it")
+        .into_iter()
+        .find(|k| k.name == name)
+        .expect("the entry point")
+}
+
+/// A deterministic spread of values in [-1, 1) (xorshift).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Keel's input rounding (rounding.wgsl's codes: 1 tf32, 2 bf16, 3 f16),
+/// to nearest with ties to even.
+fn round_input(x: f32, format: u32) -> f32 {
+    let mantissa = |drop: u32| -> f32 {
+        let bits = x.to_bits();
+        if bits & 0x7f80_0000 == 0x7f80_0000 {
+            return x;
+        }
+        let lsb = (bits >> drop) & 1;
+        let half = (1u32 << (drop - 1)) - 1;
+        f32::from_bits((bits + half + lsb) & !((1u32 << drop) - 1))
+    };
+    match format {
+        1 => mantissa(13),
+        2 => mantissa(16),
+        3 => half::f16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+const MMA: &str = "shaders/compute/matmul_mma.ptx";
+/// Outputs per block of `matmul_mma`: rows, columns (src/compute/matmul.rs).
+const MMA_TILE: (usize, usize) = (128, 128);
+
+/// Runs `matmul_mma` on (m, k, n) in `format` and checks every output
+/// against the f64 product of the rounded inputs, within docs/NUMERICS.md's
+/// bound for the tensor cores: 2 (k + 2) 2^-24 sum |a b|.
+fn check_mma(mma: &sim::Kernel, m: usize, k: usize, n: usize, format: u32, a: &[f32], b: &[f32]) {
+    let mut g = Global::default();
+    let pa = g.alloc_f32(a);
+    let pb = g.alloc_f32(b);
+    let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
+    let grid = [
+        n.div_ceil(MMA_TILE.1) as u32,
+        m.div_ceil(MMA_TILE.0) as u32,
+        1,
+    ];
+    let u = |v: usize| Arg::U32(v as u32);
+    mma.launch(
+        &mut g,
+        grid,
+        [256, 1, 1],
+        &[
+            Arg::U64(pa),
+            Arg::U64(pb),
+            Arg::U64(pc),
+            u(m),
+            u(k),
+            u(n),
+            Arg::U32(format),
+            u(0),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
+    let c = g.read_f32(pc);
+    let ra: Vec<f64> = a
+        .iter()
+        .map(|x| f64::from(round_input(*x, format)))
+        .collect();
+    let rb: Vec<f64> = b
+        .iter()
+        .map(|x| f64::from(round_input(*x, format)))
+        .collect();
+    for i in 0..m {
+        for j in 0..n {
+            let (mut sum, mut mag) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                sum += ra[i * k + p] * rb[p * n + j];
+                mag += (ra[i * k + p] * rb[p * n + j]).abs();
+            }
+            let got = f64::from(c[i * n + j]);
+            let bound = 2.0 * (k as f64 + 2.0) * 2f64.powi(-24) * mag;
+            assert!(
+                (got - sum).abs() <= bound || (got.is_infinite() && got == sum),
+                "{m}x{k}x{n} format {format}: c[{i}][{j}] = {got}, reference {sum}, bound {bound}"
+            );
+        }
+    }
+}
+
+/// The tensor-core kernel at shapes on either side of its 128 x 128 tile
+/// and its k stage, k = 1 and a long k, in the three input formats.
+#[test]
+fn matmul_mma_matches_the_f64_reference_of_rounded_inputs() {
+    let mma = kernel(MMA, "matmul_mma");
+    for (m, k, n) in [
+        (1, 1, 1),
+        (3, 17, 5),
+        (128, 16, 128),
+        (129, 33, 130),
+        (40, 300, 9),
+    ] {
+        for format in [1, 2, 3] {
+            let a = values(m * k, (m * 31 + k) as u64);
+            let b = values(k * n, (n * 17 + k) as u64 + 7);
+            check_mma(&mma, m, k, n, format, &a, &b);
+        }
+    }
+}
+
+/// The rounding of values the formats treat apart: ties, f16 subnormals,
+/// values past f16's largest, f32 subnormals, infinity.
+#[test]
+fn matmul_mma_rounds_edge_values_as_every_kernel_does() {
+    let mma = kernel(MMA, "matmul_mma");
+    let edges = [
+        1.0 + 2f32.powi(-11),         // f16 and tf32 tie
+        1.0 + 3.0 * 2f32.powi(-11),   // tie, odd below
+        1.0 + 2f32.powi(-8),          // bf16 tie
+        -(1.0 + 3.0 * 2f32.powi(-8)), // bf16 tie, odd below
+        3.0 * 2f32.powi(-25),         // f16 subnormal tie
+        2f32.powi(-20) * 1.3,         // f16 subnormal
+        65519.0,                      // f16: to 65504
+        65520.0,                      // f16: to infinity
+        f32::from_bits(0x0000_1234),  // f32 subnormal
+        0.75,
+    ];
+    let (m, k, n) = (edges.len(), edges.len(), 3);
+    // Row i of A holds one edge value on the diagonal; B holds small exact values,
+    // so each output is one rounded edge value times an exact nonzero
+    // value (infinity stays infinite).
+    let mut a = vec![0.0f32; m * k];
+    for (i, e) in edges.iter().enumerate() {
+        a[i * k + i] = *e;
+    }
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.5).collect();
+    for format in [1, 2, 3] {
+        check_mma(&mma, m, k, n, format, &a, &b);
+    }
+}
+
+/// The interpreter's own checks fire: a launch with a buffer too small
+/// for the product is refused at the first access past it.
+#[test]
+fn the_interpreter_refuses_accesses_outside_every_buffer() {
+    let mma = kernel(MMA, "matmul_mma");
+    let mut g = Global::default();
+    let (m, k, n) = (4, 4, 4);
+    let pa = g.alloc_f32(&values(m * k, 1));
+    let pb = g.alloc_f32(&values(k * n - 1, 2));
+    let pc = g.alloc_f32(&vec![0.0; m * n]);
+    let u = |v: usize| Arg::U32(v as u32);
+    let err = mma
+        .launch(
+            &mut g,
+            [1, 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::U64(pa),
+                Arg::U64(pb),
+                Arg::U64(pc),
+                u(m),
+                u(k),
+                u(n),
+                Arg::U32(1),
+                u(0),
+            ],
+        )
+        .expect_err("b is one element short");
+    assert!(err.contains("outside every buffer"), "{err}");
+}
