@@ -16,9 +16,10 @@
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
 //! in plain f32, tf32, bf16 and f16 inputs (each through
 //! `MatmulAlgorithm::Tiled`, which runs the input-rounding modes on tensor
-//! cores where the device has them: `matmul_mma` on CUDA, the
-//! cooperative-matrix kernel for f16 inputs on Vulkan and wgpu; and then
-//! the portable 4x4 kernel beside it): the median of
+//! cores where the device has them: `matmul_mma` (tf32) and
+//! `matmul_mma16` (bf16, f16) on CUDA, the cooperative-matrix kernel for
+//! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel, and on
+//! CUDA bf16 and f16 inputs on the tf32 `matmul_mma`, beside them): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -28,9 +29,10 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group};
+use keel::compute::params::Param;
 use keel::compute::{
-    Accumulation, InputRounding, MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction,
-    matmul, matmul_kernel,
+    Accumulation, InputRounding, MATMUL_MMA, MatmulAlgorithm, MatmulOptions, MatmulPrecision,
+    Reduction, matmul, matmul_kernel,
 };
 use keel::{Buffer, Device, DeviceType, Stream};
 
@@ -271,16 +273,11 @@ fn large() {
                     MatmulPrecision::TF32,
                 ));
             }
-            for (name, algorithm, precision) in modes {
-                let opts = MatmulOptions {
-                    algorithm,
-                    precision,
-                };
-                let kernel = matmul_kernel(&stream, &opts, n, n).map_or("?", |l| l.kernel.name);
+            let report = |name: &str, kernel: &str, run: &dyn Fn()| {
                 let mut times: Vec<f64> = (0..8)
                     .map(|_| {
                         let t = std::time::Instant::now();
-                        matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
+                        run();
                         stream.synchronize().expect("synchronize");
                         t.elapsed().as_secs_f64()
                     })
@@ -294,6 +291,39 @@ fn large() {
                     t * 1e6,
                     2.0 * (n as f64).powi(3) / t / 1e12
                 );
+            };
+            for (name, algorithm, precision) in modes {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision,
+                };
+                let kernel = matmul_kernel(&stream, &opts, n, n).map_or("?", |l| l.kernel.name);
+                report(name, kernel, &|| {
+                    matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
+                });
+            }
+            // bf16 and f16 inputs on the tf32 tensor-core kernel, which ran
+            // them before the 16-bit one: the same launch `matmul` makes,
+            // with the other kernel.
+            if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
+                for (name, inputs) in [
+                    ("bf16", InputRounding::Bf16),
+                    ("f16 inputs", InputRounding::F16),
+                ] {
+                    let mode = MatmulPrecision::inputs(inputs).mode();
+                    let tiles = (n / 128) as u32;
+                    let u = |v: usize| Param::U32(v as u32);
+                    report(name, "matmul_mma, tf32 instruction", &|| {
+                        MATMUL_MMA
+                            .launch(
+                                &stream,
+                                [tiles, tiles, 1],
+                                &[&ab, &bb, &cb],
+                                &[u(n), u(n), u(n), Param::U32(mode), Param::U32(0)],
+                            )
+                            .expect("launch");
+                    });
+                }
             }
         }
     }

@@ -34,9 +34,10 @@ pub enum MatmulAlgorithm {
     /// behind more warps. Plain f32 and the modes that only round the
     /// inputs.
     Tiled4x4,
-    /// The kernels on matrix units: [`MATMUL_MMA`] in the modes that round
-    /// the inputs to tf32, bf16 or f16 and sum in f32, on CUDA devices of
-    /// compute capability 8.0 or later ([`tf32_mma_supported`]);
+    /// The kernels on matrix units: [`MATMUL_MMA`] (tf32) and
+    /// [`MATMUL_MMA16`] (bf16, f16) in the modes that round the inputs and
+    /// sum in f32, on CUDA devices of compute capability 8.0 or later
+    /// ([`tf32_mma_supported`]);
     /// [`MATMUL_COOP`] with f16 inputs on Vulkan and wgpu devices with
     /// cooperative matrices ([`cooperative_matrix_supported`]); an error
     /// elsewhere and in other modes. Inputs are rounded as every kernel
@@ -201,6 +202,27 @@ pub const MATMUL_COOP: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
+/// The tensor-core kernel for bf16 or f16 inputs summed in f32, on CUDA
+/// devices of compute capability 8.0 or later (`mma.sync.aligned.m16n8k16`
+/// with bf16 or f16 operands): each input rounded once to its 16-bit
+/// format as it is staged (`cvt.rn.bf16x2.f32`, `cvt.rn.f16x2.f32`: the
+/// same values as every kernel's rounding), at twice the tensor cores'
+/// tf32 rate and with half [`MATMUL_MMA`]'s shared-memory bytes. Bindings,
+/// parameters and tiles as [`MATMUL_MMA`]. PTX only, compiled from
+/// `shaders/compute/matmul_mma16.cu` by NVRTC (`cargo xtask mma-ptx`); a
+/// declared CUDA override of [`MATMUL_TILED_4X4`] in those two modes.
+pub const MATMUL_MMA16: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_mma16",
+        workgroup_size: [256, 1, 1],
+        bindings: 3,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
+        cpu: None,
+    },
+    params: MATMUL_PARAMS,
+};
+
 /// Whether the stream's device runs [`MATMUL_COOP`]: a Vulkan or wgpu
 /// device with the property `"cooperative matrix"` (16 x 16 x 16 f16 x
 /// f16 + f32 at subgroup scope, subgroups of 32, enabled at device
@@ -216,7 +238,18 @@ pub fn cooperative_matrix_supported(stream: &Stream) -> Result<bool> {
     })
 }
 
-/// Output tile of one block of [`MATMUL_MMA`]: rows, columns.
+/// The tensor-core kernel for a mode that rounds the inputs: [`MATMUL_MMA`]
+/// for tf32, [`MATMUL_MMA16`] for bf16 and f16, whose values the 16-bit
+/// `mma` takes at twice the rate.
+fn mma_kernel(p: &MatmulPrecision) -> &'static Launch {
+    match p.inputs {
+        InputRounding::Bf16 | InputRounding::F16 => &MATMUL_MMA16,
+        _ => &MATMUL_MMA,
+    }
+}
+
+/// Output tile of one block of [`MATMUL_MMA`] and [`MATMUL_MMA16`]: rows,
+/// columns.
 const MMA_TILE: (u32, u32) = (128, 128);
 /// The fewest blocks of 128 x 128 outputs for which [`MatmulAlgorithm::Tiled`]
 /// runs [`MATMUL_MMA`]: a smaller product leaves most of a GPU's
@@ -263,8 +296,9 @@ fn tiled_4x4(p: &MatmulPrecision) -> &'static Launch {
 }
 
 /// The kernel [`matmul`] launches for `opts` on `stream` for an `m` x `n`
-/// product. For [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] on a CUDA
-/// device with tf32 tensor cores for the modes that round the inputs to
+/// product. For [`MatmulAlgorithm::Tiled`]: [`MATMUL_MMA`] (tf32) or
+/// [`MATMUL_MMA16`] (bf16, f16) on a CUDA device with tensor cores of
+/// compute capability 8.0 or later for the modes that round the inputs to
 /// tf32, bf16 or f16 ([`MatmulPrecision::rounds_inputs_only`], not plain
 /// f32) in a product of at least [`MMA_MIN_BLOCKS`] tiles of 128 x 128
 /// outputs, [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
@@ -288,7 +322,7 @@ pub fn matmul_kernel(
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
     Ok(match opts.algorithm {
         MatmulAlgorithm::Tiled if rounded_inputs && fills && tf32_mma_supported(stream)? => {
-            &MATMUL_MMA
+            mma_kernel(p)
         }
         MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
             if f16_inputs && cooperative_matrix_supported(stream)? =>
@@ -306,7 +340,9 @@ pub fn matmul_kernel(
                 opts.precision
             )));
         }
-        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => &MATMUL_MMA,
+        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => {
+            mma_kernel(p)
+        }
         MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
                 "matmul: the tensor-core kernels compute the modes that round the inputs to \
@@ -350,7 +386,7 @@ pub fn matmul(
     check_distinct(what, out, &[("a", a), ("b", b)])?;
     let launch = matmul_kernel(stream, opts, m, n)?;
     // MATMUL_COOP's tile is TILE, as the tiled kernels'.
-    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
+    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) || std::ptr::eq(launch, &MATMUL_MMA16) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {
         (NAIVE_WG, NAIVE_WG)

@@ -821,8 +821,10 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             reduction: Reduction::Bf16,
         };
         // The modes that round the inputs run on tensor cores where the
-        // device has them.
+        // device has them: tf32 on the tf32 kernel, bf16 and f16 on the
+        // 16-bit one.
         let rounded = if mma { "matmul_mma" } else { tiled };
+        let rounded16 = if mma { "matmul_mma16" } else { tiled };
         // The split-K modes on the GPU-shaped kernel's own entry point.
         let split = if kind.is_gpu() {
             "matmul_tiled_4x4_split"
@@ -831,11 +833,11 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         };
         let f16_inputs = P::inputs(InputRounding::F16);
         // f16 inputs on cooperative matrices where Vulkan or wgpu has them.
-        let rounded_f16 = if coop { "matmul_coop" } else { rounded };
+        let rounded_f16 = if coop { "matmul_coop" } else { rounded16 };
         for (algorithm, precision, want) in [
             (Tiled, P::TF32, rounded),
             (Tiled, P::IEEE, tiled),
-            (Tiled, P::BF16, rounded),
+            (Tiled, P::BF16, rounded16),
             (Tiled, f16_inputs, rounded_f16),
             (Tiled, split_bf16, split),
             (Tiled, f16_acc, "matmul_tiled"),
@@ -890,7 +892,12 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                 }
                 Ok(launch) => {
                     assert!(mma, "{label}: tensor cores where there are none");
-                    assert_eq!(launch.kernel.name, "matmul_mma");
+                    let want = if precision == P::TF32 {
+                        "matmul_mma"
+                    } else {
+                        "matmul_mma16"
+                    };
+                    assert_eq!(launch.kernel.name, want, "{label}");
                 }
                 Err(e) => {
                     assert!(!mma, "{label}: {e}");

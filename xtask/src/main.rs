@@ -45,9 +45,9 @@
 //!   dependencies.
 //! - `cargo xtask ptx`: step 5 alone.
 //! - `cargo xtask hta`: step 7 alone.
-//! - `cargo xtask mma-ptx`: compiles the tensor-core matmul
-//!   (`shaders/compute/matmul_mma.cu`) to `matmul_mma.ptx` with NVRTC for
-//!   compute_80 and declares the result `.version 7.0` (all it uses, so
+//! - `cargo xtask mma-ptx`: compiles the tensor-core matmuls
+//!   (`shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`) to their `.ptx`
+//!   files with NVRTC for compute_80 and declares the result `.version 7.0` (all it uses, so
 //!   that drivers from CUDA 11 on load it); `--check` fails instead where
 //!   the checked-in file differs. NVRTC comes from the PyPI wheel
 //!   [`NVRTC_WHEEL`] (90 MB, downloaded into `target/nvrtc/` on first
@@ -189,7 +189,10 @@ const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
 
 /// The CUDA C++ sources compiled to checked-in PTX by `mma-ptx`, with the
 /// virtual architecture each is compiled for.
-const CUDA_SOURCES: &[(&str, &str)] = &[("shaders/compute/matmul_mma.cu", "compute_80")];
+const CUDA_SOURCES: &[(&str, &str)] = &[
+    ("shaders/compute/matmul_mma.cu", "compute_80"),
+    ("shaders/compute/matmul_mma16.cu", "compute_80"),
+];
 
 /// The GPU architectures every PTX file must assemble for: Volta, Ampere
 /// (the first with TF32 `mma`) and Hopper.

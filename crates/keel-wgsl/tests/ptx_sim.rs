@@ -55,7 +55,9 @@ fn round_input(x: f32, format: u32) -> f32 {
 }
 
 const MMA: &str = "shaders/compute/matmul_mma.ptx";
-/// Outputs per block of `matmul_mma`: rows, columns (src/compute/matmul.rs).
+const MMA16: &str = "shaders/compute/matmul_mma16.ptx";
+/// Outputs per block of `matmul_mma` and `matmul_mma16`: rows, columns
+/// (src/compute/matmul.rs).
 const MMA_TILE: (usize, usize) = (128, 128);
 
 /// Runs `matmul_mma` on (m, k, n) in `format` and checks every output
@@ -114,19 +116,36 @@ fn check_mma(mma: &sim::Kernel, m: usize, k: usize, n: usize, format: u32, a: &[
     }
 }
 
-/// The tensor-core kernel at shapes on either side of its 128 x 128 tile
-/// and its k stage, k = 1 and a long k, in the three input formats.
+/// Shapes on either side of the kernels' 128 x 128 tile and their k
+/// stages (16, 32), k = 1 and a long k; 256 x 64 x 256 takes the blocks'
+/// unchecked loads (whole tiles and stages) with float4 rows, 130 x 70 x
+/// 131 the same loads of single floats.
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (3, 17, 5),
+    (128, 16, 128),
+    (129, 33, 130),
+    (40, 300, 9),
+    (256, 64, 256),
+    (130, 70, 131),
+];
+
+/// The tf32 tensor-core kernel in the three input formats.
 #[test]
 fn matmul_mma_matches_the_f64_reference_of_rounded_inputs() {
-    let mma = kernel(MMA, "matmul_mma");
-    for (m, k, n) in [
-        (1, 1, 1),
-        (3, 17, 5),
-        (128, 16, 128),
-        (129, 33, 130),
-        (40, 300, 9),
-    ] {
-        for format in [1, 2, 3] {
+    check_shapes(MMA, "matmul_mma", &[1, 2, 3]);
+}
+
+/// The 16-bit tensor-core kernel in its two formats.
+#[test]
+fn matmul_mma16_matches_the_f64_reference_of_rounded_inputs() {
+    check_shapes(MMA16, "matmul_mma16", &[2, 3]);
+}
+
+fn check_shapes(file: &str, name: &str, formats: &[u32]) {
+    let mma = kernel(file, name);
+    for &(m, k, n) in SHAPES {
+        for &format in formats {
             let a = values(m * k, (m * 31 + k) as u64);
             let b = values(k * n, (n * 17 + k) as u64 + 7);
             check_mma(&mma, m, k, n, format, &a, &b);
@@ -137,8 +156,16 @@ fn matmul_mma_matches_the_f64_reference_of_rounded_inputs() {
 /// The rounding of values the formats treat apart: ties, f16 subnormals,
 /// values past f16's largest, f32 subnormals, infinity.
 #[test]
-fn matmul_mma_rounds_edge_values_as_every_kernel_does() {
-    let mma = kernel(MMA, "matmul_mma");
+fn tensor_core_kernels_round_edge_values_as_every_kernel_does() {
+    for (file, name, formats) in [
+        (MMA, "matmul_mma", &[1, 2, 3][..]),
+        (MMA16, "matmul_mma16", &[2, 3]),
+    ] {
+        check_edges(&kernel(file, name), formats);
+    }
+}
+
+fn check_edges(mma: &sim::Kernel, formats: &[u32]) {
     let edges = [
         1.0 + 2f32.powi(-11),         // f16 and tf32 tie
         1.0 + 3.0 * 2f32.powi(-11),   // tie, odd below
@@ -160,8 +187,8 @@ fn matmul_mma_rounds_edge_values_as_every_kernel_does() {
         a[i * k + i] = *e;
     }
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.5).collect();
-    for format in [1, 2, 3] {
-        check_mma(&mma, m, k, n, format, &a, &b);
+    for &format in formats {
+        check_mma(mma, m, k, n, format, &a, &b);
     }
 }
 
