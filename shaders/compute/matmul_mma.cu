@@ -3,8 +3,10 @@
 // codes of rounding.wgsl). A is m x k, B is k x n, C is m x n, f32,
 // row-major, any m, k, n >= 1.
 //
-// The CUDA override of matmul_tiled_4x4.wgsl for those modes on devices
-// of compute capability 8.0 and later (`mma.sync ... .tf32` is Ampere's).
+// The CUDA override of matmul_tiled_4x4.wgsl in tf32 on devices of
+// compute capability 8.0 and later (`mma.sync ... .tf32` is Ampere's);
+// Keel runs bf16 and f16 inputs on matmul_mma16.cu, at twice the rate,
+// and this kernel takes them too (the benchmark compares the two).
 // A value rounded to bf16 or f16 is exactly a tf32 value (their
 // significands are no wider, and tf32 has f32's exponent range), so one
 // tf32 instruction serves the three modes: each input element is rounded
@@ -18,7 +20,8 @@
 // with NVRTC (CUDA 12.9's, from PyPI) for compute_80 into matmul_mma.ptx,
 // which is checked in, declared `.version 7.0` (all it uses, so that
 // drivers from CUDA 11 on load it); `cargo xtask test` assembles that
-// with ptxas for sm_80 and sm_90. Parameters (Keel's CUDA convention): a, b, c
+// with ptxas for sm_80 and sm_90 and runs it on keel-wgsl's PTX
+// interpreter (tests/ptx_sim.rs). Parameters (Keel's CUDA convention): a, b, c
 // as device pointers, then m, k, n, mode, chunk as u32 (chunk is not
 // read: the launch code refuses split-K modes).
 //
@@ -28,9 +31,13 @@
 // mma.m16n8k8 each per step of 8 along k. Each step of 16 along k stages
 // a 128 x 16 tile of A and a 16 x 128 tile of B in shared memory, zeros
 // outside the matrices, rows padded (A to 20 floats, B to 136) so that the
-// fragment reads of a warp fall on 32 distinct banks; the next tile's
-// global loads are issued before the current tile is computed, into
-// registers, and stored into the other of two buffers after it.
+// fragment reads of a warp fall on 32 distinct banks: A's by `ldmatrix`
+// (four 8 x 4-float matrices are one 16 x 8 tf32 fragment), B's by single
+// loads. The next tile's global loads are issued before the current tile
+// is computed, into registers (without per-element tests for blocks
+// wholly inside C on stages wholly inside k), and rounded and stored into
+// the other of two buffers after it. The format is a template parameter,
+// so each one's rounding is straight-line code.
 
 #define BM 128
 #define BN 128
@@ -66,31 +73,35 @@ __device__ __forceinline__ float keel_round_f16(float x)
     return r;
 }
 
-__device__ __forceinline__ float keel_round_to(float x, unsigned format)
+template <unsigned FORMAT>
+__device__ __forceinline__ float keel_round_to(float x)
 {
-    switch (format) {
+    switch (FORMAT) {
     case 1u:
         return keel_round_mantissa(x, 13u);
     case 2u:
         return keel_round_mantissa(x, 16u);
-    case 3u:
-        return keel_round_f16(x);
     default:
-        return x;
+        return keel_round_f16(x);
     }
 }
 
-// Two blocks per SM: ptxas then keeps to 128 registers (161 otherwise,
-// which leaves one block and 8 warps per SM), spilling nothing on sm_80.
-extern "C" __global__ void __launch_bounds__(256, 2)
-matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-           unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
+__device__ __forceinline__ unsigned shared_address(const void* p)
 {
-    (void)chunk;
-    __shared__ __align__(16) float tile_a[2][BM][A_STRIDE];
-    __shared__ __align__(16) float tile_b[2][BK][B_STRIDE];
+    return (unsigned)__cvta_generic_to_shared(p);
+}
 
-    const unsigned format = mode & 15u;
+// The two stages of A's and B's tiles.
+typedef float TileA[BM][A_STRIDE];
+typedef float TileB[BK][B_STRIDE];
+
+// The kernel's body for one input format (a template parameter, so that
+// each format's rounding is straight-line code with constant masks).
+template <unsigned FORMAT>
+__device__ __forceinline__ void matmul(const float* __restrict__ a, const float* __restrict__ b,
+                                       float* __restrict__ c, unsigned m, unsigned k, unsigned n,
+                                       TileA* tile_a, TileB* tile_b)
+{
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid & 31u;
     const unsigned warp = tid >> 5;
@@ -123,7 +134,28 @@ matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __re
         }
     }
 
+    // Blocks wholly inside C, on stages wholly inside k, load without
+    // per-element tests, from one pointer per matrix and a row stride.
+    const bool inside = row0 + BM <= m && col0 + BN <= n;
+    const float* a_first = a + (size_t)(row0 + a_row) * k + a_step;
+    const float* b_first = b + (size_t)b_step * n + col0 + b_col;
+    const size_t a_stride = (size_t)16u * k;
+    const size_t b_stride = (size_t)2u * n;
+
     auto load = [&](unsigned k0) {
+        if (inside && k0 + BK <= k) {
+            const float* pa = a_first + k0;
+            const float* pb = b_first + (size_t)k0 * n;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                staged_a[i] = __ldg(pa + i * a_stride);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                staged_b[i] = __ldg(pb + i * b_stride);
+            }
+            return;
+        }
         const unsigned ka = k0 + a_step;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -140,13 +172,18 @@ matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __re
     auto store = [&](int buf) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            tile_a[buf][a_row + 16u * i][a_step] = keel_round_to(staged_a[i], format);
+            tile_a[buf][a_row + 16u * i][a_step] = keel_round_to<FORMAT>(staged_a[i]);
         }
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            tile_b[buf][b_step + 2u * i][b_col] = keel_round_to(staged_b[i], format);
+            tile_b[buf][b_step + 2u * i][b_col] = keel_round_to<FORMAT>(staged_b[i]);
         }
     };
+
+    // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8.
+    const unsigned lmat = lane >> 3;
+    const unsigned a_frag_row = warp_row + (lane & 7u) + 8u * (lmat & 1u);
+    const unsigned a_frag_step = 4u * (lmat >> 1);
 
     load(0u);
     store(0);
@@ -161,13 +198,17 @@ matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (unsigned s = 0; s < BK; s += 8u) {
             unsigned fa[4][4];
             unsigned fb[4][2];
+            // A's fragments by `ldmatrix` on 16-bit halves: matrix q of
+            // the four is rows +8 (q odd) and steps +4 (q >= 2) of a 16 x 8
+            // fragment, 8 rows of 4 floats, and lane l receives the float
+            // at row l / 4, step l % 4 of each: a0..a3 of m16n8k8.
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const unsigned r = warp_row + 16u * i + g;
-                fa[i][0] = __float_as_uint(tile_a[buf][r][s + t]);
-                fa[i][1] = __float_as_uint(tile_a[buf][r + 8u][s + t]);
-                fa[i][2] = __float_as_uint(tile_a[buf][r][s + t + 4u]);
-                fa[i][3] = __float_as_uint(tile_a[buf][r + 8u][s + t + 4u]);
+                const unsigned addr =
+                    shared_address(&tile_a[buf][a_frag_row + 16u * i][s + a_frag_step]);
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(fa[i][0]), "=r"(fa[i][1]), "=r"(fa[i][2]), "=r"(fa[i][3])
+                             : "r"(addr));
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -217,5 +258,28 @@ matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __re
                 }
             }
         }
+    }
+}
+
+// Two blocks per SM: ptxas then keeps to 128 registers (161 otherwise,
+// which leaves one block and 8 warps per SM).
+extern "C" __global__ void __launch_bounds__(256, 2)
+matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+           unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
+{
+    (void)chunk;
+    // Declared here, not in the template, so that the formats share them.
+    __shared__ __align__(16) TileA tile_a[2];
+    __shared__ __align__(16) TileB tile_b[2];
+    switch (mode & 15u) {
+    case 1u:
+        matmul<1u>(a, b, c, m, k, n, tile_a, tile_b);
+        break;
+    case 2u:
+        matmul<2u>(a, b, c, m, k, n, tile_a, tile_b);
+        break;
+    default:
+        matmul<3u>(a, b, c, m, k, n, tile_a, tile_b);
+        break;
     }
 }
