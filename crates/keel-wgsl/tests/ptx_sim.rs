@@ -1,6 +1,8 @@
-//! The PTX Keel ships, run on the CPU by the interpreter in `sim/`:
-//! the tensor-core matmul (NVRTC's PTX, checked in) against the f64
-//! reference of its rounded inputs, at odd shapes, without a GPU.
+//! The PTX Keel ships and generates, run on the CPU by the interpreter in
+//! `sim/`, without a GPU: the tensor-core matmuls (NVRTC's PTX, checked
+//! in) against the f64 reference of their rounded inputs at odd shapes,
+//! and the PTX keel-wgsl generates for shipped kernels against the host
+//! end's bits on the same inputs.
 
 mod sim;
 
@@ -221,4 +223,200 @@ fn the_interpreter_refuses_accesses_outside_every_buffer() {
         )
         .expect_err("b is one element short");
     assert!(err.contains("outside every buffer"), "{err}");
+}
+
+/// A WGSL kernel's buffers after one launch on each end: the host end
+/// (`keel_wgsl::host`, what the CPU backend runs) and the PTX end
+/// (`keel_wgsl::ptx`, what CUDA runs) on the interpreter.
+struct BothEnds {
+    host: Vec<Vec<u8>>,
+    ptx: Vec<Vec<u8>>,
+}
+
+/// Runs `entry` of `source` on both ends over `grid`, with `buffers` as
+/// the storage buffers and `params` (32-bit words) as the parameter block,
+/// passed as keel-wgsl's PTX convention says: the buffers' pointers, the
+/// block's words, the buffers' byte lengths.
+fn both_ends(
+    source: &str,
+    entry: &str,
+    grid: [u32; 3],
+    buffers: &[Vec<u8>],
+    params: &[u32],
+) -> BothEnds {
+    let program = keel_wgsl::compile(source, entry).expect("lowers");
+    let block: Vec<u8> = params.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut host: Vec<Vec<u8>> = buffers.to_vec();
+    {
+        let mut views: Vec<&mut [u8]> = host.iter_mut().map(Vec::as_mut_slice).collect();
+        keel_wgsl::host::run(
+            &program,
+            grid,
+            &mut views,
+            &block,
+            &keel_wgsl::host::HostOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{entry} on the host end: {e}"));
+    }
+    let text = keel_wgsl::ptx::emit(&program).expect("prints as PTX");
+    let kernel = sim::parse(&text)
+        .expect("the interpreter parses keel-wgsl's PTX")
+        .into_iter()
+        .find(|k| k.name == entry)
+        .expect("the entry point");
+    let mut g = Global::default();
+    let addrs: Vec<u64> = buffers.iter().map(|b| g.alloc(b)).collect();
+    let words = (program.param_bytes as usize).div_ceil(4);
+    let mut args: Vec<Arg> = addrs.iter().map(|a| Arg::U64(*a)).collect();
+    args.extend((0..words).map(|i| Arg::U32(params.get(i).copied().unwrap_or(0))));
+    args.extend(buffers.iter().map(|b| Arg::U64(b.len() as u64)));
+    kernel
+        .launch(&mut g, grid, program.workgroup_size, &args)
+        .unwrap_or_else(|e| panic!("{entry} on the PTX end: {e}"));
+    let ptx = addrs.iter().map(|a| g.bytes(*a).to_vec()).collect();
+    BothEnds { host, ptx }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn read_shader(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).expect("kernel source")
+}
+
+/// The matmul kernels' shared prefix and one kernel.
+fn matmul_source(kernel: &str) -> String {
+    ["rounding.wgsl", "matmul_bindings.wgsl", kernel]
+        .iter()
+        .map(|f| read_shader(&format!("shaders/compute/{f}")))
+        .collect()
+}
+
+/// Shipped kernels whose generated PTX computes the same bits as the host
+/// end on the same inputs: elementwise, reductions in workgroup memory,
+/// the tiled matmuls in every input-rounding mode, and the random
+/// streams (Philox, Box-Muller) the issue of one source promises are the
+/// same on every device. The interpreter rounds every add and multiply on
+/// its own, as the host end does; on a GPU ptxas may fuse where WGSL
+/// allows, which the kernels whose bits are promised fence against.
+#[test]
+fn generated_ptx_computes_the_host_ends_bits() {
+    let mut cases: Vec<(String, String, &str, [u32; 3], Vec<Vec<u8>>, Vec<u32>)> = Vec::new();
+    let n = 1000usize;
+    cases.push((
+        "add".into(),
+        read_shader("shaders/ops/add.wgsl"),
+        "add_f32",
+        [4, 1, 1],
+        vec![
+            f32_bytes(&values(n, 1)),
+            f32_bytes(&values(n, 2)),
+            vec![0; 4 * n],
+        ],
+        vec![n as u32],
+    ));
+    // Three workgroups' partial sums of 5,000 elements.
+    cases.push((
+        "sum".into(),
+        read_shader("shaders/compute/sum.wgsl"),
+        "sum_shared",
+        [3, 1, 1],
+        vec![f32_bytes(&values(5000, 3)), vec![0; 12]],
+        vec![5000, 3],
+    ));
+    let (m, k, nn) = (70usize, 37usize, 65usize);
+    for (file, entry, grid_tile) in [
+        ("matmul_tiled.wgsl", "matmul_tiled", 64u32),
+        ("matmul_tiled_4x4.wgsl", "matmul_tiled_4x4", 64),
+    ] {
+        for mode in [0u32, 1, 2, 3] {
+            cases.push((
+                format!("{entry} mode {mode}"),
+                matmul_source(file),
+                entry,
+                [
+                    (nn as u32).div_ceil(grid_tile),
+                    (m as u32).div_ceil(grid_tile),
+                    1,
+                ],
+                vec![
+                    f32_bytes(&values(m * k, 4)),
+                    f32_bytes(&values(k * nn, 5)),
+                    vec![0; 4 * m * nn],
+                ],
+                vec![m as u32, k as u32, nn as u32, mode, 0],
+            ));
+        }
+    }
+    // Random streams: n, seed, offset, two words (a normal's mean and
+    // std), the zero word the fences read.
+    let philox = read_shader("shaders/random/philox.wgsl");
+    for entry in [
+        "philox_u32",
+        "philox_rand",
+        "philox_randn",
+        "philox_normal",
+        "philox_normal_plain",
+    ] {
+        let count = 999u32;
+        cases.push((
+            entry.into(),
+            philox.clone(),
+            entry,
+            [2, 1, 1],
+            vec![vec![0; 4 * count as usize]],
+            vec![
+                count,
+                0x1234_5678,
+                0x9abc,
+                6,
+                0,
+                0.5f32.to_bits(),
+                2.0f32.to_bits(),
+                0,
+            ],
+        ));
+    }
+    for (label, source, entry, grid, buffers, params) in cases {
+        let both = both_ends(&source, entry, grid, &buffers, &params);
+        for (i, (h, p)) in both.host.iter().zip(&both.ptx).enumerate() {
+            if h != p {
+                let at = h.iter().zip(p).position(|(x, y)| x != y).unwrap_or(0) / 4 * 4;
+                panic!(
+                    "{label}: buffer {i} differs first at byte {at}: host {:02x?}, PTX {:02x?}",
+                    &h[at..at + 4],
+                    &p[at..at + 4]
+                );
+            }
+        }
+        // A kernel that writes nothing would pass as well: each case
+        // writes its last buffer.
+        let last = both.ptx.last().expect("a buffer");
+        assert!(last.iter().any(|b| *b != 0), "{label}: wrote nothing");
+    }
+}
+
+/// `softmax_rows` through `exp`: the PTX end's `ex2.approx` and the
+/// host end's exponential differ in their last bits, so within 4 ulps.
+#[test]
+fn generated_softmax_is_within_ulps_of_the_host_end() {
+    let (rows, cols) = (3usize, 1100usize);
+    let both = both_ends(
+        &read_shader("shaders/compute/softmax_rows.wgsl"),
+        "softmax_rows",
+        [rows as u32, 1, 1],
+        &[f32_bytes(&values(rows * cols, 6)), vec![0; 4 * rows * cols]],
+        &[rows as u32, cols as u32],
+    );
+    let read = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let (h, p) = (read(&both.host[1]), read(&both.ptx[1]));
+    for (i, (x, y)) in h.iter().zip(&p).enumerate() {
+        let ulps = (x.to_bits() as i64 - y.to_bits() as i64).abs();
+        assert!(ulps <= 4 && *x > 0.0, "softmax[{i}]: host {x}, PTX {y}");
+    }
 }
