@@ -293,6 +293,17 @@ fn matmul_source(kernel: &str) -> String {
         .collect()
 }
 
+/// One launch of a shipped kernel: a label, the source, the entry point,
+/// the grid, the buffers, the parameter words.
+type Case = (
+    String,
+    String,
+    &'static str,
+    [u32; 3],
+    Vec<Vec<u8>>,
+    Vec<u32>,
+);
+
 /// Shipped kernels whose generated PTX computes the same bits as the host
 /// end on the same inputs: elementwise, reductions in workgroup memory,
 /// the tiled matmuls in every input-rounding mode, and the random
@@ -302,7 +313,7 @@ fn matmul_source(kernel: &str) -> String {
 /// allows, which the kernels whose bits are promised fence against.
 #[test]
 fn generated_ptx_computes_the_host_ends_bits() {
-    let mut cases: Vec<(String, String, &str, [u32; 3], Vec<Vec<u8>>, Vec<u32>)> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     let n = 1000usize;
     cases.push((
         "add".into(),
