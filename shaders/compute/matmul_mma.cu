@@ -39,6 +39,8 @@
 // the other of two buffers after it. The format is a template parameter,
 // so each one's rounding is straight-line code.
 
+#include "matmul_mma_common.cuh"
+
 #define BM 128
 #define BN 128
 #define BK 16
@@ -86,11 +88,6 @@ __device__ __forceinline__ float keel_round_to(float x)
     }
 }
 
-__device__ __forceinline__ unsigned shared_address(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
 // The two stages of A's and B's tiles.
 typedef float TileA[BM][A_STRIDE];
 typedef float TileB[BK][B_STRIDE];
@@ -122,17 +119,8 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
     float staged_a[8];
     float staged_b[8];
 
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                acc[i][j][e] = 0.0f;
-            }
-        }
-    }
+    WarpSums acc;
+    zero_sums(acc);
 
     // Blocks wholly inside C, on stages wholly inside k, load without
     // per-element tests, from one pointer per matrix and a row stride.
@@ -237,28 +225,7 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
         buf ^= 1;
     }
 
-    // c0, c1: row g, columns 2t and 2t + 1 of a 16 x 8 tile; c2, c3: row
-    // g + 8.
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const unsigned col = col0 + warp_col + 8u * j + 2u * t;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const unsigned row = row0 + warp_row + 16u * i + g + 8u * h;
-                if (row < m) {
-                    float* out = c + (size_t)row * n;
-                    if (col < n) {
-                        out[col] = acc[i][j][2 * h];
-                    }
-                    if (col + 1u < n) {
-                        out[col + 1u] = acc[i][j][2 * h + 1];
-                    }
-                }
-            }
-        }
-    }
+    store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
 }
 
 // Two blocks per SM: ptxas then keeps to 128 registers (161 otherwise,

@@ -35,6 +35,8 @@
 // before the current stage is computed, into registers, and rounded and
 // stored into the other of two buffers after it.
 
+#include "matmul_mma_common.cuh"
+
 #define BM 128
 #define BN 128
 #define BK 32
@@ -53,11 +55,6 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     }
     return r;
-}
-
-__device__ __forceinline__ unsigned shared_address(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
 }
 
 template <bool BF16>
@@ -117,17 +114,8 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
     float4 staged_a[4];
     float4 staged_b[4];
 
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                acc[i][j][e] = 0.0f;
-            }
-        }
-    }
+    WarpSums acc;
+    zero_sums(acc);
 
     auto load = [&](unsigned k0) {
         const unsigned ka = k0 + a_step;
@@ -251,28 +239,7 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
         buf ^= 1;
     }
 
-    // c0, c1: row g, columns 2t and 2t + 1 of a 16 x 8 tile; c2, c3: row
-    // g + 8.
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const unsigned col = col0 + warp_col + 8u * j + 2u * t;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const unsigned row = row0 + warp_row + 16u * i + g + 8u * h;
-                if (row < m) {
-                    float* out = c + (size_t)row * n;
-                    if (col < n) {
-                        out[col] = acc[i][j][2 * h];
-                    }
-                    if (col + 1u < n) {
-                        out[col + 1u] = acc[i][j][2 * h + 1];
-                    }
-                }
-            }
-        }
-    }
+    store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
 }
 
 // Two blocks per SM (see matmul_mma.cu).

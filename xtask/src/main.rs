@@ -46,8 +46,9 @@
 //! - `cargo xtask ptx`: step 5 alone.
 //! - `cargo xtask hta`: step 7 alone.
 //! - `cargo xtask mma-ptx`: compiles the tensor-core matmuls
-//!   (`shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`) to their `.ptx`
-//!   files with NVRTC for compute_80 and declares the result `.version 7.0` (all it uses, so
+//!   (`shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`, which include
+//!   `matmul_mma_common.cuh`) to their `.ptx` files with NVRTC for
+//!   compute_80 and declares the result `.version 7.0` (all it uses, so
 //!   that drivers from CUDA 11 on load it); `--check` fails instead where
 //!   the checked-in file differs. NVRTC comes from the PyPI wheel
 //!   [`NVRTC_WHEEL`] (90 MB, downloaded into `target/nvrtc/` on first
@@ -294,6 +295,10 @@ fn mma_ptx(check: bool) -> Result<(), String> {
                 .arg(&src)
                 .arg(&raw)
                 .arg(format!("--gpu-architecture={arch}"))
+                .arg(format!(
+                    "--include-path={}",
+                    src.parent().unwrap_or(&root()).display()
+                ))
                 .arg("--std=c++17"),
         )?;
         let ptx = std::fs::read_to_string(&raw).map_err(|e| format!("reading {raw:?}: {e}"))?;

@@ -62,6 +62,34 @@ const MMA16: &str = "shaders/compute/matmul_mma16.ptx";
 /// (src/compute/matmul.rs).
 const MMA_TILE: (usize, usize) = (128, 128);
 
+/// Launches a tensor-core kernel as src/compute/matmul.rs does: blocks of
+/// 256 threads over 128 x 128 tiles, then a, b, c, m, k, n, mode, chunk.
+fn launch_mma(
+    mma: &sim::Kernel,
+    g: &mut Global,
+    [pa, pb, pc]: [u64; 3],
+    (m, k, n): (usize, usize, usize),
+    format: u32,
+) -> sim::Result<()> {
+    let grid = [
+        n.div_ceil(MMA_TILE.1) as u32,
+        m.div_ceil(MMA_TILE.0) as u32,
+        1,
+    ];
+    let u = |v: usize| Arg::U32(v as u32);
+    let args = [
+        Arg::U64(pa),
+        Arg::U64(pb),
+        Arg::U64(pc),
+        u(m),
+        u(k),
+        u(n),
+        Arg::U32(format),
+        u(0),
+    ];
+    mma.launch(g, grid, [256, 1, 1], &args)
+}
+
 /// Runs `matmul_mma` on (m, k, n) in `format` and checks every output
 /// against the f64 product of the rounded inputs, within docs/NUMERICS.md's
 /// bound for the tensor cores: 2 (k + 2) 2^-24 sum |a b|.
@@ -70,28 +98,8 @@ fn check_mma(mma: &sim::Kernel, m: usize, k: usize, n: usize, format: u32, a: &[
     let pa = g.alloc_f32(a);
     let pb = g.alloc_f32(b);
     let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
-    let grid = [
-        n.div_ceil(MMA_TILE.1) as u32,
-        m.div_ceil(MMA_TILE.0) as u32,
-        1,
-    ];
-    let u = |v: usize| Arg::U32(v as u32);
-    mma.launch(
-        &mut g,
-        grid,
-        [256, 1, 1],
-        &[
-            Arg::U64(pa),
-            Arg::U64(pb),
-            Arg::U64(pc),
-            u(m),
-            u(k),
-            u(n),
-            Arg::U32(format),
-            u(0),
-        ],
-    )
-    .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
+    launch_mma(mma, &mut g, [pa, pb, pc], (m, k, n), format)
+        .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
     let c = g.read_f32(pc);
     let ra: Vec<f64> = a
         .iter()
@@ -204,24 +212,8 @@ fn the_interpreter_refuses_accesses_outside_every_buffer() {
     let pa = g.alloc_f32(&values(m * k, 1));
     let pb = g.alloc_f32(&values(k * n - 1, 2));
     let pc = g.alloc_f32(&vec![0.0; m * n]);
-    let u = |v: usize| Arg::U32(v as u32);
-    let err = mma
-        .launch(
-            &mut g,
-            [1, 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::U64(pa),
-                Arg::U64(pb),
-                Arg::U64(pc),
-                u(m),
-                u(k),
-                u(n),
-                Arg::U32(1),
-                u(0),
-            ],
-        )
-        .expect_err("b is one element short");
+    let err =
+        launch_mma(&mma, &mut g, [pa, pb, pc], (m, k, n), 1).expect_err("b is one element short");
     assert!(err.contains("outside every buffer"), "{err}");
 }
 

@@ -1,0 +1,59 @@
+// What the tensor-core matmuls (matmul_mma.cu, matmul_mma16.cu) share:
+// the warp's 64 x 32 accumulators as 4 x 4 mma tiles of 16 x 8, their
+// zeroing and their store into C, and shared-memory addresses for
+// `ldmatrix`. Included by both; `cargo xtask mma-ptx` passes this folder
+// to NVRTC as an include path.
+
+#pragma once
+
+// A warp's sums: tile (i, j) is rows 16 i.., columns 8 j.. of its 64 x 32;
+// element e as an mma's c0..c3 (c0, c1: row g, columns 2t and 2t + 1;
+// c2, c3: row g + 8).
+typedef float WarpSums[4][4][4];
+
+__device__ __forceinline__ unsigned shared_address(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void zero_sums(WarpSums& acc)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+}
+
+// Stores the warp's sums whose top-left output is (row0, col0), lane
+// (g, t), into the m x n matrix c, leaving out what lies past its edges.
+__device__ __forceinline__ void store_sums(const WarpSums& acc, float* __restrict__ c,
+                                           unsigned m, unsigned n, unsigned row0,
+                                           unsigned col0, unsigned g, unsigned t)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned col = col0 + 8u * j + 2u * t;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const unsigned row = row0 + 16u * i + g + 8u * h;
+                if (row < m) {
+                    float* out = c + (size_t)row * n;
+                    if (col < n) {
+                        out[col] = acc[i][j][2 * h];
+                    }
+                    if (col + 1u < n) {
+                        out[col + 1u] = acc[i][j][2 * h + 1];
+                    }
+                }
+            }
+        }
+    }
+}
