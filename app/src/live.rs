@@ -907,10 +907,20 @@ impl crate::App {
                     errors.push(format!("live fragment rejected: {e}"));
                 }
             }
-            live.start_ns = Some(
-                live.start_ns
-                    .map_or(view.bounds.0, |s| s.min(view.bounds.0)),
-            );
+            // An empty view's bounds are a default, not a time of the
+            // session: a first fragment without spans (a program's lanes)
+            // must not set the start to 0.
+            let t = &view.trace;
+            let holds_times = !t.spans.is_empty()
+                || !t.instants.is_empty()
+                || !t.memory.is_empty()
+                || t.counters.iter().any(|c| !c.points.is_empty());
+            if holds_times {
+                live.start_ns = Some(
+                    live.start_ns
+                        .map_or(view.bounds.0, |s| s.min(view.bounds.0)),
+                );
+            }
         }
         if let Some(view) = slot.as_mut().and_then(Arc::get_mut)
             && let Some(s) = live.start_ns

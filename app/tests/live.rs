@@ -369,3 +369,27 @@ fn scratch_left_by_a_crashed_session_is_swept() {
 fn live_sweep(root: &std::path::Path, min_age: Duration) -> usize {
     keel_profiler::live::sweep_stale_sessions(root, min_age)
 }
+
+/// The session starts at its first span, not at 0, when the program's
+/// first fragment (its lanes, no spans) is shown on its own.
+#[test]
+fn a_first_fragment_without_spans_leaves_the_start_at_the_first_span() {
+    let p = program("trainer", "127.0.0.1:0");
+    let mut app = App::new(&Options {
+        connect: vec![p.addr().to_string()],
+        ..Options::default()
+    });
+    viewed(&p);
+    until(&mut app, "the program's first fragment", |a| {
+        a.live.as_ref().map_or(0, |l| l.sources[0].chunks) >= 1
+    });
+    p.send(&spans("op", 5_000_000, 10)).expect("send");
+    until(&mut app, "the spans", |a| named(a, "op").count() == 10);
+    let v = app.view.as_ref().expect("the live view");
+    let first = v.trace.spans.iter().map(|s| s.start_ns).min();
+    assert_eq!(
+        Some(v.bounds.0),
+        first,
+        "the session's start is its first span"
+    );
+}
