@@ -910,12 +910,7 @@ impl crate::App {
             // An empty view's bounds are a default, not a time of the
             // session: a first fragment without spans (a program's lanes)
             // must not set the start to 0.
-            let t = &view.trace;
-            let holds_times = !t.spans.is_empty()
-                || !t.instants.is_empty()
-                || !t.memory.is_empty()
-                || t.counters.iter().any(|c| !c.points.is_empty());
-            if holds_times {
+            if view.holds_times() {
                 live.start_ns = Some(
                     live.start_ns
                         .map_or(view.bounds.0, |s| s.min(view.bounds.0)),

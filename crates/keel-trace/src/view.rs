@@ -357,7 +357,9 @@ pub struct TraceView {
     /// start or 1 for the end). Live data retries those its new spans'
     /// time range covers, not all of them.
     unbound_flows: std::collections::BTreeSet<(u64, u32, u8)>,
-    /// Earliest start and latest end over every span, instant and counter.
+    /// Earliest start and latest end over every span, instant, counter
+    /// point and memory event; `(0, 1000)` when the trace has none of
+    /// them ([`TraceView::holds_times`] tells the two apart).
     pub bounds: (u64, u64),
     /// Earliest start and latest end over spans and instants (`(MAX, 0)`
     /// when there are none), kept for appending.
@@ -854,6 +856,17 @@ impl TraceView {
             (lo, hi) = (0, 1_000);
         }
         self.bounds = (lo, hi.max(lo + 1));
+    }
+
+    /// Whether the trace has anything with a time (a span, an instant, a
+    /// counter point, a memory event): whether [`TraceView::bounds`] is
+    /// its extent rather than the empty trace's default.
+    pub fn holds_times(&self) -> bool {
+        let t = &self.trace;
+        !t.spans.is_empty()
+            || !t.instants.is_empty()
+            || !t.memory.is_empty()
+            || t.counters.iter().any(|c| !c.points.is_empty())
     }
 
     /// Appends a live fragment: merges it into the trace and indexes only
@@ -1406,6 +1419,18 @@ mod tests {
         assert!(checked > 10);
         let at_once = TraceView::new(whole, "at once");
         assert_eq!(v.depth, at_once.depth, "placed as at once");
+    }
+
+    #[test]
+    fn bounds_of_a_trace_without_times_are_told_apart() {
+        let whole = nested_trace(100, 2, 5_000, 1_000);
+        let mut v = TraceView::new(whole.tables_only(), "live");
+        assert!(!v.holds_times());
+        assert_eq!(v.bounds, (0, 1_000), "the empty trace's default");
+        v.append(whole.clone()).expect("merged");
+        assert!(v.holds_times());
+        let first = whole.spans.iter().map(|s| s.start_ns).min();
+        assert_eq!(Some(v.bounds.0), first);
     }
 
     fn lane(kind: LaneKind, name: &str, group: &str) -> crate::Lane {

@@ -8,7 +8,7 @@ mod sim;
 
 use std::path::{Path, PathBuf};
 
-use sim::{Arg, Global};
+use sim::{Arg, Global, f32_bytes, f32s};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -269,10 +269,6 @@ fn both_ends(
     BothEnds { host, ptx }
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 fn read_shader(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).expect("kernel source")
 }
@@ -412,12 +408,7 @@ fn generated_softmax_is_within_ulps_of_the_host_end() {
         &[f32_bytes(&values(rows * cols, 6)), vec![0; 4 * rows * cols]],
         &[rows as u32, cols as u32],
     );
-    let read = |b: &[u8]| -> Vec<f32> {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    let (h, p) = (read(&both.host[1]), read(&both.ptx[1]));
+    let (h, p) = (f32s(&both.host[1]), f32s(&both.ptx[1]));
     for (i, (x, y)) in h.iter().zip(&p).enumerate() {
         let ulps = (x.to_bits() as i64 - y.to_bits() as i64).abs();
         assert!(ulps <= 4 && *x > 0.0, "softmax[{i}]: host {x}, PTX {y}");

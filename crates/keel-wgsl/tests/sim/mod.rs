@@ -21,8 +21,6 @@
 //! summation order (`mma` sums in f64 and rounds once), and `.approx`
 //! functions' exact bits (computed in f64 and rounded).
 
-#![allow(dead_code, reason = "each test binary uses part of the interpreter")]
-
 use std::collections::HashMap;
 
 /// An error with the line of the instruction it comes from.
@@ -258,12 +256,7 @@ impl Global {
         addr
     }
     pub fn alloc_f32(&mut self, v: &[f32]) -> u64 {
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.alloc(&bytes)
-    }
-    pub fn alloc_u32(&mut self, v: &[u32]) -> u64 {
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.alloc(&bytes)
+        self.alloc(&f32_bytes(v))
     }
     /// The bytes of the buffer at `addr`.
     pub fn bytes(&self, addr: u64) -> &[u8] {
@@ -275,18 +268,9 @@ impl Global {
             .1
     }
     pub fn read_f32(&self, addr: u64) -> Vec<f32> {
-        self.bytes(addr)
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        f32s(self.bytes(addr))
     }
-    pub fn read_u32(&self, addr: u64) -> Vec<u32> {
-        self.bytes(addr)
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    }
-    fn find(&mut self, addr: u64, len: u64) -> Option<(usize, usize)> {
+    fn find(&self, addr: u64, len: u64) -> Option<(usize, usize)> {
         self.bufs
             .iter()
             .position(|(a, b)| addr >= *a && addr + len <= a + b.len() as u64)
@@ -294,12 +278,24 @@ impl Global {
     }
 }
 
+/// `v` as little-endian bytes, as a buffer holds it.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A buffer's little-endian bytes as f32 values.
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 /// A parameter value, in the order of the entry's `.param`s.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
     U32(u32),
     U64(u64),
-    F32(f32),
 }
 
 /// Shared-memory access history of one byte between barriers: who wrote
@@ -749,7 +745,6 @@ impl Kernel {
                 let v = match *a {
                     Arg::U32(v) => u64::from(v),
                     Arg::U64(v) => v,
-                    Arg::F32(v) => u64::from(v.to_bits()),
                 };
                 (n.as_str(), v)
             })
@@ -1466,7 +1461,7 @@ impl Launch<'_> {
                 x = 0.0f64.copysign(x);
             }
             let r = match rnd {
-                Some("rni") => round_even(x),
+                Some("rni") => x.round_ties_even(),
                 Some("rzi") => x.trunc(),
                 Some("rmi") => x.floor(),
                 Some("rpi") => x.ceil(),
@@ -1474,33 +1469,22 @@ impl Launch<'_> {
             };
             let r = if sat { r.clamp(0.0, 1.0) } else { r };
             if dt == Ty::Tf32 {
-                // cvt.rna.tf32.f32: to nearest, ties away from zero.
-                let bits = (r as f32).to_bits();
-                let rounded = if (bits & 0x7f80_0000) == 0x7f80_0000 {
-                    bits
-                } else {
-                    bits.wrapping_add(0x1000) & !0x1fff
-                };
-                u64::from(rounded)
+                return Err(inst.err("conversion to tf32 (no Keel kernel uses it)"));
+            }
+            if matches!(rnd, Some("rz" | "rm" | "rp")) && st != dt {
+                return Err(inst.err("directed float rounding"));
+            }
+            let o = dt.encode(r);
+            if ftz && dt == Ty::F32 {
+                u64::from(ftz32(f32::from_bits(o as u32)).to_bits())
             } else {
-                match rnd {
-                    Some("rz") | Some("rm") | Some("rp") if st != dt => {
-                        return Err(inst.err("directed float rounding"));
-                    }
-                    _ => {}
-                }
-                let o = dt.encode(r);
-                if ftz && dt == Ty::F32 {
-                    u64::from(ftz32(f32::from_bits(o as u32)).to_bits())
-                } else {
-                    o
-                }
+                o
             }
         } else if st.float() {
             // Float to integer: rounded as asked, saturated, NaN to 0.
             let x = st.to_f64(v);
             let r = match rnd {
-                Some("rni") => round_even(x),
+                Some("rni") => x.round_ties_even(),
                 Some("rmi") => x.floor(),
                 Some("rpi") => x.ceil(),
                 _ => x.trunc(),
@@ -1972,15 +1956,6 @@ impl Launch<'_> {
             }
         }
         Ok(())
-    }
-}
-
-fn round_even(x: f64) -> f64 {
-    let r = x.round();
-    if (r - x).abs() == 0.5 && r % 2.0 != 0.0 {
-        r - x.signum()
-    } else {
-        r
     }
 }
 
