@@ -5,43 +5,58 @@
 //
 // The CUDA override of matmul_tiled_4x4.wgsl for those two modes on
 // devices of compute capability 8.0 and later (`mma.sync ... .m16n8k16`
-// with bf16 or f16 operands is Ampere's). Each input element is rounded
-// once, as it is staged into shared memory, by `cvt.rn.bf16x2.f32` or
-// `cvt.rn.f16x2.f32`: round to nearest, ties to even, f16 subnormals kept
-// and infinity from 65520 on, the same values as rounding.wgsl's bit
-// operations (NaN stays NaN; its payload is not kept). The tensor core
-// multiplies the 16-bit values exactly and sums in f32 in its own order
-// within each 16-step (docs/NUMERICS.md gives the bound), so results are
-// not bit-identical to the portable kernel's. Against matmul_mma.cu (tf32
-// for the three modes) the tensor cores run at twice the rate and shared
-// memory holds half the bytes.
+// with bf16 or f16 operands and `cp.async` are Ampere's). Two entry
+// points, launched one after the other on the same stream:
+//
+// - matmul_mma16_pack rounds each input element once, by
+//   `cvt.rn.bf16x2.f32` or `cvt.rn.f16x2.f32` (round to nearest, ties to
+//   even, f16 subnormals kept and infinity from 65520 on: the same values
+//   as rounding.wgsl's bit operations; NaN stays NaN, its payload is not
+//   kept), into a packed copy of A or B: 16-bit values, rows padded with
+//   zeros to whole tiles. Packed A is pm x pk, packed B is pk x pn, with
+//   pm and pn m and n rounded up to 128 and pk k rounded up to 32.
+// - matmul_mma16 multiplies the packed copies. Having no bounds to test
+//   and 16-byte aligned rows, it stages tiles into shared memory by
+//   `cp.async` alone, three stages deep, so that two stages' copies are
+//   in flight while one is computed and no thread holds staged values in
+//   registers.
+//
+// The tensor core multiplies the 16-bit values exactly and sums in f32 in
+// its own order within each 16-step (docs/NUMERICS.md gives the bound), so
+// results are not bit-identical to the portable kernel's.
 //
 // PTX for Keel's CUDA backend: `cargo xtask mma-ptx` compiles this file
 // with NVRTC for compute_80 into matmul_mma16.ptx, which is checked in;
 // `cargo xtask test` assembles it with ptxas for sm_80 and sm_90 and runs
-// it on keel-wgsl's PTX interpreter (tests/ptx_sim.rs). Parameters as
-// matmul_mma.cu's: a, b, c as device pointers, then m, k, n, mode, chunk
-// as u32 (chunk is not read).
+// it on keel-wgsl's PTX interpreter (tests/ptx_sim.rs).
 //
-// Launch: blocks of 256 threads, each computing a 128 x 128 tile of C: a
-// grid of ceil(n / 128) x ceil(m / 128). Each of the 8 warps computes 64 x
-// 32 of it (warps 2 x 4) as 4 x 4 tiles of 16 x 8, one mma.m16n8k16 each
-// per step of 16 along k. Each stage of 32 along k holds a 128 x 32 tile
-// of A (rows of 40 halves) and a 32 x 128 tile of B (rows of 136 halves)
-// in shared memory, zeros outside the matrices: with those strides the
-// eight 16-byte rows an `ldmatrix` reads fall on distinct banks. A's
-// fragments come from `ldmatrix.x4`, B's from `ldmatrix.x4.trans` (B is
-// stored k-major, as in memory). The next stage's global loads are issued
-// before the current stage is computed, into registers, and rounded and
-// stored into the other of two buffers after it.
+// matmul_mma16: parameters packed a, packed b, c as device pointers, then
+// m, k, n, mode, chunk as u32 (Keel's matmul parameters; chunk is not
+// read). Blocks of 256 threads, each computing a 128 x 128 tile of C: a
+// grid of pn / 128 x pm / 128. Each of the 8 warps computes 64 x 32 of it
+// (warps 2 x 4) as 4 x 4 tiles of 16 x 8, one mma.m16n8k16 each per step
+// of 16 along k. A stage holds a 128 x 32 tile of A and a 32 x 128 tile of
+// B, 8 KiB each, unpadded: the 16-byte chunks of a row are permuted (XOR
+// with bits of the row), so that the eight rows an `ldmatrix` reads fall
+// on distinct banks. A's fragments come from `ldmatrix.x4`, B's from
+// `ldmatrix.x4.trans` (B is stored k-major, as in memory).
+//
+// matmul_mma16_pack: parameters src (f32), dst (packed) as device
+// pointers, then rows, cols (src's), dst_rows, dst_cols (a multiple of 8)
+// and mode as u32. Blocks of 256 threads, one thread per 8 packed values
+// (16 bytes): a grid of ceil(dst_rows * dst_cols / 8 / 256).
 
 #include "matmul_mma_common.cuh"
 
 #define BM 128
 #define BN 128
 #define BK 32
-#define A_STRIDE (BK + 8)
-#define B_STRIDE (BN + 8)
+#define STAGES 3
+// Bytes of a stage's A tile (128 rows of 64 bytes) and B tile (32 rows of
+// 256 bytes).
+#define A_TILE_BYTES (BM * BK * 2)
+#define B_TILE_BYTES (BK * BN * 2)
+#define STAGE_BYTES (A_TILE_BYTES + B_TILE_BYTES)
 
 // Two f32 values rounded to the 16-bit format and packed: `lo` in the low
 // half, as an mma operand register holds its first element.
@@ -55,6 +70,46 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     }
     return r;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void pack(const float* __restrict__ src, uint4* __restrict__ dst,
+                                     unsigned rows, unsigned cols, unsigned dst_rows,
+                                     unsigned dst_cols)
+{
+    const unsigned per_row = dst_cols / 8u;
+    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
+    if (i >= (size_t)dst_rows * per_row) {
+        return;
+    }
+    const unsigned r = (unsigned)(i / per_row);
+    const unsigned c0 = (unsigned)(i % per_row) * 8u;
+    const float* p = src + (size_t)r * cols + c0;
+    float v[8];
+    if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+        const float4 y = __ldg(reinterpret_cast<const float4*>(p + 4));
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v[e] = (r < rows && c0 + e < cols) ? __ldg(p + e) : 0.0f;
+        }
+    }
+    dst[i] = make_uint4(pack2<BF16>(v[0], v[1]), pack2<BF16>(v[2], v[3]),
+                        pack2<BF16>(v[4], v[5]), pack2<BF16>(v[6], v[7]));
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_mma16_pack(const float* __restrict__ src, uint4* __restrict__ dst, unsigned rows,
+                  unsigned cols, unsigned dst_rows, unsigned dst_cols, unsigned mode)
+{
+    if ((mode & 15u) == 2u) {
+        pack<true>(src, dst, rows, cols, dst_rows, dst_cols);
+    } else {
+        pack<false>(src, dst, rows, cols, dst_rows, dst_cols);
+    }
 }
 
 template <bool BF16>
@@ -75,14 +130,10 @@ __device__ __forceinline__ void mma16(float* acc, const unsigned* fa, const unsi
     }
 }
 
-// The two stages of A's and B's tiles, 16-bit values.
-typedef unsigned short TileA[BM][A_STRIDE];
-typedef unsigned short TileB[BK][B_STRIDE];
-
 template <bool BF16>
-__device__ __forceinline__ void matmul(const float* __restrict__ a, const float* __restrict__ b,
+__device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4* __restrict__ b,
                                        float* __restrict__ c, unsigned m, unsigned k, unsigned n,
-                                       TileA* tile_a, TileB* tile_b)
+                                       unsigned smem)
 {
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid & 31u;
@@ -93,136 +144,91 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
     const unsigned warp_col = (warp & 3u) * 32u;
     const unsigned row0 = blockIdx.y * BM;
     const unsigned col0 = blockIdx.x * BN;
+    // The packed copies' rows, in 16-byte chunks.
+    const unsigned a_chunks = (k + 31u) / 32u * 4u;
+    const unsigned b_chunks = (n + 127u) / 128u * 16u;
+    const unsigned tiles = (k + 31u) / 32u;
 
-    // Staging: each thread loads four runs of 4 neighbouring floats of A
-    // (row tid / 8 + 32 i, steps 4 (tid % 8) on) and four of B (step
-    // tid / 32 + 8 i, columns 4 (tid % 32) on): a warp reads 128
-    // contiguous bytes of each row it touches.
-    const unsigned a_row = tid >> 3;
-    const unsigned a_step = (tid & 7u) * 4u;
-    const unsigned b_step = tid >> 5;
-    const unsigned b_col = (tid & 31u) * 4u;
-    // Blocks wholly inside C, on stages wholly inside k, load without
-    // per-element tests; float4 loads where rows and pointers allow.
-    const bool inside = row0 + BM <= m && col0 + BN <= n;
-    const bool vec_a = (k & 3u) == 0 && ((size_t)a & 15u) == 0;
-    const bool vec_b = (n & 3u) == 0 && ((size_t)b & 15u) == 0;
-    const float* a_first = a + (size_t)(row0 + a_row) * k + a_step;
-    const float* b_first = b + (size_t)b_step * n + col0 + b_col;
-    const size_t a_stride = (size_t)32u * k;
-    const size_t b_stride = (size_t)8u * n;
-    float4 staged_a[4];
-    float4 staged_b[4];
+    // Copies: a stage's A tile is 128 rows of 4 chunks, B's 32 rows of 16;
+    // each thread copies chunk tid and tid + 256 of each. Chunk q of row r
+    // lies at chunk q ^ ((r / 2) % 4) of A's row, q ^ (r % 8) of B's.
+    const unsigned a_row = tid >> 2;
+    const unsigned a_chunk = tid & 3u;
+    const unsigned b_row = tid >> 4;
+    const unsigned b_chunk = tid & 15u;
+    const uint4* a_src = a + (size_t)(row0 + a_row) * a_chunks + a_chunk;
+    const uint4* b_src = b + (size_t)b_row * b_chunks + col0 / 8u + b_chunk;
+    const size_t a_half = (size_t)64u * a_chunks;   // 64 rows on
+    const size_t b_half = (size_t)16u * b_chunks;   // 16 rows on
+    const size_t b_stage = (size_t)32u * b_chunks;  // one stage on
+    const unsigned a_dst = a_row * 64u + ((a_chunk ^ ((a_row >> 1) & 3u)) * 16u);
+    const unsigned b_dst = A_TILE_BYTES + b_row * 256u + ((b_chunk ^ (b_row & 7u)) * 16u);
 
-    WarpSums acc;
-    zero_sums(acc);
-
-    auto load = [&](unsigned k0) {
-        const unsigned ka = k0 + a_step;
-        const unsigned col = col0 + b_col;
-        if (inside && k0 + BK <= k) {
-            // One pointer per matrix and a row stride, not one pointer per
-            // run: 64-bit addresses are what pushed the kernel past 128
-            // registers.
-            const float* pa = a_first + k0;
-            const float* pb = b_first + (size_t)k0 * n;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float* p = pa + i * a_stride;
-                if (vec_a) {
-                    staged_a[i] = __ldg(reinterpret_cast<const float4*>(p));
-                } else {
-                    staged_a[i] = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float* p = pb + i * b_stride;
-                if (vec_b) {
-                    staged_b[i] = __ldg(reinterpret_cast<const float4*>(p));
-                } else {
-                    staged_b[i] = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-                }
-            }
-            return;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const unsigned r = row0 + a_row + 32u * i;
-            float v[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                v[e] = (r < m && ka + e < k) ? __ldg(a + (size_t)r * k + ka + e) : 0.0f;
-            }
-            staged_a[i] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const unsigned kb = k0 + b_step + 8u * i;
-            float v[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                v[e] = (kb < k && col + e < n) ? __ldg(b + (size_t)kb * n + col + e) : 0.0f;
-            }
-            staged_b[i] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 v = staged_a[i];
-            uint2 w = make_uint2(pack2<BF16>(v.x, v.y), pack2<BF16>(v.z, v.w));
-            *reinterpret_cast<uint2*>(&tile_a[buf][a_row + 32u * i][a_step]) = w;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 v = staged_b[i];
-            uint2 w = make_uint2(pack2<BF16>(v.x, v.y), pack2<BF16>(v.z, v.w));
-            *reinterpret_cast<uint2*>(&tile_b[buf][b_step + 8u * i][b_col]) = w;
-        }
+    auto issue = [&](unsigned tile) {
+        const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
+        cp_async16(base + a_dst, a_src + tile * 4u);
+        cp_async16(base + a_dst + 64u * 64u, a_src + a_half + tile * 4u);
+        const uint4* pb = b_src + tile * b_stage;
+        cp_async16(base + b_dst, pb);
+        cp_async16(base + b_dst + 16u * 256u, pb + b_half);
     };
 
     // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8.
     // A's four matrices of a 16 x 16 fragment: rows +0 and +8 (matrices 0,
-    // 1), then the same at steps +8 (2, 3), in the order of a0..a3.
+    // 1), then the same at steps +8 (2, 3), in the order of a0..a3. Rows
+    // of one matrix differ in (r / 2) % 4 and in r % 2 (the half of the
+    // banks), so its eight 16-byte reads fall on distinct banks.
     const unsigned lrow = lane & 7u;
     const unsigned lmat = lane >> 3;
-    const unsigned a_frag_row = warp_row + lrow + 8u * (lmat & 1u);
-    const unsigned a_frag_step = 8u * (lmat >> 1);
+    const unsigned a_frag = (warp_row + lrow + 8u * (lmat & 1u)) * 64u;
+    const unsigned a_swizzle = (lrow >> 1) & 3u;
     // B's: steps +0 and +8 of columns +0 (matrices 0, 1: b0, b1 of one 16
-    // x 8 fragment), then the same for columns +8 (2, 3).
-    const unsigned b_frag_step = lrow + 8u * (lmat & 1u);
-    const unsigned b_frag_col = warp_col + 8u * (lmat >> 1);
+    // x 8 fragment), then the same for columns +8 (2, 3). The eight rows
+    // of a matrix differ in r % 8, so their chunks in distinct banks.
+    const unsigned b_frag = A_TILE_BYTES + (lrow + 8u * (lmat & 1u)) * 256u;
+    const unsigned b_frag_chunk = warp_col / 8u + (lmat >> 1);
 
-    load(0u);
-    store(0);
-    __syncthreads();
-    int buf = 0;
-    for (unsigned k0 = 0; k0 < k; k0 += BK) {
-        const bool more = k0 + BK < k;
-        if (more) {
-            load(k0 + BK);
+    WarpSums acc;
+    zero_sums(acc);
+
+    // Two stages in flight before the first is computed; a group is
+    // committed every step, empty past the last tile, so that "all but
+    // the newest group" is always the stage about to be computed.
+    issue(0u);
+    cp_async_commit();
+    if (tiles > 1u) {
+        issue(1u);
+    }
+    cp_async_commit();
+    for (unsigned tile = 0; tile < tiles; tile++) {
+        cp_async_wait<1>();
+        // Every thread's copies of this stage have landed, and every warp
+        // is done with the stage the next copies overwrite.
+        __syncthreads();
+        if (tile + 2u < tiles) {
+            issue(tile + 2u);
         }
+        cp_async_commit();
+        const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
 #pragma unroll
-        for (unsigned s = 0; s < BK; s += 16u) {
-            // B's fragments for the stage step first, then A's one row of
-            // tiles at a time: 12 fragment registers live, not 24, which
-            // keeps the kernel within 128 registers.
+        for (unsigned s = 0; s < 2u; s++) {
+            // B's fragments for the step first, then A's one row of tiles
+            // at a time: 12 fragment registers live, not 24.
             unsigned fb[4][2];
 #pragma unroll
             for (int j = 0; j < 4; j += 2) {
-                const unsigned addr =
-                    shared_address(&tile_b[buf][s + b_frag_step][b_frag_col + 8u * j]);
+                const unsigned chunk = (b_frag_chunk + (unsigned)j) ^ lrow;
+                const unsigned addr = base + b_frag + s * 16u * 256u + chunk * 16u;
                 asm volatile(
                     "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                     : "=r"(fb[j][0]), "=r"(fb[j][1]), "=r"(fb[j + 1][0]), "=r"(fb[j + 1][1])
                     : "r"(addr));
             }
+            const unsigned a_chunk_s = ((2u * s + (lmat >> 1)) ^ a_swizzle) * 16u;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 unsigned fa[4];
-                const unsigned addr =
-                    shared_address(&tile_a[buf][a_frag_row + 16u * i][s + a_frag_step]);
+                const unsigned addr = base + a_frag + (unsigned)i * 16u * 64u + a_chunk_s;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                              : "=r"(fa[0]), "=r"(fa[1]), "=r"(fa[2]), "=r"(fa[3])
                              : "r"(addr));
@@ -232,28 +238,23 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
                 }
             }
         }
-        if (more) {
-            store(buf ^ 1);
-        }
-        __syncthreads();
-        buf ^= 1;
     }
 
     store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
 }
 
-// Two blocks per SM (see matmul_mma.cu).
+// Two blocks per SM: 48 KiB of shared memory and at most 128 registers
+// each.
 extern "C" __global__ void __launch_bounds__(256, 2)
-matmul_mma16(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+matmul_mma16(const uint4* __restrict__ a, const uint4* __restrict__ b, float* __restrict__ c,
              unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
 {
     (void)chunk;
-    // Declared here, not in the template, so that both formats share them.
-    __shared__ __align__(16) TileA tile_a[2];
-    __shared__ __align__(16) TileB tile_b[2];
+    __shared__ __align__(128) unsigned char stages[STAGES * STAGE_BYTES];
+    const unsigned smem = shared_address(stages);
     if ((mode & 15u) == 2u) {
-        matmul<true>(a, b, c, m, k, n, tile_a, tile_b);
+        matmul<true>(a, b, c, m, k, n, smem);
     } else {
-        matmul<false>(a, b, c, m, k, n, tile_a, tile_b);
+        matmul<false>(a, b, c, m, k, n, smem);
     }
 }

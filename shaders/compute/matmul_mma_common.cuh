@@ -57,3 +57,25 @@ __device__ __forceinline__ void store_sums(const WarpSums& acc, float* __restric
         }
     }
 }
+
+// Copies 16 bytes from global memory at `src` to shared memory at the
+// shared-space address `dst`, asynchronously (Ampere's `cp.async`,
+// bypassing L1); both 16-byte aligned. The copy lands by the
+// `cp_async_wait` that leaves its group behind.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;");
+}
+
+// Waits until at most `PENDING` of this thread's committed groups are in
+// flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
+}

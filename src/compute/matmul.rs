@@ -204,11 +204,14 @@ pub const MATMUL_COOP: Launch = Launch {
 
 /// The tensor-core kernel for bf16 or f16 inputs summed in f32, on CUDA
 /// devices of compute capability 8.0 or later (`mma.sync.aligned.m16n8k16`
-/// with bf16 or f16 operands): each input rounded once to its 16-bit
-/// format as it is staged (`cvt.rn.bf16x2.f32`, `cvt.rn.f16x2.f32`: the
-/// same values as every kernel's rounding), at twice the tensor cores'
-/// tf32 rate and with half [`MATMUL_MMA`]'s shared-memory bytes. Bindings,
-/// parameters and tiles as [`MATMUL_MMA`]. PTX only, compiled from
+/// with bf16 or f16 operands), at twice the tensor cores' tf32 rate. It
+/// multiplies copies of A and B that [`MATMUL_MMA16_PACK`] makes first:
+/// each input rounded once to its 16-bit format (`cvt.rn.bf16x2.f32`,
+/// `cvt.rn.f16x2.f32`: the same values as every kernel's rounding), rows
+/// padded with zeros to whole tiles, so that it stages tiles by
+/// asynchronous copies alone, three stages deep. Parameters and tiles as
+/// [`MATMUL_MMA`]; its bindings are the packed copies and C ([`matmul`]
+/// makes and packs them). PTX only, compiled from
 /// `shaders/compute/matmul_mma16.cu` by NVRTC (`cargo xtask mma-ptx`); a
 /// declared CUDA override of [`MATMUL_TILED_4X4`] in those two modes.
 pub const MATMUL_MMA16: Launch = Launch {
@@ -222,6 +225,28 @@ pub const MATMUL_MMA16: Launch = Launch {
     },
     params: MATMUL_PARAMS,
 };
+
+/// The packing pass of [`MATMUL_MMA16`]: an f32 matrix of `rows` x `cols`
+/// into a copy of `dst_rows` x `dst_cols` 16-bit values (bf16 for mode 2,
+/// f16 for 3), each rounded to nearest with ties to even, zeros past the
+/// matrix; `dst_cols` a multiple of 8. Bindings: the matrix, the copy;
+/// parameters `rows`, `cols`, `dst_rows`, `dst_cols`, `mode` (u32); one
+/// invocation per 8 values of the copy, in workgroups of 256 along x.
+pub const MATMUL_MMA16_PACK: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_mma16_pack",
+        workgroup_size: [256, 1, 1],
+        bindings: 2,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
+        cpu: None,
+    },
+    params: &[U32, U32, U32, U32, U32],
+};
+
+/// The steps along k of one stage of [`MATMUL_MMA16`]: the packed copies'
+/// k is a multiple of it.
+const MMA16_STAGE_K: usize = 32;
 
 /// Whether the stream's device runs [`MATMUL_COOP`]: a Vulkan or wgpu
 /// device with the property `"cooperative matrix"` (16 x 16 x 16 f16 x
@@ -385,8 +410,20 @@ pub fn matmul(
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
     let launch = matmul_kernel(stream, opts, m, n)?;
+    let p = &opts.precision;
+    let u = |v: usize| Param::U32(v as u32); // checked by check_size
+    let params = [
+        u(m),
+        u(k),
+        u(n),
+        Param::U32(p.mode()),
+        Param::U32(p.chunk()),
+    ];
+    if std::ptr::eq(launch, &MATMUL_MMA16) {
+        return matmul_packed(stream, a, b, out, (m, k, n), p.mode(), &params);
+    }
     // MATMUL_COOP's tile is TILE, as the tiled kernels'.
-    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) || std::ptr::eq(launch, &MATMUL_MMA16) {
+    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
         MMA_TILE
     } else if std::ptr::eq(launch, &MATMUL_NAIVE) {
         (NAIVE_WG, NAIVE_WG)
@@ -394,20 +431,56 @@ pub fn matmul(
         TILE
     };
     let grid = [groups(what, n, cols)?, groups(what, m, rows)?, 1];
-    let p = &opts.precision;
-    let u = |v: usize| Param::U32(v as u32); // checked by check_size
-    launch.launch(
-        stream,
-        grid,
-        &[a, b, out],
-        &[
-            u(m),
-            u(k),
-            u(n),
-            Param::U32(p.mode()),
-            Param::U32(p.chunk()),
-        ],
-    )
+    launch.launch(stream, grid, &[a, b, out], &params)
+}
+
+/// [`MATMUL_MMA16`] on `a` and `b` packed by [`MATMUL_MMA16_PACK`] into
+/// scratch buffers (16-bit values, rows padded to whole tiles: 128 rows
+/// and columns, [`MMA16_STAGE_K`] steps), all on `stream`.
+fn matmul_packed(
+    stream: &Stream,
+    a: &Buffer,
+    b: &Buffer,
+    out: &Buffer,
+    (m, k, n): (usize, usize, usize),
+    mode: u32,
+    params: &[Param],
+) -> Result<()> {
+    let what = "matmul";
+    let (tile_m, tile_n) = (MMA_TILE.0 as usize, MMA_TILE.1 as usize);
+    let (pm, pk, pn) = (
+        m.next_multiple_of(tile_m),
+        k.next_multiple_of(MMA16_STAGE_K),
+        n.next_multiple_of(tile_n),
+    );
+    let pack = |src: &Buffer, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
+        let packed = Buffer::new(stream.device(), dst_rows * dst_cols * 2)?;
+        let index = |v: usize| {
+            u32::try_from(v).map_err(|_| {
+                Error::invalid(format!(
+                    "{what}: the tensor-core kernel's packed copies index in u32, found \
+                     {dst_rows} x {dst_cols}"
+                ))
+            })
+        };
+        // A grid along x alone: CUDA's reaches 2^31 - 1 workgroups.
+        let grid = [index((dst_rows * dst_cols / 8).div_ceil(256))?, 1, 1];
+        let params = [rows, cols, dst_rows, dst_cols]
+            .map(|v| index(v).map(Param::U32))
+            .into_iter()
+            .chain([Ok(Param::U32(mode))])
+            .collect::<Result<Vec<_>>>()?;
+        MATMUL_MMA16_PACK.launch(stream, grid, &[src, &packed], &params)?;
+        Ok::<_, Error>(packed)
+    };
+    let packed_a = pack(a, m, k, pm, pk)?;
+    let packed_b = pack(b, k, n, pk, pn)?;
+    let grid = [
+        groups(what, n, MMA_TILE.1)?,
+        groups(what, m, MMA_TILE.0)?,
+        1,
+    ];
+    MATMUL_MMA16.launch(stream, grid, &[&packed_a, &packed_b, out], params)
 }
 
 /// The matmul parameters and buffers of a host launch.

@@ -14,15 +14,6 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn kernel(file: &str, name: &str) -> sim::Kernel {
-    let text = std::fs::read_to_string(root().join(file)).expect("PTX file");
-    sim::parse(&text)
-        .expect("the interpreter parses it")
-        .into_iter()
-        .find(|k| k.name == name)
-        .expect("the entry point")
-}
-
 /// A deterministic spread of values in [-1, 1) (xorshift).
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -62,43 +53,95 @@ const MMA16: &str = "shaders/compute/matmul_mma16.ptx";
 /// (src/compute/matmul.rs).
 const MMA_TILE: (usize, usize) = (128, 128);
 
-/// Launches a tensor-core kernel as src/compute/matmul.rs does: blocks of
-/// 256 threads over 128 x 128 tiles, then a, b, c, m, k, n, mode, chunk.
-fn launch_mma(
-    mma: &sim::Kernel,
-    g: &mut Global,
-    [pa, pb, pc]: [u64; 3],
-    (m, k, n): (usize, usize, usize),
-    format: u32,
-) -> sim::Result<()> {
-    let grid = [
-        n.div_ceil(MMA_TILE.1) as u32,
-        m.div_ceil(MMA_TILE.0) as u32,
-        1,
-    ];
-    let u = |v: usize| Arg::U32(v as u32);
-    let args = [
-        Arg::U64(pa),
-        Arg::U64(pb),
-        Arg::U64(pc),
-        u(m),
-        u(k),
-        u(n),
-        Arg::U32(format),
-        u(0),
-    ];
-    mma.launch(g, grid, [256, 1, 1], &args)
+/// A tensor-core matmul as src/compute/matmul.rs launches it: its entry
+/// point, and the entry point that packs its inputs first, if it has one
+/// (`matmul_mma16_pack`: 16-bit values, rows padded to whole tiles).
+struct TensorCore {
+    main: sim::Kernel,
+    pack: Option<sim::Kernel>,
+}
+
+impl TensorCore {
+    fn load(file: &str, name: &str) -> Self {
+        let pack_name = format!("{name}_pack");
+        let text = std::fs::read_to_string(root().join(file)).expect("PTX file");
+        let mut kernels = sim::parse(&text).expect("the interpreter parses it");
+        let pack = kernels
+            .iter()
+            .position(|k| k.name == pack_name)
+            .map(|i| kernels.remove(i));
+        let main = kernels
+            .into_iter()
+            .find(|k| k.name == name)
+            .expect("the entry point");
+        TensorCore { main, pack }
+    }
+
+    /// Launches the kernel on buffers a, b, c at (m, k, n) in `format`:
+    /// packs a and b first where the kernel takes packed inputs (blocks of
+    /// 256 threads, one per 16 bytes packed), then blocks of 256 threads
+    /// over 128 x 128 tiles with a, b, c, m, k, n, mode, chunk.
+    fn launch(
+        &self,
+        g: &mut Global,
+        [pa, pb, pc]: [u64; 3],
+        (m, k, n): (usize, usize, usize),
+        format: u32,
+    ) -> sim::Result<()> {
+        let u = |v: usize| Arg::U32(v as u32);
+        let (mut a, mut b) = (pa, pb);
+        if let Some(pack) = &self.pack {
+            let (pm, pk, pn) = (
+                m.next_multiple_of(MMA_TILE.0),
+                k.next_multiple_of(32),
+                n.next_multiple_of(MMA_TILE.1),
+            );
+            let mut packed =
+                |src: u64, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
+                    let dst = g.alloc(&vec![0xffu8; dst_rows * dst_cols * 2]);
+                    let grid = [(dst_rows * dst_cols / 8).div_ceil(256) as u32, 1, 1];
+                    let args = [
+                        Arg::U64(src),
+                        Arg::U64(dst),
+                        u(rows),
+                        u(cols),
+                        u(dst_rows),
+                        u(dst_cols),
+                        Arg::U32(format),
+                    ];
+                    pack.launch(g, grid, [256, 1, 1], &args).map(|()| dst)
+                };
+            a = packed(pa, m, k, pm, pk)?;
+            b = packed(pb, k, n, pk, pn)?;
+        }
+        let grid = [
+            n.div_ceil(MMA_TILE.1) as u32,
+            m.div_ceil(MMA_TILE.0) as u32,
+            1,
+        ];
+        let args = [
+            Arg::U64(a),
+            Arg::U64(b),
+            Arg::U64(pc),
+            u(m),
+            u(k),
+            u(n),
+            Arg::U32(format),
+            u(0),
+        ];
+        self.main.launch(g, grid, [256, 1, 1], &args)
+    }
 }
 
 /// Runs `matmul_mma` on (m, k, n) in `format` and checks every output
 /// against the f64 product of the rounded inputs, within docs/NUMERICS.md's
 /// bound for the tensor cores: 2 (k + 2) 2^-24 sum |a b|.
-fn check_mma(mma: &sim::Kernel, m: usize, k: usize, n: usize, format: u32, a: &[f32], b: &[f32]) {
+fn check_mma(mma: &TensorCore, m: usize, k: usize, n: usize, format: u32, a: &[f32], b: &[f32]) {
     let mut g = Global::default();
     let pa = g.alloc_f32(a);
     let pb = g.alloc_f32(b);
     let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
-    launch_mma(mma, &mut g, [pa, pb, pc], (m, k, n), format)
+    mma.launch(&mut g, [pa, pb, pc], (m, k, n), format)
         .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
     let c = g.read_f32(pc);
     let ra: Vec<f64> = a
@@ -127,9 +170,11 @@ fn check_mma(mma: &sim::Kernel, m: usize, k: usize, n: usize, format: u32, a: &[
 }
 
 /// Shapes on either side of the kernels' 128 x 128 tile and their k
-/// stages (16, 32), k = 1 and a long k; 256 x 64 x 256 takes the blocks'
-/// unchecked loads (whole tiles and stages) with float4 rows, 130 x 70 x
-/// 131 the same loads of single floats.
+/// stages (16, 32), k = 1 and a long k (ten stages, so that the
+/// three-stage ring of `matmul_mma16` wraps more than once); 256 x 64 x
+/// 256 takes `matmul_mma`'s unchecked loads (whole tiles and stages) with
+/// float4 rows, 130 x 70 x 131 the same loads of single floats, and
+/// `matmul_mma16_pack` its float4 loads and its single ones.
 const SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (3, 17, 5),
@@ -153,7 +198,7 @@ fn matmul_mma16_matches_the_f64_reference_of_rounded_inputs() {
 }
 
 fn check_shapes(file: &str, name: &str, formats: &[u32]) {
-    let mma = kernel(file, name);
+    let mma = TensorCore::load(file, name);
     for &(m, k, n) in SHAPES {
         for &format in formats {
             let a = values(m * k, (m * 31 + k) as u64);
@@ -171,11 +216,11 @@ fn tensor_core_kernels_round_edge_values_as_every_kernel_does() {
         (MMA, "matmul_mma", &[1, 2, 3][..]),
         (MMA16, "matmul_mma16", &[2, 3]),
     ] {
-        check_edges(&kernel(file, name), formats);
+        check_edges(&TensorCore::load(file, name), formats);
     }
 }
 
-fn check_edges(mma: &sim::Kernel, formats: &[u32]) {
+fn check_edges(mma: &TensorCore, formats: &[u32]) {
     let edges = [
         1.0 + 2f32.powi(-11),         // f16 and tf32 tie
         1.0 + 3.0 * 2f32.powi(-11),   // tie, odd below
@@ -206,14 +251,15 @@ fn check_edges(mma: &sim::Kernel, formats: &[u32]) {
 /// for the product is refused at the first access past it.
 #[test]
 fn the_interpreter_refuses_accesses_outside_every_buffer() {
-    let mma = kernel(MMA, "matmul_mma");
+    let mma = TensorCore::load(MMA, "matmul_mma");
     let mut g = Global::default();
     let (m, k, n) = (4, 4, 4);
     let pa = g.alloc_f32(&values(m * k, 1));
     let pb = g.alloc_f32(&values(k * n - 1, 2));
     let pc = g.alloc_f32(&vec![0.0; m * n]);
-    let err =
-        launch_mma(&mma, &mut g, [pa, pb, pc], (m, k, n), 1).expect_err("b is one element short");
+    let err = mma
+        .launch(&mut g, [pa, pb, pc], (m, k, n), 1)
+        .expect_err("b is one element short");
     assert!(err.contains("outside every buffer"), "{err}");
 }
 

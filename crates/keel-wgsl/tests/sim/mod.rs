@@ -1045,14 +1045,24 @@ impl Launch<'_> {
         addr: u64,
         bytes: &[u8],
     ) -> Result<()> {
-        let n = bytes.len() as u64;
+        self.shared_claim(inst, b, tid, addr, bytes.len() as u64)?;
+        b.shared[addr as usize..addr as usize + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Records a write of `n` shared bytes by `tid` in the current phase,
+    /// reporting a race with another thread's access since the last
+    /// barrier, without changing them: a `cp.async` claims its bytes when
+    /// it is issued, since the hardware may land them at any time until
+    /// the wait, and writes them when they land.
+    fn shared_claim(&self, inst: &Inst, b: &mut Block, tid: u32, addr: u64, n: u64) -> Result<()> {
         if addr + n > self.k.shared_size {
             return Err(inst.err(&format!(
                 "shared write at {addr:#x} past {} bytes",
                 self.k.shared_size
             )));
         }
-        for (j, i) in (addr as usize..(addr + n) as usize).enumerate() {
+        for i in addr as usize..(addr + n) as usize {
             let tc = &mut b.touch[i];
             if tc.w_phase == b.phase && tc.w_tid != tid {
                 return Err(inst.err(&format!(
@@ -1068,7 +1078,6 @@ impl Launch<'_> {
             }
             tc.w_phase = b.phase;
             tc.w_tid = tid;
-            b.shared[i] = bytes[j];
         }
         Ok(())
     }
@@ -1413,6 +1422,7 @@ impl Launch<'_> {
             bytes[..src_size as usize]
                 .copy_from_slice(&global.bufs[i].1[off..off + src_size as usize]);
         }
+        self.shared_claim(inst, b, t.flat, dst, u64::from(size))?;
         t.open.push((dst, bytes));
         Ok(())
     }
