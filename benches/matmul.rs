@@ -18,8 +18,8 @@
 //! `MatmulAlgorithm::Tiled`, which runs the input-rounding modes on tensor
 //! cores where the device has them: `matmul_mma` (tf32) and
 //! `matmul_mma16` (bf16, f16) on CUDA, the cooperative-matrix kernel for
-//! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel, and on
-//! CUDA bf16 and f16 inputs on the tf32 `matmul_mma`, beside them): the median of
+//! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel beside
+//! them, and on CUDA the tensor-core kernels' packing passes alone): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -31,8 +31,8 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group};
 use keel::compute::params::Param;
 use keel::compute::{
-    Accumulation, InputRounding, MATMUL_MMA, MatmulAlgorithm, MatmulOptions, MatmulPrecision,
-    Reduction, matmul, matmul_kernel,
+    Accumulation, InputRounding, MATMUL_MMA_PACK, MATMUL_MMA16_PACK, MatmulAlgorithm,
+    MatmulOptions, MatmulPrecision, Reduction, matmul, matmul_kernel,
 };
 use keel::{Buffer, Device, DeviceType, Stream};
 
@@ -302,26 +302,27 @@ fn large() {
                     matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
                 });
             }
-            // bf16 and f16 inputs on the tf32 tensor-core kernel, which ran
-            // them before the 16-bit one: the same launch `matmul` makes,
-            // with the other kernel.
+            // The tensor-core kernels' packing passes alone (A and B, as
+            // `matmul` launches them before the kernel): their share of
+            // the times above.
             if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
-                for (name, inputs) in [
-                    ("bf16", InputRounding::Bf16),
-                    ("f16 inputs", InputRounding::F16),
+                for (name, pack, bytes, mode) in [
+                    ("tf32", &MATMUL_MMA_PACK, 4, MatmulPrecision::TF32.mode()),
+                    ("bf16", &MATMUL_MMA16_PACK, 2, MatmulPrecision::BF16.mode()),
                 ] {
-                    let mode = MatmulPrecision::inputs(inputs).mode();
-                    let tiles = (n / 128) as u32;
+                    let packed = Buffer::new(d, n * n * bytes).expect("packed");
                     let u = |v: usize| Param::U32(v as u32);
-                    report(name, "matmul_mma, tf32 instruction", &|| {
-                        MATMUL_MMA
-                            .launch(
+                    let grid = [(n * n * bytes / 16).div_ceil(256) as u32, 1, 1];
+                    report(name, "packing A and B alone", &|| {
+                        for src in [&ab, &bb] {
+                            pack.launch(
                                 &stream,
-                                [tiles, tiles, 1],
-                                &[&ab, &bb, &cb],
-                                &[u(n), u(n), u(n), Param::U32(mode), Param::U32(0)],
+                                grid,
+                                &[src, &packed],
+                                &[u(n), u(n), u(n), u(n), Param::U32(mode)],
                             )
                             .expect("launch");
+                        }
                     });
                 }
             }

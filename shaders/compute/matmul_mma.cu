@@ -4,48 +4,62 @@
 // row-major, any m, k, n >= 1.
 //
 // The CUDA override of matmul_tiled_4x4.wgsl in tf32 on devices of
-// compute capability 8.0 and later (`mma.sync ... .tf32` is Ampere's);
-// Keel runs bf16 and f16 inputs on matmul_mma16.cu, at twice the rate,
-// and this kernel takes them too (the benchmark compares the two).
-// A value rounded to bf16 or f16 is exactly a tf32 value (their
-// significands are no wider, and tf32 has f32's exponent range), so one
-// tf32 instruction serves the three modes: each input element is rounded
-// once, as it is staged into shared memory, by the same bit operations as
-// rounding.wgsl and src/compute/precision.rs (round to nearest, ties to
-// even); the tensor core multiplies the rounded values exactly and sums
-// in f32 in its own order within each 8-step (docs/NUMERICS.md gives the
-// bound), so results are not bit-identical to the portable kernel's.
+// compute capability 8.0 and later (`mma.sync ... .tf32` and `cp.async`
+// are Ampere's); Keel runs bf16 and f16 inputs on matmul_mma16.cu, at
+// twice the rate, and this kernel takes them too. A value rounded to bf16
+// or f16 is exactly a tf32 value (their significands are no wider, and
+// tf32 has f32's exponent range), so one tf32 instruction serves the
+// three modes. Two entry points, launched one after the other on the same
+// stream:
+//
+// - matmul_mma_pack rounds each input element once, by the same bit
+//   operations as rounding.wgsl and src/compute/precision.rs (round to
+//   nearest, ties to even), into a copy of A or B whose rows are padded
+//   with zeros to whole tiles: packed A is pm x pk, packed B pk x pn, f32,
+//   with pm and pn m and n rounded up to 128 and pk k rounded up to 16.
+// - matmul_mma multiplies the packed copies. Having no bounds to test and
+//   16-byte aligned rows, it stages tiles into shared memory by `cp.async`
+//   alone, three stages deep, so that two stages' copies are in flight
+//   while one is computed and no thread holds staged values in registers.
+//
+// The tensor core multiplies the rounded values exactly and sums in f32 in
+// its own order within each 8-step (docs/NUMERICS.md gives the bound), so
+// results are not bit-identical to the portable kernel's.
 //
 // PTX for Keel's CUDA backend: `cargo xtask mma-ptx` compiles this file
 // with NVRTC (CUDA 12.9's, from PyPI) for compute_80 into matmul_mma.ptx,
 // which is checked in, declared `.version 7.0` (all it uses, so that
 // drivers from CUDA 11 on load it); `cargo xtask test` assembles that
 // with ptxas for sm_80 and sm_90 and runs it on keel-wgsl's PTX
-// interpreter (tests/ptx_sim.rs). Parameters (Keel's CUDA convention): a, b, c
-// as device pointers, then m, k, n, mode, chunk as u32 (chunk is not
-// read: the launch code refuses split-K modes).
+// interpreter (tests/ptx_sim.rs).
 //
-// Launch: blocks of 256 threads, each block computing a 128 x 128 tile of
-// C: a grid of ceil(n / 128) x ceil(m / 128). Each of the 8 warps computes
-// 64 x 32 of it (warps 2 x 4) as 4 x 4 tiles of 16 x 8, one
-// mma.m16n8k8 each per step of 8 along k. Each step of 16 along k stages
-// a 128 x 16 tile of A and a 16 x 128 tile of B in shared memory, zeros
-// outside the matrices, rows padded (A to 20 floats, B to 136) so that the
-// fragment reads of a warp fall on 32 distinct banks: A's by `ldmatrix`
-// (four 8 x 4-float matrices are one 16 x 8 tf32 fragment), B's by single
-// loads. The next tile's global loads are issued before the current tile
-// is computed, into registers (without per-element tests for blocks
-// wholly inside C on stages wholly inside k), and rounded and stored into
-// the other of two buffers after it. The format is a template parameter,
-// so each one's rounding is straight-line code.
+// matmul_mma: parameters packed a, packed b, c as device pointers, then m,
+// k, n, mode, chunk as u32 (Keel's matmul parameters; chunk is not read).
+// Blocks of 256 threads, each computing a 128 x 128 tile of C: a grid of
+// pn / 128 x pm / 128. Each of the 8 warps computes 64 x 32 of it (warps 2
+// x 4) as 4 x 4 tiles of 16 x 8, one mma.m16n8k8 each per step of 8 along
+// k. A stage holds a 128 x 16 tile of A and a 16 x 128 tile of B, 8 KiB
+// each, unpadded: the 16-byte chunks of a row are permuted (XOR with bits
+// of the row), so that the fragment reads of a warp fall on distinct
+// banks. A's fragments come from `ldmatrix` (four 8 x 4-float matrices are
+// one 16 x 8 tf32 fragment), B's from single loads.
+//
+// matmul_mma_pack: parameters src, dst (f32) as device pointers, then
+// rows, cols (src's), dst_rows, dst_cols (a multiple of 4) and mode as
+// u32. Blocks of 256 threads, one thread per 4 values of the copy (16
+// bytes): a grid of ceil(dst_rows * dst_cols / 4 / 256).
 
 #include "matmul_mma_common.cuh"
 
 #define BM 128
 #define BN 128
 #define BK 16
-#define A_STRIDE (BK + 4)
-#define B_STRIDE (BN + 8)
+#define STAGES 3
+// Bytes of a stage's A tile (128 rows of 64 bytes) and B tile (16 rows of
+// 512 bytes).
+#define A_TILE_BYTES (BM * BK * 4)
+#define B_TILE_BYTES (BK * BN * 4)
+#define STAGE_BYTES (A_TILE_BYTES + B_TILE_BYTES)
 
 // x with its low `drop` mantissa bits rounded away, to nearest, ties to
 // even; infinities and NaNs as they are.
@@ -88,17 +102,61 @@ __device__ __forceinline__ float keel_round_to(float x)
     }
 }
 
-// The two stages of A's and B's tiles.
-typedef float TileA[BM][A_STRIDE];
-typedef float TileB[BK][B_STRIDE];
-
-// The kernel's body for one input format (a template parameter, so that
-// each format's rounding is straight-line code with constant masks).
 template <unsigned FORMAT>
-__device__ __forceinline__ void matmul(const float* __restrict__ a, const float* __restrict__ b,
-                                       float* __restrict__ c, unsigned m, unsigned k, unsigned n,
-                                       TileA* tile_a, TileB* tile_b)
+__device__ __forceinline__ void pack(const float* __restrict__ src, float4* __restrict__ dst,
+                                     unsigned rows, unsigned cols, unsigned dst_rows,
+                                     unsigned dst_cols)
 {
+    const unsigned per_row = dst_cols / 4u;
+    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
+    if (i >= (size_t)dst_rows * per_row) {
+        return;
+    }
+    const unsigned r = (unsigned)(i / per_row);
+    const unsigned c0 = (unsigned)(i % per_row) * 4u;
+    const float* p = src + (size_t)r * cols + c0;
+    float4 v;
+    if (r < rows && c0 + 4u <= cols && ((size_t)p & 15u) == 0) {
+        v = __ldg(reinterpret_cast<const float4*>(p));
+    } else {
+        float e[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            e[j] = (r < rows && c0 + j < cols) ? __ldg(p + j) : 0.0f;
+        }
+        v = make_float4(e[0], e[1], e[2], e[3]);
+    }
+    dst[i] = make_float4(keel_round_to<FORMAT>(v.x), keel_round_to<FORMAT>(v.y),
+                         keel_round_to<FORMAT>(v.z), keel_round_to<FORMAT>(v.w));
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_mma_pack(const float* __restrict__ src, float4* __restrict__ dst, unsigned rows,
+                unsigned cols, unsigned dst_rows, unsigned dst_cols, unsigned mode)
+{
+    switch (mode & 15u) {
+    case 1u:
+        pack<1u>(src, dst, rows, cols, dst_rows, dst_cols);
+        break;
+    case 2u:
+        pack<2u>(src, dst, rows, cols, dst_rows, dst_cols);
+        break;
+    default:
+        pack<3u>(src, dst, rows, cols, dst_rows, dst_cols);
+        break;
+    }
+}
+
+// Two blocks per SM: 48 KiB of shared memory and at most 128 registers
+// each. The mode is not read: the packed values are already rounded.
+extern "C" __global__ void __launch_bounds__(256, 2)
+matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __restrict__ c,
+           unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
+{
+    (void)mode;
+    (void)chunk;
+    __shared__ __align__(128) unsigned char stages[STAGES * STAGE_BYTES];
+    const unsigned smem = shared_address(stages);
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid & 31u;
     const unsigned warp = tid >> 5;
@@ -108,101 +166,92 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
     const unsigned warp_col = (warp & 3u) * 32u;
     const unsigned row0 = blockIdx.y * BM;
     const unsigned col0 = blockIdx.x * BN;
+    // The packed copies' rows, in 16-byte chunks.
+    const unsigned a_chunks = (k + 15u) / 16u * 4u;
+    const unsigned b_chunks = (n + 127u) / 128u * 32u;
+    const unsigned tiles = (k + 15u) / 16u;
 
-    // Staging: A's element i is row (tid / 16) + 16 i, step tid % 16 of
-    // the tile (16 threads read 16 neighbouring floats of a row); B's is
-    // step (tid / 128) + 2 i, column tid % 128.
-    const unsigned a_step = tid & 15u;
-    const unsigned a_row = tid >> 4;
-    const unsigned b_step = tid >> 7;
-    const unsigned b_col = tid & 127u;
-    float staged_a[8];
-    float staged_b[8];
+    // Copies: a stage's A tile is 128 rows of 4 chunks, B's 16 rows of 32;
+    // each thread copies chunk tid and tid + 256 of each. Chunk q of row r
+    // lies at chunk q ^ ((r / 2) % 4) of A's row, q ^ 2 (r % 4) of B's.
+    const unsigned a_row = tid >> 2;
+    const unsigned a_chunk = tid & 3u;
+    const unsigned b_row = tid >> 5;
+    const unsigned b_chunk = tid & 31u;
+    const float4* a_src = a + (size_t)(row0 + a_row) * a_chunks + a_chunk;
+    const float4* b_src = b + (size_t)b_row * b_chunks + col0 / 4u + b_chunk;
+    const size_t a_half = (size_t)64u * a_chunks;   // 64 rows on
+    const size_t b_half = (size_t)8u * b_chunks;    // 8 rows on
+    const size_t b_stage = (size_t)16u * b_chunks;  // one stage on
+    const unsigned a_dst = a_row * 64u + ((a_chunk ^ ((a_row >> 1) & 3u)) * 16u);
+    const unsigned b_dst = A_TILE_BYTES + b_row * 512u + ((b_chunk ^ ((b_row & 3u) << 1)) * 16u);
+
+    auto issue = [&](unsigned tile) {
+        const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
+        cp_async16(base + a_dst, a_src + tile * 4u);
+        cp_async16(base + a_dst + 64u * 64u, a_src + a_half + tile * 4u);
+        const float4* pb = b_src + tile * b_stage;
+        cp_async16(base + b_dst, pb);
+        cp_async16(base + b_dst + 8u * 512u, pb + b_half);
+    };
+
+    // A's fragments by `ldmatrix` on 16-bit halves: lane l gives the
+    // address of row l % 8 of matrix l / 8; matrix q of the four is rows +8
+    // (q odd) and steps +4 (q >= 2) of a 16 x 8 fragment, 8 rows of 4
+    // floats, and lane l receives the float at row l / 4, step l % 4 of
+    // each: a0..a3 of m16n8k8. Rows of one matrix differ in (r / 2) % 4
+    // and in r % 2 (the half of the banks), so its eight 16-byte reads
+    // fall on distinct banks.
+    const unsigned lrow = lane & 7u;
+    const unsigned lmat = lane >> 3;
+    const unsigned a_frag = (warp_row + lrow + 8u * (lmat & 1u)) * 64u;
+    const unsigned a_swizzle = (lrow >> 1) & 3u;
+    // B's by single loads: b0 at step t, b1 at step t + 4, column g of
+    // each 8 columns. The four steps' rows differ in 2 (r % 4) and so put
+    // the warp's two chunks of each on distinct banks.
+    const unsigned b_frag = A_TILE_BYTES + t * 512u + (g & 3u) * 4u;
+    const unsigned b_swizzle = t << 1;
 
     WarpSums acc;
     zero_sums(acc);
 
-    // Blocks wholly inside C, on stages wholly inside k, load without
-    // per-element tests, from one pointer per matrix and a row stride.
-    const bool inside = row0 + BM <= m && col0 + BN <= n;
-    const float* a_first = a + (size_t)(row0 + a_row) * k + a_step;
-    const float* b_first = b + (size_t)b_step * n + col0 + b_col;
-    const size_t a_stride = (size_t)16u * k;
-    const size_t b_stride = (size_t)2u * n;
-
-    auto load = [&](unsigned k0) {
-        if (inside && k0 + BK <= k) {
-            const float* pa = a_first + k0;
-            const float* pb = b_first + (size_t)k0 * n;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                staged_a[i] = __ldg(pa + i * a_stride);
-            }
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                staged_b[i] = __ldg(pb + i * b_stride);
-            }
-            return;
+    // Two stages in flight before the first is computed; a group is
+    // committed every step, empty past the last tile, so that "all but
+    // the newest group" is always the stage about to be computed.
+    issue(0u);
+    cp_async_commit();
+    if (tiles > 1u) {
+        issue(1u);
+    }
+    cp_async_commit();
+    for (unsigned tile = 0; tile < tiles; tile++) {
+        cp_async_wait<1>();
+        // Every thread's copies of this stage have landed, and every warp
+        // is done with the stage the next copies overwrite.
+        __syncthreads();
+        if (tile + 2u < tiles) {
+            issue(tile + 2u);
         }
-        const unsigned ka = k0 + a_step;
+        cp_async_commit();
+        const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const unsigned r = row0 + a_row + 16u * i;
-            staged_a[i] = (r < m && ka < k) ? a[(size_t)r * k + ka] : 0.0f;
-        }
-        const unsigned col = col0 + b_col;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const unsigned kb = k0 + b_step + 2u * i;
-            staged_b[i] = (kb < k && col < n) ? b[(size_t)kb * n + col] : 0.0f;
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            tile_a[buf][a_row + 16u * i][a_step] = keel_round_to<FORMAT>(staged_a[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            tile_b[buf][b_step + 2u * i][b_col] = keel_round_to<FORMAT>(staged_b[i]);
-        }
-    };
-
-    // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8.
-    const unsigned lmat = lane >> 3;
-    const unsigned a_frag_row = warp_row + (lane & 7u) + 8u * (lmat & 1u);
-    const unsigned a_frag_step = 4u * (lmat >> 1);
-
-    load(0u);
-    store(0);
-    __syncthreads();
-    int buf = 0;
-    for (unsigned k0 = 0; k0 < k; k0 += BK) {
-        const bool more = k0 + BK < k;
-        if (more) {
-            load(k0 + BK);
-        }
-#pragma unroll
-        for (unsigned s = 0; s < BK; s += 8u) {
+        for (unsigned s = 0; s < 2u; s++) {
             unsigned fa[4][4];
             unsigned fb[4][2];
-            // A's fragments by `ldmatrix` on 16-bit halves: matrix q of
-            // the four is rows +8 (q odd) and steps +4 (q >= 2) of a 16 x 8
-            // fragment, 8 rows of 4 floats, and lane l receives the float
-            // at row l / 4, step l % 4 of each: a0..a3 of m16n8k8.
+            const unsigned a_chunk_s = ((2u * s + (lmat >> 1)) ^ a_swizzle) * 16u;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const unsigned addr =
-                    shared_address(&tile_a[buf][a_frag_row + 16u * i][s + a_frag_step]);
+                const unsigned addr = base + a_frag + (unsigned)i * 16u * 64u + a_chunk_s;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                              : "=r"(fa[i][0]), "=r"(fa[i][1]), "=r"(fa[i][2]), "=r"(fa[i][3])
                              : "r"(addr));
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const unsigned col = warp_col + 8u * j + g;
-                fb[j][0] = __float_as_uint(tile_b[buf][s + t][col]);
-                fb[j][1] = __float_as_uint(tile_b[buf][s + t + 4u][col]);
+                const unsigned chunk = ((warp_col + 8u * j) / 4u + (g >> 2)) ^ b_swizzle;
+                const unsigned addr = base + b_frag + s * 8u * 512u + chunk * 16u;
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(fb[j][0]) : "r"(addr));
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(fb[j][1]) : "r"(addr + 4u * 512u));
             }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -218,35 +267,7 @@ __device__ __forceinline__ void matmul(const float* __restrict__ a, const float*
                 }
             }
         }
-        if (more) {
-            store(buf ^ 1);
-        }
-        __syncthreads();
-        buf ^= 1;
     }
 
     store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
-}
-
-// Two blocks per SM: ptxas then keeps to 128 registers (161 otherwise,
-// which leaves one block and 8 warps per SM).
-extern "C" __global__ void __launch_bounds__(256, 2)
-matmul_mma(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-           unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
-{
-    (void)chunk;
-    // Declared here, not in the template, so that the formats share them.
-    __shared__ __align__(16) TileA tile_a[2];
-    __shared__ __align__(16) TileB tile_b[2];
-    switch (mode & 15u) {
-    case 1u:
-        matmul<1u>(a, b, c, m, k, n, tile_a, tile_b);
-        break;
-    case 2u:
-        matmul<2u>(a, b, c, m, k, n, tile_a, tile_b);
-        break;
-    default:
-        matmul<3u>(a, b, c, m, k, n, tile_a, tile_b);
-        break;
-    }
 }

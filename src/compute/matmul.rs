@@ -157,9 +157,13 @@ pub const MATMUL_NAIVE: Launch = Launch {
 /// The tensor-core kernel for the modes that round the inputs (tf32, bf16
 /// or f16) and sum in f32, on CUDA devices of compute capability 8.0 or
 /// later (`mma.sync.aligned.m16n8k8 ... .tf32`: a value rounded to bf16 or
-/// f16 is exactly a tf32 value): as [`MATMUL_TILED`]'s bindings and
-/// parameters (`chunk` not read), 128 x 128 outputs per block of 256
-/// threads. PTX only, compiled from `shaders/compute/matmul_mma.cu` by
+/// f16 is exactly a tf32 value). It multiplies copies of A and B that
+/// [`MATMUL_MMA_PACK`] makes first: each input rounded once, rows padded
+/// with zeros to whole tiles, so that it stages tiles by asynchronous
+/// copies alone, three stages deep. [`MATMUL_TILED`]'s parameters
+/// (`mode` and `chunk` not read); its bindings are the packed copies and
+/// C ([`matmul`] makes and packs them); 128 x 128 outputs per block of
+/// 256 threads. PTX only, compiled from `shaders/compute/matmul_mma.cu` by
 /// NVRTC (`cargo xtask mma-ptx`); a declared CUDA override of
 /// [`MATMUL_TILED_4X4`] in those modes, which WGSL has no instruction for,
 /// tested against the same reference.
@@ -226,12 +230,28 @@ pub const MATMUL_MMA16: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
-/// The packing pass of [`MATMUL_MMA16`]: an f32 matrix of `rows` x `cols`
-/// into a copy of `dst_rows` x `dst_cols` 16-bit values (bf16 for mode 2,
-/// f16 for 3), each rounded to nearest with ties to even, zeros past the
-/// matrix; `dst_cols` a multiple of 8. Bindings: the matrix, the copy;
+/// The packing pass of [`MATMUL_MMA`]: an f32 matrix of `rows` x `cols`
+/// into a copy of `dst_rows` x `dst_cols` f32 values rounded to the
+/// mode's input format (tf32, bf16 or f16: bits 0-3 of `mode`, the codes
+/// of [`MatmulPrecision::mode`]) to nearest with ties to even, zeros past
+/// the matrix; `dst_cols` a multiple of 4. Bindings: the matrix, the copy;
 /// parameters `rows`, `cols`, `dst_rows`, `dst_cols`, `mode` (u32); one
-/// invocation per 8 values of the copy, in workgroups of 256 along x.
+/// invocation per 4 values of the copy, in workgroups of 256 along x.
+pub const MATMUL_MMA_PACK: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_mma_pack",
+        workgroup_size: [256, 1, 1],
+        bindings: 2,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_mma.ptx")),
+        cpu: None,
+    },
+    params: PACK_PARAMS,
+};
+
+/// The packing pass of [`MATMUL_MMA16`]: as [`MATMUL_MMA_PACK`], into
+/// 16-bit values (bf16 for mode 2, f16 for 3), `dst_cols` a multiple of
+/// 8, one invocation per 8 values of the copy.
 pub const MATMUL_MMA16_PACK: Launch = Launch {
     kernel: Kernel {
         name: "matmul_mma16_pack",
@@ -241,12 +261,36 @@ pub const MATMUL_MMA16_PACK: Launch = Launch {
         ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
         cpu: None,
     },
-    params: &[U32, U32, U32, U32, U32],
+    params: PACK_PARAMS,
 };
 
-/// The steps along k of one stage of [`MATMUL_MMA16`]: the packed copies'
-/// k is a multiple of it.
-const MMA16_STAGE_K: usize = 32;
+const PACK_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
+
+/// A tensor-core kernel that multiplies packed copies of its inputs: its
+/// packing pass, the bytes of a packed value and the steps along k of
+/// one stage (the packed copies' k is a multiple of it; their rows and
+/// columns are multiples of [`MMA_TILE`]'s).
+struct Packed {
+    main: &'static Launch,
+    pack: &'static Launch,
+    value_bytes: usize,
+    stage_k: usize,
+}
+
+const PACKED: [Packed; 2] = [
+    Packed {
+        main: &MATMUL_MMA,
+        pack: &MATMUL_MMA_PACK,
+        value_bytes: 4,
+        stage_k: 16,
+    },
+    Packed {
+        main: &MATMUL_MMA16,
+        pack: &MATMUL_MMA16_PACK,
+        value_bytes: 2,
+        stage_k: 32,
+    },
+];
 
 /// Whether the stream's device runs [`MATMUL_COOP`]: a Vulkan or wgpu
 /// device with the property `"cooperative matrix"` (16 x 16 x 16 f16 x
@@ -419,13 +463,13 @@ pub fn matmul(
         Param::U32(p.mode()),
         Param::U32(p.chunk()),
     ];
-    if std::ptr::eq(launch, &MATMUL_MMA16) {
-        return matmul_packed(stream, a, b, out, (m, k, n), p.mode(), &params);
+    // By name: a constant's address is not an identity.
+    let name = launch.kernel.name;
+    if let Some(packed) = PACKED.iter().find(|k| k.main.kernel.name == name) {
+        return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params);
     }
     // MATMUL_COOP's tile is TILE, as the tiled kernels'.
-    let (rows, cols) = if std::ptr::eq(launch, &MATMUL_MMA) {
-        MMA_TILE
-    } else if std::ptr::eq(launch, &MATMUL_NAIVE) {
+    let (rows, cols) = if name == MATMUL_NAIVE.kernel.name {
         (NAIVE_WG, NAIVE_WG)
     } else {
         TILE
@@ -434,27 +478,26 @@ pub fn matmul(
     launch.launch(stream, grid, &[a, b, out], &params)
 }
 
-/// [`MATMUL_MMA16`] on `a` and `b` packed by [`MATMUL_MMA16_PACK`] into
-/// scratch buffers (16-bit values, rows padded to whole tiles: 128 rows
-/// and columns, [`MMA16_STAGE_K`] steps), all on `stream`.
+/// A tensor-core kernel on `a` and `b` packed into scratch buffers by its
+/// packing pass, all on `stream`.
 fn matmul_packed(
     stream: &Stream,
-    a: &Buffer,
-    b: &Buffer,
-    out: &Buffer,
+    kernel: &Packed,
+    [a, b, out]: [&Buffer; 3],
     (m, k, n): (usize, usize, usize),
-    mode: u32,
     params: &[Param],
 ) -> Result<()> {
     let what = "matmul";
+    let mode = params[3];
     let (tile_m, tile_n) = (MMA_TILE.0 as usize, MMA_TILE.1 as usize);
     let (pm, pk, pn) = (
         m.next_multiple_of(tile_m),
-        k.next_multiple_of(MMA16_STAGE_K),
+        k.next_multiple_of(kernel.stage_k),
         n.next_multiple_of(tile_n),
     );
+    let per_invocation = 16 / kernel.value_bytes;
     let pack = |src: &Buffer, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
-        let packed = Buffer::new(stream.device(), dst_rows * dst_cols * 2)?;
+        let packed = Buffer::new(stream.device(), dst_rows * dst_cols * kernel.value_bytes)?;
         let index = |v: usize| {
             u32::try_from(v).map_err(|_| {
                 Error::invalid(format!(
@@ -464,13 +507,17 @@ fn matmul_packed(
             })
         };
         // A grid along x alone: CUDA's reaches 2^31 - 1 workgroups.
-        let grid = [index((dst_rows * dst_cols / 8).div_ceil(256))?, 1, 1];
+        let grid = [
+            index((dst_rows * dst_cols / per_invocation).div_ceil(256))?,
+            1,
+            1,
+        ];
         let params = [rows, cols, dst_rows, dst_cols]
             .map(|v| index(v).map(Param::U32))
             .into_iter()
-            .chain([Ok(Param::U32(mode))])
+            .chain([Ok(mode)])
             .collect::<Result<Vec<_>>>()?;
-        MATMUL_MMA16_PACK.launch(stream, grid, &[src, &packed], &params)?;
+        kernel.pack.launch(stream, grid, &[src, &packed], &params)?;
         Ok::<_, Error>(packed)
     };
     let packed_a = pack(a, m, k, pm, pk)?;
@@ -480,7 +527,9 @@ fn matmul_packed(
         groups(what, m, MMA_TILE.0)?,
         1,
     ];
-    MATMUL_MMA16.launch(stream, grid, &[&packed_a, &packed_b, out], params)
+    kernel
+        .main
+        .launch(stream, grid, &[&packed_a, &packed_b, out], params)
 }
 
 /// The matmul parameters and buffers of a host launch.

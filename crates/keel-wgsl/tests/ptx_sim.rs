@@ -54,11 +54,14 @@ const MMA16: &str = "shaders/compute/matmul_mma16.ptx";
 const MMA_TILE: (usize, usize) = (128, 128);
 
 /// A tensor-core matmul as src/compute/matmul.rs launches it: its entry
-/// point, and the entry point that packs its inputs first, if it has one
-/// (`matmul_mma16_pack`: 16-bit values, rows padded to whole tiles).
+/// point, the entry point that packs its inputs first (`NAME_pack`: the
+/// values rounded, rows padded to whole tiles), the bytes of a packed
+/// value and the steps of k in a stage.
 struct TensorCore {
     main: sim::Kernel,
-    pack: Option<sim::Kernel>,
+    pack: sim::Kernel,
+    value_bytes: usize,
+    stage_k: usize,
 }
 
 impl TensorCore {
@@ -66,21 +69,31 @@ impl TensorCore {
         let pack_name = format!("{name}_pack");
         let text = std::fs::read_to_string(root().join(file)).expect("PTX file");
         let mut kernels = sim::parse(&text).expect("the interpreter parses it");
-        let pack = kernels
-            .iter()
-            .position(|k| k.name == pack_name)
-            .map(|i| kernels.remove(i));
-        let main = kernels
-            .into_iter()
-            .find(|k| k.name == name)
-            .expect("the entry point");
-        TensorCore { main, pack }
+        let mut take = |name: &str| {
+            let i = kernels
+                .iter()
+                .position(|k| k.name == name)
+                .expect("the entry point");
+            kernels.remove(i)
+        };
+        let (main, pack) = (take(name), take(&pack_name));
+        let (value_bytes, stage_k) = if name == "matmul_mma16" {
+            (2, 32)
+        } else {
+            (4, 16)
+        };
+        TensorCore {
+            main,
+            pack,
+            value_bytes,
+            stage_k,
+        }
     }
 
     /// Launches the kernel on buffers a, b, c at (m, k, n) in `format`:
-    /// packs a and b first where the kernel takes packed inputs (blocks of
-    /// 256 threads, one per 16 bytes packed), then blocks of 256 threads
-    /// over 128 x 128 tiles with a, b, c, m, k, n, mode, chunk.
+    /// packs a and b (blocks of 256 threads, one per 16 bytes packed),
+    /// then blocks of 256 threads over 128 x 128 tiles with the packed a,
+    /// b, then c, m, k, n, mode, chunk.
     fn launch(
         &self,
         g: &mut Global,
@@ -89,31 +102,33 @@ impl TensorCore {
         format: u32,
     ) -> sim::Result<()> {
         let u = |v: usize| Arg::U32(v as u32);
-        let (mut a, mut b) = (pa, pb);
-        if let Some(pack) = &self.pack {
-            let (pm, pk, pn) = (
-                m.next_multiple_of(MMA_TILE.0),
-                k.next_multiple_of(32),
-                n.next_multiple_of(MMA_TILE.1),
-            );
-            let mut packed =
-                |src: u64, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
-                    let dst = g.alloc(&vec![0xffu8; dst_rows * dst_cols * 2]);
-                    let grid = [(dst_rows * dst_cols / 8).div_ceil(256) as u32, 1, 1];
-                    let args = [
-                        Arg::U64(src),
-                        Arg::U64(dst),
-                        u(rows),
-                        u(cols),
-                        u(dst_rows),
-                        u(dst_cols),
-                        Arg::U32(format),
-                    ];
-                    pack.launch(g, grid, [256, 1, 1], &args).map(|()| dst)
-                };
-            a = packed(pa, m, k, pm, pk)?;
-            b = packed(pb, k, n, pk, pn)?;
-        }
+        let (pm, pk, pn) = (
+            m.next_multiple_of(MMA_TILE.0),
+            k.next_multiple_of(self.stage_k),
+            n.next_multiple_of(MMA_TILE.1),
+        );
+        let per_invocation = 16 / self.value_bytes;
+        let mut packed = |src: u64, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
+            // NaN everywhere the pass fails to write.
+            let dst = g.alloc(&vec![0xffu8; dst_rows * dst_cols * self.value_bytes]);
+            let grid = [
+                (dst_rows * dst_cols / per_invocation).div_ceil(256) as u32,
+                1,
+                1,
+            ];
+            let args = [
+                Arg::U64(src),
+                Arg::U64(dst),
+                u(rows),
+                u(cols),
+                u(dst_rows),
+                u(dst_cols),
+                Arg::U32(format),
+            ];
+            self.pack.launch(g, grid, [256, 1, 1], &args).map(|()| dst)
+        };
+        let a = packed(pa, m, k, pm, pk)?;
+        let b = packed(pb, k, n, pk, pn)?;
         let grid = [
             n.div_ceil(MMA_TILE.1) as u32,
             m.div_ceil(MMA_TILE.0) as u32,
