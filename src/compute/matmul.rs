@@ -18,7 +18,8 @@ pub enum MatmulAlgorithm {
     /// (see [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
     /// devices with tf32 tensor cores for the modes that round the inputs
     /// (tf32, bf16 or f16 inputs, f32 sums, no split-K) in products of at
-    /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128, and on Vulkan and wgpu
+    /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128 (and [`MATMUL_SGEMM`]
+    /// there for plain f32), and on Vulkan and wgpu
     /// devices with cooperative matrices for f16 inputs,
     /// [`Tiled4x4`](Self::Tiled4x4) on a GPU for the other modes that sum
     /// in f32, [`Tiled8x8`](Self::Tiled8x8) otherwise.
@@ -266,29 +267,83 @@ pub const MATMUL_MMA16_PACK: Launch = Launch {
 
 const PACK_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 
-/// A tensor-core kernel that multiplies packed copies of its inputs: its
-/// packing pass, the bytes of a packed value and the steps along k of
-/// one stage (the packed copies' k is a multiple of it; their rows and
-/// columns are multiples of [`MMA_TILE`]'s).
+/// The CUDA kernel for large plain-f32 products (compute capability 8.0
+/// or later, for `cp.async`): 128 x 128 outputs per block of 256 threads,
+/// 8 x 8 per thread, on copies of A (transposed) and B that
+/// [`MATMUL_SGEMM_PACK`] makes first, padded with zeros to whole tiles,
+/// staged by asynchronous copies three stages deep. Each output is the
+/// products added in k order by fused multiply-adds from zero, the sum
+/// [`MATMUL_TILED_4X4`]'s PTX makes where ptxas fuses its multiplies and
+/// adds, as WGSL allows. [`MATMUL_TILED`]'s parameters (`mode` and `chunk`
+/// not read); its bindings are the copies and C ([`matmul`] makes them).
+/// PTX only, compiled from `shaders/compute/matmul_sgemm.cu` by NVRTC
+/// (`cargo xtask mma-ptx`); a declared CUDA override of
+/// [`MATMUL_TILED_4X4`] in plain f32, whose tiles the generated PTX is
+/// too small and too bounds-checked to reach the hardware with.
+pub const MATMUL_SGEMM: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_sgemm",
+        workgroup_size: [256, 1, 1],
+        bindings: 3,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_sgemm.ptx")),
+        cpu: None,
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// The packing pass of [`MATMUL_SGEMM`]: an f32 matrix of `rows` x `cols`
+/// copied into `dst_rows` x `dst_cols` f32 values (multiples of 32),
+/// transposed when `transpose` is 1, zeros past the matrix. Bindings: the
+/// matrix, the copy; parameters `rows`, `cols`, `dst_rows`, `dst_cols`,
+/// `transpose` (u32); workgroups of 256 invocations along x, one per 32 x
+/// 32 tile of the copy.
+pub const MATMUL_SGEMM_PACK: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_sgemm_pack",
+        workgroup_size: [256, 1, 1],
+        bindings: 2,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_sgemm.ptx")),
+        cpu: None,
+    },
+    params: PACK_PARAMS,
+};
+
+/// A CUDA kernel that multiplies packed copies of its inputs: its
+/// packing pass, the bytes of a packed value, the steps along k the
+/// copies' k is a multiple of (their rows and columns are multiples of
+/// [`MMA_TILE`]'s), and whether A is packed transposed (the pass's last
+/// parameter then says whether to transpose; otherwise it is the mode).
 struct Packed {
     main: &'static Launch,
     pack: &'static Launch,
     value_bytes: usize,
     stage_k: usize,
+    transpose_a: bool,
 }
 
-const PACKED: [Packed; 2] = [
+const PACKED: [Packed; 3] = [
     Packed {
         main: &MATMUL_MMA,
         pack: &MATMUL_MMA_PACK,
         value_bytes: 4,
         stage_k: 16,
+        transpose_a: false,
     },
     Packed {
         main: &MATMUL_MMA16,
         pack: &MATMUL_MMA16_PACK,
         value_bytes: 2,
         stage_k: 32,
+        transpose_a: false,
+    },
+    Packed {
+        main: &MATMUL_SGEMM,
+        pack: &MATMUL_SGEMM_PACK,
+        value_bytes: 4,
+        stage_k: 32,
+        transpose_a: true,
     },
 ];
 
@@ -370,7 +425,8 @@ fn tiled_4x4(p: &MatmulPrecision) -> &'static Launch {
 /// compute capability 8.0 or later for the modes that round the inputs to
 /// tf32, bf16 or f16 ([`MatmulPrecision::rounds_inputs_only`], not plain
 /// f32) in a product of at least [`MMA_MIN_BLOCKS`] tiles of 128 x 128
-/// outputs, [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
+/// outputs, [`MATMUL_SGEMM`] on such a device for plain f32 in such a
+/// product, [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
 /// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32; split-K on its
 /// entry point [`MATMUL_TILED_4X4_SPLIT`]),
 /// [`MATMUL_TILED`] otherwise. The other algorithms name their kernel;
@@ -397,6 +453,11 @@ pub fn matmul_kernel(
             if f16_inputs && cooperative_matrix_supported(stream)? =>
         {
             &MATMUL_COOP
+        }
+        MatmulAlgorithm::Tiled
+            if *p == MatmulPrecision::IEEE && fills && tf32_mma_supported(stream)? =>
+        {
+            &MATMUL_SGEMM
         }
         MatmulAlgorithm::Tiled if f32_sums && is_gpu(stream)? => tiled_4x4(p),
         MatmulAlgorithm::Tiled | MatmulAlgorithm::Tiled8x8 => &MATMUL_TILED,
@@ -478,8 +539,8 @@ pub fn matmul(
     launch.launch(stream, grid, &[a, b, out], &params)
 }
 
-/// A tensor-core kernel on `a` and `b` packed into scratch buffers by its
-/// packing pass, all on `stream`.
+/// A kernel of [`PACKED`] on `a` and `b` packed into scratch buffers by
+/// its packing pass, all on `stream`.
 fn matmul_packed(
     stream: &Stream,
     kernel: &Packed,
@@ -496,7 +557,7 @@ fn matmul_packed(
         n.next_multiple_of(tile_n),
     );
     let per_invocation = 16 / kernel.value_bytes;
-    let pack = |src: &Buffer, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
+    let pack = |src: &Buffer, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize, last| {
         let packed = Buffer::new(stream.device(), dst_rows * dst_cols * kernel.value_bytes)?;
         let index = |v: usize| {
             u32::try_from(v).map_err(|_| {
@@ -515,13 +576,19 @@ fn matmul_packed(
         let params = [rows, cols, dst_rows, dst_cols]
             .map(|v| index(v).map(Param::U32))
             .into_iter()
-            .chain([Ok(mode)])
+            .chain([Ok(last)])
             .collect::<Result<Vec<_>>>()?;
         kernel.pack.launch(stream, grid, &[src, &packed], &params)?;
         Ok::<_, Error>(packed)
     };
-    let packed_a = pack(a, m, k, pm, pk)?;
-    let packed_b = pack(b, k, n, pk, pn)?;
+    let (packed_a, packed_b) = if kernel.transpose_a {
+        (
+            pack(a, m, k, pk, pm, Param::U32(1))?,
+            pack(b, k, n, pk, pn, Param::U32(0))?,
+        )
+    } else {
+        (pack(a, m, k, pm, pk, mode)?, pack(b, k, n, pk, pn, mode)?)
+    };
     let grid = [
         groups(what, n, MMA_TILE.1)?,
         groups(what, m, MMA_TILE.0)?,

@@ -302,6 +302,65 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
     no_validation_errors();
 }
 
+/// Plain f32 on CUDA devices with `cp.async` runs `matmul_sgemm` from
+/// `MMA_MIN_BLOCKS` tiles of 128 x 128 on: the products added in k order
+/// by fused multiply-adds, the sum the 4x4 kernel's PTX makes once ptxas
+/// fuses it, so the two give the same bits (and both stay within the f32
+/// bound of the f64 reference), at shapes with partial tiles on every side
+/// and k off the 32-step stage. On the CPU the interpreter checks the same
+/// sum (`crates/keel-wgsl/tests/ptx_sim.rs`).
+#[test]
+fn plain_f32_on_the_cuda_override_is_the_4x4_kernels_sum() {
+    let mut ran = 0;
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        if !compute::tf32_mma_supported(&stream).expect("query") {
+            continue;
+        }
+        ran += 1;
+        for (m, k, n) in [(1024, 37, 512), (1031, 77, 523), (640, 1000, 897)] {
+            let mut rng = Rng(0x5e ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let run = |algorithm| {
+                let opts = MatmulOptions {
+                    algorithm,
+                    precision: MatmulPrecision::IEEE,
+                };
+                assert_eq!(
+                    compute::matmul_kernel(&stream, &opts, m, n)
+                        .expect("kernel")
+                        .kernel
+                        .name,
+                    if algorithm == MatmulAlgorithm::Tiled {
+                        "matmul_sgemm"
+                    } else {
+                        "matmul_tiled_4x4"
+                    },
+                    "{label}"
+                );
+                run_matmul(&stream, &a, &b, m, k, n, &opts)
+            };
+            let got = run(MatmulAlgorithm::Tiled);
+            let what = format!("{label} {m}x{k}x{n}");
+            let (want, mag) = reference(&a, &b, m, k, n);
+            assert_within_sum_bound(&what, &got, &want, &mag, k);
+            let tiled = run(MatmulAlgorithm::Tiled4x4);
+            let differ = got
+                .iter()
+                .zip(&tiled)
+                .position(|(x, y)| x.to_bits() != y.to_bits());
+            assert!(
+                differ.is_none(),
+                "{what}: output {differ:?} differs from the 4x4 kernel's"
+            );
+        }
+    }
+    if ran == 0 {
+        println!("skipped: no CUDA device of compute capability 8.0 or later here");
+    }
+    no_validation_errors();
+}
+
 /// The split-K modes (bf16 and f16 tensors' defaults) give the same bits
 /// from both tiled kernels: the same f32 running sums over k, cut at the
 /// same steps (every `SPLIT_K_CHUNK`, and after step k - 1), the chunk
@@ -825,6 +884,9 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         // 16-bit one.
         let rounded = if mma { "matmul_mma" } else { tiled };
         let rounded16 = if mma { "matmul_mma16" } else { tiled };
+        // Plain f32 on the CUDA override with 128 x 128 tiles where
+        // `cp.async` is (compute capability 8.0).
+        let plain = if mma { "matmul_sgemm" } else { tiled };
         // The split-K modes on the GPU-shaped kernel's own entry point.
         let split = if kind.is_gpu() {
             "matmul_tiled_4x4_split"
@@ -836,7 +898,7 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         let rounded_f16 = if coop { "matmul_coop" } else { rounded16 };
         for (algorithm, precision, want) in [
             (Tiled, P::TF32, rounded),
-            (Tiled, P::IEEE, tiled),
+            (Tiled, P::IEEE, plain),
             (Tiled, P::BF16, rounded16),
             (Tiled, f16_inputs, rounded_f16),
             (Tiled, split_bf16, split),
@@ -879,6 +941,18 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             compute::matmul_kernel(&stream, &opts, 512, 512).map(|l| l.kernel.name)
         };
         assert_eq!(small(Tiled).expect("kernel"), tiled, "{label}");
+        let small_plain = MatmulOptions {
+            algorithm: Tiled,
+            precision: P::IEEE,
+        };
+        assert_eq!(
+            compute::matmul_kernel(&stream, &small_plain, 512, 512)
+                .expect("kernel")
+                .kernel
+                .name,
+            tiled,
+            "{label}"
+        );
         if mma {
             assert_eq!(small(TensorCore).expect("kernel"), "matmul_mma", "{label}");
         }

@@ -193,6 +193,7 @@ const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
 const CUDA_SOURCES: &[(&str, &str)] = &[
     ("shaders/compute/matmul_mma.cu", "compute_80"),
     ("shaders/compute/matmul_mma16.cu", "compute_80"),
+    ("shaders/compute/matmul_sgemm.cu", "compute_80"),
 ];
 
 /// The GPU architectures every PTX file must assemble for: Volta, Ampere

@@ -62,6 +62,9 @@ struct TensorCore {
     pack: sim::Kernel,
     value_bytes: usize,
     stage_k: usize,
+    /// `matmul_sgemm`: A is packed transposed (pk x pm) and the pass's
+    /// last parameter says whether to transpose, not the mode.
+    transpose_a: bool,
 }
 
 impl TensorCore {
@@ -77,16 +80,17 @@ impl TensorCore {
             kernels.remove(i)
         };
         let (main, pack) = (take(name), take(&pack_name));
-        let (value_bytes, stage_k) = if name == "matmul_mma16" {
-            (2, 32)
-        } else {
-            (4, 16)
+        let (value_bytes, stage_k, transpose_a) = match name {
+            "matmul_mma16" => (2, 32, false),
+            "matmul_sgemm" => (4, 32, true),
+            _ => (4, 16, false),
         };
         TensorCore {
             main,
             pack,
             value_bytes,
             stage_k,
+            transpose_a,
         }
     }
 
@@ -108,27 +112,34 @@ impl TensorCore {
             n.next_multiple_of(MMA_TILE.1),
         );
         let per_invocation = 16 / self.value_bytes;
-        let mut packed = |src: u64, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize| {
-            // NaN everywhere the pass fails to write.
-            let dst = g.alloc(&vec![0xffu8; dst_rows * dst_cols * self.value_bytes]);
-            let grid = [
-                (dst_rows * dst_cols / per_invocation).div_ceil(256) as u32,
-                1,
-                1,
-            ];
-            let args = [
-                Arg::U64(src),
-                Arg::U64(dst),
-                u(rows),
-                u(cols),
-                u(dst_rows),
-                u(dst_cols),
-                Arg::U32(format),
-            ];
-            self.pack.launch(g, grid, [256, 1, 1], &args).map(|()| dst)
+        let mut packed =
+            |src: u64, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize, last: u32| {
+                // NaN everywhere the pass fails to write.
+                let dst = g.alloc(&vec![0xffu8; dst_rows * dst_cols * self.value_bytes]);
+                let grid = [
+                    (dst_rows * dst_cols / per_invocation).div_ceil(256) as u32,
+                    1,
+                    1,
+                ];
+                let args = [
+                    Arg::U64(src),
+                    Arg::U64(dst),
+                    u(rows),
+                    u(cols),
+                    u(dst_rows),
+                    u(dst_cols),
+                    Arg::U32(last),
+                ];
+                self.pack.launch(g, grid, [256, 1, 1], &args).map(|()| dst)
+            };
+        let (a, b) = if self.transpose_a {
+            (packed(pa, m, k, pk, pm, 1)?, packed(pb, k, n, pk, pn, 0)?)
+        } else {
+            (
+                packed(pa, m, k, pm, pk, format)?,
+                packed(pb, k, n, pk, pn, format)?,
+            )
         };
-        let a = packed(pa, m, k, pm, pk)?;
-        let b = packed(pb, k, n, pk, pn)?;
         let grid = [
             n.div_ceil(MMA_TILE.1) as u32,
             m.div_ceil(MMA_TILE.0) as u32,
@@ -210,6 +221,49 @@ fn matmul_mma_matches_the_f64_reference_of_rounded_inputs() {
 #[test]
 fn matmul_mma16_matches_the_f64_reference_of_rounded_inputs() {
     check_shapes(MMA16, "matmul_mma16", &[2, 3]);
+}
+
+const SGEMM: &str = "shaders/compute/matmul_sgemm.ptx";
+
+/// The plain-f32 kernel computes each output as the products added in k
+/// order with one rounding per step (fused multiply-adds from zero), the
+/// sum the 4x4 kernel's PTX makes once ptxas fuses it: bit for bit, at
+/// the shapes above and with the edges of f32 (subnormal products, an
+/// overflow to infinity, signed zeros).
+#[test]
+fn matmul_sgemm_is_the_fused_sum_in_k_order() {
+    let sgemm = TensorCore::load(SGEMM, "matmul_sgemm");
+    let mut shapes = SHAPES.to_vec();
+    shapes.push((257, 40, 300));
+    for (m, k, n) in shapes {
+        let mut a = values(m * k, (m * 13 + k) as u64);
+        let mut b = values(k * n, (n * 5 + k) as u64 + 3);
+        if m * k > 3 && k * n > 3 {
+            a[0] = 1e-30;
+            b[0] = 1e-15;
+            a[1] = 3e38;
+            b[n.min(k * n - 1)] = 4.0;
+            a[2] = -0.0;
+        }
+        let mut g = Global::default();
+        let pa = g.alloc_f32(&a);
+        let pb = g.alloc_f32(&b);
+        let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
+        sgemm
+            .launch(&mut g, [pa, pb, pc], (m, k, n), 0)
+            .unwrap_or_else(|e| panic!("{m}x{k}x{n}: {e}"));
+        let c = g.read_f32(pc);
+        for i in 0..m {
+            for j in 0..n {
+                let want = (0..k).fold(0.0f32, |acc, p| a[i * k + p].mul_add(b[p * n + j], acc));
+                let got = c[i * n + j];
+                assert!(
+                    got.to_bits() == want.to_bits(),
+                    "{m}x{k}x{n}: c[{i}][{j}] = {got:e}, the fused sum in k order {want:e}"
+                );
+            }
+        }
+    }
 }
 
 fn check_shapes(file: &str, name: &str, formats: &[u32]) {

@@ -1576,13 +1576,16 @@ impl Launch<'_> {
             // multiply, divide or square root of f32 (or f16) operands the
             // second rounding gives the correctly rounded result, as f64
             // has more than twice their significand bits and two more.
-            // An fma may round twice (f64, then f32) where an exact tie
-            // hides under the f64 rounding; no test depends on that.
+            // An f32 fma is computed in f32 (Rust's `mul_add` rounds
+            // once), since in f64 an exact tie could hide under the first
+            // rounding.
             let r = match base {
                 "add" => f(1)? + f(2)?,
                 "sub" => f(1)? - f(2)?,
                 "mul" => f(1)? * f(2)?,
-                "fma" | "mad" if ty == Ty::F32 => f64::from(f(1)? as f32).mul_add(f(2)?, f(3)?),
+                "fma" | "mad" if ty == Ty::F32 => {
+                    f64::from((f(1)? as f32).mul_add(f(2)? as f32, f(3)? as f32))
+                }
                 "div" if ty == Ty::F32 && inst.has("rn") => f64::from(f(1)? as f32 / f(2)? as f32),
                 "div" => f(1)? / f(2)?,
                 "min" => {
