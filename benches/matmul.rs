@@ -17,9 +17,10 @@
 //! in plain f32, tf32, bf16 and f16 inputs (each through
 //! `MatmulAlgorithm::Tiled`, which runs the input-rounding modes on tensor
 //! cores where the device has them: `matmul_mma` (tf32) and
-//! `matmul_mma16` (bf16, f16) on CUDA, the cooperative-matrix kernel for
+//! `matmul_mma16` (bf16, f16) on CUDA, and plain f32 there on
+//! `matmul_sgemm`; the cooperative-matrix kernel for
 //! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel beside
-//! them, and on CUDA the tensor-core kernels' packing passes alone): the median of
+//! them, and on CUDA the overrides' packing passes alone): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -31,8 +32,8 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group};
 use keel::compute::params::Param;
 use keel::compute::{
-    Accumulation, InputRounding, MATMUL_MMA_PACK, MATMUL_MMA16_PACK, MatmulAlgorithm,
-    MatmulOptions, MatmulPrecision, Reduction, matmul, matmul_kernel,
+    Accumulation, InputRounding, MATMUL_MMA_PACK, MATMUL_MMA16_PACK, MATMUL_SGEMM_PACK,
+    MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction, matmul, matmul_kernel,
 };
 use keel::{Buffer, Device, DeviceType, Stream};
 
@@ -302,24 +303,28 @@ fn large() {
                     matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
                 });
             }
-            // The tensor-core kernels' packing passes alone (A and B, as
+            // The CUDA overrides' packing passes alone (A and B, as
             // `matmul` launches them before the kernel): their share of
             // the times above.
             if keel::compute::tf32_mma_supported(&stream).unwrap_or(false) {
-                for (name, pack, bytes, mode) in [
-                    ("tf32", &MATMUL_MMA_PACK, 4, MatmulPrecision::TF32.mode()),
-                    ("bf16", &MATMUL_MMA16_PACK, 2, MatmulPrecision::BF16.mode()),
+                // The last parameter: the mode, or for `matmul_sgemm_pack`
+                // whether to transpose (A is, B is not).
+                let (tf32, bf16) = (MatmulPrecision::TF32.mode(), MatmulPrecision::BF16.mode());
+                for (name, pack, bytes, [last_a, last_b]) in [
+                    ("ieee", &MATMUL_SGEMM_PACK, 4, [1, 0]),
+                    ("tf32", &MATMUL_MMA_PACK, 4, [tf32, tf32]),
+                    ("bf16", &MATMUL_MMA16_PACK, 2, [bf16, bf16]),
                 ] {
                     let packed = Buffer::new(d, n * n * bytes).expect("packed");
                     let u = |v: usize| Param::U32(v as u32);
                     let grid = [(n * n * bytes / 16).div_ceil(256) as u32, 1, 1];
                     report(name, "packing A and B alone", &|| {
-                        for src in [&ab, &bb] {
+                        for (src, last) in [(&ab, last_a), (&bb, last_b)] {
                             pack.launch(
                                 &stream,
                                 grid,
                                 &[src, &packed],
-                                &[u(n), u(n), u(n), u(n), Param::U32(mode)],
+                                &[u(n), u(n), u(n), u(n), Param::U32(last)],
                             )
                             .expect("launch");
                         }
