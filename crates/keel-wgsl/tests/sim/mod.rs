@@ -1422,7 +1422,7 @@ impl Launch<'_> {
             bytes[..src_size as usize]
                 .copy_from_slice(&global.bufs[i].1[off..off + src_size as usize]);
         }
-        self.shared_claim(inst, b, t.flat, dst, u64::from(size))?;
+        self.shared_claim(inst, b, t.flat, dst, size)?;
         t.open.push((dst, bytes));
         Ok(())
     }
