@@ -191,24 +191,7 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
     WarpSums acc;
     zero_sums(acc);
 
-    // Two stages in flight before the first is computed; a group is
-    // committed every step, empty past the last tile, so that "all but
-    // the newest group" is always the stage about to be computed.
-    issue(0u);
-    cp_async_commit();
-    if (tiles > 1u) {
-        issue(1u);
-    }
-    cp_async_commit();
-    for (unsigned tile = 0; tile < tiles; tile++) {
-        cp_async_wait<1>();
-        // Every thread's copies of this stage have landed, and every warp
-        // is done with the stage the next copies overwrite.
-        __syncthreads();
-        if (tile + 2u < tiles) {
-            issue(tile + 2u);
-        }
-        cp_async_commit();
+    pipeline3(tiles, issue, [&](unsigned tile) {
         const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (unsigned s = 0; s < 2u; s++) {
@@ -238,7 +221,7 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
                 }
             }
         }
-    }
+    });
 
     store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
 }

@@ -79,3 +79,31 @@ __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
 }
+
+// The kernels' main loop over `tiles` stages along k in a ring of three
+// buffers: `issue(tile)` starts the copies of a stage into buffer tile %
+// 3, `compute(tile)` uses it. Two stages are in flight before the first
+// is computed; a group is committed every step, empty past the last
+// tile, so that "all but the newest group" is always the stage about to
+// be computed. One barrier per stage: after it every thread's copies of
+// the stage have landed, and every warp is done with the buffer the next
+// copies overwrite (computed the step before).
+template <typename Issue, typename Compute>
+__device__ __forceinline__ void pipeline3(unsigned tiles, Issue issue, Compute compute)
+{
+    issue(0u);
+    cp_async_commit();
+    if (tiles > 1u) {
+        issue(1u);
+    }
+    cp_async_commit();
+    for (unsigned tile = 0; tile < tiles; tile++) {
+        cp_async_wait<1>();
+        __syncthreads();
+        if (tile + 2u < tiles) {
+            issue(tile + 2u);
+        }
+        cp_async_commit();
+        compute(tile);
+    }
+}

@@ -122,22 +122,7 @@ matmul_sgemm(const float4* __restrict__ a, const float4* __restrict__ b, float* 
         }
     }
 
-    // Two stages in flight before the first is computed; a group is
-    // committed every step, empty past the last tile, so that "all but
-    // the newest group" is always the stage about to be computed.
-    issue(0u);
-    cp_async_commit();
-    issue(1u);  // tiles is even
-    cp_async_commit();
-    for (unsigned tile = 0; tile < tiles; tile++) {
-        cp_async_wait<1>();
-        // Every thread's copies of this stage have landed, and every warp
-        // is done with the stage the next copies overwrite.
-        __syncthreads();
-        if (tile + 2u < tiles) {
-            issue(tile + 2u);
-        }
-        cp_async_commit();
+    pipeline3(tiles, issue, [&](unsigned tile) {
         const float(*ta)[128] = stages[tile % STAGES][0];
         const float(*tb)[128] = stages[tile % STAGES][1];
 #pragma unroll
@@ -156,7 +141,7 @@ matmul_sgemm(const float4* __restrict__ a, const float4* __restrict__ b, float* 
                 }
             }
         }
-    }
+    });
 
     const bool vec = (n & 3u) == 0 && ((size_t)c & 15u) == 0;
 #pragma unroll
