@@ -72,6 +72,19 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
     return r;
 }
 
+// The two 16-bit values of `r` as f32 (exactly): the low half first.
+template <bool BF16>
+__device__ __forceinline__ float2 unpack2(unsigned r)
+{
+    if (BF16) {
+        return make_float2(__uint_as_float(r << 16), __uint_as_float(r & 0xffff0000u));
+    }
+    float lo, hi;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((unsigned short)(r & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((unsigned short)(r >> 16)));
+    return make_float2(lo, hi);
+}
+
 template <bool BF16>
 __device__ __forceinline__ void pack(const float* __restrict__ src, uint4* __restrict__ dst,
                                      unsigned rows, unsigned cols, unsigned dst_rows,
@@ -130,10 +143,15 @@ __device__ __forceinline__ void mma16(float* acc, const unsigned* fa, const unsi
     }
 }
 
-template <bool BF16>
+// SPLIT: the split-K modes (bf16 and f16 tensors' defaults): every
+// `chunk` steps of k (a multiple of 32) and after the last, each sum is
+// rounded to the format and added into a running total, itself rounded
+// (src/compute/precision.rs, Reduction). The totals are kept as rounded
+// 16-bit pairs, 32 registers.
+template <bool BF16, bool SPLIT>
 __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4* __restrict__ b,
                                        float* __restrict__ c, unsigned m, unsigned k, unsigned n,
-                                       unsigned smem)
+                                       unsigned chunk, unsigned smem)
 {
     const unsigned tid = threadIdx.x;
     const unsigned lane = tid & 31u;
@@ -190,6 +208,35 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
 
     WarpSums acc;
     zero_sums(acc);
+    // The split-K totals: pair h of tile (i, j) holds elements 2 h and
+    // 2 h + 1 of its sums.
+    unsigned totals[4][4][2];
+    const unsigned chunk_tiles = SPLIT ? chunk / BK : 0u;
+    auto fold = [&]() {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float2 part = unpack2<BF16>(pack2<BF16>(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
+                    const float2 total = unpack2<BF16>(totals[i][j][h]);
+                    totals[i][j][h] = pack2<BF16>(total.x + part.x, total.y + part.y);
+                }
+            }
+        }
+        zero_sums(acc);
+    };
+    if (SPLIT) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                totals[i][j][0] = 0u;
+                totals[i][j][1] = 0u;
+            }
+        }
+    }
 
     pipeline3(tiles, issue, [&](unsigned tile) {
         const unsigned base = smem + (tile % STAGES) * STAGE_BYTES;
@@ -221,8 +268,28 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
                 }
             }
         }
+        if (SPLIT && (tile + 1u) % chunk_tiles == 0 && tile + 1u < tiles) {
+            fold();
+        }
     });
 
+    if (SPLIT) {
+        // The last chunk (whole or cut short by k) into the totals, and
+        // the totals out.
+        fold();
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float2 total = unpack2<BF16>(totals[i][j][h]);
+                    acc[i][j][2 * h] = total.x;
+                    acc[i][j][2 * h + 1] = total.y;
+                }
+            }
+        }
+    }
     store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
 }
 
@@ -232,12 +299,30 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 matmul_mma16(const uint4* __restrict__ a, const uint4* __restrict__ b, float* __restrict__ c,
              unsigned m, unsigned k, unsigned n, unsigned mode, unsigned chunk)
 {
-    (void)chunk;
     __shared__ __align__(128) unsigned char stages[STAGES * STAGE_BYTES];
     const unsigned smem = shared_address(stages);
     if ((mode & 15u) == 2u) {
-        matmul<true>(a, b, c, m, k, n, smem);
+        matmul<true, false>(a, b, c, m, k, n, chunk, smem);
     } else {
-        matmul<false>(a, b, c, m, k, n, smem);
+        matmul<false, false>(a, b, c, m, k, n, chunk, smem);
+    }
+}
+
+// The split-K modes: the format of the inputs (mode bits 0-3) is the
+// format the chunk sums and totals are rounded to (bits 8-11). The totals
+// take 32 registers more than matmul_mma16 holds; held to 128 for two
+// blocks per SM, ptxas keeps them in local memory between chunks (and
+// reloads a few addresses each stage).
+extern "C" __global__ void __launch_bounds__(256, 2)
+matmul_mma16_split(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                   float* __restrict__ c, unsigned m, unsigned k, unsigned n, unsigned mode,
+                   unsigned chunk)
+{
+    __shared__ __align__(128) unsigned char stages[STAGES * STAGE_BYTES];
+    const unsigned smem = shared_address(stages);
+    if ((mode & 15u) == 2u) {
+        matmul<true, true>(a, b, c, m, k, n, chunk, smem);
+    } else {
+        matmul<false, true>(a, b, c, m, k, n, chunk, smem);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::check::{check_buffer, check_distinct, check_size, device_fact, groups, has_property};
 use super::params::{Launch, Param, ParamType::U32};
-use super::precision::{InputRounding, MatmulPrecision, round_to};
+use super::precision::{Accumulation, InputRounding, MatmulPrecision, Reduction, round_to};
 use crate::Buffer;
 use crate::core::{Device, DeviceType, Stream};
 use crate::kernel::{CpuInvocation, Kernel, as_f32s, as_f32s_mut};
@@ -17,7 +17,8 @@ pub enum MatmulAlgorithm {
     /// The tiled kernel suited to the device, the numerics and the size
     /// (see [`matmul_kernel`]): [`TensorCore`](Self::TensorCore) on CUDA
     /// devices with tf32 tensor cores for the modes that round the inputs
-    /// (tf32, bf16 or f16 inputs, f32 sums, no split-K) in products of at
+    /// (tf32, bf16 or f16 inputs, f32 sums; bf16 and f16 also with split-K
+    /// partials rounded to their format) in products of at
     /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128 (and [`MATMUL_SGEMM`]
     /// there for plain f32), and on Vulkan and wgpu
     /// devices with cooperative matrices for f16 inputs,
@@ -37,7 +38,9 @@ pub enum MatmulAlgorithm {
     Tiled4x4,
     /// The kernels on matrix units: [`MATMUL_MMA`] (tf32) and
     /// [`MATMUL_MMA16`] (bf16, f16) in the modes that round the inputs and
-    /// sum in f32, on CUDA devices of compute capability 8.0 or later
+    /// sum in f32, [`MATMUL_MMA16_SPLIT`] for bf16 and f16 inputs with
+    /// split-K partials rounded to their format, on CUDA devices of
+    /// compute capability 8.0 or later
     /// ([`tf32_mma_supported`]);
     /// [`MATMUL_COOP`] with f16 inputs on Vulkan and wgpu devices with
     /// cooperative matrices ([`cooperative_matrix_supported`]); an error
@@ -231,6 +234,26 @@ pub const MATMUL_MMA16: Launch = Launch {
     params: MATMUL_PARAMS,
 };
 
+/// [`MATMUL_MMA16`] in the split-K modes, bf16 and f16 tensors' defaults
+/// ([`Reduction::Bf16`] with bf16 inputs, [`Reduction::F16`] with f16
+/// inputs, f32 sums): every `chunk` steps of k (a multiple of 32) and
+/// after the last, each sum is rounded to the format and added into a
+/// running total, itself rounded, as every kernel does; what differs from
+/// the tiled kernels is the order of the sums within a chunk (the tensor
+/// cores'). Bindings, parameters and tiles as [`MATMUL_MMA16`], its
+/// packing pass [`MATMUL_MMA16_PACK`].
+pub const MATMUL_MMA16_SPLIT: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_mma16_split",
+        workgroup_size: [256, 1, 1],
+        bindings: 3,
+        wgsl: None,
+        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
+        cpu: None,
+    },
+    params: MATMUL_PARAMS,
+};
+
 /// The packing pass of [`MATMUL_MMA`]: an f32 matrix of `rows` x `cols`
 /// into a copy of `dst_rows` x `dst_cols` f32 values rounded to the
 /// mode's input format (tf32, bf16 or f16: bits 0-3 of `mode`, the codes
@@ -266,6 +289,9 @@ pub const MATMUL_MMA16_PACK: Launch = Launch {
 };
 
 const PACK_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
+
+// MATMUL_MMA16_SPLIT cuts its sums at the end of a 32-step stage.
+const _: () = assert!(super::precision::SPLIT_K_CHUNK.is_multiple_of(32));
 
 /// The CUDA kernel for large plain-f32 products (compute capability 8.0
 /// or later, for `cp.async`): 128 x 128 outputs per block of 256 threads,
@@ -323,7 +349,14 @@ struct Packed {
     transpose_a: bool,
 }
 
-const PACKED: [Packed; 3] = [
+const PACKED: [Packed; 4] = [
+    Packed {
+        main: &MATMUL_MMA16_SPLIT,
+        pack: &MATMUL_MMA16_PACK,
+        value_bytes: 2,
+        stage_k: 32,
+        transpose_a: false,
+    },
     Packed {
         main: &MATMUL_MMA,
         pack: &MATMUL_MMA_PACK,
@@ -362,13 +395,22 @@ pub fn cooperative_matrix_supported(stream: &Stream) -> Result<bool> {
     })
 }
 
-/// The tensor-core kernel for a mode that rounds the inputs: [`MATMUL_MMA`]
-/// for tf32, [`MATMUL_MMA16`] for bf16 and f16, whose values the 16-bit
-/// `mma` takes at twice the rate.
-fn mma_kernel(p: &MatmulPrecision) -> &'static Launch {
-    match p.inputs {
-        InputRounding::Bf16 | InputRounding::F16 => &MATMUL_MMA16,
-        _ => &MATMUL_MMA,
+/// The tensor-core kernel for `p`, if one computes it: [`MATMUL_MMA`] for
+/// tf32 inputs, [`MATMUL_MMA16`] for bf16 and f16 inputs (whose values the
+/// 16-bit `mma` takes at twice the rate), both summing in f32;
+/// [`MATMUL_MMA16_SPLIT`] for bf16 or f16 inputs with split-K partials
+/// rounded to the same format (bf16 and f16 tensors' defaults).
+fn mma_kernel(p: &MatmulPrecision) -> Option<&'static Launch> {
+    if p.accumulation != Accumulation::F32 {
+        return None;
+    }
+    match (p.inputs, p.reduction) {
+        (InputRounding::Tf32, Reduction::F32) => Some(&MATMUL_MMA),
+        (InputRounding::Bf16 | InputRounding::F16, Reduction::F32) => Some(&MATMUL_MMA16),
+        (InputRounding::Bf16, Reduction::Bf16) | (InputRounding::F16, Reduction::F16) => {
+            Some(&MATMUL_MMA16_SPLIT)
+        }
+        _ => None,
     }
 }
 
@@ -424,7 +466,9 @@ fn tiled_4x4(p: &MatmulPrecision) -> &'static Launch {
 /// [`MATMUL_MMA16`] (bf16, f16) on a CUDA device with tensor cores of
 /// compute capability 8.0 or later for the modes that round the inputs to
 /// tf32, bf16 or f16 ([`MatmulPrecision::rounds_inputs_only`], not plain
-/// f32) in a product of at least [`MMA_MIN_BLOCKS`] tiles of 128 x 128
+/// f32; and [`MATMUL_MMA16_SPLIT`] for bf16 and f16 inputs with split-K
+/// partials rounded to their format, the bf16 and f16 tensors' defaults)
+/// in a product of at least [`MMA_MIN_BLOCKS`] tiles of 128 x 128
 /// outputs, [`MATMUL_SGEMM`] on such a device for plain f32 in such a
 /// product, [`MATMUL_TILED_4X4`] on a GPU for the other modes that accumulate in
 /// f32 ([`MatmulPrecision::accumulates_in_f32`]: plain f32; split-K on its
@@ -441,13 +485,13 @@ pub fn matmul_kernel(
 ) -> Result<&'static Launch> {
     let f32_sums = opts.precision.accumulates_in_f32();
     let p = &opts.precision;
-    let rounded_inputs = p.rounds_inputs_only() && p.inputs != InputRounding::Ieee;
+    let mma = mma_kernel(p);
     let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
     let fills = mma_blocks >= MMA_MIN_BLOCKS;
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled if rounded_inputs && fills && tf32_mma_supported(stream)? => {
-            mma_kernel(p)
+        MatmulAlgorithm::Tiled if mma.is_some() && fills && tf32_mma_supported(stream)? => {
+            mma.unwrap_or(&MATMUL_MMA)
         }
         MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
             if f16_inputs && cooperative_matrix_supported(stream)? =>
@@ -470,13 +514,14 @@ pub fn matmul_kernel(
                 opts.precision
             )));
         }
-        MatmulAlgorithm::TensorCore if rounded_inputs && tf32_mma_supported(stream)? => {
-            mma_kernel(p)
+        MatmulAlgorithm::TensorCore if mma.is_some() && tf32_mma_supported(stream)? => {
+            mma.unwrap_or(&MATMUL_MMA)
         }
         MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
                 "matmul: the tensor-core kernels compute the modes that round the inputs to \
-                 tf32, bf16 or f16 and sum in f32, on CUDA devices of compute capability 8.0 \
+                 tf32, bf16 or f16 and sum in f32 (bf16 and f16 also with split-K partials \
+                 rounded to their format), on CUDA devices of compute capability 8.0 \
                  or later, and f16 inputs on Vulkan and wgpu devices with cooperative matrices \
                  (16x16x16 f16, subgroups of 32); found the precision {:?} on {}",
                 opts.precision,

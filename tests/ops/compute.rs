@@ -302,6 +302,73 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
     no_validation_errors();
 }
 
+/// bf16 and f16 tensors' default modes (split-K partials rounded to the
+/// format) on CUDA tensor cores (`matmul_mma16_split`) from
+/// `MMA_MIN_BLOCKS` tiles on: with small integer inputs every chunk sum is
+/// exact in f32 in any order, so the tensor cores' order does not show and
+/// the result is the 4x4 kernel's bit for bit, the chunk sums (past the
+/// formats' significands) and the totals rounded alike; k cut into 256-step
+/// chunks with a short last one. The interpreter checks the same against
+/// the reference (`crates/keel-wgsl/tests/ptx_sim.rs`).
+#[test]
+fn split_k_modes_on_tensor_cores_round_as_the_tiled_kernel() {
+    let mut ran = 0;
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        if !compute::tf32_mma_supported(&stream).expect("query") {
+            continue;
+        }
+        ran += 1;
+        let (m, n) = (1024, 128 * compute::MMA_MIN_BLOCKS / 8);
+        for (inputs, reduction, scale, offset) in [
+            (InputRounding::Bf16, Reduction::Bf16, 40.0, 0.0),
+            (InputRounding::F16, Reduction::F16, 6.0, 6.0),
+        ] {
+            for k in [256, 700] {
+                let mut rng = Rng(0x5b ^ k as u64);
+                let mut ints = |len: usize| -> Vec<f32> {
+                    rng.vec(len)
+                        .iter()
+                        .map(|v| (v * scale + offset).round())
+                        .collect()
+                };
+                let (a, b) = (ints(m * k), ints(k * n));
+                let precision = MatmulPrecision {
+                    inputs,
+                    accumulation: Accumulation::F32,
+                    reduction,
+                };
+                let run = |algorithm| {
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision,
+                    };
+                    let name = compute::matmul_kernel(&stream, &opts, m, n)
+                        .expect("kernel")
+                        .kernel
+                        .name;
+                    (name, run_matmul(&stream, &a, &b, m, k, n, &opts))
+                };
+                let (name, got) = run(MatmulAlgorithm::Tiled);
+                assert_eq!(name, "matmul_mma16_split", "{label}");
+                let (_, tiled) = run(MatmulAlgorithm::Tiled4x4);
+                let differ = got
+                    .iter()
+                    .zip(&tiled)
+                    .position(|(x, y)| x.to_bits() != y.to_bits());
+                assert!(
+                    differ.is_none(),
+                    "{label} {inputs:?} k = {k}: output {differ:?} differs from the 4x4 kernel's"
+                );
+            }
+        }
+    }
+    if ran == 0 {
+        println!("skipped: no CUDA device of compute capability 8.0 or later here");
+    }
+    no_validation_errors();
+}
+
 /// Plain f32 on CUDA devices with `cp.async` runs `matmul_sgemm` from
 /// `MMA_MIN_BLOCKS` tiles of 128 x 128 on: the products added in k order
 /// by fused multiply-adds, the sum the 4x4 kernel's PTX makes once ptxas
@@ -887,12 +954,14 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
         // Plain f32 on the CUDA override with 128 x 128 tiles where
         // `cp.async` is (compute capability 8.0).
         let plain = if mma { "matmul_sgemm" } else { tiled };
-        // The split-K modes on the GPU-shaped kernel's own entry point.
+        // The split-K modes on the GPU-shaped kernel's own entry point,
+        // and bf16 and f16 ones on the 16-bit tensor-core kernel's.
         let split = if kind.is_gpu() {
             "matmul_tiled_4x4_split"
         } else {
             "matmul_tiled"
         };
+        let split16 = if mma { "matmul_mma16_split" } else { split };
         let f16_inputs = P::inputs(InputRounding::F16);
         // f16 inputs on cooperative matrices where Vulkan or wgpu has them.
         let rounded_f16 = if coop { "matmul_coop" } else { rounded16 };
@@ -901,7 +970,7 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             (Tiled, P::IEEE, plain),
             (Tiled, P::BF16, rounded16),
             (Tiled, f16_inputs, rounded_f16),
-            (Tiled, split_bf16, split),
+            (Tiled, split_bf16, split16),
             (Tiled, f16_acc, "matmul_tiled"),
             (Tiled8x8, P::IEEE, "matmul_tiled"),
             (Tiled8x8, P::TF32, "matmul_tiled"),
@@ -982,7 +1051,18 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                 }
             }
         }
-        for precision in [P::IEEE, split_bf16, f16_acc] {
+        match ask(TensorCore, split_bf16) {
+            Ok(launch) => {
+                assert!(mma, "{label}: tensor cores where there are none");
+                assert_eq!(launch.kernel.name, "matmul_mma16_split", "{label}");
+            }
+            Err(e) => assert!(!mma, "{label}: {e}"),
+        }
+        let split_tf32 = P {
+            inputs: InputRounding::Tf32,
+            ..split_bf16
+        };
+        for precision in [P::IEEE, split_tf32, f16_acc] {
             let err = ask(TensorCore, precision).expect_err("tensor cores in that mode");
             assert!(
                 err.to_string()

@@ -69,7 +69,12 @@ struct TensorCore {
 
 impl TensorCore {
     fn load(file: &str, name: &str) -> Self {
-        let pack_name = format!("{name}_pack");
+        Self::load_with(file, name, &format!("{name}_pack"))
+    }
+
+    /// An entry point whose packing pass is named otherwise
+    /// (`matmul_mma16_split` packs with `matmul_mma16_pack`).
+    fn load_with(file: &str, name: &str, pack_name: &str) -> Self {
         let text = std::fs::read_to_string(root().join(file)).expect("PTX file");
         let mut kernels = sim::parse(&text).expect("the interpreter parses it");
         let mut take = |name: &str| {
@@ -79,10 +84,10 @@ impl TensorCore {
                 .expect("the entry point");
             kernels.remove(i)
         };
-        let (main, pack) = (take(name), take(&pack_name));
-        let (value_bytes, stage_k, transpose_a) = match name {
-            "matmul_mma16" => (2, 32, false),
-            "matmul_sgemm" => (4, 32, true),
+        let (main, pack) = (take(name), take(pack_name));
+        let (value_bytes, stage_k, transpose_a) = match pack_name {
+            "matmul_mma16_pack" => (2, 32, false),
+            "matmul_sgemm_pack" => (4, 32, true),
             _ => (4, 16, false),
         };
         TensorCore {
@@ -94,16 +99,29 @@ impl TensorCore {
         }
     }
 
-    /// Launches the kernel on buffers a, b, c at (m, k, n) in `format`:
-    /// packs a and b (blocks of 256 threads, one per 16 bytes packed),
-    /// then blocks of 256 threads over 128 x 128 tiles with the packed a,
-    /// b, then c, m, k, n, mode, chunk.
+    /// Launches the kernel on buffers a, b, c at (m, k, n) in `format`
+    /// (the input format alone: no split-K chunks).
     fn launch(
+        &self,
+        g: &mut Global,
+        buffers: [u64; 3],
+        dims: (usize, usize, usize),
+        format: u32,
+    ) -> sim::Result<()> {
+        self.launch_mode(g, buffers, dims, format, 0)
+    }
+
+    /// Launches the kernel on buffers a, b, c at (m, k, n) with Keel's
+    /// `mode` and `chunk` parameters: packs a and b (blocks of 256
+    /// threads, one per 16 bytes packed), then blocks of 256 threads over
+    /// 128 x 128 tiles with the packed a, b, then c, m, k, n, mode, chunk.
+    fn launch_mode(
         &self,
         g: &mut Global,
         [pa, pb, pc]: [u64; 3],
         (m, k, n): (usize, usize, usize),
         format: u32,
+        chunk: u32,
     ) -> sim::Result<()> {
         let u = |v: usize| Arg::U32(v as u32);
         let (pm, pk, pn) = (
@@ -153,7 +171,7 @@ impl TensorCore {
             u(k),
             u(n),
             Arg::U32(format),
-            u(0),
+            Arg::U32(chunk),
         ];
         self.main.launch(g, grid, [256, 1, 1], &args)
     }
@@ -264,6 +282,73 @@ fn matmul_sgemm_is_the_fused_sum_in_k_order() {
             }
         }
     }
+}
+
+/// The split-K modes (bf16 and f16 tensors' defaults) on
+/// `matmul_mma16_split`: the sums cut every 256 steps of k and after the
+/// last, each chunk sum rounded to the format and added into the total,
+/// rounded. With small integer inputs every chunk sum is exact in f32 in
+/// any order, so the tensor cores' order does not show and the result is
+/// the reference's bit for bit; the sums reach past the formats'
+/// significands (bf16's 8 bits, f16's 11), so their rounding does.
+#[test]
+fn matmul_mma16_split_rounds_each_chunk_as_the_reference() {
+    let mma = TensorCore::load_with(MMA16, "matmul_mma16_split", "matmul_mma16_pack");
+    let chunk = 256;
+    // Chunk sums that needed rounding, per format (bf16, f16).
+    let mut rounded = [0usize; 2];
+    for (m, k, n) in [(3, 1, 2), (5, 256, 3), (130, 257, 9), (4, 700, 131)] {
+        // Integers in [-40, 40] for bf16; in [0, 12] for f16, whose sums
+        // of a chunk (about 9,000) then lie where its steps are 4 and 8
+        // and below its largest value.
+        let ints = |len: usize, seed: u64, format: u32| -> Vec<f32> {
+            values(len, seed)
+                .iter()
+                .map(|v| {
+                    if format == 2 {
+                        (v * 40.0).round()
+                    } else {
+                        (v * 6.0 + 6.0).round()
+                    }
+                })
+                .collect()
+        };
+        for format in [2u32, 3] {
+            let a = ints(m * k, (m * 7 + k) as u64, format);
+            let b = ints(k * n, (n * 3 + k) as u64 + 1, format);
+            let mut g = Global::default();
+            let pa = g.alloc_f32(&a);
+            let pb = g.alloc_f32(&b);
+            let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
+            let mode = format | format << 8;
+            mma.launch_mode(&mut g, [pa, pb, pc], (m, k, n), mode, chunk)
+                .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
+            let c = g.read_f32(pc);
+            let round = |x: f32| round_input(x, format);
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut total, mut part) = (0.0f32, 0.0f32);
+                    for p in 0..k {
+                        part += a[i * k + p] * b[p * n + j];
+                        if (p + 1) % chunk as usize == 0 || p + 1 == k {
+                            rounded[format as usize - 2] += usize::from(round(part) != part);
+                            total = round(total + round(part));
+                            part = 0.0;
+                        }
+                    }
+                    let got = c[i * n + j];
+                    assert!(
+                        got.to_bits() == total.to_bits(),
+                        "{m}x{k}x{n} format {format}: c[{i}][{j}] = {got}, reference {total}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        rounded.iter().all(|&r| r > 100),
+        "chunk sums rounded (bf16, f16): {rounded:?}; too few for the test to show the rounding"
+    );
 }
 
 fn check_shapes(file: &str, name: &str, formats: &[u32]) {
