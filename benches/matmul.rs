@@ -14,10 +14,11 @@
 //! sums or the accumulator (f16 and bf16 tensors' defaults).
 //!
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
-//! in plain f32, tf32, bf16 and f16 inputs (each through
-//! `MatmulAlgorithm::Tiled`, which runs the input-rounding modes on tensor
-//! cores where the device has them: `matmul_mma` (tf32) and
-//! `matmul_mma16` (bf16, f16) on CUDA, and plain f32 there on
+//! in plain f32, tf32, bf16 and f16 inputs and bf16 tensors' split-K
+//! default (each through `MatmulAlgorithm::Tiled`, which runs the
+//! input-rounding modes on tensor cores where the device has them:
+//! `matmul_mma` (tf32), `matmul_mma16` (bf16, f16) and
+//! `matmul_mma16_split` (split-K) on CUDA, and plain f32 there on
 //! `matmul_sgemm`; the cooperative-matrix kernel for
 //! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel beside
 //! them, and on CUDA the overrides' packing passes alone): the median of
@@ -253,6 +254,15 @@ fn large() {
                     "f16 inputs",
                     MatmulAlgorithm::Tiled,
                     MatmulPrecision::inputs(InputRounding::F16),
+                ),
+                (
+                    "bf16 split-K (bf16 tensors' default)",
+                    MatmulAlgorithm::Tiled,
+                    MatmulPrecision {
+                        inputs: InputRounding::Bf16,
+                        accumulation: Accumulation::F32,
+                        reduction: Reduction::Bf16,
+                    },
                 ),
             ];
             if keel::compute::cooperative_matrix_supported(&stream).unwrap_or(false) {
