@@ -41,9 +41,10 @@
 // on distinct banks. A's fragments come from `ldmatrix.x4`, B's from
 // `ldmatrix.x4.trans` (B is stored k-major, as in memory).
 //
-// matmul_mma16_pack: parameters src (f32), dst (packed) as device
-// pointers, then rows, cols (src's), dst_rows, dst_cols (a multiple of 8)
-// and mode as u32. Blocks of 256 threads, one thread per 8 packed values
+// matmul_mma16_pack: parameters src (f32, or with mode bit 16 the
+// format's 16-bit values, copied as they are: a bf16 or f16 tensor's),
+// dst (packed) as device pointers, then rows, cols (src's), dst_rows,
+// dst_cols (a multiple of 8) and mode as u32. Blocks of 256 threads, one thread per 8 packed values
 // (16 bytes): a grid of ceil(dst_rows * dst_cols / 8 / 256).
 
 #include "matmul_mma_common.cuh"
@@ -114,11 +115,43 @@ __device__ __forceinline__ void pack(const float* __restrict__ src, uint4* __res
                         pack2<BF16>(v[4], v[5]), pack2<BF16>(v[6], v[7]));
 }
 
+// The same copy of a matrix that holds 16-bit values of the format
+// already (a bf16 or f16 tensor's), as they are.
+__device__ __forceinline__ void pack_halves(const unsigned short* __restrict__ src,
+                                            uint4* __restrict__ dst, unsigned rows, unsigned cols,
+                                            unsigned dst_rows, unsigned dst_cols)
+{
+    const unsigned per_row = dst_cols / 8u;
+    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
+    if (i >= (size_t)dst_rows * per_row) {
+        return;
+    }
+    const unsigned r = (unsigned)(i / per_row);
+    const unsigned c0 = (unsigned)(i % per_row) * 8u;
+    const unsigned short* p = src + (size_t)r * cols + c0;
+    if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
+        dst[i] = __ldg(reinterpret_cast<const uint4*>(p));
+        return;
+    }
+    unsigned h[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        h[e] = (r < rows && c0 + e < cols) ? (unsigned)__ldg(p + e) : 0u;
+    }
+    dst[i] = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+}
+
+// Mode bit 16 set: src holds 16-bit values of the format (two bytes
+// each, rows of `cols`), copied as they are; otherwise f32 values,
+// rounded.
 extern "C" __global__ void __launch_bounds__(256)
 matmul_mma16_pack(const float* __restrict__ src, uint4* __restrict__ dst, unsigned rows,
                   unsigned cols, unsigned dst_rows, unsigned dst_cols, unsigned mode)
 {
-    if ((mode & 15u) == 2u) {
+    if (mode & 0x10000u) {
+        pack_halves(reinterpret_cast<const unsigned short*>(src), dst, rows, cols, dst_rows,
+                    dst_cols);
+    } else if ((mode & 15u) == 2u) {
         pack<true>(src, dst, rows, cols, dst_rows, dst_cols);
     } else {
         pack<false>(src, dst, rows, cols, dst_rows, dst_cols);

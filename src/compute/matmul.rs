@@ -275,7 +275,9 @@ pub const MATMUL_MMA_PACK: Launch = Launch {
 
 /// The packing pass of [`MATMUL_MMA16`]: as [`MATMUL_MMA_PACK`], into
 /// 16-bit values (bf16 for mode 2, f16 for 3), `dst_cols` a multiple of
-/// 8, one invocation per 8 values of the copy.
+/// 8, one invocation per 8 values of the copy. With mode bit 16 set the
+/// matrix holds 16-bit values of the format already (two bytes each, a
+/// bf16 or f16 tensor's), copied as they are ([`matmul_halves`]).
 pub const MATMUL_MMA16_PACK: Launch = Launch {
     kernel: Kernel {
         name: "matmul_mma16_pack",
@@ -572,7 +574,7 @@ pub fn matmul(
     // By name: a constant's address is not an identity.
     let name = launch.kernel.name;
     if let Some(packed) = PACKED.iter().find(|k| k.main.kernel.name == name) {
-        return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params);
+        return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, false);
     }
     // MATMUL_COOP's tile is TILE, as the tiled kernels'.
     let (rows, cols) = if name == MATMUL_NAIVE.kernel.name {
@@ -584,17 +586,89 @@ pub fn matmul(
     launch.launch(stream, grid, &[a, b, out], &params)
 }
 
+/// `out = a * b` as [`matmul`] does it, for `a` and `b` that hold 16-bit
+/// values (two bytes each, row-major) of the format `opts.precision`
+/// rounds the inputs to, bf16 or f16: a bf16 or f16 tensor's data, read as
+/// it is, with no widening to f32 first. It runs where [`matmul_kernel`]
+/// picks a 16-bit tensor-core kernel for the product ([`MATMUL_MMA16`],
+/// [`MATMUL_MMA16_SPLIT`]), and returns whether it did: elsewhere it
+/// launches nothing, for the caller to widen the inputs and call
+/// [`matmul`].
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_halves(
+    stream: &Stream,
+    a: &Buffer,
+    b: &Buffer,
+    out: &Buffer,
+    m: usize,
+    k: usize,
+    n: usize,
+    opts: &MatmulOptions,
+) -> Result<bool> {
+    let what = "matmul";
+    for (name, v) in [("m", m), ("k", k), ("n", n)] {
+        if v == 0 {
+            return Err(Error::invalid(format!(
+                "{what}: expected sizes of at least 1, found {name} = 0 (m = {m}, k = {k}, n = {n})"
+            )));
+        }
+    }
+    let a_len = check_size(what, "a", &[m, k])?;
+    let b_len = check_size(what, "b", &[k, n])?;
+    for (name, buffer, len) in [("a", a, a_len), ("b", b, b_len)] {
+        if buffer.len() < len * 2 {
+            return Err(Error::invalid(format!(
+                "{what}: expected {name} to hold at least {len} 16-bit values ({} bytes), found {} bytes",
+                len * 2,
+                buffer.len()
+            )));
+        }
+    }
+    check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
+    check_distinct(what, out, &[("a", a), ("b", b)])?;
+    let launch = matmul_kernel(stream, opts, m, n)?;
+    let name = launch.kernel.name;
+    let Some(packed) = PACKED
+        .iter()
+        .find(|k| k.main.kernel.name == name && k.value_bytes == 2)
+    else {
+        return Ok(false);
+    };
+    let p = &opts.precision;
+    let u = |v: usize| Param::U32(v as u32); // checked by check_size
+    let params = [
+        u(m),
+        u(k),
+        u(n),
+        Param::U32(p.mode()),
+        Param::U32(p.chunk()),
+    ];
+    matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, true)?;
+    Ok(true)
+}
+
+/// The mode bit that tells [`MATMUL_MMA16_PACK`] its source holds 16-bit
+/// values already.
+const PACK_HALVES: u32 = 0x1_0000;
+
 /// A kernel of [`PACKED`] on `a` and `b` packed into scratch buffers by
 /// its packing pass, all on `stream`.
+/// With `halves`, A and B hold 16-bit values of the input format
+/// (a [`MATMUL_MMA16_PACK`] kernel's inputs only), which the packing pass
+/// copies as they are (its mode bit 16).
 fn matmul_packed(
     stream: &Stream,
     kernel: &Packed,
     [a, b, out]: [&Buffer; 3],
     (m, k, n): (usize, usize, usize),
     params: &[Param],
+    halves: bool,
 ) -> Result<()> {
     let what = "matmul";
-    let mode = params[3];
+    let mode = match params[3] {
+        Param::U32(mode) if halves => Param::U32(mode | PACK_HALVES),
+        mode => mode,
+    };
     let (tile_m, tile_n) = (MMA_TILE.0 as usize, MMA_TILE.1 as usize);
     let (pm, pk, pn) = (
         m.next_multiple_of(tile_m),

@@ -14,7 +14,7 @@ use super::cpu::{check_same_shape, copy_kernel, matmul_dims, softmax_dims};
 use super::launch::{Params, compute_matmul, launch};
 use super::matmul_precision;
 use crate::compute::params::{self, Param};
-use crate::compute::{self};
+use crate::compute::{self, InputRounding, MatmulAlgorithm, MatmulOptions};
 use crate::kernel::Kernel;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
@@ -287,11 +287,12 @@ fn copy(call: &OpCall<'_>) -> Result<KernelOutcome> {
     }
 }
 
-/// `matmul` of f16/bf16 tensors on a GPU: the inputs widened to f32 by the
-/// conversion kernel (exact), the compute kernel with the numerics of the
-/// dtype's plan (inputs rounded to the dtype, which changes nothing;
-/// accumulation and split-K per the policy), the result rounded to the
-/// dtype. The storage stays 16-bit (native `array<f16>` where
+/// `matmul` of f16/bf16 tensors on a GPU: the compute kernel with the
+/// numerics of the dtype's plan (inputs rounded to the dtype, which
+/// changes nothing; accumulation and split-K per the policy) on the
+/// inputs as they are where a 16-bit tensor-core kernel runs the product
+/// ([`compute::matmul_halves`]), else on the inputs widened to f32 by the
+/// conversion kernel (exact); the result rounded to the dtype. The storage stays 16-bit (native `array<f16>` where
 /// [`compute::f16_storage`], packed words otherwise).
 fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcome> {
     let dtype = a.dtype();
@@ -307,14 +308,37 @@ fn matmul_half(call: &OpCall<'_>, a: &Tensor, b: &Tensor) -> Result<KernelOutcom
         return Ok(KernelOutcome::one(out));
     }
     let wide = call.empty(&[m, n], DType::F32)?;
+    let (precision, _) = matmul_precision(call.device.device_type(), dtype);
+    // The 16-bit tensor-core kernels read the tensors' values as they are,
+    // where the plan rounds the inputs to the dtype (its default).
+    let own_format = matches!(
+        (dtype, precision.inputs),
+        (DType::BF16, InputRounding::Bf16) | (DType::F16, InputRounding::F16)
+    );
+    let opts = MatmulOptions {
+        algorithm: MatmulAlgorithm::Tiled,
+        precision,
+    };
     if k == 0 {
         fill_n(call, &wide, (m * n) as u32, 0.0)?;
+    } else if own_format
+        && compute::matmul_halves(
+            &call.stream,
+            a.buffer(),
+            b.buffer(),
+            wide.buffer(),
+            m,
+            k,
+            n,
+            &opts,
+        )?
+    {
+        // Done on the tensors' own values.
     } else {
         let (Some(a32), Some(b32)) = (cast_to(call, a, DType::F32)?, cast_to(call, b, DType::F32)?)
         else {
             return Ok(KernelOutcome::Declined(format!("matmul of {dtype}")));
         };
-        let (precision, _) = matmul_precision(call.device.device_type(), dtype);
         compute_matmul(
             &call.stream,
             a32.buffer(),

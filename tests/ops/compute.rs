@@ -510,6 +510,24 @@ fn matmul_checks_its_arguments() {
         &opts,
     ));
     assert!(e.contains("indices are u32"), "{e}");
+    // The 16-bit entry: a and b hold two bytes a value; on a device
+    // without 16-bit tensor cores it launches nothing and says so.
+    let bf16 = MatmulOptions {
+        precision: MatmulPrecision::BF16,
+        ..MatmulOptions::default()
+    };
+    let halves = |m, k, n| compute::matmul_halves(&stream, &a, &b, &c, m, k, n, &bf16);
+    let e = halves(2, 7, 2).expect_err("a too small").to_string();
+    assert!(
+        e.contains("expected a to hold at least 14 16-bit values") && e.contains("found 24 bytes"),
+        "{e}"
+    );
+    let e = halves(2, 0, 2).expect_err("k = 0").to_string();
+    assert!(e.contains("k = 0"), "{e}");
+    assert!(
+        !halves(2, 6, 2).expect("fits"),
+        "no tensor cores on the CPU"
+    );
     let e = err(compute::softmax_rows(&stream, &a, &c, 0, 3));
     assert!(e.contains("rows = 0"), "{e}");
     let e = err(compute::sum(&stream, &a, 7, &c));

@@ -1296,6 +1296,60 @@ fn half_matmul_has_the_same_numerics_on_every_device() {
     }
 }
 
+/// bf16 and f16 tensors' `matmul` on CUDA tensor cores (a product of at
+/// least `MMA_MIN_BLOCKS` tiles of 128 x 128, the dtypes' default
+/// split-K plans): the 16-bit kernel reads the tensors' own values, and
+/// with small integers, whose every chunk sum is exact in any order, the
+/// result is the CPU's bit for bit. Skipped without such a device.
+#[test]
+fn half_matmul_on_tensor_cores_gives_the_cpus_bits() {
+    let (m, k, n) = (1024, 300, 512);
+    let mut ran = 0;
+    for d in devices() {
+        let stream = keel::default_stream(d).expect("stream");
+        if !keel::compute::tf32_mma_supported(&stream).expect("query") {
+            continue;
+        }
+        ran += 1;
+        // bf16: integers in [-40, 40]; f16: in [0, 12], whose chunk sums
+        // need rounding in f16.
+        for (dtype, scale, offset) in [(DType::BF16, 40.0, 0.0), (DType::F16, 6.0, 6.0)] {
+            let ints = |len: usize, seed: u64| -> Vec<f32> {
+                values(len, seed)
+                    .iter()
+                    .map(|v| (v * scale + offset).round())
+                    .collect()
+            };
+            let (av, bv) = (ints(m * k, 31), ints(k * n, 32));
+            let product = |d: Device| -> Vec<u32> {
+                let a32 = Tensor::from_slice(&av, &[m, k], d).expect("a");
+                let b32 = Tensor::from_slice(&bv, &[k, n], d).expect("b");
+                let a = Tensor::empty(&[m, k], dtype, d).expect("a");
+                let b = Tensor::empty(&[k, n], dtype, d).expect("b");
+                a.copy_(&a32).expect("a");
+                b.copy_(&b32).expect("b");
+                let c = a.matmul(&b).expect("matmul");
+                let c32 = Tensor::empty(&[m, n], DType::F32, d).expect("c32");
+                c32.copy_(&c).expect("widen");
+                c32.to_vec::<f32>()
+                    .expect("read")
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            let (got, want) = (product(d), product(Device::cpu()));
+            let differ = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert_eq!(
+                differ, None,
+                "{dtype} matmul on {d}: first output that differs"
+            );
+        }
+    }
+    if ran == 0 {
+        println!("skipped: no CUDA device of compute capability 8.0 or later here");
+    }
+}
+
 /// The README's kernel of one's own (`examples/own_kernel.wgsl`), made
 /// with `Kernel::from_wgsl`, gives the host's bits on every device,
 /// the third-party `npu` included, at a size that is not a multiple of

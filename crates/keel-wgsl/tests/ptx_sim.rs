@@ -108,13 +108,14 @@ impl TensorCore {
         dims: (usize, usize, usize),
         format: u32,
     ) -> sim::Result<()> {
-        self.launch_mode(g, buffers, dims, format, 0)
+        self.launch_mode(g, buffers, dims, format, 0, 0)
     }
 
     /// Launches the kernel on buffers a, b, c at (m, k, n) with Keel's
     /// `mode` and `chunk` parameters: packs a and b (blocks of 256
-    /// threads, one per 16 bytes packed), then blocks of 256 threads over
-    /// 128 x 128 tiles with the packed a, b, then c, m, k, n, mode, chunk.
+    /// threads, one per 16 bytes packed; `pack_flags` added to the
+    /// pass's mode), then blocks of 256 threads over 128 x 128 tiles with
+    /// the packed a, b, then c, m, k, n, mode, chunk.
     fn launch_mode(
         &self,
         g: &mut Global,
@@ -122,6 +123,7 @@ impl TensorCore {
         (m, k, n): (usize, usize, usize),
         format: u32,
         chunk: u32,
+        pack_flags: u32,
     ) -> sim::Result<()> {
         let u = |v: usize| Arg::U32(v as u32);
         let (pm, pk, pn) = (
@@ -154,8 +156,8 @@ impl TensorCore {
             (packed(pa, m, k, pk, pm, 1)?, packed(pb, k, n, pk, pn, 0)?)
         } else {
             (
-                packed(pa, m, k, pm, pk, format)?,
-                packed(pb, k, n, pk, pn, format)?,
+                packed(pa, m, k, pm, pk, format | pack_flags)?,
+                packed(pb, k, n, pk, pn, format | pack_flags)?,
             )
         };
         let grid = [
@@ -284,6 +286,52 @@ fn matmul_sgemm_is_the_fused_sum_in_k_order() {
     }
 }
 
+/// `matmul_mma16_pack` copies a bf16 or f16 tensor's values as they are
+/// (mode bit 16): the product is the one of the same values given as
+/// f32, bit for bit, with rows whose 16 bytes are aligned (whole loads)
+/// and rows that are not (k and n off a multiple of 8).
+#[test]
+fn matmul_mma16_takes_16_bit_values_as_they_are() {
+    let mma = TensorCore::load(MMA16, "matmul_mma16");
+    for (m, k, n) in [(3, 17, 5), (129, 64, 136), (40, 300, 9)] {
+        for format in [2u32, 3] {
+            let round =
+                |v: Vec<f32>| -> Vec<f32> { v.iter().map(|&x| round_input(x, format)).collect() };
+            let a = round(values(m * k, (m + k) as u64));
+            let b = round(values(k * n, (n + k) as u64 + 9));
+            let halves = |v: &[f32]| -> Vec<u8> {
+                v.iter()
+                    .flat_map(|&x| {
+                        let h = if format == 2 {
+                            (x.to_bits() >> 16) as u16
+                        } else {
+                            half::f16::from_f32(x).to_bits()
+                        };
+                        h.to_le_bytes()
+                    })
+                    .collect()
+            };
+            let run = |a: u64, b: u64, g: &mut Global, flags: u32| {
+                let c = g.alloc_f32(&vec![f32::NAN; m * n]);
+                mma.launch_mode(g, [a, b, c], (m, k, n), format, 0, flags)
+                    .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
+                g.read_f32(c)
+            };
+            let mut g = Global::default();
+            let (pa, pb) = (g.alloc_f32(&a), g.alloc_f32(&b));
+            let wide = run(pa, pb, &mut g, 0);
+            let (ha, hb) = (g.alloc(&halves(&a)), g.alloc(&halves(&b)));
+            let narrow = run(ha, hb, &mut g, 0x10000);
+            for (i, (x, y)) in wide.iter().zip(&narrow).enumerate() {
+                assert!(
+                    x.to_bits() == y.to_bits(),
+                    "{m}x{k}x{n} format {format}: c[{i}] = {y} from 16-bit values, {x} from f32"
+                );
+            }
+        }
+    }
+}
+
 /// The split-K modes (bf16 and f16 tensors' defaults) on
 /// `matmul_mma16_split`: the sums cut every 256 steps of k and after the
 /// last, each chunk sum rounded to the format and added into the total,
@@ -321,7 +369,7 @@ fn matmul_mma16_split_rounds_each_chunk_as_the_reference() {
             let pb = g.alloc_f32(&b);
             let pc = g.alloc_f32(&vec![f32::NAN; m * n]);
             let mode = format | format << 8;
-            mma.launch_mode(&mut g, [pa, pb, pc], (m, k, n), mode, chunk)
+            mma.launch_mode(&mut g, [pa, pb, pc], (m, k, n), mode, chunk, 0)
                 .unwrap_or_else(|e| panic!("{m}x{k}x{n} format {format}: {e}"));
             let c = g.read_f32(pc);
             let round = |x: f32| round_input(x, format);
