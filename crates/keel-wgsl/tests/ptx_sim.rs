@@ -108,14 +108,15 @@ impl TensorCore {
         dims: (usize, usize, usize),
         format: u32,
     ) -> sim::Result<()> {
-        self.launch_mode(g, buffers, dims, format, 0, 0)
+        self.launch_mode(g, buffers, dims, format, 0, 0).map(|_| ())
     }
 
     /// Launches the kernel on buffers a, b, c at (m, k, n) with Keel's
     /// `mode` and `chunk` parameters: packs a and b (blocks of 256
     /// threads, one per 16 bytes packed; `pack_flags` added to the
     /// pass's mode), then blocks of 256 threads over 128 x 128 tiles with
-    /// the packed a, b, then c, m, k, n, mode, chunk.
+    /// the packed a, b, then c, m, k, n, mode, chunk. Returns the kernel's
+    /// shared-memory bank use (not the packing pass's).
     fn launch_mode(
         &self,
         g: &mut Global,
@@ -124,7 +125,7 @@ impl TensorCore {
         format: u32,
         chunk: u32,
         pack_flags: u32,
-    ) -> sim::Result<()> {
+    ) -> sim::Result<sim::BankReport> {
         let u = |v: usize| Arg::U32(v as u32);
         let (pm, pk, pn) = (
             m.next_multiple_of(MMA_TILE.0),
@@ -175,7 +176,7 @@ impl TensorCore {
             Arg::U32(format),
             Arg::U32(chunk),
         ];
-        self.main.launch(g, grid, [256, 1, 1], &args)
+        self.main.launch_counting_banks(g, grid, [256, 1, 1], &args)
     }
 }
 
@@ -329,6 +330,57 @@ fn matmul_mma16_takes_16_bit_values_as_they_are() {
                 );
             }
         }
+    }
+}
+
+/// The matmul overrides read shared memory without bank conflicts: every
+/// `ldmatrix` matrix, fragment load and 16-byte row read of a warp takes
+/// the fewest passes over the banks its bytes need (the XOR-permuted
+/// chunks of the tensor-core kernels' rows, the 4 x 4 blocks of
+/// `matmul_sgemm`), counted by the interpreter over whole launches.
+#[test]
+fn matmul_overrides_read_shared_memory_without_bank_conflicts() {
+    for (file, name, pack, format) in [
+        (MMA, "matmul_mma", "matmul_mma_pack", 1),
+        (MMA16, "matmul_mma16", "matmul_mma16_pack", 2),
+        (MMA16, "matmul_mma16_split", "matmul_mma16_pack", 2 | 2 << 8),
+        (SGEMM, "matmul_sgemm", "matmul_sgemm_pack", 0),
+    ] {
+        let kernel = TensorCore::load_with(file, name, pack);
+        let (m, k, n) = (128, 64, 256);
+        let mut g = Global::default();
+        let pa = g.alloc_f32(&values(m * k, 1));
+        let pb = g.alloc_f32(&values(k * n, 2));
+        let pc = g.alloc_f32(&vec![0.0; m * n]);
+        let report = kernel
+            .launch_mode(&mut g, [pa, pb, pc], (m, k, n), format, 256, 0)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let reads = report
+            .lines
+            .iter()
+            .filter(|l| l.text.starts_with("ld") || l.text.contains("ldmatrix"));
+        let requests: u64 = reads.clone().map(|l| l.requests).sum();
+        println!(
+            "{name}: {requests} shared read requests on {} lines",
+            reads.count()
+        );
+        assert!(requests > 0, "{name}: no shared reads counted");
+        let conflicts: Vec<_> = report
+            .conflicts()
+            .into_iter()
+            .filter(|l| l.text.starts_with("ld") || l.text.contains("ldmatrix"))
+            .map(|l| {
+                format!(
+                    "line {}: `{}`: {} wavefronts for {}",
+                    l.line, l.text, l.wavefronts, l.ideal
+                )
+            })
+            .collect();
+        assert!(
+            conflicts.is_empty(),
+            "{name}: bank conflicts:\n{}",
+            conflicts.join("\n")
+        );
     }
 }
 

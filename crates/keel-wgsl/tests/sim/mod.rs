@@ -10,11 +10,18 @@
 //! - shared memory read by one thread and written by another between two
 //!   barriers (either order), or written by two, is a race and an error;
 //! - `cp.async` copies land at `cp.async.wait_group`, not before, so a
-//!   kernel that reads a tile before waiting for it reads stale data;
+//!   kernel that reads a tile before waiting for it reads stale data; and
+//!   they count as writes from their issue, so a copy into a buffer
+//!   another thread still reads is a race;
 //! - global accesses outside every buffer, and misaligned ones, are errors;
 //! - two threads writing the same global byte in one launch is an error;
 //! - `mma` with `.tf32` operands ignores their low 13 bits, as tensor
 //!   cores do, so unrounded inputs show.
+//!
+//! On request (`Kernel::launch_counting_banks`) it counts the passes over
+//! shared memory's 32 banks each warp request of `ld.shared`, `st.shared`
+//! and `ldmatrix` takes, against the fewest its bytes need: bank
+//! conflicts, a speed property a test can assert without a GPU.
 //!
 //! What it does not model: fused multiply-adds that ptxas contracts
 //! (every add and multiply rounds on its own here), the tensor cores' own
@@ -315,6 +322,60 @@ struct Block {
     /// Starts at 1 so that a zeroed `Touch` is from no phase.
     phase: u32,
     ctaid: [u32; 3],
+    /// With bank counting: executions so far of each shared access by
+    /// each thread, (thread, pc) -> count, and the accesses of each warp
+    /// request, (warp, pc, execution) -> (address, bytes) per lane.
+    counting: bool,
+    execs: HashMap<(u32, usize), u32>,
+    requests: HashMap<(u32, usize, u32), Vec<(u64, u64)>>,
+}
+
+/// Shared-memory bank use of one launch, per instruction: how many warp
+/// requests ran, the wavefronts (passes over the 32 banks of 4 bytes) they
+/// took, and the fewest their bytes could take. `ldmatrix` counts each of
+/// its 8-row matrices as a request, as the hardware serves them.
+#[derive(Debug, Default)]
+pub struct BankReport {
+    pub lines: Vec<BankLine>,
+}
+
+#[derive(Debug)]
+pub struct BankLine {
+    /// The line of the PTX text and the instruction.
+    pub line: usize,
+    pub text: String,
+    pub requests: u64,
+    pub wavefronts: u64,
+    pub ideal: u64,
+}
+
+impl BankReport {
+    /// The lines whose requests took more wavefronts than their bytes
+    /// need: bank conflicts.
+    pub fn conflicts(&self) -> Vec<&BankLine> {
+        self.lines
+            .iter()
+            .filter(|l| l.wavefronts > l.ideal)
+            .collect()
+    }
+}
+
+/// Wavefronts of one request over its lanes' (address, bytes), and the
+/// fewest its distinct 4-byte words could take: a pass serves at most
+/// one word of each bank (the same word for many lanes is one).
+fn wavefronts(lanes: &[(u64, u64)]) -> (u64, u64) {
+    let mut words: Vec<u64> = lanes
+        .iter()
+        .flat_map(|&(a, n)| (a / 4..(a + n).div_ceil(4)).collect::<Vec<_>>())
+        .collect();
+    words.sort_unstable();
+    words.dedup();
+    let mut per_bank = [0u64; 32];
+    for w in &words {
+        per_bank[(w % 32) as usize] += 1;
+    }
+    let most = per_bank.iter().copied().max().unwrap_or(0);
+    (most, (words.len() as u64).div_ceil(32))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -346,7 +407,11 @@ struct Launch<'a> {
     args: HashMap<&'a str, u64>,
     ntid: [u32; 3],
     nctaid: [u32; 3],
+    /// With bank counting: pc -> (requests, wavefronts, ideal).
+    banks: Option<std::cell::RefCell<BankCounts>>,
 }
+
+type BankCounts = HashMap<usize, (u64, u64, u64)>;
 
 /// Parses `text` (a PTX module) and returns its entries.
 pub fn parse(text: &str) -> Result<Vec<Kernel>> {
@@ -729,6 +794,30 @@ impl Kernel {
         block: [u32; 3],
         args: &[Arg],
     ) -> Result<()> {
+        self.run_launch(global, grid, block, args, false)
+            .map(|_| ())
+    }
+
+    /// As [`launch`](Self::launch), counting the shared-memory bank use of
+    /// every `ld.shared`, `st.shared` and `ldmatrix`.
+    pub fn launch_counting_banks(
+        &self,
+        global: &mut Global,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[Arg],
+    ) -> Result<BankReport> {
+        self.run_launch(global, grid, block, args, true)
+    }
+
+    fn run_launch(
+        &self,
+        global: &mut Global,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[Arg],
+        counting: bool,
+    ) -> Result<BankReport> {
         if args.len() != self.params.len() {
             return Err(format!(
                 "{}: expected {} arguments, found {}",
@@ -754,6 +843,7 @@ impl Kernel {
             args,
             ntid: block,
             nctaid: grid,
+            banks: counting.then(Default::default),
         };
         let mut writers = Writers::new();
         for z in 0..grid[2] {
@@ -763,7 +853,22 @@ impl Kernel {
                 }
             }
         }
-        Ok(())
+        let mut report = BankReport::default();
+        if let Some(banks) = l.banks {
+            let mut lines: Vec<_> = banks.into_inner().into_iter().collect();
+            lines.sort_unstable_by_key(|(pc, _)| *pc);
+            report.lines = lines
+                .into_iter()
+                .map(|(pc, (requests, wavefronts, ideal))| BankLine {
+                    line: self.body[pc].line,
+                    text: self.body[pc].text.clone(),
+                    requests,
+                    wavefronts,
+                    ideal,
+                })
+                .collect();
+        }
+        Ok(report)
     }
 }
 
@@ -776,6 +881,9 @@ impl Launch<'_> {
             touch: vec![Touch::default(); self.k.shared_size as usize],
             phase: 1,
             ctaid,
+            counting: self.banks.is_some(),
+            execs: HashMap::new(),
+            requests: HashMap::new(),
         };
         let mut threads: Vec<Thread> = (0..count)
             .map(|flat| Thread {
@@ -794,6 +902,9 @@ impl Launch<'_> {
                 self.warp(global, writers, &mut b, warp)?;
             }
             if threads.iter().all(|t| t.state == State::Done) {
+                for ((_, pc, _), lanes) in b.requests.drain() {
+                    self.count_request(pc, &lanes);
+                }
                 return Ok(());
             }
             // Every warp waits at a barrier (or is done).
@@ -808,6 +919,18 @@ impl Launch<'_> {
                 t.pc += 1;
                 t.state = State::Running;
             }
+        }
+    }
+
+    /// Adds one warp request's wavefronts to the launch's bank counts.
+    fn count_request(&self, pc: usize, lanes: &[(u64, u64)]) {
+        if let Some(banks) = &self.banks {
+            let (got, ideal) = wavefronts(lanes);
+            let mut banks = banks.borrow_mut();
+            let e = banks.entry(pc).or_default();
+            e.0 += 1;
+            e.1 += got;
+            e.2 += ideal;
         }
     }
 
@@ -1170,6 +1293,12 @@ impl Launch<'_> {
                 let width = n * lanes.len() as u64;
                 if addr % width != 0 {
                     return Err(inst.err(&format!("misaligned {width}-byte access at {addr:#x}")));
+                }
+                if b.counting && self.resolve(space, addr) == Space::Shared {
+                    let nth = b.execs.entry((t.flat, t.pc)).or_default();
+                    let key = (t.flat / 32, t.pc, *nth);
+                    *nth += 1;
+                    b.requests.entry(key).or_default().push((addr, width));
                 }
                 for (i, o) in lanes.iter().enumerate() {
                     let a = addr + n * i as u64;
@@ -1866,8 +1995,14 @@ impl Launch<'_> {
         };
         // Rows: matrix q's row r starts at the address lane 8q + r gives.
         let mut rows = vec![[0u16; 8]; 8 * count];
+        let mut matrix = Vec::with_capacity(8);
         for (i, row) in rows.iter_mut().enumerate() {
             let a = self.addr(inst, b, &warp[i], &inst.ops[1])?;
+            matrix.push((a, 16));
+            if matrix.len() == 8 {
+                self.count_request(warp[i].pc, &matrix);
+                matrix.clear();
+            }
             let t = &warp[i];
             if a % 16 != 0 {
                 return Err(inst.err(&format!("ldmatrix row address {a:#x} not 16-byte aligned")));
