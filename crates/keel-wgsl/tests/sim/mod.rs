@@ -548,10 +548,11 @@ fn parse_body(
         *total = at + size;
         Ok(())
     };
+    // Module-scope shared variables; a statement may follow directives
+    // that end without a semicolon (`.address_size 64`).
     for stmt in before.split(';') {
-        let s = stmt.trim();
-        if s.starts_with(".shared") {
-            declare(&mut k, s)?;
+        if let Some(at) = stmt.find(".shared") {
+            declare(&mut k, stmt[at..].trim())?;
         }
     }
     let mut line = line0;
