@@ -250,10 +250,19 @@ const SGEMM: &str = "shaders/compute/matmul_sgemm.ptx";
 /// order with one rounding per step (fused multiply-adds from zero), the
 /// sum the 4x4 kernel's PTX makes once ptxas fuses it: bit for bit, at
 /// the shapes above and with the edges of f32 (subnormal products, an
-/// overflow to infinity, signed zeros).
+/// overflow to infinity, signed zeros). So does the hand-written 4x4 PTX
+/// the generated kernel is timed against (`benches/hand_ptx/`), which
+/// passed the GPU tests on an H200 before it was replaced.
 #[test]
 fn matmul_sgemm_is_the_fused_sum_in_k_order() {
     let sgemm = TensorCore::load(SGEMM, "matmul_sgemm");
+    let text = std::fs::read_to_string(root().join("benches/hand_ptx/matmul_tiled_4x4.ptx"))
+        .expect("the baseline PTX");
+    let hand = sim::parse(&text)
+        .expect("the interpreter parses it")
+        .into_iter()
+        .find(|k| k.name == "matmul_tiled_4x4")
+        .expect("the entry point");
     let mut shapes = SHAPES.to_vec();
     shapes.push((257, 40, 300));
     for (m, k, n) in shapes {
@@ -274,14 +283,36 @@ fn matmul_sgemm_is_the_fused_sum_in_k_order() {
             .launch(&mut g, [pa, pb, pc], (m, k, n), 0)
             .unwrap_or_else(|e| panic!("{m}x{k}x{n}: {e}"));
         let c = g.read_f32(pc);
+        // The baseline: blocks of 16 x 16 over 64 x 64 tiles, a, b, c, m,
+        // k, n, mode, chunk.
+        let ph = g.alloc_f32(&vec![f32::NAN; m * n]);
+        let u = |v: usize| Arg::U32(v as u32);
+        let args = [
+            Arg::U64(pa),
+            Arg::U64(pb),
+            Arg::U64(ph),
+            u(m),
+            u(k),
+            u(n),
+            u(0),
+            u(0),
+        ];
+        let grid = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1];
+        hand.launch(&mut g, grid, [16, 16, 1], &args)
+            .unwrap_or_else(|e| panic!("the baseline at {m}x{k}x{n}: {e}"));
+        let baseline = g.read_f32(ph);
         for i in 0..m {
             for j in 0..n {
                 let want = (0..k).fold(0.0f32, |acc, p| a[i * k + p].mul_add(b[p * n + j], acc));
-                let got = c[i * n + j];
-                assert!(
-                    got.to_bits() == want.to_bits(),
-                    "{m}x{k}x{n}: c[{i}][{j}] = {got:e}, the fused sum in k order {want:e}"
-                );
+                for (who, got) in [
+                    ("matmul_sgemm", c[i * n + j]),
+                    ("the baseline", baseline[i * n + j]),
+                ] {
+                    assert!(
+                        got.to_bits() == want.to_bits(),
+                        "{who} at {m}x{k}x{n}: c[{i}][{j}] = {got:e}, the fused sum in k order {want:e}"
+                    );
+                }
             }
         }
     }
