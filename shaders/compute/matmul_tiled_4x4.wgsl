@@ -20,7 +20,8 @@
 // per workgroup: 64-invocation workgroups left an H200 with 4 warps per
 // SM (docs/BENCHMARKS.md). Here each step of 16 along k stages a 64 x 16
 // tile of A, transposed (step major, rows padded to 68 floats = 17 vec4s
-// so that the transposing stores spread over the banks), and a 16 x 64
+// so that a warp's transposing stores, 8 steps of 4 rows, fall on 32
+// distinct banks), and a 16 x 64
 // tile of B in workgroup memory, zeros outside the matrices, each
 // invocation loading 4 elements of each with neighbours on neighbouring
 // addresses. One step of k is then two vec4 loads and 16 multiply-adds.
@@ -70,11 +71,14 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     // matmul_tiled.wgsl's chunk when none is given: past the last step.
     let chunk = select(params.chunk, (k + 31u) / 32u * 32u, params.chunk == 0u);
     // Staging, everything but k0 fixed per invocation: A's element s is
-    // row (li / 16) + 16 s, step li % 16 of the tile; B's is step
-    // (li / 64) + 4 s, column li % 64. Indices are clamped into the
+    // row (li / 8) % 16 + 16 s, step li % 8 + 8 (li / 128) of the tile
+    // (a warp stores 8 steps of 4 rows, which the padded rows put on 32
+    // distinct banks; 16 steps of 2 rows would put two on each); B's is
+    // step (li / 64) + 4 s, column li % 64. Indices are clamped into the
     // matrices and the value selected to zero outside.
-    let a_step = li % 16u;
-    let a_row = row0 + li / 16u;
+    let a_step = li % 8u + 8u * (li / 128u);
+    let a_tile_row = (li / 8u) % 16u;
+    let a_row = row0 + a_tile_row;
     let a_ok0 = a_row < m;
     let a_ok1 = a_row + 16u < m;
     let a_ok2 = a_row + 32u < m;
@@ -89,8 +93,8 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     let b_at = min(b_col, n - 1u);
     // Where they go: A's row r of step st is component r % 4 of vec4
     // 17 st + r / 4; B's column j of step st, component j % 4 of 16 st + j / 4.
-    let ta = 17u * a_step + li / 64u;
-    let tc = (li / 16u) % 4u;
+    let ta = 17u * a_step + a_tile_row / 4u;
+    let tc = a_tile_row % 4u;
     let tb = 16u * b_step + (li % 64u) / 4u;
     let bc = li % 4u;
     var acc0 = vec4<f32>();
