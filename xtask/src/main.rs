@@ -22,7 +22,9 @@
 //!      sm_70, sm_80 and sm_90 ([`PTX_ARCHS`]), from the architecture its
 //!      `.target` line names on (a `.target sm_80` file, such as the
 //!      tensor-core matmul, is not assembled for sm_70); a file that does not
-//!      assemble fails the step with ptxas's message. No GPU or CUDA
+//!      assemble fails the step with ptxas's message, and so does an
+//!      entry of the CUDA C++ overrides that spills registers on sm_90
+//!      (`ptxas -v`) without leave in [`MAY_SPILL`]. No GPU or CUDA
 //!      toolkit is needed: `ptxas` comes from the PyPI wheel
 //!      `nvidia-cuda-nvcc-cu12` ([`PTXAS_WHEEL`], downloaded once with
 //!      `pip download --no-deps` into `target/ptxas/` and unpacked there).
@@ -45,9 +47,10 @@
 //!   dependencies.
 //! - `cargo xtask ptx`: step 5 alone.
 //! - `cargo xtask hta`: step 7 alone.
-//! - `cargo xtask mma-ptx`: compiles the tensor-core matmuls
-//!   (`shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`, which include
-//!   `matmul_mma_common.cuh`) to their `.ptx` files with NVRTC for
+//! - `cargo xtask mma-ptx`: compiles the CUDA C++ matmul overrides
+//!   ([`CUDA_SOURCES`]: `shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`,
+//!   `matmul_sgemm.cu`, which include `matmul_mma_common.cuh`) to their
+//!   `.ptx` files with NVRTC for
 //!   compute_80 and declares the result `.version 7.0` (all it uses, so
 //!   that drivers from CUDA 11 on load it); `--check` fails instead where
 //!   the checked-in file differs. NVRTC comes from the PyPI wheel
@@ -412,10 +415,62 @@ fn ptx_check() -> Result<PathBuf, String> {
         failures.len()
     );
     if failures.is_empty() {
+        failures.extend(spills(&ptxas)?);
+    }
+    if failures.is_empty() {
         Ok(ptxas)
     } else {
         Err(format!("ptxas failed:\n{}", failures.join("\n")))
     }
+}
+
+/// Entries of the CUDA C++ overrides that may spill registers to local
+/// memory, and why: everything else in [`CUDA_SOURCES`] must not (the
+/// kernels hold two blocks per SM at 128 registers, and a spill in a
+/// main loop costs more than any instruction saved).
+const MAY_SPILL: &[(&str, &str)] = &[(
+    "matmul_mma16_split",
+    "its split-K totals live in local memory between chunks",
+)];
+
+/// The entries of [`CUDA_SOURCES`]' PTX that spill on sm_90 without
+/// leave in [`MAY_SPILL`], from `ptxas -v`.
+fn spills(ptxas: &Path) -> Result<Vec<String>, String> {
+    let mut found = Vec::new();
+    for (source, _) in CUDA_SOURCES {
+        let file = root().join(source).with_extension("ptx");
+        let out = Command::new(ptxas)
+            .args(["-v", "-arch=sm_90"])
+            .arg(&file)
+            .args(["-o", "/dev/null"])
+            .output()
+            .map_err(|e| format!("ptx: could not start {ptxas:?}: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        let mut entry = "";
+        for line in text.lines() {
+            if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+                entry = rest.split('\'').next().unwrap_or("");
+            } else if let Some(at) = line.find(" bytes spill stores") {
+                let bytes = line[..at]
+                    .rsplit(',')
+                    .next()
+                    .and_then(|w| w.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                if bytes > 0 && !MAY_SPILL.iter().any(|(e, _)| *e == entry) {
+                    found.push(format!(
+                        "{} (sm_90): `{entry}` spills {bytes} bytes of registers",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "xtask: ptx: the CUDA C++ overrides' entries checked for spills on sm_90, {} spill",
+        found.len()
+    );
+    Ok(found)
 }
 
 /// The architecture number of a PTX file's `.target sm_NN` line (the
