@@ -177,7 +177,8 @@ __device__ __forceinline__ void mma16(float* acc, const unsigned* fa, const unsi
 }
 
 // SPLIT: the split-K modes (bf16 and f16 tensors' defaults): every
-// `chunk` steps of k (a multiple of 32) and after the last, each sum is
+// `chunk` steps of k (a multiple of 32; 0 for one chunk) and after the
+// last, each sum is
 // rounded to the format and added into a running total, itself rounded
 // (src/compute/precision.rs, Reduction). The totals are kept as rounded
 // 16-bit pairs, 32 registers.
@@ -244,7 +245,8 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
     // The split-K totals: pair h of tile (i, j) holds elements 2 h and
     // 2 h + 1 of its sums.
     unsigned totals[4][4][2];
-    const unsigned chunk_tiles = SPLIT ? chunk / BK : 0u;
+    // One chunk of the whole of k where `chunk` is below a stage (0).
+    const unsigned chunk_tiles = !SPLIT ? 1u : chunk >= BK ? chunk / BK : tiles;
     auto fold = [&]() {
 #pragma unroll
         for (int i = 0; i < 4; i++) {

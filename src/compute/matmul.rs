@@ -236,8 +236,9 @@ pub const MATMUL_MMA16: Launch = Launch {
 
 /// [`MATMUL_MMA16`] in the split-K modes, bf16 and f16 tensors' defaults
 /// ([`Reduction::Bf16`] with bf16 inputs, [`Reduction::F16`] with f16
-/// inputs, f32 sums): every `chunk` steps of k (a multiple of 32) and
-/// after the last, each sum is rounded to the format and added into a
+/// inputs, f32 sums): every `chunk` steps of k (a multiple of 32; 0 for
+/// one chunk of the whole of k) and after the last, each sum is rounded
+/// to the format and added into a
 /// running total, itself rounded, as every kernel does; what differs from
 /// the tiled kernels is the order of the sums within a chunk (the tensor
 /// cores'). Bindings, parameters and tiles as [`MATMUL_MMA16`], its

@@ -476,10 +476,17 @@ fn generated_4x4_matmul_uses_workgroup_memory_without_bank_conflicts() {
 #[test]
 fn matmul_mma16_split_rounds_each_chunk_as_the_reference() {
     let mma = TensorCore::load_with(MMA16, "matmul_mma16_split", "matmul_mma16_pack");
-    let chunk = 256;
     // Chunk sums that needed rounding, per format (bf16, f16).
     let mut rounded = [0usize; 2];
-    for (m, k, n) in [(3, 1, 2), (5, 256, 3), (130, 257, 9), (4, 700, 131)] {
+    // Keel's chunk of 256 steps, and 0: one chunk of the whole of k.
+    for (m, k, n, chunk) in [
+        (3, 1, 2, 256),
+        (5, 256, 3, 256),
+        (130, 257, 9, 256),
+        (4, 700, 131, 256),
+        (4, 700, 131, 0),
+    ] {
+        let chunk_len = if chunk == 0 { k } else { chunk as usize };
         // Integers in [-40, 40] for bf16; in [0, 12] for f16, whose sums
         // of a chunk (about 9,000) then lie where its steps are 4 and 8
         // and below its largest value.
@@ -512,7 +519,7 @@ fn matmul_mma16_split_rounds_each_chunk_as_the_reference() {
                     let (mut total, mut part) = (0.0f32, 0.0f32);
                     for p in 0..k {
                         part += a[i * k + p] * b[p * n + j];
-                        if (p + 1) % chunk as usize == 0 || p + 1 == k {
+                        if (p + 1) % chunk_len == 0 || p + 1 == k {
                             rounded[format as usize - 2] += usize::from(round(part) != part);
                             total = round(total + round(part));
                             part = 0.0;
@@ -521,7 +528,7 @@ fn matmul_mma16_split_rounds_each_chunk_as_the_reference() {
                     let got = c[i * n + j];
                     assert!(
                         got.to_bits() == total.to_bits(),
-                        "{m}x{k}x{n} format {format}: c[{i}][{j}] = {got}, reference {total}"
+                        "{m}x{k}x{n} format {format} chunk {chunk}: c[{i}][{j}] = {got}, reference {total}"
                     );
                 }
             }
