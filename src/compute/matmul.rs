@@ -619,7 +619,7 @@ pub fn matmul_halves(
     for (name, buffer, len) in [("a", a, a_len), ("b", b, b_len)] {
         if buffer.len() < len * 2 {
             return Err(Error::invalid(format!(
-                "{what}: expected {name} to hold at least {len} 16-bit values ({} bytes), found {} bytes",
+                "{what}: expected `{name}` to hold at least {len} 16-bit values ({} bytes), found {} bytes",
                 len * 2,
                 buffer.len()
             )));

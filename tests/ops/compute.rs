@@ -519,7 +519,8 @@ fn matmul_checks_its_arguments() {
     let halves = |m, k, n| compute::matmul_halves(&stream, &a, &b, &c, m, k, n, &bf16);
     let e = halves(2, 7, 2).expect_err("a too small").to_string();
     assert!(
-        e.contains("expected a to hold at least 14 16-bit values") && e.contains("found 24 bytes"),
+        e.contains("expected `a` to hold at least 14 16-bit values")
+            && e.contains("found 24 bytes"),
         "{e}"
     );
     let e = halves(2, 0, 2).expect_err("k = 0").to_string();
