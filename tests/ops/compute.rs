@@ -63,6 +63,13 @@ impl Rng {
     }
 }
 
+/// The first index where `a` and `b` hold different bits.
+fn first_difference(a: &[f32], b: &[f32]) -> Option<usize> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits())
+}
+
 fn upload(stream: &Stream, data: &[f32]) -> Buffer {
     Buffer::from_slice(stream, data).expect("upload")
 }
@@ -352,10 +359,7 @@ fn split_k_modes_on_tensor_cores_round_as_the_tiled_kernel() {
                 let (name, got) = run(MatmulAlgorithm::Tiled);
                 assert_eq!(name, "matmul_mma16_split", "{label}");
                 let (_, tiled) = run(MatmulAlgorithm::Tiled4x4);
-                let differ = got
-                    .iter()
-                    .zip(&tiled)
-                    .position(|(x, y)| x.to_bits() != y.to_bits());
+                let differ = first_difference(&got, &tiled);
                 assert!(
                     differ.is_none(),
                     "{label} {inputs:?} k = {k}: output {differ:?} differs from the 4x4 kernel's"
@@ -412,10 +416,7 @@ fn plain_f32_on_the_cuda_override_is_the_4x4_kernels_sum() {
             let (want, mag) = reference(&a, &b, m, k, n);
             assert_within_sum_bound(&what, &got, &want, &mag, k);
             let tiled = run(MatmulAlgorithm::Tiled4x4);
-            let differ = got
-                .iter()
-                .zip(&tiled)
-                .position(|(x, y)| x.to_bits() != y.to_bits());
+            let differ = first_difference(&got, &tiled);
             assert!(
                 differ.is_none(),
                 "{what}: output {differ:?} differs from the 4x4 kernel's"
