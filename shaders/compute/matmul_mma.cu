@@ -107,13 +107,13 @@ __device__ __forceinline__ void pack(const float* __restrict__ src, float4* __re
                                      unsigned rows, unsigned cols, unsigned dst_rows,
                                      unsigned dst_cols)
 {
-    const unsigned per_row = dst_cols / 4u;
-    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
-    if (i >= (size_t)dst_rows * per_row) {
+    PackPiece at;
+    if (!pack_piece(dst_rows, dst_cols, 4u, at)) {
         return;
     }
-    const unsigned r = (unsigned)(i / per_row);
-    const unsigned c0 = (unsigned)(i % per_row) * 4u;
+    const size_t i = at.i;
+    const unsigned r = at.r;
+    const unsigned c0 = at.c0;
     const float* p = src + (size_t)r * cols + c0;
     float4 v;
     if (r < rows && c0 + 4u <= cols && ((size_t)p & 15u) == 0) {

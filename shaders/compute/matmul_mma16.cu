@@ -91,13 +91,13 @@ __device__ __forceinline__ void pack(const float* __restrict__ src, uint4* __res
                                      unsigned rows, unsigned cols, unsigned dst_rows,
                                      unsigned dst_cols)
 {
-    const unsigned per_row = dst_cols / 8u;
-    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
-    if (i >= (size_t)dst_rows * per_row) {
+    PackPiece at;
+    if (!pack_piece(dst_rows, dst_cols, 8u, at)) {
         return;
     }
-    const unsigned r = (unsigned)(i / per_row);
-    const unsigned c0 = (unsigned)(i % per_row) * 8u;
+    const size_t i = at.i;
+    const unsigned r = at.r;
+    const unsigned c0 = at.c0;
     const float* p = src + (size_t)r * cols + c0;
     float v[8];
     if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
@@ -121,13 +121,13 @@ __device__ __forceinline__ void pack_halves(const unsigned short* __restrict__ s
                                             uint4* __restrict__ dst, unsigned rows, unsigned cols,
                                             unsigned dst_rows, unsigned dst_cols)
 {
-    const unsigned per_row = dst_cols / 8u;
-    const size_t i = (size_t)blockIdx.x * 256u + threadIdx.x;
-    if (i >= (size_t)dst_rows * per_row) {
+    PackPiece at;
+    if (!pack_piece(dst_rows, dst_cols, 8u, at)) {
         return;
     }
-    const unsigned r = (unsigned)(i / per_row);
-    const unsigned c0 = (unsigned)(i % per_row) * 8u;
+    const size_t i = at.i;
+    const unsigned r = at.r;
+    const unsigned c0 = at.c0;
     const unsigned short* p = src + (size_t)r * cols + c0;
     if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
         dst[i] = __ldg(reinterpret_cast<const uint4*>(p));

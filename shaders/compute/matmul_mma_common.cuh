@@ -107,3 +107,27 @@ __device__ __forceinline__ void pipeline3(unsigned tiles, Issue issue, Compute c
         compute(tile);
     }
 }
+
+// The piece of a packed copy (dst_rows x dst_cols values, rows of whole
+// pieces) that a packing pass's thread writes: `per` values at row `r`
+// from column `c0`, piece `i` of the copy, one thread per piece in
+// blocks of 256 along x.
+struct PackPiece {
+    size_t i;
+    unsigned r;
+    unsigned c0;
+};
+
+// The thread's piece, or false past the copy's end.
+__device__ __forceinline__ bool pack_piece(unsigned dst_rows, unsigned dst_cols, unsigned per,
+                                           PackPiece& at)
+{
+    const unsigned per_row = dst_cols / per;
+    at.i = (size_t)blockIdx.x * 256u + threadIdx.x;
+    if (at.i >= (size_t)dst_rows * per_row) {
+        return false;
+    }
+    at.r = (unsigned)(at.i / per_row);
+    at.c0 = (unsigned)(at.i % per_row) * per;
+    return true;
+}
