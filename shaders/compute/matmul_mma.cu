@@ -157,15 +157,10 @@ matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __
     (void)chunk;
     __shared__ __align__(128) unsigned char stages[STAGES * STAGE_BYTES];
     const unsigned smem = shared_address(stages);
-    const unsigned tid = threadIdx.x;
-    const unsigned lane = tid & 31u;
-    const unsigned warp = tid >> 5;
-    const unsigned g = lane >> 2;
-    const unsigned t = lane & 3u;
-    const unsigned warp_row = (warp >> 2) * 64u;
-    const unsigned warp_col = (warp & 3u) * 32u;
-    const unsigned row0 = blockIdx.y * BM;
-    const unsigned col0 = blockIdx.x * BN;
+    const WarpPlace w = warp_place();
+    const unsigned tid = w.tid;
+    const unsigned g = w.g;
+    const unsigned t = w.t;
     // The packed copies' rows, in 16-byte chunks.
     const unsigned a_chunks = (k + 15u) / 16u * 4u;
     const unsigned b_chunks = (n + 127u) / 128u * 32u;
@@ -173,17 +168,18 @@ matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __
 
     // Copies: a stage's A tile is 128 rows of 4 chunks, B's 16 rows of 32;
     // each thread copies chunk tid and tid + 256 of each. Chunk q of row r
-    // lies at chunk q ^ ((r / 2) % 4) of A's row, q ^ 2 (r % 4) of B's.
+    // lies at chunk q ^ ((r / 2) % 4) of A's row (a_tile_offset), q ^ 2 (r
+    // % 4) of B's.
     const unsigned a_row = tid >> 2;
     const unsigned a_chunk = tid & 3u;
     const unsigned b_row = tid >> 5;
     const unsigned b_chunk = tid & 31u;
-    const float4* a_src = a + (size_t)(row0 + a_row) * a_chunks + a_chunk;
-    const float4* b_src = b + (size_t)b_row * b_chunks + col0 / 4u + b_chunk;
+    const float4* a_src = a + (size_t)(w.row0 + a_row) * a_chunks + a_chunk;
+    const float4* b_src = b + (size_t)b_row * b_chunks + w.col0 / 4u + b_chunk;
     const size_t a_half = (size_t)64u * a_chunks;   // 64 rows on
     const size_t b_half = (size_t)8u * b_chunks;    // 8 rows on
     const size_t b_stage = (size_t)16u * b_chunks;  // one stage on
-    const unsigned a_dst = a_row * 64u + ((a_chunk ^ ((a_row >> 1) & 3u)) * 16u);
+    const unsigned a_dst = a_tile_offset(a_row, a_chunk);
     const unsigned b_dst = A_TILE_BYTES + b_row * 512u + ((b_chunk ^ ((b_row & 3u) << 1)) * 16u);
 
     auto issue = [&](unsigned tile) {
@@ -195,17 +191,11 @@ matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __
         cp_async16(base + b_dst + 8u * 512u, pb + b_half);
     };
 
-    // A's fragments by `ldmatrix` on 16-bit halves: lane l gives the
-    // address of row l % 8 of matrix l / 8; matrix q of the four is rows +8
-    // (q odd) and steps +4 (q >= 2) of a 16 x 8 fragment, 8 rows of 4
-    // floats, and lane l receives the float at row l / 4, step l % 4 of
-    // each: a0..a3 of m16n8k8. Rows of one matrix differ in (r / 2) % 4
-    // and in r % 2 (the half of the banks), so its eight 16-byte reads
-    // fall on distinct banks.
-    const unsigned lrow = lane & 7u;
-    const unsigned lmat = lane >> 3;
-    const unsigned a_frag = (warp_row + lrow + 8u * (lmat & 1u)) * 64u;
-    const unsigned a_swizzle = (lrow >> 1) & 3u;
+    // A's fragments by `ldmatrix` on 16-bit halves: four 8 x 4-float
+    // matrices are one 16 x 8 fragment (8 steps to 32 bytes), and lane l
+    // receives the float at row l / 4, step l % 4 of each: a0..a3 of
+    // m16n8k8.
+    const AFragments fragments_a = a_fragments(w.warp_row, w.lane);
     // B's by single loads: b0 at step t, b1 at step t + 4, column g of
     // each 8 columns. The four steps' rows differ in 2 (r % 4) and so put
     // the warp's two chunks of each on distinct banks.
@@ -221,17 +211,14 @@ matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __
         for (unsigned s = 0; s < 2u; s++) {
             unsigned fa[4][4];
             unsigned fb[4][2];
-            const unsigned a_chunk_s = ((2u * s + (lmat >> 1)) ^ a_swizzle) * 16u;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const unsigned addr = base + a_frag + (unsigned)i * 16u * 64u + a_chunk_s;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(fa[i][0]), "=r"(fa[i][1]), "=r"(fa[i][2]), "=r"(fa[i][3])
-                             : "r"(addr));
+                ldmatrix_x4(fragments_a.at(base, (unsigned)i, s), fa[i][0], fa[i][1], fa[i][2],
+                            fa[i][3]);
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const unsigned chunk = ((warp_col + 8u * j) / 4u + (g >> 2)) ^ b_swizzle;
+                const unsigned chunk = ((w.warp_col + 8u * j) / 4u + (g >> 2)) ^ b_swizzle;
                 const unsigned addr = base + b_frag + s * 8u * 512u + chunk * 16u;
                 asm volatile("ld.shared.b32 %0, [%1];" : "=r"(fb[j][0]) : "r"(addr));
                 asm volatile("ld.shared.b32 %0, [%1];" : "=r"(fb[j][1]) : "r"(addr + 4u * 512u));
@@ -252,5 +239,5 @@ matmul_mma(const float4* __restrict__ a, const float4* __restrict__ b, float* __
         }
     });
 
-    store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
+    store_sums(acc, c, m, n, w.row0 + w.warp_row, w.col0 + w.warp_col, g, t);
 }

@@ -187,15 +187,8 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
                                        float* __restrict__ c, unsigned m, unsigned k, unsigned n,
                                        unsigned chunk, unsigned smem)
 {
-    const unsigned tid = threadIdx.x;
-    const unsigned lane = tid & 31u;
-    const unsigned warp = tid >> 5;
-    const unsigned g = lane >> 2;
-    const unsigned t = lane & 3u;
-    const unsigned warp_row = (warp >> 2) * 64u;
-    const unsigned warp_col = (warp & 3u) * 32u;
-    const unsigned row0 = blockIdx.y * BM;
-    const unsigned col0 = blockIdx.x * BN;
+    const WarpPlace w = warp_place();
+    const unsigned tid = w.tid;
     // The packed copies' rows, in 16-byte chunks.
     const unsigned a_chunks = (k + 31u) / 32u * 4u;
     const unsigned b_chunks = (n + 127u) / 128u * 16u;
@@ -203,17 +196,18 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
 
     // Copies: a stage's A tile is 128 rows of 4 chunks, B's 32 rows of 16;
     // each thread copies chunk tid and tid + 256 of each. Chunk q of row r
-    // lies at chunk q ^ ((r / 2) % 4) of A's row, q ^ (r % 8) of B's.
+    // lies at chunk q ^ ((r / 2) % 4) of A's row (a_tile_offset), q ^ (r %
+    // 8) of B's.
     const unsigned a_row = tid >> 2;
     const unsigned a_chunk = tid & 3u;
     const unsigned b_row = tid >> 4;
     const unsigned b_chunk = tid & 15u;
-    const uint4* a_src = a + (size_t)(row0 + a_row) * a_chunks + a_chunk;
-    const uint4* b_src = b + (size_t)b_row * b_chunks + col0 / 8u + b_chunk;
+    const uint4* a_src = a + (size_t)(w.row0 + a_row) * a_chunks + a_chunk;
+    const uint4* b_src = b + (size_t)b_row * b_chunks + w.col0 / 8u + b_chunk;
     const size_t a_half = (size_t)64u * a_chunks;   // 64 rows on
     const size_t b_half = (size_t)16u * b_chunks;   // 16 rows on
     const size_t b_stage = (size_t)32u * b_chunks;  // one stage on
-    const unsigned a_dst = a_row * 64u + ((a_chunk ^ ((a_row >> 1) & 3u)) * 16u);
+    const unsigned a_dst = a_tile_offset(a_row, a_chunk);
     const unsigned b_dst = A_TILE_BYTES + b_row * 256u + ((b_chunk ^ (b_row & 7u)) * 16u);
 
     auto issue = [&](unsigned tile) {
@@ -225,20 +219,16 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
         cp_async16(base + b_dst + 16u * 256u, pb + b_half);
     };
 
-    // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8.
-    // A's four matrices of a 16 x 16 fragment: rows +0 and +8 (matrices 0,
-    // 1), then the same at steps +8 (2, 3), in the order of a0..a3. Rows
-    // of one matrix differ in (r / 2) % 4 and in r % 2 (the half of the
-    // banks), so its eight 16-byte reads fall on distinct banks.
-    const unsigned lrow = lane & 7u;
-    const unsigned lmat = lane >> 3;
-    const unsigned a_frag = (warp_row + lrow + 8u * (lmat & 1u)) * 64u;
-    const unsigned a_swizzle = (lrow >> 1) & 3u;
+    // A's fragments: 16 x 16, 8 steps to 16 bytes. ldmatrix: lane l gives
+    // the address of row l % 8 of matrix l / 8.
+    const AFragments fragments_a = a_fragments(w.warp_row, w.lane);
+    const unsigned lrow = w.lane & 7u;
+    const unsigned lmat = w.lane >> 3;
     // B's: steps +0 and +8 of columns +0 (matrices 0, 1: b0, b1 of one 16
     // x 8 fragment), then the same for columns +8 (2, 3). The eight rows
     // of a matrix differ in r % 8, so their chunks in distinct banks.
     const unsigned b_frag = A_TILE_BYTES + (lrow + 8u * (lmat & 1u)) * 256u;
-    const unsigned b_frag_chunk = warp_col / 8u + (lmat >> 1);
+    const unsigned b_frag_chunk = w.warp_col / 8u + (lmat >> 1);
 
     WarpSums acc;
     zero_sums(acc);
@@ -284,19 +274,12 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
             for (int j = 0; j < 4; j += 2) {
                 const unsigned chunk = (b_frag_chunk + (unsigned)j) ^ lrow;
                 const unsigned addr = base + b_frag + s * 16u * 256u + chunk * 16u;
-                asm volatile(
-                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                    : "=r"(fb[j][0]), "=r"(fb[j][1]), "=r"(fb[j + 1][0]), "=r"(fb[j + 1][1])
-                    : "r"(addr));
+                ldmatrix_x4_trans(addr, fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1]);
             }
-            const unsigned a_chunk_s = ((2u * s + (lmat >> 1)) ^ a_swizzle) * 16u;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 unsigned fa[4];
-                const unsigned addr = base + a_frag + (unsigned)i * 16u * 64u + a_chunk_s;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(fa[0]), "=r"(fa[1]), "=r"(fa[2]), "=r"(fa[3])
-                             : "r"(addr));
+                ldmatrix_x4(fragments_a.at(base, (unsigned)i, s), fa[0], fa[1], fa[2], fa[3]);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     mma16<BF16>(acc[i][j], fa, fb[j]);
@@ -325,7 +308,7 @@ __device__ __forceinline__ void matmul(const uint4* __restrict__ a, const uint4*
             }
         }
     }
-    store_sums(acc, c, m, n, row0 + warp_row, col0 + warp_col, g, t);
+    store_sums(acc, c, m, n, w.row0 + w.warp_row, w.col0 + w.warp_col, w.g, w.t);
 }
 
 // Two blocks per SM: 48 KiB of shared memory and at most 128 registers

@@ -131,3 +131,86 @@ __device__ __forceinline__ bool pack_piece(unsigned dst_rows, unsigned dst_cols,
     at.c0 = (unsigned)(at.i % per_row) * per;
     return true;
 }
+
+// Both tensor-core kernels' blocks: 256 threads over a 128 x 128 tile of
+// C, 8 warps of 64 x 32 outputs (warps 2 x 4); a lane is (g, t) = (lane /
+// 4, lane % 4), as the mma fragments number them.
+struct WarpPlace {
+    unsigned tid, lane, g, t, warp_row, warp_col, row0, col0;
+};
+
+__device__ __forceinline__ WarpPlace warp_place()
+{
+    WarpPlace w;
+    w.tid = threadIdx.x;
+    w.lane = w.tid & 31u;
+    const unsigned warp = w.tid >> 5;
+    w.g = w.lane >> 2;
+    w.t = w.lane & 3u;
+    w.warp_row = (warp >> 2) * 64u;
+    w.warp_col = (warp & 3u) * 32u;
+    w.row0 = blockIdx.y * 128u;
+    w.col0 = blockIdx.x * 128u;
+    return w;
+}
+
+// A stage's A tile in both tensor-core kernels: 128 rows of 64 bytes (16
+// tf32 steps or 32 16-bit ones), unpadded; the 16-byte chunk q of row r
+// lies at chunk q ^ ((r / 2) % 4). The eight rows an `ldmatrix` matrix
+// reads differ in r % 2 (the half of the banks) and (r / 2) % 4, so they
+// fall on distinct banks. The byte offset of chunk q of row r:
+__device__ __forceinline__ unsigned a_tile_offset(unsigned r, unsigned q)
+{
+    return r * 64u + ((q ^ ((r >> 1) & 3u)) * 16u);
+}
+
+// A lane's rows of the A tile for `ldmatrix.x4`: lane l gives the address
+// of row l % 8 of matrix l / 8; the four matrices are rows +0 and +8
+// (matrices 0, 1) of the first 16 bytes of a fragment's 32, then the same
+// of the second (2, 3), which gives the registers of an mma A fragment in
+// order.
+struct AFragments {
+    // The lane's row in the warp's first m-tile, as a byte offset.
+    unsigned row;
+    // (r / 2) % 4 of that row: the same in every m-tile (16 rows on).
+    unsigned swizzle;
+    // Which 16 bytes of the fragment's 32 the lane reads.
+    unsigned half;
+
+    // The lane's address for m-tile i (16 rows) of the warp and fragment
+    // s (32 bytes of each row) of the A tile at `base`.
+    __device__ __forceinline__ unsigned at(unsigned base, unsigned i, unsigned s) const
+    {
+        return base + row + i * 16u * 64u + (((2u * s + half) ^ swizzle) * 16u);
+    }
+};
+
+__device__ __forceinline__ AFragments a_fragments(unsigned warp_row, unsigned lane)
+{
+    const unsigned lrow = lane & 7u;
+    const unsigned lmat = lane >> 3;
+    AFragments f;
+    f.row = (warp_row + lrow + 8u * (lmat & 1u)) * 64u;
+    f.swizzle = (lrow >> 1) & 3u;
+    f.half = lmat >> 1;
+    return f;
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory, lane l giving
+// the address of row l % 8 of matrix l / 8; `.trans` reads them
+// transposed.
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1,
+                                            unsigned& r2, unsigned& r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned addr, unsigned& r0, unsigned& r1,
+                                                  unsigned& r2, unsigned& r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
