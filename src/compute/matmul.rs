@@ -488,14 +488,23 @@ pub fn matmul_kernel(
 ) -> Result<&'static Launch> {
     let f32_sums = opts.precision.accumulates_in_f32();
     let p = &opts.precision;
-    let mma = mma_kernel(p);
     let mma_blocks = m.div_ceil(MMA_TILE.0 as usize) * n.div_ceil(MMA_TILE.1 as usize);
     let fills = mma_blocks >= MMA_MIN_BLOCKS;
+    // The tensor-core kernels where `Tiled` picks them or `TensorCore` names
+    // them (cooperative matrices, below, are never on the same device).
+    let wants_mma = match opts.algorithm {
+        MatmulAlgorithm::Tiled => fills,
+        MatmulAlgorithm::TensorCore => true,
+        _ => false,
+    };
+    if let Some(kernel) = mma_kernel(p)
+        && wants_mma
+        && tf32_mma_supported(stream)?
+    {
+        return Ok(kernel);
+    }
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled if mma.is_some() && fills && tf32_mma_supported(stream)? => {
-            mma.unwrap_or(&MATMUL_MMA)
-        }
         MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
             if f16_inputs && cooperative_matrix_supported(stream)? =>
         {
@@ -516,9 +525,6 @@ pub fn matmul_kernel(
                  MatmulAlgorithm::Tiled or Tiled8x8 for it",
                 opts.precision
             )));
-        }
-        MatmulAlgorithm::TensorCore if mma.is_some() && tf32_mma_supported(stream)? => {
-            mma.unwrap_or(&MATMUL_MMA)
         }
         MatmulAlgorithm::TensorCore => {
             return Err(Error::invalid(format!(
@@ -551,27 +557,8 @@ pub fn matmul(
     opts: &MatmulOptions,
 ) -> Result<()> {
     let what = "matmul";
-    for (name, v) in [("m", m), ("k", k), ("n", n)] {
-        if v == 0 {
-            return Err(Error::invalid(format!(
-                "{what}: expected sizes of at least 1, found {name} = 0 (m = {m}, k = {k}, n = {n})"
-            )));
-        }
-    }
-    check_buffer(what, "a", a, check_size(what, "a", &[m, k])?)?;
-    check_buffer(what, "b", b, check_size(what, "b", &[k, n])?)?;
-    check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
-    check_distinct(what, out, &[("a", a), ("b", b)])?;
+    let params = matmul_args([a, b, out], (m, k, n), opts, false)?;
     let launch = matmul_kernel(stream, opts, m, n)?;
-    let p = &opts.precision;
-    let u = |v: usize| Param::U32(v as u32); // checked by check_size
-    let params = [
-        u(m),
-        u(k),
-        u(n),
-        Param::U32(p.mode()),
-        Param::U32(p.chunk()),
-    ];
     // By name: a constant's address is not an identity.
     let name = launch.kernel.name;
     if let Some(packed) = PACKED.iter().find(|k| k.main.kernel.name == name) {
@@ -606,6 +593,29 @@ pub fn matmul_halves(
     n: usize,
     opts: &MatmulOptions,
 ) -> Result<bool> {
+    let params = matmul_args([a, b, out], (m, k, n), opts, true)?;
+    let launch = matmul_kernel(stream, opts, m, n)?;
+    let name = launch.kernel.name;
+    let Some(packed) = PACKED
+        .iter()
+        .find(|k| k.main.kernel.name == name && k.value_bytes == 2)
+    else {
+        return Ok(false);
+    };
+    matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, true)?;
+    Ok(true)
+}
+
+/// The checks [`matmul`] and [`matmul_halves`] make: every size at least
+/// 1, `a` and `b` holding their matrices (f32s, or with `halves` 16-bit
+/// values), `out` its m x n f32s in a buffer of its own, indices in
+/// `u32`. Returns the kernels' parameters.
+fn matmul_args(
+    [a, b, out]: [&Buffer; 3],
+    (m, k, n): (usize, usize, usize),
+    opts: &MatmulOptions,
+    halves: bool,
+) -> Result<[Param; 5]> {
     let what = "matmul";
     for (name, v) in [("m", m), ("k", k), ("n", n)] {
         if v == 0 {
@@ -614,10 +624,11 @@ pub fn matmul_halves(
             )));
         }
     }
-    let a_len = check_size(what, "a", &[m, k])?;
-    let b_len = check_size(what, "b", &[k, n])?;
-    for (name, buffer, len) in [("a", a, a_len), ("b", b, b_len)] {
-        if buffer.len() < len * 2 {
+    for (name, buffer, dims) in [("a", a, [m, k]), ("b", b, [k, n])] {
+        let len = check_size(what, name, &dims)?;
+        if !halves {
+            check_buffer(what, name, buffer, len)?;
+        } else if buffer.len() < len * 2 {
             return Err(Error::invalid(format!(
                 "{what}: expected `{name}` to hold at least {len} 16-bit values ({} bytes), found {} bytes",
                 len * 2,
@@ -627,25 +638,15 @@ pub fn matmul_halves(
     }
     check_buffer(what, "out", out, check_size(what, "out", &[m, n])?)?;
     check_distinct(what, out, &[("a", a), ("b", b)])?;
-    let launch = matmul_kernel(stream, opts, m, n)?;
-    let name = launch.kernel.name;
-    let Some(packed) = PACKED
-        .iter()
-        .find(|k| k.main.kernel.name == name && k.value_bytes == 2)
-    else {
-        return Ok(false);
-    };
     let p = &opts.precision;
     let u = |v: usize| Param::U32(v as u32); // checked by check_size
-    let params = [
+    Ok([
         u(m),
         u(k),
         u(n),
         Param::U32(p.mode()),
         Param::U32(p.chunk()),
-    ];
-    matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, true)?;
-    Ok(true)
+    ])
 }
 
 /// The mode bit that tells [`MATMUL_MMA16_PACK`] its source holds 16-bit
