@@ -777,6 +777,22 @@ fn parse_int(s: &str) -> Option<i128> {
     Some(if neg { -v } else { v })
 }
 
+/// PTX's `min` or `max` of floats: the other operand where one is NaN,
+/// and -0 below +0.
+fn min_max(x: f64, y: f64, max: bool) -> f64 {
+    if x.is_nan() {
+        y
+    } else if y.is_nan() {
+        x
+    } else if x == y && x == 0.0 {
+        if x.is_sign_negative() != max { x } else { y }
+    } else if max {
+        x.max(y)
+    } else {
+        x.min(y)
+    }
+}
+
 fn ftz32(x: f32) -> f32 {
     if x.is_subnormal() {
         0.0f32.copysign(x)
@@ -1718,30 +1734,8 @@ impl Launch<'_> {
                 }
                 "div" if ty == Ty::F32 && inst.has("rn") => f64::from(f(1)? as f32 / f(2)? as f32),
                 "div" => f(1)? / f(2)?,
-                "min" => {
-                    let (x, y) = (f(1)?, f(2)?);
-                    if x.is_nan() {
-                        y
-                    } else if y.is_nan() {
-                        x
-                    } else if x == y && x == 0.0 {
-                        if x.is_sign_negative() { x } else { y }
-                    } else {
-                        x.min(y)
-                    }
-                }
-                "max" => {
-                    let (x, y) = (f(1)?, f(2)?);
-                    if x.is_nan() {
-                        y
-                    } else if y.is_nan() {
-                        x
-                    } else if x == y && x == 0.0 {
-                        if x.is_sign_positive() { x } else { y }
-                    } else {
-                        x.max(y)
-                    }
-                }
+                "min" => min_max(f(1)?, f(2)?, false),
+                "max" => min_max(f(1)?, f(2)?, true),
                 "abs" => f(1)?.abs(),
                 "neg" => -f(1)?,
                 "sqrt" => f(1)?.sqrt(),
