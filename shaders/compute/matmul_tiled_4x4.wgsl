@@ -36,6 +36,19 @@ var<workgroup> tile_a: array<vec4<f32>, 272>;
 // tile_b[16 step + q]: columns 4 q .. 4 q + 3 of the B tile at that step.
 var<workgroup> tile_b: array<vec4<f32>, 256>;
 
+// Stores a step's staged values: A's four rows at vec4s ta, ta + 4, ...
+// (component tc), B's four steps at tb, tb + 64, ... (component bc).
+fn stage_tiles(ta: u32, tc: u32, tb: u32, bc: u32, ra: vec4<f32>, rb: vec4<f32>) {
+    tile_a[ta][tc] = ra.x;
+    tile_a[ta + 4u][tc] = ra.y;
+    tile_a[ta + 8u][tc] = ra.z;
+    tile_a[ta + 12u][tc] = ra.w;
+    tile_b[tb][bc] = rb.x;
+    tile_b[tb + 64u][bc] = rb.y;
+    tile_b[tb + 128u][bc] = rb.z;
+    tile_b[tb + 192u][bc] = rb.w;
+}
+
 fn store_row(row: u32, col: u32, v: vec4<f32>) {
     let n = params.n;
     if row >= params.m {
@@ -68,14 +81,21 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     let col0 = wg.x * 64u;
     let f_in = params.mode & 15u;
     let f_red = select(0u, (params.mode >> 8u) & 15u, split);
+    // The accumulator format (bits 4-7), 0 in every mode this kernel
+    // runs (its sums are f32): the zero keel_round_f16_fast needs.
+    let zero = (params.mode >> 4u) & 15u;
     // matmul_tiled.wgsl's chunk when none is given: past the last step.
     let chunk = select(params.chunk, (k + 31u) / 32u * 32u, params.chunk == 0u);
     // Staging, everything but k0 fixed per invocation: A's element s is
     // row (li / 8) % 16 + 16 s, step li % 8 + 8 (li / 128) of the tile
     // (a warp stores 8 steps of 4 rows, which the padded rows put on 32
     // distinct banks; 16 steps of 2 rows would put two on each); B's is
-    // step (li / 64) + 4 s, column li % 64. Indices are clamped into the
-    // matrices and the value selected to zero outside.
+    // step (li / 64) + 4 s, column li % 64. Outside the matrices the
+    // value is selected to zero; the index read there may fall past the
+    // matrix's end or wrap, which WGSL's bounds rules keep inside the
+    // buffer on every backend (the PTX end reads zero, naga's `Restrict`
+    // clamps on Vulkan, wgpu checks), so the indices are not clamped
+    // here as well.
     let a_step = li % 8u + 8u * (li / 128u);
     let a_tile_row = (li / 8u) % 16u;
     let a_row = row0 + a_tile_row;
@@ -83,14 +103,15 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     let a_ok1 = a_row + 16u < m;
     let a_ok2 = a_row + 32u < m;
     let a_ok3 = a_row + 48u < m;
-    let a_at0 = min(a_row, m - 1u) * k;
-    let a_at1 = min(a_row + 16u, m - 1u) * k;
-    let a_at2 = min(a_row + 32u, m - 1u) * k;
-    let a_at3 = min(a_row + 48u, m - 1u) * k;
+    let a_at0 = a_row * k;
+    let a_at1 = a_at0 + 16u * k;
+    let a_at2 = a_at0 + 32u * k;
+    let a_at3 = a_at0 + 48u * k;
     let b_step = li / 64u;
     let b_col = col0 + li % 64u;
     let b_ok = b_col < n;
-    let b_at = min(b_col, n - 1u);
+    let n4 = 4u * n;
+
     // Where they go: A's row r of step st is component r % 4 of vec4
     // 17 st + r / 4; B's column j of step st, component j % 4 of 16 st + j / 4.
     let ta = 17u * a_step + a_tile_row / 4u;
@@ -112,48 +133,29 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     for (var k0 = 0u; k0 < k; k0 += 16u) {
         let ka = k0 + a_step;
         let ka_ok = ka < k;
-        let kac = min(ka, k - 1u);
-        let va0 = select(0.0, a[a_at0 + kac], a_ok0 && ka_ok);
-        let va1 = select(0.0, a[a_at1 + kac], a_ok1 && ka_ok);
-        let va2 = select(0.0, a[a_at2 + kac], a_ok2 && ka_ok);
-        let va3 = select(0.0, a[a_at3 + kac], a_ok3 && ka_ok);
+        let va0 = select(0.0, a[a_at0 + ka], a_ok0 && ka_ok);
+        let va1 = select(0.0, a[a_at1 + ka], a_ok1 && ka_ok);
+        let va2 = select(0.0, a[a_at2 + ka], a_ok2 && ka_ok);
+        let va3 = select(0.0, a[a_at3 + ka], a_ok3 && ka_ok);
         let kb = k0 + b_step;
-        let vb0 = select(0.0, b[min(kb, k - 1u) * n + b_at], b_ok && kb < k);
-        let vb1 = select(0.0, b[min(kb + 4u, k - 1u) * n + b_at], b_ok && kb + 4u < k);
-        let vb2 = select(0.0, b[min(kb + 8u, k - 1u) * n + b_at], b_ok && kb + 8u < k);
-        let vb3 = select(0.0, b[min(kb + 12u, k - 1u) * n + b_at], b_ok && kb + 12u < k);
+        let b_at = kb * n + b_col;
+        let vb0 = select(0.0, b[b_at], b_ok && kb < k);
+        let vb1 = select(0.0, b[b_at + n4], b_ok && kb + 4u < k);
+        let vb2 = select(0.0, b[b_at + 2u * n4], b_ok && kb + 8u < k);
+        let vb3 = select(0.0, b[b_at + 3u * n4], b_ok && kb + 12u < k);
+        // The format is chosen once per tile, and each element rounded
+        // with constant masks; each branch stores its own values (a store
+        // after the branches made ptxas move them into common registers).
+        let ra = vec4<f32>(va0, va1, va2, va3);
+        let rb = vec4<f32>(vb0, vb1, vb2, vb3);
         if f_in == 0u {
-            tile_a[ta][tc] = va0;
-            tile_a[ta + 4u][tc] = va1;
-            tile_a[ta + 8u][tc] = va2;
-            tile_a[ta + 12u][tc] = va3;
-            tile_b[tb][bc] = vb0;
-            tile_b[tb + 64u][bc] = vb1;
-            tile_b[tb + 128u][bc] = vb2;
-            tile_b[tb + 192u][bc] = vb3;
+            stage_tiles(ta, tc, tb, bc, ra, rb);
+        } else if f_in == 1u {
+            stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 13u), keel_round_mantissa4(rb, 13u));
+        } else if f_in == 2u {
+            stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 16u), keel_round_mantissa4(rb, 16u));
         } else {
-            // The format is chosen once per tile, and each element rounded
-            // with constant masks.
-            var ra = vec4<f32>(va0, va1, va2, va3);
-            var rb = vec4<f32>(vb0, vb1, vb2, vb3);
-            if f_in == 1u {
-                ra = keel_round_mantissa4(ra, 13u);
-                rb = keel_round_mantissa4(rb, 13u);
-            } else if f_in == 2u {
-                ra = keel_round_mantissa4(ra, 16u);
-                rb = keel_round_mantissa4(rb, 16u);
-            } else if f_in == 3u {
-                ra = keel_round_f16_4(ra);
-                rb = keel_round_f16_4(rb);
-            }
-            tile_a[ta][tc] = ra.x;
-            tile_a[ta + 4u][tc] = ra.y;
-            tile_a[ta + 8u][tc] = ra.z;
-            tile_a[ta + 12u][tc] = ra.w;
-            tile_b[tb][bc] = rb.x;
-            tile_b[tb + 64u][bc] = rb.y;
-            tile_b[tb + 128u][bc] = rb.z;
-            tile_b[tb + 192u][bc] = rb.w;
+            stage_tiles(ta, tc, tb, bc, keel_round_f16_fast4(ra, zero), keel_round_f16_fast4(rb, zero));
         }
         workgroupBarrier();
         let a0 = tile_a[0u + lid.y];

@@ -27,6 +27,36 @@ fn keel_round_f16(x: f32) -> f32 {
     return select(r, inf, abs(r) > 65504.0);
 }
 
+// keel_round_f16's bits in about half the operations (a NaN stays a NaN,
+// its payload may change), for the matmul kernels' staging. Adding
+// c = 1.5 * 2^(e + 13), e being x's exponent but at least -14, makes a
+// sum whose spacing is f16's at x (2^(e - 10); 2^-24, f16's subnormal
+// step, below 2^-14), so the hardware's add rounds x to f16 (nearest,
+// ties to even: c is an even multiple of the spacing) and subtracting c
+// again is exact. `zero` must be 0; the kernel takes it from a parameter
+// no compiler can know, and the sum passes through an exclusive-or with
+// it, so that none folds (x + c) - c into x (SPIR-V lets a driver
+// reassociate adds). The sign is put back for the zeros the subtraction
+// makes positive. Past f16's range the sum is never used: |x| >= 65520
+// rounds to infinity (c's bits overflow for |x| >= 2^115).
+fn keel_round_f16_fast(x: f32, zero: u32) -> f32 {
+    let bits = bitcast<u32>(x);
+    let sign = bits & 0x80000000u;
+    let c = bitcast<f32>(max((bits & 0x7f800000u) + 0x06c00000u, 0x3f400000u));
+    let s = bitcast<f32>(bitcast<u32>(x + c) ^ zero);
+    let r = bitcast<f32>(bitcast<u32>(s - c) | sign);
+    return select(r, bitcast<f32>(sign | 0x7f800000u), abs(x) >= 65520.0);
+}
+
+fn keel_round_f16_fast4(v: vec4<f32>, zero: u32) -> vec4<f32> {
+    return vec4<f32>(
+        keel_round_f16_fast(v.x, zero),
+        keel_round_f16_fast(v.y, zero),
+        keel_round_f16_fast(v.z, zero),
+        keel_round_f16_fast(v.w, zero),
+    );
+}
+
 fn keel_round_to(x: f32, format: u32) -> f32 {
     switch format {
         case 1u: {

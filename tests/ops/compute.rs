@@ -760,6 +760,98 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
     no_validation_errors();
 }
 
+/// Every f32 bit pattern through `keel_round_f16_fast` (the 4x4 matmul's
+/// staging) and `keel_round_f16` (which the test above ties to the Rust
+/// reference), on each GPU backend: the same bits, or NaN for NaN. Each
+/// invocation takes 256 consecutive patterns, 2^24 invocations in all,
+/// and counts those that differ. Host backends run the Rust reference,
+/// not this WGSL, so they are left out.
+#[test]
+fn fast_f16_rounding_matches_keel_round_f16_on_every_f32() {
+    const CHECK: &str = "
+struct Params { zero: u32 }
+@group(0) @binding(0) var<storage, read_write> found: array<atomic<u32>, 2>;
+@group(0) @binding(1) var<uniform> params: Params;
+
+@compute @workgroup_size(256)
+fn round_f16_sweep(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let first = (gid.x + gid.y * groups.x * 256u) * 256u;
+    var bad = 0u;
+    var last = 0u;
+    for (var i = 0u; i < 256u; i++) {
+        let x = bitcast<f32>(first + i);
+        let want = bitcast<u32>(keel_round_f16(x));
+        let got = bitcast<u32>(keel_round_f16_fast(x, params.zero));
+        let nans = (want & 0x7fffffffu) > 0x7f800000u && (got & 0x7fffffffu) > 0x7f800000u;
+        if want != got && !nans {
+            bad += 1u;
+            last = first + i;
+        }
+    }
+    if bad > 0u {
+        atomicAdd(&found[0], bad);
+        atomicMax(&found[1], last);
+    }
+}
+";
+    let wgsl: &'static str = Box::leak(
+        format!(
+            "{}{CHECK}",
+            include_str!("../../shaders/compute/rounding.wgsl")
+        )
+        .into_boxed_str(),
+    );
+    let launch = compute::params::Launch {
+        kernel: keel::Kernel {
+            name: "round_f16_sweep",
+            workgroup_size: [256, 1, 1],
+            bindings: 1,
+            wgsl: Some(wgsl),
+            ptx: None,
+            cpu: None,
+        },
+        params: &[compute::params::ParamType::U32],
+    };
+    let mut ran = 0;
+    for (label, device) in backends() {
+        if device.device_type() == DeviceType::Cpu {
+            continue;
+        }
+        ran += 1;
+        let stream = keel::default_stream(device).expect("stream");
+        let found = Buffer::from_slice(&stream, &[0u32, 0]).expect("alloc");
+        let t = std::time::Instant::now();
+        launch
+            .launch(
+                &stream,
+                [256, 256, 1],
+                &[&found],
+                &[compute::params::Param::U32(0)],
+            )
+            .expect("launch");
+        let [bad, last] = found.read_as::<u32>(&stream).expect("read")[..] else {
+            panic!("two words");
+        };
+        println!(
+            "{label}: 2^32 patterns in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            bad,
+            0,
+            "{label}: {bad} patterns differ, the largest {last:#010x} ({:e})",
+            f32::from_bits(last)
+        );
+    }
+    if ran == 0 {
+        println!("no GPU backend here: the sweep did not run");
+    }
+    no_validation_errors();
+}
+
 /// The native f16 conversions (`enable f16;`) against the packed-word
 /// emulation, bit for bit: f16 -> f32 over all 65536 patterns (a
 /// signalling NaN may come back quieted, the documented difference), f32 -> f16 over ties, subnormals, the
