@@ -201,6 +201,10 @@ pub enum BinOp {
     Sub,
     /// As `Add` (the low 32 bits for integers).
     Mul,
+    /// `U32` only: the high 32 bits of the 64-bit product `a * b`. WGSL
+    /// has no such operation; the lowering makes it from the usual
+    /// 16-bit-halves form of one (`crate::lower`'s idioms pass).
+    MulHi,
     /// Floats: correctly rounded. Integers: truncating; the lowering
     /// guarantees a divisor that is neither 0 nor (for `I32`) -1 with
     /// `MIN` as dividend.

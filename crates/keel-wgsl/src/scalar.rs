@@ -150,6 +150,7 @@ pub fn bin_u32(op: BinOp, x: u32, y: u32) -> u32 {
         BinOp::Add => x.wrapping_add(y),
         BinOp::Sub => x.wrapping_sub(y),
         BinOp::Mul => x.wrapping_mul(y),
+        BinOp::MulHi => ((u64::from(x) * u64::from(y)) >> 32) as u32,
         BinOp::Div => x.checked_div(y).unwrap_or(x),
         BinOp::Rem => x.checked_rem(y).unwrap_or(0),
         BinOp::Min => x.min(y),

@@ -407,6 +407,8 @@ fn ref_bin(op: BinOp, ty: Ty, a: u64, b: u64) -> Option<u64> {
                 Add => x.wrapping_add(y),
                 Sub => x.wrapping_sub(y),
                 Mul => x.wrapping_mul(y),
+                MulHi if ty == Ty::U32 => ((u64::from(x) * u64::from(y)) >> 32) as u32,
+                MulHi => return None,
                 // WGSL: `x / 0` is `x`, `x % 0` is 0.
                 Div => x.checked_div(y).unwrap_or(x),
                 Rem => x.checked_rem(y).unwrap_or(0),
@@ -444,7 +446,7 @@ fn ref_bin(op: BinOp, ty: Ty, a: u64, b: u64) -> Option<u64> {
                 Shl => x << (b as u32),
                 Shr => x >> (b as u32),
                 Eq | Ne | Lt | Le | Gt | Ge => return Some(cmp(x.cmp(&y))),
-                Pow | Atan2 => return None,
+                MulHi | Pow | Atan2 => return None,
             };
             u64::from(r as u32)
         }
@@ -493,7 +495,7 @@ fn ref_bin(op: BinOp, ty: Ty, a: u64, b: u64) -> Option<u64> {
             Shl => a << b,
             Shr => a >> b,
             Eq | Ne | Lt | Le | Gt | Ge => cmp(a.cmp(&b)),
-            Pow | Atan2 => return None,
+            MulHi | Pow | Atan2 => return None,
         },
     })
 }

@@ -275,6 +275,7 @@ pub(crate) fn bin32(op: BinOp, ty: Ty) -> Option<Bin32> {
         (BinOp::Add, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Add, x, y))),
         (BinOp::Sub, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Sub, x, y))),
         (BinOp::Mul, Ty::U32 | Ty::I32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Mul, x, y))),
+        (BinOp::MulHi, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::MulHi, x, y))),
         (BinOp::Div, Ty::U32) => Some(k2!(|x, y| scalar::bin_u32(BinOp::Div, x, y))),
         (BinOp::Div, Ty::I32) => Some(k2!(
             |x, y| scalar::bin_i32(BinOp::Div, x as i32, y as i32) as u32

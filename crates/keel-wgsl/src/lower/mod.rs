@@ -7,6 +7,7 @@
 
 mod build;
 mod func;
+mod idioms;
 mod math;
 mod ranges;
 mod shape;
@@ -178,6 +179,7 @@ pub fn compile_module(
         needs,
     };
     ranges::drop_proven_guards(&mut program);
+    idioms::mul_hi(&mut program);
     Ok(program)
 }
 

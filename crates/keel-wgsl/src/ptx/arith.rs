@@ -346,6 +346,7 @@ impl Emitter<'_> {
                     BinOp::Add => format!("add.{u} {d}, {a}, {b};"),
                     BinOp::Sub => format!("sub.{u} {d}, {a}, {b};"),
                     BinOp::Mul => format!("mul.lo.{u} {d}, {a}, {b};"),
+                    BinOp::MulHi if ty == Ty::U32 => format!("mul.hi.u32 {d}, {a}, {b};"),
                     BinOp::Div => format!("div.{s} {d}, {a}, {b};"),
                     BinOp::Rem => format!("rem.{s} {d}, {a}, {b};"),
                     BinOp::Min => format!("min.{s} {d}, {a}, {b};"),
@@ -361,7 +362,7 @@ impl Emitter<'_> {
                     BinOp::Le => format!("setp.le.{s} {d}, {a}, {b};"),
                     BinOp::Gt => format!("setp.gt.{s} {d}, {a}, {b};"),
                     BinOp::Ge => format!("setp.ge.{s} {d}, {a}, {b};"),
-                    BinOp::Pow | BinOp::Atan2 => return Err(bad()),
+                    BinOp::MulHi | BinOp::Pow | BinOp::Atan2 => return Err(bad()),
                 };
                 self.ins(&line);
             }

@@ -8175,7 +8175,7 @@ pub static PHILOX_U32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 540,
+    ops: 488,
     group: philox_u32_group,
     parted: None,
 };
@@ -8696,11 +8696,8 @@ fn philox_u32_group(
                     r88 = 0x9e3779b9u32;
                     r89 = 0xbb67ae85u32;
                     r93 = 0xd2511f53u32;
-                    r95 = 0xffffu32;
-                    r97 = 0x10u32;
                     r126 = 0xcd9e8d57u32;
                     r181 = f32::from_bits(0x0);
-                    r192 = true;
                     r199 = false;
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
@@ -8807,31 +8804,7 @@ fn philox_u32_group(
                                                     }
                                                     r92 = r74;
                                                     'b7: {
-                                                        r96 = rt::bin_u32(BinOp::And, r93, r95);
-                                                        r98 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r99 = rt::bin_u32(BinOp::Shr, r93, r98);
-                                                        r100 = rt::bin_u32(BinOp::And, r92, r95);
-                                                        r101 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r102 = rt::bin_u32(BinOp::Shr, r92, r101);
-                                                        r103 = rt::bin_u32(BinOp::Mul, r96, r100);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r96, r102);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r99, r100);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r99, r102);
-                                                        r107 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r103, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r104, r95);
-                                                        r110 = rt::bin_u32(BinOp::Add, r108, r109);
-                                                        r111 = rt::bin_u32(BinOp::And, r105, r95);
-                                                        r112 = rt::bin_u32(BinOp::Add, r110, r111);
-                                                        r113 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r114 = rt::bin_u32(BinOp::Shr, r104, r113);
-                                                        r115 = rt::bin_u32(BinOp::Add, r106, r114);
-                                                        r116 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r105, r116);
-                                                        r118 = rt::bin_u32(BinOp::Add, r115, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r120 = rt::bin_u32(BinOp::Shr, r112, r119);
-                                                        r121 = rt::bin_u32(BinOp::Add, r118, r120);
+                                                        r121 = rt::bin_u32(BinOp::MulHi, r93, r92);
                                                         r94 = r121;
                                                         break 'b7;
                                                     }
@@ -8840,31 +8813,8 @@ fn philox_u32_group(
                                                     r124 = rt::bin_u32(BinOp::Mul, r93, r123);
                                                     r125 = r76;
                                                     'b8: {
-                                                        r128 = rt::bin_u32(BinOp::And, r126, r95);
-                                                        r129 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r130 = rt::bin_u32(BinOp::Shr, r126, r129);
-                                                        r131 = rt::bin_u32(BinOp::And, r125, r95);
-                                                        r132 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r133 = rt::bin_u32(BinOp::Shr, r125, r132);
-                                                        r134 = rt::bin_u32(BinOp::Mul, r128, r131);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r128, r133);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r130, r131);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r130, r133);
-                                                        r138 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r134, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r135, r95);
-                                                        r141 = rt::bin_u32(BinOp::Add, r139, r140);
-                                                        r142 = rt::bin_u32(BinOp::And, r136, r95);
-                                                        r143 = rt::bin_u32(BinOp::Add, r141, r142);
-                                                        r144 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r145 = rt::bin_u32(BinOp::Shr, r135, r144);
-                                                        r146 = rt::bin_u32(BinOp::Add, r137, r145);
-                                                        r147 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r136, r147);
-                                                        r149 = rt::bin_u32(BinOp::Add, r146, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r151 = rt::bin_u32(BinOp::Shr, r143, r150);
-                                                        r152 = rt::bin_u32(BinOp::Add, r149, r151);
+                                                        r152 =
+                                                            rt::bin_u32(BinOp::MulHi, r126, r125);
                                                         r127 = r152;
                                                         break 'b8;
                                                     }
@@ -9417,7 +9367,6 @@ fn philox_u32_group(
                                                     r460 = if r459 { r432 } else { r458 };
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r463 = rt::cmp(BinOp::Ge, r461, r453);
                                                     r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
@@ -9455,7 +9404,7 @@ pub static PHILOX_U32_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kerne
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 540,
+    ops: 488,
     group: philox_u32_wg64_group,
     parted: None,
 };
@@ -9980,11 +9929,8 @@ fn philox_u32_wg64_group(
                     r88 = 0x9e3779b9u32;
                     r89 = 0xbb67ae85u32;
                     r93 = 0xd2511f53u32;
-                    r95 = 0xffffu32;
-                    r97 = 0x10u32;
                     r126 = 0xcd9e8d57u32;
                     r181 = f32::from_bits(0x0);
-                    r192 = true;
                     r199 = false;
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
@@ -10091,31 +10037,7 @@ fn philox_u32_wg64_group(
                                                     }
                                                     r92 = r74;
                                                     'b7: {
-                                                        r96 = rt::bin_u32(BinOp::And, r93, r95);
-                                                        r98 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r99 = rt::bin_u32(BinOp::Shr, r93, r98);
-                                                        r100 = rt::bin_u32(BinOp::And, r92, r95);
-                                                        r101 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r102 = rt::bin_u32(BinOp::Shr, r92, r101);
-                                                        r103 = rt::bin_u32(BinOp::Mul, r96, r100);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r96, r102);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r99, r100);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r99, r102);
-                                                        r107 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r103, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r104, r95);
-                                                        r110 = rt::bin_u32(BinOp::Add, r108, r109);
-                                                        r111 = rt::bin_u32(BinOp::And, r105, r95);
-                                                        r112 = rt::bin_u32(BinOp::Add, r110, r111);
-                                                        r113 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r114 = rt::bin_u32(BinOp::Shr, r104, r113);
-                                                        r115 = rt::bin_u32(BinOp::Add, r106, r114);
-                                                        r116 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r105, r116);
-                                                        r118 = rt::bin_u32(BinOp::Add, r115, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r120 = rt::bin_u32(BinOp::Shr, r112, r119);
-                                                        r121 = rt::bin_u32(BinOp::Add, r118, r120);
+                                                        r121 = rt::bin_u32(BinOp::MulHi, r93, r92);
                                                         r94 = r121;
                                                         break 'b7;
                                                     }
@@ -10124,31 +10046,8 @@ fn philox_u32_wg64_group(
                                                     r124 = rt::bin_u32(BinOp::Mul, r93, r123);
                                                     r125 = r76;
                                                     'b8: {
-                                                        r128 = rt::bin_u32(BinOp::And, r126, r95);
-                                                        r129 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r130 = rt::bin_u32(BinOp::Shr, r126, r129);
-                                                        r131 = rt::bin_u32(BinOp::And, r125, r95);
-                                                        r132 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r133 = rt::bin_u32(BinOp::Shr, r125, r132);
-                                                        r134 = rt::bin_u32(BinOp::Mul, r128, r131);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r128, r133);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r130, r131);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r130, r133);
-                                                        r138 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r134, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r135, r95);
-                                                        r141 = rt::bin_u32(BinOp::Add, r139, r140);
-                                                        r142 = rt::bin_u32(BinOp::And, r136, r95);
-                                                        r143 = rt::bin_u32(BinOp::Add, r141, r142);
-                                                        r144 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r145 = rt::bin_u32(BinOp::Shr, r135, r144);
-                                                        r146 = rt::bin_u32(BinOp::Add, r137, r145);
-                                                        r147 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r136, r147);
-                                                        r149 = rt::bin_u32(BinOp::Add, r146, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r151 = rt::bin_u32(BinOp::Shr, r143, r150);
-                                                        r152 = rt::bin_u32(BinOp::Add, r149, r151);
+                                                        r152 =
+                                                            rt::bin_u32(BinOp::MulHi, r126, r125);
                                                         r127 = r152;
                                                         break 'b8;
                                                     }
@@ -10701,7 +10600,6 @@ fn philox_u32_wg64_group(
                                                     r460 = if r459 { r432 } else { r458 };
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r463 = rt::cmp(BinOp::Ge, r461, r453);
                                                     r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
@@ -10739,7 +10637,7 @@ pub static PHILOX_RAND: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 540,
+    ops: 488,
     group: philox_rand_group,
     parted: None,
 };
@@ -11260,11 +11158,8 @@ fn philox_rand_group(
                     r88 = 0x9e3779b9u32;
                     r89 = 0xbb67ae85u32;
                     r93 = 0xd2511f53u32;
-                    r95 = 0xffffu32;
-                    r97 = 0x10u32;
                     r126 = 0xcd9e8d57u32;
                     r181 = f32::from_bits(0x0);
-                    r192 = true;
                     r199 = false;
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
@@ -11371,31 +11266,7 @@ fn philox_rand_group(
                                                     }
                                                     r92 = r74;
                                                     'b7: {
-                                                        r96 = rt::bin_u32(BinOp::And, r93, r95);
-                                                        r98 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r99 = rt::bin_u32(BinOp::Shr, r93, r98);
-                                                        r100 = rt::bin_u32(BinOp::And, r92, r95);
-                                                        r101 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r102 = rt::bin_u32(BinOp::Shr, r92, r101);
-                                                        r103 = rt::bin_u32(BinOp::Mul, r96, r100);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r96, r102);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r99, r100);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r99, r102);
-                                                        r107 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r103, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r104, r95);
-                                                        r110 = rt::bin_u32(BinOp::Add, r108, r109);
-                                                        r111 = rt::bin_u32(BinOp::And, r105, r95);
-                                                        r112 = rt::bin_u32(BinOp::Add, r110, r111);
-                                                        r113 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r114 = rt::bin_u32(BinOp::Shr, r104, r113);
-                                                        r115 = rt::bin_u32(BinOp::Add, r106, r114);
-                                                        r116 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r105, r116);
-                                                        r118 = rt::bin_u32(BinOp::Add, r115, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r120 = rt::bin_u32(BinOp::Shr, r112, r119);
-                                                        r121 = rt::bin_u32(BinOp::Add, r118, r120);
+                                                        r121 = rt::bin_u32(BinOp::MulHi, r93, r92);
                                                         r94 = r121;
                                                         break 'b7;
                                                     }
@@ -11404,31 +11275,8 @@ fn philox_rand_group(
                                                     r124 = rt::bin_u32(BinOp::Mul, r93, r123);
                                                     r125 = r76;
                                                     'b8: {
-                                                        r128 = rt::bin_u32(BinOp::And, r126, r95);
-                                                        r129 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r130 = rt::bin_u32(BinOp::Shr, r126, r129);
-                                                        r131 = rt::bin_u32(BinOp::And, r125, r95);
-                                                        r132 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r133 = rt::bin_u32(BinOp::Shr, r125, r132);
-                                                        r134 = rt::bin_u32(BinOp::Mul, r128, r131);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r128, r133);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r130, r131);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r130, r133);
-                                                        r138 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r134, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r135, r95);
-                                                        r141 = rt::bin_u32(BinOp::Add, r139, r140);
-                                                        r142 = rt::bin_u32(BinOp::And, r136, r95);
-                                                        r143 = rt::bin_u32(BinOp::Add, r141, r142);
-                                                        r144 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r145 = rt::bin_u32(BinOp::Shr, r135, r144);
-                                                        r146 = rt::bin_u32(BinOp::Add, r137, r145);
-                                                        r147 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r136, r147);
-                                                        r149 = rt::bin_u32(BinOp::Add, r146, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r151 = rt::bin_u32(BinOp::Shr, r143, r150);
-                                                        r152 = rt::bin_u32(BinOp::Add, r149, r151);
+                                                        r152 =
+                                                            rt::bin_u32(BinOp::MulHi, r126, r125);
                                                         r127 = r152;
                                                         break 'b8;
                                                     }
@@ -11981,7 +11829,6 @@ fn philox_rand_group(
                                                     r460 = if r459 { r432 } else { r458 };
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r463 = rt::cmp(BinOp::Ge, r461, r453);
                                                     r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
@@ -12019,7 +11866,7 @@ pub static PHILOX_RAND_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kern
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 540,
+    ops: 488,
     group: philox_rand_wg64_group,
     parted: None,
 };
@@ -12544,11 +12391,8 @@ fn philox_rand_wg64_group(
                     r88 = 0x9e3779b9u32;
                     r89 = 0xbb67ae85u32;
                     r93 = 0xd2511f53u32;
-                    r95 = 0xffffu32;
-                    r97 = 0x10u32;
                     r126 = 0xcd9e8d57u32;
                     r181 = f32::from_bits(0x0);
-                    r192 = true;
                     r199 = false;
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
@@ -12655,31 +12499,7 @@ fn philox_rand_wg64_group(
                                                     }
                                                     r92 = r74;
                                                     'b7: {
-                                                        r96 = rt::bin_u32(BinOp::And, r93, r95);
-                                                        r98 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r99 = rt::bin_u32(BinOp::Shr, r93, r98);
-                                                        r100 = rt::bin_u32(BinOp::And, r92, r95);
-                                                        r101 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r102 = rt::bin_u32(BinOp::Shr, r92, r101);
-                                                        r103 = rt::bin_u32(BinOp::Mul, r96, r100);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r96, r102);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r99, r100);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r99, r102);
-                                                        r107 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r103, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r104, r95);
-                                                        r110 = rt::bin_u32(BinOp::Add, r108, r109);
-                                                        r111 = rt::bin_u32(BinOp::And, r105, r95);
-                                                        r112 = rt::bin_u32(BinOp::Add, r110, r111);
-                                                        r113 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r114 = rt::bin_u32(BinOp::Shr, r104, r113);
-                                                        r115 = rt::bin_u32(BinOp::Add, r106, r114);
-                                                        r116 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r105, r116);
-                                                        r118 = rt::bin_u32(BinOp::Add, r115, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r120 = rt::bin_u32(BinOp::Shr, r112, r119);
-                                                        r121 = rt::bin_u32(BinOp::Add, r118, r120);
+                                                        r121 = rt::bin_u32(BinOp::MulHi, r93, r92);
                                                         r94 = r121;
                                                         break 'b7;
                                                     }
@@ -12688,31 +12508,8 @@ fn philox_rand_wg64_group(
                                                     r124 = rt::bin_u32(BinOp::Mul, r93, r123);
                                                     r125 = r76;
                                                     'b8: {
-                                                        r128 = rt::bin_u32(BinOp::And, r126, r95);
-                                                        r129 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r130 = rt::bin_u32(BinOp::Shr, r126, r129);
-                                                        r131 = rt::bin_u32(BinOp::And, r125, r95);
-                                                        r132 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r133 = rt::bin_u32(BinOp::Shr, r125, r132);
-                                                        r134 = rt::bin_u32(BinOp::Mul, r128, r131);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r128, r133);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r130, r131);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r130, r133);
-                                                        r138 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r134, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r135, r95);
-                                                        r141 = rt::bin_u32(BinOp::Add, r139, r140);
-                                                        r142 = rt::bin_u32(BinOp::And, r136, r95);
-                                                        r143 = rt::bin_u32(BinOp::Add, r141, r142);
-                                                        r144 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r145 = rt::bin_u32(BinOp::Shr, r135, r144);
-                                                        r146 = rt::bin_u32(BinOp::Add, r137, r145);
-                                                        r147 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r136, r147);
-                                                        r149 = rt::bin_u32(BinOp::Add, r146, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r151 = rt::bin_u32(BinOp::Shr, r143, r150);
-                                                        r152 = rt::bin_u32(BinOp::Add, r149, r151);
+                                                        r152 =
+                                                            rt::bin_u32(BinOp::MulHi, r126, r125);
                                                         r127 = r152;
                                                         break 'b8;
                                                     }
@@ -13265,7 +13062,6 @@ fn philox_rand_wg64_group(
                                                     r460 = if r459 { r432 } else { r458 };
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r463 = rt::cmp(BinOp::Ge, r461, r453);
                                                     r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
@@ -13303,7 +13099,7 @@ pub static PHILOX_RANDN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2391,
+    ops: 2288,
     group: philox_randn_group,
     parted: None,
 };
@@ -15406,8 +15202,6 @@ fn philox_randn_group(
                     r96 = 0x9e3779b9u32;
                     r97 = 0xbb67ae85u32;
                     r101 = 0xd2511f53u32;
-                    r103 = 0xffffu32;
-                    r105 = 0x10u32;
                     r134 = 0xcd9e8d57u32;
                     r195 = f32::from_bits(0x0);
                     r199 = 0xffffffu32;
@@ -15572,31 +15366,8 @@ fn philox_randn_group(
                                                     }
                                                     r100 = r82;
                                                     'b7: {
-                                                        r104 = rt::bin_u32(BinOp::And, r101, r103);
-                                                        r106 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r107 = rt::bin_u32(BinOp::Shr, r101, r106);
-                                                        r108 = rt::bin_u32(BinOp::And, r100, r103);
-                                                        r109 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r110 = rt::bin_u32(BinOp::Shr, r100, r109);
-                                                        r111 = rt::bin_u32(BinOp::Mul, r104, r108);
-                                                        r112 = rt::bin_u32(BinOp::Mul, r104, r110);
-                                                        r113 = rt::bin_u32(BinOp::Mul, r107, r108);
-                                                        r114 = rt::bin_u32(BinOp::Mul, r107, r110);
-                                                        r115 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r116 = rt::bin_u32(BinOp::Shr, r111, r115);
-                                                        r117 = rt::bin_u32(BinOp::And, r112, r103);
-                                                        r118 = rt::bin_u32(BinOp::Add, r116, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r113, r103);
-                                                        r120 = rt::bin_u32(BinOp::Add, r118, r119);
-                                                        r121 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r122 = rt::bin_u32(BinOp::Shr, r112, r121);
-                                                        r123 = rt::bin_u32(BinOp::Add, r114, r122);
-                                                        r124 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r125 = rt::bin_u32(BinOp::Shr, r113, r124);
-                                                        r126 = rt::bin_u32(BinOp::Add, r123, r125);
-                                                        r127 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r128 = rt::bin_u32(BinOp::Shr, r120, r127);
-                                                        r129 = rt::bin_u32(BinOp::Add, r126, r128);
+                                                        r129 =
+                                                            rt::bin_u32(BinOp::MulHi, r101, r100);
                                                         r102 = r129;
                                                         break 'b7;
                                                     }
@@ -15605,31 +15376,8 @@ fn philox_randn_group(
                                                     r132 = rt::bin_u32(BinOp::Mul, r101, r131);
                                                     r133 = r84;
                                                     'b8: {
-                                                        r136 = rt::bin_u32(BinOp::And, r134, r103);
-                                                        r137 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r138 = rt::bin_u32(BinOp::Shr, r134, r137);
-                                                        r139 = rt::bin_u32(BinOp::And, r133, r103);
-                                                        r140 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r141 = rt::bin_u32(BinOp::Shr, r133, r140);
-                                                        r142 = rt::bin_u32(BinOp::Mul, r136, r139);
-                                                        r143 = rt::bin_u32(BinOp::Mul, r136, r141);
-                                                        r144 = rt::bin_u32(BinOp::Mul, r138, r139);
-                                                        r145 = rt::bin_u32(BinOp::Mul, r138, r141);
-                                                        r146 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r147 = rt::bin_u32(BinOp::Shr, r142, r146);
-                                                        r148 = rt::bin_u32(BinOp::And, r143, r103);
-                                                        r149 = rt::bin_u32(BinOp::Add, r147, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r144, r103);
-                                                        r151 = rt::bin_u32(BinOp::Add, r149, r150);
-                                                        r152 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r153 = rt::bin_u32(BinOp::Shr, r143, r152);
-                                                        r154 = rt::bin_u32(BinOp::Add, r145, r153);
-                                                        r155 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r156 = rt::bin_u32(BinOp::Shr, r144, r155);
-                                                        r157 = rt::bin_u32(BinOp::Add, r154, r156);
-                                                        r158 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r159 = rt::bin_u32(BinOp::Shr, r151, r158);
-                                                        r160 = rt::bin_u32(BinOp::Add, r157, r159);
+                                                        r160 =
+                                                            rt::bin_u32(BinOp::MulHi, r134, r133);
                                                         r135 = r160;
                                                         break 'b8;
                                                     }
@@ -16566,130 +16314,10 @@ fn philox_randn_group(
                                                             r704 =
                                                                 rt::bin_i32(BinOp::Add, r702, r703);
                                                             'b53: {
-                                                                r706 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r678,
-                                                                    r103,
-                                                                );
-                                                                r707 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r708 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r678,
-                                                                    r707,
-                                                                );
-                                                                r709 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r680,
-                                                                    r103,
-                                                                );
-                                                                r710 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r711 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r680,
-                                                                    r710,
-                                                                );
-                                                                r712 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r709,
-                                                                );
-                                                                r713 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r711,
-                                                                );
-                                                                r714 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r709,
-                                                                );
-                                                                r715 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r711,
-                                                                );
-                                                                r716 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r717 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r712,
-                                                                    r716,
-                                                                );
-                                                                r718 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r713,
-                                                                    r103,
-                                                                );
-                                                                r719 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r717,
-                                                                    r718,
-                                                                );
-                                                                r720 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r714,
-                                                                    r103,
-                                                                );
-                                                                r721 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r719,
-                                                                    r720,
-                                                                );
-                                                                r722 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r723 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r713,
-                                                                    r722,
-                                                                );
-                                                                r724 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r715,
-                                                                    r723,
-                                                                );
-                                                                r725 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r726 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r714,
-                                                                    r725,
-                                                                );
-                                                                r727 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r724,
-                                                                    r726,
-                                                                );
-                                                                r728 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r729 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r721,
-                                                                    r728,
-                                                                );
                                                                 r730 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r727,
-                                                                    r729,
+                                                                    BinOp::MulHi,
+                                                                    r678,
+                                                                    r680,
                                                                 );
                                                                 r705 = r730;
                                                                 break 'b53;
@@ -19072,130 +18700,10 @@ fn philox_randn_group(
                                                                 r703,
                                                             );
                                                             'b76: {
-                                                                r1413 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1387,
-                                                                    r103,
-                                                                );
-                                                                r1414 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1415 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1387,
-                                                                    r1414,
-                                                                );
-                                                                r1416 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1389,
-                                                                    r103,
-                                                                );
-                                                                r1417 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1418 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1389,
-                                                                    r1417,
-                                                                );
-                                                                r1419 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1416,
-                                                                );
-                                                                r1420 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1418,
-                                                                );
-                                                                r1421 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1416,
-                                                                );
-                                                                r1422 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1418,
-                                                                );
-                                                                r1423 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1424 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1419,
-                                                                    r1423,
-                                                                );
-                                                                r1425 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1420,
-                                                                    r103,
-                                                                );
-                                                                r1426 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1424,
-                                                                    r1425,
-                                                                );
-                                                                r1427 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1421,
-                                                                    r103,
-                                                                );
-                                                                r1428 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1426,
-                                                                    r1427,
-                                                                );
-                                                                r1429 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1430 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1420,
-                                                                    r1429,
-                                                                );
-                                                                r1431 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1422,
-                                                                    r1430,
-                                                                );
-                                                                r1432 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1433 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1421,
-                                                                    r1432,
-                                                                );
-                                                                r1434 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1431,
-                                                                    r1433,
-                                                                );
-                                                                r1435 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1436 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1428,
-                                                                    r1435,
-                                                                );
                                                                 r1437 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1434,
-                                                                    r1436,
+                                                                    BinOp::MulHi,
+                                                                    r1387,
+                                                                    r1389,
                                                                 );
                                                                 r1412 = r1437;
                                                                 break 'b76;
@@ -21214,8 +20722,6 @@ fn philox_randn_group(
                                             if r1990 {
                                                 r1991 = r25;
                                                 r1992 = r26;
-                                                r1993 = r20;
-                                                r1994 = r21;
                                                 r1995 = r22;
                                                 r1996 = r23;
                                                 r20 = r1991;
@@ -21225,8 +20731,6 @@ fn philox_randn_group(
                                             } else {
                                                 r1997 = r20;
                                                 r1998 = r21;
-                                                r1999 = r22;
-                                                r2000 = r23;
                                                 r2001 = r25;
                                                 r2002 = r26;
                                                 r20 = r1997;
@@ -21284,7 +20788,6 @@ fn philox_randn_group(
                                                     r2037 = if r2036 { r2009 } else { r2035 };
                                                     r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
                                                     r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2040 = rt::cmp(BinOp::Ge, r2038, r2030);
                                                     r2041 = r2039;
                                                     if r2041 {
                                                         b0.st_u32(r2030, r2037)?;
@@ -21322,7 +20825,7 @@ pub static PHILOX_UNIFORM: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 540,
+    ops: 488,
     group: philox_uniform_group,
     parted: None,
 };
@@ -21847,11 +21350,8 @@ fn philox_uniform_group(
                     r88 = 0x9e3779b9u32;
                     r89 = 0xbb67ae85u32;
                     r93 = 0xd2511f53u32;
-                    r95 = 0xffffu32;
-                    r97 = 0x10u32;
                     r126 = 0xcd9e8d57u32;
                     r181 = f32::from_bits(0x0);
-                    r192 = true;
                     r199 = false;
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
@@ -21958,31 +21458,7 @@ fn philox_uniform_group(
                                                     }
                                                     r92 = r74;
                                                     'b7: {
-                                                        r96 = rt::bin_u32(BinOp::And, r93, r95);
-                                                        r98 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r99 = rt::bin_u32(BinOp::Shr, r93, r98);
-                                                        r100 = rt::bin_u32(BinOp::And, r92, r95);
-                                                        r101 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r102 = rt::bin_u32(BinOp::Shr, r92, r101);
-                                                        r103 = rt::bin_u32(BinOp::Mul, r96, r100);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r96, r102);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r99, r100);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r99, r102);
-                                                        r107 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r103, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r104, r95);
-                                                        r110 = rt::bin_u32(BinOp::Add, r108, r109);
-                                                        r111 = rt::bin_u32(BinOp::And, r105, r95);
-                                                        r112 = rt::bin_u32(BinOp::Add, r110, r111);
-                                                        r113 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r114 = rt::bin_u32(BinOp::Shr, r104, r113);
-                                                        r115 = rt::bin_u32(BinOp::Add, r106, r114);
-                                                        r116 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r105, r116);
-                                                        r118 = rt::bin_u32(BinOp::Add, r115, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r120 = rt::bin_u32(BinOp::Shr, r112, r119);
-                                                        r121 = rt::bin_u32(BinOp::Add, r118, r120);
+                                                        r121 = rt::bin_u32(BinOp::MulHi, r93, r92);
                                                         r94 = r121;
                                                         break 'b7;
                                                     }
@@ -21991,31 +21467,8 @@ fn philox_uniform_group(
                                                     r124 = rt::bin_u32(BinOp::Mul, r93, r123);
                                                     r125 = r76;
                                                     'b8: {
-                                                        r128 = rt::bin_u32(BinOp::And, r126, r95);
-                                                        r129 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r130 = rt::bin_u32(BinOp::Shr, r126, r129);
-                                                        r131 = rt::bin_u32(BinOp::And, r125, r95);
-                                                        r132 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r133 = rt::bin_u32(BinOp::Shr, r125, r132);
-                                                        r134 = rt::bin_u32(BinOp::Mul, r128, r131);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r128, r133);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r130, r131);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r130, r133);
-                                                        r138 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r134, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r135, r95);
-                                                        r141 = rt::bin_u32(BinOp::Add, r139, r140);
-                                                        r142 = rt::bin_u32(BinOp::And, r136, r95);
-                                                        r143 = rt::bin_u32(BinOp::Add, r141, r142);
-                                                        r144 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r145 = rt::bin_u32(BinOp::Shr, r135, r144);
-                                                        r146 = rt::bin_u32(BinOp::Add, r137, r145);
-                                                        r147 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r136, r147);
-                                                        r149 = rt::bin_u32(BinOp::Add, r146, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r97, r53);
-                                                        r151 = rt::bin_u32(BinOp::Shr, r143, r150);
-                                                        r152 = rt::bin_u32(BinOp::Add, r149, r151);
+                                                        r152 =
+                                                            rt::bin_u32(BinOp::MulHi, r126, r125);
                                                         r127 = r152;
                                                         break 'b8;
                                                     }
@@ -22568,7 +22021,6 @@ fn philox_uniform_group(
                                                     r460 = if r459 { r432 } else { r458 };
                                                     r461 = rt::bin_u64(BinOp::Add, r453, r451);
                                                     r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r463 = rt::cmp(BinOp::Ge, r461, r453);
                                                     r464 = r462;
                                                     if r464 {
                                                         b0.st_u32(r453, r460)?;
@@ -22606,7 +22058,7 @@ pub static PHILOX_NORMAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2391,
+    ops: 2288,
     group: philox_normal_group,
     parted: None,
 };
@@ -24709,8 +24161,6 @@ fn philox_normal_group(
                     r96 = 0x9e3779b9u32;
                     r97 = 0xbb67ae85u32;
                     r101 = 0xd2511f53u32;
-                    r103 = 0xffffu32;
-                    r105 = 0x10u32;
                     r134 = 0xcd9e8d57u32;
                     r195 = f32::from_bits(0x0);
                     r199 = 0xffffffu32;
@@ -24875,31 +24325,8 @@ fn philox_normal_group(
                                                     }
                                                     r100 = r82;
                                                     'b7: {
-                                                        r104 = rt::bin_u32(BinOp::And, r101, r103);
-                                                        r106 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r107 = rt::bin_u32(BinOp::Shr, r101, r106);
-                                                        r108 = rt::bin_u32(BinOp::And, r100, r103);
-                                                        r109 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r110 = rt::bin_u32(BinOp::Shr, r100, r109);
-                                                        r111 = rt::bin_u32(BinOp::Mul, r104, r108);
-                                                        r112 = rt::bin_u32(BinOp::Mul, r104, r110);
-                                                        r113 = rt::bin_u32(BinOp::Mul, r107, r108);
-                                                        r114 = rt::bin_u32(BinOp::Mul, r107, r110);
-                                                        r115 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r116 = rt::bin_u32(BinOp::Shr, r111, r115);
-                                                        r117 = rt::bin_u32(BinOp::And, r112, r103);
-                                                        r118 = rt::bin_u32(BinOp::Add, r116, r117);
-                                                        r119 = rt::bin_u32(BinOp::And, r113, r103);
-                                                        r120 = rt::bin_u32(BinOp::Add, r118, r119);
-                                                        r121 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r122 = rt::bin_u32(BinOp::Shr, r112, r121);
-                                                        r123 = rt::bin_u32(BinOp::Add, r114, r122);
-                                                        r124 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r125 = rt::bin_u32(BinOp::Shr, r113, r124);
-                                                        r126 = rt::bin_u32(BinOp::Add, r123, r125);
-                                                        r127 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r128 = rt::bin_u32(BinOp::Shr, r120, r127);
-                                                        r129 = rt::bin_u32(BinOp::Add, r126, r128);
+                                                        r129 =
+                                                            rt::bin_u32(BinOp::MulHi, r101, r100);
                                                         r102 = r129;
                                                         break 'b7;
                                                     }
@@ -24908,31 +24335,8 @@ fn philox_normal_group(
                                                     r132 = rt::bin_u32(BinOp::Mul, r101, r131);
                                                     r133 = r84;
                                                     'b8: {
-                                                        r136 = rt::bin_u32(BinOp::And, r134, r103);
-                                                        r137 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r138 = rt::bin_u32(BinOp::Shr, r134, r137);
-                                                        r139 = rt::bin_u32(BinOp::And, r133, r103);
-                                                        r140 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r141 = rt::bin_u32(BinOp::Shr, r133, r140);
-                                                        r142 = rt::bin_u32(BinOp::Mul, r136, r139);
-                                                        r143 = rt::bin_u32(BinOp::Mul, r136, r141);
-                                                        r144 = rt::bin_u32(BinOp::Mul, r138, r139);
-                                                        r145 = rt::bin_u32(BinOp::Mul, r138, r141);
-                                                        r146 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r147 = rt::bin_u32(BinOp::Shr, r142, r146);
-                                                        r148 = rt::bin_u32(BinOp::And, r143, r103);
-                                                        r149 = rt::bin_u32(BinOp::Add, r147, r148);
-                                                        r150 = rt::bin_u32(BinOp::And, r144, r103);
-                                                        r151 = rt::bin_u32(BinOp::Add, r149, r150);
-                                                        r152 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r153 = rt::bin_u32(BinOp::Shr, r143, r152);
-                                                        r154 = rt::bin_u32(BinOp::Add, r145, r153);
-                                                        r155 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r156 = rt::bin_u32(BinOp::Shr, r144, r155);
-                                                        r157 = rt::bin_u32(BinOp::Add, r154, r156);
-                                                        r158 = rt::bin_u32(BinOp::And, r105, r61);
-                                                        r159 = rt::bin_u32(BinOp::Shr, r151, r158);
-                                                        r160 = rt::bin_u32(BinOp::Add, r157, r159);
+                                                        r160 =
+                                                            rt::bin_u32(BinOp::MulHi, r134, r133);
                                                         r135 = r160;
                                                         break 'b8;
                                                     }
@@ -25869,130 +25273,10 @@ fn philox_normal_group(
                                                             r704 =
                                                                 rt::bin_i32(BinOp::Add, r702, r703);
                                                             'b53: {
-                                                                r706 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r678,
-                                                                    r103,
-                                                                );
-                                                                r707 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r708 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r678,
-                                                                    r707,
-                                                                );
-                                                                r709 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r680,
-                                                                    r103,
-                                                                );
-                                                                r710 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r711 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r680,
-                                                                    r710,
-                                                                );
-                                                                r712 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r709,
-                                                                );
-                                                                r713 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r711,
-                                                                );
-                                                                r714 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r709,
-                                                                );
-                                                                r715 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r711,
-                                                                );
-                                                                r716 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r717 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r712,
-                                                                    r716,
-                                                                );
-                                                                r718 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r713,
-                                                                    r103,
-                                                                );
-                                                                r719 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r717,
-                                                                    r718,
-                                                                );
-                                                                r720 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r714,
-                                                                    r103,
-                                                                );
-                                                                r721 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r719,
-                                                                    r720,
-                                                                );
-                                                                r722 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r723 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r713,
-                                                                    r722,
-                                                                );
-                                                                r724 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r715,
-                                                                    r723,
-                                                                );
-                                                                r725 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r726 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r714,
-                                                                    r725,
-                                                                );
-                                                                r727 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r724,
-                                                                    r726,
-                                                                );
-                                                                r728 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r729 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r721,
-                                                                    r728,
-                                                                );
                                                                 r730 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r727,
-                                                                    r729,
+                                                                    BinOp::MulHi,
+                                                                    r678,
+                                                                    r680,
                                                                 );
                                                                 r705 = r730;
                                                                 break 'b53;
@@ -28375,130 +27659,10 @@ fn philox_normal_group(
                                                                 r703,
                                                             );
                                                             'b76: {
-                                                                r1413 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1387,
-                                                                    r103,
-                                                                );
-                                                                r1414 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1415 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1387,
-                                                                    r1414,
-                                                                );
-                                                                r1416 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1389,
-                                                                    r103,
-                                                                );
-                                                                r1417 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1418 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1389,
-                                                                    r1417,
-                                                                );
-                                                                r1419 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1416,
-                                                                );
-                                                                r1420 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1418,
-                                                                );
-                                                                r1421 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1416,
-                                                                );
-                                                                r1422 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1418,
-                                                                );
-                                                                r1423 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1424 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1419,
-                                                                    r1423,
-                                                                );
-                                                                r1425 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1420,
-                                                                    r103,
-                                                                );
-                                                                r1426 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1424,
-                                                                    r1425,
-                                                                );
-                                                                r1427 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1421,
-                                                                    r103,
-                                                                );
-                                                                r1428 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1426,
-                                                                    r1427,
-                                                                );
-                                                                r1429 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1430 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1420,
-                                                                    r1429,
-                                                                );
-                                                                r1431 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1422,
-                                                                    r1430,
-                                                                );
-                                                                r1432 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1433 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1421,
-                                                                    r1432,
-                                                                );
-                                                                r1434 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1431,
-                                                                    r1433,
-                                                                );
-                                                                r1435 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r105,
-                                                                    r61,
-                                                                );
-                                                                r1436 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1428,
-                                                                    r1435,
-                                                                );
                                                                 r1437 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1434,
-                                                                    r1436,
+                                                                    BinOp::MulHi,
+                                                                    r1387,
+                                                                    r1389,
                                                                 );
                                                                 r1412 = r1437;
                                                                 break 'b76;
@@ -30517,8 +29681,6 @@ fn philox_normal_group(
                                             if r1990 {
                                                 r1991 = r25;
                                                 r1992 = r26;
-                                                r1993 = r20;
-                                                r1994 = r21;
                                                 r1995 = r22;
                                                 r1996 = r23;
                                                 r20 = r1991;
@@ -30528,8 +29690,6 @@ fn philox_normal_group(
                                             } else {
                                                 r1997 = r20;
                                                 r1998 = r21;
-                                                r1999 = r22;
-                                                r2000 = r23;
                                                 r2001 = r25;
                                                 r2002 = r26;
                                                 r20 = r1997;
@@ -30587,7 +29747,6 @@ fn philox_normal_group(
                                                     r2037 = if r2036 { r2009 } else { r2035 };
                                                     r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
                                                     r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2040 = rt::cmp(BinOp::Ge, r2038, r2030);
                                                     r2041 = r2039;
                                                     if r2041 {
                                                         b0.st_u32(r2030, r2037)?;
@@ -30625,7 +29784,7 @@ pub static PHILOX_NORMAL_PLAIN: keel_wgsl::native::Kernel = keel_wgsl::native::K
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2391,
+    ops: 2288,
     group: philox_normal_plain_group,
     parted: None,
 };
@@ -32729,8 +31888,6 @@ fn philox_normal_plain_group(
                     r97 = 0x9e3779b9u32;
                     r98 = 0xbb67ae85u32;
                     r102 = 0xd2511f53u32;
-                    r104 = 0xffffu32;
-                    r106 = 0x10u32;
                     r135 = 0xcd9e8d57u32;
                     r196 = f32::from_bits(0x0);
                     r200 = 0xffffffu32;
@@ -32894,31 +32051,8 @@ fn philox_normal_plain_group(
                                                     }
                                                     r101 = r83;
                                                     'b7: {
-                                                        r105 = rt::bin_u32(BinOp::And, r102, r104);
-                                                        r107 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r108 = rt::bin_u32(BinOp::Shr, r102, r107);
-                                                        r109 = rt::bin_u32(BinOp::And, r101, r104);
-                                                        r110 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r111 = rt::bin_u32(BinOp::Shr, r101, r110);
-                                                        r112 = rt::bin_u32(BinOp::Mul, r105, r109);
-                                                        r113 = rt::bin_u32(BinOp::Mul, r105, r111);
-                                                        r114 = rt::bin_u32(BinOp::Mul, r108, r109);
-                                                        r115 = rt::bin_u32(BinOp::Mul, r108, r111);
-                                                        r116 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r117 = rt::bin_u32(BinOp::Shr, r112, r116);
-                                                        r118 = rt::bin_u32(BinOp::And, r113, r104);
-                                                        r119 = rt::bin_u32(BinOp::Add, r117, r118);
-                                                        r120 = rt::bin_u32(BinOp::And, r114, r104);
-                                                        r121 = rt::bin_u32(BinOp::Add, r119, r120);
-                                                        r122 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r123 = rt::bin_u32(BinOp::Shr, r113, r122);
-                                                        r124 = rt::bin_u32(BinOp::Add, r115, r123);
-                                                        r125 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r126 = rt::bin_u32(BinOp::Shr, r114, r125);
-                                                        r127 = rt::bin_u32(BinOp::Add, r124, r126);
-                                                        r128 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r129 = rt::bin_u32(BinOp::Shr, r121, r128);
-                                                        r130 = rt::bin_u32(BinOp::Add, r127, r129);
+                                                        r130 =
+                                                            rt::bin_u32(BinOp::MulHi, r102, r101);
                                                         r103 = r130;
                                                         break 'b7;
                                                     }
@@ -32927,31 +32061,8 @@ fn philox_normal_plain_group(
                                                     r133 = rt::bin_u32(BinOp::Mul, r102, r132);
                                                     r134 = r85;
                                                     'b8: {
-                                                        r137 = rt::bin_u32(BinOp::And, r135, r104);
-                                                        r138 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r139 = rt::bin_u32(BinOp::Shr, r135, r138);
-                                                        r140 = rt::bin_u32(BinOp::And, r134, r104);
-                                                        r141 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r142 = rt::bin_u32(BinOp::Shr, r134, r141);
-                                                        r143 = rt::bin_u32(BinOp::Mul, r137, r140);
-                                                        r144 = rt::bin_u32(BinOp::Mul, r137, r142);
-                                                        r145 = rt::bin_u32(BinOp::Mul, r139, r140);
-                                                        r146 = rt::bin_u32(BinOp::Mul, r139, r142);
-                                                        r147 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r148 = rt::bin_u32(BinOp::Shr, r143, r147);
-                                                        r149 = rt::bin_u32(BinOp::And, r144, r104);
-                                                        r150 = rt::bin_u32(BinOp::Add, r148, r149);
-                                                        r151 = rt::bin_u32(BinOp::And, r145, r104);
-                                                        r152 = rt::bin_u32(BinOp::Add, r150, r151);
-                                                        r153 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r154 = rt::bin_u32(BinOp::Shr, r144, r153);
-                                                        r155 = rt::bin_u32(BinOp::Add, r146, r154);
-                                                        r156 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r157 = rt::bin_u32(BinOp::Shr, r145, r156);
-                                                        r158 = rt::bin_u32(BinOp::Add, r155, r157);
-                                                        r159 = rt::bin_u32(BinOp::And, r106, r62);
-                                                        r160 = rt::bin_u32(BinOp::Shr, r152, r159);
-                                                        r161 = rt::bin_u32(BinOp::Add, r158, r160);
+                                                        r161 =
+                                                            rt::bin_u32(BinOp::MulHi, r135, r134);
                                                         r136 = r161;
                                                         break 'b8;
                                                     }
@@ -33888,130 +32999,10 @@ fn philox_normal_plain_group(
                                                             r704 =
                                                                 rt::bin_i32(BinOp::Add, r702, r703);
                                                             'b53: {
-                                                                r706 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r678,
-                                                                    r104,
-                                                                );
-                                                                r707 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r708 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r678,
-                                                                    r707,
-                                                                );
-                                                                r709 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r680,
-                                                                    r104,
-                                                                );
-                                                                r710 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r711 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r680,
-                                                                    r710,
-                                                                );
-                                                                r712 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r709,
-                                                                );
-                                                                r713 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r706,
-                                                                    r711,
-                                                                );
-                                                                r714 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r709,
-                                                                );
-                                                                r715 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r708,
-                                                                    r711,
-                                                                );
-                                                                r716 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r717 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r712,
-                                                                    r716,
-                                                                );
-                                                                r718 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r713,
-                                                                    r104,
-                                                                );
-                                                                r719 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r717,
-                                                                    r718,
-                                                                );
-                                                                r720 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r714,
-                                                                    r104,
-                                                                );
-                                                                r721 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r719,
-                                                                    r720,
-                                                                );
-                                                                r722 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r723 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r713,
-                                                                    r722,
-                                                                );
-                                                                r724 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r715,
-                                                                    r723,
-                                                                );
-                                                                r725 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r726 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r714,
-                                                                    r725,
-                                                                );
-                                                                r727 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r724,
-                                                                    r726,
-                                                                );
-                                                                r728 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r729 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r721,
-                                                                    r728,
-                                                                );
                                                                 r730 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r727,
-                                                                    r729,
+                                                                    BinOp::MulHi,
+                                                                    r678,
+                                                                    r680,
                                                                 );
                                                                 r705 = r730;
                                                                 break 'b53;
@@ -36394,130 +35385,10 @@ fn philox_normal_plain_group(
                                                                 r703,
                                                             );
                                                             'b76: {
-                                                                r1413 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1387,
-                                                                    r104,
-                                                                );
-                                                                r1414 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1415 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1387,
-                                                                    r1414,
-                                                                );
-                                                                r1416 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1389,
-                                                                    r104,
-                                                                );
-                                                                r1417 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1418 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1389,
-                                                                    r1417,
-                                                                );
-                                                                r1419 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1416,
-                                                                );
-                                                                r1420 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1413,
-                                                                    r1418,
-                                                                );
-                                                                r1421 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1416,
-                                                                );
-                                                                r1422 = rt::bin_u32(
-                                                                    BinOp::Mul,
-                                                                    r1415,
-                                                                    r1418,
-                                                                );
-                                                                r1423 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1424 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1419,
-                                                                    r1423,
-                                                                );
-                                                                r1425 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1420,
-                                                                    r104,
-                                                                );
-                                                                r1426 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1424,
-                                                                    r1425,
-                                                                );
-                                                                r1427 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r1421,
-                                                                    r104,
-                                                                );
-                                                                r1428 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1426,
-                                                                    r1427,
-                                                                );
-                                                                r1429 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1430 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1420,
-                                                                    r1429,
-                                                                );
-                                                                r1431 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1422,
-                                                                    r1430,
-                                                                );
-                                                                r1432 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1433 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1421,
-                                                                    r1432,
-                                                                );
-                                                                r1434 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1431,
-                                                                    r1433,
-                                                                );
-                                                                r1435 = rt::bin_u32(
-                                                                    BinOp::And,
-                                                                    r106,
-                                                                    r62,
-                                                                );
-                                                                r1436 = rt::bin_u32(
-                                                                    BinOp::Shr,
-                                                                    r1428,
-                                                                    r1435,
-                                                                );
                                                                 r1437 = rt::bin_u32(
-                                                                    BinOp::Add,
-                                                                    r1434,
-                                                                    r1436,
+                                                                    BinOp::MulHi,
+                                                                    r1387,
+                                                                    r1389,
                                                                 );
                                                                 r1412 = r1437;
                                                                 break 'b76;
@@ -38536,8 +37407,6 @@ fn philox_normal_plain_group(
                                             if r1990 {
                                                 r1991 = r25;
                                                 r1992 = r26;
-                                                r1993 = r20;
-                                                r1994 = r21;
                                                 r1995 = r22;
                                                 r1996 = r23;
                                                 r20 = r1991;
@@ -38547,8 +37416,6 @@ fn philox_normal_plain_group(
                                             } else {
                                                 r1997 = r20;
                                                 r1998 = r21;
-                                                r1999 = r22;
-                                                r2000 = r23;
                                                 r2001 = r25;
                                                 r2002 = r26;
                                                 r20 = r1997;
@@ -38606,7 +37473,6 @@ fn philox_normal_plain_group(
                                                     r2037 = if r2036 { r2009 } else { r2035 };
                                                     r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
                                                     r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2040 = rt::cmp(BinOp::Ge, r2038, r2030);
                                                     r2041 = r2039;
                                                     if r2041 {
                                                         b0.st_u32(r2030, r2037)?;
@@ -38644,7 +37510,7 @@ pub static PHILOX_RANDINT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 541,
+    ops: 489,
     group: philox_randint_group,
     parted: None,
 };
@@ -39171,11 +38037,8 @@ fn philox_randint_group(
                     r89 = 0x9e3779b9u32;
                     r90 = 0xbb67ae85u32;
                     r94 = 0xd2511f53u32;
-                    r96 = 0xffffu32;
-                    r98 = 0x10u32;
                     r127 = 0xcd9e8d57u32;
                     r182 = f32::from_bits(0x0);
-                    r193 = true;
                     r200 = false;
                     r203 = 0xffffffu32;
                     r206 = f32::from_bits(0x33800000);
@@ -39282,31 +38145,7 @@ fn philox_randint_group(
                                                     }
                                                     r93 = r75;
                                                     'b7: {
-                                                        r97 = rt::bin_u32(BinOp::And, r94, r96);
-                                                        r99 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r100 = rt::bin_u32(BinOp::Shr, r94, r99);
-                                                        r101 = rt::bin_u32(BinOp::And, r93, r96);
-                                                        r102 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r103 = rt::bin_u32(BinOp::Shr, r93, r102);
-                                                        r104 = rt::bin_u32(BinOp::Mul, r97, r101);
-                                                        r105 = rt::bin_u32(BinOp::Mul, r97, r103);
-                                                        r106 = rt::bin_u32(BinOp::Mul, r100, r101);
-                                                        r107 = rt::bin_u32(BinOp::Mul, r100, r103);
-                                                        r108 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r109 = rt::bin_u32(BinOp::Shr, r104, r108);
-                                                        r110 = rt::bin_u32(BinOp::And, r105, r96);
-                                                        r111 = rt::bin_u32(BinOp::Add, r109, r110);
-                                                        r112 = rt::bin_u32(BinOp::And, r106, r96);
-                                                        r113 = rt::bin_u32(BinOp::Add, r111, r112);
-                                                        r114 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r115 = rt::bin_u32(BinOp::Shr, r105, r114);
-                                                        r116 = rt::bin_u32(BinOp::Add, r107, r115);
-                                                        r117 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r118 = rt::bin_u32(BinOp::Shr, r106, r117);
-                                                        r119 = rt::bin_u32(BinOp::Add, r116, r118);
-                                                        r120 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r121 = rt::bin_u32(BinOp::Shr, r113, r120);
-                                                        r122 = rt::bin_u32(BinOp::Add, r119, r121);
+                                                        r122 = rt::bin_u32(BinOp::MulHi, r94, r93);
                                                         r95 = r122;
                                                         break 'b7;
                                                     }
@@ -39315,31 +38154,8 @@ fn philox_randint_group(
                                                     r125 = rt::bin_u32(BinOp::Mul, r94, r124);
                                                     r126 = r77;
                                                     'b8: {
-                                                        r129 = rt::bin_u32(BinOp::And, r127, r96);
-                                                        r130 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r131 = rt::bin_u32(BinOp::Shr, r127, r130);
-                                                        r132 = rt::bin_u32(BinOp::And, r126, r96);
-                                                        r133 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r134 = rt::bin_u32(BinOp::Shr, r126, r133);
-                                                        r135 = rt::bin_u32(BinOp::Mul, r129, r132);
-                                                        r136 = rt::bin_u32(BinOp::Mul, r129, r134);
-                                                        r137 = rt::bin_u32(BinOp::Mul, r131, r132);
-                                                        r138 = rt::bin_u32(BinOp::Mul, r131, r134);
-                                                        r139 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r140 = rt::bin_u32(BinOp::Shr, r135, r139);
-                                                        r141 = rt::bin_u32(BinOp::And, r136, r96);
-                                                        r142 = rt::bin_u32(BinOp::Add, r140, r141);
-                                                        r143 = rt::bin_u32(BinOp::And, r137, r96);
-                                                        r144 = rt::bin_u32(BinOp::Add, r142, r143);
-                                                        r145 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r146 = rt::bin_u32(BinOp::Shr, r136, r145);
-                                                        r147 = rt::bin_u32(BinOp::Add, r138, r146);
-                                                        r148 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r149 = rt::bin_u32(BinOp::Shr, r137, r148);
-                                                        r150 = rt::bin_u32(BinOp::Add, r147, r149);
-                                                        r151 = rt::bin_u32(BinOp::And, r98, r54);
-                                                        r152 = rt::bin_u32(BinOp::Shr, r144, r151);
-                                                        r153 = rt::bin_u32(BinOp::Add, r150, r152);
+                                                        r153 =
+                                                            rt::bin_u32(BinOp::MulHi, r127, r126);
                                                         r128 = r153;
                                                         break 'b8;
                                                     }
@@ -39892,7 +38708,6 @@ fn philox_randint_group(
                                                     r461 = if r460 { r433 } else { r459 };
                                                     r462 = rt::bin_u64(BinOp::Add, r454, r452);
                                                     r463 = rt::cmp(BinOp::Le, r462, r450);
-                                                    r464 = rt::cmp(BinOp::Ge, r462, r454);
                                                     r465 = r463;
                                                     if r465 {
                                                         b0.st_u32(r454, r461)?;
