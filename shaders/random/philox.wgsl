@@ -27,6 +27,8 @@ struct Params {
 
 // The high 32 bits of a * b: WGSL has no 64-bit integers, so the product is
 // assembled from 16-bit halves (each partial product fits in 32 bits).
+// keel-wgsl recognises this form and computes it as one high multiply
+// (`mul.hi.u32` on CUDA); keep its shape when editing it.
 fn mulhi(a: u32, b: u32) -> u32 {
     let a0 = a & 0xffffu;
     let a1 = a >> 16u;

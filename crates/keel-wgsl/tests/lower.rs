@@ -285,3 +285,21 @@ fn k() {
 }";
     assert_eq!(run_one(src, [9, 0, 0, 0]), [13, 6, 4, 3]);
 }
+
+/// Every Philox kernel (`shaders/random/philox.wgsl`) multiplies with
+/// `mul.hi.u32`: the pass that finds the high word written from 16-bit
+/// halves still finds the shipped form, two products a round.
+#[test]
+fn shipped_philox_kernels_take_the_high_word_in_one_multiply() {
+    let src = std::fs::read_to_string(root().join("shaders/random/philox.wgsl")).expect("read");
+    for entry in ["philox_u32", "philox_rand", "philox_randn", "philox_normal"] {
+        let program = keel_wgsl::compile(&src, entry).expect("compiles");
+        let ptx = keel_wgsl::ptx::emit(&program).expect("PTX");
+        let n = ptx.matches("mul.hi.u32").count();
+        assert!(n >= 2, "{entry}: {n} mul.hi.u32");
+        assert!(
+            !ptx.contains("0x0000FFFF"),
+            "{entry}: a 16-bit half is left"
+        );
+    }
+}
