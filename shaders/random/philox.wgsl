@@ -468,14 +468,33 @@ fn run_normal(op: u32, gid: vec3<u32>, groups: vec3<u32>, size: vec3<u32>) {
     }
 }
 
-// Stores block k's values at the positions this launch covers.
+// Stores block k's values at the positions this launch covers. Every
+// block but the first and the last lies whole inside them and takes four
+// plain stores; the two ends test each lane. The lanes are written out
+// with constant components: a loop indexing `values` by its counter kept
+// it in a loop of tests and selects a GPU runs for every block.
 fn store(k: u32, values: vec4<u32>) {
     let skip = params.off_lo & 3u;
-    for (var lane = 0u; lane < 4u; lane++) {
-        let pos = 4u * k + lane;
-        if pos >= skip && pos - skip < params.n {
-            out[pos - skip] = values[lane];
-        }
+    let first = 4u * k;
+    let at = first - skip;
+    if first >= skip && at < params.n && params.n - at >= 4u {
+        out[at] = values.x;
+        out[at + 1u] = values.y;
+        out[at + 2u] = values.z;
+        out[at + 3u] = values.w;
+        return;
+    }
+    store_lane(first, skip, values.x);
+    store_lane(first + 1u, skip, values.y);
+    store_lane(first + 2u, skip, values.z);
+    store_lane(first + 3u, skip, values.w);
+}
+
+// Stores stream position `pos` of this launch's block where the launch
+// covers it.
+fn store_lane(pos: u32, skip: u32, value: u32) {
+    if pos >= skip && pos - skip < params.n {
+        out[pos - skip] = value;
     }
 }
 

@@ -8175,7 +8175,7 @@ pub static PHILOX_U32: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 488,
+    ops: 570,
     group: philox_u32_group,
     parted: None,
 };
@@ -8638,42 +8638,115 @@ fn philox_u32_group(
                 let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: u32 = 0u32;
+                let mut r433: bool = false;
                 let mut r434: bool = false;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
-                let mut r438: bool = false;
-                let mut r439: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: bool = false;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: bool = false;
                 let mut r442: bool = false;
                 let mut r443: u32 = 0u32;
                 let mut r444: u32 = 0u32;
                 let mut r445: bool = false;
                 let mut r446: bool = false;
-                let mut r447: u32 = 0u32;
+                let mut r447: u64 = 0u64;
                 let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
-                let mut r454: u32 = 0u32;
+                let mut r454: bool = false;
                 let mut r455: bool = false;
-                let mut r456: u32 = 0u32;
-                let mut r457: bool = false;
-                let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
-                let mut r460: u32 = 0u32;
+                let mut r456: bool = false;
+                let mut r457: u32 = 0u32;
+                let mut r458: u64 = 0u64;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
                 let mut r461: u64 = 0u64;
                 let mut r462: bool = false;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
+                let mut r466: u64 = 0u64;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: bool = false;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: u32 = 0u32;
+                let mut r474: u64 = 0u64;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: bool = false;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                let mut r487: u32 = 0u32;
+                let mut r488: u64 = 0u64;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: bool = false;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: u32 = 0u32;
+                let mut r496: bool = false;
+                let mut r497: bool = false;
+                let mut r498: u32 = 0u32;
+                let mut r499: u32 = 0u32;
+                let mut r500: bool = false;
+                let mut r501: bool = false;
+                let mut r502: u32 = 0u32;
+                let mut r503: u64 = 0u64;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: u32 = 0u32;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: u32 = 0u32;
+                let mut r514: u32 = 0u32;
+                let mut r515: bool = false;
+                let mut r516: bool = false;
+                let mut r517: u32 = 0u32;
+                let mut r518: u64 = 0u64;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: bool = false;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: u32 = 0u32;
+                let mut r526: bool = false;
+                let mut r527: bool = false;
+                let mut r528: u32 = 0u32;
+                let mut r529: u32 = 0u32;
+                let mut r530: bool = false;
+                let mut r531: bool = false;
+                let mut r532: u32 = 0u32;
+                let mut r533: u64 = 0u64;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: bool = false;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -8702,9 +8775,9 @@ fn philox_u32_group(
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
                     r232 = 0x80000001u32;
-                    r448 = 0x0u64;
-                    r449 = b0.len();
-                    r451 = 0x4u64;
+                    r447 = 0x0u64;
+                    r448 = b0.len();
+                    r450 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -9328,61 +9401,193 @@ fn philox_u32_group(
                                     }
                                     r432 = r371;
                                     'b29: {
-                                        r433 = r17;
+                                        r433 = r199;
                                         r434 = r199;
                                         r435 = p3;
                                         r436 = rt::bin_u32(BinOp::And, r435, r34);
-                                        'l2: loop {
-                                            'c2: {
-                                                r437 = r433;
-                                                r438 = rt::cmp(BinOp::Lt, r437, r39);
-                                                if r438 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r439 = rt::bin_u32(BinOp::Mul, r39, r178);
-                                                r440 = r433;
-                                                r441 = rt::bin_u32(BinOp::Add, r439, r440);
-                                                r442 = rt::cmp(BinOp::Ge, r441, r436);
-                                                if r442 {
-                                                    r443 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r444 = p0;
-                                                    r445 = rt::cmp(BinOp::Lt, r443, r444);
-                                                    r434 = r445;
-                                                } else {
-                                                    r434 = r199;
-                                                }
-                                                r446 = r434;
-                                                if r446 {
-                                                    r447 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r450 = u64::from(r447);
-                                                    r452 = rt::bin_u64(BinOp::Mul, r450, r451);
-                                                    r453 = rt::bin_u64(BinOp::Add, r448, r452);
-                                                    r454 = r433;
-                                                    r455 = rt::cmp(BinOp::Eq, r454, r7);
-                                                    r456 = if r455 { r308 } else { r246 };
-                                                    r457 = rt::cmp(BinOp::Eq, r454, r52);
-                                                    r458 = if r457 { r370 } else { r456 };
-                                                    r459 = rt::cmp(BinOp::Eq, r454, r34);
-                                                    r460 = if r459 { r432 } else { r458 };
-                                                    r461 = rt::bin_u64(BinOp::Add, r453, r451);
-                                                    r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r464 = r462;
-                                                    if r464 {
-                                                        b0.st_u32(r453, r460)?;
-                                                    }
-                                                }
+                                        r437 = rt::bin_u32(BinOp::Mul, r39, r178);
+                                        r438 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                        r439 = rt::cmp(BinOp::Ge, r437, r436);
+                                        if r439 {
+                                            r440 = p0;
+                                            r441 = rt::cmp(BinOp::Lt, r438, r440);
+                                            r433 = r441;
+                                        } else {
+                                            r433 = r199;
+                                        }
+                                        r442 = r433;
+                                        if r442 {
+                                            r443 = p0;
+                                            r444 = rt::bin_u32(BinOp::Sub, r443, r438);
+                                            r445 = rt::cmp(BinOp::Ge, r444, r39);
+                                            r434 = r445;
+                                        } else {
+                                            r434 = r199;
+                                        }
+                                        r446 = r434;
+                                        if r446 {
+                                            r449 = u64::from(r438);
+                                            r451 = rt::bin_u64(BinOp::Mul, r449, r450);
+                                            r452 = rt::bin_u64(BinOp::Add, r447, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r452, r450);
+                                            r454 = rt::cmp(BinOp::Le, r453, r448);
+                                            r456 = r454;
+                                            if r456 {
+                                                b0.st_u32(r452, r246)?;
                                             }
-                                            r465 = r433;
-                                            r466 = rt::bin_u32(BinOp::Add, r465, r7);
-                                            r433 = r466;
+                                            r457 = rt::bin_u32(BinOp::Add, r438, r7);
+                                            r458 = u64::from(r457);
+                                            r459 = rt::bin_u64(BinOp::Mul, r458, r450);
+                                            r460 = rt::bin_u64(BinOp::Add, r447, r459);
+                                            r461 = rt::bin_u64(BinOp::Add, r460, r450);
+                                            r462 = rt::cmp(BinOp::Le, r461, r448);
+                                            r464 = r462;
+                                            if r464 {
+                                                b0.st_u32(r460, r308)?;
+                                            }
+                                            r465 = rt::bin_u32(BinOp::Add, r438, r52);
+                                            r466 = u64::from(r465);
+                                            r467 = rt::bin_u64(BinOp::Mul, r466, r450);
+                                            r468 = rt::bin_u64(BinOp::Add, r447, r467);
+                                            r469 = rt::bin_u64(BinOp::Add, r468, r450);
+                                            r470 = rt::cmp(BinOp::Le, r469, r448);
+                                            r472 = r470;
+                                            if r472 {
+                                                b0.st_u32(r468, r370)?;
+                                            }
+                                            r473 = rt::bin_u32(BinOp::Add, r438, r34);
+                                            r474 = u64::from(r473);
+                                            r475 = rt::bin_u64(BinOp::Mul, r474, r450);
+                                            r476 = rt::bin_u64(BinOp::Add, r447, r475);
+                                            r477 = rt::bin_u64(BinOp::Add, r476, r450);
+                                            r478 = rt::cmp(BinOp::Le, r477, r448);
+                                            r480 = r478;
+                                            if r480 {
+                                                b0.st_u32(r476, r432)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r481 = r199;
+                                            r482 = rt::cmp(BinOp::Ge, r437, r436);
+                                            if r482 {
+                                                r483 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r484 = p0;
+                                                r485 = rt::cmp(BinOp::Lt, r483, r484);
+                                                r481 = r485;
+                                            } else {
+                                                r481 = r199;
+                                            }
+                                            r486 = r481;
+                                            if r486 {
+                                                r487 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r488 = u64::from(r487);
+                                                r489 = rt::bin_u64(BinOp::Mul, r488, r450);
+                                                r490 = rt::bin_u64(BinOp::Add, r447, r489);
+                                                r491 = rt::bin_u64(BinOp::Add, r490, r450);
+                                                r492 = rt::cmp(BinOp::Le, r491, r448);
+                                                r494 = r492;
+                                                if r494 {
+                                                    b0.st_u32(r490, r246)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r495 = rt::bin_u32(BinOp::Add, r437, r7);
+                                        'b31: {
+                                            r496 = r199;
+                                            r497 = rt::cmp(BinOp::Ge, r495, r436);
+                                            if r497 {
+                                                r498 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r499 = p0;
+                                                r500 = rt::cmp(BinOp::Lt, r498, r499);
+                                                r496 = r500;
+                                            } else {
+                                                r496 = r199;
+                                            }
+                                            r501 = r496;
+                                            if r501 {
+                                                r502 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r503 = u64::from(r502);
+                                                r504 = rt::bin_u64(BinOp::Mul, r503, r450);
+                                                r505 = rt::bin_u64(BinOp::Add, r447, r504);
+                                                r506 = rt::bin_u64(BinOp::Add, r505, r450);
+                                                r507 = rt::cmp(BinOp::Le, r506, r448);
+                                                r509 = r507;
+                                                if r509 {
+                                                    b0.st_u32(r505, r308)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r510 = rt::bin_u32(BinOp::Add, r437, r52);
+                                        'b32: {
+                                            r511 = r199;
+                                            r512 = rt::cmp(BinOp::Ge, r510, r436);
+                                            if r512 {
+                                                r513 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r514 = p0;
+                                                r515 = rt::cmp(BinOp::Lt, r513, r514);
+                                                r511 = r515;
+                                            } else {
+                                                r511 = r199;
+                                            }
+                                            r516 = r511;
+                                            if r516 {
+                                                r517 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r518 = u64::from(r517);
+                                                r519 = rt::bin_u64(BinOp::Mul, r518, r450);
+                                                r520 = rt::bin_u64(BinOp::Add, r447, r519);
+                                                r521 = rt::bin_u64(BinOp::Add, r520, r450);
+                                                r522 = rt::cmp(BinOp::Le, r521, r448);
+                                                r524 = r522;
+                                                if r524 {
+                                                    b0.st_u32(r520, r370)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r525 = rt::bin_u32(BinOp::Add, r437, r34);
+                                        'b33: {
+                                            r526 = r199;
+                                            r527 = rt::cmp(BinOp::Ge, r525, r436);
+                                            if r527 {
+                                                r528 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r529 = p0;
+                                                r530 = rt::cmp(BinOp::Lt, r528, r529);
+                                                r526 = r530;
+                                            } else {
+                                                r526 = r199;
+                                            }
+                                            r531 = r526;
+                                            if r531 {
+                                                r532 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r533 = u64::from(r532);
+                                                r534 = rt::bin_u64(BinOp::Mul, r533, r450);
+                                                r535 = rt::bin_u64(BinOp::Add, r447, r534);
+                                                r536 = rt::bin_u64(BinOp::Add, r535, r450);
+                                                r537 = rt::cmp(BinOp::Le, r536, r448);
+                                                r539 = r537;
+                                                if r539 {
+                                                    b0.st_u32(r535, r432)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r467 = r18;
-                                r468 = rt::bin_u32(BinOp::Add, r467, r31);
-                                r18 = r468;
+                                r540 = r18;
+                                r541 = rt::bin_u32(BinOp::Add, r540, r31);
+                                r18 = r541;
                             }
                             break 'b2;
                         }
@@ -9404,7 +9609,7 @@ pub static PHILOX_U32_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kerne
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 488,
+    ops: 570,
     group: philox_u32_wg64_group,
     parted: None,
 };
@@ -9871,42 +10076,115 @@ fn philox_u32_wg64_group(
                 let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: u32 = 0u32;
+                let mut r433: bool = false;
                 let mut r434: bool = false;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
-                let mut r438: bool = false;
-                let mut r439: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: bool = false;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: bool = false;
                 let mut r442: bool = false;
                 let mut r443: u32 = 0u32;
                 let mut r444: u32 = 0u32;
                 let mut r445: bool = false;
                 let mut r446: bool = false;
-                let mut r447: u32 = 0u32;
+                let mut r447: u64 = 0u64;
                 let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
-                let mut r454: u32 = 0u32;
+                let mut r454: bool = false;
                 let mut r455: bool = false;
-                let mut r456: u32 = 0u32;
-                let mut r457: bool = false;
-                let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
-                let mut r460: u32 = 0u32;
+                let mut r456: bool = false;
+                let mut r457: u32 = 0u32;
+                let mut r458: u64 = 0u64;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
                 let mut r461: u64 = 0u64;
                 let mut r462: bool = false;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
+                let mut r466: u64 = 0u64;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: bool = false;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: u32 = 0u32;
+                let mut r474: u64 = 0u64;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: bool = false;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                let mut r487: u32 = 0u32;
+                let mut r488: u64 = 0u64;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: bool = false;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: u32 = 0u32;
+                let mut r496: bool = false;
+                let mut r497: bool = false;
+                let mut r498: u32 = 0u32;
+                let mut r499: u32 = 0u32;
+                let mut r500: bool = false;
+                let mut r501: bool = false;
+                let mut r502: u32 = 0u32;
+                let mut r503: u64 = 0u64;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: u32 = 0u32;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: u32 = 0u32;
+                let mut r514: u32 = 0u32;
+                let mut r515: bool = false;
+                let mut r516: bool = false;
+                let mut r517: u32 = 0u32;
+                let mut r518: u64 = 0u64;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: bool = false;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: u32 = 0u32;
+                let mut r526: bool = false;
+                let mut r527: bool = false;
+                let mut r528: u32 = 0u32;
+                let mut r529: u32 = 0u32;
+                let mut r530: bool = false;
+                let mut r531: bool = false;
+                let mut r532: u32 = 0u32;
+                let mut r533: u64 = 0u64;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: bool = false;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -9935,9 +10213,9 @@ fn philox_u32_wg64_group(
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
                     r232 = 0x80000001u32;
-                    r448 = 0x0u64;
-                    r449 = b0.len();
-                    r451 = 0x4u64;
+                    r447 = 0x0u64;
+                    r448 = b0.len();
+                    r450 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -10561,61 +10839,193 @@ fn philox_u32_wg64_group(
                                     }
                                     r432 = r371;
                                     'b29: {
-                                        r433 = r17;
+                                        r433 = r199;
                                         r434 = r199;
                                         r435 = p3;
                                         r436 = rt::bin_u32(BinOp::And, r435, r34);
-                                        'l2: loop {
-                                            'c2: {
-                                                r437 = r433;
-                                                r438 = rt::cmp(BinOp::Lt, r437, r39);
-                                                if r438 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r439 = rt::bin_u32(BinOp::Mul, r39, r178);
-                                                r440 = r433;
-                                                r441 = rt::bin_u32(BinOp::Add, r439, r440);
-                                                r442 = rt::cmp(BinOp::Ge, r441, r436);
-                                                if r442 {
-                                                    r443 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r444 = p0;
-                                                    r445 = rt::cmp(BinOp::Lt, r443, r444);
-                                                    r434 = r445;
-                                                } else {
-                                                    r434 = r199;
-                                                }
-                                                r446 = r434;
-                                                if r446 {
-                                                    r447 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r450 = u64::from(r447);
-                                                    r452 = rt::bin_u64(BinOp::Mul, r450, r451);
-                                                    r453 = rt::bin_u64(BinOp::Add, r448, r452);
-                                                    r454 = r433;
-                                                    r455 = rt::cmp(BinOp::Eq, r454, r7);
-                                                    r456 = if r455 { r308 } else { r246 };
-                                                    r457 = rt::cmp(BinOp::Eq, r454, r52);
-                                                    r458 = if r457 { r370 } else { r456 };
-                                                    r459 = rt::cmp(BinOp::Eq, r454, r34);
-                                                    r460 = if r459 { r432 } else { r458 };
-                                                    r461 = rt::bin_u64(BinOp::Add, r453, r451);
-                                                    r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r464 = r462;
-                                                    if r464 {
-                                                        b0.st_u32(r453, r460)?;
-                                                    }
-                                                }
+                                        r437 = rt::bin_u32(BinOp::Mul, r39, r178);
+                                        r438 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                        r439 = rt::cmp(BinOp::Ge, r437, r436);
+                                        if r439 {
+                                            r440 = p0;
+                                            r441 = rt::cmp(BinOp::Lt, r438, r440);
+                                            r433 = r441;
+                                        } else {
+                                            r433 = r199;
+                                        }
+                                        r442 = r433;
+                                        if r442 {
+                                            r443 = p0;
+                                            r444 = rt::bin_u32(BinOp::Sub, r443, r438);
+                                            r445 = rt::cmp(BinOp::Ge, r444, r39);
+                                            r434 = r445;
+                                        } else {
+                                            r434 = r199;
+                                        }
+                                        r446 = r434;
+                                        if r446 {
+                                            r449 = u64::from(r438);
+                                            r451 = rt::bin_u64(BinOp::Mul, r449, r450);
+                                            r452 = rt::bin_u64(BinOp::Add, r447, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r452, r450);
+                                            r454 = rt::cmp(BinOp::Le, r453, r448);
+                                            r456 = r454;
+                                            if r456 {
+                                                b0.st_u32(r452, r246)?;
                                             }
-                                            r465 = r433;
-                                            r466 = rt::bin_u32(BinOp::Add, r465, r7);
-                                            r433 = r466;
+                                            r457 = rt::bin_u32(BinOp::Add, r438, r7);
+                                            r458 = u64::from(r457);
+                                            r459 = rt::bin_u64(BinOp::Mul, r458, r450);
+                                            r460 = rt::bin_u64(BinOp::Add, r447, r459);
+                                            r461 = rt::bin_u64(BinOp::Add, r460, r450);
+                                            r462 = rt::cmp(BinOp::Le, r461, r448);
+                                            r464 = r462;
+                                            if r464 {
+                                                b0.st_u32(r460, r308)?;
+                                            }
+                                            r465 = rt::bin_u32(BinOp::Add, r438, r52);
+                                            r466 = u64::from(r465);
+                                            r467 = rt::bin_u64(BinOp::Mul, r466, r450);
+                                            r468 = rt::bin_u64(BinOp::Add, r447, r467);
+                                            r469 = rt::bin_u64(BinOp::Add, r468, r450);
+                                            r470 = rt::cmp(BinOp::Le, r469, r448);
+                                            r472 = r470;
+                                            if r472 {
+                                                b0.st_u32(r468, r370)?;
+                                            }
+                                            r473 = rt::bin_u32(BinOp::Add, r438, r34);
+                                            r474 = u64::from(r473);
+                                            r475 = rt::bin_u64(BinOp::Mul, r474, r450);
+                                            r476 = rt::bin_u64(BinOp::Add, r447, r475);
+                                            r477 = rt::bin_u64(BinOp::Add, r476, r450);
+                                            r478 = rt::cmp(BinOp::Le, r477, r448);
+                                            r480 = r478;
+                                            if r480 {
+                                                b0.st_u32(r476, r432)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r481 = r199;
+                                            r482 = rt::cmp(BinOp::Ge, r437, r436);
+                                            if r482 {
+                                                r483 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r484 = p0;
+                                                r485 = rt::cmp(BinOp::Lt, r483, r484);
+                                                r481 = r485;
+                                            } else {
+                                                r481 = r199;
+                                            }
+                                            r486 = r481;
+                                            if r486 {
+                                                r487 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r488 = u64::from(r487);
+                                                r489 = rt::bin_u64(BinOp::Mul, r488, r450);
+                                                r490 = rt::bin_u64(BinOp::Add, r447, r489);
+                                                r491 = rt::bin_u64(BinOp::Add, r490, r450);
+                                                r492 = rt::cmp(BinOp::Le, r491, r448);
+                                                r494 = r492;
+                                                if r494 {
+                                                    b0.st_u32(r490, r246)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r495 = rt::bin_u32(BinOp::Add, r437, r7);
+                                        'b31: {
+                                            r496 = r199;
+                                            r497 = rt::cmp(BinOp::Ge, r495, r436);
+                                            if r497 {
+                                                r498 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r499 = p0;
+                                                r500 = rt::cmp(BinOp::Lt, r498, r499);
+                                                r496 = r500;
+                                            } else {
+                                                r496 = r199;
+                                            }
+                                            r501 = r496;
+                                            if r501 {
+                                                r502 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r503 = u64::from(r502);
+                                                r504 = rt::bin_u64(BinOp::Mul, r503, r450);
+                                                r505 = rt::bin_u64(BinOp::Add, r447, r504);
+                                                r506 = rt::bin_u64(BinOp::Add, r505, r450);
+                                                r507 = rt::cmp(BinOp::Le, r506, r448);
+                                                r509 = r507;
+                                                if r509 {
+                                                    b0.st_u32(r505, r308)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r510 = rt::bin_u32(BinOp::Add, r437, r52);
+                                        'b32: {
+                                            r511 = r199;
+                                            r512 = rt::cmp(BinOp::Ge, r510, r436);
+                                            if r512 {
+                                                r513 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r514 = p0;
+                                                r515 = rt::cmp(BinOp::Lt, r513, r514);
+                                                r511 = r515;
+                                            } else {
+                                                r511 = r199;
+                                            }
+                                            r516 = r511;
+                                            if r516 {
+                                                r517 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r518 = u64::from(r517);
+                                                r519 = rt::bin_u64(BinOp::Mul, r518, r450);
+                                                r520 = rt::bin_u64(BinOp::Add, r447, r519);
+                                                r521 = rt::bin_u64(BinOp::Add, r520, r450);
+                                                r522 = rt::cmp(BinOp::Le, r521, r448);
+                                                r524 = r522;
+                                                if r524 {
+                                                    b0.st_u32(r520, r370)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r525 = rt::bin_u32(BinOp::Add, r437, r34);
+                                        'b33: {
+                                            r526 = r199;
+                                            r527 = rt::cmp(BinOp::Ge, r525, r436);
+                                            if r527 {
+                                                r528 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r529 = p0;
+                                                r530 = rt::cmp(BinOp::Lt, r528, r529);
+                                                r526 = r530;
+                                            } else {
+                                                r526 = r199;
+                                            }
+                                            r531 = r526;
+                                            if r531 {
+                                                r532 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r533 = u64::from(r532);
+                                                r534 = rt::bin_u64(BinOp::Mul, r533, r450);
+                                                r535 = rt::bin_u64(BinOp::Add, r447, r534);
+                                                r536 = rt::bin_u64(BinOp::Add, r535, r450);
+                                                r537 = rt::cmp(BinOp::Le, r536, r448);
+                                                r539 = r537;
+                                                if r539 {
+                                                    b0.st_u32(r535, r432)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r467 = r18;
-                                r468 = rt::bin_u32(BinOp::Add, r467, r31);
-                                r18 = r468;
+                                r540 = r18;
+                                r541 = rt::bin_u32(BinOp::Add, r540, r31);
+                                r18 = r541;
                             }
                             break 'b2;
                         }
@@ -10637,7 +11047,7 @@ pub static PHILOX_RAND: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 488,
+    ops: 570,
     group: philox_rand_group,
     parted: None,
 };
@@ -11100,42 +11510,115 @@ fn philox_rand_group(
                 let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: u32 = 0u32;
+                let mut r433: bool = false;
                 let mut r434: bool = false;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
-                let mut r438: bool = false;
-                let mut r439: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: bool = false;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: bool = false;
                 let mut r442: bool = false;
                 let mut r443: u32 = 0u32;
                 let mut r444: u32 = 0u32;
                 let mut r445: bool = false;
                 let mut r446: bool = false;
-                let mut r447: u32 = 0u32;
+                let mut r447: u64 = 0u64;
                 let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
-                let mut r454: u32 = 0u32;
+                let mut r454: bool = false;
                 let mut r455: bool = false;
-                let mut r456: u32 = 0u32;
-                let mut r457: bool = false;
-                let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
-                let mut r460: u32 = 0u32;
+                let mut r456: bool = false;
+                let mut r457: u32 = 0u32;
+                let mut r458: u64 = 0u64;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
                 let mut r461: u64 = 0u64;
                 let mut r462: bool = false;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
+                let mut r466: u64 = 0u64;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: bool = false;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: u32 = 0u32;
+                let mut r474: u64 = 0u64;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: bool = false;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                let mut r487: u32 = 0u32;
+                let mut r488: u64 = 0u64;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: bool = false;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: u32 = 0u32;
+                let mut r496: bool = false;
+                let mut r497: bool = false;
+                let mut r498: u32 = 0u32;
+                let mut r499: u32 = 0u32;
+                let mut r500: bool = false;
+                let mut r501: bool = false;
+                let mut r502: u32 = 0u32;
+                let mut r503: u64 = 0u64;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: u32 = 0u32;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: u32 = 0u32;
+                let mut r514: u32 = 0u32;
+                let mut r515: bool = false;
+                let mut r516: bool = false;
+                let mut r517: u32 = 0u32;
+                let mut r518: u64 = 0u64;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: bool = false;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: u32 = 0u32;
+                let mut r526: bool = false;
+                let mut r527: bool = false;
+                let mut r528: u32 = 0u32;
+                let mut r529: u32 = 0u32;
+                let mut r530: bool = false;
+                let mut r531: bool = false;
+                let mut r532: u32 = 0u32;
+                let mut r533: u64 = 0u64;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: bool = false;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -11164,9 +11647,9 @@ fn philox_rand_group(
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
                     r232 = 0x80000001u32;
-                    r448 = 0x0u64;
-                    r449 = b0.len();
-                    r451 = 0x4u64;
+                    r447 = 0x0u64;
+                    r448 = b0.len();
+                    r450 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -11790,61 +12273,193 @@ fn philox_rand_group(
                                     }
                                     r432 = r371;
                                     'b29: {
-                                        r433 = r18;
+                                        r433 = r199;
                                         r434 = r199;
                                         r435 = p3;
                                         r436 = rt::bin_u32(BinOp::And, r435, r34);
-                                        'l2: loop {
-                                            'c2: {
-                                                r437 = r433;
-                                                r438 = rt::cmp(BinOp::Lt, r437, r39);
-                                                if r438 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r439 = rt::bin_u32(BinOp::Mul, r39, r178);
-                                                r440 = r433;
-                                                r441 = rt::bin_u32(BinOp::Add, r439, r440);
-                                                r442 = rt::cmp(BinOp::Ge, r441, r436);
-                                                if r442 {
-                                                    r443 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r444 = p0;
-                                                    r445 = rt::cmp(BinOp::Lt, r443, r444);
-                                                    r434 = r445;
-                                                } else {
-                                                    r434 = r199;
-                                                }
-                                                r446 = r434;
-                                                if r446 {
-                                                    r447 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r450 = u64::from(r447);
-                                                    r452 = rt::bin_u64(BinOp::Mul, r450, r451);
-                                                    r453 = rt::bin_u64(BinOp::Add, r448, r452);
-                                                    r454 = r433;
-                                                    r455 = rt::cmp(BinOp::Eq, r454, r7);
-                                                    r456 = if r455 { r308 } else { r246 };
-                                                    r457 = rt::cmp(BinOp::Eq, r454, r52);
-                                                    r458 = if r457 { r370 } else { r456 };
-                                                    r459 = rt::cmp(BinOp::Eq, r454, r34);
-                                                    r460 = if r459 { r432 } else { r458 };
-                                                    r461 = rt::bin_u64(BinOp::Add, r453, r451);
-                                                    r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r464 = r462;
-                                                    if r464 {
-                                                        b0.st_u32(r453, r460)?;
-                                                    }
-                                                }
+                                        r437 = rt::bin_u32(BinOp::Mul, r39, r178);
+                                        r438 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                        r439 = rt::cmp(BinOp::Ge, r437, r436);
+                                        if r439 {
+                                            r440 = p0;
+                                            r441 = rt::cmp(BinOp::Lt, r438, r440);
+                                            r433 = r441;
+                                        } else {
+                                            r433 = r199;
+                                        }
+                                        r442 = r433;
+                                        if r442 {
+                                            r443 = p0;
+                                            r444 = rt::bin_u32(BinOp::Sub, r443, r438);
+                                            r445 = rt::cmp(BinOp::Ge, r444, r39);
+                                            r434 = r445;
+                                        } else {
+                                            r434 = r199;
+                                        }
+                                        r446 = r434;
+                                        if r446 {
+                                            r449 = u64::from(r438);
+                                            r451 = rt::bin_u64(BinOp::Mul, r449, r450);
+                                            r452 = rt::bin_u64(BinOp::Add, r447, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r452, r450);
+                                            r454 = rt::cmp(BinOp::Le, r453, r448);
+                                            r456 = r454;
+                                            if r456 {
+                                                b0.st_u32(r452, r246)?;
                                             }
-                                            r465 = r433;
-                                            r466 = rt::bin_u32(BinOp::Add, r465, r7);
-                                            r433 = r466;
+                                            r457 = rt::bin_u32(BinOp::Add, r438, r7);
+                                            r458 = u64::from(r457);
+                                            r459 = rt::bin_u64(BinOp::Mul, r458, r450);
+                                            r460 = rt::bin_u64(BinOp::Add, r447, r459);
+                                            r461 = rt::bin_u64(BinOp::Add, r460, r450);
+                                            r462 = rt::cmp(BinOp::Le, r461, r448);
+                                            r464 = r462;
+                                            if r464 {
+                                                b0.st_u32(r460, r308)?;
+                                            }
+                                            r465 = rt::bin_u32(BinOp::Add, r438, r52);
+                                            r466 = u64::from(r465);
+                                            r467 = rt::bin_u64(BinOp::Mul, r466, r450);
+                                            r468 = rt::bin_u64(BinOp::Add, r447, r467);
+                                            r469 = rt::bin_u64(BinOp::Add, r468, r450);
+                                            r470 = rt::cmp(BinOp::Le, r469, r448);
+                                            r472 = r470;
+                                            if r472 {
+                                                b0.st_u32(r468, r370)?;
+                                            }
+                                            r473 = rt::bin_u32(BinOp::Add, r438, r34);
+                                            r474 = u64::from(r473);
+                                            r475 = rt::bin_u64(BinOp::Mul, r474, r450);
+                                            r476 = rt::bin_u64(BinOp::Add, r447, r475);
+                                            r477 = rt::bin_u64(BinOp::Add, r476, r450);
+                                            r478 = rt::cmp(BinOp::Le, r477, r448);
+                                            r480 = r478;
+                                            if r480 {
+                                                b0.st_u32(r476, r432)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r481 = r199;
+                                            r482 = rt::cmp(BinOp::Ge, r437, r436);
+                                            if r482 {
+                                                r483 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r484 = p0;
+                                                r485 = rt::cmp(BinOp::Lt, r483, r484);
+                                                r481 = r485;
+                                            } else {
+                                                r481 = r199;
+                                            }
+                                            r486 = r481;
+                                            if r486 {
+                                                r487 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r488 = u64::from(r487);
+                                                r489 = rt::bin_u64(BinOp::Mul, r488, r450);
+                                                r490 = rt::bin_u64(BinOp::Add, r447, r489);
+                                                r491 = rt::bin_u64(BinOp::Add, r490, r450);
+                                                r492 = rt::cmp(BinOp::Le, r491, r448);
+                                                r494 = r492;
+                                                if r494 {
+                                                    b0.st_u32(r490, r246)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r495 = rt::bin_u32(BinOp::Add, r437, r7);
+                                        'b31: {
+                                            r496 = r199;
+                                            r497 = rt::cmp(BinOp::Ge, r495, r436);
+                                            if r497 {
+                                                r498 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r499 = p0;
+                                                r500 = rt::cmp(BinOp::Lt, r498, r499);
+                                                r496 = r500;
+                                            } else {
+                                                r496 = r199;
+                                            }
+                                            r501 = r496;
+                                            if r501 {
+                                                r502 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r503 = u64::from(r502);
+                                                r504 = rt::bin_u64(BinOp::Mul, r503, r450);
+                                                r505 = rt::bin_u64(BinOp::Add, r447, r504);
+                                                r506 = rt::bin_u64(BinOp::Add, r505, r450);
+                                                r507 = rt::cmp(BinOp::Le, r506, r448);
+                                                r509 = r507;
+                                                if r509 {
+                                                    b0.st_u32(r505, r308)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r510 = rt::bin_u32(BinOp::Add, r437, r52);
+                                        'b32: {
+                                            r511 = r199;
+                                            r512 = rt::cmp(BinOp::Ge, r510, r436);
+                                            if r512 {
+                                                r513 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r514 = p0;
+                                                r515 = rt::cmp(BinOp::Lt, r513, r514);
+                                                r511 = r515;
+                                            } else {
+                                                r511 = r199;
+                                            }
+                                            r516 = r511;
+                                            if r516 {
+                                                r517 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r518 = u64::from(r517);
+                                                r519 = rt::bin_u64(BinOp::Mul, r518, r450);
+                                                r520 = rt::bin_u64(BinOp::Add, r447, r519);
+                                                r521 = rt::bin_u64(BinOp::Add, r520, r450);
+                                                r522 = rt::cmp(BinOp::Le, r521, r448);
+                                                r524 = r522;
+                                                if r524 {
+                                                    b0.st_u32(r520, r370)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r525 = rt::bin_u32(BinOp::Add, r437, r34);
+                                        'b33: {
+                                            r526 = r199;
+                                            r527 = rt::cmp(BinOp::Ge, r525, r436);
+                                            if r527 {
+                                                r528 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r529 = p0;
+                                                r530 = rt::cmp(BinOp::Lt, r528, r529);
+                                                r526 = r530;
+                                            } else {
+                                                r526 = r199;
+                                            }
+                                            r531 = r526;
+                                            if r531 {
+                                                r532 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r533 = u64::from(r532);
+                                                r534 = rt::bin_u64(BinOp::Mul, r533, r450);
+                                                r535 = rt::bin_u64(BinOp::Add, r447, r534);
+                                                r536 = rt::bin_u64(BinOp::Add, r535, r450);
+                                                r537 = rt::cmp(BinOp::Le, r536, r448);
+                                                r539 = r537;
+                                                if r539 {
+                                                    b0.st_u32(r535, r432)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r467 = r17;
-                                r468 = rt::bin_u32(BinOp::Add, r467, r31);
-                                r17 = r468;
+                                r540 = r17;
+                                r541 = rt::bin_u32(BinOp::Add, r540, r31);
+                                r17 = r541;
                             }
                             break 'b2;
                         }
@@ -11866,7 +12481,7 @@ pub static PHILOX_RAND_WG64: keel_wgsl::native::Kernel = keel_wgsl::native::Kern
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 488,
+    ops: 570,
     group: philox_rand_wg64_group,
     parted: None,
 };
@@ -12333,42 +12948,115 @@ fn philox_rand_wg64_group(
                 let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: u32 = 0u32;
+                let mut r433: bool = false;
                 let mut r434: bool = false;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
-                let mut r438: bool = false;
-                let mut r439: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: bool = false;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: bool = false;
                 let mut r442: bool = false;
                 let mut r443: u32 = 0u32;
                 let mut r444: u32 = 0u32;
                 let mut r445: bool = false;
                 let mut r446: bool = false;
-                let mut r447: u32 = 0u32;
+                let mut r447: u64 = 0u64;
                 let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
-                let mut r454: u32 = 0u32;
+                let mut r454: bool = false;
                 let mut r455: bool = false;
-                let mut r456: u32 = 0u32;
-                let mut r457: bool = false;
-                let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
-                let mut r460: u32 = 0u32;
+                let mut r456: bool = false;
+                let mut r457: u32 = 0u32;
+                let mut r458: u64 = 0u64;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
                 let mut r461: u64 = 0u64;
                 let mut r462: bool = false;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
+                let mut r466: u64 = 0u64;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: bool = false;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: u32 = 0u32;
+                let mut r474: u64 = 0u64;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: bool = false;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                let mut r487: u32 = 0u32;
+                let mut r488: u64 = 0u64;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: bool = false;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: u32 = 0u32;
+                let mut r496: bool = false;
+                let mut r497: bool = false;
+                let mut r498: u32 = 0u32;
+                let mut r499: u32 = 0u32;
+                let mut r500: bool = false;
+                let mut r501: bool = false;
+                let mut r502: u32 = 0u32;
+                let mut r503: u64 = 0u64;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: u32 = 0u32;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: u32 = 0u32;
+                let mut r514: u32 = 0u32;
+                let mut r515: bool = false;
+                let mut r516: bool = false;
+                let mut r517: u32 = 0u32;
+                let mut r518: u64 = 0u64;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: bool = false;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: u32 = 0u32;
+                let mut r526: bool = false;
+                let mut r527: bool = false;
+                let mut r528: u32 = 0u32;
+                let mut r529: u32 = 0u32;
+                let mut r530: bool = false;
+                let mut r531: bool = false;
+                let mut r532: u32 = 0u32;
+                let mut r533: u64 = 0u64;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: bool = false;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -12397,9 +13085,9 @@ fn philox_rand_wg64_group(
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
                     r232 = 0x80000001u32;
-                    r448 = 0x0u64;
-                    r449 = b0.len();
-                    r451 = 0x4u64;
+                    r447 = 0x0u64;
+                    r448 = b0.len();
+                    r450 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -13023,61 +13711,193 @@ fn philox_rand_wg64_group(
                                     }
                                     r432 = r371;
                                     'b29: {
-                                        r433 = r18;
+                                        r433 = r199;
                                         r434 = r199;
                                         r435 = p3;
                                         r436 = rt::bin_u32(BinOp::And, r435, r34);
-                                        'l2: loop {
-                                            'c2: {
-                                                r437 = r433;
-                                                r438 = rt::cmp(BinOp::Lt, r437, r39);
-                                                if r438 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r439 = rt::bin_u32(BinOp::Mul, r39, r178);
-                                                r440 = r433;
-                                                r441 = rt::bin_u32(BinOp::Add, r439, r440);
-                                                r442 = rt::cmp(BinOp::Ge, r441, r436);
-                                                if r442 {
-                                                    r443 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r444 = p0;
-                                                    r445 = rt::cmp(BinOp::Lt, r443, r444);
-                                                    r434 = r445;
-                                                } else {
-                                                    r434 = r199;
-                                                }
-                                                r446 = r434;
-                                                if r446 {
-                                                    r447 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r450 = u64::from(r447);
-                                                    r452 = rt::bin_u64(BinOp::Mul, r450, r451);
-                                                    r453 = rt::bin_u64(BinOp::Add, r448, r452);
-                                                    r454 = r433;
-                                                    r455 = rt::cmp(BinOp::Eq, r454, r7);
-                                                    r456 = if r455 { r308 } else { r246 };
-                                                    r457 = rt::cmp(BinOp::Eq, r454, r52);
-                                                    r458 = if r457 { r370 } else { r456 };
-                                                    r459 = rt::cmp(BinOp::Eq, r454, r34);
-                                                    r460 = if r459 { r432 } else { r458 };
-                                                    r461 = rt::bin_u64(BinOp::Add, r453, r451);
-                                                    r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r464 = r462;
-                                                    if r464 {
-                                                        b0.st_u32(r453, r460)?;
-                                                    }
-                                                }
+                                        r437 = rt::bin_u32(BinOp::Mul, r39, r178);
+                                        r438 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                        r439 = rt::cmp(BinOp::Ge, r437, r436);
+                                        if r439 {
+                                            r440 = p0;
+                                            r441 = rt::cmp(BinOp::Lt, r438, r440);
+                                            r433 = r441;
+                                        } else {
+                                            r433 = r199;
+                                        }
+                                        r442 = r433;
+                                        if r442 {
+                                            r443 = p0;
+                                            r444 = rt::bin_u32(BinOp::Sub, r443, r438);
+                                            r445 = rt::cmp(BinOp::Ge, r444, r39);
+                                            r434 = r445;
+                                        } else {
+                                            r434 = r199;
+                                        }
+                                        r446 = r434;
+                                        if r446 {
+                                            r449 = u64::from(r438);
+                                            r451 = rt::bin_u64(BinOp::Mul, r449, r450);
+                                            r452 = rt::bin_u64(BinOp::Add, r447, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r452, r450);
+                                            r454 = rt::cmp(BinOp::Le, r453, r448);
+                                            r456 = r454;
+                                            if r456 {
+                                                b0.st_u32(r452, r246)?;
                                             }
-                                            r465 = r433;
-                                            r466 = rt::bin_u32(BinOp::Add, r465, r7);
-                                            r433 = r466;
+                                            r457 = rt::bin_u32(BinOp::Add, r438, r7);
+                                            r458 = u64::from(r457);
+                                            r459 = rt::bin_u64(BinOp::Mul, r458, r450);
+                                            r460 = rt::bin_u64(BinOp::Add, r447, r459);
+                                            r461 = rt::bin_u64(BinOp::Add, r460, r450);
+                                            r462 = rt::cmp(BinOp::Le, r461, r448);
+                                            r464 = r462;
+                                            if r464 {
+                                                b0.st_u32(r460, r308)?;
+                                            }
+                                            r465 = rt::bin_u32(BinOp::Add, r438, r52);
+                                            r466 = u64::from(r465);
+                                            r467 = rt::bin_u64(BinOp::Mul, r466, r450);
+                                            r468 = rt::bin_u64(BinOp::Add, r447, r467);
+                                            r469 = rt::bin_u64(BinOp::Add, r468, r450);
+                                            r470 = rt::cmp(BinOp::Le, r469, r448);
+                                            r472 = r470;
+                                            if r472 {
+                                                b0.st_u32(r468, r370)?;
+                                            }
+                                            r473 = rt::bin_u32(BinOp::Add, r438, r34);
+                                            r474 = u64::from(r473);
+                                            r475 = rt::bin_u64(BinOp::Mul, r474, r450);
+                                            r476 = rt::bin_u64(BinOp::Add, r447, r475);
+                                            r477 = rt::bin_u64(BinOp::Add, r476, r450);
+                                            r478 = rt::cmp(BinOp::Le, r477, r448);
+                                            r480 = r478;
+                                            if r480 {
+                                                b0.st_u32(r476, r432)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r481 = r199;
+                                            r482 = rt::cmp(BinOp::Ge, r437, r436);
+                                            if r482 {
+                                                r483 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r484 = p0;
+                                                r485 = rt::cmp(BinOp::Lt, r483, r484);
+                                                r481 = r485;
+                                            } else {
+                                                r481 = r199;
+                                            }
+                                            r486 = r481;
+                                            if r486 {
+                                                r487 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r488 = u64::from(r487);
+                                                r489 = rt::bin_u64(BinOp::Mul, r488, r450);
+                                                r490 = rt::bin_u64(BinOp::Add, r447, r489);
+                                                r491 = rt::bin_u64(BinOp::Add, r490, r450);
+                                                r492 = rt::cmp(BinOp::Le, r491, r448);
+                                                r494 = r492;
+                                                if r494 {
+                                                    b0.st_u32(r490, r246)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r495 = rt::bin_u32(BinOp::Add, r437, r7);
+                                        'b31: {
+                                            r496 = r199;
+                                            r497 = rt::cmp(BinOp::Ge, r495, r436);
+                                            if r497 {
+                                                r498 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r499 = p0;
+                                                r500 = rt::cmp(BinOp::Lt, r498, r499);
+                                                r496 = r500;
+                                            } else {
+                                                r496 = r199;
+                                            }
+                                            r501 = r496;
+                                            if r501 {
+                                                r502 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r503 = u64::from(r502);
+                                                r504 = rt::bin_u64(BinOp::Mul, r503, r450);
+                                                r505 = rt::bin_u64(BinOp::Add, r447, r504);
+                                                r506 = rt::bin_u64(BinOp::Add, r505, r450);
+                                                r507 = rt::cmp(BinOp::Le, r506, r448);
+                                                r509 = r507;
+                                                if r509 {
+                                                    b0.st_u32(r505, r308)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r510 = rt::bin_u32(BinOp::Add, r437, r52);
+                                        'b32: {
+                                            r511 = r199;
+                                            r512 = rt::cmp(BinOp::Ge, r510, r436);
+                                            if r512 {
+                                                r513 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r514 = p0;
+                                                r515 = rt::cmp(BinOp::Lt, r513, r514);
+                                                r511 = r515;
+                                            } else {
+                                                r511 = r199;
+                                            }
+                                            r516 = r511;
+                                            if r516 {
+                                                r517 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r518 = u64::from(r517);
+                                                r519 = rt::bin_u64(BinOp::Mul, r518, r450);
+                                                r520 = rt::bin_u64(BinOp::Add, r447, r519);
+                                                r521 = rt::bin_u64(BinOp::Add, r520, r450);
+                                                r522 = rt::cmp(BinOp::Le, r521, r448);
+                                                r524 = r522;
+                                                if r524 {
+                                                    b0.st_u32(r520, r370)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r525 = rt::bin_u32(BinOp::Add, r437, r34);
+                                        'b33: {
+                                            r526 = r199;
+                                            r527 = rt::cmp(BinOp::Ge, r525, r436);
+                                            if r527 {
+                                                r528 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r529 = p0;
+                                                r530 = rt::cmp(BinOp::Lt, r528, r529);
+                                                r526 = r530;
+                                            } else {
+                                                r526 = r199;
+                                            }
+                                            r531 = r526;
+                                            if r531 {
+                                                r532 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r533 = u64::from(r532);
+                                                r534 = rt::bin_u64(BinOp::Mul, r533, r450);
+                                                r535 = rt::bin_u64(BinOp::Add, r447, r534);
+                                                r536 = rt::bin_u64(BinOp::Add, r535, r450);
+                                                r537 = rt::cmp(BinOp::Le, r536, r448);
+                                                r539 = r537;
+                                                if r539 {
+                                                    b0.st_u32(r535, r432)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r467 = r17;
-                                r468 = rt::bin_u32(BinOp::Add, r467, r31);
-                                r17 = r468;
+                                r540 = r17;
+                                r541 = rt::bin_u32(BinOp::Add, r540, r31);
+                                r17 = r541;
                             }
                             break 'b2;
                         }
@@ -13099,7 +13919,7 @@ pub static PHILOX_RANDN: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel {
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2288,
+    ops: 2370,
     group: philox_randn_group,
     parted: None,
 };
@@ -15144,42 +15964,115 @@ fn philox_randn_group(
                 let mut r2007: u32 = 0u32;
                 let mut r2008: u32 = 0u32;
                 let mut r2009: u32 = 0u32;
-                let mut r2010: u32 = 0u32;
+                let mut r2010: bool = false;
                 let mut r2011: bool = false;
                 let mut r2012: u32 = 0u32;
                 let mut r2013: u32 = 0u32;
                 let mut r2014: u32 = 0u32;
-                let mut r2015: bool = false;
-                let mut r2016: u32 = 0u32;
+                let mut r2015: u32 = 0u32;
+                let mut r2016: bool = false;
                 let mut r2017: u32 = 0u32;
-                let mut r2018: u32 = 0u32;
+                let mut r2018: bool = false;
                 let mut r2019: bool = false;
                 let mut r2020: u32 = 0u32;
                 let mut r2021: u32 = 0u32;
                 let mut r2022: bool = false;
                 let mut r2023: bool = false;
-                let mut r2024: u32 = 0u32;
+                let mut r2024: u64 = 0u64;
                 let mut r2025: u64 = 0u64;
                 let mut r2026: u64 = 0u64;
                 let mut r2027: u64 = 0u64;
                 let mut r2028: u64 = 0u64;
                 let mut r2029: u64 = 0u64;
                 let mut r2030: u64 = 0u64;
-                let mut r2031: u32 = 0u32;
+                let mut r2031: bool = false;
                 let mut r2032: bool = false;
-                let mut r2033: u32 = 0u32;
-                let mut r2034: bool = false;
-                let mut r2035: u32 = 0u32;
-                let mut r2036: bool = false;
-                let mut r2037: u32 = 0u32;
+                let mut r2033: bool = false;
+                let mut r2034: u32 = 0u32;
+                let mut r2035: u64 = 0u64;
+                let mut r2036: u64 = 0u64;
+                let mut r2037: u64 = 0u64;
                 let mut r2038: u64 = 0u64;
                 let mut r2039: bool = false;
                 let mut r2040: bool = false;
                 let mut r2041: bool = false;
                 let mut r2042: u32 = 0u32;
-                let mut r2043: u32 = 0u32;
-                let mut r2044: u32 = 0u32;
-                let mut r2045: u32 = 0u32;
+                let mut r2043: u64 = 0u64;
+                let mut r2044: u64 = 0u64;
+                let mut r2045: u64 = 0u64;
+                let mut r2046: u64 = 0u64;
+                let mut r2047: bool = false;
+                let mut r2048: bool = false;
+                let mut r2049: bool = false;
+                let mut r2050: u32 = 0u32;
+                let mut r2051: u64 = 0u64;
+                let mut r2052: u64 = 0u64;
+                let mut r2053: u64 = 0u64;
+                let mut r2054: u64 = 0u64;
+                let mut r2055: bool = false;
+                let mut r2056: bool = false;
+                let mut r2057: bool = false;
+                let mut r2058: bool = false;
+                let mut r2059: bool = false;
+                let mut r2060: u32 = 0u32;
+                let mut r2061: u32 = 0u32;
+                let mut r2062: bool = false;
+                let mut r2063: bool = false;
+                let mut r2064: u32 = 0u32;
+                let mut r2065: u64 = 0u64;
+                let mut r2066: u64 = 0u64;
+                let mut r2067: u64 = 0u64;
+                let mut r2068: u64 = 0u64;
+                let mut r2069: bool = false;
+                let mut r2070: bool = false;
+                let mut r2071: bool = false;
+                let mut r2072: u32 = 0u32;
+                let mut r2073: bool = false;
+                let mut r2074: bool = false;
+                let mut r2075: u32 = 0u32;
+                let mut r2076: u32 = 0u32;
+                let mut r2077: bool = false;
+                let mut r2078: bool = false;
+                let mut r2079: u32 = 0u32;
+                let mut r2080: u64 = 0u64;
+                let mut r2081: u64 = 0u64;
+                let mut r2082: u64 = 0u64;
+                let mut r2083: u64 = 0u64;
+                let mut r2084: bool = false;
+                let mut r2085: bool = false;
+                let mut r2086: bool = false;
+                let mut r2087: u32 = 0u32;
+                let mut r2088: bool = false;
+                let mut r2089: bool = false;
+                let mut r2090: u32 = 0u32;
+                let mut r2091: u32 = 0u32;
+                let mut r2092: bool = false;
+                let mut r2093: bool = false;
+                let mut r2094: u32 = 0u32;
+                let mut r2095: u64 = 0u64;
+                let mut r2096: u64 = 0u64;
+                let mut r2097: u64 = 0u64;
+                let mut r2098: u64 = 0u64;
+                let mut r2099: bool = false;
+                let mut r2100: bool = false;
+                let mut r2101: bool = false;
+                let mut r2102: u32 = 0u32;
+                let mut r2103: bool = false;
+                let mut r2104: bool = false;
+                let mut r2105: u32 = 0u32;
+                let mut r2106: u32 = 0u32;
+                let mut r2107: bool = false;
+                let mut r2108: bool = false;
+                let mut r2109: u32 = 0u32;
+                let mut r2110: u64 = 0u64;
+                let mut r2111: u64 = 0u64;
+                let mut r2112: u64 = 0u64;
+                let mut r2113: u64 = 0u64;
+                let mut r2114: bool = false;
+                let mut r2115: bool = false;
+                let mut r2116: bool = false;
+                let mut r2117: u32 = 0u32;
+                let mut r2118: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -15256,9 +16149,9 @@ fn philox_randn_group(
                     r813 = 149i32;
                     r865 = 7i32;
                     r898 = 0x7u32;
-                    r2025 = 0x0u64;
-                    r2026 = b0.len();
-                    r2028 = 0x4u64;
+                    r2024 = 0x0u64;
+                    r2025 = b0.len();
+                    r2027 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -20749,61 +21642,193 @@ fn philox_randn_group(
                                     r2008 = r22;
                                     r2009 = r23;
                                     'b90: {
-                                        r2010 = r19;
+                                        r2010 = r577;
                                         r2011 = r577;
                                         r2012 = p3;
                                         r2013 = rt::bin_u32(BinOp::And, r2012, r42);
-                                        'l4: loop {
-                                            'c4: {
-                                                r2014 = r2010;
-                                                r2015 = rt::cmp(BinOp::Lt, r2014, r47);
-                                                if r2015 {
-                                                } else {
-                                                    break 'l4;
-                                                }
-                                                r2016 = rt::bin_u32(BinOp::Mul, r47, r2005);
-                                                r2017 = r2010;
-                                                r2018 = rt::bin_u32(BinOp::Add, r2016, r2017);
-                                                r2019 = rt::cmp(BinOp::Ge, r2018, r2013);
-                                                if r2019 {
-                                                    r2020 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2021 = p0;
-                                                    r2022 = rt::cmp(BinOp::Lt, r2020, r2021);
-                                                    r2011 = r2022;
-                                                } else {
-                                                    r2011 = r577;
-                                                }
-                                                r2023 = r2011;
-                                                if r2023 {
-                                                    r2024 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2027 = u64::from(r2024);
-                                                    r2029 = rt::bin_u64(BinOp::Mul, r2027, r2028);
-                                                    r2030 = rt::bin_u64(BinOp::Add, r2025, r2029);
-                                                    r2031 = r2010;
-                                                    r2032 = rt::cmp(BinOp::Eq, r2031, r7);
-                                                    r2033 = if r2032 { r2007 } else { r2006 };
-                                                    r2034 = rt::cmp(BinOp::Eq, r2031, r17);
-                                                    r2035 = if r2034 { r2008 } else { r2033 };
-                                                    r2036 = rt::cmp(BinOp::Eq, r2031, r42);
-                                                    r2037 = if r2036 { r2009 } else { r2035 };
-                                                    r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
-                                                    r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2041 = r2039;
-                                                    if r2041 {
-                                                        b0.st_u32(r2030, r2037)?;
-                                                    }
-                                                }
+                                        r2014 = rt::bin_u32(BinOp::Mul, r47, r2005);
+                                        r2015 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                        r2016 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                        if r2016 {
+                                            r2017 = p0;
+                                            r2018 = rt::cmp(BinOp::Lt, r2015, r2017);
+                                            r2010 = r2018;
+                                        } else {
+                                            r2010 = r577;
+                                        }
+                                        r2019 = r2010;
+                                        if r2019 {
+                                            r2020 = p0;
+                                            r2021 = rt::bin_u32(BinOp::Sub, r2020, r2015);
+                                            r2022 = rt::cmp(BinOp::Ge, r2021, r47);
+                                            r2011 = r2022;
+                                        } else {
+                                            r2011 = r577;
+                                        }
+                                        r2023 = r2011;
+                                        if r2023 {
+                                            r2026 = u64::from(r2015);
+                                            r2028 = rt::bin_u64(BinOp::Mul, r2026, r2027);
+                                            r2029 = rt::bin_u64(BinOp::Add, r2024, r2028);
+                                            r2030 = rt::bin_u64(BinOp::Add, r2029, r2027);
+                                            r2031 = rt::cmp(BinOp::Le, r2030, r2025);
+                                            r2033 = r2031;
+                                            if r2033 {
+                                                b0.st_u32(r2029, r2006)?;
                                             }
-                                            r2042 = r2010;
-                                            r2043 = rt::bin_u32(BinOp::Add, r2042, r7);
-                                            r2010 = r2043;
+                                            r2034 = rt::bin_u32(BinOp::Add, r2015, r7);
+                                            r2035 = u64::from(r2034);
+                                            r2036 = rt::bin_u64(BinOp::Mul, r2035, r2027);
+                                            r2037 = rt::bin_u64(BinOp::Add, r2024, r2036);
+                                            r2038 = rt::bin_u64(BinOp::Add, r2037, r2027);
+                                            r2039 = rt::cmp(BinOp::Le, r2038, r2025);
+                                            r2041 = r2039;
+                                            if r2041 {
+                                                b0.st_u32(r2037, r2007)?;
+                                            }
+                                            r2042 = rt::bin_u32(BinOp::Add, r2015, r17);
+                                            r2043 = u64::from(r2042);
+                                            r2044 = rt::bin_u64(BinOp::Mul, r2043, r2027);
+                                            r2045 = rt::bin_u64(BinOp::Add, r2024, r2044);
+                                            r2046 = rt::bin_u64(BinOp::Add, r2045, r2027);
+                                            r2047 = rt::cmp(BinOp::Le, r2046, r2025);
+                                            r2049 = r2047;
+                                            if r2049 {
+                                                b0.st_u32(r2045, r2008)?;
+                                            }
+                                            r2050 = rt::bin_u32(BinOp::Add, r2015, r42);
+                                            r2051 = u64::from(r2050);
+                                            r2052 = rt::bin_u64(BinOp::Mul, r2051, r2027);
+                                            r2053 = rt::bin_u64(BinOp::Add, r2024, r2052);
+                                            r2054 = rt::bin_u64(BinOp::Add, r2053, r2027);
+                                            r2055 = rt::cmp(BinOp::Le, r2054, r2025);
+                                            r2057 = r2055;
+                                            if r2057 {
+                                                b0.st_u32(r2053, r2009)?;
+                                            }
+                                            break 'b90;
+                                        }
+                                        'b91: {
+                                            r2058 = r577;
+                                            r2059 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                            if r2059 {
+                                                r2060 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2061 = p0;
+                                                r2062 = rt::cmp(BinOp::Lt, r2060, r2061);
+                                                r2058 = r2062;
+                                            } else {
+                                                r2058 = r577;
+                                            }
+                                            r2063 = r2058;
+                                            if r2063 {
+                                                r2064 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2065 = u64::from(r2064);
+                                                r2066 = rt::bin_u64(BinOp::Mul, r2065, r2027);
+                                                r2067 = rt::bin_u64(BinOp::Add, r2024, r2066);
+                                                r2068 = rt::bin_u64(BinOp::Add, r2067, r2027);
+                                                r2069 = rt::cmp(BinOp::Le, r2068, r2025);
+                                                r2071 = r2069;
+                                                if r2071 {
+                                                    b0.st_u32(r2067, r2006)?;
+                                                }
+                                                break 'b91;
+                                            } else {
+                                                break 'b91;
+                                            }
+                                        }
+                                        r2072 = rt::bin_u32(BinOp::Add, r2014, r7);
+                                        'b92: {
+                                            r2073 = r577;
+                                            r2074 = rt::cmp(BinOp::Ge, r2072, r2013);
+                                            if r2074 {
+                                                r2075 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2076 = p0;
+                                                r2077 = rt::cmp(BinOp::Lt, r2075, r2076);
+                                                r2073 = r2077;
+                                            } else {
+                                                r2073 = r577;
+                                            }
+                                            r2078 = r2073;
+                                            if r2078 {
+                                                r2079 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2080 = u64::from(r2079);
+                                                r2081 = rt::bin_u64(BinOp::Mul, r2080, r2027);
+                                                r2082 = rt::bin_u64(BinOp::Add, r2024, r2081);
+                                                r2083 = rt::bin_u64(BinOp::Add, r2082, r2027);
+                                                r2084 = rt::cmp(BinOp::Le, r2083, r2025);
+                                                r2086 = r2084;
+                                                if r2086 {
+                                                    b0.st_u32(r2082, r2007)?;
+                                                }
+                                                break 'b92;
+                                            } else {
+                                                break 'b92;
+                                            }
+                                        }
+                                        r2087 = rt::bin_u32(BinOp::Add, r2014, r17);
+                                        'b93: {
+                                            r2088 = r577;
+                                            r2089 = rt::cmp(BinOp::Ge, r2087, r2013);
+                                            if r2089 {
+                                                r2090 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2091 = p0;
+                                                r2092 = rt::cmp(BinOp::Lt, r2090, r2091);
+                                                r2088 = r2092;
+                                            } else {
+                                                r2088 = r577;
+                                            }
+                                            r2093 = r2088;
+                                            if r2093 {
+                                                r2094 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2095 = u64::from(r2094);
+                                                r2096 = rt::bin_u64(BinOp::Mul, r2095, r2027);
+                                                r2097 = rt::bin_u64(BinOp::Add, r2024, r2096);
+                                                r2098 = rt::bin_u64(BinOp::Add, r2097, r2027);
+                                                r2099 = rt::cmp(BinOp::Le, r2098, r2025);
+                                                r2101 = r2099;
+                                                if r2101 {
+                                                    b0.st_u32(r2097, r2008)?;
+                                                }
+                                                break 'b93;
+                                            } else {
+                                                break 'b93;
+                                            }
+                                        }
+                                        r2102 = rt::bin_u32(BinOp::Add, r2014, r42);
+                                        'b94: {
+                                            r2103 = r577;
+                                            r2104 = rt::cmp(BinOp::Ge, r2102, r2013);
+                                            if r2104 {
+                                                r2105 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2106 = p0;
+                                                r2107 = rt::cmp(BinOp::Lt, r2105, r2106);
+                                                r2103 = r2107;
+                                            } else {
+                                                r2103 = r577;
+                                            }
+                                            r2108 = r2103;
+                                            if r2108 {
+                                                r2109 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2110 = u64::from(r2109);
+                                                r2111 = rt::bin_u64(BinOp::Mul, r2110, r2027);
+                                                r2112 = rt::bin_u64(BinOp::Add, r2024, r2111);
+                                                r2113 = rt::bin_u64(BinOp::Add, r2112, r2027);
+                                                r2114 = rt::cmp(BinOp::Le, r2113, r2025);
+                                                r2116 = r2114;
+                                                if r2116 {
+                                                    b0.st_u32(r2112, r2009)?;
+                                                }
+                                                break 'b94;
+                                            } else {
+                                                break 'b94;
+                                            }
                                         }
                                         break 'b90;
                                     }
                                 }
-                                r2044 = r18;
-                                r2045 = rt::bin_u32(BinOp::Add, r2044, r39);
-                                r18 = r2045;
+                                r2117 = r18;
+                                r2118 = rt::bin_u32(BinOp::Add, r2117, r39);
+                                r18 = r2118;
                             }
                             break 'b2;
                         }
@@ -20825,7 +21850,7 @@ pub static PHILOX_UNIFORM: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 488,
+    ops: 570,
     group: philox_uniform_group,
     parted: None,
 };
@@ -21292,42 +22317,115 @@ fn philox_uniform_group(
                 let mut r430: u32 = 0u32;
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
-                let mut r433: u32 = 0u32;
+                let mut r433: bool = false;
                 let mut r434: bool = false;
                 let mut r435: u32 = 0u32;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
-                let mut r438: bool = false;
-                let mut r439: u32 = 0u32;
+                let mut r438: u32 = 0u32;
+                let mut r439: bool = false;
                 let mut r440: u32 = 0u32;
-                let mut r441: u32 = 0u32;
+                let mut r441: bool = false;
                 let mut r442: bool = false;
                 let mut r443: u32 = 0u32;
                 let mut r444: u32 = 0u32;
                 let mut r445: bool = false;
                 let mut r446: bool = false;
-                let mut r447: u32 = 0u32;
+                let mut r447: u64 = 0u64;
                 let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
-                let mut r454: u32 = 0u32;
+                let mut r454: bool = false;
                 let mut r455: bool = false;
-                let mut r456: u32 = 0u32;
-                let mut r457: bool = false;
-                let mut r458: u32 = 0u32;
-                let mut r459: bool = false;
-                let mut r460: u32 = 0u32;
+                let mut r456: bool = false;
+                let mut r457: u32 = 0u32;
+                let mut r458: u64 = 0u64;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
                 let mut r461: u64 = 0u64;
                 let mut r462: bool = false;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: u32 = 0u32;
-                let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
+                let mut r466: u64 = 0u64;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: bool = false;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: u32 = 0u32;
+                let mut r474: u64 = 0u64;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: bool = false;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: u32 = 0u32;
+                let mut r484: u32 = 0u32;
+                let mut r485: bool = false;
+                let mut r486: bool = false;
+                let mut r487: u32 = 0u32;
+                let mut r488: u64 = 0u64;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: bool = false;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: u32 = 0u32;
+                let mut r496: bool = false;
+                let mut r497: bool = false;
+                let mut r498: u32 = 0u32;
+                let mut r499: u32 = 0u32;
+                let mut r500: bool = false;
+                let mut r501: bool = false;
+                let mut r502: u32 = 0u32;
+                let mut r503: u64 = 0u64;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: bool = false;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: u32 = 0u32;
+                let mut r511: bool = false;
+                let mut r512: bool = false;
+                let mut r513: u32 = 0u32;
+                let mut r514: u32 = 0u32;
+                let mut r515: bool = false;
+                let mut r516: bool = false;
+                let mut r517: u32 = 0u32;
+                let mut r518: u64 = 0u64;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: bool = false;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: u32 = 0u32;
+                let mut r526: bool = false;
+                let mut r527: bool = false;
+                let mut r528: u32 = 0u32;
+                let mut r529: u32 = 0u32;
+                let mut r530: bool = false;
+                let mut r531: bool = false;
+                let mut r532: u32 = 0u32;
+                let mut r533: u64 = 0u64;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: bool = false;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: u32 = 0u32;
+                let mut r541: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -21356,9 +22454,9 @@ fn philox_uniform_group(
                     r202 = 0xffffffu32;
                     r205 = f32::from_bits(0x33800000);
                     r232 = 0x80000001u32;
-                    r448 = 0x0u64;
-                    r449 = b0.len();
-                    r451 = 0x4u64;
+                    r447 = 0x0u64;
+                    r448 = b0.len();
+                    r450 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -21982,61 +23080,193 @@ fn philox_uniform_group(
                                     }
                                     r432 = r371;
                                     'b29: {
-                                        r433 = r19;
+                                        r433 = r199;
                                         r434 = r199;
                                         r435 = p3;
                                         r436 = rt::bin_u32(BinOp::And, r435, r17);
-                                        'l2: loop {
-                                            'c2: {
-                                                r437 = r433;
-                                                r438 = rt::cmp(BinOp::Lt, r437, r39);
-                                                if r438 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r439 = rt::bin_u32(BinOp::Mul, r39, r178);
-                                                r440 = r433;
-                                                r441 = rt::bin_u32(BinOp::Add, r439, r440);
-                                                r442 = rt::cmp(BinOp::Ge, r441, r436);
-                                                if r442 {
-                                                    r443 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r444 = p0;
-                                                    r445 = rt::cmp(BinOp::Lt, r443, r444);
-                                                    r434 = r445;
-                                                } else {
-                                                    r434 = r199;
-                                                }
-                                                r446 = r434;
-                                                if r446 {
-                                                    r447 = rt::bin_u32(BinOp::Sub, r441, r436);
-                                                    r450 = u64::from(r447);
-                                                    r452 = rt::bin_u64(BinOp::Mul, r450, r451);
-                                                    r453 = rt::bin_u64(BinOp::Add, r448, r452);
-                                                    r454 = r433;
-                                                    r455 = rt::cmp(BinOp::Eq, r454, r7);
-                                                    r456 = if r455 { r308 } else { r246 };
-                                                    r457 = rt::cmp(BinOp::Eq, r454, r52);
-                                                    r458 = if r457 { r370 } else { r456 };
-                                                    r459 = rt::cmp(BinOp::Eq, r454, r17);
-                                                    r460 = if r459 { r432 } else { r458 };
-                                                    r461 = rt::bin_u64(BinOp::Add, r453, r451);
-                                                    r462 = rt::cmp(BinOp::Le, r461, r449);
-                                                    r464 = r462;
-                                                    if r464 {
-                                                        b0.st_u32(r453, r460)?;
-                                                    }
-                                                }
+                                        r437 = rt::bin_u32(BinOp::Mul, r39, r178);
+                                        r438 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                        r439 = rt::cmp(BinOp::Ge, r437, r436);
+                                        if r439 {
+                                            r440 = p0;
+                                            r441 = rt::cmp(BinOp::Lt, r438, r440);
+                                            r433 = r441;
+                                        } else {
+                                            r433 = r199;
+                                        }
+                                        r442 = r433;
+                                        if r442 {
+                                            r443 = p0;
+                                            r444 = rt::bin_u32(BinOp::Sub, r443, r438);
+                                            r445 = rt::cmp(BinOp::Ge, r444, r39);
+                                            r434 = r445;
+                                        } else {
+                                            r434 = r199;
+                                        }
+                                        r446 = r434;
+                                        if r446 {
+                                            r449 = u64::from(r438);
+                                            r451 = rt::bin_u64(BinOp::Mul, r449, r450);
+                                            r452 = rt::bin_u64(BinOp::Add, r447, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r452, r450);
+                                            r454 = rt::cmp(BinOp::Le, r453, r448);
+                                            r456 = r454;
+                                            if r456 {
+                                                b0.st_u32(r452, r246)?;
                                             }
-                                            r465 = r433;
-                                            r466 = rt::bin_u32(BinOp::Add, r465, r7);
-                                            r433 = r466;
+                                            r457 = rt::bin_u32(BinOp::Add, r438, r7);
+                                            r458 = u64::from(r457);
+                                            r459 = rt::bin_u64(BinOp::Mul, r458, r450);
+                                            r460 = rt::bin_u64(BinOp::Add, r447, r459);
+                                            r461 = rt::bin_u64(BinOp::Add, r460, r450);
+                                            r462 = rt::cmp(BinOp::Le, r461, r448);
+                                            r464 = r462;
+                                            if r464 {
+                                                b0.st_u32(r460, r308)?;
+                                            }
+                                            r465 = rt::bin_u32(BinOp::Add, r438, r52);
+                                            r466 = u64::from(r465);
+                                            r467 = rt::bin_u64(BinOp::Mul, r466, r450);
+                                            r468 = rt::bin_u64(BinOp::Add, r447, r467);
+                                            r469 = rt::bin_u64(BinOp::Add, r468, r450);
+                                            r470 = rt::cmp(BinOp::Le, r469, r448);
+                                            r472 = r470;
+                                            if r472 {
+                                                b0.st_u32(r468, r370)?;
+                                            }
+                                            r473 = rt::bin_u32(BinOp::Add, r438, r17);
+                                            r474 = u64::from(r473);
+                                            r475 = rt::bin_u64(BinOp::Mul, r474, r450);
+                                            r476 = rt::bin_u64(BinOp::Add, r447, r475);
+                                            r477 = rt::bin_u64(BinOp::Add, r476, r450);
+                                            r478 = rt::cmp(BinOp::Le, r477, r448);
+                                            r480 = r478;
+                                            if r480 {
+                                                b0.st_u32(r476, r432)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r481 = r199;
+                                            r482 = rt::cmp(BinOp::Ge, r437, r436);
+                                            if r482 {
+                                                r483 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r484 = p0;
+                                                r485 = rt::cmp(BinOp::Lt, r483, r484);
+                                                r481 = r485;
+                                            } else {
+                                                r481 = r199;
+                                            }
+                                            r486 = r481;
+                                            if r486 {
+                                                r487 = rt::bin_u32(BinOp::Sub, r437, r436);
+                                                r488 = u64::from(r487);
+                                                r489 = rt::bin_u64(BinOp::Mul, r488, r450);
+                                                r490 = rt::bin_u64(BinOp::Add, r447, r489);
+                                                r491 = rt::bin_u64(BinOp::Add, r490, r450);
+                                                r492 = rt::cmp(BinOp::Le, r491, r448);
+                                                r494 = r492;
+                                                if r494 {
+                                                    b0.st_u32(r490, r246)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r495 = rt::bin_u32(BinOp::Add, r437, r7);
+                                        'b31: {
+                                            r496 = r199;
+                                            r497 = rt::cmp(BinOp::Ge, r495, r436);
+                                            if r497 {
+                                                r498 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r499 = p0;
+                                                r500 = rt::cmp(BinOp::Lt, r498, r499);
+                                                r496 = r500;
+                                            } else {
+                                                r496 = r199;
+                                            }
+                                            r501 = r496;
+                                            if r501 {
+                                                r502 = rt::bin_u32(BinOp::Sub, r495, r436);
+                                                r503 = u64::from(r502);
+                                                r504 = rt::bin_u64(BinOp::Mul, r503, r450);
+                                                r505 = rt::bin_u64(BinOp::Add, r447, r504);
+                                                r506 = rt::bin_u64(BinOp::Add, r505, r450);
+                                                r507 = rt::cmp(BinOp::Le, r506, r448);
+                                                r509 = r507;
+                                                if r509 {
+                                                    b0.st_u32(r505, r308)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r510 = rt::bin_u32(BinOp::Add, r437, r52);
+                                        'b32: {
+                                            r511 = r199;
+                                            r512 = rt::cmp(BinOp::Ge, r510, r436);
+                                            if r512 {
+                                                r513 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r514 = p0;
+                                                r515 = rt::cmp(BinOp::Lt, r513, r514);
+                                                r511 = r515;
+                                            } else {
+                                                r511 = r199;
+                                            }
+                                            r516 = r511;
+                                            if r516 {
+                                                r517 = rt::bin_u32(BinOp::Sub, r510, r436);
+                                                r518 = u64::from(r517);
+                                                r519 = rt::bin_u64(BinOp::Mul, r518, r450);
+                                                r520 = rt::bin_u64(BinOp::Add, r447, r519);
+                                                r521 = rt::bin_u64(BinOp::Add, r520, r450);
+                                                r522 = rt::cmp(BinOp::Le, r521, r448);
+                                                r524 = r522;
+                                                if r524 {
+                                                    b0.st_u32(r520, r370)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r525 = rt::bin_u32(BinOp::Add, r437, r17);
+                                        'b33: {
+                                            r526 = r199;
+                                            r527 = rt::cmp(BinOp::Ge, r525, r436);
+                                            if r527 {
+                                                r528 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r529 = p0;
+                                                r530 = rt::cmp(BinOp::Lt, r528, r529);
+                                                r526 = r530;
+                                            } else {
+                                                r526 = r199;
+                                            }
+                                            r531 = r526;
+                                            if r531 {
+                                                r532 = rt::bin_u32(BinOp::Sub, r525, r436);
+                                                r533 = u64::from(r532);
+                                                r534 = rt::bin_u64(BinOp::Mul, r533, r450);
+                                                r535 = rt::bin_u64(BinOp::Add, r447, r534);
+                                                r536 = rt::bin_u64(BinOp::Add, r535, r450);
+                                                r537 = rt::cmp(BinOp::Le, r536, r448);
+                                                r539 = r537;
+                                                if r539 {
+                                                    b0.st_u32(r535, r432)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r467 = r18;
-                                r468 = rt::bin_u32(BinOp::Add, r467, r32);
-                                r18 = r468;
+                                r540 = r18;
+                                r541 = rt::bin_u32(BinOp::Add, r540, r32);
+                                r18 = r541;
                             }
                             break 'b2;
                         }
@@ -22058,7 +23288,7 @@ pub static PHILOX_NORMAL: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel 
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2288,
+    ops: 2370,
     group: philox_normal_group,
     parted: None,
 };
@@ -24103,42 +25333,115 @@ fn philox_normal_group(
                 let mut r2007: u32 = 0u32;
                 let mut r2008: u32 = 0u32;
                 let mut r2009: u32 = 0u32;
-                let mut r2010: u32 = 0u32;
+                let mut r2010: bool = false;
                 let mut r2011: bool = false;
                 let mut r2012: u32 = 0u32;
                 let mut r2013: u32 = 0u32;
                 let mut r2014: u32 = 0u32;
-                let mut r2015: bool = false;
-                let mut r2016: u32 = 0u32;
+                let mut r2015: u32 = 0u32;
+                let mut r2016: bool = false;
                 let mut r2017: u32 = 0u32;
-                let mut r2018: u32 = 0u32;
+                let mut r2018: bool = false;
                 let mut r2019: bool = false;
                 let mut r2020: u32 = 0u32;
                 let mut r2021: u32 = 0u32;
                 let mut r2022: bool = false;
                 let mut r2023: bool = false;
-                let mut r2024: u32 = 0u32;
+                let mut r2024: u64 = 0u64;
                 let mut r2025: u64 = 0u64;
                 let mut r2026: u64 = 0u64;
                 let mut r2027: u64 = 0u64;
                 let mut r2028: u64 = 0u64;
                 let mut r2029: u64 = 0u64;
                 let mut r2030: u64 = 0u64;
-                let mut r2031: u32 = 0u32;
+                let mut r2031: bool = false;
                 let mut r2032: bool = false;
-                let mut r2033: u32 = 0u32;
-                let mut r2034: bool = false;
-                let mut r2035: u32 = 0u32;
-                let mut r2036: bool = false;
-                let mut r2037: u32 = 0u32;
+                let mut r2033: bool = false;
+                let mut r2034: u32 = 0u32;
+                let mut r2035: u64 = 0u64;
+                let mut r2036: u64 = 0u64;
+                let mut r2037: u64 = 0u64;
                 let mut r2038: u64 = 0u64;
                 let mut r2039: bool = false;
                 let mut r2040: bool = false;
                 let mut r2041: bool = false;
                 let mut r2042: u32 = 0u32;
-                let mut r2043: u32 = 0u32;
-                let mut r2044: u32 = 0u32;
-                let mut r2045: u32 = 0u32;
+                let mut r2043: u64 = 0u64;
+                let mut r2044: u64 = 0u64;
+                let mut r2045: u64 = 0u64;
+                let mut r2046: u64 = 0u64;
+                let mut r2047: bool = false;
+                let mut r2048: bool = false;
+                let mut r2049: bool = false;
+                let mut r2050: u32 = 0u32;
+                let mut r2051: u64 = 0u64;
+                let mut r2052: u64 = 0u64;
+                let mut r2053: u64 = 0u64;
+                let mut r2054: u64 = 0u64;
+                let mut r2055: bool = false;
+                let mut r2056: bool = false;
+                let mut r2057: bool = false;
+                let mut r2058: bool = false;
+                let mut r2059: bool = false;
+                let mut r2060: u32 = 0u32;
+                let mut r2061: u32 = 0u32;
+                let mut r2062: bool = false;
+                let mut r2063: bool = false;
+                let mut r2064: u32 = 0u32;
+                let mut r2065: u64 = 0u64;
+                let mut r2066: u64 = 0u64;
+                let mut r2067: u64 = 0u64;
+                let mut r2068: u64 = 0u64;
+                let mut r2069: bool = false;
+                let mut r2070: bool = false;
+                let mut r2071: bool = false;
+                let mut r2072: u32 = 0u32;
+                let mut r2073: bool = false;
+                let mut r2074: bool = false;
+                let mut r2075: u32 = 0u32;
+                let mut r2076: u32 = 0u32;
+                let mut r2077: bool = false;
+                let mut r2078: bool = false;
+                let mut r2079: u32 = 0u32;
+                let mut r2080: u64 = 0u64;
+                let mut r2081: u64 = 0u64;
+                let mut r2082: u64 = 0u64;
+                let mut r2083: u64 = 0u64;
+                let mut r2084: bool = false;
+                let mut r2085: bool = false;
+                let mut r2086: bool = false;
+                let mut r2087: u32 = 0u32;
+                let mut r2088: bool = false;
+                let mut r2089: bool = false;
+                let mut r2090: u32 = 0u32;
+                let mut r2091: u32 = 0u32;
+                let mut r2092: bool = false;
+                let mut r2093: bool = false;
+                let mut r2094: u32 = 0u32;
+                let mut r2095: u64 = 0u64;
+                let mut r2096: u64 = 0u64;
+                let mut r2097: u64 = 0u64;
+                let mut r2098: u64 = 0u64;
+                let mut r2099: bool = false;
+                let mut r2100: bool = false;
+                let mut r2101: bool = false;
+                let mut r2102: u32 = 0u32;
+                let mut r2103: bool = false;
+                let mut r2104: bool = false;
+                let mut r2105: u32 = 0u32;
+                let mut r2106: u32 = 0u32;
+                let mut r2107: bool = false;
+                let mut r2108: bool = false;
+                let mut r2109: u32 = 0u32;
+                let mut r2110: u64 = 0u64;
+                let mut r2111: u64 = 0u64;
+                let mut r2112: u64 = 0u64;
+                let mut r2113: u64 = 0u64;
+                let mut r2114: bool = false;
+                let mut r2115: bool = false;
+                let mut r2116: bool = false;
+                let mut r2117: u32 = 0u32;
+                let mut r2118: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -24215,9 +25518,9 @@ fn philox_normal_group(
                     r813 = 149i32;
                     r865 = 7i32;
                     r898 = 0x7u32;
-                    r2025 = 0x0u64;
-                    r2026 = b0.len();
-                    r2028 = 0x4u64;
+                    r2024 = 0x0u64;
+                    r2025 = b0.len();
+                    r2027 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -29708,61 +31011,193 @@ fn philox_normal_group(
                                     r2008 = r22;
                                     r2009 = r23;
                                     'b90: {
-                                        r2010 = r19;
+                                        r2010 = r577;
                                         r2011 = r577;
                                         r2012 = p3;
                                         r2013 = rt::bin_u32(BinOp::And, r2012, r42);
-                                        'l4: loop {
-                                            'c4: {
-                                                r2014 = r2010;
-                                                r2015 = rt::cmp(BinOp::Lt, r2014, r17);
-                                                if r2015 {
-                                                } else {
-                                                    break 'l4;
-                                                }
-                                                r2016 = rt::bin_u32(BinOp::Mul, r17, r2005);
-                                                r2017 = r2010;
-                                                r2018 = rt::bin_u32(BinOp::Add, r2016, r2017);
-                                                r2019 = rt::cmp(BinOp::Ge, r2018, r2013);
-                                                if r2019 {
-                                                    r2020 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2021 = p0;
-                                                    r2022 = rt::cmp(BinOp::Lt, r2020, r2021);
-                                                    r2011 = r2022;
-                                                } else {
-                                                    r2011 = r577;
-                                                }
-                                                r2023 = r2011;
-                                                if r2023 {
-                                                    r2024 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2027 = u64::from(r2024);
-                                                    r2029 = rt::bin_u64(BinOp::Mul, r2027, r2028);
-                                                    r2030 = rt::bin_u64(BinOp::Add, r2025, r2029);
-                                                    r2031 = r2010;
-                                                    r2032 = rt::cmp(BinOp::Eq, r2031, r7);
-                                                    r2033 = if r2032 { r2007 } else { r2006 };
-                                                    r2034 = rt::cmp(BinOp::Eq, r2031, r60);
-                                                    r2035 = if r2034 { r2008 } else { r2033 };
-                                                    r2036 = rt::cmp(BinOp::Eq, r2031, r42);
-                                                    r2037 = if r2036 { r2009 } else { r2035 };
-                                                    r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
-                                                    r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2041 = r2039;
-                                                    if r2041 {
-                                                        b0.st_u32(r2030, r2037)?;
-                                                    }
-                                                }
+                                        r2014 = rt::bin_u32(BinOp::Mul, r17, r2005);
+                                        r2015 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                        r2016 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                        if r2016 {
+                                            r2017 = p0;
+                                            r2018 = rt::cmp(BinOp::Lt, r2015, r2017);
+                                            r2010 = r2018;
+                                        } else {
+                                            r2010 = r577;
+                                        }
+                                        r2019 = r2010;
+                                        if r2019 {
+                                            r2020 = p0;
+                                            r2021 = rt::bin_u32(BinOp::Sub, r2020, r2015);
+                                            r2022 = rt::cmp(BinOp::Ge, r2021, r17);
+                                            r2011 = r2022;
+                                        } else {
+                                            r2011 = r577;
+                                        }
+                                        r2023 = r2011;
+                                        if r2023 {
+                                            r2026 = u64::from(r2015);
+                                            r2028 = rt::bin_u64(BinOp::Mul, r2026, r2027);
+                                            r2029 = rt::bin_u64(BinOp::Add, r2024, r2028);
+                                            r2030 = rt::bin_u64(BinOp::Add, r2029, r2027);
+                                            r2031 = rt::cmp(BinOp::Le, r2030, r2025);
+                                            r2033 = r2031;
+                                            if r2033 {
+                                                b0.st_u32(r2029, r2006)?;
                                             }
-                                            r2042 = r2010;
-                                            r2043 = rt::bin_u32(BinOp::Add, r2042, r7);
-                                            r2010 = r2043;
+                                            r2034 = rt::bin_u32(BinOp::Add, r2015, r7);
+                                            r2035 = u64::from(r2034);
+                                            r2036 = rt::bin_u64(BinOp::Mul, r2035, r2027);
+                                            r2037 = rt::bin_u64(BinOp::Add, r2024, r2036);
+                                            r2038 = rt::bin_u64(BinOp::Add, r2037, r2027);
+                                            r2039 = rt::cmp(BinOp::Le, r2038, r2025);
+                                            r2041 = r2039;
+                                            if r2041 {
+                                                b0.st_u32(r2037, r2007)?;
+                                            }
+                                            r2042 = rt::bin_u32(BinOp::Add, r2015, r60);
+                                            r2043 = u64::from(r2042);
+                                            r2044 = rt::bin_u64(BinOp::Mul, r2043, r2027);
+                                            r2045 = rt::bin_u64(BinOp::Add, r2024, r2044);
+                                            r2046 = rt::bin_u64(BinOp::Add, r2045, r2027);
+                                            r2047 = rt::cmp(BinOp::Le, r2046, r2025);
+                                            r2049 = r2047;
+                                            if r2049 {
+                                                b0.st_u32(r2045, r2008)?;
+                                            }
+                                            r2050 = rt::bin_u32(BinOp::Add, r2015, r42);
+                                            r2051 = u64::from(r2050);
+                                            r2052 = rt::bin_u64(BinOp::Mul, r2051, r2027);
+                                            r2053 = rt::bin_u64(BinOp::Add, r2024, r2052);
+                                            r2054 = rt::bin_u64(BinOp::Add, r2053, r2027);
+                                            r2055 = rt::cmp(BinOp::Le, r2054, r2025);
+                                            r2057 = r2055;
+                                            if r2057 {
+                                                b0.st_u32(r2053, r2009)?;
+                                            }
+                                            break 'b90;
+                                        }
+                                        'b91: {
+                                            r2058 = r577;
+                                            r2059 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                            if r2059 {
+                                                r2060 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2061 = p0;
+                                                r2062 = rt::cmp(BinOp::Lt, r2060, r2061);
+                                                r2058 = r2062;
+                                            } else {
+                                                r2058 = r577;
+                                            }
+                                            r2063 = r2058;
+                                            if r2063 {
+                                                r2064 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2065 = u64::from(r2064);
+                                                r2066 = rt::bin_u64(BinOp::Mul, r2065, r2027);
+                                                r2067 = rt::bin_u64(BinOp::Add, r2024, r2066);
+                                                r2068 = rt::bin_u64(BinOp::Add, r2067, r2027);
+                                                r2069 = rt::cmp(BinOp::Le, r2068, r2025);
+                                                r2071 = r2069;
+                                                if r2071 {
+                                                    b0.st_u32(r2067, r2006)?;
+                                                }
+                                                break 'b91;
+                                            } else {
+                                                break 'b91;
+                                            }
+                                        }
+                                        r2072 = rt::bin_u32(BinOp::Add, r2014, r7);
+                                        'b92: {
+                                            r2073 = r577;
+                                            r2074 = rt::cmp(BinOp::Ge, r2072, r2013);
+                                            if r2074 {
+                                                r2075 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2076 = p0;
+                                                r2077 = rt::cmp(BinOp::Lt, r2075, r2076);
+                                                r2073 = r2077;
+                                            } else {
+                                                r2073 = r577;
+                                            }
+                                            r2078 = r2073;
+                                            if r2078 {
+                                                r2079 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2080 = u64::from(r2079);
+                                                r2081 = rt::bin_u64(BinOp::Mul, r2080, r2027);
+                                                r2082 = rt::bin_u64(BinOp::Add, r2024, r2081);
+                                                r2083 = rt::bin_u64(BinOp::Add, r2082, r2027);
+                                                r2084 = rt::cmp(BinOp::Le, r2083, r2025);
+                                                r2086 = r2084;
+                                                if r2086 {
+                                                    b0.st_u32(r2082, r2007)?;
+                                                }
+                                                break 'b92;
+                                            } else {
+                                                break 'b92;
+                                            }
+                                        }
+                                        r2087 = rt::bin_u32(BinOp::Add, r2014, r60);
+                                        'b93: {
+                                            r2088 = r577;
+                                            r2089 = rt::cmp(BinOp::Ge, r2087, r2013);
+                                            if r2089 {
+                                                r2090 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2091 = p0;
+                                                r2092 = rt::cmp(BinOp::Lt, r2090, r2091);
+                                                r2088 = r2092;
+                                            } else {
+                                                r2088 = r577;
+                                            }
+                                            r2093 = r2088;
+                                            if r2093 {
+                                                r2094 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2095 = u64::from(r2094);
+                                                r2096 = rt::bin_u64(BinOp::Mul, r2095, r2027);
+                                                r2097 = rt::bin_u64(BinOp::Add, r2024, r2096);
+                                                r2098 = rt::bin_u64(BinOp::Add, r2097, r2027);
+                                                r2099 = rt::cmp(BinOp::Le, r2098, r2025);
+                                                r2101 = r2099;
+                                                if r2101 {
+                                                    b0.st_u32(r2097, r2008)?;
+                                                }
+                                                break 'b93;
+                                            } else {
+                                                break 'b93;
+                                            }
+                                        }
+                                        r2102 = rt::bin_u32(BinOp::Add, r2014, r42);
+                                        'b94: {
+                                            r2103 = r577;
+                                            r2104 = rt::cmp(BinOp::Ge, r2102, r2013);
+                                            if r2104 {
+                                                r2105 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2106 = p0;
+                                                r2107 = rt::cmp(BinOp::Lt, r2105, r2106);
+                                                r2103 = r2107;
+                                            } else {
+                                                r2103 = r577;
+                                            }
+                                            r2108 = r2103;
+                                            if r2108 {
+                                                r2109 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2110 = u64::from(r2109);
+                                                r2111 = rt::bin_u64(BinOp::Mul, r2110, r2027);
+                                                r2112 = rt::bin_u64(BinOp::Add, r2024, r2111);
+                                                r2113 = rt::bin_u64(BinOp::Add, r2112, r2027);
+                                                r2114 = rt::cmp(BinOp::Le, r2113, r2025);
+                                                r2116 = r2114;
+                                                if r2116 {
+                                                    b0.st_u32(r2112, r2009)?;
+                                                }
+                                                break 'b94;
+                                            } else {
+                                                break 'b94;
+                                            }
                                         }
                                         break 'b90;
                                     }
                                 }
-                                r2044 = r18;
-                                r2045 = rt::bin_u32(BinOp::Add, r2044, r39);
-                                r18 = r2045;
+                                r2117 = r18;
+                                r2118 = rt::bin_u32(BinOp::Add, r2117, r39);
+                                r18 = r2118;
                             }
                             break 'b2;
                         }
@@ -29784,7 +31219,7 @@ pub static PHILOX_NORMAL_PLAIN: keel_wgsl::native::Kernel = keel_wgsl::native::K
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 2288,
+    ops: 2370,
     group: philox_normal_plain_group,
     parted: None,
 };
@@ -31829,42 +33264,115 @@ fn philox_normal_plain_group(
                 let mut r2007: u32 = 0u32;
                 let mut r2008: u32 = 0u32;
                 let mut r2009: u32 = 0u32;
-                let mut r2010: u32 = 0u32;
+                let mut r2010: bool = false;
                 let mut r2011: bool = false;
                 let mut r2012: u32 = 0u32;
                 let mut r2013: u32 = 0u32;
                 let mut r2014: u32 = 0u32;
-                let mut r2015: bool = false;
-                let mut r2016: u32 = 0u32;
+                let mut r2015: u32 = 0u32;
+                let mut r2016: bool = false;
                 let mut r2017: u32 = 0u32;
-                let mut r2018: u32 = 0u32;
+                let mut r2018: bool = false;
                 let mut r2019: bool = false;
                 let mut r2020: u32 = 0u32;
                 let mut r2021: u32 = 0u32;
                 let mut r2022: bool = false;
                 let mut r2023: bool = false;
-                let mut r2024: u32 = 0u32;
+                let mut r2024: u64 = 0u64;
                 let mut r2025: u64 = 0u64;
                 let mut r2026: u64 = 0u64;
                 let mut r2027: u64 = 0u64;
                 let mut r2028: u64 = 0u64;
                 let mut r2029: u64 = 0u64;
                 let mut r2030: u64 = 0u64;
-                let mut r2031: u32 = 0u32;
+                let mut r2031: bool = false;
                 let mut r2032: bool = false;
-                let mut r2033: u32 = 0u32;
-                let mut r2034: bool = false;
-                let mut r2035: u32 = 0u32;
-                let mut r2036: bool = false;
-                let mut r2037: u32 = 0u32;
+                let mut r2033: bool = false;
+                let mut r2034: u32 = 0u32;
+                let mut r2035: u64 = 0u64;
+                let mut r2036: u64 = 0u64;
+                let mut r2037: u64 = 0u64;
                 let mut r2038: u64 = 0u64;
                 let mut r2039: bool = false;
                 let mut r2040: bool = false;
                 let mut r2041: bool = false;
                 let mut r2042: u32 = 0u32;
-                let mut r2043: u32 = 0u32;
-                let mut r2044: u32 = 0u32;
-                let mut r2045: u32 = 0u32;
+                let mut r2043: u64 = 0u64;
+                let mut r2044: u64 = 0u64;
+                let mut r2045: u64 = 0u64;
+                let mut r2046: u64 = 0u64;
+                let mut r2047: bool = false;
+                let mut r2048: bool = false;
+                let mut r2049: bool = false;
+                let mut r2050: u32 = 0u32;
+                let mut r2051: u64 = 0u64;
+                let mut r2052: u64 = 0u64;
+                let mut r2053: u64 = 0u64;
+                let mut r2054: u64 = 0u64;
+                let mut r2055: bool = false;
+                let mut r2056: bool = false;
+                let mut r2057: bool = false;
+                let mut r2058: bool = false;
+                let mut r2059: bool = false;
+                let mut r2060: u32 = 0u32;
+                let mut r2061: u32 = 0u32;
+                let mut r2062: bool = false;
+                let mut r2063: bool = false;
+                let mut r2064: u32 = 0u32;
+                let mut r2065: u64 = 0u64;
+                let mut r2066: u64 = 0u64;
+                let mut r2067: u64 = 0u64;
+                let mut r2068: u64 = 0u64;
+                let mut r2069: bool = false;
+                let mut r2070: bool = false;
+                let mut r2071: bool = false;
+                let mut r2072: u32 = 0u32;
+                let mut r2073: bool = false;
+                let mut r2074: bool = false;
+                let mut r2075: u32 = 0u32;
+                let mut r2076: u32 = 0u32;
+                let mut r2077: bool = false;
+                let mut r2078: bool = false;
+                let mut r2079: u32 = 0u32;
+                let mut r2080: u64 = 0u64;
+                let mut r2081: u64 = 0u64;
+                let mut r2082: u64 = 0u64;
+                let mut r2083: u64 = 0u64;
+                let mut r2084: bool = false;
+                let mut r2085: bool = false;
+                let mut r2086: bool = false;
+                let mut r2087: u32 = 0u32;
+                let mut r2088: bool = false;
+                let mut r2089: bool = false;
+                let mut r2090: u32 = 0u32;
+                let mut r2091: u32 = 0u32;
+                let mut r2092: bool = false;
+                let mut r2093: bool = false;
+                let mut r2094: u32 = 0u32;
+                let mut r2095: u64 = 0u64;
+                let mut r2096: u64 = 0u64;
+                let mut r2097: u64 = 0u64;
+                let mut r2098: u64 = 0u64;
+                let mut r2099: bool = false;
+                let mut r2100: bool = false;
+                let mut r2101: bool = false;
+                let mut r2102: u32 = 0u32;
+                let mut r2103: bool = false;
+                let mut r2104: bool = false;
+                let mut r2105: u32 = 0u32;
+                let mut r2106: u32 = 0u32;
+                let mut r2107: bool = false;
+                let mut r2108: bool = false;
+                let mut r2109: u32 = 0u32;
+                let mut r2110: u64 = 0u64;
+                let mut r2111: u64 = 0u64;
+                let mut r2112: u64 = 0u64;
+                let mut r2113: u64 = 0u64;
+                let mut r2114: bool = false;
+                let mut r2115: bool = false;
+                let mut r2116: bool = false;
+                let mut r2117: u32 = 0u32;
+                let mut r2118: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -31941,9 +33449,9 @@ fn philox_normal_plain_group(
                     r813 = 149i32;
                     r865 = 7i32;
                     r898 = 0x7u32;
-                    r2025 = 0x0u64;
-                    r2026 = b0.len();
-                    r2028 = 0x4u64;
+                    r2024 = 0x0u64;
+                    r2025 = b0.len();
+                    r2027 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -37434,61 +38942,193 @@ fn philox_normal_plain_group(
                                     r2008 = r22;
                                     r2009 = r23;
                                     'b90: {
-                                        r2010 = r19;
+                                        r2010 = r577;
                                         r2011 = r577;
                                         r2012 = p3;
                                         r2013 = rt::bin_u32(BinOp::And, r2012, r42);
-                                        'l4: loop {
-                                            'c4: {
-                                                r2014 = r2010;
-                                                r2015 = rt::cmp(BinOp::Lt, r2014, r47);
-                                                if r2015 {
-                                                } else {
-                                                    break 'l4;
-                                                }
-                                                r2016 = rt::bin_u32(BinOp::Mul, r47, r2005);
-                                                r2017 = r2010;
-                                                r2018 = rt::bin_u32(BinOp::Add, r2016, r2017);
-                                                r2019 = rt::cmp(BinOp::Ge, r2018, r2013);
-                                                if r2019 {
-                                                    r2020 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2021 = p0;
-                                                    r2022 = rt::cmp(BinOp::Lt, r2020, r2021);
-                                                    r2011 = r2022;
-                                                } else {
-                                                    r2011 = r577;
-                                                }
-                                                r2023 = r2011;
-                                                if r2023 {
-                                                    r2024 = rt::bin_u32(BinOp::Sub, r2018, r2013);
-                                                    r2027 = u64::from(r2024);
-                                                    r2029 = rt::bin_u64(BinOp::Mul, r2027, r2028);
-                                                    r2030 = rt::bin_u64(BinOp::Add, r2025, r2029);
-                                                    r2031 = r2010;
-                                                    r2032 = rt::cmp(BinOp::Eq, r2031, r7);
-                                                    r2033 = if r2032 { r2007 } else { r2006 };
-                                                    r2034 = rt::cmp(BinOp::Eq, r2031, r61);
-                                                    r2035 = if r2034 { r2008 } else { r2033 };
-                                                    r2036 = rt::cmp(BinOp::Eq, r2031, r42);
-                                                    r2037 = if r2036 { r2009 } else { r2035 };
-                                                    r2038 = rt::bin_u64(BinOp::Add, r2030, r2028);
-                                                    r2039 = rt::cmp(BinOp::Le, r2038, r2026);
-                                                    r2041 = r2039;
-                                                    if r2041 {
-                                                        b0.st_u32(r2030, r2037)?;
-                                                    }
-                                                }
+                                        r2014 = rt::bin_u32(BinOp::Mul, r47, r2005);
+                                        r2015 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                        r2016 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                        if r2016 {
+                                            r2017 = p0;
+                                            r2018 = rt::cmp(BinOp::Lt, r2015, r2017);
+                                            r2010 = r2018;
+                                        } else {
+                                            r2010 = r577;
+                                        }
+                                        r2019 = r2010;
+                                        if r2019 {
+                                            r2020 = p0;
+                                            r2021 = rt::bin_u32(BinOp::Sub, r2020, r2015);
+                                            r2022 = rt::cmp(BinOp::Ge, r2021, r47);
+                                            r2011 = r2022;
+                                        } else {
+                                            r2011 = r577;
+                                        }
+                                        r2023 = r2011;
+                                        if r2023 {
+                                            r2026 = u64::from(r2015);
+                                            r2028 = rt::bin_u64(BinOp::Mul, r2026, r2027);
+                                            r2029 = rt::bin_u64(BinOp::Add, r2024, r2028);
+                                            r2030 = rt::bin_u64(BinOp::Add, r2029, r2027);
+                                            r2031 = rt::cmp(BinOp::Le, r2030, r2025);
+                                            r2033 = r2031;
+                                            if r2033 {
+                                                b0.st_u32(r2029, r2006)?;
                                             }
-                                            r2042 = r2010;
-                                            r2043 = rt::bin_u32(BinOp::Add, r2042, r7);
-                                            r2010 = r2043;
+                                            r2034 = rt::bin_u32(BinOp::Add, r2015, r7);
+                                            r2035 = u64::from(r2034);
+                                            r2036 = rt::bin_u64(BinOp::Mul, r2035, r2027);
+                                            r2037 = rt::bin_u64(BinOp::Add, r2024, r2036);
+                                            r2038 = rt::bin_u64(BinOp::Add, r2037, r2027);
+                                            r2039 = rt::cmp(BinOp::Le, r2038, r2025);
+                                            r2041 = r2039;
+                                            if r2041 {
+                                                b0.st_u32(r2037, r2007)?;
+                                            }
+                                            r2042 = rt::bin_u32(BinOp::Add, r2015, r61);
+                                            r2043 = u64::from(r2042);
+                                            r2044 = rt::bin_u64(BinOp::Mul, r2043, r2027);
+                                            r2045 = rt::bin_u64(BinOp::Add, r2024, r2044);
+                                            r2046 = rt::bin_u64(BinOp::Add, r2045, r2027);
+                                            r2047 = rt::cmp(BinOp::Le, r2046, r2025);
+                                            r2049 = r2047;
+                                            if r2049 {
+                                                b0.st_u32(r2045, r2008)?;
+                                            }
+                                            r2050 = rt::bin_u32(BinOp::Add, r2015, r42);
+                                            r2051 = u64::from(r2050);
+                                            r2052 = rt::bin_u64(BinOp::Mul, r2051, r2027);
+                                            r2053 = rt::bin_u64(BinOp::Add, r2024, r2052);
+                                            r2054 = rt::bin_u64(BinOp::Add, r2053, r2027);
+                                            r2055 = rt::cmp(BinOp::Le, r2054, r2025);
+                                            r2057 = r2055;
+                                            if r2057 {
+                                                b0.st_u32(r2053, r2009)?;
+                                            }
+                                            break 'b90;
+                                        }
+                                        'b91: {
+                                            r2058 = r577;
+                                            r2059 = rt::cmp(BinOp::Ge, r2014, r2013);
+                                            if r2059 {
+                                                r2060 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2061 = p0;
+                                                r2062 = rt::cmp(BinOp::Lt, r2060, r2061);
+                                                r2058 = r2062;
+                                            } else {
+                                                r2058 = r577;
+                                            }
+                                            r2063 = r2058;
+                                            if r2063 {
+                                                r2064 = rt::bin_u32(BinOp::Sub, r2014, r2013);
+                                                r2065 = u64::from(r2064);
+                                                r2066 = rt::bin_u64(BinOp::Mul, r2065, r2027);
+                                                r2067 = rt::bin_u64(BinOp::Add, r2024, r2066);
+                                                r2068 = rt::bin_u64(BinOp::Add, r2067, r2027);
+                                                r2069 = rt::cmp(BinOp::Le, r2068, r2025);
+                                                r2071 = r2069;
+                                                if r2071 {
+                                                    b0.st_u32(r2067, r2006)?;
+                                                }
+                                                break 'b91;
+                                            } else {
+                                                break 'b91;
+                                            }
+                                        }
+                                        r2072 = rt::bin_u32(BinOp::Add, r2014, r7);
+                                        'b92: {
+                                            r2073 = r577;
+                                            r2074 = rt::cmp(BinOp::Ge, r2072, r2013);
+                                            if r2074 {
+                                                r2075 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2076 = p0;
+                                                r2077 = rt::cmp(BinOp::Lt, r2075, r2076);
+                                                r2073 = r2077;
+                                            } else {
+                                                r2073 = r577;
+                                            }
+                                            r2078 = r2073;
+                                            if r2078 {
+                                                r2079 = rt::bin_u32(BinOp::Sub, r2072, r2013);
+                                                r2080 = u64::from(r2079);
+                                                r2081 = rt::bin_u64(BinOp::Mul, r2080, r2027);
+                                                r2082 = rt::bin_u64(BinOp::Add, r2024, r2081);
+                                                r2083 = rt::bin_u64(BinOp::Add, r2082, r2027);
+                                                r2084 = rt::cmp(BinOp::Le, r2083, r2025);
+                                                r2086 = r2084;
+                                                if r2086 {
+                                                    b0.st_u32(r2082, r2007)?;
+                                                }
+                                                break 'b92;
+                                            } else {
+                                                break 'b92;
+                                            }
+                                        }
+                                        r2087 = rt::bin_u32(BinOp::Add, r2014, r61);
+                                        'b93: {
+                                            r2088 = r577;
+                                            r2089 = rt::cmp(BinOp::Ge, r2087, r2013);
+                                            if r2089 {
+                                                r2090 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2091 = p0;
+                                                r2092 = rt::cmp(BinOp::Lt, r2090, r2091);
+                                                r2088 = r2092;
+                                            } else {
+                                                r2088 = r577;
+                                            }
+                                            r2093 = r2088;
+                                            if r2093 {
+                                                r2094 = rt::bin_u32(BinOp::Sub, r2087, r2013);
+                                                r2095 = u64::from(r2094);
+                                                r2096 = rt::bin_u64(BinOp::Mul, r2095, r2027);
+                                                r2097 = rt::bin_u64(BinOp::Add, r2024, r2096);
+                                                r2098 = rt::bin_u64(BinOp::Add, r2097, r2027);
+                                                r2099 = rt::cmp(BinOp::Le, r2098, r2025);
+                                                r2101 = r2099;
+                                                if r2101 {
+                                                    b0.st_u32(r2097, r2008)?;
+                                                }
+                                                break 'b93;
+                                            } else {
+                                                break 'b93;
+                                            }
+                                        }
+                                        r2102 = rt::bin_u32(BinOp::Add, r2014, r42);
+                                        'b94: {
+                                            r2103 = r577;
+                                            r2104 = rt::cmp(BinOp::Ge, r2102, r2013);
+                                            if r2104 {
+                                                r2105 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2106 = p0;
+                                                r2107 = rt::cmp(BinOp::Lt, r2105, r2106);
+                                                r2103 = r2107;
+                                            } else {
+                                                r2103 = r577;
+                                            }
+                                            r2108 = r2103;
+                                            if r2108 {
+                                                r2109 = rt::bin_u32(BinOp::Sub, r2102, r2013);
+                                                r2110 = u64::from(r2109);
+                                                r2111 = rt::bin_u64(BinOp::Mul, r2110, r2027);
+                                                r2112 = rt::bin_u64(BinOp::Add, r2024, r2111);
+                                                r2113 = rt::bin_u64(BinOp::Add, r2112, r2027);
+                                                r2114 = rt::cmp(BinOp::Le, r2113, r2025);
+                                                r2116 = r2114;
+                                                if r2116 {
+                                                    b0.st_u32(r2112, r2009)?;
+                                                }
+                                                break 'b94;
+                                            } else {
+                                                break 'b94;
+                                            }
                                         }
                                         break 'b90;
                                     }
                                 }
-                                r2044 = r18;
-                                r2045 = rt::bin_u32(BinOp::Add, r2044, r39);
-                                r18 = r2045;
+                                r2117 = r18;
+                                r2118 = rt::bin_u32(BinOp::Add, r2117, r39);
+                                r18 = r2118;
                             }
                             break 'b2;
                         }
@@ -37510,7 +39150,7 @@ pub static PHILOX_RANDINT: keel_wgsl::native::Kernel = keel_wgsl::native::Kernel
     param_bytes: 32,
     private_bytes: 0,
     shared_bytes: 0,
-    ops: 489,
+    ops: 571,
     group: philox_randint_group,
     parted: None,
 };
@@ -37978,42 +39618,115 @@ fn philox_randint_group(
                 let mut r431: u32 = 0u32;
                 let mut r432: u32 = 0u32;
                 let mut r433: u32 = 0u32;
-                let mut r434: u32 = 0u32;
+                let mut r434: bool = false;
                 let mut r435: bool = false;
                 let mut r436: u32 = 0u32;
                 let mut r437: u32 = 0u32;
                 let mut r438: u32 = 0u32;
-                let mut r439: bool = false;
-                let mut r440: u32 = 0u32;
+                let mut r439: u32 = 0u32;
+                let mut r440: bool = false;
                 let mut r441: u32 = 0u32;
-                let mut r442: u32 = 0u32;
+                let mut r442: bool = false;
                 let mut r443: bool = false;
                 let mut r444: u32 = 0u32;
                 let mut r445: u32 = 0u32;
                 let mut r446: bool = false;
                 let mut r447: bool = false;
-                let mut r448: u32 = 0u32;
+                let mut r448: u64 = 0u64;
                 let mut r449: u64 = 0u64;
                 let mut r450: u64 = 0u64;
                 let mut r451: u64 = 0u64;
                 let mut r452: u64 = 0u64;
                 let mut r453: u64 = 0u64;
                 let mut r454: u64 = 0u64;
-                let mut r455: u32 = 0u32;
+                let mut r455: bool = false;
                 let mut r456: bool = false;
-                let mut r457: u32 = 0u32;
-                let mut r458: bool = false;
-                let mut r459: u32 = 0u32;
-                let mut r460: bool = false;
-                let mut r461: u32 = 0u32;
+                let mut r457: bool = false;
+                let mut r458: u32 = 0u32;
+                let mut r459: u64 = 0u64;
+                let mut r460: u64 = 0u64;
+                let mut r461: u64 = 0u64;
                 let mut r462: u64 = 0u64;
                 let mut r463: bool = false;
                 let mut r464: bool = false;
                 let mut r465: bool = false;
                 let mut r466: u32 = 0u32;
-                let mut r467: u32 = 0u32;
-                let mut r468: u32 = 0u32;
-                let mut r469: u32 = 0u32;
+                let mut r467: u64 = 0u64;
+                let mut r468: u64 = 0u64;
+                let mut r469: u64 = 0u64;
+                let mut r470: u64 = 0u64;
+                let mut r471: bool = false;
+                let mut r472: bool = false;
+                let mut r473: bool = false;
+                let mut r474: u32 = 0u32;
+                let mut r475: u64 = 0u64;
+                let mut r476: u64 = 0u64;
+                let mut r477: u64 = 0u64;
+                let mut r478: u64 = 0u64;
+                let mut r479: bool = false;
+                let mut r480: bool = false;
+                let mut r481: bool = false;
+                let mut r482: bool = false;
+                let mut r483: bool = false;
+                let mut r484: u32 = 0u32;
+                let mut r485: u32 = 0u32;
+                let mut r486: bool = false;
+                let mut r487: bool = false;
+                let mut r488: u32 = 0u32;
+                let mut r489: u64 = 0u64;
+                let mut r490: u64 = 0u64;
+                let mut r491: u64 = 0u64;
+                let mut r492: u64 = 0u64;
+                let mut r493: bool = false;
+                let mut r494: bool = false;
+                let mut r495: bool = false;
+                let mut r496: u32 = 0u32;
+                let mut r497: bool = false;
+                let mut r498: bool = false;
+                let mut r499: u32 = 0u32;
+                let mut r500: u32 = 0u32;
+                let mut r501: bool = false;
+                let mut r502: bool = false;
+                let mut r503: u32 = 0u32;
+                let mut r504: u64 = 0u64;
+                let mut r505: u64 = 0u64;
+                let mut r506: u64 = 0u64;
+                let mut r507: u64 = 0u64;
+                let mut r508: bool = false;
+                let mut r509: bool = false;
+                let mut r510: bool = false;
+                let mut r511: u32 = 0u32;
+                let mut r512: bool = false;
+                let mut r513: bool = false;
+                let mut r514: u32 = 0u32;
+                let mut r515: u32 = 0u32;
+                let mut r516: bool = false;
+                let mut r517: bool = false;
+                let mut r518: u32 = 0u32;
+                let mut r519: u64 = 0u64;
+                let mut r520: u64 = 0u64;
+                let mut r521: u64 = 0u64;
+                let mut r522: u64 = 0u64;
+                let mut r523: bool = false;
+                let mut r524: bool = false;
+                let mut r525: bool = false;
+                let mut r526: u32 = 0u32;
+                let mut r527: bool = false;
+                let mut r528: bool = false;
+                let mut r529: u32 = 0u32;
+                let mut r530: u32 = 0u32;
+                let mut r531: bool = false;
+                let mut r532: bool = false;
+                let mut r533: u32 = 0u32;
+                let mut r534: u64 = 0u64;
+                let mut r535: u64 = 0u64;
+                let mut r536: u64 = 0u64;
+                let mut r537: u64 = 0u64;
+                let mut r538: bool = false;
+                let mut r539: bool = false;
+                let mut r540: bool = false;
+                let mut r541: u32 = 0u32;
+                let mut r542: u32 = 0u32;
                 'inv: {
                     r0 = wid[0];
                     r1 = lx;
@@ -38043,9 +39756,9 @@ fn philox_randint_group(
                     r203 = 0xffffffu32;
                     r206 = f32::from_bits(0x33800000);
                     r233 = 0x80000001u32;
-                    r449 = 0x0u64;
-                    r450 = b0.len();
-                    r452 = 0x4u64;
+                    r448 = 0x0u64;
+                    r449 = b0.len();
+                    r451 = 0x4u64;
                     r3 = rt::bin_u32(BinOp::Mul, r0, r2);
                     r4 = rt::bin_u32(BinOp::Add, r3, r1);
                     r8 = rt::bin_u32(BinOp::Mul, r5, r7);
@@ -38669,61 +40382,193 @@ fn philox_randint_group(
                                     }
                                     r433 = r372;
                                     'b29: {
-                                        r434 = r19;
+                                        r434 = r200;
                                         r435 = r200;
                                         r436 = p3;
                                         r437 = rt::bin_u32(BinOp::And, r436, r35);
-                                        'l2: loop {
-                                            'c2: {
-                                                r438 = r434;
-                                                r439 = rt::cmp(BinOp::Lt, r438, r40);
-                                                if r439 {
-                                                } else {
-                                                    break 'l2;
-                                                }
-                                                r440 = rt::bin_u32(BinOp::Mul, r40, r179);
-                                                r441 = r434;
-                                                r442 = rt::bin_u32(BinOp::Add, r440, r441);
-                                                r443 = rt::cmp(BinOp::Ge, r442, r437);
-                                                if r443 {
-                                                    r444 = rt::bin_u32(BinOp::Sub, r442, r437);
-                                                    r445 = p0;
-                                                    r446 = rt::cmp(BinOp::Lt, r444, r445);
-                                                    r435 = r446;
-                                                } else {
-                                                    r435 = r200;
-                                                }
-                                                r447 = r435;
-                                                if r447 {
-                                                    r448 = rt::bin_u32(BinOp::Sub, r442, r437);
-                                                    r451 = u64::from(r448);
-                                                    r453 = rt::bin_u64(BinOp::Mul, r451, r452);
-                                                    r454 = rt::bin_u64(BinOp::Add, r449, r453);
-                                                    r455 = r434;
-                                                    r456 = rt::cmp(BinOp::Eq, r455, r7);
-                                                    r457 = if r456 { r309 } else { r247 };
-                                                    r458 = rt::cmp(BinOp::Eq, r455, r53);
-                                                    r459 = if r458 { r371 } else { r457 };
-                                                    r460 = rt::cmp(BinOp::Eq, r455, r35);
-                                                    r461 = if r460 { r433 } else { r459 };
-                                                    r462 = rt::bin_u64(BinOp::Add, r454, r452);
-                                                    r463 = rt::cmp(BinOp::Le, r462, r450);
-                                                    r465 = r463;
-                                                    if r465 {
-                                                        b0.st_u32(r454, r461)?;
-                                                    }
-                                                }
+                                        r438 = rt::bin_u32(BinOp::Mul, r40, r179);
+                                        r439 = rt::bin_u32(BinOp::Sub, r438, r437);
+                                        r440 = rt::cmp(BinOp::Ge, r438, r437);
+                                        if r440 {
+                                            r441 = p0;
+                                            r442 = rt::cmp(BinOp::Lt, r439, r441);
+                                            r434 = r442;
+                                        } else {
+                                            r434 = r200;
+                                        }
+                                        r443 = r434;
+                                        if r443 {
+                                            r444 = p0;
+                                            r445 = rt::bin_u32(BinOp::Sub, r444, r439);
+                                            r446 = rt::cmp(BinOp::Ge, r445, r40);
+                                            r435 = r446;
+                                        } else {
+                                            r435 = r200;
+                                        }
+                                        r447 = r435;
+                                        if r447 {
+                                            r450 = u64::from(r439);
+                                            r452 = rt::bin_u64(BinOp::Mul, r450, r451);
+                                            r453 = rt::bin_u64(BinOp::Add, r448, r452);
+                                            r454 = rt::bin_u64(BinOp::Add, r453, r451);
+                                            r455 = rt::cmp(BinOp::Le, r454, r449);
+                                            r457 = r455;
+                                            if r457 {
+                                                b0.st_u32(r453, r247)?;
                                             }
-                                            r466 = r434;
-                                            r467 = rt::bin_u32(BinOp::Add, r466, r7);
-                                            r434 = r467;
+                                            r458 = rt::bin_u32(BinOp::Add, r439, r7);
+                                            r459 = u64::from(r458);
+                                            r460 = rt::bin_u64(BinOp::Mul, r459, r451);
+                                            r461 = rt::bin_u64(BinOp::Add, r448, r460);
+                                            r462 = rt::bin_u64(BinOp::Add, r461, r451);
+                                            r463 = rt::cmp(BinOp::Le, r462, r449);
+                                            r465 = r463;
+                                            if r465 {
+                                                b0.st_u32(r461, r309)?;
+                                            }
+                                            r466 = rt::bin_u32(BinOp::Add, r439, r53);
+                                            r467 = u64::from(r466);
+                                            r468 = rt::bin_u64(BinOp::Mul, r467, r451);
+                                            r469 = rt::bin_u64(BinOp::Add, r448, r468);
+                                            r470 = rt::bin_u64(BinOp::Add, r469, r451);
+                                            r471 = rt::cmp(BinOp::Le, r470, r449);
+                                            r473 = r471;
+                                            if r473 {
+                                                b0.st_u32(r469, r371)?;
+                                            }
+                                            r474 = rt::bin_u32(BinOp::Add, r439, r35);
+                                            r475 = u64::from(r474);
+                                            r476 = rt::bin_u64(BinOp::Mul, r475, r451);
+                                            r477 = rt::bin_u64(BinOp::Add, r448, r476);
+                                            r478 = rt::bin_u64(BinOp::Add, r477, r451);
+                                            r479 = rt::cmp(BinOp::Le, r478, r449);
+                                            r481 = r479;
+                                            if r481 {
+                                                b0.st_u32(r477, r433)?;
+                                            }
+                                            break 'b29;
+                                        }
+                                        'b30: {
+                                            r482 = r200;
+                                            r483 = rt::cmp(BinOp::Ge, r438, r437);
+                                            if r483 {
+                                                r484 = rt::bin_u32(BinOp::Sub, r438, r437);
+                                                r485 = p0;
+                                                r486 = rt::cmp(BinOp::Lt, r484, r485);
+                                                r482 = r486;
+                                            } else {
+                                                r482 = r200;
+                                            }
+                                            r487 = r482;
+                                            if r487 {
+                                                r488 = rt::bin_u32(BinOp::Sub, r438, r437);
+                                                r489 = u64::from(r488);
+                                                r490 = rt::bin_u64(BinOp::Mul, r489, r451);
+                                                r491 = rt::bin_u64(BinOp::Add, r448, r490);
+                                                r492 = rt::bin_u64(BinOp::Add, r491, r451);
+                                                r493 = rt::cmp(BinOp::Le, r492, r449);
+                                                r495 = r493;
+                                                if r495 {
+                                                    b0.st_u32(r491, r247)?;
+                                                }
+                                                break 'b30;
+                                            } else {
+                                                break 'b30;
+                                            }
+                                        }
+                                        r496 = rt::bin_u32(BinOp::Add, r438, r7);
+                                        'b31: {
+                                            r497 = r200;
+                                            r498 = rt::cmp(BinOp::Ge, r496, r437);
+                                            if r498 {
+                                                r499 = rt::bin_u32(BinOp::Sub, r496, r437);
+                                                r500 = p0;
+                                                r501 = rt::cmp(BinOp::Lt, r499, r500);
+                                                r497 = r501;
+                                            } else {
+                                                r497 = r200;
+                                            }
+                                            r502 = r497;
+                                            if r502 {
+                                                r503 = rt::bin_u32(BinOp::Sub, r496, r437);
+                                                r504 = u64::from(r503);
+                                                r505 = rt::bin_u64(BinOp::Mul, r504, r451);
+                                                r506 = rt::bin_u64(BinOp::Add, r448, r505);
+                                                r507 = rt::bin_u64(BinOp::Add, r506, r451);
+                                                r508 = rt::cmp(BinOp::Le, r507, r449);
+                                                r510 = r508;
+                                                if r510 {
+                                                    b0.st_u32(r506, r309)?;
+                                                }
+                                                break 'b31;
+                                            } else {
+                                                break 'b31;
+                                            }
+                                        }
+                                        r511 = rt::bin_u32(BinOp::Add, r438, r53);
+                                        'b32: {
+                                            r512 = r200;
+                                            r513 = rt::cmp(BinOp::Ge, r511, r437);
+                                            if r513 {
+                                                r514 = rt::bin_u32(BinOp::Sub, r511, r437);
+                                                r515 = p0;
+                                                r516 = rt::cmp(BinOp::Lt, r514, r515);
+                                                r512 = r516;
+                                            } else {
+                                                r512 = r200;
+                                            }
+                                            r517 = r512;
+                                            if r517 {
+                                                r518 = rt::bin_u32(BinOp::Sub, r511, r437);
+                                                r519 = u64::from(r518);
+                                                r520 = rt::bin_u64(BinOp::Mul, r519, r451);
+                                                r521 = rt::bin_u64(BinOp::Add, r448, r520);
+                                                r522 = rt::bin_u64(BinOp::Add, r521, r451);
+                                                r523 = rt::cmp(BinOp::Le, r522, r449);
+                                                r525 = r523;
+                                                if r525 {
+                                                    b0.st_u32(r521, r371)?;
+                                                }
+                                                break 'b32;
+                                            } else {
+                                                break 'b32;
+                                            }
+                                        }
+                                        r526 = rt::bin_u32(BinOp::Add, r438, r35);
+                                        'b33: {
+                                            r527 = r200;
+                                            r528 = rt::cmp(BinOp::Ge, r526, r437);
+                                            if r528 {
+                                                r529 = rt::bin_u32(BinOp::Sub, r526, r437);
+                                                r530 = p0;
+                                                r531 = rt::cmp(BinOp::Lt, r529, r530);
+                                                r527 = r531;
+                                            } else {
+                                                r527 = r200;
+                                            }
+                                            r532 = r527;
+                                            if r532 {
+                                                r533 = rt::bin_u32(BinOp::Sub, r526, r437);
+                                                r534 = u64::from(r533);
+                                                r535 = rt::bin_u64(BinOp::Mul, r534, r451);
+                                                r536 = rt::bin_u64(BinOp::Add, r448, r535);
+                                                r537 = rt::bin_u64(BinOp::Add, r536, r451);
+                                                r538 = rt::cmp(BinOp::Le, r537, r449);
+                                                r540 = r538;
+                                                if r540 {
+                                                    b0.st_u32(r536, r433)?;
+                                                }
+                                                break 'b33;
+                                            } else {
+                                                break 'b33;
+                                            }
                                         }
                                         break 'b29;
                                     }
                                 }
-                                r468 = r18;
-                                r469 = rt::bin_u32(BinOp::Add, r468, r32);
-                                r18 = r469;
+                                r541 = r18;
+                                r542 = rt::bin_u32(BinOp::Add, r541, r32);
+                                r18 = r542;
                             }
                             break 'b2;
                         }
