@@ -116,10 +116,14 @@ fn source(writers: &[Option<&Inst>], mut r: Reg) -> Reg {
     r
 }
 
+/// A bounds check [`index_bounds`] rewrote: the check's register, the
+/// element's `u64(i)`, the buffer and `log2` of the stride.
+pub(super) type Rewrite = (Reg, Reg, u32, u32);
+
 /// Rewrites every `offset + s <= len` of buffer `n` whose offset is an
 /// element of stride `s` (in `elements`) as `u64(i) < len >> log2(s)`,
-/// with each such shift computed once before the body.
-pub(super) fn index_bounds(p: &mut Program, elements: &Elements) {
+/// with each such shift computed once before the body; what it rewrote.
+pub(super) fn index_bounds(p: &mut Program, elements: &Elements) -> Vec<Rewrite> {
     let rewrites: Vec<(Reg, Reg, u32, u32)> = {
         let writers = p.single_writers();
         let def = |r: Reg| writers.get(r.index()).copied().flatten();
@@ -169,7 +173,7 @@ pub(super) fn index_bounds(p: &mut Program, elements: &Elements) {
         found
     };
     if rewrites.is_empty() {
-        return;
+        return rewrites;
     }
     let mut quotients: HashMap<(u32, u32), Reg> = HashMap::new();
     let mut prologue = Vec::new();
@@ -220,6 +224,247 @@ pub(super) fn index_bounds(p: &mut Program, elements: &Elements) {
         }
     });
     p.body.splice(0..0, prologue);
+    rewrites
+}
+
+/// Narrows the checks of `rewrites` that guard an access alone (no `and`
+/// with a condition of the kernel's: `select.rs` makes those) from
+/// `u64(i) < q` to `i < min(q, 2^32 - 1) || q >= 2^32` (`i` is at most
+/// 2^32 - 1): ptxas merges the `or` into one 32-bit comparison, where
+/// the 64-bit one takes two instructions. A check already in an `and`
+/// stays, as ptxas folds the `and` into the 64-bit comparison's second
+/// instruction and would need one more for the `or`. The bounds are
+/// computed once, in 32-bit halves.
+pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
+    // Registers read other than as an access's guard (a copy's source
+    // counts where the copy is read so).
+    let mut elsewhere = vec![false; p.regs.len()];
+    let mut copies = Vec::new();
+    walk(&p.body, &mut |inst| {
+        let guard = match *inst {
+            Inst::Load { guard, .. } | Inst::Store { guard, .. } | Inst::Atomic { guard, .. } => {
+                guard
+            }
+            Inst::Mov { dst, src } => {
+                copies.push((dst, src));
+                return;
+            }
+            _ => None,
+        };
+        for r in inst.reads() {
+            if Some(r) != guard {
+                mark(&mut elsewhere, r);
+            }
+        }
+    });
+    // (A register out of range, which the emitter reports, counts as
+    // read elsewhere.)
+    let read_elsewhere = |marks: &[bool], r: Reg| marks.get(r.index()).is_none_or(|&m| m);
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for &(dst, src) in &copies {
+            if read_elsewhere(&elsewhere, dst) && !read_elsewhere(&elsewhere, src) {
+                mark(&mut elsewhere, src);
+                changed = true;
+            }
+        }
+    }
+    mark_conditions(&p.body, &mut elsewhere);
+    let mut by_dst: HashMap<Reg, (Reg, u32, u32)> = HashMap::new();
+    for &(dst, wide, n, k) in rewrites {
+        if !read_elsewhere(&elsewhere, dst) {
+            by_dst.insert(dst, (wide, n, k));
+        }
+    }
+    if by_dst.is_empty() {
+        return;
+    }
+    let mut bounds: HashMap<(u32, u32), (Reg, Reg)> = HashMap::new();
+    let mut prologue = Vec::new();
+    let mut keys: Vec<(u32, u32)> = by_dst.values().map(|&(_, n, k)| (n, k)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for (n, k) in keys {
+        let [
+            shift,
+            len,
+            quotient,
+            low,
+            high_shift,
+            high_wide,
+            high,
+            zero,
+            past,
+            top,
+            limit,
+        ] = [
+            Ty::U32,
+            Ty::U64,
+            Ty::U64,
+            Ty::U32,
+            Ty::U32,
+            Ty::U64,
+            Ty::U32,
+            Ty::U32,
+            Ty::Bool,
+            Ty::U32,
+            Ty::U32,
+        ]
+        .map(|ty| fresh(p, ty));
+        prologue.extend(
+            [
+                Inst::Const {
+                    dst: shift,
+                    bits: u64::from(k),
+                },
+                Inst::Read {
+                    dst: len,
+                    what: Builtin::BufferLen(n),
+                },
+                Inst::Bin {
+                    op: BinOp::Shr,
+                    dst: quotient,
+                    a: len,
+                    b: shift,
+                },
+                Inst::Convert {
+                    dst: low,
+                    a: quotient,
+                },
+                Inst::Const {
+                    dst: high_shift,
+                    bits: 32,
+                },
+                Inst::Bin {
+                    op: BinOp::Shr,
+                    dst: high_wide,
+                    a: quotient,
+                    b: high_shift,
+                },
+                Inst::Convert {
+                    dst: high,
+                    a: high_wide,
+                },
+                Inst::Const { dst: zero, bits: 0 },
+                Inst::Bin {
+                    op: BinOp::Ne,
+                    dst: past,
+                    a: high,
+                    b: zero,
+                },
+                Inst::Const {
+                    dst: top,
+                    bits: u64::from(u32::MAX),
+                },
+                Inst::Select {
+                    dst: limit,
+                    cond: past,
+                    a: top,
+                    b: low,
+                },
+            ]
+            .map(Stmt::Inst),
+        );
+        bounds.insert((n, k), (limit, past));
+    }
+    let mut narrowed: HashMap<Reg, [Inst; 3]> = HashMap::new();
+    for (&dst, &(wide, n, k)) in &by_dst {
+        let (limit, past) = bounds[&(n, k)];
+        let index = fresh(p, Ty::U32);
+        let below = fresh(p, Ty::Bool);
+        narrowed.insert(
+            dst,
+            [
+                Inst::Convert {
+                    dst: index,
+                    a: wide,
+                },
+                Inst::Bin {
+                    op: BinOp::Lt,
+                    dst: below,
+                    a: index,
+                    b: limit,
+                },
+                Inst::Bin {
+                    op: BinOp::Or,
+                    dst,
+                    a: below,
+                    b: past,
+                },
+            ],
+        );
+    }
+    expand(&mut p.body, &mut |inst| match *inst {
+        Inst::Bin {
+            op: BinOp::Lt, dst, ..
+        } => narrowed.get(&dst).cloned(),
+        _ => None,
+    });
+    p.body.splice(0..0, prologue);
+}
+
+/// Sets `r`'s mark, where `r` is in range.
+fn mark(marks: &mut [bool], r: Reg) {
+    if let Some(m) = marks.get_mut(r.index()) {
+        *m = true;
+    }
+}
+
+/// Marks the registers `if`s and loops' `break if`s read.
+fn mark_conditions(stmts: &[Stmt], marks: &mut [bool]) {
+    for s in stmts {
+        match s {
+            Stmt::If { cond, then, els } => {
+                mark(marks, *cond);
+                mark_conditions(then, marks);
+                mark_conditions(els, marks);
+            }
+            Stmt::Loop {
+                body,
+                continuing,
+                break_if,
+            } => {
+                if let Some(c) = break_if {
+                    mark(marks, *c);
+                }
+                mark_conditions(body, marks);
+                mark_conditions(continuing, marks);
+            }
+            Stmt::Block { body, .. } => mark_conditions(body, marks),
+            _ => {}
+        }
+    }
+}
+
+/// Replaces each instruction of `stmts` (at every depth) for which `f`
+/// gives instructions by those.
+fn expand(stmts: &mut Vec<Stmt>, f: &mut impl FnMut(&Inst) -> Option<[Inst; 3]>) {
+    let mut out = Vec::with_capacity(stmts.len());
+    for mut s in std::mem::take(stmts) {
+        match &mut s {
+            Stmt::Inst(inst) => {
+                if let Some(new) = f(inst) {
+                    out.extend(new.into_iter().map(Stmt::Inst));
+                    continue;
+                }
+            }
+            Stmt::If { then, els, .. } => {
+                expand(then, f);
+                expand(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                expand(body, f);
+                expand(continuing, f);
+            }
+            Stmt::Block { body, .. } => expand(body, f),
+            _ => {}
+        }
+        out.push(s);
+    }
+    *stmts = out;
 }
 
 /// A new register of `ty`.
@@ -262,6 +507,44 @@ mod tests {
         p
     }
 
+    /// As the PTX end takes it: the checks rewritten, then those that
+    /// guard an access alone narrowed.
+    fn narrowed() -> Program {
+        let mut p = lowered();
+        let elements = elements(&p);
+        let checks = index_bounds(&mut p, &elements);
+        crate::ptx::select::branch_free(&mut p);
+        narrow_lone_bounds(&mut p, &checks);
+        p
+    }
+
+    /// The 64-bit `<` comparisons of `p` (the checks not narrowed).
+    fn wide_checks(p: &Program) -> usize {
+        let mut n = 0;
+        walk(&p.body, &mut |inst| {
+            if let Inst::Bin {
+                op: BinOp::Lt, a, ..
+            } = *inst
+                && p.ty(a) == Ty::U64
+            {
+                n += 1;
+            }
+        });
+        n
+    }
+
+    /// Every check of the kernel guards its access alone, so each is
+    /// narrowed to a 32-bit comparison or'ed with the buffer's being
+    /// past 2^32 elements.
+    #[test]
+    fn lone_checks_become_32_bit_comparisons() {
+        assert!(wide_checks(&rewritten()) >= 4);
+        let p = narrowed();
+        assert_eq!(wide_checks(&p), 0);
+        let ptx = super::super::emit(&lowered()).expect("prints");
+        assert!(!ptx.contains("setp.lt.u64"), "{ptx}");
+    }
+
     /// The 64-bit `<=` comparisons of `p`.
     fn sums(p: &Program) -> usize {
         let mut n = 0;
@@ -294,7 +577,13 @@ mod tests {
     /// some, at indices inside, past the end and wrapped.
     #[test]
     fn the_rewrite_keeps_every_result() {
-        let (before, after) = (lowered(), rewritten());
+        let before = lowered();
+        for after in [rewritten(), narrowed()] {
+            keeps_every_result(&before, &after);
+        }
+    }
+
+    fn keeps_every_result(before: &Program, after: &Program) {
         let options = HostOptions { threads: 1 };
         for len in [0usize, 3, 4, 7, 8, 12, 16, 20, 100, 256, 258, 1024] {
             for shift in [0u32, 5, 60, 200, u32::MAX - 40] {
@@ -305,9 +594,9 @@ mod tests {
                 let mut x: Vec<Vec<u8>> = (0..4).map(fill).collect();
                 let mut y = x.clone();
                 let mut xs: Vec<&mut [u8]> = x.iter_mut().map(|b| &mut b[..]).collect();
-                run(&before, [2, 1, 1], &mut xs, &params, &options).expect("runs");
+                run(before, [2, 1, 1], &mut xs, &params, &options).expect("runs");
                 let mut ys: Vec<&mut [u8]> = y.iter_mut().map(|b| &mut b[..]).collect();
-                run(&after, [2, 1, 1], &mut ys, &params, &options).expect("runs");
+                run(after, [2, 1, 1], &mut ys, &params, &options).expect("runs");
                 assert_eq!(x, y, "{len} bytes, shift {shift}");
             }
         }

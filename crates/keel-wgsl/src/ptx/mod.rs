@@ -82,8 +82,9 @@ type Result<T> = std::result::Result<T, PtxError>;
 pub fn emit(program: &Program) -> Result<String> {
     let mut program = program.clone();
     let elements = guards::elements(&program);
-    guards::index_bounds(&mut program, &elements);
+    let checks = guards::index_bounds(&mut program, &elements);
     select::branch_free(&mut program);
+    guards::narrow_lone_bounds(&mut program, &checks);
     let mut e = Emitter::new(&program);
     e.elements = elements;
     e.run()
