@@ -518,13 +518,13 @@ mod tests {
         p
     }
 
-    /// The 64-bit `<` comparisons of `p` (the checks not narrowed).
-    fn wide_checks(p: &Program) -> usize {
+    /// The 64-bit comparisons `op` of `p`: `Le` the lowering's checks,
+    /// `Lt` those rewritten and not narrowed.
+    fn wide(p: &Program, want: BinOp) -> usize {
         let mut n = 0;
         walk(&p.body, &mut |inst| {
-            if let Inst::Bin {
-                op: BinOp::Lt, a, ..
-            } = *inst
+            if let Inst::Bin { op, a, .. } = *inst
+                && op == want
                 && p.ty(a) == Ty::U64
             {
                 n += 1;
@@ -538,26 +538,11 @@ mod tests {
     /// past 2^32 elements.
     #[test]
     fn lone_checks_become_32_bit_comparisons() {
-        assert!(wide_checks(&rewritten()) >= 4);
+        assert!(wide(&rewritten(), BinOp::Lt) >= 4);
         let p = narrowed();
-        assert_eq!(wide_checks(&p), 0);
+        assert_eq!(wide(&p, BinOp::Lt), 0);
         let ptx = super::super::emit(&lowered()).expect("prints");
         assert!(!ptx.contains("setp.lt.u64"), "{ptx}");
-    }
-
-    /// The 64-bit `<=` comparisons of `p`.
-    fn sums(p: &Program) -> usize {
-        let mut n = 0;
-        walk(&p.body, &mut |inst| {
-            if let Inst::Bin {
-                op: BinOp::Le, a, ..
-            } = *inst
-                && p.ty(a) == Ty::U64
-            {
-                n += 1;
-            }
-        });
-        n
     }
 
     /// Every bounds check of the kernel is rewritten, and its PTX takes
@@ -565,8 +550,11 @@ mod tests {
     #[test]
     fn element_checks_become_index_comparisons() {
         let before = lowered();
-        assert!(sums(&before) >= 4, "the lowering checks every access");
-        assert_eq!(sums(&rewritten()), 0);
+        assert!(
+            wide(&before, BinOp::Le) >= 4,
+            "the lowering checks every access"
+        );
+        assert_eq!(wide(&rewritten(), BinOp::Le), 0);
         let ptx = super::super::emit(&before).expect("prints");
         assert!(!ptx.contains("setp.le.u64"), "{ptx}");
         assert_eq!(ptx.matches("mad.wide.u32").count(), 4, "{ptx}");
