@@ -78,19 +78,22 @@ fn softmax_rows(
         }
         workgroupBarrier();
     }
-    let total = scratch[0];
+    // One division per row, then a multiply per column: within the
+    // tests' bound of the quotient (one more rounding), and a GPU's
+    // correctly rounded division takes a dozen instructions and a call.
+    let inv_total = 1.0 / scratch[0];
     j = t;
     for (; j < wide; j += 1024u) {
         let a = x[base + j];
         let b = x[base + j + 256u];
         let c = x[base + j + 512u];
         let d = x[base + j + 768u];
-        out[base + j] = exp(a - row_max) / total;
-        out[base + j + 256u] = exp(b - row_max) / total;
-        out[base + j + 512u] = exp(c - row_max) / total;
-        out[base + j + 768u] = exp(d - row_max) / total;
+        out[base + j] = exp(a - row_max) * inv_total;
+        out[base + j + 256u] = exp(b - row_max) * inv_total;
+        out[base + j + 512u] = exp(c - row_max) * inv_total;
+        out[base + j + 768u] = exp(d - row_max) * inv_total;
     }
     for (; j < cols; j += 256u) {
-        out[base + j] = exp(x[base + j] - row_max) / total;
+        out[base + j] = exp(x[base + j] - row_max) * inv_total;
     }
 }
