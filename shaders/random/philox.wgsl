@@ -139,10 +139,10 @@ fn neg_log(a: u32, zero: u32) -> f32 {
 // square exact). Zero gives zero.
 fn radius(l: f32, zero: u32) -> f32 {
     let v = l + l;
-    var y = bitcast<f32>(0x5f3759dfu - (bitcast<u32>(v) >> 1u));
-    for (var i = 0u; i < 2u; i++) {
-        y = y * (1.5f - fence(l * y * y, zero));
-    }
+    // Two Newton steps, written out (ptxas kept a loop of two).
+    let y0 = bitcast<f32>(0x5f3759dfu - (bitcast<u32>(v) >> 1u));
+    let y1 = y0 * (1.5f - fence(l * y0 * y0, zero));
+    let y = y1 * (1.5f - fence(l * y1 * y1, zero));
     let s = fence(v * y, zero);
     let sh = bitcast<f32>(bitcast<u32>(s) & 0xfffff000u);
     let sl = s - sh;
