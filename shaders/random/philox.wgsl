@@ -177,27 +177,18 @@ fn box_muller(x0: u32, x1: u32, zero: u32) -> vec2<u32> {
     let turn = (m1 + 0x200000u) >> 22u;
     let y = i32(m1) - i32(turn << 22u);
     let cs = cos_sin(u32(abs(y)), zero);
-    // t = quarter * pi/2 + phi.
+    // t = quarter * pi/2 + phi: an odd quarter swaps cos and sin, and the
+    // signs are, by quarter 0 1 2 3, cos: + -phi - phi, sin: phi + -phi -
+    // (phi for phi's sign, -phi for its opposite). Selects, not branches:
+    // a GPU runs every branch its lanes take.
     let quarter = turn & 3u;
     let sn = select(0u, 1u, y < 0);
-    var cm = cs.x;
-    var sm = cs.y;
-    var c_neg = 0u;
-    var s_neg = sn;
-    if quarter == 1u {
-        cm = cs.y;
-        sm = cs.x;
-        c_neg = sn ^ 1u;
-        s_neg = 0u;
-    } else if quarter == 2u {
-        c_neg = 1u;
-        s_neg = sn ^ 1u;
-    } else if quarter == 3u {
-        cm = cs.y;
-        sm = cs.x;
-        c_neg = sn;
-        s_neg = 1u;
-    }
+    let odd = (quarter & 1u) == 1u;
+    let half = quarter >> 1u;
+    let cm = select(cs.x, cs.y, odd);
+    let sm = select(cs.y, cs.x, odd);
+    let c_neg = select(half, sn ^ half ^ 1u, odd);
+    let s_neg = select(sn ^ half, half, odd);
     let c = bitcast<u32>(r * cm);
     let s = bitcast<u32>(r * sm);
     return vec2<u32>(
