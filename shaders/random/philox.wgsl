@@ -42,21 +42,30 @@ fn mulhi(a: u32, b: u32) -> u32 {
     return p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
 }
 
-// Philox4x32 with 10 rounds; the key is bumped between rounds.
-fn philox(counter: vec4<u32>, key_in: vec2<u32>) -> vec4<u32> {
-    var c = counter;
-    var k = key_in;
-    for (var r = 0u; r < 10u; r++) {
-        if r > 0u {
-            k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u);
-        }
-        let hi0 = mulhi(0xD2511F53u, c.x);
-        let lo0 = 0xD2511F53u * c.x;
-        let hi1 = mulhi(0xCD9E8D57u, c.z);
-        let lo1 = 0xCD9E8D57u * c.z;
-        c = vec4<u32>(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c;
+// One Philox4x32 round with key k.
+fn philox_round(c: vec4<u32>, k: vec2<u32>) -> vec4<u32> {
+    let hi0 = mulhi(0xD2511F53u, c.x);
+    let lo0 = 0xD2511F53u * c.x;
+    let hi1 = mulhi(0xCD9E8D57u, c.z);
+    let lo1 = 0xCD9E8D57u * c.z;
+    return vec4<u32>(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+}
+
+// Philox4x32 with 10 rounds; the key is bumped between rounds. The rounds
+// are written out: a loop of them kept its counter, its test and the
+// key's bump under a condition in every round (ptxas did not unroll it).
+fn philox(counter: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
+    let bump = vec2<u32>(0x9E3779B9u, 0xBB67AE85u);
+    var c = philox_round(counter, key);
+    c = philox_round(c, key + bump);
+    c = philox_round(c, key + 2u * bump);
+    c = philox_round(c, key + 3u * bump);
+    c = philox_round(c, key + 4u * bump);
+    c = philox_round(c, key + 5u * bump);
+    c = philox_round(c, key + 6u * bump);
+    c = philox_round(c, key + 7u * bump);
+    c = philox_round(c, key + 8u * bump);
+    return philox_round(c, key + 9u * bump);
 }
 
 // The Philox block `k` of this launch: block number offset / 4 + k of the
