@@ -181,28 +181,7 @@ pub(super) fn index_bounds(p: &mut Program, elements: &Elements) -> Vec<Rewrite>
         if quotients.contains_key(&(n, k)) {
             continue;
         }
-        let shift = fresh(p, Ty::U32);
-        let len = fresh(p, Ty::U64);
-        let quotient = fresh(p, Ty::U64);
-        prologue.extend(
-            [
-                Inst::Const {
-                    dst: shift,
-                    bits: u64::from(k),
-                },
-                Inst::Read {
-                    dst: len,
-                    what: Builtin::BufferLen(n),
-                },
-                Inst::Bin {
-                    op: BinOp::Shr,
-                    dst: quotient,
-                    a: len,
-                    b: shift,
-                },
-            ]
-            .map(Stmt::Inst),
-        );
+        let quotient = element_count(p, n, k, &mut prologue);
         quotients.insert((n, k), quotient);
     }
     let by_dst: HashMap<Reg, (Reg, Reg)> = rewrites
@@ -286,22 +265,8 @@ pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
     keys.sort_unstable();
     keys.dedup();
     for (n, k) in keys {
-        let [
-            shift,
-            len,
-            quotient,
-            low,
-            high_shift,
-            high_wide,
-            high,
-            zero,
-            past,
-            top,
-            limit,
-        ] = [
-            Ty::U32,
-            Ty::U64,
-            Ty::U64,
+        let quotient = element_count(p, n, k, &mut prologue);
+        let [low, high_shift, high_wide, high, zero, past, top, limit] = [
             Ty::U32,
             Ty::U32,
             Ty::U64,
@@ -314,20 +279,6 @@ pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
         .map(|ty| fresh(p, ty));
         prologue.extend(
             [
-                Inst::Const {
-                    dst: shift,
-                    bits: u64::from(k),
-                },
-                Inst::Read {
-                    dst: len,
-                    what: Builtin::BufferLen(n),
-                },
-                Inst::Bin {
-                    op: BinOp::Shr,
-                    dst: quotient,
-                    a: len,
-                    b: shift,
-                },
                 Inst::Convert {
                     dst: low,
                     a: quotient,
@@ -465,6 +416,34 @@ fn expand(stmts: &mut Vec<Stmt>, f: &mut impl FnMut(&Inst) -> Option<[Inst; 3]>)
         out.push(s);
     }
     *stmts = out;
+}
+
+/// Appends to `prologue` the element count `len >> k` of buffer `n`:
+/// its register.
+fn element_count(p: &mut Program, n: u32, k: u32, prologue: &mut Vec<Stmt>) -> Reg {
+    let shift = fresh(p, Ty::U32);
+    let len = fresh(p, Ty::U64);
+    let quotient = fresh(p, Ty::U64);
+    prologue.extend(
+        [
+            Inst::Const {
+                dst: shift,
+                bits: u64::from(k),
+            },
+            Inst::Read {
+                dst: len,
+                what: Builtin::BufferLen(n),
+            },
+            Inst::Bin {
+                op: BinOp::Shr,
+                dst: quotient,
+                a: len,
+                b: shift,
+            },
+        ]
+        .map(Stmt::Inst),
+    );
+    quotient
 }
 
 /// A new register of `ty`.
