@@ -62,6 +62,27 @@ pub struct MatmulOptions {
     pub precision: MatmulPrecision,
 }
 
+/// A CUDA override's launch: PTX only (compiled from CUDA C++ by NVRTC,
+/// `cargo xtask mma-ptx`), blocks of 256 threads along x.
+const fn cuda_override(
+    name: &'static str,
+    bindings: usize,
+    ptx: &'static str,
+    params: &'static [super::params::ParamType],
+) -> Launch {
+    Launch {
+        kernel: Kernel {
+            name,
+            workgroup_size: [256, 1, 1],
+            bindings,
+            wgsl: None,
+            ptx: Some(ptx),
+            cpu: None,
+        },
+        params,
+    }
+}
+
 /// Output tile of the tiled kernel: rows, columns.
 const TILE: (u32, u32) = (64, 64);
 /// Workgroup edge of the naive kernel.
@@ -171,17 +192,12 @@ pub const MATMUL_NAIVE: Launch = Launch {
 /// NVRTC (`cargo xtask mma-ptx`); a declared CUDA override of
 /// [`MATMUL_TILED_4X4`] in those modes, which WGSL has no instruction for,
 /// tested against the same reference.
-pub const MATMUL_MMA: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_mma",
-        workgroup_size: [256, 1, 1],
-        bindings: 3,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_mma.ptx")),
-        cpu: None,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_MMA: Launch = cuda_override(
+    "matmul_mma",
+    3,
+    include_str!("../../shaders/compute/matmul_mma.ptx"),
+    MATMUL_PARAMS,
+);
 /// The cooperative-matrix kernel for f16 inputs summed in f32 (f32
 /// inputs rounded to f16 as every kernel rounds them), on Vulkan and wgpu
 /// devices with 16 x 16 x 16 f16 cooperative matrices and subgroups of 32
@@ -222,17 +238,12 @@ pub const MATMUL_COOP: Launch = Launch {
 /// makes and packs them). PTX only, compiled from
 /// `shaders/compute/matmul_mma16.cu` by NVRTC (`cargo xtask mma-ptx`); a
 /// declared CUDA override of [`MATMUL_TILED_4X4`] in those two modes.
-pub const MATMUL_MMA16: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_mma16",
-        workgroup_size: [256, 1, 1],
-        bindings: 3,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
-        cpu: None,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_MMA16: Launch = cuda_override(
+    "matmul_mma16",
+    3,
+    include_str!("../../shaders/compute/matmul_mma16.ptx"),
+    MATMUL_PARAMS,
+);
 
 /// [`MATMUL_MMA16`] in the split-K modes, bf16 and f16 tensors' defaults
 /// ([`Reduction::Bf16`] with bf16 inputs, [`Reduction::F16`] with f16
@@ -243,17 +254,12 @@ pub const MATMUL_MMA16: Launch = Launch {
 /// the tiled kernels is the order of the sums within a chunk (the tensor
 /// cores'). Bindings, parameters and tiles as [`MATMUL_MMA16`], its
 /// packing pass [`MATMUL_MMA16_PACK`].
-pub const MATMUL_MMA16_SPLIT: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_mma16_split",
-        workgroup_size: [256, 1, 1],
-        bindings: 3,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
-        cpu: None,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_MMA16_SPLIT: Launch = cuda_override(
+    "matmul_mma16_split",
+    3,
+    include_str!("../../shaders/compute/matmul_mma16.ptx"),
+    MATMUL_PARAMS,
+);
 
 /// The packing pass of [`MATMUL_MMA`]: an f32 matrix of `rows` x `cols`
 /// into a copy of `dst_rows` x `dst_cols` f32 values rounded to the
@@ -262,34 +268,24 @@ pub const MATMUL_MMA16_SPLIT: Launch = Launch {
 /// the matrix; `dst_cols` a multiple of 4. Bindings: the matrix, the copy;
 /// parameters `rows`, `cols`, `dst_rows`, `dst_cols`, `mode` (u32); one
 /// invocation per 4 values of the copy, in workgroups of 256 along x.
-pub const MATMUL_MMA_PACK: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_mma_pack",
-        workgroup_size: [256, 1, 1],
-        bindings: 2,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_mma.ptx")),
-        cpu: None,
-    },
-    params: PACK_PARAMS,
-};
+pub const MATMUL_MMA_PACK: Launch = cuda_override(
+    "matmul_mma_pack",
+    2,
+    include_str!("../../shaders/compute/matmul_mma.ptx"),
+    PACK_PARAMS,
+);
 
 /// The packing pass of [`MATMUL_MMA16`]: as [`MATMUL_MMA_PACK`], into
 /// 16-bit values (bf16 for mode 2, f16 for 3), `dst_cols` a multiple of
 /// 8, one invocation per 8 values of the copy. With mode bit 16 set the
 /// matrix holds 16-bit values of the format already (two bytes each, a
 /// bf16 or f16 tensor's), copied as they are ([`matmul_halves`]).
-pub const MATMUL_MMA16_PACK: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_mma16_pack",
-        workgroup_size: [256, 1, 1],
-        bindings: 2,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_mma16.ptx")),
-        cpu: None,
-    },
-    params: PACK_PARAMS,
-};
+pub const MATMUL_MMA16_PACK: Launch = cuda_override(
+    "matmul_mma16_pack",
+    2,
+    include_str!("../../shaders/compute/matmul_mma16.ptx"),
+    PACK_PARAMS,
+);
 
 const PACK_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 
@@ -309,17 +305,12 @@ const _: () = assert!(super::precision::SPLIT_K_CHUNK.is_multiple_of(32));
 /// (`cargo xtask mma-ptx`); a declared CUDA override of
 /// [`MATMUL_TILED_4X4`] in plain f32, whose tiles the generated PTX is
 /// too small and too bounds-checked to reach the hardware with.
-pub const MATMUL_SGEMM: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_sgemm",
-        workgroup_size: [256, 1, 1],
-        bindings: 3,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_sgemm.ptx")),
-        cpu: None,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_SGEMM: Launch = cuda_override(
+    "matmul_sgemm",
+    3,
+    include_str!("../../shaders/compute/matmul_sgemm.ptx"),
+    MATMUL_PARAMS,
+);
 
 /// The packing pass of [`MATMUL_SGEMM`]: an f32 matrix of `rows` x `cols`
 /// copied into `dst_rows` x `dst_cols` f32 values (multiples of 32),
@@ -327,17 +318,12 @@ pub const MATMUL_SGEMM: Launch = Launch {
 /// matrix, the copy; parameters `rows`, `cols`, `dst_rows`, `dst_cols`,
 /// `transpose` (u32); workgroups of 256 invocations along x, one per 32 x
 /// 32 tile of the copy.
-pub const MATMUL_SGEMM_PACK: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_sgemm_pack",
-        workgroup_size: [256, 1, 1],
-        bindings: 2,
-        wgsl: None,
-        ptx: Some(include_str!("../../shaders/compute/matmul_sgemm.ptx")),
-        cpu: None,
-    },
-    params: PACK_PARAMS,
-};
+pub const MATMUL_SGEMM_PACK: Launch = cuda_override(
+    "matmul_sgemm_pack",
+    2,
+    include_str!("../../shaders/compute/matmul_sgemm.ptx"),
+    PACK_PARAMS,
+);
 
 /// A CUDA kernel that multiplies packed copies of its inputs: its
 /// packing pass, the bytes of a packed value, the steps along k the
