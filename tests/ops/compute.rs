@@ -30,6 +30,21 @@ fn backends() -> Vec<(&'static str, Device)> {
     keel::testing::conformance::builtin_devices()
 }
 
+/// A stream on each device with tf32 tensor cores (CUDA, compute
+/// capability 8.0 or later); where there is none, says so and that `what`
+/// is skipped.
+fn tensor_core_streams(what: &str) -> Vec<(&'static str, Stream)> {
+    let found: Vec<_> = backends()
+        .into_iter()
+        .map(|(label, device)| (label, keel::default_stream(device).expect("stream")))
+        .filter(|(_, s)| compute::tf32_mma_supported(s).expect("query"))
+        .collect();
+    if found.is_empty() {
+        println!("skipped {what}: no CUDA device of compute capability 8.0 or later here");
+    }
+    found
+}
+
 /// No Vulkan validation error so far (the tests run with the Khronos
 /// validation layer in CI).
 fn no_validation_errors() {
@@ -241,13 +256,8 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
         (1, 1000, 1),
         (200, 333, 131),
     ];
-    let mut ran = 0;
-    for (label, device) in backends() {
-        let stream = keel::default_stream(device).expect("stream");
-        if !compute::tf32_mma_supported(&stream).expect("query") {
-            continue;
-        }
-        ran += 1;
+    let streams = tensor_core_streams("the tensor-core kernels");
+    for (label, stream) in &streams {
         for &(m, k, n) in SHAPES.iter().chain(&edges) {
             let mut rng = Rng(0x7c0e ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
@@ -260,7 +270,7 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
                         algorithm,
                         precision: MatmulPrecision::inputs(mode),
                     };
-                    run_matmul(&stream, &a, &b, m, k, n, &opts)
+                    run_matmul(stream, &a, &b, m, k, n, &opts)
                 };
                 let got = run(MatmulAlgorithm::TensorCore);
                 // `Tiled` runs the 4x4 kernel on products this small.
@@ -279,17 +289,8 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
             }
         }
     }
-    if ran == 0 {
-        println!(
-            "skipped: no device with tf32 tensor cores here (CUDA, compute capability 8.0 or later)"
-        );
-    }
     // From `MMA_MIN_BLOCKS` tiles on, `Tiled` is the tensor-core kernel.
-    for (label, device) in backends() {
-        let stream = keel::default_stream(device).expect("stream");
-        if !compute::tf32_mma_supported(&stream).expect("query") {
-            continue;
-        }
+    for (label, stream) in &streams {
         let (m, k, n) = (1024, 8, 128 * compute::MMA_MIN_BLOCKS / 8);
         let mut rng = Rng(0x7c0f);
         let (a, b) = (rng.vec(m * k), rng.vec(k * n));
@@ -298,7 +299,7 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
                 algorithm,
                 precision: MatmulPrecision::TF32,
             };
-            run_matmul(&stream, &a, &b, m, k, n, &opts)
+            run_matmul(stream, &a, &b, m, k, n, &opts)
         };
         assert_eq!(
             run(MatmulAlgorithm::Tiled),
@@ -319,13 +320,7 @@ fn tensor_core_matmul_matches_the_f64_reference_of_rounded_inputs() {
 /// the reference (`crates/keel-wgsl/tests/ptx_sim.rs`).
 #[test]
 fn split_k_modes_on_tensor_cores_round_as_the_tiled_kernel() {
-    let mut ran = 0;
-    for (label, device) in backends() {
-        let stream = keel::default_stream(device).expect("stream");
-        if !compute::tf32_mma_supported(&stream).expect("query") {
-            continue;
-        }
-        ran += 1;
+    for (label, stream) in tensor_core_streams("split-K on tensor cores") {
         let (m, n) = (1024, 128 * compute::MMA_MIN_BLOCKS / 8);
         for (inputs, reduction, scale, offset) in [
             (InputRounding::Bf16, Reduction::Bf16, 40.0, 0.0),
@@ -367,9 +362,6 @@ fn split_k_modes_on_tensor_cores_round_as_the_tiled_kernel() {
             }
         }
     }
-    if ran == 0 {
-        println!("skipped: no CUDA device of compute capability 8.0 or later here");
-    }
     no_validation_errors();
 }
 
@@ -382,13 +374,7 @@ fn split_k_modes_on_tensor_cores_round_as_the_tiled_kernel() {
 /// sum (`crates/keel-wgsl/tests/ptx_sim.rs`).
 #[test]
 fn plain_f32_on_the_cuda_override_is_the_4x4_kernels_sum() {
-    let mut ran = 0;
-    for (label, device) in backends() {
-        let stream = keel::default_stream(device).expect("stream");
-        if !compute::tf32_mma_supported(&stream).expect("query") {
-            continue;
-        }
-        ran += 1;
+    for (label, stream) in tensor_core_streams("the plain-f32 override") {
         for (m, k, n) in [(1024, 37, 512), (1031, 77, 523), (640, 1000, 897)] {
             let mut rng = Rng(0x5e ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
@@ -422,9 +408,6 @@ fn plain_f32_on_the_cuda_override_is_the_4x4_kernels_sum() {
                 "{what}: output {differ:?} differs from the 4x4 kernel's"
             );
         }
-    }
-    if ran == 0 {
-        println!("skipped: no CUDA device of compute capability 8.0 or later here");
     }
     no_validation_errors();
 }
