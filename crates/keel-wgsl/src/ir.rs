@@ -748,6 +748,51 @@ pub(crate) fn any_stmt(stmts: &[Stmt], f: &impl Fn(&Stmt) -> bool) -> bool {
     })
 }
 
+/// Calls `f` on `stmts` and on every statement list it holds, at every
+/// depth (the branches of `if`s, loops' bodies and continuing blocks,
+/// blocks' bodies).
+pub(crate) fn each_list<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a [Stmt])) {
+    f(stmts);
+    for s in stmts {
+        match s {
+            Stmt::If { then, els, .. } => {
+                each_list(then, f);
+                each_list(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                each_list(body, f);
+                each_list(continuing, f);
+            }
+            Stmt::Block { body, .. } => each_list(body, f),
+            _ => {}
+        }
+    }
+}
+
+/// [`each_list`] with each list given to `f` to change (`f` sees a list
+/// before the lists its statements then hold).
+pub(crate) fn each_list_mut(stmts: &mut Vec<Stmt>, f: &mut impl FnMut(&mut Vec<Stmt>)) {
+    f(stmts);
+    for s in stmts.iter_mut() {
+        match s {
+            Stmt::If { then, els, .. } => {
+                each_list_mut(then, f);
+                each_list_mut(els, f);
+            }
+            Stmt::Loop {
+                body, continuing, ..
+            } => {
+                each_list_mut(body, f);
+                each_list_mut(continuing, f);
+            }
+            Stmt::Block { body, .. } => each_list_mut(body, f),
+            _ => {}
+        }
+    }
+}
+
 /// Calls `f` on every instruction of `stmts`, in program order, to
 /// rewrite it in place.
 pub(crate) fn walk_mut(stmts: &mut [Stmt], f: &mut impl FnMut(&mut Inst)) {

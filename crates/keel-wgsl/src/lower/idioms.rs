@@ -22,7 +22,9 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{BinOp, Inst, Program, Reg, Stmt, Ty, walk_mut, walk_regs};
+use crate::ir::{
+    BinOp, Inst, Program, Reg, Stmt, Ty, each_list, each_list_mut, walk_mut, walk_regs,
+};
 
 /// Rewrites every high-word product of `p` (see the module), and drops
 /// the pure instructions nothing reads any more where one was found.
@@ -55,27 +57,6 @@ pub(crate) fn mul_hi(p: &mut Program) {
         }
     });
     drop_unread(p);
-}
-
-/// Calls `f` on every statement list of `stmts`, `stmts` included.
-fn each_list<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a [Stmt])) {
-    f(stmts);
-    for s in stmts {
-        match s {
-            Stmt::If { then, els, .. } => {
-                each_list(then, f);
-                each_list(els, f);
-            }
-            Stmt::Loop {
-                body, continuing, ..
-            } => {
-                each_list(body, f);
-                each_list(continuing, f);
-            }
-            Stmt::Block { body, .. } => each_list(body, f),
-            _ => {}
-        }
-    }
 }
 
 /// The program's registers written once, with the positions of one
@@ -337,39 +318,19 @@ fn drop_unread(p: &mut Program) {
             }
         });
         let mut removed = false;
-        retain_insts(&mut p.body, &mut |inst| {
-            let unread = (inst.is_pure() || matches!(inst, Inst::Const { .. }))
-                && inst.dst().is_some_and(|d| !read[d.index()]);
-            removed |= unread;
-            !unread
+        each_list_mut(&mut p.body, &mut |list| {
+            list.retain(|s| {
+                let Stmt::Inst(inst) = s else {
+                    return true;
+                };
+                let unread = (inst.is_pure() || matches!(inst, Inst::Const { .. }))
+                    && inst.dst().is_some_and(|d| !read[d.index()]);
+                removed |= unread;
+                !unread
+            });
         });
         if !removed {
             break;
-        }
-    }
-}
-
-/// Keeps the instructions of `stmts` (at every depth) for which `keep`
-/// holds.
-fn retain_insts(stmts: &mut Vec<Stmt>, keep: &mut impl FnMut(&Inst) -> bool) {
-    stmts.retain(|s| match s {
-        Stmt::Inst(inst) => keep(inst),
-        _ => true,
-    });
-    for s in stmts.iter_mut() {
-        match s {
-            Stmt::If { then, els, .. } => {
-                retain_insts(then, keep);
-                retain_insts(els, keep);
-            }
-            Stmt::Loop {
-                body, continuing, ..
-            } => {
-                retain_insts(body, keep);
-                retain_insts(continuing, keep);
-            }
-            Stmt::Block { body, .. } => retain_insts(body, keep),
-            _ => {}
         }
     }
 }

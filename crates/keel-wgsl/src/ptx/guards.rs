@@ -19,7 +19,9 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{BinOp, Builtin, Inst, Program, Reg, Stmt, Ty, walk, walk_mut};
+use crate::ir::{
+    BinOp, Builtin, Inst, Program, Reg, Stmt, Ty, each_list, each_list_mut, walk, walk_mut,
+};
 
 /// Strides up to this many bytes (powers of two) are followed: an index
 /// times one stays far from 64 bits' end.
@@ -250,18 +252,19 @@ pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
         }
     }
     mark_conditions(&p.body, &mut elsewhere);
-    let mut by_dst: HashMap<Reg, (Reg, u32, u32)> = HashMap::new();
-    for &(dst, wide, n, k) in rewrites {
-        if !read_elsewhere(&elsewhere, dst) {
-            by_dst.insert(dst, (wide, n, k));
-        }
-    }
-    if by_dst.is_empty() {
+    // In the rewrites' order, so that the registers made below (and the
+    // PTX) are the same in every run.
+    let lone: Vec<Rewrite> = rewrites
+        .iter()
+        .copied()
+        .filter(|&(dst, ..)| !read_elsewhere(&elsewhere, dst))
+        .collect();
+    if lone.is_empty() {
         return;
     }
     let mut bounds: HashMap<(u32, u32), (Reg, Reg)> = HashMap::new();
     let mut prologue = Vec::new();
-    let mut keys: Vec<(u32, u32)> = by_dst.values().map(|&(_, n, k)| (n, k)).collect();
+    let mut keys: Vec<(u32, u32)> = lone.iter().map(|&(_, _, n, k)| (n, k)).collect();
     keys.sort_unstable();
     keys.dedup();
     for (n, k) in keys {
@@ -320,7 +323,7 @@ pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
         bounds.insert((n, k), (limit, past));
     }
     let mut narrowed: HashMap<Reg, [Inst; 3]> = HashMap::new();
-    for (&dst, &(wide, n, k)) in &by_dst {
+    for &(dst, wide, n, k) in &lone {
         let (limit, past) = bounds[&(n, k)];
         let index = fresh(p, Ty::U32);
         let below = fresh(p, Ty::Bool);
@@ -346,11 +349,19 @@ pub(super) fn narrow_lone_bounds(p: &mut Program, rewrites: &[Rewrite]) {
             ],
         );
     }
-    expand(&mut p.body, &mut |inst| match *inst {
-        Inst::Bin {
-            op: BinOp::Lt, dst, ..
-        } => narrowed.get(&dst).cloned(),
-        _ => None,
+    each_list_mut(&mut p.body, &mut |list| {
+        let mut out = Vec::with_capacity(list.len());
+        for s in list.drain(..) {
+            match s {
+                Stmt::Inst(Inst::Bin {
+                    op: BinOp::Lt, dst, ..
+                }) if narrowed.contains_key(&dst) => {
+                    out.extend(narrowed[&dst].clone().map(Stmt::Inst));
+                }
+                s => out.push(s),
+            }
+        }
+        *list = out;
     });
     p.body.splice(0..0, prologue);
 }
@@ -364,58 +375,17 @@ fn mark(marks: &mut [bool], r: Reg) {
 
 /// Marks the registers `if`s and loops' `break if`s read.
 fn mark_conditions(stmts: &[Stmt], marks: &mut [bool]) {
-    for s in stmts {
-        match s {
-            Stmt::If { cond, then, els } => {
-                mark(marks, *cond);
-                mark_conditions(then, marks);
-                mark_conditions(els, marks);
+    each_list(stmts, &mut |list| {
+        for s in list {
+            match s {
+                Stmt::If { cond, .. } => mark(marks, *cond),
+                Stmt::Loop {
+                    break_if: Some(c), ..
+                } => mark(marks, *c),
+                _ => {}
             }
-            Stmt::Loop {
-                body,
-                continuing,
-                break_if,
-            } => {
-                if let Some(c) = break_if {
-                    mark(marks, *c);
-                }
-                mark_conditions(body, marks);
-                mark_conditions(continuing, marks);
-            }
-            Stmt::Block { body, .. } => mark_conditions(body, marks),
-            _ => {}
         }
-    }
-}
-
-/// Replaces each instruction of `stmts` (at every depth) for which `f`
-/// gives instructions by those.
-fn expand(stmts: &mut Vec<Stmt>, f: &mut impl FnMut(&Inst) -> Option<[Inst; 3]>) {
-    let mut out = Vec::with_capacity(stmts.len());
-    for mut s in std::mem::take(stmts) {
-        match &mut s {
-            Stmt::Inst(inst) => {
-                if let Some(new) = f(inst) {
-                    out.extend(new.into_iter().map(Stmt::Inst));
-                    continue;
-                }
-            }
-            Stmt::If { then, els, .. } => {
-                expand(then, f);
-                expand(els, f);
-            }
-            Stmt::Loop {
-                body, continuing, ..
-            } => {
-                expand(body, f);
-                expand(continuing, f);
-            }
-            Stmt::Block { body, .. } => expand(body, f),
-            _ => {}
-        }
-        out.push(s);
-    }
-    *stmts = out;
+    });
 }
 
 /// Appends to `prologue` the element count `len >> k` of buffer `n`:
@@ -510,6 +480,16 @@ mod tests {
             }
         });
         n
+    }
+
+    /// The PTX is the same text every time: the registers the rewrites
+    /// make follow the program, not a hash map's order.
+    #[test]
+    fn the_rewrites_print_the_same_ptx_every_time() {
+        let first = super::super::emit(&lowered()).expect("prints");
+        for _ in 0..8 {
+            assert_eq!(super::super::emit(&lowered()).expect("prints"), first);
+        }
     }
 
     /// Every check of the kernel guards its access alone, so each is
