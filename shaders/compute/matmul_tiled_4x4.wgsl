@@ -49,6 +49,23 @@ fn stage_tiles(ta: u32, tc: u32, tb: u32, bc: u32, ra: vec4<f32>, rb: vec4<f32>)
     tile_b[tb + 192u][bc] = rb.w;
 }
 
+// Stores a step's staged values rounded to the input format `f_in`
+// (`zero` is keel_round_f16_fast's). The format is chosen once per tile,
+// and each element rounded with constant masks; each branch stores its
+// own values (a store after the branches made ptxas move them into
+// common registers).
+fn stage_rounded(ta: u32, tc: u32, tb: u32, bc: u32, f_in: u32, zero: u32, ra: vec4<f32>, rb: vec4<f32>) {
+    if f_in == 0u {
+        stage_tiles(ta, tc, tb, bc, ra, rb);
+    } else if f_in == 1u {
+        stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 13u), keel_round_mantissa4(rb, 13u));
+    } else if f_in == 2u {
+        stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 16u), keel_round_mantissa4(rb, 16u));
+    } else {
+        stage_tiles(ta, tc, tb, bc, keel_round_f16_fast4(ra, zero), keel_round_f16_fast4(rb, zero));
+    }
+}
+
 fn store_row(row: u32, col: u32, v: vec4<f32>) {
     let n = params.n;
     if row >= params.m {
@@ -74,7 +91,6 @@ fn store_row(row: u32, col: u32, v: vec4<f32>) {
 // it is false: they hold 16 more values per invocation, registers that a
 // GPU otherwise spends on more warps in flight.
 fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
-    let m = params.m;
     let k = params.k;
     let n = params.n;
     let row0 = wg.y * 64u;
@@ -90,26 +106,23 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     // row (li / 8) % 16 + 16 s, step li % 8 + 8 (li / 128) of the tile
     // (a warp stores 8 steps of 4 rows, which the padded rows put on 32
     // distinct banks; 16 steps of 2 rows would put two on each); B's is
-    // step (li / 64) + 4 s, column li % 64. Outside the matrices the
-    // value is selected to zero; the index read there may fall past the
-    // matrix's end or wrap, which WGSL's bounds rules keep inside the
+    // step (li / 64) + 4 s, column li % 64. Steps past k are selected to
+    // zero, in the last tile only (they would enter every output). Rows
+    // past m and columns past n are staged as read: a row of A enters
+    // only its own row of C, a column of B its own column, and those
+    // outputs are not stored. The index read outside a matrix may fall
+    // past its end or wrap, which WGSL's bounds rules keep inside the
     // buffer on every backend (the PTX end reads zero, naga's `Restrict`
-    // clamps on Vulkan, wgpu checks), so the indices are not clamped
-    // here as well.
+    // clamps on Vulkan, wgpu checks), so no index is clamped here.
     let a_step = li % 8u + 8u * (li / 128u);
     let a_tile_row = (li / 8u) % 16u;
     let a_row = row0 + a_tile_row;
-    let a_ok0 = a_row < m;
-    let a_ok1 = a_row + 16u < m;
-    let a_ok2 = a_row + 32u < m;
-    let a_ok3 = a_row + 48u < m;
     let a_at0 = a_row * k;
     let a_at1 = a_at0 + 16u * k;
     let a_at2 = a_at0 + 32u * k;
     let a_at3 = a_at0 + 48u * k;
     let b_step = li / 64u;
     let b_col = col0 + li % 64u;
-    let b_ok = b_col < n;
     let n4 = 4u * n;
 
     // Where they go: A's row r of step st is component r % 4 of vec4
@@ -132,30 +145,31 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     // add a counter to it).
     for (var k0 = 0u; k0 < k; k0 += 16u) {
         let ka = k0 + a_step;
-        let ka_ok = ka < k;
-        let va0 = select(0.0, a[a_at0 + ka], a_ok0 && ka_ok);
-        let va1 = select(0.0, a[a_at1 + ka], a_ok1 && ka_ok);
-        let va2 = select(0.0, a[a_at2 + ka], a_ok2 && ka_ok);
-        let va3 = select(0.0, a[a_at3 + ka], a_ok3 && ka_ok);
         let kb = k0 + b_step;
         let b_at = kb * n + b_col;
-        let vb0 = select(0.0, b[b_at], b_ok && kb < k);
-        let vb1 = select(0.0, b[b_at + n4], b_ok && kb + 4u < k);
-        let vb2 = select(0.0, b[b_at + 2u * n4], b_ok && kb + 8u < k);
-        let vb3 = select(0.0, b[b_at + 3u * n4], b_ok && kb + 12u < k);
-        // The format is chosen once per tile, and each element rounded
-        // with constant masks; each branch stores its own values (a store
-        // after the branches made ptxas move them into common registers).
-        let ra = vec4<f32>(va0, va1, va2, va3);
-        let rb = vec4<f32>(vb0, vb1, vb2, vb3);
-        if f_in == 0u {
-            stage_tiles(ta, tc, tb, bc, ra, rb);
-        } else if f_in == 1u {
-            stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 13u), keel_round_mantissa4(rb, 13u));
-        } else if f_in == 2u {
-            stage_tiles(ta, tc, tb, bc, keel_round_mantissa4(ra, 16u), keel_round_mantissa4(rb, 16u));
+        // Each side of the branch stages its own values (values merged
+        // after it cost ptxas a register move each).
+        if k0 + 16u <= k {
+            // Every step of the tile is inside: no test but WGSL's own.
+            let ra = vec4<f32>(a[a_at0 + ka], a[a_at1 + ka], a[a_at2 + ka], a[a_at3 + ka]);
+            let rb = vec4<f32>(b[b_at], b[b_at + n4], b[b_at + 2u * n4], b[b_at + 3u * n4]);
+            stage_rounded(ta, tc, tb, bc, f_in, zero, ra, rb);
         } else {
-            stage_tiles(ta, tc, tb, bc, keel_round_f16_fast4(ra, zero), keel_round_f16_fast4(rb, zero));
+            // The last tile, where steps may be past k.
+            let ka_ok = ka < k;
+            let ra = vec4<f32>(
+                select(0.0, a[a_at0 + ka], ka_ok),
+                select(0.0, a[a_at1 + ka], ka_ok),
+                select(0.0, a[a_at2 + ka], ka_ok),
+                select(0.0, a[a_at3 + ka], ka_ok),
+            );
+            let rb = vec4<f32>(
+                select(0.0, b[b_at], kb < k),
+                select(0.0, b[b_at + n4], kb + 4u < k),
+                select(0.0, b[b_at + 2u * n4], kb + 8u < k),
+                select(0.0, b[b_at + 3u * n4], kb + 12u < k),
+            );
+            stage_rounded(ta, tc, tb, bc, f_in, zero, ra, rb);
         }
         workgroupBarrier();
         let a0 = tile_a[0u + lid.y];

@@ -417,6 +417,91 @@ fn plain_f32_on_the_cuda_override_is_the_4x4_kernels_sum() {
 /// same steps (every `SPLIT_K_CHUNK`, and after step k - 1), the chunk
 /// sums rounded and added alike. Shapes with several chunks, a last chunk
 /// cut short, and k off the kernels' 16- and 32-step tiles.
+/// A buffer may be longer than its matrix, and what lies past the matrix
+/// never reaches the product: the 4x4 kernel stages rows past m and
+/// columns past n as it reads them (they enter only outputs it does not
+/// store) and selects steps past k to zero. With NaNs and infinities after
+/// `a` and `b`, every kernel gives the bits it gives on buffers of the
+/// exact size, and writes nothing past `out`'s m x n values.
+#[test]
+fn values_past_the_matrices_never_reach_the_product() {
+    let split = |inputs, reduction| MatmulPrecision {
+        inputs,
+        accumulation: Accumulation::F32,
+        reduction,
+    };
+    let mut precisions = vec![
+        MatmulPrecision::IEEE,
+        split(InputRounding::Bf16, Reduction::Bf16),
+        split(InputRounding::F16, Reduction::F16),
+    ];
+    precisions.extend(input_modes().map(|(mode, _)| MatmulPrecision::inputs(mode)));
+    // One partial tile; whole tiles; a partial tile after whole ones in
+    // each dimension (k = 19: a last tile of 3 steps).
+    let shapes = [(1, 1, 1), (3, 5, 7), (64, 32, 64), (70, 19, 65)];
+    let poison = |len: usize| -> Vec<f32> {
+        let values = [f32::NAN, f32::INFINITY, -f32::NAN, f32::NEG_INFINITY];
+        (0..len).map(|i| values[i % 4]).collect()
+    };
+    const UNTOUCHED: f32 = 12345.0;
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let mut algorithms = vec![
+            MatmulAlgorithm::Tiled,
+            MatmulAlgorithm::Tiled4x4,
+            MatmulAlgorithm::Tiled8x8,
+            MatmulAlgorithm::Naive,
+        ];
+        if compute::tf32_mma_supported(&stream).expect("query") {
+            algorithms.push(MatmulAlgorithm::TensorCore);
+        }
+        for &(m, k, n) in &shapes {
+            let mut rng = Rng(0x9a57 ^ (m * 1000 + k * 10 + n) as u64);
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            // A tile's rows past a (64 x k) and a tile's columns past b's
+            // last row, and more.
+            let a_long: Vec<f32> = a.iter().copied().chain(poison(64 * k + 64)).collect();
+            let b_long: Vec<f32> = b.iter().copied().chain(poison(64 * k + 64)).collect();
+            for &precision in &precisions {
+                for &algorithm in &algorithms {
+                    // The tensor-core kernels take every mode here but plain f32.
+                    if algorithm == MatmulAlgorithm::TensorCore
+                        && precision == MatmulPrecision::IEEE
+                    {
+                        continue;
+                    }
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision,
+                    };
+                    let what = format!("{label} {algorithm:?} {precision:?} {m}x{k}x{n}");
+                    let exact = run_matmul(&stream, &a, &b, m, k, n, &opts);
+                    assert!(
+                        exact.iter().all(|x| x.is_finite()),
+                        "{what}: a non-finite product of finite inputs"
+                    );
+                    let out = upload(&stream, &vec![UNTOUCHED; m * n + 64]);
+                    let (al, bl) = (upload(&stream, &a_long), upload(&stream, &b_long));
+                    compute::matmul(&stream, &al, &bl, &out, m, k, n, &opts).expect("matmul");
+                    let got = out.read_as::<f32>(&stream).expect("read");
+                    if let Some(i) = first_difference(&exact, &got[..m * n]) {
+                        panic!(
+                            "{what}: c[{i}] is {} with NaN and infinity past the matrices, {} without",
+                            got[i], exact[i]
+                        );
+                    }
+                    assert!(
+                        got[m * n..].iter().all(|&x| x == UNTOUCHED),
+                        "{what}: written past out's {} values",
+                        m * n
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
 #[test]
 fn split_k_modes_agree_across_tiled_kernels() {
     let split = |inputs, reduction| MatmulPrecision {
