@@ -17,7 +17,8 @@
 # input-rounding modes, randn and normal_, sum and softmax, matmul, the
 # wgpu and Vulkan dispatch loops, dispatch overhead).
 #
-# The device call: carry [".gl", ".gpu"], command
+# The device call (after `pack`, which also fetches `.gl/`): carry
+# [".gl", ".gpu"], command
 # `bash scripts/device-check.sh run all`; for a second, shorter call,
 # `BUDGET=300 GPU_BENCHES_RUN="matmul-large reduce" ... run all` reruns
 # every test and only the benches named (see run_benches). `.gl/` holds the Debian loader
@@ -54,7 +55,20 @@ targets() {
     done
 }
 
+# The loader packages a bare lent machine lacks (Vulkan's and GL's;
+# its driver is there): fetched once into .gl/, as the device README
+# says, for amd64 whatever this machine is.
+fetch_loaders() {
+    compgen -G ".gl/*.deb" >/dev/null && return
+    local lists=/tmp/keel-apt-amd64
+    local o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists="$lists")
+    mkdir -p .gl "$lists/partial"
+    apt-get "${o[@]}" update >/dev/null
+    (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+}
+
 pack() {
+    fetch_loaders
     mkdir -p .gpu
     rm -rf .gpu/bin
     mkdir -p .gpu/bin/tests .gpu/bin/benches
