@@ -93,6 +93,21 @@ fn output(stream: &Stream, elems: usize) -> Buffer {
     Buffer::new(stream.device(), elems * 4).expect("output buffer")
 }
 
+/// Every matmul algorithm `stream`'s device runs: the tiled kernels, the
+/// naive one, and the tensor-core kernels where the device has them.
+fn every_kernel(stream: &Stream) -> Vec<MatmulAlgorithm> {
+    let mut algorithms = vec![
+        MatmulAlgorithm::Tiled,
+        MatmulAlgorithm::Tiled4x4,
+        MatmulAlgorithm::Tiled8x8,
+        MatmulAlgorithm::Naive,
+    ];
+    if compute::tf32_mma_supported(stream).expect("query") {
+        algorithms.push(MatmulAlgorithm::TensorCore);
+    }
+    algorithms
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_matmul(
     stream: &Stream,
@@ -446,15 +461,7 @@ fn values_past_the_matrices_never_reach_the_product() {
     const UNTOUCHED: f32 = 12345.0;
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
-        let mut algorithms = vec![
-            MatmulAlgorithm::Tiled,
-            MatmulAlgorithm::Tiled4x4,
-            MatmulAlgorithm::Tiled8x8,
-            MatmulAlgorithm::Naive,
-        ];
-        if compute::tf32_mma_supported(&stream).expect("query") {
-            algorithms.push(MatmulAlgorithm::TensorCore);
-        }
+        let algorithms = every_kernel(&stream);
         for &(m, k, n) in &shapes {
             let mut rng = Rng(0x9a57 ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
@@ -799,14 +806,7 @@ fn input_rounding_is_bit_identical_to_the_rust_reference_on_every_backend() {
     for (label, device) in backends() {
         let stream = keel::default_stream(device).expect("stream");
         // The tensor-core kernel rounds as it stages too, where it runs.
-        let mut algorithms = vec![
-            MatmulAlgorithm::Tiled,
-            MatmulAlgorithm::Tiled4x4,
-            MatmulAlgorithm::Naive,
-        ];
-        if compute::tf32_mma_supported(&stream).expect("query") {
-            algorithms.push(MatmulAlgorithm::TensorCore);
-        }
+        let algorithms = every_kernel(&stream);
         for (mode, round) in input_modes() {
             for &algorithm in &algorithms {
                 let opts = MatmulOptions {
