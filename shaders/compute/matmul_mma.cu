@@ -107,26 +107,22 @@ __device__ __forceinline__ void pack(const float* __restrict__ src, float4* __re
                                      unsigned rows, unsigned cols, unsigned dst_rows,
                                      unsigned dst_cols)
 {
-    PackPiece at;
-    if (!pack_piece(dst_rows, dst_cols, 4u, at)) {
+    PackPiece<float> at;
+    if (!pack_piece<4u>(src, rows, cols, dst_rows, dst_cols, at)) {
         return;
     }
-    const size_t i = at.i;
-    const unsigned r = at.r;
-    const unsigned c0 = at.c0;
-    const float* p = src + (size_t)r * cols + c0;
     float4 v;
-    if (r < rows && c0 + 4u <= cols && ((size_t)p & 15u) == 0) {
-        v = __ldg(reinterpret_cast<const float4*>(p));
+    if (at.whole) {
+        v = __ldg(reinterpret_cast<const float4*>(at.p));
     } else {
         float e[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            e[j] = (r < rows && c0 + j < cols) ? __ldg(p + j) : 0.0f;
+        for (unsigned j = 0; j < 4u; j++) {
+            e[j] = j < at.inside ? __ldg(at.p + j) : 0.0f;
         }
         v = make_float4(e[0], e[1], e[2], e[3]);
     }
-    dst[i] = make_float4(keel_round_to<FORMAT>(v.x), keel_round_to<FORMAT>(v.y),
+    dst[at.i] = make_float4(keel_round_to<FORMAT>(v.x), keel_round_to<FORMAT>(v.y),
                          keel_round_to<FORMAT>(v.z), keel_round_to<FORMAT>(v.w));
 }
 

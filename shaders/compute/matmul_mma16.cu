@@ -91,27 +91,23 @@ __device__ __forceinline__ void pack(const float* __restrict__ src, uint4* __res
                                      unsigned rows, unsigned cols, unsigned dst_rows,
                                      unsigned dst_cols)
 {
-    PackPiece at;
-    if (!pack_piece(dst_rows, dst_cols, 8u, at)) {
+    PackPiece<float> at;
+    if (!pack_piece<8u>(src, rows, cols, dst_rows, dst_cols, at)) {
         return;
     }
-    const size_t i = at.i;
-    const unsigned r = at.r;
-    const unsigned c0 = at.c0;
-    const float* p = src + (size_t)r * cols + c0;
     float v[8];
-    if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
-        const float4 x = __ldg(reinterpret_cast<const float4*>(p));
-        const float4 y = __ldg(reinterpret_cast<const float4*>(p + 4));
+    if (at.whole) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(at.p));
+        const float4 y = __ldg(reinterpret_cast<const float4*>(at.p + 4));
         v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
         v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
     } else {
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            v[e] = (r < rows && c0 + e < cols) ? __ldg(p + e) : 0.0f;
+        for (unsigned e = 0; e < 8u; e++) {
+            v[e] = e < at.inside ? __ldg(at.p + e) : 0.0f;
         }
     }
-    dst[i] = make_uint4(pack2<BF16>(v[0], v[1]), pack2<BF16>(v[2], v[3]),
+    dst[at.i] = make_uint4(pack2<BF16>(v[0], v[1]), pack2<BF16>(v[2], v[3]),
                         pack2<BF16>(v[4], v[5]), pack2<BF16>(v[6], v[7]));
 }
 
@@ -121,24 +117,20 @@ __device__ __forceinline__ void pack_halves(const unsigned short* __restrict__ s
                                             uint4* __restrict__ dst, unsigned rows, unsigned cols,
                                             unsigned dst_rows, unsigned dst_cols)
 {
-    PackPiece at;
-    if (!pack_piece(dst_rows, dst_cols, 8u, at)) {
+    PackPiece<unsigned short> at;
+    if (!pack_piece<8u>(src, rows, cols, dst_rows, dst_cols, at)) {
         return;
     }
-    const size_t i = at.i;
-    const unsigned r = at.r;
-    const unsigned c0 = at.c0;
-    const unsigned short* p = src + (size_t)r * cols + c0;
-    if (r < rows && c0 + 8u <= cols && ((size_t)p & 15u) == 0) {
-        dst[i] = __ldg(reinterpret_cast<const uint4*>(p));
+    if (at.whole) {
+        dst[at.i] = __ldg(reinterpret_cast<const uint4*>(at.p));
         return;
     }
     unsigned h[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        h[e] = (r < rows && c0 + e < cols) ? (unsigned)__ldg(p + e) : 0u;
+    for (unsigned e = 0; e < 8u; e++) {
+        h[e] = e < at.inside ? (unsigned)__ldg(at.p + e) : 0u;
     }
-    dst[i] = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+    dst[at.i] = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
 }
 
 // Mode bit 16 set: src holds 16-bit values of the format (two bytes

@@ -109,26 +109,37 @@ __device__ __forceinline__ void pipeline3(unsigned tiles, Issue issue, Compute c
 }
 
 // The piece of a packed copy (dst_rows x dst_cols values, rows of whole
-// pieces) that a packing pass's thread writes: `per` values at row `r`
+// pieces) that a packing pass's thread writes: PER values at row `r`
 // from column `c0`, piece `i` of the copy, one thread per piece in
-// blocks of 256 along x.
+// blocks of 256 along x. Read from a row-major rows x cols source at
+// `p`: its first `inside` values lie in the source (the rest of the
+// piece is padding, zeros), and `whole` says that all PER do and start
+// on 16 bytes, so that vector loads read them.
+template <typename T>
 struct PackPiece {
     size_t i;
     unsigned r;
     unsigned c0;
+    const T* p;
+    unsigned inside;
+    bool whole;
 };
 
 // The thread's piece, or false past the copy's end.
-__device__ __forceinline__ bool pack_piece(unsigned dst_rows, unsigned dst_cols, unsigned per,
-                                           PackPiece& at)
+template <unsigned PER, typename T>
+__device__ __forceinline__ bool pack_piece(const T* src, unsigned rows, unsigned cols,
+                                           unsigned dst_rows, unsigned dst_cols, PackPiece<T>& at)
 {
-    const unsigned per_row = dst_cols / per;
+    const unsigned per_row = dst_cols / PER;
     at.i = (size_t)blockIdx.x * 256u + threadIdx.x;
     if (at.i >= (size_t)dst_rows * per_row) {
         return false;
     }
     at.r = (unsigned)(at.i / per_row);
-    at.c0 = (unsigned)(at.i % per_row) * per;
+    at.c0 = (unsigned)(at.i % per_row) * PER;
+    at.p = src + (size_t)at.r * cols + at.c0;
+    at.inside = at.r < rows && at.c0 < cols ? min(PER, cols - at.c0) : 0u;
+    at.whole = at.inside == PER && ((size_t)at.p & 15u) == 0;
     return true;
 }
 
