@@ -1,6 +1,7 @@
 //! Every kernel Keel ships lowers, and what the lowering rejects it
 //! rejects with a message and a place.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -174,6 +175,103 @@ fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
         println!("ptxas assembled {assembled} files");
         assert!(assembled >= 90, "assembled {assembled}");
     }
+}
+
+/// The printed PTX of every shipped kernel holds no arithmetic whose
+/// result nothing reads (the IR's byte offsets where addresses come from
+/// element indices, the checks the guard rewrites replace: people read
+/// this PTX), and every register it reads is written somewhere in it, so
+/// that leaving code out never leaves a value undefined.
+#[test]
+fn printed_ptx_computes_nothing_unread_and_reads_nothing_unwritten() {
+    // Opcodes without side effects whose first operand is their result.
+    const PURE: [&str; 24] = [
+        "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs", "and", "or",
+        "xor", "not", "shl", "shr", "setp", "selp", "cvt", "mov", "ex2", "lg2", "rcp",
+    ];
+    let registers = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '_' | '.')))
+            .filter(|t| t.starts_with('%'))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut unread = Vec::new();
+    let mut unwritten = Vec::new();
+    for (file, text) in sources() {
+        let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+        for ep in &module.entry_points {
+            let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
+            let ptx = keel_wgsl::ptx::emit(&program).expect("prints");
+            let body = ptx.split_once("\n{\n").map_or("", |(_, b)| b);
+            let mut reads: HashMap<String, usize> = HashMap::new();
+            let mut written: Vec<String> = Vec::new();
+            let mut pure: Vec<(String, String)> = Vec::new();
+            for line in body.lines().map(str::trim) {
+                if line.is_empty() || line.starts_with("//") || line.starts_with('.') {
+                    continue;
+                }
+                let (guard, inst) = match line.strip_prefix('@') {
+                    Some(rest) => rest.split_once(' ').unwrap_or((rest, "")),
+                    None => ("", line),
+                };
+                for g in registers(guard) {
+                    *reads.entry(g).or_default() += 1;
+                }
+                let (op, operands) = inst.split_once(' ').unwrap_or((inst, ""));
+                // An instruction's first operand is its result (a vector's
+                // registers in braces), but a store's, a branch's and a
+                // barrier's.
+                let writes = !["st.", "bra", "bar", "ret", "red."]
+                    .iter()
+                    .any(|p| op.starts_with(p));
+                let (first, rest) = match operands.strip_prefix('{') {
+                    Some(v) => v.split_once('}').unwrap_or((v, "")),
+                    None => operands.split_once(',').unwrap_or((operands, "")),
+                };
+                let (dsts, srcs) = if writes {
+                    (registers(first), registers(rest))
+                } else {
+                    (Vec::new(), registers(operands))
+                };
+                if guard.is_empty()
+                    && PURE.contains(&op.split('.').next().unwrap_or(""))
+                    && let [dst] = &dsts[..]
+                {
+                    pure.push((dst.clone(), line.to_string()));
+                }
+                written.extend(dsts);
+                for r in srcs {
+                    *reads.entry(r).or_default() += 1;
+                }
+            }
+            let what = format!("{file} `{}`", ep.name);
+            for (dst, line) in pure {
+                if !reads.contains_key(&dst) {
+                    unread.push(format!("{what}: {line}"));
+                }
+            }
+            // PTX's special registers (`%tid.x`, `%laneid`, ...) are
+            // read only.
+            let special =
+                |r: &str| r.contains('.') || ["%laneid", "%warpid", "%clock"].contains(&r);
+            for r in reads.keys() {
+                if !written.contains(r) && !special(r) {
+                    unwritten.push(format!("{what}: {r}"));
+                }
+            }
+        }
+    }
+    assert!(
+        unread.is_empty(),
+        "{} instructions whose result nothing reads, the first: {:?}",
+        unread.len(),
+        &unread[..unread.len().min(5)]
+    );
+    assert!(
+        unwritten.is_empty(),
+        "registers read but never written: {:?}",
+        &unwritten[..unwritten.len().min(5)]
+    );
 }
 
 /// A construct the ends do not cover is an error that names it and says

@@ -22,6 +22,19 @@ use crate::ir::{AtomicOp, BinOp, Inst, Reg, Space, Stmt, Ty};
 /// How far a chain of definitions is followed for an alignment.
 const MAX_DEPTH: u32 = 32;
 
+/// Loads of a vector's components from workgroup memory that print as
+/// one vector load (`Emitter::vector_group`).
+pub(super) struct VectorGroup {
+    /// The statements it stands for.
+    pub used: usize,
+    /// The components' registers.
+    pub dsts: Vec<Reg>,
+    /// The first component's offset, the vector's.
+    pub base: Reg,
+    /// The components' type.
+    pub ty: Ty,
+}
+
 /// The state space and address register of an access.
 struct Address {
     space: &'static str,
@@ -139,10 +152,9 @@ impl Emitter<'_> {
     /// workgroup memory as the lowering writes them (an unguarded load at
     /// offset `a`, then for each further component the add of `a` and
     /// its byte offset, and its load), and `a` is a multiple of the
-    /// vector's size, emits the adds and one vector load; returns how
-    /// many statements it stood for. The adds read neither destination,
-    /// so the loads may move after them.
-    pub(super) fn vector_load(&mut self, body: &[Stmt]) -> Result<Option<usize>> {
+    /// vector's size: the group, for one vector load. The adds read
+    /// neither destination, so the loads may move after them.
+    pub(super) fn vector_group(&self, body: &[Stmt]) -> Result<Option<VectorGroup>> {
         let Some(Stmt::Inst(Inst::Load {
             dst,
             space: Space::Shared,
@@ -202,10 +214,30 @@ impl Emitter<'_> {
         if dsts.len() < 2 || clash || self.known_zero_bits(*base, 0) < size.trailing_zeros() {
             return Ok(None);
         }
+        Ok(Some(VectorGroup {
+            used,
+            dsts,
+            base: *base,
+            ty,
+        }))
+    }
+
+    /// Emits a [`vector_group`](Self::vector_group) of `body`, the adds
+    /// and one vector load; returns how many statements it stood for.
+    pub(super) fn vector_load(&mut self, body: &[Stmt]) -> Result<Option<usize>> {
+        let Some(VectorGroup {
+            used,
+            dsts,
+            base,
+            ty,
+        }) = self.vector_group(body)?
+        else {
+            return Ok(None);
+        };
         for s in &body[1..used] {
             if let Stmt::Inst(inst @ Inst::Bin { .. }) = s {
                 self.reset_tmps();
-                self.inst(inst)?;
+                self.inst_if_read(inst)?;
             }
         }
         self.reset_tmps();
@@ -215,7 +247,7 @@ impl Emitter<'_> {
             .map(|&d| self.reg(d))
             .collect::<Result<Vec<_>>>()?
             .join(", ");
-        let at = self.address(Space::Shared, *base)?;
+        let at = self.address(Space::Shared, base)?;
         self.ins(&format!(
             "ld.shared.v{}.{t} {{{names}}}, [{}];",
             dsts.len(),

@@ -22,7 +22,7 @@ mod subgroup;
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::ir::{Inst, Program, Reg, Stmt, Ty};
+use crate::ir::{Inst, Program, Reg, Space, Stmt, Ty, each_list};
 
 /// Why a [`Program`] cannot be printed: an inconsistency in the IR, such
 /// as an operand of the wrong type or a `Leave` of a block that does not
@@ -87,7 +87,19 @@ pub fn emit(program: &Program) -> Result<String> {
     guards::narrow_lone_bounds(&mut program, &checks);
     let mut e = Emitter::new(&program);
     e.elements = elements;
+    e.printed = e.printed_reads();
     e.run()
+}
+
+/// Whether an instruction only computes its result: arithmetic, a
+/// constant, a built-in value or a parameter word. Where the printed PTX
+/// reads no result of it, it is checked but not printed.
+fn computes_only(inst: &Inst) -> bool {
+    inst.is_pure()
+        || matches!(
+            inst,
+            Inst::Const { .. } | Inst::Read { .. } | Inst::Param { .. }
+        )
 }
 
 /// A bank of registers of one PTX type.
@@ -207,6 +219,8 @@ struct Emitter<'a> {
     /// Offsets that are array elements (`guards.rs`): their addresses
     /// are one wide multiply-add.
     elements: guards::Elements,
+    /// Per register, whether the printed PTX reads it ([`printed_reads`]).
+    printed: Vec<bool>,
 }
 
 impl<'a> Emitter<'a> {
@@ -222,6 +236,7 @@ impl<'a> Emitter<'a> {
             block_ids: HashSet::new(),
             defs: prog.single_writers(),
             elements: guards::Elements::new(),
+            printed: Vec::new(),
         }
     }
 
@@ -461,6 +476,92 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// Emits `inst`, and takes it out again where it only computes its
+    /// result ([`computes_only`]) and the printed PTX does not read that
+    /// (`printed`): checked either way.
+    fn inst_if_read(&mut self, inst: &Inst) -> Result<()> {
+        let start = self.out.len();
+        self.inst(inst)?;
+        let unread = |d: Reg| self.printed.get(d.index()) == Some(&false);
+        if computes_only(inst) && inst.dst().is_some_and(unread) {
+            self.out.truncate(start);
+        }
+        Ok(())
+    }
+
+    /// Per register, whether the printed PTX reads it: what the
+    /// statements read, but a buffer access reads its element's index
+    /// where its offset is an array element (`address` prints the address
+    /// from the index), a vector load only its first component's offset
+    /// (`vector_group`), and an instruction that only computes its result
+    /// ([`computes_only`]) reads only where its result is read. Left out
+    /// are the byte offsets that only addresses took, and the checks the
+    /// guard rewrites replaced (`guards.rs`): ptxas drops them as well,
+    /// but people read this PTX.
+    fn printed_reads(&self) -> Vec<bool> {
+        let n = self.prog.regs.len();
+        let mut pending: Vec<Reg> = Vec::new();
+        // Per register, what the instructions that only compute it read.
+        let mut feeds: Vec<Vec<Reg>> = vec![Vec::new(); n];
+        let mut inst_reads = |inst: &Inst, addr_read: bool, pending: &mut Vec<Reg>| {
+            let mut reads = inst.reads();
+            let addr = match *inst {
+                Inst::Load { space, addr, .. }
+                | Inst::Store { space, addr, .. }
+                | Inst::Atomic { space, addr, .. } => Some((space, addr)),
+                _ => None,
+            };
+            if let Some((space, addr)) = addr {
+                let element = match space {
+                    Space::Buffer(_) => self.elements.get(&addr),
+                    _ => None,
+                };
+                if !addr_read || element.is_some() {
+                    reads.retain(|r| *r != addr);
+                }
+                reads.extend(element.map(|e| e.index));
+            }
+            match inst.dst() {
+                Some(d) if computes_only(inst) && d.index() < n => feeds[d.index()].extend(reads),
+                _ => pending.extend(reads),
+            }
+        };
+        each_list(&self.prog.body, &mut |list| {
+            let mut i = 0;
+            while i < list.len() {
+                if let Ok(Some(group)) = self.vector_group(&list[i..]) {
+                    pending.push(group.base);
+                    for s in &list[i..i + group.used] {
+                        if let Stmt::Inst(inst) = s {
+                            inst_reads(inst, false, &mut pending);
+                        }
+                    }
+                    i += group.used;
+                    continue;
+                }
+                match &list[i] {
+                    Stmt::Inst(inst) => inst_reads(inst, true, &mut pending),
+                    Stmt::If { cond, .. } => pending.push(*cond),
+                    Stmt::Loop {
+                        break_if: Some(c), ..
+                    } => pending.push(*c),
+                    _ => {}
+                }
+                i += 1;
+            }
+        });
+        let mut read = vec![false; n];
+        while let Some(r) = pending.pop() {
+            if let Some(x) = read.get_mut(r.index())
+                && !*x
+            {
+                *x = true;
+                pending.append(&mut feeds[r.index()]);
+            }
+        }
+        read
+    }
+
     /// The PTX name of `reg`.
     fn reg(&self, reg: Reg) -> Result<String> {
         let ty = self.ty(reg)?;
@@ -497,7 +598,7 @@ impl<'a> Emitter<'a> {
         match stmt {
             Stmt::Inst(inst) => {
                 self.reset_tmps();
-                self.inst(inst)
+                self.inst_if_read(inst)
             }
             Stmt::If { cond, then, els } => {
                 let c = self.reg_of(*cond, Ty::Bool, "if condition")?;
