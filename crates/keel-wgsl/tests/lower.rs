@@ -274,6 +274,70 @@ fn printed_ptx_computes_nothing_unread_and_reads_nothing_unwritten() {
     );
 }
 
+/// The Philox kernels promise the same bits on every device, so no f32
+/// product of theirs may reach an add unfenced: ptxas contracts a
+/// `mul.f32` whose result an `add.f32` or `sub.f32` reads (the source's
+/// operations, printed without a rounding modifier, as WGSL lets them
+/// fuse) into one FMA, which rounds once where the host rounds twice.
+/// `philox.wgsl` passes every such product through `fence`; this finds
+/// one that does not, in the PTX, without a GPU.
+#[test]
+fn philox_ptx_leaves_ptxas_no_product_to_fuse() {
+    let (_, text) = sources()
+        .into_iter()
+        .find(|(f, _)| f.ends_with("random/philox.wgsl"))
+        .expect("philox.wgsl is shipped");
+    let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+    let operands = |line: &str| -> Vec<String> {
+        line.split_once(' ')
+            .map_or("", |(_, o)| o)
+            .split([',', ';'])
+            .map(|o| o.trim().to_string())
+            .filter(|o| o.starts_with('%'))
+            .collect()
+    };
+    let mut checked = 0;
+    for ep in &module.entry_points {
+        let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
+        let ptx = keel_wgsl::ptx::emit(&program).expect("prints");
+        let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+        let op = |line: &str| line.split(' ').next().unwrap_or("").to_string();
+        // Products, and what copies or negates one.
+        let mut products: Vec<String> = Vec::new();
+        loop {
+            let before = products.len();
+            for line in &lines {
+                let o = operands(line);
+                let Some(dst) = o.first() else { continue };
+                let from_product = match op(line).as_str() {
+                    "mul.f32" => true,
+                    "mov.f32" | "neg.f32" => o.get(1).is_some_and(|s| products.contains(s)),
+                    _ => false,
+                };
+                if from_product && !products.contains(dst) {
+                    products.push(dst.clone());
+                }
+            }
+            if products.len() == before {
+                break;
+            }
+        }
+        let mut adds = 0;
+        for line in &lines {
+            if matches!(op(line).as_str(), "add.f32" | "sub.f32") {
+                adds += 1;
+                let fused = operands(line).iter().skip(1).any(|s| products.contains(s));
+                assert!(!fused, "`{}`: ptxas may fuse into `{line}`", ep.name);
+            }
+        }
+        if !products.is_empty() && adds > 0 {
+            checked += 1;
+        }
+    }
+    // randn, normal_ and normal_'s plain variant multiply and add.
+    assert!(checked >= 3, "{checked} kernels with products and adds");
+}
+
 /// A construct the ends do not cover is an error that names it and says
 /// where it is, never a wrong program.
 #[test]
