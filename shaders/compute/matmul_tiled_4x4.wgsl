@@ -117,12 +117,12 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     let a_step = li % 8u + 8u * (li / 128u);
     let a_tile_row = (li / 8u) % 16u;
     let a_row = row0 + a_tile_row;
-    let a_at0 = a_row * k;
-    let a_at1 = a_at0 + 16u * k;
-    let a_at2 = a_at0 + 32u * k;
-    let a_at3 = a_at0 + 48u * k;
+    // The first element each invocation reads of A and of B at k0 = 0,
+    // and the strides to its other three (uniform across the workgroup).
+    let a_first = a_row * k + a_step;
+    let k16 = 16u * k;
     let b_step = li / 64u;
-    let b_col = col0 + li % 64u;
+    let b_first = b_step * n + col0 + li % 64u;
     let n4 = 4u * n;
 
     // Where they go: A's row r of step st is component r % 4 of vec4
@@ -144,30 +144,30 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     // a constant is unrolled by some compilers and not others (naga may
     // add a counter to it).
     for (var k0 = 0u; k0 < k; k0 += 16u) {
-        let ka = k0 + a_step;
-        let kb = k0 + b_step;
-        let b_at = kb * n + b_col;
+        let ia = a_first + k0;
+        let ib = b_first + k0 * n;
         // Each side of the branch stages its own values (values merged
         // after it cost ptxas a register move each).
         if k0 + 16u <= k {
             // Every step of the tile is inside: no test but WGSL's own.
-            let ra = vec4<f32>(a[a_at0 + ka], a[a_at1 + ka], a[a_at2 + ka], a[a_at3 + ka]);
-            let rb = vec4<f32>(b[b_at], b[b_at + n4], b[b_at + 2u * n4], b[b_at + 3u * n4]);
+            let ra = vec4<f32>(a[ia], a[ia + k16], a[ia + 2u * k16], a[ia + 3u * k16]);
+            let rb = vec4<f32>(b[ib], b[ib + n4], b[ib + 2u * n4], b[ib + 3u * n4]);
             stage_rounded(ta, tc, tb, bc, f_in, zero, ra, rb);
         } else {
             // The last tile, where steps may be past k.
-            let ka_ok = ka < k;
+            let ka_ok = k0 + a_step < k;
+            let kb = k0 + b_step;
             let ra = vec4<f32>(
-                select(0.0, a[a_at0 + ka], ka_ok),
-                select(0.0, a[a_at1 + ka], ka_ok),
-                select(0.0, a[a_at2 + ka], ka_ok),
-                select(0.0, a[a_at3 + ka], ka_ok),
+                select(0.0, a[ia], ka_ok),
+                select(0.0, a[ia + k16], ka_ok),
+                select(0.0, a[ia + 2u * k16], ka_ok),
+                select(0.0, a[ia + 3u * k16], ka_ok),
             );
             let rb = vec4<f32>(
-                select(0.0, b[b_at], kb < k),
-                select(0.0, b[b_at + n4], kb + 4u < k),
-                select(0.0, b[b_at + 2u * n4], kb + 8u < k),
-                select(0.0, b[b_at + 3u * n4], kb + 12u < k),
+                select(0.0, b[ib], kb < k),
+                select(0.0, b[ib + n4], kb + 4u < k),
+                select(0.0, b[ib + 2u * n4], kb + 8u < k),
+                select(0.0, b[ib + 3u * n4], kb + 12u < k),
             );
             stage_rounded(ta, tc, tb, bc, f_in, zero, ra, rb);
         }
