@@ -146,8 +146,8 @@ fn keel_tiled_4x4(wg: vec3<u32>, lid: vec3<u32>, li: u32, split: bool) {
     for (var k0 = 0u; k0 < k; k0 += 16u) {
         let ia = a_first + k0;
         let ib = b_first + k0 * n;
-        // Each side of the branch stages its own values (values merged
-        // after it cost ptxas a register move each).
+        // Each side of the branch stages its own values: merging them
+        // after it costs ptxas a register move each.
         if k0 + 16u <= k {
             // Every step of the tile is inside: no test but WGSL's own.
             let ra = vec4<f32>(a[ia], a[ia + k16], a[ia + 2u * k16], a[ia + 3u * k16]);
