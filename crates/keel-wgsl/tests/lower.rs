@@ -114,6 +114,30 @@ fn cooperative_matrix_kernels_are_refused_by_name() {
     }
 }
 
+/// The PTX of every entry point of the shipped sources whose file name
+/// `keep` takes: (file, entry, PTX).
+fn shipped_ptx(keep: impl Fn(&str) -> bool) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for (file, text) in sources().into_iter().filter(|(f, _)| keep(f)) {
+        let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+        for ep in &module.entry_points {
+            let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
+            let ptx = keel_wgsl::ptx::emit(&program).expect("prints");
+            out.push((file.clone(), ep.name.clone(), ptx));
+        }
+    }
+    out
+}
+
+/// The register tokens of PTX text (`%r1`, `%tid.x`, the `%td0` of
+/// `[%td0+8]`), in order.
+fn registers(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '_' | '.')))
+        .filter(|t| t.starts_with('%'))
+        .map(str::to_string)
+        .collect()
+}
+
 /// `ptxas` from `KEEL_PTXAS`, or `None` (and a printed reason).
 fn ptxas() -> Option<PathBuf> {
     match std::env::var_os("KEEL_PTXAS").map(PathBuf::from) {
@@ -189,75 +213,63 @@ fn printed_ptx_computes_nothing_unread_and_reads_nothing_unwritten() {
         "add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "neg", "abs", "and", "or",
         "xor", "not", "shl", "shr", "setp", "selp", "cvt", "mov", "ex2", "lg2", "rcp",
     ];
-    let registers = |text: &str| -> Vec<String> {
-        text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '_' | '.')))
-            .filter(|t| t.starts_with('%'))
-            .map(str::to_string)
-            .collect()
-    };
     let mut unread = Vec::new();
     let mut unwritten = Vec::new();
-    for (file, text) in sources() {
-        let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
-        for ep in &module.entry_points {
-            let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
-            let ptx = keel_wgsl::ptx::emit(&program).expect("prints");
-            let body = ptx.split_once("\n{\n").map_or("", |(_, b)| b);
-            let mut reads: HashMap<String, usize> = HashMap::new();
-            let mut written: Vec<String> = Vec::new();
-            let mut pure: Vec<(String, String)> = Vec::new();
-            for line in body.lines().map(str::trim) {
-                if line.is_empty() || line.starts_with("//") || line.starts_with('.') {
-                    continue;
-                }
-                let (guard, inst) = match line.strip_prefix('@') {
-                    Some(rest) => rest.split_once(' ').unwrap_or((rest, "")),
-                    None => ("", line),
-                };
-                for g in registers(guard) {
-                    *reads.entry(g).or_default() += 1;
-                }
-                let (op, operands) = inst.split_once(' ').unwrap_or((inst, ""));
-                // An instruction's first operand is its result (a vector's
-                // registers in braces), but a store's, a branch's and a
-                // barrier's.
-                let writes = !["st.", "bra", "bar", "ret", "red."]
-                    .iter()
-                    .any(|p| op.starts_with(p));
-                let (first, rest) = match operands.strip_prefix('{') {
-                    Some(v) => v.split_once('}').unwrap_or((v, "")),
-                    None => operands.split_once(',').unwrap_or((operands, "")),
-                };
-                let (dsts, srcs) = if writes {
-                    (registers(first), registers(rest))
-                } else {
-                    (Vec::new(), registers(operands))
-                };
-                if guard.is_empty()
-                    && PURE.contains(&op.split('.').next().unwrap_or(""))
-                    && let [dst] = &dsts[..]
-                {
-                    pure.push((dst.clone(), line.to_string()));
-                }
-                written.extend(dsts);
-                for r in srcs {
-                    *reads.entry(r).or_default() += 1;
-                }
+    for (file, entry, ptx) in shipped_ptx(|_| true) {
+        let body = ptx.split_once("\n{\n").map_or("", |(_, b)| b);
+        let mut reads: HashMap<String, usize> = HashMap::new();
+        let mut written: Vec<String> = Vec::new();
+        let mut pure: Vec<(String, String)> = Vec::new();
+        for line in body.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with("//") || line.starts_with('.') {
+                continue;
             }
-            let what = format!("{file} `{}`", ep.name);
-            for (dst, line) in pure {
-                if !reads.contains_key(&dst) {
-                    unread.push(format!("{what}: {line}"));
-                }
+            let (guard, inst) = match line.strip_prefix('@') {
+                Some(rest) => rest.split_once(' ').unwrap_or((rest, "")),
+                None => ("", line),
+            };
+            for g in registers(guard) {
+                *reads.entry(g).or_default() += 1;
             }
-            // PTX's special registers (`%tid.x`, `%laneid`, ...) are
-            // read only.
-            let special =
-                |r: &str| r.contains('.') || ["%laneid", "%warpid", "%clock"].contains(&r);
-            for r in reads.keys() {
-                if !written.contains(r) && !special(r) {
-                    unwritten.push(format!("{what}: {r}"));
-                }
+            let (op, operands) = inst.split_once(' ').unwrap_or((inst, ""));
+            // An instruction's first operand is its result (a vector's
+            // registers in braces), but a store's, a branch's and a
+            // barrier's.
+            let writes = !["st.", "bra", "bar", "ret", "red."]
+                .iter()
+                .any(|p| op.starts_with(p));
+            let (first, rest) = match operands.strip_prefix('{') {
+                Some(v) => v.split_once('}').unwrap_or((v, "")),
+                None => operands.split_once(',').unwrap_or((operands, "")),
+            };
+            let (dsts, srcs) = if writes {
+                (registers(first), registers(rest))
+            } else {
+                (Vec::new(), registers(operands))
+            };
+            if guard.is_empty()
+                && PURE.contains(&op.split('.').next().unwrap_or(""))
+                && let [dst] = &dsts[..]
+            {
+                pure.push((dst.clone(), line.to_string()));
+            }
+            written.extend(dsts);
+            for r in srcs {
+                *reads.entry(r).or_default() += 1;
+            }
+        }
+        let what = format!("{file} `{entry}`");
+        for (dst, line) in pure {
+            if !reads.contains_key(&dst) {
+                unread.push(format!("{what}: {line}"));
+            }
+        }
+        // PTX's special registers (`%tid.x`, `%laneid`, ...) are
+        // read only.
+        let special = |r: &str| r.contains('.') || ["%laneid", "%warpid", "%clock"].contains(&r);
+        for r in reads.keys() {
+            if !written.contains(r) && !special(r) {
+                unwritten.push(format!("{what}: {r}"));
             }
         }
     }
@@ -283,23 +295,9 @@ fn printed_ptx_computes_nothing_unread_and_reads_nothing_unwritten() {
 /// one that does not, in the PTX, without a GPU.
 #[test]
 fn philox_ptx_leaves_ptxas_no_product_to_fuse() {
-    let (_, text) = sources()
-        .into_iter()
-        .find(|(f, _)| f.ends_with("random/philox.wgsl"))
-        .expect("philox.wgsl is shipped");
-    let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
-    let operands = |line: &str| -> Vec<String> {
-        line.split_once(' ')
-            .map_or("", |(_, o)| o)
-            .split([',', ';'])
-            .map(|o| o.trim().to_string())
-            .filter(|o| o.starts_with('%'))
-            .collect()
-    };
+    let operands = |line: &str| registers(line.split_once(' ').map_or("", |(_, o)| o));
     let mut checked = 0;
-    for ep in &module.entry_points {
-        let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
-        let ptx = keel_wgsl::ptx::emit(&program).expect("prints");
+    for (_, entry, ptx) in shipped_ptx(|f| f.ends_with("random/philox.wgsl")) {
         let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
         let op = |line: &str| line.split(' ').next().unwrap_or("").to_string();
         // Products, and what copies or negates one.
@@ -327,7 +325,7 @@ fn philox_ptx_leaves_ptxas_no_product_to_fuse() {
             if matches!(op(line).as_str(), "add.f32" | "sub.f32") {
                 adds += 1;
                 let fused = operands(line).iter().skip(1).any(|s| products.contains(s));
-                assert!(!fused, "`{}`: ptxas may fuse into `{line}`", ep.name);
+                assert!(!fused, "`{entry}`: ptxas may fuse into `{line}`");
             }
         }
         if !products.is_empty() && adds > 0 {
