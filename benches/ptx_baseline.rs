@@ -27,6 +27,7 @@ const HAND_MATMUL: Kernel = Kernel {
     wgsl: None,
     ptx: Some(include_str!("hand_ptx/matmul_tiled_4x4.ptx")),
     cpu: None,
+    strict_float: false,
 };
 
 const HAND_SOFTMAX: Kernel = Kernel {
@@ -36,6 +37,7 @@ const HAND_SOFTMAX: Kernel = Kernel {
     wgsl: None,
     ptx: Some(include_str!("hand_ptx/softmax_rows.ptx")),
     cpu: None,
+    strict_float: false,
 };
 
 const ROUNDS: usize = 15;

@@ -27,6 +27,7 @@ const FLOAT_RANDN: Kernel = Kernel {
     wgsl: Some(include_str!("random_float_box_muller.wgsl")),
     ptx: None,
     cpu: None,
+    strict_float: false,
 };
 
 fn random_ops(c: &mut Criterion) {

@@ -173,7 +173,9 @@ const WGSL: &str = include_str!("../shaders/random/philox.wgsl");
 
 /// A Philox kernel: its one WGSL source runs on every backend (CUDA
 /// through the PTX generated from it, host backends through its
-/// translation to Rust, `random/translated.rs`).
+/// translation to Rust, `random/translated.rs`), with strict floating
+/// point: its draws are the same bits on every device, so no compiler may
+/// fuse or reorder the arithmetic of `randn`'s Box-Muller transform.
 const fn philox_kernel(name: &'static str, workgroup: u32, host: CpuKernelFn) -> Kernel {
     Kernel {
         name,
@@ -182,6 +184,7 @@ const fn philox_kernel(name: &'static str, workgroup: u32, host: CpuKernelFn) ->
         wgsl: Some(WGSL),
         ptx: None,
         cpu: Some(host),
+        strict_float: true,
     }
 }
 

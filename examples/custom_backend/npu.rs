@@ -103,6 +103,9 @@ impl Backend for Npu {
         p.vendor = "keel examples".to_owned();
         p.native_backend = "host threads (PrivateUse1)".to_owned();
         p.driver = "examples/custom_backend".to_owned();
+        // Kernels run on host threads (`run_on_host`), which never fuse
+        // or reorder float operations.
+        p.strict_float = true;
         p.compute_units = Some(1);
         p.timestamps = Some(TimestampSupport {
             period_ns: 1.0,
@@ -183,6 +186,7 @@ pub const NPU_ADD: Kernel = Kernel {
     wgsl: None,
     ptx: None,
     cpu: Some(npu_add),
+    strict_float: false,
 };
 
 /// The NPU's own `mul.Scalar` kernel (f32).
@@ -193,6 +197,7 @@ pub const NPU_MUL_SCALAR: Kernel = Kernel {
     wgsl: None,
     ptx: None,
     cpu: Some(npu_mul_scalar),
+    strict_float: false,
 };
 
 /// The element count of an f32 tensor, or a declined call.

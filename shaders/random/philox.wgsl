@@ -104,9 +104,12 @@ fn to_unit(x: u32) -> f32 {
 // them: only IEEE adds, subtracts and multiplies (correctly rounded to
 // nearest even everywhere), exact conversions of integers below 2^24 and
 // integer work on the bits, with no value ever subnormal (so flushing
-// changes nothing). A Vulkan driver or ptxas may fuse a multiply feeding
-// an add into one FMA, which WGSL allows: every such product goes through
-// `fence`. The host reference (`keel::random::reference`, in
+// changes nothing). WGSL lets a compiler fuse a multiply feeding an add
+// into one FMA and reassociate adds; Keel runs these kernels with strict
+// floating point (`Kernel::strict_float`: SPIR-V's `NoContraction` on
+// Vulkan, `.rn` in the PTX), and every such product also goes through
+// `fence`, for the APIs where Keel has no way to say it (wgpu's GL, Metal
+// and DX12 adapters). The host reference (`keel::random::reference`, in
 // `src/random/normal.rs`) takes the same steps in the same order.
 
 // x, unchanged: an exclusive-or of its bits with `params.zero`, which is

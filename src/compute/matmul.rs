@@ -78,6 +78,7 @@ const fn cuda_override(
             wgsl: None,
             ptx: Some(ptx),
             cpu: None,
+            strict_float: false,
         },
         params,
     }
@@ -107,6 +108,7 @@ pub const MATMUL_TILED: Launch = Launch {
         )),
         ptx: None,
         cpu: Some(matmul_rows_cpu),
+        strict_float: false,
     },
     params: MATMUL_PARAMS,
 };
@@ -133,6 +135,7 @@ pub const MATMUL_TILED_4X4: Launch = Launch {
         wgsl: Some(TILED_4X4_WGSL),
         ptx: None,
         cpu: Some(matmul_rows_cpu),
+        strict_float: false,
     },
     params: MATMUL_PARAMS,
 };
@@ -150,6 +153,7 @@ pub const MATMUL_TILED_4X4_SPLIT: Launch = Launch {
         wgsl: Some(TILED_4X4_WGSL),
         ptx: None,
         cpu: Some(matmul_rows_cpu),
+        strict_float: false,
     },
     params: MATMUL_PARAMS,
 };
@@ -175,6 +179,7 @@ pub const MATMUL_NAIVE: Launch = Launch {
         )),
         ptx: None,
         cpu: Some(matmul_naive_host),
+        strict_float: false,
     },
     params: MATMUL_PARAMS,
 };
@@ -222,6 +227,7 @@ pub const MATMUL_COOP: Launch = Launch {
         )),
         ptx: None,
         cpu: None,
+        strict_float: false,
     },
     params: MATMUL_PARAMS,
 };

@@ -113,6 +113,7 @@ const fn op_kernel(name: &'static str, bindings: usize, wgsl: &'static str) -> K
         wgsl: Some(wgsl),
         ptx: None,
         cpu: None,
+        strict_float: false,
     }
 }
 

@@ -31,6 +31,7 @@ pub const SUM_SHARED: Launch = Launch {
         wgsl: Some(include_str!("../../shaders/compute/sum.wgsl")),
         ptx: None,
         cpu: Some(sum_shared_host),
+        strict_float: false,
     },
     params: &[U32, U32],
 };
@@ -46,6 +47,7 @@ pub const SUM_SUBGROUP: Launch = Launch {
         wgsl: Some(include_str!("../../shaders/compute/sum_subgroup.wgsl")),
         ptx: None,
         cpu: Some(sum_subgroup_host),
+        strict_float: false,
     },
     params: &[U32, U32],
 };
@@ -61,6 +63,7 @@ pub const SOFTMAX_ROWS: Launch = Launch {
         wgsl: Some(include_str!("../../shaders/compute/softmax_rows.wgsl")),
         ptx: None,
         cpu: Some(softmax_rows_host),
+        strict_float: false,
     },
     params: &[U32, U32],
 };

@@ -104,6 +104,7 @@ const fn host_kernel(name: &'static str, bindings: usize, f: crate::kernel::CpuK
         wgsl: None,
         ptx: None,
         cpu: Some(f),
+        strict_float: false,
     }
 }
 

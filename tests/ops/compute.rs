@@ -880,6 +880,7 @@ fn round_f16_sweep(
             wgsl: Some(wgsl),
             ptx: None,
             cpu: None,
+            strict_float: false,
         },
         params: &[compute::params::ParamType::U32],
     };

@@ -108,6 +108,20 @@ pub struct Kernel {
     /// override, or the WGSL translated to Rust ahead of time by
     /// [`keel_wgsl::rust`] (run through [`run_translated`]).
     pub cpu: Option<CpuKernelFn>,
+    /// Floating-point arithmetic evaluated as written: no multiply and add
+    /// fused into one rounding, no sums reassociated, which WGSL and the
+    /// APIs under it otherwise allow a compiler. Vulkan decorates every
+    /// float operation `NoContraction` (SPIR-V's rule against both; GLSL's
+    /// `precise`), as does wgpu on its Vulkan adapter where the device has
+    /// `PASSTHROUGH_SHADERS` (Keel asks for it); CUDA's PTX rounds each
+    /// add and multiply on its own (`.rn`, which ptxas never fuses); the
+    /// host backends never reorder. wgpu's GL, Metal and DX12 adapters
+    /// offer no such control through naga: there a kernel keeps its own
+    /// order only as far as its source prevents fusion (Keel's random
+    /// kernels pass each product through an opaque integer operation).
+    /// Keel's `randn` and `normal_` kernels set it: their bits are the
+    /// same on every device.
+    pub strict_float: bool,
 }
 
 impl Kernel {
@@ -128,6 +142,7 @@ impl Kernel {
             wgsl: Some(wgsl),
             ptx: None,
             cpu: None,
+            strict_float: false,
         })
     }
 
@@ -155,8 +170,13 @@ impl Kernel {
             message: "has neither PTX nor WGSL".to_owned(),
         })?;
         let compiled = compiled(self.name, wgsl)?;
-        let ptx = compiled.ptx.get_or_init(|| {
-            keel_wgsl::ptx::emit(&compiled.program)
+        let options = if self.strict_float {
+            keel_wgsl::ptx::Options::strict()
+        } else {
+            keel_wgsl::ptx::Options::default()
+        };
+        let ptx = compiled.ptx[usize::from(self.strict_float)].get_or_init(|| {
+            keel_wgsl::ptx::emit_with(&compiled.program, &options)
                 .map(Arc::from)
                 .map_err(|e| e.to_string())
         });
@@ -183,14 +203,16 @@ impl fmt::Debug for Kernel {
             .field("wgsl", &self.wgsl.is_some())
             .field("ptx", &self.ptx.is_some())
             .field("cpu", &self.cpu.is_some())
+            .field("strict_float", &self.strict_float)
             .finish()
     }
 }
 
-/// A WGSL source compiled for the PTX and host ends.
+/// A WGSL source compiled for the PTX and host ends; its PTX by
+/// strictness (plain, then strict floating point).
 struct Compiled {
     program: Arc<Program>,
-    ptx: OnceLock<Result<Arc<str>, String>>,
+    ptx: [OnceLock<Result<Arc<str>, String>>; 2],
 }
 
 type CompiledKey = (&'static str, usize, usize);
@@ -213,7 +235,7 @@ fn compiled(name: &'static str, wgsl: &'static str) -> crate::Result<Arc<Compile
     })?;
     let c = Arc::new(Compiled {
         program: Arc::new(program),
-        ptx: OnceLock::new(),
+        ptx: [OnceLock::new(), OnceLock::new()],
     });
     let mut map = cache.lock().map_err(|_| poisoned())?;
     Ok(Arc::clone(map.entry(key).or_insert(c)))
@@ -331,6 +353,7 @@ pub mod kernels {
         wgsl: Some(include_str!("../shaders/vector_add.wgsl")),
         ptx: None,
         cpu: Some(vector_add_host),
+        strict_float: false,
     };
 
     /// `y[i] = alpha * x[i] + y[i]` for `i < n`. Bindings: `x`, `y` (f32).
@@ -342,6 +365,7 @@ pub mod kernels {
         wgsl: Some(include_str!("../shaders/saxpy.wgsl")),
         ptx: None,
         cpu: Some(saxpy_host),
+        strict_float: false,
     };
 
     /// Deliberately slow: `out[i]` = `iters` steps of `x <- x * 0.999 + 1`
@@ -355,6 +379,7 @@ pub mod kernels {
         wgsl: Some(include_str!("../shaders/spin.wgsl")),
         ptx: None,
         cpu: Some(spin_host),
+        strict_float: false,
     };
 
     /// The value [`SPIN`] stores for invocation `i`, without running the

@@ -151,7 +151,8 @@ fn ptxas() -> Option<PathBuf> {
 
 /// Every shipped kernel and corpus kernel prints as PTX, and `ptxas`
 /// assembles each for sm_70, sm_80 and sm_90 (where `KEEL_PTXAS` names
-/// it; `cargo xtask test` does).
+/// it; `cargo xtask test` does), the random kernels as Keel runs them:
+/// with strict floating point.
 #[test]
 fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
     let dir = std::env::temp_dir().join(format!("keel-wgsl-ptx-{}", std::process::id()));
@@ -161,9 +162,15 @@ fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
     let mut assembled = 0;
     for (file, text) in sources() {
         let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+        // Keel runs the random kernels with strict floating point.
+        let options = if file.ends_with("philox.wgsl") {
+            keel_wgsl::ptx::Options::strict()
+        } else {
+            keel_wgsl::ptx::Options::default()
+        };
         for ep in &module.entry_points {
             let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
-            let ptx = match keel_wgsl::ptx::emit(&program) {
+            let ptx = match keel_wgsl::ptx::emit_with(&program, &options) {
                 Ok(p) => p,
                 Err(e) => {
                     failures.push(format!("{file} `{}`: {e}", ep.name));
@@ -199,6 +206,65 @@ fn every_shipped_kernel_prints_as_ptx_that_ptxas_accepts() {
         println!("ptxas assembled {assembled} files");
         assert!(assembled >= 90, "assembled {assembled}");
     }
+}
+
+/// The float add, subtract and multiply of a PTX line (`add.f32`,
+/// `mul.f16`, with or without `.rn`), or `None`.
+fn float_arithmetic(line: &str) -> Option<&str> {
+    let inst = line.split_whitespace().next()?;
+    let op = inst.split('.').next()?;
+    let ty = inst.rsplit('.').next()?;
+    (matches!(op, "add" | "sub" | "mul") && matches!(ty, "f32" | "f16")).then_some(inst)
+}
+
+/// Printed with strict floating point, every shipped kernel rounds each
+/// float add, subtract and multiply on its own (`.rn`, which ptxas never
+/// contracts into an FMA), and nothing else changes: the plain printing
+/// is the same text without those modifiers.
+#[test]
+fn strict_ptx_rounds_every_float_add_subtract_and_multiply() {
+    let mut unrounded_plain = 0;
+    for (file, text) in sources() {
+        let module = naga::front::wgsl::parse_str(&text).expect("Keel's WGSL parses");
+        for ep in &module.entry_points {
+            let program = keel_wgsl::compile(&text, &ep.name).expect("lowers");
+            let plain = keel_wgsl::ptx::emit(&program).expect("prints");
+            let strict = keel_wgsl::ptx::emit_with(&program, &keel_wgsl::ptx::Options::strict())
+                .expect("prints strict");
+            let loose: Vec<&str> = strict
+                .lines()
+                .filter_map(float_arithmetic)
+                .filter(|inst| !inst.contains(".rn"))
+                .collect();
+            assert!(loose.is_empty(), "{file} `{}`: {loose:?}", ep.name);
+            unrounded_plain += plain
+                .lines()
+                .filter_map(float_arithmetic)
+                .filter(|inst| !inst.contains(".rn"))
+                .count();
+            // Line by line, the same text, or the plain line's unrounded
+            // operation with `.rn` added.
+            let rounded = |line: &str| match float_arithmetic(line) {
+                Some(inst) if !inst.contains(".rn") => {
+                    let (op, ty) = inst.split_once('.').expect("op.type");
+                    line.replacen(inst, &format!("{op}.rn.{ty}"), 1)
+                }
+                _ => line.to_owned(),
+            };
+            let same = strict.lines().count() == plain.lines().count()
+                && strict
+                    .lines()
+                    .zip(plain.lines())
+                    .all(|(s, p)| s == rounded(p));
+            assert!(
+                same,
+                "{file} `{}`: strict printing changes more than rounding modifiers",
+                ep.name
+            );
+        }
+    }
+    // The plain printing leaves ptxas its contractions.
+    assert!(unrounded_plain > 1000, "{unrounded_plain}");
 }
 
 /// The printed PTX of every shipped kernel holds no arithmetic whose

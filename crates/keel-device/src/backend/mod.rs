@@ -35,6 +35,8 @@ mod properties;
 pub mod registry;
 mod runtime;
 pub mod slots;
+#[cfg(any(feature = "vulkan", feature = "wgpu"))]
+mod spv;
 pub mod timestamps;
 mod timing;
 pub mod tls;

@@ -103,6 +103,13 @@ pub struct DeviceProperties {
     /// from shared segments. Set from the backend's memory role
     /// ([`Memory::EXCLUSIVE_ALLOCATIONS`](crate::backend::typed::Memory::EXCLUSIVE_ALLOCATIONS)).
     pub exclusive_allocations: bool,
+    /// Whether kernels that ask for strict floating point
+    /// ([`Kernel::strict_float`](crate::Kernel::strict_float)) get it by a
+    /// rule of the native API: host code, PTX's `.rn`, SPIR-V's
+    /// `NoContraction` (Vulkan, and wgpu's Vulkan adapter with
+    /// `PASSTHROUGH_SHADERS`). `false` where nothing promises it (wgpu's
+    /// GL, Metal and DX12 adapters; a backend that does not say).
+    pub strict_float: bool,
     /// Everything else the native API reports, as (name, value) pairs in a
     /// stable order.
     pub extra: Vec<(String, String)>,
@@ -132,6 +139,7 @@ impl DeviceProperties {
             timestamps: None,
             storage_offset_alignment: None,
             exclusive_allocations: false,
+            strict_float: false,
             extra: Vec::new(),
         }
     }

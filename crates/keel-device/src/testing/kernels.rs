@@ -110,6 +110,7 @@ pub const GATED_FILL: Kernel = Kernel {
     wgsl: None,
     ptx: None,
     cpu: Some(gated_fill),
+    strict_float: false,
 };
 
 fn sleep(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
@@ -125,6 +126,7 @@ pub const SLEEP: Kernel = Kernel {
     wgsl: None,
     ptx: None,
     cpu: Some(sleep),
+    strict_float: false,
 };
 
 fn panics(_inv: &mut CpuInvocation<'_>) -> Result<(), String> {
@@ -140,4 +142,5 @@ pub const PANICS: Kernel = Kernel {
     wgsl: None,
     ptx: None,
     cpu: Some(panics),
+    strict_float: false,
 };

@@ -100,6 +100,7 @@ fn kernels_of_two_threads_on_small_buffers_run_at_once() {
         wgsl: None,
         ptx: None,
         cpu: Some(rendezvous),
+        strict_float: false,
     };
     assert!(
         keel_device::properties(cpu())

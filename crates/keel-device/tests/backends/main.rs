@@ -7,6 +7,7 @@ mod cpu;
 mod cuda;
 mod device;
 mod stream_stress;
+mod strict_float;
 mod vulkan;
 mod wgpu;
 

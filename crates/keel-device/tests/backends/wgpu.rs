@@ -233,6 +233,7 @@ fn parameter_blocks_immediates_cannot_hold_go_in_a_uniform_buffer() {
         wgsl: Some(WGSL),
         ptx: None,
         cpu: None,
+        strict_float: false,
     };
     if conformance::device(TY).is_none() {
         return;

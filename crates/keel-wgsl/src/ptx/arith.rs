@@ -10,9 +10,9 @@
 //! matmul's inner loop needs it to reach the hardware's rate. Products
 //! that are exact in f32 (two inputs of at most 12 significant bits, as
 //! tf32, bf16 and f16 values are) give the same bits either way. A kernel
-//! that needs an unfused `a * b + c` puts an operation ptxas cannot see
-//! through between them (a `min` or a bitcast round trip), as Keel's
-//! random kernels do. Sequences this printer expands itself (`%`, the
+//! that needs an unfused `a * b + c` is printed with strict floating
+//! point ([`super::Options::strict_float`]): each of them `.rn`, which
+//! ptxas never contracts. Sequences this printer expands itself (`%`, the
 //! math functions) keep `.rn` on every step, so their accuracy is what
 //! was measured. Where an expansion needs several instructions, it writes
 //! the destination last, so that a destination that is also an operand
@@ -20,6 +20,15 @@
 
 use super::{Bank, Emitter, PtxError, Result, mov_ty};
 use crate::ir::{Axis, BinOp, Builtin, Inst, Reg, Ty, UnOp};
+
+impl Emitter<'_> {
+    /// The rounding modifier of the source's float adds, subtracts and
+    /// multiplies: `.rn` where floating point is strict, which keeps
+    /// ptxas from contracting them; none otherwise.
+    fn rounding(&self) -> &'static str {
+        if self.strict_float { ".rn" } else { "" }
+    }
+}
 
 /// The integer type suffix of `ty` for typed integer instructions.
 fn int_suffix(ty: Ty) -> Option<&'static str> {
@@ -378,10 +387,11 @@ impl Emitter<'_> {
                     self.ins(&format!("setp.{cmp}.f16 {d}, {a}, {b};"));
                     return Ok(());
                 }
+                let rn = self.rounding();
                 match op {
-                    BinOp::Add => self.ins(&format!("add.f16 {d}, {a}, {b};")),
-                    BinOp::Sub => self.ins(&format!("sub.f16 {d}, {a}, {b};")),
-                    BinOp::Mul => self.ins(&format!("mul.f16 {d}, {a}, {b};")),
+                    BinOp::Add => self.ins(&format!("add{rn}.f16 {d}, {a}, {b};")),
+                    BinOp::Sub => self.ins(&format!("sub{rn}.f16 {d}, {a}, {b};")),
+                    BinOp::Mul => self.ins(&format!("mul{rn}.f16 {d}, {a}, {b};")),
                     BinOp::Div
                     | BinOp::Rem
                     | BinOp::Min
@@ -407,10 +417,11 @@ impl Emitter<'_> {
 
     /// `d = op(a, b)` for f32 registers, `op` not a comparison.
     fn binary_f32(&mut self, op: BinOp, d: &str, a: &str, b: &str) -> Result<()> {
+        let rn = self.rounding();
         let line = match op {
-            BinOp::Add => format!("add.f32 {d}, {a}, {b};"),
-            BinOp::Sub => format!("sub.f32 {d}, {a}, {b};"),
-            BinOp::Mul => format!("mul.f32 {d}, {a}, {b};"),
+            BinOp::Add => format!("add{rn}.f32 {d}, {a}, {b};"),
+            BinOp::Sub => format!("sub{rn}.f32 {d}, {a}, {b};"),
+            BinOp::Mul => format!("mul{rn}.f32 {d}, {a}, {b};"),
             BinOp::Div => format!("div.rn.f32 {d}, {a}, {b};"),
             // min.f32 and max.f32 give the non-NaN operand, as the IR asks.
             BinOp::Min => format!("min.f32 {d}, {a}, {b};"),

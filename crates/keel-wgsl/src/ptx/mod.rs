@@ -80,12 +80,40 @@ type Result<T> = std::result::Result<T, PtxError>;
 /// outside a loop, a `Leave` of a block that does not enclose it, a name
 /// PTX cannot spell.
 pub fn emit(program: &Program) -> Result<String> {
+    emit_with(program, &Options::default())
+}
+
+/// How [`emit_with`] prints a program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Options {
+    /// Every float add, subtract and multiply rounded on its own (`.rn`),
+    /// which ptxas never contracts into an FMA: the program's arithmetic
+    /// as written. By default they carry no rounding modifier, and ptxas
+    /// fuses a multiply into the add that reads it, as WGSL allows.
+    pub strict_float: bool,
+}
+
+impl Options {
+    /// The default options with [`strict_float`](Self::strict_float) set.
+    pub fn strict() -> Options {
+        Options { strict_float: true }
+    }
+}
+
+/// [`emit`] with `options`.
+///
+/// # Errors
+///
+/// As [`emit`].
+pub fn emit_with(program: &Program, options: &Options) -> Result<String> {
     let mut program = program.clone();
     let elements = guards::elements(&program);
     let checks = guards::index_bounds(&mut program, &elements);
     select::branch_free(&mut program);
     guards::narrow_lone_bounds(&mut program, &checks);
     let mut e = Emitter::new(&program);
+    e.strict_float = options.strict_float;
     e.elements = elements;
     e.printed = e.printed_reads();
     e.run()
@@ -221,6 +249,8 @@ struct Emitter<'a> {
     elements: guards::Elements,
     /// Per register, whether the printed PTX reads it ([`printed_reads`]).
     printed: Vec<bool>,
+    /// [`Options::strict_float`].
+    strict_float: bool,
 }
 
 impl<'a> Emitter<'a> {
@@ -237,6 +267,7 @@ impl<'a> Emitter<'a> {
             defs: prog.single_writers(),
             elements: guards::Elements::new(),
             printed: Vec::new(),
+            strict_float: false,
         }
     }
 

@@ -84,6 +84,9 @@ pub(super) fn cpu_properties(at: Device, levels: usize) -> DeviceProperties {
     p.vendor = proc_field("/proc/cpuinfo", "vendor_id").unwrap_or_default();
     p.native_backend = "host threads".to_owned();
     p.driver = "keel host streams".to_owned();
+    // Host code (the translations, the interpreter) never fuses or
+    // reorders float operations.
+    p.strict_float = true;
     p.driver_info = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
     p.total_memory = proc_field("/proc/meminfo", "MemTotal")
         .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())

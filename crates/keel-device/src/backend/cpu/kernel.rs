@@ -201,6 +201,7 @@ mod tests {
                 wgsl: None,
                 ptx: None,
                 cpu: Some(mark),
+                strict_float: false,
             },
             grid: [1, 1, 1],
         };

@@ -28,6 +28,10 @@ use crate::backend::{DeviceKind, DeviceProperties, TimestampSupport};
 use crate::core::{Device, DeviceIndex, MAX_PRIORITY_LEVELS, StreamId, StreamKind, stream_kind};
 use crate::error::{Error, Result};
 
+/// A loaded kernel's name, source address and whether its floating point
+/// is strict.
+pub(super) type FunctionKey = (&'static str, usize, bool);
+
 /// A CUDA context handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RawCtx(pub sys::CUcontext);
@@ -65,8 +69,8 @@ pub struct Ctx {
     pub(super) events: EventPool,
     /// Pinned host buffers for copies, each free or busy until an event.
     pub(super) pinned: Mutex<Vec<(Pinned, Option<RawEvent>)>>,
-    /// Loaded kernels, per (kernel name, PTX source address).
-    pub(super) functions: Mutex<HashMap<(&'static str, usize), Arc<Function>>>,
+    /// Loaded kernels, per [`FunctionKey`].
+    pub(super) functions: Mutex<HashMap<FunctionKey, Arc<Function>>>,
     /// Peers whose memory this context can access (enabled lazily).
     peers: Mutex<Vec<DeviceIndex>>,
     /// The program's streams handed to Keel (`interop.rs`), by id.
@@ -269,6 +273,8 @@ pub(super) fn describe(i: &DeviceInfo, at: Device) -> Result<DeviceProperties> {
     p.vendor_id = Some(0x10de);
     p.native_backend = format!("CUDA {}.{}", d.version / 1000, (d.version % 1000) / 10);
     p.driver = "libcuda".to_owned();
+    // Strict kernels' PTX rounds each add and multiply (`.rn`).
+    p.strict_float = true;
     p.driver_info = format!("CUDA driver API version {}", d.version);
     p.total_memory = Some(i.total_memory);
     p.compute_units = u(i.sm_count);

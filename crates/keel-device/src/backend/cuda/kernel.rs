@@ -98,11 +98,12 @@ fn function(c: &'static Ctx, kernel: &Kernel) -> Result<Arc<Function>> {
             "has neither PTX nor WGSL, which the CUDA backend runs",
         ));
     }
-    // Keyed by the source the kernel names (its override, else its WGSL):
-    // a `&'static str` lives at one address, so a launch finds its
-    // function without generating or copying any PTX.
+    // Keyed by the source the kernel names (its override, else its WGSL,
+    // printed strict or not): a `&'static str` lives at one address, so a
+    // launch finds its function without generating or copying any PTX.
     let named = kernel.ptx.or(kernel.wgsl).unwrap_or_default();
-    let key = (kernel.name, named.as_ptr() as usize);
+    let strict = kernel.ptx.is_none() && kernel.strict_float;
+    let key = (kernel.name, named.as_ptr() as usize, strict);
     let mut cache = c.functions.lock().map_err(|_| poisoned())?;
     if let Some(f) = cache.get(&key) {
         return Ok(Arc::clone(f));

@@ -670,6 +670,9 @@ pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
     p.vendor_id = Some(a.props.vendor_id);
     p.device_id = Some(a.props.device_id);
     p.native_backend = version_name(a.props.api_version);
+    // `backend/spv.rs`: strict kernels' float operations are decorated
+    // `NoContraction`.
+    p.strict_float = true;
     p.driver = a.driver_name.clone();
     p.driver_info = a.driver_info.clone();
     p.total_memory = Some(a.device_local_memory);

@@ -31,13 +31,19 @@ use crate::kernel::Kernel;
 /// is `'static`, so two kernels with one name but different code differ,
 /// and its entry point, so two entry points of one WGSL source differ too
 /// (the SPIR-V holds only the entry point it was written for).
-fn source_key(wgsl: &'static str, entry: &'static str) -> SpirvKey {
-    (wgsl.as_ptr() as usize, wgsl.len(), entry)
+fn source_key(kernel: &Kernel, wgsl: &'static str) -> SpirvKey {
+    (
+        wgsl.as_ptr() as usize,
+        wgsl.len(),
+        kernel.name,
+        kernel.strict_float,
+    )
 }
 
 type Spirv = Result<Arc<Vec<u32>>, String>;
-/// A kernel's WGSL source (address, length) and entry point.
-pub(super) type SpirvKey = (usize, usize, &'static str);
+/// A kernel's WGSL source (address, length), entry point and whether its
+/// floating point is strict.
+pub(super) type SpirvKey = (usize, usize, &'static str, bool);
 static SPIRV: LazyLock<Mutex<HashMap<SpirvKey, Spirv>>> = LazyLock::new(Default::default);
 
 /// `kernel`'s WGSL compiled to SPIR-V (cached).
@@ -45,8 +51,8 @@ pub fn spirv(kernel: &Kernel) -> Result<Arc<Vec<u32>>> {
     let wgsl = wgsl_of(kernel)?;
     let mut cache = lock(&SPIRV);
     let entry = cache
-        .entry(source_key(wgsl, kernel.name))
-        .or_insert_with(|| compile(wgsl, kernel.name).map(Arc::new));
+        .entry(source_key(kernel, wgsl))
+        .or_insert_with(|| compile(wgsl, kernel.name, kernel.strict_float).map(Arc::new));
     entry.clone().map_err(|message| Error::Kernel {
         kernel: kernel.name.to_owned(),
         message,
@@ -60,45 +66,11 @@ fn wgsl_of(kernel: &Kernel) -> Result<&'static str> {
     })
 }
 
-fn compile(wgsl: &str, entry: &str) -> Result<Vec<u32>, String> {
+fn compile(wgsl: &str, entry: &str, strict_float: bool) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| format!("WGSL parse error: {}", e.emit_to_string(wgsl)))?;
-    // Subgroup operations, f16 and cooperative matrices are allowed in any
-    // kernel; a launch function picks a kernel that uses them only where
-    // the device reports them (`keel::compute::subgroups_supported`,
-    // `f16_storage`, `cooperative_matrix_supported`).
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::SUBGROUP
-            | naga::valid::Capabilities::SHADER_FLOAT16
-            | naga::valid::Capabilities::COOPERATIVE_MATRIX,
-    )
-    .validate(&module)
-    .map_err(|e| format!("WGSL validation error: {}", e.emit_to_string(wgsl)))?;
-    let options = naga::back::spv::Options {
-        lang_version: (1, 3),
-        // Compute shaders have no 16-bit inputs or outputs; the capability
-        // would need `storageInputOutput16`, which Keel does not enable.
-        use_storage_input_output_16: false,
-        // WGSL's out-of-bounds rule, as every other backend keeps it: an
-        // index past the end of an array or buffer is clamped into it, so
-        // a bad index never reads or writes another allocation (the
-        // caching allocator carves buffers from shared segments). naga's
-        // default, `Unchecked`, leaves that to the driver's
-        // `robustBufferAccess`, which Keel does not enable.
-        bounds_check_policies: naga::proc::BoundsCheckPolicies {
-            index: naga::proc::BoundsCheckPolicy::Restrict,
-            buffer: naga::proc::BoundsCheckPolicy::Restrict,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let pipeline = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: entry.to_owned(),
-    };
-    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-        .map_err(|e| format!("SPIR-V generation failed: {e}"))
+    let info = crate::backend::spv::validate(&module, wgsl, false)?;
+    crate::backend::spv::write(&module, &info, entry, strict_float)
 }
 
 /// A compute pipeline with its layouts.
@@ -111,7 +83,7 @@ pub(super) struct Pipeline {
 
 /// The pipeline for `kernel` on `ctx` (cached per device and kernel).
 fn pipeline(ctx: &'static Ctx, kernel: &Kernel) -> Result<Arc<Pipeline>> {
-    let key = source_key(wgsl_of(kernel)?, kernel.name);
+    let key = source_key(kernel, wgsl_of(kernel)?);
     if let Some(p) = lock(&ctx.pipelines).get(&key) {
         return Ok(Arc::clone(p));
     }

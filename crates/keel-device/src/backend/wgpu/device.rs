@@ -181,13 +181,16 @@ pub(super) const TIMESTAMP_FEATURES: wgpu::Features =
     wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
 
 /// What Keel asks of a device it creates, where the adapter offers it:
-/// timestamps, subgroup operations, native f16 and immediate data. A
+/// timestamps, subgroup operations, native f16, immediate data and
+/// passthrough shaders (strict floating point on Vulkan adapters:
+/// [`Kernel::strict_float`](crate::Kernel::strict_float)). A
 /// program that hands Keel its own device enables what it can of these
 /// (`keel_device::interop::wgpu::FEATURES`); Keel uses what is enabled.
 pub(crate) const WANTED_FEATURES: wgpu::Features = TIMESTAMP_FEATURES
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::SHADER_F16)
-    .union(wgpu::Features::IMMEDIATES);
+    .union(wgpu::Features::IMMEDIATES)
+    .union(wgpu::Features::PASSTHROUGH_SHADERS);
 
 /// What Keel's cooperative-matrix matmul needs of a device:
 /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX` with f16 and subgroups.
@@ -341,6 +344,17 @@ pub(super) fn adopt(
 }
 
 impl WgpuDevice {
+    /// Whether kernels with strict floating point get it here: on a Vulkan
+    /// adapter with passthrough shaders, whose SPIR-V Keel decorates
+    /// (`kernel.rs`, `strict_spirv`).
+    pub(super) fn strict_float(&self) -> bool {
+        self.adapter.info.backend == wgpu::Backend::Vulkan
+            && self
+                .device
+                .features()
+                .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+    }
+
     /// The device of `adapter`: the program's, for an adopted device;
     /// otherwise requested with the features and limits Keel uses.
     fn create(index: DeviceIndex, adapter: &'static Adapter) -> Result<WgpuDevice> {
@@ -469,6 +483,7 @@ impl WgpuDevice {
             valid_bits: 64,
         });
         p.storage_offset_alignment = Some(u64::from(l.min_storage_buffer_offset_alignment));
+        p.strict_float = self.strict_float();
         p.extra
             .push(("native API".to_owned(), api_name(info.backend).to_owned()));
         if self.adopted {

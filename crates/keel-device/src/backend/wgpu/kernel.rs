@@ -36,15 +36,21 @@ use crate::backend::typed::{Binding, Kernels, check_disjoint_bindings};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
-/// A kernel's WGSL source (address, length) and entry point.
-type SourceKey = (usize, usize, &'static str);
+/// A kernel's WGSL source (address, length), entry point and whether its
+/// floating point is strict.
+type SourceKey = (usize, usize, &'static str, bool);
 
-fn source_key(wgsl: &'static str, entry: &'static str) -> SourceKey {
-    (wgsl.as_ptr() as usize, wgsl.len(), entry)
+fn source_key(kernel: &Kernel, wgsl: &'static str) -> SourceKey {
+    (
+        wgsl.as_ptr() as usize,
+        wgsl.len(),
+        kernel.name,
+        kernel.strict_float,
+    )
 }
 
-/// A device's pipelines, by WGSL source (address and length) and entry
-/// point (one source may hold several).
+/// A device's pipelines, by WGSL source (address and length), entry point
+/// (one source may hold several) and strictness.
 #[derive(Default)]
 pub(super) struct Pipelines(Mutex<FxHashMap<SourceKey, Arc<Pipeline>>>);
 
@@ -140,7 +146,7 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         kernel: kernel.name.to_owned(),
         message: "has no WGSL source, which the wgpu backend runs".to_owned(),
     })?;
-    let key = source_key(wgsl, kernel.name);
+    let key = source_key(kernel, wgsl);
     if let Some(p) = lock(&d.pipelines.0).get(&key) {
         return Ok(Arc::clone(p));
     }
@@ -162,10 +168,31 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         return Ok(Arc::clone(p));
     }
     let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(kernel.name),
-        source: wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)),
-    });
+    let module = match strict_spirv(d, kernel, wgsl, &module)? {
+        // SAFETY: wgpu hands these words to the driver unchecked. They
+        // are naga's SPIR-V of a module naga validated, for the layout
+        // created below (storage bindings `0..n` of set 0 and wgpu's
+        // immediates, as wgpu's own translation of the module has), with
+        // only decorations added.
+        Some(words) => unsafe {
+            d.device
+                .create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                    label: Some(kernel.name),
+                    entry_points: std::borrow::Cow::Owned(vec![
+                        wgpu::PassthroughShaderEntryPoint {
+                            name: std::borrow::Cow::Borrowed(kernel.name),
+                            workgroup_size: kernel.workgroup_size.into(),
+                        },
+                    ]),
+                    spirv: Some(std::borrow::Cow::Owned(words)),
+                    ..Default::default()
+                })
+        },
+        None => d.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(kernel.name),
+            source: wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)),
+        }),
+    };
     // An explicit layout: every storage binding read-write (the module
     // declares them so, see `prepare`), then the parameter block's
     // uniform where it is not immediate data.
@@ -224,6 +251,31 @@ pub(super) fn pipeline(d: &WgpuDevice, kernel: &Kernel) -> Result<Arc<Pipeline>>
         groups: BindGroups::default(),
     });
     Ok(Arc::clone(lock(&d.pipelines.0).entry(key).or_insert(p)))
+}
+
+/// For a kernel with strict floating point on a Vulkan adapter whose
+/// device has `Features::PASSTHROUGH_SHADERS`, the SPIR-V of `module` (as
+/// prepared for wgpu) with every float operation decorated
+/// `NoContraction` ([`crate::backend::spv`]): wgpu writes SPIR-V from
+/// naga's IR, which has no way to say it. `None` elsewhere: the module
+/// goes to wgpu as it is.
+fn strict_spirv(
+    d: &WgpuDevice,
+    kernel: &Kernel,
+    wgsl: &str,
+    module: &naga::Module,
+) -> Result<Option<Vec<u32>>> {
+    if !kernel.strict_float || !d.strict_float() {
+        return Ok(None);
+    }
+    let error = |message: String| Error::Kernel {
+        kernel: kernel.name.to_owned(),
+        message,
+    };
+    let info = crate::backend::spv::validate(module, wgsl, true).map_err(error)?;
+    crate::backend::spv::write(module, &info, kernel.name, true)
+        .map(Some)
+        .map_err(error)
 }
 
 /// A bound storage range: the buffer, the offset, the size (`None`: to
@@ -479,6 +531,7 @@ mod tests {
             wgsl: Some(wgsl),
             ptx: None,
             cpu: None,
+            strict_float: false,
         }
     }
 

@@ -159,6 +159,7 @@ const COPY_BYTES: Kernel = Kernel {
     wgsl: Some(include_str!("../../../shaders/copy_bytes.wgsl")),
     ptx: None,
     cpu: None,
+    strict_float: false,
 };
 
 /// Records a copy of `len` bytes from `(src, src_offset)` to `(dst,
