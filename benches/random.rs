@@ -4,7 +4,9 @@
 //! what the normal transform costs on that device. On the GPU backends
 //! also the `randn` kernel Keel shipped before its draws were
 //! bit-identical (`random_float_box_muller.wgsl`: `log`, `sin` and `cos`
-//! in f32), the baseline of the speed goal for the bit-identical one.
+//! in f32), the baseline of the speed goal for the bit-identical one, and
+//! the bit-identical one without strict floating point
+//! (`Kernel::strict_float`), what strictness costs there.
 //!
 //! Run: `cargo bench --bench random`. Results in docs/BENCHMARKS.md.
 
@@ -66,29 +68,28 @@ fn random_ops(c: &mut Criterion) {
         let out = Buffer::new(d, N * 4).expect("buffer");
         // One invocation per Philox block of four draws.
         let grid = [(N / 4).div_ceil(256) as u32, 1, 1];
-        g.bench_with_input(
-            BenchmarkId::new("randn-float-box-muller", d),
-            &(),
-            |b, _| {
+        // The former kernel, and the current one without strict floating
+        // point (what the decorations or `.rn` cost this device's
+        // compiler; the draws may then differ from the host's).
+        let loose = Kernel {
+            strict_float: false,
+            ..RandomOp::Randn.kernel()
+        };
+        for (name, kernel) in [
+            ("randn-float-box-muller", &FLOAT_RANDN),
+            ("randn-not-strict", &loose),
+        ] {
+            g.bench_with_input(BenchmarkId::new(name, d), &(), |b, _| {
                 let mut offset = 0u64;
                 b.iter(|| {
-                    random::launch_with_grid(
-                        &s,
-                        &FLOAT_RANDN,
-                        grid,
-                        RandomOp::Randn,
-                        &out,
-                        N,
-                        7,
-                        offset,
-                    )
-                    .expect("launch");
+                    random::launch_with_grid(&s, kernel, grid, RandomOp::Randn, &out, N, 7, offset)
+                        .expect("launch");
                     s.synchronize().expect("sync");
                     offset += N as u64;
                     black_box(offset)
                 })
-            },
-        );
+            });
+        }
     }
     // The host reference on the calling thread (one core), for scale.
     g.bench_function("randn/host-reference", |b| {
