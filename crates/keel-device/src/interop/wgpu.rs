@@ -53,12 +53,14 @@ use crate::{Buffer, Event, submit};
 
 /// The wgpu features Keel uses where a device has them: timestamps
 /// (inside encoders too: timed events, the profiler's device spans,
-/// [`Scopes`]), subgroup operations, native f16 and immediate data.
-/// A program that hands Keel its device enables what its adapter offers
-/// of these (`adapter.features() & FEATURES`); Keel works without any of
-/// them, with what each missing feature costs (untimed events, kernels
-/// that use the feature unavailable, parameter blocks in uniform
-/// buffers).
+/// [`Scopes`]), subgroup operations, native f16, immediate data and
+/// passthrough shaders (strict floating point on Vulkan adapters:
+/// [`Kernel::strict_float`](crate::Kernel::strict_float)). A program
+/// that hands Keel its device enables what its adapter offers of these
+/// (`adapter.features() & FEATURES`); Keel works without any of them,
+/// with what each missing feature costs (untimed events, kernels that use
+/// the feature unavailable, parameter blocks in uniform buffers, strict
+/// floating point not promised).
 pub const FEATURES: wgpu::Features = crate::backend::wgpu::interop::WANTED_FEATURES;
 
 /// Adopts the program's `device`, made from `adapter`, whose queue is

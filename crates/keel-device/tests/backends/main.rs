@@ -1,7 +1,8 @@
 //! Each built-in backend through the public API, beyond the conformance
 //! suite (`tests/conformance/`): one module per backend, device strings
-//! and stream ids (`device`), and stream queries racing completions on
-//! every backend present (`stream_stress`).
+//! and stream ids (`device`), stream queries racing completions on every
+//! backend present (`stream_stress`), and strict floating point on every
+//! backend present (`strict_float`).
 
 mod cpu;
 mod cuda;
