@@ -119,8 +119,10 @@ pub struct Kernel {
     /// offer no such control through naga: there a kernel keeps its own
     /// order only as far as its source prevents fusion (Keel's random
     /// kernels pass each product through an opaque integer operation).
-    /// Keel's `randn` and `normal_` kernels set it: their bits are the
-    /// same on every device.
+    /// It covers the source's operators (`+`, `-`, `*`, `/`, `%`, `dot`);
+    /// built-in functions (`exp`, `mix`, `length`, ...) keep their own
+    /// accuracy rules. Keel's `randn` and `normal_` kernels set it: their
+    /// bits are the same on every device.
     pub strict_float: bool,
 }
 
