@@ -353,12 +353,14 @@ fn printed_ptx_computes_nothing_unread_and_reads_nothing_unwritten() {
 }
 
 /// The Philox kernels promise the same bits on every device, so no f32
-/// product of theirs may reach an add unfenced: ptxas contracts a
-/// `mul.f32` whose result an `add.f32` or `sub.f32` reads (the source's
-/// operations, printed without a rounding modifier, as WGSL lets them
-/// fuse) into one FMA, which rounds once where the host rounds twice.
-/// `philox.wgsl` passes every such product through `fence`; this finds
-/// one that does not, in the PTX, without a GPU.
+/// product of theirs may reach an add unfenced. Keel runs them with
+/// strict floating point where an API can say it (CUDA's `.rn`, SPIR-V's
+/// `NoContraction`); wgpu's GL, Metal and DX12 adapters have only the
+/// source's fences. Their PTX printed plain is where a missing fence
+/// shows without a GPU: ptxas contracts a `mul.f32` whose result an
+/// `add.f32` or `sub.f32` reads into one FMA, which rounds once where the
+/// host rounds twice. `philox.wgsl` passes every such product through
+/// `fence`; this finds one that does not.
 #[test]
 fn philox_ptx_leaves_ptxas_no_product_to_fuse() {
     let operands = |line: &str| registers(line.split_once(' ').map_or("", |(_, o)| o));
