@@ -121,8 +121,11 @@ pub struct Kernel {
     /// kernels pass each product through an opaque integer operation).
     /// It covers the source's operators (`+`, `-`, `*`, `/`, `%`, `dot`);
     /// built-in functions (`exp`, `mix`, `length`, ...) keep their own
-    /// accuracy rules. Keel's `randn` and `normal_` kernels set it: their
-    /// bits are the same on every device.
+    /// accuracy rules, and overrides ([`ptx`](Self::ptx),
+    /// [`cpu`](Self::cpu)) run as they are written.
+    /// [`DeviceProperties::strict_float`](crate::DeviceProperties::strict_float)
+    /// says whether a device promises it. Keel's `randn` and `normal_`
+    /// kernels set it: their bits are the same on every device.
     pub strict_float: bool,
 }
 
