@@ -105,6 +105,12 @@ pub fn capabilities(p: &DeviceProperties) -> Vec<Capability> {
             value: yes(features.contains("TIMESTAMP_QUERY_INSIDE_PASSES")),
         });
     }
+    // Whether kernels asking for strict floating point get it here (the
+    // random kernels' bits rest on it).
+    caps.push(Capability {
+        name: "strict float",
+        value: yes(p.strict_float),
+    });
     caps
 }
 
@@ -150,6 +156,15 @@ pub fn property_rows(p: &DeviceProperties) -> Vec<(String, String)> {
                 "an allocation each (a kernel holds the allocations it binds)"
             } else {
                 "blocks of shared segments"
+            }
+            .to_owned(),
+        ),
+        (
+            "strict floating point".to_owned(),
+            if p.strict_float {
+                "promised (Kernel::strict_float: no fusing or reordering)"
+            } else {
+                "not promised"
             }
             .to_owned(),
         ),
@@ -212,6 +227,22 @@ mod tests {
         assert_eq!(
             buffers,
             Some("an allocation each (a kernel holds the allocations it binds)")
+        );
+    }
+
+    #[test]
+    fn the_cpu_promises_strict_floating_point() {
+        let p = keel::properties(keel::Device::cpu()).expect("cpu properties");
+        let strict = super::capabilities(&p)
+            .into_iter()
+            .find(|c| c.name == "strict float")
+            .map(|c| c.value);
+        assert_eq!(strict.as_deref(), Some("yes"));
+        let rows = property_rows(&p);
+        let row = rows.iter().find(|(k, _)| k == "strict floating point");
+        assert!(
+            row.is_some_and(|(_, v)| v.starts_with("promised")),
+            "{row:?}"
         );
     }
 }
