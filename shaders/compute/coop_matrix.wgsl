@@ -1,20 +1,25 @@
 // The cooperative-matrix operations of matmul_coop.wgsl, on the device's
 // matrix units (VK_KHR_cooperative_matrix; wgpu's
-// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`): 16 x 16 fragments held by
+// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`): square fragments held by
 // a subgroup, f16 A and B, an f32 accumulator. Prepended first to the
-// kernel's source (src/compute/matmul.rs), for its `enable` directives.
-// The kernel names its types and operations through these aliases and
-// functions only, so that a test can prepend scalar versions of them
-// instead and run the rest of the kernel on the CPU (tests/ops).
+// kernel's source (src/compute/matmul.rs), for its `enable` directives,
+// and followed by one of coop_fragment16.wgsl and coop_fragment8.wgsl,
+// which name the fragment types and their size for the device's
+// configuration. The kernel names its types and operations through
+// these aliases and functions only, so that a test can prepend scalar
+// versions of them instead and run the rest of the kernel on the CPU
+// (tests/ops).
 
 enable f16;
 enable wgpu_cooperative_matrix;
 
 // An input element as staged in workgroup memory.
 alias Half = f16;
-alias FragA = coop_mat16x16<f16, A>;
-alias FragB = coop_mat16x16<f16, B>;
-alias FragC = coop_mat16x16<f32, C>;
+
+// The invocation's subgroup and its lane in it, from the built-ins.
+fn subgroup_place(li: u32, id: u32, lane: u32) -> vec2<u32> {
+    return vec2<u32>(id, lane);
+}
 
 // Fragments from workgroup memory, row-major with `stride` elements from
 // one row to the next, starting at element `i`.

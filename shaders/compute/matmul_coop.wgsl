@@ -7,12 +7,15 @@
 // m, k and n are read; the launch code runs this kernel only in the f16
 // input mode, so `mode` and `chunk` are not), declared in
 // matmul_bindings.wgsl. Source order: coop_matrix.wgsl (its `enable`
-// directives come first), rounding.wgsl, matmul_bindings.wgsl, this file.
-// Launch: workgroups of 128 invocations that form 4 subgroups of 32 (the
-// launch code runs it only where the device's subgroups are 32 wide),
-// each workgroup computing a 64 x 64 tile of C and subgroup s the 32 x 32
-// quadrant (s / 2, s % 2) of it as 2 x 2 fragments of 16 x 16; a grid of
-// ceil(n / 64) x ceil(m / 64).
+// directives come first), coop_fragment16.wgsl or coop_fragment8.wgsl
+// (FRAG, the fragments' size, and SUBGROUP, the subgroups' width),
+// rounding.wgsl, matmul_bindings.wgsl, this file.
+// Launch: workgroups of 128 invocations, each computing a 64 x 64 tile of
+// C, and each subgroup a block of 2 x 2 fragments in it (2 FRAG x 2 FRAG
+// outputs, the blocks in row-major order by subgroup): 4 subgroups of 32
+// with fragments of 16, or 16 subgroups of 8 with fragments of 8 (the
+// launch code runs it only where the device's subgroups have that width);
+// a grid of ceil(n / 64) x ceil(m / 64).
 //
 // Each step of 32 along k stages a 64 x 32 tile of A and a 32 x 64 tile
 // of B in workgroup memory as f16, each element rounded once as it is
@@ -22,7 +25,7 @@
 // row. Rows are padded (40 and 72 halves) so that every fragment starts on
 // a 16-byte boundary, as VK_KHR_cooperative_matrix asks of loads. The sum
 // over k is the matrix units' (docs/NUMERICS.md has its bound); the result
-// leaves through a 16 x 16 f32 scratch per subgroup, so that rows and
+// leaves through a FRAG x FRAG f32 scratch per subgroup, so that rows and
 // columns past the matrix are not written.
 
 const STAGE_LD_A: u32 = 40u;
@@ -32,24 +35,33 @@ const STAGE_LD_B: u32 = 72u;
 var<workgroup> stage_a: array<Half, 2560>;
 // stage_b[STAGE_LD_B s + c]: step s, column c of the B tile.
 var<workgroup> stage_b: array<Half, 2304>;
-// scratch[256 g + 16 r + c]: subgroup g's fragment on its way out.
-var<workgroup> scratch: array<f32, 1024>;
+// The subgroups of a workgroup (each with one FRAG x FRAG scratch of
+// FRAG_SIZE values), and the values each of its lanes writes out of it.
+const SUBGROUPS: u32 = 128u / SUBGROUP;
+const FRAG_SIZE: u32 = FRAG * FRAG;
+const PER_LANE: u32 = FRAG_SIZE / SUBGROUP;
+// scratch[FRAG_SIZE g + FRAG r + c]: subgroup g's fragment on its way out.
+var<workgroup> scratch: array<f32, SUBGROUPS * FRAG_SIZE>;
 
 @compute @workgroup_size(128)
 fn matmul_coop(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(subgroup_invocation_id) lane_id: u32,
 ) {
+    let place = subgroup_place(li, sg_id, lane_id);
+    let sg = place.x;
+    let lane = place.y;
     let m = params.m;
     let k = params.k;
     let n = params.n;
     let row0 = wg.y * 64u;
     let col0 = wg.x * 64u;
-    // This subgroup's quadrant, in rows and columns of the tile.
-    let qr = (sg / 2u) * 32u;
-    let qc = (sg % 2u) * 32u;
+    // This subgroup's block, in rows and columns of the tile.
+    let blocks = 32u / FRAG;
+    let qr = (sg / blocks) * 2u * FRAG;
+    let qc = (sg % blocks) * 2u * FRAG;
     var acc00 = FragC();
     var acc01 = FragC();
     var acc10 = FragC();
@@ -75,11 +87,11 @@ fn matmul_coop(
             stage_b[STAGE_LD_B * (e / 64u) + e % 64u] = Half(vb);
         }
         workgroupBarrier();
-        for (var s = 0u; s < 32u; s += 16u) {
+        for (var s = 0u; s < 32u; s += FRAG) {
             let a0 = frag_a(STAGE_LD_A * qr + s, STAGE_LD_A);
-            let a1 = frag_a(STAGE_LD_A * (qr + 16u) + s, STAGE_LD_A);
+            let a1 = frag_a(STAGE_LD_A * (qr + FRAG) + s, STAGE_LD_A);
             let b0 = frag_b(STAGE_LD_B * s + qc, STAGE_LD_B);
-            let b1 = frag_b(STAGE_LD_B * s + qc + 16u, STAGE_LD_B);
+            let b1 = frag_b(STAGE_LD_B * s + qc + FRAG, STAGE_LD_B);
             acc00 = frag_mad(a0, b0, acc00);
             acc01 = frag_mad(a0, b1, acc01);
             acc10 = frag_mad(a1, b0, acc10);
@@ -90,23 +102,24 @@ fn matmul_coop(
     let r0 = row0 + qr;
     let c0 = col0 + qc;
     write_fragment(acc00, sg, lane, r0, c0);
-    write_fragment(acc01, sg, lane, r0, c0 + 16u);
-    write_fragment(acc10, sg, lane, r0 + 16u, c0);
-    write_fragment(acc11, sg, lane, r0 + 16u, c0 + 16u);
+    write_fragment(acc01, sg, lane, r0, c0 + FRAG);
+    write_fragment(acc10, sg, lane, r0 + FRAG, c0);
+    write_fragment(acc11, sg, lane, r0 + FRAG, c0 + FRAG);
 }
 
 // Subgroup `sg`'s fragment `acc` into C at rows r0 .., columns c0 ..,
-// through its scratch: every lane writes 8 of the 256 elements, those
-// inside C. Called by every invocation of the workgroup alike.
+// through its scratch: every lane writes PER_LANE of the FRAG_SIZE
+// elements, those inside C. Called by every invocation of the workgroup
+// alike.
 fn write_fragment(acc: FragC, sg: u32, lane: u32, r0: u32, c0: u32) {
-    frag_store(acc, 256u * sg, 16u);
+    frag_store(acc, FRAG_SIZE * sg, FRAG);
     workgroupBarrier();
-    for (var j = 0u; j < 8u; j++) {
-        let e = lane + 32u * j;
-        let r = r0 + e / 16u;
-        let col = c0 + e % 16u;
+    for (var j = 0u; j < PER_LANE; j++) {
+        let e = lane + SUBGROUP * j;
+        let r = r0 + e / FRAG;
+        let col = c0 + e % FRAG;
         if r < params.m && col < params.n {
-            c[r * params.n + col] = scratch[256u * sg + e];
+            c[r * params.n + col] = scratch[FRAG_SIZE * sg + e];
         }
     }
     workgroupBarrier();

@@ -210,10 +210,11 @@ pub const MATMUL_MMA: Launch = cuda_override(
 /// other vendors' matrix units. Bindings and parameters as
 /// [`MATMUL_TILED`] (`mode` and `chunk` not read), 64 x 64 outputs per
 /// workgroup of 128 invocations. Source:
-/// `shaders/compute/matmul_coop.wgsl` after `coop_matrix.wgsl`; a declared
-/// override of [`MATMUL_TILED_4X4`] in that mode there. Neither the PTX
-/// end nor the host end of `keel-wgsl` has cooperative matrices: CUDA
-/// runs [`MATMUL_MMA`] instead, host backends the tiled kernels.
+/// `shaders/compute/matmul_coop.wgsl` after `coop_matrix.wgsl` and
+/// `coop_fragment16.wgsl`; a declared override of [`MATMUL_TILED_4X4`] in
+/// that mode there. Neither the PTX end nor the host end of `keel-wgsl`
+/// has cooperative matrices: CUDA runs [`MATMUL_MMA`] instead, host
+/// backends the tiled kernels.
 pub const MATMUL_COOP: Launch = Launch {
     kernel: Kernel {
         name: "matmul_coop",
@@ -221,6 +222,7 @@ pub const MATMUL_COOP: Launch = Launch {
         bindings: 3,
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/coop_matrix.wgsl"),
+            include_str!("../../shaders/compute/coop_fragment16.wgsl"),
             include_str!("../../shaders/compute/rounding.wgsl"),
             include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_coop.wgsl")
@@ -228,6 +230,24 @@ pub const MATMUL_COOP: Launch = Launch {
         ptx: None,
         cpu: None,
         strict_float: false,
+    },
+    params: MATMUL_PARAMS,
+};
+
+/// [`MATMUL_COOP`] on devices whose cooperative matrices are 8 x 8 x 8
+/// f16 with subgroups of 8 (Mesa's lavapipe): the same kernel, its
+/// 64 x 64 tile held by 16 subgroups of 2 x 2 fragments of 8 x 8. Source:
+/// `coop_fragment8.wgsl` in place of `coop_fragment16.wgsl`.
+pub const MATMUL_COOP8: Launch = Launch {
+    kernel: Kernel {
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/coop_matrix.wgsl"),
+            include_str!("../../shaders/compute/coop_fragment8.wgsl"),
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+            include_str!("../../shaders/compute/matmul_coop.wgsl")
+        )),
+        ..MATMUL_COOP.kernel
     },
     params: MATMUL_PARAMS,
 };
@@ -375,19 +395,43 @@ const PACKED: [Packed; 4] = [
     },
 ];
 
-/// Whether the stream's device runs [`MATMUL_COOP`]: a Vulkan or wgpu
-/// device with the property `"cooperative matrix"` (16 x 16 x 16 f16 x
-/// f16 + f32 at subgroup scope, subgroups of 32, enabled at device
-/// creation: `VK_KHR_cooperative_matrix`, wgpu's
+/// Whether the stream's device runs [`MATMUL_COOP`] or [`MATMUL_COOP8`]:
+/// a Vulkan or wgpu device with the property `"cooperative matrix"`
+/// (16 x 16 x 16 f16 x f16 + f32 at subgroup scope with subgroups of 32,
+/// or 8 x 8 x 8 with subgroups of 8, enabled at device creation:
+/// `VK_KHR_cooperative_matrix`, wgpu's
 /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`). Read once per device.
 pub fn cooperative_matrix_supported(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
-    device_fact(stream, &KNOWN, |device| match device.device_type() {
+    device_fact(stream, &KNOWN, |device| cooperative_shape(device, COOP_SHAPES))
+}
+
+/// The cooperative-matrix configurations of [`MATMUL_COOP`] and
+/// [`MATMUL_COOP8`], as the backends' `"cooperative matrix"` property
+/// begins.
+const COOP_SHAPES: &[&str] = &["16x16x16 f16", "8x8x8 f16"];
+
+/// Whether `device` is a Vulkan or wgpu device whose `"cooperative
+/// matrix"` property begins with one of `shapes`.
+fn cooperative_shape(device: Device, shapes: &[&str]) -> Result<bool> {
+    match device.device_type() {
         DeviceType::Vulkan | DeviceType::Wgpu => has_property(device, "cooperative matrix", |v| {
-            v.starts_with("16x16x16 f16")
+            shapes.iter().any(|s| v.starts_with(s))
         }),
         _ => Ok(false),
-    })
+    }
+}
+
+/// The cooperative-matrix kernel of the stream's device, if it has one.
+fn cooperative_matrix_launch(stream: &Stream) -> Result<Option<&'static Launch>> {
+    static EIGHT: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
+    if !cooperative_matrix_supported(stream)? {
+        return Ok(None);
+    }
+    let eight = device_fact(stream, &EIGHT, |device| {
+        cooperative_shape(device, &COOP_SHAPES[1..])
+    })?;
+    Ok(Some(if eight { &MATMUL_COOP8 } else { &MATMUL_COOP }))
 }
 
 /// The tensor-core kernel for `p`, if one computes it: [`MATMUL_MMA`] for
@@ -496,12 +540,16 @@ pub fn matmul_kernel(
         return Ok(kernel);
     }
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
+    if f16_inputs
+        && matches!(
+            opts.algorithm,
+            MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
+        )
+        && let Some(coop) = cooperative_matrix_launch(stream)?
+    {
+        return Ok(coop);
+    }
     Ok(match opts.algorithm {
-        MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
-            if f16_inputs && cooperative_matrix_supported(stream)? =>
-        {
-            &MATMUL_COOP
-        }
         MatmulAlgorithm::Tiled
             if *p == MatmulPrecision::IEEE && fills && tf32_mma_supported(stream)? =>
         {
@@ -524,7 +572,7 @@ pub fn matmul_kernel(
                  tf32, bf16 or f16 and sum in f32 (bf16 and f16 also with split-K partials \
                  rounded to their format), on CUDA devices of compute capability 8.0 \
                  or later, and f16 inputs on Vulkan and wgpu devices with cooperative matrices \
-                 (16x16x16 f16, subgroups of 32); found the precision {:?} on {}",
+                 (16x16x16 f16 with subgroups of 32, or 8x8x8 with subgroups of 8); found the precision {:?} on {}",
                 opts.precision,
                 stream.device()
             )));
@@ -556,7 +604,8 @@ pub fn matmul(
     if let Some(packed) = PACKED.iter().find(|k| k.main.kernel.name == name) {
         return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, false);
     }
-    // MATMUL_COOP's tile is TILE, as the tiled kernels'.
+    // MATMUL_COOP's tile (and MATMUL_COOP8's) is TILE, as the tiled
+    // kernels'.
     let (rows, cols) = if name == MATMUL_NAIVE.kernel.name {
         (NAIVE_WG, NAIVE_WG)
     } else {

@@ -39,7 +39,7 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_COOP, MATMUL_MMA, MATMUL_MMA_PACK, MATMUL_MMA16, MATMUL_MMA16_PACK, MATMUL_MMA16_SPLIT,
+    MATMUL_COOP, MATMUL_COOP8, MATMUL_MMA, MATMUL_MMA_PACK, MATMUL_MMA16, MATMUL_MMA16_PACK, MATMUL_MMA16_SPLIT,
     MATMUL_NAIVE, MATMUL_SGEMM, MATMUL_SGEMM_PACK, MATMUL_TILED, MATMUL_TILED_4X4,
     MATMUL_TILED_4X4_SPLIT, MMA_MIN_BLOCKS, MatmulAlgorithm, MatmulOptions,
     cooperative_matrix_supported, matmul, matmul_halves, matmul_kernel, tf32_mma_supported,
@@ -55,8 +55,9 @@ pub use reduce::{
 /// dispatcher's elementwise kernels (`shaders/ops/`, defined in
 /// [`params`]). A unit test compares each with the entry point of the PTX
 /// CUDA runs for it (generated from its WGSL, or its override); a new
-/// kernel (such as an operator's) is added here. [`MATMUL_COOP`], which
-/// only Vulkan and wgpu run, is not: its layout is [`MATMUL_TILED`]'s.
+/// kernel (such as an operator's) is added here. [`MATMUL_COOP`] and
+/// [`MATMUL_COOP8`], which only Vulkan and wgpu run, are not: their layout
+/// is [`MATMUL_TILED`]'s.
 pub const KERNELS: &[params::Launch] = &[
     params::VECTOR_ADD,
     params::SAXPY,
@@ -161,34 +162,36 @@ mod f16_tests {
         }
     }
 
-    /// The cooperative-matrix matmul validates with naga's
-    /// `COOPERATIVE_MATRIX` capability and not without it, and its SPIR-V
-    /// declares what the Vulkan device enables where it reports
-    /// cooperative matrices (`Requirements::cooperative_matrix`):
+    /// The cooperative-matrix matmuls (both fragment sizes) validate with
+    /// naga's `COOPERATIVE_MATRIX` capability and not without it, and
+    /// their SPIR-V declares what the Vulkan device enables where it
+    /// reports cooperative matrices (`Requirements::cooperative_matrix`):
     /// CooperativeMatrixKHR (6022), the Vulkan memory model (5345), Float16
     /// (9) and the 16-bit storage of native f16 (4433).
     #[test]
-    fn the_cooperative_matrix_kernel_validates_with_its_capability_only() {
-        let k = super::MATMUL_COOP.kernel;
-        let wgsl = k.wgsl.expect("WGSL");
-        let module = naga::front::wgsl::parse_str(wgsl)
+    fn the_cooperative_matrix_kernels_validate_with_their_capability_only() {
+        for launch in [super::MATMUL_COOP, super::MATMUL_COOP8] {
+            let k = launch.kernel;
+            let wgsl = k.wgsl.expect("WGSL");
+            let module = naga::front::wgsl::parse_str(wgsl)
+                .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
+            let base = Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16;
+            assert!(
+                Validator::new(ValidationFlags::all(), base)
+                    .validate(&module)
+                    .is_err(),
+                "validated without the cooperative-matrix capability"
+            );
+            let info = Validator::new(
+                ValidationFlags::all(),
+                base | Capabilities::COOPERATIVE_MATRIX,
+            )
+            .validate(&module)
             .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
-        let base = Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16;
-        assert!(
-            Validator::new(ValidationFlags::all(), base)
-                .validate(&module)
-                .is_err(),
-            "validated without the cooperative-matrix capability"
-        );
-        let info = Validator::new(
-            ValidationFlags::all(),
-            base | Capabilities::COOPERATIVE_MATRIX,
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
-        let caps = spirv_capabilities(&module, &info, k.name);
-        for cap in [6022, 5345, 9, 4433] {
-            assert!(caps.contains(&cap), "{cap} not in {caps:?}");
+            let caps = spirv_capabilities(&module, &info, k.name);
+            for cap in [6022, 5345, 9, 4433] {
+                assert!(caps.contains(&cap), "{cap} not in {caps:?}");
+            }
         }
     }
 }

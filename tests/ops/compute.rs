@@ -1089,7 +1089,19 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
             "{label}"
         );
         if coop {
-            assert_eq!(props.subgroup_size, Some(32), "{label}");
+            // The kernel's fragments follow the subgroups' width.
+            let shape = props
+                .extra
+                .iter()
+                .find(|(k, _)| k == "cooperative matrix")
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_default();
+            let want = match props.subgroup_size {
+                Some(32) => "16x16x16 f16",
+                Some(8) => "8x8x8 f16",
+                other => panic!("{label}: cooperative matrices with subgroups of {other:?}"),
+            };
+            assert!(shape.starts_with(want), "{label}: {shape}");
         }
         // A product that fills a GPU with the tensor-core kernel's tiles.
         let (m, n) = (4096, 4096);
@@ -1213,6 +1225,13 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
                 Ok(launch) if coop => {
                     assert_eq!(precision, f16_inputs, "{label}");
                     assert_eq!(launch.kernel.name, "matmul_coop", "{label}");
+                    let eight = props.subgroup_size == Some(8);
+                    let want = if eight {
+                        compute::MATMUL_COOP8.kernel.wgsl
+                    } else {
+                        compute::MATMUL_COOP.kernel.wgsl
+                    };
+                    assert_eq!(launch.kernel.wgsl, want, "{label}: the fragment size");
                 }
                 Ok(launch) => {
                     assert!(mma, "{label}: tensor cores where there are none");
@@ -1256,77 +1275,98 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
 
 /// `matmul_coop.wgsl` with the scalar stand-ins of
 /// `tests/ops/coop_matrix_host.wgsl` for its cooperative-matrix
-/// operations, on the CPU backend's interpreter: the kernel's staging,
-/// rounding, tiling, subgroup quadrants and edge handling against the f64
-/// reference of the f16-rounded inputs, at shapes with a partial tile in
-/// every direction, k off the 32-step stage, and one element. The
-/// operations themselves are the driver's, checked on devices that have
-/// them by `cooperative_matrix_matmul_matches_the_f64_reference`.
+/// operations, on the CPU backend's interpreter, in both configurations
+/// (four subgroups of 32 with fragments of 16, sixteen of 8 with fragments
+/// of 8): the kernel's staging, rounding, tiling, subgroup blocks and edge
+/// handling against the f64 reference of the f16-rounded inputs, at
+/// shapes with a partial tile in every direction, k off the 32-step
+/// stage, and one element. The operations themselves are the driver's,
+/// checked on devices that have them by
+/// `cooperative_matrix_matmul_matches_the_f64_reference`.
 #[test]
 fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
-    let kernel = keel::Kernel {
-        wgsl: Some(concat!(
-            include_str!("coop_matrix_host.wgsl"),
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
-            include_str!("../../shaders/compute/matmul_coop.wgsl")
-        )),
-        ..compute::MATMUL_COOP.kernel
-    };
-    let launch = compute::params::Launch {
-        kernel,
-        params: compute::MATMUL_COOP.params,
-    };
+    let sixteen = concat!(
+        include_str!("coop_matrix_host.wgsl"),
+        "const FRAG: u32 = 16u;\nconst SUBGROUP: u32 = 32u;\n",
+        include_str!("../../shaders/compute/rounding.wgsl"),
+        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+        include_str!("../../shaders/compute/matmul_coop.wgsl")
+    );
+    let eight = concat!(
+        include_str!("coop_matrix_host.wgsl"),
+        "const FRAG: u32 = 8u;\nconst SUBGROUP: u32 = 8u;\n",
+        include_str!("../../shaders/compute/rounding.wgsl"),
+        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+        include_str!("../../shaders/compute/matmul_coop.wgsl")
+    );
     let stream = keel::default_stream(Device::cpu()).expect("stream");
     let round = keel::compute::precision::round_f16;
-    for (m, k, n) in [(1, 1, 1), (70, 45, 66)] {
-        let mut rng = Rng(0xc0 ^ (m * 1000 + k * 10 + n) as u64);
-        // Every seventh element of A scaled below 2^-14, so that it rounds
-        // to an f16 subnormal.
-        let (mut a, b) = (rng.vec(m * k), rng.vec(k * n));
-        for x in a.iter_mut().step_by(7) {
-            *x *= 1e-4;
+    for (fragment, wgsl) in [(16, sixteen), (8, eight)] {
+        let launch = compute::params::Launch {
+            kernel: keel::Kernel {
+                wgsl: Some(wgsl),
+                ..compute::MATMUL_COOP.kernel
+            },
+            params: compute::MATMUL_COOP.params,
+        };
+        for (m, k, n) in [(1, 1, 1), (70, 45, 66)] {
+            let mut rng = Rng(0xc0 ^ (m * 1000 + k * 10 + n) as u64);
+            // Every seventh element of A scaled below 2^-14, so that it
+            // rounds to an f16 subnormal.
+            let (mut a, b) = (rng.vec(m * k), rng.vec(k * n));
+            for x in a.iter_mut().step_by(7) {
+                *x *= 1e-4;
+            }
+            let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
+            let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
+            let (want, mag) = reference(&ra, &rb, m, k, n);
+            let (ab, bb, cb) = (
+                upload(&stream, &a),
+                upload(&stream, &b),
+                output(&stream, m * n),
+            );
+            let u = |v: usize| compute::params::Param::U32(v as u32);
+            launch
+                .launch(
+                    &stream,
+                    [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+                    &[&ab, &bb, &cb],
+                    &[u(m), u(k), u(n), u(0), u(0)],
+                )
+                .expect("launch");
+            let got = cb.read_as::<f32>(&stream).expect("read");
+            assert_within_sum_bound(
+                &format!("fragments of {fragment}, {m}x{k}x{n}"),
+                &got,
+                &want,
+                &mag,
+                k,
+            );
         }
-        let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
-        let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
-        let (want, mag) = reference(&ra, &rb, m, k, n);
-        let (ab, bb, cb) = (
-            upload(&stream, &a),
-            upload(&stream, &b),
-            output(&stream, m * n),
-        );
-        let u = |v: usize| compute::params::Param::U32(v as u32);
-        launch
+    }
+    // The kernels themselves name what the host end lacks.
+    let (ab, cb) = (upload(&stream, &[1.0]), output(&stream, 1));
+    for launch in [compute::MATMUL_COOP, compute::MATMUL_COOP8] {
+        let err = launch
             .launch(
                 &stream,
-                [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
-                &[&ab, &bb, &cb],
-                &[u(m), u(k), u(n), u(0), u(0)],
+                [1, 1, 1],
+                &[&ab, &ab, &cb],
+                &[1, 1, 1, 0, 0].map(compute::params::Param::U32),
             )
-            .expect("launch");
-        let got = cb.read_as::<f32>(&stream).expect("read");
-        assert_within_sum_bound(&format!("{m}x{k}x{n}"), &got, &want, &mag, k);
+            .expect_err("cooperative matrices on the host");
+        assert!(err.to_string().contains("cooperative matrices"), "{err}");
     }
-    // The kernel itself names what the host end lacks.
-    let (ab, cb) = (upload(&stream, &[1.0]), output(&stream, 1));
-    let err = compute::MATMUL_COOP
-        .launch(
-            &stream,
-            [1, 1, 1],
-            &[&ab, &ab, &cb],
-            &[1, 1, 1, 0, 0].map(compute::params::Param::U32),
-        )
-        .expect_err("cooperative matrices on the host");
-    assert!(err.to_string().contains("cooperative matrices"), "{err}");
 }
 
 /// The cooperative-matrix kernel (Vulkan and wgpu devices with 16 x 16 x
-/// 16 f16 cooperative matrices: NVIDIA's tensor cores, other vendors'
-/// matrix units) against the f64 product of the f16-rounded inputs within
+/// 16 f16 cooperative matrices and subgroups of 32: NVIDIA's tensor
+/// cores; 8 x 8 x 8 with subgroups of 8: Mesa's lavapipe in recent
+/// releases, not Debian 12's) against the f64 product of the f16-rounded inputs within
 /// f32's summation bound, at the odd shapes and on either side of its
 /// 64 x 64 tile and 32-step stage; `Tiled` with f16 inputs is that kernel
 /// there, and rounds a value as every kernel does. Prints where no device
-/// has cooperative matrices (lavapipe has none).
+/// has cooperative matrices (Debian 12's lavapipe has none).
 #[test]
 fn cooperative_matrix_matmul_matches_the_f64_reference() {
     let edges = [
@@ -1395,11 +1435,12 @@ fn cooperative_matrix_matmul_matches_the_f64_reference() {
         assert!(
             std::env::var_os("KEEL_REQUIRE_COOPERATIVE_MATRIX").is_none(),
             "KEEL_REQUIRE_COOPERATIVE_MATRIX is set, but no Vulkan or wgpu device has \
-             cooperative matrices of 16x16x16 f16 with subgroups of 32"
+             cooperative matrices of 16x16x16 f16 with subgroups of 32 or 8x8x8 with subgroups of 8"
         );
         println!(
             "skipped: no Vulkan or wgpu device here has cooperative matrices of 16x16x16 f16 \
-             with subgroups of 32 (lavapipe has none)"
+             with subgroups of 32 or 8x8x8 with subgroups of 8 (Debian 12's lavapipe has \
+             none)"
         );
     } else {
         println!("ran on {}", ran.join(", "));

@@ -13,6 +13,25 @@
 
 use spirv::Op;
 
+/// The cooperative-matrix configurations Keel's f16-input matmul
+/// (`keel::compute::MATMUL_COOP`) uses on Vulkan devices and wgpu's
+/// Vulkan adapters, at subgroup scope with f16 A and B and f32 C and
+/// result: (the subgroup size the kernel needs, M = N = K). A workgroup of
+/// the kernel is 128 invocations that hold a 64 x 64 tile in blocks of
+/// 2 x 2 fragments, one block per subgroup: four subgroups of 32 with
+/// fragments of 16 (NVIDIA's tensor cores), or sixteen of 8 with
+/// fragments of 8 (Mesa's lavapipe).
+pub const COOPERATIVE_MATRIX_SHAPES: [(u32, u32); 2] = [(32, 16), (8, 8)];
+
+/// The fragment size [`COOPERATIVE_MATRIX_SHAPES`] gives a device whose
+/// subgroups are `subgroup_size` wide, if any.
+pub(crate) fn cooperative_fragment_for(subgroup_size: u32) -> Option<u32> {
+    COOPERATIVE_MATRIX_SHAPES
+        .into_iter()
+        .find(|&(width, _)| width == subgroup_size)
+        .map(|(_, size)| size)
+}
+
 /// Validates `module` for SPIR-V. Subgroup operations, f16 and
 /// cooperative matrices are allowed in any kernel; a launch function picks
 /// a kernel that uses them only where the device reports them

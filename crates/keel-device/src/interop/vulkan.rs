@@ -103,7 +103,7 @@ use crate::{Buffer, Event};
 pub use ash;
 use ash::vk;
 
-pub use crate::backend::vulkan::interop::{API_VERSION, COOPERATIVE_MATRIX_SHAPE, Requirements};
+pub use crate::backend::vulkan::interop::{API_VERSION, COOPERATIVE_MATRIX_SHAPES, Requirements};
 
 /// What a program gives Keel in [`adopt`]: its ash objects (clones of the
 /// function tables are fine), the physical device, the queue Keel is to

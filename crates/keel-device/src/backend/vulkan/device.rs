@@ -14,6 +14,7 @@ use super::TY;
 use super::event::Timestamps;
 use super::kernel::Pipeline;
 use super::loader::{Adapter, Vk, vk};
+pub use crate::backend::spv::COOPERATIVE_MATRIX_SHAPES;
 use super::memory::StagingPool;
 use super::stream::VkStream;
 use crate::backend::pool::Streams;
@@ -208,10 +209,11 @@ pub struct Requirements {
     pub native_f16: bool,
     /// `VK_KHR_cooperative_matrix` with its `cooperativeMatrix` feature
     /// and the Vulkan memory model (with device scope), on a device with
-    /// [`native_f16`](Self::native_f16), subgroups of 32 and a
-    /// subgroup-scope configuration of 16 x 16 x 16 with f16 A and B and
-    /// f32 C and result ([`COOPERATIVE_MATRIX_SHAPE`]): Keel's matmul with
-    /// f16 inputs then runs on the device's matrix units.
+    /// [`native_f16`](Self::native_f16) and a subgroup-scope configuration
+    /// of f16 A and B and f32 C and result that Keel's kernel uses for the
+    /// device's subgroup size ([`COOPERATIVE_MATRIX_SHAPES`]: 16 x 16 x 16
+    /// with subgroups of 32, 8 x 8 x 8 with subgroups of 8): Keel's matmul
+    /// with f16 inputs then runs on the device's matrix units.
     pub cooperative_matrix: bool,
     /// `VK_KHR_calibrated_timestamps` or `VK_EXT_calibrated_timestamps`,
     /// where the device can read its own timestamp clock with it: the
@@ -269,30 +271,28 @@ impl Requirements {
     }
 }
 
-/// The cooperative-matrix configuration Keel's kernel uses: M, N, K, and
-/// the A/B and C/result component types, at subgroup scope.
-pub const COOPERATIVE_MATRIX_SHAPE: (u32, u32, u32, vk::ComponentTypeKHR, vk::ComponentTypeKHR) = (
-    16,
-    16,
-    16,
-    vk::ComponentTypeKHR::FLOAT16,
-    vk::ComponentTypeKHR::FLOAT32,
-);
-
-/// Whether `props` (what `vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`
-/// lists) holds [`COOPERATIVE_MATRIX_SHAPE`] at subgroup scope.
-pub(super) fn has_cooperative_shape(props: &[vk::CooperativeMatrixPropertiesKHR<'_>]) -> bool {
-    let (m, n, k, ab, cr) = COOPERATIVE_MATRIX_SHAPE;
-    props.iter().any(|p| {
-        p.m_size == m
-            && p.n_size == n
-            && p.k_size == k
-            && p.a_type == ab
-            && p.b_type == ab
-            && p.c_type == cr
-            && p.result_type == cr
-            && p.scope == vk::ScopeKHR::SUBGROUP
-    })
+/// The fragment size of [`COOPERATIVE_MATRIX_SHAPES`] that `props` (what
+/// `vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR` lists) holds for a
+/// device whose subgroups are `subgroup_size` wide, if it holds one.
+pub(super) fn cooperative_fragment(
+    props: &[vk::CooperativeMatrixPropertiesKHR<'_>],
+    subgroup_size: u32,
+) -> Option<u32> {
+    let (ab, cr) = (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT32);
+    let size = crate::backend::spv::cooperative_fragment_for(subgroup_size)?;
+    props
+        .iter()
+        .any(|p| {
+            p.m_size == size
+                && p.n_size == size
+                && p.k_size == size
+                && p.a_type == ab
+                && p.b_type == ab
+                && p.c_type == cr
+                && p.result_type == cr
+                && p.scope == vk::ScopeKHR::SUBGROUP
+        })
+        .then_some(size)
 }
 
 /// The API version Keel needs of an instance and a physical device.
@@ -389,8 +389,8 @@ pub(super) unsafe fn offered(
 }
 
 /// Whether `physical`, which has `VK_KHR_cooperative_matrix`, offers its
-/// `cooperativeMatrix` feature, subgroups of 32 and
-/// [`COOPERATIVE_MATRIX_SHAPE`].
+/// `cooperativeMatrix` feature and a configuration of
+/// [`COOPERATIVE_MATRIX_SHAPES`] for its subgroup size.
 ///
 /// # Safety
 ///
@@ -414,8 +414,7 @@ unsafe fn cooperative_matrix_offered(
     // it; ash sizes the output from the driver's count.
     let shapes = unsafe { functions.get_physical_device_cooperative_matrix_properties(physical) };
     coop.cooperative_matrix == vk::TRUE
-        && subgroup.subgroup_size == 32
-        && shapes.is_ok_and(|s| has_cooperative_shape(&s))
+        && shapes.is_ok_and(|s| cooperative_fragment(&s, subgroup.subgroup_size).is_some())
 }
 
 /// Checks that what a program says it enabled of Keel's optional features
@@ -424,7 +423,7 @@ unsafe fn cooperative_matrix_offered(
 pub(super) fn check_enabled(enabled: &Requirements, offered: &Requirements) -> Result<()> {
     if enabled.cooperative_matrix && !offered.cooperative_matrix {
         return Err(Error::invalid(
-            "expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix with 16x16x16 f16 x f16 + f32 at subgroup scope, subgroups of 32, vulkanMemoryModel with device scope and native f16, found cooperative_matrix on one that does not",
+            "expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix with f16 x f16 + f32 at subgroup scope, 16x16x16 with subgroups of 32 or 8x8x8 with subgroups of 8, vulkanMemoryModel with device scope and native f16, found cooperative_matrix on one that does not",
         ));
     }
     if enabled.native_f16 && !offered.native_f16 {
@@ -703,10 +702,16 @@ pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
         },
     ));
     if a.cooperative_matrix {
-        // Read by `keel::compute::cooperative_matrix_supported`.
+        // Read by `keel::compute::cooperative_matrix_supported`, which
+        // picks the kernel by the size; the subgroup size chose it.
+        let size = crate::backend::spv::cooperative_fragment_for(a.subgroup_size).unwrap_or(0);
         p.extra.push((
             "cooperative matrix".to_owned(),
-            "16x16x16 f16 x f16 + f32, subgroup scope (VK_KHR_cooperative_matrix)".to_owned(),
+            format!(
+                "{size}x{size}x{size} f16 x f16 + f32, subgroup scope, subgroups of {} \
+                 (VK_KHR_cooperative_matrix)",
+                a.subgroup_size
+            ),
         ));
     }
     p.extra
@@ -764,15 +769,19 @@ mod tests {
             .scope(scope)
     }
 
-    /// Only 16 x 16 x 16 with f16 A and B, f32 C and result, at subgroup
-    /// scope, is the kernel's shape; a list holding it among others has it.
+    /// The kernel's configurations are f16 A and B, f32 C and result, at
+    /// subgroup scope: 16 x 16 x 16 for subgroups of 32, 8 x 8 x 8 for
+    /// subgroups of 8, and none for other widths; a list holding the one
+    /// for the device's width among others has it.
     #[test]
     fn the_cooperative_shape_is_found_only_where_listed() {
         use vk::ComponentTypeKHR as T;
         let sub = vk::ScopeKHR::SUBGROUP;
-        let ours = shape((16, 16, 16), T::FLOAT16, T::FLOAT32, sub);
+        let sixteen = shape((16, 16, 16), T::FLOAT16, T::FLOAT32, sub);
+        let eight = shape((8, 8, 8), T::FLOAT16, T::FLOAT32, sub);
         let others = [
             shape((16, 16, 16), T::FLOAT16, T::FLOAT16, sub),
+            shape((8, 8, 8), T::FLOAT16, T::FLOAT16, sub),
             shape((16, 8, 16), T::FLOAT16, T::FLOAT32, sub),
             shape(
                 (16, 16, 16),
@@ -782,11 +791,20 @@ mod tests {
             ),
             shape((16, 16, 32), T::SINT8, T::SINT32, sub),
         ];
-        assert!(!has_cooperative_shape(&[]));
-        assert!(!has_cooperative_shape(&others));
-        assert!(has_cooperative_shape(&[ours]));
+        for width in [8, 16, 32, 64] {
+            assert_eq!(cooperative_fragment(&[], width), None);
+            assert_eq!(cooperative_fragment(&others, width), None);
+        }
+        assert_eq!(cooperative_fragment(&[sixteen], 32), Some(16));
+        assert_eq!(cooperative_fragment(&[sixteen], 8), None);
+        assert_eq!(cooperative_fragment(&[sixteen], 64), None);
+        assert_eq!(cooperative_fragment(&[eight], 8), Some(8));
+        assert_eq!(cooperative_fragment(&[eight], 32), None);
         let mut mixed = others.to_vec();
-        mixed.insert(2, ours);
-        assert!(has_cooperative_shape(&mixed));
+        mixed.insert(2, sixteen);
+        mixed.insert(4, eight);
+        assert_eq!(cooperative_fragment(&mixed, 32), Some(16));
+        assert_eq!(cooperative_fragment(&mixed, 8), Some(8));
+        assert_eq!(cooperative_fragment(&mixed, 16), None);
     }
 }

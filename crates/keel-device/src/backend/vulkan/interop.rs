@@ -10,7 +10,7 @@ use ash::vk::Handle;
 
 pub(crate) use super::device::Ctx;
 use super::device::{self, Owner, lock, vk_error};
-pub use super::device::{API_VERSION, COOPERATIVE_MATRIX_SHAPE, Requirements};
+pub use super::device::{API_VERSION, COOPERATIVE_MATRIX_SHAPES, Requirements};
 use super::event::VkEvent;
 use super::memory::VkBuffer;
 use super::stream::Point;

@@ -198,17 +198,25 @@ const COOPERATIVE_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPER
     .union(wgpu::Features::SHADER_F16)
     .union(wgpu::Features::SUBGROUP);
 
-/// Whether `adapter` has the cooperative-matrix configuration Keel's
-/// kernel uses (16 x 16 x 16, f16 A and B, f32 C) and subgroups of
-/// exactly 32, which the kernel's workgroup of 4 subgroups assumes.
-fn cooperative_shape(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
-    info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+/// The fragment size of the cooperative-matrix configuration Keel's
+/// kernel uses on `adapter` (f16 A and B, f32 C: 16 x 16 x 16 where
+/// subgroups are exactly 32 wide, 8 x 8 x 8 where they are exactly 8;
+/// `COOPERATIVE_MATRIX_SHAPES` in the Vulkan interop), if the
+/// adapter lists it.
+fn cooperative_shape(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> Option<u32> {
+    if info.subgroup_min_size != info.subgroup_max_size {
+        return None;
+    }
+    let size = crate::backend::spv::cooperative_fragment_for(info.subgroup_min_size)?;
+    adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (size, size, size)
                 && p.ab_type == wgpu::wgt::CooperativeScalarType::F16
                 && p.cr_type == wgpu::wgt::CooperativeScalarType::F32
         })
+        .then_some(size)
 }
 
 /// A wgpu error reported outside an error scope, kept for the next
@@ -373,7 +381,7 @@ impl WgpuDevice {
         // the adapter has the configuration `keel::compute`'s f16-input
         // matmul uses.
         let coop = offered.contains(COOPERATIVE_FEATURES)
-            && cooperative_shape(&adapter.adapter, &adapter.info);
+            && cooperative_shape(&adapter.adapter, &adapter.info).is_some();
         if coop {
             required_features |= COOPERATIVE_FEATURES;
         }
@@ -499,13 +507,17 @@ impl WgpuDevice {
             ));
         }
         if self.device.features().contains(COOPERATIVE_FEATURES)
-            && cooperative_shape(&self.adapter.adapter, info)
+            && let Some(size) = cooperative_shape(&self.adapter.adapter, info)
         {
-            // Read by `keel::compute::cooperative_matrix_supported`.
+            // Read by `keel::compute::cooperative_matrix_supported`, which
+            // picks the kernel by the size.
             p.extra.push((
                 "cooperative matrix".to_owned(),
-                "16x16x16 f16 x f16 + f32, subgroup scope (Features::EXPERIMENTAL_COOPERATIVE_MATRIX)"
-                    .to_owned(),
+                format!(
+                    "{size}x{size}x{size} f16 x f16 + f32, subgroup scope, subgroups of {} \
+                     (Features::EXPERIMENTAL_COOPERATIVE_MATRIX)",
+                    info.subgroup_min_size
+                ),
             ));
         }
         // Note [wgpu parameter blocks] in `kernel.rs`.
