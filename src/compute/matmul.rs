@@ -403,7 +403,9 @@ const PACKED: [Packed; 4] = [
 /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`). Read once per device.
 pub fn cooperative_matrix_supported(stream: &Stream) -> Result<bool> {
     static KNOWN: LazyLock<Mutex<HashMap<Device, bool>>> = LazyLock::new(Default::default);
-    device_fact(stream, &KNOWN, |device| cooperative_shape(device, COOP_SHAPES))
+    device_fact(stream, &KNOWN, |device| {
+        cooperative_shape(device, COOP_SHAPES)
+    })
 }
 
 /// The cooperative-matrix configurations of [`MATMUL_COOP`] and

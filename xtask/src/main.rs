@@ -36,7 +36,18 @@
 //!      enabled for Vulkan (`VK_INSTANCE_LAYERS`), so a validation error
 //!      fails the test that caused it. Without a `DISPLAY`, an `Xvfb :99`
 //!      is started for the run (the profiler app's real-window test);
-//!   7. `hta`: PyTorch's trace analysis (HolisticTraceAnalysis, pinned in
+//!   7. `coop`: the cooperative-matrix tests of `tests/ops` (the
+//!      `matmul_coop` kernel against the f64 reference, the kernel picks)
+//!      again on a newer Mesa lavapipe than the system's, one that has
+//!      `VK_KHR_cooperative_matrix` (Debian 12's has none): Debian 13's
+//!      backports, unpacked with their C library and validation layer into
+//!      `target/newer-lavapipe/` by `xtask/newer_lavapipe.py` (about 70 MB
+//!      from deb.debian.org, once) and used only by the test binary, which
+//!      runs under that C library's loader (a cargo runner). With
+//!      `KEEL_REQUIRE_COOPERATIVE_MATRIX` set, so that the tests fail
+//!      instead of skipping if no device has cooperative matrices. Only
+//!      on Debian-like systems (`dpkg`); elsewhere it prints why not;
+//!   8. `hta`: PyTorch's trace analysis (HolisticTraceAnalysis, pinned in
 //!      [`HTA_PACKAGES`]) on a trace that `examples/record_trace` writes:
 //!      `xtask/hta_check.py` runs its GPU kernel breakdown, temporal
 //!      breakdown, idle time breakdown and kernel launch statistics and
@@ -46,7 +57,8 @@
 //! - `cargo xtask layers`: step 3 alone, printing every file's layer and
 //!   dependencies.
 //! - `cargo xtask ptx`: step 5 alone.
-//! - `cargo xtask hta`: step 7 alone.
+//! - `cargo xtask coop`: step 7 alone.
+//! - `cargo xtask hta`: step 8 alone.
 //! - `cargo xtask mma-ptx`: compiles the CUDA C++ matmul overrides
 //!   ([`CUDA_SOURCES`]: `shaders/compute/matmul_mma.cu`, `matmul_mma16.cu`,
 //!   `matmul_sgemm.cu`, which include `matmul_mma_common.cuh`) to their
@@ -558,6 +570,70 @@ fn hta_check(cargo: &str, runtime_dir: &Path, python: &Path) -> Result<(), Strin
     result
 }
 
+/// The test filters step 7 runs on the newer lavapipe: every test of
+/// `tests/ops` that runs the cooperative-matrix kernel or checks that the
+/// device's configuration picks it.
+const COOP_TESTS: &[&str] = &[
+    "compute::cooperative_matrix",
+    "compute::matmul_picks_its_kernel",
+];
+
+/// The environment of the workspace's test run (step 6): the same here,
+/// so that a later `cargo test` builds nothing again.
+fn test_command(cargo: &str, runtime_dir: &Path, ptxas: &Path) -> Command {
+    let mut tests = Command::new(cargo);
+    tests
+        .args(["test", "--workspace", "--all-features", "--no-fail-fast"])
+        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
+        // keel-wgsl's tests assemble the PTX generated for every kernel.
+        .env("KEEL_PTXAS", ptxas);
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        tests.env("XDG_RUNTIME_DIR", runtime_dir);
+    }
+    tests
+}
+
+/// Step 7: the cooperative-matrix tests on a newer lavapipe.
+fn coop_check(cargo: &str, runtime_dir: &Path, ptxas: &Path) -> Result<(), String> {
+    if !cfg!(target_os = "linux") || !Path::new("/usr/bin/dpkg").exists() {
+        eprintln!(
+            "xtask: coop: not a Debian-like system, so no newer lavapipe to unpack: \
+             the cooperative-matrix kernel runs only where a device has cooperative matrices"
+        );
+        return Ok(());
+    }
+    let dest = target_dir().join("newer-lavapipe");
+    run(
+        "coop: unpack a newer lavapipe",
+        Command::new("python3")
+            .arg(root().join("xtask").join("newer_lavapipe.py"))
+            .arg(&dest),
+    )?;
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let runner = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        triple.to_uppercase().replace('-', "_")
+    );
+    let icd = dest.join("lvp.json");
+    let mut tests = test_command(cargo, runtime_dir, ptxas);
+    tests
+        .args(["--test", "ops", "--"])
+        .args(COOP_TESTS)
+        .env(runner, dest.join("run"))
+        .env("VK_DRIVER_FILES", &icd)
+        .env("VK_ICD_FILENAMES", &icd)
+        // The unpacked validation layer, which knows cooperative matrices.
+        .env(
+            "VK_LAYER_PATH",
+            dest.join("root/usr/share/vulkan/explicit_layer.d"),
+        )
+        .env("KEEL_REQUIRE_COOPERATIVE_MATRIX", "1");
+    run(
+        "coop: cooperative-matrix tests on the newer lavapipe",
+        &mut tests,
+    )
+}
+
 /// Files whose presence means a Debian package is installed.
 const PACKAGES: &[(&str, &[&str])] = &[
     (
@@ -709,15 +785,7 @@ fn test() -> Result<(), String> {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700));
     }
-    let mut tests = Command::new(&cargo);
-    tests
-        .args(["test", "--workspace", "--all-features", "--no-fail-fast"])
-        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
-        // keel-wgsl's tests assemble the PTX generated for every kernel.
-        .env("KEEL_PTXAS", &ptxas);
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        tests.env("XDG_RUNTIME_DIR", &runtime_dir);
-    }
+    let mut tests = test_command(&cargo, &runtime_dir, &ptxas);
     let xvfb = start_xvfb();
     if let Some((display, _)) = &xvfb {
         tests.env("DISPLAY", display);
@@ -727,6 +795,7 @@ fn test() -> Result<(), String> {
         stop_xvfb(&mut child);
     }
     result?;
+    coop_check(&cargo, &runtime_dir, &ptxas)?;
     let python = hta_env
         .join()
         .map_err(|_| "hta: preparing the environment panicked".to_owned())??;
@@ -825,13 +894,18 @@ fn main() -> ExitCode {
         }
         Some("ptx") => ptx_check().map(|_| ()),
         Some("mma-ptx") => mma_ptx(args.get(1).is_some_and(|a| a == "--check")),
+        Some("coop") => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
+            ptxas().and_then(|ptxas| coop_check(&cargo, &runtime_dir, &ptxas))
+        }
         Some("hta") => {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let runtime_dir = std::env::temp_dir().join("keel-xdg-runtime");
             hta_prepare().and_then(|python| hta_check(&cargo, &runtime_dir, &python))
         }
         other => Err(format!(
-            "expected a task (test, layers, ptx, mma-ptx, hta), found {}",
+            "expected a task (test, layers, ptx, mma-ptx, coop, hta), found {}",
             other.map_or("nothing".to_owned(), |o| format!("'{o}'"))
         )),
     };

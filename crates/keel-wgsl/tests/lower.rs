@@ -61,7 +61,21 @@ fn all_sources() -> Vec<(String, String)> {
                     prefix(&["rounding.wgsl", "matmul_bindings.wgsl"]) + &text
                 }
                 "matmul_coop.wgsl" => {
-                    prefix(&["coop_matrix.wgsl", "rounding.wgsl", "matmul_bindings.wgsl"]) + &text
+                    // Both fragment sizes; the one for 16 below.
+                    let eight = [
+                        "coop_matrix.wgsl",
+                        "coop_fragment8.wgsl",
+                        "rounding.wgsl",
+                        "matmul_bindings.wgsl",
+                    ];
+                    out.push((format!("{dir}/{name}"), prefix(&eight) + &text));
+                    let sixteen = [
+                        "coop_matrix.wgsl",
+                        "coop_fragment16.wgsl",
+                        "rounding.wgsl",
+                        "matmul_bindings.wgsl",
+                    ];
+                    prefix(&sixteen) + &text
                 }
                 "cast.wgsl" => prefix(&["rounding.wgsl"]) + &text,
                 "cast_f16_narrow.wgsl" => text + &prefix(&["rounding.wgsl"]),
@@ -101,15 +115,19 @@ fn every_shipped_kernel_lowers() {
 fn cooperative_matrix_kernels_are_refused_by_name() {
     let all = all_sources();
     for file in COOPERATIVE {
-        let (_, text) = all
+        let texts: Vec<&String> = all
             .iter()
-            .find(|(f, _)| f == file)
-            .unwrap_or_else(|| panic!("{file} is shipped"));
-        let module = naga::front::wgsl::parse_str(text).expect("Keel's WGSL parses");
-        assert!(!module.entry_points.is_empty(), "{file}");
-        for ep in &module.entry_points {
-            let e = keel_wgsl::compile(text, &ep.name).expect_err("refused");
-            assert!(e.message.contains("cooperative matrices"), "{file}: {e}");
+            .filter(|(f, _)| f == file)
+            .map(|(_, t)| t)
+            .collect();
+        assert!(!texts.is_empty(), "{file} is shipped");
+        for text in texts {
+            let module = naga::front::wgsl::parse_str(text).expect("Keel's WGSL parses");
+            assert!(!module.entry_points.is_empty(), "{file}");
+            for ep in &module.entry_points {
+                let e = keel_wgsl::compile(text, &ep.name).expect_err("refused");
+                assert!(e.message.contains("cooperative matrices"), "{file}: {e}");
+            }
         }
     }
 }
