@@ -21,7 +21,7 @@ pub enum MatmulAlgorithm {
     /// partials rounded to their format) in products of at
     /// least [`MMA_MIN_BLOCKS`] tiles of 128 x 128 (and [`MATMUL_SGEMM`]
     /// there for plain f32), and on Vulkan and wgpu
-    /// devices with cooperative matrices for f16 inputs,
+    /// GPUs with cooperative matrices for f16 inputs,
     /// [`Tiled4x4`](Self::Tiled4x4) on a GPU for the other modes that sum
     /// in f32, [`Tiled8x8`](Self::Tiled8x8) otherwise.
     #[default]
@@ -42,8 +42,9 @@ pub enum MatmulAlgorithm {
     /// split-K partials rounded to their format, on CUDA devices of
     /// compute capability 8.0 or later
     /// ([`tf32_mma_supported`]);
-    /// [`MATMUL_COOP`] with f16 inputs on Vulkan and wgpu devices with
-    /// cooperative matrices ([`cooperative_matrix_supported`]); an error
+    /// [`MATMUL_COOP`] (or [`MATMUL_COOP8`]) with f16 inputs on Vulkan and
+    /// wgpu devices with cooperative matrices
+    /// ([`cooperative_matrix_supported`]); an error
     /// elsewhere and in other modes. Inputs are rounded as every kernel
     /// rounds them; the matrix units sum in their own order, so results
     /// are not bit-identical to the tiled kernels' (docs/NUMERICS.md).
@@ -542,13 +543,15 @@ pub fn matmul_kernel(
         return Ok(kernel);
     }
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
-    if f16_inputs
-        && matches!(
-            opts.algorithm,
-            MatmulAlgorithm::Tiled | MatmulAlgorithm::TensorCore
-        )
-        && let Some(coop) = cooperative_matrix_launch(stream)?
-    {
+    // Cooperative matrices under `Tiled` on a GPU only: a CPU device that
+    // offers them (lavapipe) emulates them on its SIMD lanes, slower than
+    // its tiled kernel; `TensorCore` names them wherever they are.
+    let wants_coop = match opts.algorithm {
+        MatmulAlgorithm::Tiled => f16_inputs && is_gpu(stream)?,
+        MatmulAlgorithm::TensorCore => f16_inputs,
+        _ => false,
+    };
+    if wants_coop && let Some(coop) = cooperative_matrix_launch(stream)? {
         return Ok(coop);
     }
     Ok(match opts.algorithm {
