@@ -32,6 +32,24 @@ pub(crate) fn cooperative_fragment_for(subgroup_size: u32) -> Option<u32> {
         .map(|(_, size)| size)
 }
 
+/// Whether the SPIR-V module `words` declares `capability` (an
+/// `OpCapability` among the instructions its layout puts first). A module
+/// too short for a header declares nothing.
+pub(crate) fn declares_capability(words: &[u32], capability: spirv::Capability) -> bool {
+    let mut at = HEADER;
+    while at + 1 < words.len() {
+        let count = (words[at] >> 16) as usize;
+        if count == 0 || words[at] & 0xffff != Op::Capability as u32 {
+            return false;
+        }
+        if words[at + 1] == capability as u32 {
+            return true;
+        }
+        at += count;
+    }
+    false
+}
+
 /// Validates `module` for SPIR-V. Subgroup operations, f16 and
 /// cooperative matrices are allowed in any kernel; a launch function picks
 /// a kernel that uses them only where the device reports them
@@ -270,6 +288,49 @@ mod tests {
         assert!(last_decoration < first_type);
         // The integer add is not an arithmetic instruction of floats.
         assert!(after.iter().any(|(op, _)| *op == Op::IAdd as u32));
+    }
+
+    /// Capabilities are read from the module's first instructions: the
+    /// kernel above declares Shader and not CooperativeMatrixKHR; the
+    /// cooperative-matrix matmul's module (a cooperative type in WGSL)
+    /// declares it; a module cut short declares nothing.
+    #[test]
+    fn capabilities_are_read_from_the_module() {
+        let words = module(KERNEL);
+        assert!(declares_capability(&words, spirv::Capability::Shader));
+        assert!(!declares_capability(
+            &words,
+            spirv::Capability::CooperativeMatrixKHR
+        ));
+        let coop = r#"
+            enable f16;
+            enable wgpu_cooperative_matrix;
+            var<workgroup> t: array<f16, 64>;
+            var<workgroup> o: array<f32, 64>;
+            @compute @workgroup_size(8)
+            fn main() {
+                let a = coopLoadT<coop_mat8x8<f16, A>>(&t[0], 8u);
+                let b = coopLoadT<coop_mat8x8<f16, B>>(&t[0], 8u);
+                let c = coopMultiplyAdd(a, b, coop_mat8x8<f32, C>());
+                coopStoreT(c, &o[0], 8u);
+            }
+        "#;
+        let module = naga::front::wgsl::parse_str(coop).expect("WGSL");
+        let caps = naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .expect("valid");
+        let words = write(&module, &info, "main", false).expect("SPIR-V");
+        assert!(declares_capability(
+            &words,
+            spirv::Capability::CooperativeMatrixKHR
+        ));
+        assert!(!declares_capability(
+            &words[..HEADER],
+            spirv::Capability::Shader
+        ));
+        assert!(!declares_capability(&[], spirv::Capability::Shader));
     }
 
     #[test]

@@ -514,6 +514,20 @@ fn bad_adoptions_and_foreign_objects_are_clear_errors() {
             "{e}"
         );
     }
+    // Likewise the subgroup width the cooperative-matrix kernel asks for.
+    if !p.enabled.subgroup_size_control {
+        let e = adopt(keel_vk::Adoption {
+            enabled: keel_vk::Requirements {
+                subgroup_size_control: true,
+                ..p.enabled
+            },
+            ..p.adoption()
+        });
+        assert!(
+            e.contains("expected subgroup_size_control only with cooperative_matrix"),
+            "{e}"
+        );
+    }
     // Nothing was adopted: the program's device is still its own alone.
     assert!(
         keel_device::devices(TY).into_iter().all(|d| {

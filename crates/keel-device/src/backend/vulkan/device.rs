@@ -197,7 +197,9 @@ impl Calibrated {
 /// Optional (the fields):
 ///
 /// - native f16 in kernels ([`native_f16`](Self::native_f16));
-/// - cooperative matrices ([`cooperative_matrix`](Self::cooperative_matrix));
+/// - cooperative matrices ([`cooperative_matrix`](Self::cooperative_matrix)),
+///   with the subgroup width their kernel asks for
+///   ([`subgroup_size_control`](Self::subgroup_size_control));
 /// - calibrated timestamps for the profiler's clock
 ///   ([`calibrated_timestamps`](Self::calibrated_timestamps)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -210,11 +212,22 @@ pub struct Requirements {
     /// `VK_KHR_cooperative_matrix` with its `cooperativeMatrix` feature
     /// and the Vulkan memory model (with device scope), on a device with
     /// [`native_f16`](Self::native_f16) and a subgroup-scope configuration
-    /// of f16 A and B and f32 C and result that Keel's kernel uses for the
-    /// device's subgroup size ([`COOPERATIVE_MATRIX_SHAPES`]: 16 x 16 x 16
-    /// with subgroups of 32, 8 x 8 x 8 with subgroups of 8): Keel's matmul
-    /// with f16 inputs then runs on the device's matrix units.
+    /// of f16 A and B and f32 C and result that Keel's kernel uses for a
+    /// subgroup width its compute pipelines run at
+    /// ([`COOPERATIVE_MATRIX_SHAPES`]: 16 x 16 x 16 with subgroups of 32,
+    /// 8 x 8 x 8 with subgroups of 8; the device's own width, or one it
+    /// lets a pipeline ask for with
+    /// [`subgroup_size_control`](Self::subgroup_size_control)): Keel's
+    /// matmul with f16 inputs then runs on the device's matrix units.
     pub cooperative_matrix: bool,
+    /// `subgroupSizeControl` (Vulkan 1.3), with
+    /// [`cooperative_matrix`](Self::cooperative_matrix), where compute
+    /// stages may ask for a subgroup width and the kernel's width is one
+    /// they may ask for: Keel's cooperative-matrix pipelines then ask for
+    /// it (`VkPipelineShaderStageRequiredSubgroupSizeCreateInfo`), which
+    /// a device whose compute subgroups are another width by default (64
+    /// on AMD's RDNA GPUs, for 16 x 16 x 16 at 32) needs.
+    pub subgroup_size_control: bool,
     /// `VK_KHR_calibrated_timestamps` or `VK_EXT_calibrated_timestamps`,
     /// where the device can read its own timestamp clock with it: the
     /// profiler then places device spans on the host clock with a stated
@@ -257,9 +270,13 @@ impl Requirements {
         })
     }
 
-    /// Vulkan 1.3 features: `synchronization2` (required).
+    /// Vulkan 1.3 features: `synchronization2` (required),
+    /// `subgroupSizeControl` if
+    /// [`subgroup_size_control`](Self::subgroup_size_control).
     pub fn vulkan13_features(&self) -> vk::PhysicalDeviceVulkan13Features<'static> {
-        vk::PhysicalDeviceVulkan13Features::default().synchronization2(true)
+        vk::PhysicalDeviceVulkan13Features::default()
+            .synchronization2(true)
+            .subgroup_size_control(self.subgroup_size_control)
     }
 
     /// Device extensions to enable (`ppEnabledExtensionNames`).
@@ -293,6 +310,64 @@ pub(super) fn cooperative_fragment(
                 && p.scope == vk::ScopeKHR::SUBGROUP
         })
         .then_some(size)
+}
+
+/// The subgroup widths a physical device's compute pipelines run at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct SubgroupWidths {
+    /// The width a pipeline gets without asking (`subgroupSize`).
+    pub default: u32,
+    /// The widths a compute pipeline may ask for (`minSubgroupSize`,
+    /// `maxSubgroupSize`), where the device has `subgroupSizeControl` and
+    /// lists compute in `requiredSubgroupSizeStages`.
+    pub requestable: Option<(u32, u32)>,
+    /// `maxComputeWorkgroupSubgroups`.
+    pub max_subgroups: u32,
+}
+
+/// Where Keel's cooperative-matrix kernel runs on a device: the subgroup
+/// width (and with it the fragment size of [`COOPERATIVE_MATRIX_SHAPES`])
+/// and whether its pipelines ask for that width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Cooperative {
+    pub width: u32,
+    pub request: bool,
+}
+
+/// The kernel's workgroup size (`MATMUL_COOP`, `MATMUL_COOP8`).
+const COOPERATIVE_WORKGROUP: u32 = 128;
+
+/// Where the kernel runs on a device whose subgroups are `widths` and
+/// whose cooperative-matrix configurations are `props`: at the device's
+/// own width if a configuration fits it (asking for it where a pipeline
+/// may, which changes nothing), otherwise at another width a pipeline may
+/// ask for, the first of [`COOPERATIVE_MATRIX_SHAPES`] that fits.
+pub(super) fn cooperative_width(
+    props: &[vk::CooperativeMatrixPropertiesKHR<'_>],
+    widths: SubgroupWidths,
+) -> Option<Cooperative> {
+    let may_ask = |w: u32| {
+        widths.requestable.is_some_and(|(min, max)| {
+            w.is_power_of_two()
+                && min <= w
+                && w <= max
+                && COOPERATIVE_WORKGROUP <= widths.max_subgroups.saturating_mul(w)
+        })
+    };
+    if cooperative_fragment(props, widths.default).is_some() {
+        return Some(Cooperative {
+            width: widths.default,
+            request: may_ask(widths.default),
+        });
+    }
+    COOPERATIVE_MATRIX_SHAPES
+        .into_iter()
+        .map(|(w, _)| w)
+        .find(|&w| may_ask(w) && cooperative_fragment(props, w).is_some())
+        .map(|width| Cooperative {
+            width,
+            request: true,
+        })
 }
 
 /// The API version Keel needs of an instance and a physical device.
@@ -373,9 +448,12 @@ pub(super) unsafe fn offered(
     let cooperative_matrix = native_f16
         && has(ash::khr::cooperative_matrix::NAME)
         && v12.vulkan_memory_model == vk::TRUE
-        && v12.vulkan_memory_model_device_scope == vk::TRUE
-        // SAFETY: as above; the extension is the device's (checked).
-        && unsafe { cooperative_matrix_offered(entry, instance, physical) };
+        && v12.vulkan_memory_model_device_scope == vk::TRUE;
+    let size_control = v13.subgroup_size_control == vk::TRUE;
+    // SAFETY: as above; the extension is the device's (checked).
+    let cooperative = cooperative_matrix
+        .then(|| unsafe { cooperative_matrix_offered(entry, instance, physical, size_control) })
+        .flatten();
     let calibration = [CalibrationExt::Khr, CalibrationExt::Ext]
         .into_iter()
         .find(|&ext| has(ext.name()))
@@ -383,38 +461,58 @@ pub(super) unsafe fn offered(
         .filter(|ext| unsafe { ext.has_device_domain(entry, instance, physical) });
     Ok(Requirements {
         native_f16,
-        cooperative_matrix,
+        cooperative_matrix: cooperative.is_some(),
+        subgroup_size_control: cooperative.is_some_and(|c| c.request),
         calibrated_timestamps: calibration.map(CalibrationExt::name),
     })
 }
 
-/// Whether `physical`, which has `VK_KHR_cooperative_matrix`, offers its
-/// `cooperativeMatrix` feature and a configuration of
-/// [`COOPERATIVE_MATRIX_SHAPES`] for its subgroup size.
+/// Where Keel's cooperative-matrix kernel runs on `physical`, which has
+/// `VK_KHR_cooperative_matrix`, if it offers the `cooperativeMatrix`
+/// feature and a configuration of [`COOPERATIVE_MATRIX_SHAPES`] for a
+/// width its compute pipelines run at ([`cooperative_width`]); asking for
+/// a width only where `size_control` (the `subgroupSizeControl` feature,
+/// offered or enabled).
 ///
 /// # Safety
 ///
 /// As [`offered`], and `physical` lists the extension.
-unsafe fn cooperative_matrix_offered(
+pub(super) unsafe fn cooperative_matrix_offered(
     entry: &ash::Entry,
     instance: &ash::Instance,
     physical: vk::PhysicalDevice,
-) -> bool {
+    size_control: bool,
+) -> Option<Cooperative> {
     let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut coop);
     // SAFETY: the extension is the device's (the caller's promise), so its
     // feature struct may be chained; it outlives the call.
     unsafe { instance.get_physical_device_features2(physical, &mut features) };
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
-    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
-    // SAFETY: as above; the struct is core Vulkan 1.1.
+    let mut v13 = vk::PhysicalDeviceVulkan13Properties::default();
+    let mut props = vk::PhysicalDeviceProperties2::default()
+        .push_next(&mut subgroup)
+        .push_next(&mut v13);
+    // SAFETY: as above; the structs are core Vulkan 1.1 and 1.3, and the
+    // device is of Vulkan 1.3 (the caller's promise).
     unsafe { instance.get_physical_device_properties2(physical, &mut props) };
     let functions = ash::khr::cooperative_matrix::Instance::new(entry, instance);
     // SAFETY: the extension's instance-level query, on a device that lists
     // it; ash sizes the output from the driver's count.
     let shapes = unsafe { functions.get_physical_device_cooperative_matrix_properties(physical) };
-    coop.cooperative_matrix == vk::TRUE
-        && shapes.is_ok_and(|s| cooperative_fragment(&s, subgroup.subgroup_size).is_some())
+    let widths = SubgroupWidths {
+        default: subgroup.subgroup_size,
+        requestable: (size_control
+            && v13
+                .required_subgroup_size_stages
+                .contains(vk::ShaderStageFlags::COMPUTE))
+        .then_some((v13.min_subgroup_size, v13.max_subgroup_size)),
+        max_subgroups: v13.max_compute_workgroup_subgroups,
+    };
+    if coop.cooperative_matrix != vk::TRUE {
+        return None;
+    }
+    cooperative_width(&shapes.ok()?, widths)
 }
 
 /// Checks that what a program says it enabled of Keel's optional features
@@ -423,7 +521,12 @@ unsafe fn cooperative_matrix_offered(
 pub(super) fn check_enabled(enabled: &Requirements, offered: &Requirements) -> Result<()> {
     if enabled.cooperative_matrix && !offered.cooperative_matrix {
         return Err(Error::invalid(
-            "expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix with f16 x f16 + f32 at subgroup scope, 16x16x16 with subgroups of 32 or 8x8x8 with subgroups of 8, vulkanMemoryModel with device scope and native f16, found cooperative_matrix on one that does not",
+            "expected cooperative_matrix only where the physical device offers VK_KHR_cooperative_matrix with f16 x f16 + f32 at subgroup scope, 16x16x16 with subgroups of 32 or 8x8x8 with subgroups of 8 (its own width, or one its compute pipelines may ask for), vulkanMemoryModel with device scope and native f16, found cooperative_matrix on one that does not",
+        ));
+    }
+    if enabled.subgroup_size_control && !offered.subgroup_size_control {
+        return Err(Error::invalid(
+            "expected subgroup_size_control only with cooperative_matrix, where the physical device offers subgroupSizeControl for compute stages and the subgroup width of Keel's cooperative-matrix kernel, found subgroup_size_control on one that does not",
         ));
     }
     if enabled.native_f16 && !offered.native_f16 {
@@ -525,7 +628,20 @@ impl Ctx {
             .collect();
         let mut adapter = adapter.clone();
         adapter.f16_storage = req.native_f16;
-        adapter.cooperative_matrix = req.cooperative_matrix;
+        adapter.cooperative = if req.cooperative_matrix {
+            // SAFETY: as above; the device lists the extension (`req` says
+            // so).
+            unsafe {
+                cooperative_matrix_offered(
+                    &v.entry,
+                    &v.instance,
+                    adapter.physical,
+                    req.subgroup_size_control,
+                )
+            }
+        } else {
+            None
+        };
         // SAFETY: the device was just created on `adapter.physical` of
         // Keel's instance with `req`, and `queues` are its queues.
         unsafe {
@@ -701,16 +817,21 @@ pub(super) fn describe(c: &Ctx, at: Device) -> DeviceProperties {
             "emulated (packed u32 words)".to_owned()
         },
     ));
-    if a.cooperative_matrix {
+    if let Some(c) = a.cooperative {
         // Read by `keel::compute::cooperative_matrix_supported`, which
-        // picks the kernel by the size; the subgroup size chose it.
-        let size = crate::backend::spv::cooperative_fragment_for(a.subgroup_size).unwrap_or(0);
+        // picks the kernel by the size; the subgroup width chose it.
+        let size = crate::backend::spv::cooperative_fragment_for(c.width).unwrap_or(0);
+        let asked = if c.width != a.subgroup_size {
+            " (asked for by the pipeline)"
+        } else {
+            ""
+        };
         p.extra.push((
             "cooperative matrix".to_owned(),
             format!(
-                "{size}x{size}x{size} f16 x f16 + f32, subgroup scope, subgroups of {} \
+                "{size}x{size}x{size} f16 x f16 + f32, subgroup scope, subgroups of {}{asked} \
                  (VK_KHR_cooperative_matrix)",
-                a.subgroup_size
+                c.width
             ),
         ));
     }
@@ -806,5 +927,68 @@ mod tests {
         assert_eq!(cooperative_fragment(&mixed, 32), Some(16));
         assert_eq!(cooperative_fragment(&mixed, 8), Some(8));
         assert_eq!(cooperative_fragment(&mixed, 16), None);
+    }
+
+    /// The kernel runs at the device's own subgroup width where a
+    /// configuration fits it, asking for that width only where a pipeline
+    /// may; elsewhere at a width a pipeline may ask for (AMD's RDNA GPUs:
+    /// 64 by default, 32 to 64 on request, 16 x 16 x 16 at 32), never at
+    /// one outside the device's range or whose 128 invocations would be
+    /// more subgroups than a workgroup may hold.
+    #[test]
+    fn the_cooperative_width_is_the_devices_own_or_one_it_may_ask_for() {
+        use vk::ComponentTypeKHR as T;
+        let sub = vk::ScopeKHR::SUBGROUP;
+        let sixteen = [shape((16, 16, 16), T::FLOAT16, T::FLOAT32, sub)];
+        let eight = [shape((8, 8, 8), T::FLOAT16, T::FLOAT32, sub)];
+        let widths = |default, requestable, max_subgroups| SubgroupWidths {
+            default,
+            requestable,
+            max_subgroups,
+        };
+        let at = |width, request| Some(Cooperative { width, request });
+        // NVIDIA: 32 wide, which a pipeline may also ask for.
+        assert_eq!(
+            cooperative_width(&sixteen, widths(32, Some((32, 32)), 32)),
+            at(32, true)
+        );
+        assert_eq!(
+            cooperative_width(&sixteen, widths(32, None, 32)),
+            at(32, false)
+        );
+        // lavapipe: 8 wide.
+        assert_eq!(
+            cooperative_width(&eight, widths(8, Some((8, 8)), 32)),
+            at(8, true)
+        );
+        // AMD: 64 by default, 32 asked for.
+        assert_eq!(
+            cooperative_width(&sixteen, widths(64, Some((32, 64)), 16)),
+            at(32, true)
+        );
+        // ... but not without subgroup size control, nor where 4 subgroups
+        // are more than a workgroup may hold.
+        assert_eq!(cooperative_width(&sixteen, widths(64, None, 16)), None);
+        assert_eq!(
+            cooperative_width(&sixteen, widths(64, Some((32, 64)), 3)),
+            None
+        );
+        // Not at a width outside the range, nor one no configuration fits.
+        assert_eq!(
+            cooperative_width(&sixteen, widths(64, Some((64, 64)), 16)),
+            None
+        );
+        assert_eq!(
+            cooperative_width(&eight, widths(32, Some((16, 32)), 32)),
+            None
+        );
+        // The device's own width first: 8 x 8 fragments at 8 wide even
+        // where 32 could be asked for.
+        let both = [sixteen[0], eight[0]];
+        assert_eq!(
+            cooperative_width(&both, widths(8, Some((8, 32)), 32)),
+            at(8, true)
+        );
+        assert_eq!(cooperative_width(&[], widths(32, Some((8, 64)), 64)), None);
     }
 }

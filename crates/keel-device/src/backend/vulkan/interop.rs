@@ -87,6 +87,29 @@ pub(crate) unsafe fn adopt(
     // SAFETY: as above; the physical device is the instance's (checked).
     let offered = unsafe { device::offered(entry, instance, physical_device) }?;
     device::check_enabled(enabled, &offered)?;
+    // Where the kernel runs with what the program enabled: a device whose
+    // compute subgroups are another width by default needs
+    // `subgroup_size_control` for it.
+    let cooperative = if enabled.cooperative_matrix {
+        // SAFETY: the physical device lists the extension (`offered` says
+        // so, checked above), of the live instance made from `entry` (the
+        // caller's promise).
+        let c = unsafe {
+            device::cooperative_matrix_offered(
+                entry,
+                instance,
+                physical_device,
+                enabled.subgroup_size_control,
+            )
+        };
+        Some(c.ok_or_else(|| {
+            Error::invalid(
+                "expected subgroup_size_control with cooperative_matrix on a device whose compute subgroups are not the width of Keel's cooperative-matrix kernel by default, found cooperative_matrix without it",
+            )
+        })?)
+    } else {
+        None
+    };
     // SAFETY: as above.
     let families = unsafe { instance.get_physical_device_queue_family_properties(physical_device) };
     let family = families.get(queue_family as usize).ok_or_else(|| {
@@ -137,7 +160,7 @@ pub(crate) unsafe fn adopt(
             let mut adapter =
                 unsafe { loader::read_adapter(instance, physical_device, queue_family, 1) };
             adapter.f16_storage = enabled.native_f16;
-            adapter.cooperative_matrix = enabled.cooperative_matrix;
+            adapter.cooperative = cooperative;
             // SAFETY: the caller's promises: the device is live, of this
             // instance and physical device, with Keel's requirements and
             // `enabled`, and `queue` is a queue of the family.

@@ -130,10 +130,31 @@ fn create(ctx: &Ctx, kernel: &Kernel, code: &[u32]) -> Result<Pipeline> {
         kernel: kernel.name.to_owned(),
         message: "the kernel name contains a NUL byte".to_owned(),
     })?;
-    let stage = vk::PipelineShaderStageCreateInfo::default()
+    // A cooperative-matrix kernel's subgroups are the width its fragments
+    // were chosen for (`Adapter::cooperative`): asked for where the
+    // device lets a pipeline ask, which a device whose compute subgroups
+    // are another width by default needs.
+    let mut width = ctx
+        .adapter
+        .cooperative
+        .filter(|c| {
+            c.request
+                && crate::backend::spv::declares_capability(
+                    code,
+                    spirv::Capability::CooperativeMatrixKHR,
+                )
+        })
+        .map(|c| {
+            vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()
+                .required_subgroup_size(c.width)
+        });
+    let mut stage = vk::PipelineShaderStageCreateInfo::default()
         .stage(vk::ShaderStageFlags::COMPUTE)
         .module(module)
         .name(&entry);
+    if let Some(width) = width.as_mut() {
+        stage = stage.push_next(width);
+    }
     let info = [vk::ComputePipelineCreateInfo::default()
         .stage(stage)
         .layout(layout)];

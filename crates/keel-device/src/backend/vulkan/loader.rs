@@ -42,10 +42,10 @@ pub(super) struct Adapter {
     /// (what naga's SPIR-V for `enable f16;` declares); enabled at device
     /// creation when true.
     pub f16_storage: bool,
-    /// Cooperative matrices of Keel's shape
-    /// (`Requirements::cooperative_matrix`), enabled on the device: false
-    /// until a device is made with them.
-    pub cooperative_matrix: bool,
+    /// Where Keel's cooperative-matrix kernel runs, on a device made with
+    /// `Requirements::cooperative_matrix`: none until a device is made
+    /// with them.
+    pub cooperative: Option<super::device::Cooperative>,
 }
 
 /// The loaded library, the instance and the adapters.
@@ -307,6 +307,6 @@ pub(super) unsafe fn read_adapter(
         },
         device_local_memory,
         f16_storage,
-        cooperative_matrix: false,
+        cooperative: None,
     }
 }
