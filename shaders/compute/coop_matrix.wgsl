@@ -13,7 +13,7 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-// An input element as staged in workgroup memory.
+// An input element as the packing pass stores it.
 alias Half = f16;
 
 // The invocation's subgroup and its lane in it, from the built-ins.
@@ -21,14 +21,15 @@ fn subgroup_place(li: u32, id: u32, lane: u32) -> vec2<u32> {
     return vec2<u32>(id, lane);
 }
 
-// Fragments from workgroup memory, row-major with `stride` elements from
-// one row to the next, starting at element `i`.
+// Fragments from the packed copies of A and B (storage memory),
+// row-major with `stride` elements from one row to the next, starting at
+// element `i`.
 fn frag_a(i: u32, stride: u32) -> FragA {
-    return coopLoadT<FragA>(&stage_a[i], stride);
+    return coopLoadT<FragA>(&a[i], stride);
 }
 
 fn frag_b(i: u32, stride: u32) -> FragB {
-    return coopLoadT<FragB>(&stage_b[i], stride);
+    return coopLoadT<FragB>(&b[i], stride);
 }
 
 // acc + a * b.

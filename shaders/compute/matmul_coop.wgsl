@@ -1,15 +1,17 @@
 // C = A * B with A and B rounded to f16 and the products summed in f32
 // (MatmulPrecision with f16 inputs), on cooperative matrices: the tensor
 // cores of an NVIDIA GPU (and the matrix units of other vendors) through
-// Vulkan or wgpu. A is m x k, B is k x n, C is m x n, f32, row-major; any
-// m, k, n >= 1.
-// Bindings: 0 a (read), 1 b (read), 2 c (read_write), 3 params (uniform:
-// m, k and n are read; the launch code runs this kernel only in the f16
-// input mode, so `mode` and `chunk` are not), declared in
-// matmul_bindings.wgsl. Source order: coop_matrix.wgsl (its `enable`
-// directives come first), coop_fragment16.wgsl or coop_fragment8.wgsl
-// (FRAG, the fragments' size, and SUBGROUP, the subgroups' width),
-// rounding.wgsl, matmul_bindings.wgsl, this file.
+// Vulkan or wgpu. A is m x k, B is k x n, C is m x n, row-major; any m,
+// k, n >= 1.
+// Bindings: 0 a, 1 b: A and B as matmul_coop_pack.wgsl packs them (f16,
+// each value rounded once, padded with zeros to pm x pk and pk x pn:
+// m and n up to multiples of 64, k up to a multiple of 32), 2 c (f32,
+// read_write), 3 params (uniform, the layout of matmul_bindings.wgsl: m,
+// k and n are read; the launch code runs this kernel only in the f16
+// input mode, so `mode` and `chunk` are not). Source order:
+// coop_matrix.wgsl (its `enable` directives come first),
+// coop_fragment16.wgsl or coop_fragment8.wgsl (FRAG, the fragments' size,
+// and SUBGROUP, the subgroups' width), this file.
 // Launch: workgroups of 128 invocations, each computing a 64 x 64 tile of
 // C, and each subgroup a block of 2 x 2 fragments in it (2 FRAG x 2 FRAG
 // outputs, the blocks in row-major order by subgroup): 4 subgroups of 32
@@ -17,24 +19,29 @@
 // launch code runs it only where the device's subgroups have that width);
 // a grid of ceil(n / 64) x ceil(m / 64).
 //
-// Each step of 32 along k stages a 64 x 32 tile of A and a 32 x 64 tile
-// of B in workgroup memory as f16, each element rounded once as it is
-// staged (keel_round_f16, the rounding of every other kernel: a rounded
-// value is exactly an f16, so the conversion adds nothing), zeros outside
-// the matrices. Neighbouring invocations load neighbouring elements of a
-// row. Rows are padded (40 and 72 halves) so that every fragment starts on
-// a 16-byte boundary, as VK_KHR_cooperative_matrix asks of loads. The sum
-// over k is the matrix units' (docs/NUMERICS.md has its bound); the result
-// leaves through a FRAG x FRAG f32 scratch per subgroup, so that rows and
+// Each step of FRAG along k loads the subgroup's two fragments of A and
+// two of B straight from the packed copies (every load inside them and on
+// a 16-byte boundary, as VK_KHR_cooperative_matrix asks: rows of pk and
+// pn halves, both multiples of 32) and adds their four products: no
+// staging in workgroup memory, no rounding and no barrier in the loop;
+// the packing pass rounded every value once. The sum over k is the
+// matrix units' (docs/NUMERICS.md has its bound); the result leaves
+// through a FRAG x FRAG f32 scratch per subgroup, so that rows and
 // columns past the matrix are not written.
 
-const STAGE_LD_A: u32 = 40u;
-const STAGE_LD_B: u32 = 72u;
+struct Params {
+    m: u32,
+    k: u32,
+    n: u32,
+    mode: u32,
+    chunk: u32,
+}
 
-// stage_a[STAGE_LD_A r + s]: row r, step s of the A tile.
-var<workgroup> stage_a: array<Half, 2560>;
-// stage_b[STAGE_LD_B s + c]: step s, column c of the B tile.
-var<workgroup> stage_b: array<Half, 2304>;
+@group(0) @binding(0) var<storage, read> a: array<Half>;
+@group(0) @binding(1) var<storage, read> b: array<Half>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+
 // The subgroups of a workgroup (each with one FRAG x FRAG scratch of
 // FRAG_SIZE values), and the values each of its lanes writes out of it.
 const SUBGROUPS: u32 = 128u / SUBGROUP;
@@ -53,7 +60,6 @@ fn matmul_coop(
     let place = subgroup_place(li, sg_id, lane_id);
     let sg = place.x;
     let lane = place.y;
-    let m = params.m;
     let k = params.k;
     let n = params.n;
     let row0 = wg.y * 64u;
@@ -66,38 +72,21 @@ fn matmul_coop(
     var acc01 = FragC();
     var acc10 = FragC();
     var acc11 = FragC();
-    for (var k0 = 0u; k0 < k; k0 += 32u) {
-        // A: element e = li + 128 j is row e / 32, step e % 32 of the tile;
-        // B: row e / 64, column e % 64.
-        for (var j = 0u; j < 16u; j++) {
-            let e = li + 128u * j;
-            let ar = row0 + e / 32u;
-            let ak = k0 + e % 32u;
-            var va = 0.0;
-            if ar < m && ak < k {
-                va = keel_round_f16(a[ar * k + ak]);
-            }
-            stage_a[STAGE_LD_A * (e / 32u) + e % 32u] = Half(va);
-            let bk = k0 + e / 64u;
-            let bc = col0 + e % 64u;
-            var vb = 0.0;
-            if bk < k && bc < n {
-                vb = keel_round_f16(b[bk * n + bc]);
-            }
-            stage_b[STAGE_LD_B * (e / 64u) + e % 64u] = Half(vb);
-        }
-        workgroupBarrier();
-        for (var s = 0u; s < 32u; s += FRAG) {
-            let a0 = frag_a(STAGE_LD_A * qr + s, STAGE_LD_A);
-            let a1 = frag_a(STAGE_LD_A * (qr + FRAG) + s, STAGE_LD_A);
-            let b0 = frag_b(STAGE_LD_B * s + qc, STAGE_LD_B);
-            let b1 = frag_b(STAGE_LD_B * s + qc + FRAG, STAGE_LD_B);
-            acc00 = frag_mad(a0, b0, acc00);
-            acc01 = frag_mad(a0, b1, acc01);
-            acc10 = frag_mad(a1, b0, acc10);
-            acc11 = frag_mad(a1, b1, acc11);
-        }
-        workgroupBarrier();
+    // The packed copies' row lengths, and this subgroup's block.
+    let pk = (k + 31u) / 32u * 32u;
+    let pn = (n + 63u) / 64u * 64u;
+    let ra = (row0 + qr) * pk;
+    let ra1 = (row0 + qr + FRAG) * pk;
+    let cb = col0 + qc;
+    for (var k0 = 0u; k0 < pk; k0 += FRAG) {
+        let a0 = frag_a(ra + k0, pk);
+        let a1 = frag_a(ra1 + k0, pk);
+        let b0 = frag_b(k0 * pn + cb, pn);
+        let b1 = frag_b(k0 * pn + cb + FRAG, pn);
+        acc00 = frag_mad(a0, b0, acc00);
+        acc01 = frag_mad(a0, b1, acc01);
+        acc10 = frag_mad(a1, b0, acc10);
+        acc11 = frag_mad(a1, b1, acc11);
     }
     let r0 = row0 + qr;
     let c0 = col0 + qc;

@@ -208,9 +208,10 @@ pub const MATMUL_MMA: Launch = cuda_override(
 /// inputs rounded to f16 as every kernel rounds them), on Vulkan and wgpu
 /// devices with 16 x 16 x 16 f16 cooperative matrices and subgroups of 32
 /// ([`cooperative_matrix_supported`]): the tensor cores of NVIDIA GPUs and
-/// other vendors' matrix units. Bindings and parameters as
-/// [`MATMUL_TILED`] (`mode` and `chunk` not read), 64 x 64 outputs per
-/// workgroup of 128 invocations. Source:
+/// other vendors' matrix units. It multiplies f16 copies of A and B that
+/// [`MATMUL_COOP_PACK`] makes first (each value rounded once, padded to
+/// whole tiles); parameters as [`MATMUL_TILED`] (`mode` and `chunk` not
+/// read), 64 x 64 outputs per workgroup of 128 invocations. Source:
 /// `shaders/compute/matmul_coop.wgsl` after `coop_matrix.wgsl` and
 /// `coop_fragment16.wgsl`; a declared override of [`MATMUL_TILED_4X4`] in
 /// that mode there. Neither the PTX end nor the host end of `keel-wgsl`
@@ -224,8 +225,6 @@ pub const MATMUL_COOP: Launch = Launch {
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/coop_matrix.wgsl"),
             include_str!("../../shaders/compute/coop_fragment16.wgsl"),
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_coop.wgsl")
         )),
         ptx: None,
@@ -244,13 +243,33 @@ pub const MATMUL_COOP8: Launch = Launch {
         wgsl: Some(concat!(
             include_str!("../../shaders/compute/coop_matrix.wgsl"),
             include_str!("../../shaders/compute/coop_fragment8.wgsl"),
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
             include_str!("../../shaders/compute/matmul_coop.wgsl")
         )),
         ..MATMUL_COOP.kernel
     },
     params: MATMUL_PARAMS,
+};
+
+/// The packing pass of [`MATMUL_COOP`] and [`MATMUL_COOP8`]: a copy of an
+/// f32 matrix (`rows` x `cols`) rounded to f16 and stored as f16,
+/// `dst_rows` x `dst_cols` padded with zeros. Bindings: source, copy;
+/// parameters `rows`, `cols`, `dst_rows`, `dst_cols` and one not read;
+/// 8 elements per invocation, 256 per workgroup. Source:
+/// `shaders/compute/matmul_coop_pack.wgsl` before `rounding.wgsl`.
+pub const MATMUL_COOP_PACK: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_coop_pack",
+        workgroup_size: [256, 1, 1],
+        bindings: 2,
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/matmul_coop_pack.wgsl"),
+            include_str!("../../shaders/compute/rounding.wgsl")
+        )),
+        ptx: None,
+        cpu: None,
+        strict_float: false,
+    },
+    params: PACK_PARAMS,
 };
 
 /// The tensor-core kernel for bf16 or f16 inputs summed in f32, on CUDA
@@ -352,47 +371,77 @@ pub const MATMUL_SGEMM_PACK: Launch = cuda_override(
     PACK_PARAMS,
 );
 
-/// A CUDA kernel that multiplies packed copies of its inputs: its
-/// packing pass, the bytes of a packed value, the steps along k the
-/// copies' k is a multiple of (their rows and columns are multiples of
-/// [`MMA_TILE`]'s), and whether A is packed transposed (the pass's last
-/// parameter then says whether to transpose; otherwise it is the mode).
+/// A kernel that multiplies packed copies of its inputs: its packing
+/// pass, the bytes of a packed value, the output tile (the copies' rows
+/// and columns are multiples of it, and the grid has one workgroup per
+/// tile), the steps along k the copies' k is a multiple of, whether A is
+/// packed transposed (the pass's last parameter then says whether to
+/// transpose; otherwise it is the mode), and whether the pass reads
+/// 16-bit sources as they are (`PACK_HALVES`).
 struct Packed {
     main: &'static Launch,
     pack: &'static Launch,
     value_bytes: usize,
+    tile: (u32, u32),
     stage_k: usize,
     transpose_a: bool,
+    halves: bool,
 }
 
-const PACKED: [Packed; 4] = [
+const PACKED: [Packed; 6] = [
     Packed {
         main: &MATMUL_MMA16_SPLIT,
         pack: &MATMUL_MMA16_PACK,
         value_bytes: 2,
+        tile: MMA_TILE,
         stage_k: 32,
         transpose_a: false,
+        halves: true,
     },
     Packed {
         main: &MATMUL_MMA,
         pack: &MATMUL_MMA_PACK,
         value_bytes: 4,
+        tile: MMA_TILE,
         stage_k: 16,
         transpose_a: false,
+        halves: true,
     },
     Packed {
         main: &MATMUL_MMA16,
         pack: &MATMUL_MMA16_PACK,
         value_bytes: 2,
+        tile: MMA_TILE,
         stage_k: 32,
         transpose_a: false,
+        halves: true,
     },
     Packed {
         main: &MATMUL_SGEMM,
         pack: &MATMUL_SGEMM_PACK,
         value_bytes: 4,
+        tile: MMA_TILE,
         stage_k: 32,
         transpose_a: true,
+        halves: true,
+    },
+    Packed {
+        main: &MATMUL_COOP,
+        pack: &MATMUL_COOP_PACK,
+        value_bytes: 2,
+        tile: TILE,
+        stage_k: 32,
+        transpose_a: false,
+        halves: false,
+    },
+    Packed {
+        main: &MATMUL_COOP8,
+        pack: &MATMUL_COOP_PACK,
+        value_bytes: 2,
+        tile: TILE,
+        stage_k: 32,
+        transpose_a: false,
+        halves: false,
     },
 ];
 
@@ -604,9 +653,8 @@ pub fn matmul(
     let what = "matmul";
     let params = matmul_args([a, b, out], (m, k, n), opts, false)?;
     let launch = matmul_kernel(stream, opts, m, n)?;
-    // By name: a constant's address is not an identity.
     let name = launch.kernel.name;
-    if let Some(packed) = PACKED.iter().find(|k| k.main.kernel.name == name) {
+    if let Some(packed) = packed_of(launch) {
         return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, false);
     }
     // MATMUL_COOP's tile (and MATMUL_COOP8's) is TILE, as the tiled
@@ -641,11 +689,7 @@ pub fn matmul_halves(
 ) -> Result<bool> {
     let params = matmul_args([a, b, out], (m, k, n), opts, true)?;
     let launch = matmul_kernel(stream, opts, m, n)?;
-    let name = launch.kernel.name;
-    let Some(packed) = PACKED
-        .iter()
-        .find(|k| k.main.kernel.name == name && k.value_bytes == 2)
-    else {
+    let Some(packed) = packed_of(launch).filter(|k| k.halves) else {
         return Ok(false);
     };
     matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, true)?;
@@ -704,6 +748,15 @@ const PACK_HALVES: u32 = 0x1_0000;
 /// With `halves`, A and B hold 16-bit values of the input format
 /// (a [`MATMUL_MMA16_PACK`] kernel's inputs only), which the packing pass
 /// copies as they are (its mode bit 16).
+/// The packed kernel `launch` is, if it is one. By name and source: a
+/// constant's address is not an identity, and [`MATMUL_COOP`] and
+/// [`MATMUL_COOP8`] share a name.
+fn packed_of(launch: &Launch) -> Option<&'static Packed> {
+    PACKED.iter().find(|k| {
+        k.main.kernel.name == launch.kernel.name && k.main.kernel.wgsl == launch.kernel.wgsl
+    })
+}
+
 fn matmul_packed(
     stream: &Stream,
     kernel: &Packed,
@@ -717,7 +770,7 @@ fn matmul_packed(
         Param::U32(mode) if halves => Param::U32(mode | PACK_HALVES),
         mode => mode,
     };
-    let (tile_m, tile_n) = (MMA_TILE.0 as usize, MMA_TILE.1 as usize);
+    let (tile_m, tile_n) = (kernel.tile.0 as usize, kernel.tile.1 as usize);
     let (pm, pk, pn) = (
         m.next_multiple_of(tile_m),
         k.next_multiple_of(kernel.stage_k),
@@ -757,8 +810,8 @@ fn matmul_packed(
         (pack(a, m, k, pm, pk, mode)?, pack(b, k, n, pk, pn, mode)?)
     };
     let grid = [
-        groups(what, n, MMA_TILE.1)?,
-        groups(what, m, MMA_TILE.0)?,
+        groups(what, n, kernel.tile.1)?,
+        groups(what, m, kernel.tile.0)?,
         1,
     ];
     kernel

@@ -39,10 +39,11 @@ pub mod precision;
 mod reduce;
 
 pub use matmul::{
-    MATMUL_COOP, MATMUL_COOP8, MATMUL_MMA, MATMUL_MMA_PACK, MATMUL_MMA16, MATMUL_MMA16_PACK,
-    MATMUL_MMA16_SPLIT, MATMUL_NAIVE, MATMUL_SGEMM, MATMUL_SGEMM_PACK, MATMUL_TILED,
-    MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT, MMA_MIN_BLOCKS, MatmulAlgorithm, MatmulOptions,
-    cooperative_matrix_supported, matmul, matmul_halves, matmul_kernel, tf32_mma_supported,
+    MATMUL_COOP, MATMUL_COOP_PACK, MATMUL_COOP8, MATMUL_MMA, MATMUL_MMA_PACK, MATMUL_MMA16,
+    MATMUL_MMA16_PACK, MATMUL_MMA16_SPLIT, MATMUL_NAIVE, MATMUL_SGEMM, MATMUL_SGEMM_PACK,
+    MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT, MMA_MIN_BLOCKS, MatmulAlgorithm,
+    MatmulOptions, cooperative_matrix_supported, matmul, matmul_halves, matmul_kernel,
+    tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{

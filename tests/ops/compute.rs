@@ -1295,8 +1295,9 @@ fn matmul_picks_its_kernel_by_device_kind_and_precision() {
 /// `tests/ops/coop_matrix_host.wgsl` for its cooperative-matrix
 /// operations, on the CPU backend's interpreter, in both configurations
 /// (four subgroups of 32 with fragments of 16, sixteen of 8 with fragments
-/// of 8): the kernel's staging, rounding, tiling, subgroup blocks and edge
-/// handling against the f64 reference of the f16-rounded inputs, at
+/// of 8), on copies packed as the packing pass packs them: the kernel's
+/// loads from them, tiling, subgroup blocks and edge handling against
+/// the f64 reference of the f16-rounded inputs, at
 /// shapes with a partial tile in every direction, k off the 32-step
 /// stage, and one element. The operations themselves are the driver's,
 /// checked on devices that have them by
@@ -1306,17 +1307,24 @@ fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
     let sixteen = concat!(
         include_str!("coop_matrix_host.wgsl"),
         "const FRAG: u32 = 16u;\nconst SUBGROUP: u32 = 32u;\n",
-        include_str!("../../shaders/compute/rounding.wgsl"),
-        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
         include_str!("../../shaders/compute/matmul_coop.wgsl")
     );
     let eight = concat!(
         include_str!("coop_matrix_host.wgsl"),
         "const FRAG: u32 = 8u;\nconst SUBGROUP: u32 = 8u;\n",
-        include_str!("../../shaders/compute/rounding.wgsl"),
-        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
         include_str!("../../shaders/compute/matmul_coop.wgsl")
     );
+    // The packing pass's copies, made here: each value rounded to f16
+    // (kept as f32 on the host), padded with zeros to whole tiles.
+    let pack = |x: &[f32], rows: usize, cols: usize, to_rows: usize, to_cols: usize| {
+        let mut out = vec![0.0f32; to_rows * to_cols];
+        for r in 0..rows {
+            for c in 0..cols {
+                out[r * to_cols + c] = keel::compute::precision::round_f16(x[r * cols + c]);
+            }
+        }
+        out
+    };
     let stream = keel::default_stream(Device::cpu()).expect("stream");
     let round = keel::compute::precision::round_f16;
     for (fragment, wgsl) in [(16, sixteen), (8, eight)] {
@@ -1338,9 +1346,14 @@ fn cooperative_matrix_kernel_computes_the_product_with_scalar_fragments() {
             let ra: Vec<f32> = a.iter().map(|&x| round(x)).collect();
             let rb: Vec<f32> = b.iter().map(|&x| round(x)).collect();
             let (want, mag) = reference(&ra, &rb, m, k, n);
+            let (pm, pk, pn) = (
+                m.next_multiple_of(64),
+                k.next_multiple_of(32),
+                n.next_multiple_of(64),
+            );
             let (ab, bb, cb) = (
-                upload(&stream, &a),
-                upload(&stream, &b),
+                upload(&stream, &pack(&a, m, k, pm, pk)),
+                upload(&stream, &pack(&b, k, n, pk, pn)),
                 output(&stream, m * n),
             );
             let u = |v: usize| compute::params::Param::U32(v as u32);

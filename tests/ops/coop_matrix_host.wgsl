@@ -2,7 +2,7 @@
 // of matmul_coop.wgsl runs on the CPU backend's interpreter (which has no
 // cooperative matrices): every invocation holds a whole FRAG x FRAG
 // fragment and computes it alone; the invocations of a subgroup compute the same
-// values, so their stores agree. f16 values are kept as f32 (each staged
+// values, so their stores agree. f16 values are kept as f32 (each packed
 // value is an f16 already, so nothing is lost), and products are summed
 // in f32 in k order.
 
@@ -23,7 +23,7 @@ fn frag_a(i: u32, stride: u32) -> FragA {
     var f: FragA;
     for (var r = 0u; r < FRAG; r++) {
         for (var col = 0u; col < FRAG; col++) {
-            f[FRAG * r + col] = stage_a[i + stride * r + col];
+            f[FRAG * r + col] = a[i + stride * r + col];
         }
     }
     return f;
@@ -33,7 +33,7 @@ fn frag_b(i: u32, stride: u32) -> FragB {
     var f: FragB;
     for (var r = 0u; r < FRAG; r++) {
         for (var col = 0u; col < FRAG; col++) {
-            f[FRAG * r + col] = stage_b[i + stride * r + col];
+            f[FRAG * r + col] = b[i + stride * r + col];
         }
     }
     return f;

@@ -62,23 +62,15 @@ fn all_sources() -> Vec<(String, String)> {
                 }
                 "matmul_coop.wgsl" => {
                     // Both fragment sizes; the one for 16 below.
-                    let eight = [
-                        "coop_matrix.wgsl",
-                        "coop_fragment8.wgsl",
-                        "rounding.wgsl",
-                        "matmul_bindings.wgsl",
-                    ];
+                    let eight = ["coop_matrix.wgsl", "coop_fragment8.wgsl"];
                     out.push((format!("{dir}/{name}"), prefix(&eight) + &text));
-                    let sixteen = [
-                        "coop_matrix.wgsl",
-                        "coop_fragment16.wgsl",
-                        "rounding.wgsl",
-                        "matmul_bindings.wgsl",
-                    ];
+                    let sixteen = ["coop_matrix.wgsl", "coop_fragment16.wgsl"];
                     prefix(&sixteen) + &text
                 }
                 "cast.wgsl" => prefix(&["rounding.wgsl"]) + &text,
-                "cast_f16_narrow.wgsl" => text + &prefix(&["rounding.wgsl"]),
+                "cast_f16_narrow.wgsl" | "matmul_coop_pack.wgsl" => {
+                    text + &prefix(&["rounding.wgsl"])
+                }
                 _ => text,
             };
             out.push((format!("{dir}/{name}"), text));
