@@ -11,7 +11,9 @@
 //! plain f32 under `MatmulAlgorithm::Tiled` at 512^3 on every device, as
 //! paired ratios: the modes that only round inputs (tf32, bf16, f16
 //! inputs; goal at most 1.1x), and those that round the split-K partial
-//! sums or the accumulator (f16 and bf16 tensors' defaults).
+//! sums or the accumulator (f16 and bf16 tensors' defaults); where the
+//! device has cooperative matrices, f16 inputs on them too
+//! (`TensorCore`, which names them where `Tiled` may not pick them).
 //!
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
 //! in plain f32, tf32, bf16 and f16 inputs and bf16 tensors' split-K
@@ -194,6 +196,28 @@ fn precision_modes() {
         };
         let ieee = timed(MatmulPrecision::IEEE);
         ieee();
+        // Cooperative matrices by name, where `Tiled` may not pick them
+        // (a CPU device's are emulated).
+        if keel::compute::cooperative_matrix_supported(&stream).unwrap_or(false) {
+            let opts = MatmulOptions {
+                algorithm: MatmulAlgorithm::TensorCore,
+                precision: MatmulPrecision::inputs(InputRounding::F16),
+            };
+            let coop = || {
+                let t = std::time::Instant::now();
+                matmul(s, ab, bb, cb, P, P, P, &opts).expect("matmul");
+                s.synchronize().expect("synchronize");
+                t.elapsed()
+            };
+            coop();
+            common::print_paired(
+                &label(d),
+                &format!("f16 inputs on cooperative matrices (TensorCore) / ieee {P}^3"),
+                9,
+                &coop,
+                &ieee,
+            );
+        }
         let split = |inputs, reduction| MatmulPrecision {
             inputs,
             accumulation: Accumulation::F32,

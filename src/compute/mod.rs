@@ -56,9 +56,10 @@ pub use reduce::{
 /// dispatcher's elementwise kernels (`shaders/ops/`, defined in
 /// [`params`]). A unit test compares each with the entry point of the PTX
 /// CUDA runs for it (generated from its WGSL, or its override); a new
-/// kernel (such as an operator's) is added here. [`MATMUL_COOP`] and
-/// [`MATMUL_COOP8`], which only Vulkan and wgpu run, are not: their layout
-/// is [`MATMUL_TILED`]'s.
+/// kernel (such as an operator's) is added here. [`MATMUL_COOP`],
+/// [`MATMUL_COOP8`] and their packing pass [`MATMUL_COOP_PACK`], which
+/// only Vulkan and wgpu run, are not: the products' layout is
+/// [`MATMUL_TILED`]'s.
 pub const KERNELS: &[params::Launch] = &[
     params::VECTOR_ADD,
     params::SAXPY,
