@@ -778,7 +778,6 @@ fn matmul_packed(
     );
     let per_invocation = 16 / kernel.value_bytes;
     let pack = |src: &Buffer, rows: usize, cols: usize, dst_rows: usize, dst_cols: usize, last| {
-        let packed = Buffer::new(stream.device(), dst_rows * dst_cols * kernel.value_bytes)?;
         let index = |v: usize| {
             u32::try_from(v).map_err(|_| {
                 Error::invalid(format!(
@@ -787,6 +786,12 @@ fn matmul_packed(
                 ))
             })
         };
+        // The WGSL packing pass and cooperative-matrix kernel index the
+        // copies' elements in u32 (the CUDA ones in 64 bits).
+        if kernel.pack.kernel.name == MATMUL_COOP_PACK.kernel.name {
+            index(dst_rows * dst_cols)?;
+        }
+        let packed = Buffer::new(stream.device(), dst_rows * dst_cols * kernel.value_bytes)?;
         // A grid along x alone: CUDA's reaches 2^31 - 1 workgroups.
         let grid = [
             index((dst_rows * dst_cols / per_invocation).div_ceil(256))?,
