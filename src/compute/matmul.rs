@@ -593,8 +593,9 @@ pub fn matmul_kernel(
     }
     let f16_inputs = p.rounds_inputs_only() && p.inputs == InputRounding::F16;
     // Cooperative matrices under `Tiled` on a GPU only: a CPU device that
-    // offers them (lavapipe) emulates them on its SIMD lanes, slower than
-    // its tiled kernel; `TensorCore` names them wherever they are.
+    // offers them (lavapipe) emulates them on its SIMD lanes, no faster
+    // than its tiled kernel, whose sums are every other kernel's bits;
+    // `TensorCore` names them wherever they are.
     let wants_coop = match opts.algorithm {
         MatmulAlgorithm::Tiled => f16_inputs && is_gpu(stream)?,
         MatmulAlgorithm::TensorCore => f16_inputs,
@@ -786,9 +787,9 @@ fn matmul_packed(
                 ))
             })
         };
-        // The WGSL packing pass and cooperative-matrix kernel index the
-        // copies' elements in u32 (the CUDA ones in 64 bits).
-        if kernel.pack.kernel.name == MATMUL_COOP_PACK.kernel.name {
+        // WGSL kernels index the copies' elements in u32 (it has no
+        // 64-bit integers); the CUDA ones in 64 bits.
+        if kernel.pack.kernel.wgsl.is_some() || kernel.main.kernel.wgsl.is_some() {
             index(dst_rows * dst_cols)?;
         }
         let packed = Buffer::new(stream.device(), dst_rows * dst_cols * kernel.value_bytes)?;

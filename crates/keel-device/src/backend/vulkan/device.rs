@@ -396,6 +396,21 @@ pub(super) unsafe fn offered(
     instance: &ash::Instance,
     physical: vk::PhysicalDevice,
 ) -> Result<Requirements> {
+    // SAFETY: the caller's promise.
+    unsafe { offered_in_full(entry, instance, physical) }.map(|(req, _)| req)
+}
+
+/// [`offered`], and where the cooperative-matrix kernel runs on a device
+/// made with all of it.
+///
+/// # Safety
+///
+/// As [`offered`].
+unsafe fn offered_in_full(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> Result<(Requirements, Option<Cooperative>)> {
     // SAFETY: `physical` belongs to the live `instance` (the caller's
     // promise).
     let props = unsafe { instance.get_physical_device_properties(physical) };
@@ -459,12 +474,13 @@ pub(super) unsafe fn offered(
         .find(|&ext| has(ext.name()))
         // SAFETY: as above (the caller's promise).
         .filter(|ext| unsafe { ext.has_device_domain(entry, instance, physical) });
-    Ok(Requirements {
+    let req = Requirements {
         native_f16,
         cooperative_matrix: cooperative.is_some(),
         subgroup_size_control: cooperative.is_some_and(|c| c.request),
         calibrated_timestamps: calibration.map(CalibrationExt::name),
-    })
+    };
+    Ok((req, cooperative))
 }
 
 /// Where Keel's cooperative-matrix kernel runs on `physical`, which has
@@ -488,6 +504,9 @@ pub(super) unsafe fn cooperative_matrix_offered(
     // SAFETY: the extension is the device's (the caller's promise), so its
     // feature struct may be chained; it outlives the call.
     unsafe { instance.get_physical_device_features2(physical, &mut features) };
+    if coop.cooperative_matrix != vk::TRUE {
+        return None;
+    }
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
     let mut v13 = vk::PhysicalDeviceVulkan13Properties::default();
     let mut props = vk::PhysicalDeviceProperties2::default()
@@ -509,9 +528,6 @@ pub(super) unsafe fn cooperative_matrix_offered(
         .then_some((v13.min_subgroup_size, v13.max_subgroup_size)),
         max_subgroups: v13.max_compute_workgroup_subgroups,
     };
-    if coop.cooperative_matrix != vk::TRUE {
-        return None;
-    }
     cooperative_width(&shapes.ok()?, widths)
 }
 
@@ -598,7 +614,8 @@ impl Ctx {
     fn create(index: DeviceIndex, v: &'static Vk, adapter: &Adapter) -> Result<Ctx> {
         // SAFETY: the physical device belongs to Keel's live instance,
         // created from `v.entry`.
-        let req = unsafe { offered(&v.entry, &v.instance, adapter.physical) }?;
+        let (req, cooperative) =
+            unsafe { offered_in_full(&v.entry, &v.instance, adapter.physical) }?;
         let extensions: Vec<*const std::ffi::c_char> =
             req.extensions().iter().map(|e| e.as_ptr()).collect();
         let priorities = vec![1.0f32; adapter.queue_count as usize];
@@ -628,20 +645,7 @@ impl Ctx {
             .collect();
         let mut adapter = adapter.clone();
         adapter.f16_storage = req.native_f16;
-        adapter.cooperative = if req.cooperative_matrix {
-            // SAFETY: as above; the device lists the extension (`req` says
-            // so).
-            unsafe {
-                cooperative_matrix_offered(
-                    &v.entry,
-                    &v.instance,
-                    adapter.physical,
-                    req.subgroup_size_control,
-                )
-            }
-        } else {
-            None
-        };
+        adapter.cooperative = cooperative;
         // SAFETY: the device was just created on `adapter.physical` of
         // Keel's instance with `req`, and `queues` are its queues.
         unsafe {
