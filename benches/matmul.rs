@@ -13,7 +13,11 @@
 //! inputs; goal at most 1.1x), and those that round the split-K partial
 //! sums or the accumulator (f16 and bf16 tensors' defaults); where the
 //! device has cooperative matrices, f16 inputs on them too
-//! (`TensorCore`, which names them where `Tiled` may not pick them).
+//! (`TensorCore`, which names them where `Tiled` may not pick them); and
+//! on every device but the CPU, the 4x4 kernel in the modes that only
+//! round inputs with its rounding pass first (as `matmul` runs it at this
+//! size) and rounding while staging (launched directly), each against
+//! its plain f32.
 //!
 //! `KEEL_MATMUL_LARGE=1`: instead, 1024^3 and 4096^3 on every GPU device
 //! in plain f32, tf32, bf16 and f16 inputs and bf16 tensors' split-K
@@ -23,7 +27,8 @@
 //! `matmul_mma16_split` (split-K) on CUDA, and plain f32 there on
 //! `matmul_sgemm`; the cooperative-matrix kernel for
 //! f16 inputs on Vulkan and wgpu; and then the portable 4x4 kernel beside
-//! them, and on CUDA the overrides' packing passes alone): the median of
+//! them, the 4x4 kernel rounding tf32 and bf16 inputs while staging, and
+//! on CUDA the overrides' packing passes alone): the median of
 //! seven launches (host time around launch and synchronize, as PyTorch's
 //! figures in `make_torch_traces.py timings` are taken), in TFLOP/s.
 //!
@@ -36,7 +41,8 @@ use criterion::{Criterion, Throughput, criterion_group};
 use keel::compute::params::Param;
 use keel::compute::{
     Accumulation, InputRounding, MATMUL_MMA_PACK, MATMUL_MMA16_PACK, MATMUL_SGEMM_PACK,
-    MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction, matmul, matmul_kernel,
+    MATMUL_TILED_4X4, MatmulAlgorithm, MatmulOptions, MatmulPrecision, Reduction, matmul,
+    matmul_kernel,
 };
 use keel::{Buffer, Device, DeviceType, Stream};
 
@@ -253,7 +259,80 @@ fn precision_modes() {
                 &ieee,
             );
         }
+        // The 4x4 kernel (which `Tiled` runs on a GPU) in the modes that
+        // only round inputs, both ways: the rounding pass and then the
+        // plain loop, as `matmul` runs it from ROUND_ONCE_MIN_TILES tiles
+        // on, and rounding while staging (the kernel launched directly),
+        // each against its plain f32.
+        if d.device_type() == DeviceType::Cpu {
+            continue;
+        }
+        let four = MatmulOptions {
+            algorithm: MatmulAlgorithm::Tiled4x4,
+            precision: MatmulPrecision::IEEE,
+        };
+        let four_ieee = || {
+            let t = std::time::Instant::now();
+            matmul(s, ab, bb, cb, P, P, P, &four).expect("matmul");
+            s.synchronize().expect("synchronize");
+            t.elapsed()
+        };
+        four_ieee();
+        for (name, mode) in [
+            ("tf32", MatmulPrecision::TF32),
+            ("bf16", MatmulPrecision::BF16),
+            ("f16 inputs", MatmulPrecision::inputs(InputRounding::F16)),
+        ] {
+            let pass = || {
+                let opts = MatmulOptions {
+                    precision: mode,
+                    ..four
+                };
+                let t = std::time::Instant::now();
+                matmul(s, ab, bb, cb, P, P, P, &opts).expect("matmul");
+                s.synchronize().expect("synchronize");
+                t.elapsed()
+            };
+            let staging = || {
+                let t = std::time::Instant::now();
+                staged_4x4(s, [ab, bb, cb], P, mode);
+                s.synchronize().expect("synchronize");
+                t.elapsed()
+            };
+            pass();
+            staging();
+            common::print_paired(
+                &label(d),
+                &format!("{name}, 4x4 kernel, rounding pass first / ieee {P}^3"),
+                9,
+                &pass,
+                &four_ieee,
+            );
+            common::print_paired(
+                &label(d),
+                &format!("{name}, 4x4 kernel, rounding while staging / ieee {P}^3"),
+                9,
+                &staging,
+                &four_ieee,
+            );
+        }
     }
+}
+
+/// An `n`^3 product on the 4x4 kernel launched directly in `mode`, which
+/// rounds the inputs while staging them (`matmul` rounds them in a pass
+/// first at this size).
+fn staged_4x4(s: &Stream, [a, b, c]: [&Buffer; 3], n: usize, mode: MatmulPrecision) {
+    let u = |v: usize| Param::U32(v as u32);
+    let tiles = n.div_ceil(64) as u32;
+    MATMUL_TILED_4X4
+        .launch(
+            s,
+            [tiles, tiles, 1],
+            &[a, b, c],
+            &[u(n), u(n), u(n), Param::U32(mode.mode()), Param::U32(0)],
+        )
+        .expect("launch");
 }
 
 /// The issue-37 table: large products in each mode, median of seven.
@@ -335,6 +414,17 @@ fn large() {
                 let kernel = matmul_kernel(&stream, &opts, n, n).map_or("?", |l| l.kernel.name);
                 report(name, kernel, &|| {
                     matmul(&stream, &ab, &bb, &cb, n, n, n, &opts).expect("matmul");
+                });
+            }
+            // The 4x4 kernel rounding tf32 and bf16 inputs while staging
+            // them (`Tiled` runs it with a rounding pass first where no
+            // tensor cores take the mode: the rows above).
+            for (name, mode) in [
+                ("tf32", MatmulPrecision::TF32),
+                ("bf16", MatmulPrecision::BF16),
+            ] {
+                report(name, "matmul_tiled_4x4 rounding while staging", &|| {
+                    staged_4x4(&stream, [&ab, &bb, &cb], n, mode);
                 });
             }
             // The CUDA overrides' packing passes alone (A and B, as

@@ -165,6 +165,44 @@ crate::translated_host!(matmul_naive_host => MATMUL_NAIVE);
 /// `tests::the_translation_is_current`).
 mod translated;
 
+/// The input-rounding pass [`matmul`] runs before [`MATMUL_TILED_4X4`]
+/// (or [`MATMUL_TILED_4X4_SPLIT`]) in a product of at least
+/// [`ROUND_ONCE_MIN_TILES`] of its tiles each way: copies of A and B with
+/// every value rounded once to the mode's input format, which the kernel
+/// then multiplies with its input format cleared, so the results are the
+/// bits of rounding while staging (each element rounded by every
+/// workgroup that stages it). Bindings `a`, `b`, `a_out`, `b_out`;
+/// parameters the lengths of A and B in elements and the format code
+/// (bits 0-3 of [`MatmulPrecision::mode`]); one element per invocation,
+/// A's then B's, over a 2-D grid of 256-wide workgroups. Source:
+/// `shaders/compute/matmul_round_inputs.wgsl` after `rounding.wgsl`; host
+/// backends run the declared Rust override `round_inputs_cpu` (the Rust
+/// reference's rounding of each value: the WGSL's translation would be
+/// thousands of lines for a loop the compiler vectorises as it is).
+pub const MATMUL_ROUND_INPUTS: Launch = Launch {
+    kernel: Kernel {
+        name: "matmul_round_inputs",
+        workgroup_size: [256, 1, 1],
+        bindings: 4,
+        wgsl: Some(concat!(
+            include_str!("../../shaders/compute/rounding.wgsl"),
+            include_str!("../../shaders/compute/matmul_round_inputs.wgsl")
+        )),
+        ptx: None,
+        cpu: Some(round_inputs_cpu),
+        strict_float: false,
+    },
+    params: &[U32, U32, U32],
+};
+
+/// [`matmul`] rounds the inputs of the 4x4 kernel in a pass of their own
+/// ([`MATMUL_ROUND_INPUTS`]) where its 64 x 64 tiles number at least this
+/// many along m and along n (m and n above 448): every element is then
+/// staged, and would be rounded, by at least this many workgroups, while
+/// the pass costs one read and one write of A and B and a launch. Smaller
+/// products round while staging.
+pub const ROUND_ONCE_MIN_TILES: usize = 8;
+
 /// The naive kernel: as [`MATMUL_TILED`]. Source:
 /// `shaders/compute/matmul_naive.wgsl`, on every backend (host backends
 /// run its translation to Rust, `matmul/translated.rs`).
@@ -658,14 +696,16 @@ pub fn matmul(
     if let Some(packed) = packed_of(launch) {
         return matmul_packed(stream, packed, [a, b, out], (m, k, n), &params, false);
     }
-    // MATMUL_COOP's tile (and MATMUL_COOP8's) is TILE, as the tiled
-    // kernels'.
     let (rows, cols) = if name == MATMUL_NAIVE.kernel.name {
         (NAIVE_WG, NAIVE_WG)
     } else {
         TILE
     };
     let grid = [groups(what, n, cols)?, groups(what, m, rows)?, 1];
+    if let Some(params) = rounding_first(launch, (m, k, n), &params) {
+        let (ra, rb) = round_inputs(stream, a, b, m * k, k * n, opts.precision.mode() & 15)?;
+        return launch.launch(stream, grid, &[&ra, &rb, out], &params);
+    }
     launch.launch(stream, grid, &[a, b, out], &params)
 }
 
@@ -738,6 +778,64 @@ fn matmul_args(
         Param::U32(p.mode()),
         Param::U32(p.chunk()),
     ])
+}
+
+/// The 4x4 kernel's parameters with the input format cleared, where
+/// `launch` is that kernel in a mode that rounds its inputs and the
+/// product is large enough for [`MATMUL_ROUND_INPUTS`] to pay
+/// ([`ROUND_ONCE_MIN_TILES`]), and A and B together index in `u32` with
+/// the pass's grid; `None` where the kernel rounds while staging.
+fn rounding_first(
+    launch: &Launch,
+    (m, k, n): (usize, usize, usize),
+    params: &[Param; 5],
+) -> Option<[Param; 5]> {
+    let is_4x4 = [&MATMUL_TILED_4X4, &MATMUL_TILED_4X4_SPLIT]
+        .iter()
+        .any(|l| l.kernel.name == launch.kernel.name && l.kernel.wgsl == launch.kernel.wgsl);
+    let Param::U32(mode) = params[3] else {
+        return None;
+    };
+    let tiles = |v: usize| v.div_ceil(TILE.0 as usize);
+    // The pass's last invocation index: its grid rounds up to whole rows
+    // of 65535 workgroups.
+    let fits = (m * k + k * n)
+        .checked_add(65535 * 256)
+        .is_some_and(|v| u32::try_from(v).is_ok());
+    (is_4x4
+        && mode & 15 != 0
+        && tiles(m) >= ROUND_ONCE_MIN_TILES
+        && tiles(n) >= ROUND_ONCE_MIN_TILES
+        && fits)
+        .then(|| {
+            let mut params = *params;
+            params[3] = Param::U32(mode & !15);
+            params
+        })
+}
+
+/// Copies of `a` (`len_a` f32s) and `b` (`len_b`) with each value rounded
+/// to input format `format`, by [`MATMUL_ROUND_INPUTS`] on `stream`.
+fn round_inputs(
+    stream: &Stream,
+    a: &Buffer,
+    b: &Buffer,
+    len_a: usize,
+    len_b: usize,
+    format: u32,
+) -> Result<(Buffer, Buffer)> {
+    let ra = Buffer::new(stream.device(), len_a * 4)?;
+    let rb = Buffer::new(stream.device(), len_b * 4)?;
+    // Checked by rounding_first.
+    let u = |v: usize| Param::U32(v as u32);
+    let grid = crate::dispatch::elementwise_grid((len_a + len_b) as u64);
+    MATMUL_ROUND_INPUTS.launch(
+        stream,
+        grid,
+        &[a, b, &ra, &rb],
+        &[u(len_a), u(len_b), Param::U32(format)],
+    )?;
+    Ok((ra, rb))
 }
 
 /// The mode bit that tells [`MATMUL_MMA16_PACK`] its source holds 16-bit
@@ -866,6 +964,34 @@ fn host<'a>(inv: &'a mut CpuInvocation<'_>) -> Result<Host<'a>, String> {
         b,
         c,
     })
+}
+
+/// [`MATMUL_ROUND_INPUTS`] on a host backend, every element at once (the
+/// grid only covers them).
+fn round_inputs_cpu(inv: &mut CpuInvocation<'_>) -> Result<(), String> {
+    let p = |i: usize| inv.param_u32(4 * i);
+    let (len_a, len_b, format) = (p(0)? as usize, p(1)? as usize, p(2)?);
+    let found = inv.buffers.len();
+    let [a, b, ra, rb] = &mut inv.buffers[..] else {
+        return Err(format!("expected 4 buffers, found {found}"));
+    };
+    let sides = [
+        (0, as_f32s(0, a)?, as_f32s_mut(2, ra)?, len_a),
+        (1, as_f32s(1, b)?, as_f32s_mut(3, rb)?, len_b),
+    ];
+    for (i, src, dst, len) in sides {
+        let (have_src, have_dst) = (src.len(), dst.len());
+        let (Some(src), Some(dst)) = (src.get(..len), dst.get_mut(..len)) else {
+            return Err(format!(
+                "bindings {i} and {}: expected at least {len} f32s each, found {have_src} and {have_dst}",
+                i + 2
+            ));
+        };
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = round_to(s, format);
+        }
+    }
+    Ok(())
 }
 
 /// The formats packed in `mode`: inputs, accumulator, reduction.

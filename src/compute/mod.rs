@@ -40,10 +40,10 @@ mod reduce;
 
 pub use matmul::{
     MATMUL_COOP, MATMUL_COOP_PACK, MATMUL_COOP8, MATMUL_MMA, MATMUL_MMA_PACK, MATMUL_MMA16,
-    MATMUL_MMA16_PACK, MATMUL_MMA16_SPLIT, MATMUL_NAIVE, MATMUL_SGEMM, MATMUL_SGEMM_PACK,
-    MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT, MMA_MIN_BLOCKS, MatmulAlgorithm,
-    MatmulOptions, cooperative_matrix_supported, matmul, matmul_halves, matmul_kernel,
-    tf32_mma_supported,
+    MATMUL_MMA16_PACK, MATMUL_MMA16_SPLIT, MATMUL_NAIVE, MATMUL_ROUND_INPUTS, MATMUL_SGEMM,
+    MATMUL_SGEMM_PACK, MATMUL_TILED, MATMUL_TILED_4X4, MATMUL_TILED_4X4_SPLIT, MMA_MIN_BLOCKS,
+    MatmulAlgorithm, MatmulOptions, ROUND_ONCE_MIN_TILES, cooperative_matrix_supported, matmul,
+    matmul_halves, matmul_kernel, tf32_mma_supported,
 };
 pub use precision::{Accumulation, InputRounding, MatmulPrecision, Reduction};
 pub use reduce::{
@@ -67,6 +67,7 @@ pub const KERNELS: &[params::Launch] = &[
     MATMUL_TILED,
     MATMUL_TILED_4X4,
     MATMUL_TILED_4X4_SPLIT,
+    MATMUL_ROUND_INPUTS,
     MATMUL_NAIVE,
     MATMUL_MMA,
     MATMUL_MMA_PACK,

@@ -88,8 +88,9 @@ impl MatmulPrecision {
 
     /// Whether this mode only rounds the inputs (plain f32 included): f32
     /// accumulation and no split-K. Such a mode runs the plain f32 loop of
-    /// the tiled kernels on inputs rounded as they are staged, so it costs
-    /// what plain f32 costs.
+    /// the tiled kernels on inputs rounded once (as they are staged, or in
+    /// a pass before the GPU-shaped kernel of a large product), so it costs
+    /// about what plain f32 costs.
     pub fn rounds_inputs_only(&self) -> bool {
         self.accumulation == Accumulation::F32 && self.reduction == Reduction::F32
     }

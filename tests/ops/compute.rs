@@ -556,6 +556,152 @@ fn split_k_modes_agree_across_tiled_kernels() {
     no_validation_errors();
 }
 
+/// Values where rounding is easy to get wrong: ties of each format
+/// (tf32 at 1 + 2^-11, bf16 at 1 + 2^-8), f16's subnormals and overflow
+/// threshold, f32 subnormals, signed zero, bf16's overflow from f32's
+/// largest values, infinities and NaNs.
+const AWKWARD: [f32; 14] = [
+    1.0 + 1.0 / 2048.0,
+    -(1.0 + 3.0 / 2048.0),
+    1.0 + 1.0 / 256.0,
+    5.960_464_5e-8 * 1.5,
+    -6.1e-5,
+    65504.0,
+    65520.0,
+    -65519.99,
+    f32::MIN_POSITIVE / 3.0,
+    -0.0,
+    3.4e38,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+];
+
+/// `MATMUL_ROUND_INPUTS`, the 4x4 kernel's input-rounding pass of large
+/// products, gives the Rust reference's bits (NaN for NaN) in each format
+/// on every backend: awkward values among random ones, A and B of
+/// different lengths, neither a multiple of the workgroup, and once
+/// A and B together past 65535 workgroups, where the grid takes a second
+/// row.
+#[test]
+fn the_input_rounding_pass_rounds_as_the_rust_reference() {
+    use compute::params::Param;
+    use keel::compute::precision::{round_bf16, round_f16, round_tf32};
+    let formats: [(u32, Round); 4] = [(0, |x| x), (1, round_tf32), (2, round_bf16), (3, round_f16)];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        let mut rng = Rng(0x0dd5);
+        for (len_a, len_b, cases) in [(1000, 777, &formats[..]), (1 << 24, 301, &formats[2..3])] {
+            let mut a: Vec<f32> = (0..len_a).map(|_| rng.normal() * 1e3).collect();
+            let mut b: Vec<f32> = (0..len_b).map(|_| rng.normal() * 1e-3).collect();
+            for (i, &v) in AWKWARD.iter().enumerate() {
+                a[i * 37] = v;
+                b[i * 19 + 3] = -v;
+            }
+            let (ab, bb) = (upload(&stream, &a), upload(&stream, &b));
+            let (ra, rb) = (output(&stream, len_a), output(&stream, len_b));
+            for &(format, round) in cases {
+                let grid = keel::dispatch::elementwise_grid((len_a + len_b) as u64);
+                compute::MATMUL_ROUND_INPUTS
+                    .launch(
+                        &stream,
+                        grid,
+                        &[&ab, &bb, &ra, &rb],
+                        &[
+                            Param::U32(len_a as u32),
+                            Param::U32(len_b as u32),
+                            Param::U32(format),
+                        ],
+                    )
+                    .expect("launch");
+                for (side, src, out) in [("a", &a, &ra), ("b", &b, &rb)] {
+                    let got = out.read_as::<f32>(&stream).expect("read");
+                    for (i, (&x, &g)) in src.iter().zip(&got).enumerate() {
+                        let want = round(x);
+                        assert!(
+                            want.to_bits() == g.to_bits() || (want.is_nan() && g.is_nan()),
+                            "{label} format {format}: {side}[{i}] = {x:e} ({:#010x}) rounded to {g:e} ({:#010x}), expected {want:e} ({:#010x})",
+                            x.to_bits(),
+                            g.to_bits(),
+                            want.to_bits()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
+/// Products of at least `ROUND_ONCE_MIN_TILES` tiles each way round the
+/// 4x4 kernel's inputs in a pass of their own, smaller ones while staging;
+/// either way the bits are the 8x8 kernel's (which always rounds while
+/// staging), in every mode that rounds inputs, split-K included, with
+/// awkward values in A and B. Shapes on both sides of the threshold
+/// (448 = 7 tiles, 449 = 8) and with k = 1, off the 16-step tile, and
+/// past a split-K chunk.
+#[test]
+fn large_products_round_their_inputs_once_with_the_same_bits() {
+    assert_eq!(
+        compute::ROUND_ONCE_MIN_TILES,
+        8,
+        "the shapes below straddle 8 tiles"
+    );
+    let split = |inputs, reduction| MatmulPrecision {
+        inputs,
+        accumulation: Accumulation::F32,
+        reduction,
+    };
+    let modes = [
+        MatmulPrecision::TF32,
+        MatmulPrecision::BF16,
+        MatmulPrecision::inputs(InputRounding::F16),
+        split(InputRounding::Bf16, Reduction::Bf16),
+        split(InputRounding::F16, Reduction::F16),
+    ];
+    let shapes = [
+        (449, 5, 449),
+        (448, 5, 449),
+        (449, 1, 513),
+        (520, 37, 448),
+        (457, 300, 452),
+    ];
+    for (label, device) in backends() {
+        let stream = keel::default_stream(device).expect("stream");
+        for &(m, k, n) in &shapes {
+            let mut rng = Rng(0x0ace ^ (m * 1000 + k * 10 + n) as u64);
+            let (mut a, mut b) = (rng.vec(m * k), rng.vec(k * n));
+            for (i, &v) in AWKWARD.iter().enumerate() {
+                a[(i * 131) % (m * k)] = v;
+                b[(i * 67 + 5) % (k * n)] = v;
+            }
+            for precision in modes {
+                let run = |algorithm| {
+                    let opts = MatmulOptions {
+                        algorithm,
+                        precision,
+                    };
+                    run_matmul(&stream, &a, &b, m, k, n, &opts)
+                };
+                let eight = run(MatmulAlgorithm::Tiled8x8);
+                let four = run(MatmulAlgorithm::Tiled4x4);
+                let nans = eight.iter().filter(|v| v.is_nan()).count();
+                assert!(
+                    nans < m * n / 4,
+                    "{label}: the awkward values spread too far"
+                );
+                for (i, (e, f)) in eight.iter().zip(&four).enumerate() {
+                    assert!(
+                        e.to_bits() == f.to_bits() || (e.is_nan() && f.is_nan()),
+                        "{label} {precision:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
+                    );
+                }
+            }
+        }
+    }
+    no_validation_errors();
+}
+
 #[test]
 fn matmul_checks_its_arguments() {
     let stream = keel::default_stream(Device::cpu()).expect("stream");

@@ -694,12 +694,14 @@ fn operators_are_profiled_spans_with_their_kernels() {
         }
         x.sum().expect("sum").to_vec::<f32>().expect("read");
         x.softmax().expect("softmax").to_vec::<f32>().expect("read");
+        rounding_pass_products(d);
         // Under autocast: the matmul runs in f16 (bf16 on the CPU).
         let _autocast = keel::autocast::autocast(d.device_type(), true, None).expect("autocast");
         x.matmul(&y).expect("autocast matmul");
     }
     let trace = session.stop();
     reduction_ops_ran_their_own_kernels(&trace, &devs);
+    the_rounding_pass_ran_where_it_pays(&trace, &devs);
     use keel::profiler::{FlowKind, SpanKind};
     let ops: Vec<_> = trace
         .spans
@@ -816,6 +818,73 @@ fn operators_are_profiled_spans_with_their_kernels() {
         count(&from_bytes(&native).expect("read native")),
         count(&trace)
     );
+}
+
+/// The two tf32 products `the_rounding_pass_ran_where_it_pays` looks
+/// for, on the 4x4 kernel: 520 x 3 x 520 (9 tiles each way: its inputs
+/// rounded by `matmul_round_inputs` first, 13 workgroups for their 3,120
+/// values) and 448 x 3 x 448 (7 tiles: rounded while staging; a pass
+/// would take 11 workgroups). Shapes no other test uses.
+fn rounding_pass_products(d: Device) {
+    use keel::compute::{MatmulAlgorithm, MatmulOptions, MatmulPrecision, matmul};
+    let stream = keel::default_stream(d).expect("stream");
+    let opts = MatmulOptions {
+        algorithm: MatmulAlgorithm::Tiled4x4,
+        precision: MatmulPrecision::TF32,
+    };
+    for n in [520, 448] {
+        let a = keel::Buffer::from_slice(&stream, &values(n * 3, 6)).expect("a");
+        let b = keel::Buffer::from_slice(&stream, &values(n * 3, 7)).expect("b");
+        let c = keel::Buffer::new(d, n * n * 4).expect("c");
+        matmul(&stream, &a, &b, &c, n, 3, n, &opts).expect("matmul");
+    }
+    stream.synchronize().expect("synchronize");
+}
+
+/// The kernel spans of `trace` on `device`'s streams named `name` whose
+/// grid is `grid`.
+fn kernels_on<'t>(
+    trace: &'t keel::profiler::Trace,
+    device: Device,
+    name: &str,
+    grid: &str,
+) -> Vec<&'t keel::profiler::Span> {
+    use keel::profiler::{LaneKind, SpanKind};
+    let device = device.to_string();
+    trace
+        .spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Kernel && &*s.name == name)
+        .filter(|s| match &trace.lanes[s.lane as usize].kind {
+            LaneKind::Stream { device: i, .. } => trace.devices[*i as usize].device == device,
+            _ => false,
+        })
+        .filter(|s| s.args.iter().any(|(k, v)| &**k == "grid" && &**v == grid))
+        .collect()
+}
+
+/// `rounding_pass_products` on each device: the 520^2 product launched
+/// the rounding pass and then the 4x4 kernel on its 9 x 9 tiles, the
+/// 448^2 one the 4x4 kernel alone.
+fn the_rounding_pass_ran_where_it_pays(trace: &keel::profiler::Trace, devs: &[Device]) {
+    for &d in devs {
+        let pass = kernels_on(trace, d, "matmul_round_inputs", "13x1x1");
+        let kernel = kernels_on(trace, d, "matmul_tiled_4x4", "9x9x1");
+        assert_eq!(pass.len(), 1, "{d}: rounding passes of 13 workgroups");
+        assert!(
+            kernel.iter().any(|k| k.start_ns >= pass[0].start_ns),
+            "{d}: no 4x4 kernel after the pass"
+        );
+        assert!(
+            kernels_on(trace, d, "matmul_round_inputs", "11x1x1").is_empty(),
+            "{d}: the 448^2 product ran the rounding pass"
+        );
+        assert_eq!(
+            kernels_on(trace, d, "matmul_tiled_4x4", "7x7x1").len(),
+            1,
+            "{d}"
+        );
+    }
 }
 
 /// The operator spans of `op` whose "Input Dims" are `dims`.

@@ -67,7 +67,7 @@ fn all_sources() -> Vec<(String, String)> {
                     let sixteen = ["coop_matrix.wgsl", "coop_fragment16.wgsl"];
                     prefix(&sixteen) + &text
                 }
-                "cast.wgsl" => prefix(&["rounding.wgsl"]) + &text,
+                "cast.wgsl" | "matmul_round_inputs.wgsl" => prefix(&["rounding.wgsl"]) + &text,
                 "cast_f16_narrow.wgsl" | "matmul_coop_pack.wgsl" => {
                     text + &prefix(&["rounding.wgsl"])
                 }

@@ -749,6 +749,42 @@ fn generated_ptx_computes_the_host_ends_bits() {
             ));
         }
     }
+    // The 4x4 matmul's input-rounding pass in each format, ties,
+    // subnormals, overflow and NaN among the values; A and B of
+    // different lengths.
+    let awkward = [
+        1.0 + 1.0 / 2048.0,
+        1.0 + 1.0 / 256.0,
+        8.940_697e-8,
+        65520.0,
+        -65504.0,
+        3.4e38,
+        f32::MIN_POSITIVE / 3.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    let (la, lb) = (700usize, 333usize);
+    let mut ra = values(la, 8);
+    ra[..awkward.len()].copy_from_slice(&awkward);
+    let mut rb = values(lb, 9);
+    rb[lb - awkward.len()..].copy_from_slice(&awkward);
+    for format in [1u32, 2, 3] {
+        cases.push((
+            format!("matmul_round_inputs format {format}"),
+            read_shader("shaders/compute/rounding.wgsl")
+                + &read_shader("shaders/compute/matmul_round_inputs.wgsl"),
+            "matmul_round_inputs",
+            [(la + lb).div_ceil(256) as u32, 1, 1],
+            vec![
+                f32_bytes(&ra),
+                f32_bytes(&rb),
+                vec![0; 4 * la],
+                vec![0; 4 * lb],
+            ],
+            vec![la as u32, lb as u32, format],
+        ));
+    }
     // Random streams: n, seed, offset, two words (a normal's mean and
     // std), the zero word the fences read.
     let philox = read_shader("shaders/random/philox.wgsl");
