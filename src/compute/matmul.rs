@@ -677,7 +677,10 @@ pub fn matmul_kernel(
 /// `out = a * b` for an `m` x `k` matrix `a` and a `k` x `n` matrix `b`
 /// (f32, row-major, contiguous), on `stream`; `out` is `m` x `n`. Every
 /// size must be at least 1, the buffers hold at least their matrices,
-/// `out` is not an input, and indices fit in `u32`.
+/// `out` is not an input, and indices fit in `u32`. The kernel is
+/// [`matmul_kernel`]'s; on [`MATMUL_TILED_4X4`] in a mode that rounds the
+/// inputs, a product of at least [`ROUND_ONCE_MIN_TILES`] tiles each way
+/// first rounds A and B into scratch copies ([`MATMUL_ROUND_INPUTS`]).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     stream: &Stream,
