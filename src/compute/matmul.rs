@@ -831,7 +831,7 @@ fn round_inputs(
     let rb = Buffer::new(stream.device(), len_b * 4)?;
     // Checked by rounding_first.
     let u = |v: usize| Param::U32(v as u32);
-    let grid = crate::dispatch::elementwise_grid((len_a + len_b) as u64);
+    let grid = super::params::elementwise_grid((len_a + len_b) as u64);
     MATMUL_ROUND_INPUTS.launch(
         stream,
         grid,

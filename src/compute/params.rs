@@ -86,6 +86,23 @@ impl Launch {
 
 use ParamType::{F32, U32};
 
+/// The largest number of workgroups in one grid dimension every backend
+/// accepts (Vulkan's guaranteed `maxComputeWorkGroupCount`).
+const MAX_GROUPS_X: u64 = 65_535;
+
+/// A 2-D grid of 256-wide workgroups covering `n` elements, as the
+/// kernels of `shaders/ops/` and `matmul_round_inputs` index them
+/// (element `(group.y * groups.x + group.x) * 256 + local.x`).
+pub fn elementwise_grid(n: u64) -> [u32; 3] {
+    let groups = n.div_ceil(256).max(1);
+    if groups <= MAX_GROUPS_X {
+        [groups as u32, 1, 1]
+    } else {
+        let y = groups.div_ceil(MAX_GROUPS_X);
+        [MAX_GROUPS_X as u32, u32::try_from(y).unwrap_or(u32::MAX), 1]
+    }
+}
+
 /// [`kernels::VECTOR_ADD`]: `n`.
 pub const VECTOR_ADD: Launch = Launch {
     kernel: kernels::VECTOR_ADD,

@@ -30,21 +30,7 @@ pub const MUL_SCALAR_F32: Kernel = params::OP_MUL_SCALAR_F32.kernel;
 /// `out = value` (f32).
 pub const FILL_F32: Kernel = params::OP_FILL_F32.kernel;
 
-/// The largest number of workgroups in one grid dimension every backend
-/// accepts (Vulkan's guaranteed `maxComputeWorkGroupCount`).
-const MAX_GROUPS_X: u64 = 65_535;
-
-/// A 2-D grid of 256-wide workgroups covering `n` elements, as the
-/// kernels of `shaders/ops/` index them.
-pub fn elementwise_grid(n: u64) -> [u32; 3] {
-    let groups = n.div_ceil(256).max(1);
-    if groups <= MAX_GROUPS_X {
-        [groups as u32, 1, 1]
-    } else {
-        let y = groups.div_ceil(MAX_GROUPS_X);
-        [MAX_GROUPS_X as u32, u32::try_from(y).unwrap_or(u32::MAX), 1]
-    }
-}
+pub use crate::compute::params::elementwise_grid;
 
 /// `n` as the kernels' `u32` count, or why the call is declined.
 fn count(call: &OpCall<'_>, t: &Tensor) -> Result<u32, KernelOutcome> {

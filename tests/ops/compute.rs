@@ -509,6 +509,35 @@ fn values_past_the_matrices_never_reach_the_product() {
     no_validation_errors();
 }
 
+/// `Tiled8x8` and `Tiled4x4` give the same bits for `a * b` in
+/// `precision` (NaN where the other gives NaN: a NaN's payload is not
+/// promised); returns the product.
+fn tiled_kernels_agree(
+    label: &str,
+    stream: &Stream,
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    precision: MatmulPrecision,
+) -> Vec<f32> {
+    let run = |algorithm| {
+        let opts = MatmulOptions {
+            algorithm,
+            precision,
+        };
+        run_matmul(stream, a, b, m, k, n, &opts)
+    };
+    let eight = run(MatmulAlgorithm::Tiled8x8);
+    let four = run(MatmulAlgorithm::Tiled4x4);
+    for (i, (e, f)) in eight.iter().zip(&four).enumerate() {
+        assert!(
+            e.to_bits() == f.to_bits() || (e.is_nan() && f.is_nan()),
+            "{label} {precision:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
+        );
+    }
+    eight
+}
+
 #[test]
 fn split_k_modes_agree_across_tiled_kernels() {
     let split = |inputs, reduction| MatmulPrecision {
@@ -534,22 +563,7 @@ fn split_k_modes_agree_across_tiled_kernels() {
             let mut rng = Rng(0x5917 ^ (m * 1000 + k * 10 + n) as u64);
             let (a, b) = (rng.vec(m * k), rng.vec(k * n));
             for precision in modes {
-                let run = |algorithm| {
-                    let opts = MatmulOptions {
-                        algorithm,
-                        precision,
-                    };
-                    run_matmul(&stream, &a, &b, m, k, n, &opts)
-                };
-                let eight = run(MatmulAlgorithm::Tiled8x8);
-                let four = run(MatmulAlgorithm::Tiled4x4);
-                for (i, (e, f)) in eight.iter().zip(&four).enumerate() {
-                    assert_eq!(
-                        e.to_bits(),
-                        f.to_bits(),
-                        "{label} {precision:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
-                    );
-                }
+                tiled_kernels_agree(label, &stream, &a, &b, (m, k, n), precision);
             }
         }
     }
@@ -601,7 +615,7 @@ fn the_input_rounding_pass_rounds_as_the_rust_reference() {
             let (ab, bb) = (upload(&stream, &a), upload(&stream, &b));
             let (ra, rb) = (output(&stream, len_a), output(&stream, len_b));
             for &(format, round) in cases {
-                let grid = keel::dispatch::elementwise_grid((len_a + len_b) as u64);
+                let grid = compute::params::elementwise_grid((len_a + len_b) as u64);
                 compute::MATMUL_ROUND_INPUTS
                     .launch(
                         &stream,
@@ -676,26 +690,12 @@ fn large_products_round_their_inputs_once_with_the_same_bits() {
                 b[(i * 67 + 5) % (k * n)] = v;
             }
             for precision in modes {
-                let run = |algorithm| {
-                    let opts = MatmulOptions {
-                        algorithm,
-                        precision,
-                    };
-                    run_matmul(&stream, &a, &b, m, k, n, &opts)
-                };
-                let eight = run(MatmulAlgorithm::Tiled8x8);
-                let four = run(MatmulAlgorithm::Tiled4x4);
-                let nans = eight.iter().filter(|v| v.is_nan()).count();
+                let c = tiled_kernels_agree(label, &stream, &a, &b, (m, k, n), precision);
+                let nans = c.iter().filter(|v| v.is_nan()).count();
                 assert!(
                     nans < m * n / 4,
                     "{label}: the awkward values spread too far"
                 );
-                for (i, (e, f)) in eight.iter().zip(&four).enumerate() {
-                    assert!(
-                        e.to_bits() == f.to_bits() || (e.is_nan() && f.is_nan()),
-                        "{label} {precision:?} {m}x{k}x{n}: c[{i}] is {e} from Tiled8x8, {f} from Tiled4x4"
-                    );
-                }
             }
         }
     }
