@@ -802,8 +802,9 @@ fn rounding_first(
     let tiles = |v: usize| v.div_ceil(TILE.0 as usize);
     // The pass's last invocation index: its grid rounds up to whole rows
     // of 65535 workgroups.
-    let fits = (m * k + k * n)
-        .checked_add(65535 * 256)
+    let fits = (m * k)
+        .checked_add(k * n)
+        .and_then(|v| v.checked_add(65535 * 256))
         .is_some_and(|v| u32::try_from(v).is_ok());
     (is_4x4
         && mode & 15 != 0
