@@ -85,6 +85,30 @@ const fn cuda_override(
     }
 }
 
+/// A WGSL kernel's launch (PTX generated from the WGSL on CUDA), with its
+/// host override where it has one.
+const fn wgsl_launch(
+    name: &'static str,
+    workgroup_size: [u32; 3],
+    bindings: usize,
+    wgsl: &'static str,
+    cpu: Option<crate::kernel::CpuKernelFn>,
+    params: &'static [super::params::ParamType],
+) -> Launch {
+    Launch {
+        kernel: Kernel {
+            name,
+            workgroup_size,
+            bindings,
+            wgsl: Some(wgsl),
+            ptx: None,
+            cpu,
+            strict_float: false,
+        },
+        params,
+    }
+}
+
 /// Output tile of the tiled kernel: rows, columns.
 const TILE: (u32, u32) = (64, 64);
 /// Workgroup edge of the naive kernel.
@@ -97,22 +121,18 @@ const MATMUL_PARAMS: &[super::params::ParamType] = &[U32, U32, U32, U32, U32];
 /// backends run the declared Rust override `matmul_rows_cpu` (a row at a
 /// time, vectorised by the compiler, with the kernel's numerics per
 /// output), which the WGSL on host threads is far slower than.
-pub const MATMUL_TILED: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_tiled",
-        workgroup_size: [8, 8, 1],
-        bindings: 3,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
-            include_str!("../../shaders/compute/matmul_tiled.wgsl")
-        )),
-        ptx: None,
-        cpu: Some(matmul_rows_cpu),
-        strict_float: false,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_TILED: Launch = wgsl_launch(
+    "matmul_tiled",
+    [8, 8, 1],
+    3,
+    concat!(
+        include_str!("../../shaders/compute/rounding.wgsl"),
+        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+        include_str!("../../shaders/compute/matmul_tiled.wgsl")
+    ),
+    Some(matmul_rows_cpu),
+    MATMUL_PARAMS,
+);
 
 /// The GPU-shaped tiled kernels' source: the rounding functions, the
 /// bindings, the kernel with its two entry points.
@@ -128,36 +148,28 @@ const TILED_4X4_WGSL: &str = concat!(
 /// split-K format is not: [`MATMUL_TILED_4X4_SPLIT`] computes those
 /// modes). Source: `shaders/compute/matmul_tiled_4x4.wgsl`, with
 /// [`MATMUL_TILED`]'s host override.
-pub const MATMUL_TILED_4X4: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_tiled_4x4",
-        workgroup_size: [16, 16, 1],
-        bindings: 3,
-        wgsl: Some(TILED_4X4_WGSL),
-        ptx: None,
-        cpu: Some(matmul_rows_cpu),
-        strict_float: false,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_TILED_4X4: Launch = wgsl_launch(
+    "matmul_tiled_4x4",
+    [16, 16, 1],
+    3,
+    TILED_4X4_WGSL,
+    Some(matmul_rows_cpu),
+    MATMUL_PARAMS,
+);
 
 /// [`MATMUL_TILED_4X4`]'s entry point for the split-K modes (bf16 and f16
 /// tensors' defaults: the f32 running sum cut every `chunk` steps and the
 /// rounded chunk sums added), the same bits as [`MATMUL_TILED`]'s. A
 /// separate entry point, so that the other modes do not hold the split-K
 /// sums in registers.
-pub const MATMUL_TILED_4X4_SPLIT: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_tiled_4x4_split",
-        workgroup_size: [16, 16, 1],
-        bindings: 3,
-        wgsl: Some(TILED_4X4_WGSL),
-        ptx: None,
-        cpu: Some(matmul_rows_cpu),
-        strict_float: false,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_TILED_4X4_SPLIT: Launch = wgsl_launch(
+    "matmul_tiled_4x4_split",
+    [16, 16, 1],
+    3,
+    TILED_4X4_WGSL,
+    Some(matmul_rows_cpu),
+    MATMUL_PARAMS,
+);
 
 crate::translated_host!(matmul_naive_host => MATMUL_NAIVE);
 
@@ -179,21 +191,17 @@ mod translated;
 /// backends run the declared Rust override `round_inputs_cpu` (the Rust
 /// reference's rounding of each value: the WGSL's translation would be
 /// thousands of lines for a loop the compiler vectorises as it is).
-pub const MATMUL_ROUND_INPUTS: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_round_inputs",
-        workgroup_size: [256, 1, 1],
-        bindings: 4,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_round_inputs.wgsl")
-        )),
-        ptx: None,
-        cpu: Some(round_inputs_cpu),
-        strict_float: false,
-    },
-    params: &[U32, U32, U32],
-};
+pub const MATMUL_ROUND_INPUTS: Launch = wgsl_launch(
+    "matmul_round_inputs",
+    [256, 1, 1],
+    4,
+    concat!(
+        include_str!("../../shaders/compute/rounding.wgsl"),
+        include_str!("../../shaders/compute/matmul_round_inputs.wgsl")
+    ),
+    Some(round_inputs_cpu),
+    &[U32, U32, U32],
+);
 
 /// [`matmul`] rounds the inputs of the 4x4 kernel in a pass of their own
 /// ([`MATMUL_ROUND_INPUTS`]) where its 64 x 64 tiles number at least this
@@ -206,22 +214,18 @@ pub const ROUND_ONCE_MIN_TILES: usize = 8;
 /// The naive kernel: as [`MATMUL_TILED`]. Source:
 /// `shaders/compute/matmul_naive.wgsl`, on every backend (host backends
 /// run its translation to Rust, `matmul/translated.rs`).
-pub const MATMUL_NAIVE: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_naive",
-        workgroup_size: [NAIVE_WG, NAIVE_WG, 1],
-        bindings: 3,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/rounding.wgsl"),
-            include_str!("../../shaders/compute/matmul_bindings.wgsl"),
-            include_str!("../../shaders/compute/matmul_naive.wgsl")
-        )),
-        ptx: None,
-        cpu: Some(matmul_naive_host),
-        strict_float: false,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_NAIVE: Launch = wgsl_launch(
+    "matmul_naive",
+    [NAIVE_WG, NAIVE_WG, 1],
+    3,
+    concat!(
+        include_str!("../../shaders/compute/rounding.wgsl"),
+        include_str!("../../shaders/compute/matmul_bindings.wgsl"),
+        include_str!("../../shaders/compute/matmul_naive.wgsl")
+    ),
+    Some(matmul_naive_host),
+    MATMUL_PARAMS,
+);
 
 /// The tensor-core kernel for the modes that round the inputs (tf32, bf16
 /// or f16) and sum in f32, on CUDA devices of compute capability 8.0 or
@@ -255,38 +259,35 @@ pub const MATMUL_MMA: Launch = cuda_override(
 /// that mode there. Neither the PTX end nor the host end of `keel-wgsl`
 /// has cooperative matrices: CUDA runs [`MATMUL_MMA`] instead, host
 /// backends the tiled kernels.
-pub const MATMUL_COOP: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_coop",
-        workgroup_size: [128, 1, 1],
-        bindings: 3,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/coop_matrix.wgsl"),
-            include_str!("../../shaders/compute/coop_fragment16.wgsl"),
-            include_str!("../../shaders/compute/matmul_coop.wgsl")
-        )),
-        ptx: None,
-        cpu: None,
-        strict_float: false,
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_COOP: Launch = wgsl_launch(
+    "matmul_coop",
+    [128, 1, 1],
+    3,
+    concat!(
+        include_str!("../../shaders/compute/coop_matrix.wgsl"),
+        include_str!("../../shaders/compute/coop_fragment16.wgsl"),
+        include_str!("../../shaders/compute/matmul_coop.wgsl")
+    ),
+    None,
+    MATMUL_PARAMS,
+);
 
 /// [`MATMUL_COOP`] on devices whose cooperative matrices are 8 x 8 x 8
 /// f16 with subgroups of 8 (Mesa's lavapipe): the same kernel, its
 /// 64 x 64 tile held by 16 subgroups of 2 x 2 fragments of 8 x 8. Source:
 /// `coop_fragment8.wgsl` in place of `coop_fragment16.wgsl`.
-pub const MATMUL_COOP8: Launch = Launch {
-    kernel: Kernel {
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/coop_matrix.wgsl"),
-            include_str!("../../shaders/compute/coop_fragment8.wgsl"),
-            include_str!("../../shaders/compute/matmul_coop.wgsl")
-        )),
-        ..MATMUL_COOP.kernel
-    },
-    params: MATMUL_PARAMS,
-};
+pub const MATMUL_COOP8: Launch = wgsl_launch(
+    "matmul_coop",
+    [128, 1, 1],
+    3,
+    concat!(
+        include_str!("../../shaders/compute/coop_matrix.wgsl"),
+        include_str!("../../shaders/compute/coop_fragment8.wgsl"),
+        include_str!("../../shaders/compute/matmul_coop.wgsl")
+    ),
+    None,
+    MATMUL_PARAMS,
+);
 
 /// The packing pass of [`MATMUL_COOP`] and [`MATMUL_COOP8`]: a copy of an
 /// f32 matrix (`rows` x `cols`) rounded to f16 and stored as f16,
@@ -294,21 +295,17 @@ pub const MATMUL_COOP8: Launch = Launch {
 /// parameters `rows`, `cols`, `dst_rows`, `dst_cols` and one not read;
 /// 8 elements per invocation, 256 per workgroup. Source:
 /// `shaders/compute/matmul_coop_pack.wgsl` before `rounding.wgsl`.
-pub const MATMUL_COOP_PACK: Launch = Launch {
-    kernel: Kernel {
-        name: "matmul_coop_pack",
-        workgroup_size: [256, 1, 1],
-        bindings: 2,
-        wgsl: Some(concat!(
-            include_str!("../../shaders/compute/matmul_coop_pack.wgsl"),
-            include_str!("../../shaders/compute/rounding.wgsl")
-        )),
-        ptx: None,
-        cpu: None,
-        strict_float: false,
-    },
-    params: PACK_PARAMS,
-};
+pub const MATMUL_COOP_PACK: Launch = wgsl_launch(
+    "matmul_coop_pack",
+    [256, 1, 1],
+    2,
+    concat!(
+        include_str!("../../shaders/compute/matmul_coop_pack.wgsl"),
+        include_str!("../../shaders/compute/rounding.wgsl")
+    ),
+    None,
+    PACK_PARAMS,
+);
 
 /// The tensor-core kernel for bf16 or f16 inputs summed in f32, on CUDA
 /// devices of compute capability 8.0 or later (`mma.sync.aligned.m16n8k16`
@@ -795,7 +792,7 @@ fn rounding_first(
 ) -> Option<[Param; 5]> {
     let is_4x4 = [&MATMUL_TILED_4X4, &MATMUL_TILED_4X4_SPLIT]
         .iter()
-        .any(|l| l.kernel.name == launch.kernel.name && l.kernel.wgsl == launch.kernel.wgsl);
+        .any(|l| same_kernel(l, launch));
     let Param::U32(mode) = params[3] else {
         return None;
     };
@@ -846,20 +843,23 @@ fn round_inputs(
 /// values already.
 const PACK_HALVES: u32 = 0x1_0000;
 
+/// The packed kernel `launch` is, if it is one.
+fn packed_of(launch: &Launch) -> Option<&'static Packed> {
+    PACKED.iter().find(|k| same_kernel(k.main, launch))
+}
+
+/// Whether `a` and `b` launch the same kernel: the same entry point of
+/// the same source. A constant's address is not an identity, and
+/// [`MATMUL_COOP`] and [`MATMUL_COOP8`] share a name.
+fn same_kernel(a: &Launch, b: &Launch) -> bool {
+    a.kernel.name == b.kernel.name && a.kernel.wgsl == b.kernel.wgsl
+}
+
 /// A kernel of [`PACKED`] on `a` and `b` packed into scratch buffers by
 /// its packing pass, all on `stream`.
 /// With `halves`, A and B hold 16-bit values of the input format
 /// (a [`MATMUL_MMA16_PACK`] kernel's inputs only), which the packing pass
 /// copies as they are (its mode bit 16).
-/// The packed kernel `launch` is, if it is one. By name and source: a
-/// constant's address is not an identity, and [`MATMUL_COOP`] and
-/// [`MATMUL_COOP8`] share a name.
-fn packed_of(launch: &Launch) -> Option<&'static Packed> {
-    PACKED.iter().find(|k| {
-        k.main.kernel.name == launch.kernel.name && k.main.kernel.wgsl == launch.kernel.wgsl
-    })
-}
-
 fn matmul_packed(
     stream: &Stream,
     kernel: &Packed,
